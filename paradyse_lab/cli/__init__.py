@@ -1,0 +1,47 @@
+"""`paradyse-lab` command line. Each command lives in its own module with a `register(subparsers)`.
+
+User mistakes (`UserInputError`) print one line on stderr and exit with code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from paradyse_lab.errors import UserInputError
+
+COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command")
+"""Modules that add sub-commands; later issues append theirs here."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered sub-command."""
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="paradyse-lab",
+        description="Choose and evaluate per-layer parallel strategies for transformer training on "
+        "sequences of changing length (a reproduction of ParaDySe, AAAI-26, and beyond).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserInputError as err:
+        print(f"paradyse-lab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""`paradyse-lab models | clusters | strategies`: the presets and the strategy catalog as tables or JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from paradyse_lab.cli.output import add_format_argument, format_bytes, print_json, print_table
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
+from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
+from paradyse_lab.model_spec import PRESETS as MODELS
+from paradyse_lab.strategies import CATALOG
+
+
+def register(sub) -> None:
+    """Add the three catalog commands."""
+    p = sub.add_parser("models", help="list model presets",
+                       description="Model presets (also: --model path/to/config.json of GPT-2 or LLaMA).")
+    add_format_argument(p)
+    p.set_defaults(func=run_models)
+    p = sub.add_parser("clusters", help="list cluster presets",
+                       description="Cluster presets (also: --cluster path/to/cluster.toml).")
+    add_format_argument(p)
+    p.set_defaults(func=run_clusters)
+    p = sub.add_parser("strategies", help="list the strategy catalog",
+                       description="Parallel strategies, their rules, and which are usable.")
+    add_format_argument(p)
+    p.set_defaults(func=run_strategies)
+
+
+def run_models(args) -> int:
+    if args.format == "json":
+        print_json({name: asdict(m) for name, m in MODELS.items()})
+        return 0
+    rows = [[m.name, m.hidden, m.heads, m.kv_heads, m.layers, f"{m.ffn_hidden} {m.ffn_kind}",
+             m.vocab_size if m.embedding_and_head else "-", "causal" if m.causal else "bidir", m.source]
+            for m in MODELS.values()]
+    print_table(["model", "hidden", "heads", "kv", "layers", "ffn", "vocab", "attention", "source"], rows)
+    return 0
+
+
+def run_clusters(args) -> int:
+    if args.format == "json":
+        print_json({name: asdict(c) for name, c in CLUSTERS.items()})
+        return 0
+    rows = []
+    for c in CLUSTERS.values():
+        bw = c.busbw_bytes_per_s
+        rows.append([c.name + (" (default)" if c.name == DEFAULT_CLUSTER else ""), f"{c.gpus}x {c.gpu_name}",
+                     format_bytes(c.memory_bytes), f"{c.peak_flops / 1e12:.0f}",
+                     f"{bw['all_gather'] / 1e9:.0f}", f"{bw['all_to_all'] / 1e9:.0f}",
+                     f"{bw['p2p'] / 1e9:.0f}"])
+    print_table(["cluster", "GPUs", "memory/GPU", "bf16 TFLOPS", "AG/RS GB/s", "a2a GB/s", "p2p GB/s"], rows)
+    return 0
+
+
+def run_strategies(args) -> int:
+    if args.format == "json":
+        print_json({name: asdict(s) for name, s in CATALOG.items()})
+        return 0
+    rows = []
+    for s in CATALOG.values():
+        rules = ["s % p" + (" (2p causal)" if s.ring_attention else "")]
+        if s.splits_heads:
+            rules.append("heads % p, kv_heads % p")
+        rows.append([s.name, s.paper_name, "yes" if s.usable else "no: " + s.unusable_reason.split(",")[0],
+                     "; ".join(rules), s.attention])
+    print_table(["strategy", "paper", "usable", "needs", "attention"], rows)
+    print("\nEvery usable strategy also runs as NAME+recompute (activation recomputation of the layer).")
+    return 0

@@ -1,0 +1,88 @@
+"""`paradyse-lab cost`: per-strategy time and memory of one sequence length under the analytic model.
+
+Example: `paradyse-lab cost --model gpt --seq 65536` (table) or `... --format json`.
+"""
+
+from __future__ import annotations
+
+from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.strategies import USABLE, StrategyOption
+
+
+def parse_int(field: str, text: str) -> int:
+    """A positive integer from the command line, accepting 64K / 1M / 1_000 style suffixes."""
+    raw = text.strip().replace("_", "")
+    scale = 1
+    if raw[-1:].upper() in ("K", "M"):
+        scale = 1024 if raw[-1].upper() == "K" else 1024 * 1024
+        raw = raw[:-1]
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise UserInputError(f"{field} must be a positive integer, got {text!r}") from None
+    return require_positive_int(field, value)
+
+
+def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:
+    """Comma-separated strategy (or NAME+recompute) names; default: the usable ones."""
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(USABLE)
+    opts = [StrategyOption.parse(n) for n in names]
+    if recompute:
+        opts += [StrategyOption(o.strategy, True) for o in opts if not o.recompute]
+    return opts
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "cost", help="per-strategy time and memory at one sequence length",
+        description="Analytic cost of running every layer with one strategy: time per layer (forward + "
+        "backward), kept activation bytes per layer, transient bytes, model-state bytes, whole-model peak, "
+        "whether it fits the GPU, and bytes sent per layer by collective. All numbers are per GPU.",
+    )
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--seq", required=True, help="sequence length in tokens (e.g. 65536 or 64K)")
+    p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
+    p.add_argument("--strategies", help="comma-separated names (default: all usable)")
+    p.add_argument("--recompute", action="store_true", help="also show each strategy with recomputation")
+    add_format_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    model = get_model(args.model)
+    cluster = get_cluster(args.cluster)
+    seq = parse_int("--seq", args.seq)
+    batch = parse_int("--batch", args.batch)
+    cm = AnalyticCostModel(model, cluster)
+    opts = parse_options(args.strategies, args.recompute)
+    for o in opts:
+        cm.check(o, seq, batch)
+    costs = [uniform_plan_cost(cm, o, seq, batch) for o in opts]
+    if args.format == "json":
+        print_json({
+            "model": model.name, "cluster": cluster.name, "seq_len": seq, "batch": batch,
+            "strategies": {
+                c.option: {
+                    "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
+                    "transient_bytes": c.transient_bytes, "model_state_bytes": c.model_state_bytes,
+                    "peak_bytes": c.peak_bytes, "fits": c.fits, "comm_bytes_per_layer": c.comm_bytes_per_layer,
+                    "total_time_s": c.total_time_s,
+                } for c in costs
+            },
+        })
+        return 0
+    print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
+          f"{format_bytes(cluster.memory_bytes)} each), seq {seq}, batch {batch}; per GPU:")
+    rows = [[c.option, format_seconds(c.time_s_per_layer), format_bytes(c.kept_bytes_per_layer),
+             format_bytes(c.transient_bytes), format_bytes(c.model_state_bytes), format_bytes(c.peak_bytes),
+             "yes" if c.fits else "OOM",
+             ", ".join(f"{op} {format_bytes(n)}" for op, n in c.comm_bytes_per_layer.items()) or "-"]
+            for c in costs]
+    print_table(["strategy", "time/layer", "kept/layer", "transient", "model states", "peak", "fits",
+                 "sent per layer"], rows)
+    return 0

@@ -1,0 +1,43 @@
+"""Printing results: aligned text tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+FORMATS = ("table", "json")
+
+
+def add_format_argument(parser) -> None:
+    """Add `--format table|json` to a sub-command."""
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table for people (default), json for scripts")
+
+
+def format_bytes(n: float) -> str:
+    """Binary units: 1.5 GiB, 312 MiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_seconds(s: float) -> str:
+    """ms below a second, else s."""
+    return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def print_table(headers: list[str], rows: list[list], out=None) -> None:
+    """Print rows under headers, columns padded to their widest cell."""
+    out = out or sys.stdout
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for i, row in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+        if i == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def print_json(obj) -> None:
+    """Indented JSON on stdout."""
+    print(json.dumps(obj, indent=2))

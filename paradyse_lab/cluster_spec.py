@@ -1,0 +1,256 @@
+"""GPU node descriptions (`ClusterSpec`) for the analytic cost model, their presets and TOML loading.
+
+Every number carries its source key from `shared/HARDWARE.md` (kind: P vendor peak, M measured, Mdl NCCL
+model constant, E derived by us):
+
+- peak dense bf16 FLOP/s, HBM bandwidth: datasheets [DS-A] [DS-H] (P).
+- memory seen by CUDA: A100 81,251 / 40,441 MiB [DQ] (M); H100 81,559 MiB and H200 143,771 MiB as
+  nvidia-smi showed them on this workplace's lent machines (device tool KINDS.md, 2026-11) (M).
+- collective bus bandwidths (nccl-tests busbw convention [PERF]): A100 all_gather / reduce_scatter /
+  all_reduce ~230 GB/s (tests#149, [AZ]); p2p 195 GB/s @1 GB [LP]; H100 ~370 (tests#212), alltoall 336
+  (nccl#2169, 4 GPUs), p2p 371 (nccl#1264); H200 365 ring, p2p 396 [MLE-N] (M). A100 and H200 alltoall
+  have no published 8-GPU number: E = their all_gather busbw x (336/370), H100's alltoall/all_gather ratio.
+  Broadcast: E = the all_gather busbw (a pipelined ring broadcast runs at the effective link rate).
+- bandwidth against message size: the fraction of the large-message busbw reached at 1 MB, 16 MB,
+  256 MB and 2 GB, from Azure's all_reduce sweeps [AZ] (A100 36/109/214/230 GB/s; H100 44/234/423/472);
+  applied to every collective (E); H200 uses H100's curve (E).
+- latency alpha: NCCL's tuning model [TUNE], Ring LL base 6.6 us + 0.6 us per NVLink step (Mdl).
+- GEMM efficiency against the smallest matrix dimension: A100 cuBLASLt FP16 cubes 1k..16k =
+  119.4/221.8/228.0/253.7/256.5 TFLOPS of 312 [AZ] (M). Hopper: E = the A100 curve scaled to H100's
+  best-matmul fraction (794.5/989 = 80.3% [MLE-A]) over A100's (271.2/312 = 86.9%).
+- attention (FlashAttention-2 fwd+bwd, d = 128) efficiency against sequence length: A100 non-causal
+  151 -> 203 TFLOPS and causal 99 -> 189 TFLOPS from s = 512 to 16k [FA2] (M, as read in a review);
+  H100: FA2 fwd+bwd reaches 335 TFLOPS at long s [FA2] (M), the short-s end scaled by A100's ratio (E).
+"""
+
+from __future__ import annotations
+
+import math
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from paradyse_lab.errors import UserInputError, unknown_name
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p", "broadcast")
+"""Collective kinds the cost model charges (p2p = one point-to-point send of a ring step)."""
+
+MIB = 2**20
+GB = 1e9
+
+
+def interpolate_loglinear(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear interpolation in log(x) through sorted (x, y) points, clamped at both ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + w * (y1 - y0)
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One node of identical GPUs joined by a switched interconnect (the paper's 1-D device grid)."""
+
+    name: str
+    """Preset or file name."""
+    gpus: int
+    """Number of GPUs p sharing the sequence."""
+    gpu_name: str
+    """Marketing name of the GPU."""
+    memory_bytes: int
+    """Device memory CUDA can allocate from, per GPU."""
+    peak_flops: float
+    """Dense bf16 tensor-core peak, FLOP/s per GPU."""
+    hbm_bytes_per_s: float
+    """HBM bandwidth per GPU, B/s."""
+    busbw_bytes_per_s: dict = field(default_factory=dict)
+    """Large-message bus bandwidth per collective kind (nccl-tests convention), B/s."""
+    busbw_size_curve: tuple = ()
+    """(message bytes, fraction of the large-message busbw) points, ascending."""
+    alpha_base_s: float = 6.6e-6
+    """Per-call latency of a collective, s."""
+    alpha_step_s: float = 0.6e-6
+    """Extra latency per ring step, s."""
+    gemm_efficiency: tuple = ()
+    """(smallest GEMM dimension, fraction of peak) points, ascending."""
+    attention_efficiency: tuple = ()
+    """(sequence length, fraction of peak) for non-causal FlashAttention fwd+bwd, ascending."""
+    attention_efficiency_causal: tuple = ()
+    """(sequence length, fraction of peak) for causal FlashAttention fwd+bwd, ascending."""
+    source: str = field(default="", compare=False)
+    """Where the numbers come from."""
+
+    def __post_init__(self):
+        if not isinstance(self.gpus, int) or self.gpus <= 0:
+            raise UserInputError(f"cluster.gpus must be a positive integer, got {self.gpus!r}")
+        for name in ("memory_bytes", "peak_flops", "hbm_bytes_per_s"):
+            if not getattr(self, name) > 0:
+                raise UserInputError(f"cluster.{name} must be > 0, got {getattr(self, name)!r}")
+        missing = [c for c in COLLECTIVES if c not in self.busbw_bytes_per_s]
+        if missing:
+            raise UserInputError(f"cluster busbw is missing {', '.join(missing)}; needs {', '.join(COLLECTIVES)}")
+        for c, v in self.busbw_bytes_per_s.items():
+            if c not in COLLECTIVES:
+                raise unknown_name("collective in cluster busbw", c, COLLECTIVES)
+            if not v > 0:
+                raise UserInputError(f"cluster busbw for {c} must be > 0, got {v!r}")
+        for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
+                     "attention_efficiency_causal"):
+            pts = getattr(self, name)
+            if not pts:
+                raise UserInputError(f"cluster.{name} needs at least one (x, fraction) point")
+            xs = [p[0] for p in pts]
+            if xs != sorted(xs) or any(not 0 < p[1] <= 1 for p in pts) or any(x <= 0 for x in xs):
+                raise UserInputError(
+                    f"cluster.{name} must be (x > 0, 0 < fraction <= 1) points in ascending x"
+                )
+
+    def busbw(self, collective: str, message_bytes: float) -> float:
+        """Bus bandwidth (B/s) reached by `collective` at `message_bytes` (nccl-tests size convention)."""
+        frac = interpolate_loglinear(self.busbw_size_curve, max(message_bytes, 1.0))
+        return self.busbw_bytes_per_s[collective] * frac
+
+    def gemm_eff(self, smallest_dim: int) -> float:
+        """Fraction of peak a GEMM whose smallest dimension is `smallest_dim` reaches."""
+        return interpolate_loglinear(self.gemm_efficiency, max(smallest_dim, 1))
+
+    def attention_eff(self, seq_len: int, causal: bool) -> float:
+        """Fraction of peak FlashAttention reaches (fwd+bwd) at `seq_len` keys per query block."""
+        pts = self.attention_efficiency_causal if causal else self.attention_efficiency
+        return interpolate_loglinear(pts, max(seq_len, 1))
+
+
+A100_CUBES = ((1024, 119.4 / 312), (2048, 221.8 / 312), (4096, 228.0 / 312), (8192, 253.7 / 312),
+              (16384, 256.5 / 312))
+A100_ATTN = ((512, 151 / 312), (16384, 203 / 312))
+A100_ATTN_CAUSAL = ((512, 99 / 312), (16384, 189 / 312))
+A100_SIZE_CURVE = ((1 * MIB, 36 / 230), (16 * MIB, 109 / 230), (256 * MIB, 214 / 230), (2048 * MIB, 1.0))
+H100_SIZE_CURVE = ((1 * MIB, 44 / 472), (16 * MIB, 234 / 472), (256 * MIB, 423 / 472), (2048 * MIB, 1.0))
+HOPPER_GEMM_SCALE = (794.5 / 989) / (271.2 / 312)
+HOPPER_CUBES = tuple((d, e * HOPPER_GEMM_SCALE) for d, e in A100_CUBES)
+H100_ATTN = ((512, 335 / 989 * 151 / 203), (16384, 335 / 989))
+H100_ATTN_CAUSAL = ((512, 335 / 989 * 99 / 189), (16384, 335 / 989))
+ALLTOALL_OVER_ALLGATHER = 336 / 370
+
+
+def _bw(ag: float, p2p: float, all_reduce: float | None = None) -> dict:
+    """Busbw table in B/s from GB/s figures (see the module docstring for the sources)."""
+    return {
+        "all_gather": ag * GB, "reduce_scatter": ag * GB, "all_reduce": (all_reduce or ag) * GB,
+        "all_to_all": ag * ALLTOALL_OVER_ALLGATHER * GB, "p2p": p2p * GB, "broadcast": ag * GB,
+    }
+
+
+def _a100(name: str, mem_mib: int, hbm: float) -> ClusterSpec:
+    return ClusterSpec(
+        name=name, gpus=8, gpu_name=f"A100-SXM4-{'80' if mem_mib > 50000 else '40'}GB",
+        memory_bytes=mem_mib * MIB, peak_flops=312e12, hbm_bytes_per_s=hbm,
+        busbw_bytes_per_s=_bw(230, 195, 231.6), busbw_size_curve=A100_SIZE_CURVE,
+        gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
+        attention_efficiency_causal=A100_ATTN_CAUSAL,
+        source="HARDWARE.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]",
+    )
+
+
+def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float) -> ClusterSpec:
+    return ClusterSpec(
+        name=name, gpus=8, gpu_name=gpu, memory_bytes=mem_mib * MIB, peak_flops=989e12,
+        hbm_bytes_per_s=hbm, busbw_bytes_per_s=_bw(ag, p2p), busbw_size_curve=H100_SIZE_CURVE,
+        gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
+        attention_efficiency_causal=H100_ATTN_CAUSAL,
+        source="HARDWARE.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
+        "device tool KINDS.md (memory)",
+    )
+
+
+PRESETS: dict[str, ClusterSpec] = {
+    c.name: c
+    for c in (
+        _a100("a100-80gb-x8", 81251, 2039e9),
+        _a100("a100-40gb-x8", 40441, 1555e9),
+        _hopper("h100-80gb-x8", "H100-SXM5-80GB", 81559, 3.35e12, 370, 371),
+        _hopper("h200-x8", "H200-SXM", 143771, 4.8e12, 365, 396),
+    )
+}
+DEFAULT_CLUSTER = "a100-80gb-x8"
+
+_TOML_SCALARS = {
+    "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
+    "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
+}
+_TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
+                "attention_efficiency_causal")
+TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps",) + _TOML_CURVES + ("base",)
+
+
+def load_cluster_toml(path: str | Path) -> ClusterSpec:
+    """Read a user cluster from TOML.
+
+    Keys (units in the name): name, gpus, gpu_name, memory_gib, peak_tflops, hbm_gbps, alpha_base_us,
+    alpha_step_us, source, a `[busbw_gbps]` table with one entry per collective kind, and the curves as
+    arrays of [x, fraction] pairs. `base = "PRESET"` starts from a preset and overrides only what is given.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UserInputError(f"cluster file {str(path)!r} is not valid TOML: {err}") from None
+    for key in data:
+        if key not in TOML_KEYS:
+            raise unknown_name(f"key in {path.name}", key, TOML_KEYS)
+    base = get_cluster(data["base"]) if "base" in data else None
+    kw = {f.name: getattr(base, f.name) for f in fields(ClusterSpec)} if base else {}
+    kw["name"] = path.stem
+    scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
+             "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
+             "alpha_step_us": ("alpha_step_s", 1e-6)}
+    for key, kind in _TOML_SCALARS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if kind is not str and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UserInputError(f"{path.name}: {key} must be a number, got {value!r}")
+        if key in scale:
+            target, factor = scale[key]
+            kw[target] = int(value * factor) if target == "memory_bytes" else value * factor
+        else:
+            kw[key] = kind(value)
+    if "busbw_gbps" in data:
+        bw = dict(kw.get("busbw_bytes_per_s", {}))
+        for c, v in data["busbw_gbps"].items():
+            if c not in COLLECTIVES:
+                raise unknown_name(f"collective in {path.name} busbw_gbps", c, COLLECTIVES)
+            bw[c] = float(v) * GB
+        kw["busbw_bytes_per_s"] = bw
+    for key in _TOML_CURVES:
+        if key in data:
+            try:
+                kw[key] = tuple((float(x), float(y)) for x, y in data[key])
+            except (TypeError, ValueError):
+                raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
+    needed = {"gpus", "gpu_name", "memory_bytes", "peak_flops", "hbm_bytes_per_s", "busbw_bytes_per_s",
+              *_TOML_CURVES}
+    absent = sorted(n for n in needed if n not in kw)
+    if absent:
+        raise UserInputError(
+            f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
+        )
+    return ClusterSpec(**kw)
+
+
+def get_cluster(name_or_path: str) -> ClusterSpec:
+    """A preset by name, or a cluster read from a TOML file."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
+        return load_cluster_toml(name_or_path)
+    raise unknown_name("cluster", name_or_path, list(PRESETS) + ["<path to .toml>"])

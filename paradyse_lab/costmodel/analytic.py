@@ -1,0 +1,95 @@
+"""The analytic cost model: a strategy's schedule (schedules.py) priced on a `ClusterSpec`.
+
+compute = FLOPs / (peak x efficiency(shape)) + element-wise bytes / HBM bandwidth; communication =
+alpha-beta per collective (formulas.py); ring point-to-point overlapped with the compute it hides
+(formulas.ring_overlap_s); memory from the tensors each strategy keeps (schedules.py).
+"""
+
+from __future__ import annotations
+
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.layer_graph import SUBLAYER_KINDS
+from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.strategies import StrategyOption, get_strategy
+
+
+class AnalyticCostModel:
+    """Analytic costs of `model` on `cluster` (its GPU count unless `p` is given)."""
+
+    name = "analytic"
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, p: int | None = None):
+        self.model = model
+        self.cluster = cluster
+        self.p = require_positive_int("p", p if p is not None else cluster.gpus)
+        self._cache: dict = {}
+
+    def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
+        """Raise `UserInputError` if the option cannot run these shapes."""
+        require_positive_int("seq_len", seq_len)
+        require_positive_int("batch", batch)
+        get_strategy(option.strategy).check(self.model, self.p, seq_len)
+
+    def feasible(self, option: StrategyOption, seq_len: int) -> bool:
+        """Whether the shapes split for this option (no error raised)."""
+        return get_strategy(option.strategy).violation(self.model, self.p, seq_len) is None
+
+    def collective_s(self, call: CollectiveCall) -> float:
+        """Seconds for all `count` calls of one `CollectiveCall`."""
+        return call.count * F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
+
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
+        """Cost of one sub-layer ('attention' or 'mlp') under `option`, per rank, one training step."""
+        key = (kind, option, seq_len, batch)
+        if key in self._cache:
+            return self._cache[key]
+        if kind not in SUBLAYER_KINDS:
+            raise UserInputError(f"unknown sub-layer kind {kind!r}; valid: {', '.join(SUBLAYER_KINDS)}")
+        self.check(option, seq_len, batch)
+        c = self.cluster
+        sch = schedule(self.model, kind, option, seq_len, batch, self.p)
+        gemm_s = sch.gemm_flops / (c.peak_flops * c.gemm_eff(sch.gemm_min_dim))
+        attn_s = 0.0
+        if sch.attention_flops:
+            eff = c.attention_eff(sch.attention_kernel_len, sch.attention_kernel_causal)
+            attn_s = sch.attention_flops / (c.peak_flops * eff)
+        compute_s = gemm_s + attn_s + sch.elementwise_bytes / c.hbm_bytes_per_s
+        exposed = sum(self.collective_s(x) for x in sch.collectives if not x.overlapped)
+        ring = sum(self.collective_s(x) for x in sch.collectives if x.overlapped)
+        hidden = compute_s if sch.ring_hides_all_compute else attn_s
+        if sch.ring_steps:
+            time_s = compute_s - hidden + F.ring_overlap_s(hidden, ring, sch.ring_steps) + exposed
+        else:
+            time_s = compute_s + ring + exposed
+        cost = SubLayerCost(
+            time_s=time_s, compute_s=compute_s, exposed_comm_s=time_s - compute_s,
+            kept_bytes=sch.kept_bytes, transient_bytes=sch.transient_bytes,
+            model_state_bytes=F.sublayer_model_state_bytes(self.model, kind, self.p),
+            collectives=sch.collectives,
+        )
+        self._cache[key] = cost
+        return cost
+
+    def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
+        """Embedding, final norm, tied head and loss on the rank's t tokens (replicated weights)."""
+        m, c = self.model, self.cluster
+        if not m.embedding_and_head:
+            return FixedCost(0.0, 0, 0, 0)
+        require_positive_int("seq_len", seq_len)
+        t = batch * seq_len // self.p
+        e, h, v = m.dtype_bytes, m.hidden, m.vocab_size
+        params = F.embedding_params(m)
+        head_flops = 3 * 2.0 * t * h * v
+        time_s = head_flops / (c.peak_flops * c.gemm_eff(min(t, h)))
+        time_s += 3 * t * (4 * h * e + 2 * v * 4) / c.hbm_bytes_per_s  # lookup, norm, softmax traffic
+        time_s += F.collective_time_s(c, "all_reduce", params * e, self.p)
+        return FixedCost(
+            time_s=time_s,
+            model_state_bytes=F.model_state_bytes_per_param(m) * params,
+            kept_bytes=3 * t * h * e + t * v * 4,  # embedding out, final norm in/out, fp32 logits
+            transient_bytes=t * v * (4 + e),  # fp32 logits gradient and the 16-bit logits
+        )

@@ -1,0 +1,168 @@
+"""Pure cost formulas: parameters, FLOPs, memory and collective time. Units are in the names.
+
+Sources:
+- Model states: ZeRO (Rajbhandari et al., SC 2020, section 3.1): mixed-precision Adam holds 2 bytes of
+  fp16/bf16 weights, 2 of fp16/bf16 gradients and K = 12 of fp32 master weights, momentum and variance per
+  parameter: 16 bytes. Pure fp32 training keeps no master copy: 4 + 4 + 4 + 4 = 16 as well.
+- Activations: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+  (MLSys 2023), section 4: per layer sbh(34 + 5as/h) bytes with 16-bit activations, and 34sbh/t with tensor
+  and sequence parallelism (their eq. 5 without the as^2 term). FlashAttention keeps no s^2 softmax and
+  no attention-dropout mask; with dropout 0 the two sbh output-dropout masks vanish: 32sbh/t. The
+  per-tensor list is in `kept_elements_*` below.
+- FLOPs: 2mnk per GEMM; attention 4 s^2 h per sequence forward, halved when causal, backward 2.5x the
+  forward (FlashAttention convention, HARDWARE.md section 2 [FA2][FA3]); GEMM backward 2x forward.
+- Collective time: alpha-beta in the nccl-tests convention, t = alpha(op, n) + f(op, n) S / busbw(S),
+  f = 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, all_to_all, broadcast, 1 for p2p
+  (HARDWARE.md section 6 [PERF]); alpha = base + per-step x steps from NCCL's tuning model [TUNE].
+"""
+
+from __future__ import annotations
+
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.model_spec import ModelSpec
+
+MIXED_PRECISION_ADAM_BYTES_PER_PARAM = {
+    "weights_16bit": 2, "grads_16bit": 2, "master_weights_fp32": 4, "adam_m_fp32": 4, "adam_v_fp32": 4,
+}
+"""ZeRO section 3.1: 2 + 2 + K with K = 12."""
+FP32_ADAM_BYTES_PER_PARAM = {"weights_fp32": 4, "grads_fp32": 4, "adam_m_fp32": 4, "adam_v_fp32": 4}
+LSE_BYTES = 4
+"""FlashAttention keeps its log-sum-exp in fp32, one per (head, query)."""
+FLASH_BWD_OVER_FWD = 2.5
+GEMM_BWD_OVER_FWD = 2.0
+
+
+def model_state_bytes_per_param(model: ModelSpec) -> int:
+    """Bytes of weights, gradients and Adam states per parameter (16 either way, named above)."""
+    table = FP32_ADAM_BYTES_PER_PARAM if model.dtype == "fp32" else MIXED_PRECISION_ADAM_BYTES_PER_PARAM
+    return sum(table.values())
+
+
+def norm_params(model: ModelSpec) -> int:
+    """LayerNorm weight + bias (2h) or RMSNorm weight (h)."""
+    return (2 if model.norm == "layernorm" else 1) * model.hidden
+
+
+def attention_sharded_params(model: ModelSpec) -> int:
+    """W_qkv [h, h + 2kv] (+ its bias) and W_proj [h, h]: stored as 1/p shards (PAPER.md Table 2)."""
+    h, kv = model.hidden, model.kv_hidden
+    return h * (h + 2 * kv) + h * h + ((h + 2 * kv) if model.bias else 0)
+
+
+def mlp_sharded_params(model: ModelSpec) -> int:
+    """W_in [h, f] and W_out [f, h] (SwiGLU: gate, up, down) with the input biases: 1/p shards."""
+    h, f = model.hidden, model.ffn_hidden
+    if model.ffn_kind == "swiglu":
+        return 3 * h * f + (2 * f if model.bias else 0)
+    return 2 * h * f + (f if model.bias else 0)
+
+
+def replicated_params(model: ModelSpec) -> int:
+    """Per sub-layer: its norm and its output bias (length h), which act on full hidden vectors under
+    every strategy and so are replicated; their gradients are all-reduced."""
+    return norm_params(model) + (model.hidden if model.bias else 0)
+
+
+def sharded_params(model: ModelSpec, kind: str) -> int:
+    """Sharded parameters of an 'attention' or 'mlp' sub-layer."""
+    return attention_sharded_params(model) if kind == "attention" else mlp_sharded_params(model)
+
+
+def embedding_params(model: ModelSpec) -> int:
+    """Tied token embedding / head, learned positions and the final norm (replicated in the runtime)."""
+    if not model.embedding_and_head:
+        return 0
+    return (model.vocab_size + model.max_positions) * model.hidden + norm_params(model)
+
+
+def sublayer_model_state_bytes(model: ModelSpec, kind: str, p: int) -> int:
+    """Per rank: the 1/p shard of the sub-layer's matrices plus its replicated vectors, 16 B/param."""
+    per = model_state_bytes_per_param(model)
+    return per * (-(-sharded_params(model, kind) // p) + replicated_params(model))
+
+
+def kept_elements_attention(model: ModelSpec, tokens: int) -> int:
+    """Elements an attention sub-layer keeps for backward without recomputation (FlashAttention, no
+    dropout): norm input h, norm output h, Q h, K kv, V kv, attention output h, per token.
+
+    Korthikanti section 4.1: attention block 11sbh + 5as^2b bytes plus its LayerNorm input 2sbh. Dropping
+    the s^2 terms (FlashAttention) and the sbh output-dropout mask leaves 12sbh bytes = 6h elements of
+    2 bytes per token, which is this count with kv = h.
+    """
+    h = model.hidden
+    return tokens * (4 * h + 2 * model.kv_hidden)
+
+
+def kept_elements_mlp(model: ModelSpec, tokens: int) -> int:
+    """Elements an MLP keeps without recomputation: norm input, norm output, the f-wide activation input
+    and output (SwiGLU: gate, up and their product), per token.
+
+    Korthikanti section 4.1: MLP 19sbh bytes plus LayerNorm input 2sbh; with dropout 0 the sbh mask
+    vanishes: 20sbh bytes = 2h + 2f elements with f = 4h.
+    """
+    f_tensors = 3 if model.ffn_kind == "swiglu" else 2
+    return tokens * (2 * model.hidden + f_tensors * model.ffn_hidden)
+
+
+def lse_bytes(model: ModelSpec, tokens: int) -> int:
+    """FlashAttention's fp32 log-sum-exp: one per head and query token."""
+    return LSE_BYTES * model.heads * tokens
+
+
+def linear_flops_forward(model: ModelSpec, kind: str, tokens: int) -> float:
+    """2mnk over the sub-layer's GEMMs for `tokens` tokens."""
+    return 2.0 * tokens * (sharded_params(model, kind) - _bias_params(model, kind))
+
+
+def _bias_params(model: ModelSpec, kind: str) -> int:
+    if not model.bias:
+        return 0
+    if kind == "attention":
+        return model.hidden + 2 * model.kv_hidden
+    return (2 if model.ffn_kind == "swiglu" else 1) * model.ffn_hidden
+
+
+def attention_core_flops_forward(model: ModelSpec, seq_len: int, batch: int) -> float:
+    """QK^T and PV: 4 s^2 h per sequence, halved when causal ([FA2] convention)."""
+    full = 4.0 * batch * seq_len * seq_len * model.hidden
+    return full / 2 if model.causal else full
+
+
+def elementwise_bytes_forward(model: ModelSpec, kind: str, tokens: int) -> float:
+    """HBM traffic of the memory-bound ops: norm (read + write h), residual add (2 reads + write h), and
+    for the MLP the activation (read + write f; SwiGLU reads two f-wide inputs)."""
+    e = model.dtype_bytes
+    traffic = 5 * model.hidden
+    if kind == "mlp":
+        traffic += (3 if model.ffn_kind == "swiglu" else 2) * model.ffn_hidden
+    return float(tokens * traffic * e)
+
+
+BUSBW_FACTOR = {
+    "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: (n - 1) / n,
+    "all_reduce": lambda n: 2 * (n - 1) / n, "p2p": lambda n: 1.0,
+}
+"""nccl-tests [PERF]: busbw = algbw * f; broadcast is charged like all_gather (a pipelined ring)."""
+ALPHA_STEPS = {
+    "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1, "all_to_all": lambda n: n - 1,
+    "broadcast": lambda n: n - 1, "all_reduce": lambda n: 2 * (n - 1), "p2p": lambda n: 1,
+}
+"""Ring steps of one call: NCCL's tuning model charges a per-step latency for each [TUNE]."""
+
+
+def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks: int) -> float:
+    """Alpha-beta time of one collective over `ranks` GPUs (HARDWARE.md section 6)."""
+    if ranks <= 1 or buffer_bytes <= 0:
+        return 0.0
+    alpha = cluster.alpha_base_s + cluster.alpha_step_s * ALPHA_STEPS[op](ranks)
+    return alpha + BUSBW_FACTOR[op](ranks) * buffer_bytes / cluster.busbw(op, buffer_bytes)
+
+
+def ring_overlap_s(compute_s: float, comm_s: float, steps: int) -> float:
+    """Wall time of a double-buffered ring of `steps` exchanges overlapped with `steps + 1` equal blocks
+    of compute: each step costs max(block compute, block exchange), and the last block runs alone."""
+    if steps <= 0:
+        return compute_s + comm_s
+    block = compute_s / (steps + 1)
+    return steps * max(block, comm_s / steps) + block

@@ -1,0 +1,100 @@
+"""Value types every cost model returns, and the `CostModel` protocol solvers and the simulator use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from paradyse_lab.cluster_spec import COLLECTIVES
+from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.strategies import StrategyOption
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """One collective (or, for `p2p`, one ring step) a rank takes part in, `count` times.
+
+    `buffer_bytes` follows the nccl-tests convention (HARDWARE.md section 3): the full output of an
+    all_gather, the full input of a reduce_scatter, a rank's send buffer for all_to_all, the message of a
+    point-to-point step, the buffer of all_reduce and broadcast.
+    """
+
+    op: str
+    """One of `COLLECTIVES`."""
+    buffer_bytes: int
+    """S in the nccl-tests convention."""
+    ranks: int
+    """Group size n."""
+    count: int = 1
+    """How many identical calls."""
+    overlapped: bool = False
+    """Whether the strategy hides this behind compute (ring point-to-point with double buffering)."""
+
+    def __post_init__(self):
+        if self.op not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.op!r}; valid: {', '.join(COLLECTIVES)}")
+
+    @property
+    def sent_bytes(self) -> int:
+        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm.py counts)."""
+        n, s = self.ranks, self.buffer_bytes
+        per_call = {
+            "all_gather": s * (n - 1) // n, "reduce_scatter": s * (n - 1) // n,
+            "all_to_all": s * (n - 1) // n, "all_reduce": 2 * s * (n - 1) // n,
+            "broadcast": s * (n - 1) // n, "p2p": s,
+        }[self.op]
+        return per_call * self.count
+
+
+@dataclass(frozen=True)
+class SubLayerCost:
+    """Cost of one sub-layer (attention or MLP) under one strategy option, one training step, per rank."""
+
+    time_s: float
+    """Forward + backward wall time, overlap accounted for."""
+    compute_s: float
+    """Time of the arithmetic (GEMMs, attention kernels, element-wise ops), including recomputation."""
+    exposed_comm_s: float
+    """Communication time not hidden behind compute."""
+    kept_bytes: int
+    """Activation bytes kept from the forward pass for the backward pass."""
+    transient_bytes: int
+    """Extra bytes alive only while this sub-layer runs (gathered weights, buffers, gradients in flight)."""
+    model_state_bytes: int
+    """Weights, gradients and optimizer states of this sub-layer held by the rank."""
+    collectives: tuple[CollectiveCall, ...] = field(default=())
+    """What the rank communicates."""
+
+    def comm_bytes(self) -> dict[str, int]:
+        """Bytes this rank sends, by collective kind."""
+        out: dict[str, int] = {}
+        for c in self.collectives:
+            out[c.op] = out.get(c.op, 0) + c.sent_bytes
+        return out
+
+
+@dataclass(frozen=True)
+class FixedCost:
+    """The parts outside the strategy-switched layers: embedding, final norm, head and loss."""
+
+    time_s: float
+    """Forward + backward time, including the all-reduce of replicated gradients."""
+    model_state_bytes: int
+    """Model states of the embedding / final norm (tied head)."""
+    kept_bytes: int
+    """Activations kept for the backward pass (embedding output, final norm, fp32 logits)."""
+    transient_bytes: int
+    """Working memory of the loss backward."""
+
+
+class CostModel(Protocol):
+    """What solvers and the simulator ask a cost model."""
+
+    model: ModelSpec
+    p: int
+
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
+        """Cost of one 'attention' or 'mlp' sub-layer."""
+
+    def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
+        """Cost of the embedding and head (zero when the model has none)."""

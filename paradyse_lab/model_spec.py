@@ -1,0 +1,198 @@
+"""Transformer shapes (`ModelSpec`) and their presets.
+
+Sources of the presets:
+- `bert`, `llama`, `gpt`: ParaDySe (arXiv 2511.13198) Table 4, with the number of layers the paper runs
+  on its node (24, 8, 8). The paper's layer is the one of its Table 2 (multi-head attention, a 4h GELU MLP)
+  for all three; BERT's and LLaMA's hidden sizes were lost in the available text and are the standard
+  ones for those shapes (BERT-large 1024; LLaMA-65B 8192), see PAPER.md section 6. The paper times the
+  transformer layer stack only, so these presets carry no embedding or head.
+- GPT-2 family: Radford et al. 2019 and the Hugging Face `gpt2*` config.json files
+  (n_embd / n_head / n_layer: 768/12/12, 1024/16/24, 1280/20/36, 1600/25/48; vocab 50257; 1024 positions).
+- `gpt2-tiny`: ours, a GPT-2-shaped model small enough for CPU tests (12 heads so p = 1, 2, 3, 4 all split).
+- `llama3-8b`: Meta-Llama-3-8B config.json (hidden 4096, 32 heads, 8 KV heads, 32 layers, SwiGLU 14336,
+  vocab 128256, RMSNorm, no biases, RoPE).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from paradyse_lab.errors import UserInputError, unknown_name
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+FFN_KINDS = ("gelu", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder/encoder transformer, enough to count FLOPs, bytes and parameters."""
+
+    name: str
+    """Preset or file name, shown in tables."""
+    hidden: int
+    """Hidden size h."""
+    heads: int
+    """Attention (query) heads a."""
+    layers: int
+    """Transformer blocks L (the ones run on the node)."""
+    ffn_hidden: int
+    """Inner size f of the MLP (4h for GPT-2)."""
+    kv_heads: int = 0
+    """Key/value heads under grouped-query attention; 0 means equal to `heads` (multi-head attention)."""
+    ffn_kind: str = "gelu"
+    """'gelu' (two matrices) or 'swiglu' (gate, up, down: three matrices)."""
+    norm: str = "layernorm"
+    """'layernorm' (weight and bias) or 'rmsnorm' (weight only)."""
+    bias: bool = True
+    """Whether linear layers carry biases."""
+    vocab_size: int = 0
+    """Vocabulary size (tied embedding and head)."""
+    max_positions: int = 0
+    """Learned position embeddings (GPT-2); 0 for rotary embeddings."""
+    embedding_and_head: bool = True
+    """Whether the embedding, final norm and head are part of what is run and costed."""
+    dtype: str = "bf16"
+    """Training dtype of weights and activations: 'bf16', 'fp16' or 'fp32'."""
+    causal: bool = True
+    """Causal (decoder) or bidirectional (encoder) attention."""
+    source: str = field(default="", compare=False)
+    """Where the shapes come from."""
+
+    def __post_init__(self):
+        for name in ("hidden", "heads", "layers", "ffn_hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise UserInputError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.kv_heads <= 0 or self.heads % self.kv_heads:
+            raise UserInputError(
+                f"model.kv_heads must divide model.heads ({self.heads}), got {self.kv_heads}"
+            )
+        if self.hidden % self.heads:
+            raise UserInputError(
+                f"model.hidden ({self.hidden}) must be divisible by model.heads ({self.heads})"
+            )
+        if self.ffn_kind not in FFN_KINDS:
+            raise unknown_name("model.ffn_kind", self.ffn_kind, FFN_KINDS)
+        if self.norm not in NORM_KINDS:
+            raise unknown_name("model.norm", self.norm, NORM_KINDS)
+        if self.dtype not in DTYPE_BYTES:
+            raise unknown_name("model.dtype", self.dtype, DTYPE_BYTES)
+        if self.vocab_size < 0 or self.max_positions < 0:
+            raise UserInputError("model.vocab_size and model.max_positions must be >= 0")
+        if self.embedding_and_head and self.vocab_size == 0:
+            raise UserInputError("model.vocab_size must be > 0 when embedding_and_head is true")
+
+    @property
+    def head_dim(self) -> int:
+        """d = h / a."""
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of K (and of V): kv_heads * d; equals h without GQA."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of the training dtype."""
+        return DTYPE_BYTES[self.dtype]
+
+    def with_layers(self, layers: int) -> ModelSpec:
+        """The same model with another number of layers."""
+        return replace(self, layers=layers)
+
+
+def _paper(name: str, hidden: int, heads: int, layers: int, causal: bool, note: str) -> ModelSpec:
+    """A paper model: Table 2's layer (MHA, 4h GELU MLP with biases), layer stack only."""
+    return ModelSpec(
+        name=name, hidden=hidden, heads=heads, layers=layers, ffn_hidden=4 * hidden,
+        embedding_and_head=False, causal=causal, source=note,
+    )
+
+
+def _gpt2(name: str, hidden: int, heads: int, layers: int, note: str, vocab: int = 50257) -> ModelSpec:
+    return ModelSpec(
+        name=name, hidden=hidden, heads=heads, layers=layers, ffn_hidden=4 * hidden,
+        vocab_size=vocab, max_positions=1024, source=note,
+    )
+
+
+PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        _paper("bert", 1024, 16, 24, False, "ParaDySe Table 4 (h inferred: BERT-large); 24 of 24 layers"),
+        _paper("llama", 8192, 64, 8, True, "ParaDySe Table 4 (h inferred: LLaMA-65B); 8 of 80 layers"),
+        _paper("gpt", 12288, 96, 8, True, "ParaDySe Table 4 (GPT-3 175B shapes); 8 of 96 layers"),
+        _gpt2("gpt2", 768, 12, 12, "HF gpt2 config.json"),
+        _gpt2("gpt2-medium", 1024, 16, 24, "HF gpt2-medium config.json"),
+        _gpt2("gpt2-large", 1280, 20, 36, "HF gpt2-large config.json"),
+        _gpt2("gpt2-xl", 1600, 25, 48, "HF gpt2-xl config.json"),
+        _gpt2("gpt2-tiny", 96, 12, 4, "ours: GPT-2 layout for CPU runs", vocab=512),
+        ModelSpec(
+            name="llama3-8b", hidden=4096, heads=32, kv_heads=8, layers=32, ffn_hidden=14336,
+            ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0,
+            source="Meta-Llama-3-8B config.json",
+        ),
+    )
+}
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """A preset by name, or a model read from a Hugging Face `config.json` path."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.is_file():
+        return load_hf_config(path)
+    raise unknown_name("model", name_or_path, list(PRESETS) + ["<path to config.json>"])
+
+
+def _int_key(cfg: dict, path: Path, *keys: str, default=None) -> int:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return int(cfg[key])
+    if default is not None:
+        return default
+    raise UserInputError(f"{path}: missing key {' or '.join(keys)!r}")
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a GPT-2 or LLaMA Hugging Face `config.json` (by `model_type`, else by the keys present)."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserInputError(f"model config {str(path)!r} does not exist") from None
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"model config {str(path)!r} is not valid JSON: {err}") from None
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"model config {str(path)!r} must hold a JSON object")
+    model_type = cfg.get("model_type", "gpt2" if "n_embd" in cfg else "llama")
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
+        cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16", "bf16")
+    if model_type == "gpt2":
+        hidden = _int_key(cfg, path, "n_embd")
+        return ModelSpec(
+            name=path.stem if path.stem != "config" else path.parent.name or "config",
+            hidden=hidden, heads=_int_key(cfg, path, "n_head"), layers=_int_key(cfg, path, "n_layer"),
+            ffn_hidden=_int_key(cfg, path, "n_inner", default=4 * hidden),
+            vocab_size=_int_key(cfg, path, "vocab_size"), max_positions=_int_key(cfg, path, "n_positions"),
+            dtype=dtype, source=str(path),
+        )
+    if model_type in ("llama", "mistral", "qwen2"):
+        heads = _int_key(cfg, path, "num_attention_heads")
+        return ModelSpec(
+            name=path.stem if path.stem != "config" else path.parent.name or "config",
+            hidden=_int_key(cfg, path, "hidden_size"), heads=heads,
+            kv_heads=_int_key(cfg, path, "num_key_value_heads", default=heads),
+            layers=_int_key(cfg, path, "num_hidden_layers"),
+            ffn_hidden=_int_key(cfg, path, "intermediate_size"), ffn_kind="swiglu", norm="rmsnorm",
+            bias=bool(cfg.get("attention_bias", False)), vocab_size=_int_key(cfg, path, "vocab_size"),
+            max_positions=0, dtype=dtype, source=str(path),
+        )
+    raise unknown_name(f"model_type in {path}", str(model_type), ["gpt2", "llama", "mistral", "qwen2"])

@@ -1,0 +1,149 @@
+"""The strategy catalog: the parallel strategies of ParaDySe (PAPER.md section 2) and their rules.
+
+Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
+(PAPER.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
+Activation recomputation of a layer is an orthogonal option: a `StrategyOption` is a strategy plus that
+flag, written `NAME` or `NAME+recompute`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.model_spec import ModelSpec
+
+RECOMPUTE_SUFFIX = "+recompute"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One parallel strategy of the catalog."""
+
+    name: str
+    """Catalog name used everywhere (plans, CLI, CSV)."""
+    paper_name: str
+    """The name ParaDySe uses."""
+    attention: str
+    """How attention is parallelised."""
+    mlp: str
+    """How the MLP and the linear weights are parallelised."""
+    splits_heads: bool
+    """Whether attention splits heads (and KV heads) over the p ranks."""
+    ring_attention: bool
+    """Whether K/V blocks travel around a ring (causal rings use the zig-zag chunk order: s % 2p == 0)."""
+    usable: bool = True
+    """False for strategies the toolkit lists but never plans with."""
+    unusable_reason: str = ""
+    """Why a strategy is not usable."""
+
+    def check(self, model: ModelSpec, p: int, seq_len: int) -> None:
+        """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs."""
+        problem = self.violation(model, p, seq_len)
+        if problem:
+            raise UserInputError(f"{self.name}: {problem}")
+
+    def violation(self, model: ModelSpec, p: int, seq_len: int) -> str | None:
+        """The first violated feasibility rule, as a sentence, or None when the shapes split."""
+        if not self.usable:
+            return f"not usable: {self.unusable_reason}"
+        unit = 2 * p if (self.ring_attention and model.causal) else p
+        if seq_len % unit:
+            why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
+            return f"sequence length {seq_len} must be divisible by {unit}{why}"
+        if self.splits_heads:
+            if model.heads % p:
+                return f"heads ({model.heads}) must be divisible by p ({p})"
+            if model.kv_heads % p:
+                return f"kv_heads ({model.kv_heads}) must be divisible by p ({p})"
+        if model.ffn_hidden % p:
+            return f"ffn_hidden ({model.ffn_hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        if model.hidden % p:
+            return f"hidden ({model.hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        return None
+
+
+CATALOG: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(
+            "megatron_ts", "MegatronTS",
+            attention="all-gather sequence, heads split over ranks, reduce-scatter out",
+            mlp="column/row-split weights, all-gather + reduce-scatter of activations",
+            splits_heads=True, ring_attention=False,
+        ),
+        Strategy(
+            "megatron_cz", "MegatronCZ",
+            attention="ring attention: K/V blocks around a ring, log-sum-exp merge",
+            mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+            splits_heads=False, ring_attention=True,
+        ),
+        Strategy(
+            "ulysses_z", "UlyssesZ",
+            attention="all-to-all sequence-sharded -> head-sharded, local attention, all-to-all back",
+            mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+            splits_heads=True, ring_attention=False,
+        ),
+        Strategy(
+            "metp", "METP",
+            attention="weight shards passed around a ring; per head group, ring attention inside",
+            mlp="weight shards passed around a ring (point-to-point, double-buffered)",
+            splits_heads=True, ring_attention=True,
+        ),
+        Strategy(
+            "colossal_z", "ColossalZ",
+            attention="Colossal-AI ring self-attention",
+            mlp="ZeRO-3",
+            splits_heads=False, ring_attention=True, usable=False,
+            unusable_reason="its ring self-attention cannot use FlashAttention, so activation memory "
+            "is quadratic in s; the paper excludes it from its experiments",
+        ),
+    )
+}
+USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
+"""The strategies plans are made of, in the paper's order."""
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    """A strategy, optionally with activation recomputation of the layer."""
+
+    strategy: str
+    """Catalog name."""
+    recompute: bool = False
+    """Keep only the layer input and recompute the rest in the backward pass."""
+
+    def __post_init__(self):
+        if self.strategy not in CATALOG:
+            raise unknown_name("strategy", self.strategy, CATALOG)
+
+    @property
+    def name(self) -> str:
+        """`NAME` or `NAME+recompute`."""
+        return self.strategy + (RECOMPUTE_SUFFIX if self.recompute else "")
+
+    @classmethod
+    def parse(cls, text: str) -> StrategyOption:
+        """Read `NAME` or `NAME+recompute`."""
+        base = text.removesuffix(RECOMPUTE_SUFFIX)
+        if base not in CATALOG:
+            raise unknown_name("strategy", text, list(CATALOG) + [f"NAME{RECOMPUTE_SUFFIX}"])
+        return cls(base, recompute=text.endswith(RECOMPUTE_SUFFIX))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def get_strategy(name: str) -> Strategy:
+    """Catalog entry by name, or an error listing the names."""
+    if name not in CATALOG:
+        raise unknown_name("strategy", name, CATALOG)
+    return CATALOG[name]
+
+
+def options(strategies=USABLE, recompute: bool = False) -> tuple[StrategyOption, ...]:
+    """The options of a search: each strategy, and with `recompute` also each one recomputed."""
+    out = [StrategyOption(s) for s in strategies]
+    if recompute:
+        out += [StrategyOption(s, recompute=True) for s in strategies]
+    return tuple(out)

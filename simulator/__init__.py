@@ -1,0 +1,1 @@
+"""Training-run simulation over a workload (DESIGN.md section 5). Built by the simulator issue."""
