@@ -1,0 +1,69 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from paradyse_lab.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command, needle", [
+    ("models", "gpt2-tiny"), ("clusters", "a100-80gb-x8 (default)"), ("strategies", "colossal_z"),
+])
+def test_catalog_tables_and_json(capsys, command, needle):
+    code, out, _ = run(capsys, command)
+    assert code == 0 and needle in out
+    code, out, _ = run(capsys, command, "--format", "json")
+    assert code == 0 and needle.split()[0] in json.loads(out)
+
+
+def test_cost_json_schema(capsys):
+    code, out, _ = run(capsys, "cost", "--model", "gpt", "--seq", "64K", "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["model"] == "gpt" and data["cluster"] == "a100-80gb-x8" and data["seq_len"] == 65536
+    assert set(data["strategies"]) == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
+    row = data["strategies"]["metp"]
+    for key, kind in [("time_s_per_layer", float), ("kept_bytes_per_layer", int), ("transient_bytes", int),
+                      ("model_state_bytes", int), ("peak_bytes", int), ("fits", bool),
+                      ("comm_bytes_per_layer", dict)]:
+        assert isinstance(row[key], kind), key
+    assert set(row["comm_bytes_per_layer"]) == {"p2p", "all_reduce"}
+    peaks = {n: r["peak_bytes"] for n, r in data["strategies"].items()}
+    assert min(peaks, key=peaks.get) == "metp"
+
+
+def test_cost_table_with_recompute(capsys):
+    code, out, _ = run(capsys, "cost", "--model", "bert", "--seq", "8192", "--recompute",
+                       "--strategies", "metp,megatron_ts")
+    assert code == 0 and "metp+recompute" in out and "megatron_ts+recompute" in out and "fits" in out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["cost", "--model", "nope", "--seq", "512"], "unknown model 'nope'; valid: "),
+    (["cost", "--model", "gpt", "--cluster", "tpu", "--seq", "512"], "unknown cluster 'tpu'"),
+    (["cost", "--model", "gpt", "--seq", "0"], "--seq must be a positive integer"),
+    (["cost", "--model", "gpt", "--seq", "1.5"], "--seq must be a positive integer"),
+    (["cost", "--model", "gpt", "--seq", "abc"], "--seq must be a positive integer"),
+    (["cost", "--model", "gpt", "--seq", "1000"], "divisible by 16"),
+    (["cost", "--model", "gpt2", "--seq", "4096"], "heads (12) must be divisible by p (8)"),
+    (["cost", "--model", "gpt", "--seq", "512", "--strategies", "zero"], "unknown strategy 'zero'"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, match):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert match in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_console_script_exits_2_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "paradyse_lab", "cost", "--model", "x", "--seq", "8"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid:" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "paradyse_lab", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "cost" in proc.stdout

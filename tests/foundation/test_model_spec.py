@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.model_spec import PRESETS, ModelSpec, get_model, load_hf_config
+
+
+def test_paper_presets_match_table4():
+    """ParaDySe Table 4 with the layers run on the node (PAPER.md section 6)."""
+    assert (PRESETS["bert"].hidden, PRESETS["bert"].heads, PRESETS["bert"].layers) == (1024, 16, 24)
+    assert (PRESETS["llama"].hidden, PRESETS["llama"].heads, PRESETS["llama"].layers) == (8192, 64, 8)
+    assert (PRESETS["gpt"].hidden, PRESETS["gpt"].heads, PRESETS["gpt"].layers) == (12288, 96, 8)
+    for name in ("bert", "llama", "gpt"):
+        assert PRESETS[name].ffn_hidden == 4 * PRESETS[name].hidden
+        assert not PRESETS[name].embedding_and_head
+    assert not PRESETS["bert"].causal and PRESETS["gpt"].causal
+
+
+def test_all_presets_present():
+    expected = {"bert", "llama", "gpt", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-tiny", "llama3-8b"}
+    assert expected <= set(PRESETS)
+    assert PRESETS["gpt2-xl"].hidden == 1600 and PRESETS["gpt2-xl"].heads == 25
+    llama3 = PRESETS["llama3-8b"]
+    assert llama3.kv_heads == 8 and llama3.kv_hidden == 1024 and llama3.ffn_kind == "swiglu"
+
+
+def test_gpt2_tiny_splits_over_one_to_four_ranks():
+    tiny = PRESETS["gpt2-tiny"]
+    assert all(tiny.heads % p == 0 and tiny.hidden % p == 0 for p in (1, 2, 3, 4))
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(hidden=0), "hidden"), (dict(heads=5), "heads"), (dict(kv_heads=5), "kv_heads"),
+    (dict(ffn_kind="relu"), "ffn_kind"), (dict(dtype="int8"), "dtype"),
+])
+def test_invalid_model_names_the_field(kwargs, field):
+    base = dict(name="x", hidden=64, heads=4, layers=2, ffn_hidden=256, vocab_size=10)
+    with pytest.raises(UserInputError, match=field):
+        ModelSpec(**{**base, **kwargs})
+
+
+def test_load_gpt2_and_llama_configs(tmp_path):
+    d = tmp_path / "mygpt"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "n_embd": 128, "n_head": 4, "n_layer": 3, "n_inner": None,
+        "vocab_size": 1000, "n_positions": 256}))
+    m = get_model(str(d / "config.json"))
+    assert (m.name, m.hidden, m.heads, m.layers, m.ffn_hidden, m.max_positions) == ("mygpt", 128, 4, 3, 512, 256)
+    (tmp_path / "llama.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}))
+    m = load_hf_config(tmp_path / "llama.json")
+    assert m.kv_heads == 8 and m.ffn_kind == "swiglu" and m.norm == "rmsnorm" and not m.bias
+
+
+def test_bad_config_files(tmp_path):
+    with pytest.raises(UserInputError, match="does not exist"):
+        load_hf_config(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(UserInputError, match="not valid JSON"):
+        load_hf_config(tmp_path / "bad.json")
+    (tmp_path / "partial.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64}))
+    with pytest.raises(UserInputError, match="n_head"):
+        load_hf_config(tmp_path / "partial.json")
+    with pytest.raises(UserInputError, match="valid: .*gpt2-tiny"):
+        get_model("no-such-model")

@@ -1,0 +1,43 @@
+import pytest
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.strategies import CATALOG, USABLE, StrategyOption, get_strategy, options
+
+
+def test_catalog():
+    assert USABLE == ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
+    colossal = CATALOG["colossal_z"]
+    assert not colossal.usable and "FlashAttention" in colossal.unusable_reason
+    assert "quadratic" in colossal.unusable_reason
+
+
+def test_option_names_round_trip():
+    assert StrategyOption.parse("metp+recompute") == StrategyOption("metp", True)
+    assert StrategyOption("ulysses_z").name == "ulysses_z"
+    assert [o.name for o in options(("metp",), recompute=True)] == ["metp", "metp+recompute"]
+    with pytest.raises(UserInputError, match="valid: .*megatron_ts"):
+        StrategyOption.parse("zero3")
+
+
+def test_ulysses_needs_heads_and_kv_heads_divisible():
+    llama3 = PRESETS["llama3-8b"]  # 32 heads, 8 KV heads
+    uly = get_strategy("ulysses_z")
+    assert uly.violation(llama3, 8, 4096) is None
+    assert "kv_heads (8)" in uly.violation(llama3, 16, 4096)
+    assert "heads (12)" in uly.violation(PRESETS["gpt2"], 8, 4096)
+    assert get_strategy("megatron_cz").violation(PRESETS["gpt2"], 8, 4096) is None
+
+
+def test_sequence_unit_is_2p_for_causal_rings_and_p_otherwise():
+    gpt, bert = PRESETS["gpt"], PRESETS["bert"]
+    cz = get_strategy("megatron_cz")
+    assert "divisible by 16" in cz.violation(gpt, 8, 8 * 3)
+    assert cz.violation(bert, 8, 8 * 3) is None  # non-causal: contiguous chunks
+    assert get_strategy("megatron_ts").violation(gpt, 8, 8 * 3) is None
+    with pytest.raises(UserInputError, match="megatron_ts: sequence length 100 must be divisible by 8"):
+        get_strategy("megatron_ts").check(gpt, 8, 100)
+
+
+def test_colossal_is_never_feasible():
+    assert "not usable" in get_strategy("colossal_z").violation(PRESETS["gpt"], 8, 4096)
