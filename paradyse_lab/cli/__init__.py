@@ -10,7 +10,8 @@ import sys
 
 from paradyse_lab.errors import UserInputError
 
-COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command")
+COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command",
+                   "paradyse_lab.cli.lengths_command")
 """Modules that add sub-commands; later issues append theirs here."""
 
 

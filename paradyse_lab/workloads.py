@@ -1,0 +1,169 @@
+"""Workloads: the sequence lengths a training run sees, in order.
+
+- `github_code`, `grch38`: sampled from ParaDySe Table 3 (PAPER.md section 6): a band is drawn by its
+  fraction (multinomial, seeded), the length log-uniformly inside the band, rounded down to a multiple of
+  512 (the paper's lengths are), capped at the dataset's maximum; the maximum-length sequence is always
+  included; sorted ascending (the paper trains short to long). GRCh38's row sums to 99.1% as printed and is
+  renormalised.
+- `uniform:LO:HI` and `lognormal:MEDIAN:SIGMA` (multiples of 512 as well).
+- `file:PATH`: one length per line (.txt), a CSV / parquet column (`file:PATH#COLUMN`, else the first
+  column named seq_len, length, len, n_tokens or tokens), or JSONL lines of token-id lists (or objects
+  with `input_ids`), whose lengths are taken.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from paradyse_lab.errors import UserInputError, require_positive_int
+
+K = 1024
+BAND_EDGES = (0, 4 * K, 8 * K, 16 * K, 32 * K, 64 * K, 128 * K)
+"""Lower edges of Table 3's bands: <4K, 4-8K, 8-16K, 16-32K, 32-64K, 64-128K, >=128K."""
+BAND_NAMES = ("<4K", "4-8K", "8-16K", "16-32K", "32-64K", "64-128K", ">=128K")
+GRANULE = 512
+"""The paper's lengths are multiples of 512."""
+PAPER_DATASETS = {
+    "github_code": ((65.7, 14.5, 9.8, 5.1, 2.7, 1.1, 1.1), 309 * K),
+    "grch38": ((3.5, 26.4, 28.7, 21.2, 11.9, 5.5, 1.9), 624 * K),
+}
+"""Table 3 of the paper: percent per band and the maximum length."""
+DEFAULT_SIZE = 400
+LENGTH_COLUMNS = ("seq_len", "length", "len", "n_tokens", "tokens")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An ordered sequence of training-step lengths."""
+
+    name: str
+    """The spec it was made from."""
+    lengths: tuple[int, ...]
+    """Tokens per step, in training order."""
+
+    def __post_init__(self):
+        if not self.lengths:
+            raise UserInputError(f"workload {self.name!r} has no sequences")
+
+    def band_fractions(self) -> list[float]:
+        """Fraction of sequences in each of Table 3's bands."""
+        idx = np.searchsorted(BAND_EDGES, np.asarray(self.lengths), side="right") - 1
+        return list(np.bincount(idx, minlength=len(BAND_EDGES)) / len(self.lengths))
+
+
+def _round_granule(x: np.ndarray, cap: int) -> np.ndarray:
+    return np.clip((x // GRANULE).astype(np.int64) * GRANULE, GRANULE, cap)
+
+
+def sample_paper_dataset(name: str, size: int = DEFAULT_SIZE, seed: int = 0) -> Workload:
+    """Lengths sampled from Table 3's band fractions for `github_code` or `grch38` (see module doc)."""
+    size = require_positive_int("size", size)
+    percents, max_len = PAPER_DATASETS[name]
+    probs = np.asarray(percents) / sum(percents)
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(size - 1, probs)  # one slot is the maximum-length sequence
+    out = [max_len]
+    highs = BAND_EDGES[1:] + (max_len + 1,)
+    for band, n in enumerate(counts):
+        lo, hi = max(BAND_EDGES[band], GRANULE), highs[band]
+        draws = np.exp(rng.uniform(math.log(lo), math.log(hi), size=n))
+        rounded = _round_granule(draws, max_len)
+        out.extend(int(v) for v in np.maximum(rounded, lo))  # stay inside the band after rounding down
+    return Workload(name, tuple(sorted(out)))
+
+
+def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[float, ...]:
+    parts = spec.split(":")[1:]
+    if len(parts) not in (0, count):
+        raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
+    try:
+        return tuple(float(x) for x in parts) if parts else defaults
+    except ValueError:
+        raise UserInputError(f"workload {spec!r}: parameters must be numbers") from None
+
+
+def read_length_file(path: str | Path) -> list[int]:
+    """Lengths from a text, CSV, parquet or JSONL file (see the module docstring)."""
+    text_path, _, column = str(path).partition("#")
+    p = Path(text_path)
+    if not p.is_file():
+        raise UserInputError(f"length file {text_path!r} does not exist")
+    suffix = p.suffix.lower()
+    if suffix in (".csv", ".parquet"):
+        import pandas as pd
+
+        try:
+            df = pd.read_csv(p) if suffix == ".csv" else pd.read_parquet(p)
+        except Exception as err:  # noqa: BLE001 (pandas raises many kinds)
+            raise UserInputError(f"cannot read {p.name}: {err}") from None
+        col = column or next((c for c in LENGTH_COLUMNS if c in df.columns), None)
+        if col is None or col not in df.columns:
+            raise UserInputError(f"{p.name}: no length column; name one with #COLUMN or use one of "
+                                 f"{', '.join(LENGTH_COLUMNS)} (columns: {', '.join(map(str, df.columns))})")
+        values = list(df[col])
+        where = [f"{p.name} row {i + 2}" for i in range(len(values))]
+    else:
+        lines = p.read_text().splitlines()
+        values, where = [], []
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if suffix == ".jsonl":
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserInputError(f"{p.name} line {i}: not JSON") from None
+                ids = obj.get("input_ids") if isinstance(obj, dict) else obj
+                if not isinstance(ids, list):
+                    raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")
+                values.append(len(ids))
+            else:
+                values.append(line.strip())
+            where.append(f"{p.name} line {i}")
+    lengths = []
+    for value, place in zip(values, where):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise UserInputError(f"{place}: length must be a positive integer, got {value!r}") from None
+        if not number.is_integer() or number <= 0:
+            raise UserInputError(f"{place}: length must be a positive integer, got {value!r}")
+        lengths.append(int(number))
+    if not lengths:
+        raise UserInputError(f"length file {p.name} holds no lengths")
+    return lengths
+
+
+WORKLOAD_KINDS = ("github_code", "grch38", "uniform[:LO:HI]", "lognormal[:MEDIAN:SIGMA]", "file:PATH")
+
+
+def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool = True) -> Workload:
+    """A workload from its spec (see the module docstring); sampled ones are seeded and sorted ascending."""
+    if spec in PAPER_DATASETS:
+        return sample_paper_dataset(spec, size, seed)
+    if spec.startswith("file:"):
+        lengths = read_length_file(spec[5:])
+        return Workload(spec, tuple(sorted(lengths) if sort else lengths))
+    size = require_positive_int("size", size)
+    rng = np.random.default_rng(seed)
+    kind = spec.split(":")[0]
+    if kind == "uniform":
+        lo, hi = _parse_params(spec, 2, (512, 64 * K))
+        if not 0 < lo <= hi:
+            raise UserInputError(f"workload {spec!r}: need 0 < LO <= HI")
+        draws = rng.uniform(lo, hi + GRANULE, size=size)
+        lengths = _round_granule(draws, int(hi))
+    elif kind == "lognormal":
+        median, sigma = _parse_params(spec, 2, (4 * K, 1.0))
+        if median <= 0 or sigma <= 0:
+            raise UserInputError(f"workload {spec!r}: need MEDIAN > 0 and SIGMA > 0")
+        lengths = _round_granule(rng.lognormal(math.log(median), sigma, size=size), 2**40)
+    else:
+        raise UserInputError(f"unknown workload {spec!r}; valid: {', '.join(WORKLOAD_KINDS)}")
+    values = [int(v) for v in lengths]
+    return Workload(spec, tuple(sorted(values) if sort else values))

@@ -1,0 +1,88 @@
+import json
+
+import numpy as np
+import pytest
+
+from paradyse_lab.cli import main
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.workloads import PAPER_DATASETS, get_workload
+
+
+@pytest.mark.parametrize("name", ["github_code", "grch38"])
+def test_paper_bands_match_table3_within_sampling_error(name):
+    n = 4000
+    w = get_workload(name, size=n, seed=1)
+    percents, max_len = PAPER_DATASETS[name]
+    expected = np.asarray(percents) / sum(percents)
+    got = np.asarray(w.band_fractions())
+    sigma = np.sqrt(expected * (1 - expected) / n)
+    assert np.all(np.abs(got - expected) <= 4 * sigma + 1 / n), (got, expected)
+    assert list(w.lengths) == sorted(w.lengths) and max(w.lengths) == max_len
+    assert all(x % 512 == 0 and 512 <= x <= max_len for x in w.lengths)
+
+
+def test_sampling_is_deterministic_for_a_seed():
+    assert get_workload("grch38", 200, seed=3) == get_workload("grch38", 200, seed=3)
+    assert get_workload("grch38", 200, seed=3) != get_workload("grch38", 200, seed=4)
+
+
+def test_uniform_and_lognormal():
+    w = get_workload("uniform:1024:8192", 300, seed=0)
+    assert min(w.lengths) >= 1024 and max(w.lengths) <= 8192 and len(w.lengths) == 300
+    w = get_workload("lognormal:4096:0.5", 300, seed=0)
+    assert 2048 < float(np.median(w.lengths)) < 8192
+
+
+def test_length_files(tmp_path):
+    (tmp_path / "a.txt").write_text("4096\n\n512\n1024\n")
+    assert get_workload(f"file:{tmp_path / 'a.txt'}").lengths == (512, 1024, 4096)
+    assert get_workload(f"file:{tmp_path / 'a.txt'}", sort=False).lengths == (4096, 512, 1024)
+    (tmp_path / "b.csv").write_text("id,n_tokens\n1,300\n2,700\n")
+    assert get_workload(f"file:{tmp_path / 'b.csv'}").lengths == (300, 700)
+    assert get_workload(f"file:{tmp_path / 'b.csv'}#id").lengths == (1, 2)
+    (tmp_path / "c.jsonl").write_text(json.dumps([1, 2, 3]) + "\n" + json.dumps({"input_ids": [5] * 9}) + "\n")
+    assert get_workload(f"file:{tmp_path / 'c.jsonl'}").lengths == (3, 9)
+
+
+@pytest.mark.parametrize("content, name, match", [
+    ("12\n-3\n", "x.txt", "x.txt line 2: length must be a positive integer"),
+    ("12\n1.5\n", "x.txt", "line 2"),
+    ("abc\n", "x.txt", "line 1"),
+    ("", "x.txt", "holds no lengths"),
+    ("a,b\n1,2\n", "x.csv", "no length column"),
+    ("{not json\n", "x.jsonl", "line 1: not JSON"),
+])
+def test_bad_length_files(tmp_path, content, name, match):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(UserInputError, match=match):
+        get_workload(f"file:{tmp_path / name}")
+
+
+def test_unknown_workload_lists_kinds():
+    with pytest.raises(UserInputError, match="valid: github_code, grch38"):
+        get_workload("wikipedia")
+    with pytest.raises(UserInputError, match="does not exist"):
+        get_workload("file:/no/such/file.txt")
+
+
+def test_lengths_command_measures_text_files(tmp_path, capsys):
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("hello world foo")
+    (d / "sub" / "b.md").write_text("é")
+    (d / "bin.dat").write_bytes(b"\0\1\2")
+    out = tmp_path / "lengths.txt"
+    assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
+    assert sorted(int(x) for x in out.read_text().split()) == [2, 15]
+    assert main(["lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
+    assert sorted(int(x) for x in out.read_text().split()) == [1, 3]
+    capsys.readouterr()
+    assert main(["lengths", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_workload_command_json(capsys):
+    assert main(["workload", "grch38", "--size", "100", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["sequences"] == 100 and data["max_seq_len"] == 624 * 1024
+    assert abs(sum(data["band_fractions"].values()) - 1) < 1e-9
