@@ -1,0 +1,148 @@
+"""What every solver shares: `Solution`, the `Solver` protocol, the final plan check, exact memory bounds.
+
+A solver's `solve(problem)` returns a `Solution` whose plan it has checked against the problem with exact
+integer bytes (`make_solution`). Infeasible is a status, not an exception: the plan then is the one with
+the least peak memory (`min_peak_plan`; the heuristic returns the paper's fallback instead), so a caller can
+still charge it and see by how much it misses the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import numpy as np
+
+from paradyse_lab.search_problem import SearchProblem
+
+STATUSES = ("optimal", "feasible", "infeasible")
+BIG = np.int64(2**62 // 512)
+"""Sentinel kept bytes for 'no option allowed' (sums of up to 512 of them stay in int64)."""
+
+
+class SolverError(RuntimeError):
+    """A solver produced a plan that breaks the problem: a bug, never a user mistake."""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A solver's answer (the JSON printed by `paradyse-lab plan` and `solve`)."""
+
+    solver: str
+    """Registry name of the solver (`dp`, `static:metp`)."""
+    status: str
+    """'optimal' (proven), 'feasible' (fits, not proven best) or 'infeasible' (nothing fits / none found)."""
+    plan: tuple[str, ...]
+    """One option name per decision; when infeasible, the least-memory plan the solver knows."""
+    predicted_time_s: float
+    """Time of the plan under the problem's costs, switches included."""
+    peak_bytes: int
+    """Exact peak memory of the plan."""
+    solve_time_s: float
+    """Wall time of `solve`."""
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the plan fits the budget."""
+        return self.status != "infeasible"
+
+    def to_dict(self) -> dict:
+        """JSON-ready, in the documented key order."""
+        d = asdict(self)
+        d["plan"] = list(self.plan)
+        return d
+
+
+class Solver(Protocol):
+    """`solve(problem) -> Solution`; hyperparameters only in the constructor."""
+
+    name: str
+
+    def solve(self, problem: SearchProblem) -> Solution:
+        """Best plan the solver finds for `problem`."""
+
+
+def make_solution(problem: SearchProblem, plan, status: str, solver: str, started: float) -> Solution:
+    """Cost `plan` exactly and check it: a plan claimed feasible must fit, or `SolverError`."""
+    idx = problem.indices(list(plan))
+    peak = problem.peak_bytes(idx)
+    if status != "infeasible" and peak > problem.budget_bytes:
+        raise SolverError(f"{solver} returned a plan of {peak} B over the budget of {problem.budget_bytes} B")
+    return Solution(solver=solver, status=status, plan=tuple(problem.names(idx)),
+                    predicted_time_s=problem.time_of(idx), peak_bytes=peak,
+                    solve_time_s=time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class CapTable:
+    """Per transient cap c (a value the max-transient term can take): what each decision can do under it.
+
+    An option is allowed under cap c at decision l when max(transient[l, o], fixed transient) <= c.
+    """
+
+    caps: np.ndarray
+    """[C] the distinct effective transient values, ascending."""
+    order: np.ndarray
+    """[L, O] each decision's options sorted by effective transient."""
+    count: np.ndarray
+    """[L, C] how many options of decision l are allowed under cap c (a prefix of `order`)."""
+    min_kept: np.ndarray
+    """[L, C] least kept bytes of an allowed option (BIG when none is allowed)."""
+    min_time: np.ndarray
+    """[L, C] least time of an allowed option (inf when none)."""
+    valid: np.ndarray
+    """[C] whether every decision has an allowed option."""
+    peak_floor: np.ndarray
+    """[C] fixed + sum of min_kept + c (int64 max when not valid). No plan under cap c has a larger
+    max-transient term than c, so the least of these over all caps is exactly the least peak of any plan."""
+
+    @classmethod
+    def build(cls, problem: SearchProblem) -> CapTable:
+        eff = problem.effective_transient  # [L, O]
+        L, O = eff.shape
+        caps = np.unique(eff)
+        order = np.argsort(eff, axis=1, kind="stable")
+        r_sorted = np.take_along_axis(eff, order, 1)
+        # count[l, c] = options of decision l allowed under cap c: one searchsorted over rows made disjoint
+        span = int(caps[-1]) + 1
+        offsets = np.arange(L, dtype=np.int64) * span
+        flat = (r_sorted + offsets[:, None]).ravel()
+        count = np.searchsorted(flat, (caps[None, :] + offsets[:, None]).ravel(), "right").reshape(L, -1)
+        count -= (np.arange(L) * O)[:, None]
+        min_kept = cls._prefix_min(problem.kept_bytes, order, count, BIG)
+        min_time = cls._prefix_min(problem.time_s, order, count, np.inf)
+        valid = count.min(axis=0) > 0
+        floor = np.where(valid, problem.fixed_bytes + min_kept.sum(axis=0) + caps, np.iinfo(np.int64).max)
+        return cls(caps, order, count, min_kept, min_time, valid, floor)
+
+    @staticmethod
+    def _prefix_min(values: np.ndarray, order: np.ndarray, count: np.ndarray, none) -> np.ndarray:
+        run = np.minimum.accumulate(np.take_along_axis(values, order, 1), axis=1)
+        run = np.hstack([np.full((values.shape[0], 1), none, dtype=run.dtype), run])
+        return np.take_along_axis(run, count, 1)
+
+    def min_allowed(self, values: np.ndarray) -> np.ndarray:
+        """[L, C] least of `values` [L, O] over the options allowed under each cap (inf when none)."""
+        return self._prefix_min(values, self.order, self.count, np.inf)
+
+
+def min_peak_plan(problem: SearchProblem, table: CapTable | None = None) -> tuple[np.ndarray, int]:
+    """The plan of least peak memory (ties: least time per decision) and that peak, exactly."""
+    table = table or CapTable.build(problem)
+    c = int(np.argmin(table.peak_floor))
+    allowed = problem.effective_transient <= table.caps[c]
+    lean = allowed & (problem.kept_bytes == table.min_kept[:, c : c + 1])
+    plan = np.argmin(np.where(lean, problem.time_s, np.inf), axis=1)
+    return plan, int(table.peak_floor[c])
+
+
+def infeasible_solution(problem: SearchProblem, solver: str, started: float,
+                        table: CapTable | None = None) -> Solution:
+    """Status 'infeasible' with the least-memory plan."""
+    plan, _ = min_peak_plan(problem, table)
+    return make_solution(problem, plan, "infeasible", solver, started)

@@ -1,0 +1,223 @@
+"""Exact dynamic programming over decisions x options x memory (Pareto fronts), for chain problems.
+
+The peak is fixed + sum of kept + max of transient: the max term is not additive, so the DP enumerates
+the cap c on it, over the distinct values of max(transient, fixed transient) (`CapTable`). Under cap c only
+options with effective transient <= c are allowed and the kept bytes may sum to at most
+budget - fixed - c. Every plan is feasible under the cap equal to its own max term, so the best over all
+caps is the optimum.
+
+For one cap, a forward pass over the decisions keeps, per last option (the state needs it only when some
+switch cost is non-zero), the Pareto front of (time, kept bytes) of partial plans: no point is kept that
+another beats or equals in both. Memory is exact int64 bytes, never discretised, so no plan over budget is
+accepted and none that fits is lost; time is float64. A partial plan is pruned when the least kept bytes
+of the remaining decisions would break the kept budget, or when a lower bound on its completion (least
+remaining times, or the switch-aware Lagrangian bound of `solvers.bounds`) reaches the best time found.
+
+The best time starts at the heuristic's plan, improved by the Lagrangian plans and single-decision moves
+(`greedy.improve`). Caps are visited by ascending Lagrangian lower bound and skipped once that bound
+reaches the best time: they cannot hold a faster plan. Optimal means no plan is faster by more than
+`RTOL` (1e-12) of the time. The answer is re-costed and checked exactly by `make_solution`. Status is
+'optimal', or 'infeasible' when even the least-peak plan (`min_peak_plan`) does not fit.
+
+Example: `paradyse-lab plan --model gpt --seq 256K --solver dp --recompute --granularity sublayer`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.search_problem import SearchProblem
+from solvers.base import CapTable, Solution, infeasible_solution, make_solution, min_peak_plan
+from solvers.bounds import cost_to_go, dual_bound, switch_bounds, viterbi
+from solvers.greedy import improve
+from solvers.heuristic import HeuristicSolver
+
+CHUNK = 48
+"""Caps whose switch-aware bounds are computed together."""
+RTOL = 1e-12
+"""Relative tolerance of 'optimal': a plan is only sought if faster than the best one by more than this
+fraction (float64 sums of the same plan in another order differ by ~1e-16)."""
+
+
+def pareto(t: np.ndarray, k: np.ndarray, g: np.ndarray | None) -> np.ndarray:
+    """Indices of the points not weakly dominated in (t, k) within their group g (exact comparisons).
+
+    Sorted by (g, t, k), a point survives when its k is below every earlier k of its group. The groups are
+    made disjoint in one running minimum by shifting group g's keys down by g * span, span > max k.
+    g None: one group.
+    """
+    if g is None:
+        order = np.lexsort((k, t))
+        key = k[order]
+    else:
+        order = np.lexsort((k, t, g))
+        key = k[order] - g[order] * (int(k.max()) + 1)
+    run = np.minimum.accumulate(key)
+    keep = np.empty(key.size, dtype=bool)
+    keep[0] = True
+    keep[1:] = key[1:] < run[:-1]
+    return order[keep]
+
+
+class DPSolver:
+    """Exact Pareto-front DP with an enumerated transient cap (chain problems only; the ILP takes graphs)."""
+
+    name = "dp"
+
+    def solve(self, problem: SearchProblem) -> Solution:
+        started = time.perf_counter()
+        if not problem.is_chain:
+            raise UserInputError("solver dp needs switch edges along the chain of decisions; use ilp for graphs")
+        table = CapTable.build(problem)
+        if table.peak_floor.min() > problem.budget_bytes:
+            return infeasible_solution(problem, self.name, started, table)
+        start = HeuristicSolver().solve(problem)
+        best_plan = problem.indices(list(start.plan)) if start.feasible else min_peak_plan(problem, table)[0]
+        best_t = problem.time_of(best_plan)
+        kept_budgets = problem.budget_bytes - problem.fixed_bytes - table.caps  # [C]
+        fits = table.peak_floor <= problem.budget_bytes
+        # a lower bound per cap from a few multipliers around the one of the start plan's cap
+        # multipliers of the start plan's cap and of the largest cap that fits (where the budget binds most)
+        start_cap = problem.effective_transient[np.arange(len(best_plan)), best_plan].max()
+        refs = {int(np.searchsorted(table.caps, start_cap)), int(np.flatnonzero(fits)[-1])}
+        lam_refs = {dual_bound(self._times(problem, table, c), problem.kept_bytes, int(kept_budgets[c]))[0]
+                    for c in refs}
+        grid = {0.0} | {lam * f for lam in lam_refs for f in (0.5, 0.7, 1.0, 1.4, 2.0)}
+        lower = np.full(table.caps.size, -np.inf)
+        lam_of = np.zeros(table.caps.size)  # the multiplier that gave each cap its bound
+        for lam in sorted(grid):
+            summed = table.min_allowed(problem.time_s + lam * problem.kept_bytes).sum(axis=0)
+            bound = problem.fixed_time_s + summed - lam * kept_budgets
+            lam_of = np.where(bound > lower, lam, lam_of)
+            lower = np.maximum(lower, bound)
+        lower[~fits] = np.inf
+        improved, searched = None, 0
+        order = np.argsort(lower, kind="stable")
+        for pos in range(0, order.size, CHUNK):  # caps by ascending bound, in chunks
+            chunk = order[pos:pos + CHUNK]
+            if not lower[chunk[0]] < best_t * (1 - RTOL):
+                break  # no later cap can hold a faster plan
+            bounds = lower[chunk]
+            if problem.switch_s.any():  # the switch-aware bound, batched over the chunk
+                bounds = np.maximum(bounds, switch_bounds(problem, table, chunk, lam_of[chunk], kept_budgets[chunk]))
+            for j in np.argsort(bounds, kind="stable"):
+                c, target = chunk[j], best_t * (1 - RTOL)  # only a plan faster than target is worth finding
+                if not bounds[j] < target:
+                    break
+                times = self._times(problem, table, int(c))
+                lam, bound, plan, lam_fit = dual_bound(times, problem.kept_bytes, int(kept_budgets[c]))
+                plan_t = problem.time_of(plan)
+                if plan_t < target:
+                    best_t, best_plan = plan_t, plan
+                    target = best_t * (1 - RTOL)
+                if problem.fixed_time_s + bound >= target:
+                    continue
+                if improved is not best_plan:  # a better start plan tightens every bound below
+                    best_plan = improved = improve(problem, best_plan, 4 * problem.num_decisions)
+                    best_t = problem.time_of(best_plan)
+                    target = best_t * (1 - RTOL)
+                found = self._front(problem, table, int(c), times, lam, lam_fit, target, first=searched == 0)
+                searched += 1
+                if found is not None and found[0] < best_t:
+                    best_t, best_plan = found
+        return make_solution(problem, best_plan, "optimal", self.name, started)
+
+    @staticmethod
+    def _switch_aware_plan(problem: SearchProblem, times: np.ndarray, kept_budget: int, sw: np.ndarray,
+                           lam: float, lam_fit: float, iterations: int = 8):
+        """A fitting plan minimising time + mu * kept + switches (Viterbi), mu bisected down from where
+        it fits: (time, plan) or None. An upper bound for the DP, close to the optimum in practice."""
+        rows = np.arange(times.shape[0])
+
+        def at(mu: float):
+            values = times + mu * problem.kept_bytes
+            plan = viterbi(values, sw, cost_to_go(values, sw))
+            fits = problem.kept_bytes[rows, plan].sum() <= kept_budget and np.isfinite(times[rows, plan]).all()
+            return plan, fits
+
+        lo, hi, plan = lam, max(lam_fit, lam, 1e-30), None
+        for _ in range(6):  # find a multiplier whose plan fits
+            p, fits = at(hi)
+            if fits:
+                plan = p
+                break
+            lo, hi = hi, hi * 2
+        if plan is None:
+            return None
+        for _ in range(iterations):
+            mid = float(np.sqrt(lo * hi)) if lo > 0 else hi / 2
+            p, fits = at(mid)
+            if fits:
+                hi, plan = mid, p
+            else:
+                lo = mid
+        return problem.time_of(plan), plan
+
+    @staticmethod
+    def _times(problem: SearchProblem, table: CapTable, c: int) -> np.ndarray:
+        """[L, O] times with inf where the option is not allowed under cap c."""
+        return np.where(problem.effective_transient <= table.caps[c], problem.time_s, np.inf)
+
+    def _front(self, problem: SearchProblem, table: CapTable, c: int, times: np.ndarray, lam: float,
+               lam_fit: float, bound: float, first: bool = True):
+        """Best plan under cap c with time below `bound`: (time, plan) or None.
+
+        A partial plan (t, k) over decisions 0..l is dropped when k plus the least kept bytes of the rest
+        exceeds the kept budget, or when t plus a lower bound on the rest reaches `bound`: the least times
+        of the rest, or the Lagrangian bound t + lam * k + cost_to_go(time + lam * kept) - lam * budget
+        (switch-aware). With switch costs, on the `first` cap searched, a fitting Lagrangian plan (Viterbi)
+        tightens `bound` first.
+        """
+        L = problem.num_decisions
+        kept = problem.kept_bytes
+        kept_budget = problem.budget_bytes - problem.fixed_bytes - int(table.caps[c])
+        sw = problem.switch_s if problem.switch_s.any() else None
+        rest_lam = cost_to_go(times + lam * kept, sw) + problem.fixed_time_s - lam * kept_budget
+        margin = 1e-9 * (abs(bound) + lam * kept_budget)  # float rounding of the Lagrangian sum
+        if np.min(times[0] + lam * kept[0] + rest_lam[0]) >= bound + margin:
+            return None  # the switch-aware Lagrangian bound of the whole cap
+        best = None
+        if sw is not None and first:
+            found = self._switch_aware_plan(problem, times, kept_budget, sw, lam, lam_fit)
+            if found is not None and found[0] < bound:
+                best, bound = found, found[0] * (1 - RTOL)
+        # per (decision l, its option): least time and least kept bytes of the rest
+        rest_t = cost_to_go(times, sw) + problem.fixed_time_s
+        rest_k = np.append(np.cumsum(table.min_kept[::-1, c])[::-1][1:], 0)
+        # what a partial plan ending at decision l (with option o) may reach, the rest's bounds taken off
+        time_cap = bound - rest_t  # [L, O]
+        kept_cap = kept_budget - rest_k  # [L]
+        lam_cap = bound + margin - rest_lam  # [L, O]
+        # front of partial plans: time, kept, last option; per decision the option and parent of each point
+        ft, fk, fo = times[0], kept[0], np.arange(problem.num_options)
+        ok = (ft < time_cap[0]) & (fk <= kept_cap[0]) & (ft + lam * fk < lam_cap[0])
+        ft, fk, fo = ft[ok], fk[ok], fo[ok]
+        history = [(fo, np.zeros(fo.size, dtype=np.int64))]
+        O = problem.num_options
+        for l in range(1, L):
+            if ft.size == 0:
+                return best
+            ct = ft[:, None] + times[l]  # [S, O]: state s then option o at decision l
+            if sw is not None:
+                ct += sw[fo]
+            ck = fk[:, None] + kept[l]
+            flat = np.flatnonzero((ct < time_cap[l]) & (ck <= kept_cap[l]) & (ct + lam * ck < lam_cap[l]))
+            if flat.size == 0:
+                return best
+            parent, opt = np.divmod(flat, O)
+            ft, fk = ct.ravel()[flat], ck.ravel()[flat]
+            keep = pareto(ft, fk, opt if sw is not None else None)
+            ft, fk, fo, parent = ft[keep], fk[keep], opt[keep], parent[keep]
+            history.append((fo, parent))
+        if ft.size == 0:
+            return best
+        i = int(np.argmin(ft))
+        plan = np.empty(L, dtype=np.int64)
+        for l in range(L - 1, -1, -1):
+            opt, parent = history[l]
+            plan[l] = opt[i]
+            i = int(parent[i])
+        return float(problem.time_of(plan)), plan

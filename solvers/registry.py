@@ -1,0 +1,31 @@
+"""Solvers by name: `get_solver("dp")`, `get_solver("static:metp")`; unknown names list the valid ones."""
+
+from __future__ import annotations
+
+import importlib
+
+from paradyse_lab.errors import UserInputError
+from solvers.base import Solver
+
+SOLVERS = {
+    "heuristic": ("solvers.heuristic", "HeuristicSolver"),
+    "dp": ("solvers.dp", "DPSolver"),
+    "ilp": ("solvers.ilp", "ILPSolver"),
+    "brute_force": ("solvers.brute_force", "BruteForceSolver"),
+    "greedy": ("solvers.greedy", "GreedySolver"),
+}
+"""name -> (module, class); modules import lazily (the ILP pulls in OR-Tools)."""
+STATIC_PREFIX = "static:"
+SOLVER_NAMES = tuple(SOLVERS) + (STATIC_PREFIX + "NAME",)
+
+
+def get_solver(name: str, **options) -> Solver:
+    """A solver instance; `options` go to its constructor (e.g. time_limit_s for ilp)."""
+    if name.startswith(STATIC_PREFIX):
+        from solvers.static import StaticSolver
+
+        return StaticSolver(name[len(STATIC_PREFIX):], **options)
+    if name not in SOLVERS:
+        raise UserInputError(f"unknown solver {name!r}; valid: {', '.join(SOLVER_NAMES)}")
+    module, cls = SOLVERS[name]
+    return getattr(importlib.import_module(module), cls)(**options)

@@ -1,0 +1,114 @@
+"""The heuristic's steps and fixed defects, the registry, the static baselines, the shared plan check."""
+
+import numpy as np
+import pytest
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.search_problem import SearchProblem
+from solvers import SOLVER_NAMES, SolverError, get_solver
+from solvers.base import CapTable, make_solution, min_peak_plan
+from solvers.heuristic import HeuristicSolver, dominance_chain, keep_previous, uniform_costs
+
+
+def chain_problem(budget, kept=(30, 20, 10), times=(1.0, 2.0, 3.0), L=4, transient=(0, 0, 0)):
+    O = len(kept)
+    return SearchProblem(tuple(f"s{i}" for i in range(O)), [list(times)] * L, [list(kept)] * L,
+                         [list(transient)] * L, None, fixed_bytes=0, budget_bytes=budget)
+
+
+def test_dominance_compares_every_pair_the_last_included():
+    # s3 is slowest and not lighter than s2: the authors' loop never compared this last pair.
+    times = np.array([1.0, 2.0, 3.0, 4.0])
+    peaks = np.array([40, 30, 20, 25])
+    assert dominance_chain(times, peaks) == [0, 1, 2]
+    assert dominance_chain(np.array([1.0, 1.0]), np.array([5, 3])) == [1]  # same time, lighter wins
+    assert dominance_chain(np.array([2.0, 1.0, 3.0]), np.array([10, 20, 5])) == [1, 0, 2]
+
+
+def test_heuristic_steps():
+    h = HeuristicSolver()
+    assert h.solve(chain_problem(10**6)).plan == ("s0",) * 4  # step 3: the fastest fits
+    # step 4: s0 everywhere needs 120, s1 80; at 100 the best split is 2 x s0 + 2 x s1 (time 6 < 8)
+    sol = h.solve(chain_problem(100))
+    assert sol.plan == ("s0", "s0", "s1", "s1") and sol.status == "feasible" and sol.peak_bytes == 100
+    # step 6: nothing fits -> the least-memory strategy everywhere, infeasible
+    sol = h.solve(chain_problem(39))
+    assert sol.plan == ("s2",) * 4 and sol.status == "infeasible"
+
+
+def test_heuristic_is_stateless_after_an_infeasible_problem():
+    # the authors' sticky flag forced the fallback for every later sequence once one did not fit
+    h = HeuristicSolver()
+    assert h.solve(chain_problem(39)).status == "infeasible"
+    assert h.solve(chain_problem(10**6)).plan == ("s0",) * 4
+
+
+def test_heuristic_never_returns_a_plan_over_the_limit():
+    # transient peaks make the split's peak non-additive; every candidate is checked with the max term
+    p = chain_problem(95, transient=(0, 15, 0))
+    sol = HeuristicSolver().solve(p)
+    assert sol.peak_bytes <= 95
+    assert p.peak_bytes(list(sol.plan)) == sol.peak_bytes
+
+
+def test_keep_previous_is_the_smoothing_rule():
+    p = chain_problem(100)
+    best = HeuristicSolver().solve(p)  # time 6
+    assert keep_previous(p, ("s1",) * 4, best, gamma=0.5)  # 8 <= 1.5 * 6 and fits
+    assert not keep_previous(p, ("s1",) * 4, best, gamma=0.05)
+    assert not keep_previous(p, ("s0",) * 4, best, gamma=10)  # does not fit
+    assert not keep_previous(p, None, best)
+
+
+def test_uniform_costs_and_cap_table():
+    p = chain_problem(100, transient=(5, 1, 3))
+    times, peaks = uniform_costs(p)
+    assert list(times) == [4.0, 8.0, 12.0] and list(peaks) == [125, 81, 43]
+    t = CapTable.build(p)
+    assert list(t.caps) == [1, 3, 5]
+    assert list(t.min_kept[0]) == [20, 10, 10] and list(t.min_time[0]) == [2.0, 2.0, 1.0]
+    assert min_peak_plan(p)[1] == 43
+
+
+def test_registry():
+    assert set(SOLVER_NAMES) >= {"heuristic", "dp", "ilp", "brute_force", "static:NAME"}
+    with pytest.raises(UserInputError, match="unknown solver 'x'; valid: heuristic, dp, ilp"):
+        get_solver("x")
+    assert get_solver("static:s1").name == "static:s1"
+    with pytest.raises(UserInputError, match="static:NAME"):
+        get_solver("static:")
+
+
+def test_static_baselines():
+    p = chain_problem(100)
+    assert get_solver("static:s1").solve(p).status == "feasible"
+    sol = get_solver("static:s0").solve(p)
+    assert sol.status == "infeasible" and sol.plan == ("s0",) * 4 and sol.peak_bytes == 120
+    with pytest.raises(UserInputError, match="valid: s0, s1, s2"):
+        get_solver("static:zz").solve(p)
+    d = p.to_dict()
+    q = SearchProblem.from_dict(d)
+    object.__setattr__(q, "dropped", {"metp": "sequence length 1000 must be divisible by 16"})
+    with pytest.raises(UserInputError, match="divisible by 16"):
+        get_solver("static:metp").solve(q)
+
+
+def test_brute_force_refuses_large_problems():
+    with pytest.raises(UserInputError, match="brute_force refuses 3\\^30"):
+        get_solver("brute_force").solve(chain_problem(100, L=30))
+
+
+def test_a_plan_over_budget_claimed_feasible_is_a_solver_error():
+    p = chain_problem(100)
+    with pytest.raises(SolverError, match="over the budget"):
+        make_solution(p, [0, 0, 0, 0], "feasible", "broken", 0.0)
+    assert make_solution(p, [0, 0, 0, 0], "infeasible", "x", 0.0).peak_bytes == 120
+
+
+def test_ilp_time_limit_still_returns_a_fitting_plan():
+    rng = np.random.default_rng(0)
+    from solvers.instances import random_problem
+
+    p = random_problem(rng, 48, 8, switch=True)
+    sol = get_solver("ilp", time_limit_s=0.05).solve(p)
+    assert sol.status in ("optimal", "feasible") and sol.peak_bytes <= p.budget_bytes
