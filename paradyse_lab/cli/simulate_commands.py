@@ -1,0 +1,153 @@
+"""`paradyse-lab simulate` (one run) and `paradyse-lab experiment fig2|table5` (the paper's experiments).
+
+Examples: `paradyse-lab simulate --model gpt --dataset grch38 --policy dynamic:heuristic --format json`;
+`paradyse-lab experiment fig2` writes results/fig2_summary.csv, results/fig2_headline.csv and one CSV per
+run under results/runs/fig2/ (finished runs are reused unless --force).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from paradyse_lab.cli.output import add_format_argument, print_json, print_table
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.errors import UserInputError, require_positive_int
+
+EXPERIMENTS = ("fig2", "table5")
+
+
+def _add_common(p) -> None:
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
+    p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--reserve-gb", type=float, default=1.0,
+                   help="memory kept back from each GPU for the CUDA context and NCCL buffers (default 1 GiB)")
+    p.add_argument("--gamma", type=float, default=0.05, help="smoothing tolerance of dynamic policies (0.05)")
+    p.add_argument("--profiles", default="",
+                   help="profile CSV the learned cost models are fitted on (default: the cluster's bundled one, "
+                   "synthetic source=analytic until measured profiles exist)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "simulate", help="simulate one training run over a workload",
+        description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
+        "with one policy, planned with --plan-cost-model and charged by --truth-cost-model (both analytic by "
+        "default). Policies: static:NAME (stops at its first "
+        "OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
+        "(heuristic, dp, ilp, ...; with the paper's cache and smoothing).")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dataset", required=True,
+                   help="github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH")
+    p.add_argument("--policy", required=True, help="static:NAME, restart:NAME or dynamic:SOLVER")
+    p.add_argument("--no-smoothing", action="store_true", help="turn the 5%% smoothing off")
+    p.add_argument("--exclude", default="", help="comma-separated strategies a dynamic policy may not use")
+    p.add_argument("--out", help="write the per-step rows to this CSV")
+    p.add_argument("--plan-cost-model", default="analytic",
+                   help="cost model a dynamic policy plans with: analytic, hybrid, forest, polynomial, residual "
+                   "(learned ones fitted on --profiles) or a .joblib file (default analytic)")
+    p.add_argument("--truth-cost-model", default="analytic",
+                   help="cost model that charges every step, same names (default analytic)")
+    _add_common(p)
+    add_format_argument(p)
+    p.set_defaults(func=run_simulate)
+
+    p = sub.add_parser(
+        "experiment", help="run the paper's Figure 2 or Table 5 in simulation",
+        description="fig2: six panels (GitHubCode, GRCh38) x (BERT, LLaMA, GPT) with the four static "
+        "strategies, the paper's heuristic and our exact dp / ilp policies; prints the headline metrics "
+        "beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5.")
+    p.add_argument("name", choices=EXPERIMENTS)
+    p.add_argument("--out", default="results", help="results folder (default results/)")
+    p.add_argument("--force", action="store_true", help="rerun finished runs instead of reusing their CSVs")
+    p.add_argument("--no-exact", action="store_true", help="fig2: skip the dp and ilp policies")
+    _add_common(p)
+    add_format_argument(p)
+    p.set_defaults(func=run_experiment)
+
+
+def _setup(args):
+    from simulator.experiments import EXPERIMENT_SIZE, Setup
+
+    get_cluster(args.cluster)
+    size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
+    if not 0 <= args.gamma < 1:
+        raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
+    if args.reserve_gb < 0:
+        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
+    return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=int(args.reserve_gb * 2**30),
+                 gamma=args.gamma, profiles=args.profiles)
+
+
+def run_simulate(args) -> int:
+    from simulator.experiments import run_one
+    from simulator.results import write_csv_atomic
+    from simulator.summary import summarize
+
+    setup = _setup(args)
+    exclude = tuple(x.strip() for x in args.exclude.split(",") if x.strip())
+    if exclude and not args.policy.startswith("dynamic:"):
+        raise UserInputError("--exclude applies to dynamic:SOLVER policies only")
+    rows = run_one(setup, args.model, args.dataset, args.policy, smoothing=not args.no_smoothing,
+                   exclude=exclude, progress=sys.stderr.isatty(), plan_cost_model=args.plan_cost_model,
+                   truth_cost_model=args.truth_cost_model)
+    if args.out:
+        write_csv_atomic(rows, args.out)
+    s = summarize(rows, args.model, args.dataset, args.policy)
+    if args.format == "json":
+        print_json(s.to_dict())
+    else:
+        labels = []
+        if (args.plan_cost_model, args.truth_cost_model) != ("analytic", "analytic"):
+            from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+
+            src = profile_sources(read_profiles(args.profiles or default_profile(get_cluster(args.cluster).name)))
+            labels = [["plan cost model", args.plan_cost_model], ["truth cost model", args.truth_cost_model],
+                      ["profile source", src]]
+        print_table(["field", "value"], [[k, v] for k, v in s.to_dict().items()] + labels)
+    return 0
+
+
+def _pct(x) -> str:
+    return "-" if x is None or x != x else f"{x:+.2%}"
+
+
+def run_experiment(args) -> int:
+    from simulator import experiments
+
+    setup = _setup(args)
+    root = Path(args.out)
+    started = time.perf_counter()
+    if args.name == "fig2":
+        summaries, headlines = experiments.fig2(setup, root, force=args.force, exact=not args.no_exact,
+                                                progress=sys.stderr.isatty())
+        elapsed = time.perf_counter() - started
+        if args.format == "json":
+            print_json({"summaries": summaries.to_dict(orient="records"),
+                        "headlines": headlines.to_dict(orient="records"), "wall_s": elapsed})
+            return 0
+        rows = [[r.dataset, r.model, r.policy, r.steps, f"{r.total_time_s:.1f}", r.max_seq_len_trained,
+                 r.oom_at_seq_len if r.oom_at_seq_len == r.oom_at_seq_len else "-", r.switches]
+                for r in summaries.itertuples()]
+        print_table(["dataset", "model", "policy", "steps", "time s", "max len", "OOM at", "switches"], rows)
+        print()
+        rows = [[h.dataset, h.model, h.policy, _pct(h.max_time_reduction), h.against or "-",
+                 _pct(h.paper_time_reduction), _pct(h.length_extension), _pct(h.max_length_extension),
+                 _pct(h.paper_length_extension)]
+                for h in headlines.itertuples()]
+        print_table(["dataset", "model", "policy", "time saved (up to)", "vs", "paper", "length vs best",
+                     "length (up to)", "paper"], rows)
+        print(f"\n{len(summaries)} runs in {elapsed:.1f} s; CSVs under {root}/")
+        return 0
+    table = experiments.table5(setup, root, force=args.force, progress=sys.stderr.isatty())
+    if args.format == "json":
+        print_json({"table5": table.to_dict(orient="records")})
+        return 0
+    rows = [[t.variant + (f" [plan: {t.plan_cost_model}, profile source={t.profile_source}]" if t.profile_source
+                          else ""), t.max_len if t.status == "ok" else t.status, t.paper_max_len,
+             "-" if t.time_s != t.time_s or t.time_s is None else f"{t.time_s:.1f}", t.paper_time_s,
+             _pct(t.saving), _pct(t.paper_saving)] for t in table.itertuples()]
+    print_table(["variant", "max len", "paper", "time s", "paper", "saving", "paper"], rows)
+    return 0

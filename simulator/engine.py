@@ -1,0 +1,115 @@
+"""The training-run simulation: per step, plan, charge the ground-truth cost model, check memory, record.
+
+One row per step (schema in `ROW_COLUMNS`, written to results/*.csv by simulator/results.py). A static
+policy stops at its first OOM (the paper's Figure 2); `restart:NAME` pays its restart cost and continues
+with the next lighter strategy; a dynamic policy that finds no plan that fits records the OOM and stops.
+Lengths are padded up to the layout unit (a multiple of 2p, which every strategy splits) before planning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.strategies import USABLE, StrategyOption
+from paradyse_lab.strategies import options as make_options
+from paradyse_lab.workloads import Workload
+
+ROW_COLUMNS = ("step", "seq_len", "padded_len", "policy", "plan_counts", "plan", "predicted_time_s",
+               "charged_time_s", "cumulative_time_s", "peak_bytes", "budget_bytes", "oom", "switched",
+               "layer_switches", "solve_ms", "cached", "kept_previous", "restarted")
+"""One simulated step. plan_counts: `name:count` pairs joined by ';'; plan: option names joined by ' ';
+charged_time_s: the truth model's time of the plan (0 for a step that OOMed); cumulative_time_s includes
+restart costs; switched: the plan differs from the previous trained step's; layer_switches: boundaries
+where consecutive decisions differ; solve_ms: wall time of planning (the only non-deterministic column)."""
+
+
+class Charger:
+    """Prices a plan with the ground-truth cost model (cached per length)."""
+
+    def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False):
+        self.graph, self.cost_model, self.budget_bytes = graph, cost_model, int(budget_bytes)
+        self.options = make_options(USABLE, recompute=recompute)
+        self._problems: dict = {}
+
+    def problem(self, seq_len: int, batch: int) -> SearchProblem:
+        """The truth problem at this length (all options)."""
+        key = (seq_len, batch)
+        if key not in self._problems:
+            self._problems[key] = SearchProblem.from_cost_model(
+                self.graph, self.cost_model, seq_len, batch, self.budget_bytes, self.options)
+        return self._problems[key]
+
+    def charge(self, plan, seq_len: int, batch: int) -> tuple[float, int]:
+        """(time, peak bytes) of `plan` under the truth model."""
+        p = self.problem(seq_len, batch)
+        idx = p.indices(list(plan))
+        return p.time_of(idx), p.peak_bytes(idx)
+
+    def lighter_strategy(self, current: str, seq_len: int, batch: int) -> str | None:
+        """For a restart: the fastest uniform strategy that fits, among those lighter than `current`."""
+        p = self.problem(seq_len, batch)
+        L = p.num_decisions
+        uniform = {}
+        for s in USABLE:
+            name = StrategyOption(s).name
+            if name in p.options:
+                idx = [p.option_index(name)] * L
+                uniform[s] = (p.time_of(idx), p.peak_bytes(idx))
+        limit = uniform.get(current, (0, math.inf))[1]
+        fits = [s for s, (_, peak) in uniform.items() if peak < limit and peak <= p.budget_bytes]
+        return min(fits, key=lambda s: uniform[s][0]) if fits else None
+
+
+def layout_unit(p: int) -> int:
+    """Every strategy splits a length that is a multiple of 2p."""
+    return 2 * p
+
+
+def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
+             progress: bool = False) -> pd.DataFrame:
+    """Run `policy` over `workload`, charged by `charger`; returns the step rows."""
+    unit = layout_unit(charger.cost_model.p)
+    rows = []
+    cumulative = 0.0
+    previous_plan = None
+    restart = getattr(policy, "restart", False)
+    steps = tqdm(workload.lengths, desc=policy.name, unit="step", disable=not progress, leave=False)
+    for step, seq_len in enumerate(steps):
+        padded = -(-seq_len // unit) * unit
+        restarted = False
+        while True:
+            decision = policy.decide(padded, batch)
+            time_s, peak = charger.charge(decision.plan, padded, batch)
+            oom = peak > charger.budget_bytes or not decision.feasible
+            if oom and restart:
+                nxt = charger.lighter_strategy(policy.strategy, padded, batch)
+                if nxt is not None:
+                    cumulative += policy.restart_s
+                    policy.strategy = nxt
+                    restarted = True
+                    continue
+            break
+        counts: dict[str, int] = {}
+        for name in decision.plan:
+            counts[name] = counts.get(name, 0) + 1
+        charged = 0.0 if oom else time_s
+        cumulative += charged
+        rows.append({
+            "step": step, "seq_len": seq_len, "padded_len": padded, "policy": policy.name,
+            "plan_counts": ";".join(f"{k}:{v}" for k, v in counts.items()), "plan": " ".join(decision.plan),
+            "predicted_time_s": decision.predicted_time_s, "charged_time_s": charged,
+            "cumulative_time_s": cumulative, "peak_bytes": peak, "budget_bytes": charger.budget_bytes,
+            "oom": oom, "switched": previous_plan is not None and tuple(decision.plan) != previous_plan,
+            "layer_switches": sum(a != b for a, b in zip(decision.plan, decision.plan[1:])),
+            "solve_ms": decision.solve_s * 1e3, "cached": decision.cached,
+            "kept_previous": decision.kept_previous, "restarted": restarted,
+        })
+        if oom:
+            break
+        previous_plan = tuple(decision.plan)
+    return pd.DataFrame(rows, columns=list(ROW_COLUMNS))

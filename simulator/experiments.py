@@ -1,0 +1,167 @@
+"""The paper's experiments in simulation: Figure 2's six panels and Table 5's ablations.
+
+`paradyse-lab experiment fig2` and `paradyse-lab experiment table5` run these and write
+results/runs/<experiment>/*.csv (one per run), results/fig2_summary.csv, results/fig2_headline.csv and
+results/table5.csv. Paper numbers: PAPER.md section 7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.strategies import USABLE
+from paradyse_lab.workloads import get_workload
+from simulator.engine import Charger, simulate
+from simulator.policies import DEFAULT_GAMMA, parse_policy
+from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from simulator.summary import length_extension, summarize, time_reduction, time_to_reach
+
+DATASETS = ("github_code", "grch38")
+MODELS = ("bert", "llama", "gpt")
+STATIC_POLICIES = tuple(f"static:{s}" for s in USABLE)
+PAPER_POLICY = "dynamic:heuristic"
+EXACT_POLICIES = ("dynamic:dp", "dynamic:ilp")
+EXPERIMENT_SIZE = 200
+"""Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
+GiB = 2**30
+DEFAULT_RESERVE_BYTES = 1 * GiB
+"""Allocator reserve: CUDA context (~300 MB) plus NCCL buffers (544-688 MB per group), HARDWARE.md s. 5."""
+
+PAPER_HEADLINES = {
+    ("github_code", "bert", "time_reduction"): 0.8929,
+    ("github_code", "gpt", "length_extension"): 1.4416,
+    ("grch38", "bert", "time_reduction"): 0.5801,
+    ("grch38", "gpt", "length_extension"): 1.8122,
+}
+"""PAPER.md section 7: up to 89.29% / 58.01% less time, up to 144.16% / 181.22% longer sequences."""
+PAPER_TABLE5 = {
+    "full": (329728, 3117.76, 3117.76, None),
+    "without megatron_ts": (300032, 3173.80, 2799.45, 0.1180),
+    "without megatron_cz": (300032, 2795.91, 2799.45, -0.0013),
+    "without ulysses_z": (300032, 2813.13, 2799.45, 0.0049),
+    "without metp": (112128, 1741.99, 1724.13, 0.0103),
+    "without random forest": (270336, 2657.04, 2622.89, 0.0129),
+    "without smoothing": (300032, 2800.49, 2799.45, 0.0004),
+}
+"""PAPER.md Table 5: max length (tokens), time (s), time of the full system at that length (s), saving."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every run of an experiment shares."""
+
+    cluster: str = "a100-80gb-x8"
+    size: int = EXPERIMENT_SIZE
+    seed: int = 0
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    gamma: float = DEFAULT_GAMMA
+    profiles: str = ""
+    """Profile CSV the learned cost models are fitted on; empty: the cluster's bundled profile."""
+
+
+def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, smoothing: bool = True,
+            exclude: tuple[str, ...] = (), progress: bool = False, plan_cost_model: str = "analytic",
+            truth_cost_model: str = "analytic") -> pd.DataFrame:
+    """Simulate one (model, dataset, policy) run: plan with `plan_cost_model`, charged by `truth_cost_model`.
+
+    Names: `paradyse_lab.costmodel.learned_cost_model.COST_MODEL_NAMES` or a .joblib file. A learned
+    planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
+    while profiling).
+    """
+    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+
+    model, cluster = get_model(model_name), get_cluster(setup.cluster)
+    profiles = setup.profiles or None
+    truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
+    plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
+                                                                                profiles=profiles)
+    graph = LayerGraph(model, "block")
+    budget = cluster.memory_bytes - setup.reserve_bytes
+    plan_budget = plan.budget_bytes(budget) if hasattr(plan, "budget_bytes") else budget
+    policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
+                          exclude=exclude)
+    workload = get_workload(dataset, setup.size, setup.seed)
+    return simulate(workload, policy, Charger(graph, truth, budget), progress=progress)
+
+
+def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
+         models=MODELS, datasets=DATASETS, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Six panels x (four static strategies, the paper's heuristic, and dp / ilp): summaries and headlines."""
+    policies = STATIC_POLICIES + (PAPER_POLICY,) + (EXACT_POLICIES if exact else ())
+    jobs = [(d, m, p) for d in datasets for m in models for p in policies]
+    runs: dict = {}
+    for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
+        path = run_path(root, "fig2", d, m, p)
+        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force)
+    summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
+    write_csv_atomic(summaries, root / "fig2_summary.csv")
+    headline_rows = []
+    for d in datasets:
+        for m in models:
+            base_summ = [summarize(runs[d, m, b], m, d, b) for b in STATIC_POLICIES]
+            for p in policies[len(STATIC_POLICIES):]:
+                dyn = runs[d, m, p]
+                reductions = {b: time_reduction(dyn, runs[d, m, b]) for b in STATIC_POLICIES}
+                valid = {b: r for b, r in reductions.items() if r is not None}
+                best_b = max(valid, key=valid.get) if valid else None
+                headline_rows.append({
+                    "dataset": d, "model": m, "policy": p,
+                    "max_time_reduction": valid[best_b] if best_b else None, "against": best_b,
+                    "length_extension": length_extension(summarize(dyn, m, d, p), base_summ, "best"),
+                    "max_length_extension": length_extension(summarize(dyn, m, d, p), base_summ, "worst"),
+                    "paper_time_reduction": PAPER_HEADLINES.get((d, m, "time_reduction")),
+                    "paper_length_extension": PAPER_HEADLINES.get((d, m, "length_extension")),
+                })
+    headlines = pd.DataFrame(headline_rows)
+    write_csv_atomic(headlines, root / "fig2_headline.csv")
+    return summaries, headlines
+
+
+def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
+    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (PAPER.md Table 5)."""
+    variants = {"full": {}}
+    variants.update({f"without {s}": {"exclude": (s,)} for s in USABLE})
+    variants["without smoothing"] = {"smoothing": False}
+    # "without random forest": plan with the polynomial only, against the full system planning with the
+    # paper's hybrid (random forest + polynomial); both learned from the profile, both charged by the truth.
+    variants["full (hybrid cost model)"] = {"plan_cost_model": "hybrid"}
+    variants["without random forest"] = {"plan_cost_model": "polynomial"}
+    against = {"without random forest": "full (hybrid cost model)"}
+    runs = {}
+    for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
+        path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
+        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force)
+    rows = []
+    for name in variants:
+        paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
+        plan_cm = variants[name].get("plan_cost_model", "analytic")
+        row = {"variant": name, "paper_max_len": paper[0], "paper_time_s": paper[1],
+               "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
+               "profile_source": _profile_source(setup) if plan_cm != "analytic" else ""}
+        full = runs[against.get(name, "full")]
+        rr = runs[name]
+        s = summarize(rr, "gpt", "grch38", name)
+        steps = s.steps
+        t_full = time_to_reach(full, steps)
+        saving = None
+        if not name.startswith("full") and t_full is not None and s.total_time_s:
+            saving = (s.total_time_s - t_full) / s.total_time_s
+        rows.append({**row, "status": "ok", "max_len": s.max_seq_len_trained, "time_s": s.total_time_s,
+                     "time_full_s": t_full, "saving": saving})
+    table = pd.DataFrame(rows)
+    write_csv_atomic(table, root / "table5.csv")
+    return table
+
+
+def _profile_source(setup: Setup) -> str:
+    """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
+    from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+
+    path = setup.profiles or default_profile(get_cluster(setup.cluster).name)
+    return profile_sources(read_profiles(path))

@@ -1,0 +1,148 @@
+"""Policies: how a training run picks the plan for each step's sequence length (DESIGN.md section 5).
+
+- `static:NAME`: one strategy on every layer (the paper's baselines).
+- `restart:NAME`: static, but after an OOM it restarts (paying `restart_s`) with the next lighter strategy.
+- `dynamic:SOLVER`: ParaDySe's switching: a solver per new (batch, length), the paper's cache by
+  (batch, length) and its smoothing (keep the previous plan when, costed at the new length, it fits and is
+  within gamma of the new best; PAPER.md section 5, step 5). Plans with its own cost model and options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
+from paradyse_lab.strategies import options as make_options
+
+POLICY_KINDS = ("static:NAME", "restart:NAME", "dynamic:SOLVER")
+DEFAULT_GAMMA = 0.05
+DEFAULT_RESTART_S = 31.0
+"""PAPER.md section 7: restarting a static framework after an OOM costs over 31 s."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The plan a policy chose for one step."""
+
+    plan: tuple[str, ...]
+    """One option name per decision of the layer graph."""
+    predicted_time_s: float
+    """Time the policy's own cost model predicts."""
+    feasible: bool
+    """Whether the policy believes the plan fits."""
+    solve_s: float
+    """Wall time spent choosing (0 for a cache hit)."""
+    cached: bool = False
+    """Reused from the (batch, length) cache."""
+    kept_previous: bool = False
+    """Smoothing kept the previous step's plan."""
+
+
+@dataclass
+class DynamicPolicy:
+    """A solver-driven policy with the paper's cache and smoothing."""
+
+    solver_name: str
+    """Registry name (`heuristic`, `dp`, `ilp`, ...)."""
+    cost_model: object
+    """The model the policy plans with (analytic, or a learned one)."""
+    graph: LayerGraph
+    """Decisions: blocks or sub-layers."""
+    budget_bytes: int
+    """Memory a plan may use."""
+    strategies: tuple[str, ...] = USABLE
+    """Strategies the policy may use (exclusions for Table 5)."""
+    recompute: bool = False
+    """Also consider each strategy with activation recomputation."""
+    gamma: float = DEFAULT_GAMMA
+    """Smoothing tolerance; None or 0 turns smoothing off."""
+    smoothing: bool = True
+    """Whether to apply the smoothing step."""
+    name: str = ""
+    """Shown in results; default dynamic:SOLVER."""
+    _cache: dict = field(default_factory=dict, repr=False)
+    _previous: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        from solvers.registry import get_solver
+
+        self.solver = get_solver(self.solver_name)
+        self.name = self.name or f"dynamic:{self.solver_name}"
+        if not self.strategies:
+            raise UserInputError("a dynamic policy needs at least one strategy")
+
+    def problem(self, seq_len: int, batch: int) -> SearchProblem:
+        """The search the policy solves at this length."""
+        opts = make_options(self.strategies, recompute=self.recompute)
+        return SearchProblem.from_cost_model(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
+                                             opts)
+
+    def decide(self, seq_len: int, batch: int) -> Decision:
+        """Plan for this step: cache, else solve, then smoothing against the previous step's plan."""
+        from solvers.heuristic import keep_previous
+
+        key = (batch, seq_len)
+        if key in self._cache:
+            sol = self._cache[key]
+            self._previous = sol.plan
+            return Decision(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True)
+        problem = self.problem(seq_len, batch)
+        sol = self.solver.solve(problem)
+        solve_s = sol.solve_time_s
+        kept = False
+        smooth = sol.feasible and self.smoothing and self.gamma
+        if smooth and keep_previous(problem, self._previous, sol, self.gamma):
+            idx = problem.indices(list(self._previous))
+            sol = type(sol)(sol.solver, "feasible", tuple(self._previous), problem.time_of(idx),
+                            problem.peak_bytes(idx), sol.solve_time_s)
+            kept = True
+        self._cache[key] = sol
+        self._previous = sol.plan
+        return Decision(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
+
+
+@dataclass
+class StaticPolicy:
+    """One strategy on every layer; with `restart`, OOM triggers a restart with a lighter strategy."""
+
+    strategy: str
+    """Catalog name of the current strategy."""
+    graph: LayerGraph
+    """Decisions of a plan."""
+    restart: bool = False
+    """Restart with the next lighter strategy after an OOM instead of stopping."""
+    restart_s: float = DEFAULT_RESTART_S
+    """Seconds one restart costs."""
+    name: str = ""
+    """Shown in results."""
+
+    def __post_init__(self):
+        strategy = get_strategy(self.strategy)
+        if not strategy.usable:
+            raise UserInputError(f"strategy {self.strategy!r} is not usable: {strategy.unusable_reason}")
+        self.name = self.name or f"{'restart' if self.restart else 'static'}:{self.strategy}"
+
+    def decide(self, seq_len: int, batch: int) -> Decision:
+        plan = (StrategyOption(self.strategy).name,) * self.graph.num_decisions
+        return Decision(plan, float("nan"), True, 0.0)
+
+
+def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
+                 smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
+                 restart_s: float = DEFAULT_RESTART_S):
+    """A policy from `static:NAME`, `restart:NAME` or `dynamic:SOLVER`."""
+    kind, _, arg = spec.partition(":")
+    if kind in ("static", "restart"):
+        if arg not in USABLE:
+            raise unknown_name(f"strategy in policy {spec!r}", arg, USABLE)
+        return StaticPolicy(arg, graph, restart=kind == "restart", restart_s=restart_s)
+    if kind == "dynamic" and arg:
+        for name in exclude:
+            if name not in USABLE:
+                raise unknown_name("excluded strategy", name, USABLE)
+        strategies = tuple(s for s in USABLE if s not in exclude)
+        return DynamicPolicy(arg, cost_model, graph, budget_bytes, strategies, recompute, gamma, smoothing)
+    raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")

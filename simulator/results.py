@@ -1,0 +1,42 @@
+"""Results on disk: one CSV per finished run (written atomically), so an interrupted experiment loses no
+finished run and a rerun skips them unless forced. Schema of a run CSV: `engine.ROW_COLUMNS`."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+DEFAULT_RESULTS_DIR = Path("results")
+
+
+def write_csv_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write `df` to `path` through a temporary file and a rename: never a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            df.to_csv(fh, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def run_path(root: str | Path, experiment: str, *parts: str) -> Path:
+    """results/runs/EXPERIMENT/part1__part2__....csv with ':' made file-safe."""
+    name = "__".join(p.replace(":", "-").replace("/", "_") for p in parts)
+    return Path(root) / "runs" / experiment / f"{name}.csv"
+
+
+def load_or_run(path: Path, run, force: bool = False) -> tuple[pd.DataFrame, bool]:
+    """The rows at `path` if present (and not `force`), else `run()` written there. Returns (rows, ran)."""
+    if path.exists() and not force:
+        return pd.read_csv(path, keep_default_na=False, na_values=[""]), False
+    rows = run()
+    write_csv_atomic(rows, path)
+    return rows, True

@@ -1,0 +1,154 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from paradyse_lab.cli import main
+from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.costmodel import AnalyticCostModel
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.workloads import Workload
+from simulator.engine import Charger, simulate
+from simulator.experiments import Setup, run_one
+from simulator.policies import parse_policy
+from simulator.summary import summarize
+
+SETUP = Setup(size=120)
+
+
+def test_cumulative_time_is_monotone_and_sums_charged_time():
+    rows = run_one(SETUP, "gpt", "grch38", "dynamic:heuristic")
+    cum = rows["cumulative_time_s"].to_numpy()
+    assert np.all(np.diff(cum) >= 0)
+    assert cum[-1] == pytest.approx(rows["charged_time_s"].sum())
+
+
+def test_static_run_stops_at_its_first_oom():
+    rows = run_one(SETUP, "gpt", "grch38", "static:megatron_ts")
+    assert rows["oom"].iloc[-1] and not rows["oom"].iloc[:-1].any()
+    assert rows["peak_bytes"].iloc[-1] > rows["budget_bytes"].iloc[-1]
+    assert rows["charged_time_s"].iloc[-1] == 0
+    assert len(rows) < SETUP.size  # the longer sequences were never reached
+
+
+def test_restart_pays_the_restart_cost_and_continues_lighter():
+    static = run_one(SETUP, "gpt", "grch38", "static:megatron_ts")
+    rows = run_one(SETUP, "gpt", "grch38", "restart:megatron_ts")
+    assert rows["restarted"].sum() >= 1 and len(rows) > len(static)
+    first = rows.index[rows["restarted"]][0]
+    assert "metp" in rows["plan"].iloc[first] or "ulysses_z" in rows["plan"].iloc[first]
+    before = rows["cumulative_time_s"].iloc[first - 1]
+    assert rows["cumulative_time_s"].iloc[first] == pytest.approx(before + 31.0 + rows["charged_time_s"].iloc[first])
+
+
+@pytest.mark.parametrize("model, dataset", [("gpt", "grch38"), ("llama", "github_code"), ("bert", "grch38")])
+def test_dynamic_dp_is_never_slower_than_the_heuristic(model, dataset):
+    dp = run_one(SETUP, model, dataset, "dynamic:dp", smoothing=False)
+    heur = run_one(SETUP, model, dataset, "dynamic:heuristic", smoothing=False)
+    n = min(len(dp), len(heur))
+    assert len(dp) >= len(heur)
+    assert np.all(dp["charged_time_s"].iloc[:n].to_numpy() <= heur["charged_time_s"].iloc[:n].to_numpy() + 1e-12)
+    assert dp["seq_len"][~dp["oom"]].max() >= heur["seq_len"][~heur["oom"]].max()
+
+
+def test_dynamic_trains_longer_than_every_static_baseline_but_metp_and_faster_than_metp():
+    dyn = summarize(run_one(SETUP, "gpt", "grch38", "dynamic:dp"), "gpt", "grch38", "dp")
+    for name in ("megatron_ts", "megatron_cz", "ulysses_z"):
+        static = summarize(run_one(SETUP, "gpt", "grch38", f"static:{name}"), "gpt", "grch38", name)
+        assert dyn.max_seq_len_trained > static.max_seq_len_trained
+    metp = summarize(run_one(SETUP, "gpt", "grch38", "static:metp"), "", "", "")
+    assert dyn.max_seq_len_trained == metp.max_seq_len_trained and dyn.total_time_s < metp.total_time_s
+
+
+def test_smoothing_reduces_switches():
+    for model in ("bert", "gpt"):
+        on = run_one(SETUP, model, "github_code", "dynamic:dp")
+        off = run_one(SETUP, model, "github_code", "dynamic:dp", smoothing=False)
+        assert on["switched"].sum() <= off["switched"].sum()
+        assert on["kept_previous"].sum() > 0 or model == "gpt"
+    on = run_one(SETUP, "bert", "github_code", "dynamic:dp")
+    off = run_one(SETUP, "bert", "github_code", "dynamic:dp", smoothing=False)
+    assert on["switched"].sum() < off["switched"].sum()
+    # Smoothing only keeps a plan within 5% of the best.
+    assert on["charged_time_s"].sum() <= 1.05 * off["charged_time_s"].sum()
+
+
+def test_cache_reuses_plans_for_repeated_lengths():
+    model = get_model("gpt")
+    cluster = get_cluster("a100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    policy = parse_policy("dynamic:dp", graph, cm, cluster.memory_bytes)
+    rows = simulate(Workload("w", (4096, 4096, 8192, 4096)), policy, Charger(graph, cm, cluster.memory_bytes))
+    assert rows["cached"].tolist() == [False, True, False, True]
+    assert rows["solve_ms"].iloc[1] == 0
+
+
+def test_lengths_are_padded_to_the_layout_unit():
+    model = get_model("gpt")
+    cluster = get_cluster("a100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    policy = parse_policy("static:megatron_cz", graph, cm, cluster.memory_bytes)
+    rows = simulate(Workload("w", (1000, 4097)), policy, Charger(graph, cm, cluster.memory_bytes))
+    assert rows["padded_len"].tolist() == [1008, 4112]
+
+
+def test_results_are_deterministic_for_a_seed():
+    a = run_one(SETUP, "llama", "github_code", "dynamic:heuristic").drop(columns="solve_ms")
+    b = run_one(SETUP, "llama", "github_code", "dynamic:heuristic").drop(columns="solve_ms")
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_bad_policies():
+    for spec, match in [("static:zero", "valid: megatron_cz, megatron_ts"), ("greedy", "valid: static:NAME"),
+                        ("dynamic:magic", "unknown solver")]:
+        with pytest.raises(UserInputError, match=match):
+            run_one(SETUP, "gpt", "grch38", spec)
+    with pytest.raises(UserInputError, match="excluded strategy"):
+        run_one(SETUP, "gpt", "grch38", "dynamic:dp", exclude=("nope",))
+
+
+def test_simulate_command_json(capsys, tmp_path):
+    out = tmp_path / "rows.csv"
+    code = main(["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:heuristic",
+                 "--size", "60", "--format", "json", "--out", str(out)])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(data) == {"model", "dataset", "policy", "steps", "total_time_s", "max_seq_len_trained",
+                         "oom_at_seq_len", "switches", "planning_overhead_frac"}
+    assert isinstance(data["steps"], int) and 0 <= data["planning_overhead_frac"] < 1
+    assert len(pd.read_csv(out)) >= data["steps"]
+
+
+def test_simulate_command_bad_input(capsys, tmp_path):
+    bad = tmp_path / "l.txt"
+    bad.write_text("100\n-1\n")
+    for argv, match in [
+        (["--dataset", f"file:{bad}", "--policy", "static:metp"], "line 2: length must be a positive integer"),
+        (["--dataset", "grch38", "--policy", "static:metp", "--size", "0"], "--size must be a positive integer"),
+        (["--dataset", "grch38", "--policy", "static:metp", "--exclude", "metp"], "dynamic:SOLVER policies only"),
+    ]:
+        assert main(["simulate", "--model", "gpt", *argv]) == 2
+        err = capsys.readouterr().err
+        assert match in err and err.count("\n") == 1
+
+
+def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
+    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "60", "--format", "json"]
+    assert main(argv) == 0
+    table = json.loads(capsys.readouterr().out)["table5"]
+    assert [r["variant"] for r in table][-1] == "without random forest" and table[-1]["status"] == "ok"
+    runs = sorted((tmp_path / "runs" / "table5").glob("*.csv"))
+    assert len(runs) == 8 and (tmp_path / "table5.csv").exists()
+    stamp = {p: p.stat().st_mtime_ns for p in runs}
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in runs} == stamp  # reused, not rerun
+    assert main(argv + ["--force"]) == 0
+    assert any(p.stat().st_mtime_ns != stamp[p] for p in runs)
+    capsys.readouterr()
+    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "40", "--no-exact"]) == 0
+    out = capsys.readouterr().out
+    assert "89.29%" in out and "181.22%" in out
+    assert len(list((tmp_path / "runs" / "fig2").glob("*.csv"))) == 30
