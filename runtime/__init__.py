@@ -1,1 +1,31 @@
-"""torch.distributed runtime with the unified layout (DESIGN.md section 6). Built by the runtime issue."""
+"""torch.distributed runtime with the unified layout (DESIGN.md section 6).
+
+Usage, one process per rank (gloo on CPU, NCCL on GPU):
+
+    import torch.distributed as dist
+    from runtime import ParallelGPT, shard_sequence, gather_sequence
+    dist.init_process_group("gloo")
+    model = ParallelGPT.from_hf_state_dict(hf_config_dict, hf_state_dict)   # or ParallelGPT(GPTConfig(...))
+    ids = shard_sequence(full_ids, dim=1)                 # [b, s] -> [b, s/p], zig-zag chunks
+    logits, loss = model(ids, ["megatron_ts", "metp+recompute", ...], labels=shard_sequence(targets, dim=1))
+    loss.backward()                                       # every weight gradient on its owning shard
+    full_logits = gather_sequence(logits, dim=1)          # [b, s/p, V] -> [b, s, V]
+
+Modules: comm (collectives, byte counting), layout (zig-zag chunks, weight shards), attention (kernels
+with log-sum-exp), ring_attention, sublayer (the autograd node of one sub-layer), one file per strategy
+(megatron_ts, megatron_cz, ulysses_z, metp; zero3 holds the shared ZeRO-3 parts), model (ParallelGPT),
+reference (the single-device model, GPTConfig, Hugging Face conversion).
+"""
+
+import importlib
+
+_EXPORTS = {"ParallelGPT": "runtime.model", "GPTConfig": "runtime.reference", "ReferenceGPT": "runtime.reference",
+            "shard_sequence": "runtime.layout", "gather_sequence": "runtime.layout", "layout_unit": "runtime.layout"}
+"""Imported on first use (PEP 562), so `import runtime.train` (the CLI registration) does not load torch."""
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")

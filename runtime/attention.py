@@ -1,0 +1,199 @@
+"""Attention kernels that return the log-sum-exp, their backward, and the merge of partial results.
+
+Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is fp32 `[b, heads, s_q]`.
+`causal=True` is the top-left-aligned mask of equal query and key lengths (query i sees keys 0..i), the
+only causal block ring attention needs with the zig-zag layout.
+
+Backends, chosen per call by `backend(q)` (a fused backend that raises once falls back to the next one,
+exact math last):
+- 'flash_attn': the flash-attn package (Dao et al., FlashAttention-2) when installed, CUDA, fp16/bf16;
+- 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
+- 'math': an exact fp32 implementation (CPU, and fp32 anywhere).
+The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
+backpropagate each block with the global softmax normaliser (FlashAttention-2 algorithm 2:
+P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+
+try:  # optional GPU dependency
+    from flash_attn import flash_attn_interface as _fa  # type: ignore
+except Exception:  # noqa: BLE001 - any import failure means "not available"
+    _fa = None
+
+
+def backend(q: torch.Tensor) -> str:
+    """Which kernel `attention_forward` uses for `q`."""
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        return "flash_attn" if _fa is not None else "sdpa_flash"
+    return "math"
+
+
+def _scale(q: torch.Tensor, scale: float | None) -> float:
+    return scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+
+
+# --- exact math kernel ---------------------------------------------------------------------------------
+
+def _up(x: torch.Tensor) -> torch.Tensor:
+    """16-bit inputs are computed in fp32; fp32 and fp64 stay as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _scores(q, k, causal, scale):
+    s = torch.matmul(_up(q), _up(k).transpose(-1, -2)) * scale  # [b,H,sq,d] x [b,H,d,sk] -> [b,H,sq,sk]
+    if causal:
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    return s
+
+
+def _math_forward(q, k, v, causal, scale):
+    s = _scores(q, k, causal, scale)
+    lse = torch.logsumexp(s, dim=-1)  # [b,H,sq,sk] -> [b,H,sq]
+    out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), _up(v))  # [b,H,sq,sk] x [b,H,sk,d] -> [b,H,sq,d]
+    return out.to(q.dtype), lse
+
+
+def _math_backward(do, q, k, v, o, lse, causal, scale):
+    prob = torch.exp(_scores(q, k, causal, scale) - lse.unsqueeze(-1))  # [b,H,sq,sk]
+    do32 = _up(do)
+    dv = torch.matmul(prob.transpose(-1, -2), do32)  # [b,H,sk,sq] x [b,H,sq,d] -> [b,H,sk,d]
+    dp = torch.matmul(do32, _up(v).transpose(-1, -2))  # [b,H,sq,d] x [b,H,d,sk] -> [b,H,sq,sk]
+    delta = (do32 * _up(o)).sum(-1, keepdim=True)  # [b,H,sq,1]
+    ds = prob * (dp - delta) * scale
+    dq = torch.matmul(ds, _up(k))  # [b,H,sq,sk] x [b,H,sk,d] -> [b,H,sq,d]
+    dk = torch.matmul(ds.transpose(-1, -2), _up(q))  # [b,H,sk,sq] x [b,H,sq,d] -> [b,H,sk,d]
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+# --- CUDA kernels --------------------------------------------------------------------------------------
+
+def _call(fn, **kwargs):
+    """Call a flash-attn internal with the keyword arguments its installed version accepts."""
+    names = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def _fa_forward(q, k, v, causal, scale):
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # [b,H,s,d] -> [b,s,H,d]
+    res = _call(_fa._flash_attn_forward, q=qt, k=kt, v=vt, dropout_p=0.0, softmax_scale=scale, causal=causal,
+                window_size=(-1, -1), window_size_left=-1, window_size_right=-1, softcap=0.0,
+                alibi_slopes=None, return_softmax=False)
+    out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])
+    return out.transpose(1, 2), lse  # [b,s,H,d] -> [b,H,s,d]
+
+
+def _fa_backward(do, q, k, v, o, lse, causal, scale):
+    qt, kt, vt, ot, dot = (x.transpose(1, 2).contiguous() for x in (q, k, v, o, do))  # [b,H,s,d] -> [b,s,H,d]
+    dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
+    _call(_fa._flash_attn_backward, dout=dot, q=qt, k=kt, v=vt, out=ot, softmax_lse=lse.contiguous(), dq=dq,
+          dk=dk, dv=dv, dropout_p=0.0, softmax_scale=scale, causal=causal, window_size=(-1, -1),
+          window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None, deterministic=False,
+          rng_state=None)
+    return tuple(x.transpose(1, 2) for x in (dq, dk, dv))  # [b,s,H,d] -> [b,H,s,d]
+
+
+def _sdpa_forward(q, k, v, causal, scale):
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    return res[0], res[1]  # out [b,H,s,d], lse [b,H,s]
+
+
+def _sdpa_backward(do, q, k, v, o, lse, causal, scale):
+    q, k, v, o = (x.contiguous() for x in (q, k, v, o))
+    sq, sk = q.shape[2], k.shape[2]
+    zero = torch.zeros((), dtype=torch.int64, device=q.device)
+    # philox seed / offset are unused with dropout 0; their dtype/device vary across versions.
+    res = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        do.contiguous(), q, k, v, o, lse.contiguous(), None, None, sq, sk, 0.0, causal, zero, zero, scale=scale)
+    return res[0], res[1], res[2]
+
+
+# --- public API ----------------------------------------------------------------------------------------
+
+_KERNELS = {"flash_attn": (_fa_forward, _fa_backward), "sdpa_flash": (_sdpa_forward, _sdpa_backward),
+            "math": (_math_forward, _math_backward)}
+_BROKEN: set[str] = set()
+"""Fused backends that raised once (an unsupported shape or version): later calls skip them."""
+
+
+def _candidates(q: torch.Tensor) -> list[str]:
+    first = backend(q)
+    order = {"flash_attn": ["flash_attn", "sdpa_flash", "math"], "sdpa_flash": ["sdpa_flash", "math"]}
+    return [k for k in order.get(first, ["math"]) if k not in _BROKEN] or ["math"]
+
+
+def _run(which: int, q: torch.Tensor, *args):
+    for kind in _candidates(q):
+        try:
+            return _KERNELS[kind][which](*args)
+        except Exception:  # noqa: BLE001 - fall back to the next backend, exact math last
+            if kind == "math":
+                raise
+            _BROKEN.add(kind)
+    raise AssertionError("unreachable")
+
+
+def attention_forward(q, k, v, causal: bool, scale: float | None = None):
+    """Softmax attention: (out [b,H,sq,d] in q's dtype, lse [b,H,sq] fp32, fp64 for fp64 inputs)."""
+    out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
+    return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
+
+
+def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None):
+    """(dq, dk, dv) of `attention_forward` given the output `o` and log-sum-exp `lse` to normalise with
+    (for a ring block: the merged, global ones)."""
+    return _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
+
+
+def merge_partials(out, lse, block_out, block_lse):
+    """Numerically stable merge of two softmax-attention results over disjoint key sets (in place on the
+    fp32 accumulators `out` [b,H,s,d] and `lse` [b,H,s], which may start at 0 and -inf):
+    lse' = log(e^lse + e^lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse')."""
+    new_lse = torch.logaddexp(lse, block_lse)
+    out.mul_(torch.exp(lse - new_lse).unsqueeze(-1)).add_(
+        block_out.float() * torch.exp(block_lse - new_lse).unsqueeze(-1))
+    lse.copy_(new_lse)
+
+
+# --- attention over a rank-major gathered sequence (megatron_ts, ulysses_z) ----------------------------
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """[b, s, heads*d] -> [b, heads, s, d]."""
+    b, s, _ = x.shape
+    return x.view(b, s, heads, -1).transpose(1, 2)  # [b, s, heads*d] -> [b, s, heads, d] -> [b, heads, s, d]
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[b, heads, s, d] -> [b, s, heads*d]."""
+    b, hh, s, d = x.shape
+    return x.transpose(1, 2).reshape(b, s, hh * d)  # [b, heads, s, d] -> [b, s, heads, d] -> [b, s, heads*d]
+
+
+def gathered_attention_forward(qkv: torch.Tensor, heads: int, order: torch.Tensor, causal: bool):
+    """Attention of `heads` heads over a whole sequence given in rank-major gathered order.
+    qkv [b, s, 3*heads*d] (q | k | v) -> (out [b, s, heads*d] in gathered order, saved for backward).
+    `order` (layout.natural_order) puts the tokens in natural order for the causal mask."""
+    qkv = qkv.index_select(1, order)  # gathered -> natural token order
+    q, k, v = (split_heads(x, heads) for x in qkv.chunk(3, dim=-1))  # [b,s,h_l] -> [b,heads,s,d]
+    o, lse = attention_forward(q, k, v, causal)
+    out = torch.empty_like(merge_heads(o))
+    out.index_copy_(1, order, merge_heads(o))  # natural -> gathered token order
+    return out, (q, k, v, o, lse)
+
+
+def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool) -> torch.Tensor:
+    """dqkv [b, s, 3*heads*d] in gathered order from dout [b, s, heads*d] in gathered order."""
+    q, k, v, o, lse = saved
+    do = split_heads(dout.index_select(1, order), q.shape[1])  # gathered -> natural, [b,heads,s,d]
+    dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal)
+    dqkv_nat = torch.cat([merge_heads(x) for x in (dq, dk, dv)], dim=-1)  # [b, s, 3*heads*d]
+    dqkv = torch.empty_like(dqkv_nat)
+    dqkv.index_copy_(1, order, dqkv_nat)  # natural -> gathered
+    return dqkv

@@ -1,0 +1,286 @@
+"""Every collective and point-to-point exchange of the runtime, with the process group as an argument.
+
+Library module (no command). Works on gloo (CPU) and NCCL (GPU); a group of size 1, or no initialised
+process group at all, short-circuits every call (nothing is sent, nothing is counted).
+
+Byte counting: each call records the bytes this rank sends under the ring-algorithm convention of
+`paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S, HARDWARE.md section 3):
+all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the message. The count is
+of the logical collective, whatever the backend does underneath, so it can be compared with the
+analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them.
+
+Gloo notes: `all_to_all_single` is used for all-to-all, and point-to-point exchanges are plain paired
+`isend`/`irecv` (batched point-to-point can hang on gloo); on NCCL an exchange is one
+`batch_isend_irecv` so that a send and a receive to the same peer cannot deadlock.
+Point-to-point messages between a pair of ranks are matched in the order they are posted, so every
+caller must post them in the same program order on all ranks (the strategies do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+_AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+@dataclass
+class ByteCounter:
+    """Bytes this rank sent, by collective kind, and the list of calls."""
+
+    by_op: dict[str, int] = field(default_factory=dict)
+    """Sent bytes per op ('all_gather', 'reduce_scatter', 'all_to_all', 'all_reduce', 'p2p')."""
+    calls: list[tuple[str, int, str]] = field(default_factory=list)
+    """(op, sent bytes, tag) per call."""
+
+    def add(self, op: str, nbytes: int, tag: str = "") -> None:
+        self.by_op[op] = self.by_op.get(op, 0) + nbytes
+        self.calls.append((op, nbytes, tag))
+
+    def total(self, tag: str | None = None) -> dict[str, int]:
+        """Bytes by op, only of calls with `tag` when given."""
+        out: dict[str, int] = {}
+        for op, n, t in self.calls:
+            if tag is None or t == tag:
+                out[op] = out.get(op, 0) + n
+        return out
+
+
+_COUNTERS: list[ByteCounter] = []
+_TAG: list[str] = [""]
+
+
+@contextlib.contextmanager
+def count_bytes():
+    """Collect the bytes every call inside the block sends: `with count_bytes() as c: ...; c.by_op`."""
+    counter = ByteCounter()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
+@contextlib.contextmanager
+def tagged(tag: str):
+    """Label the calls made inside the block (for example 'loss' or 'embedding')."""
+    _TAG.append(tag)
+    try:
+        yield
+    finally:
+        _TAG.pop()
+
+
+def _record(op: str, nbytes: int) -> None:
+    for c in _COUNTERS:
+        c.add(op, int(nbytes), _TAG[-1])
+
+
+def _nbytes(x: torch.Tensor) -> int:
+    return x.numel() * x.element_size()
+
+
+def size(group=None) -> int:
+    """Ranks in `group` (1 when torch.distributed is not initialised)."""
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank(group=None) -> int:
+    """This rank's index in `group` (0 when torch.distributed is not initialised)."""
+    return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
+
+
+def global_rank(group, group_rank: int) -> int:
+    """The global rank of `group_rank` in `group` (point-to-point calls take global ranks)."""
+    if group is None or group is dist.group.WORLD:
+        return group_rank
+    return dist.get_global_rank(group, group_rank)
+
+
+def _is_nccl(group) -> bool:
+    return dist.get_backend(group) == "nccl"
+
+
+# --- collectives (dim 0 is the one gathered / scattered) ----------------------------------------------
+
+def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's `x` along dim 0: [n, ...] -> [p*n, ...] (rank-major)."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty((p * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
+    _record("all_gather", _nbytes(out) * (p - 1) // p)
+    return out
+
+
+def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum over ranks and keep this rank's dim-0 chunk: [p*n, ...] -> [n, ...]."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] // p, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    _RS(out, x, group=group)  # [p*n, ...] -> [n, ...]
+    _record("reduce_scatter", _nbytes(x) * (p - 1) // p)
+    return out
+
+
+def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Dim-0 chunk j goes to rank j; output chunk j comes from rank j: [p*n, ...] -> [p*n, ...]."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x, group=group)  # [p(dest)*n, ...] -> [p(src)*n, ...]
+    _record("all_to_all", _nbytes(x) * (p - 1) // p)
+    return out
+
+
+def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum `x` over ranks, in place; returns `x`."""
+    p = size(group)
+    if p == 1:
+        return x
+    dist.all_reduce(x, group=group)  # [...] -> [...]
+    _record("all_reduce", 2 * _nbytes(x) * (p - 1) // p)
+    return x
+
+
+# --- point-to-point ------------------------------------------------------------------------------------
+
+class Pending:
+    """An exchange in flight: `wait()` returns the received tensor (or None when nothing is received)."""
+
+    def __init__(self, works, recv: torch.Tensor | None):
+        self._works, self._recv = works, recv
+
+    def wait(self) -> torch.Tensor | None:
+        for w in self._works:
+            w.wait()
+        self._works = []
+        return self._recv
+
+
+def exchange(send: torch.Tensor | None, dst: int | None, src: int | None, recv_like: torch.Tensor | None = None,
+             group=None, tag: int = 0) -> Pending:
+    """Start sending `send` to group rank `dst` and receiving a tensor shaped like `recv_like` (or `send`)
+    from group rank `src`; either side may be None. Double-buffered callers start the next exchange
+    before computing on the current block and `wait()` after."""
+    works = []
+    recv = None
+    if src is not None:
+        like = recv_like if recv_like is not None else send
+        recv = torch.empty_like(like, memory_format=torch.contiguous_format)
+    if send is not None:
+        send = send.contiguous()
+        _record("p2p", _nbytes(send))
+    if _is_nccl(group):
+        ops = []
+        if send is not None:
+            ops.append(dist.P2POp(dist.isend, send, global_rank(group, dst), group))
+        if recv is not None:
+            ops.append(dist.P2POp(dist.irecv, recv, global_rank(group, src), group))
+        works = dist.batch_isend_irecv(ops) if ops else []
+    else:  # gloo: plain paired isend / irecv
+        if send is not None:
+            works.append(dist.isend(send, global_rank(group, dst), group=group, tag=tag))
+        if recv is not None:
+            works.append(dist.irecv(recv, global_rank(group, src), group=group, tag=tag))
+    return Pending(works, recv)
+
+
+def ring_exchange(send: torch.Tensor, group=None, tag: int = 0) -> Pending:
+    """Send `send` to the next rank (r+1) and receive the previous rank's (r-1) tensor of the same shape."""
+    p, r = size(group), rank(group)
+    return exchange(send, (r + 1) % p, (r - 1) % p, group=group, tag=tag)
+
+
+def chain_broadcast(x: torch.Tensor | None, like: torch.Tensor, root: int, group=None, tag: int = 0):
+    """Pipelined broadcast from `root` along the ring root -> root+1 -> ... -> root-1 by point-to-point
+    messages: every rank but the last in the chain sends the tensor once. Returns (tensor, pending sends)."""
+    p, r = size(group), rank(group)
+    pos = (r - root) % p
+    value = x if pos == 0 else exchange(None, None, (r - 1) % p, recv_like=like, group=group, tag=tag).wait()
+    send = exchange(value, (r + 1) % p, None, group=group, tag=tag) if pos < p - 1 else None
+    return value, send
+
+
+def chain_reduce(x: torch.Tensor, root: int, group=None, tag: int = 0):
+    """Sum `x` over ranks onto `root` along the chain root+1 -> root+2 -> ... -> root by point-to-point
+    messages (every rank but the root sends once). Returns (the sum on the root, else None; pending send)."""
+    p, r = size(group), rank(group)
+    pos = (r - root) % p
+    if pos == 1 or (p == 1):
+        acc = x
+    else:
+        acc = x + exchange(None, None, (r - 1) % p, recv_like=x, group=group, tag=tag).wait()
+    if pos == 0:
+        return acc, None
+    return None, exchange(acc, (r + 1) % p, None, group=group, tag=tag)
+
+
+# --- autograd-aware wrappers ---------------------------------------------------------------------------
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return all_gather(x, group)  # [n, ...] -> [p*n, ...]
+
+    @staticmethod
+    def backward(ctx, dy):
+        return reduce_scatter(dy, ctx.group), None  # [p*n, ...] -> [n, ...]
+
+
+class _ReplicatedSum(torch.autograd.Function):
+    """Sum over ranks whose result every rank treats as the same replicated value: backward is identity
+    (the objective is the one replicated value, not p copies of it)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return all_reduce(x.clone(), group)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None
+
+
+class _ReduceGrads(torch.autograd.Function):
+    """Identity on replicated tensors whose gradients are summed over ranks in one flat all-reduce."""
+
+    @staticmethod
+    def forward(ctx, group, *xs):
+        ctx.group = group
+        return tuple(x.view_as(x) for x in xs)
+
+    @staticmethod
+    def backward(ctx, *dys):
+        with tagged("embedding"):
+            flat = all_reduce(torch.cat([d.reshape(-1) for d in dys]), ctx.group)  # [sum numel] summed
+        out, i = [], 0
+        for d in dys:
+            out.append(flat[i:i + d.numel()].view_as(d))
+            i += d.numel()
+        return (None, *out)
+
+
+def all_gather_autograd(x: torch.Tensor, group=None) -> torch.Tensor:
+    """`all_gather` whose backward reduce-scatters the gradient."""
+    return x if size(group) == 1 else _AllGather.apply(x, group)
+
+
+def replicated_sum(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum over ranks of a value every rank then holds (a loss); gradient passes through unchanged."""
+    return x if size(group) == 1 else _ReplicatedSum.apply(x, group)
+
+
+def reduce_grads(group, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Pass replicated parameters through; their gradients are all-reduced over `group` (one call)."""
+    return xs if size(group) == 1 else _ReduceGrads.apply(group, *xs)

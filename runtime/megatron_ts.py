@@ -1,0 +1,73 @@
+"""MegatronTS: Megatron-LM tensor parallelism with sequence parallelism, on the unified layout.
+
+Library module (no command). Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+Models" (MLSys 2023) section 4.2.2; schedules.py `megatron_ts`. Per sub-layer on rank r:
+forward: u = LN(x) [b, t, h]; all-gather u -> U [b, s, h]; column-parallel GEMM with this rank's w1 rows
+(attention: its heads' q, k, v; MLP: its f-columns); the core (attention of its heads over the whole
+sequence / GELU); row-parallel GEMM with its w2 rows -> partial [b, s, h]; reduce-scatter -> [b, t, h].
+Kept: x, the core input and output (attention: q, k, v, out, lse of its heads). Backward: all-gather dy,
+all-gather u again (only the sharded u is kept), reduce-scatter dU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime import comm
+from runtime.attention import gathered_attention_backward, gathered_attention_forward
+from runtime.layout import natural_order
+from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
+
+
+def gather_seq(x: torch.Tensor, group) -> torch.Tensor:
+    """[b, t, h] -> [b, p*t, h] (rank-major token order)."""
+    b, t, h = x.shape
+    full = comm.all_gather(x.transpose(0, 1), group)  # [t, b, h] -> [p*t, b, h]
+    return full.transpose(0, 1)  # [p*t, b, h] -> [b, p*t, h]
+
+
+def scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
+    """Sum over ranks and keep this rank's tokens: [b, p*t, h] -> [b, t, h]."""
+    part = comm.reduce_scatter(x.transpose(0, 1), group)  # [p*t, b, h] -> [t, b, h]
+    return part.transpose(0, 1)  # [t, b, h] -> [b, t, h]
+
+
+def _core_forward(a, ctx: Ctx):
+    if ctx.kind == "mlp":
+        return gelu(a), a
+    order = natural_order(ctx.seq_len, ctx.p).to(a.device)
+    return gathered_attention_forward(a, ctx.heads // ctx.p, order, ctx.causal)
+
+
+def _core_backward(dc, core_saved, ctx: Ctx):
+    if ctx.kind == "mlp":
+        return gelu_backward(core_saved, dc)
+    order = natural_order(ctx.seq_len, ctx.p).to(dc.device)
+    return gathered_attention_backward(dc, core_saved, order, ctx.causal)
+
+
+def forward(x, w: Weights, ctx: Ctx, prep=None):
+    u = layer_norm(x, w, ctx)
+    big_u = gather_seq(u, ctx.group)  # [b, t, h] -> [b, s, h]
+    a = big_u @ w.w1.t() + w.b1  # [b, s, h] -> [b, s, n1/p]
+    c, core_saved = _core_forward(a, ctx)  # [b, s, n1/p] -> [b, s, n2/p]
+    z = scatter_seq(c @ w.w2, ctx.group)  # [b, s, n2/p] -> [b, s, h] partial -> [b, t, h]
+    return x + z + w.b2, (x, c, core_saved)
+
+
+def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
+    x, c, core_saved = saved
+    big_dy = gather_seq(dy, ctx.group)  # [b, t, h] -> [b, s, h]
+    dw2 = weight_grad(c, big_dy)  # [n2/p, h]
+    dc = big_dy @ w.w2.t()  # [b, s, h] -> [b, s, n2/p]
+    da = _core_backward(dc, core_saved, ctx)  # [b, s, n2/p] -> [b, s, n1/p]
+    big_u = gather_seq(layer_norm(x, w, ctx), ctx.group)  # again: [b, t, h] -> [b, s, h]
+    dw1, db1 = weight_grad(da, big_u), da.sum((0, 1))
+    du = scatter_seq(da @ w.w1, ctx.group)  # [b, s, n1/p] -> [b, s, h] partial -> [b, t, h]
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": dy.sum((0, 1))}
+    return dy + dx, grads
+
+
+ATTENTION = Impl("megatron_ts", forward, backward)
+MLP = Impl("megatron_ts", forward, backward)

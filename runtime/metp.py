@@ -1,0 +1,151 @@
+"""METP: memory-efficient tensor parallelism (Liang et al., FITEE 2025), on the unified layout.
+
+Library module (no command). schedules.py `metp`. Every rank keeps its t tokens; weights travel, never
+activations of the whole sequence. A weight shard is the flat `cat(w1, b1, w2)` of one head group / one
+block of f-columns (layout.pack_shard).
+- Attention: an outer loop over head groups g = 0..p-1. Shard g is broadcast from rank g along the ring
+  by point-to-point messages (comm.chain_broadcast: each rank sends it at most once; the shard of g+1 is
+  fetched before group g is computed: double buffering). With it every rank computes q, k, v of group g
+  for its tokens, runs ring attention of that group (ring_attention.py: p - 1 K/V steps of
+  [t, 2h/p]), and adds its output times w2_g to the output.
+- MLP: the shards rotate around the ring (p - 1 steps, the next shard in flight while the current one is
+  applied); each rank adds GELU(u w1_g^T + b1_g) w2_g for its tokens.
+Kept: the sub-layer input x (LN is recomputed), and for attention the output of all heads and its lse.
+Backward: the shards travel the same way again; the first GEMM of each shard (q, k, v / the f-wide
+activation) is recomputed when the shard comes round; each shard's gradient partial is reduced onto its
+owner by point-to-point (attention: comm.chain_reduce per group; MLP: a travelling accumulator that ends
+at the owner). Per rank: p - 1 weight messages forward, 2(p - 1) backward, as schedules.py counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime import comm
+from runtime.attention import merge_heads, split_heads
+from runtime.layout import pack_shard, unpack_shard
+from runtime.ring_attention import ring_attention_backward, ring_attention_forward
+from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
+
+_TAG_W, _TAG_G = 21, 22
+
+
+def _own(w: Weights) -> torch.Tensor:
+    return pack_shard(w.w1, w.b1, w.w2)  # [W/p]
+
+
+# --- attention -----------------------------------------------------------------------------------------
+
+def _broadcast(own, g: int, ctx: Ctx, sends: list):
+    value, send = comm.chain_broadcast(own if ctx.rank == g else None, own, g, ctx.group, tag=_TAG_W)
+    if send is not None:
+        sends.append(send)
+    return value
+
+
+def attention_forward(x, w: Weights, ctx: Ctx, prep=None):
+    b, t, h = x.shape
+    u, own, sends = layer_norm(x, w, ctx), _own(w), []
+    hl = ctx.heads // ctx.p
+    o = torch.empty(b, ctx.heads, t, h // ctx.heads, dtype=x.dtype, device=x.device)
+    lse = torch.empty(b, ctx.heads, t, dtype=torch.float32, device=x.device)
+    y = x + w.b2
+    nxt = _broadcast(own, 0, ctx, sends)
+    for g in range(ctx.p):
+        cur = nxt
+        if g + 1 < ctx.p:
+            nxt = _broadcast(own, g + 1, ctx, sends)  # next shard before this group's compute
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
+        a = u @ w1.t() + b1  # [b, t, h] -> [b, t, 3h/p]
+        q, k, v = (split_heads(z, hl) for z in a.chunk(3, dim=-1))  # [b, h/p heads, t, d]
+        o_g, lse_g = ring_attention_forward(q, k, v, ctx.causal, ctx.group)
+        o[:, g * hl:(g + 1) * hl], lse[:, g * hl:(g + 1) * hl] = o_g, lse_g
+        y = y + merge_heads(o_g) @ w2  # [b, t, h/p] -> [b, t, h]
+    for s in sends:
+        s.wait()
+    return y, (x, o, lse)
+
+
+def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
+    x, o, lse = saved
+    h = x.shape[-1]
+    u, own, sends = layer_norm(x, w, ctx), _own(w), []
+    hl = ctx.heads // ctx.p
+    du = torch.zeros_like(x)
+    mine = None
+    nxt = _broadcast(own, 0, ctx, sends)
+    for g in range(ctx.p):
+        cur = nxt
+        if g + 1 < ctx.p:
+            nxt = _broadcast(own, g + 1, ctx, sends)
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
+        o_g, lse_g = o[:, g * hl:(g + 1) * hl], lse[:, g * hl:(g + 1) * hl]
+        dw2 = weight_grad(merge_heads(o_g), dy)  # [h/p, h]
+        do = split_heads(dy @ w2.t(), hl)  # [b, t, h] -> [b, h/p heads, t, d]
+        a = u @ w1.t() + b1  # recomputed first GEMM: [b, t, h] -> [b, t, 3h/p]
+        q, k, v = (split_heads(z, hl) for z in a.chunk(3, dim=-1))
+        dq, dk, dv = ring_attention_backward(do, q, k, v, o_g, lse_g, ctx.causal, ctx.group)
+        da = torch.cat([merge_heads(z) for z in (dq, dk, dv)], dim=-1)  # [b, t, 3h/p]
+        du += da @ w1  # [b, t, 3h/p] -> [b, t, h]
+        part = pack_shard(weight_grad(da, u), da.sum((0, 1)), dw2)  # this rank's partial of shard g
+        total, send = comm.chain_reduce(part, g, ctx.group, tag=_TAG_G)
+        if send is not None:
+            sends.append(send)
+        if total is not None:
+            mine = total
+    for s in sends:
+        s.wait()
+    return _finish(x, dy, du, mine, w, ctx)
+
+
+def _finish(x, dy, du, mine, w: Weights, ctx: Ctx):
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
+    dw1, db1, dw2 = unpack_shard(mine, w.w1.shape[0], x.shape[-1])
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": dy.sum((0, 1))}
+    return dy + dx, grads
+
+
+# --- MLP -----------------------------------------------------------------------------------------------
+
+def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
+    h = x.shape[-1]
+    u, cur = layer_norm(x, w, ctx), _own(w)
+    y = x + w.b2
+    for i in range(ctx.p):
+        pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
+        y = y + gelu(u @ w1.t() + b1) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
+        if pending is not None:
+            cur = pending.wait()
+    return y, (x,)
+
+
+def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
+    (x,) = saved
+    h = x.shape[-1]
+    u, cur = layer_norm(x, w, ctx), _own(w)
+    du = torch.zeros_like(x)
+    mine = acc_in = None
+    for i in range(ctx.p):
+        pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
+        a = u @ w1.t() + b1  # recomputed: [b, t, h] -> [b, t, f/p]
+        dw2 = weight_grad(gelu(a), dy)  # [f/p, h]
+        da = gelu_backward(a, dy @ w2.t())  # [b, t, h] -> [b, t, f/p]
+        du += da @ w1  # [b, t, f/p] -> [b, t, h]
+        part = pack_shard(weight_grad(da, u), da.sum((0, 1)), dw2)  # partial of shard (r - i) mod p
+        if i == 0:
+            mine = part
+        else:
+            if acc_in is not None:
+                part = part + acc_in.wait()  # accumulator of this shard from rank r-1
+            acc_in = comm.ring_exchange(part, ctx.group, tag=_TAG_G)  # on to r+1 (at i = p-1: the owner)
+        if pending is not None:
+            cur = pending.wait()
+    if acc_in is not None:
+        mine = mine + acc_in.wait()
+    return _finish(x, dy, du, mine, w, ctx)
+
+
+ATTENTION = Impl("metp", attention_forward, attention_backward)
+MLP = Impl("metp", mlp_forward, mlp_backward)

@@ -1,0 +1,105 @@
+"""`ParallelGPT`: GPT-2 over p ranks with a per-layer strategy plan, on the unified layout.
+
+Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
+sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
+positions and final norm (and so the tied head) are replicated, their gradients all-reduced in one call
+during the backward. `forward(input_ids_local, plan, labels=None)` runs layer l with the strategy named
+`plan[l]` (`NAME` or `NAME+recompute`, from the catalog in paradyse_lab/strategies.py); the plan may
+change on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.strategies import StrategyOption, get_strategy
+from runtime import comm, megatron_cz, megatron_ts, metp, ulysses_z
+from runtime.layout import PARAM_NAMES, check_length, gather_state_dict, local_positions, shard_state_dict
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict
+from runtime.sublayer import Ctx, run_sublayer
+
+STRATEGY_MODULES = {"megatron_ts": megatron_ts, "megatron_cz": megatron_cz, "ulysses_z": ulysses_z, "metp": metp}
+"""The runtime implementation of each usable catalog strategy."""
+
+
+def parse_plan(plan: Sequence[str], layers: int) -> list[StrategyOption]:
+    """Check a plan's length and names: one `NAME` or `NAME+recompute` per layer."""
+    if isinstance(plan, str) or not isinstance(plan, Sequence):
+        raise UserInputError(f"plan must be a list of {layers} strategy names, got {plan!r}")
+    if len(plan) != layers:
+        raise UserInputError(f"plan has {len(plan)} entries but the model has {layers} layers")
+    options = [StrategyOption.parse(str(name)) for name in plan]
+    for opt in options:
+        if opt.strategy not in STRATEGY_MODULES:
+            raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
+                                 f"valid: {', '.join(STRATEGY_MODULES)}")
+    return options
+
+
+class ParallelGPT(GPTParams):
+    """GPT-2 whose layers run under per-layer strategies over `group` (None: the default group)."""
+
+    def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None):
+        """Shards of `state_dict` (full, runtime names; reference.py), or of the GPT-2 initialisation
+        drawn from `seed` (the same on every rank)."""
+        self.p, self.rank = comm.size(group), comm.rank(group)
+        super().__init__(cfg, self.p)
+        self.group = group
+        for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden)):
+            if value % self.p:
+                raise UserInputError(f"{name} ({value}) must be divisible by p ({self.p}) for the 1/p weight shard")
+        full = state_dict if state_dict is not None else init_state_dict(cfg, seed)
+        self.load_state_dict(shard_state_dict(full, self.rank, self.p))
+
+    @classmethod
+    def from_hf_state_dict(cls, config, state_dict, group=None) -> ParallelGPT:
+        """From a Hugging Face GPT-2 config (dict or `GPT2Config`) and a `GPT2LMHeadModel` state dict."""
+        cfg = GPTConfig.from_hf(config)
+        return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg))
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full (unsharded) state dict; a collective: every rank must call it."""
+        return gather_state_dict(self.state_dict(), self.group)
+
+    def check(self, seq_len: int, plan: Sequence[str]) -> list[StrategyOption]:
+        """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens."""
+        check_length(seq_len, self.p)
+        if seq_len > self.cfg.max_positions:
+            raise UserInputError(f"sequence length {seq_len} exceeds max_positions ({self.cfg.max_positions})")
+        options = parse_plan(plan, self.cfg.layers)
+        spec = self.cfg.model_spec()
+        for opt in set(options):
+            problem = get_strategy(opt.strategy).violation(spec, self.p, seq_len)
+            if problem:
+                raise UserInputError(f"{opt.strategy}: {problem}")
+        return options
+
+    def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None):
+        """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
+        `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
+        all ranks' tokens (the same value on every rank; call backward on it on every rank)."""
+        cfg, p = self.cfg, self.p
+        b, t = input_ids.shape
+        options = self.check(t * p, plan)
+        wte, wpe, lnf_w, lnf_b = comm.reduce_grads(self.group, self.wte, self.wpe, self.lnf_w, self.lnf_b)
+        pos = local_positions(t * p, p, self.rank).to(input_ids.device)
+        x = F.embedding(input_ids, wte) + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
+        for index, (block, opt) in enumerate(zip(self.layers, options)):
+            module = STRATEGY_MODULES[opt.strategy]
+            for kind, params, impl in (("attention", block.attn, module.ATTENTION), ("mlp", block.mlp, module.MLP)):
+                ctx = Ctx(group=self.group, p=p, rank=self.rank, kind=kind, heads=cfg.heads, causal=cfg.causal,
+                          seq_len=t * p, eps=cfg.eps, tag=f"layers.{index}.{kind}")
+                x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
+        logits = F.layer_norm(x, (cfg.hidden,), lnf_w, lnf_b, cfg.eps) @ wte.t()  # [b, t, h] -> [b, t, V]
+        if labels is None:
+            return logits
+        with comm.tagged("loss"):
+            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
+            total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*t, V]
+                                    reduction="sum")
+            loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)
+        return logits, loss

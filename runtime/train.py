@@ -1,0 +1,318 @@
+"""Train a GPT-2-shaped model with a per-step, per-layer strategy plan chosen by a solver.
+
+Commands (one machine):
+
+    # under torchrun (one process per GPU, NCCL; or CPU processes with gloo):
+    torchrun --standalone --nproc-per-node 4 -m runtime.train --model gpt2-tiny --dataset uniform:512:1024 \\
+        --policy dynamic:dp --steps 100
+    # single-command launcher: spawns the processes itself (gloo on CPU, NCCL on GPUs)
+    python -m runtime.train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
+    # once `runtime.train` is in paradyse_lab.cli.COMMAND_MODULES: `paradyse-lab train ...` (same options)
+
+Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
+lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut
+to it, then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real
+tokens; otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which a
+model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py)
+plans each step with the analytic cost model of `--cluster` at this world size. AdamW; bf16 weights with
+fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank
+0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py)
+every `--checkpoint-every` steps and at the end, and `--resume` continues from the latest one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+ABBREV = {"megatron_ts": "TS", "megatron_cz": "CZ", "ulysses_z": "UZ", "metp": "ME"}
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """One training run."""
+
+    model: str
+    """Model preset or config.json (GPT-2-shaped)."""
+    dataset: str
+    """Workload spec giving each step's sequence length (and tokens for file:*.jsonl)."""
+    policy: str = "dynamic:dp"
+    """static:NAME or dynamic:SOLVER."""
+    steps: int = 100
+    """Optimizer steps in total (a resumed run continues up to this)."""
+    batch: int = 1
+    """Sequences per step."""
+    lr: float = 1e-3
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    seed: int = 0
+    """Seed of the initial weights, the workload and the synthetic tokens."""
+    max_len: int = 0
+    """Cap on the sequence length (0: the model's positions)."""
+    cluster: str = ""
+    """Cluster preset the policy plans for ('' = the default preset)."""
+    budget_gb: float = 0.0
+    """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
+    recompute: bool = False
+    """Let the policy choose activation recomputation per layer."""
+    checkpoint_dir: str = ""
+    """Where to write sharded checkpoints ('' = none)."""
+    checkpoint_every: int = 0
+    """Checkpoint period in steps (0: only at the end)."""
+    resume: bool = False
+    """Continue from the latest checkpoint in checkpoint_dir."""
+    log_file: str = ""
+    """CSV of the per-step log (rank 0)."""
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+
+
+def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int, token_file):
+    """[b, s] token ids of this step: from the JSONL file, else the seeded Markov chain."""
+    import torch
+
+    if token_file is not None:
+        rows = [token_file[(step * b + i) % len(token_file)][:s] for i in range(b)]
+        return torch.tensor([r + [0] * (s - len(r)) for r in rows], dtype=torch.long)
+    table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
+    gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
+    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
+    choice = choice.view(b, s)  # [b*s] -> [b, s]
+    out = torch.empty(b, s, dtype=torch.long)
+    out[:, 0] = torch.randint(0, vocab, (b,), generator=gen)
+    for i in range(1, s):
+        out[:, i] = table[out[:, i - 1], choice[:, i]]
+    return out
+
+
+def _plan_text(plan) -> str:
+    return ",".join(ABBREV.get(n.split("+")[0], n) + ("+r" if n.endswith("+recompute") else "") for n in plan)
+
+
+def train(opts: TrainOptions, group=None) -> list[dict]:
+    """Run the training loop on this rank (call on every rank); returns the per-step log."""
+    import resource
+    from dataclasses import replace
+
+    import torch
+
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.workloads import get_workload
+    from runtime import checkpoint, comm
+    from runtime.layout import layout_unit, shard_sequence
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig
+    from simulator.policies import parse_policy
+
+    p, rank = comm.size(group), comm.rank(group)
+    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or torch.distributed.get_backend(group) == "nccl")
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
+    cfg = GPTConfig.from_model_spec(spec)
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
+    policy = parse_policy(opts.policy, LayerGraph(spec, "block"), AnalyticCostModel(spec, cluster, p), budget,
+                          recompute=opts.recompute)
+    token_file = None
+    if opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl"):
+        with open(opts.dataset[5:]) as f:
+            token_file = [(lambda r: r["input_ids"] if isinstance(r, dict) else r)(json.loads(line))
+                          for line in f if line.strip()]
+    lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
+    unit, cap = layout_unit(p), min(opts.max_len or cfg.max_positions, cfg.max_positions)
+
+    def length_of(step: int) -> int:
+        return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
+
+    model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
+    masters = None
+    if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
+        model.to(torch.bfloat16)
+        masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
+    opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
+    meta = {"model": opts.model, "seed": opts.seed}
+    start = 0
+    if opts.resume and opts.checkpoint_dir and checkpoint.latest(opts.checkpoint_dir) is not None:
+        state, info = checkpoint.load(checkpoint.latest(opts.checkpoint_dir), meta, group)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        if masters is not None:
+            for m, saved in zip(masters, state["masters"]):
+                m.data.copy_(saved)
+        start = info["step"]
+        for step in range(start):  # replay the policy's cache and smoothing state
+            policy.decide(length_of(step), opts.batch)
+
+    def save(step: int) -> None:
+        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                 "masters": [m.detach() for m in masters] if masters is not None else None}
+        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
+
+    bar = None
+    if opts.progress and rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
+    log: list[dict] = []
+    for step in range(start, opts.steps):
+        s = length_of(step)
+        decision = policy.decide(s, opts.batch)
+        tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size, token_file)
+        labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
+        ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        _, loss = model(ids, list(decision.plan), labels)
+        loss.backward()
+        if masters is not None:
+            for m, q in zip(masters, model.parameters()):
+                m.grad = q.grad.float()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        if masters is not None:
+            with torch.no_grad():
+                for m, q in zip(masters, model.parameters()):
+                    q.copy_(m)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
+        row = {"step": step + 1, "seq_len": s, "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
+               "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
+               "cached": decision.cached, "feasible": decision.feasible}
+        log.append(row)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, ms=f"{1e3 * row['step_s']:.0f}",
+                            peak=f"{peak / 2**20:.0f}MiB", plan=row["plan"])
+        if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
+            save(step + 1)
+    if bar is not None:
+        bar.close()
+    if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
+        save(opts.steps)
+    if opts.log_file and rank == 0 and log:
+        with open(opts.log_file, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(log[0]))
+            if f.tell() == 0:
+                writer.writeheader()
+            writer.writerows(log)
+    return log
+
+
+# --- command line ----------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `train` (shared by `paradyse-lab train` and `python -m runtime.train`)."""
+    d = TrainOptions(model="", dataset="")
+    parser.add_argument("--model", required=True, help="preset (e.g. gpt2-tiny) or GPT-2 config.json")
+    parser.add_argument("--dataset", required=True, help="workload: github_code, grch38, uniform:LO:HI, "
+                        "lognormal:MEDIAN:SIGMA, file:PATH (file:*.jsonl of token-id lists gives real tokens)")
+    parser.add_argument("--policy", default=d.policy, help="static:NAME or dynamic:SOLVER (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
+    parser.add_argument("--batch", type=int, default=d.batch, help="sequences per step (default %(default)s)")
+    parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate (default %(default)s)")
+    parser.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
+    parser.add_argument("--seed", type=int, default=d.seed, help="weights, workload and token seed")
+    parser.add_argument("--max-len", type=int, default=d.max_len, help="cap on sequence length (0: positions)")
+    parser.add_argument("--cluster", default=d.cluster, help="cluster preset the policy plans for")
+    parser.add_argument("--budget-gb", type=float, default=d.budget_gb, help="plan memory budget (0: GPU memory)")
+    parser.add_argument("--recompute", action="store_true", help="let the policy choose recomputation")
+    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, help="write sharded checkpoints here")
+    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="period in steps")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    parser.add_argument("--log-file", default=d.log_file, help="CSV of per-step loss, time, memory and plan")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--nproc", type=int, default=0,
+                        help="spawn this many local processes (single-command launcher; not under torchrun)")
+
+
+def options_from_args(args: argparse.Namespace) -> TrainOptions:
+    """TrainOptions from parsed arguments (validated)."""
+    from paradyse_lab.errors import require_positive_int
+
+    require_positive_int("steps", args.steps)
+    require_positive_int("batch", args.batch)
+    return TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
+                        batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
+                        max_len=args.max_len, cluster=args.cluster, budget_gb=args.budget_gb,
+                        recompute=args.recompute, checkpoint_dir=args.checkpoint_dir,
+                        checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
+                        progress=not args.no_progress)
+
+
+def _init_and_train(rank: int, world: int, opts: TrainOptions, port: int | None) -> None:
+    """One rank: join the process group (torchrun's environment, or the launcher's), train, leave."""
+    import torch
+    import torch.distributed as dist
+
+    if port is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    gpu = torch.cuda.is_available() and torch.cuda.device_count() >= world
+    if gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("nccl" if gpu else "gloo")
+    try:
+        train(opts)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of `paradyse-lab train` and `python -m runtime.train`."""
+    opts = options_from_args(args)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
+        _init_and_train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
+    elif args.nproc > 1:
+        import socket
+
+        import torch.multiprocessing as mp
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.spawn(_init_and_train, args=(args.nproc, opts, port), nprocs=args.nproc)
+    else:
+        train(opts)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add the `train` sub-command to the paradyse-lab CLI (imports no torch until it runs)."""
+    parser = subparsers.add_parser("train", help="train with per-layer strategy switching (torch.distributed)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from paradyse_lab.errors import UserInputError
+
+    parser = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

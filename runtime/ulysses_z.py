@@ -1,0 +1,59 @@
+"""UlyssesZ: DeepSpeed-Ulysses attention with ZeRO-3 weights, on the unified layout.
+
+Library module (no command). Jacobs et al., "DeepSpeed Ulysses" (2023); schedules.py `ulysses_z`.
+Attention on rank r: gather the full W_qkv, W_proj (zero3.py); q, k, v of all heads for its t tokens;
+all-to-all sequence-sharded -> head-sharded (head group g goes to rank g; rank r receives its heads for
+all s tokens, in rank-major order); attention of its heads over the whole sequence; all-to-all back; the
+full output projection. Backward: all-to-all dO, then dQKV. Needs heads divisible by p. MLP: zero3.MLP.
+"""
+
+from __future__ import annotations
+
+from runtime import comm
+from runtime.attention import gathered_attention_backward, gathered_attention_forward
+from runtime.layout import natural_order
+from runtime.sublayer import Ctx, Impl, Weights, layer_norm, layer_norm_backward, weight_grad
+from runtime.zero3 import MLP, gather_weights, prepare_backward, scatter_grads
+
+
+def seq_to_heads(a, ctx: Ctx):
+    """[b, t, p*n] (feature group g for rank g) -> [b, p*t, n] (this rank's group, all tokens)."""
+    b, t, _ = a.shape
+    send = a.view(b, t, ctx.p, -1).permute(2, 0, 1, 3)  # [b, t, p, n] -> [p(dest), b, t, n]
+    recv = comm.all_to_all(send, ctx.group)  # [p(dest), b, t, n] -> [p(src), b, t, n]
+    return recv.transpose(0, 1).reshape(b, ctx.p * t, -1)  # [p, b, t, n] -> [b, p*t, n]
+
+
+def heads_to_seq(a, ctx: Ctx):
+    """Inverse of `seq_to_heads`: [b, p*t, n] -> [b, t, p*n]."""
+    b, pt, n = a.shape
+    send = a.view(b, ctx.p, pt // ctx.p, n).transpose(0, 1)  # [b, p, t, n] -> [p(dest), b, t, n]
+    recv = comm.all_to_all(send, ctx.group)  # [p(dest), b, t, n] -> [p(src group), b, t, n]
+    return recv.permute(1, 2, 0, 3).reshape(b, pt // ctx.p, ctx.p * n)  # [b, t, p, n] -> [b, t, p*n]
+
+
+def forward(x, w: Weights, ctx: Ctx, prep=None):
+    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
+    a = layer_norm(x, w, ctx) @ w1.t() + b1  # [b, t, h] -> [b, t, 3h] (per head group: q, k, v)
+    order = natural_order(ctx.seq_len, ctx.p).to(x.device)
+    ch, core = gathered_attention_forward(seq_to_heads(a, ctx), ctx.heads // ctx.p, order, ctx.causal)
+    c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
+    return x + c @ w2 + w.b2, (x, c, core)
+
+
+def backward(saved, dy, w: Weights, ctx: Ctx, prep):
+    x, c, core = saved
+    w1, b1, w2 = prep
+    dw2 = weight_grad(c, dy)  # [h, h]
+    order = natural_order(ctx.seq_len, ctx.p).to(x.device)
+    dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
+    da = heads_to_seq(gathered_attention_backward(dch, core, order, ctx.causal), ctx)  # -> [b, t, 3h]
+    dw1, db1 = weight_grad(da, layer_norm(x, w, ctx)), da.sum((0, 1))
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, 3h] -> [b, t, h]
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}
+    return dy + dx, grads
+
+
+ATTENTION = Impl("ulysses_z", forward, backward, prepare_backward)
+__all__ = ["ATTENTION", "MLP"]

@@ -1,0 +1,264 @@
+"""Cases run on every rank of one gloo process group (dist_harness.py); test_distributed.py runs them.
+
+Run: `python -m pytest -q tests/runtime`. Shapes: gpt2-tiny (h 96, 12 heads, 4 layers, vocab 512) in fp32,
+b = 2, s = 48 (divisible by 2p for p = 1..4). Every case compares against the single-device reference
+with torch.testing.assert_close and compares the bytes comm.py counted with the analytic schedule.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.testing import assert_close
+
+from paradyse_lab.costmodel.formulas import embedding_params
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.strategies import StrategyOption
+from runtime import ParallelGPT, gather_sequence, shard_sequence
+from runtime.comm import count_bytes
+from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
+from runtime.model import STRATEGY_MODULES
+from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
+from runtime.sublayer import Ctx, run_sublayer
+
+B, S = 2, 48
+STRATEGIES = tuple(STRATEGY_MODULES)
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+"""fp32, tight: the parallel sums run in another order than the reference's."""
+
+
+def config(causal: bool = True, heads: int | None = None) -> GPTConfig:
+    spec = PRESETS["gpt2-tiny"]
+    return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden,
+                     heads=heads or spec.heads, layers=spec.layers, causal=causal)
+
+
+def random_state(cfg: GPTConfig, seed: int = 7) -> dict[str, torch.Tensor]:
+    """GPT-2 init plus noise on every tensor (non-trivial norms and biases); identical on every rank."""
+    sd = init_state_dict(cfg, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in sd.items()}
+
+
+def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int) -> dict[str, int]:
+    """Bytes by op the analytic schedule predicts one rank sends for one sub-layer (fwd + bwd)."""
+    out: dict[str, int] = {}
+    for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), S, B, p).collectives:
+        out[call.op] = out.get(call.op, 0) + call.sent_bytes
+    return {k: v for k, v in out.items() if v}
+
+
+# --- one sub-layer ---------------------------------------------------------------------------------------
+
+def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool):
+    def case(rank: int, p: int, group) -> None:
+        cfg = config(causal)
+        prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
+        full = {n: v for n, v in random_state(cfg).items() if n.startswith(prefix)}
+        full = {n.rpartition(".")[2]: v for n, v in full.items()}
+        gen = torch.Generator().manual_seed(3)
+        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
+        xr = x.clone().requires_grad_()
+        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
+        yr = reference_sublayer(xr, pr, kind, cfg)
+        yr.backward(dy)
+
+        params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
+        before = [v.detach().clone() for v in params]
+        xl = shard_sequence(x, 1, group).requires_grad_()
+        module = STRATEGY_MODULES[strategy]
+        ctx = Ctx(group=group, p=p, rank=rank, kind=kind, heads=cfg.heads, causal=causal, seq_len=S,
+                  eps=cfg.eps, tag="case")
+        with count_bytes() as counter:
+            y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, xl, params)
+            for now, then in zip(params, before):
+                assert torch.equal(now.detach(), then), "a parameter changed during the forward pass"
+            y.backward(shard_sequence(dy, 1, group))
+        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
+        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
+        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, kind, rank, p)
+        for name, prm in zip(PARAM_NAMES, params):
+            assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+        option = strategy + ("+recompute" if recompute else "")
+        assert counter.total() == predicted_bytes(cfg, kind, option, p), (counter.total(),
+                                                                        predicted_bytes(cfg, kind, option, p))
+    return case
+
+
+# --- the whole model -------------------------------------------------------------------------------------
+
+def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group) -> None:
+    """Run each plan on `model` (one after another, as training steps) and compare with `ref`."""
+    cfg = model.cfg
+    gen = torch.Generator().manual_seed(11)
+    ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
+    labels = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
+    labels[0, :5] = -100
+    ref.zero_grad()
+    logits_r, loss_r = ref(ids, labels)
+    loss_r.backward()
+    ref_grads = shard_state_dict({n: q.grad for n, q in ref.named_parameters()}, rank, p)
+    emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
+    for plan in plans:
+        model.zero_grad()
+        before = {n: q.detach().clone() for n, q in model.named_parameters()}
+        with count_bytes() as counter:
+            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group))
+            for n, q in model.named_parameters():
+                assert torch.equal(q.detach(), before[n]), f"{n} changed during the forward pass"
+            loss.backward()
+        assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
+        assert_close(loss.detach(), loss_r.detach(), **TOL)
+        for n, q in model.named_parameters():
+            assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
+        # every byte belongs to a sub-layer, the embedding or the loss: switching moves nothing
+        assert counter.total("") == {}, counter.total("")
+        for index, option in enumerate(plan):
+            for kind in ("attention", "mlp"):
+                got = counter.total(f"layers.{index}.{kind}")
+                assert got == predicted_bytes(cfg, kind, option, p), (plan, index, kind, got)
+        assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
+
+
+def model_case(plans, causal: bool = True):
+    def case(rank: int, p: int, group) -> None:
+        cfg = config(causal)
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd)
+        full = model.full_state_dict()  # gathering the shards gives back the full state dict
+        assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
+        _check_model(model, ref, plans, rank, p, group)
+    return case
+
+
+def hf_case(rank: int, p: int, group) -> None:
+    """Logits of a small random transformers GPT-2 (built locally, no download) match."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf_cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=96, n_layer=2, n_head=12, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(5)
+    hf = GPT2LMHeadModel(hf_cfg).eval()
+    with torch.no_grad():
+        for q in hf.parameters():
+            q.add_(0.02 * torch.randn_like(q))  # non-trivial norms and biases
+    ids = torch.randint(0, 512, (B, S), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = hf(ids).logits
+    model = ParallelGPT.from_hf_state_dict(hf_cfg.to_dict(), hf.state_dict(), group)
+    for plan in (["metp", "ulysses_z+recompute"], ["megatron_ts", "megatron_cz"]):
+        with torch.no_grad():
+            got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
+        assert_close(got, want, **TOL)
+
+
+def bad_input_case(rank: int, p: int, group) -> None:
+    """Clear errors: plan of the wrong length, unknown / unusable names, unsplittable lengths and heads."""
+    cfg = config()
+    model = ParallelGPT(cfg, group)
+    ids = torch.zeros(1, S // p, dtype=torch.long)
+
+    def expect(fragment: str, fn) -> None:
+        try:
+            fn()
+        except UserInputError as err:
+            assert fragment in str(err), f"{fragment!r} not in {err}"
+        else:
+            raise AssertionError(f"no error for {fragment!r}")
+
+    expect("plan has 3 entries", lambda: model(ids, ["metp"] * 3))
+    expect("unknown strategy 'magic'", lambda: model(ids, ["magic"] * 4))
+    expect("colossal_z", lambda: model(ids, ["colossal_z"] * 4))
+    if p > 1:  # local length 3: s = 3p is not a multiple of the zig-zag unit 2p
+        expect(f"multiple of {2 * p}", lambda: model(torch.zeros(1, 3, dtype=torch.long), ["metp"] * 4))
+        expect(f"multiple of {2 * p}", lambda: shard_sequence(torch.zeros(1, 3 * p), 1, group))
+    if p == 4:  # 6 heads do not split over 4 ranks; the ZeRO-3 ring strategy does not need it
+        narrow = ParallelGPT(config(heads=6), group)
+        expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["ulysses_z"] * 4))
+        expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["megatron_ts"] * 4))
+        with torch.no_grad():
+            narrow(ids, ["megatron_cz"] * 4)
+
+
+CASES = {}
+for _strategy in STRATEGIES:
+    for _kind in ("attention", "mlp"):
+        for _causal in (True, False):
+            for _recompute in (False, True):
+                _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
+                    "-recompute" if _recompute else "")
+                CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
+for _causal in (True, False):
+    _tag = "causal" if _causal else "bidir"
+    for _strategy in STRATEGIES:
+        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)
+    CASES[f"model-mixed-switching-{_tag}"] = model_case([
+        ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
+        ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
+        ["megatron_cz", "megatron_cz", "metp", "megatron_ts"],
+    ], _causal)
+CASES["hf-gpt2-logits"] = hf_case
+CASES["bad-input"] = bad_input_case
+
+
+# --- training ---------------------------------------------------------------------------------------------
+
+def _shared_tmpdir(rank: int, p: int, group) -> str:
+    import tempfile
+
+    import torch.distributed as dist
+
+    box = [tempfile.mkdtemp(prefix="paradyse-ckpt-") if rank == 0 else None]
+    if p > 1:
+        dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+def train_loss_falls_case(rank: int, p: int, group) -> None:
+    """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
+    from runtime.train import TrainOptions, train
+
+    log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=30, max_len=S, progress=False),
+                group)
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:5], log[-5:]))
+    assert last < first - 0.5, (first, last)
+
+
+def checkpoint_resume_case(rank: int, p: int, group) -> None:
+    """Stopping at step 3 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
+    import os
+
+    import torch.distributed as dist
+
+    from runtime import checkpoint
+    from runtime.train import TrainOptions, train
+
+    root = _shared_tmpdir(rank, p, group)
+    common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
+              "checkpoint_every": 3}
+    straight = train(TrainOptions(steps=6, checkpoint_dir=os.path.join(root, "a"), **common), group)
+    train(TrainOptions(steps=3, checkpoint_dir=os.path.join(root, "b"), **common), group)
+    resumed = train(TrainOptions(steps=6, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    assert [r["step"] for r in resumed] == [4, 5, 6]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[3:]]
+    meta = {"model": "gpt2-tiny", "seed": 0}
+    a, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "a")), meta, group)
+    b, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "b")), meta, group)
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+    for sa, sb in zip(a["optim"]["state"].values(), b["optim"]["state"].values()):
+        for key in sa:
+            assert torch.equal(sa[key], sb[key]), key
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+CASES["train-loss-falls"] = train_loss_falls_case
+CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case

@@ -1,0 +1,137 @@
+"""Single-process runtime tests: layout maths, weight shards, attention kernels, the merge, plan checks.
+
+Run: `python -m pytest -q tests/runtime/test_local.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
+from runtime import GPTConfig, ParallelGPT, ReferenceGPT
+from runtime.attention import _math_forward, attention_backward, attention_forward, merge_partials
+from runtime.layout import (
+    check_length,
+    gathered_positions,
+    layout_unit,
+    local_positions,
+    natural_order,
+    pack_gathered,
+    pack_shard,
+    shard_state_dict,
+    shard_sublayer,
+    unpack_gathered,
+    unshard_sublayer,
+)
+from runtime.reference import init_state_dict
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_zigzag_chunks_partition_the_sequence(p):
+    s = 48
+    parts = [local_positions(s, p, r) for r in range(p)]
+    assert sorted(torch.cat(parts).tolist()) == list(range(s))
+    for part in parts:
+        assert len(part) == s // p and torch.all(part[1:] > part[:-1])  # increasing: causal on local order
+    if p > 1:
+        c = s // (2 * p)
+        assert parts[0][:c].tolist() == list(range(c)) and parts[0][-1] == s - 1  # chunks 0 and 2p-1
+    assert torch.equal(gathered_positions(s, p)[natural_order(s, p)], torch.arange(s))
+
+
+def test_length_must_split_into_zigzag_unit():
+    assert layout_unit(1) == 1 and layout_unit(3) == 6
+    check_length(7, 1)
+    with pytest.raises(UserInputError, match="multiple of 6"):
+        check_length(9, 3)
+
+
+@pytest.mark.parametrize("kind", ["attention", "mlp"])
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_weight_shards_round_trip(kind, p):
+    h, f = 24, 96
+    n1 = 3 * h if kind == "attention" else f
+    n2 = h if kind == "attention" else f
+    full = {"ln_w": torch.randn(h), "ln_b": torch.randn(h), "w1": torch.randn(n1, h), "b1": torch.randn(n1),
+            "w2": torch.randn(n2, h), "b2": torch.randn(h)}
+    shards = [shard_sublayer(full, kind, r, p) for r in range(p)]
+    assert shards[0]["w1"].shape == (n1 // p, h) and shards[0]["w2"].shape == (n2 // p, h)
+    back = unshard_sublayer(shards, kind)
+    for name, value in full.items():
+        assert torch.equal(back[name], value)
+    flat = torch.cat([pack_shard(s["w1"], s["b1"], s["w2"]) for s in shards])
+    w1, b1, w2 = unpack_gathered(flat, p, n1 // p, h)
+    assert torch.equal(pack_gathered(w1, b1, w2, p), flat)
+    if kind == "mlp":  # the ZeRO-3 gather of the MLP is the natural matrix
+        assert torch.equal(w1, full["w1"]) and torch.equal(w2, full["w2"])
+
+
+def _reference_attention(q, k, v, causal):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_math_kernel_forward_backward_and_lse(causal):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(2, 3, 10, 8, generator=gen, dtype=torch.float64) for _ in range(4))
+    out, lse = attention_forward(q, k, v, causal)
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    want, want_lse = _reference_attention(qr, kr, vr, causal)
+    want.backward(do)
+    assert_close(out, want.detach().to(out.dtype))
+    assert_close(lse, want_lse.detach())
+    for got, ref in zip(attention_backward(do, q, k, v, out, lse, causal), (qr.grad, kr.grad, vr.grad)):
+        assert_close(got, ref)
+
+
+def test_merge_of_partials_equals_attention_over_all_keys():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=gen) * 8 for _ in range(3))  # large logits: stability
+    full, full_lse = _math_forward(q, k, v, False, 0.5)
+    out, lse = torch.zeros_like(q), torch.full(q.shape[:3], float("-inf"))
+    for ks in (slice(0, 2), slice(2, 6)):
+        o_b, l_b = _math_forward(q, k[:, :, ks], v[:, :, ks], False, 0.5)
+        merge_partials(out, lse, o_b, l_b)
+    assert_close(out, full)
+    assert_close(lse, full_lse)
+
+
+def test_single_process_model_matches_reference_and_state_dict_shards():
+    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    sd = init_state_dict(cfg, 3)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    model = ParallelGPT(cfg, state_dict=sd)
+    ids = torch.randint(0, 64, (2, 12))
+    assert_close(model(ids, ["metp", "megatron_ts+recompute"]), ref(ids))
+    assert set(shard_state_dict(sd, 1, 2)) == set(sd)
+    for key, value in model.full_state_dict().items():
+        assert torch.equal(value, sd[key])
+
+
+def test_plan_errors_name_the_problem():
+    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    model = ParallelGPT(cfg)
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(UserInputError, match="plan has 1 entries but the model has 2 layers"):
+        model(ids, ["metp"])
+    with pytest.raises(UserInputError, match="unknown strategy"):
+        model(ids, ["metp", "tp"])
+    with pytest.raises(UserInputError, match="no runtime implementation"):
+        model(ids, ["metp", "colossal_z"])
+    with pytest.raises(UserInputError, match="max_positions"):
+        model(torch.zeros(1, 32, dtype=torch.long), ["metp", "metp"])
+
+
+def test_train_command_reports_bad_input_without_a_traceback(capsys):
+    from runtime.train import main
+
+    assert main(["--model", "gpt2-tiny", "--dataset", "nope", "--steps", "2", "--no-progress"]) == 2
+    assert "unknown workload 'nope'" in capsys.readouterr().err
+    assert main(["--model", "bert", "--dataset", "uniform:512:1024", "--steps", "2", "--no-progress"]) == 2
+    assert "embedding" in capsys.readouterr().err  # the paper's layer-stack presets have no embedding
