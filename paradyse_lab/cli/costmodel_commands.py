@@ -1,0 +1,218 @@
+"""`paradyse-lab ablate-costmodel`, `synth-profile` and `fit-costmodel`: learned cost models from profiles.
+
+Examples:
+    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv --format json
+    paradyse-lab synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv
+    paradyse-lab fit-costmodel --kind hybrid --out hybrid.joblib   # then --plan-cost-model hybrid.joblib
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from paradyse_lab.cli.output import add_format_argument, print_json, print_table
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.errors import UserInputError, require_positive_int
+
+DEFAULT_SIM = ("gpt", "grch38", 200)
+"""Regret is simulated on the paper's Table 5 setting: GPT on GRCh38."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "ablate-costmodel", help="accuracy and planning regret of the cost models on a profile",
+        description="Per cost model (analytic, the paper's hybrid random forest + polynomial, forest only, "
+        "polynomial only, analytic x learned residual) and strategy: MAPE of whole-model time and peak "
+        "memory on held-out lengths inside the profiled range (interp) and up to 2x beyond it (extrap): each "
+        "profiled curve is cut at half its longest length, the models fit below the cut. Regret: simulated "
+        "total time of the plans a model chooses (dynamic:dp, no smoothing, models fitted on the whole "
+        "profile), charged by the truth, over that of the plans the truth chooses, over the steps both "
+        "trained (1.0 = no loss).")
+    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
+    p.add_argument("--cost-models", default="analytic,hybrid,forest,polynomial,residual",
+                   help="comma-separated cost models to compare (default all)")
+    p.add_argument("--holdout-every", type=int, default=4,
+                   help="hold out every Nth distinct length inside the range (default 4)")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help=f"cluster of the analytic model when the profile's device is not a preset ({DEFAULT_CLUSTER})")
+    p.add_argument("--model", default=DEFAULT_SIM[0], help="transformer of the regret simulation (default gpt)")
+    p.add_argument("--dataset", default=DEFAULT_SIM[1], help="workload of the regret simulation (default grch38)")
+    p.add_argument("--size", type=int, default=DEFAULT_SIM[2], help="sequences in the workload (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="workload sampling seed (default 0)")
+    p.add_argument("--solver", default="dp", help="solver of the dynamic policy (default dp)")
+    p.add_argument("--truth-cost-model", default="analytic", help="cost model that charges plans (default analytic)")
+    p.add_argument("--reserve-gb", type=float, default=1.0, help="memory kept back per GPU (default 1 GiB)")
+    p.add_argument("--no-regret", action="store_true", help="skip the simulations (regret is then null)")
+    add_format_argument(p)
+    p.set_defaults(func=run_ablate)
+
+    p = sub.add_parser(
+        "synth-profile", help="write a synthetic profile: the analytic model with seeded noise (source=analytic)",
+        description="Stand-in for GPU measurements: whole-model time and memory of each model and strategy over "
+        "a geometric grid of lengths (up to each strategy's OOM), from the analytic model, times lognormal "
+        "noise (paradyse_lab/costmodel/synthetic.py documents the noise model). Rows say source=analytic.")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
+    p.add_argument("--models", default="bert,llama,gpt,llama3-8b", help="comma-separated models")
+    p.add_argument("--p", type=int, default=None, help="GPUs (default: the cluster's)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--time-noise", type=float, default=0.02, help="sigma of log time noise (default 0.02)")
+    p.add_argument("--mem-noise", type=float, default=0.005, help="sigma of log memory noise (default 0.005)")
+    p.add_argument("--ratio", type=float, default=1.02,
+                   help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.02)")
+    p.add_argument("--max-len", type=int, default=1 << 20, help="longest length profiled (default 1048576)")
+    p.add_argument("--reserve-gb", type=float, default=1.0, help="memory kept back per GPU (default 1 GiB)")
+    p.add_argument("--recompute", action="store_true", help="also profile each strategy with recomputation")
+    p.add_argument("--timestamp", default=None, help="timestamp written in every row (default now, UTC)")
+    p.set_defaults(func=run_synth)
+
+    p = sub.add_parser(
+        "fit-costmodel", help="fit a learned cost model on a profile and save it (joblib)",
+        description="Fit one learned cost model (hybrid, forest, polynomial or residual) on a profile and "
+        "save it; --plan-cost-model / --truth-cost-model accept the .joblib file. joblib files are pickles: "
+        "load only files you trust.")
+    p.add_argument("--kind", required=True, help="hybrid, forest, polynomial or residual")
+    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
+    p.add_argument("--out", required=True, help=".joblib file to write")
+    p.set_defaults(func=run_fit)
+
+
+def _profile_path(args) -> Path:
+    from paradyse_lab.profiles import default_profile
+
+    return Path(args.profiles) if args.profiles else default_profile(get_cluster(args.cluster).name)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def run_ablate(args) -> int:
+    from paradyse_lab.costmodel.ablation import ABLATION_MODELS, accuracy
+    from paradyse_lab.errors import unknown_name
+    from paradyse_lab.profiles import profile_sources, read_profiles
+
+    started = time.perf_counter()
+    names = [n.strip() for n in args.cost_models.split(",") if n.strip()]
+    for n in names:
+        if n not in ABLATION_MODELS:
+            raise unknown_name("cost model in --cost-models", n, ABLATION_MODELS)
+    if not names:
+        raise UserInputError("--cost-models names no cost model")
+    size = require_positive_int("--size", args.size)
+    if args.reserve_gb < 0:
+        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
+    path = _profile_path(args)
+    df = read_profiles(path)
+    source = profile_sources(df)
+    cluster = get_cluster(args.cluster)
+    summary, per_strategy = accuracy(df, names, cluster, args.holdout_every)
+    runs = {}
+    if not args.no_regret:
+        try:
+            runs = _regret(args, names, path, size)
+        except UserInputError as err:
+            raise UserInputError(f"regret simulation: {err} (--model picks one of the profile's models: "
+                                 f"{', '.join(sorted(set(df['model'])))}; --no-regret skips it)") from None
+    models = {n: {**summary[n], "regret": runs[n]["regret"] if n in runs else None} for n in names}
+    out = {
+        "models": models,
+        "by_strategy": per_strategy.to_dict(orient="records"),
+        "regret_runs": runs,
+        "profile": str(path), "profile_source": source, "rows": len(df),
+        "simulation": None if args.no_regret else {
+            "model": args.model, "dataset": args.dataset, "size": size, "seed": args.seed,
+            "policy": f"dynamic:{args.solver}", "smoothing": False, "truth_cost_model": args.truth_cost_model},
+        "wall_s": time.perf_counter() - started,
+    }
+    if args.format == "json":
+        print_json(out)
+        return 0
+    print(f"profile {path} ({len(df)} rows, source={source})")
+    rows = [[n, _pct(m["time_mape_interp"]), _pct(m["time_mape_extrap"]), _pct(m["mem_mape_interp"]),
+             _pct(m["mem_mape_extrap"]), "-" if m["regret"] is None else f"{m['regret']:.4f}"]
+            for n, m in models.items()]
+    print_table(["cost model", "time interp", "time extrap", "mem interp", "mem extrap", "regret"], rows)
+    print()
+    rows = [[r["model"], r["strategy"]] + [_pct(r[k]) for k in ("time_mape_interp", "time_mape_extrap",
+                                                                   "mem_mape_interp", "mem_mape_extrap")]
+            for r in out["by_strategy"]]
+    print_table(["cost model", "strategy", "time interp", "time extrap", "mem interp", "mem extrap"], rows)
+    if runs:
+        print()
+        rows = [[n, r["steps"], r["truth_steps"], f"{r['time_s']:.1f}", f"{r['truth_time_s']:.1f}",
+                 r["max_len"], r["oom_at_seq_len"] or "-"] for n, r in runs.items()]
+        print_table(["plan cost model", "steps", "truth steps", "time s", "truth time s", "max len", "OOM at"], rows)
+        print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
+              f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
+    return 0
+
+
+def _regret(args, names, path: Path, size: int) -> dict:
+    """Per plan cost model: the truth-charged run against the truth-planned run (common trained steps)."""
+    from simulator.experiments import Setup, run_one
+    from simulator.summary import summarize, time_to_reach
+
+    setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=int(args.reserve_gb * 2**30),
+                  profiles=str(path))
+    policy = f"dynamic:{args.solver}"
+    truth = args.truth_cost_model
+    kw = {"smoothing": False, "truth_cost_model": truth, "progress": sys.stderr.isatty()}
+    base = run_one(setup, args.model, args.dataset, policy, plan_cost_model=truth, **kw)
+    base_s = summarize(base, args.model, args.dataset, policy)
+    out = {}
+    for n in names:
+        rows = base if n == truth else run_one(setup, args.model, args.dataset, policy, plan_cost_model=n, **kw)
+        s = summarize(rows, args.model, args.dataset, policy)
+        common = min(s.steps, base_s.steps)
+        t_model, t_truth = time_to_reach(rows, common), time_to_reach(base, common)
+        out[n] = {"regret": t_model / t_truth if t_truth else None, "steps": s.steps, "truth_steps": base_s.steps,
+                  "time_s": s.total_time_s, "truth_time_s": base_s.total_time_s, "common_steps": common,
+                  "max_len": s.max_seq_len_trained, "oom_at_seq_len": s.oom_at_seq_len}
+    return out
+
+
+def run_synth(args) -> int:
+    from paradyse_lab.costmodel.synthetic import synthesize_profiles
+    from paradyse_lab.profiles import write_profiles
+
+    cluster = get_cluster(args.cluster)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise UserInputError("--models names no model")
+    for name, value in (("--time-noise", args.time_noise), ("--mem-noise", args.mem_noise)):
+        if not 0 <= value < 1:
+            raise UserInputError(f"{name} must be in [0, 1), got {value}")
+    if not args.ratio > 1:
+        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    max_len = require_positive_int("--max-len", args.max_len)
+    if args.reserve_gb < 0:
+        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
+    df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
+                             mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
+                             reserve_bytes=int(args.reserve_gb * 2**30), recompute=args.recompute,
+                             timestamp=args.timestamp)
+    if df.empty:
+        raise UserInputError("no row: no strategy fits the shortest length on this cluster")
+    path = write_profiles(df, args.out)
+    curves = df.groupby(["model", "strategy", "recompute"]).size()
+    print(f"wrote {path}: {len(df)} rows, {len(curves)} curves, {path.stat().st_size / 1e3:.0f} kB, source=analytic "
+          f"(synthetic: analytic model x lognormal noise, seed {args.seed})")
+    return 0
+
+
+def run_fit(args) -> int:
+    from paradyse_lab.costmodel.learned_cost_model import LEARNED_KINDS, fit_profiles
+    from paradyse_lab.errors import unknown_name
+    from paradyse_lab.profiles import read_profiles
+
+    if args.kind not in LEARNED_KINDS:
+        raise unknown_name("--kind", args.kind, LEARNED_KINDS)
+    path = _profile_path(args)
+    fitted = fit_profiles(args.kind, read_profiles(path), get_cluster(args.cluster), source_name=str(path))
+    out = fitted.save(args.out)
+    print(f"wrote {out}: {fitted.label}, fitted on {fitted.n_rows} rows of {path}")
+    return 0

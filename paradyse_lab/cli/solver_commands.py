@@ -1,0 +1,162 @@
+"""`paradyse-lab plan | solve | compare-solvers`: strategy plans from the solvers.
+
+Examples:
+  paradyse-lab plan --model gpt --seq 256K --solver dp --recompute
+  paradyse-lab solve --problem problem.json --solver ilp --format json
+  paradyse-lab compare-solvers --model gpt --seqs 64K,128K,256K --recompute --granularity sublayer
+"""
+
+from __future__ import annotations
+
+from paradyse_lab.cli.cost_command import parse_int, parse_options
+from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.layer_graph import GRANULARITIES
+from paradyse_lab.search_problem import SearchProblem
+
+SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
+COMPARED = ("heuristic", "greedy", "dp", "ilp")
+
+
+def _add_problem_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
+    p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
+    p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
+    p.add_argument("--granularity", choices=GRANULARITIES, default="block",
+                   help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
+    p.add_argument("--budget-gb", help="memory budget per GPU in GB (10^9 bytes; default: the GPU's memory)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="choose a strategy per layer for one sequence length",
+                       description="Build the search problem of a model at one sequence length under the "
+                       "analytic cost model and solve it. Prints the plan (one option per decision), its "
+                       "predicted time and exact peak memory per GPU.")
+    _add_problem_arguments(p)
+    p.add_argument("--seq", required=True, help="sequence length in tokens (e.g. 65536 or 64K)")
+    p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
+    add_format_argument(p)
+    p.set_defaults(func=run_plan)
+
+    p = sub.add_parser("solve", help="solve a SearchProblem JSON file",
+                       description="Solve a problem given in the SearchProblem JSON form (see README).")
+    p.add_argument("--problem", required=True, help="path to the problem's JSON file")
+    p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
+    add_format_argument(p)
+    p.set_defaults(func=run_solve)
+
+    p = sub.add_parser("compare-solvers", help="each solver's predicted time over sequence lengths",
+                       description="For each length: the predicted time of the heuristic, greedy, dp, ilp and "
+                       "every static strategy, and the heuristic's gap to the exact optimum (dp).")
+    _add_problem_arguments(p)
+    p.add_argument("--seqs", required=True, help="comma-separated lengths (e.g. 16K,64K,256K)")
+    add_format_argument(p)
+    p.set_defaults(func=run_compare)
+
+
+def build_problem(args, seq_len: int) -> SearchProblem:
+    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb at seq_len."""
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+
+    model = get_model(args.model)
+    cm = AnalyticCostModel(model, get_cluster(args.cluster))
+    budget = None
+    if args.budget_gb is not None:
+        try:
+            gb = float(args.budget_gb)
+        except ValueError:
+            gb = float("nan")
+        if not gb > 0 or gb == float("inf"):
+            raise UserInputError(f"--budget-gb must be a positive number, got {args.budget_gb!r}")
+        budget = int(gb * 1e9)
+    return SearchProblem.from_cost_model(
+        LayerGraph(model, args.granularity), cm, seq_len, parse_int("--batch", args.batch), budget_bytes=budget,
+        options=parse_options(args.strategies, args.recompute),
+    )
+
+
+def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> int:
+    if fmt == "json":
+        print_json(solution.to_dict())
+        return 0
+    print(title)
+    if problem.dropped:
+        print("left out (shapes do not split): " + "; ".join(f"{n}: {r}" for n, r in problem.dropped.items()))
+    rows, start = [], 0
+    for i in range(1, len(solution.plan) + 1):  # runs of one option
+        if i == len(solution.plan) or solution.plan[i] != solution.plan[start]:
+            span = problem.labels[start] + (f" .. {problem.labels[i - 1]}" if i - 1 > start else "")
+            rows.append([span, i - start, solution.plan[start]])
+            start = i
+    print_table(["decisions", "count", "option"], rows)
+    print(f"\nsolver {solution.solver}: {solution.status}; predicted time {format_seconds(solution.predicted_time_s)}; "
+          f"peak {format_bytes(solution.peak_bytes)} of {format_bytes(problem.budget_bytes)}; "
+          f"solved in {solution.solve_time_s * 1e3:.2f} ms")
+    return 0
+
+
+def run_plan(args) -> int:
+    from solvers import get_solver
+
+    seq = parse_int("--seq", args.seq)
+    solver = get_solver(args.solver)
+    problem = build_problem(args, seq)
+    title = (f"{args.model}, seq {seq}, {args.granularity} granularity, {problem.num_decisions} decisions x "
+             f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU")
+    return _print_solution(problem, solver.solve(problem), args.format, title)
+
+
+def run_solve(args) -> int:
+    from solvers import get_solver
+
+    solver = get_solver(args.solver)
+    problem = SearchProblem.from_json(args.problem)
+    title = f"{args.problem}: {problem.num_decisions} decisions x {problem.num_options} options"
+    return _print_solution(problem, solver.solve(problem), args.format, title)
+
+
+def run_compare(args) -> int:
+    from solvers import get_solver
+
+    seqs = [parse_int("--seqs", s) for s in args.seqs.split(",") if s.strip()]
+    if not seqs:
+        raise UserInputError("--seqs needs at least one length, e.g. 16K,64K")
+    results = []
+    for seq in seqs:
+        problem = build_problem(args, seq)
+        names = list(COMPARED) + [f"static:{o}" for o in problem.options]
+        sols = {n: get_solver(n).solve(problem) for n in names}
+        opt, heur = sols["dp"], sols["heuristic"]
+        gap = None
+        if opt.feasible and heur.feasible:
+            gap = (heur.predicted_time_s - opt.predicted_time_s) / opt.predicted_time_s
+        results.append({"seq_len": seq, "budget_bytes": problem.budget_bytes, "heuristic_gap": gap,
+                        "solutions": {n: s.to_dict() for n, s in sols.items()}})
+    if args.format == "json":
+        print_json({"model": args.model, "granularity": args.granularity, "recompute": args.recompute,
+                    "results": results})
+        return 0
+    names = list(results[0]["solutions"])
+    for r in results[1:]:
+        names += [n for n in r["solutions"] if n not in names]
+    rows = []
+    for r in results:
+        row = [r["seq_len"]]
+        for n in names:
+            s = r["solutions"].get(n)
+            row.append("-" if s is None else ("OOM" if s["status"] == "infeasible"
+                                              else f"{s['predicted_time_s']:.4f}"))
+        gap = r["heuristic_gap"]
+        row.append("-" if gap is None else f"{100 * gap:.2f}%")
+        if r["solutions"]["heuristic"]["status"] == "infeasible" and r["solutions"]["dp"]["status"] != "infeasible":
+            row[-1] = "heuristic OOM"
+        rows.append(row)
+    print(f"{args.model}, {args.granularity} granularity{', with recomputation' if args.recompute else ''}: "
+          "predicted time per step in seconds (OOM: no plan fits)")
+    print_table(["seq"] + names + ["heuristic gap"], rows)
+    return 0

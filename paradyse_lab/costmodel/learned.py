@@ -1,0 +1,251 @@
+"""Learned regressors of whole-model cost, scikit-learn estimators (`fit`, `predict`, `get_params`).
+
+The paper's hybrid (PAPER.md section 4): a random forest (50 trees, depth 10, seed 42) inside the profiled
+range of lengths, and beyond the longest profiled length a numpy polynomial in s of degree 1 to 3 chosen by
+AIC, one polynomial per (configuration, strategy) group. Variants: forest only, polynomial only, and
+(beyond the paper) `ResidualRegressor`: a base prediction (the analytic model) times a learned correction.
+
+Feature matrix (`profile_features`): `FEATURES` columns, the strategy one-hot plus the model shape
+(h, heads, kv_heads, layers), p, batch, recompute, and the sequence length s in the last column. The paper
+normalises (h, n, L) and s; trees split on thresholds, so a monotone rescaling changes nothing and the raw
+values are used. `ResidualRegressor` takes the base prediction as an extra last column (`with_base`).
+
+Persistence: `save` / `load` (joblib). joblib files are pickles: load only files you trust.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.utils.validation import check_is_fitted
+
+try:
+    from sklearn.utils.validation import validate_data
+except ImportError:  # scikit-learn < 1.6
+    def validate_data(estimator, X="no_validation", y="no_validation", **kw):
+        return estimator._validate_data(X, y, **kw)
+
+from paradyse_lab.strategies import CATALOG
+
+SHAPE_FEATURES = ("h", "heads", "kv_heads", "layers", "p", "batch", "recompute")
+FEATURES = SHAPE_FEATURES + tuple(f"is_{s}" for s in CATALOG) + ("seq_len",)
+"""Columns of the feature matrix; the sequence length is last."""
+REGRESSOR_KINDS = ("hybrid", "forest", "polynomial", "residual")
+PAPER_FOREST = {"n_estimators": 50, "max_depth": 10, "random_state": 42}
+"""PAPER.md section 4."""
+
+
+def profile_features(df: pd.DataFrame) -> np.ndarray:
+    """[n, len(FEATURES)] float64 features of profile rows (or any frame with those columns)."""
+    cols = [df[c].astype(float).to_numpy() for c in SHAPE_FEATURES]
+    cols += [(df["strategy"] == s).astype(float).to_numpy() for s in CATALOG]
+    cols.append(df["seq_len"].astype(float).to_numpy())
+    return np.column_stack(cols)
+
+
+def with_base(X: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Features with the base model's prediction appended as the last column (`ResidualRegressor`)."""
+    return np.column_stack([X, np.asarray(base, dtype=float)])
+
+
+def _group_keys(X: np.ndarray, seq_col: int) -> list[tuple]:
+    """One hashable key per row: every column except the sequence length."""
+    rest = np.delete(X, seq_col % X.shape[1], axis=1)
+    return [tuple(row) for row in rest.tolist()]
+
+
+def aic(rss: float, n: int, k: int) -> float:
+    """Akaike's information criterion of a least-squares fit with k coefficients: n ln(RSS/n) + 2k."""
+    return n * np.log(max(rss, 1e-300) / n) + 2 * k
+
+
+def fit_polynomial_aic(s: np.ndarray, y: np.ndarray, min_degree: int = 1, max_degree: int = 3):
+    """(degree, numpy Polynomial) of degree min..max (capped by the distinct points) with the lowest AIC.
+
+    The scale of y is factored out of the RSS floor so an exact fit does not produce log(0).
+    """
+    n_distinct = len(np.unique(s))
+    top = min(max_degree, n_distinct - 1)
+    if top < 1:
+        return 0, np.polynomial.Polynomial([float(np.mean(y))])
+    floor = 1e-24 * float(np.sum(y * y)) + 1e-300
+    best = None
+    for deg in range(min(min_degree, top), top + 1):
+        poly = np.polynomial.Polynomial.fit(s, y, deg)
+        rss = float(np.sum((poly(s) - y) ** 2)) + floor
+        score = aic(rss, len(s), deg + 1)
+        if best is None or score < best[0] - 1e-9:
+            best = (score, deg, poly)
+    return best[1], best[2]
+
+
+class PolynomialRegressor(RegressorMixin, BaseEstimator):
+    """One polynomial in s per group of rows equal in every other column, degree chosen by AIC."""
+
+    def __init__(self, min_degree: int = 1, max_degree: int = 3, seq_col: int = -1):
+        self.min_degree = min_degree
+        self.max_degree = max_degree
+        self.seq_col = seq_col
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, y_numeric=True)
+        if not 0 <= self.min_degree <= self.max_degree:
+            raise ValueError(f"need 0 <= min_degree <= max_degree, got {self.min_degree}, {self.max_degree}")
+        s = X[:, self.seq_col]
+        keys = _group_keys(X, self.seq_col)
+        rows: dict[tuple, list[int]] = {}
+        for i, k in enumerate(keys):
+            rows.setdefault(k, []).append(i)
+        self.polynomials_, self.degrees_, self.max_seq_ = {}, {}, {}
+        for k, idx in rows.items():
+            deg, poly = fit_polynomial_aic(s[idx], y[idx], self.min_degree, self.max_degree)
+            self.polynomials_[k], self.degrees_[k], self.max_seq_[k] = poly, deg, float(s[idx].max())
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self, "polynomials_")
+        X = validate_data(self, X, reset=False)
+        s = X[:, self.seq_col]
+        out = np.empty(len(X))
+        for i, k in enumerate(_group_keys(X, self.seq_col)):
+            poly = self.polynomials_.get(k)
+            if poly is None:
+                raise ValueError(f"row {i}: no profiled group {k} (a polynomial exists only for profiled groups)")
+            out[i] = poly(s[i])
+        return out
+
+
+class HybridRegressor(RegressorMixin, BaseEstimator):
+    """The paper's hybrid: random forest for s <= the group's longest profiled length, polynomial beyond.
+
+    A row whose group was never profiled gets the forest inside the longest length profiled for any group
+    and raises beyond it (no polynomial to extrapolate with).
+    """
+
+    def __init__(self, n_estimators: int = 50, max_depth: int | None = 10, random_state=42, min_degree: int = 1,
+                 max_degree: int = 3, seq_col: int = -1, n_jobs: int | None = None):
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.random_state = random_state
+        self.min_degree = min_degree
+        self.max_degree = max_degree
+        self.seq_col = seq_col
+        self.n_jobs = n_jobs
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, y_numeric=True)
+        self.forest_ = RandomForestRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
+                                             random_state=self.random_state, n_jobs=self.n_jobs).fit(X, y)
+        self.polynomial_ = PolynomialRegressor(self.min_degree, self.max_degree, self.seq_col).fit(X, y)
+        return self
+
+    def inside(self, X) -> np.ndarray:
+        """Whether each row lies within its group's profiled range (where the forest answers)."""
+        check_is_fitted(self, "forest_")
+        X = validate_data(self, X, reset=False)
+        limits = self.polynomial_.max_seq_
+        longest = max(limits.values())
+        s = X[:, self.seq_col]
+        return np.array([s[i] <= limits.get(k, longest) for i, k in enumerate(_group_keys(X, self.seq_col))])
+
+    def predict(self, X):
+        check_is_fitted(self, "forest_")
+        X = validate_data(self, X, reset=False)
+        inside = self.inside(X)
+        out = np.empty(len(X))
+        if inside.any():
+            out[inside] = self.forest_.predict(X[inside])
+        if (~inside).any():
+            out[~inside] = self.polynomial_.predict(X[~inside])
+        return out
+
+
+class ResidualRegressor(RegressorMixin, BaseEstimator):
+    """y = base x exp(g(features)): a base model's prediction (the last column of X) times a learned ratio.
+
+    g is a random forest on log(y / base) over the other columns, with s as log(s) (a forest holds its last
+    ratio beyond the data, so the prediction extrapolates like the base model does); bagging averages
+    measurement noise (`min_samples_leaf` > 1 smooths more). X must be >= 0 and y > 0 (times, sizes).
+    """
+
+    def __init__(self, n_estimators: int = 50, max_depth: int | None = 10, min_samples_leaf: int = 1,
+                 random_state=42, seq_col: int = -2, n_jobs: int | None = None):
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.random_state = random_state
+        self.seq_col = seq_col
+        self.n_jobs = n_jobs
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True  # the base prediction is a time or a size
+        tags.target_tags.positive_only = True
+        # y = base x correction: on generic data, whose last column is no base prediction, the form fits poorly.
+        tags.regressor_tags.poor_score = True
+        return tags
+
+    def _split(self, X):
+        if (X < 0).any():
+            raise ValueError("Negative values in data passed to ResidualRegressor (times and sizes are >= 0)")
+        base = np.maximum(X[:, -1], 1e-12)
+        Z = X[:, :-1].copy()
+        col = self.seq_col % X.shape[1]
+        if col < Z.shape[1]:
+            Z[:, col] = np.log(np.maximum(Z[:, col], 1e-300))
+        return Z, base
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, y_numeric=True)
+        if X.shape[1] < 2:
+            raise ValueError(f"ResidualRegressor needs features plus the base prediction as the last column, got "
+                             f"n_features = {X.shape[1]}")
+        if not np.all(y > 0):
+            raise ValueError("ResidualRegressor needs y > 0")
+        Z, base = self._split(X)
+        self.forest_ = RandomForestRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
+                                             min_samples_leaf=self.min_samples_leaf,
+                                             random_state=self.random_state, n_jobs=self.n_jobs)
+        self.forest_.fit(Z, np.log(y / base))
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self, "forest_")
+        X = validate_data(self, X, reset=False)
+        Z, base = self._split(X)
+        return base * np.exp(self.forest_.predict(Z))
+
+
+def make_regressor(kind: str, **params):
+    """A fresh estimator of `kind`: hybrid (the paper's), forest (forest only), polynomial, residual."""
+    if kind == "hybrid":
+        return HybridRegressor(**params)
+    if kind == "forest":
+        return RandomForestRegressor(**{**PAPER_FOREST, **params})
+    if kind == "polynomial":
+        return PolynomialRegressor(**params)
+    if kind == "residual":
+        return ResidualRegressor(**params)
+    raise ValueError(f"unknown regressor kind {kind!r}; valid: {', '.join(REGRESSOR_KINDS)}")
+
+
+def save(obj, path: str | Path) -> Path:
+    """Persist a fitted estimator (or any bundle of them) with joblib."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    joblib.dump(obj, path)
+    return path
+
+
+def load(path: str | Path):
+    """Read what `save` wrote. A pickle: only load files you trust."""
+    return joblib.load(Path(path))
+
+
+__all__ = ["FEATURES", "HybridRegressor", "PolynomialRegressor", "REGRESSOR_KINDS", "ResidualRegressor", "clone",
+           "fit_polynomial_aic", "load", "make_regressor", "profile_features", "save", "with_base"]

@@ -1,0 +1,315 @@
+"""Cost models learned from profiles, behind the `CostModel` protocol solvers and the simulator use.
+
+`fit_profiles(kind, profiles)` fits one regressor per target (whole-model time_s and peak_bytes) on every
+row of a profile (learned.py); `LearnedCostModel` answers `sublayer` / `fixed` from them:
+
+- the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (PAPER.md
+  section 4), split evenly between attention and MLP; the whole-model peak, divided by L, is charged as
+  kept bytes of every layer (transient 0, no fixed bytes), so a `SearchProblem` built from it has the
+  paper's additive constraint sum_l M_l(X) < OOM. Its memory budget is capped by the OOM threshold: the
+  largest peak seen while profiling the configuration (`oom_threshold_bytes`).
+- `residual` (beyond the paper): the analytic model's sub-layer and fixed costs, scaled by the learned
+  whole-model ratios measured / analytic of time and of peak, so plans keep the analytic structure
+  (transient peaks, model states, embedding and head).
+
+`build_cost_model(name, ...)` makes any of them, or the analytic model, by name (`COST_MODEL_NAMES`) or from
+a `.joblib` file written by `FittedProfiles.save`. A learned model answers only for the configurations
+(model shape, p, batch) and strategy options its profile holds; other options raise `UserInputError`, which
+`SearchProblem.from_cost_model` turns into a dropped option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.summary import uniform_plan_cost
+from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.model_spec import ModelSpec, get_model
+from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+from paradyse_lab.strategies import StrategyOption
+
+LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
+COST_MODEL_NAMES = ("analytic",) + LEARNED_KINDS
+"""Names `--plan-cost-model` / `--truth-cost-model` accept (or a .joblib path)."""
+TARGETS = ("time_s", "peak_bytes")
+
+
+def config_key(model: ModelSpec, p: int) -> tuple[int, ...]:
+    """(h, heads, kv_heads, layers, p): what identifies a configuration in a profile."""
+    return (model.hidden, model.heads, model.kv_heads, model.layers, p)
+
+
+def model_of_row(name: str, h: int, heads: int, kv_heads: int, layers: int) -> ModelSpec:
+    """The `ModelSpec` of a profile row: its `model` preset or config, with the row's layer count."""
+    spec = get_model(name)
+    if (spec.hidden, spec.heads, spec.kv_heads) != (h, heads, kv_heads):
+        raise UserInputError(f"profile row of model {name!r}: h/heads/kv_heads {h}/{heads}/{kv_heads} differ from "
+                             f"the model's {spec.hidden}/{spec.heads}/{spec.kv_heads}")
+    return spec if spec.layers == layers else spec.with_layers(layers)
+
+
+def same_architecture(model: ModelSpec, name: str) -> bool:
+    """Whether the profile's model `name` is `model` up to its name and layer count (ffn, causal, head, ...)."""
+    try:
+        other = get_model(name)
+    except UserInputError:
+        return False
+    return dataclasses.replace(other, name="", layers=1) == dataclasses.replace(model, name="", layers=1)
+
+
+def analytic_whole(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic whole-model (time_s, peak_bytes) of each profile row, on `cluster` at the row's p."""
+    models: dict = {}
+    t, m = np.empty(len(df)), np.empty(len(df))
+    cols = ["model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recompute", "seq_len", "batch"]
+    for i, r in enumerate(df[cols].itertuples(index=False)):
+        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.p)
+        if key not in models:
+            models[key] = AnalyticCostModel(model_of_row(*key[:5]), cluster, int(r.p))
+        u = uniform_plan_cost(models[key], StrategyOption(r.strategy, bool(r.recompute)), int(r.seq_len),
+                              int(r.batch))
+        t[i], m[i] = u.total_time_s, u.peak_bytes
+    return t, m
+
+
+def profile_cluster(df: pd.DataFrame, cluster: ClusterSpec | None) -> ClusterSpec:
+    """The cluster a profile was taken on: its device when that is a preset name, else `cluster`."""
+    devices = set(df["device"])
+    if len(devices) == 1 and (d := next(iter(devices))) in CLUSTER_PRESETS:
+        return CLUSTER_PRESETS[d]
+    if cluster is None:
+        raise UserInputError(f"profile devices {sorted(devices)} are not cluster presets; pass a cluster")
+    return cluster
+
+
+@dataclass
+class FittedProfiles:
+    """Regressors of one kind fitted on a profile, with what the cost model needs to answer from them."""
+
+    kind: str
+    """One of `LEARNED_KINDS`."""
+    estimators: dict
+    """Target name (`TARGETS`) -> fitted estimator."""
+    groups: set
+    """(h, heads, kv_heads, layers, p, strategy, recompute, batch) tuples present in the profile."""
+    oom_threshold_bytes: dict
+    """(h, heads, kv_heads, layers, p) -> the largest peak seen while profiling that configuration."""
+    source: str
+    """Profile sources, e.g. `analytic` for the synthetic profile: shown wherever the model is."""
+    model_names: dict = field(default_factory=dict)
+    """(h, heads, kv_heads, layers, p) -> names in the profile's `model` column for that configuration."""
+    cluster: ClusterSpec | None = None
+    """Cluster of the analytic base (residual kind)."""
+    profile: str = ""
+    """The file it was fitted from."""
+    n_rows: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """`hybrid (profile source=analytic)`."""
+        return f"{self.kind} (profile source={self.source})"
+
+    def features(self, df: pd.DataFrame, target: str, base: np.ndarray | None = None) -> np.ndarray:
+        """Feature matrix of rows for one target (the residual kind appends the analytic prediction)."""
+        from paradyse_lab.costmodel import learned
+
+        X = learned.profile_features(df)
+        if self.kind != "residual":
+            return X
+        if base is None:
+            base = analytic_whole(df, self.cluster)[TARGETS.index(target)]
+        return learned.with_base(X, base)
+
+    def predict_rows(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted whole-model (time_s, peak_bytes) of profile-like rows."""
+        bases = analytic_whole(df, self.cluster) if self.kind == "residual" else (None, None)
+        return tuple(self.estimators[t].predict(self.features(df, t, b)) for t, b in zip(TARGETS, bases))
+
+    def save(self, path: str | Path) -> Path:
+        """joblib file loadable by `build_cost_model(PATH, ...)`."""
+        from paradyse_lab.costmodel import learned
+
+        return learned.save(self, path)
+
+
+def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None = None, source_name: str = "",
+                 **params) -> FittedProfiles:
+    """Fit `kind` (time and peak memory) on validated profile rows (`profiles.read_profiles`)."""
+    from paradyse_lab.costmodel import learned
+
+    if kind not in LEARNED_KINDS:
+        raise unknown_name("learned cost model", kind, LEARNED_KINDS)
+    cl = profile_cluster(profiles, cluster) if kind == "residual" else cluster
+    groups = {tuple(r) for r in profiles[["h", "heads", "kv_heads", "layers", "p", "strategy", "recompute",
+                                          "batch"]].itertuples(index=False)}
+    thresholds = profiles.groupby(["h", "heads", "kv_heads", "layers", "p"])["peak_bytes"].max()
+    names = profiles.groupby(["h", "heads", "kv_heads", "layers", "p"])["model"].agg(lambda x: sorted(set(x)))
+    fitted = FittedProfiles(kind, {}, groups, {tuple(int(x) for x in k): int(v) for k, v in thresholds.items()},
+                            profile_sources(profiles), {tuple(int(x) for x in k): v for k, v in names.items()},
+                            cl, source_name, len(profiles))
+    bases = analytic_whole(profiles, cl) if kind == "residual" else (None, None)
+    for target, base in zip(TARGETS, bases):
+        est = learned.make_regressor(kind, **params)
+        y = profiles[target].to_numpy(dtype=float)
+        est.fit(fitted.features(profiles, target, base), y)
+        fitted.estimators[target] = est
+    return fitted
+
+
+_FIT_CACHE: dict = {}
+
+
+def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = None) -> FittedProfiles:
+    """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster)."""
+    path = Path(path)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise UserInputError(f"profile file {str(path)!r} not found") from None
+    key = (str(path.resolve()), stamp, kind, cluster.name if cluster else None)
+    if key not in _FIT_CACHE:
+        _FIT_CACHE[key] = fit_profiles(kind, read_profiles(path), cluster, source_name=str(path))
+    return _FIT_CACHE[key]
+
+
+class LearnedCostModel:
+    """A `CostModel` answering from `FittedProfiles` for one model on one cluster (module docstring)."""
+
+    def __init__(self, fitted: FittedProfiles, model: ModelSpec, cluster: ClusterSpec, p: int | None = None):
+        self.fitted = fitted
+        self.analytic = AnalyticCostModel(model, cluster, p)
+        self.model, self.cluster, self.p = model, cluster, self.analytic.p
+        self.name = fitted.kind
+        self.label = fitted.label
+        key = config_key(model, self.p)
+        if key not in fitted.oom_threshold_bytes:
+            have = ", ".join(f"h={k[0]} heads={k[1]} kv_heads={k[2]} layers={k[3]} p={k[4]}"
+                             for k in sorted(fitted.oom_threshold_bytes))
+            raise UserInputError(f"the profile {fitted.profile or ''} has no rows for model {model.name} "
+                                 f"(h={key[0]} heads={key[1]} kv_heads={key[2]} layers={key[3]}) at p={key[4]}; "
+                                 f"it holds: {have}")
+        names = fitted.model_names.get(key, [])
+        if names and model.name not in names and not any(same_architecture(model, n) for n in names):
+            raise UserInputError(f"the profile {fitted.profile or ''} has no rows for model {model.name}: the rows "
+                                 f"with its shapes (h={key[0]} heads={key[1]} kv_heads={key[2]} layers={key[3]} "
+                                 f"p={key[4]}) are of {', '.join(names)}, a different architecture")
+        self.config = key
+        self.oom_threshold_bytes = fitted.oom_threshold_bytes[key]
+        """The largest peak seen while profiling this configuration (PAPER.md section 4)."""
+        self._whole: dict = {}
+
+    def collective_s(self, call: CollectiveCall) -> float:
+        """Seconds of a collective (the analytic alpha-beta model; used only for layout switches)."""
+        return self.analytic.collective_s(call)
+
+    def budget_bytes(self, budget: int) -> int:
+        """The memory budget a plan made with this model may use: the paper's OOM threshold caps it."""
+        if self.fitted.kind == "residual":
+            return int(budget)
+        return int(min(budget, self.oom_threshold_bytes))
+
+    def whole(self, option: StrategyOption, seq_len: int, batch: int = 1) -> tuple[float, float]:
+        """Predicted whole-model (time_s, peak_bytes) of `option` on every layer."""
+        self.analytic.check(option, seq_len, batch)
+        group = self.config[:5] + (option.strategy, option.recompute, batch)
+        if group not in self.fitted.groups:
+            raise UserInputError(f"{option.name}: not profiled for model {self.model.name} at p={self.p}, "
+                                 f"batch {batch} (profile source={self.fitted.source})")
+        key = (option, seq_len, batch)
+        if key not in self._whole:
+            self._prefetch(seq_len, batch)
+        return self._whole[key]
+
+    def _profiled_options(self, seq_len: int, batch: int) -> list[StrategyOption]:
+        """Options profiled for this configuration and batch whose shapes split at seq_len."""
+        return [StrategyOption(g[5], bool(g[6])) for g in sorted(self.fitted.groups)
+                if g[:5] == self.config and g[7] == batch and self.analytic.feasible(StrategyOption(g[5]), seq_len)]
+
+    def _prefetch(self, seq_len: int, batch: int) -> None:
+        """Predict every profiled option of this configuration at (seq_len, batch) in one call per target."""
+        opts = self._profiled_options(seq_len, batch)
+        h, heads, kv, layers, p = self.config
+        df = pd.DataFrame({"model": self.model.name, "h": h, "heads": heads, "kv_heads": kv, "layers": layers,
+                           "p": p, "strategy": [o.strategy for o in opts], "recompute": [o.recompute for o in opts],
+                           "seq_len": seq_len, "batch": batch})
+        if self.fitted.kind == "residual":
+            base = [uniform_plan_cost(self.analytic, o, seq_len, batch) for o in opts]
+            bases = (np.array([u.total_time_s for u in base]), np.array([u.peak_bytes for u in base], float))
+        else:
+            bases = (None, None)
+        preds = [self.fitted.estimators[t].predict(self.fitted.features(df, t, b)) for t, b in zip(TARGETS, bases)]
+        for o, t, m in zip(opts, *preds):
+            # A polynomial may turn negative far beyond its data; time and bytes cannot.
+            self._whole[o, seq_len, batch] = (max(float(t), 1e-9), max(float(m), 0.0))
+
+    def _ratios(self, option: StrategyOption, seq_len: int, batch: int) -> tuple[float, float]:
+        t, m = self.whole(option, seq_len, batch)
+        u = uniform_plan_cost(self.analytic, option, seq_len, batch)
+        return t / u.total_time_s, m / u.peak_bytes
+
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
+        """Cost of one sub-layer: whole / (2L) (paper kinds) or the analytic cost scaled (residual)."""
+        if self.fitted.kind == "residual":
+            cost = self.analytic.sublayer(kind, option, seq_len, batch)
+            rt, rm = self._ratios(option, seq_len, batch)
+            return dataclasses.replace(
+                cost, time_s=cost.time_s * rt, compute_s=cost.compute_s * rt, exposed_comm_s=cost.exposed_comm_s * rt,
+                kept_bytes=int(cost.kept_bytes * rm), transient_bytes=int(cost.transient_bytes * rm),
+                model_state_bytes=int(cost.model_state_bytes * rm))
+        self.analytic.sublayer(kind, option, seq_len, batch)  # unknown kind, unsplittable shapes
+        t, m = self.whole(option, seq_len, batch)
+        parts = 2 * self.model.layers
+        return SubLayerCost(time_s=t / parts, compute_s=t / parts, exposed_comm_s=0.0,
+                            kept_bytes=int(m // parts), transient_bytes=0, model_state_bytes=0)
+
+    def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
+        """Zero for the paper's kinds (the layers carry the whole model); the analytic one scaled for residual."""
+        if self.fitted.kind != "residual":
+            return FixedCost(0.0, 0, 0, 0)
+        f = self.analytic.fixed(seq_len, batch)
+        if not f.time_s and not f.model_state_bytes:
+            return f
+        # The ratio of a uniform plan's first usable option: the head is the same whatever the layers run.
+        opts = self._profiled_options(seq_len, batch)
+        if not opts:
+            return f
+        opt = opts[0]
+        rt, rm = self._ratios(opt, seq_len, batch)
+        return FixedCost(f.time_s * rt, int(f.model_state_bytes * rm), int(f.kept_bytes * rm),
+                         int(f.transient_bytes * rm))
+
+
+def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None = None,
+                     profiles: str | Path | None = None):
+    """The analytic model, a learned one fitted on `profiles` (default: the device's bundled profile), or a
+    learned one loaded from a .joblib file (`FittedProfiles.save`)."""
+    if name == "analytic":
+        return AnalyticCostModel(model, cluster, p)
+    if name in LEARNED_KINDS:
+        path = Path(profiles) if profiles else default_profile(cluster.name)
+        return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
+    if name.endswith(".joblib"):
+        from paradyse_lab.costmodel import learned
+
+        if not Path(name).is_file():
+            raise UserInputError(f"cost model file {name!r} not found")
+        fitted = learned.load(name)
+        if not isinstance(fitted, FittedProfiles):
+            raise UserInputError(f"{name}: not a fitted cost model (FittedProfiles)")
+        return LearnedCostModel(fitted, model, cluster, p)
+    raise unknown_name("cost model", name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
+
+
+def cost_model_label(cm) -> str:
+    """How results name a cost model: `analytic`, or `hybrid (profile source=analytic)`."""
+    return getattr(cm, "label", getattr(cm, "name", type(cm).__name__))
