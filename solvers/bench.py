@@ -2,7 +2,8 @@
 
 `paradyse-lab bench-solvers` runs it and writes results/solver_bench.csv. Problems come from
 `solvers.instances`: kind 'random' (heterogeneous decisions, no switch costs), 'random+switch' (with switch
-costs), 'model' (the `gpt` preset with L layers at 16K, 64K, 256K tokens; 8 options = with recomputation).
+costs), 'model' (the `gpt` preset with L layers at 64K, 256K, 16K tokens, one per problem in turn; 8
+options = with recomputation), 'model-sublayer' (the same with L/2 layers, attention and MLP deciding apart).
 The exact optimum of each problem is the DP's; an ILP answer it calls optimal that disagrees by more than
 its documented rounding is counted in `disagree`.
 """
@@ -17,8 +18,8 @@ import numpy as np
 from solvers.instances import model_problem, random_problem
 from solvers.registry import get_solver
 
-KINDS = ("random", "random+switch", "model")
-MODEL_SEQS = (16384, 65536, 262144)
+KINDS = ("random", "random+switch", "model", "model-sublayer")
+MODEL_SEQS = (65536, 262144, 16384)
 CSV_COLUMNS = ("kind", "layers", "options", "solver", "instances", "median_ms", "max_ms", "mean_gap_pct",
                "max_gap_pct", "optimal", "infeasible", "disagree")
 
@@ -35,8 +36,10 @@ class Cell:
 
 
 def make_problem(kind: str, layers: int, options: int, index: int, rng: np.random.Generator):
-    if kind == "model":
+    if kind.startswith("model"):
         seq = MODEL_SEQS[index % len(MODEL_SEQS)]
+        if kind == "model-sublayer":
+            return model_problem(rng, "gpt", max(layers // 2, 1), seq, recompute=options == 8, granularity="sublayer")
         return model_problem(rng, "gpt", layers, seq, recompute=options == 8)
     return random_problem(rng, layers, options, switch=kind == "random+switch")
 

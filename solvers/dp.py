@@ -15,9 +15,13 @@ remaining times, or the switch-aware Lagrangian bound of `solvers.bounds`) reach
 
 The best time starts at the heuristic's plan, improved by the Lagrangian plans and single-decision moves
 (`greedy.improve`). Caps are visited by ascending Lagrangian lower bound and skipped once that bound
-reaches the best time: they cannot hold a faster plan. Optimal means no plan is faster by more than
-`RTOL` (1e-12) of the time. The answer is re-costed and checked exactly by `make_solution`. Status is
-'optimal', or 'infeasible' when even the least-peak plan (`min_peak_plan`) does not fit.
+reaches the best time: they cannot hold a faster plan. Up to `BUCKETS` caps still in play share one
+forward pass: a partial plan is checked against the budget of the least of them at or above its max
+transient, and fronts are kept per such bucket, which is the same search as one pass per cap.
+
+Optimal means no plan is faster by more than `RTOL` (1e-12) of the time. The answer is re-costed and
+checked exactly by `make_solution`. Status is 'optimal', or 'infeasible' when even the least-peak plan
+(`min_peak_plan`) does not fit. Measured: `paradyse-lab bench-solvers` (results/solver_bench.csv).
 
 Example: `paradyse-lab plan --model gpt --seq 256K --solver dp --recompute --granularity sublayer`.
 """
@@ -37,6 +41,8 @@ from solvers.heuristic import HeuristicSolver
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""
+BUCKETS = 4
+"""Caps searched together in one forward pass."""
 RTOL = 1e-12
 """Relative tolerance of 'optimal': a plan is only sought if faster than the best one by more than this
 fraction (float64 sums of the same plan in another order differ by ~1e-16)."""
@@ -79,8 +85,8 @@ class DPSolver:
         best_t = problem.time_of(best_plan)
         kept_budgets = problem.budget_bytes - problem.fixed_bytes - table.caps  # [C]
         fits = table.peak_floor <= problem.budget_bytes
-        # a lower bound per cap from a few multipliers around the one of the start plan's cap
-        # multipliers of the start plan's cap and of the largest cap that fits (where the budget binds most)
+        # Lagrangian bounds for every cap at once, from multipliers around those of the start plan's cap and
+        # of the largest cap that fits (where the budget binds most)
         start_cap = problem.effective_transient[np.arange(len(best_plan)), best_plan].max()
         refs = {int(np.searchsorted(table.caps, start_cap)), int(np.flatnonzero(fits)[-1])}
         lam_refs = {dual_bound(self._times(problem, table, c), problem.kept_bytes, int(kept_budgets[c]))[0]
@@ -103,26 +109,32 @@ class DPSolver:
             bounds = lower[chunk]
             if problem.switch_s.any():  # the switch-aware bound, batched over the chunk
                 bounds = np.maximum(bounds, switch_bounds(problem, table, chunk, lam_of[chunk], kept_budgets[chunk]))
-            for j in np.argsort(bounds, kind="stable"):
-                c, target = chunk[j], best_t * (1 - RTOL)  # only a plan faster than target is worth finding
-                if not bounds[j] < target:
-                    break
-                times = self._times(problem, table, int(c))
-                lam, bound, plan, lam_fit = dual_bound(times, problem.kept_bytes, int(kept_budgets[c]))
-                plan_t = problem.time_of(plan)
-                if plan_t < target:
-                    best_t, best_plan = plan_t, plan
-                    target = best_t * (1 - RTOL)
-                if problem.fixed_time_s + bound >= target:
-                    continue
+            live = []  # (bound, cap, lam, lam_fit) of caps that may hold a faster plan, not yet searched
+            for j in [*np.argsort(bounds, kind="stable"), None]:
+                target = best_t * (1 - RTOL)  # only a plan faster than target counts
+                if j is not None and bounds[j] < target:
+                    c = int(chunk[j])
+                    lam, bound, plan, lam_fit = dual_bound(self._times(problem, table, c), problem.kept_bytes,
+                                                           int(kept_budgets[c]))
+                    plan_t = problem.time_of(plan)
+                    if plan_t < target:
+                        best_t, best_plan = plan_t, plan
+                    live.append((problem.fixed_time_s + bound, c, lam, lam_fit))
+                    if len(live) < BUCKETS:
+                        continue
                 if improved is not best_plan:  # a better start plan tightens every bound below
                     best_plan = improved = improve(problem, best_plan, 4 * problem.num_decisions)
                     best_t = problem.time_of(best_plan)
-                    target = best_t * (1 - RTOL)
-                found = self._front(problem, table, int(c), times, lam, lam_fit, target, first=searched == 0)
-                searched += 1
-                if found is not None and found[0] < best_t:
-                    best_t, best_plan = found
+                live = sorted(x for x in live if x[0] < best_t * (1 - RTOL))
+                if live:  # one forward pass for the caps in play
+                    _, caps, lams, fits_at = zip(*live)
+                    found = self._front(problem, table, list(caps), lams[0], fits_at[0], best_t * (1 - RTOL),
+                                        first=searched == 0)
+                    searched, live = searched + 1, []
+                    if found is not None and found[0] < best_t:
+                        best_t, best_plan = found
+                if j is None or not bounds[j] < best_t * (1 - RTOL):
+                    break
         return make_solution(problem, best_plan, "optimal", self.name, started)
 
     @staticmethod
@@ -161,42 +173,55 @@ class DPSolver:
         """[L, O] times with inf where the option is not allowed under cap c."""
         return np.where(problem.effective_transient <= table.caps[c], problem.time_s, np.inf)
 
-    def _front(self, problem: SearchProblem, table: CapTable, c: int, times: np.ndarray, lam: float,
-               lam_fit: float, bound: float, first: bool = True):
-        """Best plan under cap c with time below `bound`: (time, plan) or None.
+    def _front(self, problem: SearchProblem, table: CapTable, caps: list[int], lam: float, lam_fit: float,
+               bound: float, first: bool = True):
+        """Best plan under the caps `caps` (indices) with time below `bound`: (time, plan) or None.
 
-        A partial plan (t, k) over decisions 0..l is dropped when k plus the least kept bytes of the rest
-        exceeds the kept budget, or when t plus a lower bound on the rest reaches `bound`: the least times
-        of the rest, or the Lagrangian bound t + lam * k + cost_to_go(time + lam * kept) - lam * budget
-        (switch-aware). With switch costs, on the `first` cap searched, a fitting Lagrangian plan (Viterbi)
-        tightens `bound` first.
+        One forward pass serves several caps: a partial plan sits in the bucket of the least of these caps
+        at or above its max transient so far, whose kept budget it must respect; fronts are kept per
+        bucket (and last option). A partial plan (t, k) over decisions 0..l is dropped when k plus the
+        least kept bytes of the rest exceeds its bucket's kept budget B, or when a lower bound on its
+        completion reaches `bound`: t plus the least times of the rest, or the Lagrangian bound
+        t + lam * k + cost_to_go(time + lam * kept) - lam * B (switch-aware; valid for every lam >= 0).
+        With switch costs, on the `first` pass, a fitting Lagrangian plan (Viterbi) tightens `bound`.
         """
-        L = problem.num_decisions
-        kept = problem.kept_bytes
-        kept_budget = problem.budget_bytes - problem.fixed_bytes - int(table.caps[c])
+        L, O = problem.num_decisions, problem.num_options
+        kept, eff = problem.kept_bytes, problem.effective_transient
+        values = np.sort(table.caps[caps])  # the caps in play, ascending
+        top = caps[int(np.argmax(table.caps[caps]))]
+        times = self._times(problem, table, top)  # options allowed under the largest cap in play
+        bucket = np.minimum(np.searchsorted(values, eff), values.size - 1)  # [L, O]
+        budgets = problem.budget_bytes - problem.fixed_bytes - values  # [B] kept budget of each bucket
         sw = problem.switch_s if problem.switch_s.any() else None
-        rest_lam = cost_to_go(times + lam * kept, sw) + problem.fixed_time_s - lam * kept_budget
-        margin = 1e-9 * (abs(bound) + lam * kept_budget)  # float rounding of the Lagrangian sum
-        if np.min(times[0] + lam * kept[0] + rest_lam[0]) >= bound + margin:
-            return None  # the switch-aware Lagrangian bound of the whole cap
+        rest_lam = cost_to_go(times + lam * kept, sw) + problem.fixed_time_s
+        margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
+        if np.min(times[0] + lam * kept[0] + rest_lam[0]) - lam * budgets[0] >= bound + margin:
+            return None  # the switch-aware Lagrangian bound of the whole pass
         best = None
         if sw is not None and first:
-            found = self._switch_aware_plan(problem, times, kept_budget, sw, lam, lam_fit)
+            c = caps[0]
+            found = self._switch_aware_plan(problem, self._times(problem, table, c),
+                                            int(problem.budget_bytes - problem.fixed_bytes - table.caps[c]),
+                                            sw, lam, lam_fit)
             if found is not None and found[0] < bound:
                 best, bound = found, found[0] * (1 - RTOL)
         # per (decision l, its option): least time and least kept bytes of the rest
         rest_t = cost_to_go(times, sw) + problem.fixed_time_s
-        rest_k = np.append(np.cumsum(table.min_kept[::-1, c])[::-1][1:], 0)
+        rest_k = np.append(np.cumsum(table.min_kept[::-1, top])[::-1][1:], 0)
         # what a partial plan ending at decision l (with option o) may reach, the rest's bounds taken off
         time_cap = bound - rest_t  # [L, O]
-        kept_cap = kept_budget - rest_k  # [L]
         lam_cap = bound + margin - rest_lam  # [L, O]
-        # front of partial plans: time, kept, last option; per decision the option and parent of each point
-        ft, fk, fo = times[0], kept[0], np.arange(problem.num_options)
-        ok = (ft < time_cap[0]) & (fk <= kept_cap[0]) & (ft + lam * fk < lam_cap[0])
-        ft, fk, fo = ft[ok], fk[ok], fo[ok]
+        grouped = sw is not None or values.size > 1
+
+        def admissible(ct, ck, cb, l):
+            room = budgets[cb]
+            return (ct < time_cap[l]) & (ck <= room - rest_k[l]) & (ct + lam * (ck - room) < lam_cap[l])
+
+        # front of partial plans: time, kept, bucket, last option; per decision the option and parent
+        ft, fk, fb, fo = times[0], kept[0], bucket[0], np.arange(O)
+        ok = admissible(ft, fk, fb, 0)
+        ft, fk, fb, fo = ft[ok], fk[ok], fb[ok], fo[ok]
         history = [(fo, np.zeros(fo.size, dtype=np.int64))]
-        O = problem.num_options
         for l in range(1, L):
             if ft.size == 0:
                 return best
@@ -204,13 +229,14 @@ class DPSolver:
             if sw is not None:
                 ct += sw[fo]
             ck = fk[:, None] + kept[l]
-            flat = np.flatnonzero((ct < time_cap[l]) & (ck <= kept_cap[l]) & (ct + lam * ck < lam_cap[l]))
+            cb = np.maximum(fb[:, None], bucket[l])
+            flat = np.flatnonzero(admissible(ct, ck, cb, l))
             if flat.size == 0:
                 return best
             parent, opt = np.divmod(flat, O)
-            ft, fk = ct.ravel()[flat], ck.ravel()[flat]
-            keep = pareto(ft, fk, opt if sw is not None else None)
-            ft, fk, fo, parent = ft[keep], fk[keep], opt[keep], parent[keep]
+            ft, fk, fb = ct.ravel()[flat], ck.ravel()[flat], cb.ravel()[flat]
+            keep = pareto(ft, fk, (fb * O + opt if sw is not None else fb) if grouped else None)
+            ft, fk, fb, fo, parent = ft[keep], fk[keep], fb[keep], opt[keep], parent[keep]
             history.append((fo, parent))
         if ft.size == 0:
             return best

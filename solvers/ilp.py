@@ -6,10 +6,14 @@ exactly (bytes divided by their common divisor, nothing rounded); a floating-poi
 feasibility tolerance and can return a plan a few bytes over. CP-SAT also takes a solution hint and a time
 limit and runs a parallel portfolio. The price is the objective: seconds become integers in units of
 `scale` (the largest plan time maps to `resolution` units), so "optimal" is optimal to within
-(L + E) / 2 units, about (L + E) / (2 * resolution) of the time, L decisions and E edges. The plan found
-is re-costed in float64 and checked in exact bytes before it is returned.
+L + E units (each chosen coefficient is off by at most half a unit, in the answer and in the true
+optimum), about (L + E) / resolution of the time, for L decisions and E edges. The plan found is
+re-costed in float64 and checked in exact bytes before it is returned.
 
-The model follows the problem's `edges`, not a chain, so it also serves non-chain graphs.
+The model follows the problem's `edges`, not a chain, so it also serves non-chain graphs. A switch cost is
+charged through y[e, o, o'], the joint choice of an edge's two ends, whose marginals are the two x rows:
+on a chain that LP is tight (unlike y >= x_a + x_b - 1). The hint is the faster fitting plan of the greedy
+and the heuristic. At the time limit the best plan found is returned as 'feasible'.
 
 Example: `paradyse-lab plan --model gpt --seq 256K --solver ilp --recompute --granularity sublayer`.
 """

@@ -174,3 +174,20 @@ def test_budget_switch_costs_and_embedding():
     assert p.fixed_transient_bytes == fx.transient_bytes > 0 and p.fixed_time_s == fx.time_s
     default = SearchProblem.from_cost_model(LayerGraph(model), cm, 8192)
     assert not default.switch_s.any()  # every catalog strategy reads the unified layout
+
+
+def test_a_strategy_with_another_layout_pays_a_switch(monkeypatch):
+    from paradyse_lab import search_problem
+    from paradyse_lab.costmodel import CollectiveCall
+
+    model = get_model("gpt")
+    cm = AnalyticCostModel(model, A100)
+    monkeypatch.setitem(search_problem.LAYOUTS, "metp", "head-sharded")
+    p = SearchProblem.from_cost_model(LayerGraph(model), cm, 65536)
+    i, j, k = p.option_index("metp"), p.option_index("megatron_ts"), p.option_index("ulysses_z")
+    act = 65536 // 8 * model.hidden * 2  # [b, s/p, h] in bf16
+    expected = 2 * cm.collective_s(CollectiveCall("all_to_all", act, 8))
+    assert p.switch_s[i, j] == p.switch_s[j, i] == pytest.approx(expected) and expected > 0
+    assert p.switch_s[j, k] == 0.0
+    plan = ["metp"] * 4 + ["megatron_ts"] * 4
+    assert p.time_of(plan) == pytest.approx(4 * p.time_s[0, i] + 4 * p.time_s[0, j] + expected)

@@ -26,8 +26,8 @@ def register(sub) -> None:
     )
     p.add_argument("--sizes", default="8,24,96,192", help="numbers of decisions L (default 8,24,96,192)")
     p.add_argument("--options", default="4,8", help="numbers of options O (default 4,8)")
-    p.add_argument("--kinds", default="random,random+switch,model",
-                   help="problem kinds (default random,random+switch,model)")
+    p.add_argument("--kinds", default="random,random+switch,model,model-sublayer",
+                   help="problem kinds (default random,random+switch,model,model-sublayer)")
     p.add_argument("--solvers", default="heuristic,greedy,dp,ilp,brute_force", help="solvers to run")
     p.add_argument("--instances", default="2", help="problems per (kind, L, O) (default 2)")
     p.add_argument("--repeats", default="3", help="timed runs per problem of the fast solvers (default 3)")

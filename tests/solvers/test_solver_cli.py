@@ -104,7 +104,7 @@ def test_bench_solvers_writes_the_csv(capsys, tmp_path):
     assert code == 0
     rows = list(csv.DictReader(out_csv.open()))
     d = json.loads(out)
-    assert len(rows) == len(d["rows"]) == 3 * 5  # 3 kinds x (heuristic, greedy, dp, ilp, brute_force)
+    assert len(rows) == len(d["rows"]) == 4 * 5  # 4 kinds x (heuristic, greedy, dp, ilp, brute_force)
     for r in rows:
         if r["solver"] in ("dp", "ilp", "brute_force"):
             assert float(r["max_gap_pct"]) == pytest.approx(0, abs=1e-4) and r["disagree"] == "0"

@@ -145,3 +145,20 @@ def test_dp_and_ilp_agree_on_larger_problems(L, O, switch):
     if ilp.status == "optimal":
         assert ilp.predicted_time_s == pytest.approx(dp.predicted_time_s, rel=1e-7)
     assert not heur.feasible or heur.predicted_time_s >= dp.predicted_time_s * (1 - 1e-12)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31), seq=st.sampled_from([65536, 262144]))
+def test_agree_at_sublayer_granularity_with_switch_costs(seed, seq):
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from solvers.instances import with_tight_budget
+
+    model = get_model("gpt").with_layers(2)
+    cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"))
+    p = SearchProblem.from_cost_model(LayerGraph(model, "sublayer"), cm, seq, recompute=True,
+                                      switch_cost=lambda a, b: 0.0 if a.strategy == b.strategy else 0.05)
+    assert p.switch_s.any() and p.num_decisions == 4
+    check_agreement(with_tight_budget(p, np.random.default_rng(seed)))
