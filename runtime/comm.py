@@ -9,6 +9,10 @@ all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the
 of the logical collective, whatever the backend does underneath, so it can be compared with the
 analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them.
 
+A `runtime.fake_group.FakeGroup` in place of a process group makes every call return a correctly shaped
+tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
+world (the rank-local profiler, runtime/profiler.py).
+
 Gloo notes: `all_to_all_single` is used for all-to-all, and point-to-point exchanges are plain paired
 `isend`/`irecv` (batched point-to-point can hang on gloo); on NCCL an exchange is one
 `batch_isend_irecv` so that a send and a receive to the same peer cannot deadlock.
@@ -84,25 +88,34 @@ def _nbytes(x: torch.Tensor) -> int:
     return x.numel() * x.element_size()
 
 
+def _fake(group) -> bool:
+    """A `runtime.fake_group.FakeGroup`: shapes exact, nothing sent."""
+    return bool(getattr(group, "is_fake", False))
+
+
 def size(group=None) -> int:
     """Ranks in `group` (1 when torch.distributed is not initialised)."""
+    if _fake(group):
+        return group.size
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
 def rank(group=None) -> int:
     """This rank's index in `group` (0 when torch.distributed is not initialised)."""
+    if _fake(group):
+        return group.rank
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
 
 
 def global_rank(group, group_rank: int) -> int:
     """The global rank of `group_rank` in `group` (point-to-point calls take global ranks)."""
-    if group is None or group is dist.group.WORLD:
+    if group is None or _fake(group) or group is dist.group.WORLD:
         return group_rank
     return dist.get_global_rank(group, group_rank)
 
 
 def _is_nccl(group) -> bool:
-    return dist.get_backend(group) == "nccl"
+    return not _fake(group) and dist.get_backend(group) == "nccl"
 
 
 # --- collectives (dim 0 is the one gathered / scattered) ----------------------------------------------
@@ -114,7 +127,10 @@ def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty((p * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-    _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
+    if _fake(group):
+        out.copy_(x.expand(p, *x.shape).reshape(out.shape))  # fake: every rank "sent" the local values
+    else:
+        _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
     _record("all_gather", _nbytes(out) * (p - 1) // p)
     return out
 
@@ -126,7 +142,10 @@ def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty((x.shape[0] // p, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    _RS(out, x, group=group)  # [p*n, ...] -> [n, ...]
+    if _fake(group):
+        out.copy_(x[rank(group) * out.shape[0]:(rank(group) + 1) * out.shape[0]])  # fake: own chunk, unsummed
+    else:
+        _RS(out, x, group=group)  # [p*n, ...] -> [n, ...]
     _record("reduce_scatter", _nbytes(x) * (p - 1) // p)
     return out
 
@@ -138,7 +157,10 @@ def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty_like(x)
-    dist.all_to_all_single(out, x, group=group)  # [p(dest)*n, ...] -> [p(src)*n, ...]
+    if _fake(group):
+        out.copy_(x)  # fake: shapes exact, values not exchanged
+    else:
+        dist.all_to_all_single(out, x, group=group)  # [p(dest)*n, ...] -> [p(src)*n, ...]
     _record("all_to_all", _nbytes(x) * (p - 1) // p)
     return out
 
@@ -148,7 +170,8 @@ def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
     p = size(group)
     if p == 1:
         return x
-    dist.all_reduce(x, group=group)  # [...] -> [...]
+    if not _fake(group):
+        dist.all_reduce(x, group=group)  # [...] -> [...]
     _record("all_reduce", 2 * _nbytes(x) * (p - 1) // p)
     return x
 
@@ -181,7 +204,10 @@ def exchange(send: torch.Tensor | None, dst: int | None, src: int | None, recv_l
     if send is not None:
         send = send.contiguous()
         _record("p2p", _nbytes(send))
-    if _is_nccl(group):
+    if _fake(group):  # nothing sent: the "received" tensor is a copy of what would be sent
+        if recv is not None:
+            recv.copy_(send if send is not None and send.shape == recv.shape else like)
+    elif _is_nccl(group):
         ops = []
         if send is not None:
             ops.append(dist.P2POp(dist.isend, send, global_rank(group, dst), group))

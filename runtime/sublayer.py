@@ -108,6 +108,35 @@ def weight_grad(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return flat(dy).t() @ flat(x)
 
 
+def _flatten(tree) -> tuple[list[torch.Tensor], Any]:
+    """Tensors of a nested tuple/list of tensors (and None), and the structure to rebuild it."""
+    if isinstance(tree, (tuple, list)):
+        leaves: list[torch.Tensor] = []
+        specs = []
+        for item in tree:
+            sub, spec = _flatten(item)
+            leaves += sub
+            specs.append((len(sub), spec))
+        return leaves, (type(tree), specs)
+    if tree is None:
+        return [], "none"
+    return [tree], "leaf"
+
+
+def _unflatten(leaves, structure):
+    """Inverse of `_flatten`."""
+    if structure == "leaf":
+        return leaves[0]
+    if structure == "none":
+        return None
+    kind, specs = structure
+    out, i = [], 0
+    for n, spec in specs:
+        out.append(_unflatten(leaves[i:i + n], spec))
+        i += n
+    return kind(out)
+
+
 # --- the autograd node ---------------------------------------------------------------------------------
 
 class SubLayerFunction(torch.autograd.Function):
@@ -119,18 +148,21 @@ class SubLayerFunction(torch.autograd.Function):
         with comm.tagged(ctx.tag):
             y, saved = impl.forward(x, w, ctx, None)
         fctx.impl, fctx.ctx, fctx.recompute = impl, ctx, recompute
-        fctx.saved = None if recompute else saved
-        fctx.save_for_backward(x, *params)
+        leaves, fctx.structure = ([], None) if recompute else _flatten(saved)
+        # every tensor kept for backward goes through save_for_backward, so saved_tensors_hooks see them all
+        # (the profiler measures kept activations with them: runtime/profiler.py)
+        fctx.save_for_backward(x, *params, *leaves)
         return y
 
     @staticmethod
     def backward(fctx, dy):
-        x, *params = fctx.saved_tensors
+        x, *rest = fctx.saved_tensors
+        params, leaves = rest[:len(PARAM_NAMES)], rest[len(PARAM_NAMES):]
         w, impl, ctx = Weights(*params), fctx.impl, fctx.ctx
         with comm.tagged(ctx.tag):
             prep = impl.prepare_backward(w, ctx)
-            saved = impl.forward(x, w, ctx, prep)[1] if fctx.recompute else fctx.saved
-            fctx.saved = None
+            saved = impl.forward(x, w, ctx, prep)[1] if fctx.recompute else _unflatten(leaves, fctx.structure)
+            del leaves, rest
             dx, grads = impl.backward(saved, dy.contiguous(), w, ctx, prep)
             rep = [grads[n] for n in REPLICATED]
             buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [3h] summed over ranks

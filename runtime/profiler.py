@@ -1,0 +1,472 @@
+"""Profile the runtime: time, peak memory and kept activations of every strategy per sequence length.
+
+Commands:
+
+    # rank-local: one process plays rank 0 of a p-GPU world through a fake process group
+    paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
+        --mode rank-local --p 8 --out profile.csv
+    # distributed: every rank runs its share for real (NCCL on GPUs, gloo on CPU); rank 0 writes
+    torchrun --standalone --nproc-per-node 8 -m runtime.profiler --model gpt2-tiny --seqs 512,1024 \\
+        --strategies megatron_ts,metp --mode distributed --out profile.csv
+
+One row per (strategy option, sequence length), in the schema of paradyse_lab/profiles.py: one training
+step (forward + backward, no optimizer step) of the whole `ParallelGPT` (embedding, the layer stack with
+the option on every layer, tied head and loss), seen from one rank. `--warmup` untimed steps, then
+`--repeats` timed ones; time_s is their median (CUDA events on GPU, `time.perf_counter` on CPU).
+- `measured-distributed`: the median of each rank's steps, max over ranks; peak_bytes the max over ranks
+  of `torch.cuda.max_memory_allocated` (reset before the timed steps).
+- `measured-rank-local`: runtime/fake_group.py's `FakeGroup` makes every collective return a correctly
+  shaped tensor without communicating, so the rank's compute time and memory are real and its
+  communication is absent; time_s = measured compute + the communication the analytic model
+  (paradyse_lab/costmodel/analytic.py, alpha-beta per collective on `--cluster`, ring overlap included)
+  leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
+  (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
+  (communication included), comm_s is 0 and comm_modelled false.
+- On CPU there is no allocator peak counter: peak_bytes = parameter + gradient bytes + kept_bytes, a
+  lower bound (the transient working memory is not seen). Use GPU rows for peak memory.
+
+kept_bytes (`measure_kept_bytes`) is exact on every device: the bytes of the distinct storages that the
+forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
+Rows are written atomically (a temporary file renamed over `--out`). Bad input (unknown strategy or model,
+a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+MODES = ("rank-local", "distributed")
+
+
+# --- kept activations -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KeptTensor:
+    """One storage kept for backward."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    """Bytes of the whole storage it lives in (what stays allocated)."""
+
+
+class KeptRecorder:
+    """Context manager recording the tensors saved for backward inside it (`saved_tensors_hooks`).
+
+    "Kept activation" (the analytic model's `kept_bytes`, paradyse_lab/costmodel/schedules.py): every
+    storage the forward hands to autograd to keep until the backward, counted once (deduplicated by storage,
+    so q/k/v views of one qkv buffer count as that buffer, and a tensor saved twice counts once), at the
+    size of its whole storage (a saved view keeps its whole storage alive), **excluding** the storages of
+    `exclude` (the parameters / weight shards: model states, counted by `model_state_bytes`). The sub-layer
+    input x is included (it is kept), the sub-layer output is not (the next sub-layer keeps it as its input).
+    Tensors kept by a `torch.autograd.Function` outside `save_for_backward` would be invisible: the runtime's
+    `SubLayerFunction` saves everything through `save_for_backward` for this reason.
+    """
+
+    def __init__(self, exclude=()):
+        self._exclude = {_storage_key(t) for t in exclude}
+        self.kept: dict[tuple, KeptTensor] = {}
+
+    def __enter__(self):
+        import torch
+
+        def pack(t):
+            key = _storage_key(t)
+            if key not in self._exclude and key not in self.kept:
+                self.kept[key] = KeptTensor(tuple(t.shape), str(t.dtype).replace("torch.", ""),
+                                            t.untyped_storage().nbytes())
+            return t
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+        return False
+
+    @property
+    def nbytes(self) -> int:
+        """Total kept bytes."""
+        return sum(k.nbytes for k in self.kept.values())
+
+
+def _storage_key(t) -> tuple:
+    s = t.untyped_storage()
+    return (str(t.device), s.data_ptr(), s.nbytes())
+
+
+def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, seq_len: int, batch: int = 1,
+                       rank: int = 0, dtype=None, device="cpu", seed: int = 0) -> KeptRecorder:
+    """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg` (runtime.reference.GPTConfig)
+    under `strategy` on rank `rank` of a p-rank world emulated by a `FakeGroup` (no process group needed)."""
+    import torch
+
+    from runtime.fake_group import FakeGroup
+    from runtime.layout import PARAM_NAMES, shard_sublayer
+    from runtime.model import STRATEGY_MODULES
+    from runtime.sublayer import Ctx, run_sublayer
+
+    dtype = dtype or torch.float32
+    gen = torch.Generator().manual_seed(seed)
+    h = cfg.hidden
+    n1, n2 = (3 * h, h) if kind == "attention" else (cfg.ffn_hidden, cfg.ffn_hidden)
+    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(h), "b2": torch.zeros(h),
+            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1),
+            "w2": torch.randn(n2, h, generator=gen) * 0.02}
+    shard = shard_sublayer(full, kind, rank, p)
+    params = [shard[n].to(device=device, dtype=dtype).requires_grad_() for n in PARAM_NAMES]
+    x = torch.randn(batch, seq_len // p, h, generator=gen).to(device=device, dtype=dtype).requires_grad_()
+    group = FakeGroup(p, rank)
+    ctx = Ctx(group=group, p=p, rank=rank, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
+              eps=cfg.eps)
+    module = STRATEGY_MODULES[strategy]
+    impl = module.ATTENTION if kind == "attention" else module.MLP
+    with KeptRecorder(exclude=params) as rec:
+        y = run_sublayer(impl, ctx, recompute, x, params)
+    rec.output = y  # keep the graph alive while the caller inspects the record
+    return rec
+
+
+# --- timing ---------------------------------------------------------------------------------------------
+
+def _timed_steps(step, warmup: int, repeats: int, cuda: bool, barrier=None) -> list[float]:
+    """Seconds of each of `repeats` calls of `step` after `warmup` untimed ones."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        if barrier is not None:
+            barrier()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def software_versions() -> str:
+    """`name=version` pairs joined by ';' (torch, CUDA, NCCL, flash-attn, paradyse-lab)."""
+    import importlib.metadata as md
+
+    import torch
+
+    parts = [f"torch={torch.__version__}"]
+    if torch.version.cuda:
+        parts.append(f"cuda={torch.version.cuda}")
+        try:
+            parts.append("nccl=" + ".".join(str(v) for v in torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - NCCL not built in
+            pass
+    for dist_name, label in (("flash-attn", "flash-attn"), ("paradyse-lab", "paradyse-lab")):
+        try:
+            parts.append(f"{label}={md.version(dist_name)}")
+        except md.PackageNotFoundError:
+            pass
+    return ";".join(parts)
+
+
+def device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device).replace(",", " ")
+    return (f"cpu {platform.machine()} {platform.processor()}".strip()).replace(",", " ") or "cpu"
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """One profiling run."""
+
+    model: str
+    seqs: tuple[int, ...]
+    strategies: tuple[str, ...]
+    mode: str = "rank-local"
+    p: int = 0
+    """rank-local: the emulated world size (required); distributed: the world size (taken from it)."""
+    rank: int = 0
+    batch: int = 1
+    layers: int = 0
+    """Layers to run (0: the model's)."""
+    warmup: int = 2
+    repeats: int = 5
+    device: str = "auto"
+    dtype: str = "auto"
+    cluster: str = ""
+    seed: int = 0
+
+
+def parse_options(args) -> ProfileOptions:
+    """Check the arguments (no torch): `UserInputError` on bad input."""
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.strategies import StrategyOption
+
+    def ints(text: str, what: str) -> tuple[int, ...]:
+        try:
+            vals = tuple(int(v) for v in str(text).split(",") if v.strip())
+        except ValueError:
+            raise UserInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+        if not vals or any(v <= 0 for v in vals):
+            raise UserInputError(f"{what} must be positive integers, got {text!r}")
+        return vals
+
+    seqs = ints(args.seqs, "--seqs")
+    strategies = tuple(s.strip() for s in str(args.strategies).split(",") if s.strip())
+    if not strategies:
+        raise UserInputError("--strategies is empty")
+    from runtime.model import STRATEGY_MODULES  # noqa: F401 - torch is imported below anyway
+
+    for name in strategies:
+        opt = StrategyOption.parse(name)
+        if opt.strategy not in STRATEGY_MODULES:
+            raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
+                                 f"valid: {', '.join(STRATEGY_MODULES)}")
+    for name, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1), ("--batch", args.batch, 1),
+                             ("--layers", args.layers, 0), ("--p", args.p, 0), ("--rank", args.rank, 0)):
+        if value < low:
+            raise UserInputError(f"{name} must be >= {low}, got {value}")
+    if args.mode == "rank-local" and args.p < 1:
+        raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
+    if args.mode == "rank-local" and args.rank >= args.p:
+        raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
+    return ProfileOptions(model=args.model, seqs=seqs, strategies=strategies, mode=args.mode, p=args.p,
+                          rank=args.rank, batch=args.batch, layers=args.layers, warmup=args.warmup,
+                          repeats=args.repeats, device=args.device, dtype=args.dtype, cluster=args.cluster,
+                          seed=args.seed)
+
+
+def profile(opts: ProfileOptions, group=None, progress: bool = True):
+    """Profile rows (a DataFrame, profiles.COLUMNS plus compute_s, comm_s, comm_modelled) for `opts`.
+
+    rank-local: `group` is ignored (a `FakeGroup` of opts.p is used). distributed: torch.distributed must be
+    initialised; every rank calls this, every rank gets the rows."""
+    import pandas as pd
+    import torch
+
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel import formulas as F
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.profiles import COLUMNS, validate_profiles
+    from paradyse_lab.strategies import StrategyOption
+    from runtime import comm
+    from runtime.fake_group import FakeGroup
+    from runtime.layout import check_length
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig
+
+    spec = get_model(opts.model)
+    if opts.layers:
+        spec = spec.with_layers(opts.layers)
+    cfg = GPTConfig.from_model_spec(spec)
+    distributed = opts.mode == "distributed"
+    if distributed:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            raise UserInputError("--mode distributed runs under torchrun (torch.distributed is not initialised)")
+        p, rank = comm.size(group), comm.rank(group)
+    else:
+        p, rank = opts.p, opts.rank
+        group = FakeGroup(p, rank)
+    use_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise UserInputError("--device cuda but CUDA is not available")
+    if use_cuda:
+        device = torch.device("cuda", torch.cuda.current_device()) if not distributed else \
+            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    else:
+        device = torch.device("cpu")
+    dtype_name = opts.dtype if opts.dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    options = [StrategyOption.parse(s) for s in opts.strategies]
+    model = ParallelGPT(cfg, group, seed=opts.seed).to(device=device, dtype=dtype)
+    for s in opts.seqs:  # every input error before any timing
+        check_length(s, p)
+        for opt in options:
+            model.check(s, [str(opt)] * cfg.layers)
+    cost_spec = cfg.model_spec(dtype_name if dtype_name != "fp16" else "bf16")
+    analytic = AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
+    params = list(model.parameters())
+    state_bytes = 2 * sum(q.numel() * q.element_size() for q in params)  # weights + gradients
+    barrier = torch.distributed.barrier if distributed else None
+    software, dev_name = software_versions(), device_name(device)
+
+    jobs = [(opt, s) for opt in options for s in opts.seqs]
+    bar = None
+    if progress and rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc="profile", file=sys.stderr, dynamic_ncols=True)
+    rows = []
+    gen = torch.Generator().manual_seed(opts.seed)
+    for opt, s in jobs:
+        if bar is not None:
+            bar.set_postfix_str(f"{opt} s={s}")
+        t = s // p
+        ids = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
+        labels = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
+        plan = [str(opt)] * cfg.layers
+
+        def step(ids=ids, plan=plan, labels=labels):
+            for q in params:
+                q.grad = None
+            _, loss = model(ids, plan, labels)
+            loss.backward()
+
+        with KeptRecorder(exclude=params) as rec:  # kept bytes of one forward (exact)
+            _, loss = model(ids, plan, labels)
+        kept = rec.nbytes
+        del loss, rec
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        times = _timed_steps(step, opts.warmup, opts.repeats, device.type == "cuda", barrier)
+        compute_s = statistics.median(times)
+        if device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(device))
+        else:
+            peak = state_bytes + kept  # lower bound (module docstring)
+        comm_s = 0.0
+        if distributed:
+            vals = torch.tensor([compute_s, float(peak)], dtype=torch.float64,
+                                device=device if device.type == "cuda" else "cpu")
+            torch.distributed.all_reduce(vals, op=torch.distributed.ReduceOp.MAX, group=group)
+            compute_s, peak = float(vals[0]), int(vals[1])
+        elif p > 1:
+            att = analytic.sublayer("attention", opt, s, opts.batch)
+            mlp = analytic.sublayer("mlp", opt, s, opts.batch)
+            comm_s = cfg.layers * (att.exposed_comm_s + mlp.exposed_comm_s)  # alpha-beta, ring overlap
+            comm_s += F.collective_time_s(analytic.cluster, "all_reduce",  # the embedding gradients
+                                          F.embedding_params(cost_spec) * cost_spec.dtype_bytes, p)
+        rows.append({
+            "model": opts.model, "h": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.heads, "layers": cfg.layers,
+            "p": p, "strategy": opt.strategy, "recompute": "true" if opt.recompute else "false", "seq_len": s,
+            "batch": opts.batch, "time_s": compute_s + comm_s, "peak_bytes": max(peak, kept), "kept_bytes": kept,
+            "device": dev_name, "source": "measured-distributed" if distributed else "measured-rank-local",
+            "software": software, "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "compute_s": compute_s, "comm_s": comm_s, "comm_modelled": "false" if distributed else "true",
+        })
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    df = pd.DataFrame(rows)
+    validate_profiles(df[list(COLUMNS)].astype(str), "profiled rows")
+    return df
+
+
+def write_rows_atomic(df, path: str) -> None:
+    """Write the rows (schema columns first, then the extra ones) to `path` atomically."""
+    from paradyse_lab.profiles import COLUMNS
+
+    cols = list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]
+    out = df[cols].copy()
+    for c in ("time_s", "compute_s", "comm_s"):
+        out[c] = out[c].map(lambda v: f"{v:.6g}")
+    target = os.path.abspath(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".csv", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            out.to_csv(f, index=False)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run(args) -> int:
+    """The `profile` command (imports torch here, not at registration)."""
+    import torch
+
+    from paradyse_lab.errors import UserInputError
+
+    opts = parse_options(args)
+    if opts.mode == "distributed":
+        import torch.distributed as dist
+
+        if "RANK" not in os.environ:
+            raise UserInputError("--mode distributed runs under torchrun (RANK is not set)")
+        cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if cuda else "gloo")
+        try:
+            df = profile(opts)
+            if dist.get_rank() == 0:
+                write_rows_atomic(df, args.out)
+        finally:
+            dist.destroy_process_group()
+    else:
+        df = profile(opts)
+        write_rows_atomic(df, args.out)
+    if "RANK" not in os.environ or os.environ.get("RANK") == "0":
+        print(f"wrote {len(df)} rows to {args.out}")
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="gpt2-tiny", help="model preset or config.json (GPT-2-shaped)")
+    parser.add_argument("--seqs", required=True, help="comma-separated sequence lengths (multiples of 2p)")
+    parser.add_argument("--strategies", required=True, help="comma-separated NAME or NAME+recompute")
+    parser.add_argument("--mode", choices=MODES, default="rank-local")
+    parser.add_argument("--p", type=int, default=0, help="rank-local: world size to emulate")
+    parser.add_argument("--rank", type=int, default=0, help="rank-local: the rank this process plays")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=0, help="layers to run (0: the model's)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps (their median is reported)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                        help="auto: bf16 on CUDA, fp32 on CPU")
+    parser.add_argument("--cluster", default="", help="cluster preset pricing the modelled communication "
+                        "(rank-local; default the default preset)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")
+
+
+def register(subparsers) -> None:
+    """Add the `profile` sub-command (imports no torch until it runs)."""
+    parser = subparsers.add_parser("profile", help="measure strategies' step time and memory per length",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from paradyse_lab.errors import UserInputError
+
+    parser = argparse.ArgumentParser(prog="python -m runtime.profiler", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

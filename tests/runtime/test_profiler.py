@@ -1,0 +1,107 @@
+"""The profiler (runtime/profiler.py): kept activations measured with saved_tensors_hooks through the fake
+process group at p = 8, against the analytic model; and the `paradyse-lab profile` command (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paradyse_lab.cli import main
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.profiles import read_profiles
+from paradyse_lab.strategies import StrategyOption
+
+P = 8
+SEQ = 128
+SPEC = ModelSpec(name="gpt2-tiny-p8", hidden=64, heads=8, layers=1, ffn_hidden=256, vocab_size=128,
+                 max_positions=256, dtype="fp32")
+"""gpt2-tiny-like shapes with heads and f divisible by 8; fp32 like the CPU runtime."""
+STRATEGIES = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
+
+LN_OUTPUT_NOT_KEPT = {(s, k) for s in STRATEGIES for k in ("attention", "mlp")} - {
+    ("megatron_ts", "attention"), ("ulysses_z", "attention")}
+"""Known, exact difference between the runtime and schedules.py (reported, not yet resolved): the analytic
+model keeps the LayerNorm output [t, h] of every sub-layer (Korthikanti et al. 2023, asserted by
+tests/costmodel/test_formulas.py), but every runtime strategy recomputes LN(x) from the kept input x in its
+backward, so it keeps one [t, h] tensor less. In megatron_ts and ulysses_z attention the totals still agree
+because the runtime instead keeps the attention output twice: o [b, H/p, s, d] in natural head-major order
+(for the kernel's backward) and c [b, s, h/p] (megatron_ts: gathered token order, for dW_proj) /
+c [b, t, h] (ulysses_z: after the all-to-all back)."""
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    from runtime.reference import GPTConfig
+
+    return GPTConfig.from_model_spec(SPEC)
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["keep", "recompute"])
+@pytest.mark.parametrize("kind", ["attention", "mlp"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_kept_bytes_match_analytic_at_p8(cfg, strategy, kind, recompute):
+    from runtime.profiler import measure_kept_bytes
+
+    rec = measure_kept_bytes(kind, strategy, recompute, cfg, P, SEQ)
+    analytic = schedule(SPEC, kind, StrategyOption(strategy, recompute), SEQ, 1, P).kept_bytes
+    t_h_bytes = SEQ // P * SPEC.hidden * SPEC.dtype_bytes
+    expected = analytic - (t_h_bytes if not recompute and (strategy, kind) in LN_OUTPUT_NOT_KEPT else 0)
+    detail = [(k.shape, k.dtype, k.nbytes) for k in rec.kept.values()]
+    assert rec.nbytes == expected, f"{strategy} {kind}: measured {rec.nbytes}, analytic {analytic}: {detail}"
+    if recompute:  # only the sub-layer input x [1, t, h]
+        assert detail == [((1, SEQ // P, SPEC.hidden), "float32", t_h_bytes)]
+    if kind == "attention" and not recompute:  # FlashAttention's log-sum-exp [b, heads(/p), tokens] in fp32
+        lse_bytes = 4 * SPEC.heads * SEQ // P
+        assert [k for k in rec.kept.values() if len(k.shape) == 3 and k.nbytes == lse_bytes
+                and k.shape[-1] != SPEC.hidden]
+
+def test_fake_group_counts_the_schedules_bytes(cfg):
+    """The fake group still records every call as a real group would (comm.count_bytes)."""
+    import torch
+
+    from runtime import comm
+    from runtime.fake_group import FakeGroup
+
+    assert comm.size(FakeGroup(P, 3)) == P and comm.rank(FakeGroup(P, 3)) == 3
+    x = torch.arange(6.0).view(2, 3)
+    with comm.count_bytes() as c:
+        g = comm.all_gather(x, FakeGroup(4, 1))
+        r = comm.reduce_scatter(g, FakeGroup(4, 1))
+        a = comm.all_to_all(g, FakeGroup(4, 1))
+        recv = comm.ring_exchange(x, FakeGroup(4, 1)).wait()
+    assert g.shape == (8, 3) and r.shape == (2, 3) and a.shape == (8, 3) and torch.equal(recv, x)
+    assert c.by_op == {"all_gather": 72, "reduce_scatter": 72, "all_to_all": 72, "p2p": 24}
+
+
+def test_profile_command_writes_a_valid_profile(tmp_path, capsys):
+    out = tmp_path / "prof.csv"
+    code = main(["profile", "--model", "gpt2-tiny", "--seqs", "64,128", "--strategies", "megatron_ts,metp+recompute",
+                 "--mode", "rank-local", "--p", "4", "--layers", "1", "--warmup", "0", "--repeats", "1",
+                 "--out", str(out)])
+    assert code == 0
+    df = read_profiles(out)
+    assert len(df) == 4 and set(df["source"]) == {"measured-rank-local"}
+    assert list(df["seq_len"]) == [64, 128, 64, 128] and list(df["recompute"]) == [False, False, True, True]
+    assert (df["p"] == 4).all() and (df["layers"] == 1).all() and (df["time_s"] > 0).all()
+    assert (df["kept_bytes"] > 0).all() and (df["peak_bytes"] >= df["kept_bytes"]).all()
+    assert df["software"].str.contains("torch=").all()
+    kept = dict(zip(zip(df["strategy"], df["seq_len"]), df["kept_bytes"]))
+    assert kept[("megatron_ts", 128)] > kept[("metp", 128)]  # recomputation keeps less
+    assert not list(tmp_path.glob(".profile-*"))  # the temporary file was renamed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategies", "nosuch"], "nosuch"),
+    (["--strategies", "megatron_ts", "--seqs", "60"], "multiple of 8"),
+])
+def test_profile_command_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
+    base = {"--seqs": "64", "--strategies": "megatron_ts"}
+    argv = ["profile", "--model", "gpt2-tiny", "--p", "4", "--out", str(tmp_path / "x.csv")]
+    merged = dict(base)
+    merged.update(dict(zip(args[::2], args[1::2])))
+    for k, v in merged.items():
+        argv += [k, v]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "x.csv").exists()
