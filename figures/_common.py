@@ -1,0 +1,69 @@
+"""Shared by the figure scripts: arguments, reading CSVs (a missing one is exit 2 with one line), saving.
+
+Not a figure itself. Scripts import it from their own folder; figures/ holds scripts, not a package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+STRATEGY_LABELS = {"megatron_ts": "MegatronTS", "megatron_cz": "MegatronCZ", "ulysses_z": "UlyssesZ",
+                   "metp": "METP"}
+STRATEGY_COLORS = {"megatron_ts": "#1f77b4", "megatron_cz": "#ff7f0e", "ulysses_z": "#2ca02c", "metp": "#d62728"}
+POLICY_STYLE = {
+    **{f"static:{k}": dict(color=c, lw=1.6, ls="-", label=STRATEGY_LABELS[k]) for k, c in STRATEGY_COLORS.items()},
+    "dynamic:heuristic": dict(color="black", lw=2.4, ls="-", label="ParaDySe (heuristic)"),
+    "dynamic:dp": dict(color="#e377c2", lw=1.3, ls=(0, (4, 3)), label="dp (ours, exact)"),
+    "dynamic:ilp": dict(color="#17becf", lw=1.3, ls=(3, (2, 5)), label="ilp (ours, exact)"),
+}
+DATASET_LABELS = {"github_code": "GitHubCode", "grch38": "GRCh38"}
+MODEL_LABELS = {"bert": "BERT", "llama": "LLaMA", "gpt": "GPT"}
+SOURCE_NOTE = "simulated: analytic cost model (source=analytic), 8x A100-80GB"
+GiB = 2**30
+
+
+class MissingCSV(Exception):
+    """A CSV the figure reads is not there."""
+
+
+def parse_args(argv, description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--results", default="results", help="folder with the CSVs (default results/)")
+    p.add_argument("--out", default=None, help="folder for the PNG and PDF (default RESULTS/figures/)")
+    args = p.parse_args(argv)
+    args.results = Path(args.results)
+    args.out = Path(args.out) if args.out else args.results / "figures"
+    return args
+
+
+def read_csv(results: Path, name: str) -> pd.DataFrame:
+    path = Path(results) / name
+    if not path.is_file():
+        raise MissingCSV(f"{path} not found; run `paradyse-lab reproduce` (or `--quick`) first")
+    return pd.read_csv(path)
+
+
+def run(script: str, draw, argv, description: str) -> int:
+    """Parse args, call draw(args) -> figure, save NAME.png and NAME.pdf; a missing CSV -> one line, exit 2."""
+    args = parse_args(argv, description)
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+                         "savefig.bbox": "tight"})
+    try:
+        fig = draw(args)
+    except MissingCSV as err:
+        print(f"figures/{script}.py: error: {err}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    for ext in ("png", "pdf"):
+        fig.savefig(args.out / f"{script}.{ext}", dpi=150)
+    plt.close(fig)
+    print(f"wrote {args.out / script}.png and .pdf")
+    return 0

@@ -1,0 +1,291 @@
+"""Every experiment of the reproduction, cached and resumable: `paradyse-lab reproduce [--quick] [--out DIR]`.
+
+Steps (each writes CSVs under DIR; figures/ scripts read them; the report is generated from them):
+
+- fig2: Figure 2's six panels (simulator/experiments.py) -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
+- table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
+- solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp (solvers/bench.py)
+  -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
+- costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
+  (costmodel/ablation.py split) -> costmodel_points.csv, costmodel_accuracy.csv
+- plan_map: the plan each solver picks per layer and length -> plan_map.csv
+- memory: model states, kept activations and transient bytes of every uniform plan -> memory_breakdown.csv
+- figures: figures/*.py -> DIR/figures/*.png and *.pdf
+- report: DIR/REPORT.md, the paper's numbers beside ours.
+
+A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step);
+`--force` reruns everything. Settings are kept in DIR/reproduce_settings.json: a run with other settings
+(quick against full) reruns every step instead of mixing results.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paradyse_lab.errors import UserInputError
+
+FIGURES_DIR = Path(__file__).resolve().parents[1] / "figures"
+FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
+                  "memory_breakdown")
+STEPS = ("fig2", "table5", "solvers", "costmodel", "plan_map", "memory", "figures", "report")
+SETTINGS_FILE = "reproduce_settings.json"
+K = 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a reproduction run depends on (a change reruns every step)."""
+
+    quick: bool
+    size: int
+    """Sequences per sampled dataset in Figure 2 and Table 5."""
+    bench_sizes: tuple[int, ...]
+    bench_options: tuple[int, ...]
+    bench_kinds: tuple[str, ...]
+    bench_instances: int
+    costmodels: tuple[str, ...]
+    map_lengths: int
+    """Lengths in the plan map and memory breakdown grids."""
+    cluster: str = "a100-80gb-x8"
+
+    @classmethod
+    def make(cls, quick: bool, cluster: str = "a100-80gb-x8") -> Settings:
+        if quick:
+            return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
+                       24, cluster)
+        return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
+                   2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64, cluster)
+
+
+def _json_settings(s: Settings) -> dict:
+    return json.loads(json.dumps(asdict(s)))
+
+
+def _write(df: pd.DataFrame, path: Path) -> Path:
+    from simulator.results import write_csv_atomic
+
+    return write_csv_atomic(df, path)
+
+
+def _length_grid(n: int, lo: int = 2 * K, hi: int = 640 * K) -> list[int]:
+    """n lengths, geometric from lo to hi, multiples of 512 (the paper's granule)."""
+    xs = np.geomspace(lo, hi, n)
+    return sorted({int(round(x / 512)) * 512 for x in xs})
+
+
+# ---------------------------------------------------------------- steps
+
+
+def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
+    from simulator import experiments
+
+    setup = experiments.Setup(cluster=s.cluster, size=s.size)
+    experiments.fig2(setup, out, force=force, exact=True, progress=False)
+    from simulator.results import run_path
+
+    rows = []
+    for d in experiments.DATASETS:
+        for m in experiments.MODELS:
+            dp = pd.read_csv(run_path(out, "fig2", d, m, "dynamic:dp"))
+            for p in ("dynamic:heuristic", "dynamic:ilp"):
+                r = pd.read_csv(run_path(out, "fig2", d, m, p))
+                both = min(int((~dp["oom"]).sum()), int((~r["oom"]).sum()))
+                t_p = float(r[~r["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
+                t_dp = float(dp[~dp["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
+                planned = r[~r["cached"].astype(bool)]
+                rows.append({"dataset": d, "model": m, "policy": p, "steps_compared": both, "time_s": t_p,
+                             "dp_time_s": t_dp, "gap_to_dp": (t_p - t_dp) / t_dp if t_dp else None,
+                             "max_len": int(r[~r["oom"]]["seq_len"].max()) if (~r["oom"]).any() else 0,
+                             "dp_max_len": int(dp[~dp["oom"]]["seq_len"].max()) if (~dp["oom"]).any() else 0,
+                             "solve_ms_mean": float(planned["solve_ms"].mean()) if len(planned) else 0.0})
+    _write(pd.DataFrame(rows), out / "solver_quality_runs.csv")
+    return ["fig2_summary.csv", "fig2_headline.csv", "solver_quality_runs.csv"]
+
+
+def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
+    from simulator import experiments
+
+    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size), out, force=force, progress=False)
+    return ["table5.csv"]
+
+
+def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
+    from solvers import bench
+
+    rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
+                     ("heuristic", "greedy", "dp", "ilp", "brute_force"), 2.0 if not s.quick else 1.0, 0)
+    _write(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv")
+    return ["solver_bench.csv"]
+
+
+def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel.ablation import mape, split_profiles
+    from paradyse_lab.costmodel.learned_cost_model import analytic_whole, fit_profiles, profile_cluster
+    from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+
+    path = default_profile(get_cluster(s.cluster).name)
+    df = read_profiles(path)
+    source = profile_sources(df)
+    train, interp, extrap = split_profiles(df)
+    cl = profile_cluster(df, get_cluster(s.cluster))
+    tests = {"interp": interp, "extrap": extrap}
+    frames, acc = [], []
+    for name in s.costmodels:
+        fitted = None if name == "analytic" else fit_profiles(name, train, cl)
+        for split, t in tests.items():
+            pt, pm = analytic_whole(t, cl) if fitted is None else fitted.predict_rows(t)
+            f = t[["model", "strategy", "seq_len", "time_s", "peak_bytes"]].copy()
+            f.insert(0, "split", split)
+            f.insert(0, "cost_model", name)
+            f["pred_time_s"], f["pred_peak_bytes"] = pt, pm
+            f["source"] = source
+            frames.append(f)
+            acc.append({"cost_model": name, "split": split, "rows": len(t), "source": source,
+                        "time_mape": mape(pt, t["time_s"]), "mem_mape": mape(pm, t["peak_bytes"]),
+                        "train_rows": len(train), "train_max_len_median": int(
+                            train.groupby(["model", "strategy"])["seq_len"].max().median())})
+    _write(pd.concat(frames, ignore_index=True), out / "costmodel_points.csv")
+    _write(pd.DataFrame(acc), out / "costmodel_accuracy.csv")
+    return ["costmodel_points.csv", "costmodel_accuracy.csv"]
+
+
+def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.search_problem import SearchProblem
+    from paradyse_lab.strategies import USABLE, options
+    from simulator.experiments import DEFAULT_RESERVE_BYTES
+    from solvers.registry import get_solver
+
+    cluster = get_cluster(s.cluster)
+    rows = []
+    for model_name in ("gpt", "llama"):
+        model = get_model(model_name)
+        cm = AnalyticCostModel(model, cluster)
+        graph = LayerGraph(model, "block")
+        unit = 2 * cm.p
+        for seq in _length_grid(s.map_lengths):
+            seq = -(-seq // unit) * unit
+            problem = SearchProblem.from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
+                                                    options(USABLE))
+            for solver in ("heuristic", "dp"):
+                sol = get_solver(solver).solve(problem)
+                for i, name in enumerate(sol.plan):
+                    rows.append({"model": model_name, "solver": solver, "seq_len": seq, "layer": i,
+                                 "strategy": name if sol.feasible else "OOM", "feasible": sol.feasible,
+                                 "predicted_time_s": sol.predicted_time_s, "peak_bytes": sol.peak_bytes,
+                                 "cost_model": "analytic"})
+    _write(pd.DataFrame(rows), out / "plan_map.csv")
+    return ["plan_map.csv"]
+
+
+def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.costmodel.summary import uniform_plan_cost
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import USABLE, StrategyOption
+    from simulator.experiments import DEFAULT_RESERVE_BYTES
+
+    cluster = get_cluster(s.cluster)
+    rows = []
+    for model_name in ("bert", "llama", "gpt"):
+        cm = AnalyticCostModel(get_model(model_name), cluster)
+        unit = 2 * cm.p
+        for seq in _length_grid(s.map_lengths // 2, 1 * K, 640 * K):
+            seq = -(-seq // unit) * unit
+            for strategy in USABLE:
+                u = uniform_plan_cost(cm, StrategyOption(strategy), seq)
+                rows.append({"model": model_name, "strategy": strategy, "seq_len": seq,
+                             "model_state_bytes": u.model_state_bytes,
+                             "kept_bytes": u.peak_bytes - u.model_state_bytes - u.transient_bytes,
+                             "transient_bytes": u.transient_bytes, "peak_bytes": u.peak_bytes,
+                             "budget_bytes": cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
+                             "memory_bytes": cluster.memory_bytes, "cost_model": "analytic"})
+    _write(pd.DataFrame(rows), out / "memory_breakdown.csv")
+    return ["memory_breakdown.csv"]
+
+
+def load_figure_script(name: str):
+    """The module of figures/NAME.py (figures/ is a folder of scripts, not a package)."""
+    path = FIGURES_DIR / f"{name}.py"
+    if not path.is_file():
+        raise UserInputError(f"figure script {path} not found (figures/ ships with the source checkout)")
+    spec = importlib.util.spec_from_file_location(f"paradyse_figures_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
+    written = []
+    for name in FIGURE_SCRIPTS:
+        code = load_figure_script(name).main(["--results", str(out), "--out", str(out / "figures")])
+        if code:
+            raise UserInputError(f"figures/{name}.py failed with exit code {code}")
+        written += [f"figures/{name}.png", f"figures/{name}.pdf"]
+    return written
+
+
+def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None) -> list[str]:
+    from paradyse_lab.report import write_report
+
+    write_report(out, s, timings or {})
+    return ["REPORT.md"]
+
+
+STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "solvers": step_solvers, "costmodel": step_costmodel,
+              "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
+STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "solver_quality_runs.csv"),
+                "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
+                "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"), "plan_map": ("plan_map.csv",),
+                "memory": ("memory_breakdown.csv",)}
+"""Steps whose outputs, once present (with the same settings), are reused; figures and report always rerun."""
+
+
+def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
+              cluster: str = "a100-80gb-x8", log=print) -> dict:
+    """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step)."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = Settings.make(quick, cluster)
+    settings_path = out / SETTINGS_FILE
+    wanted = _json_settings(settings)
+    if settings_path.exists() and not force:
+        try:
+            previous = json.loads(settings_path.read_text())
+        except json.JSONDecodeError:
+            previous = None
+        if previous != wanted:
+            log(f"{settings_path}: results were made with other settings ({'quick' if not quick else 'full'}); "
+                "rerunning every step")
+            force = True
+    settings_path.write_text(json.dumps(wanted, indent=1) + "\n")
+    timings: dict = {}
+    bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
+    for name in bar:
+        bar.set_postfix_str(name)
+        outputs = STEP_OUTPUTS.get(name, ())
+        if outputs and not force and all((out / f).exists() for f in outputs):
+            timings[name] = 0.0
+            continue
+        started = time.perf_counter()
+        if name == "report":
+            step_report(out, settings, force, timings)
+        else:
+            STEP_FUNCS[name](out, settings, force)
+        timings[name] = time.perf_counter() - started
+    bar.close()
+    return timings
