@@ -100,7 +100,10 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
         path = run_path(root, "fig2", d, m, p)
         runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force)
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
+    planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
+    summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
     write_csv_atomic(summaries, root / "fig2_summary.csv")
+    write_csv_atomic(vs_baselines(runs, datasets, models, policies), root / "fig2_vs_baselines.csv")
     headline_rows = []
     for d in datasets:
         for m in models:
@@ -121,6 +124,24 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     headlines = pd.DataFrame(headline_rows)
     write_csv_atomic(headlines, root / "fig2_headline.csv")
     return summaries, headlines
+
+
+def vs_baselines(runs: dict, datasets, models, policies) -> pd.DataFrame:
+    """Per panel, dynamic policy and baseline: the time the policy needs to reach the baseline's longest
+    length, beside the baseline's own time there (fig2_vs_baselines.csv)."""
+    rows = []
+    for d in datasets:
+        for m in models:
+            for p in policies[len(STATIC_POLICIES):]:
+                dyn = runs[d, m, p]
+                for b in STATIC_POLICIES:
+                    base = summarize(runs[d, m, b], m, d, b)
+                    t_dyn = time_to_reach(dyn, base.steps)
+                    rows.append({"dataset": d, "model": m, "policy": p, "baseline": b,
+                                 "baseline_max_len": base.max_seq_len_trained, "baseline_time_s": base.total_time_s,
+                                 "policy_time_at_baseline_max_len_s": t_dyn,
+                                 "time_reduction": time_reduction(dyn, runs[d, m, b])})
+    return pd.DataFrame(rows)
 
 
 def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:

@@ -13,7 +13,8 @@ from paradyse_lab.errors import UserInputError
 COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command",
                    "paradyse_lab.cli.lengths_command", "paradyse_lab.cli.simulate_commands",
                    "paradyse_lab.cli.costmodel_commands", "runtime.train",
-                   "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command")
+                   "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
+                   "paradyse_lab.cli.reproduce_command", "runtime.profiler")
 """Modules that add sub-commands; later issues append theirs here."""
 
 
