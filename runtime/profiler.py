@@ -455,17 +455,9 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.cli import standalone_main
 
-    parser = argparse.ArgumentParser(prog="python -m runtime.profiler", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except UserInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return standalone_main("python -m runtime.profiler", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

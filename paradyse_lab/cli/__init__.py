@@ -47,5 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def standalone_main(prog: str, description: str, add_arguments, run, argv: list[str] | None = None) -> int:
+    """`python -m MODULE` entry of a command that also runs outside `paradyse-lab` (e.g. under torchrun):
+    the same arguments and the same one-line error with exit code 2 for user mistakes."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(run(args) or 0)
+    except UserInputError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
     sys.exit(main())
