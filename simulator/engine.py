@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE, StrategyOption
+from paradyse_lab.strategies import USABLE
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 
@@ -52,14 +52,11 @@ class Charger:
 
     def lighter_strategy(self, current: str, seq_len: int, batch: int) -> str | None:
         """For a restart: the fastest uniform strategy that fits, among those lighter than `current`."""
+        from solvers.heuristic import uniform_costs
+
         p = self.problem(seq_len, batch)
-        L = p.num_decisions
-        uniform = {}
-        for s in USABLE:
-            name = StrategyOption(s).name
-            if name in p.options:
-                idx = [p.option_index(name)] * L
-                uniform[s] = (p.time_of(idx), p.peak_bytes(idx))
+        times, peaks = uniform_costs(p)
+        uniform = {s: (times[p.option_index(s)], peaks[p.option_index(s)]) for s in USABLE if s in p.options}
         limit = uniform.get(current, (0, math.inf))[1]
         fits = [s for s, (_, peak) in uniform.items() if peak < limit and peak <= p.budget_bytes]
         return min(fits, key=lambda s: uniform[s][0]) if fits else None

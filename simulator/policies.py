@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
@@ -96,8 +96,8 @@ class DynamicPolicy:
         smooth = sol.feasible and self.smoothing and self.gamma
         if smooth and keep_previous(problem, self._previous, sol, self.gamma):
             idx = problem.indices(list(self._previous))
-            sol = type(sol)(sol.solver, "feasible", tuple(self._previous), problem.time_of(idx),
-                            problem.peak_bytes(idx), sol.solve_time_s)
+            sol = replace(sol, status="feasible", plan=tuple(self._previous), predicted_time_s=problem.time_of(idx),
+                          peak_bytes=problem.peak_bytes(idx))
             kept = True
         self._cache[key] = sol
         self._previous = sol.plan

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cli.output import add_format_argument, print_json, print_table
+from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 
@@ -43,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="workload sampling seed (default 0)")
     p.add_argument("--solver", default="dp", help="solver of the dynamic policy (default dp)")
     p.add_argument("--truth-cost-model", default="analytic", help="cost model that charges plans (default analytic)")
-    p.add_argument("--reserve-gb", type=float, default=1.0, help="memory kept back per GPU (default 1 GiB)")
+    add_reserve_argument(p)
     p.add_argument("--no-regret", action="store_true", help="skip the simulations (regret is then null)")
     add_format_argument(p)
     p.set_defaults(func=run_ablate)
@@ -63,7 +63,7 @@ def register(sub) -> None:
     p.add_argument("--ratio", type=float, default=1.02,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.02)")
     p.add_argument("--max-len", type=int, default=1 << 20, help="longest length profiled (default 1048576)")
-    p.add_argument("--reserve-gb", type=float, default=1.0, help="memory kept back per GPU (default 1 GiB)")
+    add_reserve_argument(p)
     p.add_argument("--recompute", action="store_true", help="also profile each strategy with recomputation")
     p.add_argument("--timestamp", default=None, help="timestamp written in every row (default now, UTC)")
     p.set_defaults(func=run_synth)
@@ -103,8 +103,7 @@ def run_ablate(args) -> int:
     if not names:
         raise UserInputError("--cost-models names no cost model")
     size = require_positive_int("--size", args.size)
-    if args.reserve_gb < 0:
-        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
+    reserve_bytes(args)
     path = _profile_path(args)
     df = read_profiles(path)
     source = profile_sources(df)
@@ -156,7 +155,7 @@ def _regret(args, names, path: Path, size: int) -> dict:
     from simulator.experiments import Setup, run_one
     from simulator.summary import summarize, time_to_reach
 
-    setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=int(args.reserve_gb * 2**30),
+    setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                   profiles=str(path))
     policy = f"dynamic:{args.solver}"
     truth = args.truth_cost_model
@@ -189,11 +188,9 @@ def run_synth(args) -> int:
     if not args.ratio > 1:
         raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
-    if args.reserve_gb < 0:
-        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
-                             reserve_bytes=int(args.reserve_gb * 2**30), recompute=args.recompute,
+                             reserve_bytes=reserve_bytes(args), recompute=args.recompute,
                              timestamp=args.timestamp)
     if df.empty:
         raise UserInputError("no row: no strategy fits the shortest length on this cluster")

@@ -6,6 +6,7 @@ import json
 import sys
 
 FORMATS = ("table", "json")
+GIB = 2**30
 
 
 def add_format_argument(parser) -> None:
@@ -14,9 +15,24 @@ def add_format_argument(parser) -> None:
                         help="table for people (default), json for scripts")
 
 
+def add_reserve_argument(parser) -> None:
+    """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context and NCCL buffers."""
+    parser.add_argument("--reserve-gb", type=float, default=1.0,
+                        help="memory kept back from each GPU for the CUDA context and NCCL buffers (default 1 GiB)")
+
+
+def reserve_bytes(args) -> int:
+    """`--reserve-gb` in bytes, or a one-line error when it is negative."""
+    from paradyse_lab.errors import UserInputError
+
+    if args.reserve_gb < 0:
+        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
+    return int(args.reserve_gb * GIB)
+
+
 def format_bytes(n: float) -> str:
     """Binary units: 1.5 GiB, 312 MiB."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} B"

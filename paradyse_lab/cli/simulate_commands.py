@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cli.output import add_format_argument, print_json, print_table
+from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 
@@ -22,8 +22,7 @@ def _add_common(p) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--reserve-gb", type=float, default=1.0,
-                   help="memory kept back from each GPU for the CUDA context and NCCL buffers (default 1 GiB)")
+    add_reserve_argument(p)
     p.add_argument("--gamma", type=float, default=0.05, help="smoothing tolerance of dynamic policies (0.05)")
     p.add_argument("--profiles", default="",
                    help="profile CSV the learned cost models are fitted on (default: the cluster's bundled one, "
@@ -75,9 +74,7 @@ def _setup(args):
     size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
     if not 0 <= args.gamma < 1:
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
-    if args.reserve_gb < 0:
-        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
-    return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=int(args.reserve_gb * 2**30),
+    return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                  gamma=args.gamma, profiles=args.profiles)
 
 
