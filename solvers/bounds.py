@@ -78,10 +78,17 @@ def viterbi(values: np.ndarray, switch: np.ndarray, to_go: np.ndarray) -> np.nda
     return plan
 
 
+def _step(switch: np.ndarray, l: int) -> np.ndarray:
+    """[O, O] switch from decision l - 1 into decision l: the one matrix, or step l of per-step ones."""
+    return switch if switch.ndim == 2 else switch[l]
+
+
 def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
     """[L, O] least sum of `values` over the decisions after l (plus switches from l's option on).
 
-    Without switch costs it does not depend on l's option; with them it is a backward Viterbi pass.
+    `switch` is None (no switch costs: the result does not depend on l's option), one [O, O] matrix for
+    every step, or [L, O, O] per step (step l charged from decision l - 1 into l). With switches it is a
+    backward Viterbi pass.
     """
     L = values.shape[0]
     out = np.zeros_like(values)
@@ -89,5 +96,18 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
     for l in range(L - 2, -1, -1):
-        out[l] = np.min(switch + (values[l + 1] + out[l + 1])[None, :], axis=1)  # [O, O'] -> [O]
+        out[l] = np.min(_step(switch, l + 1) + (values[l + 1] + out[l + 1])[None, :], axis=1)  # [O, O'] -> [O]
+    return out
+
+
+def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
+    """[L, O] least sum of `values` over the decisions before l plus the switches up to and into l's option
+    (the forward twin of `cost_to_go`, same `switch` forms)."""
+    L = values.shape[0]
+    out = np.zeros_like(values)
+    if switch is None:
+        out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
+        return out
+    for l in range(1, L):
+        out[l] = np.min((values[l - 1] + out[l - 1])[:, None] + _step(switch, l), axis=0)  # [O', O] -> [O]
     return out

@@ -8,10 +8,14 @@ caps is the optimum.
 
 For one cap, a forward pass over the decisions keeps, per last option (the state needs it only when some
 switch cost is non-zero), the Pareto front of (time, kept bytes) of partial plans: no point is kept that
-another beats or equals in both. Memory is exact int64 bytes, never discretised, so no plan over budget is
-accepted and none that fits is lost; time is float64. A partial plan is pruned when the least kept bytes
-of the remaining decisions would break the kept budget, or when a lower bound on its completion (least
-remaining times, or the switch-aware Lagrangian bound of `solvers.bounds`) reaches the best time found.
+another beats or equals in both. With switch costs a state is also dropped when one ending in another
+option is faster by more than the most the next switch can differ (`across_options`). Before each pass,
+Lagrangian reduced-cost fixing removes the options no plan faster than the best one can use, and the
+decisions left with one option leave the pass as constants (`_reduce`). Memory is exact int64 bytes,
+never discretised, so no plan over budget is accepted and none that fits is lost; time is float64. A
+partial plan is pruned when the least kept bytes of the remaining decisions would break the kept budget,
+or when a lower bound on its completion (least remaining times, or the switch-aware Lagrangian bound of
+`solvers.bounds`) reaches the best time found.
 
 The best time starts at the heuristic's plan, improved by the Lagrangian plans and single-decision moves
 (`greedy.improve`). Caps are visited by ascending Lagrangian lower bound and skipped once that bound
@@ -29,13 +33,14 @@ Example: `paradyse-lab plan --model gpt --seq 256K --solver dp --recompute --gra
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
-from solvers.base import CapTable, Solution, infeasible_solution, make_solution, min_peak_plan
-from solvers.bounds import cost_to_go, dual_bound, switch_bounds, viterbi
+from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solution, min_peak_plan
+from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds, viterbi
 from solvers.greedy import improve
 from solvers.heuristic import HeuristicSolver
 
@@ -91,7 +96,7 @@ class DPSolver:
         refs = {int(np.searchsorted(table.caps, start_cap)), int(np.flatnonzero(fits)[-1])}
         lam_refs = {dual_bound(self._times(problem, table, c), problem.kept_bytes, int(kept_budgets[c]))[0]
                     for c in refs}
-        grid = {0.0} | {lam * f for lam in lam_refs for f in (0.5, 0.7, 1.0, 1.4, 2.0)}
+        grid = {0.0} | {lam * f for lam in lam_refs for f in (0.6, 1.0, 1.6)}
         lower = np.full(table.caps.size, -np.inf)
         lam_of = np.zeros(table.caps.size)  # the multiplier that gave each cap its bound
         for lam in sorted(grid):
@@ -179,24 +184,27 @@ class DPSolver:
 
         One forward pass serves several caps: a partial plan sits in the bucket of the least of these caps
         at or above its max transient so far, whose kept budget it must respect; fronts are kept per
-        bucket (and last option). A partial plan (t, k) over decisions 0..l is dropped when k plus the
-        least kept bytes of the rest exceeds its bucket's kept budget B, or when a lower bound on its
-        completion reaches `bound`: t plus the least times of the rest, or the Lagrangian bound
-        t + lam * k + cost_to_go(time + lam * kept) - lam * B (switch-aware; valid for every lam >= 0).
-        With switch costs, on the `first` pass, a fitting Lagrangian plan (Viterbi) tightens `bound`.
+        bucket (and last option). With switch costs, on the `first` pass, a fitting Lagrangian plan
+        (Viterbi) tightens `bound`.
+
+        Before the pass, Lagrangian reduced-cost fixing: option o of decision l is dropped when every plan
+        through it has a Lagrangian bound fixed_time + come[l, o] + v[l, o] + go[l, o] - lam * B >= bound,
+        with v = time + lam * kept, come / go the least values before / after it (switch-aware) and B the
+        largest kept budget in play (valid for every lam >= 0, and for every bucket, whose budgets are
+        smaller). Decisions left with one option are constants: the pass runs over the others only, the
+        switch costs to and from a constant neighbour folded into the free decision's times (`_reduce`).
+
+        Within the pass a partial plan (t, k) is dropped when k plus the least kept bytes of the rest
+        exceeds its bucket's kept budget B, or when a lower bound on its completion reaches `bound`: t plus
+        the least times of the rest, or the Lagrangian bound t + lam * k + cost_to_go(time + lam * kept)
+        - lam * B.
         """
-        L, O = problem.num_decisions, problem.num_options
         kept, eff = problem.kept_bytes, problem.effective_transient
         values = np.sort(table.caps[caps])  # the caps in play, ascending
         top = caps[int(np.argmax(table.caps[caps]))]
         times = self._times(problem, table, top)  # options allowed under the largest cap in play
-        bucket = np.minimum(np.searchsorted(values, eff), values.size - 1)  # [L, O]
-        budgets = problem.budget_bytes - problem.fixed_bytes - values  # [B] kept budget of each bucket
+        budgets = problem.budget_bytes - problem.fixed_bytes - values  # [B] kept budget of each bucket, descending
         sw = problem.switch_s if problem.switch_s.any() else None
-        rest_lam = cost_to_go(times + lam * kept, sw) + problem.fixed_time_s
-        margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
-        if np.min(times[0] + lam * kept[0] + rest_lam[0]) - lam * budgets[0] >= bound + margin:
-            return None  # the switch-aware Lagrangian bound of the whole pass
         best = None
         if sw is not None and first:
             c = caps[0]
@@ -205,45 +213,148 @@ class DPSolver:
                                             sw, lam, lam_fit)
             if found is not None and found[0] < bound:
                 best, bound = found, found[0] * (1 - RTOL)
-        # per (decision l, its option): least time and least kept bytes of the rest
-        rest_t = cost_to_go(times, sw) + problem.fixed_time_s
-        rest_k = np.append(np.cumsum(table.min_kept[::-1, top])[::-1][1:], 0)
-        # what a partial plan ending at decision l (with option o) may reach, the rest's bounds taken off
-        time_cap = bound - rest_t  # [L, O]
-        lam_cap = bound + margin - rest_lam  # [L, O]
-        grouped = sw is not None or values.size > 1
+        # reduced-cost fixing against the loosest budget
+        v = times + lam * kept
+        margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
+        through = cost_to_come(v, sw) + v + cost_to_go(v, sw) + problem.fixed_time_s - lam * budgets[0]  # [L, O]
+        alive = through < bound + margin
+        if not alive.any(axis=1).all():
+            return best  # some decision has no option that may lead to a faster plan
+        bucket = np.minimum(np.searchsorted(values, eff), values.size - 1)  # [L, O]
+        r = _reduce(problem, np.where(alive, times, np.inf), bucket, sw)
+        found = self._pass(r, kept, budgets, lam, bound, margin, grouped=sw is not None or values.size > 1)
+        if found is None:
+            return best
+        plan = r.plan.copy()
+        plan[r.free] = found
+        return float(problem.time_of(plan)), plan
 
-        def admissible(ct, ck, cb, l):
+    @staticmethod
+    def _pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lam: float, bound: float, margin: float,
+              grouped: bool):
+        """The forward Pareto pass over the free decisions of `r`: their options (a plan of the free
+        decisions) of the fastest plan below `bound` that fits its bucket, or None."""
+        times, kept_r, bucket, steps = r.times, kept[r.free], r.bucket, r.steps
+        m, O = times.shape
+        if m == 0:  # every decision fixed: the plan is the constants
+            fits = r.kept <= budgets[r.bucket0] and r.time + r.fixed_time < bound
+            return np.empty(0, dtype=np.int64) if fits else None
+        kept_r = np.where(np.isfinite(times), kept_r, BIG)
+        if steps is not None:  # reach[i][o]: the most a state ending in any option saves over one ending in o
+            reach = (steps[:, :, None, :] - steps[:, None, :, :]).max(axis=3).max(axis=1)  # [m, O', O, x] -> [m, O]
+        rest_t = cost_to_go(times, steps) + r.fixed_time  # [m, O]
+        rest_lam = cost_to_go(times + lam * kept_r, steps) + r.fixed_time
+        rest_k = np.append(np.cumsum(kept_r.min(axis=1)[::-1])[::-1][1:], 0)  # [m]
+        time_cap = bound - rest_t  # [m, O]: what a partial plan ending at free decision i may reach
+        lam_cap = bound + margin - rest_lam
+
+        def admissible(ct, ck, cb, i):
             room = budgets[cb]
-            return (ct < time_cap[l]) & (ck <= room - rest_k[l]) & (ct + lam * (ck - room) < lam_cap[l])
+            return (ct < time_cap[i]) & (ck <= room - rest_k[i]) & (ct + lam * (ck - room) < lam_cap[i])
 
-        # front of partial plans: time, kept, bucket, last option; per decision the option and parent
-        ft, fk, fb, fo = times[0], kept[0], bucket[0], np.arange(O)
+        # front of partial plans: time, kept, bucket, last option; per free decision the option and parent
+        ft, fk, fb, fo = r.time + times[0], r.kept + kept_r[0], np.maximum(r.bucket0, bucket[0]), np.arange(O)
         ok = admissible(ft, fk, fb, 0)
         ft, fk, fb, fo = ft[ok], fk[ok], fb[ok], fo[ok]
         history = [(fo, np.zeros(fo.size, dtype=np.int64))]
-        for l in range(1, L):
+        for i in range(1, m):
             if ft.size == 0:
-                return best
-            ct = ft[:, None] + times[l]  # [S, O]: state s then option o at decision l
-            if sw is not None:
-                ct += sw[fo]
-            ck = fk[:, None] + kept[l]
-            cb = np.maximum(fb[:, None], bucket[l])
-            flat = np.flatnonzero(admissible(ct, ck, cb, l))
+                return None
+            ct = ft[:, None] + times[i]  # [S, O]: state s then option o at free decision i
+            if steps is not None and r.adjacent[i]:
+                ct += steps[i][fo]
+            ck = fk[:, None] + kept_r[i]
+            cb = np.maximum(fb[:, None], bucket[i])
+            flat = np.flatnonzero(admissible(ct, ck, cb, i))
             if flat.size == 0:
-                return best
+                return None
             parent, opt = np.divmod(flat, O)
             ft, fk, fb = ct.ravel()[flat], ck.ravel()[flat], cb.ravel()[flat]
-            keep = pareto(ft, fk, (fb * O + opt if sw is not None else fb) if grouped else None)
+            keep = pareto(ft, fk, (fb * O + opt if steps is not None else fb) if grouped else None)
+            if steps is not None and keep.size > O and i + 1 < m and r.adjacent[i + 1]:
+                keep = keep[across_options(ft[keep], fk[keep], fb[keep], opt[keep], reach[i + 1])]
             ft, fk, fb, fo, parent = ft[keep], fk[keep], fb[keep], opt[keep], parent[keep]
             history.append((fo, parent))
         if ft.size == 0:
-            return best
-        i = int(np.argmin(ft))
-        plan = np.empty(L, dtype=np.int64)
-        for l in range(L - 1, -1, -1):
-            opt, parent = history[l]
-            plan[l] = opt[i]
-            i = int(parent[i])
-        return float(problem.time_of(plan)), plan
+            return None
+        j = int(np.argmin(ft))
+        plan = np.empty(m, dtype=np.int64)
+        for i in range(m - 1, -1, -1):
+            opt, parent = history[i]
+            plan[i] = opt[j]
+            j = int(parent[j])
+        return plan
+
+
+def across_options(t: np.ndarray, k: np.ndarray, b: np.ndarray, o: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Indices of the states not dominated across last options: state p (ending in option o) is dropped when
+    a state q of its bucket has q.k <= p.k and q.t + reach[o] < p.t, where reach[o] bounds what any state
+    saves on the next switch over one ending in o (max over o', x of switch[o', x] - switch[o, x]): every
+    completion of p is then strictly slower than the same completion of q."""
+    alive = np.ones(t.size, dtype=bool)
+    for bucket in np.unique(b):
+        idx = np.flatnonzero(b == bucket)
+        order = idx[np.argsort(t[idx], kind="stable")]
+        least_k = np.minimum.accumulate(k[order])  # least kept among the n fastest
+        n = np.searchsorted(t[order], t[idx] - reach[o[idx]], "left")  # states strictly faster by > reach
+        alive[idx] = (n == 0) | (least_k[np.maximum(n - 1, 0)] > k[idx])
+    return np.flatnonzero(alive)
+
+
+@dataclass
+class Reduced:
+    """A chain problem with its one-option decisions taken out as constants (see `_reduce`)."""
+
+    free: np.ndarray
+    """[m] indices of the decisions with more than one option left."""
+    plan: np.ndarray
+    """[L] the option of every constant decision (free ones: 0, to be filled)."""
+    times: np.ndarray
+    """[m, O] times of the free decisions (inf: dropped), switch costs to / from constant neighbours added."""
+    bucket: np.ndarray
+    """[m, O] bucket of each free decision's options."""
+    steps: np.ndarray | None
+    """[m, O, O] switch from free decision i - 1 into i (zero unless adjacent), or None without switches."""
+    adjacent: np.ndarray
+    """[m] whether free decision i directly follows free decision i - 1."""
+    time: float
+    """Time of the constant decisions and of the switches between them."""
+    kept: int
+    """Kept bytes of the constant decisions."""
+    bucket0: int
+    """Largest bucket among the constant decisions (0 when none)."""
+    fixed_time: float
+    """The problem's fixed time."""
+
+
+def _reduce(problem: SearchProblem, times: np.ndarray, bucket: np.ndarray, sw: np.ndarray | None) -> Reduced:
+    """Take the decisions with one finite option out of the chain as constants.
+
+    A free decision whose neighbour is constant pays the switch between them whatever the rest does, so
+    that cost is added to its times; two adjacent constants add theirs to the constant time.
+    """
+    L, O = times.shape
+    finite = np.isfinite(times)
+    single = finite.sum(axis=1) == 1  # [L]
+    plan = np.where(single, np.argmax(finite, axis=1), 0)
+    rows = np.flatnonzero(single)
+    free = np.flatnonzero(~single)
+    const_time = float(times[rows, plan[rows]].sum())
+    const_kept = int(problem.kept_bytes[rows, plan[rows]].sum())
+    bucket0 = int(bucket[rows, plan[rows]].max()) if rows.size else 0
+    t = times[free].copy()
+    adjacent = np.zeros(free.size, dtype=bool)
+    adjacent[1:] = np.diff(free) == 1
+    steps = None
+    if sw is not None:
+        both = single[:-1] & single[1:]  # constant-to-constant edges
+        const_time += float(sw[plan[:-1][both], plan[1:][both]].sum())
+        before = free - 1
+        has_before = (before >= 0) & single[np.maximum(before, 0)]
+        t[has_before] += sw[plan[before[has_before]]]  # [k, O]: from the constant before into each option
+        after = free + 1
+        has_after = (after < L) & single[np.minimum(after, L - 1)]
+        t[has_after] += sw[:, plan[after[has_after]]].T  # [k, O]: from each option into the constant after
+        steps = np.where(adjacent[:, None, None], sw[None], 0.0)  # [m, O, O]
+    return Reduced(free=free, plan=plan, times=t, bucket=bucket[free], steps=steps, adjacent=adjacent,
+                   time=const_time, kept=const_kept, bucket0=bucket0, fixed_time=problem.fixed_time_s)

@@ -112,3 +112,60 @@ def test_ilp_time_limit_still_returns_a_fitting_plan():
     p = random_problem(rng, 48, 8, switch=True)
     sol = get_solver("ilp", time_limit_s=0.05).solve(p)
     assert sol.status in ("optimal", "feasible") and sol.peak_bytes <= p.budget_bytes
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_dp_reduction_keeps_every_plan_time(switch):
+    """Decisions left with one option become constants; the switch costs to and from them are folded into
+    their free neighbours' times, so a plan's time is the same in the reduced chain."""
+    from solvers.dp import _reduce
+    from solvers.instances import random_problem
+
+    rng = np.random.default_rng(1)
+    p = random_problem(rng, 12, 4, switch=switch)
+    times = p.time_s.copy()
+    single = np.array([1, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1], dtype=bool)  # constants at both ends and between
+    times[single, 1:] = np.inf
+    sw = p.switch_s if switch else None
+    r = _reduce(p, times, np.zeros(times.shape, dtype=np.int64), sw)
+    np.testing.assert_array_equal(r.free, np.flatnonzero(~single))
+    assert r.kept == p.kept_bytes[single, 0].sum()
+    for _ in range(20):
+        sub = rng.integers(0, 4, r.free.size)
+        plan = np.zeros(12, dtype=np.int64)
+        plan[r.free] = sub
+        reduced = r.time + r.fixed_time + r.times[np.arange(sub.size), sub].sum()
+        if switch:
+            reduced += sum(r.steps[i][sub[i - 1], sub[i]] for i in range(1, sub.size))
+        assert reduced == pytest.approx(p.time_of(plan), rel=1e-12)
+
+
+def test_dp_drops_only_states_another_state_beats_for_every_completion():
+    from solvers.dp import across_options
+
+    rng = np.random.default_rng(2)
+    O = 4
+    sw = rng.uniform(0, 0.5, (O, O))
+    np.fill_diagonal(sw, 0)
+    reach = (sw[:, None, :] - sw[None, :, :]).max(axis=2).max(axis=0)  # [O', O, x] -> [O]
+    t, k = rng.uniform(0, 2, 60), rng.integers(0, 20, 60)
+    b, o = rng.integers(0, 2, 60), rng.integers(0, O, 60)
+    kept = set(across_options(t, k, b, o, reach).tolist())
+    assert 0 < len(kept) < 60
+    for p in set(range(60)) - kept:  # a dropped state: some state of its bucket is better after any switch
+        assert any(b[q] == b[p] and k[q] <= k[p] and all(t[q] + sw[o[q], x] < t[p] + sw[o[p], x] for x in range(O))
+                   for q in range(60))
+
+
+def test_ilp_orders_interchangeable_decisions():
+    from solvers.ilp import interchangeable, sorted_within
+    from solvers.instances import model_problem
+
+    p = model_problem(np.random.default_rng(0), "gpt", 6, 65536, recompute=True, granularity="sublayer")
+    groups = interchangeable(p)
+    assert sorted(map(sorted, groups)) == [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 11]]  # attention, MLP
+    plan = np.random.default_rng(1).integers(0, p.num_options, p.num_decisions)
+    ordered = sorted_within(plan, groups)
+    assert p.time_of(ordered) == pytest.approx(p.time_of(plan)) and p.peak_bytes(ordered) == p.peak_bytes(plan)
+    assert all((np.diff(ordered[g]) >= 0).all() for g in groups)
+    assert get_solver("ilp").solve(p).predicted_time_s == pytest.approx(get_solver("dp").solve(p).predicted_time_s)
