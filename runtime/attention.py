@@ -183,9 +183,16 @@ def gathered_attention_forward(qkv: torch.Tensor, heads: int, order: torch.Tenso
     qkv = qkv.index_select(1, order)  # gathered -> natural token order
     q, k, v = (split_heads(x, heads) for x in qkv.chunk(3, dim=-1))  # [b,s,h_l] -> [b,heads,s,d]
     o, lse = attention_forward(q, k, v, causal)
-    out = torch.empty_like(merge_heads(o))
-    out.index_copy_(1, order, merge_heads(o))  # natural -> gathered token order
-    return out, (q, k, v, o, lse)
+    return gathered_output(o, order), (q, k, v, o, lse)
+
+
+def gathered_output(o: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The attention output o [b, heads, s, d] in natural order as [b, s, heads*d] in gathered order
+    (a local permutation: callers keep o for the kernel's backward and re-derive this from it)."""
+    nat = merge_heads(o)  # [b, heads, s, d] -> [b, s, heads*d], natural order
+    out = torch.empty_like(nat)
+    out.index_copy_(1, order, nat)  # natural -> gathered token order
+    return out
 
 
 def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool) -> torch.Tensor:

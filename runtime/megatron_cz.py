@@ -4,6 +4,7 @@ Library module (no command). Megatron-LM context parallelism (ring attention, Li
 ZeRO-3 (Rajbhandari et al. 2020); schedules.py `megatron_cz`. Attention on rank r: gather the full W_qkv,
 W_proj (zero3.py); q, k, v of all heads for its t tokens; ring attention (ring_attention.py: p - 1 K/V
 steps forward; K/V and dK/dV steps backward); the full output projection. The MLP is zero3.MLP.
+Kept (schedules.py): x, u = LN(x) [b, t, h], q, k, v and the output o [b, heads, t, d], lse.
 """
 
 from __future__ import annotations
@@ -31,21 +32,22 @@ def _join_qkv(dq, dk, dv, ctx: Ctx) -> torch.Tensor:
 
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    a = layer_norm(x, w, ctx) @ w1.t() + b1  # [b, t, h] -> [b, t, 3h]
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept
+    a = u @ w1.t() + b1  # [b, t, h] -> [b, t, 3h]
     q, k, v = _split_qkv(a, ctx)
     o, lse = ring_attention_forward(q, k, v, ctx.causal, ctx.group)  # [b, heads, t, d]
     c = merge_heads(o)  # [b, heads, t, d] -> [b, t, h]
-    return x + c @ w2 + w.b2, (x, q, k, v, o, lse)
+    return x + c @ w2 + w.b2, (x, u, q, k, v, o, lse)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep):
-    x, q, k, v, o, lse = saved
+    x, u, q, k, v, o, lse = saved
     w1, b1, w2 = prep
     dw2 = weight_grad(merge_heads(o), dy)  # [h, h]
     do = split_heads(dy @ w2.t(), ctx.heads)  # [b, t, h] -> [b, heads, t, d]
     dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.group)
     da = _join_qkv(dq, dk, dv, ctx)  # [b, t, 3h]
-    dw1, db1 = weight_grad(da, layer_norm(x, w, ctx)), da.sum((0, 1))
+    dw1, db1 = weight_grad(da, u), da.sum((0, 1))
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, 3h] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}

@@ -5,8 +5,12 @@ Models" (MLSys 2023) section 4.2.2; schedules.py `megatron_ts`. Per sub-layer on
 forward: u = LN(x) [b, t, h]; all-gather u -> U [b, s, h]; column-parallel GEMM with this rank's w1 rows
 (attention: its heads' q, k, v; MLP: its f-columns); the core (attention of its heads over the whole
 sequence / GELU); row-parallel GEMM with its w2 rows -> partial [b, s, h]; reduce-scatter -> [b, t, h].
-Kept: x, the core input and output (attention: q, k, v, out, lse of its heads). Backward: all-gather dy,
-all-gather u again (only the sharded u is kept), reduce-scatter dU.
+Kept (Korthikanti et al. 2023 section 4.2.2, as schedules.py counts): x, u [b, t, h] (sequence-sharded,
+as Megatron's sequence parallelism keeps it), the core input and output (MLP: a and GELU(a) [b, s, f/p];
+attention: q, k, v, the output o [b, H/p, s, d] in natural order and lse of its heads). The attention
+output is kept once: c [b, s, h/p] in gathered order, the input of the row-parallel GEMM, is o permuted
+locally (`gathered_output`), re-derived in backward. Backward: all-gather dy, all-gather the kept u again,
+reduce-scatter dU.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from runtime import comm
-from runtime.attention import gathered_attention_backward, gathered_attention_forward
+from runtime.attention import gathered_attention_backward, gathered_attention_forward, gathered_output
 from runtime.layout import natural_order
 from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
 
@@ -46,22 +50,31 @@ def _core_backward(dc, core_saved, ctx: Ctx):
     return gathered_attention_backward(dc, core_saved, order, ctx.causal)
 
 
+def _core_output(core_saved, ctx: Ctx):
+    """The core's output c [b, s, n2/p] in gathered order from what the core keeps (attention only)."""
+    order = natural_order(ctx.seq_len, ctx.p).to(core_saved[3].device)
+    return gathered_output(core_saved[3], order)  # o [b, H/p, s, d] natural -> [b, s, h/p] gathered
+
+
 def forward(x, w: Weights, ctx: Ctx, prep=None):
-    u = layer_norm(x, w, ctx)
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept sequence-sharded
     big_u = gather_seq(u, ctx.group)  # [b, t, h] -> [b, s, h]
     a = big_u @ w.w1.t() + w.b1  # [b, s, h] -> [b, s, n1/p]
     c, core_saved = _core_forward(a, ctx)  # [b, s, n1/p] -> [b, s, n2/p]
     z = scatter_seq(c @ w.w2, ctx.group)  # [b, s, n2/p] -> [b, s, h] partial -> [b, t, h]
-    return x + z + w.b2, (x, c, core_saved)
+    kept_c = c if ctx.kind == "mlp" else None  # attention: c is the kept o permuted (`_core_output`)
+    return x + z + w.b2, (x, u, kept_c, core_saved)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
-    x, c, core_saved = saved
+    x, u, c, core_saved = saved
+    if c is None:
+        c = _core_output(core_saved, ctx)  # [b, s, h/p] in gathered order
     big_dy = gather_seq(dy, ctx.group)  # [b, t, h] -> [b, s, h]
     dw2 = weight_grad(c, big_dy)  # [n2/p, h]
     dc = big_dy @ w.w2.t()  # [b, s, h] -> [b, s, n2/p]
     da = _core_backward(dc, core_saved, ctx)  # [b, s, n2/p] -> [b, s, n1/p]
-    big_u = gather_seq(layer_norm(x, w, ctx), ctx.group)  # again: [b, t, h] -> [b, s, h]
+    big_u = gather_seq(u, ctx.group)  # again, from the kept shard: [b, t, h] -> [b, s, h]
     dw1, db1 = weight_grad(da, big_u), da.sum((0, 1))
     du = scatter_seq(da @ w.w1, ctx.group)  # [b, s, n1/p] -> [b, s, h] partial -> [b, t, h]
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)

@@ -10,7 +10,8 @@ block of f-columns (layout.pack_shard).
   [t, 2h/p]), and adds its output times w2_g to the output.
 - MLP: the shards rotate around the ring (p - 1 steps, the next shard in flight while the current one is
   applied); each rank adds GELU(u w1_g^T + b1_g) w2_g for its tokens.
-Kept: the sub-layer input x (LN is recomputed), and for attention the output of all heads and its lse.
+Kept (schedules.py): the sub-layer input x and u = LN(x) [b, t, h], and for attention the output of all
+heads and its lse.
 Backward: the shards travel the same way again; the first GEMM of each shard (q, k, v / the f-wide
 activation) is recomputed when the shard comes round; each shard's gradient partial is reduced onto its
 owner by point-to-point (attention: comm.chain_reduce per group; MLP: a travelling accumulator that ends
@@ -63,13 +64,13 @@ def attention_forward(x, w: Weights, ctx: Ctx, prep=None):
         y = y + merge_heads(o_g) @ w2  # [b, t, h/p] -> [b, t, h]
     for s in sends:
         s.wait()
-    return y, (x, o, lse)
+    return y, (x, u, o, lse)
 
 
 def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
-    x, o, lse = saved
+    x, u, o, lse = saved
     h = x.shape[-1]
-    u, own, sends = layer_norm(x, w, ctx), _own(w), []
+    own, sends = _own(w), []
     hl = ctx.heads // ctx.p
     du = torch.zeros_like(x)
     mine = None
@@ -117,13 +118,13 @@ def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
         y = y + gelu(u @ w1.t() + b1) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
         if pending is not None:
             cur = pending.wait()
-    return y, (x,)
+    return y, (x, u)
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
-    (x,) = saved
+    x, u = saved
     h = x.shape[-1]
-    u, cur = layer_norm(x, w, ctx), _own(w)
+    cur = _own(w)
     du = torch.zeros_like(x)
     mine = acc_in = None
     for i in range(ctx.p):

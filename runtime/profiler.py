@@ -8,6 +8,7 @@ Commands:
     # distributed: every rank runs its share for real (NCCL on GPUs, gloo on CPU); rank 0 writes
     torchrun --standalone --nproc-per-node 8 -m runtime.profiler --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
+    # (inside a process group that is already set up, call `profile_distributed`: the tests do, on gloo)
 
 One row per (strategy option, sequence length), in the schema of paradyse_lab/profiles.py: one training
 step (forward + backward, no optimizer step) of the whole `ParallelGPT` (embedding, the layer stack with
@@ -308,7 +309,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     analytic = AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     params = list(model.parameters())
     state_bytes = 2 * sum(q.numel() * q.element_size() for q in params)  # weights + gradients
-    barrier = torch.distributed.barrier if distributed else None
+    barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None
     software, dev_name = software_versions(), device_name(device)
 
     jobs = [(opt, s) for opt in options for s in opts.seqs]
@@ -396,6 +397,17 @@ def write_rows_atomic(df, path: str) -> None:
         raise
 
 
+def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bool = True):
+    """`--mode distributed` inside an initialised process group (torchrun's, or a test's): every rank
+    profiles its share, rank 0 of `group` writes the rows to `out`; every rank returns them."""
+    from runtime import comm
+
+    df = profile(opts, group, progress)
+    if comm.rank(group) == 0:
+        write_rows_atomic(df, out)
+    return df
+
+
 def run(args) -> int:
     """The `profile` command (imports torch here, not at registration)."""
     import torch
@@ -413,9 +425,7 @@ def run(args) -> int:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group("nccl" if cuda else "gloo")
         try:
-            df = profile(opts)
-            if dist.get_rank() == 0:
-                write_rows_atomic(df, args.out)
+            df = profile_distributed(opts, args.out)
         finally:
             dist.destroy_process_group()
     else:

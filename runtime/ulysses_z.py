@@ -5,6 +5,11 @@ Attention on rank r: gather the full W_qkv, W_proj (zero3.py); q, k, v of all he
 all-to-all sequence-sharded -> head-sharded (head group g goes to rank g; rank r receives its heads for
 all s tokens, in rank-major order); attention of its heads over the whole sequence; all-to-all back; the
 full output projection. Backward: all-to-all dO, then dQKV. Needs heads divisible by p. MLP: zero3.MLP.
+Kept (schedules.py): x, u = LN(x) [b, t, h], the kernel's q, k, v, output o [b, H/p, s, d] and lse of this
+rank's heads, and the attention output again as c [b, t, h] after the all-to-all back (the output
+projection's input, for dW_proj). The two copies of the output cannot be re-derived from each other
+without an all-to-all, so, as DeepSpeed-Ulysses does (the kernel keeps o, the projection its input c),
+both are kept: one [t, h] more than Korthikanti et al.'s count, which schedules.py adds for this pair.
 """
 
 from __future__ import annotations
@@ -34,21 +39,22 @@ def heads_to_seq(a, ctx: Ctx):
 
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    a = layer_norm(x, w, ctx) @ w1.t() + b1  # [b, t, h] -> [b, t, 3h] (per head group: q, k, v)
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept
+    a = u @ w1.t() + b1  # [b, t, h] -> [b, t, 3h] (per head group: q, k, v)
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
     ch, core = gathered_attention_forward(seq_to_heads(a, ctx), ctx.heads // ctx.p, order, ctx.causal)
     c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
-    return x + c @ w2 + w.b2, (x, c, core)
+    return x + c @ w2 + w.b2, (x, u, c, core)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep):
-    x, c, core = saved
+    x, u, c, core = saved
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [h, h]
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
     da = heads_to_seq(gathered_attention_backward(dch, core, order, ctx.causal), ctx)  # -> [b, t, 3h]
-    dw1, db1 = weight_grad(da, layer_norm(x, w, ctx)), da.sum((0, 1))
+    dw1, db1 = weight_grad(da, u), da.sum((0, 1))
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, 3h] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}

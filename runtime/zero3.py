@@ -5,6 +5,7 @@ parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] b
 before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards.
 The gathered w1/b1 rows come grouped by rank (layout.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
+The MLP keeps (schedules.py) x, u = LN(x) [b, t, h], and the GELU input a and output c [b, t, f].
 """
 
 from __future__ import annotations
@@ -35,17 +36,18 @@ def prepare_backward(w: Weights, ctx: Ctx):
 
 def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    a = layer_norm(x, w, ctx) @ w1.t() + b1  # [b, t, h] -> [b, t, f]
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept
+    a = u @ w1.t() + b1  # [b, t, h] -> [b, t, f]
     c = gelu(a)
-    return x + c @ w2 + w.b2, (x, a, c)  # [b, t, f] -> [b, t, h]
+    return x + c @ w2 + w.b2, (x, u, a, c)  # [b, t, f] -> [b, t, h]
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
-    x, a, c = saved
+    x, u, a, c = saved
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [f, h]
     da = gelu_backward(a, dy @ w2.t())  # [b, t, h] -> [b, t, f]
-    dw1, db1 = weight_grad(da, layer_norm(x, w, ctx)), da.sum((0, 1))
+    dw1, db1 = weight_grad(da, u), da.sum((0, 1))
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, f] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}

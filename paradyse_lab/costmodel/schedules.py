@@ -14,6 +14,15 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   gradient is reduce-scattered (ZeRO-3). Ulysses turns Q, K, V [t, h+2kv] into head shards
   [T, (h+2kv)/p] by all-to-all and back; the ring passes K, V blocks [t, 2kv] around p - 1 steps (K, V
   and their gradients in backward), overlapped with the block attention.
+- Kept activations (`formulas.kept_elements_*`: Korthikanti et al. 2023 with FlashAttention, dropout 0;
+  every tensor sequence-sharded or head-sharded, so 1/p of it per rank): norm input and output, Q, K, V,
+  the attention output and FlashAttention's log-sum-exp; the MLP's norm input and output and its f-wide
+  activation input and output. One exception, ulysses_z attention keeps one [t, h] more: the attention
+  output in head layout [T, h/p] (the kernel's, for its backward) and again in sequence layout [t, h]
+  after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
+  from the other is an all-to-all, so DeepSpeed-Ulysses, and runtime/ulysses_z.py, keep both. (In
+  megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
+  measured against these counts (tests/runtime/test_profiler.py).
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
@@ -115,6 +124,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         if not attn:
             acts = e * t * (2 * f_act * f + h)  # grads of the f-wide tensors and of the input
         elif name == "ulysses_z":
+            kept += t * h * e  # the attention output in both layouts (module docstring)
             fwd += [_coll("all_to_all", t * qkv * e, p), _coll("all_to_all", t * h * e, p)]
             bwd += [_coll("all_to_all", t * h * e, p), _coll("all_to_all", t * qkv * e, p)]
             acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX

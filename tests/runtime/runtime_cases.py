@@ -262,3 +262,60 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
 CASES["train-loss-falls"] = train_loss_falls_case
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
+
+
+# --- the profiler's distributed mode ------------------------------------------------------------------------
+
+def profile_distributed_case(rank: int, p: int, group) -> None:
+    """`profile --mode distributed` in this process group (what torchrun runs, minus setting the group up):
+    rank 0 writes a valid profile, one measured-distributed row per (option, length), positive times, and its
+    kept and (CPU: lower-bound) peak bytes equal the rank-local mode's for the same p."""
+    import argparse
+    import os
+
+    import torch.distributed as dist
+
+    from paradyse_lab.profiles import read_profiles
+    from runtime.profiler import add_arguments, parse_options, profile, profile_distributed
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    root = _shared_tmpdir(rank, p, group)
+    out = os.path.join(root, "prof.csv")
+    common = ["--model", "gpt2-tiny", "--seqs", f"{S},{2 * S}", "--strategies", "megatron_ts,ulysses_z+recompute",
+              "--layers", "1", "--warmup", "0", "--repeats", "1", "--out", out]
+    args = parser.parse_args(common + ["--mode", "distributed"])
+    rows = profile_distributed(parse_options(args), args.out, group, progress=False)
+    assert len(rows) == 4 and (rows["p"] == p).all()
+    if p > 1:
+        dist.barrier(group=group)  # rank 0 has written the file
+    if rank == 0:
+        df = read_profiles(out)
+        assert set(df["source"]) == {"measured-distributed"} and (df["p"] == p).all() and (df["layers"] == 1).all()
+        key = ["strategy", "recompute", "seq_len"]
+        assert sorted(map(tuple, df[key].to_numpy().tolist())) == [
+            ("megatron_ts", False, S), ("megatron_ts", False, 2 * S),
+            ("ulysses_z", True, S), ("ulysses_z", True, 2 * S)]
+        assert (df["time_s"] > 0).all() and (df["kept_bytes"] > 0).all()
+        assert df["software"].str.contains("torch=").all()
+        assert os.listdir(root) == ["prof.csv"]  # written atomically: no temporary file left
+        local = profile(parse_options(parser.parse_args(common + ["--mode", "rank-local", "--p", str(p)])),
+                        progress=False)
+        assert set(local["source"]) == {"measured-rank-local"}
+        local["recompute"] = local["recompute"] == "true"
+        both = df.merge(local, on=key, suffixes=("", "_local")).sort_values(key)
+        assert len(both) == 4
+        assert (both["kept_bytes"] == both["kept_bytes_local"]).all(), both[key + ["kept_bytes", "kept_bytes_local"]]
+        assert (both["peak_bytes"] == both["peak_bytes_local"]).all(), both[key + ["peak_bytes", "peak_bytes_local"]]
+        kept = dict(zip(zip(both["strategy"], both["seq_len"]), both["kept_bytes"]))
+        assert kept[("ulysses_z", S)] < kept[("megatron_ts", S)]  # recomputation keeps only the layer inputs
+        assert kept[("megatron_ts", S)] < kept[("megatron_ts", 2 * S)]
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+CASES["profile-distributed"] = profile_distributed_case
