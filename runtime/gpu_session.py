@@ -1,0 +1,240 @@
+"""Everything issue #8 measures on one GPU, in one run under 10 minutes: GPU tests, kernel efficiencies and the
+rank-local profiles of the paper's models, as files in one folder.
+
+Command (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv, attention.csv and one profile per
+model, DIR/<device-kind>_<model>.csv: 8 files, the most the device tool brings back):
+
+    python -m runtime.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
+
+For a session lent a GPU (device tool, /work/.library/device/README.md), one call does it all; the machine's
+python3 has torch, numpy, pandas, networkx, tqdm, pytest, pytest-timeout and hypothesis, which is all this
+imports (paradyse_lab imports pandas and networkx at import time, never scikit-learn, OR-Tools or
+matplotlib on these paths), so nothing is installed and nothing is carried:
+
+    run(kind="nvidia-h100-x1", timeout_s=600,
+        command="PYTHONUNBUFFERED=1 python3 -m runtime.gpu_session --out $OUT --budget-s 540")
+
+(then, with at least 13 minutes of device time left, the same with kind="nvidia-h200"). flash-attn is not on
+that machine: attention runs PyTorch's fused flash kernel, labelled `sdpa`; carrying a flash-attn wheel built
+for its torch (2.11, CUDA 13, Python 3.12) would add `flash-attn` rows. What to do with the files (under the
+reply's files_at), e.g. for the H100:
+
+    mkdir -p results/gpu-h100 && cp FILES_AT/* results/gpu-h100/
+    python -m runtime.gpu_validate results/gpu-h100 \\
+        --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
+    cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json
+    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
+        --cluster h100-80gb-x8 --model gpt --format json
+
+gpu_validate writes validation.md / validation.csv (prediction / measurement of compute time and peak memory
+per model, strategy and length, pass within 10% / 5%, with the preset's and with the measured efficiencies)
+for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
+the h100-80gb-x8 / h200-x8 presets of paradyse_lab/cluster_spec.py, citing the committed CSVs.
+
+Stages (env, pytest, gemm, attention, profiles, summary) run in that order, each guarded: an error is
+recorded in session_log.json (with its traceback) and the next stage runs. A global budget (--budget-s,
+counted from the start) ends the run in time: a stage that cannot start is recorded as skipped, and inside
+gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).
+CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
+with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu` is the CPU test of
+this script (tests/runtime/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
+runtime/kernel_bench.py, runtime/stack_profile.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")
+PROFILE_MODELS = ("bert", "llama", "gpt")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run measures (full or --quick)."""
+
+    models: tuple[str, ...] = PROFILE_MODELS
+    layers: int = 0
+    """Layers of each profiled stack (0: the preset's)."""
+    p: int = 8
+    lengths: tuple[int, ...] = tuple(512 * 2**k for k in range(13))  # 512 .. 2M, doubling
+    gemm_seqs: tuple[int, ...] = (4096, 32768)
+    gemm_ops: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
+    attention_seqs: tuple[int, ...] = tuple(128 * 2**k for k in range(11))  # 128 .. 128K
+    max_repeats: int = 3
+    caps_s: dict = field(default_factory=lambda: {"pytest": 120.0, "gemm": 45.0, "attention": 60.0})
+    """Longest time each stage may take (also at most 20% of the budget each)."""
+    min_s: dict = field(default_factory=lambda: {"pytest": 20.0, "gemm": 5.0, "attention": 5.0, "profiles": 10.0,
+                                                 "summary": 3.0})
+    """A stage starts only with this much budget left."""
+
+
+QUICK = Plan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
+             attention_seqs=(64, 128), max_repeats=1,
+             min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "profiles": 0.5, "summary": 0.3})
+
+
+class Session:
+    """The output folder, the budget and session_log.json."""
+
+    def __init__(self, out: Path, budget_s: float, started: float, argv: list[str]):
+        self.out, self.budget_s, self.started = out, budget_s, started
+        self.deadline = started + budget_s
+        self.log: dict = {"argv": argv, "budget_s": budget_s, "started": _now(), "stages": [], "profiles": {}}
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def say(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.started:7.1f}s] {text}", flush=True)
+
+    def save_log(self) -> None:
+        self.log["wall_s"] = round(time.perf_counter() - self.started, 2)
+        write_atomic(self.out / "session_log.json", json.dumps(self.log, indent=1, default=str))
+
+    def run_stage(self, name: str, fn, min_s: float | None) -> None:
+        """Run `fn(record)` guarded; skipped when less than `min_s` of the budget is left (None: always run)."""
+        record = {"name": name, "status": "ok"}
+        self.log["stages"].append(record)
+        if min_s is not None and self.left() < min_s:
+            record.update(status="skipped", reason=f"time budget: {max(self.left(), 0):.1f} s left, needs {min_s} s")
+            self.say(f"{name}: skipped ({record['reason']})")
+            self.save_log()
+            return
+        self.say(f"{name}: start")
+        t0 = time.perf_counter()
+        try:
+            fn(record)
+        except Exception as err:  # noqa: BLE001 - one stage's failure must not lose the others
+            record.update(status="error", error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
+            self.say(f"{name}: ERROR {type(err).__name__}: {err}")
+        record["seconds"] = round(time.perf_counter() - t0, 2)
+        self.say(f"{name}: {record['status']} in {record['seconds']} s")
+        self.save_log()
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed over it (no partial file is ever seen)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_csv_atomic(path: Path, rows: list[dict], columns) -> None:
+    """Rows as CSV (columns in order), atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
+def device_kind(name: str, total_bytes: int) -> tuple[str, str | None]:
+    """(file-name label, cluster preset or None) of a device: `h100-80gb` / h100-80gb-x8 and so on."""
+    upper = name.upper()
+    if "H200" in upper:
+        return "h200", "h200-x8"
+    if "H100" in upper:
+        return "h100-80gb", "h100-80gb-x8"
+    if "A100" in upper:
+        big = total_bytes > 50 * 2**30
+        return ("a100-80gb", "a100-80gb-x8") if big else ("a100-40gb", "a100-40gb-x8")
+    if name == "cpu":
+        return "cpu", None
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "gpu", None
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(prog="python -m runtime.gpu_session", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder to write (created)")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (the CPU test of this script)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="the whole run's time, seconds (default 540)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--models", default="", help="models to profile (default bert,llama,gpt; --quick: bert)")
+    args = parser.parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    bad = [s for s in stages if s not in STAGES]
+    if bad or args.budget_s < 0:
+        print(f"gpu_session: error: unknown stage {bad[0]!r}; valid: {', '.join(STAGES)}" if bad else
+              "gpu_session: error: --budget-s must be >= 0", file=sys.stderr)
+        return 2
+    if args.device == "cuda":
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_session: error: --device cuda but CUDA is not available (use --device cpu to test)",
+              file=sys.stderr)
+        return 2
+    plan = QUICK if args.quick else Plan()
+    if args.models:
+        plan = replace(plan, models=tuple(m.strip() for m in args.models.split(",") if m.strip()))
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.model_spec import get_model
+
+    try:
+        with_head = [m for m in plan.models if get_model(m).embedding_and_head]
+        if with_head:
+            raise UserInputError(f"--models: {with_head[0]!r} has an embedding and head; this session profiles layer "
+                                 "stacks (bert, llama, gpt); profile whole models with `paradyse-lab profile`")
+    except UserInputError as err:
+        print(f"gpu_session: error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    session = Session(out, args.budget_s, started, list(argv if argv is not None else sys.argv[1:]))
+    threads = torch.get_num_threads()
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # a shared 2-core machine stalls small kernels with more
+    try:
+        from runtime import gpu_session_stages as st
+
+        try:
+            ctx = st.context(torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda"
+                             else torch.device("cpu"), plan, args.quick, session)
+        except Exception as err:  # noqa: BLE001 - recorded, then the run ends: no stage can run without it
+            session.log["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            session.say(f"cannot start: {type(err).__name__}: {err}")
+            return 1
+        for name in STAGES:
+            if name in stages:
+                session.run_stage(name, lambda rec, name=name: getattr(st, f"stage_{name}")(ctx, rec),
+                                  None if name == "env" else plan.min_s[name])
+    finally:
+        torch.set_num_threads(threads)
+        session.log["finished"] = _now()
+        session.save_log()
+    session.say("done: " + ", ".join(f"{r['name']}={r['status']}" for r in session.log["stages"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""runtime/gpu_session.py on CPU (`--quick --device cpu`, bert with one layer at p = 8): every file with its
+documented columns, profiles that read back, the budget stopping the run cleanly, and runtime/gpu_validate.py's
+table from those outputs.
+
+Run: `python -m pytest -q tests/runtime/test_gpu_session.py` (about 10 s, most of it the nested pytest of
+tests/gpu and the profiles).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import replace
+
+import pytest
+
+from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.profiles import COLUMNS, read_profiles
+from paradyse_lab.strategies import USABLE, StrategyOption
+from runtime import gpu_session, gpu_validate
+from runtime.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
+from runtime.stack_profile import EXTRA_COLUMNS
+
+PROFILE = "cpu_bert.csv"
+
+
+def _header(path) -> tuple[str, ...]:
+    with open(path, newline="") as f:
+        return tuple(next(csv.reader(f)))
+
+
+@pytest.fixture(scope="module")
+def session_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_session")
+    assert gpu_session.main(["--out", str(out), "--quick", "--device", "cpu"]) == 0
+    return out
+
+
+def test_every_file_is_written_with_its_columns(session_dir):
+    names = sorted(p.name for p in session_dir.iterdir())
+    assert names == sorted(["env.json", "session_log.json", "pytest_gpu.txt", "gemm.csv", "attention.csv", PROFILE])
+    assert _header(session_dir / "gemm.csv") == GEMM_COLUMNS
+    assert _header(session_dir / "attention.csv") == ATTENTION_COLUMNS
+    assert _header(session_dir / PROFILE) == COLUMNS + EXTRA_COLUMNS
+    env = json.loads((session_dir / "env.json").read_text())
+    assert env["device"] == "cpu" and env["versions"]["torch"] and env["dtype"] == "float32"
+    assert (session_dir / "pytest_gpu.txt").read_text().strip().endswith("exit code: 0")
+    log = json.loads((session_dir / "session_log.json").read_text())
+    assert [(s["name"], s["status"]) for s in log["stages"]] == [(n, "ok") for n in gpu_session.STAGES]
+    with open(session_dir / "attention.csv", newline="") as f:
+        att = list(csv.DictReader(f))
+    assert {(r["causal"], r["kernel"]) for r in att} == {("true", "math"), ("false", "math")}
+    assert all(float(r["fwd_s"]) > 0 and float(r["bwd_s"]) > 0 and r["efficiency"] == "" for r in att)
+
+
+def test_profiles_read_back_and_keep_what_the_analytic_model_counts(session_dir):
+    df = read_profiles(session_dir / PROFILE)
+    assert set(df["source"]) == {"measured-rank-local"} and set(df["device"]) == {"cpu"}
+    assert (df["p"] == 8).all() and (df["layers"] == 1).all() and (df["time_s"] > 0).all()
+    for name in USABLE:  # keep pass at 64 and 128, the fill pass at 96; recompute at 64 and 128
+        assert sorted(df[(df["strategy"] == name) & ~df["recompute"]]["seq_len"]) == [64, 96, 128]
+        assert sorted(df[(df["strategy"] == name) & df["recompute"]]["seq_len"]) == [64, 128]
+    cm = AnalyticCostModel(replace(get_model("bert"), dtype="fp32", layers=1), get_cluster("a100-80gb-x8"), 8)
+    for r in df.itertuples():
+        opt = StrategyOption(r.strategy, bool(r.recompute))
+        assert r.kept_bytes == sum(cm.sublayer(k, opt, r.seq_len).kept_bytes for k in ("attention", "mlp"))
+
+
+def test_a_spent_budget_skips_every_stage_and_writes_no_csv(tmp_path):
+    assert gpu_session.main(["--out", str(tmp_path), "--quick", "--device", "cpu", "--budget-s", "0"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.json", "session_log.json"]  # no CSV, no temp file
+    log = json.loads((tmp_path / "session_log.json").read_text())
+    stages = {s["name"]: s for s in log["stages"]}
+    assert stages["env"]["status"] == "ok"
+    for name in gpu_session.STAGES[1:]:
+        assert stages[name]["status"] == "skipped" and stages[name]["reason"].startswith("time budget")
+
+
+def test_a_curve_past_its_deadline_records_skipped_lengths():
+    import torch
+
+    from runtime.stack_profile import LayerStack, predict_step_s, profile_curve
+
+    stack = LayerStack(get_model("bert").with_layers(1), 8, torch.device("cpu"), torch.float32)
+    res = profile_curve(stack, StrategyOption("metp"), [64, 128], time.perf_counter() + 5.0, known={64: 100.0})
+    assert res["points"] == {} and res["skipped"] == [[64, "time budget"], [128, "time budget"]]
+    assert predict_step_s({1024: 1.0, 2048: 4.0}, 4096) == pytest.approx(1.2 * 16.0)  # s^2 growth, +20%
+    assert predict_step_s({1024: 1.0, 2048: 2.0}, 4096) == pytest.approx(1.2 * 4.0)  # linear growth
+
+
+def test_device_kind_names_files_and_presets():
+    assert gpu_session.device_kind("NVIDIA H100 80GB HBM3", 81559 * 2**20) == ("h100-80gb", "h100-80gb-x8")
+    assert gpu_session.device_kind("NVIDIA H200", 143771 * 2**20) == ("h200", "h200-x8")
+    assert gpu_session.device_kind("NVIDIA A100-SXM4-40GB", 40 * 2**30) == ("a100-40gb", "a100-40gb-x8")
+    assert gpu_session.device_kind("cpu", 0) == ("cpu", None)
+
+
+def test_gpu_validate_builds_its_table_from_the_outputs(session_dir, tmp_path, capsys):
+    assert gpu_validate.main([str(session_dir), "--out", str(tmp_path), "--combine", str(tmp_path / "all.csv")]) == 0
+    assert _header(tmp_path / "validation.csv") == gpu_validate.TABLE_COLUMNS
+    with open(tmp_path / "validation.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(read_profiles(session_dir / PROFILE))
+    for r in table:
+        for col in ("time_ratio", "time_ratio_measured_eff", "mem_ratio"):
+            assert math.isfinite(float(r[col])) and float(r[col]) > 0
+        assert r["peak_method"] == "lower-bound-cpu"
+    assert "| model | strategy | s |" in (tmp_path / "validation.md").read_text()
+    assert len(read_profiles(tmp_path / "all.csv")) == len(table)
+    printed = capsys.readouterr().out
+    assert "gemm_efficiency measured" in printed and "attention_efficiency_causal measured" in printed
