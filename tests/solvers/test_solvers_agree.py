@@ -162,3 +162,11 @@ def test_agree_at_sublayer_granularity_with_switch_costs(seed, seq):
                                       switch_cost=lambda a, b: 0.0 if a.strategy == b.strategy else 0.05)
     assert p.switch_s.any() and p.num_decisions == 4
     check_agreement(with_tight_budget(p, np.random.default_rng(seed)))
+
+
+@pytest.mark.parametrize("seed", [118, 203])
+def test_ilp_agrees_where_an_incremental_max_term_went_wrong(seed):
+    """With the incremental max-transient form CP-SAT's presolve called a 10-20% slower plan optimal here
+    (solvers/ilp.py `_max_transient`)."""
+    rng = np.random.default_rng(seed)
+    check_agreement(random_problem(rng, int(rng.integers(2, 7)), int(rng.integers(2, 5)), switch=bool(seed % 2)))
