@@ -47,11 +47,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from paradyse_lab.atomic_write import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")
@@ -99,7 +100,7 @@ class Session:
 
     def save_log(self) -> None:
         self.log["wall_s"] = round(time.perf_counter() - self.started, 2)
-        write_atomic(self.out / "session_log.json", json.dumps(self.log, indent=1, default=str))
+        write_text_atomic(self.out / "session_log.json", json.dumps(self.log, indent=1, default=str))
 
     def run_stage(self, name: str, fn, min_s: float | None) -> None:
         """Run `fn(record)` guarded; skipped when less than `min_s` of the budget is left (None: always run)."""
@@ -128,20 +129,6 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file renamed over it (no partial file is ever seen)."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_csv_atomic(path: Path, rows: list[dict], columns) -> None:
     """Rows as CSV (columns in order), atomically."""
     import csv
@@ -151,7 +138,7 @@ def write_csv_atomic(path: Path, rows: list[dict], columns) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_atomic(path, buf.getvalue())
+    write_text_atomic(path, buf.getvalue())
 
 
 def device_kind(name: str, total_bytes: int) -> tuple[str, str | None]:

@@ -13,7 +13,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from runtime.gpu_session import REPO, Plan, Session, device_kind, write_atomic, write_csv_atomic
+from paradyse_lab.atomic_write import write_text_atomic
+from runtime.gpu_session import REPO, Plan, Session, device_kind, write_csv_atomic
 
 
 @dataclass
@@ -113,7 +114,7 @@ def stage_env(ctx: Context, record: dict) -> None:
                 capture_output=True, text=True, timeout=20).stdout.strip()
         except (OSError, subprocess.SubprocessError) as err:
             env["nvidia_smi"] = f"unavailable: {err}"
-    write_atomic(ctx.session.out / "env.json", json.dumps(env, indent=1))
+    write_text_atomic(ctx.session.out / "env.json", json.dumps(env, indent=1))
     record["files"] = ["env.json"]
     ctx.session.say(f"env: {ctx.name} ({ctx.kind}, preset {ctx.cluster_name}); {ctx.software}")
 
@@ -128,7 +129,7 @@ def stage_pytest(ctx: Context, record: dict) -> None:
         text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (err.stdout, err.stderr))
         text, code = text + f"\n[killed after {timeout:.0f} s: time budget]", None
         record["status"] = "partial"
-    write_atomic(ctx.session.out / "pytest_gpu.txt", f"$ python {' '.join(cmd[1:])}\n{text}\nexit code: {code}\n")
+    write_text_atomic(ctx.session.out / "pytest_gpu.txt", f"$ python {' '.join(cmd[1:])}\n{text}\nexit code: {code}\n")
     record.update(exit_code=code, files=["pytest_gpu.txt"], tail=text.strip().splitlines()[-1:] if text else [])
 
 

@@ -40,9 +40,10 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
+
+from paradyse_lab.atomic_write import atomic_open
 
 MODES = ("rank-local", "distributed")
 
@@ -384,17 +385,8 @@ def write_rows_atomic(df, path: str) -> None:
     out = df[cols].copy()
     for c in ("time_s", "compute_s", "comm_s"):
         out[c] = out[c].map(lambda v: f"{v:.6g}")
-    target = os.path.abspath(path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".csv", dir=os.path.dirname(target))
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            out.to_csv(f, index=False)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path) as f:
+        out.to_csv(f, index=False)
 
 
 def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bool = True):

@@ -3,11 +3,11 @@ finished run and a rerun skips them unless forced. Schema of a run CSV: `engine.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
+
+from paradyse_lab.atomic_write import atomic_open
 
 DEFAULT_RESULTS_DIR = Path("results")
 
@@ -15,15 +15,8 @@ DEFAULT_RESULTS_DIR = Path("results")
 def write_csv_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """Write `df` to `path` through a temporary file and a rename: never a partial file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            df.to_csv(fh, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, newline=None) as fh:
+        df.to_csv(fh, index=False)
     return path
 
 

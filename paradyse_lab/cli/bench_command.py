@@ -6,11 +6,10 @@ Example: `paradyse-lab bench-solvers` (table, results/solver_bench.csv) or `... 
 from __future__ import annotations
 
 import csv
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.cli.cost_command import parse_int
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
 from paradyse_lab.errors import UserInputError
@@ -46,19 +45,11 @@ def _ints(field: str, text: str) -> list[int]:
 
 
 def write_csv(rows: list[dict], path: str | Path, columns) -> None:
-    """Write rows atomically: a temporary file in the same folder, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(columns))
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write rows atomically (`paradyse_lab.atomic_write`)."""
+    with atomic_open(path) as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def run(args) -> int:

@@ -6,13 +6,12 @@ The written file (one length per line) is a workload: `file:FILE`. No download: 
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
 
+from paradyse_lab.atomic_write import write_text_atomic
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.workloads import BAND_NAMES, DEFAULT_SIZE, PAPER_DATASETS, WORKLOAD_KINDS, get_workload
@@ -59,11 +58,7 @@ def run_lengths(args) -> int:
     if not lengths:
         raise UserInputError(f"no non-empty text files under {args.directory!r}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write("".join(f"{n}\n" for n in lengths))
-    os.replace(tmp, out)
+    write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
     print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
     return 0
 
