@@ -120,6 +120,9 @@ class SearchProblem:
             if not (0 <= a < L and 0 <= b < L) or a == b:
                 raise UserInputError(f"edges: ({a}, {b}) must join two different decisions in 0..{L - 1}")
         set_(self, "edges", edges)
+        ends = np.array(edges, dtype=np.int64).reshape(-1, 2).T  # [2, E]
+        ends.setflags(write=False)
+        set_(self, "_edge_ends", ends)
         labels = tuple(self.labels) or tuple(f"L{i}" for i in range(L))
         if len(labels) != L:
             raise UserInputError(f"labels must hold {L} names, got {len(labels)}")
@@ -137,6 +140,11 @@ class SearchProblem:
     def num_options(self) -> int:
         """O."""
         return len(self.options)
+
+    @property
+    def edge_ends(self) -> np.ndarray:
+        """[2, E] read-only int64: the first and second decision of each edge."""
+        return self._edge_ends
 
     @property
     def is_chain(self) -> bool:
@@ -159,7 +167,10 @@ class SearchProblem:
         """A plan (option names or indices) as an int array of length L."""
         if len(plan) != self.num_decisions:
             raise UserInputError(f"a plan needs {self.num_decisions} entries, got {len(plan)}")
-        idx = np.array([self.option_index(p) if isinstance(p, str) else int(p) for p in plan], dtype=np.int64)
+        if isinstance(plan, np.ndarray) and plan.dtype.kind in "iu":  # the solvers' own plans: no per-entry loop
+            idx = plan.astype(np.int64)
+        else:
+            idx = np.array([self.option_index(p) if isinstance(p, str) else int(p) for p in plan], dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_options):
             raise UserInputError(f"plan indices must lie in 0..{self.num_options - 1}")
         return idx
@@ -173,7 +184,7 @@ class SearchProblem:
         idx = self.indices(plan)
         t = self.fixed_time_s + float(self.time_s[np.arange(idx.size), idx].sum())
         if self.edges:
-            a, b = np.array(self.edges).T
+            a, b = self.edge_ends
             t += float(self.switch_s[idx[a], idx[b]].sum())
         return t
 

@@ -80,55 +80,52 @@ def make_solution(problem: SearchProblem, plan, status: str, solver: str, starte
 
 @dataclass(frozen=True)
 class CapTable:
-    """Per transient cap c (a value the max-transient term can take): what each decision can do under it.
+    """Per transient cap c (a value the max-transient term can take): what the decisions can do under it.
 
-    An option is allowed under cap c at decision l when max(transient[l, o], fixed transient) <= c.
+    An option is allowed under cap c at decision l when max(transient[l, o], fixed transient) <= c. In
+    order of effective transient a decision's allowed options are a prefix, so the least of any value over
+    them is a step function of c with at most O steps; sums over decisions are built from those steps
+    (`sum_min_allowed`) in O(L O + C), never as [L, C] tables.
     """
 
     caps: np.ndarray
     """[C] the distinct effective transient values, ascending."""
     order: np.ndarray
     """[L, O] each decision's options sorted by effective transient."""
-    count: np.ndarray
-    """[L, C] how many options of decision l are allowed under cap c (a prefix of `order`)."""
-    min_kept: np.ndarray
-    """[L, C] least kept bytes of an allowed option (BIG when none is allowed)."""
-    min_time: np.ndarray
-    """[L, C] least time of an allowed option (inf when none)."""
+    position: np.ndarray
+    """[L, O] index in `caps` of the effective transient of option order[l, j]: the least cap allowing it."""
     valid: np.ndarray
     """[C] whether every decision has an allowed option."""
     peak_floor: np.ndarray
-    """[C] fixed + sum of min_kept + c (int64 max when not valid). No plan under cap c has a larger
-    max-transient term than c, so the least of these over all caps is exactly the least peak of any plan."""
+    """[C] fixed + sum over decisions of the least kept bytes allowed + c (int64 max when not valid). No plan
+    under cap c has a larger max-transient term than c, so the least of these over all caps is exactly the
+    least peak of any plan."""
 
     @classmethod
     def build(cls, problem: SearchProblem) -> CapTable:
         eff = problem.effective_transient  # [L, O]
-        L, O = eff.shape
         caps = np.unique(eff)
         order = np.argsort(eff, axis=1, kind="stable")
-        r_sorted = np.take_along_axis(eff, order, 1)
-        # count[l, c] = options of decision l allowed under cap c: one searchsorted over rows made disjoint
-        span = int(caps[-1]) + 1
-        offsets = np.arange(L, dtype=np.int64) * span
-        flat = (r_sorted + offsets[:, None]).ravel()
-        count = np.searchsorted(flat, (caps[None, :] + offsets[:, None]).ravel(), "right").reshape(L, -1)
-        count -= (np.arange(L) * O)[:, None]
-        min_kept = cls._prefix_min(problem.kept_bytes, order, count, BIG)
-        min_time = cls._prefix_min(problem.time_s, order, count, np.inf)
-        valid = count.min(axis=0) > 0
-        floor = np.where(valid, problem.fixed_bytes + min_kept.sum(axis=0) + caps, np.iinfo(np.int64).max)
-        return cls(caps, order, count, min_kept, min_time, valid, floor)
+        position = np.searchsorted(caps, np.take_along_axis(eff, order, 1))  # [L, O]
+        valid = np.arange(caps.size) >= position[:, 0].max()
+        table = cls(caps, order, position, valid, np.zeros(0, dtype=np.int64))
+        kept = table.sum_min_allowed(problem.kept_bytes)
+        floor = np.where(valid, problem.fixed_bytes + kept + caps, np.iinfo(np.int64).max)
+        object.__setattr__(table, "peak_floor", floor)
+        return table
 
-    @staticmethod
-    def _prefix_min(values: np.ndarray, order: np.ndarray, count: np.ndarray, none) -> np.ndarray:
-        run = np.minimum.accumulate(np.take_along_axis(values, order, 1), axis=1)
-        run = np.hstack([np.full((values.shape[0], 1), none, dtype=run.dtype), run])
-        return np.take_along_axis(run, count, 1)
-
-    def min_allowed(self, values: np.ndarray) -> np.ndarray:
-        """[L, C] least of `values` [L, O] over the options allowed under each cap (inf when none)."""
-        return self._prefix_min(values, self.order, self.count, np.inf)
+    def sum_min_allowed(self, values: np.ndarray) -> np.ndarray:
+        """[C] sum over decisions of the least of `values` [L, O] (finite) allowed under each cap; only
+        entries where `valid` are meaningful. Integer values sum exactly; float sums are differences
+        accumulated over caps, within about L * O * eps * max|sum| of the direct sum."""
+        run = np.minimum.accumulate(np.take_along_axis(values, self.order, 1), axis=1)  # [L, O]
+        steps = np.diff(run, axis=1, prepend=np.zeros_like(run[:, :1])).ravel()  # change at each position
+        if np.issubdtype(values.dtype, np.integer):
+            per_cap = np.zeros(self.caps.size, dtype=np.int64)
+            np.add.at(per_cap, self.position.ravel(), steps)  # exact (bincount weights are float64)
+        else:
+            per_cap = np.bincount(self.position.ravel(), steps, minlength=self.caps.size)
+        return np.cumsum(per_cap)
 
 
 def min_peak_plan(problem: SearchProblem, table: CapTable | None = None) -> tuple[np.ndarray, int]:
@@ -136,7 +133,8 @@ def min_peak_plan(problem: SearchProblem, table: CapTable | None = None) -> tupl
     table = table or CapTable.build(problem)
     c = int(np.argmin(table.peak_floor))
     allowed = problem.effective_transient <= table.caps[c]
-    lean = allowed & (problem.kept_bytes == table.min_kept[:, c : c + 1])
+    kept = np.where(allowed, problem.kept_bytes, np.iinfo(np.int64).max)
+    lean = allowed & (kept == kept.min(axis=1, keepdims=True))
     plan = np.argmin(np.where(lean, problem.time_s, np.inf), axis=1)
     return plan, int(table.peak_floor[c])
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
 from solvers.base import CapTable
+from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_plan, viterbi_to_come, viterbi_to_go
 
 
 def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations: int = 30):
@@ -21,66 +22,34 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     time of any plan whose kept bytes fit (switch costs >= 0 left out). Bisection in log(lambda) on the
     subgradient finds the best such bound; the plan minimising time + lambda * kept at the upper end of
     the bracket fits. `times` holds inf where an option is not allowed; some plan must fit.
+    (Compiled: `solvers.kernels.lagrangian_dual`.)
     """
-    rows = np.arange(times.shape[0])
-    kf = kept.astype(np.float64)
-
-    def at(lam: float):
-        v = times + lam * kf
-        plan = np.argmin(v, axis=1)
-        return float(v[rows, plan].sum()) - lam * kept_budget, plan, int(kept[rows, plan].sum())
-
-    bound, plan, used = at(0.0)
-    if used <= kept_budget:
-        return 0.0, bound, plan, 0.0
-    finite = times[np.isfinite(times)]
-    lo, hi = 0.0, max(float(np.ptp(finite)), 1e-30) / max(float(kf.mean()), 1.0)
-    best_lam = 0.0
-    while True:  # grow hi until the relaxed plan fits (it does once lambda exceeds every time difference)
-        b, p, used = at(hi)
-        if b > bound:
-            bound, best_lam = b, hi
-        if used <= kept_budget:
-            plan = p
-            break
-        lo, hi = hi, hi * 16
-    for _ in range(iterations):
-        mid = (lo + hi) / 2 if lo == 0.0 else float(np.sqrt(lo * hi))
-        b, p, used = at(mid)
-        if b > bound:
-            bound, best_lam = b, mid
-        if used <= kept_budget:
-            hi, plan = mid, p
-        else:
-            lo = mid
-    return best_lam, bound, plan, hi
+    lam, bound, plan, lam_fit = lagrangian_dual(np.ascontiguousarray(times, dtype=np.float64),
+                                                np.ascontiguousarray(kept, dtype=np.int64), int(kept_budget),
+                                                iterations)
+    return float(lam), float(bound), plan, float(lam_fit)
 
 
 def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lams: np.ndarray,
                   kept_budgets: np.ndarray) -> np.ndarray:
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
-    min over plans of time + lam * kept + switches (a backward Viterbi pass, batched over the caps)
-    - lam * kept budget."""
-    allowed = problem.effective_transient[None] <= table.caps[caps][:, None, None]  # [K, L, O]
-    values = np.where(allowed, problem.time_s[None], np.inf) + lams[:, None, None] * problem.kept_bytes[None]
-    to_go = values[:, -1]  # [K, O]: value of the last decision
-    for l in range(values.shape[1] - 2, -1, -1):
-        to_go = values[:, l] + np.min(problem.switch_s[None] + to_go[:, None, :], axis=2)  # [K, O, O'] -> [K, O]
-    return problem.fixed_time_s + to_go.min(axis=1) - lams * kept_budgets
+    min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
+    budget."""
+    least = capped_viterbi_totals(problem.time_s, problem.kept_bytes, problem.effective_transient,
+                                  table.caps[caps], np.asarray(lams, dtype=np.float64), problem.switch_s)
+    return problem.fixed_time_s + least - lams * kept_budgets
+
+
+def _steps(switch: np.ndarray) -> np.ndarray:
+    """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
+    switch = np.asarray(switch, dtype=np.float64)
+    return np.ascontiguousarray(switch[None] if switch.ndim == 2 else switch)
 
 
 def viterbi(values: np.ndarray, switch: np.ndarray, to_go: np.ndarray) -> np.ndarray:
     """The plan minimising sum of `values` plus switches, read forward from its `cost_to_go`."""
-    plan = np.empty(values.shape[0], dtype=np.int64)
-    plan[0] = np.argmin(values[0] + to_go[0])
-    for l in range(1, values.shape[0]):
-        plan[l] = np.argmin(switch[plan[l - 1]] + values[l] + to_go[l])
-    return plan
-
-
-def _step(switch: np.ndarray, l: int) -> np.ndarray:
-    """[O, O] switch from decision l - 1 into decision l: the one matrix, or step l of per-step ones."""
-    return switch if switch.ndim == 2 else switch[l]
+    return viterbi_plan(np.ascontiguousarray(values, dtype=np.float64), _steps(switch),
+                        np.ascontiguousarray(to_go, dtype=np.float64))
 
 
 def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
@@ -88,26 +57,20 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
 
     `switch` is None (no switch costs: the result does not depend on l's option), one [O, O] matrix for
     every step, or [L, O, O] per step (step l charged from decision l - 1 into l). With switches it is a
-    backward Viterbi pass.
+    backward Viterbi pass (`solvers.kernels.viterbi_to_go`).
     """
-    L = values.shape[0]
-    out = np.zeros_like(values)
     if switch is None:
+        out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
-    for l in range(L - 2, -1, -1):
-        out[l] = np.min(_step(switch, l + 1) + (values[l + 1] + out[l + 1])[None, :], axis=1)  # [O, O'] -> [O]
-    return out
+    return viterbi_to_go(np.ascontiguousarray(values, dtype=np.float64), _steps(switch))
 
 
 def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
     """[L, O] least sum of `values` over the decisions before l plus the switches up to and into l's option
     (the forward twin of `cost_to_go`, same `switch` forms)."""
-    L = values.shape[0]
-    out = np.zeros_like(values)
     if switch is None:
+        out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
-    for l in range(1, L):
-        out[l] = np.min((values[l - 1] + out[l - 1])[:, None] + _step(switch, l), axis=0)  # [O', O] -> [O]
-    return out
+    return viterbi_to_come(np.ascontiguousarray(values, dtype=np.float64), _steps(switch))

@@ -43,34 +43,17 @@ from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solu
 from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds, viterbi
 from solvers.greedy import improve
 from solvers.heuristic import HeuristicSolver
+from solvers.kernels import keep_across_options, pareto_pass
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""
 BUCKETS = 4
 """Caps searched together in one forward pass."""
+BEAM = 48
+"""States per front of the heuristic pass that precedes each exact one (its plan tightens the bound)."""
 RTOL = 1e-12
 """Relative tolerance of 'optimal': a plan is only sought if faster than the best one by more than this
 fraction (float64 sums of the same plan in another order differ by ~1e-16)."""
-
-
-def pareto(t: np.ndarray, k: np.ndarray, g: np.ndarray | None) -> np.ndarray:
-    """Indices of the points not weakly dominated in (t, k) within their group g (exact comparisons).
-
-    Sorted by (g, t, k), a point survives when its k is below every earlier k of its group. The groups are
-    made disjoint in one running minimum by shifting group g's keys down by g * span, span > max k.
-    g None: one group.
-    """
-    if g is None:
-        order = np.lexsort((k, t))
-        key = k[order]
-    else:
-        order = np.lexsort((k, t, g))
-        key = k[order] - g[order] * (int(k.max()) + 1)
-    run = np.minimum.accumulate(key)
-    keep = np.empty(key.size, dtype=bool)
-    keep[0] = True
-    keep[1:] = key[1:] < run[:-1]
-    return order[keep]
 
 
 class DPSolver:
@@ -100,8 +83,9 @@ class DPSolver:
         lower = np.full(table.caps.size, -np.inf)
         lam_of = np.zeros(table.caps.size)  # the multiplier that gave each cap its bound
         for lam in sorted(grid):
-            summed = table.min_allowed(problem.time_s + lam * problem.kept_bytes).sum(axis=0)
+            summed = table.sum_min_allowed(problem.time_s + lam * problem.kept_bytes)
             bound = problem.fixed_time_s + summed - lam * kept_budgets
+            bound -= 1e-9 * np.abs(bound)  # the step sums' rounding: a looser bound is still a bound
             lam_of = np.where(bound > lower, lam, lam_of)
             lower = np.maximum(lower, bound)
         lower[~fits] = np.inf
@@ -215,90 +199,61 @@ class DPSolver:
                 best, bound = found, found[0] * (1 - RTOL)
         # reduced-cost fixing against the loosest budget
         v = times + lam * kept
-        margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
         through = cost_to_come(v, sw) + v + cost_to_go(v, sw) + problem.fixed_time_s - lam * budgets[0]  # [L, O]
-        alive = through < bound + margin
-        if not alive.any(axis=1).all():
-            return best  # some decision has no option that may lead to a faster plan
         bucket = np.minimum(np.searchsorted(values, eff), values.size - 1)  # [L, O]
-        r = _reduce(problem, np.where(alive, times, np.inf), bucket, sw)
-        found = self._pass(r, kept, budgets, lam, bound, margin, grouped=sw is not None or values.size > 1)
-        if found is None:
-            return best
-        plan = r.plan.copy()
-        plan[r.free] = found
-        return float(problem.time_of(plan)), plan
+        grouped = sw is not None or values.size > 1
+        for beam in (BEAM, 0):  # a cut-down pass for a tighter bound, then the exact one
+            margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
+            alive = through < bound + margin
+            if not alive.any(axis=1).all():
+                return best  # some decision has no option that may lead to a faster plan
+            r = _reduce(problem, np.where(alive, times, np.inf), bucket, sw)
+            found = self._pass(r, kept, budgets, lam, bound, margin, grouped, beam)
+            if found is not None:
+                plan = r.plan.copy()
+                plan[r.free] = found
+                best = float(problem.time_of(plan)), plan
+                bound = best[0] * (1 - RTOL)
+        return best
 
     @staticmethod
     def _pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lam: float, bound: float, margin: float,
-              grouped: bool):
+              grouped: bool, beam: int = 0):
         """The forward Pareto pass over the free decisions of `r`: their options (a plan of the free
         decisions) of the fastest plan below `bound` that fits its bucket, or None."""
-        times, kept_r, bucket, steps = r.times, kept[r.free], r.bucket, r.steps
+        times, kept_r = r.times, kept[r.free]
         m, O = times.shape
         if m == 0:  # every decision fixed: the plan is the constants
             fits = r.kept <= budgets[r.bucket0] and r.time + r.fixed_time < bound
             return np.empty(0, dtype=np.int64) if fits else None
         kept_r = np.where(np.isfinite(times), kept_r, BIG)
-        if steps is not None:  # reach[i][o]: the most a state ending in any option saves over one ending in o
-            reach = (steps[:, :, None, :] - steps[:, None, :, :]).max(axis=3).max(axis=1)  # [m, O', O, x] -> [m, O]
-        rest_t = cost_to_go(times, steps) + r.fixed_time  # [m, O]
-        rest_lam = cost_to_go(times + lam * kept_r, steps) + r.fixed_time
+        if r.switch is not None:  # reach[o]: the most a state ending in any option saves over one ending in o
+            switch = r.switch
+            reach = (switch[:, None, :] - switch[None, :, :]).max(axis=2).max(axis=0)  # [O', O, x] -> [O]
+        else:
+            switch, reach = np.zeros((0, 0)), np.zeros(O)
+        rest_t = cost_to_go(times, r.steps) + r.fixed_time  # [m, O]
+        rest_lam = cost_to_go(times + lam * kept_r, r.steps) + r.fixed_time
         rest_k = np.append(np.cumsum(kept_r.min(axis=1)[::-1])[::-1][1:], 0)  # [m]
-        time_cap = bound - rest_t  # [m, O]: what a partial plan ending at free decision i may reach
-        lam_cap = bound + margin - rest_lam
-
-        def admissible(ct, ck, cb, i):
-            room = budgets[cb]
-            return (ct < time_cap[i]) & (ck <= room - rest_k[i]) & (ct + lam * (ck - room) < lam_cap[i])
-
-        # front of partial plans: time, kept, bucket, last option; per free decision the option and parent
-        ft, fk, fb, fo = r.time + times[0], r.kept + kept_r[0], np.maximum(r.bucket0, bucket[0]), np.arange(O)
-        ok = admissible(ft, fk, fb, 0)
-        ft, fk, fb, fo = ft[ok], fk[ok], fb[ok], fo[ok]
-        history = [(fo, np.zeros(fo.size, dtype=np.int64))]
-        for i in range(1, m):
-            if ft.size == 0:
-                return None
-            ct = ft[:, None] + times[i]  # [S, O]: state s then option o at free decision i
-            if steps is not None and r.adjacent[i]:
-                ct += steps[i][fo]
-            ck = fk[:, None] + kept_r[i]
-            cb = np.maximum(fb[:, None], bucket[i])
-            flat = np.flatnonzero(admissible(ct, ck, cb, i))
-            if flat.size == 0:
-                return None
-            parent, opt = np.divmod(flat, O)
-            ft, fk, fb = ct.ravel()[flat], ck.ravel()[flat], cb.ravel()[flat]
-            keep = pareto(ft, fk, (fb * O + opt if steps is not None else fb) if grouped else None)
-            if steps is not None and keep.size > O and i + 1 < m and r.adjacent[i + 1]:
-                keep = keep[across_options(ft[keep], fk[keep], fb[keep], opt[keep], reach[i + 1])]
-            ft, fk, fb, fo, parent = ft[keep], fk[keep], fb[keep], opt[keep], parent[keep]
-            history.append((fo, parent))
-        if ft.size == 0:
-            return None
-        j = int(np.argmin(ft))
-        plan = np.empty(m, dtype=np.int64)
-        for i in range(m - 1, -1, -1):
-            opt, parent = history[i]
-            plan[i] = opt[j]
-            j = int(parent[j])
-        return plan
+        found, plan = pareto_pass(
+            np.ascontiguousarray(times), np.ascontiguousarray(kept_r), np.ascontiguousarray(r.bucket),
+            np.ascontiguousarray(switch, dtype=np.float64), r.adjacent, reach, bound - rest_t,
+            bound + margin - rest_lam, rest_k, budgets, float(r.time), int(r.kept), int(r.bucket0), float(lam),
+            grouped, int(budgets.size), int(beam))
+        return plan if found else None
 
 
 def across_options(t: np.ndarray, k: np.ndarray, b: np.ndarray, o: np.ndarray, reach: np.ndarray) -> np.ndarray:
     """Indices of the states not dominated across last options: state p (ending in option o) is dropped when
     a state q of its bucket has q.k <= p.k and q.t + reach[o] < p.t, where reach[o] bounds what any state
     saves on the next switch over one ending in o (max over o', x of switch[o', x] - switch[o, x]): every
-    completion of p is then strictly slower than the same completion of q."""
-    alive = np.ones(t.size, dtype=bool)
-    for bucket in np.unique(b):
-        idx = np.flatnonzero(b == bucket)
-        order = idx[np.argsort(t[idx], kind="stable")]
-        least_k = np.minimum.accumulate(k[order])  # least kept among the n fastest
-        n = np.searchsorted(t[order], t[idx] - reach[o[idx]], "left")  # states strictly faster by > reach
-        alive[idx] = (n == 0) | (least_k[np.maximum(n - 1, 0)] > k[idx])
-    return np.flatnonzero(alive)
+    completion of p is then strictly slower than the same completion of q. (The pass runs the compiled
+    `solvers.kernels.keep_across_options`; this entry takes states in any order.)"""
+    order = np.argsort(t, kind="stable")
+    alive = keep_across_options(np.ascontiguousarray(t[order], dtype=np.float64), k[order].astype(np.int64),
+                                b[order].astype(np.int64), o[order].astype(np.int64),
+                                np.asarray(reach, dtype=np.float64), int(b.max()) + 1)
+    return np.sort(order[alive])
 
 
 @dataclass
@@ -315,6 +270,8 @@ class Reduced:
     """[m, O] bucket of each free decision's options."""
     steps: np.ndarray | None
     """[m, O, O] switch from free decision i - 1 into i (zero unless adjacent), or None without switches."""
+    switch: np.ndarray | None
+    """[O, O] the problem's switch costs (charged between adjacent free decisions), or None without."""
     adjacent: np.ndarray
     """[m] whether free decision i directly follows free decision i - 1."""
     time: float
@@ -356,5 +313,5 @@ def _reduce(problem: SearchProblem, times: np.ndarray, bucket: np.ndarray, sw: n
         has_after = (after < L) & single[np.minimum(after, L - 1)]
         t[has_after] += sw[:, plan[after[has_after]]].T  # [k, O]: from each option into the constant after
         steps = np.where(adjacent[:, None, None], sw[None], 0.0)  # [m, O, O]
-    return Reduced(free=free, plan=plan, times=t, bucket=bucket[free], steps=steps, adjacent=adjacent,
+    return Reduced(free=free, plan=plan, times=t, bucket=bucket[free], steps=steps, switch=sw, adjacent=adjacent,
                    time=const_time, kept=const_kept, bucket0=bucket0, fixed_time=problem.fixed_time_s)

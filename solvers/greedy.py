@@ -34,7 +34,7 @@ def _moves(problem: SearchProblem, plan: np.ndarray) -> tuple[np.ndarray, np.nda
             + np.maximum(max_without[:, None], eff))
     delta = problem.time_s - problem.time_s[rows, plan][:, None]
     if problem.edges and problem.switch_s.any():
-        ea, eb = np.array(problem.edges).T
+        ea, eb = problem.edge_ends
         sw = problem.switch_s
         now = sw[plan[ea], plan[eb]][:, None]
         np.add.at(delta, ea, sw[:, plan[eb]].T - now)  # decision a of the edge changes

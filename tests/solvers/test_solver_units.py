@@ -8,6 +8,7 @@ from paradyse_lab.search_problem import SearchProblem
 from solvers import SOLVER_NAMES, SolverError, get_solver
 from solvers.base import CapTable, make_solution, min_peak_plan
 from solvers.heuristic import HeuristicSolver, dominance_chain, keep_previous, uniform_costs
+from solvers.instances import random_problem
 
 
 def chain_problem(budget, kept=(30, 20, 10), times=(1.0, 2.0, 3.0), L=4, transient=(0, 0, 0)):
@@ -66,8 +67,27 @@ def test_uniform_costs_and_cap_table():
     assert list(times) == [4.0, 8.0, 12.0] and list(peaks) == [125, 81, 43]
     t = CapTable.build(p)
     assert list(t.caps) == [1, 3, 5]
-    assert list(t.min_kept[0]) == [20, 10, 10] and list(t.min_time[0]) == [2.0, 2.0, 1.0]
+    for values in (p.kept_bytes, p.time_s):  # per cap, the sum of each decision's least allowed value
+        direct = [np.where(p.effective_transient <= c, values, np.inf).min(axis=1).sum() for c in t.caps]
+        assert list(t.sum_min_allowed(values)) == direct
+    assert t.sum_min_allowed(p.kept_bytes).dtype == np.int64 and list(t.valid) == [True] * 3
     assert min_peak_plan(p)[1] == 43
+
+
+def test_cap_table_sums_match_direct_minima_on_random_problems():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        p = random_problem(rng, int(rng.integers(1, 30)), int(rng.integers(1, 9)))
+        t = CapTable.build(p)
+        allowed = p.effective_transient[None] <= t.caps[:, None, None]  # [C, L, O]
+        has = allowed.any(axis=2).all(axis=1)
+        assert list(t.valid) == list(has)
+        direct_k = np.where(allowed, p.kept_bytes[None], np.iinfo(np.int64).max).min(axis=2)[has].sum(axis=1)
+        assert (t.sum_min_allowed(p.kept_bytes)[has] == direct_k).all()
+        direct_t = np.where(allowed, p.time_s[None], np.inf).min(axis=2)[has].sum(axis=1)
+        np.testing.assert_allclose(t.sum_min_allowed(p.time_s)[has], direct_t, rtol=1e-12)
+        assert (t.peak_floor[has] == p.fixed_bytes + t.caps[has] + direct_k).all()
+        assert (t.peak_floor[~has] == np.iinfo(np.int64).max).all()
 
 
 def test_registry():
@@ -149,11 +169,11 @@ def test_dp_drops_only_states_another_state_beats_for_every_completion():
     np.fill_diagonal(sw, 0)
     reach = (sw[:, None, :] - sw[None, :, :]).max(axis=2).max(axis=0)  # [O', O, x] -> [O]
     t, k = rng.uniform(0, 2, 60), rng.integers(0, 20, 60)
-    b, o = rng.integers(0, 2, 60), rng.integers(0, O, 60)
+    b, o = rng.integers(0, 3, 60), rng.integers(0, O, 60)
     kept = set(across_options(t, k, b, o, reach).tolist())
     assert 0 < len(kept) < 60
     for p in set(range(60)) - kept:  # a dropped state: some state of its bucket is better after any switch
-        assert any(b[q] == b[p] and k[q] <= k[p] and all(t[q] + sw[o[q], x] < t[p] + sw[o[p], x] for x in range(O))
+        assert any(b[q] <= b[p] and k[q] <= k[p] and all(t[q] + sw[o[q], x] < t[p] + sw[o[p], x] for x in range(O))
                    for q in range(60))
 
 

@@ -1,0 +1,71 @@
+"""The compiled kernels (`solvers.kernels`) through their wrappers in `solvers.bounds`, against brute force."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from solvers.base import CapTable
+from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds, viterbi
+from solvers.instances import random_problem
+
+
+def all_plans(L, O):
+    return [np.array(p) for p in itertools.product(range(O), repeat=L)]
+
+
+def total(values, sw, plan):
+    return values[np.arange(plan.size), plan].sum() + sum(sw[a, b] for a, b in zip(plan[:-1], plan[1:]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_viterbi_passes_equal_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    L, O = 4, 3
+    values = rng.uniform(0, 1, (L, O))
+    values[rng.uniform(size=(L, O)) < 0.2] = np.inf  # options left out
+    values[:, 0] = rng.uniform(0, 1, L)  # every decision keeps one
+    sw = rng.uniform(0, 0.5, (O, O))
+    np.fill_diagonal(sw, 0)
+    plans = all_plans(L, O)
+    go, come = cost_to_go(values, sw), cost_to_come(values, sw)
+    for l in range(L):
+        for o in range(O):
+            if not np.isfinite(values[l, o]):
+                continue
+            through = [p for p in plans if p[l] == o]
+            after = min(total(values[l:], sw, p[l:]) - values[l, o] for p in through) if l < L - 1 else 0.0
+            before = min(total(values[:l + 1], sw, p[:l + 1]) - values[l, o] for p in through) if l else 0.0
+            assert go[l, o] == pytest.approx(after, rel=1e-12)
+            assert come[l, o] == pytest.approx(before, rel=1e-12)
+    best = min(total(values, sw, p) for p in plans)
+    assert total(values, sw, viterbi(values, sw, go)) == pytest.approx(best, rel=1e-12)
+    per_step = np.stack([sw * (l + 1) for l in range(L)])  # [L, O, O]: step l charged from l - 1 into l
+    go_steps = cost_to_go(values, per_step)
+    for o in range(O):
+        assert go_steps[0, o] == pytest.approx(min(
+            sum(values[l, p[l]] + per_step[l, p[l - 1], p[l]] for l in range(1, L)) for p in plans if p[0] == o))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lagrangian_bounds_are_below_the_optimum_and_their_plans_fit(seed):
+    rng = np.random.default_rng(seed)
+    p = random_problem(rng, 5, 3, switch=True)
+    table = CapTable.build(p)
+    plans = all_plans(5, 3)
+    for c in np.flatnonzero(p.budget_bytes >= table.peak_floor):
+        cap = table.caps[c]
+        budget = p.budget_bytes - p.fixed_bytes - int(cap)
+        times = np.where(p.effective_transient <= cap, p.time_s, np.inf)
+        fitting = [q for q in plans if np.isfinite(times[np.arange(5), q]).all()
+                   and p.kept_bytes[np.arange(5), q].sum() <= budget]
+        lam, bound, plan, lam_fit = dual_bound(times, p.kept_bytes, budget)
+        assert lam >= 0 and lam_fit >= lam and any((plan == q).all() for q in fitting)
+        best_plain = min(p.time_s[np.arange(5), q].sum() for q in fitting)
+        assert bound <= best_plain * (1 + 1e-12)
+        best = min(p.time_of(q) for q in fitting)
+        for lam_k in (0.0, lam, 2 * lam + 1e-12):
+            sb = switch_bounds(p, table, np.array([c]), np.array([lam_k]), np.array([budget]))[0]
+            relaxed = min(total(times + lam_k * p.kept_bytes, p.switch_s, q) for q in plans)
+            assert sb == pytest.approx(p.fixed_time_s + relaxed - lam_k * budget, rel=1e-12, abs=1e-12)
+            assert sb <= best * (1 + 1e-12)
