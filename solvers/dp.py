@@ -9,7 +9,9 @@ caps is the optimum.
 For one cap, a forward pass over the decisions keeps, per last option (the state needs it only when some
 switch cost is non-zero), the Pareto front of (time, kept bytes) of partial plans: no point is kept that
 another beats or equals in both. With switch costs a state is also dropped when one ending in another
-option is faster by more than the most the next switch can differ (`across_options`). Before each pass,
+option is faster by more than the most the next switch can differ (`across_options`). The pass is
+compiled (`solvers.kernels.pareto_pass`), and a cut-down run of it (`BEAM` states per step) goes first
+to find a near-optimal plan whose time tightens every bound of the exact run. Before each pass,
 Lagrangian reduced-cost fixing removes the options no plan faster than the best one can use, and the
 decisions left with one option leave the pass as constants (`_reduce`). Memory is exact int64 bytes,
 never discretised, so no plan over budget is accepted and none that fits is lost; time is float64. A
@@ -21,7 +23,9 @@ The best time starts at the heuristic's plan, improved by the Lagrangian plans a
 (`greedy.improve`). Caps are visited by ascending Lagrangian lower bound and skipped once that bound
 reaches the best time: they cannot hold a faster plan. Up to `BUCKETS` caps still in play share one
 forward pass: a partial plan is checked against the budget of the least of them at or above its max
-transient, and fronts are kept per such bucket, which is the same search as one pass per cap.
+transient, and fronts are kept per such bucket, which is the same search as one pass per cap (a state
+may also be dropped for one of a lower bucket: that bucket's budget is larger and its completions land
+in buckets no higher).
 
 Optimal means no plan is faster by more than `RTOL` (1e-12) of the time. The answer is re-costed and
 checked exactly by `make_solution`. Status is 'optimal', or 'infeasible' when even the least-peak plan
@@ -40,7 +44,7 @@ import numpy as np
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
 from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solution, min_peak_plan
-from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds, viterbi
+from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds
 from solvers.greedy import improve
 from solvers.heuristic import HeuristicSolver
 from solvers.kernels import keep_across_options, pareto_pass
@@ -89,7 +93,7 @@ class DPSolver:
             lam_of = np.where(bound > lower, lam, lam_of)
             lower = np.maximum(lower, bound)
         lower[~fits] = np.inf
-        improved, searched = None, 0
+        improved = None
         order = np.argsort(lower, kind="stable")
         for pos in range(0, order.size, CHUNK):  # caps by ascending bound, in chunks
             chunk = order[pos:pos + CHUNK]
@@ -98,17 +102,17 @@ class DPSolver:
             bounds = lower[chunk]
             if problem.switch_s.any():  # the switch-aware bound, batched over the chunk
                 bounds = np.maximum(bounds, switch_bounds(problem, table, chunk, lam_of[chunk], kept_budgets[chunk]))
-            live = []  # (bound, cap, lam, lam_fit) of caps that may hold a faster plan, not yet searched
+            live = []  # (bound, cap, lam) of caps that may hold a faster plan, not yet searched
             for j in [*np.argsort(bounds, kind="stable"), None]:
                 target = best_t * (1 - RTOL)  # only a plan faster than target counts
                 if j is not None and bounds[j] < target:
                     c = int(chunk[j])
-                    lam, bound, plan, lam_fit = dual_bound(self._times(problem, table, c), problem.kept_bytes,
+                    lam, bound, plan, _ = dual_bound(self._times(problem, table, c), problem.kept_bytes,
                                                            int(kept_budgets[c]))
                     plan_t = problem.time_of(plan)
                     if plan_t < target:
                         best_t, best_plan = plan_t, plan
-                    live.append((problem.fixed_time_s + bound, c, lam, lam_fit))
+                    live.append((problem.fixed_time_s + bound, c, lam))
                     if len(live) < BUCKETS:
                         continue
                 if improved is not best_plan:  # a better start plan tightens every bound below
@@ -116,10 +120,9 @@ class DPSolver:
                     best_t = problem.time_of(best_plan)
                 live = sorted(x for x in live if x[0] < best_t * (1 - RTOL))
                 if live:  # one forward pass for the caps in play
-                    _, caps, lams, fits_at = zip(*live)
-                    found = self._front(problem, table, list(caps), lams[0], fits_at[0], best_t * (1 - RTOL),
-                                        first=searched == 0)
-                    searched, live = searched + 1, []
+                    _, caps, lams = zip(*live)
+                    found = self._front(problem, table, list(caps), lams[0], best_t * (1 - RTOL))
+                    live = []
                     if found is not None and found[0] < best_t:
                         best_t, best_plan = found
                 if j is None or not bounds[j] < best_t * (1 - RTOL):
@@ -127,49 +130,17 @@ class DPSolver:
         return make_solution(problem, best_plan, "optimal", self.name, started)
 
     @staticmethod
-    def _switch_aware_plan(problem: SearchProblem, times: np.ndarray, kept_budget: int, sw: np.ndarray,
-                           lam: float, lam_fit: float, iterations: int = 8):
-        """A fitting plan minimising time + mu * kept + switches (Viterbi), mu bisected down from where
-        it fits: (time, plan) or None. An upper bound for the DP, close to the optimum in practice."""
-        rows = np.arange(times.shape[0])
-
-        def at(mu: float):
-            values = times + mu * problem.kept_bytes
-            plan = viterbi(values, sw, cost_to_go(values, sw))
-            fits = problem.kept_bytes[rows, plan].sum() <= kept_budget and np.isfinite(times[rows, plan]).all()
-            return plan, fits
-
-        lo, hi, plan = lam, max(lam_fit, lam, 1e-30), None
-        for _ in range(6):  # find a multiplier whose plan fits
-            p, fits = at(hi)
-            if fits:
-                plan = p
-                break
-            lo, hi = hi, hi * 2
-        if plan is None:
-            return None
-        for _ in range(iterations):
-            mid = float(np.sqrt(lo * hi)) if lo > 0 else hi / 2
-            p, fits = at(mid)
-            if fits:
-                hi, plan = mid, p
-            else:
-                lo = mid
-        return problem.time_of(plan), plan
-
-    @staticmethod
     def _times(problem: SearchProblem, table: CapTable, c: int) -> np.ndarray:
         """[L, O] times with inf where the option is not allowed under cap c."""
         return np.where(problem.effective_transient <= table.caps[c], problem.time_s, np.inf)
 
-    def _front(self, problem: SearchProblem, table: CapTable, caps: list[int], lam: float, lam_fit: float,
-               bound: float, first: bool = True):
+    def _front(self, problem: SearchProblem, table: CapTable, caps: list[int], lam: float, bound: float):
         """Best plan under the caps `caps` (indices) with time below `bound`: (time, plan) or None.
 
         One forward pass serves several caps: a partial plan sits in the bucket of the least of these caps
         at or above its max transient so far, whose kept budget it must respect; fronts are kept per
-        bucket (and last option). With switch costs, on the `first` pass, a fitting Lagrangian plan
-        (Viterbi) tightens `bound`.
+        bucket (and last option). A heuristic pass first (fronts cut to the `BEAM` candidates of least
+        Lagrangian bound) finds a fitting plan that tightens `bound` for the exact one.
 
         Before the pass, Lagrangian reduced-cost fixing: option o of decision l is dropped when every plan
         through it has a Lagrangian bound fixed_time + come[l, o] + v[l, o] + go[l, o] - lam * B >= bound,
@@ -190,13 +161,6 @@ class DPSolver:
         budgets = problem.budget_bytes - problem.fixed_bytes - values  # [B] kept budget of each bucket, descending
         sw = problem.switch_s if problem.switch_s.any() else None
         best = None
-        if sw is not None and first:
-            c = caps[0]
-            found = self._switch_aware_plan(problem, self._times(problem, table, c),
-                                            int(problem.budget_bytes - problem.fixed_bytes - table.caps[c]),
-                                            sw, lam, lam_fit)
-            if found is not None and found[0] < bound:
-                best, bound = found, found[0] * (1 - RTOL)
         # reduced-cost fixing against the loosest budget
         v = times + lam * kept
         through = cost_to_come(v, sw) + v + cost_to_go(v, sw) + problem.fixed_time_s - lam * budgets[0]  # [L, O]

@@ -216,8 +216,9 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
     `keep_across_options` prunes across last options too, with reach [O]. switch [O, O] ([0, 0]: no switch
     costs) is charged into step i when adjacent[i].
 
-    beam > 0 makes it a heuristic: each front is cut to the `beam` states of least Lagrangian bound. The
-    plan it finds still meets every constraint (an upper bound for the exact pass); it may not be the best.
+    beam > 0 makes it a heuristic: at each step only the `beam` admissible candidates of least Lagrangian
+    bound are kept. The plan it finds still meets every constraint (an upper bound for the exact pass); it
+    may not be the best.
     """
     m, O = times.shape
     has_steps = switch.shape[0] > 0
@@ -266,6 +267,14 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
                     n += 1
         if n == 0:
             return False, np.empty(0, np.int64)
+        if beam > 0 and n > beam:  # heuristic mode: only the candidates of least Lagrangian bound go on
+            score = np.empty(n)
+            for c in range(n):
+                score[c] = ct[c] + lam * (ck[c] - budgets[cb[c]]) - lam_cap[i, co[c]]
+            chosen = np.argpartition(score, beam - 1)[:beam]
+            ct[:beam], ck[:beam], cb[:beam], co[:beam], cp[:beam] = (ct[chosen], ck[chosen], cb[chosen],
+                                                                     co[chosen], cp[chosen])
+            n = beam
         order = np.argsort(ct[:n])
         runmin[:] = np.iinfo(np.int64).max
         keep = np.empty(n, np.int64)
@@ -286,13 +295,6 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
             alive = keep_across_options(ct[keep], ck[keep], cb[keep], co[keep], reach, n_buckets)
             keep = keep[alive]
             S = keep.size
-        if beam > 0 and S > beam:  # heuristic mode: the states with the least Lagrangian bound, in t order
-            score = np.empty(S)
-            for j in range(S):
-                c = keep[j]
-                score[j] = ct[c] + lam * (ck[c] - budgets[cb[c]]) - lam_cap[i, co[c]]
-            keep = keep[np.sort(np.argsort(score)[:beam])]
-            S = beam
         ft, fk, fb, fo = ct[keep], ck[keep], cb[keep], co[keep]
         if start[i] + S > hist_opt.size:
             grown = max(2 * hist_opt.size, start[i] + S)
