@@ -11,7 +11,7 @@ import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
 from solvers.base import CapTable
-from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_plan, viterbi_to_come, viterbi_to_go
+from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go, writable
 
 
 def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations: int = 30):
@@ -24,9 +24,8 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     the bracket fits. `times` holds inf where an option is not allowed; some plan must fit.
     (Compiled: `solvers.kernels.lagrangian_dual`.)
     """
-    lam, bound, plan, lam_fit = lagrangian_dual(np.ascontiguousarray(times, dtype=np.float64),
-                                                np.ascontiguousarray(kept, dtype=np.int64), int(kept_budget),
-                                                iterations)
+    lam, bound, plan, lam_fit = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
+                                                int(kept_budget), int(iterations))
     return float(lam), float(bound), plan, float(lam_fit)
 
 
@@ -35,21 +34,16 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
-    least = capped_viterbi_totals(problem.time_s, problem.kept_bytes, problem.effective_transient,
-                                  table.caps[caps], np.asarray(lams, dtype=np.float64), problem.switch_s)
+    least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
+                                  writable(problem.effective_transient, np.int64),
+                                  writable(table.caps[caps], np.int64), writable(lams, np.float64),
+                                  writable(problem.switch_s, np.float64))
     return problem.fixed_time_s + least - lams * kept_budgets
 
 
 def _steps(switch: np.ndarray) -> np.ndarray:
     """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
-    switch = np.asarray(switch, dtype=np.float64)
-    return np.ascontiguousarray(switch[None] if switch.ndim == 2 else switch)
-
-
-def viterbi(values: np.ndarray, switch: np.ndarray, to_go: np.ndarray) -> np.ndarray:
-    """The plan minimising sum of `values` plus switches, read forward from its `cost_to_go`."""
-    return viterbi_plan(np.ascontiguousarray(values, dtype=np.float64), _steps(switch),
-                        np.ascontiguousarray(to_go, dtype=np.float64))
+    return writable(switch[None] if switch.ndim == 2 else switch, np.float64)
 
 
 def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
@@ -63,7 +57,7 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
-    return viterbi_to_go(np.ascontiguousarray(values, dtype=np.float64), _steps(switch))
+    return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
 
 def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
@@ -73,4 +67,4 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
-    return viterbi_to_come(np.ascontiguousarray(values, dtype=np.float64), _steps(switch))
+    return viterbi_to_come(writable(values, np.float64), _steps(switch))

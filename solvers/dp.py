@@ -47,7 +47,7 @@ from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solu
 from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds
 from solvers.greedy import improve
 from solvers.heuristic import HeuristicSolver
-from solvers.kernels import keep_across_options, pareto_pass
+from solvers.kernels import keep_across_options, pareto_pass, warm_up, writable
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""
@@ -64,6 +64,11 @@ class DPSolver:
     """Exact Pareto-front DP with an enumerated transient cap (chain problems only; the ILP takes graphs)."""
 
     name = "dp"
+
+    def __init__(self):
+        # the first use of the compiled kernels in a process loads them from numba's cache (~0.4 s; ~7 s
+        # to compile after an install): done here, once, so that `solve_time_s` times the solve alone
+        warm_up()
 
     def solve(self, problem: SearchProblem) -> Solution:
         started = time.perf_counter()
@@ -121,7 +126,7 @@ class DPSolver:
                 live = sorted(x for x in live if x[0] < best_t * (1 - RTOL))
                 if live:  # one forward pass for the caps in play
                     _, caps, lams = zip(*live)
-                    found = self._front(problem, table, list(caps), lams[0], best_t * (1 - RTOL))
+                    found = self._front(problem, table, list(caps), list(lams), best_t * (1 - RTOL))
                     live = []
                     if found is not None and found[0] < best_t:
                         best_t, best_plan = found
@@ -134,7 +139,7 @@ class DPSolver:
         """[L, O] times with inf where the option is not allowed under cap c."""
         return np.where(problem.effective_transient <= table.caps[c], problem.time_s, np.inf)
 
-    def _front(self, problem: SearchProblem, table: CapTable, caps: list[int], lam: float, bound: float):
+    def _front(self, problem: SearchProblem, table: CapTable, caps: list[int], lams: list[float], bound: float):
         """Best plan under the caps `caps` (indices) with time below `bound`: (time, plan) or None.
 
         One forward pass serves several caps: a partial plan sits in the bucket of the least of these caps
@@ -146,13 +151,15 @@ class DPSolver:
         through it has a Lagrangian bound fixed_time + come[l, o] + v[l, o] + go[l, o] - lam * B >= bound,
         with v = time + lam * kept, come / go the least values before / after it (switch-aware) and B the
         largest kept budget in play (valid for every lam >= 0, and for every bucket, whose budgets are
-        smaller). Decisions left with one option are constants: the pass runs over the others only, the
-        switch costs to and from a constant neighbour folded into the free decision's times (`_reduce`).
+        smaller). Each multiplier of `lams` (the dual multipliers of the caps in play) gives such a bound:
+        an option goes when any of them drops it. Decisions left with one option are constants: the pass
+        runs over the others only, the switch costs to and from a constant neighbour folded into the free
+        decision's times (`_reduce`).
 
         Within the pass a partial plan (t, k) is dropped when k plus the least kept bytes of the rest
         exceeds its bucket's kept budget B, or when a lower bound on its completion reaches `bound`: t plus
-        the least times of the rest, or the Lagrangian bound t + lam * k + cost_to_go(time + lam * kept)
-        - lam * B.
+        the least times of the rest, or, for any lam of `lams`, the Lagrangian bound t + lam * k
+        + cost_to_go(time + lam * kept) - lam * B.
         """
         kept, eff = problem.kept_bytes, problem.effective_transient
         values = np.sort(table.caps[caps])  # the caps in play, ascending
@@ -161,18 +168,21 @@ class DPSolver:
         budgets = problem.budget_bytes - problem.fixed_bytes - values  # [B] kept budget of each bucket, descending
         sw = problem.switch_s if problem.switch_s.any() else None
         best = None
-        # reduced-cost fixing against the loosest budget
-        v = times + lam * kept
-        through = cost_to_come(v, sw) + v + cost_to_go(v, sw) + problem.fixed_time_s - lam * budgets[0]  # [L, O]
+        # reduced-cost fixing against the loosest budget, with each cap's multiplier
+        lams = np.unique(np.asarray(lams, dtype=np.float64))  # [J]
+        through = []  # [J] of [L, O]
+        for lam in lams:
+            v = times + lam * kept
+            through.append(cost_to_come(v, sw) + v + cost_to_go(v, sw) + problem.fixed_time_s - lam * budgets[0])
         bucket = np.minimum(np.searchsorted(values, eff), values.size - 1)  # [L, O]
         grouped = sw is not None or values.size > 1
         for beam in (BEAM, 0):  # a cut-down pass for a tighter bound, then the exact one
-            margin = 1e-9 * (abs(bound) + lam * budgets[0])  # float rounding of the Lagrangian sum
-            alive = through < bound + margin
+            margins = 1e-9 * (abs(bound) + lams * budgets[0])  # [J] float rounding of the Lagrangian sums
+            alive = np.logical_and.reduce([th < bound + mg for th, mg in zip(through, margins)])
             if not alive.any(axis=1).all():
                 return best  # some decision has no option that may lead to a faster plan
             r = _reduce(problem, np.where(alive, times, np.inf), bucket, sw)
-            found = self._pass(r, kept, budgets, lam, bound, margin, grouped, beam)
+            found = self._pass(r, kept, budgets, lams, bound, margins, grouped, beam)
             if found is not None:
                 plan = r.plan.copy()
                 plan[r.free] = found
@@ -181,8 +191,8 @@ class DPSolver:
         return best
 
     @staticmethod
-    def _pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lam: float, bound: float, margin: float,
-              grouped: bool, beam: int = 0):
+    def _pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lams: np.ndarray, bound: float,
+              margins: np.ndarray, grouped: bool, beam: int = 0):
         """The forward Pareto pass over the free decisions of `r`: their options (a plan of the free
         decisions) of the fastest plan below `bound` that fits its bucket, or None."""
         times, kept_r = r.times, kept[r.free]
@@ -197,13 +207,15 @@ class DPSolver:
         else:
             switch, reach = np.zeros((0, 0)), np.zeros(O)
         rest_t = cost_to_go(times, r.steps) + r.fixed_time  # [m, O]
-        rest_lam = cost_to_go(times + lam * kept_r, r.steps) + r.fixed_time
+        lam_cap = np.stack([bound + mg - cost_to_go(times + lam * kept_r, r.steps) - r.fixed_time
+                            for lam, mg in zip(lams, margins)])  # [J, m, O]
         rest_k = np.append(np.cumsum(kept_r.min(axis=1)[::-1])[::-1][1:], 0)  # [m]
+        f8, i8 = np.float64, np.int64
         found, plan = pareto_pass(
-            np.ascontiguousarray(times), np.ascontiguousarray(kept_r), np.ascontiguousarray(r.bucket),
-            np.ascontiguousarray(switch, dtype=np.float64), r.adjacent, reach, bound - rest_t,
-            bound + margin - rest_lam, rest_k, budgets, float(r.time), int(r.kept), int(r.bucket0), float(lam),
-            grouped, int(budgets.size), int(beam))
+            writable(times, f8), writable(kept_r, i8), writable(r.bucket, i8), writable(switch, f8),
+            writable(r.adjacent, np.bool_), writable(reach, f8), writable(bound - rest_t, f8),
+            writable(lam_cap, f8), writable(rest_k, i8), writable(budgets, i8), float(r.time), int(r.kept),
+            int(r.bucket0), writable(lams, f8), bool(grouped), int(budgets.size), int(beam))
         return plan if found else None
 
 
@@ -214,9 +226,9 @@ def across_options(t: np.ndarray, k: np.ndarray, b: np.ndarray, o: np.ndarray, r
     completion of p is then strictly slower than the same completion of q. (The pass runs the compiled
     `solvers.kernels.keep_across_options`; this entry takes states in any order.)"""
     order = np.argsort(t, kind="stable")
-    alive = keep_across_options(np.ascontiguousarray(t[order], dtype=np.float64), k[order].astype(np.int64),
-                                b[order].astype(np.int64), o[order].astype(np.int64),
-                                np.asarray(reach, dtype=np.float64), int(b.max()) + 1)
+    alive = keep_across_options(writable(t[order], np.float64), writable(k[order], np.int64),
+                                writable(b[order], np.int64), writable(o[order], np.int64),
+                                writable(reach, np.float64), int(b.max()) + 1)
     return np.sort(order[alive])
 
 

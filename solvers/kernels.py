@@ -121,28 +121,6 @@ def viterbi_to_come(values, steps):
 
 
 @njit(cache=True)
-def viterbi_plan(values, steps, to_go):
-    """The plan minimising the sum of `values` plus switches, read forward from its `viterbi_to_go`."""
-    L, O = values.shape
-    plan = np.empty(L, np.int64)
-    best = np.inf
-    plan[0] = 0
-    for o in range(O):
-        v = values[0, o] + to_go[0, o]
-        if v < best:
-            best, plan[0] = v, o
-    for l in range(1, L):
-        s = 0 if steps.shape[0] == 1 else l
-        best = np.inf
-        plan[l] = 0
-        for o in range(O):
-            v = steps[s, plan[l - 1], o] + values[l, o] + to_go[l, o]
-            if v < best:
-                best, plan[l] = v, o
-    return plan
-
-
-@njit(cache=True)
 def capped_viterbi_totals(times, kept, transient, caps, lams, switch):
     """[K] for each cap caps[k] with multiplier lams[k]: the least over plans of the sum of
     time + lams[k] * kept plus the switches [O, O] between consecutive decisions, options with transient
@@ -203,18 +181,28 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
 
 
 @njit(cache=True)
+def _lagrange_slack(t, k, room, lams, lam_cap, i, o):
+    """max over multipliers j of t + lams[j] * (k - room) - lam_cap[j, i, o]: negative when no multiplier's
+    Lagrangian bound on the completions of this partial plan reaches the bound."""
+    worst = -np.inf
+    for j in range(lams.size):
+        worst = max(worst, t + lams[j] * (k - room) - lam_cap[j, i, o])
+    return worst
+
+
+@njit(cache=True)
 def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap, rest_k, budgets,
-                t0, k0, b0, lam, grouped, n_buckets, beam):
+                t0, k0, b0, lams, grouped, n_buckets, beam):
     """The forward Pareto pass of `solvers.dp.DPSolver._pass` over m free decisions: (found, plan [m]).
 
     A partial plan is a state (time, kept, bucket, last option). Extending it by option o at step i gives a
-    candidate that is admissible when time < time_cap[i, o], kept <= budgets[bucket] - rest_k[i] and
-    time + lam * (kept - budgets[bucket]) < lam_cap[i, o]. The next front holds the admissible candidates
-    that no other weakly dominates in (time, kept) among those with the same last option (when there are
-    switch costs) and a bucket at or below theirs (when `grouped`; else one bucket): a lower bucket has the
-    larger kept budget and puts every completion in a bucket no higher. With switch costs,
-    `keep_across_options` prunes across last options too, with reach [O]. switch [O, O] ([0, 0]: no switch
-    costs) is charged into step i when adjacent[i].
+    candidate that is admissible when time < time_cap[i, o], kept <= budgets[bucket] - rest_k[i] and, for
+    every multiplier j, time + lams[j] * (kept - budgets[bucket]) < lam_cap[j, i, o]. The next front holds
+    the admissible candidates that no other weakly dominates in (time, kept) among those with the same last
+    option (when there are switch costs) and a bucket at or below theirs (when `grouped`; else one bucket):
+    a lower bucket has the larger kept budget and puts every completion in a bucket no higher. With switch
+    costs, `keep_across_options` prunes across last options too, with reach [O]. switch [O, O] ([0, 0]: no
+    switch costs) is charged into step i when adjacent[i].
 
     beam > 0 makes it a heuristic: at each step only the `beam` admissible candidates of least Lagrangian
     bound are kept. The plan it finds still meets every constraint (an upper bound for the exact pass); it
@@ -234,7 +222,8 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
         kk = k0 + kept[0, o]
         bb = max(b0, bucket[0, o])
         room = budgets[bb]
-        if t < time_cap[0, o] and kk <= room - rest_k[0] and t + lam * (kk - room) < lam_cap[0, o]:
+        if (t < time_cap[0, o] and kk <= room - rest_k[0]
+                and _lagrange_slack(t, kk, room, lams, lam_cap, 0, o) < 0):
             ft[S], fk[S], fb[S], fo[S] = t, kk, bb, o
             S += 1
     hist_opt = np.empty(max(1024, 4 * O), np.int64)
@@ -262,7 +251,8 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
                 kk = fk[s] + kept[i, o]
                 bb = max(fb[s], bucket[i, o])
                 room = budgets[bb]
-                if t < time_cap[i, o] and kk <= room - rest_k[i] and t + lam * (kk - room) < lam_cap[i, o]:
+                if (t < time_cap[i, o] and kk <= room - rest_k[i]
+                        and _lagrange_slack(t, kk, room, lams, lam_cap, i, o) < 0):
                     ct[n], ck[n], cb[n], co[n], cp[n] = t, kk, bb, o, s
                     n += 1
         if n == 0:
@@ -270,7 +260,7 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
         if beam > 0 and n > beam:  # heuristic mode: only the candidates of least Lagrangian bound go on
             score = np.empty(n)
             for c in range(n):
-                score[c] = ct[c] + lam * (ck[c] - budgets[cb[c]]) - lam_cap[i, co[c]]
+                score[c] = _lagrange_slack(ct[c], ck[c], budgets[cb[c]], lams, lam_cap, i, co[c])
             chosen = np.argpartition(score, beam - 1)[:beam]
             ct[:beam], ck[:beam], cb[:beam], co[:beam], cp[:beam] = (ct[chosen], ck[chosen], cb[chosen],
                                                                      co[chosen], cp[chosen])
@@ -313,20 +303,36 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
     return True, plan
 
 
+def writable(a, dtype) -> np.ndarray:
+    """`a` as a C-contiguous, writable array of `dtype` (copied only when it is not one already).
+
+    Every argument array goes through this, so each kernel sees one type per argument and compiles (or
+    loads from the cache) one specialisation, the one `warm_up` makes: numba types a read-only array (as
+    `SearchProblem` keeps its tables) apart from a writable one and would compile again on first use."""
+    return np.require(a, dtype, ("C", "W"))
+
+
+_warm = False
+
+
 def warm_up() -> None:
-    """Compile (or load from the cache) every kernel on a tiny problem, so no timed call pays for it."""
+    """Compile (or load from the cache) every kernel on a tiny problem, so no timed call pays for it; once
+    per process."""
+    global _warm
+    if _warm:
+        return
+    _warm = True
     times = np.array([[1.0, 2.0], [1.5, 1.0]])
     kept = np.array([[5, 1], [4, 2]], dtype=np.int64)
     steps = np.zeros((1, 2, 2))
     lagrangian_dual(times, kept, 6, 4)
-    to_go = viterbi_to_go(times, steps)
+    viterbi_to_go(times, steps)
     viterbi_to_come(times, steps)
-    viterbi_plan(times, steps, to_go)
     capped_viterbi_totals(times, kept, kept, np.array([5], np.int64), np.array([0.5]), steps[0])
     zeros = np.zeros((2, 2), dtype=np.int64)
     for sw in (np.zeros((0, 0)), np.zeros((2, 2))):
         pareto_pass(times, kept, zeros, sw, np.ones(2, np.bool_), np.zeros(2), np.full((2, 2), 9.0),
-                    np.full((2, 2), 9.0), np.zeros(2, np.int64), np.array([9], np.int64), 0.0, 0, 0, 0.0,
-                    True, 1, 0)
+                    np.full((1, 2, 2), 9.0), np.zeros(2, np.int64), np.array([9], np.int64), 0.0, 0, 0,
+                    np.zeros(1), True, 1, 0)
     keep_across_options(np.array([1.0, 2.0]), np.array([2, 1], np.int64), np.zeros(2, np.int64),
                         np.zeros(2, np.int64), np.zeros(2), 1)
