@@ -16,17 +16,36 @@ from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_c
 
 def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations: int = 30):
     """Lagrangian relaxation of the kept-bytes budget for one cap: (lambda, lower bound, a fitting plan,
-    the least lambda seen whose relaxed plan fits).
+    the least lambda seen whose relaxed plan fits, the relaxed plan just below that lambda).
 
     For every lambda >= 0, sum_l min_o (time + lambda * kept) - lambda * kept_budget is a lower bound on the
     time of any plan whose kept bytes fit (switch costs >= 0 left out). Bisection in log(lambda) on the
     subgradient finds the best such bound; the plan minimising time + lambda * kept at the upper end of
-    the bracket fits. `times` holds inf where an option is not allowed; some plan must fit.
+    the bracket fits, the one at the lower end does not (unless the budget does not bind: then both are
+    the fastest plan). `times` holds inf where an option is not allowed; some plan must fit.
     (Compiled: `solvers.kernels.lagrangian_dual`.)
     """
-    lam, bound, plan, lam_fit = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
-                                                int(kept_budget), int(iterations))
-    return float(lam), float(bound), plan, float(lam_fit)
+    lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
+                                                      int(kept_budget), int(iterations))
+    return float(lam), float(bound), plan, float(lam_fit), over
+
+
+def rounded_plan(times: np.ndarray, kept: np.ndarray, kept_budget: int, fit: np.ndarray,
+                 over: np.ndarray) -> np.ndarray:
+    """A fitting plan near the LP optimum of the budgeted choice (switch costs left out), from the two
+    relaxed plans of `dual_bound` (`fit` fits, `over` is its choice just below the multiplier): move
+    decisions from `fit` to `over`, most time saved per extra byte first, while the kept bytes still fit.
+    With identical decisions this is the best split between two options. `times`: inf where not allowed."""
+    rows = np.arange(fit.size)
+    saved = times[rows, fit] - times[rows, over]  # [L]
+    extra = np.maximum(kept[rows, over] - kept[rows, fit], 0)  # [L]
+    moves = np.flatnonzero((saved > 0) & np.isfinite(saved))
+    order = moves[np.argsort(-saved[moves] / np.maximum(extra[moves], 1), kind="stable")]
+    slack = kept_budget - int(kept[rows, fit].sum())
+    take = order[:int(np.searchsorted(np.cumsum(extra[order]), slack, "right"))]
+    plan = fit.copy()
+    plan[take] = over[take]
+    return plan
 
 
 def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lams: np.ndarray,

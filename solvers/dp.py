@@ -19,13 +19,13 @@ partial plan is pruned when the least kept bytes of the remaining decisions woul
 or when a lower bound on its completion (least remaining times, or the switch-aware Lagrangian bound of
 `solvers.bounds`) reaches the best time found.
 
-The best time starts at the heuristic's plan, improved by the Lagrangian plans and single-decision moves
-(`greedy.improve`). Caps are visited by ascending Lagrangian lower bound and skipped once that bound
-reaches the best time: they cannot hold a faster plan. Up to `BUCKETS` caps still in play share one
-forward pass: a partial plan is checked against the budget of the least of them at or above its max
-transient, and fronts are kept per such bucket, which is the same search as one pass per cap (a state
-may also be dropped for one of a lower bucket: that bucket's budget is larger and its completions land
-in buckets no higher).
+The best time starts at the LP-rounded plans (`bounds.rounded_plan`) of two reference caps, improved by
+the Lagrangian plans and single-decision moves (`greedy.improve`). Caps are visited by ascending
+Lagrangian lower bound and skipped once that bound reaches the best time: they cannot hold a faster plan.
+Up to `BUCKETS` caps still in play share one forward pass: a partial plan is checked against the budget
+of the least of them at or above its max transient, and fronts are kept per such bucket, which is the
+same search as one pass per cap (a state may also be dropped for one of a lower bucket: that bucket's
+budget is larger and its completions land in buckets no higher).
 
 Optimal means no plan is faster by more than `RTOL` (1e-12) of the time. The answer is re-costed and
 checked exactly by `make_solution`. Status is 'optimal', or 'infeasible' when even the least-peak plan
@@ -43,10 +43,9 @@ import numpy as np
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
-from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solution, min_peak_plan
-from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds
+from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solution
+from solvers.bounds import cost_to_come, cost_to_go, dual_bound, rounded_plan, switch_bounds
 from solvers.greedy import improve
-from solvers.heuristic import HeuristicSolver
 from solvers.kernels import keep_across_options, pareto_pass, warm_up, writable
 
 CHUNK = 48
@@ -77,26 +76,30 @@ class DPSolver:
         table = CapTable.build(problem)
         if table.peak_floor.min() > problem.budget_bytes:
             return infeasible_solution(problem, self.name, started, table)
-        start = HeuristicSolver().solve(problem)
-        best_plan = problem.indices(list(start.plan)) if start.feasible else min_peak_plan(problem, table)[0]
-        best_t = problem.time_of(best_plan)
         kept_budgets = problem.budget_bytes - problem.fixed_bytes - table.caps  # [C]
         fits = table.peak_floor <= problem.budget_bytes
-        # Lagrangian bounds for every cap at once, from multipliers around those of the start plan's cap and
-        # of the largest cap that fits (where the budget binds most)
-        start_cap = problem.effective_transient[np.arange(len(best_plan)), best_plan].max()
-        refs = {int(np.searchsorted(table.caps, start_cap)), int(np.flatnonzero(fits)[-1])}
-        lam_refs = {dual_bound(self._times(problem, table, c), problem.kept_bytes, int(kept_budgets[c]))[0]
-                    for c in refs}
-        grid = {0.0} | {lam * f for lam in lam_refs for f in (0.6, 1.0, 1.6)}
+        # Lagrangian bounds for every cap at once, from multipliers around those of two reference caps: the
+        # largest cap that fits (where the budget binds most), then the cap of least bound so far. Their
+        # relaxed plans that fit are the first best plans.
         lower = np.full(table.caps.size, -np.inf)
         lam_of = np.zeros(table.caps.size)  # the multiplier that gave each cap its bound
-        for lam in sorted(grid):
-            summed = table.sum_min_allowed(problem.time_s + lam * problem.kept_bytes)
-            bound = problem.fixed_time_s + summed - lam * kept_budgets
-            bound -= 1e-9 * np.abs(bound)  # the step sums' rounding: a looser bound is still a bound
-            lam_of = np.where(bound > lower, lam, lam_of)
-            lower = np.maximum(lower, bound)
+        best_plan, best_t, grid = None, np.inf, {0.0}
+        ref = int(np.flatnonzero(fits)[-1])
+        for _ in range(2):
+            times = self._times(problem, table, ref)
+            lam, _, fit, _, over = dual_bound(times, problem.kept_bytes, int(kept_budgets[ref]))
+            plan = rounded_plan(times, problem.kept_bytes, int(kept_budgets[ref]), fit, over)
+            plan_t = problem.time_of(plan)
+            if plan_t < best_t:
+                best_plan, best_t = plan, plan_t
+            for lam in sorted({lam * f for f in (0.6, 1.0, 1.6)} | {0.0} - grid):
+                summed = table.sum_min_allowed(problem.time_s + lam * problem.kept_bytes)
+                bound = problem.fixed_time_s + summed - lam * kept_budgets
+                bound -= 1e-9 * np.abs(bound)  # the step sums' rounding: a looser bound is still a bound
+                lam_of = np.where(bound > lower, lam, lam_of)
+                lower = np.maximum(lower, bound)
+                grid.add(lam)
+            ref = int(np.argmin(np.where(fits, lower, np.inf)))
         lower[~fits] = np.inf
         improved = None
         order = np.argsort(lower, kind="stable")
@@ -112,8 +115,8 @@ class DPSolver:
                 target = best_t * (1 - RTOL)  # only a plan faster than target counts
                 if j is not None and bounds[j] < target:
                     c = int(chunk[j])
-                    lam, bound, plan, _ = dual_bound(self._times(problem, table, c), problem.kept_bytes,
-                                                           int(kept_budgets[c]))
+                    lam, bound, plan, _, _ = dual_bound(self._times(problem, table, c), problem.kept_bytes,
+                                                        int(kept_budgets[c]))
                     plan_t = problem.time_of(plan)
                     if plan_t < target:
                         best_t, best_plan = plan_t, plan

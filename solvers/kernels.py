@@ -41,13 +41,15 @@ def _relaxed(times, kept, lam, plan):
 
 @njit(cache=True)
 def lagrangian_dual(times, kept, kept_budget, iterations):
-    """See `solvers.bounds.dual_bound`: (lambda, bound, fitting plan, least fitting lambda seen)."""
+    """See `solvers.bounds.dual_bound`: (lambda, bound, fitting plan, least fitting lambda seen, the relaxed
+    plan at the bracket's lower end, which does not fit unless nothing binds)."""
     L, O = times.shape
     plan = np.empty(L, np.int64)
     trial = np.empty(L, np.int64)
     bound, used = _relaxed(times, kept, 0.0, plan)
     if used <= kept_budget:
-        return 0.0, bound, plan, 0.0
+        return 0.0, bound, plan, 0.0, plan.copy()
+    over = plan.copy()
     t_lo, t_hi, k_sum = np.inf, -np.inf, 0.0
     for l in range(L):
         for o in range(O):
@@ -69,6 +71,7 @@ def lagrangian_dual(times, kept, kept_budget, iterations):
             plan[:] = trial
             fitted = True
             break
+        over[:] = trial
         lo, hi = hi, hi * 16
     if not fitted:
         raise ValueError("lagrangian_dual: no plan fits the kept budget")
@@ -83,7 +86,8 @@ def lagrangian_dual(times, kept, kept_budget, iterations):
             plan[:] = trial
         else:
             lo = mid
-    return best_lam, bound, plan, hi
+            over[:] = trial
+    return best_lam, bound, plan, hi, over
 
 
 @njit(cache=True)

@@ -59,7 +59,7 @@ def test_lagrangian_bounds_are_below_the_optimum_and_their_plans_fit(seed):
         times = np.where(p.effective_transient <= cap, p.time_s, np.inf)
         fitting = [q for q in plans if np.isfinite(times[np.arange(5), q]).all()
                    and p.kept_bytes[np.arange(5), q].sum() <= budget]
-        lam, bound, plan, lam_fit = dual_bound(times, p.kept_bytes, budget)
+        lam, bound, plan, lam_fit, over = dual_bound(times, p.kept_bytes, budget)
         assert lam >= 0 and lam_fit >= lam and any((plan == q).all() for q in fitting)
         best_plain = min(p.time_s[np.arange(5), q].sum() for q in fitting)
         assert bound <= best_plain * (1 + 1e-12)
@@ -86,3 +86,25 @@ def test_each_kernel_has_one_specialisation_the_warm_up_made():
     for name in ("lagrangian_dual", "viterbi_to_go", "viterbi_to_come", "capped_viterbi_totals",
                  "keep_across_options", "pareto_pass"):
         assert len(getattr(kernels, name).signatures) == 1, name
+
+
+def test_rounded_plan_fits_and_splits_identical_decisions():
+    from solvers.bounds import rounded_plan
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        p = random_problem(rng, 12, 4)
+        table = CapTable.build(p)
+        for c in np.flatnonzero(p.budget_bytes >= table.peak_floor)[::5]:
+            budget = p.budget_bytes - p.fixed_bytes - int(table.caps[c])
+            times = np.where(p.effective_transient <= table.caps[c], p.time_s, np.inf)
+            _, bound, fit, _, over = dual_bound(times, p.kept_bytes, budget)
+            plan = rounded_plan(times, p.kept_bytes, budget, fit, over)
+            rows = np.arange(12)
+            assert p.kept_bytes[rows, plan].sum() <= budget and np.isfinite(times[rows, plan]).all()
+            assert times[rows, fit].sum() >= times[rows, plan].sum() >= bound - 1e-12 * abs(bound)
+    # ten identical decisions, a light slow option and a heavy fast one: the best split is 4 fast ones
+    times = np.tile([3.0, 1.0], (10, 1))
+    kept = np.tile([10, 30], (10, 1)).astype(np.int64)
+    _, _, fit, _, over = dual_bound(times, kept, 180)
+    assert sorted(rounded_plan(times, kept, 180, fit, over)) == [0] * 6 + [1] * 4
