@@ -48,7 +48,7 @@ def make_problem(kind: str, layers: int, options: int, index: int, rng: np.rando
 def run(sizes=(8, 24, 96, 192), options=(4, 8), kinds=KINDS, instances: int = 3, repeats: int = 3,
         solvers=("heuristic", "greedy", "dp", "ilp", "brute_force"), ilp_time_limit_s: float = 2.0,
         seed: int = 0, progress=None) -> list[dict]:
-    """One row per (kind, L, O, solver); `progress(n)` is called after each problem."""
+    """One row per (kind, L, O, solver); `progress(n)` is called with the (solver, problem) pairs done."""
     warm_up()  # compile the DP's kernels (or load them from numba's cache) before anything is timed
     rows = []
     for kind in kinds:
@@ -56,14 +56,18 @@ def run(sizes=(8, 24, 96, 192), options=(4, 8), kinds=KINDS, instances: int = 3,
             for O in options:
                 rng = np.random.default_rng([seed, KINDS.index(kind), L, O])
                 cells = {s: Cell([], []) for s in solvers}
-                for i in range(instances):
-                    problem = make_problem(kind, L, O, i, rng)
-                    exact = get_solver("dp").solve(problem)
-                    for name in solvers:
-                        if name == "brute_force" and O**L > 70_000:
-                            continue
-                        solver = get_solver(name, time_limit_s=ilp_time_limit_s) if name == "ilp" else get_solver(name)
-                        runs = 1 if name in ("ilp", "brute_force") else repeats
+                problems = [make_problem(kind, L, O, i, rng) for i in range(instances)]
+                exacts = [get_solver("dp").solve(problem) for problem in problems]
+                # solver by solver, so that no solver is timed while another's threads wind down (CP-SAT
+                # runs a portfolio of worker threads)
+                for name in solvers:
+                    if name == "brute_force" and O**L > 70_000:
+                        if progress:
+                            progress(instances)
+                        continue
+                    solver = get_solver(name, time_limit_s=ilp_time_limit_s) if name == "ilp" else get_solver(name)
+                    runs = 1 if name in ("ilp", "brute_force") else repeats
+                    for problem, exact in zip(problems, exacts):
                         results = [solver.solve(problem) for _ in range(runs)]
                         sol, cell = results[0], cells[name]
                         cell.times += [r.solve_time_s for r in results]
@@ -73,8 +77,8 @@ def run(sizes=(8, 24, 96, 192), options=(4, 8), kinds=KINDS, instances: int = 3,
                             gap = (sol.predicted_time_s - exact.predicted_time_s) / exact.predicted_time_s
                             cell.gaps.append(gap)
                             cell.disagree += sol.status == "optimal" and abs(gap) > 1e-6
-                    if progress:
-                        progress(1)
+                        if progress:
+                            progress(1)
                 for name, cell in cells.items():
                     if not cell.times:
                         continue

@@ -76,8 +76,8 @@ def run(args) -> int:
     if not args.seed.strip().isdigit():
         raise UserInputError(f"--seed must be an integer >= 0, got {args.seed!r}")
     seed = int(args.seed)
-    total = len(kinds) * len(sizes) * len(options) * instances
-    with tqdm(total=total, desc="bench-solvers", unit="problem", file=sys.stderr) as bar:
+    total = len(kinds) * len(sizes) * len(options) * instances * len(solvers)
+    with tqdm(total=total, desc="bench-solvers", unit="solve", file=sys.stderr) as bar:
         rows = bench.run(sizes, options, kinds, instances, repeats, solvers, limit, seed, progress=bar.update)
     write_csv(rows, args.out, bench.CSV_COLUMNS)
     if args.format == "json":
