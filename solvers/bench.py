@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from solvers.instances import model_problem, random_problem
-from solvers.kernels import warm_up
 from solvers.registry import get_solver
 
 KINDS = ("random", "random+switch", "model", "model-sublayer")
@@ -49,7 +48,6 @@ def run(sizes=(8, 24, 96, 192), options=(4, 8), kinds=KINDS, instances: int = 3,
         solvers=("heuristic", "greedy", "dp", "ilp", "brute_force"), ilp_time_limit_s: float = 2.0,
         seed: int = 0, progress=None) -> list[dict]:
     """One row per (kind, L, O, solver); `progress(n)` is called with the (solver, problem) pairs done."""
-    warm_up()  # compile the DP's kernels (or load them from numba's cache) before anything is timed
     rows = []
     for kind in kinds:
         for L in sizes:

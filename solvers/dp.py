@@ -9,7 +9,7 @@ caps is the optimum.
 For one cap, a forward pass over the decisions keeps, per last option (the state needs it only when some
 switch cost is non-zero), the Pareto front of (time, kept bytes) of partial plans: no point is kept that
 another beats or equals in both. With switch costs a state is also dropped when one ending in another
-option is faster by more than the most the next switch can differ (`across_options`). The pass is
+option is faster by more than the most the next switch can differ (`kernels.keep_across_options`). The pass is
 compiled (`solvers.kernels.pareto_pass`), and a cut-down run of it (`BEAM` states per step) goes first
 to find a near-optimal plan whose time tightens every bound of the exact run. Before each pass,
 Lagrangian reduced-cost fixing removes the options no plan faster than the best one can use, and the
@@ -46,7 +46,7 @@ from paradyse_lab.search_problem import SearchProblem
 from solvers.base import BIG, CapTable, Solution, infeasible_solution, make_solution
 from solvers.bounds import cost_to_come, cost_to_go, dual_bound, rounded_plan, switch_bounds
 from solvers.greedy import improve
-from solvers.kernels import keep_across_options, pareto_pass, warm_up, writable
+from solvers.kernels import pareto_pass, warm_up, writable
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""
@@ -65,7 +65,7 @@ class DPSolver:
     name = "dp"
 
     def __init__(self):
-        # the first use of the compiled kernels in a process loads them from numba's cache (~0.4 s; ~7 s
+        # the first use of the compiled kernels in a process loads them from numba's cache (~0.4 s; ~10 s
         # to compile after an install): done here, once, so that `solve_time_s` times the solve alone
         warm_up()
 
@@ -83,16 +83,17 @@ class DPSolver:
         # relaxed plans that fit are the first best plans.
         lower = np.full(table.caps.size, -np.inf)
         lam_of = np.zeros(table.caps.size)  # the multiplier that gave each cap its bound
-        best_plan, best_t, grid = None, np.inf, {0.0}
+        best_plan, best_t, grid, refs = None, np.inf, set(), set()
         ref = int(np.flatnonzero(fits)[-1])
-        for _ in range(2):
+        while ref not in refs and len(refs) < 2:
+            refs.add(ref)
             times = self._times(problem, table, ref)
-            lam, _, fit, _, over = dual_bound(times, problem.kept_bytes, int(kept_budgets[ref]))
+            ref_lam, _, fit, _, over = dual_bound(times, problem.kept_bytes, int(kept_budgets[ref]))
             plan = rounded_plan(times, problem.kept_bytes, int(kept_budgets[ref]), fit, over)
             plan_t = problem.time_of(plan)
             if plan_t < best_t:
                 best_plan, best_t = plan, plan_t
-            for lam in sorted({lam * f for f in (0.6, 1.0, 1.6)} | {0.0} - grid):
+            for lam in sorted(({ref_lam * f for f in (0.6, 1.0, 1.6)} | {0.0}) - grid):
                 summed = table.sum_min_allowed(problem.time_s + lam * problem.kept_bytes)
                 bound = problem.fixed_time_s + summed - lam * kept_budgets
                 bound -= 1e-9 * np.abs(bound)  # the step sums' rounding: a looser bound is still a bound
@@ -220,19 +221,6 @@ class DPSolver:
             writable(lam_cap, f8), writable(rest_k, i8), writable(budgets, i8), float(r.time), int(r.kept),
             int(r.bucket0), writable(lams, f8), bool(grouped), int(budgets.size), int(beam))
         return plan if found else None
-
-
-def across_options(t: np.ndarray, k: np.ndarray, b: np.ndarray, o: np.ndarray, reach: np.ndarray) -> np.ndarray:
-    """Indices of the states not dominated across last options: state p (ending in option o) is dropped when
-    a state q of its bucket has q.k <= p.k and q.t + reach[o] < p.t, where reach[o] bounds what any state
-    saves on the next switch over one ending in o (max over o', x of switch[o', x] - switch[o, x]): every
-    completion of p is then strictly slower than the same completion of q. (The pass runs the compiled
-    `solvers.kernels.keep_across_options`; this entry takes states in any order.)"""
-    order = np.argsort(t, kind="stable")
-    alive = keep_across_options(writable(t[order], np.float64), writable(k[order], np.int64),
-                                writable(b[order], np.int64), writable(o[order], np.int64),
-                                writable(reach, np.float64), int(b.max()) + 1)
-    return np.sort(order[alive])
 
 
 @dataclass

@@ -151,8 +151,10 @@ def capped_viterbi_totals(times, kept, transient, caps, lams, switch):
 @njit(cache=True)
 def keep_across_options(t, k, b, o, reach, n_buckets):
     """Mask of the states (given in ascending t) not dominated across last options: state p is dropped when
-    a state q of its bucket or a lower one has q.k <= p.k and q.t + reach[o_p] < p.t (see
-    `solvers.dp.across_options`)."""
+    a state q of its bucket or a lower one has q.k <= p.k and q.t + reach[o_p] < p.t. reach[o] bounds what
+    any state saves on the next switch over one ending in o (max over o', x of switch[o', x] - switch[o, x]),
+    so every completion of p is then strictly slower than the same completion of q, whose budget is no
+    smaller."""
     n = t.size
     alive = np.ones(n, np.bool_)
     counts = np.zeros(n_buckets + 1, np.int64)
