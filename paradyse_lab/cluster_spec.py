@@ -54,6 +54,47 @@ def interpolate_loglinear(points: tuple[tuple[float, float], ...], x: float) -> 
     return points[-1][1]
 
 
+CALIBRATION_PARAMETERS = ("compute_scale", "comm_scale", "layer_overhead_s", "width_overhead_s")
+"""The physical parameters of a strategy's calibration (`StrategyCalibration`), in TOML key order."""
+
+
+@dataclass(frozen=True)
+class StrategyCalibration:
+    """What the analytic model misses for one strategy, fitted to measured times (costmodel/calibration.py).
+
+    A sub-layer's calibrated time = compute_scale x its analytic compute time + comm_scale x its analytic
+    exposed communication time + (layer_overhead_s + width_overhead_s x h) / 2, h the hidden size (a layer
+    is two sub-layers). The identity (1, 1, 0, 0) is the analytic model.
+    """
+
+    compute_scale: float = 1.0
+    """Measured over modelled compute time: 1 / (the fraction of the modelled GEMM and attention efficiency
+    the implementation reaches)."""
+    comm_scale: float = 1.0
+    """Measured over modelled exposed communication: 1 / (the fraction of the modelled bus bandwidth reached,
+    overlap included)."""
+    layer_overhead_s: float = 0.0
+    """Fixed seconds per layer and step that do not grow with the length: kernel launches, collective call
+    set-up, host synchronisation (the alpha of alpha-beta covers microseconds of it, not this)."""
+    width_overhead_s: float = 0.0
+    """Fixed seconds per layer and step per unit of hidden size: the part of the length-independent cost
+    that grows with the layer's width. Empirical: on the authors' measurements the ZeRO-3 strategies' fixed
+    cost per layer grows as h (as the square root of the weight bytes), faster than latency and slower than
+    the bandwidth term of gathering the weights, i.e. collectives in the regime where the bandwidth reached
+    still grows with the message size."""
+
+    def __post_init__(self):
+        for name in CALIBRATION_PARAMETERS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise UserInputError(f"calibration.{name} must be a finite number >= 0, got {v!r}")
+
+    def time_s(self, compute_s: float, exposed_comm_s: float, hidden: int) -> float:
+        """Calibrated seconds of one sub-layer (half a layer) from its analytic parts."""
+        return (self.compute_scale * compute_s + self.comm_scale * exposed_comm_s
+                + (self.layer_overhead_s + self.width_overhead_s * hidden) / 2)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """One node of identical GPUs joined by a switched interconnect (the paper's 1-D device grid)."""
@@ -86,6 +127,8 @@ class ClusterSpec:
     """(sequence length, fraction of peak) for causal FlashAttention fwd+bwd, ascending."""
     source: str = field(default="", compare=False)
     """Where the numbers come from."""
+    calibration: dict = field(default_factory=dict)
+    """Strategy name -> `StrategyCalibration` the analytic model applies (empty: uncalibrated)."""
 
     def __post_init__(self):
         if not isinstance(self.gpus, int) or self.gpus <= 0:
@@ -187,7 +230,9 @@ _TOML_SCALARS = {
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
-TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps",) + _TOML_CURVES + ("base",)
+TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps",) + _TOML_CURVES + ("base", "calibration")
+CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
+"""Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
 
 def load_cluster_toml(path: str | Path) -> ClusterSpec:
@@ -196,6 +241,8 @@ def load_cluster_toml(path: str | Path) -> ClusterSpec:
     Keys (units in the name): name, gpus, gpu_name, memory_gib, peak_tflops, hbm_gbps, alpha_base_us,
     alpha_step_us, source, a `[busbw_gbps]` table with one entry per collective kind, and the curves as
     arrays of [x, fraction] pairs. `base = "PRESET"` starts from a preset and overrides only what is given.
+    `[calibration.STRATEGY]` tables hold a `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as
+    `paradyse-lab fit-calibration` writes them.
     """
     path = Path(path)
     try:
@@ -237,6 +284,8 @@ def load_cluster_toml(path: str | Path) -> ClusterSpec:
                 kw[key] = tuple((float(x), float(y)) for x, y in data[key])
             except (TypeError, ValueError):
                 raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
+    if "calibration" in data:
+        kw["calibration"] = _calibration(data["calibration"], path.name)
     needed = {"gpus", "gpu_name", "memory_bytes", "peak_flops", "hbm_bytes_per_s", "busbw_bytes_per_s",
               *_TOML_CURVES}
     absent = sorted(n for n in needed if n not in kw)
@@ -247,10 +296,37 @@ def load_cluster_toml(path: str | Path) -> ClusterSpec:
     return ClusterSpec(**kw)
 
 
+def _calibration(table, where: str) -> dict:
+    """`[calibration.STRATEGY]` tables -> {strategy: StrategyCalibration}."""
+    from paradyse_lab.strategies import CATALOG
+
+    if not isinstance(table, dict):
+        raise UserInputError(f"{where}: calibration must be a table of [calibration.STRATEGY] tables")
+    out = {}
+    for strategy, params in table.items():
+        if strategy not in CATALOG:
+            raise unknown_name(f"strategy in {where} calibration", strategy, CATALOG)
+        if not isinstance(params, dict):
+            raise UserInputError(f"{where}: calibration.{strategy} must be a table of "
+                                 f"{', '.join(CALIBRATION_PARAMETERS)}")
+        for key in params:
+            if key not in CALIBRATION_PARAMETERS:
+                raise unknown_name(f"key in {where} calibration.{strategy}", key, CALIBRATION_PARAMETERS)
+        out[strategy] = StrategyCalibration(**params)
+    return out
+
+
+def bundled_clusters() -> list[str]:
+    """Names of the cluster files shipped in paradyse_lab/data/clusters/."""
+    return sorted(p.stem for p in CLUSTERS_DIR.glob("*.toml")) if CLUSTERS_DIR.is_dir() else []
+
+
 def get_cluster(name_or_path: str) -> ClusterSpec:
-    """A preset by name, or a cluster read from a TOML file."""
+    """A preset by name, a bundled cluster file by name, or a cluster read from a TOML file."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
+    if name_or_path in bundled_clusters():
+        return load_cluster_toml(CLUSTERS_DIR / f"{name_or_path}.toml")
     if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
         return load_cluster_toml(name_or_path)
-    raise unknown_name("cluster", name_or_path, list(PRESETS) + ["<path to .toml>"])
+    raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])

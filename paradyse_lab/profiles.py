@@ -20,9 +20,14 @@ extra columns are ignored on reading):
 | software | str | `name=version` pairs joined by `;` (torch, CUDA, NCCL, flash-attn, paradyse-lab) |
 | timestamp | str | ISO 8601 time the row was taken |
 
+Optional column: `causal` (bool): whether the attention of the measured step was causal, when it differs
+from the model preset's (the paper profile's are not: the authors measured non-causal attention). The
+analytic model is evaluated with the row's mask when comparing with or calibrating on the row.
+
 Sources: `measured-distributed` (timed on all p ranks), `measured-rank-local` (one rank emulating its share
-of the collectives), `analytic` (generated from the analytic model with noise, not measured:
-paradyse_lab/costmodel/synthetic.py).
+of the collectives), `paper` (times from the ParaDySe authors' measured A100 fits, memory from the analytic
+model: paradyse_lab/costmodel/paper_profile.py), `analytic` (generated from the analytic model with noise,
+not measured: paradyse_lab/costmodel/synthetic.py).
 
 A profile of one strategy stops at its first OOM (a profiler records nothing past it), so the longest
 profiled length of a (configuration, strategy) group is where the profile's range ends.
@@ -46,12 +51,16 @@ COLUMNS = ("model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recomp
            "time_s", "peak_bytes", "kept_bytes", "device", "source", "software", "timestamp")
 """The schema, in file order (module docstring)."""
 INT_COLUMNS = ("h", "heads", "kv_heads", "layers", "p", "seq_len", "batch", "peak_bytes", "kept_bytes")
+OPTIONAL_COLUMNS = ("causal",)
+"""Kept when present (module docstring); every other extra column is ignored."""
 CONFIG_COLUMNS = ("model", "h", "heads", "kv_heads", "layers", "p")
 """What identifies a model configuration on a node."""
 GROUP_COLUMNS = CONFIG_COLUMNS + ("strategy", "recompute", "batch")
 """One profiled curve over seq_len."""
-SOURCES = ("measured-distributed", "measured-rank-local", "analytic")
+SOURCES = ("measured-distributed", "measured-rank-local", "paper", "analytic")
 DATA_DIR = Path(__file__).parent / "data" / "profiles"
+PAPER_PROFILE = DATA_DIR / "paper_a100-80gb-x8.csv"
+"""The bundled paper profile (`paradyse-lab paper-profile`)."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -110,14 +119,14 @@ def validate_profiles(df: pd.DataFrame, source: str = "profiles") -> pd.DataFram
                                      f"zero time), got {raw[vals <= 0].iloc[0]}")
             out[col] = vals.astype(float)
         elif col == "recompute":
-            low = raw.str.lower()
-            bad = ~low.isin(list(_BOOLS))
-            if bad.any():
-                raise UserInputError(f"{source}: line {_line(df, bad)}: recompute must be true or false, "
-                                     f"got {raw[bad].iloc[0]!r}")
-            out[col] = low.map(_BOOLS).astype(bool)
+            out[col] = _bools(raw, col, source, df)
         else:
             out[col] = raw
+    columns = list(COLUMNS)
+    for col in OPTIONAL_COLUMNS:
+        if col in df.columns:
+            out[col] = _bools(df[col].astype(str).str.strip(), col, source, df)
+            columns.append(col)
     bad = ~out["strategy"].isin(list(CATALOG))
     if bad.any():
         raise UserInputError(f"{source}: line {_line(df, bad)}: unknown strategy {out['strategy'][bad].iloc[0]!r}; "
@@ -132,15 +141,17 @@ def validate_profiles(df: pd.DataFrame, source: str = "profiles") -> pd.DataFram
     bad = out["peak_bytes"] < out["kept_bytes"]
     if bad.any():
         raise UserInputError(f"{source}: line {_line(df, bad)}: peak_bytes is below kept_bytes")
-    return out.reset_index(drop=True)[list(COLUMNS)]
+    return out.reset_index(drop=True)[columns]
 
 
 def write_profiles(df: pd.DataFrame, path: str | Path) -> Path:
     """Validate `df` and write it with the schema's column order (floats with 6 significant digits)."""
     path = Path(path)
     rows = validate_profiles(df.astype(str) if not df.empty else df, "rows to write")
-    rows = rows.assign(recompute=rows["recompute"].map({True: "true", False: "false"}),
-                       time_s=rows["time_s"].map(lambda x: f"{x:.6g}"))
+    words = {True: "true", False: "false"}
+    rows = rows.assign(recompute=rows["recompute"].map(words), time_s=rows["time_s"].map(lambda x: f"{x:.6g}"))
+    if "causal" in rows.columns:
+        rows["causal"] = rows["causal"].map(words)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows.to_csv(path, index=False)
     return path
@@ -155,6 +166,14 @@ def _line(df: pd.DataFrame, mask) -> int:
     """File line of the first row where `mask` holds (header = line 1)."""
     pos = int(pd.Series(mask).to_numpy().nonzero()[0][0])
     return pos + 2
+
+
+def _bools(raw: pd.Series, col: str, source: str, df: pd.DataFrame) -> pd.Series:
+    low = raw.str.lower()
+    bad = ~low.isin(list(_BOOLS))
+    if bad.any():
+        raise UserInputError(f"{source}: line {_line(df, bad)}: {col} must be true or false, got {raw[bad].iloc[0]!r}")
+    return low.map(_BOOLS).astype(bool)
 
 
 def _ints(raw: pd.Series, col: str, source: str, df: pd.DataFrame, allow_zero: bool) -> pd.Series:

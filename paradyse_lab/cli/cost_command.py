@@ -1,13 +1,15 @@
-"""`paradyse-lab cost`: per-strategy time and memory of one sequence length under the analytic model.
+"""`paradyse-lab cost`: per-strategy time and memory of one sequence length under a cost model.
 
-Example: `paradyse-lab cost --model gpt --seq 65536` (table) or `... --format json`.
+Examples: `paradyse-lab cost --model gpt --seq 65536` (analytic model, table),
+`paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times).
 """
 
 from __future__ import annotations
 
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
+from paradyse_lab.costmodel import uniform_plan_cost
+from paradyse_lab.costmodel.learned_cost_model import build_cost_model, cost_model_label
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE, StrategyOption
@@ -49,6 +51,13 @@ def register(sub) -> None:
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also show each strategy with recomputation")
+    p.add_argument("--cost-model", default="analytic",
+                   help="analytic (default; calibrated when the --cluster file carries a calibration), paper "
+                   "(the ParaDySe authors' measured A100 times; bert, llama, gpt, paper-7b on a100-80gb-x8 only), "
+                   "calibrated, a learned kind (hybrid, forest, polynomial, residual; fitted on --profiles) or a "
+                   ".joblib file")
+    p.add_argument("--profiles", default="", help="profile CSV the calibrated and learned models are fitted on "
+                   "(default: the cluster's bundled profile)")
     add_format_argument(p)
     p.set_defaults(func=run)
 
@@ -58,7 +67,7 @@ def run(args) -> int:
     cluster = get_cluster(args.cluster)
     seq = parse_int("--seq", args.seq)
     batch = parse_int("--batch", args.batch)
-    cm = AnalyticCostModel(model, cluster)
+    cm = build_cost_model(args.cost_model, model, cluster, profiles=args.profiles or None)
     opts = parse_options(args.strategies, args.recompute)
     for o in opts:
         cm.check(o, seq, batch)
@@ -66,6 +75,7 @@ def run(args) -> int:
     if args.format == "json":
         print_json({
             "model": model.name, "cluster": cluster.name, "seq_len": seq, "batch": batch,
+            "cost_model": cost_model_label(cm),
             "strategies": {
                 c.option: {
                     "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
@@ -77,7 +87,8 @@ def run(args) -> int:
         })
         return 0
     print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
-          f"{format_bytes(cluster.memory_bytes)} each), seq {seq}, batch {batch}; per GPU:")
+          f"{format_bytes(cluster.memory_bytes)} each), seq {seq}, batch {batch}; cost model "
+          f"{cost_model_label(cm)}; per GPU:")
     rows = [[c.option, format_seconds(c.time_s_per_layer), format_bytes(c.kept_bytes_per_layer),
              format_bytes(c.transient_bytes), format_bytes(c.model_state_bytes), format_bytes(c.peak_bytes),
              "yes" if c.fits else "OOM",

@@ -1,9 +1,13 @@
-"""`paradyse-lab ablate-costmodel`, `synth-profile` and `fit-costmodel`: learned cost models from profiles.
+"""`ablate-costmodel`, `synth-profile`, `paper-profile`, `fit-costmodel`, `fit-calibration`: cost models
+from profiles.
 
 Examples:
-    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv --format json
+    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv --format json
     paradyse-lab synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv
+    paradyse-lab paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
     paradyse-lab fit-costmodel --kind hybrid --out hybrid.joblib   # then --plan-cost-model hybrid.joblib
+    paradyse-lab fit-calibration --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv \
+        --out paradyse_lab/data/clusters/a100-80gb-x8-paper.toml    # then --cluster a100-80gb-x8-paper
 """
 
 from __future__ import annotations
@@ -78,6 +82,31 @@ def register(sub) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--out", required=True, help=".joblib file to write")
     p.set_defaults(func=run_fit)
+
+    p = sub.add_parser(
+        "paper-profile", help="write the paper profile: the authors' measured A100 times (source=paper)",
+        description="Profile rows of the four shapes the ParaDySe authors measured (bert, llama, gpt, paper-7b "
+        "on 8x A100-80GB), each strategy over a geometric grid of lengths up to where it runs out of memory: "
+        "time from the authors' quadratic fits, memory from the analytic model (modelled). Rows say "
+        "source=paper and name the fits' repository, file and commit (paradyse_lab/costmodel/paper_profile.py).")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.add_argument("--ratio", type=float, default=1.05,
+                   help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.05)")
+    p.add_argument("--max-len", type=int, default=1 << 20, help="longest length (default 1048576)")
+    add_reserve_argument(p)
+    p.set_defaults(func=run_paper_profile)
+
+    p = sub.add_parser(
+        "fit-calibration", help="calibrate the analytic model on a profile's times; write a cluster file",
+        description="Fit four physical parameters per strategy (compute scale, communication scale, fixed "
+        "seconds per layer, fixed seconds per layer and unit of width) by non-negative least squares on "
+        "relative error (paradyse_lab/costmodel/calibration.py), and write a cluster TOML that every "
+        "command takes with --cluster: the base cluster plus [calibration.STRATEGY] tables.")
+    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"base cluster preset (default {DEFAULT_CLUSTER})")
+    p.add_argument("--out", required=True, help=".toml file to write")
+    add_format_argument(p)
+    p.set_defaults(func=run_fit_calibration)
 
 
 def _profile_path(args) -> Path:
@@ -212,4 +241,48 @@ def run_fit(args) -> int:
     fitted = fit_profiles(args.kind, read_profiles(path), get_cluster(args.cluster), source_name=str(path))
     out = fitted.save(args.out)
     print(f"wrote {out}: {fitted.label}, fitted on {fitted.n_rows} rows of {path}")
+    return 0
+
+
+def run_paper_profile(args) -> int:
+    from paradyse_lab.costmodel.paper_profile import paper_profile
+    from paradyse_lab.profiles import write_profiles
+
+    if not args.ratio > 1:
+        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    max_len = require_positive_int("--max-len", args.max_len)
+    df = paper_profile(args.ratio, max_len, reserve_bytes(args))
+    if df.empty:
+        raise UserInputError("no row: --max-len is below the shortest length (512)")
+    path = write_profiles(df, args.out)
+    curves = df.groupby(["model", "strategy"]).size()
+    print(f"wrote {path}: {len(df)} rows, {len(curves)} curves, source=paper (times: the authors' measured fits; "
+          "memory: analytic model)")
+    return 0
+
+
+def run_fit_calibration(args) -> int:
+    from paradyse_lab.atomic_write import write_text_atomic
+    from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS
+    from paradyse_lab.costmodel.calibration import calibration_toml, fit_calibration
+    from paradyse_lab.profiles import profile_sources, read_profiles
+
+    base = get_cluster(args.cluster)
+    if base.calibration:
+        raise UserInputError(f"--cluster {args.cluster} is already calibrated; give its base preset")
+    if not args.out.endswith(".toml"):
+        raise UserInputError(f"--out must name a .toml file, got {args.out!r}")
+    path = _profile_path(args)
+    df = read_profiles(path)
+    calibration = fit_calibration(df, base)
+    source = f"{base.name} calibrated on {path.name} (source={profile_sources(df)}) by paradyse-lab fit-calibration"
+    write_text_atomic(Path(args.out), calibration_toml(base, calibration, base.name, source))
+    if args.format == "json":
+        print_json({"out": args.out, "base": base.name, "profile": str(path),
+                    "calibration": {s: {k: getattr(c, k) for k in CALIBRATION_PARAMETERS}
+                                    for s, c in calibration.items()}})
+        return 0
+    print(f"wrote {args.out}: {source}")
+    print_table(["strategy"] + list(CALIBRATION_PARAMETERS),
+                [[s] + [f"{getattr(c, k):.4g}" for k in CALIBRATION_PARAMETERS] for s, c in calibration.items()])
     return 0

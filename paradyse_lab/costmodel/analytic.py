@@ -3,6 +3,10 @@
 compute = FLOPs / (peak x efficiency(shape)) + element-wise bytes / HBM bandwidth; communication =
 alpha-beta per collective (formulas.py); ring point-to-point overlapped with the compute it hides
 (formulas.ring_overlap_s); memory from the tensors each strategy keeps (schedules.py).
+
+When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by costmodel/calibration.py), each
+calibrated strategy's time is re-weighted from these parts (`StrategyCalibration.time_s`) and the model
+calls itself `calibrated`; memory is never calibrated.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from paradyse_lab.strategies import StrategyOption, get_strategy
 class AnalyticCostModel:
     """Analytic costs of `model` on `cluster` (its GPU count unless `p` is given)."""
 
-    name = "analytic"
-
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, p: int | None = None):
         self.model = model
         self.cluster = cluster
+        self.name = "calibrated" if cluster.calibration else "analytic"
+        self.label = f"calibrated ({cluster.name}: {cluster.source})" if cluster.calibration else "analytic"
         self.p = require_positive_int("p", p if p is not None else cluster.gpus)
         self._cache: dict = {}
 
@@ -65,10 +69,15 @@ class AnalyticCostModel:
             time_s = compute_s - hidden + F.ring_overlap_s(hidden, ring, sch.ring_steps) + exposed
         else:
             time_s = compute_s + ring + exposed
+        states = F.sublayer_model_state_bytes(self.model, kind, self.p)
+        calibration = self.cluster.calibration.get(option.strategy)
+        if calibration is not None:
+            exposed_s = time_s - compute_s
+            time_s = calibration.time_s(compute_s, exposed_s, self.model.hidden)
+            compute_s *= calibration.compute_scale
         cost = SubLayerCost(
             time_s=time_s, compute_s=compute_s, exposed_comm_s=time_s - compute_s,
-            kept_bytes=sch.kept_bytes, transient_bytes=sch.transient_bytes,
-            model_state_bytes=F.sublayer_model_state_bytes(self.model, kind, self.p),
+            kept_bytes=sch.kept_bytes, transient_bytes=sch.transient_bytes, model_state_bytes=states,
             collectives=sch.collectives,
         )
         self._cache[key] = cost

@@ -38,7 +38,7 @@ from paradyse_lab.profiles import default_profile, profile_sources, read_profile
 from paradyse_lab.strategies import StrategyOption
 
 LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
-COST_MODEL_NAMES = ("analytic",) + LEARNED_KINDS
+COST_MODEL_NAMES = ("analytic", "paper", "calibrated") + LEARNED_KINDS
 """Names `--plan-cost-model` / `--truth-cost-model` accept (or a .joblib path)."""
 TARGETS = ("time_s", "peak_bytes")
 
@@ -48,9 +48,12 @@ def config_key(model: ModelSpec, p: int) -> tuple[int, ...]:
     return (model.hidden, model.heads, model.kv_heads, model.layers, p)
 
 
-def model_of_row(name: str, h: int, heads: int, kv_heads: int, layers: int) -> ModelSpec:
-    """The `ModelSpec` of a profile row: its `model` preset or config, with the row's layer count."""
+def model_of_row(name: str, h: int, heads: int, kv_heads: int, layers: int, causal: bool | None = None) -> ModelSpec:
+    """The `ModelSpec` of a profile row: its `model` preset or config, with the row's layer count (and the
+    row's attention mask when the profile has a `causal` column)."""
     spec = get_model(name)
+    if causal is not None and bool(causal) != spec.causal:
+        spec = dataclasses.replace(spec, causal=bool(causal))
     if (spec.hidden, spec.heads, spec.kv_heads) != (h, heads, kv_heads):
         raise UserInputError(f"profile row of model {name!r}: h/heads/kv_heads {h}/{heads}/{kv_heads} differ from "
                              f"the model's {spec.hidden}/{spec.heads}/{spec.kv_heads}")
@@ -66,15 +69,22 @@ def same_architecture(model: ModelSpec, name: str) -> bool:
     return dataclasses.replace(other, name="", layers=1) == dataclasses.replace(model, name="", layers=1)
 
 
+def row_tuples(df: pd.DataFrame):
+    """Named tuples of the columns that identify what a profile row ran (`causal` None when absent)."""
+    cols = ["model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recompute", "seq_len", "batch"]
+    frame = df[cols].copy()
+    frame["causal"] = df["causal"] if "causal" in df.columns else None
+    return frame.itertuples(index=False)
+
+
 def analytic_whole(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Analytic whole-model (time_s, peak_bytes) of each profile row, on `cluster` at the row's p."""
     models: dict = {}
     t, m = np.empty(len(df)), np.empty(len(df))
-    cols = ["model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recompute", "seq_len", "batch"]
-    for i, r in enumerate(df[cols].itertuples(index=False)):
-        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.p)
+    for i, r in enumerate(row_tuples(df)):
+        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.causal, r.p)
         if key not in models:
-            models[key] = AnalyticCostModel(model_of_row(*key[:5]), cluster, int(r.p))
+            models[key] = AnalyticCostModel(model_of_row(*key[:6]), cluster, int(r.p))
         u = uniform_plan_cost(models[key], StrategyOption(r.strategy, bool(r.recompute)), int(r.seq_len),
                               int(r.batch))
         t[i], m[i] = u.total_time_s, u.peak_bytes
@@ -179,6 +189,22 @@ def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = 
     key = (str(path.resolve()), stamp, kind, cluster.name if cluster else None)
     if key not in _FIT_CACHE:
         _FIT_CACHE[key] = fit_profiles(kind, read_profiles(path), cluster, source_name=str(path))
+    return _FIT_CACHE[key]
+
+
+def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
+    """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
+    from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
+
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise UserInputError(f"profile file {str(path)!r} not found") from None
+    key = ("calibrated", str(path.resolve()), stamp, cluster.name)
+    if key not in _FIT_CACHE:
+        df = read_profiles(path)
+        _FIT_CACHE[key] = calibrated_cluster(cluster, fit_calibration(df, cluster),
+                                             source=f"calibrated on {path.name} (source={profile_sources(df)})")
     return _FIT_CACHE[key]
 
 
@@ -291,9 +317,23 @@ class LearnedCostModel:
 
 def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None = None,
                      profiles: str | Path | None = None):
-    """The analytic model, a learned one fitted on `profiles` (default: the device's bundled profile), or a
-    learned one loaded from a .joblib file (`FittedProfiles.save`)."""
+    """A cost model by name (`COST_MODEL_NAMES`) or from a .joblib file (`FittedProfiles.save`):
+
+    - `analytic`: the analytic model of `cluster` (calibrated if the cluster file carries a calibration);
+    - `paper`: the authors' measured A100 times (costmodel/paper.py), memory analytic;
+    - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
+      fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
+    - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
+    """
     if name == "analytic":
+        return AnalyticCostModel(model, cluster, p)
+    if name == "paper":
+        from paradyse_lab.costmodel.paper import PaperCostModel
+
+        return PaperCostModel(model, cluster, p)
+    if name == "calibrated":
+        if not cluster.calibration:
+            cluster = calibrate_on_file(Path(profiles) if profiles else default_profile(cluster.name), cluster)
         return AnalyticCostModel(model, cluster, p)
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.name)

@@ -1,0 +1,101 @@
+"""The `paper` cost model: the authors' measured A100 times (paper_measurements.py), memory from our model.
+
+What it charges, per rank and training step, for a model whose layer shape the authors measured
+(`MEASURED_SHAPES`: bert, llama, gpt and paper-7b, p = 8 on an A100-SXM4-80GB node, batch 1):
+
+- time of one layer under strategy X = X's measured fit at the length, the same for every layer;
+- split between attention and MLP (needed only by sub-layer plans) in the ratio of the analytic model's
+  attention and MLP times of X at that length, so a block's time is exactly the fit;
+- `X+recompute`: the authors never measured recomputation. We charge the fit times the analytic model's
+  ratio time(X+recompute) / time(X) at that length: recomputation replays the forward pass, and the replay
+  pays the same overheads (kernel launches, collective calls) per unit of work as the measured step, so
+  the measured time is scaled rather than offset. This part is modelled, not measured;
+- memory (kept, transient, model states), collectives and the embedding/head: the analytic model's,
+  unchanged (the fits carry no memory).
+
+Any other shape, p, GPU, or batch is refused with a `UserInputError` naming the four covered shapes.
+The fits are of non-causal attention (the authors' runs); the presets' causal flag changes nothing here.
+Command: `paradyse-lab cost --model bert --seq 4K --cost-model paper`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.paper_measurements import (
+    PAPER_GPU,
+    PAPER_P,
+    covered_shapes_text,
+    shape_for,
+)
+from paradyse_lab.costmodel.types import FixedCost, SubLayerCost
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.model_spec import PRESETS, ModelSpec
+from paradyse_lab.strategies import StrategyOption
+
+
+def _architecture(model: ModelSpec) -> ModelSpec:
+    """The model up to its name, provenance note and attention mask (what the fits are insensitive to)."""
+    return dataclasses.replace(model, name="", source="", causal=False)
+
+
+class PaperCostModel:
+    """Measured per-layer times of the authors' node; the analytic model for everything else."""
+
+    name = "paper"
+    label = "paper (authors' measured A100 times; memory: analytic model)"
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, p: int | None = None):
+        shape = shape_for(model.hidden, model.heads, model.layers)
+        if shape is None or _architecture(model) != _architecture(PRESETS[shape.preset]):
+            raise UserInputError(f"the paper cost model has no measurements for model {model.name!r} "
+                                 f"(h {model.hidden}, {model.heads} heads, {model.layers} layers); "
+                                 f"covered: {covered_shapes_text()}")
+        self.analytic = AnalyticCostModel(model, cluster, p)
+        if cluster.gpu_name != PAPER_GPU or self.analytic.p != PAPER_P:
+            raise UserInputError(f"the paper cost model has no measurements for {self.analytic.p}x "
+                                 f"{cluster.gpu_name} (cluster {cluster.name!r}); covered: {covered_shapes_text()}")
+        self.model, self.cluster, self.p = model, cluster, self.analytic.p
+        self.shape = shape
+
+    def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
+        """Raise `UserInputError` when the option cannot run these shapes or the fits do not cover them."""
+        self.analytic.check(option, seq_len, batch)
+        if batch != 1:
+            raise UserInputError(f"the paper cost model's fits are of batch 1, got batch {batch}; "
+                                 f"covered: {covered_shapes_text()}")
+        if option.strategy not in self.shape.fits:
+            raise UserInputError(f"the paper cost model has no fit for strategy {option.strategy!r}; "
+                                 f"measured: {', '.join(self.shape.fits)}")
+
+    def feasible(self, option: StrategyOption, seq_len: int) -> bool:
+        return option.strategy in self.shape.fits and self.analytic.feasible(option, seq_len)
+
+    def layer_time_s(self, option: StrategyOption, seq_len: int) -> float:
+        """Seconds of one layer (attention + MLP) under `option` (module docstring)."""
+        measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len)
+        if not option.recompute:
+            return measured
+        plain = StrategyOption(option.strategy)
+        ratio = self._analytic_layer_s(option, seq_len) / self._analytic_layer_s(plain, seq_len)
+        return measured * ratio
+
+    def _analytic_layer_s(self, option: StrategyOption, seq_len: int) -> float:
+        a = self.analytic
+        return a.sublayer("attention", option, seq_len).time_s + a.sublayer("mlp", option, seq_len).time_s
+
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
+        """The analytic sub-layer cost with its time replaced by its share of the measured layer time."""
+        self.check(option, seq_len, batch)
+        base = self.analytic.sublayer(kind, option, seq_len, batch)
+        share = base.time_s / self._analytic_layer_s(option, seq_len)
+        time_s = self.layer_time_s(option, seq_len) * share
+        scale = time_s / base.time_s
+        return dataclasses.replace(base, time_s=time_s, compute_s=base.compute_s * scale,
+                                   exposed_comm_s=base.exposed_comm_s * scale)
+
+    def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
+        """Embedding and head: the analytic model's (the measured presets have none)."""
+        return self.analytic.fixed(seq_len, batch)
