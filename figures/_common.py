@@ -38,6 +38,8 @@ def parse_args(argv, description: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--results", default="results", help="folder with the CSVs (default results/)")
     p.add_argument("--out", default=None, help="folder for the PNG and PDF (default RESULTS/figures/)")
+    p.add_argument("--name", default=None, help="file name of the figure, without extension (default the script's)")
+    p.add_argument("--note", default=SOURCE_NOTE, help=f"where the numbers come from, in the title ({SOURCE_NOTE!r})")
     args = p.parse_args(argv)
     args.results = Path(args.results)
     args.out = Path(args.out) if args.out else args.results / "figures"
@@ -62,8 +64,9 @@ def run(script: str, draw, argv, description: str) -> int:
         print(f"figures/{script}.py: error: {err}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
+    name = args.name or script
     for ext in ("png", "pdf"):
-        fig.savefig(args.out / f"{script}.{ext}", dpi=150)
+        fig.savefig(args.out / f"{name}.{ext}", dpi=150)
     plt.close(fig)
-    print(f"wrote {args.out / script}.png and .pdf")
+    print(f"wrote {args.out / name}.png and .pdf")
     return 0

@@ -54,7 +54,7 @@ def draw(args):
     handles.append(plt.Line2D([], [], color="gray", marker="x", ls="none", ms=8, mew=2))
     labels.append("OOM (run ends)")
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, -0.04))
-    fig.suptitle(f"Figure 2: cumulative training time, batch size 1 ({_common.SOURCE_NOTE})")
+    fig.suptitle(f"Figure 2: cumulative training time, batch size 1 ({args.note})")
     fig.tight_layout()
     return fig
 

@@ -4,10 +4,17 @@ Steps (each writes CSVs under DIR; figures/ scripts read them; the report is gen
 
 - fig2: Figure 2's six panels (simulator/experiments.py) -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
 - table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
+- fig2_paper, table5_paper: the same, charged (and planned) by the authors' measured A100 times (the
+  `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
+- switch_memory: Figure 2 (statics and the heuristic) and Table 5 under both truths with the memory price
+  of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
 - solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp (solvers/bench.py)
   -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
 - costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
   (costmodel/ablation.py split) -> costmodel_points.csv, costmodel_accuracy.csv
+- costmodel_paper: the same split on the bundled paper profile, with the calibrated model, time MAPE per length
+  band, leave-one-shape-out calibration and the parameters fitted on all of it -> costmodel_paper_accuracy.csv,
+  calibration_loso.csv, calibration_params.csv
 - plan_map: the plan each solver picks per layer and length -> plan_map.csv
 - memory: model states, kept activations and transient bytes of every uniform plan -> memory_breakdown.csv
 - figures: figures/*.py -> DIR/figures/*.png and *.pdf
@@ -34,7 +41,13 @@ from paradyse_lab.errors import UserInputError
 FIGURES_DIR = Path(__file__).resolve().parents[1] / "figures"
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
                   "memory_breakdown")
-STEPS = ("fig2", "table5", "solvers", "costmodel", "plan_map", "memory", "figures", "report")
+PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation")
+"""Drawn a second time from paper/ as NAME_paper.png."""
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "switch_memory", "solvers", "costmodel", "costmodel_paper",
+         "plan_map", "memory", "figures", "report")
+PAPER_DIR = "paper"
+PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
+SWITCH_MEMORY_DIR = "switch-memory"
 SETTINGS_FILE = "reproduce_settings.json"
 K = 1024
 
@@ -54,6 +67,18 @@ class Settings:
     map_lengths: int
     """Lengths in the plan map and memory breakdown grids."""
     cluster: str = "a100-80gb-x8"
+
+    @property
+    def paper_truth(self) -> bool:
+        """Whether the authors' measurements cover this cluster (the paper-truth steps run)."""
+        from paradyse_lab.cluster_spec import get_cluster
+        from paradyse_lab.costmodel.paper_measurements import PAPER_GPU, PAPER_P
+
+        c = get_cluster(self.cluster)
+        return c.gpu_name == PAPER_GPU and c.gpus == PAPER_P
+
+    def truths(self) -> tuple[str, ...]:
+        return ("analytic", "paper") if self.paper_truth else ("analytic",)
 
     @classmethod
     def make(cls, quick: bool, cluster: str = "a100-80gb-x8") -> Settings:
@@ -114,6 +139,73 @@ def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
 
     experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size), out, force=force, progress=False)
     return ["table5.csv"]
+
+
+def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
+    from simulator import experiments
+
+    if not s.paper_truth:
+        return []
+    setup = experiments.Setup(cluster=s.cluster, size=s.size, truth="paper")
+    experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False)
+    return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv"]
+
+
+def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
+    from simulator import experiments
+
+    if not s.paper_truth:
+        return []
+    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, truth="paper"), out / PAPER_DIR,
+                       force=force, progress=False)
+    return [f"{PAPER_DIR}/table5.csv"]
+
+
+def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
+    """Figure 2 (statics and the heuristic) and Table 5 with the memory price of switching, per truth."""
+    from simulator import experiments
+
+    written = []
+    for truth in s.truths():
+        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True)
+        root = out / SWITCH_MEMORY_DIR / truth
+        experiments.fig2(setup, root, force=force, exact=False, progress=False)
+        experiments.table5(setup, root, force=force, progress=False)
+        written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}" for f in ("fig2_summary.csv", "table5.csv")]
+    return written
+
+
+def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
+    """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
+    from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, get_cluster
+    from paradyse_lab.costmodel.ablation import accuracy
+    from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary
+    from paradyse_lab.profiles import PAPER_PROFILE, read_profiles
+
+    df = read_profiles(PAPER_PROFILE)
+    cluster = get_cluster("a100-80gb-x8")
+    models = ("analytic", "calibrated") + tuple(m for m in s.costmodels if m != "analytic")
+    summary, _ = accuracy(df, models, cluster)
+    rows = []
+    for m, r in summary.items():
+        rows.append({"cost_model": m, "split": "interp", "time_mape": r["time_mape_interp"],
+                     "mem_mape": r["mem_mape_interp"]})
+        rows.append({"cost_model": m, "split": "extrap", "time_mape": r["time_mape_extrap"],
+                     "mem_mape": r["mem_mape_extrap"]})
+        rows += [{"cost_model": m, "split": f"band {b}", "time_mape": v, "mem_mape": None}
+                 for b, v in r["time_mape_by_band"].items()]
+    _write(pd.DataFrame(rows).assign(source="paper"), out / "costmodel_paper_accuracy.csv")
+    loso = loso_summary(leave_one_shape_out(df, cluster))
+    rows = []
+    for m, r in loso.items():
+        rows.append({"cost_model": m, "kind": "mean", "key": "all", "time_mape": r["time_mape_leave_one_shape_out"]})
+        for kind in ("by_strategy", "by_band", "by_shape"):
+            rows += [{"cost_model": m, "kind": kind[3:], "key": k, "time_mape": v} for k, v in r[kind].items()]
+    _write(pd.DataFrame(rows), out / "calibration_loso.csv")
+    params = fit_calibration(df, cluster)
+    _write(pd.DataFrame([{"strategy": k, **{p: getattr(c, p) for p in CALIBRATION_PARAMETERS}}
+                         for k, c in params.items()]), out / "calibration_params.csv")
+    return ["costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"]
 
 
 def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
@@ -228,11 +320,15 @@ def load_figure_script(name: str):
 
 
 def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
+    jobs = [(name, out, name, None) for name in FIGURE_SCRIPTS]
+    if s.paper_truth:
+        jobs += [(name, out / PAPER_DIR, f"{name}_paper", PAPER_FIGURE_NOTE) for name in PAPER_FIGURE_SCRIPTS]
     written = []
-    for name in FIGURE_SCRIPTS:
-        code = load_figure_script(name).main(["--results", str(out), "--out", str(out / "figures")])
+    for script, results, name, note in jobs:
+        argv = ["--results", str(results), "--out", str(out / "figures"), "--name", name]
+        code = load_figure_script(script).main(argv + (["--note", note] if note else []))
         if code:
-            raise UserInputError(f"figures/{name}.py failed with exit code {code}")
+            raise UserInputError(f"figures/{script}.py failed with exit code {code}")
         written += [f"figures/{name}.png", f"figures/{name}.pdf"]
     return written
 
@@ -244,12 +340,19 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
     return ["REPORT.md"]
 
 
-STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "solvers": step_solvers, "costmodel": step_costmodel,
-              "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
+STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
+              "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "solvers": step_solvers,
+              "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper, "plan_map": step_plan_map,
+              "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
-                "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"), "plan_map": ("plan_map.csv",),
-                "memory": ("memory_breakdown.csv",)}
+                "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv"),
+                "table5_paper": (f"{PAPER_DIR}/table5.csv",),
+                "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
+                                       for f in ("fig2_summary.csv", "table5.csv")),
+                "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
+                "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
+                "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",)}
 """Steps whose outputs, once present (with the same settings), are reused; figures and report always rerun."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
@@ -29,11 +30,26 @@ where consecutive decisions differ; solve_ms: wall time of planning (the only no
 
 
 class Charger:
-    """Prices a plan with the ground-truth cost model (cached per length)."""
+    """Prices a plan with the ground-truth cost model (cached per length).
 
-    def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False):
+    With `switch_memory`, the memory model also charges what switching strategies costs the caching
+    allocator (the paper names the cost, "frequent strategy switching incurs non-negligible memory
+    overhead", but does not model it): PyTorch's caching allocator keeps freed blocks reserved for reuse,
+    and the working buffers of different strategies have different shapes (gathered weights, K/V ring
+    buffers, all-to-all buffers, shard double buffers), so one strategy's cached blocks rarely serve
+    another's requests. We charge every strategy used so far in the run its largest transient working set
+    as reserved: the step's transient term becomes the sum over those strategies of their reservations
+    (each the largest transient it needed in any trained step, this one included) instead of the largest
+    transient of this step's plan. A plan of one strategy, as every static run, pays nothing more.
+    """
+
+    def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False,
+                 switch_memory: bool = False):
         self.graph, self.cost_model, self.budget_bytes = graph, cost_model, int(budget_bytes)
         self.options = make_options(USABLE, recompute=recompute)
+        self.switch_memory = switch_memory
+        self.reserved: dict[str, int] = {}
+        """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""
         self._problems: dict = {}
 
     def problem(self, seq_len: int, batch: int) -> SearchProblem:
@@ -45,10 +61,32 @@ class Charger:
         return self._problems[key]
 
     def charge(self, plan, seq_len: int, batch: int) -> tuple[float, int]:
-        """(time, peak bytes) of `plan` under the truth model."""
+        """(time, peak bytes) of `plan` under the truth model (with the allocator's reservations when
+        `switch_memory`; `commit` records a trained step's)."""
         p = self.problem(seq_len, batch)
         idx = p.indices(list(plan))
-        return p.time_of(idx), p.peak_bytes(idx)
+        peak = p.peak_bytes(idx)
+        if self.switch_memory:
+            rows = np.arange(idx.size)
+            plain_transient = max(p.fixed_transient_bytes, int(p.transient_bytes[rows, idx].max()))
+            reserved = self._reservations(p, idx)
+            peak += max(p.fixed_transient_bytes, sum(reserved.values())) - plain_transient
+        return p.time_of(idx), peak
+
+    def commit(self, plan, seq_len: int, batch: int) -> None:
+        """Record the reservations of a trained step (no-op without `switch_memory`)."""
+        if self.switch_memory:
+            p = self.problem(seq_len, batch)
+            self.reserved = self._reservations(p, p.indices(list(plan)))
+
+    def _reservations(self, p: SearchProblem, idx: np.ndarray) -> dict[str, int]:
+        """Per strategy: the largest transient it has needed so far, this plan included."""
+        out = dict(self.reserved)
+        transient = p.transient_bytes[np.arange(idx.size), idx]
+        for option, nbytes in zip(p.names(idx), transient):
+            strategy = option.split("+")[0]
+            out[strategy] = max(out.get(strategy, 0), int(nbytes))
+        return out
 
     def lighter_strategy(self, current: str, seq_len: int, batch: int) -> str | None:
         """For a restart: the fastest uniform strategy that fits, among those lighter than `current`."""
@@ -89,6 +127,7 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
                     cumulative += policy.restart_s
                     policy.strategy = nxt
                     restarted = True
+                    charger.reserved = {}  # a restarted process starts with an empty allocator cache
                     continue
             break
         counts: dict[str, int] = {}
@@ -108,5 +147,6 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
         })
         if oom:
             break
+        charger.commit(decision.plan, padded, batch)
         previous_plan = tuple(decision.plan)
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))

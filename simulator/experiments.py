@@ -52,6 +52,12 @@ PAPER_TABLE5 = {
 """PAPER.md Table 5: max length (tokens), time (s), time of the full system at that length (s), saving."""
 
 
+UNFITTED_COST_MODELS = ("analytic", "paper")
+"""Cost models that need no profile."""
+TRUTHS = ("analytic", "paper")
+"""The truths the reproduction runs under: our analytic model, and the authors' measured A100 times."""
+
+
 @dataclass(frozen=True)
 class Setup:
     """What every run of an experiment shares."""
@@ -62,13 +68,29 @@ class Setup:
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     gamma: float = DEFAULT_GAMMA
     profiles: str = ""
-    """Profile CSV the learned cost models are fitted on; empty: the cluster's bundled profile."""
+    """Profile CSV the learned cost models are fitted on; empty: the bundled paper profile under the paper
+    truth, else the cluster's bundled profile."""
+    truth: str = "analytic"
+    """Cost model that charges every step, and that plans unless a run says otherwise (`COST_MODEL_NAMES`)."""
+    switch_memory: bool = False
+    """Charge the caching allocator's reservations of every strategy used so far (engine.Charger)."""
+
+    def profile_path(self) -> str:
+        """The profile the learned and calibrated cost models of this setup are fitted on."""
+        from paradyse_lab.profiles import PAPER_PROFILE, default_profile
+
+        if self.profiles:
+            return self.profiles
+        if self.truth == "paper":
+            return str(PAPER_PROFILE)
+        return str(default_profile(get_cluster(self.cluster).name))
 
 
 def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, smoothing: bool = True,
-            exclude: tuple[str, ...] = (), progress: bool = False, plan_cost_model: str = "analytic",
-            truth_cost_model: str = "analytic") -> pd.DataFrame:
-    """Simulate one (model, dataset, policy) run: plan with `plan_cost_model`, charged by `truth_cost_model`.
+            exclude: tuple[str, ...] = (), progress: bool = False, plan_cost_model: str | None = None,
+            truth_cost_model: str | None = None) -> pd.DataFrame:
+    """Simulate one (model, dataset, policy) run: plan with `plan_cost_model`, charged by `truth_cost_model`
+    (both default to `setup.truth`).
 
     Names: `paradyse_lab.costmodel.learned_cost_model.COST_MODEL_NAMES` or a .joblib file. A learned
     planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
@@ -76,8 +98,11 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     """
     from paradyse_lab.costmodel.learned_cost_model import build_cost_model
 
+    truth_cost_model = truth_cost_model or setup.truth
+    plan_cost_model = plan_cost_model or truth_cost_model
     model, cluster = get_model(model_name), get_cluster(setup.cluster)
-    profiles = setup.profiles or None
+    fitted = {plan_cost_model, truth_cost_model} - set(UNFITTED_COST_MODELS)
+    profiles = setup.profile_path() if fitted else None  # only fitted models read a profile
     truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
     plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
                                                                                 profiles=profiles)
@@ -87,7 +112,8 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
                           exclude=exclude)
     workload = get_workload(dataset, setup.size, setup.seed)
-    return simulate(workload, policy, Charger(graph, truth, budget), progress=progress)
+    charger = Charger(graph, truth, budget, switch_memory=setup.switch_memory)
+    return simulate(workload, policy, charger, progress=progress)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
@@ -161,10 +187,11 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     rows = []
     for name in variants:
         paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
-        plan_cm = variants[name].get("plan_cost_model", "analytic")
+        plan_cm = variants[name].get("plan_cost_model", setup.truth)
         row = {"variant": name, "paper_max_len": paper[0], "paper_time_s": paper[1],
                "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
-               "profile_source": _profile_source(setup) if plan_cm != "analytic" else ""}
+               "profile_source": _profile_source(setup) if plan_cm != setup.truth else "",
+               "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory}
         full = runs[against.get(name, "full")]
         rr = runs[name]
         s = summarize(rr, "gpt", "grch38", name)
@@ -182,7 +209,6 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
 
 def _profile_source(setup: Setup) -> str:
     """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
-    from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+    from paradyse_lab.profiles import profile_sources, read_profiles
 
-    path = setup.profiles or default_profile(get_cluster(setup.cluster).name)
-    return profile_sources(read_profiles(path))
+    return profile_sources(read_profiles(setup.profile_path()))

@@ -33,9 +33,11 @@ def register(sub) -> None:
         "profiled curve is cut at half its longest length, the models fit below the cut. Regret: simulated "
         "total time of the plans a model chooses (dynamic:dp, no smoothing, models fitted on the whole "
         "profile), charged by the truth, over that of the plans the truth chooses, over the steps both "
-        "trained (1.0 = no loss).")
+        "trained (1.0 = no loss). calibrated: the analytic model with four parameters per strategy fitted on "
+        "the same training rows; with two or more model shapes in the profile, also leave-one-shape-out: "
+        "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape).")
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
-    p.add_argument("--cost-models", default="analytic,hybrid,forest,polynomial,residual",
+    p.add_argument("--cost-models", default="analytic,calibrated,hybrid,forest,polynomial,residual",
                    help="comma-separated cost models to compare (default all)")
     p.add_argument("--holdout-every", type=int, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
@@ -138,6 +140,7 @@ def run_ablate(args) -> int:
     source = profile_sources(df)
     cluster = get_cluster(args.cluster)
     summary, per_strategy = accuracy(df, names, cluster, args.holdout_every)
+    loso = _leave_one_shape_out(df, cluster, names)
     runs = {}
     if not args.no_regret:
         try:
@@ -145,9 +148,12 @@ def run_ablate(args) -> int:
         except UserInputError as err:
             raise UserInputError(f"regret simulation: {err} (--model picks one of the profile's models: "
                                  f"{', '.join(sorted(set(df['model'])))}; --no-regret skips it)") from None
-    models = {n: {**summary[n], "regret": runs[n]["regret"] if n in runs else None} for n in names}
+    models = {n: {**summary[n], "regret": runs[n]["regret"] if n in runs else None,
+                  "time_mape_leave_one_shape_out": loso[n]["time_mape_leave_one_shape_out"] if n in loso else None}
+              for n in names}
     out = {
         "models": models,
+        "leave_one_shape_out": loso,
         "by_strategy": per_strategy.to_dict(orient="records"),
         "regret_runs": runs,
         "profile": str(path), "profile_source": source, "rows": len(df),
@@ -169,6 +175,17 @@ def run_ablate(args) -> int:
                                                                    "mem_mape_interp", "mem_mape_extrap")]
             for r in out["by_strategy"]]
     print_table(["cost model", "strategy", "time interp", "time extrap", "mem interp", "mem extrap"], rows)
+    bands = list(next(iter(models.values()))["time_mape_by_band"])
+    print()
+    print_table(["cost model"] + [f"time {b}" for b in bands],
+                [[n] + [_pct(m["time_mape_by_band"].get(b)) for b in bands] for n, m in models.items()])
+    if loso:
+        print()
+        strategies = sorted(next(iter(loso.values()))["by_strategy"])
+        loso_bands = list(next(iter(loso.values()))["by_band"])
+        print_table(["leave one shape out", "mean"] + strategies + loso_bands,
+                    [[n, _pct(r["time_mape_leave_one_shape_out"])] + [_pct(r["by_strategy"][s]) for s in strategies]
+                     + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
     if runs:
         print()
         rows = [[n, r["steps"], r["truth_steps"], f"{r['time_s']:.1f}", f"{r['truth_time_s']:.1f}",
@@ -177,6 +194,17 @@ def run_ablate(args) -> int:
         print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
               f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
     return 0
+
+
+def _leave_one_shape_out(df, cluster, names) -> dict:
+    """Leave-one-shape-out time accuracy of the analytic and calibrated models (empty with one shape)."""
+    from paradyse_lab.costmodel.calibration import SHAPE_COLUMNS, leave_one_shape_out, loso_summary
+    from paradyse_lab.costmodel.learned_cost_model import profile_cluster
+
+    wanted = [n for n in ("analytic", "calibrated") if n in names]
+    if not wanted or len(df[list(SHAPE_COLUMNS)].drop_duplicates()) < 2:
+        return {}
+    return loso_summary(leave_one_shape_out(df, profile_cluster(df, cluster)), wanted)
 
 
 def _regret(args, names, path: Path, size: int) -> dict:

@@ -19,22 +19,30 @@ EXPERIMENTS = ("fig2", "table5")
 
 
 def _add_common(p) -> None:
+    p.add_argument("--truth-cost-model", default="analytic",
+                   help="cost model that charges every step (and plans unless --plan-cost-model says otherwise): "
+                   "analytic (default), paper (the ParaDySe authors' measured A100 times), calibrated, or a "
+                   "learned kind / .joblib file")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     add_reserve_argument(p)
     p.add_argument("--gamma", type=float, default=0.05, help="smoothing tolerance of dynamic policies (0.05)")
     p.add_argument("--profiles", default="",
-                   help="profile CSV the learned cost models are fitted on (default: the cluster's bundled one, "
-                   "synthetic source=analytic until measured profiles exist)")
+                   help="profile CSV the learned and calibrated cost models are fitted on (default: the bundled "
+                   "paper profile under --truth-cost-model paper, else the cluster's bundled one, synthetic "
+                   "source=analytic until measured profiles exist)")
+    p.add_argument("--switch-memory", action="store_true",
+                   help="charge the caching allocator's reservation of every strategy used so far (the memory "
+                   "price of switching, simulator/engine.py Charger); static runs pay nothing more")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "simulate", help="simulate one training run over a workload",
         description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
-        "with one policy, planned with --plan-cost-model and charged by --truth-cost-model (both analytic by "
-        "default). Policies: static:NAME (stops at its first "
+        "with one policy, charged by --truth-cost-model (analytic by default; paper: the authors' measured A100 "
+        "times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its first "
         "OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
         "(heuristic, dp, ilp, ...; with the paper's cache and smoothing).")
     p.add_argument("--model", required=True)
@@ -44,11 +52,9 @@ def register(sub) -> None:
     p.add_argument("--no-smoothing", action="store_true", help="turn the 5%% smoothing off")
     p.add_argument("--exclude", default="", help="comma-separated strategies a dynamic policy may not use")
     p.add_argument("--out", help="write the per-step rows to this CSV")
-    p.add_argument("--plan-cost-model", default="analytic",
-                   help="cost model a dynamic policy plans with: analytic, hybrid, forest, polynomial, residual "
-                   "(learned ones fitted on --profiles) or a .joblib file (default analytic)")
-    p.add_argument("--truth-cost-model", default="analytic",
-                   help="cost model that charges every step, same names (default analytic)")
+    p.add_argument("--plan-cost-model", default=None,
+                   help="cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, "
+                   "polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)")
     _add_common(p)
     add_format_argument(p)
     p.set_defaults(func=run_simulate)
@@ -75,7 +81,8 @@ def _setup(args):
     if not 0 <= args.gamma < 1:
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
     return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
-                 gamma=args.gamma, profiles=args.profiles)
+                 gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
+                 switch_memory=args.switch_memory)
 
 
 def run_simulate(args) -> int:
@@ -88,21 +95,21 @@ def run_simulate(args) -> int:
     if exclude and not args.policy.startswith("dynamic:"):
         raise UserInputError("--exclude applies to dynamic:SOLVER policies only")
     rows = run_one(setup, args.model, args.dataset, args.policy, smoothing=not args.no_smoothing,
-                   exclude=exclude, progress=sys.stderr.isatty(), plan_cost_model=args.plan_cost_model,
-                   truth_cost_model=args.truth_cost_model)
+                   exclude=exclude, progress=sys.stderr.isatty(), plan_cost_model=args.plan_cost_model)
     if args.out:
         write_csv_atomic(rows, args.out)
     s = summarize(rows, args.model, args.dataset, args.policy)
     if args.format == "json":
         print_json(s.to_dict())
     else:
-        labels = []
-        if (args.plan_cost_model, args.truth_cost_model) != ("analytic", "analytic"):
-            from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+        plan_cm = args.plan_cost_model or args.truth_cost_model
+        labels = [["plan cost model", plan_cm], ["truth cost model", args.truth_cost_model]]
+        if {plan_cm, args.truth_cost_model} - {"analytic", "paper"}:
+            from paradyse_lab.profiles import profile_sources, read_profiles
 
-            src = profile_sources(read_profiles(args.profiles or default_profile(get_cluster(args.cluster).name)))
-            labels = [["plan cost model", args.plan_cost_model], ["truth cost model", args.truth_cost_model],
-                      ["profile source", src]]
+            labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])
+        if args.switch_memory:
+            labels.append(["memory model", "with switching reservations"])
         print_table(["field", "value"], [[k, v] for k, v in s.to_dict().items()] + labels)
     return 0
 

@@ -10,7 +10,12 @@ length is S:
 Models are fitted on the training rows of every curve together (one regressor per target, as deployed) and
 scored on the held-out rows, which are what the profile measured (so a perfect model still shows the
 profile's noise; see synthetic.py for the bundled profile's). The analytic model needs no fitting and is
-scored on the same rows. MAPE is a fraction: mean |predicted - measured| / measured.
+scored on the same rows. `calibrated` (the analytic model with its four parameters per strategy fitted on
+the training rows, costmodel/calibration.py) is scored like a learned model. MAPE is a fraction: mean
+|predicted - measured| / measured. Time MAPE is also reported per length band (`calibration.LENGTH_BANDS`).
+
+`leave_one_shape_out` (calibration.py) is the other test: calibrate on every model shape of the profile but
+one, predict the one left out, in turn; it needs a profile of two or more shapes.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration
 from paradyse_lab.costmodel.learned_cost_model import LEARNED_KINDS, analytic_whole, fit_profiles, profile_cluster
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.profiles import GROUP_COLUMNS
 
-ABLATION_MODELS = ("analytic",) + LEARNED_KINDS
+ABLATION_MODELS = ("analytic", "calibrated") + LEARNED_KINDS
 METRICS = ("time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap")
 MIN_LENGTHS = 6
 """A curve needs this many distinct lengths inside S/2 to take part in the split."""
@@ -73,12 +79,20 @@ def accuracy(df: pd.DataFrame, models=ABLATION_MODELS, cluster: ClusterSpec | No
     for m in models:
         if m == "analytic":
             preds[m] = {k: analytic_whole(t, cl) for k, t in tests.items()}
+        elif m == "calibrated":
+            calibrated = calibrated_cluster(cl, fit_calibration(train, cl))
+            preds[m] = {k: analytic_whole(t, calibrated) for k, t in tests.items()}
         else:
             fitted = fit_profiles(m, train, cl)
             preds[m] = {k: fitted.predict_rows(t) for k, t in tests.items()}
     summary, rows = {}, []
+    both = pd.concat([interp, extrap], ignore_index=True)
+    bands = np.array(band_of(both["seq_len"].to_numpy()))
     for m in models:
         summary[m] = _metrics(preds[m], tests, None)
+        pred_time = np.concatenate([preds[m]["interp"][0], preds[m]["extrap"][0]])
+        summary[m]["time_mape_by_band"] = {b: mape(pred_time[bands == b], both["time_s"].to_numpy()[bands == b])
+                                           for b, _, _ in LENGTH_BANDS if (bands == b).any()}
         for strategy in sorted(set(interp["strategy"]) | set(extrap["strategy"])):
             rows.append({"model": m, "strategy": strategy, **_metrics(preds[m], tests, strategy)})
     return summary, pd.DataFrame(rows)

@@ -121,10 +121,13 @@ def test_ablate_costmodel_json_schema(tmp_path, capsys):
     path = write_profiles(synthesize_profiles(A100, ("gpt",), ratio=1.05, timestamp=STAMP), tmp_path / "gpt.csv")
     assert main(["ablate-costmodel", "--profiles", str(path), "--size", "40", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data["models"]) == {"analytic", "hybrid", "forest", "polynomial", "residual"}
+    assert set(data["models"]) == {"analytic", "calibrated", "hybrid", "forest", "polynomial", "residual"}
     keys = {"time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap", "regret"}
     for name, m in data["models"].items():
-        assert set(m) == keys and all(isinstance(v, float) for v in m.values()), name
+        assert set(m) == keys | {"time_mape_by_band", "time_mape_leave_one_shape_out"}, name
+        assert all(isinstance(m[k], float) for k in keys), name
+        assert m["time_mape_leave_one_shape_out"] is None  # one model shape: nothing to leave out
+    assert data["leave_one_shape_out"] == {}
     models = data["models"]
     assert models["analytic"]["regret"] == 1.0 and data["profile_source"] == "analytic"
     assert models["analytic"]["time_mape_interp"] < 0.03  # only the profile's noise

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from paradyse_lab.reproduce import FIGURE_SCRIPTS, STEP_OUTPUTS, load_figure_script, reproduce
+from paradyse_lab.reproduce import FIGURE_SCRIPTS, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, load_figure_script, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",
@@ -29,9 +29,11 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
         for name in outputs:
             assert (quick_results / name).stat().st_size > 0, name
     report = (quick_results / "REPORT.md").read_text()
-    for needle in ("89.29%", "181.22%", "Table 5", "source=analytic", "figures/fig2_cumulative_time.png"):
+    for needle in ("89.29%", "181.22%", "Table 5", "source=analytic", "figures/fig2_cumulative_time.png",
+                   "source=paper", "ours, paper-measured times: heuristic", "ours max len, analytic model",
+                   "figures/fig2_cumulative_time_paper.png", "Leave one shape out", "memory price of switching"):
         assert needle in report
-    for name in FIGURE_SCRIPTS:
+    for name in FIGURE_SCRIPTS + tuple(f"{n}_paper" for n in PAPER_FIGURE_SCRIPTS):
         assert (quick_results / "figures" / f"{name}.png").stat().st_size > 0
 
 

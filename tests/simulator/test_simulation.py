@@ -152,3 +152,51 @@ def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "89.29%" in out and "181.22%" in out
     assert len(list((tmp_path / "runs" / "fig2").glob("*.csv"))) == 30
+
+
+def test_switch_memory_leaves_static_runs_unchanged():
+    plain = run_one(SETUP, "llama", "grch38", "static:metp")
+    switching = run_one(Setup(size=120, switch_memory=True), "llama", "grch38", "static:metp")
+    pd.testing.assert_frame_equal(plain.drop(columns="solve_ms"), switching.drop(columns="solve_ms"))
+
+
+def test_switch_memory_charges_the_reservations_of_every_strategy_used_so_far():
+    model = get_model("gpt")
+    graph, cm = LayerGraph(model), AnalyticCostModel(model, get_cluster("a100-80gb-x8"))
+    plain, charger = Charger(graph, cm, 10**12), Charger(graph, cm, 10**12, switch_memory=True)
+    p = charger.problem(8192, 1)
+    ts, me = p.option_index("megatron_ts"), p.option_index("metp")
+    mixed = ["megatron_ts"] * 4 + ["metp"] * 4
+    base = p.fixed_bytes + int(p.kept_bytes[np.arange(8), [ts] * 4 + [me] * 4].sum())
+    t_ts, t_me = int(p.transient_bytes[:, ts].max()), int(p.transient_bytes[:, me].max())
+    assert plain.charge(mixed, 8192, 1)[1] == base + max(t_ts, t_me)
+    assert charger.charge(mixed, 8192, 1)[1] == base + t_ts + t_me  # both strategies' buffers reserved
+    assert charger.charge(mixed, 8192, 1)[0] == plain.charge(mixed, 8192, 1)[0]  # time is unchanged
+    charger.commit(mixed, 8192, 1)
+    assert charger.reserved == {"megatron_ts": t_ts, "metp": t_me}
+    only_metp = ["metp"] * 8
+    q = charger.problem(4096, 1)
+    kept = q.fixed_bytes + int(q.kept_bytes[:, q.option_index("metp")].sum())
+    # a later plan of one strategy still pays the other's reservation, kept at its largest size
+    assert charger.charge(only_metp, 4096, 1)[1] == kept + t_ts + max(t_me, int(q.transient_bytes[:, me].max()))
+
+
+def test_switch_memory_can_end_a_dynamic_run_before_the_lightest_static_one():
+    setup = Setup(size=120, switch_memory=True)
+    heuristic = summarize(run_one(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    metp = summarize(run_one(setup, "gpt", "grch38", "static:metp"), "gpt", "grch38", "m")
+    plain = summarize(run_one(SETUP, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    assert plain.max_seq_len_trained == metp.max_seq_len_trained
+    assert heuristic.oom_at_seq_len is not None and heuristic.max_seq_len_trained < metp.max_seq_len_trained
+
+
+def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
+    rows = run_one(Setup(size=40, truth="paper"), "bert", "github_code", "dynamic:heuristic")
+    from paradyse_lab.costmodel.paper import PaperCostModel
+    from simulator.engine import Charger as C
+
+    cm = PaperCostModel(get_model("bert"), get_cluster("a100-80gb-x8"))
+    charger = C(LayerGraph(get_model("bert")), cm, 10**12)
+    for r in rows.head(5).itertuples():
+        assert r.charged_time_s == pytest.approx(charger.charge(r.plan.split(), r.padded_len, 1)[0])
+        assert r.predicted_time_s == pytest.approx(r.charged_time_s)  # planned with the same truth
