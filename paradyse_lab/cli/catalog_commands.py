@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from paradyse_lab.cli.output import add_format_argument, format_bytes, print_json, print_table
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, bundled_clusters, get_cluster
 from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
 from paradyse_lab.model_spec import PRESETS as MODELS
 from paradyse_lab.strategies import CATALOG
@@ -39,17 +39,19 @@ def run_models(args) -> int:
 
 
 def run_clusters(args) -> int:
+    clusters = {**CLUSTERS, **{name: get_cluster(name) for name in bundled_clusters()}}
     if args.format == "json":
-        print_json({name: asdict(c) for name, c in CLUSTERS.items()})
+        print_json({name: asdict(c) for name, c in clusters.items()})
         return 0
     rows = []
-    for c in CLUSTERS.values():
+    for c in clusters.values():
         bw = c.busbw_bytes_per_s
         rows.append([c.name + (" (default)" if c.name == DEFAULT_CLUSTER else ""), f"{c.gpus}x {c.gpu_name}",
                      format_bytes(c.memory_bytes), f"{c.peak_flops / 1e12:.0f}",
                      f"{bw['all_gather'] / 1e9:.0f}", f"{bw['all_to_all'] / 1e9:.0f}",
-                     f"{bw['p2p'] / 1e9:.0f}"])
-    print_table(["cluster", "GPUs", "memory/GPU", "bf16 TFLOPS", "AG/RS GB/s", "a2a GB/s", "p2p GB/s"], rows)
+                     f"{bw['p2p'] / 1e9:.0f}", "calibrated" if c.calibration else "analytic"])
+    print_table(["cluster", "GPUs", "memory/GPU", "bf16 TFLOPS", "AG/RS GB/s", "a2a GB/s", "p2p GB/s", "times"],
+                rows)
     return 0
 
 
