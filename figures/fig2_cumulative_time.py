@@ -53,7 +53,10 @@ def draw(args):
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="gray", marker="x", ls="none", ms=8, mew=2))
     labels.append("OOM (run ends)")
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, -0.04))
+    ncol = min(len(labels), 8)
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
+               bbox_to_anchor=(0.5, -0.04 * rows))
     fig.suptitle(f"Figure 2: cumulative training time, batch size 1 ({args.note})")
     fig.tight_layout()
     return fig

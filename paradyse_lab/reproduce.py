@@ -112,7 +112,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
     setup = experiments.Setup(cluster=s.cluster, size=s.size)
-    experiments.fig2(setup, out, force=force, exact=True, progress=False)
+    experiments.fig2(setup, out, force=force, exact=True, progress=False, beyond=True)
     from simulator.results import run_path
 
     rows = []
@@ -131,7 +131,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
                              "dp_max_len": int(dp[~dp["oom"]]["seq_len"].max()) if (~dp["oom"]).any() else 0,
                              "solve_ms_mean": float(planned["solve_ms"].mean()) if len(planned) else 0.0})
     _write(pd.DataFrame(rows), out / "solver_quality_runs.csv")
-    return ["fig2_summary.csv", "fig2_headline.csv", "solver_quality_runs.csv"]
+    return ["fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"]
 
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
@@ -147,8 +147,8 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
     if not s.paper_truth:
         return []
     setup = experiments.Setup(cluster=s.cluster, size=s.size, truth="paper")
-    experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False)
-    return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv"]
+    experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False, beyond=True)
+    return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv", f"{PAPER_DIR}/fig2_beyond.csv"]
 
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
@@ -344,9 +344,10 @@ STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_
               "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "solvers": step_solvers,
               "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper, "plan_map": step_plan_map,
               "memory": step_memory, "figures": step_figures, "report": step_report}
-STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "solver_quality_runs.csv"),
+STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
-                "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv"),
+                "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
+                               f"{PAPER_DIR}/fig2_beyond.csv"),
                 "table5_paper": (f"{PAPER_DIR}/table5.csv",),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
                                        for f in ("fig2_summary.csv", "table5.csv")),

@@ -18,7 +18,7 @@ from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.workloads import get_workload
 from simulator.engine import Charger, simulate
-from simulator.policies import DEFAULT_GAMMA, parse_policy
+from simulator.policies import DEFAULT_GAMMA, PolicySpec, parse_policy
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from simulator.summary import length_extension, summarize, time_reduction, time_to_reach
 
@@ -27,6 +27,10 @@ MODELS = ("bert", "llama", "gpt")
 STATIC_POLICIES = tuple(f"static:{s}" for s in USABLE)
 PAPER_POLICY = "dynamic:heuristic"
 EXACT_POLICIES = ("dynamic:dp", "dynamic:ilp")
+OURS_POLICIES = ("dynamic:dp+recompute", "dynamic:dp+recompute+sublayer")
+"""Beyond the paper: exact planning with recomputation as a per-layer option, and per sub-layer."""
+STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
+"""The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
 GiB = 2**30
@@ -74,6 +78,10 @@ class Setup:
     """Cost model that charges every step, and that plans unless a run says otherwise (`COST_MODEL_NAMES`)."""
     switch_memory: bool = False
     """Charge the caching allocator's reservations of every strategy used so far (engine.Charger)."""
+    recompute: bool = False
+    """Dynamic policies also offer every strategy with recomputation (static ones recompute every layer)."""
+    granularity: str = "block"
+    """Decisions per block (the paper) or per sub-layer; a policy's own suffixes add to these."""
 
     def profile_path(self) -> str:
         """The profile the learned and calibrated cost models of this setup are fitted on."""
@@ -106,20 +114,26 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
     plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
                                                                                 profiles=profiles)
-    graph = LayerGraph(model, "block")
+    spec = PolicySpec.parse(policy_spec, setup.recompute, setup.granularity)
+    graph = LayerGraph(model, spec.granularity)
     budget = cluster.memory_bytes - setup.reserve_bytes
     plan_budget = plan.budget_bytes(budget) if hasattr(plan, "budget_bytes") else budget
     policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
-                          exclude=exclude)
+                          exclude=exclude, recompute=spec.recompute)
     workload = get_workload(dataset, setup.size, setup.seed)
-    charger = Charger(graph, truth, budget, switch_memory=setup.switch_memory)
+    charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
     return simulate(workload, policy, charger, progress=progress)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
-         models=MODELS, datasets=DATASETS, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Six panels x (four static strategies, the paper's heuristic, and dp / ilp): summaries and headlines."""
-    policies = STATIC_POLICIES + (PAPER_POLICY,) + (EXACT_POLICIES if exact else ())
+         models=MODELS, datasets=DATASETS, progress: bool = True,
+         beyond: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Six panels x (four static strategies, the paper's heuristic, and dp / ilp): summaries and headlines.
+
+    With `beyond`, also our series (`OURS_POLICIES`, `STATIC_RECOMPUTE_POLICIES`) and fig2_beyond.csv.
+    """
+    paper_dynamic = (PAPER_POLICY,) + (EXACT_POLICIES if exact else ())
+    policies = STATIC_POLICIES + paper_dynamic + ((OURS_POLICIES + STATIC_RECOMPUTE_POLICIES) if beyond else ())
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
     for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
@@ -129,12 +143,15 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
     write_csv_atomic(summaries, root / "fig2_summary.csv")
-    write_csv_atomic(vs_baselines(runs, datasets, models, policies), root / "fig2_vs_baselines.csv")
+    write_csv_atomic(vs_baselines(runs, datasets, models, STATIC_POLICIES + paper_dynamic),
+                     root / "fig2_vs_baselines.csv")
+    if beyond:
+        write_csv_atomic(beyond_the_paper(summaries), root / "fig2_beyond.csv")
     headline_rows = []
     for d in datasets:
         for m in models:
             base_summ = [summarize(runs[d, m, b], m, d, b) for b in STATIC_POLICIES]
-            for p in policies[len(STATIC_POLICIES):]:
+            for p in paper_dynamic:
                 dyn = runs[d, m, p]
                 reductions = {b: time_reduction(dyn, runs[d, m, b]) for b in STATIC_POLICIES}
                 valid = {b: r for b, r in reductions.items() if r is not None}
@@ -150,6 +167,27 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     headlines = pd.DataFrame(headline_rows)
     write_csv_atomic(headlines, root / "fig2_headline.csv")
     return summaries, headlines
+
+
+BEYOND_SERIES = (("ParaDySe (heuristic)", PAPER_POLICY), ("dp", "dynamic:dp"),
+                 ("dp + recompute", "dynamic:dp+recompute"),
+                 ("dp + recompute + sub-layer", "dynamic:dp+recompute+sublayer"))
+
+
+def beyond_the_paper(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Per panel: longest length trained and cumulative time of the paper's heuristic, dp, our series, and the
+    best static strategy with recomputation (longest reach, then least time) (fig2_beyond.csv)."""
+    rows = []
+    for (d, m), g in summaries.groupby(["dataset", "model"], sort=False):
+        statics = g[g.policy.isin(STATIC_RECOMPUTE_POLICIES)].sort_values(["max_seq_len_trained", "total_time_s"],
+                                                                          ascending=[False, True])
+        picks = [(label, g[g.policy == p].iloc[0]) for label, p in BEYOND_SERIES if (g.policy == p).any()]
+        picks.append(("best static + recompute", statics.iloc[0]))
+        for label, r in picks:
+            rows.append({"dataset": d, "model": m, "series": label, "policy": r.policy,
+                         "max_seq_len_trained": int(r.max_seq_len_trained), "total_time_s": float(r.total_time_s),
+                         "oom_at_seq_len": r.oom_at_seq_len, "steps": int(r.steps)})
+    return pd.DataFrame(rows)
 
 
 def vs_baselines(runs: dict, datasets, models, policies) -> pd.DataFrame:

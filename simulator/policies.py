@@ -1,10 +1,13 @@
 """Policies: how a training run picks the plan for each step's sequence length (DESIGN.md section 5).
 
-- `static:NAME`: one strategy on every layer (the paper's baselines).
+- `static:NAME`: one strategy on every layer (the paper's baselines); `static:NAME+recompute` with
+  activation recomputation on every layer.
 - `restart:NAME`: static, but after an OOM it restarts (paying `restart_s`) with the next lighter strategy.
 - `dynamic:SOLVER`: ParaDySe's switching: a solver per new (batch, length), the paper's cache by
   (batch, length) and its smoothing (keep the previous plan when, costed at the new length, it fits and is
-  within gamma of the new best; PAPER.md section 5, step 5). Plans with its own cost model and options.
+  within gamma of the new best; the paper's Algorithm 1, step 5). Plans with its own cost model and options.
+  `dynamic:SOLVER+recompute` also offers every strategy with recomputation, `dynamic:SOLVER+sublayer` decides
+  attention and MLP separately; the suffixes combine (`dynamic:dp+recompute+sublayer`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,50 @@ from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.strategies import options as make_options
 
-POLICY_KINDS = ("static:NAME", "restart:NAME", "dynamic:SOLVER")
+POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME", "dynamic:SOLVER[+recompute][+sublayer]")
+RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX = "+recompute", "+sublayer"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy name read into what it asks of the run: the base policy, recomputation, granularity."""
+
+    base: str
+    """`static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER` (suffixes of a dynamic one removed)."""
+    recompute: bool
+    """Whether the plans use (dynamic: may use) activation recomputation."""
+    granularity: str
+    """`block` or `sublayer`: what one decision covers."""
+
+    @classmethod
+    def parse(cls, spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
+        """Read the suffixes of `spec`; `recompute` and `granularity` (command-line flags) add to them."""
+        from paradyse_lab.layer_graph import GRANULARITIES
+
+        if granularity not in GRANULARITIES:
+            raise unknown_name("granularity", granularity, GRANULARITIES)
+        kind, _, arg = spec.partition(":")
+        if kind == "dynamic":
+            words = arg.split("+")
+            suffixes = set(words[1:])
+            unknown = suffixes - {RECOMPUTE_SUFFIX[1:], SUBLAYER_SUFFIX[1:]}
+            if unknown or not words[0]:
+                raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+            return cls(f"dynamic:{words[0]}", recompute or "recompute" in suffixes,
+                       "sublayer" if "sublayer" in suffixes else granularity)
+        if kind == "static" and arg.endswith(RECOMPUTE_SUFFIX):
+            return cls(spec, True, granularity)
+        if kind == "static" and recompute:
+            return cls(spec + RECOMPUTE_SUFFIX, True, granularity)
+        return cls(spec, recompute, granularity)
+
+    @property
+    def name(self) -> str:
+        """The canonical name: `static:metp+recompute`, `dynamic:dp+recompute+sublayer`, ..."""
+        if not self.base.startswith("dynamic:"):
+            return self.base
+        return (self.base + (RECOMPUTE_SUFFIX if self.recompute else "")
+                + (SUBLAYER_SUFFIX if self.granularity == "sublayer" else ""))
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0
 """PAPER.md section 7: restarting a static framework after an OOM costs over 31 s."""
@@ -110,6 +156,8 @@ class StaticPolicy:
 
     strategy: str
     """Catalog name of the current strategy."""
+    recompute: bool = field(default=False, kw_only=True)
+    """Recompute every layer's activations."""
     graph: LayerGraph
     """Decisions of a plan."""
     restart: bool = False
@@ -123,26 +171,37 @@ class StaticPolicy:
         strategy = get_strategy(self.strategy)
         if not strategy.usable:
             raise UserInputError(f"strategy {self.strategy!r} is not usable: {strategy.unusable_reason}")
-        self.name = self.name or f"{'restart' if self.restart else 'static'}:{self.strategy}"
+        self.name = self.name or f"{'restart' if self.restart else 'static'}:{self.option.name}"
+
+    @property
+    def option(self) -> StrategyOption:
+        return StrategyOption(self.strategy, self.recompute)
 
     def decide(self, seq_len: int, batch: int) -> Decision:
-        plan = (StrategyOption(self.strategy).name,) * self.graph.num_decisions
+        plan = (self.option.name,) * self.graph.num_decisions
         return Decision(plan, float("nan"), True, 0.0)
 
 
 def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
                  smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
                  restart_s: float = DEFAULT_RESTART_S):
-    """A policy from `static:NAME`, `restart:NAME` or `dynamic:SOLVER`."""
-    kind, _, arg = spec.partition(":")
+    """A policy from `static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER[+recompute][+sublayer]`
+    (`PolicySpec`; the +sublayer suffix is the caller's to honour when it builds `graph`)."""
+    parsed = PolicySpec.parse(spec, recompute, graph.granularity)
+    kind, _, arg = parsed.base.partition(":")
     if kind in ("static", "restart"):
-        if arg not in USABLE:
-            raise unknown_name(f"strategy in policy {spec!r}", arg, USABLE)
-        return StaticPolicy(arg, graph, restart=kind == "restart", restart_s=restart_s)
+        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
+        if strategy not in USABLE or (kind == "restart" and arg != strategy):
+            valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
+            raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
+        return StaticPolicy(strategy, graph, restart=kind == "restart", restart_s=restart_s, recompute=arg != strategy,
+                            name=parsed.name)
+    recompute = parsed.recompute
     if kind == "dynamic" and arg:
         for name in exclude:
             if name not in USABLE:
                 raise unknown_name("excluded strategy", name, USABLE)
         strategies = tuple(s for s in USABLE if s not in exclude)
-        return DynamicPolicy(arg, cost_model, graph, budget_bytes, strategies, recompute, gamma, smoothing)
+        return DynamicPolicy(arg, cost_model, graph, budget_bytes, strategies, recompute, gamma, smoothing,
+                             name=parsed.name)
     raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")

@@ -32,6 +32,12 @@ def _add_common(p) -> None:
                    help="profile CSV the learned and calibrated cost models are fitted on (default: the bundled "
                    "paper profile under --truth-cost-model paper, else the cluster's bundled one, synthetic "
                    "source=analytic until measured profiles exist)")
+    p.add_argument("--recompute", action="store_true",
+                   help="dynamic policies also offer every strategy with activation recomputation; static ones "
+                   "recompute every layer (same as the policy suffix +recompute)")
+    p.add_argument("--granularity", default="block",
+                   help="block (default, the paper: one decision per layer) or sublayer (attention and MLP decided "
+                   "separately; same as the dynamic policy suffix +sublayer)")
     p.add_argument("--switch-memory", action="store_true",
                    help="charge the caching allocator's reservation of every strategy used so far (the memory "
                    "price of switching, simulator/engine.py Charger); static runs pay nothing more")
@@ -48,7 +54,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True,
                    help="github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH")
-    p.add_argument("--policy", required=True, help="static:NAME, restart:NAME or dynamic:SOLVER")
+    p.add_argument("--policy", required=True,
+                   help="static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+sublayer]")
     p.add_argument("--no-smoothing", action="store_true", help="turn the 5%% smoothing off")
     p.add_argument("--exclude", default="", help="comma-separated strategies a dynamic policy may not use")
     p.add_argument("--out", help="write the per-step rows to this CSV")
@@ -62,27 +69,35 @@ def register(sub) -> None:
     p = sub.add_parser(
         "experiment", help="run the paper's Figure 2 or Table 5 in simulation",
         description="fig2: six panels (GitHubCode, GRCh38) x (BERT, LLaMA, GPT) with the four static "
-        "strategies, the paper's heuristic and our exact dp / ilp policies; prints the headline metrics "
-        "beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5.")
+        "strategies, the paper's heuristic and our exact dp / ilp policies, and beyond the paper dp with "
+        "recomputation (per block and per sub-layer) against the static strategies with recomputation; prints "
+        "the headline metrics beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5.")
     p.add_argument("name", choices=EXPERIMENTS)
     p.add_argument("--out", default="results", help="results folder (default results/)")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of reusing their CSVs")
     p.add_argument("--no-exact", action="store_true", help="fig2: skip the dp and ilp policies")
+    p.add_argument("--paper-policies-only", action="store_true",
+                   help="fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and "
+                   "the static strategies with recomputation)")
     _add_common(p)
     add_format_argument(p)
     p.set_defaults(func=run_experiment)
 
 
 def _setup(args):
+    from paradyse_lab.errors import unknown_name
+    from paradyse_lab.layer_graph import GRANULARITIES
     from simulator.experiments import EXPERIMENT_SIZE, Setup
 
     get_cluster(args.cluster)
+    if args.granularity not in GRANULARITIES:
+        raise unknown_name("--granularity", args.granularity, GRANULARITIES)
     size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
     if not 0 <= args.gamma < 1:
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
     return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                  gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
-                 switch_memory=args.switch_memory)
+                 switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity)
 
 
 def run_simulate(args) -> int:
@@ -98,7 +113,10 @@ def run_simulate(args) -> int:
                    exclude=exclude, progress=sys.stderr.isatty(), plan_cost_model=args.plan_cost_model)
     if args.out:
         write_csv_atomic(rows, args.out)
-    s = summarize(rows, args.model, args.dataset, args.policy)
+    from simulator.policies import PolicySpec
+
+    name = PolicySpec.parse(args.policy, args.recompute, args.granularity).name
+    s = summarize(rows, args.model, args.dataset, name)
     if args.format == "json":
         print_json(s.to_dict())
     else:
@@ -126,7 +144,7 @@ def run_experiment(args) -> int:
     started = time.perf_counter()
     if args.name == "fig2":
         summaries, headlines = experiments.fig2(setup, root, force=args.force, exact=not args.no_exact,
-                                                progress=sys.stderr.isatty())
+                                                progress=sys.stderr.isatty(), beyond=not args.paper_policies_only)
         elapsed = time.perf_counter() - started
         if args.format == "json":
             print_json({"summaries": summaries.to_dict(orient="records"),

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from paradyse_lab.reproduce import FIGURE_SCRIPTS, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, load_figure_script, reproduce
@@ -31,10 +32,15 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
     report = (quick_results / "REPORT.md").read_text()
     for needle in ("89.29%", "181.22%", "Table 5", "source=analytic", "figures/fig2_cumulative_time.png",
                    "source=paper", "ours, paper-measured times: heuristic", "ours max len, analytic model",
-                   "figures/fig2_cumulative_time_paper.png", "Leave one shape out", "memory price of switching"):
+                   "figures/fig2_cumulative_time_paper.png", "Leave one shape out", "memory price of switching",
+                   "Beyond the paper", "dp + recompute trains up to"):
         assert needle in report
     for name in FIGURE_SCRIPTS + tuple(f"{n}_paper" for n in PAPER_FIGURE_SCRIPTS):
         assert (quick_results / "figures" / f"{name}.png").stat().st_size > 0
+    beyond = pd.read_csv(quick_results / "fig2_beyond.csv")
+    assert beyond.groupby(["dataset", "model"]).size().eq(5).all()
+    gpt = beyond.query("dataset == 'grch38' and model == 'gpt'").set_index("series")
+    assert gpt.loc["dp + recompute", "max_seq_len_trained"] > gpt.loc["ParaDySe (heuristic)", "max_seq_len_trained"]
 
 
 def test_reproduce_resumes_without_rerunning(quick_results):

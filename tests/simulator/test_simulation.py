@@ -102,7 +102,8 @@ def test_results_are_deterministic_for_a_seed():
 
 
 def test_bad_policies():
-    for spec, match in [("static:zero", "valid: megatron_cz, megatron_ts"), ("greedy", "valid: static:NAME"),
+    for spec, match in [("static:zero", r"valid: megatron_cz, megatron_cz\+recompute, megatron_ts"),
+                        ("greedy", r"valid: static:NAME\[\+recompute\]"),
                         ("dynamic:magic", "unknown solver")]:
         with pytest.raises(UserInputError, match=match):
             run_one(SETUP, "gpt", "grch38", spec)
@@ -148,10 +149,12 @@ def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
     assert main(argv + ["--force"]) == 0
     assert any(p.stat().st_mtime_ns != stamp[p] for p in runs)
     capsys.readouterr()
-    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "40", "--no-exact"]) == 0
+    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "40", "--no-exact",
+                 "--paper-policies-only"]) == 0
     out = capsys.readouterr().out
     assert "89.29%" in out and "181.22%" in out
     assert len(list((tmp_path / "runs" / "fig2").glob("*.csv"))) == 30
+    assert not (tmp_path / "fig2_beyond.csv").exists()
 
 
 def test_switch_memory_leaves_static_runs_unchanged():
@@ -200,3 +203,68 @@ def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
     for r in rows.head(5).itertuples():
         assert r.charged_time_s == pytest.approx(charger.charge(r.plan.split(), r.padded_len, 1)[0])
         assert r.predicted_time_s == pytest.approx(r.charged_time_s)  # planned with the same truth
+
+
+@pytest.mark.parametrize("spec, flags, expected", [
+    ("dynamic:dp", {}, ("dynamic:dp", False, "block", "dynamic:dp")),
+    ("dynamic:dp+recompute+sublayer", {}, ("dynamic:dp", True, "sublayer", "dynamic:dp+recompute+sublayer")),
+    ("dynamic:heuristic+sublayer", {"recompute": True}, ("dynamic:heuristic", True, "sublayer",
+                                                          "dynamic:heuristic+recompute+sublayer")),
+    ("dynamic:dp", {"granularity": "sublayer"}, ("dynamic:dp", False, "sublayer", "dynamic:dp+sublayer")),
+    ("static:metp+recompute", {}, ("static:metp+recompute", True, "block", "static:metp+recompute")),
+    ("static:metp", {"recompute": True}, ("static:metp+recompute", True, "block", "static:metp+recompute")),
+])
+def test_policy_spec_reads_suffixes_and_flags(spec, flags, expected):
+    from simulator.policies import PolicySpec
+
+    p = PolicySpec.parse(spec, **flags)
+    assert (p.base, p.recompute, p.granularity, p.name) == expected
+
+
+@pytest.mark.parametrize("spec", ["dynamic:dp+fast", "dynamic:+recompute", "restart:metp+recompute",
+                                  "static:metp+sublayer"])
+def test_bad_policy_suffixes_are_user_errors(spec):
+    with pytest.raises(UserInputError, match="unknown"):
+        run_one(Setup(size=3), "gpt", "grch38", spec)
+
+
+def test_recompute_and_sublayer_keep_cache_and_smoothing_working():
+    model = get_model("gpt")
+    cluster = get_cluster("a100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model, "sublayer")
+    policy = parse_policy("dynamic:dp+recompute+sublayer", graph, cm, cluster.memory_bytes - 2**30)
+    charger = Charger(graph, cm, cluster.memory_bytes - 2**30, recompute=True)
+    lengths = (262144, 262144, 266240, 270336, 262144)
+    rows = simulate(Workload("w", lengths), policy, charger)
+    assert rows["cached"].tolist() == [False, True, False, False, True]
+    assert all(len(plan.split()) == 2 * model.layers for plan in rows["plan"])
+    assert rows["plan"].str.contains(r"\+recompute").any()  # at 256K the plan needs recomputation somewhere
+    assert rows["kept_previous"].iloc[2:4].any()  # nearby lengths: smoothing keeps the previous plan
+    assert rows["policy"].iloc[0] == "dynamic:dp+recompute+sublayer"
+
+
+def test_switching_between_recompute_and_not_is_charged_as_the_cost_model_says():
+    model = get_model("gpt")
+    cluster = get_cluster("a100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model, "sublayer")
+    charger = Charger(graph, cm, cluster.memory_bytes, recompute=True)
+    plan = ["metp", "metp+recompute"] * model.layers  # attention kept, MLP recomputed, in every layer
+    time_s, peak = charger.charge(plan, 65536, 1)
+    from paradyse_lab.strategies import StrategyOption
+
+    att, mlp = cm.sublayer("attention", StrategyOption("metp"), 65536), cm.sublayer("mlp", StrategyOption(
+        "metp", True), 65536)
+    assert time_s == pytest.approx(model.layers * (att.time_s + mlp.time_s))  # no switch cost: one layout
+    states = model.layers * (att.model_state_bytes + mlp.model_state_bytes)
+    assert peak == states + model.layers * (att.kept_bytes + mlp.kept_bytes) + max(att.transient_bytes,
+                                                                                  mlp.transient_bytes)
+
+
+def test_dp_with_recompute_trains_grch38_gpt_to_the_end_where_the_paper_policies_stop():
+    setup = Setup(size=60)
+    heur = summarize(run_one(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    rc = summarize(run_one(setup, "gpt", "grch38", "dynamic:dp+recompute"), "gpt", "grch38", "rc")
+    metp = summarize(run_one(setup, "gpt", "grch38", "static:metp+recompute"), "gpt", "grch38", "m")
+    assert heur.oom_at_seq_len is not None and rc.oom_at_seq_len is None
+    assert rc.max_seq_len_trained == metp.max_seq_len_trained > heur.max_seq_len_trained
+    assert rc.total_time_s < metp.total_time_s  # recomputing only where needed beats recomputing everywhere
