@@ -4,8 +4,9 @@ Library module (no command; see runtime/__init__.py for usage). Each rank holds 
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
 positions and final norm (and so the tied head) are replicated, their gradients all-reduced in one call
 during the backward. `forward(input_ids_local, plan, labels=None)` runs layer l with the strategy named
-`plan[l]` (`NAME` or `NAME+recompute`, from the catalog in paradyse_lab/strategies.py); the plan may
-change on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
+`plan[l]` (`NAME` or `NAME+recompute`, from the catalog in paradyse_lab/strategies.py), or, given one name
+per sub-layer (2L names: attention then MLP of each layer), each sub-layer with its own; the plan may change
+on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
 """
 
 from __future__ import annotations
@@ -26,18 +27,25 @@ STRATEGY_MODULES = {"megatron_ts": megatron_ts, "megatron_cz": megatron_cz, "uly
 """The runtime implementation of each usable catalog strategy."""
 
 
-def parse_plan(plan: Sequence[str], layers: int) -> list[StrategyOption]:
-    """Check a plan's length and names: one `NAME` or `NAME+recompute` per layer."""
+def parse_plan(plan: Sequence[str], layers: int) -> list[tuple[StrategyOption, StrategyOption]]:
+    """Check a plan's length and names; returns the (attention, MLP) options of every layer.
+
+    A plan names one `NAME` or `NAME+recompute` per layer (block granularity, the paper's), or one per
+    sub-layer, in order attention, MLP of layer 0, then of layer 1, ... (`LayerGraph(..., "sublayer")`).
+    """
     if isinstance(plan, str) or not isinstance(plan, Sequence):
         raise UserInputError(f"plan must be a list of {layers} strategy names, got {plan!r}")
-    if len(plan) != layers:
-        raise UserInputError(f"plan has {len(plan)} entries but the model has {layers} layers")
+    if len(plan) not in (layers, 2 * layers):
+        raise UserInputError(f"plan has {len(plan)} entries but the model has {layers} layers "
+                             f"(give {layers} names, one per layer, or {2 * layers}, one per sub-layer)")
     options = [StrategyOption.parse(str(name)) for name in plan]
     for opt in options:
         if opt.strategy not in STRATEGY_MODULES:
             raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
                                  f"valid: {', '.join(STRATEGY_MODULES)}")
-    return options
+    if len(options) == layers:
+        return [(opt, opt) for opt in options]
+    return list(zip(options[0::2], options[1::2]))
 
 
 class ParallelGPT(GPTParams):
@@ -65,14 +73,15 @@ class ParallelGPT(GPTParams):
         """The full (unsharded) state dict; a collective: every rank must call it."""
         return gather_state_dict(self.state_dict(), self.group)
 
-    def check(self, seq_len: int, plan: Sequence[str]) -> list[StrategyOption]:
-        """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens."""
+    def check(self, seq_len: int, plan: Sequence[str]) -> list[tuple[StrategyOption, StrategyOption]]:
+        """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens; returns the
+        (attention, MLP) options of every layer."""
         check_length(seq_len, self.p)
         if seq_len > self.cfg.max_positions:
             raise UserInputError(f"sequence length {seq_len} exceeds max_positions ({self.cfg.max_positions})")
         options = parse_plan(plan, self.cfg.layers)
         spec = self.cfg.model_spec()
-        for opt in set(options):
+        for opt in {o for pair in options for o in pair}:
             problem = get_strategy(opt.strategy).violation(spec, self.p, seq_len)
             if problem:
                 raise UserInputError(f"{opt.strategy}: {problem}")
@@ -88,9 +97,10 @@ class ParallelGPT(GPTParams):
         wte, wpe, lnf_w, lnf_b = comm.reduce_grads(self.group, self.wte, self.wpe, self.lnf_w, self.lnf_b)
         pos = local_positions(t * p, p, self.rank).to(input_ids.device)
         x = F.embedding(input_ids, wte) + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
-        for index, (block, opt) in enumerate(zip(self.layers, options)):
-            module = STRATEGY_MODULES[opt.strategy]
-            for kind, params, impl in (("attention", block.attn, module.ATTENTION), ("mlp", block.mlp, module.MLP)):
+        for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
+            for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
+                module = STRATEGY_MODULES[opt.strategy]
+                impl = module.ATTENTION if kind == "attention" else module.MLP
                 ctx = Ctx(group=self.group, p=p, rank=self.rank, kind=kind, heads=cfg.heads, causal=cfg.causal,
                           seq_len=t * p, eps=cfg.eps, tag=f"layers.{index}.{kind}")
                 x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])

@@ -61,6 +61,8 @@ class TrainOptions:
     """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
+    granularity: str = "block"
+    """What one decision of the policy covers: a block (the paper) or a sub-layer (attention, MLP)."""
     checkpoint_dir: str = ""
     """Where to write sharded checkpoints ('' = none)."""
     checkpoint_every: int = 0
@@ -120,8 +122,11 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     cfg = GPTConfig.from_model_spec(spec)
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
     budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
-    policy = parse_policy(opts.policy, LayerGraph(spec, "block"), AnalyticCostModel(spec, cluster, p), budget,
-                          recompute=opts.recompute)
+    from simulator.policies import PolicySpec
+
+    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
+    policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p),
+                          budget, recompute=wanted.recompute)
     token_file = None
     if opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl"):
         with open(opts.dataset[5:]) as f:
@@ -230,6 +235,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default=d.cluster, help="cluster preset the policy plans for")
     parser.add_argument("--budget-gb", type=float, default=d.budget_gb, help="plan memory budget (0: GPU memory)")
     parser.add_argument("--recompute", action="store_true", help="let the policy choose recomputation")
+    parser.add_argument("--granularity", default=d.granularity,
+                        help="block (one decision per layer) or sublayer (attention and MLP apart)")
     parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, help="write sharded checkpoints here")
     parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="period in steps")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
@@ -245,10 +252,13 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
 
     require_positive_int("steps", args.steps)
     require_positive_int("batch", args.batch)
+    from simulator.policies import PolicySpec
+
+    PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     return TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
                         batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                         max_len=args.max_len, cluster=args.cluster, budget_gb=args.budget_gb,
-                        recompute=args.recompute, checkpoint_dir=args.checkpoint_dir,
+                        recompute=args.recompute, granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
                         checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
                         progress=not args.no_progress)
 

@@ -114,8 +114,10 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
             assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
         # every byte belongs to a sub-layer, the embedding or the loss: switching moves nothing
         assert counter.total("") == {}, counter.total("")
-        for index, option in enumerate(plan):
-            for kind in ("attention", "mlp"):
+        per_sublayer = len(plan) == 2 * cfg.layers
+        for index in range(cfg.layers):
+            for j, kind in enumerate(("attention", "mlp")):
+                option = plan[2 * index + j] if per_sublayer else plan[index]
                 got = counter.total(f"layers.{index}.{kind}")
                 assert got == predicted_bytes(cfg, kind, option, p), (plan, index, kind, got)
         assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
@@ -170,6 +172,7 @@ def bad_input_case(rank: int, p: int, group) -> None:
             raise AssertionError(f"no error for {fragment!r}")
 
     expect("plan has 3 entries", lambda: model(ids, ["metp"] * 3))
+    expect("plan has 5 entries", lambda: model(ids, ["metp"] * 5))
     expect("unknown strategy 'magic'", lambda: model(ids, ["magic"] * 4))
     expect("colossal_z", lambda: model(ids, ["colossal_z"] * 4))
     if p > 1:  # local length 3: s = 3p is not a multiple of the zig-zag unit 2p
@@ -200,6 +203,11 @@ for _causal in (True, False):
         ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
         ["megatron_cz", "megatron_cz", "metp", "megatron_ts"],
     ], _causal)
+CASES["model-sublayer-plans-causal"] = model_case([  # one name per sub-layer: attention, MLP of each layer
+    ["megatron_ts", "metp+recompute", "megatron_cz", "ulysses_z", "ulysses_z+recompute", "megatron_ts",
+     "metp", "megatron_cz+recompute"],
+    ["metp", "metp+recompute"] * 4,
+])
 CASES["hf-gpt2-logits"] = hf_case
 CASES["bad-input"] = bad_input_case
 
