@@ -129,6 +129,13 @@ class ClusterSpec:
     """Where the numbers come from."""
     calibration: dict = field(default_factory=dict)
     """Strategy name -> `StrategyCalibration` the analytic model applies (empty: uncalibrated)."""
+    base: str = field(default="", compare=False)
+    """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
+
+    @property
+    def device(self) -> str:
+        """The hardware's name: the base preset of a cluster file (its bundled profiles are this one's)."""
+        return self.base or self.name
 
     def __post_init__(self):
         if not isinstance(self.gpus, int) or self.gpus <= 0:
@@ -257,6 +264,8 @@ def load_cluster_toml(path: str | Path) -> ClusterSpec:
     base = get_cluster(data["base"]) if "base" in data else None
     kw = {f.name: getattr(base, f.name) for f in fields(ClusterSpec)} if base else {}
     kw["name"] = path.stem
+    if base is not None:
+        kw["base"] = base.device
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
              "alpha_step_us": ("alpha_step_s", 1e-6)}

@@ -20,8 +20,8 @@ extra columns are ignored on reading):
 | software | str | `name=version` pairs joined by `;` (torch, CUDA, NCCL, flash-attn, paradyse-lab) |
 | timestamp | str | ISO 8601 time the row was taken |
 
-Optional column: `causal` (bool): whether the attention of the measured step was causal, when it differs
-from the model preset's (the paper profile's are not: the authors measured non-causal attention). The
+Optional column: `causal` (bool, or empty for the model preset's mask): whether the attention of the
+measured step was causal (the paper profile's are not: the authors measured non-causal attention). The
 analytic model is evaluated with the row's mask when comparing with or calibrating on the row.
 
 Sources: `measured-distributed` (timed on all p ranks), `measured-rank-local` (one rank emulating its share
@@ -125,7 +125,9 @@ def validate_profiles(df: pd.DataFrame, source: str = "profiles") -> pd.DataFram
     columns = list(COLUMNS)
     for col in OPTIONAL_COLUMNS:
         if col in df.columns:
-            out[col] = _bools(df[col].astype(str).str.strip(), col, source, df)
+            raw = df[col].fillna("").astype(str).str.strip()
+            blank = raw.isin(["", "nan", "NaN", "None"])  # the model preset's mask
+            out[col] = _bools(raw.where(~blank, "false"), col, source, df).astype(object).where(~blank, None)
             columns.append(col)
     bad = ~out["strategy"].isin(list(CATALOG))
     if bad.any():
@@ -151,7 +153,7 @@ def write_profiles(df: pd.DataFrame, path: str | Path) -> Path:
     words = {True: "true", False: "false"}
     rows = rows.assign(recompute=rows["recompute"].map(words), time_s=rows["time_s"].map(lambda x: f"{x:.6g}"))
     if "causal" in rows.columns:
-        rows["causal"] = rows["causal"].map(words)
+        rows["causal"] = rows["causal"].map(lambda x: "" if x is None else words[bool(x)])
     path.parent.mkdir(parents=True, exist_ok=True)
     rows.to_csv(path, index=False)
     return path

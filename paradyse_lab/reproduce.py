@@ -223,7 +223,7 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.learned_cost_model import analytic_whole, fit_profiles, profile_cluster
     from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
 
-    path = default_profile(get_cluster(s.cluster).name)
+    path = default_profile(get_cluster(s.cluster).device)
     df = read_profiles(path)
     source = profile_sources(df)
     train, interp, extrap = split_profiles(df)

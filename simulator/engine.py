@@ -40,7 +40,10 @@ class Charger:
     another's requests. We charge every strategy used so far in the run its largest transient working set
     as reserved: the step's transient term becomes the sum over those strategies of their reservations
     (each the largest transient it needed in any trained step, this one included) instead of the largest
-    transient of this step's plan. A plan of one strategy, as every static run, pays nothing more.
+    transient of this step's plan. A plan of one strategy, as every static run, pays nothing more; X and
+    X+recompute count as one strategy (the same kernels and buffer shapes). This is an upper bound: before
+    it reports an OOM, the allocator frees the cached blocks no tensor uses and retries, so only blocks
+    that fragmentation keeps split would really stay reserved.
     """
 
     def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False,

@@ -7,7 +7,9 @@ results/table5.csv. Paper numbers: PAPER.md section 7.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -56,8 +58,6 @@ PAPER_TABLE5 = {
 """PAPER.md Table 5: max length (tokens), time (s), time of the full system at that length (s), saving."""
 
 
-UNFITTED_COST_MODELS = ("analytic", "paper")
-"""Cost models that need no profile."""
 TRUTHS = ("analytic", "paper")
 """The truths the reproduction runs under: our analytic model, and the authors' measured A100 times."""
 
@@ -91,7 +91,7 @@ class Setup:
             return self.profiles
         if self.truth == "paper":
             return str(PAPER_PROFILE)
-        return str(default_profile(get_cluster(self.cluster).name))
+        return str(default_profile(get_cluster(self.cluster).device))
 
 
 def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, smoothing: bool = True,
@@ -104,12 +104,12 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
     while profiling).
     """
-    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+    from paradyse_lab.costmodel.learned_cost_model import build_cost_model, needs_profile
 
     truth_cost_model = truth_cost_model or setup.truth
     plan_cost_model = plan_cost_model or truth_cost_model
     model, cluster = get_model(model_name), get_cluster(setup.cluster)
-    fitted = {plan_cost_model, truth_cost_model} - set(UNFITTED_COST_MODELS)
+    fitted = any(needs_profile(name, cluster) for name in (plan_cost_model, truth_cost_model))
     profiles = setup.profile_path() if fitted else None  # only fitted models read a profile
     truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
     plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
@@ -125,6 +125,34 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     return simulate(workload, policy, charger, progress=progress)
 
 
+RUNS_SETUP_FILE = "setup.json"
+"""Beside an experiment's run CSVs: the `Setup` they were made with."""
+
+
+def _setup_record(setup: Setup) -> dict:
+    return json.loads(json.dumps(asdict(setup)))
+
+
+def stale_runs(setup: Setup, root, experiment: str) -> bool:
+    """Whether finished runs under root/runs/EXPERIMENT/ were made with another setup (truth, memory model,
+    size, seed, ...) or an unknown one: then they are rerun, never reused."""
+    path = Path(root) / "runs" / experiment / RUNS_SETUP_FILE
+    if not path.parent.is_dir() or not any(path.parent.glob("*.csv")):
+        return False
+    try:
+        return json.loads(path.read_text()) != _setup_record(setup)
+    except (OSError, ValueError):
+        return True
+
+
+def record_runs(setup: Setup, root, experiment: str) -> None:
+    """Write the setup beside the runs once every run of the experiment is finished."""
+    from paradyse_lab.atomic_write import write_text_atomic
+
+    write_text_atomic(Path(root) / "runs" / experiment / RUNS_SETUP_FILE,
+                      json.dumps(_setup_record(setup), indent=1) + "\n")
+
+
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
          models=MODELS, datasets=DATASETS, progress: bool = True,
          beyond: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -136,9 +164,11 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     policies = STATIC_POLICIES + paper_dynamic + ((OURS_POLICIES + STATIC_RECOMPUTE_POLICIES) if beyond else ())
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
+    force = stale_runs(setup, root, "fig2") or force
     for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
         path = run_path(root, "fig2", d, m, p)
         runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force)
+    record_runs(setup, root, "fig2")
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
@@ -219,9 +249,11 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     variants["without random forest"] = {"plan_cost_model": "polynomial"}
     against = {"without random forest": "full (hybrid cost model)"}
     runs = {}
+    force = stale_runs(setup, root, "table5") or force
     for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
         path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
         runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force)
+    record_runs(setup, root, "table5")
     rows = []
     for name in variants:
         paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid

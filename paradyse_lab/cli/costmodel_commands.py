@@ -104,7 +104,8 @@ def register(sub) -> None:
         "seconds per layer, fixed seconds per layer and unit of width) by non-negative least squares on "
         "relative error (paradyse_lab/costmodel/calibration.py), and write a cluster TOML that every "
         "command takes with --cluster: the base cluster plus [calibration.STRATEGY] tables.")
-    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
+    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled measured profile; "
+                   "on the paper's node, the authors' measurements)")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"base cluster preset (default {DEFAULT_CLUSTER})")
     p.add_argument("--out", required=True, help=".toml file to write")
     add_format_argument(p)
@@ -114,7 +115,7 @@ def register(sub) -> None:
 def _profile_path(args) -> Path:
     from paradyse_lab.profiles import default_profile
 
-    return Path(args.profiles) if args.profiles else default_profile(get_cluster(args.cluster).name)
+    return Path(args.profiles) if args.profiles else default_profile(get_cluster(args.cluster).device)
 
 
 def _pct(x) -> str:
@@ -293,6 +294,7 @@ def run_fit_calibration(args) -> int:
     from paradyse_lab.atomic_write import write_text_atomic
     from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS
     from paradyse_lab.costmodel.calibration import calibration_toml, fit_calibration
+    from paradyse_lab.costmodel.learned_cost_model import calibration_profile, check_profile_device
     from paradyse_lab.profiles import profile_sources, read_profiles
 
     base = get_cluster(args.cluster)
@@ -300,8 +302,9 @@ def run_fit_calibration(args) -> int:
         raise UserInputError(f"--cluster {args.cluster} is already calibrated; give its base preset")
     if not args.out.endswith(".toml"):
         raise UserInputError(f"--out must name a .toml file, got {args.out!r}")
-    path = _profile_path(args)
+    path = Path(args.profiles) if args.profiles else calibration_profile(base.device)
     df = read_profiles(path)
+    check_profile_device(df, base, path)
     calibration = fit_calibration(df, base)
     source = f"{base.name} calibrated on {path.name} (source={profile_sources(df)}) by paradyse-lab fit-calibration"
     write_text_atomic(Path(args.out), calibration_toml(base, calibration, base.name, source))

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
-from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration
+from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration, mape
 from paradyse_lab.costmodel.learned_cost_model import LEARNED_KINDS, analytic_whole, fit_profiles, profile_cluster
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.profiles import GROUP_COLUMNS
@@ -55,12 +55,6 @@ def split_profiles(df: pd.DataFrame, holdout_every: int = 4) -> tuple[pd.DataFra
         raise UserInputError(f"the profile has no curve with {MIN_LENGTHS} distinct lengths up to half its longest "
                              "length: nothing to hold out")
     return train, interp, extrap
-
-
-def mape(pred: np.ndarray, true: np.ndarray) -> float:
-    """Mean absolute percentage error, as a fraction."""
-    true = np.asarray(true, dtype=float)
-    return float(np.mean(np.abs(np.asarray(pred, dtype=float) - true) / true))
 
 
 def accuracy(df: pd.DataFrame, models=ABLATION_MODELS, cluster: ClusterSpec | None = None,

@@ -24,6 +24,7 @@ anywhere), and `paradyse-lab ablate-costmodel --profiles FILE` (accuracy, per le
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -156,24 +157,26 @@ def band_of(seq_len: np.ndarray) -> list[str]:
     return labels
 
 
-def _mape(pred, true) -> float:
+def mape(pred, true) -> float:
+    """Mean absolute percentage error, as a fraction: mean |predicted - measured| / measured."""
     true = np.asarray(true, float)
     return float(np.mean(np.abs(np.asarray(pred, float) - true) / true))
 
 
 def loso_summary(points: pd.DataFrame, models=("analytic", "calibrated")) -> dict:
-    """Per model: leave-one-shape-out time MAPE (mean over shapes of each shape's MAPE), and the MAPE per
-    strategy, per length band and per shape, all fractions."""
+    """Per model: leave-one-shape-out time MAPE (the mean over shapes of each held-out shape's MAPE), per
+    strategy (the same mean, of that strategy's rows), per length band (pooled over the held-out rows of
+    that band: bands hold different numbers of rows per shape) and per shape; all fractions."""
     out = {}
     for m in models:
-        per_shape = {s: _mape(g[m], g["time_s"]) for s, g in points.groupby("shape", sort=False)}
+        per_shape = {s: mape(g[m], g["time_s"]) for s, g in points.groupby("shape", sort=False)}
         by_strategy = {}
         for strategy, g in points.groupby("strategy", sort=True):
-            by_strategy[strategy] = float(np.mean([_mape(x[m], x["time_s"]) for _, x in g.groupby("shape")]))
+            by_strategy[strategy] = float(np.mean([mape(x[m], x["time_s"]) for _, x in g.groupby("shape")]))
         out[m] = {
             "time_mape_leave_one_shape_out": float(np.mean(list(per_shape.values()))),
             "by_strategy": by_strategy,
-            "by_band": {b: _mape(g[m], g["time_s"]) for b, g in points.groupby("band", sort=False)},
+            "by_band": {b: mape(g[m], g["time_s"]) for b, g in points.groupby("band", sort=False)},
             "by_shape": per_shape,
         }
     return out
@@ -181,7 +184,7 @@ def loso_summary(points: pd.DataFrame, models=("analytic", "calibrated")) -> dic
 
 def calibration_toml(cluster: ClusterSpec, calibration: dict, base: str, source: str) -> str:
     """A cluster file: `base` plus `[calibration.STRATEGY]` tables (what `load_cluster_toml` reads)."""
-    lines = [f"# {source}", f'base = "{base}"', f'source = "{source}"', ""]
+    lines = [f"# {source}".replace("\n", " "), f"base = {json.dumps(base)}", f"source = {json.dumps(source)}", ""]
     for strategy in sorted(calibration):
         c = calibration[strategy]
         lines.append(f"[calibration.{strategy}]")

@@ -192,6 +192,34 @@ def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = 
     return _FIT_CACHE[key]
 
 
+def needs_profile(name: str, cluster: ClusterSpec) -> bool:
+    """Whether `build_cost_model(name, ...)` fits something on a profile."""
+    return name in LEARNED_KINDS or (name == "calibrated" and not cluster.calibration)
+
+
+def calibration_profile(device: str) -> Path:
+    """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
+    node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
+    from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
+    from paradyse_lab.profiles import PAPER_PROFILE
+
+    path = default_profile(device)
+    if path.name.startswith("measured"):
+        return path
+    if device == PAPER_DEVICE:
+        return PAPER_PROFILE
+    raise UserInputError(f"no measured profile of {device!r} to calibrate on (the bundled one is synthetic, the "
+                         "analytic model itself); pass --profiles FILE")
+
+
+def check_profile_device(df: pd.DataFrame, cluster: ClusterSpec, path) -> None:
+    """Refuse to fit `cluster` on rows taken on another preset device."""
+    devices = set(df["device"]) & set(CLUSTER_PRESETS)
+    if devices and devices != {cluster.device}:
+        raise UserInputError(f"{Path(path).name}: rows taken on {', '.join(sorted(devices))}, not on "
+                             f"{cluster.device}; fit it with --cluster {sorted(devices)[0]}")
+
+
 def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
     from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
@@ -203,6 +231,7 @@ def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     key = ("calibrated", str(path.resolve()), stamp, cluster.name)
     if key not in _FIT_CACHE:
         df = read_profiles(path)
+        check_profile_device(df, cluster, path)
         _FIT_CACHE[key] = calibrated_cluster(cluster, fit_calibration(df, cluster),
                                              source=f"calibrated on {path.name} (source={profile_sources(df)})")
     return _FIT_CACHE[key]
@@ -333,10 +362,10 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
         return PaperCostModel(model, cluster, p)
     if name == "calibrated":
         if not cluster.calibration:
-            cluster = calibrate_on_file(Path(profiles) if profiles else default_profile(cluster.name), cluster)
+            cluster = calibrate_on_file(Path(profiles) if profiles else calibration_profile(cluster.device), cluster)
         return AnalyticCostModel(model, cluster, p)
     if name in LEARNED_KINDS:
-        path = Path(profiles) if profiles else default_profile(cluster.name)
+        path = Path(profiles) if profiles else default_profile(cluster.device)
         return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
     if name.endswith(".joblib"):
         from paradyse_lab.costmodel import learned

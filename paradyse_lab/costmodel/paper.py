@@ -14,7 +14,8 @@ What it charges, per rank and training step, for a model whose layer shape the a
   unchanged (the fits carry no memory).
 
 Any other shape, p, GPU, or batch is refused with a `UserInputError` naming the four covered shapes.
-The fits are of non-causal attention (the authors' runs); the presets' causal flag changes nothing here.
+The fits are of non-causal attention (the authors' runs): the time ratios above (attention / MLP split,
+recompute) are taken from the analytic model with a non-causal mask too, whatever the preset's flag.
 Command: `paradyse-lab cost --model bert --seq 4K --cost-model paper`.
 """
 
@@ -59,6 +60,8 @@ class PaperCostModel:
                                  f"{cluster.gpu_name} (cluster {cluster.name!r}); covered: {covered_shapes_text()}")
         self.model, self.cluster, self.p = model, cluster, self.analytic.p
         self.shape = shape
+        self._timing = AnalyticCostModel(dataclasses.replace(model, causal=False), cluster, p)
+        """The analytic model under the measured conditions (non-causal), for time ratios only."""
 
     def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
         """Raise `UserInputError` when the option cannot run these shapes or the fits do not cover them."""
@@ -83,18 +86,22 @@ class PaperCostModel:
         return measured * ratio
 
     def _analytic_layer_s(self, option: StrategyOption, seq_len: int) -> float:
-        a = self.analytic
+        a = self._timing
         return a.sublayer("attention", option, seq_len).time_s + a.sublayer("mlp", option, seq_len).time_s
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
         """The analytic sub-layer cost with its time replaced by its share of the measured layer time."""
         self.check(option, seq_len, batch)
         base = self.analytic.sublayer(kind, option, seq_len, batch)
-        share = base.time_s / self._analytic_layer_s(option, seq_len)
+        share = self._timing.sublayer(kind, option, seq_len, batch).time_s / self._analytic_layer_s(option, seq_len)
         time_s = self.layer_time_s(option, seq_len) * share
         scale = time_s / base.time_s
         return dataclasses.replace(base, time_s=time_s, compute_s=base.compute_s * scale,
                                    exposed_comm_s=base.exposed_comm_s * scale)
+
+    def collective_s(self, call) -> float:
+        """Seconds of a collective (the analytic alpha-beta model; used only for layout switches)."""
+        return self.analytic.collective_s(call)
 
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Embedding and head: the analytic model's (the measured presets have none)."""

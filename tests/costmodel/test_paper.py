@@ -86,8 +86,22 @@ def test_paper_cost_model_charges_the_fit_per_layer_and_analytic_memory():
         assert att.time_s / mlp.time_s == pytest.approx(att_a.time_s / mlp_a.time_s)  # the analytic split
 
 
+def test_paper_cost_model_splits_a_causal_preset_as_measured_non_causal():
+    cm = PaperCostModel(get_model("gpt"), A100)
+    causal, bidir = AnalyticCostModel(get_model("gpt"), A100), AnalyticCostModel(
+        dataclasses.replace(get_model("gpt"), causal=False), A100)
+    opt = StrategyOption("metp")
+    share = cm.sublayer("attention", opt, 131072).time_s / cm.layer_time_s(opt, 131072)
+    expected = [a.sublayer("attention", opt, 131072).time_s / (a.sublayer("attention", opt, 131072).time_s
+                                                               + a.sublayer("mlp", opt, 131072).time_s)
+                for a in (bidir, causal)]
+    assert share == pytest.approx(expected[0]) and share != pytest.approx(expected[1])
+
+
 def test_paper_cost_model_charges_recompute_as_the_analytic_ratio():
-    cm, an = PaperCostModel(get_model("gpt"), A100), AnalyticCostModel(get_model("gpt"), A100)
+    # the ratio is the analytic model's under the measured conditions: non-causal (the gpt preset is causal)
+    cm = PaperCostModel(get_model("gpt"), A100)
+    an = AnalyticCostModel(dataclasses.replace(get_model("gpt"), causal=False), A100)
     plain, rc = StrategyOption("metp"), StrategyOption("metp", True)
     ratio = uniform_plan_cost(an, rc, 65536).time_s_per_layer / uniform_plan_cost(an, plain, 65536).time_s_per_layer
     assert ratio > 1
@@ -149,4 +163,21 @@ def test_profile_causal_column_is_optional_and_validated(tmp_path):
         read_profiles(path)
     df.drop(columns="causal").to_csv(path, index=False)
     assert "causal" not in read_profiles(path).columns
-    assert np.isfinite(pd.read_csv(PAPER_PROFILE).time_s).all()
+    df["causal"] = ["true", "", "false"]  # empty: the preset's mask
+    df.to_csv(path, index=False)
+    got = read_profiles(path)
+    assert got.causal.tolist() == [True, None, False]
+    assert write_profiles(got, tmp_path / "again.csv").read_text() == write_profiles(
+        read_profiles(tmp_path / "again.csv"), tmp_path / "third.csv").read_text()
+    assert read_profiles(tmp_path / "again.csv").causal.tolist() == [True, None, False]
+
+
+def test_paper_and_synthetic_profiles_combine(tmp_path):
+    from paradyse_lab.costmodel.learned_cost_model import analytic_whole
+
+    both = pd.concat([read_profiles(PAPER_PROFILE).head(4), read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv")
+                      .query("model == 'gpt'").head(4)], ignore_index=True)
+    rows = read_profiles(write_profiles(both, tmp_path / "both.csv"))
+    assert rows.causal.tolist()[:4] == [False] * 4 and rows.causal.tolist()[4:] == [None] * 4
+    times, _ = analytic_whole(rows, A100)
+    assert np.isfinite(times).all()

@@ -268,3 +268,33 @@ def test_dp_with_recompute_trains_grch38_gpt_to_the_end_where_the_paper_policies
     assert heur.oom_at_seq_len is not None and rc.oom_at_seq_len is None
     assert rc.max_seq_len_trained == metp.max_seq_len_trained > heur.max_seq_len_trained
     assert rc.total_time_s < metp.total_time_s  # recomputing only where needed beats recomputing everywhere
+
+
+def test_experiment_runs_made_under_another_truth_are_rerun_not_reused(tmp_path, capsys):
+    argv = ["experiment", "fig2", "--out", str(tmp_path), "--size", "8", "--no-exact", "--paper-policies-only",
+            "--format", "json"]
+
+    def bert_savings(extra):
+        assert main(argv + extra) == 0
+        heads = json.loads(capsys.readouterr().out)["headlines"]
+        return [h["max_time_reduction"] for h in heads if h["model"] == "bert"]
+
+    analytic = bert_savings([])
+    paper = bert_savings(["--truth-cost-model", "paper"])
+    assert paper != analytic
+    fresh = tmp_path / "fresh"
+    assert main(["experiment", "fig2", "--out", str(fresh), "--size", "8", "--no-exact", "--paper-policies-only",
+                 "--truth-cost-model", "paper", "--format", "json"]) == 0
+    heads = json.loads(capsys.readouterr().out)["headlines"]
+    assert paper == [h["max_time_reduction"] for h in heads if h["model"] == "bert"]
+    assert json.loads((tmp_path / "runs" / "fig2" / "setup.json").read_text())["truth"] == "paper"
+
+
+def test_a_calibrated_cluster_file_finds_its_base_devices_profiles():
+    setup = Setup(cluster="a100-80gb-x8-paper", size=10)
+    assert setup.profile_path().endswith("analytic_a100-80gb-x8.csv")
+    rows = run_one(setup, "gpt", "grch38", "dynamic:dp", plan_cost_model="hybrid")
+    assert len(rows) == 10
+    calibrated = run_one(Setup(cluster="a100-80gb-x8-paper", size=10, profiles="/nonexistent.csv"), "gpt",
+                         "grch38", "dynamic:dp", truth_cost_model="calibrated")  # no profile needed: no fit
+    assert len(calibrated) == 10
