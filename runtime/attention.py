@@ -4,9 +4,12 @@ Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is 
 `causal=True` is the top-left-aligned mask of equal query and key lengths (query i sees keys 0..i), the
 only causal block ring attention needs with the zig-zag layout.
 
-Backends, chosen per call by `backend(q)` (a fused backend that raises once falls back to the next one,
-exact math last):
+Backends, chosen per call by `backend(q)` (a fused backend that raises an error other than out of memory
+falls back to the next one, exact math last, with a warning; an out-of-memory error is re-raised and
+disables nothing; `kernels_used()` says which kernel ran, and profile rows record it):
 - 'flash_attn': the flash-attn package (Dao et al., FlashAttention-2) when installed, CUDA, fp16/bf16;
+  the call conventions of releases 2.5 to 2.8 (`FA_FORWARD_ARGS`), q, k, v, o, dO passed as strided
+  [b, s, H, d] views of the [b, H, s, d] tensors (flash-attn needs only stride(-1) == 1: no copies);
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
 - 'math': an exact fp32 implementation (CPU, and fp32 anywhere).
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
@@ -16,8 +19,10 @@ P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+import warnings
 
 import torch
 
@@ -74,28 +79,84 @@ def _math_backward(do, q, k, v, o, lse, causal, scale):
 
 # --- CUDA kernels --------------------------------------------------------------------------------------
 
-def _call(fn, **kwargs):
-    """Call a flash-attn internal with the keyword arguments its installed version accepts."""
-    names = inspect.signature(fn).parameters
-    return fn(**{k: v for k, v in kwargs.items() if k in names})
+FA_FORWARD_ARGS = {
+    "2.5": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "alibi_slopes",
+            "return_softmax"),
+    "2.6": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
+            "return_softmax"),
+    "2.7": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size_left", "window_size_right",
+            "softcap", "alibi_slopes", "return_softmax"),
+}
+"""Positional parameters of flash-attn's `flash_attn_interface._flash_attn_forward` by release (2.8 as 2.7).
+2.5 and 2.6 return (out, q, k, v, out_padded, softmax_lse, S_dmask, rng_state); 2.7 and later are
+`torch.library.custom_op` objects (signature `(*args, **kwargs)`) returning (out, softmax_lse, S_dmask,
+rng_state)."""
+FA_BACKWARD_ARGS = {
+    "2.5": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
+            "window_size", "alibi_slopes", "deterministic", "rng_state"),
+    "2.6": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
+            "window_size", "softcap", "alibi_slopes", "deterministic", "rng_state"),
+    "2.7": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
+            "window_size_left", "window_size_right", "softcap", "alibi_slopes", "deterministic", "rng_state"),
+}
+"""Positional parameters of `_flash_attn_backward` (writes dq, dk, dv in place in every release)."""
+
+
+def fa_parameter_names(fn, table: dict, version: str | None = None) -> tuple[str, ...]:
+    """The parameter names of a flash-attn internal: its Python signature (2.5, 2.6); the schema of a
+    `torch.library.custom_op` (2.7+, whose Python signature is `(*args, **kwargs)`); else the table row of
+    the installed release (`flash_attn.__version__`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    names = tuple(q.name for q in params if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD))
+    if names:
+        return names
+    schema = getattr(getattr(fn, "_opoverload", None), "_schema", None) or getattr(fn, "_schema", None)
+    if schema is not None:
+        return tuple(a.name for a in schema.arguments)
+    major_minor = ".".join(str(version or _fa_version()).split(".")[:2])
+    return table.get(major_minor) or table["2.7"]
+
+
+def _fa_version() -> str:
+    try:
+        import flash_attn  # type: ignore
+
+        return str(flash_attn.__version__)
+    except Exception:  # noqa: BLE001 - version unknown: the newest call convention
+        return "2.7"
+
+
+def _call_positional(fn, table: dict, values: dict):
+    """Call `fn` with `values` placed positionally by its parameter names (every name must be known)."""
+    names = fa_parameter_names(fn, table)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise TypeError(f"{getattr(fn, '__name__', fn)}: unknown flash-attn parameters {missing}")
+    return fn(*(values[n] for n in names))
 
 
 def _fa_forward(q, k, v, causal, scale):
-    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # [b,H,s,d] -> [b,s,H,d]
-    res = _call(_fa._flash_attn_forward, q=qt, k=kt, v=vt, dropout_p=0.0, softmax_scale=scale, causal=causal,
-                window_size=(-1, -1), window_size_left=-1, window_size_right=-1, softcap=0.0,
-                alibi_slopes=None, return_softmax=False)
-    out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])
+    # [b,H,s,d] -> [b,s,H,d] as strided views, no copy: flash-attn needs only stride(-1) == 1
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    res = _call_positional(_fa._flash_attn_forward, FA_FORWARD_ARGS, dict(
+        q=qt, k=kt, v=vt, dropout_p=0.0, softmax_scale=scale, causal=causal, window_size=(-1, -1),
+        window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None, return_softmax=False))
+    out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])  # 2.5/2.6: 8 values; 2.7+: 4
     return out.transpose(1, 2), lse  # [b,s,H,d] -> [b,H,s,d]
 
 
 def _fa_backward(do, q, k, v, o, lse, causal, scale):
-    qt, kt, vt, ot, dot = (x.transpose(1, 2).contiguous() for x in (q, k, v, o, do))  # [b,H,s,d] -> [b,s,H,d]
-    dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
-    _call(_fa._flash_attn_backward, dout=dot, q=qt, k=kt, v=vt, out=ot, softmax_lse=lse.contiguous(), dq=dq,
-          dk=dk, dv=dv, dropout_p=0.0, softmax_scale=scale, causal=causal, window_size=(-1, -1),
-          window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None, deterministic=False,
-          rng_state=None)
+    # [b,H,s,d] -> [b,s,H,d] as strided views, no copy (stride(-1) == 1 is all flash-attn needs)
+    qt, kt, vt, ot, dot = (x.transpose(1, 2) for x in (q, k, v, o, do))
+    # gradients allocated [b,H,s,d]-contiguous and viewed as [b,s,H,d]: the returned views are contiguous
+    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format).transpose(1, 2) for x in (q, k, v))
+    _call_positional(_fa._flash_attn_backward, FA_BACKWARD_ARGS, dict(
+        dout=dot, q=qt, k=kt, v=vt, out=ot, softmax_lse=lse.contiguous(), dq=dq, dk=dk, dv=dv, dropout_p=0.0,
+        softmax_scale=scale, causal=causal, window_size=(-1, -1), window_size_left=-1, window_size_right=-1,
+        softcap=0.0, alibi_slopes=None, deterministic=False, rng_state=None))
     return tuple(x.transpose(1, 2) for x in (dq, dk, dv))  # [b,s,H,d] -> [b,H,s,d]
 
 
@@ -120,7 +181,22 @@ def _sdpa_backward(do, q, k, v, o, lse, causal, scale):
 _KERNELS = {"flash_attn": (_fa_forward, _fa_backward), "sdpa_flash": (_sdpa_forward, _sdpa_backward),
             "math": (_math_forward, _math_backward)}
 _BROKEN: set[str] = set()
-"""Fused backends that raised once (an unsupported shape or version): later calls skip them."""
+"""Fused backends that raised once with an error other than out-of-memory (an unsupported shape or
+version): later calls skip them (with a warning). An out-of-memory error is re-raised and poisons nothing:
+it says the inputs were too big, not that the kernel cannot run."""
+_USED: list[set[str]] = []
+
+
+@contextlib.contextmanager
+def kernels_used():
+    """Collect the names of the kernels that actually ran inside the block (profile rows record them):
+    `with kernels_used() as ran: ...; sorted(ran)` gives e.g. ['sdpa_flash']."""
+    ran: set[str] = set()
+    _USED.append(ran)
+    try:
+        yield ran
+    finally:
+        _USED.remove(ran)
 
 
 def _candidates(q: torch.Tensor) -> list[str]:
@@ -130,13 +206,21 @@ def _candidates(q: torch.Tensor) -> list[str]:
 
 
 def _run(which: int, q: torch.Tensor, *args):
+    from runtime.kernel_bench import is_oom
+
     for kind in _candidates(q):
         try:
-            return _KERNELS[kind][which](*args)
-        except Exception:  # noqa: BLE001 - fall back to the next backend, exact math last
-            if kind == "math":
+            result = _KERNELS[kind][which](*args)
+        except Exception as err:  # noqa: BLE001 - fall back to the next backend, exact math last
+            if kind == "math" or is_oom(err):
                 raise
             _BROKEN.add(kind)
+            warnings.warn(f"attention kernel {kind!r} failed ({type(err).__name__}: {err}); using the next "
+                          "one for the rest of this process", RuntimeWarning, stacklevel=3)
+            continue
+        for ran in _USED:
+            ran.add(kind)
+        return result
     raise AssertionError("unreachable")
 
 
