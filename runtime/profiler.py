@@ -23,8 +23,14 @@ the option on every layer, tied head and loss), seen from one rank. `--warmup` u
   leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
   (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
   (communication included), comm_s is 0 and comm_modelled false.
-- On CPU there is no allocator peak counter: peak_bytes = parameter + gradient bytes + kept_bytes, a
-  lower bound (the transient working memory is not seen). Use GPU rows for peak memory.
+- peak_bytes has the cost model's meaning (paradyse_lab/profiles.py): every model state is resident while
+  measuring (`resident_model_states`: gradients allocated and accumulated into, the optimizer states as one
+  untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`) after the
+  kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
+  bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method`
+  lower-bound-cpu). Use GPU rows for peak memory.
+- attention_kernel: the attention kernels that actually ran for the row (runtime/attention.py
+  `kernels_used`: flash_attn, sdpa_flash or math; joined by '+' if a fused one fell back mid-row).
 
 kept_bytes (`measure_kept_bytes`) is exact on every device: the bytes of the distinct storages that the
 forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
@@ -77,17 +83,24 @@ class KeptRecorder:
         self._exclude = {_storage_key(t) for t in exclude}
         self.kept: dict[tuple, KeptTensor] = {}
 
+    def _pack(self, t):
+        key = _storage_key(t)
+        if key not in self._exclude and key not in self.kept:
+            self.kept[key] = KeptTensor(tuple(t.shape), str(t.dtype).replace("torch.", ""),
+                                        t.untyped_storage().nbytes())
+        # A detached view (same storage, no copy), never `t` itself: a saved output returned as is makes the
+        # cycle tensor -> grad_fn -> saved variable -> tensor through C++, which Python's garbage collector
+        # cannot see, so the recorded forward's graph, and every activation it keeps, would never be freed
+        # unless a backward ran (tests/runtime/test_profile_peaks.py).
+        return t.detach()
+
+    def _unpack(self, packed):
+        return packed
+
     def __enter__(self):
         import torch
 
-        def pack(t):
-            key = _storage_key(t)
-            if key not in self._exclude and key not in self.kept:
-                self.kept[key] = KeptTensor(tuple(t.shape), str(t.dtype).replace("torch.", ""),
-                                            t.untyped_storage().nbytes())
-            return t
-
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
 
@@ -136,6 +149,38 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
         y = run_sublayer(impl, ctx, recompute, x, params)
     rec.output = y  # keep the graph alive while the caller inspects the record
     return rec
+
+
+# --- model states and the peak -------------------------------------------------------------------------
+
+def resident_model_states(params, spec, device):
+    """Make every model state resident, as in training and as the cost model counts them
+    (`formulas.model_state_bytes_per_param`: 16 bytes per parameter, fp32 or bf16 mixed precision):
+    gradients allocated now (zeros, accumulated into, never freed) and the optimizer states that the
+    parameters' own weight and gradient bytes leave (Adam's m, v and, in bf16, the fp32 master weights) as
+    one untouched buffer. Returns (that buffer, all model-state bytes)."""
+    import torch
+
+    from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
+
+    params = list(params)
+    for q in params:
+        if q.grad is None:
+            q.grad = torch.zeros_like(q)
+    n = sum(q.numel() for q in params)
+    own = sum(2 * q.numel() * q.element_size() for q in params)  # weights + gradients
+    optimizer_bytes = max(0, n * model_state_bytes_per_param(spec) - own)
+    return torch.empty(optimizer_bytes, dtype=torch.uint8, device=device), own + optimizer_bytes
+
+
+def reset_peak(device) -> None:
+    """The point from which a profile's peak is measured: nothing of an earlier step may be alive here
+    (tests/runtime/test_profile_peaks.py checks that no tensor saved for backward is still reachable)."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 # --- timing ---------------------------------------------------------------------------------------------
@@ -272,7 +317,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.profiles import COLUMNS, validate_profiles
     from paradyse_lab.strategies import StrategyOption
-    from runtime import comm
+    from runtime import attention, comm
     from runtime.fake_group import FakeGroup
     from runtime.layout import check_length
     from runtime.model import ParallelGPT
@@ -309,7 +354,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     cost_spec = cfg.model_spec(dtype_name if dtype_name != "fp16" else "bf16")
     analytic = AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     params = list(model.parameters())
-    state_bytes = 2 * sum(q.numel() * q.element_size() for q in params)  # weights + gradients
+    _optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)  # held while profiling
     barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None
     software, dev_name = software_versions(), device_name(device)
 
@@ -329,20 +374,17 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
         labels = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
         plan = [str(opt)] * cfg.layers
 
-        def step(ids=ids, plan=plan, labels=labels):
-            for q in params:
-                q.grad = None
+        def step(ids=ids, plan=plan, labels=labels):  # gradients stay resident and accumulate
             _, loss = model(ids, plan, labels)
             loss.backward()
 
-        with KeptRecorder(exclude=params) as rec:  # kept bytes of one forward (exact)
-            _, loss = model(ids, plan, labels)
-        kept = rec.nbytes
-        del loss, rec
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-        times = _timed_steps(step, opts.warmup, opts.repeats, device.type == "cuda", barrier)
+        with attention.kernels_used() as ran:
+            with KeptRecorder(exclude=params) as rec:  # kept bytes of one forward (exact)
+                logits, loss = model(ids, plan, labels)
+            kept = rec.nbytes
+            del logits, loss, rec  # the whole graph of that forward, before the peak is reset
+            reset_peak(device)
+            times = _timed_steps(step, opts.warmup, opts.repeats, device.type == "cuda", barrier)
         compute_s = statistics.median(times)
         if device.type == "cuda":
             peak = int(torch.cuda.max_memory_allocated(device))
@@ -367,6 +409,8 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
             "device": dev_name, "source": "measured-distributed" if distributed else "measured-rank-local",
             "software": software, "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "compute_s": compute_s, "comm_s": comm_s, "comm_modelled": "false" if distributed else "true",
+            "attention_kernel": "+".join(sorted(ran)), "state_bytes": state_bytes,
+            "peak_method": "max_memory_allocated" if device.type == "cuda" else "lower-bound-cpu",
         })
         if bar is not None:
             bar.update()

@@ -18,9 +18,11 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   resident, as in training: weights and gradients (allocated up front, accumulated into), and the
   mixed-precision Adam states that `formulas.model_state_bytes_per_param` charges (12 bytes per parameter
   in bf16: fp32 master, m, v) as one untouched allocation (`adam_state_bytes`; no optimizer step is run
-  or timed). On CPU there is no allocator counter: peak_bytes = state_bytes + kept_bytes, a lower bound
+  or timed): the cost model's peak (paradyse_lab/profiles.py). On CPU there is no allocator counter:
+  peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
 - kept_bytes: the storages saved for backward (runtime.profiler.KeptRecorder), parameters excluded.
+- attention_kernel: the attention kernels that actually ran (runtime/attention.py `kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
 skipped, never extrapolated).
@@ -39,7 +41,7 @@ from paradyse_lab.errors import UserInputError
 from runtime.kernel_bench import is_oom
 
 EXTRA_COLUMNS = ("compute_s", "comm_s", "comm_modelled", "repeats", "dtype", "state_bytes", "adam_state_bytes",
-                 "peak_reserved_bytes", "peak_method", "cluster")
+                 "peak_reserved_bytes", "peak_method", "cluster", "attention_kernel")
 """Columns after profiles.COLUMNS (ignored by paradyse_lab.profiles.read_profiles)."""
 MAX_REPEATS = 3
 
@@ -50,8 +52,8 @@ class LayerStack:
     def __init__(self, spec, p: int, device, dtype, rank: int = 0, seed: int = 0):
         import torch
 
-        from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
         from runtime.fake_group import FakeGroup
+        from runtime.profiler import resident_model_states
 
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
@@ -79,11 +81,9 @@ class LayerStack:
 
         self.layers = [(sub(3 * h, h), sub(f, f)) for _ in range(spec.layers)]
         self.params = [q for layer in self.layers for part in layer for q in part]
-        n_params = sum(q.numel() for q in self.params)
         spec_dtype = "fp32" if dtype == torch.float32 else "bf16"
-        extra = model_state_bytes_per_param(replace(spec, dtype=spec_dtype)) - 2 * self.params[0].element_size()
-        self.adam_state_bytes = n_params * extra
-        self._adam = torch.empty(self.adam_state_bytes, dtype=torch.uint8, device=device)  # never touched
+        self._adam, _ = resident_model_states(self.params, replace(spec, dtype=spec_dtype), device)  # untouched
+        self.adam_state_bytes = self._adam.numel()
 
     def violation(self, option, seq_len: int) -> str | None:
         """Why `option` cannot run `seq_len` on this stack, or None."""
@@ -115,8 +115,9 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
     """compute_s, repeats, peak, kept and state bytes of one step of `option` at `seq_len` (module docstring)."""
     import torch
 
+    from runtime.attention import kernels_used
     from runtime.kernel_bench import _timed
-    from runtime.profiler import KeptRecorder
+    from runtime.profiler import KeptRecorder, reset_peak
 
     dev, cuda = stack.device, stack.device.type == "cuda"
     x = torch.randn(batch, seq_len // stack.p, stack.spec.hidden, device=dev, dtype=stack.dtype)  # [b, s/p, h]
@@ -127,24 +128,25 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
     def step():
         stack.forward(option, x, seq_len).backward(dy)
 
+    reset_peak(dev)
     if cuda:
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
         state = torch.cuda.memory_allocated(dev)
     else:
         state = sum(q.numel() * q.element_size() * 2 for q in stack.params) + stack.adam_state_bytes
     t0 = time.perf_counter()
-    with KeptRecorder(exclude=stack.params) as rec:  # the untimed step: warm-up and kept bytes
-        y = stack.forward(option, x, seq_len)
-    kept = rec.nbytes
-    y.backward(dy)
-    del y, rec
-    if cuda:
-        torch.cuda.synchronize(dev)
-    first = time.perf_counter() - t0
-    fit = int(0.5 * (deadline - time.perf_counter()) / max(first, 1e-9))
-    times = [_timed(step, dev) for _ in range(max(1, min(max_repeats, fit)))]
-    out = {"compute_s": statistics.median(times), "repeats": len(times), "kept_bytes": kept, "state_bytes": state}
+    with kernels_used() as ran:
+        with KeptRecorder(exclude=stack.params) as rec:  # the untimed step: warm-up and kept bytes
+            y = stack.forward(option, x, seq_len)
+        kept = rec.nbytes
+        y.backward(dy)
+        del y, rec
+        if cuda:
+            torch.cuda.synchronize(dev)
+        first = time.perf_counter() - t0
+        fit = int(0.5 * (deadline - time.perf_counter()) / max(first, 1e-9))
+        times = [_timed(step, dev) for _ in range(max(1, min(max_repeats, fit)))]
+    out = {"compute_s": statistics.median(times), "repeats": len(times), "kept_bytes": kept, "state_bytes": state,
+           "attention_kernel": "+".join(sorted(ran))}
     if cuda:
         out.update(peak_bytes=int(torch.cuda.max_memory_allocated(dev)), peak_method="max_memory_allocated",
                    peak_reserved_bytes=int(torch.cuda.max_memory_reserved(dev)))
@@ -232,6 +234,6 @@ def rows_of_curve(stack: LayerStack, option, points: dict, analytic, device_name
             "software": software, "timestamp": stamp, "compute_s": f"{pt['compute_s']:.6g}", "comm_s": f"{comm:.6g}",
             "comm_modelled": "true", "repeats": pt["repeats"], "dtype": dname, "state_bytes": pt["state_bytes"],
             "adam_state_bytes": stack.adam_state_bytes, "peak_reserved_bytes": pt["peak_reserved_bytes"],
-            "peak_method": pt["peak_method"], "cluster": cluster,
+            "peak_method": pt["peak_method"], "cluster": cluster, "attention_kernel": pt["attention_kernel"],
         })
     return rows

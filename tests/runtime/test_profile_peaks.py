@@ -1,0 +1,80 @@
+"""What a profile row's peak means, and that nothing of an earlier step is alive when it is measured.
+
+Run: `python -m pytest -q tests/runtime/test_profile_peaks.py`. Both profilers (runtime/profiler.py, the
+whole model; runtime/stack_profile.py, the layer stack of `runtime.gpu_session`) hold every model state
+resident (16 bytes per parameter, `formulas.model_state_bytes_per_param`, the cost model's count) and record
+the attention kernel that ran; at the peak reset no tensor saved for backward by the kept-bytes forward may
+still be reachable (it would add a copy of every kept activation to `max_memory_allocated`).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from dataclasses import replace
+from types import SimpleNamespace
+
+import torch
+
+from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.strategies import StrategyOption
+from runtime import profiler
+
+P, SEQS = 2, (16, 32)
+
+
+def _opts(**kw):
+    base = dict(model="gpt2-tiny", seqs="16,32", strategies="megatron_cz,metp+recompute", mode="rank-local", p=P,
+                rank=0, batch=1, layers=1, warmup=1, repeats=1, device="cpu", dtype="fp32", cluster="", seed=0)
+    base.update(kw)
+    return profiler.parse_options(SimpleNamespace(**base))
+
+
+def test_no_saved_tensor_is_reachable_at_the_peak_reset(monkeypatch):
+    """Every object the recorder hands autograd lives exactly as long as the recorded forward's graph."""
+    saved: list[weakref.ref] = []
+    resets: list[int] = []
+
+    class WatchingRecorder(profiler.KeptRecorder):
+        def _pack(self, t):
+            packed = super()._pack(t)
+            saved.append(weakref.ref(packed))
+            return packed
+
+    def checking_reset(device):
+        gc.collect()
+        alive = sum(ref() is not None for ref in saved)
+        assert saved and alive == 0, f"{alive} of {len(saved)} saved tensors still reachable at the peak reset"
+        resets.append(len(saved))
+
+    monkeypatch.setattr(profiler, "KeptRecorder", WatchingRecorder)
+    monkeypatch.setattr(profiler, "reset_peak", checking_reset)
+    profiler.profile(_opts(), progress=False)
+    assert len(resets) == 4  # one per (strategy, length) row
+
+
+def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel():
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig
+
+    df = profiler.profile(_opts(), progress=False)
+    spec = get_model("gpt2-tiny").with_layers(1)
+    local_params = sum(q.numel() for q in ParallelGPT(GPTConfig.from_model_spec(spec), FakeGroup(P, 0)).parameters())
+    states = model_state_bytes_per_param(spec) * local_params  # 16 bytes per parameter (fp32 Adam)
+    assert (df["state_bytes"] == states).all()
+    assert (df["peak_bytes"] == states + df["kept_bytes"]).all()  # CPU: the lower bound of that peak
+    assert set(df["attention_kernel"]) == {"math"} and set(df["peak_method"]) == {"lower-bound-cpu"}
+
+
+def test_stack_profile_and_profiler_count_the_same_model_states():
+    from runtime.stack_profile import LayerStack, measure_point
+
+    spec = replace(get_model("bert"), layers=1, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, dtype="fp32")
+    stack = LayerStack(spec, P, torch.device("cpu"), torch.float32)
+    n = sum(q.numel() for q in stack.params)
+    pt = measure_point(stack, StrategyOption("megatron_ts"), 32, time.perf_counter() + 30, max_repeats=1)
+    assert pt["state_bytes"] == model_state_bytes_per_param(spec) * n
+    assert pt["peak_bytes"] == pt["state_bytes"] + pt["kept_bytes"] and pt["attention_kernel"] == "math"
