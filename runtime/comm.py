@@ -58,6 +58,48 @@ _COUNTERS: list[ByteCounter] = []
 _TAG: list[str] = [""]
 
 
+@dataclass(frozen=True)
+class TracedCall:
+    """One call as this rank posts it (for runtime/comm_replay.py): a collective, or one point-to-point
+    exchange (its sends and receives, posted together: one `batch_isend_irecv` on NCCL)."""
+
+    op: str
+    """'all_gather', 'reduce_scatter', 'all_to_all', 'all_reduce' or 'p2p'."""
+    group_size: int
+    shape: tuple[int, ...] = ()
+    """Collectives: the input's shape."""
+    dtype: str = ""
+    sends: tuple[tuple[int, tuple[int, ...], str, int], ...] = ()
+    """p2p: (destination group rank, shape, dtype, message tag) per message sent."""
+    recvs: tuple[tuple[int, tuple[int, ...], str, int], ...] = ()
+    """p2p: (source group rank, shape, dtype, message tag) per message received."""
+    tag: str = ""
+    """The `tagged()` label (layer and sub-layer) the call was made under."""
+
+
+_TRACES: list[list[TracedCall]] = []
+
+
+@contextlib.contextmanager
+def trace_calls():
+    """Record every call inside the block, in posting order: `with trace_calls() as calls: ...`."""
+    calls: list[TracedCall] = []
+    _TRACES.append(calls)
+    try:
+        yield calls
+    finally:
+        _TRACES.remove(calls)
+
+
+def _trace(op: str, group, x: torch.Tensor | None = None, sends=(), recvs=()) -> None:
+    if not _TRACES:
+        return
+    call = TracedCall(op, size(group), tuple(x.shape) if x is not None else (), _dtype(x) if x is not None else "",
+                      tuple(sends), tuple(recvs), _TAG[-1])
+    for t in _TRACES:
+        t.append(call)
+
+
 @contextlib.contextmanager
 def count_bytes():
     """Collect the bytes every call inside the block sends: `with count_bytes() as c: ...; c.by_op`."""
@@ -82,6 +124,10 @@ def tagged(tag: str):
 def _record(op: str, nbytes: int) -> None:
     for c in _COUNTERS:
         c.add(op, int(nbytes), _TAG[-1])
+
+
+def _dtype(x: torch.Tensor) -> str:
+    return str(x.dtype).replace("torch.", "")
 
 
 def _nbytes(x: torch.Tensor) -> int:
@@ -114,11 +160,30 @@ def global_rank(group, group_rank: int) -> int:
     return dist.get_global_rank(group, group_rank)
 
 
-def _is_nccl(group) -> bool:
-    return not _fake(group) and dist.get_backend(group) == "nccl"
+def is_nccl(group=None, tensor: torch.Tensor | None = None) -> bool:
+    """Whether calls on `group` (for `tensor`) run on NCCL: the backend is 'nccl', or a per-device backend
+    string such as 'cpu:gloo,cuda:nccl' (what `init_process_group()` without a backend gives, torch.distributed
+    docs) maps CUDA to nccl and `tensor` is on CUDA (or is not given)."""
+    if _fake(group) or not (dist.is_available() and dist.is_initialized()):
+        return False
+    name = str(dist.get_backend(group))
+    if ":" not in name:
+        return name == "nccl"
+    by_device = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+    return by_device.get("cuda") == "nccl" and (tensor is None or tensor.device.type == "cuda")
 
 
 # --- collectives (dim 0 is the one gathered / scattered) ----------------------------------------------
+
+def broadcast_object(obj, src: int = 0, group=None):
+    """Rank `src`'s picklable `obj` on every rank of `group` (others pass anything, e.g. None)."""
+    if size(group) == 1 or _fake(group):
+        return obj
+    box = [obj]
+    device = torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
+    dist.broadcast_object_list(box, src=global_rank(group, src), group=group, device=device)  # pickled bytes
+    return box[0]
+
 
 def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
     """Concatenate every rank's `x` along dim 0: [n, ...] -> [p*n, ...] (rank-major)."""
@@ -127,8 +192,9 @@ def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty((p * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-    if _fake(group):
-        out.copy_(x.expand(p, *x.shape).reshape(out.shape))  # fake: every rank "sent" the local values
+    _trace("all_gather", group, x)
+    if _fake(group):  # fake: every rank "sent" the local values; copied in place, no full-size temporary
+        out.view(p, *x.shape).copy_(x.unsqueeze(0).expand(p, *x.shape))  # [n, ...] -> [p, n, ...] = [p*n, ...]
     else:
         _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
     _record("all_gather", _nbytes(out) * (p - 1) // p)
@@ -142,6 +208,7 @@ def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty((x.shape[0] // p, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    _trace("reduce_scatter", group, x)
     if _fake(group):
         out.copy_(x[rank(group) * out.shape[0]:(rank(group) + 1) * out.shape[0]])  # fake: own chunk, unsummed
     else:
@@ -157,6 +224,7 @@ def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
         return x
     x = x.contiguous()
     out = torch.empty_like(x)
+    _trace("all_to_all", group, x)
     if _fake(group):
         out.copy_(x)  # fake: shapes exact, values not exchanged
     else:
@@ -170,6 +238,7 @@ def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
     p = size(group)
     if p == 1:
         return x
+    _trace("all_reduce", group, x)
     if not _fake(group):
         dist.all_reduce(x, group=group)  # [...] -> [...]
     _record("all_reduce", 2 * _nbytes(x) * (p - 1) // p)
@@ -204,10 +273,13 @@ def exchange(send: torch.Tensor | None, dst: int | None, src: int | None, recv_l
     if send is not None:
         send = send.contiguous()
         _record("p2p", _nbytes(send))
+    if send is not None or recv is not None:
+        _trace("p2p", group, sends=[(dst, tuple(send.shape), _dtype(send), tag)] if send is not None else [],
+               recvs=[(src, tuple(recv.shape), _dtype(recv), tag)] if recv is not None else [])
     if _fake(group):  # nothing sent: the "received" tensor is a copy of what would be sent
         if recv is not None:
             recv.copy_(send if send is not None and send.shape == recv.shape else like)
-    elif _is_nccl(group):
+    elif is_nccl(group, send if send is not None else recv):
         ops = []
         if send is not None:
             ops.append(dist.P2POp(dist.isend, send, global_rank(group, dst), group))

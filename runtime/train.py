@@ -93,6 +93,26 @@ def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int, token_fil
     return out
 
 
+def decide_plan_on_rank0(decide, group=None):
+    """`decide()` (the policy's choice for this step) run on rank 0 of `group` only, and its result sent to
+    every rank: all ranks then run the same plan whatever the solver does. A solver need not be
+    deterministic across processes (CP-SAT with several workers and a time limit can return different
+    optimal or near-optimal plans), and ranks running different strategies post different collectives,
+    which hangs NCCL or returns garbage. Other ranks never call `decide`."""
+    from runtime import comm
+
+    decision = decide() if comm.rank(group) == 0 else None
+    return comm.broadcast_object(decision, 0, group)  # pickled Decision, rank 0 -> all
+
+
+def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:
+    """'nccl' when every process on this node has a GPU of its own, else 'gloo'. The node's process count
+    is torchrun's LOCAL_WORLD_SIZE (the world size under the single-machine launcher, which does not set it),
+    so a multi-node torchrun with 8 GPUs per node and 16 ranks uses NCCL."""
+    local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+    return "nccl" if cuda_available and device_count >= local_world else "gloo"
+
+
 def _plan_text(plan) -> str:
     return ",".join(ABBREV.get(n.split("+")[0], n) + ("+r" if n.endswith("+recompute") else "") for n in plan)
 
@@ -116,7 +136,7 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     from simulator.policies import parse_policy
 
     p, rank = comm.size(group), comm.rank(group)
-    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or torch.distributed.get_backend(group) == "nccl")
+    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
@@ -170,7 +190,7 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     log: list[dict] = []
     for step in range(start, opts.steps):
         s = length_of(step)
-        decision = policy.decide(s, opts.batch)
+        decision = decide_plan_on_rank0(lambda s=s: policy.decide(s, opts.batch), group)
         tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size, token_file)
         labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
         ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
@@ -270,8 +290,8 @@ def _init_and_train(rank: int, world: int, opts: TrainOptions, port: int | None)
 
     if port is not None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    gpu = torch.cuda.is_available() and torch.cuda.device_count() >= world
+                          WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    gpu = backend_for(world, os.environ, torch.cuda.is_available(), torch.cuda.device_count()) == "nccl"
     if gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl

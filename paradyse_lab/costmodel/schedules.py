@@ -13,7 +13,7 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   weights of a sub-layer are all-gathered from the 1/p shards before use, again in backward, and the full
   gradient is reduce-scattered (ZeRO-3). Ulysses turns Q, K, V [t, h+2kv] into head shards
   [T, (h+2kv)/p] by all-to-all and back; the ring passes K, V blocks [t, 2kv] around p - 1 steps (K, V
-  and their gradients in backward), overlapped with the block attention.
+  and their gradients in backward, the gradients in fp32: `ACC_BYTES`), overlapped with the block attention.
 - Kept activations (`formulas.kept_elements_*`: Korthikanti et al. 2023 with FlashAttention, dropout 0;
   every tensor sequence-sharded or head-sharded, so 1/p of it per rank): norm input and output, Q, K, V,
   the attention output and FlashAttention's log-sum-exp; the MLP's norm input and output and its f-wide
@@ -71,6 +71,15 @@ class Schedule:
     """Activations kept for backward."""
     transient_bytes: int
     """Working memory while the sub-layer runs."""
+
+
+ACC_BYTES = 4
+"""Bytes per element of ring attention's travelling dK/dV accumulators: fp32 whatever the model dtype.
+Each rank adds its block's dK/dV into an accumulator that crosses p - 1 ranks; rounding it to bf16 at every
+hop loses low-order bits p - 1 times. ring-flash-attention (github.com/zhuzilin/ring-flash-attention,
+zigzag_ring_flash_attn.py: dk, dv converted `.to(torch.float32)` and passed around the ring as such) and
+runtime/ring_attention.py accumulate and send them in fp32, so the backward's K/V messages are priced at
+the model dtype (e) and its dK/dV messages and buffers at ACC_BYTES (identical in fp32)."""
 
 
 def _coll(op, nbytes, p, count=1, overlapped=False):
@@ -132,9 +141,10 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
             kernel_len, kernel_causal = max(seq_len // p, 1), False
             if ring_p2p:
                 fwd += [_coll("p2p", t * 2 * kv * e, p, count=p - 1, overlapped=True)]
-                bwd += [_coll("p2p", t * 4 * kv * e, p, count=p - 1, overlapped=True)]
+                bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES), p, count=p - 1, overlapped=True)]  # K/V, fp32 dK/dV
                 ring_steps = 2 * (p - 1)
-            acts = e * (4 * t * 2 * kv + t * qkv) + 4 * t * h  # K/V + dK/dV double buffers, dQKV, fp32 dQ
+            # K/V double buffer (e), fp32 dK/dV double buffer (ACC_BYTES), dQKV, fp32 dQ
+            acts = e * (2 * t * 2 * kv + t * qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * h
         transient = weights + acts
     elif name == "metp":
         shard = -(-W // p) * e
@@ -143,14 +153,16 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
             bwd += [_coll("p2p", shard, p, count=2 * (p - 1), overlapped=True)]  # weights, then grad partials
             if attn:
                 fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
-                bwd += [_coll("p2p", t * 4 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
+                bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
+                              overlapped=True)]
             ring_steps = 3 * (p - 1)
         hides_all = True
         kernel_len, kernel_causal = max(seq_len // p, 1), False
         min_dim = min(t, (h if attn else f) // p)
         kept = e * t * (3 * h if attn else 2 * h) + (F.lse_bytes(model, t) if attn else 0)
         wide = (qkv if attn else f_act * f) // p
-        acts = e * (4 * t * wide + (4 * t * 2 * kv // p if attn else 0) + 2 * t * h)
+        ring = 2 * t * 2 * kv // p * (e + ACC_BYTES) if attn else 0  # K/V (e) + fp32 dK/dV double buffers
+        acts = e * (4 * t * wide + 2 * t * h) + ring
         transient = 4 * shard + acts  # weight double buffer + gradient-partial double buffer
     else:
         raise ValueError(f"no schedule for strategy {name!r}")

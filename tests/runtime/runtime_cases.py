@@ -268,6 +268,43 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
+def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
+    """A solver that picks a different plan on every rank still gives every rank rank 0's plan, and only
+    rank 0 runs it: directly, and inside `train` (whose policy is replaced by such a solver)."""
+    from unittest import mock
+
+    import torch.distributed as dist
+
+    from runtime.train import TrainOptions, decide_plan_on_rank0, train
+    from simulator.policies import Decision
+
+    calls: list[int] = []
+
+    def disagreeing_solver(*_args):
+        calls.append(rank)
+        plan = ("megatron_ts", "metp", "ulysses_z", "megatron_cz")[rank % 4:] + ("metp",) * (rank % 4)
+        return Decision(plan=plan, predicted_time_s=float(rank), feasible=True, solve_s=0.0)
+
+    def everyone(value):
+        out = [None] * p
+        if p > 1:
+            dist.all_gather_object(out, value, group=group)
+        return out if p > 1 else [value]
+
+    got = decide_plan_on_rank0(disagreeing_solver, group)
+    assert everyone(got.plan) == [("megatron_ts", "metp", "ulysses_z", "megatron_cz")] * p
+    assert got.predicted_time_s == 0.0 and calls == ([0] if rank == 0 else [])
+
+    calls.clear()
+    policy = mock.Mock(decide=disagreeing_solver)
+    with mock.patch("simulator.policies.parse_policy", return_value=policy):
+        log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=2, max_len=S, progress=False),
+                    group)
+    assert everyone([r["plan"] for r in log]) == [["TS,ME,UZ,CZ"] * 2] * p
+    assert calls == ([0, 0] if rank == 0 else [])
+
+
+CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 CASES["train-loss-falls"] = train_loss_falls_case
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 
