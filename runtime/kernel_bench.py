@@ -161,7 +161,8 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
                     quick: bool = False) -> tuple[list[dict], list[dict]]:
     """(rows in ATTENTION_COLUMNS, skipped) for `cases` [(model, heads, head_dim)] over the ascending lengths
     `seqs`, causal and not, every kernel of `attention_kernels`. A curve stops when its next length (time
-    predicted as 4x the last, for a doubling grid) would pass `deadline`, or at an out-of-memory error."""
+    predicted as 4x the last, for a doubling grid) would pass `deadline`, or at an error (out of memory, or
+    a kernel that cannot run: recorded with its message in `skipped`; the other kernels' curves still run)."""
 
     from runtime import attention
 
@@ -178,15 +179,14 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
                         skipped += [{"model": model, "seq_len": x, "causal": causal, "kernel": kernel,
                                      "reason": "time budget"} for x in seqs[i:]]
                         break
+                    reason = None
                     try:
                         row, last = _attention_point(fwd, bwd, heads, s, d, causal, device, dtype, quick)
-                    except Exception as err:  # noqa: BLE001 - out-of-memory errors only; the rest is re-raised
-                        if not is_oom(err):
-                            raise
-                        row = None
-                    if row is None:
+                    except Exception as err:  # noqa: BLE001 - this kernel's curve ends; the others still run
+                        reason = "out of memory" if is_oom(err) else f"error: {type(err).__name__}: {err}"[:200]
+                    if reason is not None:
                         skipped += [{"model": model, "seq_len": x, "causal": causal, "kernel": kernel,
-                                     "reason": "out of memory"} for x in seqs[i:]]
+                                     "reason": reason} for x in seqs[i:]]
                         break
                     flops = 3.5 * 4.0 * s * s * heads * d / (2 if causal else 1)
                     tflops = flops / (row["fwd_s"] + row["bwd_s"]) / 1e12

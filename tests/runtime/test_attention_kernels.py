@@ -194,3 +194,22 @@ def test_other_errors_fall_back_to_math_with_a_warning_and_say_so(monkeypatch):
     with attention.kernels_used() as ran, pytest.warns(RuntimeWarning, match="sdpa_flash"):
         attention.attention_forward(q, k, v, True, SCALE)
     assert ran == {"math"} and attention._BROKEN == {"sdpa_flash"}
+
+
+def test_a_failing_kernel_loses_only_its_own_attention_curve(monkeypatch):
+    """runtime.gpu_session's attention stage: a kernel that raises (an unsupported flash-attn) is recorded as
+    skipped with its error, and the other kernels' rows are still written."""
+    import time
+
+    from runtime import kernel_bench
+
+    def broken(*args):
+        raise TypeError("_flash_attn_forward() missing 3 required positional arguments")
+
+    monkeypatch.setattr(attention, "_KERNELS", dict(attention._KERNELS, flash_attn=(broken, broken)))
+    monkeypatch.setattr(kernel_bench, "attention_kernels", lambda device: ["flash_attn", "math"])
+    rows, skipped = kernel_bench.bench_attention([("tiny", 2, 8)], [16, 32], torch.device("cpu"), torch.float32,
+                                                 None, "", time.perf_counter() + 60, quick=True)
+    assert {r["kernel"] for r in rows} == {"math"} and len(rows) == 4  # 2 lengths x causal / not
+    assert {s["kernel"] for s in skipped} == {"flash_attn"} and len(skipped) == 4
+    assert all(s["reason"].startswith("error: TypeError") for s in skipped)
