@@ -87,7 +87,8 @@ FA_FORWARD_ARGS = {
     "2.7": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size_left", "window_size_right",
             "softcap", "alibi_slopes", "return_softmax"),
 }
-"""Positional parameters of flash-attn's `flash_attn_interface._flash_attn_forward` by release (2.8 as 2.7).
+"""Positional parameters of flash-attn's `_flash_attn_forward` by release (flash_attn/flash_attn_interface.py of
+flash-attn 2.5, 2.6 and 2.7; 2.8 keeps 2.7's parameters and renames the op namespace to `flash_attn::`).
 2.5 and 2.6 return (out, q, k, v, out_padded, softmax_lse, S_dmask, rng_state); 2.7 and later are
 `torch.library.custom_op` objects (signature `(*args, **kwargs)`) returning (out, softmax_lse, S_dmask,
 rng_state)."""
