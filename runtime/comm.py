@@ -7,7 +7,9 @@ Byte counting: each call records the bytes this rank sends under the ring-algori
 `paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S, HARDWARE.md section 3):
 all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the message. The count is
 of the logical collective, whatever the backend does underneath, so it can be compared with the
-analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them.
+analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them, and
+in `trace_calls()` to record every call with its shapes, dtypes and peers in posting order (replayed across
+ranks by runtime/comm_replay.py to find deadlocks and mismatches without a GPU).
 
 A `runtime.fake_group.FakeGroup` in place of a process group makes every call return a correctly shaped
 tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
