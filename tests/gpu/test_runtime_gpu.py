@@ -118,3 +118,20 @@ def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
     assert log[-1]["peak_bytes"] > 0
     assert sum(r["loss"] for r in log[-5:]) < sum(r["loss"] for r in log[:5]) - 2.5  # 0.5 per step on average
     assert (tmp_path / "step-000030" / "rank-0.pt").exists()
+
+
+def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
+    """On CUDA: the profile's peak counts every model state (16 bytes per parameter) and the kept activations,
+    the fused kernel that ran is named, and profiling the same row twice gives the same peak (nothing of the
+    kept-bytes forward survives the reset: runtime/profiler.py `reset_peak`)."""
+    from types import SimpleNamespace
+
+    from runtime import profiler
+
+    args = SimpleNamespace(model="gpt2-tiny", seqs="256,256", strategies="megatron_cz", mode="rank-local", p=2,
+                           rank=0, batch=1, layers=2, warmup=1, repeats=1, device="cuda", dtype="bf16", cluster="",
+                           seed=0)
+    df = profiler.profile(profiler.parse_options(args), progress=False)
+    assert set(df["attention_kernel"]) <= {"sdpa_flash", "flash_attn"}
+    assert (df["peak_bytes"] >= df["state_bytes"] + df["kept_bytes"]).all()
+    assert df["peak_bytes"].iloc[0] == df["peak_bytes"].iloc[1]
