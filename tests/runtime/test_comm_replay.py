@@ -28,8 +28,11 @@ PLANS = {
     "all-strategies-mixed": ["megatron_ts", "megatron_cz", "ulysses_z", "metp"],
     "mixed-recompute": ["metp+recompute", "ulysses_z+recompute", "megatron_cz+recompute", "megatron_ts+recompute"],
     "mixed-both": ["megatron_cz", "metp+recompute", "megatron_ts", "ulysses_z+recompute"],
+    "per-sublayer": ["megatron_cz", "metp", "ulysses_z+recompute", "megatron_ts", "metp+recompute", "megatron_cz",
+                     "megatron_ts+recompute", "ulysses_z"],
 }
-"""Every strategy, switching at every layer, with and without recomputation (uniform plans: p = 4 below)."""
+"""Every strategy, switching at every layer (and at every sub-layer: 2L names), with and without recomputation
+(uniform plans: p = 4 below)."""
 
 
 @pytest.fixture(autouse=True, scope="module")
