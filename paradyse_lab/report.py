@@ -254,8 +254,14 @@ def long_time_share(results: Path, dataset: str, model: str, baseline: str, cuto
     return float(b.loc[b["seq_len"] > cutoff, "charged_time_s"].sum() / b["charged_time_s"].sum())
 
 
+BEYOND_SERIES = ("ParaDySe (heuristic)", "dp", "dp + recompute", "dp + recompute + sub-layer",
+                 "best static + recompute")
+BEYOND_HEADER = ["panel", "truth"] + list(BEYOND_SERIES)
+
+
 def beyond_rows(results: Path) -> list[list]:
-    """Per truth and panel: longest length trained / cumulative time of each series of fig2_beyond.csv."""
+    """Per truth and panel: longest length trained / cumulative time of each series of fig2_beyond.csv
+    ('-' where a series was not run)."""
     rows = []
     for truth, folder in truth_dirs(results).items():
         path = folder / "fig2_beyond.csv"
@@ -263,37 +269,43 @@ def beyond_rows(results: Path) -> list[list]:
             continue
         b = pd.read_csv(path)
         for (d, m), g in b.groupby(["dataset", "model"], sort=False):
-            cells = []
+            cells = dict.fromkeys(BEYOND_SERIES, "-")
             for r in g.itertuples():
                 oom = "" if pd.isna(r.oom_at_seq_len) else " OOM"
                 name = "" if not r.series.startswith("best") else f" ({r.policy.split(':')[1]})"
-                cells.append(f"{r.max_seq_len_trained / 1024:,.0f}K / {r.total_time_s:,.0f} s{oom}{name}")
-            rows.append([f"{NAMES[d]}, {NAMES[m]}", TRUTH_LABELS[truth]] + cells)
+                cells[r.series] = f"{r.max_seq_len_trained / 1024:,.0f}K / {r.total_time_s:,.0f} s{oom}{name}"
+            rows.append([f"{NAMES[d]}, {NAMES[m]}", TRUTH_LABELS[truth]] + list(cells.values()))
     return rows
 
 
-BEYOND_HEADER = ["panel", "truth", "ParaDySe (heuristic)", "dp", "dp + recompute", "dp + recompute + sub-layer",
-                 "best static + recompute"]
+def beyond_target(results: Path, settings) -> str:
+    """The GPT / GRCh38 target: dp + recompute trains the whole dataset, within 10% of the fastest series that
+    does."""
+    from paradyse_lab.workloads import get_workload
 
-
-def beyond_target(results: Path) -> str:
-    """The GPT / GRCh38 target: dp + recompute trains the whole dataset within 10% of the best plan that does."""
+    longest = max(get_workload("grch38", settings.size, 0).lengths)
     lines = []
     for truth, folder in truth_dirs(results).items():
         path = folder / "fig2_beyond.csv"
         if not path.exists():
             continue
         g = pd.read_csv(path).query("dataset == 'grch38' and model == 'gpt'")
-        longest = int(g.max_seq_len_trained.max())
-        reach = g[g.max_seq_len_trained == longest].sort_values("total_time_s")
-        mine = g[g.series == "dp + recompute"].iloc[0]
+        mine = g[g.series == "dp + recompute"]
+        if mine.empty:
+            continue
+        mine = mine.iloc[0]
+        reach = g[g.max_seq_len_trained >= longest].sort_values("total_time_s")
+        if mine.max_seq_len_trained < longest:
+            lines.append(f"under the {TRUTH_LABELS[truth]}, not met: dp + recompute stops at "
+                         f"{mine.max_seq_len_trained:,} of {longest:,} tokens")
+            continue
         best = reach.iloc[0]
         gap = mine.total_time_s / best.total_time_s - 1
-        lines.append(f"under the {TRUTH_LABELS[truth]}, dp + recompute trains up to {mine.max_seq_len_trained:,} "
-                     f"tokens (longest in the dataset {longest:,}) in {mine.total_time_s:,.1f} s, "
-                     f"{100 * gap:.1f}% above the fastest series that reaches as far ({best.series}, "
-                     f"{best.total_time_s:,.1f} s)")
-    return "; ".join(lines)
+        lines.append(f"under the {TRUTH_LABELS[truth]}, dp + recompute trains the whole dataset (longest sequence "
+                     f"{longest:,} tokens) in {mine.total_time_s:,.1f} s, {100 * gap:.1f}% above the fastest series "
+                     f"that does ({best.series}, {best.total_time_s:,.1f} s): "
+                     f"{'met' if gap <= 0.10 else 'not met'}")
+    return "; ".join(lines) or "not run"
 
 
 def _switch_memory(results: Path) -> str:
@@ -530,13 +542,14 @@ Longest sequence trained / cumulative time per panel (fig2_beyond.csv; `paradyse
 them beside the paper's policies). dp + recompute: the exact planner with every strategy offered with and
 without activation recomputation per layer; + sub-layer: attention and MLP decided separately; best static +
 recompute: the static strategy with every layer recomputed that goes furthest (then fastest), the fair
-baseline for them. Under the paper-measured times, recomputation is charged the measured time times the
-analytic model's ratio time(X+recompute) / time(X) (the authors never measured it), and a sub-layer's share
-of the measured layer time is the analytic model's share.
+baseline for them. With the 5% smoothing a sub-layer plan can come out a little slower than a block plan
+(smoothing keeps a previous plan within 5% of the best). Under the paper-measured times, recomputation is
+charged the measured time times the analytic model's ratio time(X+recompute) / time(X) (the authors never
+measured it), and a sub-layer's share of the measured layer time is the analytic model's share.
 
 {_table(BEYOND_HEADER, beyond_rows(results))}
 
-GPT on GRCh38: {beyond_target(results)}.
+GPT on GRCh38 (target: within 10%): {beyond_target(results, settings)}.
 
 ## Where the BERT savings come from
 

@@ -42,7 +42,7 @@ class TrainOptions:
     dataset: str
     """Workload spec giving each step's sequence length (and tokens for file:*.jsonl)."""
     policy: str = "dynamic:dp"
-    """static:NAME or dynamic:SOLVER."""
+    """static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer]."""
     steps: int = 100
     """Optimizer steps in total (a resumed run continues up to this)."""
     batch: int = 1
@@ -245,7 +245,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="preset (e.g. gpt2-tiny) or GPT-2 config.json")
     parser.add_argument("--dataset", required=True, help="workload: github_code, grch38, uniform:LO:HI, "
                         "lognormal:MEDIAN:SIGMA, file:PATH (file:*.jsonl of token-id lists gives real tokens)")
-    parser.add_argument("--policy", default=d.policy, help="static:NAME or dynamic:SOLVER (default %(default)s)")
+    parser.add_argument("--policy", default=d.policy,
+                        help="static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer] (default %(default)s)")
     parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
     parser.add_argument("--batch", type=int, default=d.batch, help="sequences per step (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate (default %(default)s)")
@@ -272,9 +273,9 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
 
     require_positive_int("steps", args.steps)
     require_positive_int("batch", args.batch)
-    from simulator.policies import PolicySpec
+    from simulator.policies import check_policy_names
 
-    PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
+    check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     return TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
                         batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                         max_len=args.max_len, cluster=args.cluster, budget_gb=args.budget_gb,

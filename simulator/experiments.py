@@ -160,8 +160,14 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
 
     With `beyond`, also our series (`OURS_POLICIES`, `STATIC_RECOMPUTE_POLICIES`) and fig2_beyond.csv.
     """
-    paper_dynamic = (PAPER_POLICY,) + (EXACT_POLICIES if exact else ())
-    policies = STATIC_POLICIES + paper_dynamic + ((OURS_POLICIES + STATIC_RECOMPUTE_POLICIES) if beyond else ())
+    def names(specs) -> tuple[str, ...]:
+        """Each policy as the run will be (the setup's --recompute / --granularity applied), once."""
+        return tuple(dict.fromkeys(PolicySpec.parse(p, setup.recompute, setup.granularity).name for p in specs))
+
+    statics = names(STATIC_POLICIES)
+    paper_dynamic = names((PAPER_POLICY,) + (EXACT_POLICIES if exact else ()))
+    ours = names(OURS_POLICIES + STATIC_RECOMPUTE_POLICIES) if beyond else ()
+    policies = tuple(dict.fromkeys(statics + paper_dynamic + ours))
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
     force = stale_runs(setup, root, "fig2") or force
@@ -173,17 +179,19 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
     write_csv_atomic(summaries, root / "fig2_summary.csv")
-    write_csv_atomic(vs_baselines(runs, datasets, models, STATIC_POLICIES + paper_dynamic),
-                     root / "fig2_vs_baselines.csv")
+    write_csv_atomic(vs_baselines(runs, datasets, models, statics, paper_dynamic), root / "fig2_vs_baselines.csv")
+    beyond_path = Path(root) / "fig2_beyond.csv"
     if beyond:
-        write_csv_atomic(beyond_the_paper(summaries), root / "fig2_beyond.csv")
+        write_csv_atomic(beyond_the_paper(summaries), beyond_path)
+    else:
+        beyond_path.unlink(missing_ok=True)  # no stale table beside a summary without its series
     headline_rows = []
     for d in datasets:
         for m in models:
-            base_summ = [summarize(runs[d, m, b], m, d, b) for b in STATIC_POLICIES]
+            base_summ = [summarize(runs[d, m, b], m, d, b) for b in statics]
             for p in paper_dynamic:
                 dyn = runs[d, m, p]
-                reductions = {b: time_reduction(dyn, runs[d, m, b]) for b in STATIC_POLICIES}
+                reductions = {b: time_reduction(dyn, runs[d, m, b]) for b in statics}
                 valid = {b: r for b, r in reductions.items() if r is not None}
                 best_b = max(valid, key=valid.get) if valid else None
                 headline_rows.append({
@@ -220,15 +228,15 @@ def beyond_the_paper(summaries: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def vs_baselines(runs: dict, datasets, models, policies) -> pd.DataFrame:
+def vs_baselines(runs: dict, datasets, models, statics, dynamic) -> pd.DataFrame:
     """Per panel, dynamic policy and baseline: the time the policy needs to reach the baseline's longest
     length, beside the baseline's own time there (fig2_vs_baselines.csv)."""
     rows = []
     for d in datasets:
         for m in models:
-            for p in policies[len(STATIC_POLICIES):]:
+            for p in dynamic:
                 dyn = runs[d, m, p]
-                for b in STATIC_POLICIES:
+                for b in statics:
                     base = summarize(runs[d, m, b], m, d, b)
                     t_dyn = time_to_reach(dyn, base.steps)
                     rows.append({"dataset": d, "model": m, "policy": p, "baseline": b,
@@ -261,7 +269,8 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
         row = {"variant": name, "paper_max_len": paper[0], "paper_time_s": paper[1],
                "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
                "profile_source": _profile_source(setup) if plan_cm != setup.truth else "",
-               "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory}
+               "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory,
+               "recompute": setup.recompute, "granularity": setup.granularity}
         full = runs[against.get(name, "full")]
         rr = runs[name]
         s = summarize(rr, "gpt", "grch38", name)

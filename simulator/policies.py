@@ -51,6 +51,9 @@ class PolicySpec:
                 raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
             return cls(f"dynamic:{words[0]}", recompute or "recompute" in suffixes,
                        "sublayer" if "sublayer" in suffixes else granularity)
+        if kind == "restart" and (recompute or granularity != "block"):
+            raise UserInputError(f"policy {spec!r}: a restart policy runs one plain strategy on every layer; "
+                                 "--recompute and --granularity sublayer apply to static:NAME and dynamic:SOLVER")
         if kind == "static" and arg.endswith(RECOMPUTE_SUFFIX):
             return cls(spec, True, granularity)
         if kind == "static" and recompute:
@@ -182,18 +185,34 @@ class StaticPolicy:
         return Decision(plan, float("nan"), True, 0.0)
 
 
-def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
-                 smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
-                 restart_s: float = DEFAULT_RESTART_S):
-    """A policy from `static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER[+recompute][+sublayer]`
-    (`PolicySpec`; the +sublayer suffix is the caller's to honour when it builds `graph`)."""
-    parsed = PolicySpec.parse(spec, recompute, graph.granularity)
+def check_policy_names(spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
+    """Check a policy's strategy or solver name without building it (one-line errors before any work)."""
+    parsed = PolicySpec.parse(spec, recompute, granularity)
     kind, _, arg = parsed.base.partition(":")
     if kind in ("static", "restart"):
         strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
         if strategy not in USABLE or (kind == "restart" and arg != strategy):
             valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
             raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
+    elif kind == "dynamic" and arg:
+        from solvers.registry import SOLVER_NAMES, SOLVERS
+
+        if arg not in SOLVERS:
+            raise UserInputError(f"unknown solver {arg!r}; valid: {', '.join(SOLVER_NAMES)}")
+    else:
+        raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+    return parsed
+
+
+def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
+                 smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
+                 restart_s: float = DEFAULT_RESTART_S):
+    """A policy from `static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER[+recompute][+sublayer]`
+    (`PolicySpec`; the +sublayer suffix is the caller's to honour when it builds `graph`)."""
+    parsed = check_policy_names(spec, recompute, graph.granularity)
+    kind, _, arg = parsed.base.partition(":")
+    if kind in ("static", "restart"):
+        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
         return StaticPolicy(strategy, graph, restart=kind == "restart", restart_s=restart_s, recompute=arg != strategy,
                             name=parsed.name)
     recompute = parsed.recompute

@@ -75,7 +75,8 @@ def register(sub) -> None:
     p.add_argument("name", choices=EXPERIMENTS)
     p.add_argument("--out", default="results", help="results folder (default results/)")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of reusing their CSVs")
-    p.add_argument("--no-exact", action="store_true", help="fig2: skip the dp and ilp policies")
+    p.add_argument("--no-exact", action="store_true",
+                   help="fig2: skip the paper-comparison dp and ilp policies (our dp + recompute series still run)")
     p.add_argument("--paper-policies-only", action="store_true",
                    help="fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and "
                    "the static strategies with recomputation)")

@@ -298,3 +298,24 @@ def test_a_calibrated_cluster_file_finds_its_base_devices_profiles():
     calibrated = run_one(Setup(cluster="a100-80gb-x8-paper", size=10, profiles="/nonexistent.csv"), "gpt",
                          "grch38", "dynamic:dp", truth_cost_model="calibrated")  # no profile needed: no fit
     assert len(calibrated) == 10
+
+
+def test_restart_policies_refuse_recompute_and_sublayer():
+    for setup in (Setup(size=3, recompute=True), Setup(size=3, granularity="sublayer")):
+        with pytest.raises(UserInputError, match="a restart policy runs one plain strategy"):
+            run_one(setup, "gpt", "grch38", "restart:metp")
+
+
+def test_fig2_names_its_series_as_they_run_under_recompute_and_sublayer_flags(tmp_path):
+    from simulator.experiments import fig2
+
+    setup = Setup(size=8, recompute=True, granularity="sublayer")
+    summaries, headlines = fig2(setup, tmp_path, exact=False, models=("bert",), datasets=("github_code",),
+                                progress=False, beyond=True)
+    assert list(summaries.policy) == ["static:megatron_ts+recompute", "static:megatron_cz+recompute",
+                                      "static:ulysses_z+recompute", "static:metp+recompute",
+                                      "dynamic:heuristic+recompute+sublayer", "dynamic:dp+recompute+sublayer"]
+    assert set(headlines.policy) == {"dynamic:heuristic+recompute+sublayer"}
+    for p in summaries.policy:
+        run = pd.read_csv(tmp_path / "runs" / "fig2" / f"github_code__bert__{p.replace(':', '-')}.csv")
+        assert set(run.policy) == {p}
