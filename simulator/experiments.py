@@ -167,7 +167,8 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     force = stale_runs(setup, root, "fig2") or force
     for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
         path = run_path(root, "fig2", d, m, p)
-        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force)
+        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
+                                       settings={**asdict(setup), "run": [d, m, p]})
     record_runs(setup, root, "fig2")
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
@@ -252,7 +253,8 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     force = stale_runs(setup, root, "table5") or force
     for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
         path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
-        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force)
+        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force,
+                                    settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]})
     record_runs(setup, root, "table5")
     rows = []
     for name in variants:
