@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.atomic_write import write_text_atomic
-
 NAMES = {"github_code": "GitHubCode", "grch38": "GRCh38", "bert": "BERT", "llama": "LLaMA", "gpt": "GPT",
          "static:megatron_ts": "MegatronTS", "static:megatron_cz": "MegatronCZ", "static:ulysses_z": "UlyssesZ",
          "static:metp": "METP", "dynamic:heuristic": "ParaDySe (heuristic)", "dynamic:dp": "dp",

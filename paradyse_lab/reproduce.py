@@ -198,7 +198,8 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
     written = []
     for truth in s.truths():
-        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True)
+        profiles = str(profile_for(out, s)) if truth == "analytic" else ""
+        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True, profiles=profiles)
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
@@ -416,9 +417,9 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
         if name == "report":
             step_report(out, settings, force, timings)
         else:
-            STEP_FUNCS[name](out, settings, force)
-        if outputs:
-            write_stamp(stamp, key, wanted, [out / f for f in outputs])
+            produced = STEP_FUNCS[name](out, settings, force)
+            if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
         write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
         timings[name] = time.perf_counter() - started
     bar.close()

@@ -76,7 +76,7 @@ def is_fresh(stamp: str | Path, key: str) -> bool:
     stamp = Path(stamp)
     try:
         record = json.loads(stamp.read_text())
-        if record.get("key") != key or not record.get("files"):
+        if record.get("key") != key or not isinstance(record.get("files"), dict):
             return False
         base = stamp.parent.parent
         return all((base / rel).is_file() and file_digest(base / rel) == digest
