@@ -162,6 +162,10 @@ CASES: list[tuple[str, list[str]]] = [
     ("synth-ratio", ["synth-profile", "--out", "{d}/s.csv", "--ratio", "1.0"]),
     ("synth-noise-nan", ["synth-profile", "--out", "{d}/s.csv", "--time-noise", "nan"]),
     ("bench-sizes", ["bench-solvers", "--sizes", "0"]),
+    ("paper-profile-out-is-dir", ["paper-profile", "--out", "{d}/dir.txt"]),
+    ("paper-profile-ratio", ["paper-profile", "--out", "{d}/pp.csv", "--ratio", "nan"]),
+    ("fit-calibration-profiles", ["fit-calibration", "--profiles", "{d}/prof_garbage.csv", "--out", "{d}/c.toml"]),
+    ("fit-calibration-out-is-dir", ["fit-calibration", "--out", "{d}/dir.toml"]),
     # reproduce
     ("reproduce-out-is-file", ["reproduce", "--quick", "--out", "{d}/afile"]),
     ("reproduce-cluster", ["reproduce", "--quick", "--cluster", "tpu", "--out", "{d}/rep"]),
