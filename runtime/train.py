@@ -307,7 +307,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """TrainOptions from parsed arguments (validated)."""
     from runtime.train_inputs import check_options
-
     from simulator.policies import PolicySpec
 
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
