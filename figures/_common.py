@@ -6,6 +6,7 @@ Not a figure itself. Scripts import it from their own folder; figures/ holds scr
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's paradyse_lab, not another one
+from paradyse_lab.atomic_write import write_bytes_atomic  # noqa: E402
 
 STRATEGY_LABELS = {"megatron_ts": "MegatronTS", "megatron_cz": "MegatronCZ", "ulysses_z": "UlyssesZ",
                    "metp": "METP"}
@@ -60,7 +64,8 @@ def read_csv(results: Path, name: str) -> pd.DataFrame:
 
 
 def run(script: str, draw, argv, description: str) -> int:
-    """Parse args, call draw(args) -> figure, save NAME.png and NAME.pdf; a missing CSV -> one line, exit 2."""
+    """Parse args, call draw(args) -> figure, save NAME.png and NAME.pdf (atomically); a missing CSV -> one
+    line, exit 2."""
     args = parse_args(argv, description)
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
                          "savefig.bbox": "tight"})
@@ -69,10 +74,11 @@ def run(script: str, draw, argv, description: str) -> int:
     except MissingCSV as err:
         print(f"figures/{script}.py: error: {err}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or script
-    for ext in ("png", "pdf"):
-        fig.savefig(args.out / f"{name}.{ext}", dpi=150)
+    for ext in ("png", "pdf"):  # rendered in memory, then renamed into place: no reader sees half a figure
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=ext, dpi=150)
+        write_bytes_atomic(args.out / f"{name}.{ext}", buffer.getvalue())
     plt.close(fig)
     print(f"wrote {args.out / name}.png and .pdf")
     return 0

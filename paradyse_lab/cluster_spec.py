@@ -141,23 +141,27 @@ class ClusterSpec:
         if not isinstance(self.gpus, int) or self.gpus <= 0:
             raise UserInputError(f"cluster.gpus must be a positive integer, got {self.gpus!r}")
         for name in ("memory_bytes", "peak_flops", "hbm_bytes_per_s"):
-            if not getattr(self, name) > 0:
-                raise UserInputError(f"cluster.{name} must be > 0, got {getattr(self, name)!r}")
+            if not 0 < getattr(self, name) < math.inf:
+                raise UserInputError(f"cluster.{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        for name in ("alpha_base_s", "alpha_step_s"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise UserInputError(f"cluster.{name} (latency) must be a finite number >= 0, "
+                                     f"got {getattr(self, name)!r}")
         missing = [c for c in COLLECTIVES if c not in self.busbw_bytes_per_s]
         if missing:
             raise UserInputError(f"cluster busbw is missing {', '.join(missing)}; needs {', '.join(COLLECTIVES)}")
         for c, v in self.busbw_bytes_per_s.items():
             if c not in COLLECTIVES:
                 raise unknown_name("collective in cluster busbw", c, COLLECTIVES)
-            if not v > 0:
-                raise UserInputError(f"cluster busbw for {c} must be > 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise UserInputError(f"cluster busbw for {c} must be a finite number > 0, got {v!r}")
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
             if not pts:
                 raise UserInputError(f"cluster.{name} needs at least one (x, fraction) point")
             xs = [p[0] for p in pts]
-            if xs != sorted(xs) or any(not 0 < p[1] <= 1 for p in pts) or any(x <= 0 for x in xs):
+            if xs != sorted(xs) or any(not 0 < p[1] <= 1 for p in pts) or any(not 0 < x < math.inf for x in xs):
                 raise UserInputError(
                     f"cluster.{name} must be (x > 0, 0 < fraction <= 1) points in ascending x"
                 )
@@ -242,26 +246,41 @@ CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
 """Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
 
-def load_cluster_toml(path: str | Path) -> ClusterSpec:
+def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     """Read a user cluster from TOML.
 
     Keys (units in the name): name, gpus, gpu_name, memory_gib, peak_tflops, hbm_gbps, alpha_base_us,
     alpha_step_us, source, a `[busbw_gbps]` table with one entry per collective kind, and the curves as
-    arrays of [x, fraction] pairs. `base = "PRESET"` starts from a preset and overrides only what is given.
-    `[calibration.STRATEGY]` tables hold a `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as
-    `paradyse-lab fit-calibration` writes them.
+    arrays of [x, fraction] pairs. `base = "PRESET"` (or another TOML file) starts from it and overrides only
+    what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
+    `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     """
     path = Path(path)
+    if path.resolve() in _bases:
+        raise UserInputError(f"cluster file {str(path)!r}: its base chain comes back to itself")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise UserInputError(f"cluster file {str(path)!r} is a folder") from None
+    except UnicodeDecodeError:
+        raise UserInputError(f"cluster file {str(path)!r} is not UTF-8 text") from None
+    except OSError as err:
+        raise UserInputError(f"cluster file {str(path)!r} cannot be read: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserInputError(f"cluster file {str(path)!r} is not valid TOML: {err}") from None
     for key in data:
         if key not in TOML_KEYS:
             raise unknown_name(f"key in {path.name}", key, TOML_KEYS)
-    base = get_cluster(data["base"]) if "base" in data else None
+    base = None
+    if "base" in data:
+        if not isinstance(data["base"], str):
+            raise UserInputError(f"{path.name}: base must name a preset or a .toml file, got {data['base']!r}")
+        base = data["base"]
+        base = PRESETS[base] if base in PRESETS else (
+            load_cluster_toml(base, _bases + (path.resolve(),)) if base.endswith(".toml") or Path(base).is_file()
+            else get_cluster(base))
     kw = {f.name: getattr(base, f.name) for f in fields(ClusterSpec)} if base else {}
     kw["name"] = path.stem
     if base is not None:
@@ -273,18 +292,27 @@ def load_cluster_toml(path: str | Path) -> ClusterSpec:
         if key not in data:
             continue
         value = data[key]
-        if kind is not str and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise UserInputError(f"{path.name}: {key} must be a number, got {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise UserInputError(f"{path.name}: {key} must be a string, got {value!r}")
+        if kind is not str and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                or not math.isfinite(value)):
+            raise UserInputError(f"{path.name}: {key} must be a finite number, got {value!r}")
+        if kind is int and value != int(value):
+            raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
         if key in scale:
             target, factor = scale[key]
             kw[target] = int(value * factor) if target == "memory_bytes" else value * factor
         else:
             kw[key] = kind(value)
     if "busbw_gbps" in data:
+        if not isinstance(data["busbw_gbps"], dict):
+            raise UserInputError(f"{path.name}: busbw_gbps must be a table of collective = GB/s")
         bw = dict(kw.get("busbw_bytes_per_s", {}))
         for c, v in data["busbw_gbps"].items():
             if c not in COLLECTIVES:
                 raise unknown_name(f"collective in {path.name} busbw_gbps", c, COLLECTIVES)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise UserInputError(f"{path.name}: busbw_gbps.{c} must be a finite number > 0, got {v!r}")
             bw[c] = float(v) * GB
         kw["busbw_bytes_per_s"] = bw
     for key in _TOML_CURVES:

@@ -1,5 +1,7 @@
 """User-facing errors: the CLI prints these as one line and exits with code 2, no traceback."""
 
+import math
+
 
 class UserInputError(ValueError):
     """A mistake in what the user asked for (unknown name, bad number, unsplittable shape).
@@ -8,18 +10,37 @@ class UserInputError(ValueError):
     """
 
 
+class RunStopped(RuntimeError):
+    """A run stopped on purpose (training diverged, a rank failed): one line on stderr, exit code 1."""
+
+
 def unknown_name(field: str, value: str, allowed) -> UserInputError:
     """Build the error for a name outside a closed set, listing the valid names."""
     names = ", ".join(sorted(allowed))
     return UserInputError(f"unknown {field} {value!r}; valid: {names}")
 
 
-def require_positive_int(field: str, value) -> int:
-    """Return `value` as an int if it is a positive integer, else raise naming the field."""
+def require_positive_int(field: str, value, maximum: int | None = None) -> int:
+    """Return `value` as an int if it is a positive integer (at most `maximum`), else raise naming the field."""
     if isinstance(value, bool):
         raise UserInputError(f"{field} must be a positive integer, got {value!r}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or value <= 0:
         raise UserInputError(f"{field} must be a positive integer, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise UserInputError(f"{field} must be at most {maximum:,}, got {value:,}")
     return value
+
+
+def require_number(field: str, value, low: float = 0.0, high: float = float("inf"),
+                   low_open: bool = False) -> float:
+    """Return `value` as a float if it is finite and in [low, high] ((low, high] with `low_open`)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if isinstance(value, bool) or not math.isfinite(x) or x < low or (low_open and x == low) or x > high:
+        bound = f"{'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if high != float("inf") else "")
+        raise UserInputError(f"{field} must be a finite number {bound}, got {value!r}")
+    return x

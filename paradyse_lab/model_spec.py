@@ -172,6 +172,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise UserInputError(f"model config {str(path)!r} does not exist") from None
     except json.JSONDecodeError as err:
         raise UserInputError(f"model config {str(path)!r} is not valid JSON: {err}") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as err:
+        raise UserInputError(f"model config {str(path)!r} cannot be read ({type(err).__name__})") from None
     if not isinstance(cfg, dict):
         raise UserInputError(f"model config {str(path)!r} must hold a JSON object")
     model_type = cfg.get("model_type", "gpt2" if "n_embd" in cfg else "llama")

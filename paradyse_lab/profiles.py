@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import CATALOG
 
@@ -156,15 +157,16 @@ def validate_profiles(df: pd.DataFrame, source: str = "profiles") -> pd.DataFram
 
 
 def write_profiles(df: pd.DataFrame, path: str | Path) -> Path:
-    """Validate `df` and write it with the schema's column order (floats with 6 significant digits)."""
+    """Validate `df` and write it (atomically) with the schema's column order (floats with 6 significant
+    digits)."""
     path = Path(path)
     rows = validate_profiles(df.astype(str) if not df.empty else df, "rows to write")
     words = {True: "true", False: "false"}
     rows = rows.assign(recompute=rows["recompute"].map(words), time_s=rows["time_s"].map(lambda x: f"{x:.6g}"))
     if "causal" in rows.columns:
         rows["causal"] = rows["causal"].map(lambda x: "" if x is None else words[bool(x)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(path, index=False)
+    with atomic_open(path, newline=None) as handle:
+        rows.to_csv(handle, index=False)
     return path
 
 

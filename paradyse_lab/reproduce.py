@@ -20,9 +20,13 @@ Steps (each writes CSVs under DIR; figures/ scripts read them; the report is gen
 - figures: figures/*.py -> DIR/figures/*.png and *.pdf
 - report: DIR/REPORT.md, the paper's numbers beside ours.
 
-A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step);
-`--force` reruns everything. Settings are kept in DIR/reproduce_settings.json: a run with other settings
-(quick against full) reruns every step instead of mixing results.
+A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
+only when they were made with the same settings (quick or full, cluster) and the same code version and are
+unchanged since (`paradyse_lab/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
+otherwise the step is recomputed, so a missing or truncated file is remade. `--force` reruns everything.
+DIR/reproduce_settings.json records the settings after each completed step. A cluster without a bundled
+profile gets a synthetic one (`source=analytic`, as `paradyse-lab synth-profile` writes it) under
+DIR/profiles/ for the learned cost models.
 """
 
 from __future__ import annotations
@@ -108,6 +112,32 @@ def _length_grid(n: int, lo: int = 2 * K, hi: int = 640 * K) -> list[int]:
 # ---------------------------------------------------------------- steps
 
 
+def profile_for(out: Path, s: Settings) -> Path:
+    """The cluster's bundled profile, else a synthetic one written under DIR/profiles/ (module docstring)."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.profiles import default_profile, read_profiles, write_profiles
+    from paradyse_lab.result_key import is_fresh, result_key, stamp_path, write_stamp
+
+    cluster = get_cluster(s.cluster)
+    try:
+        return default_profile(cluster.device)
+    except UserInputError:
+        pass
+    from paradyse_lab.costmodel.synthetic import DEFAULT_MODELS, synthesize_profiles
+
+    path = out / "profiles" / f"analytic_{cluster.name}.csv"
+    settings = {"cluster": repr(cluster), "synthetic": "defaults, seed 0"}
+    key, stamp = result_key(settings), stamp_path(path.parent, path.name)
+    if not is_fresh(stamp, key):
+        df = synthesize_profiles(cluster, list(DEFAULT_MODELS), None, timestamp="2026-01-01T00:00:00+00:00")
+        if df.empty:
+            raise UserInputError(f"cluster {s.cluster!r}: no strategy fits the shortest profiled length")
+        write_profiles(df, path)
+        write_stamp(stamp, key, settings, [path])
+    read_profiles(path)
+    return path
+
+
 def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
@@ -137,7 +167,8 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
-    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size), out, force=force, progress=False)
+    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, profiles=str(profile_for(out, s))), out,
+                       force=force, progress=False)
     return ["table5.csv"]
 
 
@@ -167,7 +198,8 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
     written = []
     for truth in s.truths():
-        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True)
+        profiles = str(profile_for(out, s)) if truth == "analytic" else ""
+        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True, profiles=profiles)
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
@@ -221,10 +253,9 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
     from paradyse_lab.costmodel.learned_cost_model import analytic_whole, fit_profiles, profile_cluster
-    from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+    from paradyse_lab.profiles import profile_sources, read_profiles
 
-    path = default_profile(get_cluster(s.cluster).device)
-    df = read_profiles(path)
+    df = read_profiles(profile_for(out, s))
     source = profile_sources(df)
     train, interp, extrap = split_profiles(df)
     cl = profile_cluster(df, get_cluster(s.cluster))
@@ -362,34 +393,34 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step)."""
     from tqdm import tqdm
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
+    from paradyse_lab.result_key import input_files, is_fresh, result_key, stamp_path, write_stamp
+
+    out = prepare_output_dir(out)
     settings = Settings.make(quick, cluster)
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
-    if settings_path.exists() and not force:
-        try:
-            previous = json.loads(settings_path.read_text())
-        except json.JSONDecodeError:
-            previous = None
-        if previous != wanted:
-            log(f"{settings_path}: results were made with other settings ({'quick' if not quick else 'full'}); "
-                "rerunning every step")
-            force = True
-    settings_path.write_text(json.dumps(wanted, indent=1) + "\n")
     timings: dict = {}
     bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
     for name in bar:
         bar.set_postfix_str(name)
         outputs = STEP_OUTPUTS.get(name, ())
-        if outputs and not force and all((out / f).exists() for f in outputs):
-            timings[name] = 0.0
-            continue
+        key = result_key({**wanted, "step": name}, input_files(cluster))
+        stamp = stamp_path(out, f"reproduce-{name}")
+        if outputs and not force:
+            if is_fresh(stamp, key):
+                timings[name] = 0.0
+                continue
+            if stamp.exists():
+                log(f"{name}: made with other settings or code, or its files changed since; recomputing")
         started = time.perf_counter()
         if name == "report":
             step_report(out, settings, force, timings)
         else:
-            STEP_FUNCS[name](out, settings, force)
+            produced = STEP_FUNCS[name](out, settings, force)
+            if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
+        write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
         timings[name] = time.perf_counter() - started
     bar.close()
     return timings

@@ -41,6 +41,8 @@ from paradyse_lab.strategies import options as default_options
 
 JSON_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "switch_s", "fixed_bytes",
                "budget_bytes", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
+INT64_MAX = 2**63 - 1
+"""Byte counts are exact int64."""
 REQUIRED_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "fixed_bytes", "budget_bytes")
 
 LAYOUTS: dict[str, str] = {name: "unified" for name in CATALOG}
@@ -127,8 +129,22 @@ class SearchProblem:
         if len(labels) != L:
             raise UserInputError(f"labels must hold {L} names, got {len(labels)}")
         set_(self, "labels", labels)
+        self._check_totals()
         for arr in (self.time_s, self.kept_bytes, self.transient_bytes, self.switch_s):
             arr.setflags(write=False)
+
+    def _check_totals(self) -> None:
+        """The largest peak and time any plan can reach must stay exact int64 bytes and finite seconds."""
+        worst_peak = (self.fixed_bytes + sum(int(x) for x in self.kept_bytes.max(axis=1))
+                      + max(self.fixed_transient_bytes, int(self.transient_bytes.max())))
+        if max(worst_peak, self.budget_bytes) > INT64_MAX:
+            raise UserInputError(f"fixed_bytes + kept_bytes + transient_bytes can reach {worst_peak:.3e} bytes, past "
+                                 f"2**63 - 1 (byte counts must sum below {INT64_MAX})")
+        with np.errstate(over="ignore"):
+            worst_time = (self.fixed_time_s + float(self.time_s.max(axis=1).sum())
+                          + len(self.edges) * float(self.switch_s.max()))
+        if not math.isfinite(worst_time):
+            raise UserInputError("time_s, switch_s and fixed_time_s sum to infinity; give seconds with finite sums")
 
     # ----- shape and plan evaluation -----------------------------------------------------------------
     @property
@@ -218,7 +234,9 @@ class SearchProblem:
         """The JSON text; also written to `path` when given."""
         text = json.dumps(self.to_dict())
         if path is not None:
-            Path(path).write_text(text + "\n")
+            from paradyse_lab.atomic_write import write_text_atomic
+
+            write_text_atomic(path, text + "\n")
         return text
 
     @classmethod
@@ -274,6 +292,8 @@ class SearchProblem:
             raise UserInputError(f"cannot read problem file {str(path)!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise UserInputError(f"{path.name}: not valid JSON: {err}") from None
+        except RecursionError:
+            raise UserInputError(f"{path.name}: JSON nested too deeply (a problem is an object of arrays)") from None
         return cls.from_dict(data, source=path.name)
 
     # ----- from a model ------------------------------------------------------------------------------
@@ -349,8 +369,8 @@ def _nonneg_int(field_name: str, value) -> int:
         value = int(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not _is_int(value) or value < 0:
-        raise UserInputError(f"{field_name} must be an integer >= 0, got {value!r}")
+    if not _is_int(value) or value < 0 or value > INT64_MAX:
+        raise UserInputError(f"{field_name} must be an integer from 0 to 2**63 - 1, got {value!r}")
     return value
 
 
@@ -364,6 +384,8 @@ def _rows(name: str, value, rows: int, cols: int, kind: str) -> np.ndarray:
             raise UserInputError(f"{what} (row {i} has {len(row) if isinstance(row, list) else 'no list'})")
         for j, x in enumerate(row):
             ok = _is_int(x) or (isinstance(x, float) and (kind != "int" or x.is_integer()))
+            if kind == "int" and ok and not -INT64_MAX <= x <= INT64_MAX:
+                raise UserInputError(f"{name}[{i}][{j}] is {x!r}, past 2**63 - 1 bytes")
             if not ok:
                 raise UserInputError(f"{what} ({name}[{i}][{j}] is {x!r})")
     return np.array(value, dtype=np.int64 if kind == "int" else np.float64).reshape(rows, cols)

@@ -34,6 +34,10 @@ PAPER_DATASETS = {
 }
 """Table 3 of the paper: percent per band and the maximum length."""
 DEFAULT_SIZE = 400
+MAX_SIZE = 10_000_000
+"""Most sequences a sampled workload may hold (80 MB of lengths)."""
+MAX_LENGTH = 2**40
+"""Longest sequence a workload parameter may ask for."""
 LENGTH_COLUMNS = ("seq_len", "length", "len", "n_tokens", "tokens")
 
 
@@ -62,7 +66,7 @@ def _round_granule(x: np.ndarray, cap: int) -> np.ndarray:
 
 def sample_paper_dataset(name: str, size: int = DEFAULT_SIZE, seed: int = 0) -> Workload:
     """Lengths sampled from Table 3's band fractions for `github_code` or `grch38` (see module doc)."""
-    size = require_positive_int("size", size)
+    size = require_positive_int("size", size, MAX_SIZE)
     percents, max_len = PAPER_DATASETS[name]
     probs = np.asarray(percents) / sum(percents)
     rng = np.random.default_rng(seed)
@@ -82,9 +86,12 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
     if len(parts) not in (0, count):
         raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
     try:
-        return tuple(float(x) for x in parts) if parts else defaults
+        values = tuple(float(x) for x in parts) if parts else defaults
     except ValueError:
         raise UserInputError(f"workload {spec!r}: parameters must be numbers") from None
+    if not all(math.isfinite(v) and 0 < v <= MAX_LENGTH for v in values):
+        raise UserInputError(f"workload {spec!r}: parameters must be finite numbers in (0, {MAX_LENGTH}]")
+    return values
 
 
 def read_length_file(path: str | Path) -> list[int]:
@@ -108,7 +115,10 @@ def read_length_file(path: str | Path) -> list[int]:
         values = list(df[col])
         where = [f"{p.name} row {i + 2}" for i in range(len(values))]
     else:
-        lines = p.read_text().splitlines()
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise UserInputError(f"length file {p.name} is not UTF-8 text (byte {err.start})") from None
         values, where = [], []
         for i, line in enumerate(lines, 1):
             if not line.strip():
@@ -144,12 +154,14 @@ WORKLOAD_KINDS = ("github_code", "grch38", "uniform[:LO:HI]", "lognormal[:MEDIAN
 
 def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool = True) -> Workload:
     """A workload from its spec (see the module docstring); sampled ones are seeded and sorted ascending."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
     if spec in PAPER_DATASETS:
         return sample_paper_dataset(spec, size, seed)
     if spec.startswith("file:"):
         lengths = read_length_file(spec[5:])
         return Workload(spec, tuple(sorted(lengths) if sort else lengths))
-    size = require_positive_int("size", size)
+    size = require_positive_int("size", size, MAX_SIZE)
     rng = np.random.default_rng(seed)
     kind = spec.split(":")[0]
     if kind == "uniform":
@@ -160,9 +172,10 @@ def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool 
         lengths = _round_granule(draws, int(hi))
     elif kind == "lognormal":
         median, sigma = _parse_params(spec, 2, (4 * K, 1.0))
-        if median <= 0 or sigma <= 0:
-            raise UserInputError(f"workload {spec!r}: need MEDIAN > 0 and SIGMA > 0")
-        lengths = _round_granule(rng.lognormal(math.log(median), sigma, size=size), 2**40)
+        if median <= 0 or not 0 < sigma <= 10:
+            raise UserInputError(f"workload {spec!r}: need MEDIAN > 0 and 0 < SIGMA <= 10")
+        draws = np.minimum(rng.lognormal(math.log(median), sigma, size=size), MAX_LENGTH)
+        lengths = _round_granule(draws, MAX_LENGTH)
     else:
         raise UserInputError(f"unknown workload {spec!r}; valid: {', '.join(WORKLOAD_KINDS)}")
     values = [int(v) for v in lengths]

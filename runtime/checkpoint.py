@@ -1,21 +1,29 @@
-"""Sharded, atomic training checkpoints: one file per rank, published by a directory rename.
+"""Sharded, atomic, verified training checkpoints: one file per rank, published by a directory rename.
 
 Library module (no command; runtime/train.py writes and reads them). Layout under DIR:
 
     DIR/step-000120/rank-0.pt ... rank-{p-1}.pt   this rank's model shard, optimizer state, step
-    DIR/step-000120/meta.json                      world size, model, step
+    DIR/step-000120/meta.json                      world size, run settings, step, SHA-256 of every shard
     DIR/latest                                     the name of the newest complete checkpoint
 
-Atomicity: every rank writes `rank-r.pt.part` into `DIR/.tmp-step-000120` and renames it to
-`rank-r.pt`; after a barrier rank 0 writes meta.json, renames the whole directory to `step-000120` and
-replaces `latest` (written to a temporary file, then `os.replace`). A crash at any point leaves `latest`
-naming the previous complete checkpoint. Resuming needs the same world size (the shards are 1/p slices).
+Atomicity: every rank writes `rank-r.pt.part` into `DIR/.tmp-step-000120`, renames it to `rank-r.pt` and
+records its SHA-256; after a barrier rank 0 writes meta.json (with every shard's hash), renames the whole
+directory to `step-000120` and replaces `latest` (written to a temporary file, then `os.replace`). A crash
+at any point leaves `latest` naming the previous complete checkpoint.
+
+Resuming (`resumable`) takes the newest `step-*` checkpoint that verifies: meta.json parses and every
+rank's shard matches its recorded hash (agreed across ranks), whatever `latest` says; damaged ones are
+skipped with a note. A checkpoint of another world size or other run settings (model, seed, lr, dataset,
+...) is refused with a `UserInputError`, as is a folder of checkpoints none of which verifies; an empty
+folder starts a new run. `refuse_overwrite` stops a new run (without --resume) from writing over a folder
+that holds checkpoints.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -23,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.result_key import file_digest
 from runtime import comm
 
 
@@ -50,9 +59,15 @@ def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) 
     part = tmp / f"rank-{r}.pt.part"
     torch.save(state, part)
     os.replace(part, tmp / f"rank-{r}.pt")
+    _replace_text(tmp / f"rank-{r}.sha256", file_digest(tmp / f"rank-{r}.pt"))
     _barrier(group)
     if r == 0:
-        _replace_text(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": p}, indent=1))
+        hashes = {}
+        for i in range(p):
+            hashes[str(i)] = (tmp / f"rank-{i}.sha256").read_text()
+            (tmp / f"rank-{i}.sha256").unlink()
+        _replace_text(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": p, "sha256": hashes},
+                                                    indent=1))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         _replace_text(root / "latest", name)
@@ -60,25 +75,105 @@ def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) 
     return final
 
 
+def checkpoints(directory: str | Path) -> list[Path]:
+    """The `step-*` folders under `directory`, newest (highest step) first."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    found = [d for d in root.iterdir() if d.is_dir() and re.fullmatch(r"step-\d+", d.name)]
+    return sorted(found, key=lambda d: int(d.name[5:]), reverse=True)
+
+
 def latest(directory: str | Path) -> Path | None:
-    """The newest complete checkpoint under `directory`, or None."""
+    """The checkpoint `latest` names if it has its meta.json, or None (`resumable` also verifies)."""
     marker = Path(directory) / "latest"
-    if not marker.exists():
+    if not marker.is_file():
         return None
-    path = Path(directory) / marker.read_text().strip()
-    return path if (path / "meta.json").exists() else None
+    name = marker.read_text().strip()
+    path = Path(directory) / name
+    return path if name and (path / "meta.json").is_file() else None
+
+
+def _read_meta(path: Path) -> dict:
+    """meta.json of a checkpoint; a `ValueError` saying what is wrong when it is missing or damaged."""
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except FileNotFoundError:
+        raise ValueError("meta.json is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("meta.json is damaged") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        raise ValueError("meta.json has no step")
+    return meta
+
+
+def _check_compatible(path: Path, meta: dict, meta_expected: dict, p: int) -> None:
+    if meta.get("world_size") != p:
+        raise UserInputError(f"checkpoint {path} was written by {meta.get('world_size')} ranks; this run has {p} "
+                             "(resume with the same --nproc)")
+    for key, value in meta_expected.items():
+        if key in meta and meta[key] != value:
+            raise UserInputError(f"checkpoint {path} has {key}={meta[key]!r}; this run has {value!r} (resume with "
+                                 f"the same --{key.replace('_', '-')}, or start a new --checkpoint-dir)")
+
+
+def _all_true(ok: bool, group) -> bool:
+    """Whether `ok` holds on every rank (a collective)."""
+    if comm.size(group) == 1:
+        return ok
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    flag = torch.tensor([1 if ok else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)  # [1] -> [1]
+    return bool(flag.item())
+
+
+def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) -> Path | None:
+    """The newest checkpoint under `directory` that verifies (module docstring), or None when there is none
+    at all; raises `UserInputError` when checkpoints exist but none verifies, or the newest good one belongs
+    to another run. A collective: every rank calls it."""
+    p, r = comm.size(group), comm.rank(group)
+    problems = []
+    for path in checkpoints(directory):
+        try:
+            meta = _read_meta(path)
+        except ValueError as err:
+            problems.append(f"{path.name}: {err}")
+            continue
+        _check_compatible(path, meta, meta_expected, p)
+        shard = path / f"rank-{r}.pt"
+        digest = (meta.get("sha256") or {}).get(str(r))
+        ok = shard.is_file() and (digest is None or file_digest(shard) == digest)
+        if _all_true(ok, group):
+            if problems and log is not None:
+                log(f"resuming from {path.name}; skipped damaged checkpoints: {'; '.join(problems)}")
+            return path
+        problems.append(f"{path.name}: a shard does not match its checksum (truncated or damaged)")
+    if problems:
+        raise UserInputError(f"no checkpoint under {directory} verifies ({'; '.join(problems)}); remove them or "
+                             "choose another --checkpoint-dir")
+    return None
+
+
+def refuse_overwrite(directory: str | Path) -> None:
+    """A new run (no --resume) must not write over checkpoints: a `UserInputError` when there are any."""
+    found = checkpoints(directory)
+    if found:
+        raise UserInputError(f"--checkpoint-dir {str(directory)!r} holds checkpoints (newest {found[0].name}); "
+                             "pass --resume to continue from them, or choose another folder")
 
 
 def load(path: str | Path, meta_expected: dict, group=None) -> tuple[dict, dict]:
     """(this rank's state, meta) of the checkpoint at `path`; raises `UserInputError` when it was written
-    by another world size or for another model."""
+    by another world size or for another run, or cannot be read."""
     path = Path(path)
-    meta = json.loads((path / "meta.json").read_text())
-    p = comm.size(group)
-    if meta.get("world_size") != p:
-        raise UserInputError(f"checkpoint {path} was written by {meta.get('world_size')} ranks; this run has {p}")
-    for key, value in meta_expected.items():
-        if meta.get(key) != value:
-            raise UserInputError(f"checkpoint {path} has {key}={meta.get(key)!r}; this run has {value!r}")
-    state = torch.load(path / f"rank-{comm.rank(group)}.pt", map_location="cpu", weights_only=False)
+    try:
+        meta = _read_meta(path)
+    except ValueError as err:
+        raise UserInputError(f"checkpoint {path}: {err}") from None
+    _check_compatible(path, meta, meta_expected, comm.size(group))
+    try:
+        state = torch.load(path / f"rank-{comm.rank(group)}.pt", map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 (a damaged pickle raises anything)
+        raise UserInputError(f"checkpoint {path}: rank {comm.rank(group)}'s shard cannot be read "
+                             f"({type(err).__name__})") from None
     return state, meta

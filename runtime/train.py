@@ -10,25 +10,33 @@ Commands (one machine):
     # once `runtime.train` is in paradyse_lab.cli.COMMAND_MODULES: `paradyse-lab train ...` (same options)
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut
-to it, then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real
-tokens; otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which a
-model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py)
+lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to
+it, then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real tokens,
+each step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of
+the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which
+a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py)
 plans each step with the analytic cost model of `--cluster` at this world size. AdamW; bf16 weights with
-fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank
-0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py)
-every `--checkpoint-every` steps and at the end, and `--resume` continues from the latest one.
+fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank 0,
+a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
+`--checkpoint-every` steps and at the end, and `--resume` continues from the newest one that verifies
+(checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch and --max-len; a new
+run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
+loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was. Options are
+checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the
+ranks stop with it (runtime/launcher.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass
+
+from paradyse_lab.errors import RunStopped, UserInputError
 
 ABBREV = {"megatron_ts": "TS", "megatron_cz": "CZ", "ulysses_z": "UZ", "metp": "ME"}
 
@@ -75,13 +83,10 @@ class TrainOptions:
     """Show a progress bar on rank 0."""
 
 
-def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int, token_file):
-    """[b, s] token ids of this step: from the JSONL file, else the seeded Markov chain."""
+def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
+    """[b, s] token ids of this step from the seeded Markov chain (file:*.jsonl: train_inputs.TokenDocuments)."""
     import torch
 
-    if token_file is not None:
-        rows = [token_file[(step * b + i) % len(token_file)][:s] for i in range(b)]
-        return torch.tensor([r + [0] * (s - len(r)) for r in rows], dtype=torch.long)
     table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
     gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
@@ -133,6 +138,7 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
+    from runtime.train_inputs import TokenDocuments, check_options
     from simulator.policies import parse_policy
 
     p, rank = comm.size(group), comm.rank(group)
@@ -147,15 +153,14 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
     policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p),
                           budget, recompute=wanted.recompute)
-    token_file = None
-    if opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl"):
-        with open(opts.dataset[5:]) as f:
-            token_file = [(lambda r: r["input_ids"] if isinstance(r, dict) else r)(json.loads(line))
-                          for line in f if line.strip()]
+    check_options(opts)
+    docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
     unit, cap = layout_unit(p), min(opts.max_len or cfg.max_positions, cfg.max_positions)
 
     def length_of(step: int) -> int:
+        if docs is not None:
+            return docs.length(step, opts.batch, unit, cap)
         return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
 
     model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
@@ -164,10 +169,16 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
         model.to(torch.bfloat16)
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    meta = {"model": opts.model, "seed": opts.seed}
+    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len}
     start = 0
-    if opts.resume and opts.checkpoint_dir and checkpoint.latest(opts.checkpoint_dir) is not None:
-        state, info = checkpoint.load(checkpoint.latest(opts.checkpoint_dir), meta, group)
+    found = None
+    if opts.checkpoint_dir and not opts.resume:
+        checkpoint.refuse_overwrite(opts.checkpoint_dir)
+    if opts.resume and opts.checkpoint_dir:
+        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
+    if found is not None:
+        state, info = checkpoint.load(found, meta, group)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
         if masters is not None:
@@ -188,16 +199,26 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
 
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
+    log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
     for step in range(start, opts.steps):
         s = length_of(step)
         decision = decide_plan_on_rank0(lambda s=s: policy.decide(s, opts.batch), group)
-        tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size, token_file)
-        labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
+        if docs is not None:
+            tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
+        else:
+            tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
+            labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
         ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         _, loss = model(ids, list(decision.plan), labels)
+        if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
+            if bar is not None:
+                bar.close()
+            raise RunStopped(f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
+                             "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
+                             "checkpoint and the data)")
         loss.backward()
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
@@ -218,6 +239,8 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
                "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
                "cached": decision.cached, "feasible": decision.feasible}
         log.append(row)
+        if log_csv is not None:
+            log_csv.write(row)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, ms=f"{1e3 * row['step_s']:.0f}",
@@ -228,13 +251,28 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
         bar.close()
     if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
         save(opts.steps)
-    if opts.log_file and rank == 0 and log:
-        with open(opts.log_file, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(log[0]))
-            if f.tell() == 0:
-                writer.writeheader()
-            writer.writerows(log)
+    if log_csv is not None:
+        log_csv.close()
     return log
+
+
+class StepLog:
+    """The per-step CSV of `--log-file`: opened (appending) before the first step, one flushed row per step."""
+
+    def __init__(self, path: str):
+        self.handle = open(path, "a", newline="")
+        self.writer = None
+
+    def write(self, row: dict) -> None:
+        if self.writer is None:
+            self.writer = csv.DictWriter(self.handle, fieldnames=list(row))
+            if self.handle.tell() == 0:
+                self.writer.writeheader()
+        self.writer.writerow(row)
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 # --- command line ----------------------------------------------------------------------------------------
@@ -263,25 +301,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--log-file", default=d.log_file, help="CSV of per-step loss, time, memory and plan")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--nproc", type=int, default=0,
+    parser.add_argument("--nproc", type=int, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun)")
 
 
 def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """TrainOptions from parsed arguments (validated)."""
-    from paradyse_lab.errors import require_positive_int
-
-    require_positive_int("steps", args.steps)
-    require_positive_int("batch", args.batch)
+    from runtime.train_inputs import check_options
     from simulator.policies import check_policy_names
 
     check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
-    return TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
+    if args.nproc is not None and args.nproc < 1:
+        raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
+    opts = TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
                         batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                         max_len=args.max_len, cluster=args.cluster, budget_gb=args.budget_gb,
                         recompute=args.recompute, granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
                         checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
                         progress=not args.no_progress)
+    check_options(opts)
+    return opts
 
 
 def _init_and_train(rank: int, world: int, opts: TrainOptions, port: int | None) -> None:
@@ -309,15 +348,17 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         _init_and_train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
-    elif args.nproc > 1:
+    elif args.nproc is not None and args.nproc > 1:
         import socket
 
-        import torch.multiprocessing as mp
+        from runtime.launcher import launch
+        from runtime.train_inputs import preflight
 
+        preflight(opts, args.nproc)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        mp.spawn(_init_and_train, args=(args.nproc, opts, port), nprocs=args.nproc)
+        launch(_init_and_train, args.nproc, (opts, port))
     else:
         train(opts)
     return 0

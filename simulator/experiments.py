@@ -7,7 +7,6 @@ results/table5.csv. Paper numbers: PAPER.md section 7.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -125,34 +124,6 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     return simulate(workload, policy, charger, progress=progress)
 
 
-RUNS_SETUP_FILE = "setup.json"
-"""Beside an experiment's run CSVs: the `Setup` they were made with."""
-
-
-def _setup_record(setup: Setup) -> dict:
-    return json.loads(json.dumps(asdict(setup)))
-
-
-def stale_runs(setup: Setup, root, experiment: str) -> bool:
-    """Whether finished runs under root/runs/EXPERIMENT/ were made with another setup (truth, memory model,
-    size, seed, ...) or an unknown one: then they are rerun, never reused."""
-    path = Path(root) / "runs" / experiment / RUNS_SETUP_FILE
-    if not path.parent.is_dir() or not any(path.parent.glob("*.csv")):
-        return False
-    try:
-        return json.loads(path.read_text()) != _setup_record(setup)
-    except (OSError, ValueError):
-        return True
-
-
-def record_runs(setup: Setup, root, experiment: str) -> None:
-    """Write the setup beside the runs once every run of the experiment is finished."""
-    from paradyse_lab.atomic_write import write_text_atomic
-
-    write_text_atomic(Path(root) / "runs" / experiment / RUNS_SETUP_FILE,
-                      json.dumps(_setup_record(setup), indent=1) + "\n")
-
-
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
          models=MODELS, datasets=DATASETS, progress: bool = True,
          beyond: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -170,11 +141,10 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     policies = tuple(dict.fromkeys(statics + paper_dynamic + ours))
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
-    force = stale_runs(setup, root, "fig2") or force
     for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
         path = run_path(root, "fig2", d, m, p)
-        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force)
-    record_runs(setup, root, "fig2")
+        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
+                                       settings={**asdict(setup), "run": [d, m, p]})
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
@@ -257,11 +227,10 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     variants["without random forest"] = {"plan_cost_model": "polynomial"}
     against = {"without random forest": "full (hybrid cost model)"}
     runs = {}
-    force = stale_runs(setup, root, "table5") or force
     for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
         path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
-        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force)
-    record_runs(setup, root, "table5")
+        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force,
+                                    settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]})
     rows = []
     for name in variants:
         paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid

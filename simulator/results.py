@@ -1,5 +1,7 @@
 """Results on disk: one CSV per finished run (written atomically), so an interrupted experiment loses no
-finished run and a rerun skips them unless forced. Schema of a run CSV: `engine.ROW_COLUMNS`."""
+finished run and a rerun skips them unless forced, or unless they were made with other settings or another
+code version (`paradyse_lab.result_key`: a stamp under `.stamps/` beside the CSV). Schema of a run CSV:
+`engine.ROW_COLUMNS`."""
 
 from __future__ import annotations
 
@@ -26,10 +28,19 @@ def run_path(root: str | Path, experiment: str, *parts: str) -> Path:
     return Path(root) / "runs" / experiment / f"{name}.csv"
 
 
-def load_or_run(path: Path, run, force: bool = False) -> tuple[pd.DataFrame, bool]:
-    """The rows at `path` if present (and not `force`), else `run()` written there. Returns (rows, ran)."""
-    if path.exists() and not force:
+def load_or_run(path: Path, run, force: bool = False, settings: dict | None = None) -> tuple[pd.DataFrame, bool]:
+    """The rows at `path` if they were made with `settings` by this code and are unchanged since (and not
+    `force`), else `run()` written there and stamped. String values of `settings` that name files (a cluster
+    TOML, a profile CSV) are keyed on their contents. Returns (rows, ran)."""
+    from paradyse_lab.result_key import input_files, is_fresh, result_key, stamp_path, write_stamp
+
+    path = Path(path)
+    settings = settings or {}
+    key = result_key(settings, input_files(*(v for v in settings.values() if isinstance(v, str))))
+    stamp = stamp_path(path.parent, path.name)
+    if not force and is_fresh(stamp, key):
         return pd.read_csv(path, keep_default_na=False, na_values=[""]), False
     rows = run()
     write_csv_atomic(rows, path)
+    write_stamp(stamp, key, settings, [path])
     return rows, True

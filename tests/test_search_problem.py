@@ -89,7 +89,7 @@ def test_json_minimal_form_defaults():
     ({"kept_bytes": [[1, 2], [3]]}, "kept_bytes must be a list of 2 rows of 2 integers"),
     ({"time_s": [[1, "a"], [3, 4]]}, r"time_s\[0\]\[1\]"),
     ({"switch_s": [[0, 1]]}, "switch_s must be a list of 2 rows"),
-    ({"budget_bytes": -1}, "budget_bytes must be an integer >= 0"),
+    ({"budget_bytes": -1}, "budget_bytes must be an integer from 0"),
     ({"layers": 0}, "layers must be a positive integer"),
     ({"options": "xy"}, "options must be a list of strings"),
     ({"edges": [[0]]}, "edges must be a list of"),

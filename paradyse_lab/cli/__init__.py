@@ -1,6 +1,8 @@
 """`paradyse-lab` command line. Each command lives in its own module with a `register(subparsers)`.
 
-User mistakes (`UserInputError`) print one line on stderr and exit with code 2, never a traceback.
+User mistakes (`UserInputError`, argparse's own errors, a file that cannot be read or written) print one
+line on stderr and exit with code 2, never a traceback; a run stopped on purpose (`RunStopped`: training
+diverged, a rank failed) prints one line and exits with code 1.
 """
 
 from __future__ import annotations
@@ -8,7 +10,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (`PROG: error: MESSAGE`, exit 2) instead of usage + error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _report(prog: str, err: BaseException) -> int:
+    """Print `err` as the one line of a failed command; its exit code (2 user input, 1 stopped run)."""
+    if isinstance(err, OSError):
+        where = f" {str(err.filename)!r}" if err.filename else ""
+        message = f"cannot use{where}: {err.strerror or err}"
+    elif isinstance(err, UnicodeDecodeError):
+        message = f"an input file is not UTF-8 text ({err.reason} at byte {err.start})"
+    else:
+        message = " ".join(str(err).split())
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 1 if isinstance(err, RunStopped) else 2
 
 COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command",
                    "paradyse_lab.cli.lengths_command", "paradyse_lab.cli.simulate_commands",
@@ -22,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered sub-command."""
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="paradyse-lab",
         description="Choose and evaluate per-layer parallel strategies for transformer training on "
         "sequences of changing length (a reproduction of ParaDySe, AAAI-26, and beyond).",
@@ -40,25 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except UserInputError as err:
-        print(f"paradyse-lab {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
+    except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:
+        return _report(f"paradyse-lab {args.command}", err)
 
 
 def standalone_main(prog: str, description: str, add_arguments, run, argv: list[str] | None = None) -> int:
     """`python -m MODULE` entry of a command that also runs outside `paradyse-lab` (e.g. under torchrun):
     the same arguments and the same one-line error with exit code 2 for user mistakes."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return int(run(args) or 0)
-    except UserInputError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+    except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:
+        return _report(prog, err)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE, StrategyOption
 
+MAX_COUNT = 2**30
+"""Largest sequence length or batch the commands accept (1G tokens)."""
+
 
 def parse_int(field: str, text: str) -> int:
-    """A positive integer from the command line, accepting 64K / 1M / 1_000 style suffixes."""
+    """A positive integer (at most MAX_COUNT) from the command line, accepting 64K / 1M / 1_000 suffixes."""
     raw = text.strip().replace("_", "")
     scale = 1
     if raw[-1:].upper() in ("K", "M"):
@@ -26,7 +29,7 @@ def parse_int(field: str, text: str) -> int:
         value = float(raw) * scale
     except ValueError:
         raise UserInputError(f"{field} must be a positive integer, got {text!r}") from None
-    return require_positive_int(field, value)
+    return require_positive_int(field, value, MAX_COUNT)
 
 
 def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:

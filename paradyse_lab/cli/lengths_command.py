@@ -1,25 +1,61 @@
 """`paradyse-lab lengths DIR --tokenizer bytes|whitespace --out FILE`: measure real text, write a length file.
 
 The written file (one length per line) is a workload: `file:FILE`. No download: it reads your files.
-`paradyse-lab workload SPEC` prints a workload's band fractions next to the paper's Table 3.
+Files are streamed in 1 MiB blocks (memory stays flat whatever their size); the output file itself, if it
+lies under DIR, is not counted. `paradyse-lab workload SPEC` prints a workload's band fractions next to the
+paper's Table 3.
 """
 
 from __future__ import annotations
 
+import codecs
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from paradyse_lab.atomic_write import write_text_atomic
+from paradyse_lab.atomic_write import check_output_file, write_text_atomic
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.workloads import BAND_NAMES, DEFAULT_SIZE, PAPER_DATASETS, WORKLOAD_KINDS, get_workload
 
-TOKENIZERS = {
-    "bytes": lambda text: len(text.encode("utf-8")),
-    "whitespace": lambda text: len(text.split()),
-}
+BLOCK = 1 << 20
+"""Bytes read at a time."""
+
+
+def _count_bytes(blocks) -> int:
+    """UTF-8 bytes of the text (invalid bytes count as the 3-byte replacement character, as decoding
+    with errors='replace' would give)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    total = 0
+    for block in blocks:
+        total += len(decoder.decode(block).encode("utf-8"))
+    return total + len(decoder.decode(b"", final=True).encode("utf-8"))
+
+
+def _count_words(blocks) -> int:
+    """Whitespace-separated words (str.split's rule), a word split across two blocks counted once."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    total, inside = 0, False
+    for block in blocks:
+        text = decoder.decode(block)
+        if text:
+            words = text.split()
+            total += len(words) - (1 if words and inside and not text[0].isspace() else 0)
+            inside = not text[-1].isspace()
+    tail = decoder.decode(b"", final=True)  # a truncated character at the end: one replacement character
+    return total + (1 if tail and not inside else 0)
+
+
+TOKENIZERS = {"bytes": _count_bytes, "whitespace": _count_words}
+
+
+def _blocks(path: Path, first: bytes):
+    """`first`, then the rest of the file in BLOCK-sized pieces."""
+    yield first
+    with open(path, "rb") as f:
+        f.seek(len(first))
+        yield from iter(lambda: f.read(BLOCK), b"")
 
 
 def register(sub) -> None:
@@ -46,18 +82,22 @@ def run_lengths(args) -> int:
     if not root.is_dir():
         raise UserInputError(f"DIR {args.directory!r} is not a directory")
     count = TOKENIZERS[args.tokenizer]
-    files = sorted(f for f in root.rglob("*") if f.is_file())
+    out = check_output_file(args.out)
+    files = sorted(f for f in root.rglob("*") if f.is_file() and f.resolve() != out.resolve())
     lengths = []
     for f in tqdm(files, desc="measuring", unit="file", file=sys.stderr, disable=not sys.stderr.isatty()):
-        data = f.read_bytes()
-        if b"\0" in data[:4096]:
+        try:
+            with open(f, "rb") as handle:
+                head = handle.read(4096)
+        except OSError:
+            continue  # unreadable (permissions, a dangling link): not text we can measure
+        if b"\0" in head:
             continue
-        n = count(data.decode("utf-8", errors="replace"))
+        n = count(_blocks(f, head))
         if n > 0:
             lengths.append(n)
     if not lengths:
         raise UserInputError(f"no non-empty text files under {args.directory!r}")
-    out = Path(args.out)
     write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
     print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
     return 0

@@ -71,8 +71,8 @@ def build_problem(args, seq_len: int) -> SearchProblem:
             gb = float(args.budget_gb)
         except ValueError:
             gb = float("nan")
-        if not gb > 0 or gb == float("inf"):
-            raise UserInputError(f"--budget-gb must be a positive number, got {args.budget_gb!r}")
+        if not 0 < gb <= 1e9:
+            raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
         budget = int(gb * 1e9)
     return SearchProblem.from_cost_model(
         LayerGraph(model, args.granularity), cm, seq_len, parse_int("--batch", args.batch), budget_bytes=budget,

@@ -235,16 +235,30 @@ def make_regressor(kind: str, **params):
 
 
 def save(obj, path: str | Path) -> Path:
-    """Persist a fitted estimator (or any bundle of them) with joblib."""
+    """Persist a fitted estimator (or any bundle of them) with joblib, atomically."""
+    from paradyse_lab.atomic_write import atomic_open
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    joblib.dump(obj, path)
+    with atomic_open(path, binary=True) as handle:
+        joblib.dump(obj, handle)
     return path
 
 
 def load(path: str | Path):
-    """Read what `save` wrote. A pickle: only load files you trust."""
-    return joblib.load(Path(path))
+    """Read what `save` wrote. A pickle: only load files you trust. A file that is not one (empty, truncated,
+    garbage) is a one-line `UserInputError`."""
+    from paradyse_lab.errors import UserInputError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UserInputError(f"cost model file {str(path)!r} is a folder")
+    try:
+        return joblib.load(path)
+    except FileNotFoundError:
+        raise UserInputError(f"cost model file {str(path)!r} not found") from None
+    except Exception as err:  # noqa: BLE001 (unpickling a damaged file raises anything)
+        raise UserInputError(f"cost model file {str(path)!r} is not a joblib file written by fit-costmodel "
+                             f"(empty, truncated or damaged: {type(err).__name__})") from None
 
 
 __all__ = ["FEATURES", "HybridRegressor", "PolynomialRegressor", "REGRESSOR_KINDS", "ResidualRegressor", "clone",

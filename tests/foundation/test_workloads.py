@@ -86,3 +86,24 @@ def test_workload_command_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["sequences"] == 100 and data["max_seq_len"] == 624 * 1024
     assert abs(sum(data["band_fractions"].values()) - 1) < 1e-9
+
+
+def test_lengths_streams_files_and_skips_its_own_output(tmp_path, capsys):
+    import tracemalloc
+
+    d = tmp_path / "corpus"
+    d.mkdir()
+    words = b"lorem ipsum \xc3\xa9t\xc3\xa9 dolor\n" * (24 * 2**20 // 26)  # 24 MiB, multi-byte chars across blocks
+    (d / "big.txt").write_bytes(words)
+    out = d / "lengths.txt"  # inside DIR: a second run must not count it
+    tracemalloc.start()
+    try:
+        assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.read_text().split() == [str(len(words))]
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.0f} MiB for a 24 MiB file"
+    assert main(["lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
+    assert out.read_text().split() == [str(len(words.split()))]
+    capsys.readouterr()

@@ -268,6 +268,44 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
+def checkpoint_fallback_case(rank: int, p: int, group) -> None:
+    """One rank's damaged shard makes every rank fall back to the previous checkpoint together (the ranks
+    agree on which checkpoint verifies), and the older checkpoint is left intact."""
+    import json
+    import os
+
+    import torch.distributed as dist
+
+    from runtime.train import TrainOptions, train
+
+    root = _shared_tmpdir(rank, p, group)
+    config = os.path.join(root, "micro-gpt2.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+                       "vocab_size": 96}, f)
+    if p > 1:
+        dist.barrier(group=group)
+    common = {"model": config, "dataset": "uniform:8:48", "max_len": 48, "progress": False, "checkpoint_every": 2,
+              "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
+    train(TrainOptions(steps=4, **common), group)
+    if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
+        shard = os.path.join(root, "ck", "step-000004", f"rank-{rank}.pt")
+        data = bytearray(open(shard, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(shard, "wb").write(bytes(data))
+    if p > 1:
+        dist.barrier(group=group)
+    resumed = train(TrainOptions(steps=5, resume=True, **common), group)
+    assert [r["step"] for r in resumed] == [3, 4, 5], [r["step"] for r in resumed]
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
 def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     """A solver that picks a different plan on every rank still gives every rank rank 0's plan, and only
     rank 0 runs it: directly, and inside `train` (whose policy is replaced by such a solver)."""
@@ -307,6 +345,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 CASES["train-loss-falls"] = train_loss_falls_case
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
+CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 
 
 # --- the profiler's distributed mode ------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""What `runtime.train` checks before it trains, and the token rows of a `file:*.jsonl` dataset.
+
+Library module (runtime/train.py calls it; `python -m runtime.train --help` lists the options):
+
+- `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
+  --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each.
+- `preflight(opts, p)`: builds the model, cluster, workload and policy once, so that the launcher of
+  `--nproc N` refuses a bad name or value before it spawns a rank.
+- `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
+  length, as `paradyse_lab.workloads.get_workload` sorts `file:` lengths). Step i trains documents
+  i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
+  layout unit (documents longer than the cap are cut to it), shorter rows are padded and their padding
+  (and each row's last position) is masked out of the loss with label -100.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paradyse_lab.errors import UserInputError, require_number, require_positive_int
+
+IGNORE = -100
+"""Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
+
+
+def check_options(opts) -> None:
+    """Numbers and paths of `opts` (a runtime.train.TrainOptions); raises `UserInputError` naming the option."""
+    from paradyse_lab.atomic_write import check_output_file
+
+    require_positive_int("--steps", opts.steps, 10**9)
+    require_positive_int("--batch", opts.batch, 2**20)
+    require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
+    require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
+    require_number("--budget-gb", opts.budget_gb, 0.0, 1e9)
+    for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
+                         ("--checkpoint-every", opts.checkpoint_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserInputError(f"{field} must be an integer >= 0, got {value!r}")
+    if opts.seed >= 2**32:
+        raise UserInputError(f"--seed must be below 2**32, got {opts.seed}")
+    if opts.log_file:
+        check_output_file(opts.log_file, "--log-file")
+    if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
+        raise UserInputError(f"--checkpoint-dir {opts.checkpoint_dir!r} is a file; it must name a folder")
+
+
+def preflight(opts, p: int) -> None:
+    """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`;
+    a bad one raises `UserInputError` here, before any rank starts."""
+    from dataclasses import replace
+
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.workloads import get_workload
+    from runtime.reference import GPTConfig
+    from simulator.policies import PolicySpec, parse_policy
+
+    check_options(opts)
+    spec = replace(get_model(opts.model), dtype="fp32")
+    GPTConfig.from_model_spec(spec)
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
+    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
+    parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
+                 recompute=wanted.recompute)
+    get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    TokenDocuments.from_dataset(opts.dataset)
+
+
+class TokenDocuments:
+    """Token-id documents in training order (module docstring)."""
+
+    def __init__(self, docs: list[list[int]]):
+        if not docs:
+            raise UserInputError("the token file holds no documents")
+        self.docs = sorted(docs, key=len)  # stable: the workload's ascending order
+
+    @classmethod
+    def from_dataset(cls, dataset: str) -> TokenDocuments | None:
+        """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None."""
+        if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
+            return None
+        path = Path(dataset[5:])
+        docs = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise UserInputError(f"{path.name} line {i}: not JSON") from None
+                    ids = row.get("input_ids") if isinstance(row, dict) else row
+                    if not isinstance(ids, list) or not ids or not all(
+                            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+                        raise UserInputError(f"{path.name} line {i}: expected a non-empty list of token ids >= 0 "
+                                             "or {'input_ids': [...]}")
+                    docs.append(ids)
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserInputError(f"token file {str(path)!r} cannot be read ({type(err).__name__})") from None
+        return cls(docs)
+
+    def rows(self, step: int, batch: int) -> list[list[int]]:
+        """The documents step `step` trains."""
+        return [self.docs[(step * batch + i) % len(self.docs)] for i in range(batch)]
+
+    def length(self, step: int, batch: int, unit: int, cap: int) -> int:
+        """The step's sequence length: its longest document rounded up to `unit`, at most `cap` (rounded
+        down to `unit`)."""
+        top = max(unit, cap // unit * unit)
+        longest = max(len(r) for r in self.rows(step, batch))
+        return min(-(-longest // unit) * unit, top)
+
+    def batch(self, step: int, batch: int, s: int, vocab: int):
+        """([b, s] token ids, [b, s] next-token labels with -100 at padding and each row's end)."""
+        import torch
+
+        tokens = torch.zeros(batch, s, dtype=torch.long)
+        labels = torch.full((batch, s), IGNORE, dtype=torch.long)
+        for i, doc in enumerate(self.rows(step, batch)):
+            ids = torch.tensor(doc[:s], dtype=torch.long)
+            if int(ids.max()) >= vocab:
+                raise UserInputError(f"token id {int(ids.max())} is outside the model's vocabulary (size {vocab})")
+            tokens[i, : len(ids)] = ids
+            labels[i, : len(ids) - 1] = ids[1:]
+        return tokens, labels

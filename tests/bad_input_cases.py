@@ -1,0 +1,209 @@
+"""Bad inputs for every command (tests/test_bad_inputs.py): each must end in one line on stderr and exit 2.
+
+`make_fixtures(root)` writes the malformed files the cases name; `CASES` is (id, argv) with `{d}` standing
+for that folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GOOD_PROBLEM = {"layers": 2, "options": ["a", "b"], "time_s": [[1.0, 2.0], [1.0, 2.0]],
+                "kept_bytes": [[1, 2], [1, 2]], "transient_bytes": [[1, 1], [1, 1]], "fixed_bytes": 0,
+                "budget_bytes": 100}
+
+
+def _problem(**changes) -> str:
+    return json.dumps({**GOOD_PROBLEM, **changes})
+
+
+def make_fixtures(root: Path) -> None:
+    """Write every malformed input file under `root`."""
+    files = {
+        "bw_string.toml": 'base = "a100-80gb-x8"\n[busbw_gbps]\nall_gather = "fast"\n',
+        "bw_zero.toml": 'base = "a100-80gb-x8"\n[busbw_gbps]\np2p = 0\n',
+        "mem_inf.toml": 'base = "a100-80gb-x8"\nmemory_gib = inf\n',
+        "mem_nan.toml": 'base = "a100-80gb-x8"\nmemory_gib = nan\n',
+        "gpus_frac.toml": 'base = "a100-80gb-x8"\ngpus = 8.7\n',
+        "latency_neg.toml": 'base = "a100-80gb-x8"\nalpha_base_us = -1.0\n',
+        "curve_bad.toml": 'base = "a100-80gb-x8"\ngemm_efficiency = [[1, 2, 3]]\n',
+        "p_huge.json": _problem(kept_bytes=[[2**64, 2], [1, 2]]),
+        "p_overflow.json": _problem(fixed_bytes=2**62, budget_bytes=2**63 - 1, kept_bytes=[[2**62, 2**62], [2**62, 1]]),
+        "p_inf.json": _problem(time_s=[[1e308, 1e308], [1e308, 1e308]]),
+        "p_nan.json": _problem(time_s=[[float("nan"), 1.0], [1.0, 1.0]]).replace("NaN", "NaN"),
+        "p_nested.json": "[" * 100000 + "]" * 100000,
+        "p_empty.json": "",
+        "p_list.json": "[1, 2]",
+        "p_neg_budget.json": _problem(budget_bytes=-5),
+        "lens_ok.txt": "512\n1024\n",
+        "model_bad.json": '{"n_layer": "many"}',
+        "model_empty.json": "",
+        "prof_garbage.csv": "a,b\n1,2\n",
+        "garbage.joblib": "this is not a pickle",
+        "empty.joblib": "",
+        "tokens.jsonl": "[1, 2, 3]\n",
+        "tokens_bad.jsonl": "{not json\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+    (root / "self_base.toml").write_text(f'base = "{root / "self_base.toml"}"\n')
+    (root / "latin1.toml").write_bytes(b'name = "\xff\xfe"\n')
+    (root / "latin1.json").write_bytes(b'{"layers": "\xff"}')
+    (root / "latin1.txt").write_bytes(b"512\n\xff\xfe\n")
+    (root / "dir.toml").mkdir(exist_ok=True)
+    (root / "dir.json").mkdir(exist_ok=True)
+    (root / "dir.txt").mkdir(exist_ok=True)
+    (root / "dir.joblib").mkdir(exist_ok=True)
+    (root / "texts").mkdir(exist_ok=True)
+    (root / "texts" / "a.txt").write_text("hello world\n")
+    (root / "afile").write_text("x")
+    trunc = root / "truncated.joblib"
+    import joblib
+
+    joblib.dump({"x": list(range(1000))}, trunc)
+    trunc.write_bytes(trunc.read_bytes()[:40])
+    # a checkpoint folder whose only checkpoint is damaged
+    ck = root / "ckpt_bad" / "step-000002"
+    ck.mkdir(parents=True, exist_ok=True)
+    (ck / "meta.json").write_text("{broken")
+    (ck / "rank-0.pt").write_bytes(b"garbage")
+    (root / "ckpt_bad" / "latest").write_text("step-000002")
+
+
+TRAIN = ["train", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1", "--no-progress"]
+SOLVE = ["solve", "--solver", "dp", "--problem"]
+COST = ["cost", "--model", "gpt", "--seq", "4096", "--cluster"]
+SIM_DP = ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp"]
+
+CASES: list[tuple[str, list[str]]] = [
+    # argparse itself: unknown command, option, missing required, bad type
+    ("no-command", []),
+    ("unknown-command", ["frobnicate"]),
+    ("unknown-option", ["models", "--colour"]),
+    ("missing-required", ["cost", "--model", "gpt"]),
+    ("int-type", ["workload", "grch38", "--size", "many"]),
+    ("bad-choice", ["lengths", "{d}/texts", "--out", "{d}/x.txt", "--tokenizer", "bpe"]),
+    # cost / plan / compare-solvers
+    ("cost-seq-huge", ["cost", "--model", "gpt", "--seq", "1e26"]),
+    ("cost-seq-inf", ["cost", "--model", "gpt", "--seq", "inf"]),
+    ("cost-seq-nan", ["cost", "--model", "gpt", "--seq", "nan"]),
+    ("cost-seq-empty", ["cost", "--model", "gpt", "--seq", ""]),
+    ("cost-batch-0", ["cost", "--model", "gpt", "--seq", "4096", "--batch", "0"]),
+    ("cost-model-file-bad", ["cost", "--model", "{d}/model_bad.json", "--seq", "4096"]),
+    ("cost-model-file-empty", ["cost", "--model", "{d}/model_empty.json", "--seq", "4096"]),
+    ("cost-model-dir", ["cost", "--model", "{d}/dir.json", "--seq", "4096"]),
+    ("plan-budget-huge", ["plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "1e30"]),
+    ("plan-budget-nan", ["plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "nan"]),
+    ("plan-seq-huge", ["plan", "--model", "gpt", "--seq", "1e26"]),
+    ("plan-solver", ["plan", "--model", "gpt", "--seq", "4096", "--solver", "magic"]),
+    ("plan-static-unknown", ["plan", "--model", "gpt", "--seq", "4096", "--solver", "static:zero"]),
+    ("compare-seqs-empty", ["compare-solvers", "--model", "gpt", "--seqs", ","]),
+    ("compare-seqs-huge", ["compare-solvers", "--model", "gpt", "--seqs", "4096,1e26"]),
+    # cluster TOML
+    ("toml-bw-string", COST + ["{d}/bw_string.toml"]),
+    ("toml-bw-zero", COST + ["{d}/bw_zero.toml"]),
+    ("toml-mem-inf", COST + ["{d}/mem_inf.toml"]),
+    ("toml-mem-nan", COST + ["{d}/mem_nan.toml"]),
+    ("toml-gpus-frac", COST + ["{d}/gpus_frac.toml"]),
+    ("toml-latency-neg", COST + ["{d}/latency_neg.toml"]),
+    ("toml-curve", COST + ["{d}/curve_bad.toml"]),
+    ("toml-self-base", COST + ["{d}/self_base.toml"]),
+    ("toml-latin1", COST + ["{d}/latin1.toml"]),
+    ("toml-dir", COST + ["{d}/dir.toml"]),
+    ("toml-missing", COST + ["{d}/missing.toml"]),
+    # solve
+    ("solve-bytes-2^64", SOLVE + ["{d}/p_huge.json"]),
+    ("solve-fixed-budget-overflow", SOLVE + ["{d}/p_overflow.json"]),
+    ("solve-times-inf", SOLVE + ["{d}/p_inf.json"]),
+    ("solve-time-nan", SOLVE + ["{d}/p_nan.json"]),
+    ("solve-nested", SOLVE + ["{d}/p_nested.json"]),
+    ("solve-empty", SOLVE + ["{d}/p_empty.json"]),
+    ("solve-list", SOLVE + ["{d}/p_list.json"]),
+    ("solve-neg-budget", SOLVE + ["{d}/p_neg_budget.json"]),
+    ("solve-latin1", SOLVE + ["{d}/latin1.json"]),
+    ("solve-dir", SOLVE + ["{d}/dir.json"]),
+    ("solve-missing", SOLVE + ["{d}/missing.json"]),
+    ("solve-solver", ["solve", "--solver", "magic", "--problem", "{d}/p_list.json"]),
+    # workload / lengths
+    ("workload-size-huge", ["workload", "uniform", "--size", "1000000000000"]),
+    ("workload-seed-neg", ["workload", "grch38", "--seed", "-1"]),
+    ("workload-uniform-inf", ["workload", "uniform:1:inf"]),
+    ("workload-lognormal-nan", ["workload", "lognormal:1000:nan"]),
+    ("workload-lognormal-inf", ["workload", "lognormal:inf:1"]),
+    ("workload-unknown", ["workload", "zipf:1"]),
+    ("workload-file-latin1", ["workload", "file:{d}/latin1.txt"]),
+    ("workload-file-dir", ["workload", "file:{d}/dir.txt"]),
+    ("lengths-not-dir", ["lengths", "{d}/afile", "--out", "{d}/x.txt"]),
+    ("lengths-out-is-dir", ["lengths", "{d}/texts", "--out", "{d}/dir.txt"]),
+    ("lengths-out-under-file", ["lengths", "{d}/texts", "--out", "{d}/afile/x.txt"]),
+    # simulate / experiment
+    ("simulate-policy", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "magic"]),
+    ("simulate-size-0", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                         "--size", "0"]),
+    ("simulate-seed-neg", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                           "--seed", "-1"]),
+    ("simulate-joblib-garbage", SIM_DP + ["--plan-cost-model", "{d}/garbage.joblib"]),
+    ("simulate-joblib-empty", SIM_DP + ["--plan-cost-model", "{d}/empty.joblib"]),
+    ("simulate-joblib-truncated", SIM_DP + ["--truth-cost-model", "{d}/truncated.joblib"]),
+    ("simulate-joblib-dir", SIM_DP + ["--plan-cost-model", "{d}/dir.joblib"]),
+    ("simulate-out-is-dir", ["simulate", "--model", "gpt", "--dataset", "uniform", "--size", "2", "--policy",
+                             "static:metp", "--out", "{d}/dir.txt"]),
+    ("simulate-gamma", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                        "--gamma", "nan"]),
+    ("experiment-out-is-file", ["experiment", "fig2", "--size", "2", "--out", "{d}/afile"]),
+    ("experiment-size-neg", ["experiment", "table5", "--size", "-3", "--out", "{d}/exp"]),
+    # cost-model commands
+    ("ablate-profiles-garbage", ["ablate-costmodel", "--profiles", "{d}/prof_garbage.csv", "--no-regret"]),
+    ("ablate-profiles-dir", ["ablate-costmodel", "--profiles", "{d}/dir.txt", "--no-regret"]),
+    ("fit-kind", ["fit-costmodel", "--kind", "magic", "--out", "{d}/m.joblib"]),
+    ("fit-out-is-dir", ["fit-costmodel", "--kind", "polynomial", "--out", "{d}/dir.joblib"]),
+    ("synth-out-is-dir", ["synth-profile", "--out", "{d}/dir.txt", "--models", "bert", "--ratio", "2"]),
+    ("synth-ratio", ["synth-profile", "--out", "{d}/s.csv", "--ratio", "1.0"]),
+    ("synth-noise-nan", ["synth-profile", "--out", "{d}/s.csv", "--time-noise", "nan"]),
+    ("bench-sizes", ["bench-solvers", "--sizes", "0"]),
+    ("paper-profile-out-is-dir", ["paper-profile", "--out", "{d}/dir.txt"]),
+    ("paper-profile-ratio", ["paper-profile", "--out", "{d}/pp.csv", "--ratio", "nan"]),
+    ("fit-calibration-profiles", ["fit-calibration", "--profiles", "{d}/prof_garbage.csv", "--out", "{d}/c.toml"]),
+    ("fit-calibration-out-is-dir", ["fit-calibration", "--out", "{d}/dir.toml"]),
+    # reproduce
+    ("reproduce-out-is-file", ["reproduce", "--quick", "--out", "{d}/afile"]),
+    ("reproduce-cluster", ["reproduce", "--quick", "--cluster", "tpu", "--out", "{d}/rep"]),
+    # catalog and profile
+    ("models-format", ["models", "--format", "xml"]),
+    ("clusters-format", ["clusters", "--format", "yaml"]),
+    ("strategies-extra", ["strategies", "metp"]),
+    ("profile-model", ["profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out", "{d}/p.csv"]),
+    ("profile-seqs", ["profile", "--model", "gpt2-tiny", "--seqs", "0", "--strategies", "metp", "--out",
+                      "{d}/p.csv"]),
+    ("profile-strategy", ["profile", "--model", "gpt2-tiny", "--seqs", "512", "--strategies", "zero", "--out",
+                          "{d}/p.csv"]),
+    # train (in process, --nproc 1)
+    ("train-model", ["train", "--model", "nope", "--dataset", "uniform:8:16", "--steps", "1"]),
+    ("train-dataset", ["train", "--model", "gpt2-tiny", "--dataset", "zipf", "--steps", "1"]),
+    ("train-policy", TRAIN + ["--policy", "magic"]),
+    ("train-cluster", TRAIN + ["--cluster", "tpu"]),
+    ("train-lr-nan", TRAIN + ["--lr", "nan"]),
+    ("train-lr-neg", TRAIN + ["--lr", "-1"]),
+    ("train-max-len-neg", TRAIN + ["--max-len", "-1"]),
+    ("train-nproc-0", TRAIN + ["--nproc", "0"]),
+    ("train-nproc-neg", TRAIN + ["--nproc", "-2"]),
+    ("train-seed-neg", TRAIN + ["--seed", "-1"]),
+    ("train-budget-nan", TRAIN + ["--budget-gb", "nan"]),
+    ("train-every-neg", TRAIN + ["--checkpoint-every", "-1"]),
+    ("train-tokens-bad", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tokens_bad.jsonl", "--steps", "1"]),
+    ("train-log-file-dir", TRAIN + ["--log-file", "{d}/dir.txt"]),
+    ("train-log-file-under-file", TRAIN + ["--log-file", "{d}/afile/log.csv"]),
+    ("train-ckpt-dir-is-file", TRAIN + ["--checkpoint-dir", "{d}/afile"]),
+    ("train-resume-damaged", TRAIN + ["--checkpoint-dir", "{d}/ckpt_bad", "--resume"]),
+]
+
+NPROC2_CASES: list[tuple[str, list[str]]] = [
+    ("nproc2-model", ["--nproc", "2", "--model", "nope", "--dataset", "uniform:8:16", "--steps", "1"]),
+    ("nproc2-lr-nan", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
+                       "--lr", "nan", "--no-progress"]),
+    ("nproc2-policy", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
+                       "--policy", "static:zero", "--no-progress"]),
+    ("nproc2-cluster", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
+                        "--cluster", "{d}/mem_nan.toml", "--no-progress"]),
+]

@@ -1,0 +1,32 @@
+"""Rank functions for tests/runtime/test_train_safety.py, importable by spawned ranks (no torch)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def sleepy_rank(rank: int, world: int, *args) -> None:
+    """Write this rank's pid under $PARADYSE_TEST_PIDS, then run forever (a rank training on).
+
+    It ignores SIGINT, the parent-death signal torch.multiprocessing.spawn arms: a real gloo rank survives
+    it (seen with `python -m runtime.train --nproc 2` before the launcher armed SIGKILL: both ranks kept
+    running, one at full CPU, after the launcher was killed)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    folder = Path(os.environ["PARADYSE_TEST_PIDS"])
+    (folder / f"rank-{rank}.pid.part").write_text(str(os.getpid()))
+    os.replace(folder / f"rank-{rank}.pid.part", folder / f"rank-{rank}.pid")
+    while True:
+        time.sleep(0.2)
+
+
+def failing_rank(rank: int, world: int, *args) -> None:
+    """Every rank refuses its input, as every rank does on a checkpoint of another world size; rank 0 later."""
+    from paradyse_lab.errors import UserInputError
+
+    if rank == 0:
+        time.sleep(0.5)
+    raise UserInputError(f"checkpoint step-000002 was written by 1 ranks; this run has {world}")

@@ -1,0 +1,187 @@
+"""runtime.train never loses or corrupts a run silently: each step trains its own documents, resume takes
+the newest checkpoint that verifies, a non-finite loss stops the run, the log is written per step, changed
+settings are refused on resume, and `--nproc` ranks report errors once and stop with their launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from paradyse_lab.errors import RunStopped, UserInputError
+from runtime.model import ParallelGPT
+from runtime.train import TrainOptions, train
+
+ROOT = Path(__file__).resolve().parents[2]
+MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
+"""A GPT-2 config small enough that a CPU step takes milliseconds."""
+BASE = dict(dataset="uniform:8:16", policy="static:megatron_ts", max_len=16, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def micro_model(tmp_path):
+    """BASE trains a micro GPT-2 on one intra-op thread (tiny matmuls only lose to thread hand-offs)."""
+    path = tmp_path / "micro-gpt2.json"
+    path.write_text(json.dumps(MICRO_GPT2))
+    BASE["model"] = str(path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """Every (ids, labels) the model is called with; `seen.fail_at` makes call N return a NaN loss or raise."""
+    calls = []
+    original = ParallelGPT.forward
+
+    def spy(self, ids, plan, labels=None):
+        calls.append((ids.clone(), labels.clone()))
+        logits, loss = original(self, ids, plan, labels)
+        if len(calls) == getattr(spy, "nan_at", 0):
+            loss = loss * float("nan")
+        if len(calls) == getattr(spy, "crash_at", 0):
+            raise KeyboardInterrupt
+        return logits, loss
+
+    monkeypatch.setattr(ParallelGPT, "forward", spy)
+    spy.calls = calls
+    return spy
+
+
+def test_jsonl_steps_train_exactly_their_own_documents(tmp_path, seen):
+    docs = [[(7 * i + j) % 90 + 1 for j in range(n)] for i, n in enumerate((300, 40, 120))]
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 0, "steps": 3}))
+    trained = []
+    for ids, labels in seen.calls:
+        real = int((labels[0] != -100).sum()) + 1  # labelled positions + the last token
+        assert torch.equal(labels[0, : real - 1], ids[0, 1:real])  # next-token targets of real tokens only
+        assert (labels[0, real - 1:] == -100).all()
+        trained.append(ids[0, :real].tolist())
+    assert trained == sorted(docs, key=len)  # every token of every document, in the workload's order
+
+
+def _run(tmp_path, **kw):
+    return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
+
+
+@pytest.mark.parametrize("damage", ["latest missing", "latest empty", "meta missing", "shard truncated",
+                                    "shard bytes flipped"])
+def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
+    _run(tmp_path, steps=4)
+    ck = tmp_path / "ck"
+    newest = ck / "step-000004"
+    shard = newest / "rank-0.pt"
+    if damage == "latest missing":
+        (ck / "latest").unlink()
+    elif damage == "latest empty":
+        (ck / "latest").write_text("")
+    elif damage == "meta missing":
+        (newest / "meta.json").unlink()
+    elif damage == "shard truncated":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    else:
+        data = bytearray(shard.read_bytes())
+        for i in range(len(data) // 2, len(data) // 2 + 64):
+            data[i] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    intact = (ck / "step-000002" / "rank-0.pt").read_bytes()
+    log = _run(tmp_path, steps=6, resume=True)
+    expected_first = 5 if damage.startswith("latest") else 3
+    assert log[0]["step"] == expected_first and all(r["loss"] == r["loss"] for r in log)
+    assert (ck / "step-000002" / "rank-0.pt").read_bytes() == intact
+
+
+def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_path):
+    _run(tmp_path, steps=2)
+    with pytest.raises(UserInputError, match="holds checkpoints"):
+        _run(tmp_path, steps=2)
+    (tmp_path / "ck" / "step-000002" / "rank-0.pt").write_bytes(b"garbage")
+    with pytest.raises(UserInputError, match="no checkpoint under .* verifies"):
+        _run(tmp_path, steps=4, resume=True)
+
+
+@pytest.mark.parametrize("change", [{"lr": 0.01}, {"dataset": "uniform:8:32"}, {"seed": 3}])
+def test_resume_refuses_changed_settings(tmp_path, change):
+    _run(tmp_path, steps=2)
+    field = next(iter(change))
+    with pytest.raises(UserInputError, match=f"has {field}="):
+        _run(tmp_path, steps=4, resume=True, **change)
+
+
+def test_a_non_finite_loss_stops_without_advancing_latest(tmp_path, seen):
+    seen.nan_at = 3
+    with pytest.raises(RunStopped, match="loss is nan at step 3"):
+        _run(tmp_path, steps=6)
+    assert (tmp_path / "ck" / "latest").read_text() == "step-000002"
+    assert not (tmp_path / "ck" / "step-000004").exists()
+
+
+def test_the_log_file_gets_each_step_as_it_ends(tmp_path, seen):
+    seen.crash_at = 3
+    log_file = tmp_path / "log.csv"
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainOptions(**BASE, steps=5, log_file=str(log_file)))
+    rows = log_file.read_text().splitlines()
+    assert rows[0].startswith("step,") and [r.split(",")[0] for r in rows[1:]] == ["1", "2"]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserInputError, match="--log-file"):
+        train(TrainOptions(**BASE, steps=5, log_file=str(tmp_path / "afile" / "log.csv")))
+    assert len(seen.calls) == 3  # refused before the first step
+
+
+def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
+    import launcher_cases
+
+    import runtime.train as rt
+
+    monkeypatch.setattr(rt, "_init_and_train", launcher_cases.failing_rank)
+    code = rt.main(["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1"])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "written by 1 ranks; this run has 2" in err[0], err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
+    script = ("import sys, launcher_cases, runtime.train as t; t._init_and_train = launcher_cases.sleepy_rank; "
+              "sys.exit(t.main(sys.argv[1:]))")
+    env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
+    launcher = subprocess.Popen([sys.executable, "-c", script, "--nproc", "2", "--model", "gpt2-tiny", "--dataset",
+                                 "uniform:8:16", "--steps", "1000", "--policy", "static:metp"], env=env)
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+            time.sleep(0.1)
+            pids = [int(p.read_text()) for p in tmp_path.glob("rank-*.pid")]
+        assert len(pids) == 2, "the ranks did not start"
+        launcher.send_signal(sig)
+        launcher.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in pids if _alive(p)], "orphaned ranks kept running"
+    finally:
+        launcher.kill()
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

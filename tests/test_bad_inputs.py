@@ -1,0 +1,53 @@
+"""Every command answers bad input with one line on stderr and exit code 2, never a traceback.
+
+The cases (tests/bad_input_cases.py) run in this process through the CLI's `main`, so an uncaught
+exception fails the test with its traceback; `train --nproc 2` cases go through `python -m runtime.train`'s
+`main`, whose launcher checks them before it spawns a rank.
+"""
+
+from __future__ import annotations
+
+import pytest
+from bad_input_cases import CASES, NPROC2_CASES, make_fixtures
+
+from paradyse_lab.cli import main
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-inputs")
+    make_fixtures(root)
+    return root
+
+
+def _one_line_exit_2(capsys, run, argv):
+    try:
+        code = run(argv)
+    except SystemExit as done:  # argparse exits itself
+        code = done.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err[-2000:])
+    assert len(lines) == 1 and ": error: " in lines[0], err[-2000:]
+    return lines[0]
+
+
+def test_there_are_at_least_60_cases_over_every_command():
+    from paradyse_lab.cli import build_parser
+
+    assert len(CASES) + len(NPROC2_CASES) >= 60
+    commands = {argv[0] for _, argv in CASES if argv}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) <= commands  # every command has bad inputs here
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_prints_one_line_and_exits_2(capsys, folder, argv):
+    _one_line_exit_2(capsys, main, [a.replace("{d}", str(folder)) for a in argv])
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in NPROC2_CASES], ids=[c[0] for c in NPROC2_CASES])
+def test_bad_input_under_nproc_2_prints_one_line_and_exits_2(capsys, folder, argv):
+    from runtime.train import main as train_main
+
+    _one_line_exit_2(capsys, train_main, [a.replace("{d}", str(folder)) for a in argv])

@@ -1,0 +1,174 @@
+"""Reused results are keyed on their settings and the code version; every output is written atomically."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from paradyse_lab import reproduce as rp
+from paradyse_lab import result_key
+from paradyse_lab.atomic_write import write_text_atomic
+from simulator import experiments
+from simulator.results import run_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_steps(monkeypatch, calls: list, kill: str = ""):
+    """Replace every reproduce step by one that writes its outputs as `size=N` (and records the call)."""
+
+    def make(name):
+        def step(out, s, force, timings=None):
+            calls.append((name, s.size))
+            if name == kill:
+                raise KeyboardInterrupt
+            for f in rp.STEP_OUTPUTS.get(name, ("REPORT.md",)):
+                write_text_atomic(out / f, f"size\n{s.size}\n")
+        return step
+
+    for name in rp.STEPS:
+        if name != "report":
+            monkeypatch.setitem(rp.STEP_FUNCS, name, make(name))
+    monkeypatch.setattr(rp, "step_report", make("report"))
+
+
+def _sizes(out: Path) -> set[int]:
+    return {int(pd.read_csv(out / f)["size"].iloc[0]) for fs in rp.STEP_OUTPUTS.values() for f in fs}
+
+
+def test_reproduce_reuses_only_steps_made_with_the_same_settings(tmp_path, monkeypatch):
+    calls: list = []
+    _fake_steps(monkeypatch, calls)
+    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    assert _sizes(tmp_path) == {60}
+    _fake_steps(monkeypatch, calls, kill="table5")  # a full run killed in its second step
+    with pytest.raises(KeyboardInterrupt):
+        rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
+    calls.clear()
+    _fake_steps(monkeypatch, calls)
+    rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
+    assert _sizes(tmp_path) == {200}  # no 60-sequence table under a full run's report
+    assert ("fig2", 200) not in calls and ("table5", 200) in calls  # the completed full step was reused
+    assert json.loads((tmp_path / rp.SETTINGS_FILE).read_text())["size"] == 200
+
+
+def test_reproduce_recomputes_a_truncated_or_missing_file_and_new_code(tmp_path, monkeypatch):
+    calls: list = []
+    _fake_steps(monkeypatch, calls)
+    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    (tmp_path / "solver_bench.csv").write_text("si")  # truncated
+    (tmp_path / "plan_map.csv").unlink()
+    calls.clear()
+    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    assert {c[0] for c in calls} == {"solvers", "plan_map", "figures", "report"}
+    assert _sizes(tmp_path) == {60}
+    calls.clear()
+    monkeypatch.setattr(result_key, "code_version", lambda: "edited sources")
+    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    assert {c[0] for c in calls} == set(rp.STEPS)
+
+
+@pytest.mark.parametrize("change", [{"size": 5}, {"seed": 1}])
+def test_experiment_runs_are_keyed_on_size_and_seed(tmp_path, change):
+    kw = dict(models=("bert",), datasets=("grch38",), exact=False, progress=False)
+    experiments.fig2(experiments.Setup(size=3), tmp_path, **kw)
+    path = run_path(tmp_path, "fig2", "grch38", "bert", "static:metp")
+    first = pd.read_csv(path)
+    experiments.fig2(experiments.Setup(**{"size": 3, **change}), tmp_path, **kw)
+    again = pd.read_csv(path)
+    fresh = experiments.run_one(experiments.Setup(**{"size": 3, **change}), "bert", "grch38", "static:metp")
+    assert len(again) == len(fresh) and list(again["seq_len"]) == list(fresh["seq_len"])
+    assert list(first["seq_len"]) != list(again["seq_len"])
+
+
+# ---- atomic writes: a crash half way through leaves the previous file whole -----------------------------
+
+
+def _crash_half_way(target, *args, **kwargs):
+    """Write a partial file to the handle or path given, then fail like a killed writer."""
+    import io
+
+    if hasattr(target, "write"):
+        binary = isinstance(target, (io.BytesIO, io.BufferedIOBase)) or "b" in getattr(target, "mode", "")
+        target.write(b"partial" if binary else "partial")
+    else:
+        Path(target).write_bytes(b"partial")
+    raise RuntimeError("killed half way")
+
+
+def _figure(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    sys.path.insert(0, str(ROOT / "figures"))
+    import _common
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, target, **kw: _crash_half_way(target))
+    out = tmp_path / "figs"
+    out.mkdir()
+    (out / "demo.png").write_bytes(b"good")
+    import matplotlib.pyplot as plt
+
+    with pytest.raises(RuntimeError):
+        _common.run("demo", lambda args: plt.figure(), ["--out", str(out)], "demo")
+    return out / "demo.png"
+
+
+def _joblib(tmp_path, monkeypatch):
+    import joblib
+
+    from paradyse_lab.costmodel import learned
+
+    target = tmp_path / "m.joblib"
+    target.write_bytes(b"good")
+    monkeypatch.setattr(joblib, "dump", lambda obj, target: _crash_half_way(target))
+    with pytest.raises(RuntimeError):
+        learned.save({"a": 1}, target)
+    return target
+
+
+def _profile(tmp_path, monkeypatch):
+    from paradyse_lab.profiles import default_profile, read_profiles, write_profiles
+
+    rows = read_profiles(default_profile("a100-80gb-x8")).head(3)
+    target = tmp_path / "p.csv"
+    target.write_bytes(b"good")
+    monkeypatch.setattr(pd.DataFrame, "to_csv", lambda self, target, **kw: _crash_half_way(target))
+    with pytest.raises(RuntimeError):
+        write_profiles(rows, target)
+    return target
+
+
+def _settings(tmp_path, monkeypatch):
+    calls: list = []
+    _fake_steps(monkeypatch, calls)
+    target = tmp_path / rp.SETTINGS_FILE
+    target.write_bytes(b"good")
+    monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: _crash_half_way(self))
+    try:
+        rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    except RuntimeError:
+        pass
+    return target
+
+
+@pytest.mark.parametrize("writer", [_figure, _joblib, _profile, _settings])
+def test_outputs_are_written_atomically(tmp_path, monkeypatch, writer):
+    target = writer(tmp_path, monkeypatch)
+    assert target.read_bytes() != b"partial"
+    assert not [p for p in target.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_reproduce_runs_on_a_listed_preset_without_a_bundled_profile(tmp_path):
+    """h100-80gb-x8 has no bundled profile: the learned cost models get a synthetic one under DIR (the
+    costmodel step, and Table 5 through the same `profile_for`)."""
+    from dataclasses import replace
+
+    settings = replace(rp.Settings.make(True, "h100-80gb-x8"), costmodels=("analytic", "polynomial"))
+    rp.step_costmodel(tmp_path, settings, False)
+    accuracy = pd.read_csv(tmp_path / "costmodel_accuracy.csv")
+    assert set(accuracy["cost_model"]) == {"analytic", "polynomial"} and set(accuracy["source"]) == {"analytic"}
+    assert rp.profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h100-80gb-x8.csv"
