@@ -27,11 +27,11 @@ POLICY_STYLE = {
     "dynamic:heuristic": dict(color="black", lw=2.4, ls="-", label="ParaDySe (heuristic)"),
     "dynamic:dp": dict(color="#e377c2", lw=1.3, ls=(0, (4, 3)), label="dp (ours, exact)"),
     "dynamic:ilp": dict(color="#17becf", lw=1.3, ls=(3, (2, 5)), label="ilp (ours, exact)"),
-    # beyond the paper: thin, marked series, so the paper's five curves read as before
-    "dynamic:dp+recompute": dict(color="#9467bd", lw=1.6, ls="-.", label="dp + recompute (ours)"),
-    "dynamic:dp+recompute+sublayer": dict(color="#8c564b", lw=1.6, ls=(0, (1, 1.5)),
+    # beyond the paper: other line styles and OOM markers (+), so the paper's five curves read as before
+    "dynamic:dp+recompute": dict(color="#9467bd", lw=1.3, ls="-.", label="dp + recompute (ours)", oom_marker="+"),
+    "dynamic:dp+recompute+sublayer": dict(color="#8c564b", lw=1.3, ls=(0, (1, 1.5)), oom_marker="+",
                                           label="dp + recompute + sub-layer (ours)"),
-    **{f"static:{k}+recompute": dict(color=c, lw=0.9, ls=(0, (6, 2)), alpha=0.7,
+    **{f"static:{k}+recompute": dict(color=c, lw=0.9, ls=(0, (6, 2)), alpha=0.7, oom_marker="+",
                                      label=f"{STRATEGY_LABELS[k]} + recompute") for k, c in STRATEGY_COLORS.items()},
 }
 DATASET_LABELS = {"github_code": "GitHubCode", "grch38": "GRCh38"}

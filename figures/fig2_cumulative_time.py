@@ -33,6 +33,7 @@ def draw(args):
             for p in policies:
                 rows = _common.read_csv(args.results, run_csv(d, m, p))
                 style = dict(_common.POLICY_STYLE.get(p, dict(label=p)))
+                oom_marker = style.pop("oom_marker", "x")
                 trained = rows[~rows["oom"].astype(bool)]
                 x, y = trained["seq_len"] / 1024, trained["cumulative_time_s"]
                 # dp / ilp drawn thin and on top, so they show where they coincide with the heuristic
@@ -43,7 +44,7 @@ def draw(args):
                     color = style.get("color", "gray")
                     if len(x):  # the OOM step is the next (longer) sequence: a faint link to the curve's end
                         ax.plot([x.iloc[-1], x_oom], [y_end, y_end], color=color, lw=0.8, ls=":", alpha=0.6)
-                    ax.plot(x_oom, y_end, marker="x", ms=8, mew=2, color=color, ls="none", zorder=6)
+                    ax.plot(x_oom, y_end, marker=oom_marker, ms=8, mew=2, color=color, ls="none", zorder=6)
             ax.set_title(f"{_common.DATASET_LABELS.get(d, d)}, {_common.MODEL_LABELS.get(m, m)}")
             ax.set_xlabel("sequence length (K tokens, sorted run)")
             ax.set_ylabel("cumulative training time (s)")
@@ -53,6 +54,9 @@ def draw(args):
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="gray", marker="x", ls="none", ms=8, mew=2))
     labels.append("OOM (run ends)")
+    if any(_common.POLICY_STYLE.get(p, {}).get("oom_marker") for p in policies):
+        handles.append(plt.Line2D([], [], color="gray", marker="+", ls="none", ms=8, mew=2))
+        labels.append("OOM of our series")
     ncol = min(len(labels), 8)
     rows = -(-len(labels) // ncol)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
