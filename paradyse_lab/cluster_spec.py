@@ -119,6 +119,9 @@ class ClusterSpec:
     """Per-call latency of a collective, s."""
     alpha_step_s: float = 0.6e-6
     """Extra latency per ring step, s."""
+    alpha_by_op_s: dict = field(default_factory=dict)
+    """Measured per-call latency of a collective kind, s (`paradyse-lab calibrate`); replaces
+    alpha_base_s + alpha_step_s x steps for the kinds it names."""
     gemm_efficiency: tuple = ()
     """(smallest GEMM dimension, fraction of peak) points, ascending."""
     attention_efficiency: tuple = ()
@@ -155,6 +158,11 @@ class ClusterSpec:
                 raise unknown_name("collective in cluster busbw", c, COLLECTIVES)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
                 raise UserInputError(f"cluster busbw for {c} must be a finite number > 0, got {v!r}")
+        for c, v in self.alpha_by_op_s.items():
+            if c not in COLLECTIVES:
+                raise unknown_name("collective in cluster alpha_us", c, COLLECTIVES)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise UserInputError(f"cluster alpha_us for {c} must be a finite number >= 0, got {v!r}")
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
@@ -170,6 +178,13 @@ class ClusterSpec:
         """Bus bandwidth (B/s) reached by `collective` at `message_bytes` (nccl-tests size convention)."""
         frac = interpolate_loglinear(self.busbw_size_curve, max(message_bytes, 1.0))
         return self.busbw_bytes_per_s[collective] * frac
+
+    def alpha_s(self, collective: str, steps: int) -> float:
+        """Latency of one call of `collective` taking `steps` ring steps: the measured per-kind value when the
+        cluster has one, else alpha_base_s + alpha_step_s x steps."""
+        if collective in self.alpha_by_op_s:
+            return self.alpha_by_op_s[collective]
+        return self.alpha_base_s + self.alpha_step_s * steps
 
     def gemm_eff(self, smallest_dim: int) -> float:
         """Fraction of peak a GEMM whose smallest dimension is `smallest_dim` reaches."""
@@ -241,7 +256,7 @@ _TOML_SCALARS = {
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
-TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps",) + _TOML_CURVES + ("base", "calibration")
+TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps", "alpha_us") + _TOML_CURVES + ("base", "calibration", "provenance")
 CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
 """Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
@@ -250,10 +265,13 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     """Read a user cluster from TOML.
 
     Keys (units in the name): name, gpus, gpu_name, memory_gib, peak_tflops, hbm_gbps, alpha_base_us,
-    alpha_step_us, source, a `[busbw_gbps]` table with one entry per collective kind, and the curves as
+    alpha_step_us, source, a `[busbw_gbps]` table with one entry per collective kind, an optional
+    `[alpha_us]` table of per-kind latencies (what `paradyse-lab calibrate` measures), and the curves as
     arrays of [x, fraction] pairs. `base = "PRESET"` (or another TOML file) starts from it and overrides only
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
+    A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
+    ignored.
     """
     path = Path(path)
     if path.resolve() in _bases:
@@ -315,6 +333,17 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
                 raise UserInputError(f"{path.name}: busbw_gbps.{c} must be a finite number > 0, got {v!r}")
             bw[c] = float(v) * GB
         kw["busbw_bytes_per_s"] = bw
+    if "alpha_us" in data:
+        if not isinstance(data["alpha_us"], dict):
+            raise UserInputError(f"{path.name}: alpha_us must be a table of collective = microseconds")
+        alphas = {}
+        for c, v in data["alpha_us"].items():
+            if c not in COLLECTIVES:
+                raise unknown_name(f"collective in {path.name} alpha_us", c, COLLECTIVES)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise UserInputError(f"{path.name}: alpha_us.{c} must be a number, got {v!r}")
+            alphas[c] = float(v) * 1e-6
+        kw["alpha_by_op_s"] = alphas
     for key in _TOML_CURVES:
         if key in data:
             try:

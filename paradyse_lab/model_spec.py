@@ -9,6 +9,8 @@ Sources of the presets:
 - GPT-2 family: Radford et al. 2019 and the Hugging Face `gpt2*` config.json files
   (n_embd / n_head / n_layer: 768/12/12, 1024/16/24, 1280/20/36, 1600/25/48; vocab 50257; 1024 positions).
 - `gpt2-tiny`: ours, a GPT-2-shaped model small enough for CPU tests (12 heads so p = 1, 2, 3, 4 all split).
+- `gpt2-cpu`: ours, h 512, 8 heads, 4 layers, vocabulary 1024, fp32: the CPU benchmark of `paradyse-lab
+  calibrate` and `validate-run` (README "Simulation against execution").
 - `llama3-8b`: Meta-Llama-3-8B config.json (hidden 4096, 32 heads, 8 KV heads, 32 layers, SwiGLU 14336,
   vocab 128256, RMSNorm, no biases, RoPE).
 """
@@ -115,10 +117,11 @@ def _paper(name: str, hidden: int, heads: int, layers: int, causal: bool, note: 
     )
 
 
-def _gpt2(name: str, hidden: int, heads: int, layers: int, note: str, vocab: int = 50257) -> ModelSpec:
+def _gpt2(name: str, hidden: int, heads: int, layers: int, note: str, vocab: int = 50257,
+          positions: int = 1024) -> ModelSpec:
     return ModelSpec(
         name=name, hidden=hidden, heads=heads, layers=layers, ffn_hidden=4 * hidden,
-        vocab_size=vocab, max_positions=1024, source=note,
+        vocab_size=vocab, max_positions=positions, source=note,
     )
 
 
@@ -135,6 +138,9 @@ PRESETS: dict[str, ModelSpec] = {
         _gpt2("gpt2-large", 1280, 20, 36, "HF gpt2-large config.json"),
         _gpt2("gpt2-xl", 1600, 25, 48, "HF gpt2-xl config.json"),
         _gpt2("gpt2-tiny", 96, 12, 4, "ours: GPT-2 layout for CPU runs", vocab=512),
+        replace(_gpt2("gpt2-cpu", 512, 8, 4, "ours: GPT-2 layout for the CPU calibrate / validate-run "
+                      "benchmark (small vocabulary, so the layers and not the head dominate; fp32, the CPU "
+                      "runtime's dtype)", vocab=1024, positions=8192), dtype="fp32"),
         ModelSpec(
             name="llama3-8b", hidden=4096, heads=32, kv_heads=8, layers=32, ffn_hidden=14336,
             ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0,

@@ -19,6 +19,8 @@ Steps (each writes CSVs under DIR; figures/ scripts read them; the report is gen
 - memory: model states, kept activations and transient bytes of every uniform plan -> memory_breakdown.csv
 - figures: figures/*.py -> DIR/figures/*.png and *.pdf
 - report: DIR/REPORT.md, the paper's numbers beside ours.
+- execute (only with `--execute`): `paradyse-lab calibrate` and `paradyse-lab validate-run` on this machine
+  -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
 
 A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
 only when they were made with the same settings (quick or full, cluster) and the same code version and are
@@ -389,8 +391,9 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
-              cluster: str = "a100-80gb-x8", log=print) -> dict:
-    """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step)."""
+              cluster: str = "a100-80gb-x8", log=print, execute: bool = False) -> dict:
+    """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step). `execute` adds
+    the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/."""
     from tqdm import tqdm
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
@@ -423,4 +426,10 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
         write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
         timings[name] = time.perf_counter() - started
     bar.close()
+    if execute:
+        from paradyse_lab.cli.validate_run_command import execute_step
+
+        started = time.perf_counter()
+        execute_step(out / "execute", log)
+        timings["execute"] = time.perf_counter() - started
     return timings

@@ -15,9 +15,10 @@ it, then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-
 each step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of
 the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which
 a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py)
-plans each step with the analytic cost model of `--cluster` at this world size. AdamW; bf16 weights with
-fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank 0,
-a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
+plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on
+`--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size.
+AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the
+plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
 `--checkpoint-every` steps and at the end, and `--resume` continues from the newest one that verifies
 (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch and --max-len; a new
 run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
@@ -64,7 +65,11 @@ class TrainOptions:
     max_len: int = 0
     """Cap on the sequence length (0: the model's positions)."""
     cluster: str = ""
-    """Cluster preset the policy plans for ('' = the default preset)."""
+    """Cluster preset or .toml the policy plans for ('' = the default preset)."""
+    cost_model: str = "analytic"
+    """Cost model the policy plans with: a name of COST_MODEL_NAMES or a .joblib file."""
+    profiles: str = ""
+    """Profile CSV the learned and calibrated cost models are fitted on ('' = the cluster's bundled one)."""
     budget_gb: float = 0.0
     """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
     recompute: bool = False
@@ -130,7 +135,7 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     import torch
 
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
@@ -151,8 +156,10 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     from simulator.policies import PolicySpec
 
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
-    policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p),
-                          budget, recompute=wanted.recompute)
+    cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
+    plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
+    policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
+                          recompute=wanted.recompute)
     check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
@@ -279,6 +286,8 @@ class StepLog:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `train` (shared by `paradyse-lab train` and `python -m runtime.train`)."""
+    from paradyse_lab.cli.output import cost_model_help
+
     d = TrainOptions(model="", dataset="")
     parser.add_argument("--model", required=True, help="preset (e.g. gpt2-tiny) or GPT-2 config.json")
     parser.add_argument("--dataset", required=True, help="workload: github_code, grch38, uniform:LO:HI, "
@@ -291,7 +300,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
     parser.add_argument("--seed", type=int, default=d.seed, help="weights, workload and token seed")
     parser.add_argument("--max-len", type=int, default=d.max_len, help="cap on sequence length (0: positions)")
-    parser.add_argument("--cluster", default=d.cluster, help="cluster preset the policy plans for")
+    parser.add_argument("--cluster", default=d.cluster, help="cluster preset or .toml (e.g. paradyse-lab "
+                        "calibrate's DIR/cluster.toml) the policy plans for")
+    parser.add_argument("--cost-model", default=d.cost_model, help=f"{cost_model_help()} (default %(default)s)")
+    parser.add_argument("--profiles", default=d.profiles, help="profile CSV the learned and calibrated cost models "
+                        "are fitted on")
     parser.add_argument("--budget-gb", type=float, default=d.budget_gb, help="plan memory budget (0: GPU memory)")
     parser.add_argument("--recompute", action="store_true", help="let the policy choose recomputation")
     parser.add_argument("--granularity", default=d.granularity,
@@ -307,16 +320,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """TrainOptions from parsed arguments (validated)."""
+    from paradyse_lab.cli.output import check_cost_model_name
     from runtime.train_inputs import check_options
     from simulator.policies import check_policy_names
 
     check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
+    check_cost_model_name(args.cost_model)
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
     opts = TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
                         batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                        max_len=args.max_len, cluster=args.cluster, budget_gb=args.budget_gb,
-                        recompute=args.recompute, granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
+                        max_len=args.max_len, cluster=args.cluster, cost_model=args.cost_model,
+                        profiles=args.profiles, budget_gb=args.budget_gb, recompute=args.recompute,
+                        granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
                         checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
                         progress=not args.no_progress)
     check_options(opts)

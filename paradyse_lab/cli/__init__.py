@@ -36,7 +36,8 @@ COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_c
                    "paradyse_lab.cli.lengths_command", "paradyse_lab.cli.simulate_commands",
                    "paradyse_lab.cli.costmodel_commands", "runtime.train",
                    "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
-                   "paradyse_lab.cli.reproduce_command", "runtime.profiler")
+                   "paradyse_lab.cli.reproduce_command", "runtime.profiler",
+                   "runtime.calibrate", "paradyse_lab.cli.validate_run_command")
 """Modules that add sub-commands; later issues append theirs here."""
 
 

@@ -25,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--out", default="results", help="results folder (default results/)")
     p.add_argument("--force", action="store_true", help="rerun every step instead of reusing finished CSVs")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"node preset or .toml (default {DEFAULT_CLUSTER})")
+    p.add_argument("--execute", action="store_true", help="also measure this machine and train each policy for "
+                   "real (paradyse-lab calibrate + validate-run into OUT/execute/; ~10 minutes on 2 CPU cores)")
     p.set_defaults(func=run)
 
 
@@ -34,7 +36,7 @@ def run(args) -> int:
     get_cluster(args.cluster)
     started = time.perf_counter()
     timings = reproduce(Path(args.out), quick=args.quick, force=args.force, progress=True, cluster=args.cluster,
-                        log=lambda msg: print(msg, file=sys.stderr))
+                        log=lambda msg: print(msg, file=sys.stderr), execute=args.execute)
     for name, secs in timings.items():
         print(f"{name:10s} {'reused' if not secs else f'{secs:.1f} s'}")
     print(f"\nwrote {args.out}/REPORT.md, {args.out}/*.csv and {args.out}/figures/ in "

@@ -7,11 +7,19 @@ run under results/runs/fig2/ (finished runs are reused unless --force).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
+from paradyse_lab.cli.output import (
+    add_format_argument,
+    add_reserve_argument,
+    cost_model_help,
+    print_json,
+    print_table,
+    reserve_bytes,
+)
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 
@@ -62,6 +70,8 @@ def register(sub) -> None:
     p.add_argument("--plan-cost-model", default=None,
                    help="cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, "
                    "polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)")
+    p.add_argument("--cost-model", dest="truth_cost_model", default=argparse.SUPPRESS,
+                   help=cost_model_help("same as --truth-cost-model: the model that charges and plans"))
     _add_common(p)
     add_format_argument(p)
     p.set_defaults(func=run_simulate)

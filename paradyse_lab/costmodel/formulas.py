@@ -155,7 +155,7 @@ def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks:
     """Alpha-beta time of one collective over `ranks` GPUs (HARDWARE.md section 6)."""
     if ranks <= 1 or buffer_bytes <= 0:
         return 0.0
-    alpha = cluster.alpha_base_s + cluster.alpha_step_s * ALPHA_STEPS[op](ranks)
+    alpha = cluster.alpha_s(op, ALPHA_STEPS[op](ranks))
     return alpha + BUSBW_FACTOR[op](ranks) * buffer_bytes / cluster.busbw(op, buffer_bytes)
 
 

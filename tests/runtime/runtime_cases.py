@@ -403,3 +403,74 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
 
 CASES["profile-distributed"] = profile_distributed_case
+
+
+# --- calibrate and validate-run: the whole measure -> fit -> plan -> train -> compare loop ------------------
+
+def calibrate_validate_case(rank: int, p: int, group) -> None:
+    """`paradyse-lab calibrate` then `paradyse-lab validate-run` at a tiny size, inside this process group
+    (what their launcher runs on every rank): the files and their structure, not the speed. p = 2 only
+    (the benchmark's world size; the loop costs seconds)."""
+    if p != 2:
+        return
+    import json
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    from paradyse_lab.cli.validate_run_command import finish
+    from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
+    from paradyse_lab.profiles import read_profiles
+    from runtime.calibrate import CalibrateOptions, calibrate, profile_options
+    from runtime.validate_run import POLICIES, ValidateOptions, execute_policies
+
+    root = _shared_tmpdir(rank, p, group)
+    model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost
+    if rank == 0:
+        with open(model, "w") as f:
+            json.dump({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 1, "vocab_size": 64,
+                       "n_positions": 16, "torch_dtype": "float32"}, f)
+    dist.barrier(group=group)
+    opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=60.0, lengths=2,
+                            repeats=1, warmup=0)
+    state = calibrate(opts, group, progress=False)
+    if rank == 0:
+        cl = load_cluster_toml(os.path.join(root, "cluster.toml"))
+        assert cl.gpus == 2 and cl.source.startswith("measured")
+        assert set(cl.alpha_by_op_s) == set(COLLECTIVES) and all(v > 0 for v in cl.busbw_bytes_per_s.values())
+        assert all(0 < e <= 1 for _, e in cl.gemm_efficiency + cl.attention_efficiency_causal)
+        df = read_profiles(os.path.join(root, "profile.csv"))
+        assert set(df["source"]) == {"measured-distributed"} and (df["p"] == 2).all()
+        got = {(s + ("+recompute" if r else ""), n) for s, r, n in zip(df["strategy"], df["recompute"], df["seq_len"])}
+        assert state["lengths"] == [4, 16]
+        assert got == {(o, n) for o in profile_options(True) for n in (4, 16)}, got
+        assert state["done"] == ["collectives", "kernels", "profile"] and not state["skipped"]
+    t0 = time.perf_counter()
+    calibrate(opts, group, progress=False)  # resumed: every stage and point is already there
+    assert time.perf_counter() - t0 < 2.0
+    if rank == 0:
+        assert len(read_profiles(os.path.join(root, "profile.csv"))) == 16
+    vopts = ValidateOptions(out=root, nproc=p, model=model, dataset="uniform:4:16", steps=2, max_len=16,
+                            cluster=os.path.join(root, "cluster.toml"), cost_model="analytic", profiles="")
+    execute_policies(vopts, group=group)
+    if rank == 0:
+        result = json.loads(json.dumps(finish(vopts, 1)))  # what --format json prints
+        assert set(result["policies"]) == set(POLICIES)
+        for m in result["policies"].values():
+            assert m["measured_total_s"] > 0 and m["predicted_total_s"] > 0 and m["step_mape"] >= 0
+            assert m["steps"] == 1 and m["repeats"] == 1 and m["plans_match"] and m["spread"] == 0
+        assert sorted(result["ranking"]["measured"]) == sorted(POLICIES)
+        assert set(result["speedup_over_best_static"]) == {"dynamic:heuristic", "dynamic:dp"}
+        assert result["cost_model"] == "analytic" and result["cluster"].endswith("cluster.toml")
+        assert os.path.getsize(os.path.join(root, "figures", "validate_run.png")) > 0
+        assert set(read_profiles(os.path.join(root, "profile.csv"))["model"]) == {model}
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+CASES["calibrate-validate-loop"] = calibrate_validate_case

@@ -1,0 +1,199 @@
+"""`paradyse-lab validate-run`: train each policy for real, simulate the same runs, compare step by step.
+
+    paradyse-lab calibrate --out DIR          # first: DIR/cluster.toml and DIR/profile.csv of this machine
+    paradyse-lab validate-run --out DIR       # then: the four static policies, dynamic:heuristic, dynamic:dp
+
+Each policy trains a fresh model for `--steps` steps (runtime/train.py, on `--nproc` ranks: gloo on CPU, NCCL
+on GPUs) over the same workload lengths (`--dataset`; default `--steps` lengths from max-len/16 to max-len,
+geometric), planning with `--cost-model` on `--cluster`; every step's time is logged. The simulator then
+replays each policy over the executed lengths with the same cost model, cluster and budget
+(runtime/validate_run.py, simulator/replay.py). The defaults come from DIR: the model, world size and max-len
+of its calibration, `--cluster DIR/cluster.toml` and `--profiles DIR/profile.csv` (learned cost models are
+fitted on it). The first `--skip-steps` steps of every run (start-up) are left out of every number. `--repeats
+R` runs every policy R times (round by round, so a slow period of a shared machine hits every policy); a
+step's measured time is the median of its R runs and `spread` (sum over steps of max - min, over the total)
+says how much they disagreed.
+
+Writes DIR/validate_run.csv (per step: measured and predicted seconds and cumulative sums, the executed and
+the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of the predicted total,
+per-step MAPE, ranks) and DIR/figures/validate_run.png (figures/validate_run.py), and prints the table:
+per policy the error of the predicted total and the per-step MAPE, whether the measured and simulated
+rankings agree, and each dynamic policy's speed-up over the best static policy, measured and simulated.
+`--format json` prints {"policies": {NAME: {"measured_total_s", "predicted_total_s", "step_mape", ...}},
+"cost_model", "cluster", "ranking", "speedup_over_best_static"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
+from paradyse_lab.errors import UserInputError, require_positive_int
+
+DEFAULT_STEPS = 10
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate-run", help="execute short training runs per policy and compare with the simulation",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="folder (a `paradyse-lab calibrate` output gives the defaults)")
+    p.add_argument("--nproc", type=int, default=0, help="ranks (default: the calibration's, else the machine's)")
+    p.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: the calibration's)")
+    p.add_argument("--dataset", default="", help="workload (default: --steps lengths from max-len/16 to max-len, "
+                   "geometric, written to DIR/validate_lengths.txt)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per policy (default {DEFAULT_STEPS})")
+    p.add_argument("--max-len", type=int, default=0, help="cap on the length (default: the calibration's)")
+    p.add_argument("--cluster", default="", help="preset or .toml (default DIR/cluster.toml)")
+    p.add_argument("--cost-model", default="analytic", help=cost_model_help("cost model that plans and predicts")
+                   + " (default analytic)")
+    p.add_argument("--profiles", default="", help="profile CSV for learned cost models (default DIR/profile.csv)")
+    p.add_argument("--policies", default="", help="comma-separated policies (default the four static:NAME, "
+                   "dynamic:heuristic, dynamic:dp)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every policy, interleaved; per step the median "
+                   "(default 1)")
+    p.add_argument("--skip-steps", type=int, default=1, help="start-up steps left out of every number (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="weights, workload and token seed (default 0)")
+    add_format_argument(p)
+    p.set_defaults(func=run)
+
+
+def _options(args):
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.workloads import get_workload
+    from runtime.validate_run import POLICIES, ValidateOptions
+
+    out = Path(args.out)
+    cal = {}
+    if (out / "calibrate.json").is_file():
+        cal = json.loads((out / "calibrate.json").read_text()).get("settings", {})
+    nproc = args.nproc or cal.get("nproc") or _default_nproc()
+    require_positive_int("--nproc", nproc)
+    model = args.model or cal.get("model") or "gpt2-tiny"
+    spec = get_model(model)
+    max_len = args.max_len or cal.get("max_len") or spec.max_positions
+    require_positive_int("--max-len", max_len)
+    steps = require_positive_int("--steps", args.steps)
+    dataset = args.dataset or default_lengths_file(out, max_len, steps, nproc)
+    if not 0 <= args.skip_steps < steps:
+        raise UserInputError(f"--skip-steps must be in [0, --steps), got {args.skip_steps}")
+    get_workload(dataset, size=steps, seed=args.seed)
+    cluster = args.cluster or (str(out / "cluster.toml") if (out / "cluster.toml").is_file() else "")
+    if cluster:
+        get_cluster(cluster)
+    check_cost_model_name(args.cost_model)
+    profiles = args.profiles or (str(out / "profile.csv") if (out / "profile.csv").is_file() else "")
+    if args.cost_model != "analytic" and not args.cost_model.endswith(".joblib"):
+        from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+
+        build_cost_model(args.cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
+    policies = tuple(x.strip() for x in args.policies.split(",") if x.strip()) or POLICIES
+    for pol in policies:
+        kind, _, arg = pol.partition(":")
+        if kind not in ("static", "dynamic") or not arg:
+            raise UserInputError(f"--policies: {pol!r} is not static:NAME or dynamic:SOLVER")
+    return ValidateOptions(out=str(out), nproc=nproc, model=model, dataset=dataset, steps=steps, max_len=max_len,
+                           cluster=cluster, cost_model=args.cost_model, profiles=profiles, policies=policies,
+                           seed=args.seed, repeats=require_positive_int("--repeats", args.repeats))
+
+
+def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str:
+    """`file:DIR/validate_lengths.txt`: `steps` lengths from max-len/16 to max-len, geometric, multiples of 2p
+    (the calibration's grid: the sampled workloads are multiples of 512, too coarse for a CPU run)."""
+    from paradyse_lab.atomic_write import write_text_atomic
+    from runtime.calibrate import length_grid
+
+    path = out / "validate_lengths.txt"
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, "".join(f"{s}\n" for s in length_grid(max_len, steps, 2 * nproc)))
+    return f"file:{path}"
+
+
+def _default_nproc() -> int:
+    from runtime.launch import default_nproc
+
+    return default_nproc()
+
+
+def run(args) -> int:
+    from runtime.launch import launch
+    from runtime.validate_run import execute_policies
+
+    opts = _options(args)
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    launch(execute_policies, opts.nproc, opts, sys.stderr.isatty())
+    result = finish(opts, args.skip_steps)
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+def finish(opts, skip_steps: int) -> dict:
+    """After the runs: pair every step with its replay, write the CSVs and the figure, return the result."""
+    import pandas as pd
+
+    from runtime.validate_run import pair
+    from simulator.replay import compare
+    from simulator.results import write_csv_atomic
+
+    steps = pair(opts.out, skip_steps)
+    out = Path(opts.out)
+    write_csv_atomic(steps, out / "validate_run.csv")
+    statics = [p for p in opts.policies if p.startswith("static:")]
+    result = compare(steps, statics, [p for p in opts.policies if p not in statics])
+    result.update(cost_model=opts.cost_model, cluster=opts.cluster or "a100-80gb-x8 (default preset)",
+                  nproc=opts.nproc, model=opts.model, dataset=opts.dataset, steps=opts.steps, skip_steps=skip_steps,
+                  repeats=opts.repeats,
+                  out=str(out))
+    summary = pd.DataFrame([{"policy": k, **v} for k, v in result["policies"].items()])
+    write_csv_atomic(summary, out / "validate_run_summary.csv")
+    _figure(out)
+    return result
+
+
+def print_result(result: dict) -> None:
+    """The table of `validate-run`."""
+    print(f"{result['model']} on {result['nproc']} ranks, {result['dataset']}, {result['steps']} steps per policy "
+          f"(first {result['skip_steps']} left out), {result['repeats']} run(s) each, per step the median; cost "
+          f"model {result['cost_model']}, cluster {result['cluster']}")
+    rows = [[n, f"{m['measured_total_s']:.3f}", f"{m['spread']:.1%}", f"{m['predicted_total_s']:.3f}",
+             f"{m['total_error']:+.1%}", f"{m['step_mape']:.1%}", m["measured_rank"], m["predicted_rank"],
+             "yes" if m["plans_match"] else "no"] for n, m in result["policies"].items()]
+    print_table(["policy", "measured s", "spread", "predicted s", "total error", "step MAPE", "rank meas",
+                 "rank pred", "same plans"], rows)
+    r = result["ranking"]
+    print(f"rankings agree: {'yes' if r['agree'] else 'no'} (Kendall tau {r['kendall_tau']})")
+    for d, sp in result["speedup_over_best_static"].items():
+        print(f"{d}: speed-up over the best static policy measured {sp['measured']:.3f}x "
+              f"({sp['best_static_measured']}), simulated {sp['simulated']:.3f}x ({sp['best_static_simulated']})")
+    out = Path(result["out"])
+    print(f"wrote {out / 'validate_run.csv'}, {out / 'validate_run_summary.csv'}, {out / 'figures'}/validate_run.png")
+
+
+def _figure(out: Path) -> None:
+    import contextlib
+
+    from paradyse_lab.reproduce import load_figure_script
+
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the table or the JSON only
+        code = load_figure_script("validate_run").main(["--results", str(out), "--out", str(out / "figures")])
+    if code:
+        raise UserInputError(f"figures/validate_run.py failed with exit code {code}")
+
+
+def execute_step(out: Path, log=print) -> None:
+    """`reproduce --execute`: `paradyse-lab calibrate --out OUT` then `validate-run --out OUT`, each in its own
+    process (each starts its own process group), with this machine's defaults."""
+    import subprocess
+
+    for cmd in (["calibrate", "--out", str(out)], ["validate-run", "--out", str(out)]):
+        log(f"running paradyse-lab {' '.join(cmd)}")
+        done = subprocess.run([sys.executable, "-m", "paradyse_lab", *cmd], stdout=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise UserInputError(f"paradyse-lab {cmd[0]} failed with exit code {done.returncode}")
+        log(done.stdout.rstrip())

@@ -1,0 +1,153 @@
+"""A `ClusterSpec` from measurements: alpha-beta fits of the collectives, kernel efficiency curves, TOML.
+
+Library module of `paradyse-lab calibrate --out DIR` (runtime/calibrate.py), which measures and calls
+`measured_cluster_toml` to write DIR/cluster.toml; `--cluster DIR/cluster.toml` then loads it
+(paradyse_lab/cluster_spec.py `load_cluster_toml`). No torch here.
+
+- Collectives: per kind, t(S) = alpha + f(op, p) S / busbw (formulas.collective_time_s, nccl-tests
+  convention: S the buffer, f = 2(p-1)/p for all_reduce, (p-1)/p for the gathers and scatters, 1 for p2p)
+  fitted by non-negative least squares over the measured (S, median seconds). The file then holds one
+  latency per kind (`[alpha_us]`) and a flat size curve (the latency already carries the small-message
+  penalty).
+- Kernels: the peak is the fastest rate measured (GEMM or attention), so every efficiency is <= 1 and
+  peak x efficiency is the measured rate. GEMM efficiency against the smallest dimension is the
+  FLOP-weighted rate (total FLOPs / total seconds) of the GEMMs sharing that smallest dimension;
+  attention efficiency against length, causal and not, the same over kernel calls.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paradyse_lab.cluster_spec import COLLECTIVES
+from paradyse_lab.costmodel.formulas import BUSBW_FACTOR
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """One collective kind's fit."""
+
+    alpha_s: float
+    """Latency per call, s."""
+    busbw_bytes_per_s: float
+    """Bus bandwidth (nccl-tests convention), B/s."""
+    points: int
+    """Measured sizes it was fitted on."""
+    mape: float
+    """Mean absolute percentage error of the fit on its own points (a fraction)."""
+
+
+def fit_alpha_beta(op: str, ranks: int, sizes, seconds) -> AlphaBeta:
+    """Non-negative least squares of t = alpha + f(op, ranks) S / busbw over (buffer bytes S, seconds)."""
+    from scipy.optimize import nnls
+
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if len(s) < 2 or np.ptp(s) == 0:
+        raise ValueError(f"{op}: need at least two distinct sizes to fit alpha and beta")
+    x = BUSBW_FACTOR[op](ranks) * s
+    # Relative least squares (each row divided by its time): small messages matter as much as large ones.
+    coef, _ = nnls(np.stack([np.ones_like(x), x], axis=1) / t[:, None], np.ones_like(t))
+    alpha, inv_bw = float(coef[0]), float(coef[1])
+    if inv_bw <= 0:  # flat in size (latency-bound everywhere): the largest message's rate bounds it
+        inv_bw = float(np.min(t / x)) * 1e-3
+    pred = alpha + x * inv_bw
+    return AlphaBeta(alpha, 1.0 / inv_bw, len(s), float(np.mean(np.abs(pred - t) / t)))
+
+
+def efficiency_points(samples, peak_flops: float) -> tuple[tuple[float, float], ...]:
+    """(x, fraction of peak) per distinct x, ascending, from (x, flops, seconds) samples: FLOP-weighted rate."""
+    flops, secs = defaultdict(float), defaultdict(float)
+    for x, f, t in samples:
+        flops[int(x)] += float(f)
+        secs[int(x)] += float(t)
+    return tuple((float(x), min(1.0, flops[x] / secs[x] / peak_flops)) for x in sorted(flops))
+
+
+def best_rate(*sample_lists) -> float:
+    """The fastest FLOP/s among (x, flops, seconds) samples."""
+    return max(f / t for samples in sample_lists for _, f, t in samples if t > 0)
+
+
+@dataclass
+class Measurements:
+    """What `paradyse-lab calibrate` measured on one machine, at world size `ranks`."""
+
+    ranks: int
+    gpu_name: str
+    memory_bytes: int
+    hbm_bytes_per_s: float
+    gemm: list = field(default_factory=list)
+    """(smallest dimension, flops, seconds) per GEMM."""
+    attention: list = field(default_factory=list)
+    """(kernel length, causal, flops, seconds) per attention call (fwd + bwd)."""
+    collectives: dict = field(default_factory=dict)
+    """op -> [(buffer bytes, median seconds)]."""
+    provenance: dict = field(default_factory=dict)
+    """host, device, software, date, command (strings)."""
+
+
+def fit_collectives(m: Measurements) -> dict[str, AlphaBeta]:
+    """One fit per measured collective kind."""
+    return {op: fit_alpha_beta(op, m.ranks, [s for s, _ in pts], [t for _, t in pts])
+            for op, pts in m.collectives.items() if len(pts) >= 2}
+
+
+def measured_cluster_toml(m: Measurements) -> str:
+    """The text of a cluster file `load_cluster_toml` reads, from `m` (module docstring)."""
+    att = [(x, f, t) for x, _, f, t in m.attention]
+    peak = best_rate(m.gemm, att) if (m.gemm or att) else 1.0
+    gemm = efficiency_points(m.gemm, peak) or ((1.0, 1.0),)
+    plain = efficiency_points([(x, f, t) for x, c, f, t in m.attention if not c], peak) or gemm
+    causal = efficiency_points([(x, f, t) for x, c, f, t in m.attention if c], peak) or plain
+    fits = fit_collectives(m)
+    if m.ranks > 1:
+        missing = [op for op in COLLECTIVES if op not in fits]
+        if missing:
+            raise ValueError(f"no measurement of {', '.join(missing)} at {m.ranks} ranks")
+    busbw = {op: (fits[op].busbw_bytes_per_s if op in fits else m.hbm_bytes_per_s) for op in COLLECTIVES}
+    alpha = {op: fits[op].alpha_s for op in COLLECTIVES if op in fits}
+    date = m.provenance.get("date") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    lines = [
+        "# Measured by `paradyse-lab calibrate` (paradyse_lab/measured_cluster.py); load with --cluster FILE.",
+        f"# Collectives: alpha + f S / busbw fitted per kind at {m.ranks} ranks"
+        + ("" if m.ranks > 1 else " (one rank: nothing to measure, busbw set to the memory bandwidth)") + ".",
+        *(f"#   {op}: {len(m.collectives.get(op, []))} sizes, fit error {fits[op].mape:.1%}" for op in fits),
+        f'name = "{_esc(m.provenance.get("name", "measured"))}"',
+        f"gpus = {m.ranks}",
+        f'gpu_name = "{_esc(m.gpu_name)}"',
+        f"memory_gib = {m.memory_bytes / 2**30:.6g}",
+        f"peak_tflops = {peak / 1e12:.6g}",
+        f"hbm_gbps = {m.hbm_bytes_per_s / 1e9:.6g}",
+        "alpha_base_us = 0.0",
+        "alpha_step_us = 0.0",
+        f'source = "measured: {_esc(m.provenance.get("device", m.gpu_name))}, {date}"',
+        "busbw_size_curve = [[1.0, 1.0]]",
+        f"gemm_efficiency = {_curve(gemm)}",
+        f"attention_efficiency = {_curve(plain)}",
+        f"attention_efficiency_causal = {_curve(causal)}",
+        "",
+        "[busbw_gbps]",
+        *(f"{op} = {busbw[op] / 1e9:.6g}" for op in COLLECTIVES),
+        "",
+        "[alpha_us]",
+        *(f"{op} = {alpha[op] * 1e6:.6g}" for op in alpha),
+        "",
+        "[provenance]",
+        'source = "measured"',
+        *(f'{k} = "{_esc(str(v))}"' for k, v in sorted(m.provenance.items()) if k != "name"),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _curve(points) -> str:
+    return "[" + ", ".join(f"[{x:.6g}, {y:.6g}]" for x, y in points) + "]"
+
+
+def _esc(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"')

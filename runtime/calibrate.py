@@ -1,0 +1,643 @@
+"""`paradyse-lab calibrate`: measure the machine it runs on and write a cluster file and a measured profile.
+
+    paradyse-lab calibrate --out DIR              # defaults suit the machine (CPU: gpt2-cpu, p = 2, 6 min)
+    paradyse-lab calibrate --out DIR --nproc 8 --model gpt2 --max-len 1024 --budget-s 540   # a GPU node
+    torchrun --standalone --nproc-per-node 8 -m runtime.calibrate --out DIR                  # the same
+
+Everything is measured through the project's runtime on p ranks (gloo on CPU, NCCL on GPUs), every rank
+working at once as in training; rank 0 writes. Stages, in order, each with a share of `--budget-s`
+(a stage stops measuring when its next point would not fit, and says so in DIR/calibrate.json):
+
+1. collectives (10%): every kind the strategies use, through runtime/comm.py (all_gather, reduce_scatter,
+   all_reduce, all_to_all, the ring exchange `p2p`, the chain broadcast) over buffer sizes from 4 KiB by
+   factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
+   the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
+   -> DIR/collectives.csv
+2. kernels (20%): GEMMs at the model's shapes (runtime/kernel_bench.py: the forward, input- and
+   weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
+   the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
+   calls the strategies make); element-wise bandwidth (layer norm, GELU, add); device memory (CUDA:
+   the device's; CPU: physical memory / p). -> DIR/gemm.csv, DIR/attention.csv
+   Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
+   efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
+3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
+   strategy, with and without recomputation, on every rank (runtime/profiler.py, `measured-distributed`),
+   over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
+   every option at a length before the next length, so a budget cut leaves every curve's short end.
+   -> DIR/profile.csv (the schema of paradyse_lab/profiles.py plus compute_s, comm_s, comm_modelled).
+
+Resumable: every file is written atomically as soon as it is complete (the profile after every point); a
+rerun with the same settings skips finished stages and profile points (`--force` starts over); other
+settings in the same DIR are an error. Then: `paradyse-lab ablate-costmodel --profiles DIR/profile.csv
+--cluster DIR/cluster.toml --no-regret`, `paradyse-lab train|simulate --cluster DIR/cluster.toml ...`,
+`paradyse-lab validate-run --out DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from paradyse_lab.atomic_write import atomic_open, write_text_atomic
+from paradyse_lab.errors import UserInputError
+
+COLLECTIVE_SIZES = tuple(4096 * 4**i for i in range(7)) + (32 * 2**20,)
+"""Buffer bytes per collective call (nccl-tests' S): 4 KiB, 16 KiB, ... 16 MiB, 32 MiB."""
+STAGE_SHARES = {"collectives": 0.10, "kernels": 0.20, "profile": 0.70}
+"""Fraction of --budget-s each stage may use (a stage's leftover goes to the next)."""
+SETTINGS_FILE = "calibrate.json"
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """One calibration."""
+
+    out: str
+    nproc: int
+    model: str
+    max_len: int
+    budget_s: float
+    lengths: int = 9
+    """Profile lengths (geometric from max_len/16 to max_len)."""
+    repeats: int = 3
+    """Timed repeats per point (median)."""
+    warmup: int = 0
+    """Untimed steps per profile point besides the forward that records kept bytes (which warms up too)."""
+    recompute: bool = True
+    """Also profile every strategy with recomputation."""
+    seed: int = 0
+
+    def settings(self) -> dict:
+        """What must match for a rerun to reuse DIR's files."""
+        return {k: v for k, v in asdict(self).items() if k not in ("out", "budget_s")}
+
+
+def machine_defaults() -> dict:
+    """Defaults that suit this machine: GPUs -> all of them, gpt2 up to 1024 tokens, 9 minutes; CPU ->
+    2 processes, gpt2-cpu up to 1024 tokens, 6 minutes (README "Simulation against execution")."""
+    import torch
+
+    from runtime.launch import default_nproc
+
+    if torch.cuda.is_available():
+        return {"nproc": default_nproc(), "model": "gpt2", "max_len": 1024, "budget_s": 540.0}
+    return {"nproc": default_nproc(), "model": "gpt2-cpu", "max_len": 1024, "budget_s": 360.0}
+
+
+def length_grid(max_len: int, count: int, unit: int) -> list[int]:
+    """`count` lengths from max_len/16 to max_len, geometric, rounded to multiples of `unit`, distinct (9 of
+    them put 7 at or below max_len/2: `ablate-costmodel` holds lengths out below half a curve's longest)."""
+    lo = max(unit, max_len / 16)
+    out = []
+    for i in range(count):
+        x = lo * (max_len / lo) ** (i / max(count - 1, 1))
+        v = max(unit, int(round(x / unit)) * unit)
+        if v not in out and v <= max_len:
+            out.append(v)
+    return out
+
+
+def profile_options(recompute: bool) -> list[str]:
+    """Strategy options the profile measures: every runtime strategy, with and without recomputation."""
+    from runtime.model import STRATEGY_MODULES
+
+    names = list(STRATEGY_MODULES)
+    return names + ([f"{n}+recompute" for n in names] if recompute else [])
+
+
+# --- measuring (every rank) ------------------------------------------------------------------------------
+
+class Budget:
+    """Deadlines of the stages, on rank 0's clock (decisions are broadcast)."""
+
+    def __init__(self, total_s: float):
+        self.start, self.total = time.perf_counter(), total_s
+
+    def deadline(self, stage: str) -> float:
+        names = list(STAGE_SHARES)
+        share = sum(STAGE_SHARES[k] for k in names[:names.index(stage) + 1])  # stages run in this order
+        return self.start + self.total * share
+
+    def fits(self, stage: str, predicted_s: float) -> bool:
+        return time.perf_counter() + predicted_s <= self.deadline(stage)
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def _time_call(fn, device, group, barrier: bool = True) -> float:
+    """Seconds of one call of `fn` on this rank, started together on every rank."""
+    import torch.distributed as dist
+
+    from runtime import comm
+
+    if barrier and comm.size(group) > 1:
+        dist.barrier(group=group)
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _slowest(values: list[float], device, group) -> list[float]:
+    """Element-wise max over ranks."""
+    import torch
+    import torch.distributed as dist
+
+    from runtime import comm
+
+    if comm.size(group) == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [float(v) for v in t.cpu()]
+
+
+def collective_fn(op: str, nbytes: int, device, dtype, group):
+    """A call of comm.py's `op` on a buffer of `nbytes` (nccl-tests' S) at this group's size."""
+    import torch
+
+    from runtime import comm
+
+    p = comm.size(group)
+    elem = torch.empty((), dtype=dtype).element_size()
+    n = max(p, nbytes // elem // p * p)  # elements of S, a multiple of p
+    if op == "all_gather":
+        x = torch.ones(n // p, device=device, dtype=dtype)  # [S/p] -> [S]
+        return lambda: comm.all_gather(x, group)
+    if op == "reduce_scatter":
+        x = torch.ones(n, device=device, dtype=dtype)  # [S] -> [S/p]
+        return lambda: comm.reduce_scatter(x, group)
+    if op == "all_to_all":
+        x = torch.ones(n, device=device, dtype=dtype)  # [p * S/p] -> [p * S/p]
+        return lambda: comm.all_to_all(x, group)
+    if op == "all_reduce":
+        x = torch.ones(n, device=device, dtype=dtype)  # [S] summed in place
+        return lambda: comm.all_reduce(x, group)
+    if op == "p2p":
+        x = torch.ones(n, device=device, dtype=dtype)  # [S] to the next rank, [S] from the previous
+        return lambda: comm.ring_exchange(x, group).wait()
+    if op == "broadcast":
+        x = torch.ones(n, device=device, dtype=dtype)
+
+        def call():
+            _, send = comm.chain_broadcast(x if comm.rank(group) == 0 else None, x, 0, group)
+            if send is not None:
+                send.wait()
+        return call
+    raise ValueError(op)
+
+
+def collective_sizes(spec, max_len: int, p: int) -> list[int]:
+    """COLLECTIVE_SIZES up to the first one at least twice the largest buffer a strategy passes to one call
+    (a sub-layer's gathered weights, or the [s, h] activations at max_len), whichever is larger."""
+    from paradyse_lab.costmodel.formulas import sharded_params
+
+    e = 2 if spec.dtype != "fp32" else 4
+    largest = max(sharded_params(spec, "mlp"), sharded_params(spec, "attention"), max_len * spec.hidden) * e
+    out = []
+    for size in COLLECTIVE_SIZES:
+        out.append(size)
+        if size >= 2 * largest:
+            break
+    return out
+
+
+def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dtype, group, bar) -> list[dict]:
+    """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind and size that fit."""
+    from paradyse_lab.cluster_spec import COLLECTIVES
+    from runtime import comm
+    from runtime.launch import agree
+
+    p = comm.size(group)
+    rows = []
+    if p == 1:
+        return rows
+    sizes = collective_sizes(spec, opts.max_len, p)
+    for op in COLLECTIVES:
+        last = 0.0
+        for i, nbytes in enumerate(sizes):
+            growth = nbytes / sizes[i - 1] if i else 1.0
+            # the two smallest sizes always (alpha and beta need two points); then while the budget lasts
+            go = i < 2 or budget.fits("collectives", (opts.repeats + 1) * last * growth)
+            if not agree(go, group):
+                break
+            fn = collective_fn(op, nbytes, device, dtype, group)
+            fn()  # untimed: first-call setup
+            times = [_time_call(fn, device, group) for _ in range(max(5, opts.repeats))]
+            med = _slowest([statistics.median(times)], device, group)[0]
+            last = med
+            rows.append({"op": op, "ranks": p, "buffer_bytes": nbytes, "median_s": med, "repeats": len(times)})
+        if bar is not None:
+            bar.update(1)
+    return rows
+
+
+def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, device, dtype, group, bar):
+    """(gemm rows, attention rows, element-wise bytes/s) on every rank at once; rank 0's values."""
+    import torch
+
+    from runtime import attention, comm
+    from runtime.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
+    from runtime.launch import agree
+
+    p = comm.size(group)
+    dname = str(dtype).replace("torch.", "")
+    picks = sorted({lengths[0], lengths[len(lengths) // 2], lengths[-1]})
+    gemm_rows = []
+    quick = {"warmup": 1, "max_repeats": max(opts.repeats, 3), "min_repeats": opts.repeats, "target_s": 0.05}
+    rate = 0.0
+    for shp in gemm_shapes([spec], picks, p):
+        flops = 2.0 * shp["m"] * shp["n"] * shp["k"]
+        if not agree(budget.fits("kernels", 0.6 * (quick["min_repeats"] + 2) * flops / rate if rate else 0.0), group):
+            break
+        fn = _gemm_fn(shp["op"], shp["m"], shp["n"], shp["k"], device, dtype)
+        if comm.size(group) > 1:
+            torch.distributed.barrier(group=group)
+        sec, reps = measure(fn, device, **quick)
+        rate = flops / sec
+        gemm_rows.append({**shp, "dtype": dname, "median_s": sec, "repeats": reps, "flops": flops})
+    if bar is not None:
+        bar.update(1)
+    from runtime.kernel_bench import KERNEL_LABELS
+
+    kernel = attention.backend(torch.empty(1, device=device, dtype=dtype))  # the kernel the runtime calls
+    fwd, bwd = attention._KERNELS[kernel]
+    att_rows = []
+    heads, d = spec.heads, spec.head_dim
+    last = 0.0
+    for i, s in enumerate(lengths):
+        growth = (s / lengths[i - 1]) ** 2 if i else 1.0
+        if not agree(budget.fits("kernels", 2 * (opts.repeats + 1) * last * growth), group):
+            break
+        last = 0.0
+        for causal, n, hh in ((True, s, max(1, heads // p)), (False, max(1, s // p), heads)):
+            if comm.size(group) > 1:
+                torch.distributed.barrier(group=group)
+            row, sec = _attention_point(fwd, bwd, hh, n, d, causal, device, dtype, quick=opts.repeats <= 1)
+            flops = 3.5 * 4.0 * n * n * hh * d / (2 if causal else 1)
+            att_rows.append({"seq_len": n, "heads": hh, "head_dim": d, "causal": str(causal).lower(),
+                             "kernel": KERNEL_LABELS[kernel], "dtype": dname, "fwd_s": row["fwd_s"],
+                             "bwd_s": row["bwd_s"], "repeats": row["repeats"], "flops": flops})
+            last += sec
+    if bar is not None:
+        bar.update(1)
+    # element-wise: layer norm, GELU and a residual add over [tokens, 4h]; bytes read + written
+    x = torch.randn(2048, 4 * spec.hidden, device=device, dtype=dtype)
+    y = torch.randn_like(x)
+    nbytes = x.numel() * x.element_size()
+
+    def elementwise():
+        torch.nn.functional.layer_norm(x, x.shape[-1:])
+        torch.nn.functional.gelu(x)
+        torch.add(x, y)
+
+    sec, _ = measure(elementwise, device, **quick)
+    return gemm_rows, att_rows, (2 + 2 + 3) * nbytes / sec
+
+
+def device_memory_bytes(device, ranks: int) -> int:
+    """CUDA: the device's memory; CPU: physical memory shared by the ranks."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks)
+
+
+def measure_profile(opts: CalibrateOptions, lengths, budget: Budget, group, bar, done, write) -> list[str]:
+    """Profile every (length, option) not in `done`, lengths ascending; at each length the options whose
+    predicted time (from the option's previous length, growing as s^1.5) still fits run in one call, then
+    `write(rows)`. Returns the skipped points as 'option@length: reason'."""
+    import pandas as pd
+
+    from runtime.launch import agree
+    from runtime.profiler import ProfileOptions, profile
+
+    rows = list(done.values())
+    known: dict = {}
+    for r in rows:
+        known.setdefault(_opt_name(r), {})[int(r["seq_len"])] = float(r["time_s"])
+    skipped, stopped = [], set()
+    steps = opts.warmup + opts.repeats + 1
+    for s in lengths:
+        have = {(_opt_name(r), int(r["seq_len"])) for r in rows}
+        todo, planned = [], 0.0
+        for name in profile_options(opts.recompute):
+            if (name, s) in have:
+                continue
+            curve = known.get(name, {})
+            shorter = [x for x in curve if x < s]
+            predicted = steps * curve[max(shorter)] * (s / max(shorter)) ** 1.5 if shorter else 0.0
+            if name not in stopped and budget.fits("profile", planned + predicted):
+                todo.append(name)
+                planned += predicted
+            else:
+                stopped.add(name)
+                skipped.append(f"{name}@{s}: time budget")
+        todo = agree(todo, group)  # rank 0's clock decides for every rank
+        if todo:  # one model for every option at this length; the file is rewritten after each length
+            po = ProfileOptions(model=opts.model, seqs=(s,), strategies=tuple(todo), mode="distributed",
+                                warmup=opts.warmup, repeats=opts.repeats, seed=opts.seed)
+            for row in profile(po, group, progress=False).to_dict("records"):
+                rows.append(row)
+                known.setdefault(_opt_name(row), {})[s] = float(row["time_s"])
+            write(pd.DataFrame(rows))
+        if bar is not None:
+            bar.update(len(profile_options(opts.recompute)))
+    return skipped
+
+
+def _opt_name(row) -> str:
+    rec = str(row["recompute"]).lower() in ("true", "1")
+    return row["strategy"] + ("+recompute" if rec else "")
+
+
+def provenance(device, opts: CalibrateOptions, p: int) -> dict:
+    from runtime.profiler import device_name, software_versions
+
+    return {"host": socket.gethostname(), "device": device_name(device), "software": software_versions(),
+            "platform": platform.platform(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": f"paradyse-lab calibrate --nproc {p} --model {opts.model} --max-len {opts.max_len} "
+                       f"--lengths {opts.lengths} --repeats {opts.repeats}", "name": "cluster"}
+
+
+def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict | None:
+    """Run every stage on this rank (call on every rank of `group`); rank 0 writes DIR and returns the
+    summary (other ranks return None)."""
+    import pandas as pd
+    import torch
+
+    from paradyse_lab.measured_cluster import Measurements, fit_collectives, measured_cluster_toml
+    from paradyse_lab.model_spec import get_model
+    from runtime import comm
+    from runtime.launch import agree
+
+    p, rank = comm.size(group), comm.rank(group)
+    out = Path(opts.out)
+    gpu = torch.cuda.is_available() and (p == 1 or torch.distributed.get_backend(group) != "gloo")
+    device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
+    dtype = torch.bfloat16 if gpu else torch.float32
+    spec = get_model(opts.model)
+    lengths = length_grid(opts.max_len, opts.lengths, 2 * p)
+    state = agree(_load_state(out, opts) if rank == 0 else None, group)
+    budget = Budget(opts.budget_s)
+    bar = None
+    n_units = 6 + 2 + len(lengths) * len(profile_options(opts.recompute))
+    if progress and rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_units, desc="calibrate", file=sys.stderr, dynamic_ncols=True)
+    if "collectives" not in state["done"]:
+        if bar is not None:
+            bar.set_postfix_str("collectives")
+        coll = measure_collectives(opts, spec, budget, device, dtype, group, bar)
+        if rank == 0:
+            _write_csv(out / "collectives.csv", coll, ("op", "ranks", "buffer_bytes", "median_s", "repeats"))
+            state = _mark(out, state, "collectives")
+    elif bar is not None:
+        bar.update(6)
+    if "kernels" not in state["done"]:
+        if bar is not None:
+            bar.set_postfix_str("kernels")
+        gemm, att, elem_bps = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
+        if rank == 0:
+            _write_csv(out / "gemm.csv", gemm, tuple(gemm[0]) if gemm else ("m",))
+            _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))
+            coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
+            m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
+                             hbm_bytes_per_s=elem_bps,
+                             gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
+                             attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
+                                        for r in att],
+                             collectives=_collective_points(coll), provenance=provenance(device, opts, p))
+            write_text_atomic(out / "cluster.toml", measured_cluster_toml(m))
+            state["fits"] = {op: asdict(f) for op, f in fit_collectives(m).items()}
+            state = _mark(out, state, "kernels")
+    elif bar is not None:
+        bar.update(2)
+    state = agree(state, group)
+    if bar is not None:
+        bar.set_postfix_str("profile")
+    done = {}
+    if rank == 0 and (out / "profile.csv").is_file():
+        done = {(_opt_name(r), int(r["seq_len"])): r for r in pd.read_csv(out / "profile.csv", dtype=str,
+                                                                       keep_default_na=False).to_dict("records")}
+    done = agree(done, group)
+
+    def write(df):
+        if rank == 0:
+            from runtime.profiler import write_rows_atomic
+
+            df = df.copy()
+            for c in ("time_s", "compute_s", "comm_s"):
+                df[c] = df[c].astype(float)
+            write_rows_atomic(df, str(out / "profile.csv"))
+
+    skipped = measure_profile(opts, lengths, budget, group, bar, done, write)
+    if bar is not None:
+        bar.close()
+    if rank != 0:
+        return None
+    state["skipped"] = skipped
+    state["lengths"] = lengths
+    state["wall_s"] = state.get("wall_s", 0.0) + time.perf_counter() - budget.start
+    state = _mark(out, state, "profile")
+    return state
+
+
+def _gpu_name(device) -> str:
+    from runtime.profiler import device_name
+
+    return device_name(device)
+
+
+def _collective_points(df) -> dict:
+    if df is None or df.empty:
+        return {}
+    return {op: list(zip(g["buffer_bytes"].astype(float), g["median_s"].astype(float)))
+            for op, g in df.groupby("op")}
+
+
+def _write_csv(path: Path, rows: list[dict], columns) -> None:
+    import csv
+
+    with atomic_open(path) as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _load_state(out: Path, opts: CalibrateOptions) -> dict:
+    path = out / SETTINGS_FILE
+    if path.is_file():
+        state = json.loads(path.read_text())
+        if state.get("settings") == opts.settings():
+            return state
+    return {"settings": opts.settings(), "done": []}
+
+
+def _mark(out: Path, state: dict, stage: str) -> dict:
+    state = dict(state, done=sorted(set(state["done"]) | {stage}))
+    write_text_atomic(out / SETTINGS_FILE, json.dumps(state, indent=1, default=str) + "\n")
+    return state
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="folder for cluster.toml, profile.csv and the raw CSVs")
+    parser.add_argument("--nproc", type=int, default=0, help="ranks (default: the GPUs, else 2 CPU processes)")
+    parser.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: gpt2-cpu on "
+                        "CPU, gpt2 on GPUs)")
+    parser.add_argument("--max-len", type=int, default=0, help="longest profiled length (default 1024)")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="time budget in seconds (default 360 CPU, 540 GPU)")
+    parser.add_argument("--lengths", type=int, default=9, help="profile lengths, max-len/16 .. max-len (default 9)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per point, median (default 3; "
+                        "collectives at least 5)")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed profile steps per point besides the "
+                        "kept-bytes forward (default 0)")
+    parser.add_argument("--no-recompute", action="store_true", help="profile without the +recompute options")
+    parser.add_argument("--force", action="store_true", help="start over instead of resuming DIR")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+
+
+def options_from_args(args) -> CalibrateOptions:
+    """Validated options (`UserInputError` names the field); machine defaults where a flag is absent."""
+    from paradyse_lab.errors import require_positive_int
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import get_strategy
+    from runtime.layout import layout_unit
+
+    d = machine_defaults()
+    nproc = args.nproc or d["nproc"]
+    require_positive_int("--nproc", nproc)
+    model = args.model or d["model"]
+    spec = get_model(model)
+    if not spec.embedding_and_head or spec.ffn_kind != "gelu" or spec.kv_heads != spec.heads:
+        raise UserInputError(f"--model {model!r}: the runtime runs GPT-2-shaped models with an embedding and head")
+    max_len = args.max_len or min(d["max_len"], spec.max_positions)
+    require_positive_int("--max-len", max_len)
+    if max_len > spec.max_positions:
+        raise UserInputError(f"--max-len {max_len} is beyond the model's {spec.max_positions} positions")
+    budget = args.budget_s or d["budget_s"]
+    if not (math.isfinite(budget) and budget > 0):
+        raise UserInputError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    for name in ("lengths", "repeats"):
+        require_positive_int(f"--{name}", getattr(args, name))
+    if args.warmup < 0:
+        raise UserInputError(f"--warmup must be >= 0, got {args.warmup}")
+    unit = layout_unit(nproc)
+    if max_len < unit:
+        raise UserInputError(f"--max-len {max_len} is below the layout unit 2p = {unit}")
+    for s in length_grid(max_len, args.lengths, unit):
+        for name in ("megatron_ts", "megatron_cz", "ulysses_z", "metp"):
+            why = get_strategy(name).violation(spec, nproc, s)
+            if why:
+                raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
+    return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
+                            lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
+                            recompute=not args.no_recompute)
+
+
+def _rank_main(opts: CalibrateOptions, progress: bool, group=None) -> None:
+    calibrate(opts, group, progress)
+
+
+def run(args) -> int:
+    """The `calibrate` command."""
+    from runtime.launch import launch
+
+    opts = options_from_args(args)
+    out = Path(opts.out)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {opts.out!r} is a file, not a folder")
+    if args.force and out.is_dir():
+        for name in ("collectives.csv", "gemm.csv", "attention.csv", "cluster.toml", "profile.csv", SETTINGS_FILE):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / SETTINGS_FILE
+    if state_path.is_file():
+        old = json.loads(state_path.read_text()).get("settings")
+        if old != opts.settings():
+            raise UserInputError(f"{opts.out} holds a calibration with other settings ({old}); use another --out "
+                                 "or --force")
+    launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1")
+    if "RANK" in os.environ and os.environ["RANK"] != "0":
+        return 0
+    state = json.loads(state_path.read_text())
+    summary = summarize(out, state)
+    if args.format == "json":
+        print(json.dumps(summary, indent=1))
+    else:
+        print_summary(summary)
+    return 0
+
+
+def summarize(out: Path, state: dict) -> dict:
+    """What the command prints: the cluster file's fitted numbers and the profile's extent."""
+    import pandas as pd
+
+    from paradyse_lab.cluster_spec import load_cluster_toml
+
+    cl = load_cluster_toml(out / "cluster.toml")
+    prof = pd.read_csv(out / "profile.csv") if (out / "profile.csv").is_file() else pd.DataFrame()
+    return {
+        "cluster": str(out / "cluster.toml"), "profile": str(out / "profile.csv"), "ranks": cl.gpus,
+        "device": cl.gpu_name, "peak_tflops": cl.peak_flops / 1e12, "elementwise_gbps": cl.hbm_bytes_per_s / 1e9,
+        "memory_gib": cl.memory_bytes / 2**30,
+        "collectives": {op: {"alpha_us": f["alpha_s"] * 1e6, "busbw_gbps": f["busbw_bytes_per_s"] / 1e9,
+                             "fit_mape": f["mape"], "sizes": f["points"]} for op, f in state.get("fits", {}).items()},
+        "gemm_efficiency": [list(x) for x in cl.gemm_efficiency],
+        "attention_efficiency_causal": [list(x) for x in cl.attention_efficiency_causal],
+        "profile_rows": len(prof), "profile_lengths": sorted(set(prof["seq_len"])) if len(prof) else [],
+        "skipped": state.get("skipped", []), "wall_s": state.get("wall_s"),
+    }
+
+
+def print_summary(s: dict) -> None:
+    print(f"{s['device']}, {s['ranks']} ranks: peak {s['peak_tflops'] * 1e3:.1f} GFLOP/s (fastest kernel), "
+          f"element-wise {s['elementwise_gbps']:.1f} GB/s, memory {s['memory_gib']:.1f} GiB per rank")
+    for op, f in s["collectives"].items():
+        print(f"  {op:<15} alpha {f['alpha_us']:9.1f} us  busbw {f['busbw_gbps']:7.3f} GB/s  "
+              f"(fit error {f['fit_mape']:.1%} over {f['sizes']} sizes)")
+    gem = ", ".join(f"{int(x)}: {y:.2f}" for x, y in s["gemm_efficiency"])
+    print(f"  GEMM efficiency by smallest dim: {gem}")
+    att = ", ".join(f"{int(x)}: {y:.2f}" for x, y in s["attention_efficiency_causal"])
+    print(f"  causal attention efficiency by length: {att}")
+    print(f"profile: {s['profile_rows']} rows, lengths {s['profile_lengths']}; "
+          f"{len(s['skipped'])} points skipped for the budget")
+    print(f"wrote {s['cluster']} and {s['profile']} in {s['wall_s']:.0f} s")
+
+
+def register(subparsers) -> None:
+    """Add the `calibrate` sub-command (imports no torch until it runs)."""
+    parser = subparsers.add_parser("calibrate", help="measure this machine: cluster.toml and a measured profile",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from paradyse_lab.cli import standalone_main
+
+    return standalone_main("python -m runtime.calibrate", __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

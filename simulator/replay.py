@@ -1,0 +1,85 @@
+"""Simulate a training run that was executed, step for step, and compare the two.
+
+Library module of `paradyse-lab validate-run --out DIR` (paradyse_lab/cli/validate_run_command.py): the
+runtime trains each policy for real and logs every step's length and time; `replay` runs the same policy
+over the same lengths in the simulator (simulator/engine.py) with the same cost model, cluster and memory
+budget as the training planned with, so a dynamic policy picks the same plans (`plan_match` says whether it
+did) and every step gets a predicted time (the cost model's time of the plan). `compare` turns the pairs
+into the table: per policy, measured and predicted totals, the error of the predicted total, per-step MAPE,
+the rankings of the policies by measured and by predicted total, and each dynamic policy's speed-up over
+the best static policy, measured and simulated. The first `skip` steps of every run (start-up: thread pools,
+allocator, first-call setup of each collective) are left out of every number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.workloads import Workload
+from simulator.engine import Charger, simulate
+from simulator.policies import parse_policy
+
+STEP_COLUMNS = ("policy", "step", "seq_len", "measured_s", "predicted_s", "measured_cum_s", "predicted_cum_s",
+                "plan", "simulated_plan", "plan_match", "counted", "repeats", "measured_min_s", "measured_max_s")
+"""One executed step beside its simulation (validate_run.csv); measured_s is the median over the repeated
+runs, measured_min_s / measured_max_s their extremes."""
+
+
+def replay(policy_spec: str, lengths, spec, cost_model, budget_bytes: int, recompute: bool = False) -> pd.DataFrame:
+    """The simulator's rows (engine.ROW_COLUMNS) for `policy_spec` over exactly `lengths`, planned and charged
+    by `cost_model` (built for `spec` at the run's p) under `budget_bytes`."""
+    graph = LayerGraph(spec, "block")
+    plan_budget = cost_model.budget_bytes(budget_bytes) if hasattr(cost_model, "budget_bytes") else budget_bytes
+    policy = parse_policy(policy_spec, graph, cost_model, plan_budget, recompute=recompute)
+    workload = Workload("executed", tuple(int(s) for s in lengths))
+    return simulate(workload, policy, Charger(graph, cost_model, budget_bytes))
+
+
+def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
+    """Per-policy metrics, rankings and speed-ups from STEP_COLUMNS rows (counted steps only)."""
+    counted = steps[steps["counted"]]
+    out = {}
+    for name, g in counted.groupby("policy", sort=False):
+        meas, pred = g["measured_s"].to_numpy(float), g["predicted_s"].to_numpy(float)
+        out[name] = {"measured_total_s": float(meas.sum()), "predicted_total_s": float(pred.sum()),
+                     "total_error": float(pred.sum() / meas.sum() - 1) if meas.sum() else None,
+                     "step_mape": float(np.mean(np.abs(pred - meas) / meas)) if len(meas) else None,
+                     "steps": int(len(g)), "plans_match": bool(g["plan_match"].all()),
+                     "repeats": int(g["repeats"].min()),
+                     # how far apart the repeated runs were: the steps' (max - min) over the total
+                     "spread": float((g["measured_max_s"] - g["measured_min_s"]).sum() / meas.sum())}
+    names = [n for n in list(statics) + list(dynamics) if n in out]
+    by_meas = sorted(names, key=lambda n: out[n]["measured_total_s"])
+    by_pred = sorted(names, key=lambda n: out[n]["predicted_total_s"])
+    for n in names:
+        out[n]["measured_rank"] = by_meas.index(n) + 1
+        out[n]["predicted_rank"] = by_pred.index(n) + 1
+    speedups = {}
+    st = [n for n in statics if n in out]
+    if st:
+        best_m = min(st, key=lambda n: out[n]["measured_total_s"])
+        best_p = min(st, key=lambda n: out[n]["predicted_total_s"])
+        for d in dynamics:
+            if d in out:
+                speedups[d] = {
+                    "measured": out[best_m]["measured_total_s"] / out[d]["measured_total_s"],
+                    "simulated": out[best_p]["predicted_total_s"] / out[d]["predicted_total_s"],
+                    "best_static_measured": best_m, "best_static_simulated": best_p}
+    return {"policies": out, "ranking": {"measured": by_meas, "predicted": by_pred, "agree": by_meas == by_pred,
+                                         "kendall_tau": kendall_tau(by_meas, by_pred)},
+            "speedup_over_best_static": speedups}
+
+
+def kendall_tau(a: list, b: list) -> float | None:
+    """Kendall's rank correlation of two orderings of the same items (1: identical, -1: reversed)."""
+    n = len(a)
+    if n < 2:
+        return None
+    pos = {x: i for i, x in enumerate(b)}
+    score = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            score += 1 if pos[a[i]] < pos[a[j]] else -1
+    return score / (n * (n - 1) / 2)

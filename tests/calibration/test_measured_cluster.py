@@ -1,0 +1,200 @@
+"""The measured cluster file: alpha-beta fits, efficiency curves, the TOML round trip, and the CLI's checks.
+
+Run: `python -m pytest -q tests/calibration`. The whole measure -> fit -> train -> compare loop runs on two
+gloo ranks in tests/runtime/runtime_cases.py (`calibrate-validate-loop`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paradyse_lab.cli import main
+from paradyse_lab.cluster_spec import COLLECTIVES, PRESETS, load_cluster_toml
+from paradyse_lab.costmodel.formulas import collective_time_s
+from paradyse_lab.measured_cluster import Measurements, efficiency_points, fit_alpha_beta, measured_cluster_toml
+from simulator.replay import kendall_tau
+
+SIZES = [4096 * 4**i for i in range(7)]
+
+
+@pytest.mark.parametrize("op", ["all_gather", "all_reduce", "p2p"])
+def test_alpha_beta_fit_recovers_the_line(op):
+    ranks, alpha, bw = 2, 150e-6, 1.3e9
+    factor = {"all_gather": 0.5, "all_reduce": 1.0, "p2p": 1.0}[op]
+    noise = np.random.default_rng(0).lognormal(0, 0.02, len(SIZES))
+    fit = fit_alpha_beta(op, ranks, SIZES, [(alpha + factor * s / bw) * n for s, n in zip(SIZES, noise)])
+    assert fit.alpha_s == pytest.approx(alpha, rel=0.1) and fit.busbw_bytes_per_s == pytest.approx(bw, rel=0.05)
+    assert fit.points == len(SIZES) and fit.mape < 0.05
+
+
+def test_efficiency_is_the_flop_weighted_rate_over_the_fastest():
+    pts = efficiency_points([(64, 2e9, 1.0), (64, 2e9, 3.0), (512, 8e9, 1.0)], peak_flops=8e9)
+    assert pts == ((64.0, pytest.approx(0.125)), (512.0, 1.0))
+
+
+def _measurements(ranks=2) -> Measurements:
+    coll = {op: [(s, 100e-6 + s / 2e9) for s in SIZES] for op in COLLECTIVES} if ranks > 1 else {}
+    return Measurements(ranks=ranks, gpu_name='cpu "x86"', memory_bytes=8 * 2**30, hbm_bytes_per_s=5e9,
+                        gemm=[(64, 1e9, 0.1), (512, 1e9, 0.02)], attention=[(256, True, 1e8, 0.01),
+                                                                            (128, False, 1e8, 0.004)],
+                        collectives=coll, provenance={"host": "h", "device": "d", "date": "2026-01-01",
+                                                      "software": "torch=x", "name": "cluster"})
+
+
+def test_toml_round_trip_and_measured_alpha_is_charged(tmp_path):
+    path = tmp_path / "cluster.toml"
+    path.write_text(measured_cluster_toml(_measurements()))
+    cl = load_cluster_toml(path)
+    assert cl.gpus == 2 and cl.gpu_name == 'cpu "x86"' and cl.memory_bytes == 8 * 2**30
+    assert cl.source.startswith("measured") and cl.peak_flops == pytest.approx(5e10)  # the fastest kernel
+    assert cl.gemm_eff(512) == pytest.approx(1.0) and cl.gemm_eff(64) == pytest.approx(0.2)
+    assert cl.attention_eff(256, True) == pytest.approx(0.2) and cl.attention_eff(128, False) == pytest.approx(0.5)
+    for op in COLLECTIVES:
+        assert cl.alpha_by_op_s[op] == pytest.approx(100e-6, rel=1e-3)
+    # t = alpha + f S / busbw with the fitted per-kind alpha (not alpha_base + steps x alpha_step)
+    assert collective_time_s(cl, "all_reduce", 2**20, 2) == pytest.approx(100e-6 + 2**20 / 2e9, rel=1e-3)
+    # a preset keeps its base + per-step latency
+    a100 = PRESETS["a100-80gb-x8"]
+    assert a100.alpha_s("all_reduce", 14) == pytest.approx(6.6e-6 + 14 * 0.6e-6)
+
+
+def test_one_rank_file_has_no_alphas_and_loads(tmp_path):
+    path = tmp_path / "one.toml"
+    path.write_text(measured_cluster_toml(_measurements(ranks=1)))
+    cl = load_cluster_toml(path)
+    assert cl.gpus == 1 and cl.alpha_by_op_s == {}
+
+
+def test_bad_alpha_table(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('base = "a100-80gb-x8"\n[alpha_us]\nmagic = 3\n')
+    from paradyse_lab.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="valid: all_gather"):
+        load_cluster_toml(path)
+
+
+def test_kendall_tau():
+    assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["calibrate", "--out", "{d}", "--model", "nope"], "unknown model 'nope'"),
+    (["calibrate", "--out", "{d}", "--budget-s", "-3"], "--budget-s must be a positive number"),
+    (["calibrate", "--out", "{d}", "--model", "bert"], "GPT-2-shaped"),
+    (["calibrate", "--out", "{d}", "--model", "gpt2-tiny", "--nproc", "5"], "must be divisible|divisible"),
+    (["validate-run", "--out", "{d}", "--cost-model", "nope"], "unknown --cost-model 'nope'; valid: .*analytic"),
+    (["validate-run", "--out", "{d}", "--policies", "fast"], "static:NAME or dynamic:SOLVER"),
+    (["train", "--model", "gpt2-tiny", "--dataset", "uniform", "--cost-model", "nope"], "unknown --cost-model"),
+    (["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp", "--cost-model", "x"],
+     "unknown cost model 'x'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
+    import re
+
+    code = main([a.format(d=tmp_path / "out") for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and re.search(match, err), err
+    assert not (tmp_path / "out" / "cluster.toml").exists()
+
+
+def test_calibrate_refuses_a_folder_of_other_settings(tmp_path, capsys):
+    import json
+
+    (tmp_path / "calibrate.json").write_text(json.dumps({"settings": {"model": "other"}, "done": []}))
+    code = main(["calibrate", "--out", str(tmp_path), "--model", "gpt2-tiny", "--max-len", "16"])
+    assert code == 2 and "other settings" in capsys.readouterr().err
+
+
+def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
+    """validate-run's comparison on a hand-written measured log: medians over repeats, spread, skipped
+    start-up steps, the replayed plans and their predicted times, the rankings and speed-ups."""
+    import json
+
+    import pandas as pd
+
+    from runtime.validate_run import MEASURED_FILE, META_FILE, pair
+    from simulator.replay import compare
+
+    meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
+    (tmp_path / META_FILE).write_text(json.dumps(meta))
+    rows = []
+    for policy, plan, base in (("static:megatron_ts", "TS,TS,TS,TS", 1.0), ("static:metp", "ME,ME,ME,ME", 2.0),
+                               ("dynamic:dp", "", 1.5)):
+        for repeat, scale in ((0, 1.0), (1, 1.2), (2, 0.9)):
+            for step, s in ((1, 16), (2, 32), (3, 64)):
+                rows.append({"policy": policy, "repeat": repeat, "step": step, "seq_len": s,
+                             "step_s": base * scale * step, "plan": plan, "loss": 1.0})
+    pd.DataFrame(rows).to_csv(tmp_path / MEASURED_FILE, index=False)
+    steps = pair(tmp_path, skip=1)
+    ts = steps[steps["policy"] == "static:megatron_ts"]
+    assert ts["measured_s"].tolist() == pytest.approx([1.0, 2.0, 3.0])  # the median of 0.9x, 1x, 1.2x
+    assert ts["measured_max_s"].tolist() == pytest.approx([1.2, 2.4, 3.6]) and (ts["repeats"] == 3).all()
+    assert ts["counted"].tolist() == [False, True, True] and ts["plan_match"].all()
+    assert (steps["predicted_s"] > 0).all()
+    dp = steps[steps["policy"] == "dynamic:dp"]
+    assert not dp["plan_match"].any() and (dp["simulated_plan"].str.count(",") == 3).all()
+    result = compare(steps, ["static:megatron_ts", "static:metp"], ["dynamic:dp"])
+    m = result["policies"]["static:megatron_ts"]
+    assert m["measured_total_s"] == pytest.approx(5.0) and m["steps"] == 2 and m["spread"] == pytest.approx(0.3)
+    assert m["predicted_total_s"] == pytest.approx(ts["predicted_s"].iloc[1:].sum())
+    assert result["ranking"]["measured"] == ["static:megatron_ts", "dynamic:dp", "static:metp"]
+    assert result["speedup_over_best_static"]["dynamic:dp"]["measured"] == pytest.approx(1 / 1.5)
+    assert result["speedup_over_best_static"]["dynamic:dp"]["best_static_measured"] == "static:megatron_ts"
+
+
+def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatch):
+    """`reproduce --execute`'s step: the two commands on this machine's defaults, in order, into OUT/execute;
+    a failing one stops it with one line (the commands themselves run in the gloo loop case)."""
+    import subprocess
+
+    from paradyse_lab.cli.validate_run_command import execute_step
+    from paradyse_lab.errors import UserInputError
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd[3:])
+        failed = cmd[-1].endswith("fail") and cmd[3] == "validate-run"
+        return subprocess.CompletedProcess(cmd, 1 if failed else 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    execute_step(tmp_path / "execute", log=lambda msg: None)
+    out = str(tmp_path / "execute")
+    assert calls == [["calibrate", "--out", out], ["validate-run", "--out", out]]
+    calls.clear()
+    with pytest.raises(UserInputError, match="validate-run failed"):
+        execute_step(tmp_path / "fail", log=lambda msg: None)
+
+
+def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
+    """`ablate-costmodel --profiles DIR/profile.csv --cluster DIR/cluster.toml` accepts a measured-distributed
+    profile of a CPU device (rows here: the measured cluster's analytic times with a per-length wobble)."""
+    import json
+
+    import pandas as pd
+
+    from paradyse_lab.costmodel.learned_cost_model import analytic_whole
+    from paradyse_lab.profiles import COLUMNS
+
+    (tmp_path / "cluster.toml").write_text(measured_cluster_toml(_measurements()))
+    cl = load_cluster_toml(tmp_path / "cluster.toml")
+    rows = [{"model": "gpt2-tiny", "h": 96, "heads": 12, "kv_heads": 12, "layers": 4, "p": 2, "strategy": s,
+             "recompute": r, "seq_len": n, "batch": 1, "device": "cpu x86_64", "source": "measured-distributed",
+             "software": "torch=x", "timestamp": "2026-01-01T00:00:00+00:00"}
+            for s in ("megatron_ts", "metp") for r in (False, True) for n in range(8, 8 * 17, 8)]
+    df = pd.DataFrame(rows)
+    t, m = analytic_whole(df, cl)
+    df["time_s"] = t * (1 + 0.05 * np.sin(df["seq_len"]))
+    df["peak_bytes"] = m.astype(int)
+    df["kept_bytes"] = (m // 2).astype(int)
+    df[list(COLUMNS)].to_csv(tmp_path / "profile.csv", index=False)
+    code = main(["ablate-costmodel", "--profiles", str(tmp_path / "profile.csv"), "--cluster",
+                 str(tmp_path / "cluster.toml"), "--no-regret", "--cost-models", "analytic,calibrated,residual",
+                 "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["profile_source"] == "measured-distributed"
+    assert set(out["models"]) == {"analytic", "calibrated", "residual"}
+    assert out["models"]["analytic"]["time_mape_interp"] < 0.06  # only the wobble
