@@ -10,21 +10,21 @@ Commands (one machine):
     # once `runtime.train` is in paradyse_lab.cli.COMMAND_MODULES: `paradyse-lab train ...` (same options)
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to
-it, then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real tokens,
-each step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of
-the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which
-a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py)
-plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on
+lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
+then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each
+step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the
+loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which a
+model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py) plans
+each step with `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on
 `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size.
 AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the
-plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
-`--checkpoint-every` steps and at the end, and `--resume` continues from the newest one that verifies
-(checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch and --max-len; a new
-run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
-loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was. Options are
-checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the
-ranks stop with it (runtime/launcher.py).
+plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints
+(runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from the
+newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch
+and --max-len; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
+step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it
+was. Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the
+launcher, and the ranks stop with it (runtime/launcher.py).
 """
 
 from __future__ import annotations

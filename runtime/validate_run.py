@@ -74,7 +74,7 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
     out = Path(opts.out)
     with atomic_open(out / MEASURED_FILE) as f:
         pd.DataFrame(rows).to_csv(f, index=False)
-    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or torch.distributed.get_backend(group) == "nccl")
+    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))  # as train decides
     meta = {"p": comm.size(group), "dtype": "bf16" if on_gpu else "fp32", **asdict(opts)}
     write_text_atomic(out / META_FILE, json.dumps(meta, indent=1) + "\n")
 
