@@ -561,16 +561,14 @@ def _rank_main(opts: CalibrateOptions, progress: bool, group=None) -> None:
 
 def run(args) -> int:
     """The `calibrate` command."""
+    from paradyse_lab.cli.validate_run_command import output_folder
     from runtime.launch import launch
 
     opts = options_from_args(args)
-    out = Path(opts.out)
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {opts.out!r} is a file, not a folder")
-    if args.force and out.is_dir():
+    out = output_folder(opts.out)
+    if args.force:
         for name in ("collectives.csv", "gemm.csv", "attention.csv", "cluster.toml", "profile.csv", SETTINGS_FILE):
             (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
     state_path = out / SETTINGS_FILE
     if state_path.is_file():
         old = json.loads(state_path.read_text()).get("settings")

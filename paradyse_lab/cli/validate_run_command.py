@@ -66,7 +66,7 @@ def _options(args):
     from paradyse_lab.workloads import get_workload
     from runtime.validate_run import POLICIES, ValidateOptions
 
-    out = Path(args.out)
+    out = output_folder(args.out)
     cal = {}
     if (out / "calibrate.json").is_file():
         cal = json.loads((out / "calibrate.json").read_text()).get("settings", {})
@@ -100,6 +100,18 @@ def _options(args):
                            seed=args.seed, repeats=require_positive_int("--repeats", args.repeats))
 
 
+def output_folder(path: str) -> Path:
+    """`--out` as a folder that exists (made if needed), or a one-line error naming it."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {path!r} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"--out {path!r} cannot be made: {err.strerror}") from None
+    return out
+
+
 def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str:
     """`file:DIR/validate_lengths.txt`: `steps` lengths from max-len/16 to max-len, geometric, multiples of 2p
     (the calibration's grid: the sampled workloads are multiples of 512, too coarse for a CPU run)."""
@@ -107,7 +119,6 @@ def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str
     from runtime.calibrate import length_grid
 
     path = out / "validate_lengths.txt"
-    out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, "".join(f"{s}\n" for s in length_grid(max_len, steps, 2 * nproc)))
     return f"file:{path}"
 
