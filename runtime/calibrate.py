@@ -260,16 +260,16 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     dname = str(dtype).replace("torch.", "")
     picks = sorted({lengths[0], lengths[len(lengths) // 2], lengths[-1]})
     gemm_rows = []
-    quick = {"warmup": 1, "max_repeats": max(opts.repeats, 3), "min_repeats": opts.repeats, "target_s": 0.05}
-    rate = 0.0
+    timing = {"warmup": 1, "max_repeats": max(opts.repeats, 3), "min_repeats": opts.repeats, "target_s": 0.05}
+    rate = 0.0  # FLOP/s of the last GEMM: the next one's predicted time
     for shp in gemm_shapes([spec], picks, p):
         flops = 2.0 * shp["m"] * shp["n"] * shp["k"]
-        if not agree(budget.fits("kernels", 0.6 * (quick["min_repeats"] + 2) * flops / rate if rate else 0.0), group):
+        if not agree(budget.fits("kernels", (timing["min_repeats"] + 2) * flops / rate if rate else 0.0), group):
             break
         fn = _gemm_fn(shp["op"], shp["m"], shp["n"], shp["k"], device, dtype)
         if comm.size(group) > 1:
             torch.distributed.barrier(group=group)
-        sec, reps = measure(fn, device, **quick)
+        sec, reps = measure(fn, device, **timing)
         rate = flops / sec
         gemm_rows.append({**shp, "dtype": dname, "median_s": sec, "repeats": reps, "flops": flops})
     if bar is not None:
@@ -307,7 +307,7 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
         torch.nn.functional.gelu(x)
         torch.add(x, y)
 
-    sec, _ = measure(elementwise, device, **quick)
+    sec, _ = measure(elementwise, device, **timing)
     return gemm_rows, att_rows, (2 + 2 + 3) * nbytes / sec
 
 

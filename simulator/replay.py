@@ -6,7 +6,9 @@ over the same lengths in the simulator (simulator/engine.py) with the same cost 
 budget as the training planned with, so a dynamic policy picks the same plans (`plan_match` says whether it
 did) and every step gets a predicted time (the cost model's time of the plan). `compare` turns the pairs
 into the table: per policy, measured and predicted totals, the error of the predicted total, per-step MAPE,
-the rankings of the policies by measured and by predicted total, and each dynamic policy's speed-up over
+the rankings of the policies by measured and by predicted total (they agree when no pair of policies is
+predicted one way round and measured the other; policies predicted equal, e.g. two that run the same plans,
+order nothing), and each dynamic policy's speed-up over
 the best static policy, measured and simulated. The first `skip` steps of every run (start-up: thread pools,
 allocator, first-call setup of each collective) are left out of every number.
 """
@@ -67,7 +69,12 @@ def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
                     "measured": out[best_m]["measured_total_s"] / out[d]["measured_total_s"],
                     "simulated": out[best_p]["predicted_total_s"] / out[d]["predicted_total_s"],
                     "best_static_measured": best_m, "best_static_simulated": best_p}
-    return {"policies": out, "ranking": {"measured": by_meas, "predicted": by_pred, "agree": by_meas == by_pred,
+    # pairs the prediction orders one way and the measurement the other (equal predictions order nothing)
+    reversed_pairs = [[a, b] for i, a in enumerate(names) for b in names[i + 1:]
+                      if (out[a]["predicted_total_s"] - out[b]["predicted_total_s"])
+                      * (out[a]["measured_total_s"] - out[b]["measured_total_s"]) < 0]
+    return {"policies": out, "ranking": {"measured": by_meas, "predicted": by_pred, "agree": not reversed_pairs,
+                                         "reversed_pairs": reversed_pairs,
                                          "kendall_tau": kendall_tau(by_meas, by_pred)},
             "speedup_over_best_static": speedups}
 

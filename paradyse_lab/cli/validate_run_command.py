@@ -178,7 +178,8 @@ def print_result(result: dict) -> None:
     print_table(["policy", "measured s", "spread", "predicted s", "total error", "step MAPE", "rank meas",
                  "rank pred", "same plans"], rows)
     r = result["ranking"]
-    print(f"rankings agree: {'yes' if r['agree'] else 'no'} (Kendall tau {r['kendall_tau']})")
+    swapped = "; ".join(f"{a} / {b}" for a, b in r["reversed_pairs"])
+    print(f"rankings agree: {'yes' if r['agree'] else 'no, reversed: ' + swapped} (Kendall tau {r['kendall_tau']})")
     for d, sp in result["speedup_over_best_static"].items():
         print(f"{d}: speed-up over the best static policy measured {sp['measured']:.3f}x "
               f"({sp['best_static_measured']}), simulated {sp['simulated']:.3f}x ({sp['best_static_simulated']})")

@@ -198,3 +198,21 @@ def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
     assert code == 0 and out["profile_source"] == "measured-distributed"
     assert set(out["models"]) == {"analytic", "calibrated", "residual"}
     assert out["models"]["analytic"]["time_mape_interp"] < 0.06  # only the wobble
+
+
+def test_rankings_agree_unless_a_pair_is_reversed():
+    """Policies predicted equal (the same plans) order nothing; a pair predicted one way and measured the
+    other breaks the agreement."""
+    import pandas as pd
+
+    from simulator.replay import compare
+
+    def steps(totals):
+        return pd.DataFrame([{"policy": n, "measured_s": m, "predicted_s": p, "counted": True, "plan_match": True,
+                              "repeats": 1, "measured_min_s": m, "measured_max_s": m} for n, (m, p) in totals.items()])
+
+    tie = compare(steps({"static:a": (2.0, 2.0), "dynamic:x": (1.0, 1.5), "dynamic:y": (1.2, 1.5)}),
+                  ["static:a"], ["dynamic:x", "dynamic:y"])
+    assert tie["ranking"]["agree"] and tie["ranking"]["reversed_pairs"] == []
+    swap = compare(steps({"static:a": (2.0, 1.0), "static:b": (1.0, 2.0)}), ["static:a", "static:b"], [])
+    assert not swap["ranking"]["agree"] and swap["ranking"]["reversed_pairs"] == [["static:a", "static:b"]]
