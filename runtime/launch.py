@@ -17,7 +17,9 @@ import os
 _ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
-def _one_rank(rank: int, world: int, fn, args, port: int | None) -> None:
+def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
+    """One rank: join the process group (torchrun's environment, or the local launcher's on `port`), call
+    `fn(*args, group=None)`, leave. NCCL when every process of the node has a GPU, else gloo."""
     import torch
     import torch.distributed as dist
 
@@ -41,7 +43,7 @@ def _one_rank(rank: int, world: int, fn, args, port: int | None) -> None:
 def launch(fn, nproc: int, *args) -> None:
     """Call `fn(*args, group=None)` on every rank (module docstring)."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        _one_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), fn, args, None)
+        run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), fn, args, None)
         return
     import socket
 
@@ -51,11 +53,11 @@ def launch(fn, nproc: int, *args) -> None:
     if nproc > 1:
         from runtime.launcher import launch as spawn
 
-        spawn(_one_rank, nproc, (fn, args, port))
+        spawn(run_rank, nproc, (fn, args, port))
         return
     saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
     try:
-        _one_rank(0, 1, fn, args, port)
+        run_rank(0, 1, fn, args, port)
     finally:
         for k, v in saved.items():
             if v is None:

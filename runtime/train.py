@@ -341,22 +341,9 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
 
 def _init_and_train(rank: int, world: int, opts: TrainOptions, port: int | None) -> None:
     """One rank: join the process group (torchrun's environment, or the launcher's), train, leave."""
-    import torch
-    import torch.distributed as dist
+    from runtime.launch import run_rank
 
-    if port is not None:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    gpu = backend_for(world, os.environ, torch.cuda.is_available(), torch.cuda.device_count()) == "nccl"
-    if gpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-    else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dist.init_process_group("nccl" if gpu else "gloo")
-    try:
-        train(opts)
-    finally:
-        dist.destroy_process_group()
+    run_rank(rank, world, train, (opts,), port)
 
 
 def run(args: argparse.Namespace) -> int:
