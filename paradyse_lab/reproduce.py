@@ -386,8 +386,10 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                                        for f in ("fig2_summary.csv", "table5.csv")),
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
-                "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",)}
-"""Steps whose outputs, once present (with the same settings), are reused; figures and report always rerun."""
+                "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
+                "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in ("png", "pdf"))}
+"""Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
+also need every CSV they read unchanged; the report is always rewritten."""
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
@@ -397,7 +399,7 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     from tqdm import tqdm
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
-    from paradyse_lab.result_key import input_files, is_fresh, result_key, stamp_path, write_stamp
+    from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
 
     out = prepare_output_dir(out)
     settings = Settings.make(quick, cluster)
@@ -408,7 +410,10 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     for name in bar:
         bar.set_postfix_str(name)
         outputs = STEP_OUTPUTS.get(name, ())
-        key = result_key({**wanted, "step": name}, input_files(cluster))
+        inputs = input_files(cluster)
+        if name == "figures":  # figures are redrawn when any CSV they read changed
+            inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
+        key = result_key({**wanted, "step": name}, inputs)
         stamp = stamp_path(out, f"reproduce-{name}")
         if outputs and not force:
             if is_fresh(stamp, key):
