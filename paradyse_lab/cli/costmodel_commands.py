@@ -41,8 +41,9 @@ def register(sub) -> None:
                    help="comma-separated cost models to compare (default all)")
     p.add_argument("--holdout-every", type=int, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
-                   help=f"cluster of the analytic model when the profile's device is not a preset ({DEFAULT_CLUSTER})")
+    p.add_argument("--cluster", default=None,
+                   help="cluster of the analytic model when the profile's device is not a preset (default: the "
+                   f"cluster.toml beside the profile, as `paradyse-lab calibrate` writes it, else {DEFAULT_CLUSTER})")
     p.add_argument("--model", default=DEFAULT_SIM[0], help="transformer of the regret simulation (default gpt)")
     p.add_argument("--dataset", default=DEFAULT_SIM[1], help="workload of the regret simulation (default grch38)")
     p.add_argument("--size", type=int, default=DEFAULT_SIM[2], help="sequences in the workload (default 200)")
@@ -136,9 +137,12 @@ def run_ablate(args) -> int:
         raise UserInputError("--cost-models names no cost model")
     size = require_positive_int("--size", args.size)
     reserve_bytes(args)
+    if not args.profiles:
+        args.cluster = args.cluster or DEFAULT_CLUSTER
     path = _profile_path(args)
     df = read_profiles(path)
     source = profile_sources(df)
+    args.cluster = args.cluster or _cluster_beside(df, path)
     cluster = get_cluster(args.cluster)
     summary, per_strategy = accuracy(df, names, cluster, args.holdout_every)
     loso = _leave_one_shape_out(df, cluster, names)
@@ -157,7 +161,7 @@ def run_ablate(args) -> int:
         "leave_one_shape_out": loso,
         "by_strategy": per_strategy.to_dict(orient="records"),
         "regret_runs": runs,
-        "profile": str(path), "profile_source": source, "rows": len(df),
+        "profile": str(path), "profile_source": source, "rows": len(df), "cluster": cluster.name,
         "simulation": None if args.no_regret else {
             "model": args.model, "dataset": args.dataset, "size": size, "seed": args.seed,
             "policy": f"dynamic:{args.solver}", "smoothing": False, "truth_cost_model": args.truth_cost_model},
@@ -195,6 +199,17 @@ def run_ablate(args) -> int:
         print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
               f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
     return 0
+
+
+def _cluster_beside(df, path: Path) -> str:
+    """The cluster of a profile taken on a machine that is no preset: the cluster.toml `paradyse-lab calibrate`
+    writes beside it, else the default preset."""
+    from paradyse_lab.cluster_spec import PRESETS
+
+    sibling = Path(path).parent / "cluster.toml"
+    if not set(df["device"]) <= set(PRESETS) and sibling.is_file():
+        return str(sibling)
+    return DEFAULT_CLUSTER
 
 
 def _leave_one_shape_out(df, cluster, names) -> dict:

@@ -160,3 +160,17 @@ def test_fit_calibration_cli_writes_a_cluster_file_every_command_takes(tmp_path,
     assert res["cost_model"].startswith("calibrated (cal:")
     assert main(["fit-calibration", "--out", str(tmp_path / "x.txt")]) == 2
     assert "must name a .toml file" in capsys.readouterr().err
+
+
+def test_ablate_costmodel_takes_the_cluster_file_beside_a_measured_profile(tmp_path, capsys):
+    from paradyse_lab.profiles import DATA_DIR, write_profiles
+
+    rows = read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv").query("model == 'gpt'").assign(device="cpu x86_64")
+    write_profiles(rows, tmp_path / "profile.csv")
+    argv = ["ablate-costmodel", "--profiles", str(tmp_path / "profile.csv"), "--cost-models", "analytic",
+            "--no-regret", "--format", "json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"] == "a100-80gb-x8"  # nothing beside it: the default
+    (tmp_path / "cluster.toml").write_text('base = "a100-80gb-x8"\nmemory_gib = 70\n')
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"] == "cluster"  # what calibrate wrote beside it
