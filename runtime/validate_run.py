@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.atomic_write import atomic_open, write_text_atomic
+from simulator.experiments import STATIC_POLICIES
 
-STATIC_POLICIES = ("static:megatron_ts", "static:megatron_cz", "static:ulysses_z", "static:metp")
 DYNAMIC_POLICIES = ("dynamic:heuristic", "dynamic:dp")
 POLICIES = STATIC_POLICIES + DYNAMIC_POLICIES
 MEASURED_FILE, META_FILE = "validate_run_measured.csv", "validate_run_meta.json"
