@@ -123,6 +123,25 @@ def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str
     return "nccl" if cuda_available and device_count >= local_world else "gloo"
 
 
+def _all_finite(tensors, group) -> bool:
+    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree)."""
+    import torch
+
+    from runtime import comm
+
+    bad = any(t is not None and not bool(torch.isfinite(t).all()) for t in tensors)
+    flag = torch.tensor([1.0 if bad else 0.0], device=next((t.device for t in tensors if t is not None), "cpu"))
+    with comm.tagged("health"):
+        return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
+
+
+def _stop(bar, message: str):
+    """End the run with `message` (every rank reaches this together)."""
+    if bar is not None:
+        bar.close()
+    raise RunStopped(message)
+
+
 def _plan_text(plan) -> str:
     return ",".join(ABBREV.get(n.split("+")[0], n) + ("+r" if n.endswith("+recompute") else "") for n in plan)
 
@@ -221,12 +240,13 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
         t0 = time.perf_counter()
         _, loss = model(ids, list(decision.plan), labels)
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
-            if bar is not None:
-                bar.close()
-            raise RunStopped(f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
-                             "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
-                             "checkpoint and the data)")
+            _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
+                       "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
+                       "checkpoint and the data)")
         loss.backward()
+        if not _all_finite([q.grad for q in model.parameters()], group):
+            _stop(bar, f"a gradient is not finite at step {step + 1} (length {s}); stopped before its optimizer "
+                       "step, the last checkpoint is unchanged (lower --lr)")
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
                 m.grad = q.grad.float()
@@ -237,6 +257,9 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
             with torch.no_grad():
                 for m, q in zip(masters, model.parameters()):
                     q.copy_(m)
+        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights
+            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
+                       "saving, the last checkpoint is unchanged (lower --lr)")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device)

@@ -185,3 +185,26 @@ def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
         for p in pids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
+    import torch
+
+    real_step, calls = torch.optim.AdamW.step, []
+
+    def step(self, *a, **kw):  # the third optimizer step overflows one weight, as a too large --lr does
+        out = real_step(self, *a, **kw)
+        calls.append(1)
+        if len(calls) == 3:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    with pytest.raises(RunStopped, match="weights are not finite after the optimizer step of step 3"):
+        _run(tmp_path, steps=6, checkpoint_every=1)
+    ck = tmp_path / "ck"
+    assert (ck / "latest").read_text().strip() == "step-000002" and not (ck / "step-000003").exists()
+    for shard in (ck / "step-000002").glob("rank-*.pt"):
+        state = torch.load(shard, map_location="cpu", weights_only=False)
+        assert all(torch.isfinite(v).all() for v in state["model"].values())
