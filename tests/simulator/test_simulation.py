@@ -318,3 +318,14 @@ def test_fig2_names_its_series_as_they_run_under_recompute_and_sublayer_flags(tm
     for p in summaries.policy:
         run = pd.read_csv(tmp_path / "runs" / "fig2" / f"github_code__bert__{p.replace(':', '-')}.csv")
         assert set(run.policy) == {p}
+
+
+def test_replay_of_an_executed_run_honours_the_policy_suffixes():
+    from simulator.replay import replay
+
+    spec = get_model("gpt2-tiny")
+    cm = AnalyticCostModel(spec, get_cluster("a100-80gb-x8"), 2)
+    sub = replay("dynamic:dp+sublayer", [256, 512], spec, cm, 10**10)
+    assert all(len(plan.split()) == 2 * spec.layers for plan in sub["plan"])  # one name per sub-layer, as executed
+    rc = replay("static:megatron_ts+recompute", [256, 512], spec, cm, 10**10)
+    assert set(rc["plan"].iloc[0].split()) == {"megatron_ts+recompute"}
