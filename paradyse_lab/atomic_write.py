@@ -74,3 +74,20 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` atomically (module docstring)."""
     with atomic_open(path, binary=True) as handle:
         handle.write(data)
+
+
+def read_json_object(path: str | Path) -> dict:
+    """A JSON object from `path`; a file that is not one (damaged, truncated, not UTF-8, a list) is a
+    `UserInputError` naming the file, never a traceback."""
+    import json
+
+    from paradyse_lab.errors import UserInputError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserInputError(f"{path}: not a readable JSON file ({err}); remove it or use another --out") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: expected a JSON object, got {type(data).__name__}; remove it or use another "
+                             "--out")
+    return data

@@ -48,7 +48,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from paradyse_lab.atomic_write import atomic_open, write_text_atomic
+from paradyse_lab.atomic_write import atomic_open, read_json_object, write_text_atomic
 from paradyse_lab.errors import UserInputError
 
 COLLECTIVE_SIZES = tuple(4096 * 4**i for i in range(7)) + (32 * 2**20,)
@@ -486,7 +486,7 @@ def _write_csv(path: Path, rows: list[dict], columns) -> None:
 def _load_state(out: Path, opts: CalibrateOptions) -> dict:
     path = out / SETTINGS_FILE
     if path.is_file():
-        state = json.loads(path.read_text())
+        state = read_json_object(path)
         if state.get("settings") == opts.settings():
             return state
     return {"settings": opts.settings(), "done": []}
@@ -571,14 +571,14 @@ def run(args) -> int:
             (out / name).unlink(missing_ok=True)
     state_path = out / SETTINGS_FILE
     if state_path.is_file():
-        old = json.loads(state_path.read_text()).get("settings")
+        old = read_json_object(state_path).get("settings")
         if old != opts.settings():
             raise UserInputError(f"{opts.out} holds a calibration with other settings ({old}); use another --out "
                                  "or --force")
     launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1")
     if "RANK" in os.environ and os.environ["RANK"] != "0":
         return 0
-    state = json.loads(state_path.read_text())
+    state = read_json_object(state_path)
     summary = summarize(out, state)
     if args.format == "json":
         print(json.dumps(summary, indent=1))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.atomic_write import atomic_open, write_text_atomic
+from paradyse_lab.atomic_write import atomic_open, read_json_object, write_text_atomic
 from simulator.experiments import STATIC_POLICIES
 
 DYNAMIC_POLICIES = ("dynamic:heuristic", "dynamic:dp")
@@ -90,7 +90,7 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
     from simulator.replay import STEP_COLUMNS, replay
 
     out = Path(out)
-    meta = json.loads((out / META_FILE).read_text())
+    meta = read_json_object(out / META_FILE)
     runs = pd.read_csv(out / MEASURED_FILE, keep_default_na=False)
     # one row per (policy, step): the median over the repeats; spread = (max - min) / median of the step
     measured = runs.groupby(["policy", "step"], sort=False).agg(

@@ -37,6 +37,8 @@ def make_fixtures(root: Path) -> None:
         "p_list.json": "[1, 2]",
         "p_neg_budget.json": _problem(budget_bytes=-5),
         "lens_ok.txt": "512\n1024\n",
+        "badcal/calibrate.json": "{garbage",
+        "listcal/calibrate.json": "[1, 2]",
         "model_bad.json": '{"n_layer": "many"}',
         "model_empty.json": "",
         "prof_garbage.csv": "a,b\n1,2\n",
@@ -46,6 +48,7 @@ def make_fixtures(root: Path) -> None:
         "tokens_bad.jsonl": "{not json\n",
     }
     for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     (root / "self_base.toml").write_text(f'base = "{root / "self_base.toml"}"\n')
     (root / "latin1.toml").write_bytes(b'name = "\xff\xfe"\n')
@@ -188,6 +191,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("validate-run-cost-model", ["validate-run", "--out", "{d}/val", "--cost-model", "magic"]),
     ("validate-run-policies", ["validate-run", "--out", "{d}/val", "--policies", "fastest"]),
     ("validate-run-steps", ["validate-run", "--out", "{d}/val", "--steps", "0"]),
+    ("validate-run-damaged-calibrate-json", ["validate-run", "--out", "{d}/badcal"]),
+    ("validate-run-calibrate-json-list", ["validate-run", "--out", "{d}/listcal"]),
     ("validate-run-skip", ["validate-run", "--out", "{d}/val", "--steps", "2", "--skip-steps", "2"]),
     ("validate-run-out-is-file", ["validate-run", "--out", "{d}/afile"]),
     ("validate-run-cluster", ["validate-run", "--out", "{d}/val", "--cluster", "tpu"]),

@@ -30,6 +30,7 @@ import json
 import sys
 from pathlib import Path
 
+from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import UserInputError, require_positive_int
 
@@ -69,7 +70,7 @@ def _options(args):
     out = output_folder(args.out)
     cal = {}
     if (out / "calibrate.json").is_file():
-        cal = json.loads((out / "calibrate.json").read_text()).get("settings", {})
+        cal = read_json_object(out / "calibrate.json").get("settings", {})
     nproc = args.nproc or cal.get("nproc") or _default_nproc()
     require_positive_int("--nproc", nproc)
     model = args.model or cal.get("model") or "gpt2-tiny"
