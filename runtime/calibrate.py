@@ -416,6 +416,10 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
         if bar is not None:
             bar.set_postfix_str("kernels")
         gemm, att, elem_bps = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
+        if not gemm or not att:  # every rank measured the same points (the budget checks agree)
+            raise UserInputError(f"the time budget (--budget-s {opts.budget_s:g}) ran out before any "
+                                 f"{'GEMM' if not gemm else 'attention kernel'} was measured; no cluster file "
+                                 "written: rerun with a larger --budget-s")
         if rank == 0:
             _write_csv(out / "gemm.csv", gemm, tuple(gemm[0]) if gemm else ("m",))
             _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))

@@ -216,3 +216,14 @@ def test_rankings_agree_unless_a_pair_is_reversed():
     assert tie["ranking"]["agree"] and tie["ranking"]["reversed_pairs"] == []
     swap = compare(steps({"static:a": (2.0, 1.0), "static:b": (1.0, 2.0)}), ["static:a", "static:b"], [])
     assert not swap["ranking"]["agree"] and swap["ranking"]["reversed_pairs"] == [["static:a", "static:b"]]
+
+
+def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_path, capsys):
+    from paradyse_lab.cli import main
+
+    argv = ["calibrate", "--out", str(tmp_path / "c"), "--nproc", "2", "--model", "gpt2-tiny", "--max-len", "64",
+            "--lengths", "2", "--budget-s", "0.3"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ran out before any" in err[-1]
+    assert not (tmp_path / "c" / "cluster.toml").exists()
