@@ -104,6 +104,8 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
         g = g.sort_values("step")
         sim = replay(policy, g["seq_len"].tolist(), spec, cost_model, cluster.memory_bytes)
         sim = sim.reindex(range(len(g)))  # a simulated OOM stops the replay early: NaN beyond it
+        oom = sim["oom"].fillna(True).astype(bool).to_numpy()
+        sim["charged_time_s"] = sim["charged_time_s"].where(~oom)  # the OOM step was not trained: no prediction
         sim["plan"] = sim["plan"].fillna("")
         sim_plans = [_plan_text(p.split(" ")) for p in sim["plan"]]
         counted = (g["step"].to_numpy() > skip)

@@ -41,7 +41,9 @@ def replay(policy_spec: str, lengths, spec, cost_model, budget_bytes: int, recom
 
 
 def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
-    """Per-policy metrics, rankings and speed-ups from STEP_COLUMNS rows (counted steps only)."""
+    """Per-policy metrics, rankings and speed-ups from STEP_COLUMNS rows (counted steps only). A policy with a
+    step the simulation ran out of memory on (predicted_s NaN) is marked `simulated_oom` and left out of the
+    rankings and speed-ups: its predicted total would be short."""
     counted = steps[steps["counted"]]
     out = {}
     for name, g in counted.groupby("policy", sort=False):
@@ -53,7 +55,9 @@ def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
                      "repeats": int(g["repeats"].min()),
                      # how far apart the repeated runs were: the steps' (max - min) over the total
                      "spread": float((g["measured_max_s"] - g["measured_min_s"]).sum() / meas.sum())}
-    names = [n for n in list(statics) + list(dynamics) if n in out]
+    for name in out:  # a policy the simulation ran out of memory on has no total to rank
+        out[name]["simulated_oom"] = bool(np.isnan(counted.loc[counted["policy"] == name, "predicted_s"]).any())
+    names = [n for n in list(statics) + list(dynamics) if n in out and not out[n]["simulated_oom"]]
     by_meas = sorted(names, key=lambda n: out[n]["measured_total_s"])
     by_pred = sorted(names, key=lambda n: out[n]["predicted_total_s"])
     for n in names:

@@ -173,9 +173,11 @@ def print_result(result: dict) -> None:
     print(f"{result['model']} on {result['nproc']} ranks, {result['dataset']}, {result['steps']} steps per policy "
           f"(first {result['skip_steps']} left out), {result['repeats']} run(s) each, per step the median; cost "
           f"model {result['cost_model']}, cluster {result['cluster']}")
-    rows = [[n, f"{m['measured_total_s']:.3f}", f"{m['spread']:.1%}", f"{m['predicted_total_s']:.3f}",
-             f"{m['total_error']:+.1%}", f"{m['step_mape']:.1%}", m["measured_rank"], m["predicted_rank"],
-             "yes" if m["plans_match"] else "no"] for n, m in result["policies"].items()]
+    rows = [[n, f"{m['measured_total_s']:.3f}", f"{m['spread']:.1%}"]
+            + (["OOM in simulation", "-", "-", "-", "-"] if m.get("simulated_oom") else
+               [f"{m['predicted_total_s']:.3f}", f"{m['total_error']:+.1%}", f"{m['step_mape']:.1%}",
+                m["measured_rank"], m["predicted_rank"]])
+            + ["yes" if m["plans_match"] else "no"] for n, m in result["policies"].items()]
     print_table(["policy", "measured s", "spread", "predicted s", "total error", "step MAPE", "rank meas",
                  "rank pred", "same plans"], rows)
     r = result["ranking"]

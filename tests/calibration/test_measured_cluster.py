@@ -216,6 +216,11 @@ def test_rankings_agree_unless_a_pair_is_reversed():
     assert tie["ranking"]["agree"] and tie["ranking"]["reversed_pairs"] == []
     swap = compare(steps({"static:a": (2.0, 1.0), "static:b": (1.0, 2.0)}), ["static:a", "static:b"], [])
     assert not swap["ranking"]["agree"] and swap["ranking"]["reversed_pairs"] == [["static:a", "static:b"]]
+    # a policy the simulation ran out of memory on (no prediction for a step) is not ranked as if it were fast
+    oom = compare(steps({"static:a": (2.0, 2.0), "static:b": (1.0, float("nan")), "dynamic:x": (1.5, 1.5)}),
+                  ["static:a", "static:b"], ["dynamic:x"])
+    assert oom["policies"]["static:b"]["simulated_oom"] and "static:b" not in oom["ranking"]["predicted"]
+    assert oom["speedup_over_best_static"]["dynamic:x"]["best_static_simulated"] == "static:a"
 
 
 def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_path, capsys):
