@@ -50,6 +50,12 @@ def stop_with_parent(parent_pid: int) -> None:
         threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+REPORT_GRACE_S = 3.0
+"""How long the launcher waits, after the first failure, for the other ranks' reports."""
+REPORT_ORDER = ("user", "stopped", "crash")
+"""Which report the launcher shows when several ranks failed: the root cause before its echoes."""
+
+
 def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
     """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
     stop_with_parent(parent_pid)
@@ -98,13 +104,20 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
                 return
             running = [p.sentinel for p in procs if p.exitcode is None]
             multiprocessing.connection.wait(running + reports, timeout=0.5)
+        # A rank's error closes its connections, so its peers fail in their collectives too and may report
+        # first: give every rank a moment to report, then tell the root cause (a user error or a stop) first.
+        deadline = time.monotonic() + REPORT_GRACE_S
+        while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+            running = [p.sentinel for p in procs if p.exitcode is None]
+            multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
     finally:
         _stop(procs)
-    said = [c for c in reports if c.poll()]
+    said = [c.recv() for c in reports if c.poll()]
     if not said:
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
         rank = procs.index(failed[0])
         raise RunStopped(f"rank {rank} ended with exit code {failed[0].exitcode} (killed?)")
-    kind, rank, message = said[0].recv()
+    kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1]))
     if kind == "user":
         raise UserInputError(message)
     if kind == "crash":

@@ -30,3 +30,22 @@ def failing_rank(rank: int, world: int, *args) -> None:
     if rank == 0:
         time.sleep(0.5)
     raise UserInputError(f"checkpoint step-000002 was written by 1 ranks; this run has {world}")
+
+
+def one_rank_refuses(rank: int, world: int, *args) -> None:
+    """Rank 1 refuses its input and leaves while rank 0 waits for it in a collective: rank 0 then fails with a
+    closed connection, an echo of rank 1's error, and may report first."""
+    import torch
+    import torch.distributed as dist
+
+    from paradyse_lab.errors import UserInputError
+    from runtime.launch import run_rank
+
+    def body(group=None):
+        if dist.get_rank() == 1:
+            time.sleep(0.3)
+            raise UserInputError("bad input on rank 1 only")
+        dist.all_reduce(torch.zeros(1))
+        time.sleep(5)
+
+    run_rank(rank, world, body, (), int(args[0]))

@@ -208,3 +208,17 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
     for shard in (ck / "step-000002").glob("rank-*.pt"):
         state = torch.load(shard, map_location="cpu", weights_only=False)
         assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
+    import socket
+
+    import launcher_cases
+
+    from runtime.launcher import launch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UserInputError, match="bad input on rank 1 only"):
+        launch(launcher_cases.one_rank_refuses, 2, (port,))
