@@ -244,9 +244,6 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
                        "checkpoint and the data)")
         loss.backward()
-        if not _all_finite([q.grad for q in model.parameters()], group):
-            _stop(bar, f"a gradient is not finite at step {step + 1} (length {s}); stopped before its optimizer "
-                       "step, the last checkpoint is unchanged (lower --lr)")
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
                 m.grad = q.grad.float()
@@ -257,7 +254,7 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
             with torch.no_grad():
                 for m, q in zip(masters, model.parameters()):
                     q.copy_(m)
-        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights
+        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights (inf/NaN grads)
             _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
                        "saving, the last checkpoint is unchanged (lower --lr)")
         if device.type == "cuda":
