@@ -137,20 +137,27 @@ def model_case(plans, causal: bool = True):
 
 
 def hf_case(rank: int, p: int, group) -> None:
-    """Logits of a small random transformers GPT-2 (built locally, no download) match."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """Logits of a small random transformers GPT-2 (built locally, no download) match. Rank 0 builds it and
+    sends config, weights and logits to the others (one transformers import per world, not one per rank)."""
+    payload = [None]
+    if rank == 0:
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-    hf_cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=96, n_layer=2, n_head=12, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    torch.manual_seed(5)
-    hf = GPT2LMHeadModel(hf_cfg).eval()
-    with torch.no_grad():
-        for q in hf.parameters():
-            q.add_(0.02 * torch.randn_like(q))  # non-trivial norms and biases
-    ids = torch.randint(0, 512, (B, S), generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
-        want = hf(ids).logits
-    model = ParallelGPT.from_hf_state_dict(hf_cfg.to_dict(), hf.state_dict(), group)
+        hf_cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=96, n_layer=2, n_head=12, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        torch.manual_seed(5)
+        hf = GPT2LMHeadModel(hf_cfg).eval()
+        with torch.no_grad():
+            for q in hf.parameters():
+                q.add_(0.02 * torch.randn_like(q))  # non-trivial norms and biases
+        ids = torch.randint(0, 512, (B, S), generator=torch.Generator().manual_seed(6))
+        with torch.no_grad():
+            want = hf(ids).logits
+        payload = [(hf_cfg.to_dict(), hf.state_dict(), ids, want)]
+    if p > 1:
+        torch.distributed.broadcast_object_list(payload, src=0, group=group)
+    cfg, state, ids, want = payload[0]
+    model = ParallelGPT.from_hf_state_dict(cfg, state, group)
     for plan in (["metp", "ulysses_z+recompute"], ["megatron_ts", "megatron_cz"]):
         with torch.no_grad():
             got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
