@@ -78,10 +78,10 @@ class Settings:
     def paper_truth(self) -> bool:
         """Whether the authors' measurements cover this cluster (the paper-truth steps run)."""
         from paradyse_lab.cluster_spec import get_cluster
-        from paradyse_lab.costmodel.paper_measurements import PAPER_GPU, PAPER_P
+        from paradyse_lab.costmodel.paper_measurements import covers_node
 
         c = get_cluster(self.cluster)
-        return c.gpu_name == PAPER_GPU and c.gpus == PAPER_P
+        return covers_node(c.gpu_name, c.gpus)
 
     def truths(self) -> tuple[str, ...]:
         return ("analytic", "paper") if self.paper_truth else ("analytic",)

@@ -195,10 +195,9 @@ def check_policy_names(spec: str, recompute: bool = False, granularity: str = "b
             valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
             raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
     elif kind == "dynamic" and arg:
-        from solvers.registry import SOLVER_NAMES, SOLVERS
+        from solvers.registry import check_solver_name
 
-        if arg not in SOLVERS:
-            raise UserInputError(f"unknown solver {arg!r}; valid: {', '.join(SOLVER_NAMES)}")
+        check_solver_name(arg)
     else:
         raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
     return parsed

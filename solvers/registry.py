@@ -19,13 +19,18 @@ STATIC_PREFIX = "static:"
 SOLVER_NAMES = tuple(SOLVERS) + (STATIC_PREFIX + "NAME",)
 
 
+def check_solver_name(name: str) -> None:
+    """Raise `UserInputError` unless `name` is a registered solver (without importing it)."""
+    if name not in SOLVERS:
+        raise UserInputError(f"unknown solver {name!r}; valid: {', '.join(SOLVER_NAMES)}")
+
+
 def get_solver(name: str, **options) -> Solver:
     """A solver instance; `options` go to its constructor (e.g. time_limit_s for ilp)."""
     if name.startswith(STATIC_PREFIX):
         from solvers.static import StaticSolver
 
         return StaticSolver(name[len(STATIC_PREFIX):], **options)
-    if name not in SOLVERS:
-        raise UserInputError(f"unknown solver {name!r}; valid: {', '.join(SOLVER_NAMES)}")
+    check_solver_name(name)
     module, cls = SOLVERS[name]
     return getattr(importlib.import_module(module), cls)(**options)

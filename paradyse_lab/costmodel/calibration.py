@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, ClusterSpec, StrategyCalibration
-from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import StrategyOption
 
@@ -46,16 +45,10 @@ def uncalibrated(cluster: ClusterSpec) -> ClusterSpec:
 
 def row_features(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Per profile row: the [n, 4] features (C, E, L, L h of the module docstring) and the [n] offset H."""
-    from paradyse_lab.costmodel.learned_cost_model import model_of_row, row_tuples
+    from paradyse_lab.costmodel.learned_cost_model import row_cost_models
 
-    cluster = uncalibrated(cluster)
-    models: dict = {}
     X, offset = np.zeros((len(df), len(CALIBRATION_PARAMETERS))), np.zeros(len(df))
-    for i, r in enumerate(row_tuples(df)):
-        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.causal, r.p)
-        if key not in models:
-            models[key] = AnalyticCostModel(model_of_row(*key[:6]), cluster, int(r.p))
-        cm = models[key]
+    for i, (r, cm) in enumerate(row_cost_models(df, uncalibrated(cluster))):
         opt = StrategyOption(r.strategy, bool(r.recompute))
         parts = [cm.sublayer(kind, opt, int(r.seq_len), int(r.batch)) for kind in ("attention", "mlp")]
         L = int(r.layers)

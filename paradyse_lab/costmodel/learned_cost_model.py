@@ -69,24 +69,25 @@ def same_architecture(model: ModelSpec, name: str) -> bool:
     return dataclasses.replace(other, name="", layers=1) == dataclasses.replace(model, name="", layers=1)
 
 
-def row_tuples(df: pd.DataFrame):
-    """Named tuples of the columns that identify what a profile row ran (`causal` None when absent)."""
+def row_cost_models(df: pd.DataFrame, cluster: ClusterSpec):
+    """(row, analytic model of the row's configuration on `cluster`) per profile row; a row is a named tuple
+    of the columns that identify what it ran (`causal` None when the profile has no such column)."""
     cols = ["model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recompute", "seq_len", "batch"]
     frame = df[cols].copy()
     frame["causal"] = df["causal"] if "causal" in df.columns else None
-    return frame.itertuples(index=False)
+    models: dict = {}
+    for r in frame.itertuples(index=False):
+        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.causal, r.p)
+        if key not in models:
+            models[key] = AnalyticCostModel(model_of_row(*key[:6]), cluster, int(r.p))
+        yield r, models[key]
 
 
 def analytic_whole(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Analytic whole-model (time_s, peak_bytes) of each profile row, on `cluster` at the row's p."""
-    models: dict = {}
     t, m = np.empty(len(df)), np.empty(len(df))
-    for i, r in enumerate(row_tuples(df)):
-        key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.causal, r.p)
-        if key not in models:
-            models[key] = AnalyticCostModel(model_of_row(*key[:6]), cluster, int(r.p))
-        u = uniform_plan_cost(models[key], StrategyOption(r.strategy, bool(r.recompute)), int(r.seq_len),
-                              int(r.batch))
+    for i, (r, cm) in enumerate(row_cost_models(df, cluster)):
+        u = uniform_plan_cost(cm, StrategyOption(r.strategy, bool(r.recompute)), int(r.seq_len), int(r.batch))
         t[i], m[i] = u.total_time_s, u.peak_bytes
     return t, m
 
@@ -179,8 +180,9 @@ def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None 
 _FIT_CACHE: dict = {}
 
 
-def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = None) -> FittedProfiles:
-    """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster)."""
+def _fit_on_file(path: str | Path, kind: str, cluster: ClusterSpec | None, fit):
+    """`fit(rows)` of the profile at `path`, cached in this process by (file, modification time, kind,
+    cluster)."""
     path = Path(path)
     try:
         stamp = path.stat().st_mtime_ns
@@ -188,8 +190,13 @@ def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = 
         raise UserInputError(f"profile file {str(path)!r} not found") from None
     key = (str(path.resolve()), stamp, kind, cluster.name if cluster else None)
     if key not in _FIT_CACHE:
-        _FIT_CACHE[key] = fit_profiles(kind, read_profiles(path), cluster, source_name=str(path))
+        _FIT_CACHE[key] = fit(read_profiles(path))
     return _FIT_CACHE[key]
+
+
+def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = None) -> FittedProfiles:
+    """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster)."""
+    return _fit_on_file(path, kind, cluster, lambda df: fit_profiles(kind, df, cluster, source_name=str(path)))
 
 
 def needs_profile(name: str, cluster: ClusterSpec) -> bool:
@@ -224,17 +231,12 @@ def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
     from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
 
-    try:
-        stamp = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        raise UserInputError(f"profile file {str(path)!r} not found") from None
-    key = ("calibrated", str(path.resolve()), stamp, cluster.name)
-    if key not in _FIT_CACHE:
-        df = read_profiles(path)
+    def fit(df: pd.DataFrame) -> ClusterSpec:
         check_profile_device(df, cluster, path)
-        _FIT_CACHE[key] = calibrated_cluster(cluster, fit_calibration(df, cluster),
-                                             source=f"calibrated on {path.name} (source={profile_sources(df)})")
-    return _FIT_CACHE[key]
+        return calibrated_cluster(cluster, fit_calibration(df, cluster),
+                                  source=f"calibrated on {path.name} (source={profile_sources(df)})")
+
+    return _fit_on_file(path, "calibrated", cluster, fit)
 
 
 class LearnedCostModel:

@@ -25,12 +25,7 @@ import dataclasses
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.paper_measurements import (
-    PAPER_GPU,
-    PAPER_P,
-    covered_shapes_text,
-    shape_for,
-)
+from paradyse_lab.costmodel.paper_measurements import covered_shapes_text, covers_node, shape_for
 from paradyse_lab.costmodel.types import FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS, ModelSpec
@@ -55,7 +50,7 @@ class PaperCostModel:
                                  f"(h {model.hidden}, {model.heads} heads, {model.layers} layers); "
                                  f"covered: {covered_shapes_text()}")
         self.analytic = AnalyticCostModel(model, cluster, p)
-        if cluster.gpu_name != PAPER_GPU or self.analytic.p != PAPER_P:
+        if not covers_node(cluster.gpu_name, self.analytic.p):
             raise UserInputError(f"the paper cost model has no measurements for {self.analytic.p}x "
                                  f"{cluster.gpu_name} (cluster {cluster.name!r}); covered: {covered_shapes_text()}")
         self.model, self.cluster, self.p = model, cluster, self.analytic.p

@@ -101,6 +101,11 @@ MEASURED_SHAPES: tuple[MeasuredShape, ...] = (
 """The four measured shapes, in the order above (BERT, LLaMA, GPT of Table 4 and the 7B-like shape)."""
 
 
+def covers_node(gpu_name: str, p: int) -> bool:
+    """Whether the fits were measured on this GPU at this world size (the authors' node only)."""
+    return gpu_name == PAPER_GPU and p == PAPER_P
+
+
 def covered_shapes_text() -> str:
     """The four shapes, for error messages."""
     return ", ".join(m.describe() for m in MEASURED_SHAPES) + f"; p = {PAPER_P} on {PAPER_DEVICE}, batch 1"
