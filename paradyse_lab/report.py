@@ -399,7 +399,7 @@ def _llama_line(results: Path) -> str:
     return "; ".join(parts)
 
 
-def _differences(results: Path, settings) -> str:
+def _differences(results: Path, settings, bert_rows: list[list]) -> str:
     """'What differs and why', every number read from the runs, the fits or the workload definition."""
     from paradyse_lab.workloads import PAPER_DATASETS
 
@@ -407,7 +407,7 @@ def _differences(results: Path, settings) -> str:
     facts = _fit_facts()
     tail = {d: PAPER_DATASETS[d][0][-1] for d in PAPER_DATASETS}
     lines = []
-    gap = {(r[0], r[1]): r for r in bert_gap_rows(results)}
+    gap = {(r[0], r[1]): r for r in bert_rows}  # bert_gap_rows(results), read once by write_report
     g_gh, g_gr = (gap.get((f"{NAMES[d]}, BERT", TRUTH_LABELS["paper"])) for d in ("github_code", "grch38"))
     a_gh, a_gr = (gap.get((f"{NAMES[d]}, BERT", TRUTH_LABELS["analytic"])) for d in ("github_code", "grch38"))
     fixed = facts["fixed_ms"]
@@ -595,7 +595,7 @@ profiled curve is cut at half its longest length; models fit below the cut on al
 
 ## What differs and why
 
-{_differences(results, settings)}
+{_differences(results, settings, bert_rows)}
 
 ## Figures
 
