@@ -18,10 +18,12 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's paradyse_lab, not another one
 from paradyse_lab.atomic_write import write_bytes_atomic  # noqa: E402
+from paradyse_lab.strategies import CATALOG, USABLE  # noqa: E402
 
-STRATEGY_LABELS = {"megatron_ts": "MegatronTS", "megatron_cz": "MegatronCZ", "ulysses_z": "UlyssesZ",
-                   "metp": "METP"}
-STRATEGY_COLORS = {"megatron_ts": "#1f77b4", "megatron_cz": "#ff7f0e", "ulysses_z": "#2ca02c", "metp": "#d62728"}
+STRATEGY_LABELS = {name: CATALOG[name].paper_name for name in USABLE}
+"""Legend label of each usable strategy, from its catalog entry, in the paper's order."""
+STRATEGY_COLORS = {name: CATALOG[name].color for name in USABLE}
+"""Colour of each usable strategy, from its catalog entry, in the paper's order."""
 POLICY_STYLE = {
     **{f"static:{k}": dict(color=c, lw=1.6, ls="-", label=STRATEGY_LABELS[k]) for k, c in STRATEGY_COLORS.items()},
     "dynamic:heuristic": dict(color="black", lw=2.4, ls="-", label="ParaDySe (heuristic)"),

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from paradyse_lab.strategies import CATALOG, USABLE
+
 NAMES = {"github_code": "GitHubCode", "grch38": "GRCh38", "bert": "BERT", "llama": "LLaMA", "gpt": "GPT",
-         "static:megatron_ts": "MegatronTS", "static:megatron_cz": "MegatronCZ", "static:ulysses_z": "UlyssesZ",
-         "static:metp": "METP", "dynamic:heuristic": "ParaDySe (heuristic)", "dynamic:dp": "dp",
-         "dynamic:ilp": "ilp"}
+         **{f"static:{name}": CATALOG[name].paper_name for name in USABLE},
+         "dynamic:heuristic": "ParaDySe (heuristic)", "dynamic:dp": "dp", "dynamic:ilp": "ilp"}
 
 
 def _pct(x) -> str:
@@ -39,7 +40,7 @@ def _row(df: pd.DataFrame, **match) -> pd.Series:
     return m.iloc[0]
 
 
-PAPER_STATICS = ("static:megatron_ts", "static:megatron_cz", "static:ulysses_z", "static:metp")
+PAPER_STATICS = tuple(f"static:{name}" for name in USABLE)
 """The paper's baselines (fig2 also runs each with recomputation, beyond the paper)."""
 TRUTH_LABELS = {"paper": "paper-measured times", "analytic": "analytic model"}
 """Column labels of the two truths (REPORT.md and README)."""

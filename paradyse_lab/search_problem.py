@@ -45,18 +45,13 @@ INT64_MAX = 2**63 - 1
 """Byte counts are exact int64."""
 REQUIRED_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "fixed_bytes", "budget_bytes")
 
-LAYOUTS: dict[str, str] = {name: "unified" for name in CATALOG}
-"""Tensor layout each strategy reads and writes between layers. Every catalog strategy uses the unified
-layout (PAPER.md section 3), so switching between them costs nothing; a strategy added with another layout
-pays `layout_switch_s` at each boundary where the layout changes."""
-
-
 def layout_switch_s(cost_model, a: StrategyOption, b: StrategyOption, seq_len: int, batch: int = 1) -> float:
     """Seconds to move the activation from a's layout to b's at one boundary, forward and backward.
 
-    Zero when both read the same layout; otherwise one all-to-all of the [b, s/p, h] activation each way.
+    Zero when both read the same layout (`Strategy.layout`: every catalog strategy reads the unified one);
+    otherwise one all-to-all of the [b, s/p, h] activation each way.
     """
-    if LAYOUTS.get(a.strategy, "unified") == LAYOUTS.get(b.strategy, "unified"):
+    if CATALOG[a.strategy].layout == CATALOG[b.strategy].layout:
         return 0.0
     from paradyse_lab.costmodel import CollectiveCall
 

@@ -4,6 +4,11 @@ Every usable strategy shards the sequence over the p GPUs of the node and reads 
 (PAPER.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
 Activation recomputation of a layer is an orthogonal option: a `StrategyOption` is a strategy plus that
 flag, written `NAME` or `NAME+recompute`.
+
+The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
+its cost-model schedule (`costmodel/schedules.py` `SCHEDULES`) and the name of its runtime module
+(`runtime/model.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
+is one entry here, one schedule function and one runtime module. See them with `paradyse-lab strategies`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,20 @@ from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 
 RECOMPUTE_SUFFIX = "+recompute"
+UNIFIED_LAYOUT = "unified"
+"""The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
+order (runtime/layout.py)."""
+
+
+def layout_unit(p: int) -> int:
+    """Tokens a sequence length must be a multiple of in the unified layout on p ranks: 2p, 1 when p = 1.
+
+    The sequence is cut into 2p zig-zag chunks and rank r holds chunks r and 2p-1-r. At p = 1 the one rank
+    holds both chunks in natural order, which is the whole sequence whatever its length, and there is no ring
+    to balance, so any length runs (the runtime's `check_length` accepts it and its ring attention is one local
+    causal block). The runtime checks lengths against this unit and the simulator pads each step to it.
+    """
+    return 1 if p == 1 else 2 * p
 
 
 @dataclass(frozen=True)
@@ -23,7 +42,7 @@ class Strategy:
     name: str
     """Catalog name used everywhere (plans, CLI, CSV)."""
     paper_name: str
-    """The name ParaDySe uses."""
+    """The name ParaDySe uses; the label of figures and REPORT.md."""
     attention: str
     """How attention is parallelised."""
     mlp: str
@@ -36,6 +55,21 @@ class Strategy:
     """False for strategies the toolkit lists but never plans with."""
     unusable_reason: str = ""
     """Why a strategy is not usable."""
+    abbreviation: str = ""
+    """Two letters for compact plans (the `train` log: `TS,TS,ME+r`)."""
+    color: str = ""
+    """Matplotlib colour of the strategy in figures."""
+    layout: str = UNIFIED_LAYOUT
+    """Tensor layout it reads and writes between layers; a switch between two layouts pays a re-layout."""
+    schedule: str = ""
+    """Key of its per-rank work in `paradyse_lab.costmodel.schedules.SCHEDULES`."""
+    runtime_module: str = ""
+    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model.py."""
+
+    def __post_init__(self):
+        missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
+        if self.usable and missing:
+            raise ValueError(f"usable strategy {self.name!r} needs {', '.join(missing)} in its catalog entry")
 
     def check(self, model: ModelSpec, p: int, seq_len: int) -> None:
         """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs."""
@@ -47,7 +81,7 @@ class Strategy:
         """The first violated feasibility rule, as a sentence, or None when the shapes split."""
         if not self.usable:
             return f"not usable: {self.unusable_reason}"
-        unit = 2 * p if (self.ring_attention and model.causal) else p
+        unit = layout_unit(p) if (self.ring_attention and model.causal) else p
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
             return f"sequence length {seq_len} must be divisible by {unit}{why}"
@@ -71,24 +105,28 @@ CATALOG: dict[str, Strategy] = {
             attention="all-gather sequence, heads split over ranks, reduce-scatter out",
             mlp="column/row-split weights, all-gather + reduce-scatter of activations",
             splits_heads=True, ring_attention=False,
+            abbreviation="TS", color="#1f77b4", schedule="megatron_ts", runtime_module="runtime.megatron_ts",
         ),
         Strategy(
             "megatron_cz", "MegatronCZ",
             attention="ring attention: K/V blocks around a ring, log-sum-exp merge",
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=False, ring_attention=True,
+            abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz", runtime_module="runtime.megatron_cz",
         ),
         Strategy(
             "ulysses_z", "UlyssesZ",
             attention="all-to-all sequence-sharded -> head-sharded, local attention, all-to-all back",
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=True, ring_attention=False,
+            abbreviation="UZ", color="#2ca02c", schedule="ulysses_z", runtime_module="runtime.ulysses_z",
         ),
         Strategy(
             "metp", "METP",
             attention="weight shards passed around a ring; per head group, ring attention inside",
             mlp="weight shards passed around a ring (point-to-point, double-buffered)",
             splits_heads=True, ring_attention=True,
+            abbreviation="ME", color="#d62728", schedule="metp", runtime_module="runtime.metp",
         ),
         Strategy(
             "colossal_z", "ColossalZ",

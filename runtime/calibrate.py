@@ -525,8 +525,7 @@ def options_from_args(args) -> CalibrateOptions:
     """Validated options (`UserInputError` names the field); machine defaults where a flag is absent."""
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import get_strategy
-    from runtime.layout import layout_unit
+    from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
 
     d = machine_defaults()
     nproc = args.nproc or d["nproc"]
@@ -550,7 +549,7 @@ def options_from_args(args) -> CalibrateOptions:
     if max_len < unit:
         raise UserInputError(f"--max-len {max_len} is below the layout unit 2p = {unit}")
     for s in length_grid(max_len, args.lengths, unit):
-        for name in ("megatron_ts", "megatron_cz", "ulysses_z", "metp"):
+        for name in USABLE:
             why = get_strategy(name).violation(spec, nproc, s)
             if why:
                 raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")

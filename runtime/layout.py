@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.strategies import layout_unit
 from runtime import comm
 
 SHARDED = ("w1", "b1", "w2")
@@ -37,11 +38,6 @@ REPLICATED = ("ln_w", "ln_b", "b2")
 """Parameters of a sub-layer replicated on every rank."""
 PARAM_NAMES = ("ln_w", "ln_b", "w1", "b1", "w2", "b2")
 """Parameters of every sub-layer, in the order the strategies take them."""
-
-
-def layout_unit(p: int) -> int:
-    """Tokens a sequence length must be a multiple of: 2p (zig-zag), 1 when p = 1."""
-    return 1 if p == 1 else 2 * p
 
 
 def check_length(seq_len: int, p: int) -> None:

@@ -11,20 +11,22 @@ on every call and a switch moves no bytes, because every strategy reads and writ
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.strategies import StrategyOption, get_strategy
-from runtime import comm, megatron_cz, megatron_ts, metp, ulysses_z
+from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
+from runtime import comm
 from runtime.layout import PARAM_NAMES, check_length, gather_state_dict, local_positions, shard_state_dict
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict
 from runtime.sublayer import Ctx, run_sublayer
 
-STRATEGY_MODULES = {"megatron_ts": megatron_ts, "megatron_cz": megatron_cz, "ulysses_z": ulysses_z, "metp": metp}
-"""The runtime implementation of each usable catalog strategy."""
+STRATEGY_MODULES = {name: importlib.import_module(s.runtime_module) for name, s in CATALOG.items() if s.usable}
+"""The runtime implementation of each usable catalog strategy: the module its catalog entry names
+(`Strategy.runtime_module`), with that sub-layer's `ATTENTION` and `MLP`."""
 
 
 def parse_plan(plan: Sequence[str], layers: int) -> list[tuple[StrategyOption, StrategyOption]]:

@@ -38,8 +38,7 @@ import time
 from dataclasses import dataclass
 
 from paradyse_lab.errors import RunStopped, UserInputError
-
-ABBREV = {"megatron_ts": "TS", "megatron_cz": "CZ", "ulysses_z": "UZ", "metp": "ME"}
+from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,14 @@ def _stop(bar, message: str):
 
 
 def _plan_text(plan) -> str:
-    return ",".join(ABBREV.get(n.split("+")[0], n) + ("+r" if n.endswith("+recompute") else "") for n in plan)
+    """A plan in the log: each strategy's catalog abbreviation, `+r` when recomputed (`TS,TS,ME+r`); a name
+    without an abbreviation as it is."""
+    def short(name: str) -> str:
+        entry = CATALOG.get(name.split("+")[0])
+        return (entry.abbreviation if entry and entry.abbreviation else name) + (
+            "+r" if name.endswith(RECOMPUTE_SUFFIX) else "")
+
+    return ",".join(short(n) for n in plan)
 
 
 def train(opts: TrainOptions, group=None) -> list[dict]:

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE
+from paradyse_lab.strategies import USABLE, layout_unit
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 
@@ -101,11 +101,6 @@ class Charger:
         limit = uniform.get(current, (0, math.inf))[1]
         fits = [s for s, (_, peak) in uniform.items() if peak < limit and peak <= p.budget_bytes]
         return min(fits, key=lambda s: uniform[s][0]) if fits else None
-
-
-def layout_unit(p: int) -> int:
-    """Every strategy splits a length that is a multiple of 2p."""
-    return 2 * p
 
 
 def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,

@@ -177,12 +177,14 @@ def test_budget_switch_costs_and_embedding():
 
 
 def test_a_strategy_with_another_layout_pays_a_switch(monkeypatch):
-    from paradyse_lab import search_problem
+    from dataclasses import replace
+
     from paradyse_lab.costmodel import CollectiveCall
+    from paradyse_lab.strategies import CATALOG
 
     model = get_model("gpt")
     cm = AnalyticCostModel(model, A100)
-    monkeypatch.setitem(search_problem.LAYOUTS, "metp", "head-sharded")
+    monkeypatch.setitem(CATALOG, "metp", replace(CATALOG["metp"], layout="head-sharded"))
     p = SearchProblem.from_cost_model(LayerGraph(model), cm, 65536)
     i, j, k = p.option_index("metp"), p.option_index("megatron_ts"), p.option_index("ulysses_z")
     act = 65536 // 8 * model.hidden * 2  # [b, s/p, h] in bf16

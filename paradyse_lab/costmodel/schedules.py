@@ -37,12 +37,13 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.strategies import StrategyOption
+from paradyse_lab.strategies import StrategyOption, get_strategy
 
 
 @dataclass(frozen=True)
@@ -86,104 +87,209 @@ def _coll(op, nbytes, p, count=1, overlapped=False):
     return CollectiveCall(op, int(nbytes), p, count, overlapped)
 
 
-def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int) -> Schedule:
-    """The schedule of `option` on one 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks."""
-    e, h, kv, f = model.dtype_bytes, model.hidden, model.kv_hidden, model.ffn_hidden
-    T = batch * seq_len
-    t = T // p
-    W = F.sharded_params(model, kind)
-    name = option.strategy
-    attn = kind == "attention"
-    qkv = h + 2 * kv
-    f_act = 2 if model.ffn_kind == "swiglu" else 1  # f-wide outputs of the first MLP GEMM(s)
+@dataclass(frozen=True)
+class Sublayer:
+    """One 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks: what every strategy's schedule reads."""
 
-    # --- compute (all strategies split the work evenly: 1/p of every FLOP) -------------------------
-    lin_fwd = F.linear_flops_forward(model, kind, T) / p
-    att_fwd = F.attention_core_flops_forward(model, seq_len, batch) / p if attn else 0.0
-    elem_fwd = F.elementwise_bytes_forward(model, kind, T) / p
-    gemm = lin_fwd * (1 + F.GEMM_BWD_OVER_FWD)
-    att = att_fwd * (1 + F.FLASH_BWD_OVER_FWD)
-    elem = elem_fwd * 3
-    if name == "metp":  # backward recomputes the per-shard first GEMM (QKV / fc1) when the shard returns
-        gemm += 2.0 * T * h * (qkv if attn else f_act * f) / p
+    model: ModelSpec
+    attn: bool
+    """True for the attention sub-layer, False for the MLP."""
+    seq_len: int
+    p: int
+    e: int
+    """Bytes per element of the model dtype."""
+    h: int
+    kv: int
+    """kv_heads * head_dim."""
+    f: int
+    T: int
+    """b * s tokens."""
+    t: int
+    """T / p local tokens."""
+    W: int
+    """The sub-layer's sharded parameters."""
+    width: int
+    """Output width of the first GEMM(s): h + 2kv (QKV) for attention, f (x2 for SwiGLU) for the MLP."""
+    kept: int
+    """Bytes of the default kept set (module docstring): `kept_elements_*` plus the log-sum-exp."""
+    lse: int
+    """Bytes of FlashAttention's log-sum-exp (0 for the MLP)."""
 
-    # --- kept activations, and the forward / backward collectives ----------------------------------
-    kept_elems = F.kept_elements_attention(model, t) if attn else F.kept_elements_mlp(model, t)
-    kept = kept_elems * e + (F.lse_bytes(model, t) if attn else 0)
+    @classmethod
+    def of(cls, model: ModelSpec, kind: str, seq_len: int, batch: int, p: int) -> Sublayer:
+        attn = kind == "attention"
+        e, h, kv, f = model.dtype_bytes, model.hidden, model.kv_hidden, model.ffn_hidden
+        T = batch * seq_len
+        t = T // p
+        f_act = 2 if model.ffn_kind == "swiglu" else 1  # f-wide outputs of the first MLP GEMM(s)
+        lse = F.lse_bytes(model, t) if attn else 0
+        kept_elems = F.kept_elements_attention(model, t) if attn else F.kept_elements_mlp(model, t)
+        return cls(model=model, attn=attn, seq_len=seq_len, p=p, e=e, h=h, kv=kv, f=f, T=T, t=t,
+                   W=F.sharded_params(model, kind), width=(h + 2 * kv) if attn else f_act * f,
+                   kept=kept_elems * e + lse, lse=lse)
+
+    @property
+    def qkv(self) -> int:
+        """Width of Q, K, V together: h + 2kv."""
+        return self.h + 2 * self.kv
+
+    @property
+    def f_act(self) -> int:
+        """f-wide outputs of the first MLP GEMM(s): 2 for SwiGLU, 1 otherwise."""
+        return 2 if self.model.ffn_kind == "swiglu" else 1
+
+
+@dataclass
+class StrategyWork:
+    """What one strategy does to a `Sublayer` beyond the work all strategies share (1/p of every FLOP)."""
+
+    fwd: list[CollectiveCall]
+    """Forward collectives."""
+    bwd: list[CollectiveCall]
+    """Backward collectives (the replicated-gradient all-reduce is added by `schedule`)."""
+    min_dim: int
+    """Smallest dimension among this rank's GEMMs."""
+    kept: int
+    """Activation bytes kept for backward."""
+    transient: int
+    """Working bytes while the sub-layer runs."""
+    extra_gemm_flops: float = 0.0
+    """GEMM FLOPs beyond the shared forward + backward (METP's recomputed first GEMM)."""
+    ring_steps: int = 0
+    ring_hides_all_compute: bool = False
+    kernel_len: int | None = None
+    """Keys per attention kernel call when not s (ring blocks: s/p)."""
+    kernel_causal: bool | None = None
+    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks)."""
+    gathers_weights: bool = False
+    """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
+    backward's gather serves it)."""
+
+
+def _megatron_ts(s: Sublayer) -> StrategyWork:
+    act = s.T * s.h * s.e  # [T, h]
+    fwd = [_coll("all_gather", act, s.p), _coll("reduce_scatter", act, s.p)]
+    bwd = [_coll("all_gather", act, s.p, count=2), _coll("reduce_scatter", act, s.p)]
+    wide = s.width // s.p
+    transient = s.e * (2 * s.T * s.h + s.T * wide + (0 if s.attn else s.T * s.f // s.p))
+    return StrategyWork(fwd, bwd, min_dim=min(s.T, s.h, (s.h if s.attn else s.f) // s.p), kept=s.kept,
+                        transient=transient)
+
+
+def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
+    """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
+    gathered weights, and the full gradient before its reduce-scatter."""
+    w = s.W * s.e
+    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", w, s.p)], 3 * w
+
+
+def _zero3_mlp(s: Sublayer) -> StrategyWork:
+    fwd, bwd, weights = _zero3_weights(s)
+    acts = s.e * s.t * (2 * s.f_act * s.f + s.h)  # grads of the f-wide tensors and of the input
+    return StrategyWork(fwd, bwd, min_dim=min(s.t, s.h), kept=s.kept, transient=weights + acts,
+                        gathers_weights=True)
+
+
+def _ulysses_z(s: Sublayer) -> StrategyWork:
+    if not s.attn:
+        return _zero3_mlp(s)
+    fwd, bwd, weights = _zero3_weights(s)
+    t, h, e, qkv = s.t, s.h, s.e, s.qkv
+    fwd += [_coll("all_to_all", t * qkv * e, s.p), _coll("all_to_all", t * h * e, s.p)]
+    bwd += [_coll("all_to_all", t * h * e, s.p), _coll("all_to_all", t * qkv * e, s.p)]
+    acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
+    kept = s.kept + t * h * e  # the attention output in both layouts (module docstring)
+    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True)
+
+
+def _megatron_cz(s: Sublayer) -> StrategyWork:
+    if not s.attn:
+        return _zero3_mlp(s)
+    fwd, bwd, weights = _zero3_weights(s)
+    t, kv, e, p = s.t, s.kv, s.e, s.p
+    ring_steps = 0
+    if p > 1:
+        fwd += [_coll("p2p", t * 2 * kv * e, p, count=p - 1, overlapped=True)]
+        bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES), p, count=p - 1, overlapped=True)]  # K/V, fp32 dK/dV
+        ring_steps = 2 * (p - 1)
+    # K/V double buffer (e), fp32 dK/dV double buffer (ACC_BYTES), dQKV, fp32 dQ
+    acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
+    return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
+                        ring_steps=ring_steps, kernel_len=max(s.seq_len // p, 1), kernel_causal=False,
+                        gathers_weights=True)
+
+
+def _metp(s: Sublayer) -> StrategyWork:
+    t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
+    shard = -(-s.W // p) * e
     fwd: list[CollectiveCall] = []
     bwd: list[CollectiveCall] = []
     ring_steps = 0
-    hides_all = False
-    kernel_len, kernel_causal = seq_len, model.causal
-    ring_p2p = p > 1
+    if p > 1:
+        fwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True)]
+        bwd += [_coll("p2p", shard, p, count=2 * (p - 1), overlapped=True)]  # weights, then grad partials
+        if s.attn:
+            fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
+            bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
+                          overlapped=True)]
+        ring_steps = 3 * (p - 1)
+    kept = e * t * (3 * h if s.attn else 2 * h) + s.lse
+    wide = s.width // p
+    ring = 2 * t * 2 * kv // p * (e + ACC_BYTES) if s.attn else 0  # K/V (e) + fp32 dK/dV double buffers
+    acts = e * (4 * t * wide + 2 * t * h) + ring
+    return StrategyWork(
+        fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
+        transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
+        extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
+        ring_steps=ring_steps, ring_hides_all_compute=True, kernel_len=max(s.seq_len // p, 1), kernel_causal=False,
+    )
 
-    if name == "megatron_ts":
-        act = T * h * e  # [T, h]
-        fwd += [_coll("all_gather", act, p), _coll("reduce_scatter", act, p)]
-        bwd += [_coll("all_gather", act, p, count=2), _coll("reduce_scatter", act, p)]
-        min_dim = min(T, h, (h if attn else f) // p)
-        wide = (qkv if attn else f_act * f) // p
-        transient = e * (2 * T * h + T * wide + (0 if attn else T * f // p))
-    elif name in ("megatron_cz", "ulysses_z"):
-        w = W * e
-        fwd += [_coll("all_gather", w, p)]
-        bwd += [_coll("all_gather", w, p), _coll("reduce_scatter", w, p)]
-        min_dim = min(t, h)
-        weights = 3 * w  # current + prefetched gathered weights, and the full gradient before its RS
-        if not attn:
-            acts = e * t * (2 * f_act * f + h)  # grads of the f-wide tensors and of the input
-        elif name == "ulysses_z":
-            kept += t * h * e  # the attention output in both layouts (module docstring)
-            fwd += [_coll("all_to_all", t * qkv * e, p), _coll("all_to_all", t * h * e, p)]
-            bwd += [_coll("all_to_all", t * h * e, p), _coll("all_to_all", t * qkv * e, p)]
-            acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
-        else:
-            kernel_len, kernel_causal = max(seq_len // p, 1), False
-            if ring_p2p:
-                fwd += [_coll("p2p", t * 2 * kv * e, p, count=p - 1, overlapped=True)]
-                bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES), p, count=p - 1, overlapped=True)]  # K/V, fp32 dK/dV
-                ring_steps = 2 * (p - 1)
-            # K/V double buffer (e), fp32 dK/dV double buffer (ACC_BYTES), dQKV, fp32 dQ
-            acts = e * (2 * t * 2 * kv + t * qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * h
-        transient = weights + acts
-    elif name == "metp":
-        shard = -(-W // p) * e
-        if ring_p2p:
-            fwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True)]
-            bwd += [_coll("p2p", shard, p, count=2 * (p - 1), overlapped=True)]  # weights, then grad partials
-            if attn:
-                fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
-                bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
-                              overlapped=True)]
-            ring_steps = 3 * (p - 1)
-        hides_all = True
-        kernel_len, kernel_causal = max(seq_len // p, 1), False
-        min_dim = min(t, (h if attn else f) // p)
-        kept = e * t * (3 * h if attn else 2 * h) + (F.lse_bytes(model, t) if attn else 0)
-        wide = (qkv if attn else f_act * f) // p
-        ring = 2 * t * 2 * kv // p * (e + ACC_BYTES) if attn else 0  # K/V (e) + fp32 dK/dV double buffers
-        acts = e * (4 * t * wide + 2 * t * h) + ring
-        transient = 4 * shard + acts  # weight double buffer + gradient-partial double buffer
-    else:
-        raise ValueError(f"no schedule for strategy {name!r}")
 
+SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
+    "megatron_ts": _megatron_ts,
+    "megatron_cz": _megatron_cz,
+    "ulysses_z": _ulysses_z,
+    "metp": _metp,
+}
+"""Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""
+
+
+def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int) -> Schedule:
+    """The schedule of `option` on one 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks."""
+    key = get_strategy(option.strategy).schedule
+    if key not in SCHEDULES:
+        raise ValueError(f"no schedule for strategy {option.strategy!r}")
+    s = Sublayer.of(model, kind, seq_len, batch, p)
+    work = SCHEDULES[key](s)
+
+    # --- compute (all strategies split the work evenly: 1/p of every FLOP) -------------------------
+    lin_fwd = F.linear_flops_forward(model, kind, s.T) / p
+    att_fwd = F.attention_core_flops_forward(model, seq_len, batch) / p if s.attn else 0.0
+    elem_fwd = F.elementwise_bytes_forward(model, kind, s.T) / p
+    gemm = lin_fwd * (1 + F.GEMM_BWD_OVER_FWD) + work.extra_gemm_flops
+    att = att_fwd * (1 + F.FLASH_BWD_OVER_FWD)
+    elem = elem_fwd * 3
+
+    fwd, bwd = list(work.fwd), list(work.bwd)
+    kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
     if p > 1:  # replicated norm / output-bias gradients
-        bwd.append(_coll("all_reduce", F.replicated_params(model) * e, p))
+        bwd.append(_coll("all_reduce", F.replicated_params(model) * s.e, p))
 
     if option.recompute:
         gemm += lin_fwd
         att += att_fwd
         elem += elem_fwd
-        refwd = [c for c in fwd if not (name in ("megatron_cz", "ulysses_z") and c.op == "all_gather")]
+        refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
         bwd = refwd + bwd
         if ring_steps:
             ring_steps += (p - 1)
         transient += kept
-        kept = t * h * e
+        kept = s.t * s.h * s.e
 
     return Schedule(
-        gemm_flops=gemm, gemm_min_dim=max(min_dim, 1), attention_flops=att,
-        attention_kernel_len=kernel_len, attention_kernel_causal=kernel_causal, elementwise_bytes=elem,
-        collectives=tuple(fwd + bwd), ring_steps=ring_steps, ring_hides_all_compute=hides_all,
-        kept_bytes=int(kept), transient_bytes=int(transient),
+        gemm_flops=gemm, gemm_min_dim=max(work.min_dim, 1), attention_flops=att,
+        attention_kernel_len=seq_len if work.kernel_len is None else work.kernel_len,
+        attention_kernel_causal=model.causal if work.kernel_causal is None else work.kernel_causal,
+        elementwise_bytes=elem, collectives=tuple(fwd + bwd), ring_steps=ring_steps,
+        ring_hides_all_compute=work.ring_hides_all_compute, kept_bytes=int(kept), transient_bytes=int(transient),
     )
