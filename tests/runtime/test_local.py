@@ -26,6 +26,7 @@ from runtime.layout import (
     unshard_sublayer,
 )
 from runtime.reference import init_state_dict
+from runtime.sublayer import Impl
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -112,6 +113,29 @@ def test_single_process_model_matches_reference_and_state_dict_shards():
     assert set(shard_state_dict(sd, 1, 2)) == set(sd)
     for key, value in model.full_state_dict().items():
         assert torch.equal(value, sd[key])
+
+
+def test_one_rank_runs_any_length_under_every_strategy():
+    """The layout unit at p = 1 is 1 (paradyse_lab.strategies.layout_unit): an odd length runs, ring ones included."""
+    from paradyse_lab.strategies import USABLE
+
+    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    sd = init_state_dict(cfg, 5)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    model = ParallelGPT(cfg, state_dict=sd)
+    ids = torch.randint(0, 64, (1, 13))
+    assert_close(model(ids, list(USABLE)), ref(ids))  # one strategy per sub-layer
+
+
+def test_runtime_modules_are_the_usable_catalog_entries():
+    from paradyse_lab.strategies import CATALOG, USABLE
+    from runtime.model import STRATEGY_MODULES
+
+    assert tuple(STRATEGY_MODULES) == USABLE
+    for name, module in STRATEGY_MODULES.items():
+        assert module.__name__ == CATALOG[name].runtime_module
+        assert module.ATTENTION.name == name and isinstance(module.MLP, Impl)
 
 
 def test_plan_errors_name_the_problem():

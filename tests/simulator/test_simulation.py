@@ -95,6 +95,17 @@ def test_lengths_are_padded_to_the_layout_unit():
     assert rows["padded_len"].tolist() == [1008, 4112]
 
 
+def test_one_rank_runs_lengths_unpadded_like_the_runtime():
+    """At p = 1 the layout unit is 1 (paradyse_lab.strategies.layout_unit, the runtime's): no padding, and a
+    causal ring strategy runs an odd length."""
+    model, cluster = get_model("gpt2-tiny"), get_cluster("a100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster, p=1), LayerGraph(model)
+    policy = parse_policy("static:megatron_cz", graph, cm, cluster.memory_bytes)
+    rows = simulate(Workload("w", (1001, 4097)), policy, Charger(graph, cm, cluster.memory_bytes))
+    assert rows["padded_len"].tolist() == [1001, 4097]
+    assert not rows["oom"].any()
+
+
 def test_results_are_deterministic_for_a_seed():
     a = run_one(SETUP, "llama", "github_code", "dynamic:heuristic").drop(columns="solve_ms")
     b = run_one(SETUP, "llama", "github_code", "dynamic:heuristic").drop(columns="solve_ms")

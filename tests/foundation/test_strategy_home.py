@@ -1,0 +1,90 @@
+"""The strategy catalog is the one home of a strategy's name, label, abbreviation, colour, layout, schedule
+and runtime module; no other module keeps its own per-strategy table.
+
+Run: `python -m pytest -q tests/foundation/test_strategy_home.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from matplotlib.colors import is_color_like
+
+from paradyse_lab.costmodel.schedules import SCHEDULES
+from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.strategies import CATALOG, USABLE, Strategy, get_strategy, layout_unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
+DATA_TABLES = {
+    ("paradyse_lab/costmodel/schedules.py", "SCHEDULES"),  # the schedule functions, by the catalog's key
+    ("paradyse_lab/costmodel/paper_measurements.py", "MEASURED_SHAPES"),  # the authors' measured fits, per model
+}
+"""Literals keyed by strategy names that are not properties of a strategy (file, the name they are bound to)."""
+
+
+def test_every_usable_strategy_has_its_parts_in_the_catalog():
+    entries = [CATALOG[name] for name in USABLE]
+    for s in entries:
+        assert s.paper_name and s.abbreviation and is_color_like(s.color) and s.layout == "unified"
+        assert s.runtime_module == f"runtime.{s.name}"
+    assert set(SCHEDULES) == {s.schedule for s in entries}
+    assert len({s.abbreviation for s in entries}) == len({s.color for s in entries}) == len(entries)
+    assert not CATALOG["colossal_z"].schedule and not CATALOG["colossal_z"].runtime_module
+
+
+def test_a_usable_entry_without_its_parts_is_refused():
+    with pytest.raises(ValueError, match="needs color, runtime_module"):
+        replace(CATALOG["metp"], color="", runtime_module="")
+    Strategy("x", "X", attention="", mlp="", splits_heads=False, ring_attention=False, usable=False)
+
+
+def test_layout_unit_is_2p_and_1_on_one_rank():
+    """One rank holds the whole sequence in natural order: any length runs, under the ring strategies too."""
+    assert [layout_unit(p) for p in (1, 2, 8)] == [1, 4, 16]
+    gpt = PRESETS["gpt"]
+    for name in USABLE:
+        assert get_strategy(name).violation(gpt, 1, 4097) is None
+    assert "divisible by 16" in get_strategy("metp").violation(gpt, 8, 8 * 3)
+
+
+def _bound_names(tree: ast.AST) -> dict[int, str]:
+    """id(node) -> the name its enclosing assignment binds, for every node under an assignment."""
+    out = {}
+    for parent in ast.walk(tree):
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            bound = ",".join(ast.unparse(t) for t in targets)
+            out.update({id(n): bound for n in ast.walk(parent.value) if id(n) not in out} if parent.value else {})
+    return out
+
+
+def _strategy_tables(path: Path) -> list[str]:
+    """Dict, tuple, list or set literals in `path` naming two or more usable strategies (`NAME`, `static:NAME`)."""
+    names = set(USABLE) | {f"static:{n}" for n in USABLE}
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _bound_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+        if not isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)) or items is None:
+            continue
+        hits = {k.value for k in items if isinstance(k, ast.Constant) and k.value in names}
+        if len(hits) >= 2:
+            found.append((node.lineno, bound.get(id(node), "")))
+    return [f"{path.relative_to(ROOT).as_posix()}:{line} {bound}" for line, bound in found]
+
+
+def test_no_module_keeps_its_own_per_strategy_table():
+    """Labels, colours, abbreviations, module and schedule tables come from the catalog, not from literals."""
+    tables = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            tables += [t for t in _strategy_tables(path)
+                       if (rel, t.split(" ", 1)[1].split("[")[0]) not in DATA_TABLES]
+    assert not tables, "per-strategy literals outside the catalog (derive them from paradyse_lab.strategies):\n" + \
+        "\n".join(tables)
