@@ -102,12 +102,17 @@ def test_merge_of_partials_equals_attention_over_all_keys():
     assert_close(lse, full_lse)
 
 
-def test_single_process_model_matches_reference_and_state_dict_shards():
+def _single_process_pair(seed: int):
+    """(ParallelGPT on one process, ReferenceGPT, the state dict both hold) of a tiny 2-layer GPT."""
     cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
-    sd = init_state_dict(cfg, 3)
+    sd = init_state_dict(cfg, seed)
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
-    model = ParallelGPT(cfg, state_dict=sd)
+    return ParallelGPT(cfg, state_dict=sd), ref, sd
+
+
+def test_single_process_model_matches_reference_and_state_dict_shards():
+    model, ref, sd = _single_process_pair(3)
     ids = torch.randint(0, 64, (2, 12))
     assert_close(model(ids, ["metp", "megatron_ts+recompute"]), ref(ids))
     assert set(shard_state_dict(sd, 1, 2)) == set(sd)
@@ -119,11 +124,7 @@ def test_one_rank_runs_any_length_under_every_strategy():
     """The layout unit at p = 1 is 1 (paradyse_lab.strategies.layout_unit): an odd length runs, ring ones included."""
     from paradyse_lab.strategies import USABLE
 
-    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
-    sd = init_state_dict(cfg, 5)
-    ref = ReferenceGPT(cfg)
-    ref.load_state_dict(sd)
-    model = ParallelGPT(cfg, state_dict=sd)
+    model, ref, _ = _single_process_pair(5)
     ids = torch.randint(0, 64, (1, 13))
     assert_close(model(ids, list(USABLE)), ref(ids))  # one strategy per sub-layer
 
