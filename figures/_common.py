@@ -1,6 +1,7 @@
 """Shared by the figure scripts: arguments, reading CSVs (a missing one is exit 2 with one line), saving.
 
-Not a figure itself. Scripts import it from their own folder; figures/ holds scripts, not a package.
+Not a figure itself. figures/ is a package: each figure module has `render(results, out, name, note)`
+(what `paradyse-lab reproduce` calls) and `main(argv)` (what `python figures/NAME.py --results DIR` runs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's paradyse_lab, not another one
 from paradyse_lab.atomic_write import write_bytes_atomic  # noqa: E402
 from paradyse_lab.strategies import CATALOG, USABLE  # noqa: E402
 
@@ -65,22 +65,31 @@ def read_csv(results: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def run(script: str, draw, argv, description: str) -> int:
-    """Parse args, call draw(args) -> figure, save NAME.png and NAME.pdf (atomically); a missing CSV -> one
-    line, exit 2."""
-    args = parse_args(argv, description)
+def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE) -> Path:
+    """draw(args) -> figure, saved as OUT/NAME.png and .pdf (atomically; OUT defaults to RESULTS/figures, NAME
+    to `script`); returns OUT/NAME. A missing CSV raises `MissingCSV`."""
+    results = Path(results)
+    args = argparse.Namespace(results=results, out=Path(out) if out else results / "figures", name=name, note=note)
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
                          "savefig.bbox": "tight"})
-    try:
-        fig = draw(args)
-    except MissingCSV as err:
-        print(f"figures/{script}.py: error: {err}", file=sys.stderr)
-        return 2
-    name = args.name or script
+    fig = draw(args)
+    name = name or script
     for ext in ("png", "pdf"):  # rendered in memory, then renamed into place: no reader sees half a figure
         buffer = io.BytesIO()
         fig.savefig(buffer, format=ext, dpi=150)
         write_bytes_atomic(args.out / f"{name}.{ext}", buffer.getvalue())
     plt.close(fig)
-    print(f"wrote {args.out / name}.png and .pdf")
+    return args.out / name
+
+
+def run(script: str, draw, argv, description: str) -> int:
+    """Command line of a figure module: parse args, `render`, print what it wrote; a missing CSV -> one line,
+    exit 2."""
+    args = parse_args(argv, description)
+    try:
+        path = render(script, draw, args.results, args.out, args.name, args.note)
+    except MissingCSV as err:
+        print(f"figures/{script}.py: error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}.png and .pdf")
     return 0

@@ -10,9 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
+
+from figures import _common  # noqa: E402
 
 PARTS = (("model_state_bytes", "model states (weights, grads, Adam)", "#7f7f7f"),
          ("kept_bytes", "activations kept for backward", "#1f77b4"),
@@ -48,6 +50,13 @@ def draw(args):
     fig.suptitle(f"Peak memory of one strategy on every layer ({_common.SOURCE_NOTE})")
     fig.tight_layout()
     return fig
+
+
+def render(results, out=None, name=None, note=_common.SOURCE_NOTE) -> Path:
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (default
+    RESULTS/figures/memory_breakdown);
+    returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
+    return _common.render("memory_breakdown", draw, results, out, name, note)
 
 
 def main(argv=None) -> int:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+
+from figures import _common  # noqa: E402
 
 
 def draw(args):
@@ -48,6 +50,13 @@ def draw(args):
     fig.suptitle(f"Strategy per layer and length (no cache or smoothing; {_common.SOURCE_NOTE})")
     fig.tight_layout()
     return fig
+
+
+def render(results, out=None, name=None, note=_common.SOURCE_NOTE) -> Path:
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (default
+    RESULTS/figures/plan_map);
+    returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
+    return _common.render("plan_map", draw, results, out, name, note)
 
 
 def main(argv=None) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from figures import _common  # noqa: E402
 
 COLORS = {"heuristic": "black", "greedy": "#bcbd22", "dp": "#e377c2", "ilp": "#17becf", "brute_force": "#7f7f7f"}
 MARKERS = {"random": "o", "random+switch": "s", "model": "^", "model-sublayer": "v"}
@@ -66,6 +68,13 @@ def draw(args):
     fig.suptitle("Solver quality (problems priced by the analytic cost model, source=analytic)")
     fig.tight_layout()
     return fig
+
+
+def render(results, out=None, name=None, note=_common.SOURCE_NOTE) -> Path:
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (default
+    RESULTS/figures/solver_quality);
+    returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
+    return _common.render("solver_quality", draw, results, out, name, note)
 
 
 def main(argv=None) -> int:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common  # noqa: E402
+if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
+
+from figures import _common  # noqa: E402
 
 
 def draw(args):
@@ -41,6 +43,13 @@ def draw(args):
     fig.suptitle("validate-run: executed (measured on this machine) vs simulated, same lengths and cost model")
     fig.tight_layout()
     return fig
+
+
+def render(results, out=None, name=None, note=_common.SOURCE_NOTE) -> Path:
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (default
+    RESULTS/figures/validate_run);
+    returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
+    return _common.render("validate_run", draw, results, out, name, note)
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,6 @@ a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 w
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import os
 import platform
@@ -263,45 +262,6 @@ class ProfileOptions:
     seed: int = 0
 
 
-def parse_options(args) -> ProfileOptions:
-    """Check the arguments (no torch): `UserInputError` on bad input."""
-    from paradyse_lab.errors import UserInputError
-    from paradyse_lab.strategies import StrategyOption
-
-    def ints(text: str, what: str) -> tuple[int, ...]:
-        try:
-            vals = tuple(int(v) for v in str(text).split(",") if v.strip())
-        except ValueError:
-            raise UserInputError(f"{what} must be comma-separated integers, got {text!r}") from None
-        if not vals or any(v <= 0 for v in vals):
-            raise UserInputError(f"{what} must be positive integers, got {text!r}")
-        return vals
-
-    seqs = ints(args.seqs, "--seqs")
-    strategies = tuple(s.strip() for s in str(args.strategies).split(",") if s.strip())
-    if not strategies:
-        raise UserInputError("--strategies is empty")
-    from runtime.model import STRATEGY_MODULES  # noqa: F401 - torch is imported below anyway
-
-    for name in strategies:
-        opt = StrategyOption.parse(name)
-        if opt.strategy not in STRATEGY_MODULES:
-            raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
-                                 f"valid: {', '.join(STRATEGY_MODULES)}")
-    for name, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1), ("--batch", args.batch, 1),
-                             ("--layers", args.layers, 0), ("--p", args.p, 0), ("--rank", args.rank, 0)):
-        if value < low:
-            raise UserInputError(f"{name} must be >= {low}, got {value}")
-    if args.mode == "rank-local" and args.p < 1:
-        raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
-    if args.mode == "rank-local" and args.rank >= args.p:
-        raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
-    return ProfileOptions(model=args.model, seqs=seqs, strategies=strategies, mode=args.mode, p=args.p,
-                          rank=args.rank, batch=args.batch, layers=args.layers, warmup=args.warmup,
-                          repeats=args.repeats, device=args.device, dtype=args.dtype, cluster=args.cluster,
-                          seed=args.seed)
-
-
 def profile(opts: ProfileOptions, group=None, progress: bool = True):
     """Profile rows (a DataFrame, profiles.COLUMNS plus compute_s, comm_s, comm_modelled) for `opts`.
 
@@ -442,69 +402,3 @@ def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bo
     if comm.rank(group) == 0:
         write_rows_atomic(df, out)
     return df
-
-
-def run(args) -> int:
-    """The `profile` command (imports torch here, not at registration)."""
-    import torch
-
-    from paradyse_lab.errors import UserInputError
-
-    opts = parse_options(args)
-    if opts.mode == "distributed":
-        import torch.distributed as dist
-
-        if "RANK" not in os.environ:
-            raise UserInputError("--mode distributed runs under torchrun (RANK is not set)")
-        cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl" if cuda else "gloo")
-        try:
-            df = profile_distributed(opts, args.out)
-        finally:
-            dist.destroy_process_group()
-    else:
-        df = profile(opts)
-        write_rows_atomic(df, args.out)
-    if "RANK" not in os.environ or os.environ.get("RANK") == "0":
-        print(f"wrote {len(df)} rows to {args.out}")
-    return 0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="gpt2-tiny", help="model preset or config.json (GPT-2-shaped)")
-    parser.add_argument("--seqs", required=True, help="comma-separated sequence lengths (multiples of 2p)")
-    parser.add_argument("--strategies", required=True, help="comma-separated NAME or NAME+recompute")
-    parser.add_argument("--mode", choices=MODES, default="rank-local")
-    parser.add_argument("--p", type=int, default=0, help="rank-local: world size to emulate")
-    parser.add_argument("--rank", type=int, default=0, help="rank-local: the rank this process plays")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--layers", type=int, default=0, help="layers to run (0: the model's)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps (their median is reported)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                        help="auto: bf16 on CUDA, fp32 on CPU")
-    parser.add_argument("--cluster", default="", help="cluster preset pricing the modelled communication "
-                        "(rank-local; default the default preset)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")
-
-
-def register(subparsers) -> None:
-    """Add the `profile` sub-command (imports no torch until it runs)."""
-    parser = subparsers.add_parser("profile", help="measure strategies' step time and memory per length",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from paradyse_lab.cli import standalone_main
-
-    return standalone_main("python -m runtime.profiler", __doc__, add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,18 +3,18 @@
 Commands (one machine):
 
     # under torchrun (one process per GPU, NCCL; or CPU processes with gloo):
-    torchrun --standalone --nproc-per-node 4 -m runtime.train --model gpt2-tiny --dataset uniform:512:1024 \\
+    torchrun --standalone --nproc-per-node 4 -m paradyse_lab train --model gpt2-tiny --dataset uniform:512:1024 \\
         --policy dynamic:dp --steps 100
     # single-command launcher: spawns the processes itself (gloo on CPU, NCCL on GPUs)
-    python -m runtime.train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
-    # once `runtime.train` is in paradyse_lab.cli.COMMAND_MODULES: `paradyse-lab train ...` (same options)
+    paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
 lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
 then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each
 step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the
 loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which a
-model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py) plans
+model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by
+paradyse_lab/app/training.py and passed in as `policy_for`) plans
 each step with `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on
 `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size.
 AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the
@@ -24,20 +24,18 @@ newest one that verifies (checksums; a resumed run must keep the model, seed, lr
 and --max-len; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
 step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it
 was. Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the
-launcher, and the ranks stop with it (runtime/launcher.py).
+launcher, and the ranks stop with it (runtime/launcher.py). The command line is
+paradyse_lab/cli/train_command.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass
 
-from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.errors import RunStopped
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 
@@ -152,16 +150,19 @@ def _plan_text(plan) -> str:
     return ",".join(short(n) for n in plan)
 
 
-def train(opts: TrainOptions, group=None) -> list[dict]:
-    """Run the training loop on this rank (call on every rank); returns the per-step log."""
+def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
+    """Run the training loop on this rank (call on every rank); returns the per-step log.
+
+    `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
+    at world size `p`: an object whose `decide(seq_len, batch)` returns a decision with `plan` (one option
+    name per decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the
+    runtime: `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
+    """
     import resource
     from dataclasses import replace
 
     import torch
 
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
-    from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm
@@ -169,22 +170,13 @@ def train(opts: TrainOptions, group=None) -> list[dict]:
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
     from runtime.train_inputs import TokenDocuments, check_options
-    from simulator.policies import parse_policy
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
-    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
-    from simulator.policies import PolicySpec
-
-    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
-    cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
-    plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
-    policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
-                          recompute=wanted.recompute)
+    policy = policy_for(spec, p)
     check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
@@ -306,106 +298,3 @@ class StepLog:
 
     def close(self) -> None:
         self.handle.close()
-
-
-# --- command line ----------------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `train` (shared by `paradyse-lab train` and `python -m runtime.train`)."""
-    from paradyse_lab.cli.output import cost_model_help
-
-    d = TrainOptions(model="", dataset="")
-    parser.add_argument("--model", required=True, help="preset (e.g. gpt2-tiny) or GPT-2 config.json")
-    parser.add_argument("--dataset", required=True, help="workload: github_code, grch38, uniform:LO:HI, "
-                        "lognormal:MEDIAN:SIGMA, file:PATH (file:*.jsonl of token-id lists gives real tokens)")
-    parser.add_argument("--policy", default=d.policy,
-                        help="static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer] (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
-    parser.add_argument("--batch", type=int, default=d.batch, help="sequences per step (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate (default %(default)s)")
-    parser.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
-    parser.add_argument("--seed", type=int, default=d.seed, help="weights, workload and token seed")
-    parser.add_argument("--max-len", type=int, default=d.max_len, help="cap on sequence length (0: positions)")
-    parser.add_argument("--cluster", default=d.cluster, help="cluster preset or .toml (e.g. paradyse-lab "
-                        "calibrate's DIR/cluster.toml) the policy plans for")
-    parser.add_argument("--cost-model", default=d.cost_model, help=f"{cost_model_help()} (default %(default)s)")
-    parser.add_argument("--profiles", default=d.profiles, help="profile CSV the learned and calibrated cost models "
-                        "are fitted on")
-    parser.add_argument("--budget-gb", type=float, default=d.budget_gb, help="plan memory budget (0: GPU memory)")
-    parser.add_argument("--recompute", action="store_true", help="let the policy choose recomputation")
-    parser.add_argument("--granularity", default=d.granularity,
-                        help="block (one decision per layer) or sublayer (attention and MLP apart)")
-    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, help="write sharded checkpoints here")
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="period in steps")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    parser.add_argument("--log-file", default=d.log_file, help="CSV of per-step loss, time, memory and plan")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--nproc", type=int, default=None,
-                        help="spawn this many local processes (single-command launcher; not under torchrun)")
-
-
-def options_from_args(args: argparse.Namespace) -> TrainOptions:
-    """TrainOptions from parsed arguments (validated)."""
-    from paradyse_lab.cli.output import check_cost_model_name
-    from runtime.train_inputs import check_options
-    from simulator.policies import check_policy_names
-
-    check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
-    check_cost_model_name(args.cost_model)
-    if args.nproc is not None and args.nproc < 1:
-        raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
-    opts = TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
-                        batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                        max_len=args.max_len, cluster=args.cluster, cost_model=args.cost_model,
-                        profiles=args.profiles, budget_gb=args.budget_gb, recompute=args.recompute,
-                        granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
-                        checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
-                        progress=not args.no_progress)
-    check_options(opts)
-    return opts
-
-
-def _init_and_train(rank: int, world: int, opts: TrainOptions, port: int | None) -> None:
-    """One rank: join the process group (torchrun's environment, or the launcher's), train, leave."""
-    from runtime.launch import run_rank
-
-    run_rank(rank, world, train, (opts,), port)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry of `paradyse-lab train` and `python -m runtime.train`."""
-    opts = options_from_args(args)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        _init_and_train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
-    elif args.nproc is not None and args.nproc > 1:
-        import socket
-
-        from runtime.launcher import launch
-        from runtime.train_inputs import preflight
-
-        preflight(opts, args.nproc)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        launch(_init_and_train, args.nproc, (opts, port))
-    else:
-        train(opts)
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add the `train` sub-command to the paradyse-lab CLI (imports no torch until it runs)."""
-    parser = subparsers.add_parser("train", help="train with per-layer strategy switching (torch.distributed)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from paradyse_lab.cli import standalone_main
-
-    return standalone_main("python -m runtime.train", __doc__, add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

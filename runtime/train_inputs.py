@@ -1,11 +1,9 @@
 """What `runtime.train` checks before it trains, and the token rows of a `file:*.jsonl` dataset.
 
-Library module (runtime/train.py calls it; `python -m runtime.train --help` lists the options):
+Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the options):
 
 - `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
   --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each.
-- `preflight(opts, p)`: builds the model, cluster, workload and policy once, so that the launcher of
-  `--nproc N` refuses a bad name or value before it spawns a rank.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
   length, as `paradyse_lab.workloads.get_workload` sorts `file:` lengths). Step i trains documents
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
@@ -43,31 +41,6 @@ def check_options(opts) -> None:
         check_output_file(opts.log_file, "--log-file")
     if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
         raise UserInputError(f"--checkpoint-dir {opts.checkpoint_dir!r} is a file; it must name a folder")
-
-
-def preflight(opts, p: int) -> None:
-    """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`;
-    a bad one raises `UserInputError` here, before any rank starts."""
-    from dataclasses import replace
-
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
-    from runtime.reference import GPTConfig
-    from simulator.policies import PolicySpec, parse_policy
-
-    check_options(opts)
-    spec = replace(get_model(opts.model), dtype="fp32")
-    GPTConfig.from_model_spec(spec)
-    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
-    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
-    parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
-                 recompute=wanted.recompute)
-    get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
-    TokenDocuments.from_dataset(opts.dataset)
 
 
 class TokenDocuments:

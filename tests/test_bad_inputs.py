@@ -1,7 +1,7 @@
 """Every command answers bad input with one line on stderr and exit code 2, never a traceback.
 
 The cases (tests/bad_input_cases.py) run in this process through the CLI's `main`, so an uncaught
-exception fails the test with its traceback; `train --nproc 2` cases go through `python -m runtime.train`'s
+exception fails the test with its traceback; `train --nproc 2` cases go through `paradyse-lab train`'s
 `main`, whose launcher checks them before it spawns a rank.
 """
 
@@ -48,6 +48,6 @@ def test_bad_input_prints_one_line_and_exits_2(capsys, folder, argv):
 
 @pytest.mark.parametrize("argv", [c[1] for c in NPROC2_CASES], ids=[c[0] for c in NPROC2_CASES])
 def test_bad_input_under_nproc_2_prints_one_line_and_exits_2(capsys, folder, argv):
-    from runtime.train import main as train_main
+    from paradyse_lab.cli.train_command import main as train_main
 
     _one_line_exit_2(capsys, train_main, [a.replace("{d}", str(folder)) for a in argv])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab import reproduce as rp
 from paradyse_lab import result_key
+from paradyse_lab.app import reproduce as rp
 from paradyse_lab.atomic_write import write_text_atomic
 from simulator import experiments
 from simulator.results import run_path

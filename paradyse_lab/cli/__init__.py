@@ -34,10 +34,10 @@ def _report(prog: str, err: BaseException) -> int:
 
 COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command",
                    "paradyse_lab.cli.lengths_command", "paradyse_lab.cli.simulate_commands",
-                   "paradyse_lab.cli.costmodel_commands", "runtime.train",
+                   "paradyse_lab.cli.costmodel_commands", "paradyse_lab.cli.train_command",
                    "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
-                   "paradyse_lab.cli.reproduce_command", "runtime.profiler",
-                   "runtime.calibrate", "paradyse_lab.cli.validate_run_command")
+                   "paradyse_lab.cli.reproduce_command", "paradyse_lab.cli.profile_command",
+                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command")
 """Modules that add sub-commands; later issues append theirs here."""
 
 
@@ -67,18 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:
         return _report(f"paradyse-lab {args.command}", err)
-
-
-def standalone_main(prog: str, description: str, add_arguments, run, argv: list[str] | None = None) -> int:
-    """`python -m MODULE` entry of a command that also runs outside `paradyse-lab` (e.g. under torchrun):
-    the same arguments and the same one-line error with exit code 2 for user mistakes."""
-    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return int(run(args) or 0)
-    except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:
-        return _report(prog, err)
 
 
 if __name__ == "__main__":

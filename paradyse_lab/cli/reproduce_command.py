@@ -1,7 +1,7 @@
 """`paradyse-lab reproduce [--quick] [--out DIR] [--force]`: every experiment, figure and REPORT.md.
 
 Example: `paradyse-lab reproduce --quick --out results` (CI, under 3 minutes on 2 cores) writes
-results/*.csv, results/figures/*.png|pdf and results/REPORT.md; see paradyse_lab/reproduce.py for the steps.
+results/*.csv, results/figures/*.png|pdf and results/REPORT.md; see paradyse_lab/app/reproduce.py for the steps.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from paradyse_lab.reproduce import reproduce
+    from paradyse_lab.app.reproduce import reproduce
 
     get_cluster(args.cluster)
     started = time.perf_counter()

@@ -7,7 +7,7 @@ Each policy trains a fresh model for `--steps` steps (runtime/train.py, on `--np
 on GPUs) over the same workload lengths (`--dataset`; default `--steps` lengths from max-len/16 to max-len,
 geometric), planning with `--cost-model` on `--cluster`; every step's time is logged. The simulator then
 replays each policy over the executed lengths with the same cost model, cluster and budget
-(runtime/validate_run.py, simulator/replay.py). The defaults come from DIR: the model, world size and max-len
+(paradyse_lab/app/validate_run.py, simulator/replay.py). The defaults come from DIR: the model, world size and max-len
 of its calibration, `--cluster DIR/cluster.toml` and `--profiles DIR/profile.csv` (learned cost models are
 fitted on it). The first `--skip-steps` steps of every run (start-up) are left out of every number. `--repeats
 R` runs every policy R times (round by round, so a slow period of a shared machine hits every policy); a
@@ -62,10 +62,10 @@ def register(sub) -> None:
 
 
 def _options(args):
+    from paradyse_lab.app.validate_run import POLICIES, ValidateOptions
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from runtime.validate_run import POLICIES, ValidateOptions
 
     out = output_folder(args.out)
     cal = {}
@@ -131,8 +131,8 @@ def _default_nproc() -> int:
 
 
 def run(args) -> int:
+    from paradyse_lab.app.validate_run import execute_policies
     from runtime.launch import launch
-    from runtime.validate_run import execute_policies
 
     opts = _options(args)
     Path(opts.out).mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def finish(opts, skip_steps: int) -> dict:
     """After the runs: pair every step with its replay, write the CSVs and the figure, return the result."""
     import pandas as pd
 
-    from runtime.validate_run import pair
+    from paradyse_lab.app.validate_run import pair
     from simulator.replay import compare
     from simulator.results import write_csv_atomic
 
@@ -191,24 +191,11 @@ def print_result(result: dict) -> None:
 
 
 def _figure(out: Path) -> None:
-    import contextlib
+    from figures import validate_run
+    from figures._common import MissingCSV
 
-    from paradyse_lab.reproduce import load_figure_script
-
-    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the table or the JSON only
-        code = load_figure_script("validate_run").main(["--results", str(out), "--out", str(out / "figures")])
-    if code:
-        raise UserInputError(f"figures/validate_run.py failed with exit code {code}")
-
-
-def execute_step(out: Path, log=print) -> None:
-    """`reproduce --execute`: `paradyse-lab calibrate --out OUT` then `validate-run --out OUT`, each in its own
-    process (each starts its own process group), with this machine's defaults."""
-    import subprocess
-
-    for cmd in (["calibrate", "--out", str(out)], ["validate-run", "--out", str(out)]):
-        log(f"running paradyse-lab {' '.join(cmd)}")
-        done = subprocess.run([sys.executable, "-m", "paradyse_lab", *cmd], stdout=subprocess.PIPE, text=True)
-        if done.returncode:
-            raise UserInputError(f"paradyse-lab {cmd[0]} failed with exit code {done.returncode}")
-        log(done.stdout.rstrip())
+    try:
+        path = validate_run.render(out, out / "figures")
+    except MissingCSV as err:
+        raise UserInputError(f"figures/validate_run.py: {err}") from None
+    print(f"wrote {path}.png and .pdf", file=sys.stderr)  # stdout carries the table or the JSON only

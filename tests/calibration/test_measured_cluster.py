@@ -115,7 +115,7 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
 
     import pandas as pd
 
-    from runtime.validate_run import MEASURED_FILE, META_FILE, pair
+    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair
     from simulator.replay import compare
 
     meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
@@ -150,7 +150,7 @@ def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatc
     a failing one stops it with one line (the commands themselves run in the gloo loop case)."""
     import subprocess
 
-    from paradyse_lab.cli.validate_run_command import execute_step
+    from paradyse_lab.app.reproduce import execute_step
     from paradyse_lab.errors import UserInputError
 
     calls = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab.reproduce import FIGURE_SCRIPTS, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, reproduce
+from paradyse_lab.app.reproduce import FIGURE_SCRIPTS, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",

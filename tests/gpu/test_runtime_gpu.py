@@ -110,7 +110,8 @@ def test_strategies_over_nccl():
 
 
 def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
-    from runtime.train import TrainOptions, train
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
 
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=30, max_len=256, progress=False,
                         checkpoint_dir=str(tmp_path), checkpoint_every=15)
@@ -126,12 +127,13 @@ def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
     kept-bytes forward survives the reset: runtime/profiler.py `reset_peak`)."""
     from types import SimpleNamespace
 
+    from paradyse_lab.cli.profile_command import parse_options
     from runtime import profiler
 
     args = SimpleNamespace(model="gpt2-tiny", seqs="256,256", strategies="megatron_cz", mode="rank-local", p=2,
                            rank=0, batch=1, layers=2, warmup=1, repeats=1, device="cuda", dtype="bf16", cluster="",
                            seed=0)
-    df = profiler.profile(profiler.parse_options(args), progress=False)
+    df = profiler.profile(parse_options(args), progress=False)
     assert set(df["attention_kernel"]) <= {"sdpa_flash", "flash_attn"}
     assert (df["peak_bytes"] >= df["state_bytes"] + df["kept_bytes"]).all()
     assert df["peak_bytes"].iloc[0] == df["peak_bytes"].iloc[1]

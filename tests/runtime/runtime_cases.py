@@ -234,7 +234,8 @@ def _shared_tmpdir(rank: int, p: int, group) -> str:
 
 def train_loss_falls_case(rank: int, p: int, group) -> None:
     """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
-    from runtime.train import TrainOptions, train
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
 
     log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=20, lr=3e-3, max_len=S,
                              progress=False), group)
@@ -248,8 +249,9 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.training import train
     from runtime import checkpoint
-    from runtime.train import TrainOptions, train
+    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
@@ -283,7 +285,8 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
-    from runtime.train import TrainOptions, train
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     config = os.path.join(root, "micro-gpt2.json")
@@ -320,7 +323,8 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
-    from runtime.train import TrainOptions, decide_plan_on_rank0, train
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions, decide_plan_on_rank0
     from simulator.policies import Decision
 
     calls: list[int] = []
@@ -366,8 +370,9 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.cli.profile_command import add_arguments, parse_options
     from paradyse_lab.profiles import read_profiles
-    from runtime.profiler import add_arguments, parse_options, profile, profile_distributed
+    from runtime.profiler import profile, profile_distributed
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -426,11 +431,11 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
     from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
     from paradyse_lab.profiles import read_profiles
     from runtime.calibrate import CalibrateOptions, calibrate, profile_options
-    from runtime.validate_run import POLICIES, ValidateOptions, execute_policies
 
     root = _shared_tmpdir(rank, p, group)
     model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost

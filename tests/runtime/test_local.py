@@ -154,7 +154,7 @@ def test_plan_errors_name_the_problem():
 
 
 def test_train_command_reports_bad_input_without_a_traceback(capsys):
-    from runtime.train import main
+    from paradyse_lab.cli.train_command import main
 
     assert main(["--model", "gpt2-tiny", "--dataset", "nope", "--steps", "2", "--no-progress"]) == 2
     assert "unknown workload 'nope'" in capsys.readouterr().err

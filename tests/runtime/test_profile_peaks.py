@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
+from paradyse_lab.cli.profile_command import parse_options
 from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import StrategyOption
@@ -29,7 +30,7 @@ def _opts(**kw):
     base = dict(model="gpt2-tiny", seqs="16", strategies="megatron_cz,metp+recompute", mode="rank-local", p=P,
                 rank=0, batch=1, layers=1, warmup=1, repeats=1, device="cpu", dtype="fp32", cluster="", seed=0)
     base.update(kw)
-    return profiler.parse_options(SimpleNamespace(**base))
+    return parse_options(SimpleNamespace(**base))
 
 
 def test_no_saved_tensor_is_reachable_at_the_peak_reset(monkeypatch):

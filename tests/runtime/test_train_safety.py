@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from paradyse_lab.app.training import train
 from paradyse_lab.errors import RunStopped, UserInputError
 from runtime.model import ParallelGPT
-from runtime.train import TrainOptions, train
+from runtime.train import TrainOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
@@ -143,7 +144,7 @@ def test_the_log_file_gets_each_step_as_it_ends(tmp_path, seen):
 def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
     import launcher_cases
 
-    import runtime.train as rt
+    import paradyse_lab.cli.train_command as rt
 
     monkeypatch.setattr(rt, "_init_and_train", launcher_cases.failing_rank)
     code = rt.main(["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1"])
@@ -161,8 +162,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
-    script = ("import sys, launcher_cases, runtime.train as t; t._init_and_train = launcher_cases.sleepy_rank; "
-              "sys.exit(t.main(sys.argv[1:]))")
+    script = ("import sys, launcher_cases, paradyse_lab.cli.train_command as t; "
+              "t._init_and_train = launcher_cases.sleepy_rank; sys.exit(t.main(sys.argv[1:]))")
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
     launcher = subprocess.Popen([sys.executable, "-c", script, "--nproc", "2", "--model", "gpt2-tiny", "--dataset",

@@ -2,11 +2,12 @@
 
 Library module of `paradyse-lab validate-run --out DIR` (paradyse_lab/cli/validate_run_command.py, which
 documents the outputs). `execute_policies` runs on every rank of a process group: for each policy, a fresh
-model trained by runtime/train.py for `steps` steps on the workload (the same lengths for every policy),
-planned with the given cost model and cluster; rank 0 writes DIR/validate_run_measured.csv (one row per
-step: policy, step, seq_len, step_s, plan, loss) and DIR/validate_run_meta.json (world size, dtype, memory
-budget: what the simulation must use to plan the same way). `pair` then replays each policy over the
-executed lengths (simulator/replay.py) and puts measured and predicted times side by side.
+model trained by runtime/train.py (through paradyse_lab/app/training.py) for `steps` steps on the workload
+(the same lengths for every policy), planned with the given cost model and cluster; rank 0 writes
+DIR/validate_run_measured.csv (one row per step: policy, step, seq_len, step_s, plan, loss) and
+DIR/validate_run_meta.json (world size, dtype, memory budget: what the simulation must use to plan the same
+way). `pair` then replays each policy over the executed lengths (simulator/replay.py) and puts measured and
+predicted times side by side.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
     """Train every policy on this rank (call on every rank); rank 0 writes the measured steps and meta."""
     import torch
 
+    from paradyse_lab.app.training import train
     from runtime import comm
-    from runtime.train import TrainOptions, train
+    from runtime.train import TrainOptions
 
     rows = []
     bar = None

@@ -1,6 +1,6 @@
 """Every experiment of the reproduction, cached and resumable: `paradyse-lab reproduce [--quick] [--out DIR]`.
 
-Steps (each writes CSVs under DIR; figures/ scripts read them; the report is generated from them):
+Steps (each writes CSVs under DIR; the figures/ modules read them; the report is generated from them):
 
 - fig2: Figure 2's six panels (simulator/experiments.py) -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
 - table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
@@ -17,7 +17,7 @@ Steps (each writes CSVs under DIR; figures/ scripts read them; the report is gen
   calibration_loso.csv, calibration_params.csv
 - plan_map: the plan each solver picks per layer and length -> plan_map.csv
 - memory: model states, kept activations and transient bytes of every uniform plan -> memory_breakdown.csv
-- figures: figures/*.py -> DIR/figures/*.png and *.pdf
+- figures: each figures/ module's `render` -> DIR/figures/*.png and *.pdf
 - report: DIR/REPORT.md, the paper's numbers beside ours.
 - execute (only with `--execute`): `paradyse-lab calibrate` and `paradyse-lab validate-run` on this machine
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
@@ -33,7 +33,7 @@ DIR/profiles/ for the learned cost models.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -44,7 +44,6 @@ import pandas as pd
 
 from paradyse_lab.errors import UserInputError
 
-FIGURES_DIR = Path(__file__).resolve().parents[1] / "figures"
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
                   "memory_breakdown")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation")
@@ -341,33 +340,26 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     return ["memory_breakdown.csv"]
 
 
-def load_figure_script(name: str):
-    """The module of figures/NAME.py (figures/ is a folder of scripts, not a package)."""
-    path = FIGURES_DIR / f"{name}.py"
-    if not path.is_file():
-        raise UserInputError(f"figure script {path} not found (figures/ ships with the source checkout)")
-    spec = importlib.util.spec_from_file_location(f"paradyse_figures_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
+    from figures._common import MissingCSV
+
     jobs = [(name, out, name, None) for name in FIGURE_SCRIPTS]
     if s.paper_truth:
         jobs += [(name, out / PAPER_DIR, f"{name}_paper", PAPER_FIGURE_NOTE) for name in PAPER_FIGURE_SCRIPTS]
     written = []
-    for script, results, name, note in jobs:
-        argv = ["--results", str(results), "--out", str(out / "figures"), "--name", name]
-        code = load_figure_script(script).main(argv + (["--note", note] if note else []))
-        if code:
-            raise UserInputError(f"figures/{script}.py failed with exit code {code}")
+    for module, results, name, note in jobs:
+        figure = importlib.import_module(f"figures.{module}")
+        try:
+            path = figure.render(results, out / "figures", name, *([note] if note else []))
+        except MissingCSV as err:
+            raise UserInputError(f"figures/{module}.py: {err}") from None
+        print(f"wrote {path}.png and .pdf")
         written += [f"figures/{name}.png", f"figures/{name}.pdf"]
     return written
 
 
 def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None) -> list[str]:
-    from paradyse_lab.report import write_report
+    from paradyse_lab.app.report import write_report
 
     write_report(out, s, timings or {})
     return ["REPORT.md"]
@@ -432,9 +424,21 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
         timings[name] = time.perf_counter() - started
     bar.close()
     if execute:
-        from paradyse_lab.cli.validate_run_command import execute_step
-
         started = time.perf_counter()
         execute_step(out / "execute", log)
         timings["execute"] = time.perf_counter() - started
     return timings
+
+
+def execute_step(out: Path, log=print) -> None:
+    """`reproduce --execute`: `paradyse-lab calibrate --out OUT` then `validate-run --out OUT`, each in its own
+    process (each starts its own process group), with this machine's defaults."""
+    import subprocess
+    import sys
+
+    for cmd in (["calibrate", "--out", str(out)], ["validate-run", "--out", str(out)]):
+        log(f"running paradyse-lab {' '.join(cmd)}")
+        done = subprocess.run([sys.executable, "-m", "paradyse_lab", *cmd], stdout=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise UserInputError(f"paradyse-lab {cmd[0]} failed with exit code {done.returncode}")
+        log(done.stdout.rstrip())

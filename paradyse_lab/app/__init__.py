@@ -1,0 +1,11 @@
+"""The application: what runs the solvers, the simulator, the runtime and the figures together.
+
+- reproduce.py: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable;
+- report/: REPORT.md of a reproduction, the paper's numbers beside ours;
+- training.py: the runtime's training loop driven by the simulator's policies (`paradyse-lab train`);
+- validate_run.py: train each policy for real and pair every step with its simulation (`paradyse-lab
+  validate-run`).
+
+Only this package and paradyse_lab/cli/ import `solvers`, `simulator`, `runtime` or `figures`
+(tests/test_import_layers.py).
+"""

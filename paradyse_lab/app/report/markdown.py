@@ -1,0 +1,66 @@
+"""Markdown cells and tables of REPORT.md, the report's names for datasets, models and policies,
+and the results folder of each truth.
+
+Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from paradyse_lab.strategies import CATALOG, USABLE
+
+NAMES = {"github_code": "GitHubCode", "grch38": "GRCh38", "bert": "BERT", "llama": "LLaMA", "gpt": "GPT",
+         **{f"static:{name}": CATALOG[name].paper_name for name in USABLE},
+         "dynamic:heuristic": "ParaDySe (heuristic)", "dynamic:dp": "dp", "dynamic:ilp": "ilp"}
+
+
+def fmt_pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.2f}%"
+
+
+def fmt_num(x, fmt="{:,.0f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def md_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def first_row(df: pd.DataFrame, **match) -> pd.Series:
+    m = df
+    for k, v in match.items():
+        m = m[m[k] == v]
+    return m.iloc[0]
+
+
+PAPER_STATICS = tuple(f"static:{name}" for name in USABLE)
+"""The paper's baselines (fig2 also runs each with recomputation, beyond the paper)."""
+
+
+TRUTH_LABELS = {"paper": "paper-measured times", "analytic": "analytic model"}
+"""Column labels of the two truths (REPORT.md and README)."""
+
+
+PAPER_SUBDIR = "paper"
+
+
+TRUTH_FILES = ("fig2_headline.csv", "fig2_summary.csv", "table5.csv")
+"""What a truth's folder must hold to be reported."""
+
+
+SWITCH_SUBDIR = "switch-memory"
+
+
+def truth_dirs(results: Path) -> dict[str, Path]:
+    """Results folder of each truth that was run: the paper-measured times first, then the analytic model."""
+    results = Path(results)
+    out = {}
+    if all((results / PAPER_SUBDIR / f).exists() for f in TRUTH_FILES):
+        out["paper"] = results / PAPER_SUBDIR
+    out["analytic"] = results
+    return out

@@ -1,0 +1,111 @@
+"""Where the BERT savings come from (saving per length cutoff) and the runs beyond the
+paper (recomputation, sub-layer plans).
+
+Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, first_row, fmt_pct, truth_dirs
+
+CUTOFFS = (4 * 1024, 16 * 1024, 64 * 1024)
+
+
+def saving_up_to(results: Path, dataset: str, model: str, baseline: str, cutoff: int | None) -> float | None:
+    """Time saved by the heuristic against `baseline` over the steps both trained whose length is at most
+    `cutoff` (None: all of them): how the run's saving depends on its longest sequences."""
+    from simulator.results import run_path
+
+    dyn = pd.read_csv(run_path(results, "fig2", dataset, model, "dynamic:heuristic"))
+    base = pd.read_csv(run_path(results, "fig2", dataset, model, baseline))
+    both = min(int((~dyn["oom"]).sum()), int((~base["oom"]).sum()))
+    d, b = dyn.iloc[:both], base.iloc[:both]
+    if cutoff is not None:
+        d, b = d[d["seq_len"] <= cutoff], b[b["seq_len"] <= cutoff]
+    total = float(b["charged_time_s"].sum())
+    return (total - float(d["charged_time_s"].sum())) / total if total else None
+
+
+def bert_gap_rows(results: Path) -> list[list]:
+    """Per BERT panel and truth: the paper's saving, ours over the sequences up to each cutoff, and ours over all."""
+    rows = []
+    for truth, folder in truth_dirs(results).items():
+        h = pd.read_csv(folder / "fig2_headline.csv")
+        for d in ("github_code", "grch38"):
+            r = first_row(h, dataset=d, model="bert", policy="dynamic:heuristic")
+            if not isinstance(r["against"], str):
+                continue
+            share = long_time_share(folder, d, "bert", r["against"], CUTOFFS[-1])
+            rows.append([f"{NAMES[d]}, BERT", TRUTH_LABELS[truth], NAMES[r["against"]],
+                         fmt_pct(r["paper_time_reduction"])]
+                        + [fmt_pct(saving_up_to(folder, d, "bert", r["against"], c)) for c in CUTOFFS]
+                        + [fmt_pct(saving_up_to(folder, d, "bert", r["against"], None)), fmt_pct(share)])
+    return rows
+
+
+def long_time_share(results: Path, dataset: str, model: str, baseline: str, cutoff: int) -> float:
+    """Fraction of the baseline run's time spent on sequences longer than `cutoff`."""
+    from simulator.results import run_path
+
+    b = pd.read_csv(run_path(results, "fig2", dataset, model, baseline))
+    b = b[~b["oom"]]
+    return float(b.loc[b["seq_len"] > cutoff, "charged_time_s"].sum() / b["charged_time_s"].sum())
+
+
+BEYOND_SERIES = ("ParaDySe (heuristic)", "dp", "dp + recompute", "dp + recompute + sub-layer",
+                 "best static + recompute")
+
+
+BEYOND_HEADER = ["panel", "truth"] + list(BEYOND_SERIES)
+
+
+def beyond_rows(results: Path) -> list[list]:
+    """Per truth and panel: longest length trained / cumulative time of each series of fig2_beyond.csv
+    ('-' where a series was not run)."""
+    rows = []
+    for truth, folder in truth_dirs(results).items():
+        path = folder / "fig2_beyond.csv"
+        if not path.exists():
+            continue
+        b = pd.read_csv(path)
+        for (d, m), g in b.groupby(["dataset", "model"], sort=False):
+            cells = dict.fromkeys(BEYOND_SERIES, "-")
+            for r in g.itertuples():
+                oom = "" if pd.isna(r.oom_at_seq_len) else " OOM"
+                name = "" if not r.series.startswith("best") else f" ({r.policy.split(':')[1]})"
+                cells[r.series] = f"{r.max_seq_len_trained / 1024:,.0f}K / {r.total_time_s:,.0f} s{oom}{name}"
+            rows.append([f"{NAMES[d]}, {NAMES[m]}", TRUTH_LABELS[truth]] + list(cells.values()))
+    return rows
+
+
+def beyond_target(results: Path, settings) -> str:
+    """The GPT / GRCh38 target: dp + recompute trains the whole dataset, within 10% of the fastest series that
+    does."""
+    from paradyse_lab.workloads import get_workload
+
+    longest = max(get_workload("grch38", settings.size, 0).lengths)
+    lines = []
+    for truth, folder in truth_dirs(results).items():
+        path = folder / "fig2_beyond.csv"
+        if not path.exists():
+            continue
+        g = pd.read_csv(path).query("dataset == 'grch38' and model == 'gpt'")
+        mine = g[g.series == "dp + recompute"]
+        if mine.empty:
+            continue
+        mine = mine.iloc[0]
+        reach = g[g.max_seq_len_trained >= longest].sort_values("total_time_s")
+        if mine.max_seq_len_trained < longest:
+            lines.append(f"under the {TRUTH_LABELS[truth]}, not met: dp + recompute stops at "
+                         f"{mine.max_seq_len_trained:,} of {longest:,} tokens")
+            continue
+        best = reach.iloc[0]
+        gap = mine.total_time_s / best.total_time_s - 1
+        lines.append(f"under the {TRUTH_LABELS[truth]}, dp + recompute trains the whole dataset (longest sequence "
+                     f"{longest:,} tokens) in {mine.total_time_s:,.1f} s, {100 * gap:.1f}% above the fastest series "
+                     f"that does ({best.series}, {best.total_time_s:,.1f} s): "
+                     f"{'met' if gap <= 0.10 else 'not met'}")
+    return "; ".join(lines) or "not run"

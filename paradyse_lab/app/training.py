@@ -1,0 +1,61 @@
+"""Training with a planner: the runtime's training loop (runtime/train.py) driven by the simulator's policies.
+
+`train(opts, group)` is what `paradyse-lab train` runs on every rank (paradyse_lab/cli/train_command.py);
+`plan_policy(opts, spec, p)` builds the policy that plans each step (simulator/policies.py: `static:NAME`,
+`dynamic:SOLVER`, ...) with `--cost-model` on `--cluster`; `preflight(opts, p)` builds everything `train`
+builds from names once, so that `--nproc N` refuses a bad name or value before it spawns a rank.
+The runtime itself knows no planner: it calls the `policy_for` it is given.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+def plan_policy(opts, spec, p: int):
+    """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`."""
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+    from paradyse_lab.layer_graph import LayerGraph
+    from simulator.policies import PolicySpec, parse_policy
+
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
+    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
+    cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
+    plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
+    return parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
+                        recompute=wanted.recompute)
+
+
+def train(opts, group=None) -> list[dict]:
+    """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log."""
+    from runtime.train import train as run_training
+
+    return run_training(opts, group, policy_for=partial(plan_policy, opts))
+
+
+def preflight(opts, p: int) -> None:
+    """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`;
+    a bad one raises `UserInputError` here, before any rank starts."""
+    from dataclasses import replace
+
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.workloads import get_workload
+    from runtime.reference import GPTConfig
+    from runtime.train_inputs import TokenDocuments, check_options
+    from simulator.policies import PolicySpec, parse_policy
+
+    check_options(opts)
+    spec = replace(get_model(opts.model), dtype="fp32")
+    GPTConfig.from_model_spec(spec)
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes
+    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
+    parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
+                 recompute=wanted.recompute)
+    get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    TokenDocuments.from_dataset(opts.dataset)

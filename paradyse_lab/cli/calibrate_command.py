@@ -1,0 +1,158 @@
+"""The `paradyse-lab calibrate` command: options, the launch of the ranks and the printed summary.
+
+What it measures and writes is runtime/calibrate.py's (`calibrate(opts, group)` on every rank); this module
+is the command line around it: `paradyse-lab calibrate --out DIR` (under torchrun: `torchrun --standalone
+--nproc-per-node 8 -m paradyse_lab calibrate --out DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from paradyse_lab.atomic_write import read_json_object
+from paradyse_lab.errors import UserInputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="folder for cluster.toml, profile.csv and the raw CSVs")
+    parser.add_argument("--nproc", type=int, default=0, help="ranks (default: the GPUs, else 2 CPU processes)")
+    parser.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: gpt2-cpu on "
+                        "CPU, gpt2 on GPUs)")
+    parser.add_argument("--max-len", type=int, default=0, help="longest profiled length (default 1024)")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="time budget in seconds (default 360 CPU, 540 GPU)")
+    parser.add_argument("--lengths", type=int, default=9, help="profile lengths, max-len/16 .. max-len (default 9)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per point, median (default 3; "
+                        "collectives at least 5)")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed profile steps per point besides the "
+                        "kept-bytes forward (default 0)")
+    parser.add_argument("--no-recompute", action="store_true", help="profile without the +recompute options")
+    parser.add_argument("--force", action="store_true", help="start over instead of resuming DIR")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+
+
+def options_from_args(args):
+    """Validated `runtime.calibrate.CalibrateOptions` (`UserInputError` names the field); machine defaults where
+    a flag is absent."""
+    from paradyse_lab.errors import require_positive_int
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
+    from runtime.calibrate import length_grid, machine_defaults
+
+    d = machine_defaults()
+    nproc = args.nproc or d["nproc"]
+    require_positive_int("--nproc", nproc)
+    model = args.model or d["model"]
+    spec = get_model(model)
+    if not spec.embedding_and_head or spec.ffn_kind != "gelu" or spec.kv_heads != spec.heads:
+        raise UserInputError(f"--model {model!r}: the runtime runs GPT-2-shaped models with an embedding and head")
+    max_len = args.max_len or min(d["max_len"], spec.max_positions)
+    require_positive_int("--max-len", max_len)
+    if max_len > spec.max_positions:
+        raise UserInputError(f"--max-len {max_len} is beyond the model's {spec.max_positions} positions")
+    budget = args.budget_s or d["budget_s"]
+    if not (math.isfinite(budget) and budget > 0):
+        raise UserInputError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    for name in ("lengths", "repeats"):
+        require_positive_int(f"--{name}", getattr(args, name))
+    if args.warmup < 0:
+        raise UserInputError(f"--warmup must be >= 0, got {args.warmup}")
+    unit = layout_unit(nproc)
+    if max_len < unit:
+        raise UserInputError(f"--max-len {max_len} is below the layout unit 2p = {unit}")
+    for s in length_grid(max_len, args.lengths, unit):
+        for name in USABLE:
+            why = get_strategy(name).violation(spec, nproc, s)
+            if why:
+                raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
+    from runtime.calibrate import CalibrateOptions
+
+    return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
+                            lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
+                            recompute=not args.no_recompute)
+
+
+def _rank_main(opts, progress: bool, group=None) -> None:
+    from runtime.calibrate import calibrate
+
+    calibrate(opts, group, progress)
+
+
+def run(args) -> int:
+    """The `calibrate` command."""
+    from paradyse_lab.cli.validate_run_command import output_folder
+    from runtime.calibrate import SETTINGS_FILE
+    from runtime.launch import launch
+
+    opts = options_from_args(args)
+    out = output_folder(opts.out)
+    if args.force:
+        for name in ("collectives.csv", "gemm.csv", "attention.csv", "cluster.toml", "profile.csv", SETTINGS_FILE):
+            (out / name).unlink(missing_ok=True)
+    state_path = out / SETTINGS_FILE
+    if state_path.is_file():
+        old = read_json_object(state_path).get("settings")
+        if old != opts.settings():
+            raise UserInputError(f"{opts.out} holds a calibration with other settings ({old}); use another --out "
+                                 "or --force")
+    launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1")
+    if "RANK" in os.environ and os.environ["RANK"] != "0":
+        return 0
+    state = read_json_object(state_path)
+    summary = summarize(out, state)
+    if args.format == "json":
+        print(json.dumps(summary, indent=1))
+    else:
+        print_summary(summary)
+    return 0
+
+
+def summarize(out: Path, state: dict) -> dict:
+    """What the command prints: the cluster file's fitted numbers and the profile's extent."""
+    import pandas as pd
+
+    from paradyse_lab.cluster_spec import load_cluster_toml
+
+    cl = load_cluster_toml(out / "cluster.toml")
+    prof = pd.read_csv(out / "profile.csv") if (out / "profile.csv").is_file() else pd.DataFrame()
+    return {
+        "cluster": str(out / "cluster.toml"), "profile": str(out / "profile.csv"), "ranks": cl.gpus,
+        "device": cl.gpu_name, "peak_tflops": cl.peak_flops / 1e12, "elementwise_gbps": cl.hbm_bytes_per_s / 1e9,
+        "memory_gib": cl.memory_bytes / 2**30,
+        "collectives": {op: {"alpha_us": f["alpha_s"] * 1e6, "busbw_gbps": f["busbw_bytes_per_s"] / 1e9,
+                             "fit_mape": f["mape"], "sizes": f["points"]} for op, f in state.get("fits", {}).items()},
+        "gemm_efficiency": [list(x) for x in cl.gemm_efficiency],
+        "attention_efficiency_causal": [list(x) for x in cl.attention_efficiency_causal],
+        "profile_rows": len(prof), "profile_lengths": sorted(set(prof["seq_len"])) if len(prof) else [],
+        "skipped": state.get("skipped", []), "wall_s": state.get("wall_s"),
+    }
+
+
+def print_summary(s: dict) -> None:
+    print(f"{s['device']}, {s['ranks']} ranks: peak {s['peak_tflops'] * 1e3:.1f} GFLOP/s (fastest kernel), "
+          f"element-wise {s['elementwise_gbps']:.1f} GB/s, memory {s['memory_gib']:.1f} GiB per rank")
+    for op, f in s["collectives"].items():
+        print(f"  {op:<15} alpha {f['alpha_us']:9.1f} us  busbw {f['busbw_gbps']:7.3f} GB/s  "
+              f"(fit error {f['fit_mape']:.1%} over {f['sizes']} sizes)")
+    gem = ", ".join(f"{int(x)}: {y:.2f}" for x, y in s["gemm_efficiency"])
+    print(f"  GEMM efficiency by smallest dim: {gem}")
+    att = ", ".join(f"{int(x)}: {y:.2f}" for x, y in s["attention_efficiency_causal"])
+    print(f"  causal attention efficiency by length: {att}")
+    print(f"profile: {s['profile_rows']} rows, lengths {s['profile_lengths']}; "
+          f"{len(s['skipped'])} points skipped for the budget")
+    print(f"wrote {s['cluster']} and {s['profile']} in {s['wall_s']:.0f} s")
+
+
+def register(subparsers) -> None:
+    """Add the `calibrate` sub-command (imports no torch until it runs)."""
+    import runtime.calibrate
+
+    parser = subparsers.add_parser("calibrate", help="measure this machine: cluster.toml and a measured profile",
+                                   description=runtime.calibrate.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
