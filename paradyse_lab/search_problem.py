@@ -18,46 +18,28 @@ memory of the embedding / loss, a floor under the max-transient term), `fixed_ti
 the parts no decision covers, added to every plan), `edges` (default the chain [[0, 1], [1, 2], ...]: the
 pairs of decisions where a switch is charged), `labels` (default L0, L1, ...).
 
-`from_cost_model` builds a problem from a `LayerGraph` and a cost model: at block granularity a block's
-time and kept bytes are its attention's plus its MLP's, its transient the larger of the two. Options whose
-shapes do not split (the cost model raises `UserInputError`, e.g. s % 2p for a causal ring) are dropped
-from the problem and listed in `dropped` with the reason, so solvers never see an unusable option.
+The constructor checks every value once, whatever built it (`from_dict` only checks the document's field
+names and its `layers` count): errors name the field and the allowed values. A cost model is lowered into a
+problem by `paradyse_lab.costmodel.lowering.problem_from_cost_model`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from paradyse_lab.errors import UserInputError, require_positive_int
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.strategies import CATALOG, StrategyOption
-from paradyse_lab.strategies import options as default_options
 
 JSON_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "switch_s", "fixed_bytes",
                "budget_bytes", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
 INT64_MAX = 2**63 - 1
 """Byte counts are exact int64."""
 REQUIRED_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "fixed_bytes", "budget_bytes")
-
-def layout_switch_s(cost_model, a: StrategyOption, b: StrategyOption, seq_len: int, batch: int = 1) -> float:
-    """Seconds to move the activation from a's layout to b's at one boundary, forward and backward.
-
-    Zero when both read the same layout (`Strategy.layout`: every catalog strategy reads the unified one);
-    otherwise one all-to-all of the [b, s/p, h] activation each way.
-    """
-    if CATALOG[a.strategy].layout == CATALOG[b.strategy].layout:
-        return 0.0
-    from paradyse_lab.costmodel import CollectiveCall
-
-    m = cost_model.model
-    act = batch * seq_len // cost_model.p * m.hidden * m.dtype_bytes  # [b, s/p, h] bytes
-    return 2 * cost_model.collective_s(CollectiveCall("all_to_all", act, cost_model.p))
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,18 +73,20 @@ class SearchProblem:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "options", tuple(str(o) for o in self.options))
+        if not isinstance(self.options, (list, tuple)) or not all(isinstance(o, str) for o in self.options):
+            raise UserInputError("options must be a list of strings")
+        set_(self, "options", tuple(self.options))
         O = len(self.options)
         if O == 0 or len(set(self.options)) != O:
             raise UserInputError(f"options must be a non-empty list of distinct names, got {list(self.options)}")
-        set_(self, "time_s", _array("time_s", self.time_s, np.float64, None, O))
+        set_(self, "time_s", _matrix("time_s", self.time_s, "number", None, O))
         L = self.time_s.shape[0]
         if L == 0:
             raise UserInputError("layers must be a positive integer, got 0")
-        set_(self, "kept_bytes", _array("kept_bytes", self.kept_bytes, np.int64, L, O))
-        set_(self, "transient_bytes", _array("transient_bytes", self.transient_bytes, np.int64, L, O))
+        set_(self, "kept_bytes", _matrix("kept_bytes", self.kept_bytes, "int", L, O))
+        set_(self, "transient_bytes", _matrix("transient_bytes", self.transient_bytes, "int", L, O))
         sw = np.zeros((O, O)) if self.switch_s is None else self.switch_s
-        set_(self, "switch_s", _array("switch_s", sw, np.float64, O, O))
+        set_(self, "switch_s", _matrix("switch_s", sw, "number", O, O))
         if np.diag(self.switch_s).any():
             raise UserInputError("switch_s must have a zero diagonal (keeping an option costs no switch)")
         for name in ("fixed_bytes", "budget_bytes", "fixed_transient_bytes"):
@@ -112,14 +96,19 @@ class SearchProblem:
             raise UserInputError(f"fixed_time_s must be a finite number >= 0, got {ft!r}")
         set_(self, "fixed_time_s", float(ft))
         chain = tuple((i, i + 1) for i in range(L - 1))
+        if self.edges is not None and not (isinstance(self.edges, (list, tuple)) and all(
+                isinstance(e, (list, tuple)) and len(e) == 2 and all(_is_int(x) for x in e) for e in self.edges)):
+            raise UserInputError("edges must be a list of [int, int] pairs")
         edges = chain if self.edges is None else tuple((int(a), int(b)) for a, b in self.edges)
         for a, b in edges:
             if not (0 <= a < L and 0 <= b < L) or a == b:
                 raise UserInputError(f"edges: ({a}, {b}) must join two different decisions in 0..{L - 1}")
         set_(self, "edges", edges)
-        ends = np.array(edges, dtype=np.int64).reshape(-1, 2).T  # [2, E]
+        ends = np.array(edges, dtype=np.int64).reshape(-1, 2).T  # [E, 2] -> [2, E]
         ends.setflags(write=False)
         set_(self, "_edge_ends", ends)
+        if not isinstance(self.labels, (list, tuple)) or not all(isinstance(x, str) for x in self.labels):
+            raise UserInputError("labels must be a list of strings")
         labels = tuple(self.labels) or tuple(f"L{i}" for i in range(L))
         if len(labels) != L:
             raise UserInputError(f"labels must hold {L} names, got {len(labels)}")
@@ -211,6 +200,14 @@ class SearchProblem:
         """Peak within the budget."""
         return self.peak_bytes(plan) <= self.budget_bytes
 
+    def uniform_costs(self) -> tuple[np.ndarray, np.ndarray]:
+        """[O] time and [O] exact peak of each option used on every decision (switch diagonal is zero): what
+        the heuristic ranks options by and what a restart policy picks the next lighter strategy from."""
+        times = self.fixed_time_s + self.time_s.sum(axis=0)
+        peaks = (self.fixed_bytes + self.kept_bytes.sum(axis=0)
+                 + np.maximum(self.transient_bytes.max(axis=0), self.fixed_transient_bytes))
+        return times, peaks
+
     # ----- JSON --------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The JSON form (module docstring)."""
@@ -236,7 +233,8 @@ class SearchProblem:
 
     @classmethod
     def from_dict(cls, data, source: str = "problem") -> SearchProblem:
-        """Read the JSON form; errors name the field (and `source`)."""
+        """Read the JSON form; errors name the field (and `source`). The document's field names and `layers`
+        are checked here, every value by the constructor."""
         try:
             if not isinstance(data, dict):
                 raise UserInputError("the top level must be a JSON object")
@@ -248,29 +246,17 @@ class SearchProblem:
                 raise UserInputError(f"missing field {missing[0]!r} (required: {', '.join(REQUIRED_FIELDS)})")
             L = require_positive_int("layers", data["layers"])
             opts = data["options"]
-            if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
-                raise UserInputError("options must be a list of strings")
-            O = len(opts)
-            arrays = {}
-            for name, rows, kind in (("time_s", L, "number"), ("kept_bytes", L, "int"),
-                                     ("transient_bytes", L, "int"), ("switch_s", O, "number")):
-                if name in data:
-                    arrays[name] = _rows(name, data[name], rows, O, kind)
+            cols = len(opts) if isinstance(opts, list) else 0
+            if isinstance(data["time_s"], list) and len(data["time_s"]) != L:
+                _matrix("time_s", data["time_s"], "number", L, cols)  # raises: `layers` and time_s disagree
             edges = data.get("edges")
-            if edges is not None and not (isinstance(edges, list)
-                                          and all(isinstance(e, list) and len(e) == 2
-                                                  and all(_is_int(x) for x in e) for e in edges)):
-                raise UserInputError("edges must be a list of [int, int] pairs")
-            labels = data.get("labels", [])
-            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-                raise UserInputError("labels must be a list of strings")
             return cls(
-                options=tuple(opts), time_s=arrays["time_s"], kept_bytes=arrays["kept_bytes"],
-                transient_bytes=arrays["transient_bytes"], switch_s=arrays.get("switch_s"),
+                options=opts, time_s=data["time_s"], kept_bytes=data["kept_bytes"],
+                transient_bytes=data["transient_bytes"], switch_s=data.get("switch_s"),
                 fixed_bytes=data["fixed_bytes"], budget_bytes=data["budget_bytes"],
                 fixed_transient_bytes=data.get("fixed_transient_bytes", 0),
                 fixed_time_s=data.get("fixed_time_s", 0.0),
-                edges=None if edges is None else tuple(tuple(e) for e in edges), labels=tuple(labels),
+                edges=None if edges is None else edges, labels=data.get("labels", []),
             )
         except UserInputError as err:
             raise UserInputError(f"{source}: {err}") from None
@@ -291,72 +277,13 @@ class SearchProblem:
             raise UserInputError(f"{path.name}: JSON nested too deeply (a problem is an object of arrays)") from None
         return cls.from_dict(data, source=path.name)
 
-    # ----- from a model ------------------------------------------------------------------------------
-    @classmethod
-    def from_cost_model(cls, graph: LayerGraph, cost_model, seq_len: int, batch: int = 1,
-                        budget_bytes: int | None = None, options: Sequence[StrategyOption] | None = None,
-                        recompute: bool = False,
-                        switch_cost: Callable[[StrategyOption, StrategyOption], float] | None = None,
-                        ) -> SearchProblem:
-        """The problem of `graph` at (seq_len, batch) under `cost_model`.
-
-        options: default every usable strategy (and, with `recompute`, each recomputed too).
-        budget_bytes: default the cluster's device memory. switch_cost(a, b): seconds per boundary;
-        default `layout_switch_s` (zero between catalog strategies, which share the unified layout).
-        Model states go to `fixed_bytes`; should an option hold more states than the leanest one, the
-        excess is charged to its kept bytes, so the peak stays exact.
-        """
-        require_positive_int("seq_len", seq_len)
-        require_positive_int("batch", batch)
-        if cost_model.model != graph.model:
-            raise ValueError("cost_model and graph describe different models")
-        opts = list(options) if options is not None else list(default_options(recompute=recompute))
-        if budget_bytes is None:
-            budget_bytes = cost_model.cluster.memory_bytes
-        kinds = {}  # (kind, option name) -> SubLayerCost
-        dropped, usable = {}, []
-        for o in opts:
-            try:
-                for kind in ("attention", "mlp"):
-                    kinds[kind, o.name] = cost_model.sublayer(kind, o, seq_len, batch)
-                usable.append(o)
-            except UserInputError as err:
-                dropped[o.name] = str(err)
-        if not usable:
-            reasons = "; ".join(f"{n}: {r}" for n, r in dropped.items())
-            raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
-        nodes = [graph.graph.nodes[n] for n in graph.sublayer_nodes()]
-        L, O = graph.num_decisions, len(usable)
-        time_s, kept, transient = np.zeros((L, O)), np.zeros((L, O), np.int64), np.zeros((L, O), np.int64)
-        fixed_states = 0
-        for node in nodes:
-            d, kind = node["decision"], node["kind"]
-            costs = [kinds[kind, o.name] for o in usable]
-            lean = min(c.model_state_bytes for c in costs)
-            fixed_states += lean
-            for j, c in enumerate(costs):
-                time_s[d, j] += c.time_s
-                kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
-                transient[d, j] = max(transient[d, j], c.transient_bytes)
-        fx = cost_model.fixed(seq_len, batch)
-        if switch_cost is None:
-            def switch_cost(a, b):
-                return layout_switch_s(cost_model, a, b, seq_len, batch)
-        switch = np.array([[0.0 if a == b else switch_cost(a, b) for b in usable] for a in usable])
-        return cls(
-            options=tuple(o.name for o in usable), time_s=time_s, kept_bytes=kept, transient_bytes=transient,
-            switch_s=switch, fixed_bytes=fixed_states + fx.model_state_bytes + fx.kept_bytes,
-            budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes, fixed_time_s=fx.time_s,
-            edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
-        )
-
     def __repr__(self) -> str:
         return (f"SearchProblem({self.num_decisions} decisions x {self.num_options} options, "
                 f"budget {self.budget_bytes} B, fixed {self.fixed_bytes} B)")
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def _nonneg_int(field_name: str, value) -> int:
@@ -369,29 +296,32 @@ def _nonneg_int(field_name: str, value) -> int:
     return value
 
 
-def _rows(name: str, value, rows: int, cols: int, kind: str) -> np.ndarray:
-    """A JSON list of `rows` lists of `cols` numbers (ints when kind is 'int'), checked cell by cell."""
-    what = f"{name} must be a list of {rows} rows of {cols} {'integers' if kind == 'int' else 'numbers'}"
-    if not isinstance(value, list) or len(value) != rows:
-        raise UserInputError(f"{what} (got {len(value) if isinstance(value, list) else type(value).__name__} rows)")
-    for i, row in enumerate(value):
-        if not isinstance(row, list) or len(row) != cols:
-            raise UserInputError(f"{what} (row {i} has {len(row) if isinstance(row, list) else 'no list'})")
-        for j, x in enumerate(row):
-            ok = _is_int(x) or (isinstance(x, float) and (kind != "int" or x.is_integer()))
-            if kind == "int" and ok and not -INT64_MAX <= x <= INT64_MAX:
-                raise UserInputError(f"{name}[{i}][{j}] is {x!r}, past 2**63 - 1 bytes")
-            if not ok:
-                raise UserInputError(f"{what} ({name}[{i}][{j}] is {x!r})")
-    return np.array(value, dtype=np.int64 if kind == "int" else np.float64).reshape(rows, cols)
-
-
-def _array(name: str, value, dtype, rows: int | None, cols: int) -> np.ndarray:
-    """`value` as a read-only copy of shape [rows, cols], finite and >= 0."""
-    arr = np.array(value, dtype=dtype, copy=True)
-    if arr.ndim != 2 or arr.shape[1] != cols or (rows is not None and arr.shape[0] != rows):
-        want = f"[{rows if rows is not None else 'L'}, {cols}]"
-        raise UserInputError(f"{name} must have shape {want}, got {list(arr.shape)}")
+def _matrix(name: str, value, kind: str, rows: int | None, cols: int) -> np.ndarray:
+    """`value` (a list of rows, as JSON gives it, or an array) as a read-only [rows, cols] copy of finite
+    values >= 0: int64 when kind is 'int', else float64. rows None: any positive count."""
+    dtype = np.int64 if kind == "int" else np.float64
+    what = (f"{name} must be a list of {rows if rows is not None else 'L'} rows of {cols} "
+            f"{'integers' if kind == 'int' else 'numbers'}")
+    if isinstance(value, np.ndarray):
+        if value.ndim != 2 or value.shape[1] != cols or (rows is not None and value.shape[0] != rows):
+            raise UserInputError(f"{what} (got an array of shape {list(value.shape)})")
+        if kind == "int" and value.dtype.kind == "f" and not np.all(np.mod(value[np.isfinite(value)], 1) == 0):
+            raise UserInputError(f"{what} (got fractional values)")
+    else:
+        if not isinstance(value, (list, tuple)) or (rows is not None and len(value) != rows):
+            got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+            raise UserInputError(f"{what} (got {got} rows)")
+        for i, row in enumerate(value):
+            if not isinstance(row, (list, tuple, np.ndarray)) or len(row) != cols:
+                has = len(row) if isinstance(row, (list, tuple, np.ndarray)) else "no list"
+                raise UserInputError(f"{what} (row {i} has {has})")
+            for j, x in enumerate(row):
+                ok = _is_int(x) or (isinstance(x, (float, np.floating)) and (kind != "int" or float(x).is_integer()))
+                if kind == "int" and ok and not -INT64_MAX <= x <= INT64_MAX:
+                    raise UserInputError(f"{name}[{i}][{j}] is {x!r}, past 2**63 - 1 bytes")
+                if not ok:
+                    raise UserInputError(f"{what} ({name}[{i}][{j}] is {x!r})")
+    arr = np.array(value, dtype=dtype, copy=True).reshape(-1, cols)  # [rows, cols]
     if not np.all(np.isfinite(arr)) or (arr < 0).any():
         raise UserInputError(f"{name} must hold finite values >= 0")
     return arr

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, layout_unit
@@ -59,7 +60,7 @@ class Charger:
         """The truth problem at this length (all options)."""
         key = (seq_len, batch)
         if key not in self._problems:
-            self._problems[key] = SearchProblem.from_cost_model(
+            self._problems[key] = problem_from_cost_model(
                 self.graph, self.cost_model, seq_len, batch, self.budget_bytes, self.options)
         return self._problems[key]
 
@@ -93,10 +94,8 @@ class Charger:
 
     def lighter_strategy(self, current: str, seq_len: int, batch: int) -> str | None:
         """For a restart: the fastest uniform strategy that fits, among those lighter than `current`."""
-        from solvers.heuristic import uniform_costs
-
         p = self.problem(seq_len, batch)
-        times, peaks = uniform_costs(p)
+        times, peaks = p.uniform_costs()
         uniform = {s: (times[p.option_index(s)], peaks[p.option_index(s)]) for s in USABLE if s in p.options}
         limit = uniform.get(current, (0, math.inf))[1]
         fits = [s for s, (_, peak) in uniform.items() if peak < limit and peak <= p.budget_bytes]

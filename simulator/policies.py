@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
@@ -90,6 +91,18 @@ class Decision:
     """Smoothing kept the previous step's plan."""
 
 
+def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
+    """The paper's Algorithm 1, step 5 (smoothing): whether to keep the previous sequence's plan instead of `best`.
+
+    True when the previous plan, costed on this problem, fits and is within `gamma` of the time of `best`
+    (a solver's `Solution`).
+    """
+    if previous_plan is None or len(previous_plan) != problem.num_decisions:
+        return False
+    idx = problem.indices(list(previous_plan))
+    return problem.is_feasible(idx) and problem.time_of(idx) <= (1 + gamma) * best.predicted_time_s
+
+
 @dataclass
 class DynamicPolicy:
     """A solver-driven policy with the paper's cache and smoothing."""
@@ -126,13 +139,11 @@ class DynamicPolicy:
     def problem(self, seq_len: int, batch: int) -> SearchProblem:
         """The search the policy solves at this length."""
         opts = make_options(self.strategies, recompute=self.recompute)
-        return SearchProblem.from_cost_model(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
+        return problem_from_cost_model(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
                                              opts)
 
     def decide(self, seq_len: int, batch: int) -> Decision:
         """Plan for this step: cache, else solve, then smoothing against the previous step's plan."""
-        from solvers.heuristic import keep_previous
-
         key = (batch, seq_len)
         if key in self._cache:
             sol = self._cache[key]

@@ -1,6 +1,6 @@
 """The paper's switching heuristic (ParaDySe Algorithm 1, PAPER.md section 5), with its code's defects fixed.
 
-Steps, on the whole-model cost of each option used uniformly (time incl. switches, exact peak):
+Steps, on the whole-model cost of each option used uniformly (`SearchProblem.uniform_costs`: time, exact peak):
 1. dominance: sort options by (time, peak); keep one only when it is lighter than every faster one kept,
    so the survivors form a chain, each slower but lighter than the one before (`dominance_chain`);
 3. the fastest on every layer, if it fits;
@@ -9,7 +9,7 @@ Steps, on the whole-model cost of each option used uniformly (time incl. switche
    fits; the fastest candidate wins;
 6. nothing fits: the least-memory option on every layer, status 'infeasible' (the paper's fallback).
 Steps 2 (the cache by (batch, length)) and 5 (the 5% smoothing) need the previous sequence, so they belong
-to the dynamic policy of the simulator; `keep_previous` is step 5's rule for it to call.
+to the dynamic policy of the simulator (simulator/policies.py: its cache and `keep_previous`).
 
 Defects of the authors' code not copied (PAPER.md section 5): a candidate is costed from fresh arrays and
 re-checked with exact integer bytes (their list aliasing could return a plan one layer over the limit);
@@ -28,14 +28,6 @@ import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
 from solvers.base import Solution, make_solution
-
-
-def uniform_costs(problem: SearchProblem) -> tuple[np.ndarray, np.ndarray]:
-    """[O] time and [O] exact peak of each option used on every decision (switch diagonal is zero)."""
-    times = problem.fixed_time_s + problem.time_s.sum(axis=0)
-    peaks = (problem.fixed_bytes + problem.kept_bytes.sum(axis=0)
-             + np.maximum(problem.transient_bytes.max(axis=0), problem.fixed_transient_bytes))
-    return times, peaks
 
 
 def dominance_chain(times: np.ndarray, peaks: np.ndarray) -> list[int]:
@@ -96,7 +88,7 @@ class HeuristicSolver:
     def solve(self, problem: SearchProblem) -> Solution:
         started = time.perf_counter()
         L = problem.num_decisions
-        times, peaks = uniform_costs(problem)
+        times, peaks = problem.uniform_costs()
         chain = dominance_chain(times, peaks)
         fits = [o for o in chain if peaks[o] <= problem.budget_bytes]
         if not fits:  # step 6: the least-memory option everywhere
@@ -110,14 +102,3 @@ class HeuristicSolver:
                 _, i, k, m = split
                 plan = [i] * m + [k] * (L - m)
         return make_solution(problem, plan, "feasible", self.name, started)
-
-
-def keep_previous(problem: SearchProblem, previous_plan, best: Solution, gamma: float = 0.05) -> bool:
-    """Step 5 (smoothing): whether to keep the previous sequence's plan instead of `best`.
-
-    True when the previous plan, costed on this problem, fits and is within `gamma` of best's time.
-    """
-    if previous_plan is None or len(previous_plan) != problem.num_decisions:
-        return False
-    idx = problem.indices(list(previous_plan))
-    return problem.is_feasible(idx) and problem.time_of(idx) <= (1 + gamma) * best.predicted_time_s

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.search_problem import SearchProblem
 from solvers.base import min_peak_plan
 
@@ -58,6 +59,6 @@ def model_problem(rng: np.random.Generator, model: str, layers: int, seq_len: in
 
     spec = get_model(model).with_layers(layers)
     cm = AnalyticCostModel(spec, get_cluster(DEFAULT_CLUSTER))
-    problem = SearchProblem.from_cost_model(LayerGraph(spec, granularity), cm, seq_len, recompute=recompute,
+    problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, seq_len, recompute=recompute,
                                             budget_bytes=2**62)
     return with_tight_budget(problem, rng)

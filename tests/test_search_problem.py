@@ -7,6 +7,7 @@ import pytest
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
@@ -50,7 +51,7 @@ def test_bad_plans_and_arrays():
         p.time_of(["a", "c", "a"])
     with pytest.raises(UserInputError, match="needs 3 entries"):
         p.peak_bytes(["a"])
-    with pytest.raises(UserInputError, match="kept_bytes must have shape"):
+    with pytest.raises(UserInputError, match="kept_bytes must be a list of 3 rows of 2 integers"):
         small(kept_bytes=[[1, 2]])
     with pytest.raises(UserInputError, match="time_s must hold finite values >= 0"):
         small(time_s=[[1.0, -2.0], [3.0, 5.0], [1.5, 1.0]])
@@ -60,6 +61,20 @@ def test_bad_plans_and_arrays():
         small(options=("a", "a"))
     with pytest.raises(UserInputError, match="edges"):
         small(edges=((0, 0),))
+
+
+def test_the_constructor_is_the_one_value_check():
+    """`from_dict` checks only the document (field names, `layers`); the constructor checks every value, so a
+    problem built in Python is held to the JSON form's rules (a fractional byte count is not truncated)."""
+    with pytest.raises(UserInputError, match=r"kept_bytes\[1\]\[0\] is 2.5"):
+        small(kept_bytes=[[1, 2], [2.5, 3], [4, 5]])
+    with pytest.raises(UserInputError, match="options must be a list of strings"):
+        small(options="ab")
+    with pytest.raises(UserInputError, match="labels must be a list of strings"):
+        small(labels=(1, 2, 3))
+    d = small().to_dict()
+    with pytest.raises(UserInputError, match="time_s must be a list of 4 rows"):
+        SearchProblem.from_dict({**d, "layers": 4})
 
 
 def test_json_round_trip(tmp_path):
@@ -121,7 +136,7 @@ def test_json_file_errors(tmp_path):
 def test_block_problem_matches_the_uniform_cost_summary(model_name, seq):
     model = get_model(model_name)
     cm = AnalyticCostModel(model, A100)
-    p = SearchProblem.from_cost_model(LayerGraph(model), cm, seq, recompute=True)
+    p = problem_from_cost_model(LayerGraph(model), cm, seq, recompute=True)
     assert p.num_decisions == model.layers and p.budget_bytes == A100.memory_bytes
     assert p.options == tuple(o.name for o in make_options(recompute=True))
     for name in p.options:
@@ -141,8 +156,8 @@ def test_block_problem_matches_the_uniform_cost_summary(model_name, seq):
 def test_sublayer_granularity_splits_each_block():
     model = get_model("gpt")
     cm = AnalyticCostModel(model, A100)
-    block = SearchProblem.from_cost_model(LayerGraph(model, "block"), cm, 65536)
-    sub = SearchProblem.from_cost_model(LayerGraph(model, "sublayer"), cm, 65536)
+    block = problem_from_cost_model(LayerGraph(model, "block"), cm, 65536)
+    sub = problem_from_cost_model(LayerGraph(model, "sublayer"), cm, 65536)
     assert sub.num_decisions == 2 * block.num_decisions and sub.is_chain
     assert sub.labels[:2] == ("L0.attn", "L0.mlp")
     assert sub.fixed_bytes == block.fixed_bytes
@@ -155,24 +170,24 @@ def test_sublayer_granularity_splits_each_block():
 
 def test_unsplittable_options_are_dropped_with_the_reason():
     model = get_model("gpt")  # causal: ring strategies need s % 16 == 0 on 8 GPUs
-    p = SearchProblem.from_cost_model(LayerGraph(model), AnalyticCostModel(model, A100), 8 * 1001)
+    p = problem_from_cost_model(LayerGraph(model), AnalyticCostModel(model, A100), 8 * 1001)
     assert set(p.dropped) == {"megatron_cz", "metp"}
     assert "divisible by 16" in p.dropped["metp"]
     assert p.options == ("megatron_ts", "ulysses_z")
     with pytest.raises(UserInputError, match="no strategy option can run seq_len 1001"):
-        SearchProblem.from_cost_model(LayerGraph(model), AnalyticCostModel(model, A100), 1001)
+        problem_from_cost_model(LayerGraph(model), AnalyticCostModel(model, A100), 1001)
 
 
 def test_budget_switch_costs_and_embedding():
     model = get_model("llama3-8b")
     cm = AnalyticCostModel(model, A100)
-    p = SearchProblem.from_cost_model(LayerGraph(model), cm, 8192, budget_bytes=12345,
+    p = problem_from_cost_model(LayerGraph(model), cm, 8192, budget_bytes=12345,
                                       switch_cost=lambda a, b: 0.5)
     assert p.budget_bytes == 12345
     assert p.switch_s[0, 1] == 0.5 and p.switch_s[1, 1] == 0.0
     fx = cm.fixed(8192)
     assert p.fixed_transient_bytes == fx.transient_bytes > 0 and p.fixed_time_s == fx.time_s
-    default = SearchProblem.from_cost_model(LayerGraph(model), cm, 8192)
+    default = problem_from_cost_model(LayerGraph(model), cm, 8192)
     assert not default.switch_s.any()  # every catalog strategy reads the unified layout
 
 
@@ -185,7 +200,7 @@ def test_a_strategy_with_another_layout_pays_a_switch(monkeypatch):
     model = get_model("gpt")
     cm = AnalyticCostModel(model, A100)
     monkeypatch.setitem(CATALOG, "metp", replace(CATALOG["metp"], layout="head-sharded"))
-    p = SearchProblem.from_cost_model(LayerGraph(model), cm, 65536)
+    p = problem_from_cost_model(LayerGraph(model), cm, 65536)
     i, j, k = p.option_index("metp"), p.option_index("megatron_ts"), p.option_index("ulysses_z")
     act = 65536 // 8 * model.hidden * 2  # [b, s/p, h] in bf16
     expected = 2 * cm.collective_s(CollectiveCall("all_to_all", act, 8))

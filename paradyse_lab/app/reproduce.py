@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
@@ -286,7 +287,6 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.search_problem import SearchProblem
     from paradyse_lab.strategies import USABLE, options
     from simulator.experiments import DEFAULT_RESERVE_BYTES
     from solvers.registry import get_solver
@@ -300,7 +300,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
         unit = 2 * cm.p
         for seq in _length_grid(s.map_lengths):
             seq = -(-seq // unit) * unit
-            problem = SearchProblem.from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
+            problem = problem_from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
                                                     options(USABLE))
             for solver in ("heuristic", "dp"):
                 sol = get_solver(solver).solve(problem)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from paradyse_lab.cli.cost_command import parse_int, parse_options
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import GRANULARITIES
 from paradyse_lab.search_problem import SearchProblem
@@ -74,7 +75,7 @@ def build_problem(args, seq_len: int) -> SearchProblem:
         if not 0 < gb <= 1e9:
             raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
         budget = int(gb * 1e9)
-    return SearchProblem.from_cost_model(
+    return problem_from_cost_model(
         LayerGraph(model, args.granularity), cm, seq_len, parse_int("--batch", args.batch), budget_bytes=budget,
         options=parse_options(args.strategies, args.recompute),
     )

@@ -26,12 +26,12 @@ from paradyse_lab.costmodel.learned_cost_model import (
     fit_profile_file,
     fit_profiles,
 )
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import DATA_DIR, validate_profiles
-from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, StrategyOption
 
 A100 = get_cluster("a100-80gb-x8")
@@ -184,7 +184,7 @@ def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
 def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
     model = get_model("gpt")
     cm = LearnedCostModel(fit_profiles(kind, gpt_profile), model, A100)
-    problem = SearchProblem.from_cost_model(LayerGraph(model), cm, 32768, options=[StrategyOption(s) for s in USABLE])
+    problem = problem_from_cost_model(LayerGraph(model), cm, 32768, options=[StrategyOption(s) for s in USABLE])
     assert problem.fixed_bytes == 0 and problem.fixed_time_s == 0
     assert not problem.transient_bytes.any()
     for name in problem.options:
@@ -214,7 +214,7 @@ def test_unprofiled_options_and_models(gpt_profile):
     fitted = fit_profiles("polynomial", gpt_profile)
     model = get_model("gpt")
     cm = LearnedCostModel(fitted, model, A100)
-    problem = SearchProblem.from_cost_model(LayerGraph(model), cm, 8192, recompute=True)
+    problem = problem_from_cost_model(LayerGraph(model), cm, 8192, recompute=True)
     assert all(name.endswith("+recompute") for name in problem.dropped)
     assert "not profiled" in next(iter(problem.dropped.values()))
     with pytest.raises(UserInputError, match="no rows for model bert"):

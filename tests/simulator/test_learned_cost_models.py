@@ -7,10 +7,10 @@ import pytest
 from paradyse_lab.cli import main
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
-from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.strategies import options as make_options
 from simulator.experiments import Setup, run_one
@@ -26,7 +26,7 @@ def test_a_learned_plan_is_charged_by_the_truth():
     trained = rows[~rows["oom"]]
     assert len(trained) > 10
     for r in trained.iloc[::7].itertuples():
-        p = SearchProblem.from_cost_model(graph, truth, r.padded_len, 1, budget, make_options(USABLE))
+        p = problem_from_cost_model(graph, truth, r.padded_len, 1, budget, make_options(USABLE))
         assert r.charged_time_s == pytest.approx(p.time_of(r.plan.split()))
         assert r.peak_bytes == p.peak_bytes(r.plan.split())
     # Predictions come from the learned model, so they differ from what the truth charges.

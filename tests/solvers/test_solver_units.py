@@ -7,7 +7,7 @@ from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
 from solvers import SOLVER_NAMES, SolverError, get_solver
 from solvers.base import CapTable, make_solution, min_peak_plan
-from solvers.heuristic import HeuristicSolver, dominance_chain, keep_previous, uniform_costs
+from solvers.heuristic import HeuristicSolver, dominance_chain
 from solvers.instances import random_problem
 
 
@@ -52,18 +52,9 @@ def test_heuristic_never_returns_a_plan_over_the_limit():
     assert p.peak_bytes(list(sol.plan)) == sol.peak_bytes
 
 
-def test_keep_previous_is_the_smoothing_rule():
-    p = chain_problem(100)
-    best = HeuristicSolver().solve(p)  # time 6
-    assert keep_previous(p, ("s1",) * 4, best, gamma=0.5)  # 8 <= 1.5 * 6 and fits
-    assert not keep_previous(p, ("s1",) * 4, best, gamma=0.05)
-    assert not keep_previous(p, ("s0",) * 4, best, gamma=10)  # does not fit
-    assert not keep_previous(p, None, best)
-
-
 def test_uniform_costs_and_cap_table():
     p = chain_problem(100, transient=(5, 1, 3))
-    times, peaks = uniform_costs(p)
+    times, peaks = p.uniform_costs()
     assert list(times) == [4.0, 8.0, 12.0] and list(peaks) == [125, 81, 43]
     t = CapTable.build(p)
     assert list(t.caps) == [1, 3, 5]

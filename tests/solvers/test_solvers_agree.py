@@ -5,6 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
 from solvers import get_solver
@@ -158,7 +159,7 @@ def test_agree_at_sublayer_granularity_with_switch_costs(seed, seq):
 
     model = get_model("gpt").with_layers(2)
     cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"))
-    p = SearchProblem.from_cost_model(LayerGraph(model, "sublayer"), cm, seq, recompute=True,
+    p = problem_from_cost_model(LayerGraph(model, "sublayer"), cm, seq, recompute=True,
                                       switch_cost=lambda a, b: 0.0 if a.strategy == b.strategy else 0.05)
     assert p.switch_s.any() and p.num_decisions == 4
     check_agreement(with_tight_budget(p, np.random.default_rng(seed)))

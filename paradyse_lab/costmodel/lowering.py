@@ -1,0 +1,96 @@
+"""Lowering a cost model into a `SearchProblem`: what a solver sees of one (model, length, batch, cluster).
+
+`problem_from_cost_model(graph, cost_model, seq_len)` asks the cost model for each option's attention and MLP
+sub-layer and sums them over the decisions of the `LayerGraph`: at block granularity a block's time and kept
+bytes are its attention's plus its MLP's, its transient the larger of the two. Options whose shapes do not
+split (the cost model raises `UserInputError`, e.g. s % 2p for a causal ring) are dropped from the problem
+and listed in `dropped` with the reason, so solvers never see an unusable option. A switch between two
+strategies is charged `layout_switch_s` at every boundary where their catalog layouts differ.
+
+Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the problem this module builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.strategies import CATALOG, StrategyOption
+from paradyse_lab.strategies import options as default_options
+
+
+def layout_switch_s(cost_model, a: StrategyOption, b: StrategyOption, seq_len: int, batch: int = 1) -> float:
+    """Seconds to move the activation from a's layout to b's at one boundary, forward and backward.
+
+    Zero when both read the same layout (`Strategy.layout`: every catalog strategy reads the unified one);
+    otherwise one all-to-all of the [b, s/p, h] activation each way.
+    """
+    if CATALOG[a.strategy].layout == CATALOG[b.strategy].layout:
+        return 0.0
+    from paradyse_lab.costmodel import CollectiveCall
+
+    m = cost_model.model
+    act = batch * seq_len // cost_model.p * m.hidden * m.dtype_bytes  # [b, s/p, h] bytes
+    return 2 * cost_model.collective_s(CollectiveCall("all_to_all", act, cost_model.p))
+
+
+def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: int = 1,
+                            budget_bytes: int | None = None, options: Sequence[StrategyOption] | None = None,
+                            recompute: bool = False,
+                            switch_cost: Callable[[StrategyOption, StrategyOption], float] | None = None,
+                            ) -> SearchProblem:
+    """The problem of `graph` at (seq_len, batch) under `cost_model`.
+
+    options: default every usable strategy (and, with `recompute`, each recomputed too).
+    budget_bytes: default the cluster's device memory. switch_cost(a, b): seconds per boundary;
+    default `layout_switch_s` (zero between catalog strategies, which share the unified layout).
+    Model states go to `fixed_bytes`; should an option hold more states than the leanest one, the
+    excess is charged to its kept bytes, so the peak stays exact.
+    """
+    require_positive_int("seq_len", seq_len)
+    require_positive_int("batch", batch)
+    if cost_model.model != graph.model:
+        raise ValueError("cost_model and graph describe different models")
+    opts = list(options) if options is not None else list(default_options(recompute=recompute))
+    if budget_bytes is None:
+        budget_bytes = cost_model.cluster.memory_bytes
+    kinds = {}  # (kind, option name) -> SubLayerCost
+    dropped, usable = {}, []
+    for o in opts:
+        try:
+            for kind in ("attention", "mlp"):
+                kinds[kind, o.name] = cost_model.sublayer(kind, o, seq_len, batch)
+            usable.append(o)
+        except UserInputError as err:
+            dropped[o.name] = str(err)
+    if not usable:
+        reasons = "; ".join(f"{n}: {r}" for n, r in dropped.items())
+        raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
+    nodes = [graph.graph.nodes[n] for n in graph.sublayer_nodes()]
+    L, O = graph.num_decisions, len(usable)
+    time_s, kept, transient = np.zeros((L, O)), np.zeros((L, O), np.int64), np.zeros((L, O), np.int64)
+    fixed_states = 0
+    for node in nodes:
+        d, kind = node["decision"], node["kind"]
+        costs = [kinds[kind, o.name] for o in usable]
+        lean = min(c.model_state_bytes for c in costs)
+        fixed_states += lean
+        for j, c in enumerate(costs):
+            time_s[d, j] += c.time_s
+            kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
+            transient[d, j] = max(transient[d, j], c.transient_bytes)
+    fx = cost_model.fixed(seq_len, batch)
+    if switch_cost is None:
+        def switch_cost(a, b):
+            return layout_switch_s(cost_model, a, b, seq_len, batch)
+    switch = np.array([[0.0 if a == b else switch_cost(a, b) for b in usable] for a in usable])
+    return SearchProblem(
+        options=tuple(o.name for o in usable), time_s=time_s, kept_bytes=kept, transient_bytes=transient,
+        switch_s=switch, fixed_bytes=fixed_states + fx.model_state_bytes + fx.kept_bytes,
+        budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes, fixed_time_s=fx.time_s,
+        edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
+    )
