@@ -105,8 +105,8 @@ def validate(folder, cluster: str | None = None, write: bool = True, out: Path |
     import pandas as pd
 
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.costmodel.learned_cost_model import model_of_row
-    from paradyse_lab.costmodel.summary import uniform_plan_cost
+    from paradyse_lab.costmodel.learned_fit import model_of_row
+    from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.strategies import StrategyOption
 
     folder = Path(folder)

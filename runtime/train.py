@@ -109,7 +109,7 @@ def decide_plan_on_rank0(decide, group=None):
     from runtime import comm
 
     decision = decide() if comm.rank(group) == 0 else None
-    return comm.broadcast_object(decision, 0, group)  # pickled Decision, rank 0 -> all
+    return comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
 
 
 def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:

@@ -21,7 +21,7 @@ from paradyse_lab.workloads import get_workload
 from simulator.engine import Charger, simulate
 from simulator.policies import DEFAULT_GAMMA, PolicySpec, parse_policy
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
-from simulator.summary import length_extension, summarize, time_reduction, time_to_reach
+from simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
 
 DATASETS = ("github_code", "grch38")
 MODELS = ("bert", "llama", "gpt")
@@ -99,11 +99,11 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     """Simulate one (model, dataset, policy) run: plan with `plan_cost_model`, charged by `truth_cost_model`
     (both default to `setup.truth`).
 
-    Names: `paradyse_lab.costmodel.learned_cost_model.COST_MODEL_NAMES` or a .joblib file. A learned
+    Names: `paradyse_lab.costmodel.factory.COST_MODEL_NAMES` or a .joblib file. A learned
     planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
     while profiling).
     """
-    from paradyse_lab.costmodel.learned_cost_model import build_cost_model, needs_profile
+    from paradyse_lab.costmodel.factory import build_cost_model, needs_profile
 
     truth_cost_model = truth_cost_model or setup.truth
     plan_cost_model = plan_cost_model or truth_cost_model

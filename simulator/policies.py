@@ -74,7 +74,7 @@ DEFAULT_RESTART_S = 31.0
 
 
 @dataclass(frozen=True)
-class Decision:
+class StepPlan:
     """The plan a policy chose for one step."""
 
     plan: tuple[str, ...]
@@ -142,13 +142,13 @@ class DynamicPolicy:
         return problem_from_cost_model(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
                                              opts)
 
-    def decide(self, seq_len: int, batch: int) -> Decision:
+    def decide(self, seq_len: int, batch: int) -> StepPlan:
         """Plan for this step: cache, else solve, then smoothing against the previous step's plan."""
         key = (batch, seq_len)
         if key in self._cache:
             sol = self._cache[key]
             self._previous = sol.plan
-            return Decision(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True)
+            return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True)
         problem = self.problem(seq_len, batch)
         sol = self.solver.solve(problem)
         solve_s = sol.solve_time_s
@@ -161,7 +161,7 @@ class DynamicPolicy:
             kept = True
         self._cache[key] = sol
         self._previous = sol.plan
-        return Decision(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
+        return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
 
 
 @dataclass
@@ -191,9 +191,9 @@ class StaticPolicy:
     def option(self) -> StrategyOption:
         return StrategyOption(self.strategy, self.recompute)
 
-    def decide(self, seq_len: int, batch: int) -> Decision:
+    def decide(self, seq_len: int, batch: int) -> StepPlan:
         plan = (self.option.name,) * self.graph.num_decisions
-        return Decision(plan, float("nan"), True, 0.0)
+        return StepPlan(plan, float("nan"), True, 0.0)
 
 
 def check_policy_names(spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:

@@ -126,13 +126,13 @@ def _figure(tmp_path, monkeypatch):
 def _joblib(tmp_path, monkeypatch):
     import joblib
 
-    from paradyse_lab.costmodel import learned
+    from paradyse_lab.costmodel import regressors
 
     target = tmp_path / "m.joblib"
     target.write_bytes(b"good")
     monkeypatch.setattr(joblib, "dump", lambda obj, target: _crash_half_way(target))
     with pytest.raises(RuntimeError):
-        learned.save({"a": 1}, target)
+        regressors.save({"a": 1}, target)
     return target
 
 

@@ -254,7 +254,7 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
-    from paradyse_lab.costmodel.learned_cost_model import analytic_whole, fit_profiles, profile_cluster
+    from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_profiles, profile_cluster
     from paradyse_lab.profiles import profile_sources, read_profiles
 
     df = read_profiles(profile_for(out, s))
@@ -316,7 +316,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
 def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.costmodel.summary import uniform_plan_cost
+    from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, StrategyOption
     from simulator.experiments import DEFAULT_RESERVE_BYTES

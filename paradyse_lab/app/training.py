@@ -15,7 +15,7 @@ from functools import partial
 def plan_policy(opts, spec, p: int):
     """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+    from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.layer_graph import LayerGraph
     from simulator.policies import PolicySpec, parse_policy
 

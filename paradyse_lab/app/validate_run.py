@@ -86,7 +86,7 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
     from dataclasses import replace
 
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+    from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.model_spec import get_model
     from runtime.train import _plan_text
     from simulator.replay import STEP_COLUMNS, replay

@@ -9,7 +9,7 @@ from __future__ import annotations
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel import uniform_plan_cost
-from paradyse_lab.costmodel.learned_cost_model import build_cost_model, cost_model_label
+from paradyse_lab.costmodel.factory import build_cost_model, cost_model_label
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE, StrategyOption

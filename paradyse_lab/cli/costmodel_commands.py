@@ -215,7 +215,7 @@ def _cluster_beside(df, path: Path) -> str:
 def _leave_one_shape_out(df, cluster, names) -> dict:
     """Leave-one-shape-out time accuracy of the analytic and calibrated models (empty with one shape)."""
     from paradyse_lab.costmodel.calibration import SHAPE_COLUMNS, leave_one_shape_out, loso_summary
-    from paradyse_lab.costmodel.learned_cost_model import profile_cluster
+    from paradyse_lab.costmodel.learned_fit import profile_cluster
 
     wanted = [n for n in ("analytic", "calibrated") if n in names]
     if not wanted or len(df[list(SHAPE_COLUMNS)].drop_duplicates()) < 2:
@@ -226,7 +226,7 @@ def _leave_one_shape_out(df, cluster, names) -> dict:
 def _regret(args, names, path: Path, size: int) -> dict:
     """Per plan cost model: the truth-charged run against the truth-planned run (common trained steps)."""
     from simulator.experiments import Setup, run_one
-    from simulator.summary import summarize, time_to_reach
+    from simulator.run_metrics import summarize, time_to_reach
 
     setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                   profiles=str(path))
@@ -275,7 +275,8 @@ def run_synth(args) -> int:
 
 
 def run_fit(args) -> int:
-    from paradyse_lab.costmodel.learned_cost_model import LEARNED_KINDS, fit_profiles
+    from paradyse_lab.costmodel.learned_fit import fit_profiles
+    from paradyse_lab.costmodel.regressors import LEARNED_KINDS
     from paradyse_lab.errors import unknown_name
     from paradyse_lab.profiles import read_profiles
 
@@ -309,7 +310,7 @@ def run_fit_calibration(args) -> int:
     from paradyse_lab.atomic_write import write_text_atomic
     from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS
     from paradyse_lab.costmodel.calibration import calibration_toml, fit_calibration
-    from paradyse_lab.costmodel.learned_cost_model import calibration_profile, check_profile_device
+    from paradyse_lab.costmodel.factory import calibration_profile, check_profile_device
     from paradyse_lab.profiles import profile_sources, read_profiles
 
     base = get_cluster(args.cluster)

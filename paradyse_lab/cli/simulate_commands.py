@@ -114,7 +114,7 @@ def _setup(args):
 def run_simulate(args) -> int:
     from simulator.experiments import run_one
     from simulator.results import write_csv_atomic
-    from simulator.summary import summarize
+    from simulator.run_metrics import summarize
 
     setup = _setup(args)
     exclude = tuple(x.strip() for x in args.exclude.split(",") if x.strip())

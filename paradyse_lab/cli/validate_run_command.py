@@ -88,7 +88,7 @@ def _options(args):
     check_cost_model_name(args.cost_model)
     profiles = args.profiles or (str(out / "profile.csv") if (out / "profile.csv").is_file() else "")
     if args.cost_model != "analytic" and not args.cost_model.endswith(".joblib"):
-        from paradyse_lab.costmodel.learned_cost_model import build_cost_model
+        from paradyse_lab.costmodel.factory import build_cost_model
 
         build_cost_model(args.cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip()) or POLICIES

@@ -45,7 +45,7 @@ def uncalibrated(cluster: ClusterSpec) -> ClusterSpec:
 
 def row_features(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Per profile row: the [n, 4] features (C, E, L, L h of the module docstring) and the [n] offset H."""
-    from paradyse_lab.costmodel.learned_cost_model import row_cost_models
+    from paradyse_lab.costmodel.learned_fit import row_cost_models
 
     X, offset = np.zeros((len(df), len(CALIBRATION_PARAMETERS))), np.zeros(len(df))
     for i, (r, cm) in enumerate(row_cost_models(df, uncalibrated(cluster))):

@@ -24,8 +24,8 @@ import pandas as pd
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES, PAPER_DEVICE, PROVENANCE
-from paradyse_lab.costmodel.summary import uniform_plan_cost
 from paradyse_lab.costmodel.synthetic import length_grid
+from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS
 from paradyse_lab.strategies import StrategyOption

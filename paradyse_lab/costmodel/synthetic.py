@@ -30,7 +30,7 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.summary import uniform_plan_cost
+from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS
 from paradyse_lab.strategies import USABLE

@@ -176,7 +176,7 @@ def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
 
     import pandas as pd
 
-    from paradyse_lab.costmodel.learned_cost_model import analytic_whole
+    from paradyse_lab.costmodel.learned_fit import analytic_whole
     from paradyse_lab.profiles import COLUMNS
 
     (tmp_path / "cluster.toml").write_text(measured_cluster_toml(_measurements()))

@@ -23,7 +23,8 @@ from paradyse_lab.costmodel.calibration import (
     leave_one_shape_out,
     loso_summary,
 )
-from paradyse_lab.costmodel.learned_cost_model import analytic_whole, build_cost_model
+from paradyse_lab.costmodel.factory import build_cost_model
+from paradyse_lab.costmodel.learned_fit import analytic_whole
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import get_model

@@ -11,7 +11,10 @@ from sklearn.exceptions import NotFittedError
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
-from paradyse_lab.costmodel.learned import (
+from paradyse_lab.costmodel.factory import build_cost_model
+from paradyse_lab.costmodel.learned_fit import LearnedCostModel, fit_profile_file, fit_profiles
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.regressors import (
     HybridRegressor,
     PolynomialRegressor,
     ResidualRegressor,
@@ -20,13 +23,6 @@ from paradyse_lab.costmodel.learned import (
     make_regressor,
     save,
 )
-from paradyse_lab.costmodel.learned_cost_model import (
-    LearnedCostModel,
-    build_cost_model,
-    fit_profile_file,
-    fit_profiles,
-)
-from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph

@@ -173,7 +173,7 @@ def test_profile_causal_column_is_optional_and_validated(tmp_path):
 
 
 def test_paper_and_synthetic_profiles_combine(tmp_path):
-    from paradyse_lab.costmodel.learned_cost_model import analytic_whole
+    from paradyse_lab.costmodel.learned_fit import analytic_whole
 
     both = pd.concat([read_profiles(PAPER_PROFILE).head(4), read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv")
                       .query("model == 'gpt'").head(4)], ignore_index=True)

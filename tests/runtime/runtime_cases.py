@@ -325,14 +325,14 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.training import train
     from runtime.train import TrainOptions, decide_plan_on_rank0
-    from simulator.policies import Decision
+    from simulator.policies import StepPlan
 
     calls: list[int] = []
 
     def disagreeing_solver(*_args):
         calls.append(rank)
         plan = ("megatron_ts", "metp", "ulysses_z", "megatron_cz")[rank % 4:] + ("metp",) * (rank % 4)
-        return Decision(plan=plan, predicted_time_s=float(rank), feasible=True, solve_s=0.0)
+        return StepPlan(plan=plan, predicted_time_s=float(rank), feasible=True, solve_s=0.0)
 
     def everyone(value):
         out = [None] * p

@@ -14,7 +14,7 @@ from paradyse_lab.workloads import Workload
 from simulator.engine import Charger, simulate
 from simulator.experiments import Setup, run_one
 from simulator.policies import parse_policy
-from simulator.summary import summarize
+from simulator.run_metrics import summarize
 
 SETUP = Setup(size=120)
 

@@ -1,7 +1,7 @@
-"""Cost models learned from profiles, behind the `CostModel` protocol solvers and the simulator use.
+"""Cost models learned from profiles: the fit, and the adapter behind the `CostModel` protocol.
 
 `fit_profiles(kind, profiles)` fits one regressor per target (whole-model time_s and peak_bytes) on every
-row of a profile (learned.py); `LearnedCostModel` answers `sublayer` / `fixed` from them:
+row of a profile (regressors.py); `LearnedCostModel` answers `sublayer` / `fixed` from them:
 
 - the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (PAPER.md
   section 4), split evenly between attention and MLP; the whole-model peak, divided by L, is charged as
@@ -12,10 +12,10 @@ row of a profile (learned.py); `LearnedCostModel` answers `sublayer` / `fixed` f
   whole-model ratios measured / analytic of time and of peak, so plans keep the analytic structure
   (transient peaks, model states, embedding and head).
 
-`build_cost_model(name, ...)` makes any of them, or the analytic model, by name (`COST_MODEL_NAMES`) or from
-a `.joblib` file written by `FittedProfiles.save`. A learned model answers only for the configurations
-(model shape, p, batch) and strategy options its profile holds; other options raise `UserInputError`, which
-`SearchProblem.from_cost_model` turns into a dropped option.
+`paradyse_lab.costmodel.factory.build_cost_model(name, ...)` makes any of them, or the analytic model, by
+name or from a `.joblib` file written by `FittedProfiles.save`. A learned model answers only for the
+configurations (model shape, p, batch) and strategy options its profile holds; other options raise
+`UserInputError`, which `paradyse_lab.costmodel.lowering.problem_from_cost_model` turns into a dropped option.
 """
 
 from __future__ import annotations
@@ -30,16 +30,14 @@ import pandas as pd
 from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.summary import uniform_plan_cost
+from paradyse_lab.costmodel.regressors import LEARNED_KINDS
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
+from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec, get_model
-from paradyse_lab.profiles import default_profile, profile_sources, read_profiles
+from paradyse_lab.profiles import profile_sources, read_profiles
 from paradyse_lab.strategies import StrategyOption
 
-LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
-COST_MODEL_NAMES = ("analytic", "paper", "calibrated") + LEARNED_KINDS
-"""Names `--plan-cost-model` / `--truth-cost-model` accept (or a .joblib path)."""
 TARGETS = ("time_s", "peak_bytes")
 
 
@@ -132,14 +130,14 @@ class FittedProfiles:
 
     def features(self, df: pd.DataFrame, target: str, base: np.ndarray | None = None) -> np.ndarray:
         """Feature matrix of rows for one target (the residual kind appends the analytic prediction)."""
-        from paradyse_lab.costmodel import learned
+        from paradyse_lab.costmodel import regressors
 
-        X = learned.profile_features(df)
+        X = regressors.profile_features(df)
         if self.kind != "residual":
             return X
         if base is None:
             base = analytic_whole(df, self.cluster)[TARGETS.index(target)]
-        return learned.with_base(X, base)
+        return regressors.with_base(X, base)
 
     def predict_rows(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Predicted whole-model (time_s, peak_bytes) of profile-like rows."""
@@ -148,15 +146,15 @@ class FittedProfiles:
 
     def save(self, path: str | Path) -> Path:
         """joblib file loadable by `build_cost_model(PATH, ...)`."""
-        from paradyse_lab.costmodel import learned
+        from paradyse_lab.costmodel import regressors
 
-        return learned.save(self, path)
+        return regressors.save(self, path)
 
 
 def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None = None, source_name: str = "",
                  **params) -> FittedProfiles:
     """Fit `kind` (time and peak memory) on validated profile rows (`profiles.read_profiles`)."""
-    from paradyse_lab.costmodel import learned
+    from paradyse_lab.costmodel import regressors
 
     if kind not in LEARNED_KINDS:
         raise unknown_name("learned cost model", kind, LEARNED_KINDS)
@@ -170,7 +168,7 @@ def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None 
                             cl, source_name, len(profiles))
     bases = analytic_whole(profiles, cl) if kind == "residual" else (None, None)
     for target, base in zip(TARGETS, bases):
-        est = learned.make_regressor(kind, **params)
+        est = regressors.make_regressor(kind, **params)
         y = profiles[target].to_numpy(dtype=float)
         est.fit(fitted.features(profiles, target, base), y)
         fitted.estimators[target] = est
@@ -180,7 +178,7 @@ def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None 
 _FIT_CACHE: dict = {}
 
 
-def _fit_on_file(path: str | Path, kind: str, cluster: ClusterSpec | None, fit):
+def cached_fit_on_file(path: str | Path, kind: str, cluster: ClusterSpec | None, fit):
     """`fit(rows)` of the profile at `path`, cached in this process by (file, modification time, kind,
     cluster)."""
     path = Path(path)
@@ -196,47 +194,7 @@ def _fit_on_file(path: str | Path, kind: str, cluster: ClusterSpec | None, fit):
 
 def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = None) -> FittedProfiles:
     """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster)."""
-    return _fit_on_file(path, kind, cluster, lambda df: fit_profiles(kind, df, cluster, source_name=str(path)))
-
-
-def needs_profile(name: str, cluster: ClusterSpec) -> bool:
-    """Whether `build_cost_model(name, ...)` fits something on a profile."""
-    return name in LEARNED_KINDS or (name == "calibrated" and not cluster.calibration)
-
-
-def calibration_profile(device: str) -> Path:
-    """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
-    node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
-    from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
-    from paradyse_lab.profiles import PAPER_PROFILE
-
-    path = default_profile(device)
-    if path.name.startswith("measured"):
-        return path
-    if device == PAPER_DEVICE:
-        return PAPER_PROFILE
-    raise UserInputError(f"no measured profile of {device!r} to calibrate on (the bundled one is synthetic, the "
-                         "analytic model itself); pass --profiles FILE")
-
-
-def check_profile_device(df: pd.DataFrame, cluster: ClusterSpec, path) -> None:
-    """Refuse to fit `cluster` on rows taken on another preset device."""
-    devices = set(df["device"]) & set(CLUSTER_PRESETS)
-    if devices and devices != {cluster.device}:
-        raise UserInputError(f"{Path(path).name}: rows taken on {', '.join(sorted(devices))}, not on "
-                             f"{cluster.device}; fit it with --cluster {sorted(devices)[0]}")
-
-
-def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
-    """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
-    from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
-
-    def fit(df: pd.DataFrame) -> ClusterSpec:
-        check_profile_device(df, cluster, path)
-        return calibrated_cluster(cluster, fit_calibration(df, cluster),
-                                  source=f"calibrated on {path.name} (source={profile_sources(df)})")
-
-    return _fit_on_file(path, "calibrated", cluster, fit)
+    return cached_fit_on_file(path, kind, cluster, lambda df: fit_profiles(kind, df, cluster, source_name=str(path)))
 
 
 class LearnedCostModel:
@@ -344,43 +302,3 @@ class LearnedCostModel:
         rt, rm = self._ratios(opt, seq_len, batch)
         return FixedCost(f.time_s * rt, int(f.model_state_bytes * rm), int(f.kept_bytes * rm),
                          int(f.transient_bytes * rm))
-
-
-def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None = None,
-                     profiles: str | Path | None = None):
-    """A cost model by name (`COST_MODEL_NAMES`) or from a .joblib file (`FittedProfiles.save`):
-
-    - `analytic`: the analytic model of `cluster` (calibrated if the cluster file carries a calibration);
-    - `paper`: the authors' measured A100 times (costmodel/paper.py), memory analytic;
-    - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
-      fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
-    - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
-    """
-    if name == "analytic":
-        return AnalyticCostModel(model, cluster, p)
-    if name == "paper":
-        from paradyse_lab.costmodel.paper import PaperCostModel
-
-        return PaperCostModel(model, cluster, p)
-    if name == "calibrated":
-        if not cluster.calibration:
-            cluster = calibrate_on_file(Path(profiles) if profiles else calibration_profile(cluster.device), cluster)
-        return AnalyticCostModel(model, cluster, p)
-    if name in LEARNED_KINDS:
-        path = Path(profiles) if profiles else default_profile(cluster.device)
-        return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
-    if name.endswith(".joblib"):
-        from paradyse_lab.costmodel import learned
-
-        if not Path(name).is_file():
-            raise UserInputError(f"cost model file {name!r} not found")
-        fitted = learned.load(name)
-        if not isinstance(fitted, FittedProfiles):
-            raise UserInputError(f"{name}: not a fitted cost model (FittedProfiles)")
-        return LearnedCostModel(fitted, model, cluster, p)
-    raise unknown_name("cost model", name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
-
-
-def cost_model_label(cm) -> str:
-    """How results name a cost model: `analytic`, or `hybrid (profile source=analytic)`."""
-    return getattr(cm, "label", getattr(cm, "name", type(cm).__name__))

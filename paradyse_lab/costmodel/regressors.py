@@ -35,7 +35,9 @@ from paradyse_lab.strategies import CATALOG
 SHAPE_FEATURES = ("h", "heads", "kv_heads", "layers", "p", "batch", "recompute")
 FEATURES = SHAPE_FEATURES + tuple(f"is_{s}" for s in CATALOG) + ("seq_len",)
 """Columns of the feature matrix; the sequence length is last."""
-REGRESSOR_KINDS = ("hybrid", "forest", "polynomial", "residual")
+LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
+"""The learned cost models: the paper's hybrid (random forest + AIC polynomial), each half alone, and the
+residual correction of the analytic model (`make_regressor` builds each)."""
 PAPER_FOREST = {"n_estimators": 50, "max_depth": 10, "random_state": 42}
 """PAPER.md section 4."""
 
@@ -231,7 +233,7 @@ def make_regressor(kind: str, **params):
         return PolynomialRegressor(**params)
     if kind == "residual":
         return ResidualRegressor(**params)
-    raise ValueError(f"unknown regressor kind {kind!r}; valid: {', '.join(REGRESSOR_KINDS)}")
+    raise ValueError(f"unknown regressor kind {kind!r}; valid: {', '.join(LEARNED_KINDS)}")
 
 
 def save(obj, path: str | Path) -> Path:
@@ -261,5 +263,5 @@ def load(path: str | Path):
                              f"(empty, truncated or damaged: {type(err).__name__})") from None
 
 
-__all__ = ["FEATURES", "HybridRegressor", "PolynomialRegressor", "REGRESSOR_KINDS", "ResidualRegressor", "clone",
+__all__ = ["FEATURES", "HybridRegressor", "PolynomialRegressor", "LEARNED_KINDS", "ResidualRegressor", "clone",
            "fit_polynomial_aic", "load", "make_regressor", "profile_features", "save", "with_base"]

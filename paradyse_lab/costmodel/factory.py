@@ -1,0 +1,107 @@
+"""Every cost model by name: `build_cost_model(name, model, cluster, p, profiles)`.
+
+Names (`COST_MODEL_NAMES`, what `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept, or a
+`.joblib` file written by `FittedProfiles.save`): `analytic` (analytic.py), `paper` (the authors' measured
+A100 times, paper.py), `calibrated` (the analytic model calibrated on a profile, calibration.py) and the
+learned kinds `LEARNED_KINDS` (regressors.py, fitted by learned_fit.py).
+
+Example: `paradyse-lab cost --model gpt --seq 4K --cost-model calibrated`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.learned_fit import FittedProfiles, LearnedCostModel, cached_fit_on_file, fit_profile_file
+from paradyse_lab.costmodel.regressors import LEARNED_KINDS
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.profiles import default_profile, profile_sources
+
+COST_MODEL_NAMES = ("analytic", "paper", "calibrated") + LEARNED_KINDS
+"""Names `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept (or a .joblib path)."""
+
+
+def needs_profile(name: str, cluster: ClusterSpec) -> bool:
+    """Whether `build_cost_model(name, ...)` fits something on a profile."""
+    return name in LEARNED_KINDS or (name == "calibrated" and not cluster.calibration)
+
+
+def calibration_profile(device: str) -> Path:
+    """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
+    node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
+    from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
+    from paradyse_lab.profiles import PAPER_PROFILE
+
+    path = default_profile(device)
+    if path.name.startswith("measured"):
+        return path
+    if device == PAPER_DEVICE:
+        return PAPER_PROFILE
+    raise UserInputError(f"no measured profile of {device!r} to calibrate on (the bundled one is synthetic, the "
+                         "analytic model itself); pass --profiles FILE")
+
+
+def check_profile_device(df: pd.DataFrame, cluster: ClusterSpec, path) -> None:
+    """Refuse to fit `cluster` on rows taken on another preset device."""
+    devices = set(df["device"]) & set(CLUSTER_PRESETS)
+    if devices and devices != {cluster.device}:
+        raise UserInputError(f"{Path(path).name}: rows taken on {', '.join(sorted(devices))}, not on "
+                             f"{cluster.device}; fit it with --cluster {sorted(devices)[0]}")
+
+
+def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
+    """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
+    from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
+
+    def fit(df: pd.DataFrame) -> ClusterSpec:
+        check_profile_device(df, cluster, path)
+        return calibrated_cluster(cluster, fit_calibration(df, cluster),
+                                  source=f"calibrated on {path.name} (source={profile_sources(df)})")
+
+    return cached_fit_on_file(path, "calibrated", cluster, fit)
+
+
+def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None = None,
+                     profiles: str | Path | None = None):
+    """A cost model by name (`COST_MODEL_NAMES`) or from a .joblib file (`FittedProfiles.save`):
+
+    - `analytic`: the analytic model of `cluster` (calibrated if the cluster file carries a calibration);
+    - `paper`: the authors' measured A100 times (costmodel/paper.py), memory analytic;
+    - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
+      fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
+    - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
+    """
+    if name == "analytic":
+        return AnalyticCostModel(model, cluster, p)
+    if name == "paper":
+        from paradyse_lab.costmodel.paper import PaperCostModel
+
+        return PaperCostModel(model, cluster, p)
+    if name == "calibrated":
+        if not cluster.calibration:
+            cluster = calibrate_on_file(Path(profiles) if profiles else calibration_profile(cluster.device), cluster)
+        return AnalyticCostModel(model, cluster, p)
+    if name in LEARNED_KINDS:
+        path = Path(profiles) if profiles else default_profile(cluster.device)
+        return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
+    if name.endswith(".joblib"):
+        from paradyse_lab.costmodel import regressors
+
+        if not Path(name).is_file():
+            raise UserInputError(f"cost model file {name!r} not found")
+        fitted = regressors.load(name)
+        if not isinstance(fitted, FittedProfiles):
+            raise UserInputError(f"{name}: not a fitted cost model (FittedProfiles)")
+        return LearnedCostModel(fitted, model, cluster, p)
+    raise unknown_name("cost model", name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
+
+
+def cost_model_label(cm) -> str:
+    """How results name a cost model: `analytic`, or `hybrid (profile source=analytic)`."""
+    return getattr(cm, "label", getattr(cm, "name", type(cm).__name__))
