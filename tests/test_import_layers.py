@@ -1,0 +1,164 @@
+"""One direction of imports, read from the sources with `ast` (nothing is imported).
+
+Layers, bottom to top:
+
+- the vocabulary: `paradyse_lab` without `paradyse_lab.cli` and `paradyse_lab.app` (specs, catalog, layer
+  graph, search problem, cost models, profiles, workloads);
+- `solvers` (on the vocabulary), `simulator` (on the vocabulary and the solvers);
+- `runtime` (torch; on the vocabulary only) and `figures` (on the vocabulary only);
+- the application: `paradyse_lab.cli` and `paradyse_lab.app` (and `python -m paradyse_lab`, which runs the
+  CLI), the only code that imports `solvers`, `simulator`, `runtime` or `figures` from outside them.
+
+`solvers` and `simulator` never import torch, directly or through any module of this repository they import.
+Every import counts, function-local ones included. Run: `python -m pytest -q tests/test_import_layers.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
+APPLICATION = ("paradyse_lab.cli", "paradyse_lab.app", "paradyse_lab.__main__")
+TORCH = "torch"
+
+
+def layer(module: str) -> str:
+    """The layer a module of this repository belongs to."""
+    if any(module == a or module.startswith(a + ".") for a in APPLICATION):
+        return "application"
+    top = module.split(".")[0]
+    return "vocabulary" if top == "paradyse_lab" else top
+
+
+FORBIDDEN = {
+    "vocabulary": {"solvers", "simulator", "runtime", "figures", "application"},
+    "solvers": {"simulator", "runtime", "figures", "application", TORCH},
+    "simulator": {"runtime", "figures", "application", TORCH},
+    "runtime": {"solvers", "simulator", "figures", "application"},
+    "figures": {"solvers", "simulator", "runtime", "application"},
+    "application": set(),
+}
+"""Layer -> the layers (and torch) its modules must not import."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, Path]:
+    """Module name -> file, for every .py file of the packages (tests/ excluded)."""
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
+    """(line, imported module) for every import statement of the file; `from X import Y` names X.Y when
+    that is a module of this repository, else X."""
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = package[:len(package) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.append((node.lineno, sub if sub in known else base))
+    return list(dict.fromkeys(out))
+
+
+def target_layer(imported: str, known: set[str]) -> str | None:
+    """The layer of an imported module (its own layer for this repository's modules, `torch` for torch,
+    None for anything else)."""
+    top = imported.split(".")[0]
+    if top == TORCH:
+        return TORCH
+    if top in PACKAGES:
+        return layer(imported)
+    return None
+
+
+def with_parents(imported: str, known: set[str]) -> list[str]:
+    """Importing a.b.c runs a/__init__, a/b/__init__ and a/b/c: the repository modules among them."""
+    parts = imported.split(".")
+    return [m for m in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if m in known]
+
+
+def torch_chains(files: dict[str, Path], graph: dict[str, list[tuple[int, str]]]) -> dict[str, list[str]]:
+    """Module -> one chain of imports from it to torch (absent when none exists)."""
+    known = set(files)
+    chains: dict[str, list[str]] = {}
+    changed = True
+    while changed:  # fixed point over the import graph
+        changed = False
+        for module, edges in graph.items():
+            if module in chains:
+                continue
+            for _, imported in edges:
+                if imported.split(".")[0] == TORCH:
+                    chains[module] = [module, TORCH]
+                    changed = True
+                    break
+                via = next((m for m in with_parents(imported, known) if m in chains and m != module), None)
+                if via is not None:
+                    chains[module] = [module] + chains[via]
+                    changed = True
+                    break
+    return chains
+
+
+def violations(files: dict[str, Path] | None = None, graph: dict | None = None) -> list[str]:
+    """`file:line: rule` for every import that breaks the layering (default: this repository's sources)."""
+    files = sources() if files is None else files
+    known = set(files)
+    graph = {m: imports_of(m, p, known) for m, p in files.items()} if graph is None else graph
+    chains = torch_chains(files, graph)
+    found = []
+    for module, edges in sorted(graph.items()):
+        own = layer(module)
+        where = files[module].relative_to(ROOT)
+        for line, imported in edges:
+            target = target_layer(imported, known)
+            if target is not None and target != own and target in FORBIDDEN[own]:
+                found.append(f"{where}:{line}: {own} must not import {target} (imports {imported})")
+            elif TORCH in FORBIDDEN[own] and target not in (None, TORCH):
+                via = next((m for m in with_parents(imported, known) if m in chains), None)
+                if via is not None:
+                    found.append(f"{where}:{line}: {own} must not import torch, even indirectly "
+                                 f"(imports {imported}: {' -> '.join(chains[via])})")
+    return found
+
+
+def test_imports_go_one_way():
+    found = violations()
+    assert not found, "imports against the layering (tests/test_import_layers.py docstring):\n" + "\n".join(found)
+
+
+def test_the_checker_sees_every_kind_of_import():
+    """The reader resolves plain, from-, relative and function-local imports (so a passing run means
+    something)."""
+    files = sources()
+    known = set(files)
+    edges = {m: {i for _, i in imports_of(m, files[m], known)} for m in ("simulator.engine", "paradyse_lab.app.report",
+                                                                        "paradyse_lab.cli.train_command")}
+    assert "paradyse_lab.search_problem" in edges["simulator.engine"]
+    assert "paradyse_lab.app.report.document" in edges["paradyse_lab.app.report"]
+    assert "runtime.train" in edges["paradyse_lab.cli.train_command"]  # imported inside register()
+    assert layer("paradyse_lab.costmodel.lowering") == "vocabulary" and layer("paradyse_lab.app.reproduce") == (
+        "application")
+
+
+def test_torch_is_caught_through_the_vocabulary():
+    """A solver that imports a vocabulary module which imports torch breaks the rule (line and chain shown)."""
+    files = {m: ROOT / (m.replace(".", "/") + ".py") for m in ("solvers.fast", "paradyse_lab.helper", "runtime.comm")}
+    graph = {"solvers.fast": [(3, "paradyse_lab.helper")], "paradyse_lab.helper": [(7, "torch.nn")],
+             "runtime.comm": [(1, "torch")]}
+    assert violations(files, graph) == [
+        "solvers/fast.py:3: solvers must not import torch, even indirectly "
+        "(imports paradyse_lab.helper: paradyse_lab.helper -> torch)"]
