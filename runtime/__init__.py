@@ -21,7 +21,8 @@ import importlib
 
 _EXPORTS = {"ParallelGPT": "runtime.model", "GPTConfig": "runtime.reference", "ReferenceGPT": "runtime.reference",
             "shard_sequence": "runtime.layout", "gather_sequence": "runtime.layout", "layout_unit": "runtime.layout"}
-"""Imported on first use (PEP 562), so `import runtime.train` (the CLI registration) does not load torch."""
+"""Imported on first use (PEP 562), so `import runtime.train` (the CLI's registration,
+paradyse_lab/cli/train_command.py) does not load torch."""
 __all__ = list(_EXPORTS)
 
 

@@ -2,7 +2,7 @@
 
     paradyse-lab calibrate --out DIR              # defaults suit the machine (CPU: gpt2-cpu, p = 2, 6 min)
     paradyse-lab calibrate --out DIR --nproc 8 --model gpt2 --max-len 1024 --budget-s 540   # a GPU node
-    torchrun --standalone --nproc-per-node 8 -m runtime.calibrate --out DIR                  # the same
+    torchrun --standalone --nproc-per-node 8 -m paradyse_lab calibrate --out DIR             # the same
 
 Everything is measured through the project's runtime on p ranks (gloo on CPU, NCCL on GPUs), every rank
 working at once as in training; rank 0 writes. Stages, in order, each with a share of `--budget-s`

@@ -1,4 +1,4 @@
-"""Start N local ranks of a function and stop them with their launcher (`python -m runtime.train --nproc N`).
+"""Start N local ranks of a function and stop them with their launcher (`paradyse-lab train --nproc N`).
 
 Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `nprocs` spawned processes
 (multiprocessing's spawn start method, as torch.multiprocessing.spawn does) and waits for them:

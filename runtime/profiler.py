@@ -6,7 +6,7 @@ Commands:
     paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
         --mode rank-local --p 8 --out profile.csv
     # distributed: every rank runs its share for real (NCCL on GPUs, gloo on CPU); rank 0 writes
-    torchrun --standalone --nproc-per-node 8 -m runtime.profiler --model gpt2-tiny --seqs 512,1024 \\
+    torchrun --standalone --nproc-per-node 8 -m paradyse_lab profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
     # (inside a process group that is already set up, call `profile_distributed`: the tests do, on gloo)
 
