@@ -341,7 +341,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
 
 def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
-    from figures._common import MissingCSV
+    from figures._common import SOURCE_NOTE, MissingCSV
 
     jobs = [(name, out, name, None) for name in FIGURE_SCRIPTS]
     if s.paper_truth:
@@ -350,7 +350,7 @@ def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
     for module, results, name, note in jobs:
         figure = importlib.import_module(f"figures.{module}")
         try:
-            path = figure.render(results, out / "figures", name, *([note] if note else []))
+            path = figure.render(results, out / "figures", name, note or SOURCE_NOTE)
         except MissingCSV as err:
             raise UserInputError(f"figures/{module}.py: {err}") from None
         print(f"wrote {path}.png and .pdf")
