@@ -1,11 +1,11 @@
 """GPU node descriptions (`ClusterSpec`) for the analytic cost model, their presets and TOML loading.
 
-Every number carries its source key from `shared/HARDWARE.md` (kind: P vendor peak, M measured, Mdl NCCL
+Every number carries its source key from docs/hardware.md (kind: P vendor peak, M measured, Mdl NCCL
 model constant, E derived by us):
 
 - peak dense bf16 FLOP/s, HBM bandwidth: datasheets [DS-A] [DS-H] (P).
 - memory seen by CUDA: A100 81,251 / 40,441 MiB [DQ] (M); H100 81,559 MiB and H200 143,771 MiB as
-  nvidia-smi showed them on this workplace's lent machines (device tool KINDS.md, 2026-11) (M).
+  reported by nvidia-smi on an H100 80GB HBM3 and an H200 machine in 2026-11 (M).
 - collective bus bandwidths (nccl-tests busbw convention [PERF]): A100 all_gather / reduce_scatter /
   all_reduce ~230 GB/s (tests#149, [AZ]); p2p 195 GB/s @1 GB [LP]; H100 ~370 (tests#212), alltoall 336
   (nccl#2169, 4 GPUs), p2p 371 (nccl#1264); H200 365 ring, p2p 396 [MLE-N] (M). A100 and H200 alltoall
@@ -224,7 +224,7 @@ def _a100(name: str, mem_mib: int, hbm: float) -> ClusterSpec:
         busbw_bytes_per_s=_bw(230, 195, 231.6), busbw_size_curve=A100_SIZE_CURVE,
         gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
         attention_efficiency_causal=A100_ATTN_CAUSAL,
-        source="HARDWARE.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]",
+        source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]",
     )
 
 
@@ -234,8 +234,8 @@ def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float
         hbm_bytes_per_s=hbm, busbw_bytes_per_s=_bw(ag, p2p), busbw_size_curve=H100_SIZE_CURVE,
         gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
         attention_efficiency_causal=H100_ATTN_CAUSAL,
-        source="HARDWARE.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
-        "device tool KINDS.md (memory)",
+        source="docs/hardware.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
+        "memory: nvidia-smi (M)",
     )
 
 

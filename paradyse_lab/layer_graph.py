@@ -1,6 +1,6 @@
 """`LayerGraph`: the transformer as a networkx DiGraph, the structure solvers decide over.
 
-Nodes: `embedding` -> (`attn.0`, `mlp.0`) ... (`attn.{L-1}`, `mlp.{L-1}`) -> `head` (DESIGN.md section 3).
+Nodes: `embedding` -> (`attn.0`, `mlp.0`) ... (`attn.{L-1}`, `mlp.{L-1}`) -> `head` (docs/design.md section 3).
 At block granularity one decision covers a block's attention and MLP (the paper); at sub-layer granularity
 attention and MLP decide separately. Decision nodes carry `kind` ('attention' | 'mlp' | 'block'),
 `layer` (block index) and `decision` (index of the decision variable); embedding and head carry

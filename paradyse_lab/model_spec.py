@@ -4,7 +4,7 @@ Sources of the presets:
 - `bert`, `llama`, `gpt`: ParaDySe (arXiv 2511.13198) Table 4, with the number of layers the paper runs
   on its node (24, 8, 8). The paper's layer is the one of its Table 2 (multi-head attention, a 4h GELU MLP)
   for all three; BERT's and LLaMA's hidden sizes were lost in the available text and are the standard
-  ones for those shapes (BERT-large 1024; LLaMA-65B 8192), see PAPER.md section 6. The paper times the
+  ones for those shapes (BERT-large 1024; LLaMA-65B 8192), see docs/paper.md section 6. The paper times the
   transformer layer stack only, so these presets carry no embedding or head.
 - GPT-2 family: Radford et al. 2019 and the Hugging Face `gpt2*` config.json files
   (n_embd / n_head / n_layer: 768/12/12, 1024/16/24, 1280/20/36, 1600/25/48; vocab 50257; 1024 positions).

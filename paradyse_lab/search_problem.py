@@ -1,4 +1,4 @@
-"""`SearchProblem`: what a solver sees, arrays over decisions l and strategy options o (DESIGN.md section 4).
+"""`SearchProblem`: what a solver sees, arrays over decisions l and strategy options o (docs/design.md section 4).
 
 A plan picks one option per decision (a block, or one sub-layer at sub-layer granularity). For a plan pi:
 

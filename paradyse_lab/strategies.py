@@ -1,7 +1,7 @@
-"""The strategy catalog: the parallel strategies of ParaDySe (PAPER.md section 2) and their rules.
+"""The strategy catalog: the parallel strategies of ParaDySe (docs/paper.md section 2) and their rules.
 
 Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
-(PAPER.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
+(docs/paper.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
 Activation recomputation of a layer is an orthogonal option: a `StrategyOption` is a strategy plus that
 flag, written `NAME` or `NAME+recompute`.
 

@@ -1,6 +1,6 @@
 """Workloads: the sequence lengths a training run sees, in order.
 
-- `github_code`, `grch38`: sampled from ParaDySe Table 3 (PAPER.md section 6): a band is drawn by its
+- `github_code`, `grch38`: sampled from ParaDySe Table 3 (docs/paper.md section 6): a band is drawn by its
   fraction (multinomial, seeded), the length log-uniformly inside the band, rounded down to a multiple of
   512 (the paper's lengths are), capped at the dataset's maximum; the maximum-length sequence is always
   included; sorted ascending (the paper trains short to long). GRCh38's row sums to 99.1% as printed and is

@@ -1,4 +1,4 @@
-"""torch.distributed runtime with the unified layout (DESIGN.md section 6).
+"""torch.distributed runtime with the unified layout (docs/design.md section 6).
 
 Usage, one process per rank (gloo on CPU, NCCL on GPU):
 

@@ -4,7 +4,7 @@ Library module (no command). Works on gloo (CPU) and NCCL (GPU); a group of size
 process group at all, short-circuits every call (nothing is sent, nothing is counted).
 
 Byte counting: each call records the bytes this rank sends under the ring-algorithm convention of
-`paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S, HARDWARE.md section 3):
+`paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S, docs/hardware.md section 3):
 all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the message. The count is
 of the logical collective, whatever the backend does underneath, so it can be compared with the
 analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them, and

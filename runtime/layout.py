@@ -1,4 +1,4 @@
-"""The unified layout (PAPER.md section 3, Table 2): what every rank holds, for every strategy.
+"""The unified layout (docs/paper.md section 3, the paper's Table 2): what every rank holds, for every strategy.
 
 Library module (no command).
 

@@ -1,7 +1,7 @@
 """Ring attention over the zig-zag layout (megatron_cz, and METP's per-head-group inner loop).
 
 Library module (no command). Liu et al., "Ring Attention with Blockwise Transformers" (2023); the zig-zag
-causal blocks follow ring-flash-attention's zigzag variant (PAPER.md section 2: partial results merged by
+causal blocks follow ring-flash-attention's zigzag variant (docs/paper.md section 2: partial results merged by
 log-sum-exp). Rank r holds chunks (r, 2p-1-r) of the sequence; at step i it holds the K/V of rank
 src = (r - i) mod p:
 - i = 0: its own K/V, causal mask on local indices (local order is increasing in position);

@@ -1,1 +1,1 @@
-"""Training-run simulation over a workload (DESIGN.md section 5). Built by the simulator issue."""
+"""Training-run simulation over a workload (docs/design.md section 5)."""

@@ -2,7 +2,7 @@
 
 `paradyse-lab experiment fig2` and `paradyse-lab experiment table5` run these and write
 results/runs/<experiment>/*.csv (one per run), results/fig2_summary.csv, results/fig2_headline.csv and
-results/table5.csv. Paper numbers: PAPER.md section 7.
+results/table5.csv. Paper numbers: docs/paper.md section 7.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
 GiB = 2**30
 DEFAULT_RESERVE_BYTES = 1 * GiB
-"""Allocator reserve: CUDA context (~300 MB) plus NCCL buffers (544-688 MB per group), HARDWARE.md s. 5."""
+"""Allocator reserve: CUDA context (~300 MB) plus NCCL buffers (544-688 MB per group), docs/hardware.md section 5."""
 
 PAPER_HEADLINES = {
     ("github_code", "bert", "time_reduction"): 0.8929,
@@ -44,7 +44,7 @@ PAPER_HEADLINES = {
     ("grch38", "bert", "time_reduction"): 0.5801,
     ("grch38", "gpt", "length_extension"): 1.8122,
 }
-"""PAPER.md section 7: up to 89.29% / 58.01% less time, up to 144.16% / 181.22% longer sequences."""
+"""docs/paper.md section 7: up to 89.29% / 58.01% less time, up to 144.16% / 181.22% longer sequences."""
 PAPER_TABLE5 = {
     "full": (329728, 3117.76, 3117.76, None),
     "without megatron_ts": (300032, 3173.80, 2799.45, 0.1180),
@@ -54,7 +54,7 @@ PAPER_TABLE5 = {
     "without random forest": (270336, 2657.04, 2622.89, 0.0129),
     "without smoothing": (300032, 2800.49, 2799.45, 0.0004),
 }
-"""PAPER.md Table 5: max length (tokens), time (s), time of the full system at that length (s), saving."""
+"""Table 5 (docs/paper.md section 7): max length (tokens), time (s), full system time at that length (s), saving."""
 
 
 TRUTHS = ("analytic", "paper")
@@ -217,7 +217,7 @@ def vs_baselines(runs: dict, datasets, models, statics, dynamic) -> pd.DataFrame
 
 
 def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
-    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (PAPER.md Table 5)."""
+    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (docs/paper.md section 7)."""
     variants = {"full": {}}
     variants.update({f"without {s}": {"exclude": (s,)} for s in USABLE})
     variants["without smoothing"] = {"smoothing": False}

@@ -1,4 +1,4 @@
-"""Policies: how a training run picks the plan for each step's sequence length (DESIGN.md section 5).
+"""Policies: how a training run picks the plan for each step's sequence length (docs/design.md section 5).
 
 - `static:NAME`: one strategy on every layer (the paper's baselines); `static:NAME+recompute` with
   activation recomputation on every layer.
@@ -70,7 +70,7 @@ class PolicySpec:
                 + (SUBLAYER_SUFFIX if self.granularity == "sublayer" else ""))
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0
-"""PAPER.md section 7: restarting a static framework after an OOM costs over 31 s."""
+"""docs/paper.md section 7: restarting a static framework after an OOM costs over 31 s."""
 
 
 @dataclass(frozen=True)

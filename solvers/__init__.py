@@ -1,4 +1,4 @@
-"""Strategy-search solvers over a `SearchProblem` (DESIGN.md section 4).
+"""Strategy-search solvers over a `SearchProblem` (docs/design.md section 4).
 
 `get_solver(name).solve(problem) -> Solution`. Names: heuristic (the paper's Algorithm 1), dp (exact
 Pareto-front dynamic programming, chains), ilp (OR-Tools CP-SAT, any graph), brute_force (exhaustive, the

@@ -1,4 +1,4 @@
-"""The paper's switching heuristic (ParaDySe Algorithm 1, PAPER.md section 5), with its code's defects fixed.
+"""The paper's switching heuristic (ParaDySe Algorithm 1, docs/paper.md section 5), with its code's defects fixed.
 
 Steps, on the whole-model cost of each option used uniformly (`SearchProblem.uniform_costs`: time, exact peak):
 1. dominance: sort options by (time, peak); keep one only when it is lighter than every faster one kept,
@@ -11,7 +11,7 @@ Steps, on the whole-model cost of each option used uniformly (`SearchProblem.uni
 Steps 2 (the cache by (batch, length)) and 5 (the 5% smoothing) need the previous sequence, so they belong
 to the dynamic policy of the simulator (simulator/policies.py: its cache and `keep_previous`).
 
-Defects of the authors' code not copied (PAPER.md section 5): a candidate is costed from fresh arrays and
+Defects of the authors' code not copied (docs/paper.md section 5): a candidate is costed from fresh arrays and
 re-checked with exact integer bytes (their list aliasing could return a plan one layer over the limit);
 the dominance loop compares every adjacent pair, the last included; nothing is remembered between calls
 (their sticky flag forced the fallback for every later sequence once one did not fit).

@@ -1,4 +1,4 @@
-"""Cost models: what a strategy option costs a sub-layer in time and bytes (DESIGN.md section 3)."""
+"""Cost models: what a strategy option costs a sub-layer in time and bytes (docs/design.md section 3)."""
 
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.types import CollectiveCall, CostModel, FixedCost, SubLayerCost

@@ -10,10 +10,10 @@ Sources:
   no attention-dropout mask; with dropout 0 the two sbh output-dropout masks vanish: 32sbh/t. The
   per-tensor list is in `kept_elements_*` below.
 - FLOPs: 2mnk per GEMM; attention 4 s^2 h per sequence forward, halved when causal, backward 2.5x the
-  forward (FlashAttention convention, HARDWARE.md section 2 [FA2][FA3]); GEMM backward 2x forward.
+  forward (FlashAttention convention, docs/hardware.md section 2 [FA2][FA3]); GEMM backward 2x forward.
 - Collective time: alpha-beta in the nccl-tests convention, t = alpha(op, n) + f(op, n) S / busbw(S),
   f = 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, all_to_all, broadcast, 1 for p2p
-  (HARDWARE.md section 6 [PERF]); alpha = base + per-step x steps from NCCL's tuning model [TUNE].
+  (docs/hardware.md section 6 [PERF]); alpha = base + per-step x steps from NCCL's tuning model [TUNE].
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def norm_params(model: ModelSpec) -> int:
 
 
 def attention_sharded_params(model: ModelSpec) -> int:
-    """W_qkv [h, h + 2kv] (+ its bias) and W_proj [h, h]: stored as 1/p shards (PAPER.md Table 2)."""
+    """W_qkv [h, h + 2kv] (+ its bias) and W_proj [h, h]: stored as 1/p shards (docs/paper.md section 3)."""
     h, kv = model.hidden, model.kv_hidden
     return h * (h + 2 * kv) + h * h + ((h + 2 * kv) if model.bias else 0)
 
@@ -152,7 +152,7 @@ ALPHA_STEPS = {
 
 
 def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks: int) -> float:
-    """Alpha-beta time of one collective over `ranks` GPUs (HARDWARE.md section 6)."""
+    """Alpha-beta time of one collective over `ranks` GPUs (docs/hardware.md section 6)."""
     if ranks <= 1 or buffer_bytes <= 0:
         return 0.0
     alpha = cluster.alpha_s(op, ALPHA_STEPS[op](ranks))

@@ -3,7 +3,7 @@
 `fit_profiles(kind, profiles)` fits one regressor per target (whole-model time_s and peak_bytes) on every
 row of a profile (regressors.py); `LearnedCostModel` answers `sublayer` / `fixed` from them:
 
-- the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (PAPER.md
+- the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (docs/paper.md
   section 4), split evenly between attention and MLP; the whole-model peak, divided by L, is charged as
   kept bytes of every layer (transient 0, no fixed bytes), so a `SearchProblem` built from it has the
   paper's additive constraint sum_l M_l(X) < OOM. Its memory budget is capped by the OOM threshold: the
@@ -220,7 +220,7 @@ class LearnedCostModel:
                                  f"p={key[4]}) are of {', '.join(names)}, a different architecture")
         self.config = key
         self.oom_threshold_bytes = fitted.oom_threshold_bytes[key]
-        """The largest peak seen while profiling this configuration (PAPER.md section 4)."""
+        """The largest peak seen while profiling this configuration (docs/paper.md section 4)."""
         self._whole: dict = {}
 
     def collective_s(self, call: CollectiveCall) -> float:

@@ -1,6 +1,6 @@
 """Learned regressors of whole-model cost, scikit-learn estimators (`fit`, `predict`, `get_params`).
 
-The paper's hybrid (PAPER.md section 4): a random forest (50 trees, depth 10, seed 42) inside the profiled
+The paper's hybrid (docs/paper.md section 4): a random forest (50 trees, depth 10, seed 42) inside the profiled
 range of lengths, and beyond the longest profiled length a numpy polynomial in s of degree 1 to 3 chosen by
 AIC, one polynomial per (configuration, strategy) group. Variants: forest only, polynomial only, and
 (beyond the paper) `ResidualRegressor`: a base prediction (the analytic model) times a learned correction.
@@ -39,7 +39,7 @@ LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
 """The learned cost models: the paper's hybrid (random forest + AIC polynomial), each half alone, and the
 residual correction of the analytic model (`make_regressor` builds each)."""
 PAPER_FOREST = {"n_estimators": 50, "max_depth": 10, "random_state": 42}
-"""PAPER.md section 4."""
+"""docs/paper.md section 4."""
 
 
 def profile_features(df: pd.DataFrame) -> np.ndarray:

@@ -14,7 +14,7 @@ from paradyse_lab.strategies import StrategyOption
 class CollectiveCall:
     """One collective (or, for `p2p`, one ring step) a rank takes part in, `count` times.
 
-    `buffer_bytes` follows the nccl-tests convention (HARDWARE.md section 3): the full output of an
+    `buffer_bytes` follows the nccl-tests convention (docs/hardware.md section 3): the full output of an
     all_gather, the full input of a reduce_scatter, a rank's send buffer for all_to_all, the message of a
     point-to-point step, the buffer of all_reduce and broadcast.
     """

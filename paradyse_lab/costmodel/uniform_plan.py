@@ -1,7 +1,7 @@
 """Whole-model numbers of a uniform plan (one option on every layer): what `paradyse-lab cost` prints.
 
 Peak memory = model states + every layer's kept activations + the largest transient + embedding/head
-(DESIGN.md section 3): the backward of the last layer runs while all layers' activations are alive.
+(docs/design.md section 3): the backward of the last layer runs while all layers' activations are alive.
 """
 
 from __future__ import annotations

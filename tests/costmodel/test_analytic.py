@@ -1,4 +1,4 @@
-"""Behaviour of the analytic cost model: what PAPER.md section 2 says about the strategies."""
+"""Behaviour of the analytic cost model: what docs/paper.md section 2 says about the strategies."""
 
 import pytest
 

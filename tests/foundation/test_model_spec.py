@@ -7,7 +7,7 @@ from paradyse_lab.model_spec import PRESETS, ModelSpec, get_model, load_hf_confi
 
 
 def test_paper_presets_match_table4():
-    """ParaDySe Table 4 with the layers run on the node (PAPER.md section 6)."""
+    """ParaDySe Table 4 with the layers run on the node (docs/paper.md section 6)."""
     assert (PRESETS["bert"].hidden, PRESETS["bert"].heads, PRESETS["bert"].layers) == (1024, 16, 24)
     assert (PRESETS["llama"].hidden, PRESETS["llama"].heads, PRESETS["llama"].layers) == (8192, 64, 8)
     assert (PRESETS["gpt"].hidden, PRESETS["gpt"].heads, PRESETS["gpt"].layers) == (12288, 96, 8)

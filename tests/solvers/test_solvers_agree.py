@@ -1,4 +1,4 @@
-"""Solvers check each other (DESIGN.md section 7): dp == ilp == brute force, heuristic >= optimum, plans fit."""
+"""Solvers check each other (docs/design.md section 7): dp == ilp == brute force, heuristic >= optimum, plans fit."""
 
 import numpy as np
 import pytest
