@@ -1,4 +1,4 @@
-"""What every solver shares: `Solution`, the `Solver` protocol, the final plan check, exact memory bounds.
+"""What every solver shares: `Solution`, the `Solver` protocol, the final plan check, the least-peak plan.
 
 A solver's `solve(problem)` returns a `Solution` whose plan it has checked against the problem with exact
 integer bytes (`make_solution`). Infeasible is a status, not an exception: the plan then is the one with
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
+
+if TYPE_CHECKING:
+    from solvers.bounds import CapTable
 
 STATUSES = ("optimal", "feasible", "infeasible")
 BIG = np.int64(2**62 // 512)
@@ -78,58 +81,10 @@ def make_solution(problem: SearchProblem, plan, status: str, solver: str, starte
                     solve_time_s=time.perf_counter() - started)
 
 
-@dataclass(frozen=True)
-class CapTable:
-    """Per transient cap c (a value the max-transient term can take): what the decisions can do under it.
-
-    An option is allowed under cap c at decision l when max(transient[l, o], fixed transient) <= c. In
-    order of effective transient a decision's allowed options are a prefix, so the least of any value over
-    them is a step function of c with at most O steps; sums over decisions are built from those steps
-    (`sum_min_allowed`) in O(L O + C), never as [L, C] tables.
-    """
-
-    caps: np.ndarray
-    """[C] the distinct effective transient values, ascending."""
-    order: np.ndarray
-    """[L, O] each decision's options sorted by effective transient."""
-    position: np.ndarray
-    """[L, O] index in `caps` of the effective transient of option order[l, j]: the least cap allowing it."""
-    valid: np.ndarray
-    """[C] whether every decision has an allowed option."""
-    peak_floor: np.ndarray
-    """[C] fixed + sum over decisions of the least kept bytes allowed + c (int64 max when not valid). No plan
-    under cap c has a larger max-transient term than c, so the least of these over all caps is exactly the
-    least peak of any plan."""
-
-    @classmethod
-    def build(cls, problem: SearchProblem) -> CapTable:
-        eff = problem.effective_transient  # [L, O]
-        caps = np.unique(eff)
-        order = np.argsort(eff, axis=1, kind="stable")
-        position = np.searchsorted(caps, np.take_along_axis(eff, order, 1))  # [L, O]
-        valid = np.arange(caps.size) >= position[:, 0].max()
-        table = cls(caps, order, position, valid, np.zeros(0, dtype=np.int64))
-        kept = table.sum_min_allowed(problem.kept_bytes)
-        floor = np.where(valid, problem.fixed_bytes + kept + caps, np.iinfo(np.int64).max)
-        object.__setattr__(table, "peak_floor", floor)
-        return table
-
-    def sum_min_allowed(self, values: np.ndarray) -> np.ndarray:
-        """[C] sum over decisions of the least of `values` [L, O] (finite) allowed under each cap; only
-        entries where `valid` are meaningful. Integer values sum exactly; float sums are differences
-        accumulated over caps, within about L * O * eps * max|sum| of the direct sum."""
-        run = np.minimum.accumulate(np.take_along_axis(values, self.order, 1), axis=1)  # [L, O]
-        steps = np.diff(run, axis=1, prepend=np.zeros_like(run[:, :1])).ravel()  # change at each position
-        if np.issubdtype(values.dtype, np.integer):
-            per_cap = np.zeros(self.caps.size, dtype=np.int64)
-            np.add.at(per_cap, self.position.ravel(), steps)  # exact (bincount weights are float64)
-        else:
-            per_cap = np.bincount(self.position.ravel(), steps, minlength=self.caps.size)
-        return np.cumsum(per_cap)
-
-
 def min_peak_plan(problem: SearchProblem, table: CapTable | None = None) -> tuple[np.ndarray, int]:
     """The plan of least peak memory (ties: least time per decision) and that peak, exactly."""
+    from solvers.bounds import CapTable  # here: bounds loads the compiled kernels, which most solvers never use
+
     table = table or CapTable.build(problem)
     c = int(np.argmin(table.peak_floor))
     allowed = problem.effective_transient <= table.caps[c]

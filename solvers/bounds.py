@@ -1,17 +1,72 @@
-"""Lower bounds and near-optimal plans from the Lagrangian relaxation of the kept-bytes budget (for dp).
+"""Bounds for the exact solvers: per transient cap, exact memory floors (`CapTable`); lower bounds on time
+and near-optimal plans from the Lagrangian relaxation of the kept-bytes budget (for dp).
 
-For a transient cap with kept budget B and any multiplier lam >= 0, every plan whose kept bytes fit has
-time >= min over plans of (time + lam * kept [+ switches]) - lam * B (weak duality). Without switch costs
-the min is per decision; with them it is a Viterbi pass over the chain (`cost_to_go`).
+The peak's max-transient term is not additive, so dp and the ILP enumerate its value, the cap c: under cap
+c only options with effective transient <= c are allowed, and the kept bytes may sum to at most
+budget - fixed - c (`CapTable` says what each cap allows). For a cap with kept budget B and any multiplier
+lam >= 0, every plan whose kept bytes fit has time >= min over plans of (time + lam * kept [+ switches])
+- lam * B (weak duality). Without switch costs the min is per decision; with them it is a Viterbi pass
+over the chain (`cost_to_go`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
-from solvers.base import CapTable
 from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go, writable
+
+
+@dataclass(frozen=True)
+class CapTable:
+    """Per transient cap c (a value the max-transient term can take): what the decisions can do under it.
+
+    An option is allowed under cap c at decision l when max(transient[l, o], fixed transient) <= c. In
+    order of effective transient a decision's allowed options are a prefix, so the least of any value over
+    them is a step function of c with at most O steps; sums over decisions are built from those steps
+    (`sum_min_allowed`) in O(L O + C), never as [L, C] tables.
+    """
+
+    caps: np.ndarray
+    """[C] the distinct effective transient values, ascending."""
+    order: np.ndarray
+    """[L, O] each decision's options sorted by effective transient."""
+    position: np.ndarray
+    """[L, O] index in `caps` of the effective transient of option order[l, j]: the least cap allowing it."""
+    valid: np.ndarray
+    """[C] whether every decision has an allowed option."""
+    peak_floor: np.ndarray
+    """[C] fixed + sum over decisions of the least kept bytes allowed + c (int64 max when not valid). No plan
+    under cap c has a larger max-transient term than c, so the least of these over all caps is exactly the
+    least peak of any plan."""
+
+    @classmethod
+    def build(cls, problem: SearchProblem) -> CapTable:
+        eff = problem.effective_transient  # [L, O]
+        caps = np.unique(eff)
+        order = np.argsort(eff, axis=1, kind="stable")
+        position = np.searchsorted(caps, np.take_along_axis(eff, order, 1))  # [L, O]
+        valid = np.arange(caps.size) >= position[:, 0].max()
+        table = cls(caps, order, position, valid, np.zeros(0, dtype=np.int64))
+        kept = table.sum_min_allowed(problem.kept_bytes)
+        floor = np.where(valid, problem.fixed_bytes + kept + caps, np.iinfo(np.int64).max)
+        object.__setattr__(table, "peak_floor", floor)
+        return table
+
+    def sum_min_allowed(self, values: np.ndarray) -> np.ndarray:
+        """[C] sum over decisions of the least of `values` [L, O] (finite) allowed under each cap; only
+        entries where `valid` are meaningful. Integer values sum exactly; float sums are differences
+        accumulated over caps, within about L * O * eps * max|sum| of the direct sum."""
+        run = np.minimum.accumulate(np.take_along_axis(values, self.order, 1), axis=1)  # [L, O]
+        steps = np.diff(run, axis=1, prepend=np.zeros_like(run[:, :1])).ravel()  # change at each position
+        if np.issubdtype(values.dtype, np.integer):
+            per_cap = np.zeros(self.caps.size, dtype=np.int64)
+            np.add.at(per_cap, self.position.ravel(), steps)  # exact (bincount weights are float64)
+        else:
+            per_cap = np.bincount(self.position.ravel(), steps, minlength=self.caps.size)
+        return np.cumsum(per_cap)
 
 
 def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations: int = 30):

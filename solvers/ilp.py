@@ -32,7 +32,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from paradyse_lab.search_problem import SearchProblem
-from solvers.base import CapTable, Solution, infeasible_solution, make_solution
+from solvers.base import Solution, infeasible_solution, make_solution
+from solvers.bounds import CapTable
 from solvers.greedy import GreedySolver
 from solvers.heuristic import HeuristicSolver
 

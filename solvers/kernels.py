@@ -14,6 +14,8 @@ switch from decision l - 1 into decision l.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -186,6 +188,46 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
     return alive
 
 
+class PassTables(NamedTuple):
+    """What one forward pass (`pareto_pass`) reads: m free decisions, O options, B buckets, J multipliers.
+
+    Built by `solvers.dp.pass_tables`; every array C-contiguous and writable (`writable`), so that the
+    kernel has one compiled specialisation."""
+
+    times: np.ndarray
+    """[m, O] float64 seconds of each free decision's options (inf: not allowed)."""
+    kept: np.ndarray
+    """[m, O] int64 kept bytes (`BIG` where not allowed)."""
+    bucket: np.ndarray
+    """[m, O] int64 bucket of each option: the least cap in play at or above its effective transient."""
+    switch: np.ndarray
+    """[O, O] float64 switch costs, charged into step i when adjacent[i]; shape [0, 0]: no switch costs."""
+    adjacent: np.ndarray
+    """[m] bool: free decision i directly follows free decision i - 1 (never charged at i = 0)."""
+    reach: np.ndarray
+    """[O] float64: the most a state ending in any option saves on the next switch over one ending in o."""
+    time_cap: np.ndarray
+    """[m, O] float64: a state extended by option o at step i must be faster than this (the bound minus the
+    least time of the rest)."""
+    lam_cap: np.ndarray
+    """[J, m, O] float64: the same test for each multiplier's Lagrangian bound (`_lagrange_slack`)."""
+    rest_k: np.ndarray
+    """[m] int64: least kept bytes of the decisions after step i."""
+    budgets: np.ndarray
+    """[B] int64 kept-bytes budget of each bucket, descending."""
+    lams: np.ndarray
+    """[J] float64 Lagrange multipliers."""
+    t0: float
+    """Time of the decisions taken out of the pass as constants (they start every state)."""
+    k0: int
+    """Their kept bytes."""
+    b0: int
+    """Their largest bucket."""
+    grouped: bool
+    """Whether states compete only within their bucket (several caps in play, or switch costs); else one
+    group."""
+
+
 @njit(cache=True)
 def _lagrange_slack(t, k, room, lams, lam_cap, i, o):
     """max over multipliers j of t + lams[j] * (k - room) - lam_cap[j, i, o]: negative when no multiplier's
@@ -197,101 +239,124 @@ def _lagrange_slack(t, k, room, lams, lam_cap, i, o):
 
 
 @njit(cache=True)
-def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap, rest_k, budgets,
-                t0, k0, b0, lams, grouped, n_buckets, beam):
-    """The forward Pareto pass of `solvers.dp.DPSolver._pass` over m free decisions: (found, plan [m]).
+def _extend(tb, i, ft, fk, fb, fo):
+    """Phase 1 of step i: every admissible extension of the front (ft, fk, fb, fo) by an option of decision
+    i, as candidate arrays (time, kept, bucket, option, parent state)."""
+    S, O = ft.size, tb.times.shape[1]
+    ct = np.empty(S * O)
+    ck = np.empty(S * O, np.int64)
+    cb = np.empty(S * O, np.int64)
+    co = np.empty(S * O, np.int64)
+    cp = np.empty(S * O, np.int64)
+    n = 0
+    charge = i > 0 and tb.switch.shape[0] > 0 and tb.adjacent[i]
+    for s in range(S):
+        for o in range(O):
+            t = ft[s] + tb.times[i, o]
+            if charge:
+                t += tb.switch[fo[s], o]
+            kk = fk[s] + tb.kept[i, o]
+            bb = max(fb[s], tb.bucket[i, o])
+            room = tb.budgets[bb]
+            if (t < tb.time_cap[i, o] and kk <= room - tb.rest_k[i]
+                    and _lagrange_slack(t, kk, room, tb.lams, tb.lam_cap, i, o) < 0):
+                ct[n], ck[n], cb[n], co[n], cp[n] = t, kk, bb, o, s
+                n += 1
+    return ct[:n], ck[:n], cb[:n], co[:n], cp[:n]
 
-    A partial plan is a state (time, kept, bucket, last option). Extending it by option o at step i gives a
-    candidate that is admissible when time < time_cap[i, o], kept <= budgets[bucket] - rest_k[i] and, for
-    every multiplier j, time + lams[j] * (kept - budgets[bucket]) < lam_cap[j, i, o]. The next front holds
-    the admissible candidates that no other weakly dominates in (time, kept) among those with the same last
-    option (when there are switch costs) and a bucket at or below theirs (when `grouped`; else one bucket):
-    a lower bucket has the larger kept budget and puts every completion in a bucket no higher. With switch
-    costs, `keep_across_options` prunes across last options too, with reach [O]. switch [O, O] ([0, 0]: no
-    switch costs) is charged into step i when adjacent[i].
+
+@njit(cache=True)
+def _beam_cut(tb, i, ct, ck, cb, co, cp, beam):
+    """Heuristic mode: the `beam` candidates of least Lagrangian slack (all of them when there are fewer)."""
+    n = ct.size
+    if beam <= 0 or n <= beam:
+        return ct, ck, cb, co, cp
+    score = np.empty(n)
+    for c in range(n):
+        score[c] = _lagrange_slack(ct[c], ck[c], tb.budgets[cb[c]], tb.lams, tb.lam_cap, i, co[c])
+    chosen = np.argpartition(score, beam - 1)[:beam]
+    return ct[chosen], ck[chosen], cb[chosen], co[chosen], cp[chosen]
+
+
+@njit(cache=True)
+def _undominated(tb, ct, ck, cb, co):
+    """Phase 2 of a step: indices of the candidates that no faster-or-equal one of the same group (last
+    option, with switch costs) and a bucket at or below theirs (when grouped) matches in kept bytes."""
+    n = ct.size
+    has_steps = tb.switch.shape[0] > 0
+    width = tb.times.shape[1] if has_steps else 1  # groups: (bucket, last option) with switch costs, else bucket
+    n_groups = tb.budgets.size * width if tb.grouped else width
+    runmin = np.full(n_groups, np.iinfo(np.int64).max)  # per group: least kept of the states kept so far
+    order = np.argsort(ct)
+    keep = np.empty(n, np.int64)
+    S = 0
+    for j in range(n):
+        c = order[j]
+        last = co[c] if has_steps else 0
+        least = np.iinfo(np.int64).max  # least kept of an earlier (faster) state in a bucket at or below
+        for bb in range(cb[c] + 1 if tb.grouped else 1):
+            least = min(least, runmin[bb * width + last])
+        if ck[c] < least:
+            g = cb[c] * width + last if tb.grouped else 0
+            runmin[g] = min(runmin[g], ck[c])
+            keep[S] = c
+            S += 1
+    return keep[:S]
+
+
+@njit(cache=True)
+def _backtrack(hist_opt, hist_par, start, j):
+    """Phase 3: the plan [m] of state j of the last front, following the parents back through the history
+    (step i's states are hist_*[start[i]:start[i + 1]])."""
+    m = start.size - 1
+    plan = np.empty(m, np.int64)
+    for i in range(m - 1, -1, -1):
+        plan[i] = hist_opt[start[i] + j]
+        j = hist_par[start[i] + j]
+    return plan
+
+
+@njit(cache=True)
+def pareto_pass(tb, beam):
+    """The forward Pareto pass of `solvers.dp.forward_pass` over the tables `tb` (`PassTables`, m free
+    decisions): (found, plan [m]).
+
+    A partial plan is a state (time, kept, bucket, last option); the first front is the constants extended
+    by each option of decision 0. Step i extends every state by every option o (`_extend`): the candidate
+    is admissible when time < time_cap[i, o], kept <= budgets[bucket] - rest_k[i] and, for every multiplier
+    j, time + lams[j] * (kept - budgets[bucket]) < lam_cap[j, i, o]. The next front holds the admissible
+    candidates that no other weakly dominates in (time, kept) among those with the same last option (when
+    there are switch costs) and a bucket at or below theirs (when `grouped`; else one bucket): a lower
+    bucket has the larger kept budget and puts every completion in a bucket no higher (`_undominated`).
+    With switch costs, `keep_across_options` prunes across last options too. The fastest state of the last
+    front gives the plan (`_backtrack`).
 
     beam > 0 makes it a heuristic: at each step only the `beam` admissible candidates of least Lagrangian
-    bound are kept. The plan it finds still meets every constraint (an upper bound for the exact pass); it
-    may not be the best.
+    bound are kept (`_beam_cut`). The plan it finds still meets every constraint (an upper bound for the
+    exact pass); it may not be the best.
     """
-    m, O = times.shape
-    has_steps = switch.shape[0] > 0
-    width = O if has_steps else 1  # groups: (bucket, last option) with switch costs, else bucket
-    n_groups = n_buckets * width if grouped else width
-    ft = np.empty(O)
-    fk = np.empty(O, np.int64)
-    fb = np.empty(O, np.int64)
-    fo = np.empty(O, np.int64)
-    S = 0
-    for o in range(O):
-        t = t0 + times[0, o]
-        kk = k0 + kept[0, o]
-        bb = max(b0, bucket[0, o])
-        room = budgets[bb]
-        if (t < time_cap[0, o] and kk <= room - rest_k[0]
-                and _lagrange_slack(t, kk, room, lams, lam_cap, 0, o) < 0):
-            ft[S], fk[S], fb[S], fo[S] = t, kk, bb, o
-            S += 1
-    hist_opt = np.empty(max(1024, 4 * O), np.int64)
+    m = tb.times.shape[0]
+    root = np.zeros(1, np.int64)  # one state: the constants
+    ft, fk, fb, fo, cp = _extend(tb, 0, np.full(1, tb.t0), np.full(1, tb.k0), np.full(1, tb.b0), root)
+    # the first front is every admissible option of decision 0 (at most O states), unfiltered
+    hist_opt = np.empty(max(1024, 4 * tb.times.shape[1]), np.int64)
     hist_par = np.empty(hist_opt.size, np.int64)
     start = np.zeros(m + 1, np.int64)  # history of step i: hist_*[start[i]:start[i + 1]]
-    hist_opt[:S] = fo[:S]
-    hist_par[:S] = 0
-    start[1] = S
-    runmin = np.empty(n_groups, np.int64)
+    hist_opt[:ft.size] = fo
+    hist_par[:ft.size] = cp
+    start[1] = ft.size
     for i in range(1, m):
-        if S == 0:
+        if ft.size == 0:
             return False, np.empty(0, np.int64)
-        ct = np.empty(S * O)
-        ck = np.empty(S * O, np.int64)
-        cb = np.empty(S * O, np.int64)
-        co = np.empty(S * O, np.int64)
-        cp = np.empty(S * O, np.int64)
-        n = 0
-        charge = has_steps and adjacent[i]
-        for s in range(S):
-            for o in range(O):
-                t = ft[s] + times[i, o]
-                if charge:
-                    t += switch[fo[s], o]
-                kk = fk[s] + kept[i, o]
-                bb = max(fb[s], bucket[i, o])
-                room = budgets[bb]
-                if (t < time_cap[i, o] and kk <= room - rest_k[i]
-                        and _lagrange_slack(t, kk, room, lams, lam_cap, i, o) < 0):
-                    ct[n], ck[n], cb[n], co[n], cp[n] = t, kk, bb, o, s
-                    n += 1
-        if n == 0:
+        ct, ck, cb, co, cp = _extend(tb, i, ft, fk, fb, fo)
+        if ct.size == 0:
             return False, np.empty(0, np.int64)
-        if beam > 0 and n > beam:  # heuristic mode: only the candidates of least Lagrangian bound go on
-            score = np.empty(n)
-            for c in range(n):
-                score[c] = _lagrange_slack(ct[c], ck[c], budgets[cb[c]], lams, lam_cap, i, co[c])
-            chosen = np.argpartition(score, beam - 1)[:beam]
-            ct[:beam], ck[:beam], cb[:beam], co[:beam], cp[:beam] = (ct[chosen], ck[chosen], cb[chosen],
-                                                                     co[chosen], cp[chosen])
-            n = beam
-        order = np.argsort(ct[:n])
-        runmin[:] = np.iinfo(np.int64).max
-        keep = np.empty(n, np.int64)
-        S = 0
-        for j in range(n):
-            c = order[j]
-            last = co[c] if has_steps else 0
-            least = np.iinfo(np.int64).max  # least kept of an earlier (faster) state in a bucket at or below
-            for bb in range(cb[c] + 1 if grouped else 1):
-                least = min(least, runmin[bb * width + last])
-            if ck[c] < least:
-                g = cb[c] * width + last if grouped else 0
-                runmin[g] = min(runmin[g], ck[c])
-                keep[S] = c
-                S += 1
-        keep = keep[:S]
-        if has_steps and S > O and i + 1 < m and adjacent[i + 1]:
-            alive = keep_across_options(ct[keep], ck[keep], cb[keep], co[keep], reach, n_buckets)
-            keep = keep[alive]
-            S = keep.size
+        ct, ck, cb, co, cp = _beam_cut(tb, i, ct, ck, cb, co, cp, beam)
+        keep = _undominated(tb, ct, ck, cb, co)
+        if tb.switch.shape[0] > 0 and keep.size > tb.times.shape[1] and i + 1 < m and tb.adjacent[i + 1]:
+            keep = keep[keep_across_options(ct[keep], ck[keep], cb[keep], co[keep], tb.reach, tb.budgets.size)]
         ft, fk, fb, fo = ct[keep], ck[keep], cb[keep], co[keep]
+        S = keep.size
         if start[i] + S > hist_opt.size:
             grown = max(2 * hist_opt.size, start[i] + S)
             hist_opt = np.concatenate((hist_opt, np.empty(grown - hist_opt.size, np.int64)))
@@ -299,14 +364,9 @@ def pareto_pass(times, kept, bucket, switch, adjacent, reach, time_cap, lam_cap,
         hist_opt[start[i]:start[i] + S] = fo
         hist_par[start[i]:start[i] + S] = cp[keep]
         start[i + 1] = start[i] + S
-    if S == 0:
+    if ft.size == 0:
         return False, np.empty(0, np.int64)
-    j = int(np.argmin(ft[:S]))
-    plan = np.empty(m, np.int64)
-    for i in range(m - 1, -1, -1):
-        plan[i] = hist_opt[start[i] + j]
-        j = hist_par[start[i] + j]
-    return True, plan
+    return True, _backtrack(hist_opt, hist_par, start, int(np.argmin(ft)))
 
 
 def writable(a, dtype) -> np.ndarray:
@@ -337,8 +397,10 @@ def warm_up() -> None:
     capped_viterbi_totals(times, kept, kept, np.array([5], np.int64), np.array([0.5]), steps[0])
     zeros = np.zeros((2, 2), dtype=np.int64)
     for sw in (np.zeros((0, 0)), np.zeros((2, 2))):
-        pareto_pass(times, kept, zeros, sw, np.ones(2, np.bool_), np.zeros(2), np.full((2, 2), 9.0),
-                    np.full((1, 2, 2), 9.0), np.zeros(2, np.int64), np.array([9], np.int64), 0.0, 0, 0,
-                    np.zeros(1), True, 1, 0)
+        tables = PassTables(times=times, kept=kept, bucket=zeros, switch=sw, adjacent=np.array([False, True]),
+                            reach=np.zeros(2), time_cap=np.full((2, 2), 9.0), lam_cap=np.full((1, 2, 2), 9.0),
+                            rest_k=np.zeros(2, np.int64), budgets=np.array([9], np.int64), lams=np.zeros(1),
+                            t0=0.0, k0=0, b0=0, grouped=True)
+        pareto_pass(tables, 0)
     keep_across_options(np.array([1.0, 2.0]), np.array([2, 1], np.int64), np.zeros(2, np.int64),
                         np.zeros(2, np.int64), np.zeros(2), 1)

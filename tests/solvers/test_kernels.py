@@ -5,8 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from solvers.base import CapTable
-from solvers.bounds import cost_to_come, cost_to_go, dual_bound, switch_bounds
+from solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, switch_bounds
 from solvers.instances import random_problem
 
 

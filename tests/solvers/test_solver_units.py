@@ -6,7 +6,8 @@ import pytest
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.search_problem import SearchProblem
 from solvers import SOLVER_NAMES, SolverError, get_solver
-from solvers.base import CapTable, make_solution, min_peak_plan
+from solvers.base import make_solution, min_peak_plan
+from solvers.bounds import CapTable
 from solvers.heuristic import HeuristicSolver, dominance_chain
 from solvers.instances import random_problem
 
@@ -129,7 +130,7 @@ def test_ilp_time_limit_still_returns_a_fitting_plan():
 def test_dp_reduction_keeps_every_plan_time(switch):
     """Decisions left with one option become constants; the switch costs to and from them are folded into
     their free neighbours' times, so a plan's time is the same in the reduced chain."""
-    from solvers.dp import _reduce
+    from solvers.dp import reduce_constants
     from solvers.instances import random_problem
 
     rng = np.random.default_rng(1)
@@ -138,7 +139,7 @@ def test_dp_reduction_keeps_every_plan_time(switch):
     single = np.array([1, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1], dtype=bool)  # constants at both ends and between
     times[single, 1:] = np.inf
     sw = p.switch_s if switch else None
-    r = _reduce(p, times, np.zeros(times.shape, dtype=np.int64), sw)
+    r = reduce_constants(p, times, np.zeros(times.shape, dtype=np.int64), sw)
     np.testing.assert_array_equal(r.free, np.flatnonzero(~single))
     assert r.kept == p.kept_bytes[single, 0].sum()
     for _ in range(20):
