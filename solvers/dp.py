@@ -1,5 +1,10 @@
 """Exact dynamic programming over decisions x options x memory (Pareto fronts), for chain problems.
 
+The plain form of this search, the recurrence and nothing else, is `solvers.reference_dp` (read it first);
+this one finds the same optimum fast. In the order `DPSolver.solve` runs them: `bound_caps`, `search_caps`
+(`search_group` per group of caps: reduced-cost fixing, `reduce_constants`, `forward_pass` =
+`pass_tables` + the compiled `kernels.pareto_pass`), `Reduced.expand`.
+
 The peak is fixed + sum of kept + max of transient: the max term is not additive, so the DP enumerates
 the cap c on it, over the distinct values of max(transient, fixed transient) (`bounds.CapTable`). Under cap c only
 options with effective transient <= c are allowed and the kept bytes may sum to at most
@@ -60,12 +65,7 @@ fraction (float64 sums of the same plan in another order differ by ~1e-16)."""
 
 
 class DPSolver:
-    """Exact Pareto-front DP with an enumerated transient cap (chain problems only; the ILP takes graphs).
-
-    Phases: `bound_caps` (a lower bound per cap and a first plan), `search_caps` (caps by ascending bound,
-    a few at a time, through `search_group`: reduced-cost fixing, `reduce_constants`, `forward_pass`), and
-    `Reduced.expand` (the plan of the free decisions back into a full plan). `solvers.reference_dp` solves
-    the same problem by the plain recurrence."""
+    """Exact Pareto-front DP with an enumerated transient cap (chain problems only; the ILP takes graphs)."""
 
     name = "dp"
 
