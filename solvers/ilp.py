@@ -158,6 +158,10 @@ class ILPSolver:
         # LP relaxation of every constraint, cuts included: at L = 96 with 8 options it proves optimality
         # 10-30% sooner without switch costs and within 1.4-4 s instead of not in 4 s with them
         solver.parameters.linearization_level = 2
+        # no presolve: CP-SAT 9.15's presolve called a plan 1.1% slower than the optimum 'optimal' on a
+        # 5-decision problem (`random_problem` seed 9665 of tests/solvers/test_solvers_agree.py); without
+        # it every problem of `paradyse-lab bench-solvers --sizes 24,96 --options 8` is also solved sooner
+        solver.parameters.cp_model_presolve = False
         status = solver.Solve(model)
 
         # 6. extract and check
