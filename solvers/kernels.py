@@ -3,7 +3,7 @@
 Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of small sequential steps
 (Viterbi passes along the chain, bisections on the Lagrange multiplier, one Pareto step per decision). As
 numpy calls each step costs microseconds of call overhead, which kept the median solve above the 5 ms
-target of issue #3 (`paradyse-lab bench-solvers`). numba compiles these loops on first use and caches the
+target (`paradyse-lab bench-solvers`). numba compiles these loops on first use and caches the
 machine code next to this file (`cache=True`): only the first process after an install pays the compile
 (a few seconds); `warm_up()` makes that happen before anything is timed.
 

@@ -38,7 +38,7 @@ COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_c
                    "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
                    "paradyse_lab.cli.reproduce_command", "paradyse_lab.cli.profile_command",
                    "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command")
-"""Modules that add sub-commands; later issues append theirs here."""
+"""Modules that add sub-commands, each with a `register(subparsers)` function."""
 
 
 def build_parser() -> argparse.ArgumentParser:
