@@ -1,6 +1,6 @@
 """A `ClusterSpec` from measurements: alpha-beta fits of the collectives, kernel efficiency curves, TOML.
 
-Library module of `paradyse-lab calibrate --out DIR` (runtime/calibrate.py), which measures and calls
+Library module of `paradyse-lab calibrate --out DIR` (runtime/measure/calibrate.py), which measures and calls
 `measured_cluster_toml` to write DIR/cluster.toml; `--cluster DIR/cluster.toml` then loads it
 (paradyse_lab/cluster_spec.py `load_cluster_toml`). No torch here.
 

@@ -17,7 +17,7 @@ extra columns are ignored on reading):
 | kept_bytes | int >= 0 | activation bytes alive between forward and backward |
 | device | str | the cluster preset (`a100-80gb-x8`) or GPU description the row was taken on |
 | source | str | `SOURCES`: how the row was obtained (below) |
-| software | str | `name=version` pairs joined by `;` (torch, CUDA, NCCL, flash-attn, paradyse-lab) |
+| software | str | `name=version` pairs joined by `;` (paradyse_lab/software_versions.py) |
 | timestamp | str | ISO 8601 time the row was taken |
 
 Optional column: `causal` (bool, or empty for the model preset's mask): whether the attention of the
@@ -28,7 +28,7 @@ peak_bytes means what the analytic model's peak means (paradyse_lab/costmodel/an
 (weights, gradients and optimizer states: `formulas.model_state_bytes_per_param`, 16 bytes per parameter in
 fp32 and in bf16 mixed precision, sharded 1/p) + the kept activations of every layer + the largest transient
 working set (+ embedding and head where the model has them). Measured rows hold every model state resident
-while they measure (runtime/profiler.py `resident_model_states`: gradients allocated and accumulated into,
+while they measure (runtime/measure/profiler.py `resident_model_states`: gradients allocated and accumulated into,
 Adam's states as one untouched buffer) and read `torch.cuda.max_memory_allocated` from a reset taken when
 nothing of an earlier step is alive; on CPU, where there is no allocator counter, they write model states +
 kept bytes, a lower bound (their extra column `peak_method` says `lower-bound-cpu`).

@@ -14,7 +14,10 @@ Usage, one process per rank (gloo on CPU, NCCL on GPU):
 Modules: comm (collectives, byte counting), layout (zig-zag chunks, weight shards), attention (kernels
 with log-sum-exp), ring_attention, sublayer (the autograd node of one sub-layer), one file per strategy
 (megatron_ts, megatron_cz, ulysses_z, metp; zero3 holds the shared ZeRO-3 parts), model (ParallelGPT),
-reference (the single-device model, GPTConfig, Hugging Face conversion).
+reference (the single-device model, GPTConfig, Hugging Face conversion); train, train_inputs, launch,
+launcher and checkpoint (training); options (flags generated from options dataclasses); comm_replay and
+fake_group (collectives checked without a process group). The measurement tools (profile, calibrate, the GPU
+session) are in runtime/measure/.
 """
 
 import importlib

@@ -206,9 +206,16 @@ def _candidates(q: torch.Tensor) -> list[str]:
     return [k for k in order.get(first, ["math"]) if k not in _BROKEN] or ["math"]
 
 
-def _run(which: int, q: torch.Tensor, *args):
-    from runtime.kernel_bench import is_oom
+def is_oom(err: BaseException) -> bool:
+    """Whether `err` is the device running out of memory (torch.OutOfMemoryError, or a library's
+    allocation failure surfacing as a RuntimeError)."""
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    text = str(err)
+    return isinstance(err, oom) or (isinstance(err, RuntimeError) and
+                                    ("out of memory" in text or "ALLOC_FAILED" in text))
 
+
+def _run(which: int, q: torch.Tensor, *args):
     for kind in _candidates(q):
         try:
             result = _KERNELS[kind][which](*args)

@@ -1,6 +1,6 @@
 """The `paradyse-lab calibrate` command: options, the launch of the ranks and the printed summary.
 
-What it measures and writes is runtime/calibrate.py's (`calibrate(opts, group)` on every rank); this module
+What it measures and writes is runtime/measure/calibrate.py's (`calibrate(opts, group)` on every rank); this module
 is the command line around it: `paradyse-lab calibrate --out DIR` (under torchrun: `torchrun --standalone
 --nproc-per-node 8 -m paradyse_lab calibrate --out DIR`).
 """
@@ -36,12 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args):
-    """Validated `runtime.calibrate.CalibrateOptions` (`UserInputError` names the field); machine defaults where
+    """Validated `runtime.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine defaults where
     a flag is absent."""
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
-    from runtime.calibrate import length_grid, machine_defaults
+    from runtime.measure.calibrate import length_grid, machine_defaults
 
     d = machine_defaults()
     nproc = args.nproc or d["nproc"]
@@ -69,7 +69,7 @@ def options_from_args(args):
             why = get_strategy(name).violation(spec, nproc, s)
             if why:
                 raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
-    from runtime.calibrate import CalibrateOptions
+    from runtime.measure.calibrate import CalibrateOptions
 
     return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
                             lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
@@ -77,7 +77,7 @@ def options_from_args(args):
 
 
 def _rank_main(opts, progress: bool, group=None) -> None:
-    from runtime.calibrate import calibrate
+    from runtime.measure.calibrate import calibrate
 
     calibrate(opts, group, progress)
 
@@ -85,8 +85,8 @@ def _rank_main(opts, progress: bool, group=None) -> None:
 def run(args) -> int:
     """The `calibrate` command."""
     from paradyse_lab.cli.validate_run_command import output_folder
-    from runtime.calibrate import SETTINGS_FILE
     from runtime.launch import launch
+    from runtime.measure.calibrate import SETTINGS_FILE
 
     opts = options_from_args(args)
     out = output_folder(opts.out)
@@ -149,10 +149,10 @@ def print_summary(s: dict) -> None:
 
 def register(subparsers) -> None:
     """Add the `calibrate` sub-command (imports no torch until it runs)."""
-    import runtime.calibrate
+    import runtime.measure.calibrate
 
     parser = subparsers.add_parser("calibrate", help="measure this machine: cluster.toml and a measured profile",
-                                   description=runtime.calibrate.__doc__,
+                                   description=runtime.measure.calibrate.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run)

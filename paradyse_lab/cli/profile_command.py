@@ -1,11 +1,11 @@
-"""The `paradyse-lab profile` command: its options, checked, and the run of runtime/profiler.py.
+"""The `paradyse-lab profile` command: its options, checked, and the run of runtime/measure/profiler.py.
 
     paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
         --mode rank-local --p 8 --out profile.csv
     torchrun --standalone --nproc-per-node 8 -m paradyse_lab profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
 
-What a row holds and how it is measured: runtime/profiler.py's module docstring (the command's --help).
+What a row holds and how it is measured: runtime/measure/profiler.py's module docstring (the command's --help).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def run(args) -> int:
     import torch
 
     from paradyse_lab.errors import UserInputError
-    from runtime.profiler import profile, profile_distributed, write_rows_atomic
+    from runtime.measure.profiler import profile, profile_distributed, write_rows_atomic
 
     opts = parse_options(args)
     if opts.mode == "distributed":
@@ -44,7 +44,7 @@ def run(args) -> int:
 
 
 def parse_options(args):
-    """`runtime.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
+    """`runtime.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.strategies import StrategyOption
 
@@ -76,7 +76,7 @@ def parse_options(args):
         raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
     if args.mode == "rank-local" and args.rank >= args.p:
         raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
-    from runtime.profiler import ProfileOptions
+    from runtime.measure.profiler import ProfileOptions
 
     return ProfileOptions(model=args.model, seqs=seqs, strategies=strategies, mode=args.mode, p=args.p,
                           rank=args.rank, batch=args.batch, layers=args.layers, warmup=args.warmup,
@@ -106,10 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add the `profile` sub-command (imports no torch until it runs)."""
-    import runtime.profiler
+    import runtime.measure.profiler
 
     parser = subparsers.add_parser("profile", help="measure strategies' step time and memory per length",
-                                   description=runtime.profiler.__doc__,
+                                   description=runtime.measure.profiler.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run)

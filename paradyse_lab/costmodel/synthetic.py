@@ -33,6 +33,7 @@ from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS
+from paradyse_lab.software_versions import software_versions, versions_text
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.strategies import options as make_options
 
@@ -59,17 +60,6 @@ def length_grid(max_len: int = DEFAULT_MAX_LEN, ratio: float = DEFAULT_RATIO, mi
     return out
 
 
-def software_versions() -> str:
-    """`name=version` pairs of what produced the rows."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ours = version("paradyse-lab")
-    except PackageNotFoundError:
-        ours = "unknown"
-    return f"paradyse-lab={ours};numpy={np.__version__};analytic-model"
-
-
 def synthesize_profiles(cluster: ClusterSpec, models=DEFAULT_MODELS, p: int | None = None, *, seed: int = 0,
                         time_noise: float = DEFAULT_TIME_NOISE, mem_noise: float = DEFAULT_MEM_NOISE,
                         ratio: float = DEFAULT_RATIO, max_len: int = DEFAULT_MAX_LEN, reserve_bytes: int = 2**30,
@@ -80,7 +70,8 @@ def synthesize_profiles(cluster: ClusterSpec, models=DEFAULT_MODELS, p: int | No
     rng = np.random.default_rng(seed)
     stamp = timestamp or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     budget = cluster.memory_bytes - reserve_bytes
-    software = software_versions()
+    software = versions_text(software_versions(("paradyse-lab", "numpy"), python=False, absent="unknown"))
+    software += ";analytic-model"
     grid = length_grid(max_len, ratio)
     rows = []
     for name in models:

@@ -372,7 +372,7 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.cli.profile_command import add_arguments, parse_options
     from paradyse_lab.profiles import read_profiles
-    from runtime.profiler import profile, profile_distributed
+    from runtime.measure.profiler import profile, profile_distributed
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -435,7 +435,7 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     from paradyse_lab.cli.validate_run_command import finish
     from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
     from paradyse_lab.profiles import read_profiles
-    from runtime.calibrate import CalibrateOptions, calibrate, profile_options
+    from runtime.measure.calibrate import CalibrateOptions, calibrate, profile_options
 
     root = _shared_tmpdir(rank, p, group)
     model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost

@@ -1,4 +1,4 @@
-"""The profiler (runtime/profiler.py): kept activations measured with saved_tensors_hooks through the fake
+"""The profiler (runtime/measure/profiler.py): kept activations measured with saved_tensors_hooks through the fake
 process group at p = 8, against the analytic model; and the `paradyse-lab profile` command (CPU).
 
 The distributed mode (`--mode distributed`, normally under torchrun) is tested inside the shared gloo process
@@ -34,7 +34,7 @@ def cfg():
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_kept_bytes_match_analytic_at_p8(cfg, strategy, kind, recompute):
-    from runtime.profiler import measure_kept_bytes
+    from runtime.measure.profiler import measure_kept_bytes
 
     rec = measure_kept_bytes(kind, strategy, recompute, cfg, P, SEQ)
     analytic = schedule(SPEC, kind, StrategyOption(strategy, recompute), SEQ, 1, P).kept_bytes

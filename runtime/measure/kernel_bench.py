@@ -1,6 +1,6 @@
 """Kernel efficiencies for the cost model: GEMMs at the paper models' matmul shapes, attention against length.
 
-Library module of `python -m runtime.gpu_session --out DIR`, which writes what it measures to DIR/gemm.csv
+Library module of `python -m runtime.measure.gpu_session --out DIR`, which writes what it measures to DIR/gemm.csv
 (`GEMM_COLUMNS`) and DIR/attention.csv (`ATTENTION_COLUMNS`). Timing (`measure`): CUDA events around each
 call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median of the timed repeats.
 
@@ -63,17 +63,6 @@ def _timed(fn, device) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
-
-
-def is_oom(err: BaseException) -> bool:
-    """Whether `err` is the device running out of memory (torch.OutOfMemoryError, or a library's
-    allocation failure surfacing as a RuntimeError)."""
-    import torch
-
-    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    text = str(err)
-    return isinstance(err, oom) or (isinstance(err, RuntimeError) and
-                                    ("out of memory" in text or "ALLOC_FAILED" in text))
 
 
 def gemm_shapes(specs, seqs, p: int, layouts=LAYOUTS, ops=GEMM_OPS) -> list[dict]:
@@ -165,6 +154,7 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
     a kernel that cannot run: recorded with its message in `skipped`; the other kernels' curves still run)."""
 
     from runtime import attention
+    from runtime.attention import is_oom
 
     rows, skipped = [], []
     dname = str(dtype).replace("torch.", "")

@@ -1,4 +1,4 @@
-"""The stages of `python -m runtime.gpu_session --out DIR` (see that module for the command and the files).
+"""The stages of `python -m runtime.measure.gpu_session --out DIR` (see that module for the command and the files).
 
 Library module. Each `stage_NAME(ctx, record)` writes its file(s) under ctx.session.out and fills `record`
 (its entry in session_log.json); the session guards it, so an exception here is recorded, not fatal.
@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 
 from paradyse_lab.atomic_write import write_text_atomic
-from runtime.gpu_session import REPO, Plan, Session, device_kind, write_csv_atomic
+from paradyse_lab.software_versions import software_versions, versions_text
+from runtime.measure.gpu_session_plan import REPO, Plan, Session, device_kind, write_csv_atomic
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Context:
 def context(device, plan: Plan, quick: bool, session: Session) -> Context:
     import torch
 
-    from runtime.profiler import device_name
+    from runtime.measure.profiler import device_name
 
     cuda = device.type == "cuda"
     name = device_name(device) if cuda else "cpu"
@@ -51,28 +52,7 @@ def context(device, plan: Plan, quick: bool, session: Session) -> Context:
     kind, cluster = device_kind(name, total)
     return Context(device=device, dtype=torch.bfloat16 if cuda else torch.float32, plan=plan, quick=quick,
                    session=session, name=name, total_bytes=total, kind=kind, cluster_name=cluster,
-                   software=";".join(f"{k}={v}" for k, v in versions(device).items()))
-
-
-def versions(device) -> dict:
-    """Software that shapes the measurements (CUDA ones only on a CUDA device)."""
-    import importlib.metadata as md
-
-    import numpy
-    import torch
-
-    out = {"torch": torch.__version__, "python": platform.python_version(), "numpy": numpy.__version__}
-    if device.type == "cuda":
-        out.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
-        try:
-            out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-        except Exception:  # noqa: BLE001 - NCCL not built in
-            pass
-    try:
-        out["flash-attn"] = md.version("flash-attn")
-    except md.PackageNotFoundError:
-        out["flash-attn"] = "none"
-    return out
+                   software=versions_text(software_versions(device=device)))
 
 
 def _cluster(ctx: Context):
@@ -99,7 +79,7 @@ def stage_env(ctx: Context, record: dict) -> None:
 
     env = {"timestamp": ctx.session.log["started"], "device": ctx.name,
            "device_type": ctx.device.type, "device_kind": ctx.kind, "cluster_preset": ctx.cluster_name,
-           "dtype": str(ctx.dtype).replace("torch.", ""), "versions": versions(ctx.device),
+           "dtype": str(ctx.dtype).replace("torch.", ""), "versions": software_versions(device=ctx.device),
            "platform": platform.platform(), "cpu_threads": torch.get_num_threads(), "quick": ctx.quick,
            "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
     if ctx.device.type == "cuda":
@@ -135,7 +115,7 @@ def stage_pytest(ctx: Context, record: dict) -> None:
 
 def stage_gemm(ctx: Context, record: dict) -> None:
     from paradyse_lab.model_spec import get_model
-    from runtime.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
+    from runtime.measure.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
 
     specs = [get_model(m) for m in ctx.plan.models]
     shapes = gemm_shapes(specs, ctx.plan.gemm_seqs, ctx.plan.p, ops=ctx.plan.gemm_ops)
@@ -146,7 +126,7 @@ def stage_gemm(ctx: Context, record: dict) -> None:
 
 def stage_attention(ctx: Context, record: dict) -> None:
     from paradyse_lab.model_spec import get_model
-    from runtime.kernel_bench import ATTENTION_COLUMNS, bench_attention
+    from runtime.measure.kernel_bench import ATTENTION_COLUMNS, bench_attention
 
     cases, seen = [], set()
     for m in ctx.plan.models:
@@ -172,7 +152,7 @@ def _finish_rows(ctx: Context, record: dict, name: str, rows, columns, skipped) 
 
 def stage_profiles(ctx: Context, record: dict) -> None:
     from paradyse_lab.strategies import USABLE, StrategyOption
-    from runtime.stack_profile import free_memory, profile_curve, rows_of_curve
+    from runtime.measure.stack_profile import free_memory, profile_curve, rows_of_curve
 
     s = ctx.session
     end = s.deadline - min(8.0, 0.02 * s.budget_s)
@@ -232,7 +212,7 @@ def stage_profiles(ctx: Context, record: dict) -> None:
 def _build_stack(ctx: Context, model: str):
     """The `LayerStack` of `model` (with the plan's layer count) on the device."""
     from paradyse_lab.model_spec import get_model
-    from runtime.stack_profile import LayerStack
+    from runtime.measure.stack_profile import LayerStack
 
     spec = get_model(model)
     return LayerStack(spec.with_layers(ctx.plan.layers) if ctx.plan.layers else spec, ctx.plan.p, ctx.device,
@@ -259,7 +239,7 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
 
     from paradyse_lab.profiles import COLUMNS, validate_profiles
     from paradyse_lab.strategies import USABLE
-    from runtime.stack_profile import EXTRA_COLUMNS
+    from runtime.measure.stack_profile import EXTRA_COLUMNS
 
     rows.sort(key=lambda r: (USABLE.index(r["strategy"]), r["recompute"], r["seq_len"]))
     validate_profiles(pd.DataFrame(rows)[list(COLUMNS)].astype(str), f"{model} rows")
@@ -269,8 +249,8 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
 
 
 def stage_summary(ctx: Context, record: dict) -> None:
-    """Print the validation summary (runtime/gpu_validate.py); writes no file (8 files come back at most)."""
-    from runtime.gpu_validate import summarize, validate
+    """Print the validation summary (runtime/measure/gpu_validate.py); writes no file (8 files come back at most)."""
+    from runtime.measure.gpu_validate import summarize, validate
 
     table = validate(ctx.session.out, cluster=None, write=False)
     for line in summarize(table):

@@ -1,9 +1,9 @@
 """Rank-local profiles of a model's layer stack at p ranks, up to the memory limit, under a time budget.
 
-Library module of `python -m runtime.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv in
+Library module of `python -m runtime.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv in
 the schema of paradyse_lab/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
 `bert`, `llama` and `gpt` presets are layer stacks (no embedding, head or loss: the paper times the layers
-only), which `paradyse-lab profile` (runtime/profiler.py, a whole `ParallelGPT`) cannot run; this module
+only), which `paradyse-lab profile` (runtime/measure/profiler.py, a whole `ParallelGPT`) cannot run; this module
 runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`, the same
 autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/fake_group.py.
 
@@ -21,7 +21,7 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   or timed): the cost model's peak (paradyse_lab/profiles.py). On CPU there is no allocator counter:
   peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
-- kept_bytes: the storages saved for backward (runtime.profiler.KeptRecorder), parameters excluded.
+- kept_bytes: the storages saved for backward (runtime.measure.profiler.KeptRecorder), parameters excluded.
 - attention_kernel: the attention kernels that actually ran (runtime/attention.py `kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
@@ -38,7 +38,7 @@ import time
 from dataclasses import replace
 
 from paradyse_lab.errors import UserInputError
-from runtime.kernel_bench import is_oom
+from runtime.attention import is_oom
 
 EXTRA_COLUMNS = ("compute_s", "comm_s", "comm_modelled", "repeats", "dtype", "state_bytes", "adam_state_bytes",
                  "peak_reserved_bytes", "peak_method", "cluster", "attention_kernel")
@@ -53,7 +53,7 @@ class LayerStack:
         import torch
 
         from runtime.fake_group import FakeGroup
-        from runtime.profiler import resident_model_states
+        from runtime.measure.profiler import resident_model_states
 
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
@@ -116,8 +116,8 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
     import torch
 
     from runtime.attention import kernels_used
-    from runtime.kernel_bench import _timed
-    from runtime.profiler import KeptRecorder, reset_peak
+    from runtime.measure.kernel_bench import _timed
+    from runtime.measure.profiler import KeptRecorder, reset_peak
 
     dev, cuda = stack.device, stack.device.type == "cuda"
     x = torch.randn(batch, seq_len // stack.p, stack.spec.hidden, device=dev, dtype=stack.dtype)  # [b, s/p, h]
@@ -191,7 +191,7 @@ def profile_curve(stack: LayerStack, option, lengths, deadline: float, known: di
         try:
             points[s] = measure_point(stack, option, s, deadline, max_repeats=max_repeats)
         except Exception as err:  # noqa: BLE001 - out-of-memory errors only; the rest is re-raised
-            if not is_oom(err):  # runtime.kernel_bench.is_oom
+            if not is_oom(err):  # runtime.attention.is_oom
                 raise
             failed = True
         if failed:  # outside the handler, so the failed step's tensors are already released

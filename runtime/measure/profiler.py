@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass
 
 from paradyse_lab.atomic_write import atomic_open
+from paradyse_lab.software_versions import software_versions, versions_text
 
 MODES = ("rank-local", "distributed")
 
@@ -209,27 +210,6 @@ def _timed_steps(step, warmup: int, repeats: int, cuda: bool, barrier=None) -> l
     return times
 
 
-def software_versions() -> str:
-    """`name=version` pairs joined by ';' (torch, CUDA, NCCL, flash-attn, paradyse-lab)."""
-    import importlib.metadata as md
-
-    import torch
-
-    parts = [f"torch={torch.__version__}"]
-    if torch.version.cuda:
-        parts.append(f"cuda={torch.version.cuda}")
-        try:
-            parts.append("nccl=" + ".".join(str(v) for v in torch.cuda.nccl.version()))
-        except Exception:  # noqa: BLE001 - NCCL not built in
-            pass
-    for dist_name, label in (("flash-attn", "flash-attn"), ("paradyse-lab", "paradyse-lab")):
-        try:
-            parts.append(f"{label}={md.version(dist_name)}")
-        except md.PackageNotFoundError:
-            pass
-    return ";".join(parts)
-
-
 def device_name(device) -> str:
     import torch
 
@@ -316,7 +296,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     params = list(model.parameters())
     _optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)  # held while profiling
     barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None
-    software, dev_name = software_versions(), device_name(device)
+    software, dev_name = versions_text(software_versions(device=device)), device_name(device)
 
     jobs = [(opt, s) for opt in options for s in opts.seqs]
     bar = None

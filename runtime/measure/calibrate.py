@@ -13,7 +13,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
    -> DIR/collectives.csv
-2. kernels (20%): GEMMs at the model's shapes (runtime/kernel_bench.py: the forward, input- and
+2. kernels (20%): GEMMs at the model's shapes (runtime/measure/kernel_bench.py: the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); element-wise bandwidth (layer norm, GELU, add); device memory (CUDA:
@@ -21,7 +21,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
 3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
-   strategy, with and without recomputation, on every rank (runtime/profiler.py, `measured-distributed`),
+   strategy, with and without recomputation, on every rank (runtime/measure/profiler.py, `measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
    -> DIR/profile.csv (the schema of paradyse_lab/profiles.py plus compute_s, comm_s, comm_modelled).
@@ -251,8 +251,8 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     import torch
 
     from runtime import attention, comm
-    from runtime.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
     from runtime.launch import agree
+    from runtime.measure.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
 
     p = comm.size(group)
     dname = str(dtype).replace("torch.", "")
@@ -272,7 +272,7 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
         gemm_rows.append({**shp, "dtype": dname, "median_s": sec, "repeats": reps, "flops": flops})
     if bar is not None:
         bar.update(1)
-    from runtime.kernel_bench import KERNEL_LABELS
+    from runtime.measure.kernel_bench import KERNEL_LABELS
 
     kernel = attention.backend(torch.empty(1, device=device, dtype=dtype))  # the kernel the runtime calls
     fwd, bwd = attention._KERNELS[kernel]
@@ -325,7 +325,7 @@ def measure_profile(opts: CalibrateOptions, lengths, budget: Budget, group, bar,
     import pandas as pd
 
     from runtime.launch import agree
-    from runtime.profiler import ProfileOptions, profile
+    from runtime.measure.profiler import ProfileOptions, profile
 
     rows = list(done.values())
     known: dict = {}
@@ -367,9 +367,11 @@ def _opt_name(row) -> str:
 
 
 def provenance(device, opts: CalibrateOptions, p: int) -> dict:
-    from runtime.profiler import device_name, software_versions
+    from paradyse_lab.software_versions import software_versions, versions_text
+    from runtime.measure.profiler import device_name
 
-    return {"host": socket.gethostname(), "device": device_name(device), "software": software_versions(),
+    return {"host": socket.gethostname(), "device": device_name(device),
+            "software": versions_text(software_versions(device=device)),
             "platform": platform.platform(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": f"paradyse-lab calibrate --nproc {p} --model {opts.model} --max-len {opts.max_len} "
                        f"--lengths {opts.lengths} --repeats {opts.repeats}", "name": "cluster"}
@@ -444,7 +446,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
 
     def write(df):
         if rank == 0:
-            from runtime.profiler import write_rows_atomic
+            from runtime.measure.profiler import write_rows_atomic
 
             df = df.copy()
             for c in ("time_s", "compute_s", "comm_s"):
@@ -464,7 +466,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
 
 
 def _gpu_name(device) -> str:
-    from runtime.profiler import device_name
+    from runtime.measure.profiler import device_name
 
     return device_name(device)
 

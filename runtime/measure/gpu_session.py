@@ -4,7 +4,7 @@ rank-local profiles of the paper's models, as files in one folder.
 Command (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv, attention.csv and one profile per
 model, DIR/<device-kind>_<model>.csv: 8 files, the most the device tool brings back):
 
-    python -m runtime.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
+    python -m runtime.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
 For a session lent a GPU (device tool, /work/.library/device/README.md), one call does it all; the machine's
 python3 has torch, numpy, pandas, networkx, tqdm, pytest, pytest-timeout and hypothesis, which is all this
@@ -12,7 +12,7 @@ imports (paradyse_lab imports pandas and networkx at import time, never scikit-l
 matplotlib on these paths), so nothing is installed and nothing is carried:
 
     run(kind="nvidia-h100-x1", timeout_s=600,
-        command="PYTHONUNBUFFERED=1 python3 -m runtime.gpu_session --out $OUT --budget-s 540")
+        command="PYTHONUNBUFFERED=1 python3 -m runtime.measure.gpu_session --out $OUT --budget-s 540")
 
 (then, with at least 13 minutes of device time left, the same with kind="nvidia-h200"). flash-attn is not on
 that machine: attention runs PyTorch's fused flash kernel, labelled `sdpa`; carrying a flash-attn wheel built
@@ -20,7 +20,7 @@ for its torch (2.11, CUDA 13, Python 3.12) would add `flash-attn` rows. What to 
 reply's files_at), e.g. for the H100:
 
     mkdir -p results/gpu-h100 && cp FILES_AT/* results/gpu-h100/
-    python -m runtime.gpu_validate results/gpu-h100 \\
+    python -m runtime.measure.gpu_validate results/gpu-h100 \\
         --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
     cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json
     paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
@@ -38,127 +38,25 @@ gemm, attention and profiles every point that does not fit is recorded as skippe
 CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
 with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu` is the CPU test of
 this script (tests/runtime/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
-runtime/kernel_bench.py, runtime/stack_profile.py.
+runtime/measure/kernel_bench.py, runtime/measure/stack_profile.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from paradyse_lab.atomic_write import write_text_atomic
-
-REPO = Path(__file__).resolve().parents[1]
-STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")
-PROFILE_MODELS = ("bert", "llama", "gpt")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run measures (full or --quick)."""
-
-    models: tuple[str, ...] = PROFILE_MODELS
-    layers: int = 0
-    """Layers of each profiled stack (0: the preset's)."""
-    p: int = 8
-    lengths: tuple[int, ...] = tuple(512 * 2**k for k in range(13))  # 512 .. 2M, doubling
-    gemm_seqs: tuple[int, ...] = (4096, 32768)
-    gemm_ops: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
-    attention_seqs: tuple[int, ...] = tuple(128 * 2**k for k in range(11))  # 128 .. 128K
-    max_repeats: int = 3
-    caps_s: dict = field(default_factory=lambda: {"pytest": 120.0, "gemm": 45.0, "attention": 60.0})
-    """Longest time each stage may take (also at most 20% of the budget each)."""
-    min_s: dict = field(default_factory=lambda: {"pytest": 20.0, "gemm": 5.0, "attention": 5.0, "profiles": 10.0,
-                                                 "summary": 3.0})
-    """A stage starts only with this much budget left."""
-
-
-QUICK = Plan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
-             attention_seqs=(64, 128), max_repeats=1,
-             min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "profiles": 0.5, "summary": 0.3})
-
-
-class Session:
-    """The output folder, the budget and session_log.json."""
-
-    def __init__(self, out: Path, budget_s: float, started: float, argv: list[str]):
-        self.out, self.budget_s, self.started = out, budget_s, started
-        self.deadline = started + budget_s
-        self.log: dict = {"argv": argv, "budget_s": budget_s, "started": _now(), "stages": [], "profiles": {}}
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-    def say(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.started:7.1f}s] {text}", flush=True)
-
-    def save_log(self) -> None:
-        self.log["wall_s"] = round(time.perf_counter() - self.started, 2)
-        write_text_atomic(self.out / "session_log.json", json.dumps(self.log, indent=1, default=str))
-
-    def run_stage(self, name: str, fn, min_s: float | None) -> None:
-        """Run `fn(record)` guarded; skipped when less than `min_s` of the budget is left (None: always run)."""
-        record = {"name": name, "status": "ok"}
-        self.log["stages"].append(record)
-        if min_s is not None and self.left() < min_s:
-            record.update(status="skipped", reason=f"time budget: {max(self.left(), 0):.1f} s left, needs {min_s} s")
-            self.say(f"{name}: skipped ({record['reason']})")
-            self.save_log()
-            return
-        self.say(f"{name}: start")
-        t0 = time.perf_counter()
-        try:
-            fn(record)
-        except Exception as err:  # noqa: BLE001 - one stage's failure must not lose the others
-            record.update(status="error", error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
-            self.say(f"{name}: ERROR {type(err).__name__}: {err}")
-        record["seconds"] = round(time.perf_counter() - t0, 2)
-        self.say(f"{name}: {record['status']} in {record['seconds']} s")
-        self.save_log()
-
-
-def _now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def write_csv_atomic(path: Path, rows: list[dict], columns) -> None:
-    """Rows as CSV (columns in order), atomically."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
-
-
-def device_kind(name: str, total_bytes: int) -> tuple[str, str | None]:
-    """(file-name label, cluster preset or None) of a device: `h100-80gb` / h100-80gb-x8 and so on."""
-    upper = name.upper()
-    if "H200" in upper:
-        return "h200", "h200-x8"
-    if "H100" in upper:
-        return "h100-80gb", "h100-80gb-x8"
-    if "A100" in upper:
-        big = total_bytes > 50 * 2**30
-        return ("a100-80gb", "a100-80gb-x8") if big else ("a100-40gb", "a100-40gb-x8")
-    if name == "cpu":
-        return "cpu", None
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "gpu", None
+from runtime.measure.gpu_session_plan import QUICK, STAGES, Plan, Session, device_kind, now_utc  # noqa: F401 - device_kind, STAGES: this command's API
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m runtime.gpu_session", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m runtime.measure.gpu_session", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder to write (created)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (the CPU test of this script)")
@@ -202,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(1)  # a shared 2-core machine stalls small kernels with more
     try:
-        from runtime import gpu_session_stages as st
+        from runtime.measure import gpu_session_stages as st
 
         try:
             ctx = st.context(torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda"
@@ -217,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                                   None if name == "env" else plan.min_s[name])
     finally:
         torch.set_num_threads(threads)
-        session.log["finished"] = _now()
+        session.log["finished"] = now_utc()
         session.save_log()
     session.say("done: " + ", ".join(f"{r['name']}={r['status']}" for r in session.log["stages"]))
     return 0

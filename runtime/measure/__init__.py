@@ -1,0 +1,11 @@
+"""Measurement tools built on the runtime library (the flat modules of `runtime/`); nothing in the library
+imports them.
+
+- profiler: `paradyse-lab profile`, one profile row per strategy and length (rank-local or distributed);
+- stack_profile, kernel_bench: layer-stack profiles and GEMM / attention efficiencies on one device;
+- gpu_session (with gpu_session_plan, gpu_session_stages) and gpu_validate: the one-call GPU session,
+  `python -m runtime.measure.gpu_session --out DIR`, and its prediction/measurement table;
+- calibrate: `paradyse-lab calibrate --out DIR`, the machine's collectives, kernels and a profile.
+
+Software versions of every measurement come from paradyse_lab/software_versions.py.
+"""
