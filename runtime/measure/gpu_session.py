@@ -37,7 +37,7 @@ counted from the start) ends the run in time: a stage that cannot start is recor
 gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).
 CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
 with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu` is the CPU test of
-this script (tests/runtime/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
+this script (tests/runtime/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
 runtime/measure/kernel_bench.py, runtime/measure/stack_profile.py.
 """
 

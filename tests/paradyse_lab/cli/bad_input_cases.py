@@ -1,4 +1,5 @@
-"""Bad inputs for every command (tests/test_bad_inputs.py): each must end in one line on stderr and exit 2.
+"""Bad inputs for every command (tests/paradyse_lab/cli/test_bad_inputs.py): each must end in one line on stderr
+and exit 2.
 
 `make_fixtures(root)` writes the malformed files the cases name; `CASES` is (id, argv) with `{d}` standing
 for that folder.

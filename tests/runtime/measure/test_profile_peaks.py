@@ -1,6 +1,6 @@
 """What a profile row's peak means, and that nothing of an earlier step is alive when it is measured.
 
-Run: `python -m pytest -q tests/runtime/test_profile_peaks.py`. Both profilers (runtime/measure/profiler.py, the
+Run: `python -m pytest -q tests/runtime/measure/test_profile_peaks.py`. Both profilers (runtime/measure/profiler.py, the
 whole model; runtime/measure/stack_profile.py, the layer stack of `runtime.measure.gpu_session`) hold every model state
 resident (16 bytes per parameter, `formulas.model_state_bytes_per_param`, the cost model's count) and record
 the attention kernel that ran; at the peak reset no tensor saved for backward by the kept-bytes forward may

@@ -1,7 +1,7 @@
 """The measured cluster file: alpha-beta fits, efficiency curves, the TOML round trip, and the CLI's checks.
 
-Run: `python -m pytest -q tests/calibration`. The whole measure -> fit -> train -> compare loop runs on two
-gloo ranks in tests/runtime/runtime_cases.py (`calibrate-validate-loop`).
+Run: `python -m pytest -q tests/paradyse_lab/test_measured_cluster.py`. The whole measure -> fit -> train -> compare
+loop runs on two gloo ranks in tests/runtime/runtime_cases.py (`calibrate-validate-loop`).
 """
 
 from __future__ import annotations

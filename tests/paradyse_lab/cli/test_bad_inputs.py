@@ -1,6 +1,6 @@
 """Every command answers bad input with one line on stderr and exit code 2, never a traceback.
 
-The cases (tests/bad_input_cases.py) run in this process through the CLI's `main`, so an uncaught
+The cases (tests/paradyse_lab/cli/bad_input_cases.py) run in this process through the CLI's `main`, so an uncaught
 exception fails the test with its traceback; `train --nproc 2` cases go through `paradyse-lab train`'s
 `main`, whose launcher checks them before it spawns a rank.
 """

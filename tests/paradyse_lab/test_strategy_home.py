@@ -1,7 +1,7 @@
 """The strategy catalog is the one home of a strategy's name, label, abbreviation, colour, layout, schedule
 and runtime module; no other module keeps its own per-strategy table.
 
-Run: `python -m pytest -q tests/foundation/test_strategy_home.py`.
+Run: `python -m pytest -q tests/paradyse_lab/test_strategy_home.py`.
 """
 
 from __future__ import annotations

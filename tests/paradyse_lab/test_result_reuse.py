@@ -15,7 +15,7 @@ from paradyse_lab.atomic_write import write_text_atomic
 from simulator import experiments
 from simulator.results import run_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fake_steps(monkeypatch, calls: list, kill: str = ""):

@@ -2,7 +2,7 @@
 documented columns, profiles that read back, the budget stopping the run cleanly, and runtime/measure/gpu_validate.py's
 table from those outputs.
 
-Run: `python -m pytest -q tests/runtime/test_gpu_session.py` (about 10 s, most of it the nested pytest of
+Run: `python -m pytest -q tests/runtime/measure/test_gpu_session.py` (about 10 s, most of it the nested pytest of
 tests/gpu and the profiles).
 """
 
