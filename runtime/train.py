@@ -41,12 +41,14 @@ from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """One training run."""
+    """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
+    docstrings under them into the flags and their help)."""
 
     model: str
-    """Model preset or config.json (GPT-2-shaped)."""
+    """Model preset (e.g. gpt2-tiny) or GPT-2-shaped config.json."""
     dataset: str
-    """Workload spec giving each step's sequence length (and tokens for file:*.jsonl)."""
+    """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
+    file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
     policy: str = "dynamic:dp"
     """static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer]."""
     steps: int = 100
@@ -62,27 +64,29 @@ class TrainOptions:
     max_len: int = 0
     """Cap on the sequence length (0: the model's positions)."""
     cluster: str = ""
-    """Cluster preset or .toml the policy plans for ('' = the default preset)."""
+    """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
+    default preset)."""
     cost_model: str = "analytic"
-    """Cost model the policy plans with: a name of COST_MODEL_NAMES or a .joblib file."""
+    """Cost model the policy plans with:"""
     profiles: str = ""
-    """Profile CSV the learned and calibrated cost models are fitted on ('' = the cluster's bundled one)."""
+    """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gb: float = 0.0
     """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
-    """What one decision of the policy covers: a block (the paper) or a sub-layer (attention, MLP)."""
+    """What one decision of the policy covers: block (one decision per layer, the paper) or sublayer (attention
+    and MLP apart)."""
     checkpoint_dir: str = ""
-    """Where to write sharded checkpoints ('' = none)."""
+    """Where to write sharded checkpoints ('': none)."""
     checkpoint_every: int = 0
     """Checkpoint period in steps (0: only at the end)."""
     resume: bool = False
-    """Continue from the latest checkpoint in checkpoint_dir."""
+    """Continue from the latest checkpoint in --checkpoint-dir."""
     log_file: str = ""
-    """CSV of the per-step log (rank 0)."""
+    """CSV of the per-step loss, time, memory and plan (rank 0)."""
     progress: bool = True
-    """Show a progress bar on rank 0."""
+    """A progress bar on rank 0 (--no-progress: none)."""
 
 
 def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):

@@ -77,30 +77,18 @@ def parse_options(args):
     if args.mode == "rank-local" and args.rank >= args.p:
         raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
     from runtime.measure.profiler import ProfileOptions
+    from runtime.options import from_namespace
 
-    return ProfileOptions(model=args.model, seqs=seqs, strategies=strategies, mode=args.mode, p=args.p,
-                          rank=args.rank, batch=args.batch, layers=args.layers, warmup=args.warmup,
-                          repeats=args.repeats, device=args.device, dtype=args.dtype, cluster=args.cluster,
-                          seed=args.seed)
+    return from_namespace(ProfileOptions, args, seqs=seqs, strategies=strategies)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="gpt2-tiny", help="model preset or config.json (GPT-2-shaped)")
-    parser.add_argument("--seqs", required=True, help="comma-separated sequence lengths (multiples of 2p)")
-    parser.add_argument("--strategies", required=True, help="comma-separated NAME or NAME+recompute")
-    parser.add_argument("--mode", choices=("rank-local", "distributed"), default="rank-local")
-    parser.add_argument("--p", type=int, default=0, help="rank-local: world size to emulate")
-    parser.add_argument("--rank", type=int, default=0, help="rank-local: the rank this process plays")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--layers", type=int, default=0, help="layers to run (0: the model's)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps (their median is reported)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                        help="auto: bf16 on CUDA, fp32 on CPU")
-    parser.add_argument("--cluster", default="", help="cluster preset pricing the modelled communication "
-                        "(rank-local; default the default preset)")
-    parser.add_argument("--seed", type=int, default=0)
+    """The options of `paradyse-lab profile`: one per field of runtime.measure.profiler.ProfileOptions
+    (runtime/options.py), and --out."""
+    from runtime.measure.profiler import ProfileOptions
+    from runtime.options import add_dataclass_arguments
+
+    add_dataclass_arguments(parser, ProfileOptions)
     parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")
 
 

@@ -16,36 +16,13 @@ from paradyse_lab.errors import UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab train` (runtime.train.TrainOptions)."""
+    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (runtime/options.py), and
+    --nproc (how to launch, not part of the run)."""
     from paradyse_lab.cli.output import cost_model_help
+    from runtime.options import add_dataclass_arguments
     from runtime.train import TrainOptions
 
-    d = TrainOptions(model="", dataset="")
-    parser.add_argument("--model", required=True, help="preset (e.g. gpt2-tiny) or GPT-2 config.json")
-    parser.add_argument("--dataset", required=True, help="workload: github_code, grch38, uniform:LO:HI, "
-                        "lognormal:MEDIAN:SIGMA, file:PATH (file:*.jsonl of token-id lists gives real tokens)")
-    parser.add_argument("--policy", default=d.policy,
-                        help="static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer] (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
-    parser.add_argument("--batch", type=int, default=d.batch, help="sequences per step (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate (default %(default)s)")
-    parser.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
-    parser.add_argument("--seed", type=int, default=d.seed, help="weights, workload and token seed")
-    parser.add_argument("--max-len", type=int, default=d.max_len, help="cap on sequence length (0: positions)")
-    parser.add_argument("--cluster", default=d.cluster, help="cluster preset or .toml (e.g. paradyse-lab "
-                        "calibrate's DIR/cluster.toml) the policy plans for")
-    parser.add_argument("--cost-model", default=d.cost_model, help=f"{cost_model_help()} (default %(default)s)")
-    parser.add_argument("--profiles", default=d.profiles, help="profile CSV the learned and calibrated cost models "
-                        "are fitted on")
-    parser.add_argument("--budget-gb", type=float, default=d.budget_gb, help="plan memory budget (0: GPU memory)")
-    parser.add_argument("--recompute", action="store_true", help="let the policy choose recomputation")
-    parser.add_argument("--granularity", default=d.granularity,
-                        help="block (one decision per layer) or sublayer (attention and MLP apart)")
-    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, help="write sharded checkpoints here")
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, help="period in steps")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    parser.add_argument("--log-file", default=d.log_file, help="CSV of per-step loss, time, memory and plan")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
     parser.add_argument("--nproc", type=int, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun)")
 
@@ -53,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`runtime.train.TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
+    from runtime.options import from_namespace
     from runtime.train import TrainOptions
     from runtime.train_inputs import check_options
     from simulator.policies import check_policy_names
@@ -61,13 +39,7 @@ def options_from_args(args: argparse.Namespace):
     check_cost_model_name(args.cost_model)
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
-    opts = TrainOptions(model=args.model, dataset=args.dataset, policy=args.policy, steps=args.steps,
-                        batch=args.batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                        max_len=args.max_len, cluster=args.cluster, cost_model=args.cost_model,
-                        profiles=args.profiles, budget_gb=args.budget_gb, recompute=args.recompute,
-                        granularity=args.granularity, checkpoint_dir=args.checkpoint_dir,
-                        checkpoint_every=args.checkpoint_every, resume=args.resume, log_file=args.log_file,
-                        progress=not args.no_progress)
+    opts = from_namespace(TrainOptions, args)
     check_options(opts)
     return opts
 

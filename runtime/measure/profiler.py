@@ -46,7 +46,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.software_versions import software_versions, versions_text
@@ -220,26 +220,39 @@ def device_name(device) -> str:
 
 # --- the command ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProfileOptions:
-    """One profiling run."""
+    """One profiling run. Each field is one flag of `profile` (runtime/options.py turns the fields and the
+    docstrings under them into the flags and their help); --out is the command's own."""
 
-    model: str
+    model: str = "gpt2-tiny"
+    """Model preset or config.json (GPT-2-shaped)."""
     seqs: tuple[int, ...]
+    """Comma-separated sequence lengths (multiples of 2p)."""
     strategies: tuple[str, ...]
-    mode: str = "rank-local"
+    """Comma-separated NAME or NAME+recompute."""
+    mode: str = field(default="rank-local", metadata={"choices": MODES})
+    """rank-local: one process plays one rank of a p-GPU world; distributed: every rank runs its share."""
     p: int = 0
-    """rank-local: the emulated world size (required); distributed: the world size (taken from it)."""
+    """rank-local: the world size to emulate (required); distributed: the world size (taken from it)."""
     rank: int = 0
+    """rank-local: the rank this process plays."""
     batch: int = 1
+    """Sequences per step."""
     layers: int = 0
     """Layers to run (0: the model's)."""
     warmup: int = 2
+    """Untimed steps before timing."""
     repeats: int = 5
-    device: str = "auto"
-    dtype: str = "auto"
+    """Timed steps (their median is reported)."""
+    device: str = field(default="auto", metadata={"choices": ("auto", "cpu", "cuda")})
+    """auto: CUDA when available, else CPU."""
+    dtype: str = field(default="auto", metadata={"choices": ("auto", "fp32", "bf16", "fp16")})
+    """auto: bf16 on CUDA, fp32 on CPU."""
     cluster: str = ""
+    """Cluster preset pricing the modelled communication (rank-local; '': the default preset)."""
     seed: int = 0
+    """Seed of the initial weights and the tokens."""
 
 
 def profile(opts: ProfileOptions, group=None, progress: bool = True):

@@ -1,0 +1,105 @@
+"""Command-line flags generated from an options dataclass, and the dataclass read back from parsed flags.
+
+A command's options are written once, as fields of a frozen dataclass with a docstring under each field;
+`add_dataclass_arguments(parser, cls)` adds one `--flag` per field (the field name with `-` for `_`), with
+the field's type and default, and the field's docstring as the help text (read from the class source with
+`ast`, since Python keeps no field docstrings at runtime). A field without a default is a required flag; a
+bool field is a switch (`--name` sets True; a field defaulting to True is given as `--no-name`). What the
+docstring cannot say goes in `field(metadata=...)`: `choices`, `flag` (another flag name), `type` (what the
+flag parses when it differs from the field's, e.g. `str` for a comma-separated tuple that the command
+parses and checks), `default` (the flag's default when the field has none). `from_namespace(cls, args)`
+builds the dataclass from the parsed arguments. Example (`python -m runtime.train --help` shows the result):
+
+    @dataclass(frozen=True)
+    class TrainOptions:
+        steps: int = 100
+        \"\"\"Optimizer steps in total.\"\"\"
+
+    add_dataclass_arguments(parser, TrainOptions)      # --steps STEPS  Optimizer steps in total. (default 100)
+    opts = from_namespace(TrainOptions, parser.parse_args())
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import typing
+
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+@functools.cache
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> its docstring (the string literal right under the field in the class body), one line."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):  # no source shipped (a frozen build): flags without help, same behaviour
+        return {}
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _field_type(cls, f: dataclasses.Field):
+    meta = f.metadata.get("type")
+    if meta is not None:
+        return meta
+    hint = typing.get_type_hints(cls).get(f.name, f.type)
+    if isinstance(hint, str):
+        hint = _SCALARS.get(hint, str)
+    return hint if hint in (int, float, str, bool) else str
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The flag of a field: metadata `flag`, else `--no-NAME` for a bool defaulting to True, else `--NAME`."""
+    if "flag" in f.metadata:
+        return f.metadata["flag"]
+    name = f.name.replace("_", "-")
+    return f"--no-{name}" if f.default is True else f"--{name}"
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, help_suffix: dict[str, str] | None = None,
+                            skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass `cls` (in field order; `skip` names fields left out). The help is the
+    field's docstring, then `help_suffix[field]` when given (e.g. a list of names known only at run time),
+    then the default (unless it is '' or None: the docstring says what that means)."""
+    docs, suffix = field_docs(cls), help_suffix or {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind = _field_type(cls, f)
+        text = " ".join(t for t in (docs.get(f.name, ""), suffix.get(f.name, "")) if t)
+        has_default = f.default is not dataclasses.MISSING or "default" in f.metadata
+        default = f.metadata.get("default", f.default)
+        if kind is bool and f.type in ("bool", bool) and "type" not in f.metadata:
+            action = "store_false" if default is True else "store_true"
+            parser.add_argument(flag_of(f), dest=f.name, action=action, help=text)
+            continue
+        kwargs = {"type": kind} if kind is not str else {}
+        if "choices" in f.metadata:
+            kwargs["choices"] = tuple(f.metadata["choices"])
+        if has_default:
+            shown = f" (default {default_text})" if (default_text := _shown(default)) else ""
+            kwargs.update(default=default, help=(text.rstrip(".") + shown) if text else None)
+        else:
+            kwargs.update(required=True, help=text or None)
+        parser.add_argument(flag_of(f), dest=f.name, **kwargs)
+
+
+def _shown(default) -> str:
+    """The default as the help shows it ('' for an empty string or None: the docstring says what that means)."""
+    return "" if default in ("", None) else "%(default)s"
+
+
+def from_namespace(cls, args: argparse.Namespace, **values):
+    """An instance of the dataclass `cls` from parsed arguments; `values` replace fields (e.g. parsed tuples)."""
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**fields, **values})
