@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab.app.reproduce import FIGURE_SCRIPTS, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, reproduce
+from paradyse_lab.app.reproduce import FIGURE_SCRIPTS, PAPER_DIR, PAPER_FIGURE_SCRIPTS, STEP_OUTPUTS, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",
@@ -50,13 +51,149 @@ def test_reproduce_resumes_without_rerunning(quick_results):
 
 
 @pytest.mark.parametrize("name", FIGURE_SCRIPTS)
-def test_missing_csv_is_one_line_and_exit_2(quick_results, tmp_path, name):
+def test_missing_csv_is_one_line_and_exit_2(quick_results, tmp_path, name, capsys):
+    """Each script's main() (what `python figures/NAME.py` runs), in this process."""
     results = tmp_path / "results"
     shutil.copytree(quick_results, results, ignore=shutil.ignore_patterns("figures"))
     (results / CSVS[name]).unlink()
-    proc = subprocess.run([sys.executable, str(ROOT / "figures" / f"{name}.py"), "--results", str(results)],
+    assert importlib.import_module(f"figures.{name}").main(["--results", str(results)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and CSVS[name] in lines[0] and "not found" in lines[0]
+    assert not (results / "figures" / f"{name}.png").exists()
+
+
+def test_a_figure_script_runs_as_a_command(quick_results, tmp_path):
+    """`python figures/NAME.py` (the scripts' entry point) exits 2 with one line when its CSV is missing."""
+    proc = subprocess.run([sys.executable, str(ROOT / "figures" / "table5_ablation.py"), "--results", str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and CSVS[name] in lines[0] and "not found" in lines[0]
-    assert not (results / "figures" / f"{name}.png").exists()
+    assert len(lines) == 1 and "table5.csv" in lines[0] and "not found" in lines[0]
+
+
+# --- what the figures draw: every plotted value read back from the Figure and compared with its CSV ---------
+
+def _draw(name: str, results: Path):
+    """The matplotlib Figure that figures/NAME.py draws from the CSVs under `results`, and figures._common."""
+    from figures import _common
+
+    module = importlib.import_module(f"figures.{name}")
+    return module.draw(_common.parse_args(["--results", str(results)], name)), _common
+
+
+def _close(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("truth", ["analytic", "paper"])
+def test_table5_draws_the_papers_and_our_values_of_every_variant(quick_results, truth):
+    results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
+    t = pd.read_csv(results / "table5.csv")
+    fig, _ = _draw("table5_ablation", results)
+    lengths, savings = fig.axes[:2]
+    assert lengths.get_xlabel() == "longest sequence trained (K tokens)"
+    assert savings.get_xlabel().startswith("saving of the full system (%)")
+    for ax, paper, ours, scale in ((lengths, "paper_max_len", "max_len", 1 / 1024),
+                                   (savings, "paper_saving", "saving", 100.0)):
+        paper_bars, our_bars = ax.containers
+        assert [r.get_width() for r in paper_bars] == pytest.approx(list(scale * t[paper].fillna(0)))
+        assert [r.get_width() for r in our_bars] == pytest.approx(list(scale * t[ours].fillna(0)))
+        assert [r.get_label() for r in ax.containers] == ["paper (measured)", "ours (simulated)"]
+    labels = [tick.get_text() for tick in lengths.get_yticklabels()]
+    assert len(labels) == len(t) and labels[0] == "full"
+    assert any("METP" in label for label in labels)  # strategy names shown as the paper writes them
+    _close(fig)
+
+
+def test_fig2_draws_every_run_of_every_panel(quick_results):
+    summary = pd.read_csv(quick_results / "fig2_summary.csv")
+    fig, common = _draw("fig2_cumulative_time", quick_results)
+    panels = list(dict.fromkeys(zip(summary["dataset"], summary["model"])))
+    policies = list(dict.fromkeys(summary["policy"]))
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    for dataset, model in panels:
+        ax = by_title[f"{common.DATASET_LABELS[dataset]}, {common.MODEL_LABELS[model]}"]
+        assert ax.get_xlabel() == "sequence length (K tokens, sorted run)"
+        assert ax.get_ylabel() == "cumulative training time (s)"
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for policy in policies:
+            run = pd.read_csv(quick_results / "runs" / "fig2" / f"{dataset}__{model}__{policy.replace(':', '-')}.csv")
+            trained = run[~run["oom"].astype(bool)]
+            line = lines[common.POLICY_STYLE[policy]["label"]]
+            assert list(line.get_xdata()) == pytest.approx(list(trained["seq_len"] / 1024))
+            assert list(line.get_ydata()) == pytest.approx(list(trained["cumulative_time_s"]))
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "ParaDySe (heuristic)" in legend and "OOM (run ends)" in legend
+    _close(fig)
+
+
+def test_plan_map_colours_each_layer_and_length_by_the_planned_strategy(quick_results):
+    df = pd.read_csv(quick_results / "plan_map.csv")
+    fig, common = _draw("plan_map", quick_results)
+    names = list(common.STRATEGY_COLORS) + ["OOM"]
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    for (model, solver), g in df.groupby(["model", "solver"], sort=False):
+        label = "heuristic (ParaDySe)" if solver == "heuristic" else f"{solver} (exact)"
+        ax = by_title[f"{common.MODEL_LABELS.get(model, model)}: {label}"]
+        grid = g.pivot(index="layer", columns="seq_len", values="strategy")
+        expected = [[names.index(s.split("+")[0]) if s.split("+")[0] in names else len(names) - 1 for s in row]
+                    for row in grid.to_numpy()]
+        assert ax.images[0].get_array().tolist() == expected
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("sequence length (K tokens)", "layer")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [common.STRATEGY_LABELS[n] for n in common.STRATEGY_COLORS] + ["no plan fits (OOM)"]
+    _close(fig)
+
+
+def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_results):
+    df = pd.read_csv(quick_results / "memory_breakdown.csv")
+    fig, common = _draw("memory_breakdown", quick_results)
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    for (model, strategy), g in df.groupby(["model", "strategy"], sort=False):
+        ax = by_title[f"{common.MODEL_LABELS.get(model, model)}, {common.STRATEGY_LABELS.get(strategy, strategy)}"]
+        g = g.sort_values("seq_len")
+        stacked = g[["model_state_bytes", "kept_bytes", "transient_bytes"]].sum(axis=1) / common.GiB
+        top = ax.collections[-1].get_paths()[0].vertices  # the last band's outline: its upper edge is the total
+        assert top[:, 1].max() == pytest.approx(stacked.max())
+        assert [c.get_label() for c in ax.collections] == ["model states (weights, grads, Adam)",
+                                                            "activations kept for backward", "largest transient"]
+        budget = [line for line in ax.get_lines() if line.get_label() == "usable memory"][0]
+        assert budget.get_ydata()[0] == pytest.approx(g["budget_bytes"].iloc[0] / common.GiB)
+    _close(fig)
+
+
+def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results):
+    b = pd.read_csv(quick_results / "solver_bench.csv")
+    q = pd.read_csv(quick_results / "solver_quality_runs.csv")
+    fig, _ = _draw("solver_quality", quick_results)
+    gaps, times, runs = fig.axes[:3]
+    assert (times.get_xlabel(), times.get_ylabel()) == ("decisions L (layers or sub-layers)", "median solve time (ms)")
+    drawn = [(list(line.get_xdata()), list(line.get_ydata())) for line in times.get_lines()]
+    expected = []
+    for _, g in b.groupby(["solver", "kind"], sort=False):
+        g = g.groupby("layers", as_index=False)[["max_gap_pct", "median_ms"]].max()
+        expected.append((list(g["layers"]), list(g["median_ms"])))
+    assert len(drawn) == len(expected)
+    for (x, y), (ex, ey) in zip(drawn, expected):
+        assert x == ex and y == pytest.approx(ey)
+    heights = sorted(r.get_height() for c in runs.containers for r in c)
+    assert heights == pytest.approx(sorted(100 * q["gap_to_dp"].fillna(0)))
+    assert gaps.get_ylabel() == "worst gap to the optimum (%)"
+    _close(fig)
+
+
+def test_costmodel_accuracy_scatters_truth_against_prediction_with_each_models_mape(quick_results):
+    pts = pd.read_csv(quick_results / "costmodel_points.csv")
+    acc = pd.read_csv(quick_results / "costmodel_accuracy.csv")
+    fig, _ = _draw("costmodel_accuracy", quick_results)
+    time_interp = fig.axes[0]
+    assert time_interp.get_xlabel() == "truth: whole-model step time (s)"
+    sub = pts[pts["split"] == "interp"]
+    for collection, (name, g) in zip(time_interp.collections, sub.groupby("cost_model", sort=False)):
+        mape = acc[(acc["cost_model"] == name) & (acc["split"] == "interp")]["time_mape"].iloc[0]
+        assert collection.get_label() == f"{name} (MAPE {100 * mape:.1f}%)"
+        expected = g[["time_s", "pred_time_s"]].to_numpy().ravel()
+        assert collection.get_offsets().ravel().tolist() == pytest.approx(expected)
+    _close(fig)

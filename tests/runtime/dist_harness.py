@@ -3,8 +3,9 @@
 Used by tests/runtime/test_distributed.py (run: `python -m pytest -q tests/runtime`). A case is a
 function `case(rank, p, group)` in the module's `CASES` dict that raises on failure; every rank runs every
 case in the same order.
-`run_world(p, module, names)` spawns p processes once, runs the named cases of `module` in each, and
-returns {case name: None if it passed on every rank, else the first rank's error text}.
+`run_world(p, module, names)` spawns p processes once, runs only the named cases of `module` in each, and
+returns a `World`: per case None if it passed on every rank, else the first rank's error text, and the case's
+own time (the slowest rank's, seconds), beside the process-group start-up and the whole world's wall time.
 """
 
 from __future__ import annotations
@@ -17,12 +18,27 @@ import socket
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 CASE_TIMEOUT_S = 120
+START = "(process-group start-up)"
+"""Key of `World.seconds` for the slowest rank's time from spawn to joined group, cases imported."""
+
+
+@dataclass
+class World:
+    """What one world size's run gave."""
+
+    errors: dict[str, str | None]
+    """Per case: None if it passed on every rank, else the first failing rank's error text."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Per case (and START): the slowest rank's time, seconds."""
+    wall_s: float = 0.0
+    """Spawn to join, seconds."""
 
 
 def free_port() -> int:
@@ -31,29 +47,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str) -> None:
+def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=p, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
     mod = importlib.import_module(module)
     results: dict[str, str | None] = {}
+    seconds: dict[str, float] = {START: time.time() - spawned_at}
     try:
         for name in names:
+            t0 = time.perf_counter()
             try:
                 mod.CASES[name](rank, p, None)
                 results[name] = None
             except Exception:  # noqa: BLE001 - reported to pytest
                 results[name] = f"rank {rank}: {traceback.format_exc()}"
+            seconds[name] = time.perf_counter() - t0
             with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-                json.dump(results, f)
+                json.dump({"results": results, "seconds": seconds}, f)
     finally:
         dist.destroy_process_group()
 
 
-def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> dict[str, str | None]:
-    """Run the cases `names` of `module` on p gloo ranks; outcome per case (None = passed everywhere)."""
+def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> World:
+    """Run the cases `names` of `module` (and no other) on p gloo ranks; each case's outcome and time."""
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_worker, args=(p, free_port(), module, names, out_dir), nprocs=p,
+        ctx = mp.start_processes(_worker, args=(p, free_port(), module, names, out_dir, time.time()), nprocs=p,
                                  join=False, start_method="spawn")
         crash = None
         deadline = time.monotonic() + timeout_s
@@ -66,27 +86,22 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
                     break
         except Exception as err:  # noqa: BLE001 - a rank died: the cases it did not finish fail
             crash = f"a rank process failed: {err}"
-        outcome: dict[str, str | None] = {n: crash or "not run (a rank failed or timed out)" for n in names}
-        done: dict[str, str | None] = {}
-        for r in range(p):
-            path = os.path.join(out_dir, f"rank{r}.json")
-            if not os.path.exists(path):
-                continue
-            with open(path) as f:
-                for name, err in json.load(f).items():
-                    done.setdefault(name, None)
-                    if err and done[name] is None:
-                        done[name] = err
-        for name in names:
-            ran_everywhere = all(_ran(out_dir, r, name) for r in range(p))
-            if ran_everywhere:
-                outcome[name] = done.get(name)
-        return outcome
+        reports = [_read(out_dir, r) for r in range(p)]
+    world = World({n: crash or "not run (a rank failed or timed out)" for n in names},
+                  wall_s=time.perf_counter() - started)
+    for name in names:
+        if all(rep is not None and name in rep["results"] for rep in reports):  # ran on every rank
+            world.errors[name] = next((rep["results"][name] for rep in reports if rep["results"][name]), None)
+    for rep in reports:
+        for name, secs in (rep or {"seconds": {}})["seconds"].items():
+            world.seconds[name] = max(world.seconds.get(name, 0.0), secs)
+    return world
 
 
-def _ran(out_dir: str, r: int, name: str) -> bool:
+def _read(out_dir: str, r: int) -> dict | None:
+    """Rank r's report ({"results", "seconds"}), None when it wrote none."""
     path = os.path.join(out_dir, f"rank{r}.json")
     if not os.path.exists(path):
-        return False
+        return None
     with open(path) as f:
-        return name in json.load(f)
+        return json.load(f)

@@ -194,17 +194,20 @@ def bad_input_case(rank: int, p: int, group) -> None:
 
 
 CASES = {}
+ONLY_AT: dict[str, tuple[int, ...]] = {}
+"""World sizes of the cases whose subject does not change with p (each case says why); the others run at
+every world size of test_distributed.py."""
 for _strategy in STRATEGIES:
     for _kind in ("attention", "mlp"):
-        for _causal in (True, False):
+        for _causal in (True, False) if _kind == "attention" else (True,):  # an MLP has no mask: one case
             for _recompute in (False, True):
                 _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
                     "-recompute" if _recompute else "")
                 CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
 for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
-    for _strategy in STRATEGIES:
-        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)
+    for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
+        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)  # and its attention above
     CASES[f"model-mixed-switching-{_tag}"] = model_case([
         ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
         ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
@@ -216,6 +219,7 @@ CASES["model-sublayer-plans-causal"] = model_case([  # one name per sub-layer: a
     ["metp", "metp+recompute"] * 4,
 ])
 CASES["hf-gpt2-logits"] = hf_case
+ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
 
 
@@ -244,7 +248,7 @@ def train_loss_falls_case(rank: int, p: int, group) -> None:
 
 
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 3 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
     import os
 
     import torch.distributed as dist
@@ -255,12 +259,12 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 3}
-    straight = train(TrainOptions(steps=6, checkpoint_dir=os.path.join(root, "a"), **common), group)
-    train(TrainOptions(steps=3, checkpoint_dir=os.path.join(root, "b"), **common), group)
-    resumed = train(TrainOptions(steps=6, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
-    assert [r["step"] for r in resumed] == [4, 5, 6]
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[3:]]
+              "checkpoint_every": 2}
+    straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
+    train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
+    resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    assert [r["step"] for r in resumed] == [3, 4]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
     meta = {"model": "gpt2-tiny", "seed": 0}
     a, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "a")), meta, group)
     b, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "b")), meta, group)
@@ -354,9 +358,16 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
 
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
+ONLY_AT["plan-decided-on-rank0"] = (2,)  # two ranks that disagree are the whole mechanism (rank 0 broadcasts)
 CASES["train-loss-falls"] = train_loss_falls_case
+ONLY_AT["train-loss-falls"] = (2,)  # learning is the loop's; gradients at every p are the model-* cases'
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
+for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed"):
+    # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
+    # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
+    # rank's first `train` (optimizer and solver imports, most of those worlds' time)
+    ONLY_AT[_name] = (1, 2)
 
 
 # --- the profiler's distributed mode ------------------------------------------------------------------------
@@ -423,8 +434,6 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     """`paradyse-lab calibrate` then `paradyse-lab validate-run` at a tiny size, inside this process group
     (what their launcher runs on every rank): the files and their structure, not the speed. p = 2 only
     (the benchmark's world size; the loop costs seconds)."""
-    if p != 2:
-        return
     import json
     import os
     import time
@@ -486,3 +495,4 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
 
 CASES["calibrate-validate-loop"] = calibrate_validate_case
+ONLY_AT["calibrate-validate-loop"] = (2,)

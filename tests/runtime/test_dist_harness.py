@@ -1,0 +1,36 @@
+"""The distributed harness itself (dist_harness.py): the ranks run only the cases asked for, and each case's
+outcome and own time come back.
+
+Run: `python -m pytest -q tests/runtime/test_dist_harness.py` (one spawned rank, about 3 s).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from dist_harness import START, run_world
+
+
+def test_only_the_named_cases_run_and_each_reports_its_outcome_and_time(tmp_path, monkeypatch):
+    trace = tmp_path / "not-selected-ran"
+    monkeypatch.setenv("HARNESS_TRACE", str(trace))  # spawned ranks inherit the environment
+    world = run_world(1, "harness_cases", ["passes", "fails"], timeout_s=120)
+    assert world.errors["passes"] is None
+    assert "rank 0" in world.errors["fails"] and "failed on purpose on rank 0" in world.errors["fails"]
+    assert set(world.errors) == {"passes", "fails"} and not trace.exists()
+    assert set(world.seconds) == {START, "passes", "fails"}
+    assert 0.3 <= world.seconds["passes"] < world.wall_s and world.seconds["fails"] < 0.3
+
+
+def test_a_world_gets_only_the_cases_this_session_selected():
+    """What `-k` or node ids leave of test_distributed's items decides what the spawned ranks run."""
+    import test_distributed as td
+
+    def item(p, case, name="test_case"):
+        return SimpleNamespace(originalname=name, module=td, callspec=SimpleNamespace(params={"p": p, "case": case}))
+
+    session = SimpleNamespace(items=[item(2, "bad-input"), item(2, "hf-gpt2-logits"), item(3, "bad-input"),
+                                     item(2, "model-metp-causal", name="test_elsewhere")])
+    assert td.selected_cases(session, 2) == ("hf-gpt2-logits", "bad-input")  # in case order
+    assert td.selected_cases(session, 3) == ("bad-input",)
+    assert td.selected_cases(session, 4) == ()
