@@ -302,3 +302,11 @@ class StepLog:
 
     def close(self) -> None:
         self.handle.close()
+
+
+if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
+    import sys
+
+    print("error: run `paradyse-lab train ...` (or `torchrun --nproc-per-node N -m paradyse_lab train ...`); "
+          "this module is a library", file=sys.stderr)
+    raise SystemExit(2)

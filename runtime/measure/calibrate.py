@@ -385,6 +385,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
 
     from paradyse_lab.measured_cluster import Measurements, fit_collectives, measured_cluster_toml
     from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import layout_unit
     from runtime import comm
     from runtime.launch import agree
 
@@ -394,7 +395,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     dtype = torch.bfloat16 if gpu else torch.float32
     spec = get_model(opts.model)
-    lengths = length_grid(opts.max_len, opts.lengths, 2 * p)
+    lengths = length_grid(opts.max_len, opts.lengths, layout_unit(p))
     state = agree(_load_state(out, opts) if rank == 0 else None, group)
     budget = Budget(opts.budget_s)
     bar = None
@@ -500,3 +501,11 @@ def _mark(out: Path, state: dict, stage: str) -> dict:
     state = dict(state, done=sorted(set(state["done"]) | {stage}))
     write_text_atomic(out / SETTINGS_FILE, json.dumps(state, indent=1, default=str) + "\n")
     return state
+
+
+if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
+    import sys
+
+    print("error: run `paradyse-lab calibrate ...` (or `torchrun --nproc-per-node N -m paradyse_lab calibrate ...`); "
+          "this module is a library", file=sys.stderr)
+    raise SystemExit(2)

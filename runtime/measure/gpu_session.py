@@ -1,25 +1,19 @@
-"""Everything issue #8 measures on one GPU, in one run under 10 minutes: GPU tests, kernel efficiencies and the
-rank-local profiles of the paper's models, as files in one folder.
+"""Everything this toolkit measures on one GPU, in one run under 10 minutes: GPU tests, kernel efficiencies
+and the rank-local profiles of the paper's models, as files in one folder.
 
-Command (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv, attention.csv and one profile per
-model, DIR/<device-kind>_<model>.csv: 8 files, the most the device tool brings back):
+Command, on any machine with one CUDA GPU (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv,
+attention.csv and one profile per model, DIR/<device-kind>_<model>.csv: 8 files):
 
     python -m runtime.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
-For a session lent a GPU (device tool, /work/.library/device/README.md), one call does it all; the machine's
-python3 has torch, numpy, pandas, networkx, tqdm, pytest, pytest-timeout and hypothesis, which is all this
-imports (paradyse_lab imports pandas and networkx at import time, never scikit-learn, OR-Tools or
-matplotlib on these paths), so nothing is installed and nothing is carried:
+It imports only torch, numpy, pandas, networkx, tqdm and pytest (with pytest-timeout and hypothesis for the
+GPU tests): paradyse_lab imports pandas and networkx at import time, never scikit-learn, OR-Tools or
+matplotlib on these paths, so a machine with a CUDA build of torch needs no install of this package (run it
+from a checkout, `PYTHONUNBUFFERED=1` to see progress). Without flash-attn, attention runs PyTorch's fused
+flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e ".[gpu]"`) they say
+`flash-attn`. Then, e.g. for an H100:
 
-    run(kind="nvidia-h100-x1", timeout_s=600,
-        command="PYTHONUNBUFFERED=1 python3 -m runtime.measure.gpu_session --out $OUT --budget-s 540")
-
-(then, with at least 13 minutes of device time left, the same with kind="nvidia-h200"). flash-attn is not on
-that machine: attention runs PyTorch's fused flash kernel, labelled `sdpa`; carrying a flash-attn wheel built
-for its torch (2.11, CUDA 13, Python 3.12) would add `flash-attn` rows. What to do with the files (under the
-reply's files_at), e.g. for the H100:
-
-    mkdir -p results/gpu-h100 && cp FILES_AT/* results/gpu-h100/
+    mkdir -p results/gpu-h100 && cp DIR/* results/gpu-h100/
     python -m runtime.measure.gpu_validate results/gpu-h100 \\
         --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
     cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json

@@ -228,7 +228,7 @@ class ProfileOptions:
     model: str = "gpt2-tiny"
     """Model preset or config.json (GPT-2-shaped)."""
     seqs: tuple[int, ...]
-    """Comma-separated sequence lengths (multiples of 2p)."""
+    """Comma-separated sequence lengths (multiples of the layout unit: 2p, any length when p = 1)."""
     strategies: tuple[str, ...]
     """Comma-separated NAME or NAME+recompute."""
     mode: str = field(default="rank-local", metadata={"choices": MODES})
@@ -395,3 +395,11 @@ def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bo
     if comm.rank(group) == 0:
         write_rows_atomic(df, out)
     return df
+
+
+if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
+    import sys
+
+    print("error: run `paradyse-lab profile ...` (or `torchrun --nproc-per-node N -m paradyse_lab profile ...`); "
+          "this module is a library", file=sys.stderr)
+    raise SystemExit(2)

@@ -160,3 +160,14 @@ def test_train_command_reports_bad_input_without_a_traceback(capsys):
     assert "unknown workload 'nope'" in capsys.readouterr().err
     assert main(["--model", "bert", "--dataset", "uniform:512:1024", "--steps", "2", "--no-progress"]) == 2
     assert "embedding" in capsys.readouterr().err  # the paper's layer-stack presets have no embedding
+
+
+def test_running_the_training_library_module_refuses_and_names_the_command():
+    """`python -m runtime.train` used to be the command; run directly it must not exit 0 having done nothing
+    (runtime/measure/profiler.py and calibrate.py end with the same block)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "runtime.train", "--steps", "1"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "paradyse-lab train" in done.stderr
