@@ -70,6 +70,9 @@ class Strategy:
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
         if self.usable and missing:
             raise ValueError(f"usable strategy {self.name!r} needs {', '.join(missing)} in its catalog entry")
+        if self.runtime_module and not self.runtime_module.startswith("runtime."):
+            raise ValueError(f"strategy {self.name!r}: runtime_module {self.runtime_module!r} is not a module of "
+                             "runtime/ (the only layer that may import torch)")
 
     def check(self, model: ModelSpec, p: int, seq_len: int) -> None:
         """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs."""

@@ -10,12 +10,17 @@ Layers, bottom to top:
   CLI), the only code that imports `solvers`, `simulator`, `runtime` or `figures` from outside them.
 
 `solvers` and `simulator` never import torch, directly or through any module of this repository they import.
-Every import counts, function-local ones included. Run: `python -m pytest -q tests/test_import_layers.py`.
+Every import counts, function-local ones included, and so do `importlib.import_module("X")` and `__import__("X")`
+with a constant name; `test_solvers_and_simulator_load_alone` imports every module of `solvers` and `simulator`
+in a fresh interpreter to catch what reading cannot (computed names).
+Run: `python -m pytest -q tests/test_import_layers.py`.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +64,10 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
     is_package = path.name == "__init__.py"
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
+        dynamic = dynamic_import(node)
+        if dynamic is not None:
+            out.append((node.lineno, dynamic))
+        elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -71,6 +79,22 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
                 sub = f"{base}.{a.name}"
                 out.append((node.lineno, sub if sub in known else base))
     return list(dict.fromkeys(out))
+
+
+def dynamic_import(node: ast.AST) -> str | None:
+    """The module of `importlib.import_module("X")`, `import_module("X")` or `__import__("X")` called with a
+    constant absolute name (a computed name cannot be read here: `test_solvers_and_simulator_load_alone`
+    catches those by importing)."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in ("import_module", "__import__"):
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("."):
+        return first.value
+    return None
 
 
 def target_layer(imported: str, known: set[str]) -> str | None:
@@ -152,6 +176,40 @@ def test_the_checker_sees_every_kind_of_import():
     assert "runtime.train" in edges["paradyse_lab.cli.train_command"]  # imported inside register()
     assert layer("paradyse_lab.costmodel.lowering") == "vocabulary" and layer("paradyse_lab.app.reproduce") == (
         "application")
+
+
+def test_the_checker_sees_dynamic_imports(tmp_path):
+    """`importlib.import_module` and `__import__` with a constant name count as imports; computed and
+    relative names are left to `test_solvers_and_simulator_load_alone`."""
+    src = tmp_path / "dyn.py"
+    src.write_text("import importlib\nfrom importlib import import_module\n"
+                   "def f(name):\n"
+                   "    importlib.import_module('torch.nn')\n"
+                   "    import_module('runtime.train')\n"
+                   "    __import__('figures')\n"
+                   "    importlib.import_module(name)\n"
+                   "    importlib.import_module('.x', 'solvers')\n")
+    assert imports_of("solvers.dyn", src, set()) == [(1, "importlib"), (2, "importlib"), (4, "torch.nn"),
+                                                    (5, "runtime.train"), (6, "figures")]
+
+
+LOAD_ALONE = """
+import importlib, pkgutil, sys
+for package in ("solvers", "simulator"):
+    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+        importlib.import_module(info.name)
+print(" ".join(sorted(m for m in sys.modules for f in ("torch", "runtime", "figures", "paradyse_lab.app",
+                                                       "paradyse_lab.cli") if m == f or m.startswith(f + "."))))
+"""
+
+
+def test_solvers_and_simulator_load_alone():
+    """Importing every module of `solvers` and `simulator` (one fresh interpreter) loads neither torch nor
+    the runtime, the figures or the application, whatever way the modules import."""
+    done = subprocess.run([sys.executable, "-c", LOAD_ALONE], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [], f"loaded by importing solvers and simulator: {done.stdout}"
 
 
 def test_torch_is_caught_through_the_vocabulary():

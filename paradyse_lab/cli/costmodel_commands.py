@@ -276,7 +276,7 @@ def run_synth(args) -> int:
 
 def run_fit(args) -> int:
     from paradyse_lab.costmodel.learned_fit import fit_profiles
-    from paradyse_lab.costmodel.regressors import LEARNED_KINDS
+    from paradyse_lab.costmodel.names import LEARNED_KINDS
     from paradyse_lab.errors import unknown_name
     from paradyse_lab.profiles import read_profiles
 

@@ -33,14 +33,14 @@ def reserve_bytes(args) -> int:
 def cost_model_help(what: str = "cost model the policy plans with") -> str:
     """The names a `--cost-model` option accepts: the registry's (`COST_MODEL_NAMES`, so models added there
     show up everywhere) or a .joblib file."""
-    from paradyse_lab.costmodel.factory import COST_MODEL_NAMES
+    from paradyse_lab.costmodel.names import COST_MODEL_NAMES
 
     return f"{what}: {'|'.join(COST_MODEL_NAMES)}|FILE.joblib"
 
 
 def check_cost_model_name(name: str, option: str = "--cost-model") -> None:
     """`UserInputError` unless `name` is in COST_MODEL_NAMES or a .joblib path (checked before ranks start)."""
-    from paradyse_lab.costmodel.factory import COST_MODEL_NAMES
+    from paradyse_lab.costmodel.names import COST_MODEL_NAMES
     from paradyse_lab.errors import unknown_name
 
     if name not in COST_MODEL_NAMES and not name.endswith(".joblib"):

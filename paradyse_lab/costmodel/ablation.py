@@ -26,7 +26,7 @@ import pandas as pd
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration, mape
 from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_profiles, profile_cluster
-from paradyse_lab.costmodel.regressors import LEARNED_KINDS
+from paradyse_lab.costmodel.names import LEARNED_KINDS
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.profiles import GROUP_COLUMNS
 

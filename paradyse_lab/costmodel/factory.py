@@ -17,14 +17,13 @@ import pandas as pd
 from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.learned_fit import FittedProfiles, LearnedCostModel, cached_fit_on_file, fit_profile_file
-from paradyse_lab.costmodel.regressors import LEARNED_KINDS
+from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.profiles import default_profile, profile_sources
 
-COST_MODEL_NAMES = ("analytic", "paper", "calibrated") + LEARNED_KINDS
-"""Names `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept (or a .joblib path)."""
+__all__ = ["COST_MODEL_NAMES", "LEARNED_KINDS", "build_cost_model", "calibrate_on_file", "calibration_profile",
+           "check_profile_device", "cost_model_label", "needs_profile"]
 
 
 def needs_profile(name: str, cluster: ClusterSpec) -> bool:
@@ -58,6 +57,7 @@ def check_profile_device(df: pd.DataFrame, cluster: ClusterSpec, path) -> None:
 def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
     from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
+    from paradyse_lab.costmodel.learned_fit import cached_fit_on_file
 
     def fit(df: pd.DataFrame) -> ClusterSpec:
         check_profile_device(df, cluster, path)
@@ -76,6 +76,8 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
     - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
       fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
     - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
+
+    learned_fit (scikit-learn, scipy, joblib) is imported only when a learned model is asked for.
     """
     if name == "analytic":
         return AnalyticCostModel(model, cluster, p)
@@ -87,19 +89,26 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
         if not cluster.calibration:
             cluster = calibrate_on_file(Path(profiles) if profiles else calibration_profile(cluster.device), cluster)
         return AnalyticCostModel(model, cluster, p)
+    if name in LEARNED_KINDS or name.endswith(".joblib"):
+        return _learned_cost_model(name, model, cluster, p, profiles)
+    raise unknown_name("cost model", name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
+
+
+def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None,
+                        profiles: str | Path | None):
+    """A learned kind fitted on `profiles`, or the fitted model saved in the .joblib file `name`."""
+    from paradyse_lab.costmodel import regressors
+    from paradyse_lab.costmodel.learned_fit import FittedProfiles, LearnedCostModel, fit_profile_file
+
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.device)
         return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
-    if name.endswith(".joblib"):
-        from paradyse_lab.costmodel import regressors
-
-        if not Path(name).is_file():
-            raise UserInputError(f"cost model file {name!r} not found")
-        fitted = regressors.load(name)
-        if not isinstance(fitted, FittedProfiles):
-            raise UserInputError(f"{name}: not a fitted cost model (FittedProfiles)")
-        return LearnedCostModel(fitted, model, cluster, p)
-    raise unknown_name("cost model", name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
+    if not Path(name).is_file():
+        raise UserInputError(f"cost model file {name!r} not found")
+    fitted = regressors.load(name)
+    if not isinstance(fitted, FittedProfiles):
+        raise UserInputError(f"{name}: not a fitted cost model (FittedProfiles)")
+    return LearnedCostModel(fitted, model, cluster, p)
 
 
 def cost_model_label(cm) -> str:

@@ -30,7 +30,7 @@ import pandas as pd
 from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.regressors import LEARNED_KINDS
+from paradyse_lab.costmodel.names import LEARNED_KINDS
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.errors import UserInputError, unknown_name
@@ -233,13 +233,17 @@ class LearnedCostModel:
             return int(budget)
         return int(min(budget, self.oom_threshold_bytes))
 
-    def whole(self, option: StrategyOption, seq_len: int, batch: int = 1) -> tuple[float, float]:
-        """Predicted whole-model (time_s, peak_bytes) of `option` on every layer."""
+    def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
+        """Raise `UserInputError` when the option cannot run these shapes or the profile has no rows of it."""
         self.analytic.check(option, seq_len, batch)
         group = self.config[:5] + (option.strategy, option.recompute, batch)
         if group not in self.fitted.groups:
             raise UserInputError(f"{option.name}: not profiled for model {self.model.name} at p={self.p}, "
                                  f"batch {batch} (profile source={self.fitted.source})")
+
+    def whole(self, option: StrategyOption, seq_len: int, batch: int = 1) -> tuple[float, float]:
+        """Predicted whole-model (time_s, peak_bytes) of `option` on every layer."""
+        self.check(option, seq_len, batch)
         key = (option, seq_len, batch)
         if key not in self._whole:
             self._prefetch(seq_len, batch)

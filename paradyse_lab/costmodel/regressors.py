@@ -30,14 +30,12 @@ except ImportError:  # scikit-learn < 1.6
     def validate_data(estimator, X="no_validation", y="no_validation", **kw):
         return estimator._validate_data(X, y, **kw)
 
+from paradyse_lab.costmodel.names import LEARNED_KINDS
 from paradyse_lab.strategies import CATALOG
 
 SHAPE_FEATURES = ("h", "heads", "kv_heads", "layers", "p", "batch", "recompute")
 FEATURES = SHAPE_FEATURES + tuple(f"is_{s}" for s in CATALOG) + ("seq_len",)
 """Columns of the feature matrix; the sequence length is last."""
-LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
-"""The learned cost models: the paper's hybrid (random forest + AIC polynomial), each half alone, and the
-residual correction of the analytic model (`make_regressor` builds each)."""
 PAPER_FOREST = {"n_estimators": 50, "max_depth": 10, "random_state": 42}
 """docs/paper.md section 4."""
 

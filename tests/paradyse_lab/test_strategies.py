@@ -2,7 +2,7 @@ import pytest
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.strategies import CATALOG, USABLE, StrategyOption, get_strategy, options
+from paradyse_lab.strategies import CATALOG, USABLE, Strategy, StrategyOption, get_strategy, options
 
 
 def test_catalog():
@@ -10,6 +10,14 @@ def test_catalog():
     colossal = CATALOG["colossal_z"]
     assert not colossal.usable and "FlashAttention" in colossal.unusable_reason
     assert "quadratic" in colossal.unusable_reason
+
+
+def test_runtime_module_lives_in_runtime():
+    """A catalog entry cannot point the runtime at a module outside runtime/ (say a solver's)."""
+    with pytest.raises(ValueError, match="runtime_module 'solvers.metp' is not a module of runtime/"):
+        Strategy("x", "X", "a", "m", False, False, abbreviation="XX", color="#000000", schedule="metp",
+                 runtime_module="solvers.metp")
+    assert all(s.runtime_module.startswith("runtime.") for s in CATALOG.values() if s.usable)
 
 
 def test_option_names_round_trip():

@@ -175,6 +175,26 @@ def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
         build_cost_model(str(tmp_path / "missing.joblib"), get_model("gpt"), A100)
 
 
+def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_profile, capsys):
+    """`paradyse-lab cost --cost-model FILE.joblib` prints the learned model's whole-model times (it crashed:
+    the command called `check`, which only the analytic and paper models had)."""
+    import json
+
+    from paradyse_lab.cli import main
+
+    fitted = fit_profiles("polynomial", gpt_profile, A100, source_name="gpt.csv")
+    path = fitted.save(tmp_path / "poly.joblib")
+    code = main(["cost", "--model", "gpt", "--seq", "4K", "--strategies", "metp,megatron_ts",
+                 "--cost-model", str(path), "--format", "json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    cm = LearnedCostModel(fitted, get_model("gpt"), A100)
+    for name in ("metp", "megatron_ts"):
+        assert out["strategies"][name]["total_time_s"] == pytest.approx(cm.whole(StrategyOption(name), 4096)[0])
+    with pytest.raises(UserInputError, match="not profiled"):
+        cm.check(StrategyOption("metp", recompute=True), 4096)
+
+
 # ----- the CostModel adapter ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["hybrid", "forest", "polynomial"])
 def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
