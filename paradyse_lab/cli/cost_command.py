@@ -9,7 +9,6 @@ from __future__ import annotations
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel import uniform_plan_cost
-from paradyse_lab.costmodel.factory import build_cost_model, cost_model_label
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE, StrategyOption
@@ -66,6 +65,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from paradyse_lab.costmodel.factory import build_cost_model, cost_model_label  # pandas: only when run
+
     model = get_model(args.model)
     cluster = get_cluster(args.cluster)
     seq = parse_int("--seq", args.seq)

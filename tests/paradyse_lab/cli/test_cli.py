@@ -67,3 +67,13 @@ def test_console_script_exits_2_without_traceback():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid:" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "paradyse_lab", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "cost" in proc.stdout
+
+
+def test_building_the_parser_loads_no_heavy_library():
+    """Every command builds the whole parser first: it must not load scikit-learn, scipy, joblib, pandas or
+    torch (they cost seconds of start-up; each command imports what it needs when it runs)."""
+    code = ("import sys; from paradyse_lab.cli import build_parser; build_parser(); "
+            "print(' '.join(m for m in ('sklearn', 'scipy', 'joblib', 'pandas', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [], f"loaded while building the parser: {done.stdout}"
