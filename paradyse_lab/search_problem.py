@@ -16,7 +16,8 @@ JSON form (`paradyse-lab solve --problem FILE.json`; `to_json` writes it):
 `switch_s` is optional (zeros). Extensions, all optional: `fixed_transient_bytes` (default 0: the working
 memory of the embedding / loss, a floor under the max-transient term), `fixed_time_s` (default 0: time of
 the parts no decision covers, added to every plan), `edges` (default the chain [[0, 1], [1, 2], ...]: the
-pairs of decisions where a switch is charged), `labels` (default L0, L1, ...).
+pairs of decisions where a switch is charged), `labels` (default L0, L1, ...). An optional field is left out
+for its default, never given as null.
 
 The constructor checks every value once, whatever built it (`from_dict` only checks the document's field
 names and its `layers` count): errors name the field and the allowed values. A cost model is lowered into a
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,11 @@ JSON_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "
                "budget_bytes", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
 INT64_MAX = 2**63 - 1
 """Byte counts are exact int64."""
+FLOAT64_MAX = int(np.finfo(np.float64).max)
+"""Seconds are float64: a larger JSON integer cannot be converted."""
 REQUIRED_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "fixed_bytes", "budget_bytes")
+OPTIONAL_FIELDS = ("switch_s", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
+"""May be left out (module docstring gives the defaults), never given as null."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,8 +75,10 @@ class SearchProblem:
     """One label per decision (`L3`, `L3.attn`); default L0, L1, ..."""
     dropped: dict = field(default_factory=dict)
     """Options left out because their shapes do not split: name -> reason."""
+    layers: InitVar[int | None] = None
+    """L when the caller states it (the JSON form's `layers`): time_s must then have L rows."""
 
-    def __post_init__(self):
+    def __post_init__(self, layers: int | None = None):
         set_ = object.__setattr__
         if not isinstance(self.options, (list, tuple)) or not all(isinstance(o, str) for o in self.options):
             raise UserInputError("options must be a list of strings")
@@ -79,7 +86,7 @@ class SearchProblem:
         O = len(self.options)
         if O == 0 or len(set(self.options)) != O:
             raise UserInputError(f"options must be a non-empty list of distinct names, got {list(self.options)}")
-        set_(self, "time_s", _matrix("time_s", self.time_s, "number", None, O))
+        set_(self, "time_s", _matrix("time_s", self.time_s, "number", layers, O))
         L = self.time_s.shape[0]
         if L == 0:
             raise UserInputError("layers must be a positive integer, got 0")
@@ -91,10 +98,7 @@ class SearchProblem:
             raise UserInputError("switch_s must have a zero diagonal (keeping an option costs no switch)")
         for name in ("fixed_bytes", "budget_bytes", "fixed_transient_bytes"):
             set_(self, name, _nonneg_int(name, getattr(self, name)))
-        ft = self.fixed_time_s
-        if isinstance(ft, bool) or not isinstance(ft, (int, float)) or not math.isfinite(ft) or ft < 0:
-            raise UserInputError(f"fixed_time_s must be a finite number >= 0, got {ft!r}")
-        set_(self, "fixed_time_s", float(ft))
+        set_(self, "fixed_time_s", _finite_seconds("fixed_time_s", self.fixed_time_s))
         chain = tuple((i, i + 1) for i in range(L - 1))
         if self.edges is not None and not (isinstance(self.edges, (list, tuple)) and all(
                 isinstance(e, (list, tuple)) and len(e) == 2 and all(_is_int(x) for x in e) for e in self.edges)):
@@ -244,19 +248,17 @@ class SearchProblem:
             missing = [f for f in REQUIRED_FIELDS if f not in data]
             if missing:
                 raise UserInputError(f"missing field {missing[0]!r} (required: {', '.join(REQUIRED_FIELDS)})")
-            L = require_positive_int("layers", data["layers"])
-            opts = data["options"]
-            cols = len(opts) if isinstance(opts, list) else 0
-            if isinstance(data["time_s"], list) and len(data["time_s"]) != L:
-                _matrix("time_s", data["time_s"], "number", L, cols)  # raises: `layers` and time_s disagree
-            edges = data.get("edges")
+            null = [f for f in OPTIONAL_FIELDS if f in data and data[f] is None]
+            if null:
+                raise UserInputError(f"{null[0]} is null; leave the field out for its default or give a value "
+                                     f"(optional fields: {', '.join(OPTIONAL_FIELDS)})")
             return cls(
-                options=opts, time_s=data["time_s"], kept_bytes=data["kept_bytes"],
+                options=data["options"], time_s=data["time_s"], kept_bytes=data["kept_bytes"],
                 transient_bytes=data["transient_bytes"], switch_s=data.get("switch_s"),
                 fixed_bytes=data["fixed_bytes"], budget_bytes=data["budget_bytes"],
                 fixed_transient_bytes=data.get("fixed_transient_bytes", 0),
-                fixed_time_s=data.get("fixed_time_s", 0.0),
-                edges=None if edges is None else edges, labels=data.get("labels", []),
+                fixed_time_s=data.get("fixed_time_s", 0.0), edges=data.get("edges"), labels=data.get("labels", []),
+                layers=require_positive_int("layers", data["layers"]),
             )
         except UserInputError as err:
             raise UserInputError(f"{source}: {err}") from None
@@ -284,6 +286,20 @@ class SearchProblem:
 
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _finite_seconds(field_name: str, value) -> float:
+    """A number of seconds: finite, >= 0 and within float64 (a JSON integer may be of any size)."""
+    seconds = None
+    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise UserInputError(f"{field_name} must be a finite number >= 0, got an integer of "
+                                 f"{len(str(abs(int(value))))} digits (past float64)") from None
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise UserInputError(f"{field_name} must be a finite number >= 0, got {value!r}")
+    return seconds
 
 
 def _nonneg_int(field_name: str, value) -> int:
@@ -319,6 +335,9 @@ def _matrix(name: str, value, kind: str, rows: int | None, cols: int) -> np.ndar
                 ok = _is_int(x) or (isinstance(x, (float, np.floating)) and (kind != "int" or float(x).is_integer()))
                 if kind == "int" and ok and not -INT64_MAX <= x <= INT64_MAX:
                     raise UserInputError(f"{name}[{i}][{j}] is {x!r}, past 2**63 - 1 bytes")
+                if kind != "int" and _is_int(x) and abs(x) > FLOAT64_MAX:
+                    raise UserInputError(f"{what} ({name}[{i}][{j}] is an integer of {len(str(abs(int(x))))} "
+                                         "digits, past float64)")
                 if not ok:
                     raise UserInputError(f"{what} ({name}[{i}][{j}] is {x!r})")
     arr = np.array(value, dtype=dtype, copy=True).reshape(-1, cols)  # [rows, cols]

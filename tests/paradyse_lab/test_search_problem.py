@@ -124,6 +124,27 @@ def test_json_errors_name_the_field(tmp_path, change, message):
     assert str(err.value).startswith("bad.json: ")
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"switch_s": None}, "switch_s is null"),
+    ({"edges": None}, "edges is null"),
+    ({"labels": None}, "labels is null"),
+    ({"fixed_transient_bytes": None}, "fixed_transient_bytes is null"),
+    ({"fixed_time_s": None}, "fixed_time_s is null"),
+    ({"time_s": [[1, 2], [3]]}, r"time_s must be a list of 2 rows of 2 numbers \(row 1 has 1\)"),
+    ({"options": "ab", "time_s": [[1, 2]]}, "options must be a list of strings"),
+    ({"time_s": [[10**400, 2], [3, 4]]}, r"time_s\[0\]\[0\] is an integer of 401 digits, past float64"),
+    ({"switch_s": [[0, 10**400], [0, 0]]}, r"switch_s\[0\]\[1\] is an integer of 401 digits"),
+    ({"fixed_time_s": 10**400}, "fixed_time_s must be a finite number >= 0, got an integer of 401 digits"),
+])
+def test_from_dict_names_the_field(change, message):
+    """Null optional fields are refused (not read as their default), row counts are stated from `layers`,
+    options are checked first, and integers past float64 where seconds go are errors, not OverflowError."""
+    d = {"layers": 2, "options": ["x", "y"], "time_s": [[1, 2], [3, 4]], "kept_bytes": [[1, 2], [3, 4]],
+         "transient_bytes": [[0, 0], [0, 0]], "fixed_bytes": 0, "budget_bytes": 10}
+    with pytest.raises(UserInputError, match=message):
+        SearchProblem.from_dict(json.loads(json.dumps({**d, **change})))
+
+
 def test_json_file_errors(tmp_path):
     with pytest.raises(UserInputError, match="not found"):
         SearchProblem.from_json(tmp_path / "missing.json")
