@@ -246,7 +246,8 @@ def save(obj, path: str | Path) -> Path:
 
 def load(path: str | Path):
     """Read what `save` wrote. A pickle: only load files you trust. A file that is not one (empty, truncated,
-    garbage) is a one-line `UserInputError`."""
+    garbage), or one whose classes live in modules this install lacks (saved before a rename), is a one-line
+    `UserInputError`."""
     from paradyse_lab.errors import UserInputError
 
     path = Path(path)
@@ -256,6 +257,13 @@ def load(path: str | Path):
         return joblib.load(path)
     except FileNotFoundError:
         raise UserInputError(f"cost model file {str(path)!r} not found") from None
+    except ModuleNotFoundError as err:  # the pickle names a class by a module path that is gone
+        refit = f"refit it with `paradyse-lab fit-costmodel --kind KIND --out {path.name}`"
+        if (err.name or "").split(".")[0] == "paradyse_lab":
+            raise UserInputError(f"cost model file {str(path)!r} was written by an older version of paradyse-lab "
+                                 f"(module {err.name} no longer exists); {refit}") from None
+        raise UserInputError(f"cost model file {str(path)!r} needs module {err.name}, which is not installed "
+                             f"(written with other library versions); {refit}") from None
     except Exception as err:  # noqa: BLE001 (unpickling a damaged file raises anything)
         raise UserInputError(f"cost model file {str(path)!r} is not a joblib file written by fit-costmodel "
                              f"(empty, truncated or damaged: {type(err).__name__})") from None

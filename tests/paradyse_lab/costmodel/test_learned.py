@@ -195,6 +195,20 @@ def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_profile, capsys):
         cm.check(StrategyOption("metp", recompute=True), 4096)
 
 
+@pytest.mark.parametrize("module, message", [
+    ("paradyse_lab.costmodel.learned", "written by an older version of paradyse-lab "
+     r"\(module paradyse_lab.costmodel.learned no longer exists\); refit it with `paradyse-lab fit-costmodel"),
+    ("sklearn.no_such_module", "needs module sklearn.no_such_module, which is not installed"),
+])
+def test_a_file_naming_a_gone_module_says_refit(tmp_path, module, message):
+    """A .joblib written before a module was renamed names the old module path: the error says so (it said
+    the file was damaged)."""
+    path = tmp_path / "old.joblib"
+    path.write_bytes(f"c{module}\nFittedProfiles\n.".encode())  # a pickle of one class, by module path
+    with pytest.raises(UserInputError, match=message):
+        build_cost_model(str(path), get_model("gpt"), A100)
+
+
 # ----- the CostModel adapter ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["hybrid", "forest", "polynomial"])
 def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
