@@ -287,7 +287,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, options
+    from paradyse_lab.strategies import USABLE, layout_unit, options
     from simulator.experiments import DEFAULT_RESERVE_BYTES
     from solvers.registry import get_solver
 
@@ -297,7 +297,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
         model = get_model(model_name)
         cm = AnalyticCostModel(model, cluster)
         graph = LayerGraph(model, "block")
-        unit = 2 * cm.p
+        unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths):
             seq = -(-seq // unit) * unit
             problem = problem_from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
@@ -318,14 +318,14 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, StrategyOption
+    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit
     from simulator.experiments import DEFAULT_RESERVE_BYTES
 
     cluster = get_cluster(s.cluster)
     rows = []
     for model_name in ("bert", "llama", "gpt"):
         cm = AnalyticCostModel(get_model(model_name), cluster)
-        unit = 2 * cm.p
+        unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths // 2, 1 * K, 640 * K):
             seq = -(-seq // unit) * unit
             for strategy in USABLE:

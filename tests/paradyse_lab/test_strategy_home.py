@@ -88,3 +88,46 @@ def test_no_module_keeps_its_own_per_strategy_table():
                        if (rel, t.split(" ", 1)[1].split("[")[0]) not in DATA_TABLES]
     assert not tables, "per-strategy literals outside the catalog (derive them from paradyse_lab.strategies):\n" + \
         "\n".join(tables)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """id() of every docstring node (module, class, function) and bare string statement."""
+    return {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+
+
+def _layout_unit_copies(path: Path) -> list[str]:
+    """`2 * p` or `2 * X.p` (the unified layout's unit, which is 1 on one rank) written out in `path`."""
+    def is_p(n):
+        return (isinstance(n, ast.Name) and n.id == "p") or (isinstance(n, ast.Attribute) and n.attr == "p")
+
+    rel = path.relative_to(ROOT).as_posix()
+    return [f"{rel}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
+            and any(isinstance(a, ast.Constant) and a.value == 2 and is_p(b)
+                    for a, b in ((n.left, n.right), (n.right, n.left)))]
+
+
+def test_the_layout_unit_is_computed_only_by_layout_unit():
+    """Outside the runtime (whose layout.py cuts the 2p zig-zag chunks themselves), lengths are rounded with
+    `layout_unit(p)`, never `2 * p`, which is wrong on one rank."""
+    copies = [c for package in PACKAGES if package != "runtime" for path in sorted((ROOT / package).rglob("*.py"))
+              for c in _layout_unit_copies(path) if not c.startswith("paradyse_lab/strategies.py:")]
+    assert not copies, "2 * p outside paradyse_lab.strategies.layout_unit (call it instead):\n" + "\n".join(copies)
+
+
+def test_no_code_string_spells_a_strategy_label():
+    """Report and figure text takes labels from `CATALOG[name].paper_name` (docstrings may name them)."""
+    import re
+
+    labels = re.compile(r"\b(" + "|".join(CATALOG[n].paper_name for n in USABLE) + r")\b")
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "strategies.py" and path.parent.name == "paradyse_lab":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = _docstrings(tree)
+            found += [f"{path.relative_to(ROOT).as_posix()}:{n.lineno}: {n.value[:60]!r}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                      and labels.search(n.value)]
+    assert not found, "strategy labels spelled in code strings (use CATALOG[name].paper_name):\n" + "\n".join(found)
