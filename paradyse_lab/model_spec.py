@@ -11,8 +11,16 @@ Sources of the presets:
 - `gpt2-tiny`: ours, a GPT-2-shaped model small enough for CPU tests (12 heads so p = 1, 2, 3, 4 all split).
 - `gpt2-cpu`: ours, h 512, 8 heads, 4 layers, vocabulary 1024, fp32: the CPU benchmark of `paradyse-lab
   calibrate` and `validate-run` (README "Simulation against execution").
-- `llama3-8b`: Meta-Llama-3-8B config.json (hidden 4096, 32 heads, 8 KV heads, 32 layers, SwiGLU 14336,
-  vocab 128256, RMSNorm, no biases, RoPE).
+- `llama3-8b`, `llama3-70b`: the Hugging Face config.json of meta-llama/Meta-Llama-3-8B (hidden_size 4096,
+  num_attention_heads 32, num_key_value_heads 8, num_hidden_layers 32, intermediate_size 14336) and of
+  meta-llama/Meta-Llama-3-70B (8192, 64, 8, 80, 28672); both vocab_size 128256, rope_theta 500000,
+  tie_word_embeddings false, RMSNorm, SwiGLU ("silu"), no biases.
+- `llama-gqa8`: the paper's `llama` layer stack (h 8192, 64 heads, 8 of 80 layers) with 8 K/V heads (the
+  grouped-query attention of LLaMA-2/3-70B) and still the paper's GELU MLP, so it differs from `llama` in
+  the K/V heads only: `paradyse-lab cost --model llama-gqa8` (or `--model llama --kv-heads 8`) shows what
+  GQA does to the strategies.
+- `llama-tiny`: ours, a LLaMA-shaped model (RMSNorm, SwiGLU, RoPE, 8 heads sharing 2 K/V heads, untied
+  head) small enough for CPU runs: `paradyse-lab train --model llama-tiny`.
 """
 
 from __future__ import annotations
@@ -50,10 +58,19 @@ class ModelSpec:
     """'layernorm' (weight and bias) or 'rmsnorm' (weight only)."""
     bias: bool = True
     """Whether linear layers carry biases."""
+    qkv_bias: bool = False
+    """Biases on the q, k, v projections only (Qwen2), when `bias` is false."""
     vocab_size: int = 0
-    """Vocabulary size (tied embedding and head)."""
+    """Vocabulary size (embedding and head)."""
     max_positions: int = 0
     """Learned position embeddings (GPT-2); 0 for rotary embeddings."""
+    tied: bool = True
+    """Whether the head shares the token embedding's matrix (GPT-2) or has its own (LLaMA)."""
+    rope_theta: float = 0.0
+    """Rotary embeddings' base (Hugging Face `rope_theta`) when `max_positions` is 0; 0: not given (10000)."""
+    rope_llama3: tuple[float, float, float, int] | None = None
+    """Llama 3.1's rotary frequency scaling (factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings), read from a config.json's rope_type 'llama3'; the runtime uses it."""
     embedding_and_head: bool = True
     """Whether the embedding, final norm and head are part of what is run and costed."""
     dtype: str = "bf16"
@@ -143,8 +160,20 @@ PRESETS: dict[str, ModelSpec] = {
                       "runtime's dtype)", vocab=1024, positions=8192), dtype="fp32"),
         ModelSpec(
             name="llama3-8b", hidden=4096, heads=32, kv_heads=8, layers=32, ffn_hidden=14336,
-            ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0,
-            source="Meta-Llama-3-8B config.json",
+            ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0, tied=False,
+            rope_theta=500000.0, source="HF meta-llama/Meta-Llama-3-8B config.json",
+        ),
+        ModelSpec(
+            name="llama3-70b", hidden=8192, heads=64, kv_heads=8, layers=80, ffn_hidden=28672,
+            ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0, tied=False,
+            rope_theta=500000.0, source="HF meta-llama/Meta-Llama-3-70B config.json",
+        ),
+        replace(_paper("llama-gqa8", 8192, 64, 8, True, "the paper's llama (Table 4) with 8 K/V heads "
+                       "(LLaMA-2/3-70B's grouped-query attention); 8 of 80 layers"), kv_heads=8),
+        ModelSpec(
+            name="llama-tiny", hidden=96, heads=8, kv_heads=2, layers=4, ffn_hidden=192, ffn_kind="swiglu",
+            norm="rmsnorm", bias=False, vocab_size=512, max_positions=0, tied=False, rope_theta=10000.0,
+            dtype="fp32", source="ours: LLaMA layout for CPU runs (head_dim 12: K/V width 24 splits for p = 1..4)",
         ),
     )
 }
@@ -167,6 +196,23 @@ def _int_key(cfg: dict, path: Path, *keys: str, default=None) -> int:
     if default is not None:
         return default
     raise UserInputError(f"{path}: missing key {' or '.join(keys)!r}")
+
+
+def hf_rope(cfg: dict) -> tuple[float, str, tuple[float, float, float, int] | None]:
+    """(rope_theta, rope_type, Llama 3.1 scaling or None) of a Hugging Face config dict: `rope_theta` and
+    `rope_scaling` (transformers < 5) or `rope_parameters` (transformers >= 5)."""
+    rope = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
+    theta = float(rope.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+    rope_type = str(rope.get("rope_type", rope.get("type", "default")))
+    llama3 = None
+    if rope_type == "llama3":
+        try:
+            llama3 = (float(rope["factor"]), float(rope["low_freq_factor"]), float(rope["high_freq_factor"]),
+                      int(rope.get("original_max_position_embeddings") or cfg["max_position_embeddings"]))
+        except (KeyError, TypeError, ValueError):
+            raise UserInputError("rope_scaling of rope_type 'llama3' needs factor, low_freq_factor, high_freq_factor "
+                                 "and original_max_position_embeddings") from None
+    return theta, rope_type, llama3
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -202,7 +248,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             kv_heads=_int_key(cfg, path, "num_key_value_heads", default=heads),
             layers=_int_key(cfg, path, "num_hidden_layers"),
             ffn_hidden=_int_key(cfg, path, "intermediate_size"), ffn_kind="swiglu", norm="rmsnorm",
-            bias=bool(cfg.get("attention_bias", False)), vocab_size=_int_key(cfg, path, "vocab_size"),
-            max_positions=0, dtype=dtype, source=str(path),
+            bias=bool(cfg.get("attention_bias", False)), qkv_bias=model_type == "qwen2",
+            vocab_size=_int_key(cfg, path, "vocab_size"),
+            max_positions=0, tied=bool(cfg.get("tie_word_embeddings", False)),
+            rope_theta=hf_rope(cfg)[0], rope_llama3=hf_rope(cfg)[2],
+            dtype=dtype, source=str(path),
         )
     raise unknown_name(f"model_type in {path}", str(model_type), ["gpt2", "llama", "mistral", "qwen2"])

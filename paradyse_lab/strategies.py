@@ -9,6 +9,19 @@ The catalog entry is the one home of a strategy: its name, label, abbreviation, 
 its cost-model schedule (`costmodel/schedules.py` `SCHEDULES`) and the name of its runtime module
 (`runtime/model.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
 is one entry here, one schedule function and one runtime module. See them with `paradyse-lab strategies`.
+
+Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
+catalog, the cost model (costmodel/schedules.py) and the runtime (runtime/):
+- megatron_cz (ring attention): any kv_heads dividing heads; the ring passes only the K/V heads, so its
+  K/V traffic (and dK/dV) scales by kv_heads / heads.
+- ulysses_z: heads % p == 0 and (kv_heads % p == 0 or p % kv_heads == 0). When kv_heads < p each K/V head
+  is replicated p / kv_heads times before the all-to-all (as DeepSpeed-Ulysses does), so the K/V
+  all-to-all carries max(kv_heads, p) heads' worth of bytes; the replicas' gradients are summed after the
+  all-to-all back.
+- megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
+  that query groups divide by the tensor-parallel size).
+Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
+(runtime/layout.py).
 """
 
 from __future__ import annotations
@@ -51,6 +64,9 @@ class Strategy:
     """Whether attention splits heads (and KV heads) over the p ranks."""
     ring_attention: bool
     """Whether K/V blocks travel around a ring (causal rings use the zig-zag chunk order: s % 2p == 0)."""
+    kv_heads_rule: str = "any"
+    """Grouped-query attention's K/V heads (`KV_HEADS_RULES`): 'split' (kv_heads % p == 0), 'replicate'
+    (kv_heads % p == 0 or p % kv_heads == 0) or 'any'."""
     usable: bool = True
     """False for strategies the toolkit lists but never plans with."""
     unusable_reason: str = ""
@@ -88,11 +104,18 @@ class Strategy:
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
             return f"sequence length {seq_len} must be divisible by {unit}{why}"
-        if self.splits_heads:
-            if model.heads % p:
-                return f"heads ({model.heads}) must be divisible by p ({p})"
-            if model.kv_heads % p:
-                return f"kv_heads ({model.kv_heads}) must be divisible by p ({p})"
+        if self.splits_heads and model.heads % p:
+            return f"heads ({model.heads}) must be divisible by p ({p})"
+        kv = model.kv_heads
+        if self.kv_heads_rule == "split" and kv % p:
+            return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
+                    "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
+        if self.kv_heads_rule == "replicate" and kv % p and p % kv:
+            return (f"kv_heads ({kv}) must be divisible by p ({p}) or divide it (each K/V head is then replicated "
+                    f"p / kv_heads times before the all-to-all)")
+        if model.kv_hidden % p:
+            return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
+                    "shard of K and V")
         if model.ffn_hidden % p:
             return f"ffn_hidden ({model.ffn_hidden}) must be divisible by p ({p}) for the 1/p weight shard"
         if model.hidden % p:
@@ -107,7 +130,7 @@ CATALOG: dict[str, Strategy] = {
             "megatron_ts", "MegatronTS",
             attention="all-gather sequence, heads split over ranks, reduce-scatter out",
             mlp="column/row-split weights, all-gather + reduce-scatter of activations",
-            splits_heads=True, ring_attention=False,
+            splits_heads=True, ring_attention=False, kv_heads_rule="split",
             abbreviation="TS", color="#1f77b4", schedule="megatron_ts", runtime_module="runtime.megatron_ts",
         ),
         Strategy(
@@ -121,14 +144,14 @@ CATALOG: dict[str, Strategy] = {
             "ulysses_z", "UlyssesZ",
             attention="all-to-all sequence-sharded -> head-sharded, local attention, all-to-all back",
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
-            splits_heads=True, ring_attention=False,
+            splits_heads=True, ring_attention=False, kv_heads_rule="replicate",
             abbreviation="UZ", color="#2ca02c", schedule="ulysses_z", runtime_module="runtime.ulysses_z",
         ),
         Strategy(
             "metp", "METP",
             attention="weight shards passed around a ring; per head group, ring attention inside",
             mlp="weight shards passed around a ring (point-to-point, double-buffered)",
-            splits_heads=True, ring_attention=True,
+            splits_heads=True, ring_attention=True, kv_heads_rule="split",
             abbreviation="ME", color="#d62728", schedule="metp", runtime_module="runtime.metp",
         ),
         Strategy(

@@ -5,7 +5,7 @@ Usage, one process per rank (gloo on CPU, NCCL on GPU):
     import torch.distributed as dist
     from runtime import ParallelGPT, shard_sequence, gather_sequence
     dist.init_process_group("gloo")
-    model = ParallelGPT.from_hf_state_dict(hf_config_dict, hf_state_dict)   # or ParallelGPT(GPTConfig(...))
+    model = ParallelGPT.from_hf_state_dict(hf_config_dict, hf_state_dict)   # GPT-2 or LLaMA, or ParallelGPT(cfg)
     ids = shard_sequence(full_ids, dim=1)                 # [b, s] -> [b, s/p], zig-zag chunks
     logits, loss = model(ids, ["megatron_ts", "metp+recompute", ...], labels=shard_sequence(targets, dim=1))
     loss.backward()                                       # every weight gradient on its owning shard
@@ -14,7 +14,8 @@ Usage, one process per rank (gloo on CPU, NCCL on GPU):
 Modules: comm (collectives, byte counting), layout (zig-zag chunks, weight shards), attention (kernels
 with log-sum-exp), ring_attention, sublayer (the autograd node of one sub-layer), one file per strategy
 (megatron_ts, megatron_cz, ulysses_z, metp; zero3 holds the shared ZeRO-3 parts), model (ParallelGPT),
-reference (the single-device model, GPTConfig, Hugging Face conversion); train, train_inputs, launch,
+reference (the single-device model, GPTConfig, GPT-2 conversion), hf_convert (Hugging Face LLaMA,
+Mistral and Qwen2 configs and state dicts), rope (rotary embeddings); train, train_inputs, launch,
 launcher and checkpoint (training); options (flags generated from options dataclasses); comm_replay and
 fake_group (collectives checked without a process group). The measurement tools (profile, calibrate, the GPU
 session) are in runtime/measure/.

@@ -232,16 +232,33 @@ def _run(which: int, q: torch.Tensor, *args):
     raise AssertionError("unreachable")
 
 
+def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Grouped-query attention: K or V [b, KV, s, d] -> [b, heads, s, d], query head i reading K/V head
+    i // (heads / KV) (Hugging Face's `repeat_kv`); a working copy, never kept."""
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def _sum_kv(dx: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """Backward of `_repeat_kv`: [b, heads, s, d] -> [b, KV, s, d], each K/V head's group summed."""
+    b, hh, s, d = dx.shape
+    return dx if hh == kv_heads else dx.view(b, kv_heads, hh // kv_heads, s, d).sum(2)  # [b,KV,g,s,d] -> [b,KV,s,d]
+
+
 def attention_forward(q, k, v, causal: bool, scale: float | None = None):
-    """Softmax attention: (out [b,H,sq,d] in q's dtype, lse [b,H,sq] fp32, fp64 for fp64 inputs)."""
+    """Softmax attention: (out [b,H,sq,d] in q's dtype, lse [b,H,sq] fp32, fp64 for fp64 inputs). k and v
+    may have fewer heads than q (grouped-query attention: KV dividing H)."""
+    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
     out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
     return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None):
     """(dq, dk, dv) of `attention_forward` given the output `o` and log-sum-exp `lse` to normalise with
-    (for a ring block: the merged, global ones)."""
-    return _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
+    (for a ring block: the merged, global ones); dk, dv have k's and v's heads."""
+    kv_heads = k.shape[1]
+    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
+    dq, dk, dv = _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
+    return dq, _sum_kv(dk, kv_heads), _sum_kv(dv, kv_heads)
 
 
 def merge_partials(out, lse, block_out, block_lse):
@@ -268,12 +285,14 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, s, hh * d)  # [b, heads, s, d] -> [b, s, heads, d] -> [b, s, heads*d]
 
 
-def gathered_attention_forward(qkv: torch.Tensor, heads: int, order: torch.Tensor, causal: bool):
-    """Attention of `heads` heads over a whole sequence given in rank-major gathered order.
-    qkv [b, s, 3*heads*d] (q | k | v) -> (out [b, s, heads*d] in gathered order, saved for backward).
-    `order` (layout.natural_order) puts the tokens in natural order for the causal mask."""
-    qkv = qkv.index_select(1, order)  # gathered -> natural token order
-    q, k, v = (split_heads(x, heads) for x in qkv.chunk(3, dim=-1))  # [b,s,h_l] -> [b,heads,s,d]
+def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, order: torch.Tensor,
+                               causal: bool):
+    """Attention of `heads` query heads over a whole sequence given in rank-major gathered order.
+    q [b, s, heads*d], k, v [b, s, kv*d] (kv heads dividing `heads`) -> (out [b, s, heads*d] in gathered
+    order, saved for backward). `order` (layout.natural_order) puts the tokens in natural order for the
+    causal mask."""
+    d = q.shape[-1] // heads
+    q, k, v = (split_heads(x.index_select(1, order), x.shape[-1] // d) for x in (q, k, v))  # natural, [b,n,s,d]
     o, lse = attention_forward(q, k, v, causal)
     return gathered_output(o, order), (q, k, v, o, lse)
 
@@ -287,12 +306,10 @@ def gathered_output(o: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool) -> torch.Tensor:
-    """dqkv [b, s, 3*heads*d] in gathered order from dout [b, s, heads*d] in gathered order."""
+def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool):
+    """(dq [b, s, heads*d], dk, dv [b, s, kv*d]) in gathered order from dout [b, s, heads*d] in gathered
+    order."""
     q, k, v, o, lse = saved
     do = split_heads(dout.index_select(1, order), q.shape[1])  # gathered -> natural, [b,heads,s,d]
-    dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal)
-    dqkv_nat = torch.cat([merge_heads(x) for x in (dq, dk, dv)], dim=-1)  # [b, s, 3*heads*d]
-    dqkv = torch.empty_like(dqkv_nat)
-    dqkv.index_copy_(1, order, dqkv_nat)  # natural -> gathered
-    return dqkv
+    grads = attention_backward(do, q, k, v, o, lse, causal)
+    return tuple(gathered_output(g, order) for g in grads)  # [b,n,s,d] natural -> [b, s, n*d] gathered

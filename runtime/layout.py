@@ -13,15 +13,24 @@ sequence (megatron_ts, ulysses_z) reorder it to natural order locally (`natural_
 Callers never compute the order themselves: they use `shard_sequence` / `gather_sequence`.
 
 Weights of layer l, one 1/p shard per rank, the same storage for every strategy. Each sub-layer (attention
-and MLP alike) is `y = x + core(LN(x) @ w1^T + b1) @ w2 + b2` with
-- `ln_w`, `ln_b` [h], `b2` [h]: replicated (their gradients are all-reduced),
-- `w1` [n1/p, h] and `b1` [n1/p]: rows of the first matrix (attention: n1 = 3h, the rows of this rank's
-  head group, ordered q, k, v; MLP: n1 = f, this rank's f-columns),
+and MLP alike) is `y = x + core(norm(x) @ w1^T + b1) @ w2 + b2` with
+- `ln_w`, `ln_b` [h], `b2` [h]: replicated (their gradients are all-reduced); `ln_b` is empty ([0]) under
+  RMSNorm and `b1`, `b2` are empty in a model without biases (LLaMA), so every strategy takes the same six;
+- `w1` [n1/p, h] and `b1` [n1/p]: rows of the first matrix, cut per row section (`row_sections`): each
+  section gives its row block r, and the blocks are stored one after the other. Attention: sections q [h],
+  k [kv], v [kv] (kv = kv_heads * d, GQA), so rank r stores q rows r*h/p.. (its head group of h/p query
+  heads) then k rows r*kv/p.. then v rows r*kv/p..; MLP: n1 = f (this rank's f-columns), or SwiGLU's
+  gate [f] and up [f] (its f/p columns of each);
 - `w2` [n2/p, h]: rows of the second matrix stored (in, out) (attention: n2 = h, the rows of this rank's
   heads; MLP: n2 = f).
-Tensor-parallel strategies read a shard as "my heads / my columns"; ZeRO-3 strategies gather the flat
-`cat(w1, b1, w2)` of all ranks, whose rank-major order is the full matrix with its output features grouped
-by head group (`pack_shard` / `unpack_gathered`).
+With `kv_heads % p == 0` rank r's K/V rows are whole heads, exactly the K/V heads its query head group reads
+(query head i reads K/V head i // (heads / kv_heads)), so the tensor-parallel strategies (megatron_ts, metp)
+read a shard as "my heads / my columns". With `kv_heads < p` (only the ZeRO-3 strategies megatron_cz and
+ulysses_z are feasible then: the rule is in paradyse_lab/strategies.py) a K/V head is split over p / kv_heads
+ranks by rows, which only a gather of all shards reassembles; this needs kv % p == 0 (`kv_heads * d`
+divisible by p), the same storage rule as h % p. ZeRO-3 strategies gather the flat `cat(w1, b1, w2)` of all
+ranks, whose rank-major order is the full matrix with its output features grouped by rank, each rank's
+group ordered by section (`pack_shard` / `unpack_gathered`; `split_sections` reads the sections back).
 """
 
 from __future__ import annotations
@@ -89,21 +98,39 @@ def gather_sequence(x_local: torch.Tensor, dim: int = 1, group=None) -> torch.Te
 
 # --- weight shards -------------------------------------------------------------------------------------
 
+def row_sections(kind: str, n1: int, n2: int) -> tuple[int, ...]:
+    """The row sections of a sub-layer's w1 [n1, h] given n2 (rows of w2): attention q | k | v
+    (n2 = h, then (n1 - h) / 2 each: GQA's K/V width); SwiGLU MLP gate | up (n1 = 2 n2); GELU MLP one."""
+    if kind == "attention":
+        return (n2, (n1 - n2) // 2, (n1 - n2) // 2)
+    return (n2, n2) if n1 == 2 * n2 else (n1,)
+
+
+def _rows_of_rank(x: torch.Tensor, sections: tuple[int, ...], r: int, p: int) -> torch.Tensor:
+    """Rows block r of p of each section of x, concatenated: [n1, ..] -> [n1/p, ..] (empty stays empty)."""
+    if x.numel() == 0:
+        return x.clone()
+    parts = x.split(list(sections))
+    return torch.cat([part[r * (len(part) // p):(r + 1) * (len(part) // p)] for part in parts]).clone()
+
+
+def _rows_of_all(shards: list[torch.Tensor], sections: tuple[int, ...]) -> torch.Tensor:
+    """Inverse of `_rows_of_rank` over every rank's shard (rank order): p x [n1/p, ..] -> [n1, ..]."""
+    if shards[0].numel() == 0:
+        return shards[0]
+    p = len(shards)
+    per_rank = [s.split([n // p for n in sections]) for s in shards]  # p x sections x [n/p, ..]
+    return torch.cat([torch.cat([per_rank[r][j] for r in range(p)]) for j in range(len(sections))])
+
+
 def shard_sublayer(full: dict[str, torch.Tensor], kind: str, r: int, p: int) -> dict[str, torch.Tensor]:
     """Rank r's shard of one sub-layer given its full parameters (w1 [n1, h], b1 [n1], w2 [n2, h]).
 
-    Attention w1/b1 rows are q | k | v of h each; the shard takes the rows of head group r of each."""
+    Each row section of w1 / b1 (`row_sections`: q | k | v, or gate | up) gives its row block r."""
     out = {n: full[n].clone() for n in REPLICATED}
-    if kind == "attention":
-        h = full["w2"].shape[1]
-        hp = h // p
-        q_k_v = range(3)
-        out["w1"] = torch.cat([full["w1"][j * h + r * hp: j * h + (r + 1) * hp] for j in q_k_v]).clone()
-        out["b1"] = torch.cat([full["b1"][j * h + r * hp: j * h + (r + 1) * hp] for j in q_k_v]).clone()
-    else:
-        n1 = full["w1"].shape[0] // p
-        out["w1"] = full["w1"][r * n1:(r + 1) * n1].clone()
-        out["b1"] = full["b1"][r * n1:(r + 1) * n1].clone()
+    sections = row_sections(kind, full["w1"].shape[0], full["w2"].shape[0])
+    out["w1"] = _rows_of_rank(full["w1"], sections, r, p)
+    out["b1"] = _rows_of_rank(full["b1"], sections, r, p)
     n2 = full["w2"].shape[0] // p
     out["w2"] = full["w2"][r * n2:(r + 1) * n2].clone()
     return out
@@ -112,15 +139,10 @@ def shard_sublayer(full: dict[str, torch.Tensor], kind: str, r: int, p: int) -> 
 def unshard_sublayer(shards: list[dict[str, torch.Tensor]], kind: str) -> dict[str, torch.Tensor]:
     """Inverse of `shard_sublayer`: full parameters from every rank's shard (rank order)."""
     full = {n: shards[0][n] for n in REPLICATED}
-    if kind == "attention":
-        p = len(shards)
-        w1 = torch.stack([s["w1"] for s in shards]).unflatten(1, (3, -1))  # [p, 3h/p, h] -> [p, 3, h/p, h]
-        full["w1"] = w1.transpose(0, 1).reshape(-1, w1.shape[-1])  # [3, p, h/p, h] -> [3h, h]
-        b1 = torch.stack([s["b1"] for s in shards]).view(p, 3, -1)  # [p, 3h/p] -> [p, 3, h/p]
-        full["b1"] = b1.transpose(0, 1).reshape(-1)  # [3, p, h/p] -> [3h]
-    else:
-        full["w1"] = torch.cat([s["w1"] for s in shards])
-        full["b1"] = torch.cat([s["b1"] for s in shards])
+    p = len(shards)
+    sections = row_sections(kind, p * shards[0]["w1"].shape[0], p * shards[0]["w2"].shape[0])
+    full["w1"] = _rows_of_all([s["w1"] for s in shards], sections)
+    full["b1"] = _rows_of_all([s["b1"] for s in shards], sections)
     full["w2"] = torch.cat([s["w2"] for s in shards])
     return full
 
@@ -175,24 +197,42 @@ def pack_shard(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Te
     return torch.cat([w1.reshape(-1), b1.reshape(-1), w2.reshape(-1)])  # [n1/p*h + n1/p + n2/p*h] = [W/p]
 
 
-def unpack_shard(flat: torch.Tensor, n1p: int, h: int):
-    """Views (w1 [n1p, h], b1 [n1p], w2 [n2p, h]) of one flat shard [W/p]."""
-    a, b = n1p * h, n1p * h + n1p
+def unpack_shard(flat: torch.Tensor, n1p: int, h: int, nb1p: int | None = None):
+    """Views (w1 [n1p, h], b1 [nb1p], w2 [n2p, h]) of one flat shard [W/p]; nb1p: n1p, or 0 without biases."""
+    nb1p = n1p if nb1p is None else nb1p
+    a, b = n1p * h, n1p * h + nb1p
     return flat[:a].view(n1p, h), flat[a:b], flat[b:].view(-1, h)  # [W/p] -> [n1p, h], [n1p], [n2p, h]
 
 
-def unpack_gathered(flat: torch.Tensor, p: int, n1p: int, h: int):
-    """Full (w1 [p*n1p, h], b1 [p*n1p], w2 [p*n2p, h]) from p rank-major flat shards [p*W/p]; rows are
-    grouped by rank (for attention: head group, then q/k/v, then the group's h/p features)."""
+def unpack_gathered(flat: torch.Tensor, p: int, n1p: int, h: int, nb1p: int | None = None):
+    """Full (w1 [p*n1p, h], b1 [p*nb1p], w2 [p*n2p, h]) from p rank-major flat shards [p*W/p]; rows are
+    grouped by rank (for attention: rank group, then q/k/v, then the group's features). `nb1p`: b1's
+    length per rank (n1p, or 0 without biases)."""
+    nb1p = n1p if nb1p is None else nb1p
     per = flat.view(p, -1)  # [W] -> [p, W/p]
-    a, b = n1p * h, n1p * h + n1p
+    a, b = n1p * h, n1p * h + nb1p
     w1 = per[:, :a].reshape(p * n1p, h)  # [p, n1p*h] -> [p*n1p, h]
-    b1 = per[:, a:b].reshape(p * n1p)  # [p, n1p] -> [p*n1p]
+    b1 = per[:, a:b].reshape(p * nb1p)  # [p, nb1p] -> [p*nb1p]
     w2 = per[:, b:].reshape(-1, h)  # [p, n2p*h] -> [p*n2p, h]
     return w1, b1, w2
 
 
 def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int) -> torch.Tensor:
     """Inverse of `unpack_gathered`: [p*n1p, h], [p*n1p], [p*n2p, h] -> rank-major flat [W]."""
-    per_rank = [w1.reshape(p, -1), b1.reshape(p, -1), w2.reshape(p, -1)]  # rank-major rows: [p, n1p*h] ...
+    per_rank = [x.reshape(p, x.numel() // p) for x in (w1, b1, w2)]  # rank-major rows: [p, n1p*h] ...
     return torch.cat(per_rank, dim=1).reshape(-1)  # [p, W/p] -> [W]
+
+
+def split_sections(a: torch.Tensor, sections: tuple[int, ...], groups: int) -> list[torch.Tensor]:
+    """The sections of features grouped by `groups` ranks (rank-major, each rank's features ordered by
+    section: a gathered ZeRO-3 GEMM output, or one rank's own with groups = 1), each in natural order:
+    [.., groups * sum(sections)/groups] -> [.., n] per section."""
+    grouped = a.unflatten(-1, (groups, -1))  # [.., n1] -> [.., groups, n1/groups]
+    parts = grouped.split([n // groups for n in sections], dim=-1)  # [.., groups, n/groups] each
+    return [part.flatten(-2) for part in parts]  # [.., groups, n/groups] -> [.., n]
+
+
+def join_sections(parts: list[torch.Tensor], groups: int) -> torch.Tensor:
+    """Inverse of `split_sections`: [.., n] per section -> [.., groups * sum(n)/groups]."""
+    grouped = [part.unflatten(-1, (groups, -1)) for part in parts]  # [.., n] -> [.., groups, n/groups]
+    return torch.cat(grouped, dim=-1).flatten(-2)  # [.., groups, n1/groups] -> [.., n1]

@@ -2,12 +2,15 @@
 
 Library module (no command). Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 Models" (MLSys 2023) section 4.2.2; schedules.py `megatron_ts`. Per sub-layer on rank r:
-forward: u = LN(x) [b, t, h]; all-gather u -> U [b, s, h]; column-parallel GEMM with this rank's w1 rows
-(attention: its heads' q, k, v; MLP: its f-columns); the core (attention of its heads over the whole
-sequence / GELU); row-parallel GEMM with its w2 rows -> partial [b, s, h]; reduce-scatter -> [b, t, h].
+forward: u = norm(x) [b, t, h]; all-gather u -> U [b, s, h]; column-parallel GEMM with this rank's w1 rows
+(attention: its heads' q, and its kv_heads/p K/V heads, which needs kv_heads % p == 0; MLP: its
+f-columns, SwiGLU: of gate and up); the core (rotary embeddings by the gathered tokens' true positions,
+attention of its heads over the whole sequence / GELU or SwiGLU); row-parallel GEMM with its w2 rows ->
+partial [b, s, h]; reduce-scatter -> [b, t, h].
 Kept (Korthikanti et al. 2023 section 4.2.2, as schedules.py counts): x, u [b, t, h] (sequence-sharded,
-as Megatron's sequence parallelism keeps it), the core input and output (MLP: a and GELU(a) [b, s, f/p];
-attention: q, k, v, the output o [b, H/p, s, d] in natural order and lse of its heads). The attention
+as Megatron's sequence parallelism keeps it), the core input and output (MLP: a [b, s, f/p] (SwiGLU:
+[b, s, 2f/p]) and its activation [b, s, f/p]; attention: q, k, v (k, v: [b, KV/p, s, d]), the output
+o [b, H/p, s, d] in natural order and lse of its heads). The attention
 output is kept once: c [b, s, h/p] in gathered order, the input of the row-parallel GEMM, is o permuted
 locally (`gathered_output`), re-derived in backward. Backward: all-gather dy, all-gather the kept u again,
 reduce-scatter dU.
@@ -20,7 +23,21 @@ import torch
 from runtime import comm
 from runtime.attention import gathered_attention_backward, gathered_attention_forward, gathered_output
 from runtime.layout import natural_order
-from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
+from runtime.reference import add_bias
+from runtime.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    attention_sections,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    mlp_core,
+    mlp_core_backward,
+    rope_qk,
+    rope_qk_backward,
+    weight_grad,
+)
 
 
 def gather_seq(x: torch.Tensor, group) -> torch.Tensor:
@@ -36,18 +53,23 @@ def scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
     return part.transpose(0, 1)  # [t, b, h] -> [b, t, h]
 
 
-def _core_forward(a, ctx: Ctx):
+def _core_forward(a, ctx: Ctx, h: int):
+    """The core on this rank's columns [b, s, n1/p] (gathered order) -> (c [b, s, n2/p], what it keeps)."""
     if ctx.kind == "mlp":
-        return gelu(a), a
+        return mlp_core(a, ctx), a
+    q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)  # this rank's q | k | v heads
+    q, k = rope_qk(q, k, ctx.all_positions, ctx, h)  # every token rotated by its true position
     order = natural_order(ctx.seq_len, ctx.p).to(a.device)
-    return gathered_attention_forward(a, ctx.heads // ctx.p, order, ctx.causal)
+    return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal)
 
 
-def _core_backward(dc, core_saved, ctx: Ctx):
+def _core_backward(dc, core_saved, ctx: Ctx, h: int):
     if ctx.kind == "mlp":
-        return gelu_backward(core_saved, dc)
+        return mlp_core_backward(core_saved, dc, ctx)
     order = natural_order(ctx.seq_len, ctx.p).to(dc.device)
-    return gathered_attention_backward(dc, core_saved, order, ctx.causal)
+    dq, dk, dv = gathered_attention_backward(dc, core_saved, order, ctx.causal)
+    dq, dk = rope_qk_backward(dq, dk, ctx.all_positions, ctx, h)
+    return torch.cat([dq, dk, dv], dim=-1)  # [b, s, n1/p]
 
 
 def _core_output(core_saved, ctx: Ctx):
@@ -57,28 +79,30 @@ def _core_output(core_saved, ctx: Ctx):
 
 
 def forward(x, w: Weights, ctx: Ctx, prep=None):
+    h = x.shape[-1]
     u = layer_norm(x, w, ctx)  # [b, t, h], kept sequence-sharded
     big_u = gather_seq(u, ctx.group)  # [b, t, h] -> [b, s, h]
-    a = big_u @ w.w1.t() + w.b1  # [b, s, h] -> [b, s, n1/p]
-    c, core_saved = _core_forward(a, ctx)  # [b, s, n1/p] -> [b, s, n2/p]
+    a = add_bias(big_u @ w.w1.t(), w.b1)  # [b, s, h] -> [b, s, n1/p]
+    c, core_saved = _core_forward(a, ctx, h)  # [b, s, n1/p] -> [b, s, n2/p]
     z = scatter_seq(c @ w.w2, ctx.group)  # [b, s, n2/p] -> [b, s, h] partial -> [b, t, h]
     kept_c = c if ctx.kind == "mlp" else None  # attention: c is the kept o permuted (`_core_output`)
-    return x + z + w.b2, (x, u, kept_c, core_saved)
+    return add_bias(x + z, w.b2), (x, u, kept_c, core_saved)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     x, u, c, core_saved = saved
+    h = x.shape[-1]
     if c is None:
         c = _core_output(core_saved, ctx)  # [b, s, h/p] in gathered order
     big_dy = gather_seq(dy, ctx.group)  # [b, t, h] -> [b, s, h]
     dw2 = weight_grad(c, big_dy)  # [n2/p, h]
     dc = big_dy @ w.w2.t()  # [b, s, h] -> [b, s, n2/p]
-    da = _core_backward(dc, core_saved, ctx)  # [b, s, n2/p] -> [b, s, n1/p]
+    da = _core_backward(dc, core_saved, ctx, h)  # [b, s, n2/p] -> [b, s, n1/p]
     big_u = gather_seq(u, ctx.group)  # again, from the kept shard: [b, t, h] -> [b, s, h]
-    dw1, db1 = weight_grad(da, big_u), da.sum((0, 1))
+    dw1, db1 = weight_grad(da, big_u), bias_grad(da, w.b1)
     du = scatter_seq(da @ w.w1, ctx.group)  # [b, s, n1/p] -> [b, s, h] partial -> [b, t, h]
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": dy.sum((0, 1))}
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
 

@@ -6,8 +6,9 @@ block of f-columns (layout.pack_shard).
 - Attention: an outer loop over head groups g = 0..p-1. Shard g is broadcast from rank g along the ring
   by point-to-point messages (comm.chain_broadcast: each rank sends it at most once; the shard of g+1 is
   fetched before group g is computed: double buffering). With it every rank computes q, k, v of group g
-  for its tokens, runs ring attention of that group (ring_attention.py: p - 1 K/V steps of
-  [t, 2h/p]), and adds its output times w2_g to the output.
+  for its tokens (q and k rotated by their true positions under rotary embeddings), runs ring attention
+  of that group (ring_attention.py: p - 1 K/V steps of [t, 2kv/p]: the group's kv_heads/p K/V heads,
+  which needs kv_heads % p == 0), and adds its output times w2_g to the output.
 - MLP: the shards rotate around the ring (p - 1 steps, the next shard in flight while the current one is
   applied); each rank adds GELU(u w1_g^T + b1_g) w2_g for its tokens.
 Kept (schedules.py): the sub-layer input x and u = LN(x) [b, t, h], and for attention the output of all
@@ -25,8 +26,22 @@ import torch
 from runtime import comm
 from runtime.attention import merge_heads, split_heads
 from runtime.layout import pack_shard, unpack_shard
+from runtime.reference import add_bias
 from runtime.ring_attention import ring_attention_backward, ring_attention_forward
-from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
+from runtime.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    attention_sections,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    mlp_core,
+    mlp_core_backward,
+    rope_qk,
+    rope_qk_backward,
+    weight_grad,
+)
 
 _TAG_W, _TAG_G = 21, 22
 
@@ -44,21 +59,29 @@ def _broadcast(own, g: int, ctx: Ctx, sends: list):
     return value
 
 
+def _group_qkv(u, w1, b1, ctx: Ctx, h: int):
+    """Head group g's rotated q [b, h/p heads, t, d] and k, v [b, kv/p heads, t, d] for this rank's tokens."""
+    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, (h + 2kv)/p]
+    q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)
+    q, k = rope_qk(q, k, ctx.positions, ctx, h)
+    d = h // ctx.heads
+    return tuple(split_heads(z, z.shape[-1] // d) for z in (q, k, v))  # [b, n, t, d]
+
+
 def attention_forward(x, w: Weights, ctx: Ctx, prep=None):
     b, t, h = x.shape
     u, own, sends = layer_norm(x, w, ctx), _own(w), []
     hl = ctx.heads // ctx.p
     o = torch.empty(b, ctx.heads, t, h // ctx.heads, dtype=x.dtype, device=x.device)
     lse = torch.empty(b, ctx.heads, t, dtype=torch.float32, device=x.device)
-    y = x + w.b2
+    y = add_bias(x, w.b2)
     nxt = _broadcast(own, 0, ctx, sends)
     for g in range(ctx.p):
         cur = nxt
         if g + 1 < ctx.p:
             nxt = _broadcast(own, g + 1, ctx, sends)  # next shard before this group's compute
-        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
-        a = u @ w1.t() + b1  # [b, t, h] -> [b, t, 3h/p]
-        q, k, v = (split_heads(z, hl) for z in a.chunk(3, dim=-1))  # [b, h/p heads, t, d]
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
+        q, k, v = _group_qkv(u, w1, b1, ctx, h)
         o_g, lse_g = ring_attention_forward(q, k, v, ctx.causal, ctx.group)
         o[:, g * hl:(g + 1) * hl], lse[:, g * hl:(g + 1) * hl] = o_g, lse_g
         y = y + merge_heads(o_g) @ w2  # [b, t, h/p] -> [b, t, h]
@@ -79,16 +102,16 @@ def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
         cur = nxt
         if g + 1 < ctx.p:
             nxt = _broadcast(own, g + 1, ctx, sends)
-        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
         o_g, lse_g = o[:, g * hl:(g + 1) * hl], lse[:, g * hl:(g + 1) * hl]
         dw2 = weight_grad(merge_heads(o_g), dy)  # [h/p, h]
         do = split_heads(dy @ w2.t(), hl)  # [b, t, h] -> [b, h/p heads, t, d]
-        a = u @ w1.t() + b1  # recomputed first GEMM: [b, t, h] -> [b, t, 3h/p]
-        q, k, v = (split_heads(z, hl) for z in a.chunk(3, dim=-1))
+        q, k, v = _group_qkv(u, w1, b1, ctx, h)  # recomputed first GEMM (and rotation)
         dq, dk, dv = ring_attention_backward(do, q, k, v, o_g, lse_g, ctx.causal, ctx.group)
-        da = torch.cat([merge_heads(z) for z in (dq, dk, dv)], dim=-1)  # [b, t, 3h/p]
-        du += da @ w1  # [b, t, 3h/p] -> [b, t, h]
-        part = pack_shard(weight_grad(da, u), da.sum((0, 1)), dw2)  # this rank's partial of shard g
+        dq, dk = rope_qk_backward(merge_heads(dq), merge_heads(dk), ctx.positions, ctx, h)
+        da = torch.cat([dq, dk, merge_heads(dv)], dim=-1)  # [b, t, (h + 2kv)/p]
+        du += da @ w1  # [b, t, (h + 2kv)/p] -> [b, t, h]
+        part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2)  # this rank's partial of shard g
         total, send = comm.chain_reduce(part, g, ctx.group, tag=_TAG_G)
         if send is not None:
             sends.append(send)
@@ -101,8 +124,8 @@ def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
 
 def _finish(x, dy, du, mine, w: Weights, ctx: Ctx):
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
-    dw1, db1, dw2 = unpack_shard(mine, w.w1.shape[0], x.shape[-1])
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": dy.sum((0, 1))}
+    dw1, db1, dw2 = unpack_shard(mine, w.w1.shape[0], x.shape[-1], w.b1.shape[0])
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
 
@@ -111,11 +134,11 @@ def _finish(x, dy, du, mine, w: Weights, ctx: Ctx):
 def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     u, cur = layer_norm(x, w, ctx), _own(w)
-    y = x + w.b2
+    y = add_bias(x, w.b2)
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
-        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
-        y = y + gelu(u @ w1.t() + b1) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
+        y = y + mlp_core(add_bias(u @ w1.t(), b1), ctx) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
         if pending is not None:
             cur = pending.wait()
     return y, (x, u)
@@ -129,12 +152,12 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     mine = acc_in = None
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
-        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h)
-        a = u @ w1.t() + b1  # recomputed: [b, t, h] -> [b, t, f/p]
-        dw2 = weight_grad(gelu(a), dy)  # [f/p, h]
-        da = gelu_backward(a, dy @ w2.t())  # [b, t, h] -> [b, t, f/p]
-        du += da @ w1  # [b, t, f/p] -> [b, t, h]
-        part = pack_shard(weight_grad(da, u), da.sum((0, 1)), dw2)  # partial of shard (r - i) mod p
+        w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
+        a = add_bias(u @ w1.t(), b1)  # recomputed: [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
+        dw2 = weight_grad(mlp_core(a, ctx), dy)  # [f/p, h]
+        da = mlp_core_backward(a, dy @ w2.t(), ctx)  # [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
+        du += da @ w1  # [b, t, n1/p] -> [b, t, h]
+        part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2)  # partial of shard (r - i) mod p
         if i == 0:
             mine = part
         else:

@@ -1,9 +1,13 @@
-"""`ParallelGPT`: GPT-2 over p ranks with a per-layer strategy plan, on the unified layout.
+"""`ParallelGPT`: a GPT-2- or LLaMA-shaped model over p ranks with a per-layer strategy plan, on the unified
+layout.
 
 Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
-positions and final norm (and so the tied head) are replicated, their gradients all-reduced in one call
-during the backward. `forward(input_ids_local, plan, labels=None)` runs layer l with the strategy named
+positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
+during the backward. The model's shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
+SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
+`Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
+paradyse_lab/strategies.py). `forward(input_ids_local, plan, labels=None)` runs layer l with the strategy named
 `plan[l]` (`NAME` or `NAME+recompute`, from the catalog in paradyse_lab/strategies.py), or, given one name
 per sub-layer (2L names: attention then MLP of each layer), each sub-layer with its own; the plan may change
 on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
@@ -20,9 +24,16 @@ import torch.nn.functional as F
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
 from runtime import comm
-from runtime.layout import PARAM_NAMES, check_length, gather_state_dict, local_positions, shard_state_dict
-from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict
-from runtime.sublayer import Ctx, run_sublayer
+from runtime.layout import (
+    PARAM_NAMES,
+    check_length,
+    gather_state_dict,
+    gathered_positions,
+    local_positions,
+    shard_state_dict,
+)
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict, norm
+from runtime.sublayer import make_ctx, run_sublayer
 
 STRATEGY_MODULES = {name: importlib.import_module(s.runtime_module) for name, s in CATALOG.items() if s.usable}
 """The runtime implementation of each usable catalog strategy: the module its catalog entry names
@@ -59,7 +70,8 @@ class ParallelGPT(GPTParams):
         self.p, self.rank = comm.size(group), comm.rank(group)
         super().__init__(cfg, self.p)
         self.group = group
-        for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden)):
+        for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden),
+                            ("kv_heads * head_dim", cfg.kv_hidden)):
             if value % self.p:
                 raise UserInputError(f"{name} ({value}) must be divisible by p ({self.p}) for the 1/p weight shard")
         full = state_dict if state_dict is not None else init_state_dict(cfg, seed)
@@ -67,7 +79,9 @@ class ParallelGPT(GPTParams):
 
     @classmethod
     def from_hf_state_dict(cls, config, state_dict, group=None) -> ParallelGPT:
-        """From a Hugging Face GPT-2 config (dict or `GPT2Config`) and a `GPT2LMHeadModel` state dict."""
+        """From a Hugging Face config (dict or `PretrainedConfig`) and state dict: GPT-2 (`GPT2LMHeadModel`),
+        or LLaMA-shaped (`LlamaForCausalLM`, `MistralForCausalLM` and `Qwen2ForCausalLM` without a sliding
+        window: runtime/hf_convert.py)."""
         cfg = GPTConfig.from_hf(config)
         return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg))
 
@@ -79,7 +93,7 @@ class ParallelGPT(GPTParams):
         """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens; returns the
         (attention, MLP) options of every layer."""
         check_length(seq_len, self.p)
-        if seq_len > self.cfg.max_positions:
+        if self.cfg.max_positions and seq_len > self.cfg.max_positions:
             raise UserInputError(f"sequence length {seq_len} exceeds max_positions ({self.cfg.max_positions})")
         options = parse_plan(plan, self.cfg.layers)
         spec = self.cfg.model_spec()
@@ -96,17 +110,21 @@ class ParallelGPT(GPTParams):
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         options = self.check(t * p, plan)
-        wte, wpe, lnf_w, lnf_b = comm.reduce_grads(self.group, self.wte, self.wpe, self.lnf_w, self.lnf_b)
-        pos = local_positions(t * p, p, self.rank).to(input_ids.device)
-        x = F.embedding(input_ids, wte) + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
+        replicated = [self.wte, self.wpe, self.lnf_w, self.lnf_b] + ([] if cfg.tied else [self.head])
+        wte, wpe, lnf_w, lnf_b, *head = comm.reduce_grads(self.group, *replicated)
+        x = F.embedding(input_ids, wte)  # [b, t] -> [b, t, h]
+        pos = local_positions(t * p, p, self.rank).to(input_ids.device)  # true positions of this rank's tokens
+        all_pos = gathered_positions(t * p, p).to(input_ids.device)  # of every rank's, rank-major: [s]
+        if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention
+            x = x + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
         for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
             for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
                 module = STRATEGY_MODULES[opt.strategy]
                 impl = module.ATTENTION if kind == "attention" else module.MLP
-                ctx = Ctx(group=self.group, p=p, rank=self.rank, kind=kind, heads=cfg.heads, causal=cfg.causal,
-                          seq_len=t * p, eps=cfg.eps, tag=f"layers.{index}.{kind}")
+                ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos)
                 x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
-        logits = F.layer_norm(x, (cfg.hidden,), lnf_w, lnf_b, cfg.eps) @ wte.t()  # [b, t, h] -> [b, t, V]
+        head_w = head[0] if head else wte
+        logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
         if labels is None:
             return logits
         with comm.tagged("loss"):

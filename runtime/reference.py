@@ -1,10 +1,14 @@
-"""The single-device GPT-2 reference model, its config, and Hugging Face state-dict conversion.
+"""The single-device reference model (GPT-2- or LLaMA-shaped), its config, and GPT-2 state-dict conversion.
 
 Library module (no command). GPT-2 (Radford et al. 2019; Hugging Face `GPT2LMHeadModel`): learned
 positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding and head, attention scale
-1/sqrt(d). Parameter names are the runtime's (layout.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, and per layer
-`layers.L.attn.{ln_w, ln_b, w1, b1, w2, b2}` and `layers.L.mlp.{...}` with w1 [n1, h] (out, in),
-w2 [n2, h] (in, out): `ParallelGPT` holds the same names with 1/p shards (layout.shard_state_dict).
+1/sqrt(d). LLaMA (Touvron et al. 2023; Hugging Face `LlamaForCausalLM`), chosen by `GPTConfig` flags:
+RMSNorm, no biases, SwiGLU MLP (silu(gate) * up, then down), rotary embeddings (rope.py), grouped-query
+attention (`kv_heads` K/V heads, query head i reads K/V head i // (heads / kv_heads)), untied head.
+Parameter names are the runtime's (layout.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
+per layer `layers.L.attn.{ln_w, ln_b, w1, b1, w2, b2}` and `layers.L.mlp.{...}` with w1 [n1, h] (out, in;
+attention rows q | k | v, SwiGLU rows gate | up), w2 [n2, h] (in, out): `ParallelGPT` holds the same names
+with 1/p shards (layout.shard_state_dict).
 """
 
 from __future__ import annotations
@@ -19,19 +23,22 @@ import torch.nn.functional as F
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import ModelSpec
 
+FFN_KINDS = ("gelu", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Shapes of a GPT-2 model."""
+    """Shapes of a GPT-2- or LLaMA-shaped model (the flags below pick the layer's parts)."""
 
     vocab_size: int
-    """Tokens of the tied embedding / head."""
+    """Tokens of the embedding / head."""
     max_positions: int
-    """Learned positions."""
+    """Learned positions (GPT-2); with rotary embeddings the longest sequence allowed (0: no limit)."""
     hidden: int
     """h."""
     heads: int
-    """Attention heads."""
+    """Attention (query) heads."""
     layers: int
     """Transformer blocks."""
     ffn_hidden: int = 0
@@ -39,57 +46,112 @@ class GPTConfig:
     causal: bool = True
     """Causal (GPT-2) or bidirectional attention."""
     eps: float = 1e-5
-    """LayerNorm epsilon."""
+    """Norm epsilon."""
+    kv_heads: int = 0
+    """Key/value heads (grouped-query attention); 0 means `heads`."""
+    norm: str = "layernorm"
+    """'layernorm' (weight and bias) or 'rmsnorm' (weight only: LLaMA)."""
+    ffn_kind: str = "gelu"
+    """'gelu' (tanh-GELU, two matrices) or 'swiglu' (silu(gate) * up, then down: LLaMA)."""
+    bias: bool = True
+    """Biases on every linear layer (GPT-2) or none (LLaMA)."""
+    qkv_bias: bool = False
+    """Without `bias`: biases on the q, k, v projections only (Qwen2)."""
+    rope_theta: float = 0.0
+    """Rotary embeddings' base (Hugging Face `rope_theta`); 0 means learned positions instead."""
+    tied: bool = True
+    """Head tied to the token embedding (GPT-2) or a separate `head` matrix (LLaMA)."""
+    rope_llama3: tuple[float, float, float, int] | None = None
+    """Llama 3.1's rotary frequency scaling (factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings; rope.llama3_scaled), or None."""
 
     def __post_init__(self):
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        for name in ("vocab_size", "max_positions", "hidden", "heads", "layers", "ffn_hidden"):
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        for name in ("vocab_size", "hidden", "heads", "layers", "ffn_hidden", "kv_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise UserInputError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.max_positions, int) or self.max_positions < (0 if self.rope else 1):
+            raise UserInputError(f"GPTConfig.max_positions must be a positive integer, got {self.max_positions!r}")
         if self.hidden % self.heads:
             raise UserInputError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise UserInputError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        if self.norm not in NORM_KINDS:
+            raise UserInputError(f"GPTConfig.norm must be one of {', '.join(NORM_KINDS)}, got {self.norm!r}")
+        if self.ffn_kind not in FFN_KINDS:
+            raise UserInputError(f"GPTConfig.ffn_kind must be one of {', '.join(FFN_KINDS)}, got {self.ffn_kind!r}")
+        if self.rope and self.head_dim % 2:
+            raise UserInputError(f"rotary embeddings need an even head dimension, got {self.head_dim}")
+
+    @property
+    def rope(self) -> bool:
+        """Rotary positions (else learned ones)."""
+        return self.rope_theta > 0
+
+    @property
+    def head_dim(self) -> int:
+        """d = h / heads."""
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of K and of V: kv_heads * d."""
+        return self.kv_heads * self.head_dim
+
+    def sublayer_shapes(self, kind: str) -> tuple[int, int]:
+        """(n1, n2): rows of w1 (attention: q | k | v = h + 2 kv; MLP: f, SwiGLU gate | up = 2f) and of w2."""
+        if kind == "attention":
+            return self.hidden + 2 * self.kv_hidden, self.hidden
+        return (2 if self.ffn_kind == "swiglu" else 1) * self.ffn_hidden, self.ffn_hidden
 
     @classmethod
     def from_hf(cls, config) -> GPTConfig:
-        """From a Hugging Face GPT-2 config (a dict or a `GPT2Config`)."""
-        cfg = config if isinstance(config, dict) else config.to_dict()
-        act = cfg.get("activation_function", "gelu_new")
-        if act not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise UserInputError(f"activation_function {act!r} is not supported; the runtime uses tanh-GELU")
-        return cls(vocab_size=int(cfg["vocab_size"]), max_positions=int(cfg["n_positions"]),
-                   hidden=int(cfg["n_embd"]), heads=int(cfg["n_head"]), layers=int(cfg["n_layer"]),
-                   ffn_hidden=int(cfg.get("n_inner") or 0), eps=float(cfg.get("layer_norm_epsilon", 1e-5)))
+        """From a Hugging Face config (a dict or a `PretrainedConfig`): GPT-2 (`GPT2Config`), or LLaMA-shaped
+        (`LlamaConfig`, and `MistralConfig` without a sliding window): hf_convert.py says what is refused."""
+        from runtime.hf_convert import config_from_hf
+
+        return config_from_hf(cls, config if isinstance(config, dict) else config.to_dict())
 
     @classmethod
     def from_model_spec(cls, spec: ModelSpec) -> GPTConfig:
-        """From a `ModelSpec` of GPT-2 shape (LayerNorm, GELU, biases, learned positions, MHA)."""
-        if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
-            raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped models only "
-                                 "(LayerNorm, GELU MLP, biases, no grouped-query attention)")
-        if not spec.embedding_and_head or spec.max_positions == 0:
-            raise UserInputError(f"model {spec.name!r}: the runtime needs an embedding and learned positions")
+        """From a `ModelSpec` (GPT-2-shaped: learned positions, tied head; or LLaMA-shaped: `max_positions` 0
+        means rotary embeddings with `spec.rope_theta`, an untied head unless `spec.tied`)."""
+        if not spec.embedding_and_head:
+            raise UserInputError(f"model {spec.name!r}: the runtime needs an embedding and a head")
+        rope = spec.max_positions == 0
         return cls(vocab_size=spec.vocab_size, max_positions=spec.max_positions, hidden=spec.hidden,
-                   heads=spec.heads, layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal)
+                   heads=spec.heads, layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal,
+                   kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,
+                   rope_theta=(spec.rope_theta or 10000.0) if rope else 0.0, tied=spec.tied, qkv_bias=spec.qkv_bias,
+                   rope_llama3=spec.rope_llama3 if rope else None)
 
     def model_spec(self, dtype: str = "fp32") -> ModelSpec:
         """The `ModelSpec` of these shapes (for the cost model and the strategy catalog's checks)."""
         return ModelSpec(name="runtime", hidden=self.hidden, heads=self.heads, layers=self.layers,
-                         ffn_hidden=self.ffn_hidden, vocab_size=self.vocab_size, max_positions=self.max_positions,
-                         dtype=dtype, causal=self.causal)
+                         ffn_hidden=self.ffn_hidden, vocab_size=self.vocab_size,
+                         max_positions=0 if self.rope else self.max_positions, dtype=dtype, causal=self.causal,
+                         kv_heads=self.kv_heads, norm=self.norm, ffn_kind=self.ffn_kind, bias=self.bias,
+                         tied=self.tied, rope_theta=self.rope_theta, rope_llama3=self.rope_llama3,
+                         qkv_bias=self.qkv_bias)
 
 
 class SubLayerParams(nn.Module):
-    """ln_w, ln_b, w1, b1, w2, b2 of one sub-layer; the matrices hold 1/p of their rows."""
+    """ln_w, ln_b, w1, b1, w2, b2 of one sub-layer; the matrices hold 1/p of their rows. A part the model
+    does not have (RMSNorm's bias, LLaMA's linear biases) is an empty tensor, so every strategy takes the
+    same six parameters."""
 
-    def __init__(self, h: int, n1: int, n2: int, p: int = 1):
+    def __init__(self, h: int, n1: int, n2: int, p: int = 1, norm_bias: bool = True, bias: bool = True,
+                 out_bias: bool | None = None):
         super().__init__()
-        self.ln_w, self.ln_b = nn.Parameter(torch.ones(h)), nn.Parameter(torch.zeros(h))
+        self.ln_w, self.ln_b = nn.Parameter(torch.ones(h)), nn.Parameter(torch.zeros(h if norm_bias else 0))
         self.w1 = nn.Parameter(torch.zeros(n1 // p, h))
-        self.b1 = nn.Parameter(torch.zeros(n1 // p))
+        self.b1 = nn.Parameter(torch.zeros(n1 // p if bias else 0))
         self.w2 = nn.Parameter(torch.zeros(n2 // p, h))
-        self.b2 = nn.Parameter(torch.zeros(h))
+        self.b2 = nn.Parameter(torch.zeros(h if (bias if out_bias is None else out_bias) else 0))
 
 
 class Block(nn.Module):
@@ -97,30 +159,40 @@ class Block(nn.Module):
 
     def __init__(self, cfg: GPTConfig, p: int = 1):
         super().__init__()
-        h = cfg.hidden
-        self.attn = SubLayerParams(h, 3 * h, h, p)
-        self.mlp = SubLayerParams(h, cfg.ffn_hidden, cfg.ffn_hidden, p)
+        h, nb = cfg.hidden, cfg.norm == "layernorm"
+        self.attn = SubLayerParams(h, *cfg.sublayer_shapes("attention"), p, nb, cfg.bias or cfg.qkv_bias, cfg.bias)
+        self.mlp = SubLayerParams(h, *cfg.sublayer_shapes("mlp"), p, nb, cfg.bias)
 
 
 class GPTParams(nn.Module):
-    """All parameters (embedding, positions, final norm, blocks); shards when p > 1."""
+    """All parameters (embedding, positions, final norm, head, blocks); shards when p > 1. Learned positions
+    `wpe` are [0, h] under rotary embeddings, `lnf_b` [0] under RMSNorm; `head` [V, h] exists only when the
+    head is not tied to `wte`."""
 
     def __init__(self, cfg: GPTConfig, p: int = 1):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.hidden))
-        self.wpe = nn.Parameter(torch.zeros(cfg.max_positions, cfg.hidden))
-        self.lnf_w, self.lnf_b = nn.Parameter(torch.ones(cfg.hidden)), nn.Parameter(torch.zeros(cfg.hidden))
+        self.wpe = nn.Parameter(torch.zeros(0 if cfg.rope else cfg.max_positions, cfg.hidden))
+        self.lnf_w = nn.Parameter(torch.ones(cfg.hidden))
+        self.lnf_b = nn.Parameter(torch.zeros(cfg.hidden if cfg.norm == "layernorm" else 0))
+        if not cfg.tied:
+            self.head = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.hidden))
         self.layers = nn.ModuleList(Block(cfg, p) for _ in range(cfg.layers))
+
+    def head_weight(self) -> torch.Tensor:
+        """The output head [V, h]: `wte` when tied."""
+        return self.wte if self.cfg.tied else self.head
 
 
 def init_state_dict(cfg: GPTConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    """GPT-2 initialisation of the full model, deterministic in `seed`: N(0, 0.02) matrices, N(0, 0.01)
-    positions, output projections scaled by 1/sqrt(2L) (Radford et al. 2019), zero biases, unit norms."""
+    """GPT-2 initialisation of the full model, deterministic in `seed`: N(0, 0.02) matrices (embedding,
+    head), N(0, 0.01) positions, output projections scaled by 1/sqrt(2L) (Radford et al. 2019), zero
+    biases, unit norms."""
     gen = torch.Generator().manual_seed(seed)
     sd = {k: v.clone() for k, v in GPTParams(cfg).state_dict().items()}
     for key, value in sd.items():
-        if key == "wte" or key.endswith(".w1"):
+        if key in ("wte", "head") or key.endswith(".w1"):
             value.normal_(0.0, 0.02, generator=gen)
         elif key == "wpe":
             value.normal_(0.0, 0.01, generator=gen)
@@ -130,8 +202,13 @@ def init_state_dict(cfg: GPTConfig, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def hf_to_state_dict(state_dict: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """A Hugging Face `GPT2LMHeadModel` / `GPT2Model` state dict in the runtime's names (full tensors).
+    """A Hugging Face `GPT2LMHeadModel` / `GPT2Model` (or, for a rotary `cfg`, `LlamaForCausalLM`: hf_convert.py)
+    state dict in the runtime's names (full tensors).
     HF's Conv1D stores [in, out]: w1 = c_attn / c_fc weight transposed, w2 = c_proj weight as is."""
+    if cfg.rope:
+        from runtime.hf_convert import llama_to_state_dict
+
+        return llama_to_state_dict(state_dict, cfg)
     sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
     out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "lnf_w": sd["ln_f.weight"], "lnf_b": sd["ln_f.bias"]}
     for layer in range(cfg.layers):
@@ -147,38 +224,68 @@ def hf_to_state_dict(state_dict: dict[str, torch.Tensor], cfg: GPTConfig) -> dic
     return {k: v.detach().clone().float().contiguous() for k, v in out.items()}
 
 
-def _attention(a: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
+def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm (bias non-empty) or RMSNorm (empty bias: x / sqrt(mean(x^2) + eps) * weight, as Hugging
+    Face's `LlamaRMSNorm`) over the last dimension."""
+    if bias.numel():
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def add_bias(a: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """a + bias, or a itself when the model has no bias (empty tensor)."""
+    return a + bias if bias.numel() else a
+
+
+def _attention(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+    from runtime.rope import apply_rope, rope_tables
+
     b, s, _ = a.shape
-    q, k, v = (z.view(b, s, heads, -1).transpose(1, 2) for z in a.chunk(3, dim=-1))  # [b, heads, s, d]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [b, heads, s, s]
-    if causal:
+    h, kv, d = cfg.hidden, cfg.kv_hidden, cfg.head_dim
+    q, k, v = a.split([h, kv, kv], dim=-1)
+    if cfg.rope:
+        cos, sin = rope_tables(torch.arange(s, device=a.device), d, cfg.rope_theta, a.dtype, cfg.rope_llama3)
+        q, k = apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
+    q = q.view(b, s, cfg.heads, d).transpose(1, 2)  # [b, heads, s, d]
+    k, v = (z.view(b, s, cfg.kv_heads, d).transpose(1, 2).repeat_interleave(cfg.heads // cfg.kv_heads, dim=1)
+            for z in (k, v))  # [b, kv_heads, s, d] -> [b, heads, s, d] (query head i reads K/V head i // group)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, heads, s, s]
+    if cfg.causal:
         scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=a.device).triu(1), float("-inf"))
     o = torch.softmax(scores, dim=-1) @ v  # [b, heads, s, d]
     return o.transpose(1, 2).reshape(b, s, -1)  # [b, heads, s, d] -> [b, s, h]
 
 
+def _mlp_core(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+    if cfg.ffn_kind == "swiglu":
+        gate, up = a.chunk(2, dim=-1)  # [b, s, 2f] -> 2 x [b, s, f]
+        return F.silu(gate) * up
+    return F.gelu(a, approximate="tanh")
+
+
 def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: GPTConfig) -> torch.Tensor:
-    """One full sub-layer in plain autograd: x + core(LN(x) w1^T + b1) w2 + b2; `w` has attributes or
+    """One full sub-layer in plain autograd: x + core(norm(x) w1^T + b1) w2 + b2; `w` has attributes or
     keys ln_w, ln_b, w1, b1, w2, b2 (full shapes); x [b, s, h] in natural order."""
     get = (lambda n: w[n]) if isinstance(w, dict) else (lambda n: getattr(w, n))
-    u = F.layer_norm(x, (cfg.hidden,), get("ln_w"), get("ln_b"), cfg.eps)
-    a = u @ get("w1").t() + get("b1")  # [b, s, h] -> [b, s, n1]
-    c = _attention(a, cfg.heads, cfg.causal) if kind == "attention" else F.gelu(a, approximate="tanh")
-    return x + c @ get("w2") + get("b2")  # [b, s, n2] -> [b, s, h]
+    u = norm(x, get("ln_w"), get("ln_b"), cfg.eps)
+    a = add_bias(u @ get("w1").t(), get("b1"))  # [b, s, h] -> [b, s, n1]
+    c = _attention(a, cfg) if kind == "attention" else _mlp_core(a, cfg)
+    return add_bias(x + c @ get("w2"), get("b2"))  # [b, s, n2] -> [b, s, h]
 
 
 class ReferenceGPT(GPTParams):
-    """Single-device GPT-2 in plain autograd, the oracle of the runtime tests."""
+    """Single-device GPT-2 / LLaMA-shaped model in plain autograd, the oracle of the runtime tests."""
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None):
         """input_ids [b, s] -> logits [b, s, V] (and the mean loss over labels != -100, which are the
         per-position targets, already shifted)."""
         cfg = self.cfg
-        h = cfg.hidden
-        x = self.wte[input_ids] + self.wpe[: input_ids.shape[1]]
+        x = self.wte[input_ids]
+        if not cfg.rope:
+            x = x + self.wpe[: input_ids.shape[1]]
         for blk in self.layers:
             x = reference_sublayer(reference_sublayer(x, blk.attn, "attention", cfg), blk.mlp, "mlp", cfg)
-        logits = F.layer_norm(x, (h,), self.lnf_w, self.lnf_b, cfg.eps) @ self.wte.t()
+        logits = norm(x, self.lnf_w, self.lnf_b, cfg.eps) @ self.head_weight().t()
         if labels is None:
             return logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)  # [b*s, V]

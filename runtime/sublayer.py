@@ -9,6 +9,9 @@ Library module (no command). Every strategy module (megatron_ts, megatron_cz, ul
   weights again); None for the others;
 - `backward(saved, dy, w, ctx, prep) -> (dx, grads)`: grads of the sub-layer's parameters, each summed over
   all tokens and landing on its owning shard (before the replicated ones are all-reduced here).
+The layer's shape comes from `Ctx` and the weights: LayerNorm or RMSNorm (empty `ln_b`), biases or none
+(empty `b1`, `b2`), GELU or SwiGLU (`ffn_kind`), multi-head or grouped-query attention (`kv_heads`), learned
+or rotary positions (`rope_theta`, applied to q and k with `positions` / `all_positions`).
 `SubLayerFunction` runs them; with `recompute` it keeps only x and re-runs the forward (with its
 communication, except what `prepare_backward` already fetched) inside the backward.
 """
@@ -23,7 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from runtime import comm
-from runtime.layout import PARAM_NAMES, REPLICATED
+from runtime.layout import PARAM_NAMES, REPLICATED, split_sections
+from runtime.reference import norm
+from runtime.rope import apply_rope, apply_rope_backward, rope_tables
 
 
 class Weights(NamedTuple):
@@ -56,9 +61,48 @@ class Ctx:
     seq_len: int
     """Full sequence length s."""
     eps: float
-    """LayerNorm epsilon."""
+    """Norm epsilon."""
     tag: str = ""
     """Label of the sub-layer's communication in `comm.count_bytes` (for example 'layers.0.mlp')."""
+    kv_heads: int = 0
+    """Key/value heads (grouped-query attention); 0 means `heads`."""
+    ffn_kind: str = "gelu"
+    """MLP core: 'gelu' or 'swiglu' (w1 rows gate | up: silu(gate) * up)."""
+    rope_theta: float = 0.0
+    """Rotary embeddings' base; 0: none (learned positions are added before the first layer)."""
+    rope_llama3: tuple[float, float, float, int] | None = None
+    """Llama 3.1's frequency scaling of the rotary embeddings (rope.llama3_scaled), or None."""
+    positions: torch.Tensor | None = None
+    """True sequence position of each of this rank's t tokens, in local order: [t] (layout.local_positions);
+    rotary embeddings rotate q and k by them."""
+    all_positions: torch.Tensor | None = None
+    """The same for the whole sequence in rank-major gathered order (every rank's `positions` one after
+    another): [s] (layout.gathered_positions); used by the strategies that gather the sequence."""
+
+    @property
+    def kv(self) -> int:
+        """K/V heads (`heads` without GQA)."""
+        return self.kv_heads or self.heads
+
+
+def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
+             all_positions=None) -> Ctx:
+    """The `Ctx` of one sub-layer of a model config (runtime.reference.GPTConfig) on this rank. Rotary
+    models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
+    gathered_positions) on `device`."""
+    from runtime.layout import gathered_positions, local_positions
+
+    p, r = comm.size(group), comm.rank(group)
+    rope = getattr(cfg, "rope_theta", 0.0)
+    if not rope:
+        positions = all_positions = None
+    else:
+        positions = local_positions(seq_len, p, r).to(device) if positions is None else positions
+        all_positions = gathered_positions(seq_len, p).to(device) if all_positions is None else all_positions
+    return Ctx(group=group, p=p, rank=r, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
+               eps=cfg.eps, tag=tag, kv_heads=getattr(cfg, "kv_heads", 0), ffn_kind=getattr(cfg, "ffn_kind", "gelu"),
+               rope_theta=rope, rope_llama3=getattr(cfg, "rope_llama3", None), positions=positions,
+               all_positions=all_positions)
 
 
 @dataclass(frozen=True)
@@ -74,16 +118,65 @@ class Impl:
 # --- local math (no communication) ---------------------------------------------------------------------
 
 def layer_norm(x, w: Weights, ctx: Ctx):
-    """LayerNorm of [.., h]."""
-    return F.layer_norm(x, (x.shape[-1],), w.ln_w, w.ln_b, ctx.eps)
+    """The sub-layer's norm of [.., h]: LayerNorm, or RMSNorm when `ln_b` is empty."""
+    return norm(x, w.ln_w, w.ln_b, ctx.eps)
 
 
 def layer_norm_backward(x, w: Weights, ctx: Ctx, du):
-    """(dx, d ln_w, d ln_b) of `layer_norm` at x (recomputed locally)."""
+    """(dx, d ln_w, d ln_b) of `layer_norm` at x (recomputed locally; d ln_b empty under RMSNorm)."""
     with torch.enable_grad():
         xs, lw, lb = (t.detach().requires_grad_() for t in (x, w.ln_w, w.ln_b))
-        u = F.layer_norm(xs, (xs.shape[-1],), lw, lb, ctx.eps)
-        return torch.autograd.grad(u, (xs, lw, lb), du)
+        u = norm(xs, lw, lb, ctx.eps)
+        grads = torch.autograd.grad(u, (xs, lw, lb), du, allow_unused=True)
+    return tuple(g if g is not None else torch.zeros_like(t) for g, t in zip(grads, (xs, lw, lb)))
+
+
+def bias_grad(da: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Gradient of a bias added to da's [b, s, n] rows: summed over tokens; empty without a bias."""
+    return da.sum((0, 1)) if bias.numel() else torch.zeros_like(bias)
+
+
+def mlp_core(a: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
+    """The MLP's activation: GELU(a), or SwiGLU silu(gate) * up of a [.., groups * 2f/groups] whose features
+    are `groups` rank groups of (gate, up) (layout.split_sections) -> [.., f] in natural order."""
+    if ctx.ffn_kind != "swiglu":
+        return gelu(a)
+    gate, up = split_sections(a, (a.shape[-1] // 2,) * 2, groups)
+    return F.silu(gate) * up
+
+
+def mlp_core_backward(a: torch.Tensor, dc: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
+    """da of `mlp_core` at a given dc (recomputed locally)."""
+    if ctx.ffn_kind != "swiglu":
+        return gelu_backward(a, dc)
+    with torch.enable_grad():
+        xs = a.detach().requires_grad_()
+        return torch.autograd.grad(mlp_core(xs, ctx, groups), xs, dc)[0]
+
+
+def attention_sections(ctx: Ctx, h: int, parts: int) -> tuple[int, int, int]:
+    """Widths of q, k, v in 1/parts of the attention's first GEMM output (parts = p: one rank's shard;
+    1: the full, gathered weights): (h, kv, kv) / parts."""
+    kv = ctx.kv * (h // ctx.heads)
+    return h // parts, kv // parts, kv // parts
+
+
+def rope_qk(q, k, positions, ctx: Ctx, h: int):
+    """q, k [b, n, heads*d] rotated by the tokens' positions [n] (rope.py); unchanged without rotary."""
+    if not ctx.rope_theta:
+        return q, k
+    d = h // ctx.heads
+    cos, sin = rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
+    return apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
+
+
+def rope_qk_backward(dq, dk, positions, ctx: Ctx, h: int):
+    """dq, dk before the rotation from those after it."""
+    if not ctx.rope_theta:
+        return dq, dk
+    d = h // ctx.heads
+    cos, sin = rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
+    return apply_rope_backward(dq, cos, sin, d), apply_rope_backward(dk, cos, sin, d)
 
 
 def gelu(x):
@@ -165,7 +258,7 @@ class SubLayerFunction(torch.autograd.Function):
             del leaves, rest
             dx, grads = impl.backward(saved, dy.contiguous(), w, ctx, prep)
             rep = [grads[n] for n in REPLICATED]
-            buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [3h] summed over ranks
+            buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [h, 2h or 3h] summed over ranks
         for n, piece in zip(REPLICATED, buf.split([g.numel() for g in rep])):
             grads[n] = piece.view_as(grads[n])
         return (None, None, None, dx, *[grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)])

@@ -62,7 +62,7 @@ class TrainOptions:
     seed: int = 0
     """Seed of the initial weights, the workload and the synthetic tokens."""
     max_len: int = 0
-    """Cap on the sequence length (0: the model's positions)."""
+    """Cap on the sequence length (0: the model's positions; none for a rotary model without a limit)."""
     cluster: str = ""
     """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
     default preset)."""
@@ -184,7 +184,8 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
-    unit, cap = layout_unit(p), min(opts.max_len or cfg.max_positions, cfg.max_positions)
+    limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
+    unit, cap = layout_unit(p), min(limits) if limits else 2**31
 
     def length_of(step: int) -> int:
         if docs is not None:
@@ -248,7 +249,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         loss.backward()
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
-                m.grad = q.grad.float()
+                m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
         opt.step()
         opt.zero_grad(set_to_none=True)
         model.zero_grad(set_to_none=True)

@@ -14,10 +14,24 @@ both are kept: one [t, h] more than Korthikanti et al.'s count, which schedules.
 
 from __future__ import annotations
 
+import torch
+
 from runtime import comm
 from runtime.attention import gathered_attention_backward, gathered_attention_forward
-from runtime.layout import natural_order
-from runtime.sublayer import Ctx, Impl, Weights, layer_norm, layer_norm_backward, weight_grad
+from runtime.layout import join_sections, natural_order, split_sections
+from runtime.reference import add_bias
+from runtime.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    attention_sections,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    rope_qk,
+    rope_qk_backward,
+    weight_grad,
+)
 from runtime.zero3 import MLP, gather_weights, prepare_backward, scatter_grads
 
 
@@ -37,27 +51,57 @@ def heads_to_seq(a, ctx: Ctx):
     return recv.permute(1, 2, 0, 3).reshape(b, pt // ctx.p, ctx.p * n)  # [b, t, p, n] -> [b, t, p*n]
 
 
+def kv_replicas(ctx: Ctx) -> int:
+    """Copies of each K/V head sent by the all-to-all: p / kv_heads when kv_heads < p, else 1."""
+    return max(1, ctx.p // ctx.kv)
+
+
+def _replicate(z, d: int, rep: int):
+    """[b, t, kv*d] -> [b, t, kv*rep*d]: each K/V head `rep` times in a row (rank r gets copy r)."""
+    return z if rep == 1 else z.unflatten(-1, (-1, d)).repeat_interleave(rep, dim=-2).flatten(-2)
+
+
+def _sum_replicas(dz, d: int, rep: int):
+    """Backward of `_replicate`: [b, t, kv*rep*d] -> [b, t, kv*d], each head's copies summed."""
+    return dz if rep == 1 else dz.unflatten(-1, (-1, rep, d)).sum(-2).flatten(-2)
+
+
 def forward(x, w: Weights, ctx: Ctx, prep=None):
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, kv_replicas(ctx)
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
     u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = u @ w1.t() + b1  # [b, t, h] -> [b, t, 3h] (per head group: q, k, v)
+    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
+    q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
+    k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, p)*d]
+    qkv = join_sections([q, k, v], ctx.p)  # rank g's group: its q heads, its K/V heads (or copy)
+    heads = seq_to_heads(qkv, ctx)  # [b, t, p*n/p] -> [b, s, n/p]
+    qh, kh, vh = heads.split([h // ctx.p, k.shape[-1] // ctx.p, v.shape[-1] // ctx.p], dim=-1)
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
-    ch, core = gathered_attention_forward(seq_to_heads(a, ctx), ctx.heads // ctx.p, order, ctx.causal)
+    ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal)
     c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
-    return x + c @ w2 + w.b2, (x, u, c, core)
+    return add_bias(x + c @ w2, w.b2), (x, u, c, core)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, c, core = saved
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, kv_replicas(ctx)
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [h, h]
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
-    da = heads_to_seq(gathered_attention_backward(dch, core, order, ctx.causal), ctx)  # -> [b, t, 3h]
-    dw1, db1 = weight_grad(da, u), da.sum((0, 1))
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, 3h] -> [b, t, h]
+    dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal), dim=-1)  # [b, s, n/p]
+    kv_sent = ctx.kv * d * rep
+    dq, dk, dv = split_sections(heads_to_seq(dheads, ctx), (h, kv_sent, kv_sent), ctx.p)  # -> [b, t, ..]
+    dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
+    dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
+    da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
+    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
 

@@ -5,28 +5,40 @@ parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] b
 before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards.
 The gathered w1/b1 rows come grouped by rank (layout.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
-The MLP keeps (schedules.py) x, u = LN(x) [b, t, h], and the GELU input a and output c [b, t, f].
+The MLP keeps (schedules.py) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
+gate and up, [b, t, 2f]) and output c [b, t, f].
 """
 
 from __future__ import annotations
 
 from runtime import comm
-from runtime.layout import pack_gathered, pack_shard, unpack_gathered
-from runtime.sublayer import Ctx, Impl, Weights, gelu, gelu_backward, layer_norm, layer_norm_backward, weight_grad
+from runtime.layout import pack_gathered, pack_shard, unpack_gathered, unpack_shard
+from runtime.reference import add_bias
+from runtime.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    mlp_core,
+    mlp_core_backward,
+    weight_grad,
+)
 
 
 def gather_weights(w: Weights, ctx: Ctx):
-    """Full (w1 [n1, h], b1 [n1], w2 [n2, h]) from every rank's shard: one all-gather of [W/p] -> [W]."""
+    """Full (w1 [n1, h], b1 [n1 or 0], w2 [n2, h]) from every rank's shard: one all-gather of [W/p] -> [W].
+    w1's rows (and the first GEMM's outputs) come grouped by rank, each group in section order
+    (layout.split_sections reads them)."""
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
-    return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1])
+    return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
 
 def scatter_grads(dw1, db1, dw2, ctx: Ctx):
     """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p]."""
     shard = comm.reduce_scatter(pack_gathered(dw1, db1, dw2, ctx.p), ctx.group)  # [W] -> [W/p]
-    n1p, h = dw1.shape[0] // ctx.p, dw1.shape[1]
-    a, b = n1p * h, n1p * h + n1p
-    return shard[:a].view(n1p, h), shard[a:b], shard[b:].view(-1, h)  # [W/p] -> [n1p, h], [n1p], [n2p, h]
+    return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
 
 
 def prepare_backward(w: Weights, ctx: Ctx):
@@ -37,20 +49,20 @@ def prepare_backward(w: Weights, ctx: Ctx):
 def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
     u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = u @ w1.t() + b1  # [b, t, h] -> [b, t, f]
-    c = gelu(a)
-    return x + c @ w2 + w.b2, (x, u, a, c)  # [b, t, f] -> [b, t, h]
+    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, f] (SwiGLU: [b, t, 2f], p rank groups of gate | up)
+    c = mlp_core(a, ctx, ctx.p)  # [b, t, f]
+    return add_bias(x + c @ w2, w.b2), (x, u, a, c)  # [b, t, f] -> [b, t, h]
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, a, c = saved
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [f, h]
-    da = gelu_backward(a, dy @ w2.t())  # [b, t, h] -> [b, t, f]
-    dw1, db1 = weight_grad(da, u), da.sum((0, 1))
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, f] -> [b, t, h]
+    da = mlp_core_backward(a, dy @ w2.t(), ctx, ctx.p)  # [b, t, h] -> [b, t, f] (SwiGLU: 2f)
+    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": dy.sum((0, 1))}
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
 

@@ -10,6 +10,10 @@ from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
 from paradyse_lab.model_spec import PRESETS as MODELS
 from paradyse_lab.strategies import CATALOG
 
+KV_RULE_TEXT = {"split": "kv_heads % p", "replicate": "kv_heads % p or p % kv_heads (K/V heads replicated)",
+                "any": "any kv_heads"}
+"""The grouped-query attention rule of each `Strategy.kv_heads_rule`, as the table shows it."""
+
 
 def register(sub) -> None:
     """Add the three catalog commands."""
@@ -63,7 +67,8 @@ def run_strategies(args) -> int:
     for s in CATALOG.values():
         rules = ["s % p" + (" (2p causal)" if s.ring_attention else "")]
         if s.splits_heads:
-            rules.append("heads % p, kv_heads % p")
+            rules.append("heads % p")
+        rules.append(KV_RULE_TEXT[s.kv_heads_rule])
         rows.append([s.name, s.paper_name, "yes" if s.usable else "no: " + s.unusable_reason.split(",")[0],
                      "; ".join(rules), s.attention])
     print_table(["strategy", "paper", "usable", "needs", "attention"], rows)

@@ -1,16 +1,19 @@
 """`paradyse-lab cost`: per-strategy time and memory of one sequence length under a cost model.
 
 Examples: `paradyse-lab cost --model gpt --seq 65536` (analytic model, table),
-`paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times).
+`paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times),
+`paradyse-lab cost --model llama --seq 64K --kv-heads 8` (the paper's LLaMA layer with grouped-query attention).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel import uniform_plan_cost
 from paradyse_lab.errors import UserInputError, require_positive_int
-from paradyse_lab.model_spec import get_model
+from paradyse_lab.model_spec import ModelSpec, get_model
 from paradyse_lab.strategies import USABLE, StrategyOption
 
 MAX_COUNT = 2**30
@@ -50,6 +53,9 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
     p.add_argument("--seq", required=True, help="sequence length in tokens (e.g. 65536 or 64K)")
+    p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
+                   "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
+                   "bytes; the strategies' rule on kv_heads is in `paradyse-lab strategies`)")
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also show each strategy with recomputation")
@@ -64,10 +70,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def with_kv_heads(model: ModelSpec, text: str | None) -> ModelSpec:
+    """`model` with `--kv-heads` applied (named 'NAME kv=N'), or as it is when not given."""
+    if text is None:
+        return model
+    kv = parse_int("--kv-heads", text)
+    if model.heads % kv:
+        raise UserInputError(f"--kv-heads must divide the model's heads ({model.heads}), got {kv}")
+    return replace(model, kv_heads=kv, name=f"{model.name} kv={kv}")
+
+
 def run(args) -> int:
     from paradyse_lab.costmodel.factory import build_cost_model, cost_model_label  # pandas: only when run
 
-    model = get_model(args.model)
+    model = with_kv_heads(get_model(args.model), args.kv_heads)
     cluster = get_cluster(args.cluster)
     seq = parse_int("--seq", args.seq)
     batch = parse_int("--batch", args.batch)

@@ -46,7 +46,7 @@ def norm_params(model: ModelSpec) -> int:
 def attention_sharded_params(model: ModelSpec) -> int:
     """W_qkv [h, h + 2kv] (+ its bias) and W_proj [h, h]: stored as 1/p shards (docs/paper.md section 3)."""
     h, kv = model.hidden, model.kv_hidden
-    return h * (h + 2 * kv) + h * h + ((h + 2 * kv) if model.bias else 0)
+    return h * (h + 2 * kv) + h * h + ((h + 2 * kv) if model.bias or model.qkv_bias else 0)
 
 
 def mlp_sharded_params(model: ModelSpec) -> int:
@@ -69,10 +69,12 @@ def sharded_params(model: ModelSpec, kind: str) -> int:
 
 
 def embedding_params(model: ModelSpec) -> int:
-    """Tied token embedding / head, learned positions and the final norm (replicated in the runtime)."""
+    """Token embedding, the head (its own matrix unless tied), learned positions and the final norm
+    (replicated in the runtime)."""
     if not model.embedding_and_head:
         return 0
-    return (model.vocab_size + model.max_positions) * model.hidden + norm_params(model)
+    head = 0 if model.tied else model.vocab_size
+    return (model.vocab_size + head + model.max_positions) * model.hidden + norm_params(model)
 
 
 def sublayer_model_state_bytes(model: ModelSpec, kind: str, p: int) -> int:
@@ -115,10 +117,10 @@ def linear_flops_forward(model: ModelSpec, kind: str, tokens: int) -> float:
 
 
 def _bias_params(model: ModelSpec, kind: str) -> int:
+    if kind == "attention" and (model.bias or model.qkv_bias):
+        return model.hidden + 2 * model.kv_hidden
     if not model.bias:
         return 0
-    if kind == "attention":
-        return model.hidden + 2 * model.kv_hidden
     return (2 if model.ffn_kind == "swiglu" else 1) * model.ffn_hidden
 
 

@@ -12,8 +12,10 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
 - ulysses_z (DeepSpeed-Ulysses, Jacobs et al. 2023) and megatron_cz (ring context parallel): the linear
   weights of a sub-layer are all-gathered from the 1/p shards before use, again in backward, and the full
   gradient is reduce-scattered (ZeRO-3). Ulysses turns Q, K, V [t, h+2kv] into head shards
-  [T, (h+2kv)/p] by all-to-all and back; the ring passes K, V blocks [t, 2kv] around p - 1 steps (K, V
-  and their gradients in backward, the gradients in fp32: `ACC_BYTES`), overlapped with the block attention.
+  [T, (h+2kv)/p] by all-to-all and back (with kv_heads < p each K/V head is replicated p / kv_heads times
+  first: kv becomes p*d in the all-to-all and in the kernel's kept K/V, `ulysses_kv_sent`); the ring
+  passes K, V blocks [t, 2kv] around p - 1 steps (K, V and their gradients in backward, the gradients in
+  fp32: `ACC_BYTES`), overlapped with the block attention.
 - Kept activations (`formulas.kept_elements_*`: Korthikanti et al. 2023 with FlashAttention, dropout 0;
   every tensor sequence-sharded or head-sharded, so 1/p of it per rank): norm input and output, Q, K, V,
   the attention output and FlashAttention's log-sum-exp; the MLP's norm input and output and its f-wide
@@ -81,6 +83,13 @@ hop loses low-order bits p - 1 times. ring-flash-attention (github.com/zhuzilin/
 zigzag_ring_flash_attn.py: dk, dv converted `.to(torch.float32)` and passed around the ring as such) and
 runtime/ring_attention.py accumulate and send them in fp32, so the backward's K/V messages are priced at
 the model dtype (e) and its dK/dV messages and buffers at ACC_BYTES (identical in fp32)."""
+
+
+def ulysses_kv_sent(model: ModelSpec, p: int) -> int:
+    """Width of K (and of V) that Ulysses' all-to-all carries per token: kv_heads * d, or p * d when
+    kv_heads < p, where each K/V head is replicated p / kv_heads times so that every rank receives the one
+    its query heads read (the GQA rule in paradyse_lab/strategies.py; runtime/ulysses_z.py)."""
+    return max(model.kv_heads, p) * model.head_dim
 
 
 def _coll(op, nbytes, p, count=1, overlapped=False):
@@ -194,11 +203,14 @@ def _ulysses_z(s: Sublayer) -> StrategyWork:
     if not s.attn:
         return _zero3_mlp(s)
     fwd, bwd, weights = _zero3_weights(s)
-    t, h, e, qkv = s.t, s.h, s.e, s.qkv
+    t, h, e = s.t, s.h, s.e
+    kv_sent = ulysses_kv_sent(s.model, s.p)  # K/V width sent: kv_heads < p replicates each K/V head
+    qkv = h + 2 * kv_sent
     fwd += [_coll("all_to_all", t * qkv * e, s.p), _coll("all_to_all", t * h * e, s.p)]
     bwd += [_coll("all_to_all", t * h * e, s.p), _coll("all_to_all", t * qkv * e, s.p)]
     acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
     kept = s.kept + t * h * e  # the attention output in both layouts (module docstring)
+    kept += 2 * t * (kv_sent - s.kv) * e  # the kernel keeps its K/V copy: 1 head per rank when kv_heads < p
     return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True)
 
 

@@ -128,21 +128,21 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     from runtime.fake_group import FakeGroup
     from runtime.layout import PARAM_NAMES, shard_sublayer
     from runtime.model import STRATEGY_MODULES
-    from runtime.sublayer import Ctx, run_sublayer
+    from runtime.sublayer import make_ctx, run_sublayer
 
     dtype = dtype or torch.float32
     gen = torch.Generator().manual_seed(seed)
     h = cfg.hidden
-    n1, n2 = (3 * h, h) if kind == "attention" else (cfg.ffn_hidden, cfg.ffn_hidden)
-    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(h), "b2": torch.zeros(h),
-            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1),
+    n1, n2 = cfg.sublayer_shapes(kind)
+    nb, bias = (h if cfg.norm == "layernorm" else 0), cfg.bias
+    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(nb), "b2": torch.zeros(h if bias else 0),
+            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1 if bias else 0),
             "w2": torch.randn(n2, h, generator=gen) * 0.02}
     shard = shard_sublayer(full, kind, rank, p)
     params = [shard[n].to(device=device, dtype=dtype).requires_grad_() for n in PARAM_NAMES]
     x = torch.randn(batch, seq_len // p, h, generator=gen).to(device=device, dtype=dtype).requires_grad_()
     group = FakeGroup(p, rank)
-    ctx = Ctx(group=group, p=p, rank=rank, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
-              eps=cfg.eps)
+    ctx = make_ctx(cfg, group, kind, seq_len, device=device)
     module = STRATEGY_MODULES[strategy]
     impl = module.ATTENTION if kind == "attention" else module.MLP
     with KeptRecorder(exclude=params) as rec:
@@ -356,7 +356,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
             comm_s += F.collective_time_s(analytic.cluster, "all_reduce",  # the embedding gradients
                                           F.embedding_params(cost_spec) * cost_spec.dtype_bytes, p)
         rows.append({
-            "model": opts.model, "h": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.heads, "layers": cfg.layers,
+            "model": opts.model, "h": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "layers": cfg.layers,
             "p": p, "strategy": opt.strategy, "recompute": "true" if opt.recompute else "false", "seq_len": s,
             "batch": opts.batch, "time_s": compute_s + comm_s, "peak_bytes": max(peak, kept), "kept_bytes": kept,
             "device": dev_name, "source": "measured-distributed" if distributed else "measured-rank-local",

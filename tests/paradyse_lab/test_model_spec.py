@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -23,6 +24,28 @@ def test_all_presets_present():
     assert PRESETS["gpt2-xl"].hidden == 1600 and PRESETS["gpt2-xl"].heads == 25
     llama3 = PRESETS["llama3-8b"]
     assert llama3.kv_heads == 8 and llama3.kv_hidden == 1024 and llama3.ffn_kind == "swiglu"
+
+
+@pytest.mark.parametrize("name, config", [
+    ("llama3-8b", {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+                   "intermediate_size": 14336}),
+    ("llama3-70b", {"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,
+                    "intermediate_size": 28672}),
+])
+def test_llama3_presets_equal_their_config_json(tmp_path, name, config):
+    """The shapes of meta-llama/Meta-Llama-3-8B and -70B's config.json (Hugging Face), read by load_hf_config,
+    equal the presets."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "vocab_size": 128256, "rope_theta": 500000.0,
+                                "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+                                "torch_dtype": "bfloat16", **config}))
+    loaded = load_hf_config(path)
+    assert loaded == replace(PRESETS[name], name=loaded.name)
+    assert not loaded.tied and loaded.rope_theta == 500000.0 and loaded.max_positions == 0
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}  # Llama 3.1's config.json
+    path.write_text(json.dumps({"model_type": "llama", "vocab_size": 128256, "rope_scaling": scaling, **config}))
+    assert load_hf_config(path).rope_llama3 == (8.0, 1.0, 4.0, 8192)
 
 
 def test_gpt2_tiny_splits_over_one_to_four_ranks():
@@ -66,3 +89,19 @@ def test_bad_config_files(tmp_path):
         load_hf_config(tmp_path / "partial.json")
     with pytest.raises(UserInputError, match="valid: .*gpt2-tiny"):
         get_model("no-such-model")
+
+
+def test_qwen2_config_has_qkv_biases_only(tmp_path):
+    """Qwen2's decoder layer is LLaMA's with biases on q, k, v only: the cost model counts those biases and no
+    output or MLP bias."""
+    from paradyse_lab.costmodel.formulas import attention_sharded_params, mlp_sharded_params, replicated_params
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 128,
+                                "vocab_size": 100}))
+    spec = load_hf_config(path)
+    assert spec.qkv_bias and not spec.bias
+    plain = replace(spec, qkv_bias=False)
+    assert attention_sharded_params(spec) - attention_sharded_params(plain) == 64 + 2 * 32
+    assert mlp_sharded_params(spec) == mlp_sharded_params(plain) and replicated_params(spec) == 64

@@ -1,7 +1,7 @@
 import pytest
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.model_spec import PRESETS, ModelSpec
 from paradyse_lab.strategies import CATALOG, USABLE, Strategy, StrategyOption, get_strategy, options
 
 
@@ -32,9 +32,30 @@ def test_ulysses_needs_heads_and_kv_heads_divisible():
     llama3 = PRESETS["llama3-8b"]  # 32 heads, 8 KV heads
     uly = get_strategy("ulysses_z")
     assert uly.violation(llama3, 8, 4096) is None
-    assert "kv_heads (8)" in uly.violation(llama3, 16, 4096)
+    assert uly.violation(llama3, 16, 4096) is None  # 8 K/V heads replicated twice
+    assert uly.violation(llama3, 32, 4096) is None  # replicated 4 times
     assert "heads (12)" in uly.violation(PRESETS["gpt2"], 8, 4096)
     assert get_strategy("megatron_cz").violation(PRESETS["gpt2"], 8, 4096) is None
+
+
+def test_the_gqa_rule_per_strategy():
+    """Ring: any kv_heads; Ulysses: kv_heads % p == 0 or p % kv_heads == 0; TS and METP: kv_heads % p == 0;
+    every strategy: kv_heads * head_dim % p == 0 (the 1/p weight shard of K and V)."""
+    def spec(kv, heads=12, d=12):
+        return ModelSpec(name="x", hidden=heads * d, heads=heads, kv_heads=kv, layers=1, ffn_hidden=96, vocab_size=8)
+
+    def feasible(model, p):
+        return {n for n in USABLE if get_strategy(n).violation(model, p, 48) is None}
+
+    assert feasible(spec(12), 4) == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
+    assert feasible(spec(2), 4) == {"megatron_cz", "ulysses_z"}  # Ulysses replicates each K/V head twice
+    assert feasible(spec(1), 3) == {"megatron_cz", "ulysses_z"}
+    assert feasible(spec(2), 3) == {"megatron_cz"}  # 3 % 2 and 2 % 3: no whole number of copies
+    assert feasible(spec(4), 2) == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
+    assert "kv_heads (2) must be divisible by p (4): the tensor-parallel head split" in (
+        get_strategy("megatron_ts").violation(spec(2), 4, 48))
+    assert "kv_heads * head_dim (6) must be divisible by p (4)" in get_strategy("megatron_cz").violation(
+        spec(1, d=6), 4, 48)
 
 
 def test_sequence_unit_is_2p_for_causal_rings_and_p_otherwise():

@@ -14,13 +14,13 @@ from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.strategies import StrategyOption
+from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
-from runtime.sublayer import Ctx, run_sublayer
+from runtime.sublayer import Ctx, make_ctx, run_sublayer
 
 B, S = 2, 48
 STRATEGIES = tuple(STRATEGY_MODULES)
@@ -47,6 +47,11 @@ def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int) -> dict[str,
     for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), S, B, p).collectives:
         out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {k: v for k, v in out.items() if v}
+
+
+def grad_of(q: torch.Tensor) -> torch.Tensor:
+    """q's gradient; zeros for a parameter the forward does not use (LLaMA's empty biases, `wpe` [0, h])."""
+    return q.grad if q.grad is not None else torch.zeros_like(q)
 
 
 # --- one sub-layer ---------------------------------------------------------------------------------------
@@ -98,7 +103,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     ref.zero_grad()
     logits_r, loss_r = ref(ids, labels)
     loss_r.backward()
-    ref_grads = shard_state_dict({n: q.grad for n, q in ref.named_parameters()}, rank, p)
+    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
         model.zero_grad()
@@ -111,7 +116,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
         assert_close(loss.detach(), loss_r.detach(), **TOL)
         for n, q in model.named_parameters():
-            assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
+            assert_close(grad_of(q), ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
         # every byte belongs to a sub-layer, the embedding or the loss: switching moves nothing
         assert counter.total("") == {}, counter.total("")
         per_sublayer = len(plan) == 2 * cfg.layers
@@ -193,10 +198,222 @@ def bad_input_case(rank: int, p: int, group) -> None:
             narrow(ids, ["megatron_cz"] * 4)
 
 
+# --- LLaMA-shaped layers: RMSNorm, SwiGLU, rotary embeddings, grouped-query attention, untied head ---------
+
+LLAMA_KV_HEADS = (1, 2, 12)
+
+
+def llama_config(kv_heads: int) -> GPTConfig:
+    """h 144, 12 heads of d = 12 (K/V width kv_heads * 12 splits over p = 1..4), f 96, 2 layers."""
+    return GPTConfig(vocab_size=64, max_positions=S, hidden=144, heads=12, layers=2, ffn_hidden=96, eps=1e-6,
+                     kv_heads=kv_heads, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=1000.0,
+                     tied=False)
+
+
+def feasible(cfg: GPTConfig, p: int) -> list[str]:
+    """The strategies the catalog's GQA rule allows for `cfg` on p ranks (paradyse_lab/strategies.py)."""
+    spec = cfg.model_spec("fp32")
+    return [name for name in STRATEGIES if get_strategy(name).violation(spec, p, S) is None]
+
+
+def llama_sublayer_case(strategy: str, kind: str, kv_heads: int):
+    """One LLaMA sub-layer, with and without recompute: output, input and every parameter gradient against
+    the reference, and the bytes sent against the schedule; an infeasible strategy is refused with the
+    catalog's sentence by the model."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = llama_config(kv_heads)
+        if strategy not in feasible(cfg, p):
+            model = ParallelGPT(cfg, group)
+            problem = get_strategy(strategy).violation(cfg.model_spec("fp32"), p, S)
+            try:
+                model(torch.zeros(1, S // p, dtype=torch.long), [strategy] * cfg.layers)
+            except UserInputError as err:
+                assert problem in str(err), (problem, str(err))
+            else:
+                raise AssertionError(f"{strategy} ran with kv_heads {kv_heads} at p = {p}")
+            return
+        prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
+        full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith(prefix)}
+        gen = torch.Generator().manual_seed(3)
+        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
+        xr = x.clone().requires_grad_()
+        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
+        yr = reference_sublayer(xr, pr, kind, cfg)
+        yr.backward(dy)
+        ref = shard_sublayer({n: grad_of(pr[n]) for n in PARAM_NAMES}, kind, rank, p)
+        module = STRATEGY_MODULES[strategy]
+        ctx = make_ctx(cfg, group, kind, S, "case")
+        for recompute in (False, True):
+            params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
+            xl = shard_sequence(x, 1, group).requires_grad_()
+            with count_bytes() as counter:
+                y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, xl, params)
+                y.backward(shard_sequence(dy, 1, group))
+            assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
+            assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
+            for name, prm in zip(PARAM_NAMES, params):
+                assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+            option = strategy + ("+recompute" if recompute else "")
+            want = predicted_bytes(cfg, kind, option, p)
+            assert counter.total() == want, (option, counter.total(), want)
+    return case
+
+
+def llama_plans(names: list[str]) -> list[list[str]]:
+    """Two mixed plans of a 2-layer model over `names` (up to 4), with recompute, in which every name runs
+    both an attention and an MLP sub-layer: one name per layer, then one per sub-layer."""
+    n = len(names)
+    per_layer = [names[0], names[1 % n] + "+recompute"]
+    per_sublayer = [names[2 % n] + "+recompute", names[3 % n], names[3 % n], names[2 % n] + "+recompute"]
+    return [per_layer, per_sublayer]
+
+
+def llama_model_case(kv_heads: int):
+    """The LLaMA model of `llama_config` from its own random weights: the full state dict round-trips through
+    the shards, and `_check_model` (logits, loss, every parameter gradient against the single-device
+    reference, bytes of every sub-layer and of the embedding against the cost model) under mixed plans of
+    every feasible strategy with recompute. The reference equals transformers' LlamaForCausalLM: the
+    llama-hf cases, at p = 2, where this one does not run."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = llama_config(kv_heads)
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd)
+        full = model.full_state_dict()
+        assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
+        _check_model(model, ref, llama_plans(feasible(cfg, p)), rank, p, group)
+    return case
+
+
+def llama_hf_case(kv_heads: int):
+    """A small random transformers `LlamaForCausalLM` (built on rank 0, sent to the others): the runtime's
+    logits equal its logits under mixed plans of every feasible strategy with recompute, and the loss and
+    every parameter gradient equal the single-device reference's (`_check_model`, which also checks the
+    bytes of every sub-layer and of the embedding against the cost model)."""
+    def case(rank: int, p: int, group) -> None:
+        payload = [None]
+        if rank == 0:
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            cfg = llama_config(kv_heads)
+            hf_cfg = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.ffn_hidden,
+                                 num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+                                 num_key_value_heads=kv_heads, max_position_embeddings=S, rope_theta=cfg.rope_theta,
+                                 rms_norm_eps=cfg.eps, tie_word_embeddings=False)
+            torch.manual_seed(5)
+            hf = LlamaForCausalLM(hf_cfg).eval()
+            with torch.no_grad():
+                for q in hf.parameters():
+                    q.add_(0.05 * torch.randn_like(q))  # non-trivial norms
+            ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(6))
+            with torch.no_grad():
+                want = hf(ids).logits
+            payload = [(hf_cfg.to_dict(), hf.state_dict(), ids, want)]
+        if p > 1:
+            torch.distributed.broadcast_object_list(payload, src=0, group=group)
+        hf_cfg, state, ids, want = payload[0]
+        model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
+        assert model.cfg == llama_config(kv_heads), model.cfg
+        plans = llama_plans(feasible(model.cfg, p))
+        for plan in plans:
+            with torch.no_grad():
+                got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
+            assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
+        ref = ReferenceGPT(model.cfg)
+        ref.load_state_dict(model.full_state_dict())
+        _check_model(model, ref, plans, rank, p, group)
+    return case
+
+
+def llama_variants_hf_case(rank: int, p: int, group) -> None:
+    """The flags' other settings against transformers: LLaMA with biases on every linear layer and a tied
+    head, Llama 3.1's rotary scaling (original context 16 < S = 48, so every frequency band is scaled),
+    Mistral without a sliding window (1 K/V head), and Qwen2 (biases on q, k, v only): logits, gradients and
+    bytes as above."""
+    payload = [None]
+    if rank == 0:
+        from transformers import (
+            LlamaConfig,
+            LlamaForCausalLM,
+            MistralConfig,
+            MistralForCausalLM,
+            Qwen2Config,
+            Qwen2ForCausalLM,
+        )
+
+        shape = dict(vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                     max_position_embeddings=S)
+        llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 16, "rope_theta": 500000.0}
+        models = [(LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                                                 tie_word_embeddings=True, **shape)),
+                  (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, rope_parameters=llama31, **shape)),
+                  (MistralForCausalLM, MistralConfig(num_key_value_heads=1, sliding_window=None, **shape)),
+                  (Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, **shape))]
+        ids = torch.randint(0, 64, (B, S), generator=torch.Generator().manual_seed(6))
+        payload = [[]]
+        for cls, hf_cfg in models:
+            torch.manual_seed(5)
+            hf = cls(hf_cfg).eval()
+            with torch.no_grad():
+                for q in hf.parameters():
+                    q.add_(0.05 * torch.randn_like(q))  # non-zero biases, non-trivial norms
+                payload[0].append((hf_cfg.to_dict(), hf.state_dict(), ids, hf(ids).logits))
+    if p > 1:
+        torch.distributed.broadcast_object_list(payload, src=0, group=group)
+    for hf_cfg, state, ids, want in payload[0]:
+        model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
+        assert model.cfg.bias == model.cfg.tied == (hf_cfg["model_type"] == "llama" and hf_cfg["attention_bias"])
+        assert model.cfg.qkv_bias == (hf_cfg["model_type"] == "qwen2")
+        assert (model.cfg.rope_llama3 is not None) == ("llama3" in str(hf_cfg.get("rope_parameters")))
+        plans = llama_plans(feasible(model.cfg, p))[1:]  # the per-sub-layer plan: every strategy, both kinds
+        for plan in plans:
+            with torch.no_grad():
+                got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
+            assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
+        ref = ReferenceGPT(model.cfg)
+        ref.load_state_dict(model.full_state_dict())
+        _check_model(model, ref, plans, rank, p, group)
+
+
+def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
+    """Other model types, rotary scalings other than Llama 3.1's (and an incomplete one), sliding windows
+    (Mistral, Qwen2) and other activations are refused with one line naming the field; Mistral without a
+    window is the LLaMA layer."""
+    base = {"model_type": "llama", "vocab_size": 64, "hidden_size": 48, "intermediate_size": 96,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 500000.0}
+    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
+                             ({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
+                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, "rope_scaling 'yarn'"),
+                             ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "needs factor"),
+                             ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
+                             ({"hidden_act": "gelu"}, "hidden_act 'gelu'")):
+        try:
+            GPTConfig.from_hf({**base, **change})
+        except UserInputError as err:
+            assert fragment in str(err) and "\n" not in str(err), str(err)
+        else:
+            raise AssertionError(f"no error for {change}")
+    mistral = GPTConfig.from_hf({**base, "model_type": "mistral", "sliding_window": None})
+    assert mistral == GPTConfig.from_hf(base) and mistral.rope_theta == 500000.0 and mistral.kv_heads == 2
+
+
 CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
+for _kv in LLAMA_KV_HEADS:
+    for _strategy in STRATEGIES if _kv < 12 else ():  # GQA sub-layers; multi-head ones are the GPT cases'
+        CASES[f"llama-sublayer-{_strategy}-attention-kv{_kv}"] = llama_sublayer_case(_strategy, "attention", _kv)
+    CASES[f"llama-model-kv{_kv}"] = llama_model_case(_kv)
+    ONLY_AT[f"llama-model-kv{_kv}"] = (1, 3, 4)  # at p = 2 the llama-hf case runs the same checks, and HF's
+    CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
+    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (2,)  # the conversion does not depend on p (as for GPT-2)
+CASES["llama-hf-variants"] = llama_variants_hf_case
+ONLY_AT["llama-hf-variants"] = (2,)
+CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
+ONLY_AT["llama-from-hf-refusals"] = (1,)  # config parsing, no ranks involved
 for _strategy in STRATEGIES:
     for _kind in ("attention", "mlp"):
         for _causal in (True, False) if _kind == "attention" else (True,):  # an MLP has no mask: one case
@@ -357,6 +574,46 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     assert calls == ([0, 0] if rank == 0 else [])
 
 
+def llama_train_case(rank: int, p: int, group) -> None:
+    """`train --model llama-tiny` (RMSNorm, SwiGLU, RoPE, 2 K/V heads, untied head) under ulysses_z: the loss
+    falls over 16 steps, and resuming from the step-8 checkpoint repeats steps 9-16 bit-identically (losses and
+    the step-16 weights).
+    p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
+    and llama-hf cases'."""
+    import os
+
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+    from runtime import checkpoint
+    from runtime.train import TrainOptions
+
+    root = _shared_tmpdir(rank, p, group)
+    ckpt = os.path.join(root, "ck")
+    common = {"model": "llama-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
+              "checkpoint_every": 8, "lr": 1e-2, "policy": "static:ulysses_z", "checkpoint_dir": ckpt}
+    straight = train(TrainOptions(steps=16, **common), group)
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
+    assert last < first - 0.3, (first, last)
+    dist.barrier(group=group)
+    if rank == 0:  # keep the step-16 checkpoint aside: resuming takes step 8, the newest left
+        os.rename(os.path.join(ckpt, "step-000016"), os.path.join(root, "step-000016"))
+    dist.barrier(group=group)
+    resumed = train(TrainOptions(steps=16, resume=True, **common), group)
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[8:]]
+    meta = {"model": "llama-tiny", "seed": 0}
+    a, _ = checkpoint.load(os.path.join(root, "step-000016"), meta, group)
+    b, _ = checkpoint.load(checkpoint.latest(ckpt), meta, group)
+    assert "head" in a["model"] and all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())
+    dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+CASES["llama-train-falls-and-resumes"] = llama_train_case
+ONLY_AT["llama-train-falls-and-resumes"] = (2,)
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 ONLY_AT["plan-decided-on-rank0"] = (2,)  # two ranks that disagree are the whole mechanism (rank 0 broadcasts)
 CASES["train-loss-falls"] = train_loss_falls_case

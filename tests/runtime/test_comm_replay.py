@@ -19,7 +19,7 @@ from runtime.comm_replay import ReplayError, record_ranks, replay
 from runtime.layout import PARAM_NAMES, shard_sequence, shard_sublayer
 from runtime.model import STRATEGY_MODULES, ParallelGPT
 from runtime.reference import GPTConfig, init_state_dict
-from runtime.sublayer import Ctx, run_sublayer
+from runtime.sublayer import make_ctx, run_sublayer
 
 S = 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True)
@@ -131,15 +131,15 @@ def test_matcher_catches_a_rank_that_turns_the_ring_the_other_way(monkeypatch):
 
 # --- bytes sent in bf16 and fp32 against the analytic schedule -----------------------------------------------
 
-def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype) -> dict[str, int]:
+def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype, cfg=CFG, state=STATE) -> dict[str, int]:
     """Bytes rank 0 of p sends for one sub-layer (forward + backward), played through a fake group."""
     from runtime.fake_group import FakeGroup
 
     prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
-    full = {n.rpartition(".")[2]: v for n, v in STATE.items() if n.startswith(prefix)}
+    full = {n.rpartition(".")[2]: v for n, v in state.items() if n.startswith(prefix)}
     params = [v.to(dtype).requires_grad_() for v in (shard_sublayer(full, kind, 0, p)[n] for n in PARAM_NAMES)]
-    x = torch.randn(1, S // p, CFG.hidden, dtype=dtype, requires_grad=True)
-    ctx = Ctx(group=FakeGroup(p, 0), p=p, rank=0, kind=kind, heads=CFG.heads, causal=True, seq_len=S, eps=CFG.eps)
+    x = torch.randn(1, S // p, cfg.hidden, dtype=dtype, requires_grad=True)
+    ctx = make_ctx(cfg, FakeGroup(p, 0), kind, S)
     module = STRATEGY_MODULES[strategy]
     with comm.count_bytes() as counter:
         y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, x, params)
@@ -149,14 +149,49 @@ def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype) ->
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("p", [2, 8])
-def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype):
+def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype, cfg=CFG, state=STATE):
+    from paradyse_lab.strategies import get_strategy
+
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    spec = CFG.model_spec(dtype)
+    spec = cfg.model_spec(dtype)
     for strategy in STRATEGY_MODULES:
+        if get_strategy(strategy).violation(spec, p, S):
+            continue
         for kind in ("attention", "mlp"):
             for recompute in (False, True):
                 want: dict[str, int] = {}
                 for call in schedule(spec, kind, StrategyOption(strategy, recompute), S, 1, p).collectives:
                     want[call.op] = want.get(call.op, 0) + call.sent_bytes
-                got = _sublayer_bytes(strategy, kind, recompute, p, torch_dtype)
+                got = _sublayer_bytes(strategy, kind, recompute, p, torch_dtype, cfg, state)
                 assert got == {k: v for k, v in want.items() if v}, (strategy, kind, recompute, got, want)
+
+
+LLAMA = GPTConfig(vocab_size=128, max_positions=0, hidden=64, heads=8, layers=2, ffn_hidden=128, kv_heads=2,
+                  norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+"""LLaMA-shaped with 2 K/V heads: every strategy at p = 2; at p = 8 the ring, and Ulysses replicating each
+K/V head 4 times (the GQA rule in paradyse_lab/strategies.py)."""
+
+
+@pytest.mark.parametrize("p, plan", [
+    (2, ["megatron_ts", "metp+recompute", "ulysses_z", "megatron_cz+recompute"]),
+    (8, ["ulysses_z", "megatron_cz+recompute", "megatron_cz", "ulysses_z+recompute"]),
+])
+def test_llama_gqa_step_replays(p, plan):
+    gen = torch.Generator().manual_seed(1)
+    ids, labels = (torch.randint(0, LLAMA.vocab_size, (1, S), generator=gen) for _ in range(2))
+    state = init_state_dict(LLAMA, 0)
+
+    def run(group):
+        model = ParallelGPT(LLAMA, group, state_dict=state)
+        _, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group))
+        loss.backward()
+
+    traces = record_ranks(run, p)
+    assert replay(traces) >= max(len(t) for t in traces)
+
+
+@pytest.mark.parametrize("p", [2, 8])
+def test_llama_gqa_bytes_sent_equal_the_schedule_in_bf16(p):
+    """GQA in bf16: the ring's K/V (bf16) and dK/dV (fp32) of 2 K/V heads, Ulysses' replicated K/V heads at
+    p = 8, SwiGLU's gate | up shards, no biases."""
+    test_bytes_sent_equal_the_schedule_in_both_dtypes(p, "bf16", LLAMA, init_state_dict(LLAMA, 0))

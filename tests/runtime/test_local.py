@@ -69,6 +69,33 @@ def test_weight_shards_round_trip(kind, p):
         assert torch.equal(w1, full["w1"]) and torch.equal(w2, full["w2"])
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2, 12])
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_llama_weight_shards_round_trip(p, kv_heads):
+    """GQA attention (q | k | v rows, K/V heads split by rows when kv_heads < p) and SwiGLU (gate | up) without
+    biases: shards round-trip, and a ZeRO-3 gather read by `split_sections` is the natural q, k, v / gate, up."""
+    from runtime.layout import split_sections
+
+    h, d, f = 144, 12, 96
+    kv = kv_heads * d
+    for kind, sections in (("attention", (h, kv, kv)), ("mlp", (f, f))):
+        n1, n2 = sum(sections), (h if kind == "attention" else f)
+        full = {"ln_w": torch.randn(h), "ln_b": torch.zeros(0), "w1": torch.randn(n1, h), "b1": torch.zeros(0),
+                "w2": torch.randn(n2, h), "b2": torch.zeros(0)}
+        shards = [shard_sublayer(full, kind, r, p) for r in range(p)]
+        assert shards[0]["w1"].shape == (n1 // p, h) and shards[0]["b1"].numel() == 0
+        back = unshard_sublayer(shards, kind)
+        assert all(torch.equal(back[name], value) for name, value in full.items())
+        if kind == "attention" and kv_heads % p == 0:  # rank 1's K rows: its whole K/V heads
+            r, kp = min(1, p - 1), kv // p
+            assert torch.equal(shards[r]["w1"][h // p:h // p + kp], full["w1"][h + r * kp:h + (r + 1) * kp])
+        flat = torch.cat([pack_shard(s["w1"], s["b1"], s["w2"]) for s in shards])
+        w1, b1, w2 = unpack_gathered(flat, p, n1 // p, h, 0)
+        assert torch.equal(pack_gathered(w1, b1, w2, p), flat) and torch.equal(w2, full["w2"])
+        parts = split_sections(w1.t(), sections, p)  # the gathered GEMM's output features, per section
+        assert all(torch.equal(part.t(), want) for part, want in zip(parts, full["w1"].split(list(sections))))
+
+
 def _reference_attention(q, k, v, causal):
     s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     if causal:

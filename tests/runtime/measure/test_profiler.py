@@ -100,3 +100,30 @@ def test_profile_command_bad_input_exits_2_with_one_line(tmp_path, capsys, args,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
     assert not (tmp_path / "x.csv").exists()
+
+
+LLAMA_SPECS = {kv: ModelSpec(name=f"llama-tiny-p8-kv{kv}", hidden=64, heads=8, kv_heads=kv, layers=1, ffn_hidden=128,
+                             ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128, max_positions=0,
+                             tied=False, rope_theta=10000.0, dtype="fp32") for kv in (2, 8)}
+"""LLaMA-shaped (RMSNorm, SwiGLU, RoPE, no biases) with 2 K/V heads (< p: ring and Ulysses only, Ulysses
+replicating each K/V head 4 times) and 8 (= p: every strategy)."""
+
+
+@pytest.mark.parametrize("kv_heads", [2, 8])
+@pytest.mark.parametrize("kind", ["attention", "mlp"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
+    from paradyse_lab.strategies import get_strategy
+    from runtime.profiler import measure_kept_bytes
+    from runtime.reference import GPTConfig
+
+    spec = LLAMA_SPECS[kv_heads]
+    if get_strategy(strategy).violation(spec, P, SEQ):
+        pytest.skip(f"{strategy} is infeasible with kv_heads {kv_heads} at p = {P} (the GQA rule)")
+    cfg = GPTConfig.from_model_spec(spec)
+    for recompute in (False, True):
+        rec = measure_kept_bytes(kind, strategy, recompute, cfg, P, SEQ)
+        analytic = schedule(spec, kind, StrategyOption(strategy, recompute), SEQ, 1, P).kept_bytes
+        detail = [(k.shape, k.dtype, k.nbytes) for k in rec.kept.values()]
+        assert rec.nbytes == analytic, f"{strategy} {kind} {recompute}: measured {rec.nbytes}, analytic {analytic}: " \
+            f"{detail}"

@@ -1,0 +1,67 @@
+"""Rotary position embeddings (Su et al., "RoFormer", 2021) in the Hugging Face LLaMA convention.
+
+Library module (no command). `LlamaRotaryEmbedding` / `apply_rotary_pos_emb` of transformers' modeling_llama:
+inv_freq_i = theta^(-2i/d) for i < d/2, angles = position * inv_freq repeated twice ([t, d]), and
+rope(x) = x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1) over the two halves of each
+head's d features; optionally with Llama 3.1's 'llama3' frequency scaling (`llama3_scaled`). Every token is
+rotated by its TRUE position in the sequence: under the zig-zag layout a rank's local tokens are not
+contiguous (layout.local_positions), and the strategies that gather the sequence rotate in gathered order
+(layout.gathered_positions); `Ctx.positions` / `Ctx.all_positions` carry them.
+The backward of a rotation is the rotation by the opposite angle: dx = dy * cos - rotate_half(dy * sin).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def llama3_scaled(inv_freq: torch.Tensor, llama3: tuple[float, float, float, int]) -> torch.Tensor:
+    """Llama 3.1's frequency scaling (rope_type 'llama3': factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings; Meta's Llama 3.1 release, transformers' rope utilities): wavelengths
+    shorter than original / high_freq_factor stay, longer than original / low_freq_factor are divided by
+    `factor`, and the band between is interpolated linearly in original / wavelength."""
+    factor, low, high, original = llama3
+    wavelen = 2 * math.pi / inv_freq  # [d/2]
+    smooth = (original / wavelen - low) / (high - low)
+    between = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    return torch.where((wavelen >= original / high) & (wavelen <= original / low), between, out)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
+                llama3: tuple[float, float, float, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) [t, d] of the positions [t] (computed in fp32, then cast to `dtype`, as HF does); `llama3`
+    scales the frequencies (`llama3_scaled`)."""
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
+    inv_freq = 1.0 / (theta ** exponent)  # [d/2]
+    if llama3 is not None:
+        inv_freq = llama3_scaled(inv_freq, llama3)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [t, 1] x [1, d/2] -> [t, d/2]
+    emb = torch.cat([angles, angles], dim=-1)  # [t, d]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """cat(-x2, x1) over the last dimension's halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    return x.unflatten(-1, (-1, head_dim))  # [b, t, n*d] -> [b, t, n, d]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Rotate every head of x [b, t, n*d] by its token's angles (cos, sin [t, d]): [b, t, n*d]."""
+    xh = _heads(x, head_dim)  # [b, t, n, d]
+    c, s = cos[:, None, :], sin[:, None, :]  # [t, 1, d]
+    return (xh * c + rotate_half(xh) * s).flatten(-2)  # [b, t, n, d] -> [b, t, n*d]
+
+
+def apply_rope_backward(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """dx of `apply_rope` given dy [b, t, n*d]: the rotation by minus the angles."""
+    dh = _heads(dy, head_dim)  # [b, t, n, d]
+    c, s = cos[:, None, :], sin[:, None, :]  # [t, 1, d]
+    return (dh * c - rotate_half(dh * s)).flatten(-2)  # [b, t, n, d] -> [b, t, n*d]

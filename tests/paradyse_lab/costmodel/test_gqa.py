@@ -1,0 +1,62 @@
+"""Grouped-query attention in the cost model: ring K/V traffic scales by kv_heads / heads, Ulysses replicates
+K/V heads when kv_heads < p (the rule in paradyse_lab/strategies.py), and `paradyse-lab cost --kv-heads`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from paradyse_lab.cli import main
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.strategies import StrategyOption
+
+LLAMA = PRESETS["llama"]  # the paper's layer: h 8192, 64 heads
+
+
+def _bytes(model, name: str, op: str, p: int = 8, seq: int = 16384) -> int:
+    calls = schedule(model, "attention", StrategyOption(name), seq, 1, p).collectives
+    return sum(c.sent_bytes for c in calls if c.op == op)
+
+
+def test_ring_kv_traffic_scales_by_kv_heads_over_heads():
+    mha, gqa = LLAMA, replace(LLAMA, kv_heads=8)
+    assert _bytes(gqa, "megatron_cz", "p2p") * 8 == _bytes(mha, "megatron_cz", "p2p")  # 64 -> 8 K/V heads
+    assert _bytes(gqa, "metp", "p2p") < _bytes(mha, "metp", "p2p")
+
+
+def test_ulysses_replicates_kv_heads_below_p():
+    """With kv_heads < p each K/V head goes to p / kv_heads ranks: the Q/K/V all-to-all carries h + 2 p d
+    per token, and the kernel keeps p / kv_heads times the K/V of kv_heads % p == 0."""
+    h, d, p, seq = LLAMA.hidden, LLAMA.head_dim, 8, 16384
+    t = seq // p
+    e = LLAMA.dtype_bytes
+    o_bytes = t * h * e * (p - 1) // p  # the output's all-to-all (forward and backward)
+    for kv, sent in ((8, 8), (2, 8), (1, 8), (16, 16)):
+        model = replace(LLAMA, kv_heads=kv)
+        qkv = t * (h + 2 * sent * d) * e * (p - 1) // p
+        assert _bytes(model, "ulysses_z", "all_to_all") == 2 * qkv + 2 * o_bytes, kv
+    kept = {kv: schedule(replace(LLAMA, kv_heads=kv), "attention", StrategyOption("ulysses_z"), seq, 1, p).kept_bytes
+            for kv in (2, 8)}
+    assert kept[2] - kept[8] == 0  # 2 K/V heads replicated to 8 keep what 8 K/V heads keep
+
+
+def test_cost_kv_heads_override(capsys):
+    assert main(["cost", "--model", "llama", "--seq", "16K", "--kv-heads", "8", "--format", "json"]) == 0
+    gqa = json.loads(capsys.readouterr().out)
+    assert main(["cost", "--model", "llama", "--seq", "16K", "--format", "json"]) == 0
+    mha = json.loads(capsys.readouterr().out)
+    assert gqa["model"] == "llama kv=8" and mha["model"] == "llama"
+    ring = [d["strategies"]["megatron_cz"]["comm_bytes_per_layer"]["p2p"] for d in (mha, gqa)]
+    assert ring[0] == 8 * ring[1]
+    assert gqa["strategies"]["megatron_cz"]["time_s_per_layer"] < mha["strategies"]["megatron_cz"]["time_s_per_layer"]
+
+
+@pytest.mark.parametrize("value, fragment", [("7", "--kv-heads must divide the model's heads (64), got 7"),
+                                             ("0", "--kv-heads")])
+def test_cost_kv_heads_errors(capsys, value, fragment):
+    assert main(["cost", "--model", "llama", "--seq", "16K", "--kv-heads", value]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
