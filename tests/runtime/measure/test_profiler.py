@@ -114,7 +114,7 @@ replicating each K/V head 4 times) and 8 (= p: every strategy)."""
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
     from paradyse_lab.strategies import get_strategy
-    from runtime.profiler import measure_kept_bytes
+    from runtime.measure.profiler import measure_kept_bytes
     from runtime.reference import GPTConfig
 
     spec = LLAMA_SPECS[kv_heads]
