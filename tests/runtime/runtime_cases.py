@@ -141,27 +141,37 @@ def model_case(plans, causal: bool = True):
     return case
 
 
-def hf_case(rank: int, p: int, group) -> None:
-    """Logits of a small random transformers GPT-2 (built locally, no download) match. Rank 0 builds it and
-    sends config, weights and logits to the others (one transformers import per world, not one per rank)."""
+def hf_models(rank: int, p: int, group, build, noise: float) -> list:
+    """Small random transformers models (built locally, no download) and their logits: rank 0 calls `build()`
+    for [(model class, config)], builds each from seed 5, adds `noise` x N(0, 1) to every parameter
+    (non-trivial norms and biases) and runs it on seeded ids; every rank gets [(config dict, state dict, ids,
+    logits)] (one transformers import per world, not one per rank)."""
     payload = [None]
     if rank == 0:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        hf_cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=96, n_layer=2, n_head=12, resid_pdrop=0.0,
-                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-        torch.manual_seed(5)
-        hf = GPT2LMHeadModel(hf_cfg).eval()
-        with torch.no_grad():
-            for q in hf.parameters():
-                q.add_(0.02 * torch.randn_like(q))  # non-trivial norms and biases
-        ids = torch.randint(0, 512, (B, S), generator=torch.Generator().manual_seed(6))
-        with torch.no_grad():
-            want = hf(ids).logits
-        payload = [(hf_cfg.to_dict(), hf.state_dict(), ids, want)]
+        payload = [[]]
+        for cls, hf_cfg in build():
+            torch.manual_seed(5)
+            hf = cls(hf_cfg).eval()
+            ids = torch.randint(0, hf_cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(6))
+            with torch.no_grad():
+                for q in hf.parameters():
+                    q.add_(noise * torch.randn_like(q))
+                payload[0].append((hf_cfg.to_dict(), hf.state_dict(), ids, hf(ids).logits))
     if p > 1:
         torch.distributed.broadcast_object_list(payload, src=0, group=group)
-    cfg, state, ids, want = payload[0]
+    return payload[0]
+
+
+def hf_case(rank: int, p: int, group) -> None:
+    """Logits of a small random transformers GPT-2 match (`hf_models`)."""
+    def build():
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        return [(GPT2LMHeadModel, GPT2Config(vocab_size=512, n_positions=64, n_embd=96, n_layer=2, n_head=12,
+                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                             eos_token_id=0))]
+
+    [(cfg, state, ids, want)] = hf_models(rank, p, group, build, 0.02)
     model = ParallelGPT.from_hf_state_dict(cfg, state, group)
     for plan in (["metp", "ulysses_z+recompute"], ["megatron_ts", "megatron_cz"]):
         with torch.no_grad():
@@ -274,27 +284,16 @@ def llama_hf_case(kv_heads: int):
     every parameter gradient equal the single-device reference's (`_check_model`, which also checks the
     bytes of every sub-layer and of the embedding against the cost model)."""
     def case(rank: int, p: int, group) -> None:
-        payload = [None]
-        if rank == 0:
+        def build():
             from transformers import LlamaConfig, LlamaForCausalLM
 
             cfg = llama_config(kv_heads)
-            hf_cfg = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.ffn_hidden,
-                                 num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-                                 num_key_value_heads=kv_heads, max_position_embeddings=S, rope_theta=cfg.rope_theta,
-                                 rms_norm_eps=cfg.eps, tie_word_embeddings=False)
-            torch.manual_seed(5)
-            hf = LlamaForCausalLM(hf_cfg).eval()
-            with torch.no_grad():
-                for q in hf.parameters():
-                    q.add_(0.05 * torch.randn_like(q))  # non-trivial norms
-            ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(6))
-            with torch.no_grad():
-                want = hf(ids).logits
-            payload = [(hf_cfg.to_dict(), hf.state_dict(), ids, want)]
-        if p > 1:
-            torch.distributed.broadcast_object_list(payload, src=0, group=group)
-        hf_cfg, state, ids, want = payload[0]
+            return [(LlamaForCausalLM, LlamaConfig(
+                vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.ffn_hidden,
+                num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=kv_heads,
+                max_position_embeddings=S, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.eps, tie_word_embeddings=False))]
+
+        [(hf_cfg, state, ids, want)] = hf_models(rank, p, group, build, 0.05)
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
         assert model.cfg == llama_config(kv_heads), model.cfg
         plans = llama_plans(feasible(model.cfg, p))
@@ -313,8 +312,7 @@ def llama_variants_hf_case(rank: int, p: int, group) -> None:
     head, Llama 3.1's rotary scaling (original context 16 < S = 48, so every frequency band is scaled),
     Mistral without a sliding window (1 K/V head), and Qwen2 (biases on q, k, v only): logits, gradients and
     bytes as above."""
-    payload = [None]
-    if rank == 0:
+    def build():
         from transformers import (
             LlamaConfig,
             LlamaForCausalLM,
@@ -328,23 +326,13 @@ def llama_variants_hf_case(rank: int, p: int, group) -> None:
                      max_position_embeddings=S)
         llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 16, "rope_theta": 500000.0}
-        models = [(LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, attention_bias=True, mlp_bias=True,
-                                                 tie_word_embeddings=True, **shape)),
-                  (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, rope_parameters=llama31, **shape)),
-                  (MistralForCausalLM, MistralConfig(num_key_value_heads=1, sliding_window=None, **shape)),
-                  (Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, **shape))]
-        ids = torch.randint(0, 64, (B, S), generator=torch.Generator().manual_seed(6))
-        payload = [[]]
-        for cls, hf_cfg in models:
-            torch.manual_seed(5)
-            hf = cls(hf_cfg).eval()
-            with torch.no_grad():
-                for q in hf.parameters():
-                    q.add_(0.05 * torch.randn_like(q))  # non-zero biases, non-trivial norms
-                payload[0].append((hf_cfg.to_dict(), hf.state_dict(), ids, hf(ids).logits))
-    if p > 1:
-        torch.distributed.broadcast_object_list(payload, src=0, group=group)
-    for hf_cfg, state, ids, want in payload[0]:
+        return [(LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                                               tie_word_embeddings=True, **shape)),
+                (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, rope_parameters=llama31, **shape)),
+                (MistralForCausalLM, MistralConfig(num_key_value_heads=1, sliding_window=None, **shape)),
+                (Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, **shape))]
+
+    for hf_cfg, state, ids, want in hf_models(rank, p, group, build, 0.05):
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
         assert model.cfg.bias == model.cfg.tied == (hf_cfg["model_type"] == "llama" and hf_cfg["attention_bias"])
         assert model.cfg.qkv_bias == (hf_cfg["model_type"] == "qwen2")
