@@ -296,15 +296,20 @@ def llama_hf_case(kv_heads: int):
         [(hf_cfg, state, ids, want)] = hf_models(rank, p, group, build, 0.05)
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
         assert model.cfg == llama_config(kv_heads), model.cfg
-        plans = llama_plans(feasible(model.cfg, p))
-        for plan in plans:
-            with torch.no_grad():
-                got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
-            assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
-        ref = ReferenceGPT(model.cfg)
-        ref.load_state_dict(model.full_state_dict())
-        _check_model(model, ref, plans, rank, p, group)
+        check_against_hf(model, llama_plans(feasible(model.cfg, p)), ids, want, rank, p, group)
     return case
+
+
+def check_against_hf(model: ParallelGPT, plans, ids, want, rank: int, p: int, group) -> None:
+    """Logits under each plan equal transformers' `want` (fp32, 1e-4), then `_check_model` against the
+    single-device reference with the same weights (loss, every gradient, bytes)."""
+    for plan in plans:
+        with torch.no_grad():
+            got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
+        assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
+    ref = ReferenceGPT(model.cfg)
+    ref.load_state_dict(model.full_state_dict())
+    _check_model(model, ref, plans, rank, p, group)
 
 
 def llama_variants_hf_case(rank: int, p: int, group) -> None:
@@ -338,13 +343,7 @@ def llama_variants_hf_case(rank: int, p: int, group) -> None:
         assert model.cfg.qkv_bias == (hf_cfg["model_type"] == "qwen2")
         assert (model.cfg.rope_llama3 is not None) == ("llama3" in str(hf_cfg.get("rope_parameters")))
         plans = llama_plans(feasible(model.cfg, p))[1:]  # the per-sub-layer plan: every strategy, both kinds
-        for plan in plans:
-            with torch.no_grad():
-                got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
-            assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
-        ref = ReferenceGPT(model.cfg)
-        ref.load_state_dict(model.full_state_dict())
-        _check_model(model, ref, plans, rank, p, group)
+        check_against_hf(model, plans, ids, want, rank, p, group)
 
 
 def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
