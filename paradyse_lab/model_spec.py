@@ -56,6 +56,8 @@ class ModelSpec:
     """'gelu' (two matrices) or 'swiglu' (gate, up, down: three matrices)."""
     norm: str = "layernorm"
     """'layernorm' (weight and bias) or 'rmsnorm' (weight only)."""
+    norm_eps: float = 1e-5
+    """The norms' epsilon (Hugging Face `layer_norm_epsilon` / `rms_norm_eps`); the runtime uses it."""
     bias: bool = True
     """Whether linear layers carry biases."""
     qkv_bias: bool = False
@@ -161,12 +163,12 @@ PRESETS: dict[str, ModelSpec] = {
         ModelSpec(
             name="llama3-8b", hidden=4096, heads=32, kv_heads=8, layers=32, ffn_hidden=14336,
             ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0, tied=False,
-            rope_theta=500000.0, source="HF meta-llama/Meta-Llama-3-8B config.json",
+            rope_theta=500000.0, norm_eps=1e-5, source="HF meta-llama/Meta-Llama-3-8B config.json",
         ),
         ModelSpec(
             name="llama3-70b", hidden=8192, heads=64, kv_heads=8, layers=80, ffn_hidden=28672,
             ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0, tied=False,
-            rope_theta=500000.0, source="HF meta-llama/Meta-Llama-3-70B config.json",
+            rope_theta=500000.0, norm_eps=1e-5, source="HF meta-llama/Meta-Llama-3-70B config.json",
         ),
         replace(_paper("llama-gqa8", 8192, 64, 8, True, "the paper's llama (Table 4) with 8 K/V heads "
                        "(LLaMA-2/3-70B's grouped-query attention); 8 of 80 layers"), kv_heads=8),
@@ -189,13 +191,13 @@ def get_model(name_or_path: str) -> ModelSpec:
     raise unknown_name("model", name_or_path, list(PRESETS) + ["<path to config.json>"])
 
 
-def _int_key(cfg: dict, path: Path, *keys: str, default=None) -> int:
+def _int_key(cfg: dict, where: str, *keys: str, default=None) -> int:
     for key in keys:
         if cfg.get(key) is not None:
             return int(cfg[key])
     if default is not None:
         return default
-    raise UserInputError(f"{path}: missing key {' or '.join(keys)!r}")
+    raise UserInputError(f"{where}: missing key {' or '.join(keys)!r}")
 
 
 def hf_rope(cfg: dict) -> tuple[float, str, tuple[float, float, float, int] | None]:
@@ -215,8 +217,73 @@ def hf_rope(cfg: dict) -> tuple[float, str, tuple[float, float, float, int] | No
     return theta, rope_type, llama3
 
 
+HF_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2")
+"""`model_type`s of the Hugging Face configs read (`hf_architecture`); the last three share LLaMA's layer."""
+
+
+def _refuse_unless(ok: bool, field_name: str, value, allowed: str) -> None:
+    if not ok:
+        raise UserInputError(f"{field_name} {value!r} is not supported by the LLaMA / GPT-2 layer; allowed: {allowed}")
+
+
+def hf_architecture(cfg: dict, where: str = "model config") -> dict:
+    """The architecture of a Hugging Face config dict, checked once for every reader: `load_hf_config`
+    (`cost`, `plan`, `train --model config.json`) and the runtime's `GPTConfig.from_hf` build their models
+    from this dict, so both accept and refuse the same configs.
+
+    Accepted: GPT-2 (`model_type` 'gpt2', tanh-GELU `activation_function`) and LLaMA's layer (transformers'
+    modeling_llama; Mistral's and Qwen2's are the same, Qwen2 with biases on q, k, v only) with `hidden_act`
+    'silu', rotary embeddings unscaled or with Llama 3.1's scaling, `head_dim` = hidden / heads, full
+    attention, and either no biases or biases on every linear layer (`attention_bias` = `mlp_bias`).
+    Refused with one line naming the field: other model types and activations, rotary scalings other than
+    'llama3' ('linear', 'dynamic', 'yarn'...), Mistral's `sliding_window` and Qwen2's `use_sliding_window`,
+    a `head_dim` other than hidden / heads, unequal attention and MLP biases.
+    Keys: model_type, hidden, heads, kv_heads, layers, ffn_hidden (0: 4h), vocab_size, max_positions
+    (GPT-2's learned positions, LLaMA's max_position_embeddings or 0), eps, bias, qkv_bias, tied,
+    rope_theta (0 for GPT-2), rope_llama3, norm, ffn_kind.
+    """
+    model_type = cfg.get("model_type", "gpt2" if "n_embd" in cfg else "llama")
+    if model_type == "gpt2":
+        act = cfg.get("activation_function", "gelu_new")
+        _refuse_unless(act in ("gelu_new", "gelu_pytorch_tanh"), "activation_function", act,
+                       "'gelu_new' or 'gelu_pytorch_tanh' (tanh-GELU)")
+        return dict(model_type="gpt2", hidden=_int_key(cfg, where, "n_embd"), heads=_int_key(cfg, where, "n_head"),
+                    kv_heads=0, layers=_int_key(cfg, where, "n_layer"),
+                    ffn_hidden=_int_key(cfg, where, "n_inner", default=0),
+                    vocab_size=_int_key(cfg, where, "vocab_size"), max_positions=_int_key(cfg, where, "n_positions"),
+                    eps=float(cfg.get("layer_norm_epsilon") or 1e-5), bias=True, qkv_bias=False,
+                    tied=True, rope_theta=0.0, rope_llama3=None, norm="layernorm", ffn_kind="gelu")
+    if model_type not in HF_MODEL_TYPES:
+        raise UserInputError(f"model_type {model_type!r} is not supported; valid: {', '.join(HF_MODEL_TYPES)}")
+    hidden, heads = _int_key(cfg, where, "hidden_size"), _int_key(cfg, where, "num_attention_heads")
+    _refuse_unless(cfg.get("hidden_act", "silu") == "silu", "hidden_act", cfg.get("hidden_act"), "'silu'")
+    theta, rope_type, llama3 = hf_rope(cfg)
+    _refuse_unless(rope_type in ("default", "llama3"), "rope_scaling", rope_type,
+                   "null (unscaled rotary embeddings) or rope_type 'llama3'")
+    head_dim = cfg.get("head_dim") or (hidden // heads if heads else 0)
+    _refuse_unless(heads > 0 and head_dim * heads == hidden, "head_dim", head_dim,
+                   f"hidden_size / num_attention_heads = {hidden / max(heads, 1):g}")
+    if model_type == "mistral":
+        _refuse_unless(cfg.get("sliding_window") is None, "sliding_window", cfg.get("sliding_window"),
+                       "null (full attention)")
+    if model_type == "qwen2":
+        _refuse_unless(not cfg.get("use_sliding_window"), "use_sliding_window", cfg.get("use_sliding_window"),
+                       "false (full attention)")
+    attn_bias, mlp_bias = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
+    _refuse_unless(attn_bias == mlp_bias, "attention_bias / mlp_bias", f"{attn_bias} / {mlp_bias}", "equal")
+    return dict(model_type=model_type, hidden=hidden, heads=heads,
+                kv_heads=_int_key(cfg, where, "num_key_value_heads", default=heads),
+                layers=_int_key(cfg, where, "num_hidden_layers"), ffn_hidden=_int_key(cfg, where, "intermediate_size"),
+                vocab_size=_int_key(cfg, where, "vocab_size"),
+                max_positions=_int_key(cfg, where, "max_position_embeddings", default=0),
+                eps=float(cfg.get("rms_norm_eps") or 1e-6), bias=attn_bias, qkv_bias=model_type == "qwen2",
+                tied=bool(cfg.get("tie_word_embeddings", False)), rope_theta=theta, rope_llama3=llama3,
+                norm="rmsnorm", ffn_kind="swiglu")
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
-    """Read a GPT-2 or LLaMA Hugging Face `config.json` (by `model_type`, else by the keys present)."""
+    """Read a GPT-2 or LLaMA Hugging Face `config.json` (by `model_type`, else by the keys present), checked
+    by `hf_architecture` as the runtime checks it."""
     path = Path(path)
     try:
         cfg = json.loads(path.read_text())
@@ -228,30 +295,15 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise UserInputError(f"model config {str(path)!r} cannot be read ({type(err).__name__})") from None
     if not isinstance(cfg, dict):
         raise UserInputError(f"model config {str(path)!r} must hold a JSON object")
-    model_type = cfg.get("model_type", "gpt2" if "n_embd" in cfg else "llama")
+    arch = hf_architecture(cfg, str(path))
     dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
         cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16", "bf16")
-    if model_type == "gpt2":
-        hidden = _int_key(cfg, path, "n_embd")
-        return ModelSpec(
-            name=path.stem if path.stem != "config" else path.parent.name or "config",
-            hidden=hidden, heads=_int_key(cfg, path, "n_head"), layers=_int_key(cfg, path, "n_layer"),
-            ffn_hidden=_int_key(cfg, path, "n_inner", default=4 * hidden),
-            vocab_size=_int_key(cfg, path, "vocab_size"), max_positions=_int_key(cfg, path, "n_positions"),
-            dtype=dtype, source=str(path),
-        )
-    if model_type in ("llama", "mistral", "qwen2"):
-        heads = _int_key(cfg, path, "num_attention_heads")
-        return ModelSpec(
-            name=path.stem if path.stem != "config" else path.parent.name or "config",
-            hidden=_int_key(cfg, path, "hidden_size"), heads=heads,
-            kv_heads=_int_key(cfg, path, "num_key_value_heads", default=heads),
-            layers=_int_key(cfg, path, "num_hidden_layers"),
-            ffn_hidden=_int_key(cfg, path, "intermediate_size"), ffn_kind="swiglu", norm="rmsnorm",
-            bias=bool(cfg.get("attention_bias", False)), qkv_bias=model_type == "qwen2",
-            vocab_size=_int_key(cfg, path, "vocab_size"),
-            max_positions=0, tied=bool(cfg.get("tie_word_embeddings", False)),
-            rope_theta=hf_rope(cfg)[0], rope_llama3=hf_rope(cfg)[2],
-            dtype=dtype, source=str(path),
-        )
-    raise unknown_name(f"model_type in {path}", str(model_type), ["gpt2", "llama", "mistral", "qwen2"])
+    rope = arch["rope_theta"] > 0
+    return ModelSpec(
+        name=path.stem if path.stem != "config" else path.parent.name or "config",
+        hidden=arch["hidden"], heads=arch["heads"], kv_heads=arch["kv_heads"], layers=arch["layers"],
+        ffn_hidden=arch["ffn_hidden"] or 4 * arch["hidden"], ffn_kind=arch["ffn_kind"], norm=arch["norm"],
+        norm_eps=arch["eps"], bias=arch["bias"], qkv_bias=arch["qkv_bias"], vocab_size=arch["vocab_size"],
+        max_positions=0 if rope else arch["max_positions"], tied=arch["tied"], rope_theta=arch["rope_theta"],
+        rope_llama3=arch["rope_llama3"], dtype=dtype, source=str(path),
+    )

@@ -10,7 +10,8 @@ Library module (no command); `ParallelGPT.from_hf_state_dict(config, state_dict)
   (`attention_bias` = `mlp_bias`).
 Refused with a one-line error naming the field: rotary embeddings scaled other than 'llama3' ('linear',
 'dynamic', 'yarn'...), sliding-window attention (Mistral's `sliding_window`, Qwen2's `use_sliding_window`),
-other activations.
+other activations. The checks are paradyse_lab.model_spec.hf_architecture's, which `load_hf_config` (a
+config.json given to `cost` or `train`) shares.
 State-dict names (LlamaForCausalLM): `model.embed_tokens.weight`, per layer `model.layers.L.input_layernorm`,
 `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, then `model.norm` and
 `lm_head` (nn.Linear weights are [out, in]): w1 = cat(q, k, v) [h + 2kv, h], w2 = o_proj^T [h, h];
@@ -21,52 +22,18 @@ from __future__ import annotations
 
 import torch
 
-from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import hf_rope
-
-LLAMA_TYPES = ("llama", "mistral", "qwen2")
-"""`model_type`s whose decoder layer is LLaMA's (Qwen2's with q/k/v biases)."""
+from paradyse_lab.model_spec import hf_architecture
 
 
 def config_from_hf(cls, cfg: dict):
-    """A `GPTConfig` (cls) from a Hugging Face config dict."""
-    model_type = cfg.get("model_type", "gpt2" if "n_embd" in cfg else "llama")
-    if model_type == "gpt2":
-        act = cfg.get("activation_function", "gelu_new")
-        if act not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise UserInputError(f"activation_function {act!r} is not supported; the runtime uses tanh-GELU")
-        return cls(vocab_size=int(cfg["vocab_size"]), max_positions=int(cfg["n_positions"]),
-                   hidden=int(cfg["n_embd"]), heads=int(cfg["n_head"]), layers=int(cfg["n_layer"]),
-                   ffn_hidden=int(cfg.get("n_inner") or 0), eps=float(cfg.get("layer_norm_epsilon", 1e-5)))
-    if model_type not in LLAMA_TYPES:
-        raise UserInputError(f"model_type {model_type!r} is not supported; valid: gpt2, llama, mistral, qwen2")
-    hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    _refuse_unless(cfg.get("hidden_act", "silu") == "silu", "hidden_act", cfg.get("hidden_act"), "'silu'")
-    theta, rope_type, llama3 = hf_rope(cfg)
-    _refuse_unless(rope_type in ("default", "llama3"), "rope_scaling", rope_type,
-                   "null (unscaled rotary embeddings) or rope_type 'llama3'")
-    head_dim = cfg.get("head_dim") or hidden // heads
-    _refuse_unless(head_dim * heads == hidden, "head_dim", head_dim,
-                   f"hidden_size / num_attention_heads = {hidden // heads}")
-    if model_type == "mistral":
-        _refuse_unless(cfg.get("sliding_window") is None, "sliding_window", cfg.get("sliding_window"),
-                       "null (full attention)")
-    if model_type == "qwen2":
-        _refuse_unless(not cfg.get("use_sliding_window"), "use_sliding_window", cfg.get("use_sliding_window"),
-                       "false (full attention)")
-    attn_bias, mlp_bias = bool(cfg.get("attention_bias", False)), bool(cfg.get("mlp_bias", False))
-    _refuse_unless(attn_bias == mlp_bias, "attention_bias / mlp_bias", f"{attn_bias} / {mlp_bias}", "equal")
-    return cls(vocab_size=int(cfg["vocab_size"]), max_positions=int(cfg.get("max_position_embeddings") or 0),
-               hidden=hidden, heads=heads, layers=int(cfg["num_hidden_layers"]),
-               ffn_hidden=int(cfg["intermediate_size"]), eps=float(cfg.get("rms_norm_eps", 1e-6)),
-               kv_heads=int(cfg.get("num_key_value_heads") or heads), norm="rmsnorm", ffn_kind="swiglu",
-               bias=attn_bias, qkv_bias=model_type == "qwen2", rope_theta=theta, rope_llama3=llama3,
-               tied=bool(cfg.get("tie_word_embeddings", False)))
-
-
-def _refuse_unless(ok: bool, field: str, value, allowed: str) -> None:
-    if not ok:
-        raise UserInputError(f"{field} {value!r} is not supported by the runtime's LLaMA layer; allowed: {allowed}")
+    """A `GPTConfig` (cls) from a Hugging Face config dict, accepted or refused by the same checks as a
+    config.json given to `cost` or `train` (paradyse_lab.model_spec.hf_architecture)."""
+    arch = hf_architecture(cfg)
+    return cls(vocab_size=arch["vocab_size"], max_positions=arch["max_positions"], hidden=arch["hidden"],
+               heads=arch["heads"], layers=arch["layers"], ffn_hidden=arch["ffn_hidden"], eps=arch["eps"],
+               kv_heads=arch["kv_heads"], norm=arch["norm"], ffn_kind=arch["ffn_kind"], bias=arch["bias"],
+               qkv_bias=arch["qkv_bias"], rope_theta=arch["rope_theta"], rope_llama3=arch["rope_llama3"],
+               tied=arch["tied"])
 
 
 def llama_to_state_dict(state_dict: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:

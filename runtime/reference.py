@@ -127,7 +127,7 @@ class GPTConfig:
                    heads=spec.heads, layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal,
                    kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,
                    rope_theta=(spec.rope_theta or 10000.0) if rope else 0.0, tied=spec.tied, qkv_bias=spec.qkv_bias,
-                   rope_llama3=spec.rope_llama3 if rope else None)
+                   rope_llama3=spec.rope_llama3 if rope else None, eps=spec.norm_eps)
 
     def model_spec(self, dtype: str = "fp32") -> ModelSpec:
         """The `ModelSpec` of these shapes (for the cost model and the strategy catalog's checks)."""
@@ -136,7 +136,7 @@ class GPTConfig:
                          max_positions=0 if self.rope else self.max_positions, dtype=dtype, causal=self.causal,
                          kv_heads=self.kv_heads, norm=self.norm, ffn_kind=self.ffn_kind, bias=self.bias,
                          tied=self.tied, rope_theta=self.rope_theta, rope_llama3=self.rope_llama3,
-                         qkv_bias=self.qkv_bias)
+                         qkv_bias=self.qkv_bias, norm_eps=self.eps)
 
 
 class SubLayerParams(nn.Module):

@@ -45,7 +45,7 @@ class TrainOptions:
     docstrings under them into the flags and their help)."""
 
     model: str
-    """Model preset (e.g. gpt2-tiny) or GPT-2-shaped config.json."""
+    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""

@@ -38,7 +38,7 @@ def test_llama3_presets_equal_their_config_json(tmp_path, name, config):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "llama", "vocab_size": 128256, "rope_theta": 500000.0,
                                 "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
-                                "torch_dtype": "bfloat16", **config}))
+                                "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", **config}))
     loaded = load_hf_config(path)
     assert loaded == replace(PRESETS[name], name=loaded.name)
     assert not loaded.tied and loaded.rope_theta == 500000.0 and loaded.max_positions == 0
@@ -105,3 +105,39 @@ def test_qwen2_config_has_qkv_biases_only(tmp_path):
     plain = replace(spec, qkv_bias=False)
     assert attention_sharded_params(spec) - attention_sharded_params(plain) == 64 + 2 * 32
     assert mlp_sharded_params(spec) == mlp_sharded_params(plain) and replicated_params(spec) == 64
+
+
+_SMALL_LLAMA = {"model_type": "llama", "hidden_size": 96, "num_attention_heads": 8, "num_key_value_heads": 2,
+                "num_hidden_layers": 2, "intermediate_size": 192, "vocab_size": 100, "max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"model_type": "mistral", "head_dim": 16}, "head_dim 16"),
+    ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
+    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling 'yarn'"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling 'linear'"),
+    ({"attention_bias": True, "mlp_bias": False}, "attention_bias / mlp_bias"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+])
+def test_config_json_the_runtime_refuses_is_refused_for_cost_and_train(tmp_path, change, fragment):
+    """A config.json whose layer the runtime's loader refuses (head_dim other than hidden / heads, sliding
+    windows, rotary scalings other than Llama 3.1's, MLP biases unlike the attention's) is refused by
+    load_hf_config too (`cost`, `plan`, `train --model config.json`), with one line naming the field,
+    instead of being read as another architecture."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, **change}))
+    with pytest.raises(UserInputError, match=fragment.replace("(", r"\(")) as err:
+        load_hf_config(path)
+    assert "\n" not in str(err.value)
+
+
+def test_config_json_carries_the_norm_epsilon(tmp_path):
+    """Qwen2's rms_norm_eps 1e-6 (and GPT-2's layer_norm_epsilon) reach the ModelSpec the runtime builds from."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_SMALL_LLAMA, "model_type": "qwen2", "rms_norm_eps": 1e-6,
+                                "head_dim": 12, "use_sliding_window": False}))
+    assert load_hf_config(path).norm_eps == 1e-6
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10,
+                                "n_positions": 32, "layer_norm_epsilon": 1e-6}))
+    assert load_hf_config(path).norm_eps == 1e-6

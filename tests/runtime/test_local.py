@@ -198,3 +198,22 @@ def test_running_the_training_library_module_refuses_and_names_the_command():
     done = subprocess.run([sys.executable, "-m", "runtime.train", "--steps", "1"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "paradyse-lab train" in done.stderr
+
+
+def test_config_json_builds_the_model_from_hf_builds(tmp_path):
+    """`train --model config.json` (load_hf_config, then GPTConfig.from_model_spec) builds the layer that
+    GPTConfig.from_hf builds from the same config, norm epsilon included (Qwen2's 1e-6); only the length
+    limit differs (a ModelSpec with rotary embeddings has none)."""
+    import dataclasses
+    import json
+
+    from paradyse_lab.model_spec import load_hf_config
+
+    cfg = {"model_type": "qwen2", "hidden_size": 96, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "num_hidden_layers": 2, "intermediate_size": 192, "vocab_size": 100, "max_position_embeddings": 64,
+           "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    from_spec = GPTConfig.from_model_spec(load_hf_config(path))
+    assert dataclasses.replace(from_spec, max_positions=64) == GPTConfig.from_hf(cfg)
+    assert from_spec.eps == 1e-6
