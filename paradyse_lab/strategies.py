@@ -21,7 +21,8 @@ catalog, the cost model (costmodel/schedules.py) and the runtime (runtime/):
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
-(runtime/layout.py).
+(runtime/layout.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
+strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
 """
 
 from __future__ import annotations
@@ -90,20 +91,36 @@ class Strategy:
             raise ValueError(f"strategy {self.name!r}: runtime_module {self.runtime_module!r} is not a module of "
                              "runtime/ (the only layer that may import torch)")
 
-    def check(self, model: ModelSpec, p: int, seq_len: int) -> None:
-        """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs."""
-        problem = self.violation(model, p, seq_len)
+    def check(self, model: ModelSpec, p: int, seq_len: int, kind: str | None = None) -> None:
+        """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs
+        (`kind`: one sub-layer, 'attention' or 'mlp'; None: the whole layer)."""
+        problem = self.violation(model, p, seq_len, kind)
         if problem:
             raise UserInputError(f"{self.name}: {problem}")
 
-    def violation(self, model: ModelSpec, p: int, seq_len: int) -> str | None:
-        """The first violated feasibility rule, as a sentence, or None when the shapes split."""
+    def violation(self, model: ModelSpec, p: int, seq_len: int, kind: str | None = None) -> str | None:
+        """The first violated feasibility rule, as a sentence, or None when the shapes split. `kind`
+        'attention' or 'mlp' asks about one sub-layer (a plan may give each its own strategy): the head and
+        K/V-head rules bind attention only (an MLP has no heads), the MLP's width rule the MLP only; None
+        asks about the whole layer."""
         if not self.usable:
             return f"not usable: {self.unusable_reason}"
         unit = layout_unit(p) if (self.ring_attention and model.causal) else p
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
             return f"sequence length {seq_len} must be divisible by {unit}{why}"
+        if kind != "mlp":
+            problem = self._attention_violation(model, p)
+            if problem:
+                return problem
+        if kind != "attention" and model.ffn_hidden % p:
+            return f"ffn_hidden ({model.ffn_hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        if model.hidden % p:
+            return f"hidden ({model.hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        return None
+
+    def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
+        """The heads and grouped-query rules of the module docstring."""
         if self.splits_heads and model.heads % p:
             return f"heads ({model.heads}) must be divisible by p ({p})"
         kv = model.kv_heads
@@ -116,10 +133,6 @@ class Strategy:
         if model.kv_hidden % p:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
-        if model.ffn_hidden % p:
-            return f"ffn_hidden ({model.ffn_hidden}) must be divisible by p ({p}) for the 1/p weight shard"
-        if model.hidden % p:
-            return f"hidden ({model.hidden}) must be divisible by p ({p}) for the 1/p weight shard"
         return None
 
 

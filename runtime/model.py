@@ -97,10 +97,8 @@ class ParallelGPT(GPTParams):
             raise UserInputError(f"sequence length {seq_len} exceeds max_positions ({self.cfg.max_positions})")
         options = parse_plan(plan, self.cfg.layers)
         spec = self.cfg.model_spec()
-        for opt in {o for pair in options for o in pair}:
-            problem = get_strategy(opt.strategy).violation(spec, self.p, seq_len)
-            if problem:
-                raise UserInputError(f"{opt.strategy}: {problem}")
+        for opt, kind in dict.fromkeys((o, k) for pair in options for o, k in zip(pair, ("attention", "mlp"))):
+            get_strategy(opt.strategy).check(spec, self.p, seq_len, kind)  # an MLP has no heads to split
         return options
 
     def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None):

@@ -32,15 +32,15 @@ class AnalyticCostModel:
         self.p = require_positive_int("p", p if p is not None else cluster.gpus)
         self._cache: dict = {}
 
-    def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
-        """Raise `UserInputError` if the option cannot run these shapes."""
+    def check(self, option: StrategyOption, seq_len: int, batch: int = 1, kind: str | None = None) -> None:
+        """Raise `UserInputError` if the option cannot run these shapes (`kind`: one sub-layer; None: both)."""
         require_positive_int("seq_len", seq_len)
         require_positive_int("batch", batch)
-        get_strategy(option.strategy).check(self.model, self.p, seq_len)
+        get_strategy(option.strategy).check(self.model, self.p, seq_len, kind)
 
-    def feasible(self, option: StrategyOption, seq_len: int) -> bool:
-        """Whether the shapes split for this option (no error raised)."""
-        return get_strategy(option.strategy).violation(self.model, self.p, seq_len) is None
+    def feasible(self, option: StrategyOption, seq_len: int, kind: str | None = None) -> bool:
+        """Whether the shapes split for this option (no error raised; `kind`: one sub-layer, None: both)."""
+        return get_strategy(option.strategy).violation(self.model, self.p, seq_len, kind) is None
 
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`."""
@@ -53,7 +53,7 @@ class AnalyticCostModel:
             return self._cache[key]
         if kind not in SUBLAYER_KINDS:
             raise UserInputError(f"unknown sub-layer kind {kind!r}; valid: {', '.join(SUBLAYER_KINDS)}")
-        self.check(option, seq_len, batch)
+        self.check(option, seq_len, batch, kind)
         c = self.cluster
         sch = schedule(self.model, kind, option, seq_len, batch, self.p)
         gemm_s = sch.gemm_flops / (c.peak_flops * c.gemm_eff(sch.gemm_min_dim))

@@ -70,3 +70,27 @@ def test_sequence_unit_is_2p_for_causal_rings_and_p_otherwise():
 
 def test_colossal_is_never_feasible():
     assert "not usable" in get_strategy("colossal_z").violation(PRESETS["gpt"], 8, 4096)
+
+
+def test_the_head_rules_bind_attention_sub_layers_only():
+    """One K/V head on 4 GPUs: megatron_ts and metp cannot split the attention's heads, but an MLP has no
+    heads, so a plan may run them on the MLP sub-layers; the cost model prices those sub-layers and refuses
+    the attention ones (and the whole layer) with the catalog's sentence."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+
+    model = ModelSpec(name="x", hidden=96, heads=8, kv_heads=1, layers=2, ffn_hidden=192, vocab_size=8,
+                      ffn_kind="swiglu", norm="rmsnorm", bias=False)
+    cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"), p=4)
+    for name in ("megatron_ts", "metp"):
+        strategy = get_strategy(name)
+        assert strategy.violation(model, 4, 64, "mlp") is None
+        assert "kv_heads (1) must be divisible by p (4)" in strategy.violation(model, 4, 64, "attention")
+        assert strategy.violation(model, 4, 64) == strategy.violation(model, 4, 64, "attention")
+        assert cm.feasible(StrategyOption(name), 64, "mlp") and not cm.feasible(StrategyOption(name), 64)
+        assert cm.sublayer("mlp", StrategyOption(name, recompute=True), 64).time_s > 0
+        with pytest.raises(UserInputError, match=r"kv_heads \(1\)"):
+            cm.sublayer("attention", StrategyOption(name), 64)
+    wide = ModelSpec(name="y", hidden=96, heads=8, layers=1, ffn_hidden=90, vocab_size=8)
+    assert get_strategy("megatron_ts").violation(wide, 4, 64, "attention") is None  # f = 90 binds the MLP only
+    assert "ffn_hidden (90)" in get_strategy("megatron_ts").violation(wide, 4, 64, "mlp")

@@ -7,6 +7,8 @@ with torch.testing.assert_close and compares the bytes comm.py counted with the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch.testing import assert_close
 
@@ -368,6 +370,26 @@ def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
     assert mistral == GPTConfig.from_hf(base) and mistral.rope_theta == 500000.0 and mistral.kv_heads == 2
 
 
+def llama_gqa_mlp_case(causal: bool):
+    """One K/V head (fewer than p for p > 1), causal or bidirectional: attention under the strategies the GQA
+    rule allows, and megatron_ts and metp, which cannot split one K/V head, on the MLP sub-layers (an MLP
+    has no heads), with recompute; bidirectional also a plan with one name per layer: logits, loss, every
+    gradient and every sub-layer's bytes against the reference and the schedules (`_check_model`)."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = dataclasses.replace(llama_config(1), causal=causal)
+        spec = cfg.model_spec("fp32")
+        attn = [n for n in STRATEGIES if get_strategy(n).violation(spec, p, S, "attention") is None]
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd)
+        plans = [[attn[0], "megatron_ts", attn[-1] + "+recompute", "metp+recompute"]]  # attention, MLP per layer
+        if not causal:
+            plans.append([attn[-1] + "+recompute", attn[0]])
+        _check_model(model, ref, plans, rank, p, group)
+    return case
+
+
 CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
@@ -379,6 +401,9 @@ for _kv in LLAMA_KV_HEADS:
 CASES["llama-hf-variants"] = llama_variants_hf_case
 ONLY_AT["llama-hf-variants"] = (2,)  # the other flags' conversions; every strategy at p = 2
 CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
+for _causal in (True, False):
+    CASES[f"llama-kv1-ts-metp-mlps-{'causal' if _causal else 'bidir'}"] = llama_gqa_mlp_case(_causal)
+ONLY_AT["llama-kv1-ts-metp-mlps-bidir"] = (2, 4)  # a LLaMA without the mask: one even and one odd-free p
 ONLY_AT["llama-from-hf-refusals"] = (1,)  # config parsing, no ranks involved
 for _strategy in STRATEGIES:
     for _kind in ("attention", "mlp"):
