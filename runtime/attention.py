@@ -50,31 +50,44 @@ def _up(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def _scores(q, k, causal, scale):
-    s = torch.matmul(_up(q), _up(k).transpose(-1, -2)) * scale  # [b,H,sq,d] x [b,H,d,sk] -> [b,H,sq,sk]
-    if causal:
-        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
+def _grouped(x: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """Grouped-query attention without copying K or V: q-shaped x [b, H, s, d] -> [b, KV, g*s, d] (g = H / KV;
+    query head i = KV head i // g, so the g heads of a group are adjacent), the rows of one K/V head's group
+    stacked; a view when x is contiguous."""
+    b, hh, s, d = x.shape
+    return x.reshape(b, kv_heads, hh // kv_heads * s, d)  # [b, H, s, d] -> [b, KV, g*s, d]
+
+
+def _scores(qg, k, causal, scale, sq):
+    """Scores of grouped queries qg [b, KV, g*sq, d] against k [b, KV, sk, d]: [b, KV, g*sq, sk]."""
+    s = torch.matmul(_up(qg), _up(k).transpose(-1, -2)) * scale  # [b,KV,g*sq,d] x [b,KV,d,sk] -> [b,KV,g*sq,sk]
+    if causal:  # row r holds query r % sq of its group: it sees keys 0..r % sq
+        rows = torch.arange(s.shape[-2], device=s.device) % sq
+        s = s.masked_fill(torch.arange(s.shape[-1], device=s.device) > rows[:, None], float("-inf"))
     return s
 
 
 def _math_forward(q, k, v, causal, scale):
-    s = _scores(q, k, causal, scale)
-    lse = torch.logsumexp(s, dim=-1)  # [b,H,sq,sk] -> [b,H,sq]
-    out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), _up(v))  # [b,H,sq,sk] x [b,H,sk,d] -> [b,H,sq,d]
-    return out.to(q.dtype), lse
+    b, hh, sq, d = q.shape
+    s = _scores(_grouped(q, k.shape[1]), k, causal, scale, sq)
+    lse = torch.logsumexp(s, dim=-1)  # [b,KV,g*sq,sk] -> [b,KV,g*sq]
+    out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), _up(v))  # [b,KV,g*sq,sk] x [b,KV,sk,d] -> [b,KV,g*sq,d]
+    return out.view(b, hh, sq, d).to(q.dtype), lse.view(b, hh, sq)  # [b,KV,g*sq,.] -> [b,H,sq,.]
 
 
 def _math_backward(do, q, k, v, o, lse, causal, scale):
-    prob = torch.exp(_scores(q, k, causal, scale) - lse.unsqueeze(-1))  # [b,H,sq,sk]
-    do32 = _up(do)
-    dv = torch.matmul(prob.transpose(-1, -2), do32)  # [b,H,sk,sq] x [b,H,sq,d] -> [b,H,sk,d]
-    dp = torch.matmul(do32, _up(v).transpose(-1, -2))  # [b,H,sq,d] x [b,H,d,sk] -> [b,H,sq,sk]
-    delta = (do32 * _up(o)).sum(-1, keepdim=True)  # [b,H,sq,1]
+    b, hh, sq, d = q.shape
+    kv = k.shape[1]
+    qg, dog, og = (_grouped(x, kv) for x in (q, do, o))  # [b,H,sq,d] -> [b,KV,g*sq,d]
+    prob = torch.exp(_scores(qg, k, causal, scale, sq) - lse.reshape(b, kv, -1, 1))  # [b,KV,g*sq,sk]
+    do32 = _up(dog)
+    dv = torch.matmul(prob.transpose(-1, -2), do32)  # [b,KV,sk,g*sq] x [b,KV,g*sq,d] -> [b,KV,sk,d]: group summed
+    dp = torch.matmul(do32, _up(v).transpose(-1, -2))  # [b,KV,g*sq,d] x [b,KV,d,sk] -> [b,KV,g*sq,sk]
+    delta = (do32 * _up(og)).sum(-1, keepdim=True)  # [b,KV,g*sq,1]
     ds = prob * (dp - delta) * scale
-    dq = torch.matmul(ds, _up(k))  # [b,H,sq,sk] x [b,H,sk,d] -> [b,H,sq,d]
-    dk = torch.matmul(ds.transpose(-1, -2), _up(q))  # [b,H,sk,sq] x [b,H,sq,d] -> [b,H,sk,d]
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    dq = torch.matmul(ds, _up(k))  # [b,KV,g*sq,sk] x [b,KV,sk,d] -> [b,KV,g*sq,d]
+    dk = torch.matmul(ds.transpose(-1, -2), _up(qg))  # [b,KV,sk,g*sq] x [b,KV,g*sq,d] -> [b,KV,sk,d]
+    return dq.view(b, hh, sq, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 # --- CUDA kernels --------------------------------------------------------------------------------------
@@ -232,33 +245,19 @@ def _run(which: int, q: torch.Tensor, *args):
     raise AssertionError("unreachable")
 
 
-def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """Grouped-query attention: K or V [b, KV, s, d] -> [b, heads, s, d], query head i reading K/V head
-    i // (heads / KV) (Hugging Face's `repeat_kv`); a working copy, never kept."""
-    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
-
-
-def _sum_kv(dx: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """Backward of `_repeat_kv`: [b, heads, s, d] -> [b, KV, s, d], each K/V head's group summed."""
-    b, hh, s, d = dx.shape
-    return dx if hh == kv_heads else dx.view(b, kv_heads, hh // kv_heads, s, d).sum(2)  # [b,KV,g,s,d] -> [b,KV,s,d]
-
-
 def attention_forward(q, k, v, causal: bool, scale: float | None = None):
     """Softmax attention: (out [b,H,sq,d] in q's dtype, lse [b,H,sq] fp32, fp64 for fp64 inputs). k and v
-    may have fewer heads than q (grouped-query attention: KV dividing H)."""
-    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
+    may have fewer heads than q (grouped-query attention: KV dividing H, query head i reading K/V head
+    i // (H / KV)); every backend reads them as they are, no full-heads copy is made (flash-attn and
+    PyTorch's flash kernel take fewer K/V heads natively, the math kernel stacks each group's queries)."""
     out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
     return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None):
     """(dq, dk, dv) of `attention_forward` given the output `o` and log-sum-exp `lse` to normalise with
-    (for a ring block: the merged, global ones); dk, dv have k's and v's heads."""
-    kv_heads = k.shape[1]
-    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
-    dq, dk, dv = _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
-    return dq, _sum_kv(dk, kv_heads), _sum_kv(dv, kv_heads)
+    (for a ring block: the merged, global ones); dk, dv have k's and v's heads (each group's sum)."""
+    return _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
 
 
 def merge_partials(out, lse, block_out, block_lse):

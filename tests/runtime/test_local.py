@@ -217,3 +217,44 @@ def test_config_json_builds_the_model_from_hf_builds(tmp_path):
     from_spec = GPTConfig.from_model_spec(load_hf_config(path))
     assert dataclasses.replace(from_spec, max_positions=64) == GPTConfig.from_hf(cfg)
     assert from_spec.eps == 1e-6
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_attention_makes_no_full_heads_copy_of_k_or_v(kv_heads):
+    """K and V with fewer heads than q (6): forward and backward equal attention over K/V heads repeated per
+    group (query head i reads K/V head i // (6 / kv)), for a q that is a strided view (as split_heads gives),
+    and no operation makes a [b, 6, sk, d] tensor: no full-heads copy of K or V, nor of dK or dV."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Shapes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for x in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(x, torch.Tensor):
+                    self.seen.add(tuple(x.shape))
+            return out
+
+    b, hh, sq, sk, d = 2, 6, 5, 7, 4
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(b, sq, hh * d, generator=gen, dtype=torch.float64).view(b, sq, hh, d).transpose(1, 2)
+    k, v = (torch.randn(b, kv_heads, sk, d, generator=gen, dtype=torch.float64) for _ in range(2))
+    do = torch.randn(b, hh, sq, d, generator=gen, dtype=torch.float64)
+    for causal in (False, True):
+        kk, vv = (k, v) if not causal else (k[:, :, :sq], v[:, :, :sq])  # causal blocks are square
+        with Shapes() as shapes:
+            out, lse = attention_forward(q, kk, vv, causal)
+            grads = attention_backward(do, q, kk, vv, out, lse, causal)
+        if not causal:
+            assert (b, hh, sk, d) not in shapes.seen, "a full-heads copy of K, V, dK or dV"
+        qr, kr, vr = (x.clone().requires_grad_() for x in (q, kk, vv))
+        want, want_lse = _reference_attention(qr, *(x.repeat_interleave(hh // kv_heads, 1) for x in (kr, vr)), causal)
+        want.backward(do)
+        assert_close(out, want.detach())
+        assert_close(lse, want_lse.detach())
+        for got, ref in zip(grads, (qr.grad, kr.grad, vr.grad)):
+            assert got.shape == ref.shape
+            assert_close(got, ref)
