@@ -32,6 +32,8 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   inputs/outputs and the attention output, and recomputing the per-shard intermediates f(XB_g) when the
   shard comes round in backward: that is how it avoids "duplicated tensors" (FITEE abstract: at least
   41.7% less memory than TP with FlashAttention) and why it is the slowest.
+- Grouped-query attention adds FlashAttention-2's full-heads dK/dV buffers of one backward kernel call to
+  the transient bytes (`flash_gqa_grad_bytes`); K and V themselves are read with their own heads.
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
@@ -175,12 +177,23 @@ class StrategyWork:
     backward's gather serves it)."""
 
 
+def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_width: int) -> int:
+    """Transient bytes of one FlashAttention-2 backward call under grouped-query attention: with fewer K/V
+    heads than query heads in the call, the kernel computes dK and dV per query head into [keys, query_width]
+    buffers and then sums each group (flash-attn csrc/flash_attn/flash_api.cpp `mha_bwd`: `dk_expanded`,
+    `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
+    no full-heads copy of K, V, dK or dV: runtime/attention.py.)"""
+    return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
+
+
 def _megatron_ts(s: Sublayer) -> StrategyWork:
     act = s.T * s.h * s.e  # [T, h]
     fwd = [_coll("all_gather", act, s.p), _coll("reduce_scatter", act, s.p)]
     bwd = [_coll("all_gather", act, s.p, count=2), _coll("reduce_scatter", act, s.p)]
     wide = s.width // s.p
     transient = s.e * (2 * s.T * s.h + s.T * wide + (0 if s.attn else s.T * s.f // s.p))
+    if s.attn:  # one kernel over the whole sequence on this rank's h/p query and kv/p K/V heads
+        transient += flash_gqa_grad_bytes(s, s.T, s.h // s.p, s.kv // s.p)
     return StrategyWork(fwd, bwd, min_dim=min(s.T, s.h, (s.h if s.attn else s.f) // s.p), kept=s.kept,
                         transient=transient)
 
@@ -209,6 +222,7 @@ def _ulysses_z(s: Sublayer) -> StrategyWork:
     fwd += [_coll("all_to_all", t * qkv * e, s.p), _coll("all_to_all", t * h * e, s.p)]
     bwd += [_coll("all_to_all", t * h * e, s.p), _coll("all_to_all", t * qkv * e, s.p)]
     acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
+    acts += flash_gqa_grad_bytes(s, s.T, h // s.p, kv_sent // s.p)  # whole sequence, this rank's heads
     kept = s.kept + t * h * e  # the attention output in both layouts (module docstring)
     kept += 2 * t * (kv_sent - s.kv) * e  # the kernel keeps its K/V copy: 1 head per rank when kv_heads < p
     return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True)
@@ -226,6 +240,7 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
         ring_steps = 2 * (p - 1)
     # K/V double buffer (e), fp32 dK/dV double buffer (ACC_BYTES), dQKV, fp32 dQ
     acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
+    acts += flash_gqa_grad_bytes(s, t, s.h, kv)  # one ring block: t keys, every head
     return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
                         ring_steps=ring_steps, kernel_len=max(s.seq_len // p, 1), kernel_causal=False,
                         gathers_weights=True)
@@ -249,6 +264,8 @@ def _metp(s: Sublayer) -> StrategyWork:
     wide = s.width // p
     ring = 2 * t * 2 * kv // p * (e + ACC_BYTES) if s.attn else 0  # K/V (e) + fp32 dK/dV double buffers
     acts = e * (4 * t * wide + 2 * t * h) + ring
+    if s.attn:  # one ring block of one head group: t keys, h/p query and kv/p K/V heads
+        acts += flash_gqa_grad_bytes(s, t, h // p, kv // p)
     return StrategyWork(
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
         transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer

@@ -60,3 +60,28 @@ def test_cost_kv_heads_errors(capsys, value, fragment):
     assert main(["cost", "--model", "llama", "--seq", "16K", "--kv-heads", value]) == 2
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, keys, query_width", [
+    ("megatron_ts", "T", "h/p"), ("ulysses_z", "T", "h/p"), ("megatron_cz", "t", "h"), ("metp", "t", "h/p"),
+])
+def test_transient_counts_flash_backwards_full_heads_dk_dv(monkeypatch, name, keys, query_width):
+    """Under GQA, FlashAttention-2's backward computes dK and dV per query head ([keys, query width] each, in
+    the model dtype) before summing each group: the attention sub-layer's transient bytes hold those two
+    buffers of the strategy's kernel call (whole sequence for TS and Ulysses, one ring block for the rings;
+    every head for the ring, h/p for the head splits), with or without recompute; an MHA model and the
+    MLP hold none."""
+    from paradyse_lab.costmodel import schedules
+
+    gqa, p, seq = replace(LLAMA, kv_heads=8), 8, 16384
+    option = StrategyOption(name)
+    with_term = schedule(gqa, "attention", option, seq, 1, p).transient_bytes
+    monkeypatch.setattr(schedules, "flash_gqa_grad_bytes", lambda *args: 0)
+    without = schedule(gqa, "attention", option, seq, 1, p).transient_bytes
+    monkeypatch.undo()
+    n_keys = {"T": seq, "t": seq // p}[keys]
+    width = {"h": gqa.hidden, "h/p": gqa.hidden // p}[query_width]
+    assert with_term - without == 2 * n_keys * width * gqa.dtype_bytes
+    recomputed = StrategyOption(name, recompute=True)
+    assert schedule(gqa, "attention", recomputed, seq, 1, p).transient_bytes >= with_term
+    assert schedules.flash_gqa_grad_bytes(schedules.Sublayer.of(LLAMA, "attention", seq, 1, p), seq, 64, 64) == 0
