@@ -86,8 +86,10 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> i
         print_json(solution.to_dict())
         return 0
     print(title)
-    if problem.dropped:
-        print("left out (shapes do not split): " + "; ".join(f"{n}: {r}" for n, r in problem.dropped.items()))
+    for heading, names in (("left out (shapes do not split)", [n for n in problem.dropped if n not in problem.options]),
+                           ("on some sub-layers only", [n for n in problem.dropped if n in problem.options])):
+        if names:
+            print(f"{heading}: " + "; ".join(f"{n}: {problem.dropped[n]}" for n in names))
     rows, start = [], 0
     for i in range(1, len(solution.plan) + 1):  # runs of one option
         if i == len(solution.plan) or solution.plan[i] != solution.plan[start]:

@@ -4,7 +4,11 @@
 sub-layer and sums them over the decisions of the `LayerGraph`: at block granularity a block's time and kept
 bytes are its attention's plus its MLP's, its transient the larger of the two. Options whose shapes do not
 split (the cost model raises `UserInputError`, e.g. s % 2p for a causal ring) are dropped from the problem
-and listed in `dropped` with the reason, so solvers never see an unusable option. A switch between two
+and listed in `dropped` with the reason, so solvers never see an unusable option. At sub-layer granularity an
+option may run some decisions and not others (megatron_ts runs an MLP whatever kv_heads is, but not an
+attention whose K/V heads do not split): it stays, is listed in `dropped` too (no uniform plan of it runs),
+and each decision it cannot run charges it more than the budget in kept bytes (so no feasible plan picks it)
+and a time above every other option's. A switch between two
 strategies is charged `layout_switch_s` at every boundary where their catalog layouts differ.
 
 Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the problem this module builds.
@@ -58,31 +62,43 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     opts = list(options) if options is not None else list(default_options(recompute=recompute))
     if budget_bytes is None:
         budget_bytes = cost_model.cluster.memory_bytes
-    kinds = {}  # (kind, option name) -> SubLayerCost
-    dropped, usable = {}, []
+    kinds, why = {}, {}  # (kind, option name) -> SubLayerCost, or the reason it cannot run
     for o in opts:
-        try:
-            for kind in ("attention", "mlp"):
+        for kind in ("attention", "mlp"):
+            try:
                 kinds[kind, o.name] = cost_model.sublayer(kind, o, seq_len, batch)
-            usable.append(o)
-        except UserInputError as err:
-            dropped[o.name] = str(err)
+            except UserInputError as err:
+                why[kind, o.name] = str(err)
+    nodes = [graph.graph.nodes[n] for n in graph.sublayer_nodes()]
+    L = graph.num_decisions
+    decision_kinds = [{node["kind"] for node in nodes if node["decision"] == d} for d in range(L)]
+
+    def runs(o, d: int) -> bool:
+        return all((kind, o.name) in kinds for kind in decision_kinds[d])
+
+    usable = [o for o in opts if any(runs(o, d) for d in range(L))]
+    dropped = {o.name: "; ".join(why[k, o.name] for k in ("attention", "mlp") if (k, o.name) in why)
+               for o in opts if any((k, o.name) in why for k in ("attention", "mlp"))}
     if not usable:
         reasons = "; ".join(f"{n}: {r}" for n, r in dropped.items())
         raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
-    nodes = [graph.graph.nodes[n] for n in graph.sublayer_nodes()]
-    L, O = graph.num_decisions, len(usable)
+    O = len(usable)
     time_s, kept, transient = np.zeros((L, O)), np.zeros((L, O), np.int64), np.zeros((L, O), np.int64)
     fixed_states = 0
     for node in nodes:
         d, kind = node["decision"], node["kind"]
-        costs = [kinds[kind, o.name] for o in usable]
-        lean = min(c.model_state_bytes for c in costs)
+        costs = {j: kinds[kind, o.name] for j, o in enumerate(usable) if runs(o, d)}
+        lean = min(c.model_state_bytes for c in costs.values())
         fixed_states += lean
-        for j, c in enumerate(costs):
+        for j, c in costs.items():
             time_s[d, j] += c.time_s
             kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
             transient[d, j] = max(transient[d, j], c.transient_bytes)
+    for d in range(L):  # an option that runs some decisions but not this one (a head rule on attention)
+        cannot = [j for j, o in enumerate(usable) if not runs(o, d)]
+        if cannot:
+            time_s[d, cannot] = 2 * time_s[d].max() + 1.0  # slower than any option that runs it
+            kept[d, cannot] = budget_bytes + 1  # and no plan that picks it fits the budget
     fx = cost_model.fixed(seq_len, batch)
     if switch_cost is None:
         def switch_cost(a, b):

@@ -85,3 +85,33 @@ def test_transient_counts_flash_backwards_full_heads_dk_dv(monkeypatch, name, ke
     recomputed = StrategyOption(name, recompute=True)
     assert schedule(gqa, "attention", recomputed, seq, 1, p).transient_bytes >= with_term
     assert schedules.flash_gqa_grad_bytes(schedules.Sublayer.of(LLAMA, "attention", seq, 1, p), seq, 64, 64) == 0
+
+
+def test_sublayer_plans_may_run_head_splitting_strategies_on_mlps_under_gqa():
+    """One K/V head on 8 GPUs: megatron_ts and metp cannot run the attention sub-layers but can run the
+    MLPs. At sub-layer granularity they stay options, their attention cells exceed the budget (no feasible
+    plan picks them) and the optimum runs megatron_ts on the MLPs; a static plan of them is refused with the
+    rule; at block granularity they are left out as before."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.costmodel.lowering import problem_from_cost_model
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.layer_graph import LayerGraph
+    from solvers.registry import get_solver
+
+    model = replace(PRESETS["llama3-8b"], kv_heads=1, layers=2)
+    cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"))
+    sub = problem_from_cost_model(LayerGraph(model, "sublayer"), cm, 2048)
+    assert set(sub.options) == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
+    assert set(sub.dropped) == {"megatron_ts", "metp"} and "kv_heads (1)" in sub.dropped["metp"]
+    for name in ("megatron_ts", "metp"):
+        j = sub.option_index(name)
+        for d, label in enumerate(sub.labels):
+            assert (sub.kept_bytes[d, j] > sub.budget_bytes) == label.endswith("attn"), (name, label)
+        assert sub.kept_bytes[1, j] == cm.sublayer("mlp", StrategyOption(name), 2048).kept_bytes
+    plan = get_solver("dp").solve(sub).plan
+    assert plan == ("megatron_cz", "megatron_ts") * 2 and sub.is_feasible(plan)
+    with pytest.raises(UserInputError, match=r"kv_heads \(1\)"):
+        get_solver("static:metp").solve(sub)
+    block = problem_from_cost_model(LayerGraph(model, "block"), cm, 2048)
+    assert set(block.options) == {"megatron_cz", "ulysses_z"} and set(block.dropped) == {"megatron_ts", "metp"}
