@@ -1,4 +1,4 @@
-"""Train a GPT-2-shaped model with a per-step, per-layer strategy plan chosen by a solver.
+"""Train a GPT-2- or LLaMA-shaped model with a per-step, per-layer strategy plan chosen by a solver.
 
 Commands (one machine):
 
