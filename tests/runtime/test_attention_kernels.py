@@ -213,3 +213,22 @@ def test_a_failing_kernel_loses_only_its_own_attention_curve(monkeypatch):
     assert {r["kernel"] for r in rows} == {"math"} and len(rows) == 4  # 2 lengths x causal / not
     assert {s["kernel"] for s in skipped} == {"flash_attn"} and len(skipped) == 4
     assert all(s["reason"].startswith("error: TypeError") for s in skipped)
+
+
+@pytest.mark.parametrize("version", ["2.5", "2.8"])
+def test_flash_attn_gets_grouped_kv_heads_as_they_are(monkeypatch, version):
+    """Grouped-query attention (one K/V head for 3 query heads): flash-attn receives K and V with their one
+    head (it takes fewer K/V heads natively) and writes dK, dV of one head, equal to the math kernel's."""
+    fwd, bwd = STUBS[version]
+    monkeypatch.setattr(attention, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
+    q, k, v, do, _ = _inputs()
+    k, v = k[:, :1].contiguous(), v[:, :1].contiguous()
+    out, lse = attention._fa_forward(q, k, v, True, SCALE)
+    want, want_lse = _math_forward(q, k.expand(B, H, S, D), v.expand(B, H, S, D), True, SCALE)
+    assert_close(out, want)
+    grads = attention._fa_backward(do, q, k, v, out, lse, True, SCALE)
+    _, dk_full, dv_full = _math_backward(do, q, k.expand(B, H, S, D), v.expand(B, H, S, D), want, want_lse, True,
+                                         SCALE)
+    assert grads[1].shape == grads[2].shape == (B, 1, S, D)
+    assert_close(grads[1], dk_full.sum(1, keepdim=True))
+    assert_close(grads[2], dv_full.sum(1, keepdim=True))
