@@ -403,7 +403,7 @@ ONLY_AT["llama-hf-variants"] = (2,)  # the other flags' conversions; every strat
 CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
 for _causal in (True, False):
     CASES[f"llama-kv1-ts-metp-mlps-{'causal' if _causal else 'bidir'}"] = llama_gqa_mlp_case(_causal)
-ONLY_AT["llama-kv1-ts-metp-mlps-bidir"] = (2, 4)  # a LLaMA without the mask: one even and one odd-free p
+ONLY_AT["llama-kv1-ts-metp-mlps-bidir"] = (4,)  # a LLaMA without the mask, where one K/V head is fewest per rank
 ONLY_AT["llama-from-hf-refusals"] = (1,)  # config parsing, no ranks involved
 for _strategy in STRATEGIES:
     for _kind in ("attention", "mlp"):
