@@ -22,7 +22,7 @@ from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
-from runtime.sublayer import Ctx, make_ctx, run_sublayer
+from runtime.sublayer import Ctx, run_sublayer
 
 B, S = 2, 48
 STRATEGIES = tuple(STRATEGY_MODULES)
@@ -228,49 +228,6 @@ def feasible(cfg: GPTConfig, p: int) -> list[str]:
     return [name for name in STRATEGIES if get_strategy(name).violation(spec, p, S) is None]
 
 
-def llama_sublayer_case(strategy: str, kind: str, kv_heads: int):
-    """One LLaMA sub-layer, with and without recompute: output, input and every parameter gradient against
-    the reference, and the bytes sent against the schedule; an infeasible strategy is refused with the
-    catalog's sentence by the model."""
-    def case(rank: int, p: int, group) -> None:
-        cfg = llama_config(kv_heads)
-        if strategy not in feasible(cfg, p):
-            model = ParallelGPT(cfg, group)
-            problem = get_strategy(strategy).violation(cfg.model_spec("fp32"), p, S)
-            try:
-                model(torch.zeros(1, S // p, dtype=torch.long), [strategy] * cfg.layers)
-            except UserInputError as err:
-                assert problem in str(err), (problem, str(err))
-            else:
-                raise AssertionError(f"{strategy} ran with kv_heads {kv_heads} at p = {p}")
-            return
-        prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
-        full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith(prefix)}
-        gen = torch.Generator().manual_seed(3)
-        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
-        xr = x.clone().requires_grad_()
-        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        yr = reference_sublayer(xr, pr, kind, cfg)
-        yr.backward(dy)
-        ref = shard_sublayer({n: grad_of(pr[n]) for n in PARAM_NAMES}, kind, rank, p)
-        module = STRATEGY_MODULES[strategy]
-        ctx = make_ctx(cfg, group, kind, S, "case")
-        for recompute in (False, True):
-            params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
-            xl = shard_sequence(x, 1, group).requires_grad_()
-            with count_bytes() as counter:
-                y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, xl, params)
-                y.backward(shard_sequence(dy, 1, group))
-            assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
-            assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
-            for name, prm in zip(PARAM_NAMES, params):
-                assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
-            option = strategy + ("+recompute" if recompute else "")
-            want = predicted_bytes(cfg, kind, option, p)
-            assert counter.total() == want, (option, counter.total(), want)
-    return case
-
-
 def llama_plans(names: list[str]) -> list[list[str]]:
     """Two mixed plans of a 2-layer model over `names` (up to 4), with recompute, in which every name runs
     both an attention and an MLP sub-layer: one name per layer, then one per sub-layer."""
@@ -284,7 +241,8 @@ def llama_hf_case(kv_heads: int):
     """A small random transformers `LlamaForCausalLM` (built on rank 0, sent to the others): the runtime's
     logits equal its logits under mixed plans of every feasible strategy with recompute, and the loss and
     every parameter gradient equal the single-device reference's (`_check_model`, which also checks the
-    bytes of every sub-layer and of the embedding against the cost model)."""
+    bytes of every sub-layer and of the embedding against the cost model); the strategies the GQA rule
+    excludes at this p are refused with the catalog's sentence."""
     def case(rank: int, p: int, group) -> None:
         def build():
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -299,6 +257,14 @@ def llama_hf_case(kv_heads: int):
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
         assert model.cfg == llama_config(kv_heads), model.cfg
         check_against_hf(model, llama_plans(feasible(model.cfg, p)), ids, want, rank, p, group)
+        for name in set(STRATEGIES) - set(feasible(model.cfg, p)):  # refused with the catalog's sentence
+            problem = get_strategy(name).violation(model.cfg.model_spec("fp32"), p, S)
+            try:
+                model(shard_sequence(ids, 1, group), [name] * model.cfg.layers)
+            except UserInputError as err:
+                assert problem in str(err), (problem, str(err))
+            else:
+                raise AssertionError(f"{name} ran with kv_heads {kv_heads} at p = {p}")
     return case
 
 
@@ -394,8 +360,6 @@ CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
-for _strategy in STRATEGIES:  # one K/V head: Ulysses replicates it p times, TS and METP refuse at p > 1
-    CASES[f"llama-sublayer-{_strategy}-attention-kv1"] = llama_sublayer_case(_strategy, "attention", 1)
 for _kv in LLAMA_KV_HEADS:
     CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
 CASES["llama-hf-variants"] = llama_variants_hf_case
