@@ -11,7 +11,9 @@ disables nothing; `kernels_used()` says which kernel ran, and profile rows recor
   the call conventions of releases 2.5 to 2.8 (`FA_FORWARD_ARGS`), q, k, v, o, dO passed as strided
   [b, s, H, d] views of the [b, H, s, d] tensors (flash-attn needs only stride(-1) == 1: no copies);
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
-- 'math': an exact fp32 implementation (CPU, and fp32 anywhere).
+- 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a document
+  mask (packed sequences, runtime/packed.py): on CUDA such calls are recorded as 'math-masked' and warned
+  about once (`MASKED_FALLBACK`).
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
 backpropagate each block with the global softmax normaliser (FlashAttention-2 algorithm 2:
 P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).
@@ -58,28 +60,37 @@ def _grouped(x: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return x.reshape(b, kv_heads, hh // kv_heads * s, d)  # [b, H, s, d] -> [b, KV, g*s, d]
 
 
-def _scores(qg, k, causal, scale, sq):
-    """Scores of grouped queries qg [b, KV, g*sq, d] against k [b, KV, sk, d]: [b, KV, g*sq, sk]."""
+def _scores(qg, k, causal, scale, sq, mask=None):
+    """Scores of grouped queries qg [b, KV, g*sq, d] against k [b, KV, sk, d]: [b, KV, g*sq, sk]; `mask` [sq, sk]
+    (True where allowed: packed documents, causality already in it) replaces `causal`."""
     s = torch.matmul(_up(qg), _up(k).transpose(-1, -2)) * scale  # [b,KV,g*sq,d] x [b,KV,d,sk] -> [b,KV,g*sq,sk]
+    if mask is not None:  # row r holds query r % sq of its group
+        return s.masked_fill(~mask.repeat(s.shape[-2] // sq, 1), float("-inf"))  # [sq, sk] -> [g*sq, sk]
     if causal:  # row r holds query r % sq of its group: it sees keys 0..r % sq
         rows = torch.arange(s.shape[-2], device=s.device) % sq
         s = s.masked_fill(torch.arange(s.shape[-1], device=s.device) > rows[:, None], float("-inf"))
     return s
 
 
-def _math_forward(q, k, v, causal, scale):
+def _finite(lse: torch.Tensor) -> torch.Tensor:
+    """lse with the rows that see no key (-inf) set to 0, so exp(scores - lse) is 0 there, not NaN."""
+    return lse.masked_fill(torch.isinf(lse), 0.0)
+
+
+def _math_forward(q, k, v, causal, scale, mask=None):
     b, hh, sq, d = q.shape
-    s = _scores(_grouped(q, k.shape[1]), k, causal, scale, sq)
-    lse = torch.logsumexp(s, dim=-1)  # [b,KV,g*sq,sk] -> [b,KV,g*sq]
-    out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), _up(v))  # [b,KV,g*sq,sk] x [b,KV,sk,d] -> [b,KV,g*sq,d]
+    s = _scores(_grouped(q, k.shape[1]), k, causal, scale, sq, mask)
+    lse = torch.logsumexp(s, dim=-1)  # [b,KV,g*sq,sk] -> [b,KV,g*sq]; -inf where a row sees no key
+    prob = torch.exp(s - _finite(lse).unsqueeze(-1))  # [b,KV,g*sq,sk]; rows without keys: 0
+    out = torch.matmul(prob, _up(v))  # [b,KV,g*sq,sk] x [b,KV,sk,d] -> [b,KV,g*sq,d]
     return out.view(b, hh, sq, d).to(q.dtype), lse.view(b, hh, sq)  # [b,KV,g*sq,.] -> [b,H,sq,.]
 
 
-def _math_backward(do, q, k, v, o, lse, causal, scale):
+def _math_backward(do, q, k, v, o, lse, causal, scale, mask=None):
     b, hh, sq, d = q.shape
     kv = k.shape[1]
     qg, dog, og = (_grouped(x, kv) for x in (q, do, o))  # [b,H,sq,d] -> [b,KV,g*sq,d]
-    prob = torch.exp(_scores(qg, k, causal, scale, sq) - lse.reshape(b, kv, -1, 1))  # [b,KV,g*sq,sk]
+    prob = torch.exp(_scores(qg, k, causal, scale, sq, mask) - _finite(lse).reshape(b, kv, -1, 1))  # [b,KV,g*sq,sk]
     do32 = _up(dog)
     dv = torch.matmul(prob.transpose(-1, -2), do32)  # [b,KV,sk,g*sq] x [b,KV,g*sq,d] -> [b,KV,sk,d]: group summed
     dp = torch.matmul(do32, _up(v).transpose(-1, -2))  # [b,KV,g*sq,d] x [b,KV,d,sk] -> [b,KV,g*sq,sk]
@@ -245,28 +256,57 @@ def _run(which: int, q: torch.Tensor, *args):
     raise AssertionError("unreachable")
 
 
-def attention_forward(q, k, v, causal: bool, scale: float | None = None):
+MASKED_FALLBACK = ("packed documents on CUDA: attention runs the exact masked math kernel (fp32 scores, "
+                   "quadratic memory), not a fused varlen kernel; the step's times are not GPU-kernel speed")
+"""Warned once per process, and recorded: `kernels_used` collects 'math-masked' for such calls."""
+_WARNED_MASKED: list[bool] = []
+
+
+def _run_masked(which: int, q: torch.Tensor, *args):
+    """The math kernel with a document mask (packed sequences). On CUDA this is the visible fallback of a
+    fused varlen kernel (flash-attn's `flash_attn_varlen_func` would take the pack's cu_seqlens; ring
+    blocks need arbitrary sub-blocks of it, which it does not take): warned once, recorded."""
+    if q.is_cuda and not _WARNED_MASKED:
+        _WARNED_MASKED.append(True)
+        warnings.warn(MASKED_FALLBACK, RuntimeWarning, stacklevel=3)
+    result = _KERNELS["math"][which](*args)
+    for ran in _USED:
+        ran.add("math-masked" if q.is_cuda else "math")
+    return result
+
+
+def attention_forward(q, k, v, causal: bool, scale: float | None = None, mask: torch.Tensor | None = None):
     """Softmax attention: (out [b,H,sq,d] in q's dtype, lse [b,H,sq] fp32, fp64 for fp64 inputs). k and v
     may have fewer heads than q (grouped-query attention: KV dividing H, query head i reading K/V head
     i // (H / KV)); every backend reads them as they are, no full-heads copy is made (flash-attn and
-    PyTorch's flash kernel take fewer K/V heads natively, the math kernel stacks each group's queries)."""
-    out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
+    PyTorch's flash kernel take fewer K/V heads natively, the math kernel stacks each group's queries).
+    `mask` [sq, sk] bool (True: allowed; `runtime.packed.document_mask`) replaces `causal`; a query row that
+    sees no key gets out 0 and lse -inf (and no NaN, forward or backward)."""
+    if mask is not None:
+        out, lse = _run_masked(0, q, q, k, v, causal, _scale(q, scale), mask)
+    else:
+        out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
     return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
-def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None):
+def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None,
+                       mask: torch.Tensor | None = None):
     """(dq, dk, dv) of `attention_forward` given the output `o` and log-sum-exp `lse` to normalise with
-    (for a ring block: the merged, global ones); dk, dv have k's and v's heads (each group's sum)."""
+    (for a ring block: the merged, global ones) and the same `mask`; dk, dv have k's and v's heads (each
+    group's sum)."""
+    if mask is not None:
+        return _run_masked(1, q, do, q, k, v, o, lse, causal, _scale(q, scale), mask)
     return _run(1, q, do, q, k, v, o, lse, causal, _scale(q, scale))
 
 
 def merge_partials(out, lse, block_out, block_lse):
     """Numerically stable merge of two softmax-attention results over disjoint key sets (in place on the
     fp32 accumulators `out` [b,H,s,d] and `lse` [b,H,s], which may start at 0 and -inf):
-    lse' = log(e^lse + e^lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse')."""
+    lse' = log(e^lse + e^lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse'). Rows that have seen
+    no key yet on either side (both lse -inf, packed documents) stay 0 and -inf."""
     new_lse = torch.logaddexp(lse, block_lse)
-    out.mul_(torch.exp(lse - new_lse).unsqueeze(-1)).add_(
-        block_out.float() * torch.exp(block_lse - new_lse).unsqueeze(-1))
+    ref = _finite(new_lse)  # exp(-inf - 0) = 0 where both are -inf, instead of exp(nan)
+    out.mul_(torch.exp(lse - ref).unsqueeze(-1)).add_(block_out.float() * torch.exp(block_lse - ref).unsqueeze(-1))
     lse.copy_(new_lse)
 
 
@@ -284,15 +324,24 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, s, hh * d)  # [b, heads, s, d] -> [b, s, heads, d] -> [b, s, heads*d]
 
 
+def pack_mask(cu_seqlens, causal: bool, device) -> torch.Tensor | None:
+    """[s, s] document mask of a whole pack in natural order (runtime/packed.py), None for one document."""
+    if cu_seqlens is None:
+        return None
+    from runtime.packed import block_diagonal_mask
+
+    return block_diagonal_mask(cu_seqlens, causal).to(device)
+
+
 def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, order: torch.Tensor,
-                               causal: bool):
+                               causal: bool, cu_seqlens=None):
     """Attention of `heads` query heads over a whole sequence given in rank-major gathered order.
     q [b, s, heads*d], k, v [b, s, kv*d] (kv heads dividing `heads`) -> (out [b, s, heads*d] in gathered
     order, saved for backward). `order` (layout.natural_order) puts the tokens in natural order for the
-    causal mask."""
+    causal mask; `cu_seqlens` [n + 1] confines attention to each document of a pack (runtime/packed.py)."""
     d = q.shape[-1] // heads
     q, k, v = (split_heads(x.index_select(1, order), x.shape[-1] // d) for x in (q, k, v))  # natural, [b,n,s,d]
-    o, lse = attention_forward(q, k, v, causal)
+    o, lse = attention_forward(q, k, v, causal, mask=pack_mask(cu_seqlens, causal, q.device))
     return gathered_output(o, order), (q, k, v, o, lse)
 
 
@@ -305,10 +354,10 @@ def gathered_output(o: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool):
+def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool, cu_seqlens=None):
     """(dq [b, s, heads*d], dk, dv [b, s, kv*d]) in gathered order from dout [b, s, heads*d] in gathered
     order."""
     q, k, v, o, lse = saved
     do = split_heads(dout.index_select(1, order), q.shape[1])  # gathered -> natural, [b,heads,s,d]
-    grads = attention_backward(do, q, k, v, o, lse, causal)
+    grads = attention_backward(do, q, k, v, o, lse, causal, mask=pack_mask(cu_seqlens, causal, q.device))
     return tuple(gathered_output(g, order) for g in grads)  # [b,n,s,d] natural -> [b, s, n*d] gathered

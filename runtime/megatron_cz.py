@@ -55,7 +55,7 @@ def forward(x, w: Weights, ctx: Ctx, prep=None):
     u = layer_norm(x, w, ctx)  # [b, t, h], kept
     a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv]
     q, k, v = _split_qkv(a, ctx, h)
-    o, lse = ring_attention_forward(q, k, v, ctx.causal, ctx.group)  # [b, heads, t, d]; K/V: kv_heads only
+    o, lse = ring_attention_forward(q, k, v, ctx.causal, ctx.group, ctx.cu_seqlens)  # [b, heads, t, d]; K/V: kv only
     c = merge_heads(o)  # [b, heads, t, d] -> [b, t, h]
     return add_bias(x + c @ w2, w.b2), (x, u, q, k, v, o, lse)
 
@@ -66,7 +66,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     w1, b1, w2 = prep
     dw2 = weight_grad(merge_heads(o), dy)  # [h, h]
     do = split_heads(dy @ w2.t(), ctx.heads)  # [b, t, h] -> [b, heads, t, d]
-    dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.group)
+    dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.group, ctx.cu_seqlens)
     da = _join_qkv(dq, dk, dv, ctx, h)  # [b, t, h + 2kv]
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]

@@ -60,14 +60,14 @@ def _core_forward(a, ctx: Ctx, h: int):
     q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)  # this rank's q | k | v heads
     q, k = rope_qk(q, k, ctx.all_positions, ctx, h)  # every token rotated by its true position
     order = natural_order(ctx.seq_len, ctx.p).to(a.device)
-    return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal)
+    return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
 
 
 def _core_backward(dc, core_saved, ctx: Ctx, h: int):
     if ctx.kind == "mlp":
         return mlp_core_backward(core_saved, dc, ctx)
     order = natural_order(ctx.seq_len, ctx.p).to(dc.device)
-    dq, dk, dv = gathered_attention_backward(dc, core_saved, order, ctx.causal)
+    dq, dk, dv = gathered_attention_backward(dc, core_saved, order, ctx.causal, ctx.cu_seqlens)
     dq, dk = rope_qk_backward(dq, dk, ctx.all_positions, ctx, h)
     return torch.cat([dq, dk, dv], dim=-1)  # [b, s, n1/p]
 

@@ -82,7 +82,7 @@ def attention_forward(x, w: Weights, ctx: Ctx, prep=None):
             nxt = _broadcast(own, g + 1, ctx, sends)  # next shard before this group's compute
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
         q, k, v = _group_qkv(u, w1, b1, ctx, h)
-        o_g, lse_g = ring_attention_forward(q, k, v, ctx.causal, ctx.group)
+        o_g, lse_g = ring_attention_forward(q, k, v, ctx.causal, ctx.group, ctx.cu_seqlens)
         o[:, g * hl:(g + 1) * hl], lse[:, g * hl:(g + 1) * hl] = o_g, lse_g
         y = y + merge_heads(o_g) @ w2  # [b, t, h/p] -> [b, t, h]
     for s in sends:
@@ -107,7 +107,7 @@ def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
         dw2 = weight_grad(merge_heads(o_g), dy)  # [h/p, h]
         do = split_heads(dy @ w2.t(), hl)  # [b, t, h] -> [b, h/p heads, t, d]
         q, k, v = _group_qkv(u, w1, b1, ctx, h)  # recomputed first GEMM (and rotation)
-        dq, dk, dv = ring_attention_backward(do, q, k, v, o_g, lse_g, ctx.causal, ctx.group)
+        dq, dk, dv = ring_attention_backward(do, q, k, v, o_g, lse_g, ctx.causal, ctx.group, ctx.cu_seqlens)
         dq, dk = rope_qk_backward(merge_heads(dq), merge_heads(dk), ctx.positions, ctx, h)
         da = torch.cat([dq, dk, merge_heads(dv)], dim=-1)  # [b, t, (h + 2kv)/p]
         du += da @ w1  # [b, t, (h + 2kv)/p] -> [b, t, h]

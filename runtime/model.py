@@ -32,6 +32,7 @@ from runtime.layout import (
     local_positions,
     shard_state_dict,
 )
+from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
 
@@ -89,37 +90,56 @@ class ParallelGPT(GPTParams):
         """The full (unsharded) state dict; a collective: every rank must call it."""
         return gather_state_dict(self.state_dict(), self.group)
 
-    def check(self, seq_len: int, plan: Sequence[str]) -> list[tuple[StrategyOption, StrategyOption]]:
-        """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens; returns the
-        (attention, MLP) options of every layer."""
+    def check(self, seq_len: int, plan: Sequence[str], longest: int | None = None
+              ) -> list[tuple[StrategyOption, StrategyOption]]:
+        """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens whose longest
+        document has `longest` tokens (None: one document); returns the (attention, MLP) options of every
+        layer."""
         check_length(seq_len, self.p)
-        if self.cfg.max_positions and seq_len > self.cfg.max_positions:
-            raise UserInputError(f"sequence length {seq_len} exceeds max_positions ({self.cfg.max_positions})")
+        longest = seq_len if longest is None else longest
+        if self.cfg.max_positions and longest > self.cfg.max_positions:
+            what = "sequence length" if longest == seq_len else "longest packed document"
+            raise UserInputError(f"{what} {longest} exceeds max_positions ({self.cfg.max_positions})")
         options = parse_plan(plan, self.cfg.layers)
         spec = self.cfg.model_spec()
         for opt, kind in dict.fromkeys((o, k) for pair in options for o, k in zip(pair, ("attention", "mlp"))):
             get_strategy(opt.strategy).check(spec, self.p, seq_len, kind)  # an MLP has no heads to split
         return options
 
-    def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None,
+                cu_seqlens=None):
         """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
-        all ranks' tokens (the same value on every rank; call backward on it on every rank)."""
+        all ranks' tokens (the same value on every rank; call backward on it on every rank).
+        `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
+        (runtime/packed.py `pack_sequence`): positions restart at each document and attention stays inside
+        each, under every strategy."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
-        options = self.check(t * p, plan)
+        doc_ids = longest = None
+        if cu_seqlens is not None:
+            cu_seqlens = check_cu_seqlens(cu_seqlens, t * p)
+            longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        options = self.check(t * p, plan, longest)
         replicated = [self.wte, self.wpe, self.lnf_w, self.lnf_b] + ([] if cfg.tied else [self.head])
         wte, wpe, lnf_w, lnf_b, *head = comm.reduce_grads(self.group, *replicated)
         x = F.embedding(input_ids, wte)  # [b, t] -> [b, t, h]
-        pos = local_positions(t * p, p, self.rank).to(input_ids.device)  # true positions of this rank's tokens
-        all_pos = gathered_positions(t * p, p).to(input_ids.device)  # of every rank's, rank-major: [s]
+        if cu_seqlens is None:
+            pos = local_positions(t * p, p, self.rank)  # true positions of this rank's tokens: [t]
+            all_pos = gathered_positions(t * p, p)  # of every rank's, rank-major: [s]
+        else:  # positions within each document, restarting at every document of the pack
+            doc_ids, pos = local_documents(cu_seqlens, t * p, p, self.rank)  # [t] each
+            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p))[1]  # [s], rank-major
+            doc_ids, cu_seqlens = doc_ids.to(input_ids.device), cu_seqlens.to(input_ids.device)
+        pos, all_pos = pos.to(input_ids.device), all_pos.to(input_ids.device)
         if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention
             x = x + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
         for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
             for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
                 module = STRATEGY_MODULES[opt.strategy]
                 impl = module.ATTENTION if kind == "attention" else module.MLP
-                ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos)
+                ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos,
+                               doc_ids, cu_seqlens)
                 x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
         head_w = head[0] if head else wte
         logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]

@@ -237,20 +237,34 @@ def add_bias(a: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return a + bias if bias.numel() else a
 
 
-def _attention(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+def _positions(s: int, cu_seqlens, device) -> torch.Tensor:
+    """[s] positions of a sequence, or within each document of a pack (runtime/packed.py)."""
+    index = torch.arange(s, device=device)
+    if cu_seqlens is None:
+        return index
+    from runtime.packed import document_of
+
+    return document_of(cu_seqlens, index)[1]
+
+
+def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
     from runtime.rope import apply_rope, rope_tables
 
     b, s, _ = a.shape
     h, kv, d = cfg.hidden, cfg.kv_hidden, cfg.head_dim
     q, k, v = a.split([h, kv, kv], dim=-1)
     if cfg.rope:
-        cos, sin = rope_tables(torch.arange(s, device=a.device), d, cfg.rope_theta, a.dtype, cfg.rope_llama3)
+        cos, sin = rope_tables(_positions(s, cu_seqlens, a.device), d, cfg.rope_theta, a.dtype, cfg.rope_llama3)
         q, k = apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
     q = q.view(b, s, cfg.heads, d).transpose(1, 2)  # [b, heads, s, d]
     k, v = (z.view(b, s, cfg.kv_heads, d).transpose(1, 2).repeat_interleave(cfg.heads // cfg.kv_heads, dim=1)
             for z in (k, v))  # [b, kv_heads, s, d] -> [b, heads, s, d] (query head i reads K/V head i // group)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, heads, s, s]
-    if cfg.causal:
+    if cu_seqlens is not None:  # a pack: block-diagonal over its documents (runtime/packed.py)
+        from runtime.packed import block_diagonal_mask
+
+        scores = scores.masked_fill(~block_diagonal_mask(cu_seqlens, cfg.causal).to(a.device), float("-inf"))
+    elif cfg.causal:
         scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=a.device).triu(1), float("-inf"))
     o = torch.softmax(scores, dim=-1) @ v  # [b, heads, s, d]
     return o.transpose(1, 2).reshape(b, s, -1)  # [b, heads, s, d] -> [b, s, h]
@@ -263,28 +277,31 @@ def _mlp_core(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
     return F.gelu(a, approximate="tanh")
 
 
-def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: GPTConfig) -> torch.Tensor:
+def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
     """One full sub-layer in plain autograd: x + core(norm(x) w1^T + b1) w2 + b2; `w` has attributes or
-    keys ln_w, ln_b, w1, b1, w2, b2 (full shapes); x [b, s, h] in natural order."""
+    keys ln_w, ln_b, w1, b1, w2, b2 (full shapes); x [b, s, h] in natural order; `cu_seqlens` [n + 1]: x is
+    a pack of documents (runtime/packed.py), attention is block-diagonal over them."""
     get = (lambda n: w[n]) if isinstance(w, dict) else (lambda n: getattr(w, n))
     u = norm(x, get("ln_w"), get("ln_b"), cfg.eps)
     a = add_bias(u @ get("w1").t(), get("b1"))  # [b, s, h] -> [b, s, n1]
-    c = _attention(a, cfg) if kind == "attention" else _mlp_core(a, cfg)
+    c = _attention(a, cfg, cu_seqlens) if kind == "attention" else _mlp_core(a, cfg)
     return add_bias(x + c @ get("w2"), get("b2"))  # [b, s, n2] -> [b, s, h]
 
 
 class ReferenceGPT(GPTParams):
     """Single-device GPT-2 / LLaMA-shaped model in plain autograd, the oracle of the runtime tests."""
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cu_seqlens=None):
         """input_ids [b, s] -> logits [b, s, V] (and the mean loss over labels != -100, which are the
-        per-position targets, already shifted)."""
+        per-position targets, already shifted). `cu_seqlens` [n + 1]: input_ids is a pack of documents
+        (runtime/packed.py): positions restart at each document, attention is block-diagonal."""
         cfg = self.cfg
         x = self.wte[input_ids]
         if not cfg.rope:
-            x = x + self.wpe[: input_ids.shape[1]]
+            x = x + self.wpe[_positions(input_ids.shape[1], cu_seqlens, input_ids.device)]
         for blk in self.layers:
-            x = reference_sublayer(reference_sublayer(x, blk.attn, "attention", cfg), blk.mlp, "mlp", cfg)
+            x = reference_sublayer(x, blk.attn, "attention", cfg, cu_seqlens)
+            x = reference_sublayer(x, blk.mlp, "mlp", cfg)
         logits = norm(x, self.lnf_w, self.lnf_b, cfg.eps) @ self.head_weight().t()
         if labels is None:
             return logits

@@ -78,6 +78,12 @@ class Ctx:
     all_positions: torch.Tensor | None = None
     """The same for the whole sequence in rank-major gathered order (every rank's `positions` one after
     another): [s] (layout.gathered_positions); used by the strategies that gather the sequence."""
+    doc_ids: torch.Tensor | None = None
+    """[t] document index of each local token in its pack (runtime/packed.py; `positions` then restart at each
+    document); None: one document."""
+    cu_seqlens: torch.Tensor | None = None
+    """[n + 1] document offsets of the whole pack (runtime/packed.py), from which every rank derives the
+    documents of any rank's tokens; None: the sequence is one document."""
 
     @property
     def kv(self) -> int:
@@ -86,7 +92,7 @@ class Ctx:
 
 
 def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
-             all_positions=None) -> Ctx:
+             all_positions=None, doc_ids=None, cu_seqlens=None) -> Ctx:
     """The `Ctx` of one sub-layer of a model config (runtime.reference.GPTConfig) on this rank. Rotary
     models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
     gathered_positions) on `device`."""
@@ -102,7 +108,7 @@ def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, po
     return Ctx(group=group, p=p, rank=r, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
                eps=cfg.eps, tag=tag, kv_heads=getattr(cfg, "kv_heads", 0), ffn_kind=getattr(cfg, "ffn_kind", "gelu"),
                rope_theta=rope, rope_llama3=getattr(cfg, "rope_llama3", None), positions=positions,
-               all_positions=all_positions)
+               all_positions=all_positions, doc_ids=doc_ids, cu_seqlens=cu_seqlens)
 
 
 @dataclass(frozen=True)

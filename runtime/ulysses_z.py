@@ -79,7 +79,7 @@ def forward(x, w: Weights, ctx: Ctx, prep=None):
     heads = seq_to_heads(qkv, ctx)  # [b, t, p*n/p] -> [b, s, n/p]
     qh, kh, vh = heads.split([h // ctx.p, k.shape[-1] // ctx.p, v.shape[-1] // ctx.p], dim=-1)
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
-    ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal)
+    ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
     c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
     return add_bias(x + c @ w2, w.b2), (x, u, c, core)
 
@@ -92,7 +92,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     dw2 = weight_grad(c, dy)  # [h, h]
     order = natural_order(ctx.seq_len, ctx.p).to(x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
-    dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal), dim=-1)  # [b, s, n/p]
+    dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal, ctx.cu_seqlens), dim=-1)  # [b,s,n/p]
     kv_sent = ctx.kv * d * rep
     dq, dk, dv = split_sections(heads_to_seq(dheads, ctx), (h, kv_sent, kv_sent), ctx.p)  # -> [b, t, ..]
     dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]

@@ -395,6 +395,93 @@ ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; shardin
 CASES["bad-input"] = bad_input_case
 
 
+# --- packed documents: attention confined to each document, under every strategy --------------------------
+
+PACKS = ((1, 13, 5, 1, 27), (3, 1, 9, 30))
+"""Documents of the packed cases: lengths not multiples of 2p, single-token documents, one longer than a
+rank's share of the pack (27 > 48/2, 30 > 44/2) and padding (pack 1: 47 -> 48 tokens; pack 2: 43 -> 44 at
+p = 1, 2 and 48 at p = 3, 4)."""
+
+
+def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
+    """One attention sub-layer over a pack (48 tokens at every p) equals the reference with the
+    block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
+    unpacked schedule's (the documents of received K/V are derived locally, nothing more travels)."""
+    def case(rank: int, p: int, group) -> None:
+        from runtime.packed import pack_sequence
+
+        pack = pack_sequence(PACKS[0], p)
+        assert pack.seq_len == S
+        cfg = config(causal)
+        full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
+        gen = torch.Generator().manual_seed(5)
+        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
+        xr = x.clone().requires_grad_()
+        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
+        reference_sublayer(xr, pr, "attention", cfg, pack.cu_seqlens).backward(dy)
+        yr = reference_sublayer(x, full, "attention", cfg, pack.cu_seqlens)
+
+        params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
+                                                        for n in PARAM_NAMES)]
+        xl = shard_sequence(x, 1, group).requires_grad_()
+        ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=S,
+                  eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
+        with count_bytes() as counter:
+            y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
+            y.backward(shard_sequence(dy, 1, group))
+        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
+        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
+        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, "attention", rank, p)
+        for name, prm in zip(PARAM_NAMES, params):
+            assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+        option = strategy + ("+recompute" if recompute else "")
+        assert counter.total() == predicted_bytes(cfg, "attention", option, p)
+    return case
+
+
+def packed_model_case(plans, causal: bool, first_pack: int = 0):
+    """The whole model over packs, one plan per step (mixed strategies, recompute), against the
+    reference with the block-diagonal mask and per-document positions: logits, loss, every gradient."""
+    def case(rank: int, p: int, group) -> None:
+        from runtime.packed import pack_sequence
+
+        cfg = config(causal)
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd)
+        for step, plan in enumerate(plans):
+            pack = pack_sequence(PACKS[(first_pack + step) % len(PACKS)], p)
+            gen = torch.Generator().manual_seed(20 + step)
+            ids = torch.randint(0, cfg.vocab_size, (B, pack.seq_len), generator=gen)
+            labels = pack.labels(ids)
+            ref.zero_grad()
+            logits_r, loss_r = ref(ids, labels, pack.cu_seqlens)
+            loss_r.backward()
+            ref_grads = shard_state_dict({n: q.grad for n, q in ref.named_parameters()}, rank, p)
+            model.zero_grad()
+            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
+                                 cu_seqlens=pack.cu_seqlens)
+            loss.backward()
+            assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
+            assert_close(loss.detach(), loss_r.detach(), **TOL)
+            for n, q in model.named_parameters():
+                assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
+    return case
+
+
+for _strategy in STRATEGIES:  # recomputation is covered by the mixed plans below
+    for _causal in (True, False):
+        CASES[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = packed_sublayer_case(
+            _strategy, _causal, False)
+CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with and without recomputation
+    ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
+    ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
+], True)
+CASES["packed-model-mixed-bidir"] = packed_model_case([
+    ["ulysses_z+recompute", "metp", "megatron_ts", "megatron_cz+recompute"]], False, first_pack=1)
+
+
 # --- training ---------------------------------------------------------------------------------------------
 
 def _shared_tmpdir(rank: int, p: int, group) -> str:

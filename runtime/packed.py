@@ -1,0 +1,121 @@
+"""Packed sequences: several documents in one training sequence, attention confined to each document.
+
+Library module (no command; `paradyse-lab train --pack-tokens N` packs its steps with it).
+
+A pack is the documents of one step concatenated, then padded ONCE to `pack_unit(p)` = 2p tokens (the zig-zag
+layout unit of layout.py; 2 also at p = 1, where the strategy catalog's causal ring rule asks for it) with
+padding tokens that form a document of their own (they attend only to each other and carry no loss). The
+zig-zag layout is applied over the whole pack, as over one sequence: rank r holds pack chunks r and
+2p-1-r. That balances the pack's token count (every rank the same t = s/p tokens: the linear parts, MLP
+and projections, are even) and its pack-causal triangle; it does not balance the per-document causal work
+exactly: a rank's attention work is the sum over its queries of the keys of their own document before
+them, which depends on where the document boundaries fall in its two chunks (a chunk holding the start
+of a long document does less than one holding its end). Per-document zig-zag (each document cut into 2p
+chunks) would balance that too, at the price of padding every document to 2p (single-token documents
+cost 2p tokens each); padding once per pack costs fewer than 2p tokens per step.
+
+The varlen form is `cu_seqlens` [n + 1]: the cumulative document offsets in the pack (padding last, as its
+own document when there is any), the argument FlashAttention's `flash_attn_varlen_func` takes
+(flash-attn docs: "cu_seqlens_q: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths of
+the sequences in the batch"). Every rank derives any token's document and in-document position from it
+locally (`document_of`), so ring attention needs no extra message for the masks of the K/V it receives.
+Query i sees key j iff they are in the same document and (non-causal, or pos_j <= pos_i), pos being the
+position within the document (`document_mask`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from paradyse_lab.errors import UserInputError
+from runtime.layout import local_positions
+
+IGNORE = -100
+"""Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The documents of one packed sequence and its padding (module docstring)."""
+
+    lengths: tuple[int, ...]
+    """Tokens of each real document, in pack order."""
+    seq_len: int
+    """Length of the pack after padding: sum(lengths) rounded up to the layout unit."""
+
+    @property
+    def padding(self) -> int:
+        """Padding tokens at the end of the pack (fewer than the layout unit)."""
+        return self.seq_len - sum(self.lengths)
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        """[n + 1] int32 cumulative offsets of the documents, the padding document last when there is one."""
+        parts = list(self.lengths) + ([self.padding] if self.padding else [])
+        return torch.tensor([0, *parts], dtype=torch.int64).cumsum(0).to(torch.int32)
+
+    def labels(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its
+        successor belongs to the next document) and on the padding."""
+        labels = torch.full_like(tokens, IGNORE)
+        start = 0
+        for n in self.lengths:
+            labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
+            start += n
+        return labels
+
+
+def pack_unit(p: int) -> int:
+    """Tokens a pack is padded to a multiple of: 2p (a multiple of `layout.layout_unit(p)` for every p)."""
+    return 2 * p
+
+
+def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
+    """The pack of documents of `lengths` tokens for p ranks: padded once to `pack_unit(p)`."""
+    lengths = tuple(int(n) for n in lengths)
+    if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
+        raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
+    unit = pack_unit(p)
+    total = sum(lengths)
+    return Pack(lengths, -(-total // unit) * unit)
+
+
+def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """`cu_seqlens` as an int64 CPU tensor, after checking that it starts at 0, increases strictly and ends
+    at `seq_len` (`UserInputError` otherwise)."""
+    cu = torch.as_tensor(cu_seqlens).to("cpu", torch.int64).reshape(-1)
+    if cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != seq_len or not bool((cu[1:] > cu[:-1]).all()):
+        raise UserInputError(f"cu_seqlens {cu.tolist()} must start at 0, increase strictly and end at the "
+                             f"sequence length {seq_len}")
+    return cu
+
+
+def document_of(cu_seqlens: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(document id, position within the document) of the pack positions `index` [n]: two [n] int64."""
+    cu = cu_seqlens.to(index.device, torch.int64)
+    doc = torch.searchsorted(cu, index, right=True) - 1  # [n]: the last offset <= index
+    return doc, index - cu[doc]
+
+
+def local_documents(cu_seqlens: torch.Tensor, seq_len: int, p: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(doc_ids, positions) [t] of rank r's tokens in the zig-zag layout of a pack of `seq_len` tokens."""
+    return document_of(cu_seqlens, local_positions(seq_len, p, r).to(cu_seqlens.device))
+
+
+def document_mask(q_doc: torch.Tensor, q_pos: torch.Tensor, k_doc: torch.Tensor, k_pos: torch.Tensor,
+                  causal: bool) -> torch.Tensor:
+    """[sq, sk] bool, True where query i may see key j: same document and (non-causal or pos_j <= pos_i)."""
+    allowed = q_doc.unsqueeze(1) == k_doc.unsqueeze(0)  # [sq, 1] == [1, sk] -> [sq, sk]
+    if causal:
+        allowed &= k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)
+    return allowed
+
+
+def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
+    """[s, s] bool mask of the whole pack in natural order (the single-device reference's)."""
+    index = torch.arange(int(cu_seqlens[-1]), device=cu_seqlens.device)
+    doc, pos = document_of(cu_seqlens, index)
+    return document_mask(doc, pos, doc, pos, causal)

@@ -1,0 +1,135 @@
+"""Packed sequences on one process: the pack's offsets and labels, the document mask, the masked kernel
+(rows that see no key), the merge of such rows, and the single-device reference against running each
+document alone. The distributed equivalence of every strategy is in runtime_cases.py (`packed-*` cases).
+
+Run: `python -m pytest -q tests/runtime/test_packed.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
+from runtime import attention
+from runtime.attention import attention_backward, attention_forward, merge_partials
+from runtime.packed import (
+    IGNORE,
+    block_diagonal_mask,
+    check_cu_seqlens,
+    document_mask,
+    document_of,
+    local_documents,
+    pack_sequence,
+)
+from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_pack_is_padded_once_to_2p_with_a_padding_document(p):
+    pack = pack_sequence([1, 13, 5, 1, 22], p)  # 42 tokens
+    assert pack.seq_len % (2 * p) == 0 and 0 <= pack.padding < 2 * p
+    assert pack.seq_len == -(-42 // (2 * p)) * 2 * p
+    cu = pack.cu_seqlens.tolist()
+    assert cu[:6] == [0, 1, 14, 19, 20, 42] and cu[-1] == pack.seq_len
+    assert len(cu) == 6 + (1 if pack.padding else 0) and pack.cu_seqlens.dtype == torch.int32
+    doc, pos = document_of(pack.cu_seqlens, torch.arange(pack.seq_len))
+    assert doc[:15].tolist() == [0] + [1] * 13 + [2] and pos[:15].tolist() == [0, *range(13), 0]
+    ranks = [local_documents(pack.cu_seqlens, pack.seq_len, p, r) for r in range(p)]
+    assert sorted(torch.cat([d for d, _ in ranks]).tolist()) == sorted(doc.tolist())
+
+
+def test_labels_stop_at_each_document_end_and_skip_padding():
+    pack = pack_sequence([3, 1, 2], 2)  # 6 tokens + 2 padding
+    tokens = torch.arange(10, 18).view(1, 8)
+    assert pack.labels(tokens).tolist() == [[11, 12, IGNORE, IGNORE, 15, IGNORE, IGNORE, IGNORE]]
+
+
+@pytest.mark.parametrize("bad", [[], [3, 0], [2, -1]])
+def test_pack_refuses_empty_documents(bad):
+    with pytest.raises(UserInputError, match="positive length"):
+        pack_sequence(bad, 2)
+
+
+@pytest.mark.parametrize("cu", [[1, 4], [0, 3, 3, 8], [0, 5], [0]])
+def test_cu_seqlens_must_cover_the_sequence(cu):
+    with pytest.raises(UserInputError, match="cu_seqlens"):
+        check_cu_seqlens(torch.tensor(cu), 8)
+
+
+def test_document_mask_is_same_document_and_causal_by_position():
+    cu = torch.tensor([0, 2, 5])
+    causal = block_diagonal_mask(cu, True).int().tolist()
+    assert causal == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]
+    bidir = block_diagonal_mask(cu, False).int().tolist()
+    assert bidir[0] == [1, 1, 0, 0, 0] and bidir[4] == [0, 0, 1, 1, 1]
+    doc, pos = document_of(cu, torch.tensor([4, 1]))
+    assert doc.tolist() == [1, 0] and pos.tolist() == [2, 1]
+    assert document_mask(doc, pos, doc, pos, True).tolist() == [[True, False], [False, True]]
+
+
+def _softmax_reference(q, k, v, mask):
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [b, H, sq, sk]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    prob = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows without keys: 0
+    return prob @ v
+
+
+def test_masked_kernel_rows_without_keys_give_zero_and_no_nan():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(2, 3, 5, 4, generator=gen, dtype=torch.float64) for _ in range(4))
+    mask = torch.tensor([[1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]],
+                        dtype=torch.bool)  # rows 1 and 4 see no key
+    out, lse = attention_forward(q, k, v, False, mask=mask)
+    assert torch.isinf(lse[..., [1, 4]]).all() and torch.isfinite(lse[..., [0, 2, 3]]).all()
+    assert_close(out, _softmax_reference(q, k, v, mask))
+    dq, dk, dv = attention_backward(do, q, k, v, out, lse, False, mask=mask)
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    _softmax_reference(qr, kr, vr, mask).backward(do)
+    for got, want in ((dq, qr.grad), (dk, kr.grad), (dv, vr.grad)):
+        assert torch.isfinite(got).all()
+        assert_close(got, want)
+
+
+def test_merge_of_blocks_with_empty_rows_equals_the_whole():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 4, 3, generator=gen) for _ in range(3))
+    k2, v2 = (torch.randn(1, 2, 4, 3, generator=gen) for _ in range(2))
+    m1 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    m2 = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 1]], dtype=torch.bool)
+    out = torch.zeros(1, 2, 4, 3)
+    lse = torch.full((1, 2, 4), float("-inf"))
+    for kk, vv, m in ((k, v, m1), (k2, v2, m2)):
+        merge_partials(out, lse, *attention_forward(q, kk, vv, False, mask=m))
+    assert torch.isfinite(out).all() and torch.isinf(lse[..., 1]).all()  # row 1 saw nothing in either block
+    whole = torch.cat([m1, m2], dim=1)
+    want, want_lse = attention_forward(q, torch.cat([k, k2], 2), torch.cat([v, v2], 2), False, mask=whole)
+    assert_close(out, want)
+    assert_close(lse, want_lse)
+
+
+def test_masked_kernel_on_cuda_is_a_visible_fallback(monkeypatch):
+    """Packed attention on CUDA runs the masked math kernel, warns once and records 'math-masked'."""
+    q = torch.randn(1, 1, 2, 2)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(attention, "_WARNED_MASKED", [])
+    with attention.kernels_used() as ran, pytest.warns(RuntimeWarning, match="masked math kernel"):
+        attention_forward(q, q, q, True, mask=torch.ones(2, 2, dtype=torch.bool))
+    assert ran == {"math-masked"}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_reference_pack_equals_each_document_alone(causal):
+    """The oracle's meaning: a packed reference forward gives each document the logits it has alone."""
+    cfg = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=4, layers=2, causal=causal)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(init_state_dict(cfg, 2))
+    pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens + 3 padding
+    ids = torch.randint(0, 64, (2, pack.seq_len), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        packed = ref(ids, cu_seqlens=pack.cu_seqlens)
+        start = 0
+        for n in pack.lengths:
+            assert_close(packed[:, start:start + n], ref(ids[:, start:start + n]), rtol=1e-5, atol=1e-5)
+            start += n
