@@ -10,22 +10,24 @@ Commands (one machine):
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
 lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
-then rounded down to the layout unit 2p). Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each
-step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the
-loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely successors), which a
-model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by
-paradyse_lab/app/training.py and passed in as `policy_for`) plans
-each step with `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on
-`--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size.
-AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the
-plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints
-(runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from the
-newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch
-and --max-len; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
-step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it
-was. Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the
-launcher, and the ranks stop with it (runtime/launcher.py). The command line is
-paradyse_lab/cli/train_command.py.
+then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
+documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+paradyse_lab/packing.py), padded once to 2p, attention confined to each document and positions restarting at
+each (runtime/packed.py); `--batch` must be 1 (a step is one pack). Tokens: a `file:*.jsonl` of token-id lists
+gives real tokens, each step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding
+masked out of the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely
+successors), which a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`,
+simulator/policies.py, built by paradyse_lab/app/training.py and passed in as `policy_for`) plans each step with
+`--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on `--cluster` (a preset,
+or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size. AdamW; bf16 weights with fp32
+master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank 0, a CSV
+with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
+`--checkpoint-every` steps and at the end, and `--resume` continues from the newest one that verifies
+(checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch, --max-len and packing; a
+new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
+loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was. Options are
+checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the
+ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ class TrainOptions:
     """CSV of the per-step loss, time, memory and plan (rank 0)."""
     progress: bool = True
     """A progress bar on rank 0 (--no-progress: none)."""
+    pack_tokens: int = 0
+    """Token budget of a packed step: the workload's documents packed greedily first-fit into steps of at most
+    this many tokens (paradyse_lab/packing.py), attention confined to each document; 0: one sequence per step."""
+    pack_order: str = "sorted"
+    """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
 
 
 def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
@@ -173,7 +180,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import TokenDocuments, check_options
+    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -187,7 +194,11 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
 
+    packs = PackedSteps.build(opts, lengths, docs, cap, p) if opts.pack_tokens else None
+
     def length_of(step: int) -> int:
+        if packs is not None:
+            return packs.pack(step).seq_len
         if docs is not None:
             return docs.length(step, opts.batch, unit, cap)
         return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
@@ -199,7 +210,8 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len}
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
+            "pack_order": opts.pack_order}
     start = 0
     found = None
     if opts.checkpoint_dir and not opts.resume:
@@ -232,7 +244,13 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     for step in range(start, opts.steps):
         s = length_of(step)
         decision = decide_plan_on_rank0(lambda s=s: policy.decide(s, opts.batch), group)
-        if docs is not None:
+        pack = cu_seqlens = None
+        if packs is not None:
+            pack = packs.pack(step)
+            tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
+                                                                                          cfg.vocab_size)
+            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens.to(device)  # -100 at document ends, padding
+        elif docs is not None:
             tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
         else:
             tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
@@ -241,7 +259,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        _, loss = model(ids, list(decision.plan), labels)
+        _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
@@ -265,7 +283,8 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             peak = torch.cuda.max_memory_allocated(device)
         else:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
-        row = {"step": step + 1, "seq_len": s, "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
+        row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
+               "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
                "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
                "cached": decision.cached, "feasible": decision.feasible}
         log.append(row)
@@ -273,7 +292,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             log_csv.write(row)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, ms=f"{1e3 * row['step_s']:.0f}",
+            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, docs=row["docs"], ms=f"{1e3 * row['step_s']:.0f}",
                             peak=f"{peak / 2**20:.0f}MiB", plan=row["plan"])
         if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
             save(step + 1)

@@ -9,6 +9,9 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
   layout unit (documents longer than the cap are cut to it), shorter rows are padded and their padding
   (and each row's last position) is masked out of the loss with label -100.
+- `PackedSteps` (`--pack-tokens N`): the workload's documents (each cut to the cap) packed first-fit into steps
+  of at most N tokens (paradyse_lab/packing.py `pack_document_indices`); step i trains pack i (mod the
+  count), padded once to 2p (runtime/packed.py); with a `file:*.jsonl` its tokens are the documents' own.
 """
 
 from __future__ import annotations
@@ -32,11 +35,19 @@ def check_options(opts) -> None:
     require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
     require_number("--budget-gb", opts.budget_gb, 0.0, 1e9)
     for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
-                         ("--checkpoint-every", opts.checkpoint_every)):
+                         ("--checkpoint-every", opts.checkpoint_every), ("--pack-tokens", opts.pack_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UserInputError(f"{field} must be an integer >= 0, got {value!r}")
     if opts.seed >= 2**32:
         raise UserInputError(f"--seed must be below 2**32, got {opts.seed}")
+    from paradyse_lab.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
+
+    if opts.pack_order not in PACK_ORDERS:
+        raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {opts.pack_order!r}")
+    if opts.pack_tokens > MAX_TOKEN_BUDGET:
+        raise UserInputError(f"--pack-tokens must be at most {MAX_TOKEN_BUDGET}, got {opts.pack_tokens}")
+    if opts.pack_tokens and opts.batch != 1:
+        raise UserInputError(f"--batch must be 1 with --pack-tokens (a step is one pack), got {opts.batch}")
     if opts.log_file:
         check_output_file(opts.log_file, "--log-file")
     if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
@@ -101,3 +112,40 @@ class TokenDocuments:
             tokens[i, : len(ids)] = ids
             labels[i, : len(ids) - 1] = ids[1:]
         return tokens, labels
+
+
+class PackedSteps:
+    """The packed steps of `--pack-tokens` (module docstring)."""
+
+    def __init__(self, doc_lengths: list[int], steps: list[tuple[int, ...]], p: int, docs: TokenDocuments | None,
+                 cap: int):
+        from runtime.packed import pack_sequence
+
+        self.steps, self.docs, self.cap = steps, docs, cap
+        self.packs = [pack_sequence([doc_lengths[i] for i in step], p) for step in steps]
+
+    @classmethod
+    def build(cls, opts, lengths, docs: TokenDocuments | None, cap: int, p: int) -> PackedSteps:
+        """Pack the workload's `lengths` (or the token file's documents), each cut to `cap`, into steps of at
+        most `opts.pack_tokens` tokens in `opts.pack_order`."""
+        from paradyse_lab.packing import pack_document_indices
+
+        doc_lengths = [min(len(d) if docs is not None else int(d), cap) for d in (docs.docs if docs else lengths)]
+        return cls(doc_lengths, pack_document_indices(doc_lengths, opts.pack_tokens, opts.pack_order, opts.seed),
+                   p, docs, cap)
+
+    def pack(self, step: int):
+        """The `runtime.packed.Pack` step `step` trains."""
+        return self.packs[step % len(self.packs)]
+
+    def tokens(self, step: int, vocab: int):
+        """[1, s] token ids of the step's documents from the token file, concatenated; padding ids 0."""
+        import torch
+
+        pack = self.pack(step)
+        ids = [t for i in self.steps[step % len(self.steps)] for t in self.docs.docs[i][:self.cap]]
+        if max(ids) >= vocab:
+            raise UserInputError(f"token id {max(ids)} is outside the model's vocabulary (size {vocab})")
+        out = torch.zeros(1, pack.seq_len, dtype=torch.long)
+        out[0, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out

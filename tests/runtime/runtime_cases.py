@@ -616,6 +616,35 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     assert calls == ([0, 0] if rank == 0 else [])
 
 
+def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
+    """`train --pack-tokens 96` (gloo, p = 2): every step is a pack of several of the length file's documents,
+    padded once to 2p, and the loss falls."""
+    import os
+
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    root = _shared_tmpdir(rank, p, group)
+    lengths = os.path.join(root, "lengths.txt")
+    if rank == 0:
+        with open(lengths, "w") as f:
+            f.write("\n".join(map(str, (5, 9, 17, 30, 48, 12, 3, 1, 26, 40, 7, 21, 33, 2, 14))))
+    dist.barrier(group=group)
+    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{lengths}", steps=15, lr=3e-3, max_len=S,
+                             pack_tokens=96, progress=False), group)
+    assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + 2 * p for r in log)
+    assert [r["docs"] for r in log[:6]] == [6, 5, 4] * 2  # 3 packs of all 15 documents (first-fit decreasing)
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:3], log[-3:]))  # the same 3 packs
+    assert last < first - 0.5, (first, last)
+    dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
 def llama_train_case(rank: int, p: int, group) -> None:
     """`train --model llama-tiny` (RMSNorm, SwiGLU, RoPE, 2 K/V heads, untied head) under ulysses_z: the loss
     falls over 12 steps, and resuming from the step-6 checkpoint repeats steps 7-12 bit-identically (losses and
@@ -658,8 +687,12 @@ CASES["llama-train-falls-and-resumes"] = llama_train_case
 ONLY_AT["llama-train-falls-and-resumes"] = (2,)
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 ONLY_AT["plan-decided-on-rank0"] = (2,)  # two ranks that disagree are the whole mechanism (rank 0 broadcasts)
+CASES["train-packed-loss-falls"] = train_packed_loss_falls_case
+ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
 CASES["train-loss-falls"] = train_loss_falls_case
 ONLY_AT["train-loss-falls"] = (2,)  # learning is the loop's; gradients at every p are the model-* cases'
+CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-loss-falls: shares its warm-up
+ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed"):
