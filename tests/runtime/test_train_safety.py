@@ -44,9 +44,9 @@ def seen(monkeypatch):
     calls = []
     original = ParallelGPT.forward
 
-    def spy(self, ids, plan, labels=None):
+    def spy(self, ids, plan, labels=None, cu_seqlens=None):
         calls.append((ids.clone(), labels.clone()))
-        logits, loss = original(self, ids, plan, labels)
+        logits, loss = original(self, ids, plan, labels, cu_seqlens=cu_seqlens)
         if len(calls) == getattr(spy, "nan_at", 0):
             loss = loss * float("nan")
         if len(calls) == getattr(spy, "crash_at", 0):
@@ -70,6 +70,29 @@ def test_jsonl_steps_train_exactly_their_own_documents(tmp_path, seen):
         assert (labels[0, real - 1:] == -100).all()
         trained.append(ids[0, :real].tolist())
     assert trained == sorted(docs, key=len)  # every token of every document, in the workload's order
+
+
+def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
+    """--pack-tokens with a token file: a step's ids are its documents (cut to --max-len) end to end in the
+    packer's order, padded once to 2p with id 0; no label crosses a document boundary or lies on padding."""
+    from paradyse_lab.packing import pack_document_indices
+
+    docs = [[(5 * i + j) % 90 + 1 for j in range(n)] for i, n in enumerate((30, 7, 1, 50, 12, 19))]
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 40, "pack_tokens": 48, "steps": 3}))
+    ordered = [d[:40] for d in sorted(docs, key=len)]  # the token file's documents in the workload's order
+    steps = pack_document_indices([len(d) for d in ordered], 48)
+    assert len(seen.calls) == len(steps) == 3
+    for (ids, labels), step in zip(seen.calls, steps):
+        want_ids, want_labels = [], []
+        for i in step:
+            want_ids += ordered[i]
+            want_labels += ordered[i][1:] + [-100]
+        pad = -len(want_ids) % 2
+        assert ids.tolist() == [want_ids + [0] * pad]
+        assert labels.tolist() == [want_labels + [-100] * pad]
+    assert sorted(i for step in steps for i in step) == list(range(len(docs)))
 
 
 def _run(tmp_path, **kw):
