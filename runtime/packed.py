@@ -119,3 +119,17 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
     index = torch.arange(int(cu_seqlens[-1]), device=cu_seqlens.device)
     doc, pos = document_of(cu_seqlens, index)
     return document_mask(doc, pos, doc, pos, causal)
+
+
+def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
+    """(query, key) pairs each rank's queries attend to under the zig-zag layout of the whole pack: a
+    token at position pos of a document of n tokens sees pos + 1 keys (causal) or n (non-causal)."""
+    import numpy as np
+
+    sizes = np.array([*pack.lengths] + ([pack.padding] if pack.padding else []), dtype=np.int64)  # [n]
+    if causal:  # position + 1 within each document: [s]
+        work = np.arange(pack.seq_len) - np.repeat(np.cumsum(sizes) - sizes, sizes) + 1
+    else:
+        work = np.repeat(sizes, sizes)  # [s]: the document's length
+    chunks = work.reshape(2 * p, -1).sum(1)  # [s] -> [2p, s/2p] -> [2p]
+    return [int(chunks[r] + chunks[2 * p - 1 - r]) for r in range(p)]  # rank r: chunks r and 2p-1-r

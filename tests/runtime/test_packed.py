@@ -7,6 +7,8 @@ Run: `python -m pytest -q tests/runtime/test_packed.py`.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -14,6 +16,7 @@ from torch.testing import assert_close
 from paradyse_lab.errors import UserInputError
 from runtime import attention
 from runtime.attention import attention_backward, attention_forward, merge_partials
+from runtime.layout import local_positions
 from runtime.packed import (
     IGNORE,
     block_diagonal_mask,
@@ -22,6 +25,7 @@ from runtime.packed import (
     document_of,
     local_documents,
     pack_sequence,
+    rank_attention_pairs,
 )
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
 
@@ -133,3 +137,24 @@ def test_reference_pack_equals_each_document_alone(causal):
         for n in pack.lengths:
             assert_close(packed[:, start:start + n], ref(ids[:, start:start + n]), rtol=1e-5, atol=1e-5)
             start += n
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
+    one = pack_sequence([24], p)  # 24 is a multiple of 2p for p = 1..4: no padding
+    assert len(set(rank_attention_pairs(one, p, True))) == 1  # zig-zag balances one causal sequence exactly
+    pack = pack_sequence([1, 13, 5, 1, 27], p)
+    for causal in (True, False):
+        pairs = rank_attention_pairs(pack, p, causal)
+        mask = block_diagonal_mask(pack.cu_seqlens, causal)  # [s, s]
+        assert pairs == [int(mask[local_positions(pack.seq_len, p, r)].sum()) for r in range(p)]  # rank r's rows
+
+
+def test_pack_balance_command_prints_json(capsys):
+    from runtime.pack_balance import main
+
+    assert main(["uniform:512:4096", "--pack-tokens", "8192", "--p", "4", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["causal"] for r in rows] == [True, False]
+    for r in rows:
+        assert r["steps"] > 0 and r["docs_per_step"] >= 1 and 1.0 <= r["imbalance_mean"] <= r["imbalance_worst"]

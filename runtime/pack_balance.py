@@ -1,0 +1,86 @@
+"""How well the zig-zag layout over a whole pack balances attention across ranks, against per-document zig-zag.
+
+Command:
+
+    python -m runtime.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
+
+Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/packing.py, `--pack-order`), pads
+each pack once to 2p (runtime/packed.py) and prints, for causal and non-causal attention: the steps, documents
+per step, the padding tokens of padding once per pack and of padding every document to 2p (what per-document
+zig-zag needs), and the attention imbalance of the pack layout from each rank's (query, key) pairs
+(`runtime.packed.rank_attention_pairs`): over the run, the sum over steps of the busiest rank's pairs over the
+sum of the mean rank's (the attention time the run loses to waiting for the busiest rank), and the worst single
+step's busiest / mean. 1.00 is perfect balance; per-document zig-zag is 1.00 for causal attention by
+construction. The linear parts (GEMMs, MLP) are balanced exactly either way: every rank holds s/p tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed: int = 0,
+            progress: bool = True) -> list[dict]:
+    """One row per attention kind (causal, non-causal) with the statistics of the module docstring."""
+    from tqdm import tqdm
+
+    from paradyse_lab.errors import require_positive_int
+    from paradyse_lab.packing import pack_documents
+    from paradyse_lab.workloads import get_workload
+    from runtime.packed import pack_sequence, pack_unit, rank_attention_pairs
+
+    require_positive_int("--p", p, 1024)
+    steps = pack_documents(get_workload(dataset, seed=seed).lengths, pack_tokens, order, seed)
+    unit = pack_unit(p)
+    rows = []
+    for causal in (True, False):
+        total = worst = weighted = 0.0
+        for lengths in tqdm(steps, desc="causal" if causal else "non-causal", disable=not progress):
+            pairs = rank_attention_pairs(pack_sequence(lengths, p), p, causal)
+            ratio = max(pairs) / (sum(pairs) / p)
+            worst, weighted, total = max(worst, ratio), weighted + ratio * sum(pairs), total + sum(pairs)
+        rows.append({"dataset": dataset, "pack_tokens": pack_tokens, "p": p, "causal": causal, "steps": len(steps),
+                     "docs_per_step": sum(map(len, steps)) / len(steps),
+                     "padding_once_per_pack": sum(-sum(s) % unit for s in steps),
+                     "padding_per_document": sum(-n % unit for s in steps for n in s),
+                     "imbalance_mean": weighted / total, "imbalance_worst": worst})
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from paradyse_lab.cli.output import add_format_argument
+
+    parser.add_argument("dataset", help="workload: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA, "
+                        "file:PATH")
+    parser.add_argument("--pack-tokens", type=int, required=True, help="token budget of a step")
+    parser.add_argument("--pack-order", default="sorted", help="sorted or shuffled (default %(default)s)")
+    parser.add_argument("--p", type=int, default=8, help="ranks (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="workload and shuffle seed")
+    add_format_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = balance(args.dataset, args.pack_tokens, args.p, args.pack_order, args.seed,
+                   progress=args.format == "table")
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'attention':<11} {'steps':>6} {'docs/step':>9} {'pad/pack':>9} {'pad/doc':>9} {'imbal mean':>10} "
+          f"{'imbal worst':>11}")
+    for r in rows:
+        print(f"{'causal' if r['causal'] else 'non-causal':<11} {r['steps']:>6} {r['docs_per_step']:>9.1f} "
+              f"{r['padding_once_per_pack']:>9} {r['padding_per_document']:>9} {r['imbalance_mean']:>10.3f} "
+              f"{r['imbalance_worst']:>11.3f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from paradyse_lab.cli import standalone_main
+
+    return standalone_main("python -m runtime.pack_balance", __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
