@@ -5,9 +5,9 @@ Command:
     python -m runtime.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
 
 Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/packing.py, `--pack-order`), pads
-each pack once to 2p (runtime/packed.py) and prints, for causal and non-causal attention: the steps, documents
-per step, the padding tokens of padding once per pack and of padding every document to 2p (what per-document
-zig-zag needs), and the attention imbalance of the pack layout from each rank's (query, key) pairs
+each pack once to the layout unit 2p (runtime/packed.py) and prints, for causal and non-causal attention: the
+steps, documents per step, the padding tokens of padding once per pack and of padding every document to 2p (what
+per-document zig-zag needs), and the attention imbalance of the pack layout from each rank's (query, key) pairs
 (`runtime.packed.rank_attention_pairs`): over the run, the sum over steps of the busiest rank's pairs over the
 sum of the mean rank's (the attention time the run loses to waiting for the busiest rank), and the worst single
 step's busiest / mean. 1.00 is perfect balance; per-document zig-zag is 1.00 for causal attention by
@@ -28,12 +28,13 @@ def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed:
 
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.packing import pack_documents
+    from paradyse_lab.strategies import layout_unit
     from paradyse_lab.workloads import get_workload
-    from runtime.packed import pack_sequence, pack_unit, rank_attention_pairs
+    from runtime.packed import pack_sequence, rank_attention_pairs
 
     require_positive_int("--p", p, 1024)
     steps = pack_documents(get_workload(dataset, seed=seed).lengths, pack_tokens, order, seed)
-    unit = pack_unit(p)
+    unit = layout_unit(p)
     rows = []
     for causal in (True, False):
         total = worst = weighted = 0.0

@@ -2,8 +2,8 @@
 
 Library module (no command; `paradyse-lab train --pack-tokens N` packs its steps with it).
 
-A pack is the documents of one step concatenated, then padded ONCE to `pack_unit(p)` = 2p tokens (the zig-zag
-layout unit of layout.py; 2 also at p = 1, where the strategy catalog's causal ring rule asks for it) with
+A pack is the documents of one step concatenated, then padded ONCE to the layout unit (2p, 1 at p = 1:
+`paradyse_lab.strategies.layout_unit`, the unit every strategy reads) with
 padding tokens that form a document of their own (they attend only to each other and carry no loss). The
 zig-zag layout is applied over the whole pack, as over one sequence: rank r holds pack chunks r and
 2p-1-r. That balances the pack's token count (every rank the same t = s/p tokens: the linear parts, MLP
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.strategies import layout_unit
 from runtime.layout import local_positions
 
 IGNORE = -100
@@ -68,17 +69,12 @@ class Pack:
         return labels
 
 
-def pack_unit(p: int) -> int:
-    """Tokens a pack is padded to a multiple of: 2p (a multiple of `layout.layout_unit(p)` for every p)."""
-    return 2 * p
-
-
 def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
-    """The pack of documents of `lengths` tokens for p ranks: padded once to `pack_unit(p)`."""
+    """The pack of documents of `lengths` tokens for p ranks: padded once to `layout_unit(p)`."""
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
-    unit = pack_unit(p)
+    unit = layout_unit(p)
     total = sum(lengths)
     return Pack(lengths, -(-total // unit) * unit)
 
@@ -131,5 +127,7 @@ def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
         work = np.arange(pack.seq_len) - np.repeat(np.cumsum(sizes) - sizes, sizes) + 1
     else:
         work = np.repeat(sizes, sizes)  # [s]: the document's length
+    if p == 1:
+        return [int(work.sum())]
     chunks = work.reshape(2 * p, -1).sum(1)  # [s] -> [2p, s/2p] -> [2p]
     return [int(chunks[r] + chunks[2 * p - 1 - r]) for r in range(p)]  # rank r: chunks r and 2p-1-r

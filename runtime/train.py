@@ -12,11 +12,11 @@ Each step takes its sequence length from the workload (`--dataset`: github_code,
 lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
 then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
 documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
-paradyse_lab/packing.py), padded once to 2p, attention confined to each document and positions restarting at
-each (runtime/packed.py); `--batch` must be 1 (a step is one pack). Tokens: a `file:*.jsonl` of token-id lists
-gives real tokens, each step its own documents whole (runtime/train_inputs.py: lengths rounded up to 2p, padding
-masked out of the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4 likely
-successors), which a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`,
+paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
+restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). Tokens: a `file:*.jsonl` of
+token-id lists gives real tokens, each step its own documents whole (runtime/train_inputs.py: lengths rounded up
+to 2p, padding masked out of the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4
+likely successors), which a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`,
 simulator/policies.py, built by paradyse_lab/app/training.py and passed in as `policy_for`) plans each step with
 `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on `--cluster` (a preset,
 or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size. AdamW; bf16 weights with fp32
@@ -26,8 +26,8 @@ with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtim
 (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch, --max-len and packing; a
 new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
 loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was. Options are
-checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the
-ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
+checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the ranks
+stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
 
 from __future__ import annotations

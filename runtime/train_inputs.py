@@ -11,7 +11,7 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   (and each row's last position) is masked out of the loss with label -100.
 - `PackedSteps` (`--pack-tokens N`): the workload's documents (each cut to the cap) packed first-fit into steps
   of at most N tokens (paradyse_lab/packing.py `pack_document_indices`); step i trains pack i (mod the
-  count), padded once to 2p (runtime/packed.py); with a `file:*.jsonl` its tokens are the documents' own.
+  count), padded once to the layout unit (runtime/packed.py); with a `file:*.jsonl` its tokens are the documents' own.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch.testing import assert_close
 from paradyse_lab.errors import UserInputError
 from runtime import attention
 from runtime.attention import attention_backward, attention_forward, merge_partials
-from runtime.layout import local_positions
+from runtime.layout import layout_unit, local_positions
 from runtime.packed import (
     IGNORE,
     block_diagonal_mask,
@@ -31,10 +31,11 @@ from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
-def test_pack_is_padded_once_to_2p_with_a_padding_document(p):
+def test_pack_is_padded_once_to_the_layout_unit_with_a_padding_document(p):
     pack = pack_sequence([1, 13, 5, 1, 22], p)  # 42 tokens
-    assert pack.seq_len % (2 * p) == 0 and 0 <= pack.padding < 2 * p
-    assert pack.seq_len == -(-42 // (2 * p)) * 2 * p
+    unit = layout_unit(p)  # 2p, 1 at p = 1
+    assert pack.seq_len % unit == 0 and 0 <= pack.padding < unit
+    assert pack.seq_len == -(-42 // unit) * unit
     cu = pack.cu_seqlens.tolist()
     assert cu[:6] == [0, 1, 14, 19, 20, 42] and cu[-1] == pack.seq_len
     assert len(cu) == 6 + (1 if pack.padding else 0) and pack.cu_seqlens.dtype == torch.int32

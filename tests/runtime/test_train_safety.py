@@ -74,7 +74,7 @@ def test_jsonl_steps_train_exactly_their_own_documents(tmp_path, seen):
 
 def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
     """--pack-tokens with a token file: a step's ids are its documents (cut to --max-len) end to end in the
-    packer's order, padded once to 2p with id 0; no label crosses a document boundary or lies on padding."""
+    packer's order (one rank: no padding); no label crosses a document boundary or lies on padding."""
     from paradyse_lab.packing import pack_document_indices
 
     docs = [[(5 * i + j) % 90 + 1 for j in range(n)] for i, n in enumerate((30, 7, 1, 50, 12, 19))]
@@ -89,9 +89,8 @@ def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
         for i in step:
             want_ids += ordered[i]
             want_labels += ordered[i][1:] + [-100]
-        pad = -len(want_ids) % 2
-        assert ids.tolist() == [want_ids + [0] * pad]
-        assert labels.tolist() == [want_labels + [-100] * pad]
+        assert ids.tolist() == [want_ids]
+        assert labels.tolist() == [want_labels]
     assert sorted(i for step in steps for i in step) == list(range(len(docs)))
 
 
