@@ -43,10 +43,10 @@ def random_state(cfg: GPTConfig, seed: int = 7) -> dict[str, torch.Tensor]:
     return {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in sd.items()}
 
 
-def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int) -> dict[str, int]:
-    """Bytes by op the analytic schedule predicts one rank sends for one sub-layer (fwd + bwd)."""
+def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int, seq: int = S) -> dict[str, int]:
+    """Bytes by op the analytic schedule predicts one rank sends for one sub-layer (fwd + bwd) at length `seq`."""
     out: dict[str, int] = {}
-    for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), S, B, p).collectives:
+    for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), seq, B, p).collectives:
         out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {k: v for k, v in out.items() if v}
 
@@ -399,23 +399,24 @@ CASES["bad-input"] = bad_input_case
 
 PACKS = ((1, 13, 5, 1, 27), (3, 1, 9, 30))
 """Documents of the packed cases: lengths not multiples of 2p, single-token documents, one longer than a
-rank's share of the pack (27 > 48/2, 30 > 44/2) and padding (pack 1: 47 -> 48 tokens; pack 2: 43 -> 44 at
-p = 1, 2 and 48 at p = 3, 4)."""
+rank's share of the pack (27 > 48/2, 30 > 44/2) and, for p > 1, padding (pack 1: 47 -> 48 tokens; pack 2:
+43 -> 44 at p = 2 and 48 at p = 3, 4; one rank pads nothing)."""
 
 
 def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
-    """One attention sub-layer over a pack (48 tokens at every p) equals the reference with the
+    """One attention sub-layer over a pack (47 tokens at p = 1, else 48) equals the reference with the
     block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
     unpacked schedule's (the documents of received K/V are derived locally, nothing more travels)."""
     def case(rank: int, p: int, group) -> None:
         from runtime.packed import pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
-        assert pack.seq_len == S
+        seq = pack.seq_len
+        assert seq == (47 if p == 1 else S)
         cfg = config(causal)
         full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
         gen = torch.Generator().manual_seed(5)
-        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
+        x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
         xr = x.clone().requires_grad_()
         pr = {n: v.clone().requires_grad_() for n, v in full.items()}
         reference_sublayer(xr, pr, "attention", cfg, pack.cu_seqlens).backward(dy)
@@ -424,7 +425,7 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
         xl = shard_sequence(x, 1, group).requires_grad_()
-        ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=S,
+        ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
                   eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
@@ -435,7 +436,7 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         option = strategy + ("+recompute" if recompute else "")
-        assert counter.total() == predicted_bytes(cfg, "attention", option, p)
+        assert counter.total() == predicted_bytes(cfg, "attention", option, p, seq)
     return case
 
 
