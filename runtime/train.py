@@ -19,15 +19,17 @@ to 2p, padding masked out of the loss); otherwise a fixed random sparse Markov c
 likely successors), which a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`,
 simulator/policies.py, built by paradyse_lab/app/training.py and passed in as `policy_for`) plans each step with
 `--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on `--cluster` (a preset,
-or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size. AdamW; bf16 weights with fp32
-master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar on rank 0, a CSV
-with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints (runtime/checkpoint.py) every
-`--checkpoint-every` steps and at the end, and `--resume` continues from the newest one that verifies
-(checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch, --max-len and packing; a
-new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. A non-finite
-loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was. Options are
-checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and the ranks
-stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
+or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size. The log names the attention
+kernels that ran (`math-masked`: a packed step on CUDA, the masked math kernel's visible fallback). AdamW; bf16
+weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar
+on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints
+(runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from the
+newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
+--max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row
+per step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it
+was. Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the
+launcher, and the ranks stop with it (runtime/launcher.py). The command line is
+paradyse_lab/cli/train_command.py.
 """
 
 from __future__ import annotations
@@ -177,6 +179,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm
+    from runtime.attention import kernels_used
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
@@ -259,12 +262,14 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
+        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
+            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
                        "checkpoint and the data)")
-        loss.backward()
+        with kernels_used() as ran_backward:
+            loss.backward()
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
                 m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
@@ -286,7 +291,8 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
                "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
                "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
-               "cached": decision.cached, "feasible": decision.feasible}
+               "cached": decision.cached, "feasible": decision.feasible,
+               "attention_kernel": "+".join(sorted(ran | ran_backward))}
         log.append(row)
         if log_csv is not None:
             log_csv.write(row)
