@@ -50,37 +50,36 @@ def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed:
     return rows
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from paradyse_lab.cli.output import add_format_argument
+def main(argv: list[str] | None = None) -> int:
+    """`python -m runtime.pack_balance ...` (module docstring); a bad value: one line on stderr, exit 2."""
+    from paradyse_lab.errors import UserInputError
 
+    parser = argparse.ArgumentParser(prog="python -m runtime.pack_balance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", help="workload: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA, "
                         "file:PATH")
     parser.add_argument("--pack-tokens", type=int, required=True, help="token budget of a step")
     parser.add_argument("--pack-order", default="sorted", help="sorted or shuffled (default %(default)s)")
     parser.add_argument("--p", type=int, default=8, help="ranks (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="workload and shuffle seed")
-    add_format_argument(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    rows = balance(args.dataset, args.pack_tokens, args.p, args.pack_order, args.seed,
-                   progress=args.format == "table")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="json for scripts")
+    args = parser.parse_args(argv)
+    try:
+        rows = balance(args.dataset, args.pack_tokens, args.p, args.pack_order, args.seed,
+                       progress=args.format == "table")
+    except UserInputError as err:
+        print(f"python -m runtime.pack_balance: error: {err}", file=sys.stderr)
+        return 2
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'attention':<11} {'steps':>6} {'docs/step':>9} {'pad/pack':>9} {'pad/doc':>9} {'imbal mean':>10} "
+    print(f"{'attention':<11} {'steps':>6} {'docs/step':>9} {'pad/pack':>9} {'pad/doc':>9} {'imbal run':>9} "
           f"{'imbal worst':>11}")
     for r in rows:
         print(f"{'causal' if r['causal'] else 'non-causal':<11} {r['steps']:>6} {r['docs_per_step']:>9.1f} "
-              f"{r['padding_once_per_pack']:>9} {r['padding_per_document']:>9} {r['imbalance_mean']:>10.3f} "
+              f"{r['padding_once_per_pack']:>9} {r['padding_per_document']:>9} {r['imbalance_mean']:>9.3f} "
               f"{r['imbalance_worst']:>11.3f}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from paradyse_lab.cli import standalone_main
-
-    return standalone_main("python -m runtime.pack_balance", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -159,3 +159,11 @@ def test_pack_balance_command_prints_json(capsys):
     assert [r["causal"] for r in rows] == [True, False]
     for r in rows:
         assert r["steps"] > 0 and r["docs_per_step"] >= 1 and 1.0 <= r["imbalance_mean"] <= r["imbalance_worst"]
+
+
+def test_pack_balance_command_refuses_a_bad_budget(capsys):
+    from runtime.pack_balance import main
+
+    assert main(["uniform:512:4096", "--pack-tokens", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--pack-tokens" in err[0]
