@@ -130,13 +130,18 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
 
 
+def reference_and_model(causal: bool, group):
+    """(config, full state dict, the single-device reference, the model sharded over `group`), same weights."""
+    cfg = config(causal)
+    sd = random_state(cfg)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    return cfg, sd, ref, ParallelGPT(cfg, group, state_dict=sd)
+
+
 def model_case(plans, causal: bool = True):
     def case(rank: int, p: int, group) -> None:
-        cfg = config(causal)
-        sd = random_state(cfg)
-        ref = ReferenceGPT(cfg)
-        ref.load_state_dict(sd)
-        model = ParallelGPT(cfg, group, state_dict=sd)
+        _, sd, ref, model = reference_and_model(causal, group)
         full = model.full_state_dict()  # gathering the shards gives back the full state dict
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
         _check_model(model, ref, plans, rank, p, group)
@@ -446,11 +451,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0):
     def case(rank: int, p: int, group) -> None:
         from runtime.packed import pack_sequence
 
-        cfg = config(causal)
-        sd = random_state(cfg)
-        ref = ReferenceGPT(cfg)
-        ref.load_state_dict(sd)
-        model = ParallelGPT(cfg, group, state_dict=sd)
+        cfg, _, ref, model = reference_and_model(causal, group)
         for step, plan in enumerate(plans):
             pack = pack_sequence(PACKS[(first_pack + step) % len(PACKS)], p)
             gen = torch.Generator().manual_seed(20 + step)
