@@ -5,7 +5,9 @@ imports them.
 - stack_profile, kernel_bench: layer-stack profiles and GEMM / attention efficiencies on one device;
 - gpu_session (with gpu_session_plan, gpu_session_stages) and gpu_validate: the one-call GPU session,
   `python -m runtime.measure.gpu_session --out DIR`, and its prediction/measurement table;
-- calibrate: `paradyse-lab calibrate --out DIR`, the machine's collectives, kernels and a profile.
+- calibrate: `paradyse-lab calibrate --out DIR`, the machine's collectives, kernels and a profile;
+- pack_balance: `python -m runtime.measure.pack_balance DATASET --pack-tokens N`, how evenly the zig-zag layout
+  of a packed step spreads attention over the ranks.
 
 Software versions of every measurement come from paradyse_lab/software_versions.py.
 """

@@ -7,8 +7,6 @@ Run: `python -m pytest -q tests/runtime/test_packed.py`.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch.testing import assert_close
@@ -149,21 +147,3 @@ def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
         pairs = rank_attention_pairs(pack, p, causal)
         mask = block_diagonal_mask(pack.cu_seqlens, causal)  # [s, s]
         assert pairs == [int(mask[local_positions(pack.seq_len, p, r)].sum()) for r in range(p)]  # rank r's rows
-
-
-def test_pack_balance_command_prints_json(capsys):
-    from runtime.pack_balance import main
-
-    assert main(["uniform:512:4096", "--pack-tokens", "8192", "--p", "4", "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["causal"] for r in rows] == [True, False]
-    for r in rows:
-        assert r["steps"] > 0 and r["docs_per_step"] >= 1 and 1.0 <= r["imbalance_mean"] <= r["imbalance_worst"]
-
-
-def test_pack_balance_command_refuses_a_bad_budget(capsys):
-    from runtime.pack_balance import main
-
-    assert main(["uniform:512:4096", "--pack-tokens", "0"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--pack-tokens" in err[0]
