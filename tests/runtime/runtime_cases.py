@@ -445,14 +445,27 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     return case
 
 
-def packed_model_case(plans, causal: bool, first_pack: int = 0):
+def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 0):
     """The whole model over packs, one plan per step (mixed strategies, recompute), against the
-    reference with the block-diagonal mask and per-document positions: logits, loss, every gradient."""
+    reference with the block-diagonal mask and per-document positions: logits, loss, every gradient.
+    `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
+    its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
     def case(rank: int, p: int, group) -> None:
         from runtime.packed import pack_sequence
 
-        cfg, _, ref, model = reference_and_model(causal, group)
-        for step, plan in enumerate(plans):
+        if llama_kv:
+            cfg = llama_config(llama_kv)
+            sd = random_state(cfg)
+            ref = ReferenceGPT(cfg)
+            ref.load_state_dict(sd)
+            model = ParallelGPT(cfg, group, state_dict=sd)
+            names = feasible(cfg, p)
+            runs = [[names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "") for i in range(cfg.layers)]
+                    for j in range(len(plans))]
+        else:
+            cfg, _, ref, model = reference_and_model(causal, group)
+            runs = plans
+        for step, plan in enumerate(runs):
             pack = pack_sequence(PACKS[(first_pack + step) % len(PACKS)], p)
             gen = torch.Generator().manual_seed(20 + step)
             ids = torch.randint(0, cfg.vocab_size, (B, pack.seq_len), generator=gen)
@@ -460,14 +473,15 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0):
             ref.zero_grad()
             logits_r, loss_r = ref(ids, labels, pack.cu_seqlens)
             loss_r.backward()
-            ref_grads = shard_state_dict({n: q.grad for n, q in ref.named_parameters()}, rank, p)
+            ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
+                                          for n, q in ref.named_parameters()}, rank, p)
             model.zero_grad()
             logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
                                  cu_seqlens=pack.cu_seqlens)
             loss.backward()
             assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
             assert_close(loss.detach(), loss_r.detach(), **TOL)
-            for n, q in model.named_parameters():
+            for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
                 assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
     return case
 
@@ -482,6 +496,7 @@ CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with 
 ], True)
 CASES["packed-model-mixed-bidir"] = packed_model_case([
     ["ulysses_z+recompute", "metp", "megatron_ts", "megatron_cz+recompute"]], False, first_pack=1)
+CASES["packed-llama-gqa-causal"] = packed_model_case([None, None], True, llama_kv=2)
 
 
 # --- training ---------------------------------------------------------------------------------------------
