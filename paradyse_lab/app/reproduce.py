@@ -393,9 +393,8 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
 
 STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
               "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "packing": step_packing,
-              "solvers": step_solvers,
-              "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper, "plan_map": step_plan_map,
-              "memory": step_memory, "figures": step_figures, "report": step_report}
+              "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
+              "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
