@@ -46,7 +46,7 @@ class TimeFit:
 
         `segments`: the documents of a packed step of seq_len tokens: c + b S + a (sum of n_i^2), the s^2 term
         taken as attention, per document (costmodel/packed.py), and never less than the pack's longest
-        document alone. That floor binds only for a fit with b < 0 (BERT's METP: 1.2e-5, the fit bending round
+        document alone. That floor binds only for a fit with b < 0 (BERT's METP: b = -1.2e-5, the fit bending round
         the fixed cost of the weight ring that hides the compute), where c + b S alone would turn negative."""
         s = float(seq_len)
         if segments is None:
