@@ -8,7 +8,14 @@
 - `uniform:LO:HI` and `lognormal:MEDIAN:SIGMA` (multiples of 512 as well).
 - `file:PATH`: one length per line (.txt), a CSV / parquet column (`file:PATH#COLUMN`, else the first
   column named seq_len, length, len, n_tokens or tokens), or JSONL lines of token-id lists (or objects
-  with `input_ids`), whose lengths are taken.
+  with `input_ids`), whose lengths are taken. A .txt line of several lengths separated by spaces is one
+  packed step of that many documents (`paradyse-lab lengths DIR --pack-tokens N` writes such files); its
+  steps are kept in the file's order.
+
+Packing (`get_workload(..., pack_tokens=N)`, `--pack-tokens N` on the command line): the documents are
+packed into steps of at most N tokens by greedy first-fit (paradyse_lab/packing.py: `sorted`, the default,
+is first-fit decreasing with the steps shortest first, as the paper trains; `shuffled` is first-fit in a
+seeded random order, what a streaming loader sees), so a step is a list of document lengths.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
 K = 1024
 BAND_EDGES = (0, 4 * K, 8 * K, 16 * K, 32 * K, 64 * K, 128 * K)
@@ -43,21 +51,37 @@ LENGTH_COLUMNS = ("seq_len", "length", "len", "n_tokens", "tokens")
 
 @dataclass(frozen=True)
 class Workload:
-    """An ordered sequence of training-step lengths."""
+    """An ordered sequence of training-step lengths, or of packed steps of documents."""
 
     name: str
     """The spec it was made from."""
     lengths: tuple[int, ...]
-    """Tokens per step, in training order."""
+    """Tokens per step in training order; of a packed workload, every document's length, step by step."""
+    packs: tuple[tuple[int, ...], ...] | None = None
+    """Packed steps: the document lengths of each step, in training order; None: one sequence per step."""
+    pack_tokens: int | None = None
+    """Token budget the documents were packed to (None when the steps came packed from a file)."""
 
     def __post_init__(self):
         if not self.lengths:
             raise UserInputError(f"workload {self.name!r} has no sequences")
 
+    @property
+    def steps(self) -> tuple[tuple[int, ...], ...]:
+        """The documents of every step (one each when not packed)."""
+        return self.packs if self.packs is not None else tuple((n,) for n in self.lengths)
+
     def band_fractions(self) -> list[float]:
-        """Fraction of sequences in each of Table 3's bands."""
+        """Fraction of sequences (documents, when packed) in each of Table 3's bands."""
         idx = np.searchsorted(BAND_EDGES, np.asarray(self.lengths), side="right") - 1
         return list(np.bincount(idx, minlength=len(BAND_EDGES)) / len(self.lengths))
+
+
+def pack_workload(workload: Workload, pack_tokens: int, order: str = "sorted", seed: int = 0) -> Workload:
+    """`workload`'s documents packed into steps of at most `pack_tokens` tokens (module docstring)."""
+    packs = tuple(pack_documents(workload.lengths, pack_tokens, order, seed))
+    return Workload(f"{workload.name} packed {pack_tokens} {order}", tuple(n for step in packs for n in step),
+                    packs, pack_tokens)
 
 
 def _round_granule(x: np.ndarray, cap: int) -> np.ndarray:
@@ -95,7 +119,13 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
 
 
 def read_length_file(path: str | Path) -> list[int]:
-    """Lengths from a text, CSV, parquet or JSONL file (see the module docstring)."""
+    """Lengths from a text, CSV, parquet or JSONL file (see the module docstring), every document of a
+    packed step in turn."""
+    return [n for step in read_length_steps(path) for n in step]
+
+
+def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
+    """The steps of a length file: one document each, or several on a .txt line of a packed file."""
     text_path, _, column = str(path).partition("#")
     p = Path(text_path)
     if not p.is_file():
@@ -133,33 +163,51 @@ def read_length_file(path: str | Path) -> list[int]:
                     raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")
                 values.append(len(ids))
             else:
-                values.append(line.strip())
+                values.append(line.split())
             where.append(f"{p.name} line {i}")
-    lengths = []
+    steps = []
     for value, place in zip(values, where):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise UserInputError(f"{place}: length must be a positive integer, got {value!r}") from None
-        if not number.is_integer() or number <= 0:
-            raise UserInputError(f"{place}: length must be a positive integer, got {value!r}")
-        lengths.append(int(number))
-    if not lengths:
+        steps.append(tuple(_positive_length(v, place) for v in (value if isinstance(value, list) else [value])))
+    if not steps:
         raise UserInputError(f"length file {p.name} holds no lengths")
-    return lengths
+    return steps
+
+
+def _positive_length(value, place: str) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}") from None
+    if not number.is_integer() or number <= 0:
+        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}")
+    return int(number)
 
 
 WORKLOAD_KINDS = ("github_code", "grch38", "uniform[:LO:HI]", "lognormal[:MEDIAN:SIGMA]", "file:PATH")
 
 
-def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool = True) -> Workload:
-    """A workload from its spec (see the module docstring); sampled ones are seeded and sorted ascending."""
+def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool = True,
+                 pack_tokens: int | None = None, pack_order: str = "sorted") -> Workload:
+    """A workload from its spec (see the module docstring); sampled ones are seeded and sorted ascending.
+
+    `pack_tokens`: pack the documents into steps of at most that many tokens, in `pack_order` (`sorted` or
+    `shuffled`, seeded by `seed`)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
+    if pack_order not in PACK_ORDERS:
+        raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {pack_order!r}")
+    workload = _documents(spec, size, seed, sort)
+    return workload if pack_tokens is None else pack_workload(workload, pack_tokens, pack_order, seed)
+
+
+def _documents(spec: str, size: int, seed: int, sort: bool) -> Workload:
     if spec in PAPER_DATASETS:
         return sample_paper_dataset(spec, size, seed)
     if spec.startswith("file:"):
-        lengths = read_length_file(spec[5:])
+        steps = read_length_steps(spec[5:])
+        lengths = [n for step in steps for n in step]
+        if any(len(step) > 1 for step in steps):  # a packed file: its steps, in its order
+            return Workload(spec, tuple(lengths), tuple(steps))
         return Workload(spec, tuple(sorted(lengths) if sort else lengths))
     size = require_positive_int("size", size, MAX_SIZE)
     rng = np.random.default_rng(seed)

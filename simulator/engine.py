@@ -4,6 +4,9 @@ One row per step (schema in `ROW_COLUMNS`, written to results/*.csv by simulator
 policy stops at its first OOM (the paper's Figure 2); `restart:NAME` pays its restart cost and continues
 with the next lighter strategy; a dynamic policy that finds no plan that fits records the OOM and stops.
 Lengths are padded up to the layout unit (a multiple of 2p, which every strategy splits) before planning.
+A packed workload (`--pack-tokens N`) trains one pack of documents per step, padded once to the layout unit
+and planned and charged as a `PackedStep` (paradyse_lab/costmodel/packed.py): its row's `seq_len` is its
+longest document, `documents` and `tokens` what it trains.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.packed import PackedStep, step_problem
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, layout_unit
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 
-ROW_COLUMNS = ("step", "seq_len", "padded_len", "policy", "plan_counts", "plan", "predicted_time_s",
-               "charged_time_s", "cumulative_time_s", "peak_bytes", "budget_bytes", "oom", "switched",
-               "layer_switches", "solve_ms", "cached", "kept_previous", "restarted")
-"""One simulated step. plan_counts: `name:count` pairs joined by ';'; plan: option names joined by ' ';
+ROW_COLUMNS = ("step", "seq_len", "padded_len", "documents", "tokens", "policy", "plan_counts", "plan",
+               "predicted_time_s", "charged_time_s", "cumulative_time_s", "peak_bytes", "budget_bytes", "oom",
+               "switched", "layer_switches", "solve_ms", "cached", "kept_previous", "restarted")
+"""One simulated step. seq_len: the sequence's length, or a packed step's longest document; padded_len: the
+tokens every layer sees (padding included); documents, tokens: documents and real tokens the step trains;
+plan_counts: `name:count` pairs joined by ';'; plan: option names joined by ' ';
 charged_time_s: the truth model's time of the plan (0 for a step that OOMed); cumulative_time_s includes
 restart costs; switched: the plan differs from the previous trained step's; layer_switches: boundaries
 where consecutive decisions differ; solve_ms: wall time of planning (the only non-deterministic column)."""
@@ -56,12 +61,12 @@ class Charger:
         """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""
         self._problems: dict = {}
 
-    def problem(self, seq_len: int, batch: int) -> SearchProblem:
-        """The truth problem at this length (all options)."""
+    def problem(self, seq_len: int | PackedStep, batch: int) -> SearchProblem:
+        """The truth problem at this length or packed step (all options)."""
         key = (seq_len, batch)
         if key not in self._problems:
-            self._problems[key] = problem_from_cost_model(
-                self.graph, self.cost_model, seq_len, batch, self.budget_bytes, self.options)
+            self._problems[key] = step_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
+                                               self.options)
         return self._problems[key]
 
     def charge(self, plan, seq_len: int, batch: int) -> tuple[float, int]:
@@ -102,6 +107,17 @@ class Charger:
         return min(fits, key=lambda s: uniform[s][0]) if fits else None
 
 
+def _steps(workload: Workload, unit: int):
+    """Per step: (seq_len, what policies plan: the padded length or a `PackedStep`, documents, tokens)."""
+    if workload.packs is None:
+        for seq_len in workload.lengths:
+            yield seq_len, -(-seq_len // unit) * unit, 1, seq_len
+    else:
+        for documents in workload.packs:
+            pack = PackedStep(documents, unit)
+            yield pack.longest, pack, len(documents), pack.tokens
+
+
 def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
              progress: bool = False) -> pd.DataFrame:
     """Run `policy` over `workload`, charged by `charger`; returns the step rows."""
@@ -110,9 +126,8 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
     cumulative = 0.0
     previous_plan = None
     restart = getattr(policy, "restart", False)
-    steps = tqdm(workload.lengths, desc=policy.name, unit="step", disable=not progress, leave=False)
-    for step, seq_len in enumerate(steps):
-        padded = -(-seq_len // unit) * unit
+    steps = tqdm(list(_steps(workload, unit)), desc=policy.name, unit="step", disable=not progress, leave=False)
+    for step, (seq_len, padded, documents, tokens) in enumerate(steps):
         restarted = False
         while True:
             decision = policy.decide(padded, batch)
@@ -133,7 +148,8 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
         charged = 0.0 if oom else time_s
         cumulative += charged
         rows.append({
-            "step": step, "seq_len": seq_len, "padded_len": padded, "policy": policy.name,
+            "step": step, "seq_len": seq_len, "documents": documents, "tokens": tokens, "policy": policy.name,
+            "padded_len": padded.padded_len if isinstance(padded, PackedStep) else padded,
             "plan_counts": ";".join(f"{k}:{v}" for k, v in counts.items()), "plan": " ".join(decision.plan),
             "predicted_time_s": decision.predicted_time_s, "charged_time_s": charged,
             "cumulative_time_s": cumulative, "peak_bytes": peak, "budget_bytes": charger.budget_bytes,

@@ -1,13 +1,15 @@
-"""The paper's experiments in simulation: Figure 2's six panels and Table 5's ablations.
+"""The paper's experiments in simulation: Figure 2's six panels and Table 5's ablations, and packing.
 
 `paradyse-lab experiment fig2` and `paradyse-lab experiment table5` run these and write
 results/runs/<experiment>/*.csv (one per run), results/fig2_summary.csv, results/fig2_headline.csv and
-results/table5.csv. Paper numbers: docs/paper.md section 7.
+results/table5.csv. Paper numbers: docs/paper.md section 7. `paradyse-lab experiment packing` (beyond the paper)
+runs Figure 2's panels with the documents packed into steps of 32K and 128K tokens beside one sequence per
+step, and writes results/packing.csv.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -81,6 +83,10 @@ class Setup:
     """Dynamic policies also offer every strategy with recomputation (static ones recompute every layer)."""
     granularity: str = "block"
     """Decisions per block (the paper) or per sub-layer; a policy's own suffixes add to these."""
+    pack_tokens: int | None = None
+    """Pack the dataset's documents into steps of at most this many tokens (None: one sequence per step)."""
+    pack_order: str = "sorted"
+    """First-fit order of the packing (paradyse_lab/packing.py)."""
 
     def profile_path(self) -> str:
         """The profile the learned and calibrated cost models of this setup are fitted on."""
@@ -119,7 +125,8 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     plan_budget = plan.budget_bytes(budget) if hasattr(plan, "budget_bytes") else budget
     policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
                           exclude=exclude, recompute=spec.recompute)
-    workload = get_workload(dataset, setup.size, setup.seed)
+    workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
+                            pack_order=setup.pack_order)
     charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
     return simulate(workload, policy, charger, progress=progress)
 
@@ -260,3 +267,53 @@ def _profile_source(setup: Setup) -> str:
     from paradyse_lab.profiles import profile_sources, read_profiles
 
     return profile_sources(read_profiles(setup.profile_path()))
+
+
+PACKING_BUDGETS = (32 * 1024, 128 * 1024)
+"""Tokens per step of the packing experiment (beside one sequence per step)."""
+PACKING_POLICIES = STATIC_POLICIES + (PAPER_POLICY, "dynamic:dp")
+
+
+def packing(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, budgets=PACKING_BUDGETS,
+            panels=None, progress: bool = True) -> pd.DataFrame:
+    """Figure 2's panels (default every dataset x model) with one sequence per step and packed into steps
+    of each of `budgets` tokens (first-fit decreasing, steps short to long), static strategies against the
+    paper's heuristic and dp: time per token, longest document trained, plans (results/packing.csv)."""
+    panels = list(panels) if panels is not None else [(d, m) for d in DATASETS for m in MODELS]
+    jobs = [(d, m, b, p) for d, m in panels for b in (None,) + tuple(budgets) for p in PACKING_POLICIES]
+    rows = []
+    for d, m, budget, p in tqdm(jobs, desc="packing runs", unit="run", disable=not progress):
+        run_setup = replace(setup, pack_tokens=budget)
+        path = run_path(root, "packing", d, m, f"pack-{budget or 'off'}", p)
+        runs, _ = load_or_run(path, lambda s=run_setup, d=d, m=m, p=p: run_one(s, m, d, p), force,
+                              settings={**asdict(run_setup), "run": [d, m, p]})
+        rows.append(packing_row(runs, setup, d, m, budget, p))
+    table = pd.DataFrame(rows)
+    write_csv_atomic(table, Path(root) / "packing.csv")
+    return table
+
+
+def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budget: int | None,
+                policy: str) -> dict:
+    """One run of the packing experiment: what it trained, how fast per token, with which strategies
+    (`strategy_mix`: each strategy's share of layers x tokens over the trained steps); `oom_at_doc` and
+    `oom_at_tokens`: the longest document and the tokens of the step that ran out of memory."""
+    s = summarize(runs, model, dataset, policy)
+    trained, oom = runs[~runs["oom"].astype(bool)], runs[runs["oom"].astype(bool)]
+    documents = int(trained["documents"].sum())
+    mix: dict[str, float] = {}  # share of (layer x token) each strategy ran, over the trained steps
+    for plan, tokens in zip(trained["plan"], trained["tokens"]):
+        names = plan.split()
+        for name in names:
+            mix[name] = mix.get(name, 0.0) + tokens / len(names)
+    total = sum(mix.values())
+    return {"truth": setup.truth, "dataset": dataset, "model": model, "pack_tokens": budget or 0,
+            "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,
+            "documents_trained": documents, "documents": setup.size, "finished": documents == setup.size,
+            "tokens_trained": s.tokens_trained,
+            "padding_tokens": int((trained["padded_len"] - trained["tokens"]).sum()),  # to the layout unit, once a step
+            "total_time_s": s.total_time_s,
+            "time_per_token_us": 1e6 * s.total_time_s / s.tokens_trained if s.tokens_trained else None,
+            "max_doc_trained": s.max_seq_len_trained, "oom_at_doc": s.oom_at_seq_len,
+            "oom_at_tokens": int(oom["tokens"].iloc[0]) if len(oom) else None,
+            "strategy_mix": ";".join(f"{k}:{v / total:.3f}" for k, v in sorted(mix.items(), key=lambda kv: -kv[1]))}

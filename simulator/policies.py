@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.packed import PackedStep, step_problem
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
@@ -136,14 +136,14 @@ class DynamicPolicy:
         if not self.strategies:
             raise UserInputError("a dynamic policy needs at least one strategy")
 
-    def problem(self, seq_len: int, batch: int) -> SearchProblem:
-        """The search the policy solves at this length."""
+    def problem(self, seq_len: int | PackedStep, batch: int) -> SearchProblem:
+        """The search the policy solves at this length, or for this packed step."""
         opts = make_options(self.strategies, recompute=self.recompute)
-        return problem_from_cost_model(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
-                                             opts)
+        return step_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes, opts)
 
-    def decide(self, seq_len: int, batch: int) -> StepPlan:
-        """Plan for this step: cache, else solve, then smoothing against the previous step's plan."""
+    def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
+        """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve, then
+        smoothing against the previous step's plan."""
         key = (batch, seq_len)
         if key in self._cache:
             sol = self._cache[key]

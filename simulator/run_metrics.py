@@ -19,13 +19,15 @@ class RunSummary:
     total_time_s: float
     """Simulated training time of the trained steps, restarts included (planning time excluded)."""
     max_seq_len_trained: int
-    """Longest sequence trained before the run ended."""
+    """Longest sequence (of a packed run: document) trained before the run ended."""
     oom_at_seq_len: int | None
     """Length of the step that ran out of memory, or None when the run finished."""
     switches: int
     """Steps whose plan differs from the previous step's."""
     planning_overhead_frac: float
     """Planning wall time / (training time + planning wall time)."""
+    tokens_trained: int
+    """Real tokens of the trained steps (a packed step's documents, padding excluded)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,6 +45,7 @@ def summarize(rows: pd.DataFrame, model: str, dataset: str, policy: str) -> RunS
         oom_at_seq_len=int(oom["seq_len"].iloc[0]) if len(oom) else None,
         switches=int(trained["switched"].sum()),
         planning_overhead_frac=planning / (total + planning) if total + planning > 0 else 0.0,
+        tokens_trained=int(trained["tokens"].sum()) if "tokens" in trained else int(trained["seq_len"].sum()),
     )
 
 

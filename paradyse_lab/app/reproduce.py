@@ -8,6 +8,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
   `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
 - switch_memory: Figure 2 (statics and the heuristic) and Table 5 under both truths with the memory price
   of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
+- packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
+  with the documents packed into steps of 32K and 128K tokens, static strategies against the heuristic and
+  dp, under each truth (simulator/experiments.py packing) -> packing.csv, paper/packing.csv, runs/packing/
 - solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp (solvers/bench.py)
   -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
 - costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
@@ -46,11 +49,11 @@ from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
-                  "memory_breakdown")
-PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation")
+                  "memory_breakdown", "packing")
+PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "switch_memory", "solvers", "costmodel", "costmodel_paper",
-         "plan_map", "memory", "figures", "report")
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "switch_memory", "packing", "solvers", "costmodel",
+         "costmodel_paper", "plan_map", "memory", "figures", "report")
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
@@ -72,6 +75,8 @@ class Settings:
     costmodels: tuple[str, ...]
     map_lengths: int
     """Lengths in the plan map and memory breakdown grids."""
+    packing_panels: tuple[tuple[str, str], ...]
+    """(dataset, model) panels of the packing experiment."""
     cluster: str = "a100-80gb-x8"
 
     @property
@@ -88,11 +93,14 @@ class Settings:
 
     @classmethod
     def make(cls, quick: bool, cluster: str = "a100-80gb-x8") -> Settings:
+        from simulator.experiments import DATASETS, MODELS
+
         if quick:
             return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, cluster)
+                       24, (("github_code", "gpt"),), cluster)
         return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
-                   2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64, cluster)
+                   2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
+                   tuple((d, m) for d in DATASETS for m in MODELS), cluster)
 
 
 def _json_settings(s: Settings) -> dict:
@@ -206,6 +214,19 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
         written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}" for f in ("fig2_summary.csv", "table5.csv")]
+    return written
+
+
+def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
+    """One sequence per step against packed steps of 32K and 128K tokens, per truth."""
+    from simulator import experiments
+
+    written = []
+    for truth in s.truths():
+        root = out if truth == "analytic" else out / PAPER_DIR
+        experiments.packing(experiments.Setup(cluster=s.cluster, size=s.size, truth=truth), root, force=force,
+                            panels=s.packing_panels, progress=False)
+        written.append(str((root / "packing.csv").relative_to(out)))
     return written
 
 
@@ -340,21 +361,26 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     return ["memory_breakdown.csv"]
 
 
-def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
+def draw_figure(module: str, results: Path, figures: Path, name: str, note: str | None) -> list[str]:
+    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf."""
     from figures._common import SOURCE_NOTE, MissingCSV
 
+    figure = importlib.import_module(f"figures.{module}")
+    try:
+        path = figure.render(results, figures, name, note or SOURCE_NOTE)
+    except MissingCSV as err:
+        raise UserInputError(f"figures/{module}.py: {err}") from None
+    print(f"wrote {path}.png and .pdf")
+    return [f"figures/{name}.png", f"figures/{name}.pdf"]
+
+
+def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
     jobs = [(name, out, name, None) for name in FIGURE_SCRIPTS]
     if s.paper_truth:
         jobs += [(name, out / PAPER_DIR, f"{name}_paper", PAPER_FIGURE_NOTE) for name in PAPER_FIGURE_SCRIPTS]
     written = []
     for module, results, name, note in jobs:
-        figure = importlib.import_module(f"figures.{module}")
-        try:
-            path = figure.render(results, out / "figures", name, note or SOURCE_NOTE)
-        except MissingCSV as err:
-            raise UserInputError(f"figures/{module}.py: {err}") from None
-        print(f"wrote {path}.png and .pdf")
-        written += [f"figures/{name}.png", f"figures/{name}.pdf"]
+        written += draw_figure(module, results, out / "figures", name, note)
     return written
 
 
@@ -366,14 +392,15 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
 
 
 STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
-              "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "solvers": step_solvers,
-              "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper, "plan_map": step_plan_map,
-              "memory": step_memory, "figures": step_figures, "report": step_report}
+              "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "packing": step_packing,
+              "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
+              "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
                                f"{PAPER_DIR}/fig2_beyond.csv"),
                 "table5_paper": (f"{PAPER_DIR}/table5.csv",),
+                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
                                        for f in ("fig2_summary.csv", "table5.csv")),
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),

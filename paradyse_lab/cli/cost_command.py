@@ -2,7 +2,9 @@
 
 Examples: `paradyse-lab cost --model gpt --seq 65536` (analytic model, table),
 `paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times),
-`paradyse-lab cost --model llama --seq 64K --kv-heads 8` (the paper's LLaMA layer with grouped-query attention).
+`paradyse-lab cost --model llama --seq 64K --kv-heads 8` (the paper's LLaMA layer with grouped-query attention);
+`paradyse-lab cost --model gpt --documents 16K,8K,4K,4K` (one packed step of four documents, attention inside
+each; paradyse_lab/costmodel/packed.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,33 @@ def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:
     return opts
 
 
+def add_step_arguments(p) -> None:
+    """`--seq S` (one sequence per step) or `--documents A,B,...` (one packed step)."""
+    step = p.add_mutually_exclusive_group(required=True)
+    step.add_argument("--seq", help="sequence length in tokens (e.g. 65536 or 64K)")
+    step.add_argument("--documents", help="one packed step: its documents' lengths, comma-separated (e.g. "
+                      "16K,8K,4K,4K); attention stays inside each, the step is padded once to the layout unit")
+
+
+def step_of(args, cm):
+    """(cost model to ask, seq_len, batch, what the step is) of `--seq` or `--documents` (then batch 1)."""
+    from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
+    from paradyse_lab.strategies import layout_unit
+
+    batch = parse_int("--batch", args.batch)
+    if args.documents is None:
+        seq = parse_int("--seq", args.seq)
+        return cm, seq, batch, f"seq {seq}, batch {batch}"
+    docs = [parse_int("--documents", x) for x in args.documents.split(",") if x.strip()]
+    if not docs:
+        raise UserInputError("--documents must list at least one length, e.g. 16K,8K,4K")
+    if batch != 1:
+        raise UserInputError(f"--documents is one packed step: --batch must be 1, got {batch}")
+    step = PackedStep(tuple(docs), layout_unit(cm.p))
+    return (PackedCostModel(cm, step), step.padded_len, 1,
+            f"one packed step of {len(docs)} documents, {step.tokens} tokens padded to {step.padded_len}")
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "cost", help="per-strategy time and memory at one sequence length",
@@ -52,7 +81,7 @@ def register(sub) -> None:
     )
     p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
-    p.add_argument("--seq", required=True, help="sequence length in tokens (e.g. 65536 or 64K)")
+    add_step_arguments(p)
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
                    "bytes; the strategies' rule on kv_heads is in `paradyse-lab strategies`)")
@@ -85,16 +114,16 @@ def run(args) -> int:
 
     model = with_kv_heads(get_model(args.model), args.kv_heads)
     cluster = get_cluster(args.cluster)
-    seq = parse_int("--seq", args.seq)
-    batch = parse_int("--batch", args.batch)
-    cm = build_cost_model(args.cost_model, model, cluster, profiles=args.profiles or None)
+    cm, seq, batch, what = step_of(args, build_cost_model(args.cost_model, model, cluster,
+                                                          profiles=args.profiles or None))
     opts = parse_options(args.strategies, args.recompute)
     for o in opts:
         cm.check(o, seq, batch)
     costs = [uniform_plan_cost(cm, o, seq, batch) for o in opts]
     if args.format == "json":
+        packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
         print_json({
-            "model": model.name, "cluster": cluster.name, "seq_len": seq, "batch": batch,
+            "model": model.name, "cluster": cluster.name, "seq_len": seq, "batch": batch, **packed,
             "cost_model": cost_model_label(cm),
             "strategies": {
                 c.option: {
@@ -107,7 +136,7 @@ def run(args) -> int:
         })
         return 0
     print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
-          f"{format_bytes(cluster.memory_bytes)} each), seq {seq}, batch {batch}; cost model "
+          f"{format_bytes(cluster.memory_bytes)} each), {what}; cost model "
           f"{cost_model_label(cm)}; per GPU:")
     rows = [[c.option, format_seconds(c.time_s_per_layer), format_bytes(c.kept_bytes_per_layer),
              format_bytes(c.transient_bytes), format_bytes(c.model_state_bytes), format_bytes(c.peak_bytes),

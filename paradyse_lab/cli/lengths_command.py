@@ -1,9 +1,10 @@
 """`paradyse-lab lengths DIR --tokenizer bytes|whitespace --out FILE`: measure real text, write a length file.
 
-The written file (one length per line) is a workload: `file:FILE`. No download: it reads your files.
+The written file (one length per line) is a workload: `file:FILE`; with `--pack-tokens N` each line is one
+packed step, its documents' lengths separated by spaces. No download: it reads your files.
 Files are streamed in 1 MiB blocks (memory stays flat whatever their size); the output file itself, if it
 lies under DIR, is not counted. `paradyse-lab workload SPEC` prints a workload's band fractions next to the
-paper's Table 3.
+paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, padding to N).
 """
 
 from __future__ import annotations
@@ -15,9 +16,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 from paradyse_lab.atomic_write import check_output_file, write_text_atomic
-from paradyse_lab.cli.output import add_format_argument, print_json, print_table
+from paradyse_lab.cli.output import add_format_argument, add_packing_arguments, print_json, print_table
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.workloads import BAND_NAMES, DEFAULT_SIZE, PAPER_DATASETS, WORKLOAD_KINDS, get_workload
+from paradyse_lab.workloads import (
+    BAND_NAMES,
+    DEFAULT_SIZE,
+    PAPER_DATASETS,
+    WORKLOAD_KINDS,
+    Workload,
+    get_workload,
+    pack_workload,
+)
+
+SHOWN_STEPS = 5
+"""Packed steps printed from each end of a workload (`--format json` lists them all)."""
 
 BLOCK = 1 << 20
 """Bytes read at a time."""
@@ -66,6 +78,8 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="bytes",
                    help="bytes: UTF-8 bytes per file; whitespace: whitespace-separated words")
     p.add_argument("--out", required=True, help="length file to write")
+    add_packing_arguments(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of --pack-order shuffled (default 0)")
     p.set_defaults(func=run_lengths)
     p = sub.add_parser("workload", help="show a workload's length distribution",
                        description=f"Sample a workload ({', '.join(WORKLOAD_KINDS)}) and print its "
@@ -73,6 +87,7 @@ def register(sub) -> None:
     p.add_argument("spec")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"sequences to sample (default {DEFAULT_SIZE})")
     p.add_argument("--seed", type=int, default=0)
+    add_packing_arguments(p)
     add_format_argument(p)
     p.set_defaults(func=run_workload)
 
@@ -98,23 +113,66 @@ def run_lengths(args) -> int:
             lengths.append(n)
     if not lengths:
         raise UserInputError(f"no non-empty text files under {args.directory!r}")
-    write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
-    print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
+    if args.pack_tokens is None:
+        write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
+        print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
+        return 0
+    packed = pack_workload(Workload(args.directory, tuple(lengths)), args.pack_tokens, args.pack_order, args.seed)
+    write_text_atomic(out, "".join(" ".join(map(str, step)) + "\n" for step in packed.steps))
+    print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) in {len(packed.steps)} "
+          f"steps of at most {args.pack_tokens} tokens ({args.pack_order}) to {out}")
     return 0
+
+
+def _step_rows(w: Workload) -> list[dict]:
+    """Each packed step: its documents, tokens, and padding up to the budget (the largest step's tokens when
+    the steps came packed from a file)."""
+    budget = w.pack_tokens or max(sum(step) for step in w.steps)
+    return [{"documents": list(step), "tokens": sum(step), "padding": max(budget - sum(step), 0)} for step in w.steps]
 
 
 def run_workload(args) -> int:
-    w = get_workload(args.spec, args.size, args.seed)
+    w = get_workload(args.spec, args.size, args.seed, pack_tokens=args.pack_tokens, pack_order=args.pack_order)
     fractions = w.band_fractions()
     paper = PAPER_DATASETS.get(args.spec)
     paper_frac = [v / sum(paper[0]) for v in paper[0]] if paper else None
+    steps = _step_rows(w) if w.packs is not None else None
     if args.format == "json":
-        print_json({"workload": w.name, "sequences": len(w.lengths), "max_seq_len": max(w.lengths),
-                    "total_tokens": sum(w.lengths), "band_fractions": dict(zip(BAND_NAMES, fractions)),
-                    "paper_band_fractions": dict(zip(BAND_NAMES, paper_frac)) if paper_frac else None})
+        out = {"workload": w.name, "sequences": len(w.lengths), "max_seq_len": max(w.lengths),
+               "total_tokens": sum(w.lengths), "band_fractions": dict(zip(BAND_NAMES, fractions)),
+               "paper_band_fractions": dict(zip(BAND_NAMES, paper_frac)) if paper_frac else None}
+        if steps is not None:
+            out.update({"pack_tokens": w.pack_tokens, "pack_order": args.pack_order if w.pack_tokens else None,
+                        "steps": steps})
+        print_json(out)
         return 0
     rows = [[name, f"{f:.1%}", f"{paper_frac[i]:.1%}" if paper_frac else "-"]
             for i, (name, f) in enumerate(zip(BAND_NAMES, fractions))]
-    print(f"{w.name}: {len(w.lengths)} sequences, max {max(w.lengths)} tokens, {sum(w.lengths)} tokens in all")
+    what = "documents" if steps is not None else "sequences"
+    print(f"{w.name}: {len(w.lengths)} {what}, max {max(w.lengths)} tokens, {sum(w.lengths)} tokens in all")
     print_table(["band", "ours", "paper Table 3"], rows)
+    if steps is not None:
+        _print_steps(w, steps)
     return 0
+
+
+def _abbreviate(lengths: list[int], width: int = 60) -> str:
+    """The lengths separated by spaces, cut to about `width` characters."""
+    text = " ".join(map(str, lengths))
+    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + f" ... ({len(lengths)})"
+
+
+def _print_steps(w: Workload, steps: list[dict]) -> None:
+    budget = w.pack_tokens or max(s["tokens"] for s in steps)
+    within = [s for s in steps if s["tokens"] <= budget]
+    over = len(steps) - len(within)
+    fill = sum(s["tokens"] for s in within) / (budget * len(within)) if within else 0.0
+    print(f"\n{len(steps)} packed steps of at most {budget} tokens: {len(w.lengths) / len(steps):.2f} documents per "
+          f"step on average; the steps within the budget fill {fill:.1%} of it (padding: the rest)"
+          + (f"; {over} steps hold one document longer than the budget, alone" if over else ""))
+    shown = list(enumerate(steps))
+    if len(shown) > 2 * SHOWN_STEPS:
+        shown = shown[:SHOWN_STEPS] + [(None, None)] + shown[-SHOWN_STEPS:]
+    rows = [["...", "", "", "", ""] if s is None else
+            [i, len(s["documents"]), s["tokens"], s["padding"], _abbreviate(s["documents"])] for i, s in shown]
+    print_table(["step", "documents", "tokens", "padding", "lengths"], rows)

@@ -15,6 +15,18 @@ def add_format_argument(parser) -> None:
                         help="table for people (default), json for scripts")
 
 
+def add_packing_arguments(parser) -> None:
+    """Add `--pack-tokens N` and `--pack-order sorted|shuffled` (paradyse_lab/packing.py)."""
+    parser.add_argument("--pack-tokens", type=int, default=None, metavar="N",
+                        help="pack the documents into steps of at most N tokens (greedy first-fit; attention stays "
+                        "inside each document; a document longer than N is a step alone); default: one sequence "
+                        "per step")
+    parser.add_argument("--pack-order", default="sorted",
+                        help="with --pack-tokens: sorted (default; first-fit decreasing, the tightest, steps "
+                        "ordered short to long as the paper trains) or shuffled (first-fit in a seeded random "
+                        "order, as a streaming data loader sees the documents)")
+
+
 def add_reserve_argument(parser) -> None:
     """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context and NCCL buffers."""
     parser.add_argument("--reserve-gb", type=float, default=1.0,

@@ -2,18 +2,21 @@
 
 Examples: `paradyse-lab simulate --model gpt --dataset grch38 --policy dynamic:heuristic --format json`;
 `paradyse-lab experiment fig2` writes results/fig2_summary.csv, results/fig2_headline.csv and one CSV per
-run under results/runs/fig2/ (finished runs are reused unless --force).
+run under results/runs/fig2/ (finished runs are reused unless --force); `paradyse-lab experiment packing`
+writes results/packing.csv and results/figures/packing.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import (
     add_format_argument,
+    add_packing_arguments,
     add_reserve_argument,
     cost_model_help,
     print_json,
@@ -23,7 +26,7 @@ from paradyse_lab.cli.output import (
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 
-EXPERIMENTS = ("fig2", "table5")
+EXPERIMENTS = ("fig2", "table5", "packing")
 
 
 def _add_common(p) -> None:
@@ -72,6 +75,7 @@ def register(sub) -> None:
                    "polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)")
     p.add_argument("--cost-model", dest="truth_cost_model", default=argparse.SUPPRESS,
                    help=cost_model_help("same as --truth-cost-model: the model that charges and plans"))
+    add_packing_arguments(p)
     _add_common(p)
     add_format_argument(p)
     p.set_defaults(func=run_simulate)
@@ -81,7 +85,10 @@ def register(sub) -> None:
         description="fig2: six panels (GitHubCode, GRCh38) x (BERT, LLaMA, GPT) with the four static "
         "strategies, the paper's heuristic and our exact dp / ilp policies, and beyond the paper dp with "
         "recomputation (per block and per sub-layer) against the static strategies with recomputation; prints "
-        "the headline metrics beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5.")
+        "the headline metrics beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5. "
+        "packing (beyond the paper): Figure 2's panels with the documents packed into steps of 32K and 128K "
+        "tokens beside one sequence per step, static strategies against the heuristic and dp: time per token "
+        "and longest document trained (DIR/packing.csv and DIR/figures/packing.png).")
     p.add_argument("name", choices=EXPERIMENTS)
     p.add_argument("--out", default="results", help="results folder (default results/)")
     p.add_argument("--force", action="store_true", help="rerun finished runs instead of reusing their CSVs")
@@ -108,7 +115,20 @@ def _setup(args):
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
     return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                  gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
-                 switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity)
+                 switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity,
+                 **_packing(args))
+
+
+def _packing(args) -> dict:
+    """`--pack-tokens` / `--pack-order` as `Setup` fields (checked before any run starts)."""
+    from paradyse_lab.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
+
+    if getattr(args, "pack_tokens", None) is None:
+        return {}
+    if args.pack_order not in PACK_ORDERS:
+        raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {args.pack_order!r}")
+    return {"pack_tokens": require_positive_int("--pack-tokens", args.pack_tokens, MAX_TOKEN_BUDGET),
+            "pack_order": args.pack_order}
 
 
 def run_simulate(args) -> int:
@@ -174,6 +194,8 @@ def run_experiment(args) -> int:
                      "length (up to)", "paper"], rows)
         print(f"\n{len(summaries)} runs in {elapsed:.1f} s; CSVs under {root}/")
         return 0
+    if args.name == "packing":
+        return _run_packing(setup, root, args)
     table = experiments.table5(setup, root, force=args.force, progress=sys.stderr.isatty())
     if args.format == "json":
         print_json({"table5": table.to_dict(orient="records")})
@@ -183,4 +205,25 @@ def run_experiment(args) -> int:
              "-" if t.time_s != t.time_s or t.time_s is None else f"{t.time_s:.1f}", t.paper_time_s,
              _pct(t.saving), _pct(t.paper_saving)] for t in table.itertuples()]
     print_table(["variant", "max len", "paper", "time s", "paper", "saving", "paper"], rows)
+    return 0
+
+
+def _run_packing(setup, root: Path, args) -> int:
+    from paradyse_lab.app.reproduce import PAPER_FIGURE_NOTE, draw_figure
+    from simulator import experiments
+
+    table = experiments.packing(setup, root, force=args.force, progress=sys.stderr.isatty())
+    notes = {"analytic": None, "paper": PAPER_FIGURE_NOTE}  # None: the figure's own analytic-model note
+    note = notes.get(setup.truth, f"simulated: charged by the {setup.truth} cost model, {setup.cluster}")
+    with contextlib.redirect_stdout(sys.stderr if args.format == "json" else sys.stdout):  # stdout: JSON only
+        draw_figure("packing", root, root / "figures", "packing", note)
+    if args.format == "json":
+        print_json({"packing": table.to_dict(orient="records")})
+        return 0
+    rows = [[t.dataset, t.model, t.pack_tokens or "1 seq/step", t.policy, t.steps,
+             f"{t.documents_trained}/{t.documents}", "-" if t.time_per_token_us != t.time_per_token_us
+             else f"{t.time_per_token_us:.2f}", t.max_doc_trained, t.strategy_mix] for t in table.itertuples()]
+    print_table(["dataset", "model", "tokens/step", "policy", "steps", "documents", "us/token", "longest doc",
+                 "strategies (share of layers x tokens)"], rows)
+    print(f"\nwrote {root / 'packing.csv'} and {root / 'figures' / 'packing.png'}")
     return 0

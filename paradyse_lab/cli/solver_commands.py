@@ -2,13 +2,14 @@
 
 Examples:
   paradyse-lab plan --model gpt --seq 256K --solver dp --recompute
+  paradyse-lab plan --model gpt --documents 128K,64K,32K,32K --solver ilp   (one packed step)
   paradyse-lab solve --problem problem.json --solver ilp --format json
   paradyse-lab compare-solvers --model gpt --seqs 64K,128K,256K --recompute --granularity sublayer
 """
 
 from __future__ import annotations
 
-from paradyse_lab.cli.cost_command import parse_int, parse_options
+from paradyse_lab.cli.cost_command import add_step_arguments, parse_int, parse_options, step_of
 from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
@@ -37,7 +38,7 @@ def register(sub) -> None:
                        "analytic cost model and solve it. Prints the plan (one option per decision), its "
                        "predicted time and exact peak memory per GPU.")
     _add_problem_arguments(p)
-    p.add_argument("--seq", required=True, help="sequence length in tokens (e.g. 65536 or 64K)")
+    add_step_arguments(p)
     p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
     add_format_argument(p)
     p.set_defaults(func=run_plan)
@@ -58,8 +59,9 @@ def register(sub) -> None:
     p.set_defaults(func=run_compare)
 
 
-def build_problem(args, seq_len: int) -> SearchProblem:
-    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb at seq_len."""
+def build_problem(args, seq_len: int | None = None) -> tuple[SearchProblem, str]:
+    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb at seq_len (default:
+    the step of --seq or --documents), and what the step is."""
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
@@ -75,10 +77,14 @@ def build_problem(args, seq_len: int) -> SearchProblem:
         if not 0 < gb <= 1e9:
             raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
         budget = int(gb * 1e9)
-    return problem_from_cost_model(
-        LayerGraph(model, args.granularity), cm, seq_len, parse_int("--batch", args.batch), budget_bytes=budget,
-        options=parse_options(args.strategies, args.recompute),
-    )
+    if seq_len is None:
+        cm, seq_len, batch, what = step_of(args, cm)
+    else:
+        batch = parse_int("--batch", args.batch)
+        what = f"seq {seq_len}"
+    problem = problem_from_cost_model(LayerGraph(model, args.granularity), cm, seq_len, batch, budget_bytes=budget,
+                                      options=parse_options(args.strategies, args.recompute))
+    return problem, what
 
 
 def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> int:
@@ -106,10 +112,9 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> i
 def run_plan(args) -> int:
     from solvers import get_solver
 
-    seq = parse_int("--seq", args.seq)
     solver = get_solver(args.solver)
-    problem = build_problem(args, seq)
-    title = (f"{args.model}, seq {seq}, {args.granularity} granularity, {problem.num_decisions} decisions x "
+    problem, what = build_problem(args)
+    title = (f"{args.model}, {what}, {args.granularity} granularity, {problem.num_decisions} decisions x "
              f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU")
     return _print_solution(problem, solver.solve(problem), args.format, title)
 
@@ -131,7 +136,7 @@ def run_compare(args) -> int:
         raise UserInputError("--seqs needs at least one length, e.g. 16K,64K")
     results = []
     for seq in seqs:
-        problem = build_problem(args, seq)
+        problem, _ = build_problem(args, seq)
         names = list(COMPARED) + [f"static:{o}" for o in problem.options]
         sols = {n: get_solver(n).solve(problem) for n in names}
         opt, heur = sols["dp"], sols["heuristic"]

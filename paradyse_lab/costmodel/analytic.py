@@ -46,21 +46,22 @@ class AnalyticCostModel:
         """Seconds for all `count` calls of one `CollectiveCall`."""
         return call.count * F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
 
-    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
-        """Cost of one sub-layer ('attention' or 'mlp') under `option`, per rank, one training step."""
-        key = (kind, option, seq_len, batch)
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
+                 segments: tuple[int, ...] | None = None) -> SubLayerCost:
+        """Cost of one sub-layer ('attention' or 'mlp') under `option`, per rank, one training step.
+
+        `segments`: the documents of a packed step of seq_len tokens (costmodel/packed.py)."""
+        key = (kind, option, seq_len, batch, segments)
         if key in self._cache:
             return self._cache[key]
         if kind not in SUBLAYER_KINDS:
             raise UserInputError(f"unknown sub-layer kind {kind!r}; valid: {', '.join(SUBLAYER_KINDS)}")
         self.check(option, seq_len, batch, kind)
         c = self.cluster
-        sch = schedule(self.model, kind, option, seq_len, batch, self.p)
+        sch = schedule(self.model, kind, option, seq_len, batch, self.p, segments)
         gemm_s = sch.gemm_flops / (c.peak_flops * c.gemm_eff(sch.gemm_min_dim))
-        attn_s = 0.0
-        if sch.attention_flops:
-            eff = c.attention_eff(sch.attention_kernel_len, sch.attention_kernel_causal)
-            attn_s = sch.attention_flops / (c.peak_flops * eff)
+        attn_s = sum(flops / (c.peak_flops * c.attention_eff(keys, sch.attention_kernel_causal))
+                     for flops, keys in sch.attention_calls)
         compute_s = gemm_s + attn_s + sch.elementwise_bytes / c.hbm_bytes_per_s
         exposed = sum(self.collective_s(x) for x in sch.collectives if not x.overlapped)
         ring = sum(self.collective_s(x) for x in sch.collectives if x.overlapped)

@@ -276,17 +276,27 @@ class LearnedCostModel:
         u = uniform_plan_cost(self.analytic, option, seq_len, batch)
         return t / u.total_time_s, m / u.peak_bytes
 
-    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
-        """Cost of one sub-layer: whole / (2L) (paper kinds) or the analytic cost scaled (residual)."""
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
+                 segments: tuple[int, ...] | None = None) -> SubLayerCost:
+        """Cost of one sub-layer: whole / (2L) (paper kinds) or the analytic cost scaled (residual).
+
+        `segments` (the documents of a packed step of seq_len tokens, costmodel/packed.py): the paper kinds
+        scale the time predicted at seq_len by the analytic model's packed / unpacked whole-model time."""
         if self.fitted.kind == "residual":
-            cost = self.analytic.sublayer(kind, option, seq_len, batch)
+            cost = self.analytic.sublayer(kind, option, seq_len, batch, segments)
             rt, rm = self._ratios(option, seq_len, batch)
             return dataclasses.replace(
                 cost, time_s=cost.time_s * rt, compute_s=cost.compute_s * rt, exposed_comm_s=cost.exposed_comm_s * rt,
                 kept_bytes=int(cost.kept_bytes * rm), transient_bytes=int(cost.transient_bytes * rm),
                 model_state_bytes=int(cost.model_state_bytes * rm))
-        self.analytic.sublayer(kind, option, seq_len, batch)  # unknown kind, unsplittable shapes
+        self.analytic.sublayer(kind, option, seq_len, batch, segments)  # unknown kind, unsplittable shapes
         t, m = self.whole(option, seq_len, batch)
+        if segments is not None:  # the analytic whole-model time, packed / unpacked (the head is per token)
+            def whole_s(segs):
+                layer = sum(self.analytic.sublayer(k, option, seq_len, batch, segs).time_s
+                            for k in ("attention", "mlp"))
+                return self.model.layers * layer + self.analytic.fixed(seq_len, batch).time_s
+            t *= whole_s(segments) / whole_s(None)
         parts = 2 * self.model.layers
         return SubLayerCost(time_s=t / parts, compute_s=t / parts, exposed_comm_s=0.0,
                             kept_bytes=int(m // parts), transient_bytes=0, model_state_bytes=0)

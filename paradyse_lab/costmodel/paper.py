@@ -71,25 +71,28 @@ class PaperCostModel:
     def feasible(self, option: StrategyOption, seq_len: int) -> bool:
         return option.strategy in self.shape.fits and self.analytic.feasible(option, seq_len)
 
-    def layer_time_s(self, option: StrategyOption, seq_len: int) -> float:
-        """Seconds of one layer (attention + MLP) under `option` (module docstring)."""
-        measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len)
+    def layer_time_s(self, option: StrategyOption, seq_len: int, segments: tuple[int, ...] | None = None) -> float:
+        """Seconds of one layer (attention + MLP) under `option` (module docstring); with `segments`, of a
+        packed step: the fit's s^2 term over the documents' squared lengths (`TimeFit.per_layer_time_s`)."""
+        measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len, segments)
         if not option.recompute:
             return measured
         plain = StrategyOption(option.strategy)
-        ratio = self._analytic_layer_s(option, seq_len) / self._analytic_layer_s(plain, seq_len)
+        ratio = self._analytic_layer_s(option, seq_len, segments) / self._analytic_layer_s(plain, seq_len, segments)
         return measured * ratio
 
-    def _analytic_layer_s(self, option: StrategyOption, seq_len: int) -> float:
-        a = self._timing
-        return a.sublayer("attention", option, seq_len).time_s + a.sublayer("mlp", option, seq_len).time_s
+    def _analytic_layer_s(self, option: StrategyOption, seq_len: int, segments=None) -> float:
+        return sum(self._timing.sublayer(kind, option, seq_len, 1, segments).time_s for kind in ("attention", "mlp"))
 
-    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
-        """The analytic sub-layer cost with its time replaced by its share of the measured layer time."""
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
+                 segments: tuple[int, ...] | None = None) -> SubLayerCost:
+        """The analytic sub-layer cost with its time replaced by its share of the measured layer time
+        (`segments`: the documents of a packed step, costmodel/packed.py)."""
         self.check(option, seq_len, batch)
-        base = self.analytic.sublayer(kind, option, seq_len, batch)
-        share = self._timing.sublayer(kind, option, seq_len, batch).time_s / self._analytic_layer_s(option, seq_len)
-        time_s = self.layer_time_s(option, seq_len) * share
+        base = self.analytic.sublayer(kind, option, seq_len, batch, segments)
+        share = (self._timing.sublayer(kind, option, seq_len, batch, segments).time_s
+                 / self._analytic_layer_s(option, seq_len, segments))
+        time_s = self.layer_time_s(option, seq_len, segments) * share
         scale = time_s / base.time_s
         return dataclasses.replace(base, time_s=time_s, compute_s=base.compute_s * scale,
                                    exposed_comm_s=base.exposed_comm_s * scale)

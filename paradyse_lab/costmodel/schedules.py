@@ -58,10 +58,9 @@ class Schedule:
     """GEMM FLOPs this rank runs."""
     gemm_min_dim: int
     """Smallest dimension among this rank's GEMMs (sets their efficiency)."""
-    attention_flops: float
-    """FlashAttention FLOPs this rank runs (0 for an MLP)."""
-    attention_kernel_len: int
-    """Keys per attention kernel call: s, or s/p for ring blocks."""
+    attention_calls: tuple[tuple[float, int], ...]
+    """(FlashAttention FLOPs this rank runs, keys per kernel call) per sequence or packed document: s, or
+    s/p for ring blocks (empty for an MLP)."""
     attention_kernel_causal: bool
     """Whether the kernel calls are causal (ring blocks are charged as full blocks)."""
     elementwise_bytes: float
@@ -76,6 +75,11 @@ class Schedule:
     """Activations kept for backward."""
     transient_bytes: int
     """Working memory while the sub-layer runs."""
+
+    @property
+    def attention_flops(self) -> float:
+        """FlashAttention FLOPs this rank runs over all its calls."""
+        return sum(flops for flops, _ in self.attention_calls)
 
 
 ACC_BYTES = 4
@@ -168,8 +172,8 @@ class StrategyWork:
     """GEMM FLOPs beyond the shared forward + backward (METP's recomputed first GEMM)."""
     ring_steps: int = 0
     ring_hides_all_compute: bool = False
-    kernel_len: int | None = None
-    """Keys per attention kernel call when not s (ring blocks: s/p)."""
+    ring_blocks: bool = False
+    """Whether the attention kernels see ring blocks of s/p keys (else the whole sequence, or document)."""
     kernel_causal: bool | None = None
     """Whether the kernel calls are causal when not the model's (ring blocks: full blocks)."""
     gathers_weights: bool = False
@@ -242,7 +246,7 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
     acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
     acts += flash_gqa_grad_bytes(s, t, s.h, kv)  # one ring block: t keys, every head
     return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
-                        ring_steps=ring_steps, kernel_len=max(s.seq_len // p, 1), kernel_causal=False,
+                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=False,
                         gathers_weights=True)
 
 
@@ -270,7 +274,7 @@ def _metp(s: Sublayer) -> StrategyWork:
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
         transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
         extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
-        ring_steps=ring_steps, ring_hides_all_compute=True, kernel_len=max(s.seq_len // p, 1), kernel_causal=False,
+        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=False,
     )
 
 
@@ -283,8 +287,20 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
 """Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""
 
 
-def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int) -> Schedule:
-    """The schedule of `option` on one 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks."""
+def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int,
+             segments: tuple[int, ...] | None = None) -> Schedule:
+    """The schedule of `option` on one 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks.
+
+    `segments`: the documents of a packed step (batch 1, summing to seq_len, its padding one more segment).
+    Attention stays inside each document (a block-diagonal mask, as varlen FlashAttention takes it through
+    cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
+    document (ring strategies: each document zig-zag split over the ring, blocks of n/p keys). Everything else
+    (GEMMs, element-wise traffic, communication, kept and transient bytes, all linear in the tokens) counts
+    the seq_len tokens of the pack: FlashAttention keeps no s^2 tensor, so a pack holds what one sequence of
+    its total length holds. `segments=(seq_len,)` is exactly the unpacked schedule.
+    """
+    if segments is not None and (batch != 1 or sum(segments) != seq_len):
+        raise ValueError(f"packed segments {segments} must sum to seq_len {seq_len} at batch 1")
     key = get_strategy(option.strategy).schedule
     if key not in SCHEDULES:
         raise ValueError(f"no schedule for strategy {option.strategy!r}")
@@ -293,11 +309,15 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     # --- compute (all strategies split the work evenly: 1/p of every FLOP) -------------------------
     lin_fwd = F.linear_flops_forward(model, kind, s.T) / p
-    att_fwd = F.attention_core_flops_forward(model, seq_len, batch) / p if s.attn else 0.0
     elem_fwd = F.elementwise_bytes_forward(model, kind, s.T) / p
     gemm = lin_fwd * (1 + F.GEMM_BWD_OVER_FWD) + work.extra_gemm_flops
-    att = att_fwd * (1 + F.FLASH_BWD_OVER_FWD)
     elem = elem_fwd * 3
+    calls = ()
+    if s.attn:  # per sequence length, or per document of a pack: (FLOPs, keys per kernel call)
+        docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
+        passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
+        calls = tuple((F.attention_core_flops_forward(model, n, per) / p * passes,
+                       max(n // p, 1) if work.ring_blocks else n) for n in docs)
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
@@ -306,7 +326,6 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     if option.recompute:
         gemm += lin_fwd
-        att += att_fwd
         elem += elem_fwd
         refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
         bwd = refwd + bwd
@@ -316,8 +335,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         kept = s.t * s.h * s.e
 
     return Schedule(
-        gemm_flops=gemm, gemm_min_dim=max(work.min_dim, 1), attention_flops=att,
-        attention_kernel_len=seq_len if work.kernel_len is None else work.kernel_len,
+        gemm_flops=gemm, gemm_min_dim=max(work.min_dim, 1), attention_calls=calls,
         attention_kernel_causal=model.causal if work.kernel_causal is None else work.kernel_causal,
         elementwise_bytes=elem, collectives=tuple(fwd + bwd), ring_steps=ring_steps,
         ring_hides_all_compute=work.ring_hides_all_compute, kept_bytes=int(kept), transient_bytes=int(transient),

@@ -93,8 +93,10 @@ class CostModel(Protocol):
     model: ModelSpec
     p: int
 
-    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1) -> SubLayerCost:
-        """Cost of one 'attention' or 'mlp' sub-layer."""
+    def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
+                 segments: tuple[int, ...] | None = None) -> SubLayerCost:
+        """Cost of one 'attention' or 'mlp' sub-layer; with `segments`, of a packed step of seq_len tokens
+        (batch 1) whose attention stays inside each segment (costmodel/packed.py)."""
 
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Cost of the embedding and head (zero when the model has none)."""

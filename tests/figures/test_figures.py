@@ -16,7 +16,7 @@ from paradyse_lab.app.reproduce import FIGURE_SCRIPTS, PAPER_DIR, PAPER_FIGURE_S
 ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",
         "solver_quality": "solver_bench.csv", "costmodel_accuracy": "costmodel_points.csv",
-        "plan_map": "plan_map.csv", "memory_breakdown": "memory_breakdown.csv"}
+        "plan_map": "plan_map.csv", "memory_breakdown": "memory_breakdown.csv", "packing": "packing.csv"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,8 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
     for needle in ("89.29%", "181.22%", "Table 5", "source=analytic", "figures/fig2_cumulative_time.png",
                    "source=paper", "ours, paper-measured times: heuristic", "ours max len, analytic model",
                    "figures/fig2_cumulative_time_paper.png", "Leave one shape out", "memory price of switching",
-                   "Beyond the paper", "dp + recompute trains the whole dataset"):
+                   "Beyond the paper", "dp + recompute trains the whole dataset",
+                   "Packing documents into steps", "| GitHubCode, GPT | paper-measured times | 32K |"):
         assert needle in report
     for name in FIGURE_SCRIPTS + tuple(f"{n}_paper" for n in PAPER_FIGURE_SCRIPTS):  # each script's main()
         for ext in ("png", "pdf"):
@@ -197,3 +198,28 @@ def test_costmodel_accuracy_scatters_truth_against_prediction_with_each_models_m
         expected = g[["time_s", "pred_time_s"]].to_numpy().ravel()
         assert collection.get_offsets().ravel().tolist() == pytest.approx(expected)
     _close(fig)
+
+
+@pytest.mark.parametrize("truth", ["analytic", "paper"])
+def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_results, truth):
+    """Every bar of figures/packing.py (its gid names its row) is its row of packing.csv, hatched when the run
+    stopped at an OOM step."""
+    results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
+    table = pd.read_csv(results / "packing.csv")
+    fig, _ = _draw("packing", results)
+    scales = {column: scale for column, _, scale in importlib.import_module("figures.packing").METRICS}
+    seen = set()
+    for ax in fig.axes:
+        for bar in ax.patches:
+            if not bar.get_gid():
+                continue
+            column, d, m, b, p = bar.get_gid().split("|")
+            row = table[(table.dataset == d) & (table.model == m) & (table.pack_tokens == int(b))
+                        & (table.policy == p)].iloc[0]
+            expected = 0.0 if pd.isna(row[column]) else row[column] * scales[column]
+            assert bar.get_height() == pytest.approx(expected), bar.get_gid()
+            assert (bar.get_hatch() or "") == ("" if row["finished"] else "///")
+            seen.add((column, d, m, int(b), p))
+    _close(fig)
+    expected_bars = {(c, r.dataset, r.model, int(r.pack_tokens), r.policy) for r in table.itertuples() for c in scales}
+    assert seen == expected_bars and table.pack_tokens.nunique() == 3

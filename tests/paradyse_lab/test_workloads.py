@@ -107,3 +107,38 @@ def test_lengths_streams_files_and_skips_its_own_output(tmp_path, capsys):
     assert main(["lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
     assert out.read_text().split() == [str(len(words.split()))]
     capsys.readouterr()
+
+
+def test_packed_workloads_and_packed_length_files(tmp_path, capsys):
+    from paradyse_lab.packing import pack_documents
+
+    plain = get_workload("github_code", 120, seed=2)
+    packed = get_workload("github_code", 120, seed=2, pack_tokens=16384)
+    assert packed.packs == tuple(pack_documents(plain.lengths, 16384)) and packed.pack_tokens == 16384
+    assert sorted(packed.lengths) == sorted(plain.lengths) and plain.steps == tuple((n,) for n in plain.lengths)
+    shuffled = get_workload("github_code", 120, seed=2, pack_tokens=16384, pack_order="shuffled")
+    assert shuffled.packs == tuple(pack_documents(plain.lengths, 16384, "shuffled", 2)) != packed.packs
+    # a length file of packed steps: one step per line, its order kept; repacking flattens it first
+    d = tmp_path / "corpus"
+    d.mkdir()
+    for i, n in enumerate([300, 700, 200, 900, 50]):
+        (d / f"{i}.txt").write_text("x" * n)
+    out = tmp_path / "packed.txt"
+    assert main(["lengths", str(d), "--out", str(out), "--pack-tokens", "1000"]) == 0
+    assert out.read_text() == "200\n700 300\n900 50\n"  # first-fit decreasing, steps shortest first
+    w = get_workload(f"file:{out}")
+    assert w.packs == tuple(tuple(int(x) for x in line.split()) for line in out.read_text().splitlines())
+    assert get_workload(f"file:{out}", pack_tokens=2000).packs == ((200,), (900, 700, 300, 50))
+    capsys.readouterr()
+    assert main(["workload", f"file:{out}", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["steps"] == [{"documents": list(s), "tokens": sum(s), "padding": max(map(sum, w.packs)) - sum(s)}
+                             for s in w.packs]
+    assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pack_tokens"] == 65536 and data["pack_order"] == "sorted"
+    assert sum(len(s["documents"]) for s in data["steps"]) == data["sequences"] == 50
+    assert all(s["padding"] == max(65536 - s["tokens"], 0) for s in data["steps"])
+    assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536"]) == 0
+    text = capsys.readouterr().out
+    assert "packed steps of at most 65536 tokens" in text and "documents  tokens  padding  lengths" in text

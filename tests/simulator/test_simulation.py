@@ -129,9 +129,10 @@ def test_simulate_command_json(capsys, tmp_path):
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(data) == {"model", "dataset", "policy", "steps", "total_time_s", "max_seq_len_trained",
-                         "oom_at_seq_len", "switches", "planning_overhead_frac"}
+                         "oom_at_seq_len", "switches", "planning_overhead_frac", "tokens_trained"}
     assert isinstance(data["steps"], int) and 0 <= data["planning_overhead_frac"] < 1
-    assert len(pd.read_csv(out)) >= data["steps"]
+    rows = pd.read_csv(out)
+    assert len(rows) >= data["steps"] and data["tokens_trained"] == rows[~rows["oom"]]["seq_len"].sum()
 
 
 def test_simulate_command_bad_input(capsys, tmp_path):

@@ -18,6 +18,7 @@ from paradyse_lab.app.report.headline import (
     table5_rows,
 )
 from paradyse_lab.app.report.markdown import TRUTH_LABELS, md_table, truth_dirs
+from paradyse_lab.app.report.packing import packing_section
 from paradyse_lab.app.report.savings import BEYOND_HEADER, CUTOFFS, bert_gap_rows, beyond_rows, beyond_target
 from paradyse_lab.app.report.sections import (
     calibration_section,
@@ -45,7 +46,10 @@ def write_report(results: str | Path, settings, timings: dict) -> Path:
             ("costmodel_accuracy", "Cost models: predicted against truth, inside and beyond the profiled range "
              "(synthetic profile)"),
             ("plan_map", "Plan map: strategy per layer and length, heuristic and dp (analytic model)"),
-            ("memory_breakdown", "Memory per GPU of each uniform plan: model states, kept, transient")]
+            ("memory_breakdown", "Memory per GPU of each uniform plan: model states, kept, transient"),
+            ("packing_paper", "Packing under the paper-measured times: time per token and longest document, one "
+             "sequence per step against packed steps"),
+            ("packing", "Packing under the analytic model")]
     fig_md = "\n\n".join(f"**{cap}** (`figures/{n.removesuffix('_paper')}.py`)\n\n![{cap}](figures/{n}.png)"
                          for n, cap in figs if (results / "figures" / f"{n}.png").exists())
     panels = "\n\n".join(f"Under the {TRUTH_LABELS[t]}:\n\n{panels_table(f)}" for t, f in dirs.items())
@@ -103,6 +107,10 @@ Time saved by ParaDySe (heuristic) over the steps both trained whose length is a
 share of the baseline's time spent above 64K tokens:
 
 {bert_table}
+
+## Packing documents into steps (beyond the paper)
+
+{packing_section(results)}
 
 ## The memory price of switching
 
