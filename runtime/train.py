@@ -167,15 +167,17 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
-    at world size `p`: an object whose `decide(seq_len, batch)` returns a decision with `plan` (one option
-    name per decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the
-    runtime: `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
+    at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
+    the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
+    decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
+    `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
     import resource
     from dataclasses import replace
 
     import torch
 
+    from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm
@@ -206,6 +208,13 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return docs.length(step, opts.batch, unit, cap)
         return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
 
+    def planned_step(step: int):
+        """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
+        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
+        if packs is not None:
+            return PackedStep(packs.pack(step).lengths, unit)
+        return length_of(step)
+
     model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
@@ -230,7 +239,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
                 m.data.copy_(saved)
         start = info["step"]
         for step in range(start):  # replay the policy's cache and smoothing state
-            policy.decide(length_of(step), opts.batch)
+            policy.decide(planned_step(step), opts.batch)
 
     def save(step: int) -> None:
         state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
@@ -246,7 +255,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
     for step in range(start, opts.steps):
         s = length_of(step)
-        decision = decide_plan_on_rank0(lambda s=s: policy.decide(s, opts.batch), group)
+        decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
         pack = cu_seqlens = None
         if packs is not None:
             pack = packs.pack(step)

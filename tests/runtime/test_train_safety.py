@@ -94,6 +94,31 @@ def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
     assert sorted(i for step in steps for i in step) == list(range(len(docs)))
 
 
+def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
+    """--pack-tokens: the policy plans each step as its pack's documents (a PackedStep: attention per document),
+    not as one sequence of the padded pack's length (one rank: layout unit 1)."""
+    from unittest import mock
+
+    from paradyse_lab.costmodel.packed import PackedStep
+    from paradyse_lab.packing import pack_document_indices
+    from simulator.policies import StepPlan
+
+    lengths = (5, 9, 3, 14, 1, 7)
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, lengths)))
+    asked = []
+
+    def decide(step, batch):
+        asked.append(step)
+        return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
+
+    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+        train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "pack_tokens": 16, "steps": 3}))
+    ordered = sorted(lengths)  # a file's lengths in the workload's order
+    want = [PackedStep(tuple(ordered[i] for i in step), 1) for step in pack_document_indices(ordered, 16)]
+    assert asked == want and all(len(s.documents) > 1 for s in want)
+
+
 def _run(tmp_path, **kw):
     return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
 
