@@ -37,7 +37,7 @@ from __future__ import annotations
 import csv
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paradyse_lab.errors import RunStopped
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
@@ -91,9 +91,10 @@ class TrainOptions:
     """CSV of the per-step loss, time, memory and plan (rank 0)."""
     progress: bool = True
     """A progress bar on rank 0 (--no-progress: none)."""
-    pack_tokens: int = 0
-    """Token budget of a packed step: the workload's documents packed greedily first-fit into steps of at most
-    this many tokens (paradyse_lab/packing.py), attention confined to each document; 0: one sequence per step."""
+    pack_tokens: int | None = field(default=None, metadata={"type": int})
+    """Token budget of a packed step (a positive integer): the workload's documents packed greedily first-fit
+    into steps of at most this many tokens (paradyse_lab/packing.py), attention confined to each document;
+    not given: one sequence per step."""
     pack_order: str = "sorted"
     """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
 
@@ -199,7 +200,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
 
-    packs = PackedSteps.build(opts, lengths, docs, cap, p) if opts.pack_tokens else None
+    packs = PackedSteps.build(opts, lengths, docs, cap, p) if opts.pack_tokens is not None else None
 
     def length_of(step: int) -> int:
         if packs is not None:

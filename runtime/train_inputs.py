@@ -35,7 +35,7 @@ def check_options(opts) -> None:
     require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
     require_number("--budget-gb", opts.budget_gb, 0.0, 1e9)
     for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
-                         ("--checkpoint-every", opts.checkpoint_every), ("--pack-tokens", opts.pack_tokens)):
+                         ("--checkpoint-every", opts.checkpoint_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UserInputError(f"{field} must be an integer >= 0, got {value!r}")
     if opts.seed >= 2**32:
@@ -44,9 +44,9 @@ def check_options(opts) -> None:
 
     if opts.pack_order not in PACK_ORDERS:
         raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {opts.pack_order!r}")
-    if opts.pack_tokens > MAX_TOKEN_BUDGET:
-        raise UserInputError(f"--pack-tokens must be at most {MAX_TOKEN_BUDGET}, got {opts.pack_tokens}")
-    if opts.pack_tokens and opts.batch != 1:
+    if opts.pack_tokens is not None:  # not given: one sequence per step; given: positive, as simulate and workload
+        require_positive_int("--pack-tokens", opts.pack_tokens, MAX_TOKEN_BUDGET)
+    if opts.pack_tokens is not None and opts.batch != 1:
         raise UserInputError(f"--batch must be 1 with --pack-tokens (a step is one pack), got {opts.batch}")
     if opts.log_file:
         check_output_file(opts.log_file, "--log-file")

@@ -225,6 +225,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("train-budget-nan", TRAIN + ["--budget-gb", "nan"]),
     ("train-every-neg", TRAIN + ["--checkpoint-every", "-1"]),
     ("train-pack-tokens-neg", TRAIN + ["--pack-tokens", "-4"]),
+    ("train-pack-tokens-0", TRAIN + ["--pack-tokens", "0"]),  # as simulate, workload and lengths: positive when given
     ("train-pack-order", TRAIN + ["--pack-tokens", "64", "--pack-order", "random"]),
     ("train-pack-batch", TRAIN + ["--pack-tokens", "64", "--batch", "2"]),
     ("train-tokens-bad", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tokens_bad.jsonl", "--steps", "1"]),
