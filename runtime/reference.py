@@ -293,8 +293,9 @@ class ReferenceGPT(GPTParams):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cu_seqlens=None):
         """input_ids [b, s] -> logits [b, s, V] (and the mean loss over labels != -100, which are the
-        per-position targets, already shifted). `cu_seqlens` [n + 1]: input_ids is a pack of documents
-        (runtime/packed.py): positions restart at each document, attention is block-diagonal."""
+        per-position targets, already shifted; 0 when no label is a target, as runtime/model.py). `cu_seqlens`
+        [n + 1]: input_ids is a pack of documents (runtime/packed.py): positions restart at each document,
+        attention is block-diagonal."""
         cfg = self.cfg
         x = self.wte[input_ids]
         if not cfg.rope:
@@ -305,5 +306,7 @@ class ReferenceGPT(GPTParams):
         logits = norm(x, self.lnf_w, self.lnf_b, cfg.eps) @ self.head_weight().t()
         if labels is None:
             return logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)  # [b*s, V]
-        return logits, loss
+        total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*s, V]
+                                reduction="sum")
+        count = (labels != -100).sum().to(torch.float32)
+        return logits, total / count.clamp(min=1)  # no target at all (a pack of 1-token documents): 0, as ParallelGPT

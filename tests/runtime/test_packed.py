@@ -138,6 +138,26 @@ def test_reference_pack_equals_each_document_alone(causal):
             start += n
 
 
+def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
+    """A pack of single-token documents has no next-token target (every label -100): the reference and the
+    runtime's model both give loss 0 (the labelled count clamped to 1), not NaN, and zero gradients."""
+    from runtime.model import ParallelGPT
+
+    cfg = GPTConfig(vocab_size=64, max_positions=8, hidden=24, heads=4, layers=1)
+    sd = init_state_dict(cfg, 3)
+    ref, model = ReferenceGPT(cfg), ParallelGPT(cfg, state_dict=sd)
+    ref.load_state_dict(sd)
+    pack = pack_sequence([1, 1, 1], 1)
+    ids = torch.tensor([[5, 9, 2]])
+    labels = pack.labels(ids)
+    assert (labels == IGNORE).all()
+    for loss in (ref(ids, labels, cu_seqlens=pack.cu_seqlens)[1],
+                 model(ids, ["megatron_ts"], labels, cu_seqlens=pack.cu_seqlens)[1]):
+        loss.backward()
+        assert float(loss.detach()) == 0.0
+    assert all(float(g.grad.abs().sum()) == 0.0 for g in (ref.wte, next(model.parameters())))
+
+
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
     one = pack_sequence([24], p)  # 24 is a multiple of 2p for p = 1..4: no padding
