@@ -1,5 +1,6 @@
 """Packed steps in the cost models: per-document attention, linear parts over the total, one pack of one
-document equal to the unpacked step under every cost model kind, and every solver planning a packed step."""
+document with no padding equal to the unpacked step under every cost model kind (with padding: the padding is
+its own attention segment), and every solver planning a packed step."""
 
 import dataclasses
 
@@ -39,6 +40,15 @@ def test_a_pack_of_one_document_is_the_unpacked_step_exactly(kind):
         packed = step_problem(graph, cm, PackedStep((seq_len,), unit=16), 1, None, ALL_OPTIONS)
         for a, b in zip(_arrays(unpacked), _arrays(packed)):
             assert np.array_equal(a, b), kind
+    # one document that is not a multiple of the unit: padded to 4096, the padding its own segment (it attends
+    # only to itself, as the runtime's pack), so attention is 4089^2 + 7^2, not 4096^2: never dearer than the
+    # unpacked 4096-token step, cheaper somewhere, the same memory (equal only with no padding)
+    step = PackedStep((4089,), unit=16)
+    assert step.segments == (4089, 7)
+    padded = step_problem(graph, cm, step, 1, None, ALL_OPTIONS)
+    unpacked = problem_from_cost_model(graph, cm, 4096, 1, None, ALL_OPTIONS)
+    assert (padded.time_s <= unpacked.time_s).all() and (padded.time_s < unpacked.time_s).any(), kind
+    assert np.array_equal(padded.kept_bytes, unpacked.kept_bytes) and padded.fixed_bytes == unpacked.fixed_bytes
     # several documents: cheaper attention, never dearer, under every kind
     pack = step_problem(graph, cm, PackedStep((8192, 8192, 4096, 4096), unit=16), 1, None, ALL_OPTIONS)
     whole = problem_from_cost_model(graph, cm, 24576, 1, None, ALL_OPTIONS)
