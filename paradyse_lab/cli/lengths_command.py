@@ -4,7 +4,9 @@ The written file (one length per line) is a workload: `file:FILE`; with `--pack-
 packed step, its documents' lengths separated by spaces. No download: it reads your files.
 Files are streamed in 1 MiB blocks (memory stays flat whatever their size); the output file itself, if it
 lies under DIR, is not counted. `paradyse-lab workload SPEC` prints a workload's band fractions next to the
-paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, padding to N).
+paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, the budget N left
+unused, and the padding each step gets on `--p` GPUs: rounded up once to the layout unit 2p, as the cost model,
+the simulator and the runtime pad it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from tqdm import tqdm
 
 from paradyse_lab.atomic_write import check_output_file, write_text_atomic
 from paradyse_lab.cli.output import add_format_argument, add_packing_arguments, print_json, print_table
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.strategies import layout_unit
 from paradyse_lab.workloads import (
     BAND_NAMES,
     DEFAULT_SIZE,
@@ -88,6 +92,9 @@ def register(sub) -> None:
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"sequences to sample (default {DEFAULT_SIZE})")
     p.add_argument("--seed", type=int, default=0)
     add_packing_arguments(p)
+    p.add_argument("--p", type=int, default=None,
+                   help="with --pack-tokens: GPUs a step is laid out on, for its padding to the layout unit 2p "
+                   f"(default: the {DEFAULT_CLUSTER} node's)")
     add_format_argument(p)
     p.set_defaults(func=run_workload)
 
@@ -124,11 +131,12 @@ def run_lengths(args) -> int:
     return 0
 
 
-def _step_rows(w: Workload) -> list[dict]:
-    """Each packed step: its documents, tokens, and padding up to the budget (the largest step's tokens when
-    the steps came packed from a file)."""
-    budget = w.pack_tokens or max(sum(step) for step in w.steps)
-    return [{"documents": list(step), "tokens": sum(step), "padding": max(budget - sum(step), 0)} for step in w.steps]
+def _step_rows(w: Workload, p: int) -> list[dict]:
+    """Each packed step: its documents, tokens, the budget it leaves unused (the budget: the largest step's
+    tokens when the steps came packed from a file) and its padding on p GPUs (tokens up to the layout unit)."""
+    budget, unit = w.pack_tokens or max(sum(step) for step in w.steps), layout_unit(p)
+    return [{"documents": list(step), "tokens": sum(step), "unused_budget": max(budget - sum(step), 0),
+             "padding": -sum(step) % unit} for step in w.steps]
 
 
 def run_workload(args) -> int:
@@ -136,14 +144,15 @@ def run_workload(args) -> int:
     fractions = w.band_fractions()
     paper = PAPER_DATASETS.get(args.spec)
     paper_frac = [v / sum(paper[0]) for v in paper[0]] if paper else None
-    steps = _step_rows(w) if w.packs is not None else None
+    p = require_positive_int("--p", args.p) if args.p is not None else get_cluster(DEFAULT_CLUSTER).gpus
+    steps = _step_rows(w, p) if w.packs is not None else None
     if args.format == "json":
         out = {"workload": w.name, "sequences": len(w.lengths), "max_seq_len": max(w.lengths),
                "total_tokens": sum(w.lengths), "band_fractions": dict(zip(BAND_NAMES, fractions)),
                "paper_band_fractions": dict(zip(BAND_NAMES, paper_frac)) if paper_frac else None}
         if steps is not None:
             out.update({"pack_tokens": w.pack_tokens, "pack_order": args.pack_order if w.pack_tokens else None,
-                        "steps": steps})
+                        "p": p, "layout_unit": layout_unit(p), "steps": steps})
         print_json(out)
         return 0
     rows = [[name, f"{f:.1%}", f"{paper_frac[i]:.1%}" if paper_frac else "-"]
@@ -152,7 +161,7 @@ def run_workload(args) -> int:
     print(f"{w.name}: {len(w.lengths)} {what}, max {max(w.lengths)} tokens, {sum(w.lengths)} tokens in all")
     print_table(["band", "ours", "paper Table 3"], rows)
     if steps is not None:
-        _print_steps(w, steps)
+        _print_steps(w, steps, p)
     return 0
 
 
@@ -162,17 +171,20 @@ def _abbreviate(lengths: list[int], width: int = 60) -> str:
     return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + f" ... ({len(lengths)})"
 
 
-def _print_steps(w: Workload, steps: list[dict]) -> None:
+def _print_steps(w: Workload, steps: list[dict], p: int) -> None:
     budget = w.pack_tokens or max(s["tokens"] for s in steps)
     within = [s for s in steps if s["tokens"] <= budget]
     over = len(steps) - len(within)
     fill = sum(s["tokens"] for s in within) / (budget * len(within)) if within else 0.0
     print(f"\n{len(steps)} packed steps of at most {budget} tokens: {len(w.lengths) / len(steps):.2f} documents per "
-          f"step on average; the steps within the budget fill {fill:.1%} of it (padding: the rest)"
-          + (f"; {over} steps hold one document longer than the budget, alone" if over else ""))
+          f"step on average; the steps within the budget fill {fill:.1%} of it (unused budget: the rest)"
+          + (f"; {over} steps hold one document longer than the budget, alone" if over else "")
+          + f"; on {p} GPUs each step is padded to a multiple of {layout_unit(p)} tokens, "
+          f"{sum(s['padding'] for s in steps)} padding tokens in all")
     shown = list(enumerate(steps))
     if len(shown) > 2 * SHOWN_STEPS:
         shown = shown[:SHOWN_STEPS] + [(None, None)] + shown[-SHOWN_STEPS:]
-    rows = [["...", "", "", "", ""] if s is None else
-            [i, len(s["documents"]), s["tokens"], s["padding"], _abbreviate(s["documents"])] for i, s in shown]
-    print_table(["step", "documents", "tokens", "padding", "lengths"], rows)
+    rows = [["...", "", "", "", "", ""] if s is None else
+            [i, len(s["documents"]), s["tokens"], s["unused_budget"], s["padding"], _abbreviate(s["documents"])]
+            for i, s in shown]
+    print_table(["step", "documents", "tokens", "unused budget", f"padding (to {layout_unit(p)})", "lengths"], rows)

@@ -132,13 +132,18 @@ def test_packed_workloads_and_packed_length_files(tmp_path, capsys):
     capsys.readouterr()
     assert main(["workload", f"file:{out}", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["steps"] == [{"documents": list(s), "tokens": sum(s), "padding": max(map(sum, w.packs)) - sum(s)}
-                             for s in w.packs]
+    # the budget a step leaves unused, and apart from it the padding to the layout unit 2p (default p: 8)
+    assert data["steps"] == [{"documents": [200], "tokens": 200, "unused_budget": 800, "padding": 8},
+                             {"documents": [700, 300], "tokens": 1000, "unused_budget": 0, "padding": 8},
+                             {"documents": [900, 50], "tokens": 950, "unused_budget": 50, "padding": 10}]
+    assert (data["p"], data["layout_unit"]) == (8, 16)
+    assert main(["workload", f"file:{out}", "--format", "json", "--p", "3"]) == 0
+    assert [s["padding"] for s in json.loads(capsys.readouterr().out)["steps"]] == [4, 2, 4]  # to 6
     assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["pack_tokens"] == 65536 and data["pack_order"] == "sorted"
     assert sum(len(s["documents"]) for s in data["steps"]) == data["sequences"] == 50
-    assert all(s["padding"] == max(65536 - s["tokens"], 0) for s in data["steps"])
+    assert all(s["unused_budget"] == max(65536 - s["tokens"], 0) for s in data["steps"])
     assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536"]) == 0
     text = capsys.readouterr().out
-    assert "packed steps of at most 65536 tokens" in text and "documents  tokens  padding  lengths" in text
+    assert "packed steps of at most 65536 tokens" in text and "documents  tokens  unused budget  padding (to 16)  lengths" in text

@@ -149,6 +149,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("cost-documents-batch", ["cost", "--model", "gpt", "--documents", "4K,2K", "--batch", "2"]),
     ("plan-documents-empty", ["plan", "--model", "gpt", "--documents", ","]),
     ("workload-pack-tokens-0", ["workload", "grch38", "--pack-tokens", "0"]),
+    ("workload-p-0", ["workload", "grch38", "--pack-tokens", "4096", "--p", "0"]),
     ("workload-pack-order", ["workload", "grch38", "--pack-tokens", "4096", "--pack-order", "random"]),
     ("lengths-pack-tokens-neg", ["lengths", "{d}/texts", "--out", "{d}/x.txt", "--pack-tokens", "-5"]),
     ("lengths-not-dir", ["lengths", "{d}/afile", "--out", "{d}/x.txt"]),
