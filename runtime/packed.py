@@ -12,7 +12,12 @@ exactly: a rank's attention work is the sum over its queries of the keys of thei
 them, which depends on where the document boundaries fall in its two chunks (a chunk holding the start
 of a long document does less than one holding its end). Per-document zig-zag (each document cut into 2p
 chunks) would balance that too, at the price of padding every document to 2p (single-token documents
-cost 2p tokens each); padding once per pack costs fewer than 2p tokens per step.
+cost 2p tokens each); padding once per pack costs fewer than 2p tokens per step. The ring strategies
+(megatron_cz, metp) wait for their busiest rank, and the cost model charges them its share
+(`rank_attention_pairs`, paradyse_lab/zigzag_balance.py); megatron_ts and ulysses_z attend over the whole
+pack per head shard, balanced exactly. The masked math kernel (runtime/attention.py, the only one that
+takes a document mask) computes every block densely, masked pairs included: the runtime does more attention
+work than the varlen FlashAttention the cost model charges.
 
 The varlen form is `cu_seqlens` [n + 1]: the cumulative document offsets in the pack (padding last, as its
 own document when there is any), the argument FlashAttention's `flash_attn_varlen_func` takes
@@ -119,15 +124,8 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
 
 def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
     """(query, key) pairs each rank's queries attend to under the zig-zag layout of the whole pack: a
-    token at position pos of a document of n tokens sees pos + 1 keys (causal) or n (non-causal)."""
-    import numpy as np
+    token at position pos of a document of n tokens sees pos + 1 keys (causal) or n (non-causal). The count
+    is the cost model's (`paradyse_lab.zigzag_balance`, which charges ring strategies the busiest rank's)."""
+    from paradyse_lab.zigzag_balance import rank_attention_pairs as pairs_of_segments
 
-    sizes = np.array([*pack.lengths] + ([pack.padding] if pack.padding else []), dtype=np.int64)  # [n]
-    if causal:  # position + 1 within each document: [s]
-        work = np.arange(pack.seq_len) - np.repeat(np.cumsum(sizes) - sizes, sizes) + 1
-    else:
-        work = np.repeat(sizes, sizes)  # [s]: the document's length
-    if p == 1:
-        return [int(work.sum())]
-    chunks = work.reshape(2 * p, -1).sum(1)  # [s] -> [2p, s/2p] -> [2p]
-    return [int(chunks[r] + chunks[2 * p - 1 - r]) for r in range(p)]  # rank r: chunks r and 2p-1-r
+    return pairs_of_segments(pack.lengths + ((pack.padding,) if pack.padding else ()), p, causal)

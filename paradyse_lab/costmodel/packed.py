@@ -7,12 +7,15 @@ linear parts process and whose tokens attend only to each other. What each cost 
 
 - analytic and calibrated (`schedules.schedule(segments=...)`): attention FLOPs summed per document with the
   block-diagonal mask (4 n_i^2 h, halved when causal), each document's kernel at its own length (ring
-  strategies: n_i/p keys per block), so the FlashAttention efficiency of short documents is charged; GEMMs,
-  element-wise traffic, communication, kept and transient bytes over the S = n_1 + ... + n_k + padding
-  tokens (all linear in the tokens: FlashAttention keeps no s^2 tensor). Ring strategies still pass every
-  K/V block round the whole ring, so packing shrinks the attention they hide their traffic behind.
+  strategies: at most S/p keys per block), so the FlashAttention efficiency of short documents is charged;
+  GEMMs, element-wise traffic, communication, kept and transient bytes over the S = n_1 + ... + n_k + padding
+  tokens (all linear in the tokens: FlashAttention keeps no s^2 tensor). Ring strategies (megatron_cz, metp)
+  lay the whole pack out in zig-zag order, as the runtime does (runtime/packed.py), so their ranks' attention
+  is uneven and each is charged the busiest rank's share (paradyse_lab/zigzag_balance.py); they still pass
+  every K/V block round the whole ring, so packing shrinks the attention they hide their traffic behind.
 - paper (the authors' fits t(s) = a s^2 + b s + c per layer): fixed c + linear b S + quadratic a (n_1^2 +
-  ... + padding^2), never less than t(longest document) alone. The decomposition takes the fit's whole s^2
+  ... + padding^2) (ring strategies: times the busiest rank's share, non-causal as the fits were measured),
+  never less than t(longest document) alone. The decomposition takes the fit's whole s^2
   term as attention and its s term as the linear parts, which holds for the fits with b >= 0 (15 of 16; the
   floor never binds there); BERT's METP fit has b < 0 (it bends round a 57 ms fixed cost that hides the
   compute), so c + b S turns negative for large packs of short documents and the floor charges what its

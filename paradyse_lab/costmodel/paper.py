@@ -29,7 +29,8 @@ from paradyse_lab.costmodel.paper_measurements import covered_shapes_text, cover
 from paradyse_lab.costmodel.types import FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS, ModelSpec
-from paradyse_lab.strategies import StrategyOption
+from paradyse_lab.strategies import StrategyOption, get_strategy
+from paradyse_lab.zigzag_balance import zigzag_imbalance
 
 
 def _architecture(model: ModelSpec) -> ModelSpec:
@@ -73,8 +74,12 @@ class PaperCostModel:
 
     def layer_time_s(self, option: StrategyOption, seq_len: int, segments: tuple[int, ...] | None = None) -> float:
         """Seconds of one layer (attention + MLP) under `option` (module docstring); with `segments`, of a
-        packed step: the fit's s^2 term over the documents' squared lengths (`TimeFit.per_layer_time_s`)."""
-        measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len, segments)
+        packed step: the fit's s^2 term over the documents' squared lengths (`TimeFit.per_layer_time_s`), for a
+        ring strategy times the busiest rank's share under the whole-pack zig-zag (non-causal, as measured)."""
+        imbalance = 1.0
+        if segments is not None and len(segments) > 1 and get_strategy(option.strategy).ring_attention:
+            imbalance = zigzag_imbalance(tuple(segments), self.p, False)
+        measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len, segments, imbalance)
         if not option.recompute:
             return measured
         plain = StrategyOption(option.strategy)

@@ -41,17 +41,21 @@ class TimeFit:
     divisor: int
     """Layers the expression covers (the authors' code divides by it to get one layer's time)."""
 
-    def per_layer_time_s(self, seq_len: float, segments: tuple[int, ...] | None = None) -> float:
+    def per_layer_time_s(self, seq_len: float, segments: tuple[int, ...] | None = None,
+                         attention_imbalance: float = 1.0) -> float:
         """Forward + backward seconds of one layer at `seq_len` tokens (batch 1, p = 8).
 
-        `segments`: the documents of a packed step of seq_len tokens: c + b S + a (sum of n_i^2), the s^2 term
-        taken as attention, per document (costmodel/packed.py), and never less than the pack's longest
-        document alone. That floor binds only for a fit with b < 0 (BERT's METP: b = -1.2e-5, the fit bending round
-        the fixed cost of the weight ring that hides the compute), where c + b S alone would turn negative."""
+        `segments`: the documents of a packed step of seq_len tokens: c + b S + a (sum of n_i^2) x
+        `attention_imbalance`, the s^2 term taken as attention, per document (costmodel/packed.py), times the
+        busiest rank's share over the mean for a ring strategy on a packed step (paradyse_lab/zigzag_balance.py;
+        1.0 otherwise), and never less than the pack's longest document alone. That floor binds only for a fit
+        with b < 0 (BERT's METP: b = -1.2e-5, the fit bending round the fixed cost of the weight ring that
+        hides the compute), where c + b S alone would turn negative."""
         s = float(seq_len)
         if segments is None:
             return (self.a * s * s + self.b * s + self.c) / self.divisor
-        packed = (self.a * sum(float(n) * n for n in segments) + self.b * s + self.c) / self.divisor
+        squares = sum(float(n) * n for n in segments) * attention_imbalance
+        packed = (self.a * squares + self.b * s + self.c) / self.divisor
         return max(packed, self.per_layer_time_s(max(segments)))
 
 

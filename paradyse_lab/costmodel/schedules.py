@@ -48,6 +48,7 @@ from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.strategies import StrategyOption, get_strategy
+from paradyse_lab.zigzag_balance import zigzag_imbalance
 
 
 @dataclass(frozen=True)
@@ -294,10 +295,15 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     `segments`: the documents of a packed step (batch 1, summing to seq_len, its padding one more segment).
     Attention stays inside each document (a block-diagonal mask, as varlen FlashAttention takes it through
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
-    document (ring strategies: each document zig-zag split over the ring, blocks of n/p keys). Everything else
-    (GEMMs, element-wise traffic, communication, kept and transient bytes, all linear in the tokens) counts
-    the seq_len tokens of the pack: FlashAttention keeps no s^2 tensor, so a pack holds what one sequence of
-    its total length holds. `segments=(seq_len,)` is exactly the unpacked schedule.
+    document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
+    evenly. Ring strategies (megatron_cz, metp) lay the whole pack out in zig-zag order, as the runtime does
+    (runtime/packed.py): a rank's queries are its two chunks of seq_len/2p tokens, a document's keys in one
+    ring block at most seq_len/p, and the ring waits for the rank with the most (query, key) pairs, so each
+    rank is charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for one sequence,
+    paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
+    transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
+    s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
+    the unpacked schedule.
     """
     if segments is not None and (batch != 1 or sum(segments) != seq_len):
         raise ValueError(f"packed segments {segments} must sum to seq_len {seq_len} at batch 1")
@@ -316,8 +322,16 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     if s.attn:  # per sequence length, or per document of a pack: (FLOPs, keys per kernel call)
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
-        calls = tuple((F.attention_core_flops_forward(model, n, per) / p * passes,
-                       max(n // p, 1) if work.ring_blocks else n) for n in docs)
+        share = 1.0 / p  # of every document's FLOPs, per rank
+        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # whole-pack zig-zag
+            share *= zigzag_imbalance(tuple(segments), p, model.causal)
+
+        def keys(n: int) -> int:  # per kernel call: ring blocks of s/p keys (a packed document: at most s/p)
+            if not work.ring_blocks:
+                return n
+            return max(n // p, 1) if segments is None else min(n, max(seq_len // p, 1))
+
+        calls = tuple((F.attention_core_flops_forward(model, n, per) * share * passes, keys(n)) for n in docs)
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps

@@ -56,6 +56,36 @@ def test_a_pack_of_one_document_is_the_unpacked_step_exactly(kind):
     assert np.array_equal(pack.kept_bytes, whole.kept_bytes)  # memory: linear in the tokens
 
 
+def _busiest_over_mean(segments, p, causal) -> float:
+    """Busiest rank's (query, key) pairs over the mean under the zig-zag layout of the whole pack, token by token:
+    a token at position pos of a document of n sees pos + 1 keys (causal) or n; rank r holds chunks r, 2p-1-r."""
+    sizes = np.array(segments)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)  # [s]: the start of each token's document
+    work = np.arange(sizes.sum()) - starts + 1 if causal else np.repeat(sizes, sizes)  # [s]
+    chunks = work.reshape(2 * p, -1).sum(1)  # [s] -> [2p, s/2p] -> [2p]
+    ranks = [chunks[r] + chunks[2 * p - 1 - r] for r in range(p)]
+    return max(ranks) * p / sum(ranks)
+
+
+def test_ring_strategies_are_charged_the_busiest_ranks_attention():
+    """Under the whole-pack zig-zag (the runtime's layout) a pack of one long and several short documents loads
+    one rank with 2.16x the mean attention at p = 8: megatron_cz and metp pay that, megatron_ts and ulysses_z
+    (heads split over the whole pack) the even share; one sequence stays balanced (1.0)."""
+    from paradyse_lab.zigzag_balance import rank_attention_pairs, zigzag_imbalance
+
+    model, p = get_model("llama"), 8
+    step = PackedStep((20000, 8000, 3000, 1000), unit=2 * p)
+    assert zigzag_imbalance(step.segments, p, True) == pytest.approx(_busiest_over_mean(step.segments, p, True))
+    assert zigzag_imbalance(step.segments, p, True) == pytest.approx(2.16, abs=0.005)
+    assert zigzag_imbalance((32000,), p, True) == 1.0 and zigzag_imbalance((32000,), p, False) == 1.0
+    assert rank_attention_pairs((3, 5), 1, True) == [6 + 15] and rank_attention_pairs((3, 5), 1, False) == [34]
+    for name in USABLE:
+        even = sum(F.attention_core_flops_forward(model, n, 1) for n in step.segments) / p * (1 + F.FLASH_BWD_OVER_FWD)
+        charged = schedule(model, "attention", StrategyOption(name), 32000, 1, p, step.segments).attention_flops
+        ring = name in ("megatron_cz", "metp")
+        assert charged == pytest.approx(even * (zigzag_imbalance(step.segments, p, True) if ring else 1.0)), name
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("option", ALL_OPTIONS, ids=lambda o: o.name)
 def test_analytic_schedule_of_a_pack(option, causal):
@@ -66,11 +96,15 @@ def test_analytic_schedule_of_a_pack(option, causal):
     whole = schedule(model, "attention", option, 4096, 1, p)
     pack = schedule(model, "attention", option, 4096, 1, p, step.segments)
     passes = 1 + F.FLASH_BWD_OVER_FWD + option.recompute
-    expected = sum(F.attention_core_flops_forward(model, n, 1) for n in step.segments) / p * passes
-    assert pack.attention_flops == pytest.approx(expected, rel=1e-12)
-    assert pack.attention_flops == pytest.approx(whole.attention_flops * sum(n * n for n in step.segments) / 4096**2)
     ring = option.strategy in ("megatron_cz", "metp")
-    assert [keys for _, keys in pack.attention_calls] == [max(n // p, 1) if ring else n for n in step.segments]
+    busiest = _busiest_over_mean(step.segments, p, causal) if ring else 1.0  # whole-pack zig-zag: ring ranks wait
+    expected = sum(F.attention_core_flops_forward(model, n, 1) for n in step.segments) / p * passes * busiest
+    assert pack.attention_flops == pytest.approx(expected, rel=1e-12)
+    assert pack.attention_flops == pytest.approx(
+        whole.attention_flops * sum(n * n for n in step.segments) / 4096**2 * busiest)
+    assert busiest > 1.1 if ring else busiest == 1.0
+    # keys per kernel call: a ring block holds 4096/p = 512 tokens of the pack, so at most 512 of a document's
+    assert [keys for _, keys in pack.attention_calls] == [min(n, 512) if ring else n for n in step.segments]
     # every linear count is the total's: GEMMs, traffic, collectives, kept and transient bytes
     for name in ("gemm_flops", "elementwise_bytes", "collectives", "kept_bytes", "transient_bytes", "ring_steps"):
         assert getattr(pack, name) == getattr(whole, name), name
@@ -92,14 +126,18 @@ def test_analytic_time_of_a_pack_charges_each_documents_kernel():
 
 
 def test_paper_fit_decomposes_into_fixed_linear_and_sum_of_squares():
-    """c + b S + a sum n^2, floored at the longest document alone (BERT's METP fit has b < 0)."""
+    """c + b S + a sum n^2, the ring strategies' a sum n^2 times the busiest rank's share over the mean (the
+    fits are non-causal), floored at the longest document alone (BERT's METP fit has b < 0)."""
     from paradyse_lab.costmodel.paper import PaperCostModel
 
     cm = PaperCostModel(get_model("bert"), A100)
     docs = (16384, 8192, 4096, 4096)
+    busiest = _busiest_over_mean(docs, 8, causal=False)  # rank 7: chunk 7 (of 16384) and chunk 8 (of 8192)
+    assert busiest == pytest.approx((16384 + 8192) * 2048 / ((16384**2 + 8192**2 + 2 * 4096**2) / 8))  # 1.09
     for strategy in USABLE:
         fit = cm.shape.fits[strategy]
-        expected = (fit.a * sum(n * n for n in docs) + fit.b * 32768 + fit.c) / fit.divisor
+        squares = sum(n * n for n in docs) * (busiest if strategy in ("megatron_cz", "metp") else 1.0)
+        expected = (fit.a * squares + fit.b * 32768 + fit.c) / fit.divisor
         expected = max(expected, fit.per_layer_time_s(16384))  # binds only for metp: b < 0
         assert (expected > fit.per_layer_time_s(16384)) == (strategy != "metp")
         assert cm.layer_time_s(StrategyOption(strategy), 32768, docs) == pytest.approx(expected, rel=1e-12)
