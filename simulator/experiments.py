@@ -295,7 +295,8 @@ def packing(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, budgets
 
 def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budget: int | None,
                 policy: str) -> dict:
-    """One run of the packing experiment: what it trained, how fast per token, with which strategies
+    """One run of the packing experiment (its setup named: truth, cluster, size, seed, reserve, gamma,
+    profiles): what it trained, how fast per token, with which strategies
     (`strategy_mix`: each strategy's share of layers x tokens over the trained steps); `oom_at_doc` and
     `oom_at_tokens`: the longest document and the tokens of the step that ran out of memory."""
     s = summarize(runs, model, dataset, policy)
@@ -307,7 +308,9 @@ def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budg
         for name in names:
             mix[name] = mix.get(name, 0.0) + tokens / len(names)
     total = sum(mix.values())
-    return {"truth": setup.truth, "dataset": dataset, "model": model, "pack_tokens": budget or 0,
+    return {"truth": setup.truth, "cluster": setup.cluster, "size": setup.size, "seed": setup.seed,
+            "reserve_bytes": setup.reserve_bytes, "gamma": setup.gamma, "profiles": setup.profiles,
+            "dataset": dataset, "model": model, "pack_tokens": budget or 0,
             "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,
             "documents_trained": documents, "documents": setup.size, "finished": documents == setup.size,
             "tokens_trained": s.tokens_trained,
