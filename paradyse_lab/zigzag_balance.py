@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from paradyse_lab.strategies import layout_unit
+
 
 def _triangle(m: int) -> int:
     """1 + 2 + ... + m."""
@@ -37,11 +39,12 @@ def rank_attention_pairs(segments: Sequence[int], p: int, causal: bool) -> list[
     total = sum(segments)
     if p == 1:
         return [sum(_triangle(n) if causal else n * n for n in segments)]
-    if total % (2 * p) or any(n <= 0 for n in segments):
-        raise ValueError(f"segments {segments[:8]}... must be positive and sum to a multiple of 2p = {2 * p}, "
+    chunks = layout_unit(p)  # 2p zig-zag chunks (p > 1)
+    if total % chunks or any(n <= 0 for n in segments):
+        raise ValueError(f"segments {segments[:8]}... must be positive and sum to a multiple of 2p = {chunks}, "
                          f"got {total}")
-    chunk = total // (2 * p)
-    work = [0] * (2 * p)  # per chunk
+    chunk = total // chunks
+    work = [0] * chunks  # per chunk
     start = 0
     for n in segments:
         end = start + n
@@ -50,7 +53,7 @@ def rank_attention_pairs(segments: Sequence[int], p: int, causal: bool) -> list[
             # causal: positions lo-start .. hi-start-1 see (pos + 1) keys each
             work[c] += _triangle(hi - start) - _triangle(lo - start) if causal else n * (hi - lo)
         start = end
-    return [work[r] + work[2 * p - 1 - r] for r in range(p)]  # rank r: chunks r and 2p-1-r
+    return [work[r] + work[chunks - 1 - r] for r in range(p)]  # rank r: chunks r and 2p-1-r
 
 
 @lru_cache(maxsize=4096)
