@@ -13,23 +13,23 @@ lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the mod
 then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
 documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
-restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). Tokens: a `file:*.jsonl` of
-token-id lists gives real tokens, each step its own documents whole (runtime/train_inputs.py: lengths rounded up
-to 2p, padding masked out of the loss); otherwise a fixed random sparse Markov chain (seeded; each token has 4
-likely successors), which a model can learn, so the loss falls. The policy (`static:NAME`, `dynamic:SOLVER`,
-simulator/policies.py, built by paradyse_lab/app/training.py and passed in as `policy_for`) plans each step with
-`--cost-model` (default analytic; learned and calibrated ones fitted on `--profiles`) on `--cluster` (a preset,
-or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world size. The log names the attention
-kernels that ran (`math-masked`: a packed step on CUDA, the masked math kernel's visible fallback). AdamW; bf16
-weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar
-on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic checkpoints
-(runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from the
-newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row
-per step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it
-was. Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the
-launcher, and the ranks stop with it (runtime/launcher.py). The command line is
-paradyse_lab/cli/train_command.py.
+restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
+lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
+Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
+(runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the loss); otherwise a fixed random
+sparse Markov chain (seeded; each token has 4 likely successors), which a model can learn, so the loss falls. The
+policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by paradyse_lab/app/training.py and passed in
+as `policy_for`) plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on
+`--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
+size. The log names the attention kernels that ran (`math-masked`: a packed step on CUDA, the masked math kernel's
+visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak
+memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic
+checkpoints (runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from
+the newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
+--max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
+step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
+the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from paradyse_lab.errors import RunStopped
+from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 
@@ -196,11 +196,18 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     policy = policy_for(spec, p)
     check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    lengths = list(get_workload(opts.dataset, size=opts.steps, seed=opts.seed).lengths)
+    workload = get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    lengths = list(workload.lengths)
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
 
-    packs = PackedSteps.build(opts, lengths, docs, cap, p) if opts.pack_tokens is not None else None
+    packs = None
+    if opts.pack_tokens is not None:
+        packs = PackedSteps.build(opts, lengths, docs, cap, p)
+    elif workload.packs is not None and docs is None:  # a packed length file: its own steps
+        if opts.batch != 1:
+            raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), got {opts.batch}")
+        packs = PackedSteps.from_file_steps(workload.packs, cap, p)
 
     def length_of(step: int) -> int:
         if packs is not None:

@@ -12,6 +12,8 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
 - `PackedSteps` (`--pack-tokens N`): the workload's documents (each cut to the cap) packed first-fit into steps
   of at most N tokens (paradyse_lab/packing.py `pack_document_indices`); step i trains pack i (mod the
   count), padded once to the layout unit (runtime/packed.py); with a `file:*.jsonl` its tokens are the documents' own.
+  Without `--pack-tokens`, a packed length file (several lengths per line) trains its own steps as they are
+  (`from_file_steps`), as `simulate` does; with it, its documents are packed anew.
 """
 
 from __future__ import annotations
@@ -123,6 +125,16 @@ class PackedSteps:
 
         self.steps, self.docs, self.cap = steps, docs, cap
         self.packs = [pack_sequence([doc_lengths[i] for i in step], p) for step in steps]
+
+    @classmethod
+    def from_file_steps(cls, steps, cap: int, p: int) -> PackedSteps:
+        """The steps of a packed length file (several lengths per line: `paradyse-lab lengths --pack-tokens`),
+        as they are, each document cut to `cap`."""
+        doc_lengths = [min(int(n), cap) for step in steps for n in step]
+        ends = [0]
+        for step in steps:
+            ends.append(ends[-1] + len(step))
+        return cls(doc_lengths, [tuple(range(a, b)) for a, b in zip(ends, ends[1:])], p, None, cap)
 
     @classmethod
     def build(cls, opts, lengths, docs: TokenDocuments | None, cap: int, p: int) -> PackedSteps:

@@ -119,6 +119,30 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
     assert asked == want and all(len(s.documents) > 1 for s in want)
 
 
+def test_a_packed_length_file_trains_its_own_steps(tmp_path):
+    """A length file of packed steps (several lengths per line) trains those steps, in its order, as simulate
+    does, instead of flattening and training one document per step."""
+    from unittest import mock
+
+    from paradyse_lab.costmodel.packed import PackedStep
+    from simulator.policies import StepPlan
+
+    path = tmp_path / "packed.txt"
+    path.write_text("5 9 1\n14\n7 3\n")
+    asked = []
+
+    def decide(step, batch):
+        asked.append(step)
+        return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
+
+    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+        log = train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 4}))
+    assert asked == [PackedStep(d, 1) for d in ((5, 9, 1), (14,), (7, 3), (5, 9, 1))]
+    assert [r["docs"] for r in log] == [3, 1, 2, 3] and [r["seq_len"] for r in log] == [15, 14, 10, 15]
+    with pytest.raises(UserInputError, match="--batch must be 1"):
+        train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 1, "batch": 2}))
+
+
 def _run(tmp_path, **kw):
     return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
 
