@@ -61,7 +61,7 @@ class Schedule:
     """Smallest dimension among this rank's GEMMs (sets their efficiency)."""
     attention_calls: tuple[tuple[float, int], ...]
     """(FlashAttention FLOPs this rank runs, keys per kernel call) per sequence or packed document: s, or
-    s/p for ring blocks (empty for an MLP)."""
+    s/p for ring blocks (a packed document's: min(n, S/p)); empty for an MLP."""
     attention_kernel_causal: bool
     """Whether the kernel calls are causal (ring blocks are charged as full blocks)."""
     elementwise_bytes: float
