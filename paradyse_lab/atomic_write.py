@@ -16,6 +16,7 @@ written this way.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -44,6 +45,15 @@ def prepare_output_dir(path: str | Path, field: str = "--out") -> Path:
     except OSError as err:
         raise UserInputError(f"{field} {str(path)!r}: cannot create the folder ({err.strerror})") from None
     return path
+
+
+TEMPORARY_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+"""The name of a temporary file `atomic_open` writes (`.NAME.XXXXXXXX.tmp`); a killed write leaves one."""
+
+
+def is_temporary_output(path: str | Path) -> bool:
+    """Whether `path` is named like the temporary file of an unfinished atomic write (not a document)."""
+    return TEMPORARY_NAME.fullmatch(Path(path).name) is not None
 
 
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),

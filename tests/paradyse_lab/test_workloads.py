@@ -81,6 +81,32 @@ def test_lengths_command_measures_text_files(tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("inside", ["a.txt", "new.txt", "sub/../new.txt"])
+def test_lengths_refuses_an_out_inside_the_tree_it_reads(tmp_path, capsys, inside):
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("hello world foo")
+    (d / "b.txt").write_text("x" * 40)
+    (tmp_path / "link").symlink_to(d)
+    for out in (d / inside, tmp_path / "link" / inside):
+        assert main(["lengths", str(d), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--out" in err and "inside DIR" in err
+    assert (d / "a.txt").read_text() == "hello world foo" and not (d / "new.txt").exists()
+
+
+def test_lengths_skips_the_temporary_files_of_its_own_writes(tmp_path, capsys):
+    """A killed write leaves `.NAME.XXXXXXXX.tmp` (paradyse_lab.atomic_write): not a document."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "a.txt").write_text("hello world foo")
+    (d / ".lengths.txt.k3j_9x0q.tmp").write_text("15\n")
+    out = tmp_path / "lengths.txt"
+    assert main(["lengths", str(d), "--out", str(out)]) == 0
+    assert out.read_text() == "15\n"
+    capsys.readouterr()
+
+
 def test_workload_command_json(capsys):
     assert main(["workload", "grch38", "--size", "100", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -88,14 +114,14 @@ def test_workload_command_json(capsys):
     assert abs(sum(data["band_fractions"].values()) - 1) < 1e-9
 
 
-def test_lengths_streams_files_and_skips_its_own_output(tmp_path, capsys):
+def test_lengths_streams_files(tmp_path, capsys):
     import tracemalloc
 
     d = tmp_path / "corpus"
     d.mkdir()
     words = b"lorem ipsum \xc3\xa9t\xc3\xa9 dolor\n" * (24 * 2**20 // 26)  # 24 MiB, multi-byte chars across blocks
     (d / "big.txt").write_bytes(words)
-    out = d / "lengths.txt"  # inside DIR: a second run must not count it
+    out = tmp_path / "lengths.txt"
     tracemalloc.start()
     try:
         assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
