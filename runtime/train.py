@@ -9,9 +9,12 @@ Commands (one machine):
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
-then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
-documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+lognormal:MEDIAN:SIGMA, or file:PATH; paradyse_lab/workloads.py: uniform:8:16 draws whole lengths 8..16, a
+range on multiples of 512 such as uniform:512:1024 draws multiples of 512; lengths above `--max-len`, default
+the model's positions, are cut to it, then rounded down to the layout unit 2p, so on p ranks uniform:8:16
+trains 8, 12 or 16 at p = 2 and exactly 8..16 at p = 1).
+With `--pack-tokens N` a step is instead a pack of the workload's documents (each cut to `--max-len`), packed
+first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.

@@ -29,8 +29,29 @@ def test_sampling_is_deterministic_for_a_seed():
 def test_uniform_and_lognormal():
     w = get_workload("uniform:1024:8192", 300, seed=0)
     assert min(w.lengths) >= 1024 and max(w.lengths) <= 8192 and len(w.lengths) == 300
+    assert all(n % 512 == 0 for n in w.lengths) and len(set(w.lengths)) == 15  # every multiple of 512 in range
     w = get_workload("lognormal:4096:0.5", 300, seed=0)
-    assert 2048 < float(np.median(w.lengths)) < 8192
+    assert 2048 < float(np.median(w.lengths)) < 8192 and all(n % 512 == 0 for n in w.lengths)
+
+
+@pytest.mark.parametrize("lo, hi", [(1000, 1500), (16, 64), (8, 16), (1, 3), (700, 700)])
+def test_uniform_lengths_lie_inside_the_range_and_cover_it(lo, hi):
+    """A range whose ends are not both multiples of 512 gives whole numbers of tokens, uniform in [LO, HI]."""
+    w = get_workload(f"uniform:{lo}:{hi}", 400, seed=1)
+    assert lo <= min(w.lengths) and max(w.lengths) <= hi
+    assert len(set(w.lengths)) >= min(hi - lo + 1, 30)  # not one value every step
+    assert abs(float(np.mean(w.lengths)) - (lo + hi) / 2) <= (hi - lo) / 8 + 0.5
+
+
+def test_lognormal_of_a_median_off_the_granule_gives_whole_tokens_around_it():
+    w = get_workload("lognormal:100:0.1", 400, seed=0)
+    assert 95 <= float(np.median(w.lengths)) <= 105 and min(w.lengths) >= 60 and max(w.lengths) <= 160
+
+
+@pytest.mark.parametrize("spec", ["uniform:8.5:16", "uniform:8:16.25", "uniform:16:8"])
+def test_uniform_refuses_a_range_it_cannot_draw_from(spec):
+    with pytest.raises(UserInputError, match="whole numbers of tokens with 1 <= LO <= HI"):
+        get_workload(spec, 10)
 
 
 def test_length_files(tmp_path):

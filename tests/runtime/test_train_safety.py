@@ -294,3 +294,10 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
         port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
+
+
+def test_a_uniform_dataset_trains_lengths_across_its_range():
+    """uniform:8:16 on one rank (layout unit 1): the steps' lengths are 8..16, not 16 every step."""
+    log = train(TrainOptions(**BASE, steps=12))
+    lengths = [r["seq_len"] for r in log]
+    assert all(8 <= n <= 16 for n in lengths) and len(set(lengths)) >= 4, lengths
