@@ -189,7 +189,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options
+    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options, refuse_untrainable
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -226,6 +226,16 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return PackedStep(packs.pack(step).lengths, unit)
         return length_of(step)
 
+    def targets(step: int) -> int:
+        """Positions of the step whose next token the loss predicts."""
+        if packs is not None:
+            return sum(n - 1 for n in packs.pack(step).lengths)
+        if docs is not None:
+            return docs.targets(step, opts.batch, length_of(step))
+        return opts.batch * (length_of(step) - 1)
+
+    period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
+    refuse_untrainable(opts, 0, period, cap, unit, targets)
     model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer

@@ -301,3 +301,30 @@ def test_a_uniform_dataset_trains_lengths_across_its_range():
     log = train(TrainOptions(**BASE, steps=12))
     lengths = [r["seq_len"] for r in log]
     assert all(8 <= n <= 16 for n in lengths) and len(set(lengths)) >= 4, lengths
+
+
+def test_max_len_1_is_refused_before_any_step(seen):
+    with pytest.raises(UserInputError, match="--max-len must be 0 .* or at least 2"):
+        train(TrainOptions(**{**BASE, "max_len": 1, "steps": 2}))
+    assert not seen.calls
+
+
+@pytest.mark.parametrize("kind", ["tokens.jsonl", "lengths.txt", "packed.txt"])
+def test_a_dataset_of_one_token_documents_is_refused(tmp_path, seen, kind):
+    """1-token documents hold no next token to predict: a step of only such documents trains nothing (it
+    logged loss 0.0 with exit 0); refused with one line before the first step."""
+    path = tmp_path / kind
+    path.write_text({"tokens.jsonl": "[5]\n[7]\n", "lengths.txt": "1\n1\n1\n", "packed.txt": "1 1\n1\n"}[kind])
+    with pytest.raises(UserInputError, match="nothing to train on"):
+        train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 2}))
+    assert not seen.calls
+
+
+def test_max_len_1_from_the_command_line_is_one_line_and_exit_2(capsys):
+    from paradyse_lab.cli import main
+
+    assert main(["train", "--model", BASE["model"], "--dataset", "uniform:8:16", "--max-len", "1",
+                 "--steps", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--max-len" in err
+
