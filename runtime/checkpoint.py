@@ -21,10 +21,14 @@ that holds checkpoints.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -33,6 +37,44 @@ import torch.distributed as dist
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
+
+LOCK_FILE = ".lock"
+"""The lock file of a checkpoint folder (module docstring)."""
+
+
+def _take_lock(directory: Path) -> tuple[int | None, str]:
+    """(the open lock file, '') when this process now holds DIR's lock, else (None, what its file says)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "holder not yet recorded"
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd, ""
+
+
+@contextmanager
+def folder_lock(directory: str | Path, group=None) -> Iterator[None]:
+    """Hold DIR's lock while the block runs (module docstring; nothing when `directory` is ''). A collective:
+    rank 0 takes the lock and every rank raises the same `UserInputError` when another run holds it."""
+    if not directory:
+        yield
+        return
+    fd, holder = _take_lock(Path(directory)) if comm.rank(group) == 0 else (None, "")
+    if comm.size(group) > 1:
+        holder = comm.broadcast_object(holder, 0, group)  # '' when rank 0 got the lock
+    if holder:
+        raise UserInputError(f"--checkpoint-dir {str(directory)!r} is in use by another run ({holder}); wait for "
+                             "it to end, or choose another folder")
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the file releases the lock
 
 
 def _barrier(group) -> None:

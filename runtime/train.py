@@ -170,12 +170,25 @@ def _plan_text(plan) -> str:
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
+    The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
+    run on the same folder is refused, naming the first.
+
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
     at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
     the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
     decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
+    from runtime import checkpoint
+    from runtime.train_inputs import check_options
+
+    check_options(opts)
+    with checkpoint.folder_lock(opts.checkpoint_dir, group):
+        return _train(opts, group, policy_for)
+
+
+def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
+    """The training loop of `train`, run while this run holds its checkpoint folder."""
     import resource
     from dataclasses import replace
 

@@ -328,3 +328,38 @@ def test_max_len_1_from_the_command_line_is_one_line_and_exit_2(capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--max-len" in err
 
+
+HOLD_LOCK = """
+import fcntl, os, socket, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+with open(os.path.join(sys.argv[1], ".lock"), "a+") as f:  # the protocol of runtime/checkpoint.py folder_lock
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.truncate(0)
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\\n")
+    f.flush()
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes the pipe
+"""
+
+
+def test_a_second_run_on_a_locked_checkpoint_folder_is_refused_naming_the_holder(tmp_path, seen, capsys):
+    """Another process holds DIR's lock (as a running `train --checkpoint-dir DIR` does for its whole run):
+    this run is refused before its first step with one line naming that process; once it ends, DIR is free."""
+    from paradyse_lab.cli import main
+
+    ck = tmp_path / "ck"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(ck)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserInputError, match=f"is in use by another run \\(pid {holder.pid} on "):
+            _run(tmp_path, steps=2)
+        assert main(["train", "--model", BASE["model"], "--dataset", "uniform:8:16", "--max-len", "16",
+                     "--steps", "2", "--no-progress", "--checkpoint-dir", str(ck)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"pid {holder.pid}" in err and "--checkpoint-dir" in err
+        assert not seen.calls and not any(p.name.startswith(("step-", ".tmp-")) for p in ck.iterdir())
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert [r["step"] for r in _run(tmp_path, steps=2)] == [1, 2]  # the lock ended with its holder
