@@ -41,9 +41,11 @@ import csv
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
+from runtime.train_inputs import LOG_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,9 @@ class TrainOptions:
     resume: bool = False
     """Continue from the latest checkpoint in --checkpoint-dir."""
     log_file: str = ""
-    """CSV of the per-step loss, time, memory and plan (rank 0)."""
+    """CSV of the per-step loss, time, memory and plan (rank 0). A new run refuses a file that already holds a
+    log (remove it or name another: two runs' rows are never mixed); with --resume the rows after the resumed
+    checkpoint's step are dropped and trained again, so each step has one row."""
     progress: bool = True
     """A progress bar on rank 0 (--no-progress: none)."""
     pack_tokens: int | None = field(default=None, metadata={"type": int})
@@ -202,7 +206,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options, refuse_untrainable
+    from runtime.train_inputs import PackedSteps, TokenDocuments, refuse_untrainable
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -210,9 +214,13 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
-    check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    workload = get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
+            "pack_order": opts.pack_order}
+    found = _checkpoint_to_resume(opts, meta, group)
+    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
+    workload = get_workload(opts.dataset, size=size, seed=opts.seed)
     lengths = list(workload.lengths)
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
@@ -255,15 +263,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
         model.to(torch.bfloat16)
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
     start = 0
-    found = None
-    if opts.checkpoint_dir and not opts.resume:
-        checkpoint.refuse_overwrite(opts.checkpoint_dir)
-    if opts.resume and opts.checkpoint_dir:
-        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
     if found is not None:
         state, info = checkpoint.load(found, meta, group)
         model.load_state_dict(state["model"])
@@ -278,7 +278,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     def save(step: int) -> None:
         state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
                  "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
+        checkpoint.save(opts.checkpoint_dir, step, state, {**meta, "workload_size": size}, group)
 
     bar = None
     if opts.progress and rank == 0:
@@ -286,7 +286,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
 
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
-    log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
+    log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     for step in range(start, opts.steps):
         s = length_of(step)
         decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
@@ -354,18 +354,46 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     return log
 
 
-class StepLog:
-    """The per-step CSV of `--log-file`: opened (appending) before the first step, one flushed row per step."""
+def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):
+    """The checkpoint this run continues from (--resume), or None; a new run over checkpoints, and a resumed
+    one whose --steps is below its checkpoint's step, are refused (`UserInputError`)."""
+    from runtime import checkpoint, comm
 
-    def __init__(self, path: str):
+    if not opts.checkpoint_dir:
+        return None
+    if not opts.resume:
+        checkpoint.refuse_overwrite(opts.checkpoint_dir)
+        return None
+    found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
+    done = checkpoint.read_meta(found)["step"] if found is not None else 0
+    if done > opts.steps:
+        raise UserInputError(f"--steps {opts.steps} is below the step {done} of the checkpoint {found.name}: "
+                             "nothing to train (give --steps above it)")
+    return found
+
+
+class StepLog:
+    """The per-step CSV of `--log-file` (rank 0): a header and one flushed row per step. Made before the first
+    step: a new run starts the file (check_options refuses one that holds another run's log); a resumed run
+    keeps the rows up to the step it resumes from and drops the later ones, which it trains again, so the
+    file never holds two rows for one step."""
+
+    def __init__(self, path: str, keep_through: int = 0):
+        import io
+
+        from paradyse_lab.atomic_write import write_text_atomic
+
+        rows = []
+        if Path(path).is_file():
+            rows = [r for r in csv.reader(io.StringIO(Path(path).read_text(encoding="utf-8", errors="replace")))
+                    if r and r[0].isdigit() and int(r[0]) <= keep_through]
+        text = io.StringIO()
+        csv.writer(text).writerows([list(LOG_COLUMNS), *rows])
+        write_text_atomic(path, text.getvalue())
         self.handle = open(path, "a", newline="")
-        self.writer = None
+        self.writer = csv.DictWriter(self.handle, fieldnames=LOG_COLUMNS)
 
     def write(self, row: dict) -> None:
-        if self.writer is None:
-            self.writer = csv.DictWriter(self.handle, fieldnames=list(row))
-            if self.handle.tell() == 0:
-                self.writer.writeheader()
         self.writer.writerow(row)
         self.handle.flush()
 

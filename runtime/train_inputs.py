@@ -3,7 +3,8 @@
 Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the options):
 
 - `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
-  --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each.
+  --max-len, a writable --log-file that a new run does not share with an earlier one, a --checkpoint-dir that
+  is a folder), one `UserInputError` each.
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
@@ -25,14 +26,15 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
+LOG_COLUMNS = ("step", "seq_len", "docs", "loss", "step_s", "peak_bytes", "plan", "solve_s", "cached", "feasible",
+               "attention_kernel")
+"""The columns of the per-step log (`--log-file`), in order."""
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
 
 
 def check_options(opts) -> None:
     """Numbers and paths of `opts` (a runtime.train.TrainOptions); raises `UserInputError` naming the option."""
-    from paradyse_lab.atomic_write import check_output_file
-
     require_positive_int("--steps", opts.steps, 10**9)
     require_positive_int("--batch", opts.batch, 2**20)
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
@@ -56,9 +58,27 @@ def check_options(opts) -> None:
     if opts.pack_tokens is not None and opts.batch != 1:
         raise UserInputError(f"--batch must be 1 with --pack-tokens (a step is one pack), got {opts.batch}")
     if opts.log_file:
-        check_output_file(opts.log_file, "--log-file")
+        _check_log_file(opts)
     if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
         raise UserInputError(f"--checkpoint-dir {opts.checkpoint_dir!r} is a file; it must name a folder")
+
+
+def _check_log_file(opts) -> None:
+    """--log-file can become this run's log: a new run refuses a file holding a log (two runs' rows are never
+    mixed); a resumed one needs the columns this command writes (runtime/train.py `StepLog`)."""
+    from paradyse_lab.atomic_write import check_output_file
+
+    path = check_output_file(opts.log_file, "--log-file")
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    if not opts.resume:
+        raise UserInputError(f"--log-file {opts.log_file!r} holds the log of another run; remove it, name another "
+                             "file, or pass --resume to continue that run")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        header = f.readline().strip()
+    if header != ",".join(LOG_COLUMNS):
+        raise UserInputError(f"--log-file {opts.log_file!r} is not a log of `train` (its first line is not "
+                             f"{','.join(LOG_COLUMNS)}); name another file")
 
 
 def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targets) -> None:

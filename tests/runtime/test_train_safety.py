@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -363,3 +364,34 @@ def test_a_second_run_on_a_locked_checkpoint_folder_is_refused_naming_the_holder
         holder.stdin.close()
         holder.wait(timeout=30)
     assert [r["step"] for r in _run(tmp_path, steps=2)] == [1, 2]  # the lock ended with its holder
+
+
+def _log_steps(path) -> list[str]:
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("step,") and not any(line.startswith("step,") for line in lines[1:])
+    return [line.split(",")[0] for line in lines[1:]]
+
+
+def test_resume_with_more_steps_keeps_the_workload_and_one_log_row_per_step(tmp_path):
+    """A run of 6 steps (checkpoints at 2, 4, 6) loses steps 4 and 6; resumed with --steps 8 it retrains steps
+    3-6 at the lengths they had (the workload of the first run, not one re-sampled for 8 steps), and the log
+    holds each step once: the rows after the checkpoint are replaced, not appended twice."""
+    log_file = tmp_path / "log.csv"
+    first = _run(tmp_path, steps=6, log_file=str(log_file))
+    for step in (4, 6):
+        shutil.rmtree(tmp_path / "ck" / f"step-{step:06d}")
+    resumed = _run(tmp_path, steps=8, resume=True, log_file=str(log_file))
+    assert [r["step"] for r in resumed] == [3, 4, 5, 6, 7, 8]
+    assert [r["seq_len"] for r in resumed[:4]] == [r["seq_len"] for r in first[2:]]
+    assert _log_steps(log_file) == [str(n) for n in range(1, 9)]
+    with pytest.raises(UserInputError, match="--steps 4 is below the step 8 of the checkpoint"):
+        _run(tmp_path, steps=4, resume=True, log_file=str(log_file))
+
+
+def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
+    log_file = tmp_path / "log.csv"
+    train(TrainOptions(**BASE, steps=2, log_file=str(log_file)))
+    before = log_file.read_text()
+    with pytest.raises(UserInputError, match="--log-file .* holds the log of another run"):
+        train(TrainOptions(**BASE, steps=2, seed=1, log_file=str(log_file)))
+    assert log_file.read_text() == before and _log_steps(log_file) == ["1", "2"]
