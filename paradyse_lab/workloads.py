@@ -144,7 +144,7 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
     if len(parts) not in (0, count):
         raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
     try:
-        values = tuple(float(x) for x in parts) if parts else defaults
+        values = tuple(float(x) for x in (parts or defaults))
     except ValueError:
         raise UserInputError(f"workload {spec!r}: parameters must be numbers") from None
     if not all(math.isfinite(v) and 0 < v <= MAX_LENGTH for v in values):

@@ -32,6 +32,9 @@ def test_uniform_and_lognormal():
     assert all(n % 512 == 0 for n in w.lengths) and len(set(w.lengths)) == 15  # every multiple of 512 in range
     w = get_workload("lognormal:4096:0.5", 300, seed=0)
     assert 2048 < float(np.median(w.lengths)) < 8192 and all(n % 512 == 0 for n in w.lengths)
+    w = get_workload("uniform", 300, seed=0)  # the defaults, 512:65536
+    assert min(w.lengths) >= 512 and max(w.lengths) <= 65536 and all(n % 512 == 0 for n in w.lengths)
+    assert all(n % 512 == 0 for n in get_workload("lognormal", 50).lengths)  # the defaults, 4096:1
 
 
 @pytest.mark.parametrize("lo, hi", [(1000, 1500), (16, 64), (8, 16), (1, 3), (700, 700)])
