@@ -86,3 +86,21 @@ def test_lengths_refuses_a_fifo_out_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--out" in err and "FIFO" in err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--model", "gpt", "--dataset", "uniform", "--size", "2", "--policy", "static:metp"],
+    ["synth-profile", "--models", "bert", "--ratio", "2"], ["fit-costmodel", "--kind", "polynomial"],
+    ["paper-profile"], ["fit-calibration"], ["bench-solvers"],
+    ["profile", "--model", "gpt2-tiny", "--seqs", "512", "--strategies", "metp"],
+], ids=lambda argv: argv[0])
+def test_every_file_out_is_checked_before_the_command_runs(tmp_path, capsys, argv):
+    """The one line names --out (the command's own check, before its work), and the FIFO stays."""
+    from paradyse_lab.cli import main
+
+    fifo = tmp_path / "out.csv"
+    os.mkfifo(fifo)
+    assert main([*argv, "--out", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--out '{fifo}' is a FIFO" in err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
