@@ -41,6 +41,7 @@ import csv
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
@@ -184,11 +185,28 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
     from runtime import checkpoint
-    from runtime.train_inputs import check_options
+    from runtime.train_inputs import check_log_file, check_options
 
     check_options(opts)
+    _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
     with checkpoint.folder_lock(opts.checkpoint_dir, group):
         return _train(opts, group, policy_for)
+
+
+def _checked_on_rank0(check, group) -> None:
+    """Run `check` on rank 0 only and raise its `UserInputError` on every rank (one collective when p > 1)."""
+    from runtime import comm
+
+    message = ""
+    if comm.rank(group) == 0:
+        try:
+            check()
+        except UserInputError as err:
+            message = str(err)
+    if comm.size(group) > 1:
+        message = comm.broadcast_object(message, 0, group)  # '' when the check passed
+    if message:
+        raise UserInputError(message)
 
 
 def _train(opts: TrainOptions, group, policy_for) -> list[dict]:

@@ -3,8 +3,8 @@
 Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the options):
 
 - `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
-  --max-len, a writable --log-file that a new run does not share with an earlier one, a --checkpoint-dir that
-  is a folder), one `UserInputError` each.
+  --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each;
+  `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
@@ -58,18 +58,19 @@ def check_options(opts) -> None:
     if opts.pack_tokens is not None and opts.batch != 1:
         raise UserInputError(f"--batch must be 1 with --pack-tokens (a step is one pack), got {opts.batch}")
     if opts.log_file:
-        _check_log_file(opts)
+        from paradyse_lab.atomic_write import check_output_file
+
+        check_output_file(opts.log_file, "--log-file")
     if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
         raise UserInputError(f"--checkpoint-dir {opts.checkpoint_dir!r} is a file; it must name a folder")
 
 
-def _check_log_file(opts) -> None:
+def check_log_file(opts) -> None:
     """--log-file can become this run's log: a new run refuses a file holding a log (two runs' rows are never
-    mixed); a resumed one needs the columns this command writes (runtime/train.py `StepLog`)."""
-    from paradyse_lab.atomic_write import check_output_file
-
-    path = check_output_file(opts.log_file, "--log-file")
-    if not path.is_file() or path.stat().st_size == 0:
+    mixed); a resumed one needs the columns this command writes (runtime/train.py `StepLog`). Rank 0 (the one
+    that writes the log) checks it before it makes the file, and before any rank starts."""
+    path = Path(opts.log_file) if opts.log_file else None
+    if path is None or not path.is_file() or path.stat().st_size == 0:
         return
     if not opts.resume:
         raise UserInputError(f"--log-file {opts.log_file!r} holds the log of another run; remove it, name another "
