@@ -29,8 +29,10 @@ visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on 
 memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic
 checkpoints (runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from
 the newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
-step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+--max-len and packing, and trains the workload its checkpoint was trained on whatever its --steps; a new run never
+writes over a folder of checkpoints; one run at a time holds a folder's lock, a second is refused naming the
+first). `--log-file` gets one flushed row per step, one row per step even across a resume; a new run refuses a
+file holding an earlier run's log. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
