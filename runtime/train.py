@@ -32,7 +32,8 @@ the newest one that verifies (checksums; a resumed run must keep the model, seed
 --max-len and packing, and trains the workload its checkpoint was trained on whatever its --steps; a new run never
 writes over a folder of checkpoints; one run at a time holds a folder's lock, a second is refused naming the
 first). `--log-file` gets one flushed row per step, one row per step even across a resume; a new run refuses a
-file holding an earlier run's log. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+file holding an earlier run's log. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the
+last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """

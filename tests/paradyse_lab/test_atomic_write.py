@@ -104,3 +104,14 @@ def test_every_file_out_is_checked_before_the_command_runs(tmp_path, capsys, arg
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"--out '{fifo}' is a FIFO" in err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_socket_is_refused(tmp_path):
+    import socket
+
+    path = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        with pytest.raises(UserInputError, match="is a socket"):
+            write_text_atomic(path, "x\n")
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
