@@ -218,3 +218,20 @@ def test_named_files_follow_the_base_chain_and_file_specs(tmp_path):
     lengths.write_text("seq_len\n5\n")
     settings = {"cluster": str(child), "run": [f"file:{lengths}#seq_len", "bert"], "size": 3, "name": "x"}
     assert result_key.named_files(settings) == [child, base, lengths]
+
+
+def test_reproduce_steps_are_keyed_on_the_cluster_files_base_chain(tmp_path, monkeypatch):
+    base, child = tmp_path / "base.toml", tmp_path / "child.toml"
+    base.write_text('base = "a100-80gb-x8"\nmemory_gib = 40\n')
+    child.write_text(f'base = "{base}"\n')
+    calls: list = []
+    _fake_steps(monkeypatch, calls)
+    out = tmp_path / "out"
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    calls.clear()
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    assert {c[0] for c in calls} == {"report"}  # every step reused
+    base.write_text('base = "a100-80gb-x8"\nmemory_gib = 10\n')
+    calls.clear()
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    assert {c[0] for c in calls} == set(rp.STEPS)
