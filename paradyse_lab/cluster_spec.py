@@ -295,10 +295,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     if "base" in data:
         if not isinstance(data["base"], str):
             raise UserInputError(f"{path.name}: base must name a preset or a .toml file, got {data['base']!r}")
-        base = data["base"]
-        base = PRESETS[base] if base in PRESETS else (
-            load_cluster_toml(base, _bases + (path.resolve(),)) if base.endswith(".toml") or Path(base).is_file()
-            else get_cluster(base))
+        base_file = cluster_file(data["base"])
+        base = (load_cluster_toml(base_file, _bases + (path.resolve(),)) if base_file is not None
+                else get_cluster(data["base"]))
     kw = {f.name: getattr(base, f.name) for f in fields(ClusterSpec)} if base else {}
     kw["name"] = path.stem
     if base is not None:
@@ -387,12 +386,40 @@ def bundled_clusters() -> list[str]:
     return sorted(p.stem for p in CLUSTERS_DIR.glob("*.toml")) if CLUSTERS_DIR.is_dir() else []
 
 
+def cluster_file(name_or_path: str) -> Path | None:
+    """The TOML file a cluster name (`--cluster`, or a file's `base = ...`) reads: a bundled file by name, or
+    a path; None for a preset (or a name that is neither: `get_cluster` refuses it)."""
+    if name_or_path in PRESETS:
+        return None
+    if name_or_path in bundled_clusters():
+        return CLUSTERS_DIR / f"{name_or_path}.toml"
+    if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
+        return Path(name_or_path)
+    return None
+
+
+def base_chain(name_or_path: str) -> list[Path]:
+    """Every TOML file the cluster `name_or_path` is read from: its own file, then its `base` file, that file's
+    base, ... (empty for a preset). A cluster's numbers depend on every file of the chain, so a result keyed
+    on the cluster is keyed on all of them (paradyse_lab/result_key.py). Stops at a preset, at a file that
+    cannot be read as TOML, and where the chain comes back to a file already in it (the loader refuses those)."""
+    chain: list[Path] = []
+    current = cluster_file(name_or_path)
+    while current is not None and current.resolve() not in {c.resolve() for c in chain}:
+        chain.append(current)
+        try:
+            base = tomllib.loads(current.read_text(encoding="utf-8")).get("base")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            break
+        current = cluster_file(base) if isinstance(base, str) else None
+    return chain
+
+
 def get_cluster(name_or_path: str) -> ClusterSpec:
     """A preset by name, a bundled cluster file by name, or a cluster read from a TOML file."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    if name_or_path in bundled_clusters():
-        return load_cluster_toml(CLUSTERS_DIR / f"{name_or_path}.toml")
-    if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
-        return load_cluster_toml(name_or_path)
+    path = cluster_file(name_or_path)
+    if path is not None:
+        return load_cluster_toml(path)
     raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])

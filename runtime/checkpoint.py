@@ -13,7 +13,9 @@ at any point leaves `latest` naming the previous complete checkpoint.
 
 Resuming (`resumable`) takes the newest `step-*` checkpoint that verifies: meta.json parses and every
 rank's shard matches its recorded hash (agreed across ranks), whatever `latest` says; damaged ones are
-skipped with a note. A checkpoint of another world size or other run settings (model, seed, lr, dataset,
+skipped with a note. meta.json also records the size the run's workload was sampled with
+(`workload_size`), so a resumed run with another --steps trains the lengths the first one trained. A
+checkpoint of another world size or other run settings (model, seed, lr, dataset,
 ...) is refused with a `UserInputError`, as is a folder of checkpoints none of which verifies; an empty
 folder starts a new run. `refuse_overwrite` stops a new run (without --resume) from writing over a folder
 that holds checkpoints.
@@ -21,10 +23,14 @@ that holds checkpoints.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -33,6 +39,44 @@ import torch.distributed as dist
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
+
+LOCK_FILE = ".lock"
+"""The lock file of a checkpoint folder (module docstring)."""
+
+
+def _take_lock(directory: Path) -> tuple[int | None, str]:
+    """(the open lock file, '') when this process now holds DIR's lock, else (None, what its file says)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "holder not yet recorded"
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd, ""
+
+
+@contextmanager
+def folder_lock(directory: str | Path, group=None) -> Iterator[None]:
+    """Hold DIR's lock while the block runs (module docstring; nothing when `directory` is ''). A collective:
+    rank 0 takes the lock and every rank raises the same `UserInputError` when another run holds it."""
+    if not directory:
+        yield
+        return
+    fd, holder = _take_lock(Path(directory)) if comm.rank(group) == 0 else (None, "")
+    if comm.size(group) > 1:
+        holder = comm.broadcast_object(holder, 0, group)  # '' when rank 0 got the lock
+    if holder:
+        raise UserInputError(f"--checkpoint-dir {str(directory)!r} is in use by another run ({holder}); wait for "
+                             "it to end, or choose another folder")
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the file releases the lock
 
 
 def _barrier(group) -> None:
@@ -94,7 +138,7 @@ def latest(directory: str | Path) -> Path | None:
     return path if name and (path / "meta.json").is_file() else None
 
 
-def _read_meta(path: Path) -> dict:
+def read_meta(path: Path) -> dict:
     """meta.json of a checkpoint; a `ValueError` saying what is wrong when it is missing or damaged."""
     try:
         meta = json.loads((path / "meta.json").read_text())
@@ -105,6 +149,16 @@ def _read_meta(path: Path) -> dict:
     if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
         raise ValueError("meta.json has no step")
     return meta
+
+
+def workload_size(path: Path | None, default: int) -> int:
+    """The number of sequences the workload of the checkpoint at `path` was sampled with (its run's --steps),
+    so a resumed run trains the same lengths whatever its own --steps; `default` for a new run or a
+    checkpoint that does not record it."""
+    if path is None:
+        return default
+    size = read_meta(path).get("workload_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else default
 
 
 def _check_compatible(path: Path, meta: dict, meta_expected: dict, p: int) -> None:
@@ -135,7 +189,7 @@ def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) 
     problems = []
     for path in checkpoints(directory):
         try:
-            meta = _read_meta(path)
+            meta = read_meta(path)
         except ValueError as err:
             problems.append(f"{path.name}: {err}")
             continue
@@ -167,7 +221,7 @@ def load(path: str | Path, meta_expected: dict, group=None) -> tuple[dict, dict]
     by another world size or for another run, or cannot be read."""
     path = Path(path)
     try:
-        meta = _read_meta(path)
+        meta = read_meta(path)
     except ValueError as err:
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_compatible(path, meta, meta_expected, comm.size(group))

@@ -9,9 +9,12 @@ Commands (one machine):
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
-then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
-documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+lognormal:MEDIAN:SIGMA, or file:PATH; paradyse_lab/workloads.py: uniform:8:16 draws whole lengths 8..16, a
+range on multiples of 512 such as uniform:512:1024 draws multiples of 512; lengths above `--max-len`, default
+the model's positions, are cut to it, then rounded down to the layout unit 2p, so on p ranks uniform:8:16
+trains 8, 12 or 16 at p = 2 and exactly 8..16 at p = 1).
+With `--pack-tokens N` a step is instead a pack of the workload's documents (each cut to `--max-len`), packed
+first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
@@ -26,8 +29,11 @@ visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on 
 memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic
 checkpoints (runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from
 the newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
-step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+--max-len and packing, and trains the workload its checkpoint was trained on whatever its --steps; a new run never
+writes over a folder of checkpoints; one run at a time holds a folder's lock, a second is refused naming the
+first). `--log-file` gets one flushed row per step, one row per step even across a resume; a new run refuses a
+file holding an earlier run's log. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the
+last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
@@ -38,9 +44,12 @@ import csv
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
+from runtime.train_inputs import LOG_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,9 @@ class TrainOptions:
     resume: bool = False
     """Continue from the latest checkpoint in --checkpoint-dir."""
     log_file: str = ""
-    """CSV of the per-step loss, time, memory and plan (rank 0)."""
+    """CSV of the per-step loss, time, memory and plan (rank 0). A new run refuses a file that already holds a
+    log (remove it or name another: two runs' rows are never mixed); with --resume the rows after the resumed
+    checkpoint's step are dropped and trained again, so each step has one row."""
     progress: bool = True
     """A progress bar on rank 0 (--no-progress: none)."""
     pack_tokens: int | None = field(default=None, metadata={"type": int})
@@ -167,12 +178,42 @@ def _plan_text(plan) -> str:
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
+    The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
+    run on the same folder is refused, naming the first.
+
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
     at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
     the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
     decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
+    from runtime import checkpoint
+    from runtime.train_inputs import check_log_file, check_options
+
+    check_options(opts)
+    _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
+    with checkpoint.folder_lock(opts.checkpoint_dir, group):
+        return _train(opts, group, policy_for)
+
+
+def _checked_on_rank0(check, group) -> None:
+    """Run `check` on rank 0 only and raise its `UserInputError` on every rank (one collective when p > 1)."""
+    from runtime import comm
+
+    message = ""
+    if comm.rank(group) == 0:
+        try:
+            check()
+        except UserInputError as err:
+            message = str(err)
+    if comm.size(group) > 1:
+        message = comm.broadcast_object(message, 0, group)  # '' when the check passed
+    if message:
+        raise UserInputError(message)
+
+
+def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
+    """The training loop of `train`, run while this run holds its checkpoint folder."""
     import resource
     from dataclasses import replace
 
@@ -186,7 +227,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options
+    from runtime.train_inputs import PackedSteps, TokenDocuments, refuse_untrainable
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -194,9 +235,13 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
-    check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    workload = get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
+            "pack_order": opts.pack_order}
+    found = _checkpoint_to_resume(opts, meta, group)
+    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
+    workload = get_workload(opts.dataset, size=size, seed=opts.seed)
     lengths = list(workload.lengths)
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
@@ -223,21 +268,23 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return PackedStep(packs.pack(step).lengths, unit)
         return length_of(step)
 
+    def targets(step: int) -> int:
+        """Positions of the step whose next token the loss predicts."""
+        if packs is not None:
+            return sum(n - 1 for n in packs.pack(step).lengths)
+        if docs is not None:
+            return docs.targets(step, opts.batch, length_of(step))
+        return opts.batch * (length_of(step) - 1)
+
+    period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
+    refuse_untrainable(opts, 0, period, cap, unit, targets)
     model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
         model.to(torch.bfloat16)
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
     start = 0
-    found = None
-    if opts.checkpoint_dir and not opts.resume:
-        checkpoint.refuse_overwrite(opts.checkpoint_dir)
-    if opts.resume and opts.checkpoint_dir:
-        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
     if found is not None:
         state, info = checkpoint.load(found, meta, group)
         model.load_state_dict(state["model"])
@@ -252,7 +299,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     def save(step: int) -> None:
         state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
                  "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
+        checkpoint.save(opts.checkpoint_dir, step, state, {**meta, "workload_size": size}, group)
 
     bar = None
     if opts.progress and rank == 0:
@@ -260,7 +307,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
 
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
-    log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
+    log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     for step in range(start, opts.steps):
         s = length_of(step)
         decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
@@ -328,18 +375,46 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     return log
 
 
-class StepLog:
-    """The per-step CSV of `--log-file`: opened (appending) before the first step, one flushed row per step."""
+def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):
+    """The checkpoint this run continues from (--resume), or None; a new run over checkpoints, and a resumed
+    one whose --steps is below its checkpoint's step, are refused (`UserInputError`)."""
+    from runtime import checkpoint, comm
 
-    def __init__(self, path: str):
+    if not opts.checkpoint_dir:
+        return None
+    if not opts.resume:
+        checkpoint.refuse_overwrite(opts.checkpoint_dir)
+        return None
+    found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
+    done = checkpoint.read_meta(found)["step"] if found is not None else 0
+    if done > opts.steps:
+        raise UserInputError(f"--steps {opts.steps} is below the step {done} of the checkpoint {found.name}: "
+                             "nothing to train (give --steps above it)")
+    return found
+
+
+class StepLog:
+    """The per-step CSV of `--log-file` (rank 0): a header and one flushed row per step. Made before the first
+    step: a new run starts the file (check_options refuses one that holds another run's log); a resumed run
+    keeps the rows up to the step it resumes from and drops the later ones, which it trains again, so the
+    file never holds two rows for one step."""
+
+    def __init__(self, path: str, keep_through: int = 0):
+        import io
+
+        from paradyse_lab.atomic_write import write_text_atomic
+
+        rows = []
+        if Path(path).is_file():
+            rows = [r for r in csv.reader(io.StringIO(Path(path).read_text(encoding="utf-8", errors="replace")))
+                    if r and r[0].isdigit() and int(r[0]) <= keep_through]
+        text = io.StringIO()
+        csv.writer(text).writerows([list(LOG_COLUMNS), *rows])
+        write_text_atomic(path, text.getvalue())
         self.handle = open(path, "a", newline="")
-        self.writer = None
+        self.writer = csv.DictWriter(self.handle, fieldnames=LOG_COLUMNS)
 
     def write(self, row: dict) -> None:
-        if self.writer is None:
-            self.writer = csv.DictWriter(self.handle, fieldnames=list(row))
-            if self.handle.tell() == 0:
-                self.writer.writeheader()
         self.writer.writerow(row)
         self.handle.flush()
 

@@ -2,7 +2,9 @@
 
 User mistakes (`UserInputError`, argparse's own errors, a file that cannot be read or written) print one
 line on stderr and exit with code 2, never a traceback; a run stopped on purpose (`RunStopped`: training
-diverged, a rank failed) prints one line and exits with code 1.
+diverged, a rank failed) prints one line and exits with code 1. A command whose `--out` is a file
+(`out_file=True` among its defaults) has it checked before it starts: not a folder, a device node, a FIFO
+or a socket (paradyse_lab/atomic_write.py).
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "out_file", False) and args.out:  # a file --out: refused before any work if unusable
+            from paradyse_lab.atomic_write import check_output_file
+
+            check_output_file(args.out)
         return int(args.func(args) or 0)
     except BrokenPipeError:
         return 0

@@ -32,7 +32,7 @@ def options_from_args(args: argparse.Namespace):
     from paradyse_lab.cli.output import check_cost_model_name
     from runtime.options import from_namespace
     from runtime.train import TrainOptions
-    from runtime.train_inputs import check_options
+    from runtime.train_inputs import check_log_file, check_options
     from simulator.policies import check_policy_names
 
     check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
@@ -41,6 +41,7 @@ def options_from_args(args: argparse.Namespace):
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
     opts = from_namespace(TrainOptions, args)
     check_options(opts)
+    check_log_file(opts)
     return opts
 
 
