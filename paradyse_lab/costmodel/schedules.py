@@ -176,7 +176,8 @@ class StrategyWork:
     ring_blocks: bool = False
     """Whether the attention kernels see ring blocks of s/p keys (else the whole sequence, or document)."""
     kernel_causal: bool | None = None
-    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks)."""
+    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks; see
+    `ring_kernel_causal`)."""
     gathers_weights: bool = False
     """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
     backward's gather serves it)."""
@@ -189,6 +190,14 @@ def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_wid
     `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
     no full-heads copy of K, V, dK or dV: runtime/attention.py.)"""
     return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
+
+
+def ring_kernel_causal(s: Sublayer) -> bool | None:
+    """Whether a ring strategy's kernels are priced as causal: on p > 1 ranks the zig-zag blocks are charged
+    as full (non-causal) blocks of s/p keys (runtime/ring_attention.py: every step but the diagonal one is
+    a full block); on one rank the ring is its single diagonal block, one causal kernel over the whole
+    sequence when the model is causal, so the model's own mask (None) prices it."""
+    return False if s.p > 1 else None
 
 
 def _megatron_ts(s: Sublayer) -> StrategyWork:
@@ -247,7 +256,7 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
     acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
     acts += flash_gqa_grad_bytes(s, t, s.h, kv)  # one ring block: t keys, every head
     return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
-                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=False,
+                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
                         gathers_weights=True)
 
 
@@ -275,7 +284,7 @@ def _metp(s: Sublayer) -> StrategyWork:
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
         transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
         extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
-        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=False,
+        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
     )
 
 
