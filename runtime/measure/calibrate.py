@@ -503,7 +503,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
                              hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
-                             comm_overlap=terms["comm_overlap"], counted_model=opts.model,
+                             comm_overlap=terms["comm_overlap"], counted_model=spec.name,
                              step_counts=counted_steps(spec, p, lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
