@@ -370,17 +370,20 @@ def measure_overlap(spec, t: int, device, dtype, group) -> float:
     return statistics.median(rounds)
 
 
-def counted_steps(spec, p: int, lengths, recompute: bool, dtype) -> dict:
+def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> dict:
     """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks (runtime/measure/step_counts.py),
-    counted on the CPU in fp32 at the two shortest lengths; bytes scaled to `dtype` (16-bit: halved, which
-    overcounts the few fp32 accumulators' savings)."""
+    counted on the CPU in fp32: the sub-layers at `unit` and 2 `unit` tokens (their bytes are linear in the
+    tokens, so the shortest lengths that split give them at the least cost), the whole model at the two
+    shortest profile `lengths`; bytes scaled to `dtype` (16-bit: halved, which overcounts the few fp32
+    accumulators' savings)."""
     import torch
 
     from runtime.measure.step_counts import step_counts
     from runtime.reference import GPTConfig
 
     scale = torch.empty((), dtype=dtype).element_size() / 4
-    counts = step_counts(GPTConfig.from_model_spec(spec), p, profile_options(recompute), tuple(lengths[:2]))
+    counts = step_counts(GPTConfig.from_model_spec(spec), p, profile_options(recompute), (unit, 2 * unit),
+                         tuple(lengths[:2]))
     return {k: (c.launches, scale * c.bytes_fixed, scale * c.bytes_per_token) for k, c in counts.items()}
 
 
@@ -492,6 +495,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
         if bar is not None:
             bar.set_postfix_str("kernels")
         gemm, att = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
+        terms_start = time.perf_counter()  # the step terms and counts are bounded: not charged to --budget-s
         terms = measure_step_terms(spec, lengths, device, dtype, group)
         if not gemm or not att:  # every rank measured the same points (the budget checks agree)
             raise UserInputError(f"the time budget (--budget-s {opts.budget_s:g}) ran out before any "
@@ -504,7 +508,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
                              hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
                              comm_overlap=terms["comm_overlap"], counted_model=spec.name,
-                             step_counts=counted_steps(spec, p, lengths, opts.recompute, dtype),
+                             step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
                                         for r in att],
@@ -512,6 +516,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             write_text_atomic(out / "cluster.toml", measured_cluster_toml(m))
             state["fits"] = {op: asdict(f) for op, f in fit_collectives(m).items()}
             state = _mark(out, state, "kernels")
+        budget.start += time.perf_counter() - terms_start
     elif bar is not None:
         bar.update(2)
     state = agree(state, group)

@@ -149,6 +149,7 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
     for s in lengths:
         ids = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)  # [b, t]
         labels = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)
+        model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts: gradients assigned, not added
         with counting() as tally:
             model(ids, plan, labels)[1].backward()
         tallies.append((tally.launches, tally.bytes))
@@ -166,10 +167,14 @@ def _linear(a: tuple[int, int], b: tuple[int, int], tokens: tuple[int, int]) -> 
     return OpCount(max(a[0], b[0]), float(a[1] - per * tokens[0]), float(per))
 
 
-def step_counts(cfg, p: int, options, lengths: tuple[int, int]) -> dict[str, OpCount]:
+def step_counts(cfg, p: int, options, lengths: tuple[int, int],
+                model_lengths: tuple[int, int] | None = None) -> dict[str, OpCount]:
     """Counts keyed "OPTION.attention", "OPTION.mlp" per option, "fixed" and "optimizer" (module docstring),
-    from tallies at the two `lengths` (distinct, each splitting over p)."""
+    from tallies of the sub-layers at the two `lengths` and of the whole model at `model_lengths` (default
+    the same; distinct, each splitting over p). The embedding backward's traffic is not linear in the tokens
+    at a handful of tokens, so the whole model is best counted at lengths a run uses."""
     s1, s2 = lengths
+    model_lengths = model_lengths or lengths
     out: dict[str, OpCount] = {}
     for option in options:
         for kind in ("attention", "mlp"):
@@ -177,9 +182,9 @@ def step_counts(cfg, p: int, options, lengths: tuple[int, int]) -> dict[str, OpC
                                               _sublayer_tally(cfg, kind, option, p, s2), (s1, s2))
     first = next(iter(options))
     layers = [out[f"{first}.attention"], out[f"{first}.mlp"]]
-    whole, optimizer = _model_tallies(cfg, first, p, lengths)
+    whole, optimizer = _model_tallies(cfg, first, p, model_lengths)
     rest = [(max(w[0] - cfg.layers * sum(c.launches for c in layers), 0),
-             w[1] - cfg.layers * sum(c.bytes_at(s) for c in layers)) for w, s in zip(whole, lengths)]
-    out["fixed"] = _linear(rest[0], rest[1], lengths)
+             w[1] - cfg.layers * sum(c.bytes_at(s) for c in layers)) for w, s in zip(whole, model_lengths)]
+    out["fixed"] = _linear(rest[0], rest[1], model_lengths)
     out["optimizer"] = OpCount(optimizer[0], float(optimizer[1]), 0.0)
     return out
