@@ -340,4 +340,4 @@ class LearnedCostModel:
         opt = opts[0]
         rt, rm = self._ratios(opt, seq_len, batch)
         return FixedCost(f.time_s * rt, int(f.model_state_bytes * rm), int(f.kept_bytes * rm),
-                         int(f.transient_bytes * rm))
+                         int(f.transient_bytes * rm), f.optimizer_s)  # the profile's steps have no optimizer
