@@ -140,6 +140,9 @@ class ClusterSpec:
     comm_overlap: float = 1.0
     """Fraction of a ring's point-to-point time that can hide behind compute (1: all of it, the GPU presets;
     measured clusters: `calibrate` times a GEMM and a ring exchange apart and together)."""
+    state_bytes_per_s: float = 0.0
+    """Memory bandwidth over buffers the size of the model states, B/s, for the optimizer step (measured
+    clusters: an add over a buffer larger than the caches; 0: `hbm_bytes_per_s`)."""
     counted_model: str = ""
     """The model (preset name) `step_counts` were counted for; they apply to it at p = gpus only."""
     step_counts: dict = field(default_factory=dict)
@@ -192,6 +195,8 @@ class ClusterSpec:
     def _check_step_terms(self) -> None:
         if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
             raise UserInputError(f"cluster.launch_us must be a finite number >= 0, got {self.launch_s!r}")
+        if isinstance(self.state_bytes_per_s, bool) or not 0 <= self.state_bytes_per_s < math.inf:
+            raise UserInputError(f"cluster.state_gbps must be a finite number >= 0, got {self.state_bytes_per_s!r}")
         if isinstance(self.comm_overlap, bool) or not 0 <= self.comm_overlap <= 1:
             raise UserInputError(f"cluster.comm_overlap must be a number in [0, 1], got {self.comm_overlap!r}")
         for key, value in self.step_counts.items():
@@ -280,7 +285,7 @@ DEFAULT_CLUSTER = "a100-80gb-x8"
 _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
-    "launch_us": float, "comm_overlap": float, "counted_model": str,
+    "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
@@ -300,8 +305,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
-    ignored. What `calibrate` also measures for the analytic model's step terms: `launch_us`, `comm_overlap`
-    and a `[step_counts]` table of KEY = [launches, bytes_fixed, bytes_per_token] (`ClusterSpec.step_counts`).
+    ignored. What `calibrate` also measures for the analytic model's step terms: `launch_us`, `state_gbps`,
+    `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY = [launches, bytes_fixed,
+    bytes_per_token] (`ClusterSpec.step_counts`).
     """
     path = Path(path)
     if path.resolve() in _bases:
@@ -335,7 +341,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
         kw["base"] = base.device
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
-             "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6)}
+             "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
+             "state_gbps": ("state_bytes_per_s", GB)}
     for key, kind in _TOML_SCALARS.items():
         if key not in data:
             continue

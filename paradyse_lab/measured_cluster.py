@@ -97,6 +97,8 @@ class Measurements:
     """Seconds of one operator launch."""
     comm_overlap: float = 1.0
     """Fraction of point-to-point time hidden behind a concurrent GEMM."""
+    state_bytes_per_s: float = 0.0
+    """Bandwidth of an add over buffers larger than the caches (the optimizer step's), B/s."""
     counted_model: str = ""
     """The model `step_counts` are of."""
     step_counts: dict = field(default_factory=dict)
@@ -139,6 +141,7 @@ def measured_cluster_toml(m: Measurements) -> str:
         "alpha_step_us = 0.0",
         f'source = "measured: {_esc(m.provenance.get("device", m.gpu_name))}, {date}"',
         f"launch_us = {m.launch_s * 1e6:.6g}",
+        f"state_gbps = {m.state_bytes_per_s / 1e9:.6g}",
         f"comm_overlap = {min(max(m.comm_overlap, 0.0), 1.0):.6g}",
         f'counted_model = "{_esc(m.counted_model)}"',
         "busbw_size_curve = [[1.0, 1.0]]",

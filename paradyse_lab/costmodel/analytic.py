@@ -51,13 +51,15 @@ class AnalyticCostModel:
 
     def counted_s(self, key: str, tokens: int) -> float | None:
         """Seconds of the launches and memory-bound bytes counted under `key` (module docstring) at `tokens`
-        tokens, or None when the cluster holds no counts for this model at this p."""
+        tokens, or None when the cluster holds no counts for this model at this p. The optimizer's bytes
+        stream the model states, at `state_bytes_per_s` when measured."""
         c = self.cluster
         counts = c.step_counts.get(key)
         if counts is None or c.counted_model != self.model.name or c.gpus != self.p:
             return None
         launches, bytes_fixed, bytes_per_token = counts
-        return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / c.hbm_bytes_per_s
+        bandwidth = c.state_bytes_per_s if key == "optimizer" and c.state_bytes_per_s else c.hbm_bytes_per_s
+        return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
 
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`."""

@@ -18,7 +18,8 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
    model's step terms (`measure_step_terms`): the seconds of one operator launch (one-element adds), the
-   element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the fraction of a
+   element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
+   buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
    ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's launches and memory-bound
    bytes per sub-layer and option, embedding / head and AdamW step (runtime/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
@@ -334,8 +335,14 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
 
     sec = measure(elementwise, device, warmup=1, max_repeats=20, min_repeats=5, target_s=0.1)[0]
     hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
-    return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "comm_overlap": measure_overlap(spec, t, device, dtype,
-                                                                                          group)}
+    big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
+    state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
+    return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
+            "comm_overlap": measure_overlap(spec, t, device, dtype, group)}
+
+
+STATE_ELEMENTS = 1 << 24
+"""fp32 elements (64 MiB) of the buffer the state bandwidth streams."""
 
 
 def measure_overlap(spec, t: int, device, dtype, group) -> float:
@@ -507,6 +514,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
                              hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
+                             state_bytes_per_s=terms["state_bytes_per_s"],
                              comm_overlap=terms["comm_overlap"], counted_model=spec.name,
                              step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
