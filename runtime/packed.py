@@ -15,9 +15,9 @@ chunks) would balance that too, at the price of padding every document to 2p (si
 cost 2p tokens each); padding once per pack costs fewer than 2p tokens per step. The ring strategies
 (megatron_cz, metp) wait for their busiest rank, and the cost model charges them its share
 (`rank_attention_pairs`, paradyse_lab/zigzag_balance.py); megatron_ts and ulysses_z attend over the whole
-pack per head shard, balanced exactly. The masked math kernel (runtime/attention.py, the only one that
-takes a document mask) computes every block densely, masked pairs included: the runtime does more attention
-work than the varlen FlashAttention the cost model charges.
+pack per head shard, balanced exactly, with the varlen kernels (runtime/varlen.py: flash-attn's or
+PyTorch's flash kernel with the pack's offsets on CUDA, the exact kernel once per document on CPU). Ring
+blocks take the masked math kernel (runtime/attention.py), which computes every block densely.
 
 The varlen form is `cu_seqlens` [n + 1]: the cumulative document offsets in the pack (padding last, as its
 own document when there is any), the argument FlashAttention's `flash_attn_varlen_func` takes

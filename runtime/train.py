@@ -269,7 +269,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             pack = packs.pack(step)
             tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
                                                                                           cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens.to(device)  # -100 at document ends, padding
+            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens  # host offsets; -100 at doc ends, padding
         elif docs is not None:
             tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
         else:
