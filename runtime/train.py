@@ -275,7 +275,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         else:
             tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
             labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-        ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
+        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(device) for x in (tokens, labels))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()

@@ -296,11 +296,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     Attention stays inside each document (a block-diagonal mask, as varlen FlashAttention takes it through
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
     document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
-    evenly. Ring strategies (megatron_cz, metp) lay the whole pack out in zig-zag order, as the runtime does
-    (runtime/packed.py): a rank's queries are its two chunks of seq_len/2p tokens, a document's keys in one
-    ring block at most seq_len/p, and the ring waits for the rank with the most (query, key) pairs, so each
-    rank is charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for one sequence,
-    paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
+    evenly. Ring strategies (megatron_cz, metp) cut every document (with its padding) into 2p chunks, as the
+    runtime does (runtime/layout.py): a rank's queries are its two chunks of each document, a document's keys
+    in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
+    charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
+    padding, paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
     the unpacked schedule.
@@ -323,13 +323,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
         share = 1.0 / p  # of every document's FLOPs, per rank
-        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # whole-pack zig-zag
+        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # per-document zig-zag
             share *= zigzag_imbalance(tuple(segments), p, model.causal)
 
-        def keys(n: int) -> int:  # per kernel call: ring blocks of s/p keys (a packed document: at most s/p)
-            if not work.ring_blocks:
-                return n
-            return max(n // p, 1) if segments is None else min(n, max(seq_len // p, 1))
+        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2p chunks of every document
+            return max(n // p, 1) if work.ring_blocks else n
 
         calls = tuple((F.attention_core_flops_forward(model, n, per) * share * passes, keys(n)) for n in docs)
 
