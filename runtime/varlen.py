@@ -137,6 +137,20 @@ def _fa_varlen_forward(q, k, v, cu_q, cu_k, causal, scale):
     return _heads_major(out, q.shape[0]), _lse_from_kernel(lse, q.shape[0])
 
 
+def _clear_unpaired(grads, cu_q, cu_k):
+    """Zero dq of the queries of documents without keys and dk, dv of the keys of documents without
+    queries (a ring block's left-out tokens: whether a fused kernel writes those rows is not part of its
+    contract); no-op when every document has both."""
+    lq, lk = _lengths(cu_q), _lengths(cu_k)
+    for a, nq, c, nk in zip(cu_q[:-1], lq, cu_k[:-1], lk):
+        if nq and not nk:
+            grads[0][:, :, a:a + nq] = 0
+        if nk and not nq:
+            grads[1][:, :, c:c + nk] = 0
+            grads[2][:, :, c:c + nk] = 0
+    return grads
+
+
 def _fa_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
     cuq, cuk, mq, mk = _flat_call(q, k, cu_q, cu_k)
     grads = [torch.empty_like(_tokens_major(x), memory_format=torch.contiguous_format) for x in (q, k, v)]
@@ -144,7 +158,7 @@ def _fa_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
         _FA_DEFAULTS, dout=_tokens_major(do), q=_tokens_major(q), k=_tokens_major(k), v=_tokens_major(v),
         out=_tokens_major(o), softmax_lse=_lse_to_kernel(lse), dq=grads[0], dk=grads[1], dv=grads[2],
         cu_seqlens_q=cuq, cu_seqlens_k=cuk, max_seqlen_q=mq, max_seqlen_k=mk, softmax_scale=scale, causal=causal))
-    return tuple(_heads_major(g, q.shape[0]) for g in grads)  # [b*s, n, d] -> [b, n, s, d]
+    return _clear_unpaired(tuple(_heads_major(g, q.shape[0]) for g in grads), cu_q, cu_k)  # -> [b, n, s, d]
 
 
 # --- PyTorch's flash kernel -----------------------------------------------------------------------------
@@ -167,7 +181,7 @@ def _sdpa_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
     # dropout 0: the rng state is never read (torch.nn.attention.varlen passes zeros and an empty tensor)
     rng, unused = torch.zeros(2, dtype=torch.uint64, device=q.device), torch.empty(0, device=q.device)
     grads = aten_ops()[1](*flat, _lse_to_kernel(lse), cuq, cuk, mq, mk, 0.0, causal, rng, unused, scale=scale)
-    return tuple(_heads_major(g, q.shape[0]) for g in grads)
+    return _clear_unpaired(tuple(_heads_major(g, q.shape[0]) for g in grads), cu_q, cu_k)  # -> [b, n, s, d]
 
 
 # --- exact math kernel, one document at a time ------------------------------------------------------------

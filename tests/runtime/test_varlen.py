@@ -120,8 +120,11 @@ def _stub_backward(dout, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, dropout_p, s
     assert all(x.stride(-1) == 1 for x in (dout, q, k, v, out, dq, dk, dv)) and lse.shape == (q.shape[1], q.shape[0])
     SEEN["backward"] = {"scale": scale, "causal": causal}
     for x in (dq, dk, dv):
-        x.zero_()
+        x.fill_(float("nan"))  # rows of documents without keys / queries: left as the kernel found them
     for qs, ks in _documents(cu_q, cu_k):
+        for dst, sl in ((dq, qs), (dk, ks), (dv, ks)):
+            if qs.stop > qs.start and ks.stop > ks.start:
+                dst[sl] = 0
         if qs.stop > qs.start and ks.stop > ks.start:
             grads = _math_backward(_heads(dout[qs]), _heads(q[qs]), _heads(k[ks]), _heads(v[ks]), _heads(out[qs]),
                                    lse[:, qs].unsqueeze(0), causal, scale)
