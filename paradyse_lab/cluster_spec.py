@@ -134,6 +134,23 @@ class ClusterSpec:
     """Strategy name -> `StrategyCalibration` the analytic model applies (empty: uncalibrated)."""
     base: str = field(default="", compare=False)
     """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
+    launch_s: float = 0.0
+    """Seconds per operator launch outside the GEMMs, attention kernels and collectives (measured clusters:
+    `paradyse-lab calibrate` times a one-element add; 0 for the GPU presets, whose kernels are fused)."""
+    comm_overlap: float = 1.0
+    """Fraction of a ring's point-to-point time that can hide behind compute (1: all of it, the GPU presets;
+    measured clusters: `calibrate` times a GEMM and a ring exchange apart and together)."""
+    state_bytes_per_s: float = 0.0
+    """Memory bandwidth over buffers the size of the model states, B/s, for the optimizer step (measured
+    clusters: an add over a buffer larger than the caches; 0: `hbm_bytes_per_s`)."""
+    counted_model: str = ""
+    """The model (preset name) `step_counts` were counted for; they apply to it at p = gpus only."""
+    step_counts: dict = field(default_factory=dict)
+    """What the runtime launches and moves besides GEMMs, attention and collectives, counted by `calibrate`
+    at this cluster's world size (runtime/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
+    per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
+    bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
+    presets."""
 
     @property
     def device(self) -> str:
@@ -163,6 +180,7 @@ class ClusterSpec:
                 raise unknown_name("collective in cluster alpha_us", c, COLLECTIVES)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise UserInputError(f"cluster alpha_us for {c} must be a finite number >= 0, got {v!r}")
+        self._check_step_terms()
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
@@ -173,6 +191,20 @@ class ClusterSpec:
                 raise UserInputError(
                     f"cluster.{name} must be (x > 0, 0 < fraction <= 1) points in ascending x"
                 )
+
+    def _check_step_terms(self) -> None:
+        if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
+            raise UserInputError(f"cluster.launch_us must be a finite number >= 0, got {self.launch_s!r}")
+        if isinstance(self.state_bytes_per_s, bool) or not 0 <= self.state_bytes_per_s < math.inf:
+            raise UserInputError(f"cluster.state_gbps must be a finite number >= 0, got {self.state_bytes_per_s!r}")
+        if isinstance(self.comm_overlap, bool) or not 0 <= self.comm_overlap <= 1:
+            raise UserInputError(f"cluster.comm_overlap must be a number in [0, 1], got {self.comm_overlap!r}")
+        for key, value in self.step_counts.items():
+            ok = isinstance(value, (tuple, list)) and len(value) == 3 and all(
+                not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < math.inf for v in value[::2])
+            if not ok or not isinstance(value[1], (int, float)) or not math.isfinite(value[1]):
+                raise UserInputError(f"cluster step_counts.{key} must be [launches >= 0, bytes_fixed, "
+                                     f"bytes_per_token >= 0], got {value!r}")
 
     def busbw(self, collective: str, message_bytes: float) -> float:
         """Bus bandwidth (B/s) reached by `collective` at `message_bytes` (nccl-tests size convention)."""
@@ -253,10 +285,12 @@ DEFAULT_CLUSTER = "a100-80gb-x8"
 _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
+    "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
-TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps", "alpha_us") + _TOML_CURVES + ("base", "calibration", "provenance")
+TOML_KEYS = (tuple(_TOML_SCALARS) + ("busbw_gbps", "alpha_us") + _TOML_CURVES
+             + ("base", "calibration", "provenance", "step_counts"))
 CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
 """Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
@@ -271,7 +305,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
-    ignored.
+    ignored. What `calibrate` also measures for the analytic model's step terms: `launch_us`, `state_gbps`,
+    `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY = [launches, bytes_fixed,
+    bytes_per_token] (`ClusterSpec.step_counts`).
     """
     path = Path(path)
     if path.resolve() in _bases:
@@ -304,7 +340,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
         kw["base"] = base.device
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
-             "alpha_step_us": ("alpha_step_s", 1e-6)}
+             "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
+             "state_gbps": ("state_bytes_per_s", GB)}
     for key, kind in _TOML_SCALARS.items():
         if key not in data:
             continue
@@ -351,6 +388,11 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
                 raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
     if "calibration" in data:
         kw["calibration"] = _calibration(data["calibration"], path.name)
+    if "step_counts" in data:
+        if not isinstance(data["step_counts"], dict):
+            raise UserInputError(f"{path.name}: step_counts must be a table of KEY = [launches, bytes_fixed, "
+                                 "bytes_per_token]")
+        kw["step_counts"] = {str(k): tuple(v) if isinstance(v, list) else v for k, v in data["step_counts"].items()}
     needed = {"gpus", "gpu_name", "memory_bytes", "peak_flops", "hbm_bytes_per_s", "busbw_bytes_per_s",
               *_TOML_CURVES}
     absent = sorted(n for n in needed if n not in kw)

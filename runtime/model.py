@@ -129,8 +129,8 @@ class ParallelGPT(GPTParams):
             all_pos = gathered_positions(t * p, p)  # of every rank's, rank-major: [s]
         else:  # positions within each document, restarting at every document of the pack
             doc_ids, pos = local_documents(cu_seqlens, t * p, p, self.rank)  # [t] each
-            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p))[1]  # [s], rank-major
-            doc_ids, cu_seqlens = doc_ids.to(input_ids.device), cu_seqlens.to(input_ids.device)
+            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p, cu_seqlens))[1]  # [s], rank-major
+            doc_ids = doc_ids.to(input_ids.device)  # cu_seqlens stays on the host: kernels read its ints, no sync
         pos, all_pos = pos.to(input_ids.device), all_pos.to(input_ids.device)
         if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention
             x = x + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]

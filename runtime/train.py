@@ -316,13 +316,13 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
             pack = packs.pack(step)
             tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
                                                                                           cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens.to(device)  # -100 at document ends, padding
+            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens  # host offsets; -100 at doc ends, padding
         elif docs is not None:
             tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
         else:
             tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
             labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-        ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
+        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(device) for x in (tokens, labels))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()

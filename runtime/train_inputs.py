@@ -195,13 +195,15 @@ class PackedSteps:
         return self.packs[step % len(self.packs)]
 
     def tokens(self, step: int, vocab: int):
-        """[1, s] token ids of the step's documents from the token file, concatenated; padding ids 0."""
+        """[1, s] token ids of the step's documents from the token file, each followed by its padding (ids 0)."""
         import torch
 
         pack = self.pack(step)
-        ids = [t for i in self.steps[step % len(self.steps)] for t in self.docs.docs[i][:self.cap]]
-        if max(ids) >= vocab:
-            raise UserInputError(f"token id {max(ids)} is outside the model's vocabulary (size {vocab})")
+        docs = [self.docs.docs[i][:self.cap] for i in self.steps[step % len(self.steps)]]
+        if max(max(d) for d in docs) >= vocab:
+            raise UserInputError(f"token id {max(max(d) for d in docs)} is outside the model's vocabulary "
+                                 f"(size {vocab})")
         out = torch.zeros(1, pack.seq_len, dtype=torch.long)
-        out[0, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        for place, doc in zip(pack.documents_of(out), docs):  # [1, n_i] views of the pack
+            place[0] = torch.tensor(doc, dtype=torch.long)
         return out

@@ -403,9 +403,9 @@ CASES["bad-input"] = bad_input_case
 # --- packed documents: attention confined to each document, under every strategy --------------------------
 
 PACKS = ((1, 13, 5, 1, 27), (3, 1, 9, 30))
-"""Documents of the packed cases: lengths not multiples of 2p, single-token documents, one longer than a
-rank's share of the pack (27 > 48/2, 30 > 44/2) and, for p > 1, padding (pack 1: 47 -> 48 tokens; pack 2:
-43 -> 44 at p = 2 and 48 at p = 3, 4; one rank pads nothing)."""
+"""Documents of the packed cases: lengths not multiples of 2p, single-token documents (padded to 2p, so
+most ranks hold only their padding), documents longer than a rank's share of the pack, and for p > 1 every
+document padded to 2p by its own padding segment (pack 1: 47 tokens -> 60 at p = 2, 66 at p = 3, 72 at p = 4)."""
 
 
 def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
@@ -416,8 +416,8 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         from runtime.packed import pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
-        seq = pack.seq_len
-        assert seq == (47 if p == 1 else S)
+        seq, cu = pack.seq_len, pack.cu_seqlens
+        assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
         full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
         gen = torch.Generator().manual_seed(5)
@@ -429,14 +429,14 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
-        xl = shard_sequence(x, 1, group).requires_grad_()
+        xl = shard_sequence(x, 1, group, cu).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
                   eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
-            y.backward(shard_sequence(dy, 1, group))
-        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
+            y.backward(shard_sequence(dy, 1, group, cu))
+        assert_close(y, shard_sequence(yr.detach(), 1, group, cu), **TOL)
+        assert_close(xl.grad, shard_sequence(xr.grad, 1, group, cu), **TOL)
         ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, "attention", rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
@@ -476,10 +476,11 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
                                           for n, q in ref.named_parameters()}, rank, p)
             model.zero_grad()
-            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
-                                 cu_seqlens=pack.cu_seqlens)
+            cu = pack.cu_seqlens
+            logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
+                                 cu_seqlens=cu)
             loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
+            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r.detach(), **TOL)
             assert_close(loss.detach(), loss_r.detach(), **TOL)
             for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
                 assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
@@ -808,6 +809,11 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         assert cl.gpus == 2 and cl.source.startswith("measured")
         assert set(cl.alpha_by_op_s) == set(COLLECTIVES) and all(v > 0 for v in cl.busbw_bytes_per_s.values())
         assert all(0 < e <= 1 for _, e in cl.gemm_efficiency + cl.attention_efficiency_causal)
+        # the analytic model's step terms: launch cost, overlap, and the runtime's counts for this model at p
+        assert cl.launch_s > 0 and 0 <= cl.comm_overlap <= 1 and cl.counted_model == "tiny"
+        assert set(cl.step_counts) == {f"{o}.{k}" for o in profile_options(True) for k in ("attention", "mlp")} | {
+            "fixed", "optimizer"}
+        assert all(c[0] > 0 for c in cl.step_counts.values())
         df = read_profiles(os.path.join(root, "profile.csv"))
         assert set(df["source"]) == {"measured-distributed"} and (df["p"] == 2).all()
         got = {(s + ("+recompute" if r else ""), n) for s, r, n in zip(df["strategy"], df["recompute"], df["seq_len"])}
