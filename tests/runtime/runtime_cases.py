@@ -325,12 +325,12 @@ def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
     window is the LLaMA layer."""
     base = {"model_type": "llama", "vocab_size": 64, "hidden_size": 48, "intermediate_size": 96,
             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 500000.0}
-    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
-                             ({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
-                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, "rope_scaling 'yarn'"),
+    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window true"),
+                             ({"model_type": "falcon"}, 'model_type "falcon" is not supported'),
+                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, 'rope_scaling "yarn"'),
                              ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "needs factor"),
                              ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
-                             ({"hidden_act": "gelu"}, "hidden_act 'gelu'")):
+                             ({"hidden_act": "gelu"}, 'hidden_act "gelu"')):
         try:
             GPTConfig.from_hf({**base, **change})
         except UserInputError as err:
