@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
 
@@ -90,22 +90,31 @@ def _replace_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) -> Path:
-    """Write this rank's `state` (a collective: every rank calls it) and publish checkpoint `step`."""
-    root = Path(directory)
-    name = f"step-{step:06d}"
-    tmp, final = root / f".tmp-{name}", root / name
-    r, p = comm.rank(group), comm.size(group)
-    if r == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier(group)
-    part = tmp / f"rank-{r}.pt.part"
-    torch.save(state, part)
-    os.replace(part, tmp / f"rank-{r}.pt")
-    _replace_text(tmp / f"rank-{r}.sha256", file_digest(tmp / f"rank-{r}.pt"))
-    _barrier(group)
-    if r == 0:
+def _agreed_failure(error: str | None, group) -> str | None:
+    """The first rank's `error` (None: this rank's step went well) as every rank sees it: a collective that
+    replaces a barrier, so that a rank whose write failed stops with its peers instead of leaving them waiting."""
+    if comm.size(group) == 1:
+        return error
+    errors = [None] * comm.size(group)
+    dist.all_gather_object(errors, error, group=group)
+    return next((e for e in errors if e is not None), None)
+
+
+def _write_shard(tmp: Path, r: int, state: dict) -> str | None:
+    """Write rank `r`'s shard and its hash into `tmp`; None, or what went wrong (a full disk...) as one line."""
+    try:
+        part = tmp / f"rank-{r}.pt.part"
+        torch.save(state, part)
+        os.replace(part, tmp / f"rank-{r}.pt")
+        _replace_text(tmp / f"rank-{r}.sha256", file_digest(tmp / f"rank-{r}.pt"))
+    except OSError as err:
+        return f"rank {r}: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
+    return None
+
+
+def _publish(root: Path, tmp: Path, final: Path, step: int, meta: dict, p: int) -> str | None:
+    """Rank 0: meta.json with every shard's hash, the rename to `final`, `latest`; None or what went wrong."""
+    try:
         hashes = {}
         for i in range(p):
             hashes[str(i)] = (tmp / f"rank-{i}.sha256").read_text()
@@ -114,8 +123,42 @@ def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) 
                                                     indent=1))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        _replace_text(root / "latest", name)
-    _barrier(group)
+        _replace_text(root / "latest", final.name)
+    except OSError as err:
+        (root / "latest.part").unlink(missing_ok=True)
+        return f"rank 0: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
+    return None
+
+
+def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) -> Path:
+    """Write this rank's `state` (a collective: every rank calls it) and publish checkpoint `step`.
+
+    A write that fails on any rank (a full disk, a read-only folder) stops every rank with `RunStopped`: one
+    line naming the rank and the error; the partial `.tmp-step-*` folder is removed and the previous
+    checkpoint, and `latest`, stay as they were."""
+    root = Path(directory)
+    name = f"step-{step:06d}"
+    tmp, final = root / f".tmp-{name}", root / name
+    r, p = comm.rank(group), comm.size(group)
+    error = None
+    if r == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as err:
+            error = f"rank 0: {err.strerror or err} ({tmp})"
+    error = _agreed_failure(error, group)
+    if error is None:
+        error = _agreed_failure(_write_shard(tmp, r, state), group)
+    if error is None and r == 0:
+        error = _publish(root, tmp, final, step, meta, p)
+    error = _agreed_failure(error, group)
+    if error is not None:
+        if r == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _barrier(group)  # the partial folder is gone before any rank reports
+        raise RunStopped(f"checkpoint {name} was not written ({error}); the partial files are removed and the "
+                         "previous checkpoint is kept")
     return final
 
 

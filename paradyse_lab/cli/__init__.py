@@ -2,9 +2,9 @@
 
 User mistakes (`UserInputError`, argparse's own errors, a file that cannot be read or written) print one
 line on stderr and exit with code 2, never a traceback; a run stopped on purpose (`RunStopped`: training
-diverged, a rank failed) prints one line and exits with code 1. A command whose `--out` is a file
-(`out_file=True` among its defaults) has it checked before it starts: not a folder, a device node, a FIFO
-or a socket (paradyse_lab/atomic_write.py).
+diverged, a rank failed) prints one line and exits with code 1; Ctrl-C prints one line and exits with code
+130 (128 + SIGINT). A command whose `--out` is a file (`out_file=True` among its defaults) has it checked
+before it starts: not a folder, a device node, a FIFO or a socket (paradyse_lab/atomic_write.py).
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
             check_output_file(args.out)
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (atomic writes)
+        print(f"paradyse-lab {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         return 0
     except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:

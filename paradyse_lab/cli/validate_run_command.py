@@ -69,6 +69,7 @@ def _options(args):
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
+    from runtime.launch import torchrun_rank
 
     out = output_folder(args.out)
     cal = {}
@@ -76,6 +77,7 @@ def _options(args):
         cal = read_json_object(out / "calibrate.json").get("settings", {})
     nproc = args.nproc or cal.get("nproc") or _default_nproc()
     require_positive_int("--nproc", nproc)
+    torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
     model = args.model or cal.get("model") or "gpt2-tiny"
     spec = get_model(model)
     max_len = args.max_len or cal.get("max_len") or spec.max_positions

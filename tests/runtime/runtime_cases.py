@@ -325,12 +325,12 @@ def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
     window is the LLaMA layer."""
     base = {"model_type": "llama", "vocab_size": 64, "hidden_size": 48, "intermediate_size": 96,
             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 500000.0}
-    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
-                             ({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
-                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, "rope_scaling 'yarn'"),
+    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window true"),
+                             ({"model_type": "falcon"}, 'model_type "falcon" is not supported'),
+                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, 'rope_scaling "yarn"'),
                              ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "needs factor"),
                              ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
-                             ({"hidden_act": "gelu"}, "hidden_act 'gelu'")):
+                             ({"hidden_act": "gelu"}, 'hidden_act "gelu"')):
         try:
             GPTConfig.from_hf({**base, **change})
         except UserInputError as err:
@@ -597,6 +597,48 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
+def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
+    """The disk filling up while one rank writes its shard (ENOSPC from the write) stops every rank with one
+    line naming that rank and the error, removes the partial `.tmp-step-*` folder, and leaves the previous
+    checkpoint intact and named by `latest`."""
+    import errno
+    import os
+    from unittest import mock
+
+    import torch
+    import torch.distributed as dist
+
+    from paradyse_lab.errors import RunStopped
+    from runtime import checkpoint
+
+    root = _shared_tmpdir(rank, p, group)
+    meta = {"model": "m", "seed": 0}
+    checkpoint.save(root, 1, {"w": torch.full((4,), float(rank))}, meta, group)
+    real_save = torch.save
+
+    def full_disk(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)  # part of the shard reaches the disk, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+
+    with mock.patch("torch.save", full_disk if rank == p - 1 else real_save):
+        try:
+            checkpoint.save(root, 2, {"w": torch.full((4,), 2.0 + rank)}, meta, group)
+        except RunStopped as err:
+            message = str(err)
+        else:
+            raise AssertionError("a full disk did not stop the checkpoint")
+    assert "\n" not in message and f"rank {p - 1}" in message and "No space left on device" in message, message
+    assert sorted(os.listdir(root)) == ["latest", "step-000001"], os.listdir(root)
+    state, info = checkpoint.load(checkpoint.latest(root), meta, group)
+    assert info["step"] == 1 and torch.equal(state["w"], torch.full((4,), float(rank)))
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
 def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     """A solver that picks a different plan on every rank still gives every rank rank 0's plan, and only
     rank 0 runs it: directly, and inside `train` (whose policy is replaced by such a solver)."""
@@ -711,6 +753,7 @@ CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-l
 ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
+CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every

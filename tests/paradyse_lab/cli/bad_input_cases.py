@@ -245,3 +245,35 @@ NPROC2_CASES: list[tuple[str, list[str]]] = [
     ("nproc2-cluster", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
                         "--cluster", "{d}/mem_nan.toml", "--no-progress"]),
 ]
+
+TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29511"}
+"""torchrun's variables for rank 0 of 2 (a peer that never comes: without a check, rank 0 waits forever)."""
+ONE_RANK = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+
+ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
+    # (id, environment variables set for the case (torchrun's others unset), argv)
+    ("env-torchrun-and-nproc-2", TORCHRUN, TRAIN + ["--nproc", "2"]),
+    ("env-torchrun-and-nproc-1", TORCHRUN, TRAIN + ["--nproc", "1"]),
+    ("env-master-addr-and-nproc-2", {"MASTER_ADDR": "10.0.0.1"}, TRAIN + ["--nproc", "2"]),
+    ("env-torchrun-calibrate-nproc", TORCHRUN, ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny",
+                                                "--nproc", "2"]),
+    ("env-torchrun-validate-run-nproc", TORCHRUN, ["validate-run", "--out", "{d}/val", "--nproc", "2"]),
+    ("env-rank-word", {**TORCHRUN, "RANK": "abc"}, TRAIN),
+    ("env-rank-too-big", {**TORCHRUN, "RANK": "2"}, TRAIN),
+    ("env-rank-negative", {**TORCHRUN, "RANK": "-1"}, TRAIN),
+    ("env-rank-float", {**TORCHRUN, "RANK": "0.0"}, TRAIN),
+    ("env-world-0", {**TORCHRUN, "WORLD_SIZE": "0"}, TRAIN),
+    ("env-world-exponent", {**TORCHRUN, "WORLD_SIZE": "2e0"}, TRAIN),
+    ("env-world-above-2^53", {**TORCHRUN, "WORLD_SIZE": "9007199254740993"}, TRAIN),
+    ("env-world-empty", {**TORCHRUN, "WORLD_SIZE": ""}, TRAIN),
+    ("env-rank-without-world", {"RANK": "0"}, TRAIN),
+    ("env-world-without-rank", {"WORLD_SIZE": "2"}, TRAIN),
+    ("env-no-master-addr", {"RANK": "0", "WORLD_SIZE": "1"}, TRAIN),
+    ("env-master-port-huge", {**ONE_RANK, "MASTER_PORT": "99999"}, TRAIN),
+    ("env-master-port-word", {**ONE_RANK, "MASTER_PORT": "http"}, TRAIN),
+    ("env-local-rank-word", {**ONE_RANK, "LOCAL_RANK": "first"}, TRAIN),
+    ("env-local-rank-beyond-local-world", {**TORCHRUN, "LOCAL_RANK": "2"}, TRAIN),
+    ("env-rank-word-calibrate", {**TORCHRUN, "RANK": "x"}, ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny"]),
+    ("env-rank-word-validate-run", {**TORCHRUN, "RANK": "x"}, ["validate-run", "--out", "{d}/val"]),
+]
