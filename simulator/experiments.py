@@ -70,6 +70,8 @@ class Setup:
     cluster: str = "a100-80gb-x8"
     size: int = EXPERIMENT_SIZE
     seed: int = 0
+    sampling: str = "stratified"
+    """How the paper datasets' band counts are chosen (paradyse_lab/workloads.py `SAMPLINGS`)."""
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     gamma: float = DEFAULT_GAMMA
     profiles: str = ""
@@ -126,7 +128,7 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
                           exclude=exclude, recompute=spec.recompute)
     workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
-                            pack_order=setup.pack_order)
+                            pack_order=setup.pack_order, sampling=setup.sampling)
     charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
     return simulate(workload, policy, charger, progress=progress)
 
@@ -309,6 +311,7 @@ def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budg
             mix[name] = mix.get(name, 0.0) + tokens / len(names)
     total = sum(mix.values())
     return {"truth": setup.truth, "cluster": setup.cluster, "size": setup.size, "seed": setup.seed,
+            "sampling": setup.sampling,
             "reserve_bytes": setup.reserve_bytes, "gamma": setup.gamma, "profiles": setup.profiles,
             "dataset": dataset, "model": model, "pack_tokens": budget or 0,
             "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,

@@ -78,6 +78,14 @@ class Settings:
     packing_panels: tuple[tuple[str, str], ...]
     """(dataset, model) panels of the packing experiment."""
     cluster: str = "a100-80gb-x8"
+    sampling: str = "stratified"
+    """How the paper datasets are sampled (paradyse_lab/workloads.py `SAMPLINGS`)."""
+
+    def setup(self, **kw):
+        """The simulator's `Setup` of this run's experiments (cluster, size, sampling), with `kw` on top."""
+        from simulator.experiments import Setup
+
+        return Setup(cluster=self.cluster, size=self.size, sampling=self.sampling, **kw)
 
     @property
     def paper_truth(self) -> bool:
@@ -92,15 +100,19 @@ class Settings:
         return ("analytic", "paper") if self.paper_truth else ("analytic",)
 
     @classmethod
-    def make(cls, quick: bool, cluster: str = "a100-80gb-x8") -> Settings:
+    def make(cls, quick: bool, cluster: str = "a100-80gb-x8", sampling: str = "stratified") -> Settings:
+        from paradyse_lab.errors import unknown_name
+        from paradyse_lab.workloads import SAMPLINGS
         from simulator.experiments import DATASETS, MODELS
 
+        if sampling not in SAMPLINGS:
+            raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
             return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, (("github_code", "gpt"),), cluster)
+                       24, (("github_code", "gpt"),), cluster, sampling)
         return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
                    2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
-                   tuple((d, m) for d in DATASETS for m in MODELS), cluster)
+                   tuple((d, m) for d in DATASETS for m in MODELS), cluster, sampling)
 
 
 def _json_settings(s: Settings) -> dict:
@@ -151,7 +163,7 @@ def profile_for(out: Path, s: Settings) -> Path:
 def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
-    setup = experiments.Setup(cluster=s.cluster, size=s.size)
+    setup = s.setup()
     experiments.fig2(setup, out, force=force, exact=True, progress=False, beyond=True)
     from simulator.results import run_path
 
@@ -177,7 +189,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
-    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, profiles=str(profile_for(out, s))), out,
+    experiments.table5(s.setup(profiles=str(profile_for(out, s))), out,
                        force=force, progress=False)
     return ["table5.csv"]
 
@@ -187,7 +199,7 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
     if not s.paper_truth:
         return []
-    setup = experiments.Setup(cluster=s.cluster, size=s.size, truth="paper")
+    setup = s.setup(truth="paper")
     experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False, beyond=True)
     return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv", f"{PAPER_DIR}/fig2_beyond.csv"]
 
@@ -197,7 +209,7 @@ def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
     if not s.paper_truth:
         return []
-    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, truth="paper"), out / PAPER_DIR,
+    experiments.table5(s.setup(truth="paper"), out / PAPER_DIR,
                        force=force, progress=False)
     return [f"{PAPER_DIR}/table5.csv"]
 
@@ -209,7 +221,7 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
     written = []
     for truth in s.truths():
         profiles = str(profile_for(out, s)) if truth == "analytic" else ""
-        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True, profiles=profiles)
+        setup = s.setup(truth=truth, switch_memory=True, profiles=profiles)
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
@@ -224,7 +236,7 @@ def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     written = []
     for truth in s.truths():
         root = out if truth == "analytic" else out / PAPER_DIR
-        experiments.packing(experiments.Setup(cluster=s.cluster, size=s.size, truth=truth), root, force=force,
+        experiments.packing(s.setup(truth=truth), root, force=force,
                             panels=s.packing_panels, progress=False)
         written.append(str((root / "packing.csv").relative_to(out)))
     return written
@@ -412,7 +424,8 @@ also need every CSV they read unchanged; the report is always rewritten."""
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
-              cluster: str = "a100-80gb-x8", log=print, execute: bool = False) -> dict:
+              cluster: str = "a100-80gb-x8", log=print, execute: bool = False,
+              sampling: str = "stratified") -> dict:
     """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step). `execute` adds
     the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/."""
     from tqdm import tqdm
@@ -420,8 +433,8 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
     from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
 
+    settings = Settings.make(quick, cluster, sampling)
     out = prepare_output_dir(out)
-    settings = Settings.make(quick, cluster)
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
