@@ -156,7 +156,7 @@ def run_workload(args) -> int:
     steps = _step_rows(w, p) if w.packs is not None else None
     if args.format == "json":
         out = {"workload": w.name, "sampling": args.sampling if paper else None, "sequences": len(w.lengths),
-                "max_seq_len": max(w.lengths),
+               "max_seq_len": max(w.lengths),
                "total_tokens": sum(w.lengths), "band_fractions": dict(zip(BAND_NAMES, fractions)),
                "paper_band_fractions": dict(zip(BAND_NAMES, paper_frac)) if paper_frac else None}
         if steps is not None:
