@@ -6,6 +6,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
 - fig2_paper, table5_paper: the same, charged (and planned) by the authors' measured A100 times (the
   `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
+- seeds: Figure 2's headline metrics (the paper's heuristic against the four static strategies) on the
+  workloads of every seed of `Settings.seeds` under each truth; seed 0 is fig2's and fig2_paper's runs, the
+  other seeds run the statics and the heuristic only -> fig2_headline_seeds.csv, seeds/TRUTH/seedK/
 - switch_memory: Figure 2 (statics and the heuristic) and Table 5 under both truths with the memory price
   of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
 - packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
@@ -52,11 +55,13 @@ FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "
                   "memory_breakdown", "packing")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "switch_memory", "packing", "solvers", "costmodel",
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers", "costmodel",
          "costmodel_paper", "plan_map", "memory", "figures", "report")
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
+SEEDS_DIR = "seeds"
+HEADLINE_SEEDS_FILE = "fig2_headline_seeds.csv"
 SETTINGS_FILE = "reproduce_settings.json"
 K = 1024
 
@@ -77,6 +82,8 @@ class Settings:
     """Lengths in the plan map and memory breakdown grids."""
     packing_panels: tuple[tuple[str, str], ...]
     """(dataset, model) panels of the packing experiment."""
+    seeds: tuple[int, ...] = (0,)
+    """Workload seeds of the headline metrics' spread (seed 0: the runs of every other step)."""
     cluster: str = "a100-80gb-x8"
     sampling: str = "stratified"
     """How the paper datasets are sampled (paradyse_lab/workloads.py `SAMPLINGS`)."""
@@ -109,10 +116,10 @@ class Settings:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
             return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, (("github_code", "gpt"),), cluster, sampling)
+                       24, (("github_code", "gpt"),), (0,), cluster, sampling)
         return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
                    2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
-                   tuple((d, m) for d in DATASETS for m in MODELS), cluster, sampling)
+                   tuple((d, m) for d in DATASETS for m in MODELS), (0, 1, 2, 3, 4), cluster, sampling)
 
 
 def _json_settings(s: Settings) -> dict:
@@ -212,6 +219,25 @@ def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
     experiments.table5(s.setup(truth="paper"), out / PAPER_DIR,
                        force=force, progress=False)
     return [f"{PAPER_DIR}/table5.csv"]
+
+
+def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
+    """Figure 2's headline metrics of the heuristic on every seed's workloads, per truth (module docstring)."""
+    from simulator import experiments
+
+    frames = []
+    for truth in s.truths():
+        root = out if truth == "analytic" else out / PAPER_DIR
+        for seed in s.seeds:
+            if seed == 0:  # fig2's own runs (with dp and ilp beside)
+                headlines = pd.read_csv(root / "fig2_headline.csv")
+            else:
+                seed_root = out / SEEDS_DIR / truth / f"seed{seed}"
+                _, headlines = experiments.fig2(s.setup(truth=truth, seed=seed), seed_root, force=force,
+                                                exact=False, progress=False)
+            frames.append(headlines[headlines.policy == experiments.PAPER_POLICY].assign(truth=truth, seed=seed))
+    _write(pd.concat(frames, ignore_index=True), out / HEADLINE_SEEDS_FILE)
+    return [HEADLINE_SEEDS_FILE]
 
 
 def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
@@ -404,14 +430,15 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
 
 
 STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
-              "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "packing": step_packing,
+              "table5_paper": step_table5_paper, "seeds": step_seeds, "switch_memory": step_switch_memory,
+              "packing": step_packing,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
                                f"{PAPER_DIR}/fig2_beyond.csv"),
-                "table5_paper": (f"{PAPER_DIR}/table5.csv",),
+                "table5_paper": (f"{PAPER_DIR}/table5.csv",), "seeds": (HEADLINE_SEEDS_FILE,),
                 "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
                                        for f in ("fig2_summary.csv", "table5.csv")),
