@@ -459,36 +459,38 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
     from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
+    from simulator.shared import sharing
 
     settings = Settings.make(quick, cluster, sampling)
     out = prepare_output_dir(out)
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
-    bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
-    for name in bar:
-        bar.set_postfix_str(name)
-        outputs = STEP_OUTPUTS.get(name, ())
-        inputs = input_files(cluster)
-        if name == "figures":  # figures are redrawn when any CSV they read changed
-            inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
-        key = result_key({**wanted, "step": name}, inputs)
-        stamp = stamp_path(out, f"reproduce-{name}")
-        if outputs and not force:
-            if is_fresh(stamp, key):
-                timings[name] = 0.0
-                continue
-            if stamp.exists():
-                log(f"{name}: made with other settings or code, or its files changed since; recomputing")
-        started = time.perf_counter()
-        if name == "report":
-            step_report(out, settings, force, timings)
-        else:
-            produced = STEP_FUNCS[name](out, settings, force)
-            if outputs:  # the files the step wrote (none when it does not apply to these settings)
-                write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
-        write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
-        timings[name] = time.perf_counter() - started
+    with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
+        bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
+        for name in bar:
+            bar.set_postfix_str(name)
+            outputs = STEP_OUTPUTS.get(name, ())
+            inputs = input_files(cluster)
+            if name == "figures":  # figures are redrawn when any CSV they read changed
+                inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
+            key = result_key({**wanted, "step": name}, inputs)
+            stamp = stamp_path(out, f"reproduce-{name}")
+            if outputs and not force:
+                if is_fresh(stamp, key):
+                    timings[name] = 0.0
+                    continue
+                if stamp.exists():
+                    log(f"{name}: made with other settings or code, or its files changed since; recomputing")
+            started = time.perf_counter()
+            if name == "report":
+                step_report(out, settings, force, timings)
+            else:
+                produced = STEP_FUNCS[name](out, settings, force)
+                if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                    write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
+            write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
+            timings[name] = time.perf_counter() - started
     bar.close()
     if execute:
         started = time.perf_counter()
