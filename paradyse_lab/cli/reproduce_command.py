@@ -17,12 +17,13 @@ from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 def register(sub) -> None:
     p = sub.add_parser(
         "reproduce", help="run every experiment, draw every figure, write REPORT.md",
-        description="Figure 2's six panels, Table 5, the headline numbers, solver quality and solve-time "
+        description="Figure 2's six panels, Table 5, the headline numbers (and their spread over 5 workload seeds), "
+        "solver quality and solve-time "
         "scaling, the cost-model accuracy ablation, the layer-wise plan map and the memory breakdown: CSVs, "
         "figures (PNG and PDF, from figures/*.py) and REPORT.md (the paper's numbers beside ours). Finished "
         "steps and runs are reused unless --force; a run with other settings redoes every step.")
     p.add_argument("--quick", action="store_true",
-                   help="smaller workloads and benchmark (60 sequences per dataset; CI: under 3 minutes)")
+                   help="smaller workloads and benchmark (60 sequences per dataset, seed 0 only; CI: under 3 minutes)")
     p.add_argument("--out", default="results", help="results folder (default results/)")
     p.add_argument("--force", action="store_true", help="rerun every step instead of reusing finished CSVs")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"node preset or .toml (default {DEFAULT_CLUSTER})")
