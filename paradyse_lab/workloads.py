@@ -1,10 +1,16 @@
 """Workloads: the sequence lengths a training run sees, in order.
 
-- `github_code`, `grch38`: sampled from ParaDySe Table 3 (docs/paper.md section 6): a band is drawn by its
-  fraction (multinomial, seeded), the length log-uniformly inside the band, rounded down to a multiple of
-  512 (the paper's lengths are), capped at the dataset's maximum; the maximum-length sequence is always
-  included; sorted ascending (the paper trains short to long). GRCh38's row sums to 99.1% as printed and is
-  renormalised.
+- `github_code`, `grch38`: sampled from ParaDySe Table 3 (docs/paper.md section 6; `PAPER_DATASETS`), in
+  one of two ways (`SAMPLINGS`, `--sampling`):
+  - `stratified` (default): each band holds its share of the N sequences, the counts rounded by largest
+    remainder (so every band's count is within one sequence of N x its share, and the sample's band shares
+    match Table 3's to rounding); the dataset's maximum is pinned (one sequence of exactly that length, in
+    the top band, which is given at least one sequence);
+  - `multinomial`: each sequence's band is drawn by its share (seeded), the maximum pinned as one more slot;
+    at N = 200 its top bands hold 2-3x their share as often as not.
+  Either way a length is drawn log-uniformly inside its band, rounded down to a multiple of 512 (the
+  paper's lengths are) and kept inside the band, capped at the dataset's maximum; sorted ascending (the
+  paper trains short to long). GRCh38's row sums to 99.1% as printed and is renormalised.
 - `uniform:LO:HI`: lengths uniform in [LO, HI], never outside it. LO and HI are whole numbers of tokens,
   1 <= LO <= HI (else the spec is refused with this rule). When both are multiples of 512 (the paper's
   granule, e.g. the default 512:65536) the lengths are the multiples of 512 in the range, each equally
@@ -34,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
 K = 1024
@@ -48,6 +54,8 @@ PAPER_DATASETS = {
     "grch38": ((3.5, 26.4, 28.7, 21.2, 11.9, 5.5, 1.9), 624 * K),
 }
 """Table 3 of the paper: percent per band and the maximum length."""
+SAMPLINGS = ("stratified", "multinomial")
+"""How a paper dataset's band counts are chosen (module docstring); the first is the default."""
 DEFAULT_SIZE = 400
 MAX_SIZE = 10_000_000
 """Most sequences a sampled workload may hold (80 MB of lengths)."""
@@ -122,13 +130,44 @@ def _lognormal_lengths(spec: str, rng: np.random.Generator, size: int) -> np.nda
     return np.clip(np.rint(draws), 1, MAX_LENGTH).astype(np.int64)
 
 
-def sample_paper_dataset(name: str, size: int = DEFAULT_SIZE, seed: int = 0) -> Workload:
+def largest_remainder(shares, total: int) -> list[int]:
+    """Integer counts summing to `total`, proportional to `shares`, by largest remainder (Hamilton's method):
+    each count is the floor of its quota, and the seats left go to the largest fractional parts (ties to the
+    earlier band), so every count is within one of its quota."""
+    shares = np.asarray(shares, dtype=float)
+    quotas = total * shares / shares.sum()
+    counts = np.floor(quotas).astype(np.int64)
+    left = total - int(counts.sum())
+    order = np.argsort(-np.round(quotas - counts, 9), kind="stable")  # rounded: ties by band, not float noise
+    counts[order[:left]] += 1
+    return [int(c) for c in counts]
+
+
+def paper_band_counts(name: str, size: int, sampling: str, rng: np.random.Generator) -> list[int]:
+    """Sequences per Table 3 band of a `size`-sequence sample of `name`, the pinned maximum included (it is
+    one of the top band's)."""
+    percents = PAPER_DATASETS[name][0]
+    if sampling == "multinomial":
+        counts = list(rng.multinomial(size - 1, np.asarray(percents) / sum(percents)))  # one slot: the maximum
+    else:
+        counts = largest_remainder(percents, size)
+        if counts[-1] > 0:
+            return counts
+        counts = largest_remainder(percents, size - 1)  # too few sequences for the top band: the maximum alone
+    counts[-1] += 1
+    return [int(c) for c in counts]
+
+
+def sample_paper_dataset(name: str, size: int = DEFAULT_SIZE, seed: int = 0,
+                         sampling: str = SAMPLINGS[0]) -> Workload:
     """Lengths sampled from Table 3's band fractions for `github_code` or `grch38` (see module doc)."""
     size = require_positive_int("size", size, MAX_SIZE)
-    percents, max_len = PAPER_DATASETS[name]
-    probs = np.asarray(percents) / sum(percents)
+    if sampling not in SAMPLINGS:
+        raise unknown_name("--sampling", sampling, SAMPLINGS)
+    max_len = PAPER_DATASETS[name][1]
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(size - 1, probs)  # one slot is the maximum-length sequence
+    counts = paper_band_counts(name, size, sampling, rng)
+    counts[-1] -= 1
     out = [max_len]
     highs = BAND_EDGES[1:] + (max_len + 1,)
     for band, n in enumerate(counts):
@@ -221,22 +260,26 @@ WORKLOAD_KINDS = ("github_code", "grch38", "uniform[:LO:HI]", "lognormal[:MEDIAN
 
 
 def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool = True,
-                 pack_tokens: int | None = None, pack_order: str = "sorted") -> Workload:
+                 pack_tokens: int | None = None, pack_order: str = "sorted",
+                 sampling: str = SAMPLINGS[0]) -> Workload:
     """A workload from its spec (see the module docstring); sampled ones are seeded and sorted ascending.
 
+    `sampling`: how a paper dataset's band counts are chosen (`SAMPLINGS`).
     `pack_tokens`: pack the documents into steps of at most that many tokens, in `pack_order` (`sorted` or
     `shuffled`, seeded by `seed`)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
     if pack_order not in PACK_ORDERS:
         raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {pack_order!r}")
-    workload = _documents(spec, size, seed, sort)
+    if sampling not in SAMPLINGS:
+        raise unknown_name("--sampling", sampling, SAMPLINGS)
+    workload = _documents(spec, size, seed, sort, sampling)
     return workload if pack_tokens is None else pack_workload(workload, pack_tokens, pack_order, seed)
 
 
-def _documents(spec: str, size: int, seed: int, sort: bool) -> Workload:
+def _documents(spec: str, size: int, seed: int, sort: bool, sampling: str) -> Workload:
     if spec in PAPER_DATASETS:
-        return sample_paper_dataset(spec, size, seed)
+        return sample_paper_dataset(spec, size, seed, sampling)
     if spec.startswith("file:"):
         steps = read_length_steps(spec[5:])
         lengths = [n for step in steps for n in step]

@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.costmodel.packed import PackedStep, step_problem
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, layout_unit
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
+from simulator.shared import problem as shared_problem
 
 ROW_COLUMNS = ("step", "seq_len", "padded_len", "documents", "tokens", "policy", "plan_counts", "plan",
                "predicted_time_s", "charged_time_s", "cumulative_time_s", "peak_bytes", "budget_bytes", "oom",
@@ -65,8 +66,8 @@ class Charger:
         """The truth problem at this length or packed step (all options)."""
         key = (seq_len, batch)
         if key not in self._problems:
-            self._problems[key] = step_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
-                                               self.options)
+            self._problems[key] = shared_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
+                                                 self.options)
         return self._problems[key]
 
     def charge(self, plan, seq_len: int, batch: int) -> tuple[float, int]:

@@ -20,6 +20,7 @@ from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.workloads import get_workload
+from simulator import shared
 from simulator.engine import Charger, simulate
 from simulator.policies import DEFAULT_GAMMA, PolicySpec, parse_policy
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
@@ -70,6 +71,8 @@ class Setup:
     cluster: str = "a100-80gb-x8"
     size: int = EXPERIMENT_SIZE
     seed: int = 0
+    sampling: str = "stratified"
+    """How the paper datasets' band counts are chosen (paradyse_lab/workloads.py `SAMPLINGS`)."""
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     gamma: float = DEFAULT_GAMMA
     profiles: str = ""
@@ -116,9 +119,12 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     model, cluster = get_model(model_name), get_cluster(setup.cluster)
     fitted = any(needs_profile(name, cluster) for name in (plan_cost_model, truth_cost_model))
     profiles = setup.profile_path() if fitted else None  # only fitted models read a profile
-    truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
-    plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
-                                                                                profiles=profiles)
+    def built(name: str):
+        return shared.cost_model(lambda: build_cost_model(name, model, cluster, profiles=profiles), name,
+                                 model_name, setup.cluster, profiles)
+
+    truth = built(truth_cost_model)
+    plan = truth if plan_cost_model == truth_cost_model else built(plan_cost_model)
     spec = PolicySpec.parse(policy_spec, setup.recompute, setup.granularity)
     graph = LayerGraph(model, spec.granularity)
     budget = cluster.memory_bytes - setup.reserve_bytes
@@ -126,7 +132,7 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
                           exclude=exclude, recompute=spec.recompute)
     workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
-                            pack_order=setup.pack_order)
+                            pack_order=setup.pack_order, sampling=setup.sampling)
     charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
     return simulate(workload, policy, charger, progress=progress)
 
@@ -148,10 +154,11 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     policies = tuple(dict.fromkeys(statics + paper_dynamic + ours))
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
-    for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
-        path = run_path(root, "fig2", d, m, p)
-        runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
-                                       settings={**asdict(setup), "run": [d, m, p]})
+    with shared.sharing():  # the runs share cost models and problems (simulator/shared.py)
+        for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
+            path = run_path(root, "fig2", d, m, p)
+            runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
+                                           settings={**asdict(setup), "run": [d, m, p]})
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
@@ -234,10 +241,11 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     variants["without random forest"] = {"plan_cost_model": "polynomial"}
     against = {"without random forest": "full (hybrid cost model)"}
     runs = {}
-    for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
-        path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
-        runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw), force,
-                                    settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]})
+    with shared.sharing():
+        for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
+            path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
+            runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
+                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]})
     rows = []
     for name in variants:
         paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
@@ -282,12 +290,13 @@ def packing(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, budgets
     panels = list(panels) if panels is not None else [(d, m) for d in DATASETS for m in MODELS]
     jobs = [(d, m, b, p) for d, m in panels for b in (None,) + tuple(budgets) for p in PACKING_POLICIES]
     rows = []
-    for d, m, budget, p in tqdm(jobs, desc="packing runs", unit="run", disable=not progress):
-        run_setup = replace(setup, pack_tokens=budget)
-        path = run_path(root, "packing", d, m, f"pack-{budget or 'off'}", p)
-        runs, _ = load_or_run(path, lambda s=run_setup, d=d, m=m, p=p: run_one(s, m, d, p), force,
-                              settings={**asdict(run_setup), "run": [d, m, p]})
-        rows.append(packing_row(runs, setup, d, m, budget, p))
+    with shared.sharing():
+        for d, m, budget, p in tqdm(jobs, desc="packing runs", unit="run", disable=not progress):
+            run_setup = replace(setup, pack_tokens=budget)
+            path = run_path(root, "packing", d, m, f"pack-{budget or 'off'}", p)
+            runs, _ = load_or_run(path, lambda s=run_setup, d=d, m=m, p=p: run_one(s, m, d, p), force,
+                                  settings={**asdict(run_setup), "run": [d, m, p]})
+            rows.append(packing_row(runs, setup, d, m, budget, p))
     table = pd.DataFrame(rows)
     write_csv_atomic(table, Path(root) / "packing.csv")
     return table
@@ -309,6 +318,7 @@ def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budg
             mix[name] = mix.get(name, 0.0) + tokens / len(names)
     total = sum(mix.values())
     return {"truth": setup.truth, "cluster": setup.cluster, "size": setup.size, "seed": setup.seed,
+            "sampling": setup.sampling,
             "reserve_bytes": setup.reserve_bytes, "gamma": setup.gamma, "profiles": setup.profiles,
             "dataset": dataset, "model": model, "pack_tokens": budget or 0,
             "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,

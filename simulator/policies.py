@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from paradyse_lab.costmodel.packed import PackedStep, step_problem
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
@@ -138,8 +138,10 @@ class DynamicPolicy:
 
     def problem(self, seq_len: int | PackedStep, batch: int) -> SearchProblem:
         """The search the policy solves at this length, or for this packed step."""
+        from simulator.shared import problem
+
         opts = make_options(self.strategies, recompute=self.recompute)
-        return step_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes, opts)
+        return problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes, opts)
 
     def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
         """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve, then

@@ -6,6 +6,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
 - fig2_paper, table5_paper: the same, charged (and planned) by the authors' measured A100 times (the
   `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
+- seeds: Figure 2's headline metrics (the paper's heuristic against the four static strategies) on the
+  workloads of every seed of `Settings.seeds` under each truth; seed 0 is fig2's and fig2_paper's runs, the
+  other seeds run the statics and the heuristic only -> fig2_headline_seeds.csv, seeds/TRUTH/seedK/
 - switch_memory: Figure 2 (statics and the heuristic) and Table 5 under both truths with the memory price
   of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
 - packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
@@ -52,11 +55,13 @@ FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "
                   "memory_breakdown", "packing")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "switch_memory", "packing", "solvers", "costmodel",
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers", "costmodel",
          "costmodel_paper", "plan_map", "memory", "figures", "report")
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
+SEEDS_DIR = "seeds"
+HEADLINE_SEEDS_FILE = "fig2_headline_seeds.csv"
 SETTINGS_FILE = "reproduce_settings.json"
 K = 1024
 
@@ -77,7 +82,17 @@ class Settings:
     """Lengths in the plan map and memory breakdown grids."""
     packing_panels: tuple[tuple[str, str], ...]
     """(dataset, model) panels of the packing experiment."""
+    seeds: tuple[int, ...] = (0,)
+    """Workload seeds of the headline metrics' spread (seed 0: the runs of every other step)."""
     cluster: str = "a100-80gb-x8"
+    sampling: str = "stratified"
+    """How the paper datasets are sampled (paradyse_lab/workloads.py `SAMPLINGS`)."""
+
+    def setup(self, **kw):
+        """The simulator's `Setup` of this run's experiments (cluster, size, sampling), with `kw` on top."""
+        from simulator.experiments import Setup
+
+        return Setup(cluster=self.cluster, size=self.size, sampling=self.sampling, **kw)
 
     @property
     def paper_truth(self) -> bool:
@@ -92,15 +107,19 @@ class Settings:
         return ("analytic", "paper") if self.paper_truth else ("analytic",)
 
     @classmethod
-    def make(cls, quick: bool, cluster: str = "a100-80gb-x8") -> Settings:
+    def make(cls, quick: bool, cluster: str = "a100-80gb-x8", sampling: str = "stratified") -> Settings:
+        from paradyse_lab.errors import unknown_name
+        from paradyse_lab.workloads import SAMPLINGS
         from simulator.experiments import DATASETS, MODELS
 
+        if sampling not in SAMPLINGS:
+            raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
             return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, (("github_code", "gpt"),), cluster)
+                       24, (("github_code", "gpt"),), (0,), cluster, sampling)
         return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
                    2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
-                   tuple((d, m) for d in DATASETS for m in MODELS), cluster)
+                   tuple((d, m) for d in DATASETS for m in MODELS), (0, 1, 2, 3, 4), cluster, sampling)
 
 
 def _json_settings(s: Settings) -> dict:
@@ -151,7 +170,7 @@ def profile_for(out: Path, s: Settings) -> Path:
 def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
-    setup = experiments.Setup(cluster=s.cluster, size=s.size)
+    setup = s.setup()
     experiments.fig2(setup, out, force=force, exact=True, progress=False, beyond=True)
     from simulator.results import run_path
 
@@ -177,7 +196,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator import experiments
 
-    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, profiles=str(profile_for(out, s))), out,
+    experiments.table5(s.setup(profiles=str(profile_for(out, s))), out,
                        force=force, progress=False)
     return ["table5.csv"]
 
@@ -187,7 +206,7 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
     if not s.paper_truth:
         return []
-    setup = experiments.Setup(cluster=s.cluster, size=s.size, truth="paper")
+    setup = s.setup(truth="paper")
     experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False, beyond=True)
     return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv", f"{PAPER_DIR}/fig2_beyond.csv"]
 
@@ -197,9 +216,28 @@ def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
     if not s.paper_truth:
         return []
-    experiments.table5(experiments.Setup(cluster=s.cluster, size=s.size, truth="paper"), out / PAPER_DIR,
+    experiments.table5(s.setup(truth="paper"), out / PAPER_DIR,
                        force=force, progress=False)
     return [f"{PAPER_DIR}/table5.csv"]
+
+
+def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
+    """Figure 2's headline metrics of the heuristic on every seed's workloads, per truth (module docstring)."""
+    from simulator import experiments
+
+    frames = []
+    for truth in s.truths():
+        root = out if truth == "analytic" else out / PAPER_DIR
+        for seed in s.seeds:
+            if seed == 0:  # fig2's own runs (with dp and ilp beside)
+                headlines = pd.read_csv(root / "fig2_headline.csv")
+            else:
+                seed_root = out / SEEDS_DIR / truth / f"seed{seed}"
+                _, headlines = experiments.fig2(s.setup(truth=truth, seed=seed), seed_root, force=force,
+                                                exact=False, progress=False)
+            frames.append(headlines[headlines.policy == experiments.PAPER_POLICY].assign(truth=truth, seed=seed))
+    _write(pd.concat(frames, ignore_index=True), out / HEADLINE_SEEDS_FILE)
+    return [HEADLINE_SEEDS_FILE]
 
 
 def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
@@ -209,7 +247,7 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
     written = []
     for truth in s.truths():
         profiles = str(profile_for(out, s)) if truth == "analytic" else ""
-        setup = experiments.Setup(cluster=s.cluster, size=s.size, truth=truth, switch_memory=True, profiles=profiles)
+        setup = s.setup(truth=truth, switch_memory=True, profiles=profiles)
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
@@ -224,7 +262,7 @@ def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     written = []
     for truth in s.truths():
         root = out if truth == "analytic" else out / PAPER_DIR
-        experiments.packing(experiments.Setup(cluster=s.cluster, size=s.size, truth=truth), root, force=force,
+        experiments.packing(s.setup(truth=truth), root, force=force,
                             panels=s.packing_panels, progress=False)
         written.append(str((root / "packing.csv").relative_to(out)))
     return written
@@ -392,14 +430,15 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
 
 
 STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
-              "table5_paper": step_table5_paper, "switch_memory": step_switch_memory, "packing": step_packing,
+              "table5_paper": step_table5_paper, "seeds": step_seeds, "switch_memory": step_switch_memory,
+              "packing": step_packing,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
                                f"{PAPER_DIR}/fig2_beyond.csv"),
-                "table5_paper": (f"{PAPER_DIR}/table5.csv",),
+                "table5_paper": (f"{PAPER_DIR}/table5.csv",), "seeds": (HEADLINE_SEEDS_FILE,),
                 "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
                                        for f in ("fig2_summary.csv", "table5.csv")),
@@ -412,43 +451,46 @@ also need every CSV they read unchanged; the report is always rewritten."""
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
-              cluster: str = "a100-80gb-x8", log=print, execute: bool = False) -> dict:
+              cluster: str = "a100-80gb-x8", log=print, execute: bool = False,
+              sampling: str = "stratified") -> dict:
     """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step). `execute` adds
     the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/."""
     from tqdm import tqdm
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
     from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
+    from simulator.shared import sharing
 
+    settings = Settings.make(quick, cluster, sampling)
     out = prepare_output_dir(out)
-    settings = Settings.make(quick, cluster)
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
-    bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
-    for name in bar:
-        bar.set_postfix_str(name)
-        outputs = STEP_OUTPUTS.get(name, ())
-        inputs = input_files(cluster)
-        if name == "figures":  # figures are redrawn when any CSV they read changed
-            inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
-        key = result_key({**wanted, "step": name}, inputs)
-        stamp = stamp_path(out, f"reproduce-{name}")
-        if outputs and not force:
-            if is_fresh(stamp, key):
-                timings[name] = 0.0
-                continue
-            if stamp.exists():
-                log(f"{name}: made with other settings or code, or its files changed since; recomputing")
-        started = time.perf_counter()
-        if name == "report":
-            step_report(out, settings, force, timings)
-        else:
-            produced = STEP_FUNCS[name](out, settings, force)
-            if outputs:  # the files the step wrote (none when it does not apply to these settings)
-                write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
-        write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
-        timings[name] = time.perf_counter() - started
+    with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
+        bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
+        for name in bar:
+            bar.set_postfix_str(name)
+            outputs = STEP_OUTPUTS.get(name, ())
+            inputs = input_files(cluster)
+            if name == "figures":  # figures are redrawn when any CSV they read changed
+                inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
+            key = result_key({**wanted, "step": name}, inputs)
+            stamp = stamp_path(out, f"reproduce-{name}")
+            if outputs and not force:
+                if is_fresh(stamp, key):
+                    timings[name] = 0.0
+                    continue
+                if stamp.exists():
+                    log(f"{name}: made with other settings or code, or its files changed since; recomputing")
+            started = time.perf_counter()
+            if name == "report":
+                step_report(out, settings, force, timings)
+            else:
+                produced = STEP_FUNCS[name](out, settings, force)
+                if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                    write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
+            write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
+            timings[name] = time.perf_counter() - started
     bar.close()
     if execute:
         started = time.perf_counter()

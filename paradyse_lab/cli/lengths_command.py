@@ -20,7 +20,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from paradyse_lab.atomic_write import check_output_file, is_temporary_output, write_text_atomic
-from paradyse_lab.cli.output import add_format_argument, add_packing_arguments, print_json, print_table
+from paradyse_lab.cli.output import (
+    add_format_argument,
+    add_packing_arguments,
+    add_sampling_argument,
+    print_json,
+    print_table,
+)
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.strategies import layout_unit
@@ -93,6 +99,7 @@ def register(sub) -> None:
     p.add_argument("spec")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"sequences to sample (default {DEFAULT_SIZE})")
     p.add_argument("--seed", type=int, default=0)
+    add_sampling_argument(p)
     add_packing_arguments(p)
     p.add_argument("--p", type=int, default=None,
                    help="with --pack-tokens: GPUs a step is laid out on, for its padding to the layout unit 2p "
@@ -145,14 +152,16 @@ def _step_rows(w: Workload, p: int) -> list[dict]:
 
 
 def run_workload(args) -> int:
-    w = get_workload(args.spec, args.size, args.seed, pack_tokens=args.pack_tokens, pack_order=args.pack_order)
+    w = get_workload(args.spec, args.size, args.seed, pack_tokens=args.pack_tokens, pack_order=args.pack_order,
+                     sampling=args.sampling)
     fractions = w.band_fractions()
     paper = PAPER_DATASETS.get(args.spec)
     paper_frac = [v / sum(paper[0]) for v in paper[0]] if paper else None
     p = require_positive_int("--p", args.p) if args.p is not None else get_cluster(DEFAULT_CLUSTER).gpus
     steps = _step_rows(w, p) if w.packs is not None else None
     if args.format == "json":
-        out = {"workload": w.name, "sequences": len(w.lengths), "max_seq_len": max(w.lengths),
+        out = {"workload": w.name, "sampling": args.sampling if paper else None, "sequences": len(w.lengths),
+               "max_seq_len": max(w.lengths),
                "total_tokens": sum(w.lengths), "band_fractions": dict(zip(BAND_NAMES, fractions)),
                "paper_band_fractions": dict(zip(BAND_NAMES, paper_frac)) if paper_frac else None}
         if steps is not None:

@@ -27,6 +27,17 @@ def add_packing_arguments(parser) -> None:
                         "order, as a streaming data loader sees the documents)")
 
 
+def add_sampling_argument(parser) -> None:
+    """Add `--sampling stratified|multinomial`: how the paper datasets' band counts are chosen
+    (paradyse_lab/workloads.py `SAMPLINGS`)."""
+    from paradyse_lab.workloads import SAMPLINGS
+
+    parser.add_argument("--sampling", default=SAMPLINGS[0],
+                        help="github_code / grch38: stratified (default; each Table 3 band holds its share of the "
+                        "sequences, rounded by largest remainder) or multinomial (each sequence's band drawn at "
+                        "random by its share)")
+
+
 def add_reserve_argument(parser) -> None:
     """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context and NCCL buffers."""
     parser.add_argument("--reserve-gb", type=float, default=1.0,

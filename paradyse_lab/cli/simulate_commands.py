@@ -18,6 +18,7 @@ from paradyse_lab.cli.output import (
     add_format_argument,
     add_packing_arguments,
     add_reserve_argument,
+    add_sampling_argument,
     cost_model_help,
     print_json,
     print_table,
@@ -37,6 +38,7 @@ def _add_common(p) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    add_sampling_argument(p)
     add_reserve_argument(p)
     p.add_argument("--gamma", type=float, default=0.05, help="smoothing tolerance of dynamic policies (0.05)")
     p.add_argument("--profiles", default="",
@@ -105,15 +107,19 @@ def register(sub) -> None:
 def _setup(args):
     from paradyse_lab.errors import unknown_name
     from paradyse_lab.layer_graph import GRANULARITIES
+    from paradyse_lab.workloads import SAMPLINGS
     from simulator.experiments import EXPERIMENT_SIZE, Setup
 
     get_cluster(args.cluster)
     if args.granularity not in GRANULARITIES:
         raise unknown_name("--granularity", args.granularity, GRANULARITIES)
+    if args.sampling not in SAMPLINGS:
+        raise unknown_name("--sampling", args.sampling, SAMPLINGS)
     size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
     if not 0 <= args.gamma < 1:
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
-    return Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
+    return Setup(cluster=args.cluster, size=size, seed=args.seed, sampling=args.sampling,
+                 reserve_bytes=reserve_bytes(args),
                  gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
                  switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity,
                  **_packing(args))

@@ -46,6 +46,31 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
     assert gpt.loc["dp + recompute", "max_seq_len_trained"] > gpt.loc["ParaDySe (heuristic)", "max_seq_len_trained"]
 
 
+def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
+    """REPORT.md's band shares are the sampled workloads' (measured from their lengths), Table 3's beside them;
+    the seeds' headline table holds the seeds' values (quick: seed 0 alone, fig2's own headline)."""
+    from paradyse_lab.app.report.markdown import md_table
+    from paradyse_lab.app.report.seeds import band_share_rows, seed_spread
+    from paradyse_lab.app.reproduce import HEADLINE_SEEDS_FILE, Settings
+    from paradyse_lab.workloads import get_workload
+
+    settings = Settings.make(quick=True)
+    header, rows = band_share_rows(settings)
+    report = (quick_results / "REPORT.md").read_text()
+    assert md_table(header, rows) in report
+    shares = get_workload("github_code", settings.size, 0).band_fractions()
+    assert [r[1] for r in rows] == [f"{100 * f:.1f}%" for f in shares] and rows[-1][2] == "1.1%"
+    seeds = pd.read_csv(quick_results / HEADLINE_SEEDS_FILE)
+    headline = pd.read_csv(quick_results / "fig2_headline.csv").query("policy == 'dynamic:heuristic'")
+    ours = seeds.query("truth == 'analytic'")
+    assert list(ours.seed.unique()) == [0]
+    assert list(ours.max_time_reduction) == pytest.approx(list(headline.max_time_reduction), nan_ok=True)
+    spread = seed_spread(quick_results).query("truth == 'analytic' and dataset == 'github_code' and model == 'bert'")
+    value = headline.query("dataset == 'github_code' and model == 'bert'").max_time_reduction.iloc[0]
+    assert spread["mean"].iloc[0] == spread["min"].iloc[0] == spread["max"].iloc[0] == pytest.approx(value)
+    assert "over 1 seed, mean [min, max]" in report
+
+
 def test_reproduce_resumes_without_rerunning(quick_results):
     timings = reproduce(quick_results, quick=True, progress=False, log=lambda m: None)
     assert all(timings[step] == 0.0 for step in STEP_OUTPUTS)

@@ -5,13 +5,14 @@ import pytest
 
 from paradyse_lab.cli import main
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.workloads import PAPER_DATASETS, get_workload
+from paradyse_lab.workloads import BAND_NAMES, PAPER_DATASETS, SAMPLINGS, get_workload, largest_remainder
 
 
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("name", ["github_code", "grch38"])
-def test_paper_bands_match_table3_within_sampling_error(name):
+def test_paper_bands_match_table3_within_sampling_error(name, sampling):
     n = 4000
-    w = get_workload(name, size=n, seed=1)
+    w = get_workload(name, size=n, seed=1, sampling=sampling)
     percents, max_len = PAPER_DATASETS[name]
     expected = np.asarray(percents) / sum(percents)
     got = np.asarray(w.band_fractions())
@@ -19,6 +20,45 @@ def test_paper_bands_match_table3_within_sampling_error(name):
     assert np.all(np.abs(got - expected) <= 4 * sigma + 1 / n), (got, expected)
     assert list(w.lengths) == sorted(w.lengths) and max(w.lengths) == max_len
     assert all(x % 512 == 0 and 512 <= x <= max_len for x in w.lengths)
+
+
+@pytest.mark.parametrize("name", ["github_code", "grch38"])
+@pytest.mark.parametrize("size", [100, 137, 200, 1000, 2049])
+def test_stratified_sample_has_table3_band_shares_to_rounding(name, size, capsys):
+    """`paradyse-lab workload NAME --size N` (stratified by default): every band holds N x its Table 3 share
+    rounded (within one sequence), and the dataset's maximum is in it."""
+    assert main(["workload", name, "--size", str(size), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    percents, max_len = PAPER_DATASETS[name]
+    quotas = size * np.asarray(percents) / sum(percents)
+    counts = size * np.asarray([data["band_fractions"][b] for b in BAND_NAMES])
+    assert np.all(np.abs(counts - quotas) < 1), (counts, quotas)
+    assert data["sampling"] == "stratified" and data["max_seq_len"] == max_len and data["sequences"] == size
+
+
+def test_multinomial_sampling_is_the_noisy_alternative():
+    """At 200 sequences multinomial draws put 3% of GitHubCode at 128K or longer (Table 3: 1.1%)."""
+    w = get_workload("github_code", 200, seed=0, sampling="multinomial")
+    assert w.band_fractions()[-1] == pytest.approx(0.03)
+    assert get_workload("github_code", 200, seed=0).band_fractions()[-1] == pytest.approx(0.01)
+
+
+def test_largest_remainder_counts():
+    # quotas 131.4, 29, 19.6, 10.2, 5.4, 2.2, 2.2: the two seats left go to 19.6 and (a 0.4 tie) the earlier band
+    assert largest_remainder([65.7, 14.5, 9.8, 5.1, 2.7, 1.1, 1.1], 200) == [132, 29, 20, 10, 5, 2, 2]
+    assert largest_remainder([1, 1, 1], 4) == [2, 1, 1]
+    assert sum(largest_remainder([3.5, 26.4, 28.7, 21.2, 11.9, 5.5, 1.9], 137)) == 137
+
+
+def test_a_small_stratified_sample_keeps_the_maximum():
+    w = get_workload("github_code", 10, seed=0)
+    assert len(w.lengths) == 10 and w.lengths[-1] == 309 * 1024 and w.lengths[-2] < 128 * 1024
+
+
+def test_bad_sampling_is_one_line_and_exit_2(capsys):
+    assert main(["workload", "github_code", "--sampling", "poisson"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sampling" in err[0] and "stratified" in err[0]
 
 
 def test_sampling_is_deterministic_for_a_seed():

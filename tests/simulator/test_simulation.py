@@ -341,3 +341,23 @@ def test_replay_of_an_executed_run_honours_the_policy_suffixes():
     assert all(len(plan.split()) == 2 * spec.layers for plan in sub["plan"])  # one name per sub-layer, as executed
     rc = replay("static:megatron_ts+recompute", [256, 512], spec, cm, 10**10)
     assert set(rc["plan"].iloc[0].split()) == {"megatron_ts+recompute"}
+
+
+def test_runs_sharing_cost_models_and_problems_are_the_runs_alone():
+    """simulator/shared.py: inside `sharing()` (every experiment's runs) a run's rows are those it has alone,
+    and the runs reuse one cost model and one problem per length."""
+    from simulator import shared
+
+    setup = Setup(size=12, seed=3)
+    policies = ("static:metp", "dynamic:heuristic", "dynamic:dp+recompute")
+    alone = [run_one(setup, "gpt", "grch38", p).drop(columns="solve_ms") for p in policies]
+    with shared.sharing():
+        together = [run_one(setup, "gpt", "grch38", p).drop(columns="solve_ms") for p in policies]
+        store = shared._stores[-1]
+        assert len(store["models"]) == 1 and store["problems"]
+        built = len(store["problems"])
+        run_one(setup, "gpt", "grch38", "dynamic:heuristic")
+        assert len(store["problems"]) == built  # the second run built nothing
+    assert not shared._stores
+    for a, b in zip(alone, together):
+        pd.testing.assert_frame_equal(a, b)

@@ -23,7 +23,7 @@ HEADLINE_CLAIMS = (("github_code", "bert", "time"), ("github_code", "gpt", "leng
                    ("grch38", "gpt", "length"), ("github_code", "llama", "llama"), ("grch38", "llama", "llama"))
 
 
-def _claim_text(d: str, m: str, kind: str) -> str:
+def claim_text(d: str, m: str, kind: str) -> str:
     if kind == "time":
         return f"{NAMES[d]}, {NAMES[m]}: training time saved"
     if kind == "length":
@@ -62,7 +62,7 @@ def headline_rows(results: Path) -> list[list]:
     h = pd.read_csv(Path(results) / "fig2_headline.csv")
     rows = []
     for d, m, kind in HEADLINE_CLAIMS:
-        row = [_claim_text(d, m, kind), _paper_value(d, m, kind, h)]
+        row = [claim_text(d, m, kind), _paper_value(d, m, kind, h)]
         for folder in dirs.values():
             row += [_our_value(folder, d, m, kind, "dynamic:heuristic"), _our_value(folder, d, m, kind, "dynamic:dp")]
         rows.append(row)

@@ -86,7 +86,7 @@ def beyond_target(results: Path, settings) -> str:
     does."""
     from paradyse_lab.workloads import get_workload
 
-    longest = max(get_workload("grch38", settings.size, 0).lengths)
+    longest = max(get_workload("grch38", settings.size, 0, sampling=settings.sampling).lengths)
     lines = []
     for truth, folder in truth_dirs(results).items():
         path = folder / "fig2_beyond.csv"

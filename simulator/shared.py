@@ -1,0 +1,66 @@
+"""Cost models and search problems shared by the runs of one experiment.
+
+Every run of Figure 2, Table 5 or the packing experiment builds its truth and planning cost models and the
+search problem of each length it meets; the runs of one experiment meet the same lengths with the same
+models (thirteen policies per panel on one workload), so inside `sharing()` a cost model is built once per
+(name, model, cluster, profile) and a problem once per (cost model, granularity, step, batch, budget,
+options), and every run reuses them. Outside `sharing()` nothing is kept: a lone `simulate` builds its own,
+and a cost model changed between two experiments is never served stale. A shared problem is never
+modified (runs only read it), so sharing changes no number of any run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from paradyse_lab.costmodel.packed import step_problem
+
+_stores: list[dict] = []
+
+
+@contextmanager
+def sharing() -> Iterator[None]:
+    """Share cost models and problems between the runs inside this block (nested blocks share the outer one's)."""
+    if _stores:
+        yield
+        return
+    _stores.append({"models": {}, "problems": {}})
+    try:
+        yield
+    finally:
+        _stores.pop()
+
+
+def _file_stamp(value) -> tuple:
+    """(size, mtime) of a file a cost model is read from (a cluster TOML, a profile, a .joblib), else ()."""
+    if isinstance(value, str) and value and Path(value).is_file():
+        stat = Path(value).stat()
+        return (stat.st_size, stat.st_mtime_ns)
+    return ()
+
+
+def cost_model(build: Callable, name: str, model_name: str, cluster: str, profiles: str | None):
+    """`build()`, or inside `sharing()` the model built before for the same names and unchanged files."""
+    if not _stores:
+        return build()
+    key = (name, model_name, cluster, profiles, _file_stamp(name), _file_stamp(cluster), _file_stamp(profiles))
+    models = _stores[-1]["models"]
+    if key not in models:
+        models[key] = build()
+    return models[key]
+
+
+def problem(graph, model, step, batch: int, budget_bytes: int | None, options):
+    """`step_problem(...)`, or inside `sharing()` the problem built before for the same arguments."""
+    if not _stores:
+        return step_problem(graph, model, step, batch, budget_bytes, options)
+    key = (id(model), graph.granularity, graph.num_decisions, step, batch, budget_bytes,
+           tuple(o.name for o in options))
+    problems = _stores[-1]["problems"]
+    hit = problems.get(key)
+    if hit is None or hit[0] is not model:  # the entry holds its cost model: an id is never reused while kept
+        hit = (model, step_problem(graph, model, step, batch, budget_bytes, options))
+        problems[key] = hit
+    return hit[1]

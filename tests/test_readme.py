@@ -1,0 +1,99 @@
+"""Numbers the README quotes, against the output of the commands it names (so they cannot drift)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from paradyse_lab.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _block_after(marker: str) -> list[str]:
+    """The lines of the first fenced block that opens after `marker`."""
+    start = README.index(marker) + len(marker)
+    opening = README.index("```", start)
+    body = README.index("\n", opening) + 1
+    return README[body:README.index("```", body)].rstrip("\n").splitlines()
+
+
+def _table_after(marker: str) -> list[list[str]]:
+    """The cells of the first markdown table after `marker`, header first (the --- row dropped)."""
+    lines = README[README.index(marker):].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not all(set(c) <= {"-"} for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def test_cost_example_is_the_commands_output(capsys):
+    marker = "`paradyse-lab cost --model gpt --seq 4K` (per GPU, analytic model, a100-80gb-x8):"
+    assert main(["cost", "--model", "gpt", "--seq", "4K"]) == 0
+    assert capsys.readouterr().out.rstrip("\n").splitlines() == _block_after(marker)
+
+
+def test_cost_model_table_is_the_commands_output():
+    """The analytic row of `ablate-costmodel` on the bundled synthetic profile (its MAPE columns,
+    from the function the command prints them from, without the command's leave-one-shape-out and regret)."""
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.ablation import accuracy
+    from paradyse_lab.profiles import read_profiles
+
+    path = "paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv"
+    table = {row[0]: row[1:5] for row in _table_after(f"`paradyse-lab ablate-costmodel --profiles {path}`")[1:]}
+    models, _ = accuracy(read_profiles(ROOT / path), ("analytic",), get_cluster(DEFAULT_CLUSTER))
+    ours = [f"{100 * models['analytic'][k]:.2f}%" for k in ("time_mape_interp", "time_mape_extrap",
+                                                            "mem_mape_interp", "mem_mape_extrap")]
+    assert table["analytic"] == ours
+
+
+def test_train_log_sample_has_the_logs_columns(tmp_path):
+    """The README's `train --log-file` sample: the header the log has, and one value per column a row."""
+    sample = _block_after("--no-progress --log-file llama.csv\n```\n")  # the block after the command's
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2,
+                                  "n_positions": 64, "vocab_size": 96}))
+    log = tmp_path / "log.csv"
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a micro model: tiny matmuls only lose to thread hand-offs
+    try:
+        code = main(["train", "--model", str(config), "--dataset", "uniform:8:16", "--policy", "static:megatron_ts",
+                     "--steps", "1", "--max-len", "16", "--no-progress", "--log-file", str(log)])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    header = log.read_text().splitlines()[0]
+    assert sample[0] == header
+    width = len(header.split(","))
+    for row in sample[1:]:
+        if row != "...":
+            assert len(re.findall(r'"[^"]*"|[^,]+', row)) == width, row
+
+
+def test_band_shares_are_the_samples():
+    """The README's table of the sampled workloads' band shares (what `reproduce` samples) against the lengths."""
+    from paradyse_lab.app.report.seeds import band_share_rows
+    from paradyse_lab.app.reproduce import Settings
+
+    header, rows = band_share_rows(Settings.make(quick=False))
+    table = _table_after("| band | GitHubCode, ours (seed 0)")
+    assert table == [header] + rows
+
+
+@pytest.mark.parametrize("size", [200])
+def test_workload_example_is_the_commands_output(size, capsys):
+    marker = f"`paradyse-lab workload github_code --size {size}`"
+    assert main(["workload", "github_code", "--size", str(size)]) == 0
+    assert capsys.readouterr().out.rstrip("\n").splitlines() == _block_after(marker)
