@@ -48,8 +48,9 @@ class TrainOptions:
     """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
     docstrings under them into the flags and their help)."""
 
-    model: str
-    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json."""
+    model: str = field(metadata={"default": ""})
+    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json ('': the
+    config.json of --init-from)."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
@@ -97,6 +98,9 @@ class TrainOptions:
     not given: one sequence per step."""
     pack_order: str = "sorted"
     """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
+    init_from: str = ""
+    """Hugging Face model folder (config.json and safetensors: GPT-2, LLaMA, Mistral, Qwen2) whose weights the
+    run starts from, each rank reading only its slices ('': initialised from --seed)."""
 
 
 def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
@@ -183,6 +187,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm
     from runtime.attention import kernels_used
+    from runtime.hf_weights import model_source
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
@@ -191,7 +196,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
+    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
     check_options(opts)
@@ -223,7 +228,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return PackedStep(packs.pack(step).lengths, unit)
         return length_of(step)
 
-    model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
+    model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
         model.to(torch.bfloat16)
@@ -231,7 +236,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
+            "pack_order": opts.pack_order, "init_from": opts.init_from}
     start = 0
     found = None
     if opts.checkpoint_dir and not opts.resume:

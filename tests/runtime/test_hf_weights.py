@@ -1,0 +1,88 @@
+"""Hugging Face folders in (`train --init-from`, runtime/hf_weights.py) on one process: every rank's slices
+equal the layout's shard of the full conversion, the first training step's loss is transformers' loss on the
+same tokens, and bad folders are one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hf_folders import build, hf_loss, save
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
+from runtime.hf_weights import model_source, read_rank_state_dict
+from runtime.layout import shard_state_dict
+from runtime.model import ParallelGPT
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def folders(request, tmp_path_factory):
+    """(kind, the transformers model, its folder as one file, its folder in shards)."""
+    model = build(request.param)
+    root = tmp_path_factory.mktemp(request.param)
+    return request.param, model, save(model, root / "single", False), save(model, root / "sharded", True)
+
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+def test_each_rank_reads_its_own_slices(folders, p):
+    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once."""
+    _, model, single, sharded = folders
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, p).state_dict()
+    for rank in range(p):
+        want = shard_state_dict(full, rank, p)
+        for folder in (single, sharded):
+            got = read_rank_state_dict(folder, cfg, rank, p, like)
+            assert got.keys() == want.keys()
+            for key, value in want.items():
+                assert torch.equal(got[key], value), (folder.name, rank, key)
+
+
+def test_first_step_loss_is_transformers_loss(folders, tmp_path):
+    """`train --init-from DIR` (no --model: the folder's config) starts from the folder's weights: the first
+    step's loss is transformers' loss on the step's tokens (1e-4)."""
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions, _tokens
+
+    _, model, _, sharded = folders
+    opts = TrainOptions(model="", init_from=str(sharded), dataset="uniform:32:32", steps=1, max_len=32,
+                        policy="static:megatron_ts", progress=False)
+    log = train(opts)
+    tokens = _tokens(opts, 0, 1, 32, model.config.vocab_size)
+    assert abs(log[0]["loss"] - hf_loss(model, tokens)) < 1e-4, (log[0]["loss"], hf_loss(model, tokens))
+
+
+def test_model_from_folder_matches_logits(folders):
+    """`ParallelGPT.from_hf_folder` (the API's entry) gives transformers' logits."""
+    _, model, single, _ = folders
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    ours = ParallelGPT.from_hf_folder(single)(ids, ["megatron_ts"] * 2)
+    with torch.no_grad():
+        assert_close(ours, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_folders_are_one_line_errors(folders, tmp_path):
+    _, _, single, _ = folders
+    with pytest.raises(UserInputError, match="not a folder"):
+        model_source("", str(tmp_path / "missing"))
+    with pytest.raises(UserInputError, match="has no config.json"):
+        model_source("", str(tmp_path))
+    (tmp_path / "config.json").write_text((single / "config.json").read_text())
+    with pytest.raises(UserInputError, match="holds no model.safetensors"):
+        ParallelGPT.from_hf_folder(tmp_path)
+    with pytest.raises(UserInputError, match="is not the model of --init-from"):
+        model_source("gpt2-tiny", str(single))
+    with pytest.raises(UserInputError, match="--model is required"):
+        model_source("", "")
+    config = json.loads((single / "config.json").read_text())
+    config["vocab_size"] = 128  # the tensors stay vocab 64
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
+    with pytest.raises(UserInputError, match="shape"):
+        ParallelGPT.from_hf_folder(tmp_path)
