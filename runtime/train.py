@@ -185,7 +185,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from runtime import checkpoint, comm
+    from runtime import checkpoint, comm, dcp_checkpoint
     from runtime.attention import kernels_used
     from runtime.hf_weights import model_source
     from runtime.layout import layout_unit, shard_sequence
@@ -241,23 +241,21 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     found = None
     if opts.checkpoint_dir and not opts.resume:
         checkpoint.refuse_overwrite(opts.checkpoint_dir)
+    trained = dict(zip((n for n, _ in model.named_parameters()), masters or model.parameters()))  # what AdamW steps
     if opts.resume and opts.checkpoint_dir:
-        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
-    if found is not None:
-        state, info = checkpoint.load(found, meta, group)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+        found = dcp_checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
+    if found is not None:  # written at any world size: resharded for this one (runtime/dcp_checkpoint.py)
+        start = dcp_checkpoint.load(found, trained, opt, cfg, meta, group)["step"]
         if masters is not None:
-            for m, saved in zip(masters, state["masters"]):
-                m.data.copy_(saved)
-        start = info["step"]
+            with torch.no_grad():
+                for m, q in zip(masters, model.parameters()):
+                    q.copy_(m)
         for step in range(start):  # replay the policy's cache and smoothing state
             policy.decide(planned_step(step), opts.batch)
 
     def save(step: int) -> None:
-        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                 "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
+        dcp_checkpoint.save(opts.checkpoint_dir, step, trained, opt, cfg, meta,
+                            dcp_checkpoint.model_record(cfg, opts.init_from), group)
 
     bar = None
     if opts.progress and rank == 0:
