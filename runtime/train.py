@@ -25,11 +25,11 @@ size. The log names the attention kernels that ran (`math-masked`: a packed step
 visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak
 memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes atomic
 checkpoints through torch.distributed.checkpoint (runtime/dcp_checkpoint.py) every `--checkpoint-every` steps and
-at the end, and `--resume` continues from the newest one that verifies, at any world size (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
-step. `--init-from DIR` starts from a Hugging Face
-model folder's weights (runtime/hf_weights.py; `paradyse-lab export-hf` writes a checkpoint back as one). A
-non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+at the end, and `--resume` continues from the newest one that verifies, at any world size (checksums; a resumed
+run must keep the model, seed, lr, weight decay, dataset, batch, --max-len, packing and --init-from; a new run
+never writes over a folder of checkpoints). `--log-file` gets one flushed row per step. `--init-from DIR` starts
+from a Hugging Face model folder's weights (runtime/hf_weights.py; `paradyse-lab export-hf` writes a checkpoint
+back as one). A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
