@@ -90,5 +90,30 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-CASES = {"weights-init-reshard-export": init_reshard_export_case}
-ONLY_AT = {"weights-init-reshard-export": (4,)}  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
+def api_example_case(rank: int, p: int, group) -> None:
+    """examples/plan_and_train.py (the public API, docs/api.md) on these ranks: it plans a step, trains it (the
+    loss falls on its repeated tokens) and saves; the checkpoint loads into models of other seeds alike."""
+    import importlib.util
+
+    import paradyse_lab as pl
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "plan_and_train.py"
+    spec = importlib.util.spec_from_file_location("plan_and_train", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    root = _shared_dir(rank)
+    losses = example.main(os.path.join(root, "ck"), steps=8)
+    assert losses[-1] < losses[0] - 0.5, losses
+    models = [pl.build_model("llama-tiny", seed=seed) for seed in (1, 2)]
+    fresh = [q.detach().clone() for q in models[0].parameters()]
+    assert [pl.load(os.path.join(root, "ck"), m) for m in models] == [8, 8]
+    for a, b, before in zip(models[0].parameters(), models[1].parameters(), fresh):
+        assert torch.equal(a, b) and (a.numel() == 0 or not torch.equal(a, before))
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case}
+ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
+           "api-example": (2,)}  # the example's two ranks
