@@ -86,3 +86,17 @@ def test_bad_folders_are_one_line_errors(folders, tmp_path):
     (tmp_path / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
     with pytest.raises(UserInputError, match="shape"):
         ParallelGPT.from_hf_folder(tmp_path)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--init-from", "{tmp}/missing"], "--init-from '{tmp}/missing' is not a folder"),
+    ([], "--model is required"),
+    (["--init-from", "{tmp}", "--nproc", "2"], "has no config.json"),  # refused before any rank starts
+])
+def test_train_command_refuses_in_one_line(tmp_path, capsys, argv, expected):
+    from paradyse_lab.cli import main
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(["train", "--dataset", "uniform:8:8", "--steps", "1", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert expected.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1, err
