@@ -13,16 +13,23 @@ SHARD_SIZE = "20KB"
 
 
 def build(kind: str, seed: int = 0):
-    """A random fp32 `LlamaForCausalLM` ('llama', untied head, GQA) or `GPT2LMHeadModel` ('gpt2'), eval mode,
+    """A random fp32 `LlamaForCausalLM` ('llama', untied head, GQA; 'llama-biases-tied'), `MistralForCausalLM`,
+    `Qwen2ForCausalLM` or `GPT2LMHeadModel` ('gpt2'), eval mode,
     its norms and biases perturbed so that no tensor is at its trivial initial value."""
     import transformers
 
     torch.manual_seed(seed)
+    shapes = dict(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                  num_hidden_layers=2, max_position_embeddings=64, rms_norm_eps=1e-6)
     if kind == "llama":
-        config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                          intermediate_size=48, num_hidden_layers=2, max_position_embeddings=64,
-                                          tie_word_embeddings=False, rms_norm_eps=1e-6)
-        model = transformers.LlamaForCausalLM(config)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shapes, tie_word_embeddings=False))
+    elif kind == "llama-biases-tied":  # biases on every linear layer, head tied to the embedding
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            **shapes, attention_bias=True, mlp_bias=True, tie_word_embeddings=True))
+    elif kind == "mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**shapes, sliding_window=None))
+    elif kind == "qwen2":  # biases on q, k, v only
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**shapes, tie_word_embeddings=False))
     else:
         config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_head=4, n_layer=2, n_positions=64,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)

@@ -100,3 +100,21 @@ def test_train_command_refuses_in_one_line(tmp_path, capsys, argv, expected):
     assert main(["train", "--dataset", "uniform:8:8", "--steps", "1", "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
     assert expected.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("kind", ["llama-biases-tied", "mistral", "qwen2"])
+def test_other_llama_family_folders(kind, tmp_path):
+    """Biases on every linear layer with a tied head, Mistral, and Qwen2's q/k/v-only biases: each rank's slices
+    are its shard of the full conversion (p = 4), and the model gives transformers' logits."""
+    model = build(kind)
+    folder = save(model, tmp_path, sharded=True)
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, 4).state_dict()
+    for rank in range(4):
+        got, want = read_rank_state_dict(folder, cfg, rank, 4, like), shard_state_dict(full, rank, 4)
+        assert all(torch.equal(got[k], v) for k, v in want.items()) and got.keys() == want.keys()
+    ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert_close(ParallelGPT.from_hf_folder(folder)(ids, ["metp"] * 2), model(input_ids=ids).logits,
+                     rtol=1e-5, atol=1e-5)
