@@ -251,7 +251,8 @@ def hf_config(cfg, original: dict | None = None) -> dict:
            "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"], "hidden_size": cfg.hidden,
            "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
            "num_hidden_layers": cfg.layers, "intermediate_size": cfg.ffn_hidden, "rms_norm_eps": cfg.eps,
-           "hidden_act": "silu", "max_position_embeddings": cfg.max_positions or 131072,
+           "hidden_act": "silu",
+           "max_position_embeddings": cfg.max_positions or 131072,  # 0 (no limit here): Llama 3.1's context
            "rope_theta": cfg.rope_theta, "rope_scaling": rope if cfg.rope_llama3 else None, "rope_parameters": rope}
     if not qwen:
         out.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)

@@ -112,7 +112,7 @@ def build_model(source, group=None, *, seed: int = 0):
     if isinstance(source, GPTConfig):
         return ParallelGPT(source, group, seed=seed)
     path = Path(str(source))
-    if path.is_dir() and any(path.glob("*.safetensors")):
+    if path.is_dir():  # a folder without safetensors is an error, not a random initialisation
         return ParallelGPT.from_hf_folder(path, group)
     return ParallelGPT(GPTConfig.from_model_spec(_model_spec(source)), group, seed=seed)
 
