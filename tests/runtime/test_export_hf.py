@@ -1,32 +1,33 @@
-"""`paradyse-lab export-hf` on one process: a checkpoint becomes a folder transformers loads with the runtime's
-logits (the config of the --init-from folder, or one built from a preset's shapes), sharded above
---max-shard-size; bad input is one line and exit 2, with nothing written. The multi-rank checkpoint (written at
-p = 2) is weights_cases.py's."""
+"""`train --init-from` then `paradyse-lab export-hf` on one process: the first loss is transformers', and a
+checkpoint becomes a folder transformers loads with the runtime's logits (the config of the --init-from folder,
+or one built from a preset's shapes), sharded above --max-shard-size; bad input is one line and exit 2, with
+nothing written. The multi-rank checkpoint (written at p = 2) is weights_cases.py's."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
-from hf_folders import build, save
+from hf_folders import build, hf_loss, save
 from torch.testing import assert_close
 
 from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
 from runtime.dcp_checkpoint import config_of, read_full
 from runtime.reference import GPTConfig, ReferenceGPT
-from runtime.train import TrainOptions
+from runtime.train import TrainOptions, _tokens
 
 transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
 
 
-def _train(tmp_path, **kw) -> str:
+def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:
     ck = str(tmp_path / "ck")
-    train(TrainOptions(dataset="uniform:16:16", steps=2, max_len=16, policy="static:megatron_ts", progress=False,
-                       checkpoint_dir=ck, **kw))
-    return ck
+    opts = TrainOptions(dataset="uniform:16:16", steps=2, max_len=16, policy="static:megatron_ts", progress=False,
+                        checkpoint_dir=ck, **kw)
+    return ck, train(opts), opts
 
 
 def _runtime_logits(ck: str, ids: torch.Tensor) -> torch.Tensor:
@@ -37,9 +38,21 @@ def _runtime_logits(ck: str, ids: torch.Tensor) -> torch.Tensor:
         return ref(ids)
 
 
-def test_gpt2_from_init_folder_round_trips(tmp_path, capsys):
-    folder = save(build("gpt2"), tmp_path / "gpt2", sharded=False)
-    ck = _train(tmp_path, model="", init_from=str(folder))
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory):
+    """A random GPT2LMHeadModel saved in shards, and 2 steps of `train --init-from` it (no --model), checkpointed:
+    (the transformers model, its folder, the checkpoint folder, the training log, the options)."""
+    root = tmp_path_factory.mktemp("gpt2-run")
+    model = build("gpt2")
+    folder = save(model, root / "gpt2", sharded=True)
+    return (model, folder, *_train(root, model="", init_from=str(folder)))
+
+
+def test_gpt2_first_step_is_transformers_and_exports_back(gpt2_run, tmp_path, capsys):
+    """The first step's loss is transformers' on the step's tokens (1e-4); the checkpoint exports (sharded above
+    50 KB, the folder's own config.json) to a folder `from_pretrained` loads with the runtime's logits (1e-5)."""
+    model, folder, ck, log, opts = gpt2_run
+    assert abs(log[0]["loss"] - hf_loss(model, _tokens(opts, 0, 1, 16, 64))) < 1e-4
     assert main(["export-hf", "--checkpoint", ck, "--out", str(tmp_path / "out"), "--max-shard-size", "50KB"]) == 0
     assert "written by 1 ranks" in capsys.readouterr().out
     index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
@@ -55,7 +68,7 @@ def test_gpt2_from_init_folder_round_trips(tmp_path, capsys):
 
 
 def test_preset_llama_gets_a_config_of_its_shapes(tmp_path):
-    ck = _train(tmp_path, model="llama-tiny")
+    ck, _, _ = _train(tmp_path, model="llama-tiny")
     assert main(["export-hf", "--checkpoint", f"{ck}/step-000002", "--out", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
@@ -65,8 +78,9 @@ def test_preset_llama_gets_a_config_of_its_shapes(tmp_path):
         assert_close(reloaded(input_ids=ids).logits, _runtime_logits(ck, ids), rtol=1e-5, atol=1e-5)
 
 
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
-    ck = _train(tmp_path, model="gpt2-tiny")
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(gpt2_run, tmp_path, capsys):
+    ck = str(tmp_path / "ck")
+    shutil.copytree(gpt2_run[2], ck)
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "x").write_text("keep")
