@@ -109,6 +109,9 @@ def _state(trained: dict[str, torch.Tensor], opt, cfg, p: int, mesh) -> dict[str
         out.update({f"model.{k}": v for k, v in _entries(name, param.detach(), cfg, p, mesh).items()})
         state = opt.state.get(param, {})
         if param.numel() and state:
+            if set(state) != {"step", *MOMENTS}:
+                raise UserInputError(f"a checkpoint holds Adam's or AdamW's state ({', '.join(MOMENTS)}, step); this "
+                                     f"optimizer keeps {', '.join(sorted(state))}")
             steps.add(float(state["step"]))
             for moment in MOMENTS:
                 out.update({f"optim.{moment}.{k}": v for k, v in _entries(name, state[moment], cfg, p, mesh).items()})

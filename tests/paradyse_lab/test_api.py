@@ -49,3 +49,12 @@ def test_train_save_load_in_one_process(tmp_path):
             assert pl.load(tmp_path / "ck", model, opt) == 2
         runs.append(pl.train_step(model, plan, tokens, opt))
     assert losses[1] < losses[0] and runs[0] == runs[1]
+
+
+def test_save_refuses_an_optimizer_state_it_cannot_keep(tmp_path):
+    model = pl.build_model("gpt2-tiny")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    pl.train_step(model, ["megatron_ts"] * 4, torch.randint(0, 512, (1, 16)), opt)
+    with pytest.raises(UserInputError, match="this optimizer keeps momentum_buffer"):
+        pl.save(tmp_path / "ck", 1, model, opt)
+    assert not any((tmp_path / "ck").iterdir())  # nothing left behind
