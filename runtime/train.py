@@ -26,14 +26,16 @@ as `policy_for`) plans each step with `--cost-model` (default analytic; learned 
 `--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
 size. The log names the attention kernels that ran (`math-masked`: a packed step on CUDA, the masked math kernel's
 visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak
-memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic
-checkpoints (runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from
-the newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing, and trains the workload its checkpoint was trained on whatever its --steps; a new run never
-writes over a folder of checkpoints; one run at a time holds a folder's lock, a second is refused naming the
-first). `--log-file` gets one flushed row per step, one row per step even across a resume; a new run refuses a
-file holding an earlier run's log. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the
-last checkpoint as it was.
+memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes atomic
+checkpoints through torch.distributed.checkpoint (runtime/dcp_checkpoint.py) every `--checkpoint-every` steps and
+at the end, and `--resume` continues from the newest one that verifies, at any world size (checksums; a resumed
+run must keep the model, seed, lr, weight decay, dataset, batch, --max-len, packing and --init-from, and trains the
+workload its checkpoint was trained on whatever its --steps; a new run never writes over a folder of checkpoints;
+one run at a time holds a folder's lock, a second is refused naming the first). `--log-file` gets one flushed row
+per step, one row per step even across a resume; a new run refuses a file holding an earlier run's log.
+`--init-from DIR` starts from a Hugging Face model folder's weights (runtime/hf_weights.py; `paradyse-lab
+export-hf` writes a checkpoint back as one). A non-finite loss stops the run (exit 1) before its optimizer step,
+leaving the last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
@@ -57,8 +59,9 @@ class TrainOptions:
     """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
     docstrings under them into the flags and their help)."""
 
-    model: str
-    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json."""
+    model: str = field(metadata={"default": ""})
+    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json ('': the
+    config.json of --init-from)."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
@@ -108,6 +111,9 @@ class TrainOptions:
     not given: one sequence per step."""
     pack_order: str = "sorted"
     """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
+    init_from: str = ""
+    """Hugging Face model folder (config.json and safetensors: GPT-2, LLaMA, Mistral, Qwen2) whose weights the
+    run starts from, each rank reading only its slices ('': initialised from --seed)."""
 
 
 def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
@@ -222,8 +228,9 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from runtime import checkpoint, comm
+    from runtime import checkpoint, comm, dcp_checkpoint
     from runtime.attention import kernels_used
+    from runtime.hf_weights import model_source
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
@@ -232,13 +239,13 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
+    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
+            "pack_order": opts.pack_order, "init_from": opts.init_from}
     found = _checkpoint_to_resume(opts, meta, group)
     size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
     workload = get_workload(opts.dataset, size=size, seed=opts.seed)
@@ -278,28 +285,26 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
 
     period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
     refuse_untrainable(opts, 0, period, cap, unit, targets)
-    model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
+    model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
         model.to(torch.bfloat16)
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
     start = 0
-    if found is not None:
-        state, info = checkpoint.load(found, meta, group)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+    trained = dict(zip((n for n, _ in model.named_parameters()), masters or model.parameters()))  # what AdamW steps
+    if found is not None:  # written at any world size: resharded for this one (runtime/dcp_checkpoint.py)
+        start = dcp_checkpoint.load(found, trained, opt, cfg, meta, group)["step"]
         if masters is not None:
-            for m, saved in zip(masters, state["masters"]):
-                m.data.copy_(saved)
-        start = info["step"]
+            with torch.no_grad():
+                for m, q in zip(masters, model.parameters()):
+                    q.copy_(m)
         for step in range(start):  # replay the policy's cache and smoothing state
             policy.decide(planned_step(step), opts.batch)
 
     def save(step: int) -> None:
-        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                 "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, {**meta, "workload_size": size}, group)
+        dcp_checkpoint.save(opts.checkpoint_dir, step, trained, opt, cfg, meta,
+                            {**dcp_checkpoint.model_record(cfg, opts.init_from), "workload_size": size}, group)
 
     bar = None
     if opts.progress and rank == 0:
@@ -378,14 +383,14 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
 def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):
     """The checkpoint this run continues from (--resume), or None; a new run over checkpoints, and a resumed
     one whose --steps is below its checkpoint's step, are refused (`UserInputError`)."""
-    from runtime import checkpoint, comm
+    from runtime import checkpoint, comm, dcp_checkpoint
 
     if not opts.checkpoint_dir:
         return None
     if not opts.resume:
         checkpoint.refuse_overwrite(opts.checkpoint_dir)
         return None
-    found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
+    found = dcp_checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
     done = checkpoint.read_meta(found)["step"] if found is not None else 0
     if done > opts.steps:
         raise UserInputError(f"--steps {opts.steps} is below the step {done} of the checkpoint {found.name}: "

@@ -39,7 +39,8 @@ COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_c
                    "paradyse_lab.cli.costmodel_commands", "paradyse_lab.cli.train_command",
                    "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
                    "paradyse_lab.cli.reproduce_command", "paradyse_lab.cli.profile_command",
-                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command")
+                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command",
+                   "paradyse_lab.cli.export_hf_command")
 """Modules that add sub-commands, each with a `register(subparsers)` function."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import weights_cases
 from torch.testing import assert_close
 
 from paradyse_lab.costmodel.formulas import embedding_params
@@ -532,6 +533,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.training import train
     from runtime import checkpoint
+    from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
@@ -542,14 +544,11 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
-    meta = {"model": "gpt2-tiny", "seed": 0}
-    a, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "a")), meta, group)
-    b, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "b")), meta, group)
-    for key, value in a["model"].items():
-        assert torch.equal(value, b["model"][key]), key
-    for sa, sb in zip(a["optim"]["state"].values(), b["optim"]["state"].values()):
-        for key in sa:
-            assert torch.equal(sa[key], sb[key]), key
+    a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
+    b, _ = read_entries(checkpoint.latest(os.path.join(root, "b")))
+    assert a.keys() == b.keys() and any(k.startswith("optim.exp_avg_sq.") for k in a)
+    for key, value in a.items():
+        assert torch.equal(value, b[key]), key
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -581,7 +580,7 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
               "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
     train(TrainOptions(steps=4, **common), group)
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
-        shard = os.path.join(root, "ck", "step-000004", f"rank-{rank}.pt")
+        shard = os.path.join(root, "ck", "step-000004", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
         data = bytearray(open(shard, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(shard, "wb").write(bytes(data))
@@ -717,6 +716,7 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.training import train
     from runtime import checkpoint
+    from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
@@ -732,10 +732,9 @@ def llama_train_case(rank: int, p: int, group) -> None:
     dist.barrier(group=group)
     resumed = train(TrainOptions(steps=12, resume=True, **common), group)
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[6:]]
-    meta = {"model": "llama-tiny", "seed": 0}
-    a, _ = checkpoint.load(os.path.join(root, "step-000012"), meta, group)
-    b, _ = checkpoint.load(checkpoint.latest(ckpt), meta, group)
-    assert "head" in a["model"] and all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())
+    a, _ = read_entries(os.path.join(root, "step-000012"))
+    b, _ = read_entries(checkpoint.latest(ckpt))
+    assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
     dist.barrier(group=group)
     if rank == 0:
         import shutil
@@ -892,3 +891,9 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
 CASES["calibrate-validate-loop"] = calibrate_validate_case
 ONLY_AT["calibrate-validate-loop"] = (2,)
+
+
+# --- Hugging Face weights in and out, checkpoints resharded (weights_cases.py) -------------------------------
+
+CASES.update(weights_cases.CASES)
+ONLY_AT.update(weights_cases.ONLY_AT)

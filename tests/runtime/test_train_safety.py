@@ -144,6 +144,12 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 1, "batch": 2}))
 
 
+def _data_file(checkpoint):
+    """The checkpoint's (one rank's) tensor data file, torch.distributed.checkpoint's `__0_0.distcp`."""
+    (found,) = checkpoint.glob("*.distcp")
+    return found
+
+
 def _run(tmp_path, **kw):
     return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
 
@@ -154,7 +160,7 @@ def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
     _run(tmp_path, steps=4)
     ck = tmp_path / "ck"
     newest = ck / "step-000004"
-    shard = newest / "rank-0.pt"
+    shard = _data_file(newest)
     if damage == "latest missing":
         (ck / "latest").unlink()
     elif damage == "latest empty":
@@ -168,18 +174,18 @@ def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
         for i in range(len(data) // 2, len(data) // 2 + 64):
             data[i] ^= 0xFF
         shard.write_bytes(bytes(data))
-    intact = (ck / "step-000002" / "rank-0.pt").read_bytes()
+    intact = _data_file(ck / "step-000002").read_bytes()
     log = _run(tmp_path, steps=6, resume=True)
     expected_first = 5 if damage.startswith("latest") else 3
     assert log[0]["step"] == expected_first and all(r["loss"] == r["loss"] for r in log)
-    assert (ck / "step-000002" / "rank-0.pt").read_bytes() == intact
+    assert _data_file(ck / "step-000002").read_bytes() == intact
 
 
 def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_path):
     _run(tmp_path, steps=2)
     with pytest.raises(UserInputError, match="holds checkpoints"):
         _run(tmp_path, steps=2)
-    (tmp_path / "ck" / "step-000002" / "rank-0.pt").write_bytes(b"garbage")
+    _data_file(tmp_path / "ck" / "step-000002").write_bytes(b"garbage")
     with pytest.raises(UserInputError, match="no checkpoint under .* verifies"):
         _run(tmp_path, steps=4, resume=True)
 
@@ -278,9 +284,10 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
         _run(tmp_path, steps=6, checkpoint_every=1)
     ck = tmp_path / "ck"
     assert (ck / "latest").read_text().strip() == "step-000002" and not (ck / "step-000003").exists()
-    for shard in (ck / "step-000002").glob("rank-*.pt"):
-        state = torch.load(shard, map_location="cpu", weights_only=False)
-        assert all(torch.isfinite(v).all() for v in state["model"].values())
+    from runtime.dcp_checkpoint import read_full
+
+    weights, _ = read_full(ck / "step-000002")
+    assert all(torch.isfinite(v).all() for v in weights.values())
 
 
 def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():

@@ -239,6 +239,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("train-log-file-under-file", TRAIN + ["--log-file", "{d}/afile/log.csv"]),
     ("train-ckpt-dir-is-file", TRAIN + ["--checkpoint-dir", "{d}/afile"]),
     ("train-resume-damaged", TRAIN + ["--checkpoint-dir", "{d}/ckpt_bad", "--resume"]),
+    ("train-init-from-missing", ["train", "--init-from", "{d}/nothing", "--dataset", "uniform:8:16", "--steps", "1"]),
+    ("train-init-from-no-weights", TRAIN[:1] + ["--init-from", "{d}"] + TRAIN[3:]),  # {d} has no config.json
+    # export-hf
+    ("export-hf-no-checkpoint", ["export-hf", "--checkpoint", "{d}/nothing", "--out", "{d}/hf1"]),
+    ("export-hf-damaged", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf2"]),
+    ("export-hf-out-is-file", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/afile"]),
+    ("export-hf-shard-size", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf3",
+                              "--max-shard-size", "0"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [
