@@ -84,9 +84,34 @@ def _stop(procs, grace_s: float = 5.0) -> None:
             p.join()
 
 
+def _death(exitcode: int) -> str:
+    """How a rank that sent no report ended: 'was killed by SIGKILL', 'ended with exit code 3'."""
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"ended with exit code {exitcode}"
+
+
+def _wait_for_first_failure(procs, reports) -> bool:
+    """Wait until every rank ended well (True) or one failed or reported (False)."""
+    while True:
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
+        said = [c for c in reports if c.poll()]
+        if failed or said:
+            return False
+        if all(p.exitcode == 0 for p in procs):
+            return True
+        running = [p.sentinel for p in procs if p.exitcode is None]
+        multiprocessing.connection.wait(running + reports, timeout=0.5)
+
+
 def launch(fn, nprocs: int, args: tuple = ()) -> None:
     """Run `fn(rank, nprocs, *args)` on `nprocs` spawned ranks (module docstring); raises the first rank's
-    `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or is killed."""
+    `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or is killed. A rank that died
+    without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause its peers' errors echo,
+    so it is named in one line and their tracebacks of the broken connection are not shown."""
     ctx = multiprocessing.get_context("spawn")
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]  # (launcher's end, rank's end)
     procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], os.getpid()), name=f"rank-{r}")
@@ -95,32 +120,27 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
         p.start()
     reports = [read for read, _ in pipes]
     try:
-        while True:
-            failed = [p for p in procs if p.exitcode not in (None, 0)]
-            said = [c for c in reports if c.poll()]
-            if failed or said:
-                break
-            if all(p.exitcode == 0 for p in procs):
-                return
-            running = [p.sentinel for p in procs if p.exitcode is None]
-            multiprocessing.connection.wait(running + reports, timeout=0.5)
+        if _wait_for_first_failure(procs, reports):
+            return
         # A rank's error closes its connections, so its peers fail in their collectives too and may report
         # first: give every rank a moment to report, then tell the root cause (a user error or a stop) first.
         deadline = time.monotonic() + REPORT_GRACE_S
         while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
             running = [p.sentinel for p in procs if p.exitcode is None]
             multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
+        said = [c.recv() for c in reports if c.poll()]
+        # ranks that ended (before the launcher stops the rest) with no report: killed, or died in C++
+        silent = [(r, p.exitcode) for r, p in enumerate(procs)
+                  if p.exitcode not in (None, 0) and r not in {rank for _, rank, _ in said}]
     finally:
         _stop(procs)
-    said = [c.recv() for c in reports if c.poll()]
-    if not said:
-        failed = [p for p in procs if p.exitcode not in (None, 0)]
-        rank = procs.index(failed[0])
-        raise RunStopped(f"rank {rank} ended with exit code {failed[0].exitcode} (killed?)")
-    kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1]))
+    kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1])) if said else ("crash", 0, "")
     if kind == "user":
         raise UserInputError(message)
-    if kind == "crash":
-        print(message, file=sys.stderr, end="")
-        message = f"rank {rank} failed with the error above"
-    raise RunStopped(message)
+    if kind == "stopped":
+        raise RunStopped(message)
+    if silent:
+        dead, code = silent[0]
+        raise RunStopped(f"rank {dead} {_death(code)} without reporting an error; the other ranks were stopped")
+    print(message, file=sys.stderr, end="")
+    raise RunStopped(f"rank {rank} failed with the error above")

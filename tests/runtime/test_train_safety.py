@@ -294,3 +294,20 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
         port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
+
+
+def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
+    """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
+    the closed connection."""
+    import socket
+
+    import launcher_cases
+
+    from runtime.launcher import launch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
+        launch(launcher_cases.one_rank_killed, 2, (port,))
+    assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
