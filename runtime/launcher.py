@@ -6,6 +6,8 @@ Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `
 - A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
   stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
   traceback is printed once, from the launcher.
+- A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
+  output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
 - Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
   (`prctl(PR_SET_PDEATHSIG)`, man 2 prctl), so a launcher killed by SIGTERM or SIGKILL leaves no orphan
   training on; elsewhere a watchdog thread polls `os.getppid()` once a second.
@@ -56,6 +58,19 @@ REPORT_ORDER = ("user", "stopped", "crash")
 """Which report the launcher shows when several ranks failed: the root cause before its echoes."""
 
 
+def _leave(code: int) -> None:
+    """End this rank with `code` once its work and its report are done: flush Python's output and exit the
+    process without interpreter finalization, so that no teardown of C++ state (gloo's and OR-Tools' worker
+    threads, thread pools destroyed by static destructors while still joinable: "terminate called without an
+    active exception", exit -6) can turn a finished rank's exit code into an abort."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
     """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
     stop_with_parent(parent_pid)
@@ -63,13 +78,14 @@ def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int)
         fn(rank, nprocs, *args)
     except UserInputError as err:
         report.send(("user", rank, str(err)))
-        sys.exit(2)
+        _leave(2)
     except RunStopped as err:
         report.send(("stopped", rank, str(err)))
-        sys.exit(1)
+        _leave(1)
     except BaseException:  # noqa: BLE001 (reported once by the launcher)
         report.send(("crash", rank, traceback.format_exc()))
-        sys.exit(1)
+        _leave(1)
+    _leave(0)
 
 
 def _stop(procs, grace_s: float = 5.0) -> None:
