@@ -402,3 +402,20 @@ def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
     with pytest.raises(UserInputError, match="--log-file .* holds the log of another run"):
         train(TrainOptions(**BASE, steps=2, seed=1, log_file=str(log_file)))
     assert log_file.read_text() == before and _log_steps(log_file) == ["1", "2"]
+
+
+def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
+    """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
+    the closed connection."""
+    import socket
+
+    import launcher_cases
+
+    from runtime.launcher import launch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
+        launch(launcher_cases.one_rank_killed, 2, (port,))
+    assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
