@@ -135,13 +135,18 @@ def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str
 
 
 def _all_finite(tensors, group) -> bool:
-    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree)."""
+    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree). The
+    per-tensor checks stay on the device (one count of non-finite tensors); the host reads one number, once:
+    one device sync per call, not one per parameter."""
     import torch
 
     from runtime import comm
 
-    bad = any(t is not None and not bool(torch.isfinite(t).all()) for t in tensors)
-    flag = torch.tensor([1.0 if bad else 0.0], device=next((t.device for t in tensors if t is not None), "cpu"))
+    present = [t for t in tensors if t is not None and t.numel()]
+    device = present[0].device if present else "cpu"
+    flag = torch.zeros(1, device=device)  # [1]: non-finite tensors on this rank
+    for t in present:
+        flag += (~torch.isfinite(t).all()).to(flag.dtype)  # no host read here
     with comm.tagged("health"):
         return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
 

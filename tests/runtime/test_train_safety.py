@@ -294,3 +294,27 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
         port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
+
+
+def test_finiteness_check_reads_the_device_once_not_per_parameter():
+    """`_all_finite` counts non-finite tensors on the device and the host reads one number: one
+    `aten._local_scalar_dense` (the op behind .item() / bool()) for 40 parameters, and it still finds one NaN."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from runtime.train import _all_finite
+
+    class HostReads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                HostReads.count += 1
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.randn(3, 2) for _ in range(40)] + [None, torch.empty(0)]
+    with HostReads():
+        assert _all_finite(params, None)
+    assert HostReads.count == 1
+    params[17][1, 0] = float("nan")
+    assert not _all_finite(params, None)
