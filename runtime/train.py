@@ -106,12 +106,15 @@ def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
     table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
     gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
-    choice = choice.view(b, s)  # [b*s] -> [b, s]
-    out = torch.empty(b, s, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (b,), generator=gen)
-    for i in range(1, s):
-        out[:, i] = table[out[:, i - 1], choice[:, i]]
-    return out
+    choice = choice.view(b, s).tolist()  # [b*s] -> [b, s], as host ints
+    first = torch.randint(0, vocab, (b,), generator=gen).tolist()
+    rows, successors = [], table.numpy()  # the chain is sequential: walk it on the host, not per-token tensor ops
+    for row, token in zip(choice, first):
+        walk = [token]
+        for c in row[1:]:
+            walk.append(int(successors[walk[-1], c]))
+        rows.append(walk)
+    return torch.tensor(rows, dtype=torch.long)  # [b, s]
 
 
 def decide_plan_on_rank0(decide, group=None):
