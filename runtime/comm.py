@@ -363,10 +363,10 @@ class _ReduceGrads(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *dys):
         with tagged("embedding"):
-            flat = all_reduce(torch.cat([d.reshape(-1).float() for d in dys]), ctx.group)  # [sum numel], fp32 sum
+            flat = all_reduce(torch.cat([d.reshape(-1) for d in dys]), ctx.group)  # [sum numel] summed
         out, i = [], 0
         for d in dys:
-            out.append(flat[i:i + d.numel()].view_as(d).to(d.dtype))
+            out.append(flat[i:i + d.numel()].view_as(d))
             i += d.numel()
         return (None, *out)
 

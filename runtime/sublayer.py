@@ -265,8 +265,7 @@ class SubLayerFunction(torch.autograd.Function):
             del leaves, rest
             dx, grads = impl.backward(saved, dy.contiguous(), w, ctx, prep)
             rep = [grads[n] for n in REPLICATED]
-            # [h, 2h or 3h] summed over ranks in fp32 (16-bit partials would round at every addition)
-            buf = comm.all_reduce(torch.cat([g.reshape(-1).float() for g in rep]), ctx.group)
+            buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [h, 2h or 3h] summed over ranks
         for n, piece in zip(REPLICATED, buf.split([g.numel() for g in rep])):
             grads[n] = piece.view_as(grads[n])
         return (None, None, None, dx, *[grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)])

@@ -36,9 +36,8 @@ def gather_weights(w: Weights, ctx: Ctx):
 
 
 def scatter_grads(dw1, db1, dw2, ctx: Ctx):
-    """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p], in fp32
-    (16-bit partials would round at every addition; the caller casts the shard to the parameters' dtype)."""
-    shard = comm.reduce_scatter(pack_gathered(dw1, db1, dw2, ctx.p).float(), ctx.group)  # [W] -> [W/p], fp32
+    """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p]."""
+    shard = comm.reduce_scatter(pack_gathered(dw1, db1, dw2, ctx.p), ctx.group)  # [W] -> [W/p]
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
 
 

@@ -96,7 +96,7 @@ class AnalyticCostModel:
         head_flops = 3 * 2.0 * t * h * v
         time_s = head_flops / (c.peak_flops * c.gemm_eff(min(t, h)))
         time_s += 3 * t * (4 * h * e + 2 * v * 4) / c.hbm_bytes_per_s  # lookup, norm, softmax traffic
-        time_s += F.collective_time_s(c, "all_reduce", params * 4, self.p)  # gradients summed in fp32
+        time_s += F.collective_time_s(c, "all_reduce", params * e, self.p)
         return FixedCost(
             time_s=time_s,
             model_state_bytes=F.model_state_bytes_per_param(m) * params,

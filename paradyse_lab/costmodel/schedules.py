@@ -205,11 +205,9 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
 
 def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
     """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, and the full gradient before its reduce-scatter, reduced in fp32 (its 16-bit copy and the
-    fp32 one the reduce-scatter sends)."""
-    w, grad = s.W * s.e, s.W * ACC_BYTES
-    return ([_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", grad, s.p)],
-            3 * w + grad)
+    gathered weights, and the full gradient before its reduce-scatter."""
+    w = s.W * s.e
+    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", w, s.p)], 3 * w
 
 
 def _zero3_mlp(s: Sublayer) -> StrategyWork:
@@ -336,7 +334,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
     if p > 1:  # replicated norm / output-bias gradients
-        bwd.append(_coll("all_reduce", F.replicated_params(model) * ACC_BYTES, p))  # summed in fp32
+        bwd.append(_coll("all_reduce", F.replicated_params(model) * s.e, p))
 
     if option.recompute:
         gemm += lin_fwd
