@@ -12,7 +12,7 @@ Each step takes its sequence length from the workload (`--dataset`: github_code,
 lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
 then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
 documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
-paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
+paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
 Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
