@@ -40,7 +40,7 @@ import torch.distributed as dist
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
-from runtime.checkpoint import _all_true, _barrier, _read_meta, _replace_text, checkpoints
+from runtime.checkpoint import _all_true, _barrier, _replace_text, checkpoints, read_meta
 from runtime.layout import SHARDED, row_sections
 
 FORMAT = "torch.distributed.checkpoint"
@@ -194,7 +194,7 @@ def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) 
     problems = []
     for path in checkpoints(directory):
         try:
-            meta = _read_meta(path)
+            meta = read_meta(path)
         except ValueError as err:
             problems.append(f"{path.name}: {err}")
             continue
@@ -218,7 +218,7 @@ def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expe
 
     path = Path(path)
     try:
-        meta = _read_meta(path)
+        meta = read_meta(path)
     except ValueError as err:
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_settings(path, meta, meta_expected)
@@ -267,7 +267,7 @@ def read_entries(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
     path = Path(path)
     try:
-        meta = _read_meta(path)
+        meta = read_meta(path)
     except ValueError as err:
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_settings(path, meta, {})
