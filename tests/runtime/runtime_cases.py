@@ -684,7 +684,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
     """`train --pack-tokens 96` (gloo, p = 2): every step is a pack of several of the length file's documents,
-    padded once to 2p, and the loss falls."""
+    every document padded to 2p (a pack: at most 96 tokens plus 2p - 1 per document), and the loss falls."""
     import os
 
     import torch.distributed as dist
