@@ -87,7 +87,7 @@ class TrainOptions:
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gb: float = 0.0
-    """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
+    """Memory budget of a plan in GB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its file)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"

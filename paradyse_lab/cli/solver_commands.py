@@ -10,7 +10,15 @@ Examples:
 from __future__ import annotations
 
 from paradyse_lab.cli.cost_command import add_step_arguments, parse_int, parse_options, step_of
-from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
+from paradyse_lab.cli.output import (
+    add_format_argument,
+    add_reserve_argument,
+    format_bytes,
+    format_seconds,
+    print_json,
+    print_table,
+    reserve_bytes,
+)
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
@@ -29,7 +37,9 @@ def _add_problem_arguments(p) -> None:
     p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    p.add_argument("--budget-gb", help="memory budget per GPU in GB (10^9 bytes; default: the GPU's memory)")
+    p.add_argument("--budget-gb", help="memory budget per GPU in GB (10^9 bytes; default: the GPU's memory less "
+                   "the reserve)")
+    add_reserve_argument(p)
 
 
 def register(sub) -> None:
@@ -60,15 +70,17 @@ def register(sub) -> None:
 
 
 def build_problem(args, seq_len: int | None = None) -> tuple[SearchProblem, str]:
-    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb at seq_len (default:
-    the step of --seq or --documents), and what the step is."""
+    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb/--reserve-gb at
+    seq_len (default: the step of --seq or --documents), and what the step is."""
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
 
     model = get_model(args.model)
-    cm = AnalyticCostModel(model, get_cluster(args.cluster))
-    budget = None
+    cluster = get_cluster(args.cluster)
+    cm = AnalyticCostModel(model, cluster)
+    reserve = reserve_bytes(args)
+    budget = None if reserve is None else cluster.memory_bytes - reserve
     if args.budget_gb is not None:
         try:
             gb = float(args.budget_gb)
