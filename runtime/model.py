@@ -122,13 +122,14 @@ class ParallelGPT(GPTParams):
         return options
 
     def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None,
-                cu_seqlens=None):
+                cu_seqlens=None, loss_tile: int = 0):
         """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
         all ranks' tokens (the same value on every rank; call backward on it on every rank).
         `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
         (runtime/packed.py `pack_sequence`): positions restart at each document and attention stays inside
-        each, under every strategy."""
+        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/tiled_loss.py), final
+        norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss)."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         doc_ids = longest = None
@@ -157,12 +158,17 @@ class ParallelGPT(GPTParams):
                                doc_ids, cu_seqlens)
                 x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
         head_w = head[0] if head else wte
-        logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
-        if labels is None:
-            return logits
-        with comm.tagged("loss"):
-            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
+        if labels is not None and loss_tile > 0:
+            from runtime.tiled_loss import tiled_head_loss
+
+            logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
+        else:
+            logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
+            if labels is None:
+                return logits
             total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*t, V]
                                     reduction="sum")
+        with comm.tagged("loss"):
+            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)
         return logits, loss

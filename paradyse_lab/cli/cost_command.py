@@ -45,12 +45,13 @@ def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:
     return opts
 
 
-def add_step_arguments(p) -> None:
-    """`--seq S` (one sequence per step) or `--documents A,B,...` (one packed step)."""
+def add_step_arguments(p):
+    """`--seq S` (one sequence per step) or `--documents A,B,...` (one packed step); returns the group."""
     step = p.add_mutually_exclusive_group(required=True)
     step.add_argument("--seq", help="sequence length in tokens (e.g. 65536 or 64K)")
     step.add_argument("--documents", help="one packed step: its documents' lengths, comma-separated (e.g. "
                       "16K,8K,4K,4K); attention stays inside each, the step is padded once to the layout unit")
+    return step
 
 
 def step_of(args, cm):
