@@ -31,3 +31,13 @@ def test_the_longest_length_fits_and_one_unit_more_does_not(capsys):
         beyond = plan(capsys, "--seq", str(got["max_length"] + 16), "--head", got["head"])  # 2p = 16 on 8 GPUs
         assert at["status"] != "infeasible" and at["predicted_time_s"] == got["step_time_s"]
         assert beyond["status"] == "infeasible"
+
+
+def test_cost_shows_the_head_options_beside_the_strategies(capsys):
+    assert main(["cost", "--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "256K", "--format",
+                 "json"]) == 0
+    heads = json.loads(capsys.readouterr().out)["head"]
+    assert set(heads) == {"whole", "tiled"}
+    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 30
+    assert heads["tiled"]["time_s"] > heads["whole"]["time_s"]
+    assert main(["cost", "--model", "gpt", "--seq", "64K"]) == 0 and "head option" not in capsys.readouterr().out
