@@ -94,3 +94,10 @@ def cheapest_head(solve: Callable[[str], object], heads: tuple[str, ...] = HEAD_
         elif best is None:
             best = (head, sol)
     return best
+
+
+def head_cost_models(cost_model) -> dict:
+    """Head option -> the cost model a plan with it is costed on: the whole head alone for a model without a head,
+    else the whole head first (it wins ties) and the tiled loss."""
+    heads = HEAD_OPTIONS if cost_model.model.embedding_and_head else HEAD_OPTIONS[:1]
+    return {h: cost_model if h == "whole" else HeadLossCostModel(cost_model, h) for h in heads}
