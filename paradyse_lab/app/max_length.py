@@ -33,16 +33,11 @@ def plan_length(build: Callable[[int, str], SearchProblem], solver, seq_len: int
                 heads: tuple[str, ...] = HEAD_OPTIONS) -> PlannedLength | None:
     """The fastest plan that fits at `seq_len` over `heads` (or the first head's infeasible one); None when no
     option can run the length (its shapes do not split). `build(seq_len, head)` makes the problem."""
-    problems: dict[str, SearchProblem] = {}
-
-    def solve(head: str):
-        problems[head] = build(seq_len, head)
-        return solver.solve(problems[head])
-
     try:
-        head, solution = cheapest_head(solve, heads)
-    except UserInputError:
+        problems = {head: build(seq_len, head) for head in heads}
+    except UserInputError:  # no option runs these shapes
         return None
+    head, solution = cheapest_head(lambda h: solver.solve(problems[h]), heads)
     return PlannedLength(seq_len, head, problems[head], solution)
 
 

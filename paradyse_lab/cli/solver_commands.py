@@ -135,15 +135,9 @@ def run_plan(args) -> int:
     heads = HEAD_OPTIONS if args.head == "auto" else (args.head,)
     if args.max_length:
         return run_max_length(args, solver, heads)
-    whats = {}
-
-    def build(_seq: int | None, head: str) -> SearchProblem:
-        problem, whats[head] = build_problem(args, head=head)
-        return problem
-
-    build(None, heads[0])  # bad input is refused here, with its own message
-    planned = plan_length(build, solver, 0, heads)
-    problem, what = planned.problem, whats[planned.head]
+    built = {head: build_problem(args, head=head) for head in heads}  # bad input is refused here
+    planned = plan_length(lambda _seq, head: built[head][0], solver, 0, heads)
+    problem, what = planned.problem, built[planned.head][1]
     title = (f"{args.model}, {what}, {args.granularity} granularity, {problem.num_decisions} decisions x "
              f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU; head: "
              f"{planned.head}")
