@@ -29,11 +29,12 @@ from runtime.layout import (
     check_length,
     gather_state_dict,
     gathered_positions,
+    init_rank_state_dict,
     local_positions,
     shard_state_dict,
 )
 from runtime.packed import check_cu_seqlens, document_of, local_documents
-from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict, norm
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
 
 STRATEGY_MODULES = {name: importlib.import_module(s.runtime_module) for name, s in CATALOG.items() if s.usable}
@@ -71,7 +72,8 @@ class ParallelGPT(GPTParams):
         model folder `hf_folder` (each rank reads only its slices: runtime/hf_weights.py), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank)."""
         self.p, self.rank = comm.size(group), comm.rank(group)
-        super().__init__(cfg, self.p)
+        with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
+            super().__init__(cfg, self.p)
         self.group = group
         for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden),
                             ("kv_heads * head_dim", cfg.kv_hidden)):
@@ -82,8 +84,12 @@ class ParallelGPT(GPTParams):
 
             self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict()))
             return
-        full = state_dict if state_dict is not None else init_state_dict(cfg, seed)
-        self.load_state_dict(shard_state_dict(full, self.rank, self.p))
+        if state_dict is not None:
+            local = shard_state_dict(state_dict, self.rank, self.p)
+        else:  # one sub-layer at a time: the rank never holds the whole model (layout.init_rank_state_dict)
+            local = init_rank_state_dict(cfg, seed, self.rank, self.p)
+        dtypes = {k: v.dtype for k, v in self.state_dict().items()}  # the meta parameters' (fp32)
+        self.load_state_dict({k: v.to(dtypes.get(k, v.dtype)) for k, v in local.items()}, assign=True)
 
     @classmethod
     def from_hf_state_dict(cls, config, state_dict, group=None) -> ParallelGPT:
