@@ -87,7 +87,7 @@ class TrainOptions:
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gb: float = 0.0
-    """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
+    """Memory budget of a plan in GB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its file)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
@@ -176,6 +176,16 @@ def _stop(bar, message: str):
     if bar is not None:
         bar.close()
     raise RunStopped(message)
+
+
+def _loss_tile(decision, model, tokens: int) -> int:
+    """Tokens per tile of the tiled loss when the planner chose it for this step (paradyse_lab/costmodel/head_loss.py
+    sizes the tiles), else 0 (the whole head)."""
+    if getattr(decision, "head", "whole") != "tiled":
+        return 0
+    from paradyse_lab.costmodel.head_loss import loss_tile_tokens
+
+    return loss_tile_tokens(model.cfg.vocab_size, model.wte.element_size(), tokens)
 
 
 def _plan_text(plan) -> str:
@@ -340,7 +350,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
+            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens,
+                            loss_tile=_loss_tile(decision, model, ids.numel()))
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "

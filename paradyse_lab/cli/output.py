@@ -39,16 +39,20 @@ def add_sampling_argument(parser) -> None:
 
 
 def add_reserve_argument(parser) -> None:
-    """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context and NCCL buffers."""
-    parser.add_argument("--reserve-gb", type=float, default=1.0,
-                        help="memory kept back from each GPU for the CUDA context and NCCL buffers (default 1 GiB)")
+    """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator."""
+    parser.add_argument("--reserve-gb", type=float, default=None,
+                        help="memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator, "
+                        "in GiB (default: the cluster's reserve_gib, docs/hardware.md section 5)")
 
 
-def reserve_bytes(args) -> int:
-    """`--reserve-gb` in bytes, or a one-line error when it is negative."""
+def reserve_bytes(args, default: int | None = None) -> int | None:
+    """`--reserve-gb` in bytes (`default` when not given: None means the cluster's reserve), or a one-line
+    error when it is negative."""
     from paradyse_lab.errors import UserInputError
 
-    if args.reserve_gb < 0:
+    if args.reserve_gb is None:
+        return default
+    if not args.reserve_gb >= 0:
         raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
     return int(args.reserve_gb * GIB)
 
