@@ -58,6 +58,10 @@ CALIBRATION_PARAMETERS = ("compute_scale", "comm_scale", "layer_overhead_s", "wi
 """The physical parameters of a strategy's calibration (`StrategyCalibration`), in TOML key order."""
 
 
+MAX_GPUS = 2**20
+"""Most GPUs a cluster may have (a bound checked before any arithmetic on the count)."""
+
+
 @dataclass(frozen=True)
 class StrategyCalibration:
     """What the analytic model misses for one strategy, fitted to measured times (costmodel/calibration.py).
@@ -134,6 +138,23 @@ class ClusterSpec:
     """Strategy name -> `StrategyCalibration` the analytic model applies (empty: uncalibrated)."""
     base: str = field(default="", compare=False)
     """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
+    launch_s: float = 0.0
+    """Seconds per operator launch outside the GEMMs, attention kernels and collectives (measured clusters:
+    `paradyse-lab calibrate` times a one-element add; 0 for the GPU presets, whose kernels are fused)."""
+    comm_overlap: float = 1.0
+    """Fraction of a ring's point-to-point time that can hide behind compute (1: all of it, the GPU presets;
+    measured clusters: `calibrate` times a GEMM and a ring exchange apart and together)."""
+    state_bytes_per_s: float = 0.0
+    """Memory bandwidth over buffers the size of the model states, B/s, for the optimizer step (measured
+    clusters: an add over a buffer larger than the caches; 0: `hbm_bytes_per_s`)."""
+    counted_model: str = ""
+    """The model (preset name) `step_counts` were counted for; they apply to it at p = gpus only."""
+    step_counts: dict = field(default_factory=dict)
+    """What the runtime launches and moves besides GEMMs, attention and collectives, counted by `calibrate`
+    at this cluster's world size (runtime/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
+    per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
+    bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
+    presets."""
 
     @property
     def device(self) -> str:
@@ -141,8 +162,8 @@ class ClusterSpec:
         return self.base or self.name
 
     def __post_init__(self):
-        if not isinstance(self.gpus, int) or self.gpus <= 0:
-            raise UserInputError(f"cluster.gpus must be a positive integer, got {self.gpus!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 0 < self.gpus <= MAX_GPUS:
+            raise UserInputError(f"cluster.gpus must be an integer from 1 to {MAX_GPUS:,}, got {self.gpus!r}")
         for name in ("memory_bytes", "peak_flops", "hbm_bytes_per_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise UserInputError(f"cluster.{name} must be a finite number > 0, got {getattr(self, name)!r}")
@@ -163,6 +184,7 @@ class ClusterSpec:
                 raise unknown_name("collective in cluster alpha_us", c, COLLECTIVES)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise UserInputError(f"cluster alpha_us for {c} must be a finite number >= 0, got {v!r}")
+        self._check_step_terms()
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
@@ -173,6 +195,20 @@ class ClusterSpec:
                 raise UserInputError(
                     f"cluster.{name} must be (x > 0, 0 < fraction <= 1) points in ascending x"
                 )
+
+    def _check_step_terms(self) -> None:
+        if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
+            raise UserInputError(f"cluster.launch_us must be a finite number >= 0, got {self.launch_s!r}")
+        if isinstance(self.state_bytes_per_s, bool) or not 0 <= self.state_bytes_per_s < math.inf:
+            raise UserInputError(f"cluster.state_gbps must be a finite number >= 0, got {self.state_bytes_per_s!r}")
+        if isinstance(self.comm_overlap, bool) or not 0 <= self.comm_overlap <= 1:
+            raise UserInputError(f"cluster.comm_overlap must be a number in [0, 1], got {self.comm_overlap!r}")
+        for key, value in self.step_counts.items():
+            ok = isinstance(value, (tuple, list)) and len(value) == 3 and all(
+                not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < math.inf for v in value[::2])
+            if not ok or not isinstance(value[1], (int, float)) or not math.isfinite(value[1]):
+                raise UserInputError(f"cluster step_counts.{key} must be [launches >= 0, bytes_fixed, "
+                                     f"bytes_per_token >= 0], got {value!r}")
 
     def busbw(self, collective: str, message_bytes: float) -> float:
         """Bus bandwidth (B/s) reached by `collective` at `message_bytes` (nccl-tests size convention)."""
@@ -253,10 +289,12 @@ DEFAULT_CLUSTER = "a100-80gb-x8"
 _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
+    "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
-TOML_KEYS = tuple(_TOML_SCALARS) + ("busbw_gbps", "alpha_us") + _TOML_CURVES + ("base", "calibration", "provenance")
+TOML_KEYS = (tuple(_TOML_SCALARS) + ("busbw_gbps", "alpha_us") + _TOML_CURVES
+             + ("base", "calibration", "provenance", "step_counts"))
 CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
 """Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
@@ -271,7 +309,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
-    ignored.
+    ignored. What `calibrate` also measures for the analytic model's step terms: `launch_us`, `state_gbps`,
+    `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY = [launches, bytes_fixed,
+    bytes_per_token] (`ClusterSpec.step_counts`).
     """
     path = Path(path)
     if path.resolve() in _bases:
@@ -295,17 +335,17 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     if "base" in data:
         if not isinstance(data["base"], str):
             raise UserInputError(f"{path.name}: base must name a preset or a .toml file, got {data['base']!r}")
-        base = data["base"]
-        base = PRESETS[base] if base in PRESETS else (
-            load_cluster_toml(base, _bases + (path.resolve(),)) if base.endswith(".toml") or Path(base).is_file()
-            else get_cluster(base))
+        base_file = cluster_file(data["base"])
+        base = (load_cluster_toml(base_file, _bases + (path.resolve(),)) if base_file is not None
+                else get_cluster(data["base"]))
     kw = {f.name: getattr(base, f.name) for f in fields(ClusterSpec)} if base else {}
     kw["name"] = path.stem
     if base is not None:
         kw["base"] = base.device
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
-             "alpha_step_us": ("alpha_step_s", 1e-6)}
+             "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
+             "state_gbps": ("state_bytes_per_s", GB)}
     for key, kind in _TOML_SCALARS.items():
         if key not in data:
             continue
@@ -352,6 +392,11 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
                 raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
     if "calibration" in data:
         kw["calibration"] = _calibration(data["calibration"], path.name)
+    if "step_counts" in data:
+        if not isinstance(data["step_counts"], dict):
+            raise UserInputError(f"{path.name}: step_counts must be a table of KEY = [launches, bytes_fixed, "
+                                 "bytes_per_token]")
+        kw["step_counts"] = {str(k): tuple(v) if isinstance(v, list) else v for k, v in data["step_counts"].items()}
     needed = {"gpus", "gpu_name", "memory_bytes", "peak_flops", "hbm_bytes_per_s", "busbw_bytes_per_s",
               *_TOML_CURVES}
     absent = sorted(n for n in needed if n not in kw)
@@ -387,12 +432,40 @@ def bundled_clusters() -> list[str]:
     return sorted(p.stem for p in CLUSTERS_DIR.glob("*.toml")) if CLUSTERS_DIR.is_dir() else []
 
 
+def cluster_file(name_or_path: str) -> Path | None:
+    """The TOML file a cluster name (`--cluster`, or a file's `base = ...`) reads: a bundled file by name, or
+    a path; None for a preset (or a name that is neither: `get_cluster` refuses it)."""
+    if name_or_path in PRESETS:
+        return None
+    if name_or_path in bundled_clusters():
+        return CLUSTERS_DIR / f"{name_or_path}.toml"
+    if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
+        return Path(name_or_path)
+    return None
+
+
+def base_chain(name_or_path: str) -> list[Path]:
+    """Every TOML file the cluster `name_or_path` is read from: its own file, then its `base` file, that file's
+    base, ... (empty for a preset). A cluster's numbers depend on every file of the chain, so a result keyed
+    on the cluster is keyed on all of them (paradyse_lab/result_key.py). Stops at a preset, at a file that
+    cannot be read as TOML, and where the chain comes back to a file already in it (the loader refuses those)."""
+    chain: list[Path] = []
+    current = cluster_file(name_or_path)
+    while current is not None and current.resolve() not in {c.resolve() for c in chain}:
+        chain.append(current)
+        try:
+            base = tomllib.loads(current.read_text(encoding="utf-8")).get("base")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            break
+        current = cluster_file(base) if isinstance(base, str) else None
+    return chain
+
+
 def get_cluster(name_or_path: str) -> ClusterSpec:
     """A preset by name, a bundled cluster file by name, or a cluster read from a TOML file."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    if name_or_path in bundled_clusters():
-        return load_cluster_toml(CLUSTERS_DIR / f"{name_or_path}.toml")
-    if name_or_path.endswith(".toml") or Path(name_or_path).is_file():
-        return load_cluster_toml(name_or_path)
+    path = cluster_file(name_or_path)
+    if path is not None:
+        return load_cluster_toml(path)
     raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])

@@ -13,6 +13,10 @@ Library module of `paradyse-lab calibrate --out DIR` (runtime/measure/calibrate.
   peak x efficiency is the measured rate. GEMM efficiency against the smallest dimension is the
   FLOP-weighted rate (total FLOPs / total seconds) of the GEMMs sharing that smallest dimension;
   attention efficiency against length, causal and not, the same over kernel calls.
+- The step terms of the analytic model (costmodel/analytic.py): the memory bandwidth of element-wise
+  operators at the model's activation sizes, the seconds of one operator launch, the fraction of a ring's
+  point-to-point time that hides behind compute, and the runtime's launches and memory-bound bytes counted
+  per sub-layer, embedding / head and optimizer step (runtime/measure/step_counts.py) for `counted_model`.
 """
 
 from __future__ import annotations
@@ -89,6 +93,16 @@ class Measurements:
     """op -> [(buffer bytes, median seconds)]."""
     provenance: dict = field(default_factory=dict)
     """host, device, software, date, command (strings)."""
+    launch_s: float = 0.0
+    """Seconds of one operator launch."""
+    comm_overlap: float = 1.0
+    """Fraction of point-to-point time hidden behind a concurrent GEMM."""
+    state_bytes_per_s: float = 0.0
+    """Bandwidth of an add over buffers larger than the caches (the optimizer step's), B/s."""
+    counted_model: str = ""
+    """The model `step_counts` are of."""
+    step_counts: dict = field(default_factory=dict)
+    """KEY -> (launches, bytes_fixed, bytes_per_token) (`ClusterSpec.step_counts`)."""
 
 
 def fit_collectives(m: Measurements) -> dict[str, AlphaBeta]:
@@ -126,6 +140,10 @@ def measured_cluster_toml(m: Measurements) -> str:
         "alpha_base_us = 0.0",
         "alpha_step_us = 0.0",
         f'source = "measured: {_esc(m.provenance.get("device", m.gpu_name))}, {date}"',
+        f"launch_us = {m.launch_s * 1e6:.6g}",
+        f"state_gbps = {m.state_bytes_per_s / 1e9:.6g}",
+        f"comm_overlap = {min(max(m.comm_overlap, 0.0), 1.0):.6g}",
+        f'counted_model = "{_esc(m.counted_model)}"',
         "busbw_size_curve = [[1.0, 1.0]]",
         f"gemm_efficiency = {_curve(gemm)}",
         f"attention_efficiency = {_curve(plain)}",
@@ -136,6 +154,9 @@ def measured_cluster_toml(m: Measurements) -> str:
         "",
         "[alpha_us]",
         *(f"{op} = {alpha[op] * 1e6:.6g}" for op in alpha),
+        "",
+        "[step_counts]  # KEY = [launches, bytes_fixed, bytes_per_token] per training step",
+        *(f'"{_esc(k)}" = [{int(v[0])}, {float(v[1]):.6g}, {float(v[2]):.6g}]' for k, v in m.step_counts.items()),
         "",
         "[provenance]",
         'source = "measured"',

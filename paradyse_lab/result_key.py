@@ -7,7 +7,12 @@ stamp is written only after the outputs are complete, so a killed run leaves no 
 - `code_version()`: SHA-256 over the sources of the packages that compute results (`paradyse_lab`,
   `solvers`, `simulator`, `figures`, bundled data included); any edit to them recomputes everything.
 - `result_key(settings, files)`: SHA-256 of the settings (canonical JSON), the contents of the input files
-  they name (a cluster TOML, a profile CSV) and the code version.
+  they name and the code version.
+- `named_files(settings)`: every file the settings name, at any depth (lists and tables included): a value
+  that is a file (a profile CSV, a .joblib model), a workload `file:PATH[#COLUMN]`'s PATH, and for a cluster
+  TOML every file of its base chain (`base = "other.toml"`, and that file's base, ...:
+  `paradyse_lab.cluster_spec.base_chain`). Editing any of them, even a base file no setting names directly,
+  changes the key, so the results are recomputed rather than reused.
 - stamps: `FOLDER/.stamps/NAME.json` = {key, settings, files: {relative path: SHA-256}}; `is_fresh` says
   whether every file is present and unchanged under the same key, `write_stamp` records them.
 
@@ -52,9 +57,33 @@ def code_version() -> str:
     return h.hexdigest()
 
 
+def _files_of_name(name: str) -> list[Path]:
+    """The files one string setting names (module docstring)."""
+    from paradyse_lab.cluster_spec import base_chain
+
+    path = name[5:].partition("#")[0] if name.startswith("file:") else name
+    if not path or not Path(path).is_file():
+        return []
+    return base_chain(path) if path.endswith(".toml") else [Path(path)]
+
+
+def named_files(settings) -> list[Path]:
+    """Every file `settings` names (module docstring), each once, in the order met."""
+    if isinstance(settings, str):
+        return _files_of_name(settings)
+    if isinstance(settings, dict):
+        values = list(settings.values())
+    else:
+        values = list(settings) if isinstance(settings, (list, tuple)) else []
+    found: dict[Path, None] = {}
+    for value in values:
+        found.update(dict.fromkeys(named_files(value)))
+    return list(found)
+
+
 def input_files(*names: str) -> list[Path]:
-    """The names among `names` that are files (a cluster TOML, a profile CSV, a .joblib model)."""
-    return [Path(n) for n in names if n and Path(n).is_file()]
+    """The files `names` name (`named_files`: a cluster TOML with its base chain, a profile CSV, ...)."""
+    return named_files(list(names))
 
 
 def result_key(settings: dict, files=()) -> str:

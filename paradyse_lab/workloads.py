@@ -11,7 +11,14 @@
   Either way a length is drawn log-uniformly inside its band, rounded down to a multiple of 512 (the
   paper's lengths are) and kept inside the band, capped at the dataset's maximum; sorted ascending (the
   paper trains short to long). GRCh38's row sums to 99.1% as printed and is renormalised.
-- `uniform:LO:HI` and `lognormal:MEDIAN:SIGMA` (multiples of 512 as well).
+- `uniform:LO:HI`: lengths uniform in [LO, HI], never outside it. LO and HI are whole numbers of tokens,
+  1 <= LO <= HI (else the spec is refused with this rule). When both are multiples of 512 (the paper's
+  granule, e.g. the default 512:65536) the lengths are the multiples of 512 in the range, each equally
+  likely; otherwise they are whole numbers of tokens, each of LO..HI equally likely (`uniform:1000:1500`
+  gives 1000 to 1500, `uniform:8:16` gives 8 to 16), so a range is never rounded to a granule outside it.
+- `lognormal:MEDIAN:SIGMA`: lengths drawn log-normally around MEDIAN. When MEDIAN is a multiple of 512 they are
+  rounded down to multiples of 512 (at least 512); otherwise to whole numbers of tokens (at least 1), so
+  `lognormal:100:0.1` stays around 100 tokens.
 - `file:PATH`: one length per line (.txt), a CSV / parquet column (`file:PATH#COLUMN`, else the first
   column named seq_len, length, len, n_tokens or tokens), or JSONL lines of token-id lists (or objects
   with `input_ids`), whose lengths are taken. A .txt line of several lengths separated by spaces is one
@@ -33,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paradyse_lab import typed_json
 from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
@@ -96,6 +104,33 @@ def _round_granule(x: np.ndarray, cap: int) -> np.ndarray:
     return np.clip((x // GRANULE).astype(np.int64) * GRANULE, GRANULE, cap)
 
 
+def _on_granule(*values: float) -> bool:
+    """Whether every value is a multiple of GRANULE: a synthetic spec then draws lengths on the granule."""
+    return all(v % GRANULE == 0 for v in values)
+
+
+def _uniform_lengths(spec: str, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`uniform:LO:HI` (module docstring): multiples of 512 when LO and HI are, else whole tokens, inside
+    [LO, HI] always."""
+    lo, hi = _parse_params(spec, 2, (512, 64 * K))
+    if not (lo.is_integer() and hi.is_integer() and 1 <= lo <= hi):
+        raise UserInputError(f"workload {spec!r}: LO and HI must be whole numbers of tokens with 1 <= LO <= HI")
+    if _on_granule(lo, hi):  # each multiple of 512 in [LO, HI] equally likely (floor of U[LO, HI + 512))
+        return _round_granule(rng.uniform(lo, hi + GRANULE, size=size), int(hi))
+    return rng.integers(int(lo), int(hi), size=size, endpoint=True)
+
+
+def _lognormal_lengths(spec: str, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`lognormal:MEDIAN:SIGMA` (module docstring): on the granule when MEDIAN is, else whole tokens."""
+    median, sigma = _parse_params(spec, 2, (4 * K, 1.0))
+    if median <= 0 or not 0 < sigma <= 10:
+        raise UserInputError(f"workload {spec!r}: need MEDIAN > 0 and 0 < SIGMA <= 10")
+    draws = np.minimum(rng.lognormal(math.log(median), sigma, size=size), MAX_LENGTH)
+    if _on_granule(median):
+        return _round_granule(draws, MAX_LENGTH)
+    return np.clip(np.rint(draws), 1, MAX_LENGTH).astype(np.int64)
+
+
 def largest_remainder(shares, total: int) -> list[int]:
     """Integer counts summing to `total`, proportional to `shares`, by largest remainder (Hamilton's method):
     each count is the floor of its quota, and the seats left go to the largest fractional parts (ties to the
@@ -149,7 +184,7 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
     if len(parts) not in (0, count):
         raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
     try:
-        values = tuple(float(x) for x in parts) if parts else defaults
+        values = tuple(float(x) for x in (parts or defaults))
     except ValueError:
         raise UserInputError(f"workload {spec!r}: parameters must be numbers") from None
     if not all(math.isfinite(v) and 0 < v <= MAX_LENGTH for v in values):
@@ -194,12 +229,17 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
                 continue
             if suffix == ".jsonl":
                 try:
-                    obj = json.loads(line)
+                    obj = typed_json.loads(line)
                 except json.JSONDecodeError:
                     raise UserInputError(f"{p.name} line {i}: not JSON") from None
                 ids = obj.get("input_ids") if isinstance(obj, dict) else obj
                 if not isinstance(ids, list):
                     raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")
+                bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or t < 0), None)
+                if bad is not None or (ids and max(ids) >= 2**63):
+                    shown = line.strip() if bad is None else typed_json.written(bad)
+                    raise UserInputError(f"{p.name} line {i}: token ids must be integers from 0 to 2**63 - 1, "
+                                         f"got {shown[:80]}")
                 values.append(len(ids))
             else:
                 values.append(line.split())
@@ -213,12 +253,18 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
 
 
 def _positive_length(value, place: str) -> int:
+    """A length in [1, MAX_LENGTH] read exactly: a decimal integer (`512`, `1e3` and `512.0` are accepted only
+    where they are whole numbers, compared without going through float, so `9007199254740993` stays itself),
+    checked before any arithmetic; the error shows the value as written."""
+    from decimal import Decimal, InvalidOperation
+
+    text = value if isinstance(value, str) else repr(value)
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}") from None
-    if not number.is_integer() or number <= 0:
-        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}")
+        number = Decimal(text.strip()) if not isinstance(value, bool) else Decimal("NaN")
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite() or number != number.to_integral_value() or not 0 < number <= MAX_LENGTH:
+        raise UserInputError(f"{place}: length must be a positive integer (at most 2**40), got {text}")
     return int(number)
 
 
@@ -256,17 +302,9 @@ def _documents(spec: str, size: int, seed: int, sort: bool, sampling: str) -> Wo
     rng = np.random.default_rng(seed)
     kind = spec.split(":")[0]
     if kind == "uniform":
-        lo, hi = _parse_params(spec, 2, (512, 64 * K))
-        if not 0 < lo <= hi:
-            raise UserInputError(f"workload {spec!r}: need 0 < LO <= HI")
-        draws = rng.uniform(lo, hi + GRANULE, size=size)
-        lengths = _round_granule(draws, int(hi))
+        lengths = _uniform_lengths(spec, rng, size)
     elif kind == "lognormal":
-        median, sigma = _parse_params(spec, 2, (4 * K, 1.0))
-        if median <= 0 or not 0 < sigma <= 10:
-            raise UserInputError(f"workload {spec!r}: need MEDIAN > 0 and 0 < SIGMA <= 10")
-        draws = np.minimum(rng.lognormal(math.log(median), sigma, size=size), MAX_LENGTH)
-        lengths = _round_granule(draws, MAX_LENGTH)
+        lengths = _lognormal_lengths(spec, rng, size)
     else:
         raise UserInputError(f"unknown workload {spec!r}; valid: {', '.join(WORKLOAD_KINDS)}")
     values = [int(v) for v in lengths]

@@ -12,8 +12,9 @@ disables nothing; `kernels_used()` says which kernel ran, and profile rows recor
   [b, s, H, d] views of the [b, H, s, d] tensors (flash-attn needs only stride(-1) == 1: no copies);
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
 - 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a document
-  mask (packed sequences, runtime/packed.py): on CUDA such calls are recorded as 'math-masked' and warned
-  about once (`MASKED_FALLBACK`).
+  mask: on CUDA such calls are recorded as 'math-masked' and warned about once (`MASKED_FALLBACK`).
+Packed sequences (runtime/packed.py) over a whole sequence (megatron_ts, ulysses_z: `gathered_attention_*`)
+run the varlen kernels of runtime/varlen.py with the pack's offsets instead: no [s, s] buffer.
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
 backpropagate each block with the global softmax normaliser (FlashAttention-2 algorithm 2:
 P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).
@@ -224,10 +225,10 @@ def kernels_used():
         _USED.remove(ran)
 
 
-def _candidates(q: torch.Tensor) -> list[str]:
-    first = backend(q)
+def candidates(q: torch.Tensor) -> list[str]:
+    """The backends to try for `q`, best first (exact math last)."""
     order = {"flash_attn": ["flash_attn", "sdpa_flash", "math"], "sdpa_flash": ["sdpa_flash", "math"]}
-    return [k for k in order.get(first, ["math"]) if k not in _BROKEN] or ["math"]
+    return order.get(backend(q), ["math"])
 
 
 def is_oom(err: BaseException) -> bool:
@@ -239,12 +240,15 @@ def is_oom(err: BaseException) -> bool:
                                     ("out of memory" in text or "ALLOC_FAILED" in text))
 
 
-def _run(which: int, q: torch.Tensor, *args):
-    for kind in _candidates(q):
+def run_kernels(which: int, q: torch.Tensor, table: dict, order: list[str], *args):
+    """Call `table[name][which](*args)` for the first of `order` that is not broken (module docstring: a
+    fused kernel failing other than out of memory is disabled with a warning; the last one re-raises)."""
+    names = [k for k in order if k not in _BROKEN] or order[-1:]
+    for kind in names:
         try:
-            result = _KERNELS[kind][which](*args)
+            result = table[kind][which](*args)
         except Exception as err:  # noqa: BLE001 - fall back to the next backend, exact math last
-            if kind == "math" or is_oom(err):
+            if kind == names[-1] or is_oom(err):
                 raise
             _BROKEN.add(kind)
             warnings.warn(f"attention kernel {kind!r} failed ({type(err).__name__}: {err}); using the next "
@@ -254,6 +258,10 @@ def _run(which: int, q: torch.Tensor, *args):
             ran.add(kind)
         return result
     raise AssertionError("unreachable")
+
+
+def _run(which: int, q: torch.Tensor, *args):
+    return run_kernels(which, q, _KERNELS, candidates(q), *args)
 
 
 MASKED_FALLBACK = ("packed documents on CUDA: attention runs the exact masked math kernel (fp32 scores, "
@@ -303,7 +311,9 @@ def merge_partials(out, lse, block_out, block_lse):
     """Numerically stable merge of two softmax-attention results over disjoint key sets (in place on the
     fp32 accumulators `out` [b,H,s,d] and `lse` [b,H,s], which may start at 0 and -inf):
     lse' = log(e^lse + e^lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse'). Rows that have seen
-    no key yet on either side (both lse -inf, packed documents) stay 0 and -inf."""
+    no key yet on either side (both lse -inf, packed documents) stay 0 and -inf. A block row with lse +inf is
+    empty too: FlashAttention-2 writes +inf (and out 0) for a row that sees no key of the block."""
+    block_lse = block_lse.masked_fill(block_lse == float("inf"), float("-inf"))
     new_lse = torch.logaddexp(lse, block_lse)
     ref = _finite(new_lse)  # exp(-inf - 0) = 0 where both are -inf, instead of exp(nan)
     out.mul_(torch.exp(lse - ref).unsqueeze(-1)).add_(block_out.float() * torch.exp(block_lse - ref).unsqueeze(-1))
@@ -324,13 +334,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, s, hh * d)  # [b, heads, s, d] -> [b, s, heads, d] -> [b, s, heads*d]
 
 
-def pack_mask(cu_seqlens, causal: bool, device) -> torch.Tensor | None:
-    """[s, s] document mask of a whole pack in natural order (runtime/packed.py), None for one document."""
+def _pack_attention(which: int, causal: bool, cu_seqlens, *args):
+    """`attention_forward` / `attention_backward` (which 0 / 1) over a whole sequence in natural order, or,
+    for a pack (`cu_seqlens` [n + 1], runtime/packed.py), the varlen kernels over its documents (runtime/varlen.py:
+    no [s, s] buffer)."""
     if cu_seqlens is None:
-        return None
-    from runtime.packed import block_diagonal_mask
+        return (attention_forward, attention_backward)[which](*args, causal)
+    from runtime.varlen import host_offsets, varlen_backward, varlen_forward
 
-    return block_diagonal_mask(cu_seqlens, causal).to(device)
+    cu = host_offsets(cu_seqlens)
+    return (varlen_forward, varlen_backward)[which](*args, cu, cu, causal)
 
 
 def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, order: torch.Tensor,
@@ -341,7 +354,7 @@ def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     causal mask; `cu_seqlens` [n + 1] confines attention to each document of a pack (runtime/packed.py)."""
     d = q.shape[-1] // heads
     q, k, v = (split_heads(x.index_select(1, order), x.shape[-1] // d) for x in (q, k, v))  # natural, [b,n,s,d]
-    o, lse = attention_forward(q, k, v, causal, mask=pack_mask(cu_seqlens, causal, q.device))
+    o, lse = _pack_attention(0, causal, cu_seqlens, q, k, v)
     return gathered_output(o, order), (q, k, v, o, lse)
 
 
@@ -359,5 +372,5 @@ def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, 
     order."""
     q, k, v, o, lse = saved
     do = split_heads(dout.index_select(1, order), q.shape[1])  # gathered -> natural, [b,heads,s,d]
-    grads = attention_backward(do, q, k, v, o, lse, causal, mask=pack_mask(cu_seqlens, causal, q.device))
+    grads = _pack_attention(1, causal, cu_seqlens, do, q, k, v, o, lse)
     return tuple(gathered_output(g, order) for g in grads)  # [b,n,s,d] natural -> [b, s, n*d] gathered

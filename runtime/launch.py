@@ -14,7 +14,50 @@ from __future__ import annotations
 
 import os
 
+from paradyse_lab.errors import UserInputError
+
 _ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+"""The variables torchrun sets for each rank (and the local launcher sets for its own ranks)."""
+
+
+def _env_int(name: str, low: int, high: int | None = None) -> int:
+    """Environment variable `name` as a decimal integer in [low, high], read exactly (never through float)."""
+    text = os.environ[name]
+    value = int(text.strip()) if text.strip().isdigit() and text.strip().isascii() else None
+    if value is None or value < low or (high is not None and value > high):
+        rule = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+        raise UserInputError(f"environment variable {name} must be {rule}, got {text!r}")
+    return value
+
+
+def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
+    """(RANK, WORLD_SIZE) when this process is one rank of torchrun's, None when torchrun's variables are not
+    set. Refused with one line: `--nproc` (`nproc` not None: a launcher of its own) while any of torchrun's
+    variables is set (the ranks would wait for peers that never come), RANK without WORLD_SIZE or the other way
+    round, values that are not integers in range, and no MASTER_ADDR / MASTER_PORT to meet at."""
+    present = [k for k in _ENV if k in os.environ]
+    if nproc is not None and present:
+        shown = ", ".join(f"{k}={os.environ[k]}" for k in present)
+        raise UserInputError(f"--nproc {nproc} starts its own ranks but torchrun's variables are set ({shown}): "
+                             "give --nproc-per-node to torchrun instead, or unset them")
+    if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
+        return None
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise UserInputError(f"environment variable {'WORLD_SIZE' if 'RANK' in os.environ else 'RANK'} is not set; "
+                             "torchrun sets RANK and WORLD_SIZE together")
+    world = _env_int("WORLD_SIZE", 1, 2**16)
+    rank = _env_int("RANK", 0, world - 1)
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        _env_int("LOCAL_RANK" if "LOCAL_RANK" in os.environ else "LOCAL_WORLD_SIZE", 0,
+                 _env_int("LOCAL_WORLD_SIZE", 1, world) - 1)
+    elif "LOCAL_RANK" in os.environ:
+        _env_int("LOCAL_RANK", 0, world - 1)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name, "").strip():
+            raise UserInputError(f"environment variable {name} is not set; under torchrun (RANK, WORLD_SIZE) the "
+                                 "ranks meet at MASTER_ADDR:MASTER_PORT")
+    _env_int("MASTER_PORT", 1, 65535)
+    return rank, world
 
 
 def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
@@ -42,8 +85,9 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
 
 def launch(fn, nproc: int, *args) -> None:
     """Call `fn(*args, group=None)` on every rank (module docstring)."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), fn, args, None)
+    under_torchrun = torchrun_rank()
+    if under_torchrun is not None:
+        run_rank(*under_torchrun, fn, args, None)
         return
     import socket
 

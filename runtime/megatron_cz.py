@@ -38,6 +38,9 @@ def _split_qkv(a: torch.Tensor, ctx: Ctx, h: int):
     k, v [b, kv_heads, t, d]."""
     q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
     q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
+    # Each kept tensor owns its storage: at p > 1 the sections are copies already; at p = 1 they are views
+    # of `a`, and keeping one view (v, or all three without rotary embeddings) would keep all of `a` alive.
+    q, k, v = (z.contiguous() for z in (q, k, v))  # [b, t, h], [b, t, kv] x 2
     d = h // ctx.heads
     return tuple(split_heads(z, z.shape[-1] // d) for z in (q, k, v))  # [b, n, t, d]
 

@@ -59,14 +59,14 @@ def _core_forward(a, ctx: Ctx, h: int):
         return mlp_core(a, ctx), a
     q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)  # this rank's q | k | v heads
     q, k = rope_qk(q, k, ctx.all_positions, ctx, h)  # every token rotated by its true position
-    order = natural_order(ctx.seq_len, ctx.p).to(a.device)
+    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, a.device)
     return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
 
 
 def _core_backward(dc, core_saved, ctx: Ctx, h: int):
     if ctx.kind == "mlp":
         return mlp_core_backward(core_saved, dc, ctx)
-    order = natural_order(ctx.seq_len, ctx.p).to(dc.device)
+    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, dc.device)
     dq, dk, dv = gathered_attention_backward(dc, core_saved, order, ctx.causal, ctx.cu_seqlens)
     dq, dk = rope_qk_backward(dq, dk, ctx.all_positions, ctx, h)
     return torch.cat([dq, dk, dv], dim=-1)  # [b, s, n1/p]
@@ -74,7 +74,7 @@ def _core_backward(dc, core_saved, ctx: Ctx, h: int):
 
 def _core_output(core_saved, ctx: Ctx):
     """The core's output c [b, s, n2/p] in gathered order from what the core keeps (attention only)."""
-    order = natural_order(ctx.seq_len, ctx.p).to(core_saved[3].device)
+    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, core_saved[3].device)
     return gathered_output(core_saved[3], order)  # o [b, H/p, s, d] natural -> [b, s, h/p] gathered
 
 

@@ -65,9 +65,11 @@ def parse_plan(plan: Sequence[str], layers: int) -> list[tuple[StrategyOption, S
 class ParallelGPT(GPTParams):
     """GPT-2 whose layers run under per-layer strategies over `group` (None: the default group)."""
 
-    def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None):
-        """Shards of `state_dict` (full, runtime names; reference.py), or of the GPT-2 initialisation
-        drawn from `seed` (the same on every rank)."""
+    def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None,
+                 hf_folder: str | None = None):
+        """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
+        model folder `hf_folder` (each rank reads only its slices: runtime/hf_weights.py), or of the GPT-2
+        initialisation drawn from `seed` (the same on every rank)."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         super().__init__(cfg, self.p)
         self.group = group
@@ -75,6 +77,11 @@ class ParallelGPT(GPTParams):
                             ("kv_heads * head_dim", cfg.kv_hidden)):
             if value % self.p:
                 raise UserInputError(f"{name} ({value}) must be divisible by p ({self.p}) for the 1/p weight shard")
+        if hf_folder is not None:
+            from runtime.hf_weights import read_rank_state_dict
+
+            self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict()))
+            return
         full = state_dict if state_dict is not None else init_state_dict(cfg, seed)
         self.load_state_dict(shard_state_dict(full, self.rank, self.p))
 
@@ -85,6 +92,14 @@ class ParallelGPT(GPTParams):
         window: runtime/hf_convert.py)."""
         cfg = GPTConfig.from_hf(config)
         return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg))
+
+    @classmethod
+    def from_hf_folder(cls, folder, group=None) -> ParallelGPT:
+        """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
+        GPT-2, LLaMA, Mistral or Qwen2 (runtime/hf_convert.py); each rank reads only its slices."""
+        from runtime.hf_weights import read_config
+
+        return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (unsharded) state dict; a collective: every rank must call it."""
@@ -129,8 +144,8 @@ class ParallelGPT(GPTParams):
             all_pos = gathered_positions(t * p, p)  # of every rank's, rank-major: [s]
         else:  # positions within each document, restarting at every document of the pack
             doc_ids, pos = local_documents(cu_seqlens, t * p, p, self.rank)  # [t] each
-            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p))[1]  # [s], rank-major
-            doc_ids, cu_seqlens = doc_ids.to(input_ids.device), cu_seqlens.to(input_ids.device)
+            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p, cu_seqlens))[1]  # [s], rank-major
+            doc_ids = doc_ids.to(input_ids.device)  # cu_seqlens stays on the host: kernels read its ints, no sync
         pos, all_pos = pos.to(input_ids.device), all_pos.to(input_ids.device)
         if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention
             x = x + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]

@@ -2,28 +2,24 @@
 
 Library module (no command; `paradyse-lab train --pack-tokens N` packs its steps with it).
 
-A pack is the documents of one step concatenated, then padded ONCE to the layout unit (2p, 1 at p = 1:
-`paradyse_lab.strategies.layout_unit`, the unit every strategy reads) with
-padding tokens that form a document of their own (they attend only to each other and carry no loss). The
-zig-zag layout is applied over the whole pack, as over one sequence: rank r holds pack chunks r and
-2p-1-r. That balances the pack's token count (every rank the same t = s/p tokens: the linear parts, MLP
-and projections, are even) and its pack-causal triangle; it does not balance the per-document causal work
-exactly: a rank's attention work is the sum over its queries of the keys of their own document before
-them, which depends on where the document boundaries fall in its two chunks (a chunk holding the start
-of a long document does less than one holding its end). Per-document zig-zag (each document cut into 2p
-chunks) would balance that too, at the price of padding every document to 2p (single-token documents
-cost 2p tokens each); padding once per pack costs fewer than 2p tokens per step. The ring strategies
-(megatron_cz, metp) wait for their busiest rank, and the cost model charges them its share
-(`rank_attention_pairs`, paradyse_lab/zigzag_balance.py); megatron_ts and ulysses_z attend over the whole
-pack per head shard, balanced exactly. The masked math kernel (runtime/attention.py, the only one that
-takes a document mask) computes every block densely, masked pairs included: the runtime does more attention
-work than the varlen FlashAttention the cost model charges.
+A pack is the documents of one step, each padded to the layout unit (2p, 1 at p = 1:
+`paradyse_lab.strategies.layout_unit`, the unit every strategy reads) by padding tokens that form a
+segment of their own right after it (they attend only to each other and carry no loss), concatenated. The
+zig-zag layout is applied per document (runtime/layout.py `local_positions`): every padded document is cut
+into 2p chunks and rank r holds chunks r and 2p-1-r of each, as Megatron-LM's THD layout and
+ring-flash-attention's varlen zig-zag do. Every rank holds the same t = s/p tokens (the linear parts are
+even) and the same share of every document's causal triangle, so ring attention is balanced but for the
+padding's few pairs (`rank_attention_pairs`, paradyse_lab/zigzag_balance.py, which the cost model charges);
+the price is padding every document (a single-token document costs 2p tokens). megatron_ts and ulysses_z
+attend over the whole pack in natural order per head shard, and ring blocks over their segments, with the
+varlen kernels (runtime/varlen.py: flash-attn's or PyTorch's flash kernel with cumulative lengths on CUDA,
+the exact kernel once per segment on CPU): no [s, s] buffer, no mask.
 
-The varlen form is `cu_seqlens` [n + 1]: the cumulative document offsets in the pack (padding last, as its
-own document when there is any), the argument FlashAttention's `flash_attn_varlen_func` takes
+The varlen form is `cu_seqlens` [n + 1]: the cumulative segment offsets in the pack (each document, then
+its padding when it has any), the argument FlashAttention's `flash_attn_varlen_func` takes
 (flash-attn docs: "cu_seqlens_q: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths of
 the sequences in the batch"). Every rank derives any token's document and in-document position from it
-locally (`document_of`), so ring attention needs no extra message for the masks of the K/V it receives.
+locally (`document_of`), so ring attention needs no extra message for the blocks of the K/V it receives.
 Query i sees key j iff they are in the same document and (non-causal, or pos_j <= pos_i), pos being the
 position within the document (`document_mask`).
 """
@@ -45,43 +41,60 @@ IGNORE = -100
 
 @dataclass(frozen=True)
 class Pack:
-    """The documents of one packed sequence and its padding (module docstring)."""
+    """The documents of one packed sequence and their padding (module docstring)."""
 
     lengths: tuple[int, ...]
     """Tokens of each real document, in pack order."""
-    seq_len: int
-    """Length of the pack after padding: sum(lengths) rounded up to the layout unit."""
+    unit: int = 1
+    """The layout unit every document is padded to (`layout_unit(p)`: 2p, 1 at p = 1)."""
+
+    @property
+    def paddings(self) -> tuple[int, ...]:
+        """Padding tokens after each document (fewer than the unit each)."""
+        return tuple(-n % self.unit for n in self.lengths)
+
+    @property
+    def seq_len(self) -> int:
+        """Length of the pack: every document rounded up to the unit, summed."""
+        return sum(self.lengths) + self.padding
 
     @property
     def padding(self) -> int:
-        """Padding tokens at the end of the pack (fewer than the layout unit)."""
-        return self.seq_len - sum(self.lengths)
+        """Padding tokens of the pack."""
+        return sum(self.paddings)
+
+    @property
+    def segments(self) -> tuple[int, ...]:
+        """The attention segments in pack order: each document, then its padding when there is any."""
+        return tuple(x for n, pad in zip(self.lengths, self.paddings) for x in ((n, pad) if pad else (n,)))
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
-        """[n + 1] int32 cumulative offsets of the documents, the padding document last when there is one."""
-        parts = list(self.lengths) + ([self.padding] if self.padding else [])
-        return torch.tensor([0, *parts], dtype=torch.int64).cumsum(0).to(torch.int32)
+        """[n + 1] int32 cumulative offsets of the attention segments (`segments`)."""
+        return torch.tensor([0, *self.segments], dtype=torch.int64).cumsum(0).to(torch.int32)
 
     def labels(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its
         successor belongs to the next document) and on the padding."""
         labels = torch.full_like(tokens, IGNORE)
         start = 0
-        for n in self.lengths:
+        for n, pad in zip(self.lengths, self.paddings):
             labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
-            start += n
+            start += n + pad
         return labels
+
+    def documents_of(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Each real document's tokens [b, n_i] of pack tokens [b, s] (padding left out)."""
+        starts = [0, *torch.tensor([n + pad for n, pad in zip(self.lengths, self.paddings)]).cumsum(0).tolist()]
+        return [tokens[:, a:a + n] for a, n in zip(starts, self.lengths)]
 
 
 def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
-    """The pack of documents of `lengths` tokens for p ranks: padded once to `layout_unit(p)`."""
+    """The pack of documents of `lengths` tokens for p ranks: each padded to `layout_unit(p)`."""
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
-    unit = layout_unit(p)
-    total = sum(lengths)
-    return Pack(lengths, -(-total // unit) * unit)
+    return Pack(lengths, layout_unit(p))
 
 
 def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -103,7 +116,7 @@ def document_of(cu_seqlens: torch.Tensor, index: torch.Tensor) -> tuple[torch.Te
 
 def local_documents(cu_seqlens: torch.Tensor, seq_len: int, p: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(doc_ids, positions) [t] of rank r's tokens in the zig-zag layout of a pack of `seq_len` tokens."""
-    return document_of(cu_seqlens, local_positions(seq_len, p, r).to(cu_seqlens.device))
+    return document_of(cu_seqlens, local_positions(seq_len, p, r, cu_seqlens).to(cu_seqlens.device))
 
 
 def document_mask(q_doc: torch.Tensor, q_pos: torch.Tensor, k_doc: torch.Tensor, k_pos: torch.Tensor,
@@ -123,9 +136,9 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
 
 
 def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
-    """(query, key) pairs each rank's queries attend to under the zig-zag layout of the whole pack: a
-    token at position pos of a document of n tokens sees pos + 1 keys (causal) or n (non-causal). The count
-    is the cost model's (`paradyse_lab.zigzag_balance`, which charges ring strategies the busiest rank's)."""
+    """(query, key) pairs each rank's queries attend to under the per-document zig-zag layout: a token at
+    position pos of a segment of n tokens sees pos + 1 keys (causal) or n (non-causal). The count is the cost
+    model's (`paradyse_lab.zigzag_balance`, which charges ring strategies the busiest rank's)."""
     from paradyse_lab.zigzag_balance import rank_attention_pairs as pairs_of_segments
 
-    return pairs_of_segments(pack.lengths + ((pack.padding,) if pack.padding else ()), p, causal)
+    return pairs_of_segments(pack.segments, p, causal)

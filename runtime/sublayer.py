@@ -82,8 +82,9 @@ class Ctx:
     """[t] document index of each local token in its pack (runtime/packed.py; `positions` then restart at each
     document); None: one document."""
     cu_seqlens: torch.Tensor | None = None
-    """[n + 1] document offsets of the whole pack (runtime/packed.py), from which every rank derives the
-    documents of any rank's tokens; None: the sequence is one document."""
+    """[n + 1] document offsets of the whole pack (runtime/packed.py), a host (CPU) int64 tensor, from which
+    every rank derives the documents of any rank's tokens and the varlen kernels read their offsets without a
+    device sync; None: the sequence is one document."""
 
     @property
     def kv(self) -> int:

@@ -9,10 +9,13 @@ Commands (one machine):
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
-then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
-documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
-paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
+lognormal:MEDIAN:SIGMA, or file:PATH; paradyse_lab/workloads.py: uniform:8:16 draws whole lengths 8..16, a
+range on multiples of 512 such as uniform:512:1024 draws multiples of 512; lengths above `--max-len`, default
+the model's positions, are cut to it, then rounded down to the layout unit 2p, so on p ranks uniform:8:16
+trains 8, 12 or 16 at p = 2 and exactly 8..16 at p = 1).
+With `--pack-tokens N` a step is instead a pack of the workload's documents (each cut to `--max-len`), packed
+first-fit up to N tokens (`--pack-order sorted|shuffled`,
+paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
 Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
@@ -23,11 +26,16 @@ as `policy_for`) plans each step with `--cost-model` (default analytic; learned 
 `--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
 size. The log names the attention kernels that ran (`math-masked`: a packed step on CUDA, the masked math kernel's
 visible fallback). AdamW; bf16 weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak
-memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes sharded atomic
-checkpoints (runtime/checkpoint.py) every `--checkpoint-every` steps and at the end, and `--resume` continues from
-the newest one that verifies (checksums; a resumed run must keep the model, seed, lr, weight decay, dataset, batch,
---max-len and packing; a new run never writes over a folder of checkpoints). `--log-file` gets one flushed row per
-step. A non-finite loss stops the run (exit 1) before its optimizer step, leaving the last checkpoint as it was.
+memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes atomic
+checkpoints through torch.distributed.checkpoint (runtime/dcp_checkpoint.py) every `--checkpoint-every` steps and
+at the end, and `--resume` continues from the newest one that verifies, at any world size (checksums; a resumed
+run must keep the model, seed, lr, weight decay, dataset, batch, --max-len, packing and --init-from, and trains the
+workload its checkpoint was trained on whatever its --steps; a new run never writes over a folder of checkpoints;
+one run at a time holds a folder's lock, a second is refused naming the first). `--log-file` gets one flushed row
+per step, one row per step even across a resume; a new run refuses a file holding an earlier run's log.
+`--init-from DIR` starts from a Hugging Face model folder's weights (runtime/hf_weights.py; `paradyse-lab
+export-hf` writes a checkpoint back as one). A non-finite loss stops the run (exit 1) before its optimizer step,
+leaving the last checkpoint as it was.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
@@ -38,9 +46,12 @@ import csv
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
+from runtime.train_inputs import LOG_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,9 @@ class TrainOptions:
     """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
     docstrings under them into the flags and their help)."""
 
-    model: str
-    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json."""
+    model: str = field(metadata={"default": ""})
+    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json ('': the
+    config.json of --init-from)."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
@@ -88,7 +100,9 @@ class TrainOptions:
     resume: bool = False
     """Continue from the latest checkpoint in --checkpoint-dir."""
     log_file: str = ""
-    """CSV of the per-step loss, time, memory and plan (rank 0)."""
+    """CSV of the per-step loss, time, memory and plan (rank 0). A new run refuses a file that already holds a
+    log (remove it or name another: two runs' rows are never mixed); with --resume the rows after the resumed
+    checkpoint's step are dropped and trained again, so each step has one row."""
     progress: bool = True
     """A progress bar on rank 0 (--no-progress: none)."""
     pack_tokens: int | None = field(default=None, metadata={"type": int})
@@ -97,6 +111,9 @@ class TrainOptions:
     not given: one sequence per step."""
     pack_order: str = "sorted"
     """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
+    init_from: str = ""
+    """Hugging Face model folder (config.json and safetensors: GPT-2, LLaMA, Mistral, Qwen2) whose weights the
+    run starts from, each rank reading only its slices ('': initialised from --seed)."""
 
 
 def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
@@ -106,12 +123,15 @@ def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
     table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
     gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
-    choice = choice.view(b, s)  # [b*s] -> [b, s]
-    out = torch.empty(b, s, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (b,), generator=gen)
-    for i in range(1, s):
-        out[:, i] = table[out[:, i - 1], choice[:, i]]
-    return out
+    choice = choice.view(b, s).tolist()  # [b*s] -> [b, s], as host ints
+    first = torch.randint(0, vocab, (b,), generator=gen).tolist()
+    rows, successors = [], table.numpy()  # the chain is sequential: walk it on the host, not per-token tensor ops
+    for row, token in zip(choice, first):
+        walk = [token]
+        for c in row[1:]:
+            walk.append(int(successors[walk[-1], c]))
+        rows.append(walk)
+    return torch.tensor(rows, dtype=torch.long)  # [b, s]
 
 
 def decide_plan_on_rank0(decide, group=None):
@@ -135,13 +155,18 @@ def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str
 
 
 def _all_finite(tensors, group) -> bool:
-    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree)."""
+    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree). The
+    per-tensor checks stay on the device (one count of non-finite tensors); the host reads one number, once:
+    one device sync per call, not one per parameter."""
     import torch
 
     from runtime import comm
 
-    bad = any(t is not None and not bool(torch.isfinite(t).all()) for t in tensors)
-    flag = torch.tensor([1.0 if bad else 0.0], device=next((t.device for t in tensors if t is not None), "cpu"))
+    present = [t for t in tensors if t is not None and t.numel()]
+    device = present[0].device if present else "cpu"
+    flag = torch.zeros(1, device=device)  # [1]: non-finite tensors on this rank
+    for t in present:
+        flag += (~torch.isfinite(t).all()).to(flag.dtype)  # no host read here
     with comm.tagged("health"):
         return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
 
@@ -167,12 +192,42 @@ def _plan_text(plan) -> str:
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
+    The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
+    run on the same folder is refused, naming the first.
+
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
     at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
     the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
     decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
+    from runtime import checkpoint
+    from runtime.train_inputs import check_log_file, check_options
+
+    check_options(opts)
+    _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
+    with checkpoint.folder_lock(opts.checkpoint_dir, group):
+        return _train(opts, group, policy_for)
+
+
+def _checked_on_rank0(check, group) -> None:
+    """Run `check` on rank 0 only and raise its `UserInputError` on every rank (one collective when p > 1)."""
+    from runtime import comm
+
+    message = ""
+    if comm.rank(group) == 0:
+        try:
+            check()
+        except UserInputError as err:
+            message = str(err)
+    if comm.size(group) > 1:
+        message = comm.broadcast_object(message, 0, group)  # '' when the check passed
+    if message:
+        raise UserInputError(message)
+
+
+def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
+    """The training loop of `train`, run while this run holds its checkpoint folder."""
     import resource
     from dataclasses import replace
 
@@ -181,22 +236,27 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from runtime import checkpoint, comm
+    from runtime import checkpoint, comm, dcp_checkpoint
     from runtime.attention import kernels_used
+    from runtime.hf_weights import model_source
     from runtime.layout import layout_unit, shard_sequence
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options
+    from runtime.train_inputs import PackedSteps, TokenDocuments, refuse_untrainable
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
+    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
-    check_options(opts)
     docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    workload = get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
+    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
+            "pack_order": opts.pack_order, "init_from": opts.init_from}
+    found = _checkpoint_to_resume(opts, meta, group)
+    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
+    workload = get_workload(opts.dataset, size=size, seed=opts.seed)
     lengths = list(workload.lengths)
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
@@ -223,36 +283,36 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return PackedStep(packs.pack(step).lengths, unit)
         return length_of(step)
 
-    model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
+    def targets(step: int) -> int:
+        """Positions of the step whose next token the loss predicts."""
+        if packs is not None:
+            return sum(n - 1 for n in packs.pack(step).lengths)
+        if docs is not None:
+            return docs.targets(step, opts.batch, length_of(step))
+        return opts.batch * (length_of(step) - 1)
+
+    period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
+    refuse_untrainable(opts, 0, period, cap, unit, targets)
+    model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
         model.to(torch.bfloat16)
         masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
     opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
     start = 0
-    found = None
-    if opts.checkpoint_dir and not opts.resume:
-        checkpoint.refuse_overwrite(opts.checkpoint_dir)
-    if opts.resume and opts.checkpoint_dir:
-        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
-    if found is not None:
-        state, info = checkpoint.load(found, meta, group)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+    trained = dict(zip((n for n, _ in model.named_parameters()), masters or model.parameters()))  # what AdamW steps
+    if found is not None:  # written at any world size: resharded for this one (runtime/dcp_checkpoint.py)
+        start = dcp_checkpoint.load(found, trained, opt, cfg, meta, group)["step"]
         if masters is not None:
-            for m, saved in zip(masters, state["masters"]):
-                m.data.copy_(saved)
-        start = info["step"]
+            with torch.no_grad():
+                for m, q in zip(masters, model.parameters()):
+                    q.copy_(m)
         for step in range(start):  # replay the policy's cache and smoothing state
             policy.decide(planned_step(step), opts.batch)
 
     def save(step: int) -> None:
-        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                 "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
+        dcp_checkpoint.save(opts.checkpoint_dir, step, trained, opt, cfg, meta,
+                            {**dcp_checkpoint.model_record(cfg, opts.init_from), "workload_size": size}, group)
 
     bar = None
     if opts.progress and rank == 0:
@@ -260,7 +320,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
 
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
-    log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
+    log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     for step in range(start, opts.steps):
         s = length_of(step)
         decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
@@ -269,13 +329,13 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             pack = packs.pack(step)
             tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
                                                                                           cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens.to(device)  # -100 at document ends, padding
+            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens  # host offsets; -100 at doc ends, padding
         elif docs is not None:
             tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
         else:
             tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
             labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-        ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
+        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(device) for x in (tokens, labels))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
@@ -328,18 +388,46 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     return log
 
 
-class StepLog:
-    """The per-step CSV of `--log-file`: opened (appending) before the first step, one flushed row per step."""
+def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):
+    """The checkpoint this run continues from (--resume), or None; a new run over checkpoints, and a resumed
+    one whose --steps is below its checkpoint's step, are refused (`UserInputError`)."""
+    from runtime import checkpoint, comm, dcp_checkpoint
 
-    def __init__(self, path: str):
+    if not opts.checkpoint_dir:
+        return None
+    if not opts.resume:
+        checkpoint.refuse_overwrite(opts.checkpoint_dir)
+        return None
+    found = dcp_checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
+    done = checkpoint.read_meta(found)["step"] if found is not None else 0
+    if done > opts.steps:
+        raise UserInputError(f"--steps {opts.steps} is below the step {done} of the checkpoint {found.name}: "
+                             "nothing to train (give --steps above it)")
+    return found
+
+
+class StepLog:
+    """The per-step CSV of `--log-file` (rank 0): a header and one flushed row per step. Made before the first
+    step: a new run starts the file (check_options refuses one that holds another run's log); a resumed run
+    keeps the rows up to the step it resumes from and drops the later ones, which it trains again, so the
+    file never holds two rows for one step."""
+
+    def __init__(self, path: str, keep_through: int = 0):
+        import io
+
+        from paradyse_lab.atomic_write import write_text_atomic
+
+        rows = []
+        if Path(path).is_file():
+            rows = [r for r in csv.reader(io.StringIO(Path(path).read_text(encoding="utf-8", errors="replace")))
+                    if r and r[0].isdigit() and int(r[0]) <= keep_through]
+        text = io.StringIO()
+        csv.writer(text).writerows([list(LOG_COLUMNS), *rows])
+        write_text_atomic(path, text.getvalue())
         self.handle = open(path, "a", newline="")
-        self.writer = None
+        self.writer = csv.DictWriter(self.handle, fieldnames=LOG_COLUMNS)
 
     def write(self, row: dict) -> None:
-        if self.writer is None:
-            self.writer = csv.DictWriter(self.handle, fieldnames=list(row))
-            if self.handle.tell() == 0:
-                self.writer.writeheader()
         self.writer.writerow(row)
         self.handle.flush()
 

@@ -3,7 +3,10 @@
 Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the options):
 
 - `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
-  --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each.
+  --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each;
+  `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
+- `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
+  --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
   length, as `paradyse_lab.workloads.get_workload` sorts `file:` lengths). Step i trains documents
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
@@ -23,14 +26,15 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
+LOG_COLUMNS = ("step", "seq_len", "docs", "loss", "step_s", "peak_bytes", "plan", "solve_s", "cached", "feasible",
+               "attention_kernel")
+"""The columns of the per-step log (`--log-file`), in order."""
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
 
 
 def check_options(opts) -> None:
     """Numbers and paths of `opts` (a runtime.train.TrainOptions); raises `UserInputError` naming the option."""
-    from paradyse_lab.atomic_write import check_output_file
-
     require_positive_int("--steps", opts.steps, 10**9)
     require_positive_int("--batch", opts.batch, 2**20)
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
@@ -40,6 +44,9 @@ def check_options(opts) -> None:
                          ("--checkpoint-every", opts.checkpoint_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UserInputError(f"{field} must be an integer >= 0, got {value!r}")
+    if opts.max_len == 1:
+        raise UserInputError("--max-len must be 0 (the model's positions) or at least 2 (a step needs a token and "
+                             "the next token it predicts), got 1")
     if opts.seed >= 2**32:
         raise UserInputError(f"--seed must be below 2**32, got {opts.seed}")
     from paradyse_lab.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
@@ -51,9 +58,42 @@ def check_options(opts) -> None:
     if opts.pack_tokens is not None and opts.batch != 1:
         raise UserInputError(f"--batch must be 1 with --pack-tokens (a step is one pack), got {opts.batch}")
     if opts.log_file:
+        from paradyse_lab.atomic_write import check_output_file
+
         check_output_file(opts.log_file, "--log-file")
     if opts.checkpoint_dir and Path(opts.checkpoint_dir).exists() and not Path(opts.checkpoint_dir).is_dir():
         raise UserInputError(f"--checkpoint-dir {opts.checkpoint_dir!r} is a file; it must name a folder")
+
+
+def check_log_file(opts) -> None:
+    """--log-file can become this run's log: a new run refuses a file holding a log (two runs' rows are never
+    mixed); a resumed one needs the columns this command writes (runtime/train.py `StepLog`). Rank 0 (the one
+    that writes the log) checks it before it makes the file, and before any rank starts."""
+    path = Path(opts.log_file) if opts.log_file else None
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return
+    if not opts.resume:
+        raise UserInputError(f"--log-file {opts.log_file!r} holds the log of another run; remove it, name another "
+                             "file, or pass --resume to continue that run")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        header = f.readline().strip()
+    if header != ",".join(LOG_COLUMNS):
+        raise UserInputError(f"--log-file {opts.log_file!r} is not a log of `train` (its first line is not "
+                             f"{','.join(LOG_COLUMNS)}); name another file")
+
+
+def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targets) -> None:
+    """`UserInputError` unless every step this run trains has a next-token target: `targets(step)` counts a
+    step's (positions whose next token the loss predicts); steps repeat every `period` steps, so at most
+    `period` of them are looked at. A 1-token document has none: a step of only such documents would train on
+    nothing and log a loss of 0.0."""
+    if cap < unit:
+        raise UserInputError(f"--max-len {opts.max_len} is below the layout unit {unit} of this world size (2 x "
+                             "ranks): no step fits it")
+    for step in range(start, min(opts.steps, start + period)):
+        if targets(step) == 0:
+            raise UserInputError(f"--dataset {opts.dataset}: step {step + 1} has nothing to train on (its documents "
+                                 "are 1 token long, no next token to predict); give documents of at least 2 tokens")
 
 
 class TokenDocuments:
@@ -93,6 +133,10 @@ class TokenDocuments:
     def rows(self, step: int, batch: int) -> list[list[int]]:
         """The documents step `step` trains."""
         return [self.docs[(step * batch + i) % len(self.docs)] for i in range(batch)]
+
+    def targets(self, step: int, batch: int, s: int) -> int:
+        """Next-token targets of the step at length `s`: each row's tokens but its last."""
+        return sum(max(min(len(r), s) - 1, 0) for r in self.rows(step, batch))
 
     def length(self, step: int, batch: int, unit: int, cap: int) -> int:
         """The step's sequence length: its longest document rounded up to `unit`, at most `cap` (rounded
@@ -151,13 +195,15 @@ class PackedSteps:
         return self.packs[step % len(self.packs)]
 
     def tokens(self, step: int, vocab: int):
-        """[1, s] token ids of the step's documents from the token file, concatenated; padding ids 0."""
+        """[1, s] token ids of the step's documents from the token file, each followed by its padding (ids 0)."""
         import torch
 
         pack = self.pack(step)
-        ids = [t for i in self.steps[step % len(self.steps)] for t in self.docs.docs[i][:self.cap]]
-        if max(ids) >= vocab:
-            raise UserInputError(f"token id {max(ids)} is outside the model's vocabulary (size {vocab})")
+        docs = [self.docs.docs[i][:self.cap] for i in self.steps[step % len(self.steps)]]
+        if max(max(d) for d in docs) >= vocab:
+            raise UserInputError(f"token id {max(max(d) for d in docs)} is outside the model's vocabulary "
+                                 f"(size {vocab})")
         out = torch.zeros(1, pack.seq_len, dtype=torch.long)
-        out[0, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        for place, doc in zip(pack.documents_of(out), docs):  # [1, n_i] views of the pack
+            place[0] = torch.tensor(doc, dtype=torch.long)
         return out

@@ -30,13 +30,14 @@ def run_path(root: str | Path, experiment: str, *parts: str) -> Path:
 
 def load_or_run(path: Path, run, force: bool = False, settings: dict | None = None) -> tuple[pd.DataFrame, bool]:
     """The rows at `path` if they were made with `settings` by this code and are unchanged since (and not
-    `force`), else `run()` written there and stamped. String values of `settings` that name files (a cluster
-    TOML, a profile CSV) are keyed on their contents. Returns (rows, ran)."""
-    from paradyse_lab.result_key import input_files, is_fresh, result_key, stamp_path, write_stamp
+    `force`), else `run()` written there and stamped. Every file the settings name (a cluster TOML and each
+    file of its base chain, a profile CSV, a workload's length file: `paradyse_lab.result_key.named_files`)
+    is keyed on its contents. Returns (rows, ran)."""
+    from paradyse_lab.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
 
     path = Path(path)
     settings = settings or {}
-    key = result_key(settings, input_files(*(v for v in settings.values() if isinstance(v, str))))
+    key = result_key(settings, named_files(settings))
     stamp = stamp_path(path.parent, path.name)
     if not force and is_fresh(stamp, key):
         return pd.read_csv(path, keep_default_na=False, na_values=[""]), False

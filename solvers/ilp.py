@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -60,6 +62,21 @@ def sorted_within(plan: np.ndarray, groups: list[list[int]]) -> np.ndarray:
     for members in groups:
         plan[members] = np.sort(plan[members])
     return plan
+
+
+def _solve_keeping_sigint(solver, model):
+    """`solver.Solve(model)` with Python's SIGINT handler still in place afterwards. CP-SAT catches SIGINT
+    during a solve unless `catch_sigint_signal` is off, and puts the default action back when it returns
+    (OR-Tools 9.15: a later Ctrl-C killed the process without cleanup); here it never catches it, and the
+    handler from before the solve is put back in case it was replaced anyway. A Ctrl-C during the solve
+    raises KeyboardInterrupt when the solve returns (within its time limit)."""
+    solver.parameters.catch_sigint_signal = False
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        return solver.Solve(model)
+    finally:
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, before)
 
 
 class ILPSolver:
@@ -162,7 +179,7 @@ class ILPSolver:
         # 5-decision problem (`random_problem` seed 9665 of tests/solvers/test_solvers_agree.py); without
         # it every problem of `paradyse-lab bench-solvers --sizes 24,96 --options 8` is also solved sooner
         solver.parameters.cp_model_presolve = False
-        status = solver.Solve(model)
+        status = _solve_keeping_sigint(solver, model)
 
         # 6. extract and check
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

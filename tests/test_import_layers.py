@@ -9,6 +9,10 @@ Layers, bottom to top:
 - the application: `paradyse_lab.cli` and `paradyse_lab.app` (and `python -m paradyse_lab`, which runs the
   CLI), the only code that imports `solvers`, `simulator`, `runtime` or `figures` from outside them.
 
+A package's module-level `__getattr__` (PEP 562 lazy names: `paradyse_lab`'s public API, served from
+paradyse_lab.app.api) imports on the caller's behalf when a name is looked up, so its imports are not the
+package's (`lazy_export_nodes`).
+
 `solvers` and `simulator` never import torch, directly or through any module of this repository they import.
 Every import counts, function-local ones included, and so do `importlib.import_module("X")` and `__import__("X")`
 with a constant name; `test_solvers_and_simulator_load_alone` imports every module of `solvers` and `simulator`
@@ -62,8 +66,12 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
     """(line, imported module) for every import statement of the file; `from X import Y` names X.Y when
     that is a module of this repository, else X."""
     is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), str(path))
+    lazy = lazy_export_nodes(tree) if is_package else set()
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if node in lazy:
+            continue
         dynamic = dynamic_import(node)
         if dynamic is not None:
             out.append((node.lineno, dynamic))
@@ -79,6 +87,15 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
                 sub = f"{base}.{a.name}"
                 out.append((node.lineno, sub if sub in known else base))
     return list(dict.fromkeys(out))
+
+
+def lazy_export_nodes(tree: ast.Module) -> set[ast.AST]:
+    """The nodes inside a package's module-level `__getattr__` (PEP 562): what it imports is loaded when a
+    caller looks the name up (`paradyse_lab.plan_step` serves paradyse_lab.app.api), never by importing the
+    package, so it is the caller's import, not the package's. `test_solvers_and_simulator_load_alone` checks
+    the package loads nothing more by being imported."""
+    return {inner for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            for inner in ast.walk(node)}
 
 
 def dynamic_import(node: ast.AST) -> str | None:
@@ -195,12 +212,28 @@ def test_the_checker_sees_dynamic_imports(tmp_path):
 
 LOAD_ALONE = """
 import importlib, pkgutil, sys
+import paradyse_lab
+assert paradyse_lab.__version__
 for package in ("solvers", "simulator"):
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
         importlib.import_module(info.name)
 print(" ".join(sorted(m for m in sys.modules for f in ("torch", "runtime", "figures", "paradyse_lab.app",
                                                        "paradyse_lab.cli") if m == f or m.startswith(f + "."))))
 """
+
+
+def test_a_lazy_package_getattr_is_not_an_import_of_the_package(tmp_path):
+    """Imports inside a package `__init__`'s module-level `__getattr__` are skipped; anywhere else they count."""
+    src = tmp_path / "__init__.py"
+    src.write_text("import importlib\n"
+                   "def __getattr__(name):\n"
+                   "    return importlib.import_module('runtime.train')\n"
+                   "def other():\n"
+                   "    import figures\n")
+    assert imports_of("paradyse_lab", src, set()) == [(1, "importlib"), (5, "figures")]
+    module = tmp_path / "mod.py"
+    module.write_text(src.read_text())
+    assert (3, "runtime.train") in imports_of("paradyse_lab.mod", module, set())
 
 
 def test_solvers_and_simulator_load_alone():

@@ -2,6 +2,8 @@
 
 - reproduce.py: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable;
 - report/: REPORT.md of a reproduction, the paper's numbers beside ours;
+- api.py: the public Python API (`import paradyse_lab`: plan a step, build and train the model, save, load,
+  export; docs/api.md);
 - training.py: the runtime's training loop driven by the simulator's policies (`paradyse-lab train`);
 - validate_run.py: train each policy for real and pair every step with its simulation (`paradyse-lab
   validate-run`).

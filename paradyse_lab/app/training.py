@@ -45,12 +45,13 @@ def preflight(opts, p: int) -> None:
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
+    from runtime.hf_weights import model_source
     from runtime.reference import GPTConfig
     from runtime.train_inputs import TokenDocuments, check_options
     from simulator.policies import PolicySpec, parse_policy
 
     check_options(opts)
-    spec = replace(get_model(opts.model), dtype="fp32")
+    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
     GPTConfig.from_model_spec(spec)
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
     budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.memory_bytes

@@ -2,7 +2,9 @@
 
 User mistakes (`UserInputError`, argparse's own errors, a file that cannot be read or written) print one
 line on stderr and exit with code 2, never a traceback; a run stopped on purpose (`RunStopped`: training
-diverged, a rank failed) prints one line and exits with code 1.
+diverged, a rank failed) prints one line and exits with code 1; Ctrl-C prints one line and exits with code
+130 (128 + SIGINT). A command whose `--out` is a file (`out_file=True` among its defaults) has it checked
+before it starts: not a folder, a device node, a FIFO or a socket (paradyse_lab/atomic_write.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_c
                    "paradyse_lab.cli.costmodel_commands", "paradyse_lab.cli.train_command",
                    "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
                    "paradyse_lab.cli.reproduce_command", "paradyse_lab.cli.profile_command",
-                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command")
+                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command",
+                   "paradyse_lab.cli.export_hf_command")
 """Modules that add sub-commands, each with a `register(subparsers)` function."""
 
 
@@ -62,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "out_file", False) and args.out:  # a file --out: refused before any work if unusable
+            from paradyse_lab.atomic_write import check_output_file
+
+            check_output_file(args.out)
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (atomic writes)
+        print(f"paradyse-lab {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         return 0
     except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:

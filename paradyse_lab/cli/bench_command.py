@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--seed", default="0", help="random seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"CSV to write (default {DEFAULT_OUT})")
     add_format_argument(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_file=True)
 
 
 def _ints(field: str, text: str) -> list[int]:

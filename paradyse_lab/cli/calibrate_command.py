@@ -41,11 +41,13 @@ def options_from_args(args):
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
+    from runtime.launch import torchrun_rank
     from runtime.measure.calibrate import length_grid, machine_defaults
 
     d = machine_defaults()
     nproc = args.nproc or d["nproc"]
     require_positive_int("--nproc", nproc)
+    torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
     model = args.model or d["model"]
     spec = get_model(model)
     if not spec.embedding_and_head or spec.ffn_kind != "gelu" or spec.kv_heads != spec.heads:

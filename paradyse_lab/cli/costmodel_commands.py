@@ -73,7 +73,7 @@ def register(sub) -> None:
     add_reserve_argument(p)
     p.add_argument("--recompute", action="store_true", help="also profile each strategy with recomputation")
     p.add_argument("--timestamp", default=None, help="timestamp written in every row (default now, UTC)")
-    p.set_defaults(func=run_synth)
+    p.set_defaults(func=run_synth, out_file=True)
 
     p = sub.add_parser(
         "fit-costmodel", help="fit a learned cost model on a profile and save it (joblib)",
@@ -84,7 +84,7 @@ def register(sub) -> None:
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--out", required=True, help=".joblib file to write")
-    p.set_defaults(func=run_fit)
+    p.set_defaults(func=run_fit, out_file=True)
 
     p = sub.add_parser(
         "paper-profile", help="write the paper profile: the authors' measured A100 times (source=paper)",
@@ -97,7 +97,7 @@ def register(sub) -> None:
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.05)")
     p.add_argument("--max-len", type=int, default=1 << 20, help="longest length (default 1048576)")
     add_reserve_argument(p)
-    p.set_defaults(func=run_paper_profile)
+    p.set_defaults(func=run_paper_profile, out_file=True)
 
     p = sub.add_parser(
         "fit-calibration", help="calibrate the analytic model on a profile's times; write a cluster file",
@@ -110,7 +110,7 @@ def register(sub) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"base cluster preset (default {DEFAULT_CLUSTER})")
     p.add_argument("--out", required=True, help=".toml file to write")
     add_format_argument(p)
-    p.set_defaults(func=run_fit_calibration)
+    p.set_defaults(func=run_fit_calibration, out_file=True)
 
 
 def _profile_path(args) -> Path:
@@ -258,8 +258,8 @@ def run_synth(args) -> int:
     for name, value in (("--time-noise", args.time_noise), ("--mem-noise", args.mem_noise)):
         if not 0 <= value < 1:
             raise UserInputError(f"{name} must be in [0, 1), got {value}")
-    if not args.ratio > 1:
-        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    if not 1 < args.ratio < float("inf"):
+        raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
@@ -293,8 +293,8 @@ def run_paper_profile(args) -> int:
     from paradyse_lab.costmodel.paper_profile import paper_profile
     from paradyse_lab.profiles import write_profiles
 
-    if not args.ratio > 1:
-        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    if not 1 < args.ratio < float("inf"):
+        raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
     df = paper_profile(args.ratio, max_len, reserve_bytes(args))
     if df.empty:

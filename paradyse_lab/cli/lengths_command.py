@@ -2,8 +2,10 @@
 
 The written file (one length per line) is a workload: `file:FILE`; with `--pack-tokens N` each line is one
 packed step, its documents' lengths separated by spaces. No download: it reads your files.
-Files are streamed in 1 MiB blocks (memory stays flat whatever their size); the output file itself, if it
-lies under DIR, is not counted. `paradyse-lab workload SPEC` prints a workload's band fractions next to the
+Files are streamed in 1 MiB blocks (memory stays flat whatever their size). `--out` must lie outside DIR (an
+output inside the tree being read would be counted, or would overwrite a document: refused), and the
+temporary files an interrupted write of the toolkit leaves (`.NAME.XXXXXXXX.tmp`) are not documents.
+`paradyse-lab workload SPEC` prints a workload's band fractions next to the
 paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, the budget N left
 unused, and the padding each step gets on `--p` GPUs: rounded up once to the layout unit 2p, as the cost model,
 the simulator and the runtime pad it).
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from paradyse_lab.atomic_write import check_output_file, write_text_atomic
+from paradyse_lab.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.cli.output import (
     add_format_argument,
     add_packing_arguments,
@@ -111,8 +113,11 @@ def run_lengths(args) -> int:
     if not root.is_dir():
         raise UserInputError(f"DIR {args.directory!r} is not a directory")
     count = TOKENIZERS[args.tokenizer]
+    if Path(args.out).resolve().is_relative_to(root.resolve()):  # checked before any folder is made
+        raise UserInputError(f"--out {args.out!r} lies inside DIR {args.directory!r}, the tree being read (it would "
+                             "be counted, or overwrite a document); write it outside DIR")
     out = check_output_file(args.out)
-    files = sorted(f for f in root.rglob("*") if f.is_file() and f.resolve() != out.resolve())
+    files = sorted(f for f in root.rglob("*") if f.is_file() and not is_temporary_output(f))
     lengths = []
     for f in tqdm(files, desc="measuring", unit="file", file=sys.stderr, disable=not sys.stderr.isatty()):
         try:

@@ -100,6 +100,6 @@ def register(subparsers) -> None:
                                    description=runtime.measure.profiler.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, out_file=True)
 
 

@@ -80,7 +80,7 @@ def register(sub) -> None:
     add_packing_arguments(p)
     _add_common(p)
     add_format_argument(p)
-    p.set_defaults(func=run_simulate)
+    p.set_defaults(func=run_simulate, out_file=True)
 
     p = sub.add_parser(
         "experiment", help="run the paper's Figure 2 or Table 5 in simulation",

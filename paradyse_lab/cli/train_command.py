@@ -10,7 +10,6 @@ paradyse_lab/app/training.py.
 from __future__ import annotations
 
 import argparse
-import os
 
 from paradyse_lab.errors import UserInputError
 
@@ -30,17 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`runtime.train.TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
+    from runtime.launch import torchrun_rank
     from runtime.options import from_namespace
     from runtime.train import TrainOptions
-    from runtime.train_inputs import check_options
+    from runtime.train_inputs import check_log_file, check_options
     from simulator.policies import check_policy_names
 
     check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
+    torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
     opts = from_namespace(TrainOptions, args)
     check_options(opts)
+    check_log_file(opts)
     return opts
 
 
@@ -54,9 +56,12 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`)."""
+    from runtime.launch import torchrun_rank
+
     opts = options_from_args(args)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        _init_and_train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), opts, None)
+    under_torchrun = torchrun_rank(args.nproc)
+    if under_torchrun is not None:
+        _init_and_train(*under_torchrun, opts, None)
     elif args.nproc is not None and args.nproc > 1:
         import socket
 

@@ -2,6 +2,7 @@
 
     paradyse-lab calibrate --out DIR          # first: DIR/cluster.toml and DIR/profile.csv of this machine
     paradyse-lab validate-run --out DIR       # then: the four static policies, dynamic:heuristic, dynamic:dp
+    paradyse-lab validate-run --out DIR --cost-model analytic   # the analytic model on the measured cluster
 
 Each policy trains a fresh model for `--steps` steps (runtime/train.py, on `--nproc` ranks: gloo on CPU, NCCL
 on GPUs) over the same workload lengths (`--dataset`; default `--steps` lengths from max-len/16 to max-len,
@@ -9,10 +10,11 @@ geometric), planning with `--cost-model` on `--cluster`; every step's time is lo
 replays each policy over the executed lengths with the same cost model, cluster and budget
 (paradyse_lab/app/validate_run.py, simulator/replay.py). The defaults come from DIR: the model, world size and max-len
 of its calibration, `--cluster DIR/cluster.toml` and `--profiles DIR/profile.csv` (learned cost models are
-fitted on it). The first `--skip-steps` steps of every run (start-up) are left out of every number. `--repeats
-R` runs every policy R times (round by round, so a slow period of a shared machine hits every policy); a
-step's measured time is the median of its R runs and `spread` (sum over steps of max - min, over the total)
-says how much they disagreed.
+fitted on it), and `--cost-model calibrated` when DIR holds both (the analytic model with per-strategy
+parameters fitted on DIR's profile; else `analytic`). The first `--skip-steps` steps of every run (start-up)
+are left out of every number. `--repeats R` (default 3) runs every policy R times (round by round, so a slow
+period of a shared machine hits every policy); a step's measured time is the median of its R runs and
+`spread` (sum over steps of max - min, over the total) says how much they disagreed.
 
 Writes DIR/validate_run.csv (per step: measured and predicted seconds and cumulative sums, the executed and
 the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of the predicted total,
@@ -35,6 +37,7 @@ from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, 
 from paradyse_lab.errors import UserInputError, require_positive_int
 
 DEFAULT_STEPS = 10
+DEFAULT_REPEATS = 3
 
 
 def register(sub) -> None:
@@ -48,13 +51,13 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per policy (default {DEFAULT_STEPS})")
     p.add_argument("--max-len", type=int, default=0, help="cap on the length (default: the calibration's)")
     p.add_argument("--cluster", default="", help="preset or .toml (default DIR/cluster.toml)")
-    p.add_argument("--cost-model", default="analytic", help=cost_model_help("cost model that plans and predicts")
-                   + " (default analytic)")
+    p.add_argument("--cost-model", default="", help=cost_model_help("cost model that plans and predicts")
+                   + " (default calibrated when DIR holds cluster.toml and profile.csv, else analytic)")
     p.add_argument("--profiles", default="", help="profile CSV for learned cost models (default DIR/profile.csv)")
     p.add_argument("--policies", default="", help="comma-separated policies (default the four static:NAME, "
                    "dynamic:heuristic, dynamic:dp)")
-    p.add_argument("--repeats", type=int, default=1, help="runs of every policy, interleaved; per step the median "
-                   "(default 1)")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="runs of every policy, interleaved; per "
+                   f"step the median, and their spread (default {DEFAULT_REPEATS})")
     p.add_argument("--skip-steps", type=int, default=1, help="start-up steps left out of every number (default 1)")
     p.add_argument("--seed", type=int, default=0, help="weights, workload and token seed (default 0)")
     add_format_argument(p)
@@ -66,6 +69,7 @@ def _options(args):
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
+    from runtime.launch import torchrun_rank
 
     out = output_folder(args.out)
     cal = {}
@@ -73,6 +77,7 @@ def _options(args):
         cal = read_json_object(out / "calibrate.json").get("settings", {})
     nproc = args.nproc or cal.get("nproc") or _default_nproc()
     require_positive_int("--nproc", nproc)
+    torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
     model = args.model or cal.get("model") or "gpt2-tiny"
     spec = get_model(model)
     max_len = args.max_len or cal.get("max_len") or spec.max_positions
@@ -85,20 +90,27 @@ def _options(args):
     cluster = args.cluster or (str(out / "cluster.toml") if (out / "cluster.toml").is_file() else "")
     if cluster:
         get_cluster(cluster)
-    check_cost_model_name(args.cost_model)
     profiles = args.profiles or (str(out / "profile.csv") if (out / "profile.csv").is_file() else "")
-    if args.cost_model != "analytic" and not args.cost_model.endswith(".joblib"):
+    cost_model = args.cost_model or default_cost_model(out)
+    check_cost_model_name(cost_model)
+    if cost_model != "analytic" and not cost_model.endswith(".joblib"):
         from paradyse_lab.costmodel.factory import build_cost_model
 
-        build_cost_model(args.cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
+        build_cost_model(cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip()) or POLICIES
     for pol in policies:
         kind, _, arg = pol.partition(":")
         if kind not in ("static", "dynamic") or not arg:
             raise UserInputError(f"--policies: {pol!r} is not static:NAME or dynamic:SOLVER")
     return ValidateOptions(out=str(out), nproc=nproc, model=model, dataset=dataset, steps=steps, max_len=max_len,
-                           cluster=cluster, cost_model=args.cost_model, profiles=profiles, policies=policies,
+                           cluster=cluster, cost_model=cost_model, profiles=profiles, policies=policies,
                            seed=args.seed, repeats=require_positive_int("--repeats", args.repeats))
+
+
+def default_cost_model(out: Path) -> str:
+    """`calibrated` for a measured folder (its cluster.toml and profile.csv, what `calibrate` writes), else
+    `analytic`."""
+    return "calibrated" if (out / "cluster.toml").is_file() and (out / "profile.csv").is_file() else "analytic"
 
 
 def output_folder(path: str) -> Path:

@@ -7,6 +7,13 @@ alpha-beta per collective (formulas.py); ring point-to-point overlapped with the
 When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by costmodel/calibration.py), each
 calibrated strategy's time is re-weighted from these parts (`StrategyCalibration.time_s`) and the model
 calls itself `calibrated`; memory is never calibrated.
+
+On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
+runtime/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
+priced from those counts instead of the schedule's element-wise formula: launches x `launch_s` + counted
+bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for the optimizer step
+(`FixedCost.optimizer_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
+`ring_overlap_s` blended with running one after the other).
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ class AnalyticCostModel:
         """Whether the shapes split for this option (no error raised; `kind`: one sub-layer, None: both)."""
         return get_strategy(option.strategy).violation(self.model, self.p, seq_len, kind) is None
 
+    def counted_s(self, key: str, tokens: int) -> float | None:
+        """Seconds of the launches and memory-bound bytes counted under `key` (module docstring) at `tokens`
+        tokens, or None when the cluster holds no counts for this model at this p. The optimizer's bytes
+        stream the model states, at `state_bytes_per_s` when measured."""
+        c = self.cluster
+        counts = c.step_counts.get(key)
+        if counts is None or c.counted_model != self.model.name or c.gpus != self.p:
+            return None
+        launches, bytes_fixed, bytes_per_token = counts
+        bandwidth = c.state_bytes_per_s if key == "optimizer" and c.state_bytes_per_s else c.hbm_bytes_per_s
+        return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
+
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`."""
         return call.count * F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
@@ -62,12 +81,16 @@ class AnalyticCostModel:
         gemm_s = sch.gemm_flops / (c.peak_flops * c.gemm_eff(sch.gemm_min_dim))
         attn_s = sum(flops / (c.peak_flops * c.attention_eff(keys, sch.attention_kernel_causal))
                      for flops, keys in sch.attention_calls)
-        compute_s = gemm_s + attn_s + sch.elementwise_bytes / c.hbm_bytes_per_s
+        counted = self.counted_s(f"{option.name}.{kind}", batch * seq_len)
+        memory_bound = sch.elementwise_bytes / c.hbm_bytes_per_s if counted is None else counted
+        compute_s = gemm_s + attn_s + memory_bound
         exposed = sum(self.collective_s(x) for x in sch.collectives if not x.overlapped)
         ring = sum(self.collective_s(x) for x in sch.collectives if x.overlapped)
         hidden = compute_s if sch.ring_hides_all_compute else attn_s
         if sch.ring_steps:
-            time_s = compute_s - hidden + F.ring_overlap_s(hidden, ring, sch.ring_steps) + exposed
+            f = c.comm_overlap
+            ring_s = f * F.ring_overlap_s(hidden, ring, sch.ring_steps) + (1 - f) * (hidden + ring)
+            time_s = compute_s - hidden + ring_s + exposed
         else:
             time_s = compute_s + ring + exposed
         states = F.sublayer_model_state_bytes(self.model, kind, self.p)
@@ -87,19 +110,23 @@ class AnalyticCostModel:
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Embedding, final norm, tied head and loss on the rank's t tokens (replicated weights)."""
         m, c = self.model, self.cluster
+        optimizer_s = self.counted_s("optimizer", batch * seq_len) or 0.0
         if not m.embedding_and_head:
-            return FixedCost(0.0, 0, 0, 0)
+            return FixedCost(0.0, 0, 0, 0, optimizer_s)
         require_positive_int("seq_len", seq_len)
         t = batch * seq_len // self.p
         e, h, v = m.dtype_bytes, m.hidden, m.vocab_size
         params = F.embedding_params(m)
         head_flops = 3 * 2.0 * t * h * v
         time_s = head_flops / (c.peak_flops * c.gemm_eff(min(t, h)))
-        time_s += 3 * t * (4 * h * e + 2 * v * 4) / c.hbm_bytes_per_s  # lookup, norm, softmax traffic
+        counted = self.counted_s("fixed", batch * seq_len)
+        traffic_s = 3 * t * (4 * h * e + 2 * v * 4) / c.hbm_bytes_per_s  # lookup, norm, softmax traffic
+        time_s += traffic_s if counted is None else counted
         time_s += F.collective_time_s(c, "all_reduce", params * e, self.p)
         return FixedCost(
             time_s=time_s,
             model_state_bytes=F.model_state_bytes_per_param(m) * params,
             kept_bytes=3 * t * h * e + t * v * 4,  # embedding out, final norm in/out, fp32 logits
             transient_bytes=t * v * (4 + e),  # fp32 logits gradient and the 16-bit logits
+            optimizer_s=optimizer_s,
         )

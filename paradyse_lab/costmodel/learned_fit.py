@@ -6,8 +6,14 @@ row of a profile (regressors.py); `LearnedCostModel` answers `sublayer` / `fixed
 - the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (docs/paper.md
   section 4), split evenly between attention and MLP; the whole-model peak, divided by L, is charged as
   kept bytes of every layer (transient 0, no fixed bytes), so a `SearchProblem` built from it has the
-  paper's additive constraint sum_l M_l(X) < OOM. Its memory budget is capped by the OOM threshold: the
-  largest peak seen while profiling the configuration (`oom_threshold_bytes`).
+  paper's additive constraint sum_l M_l(X) < OOM. The OOM threshold is per strategy: the largest peak
+  seen while profiling that strategy (option) of the configuration (`strategy_thresholds`), so that a
+  strategy is planned only up to the memory it was seen to run with. In one additive budget: the plan's
+  budget is capped at the configuration's largest threshold C (`oom_threshold_bytes`), and a layer under
+  option i is charged its M_i(X) / L times C / OOM_i, its share of the memory option i was seen to hold;
+  a uniform plan of i then fits exactly when M_i(X) <= OOM_i, and a mixed plan when
+  sum_l M_{pi_l}(X) / (L OOM_{pi_l}) <= 1. The plan's "bytes" are in that scale (equal to real bytes for
+  the option that reached C).
 - `residual` (beyond the paper): the analytic model's sub-layer and fixed costs, scaled by the learned
   whole-model ratios measured / analytic of time and of peak, so plans keep the analytic structure
   (transient peaks, model states, embedding and head).
@@ -122,6 +128,9 @@ class FittedProfiles:
     """The file it was fitted from."""
     n_rows: int = 0
     extra: dict = field(default_factory=dict)
+    strategy_thresholds: dict = field(default_factory=dict)
+    """(h, heads, kv_heads, layers, p, strategy, recompute) -> the largest peak seen while profiling that
+    option of the configuration (its OOM threshold)."""
 
     @property
     def label(self) -> str:
@@ -161,11 +170,15 @@ def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None 
     cl = profile_cluster(profiles, cluster) if kind == "residual" else cluster
     groups = {tuple(r) for r in profiles[["h", "heads", "kv_heads", "layers", "p", "strategy", "recompute",
                                           "batch"]].itertuples(index=False)}
-    thresholds = profiles.groupby(["h", "heads", "kv_heads", "layers", "p"])["peak_bytes"].max()
+    config_cols = ["h", "heads", "kv_heads", "layers", "p"]
+    thresholds = profiles.groupby(config_cols)["peak_bytes"].max()
+    per_option = profiles.groupby(config_cols + ["strategy", "recompute"])["peak_bytes"].max()
     names = profiles.groupby(["h", "heads", "kv_heads", "layers", "p"])["model"].agg(lambda x: sorted(set(x)))
     fitted = FittedProfiles(kind, {}, groups, {tuple(int(x) for x in k): int(v) for k, v in thresholds.items()},
                             profile_sources(profiles), {tuple(int(x) for x in k): v for k, v in names.items()},
-                            cl, source_name, len(profiles))
+                            cl, source_name, len(profiles),
+                            strategy_thresholds={tuple(int(x) for x in k[:5]) + (str(k[5]), bool(k[6])): int(v)
+                                                 for k, v in per_option.items()})
     bases = analytic_whole(profiles, cl) if kind == "residual" else (None, None)
     for target, base in zip(TARGETS, bases):
         est = regressors.make_regressor(kind, **params)
@@ -221,6 +234,9 @@ class LearnedCostModel:
         self.config = key
         self.oom_threshold_bytes = fitted.oom_threshold_bytes[key]
         """The largest peak seen while profiling this configuration (docs/paper.md section 4)."""
+        thresholds = getattr(fitted, "strategy_thresholds", {})  # files fitted before per-option thresholds
+        self.strategy_thresholds = {k[5:]: v for k, v in thresholds.items() if k[:5] == key}
+        """(strategy, recompute) -> the largest peak seen while profiling that option of this configuration."""
         self._whole: dict = {}
 
     def collective_s(self, call: CollectiveCall) -> float:
@@ -232,6 +248,14 @@ class LearnedCostModel:
         if self.fitted.kind == "residual":
             return int(budget)
         return int(min(budget, self.oom_threshold_bytes))
+
+    def memory_scale(self, option: StrategyOption) -> float:
+        """C / OOM_i: what one predicted byte of `option` weighs against the capped budget C (module
+        docstring; 1.0 for the residual kind, and for files without per-option thresholds)."""
+        threshold = self.strategy_thresholds.get((option.strategy, option.recompute))
+        if self.fitted.kind == "residual" or not threshold:
+            return 1.0
+        return self.oom_threshold_bytes / threshold
 
     def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
         """Raise `UserInputError` when the option cannot run these shapes or the profile has no rows of it."""
@@ -299,7 +323,8 @@ class LearnedCostModel:
             t *= whole_s(segments) / whole_s(None)
         parts = 2 * self.model.layers
         return SubLayerCost(time_s=t / parts, compute_s=t / parts, exposed_comm_s=0.0,
-                            kept_bytes=int(m // parts), transient_bytes=0, model_state_bytes=0)
+                            kept_bytes=int(m * self.memory_scale(option) // parts), transient_bytes=0,
+                            model_state_bytes=0)
 
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Zero for the paper's kinds (the layers carry the whole model); the analytic one scaled for residual."""
@@ -315,4 +340,4 @@ class LearnedCostModel:
         opt = opts[0]
         rt, rm = self._ratios(opt, seq_len, batch)
         return FixedCost(f.time_s * rt, int(f.model_state_bytes * rm), int(f.kept_bytes * rm),
-                         int(f.transient_bytes * rm))
+                         int(f.transient_bytes * rm), f.optimizer_s)  # the profile's steps have no optimizer

@@ -107,6 +107,7 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     return SearchProblem(
         options=tuple(o.name for o in usable), time_s=time_s, kept_bytes=kept, transient_bytes=transient,
         switch_s=switch, fixed_bytes=fixed_states + fx.model_state_bytes + fx.kept_bytes,
-        budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes, fixed_time_s=fx.time_s,
+        budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes,
+        fixed_time_s=fx.time_s + fx.optimizer_s,  # the optimizer step ends every training step
         edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
     )

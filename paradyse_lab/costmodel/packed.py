@@ -1,18 +1,20 @@
 """The cost of a packed step: several documents in one sequence, attention confined to each document.
 
-A packed step (paradyse_lab/packing.py makes them) is its documents' lengths n_1..n_k, concatenated and
-padded once, at the end, to the layout unit U (2p: the unified zig-zag layout every strategy reads, so one
-padded length serves every layer of a mixed plan); the padding is one more segment of the pack, which the
-linear parts process and whose tokens attend only to each other. What each cost model charges for it:
+A packed step (paradyse_lab/packing.py makes them) is its documents' lengths n_1..n_k, each padded to the
+layout unit U (2p: the per-document zig-zag layout every strategy reads, runtime/layout.py, so one padded
+length serves every layer of a mixed plan) and concatenated; each document's padding is one more segment
+of the pack, which the linear parts process and whose tokens attend only to each other. What each cost
+model charges for it:
 
 - analytic and calibrated (`schedules.schedule(segments=...)`): attention FLOPs summed per document with the
   block-diagonal mask (4 n_i^2 h, halved when causal), each document's kernel at its own length (ring
   strategies: at most S/p keys per block), so the FlashAttention efficiency of short documents is charged;
   GEMMs, element-wise traffic, communication, kept and transient bytes over the S = n_1 + ... + n_k + padding
-  tokens (all linear in the tokens: FlashAttention keeps no s^2 tensor). Ring strategies (megatron_cz, metp)
-  lay the whole pack out in zig-zag order, as the runtime does (runtime/packed.py), so their ranks' attention
-  is uneven and each is charged the busiest rank's share (paradyse_lab/zigzag_balance.py); they still pass
-  every K/V block round the whole ring, so packing shrinks the attention they hide their traffic behind.
+  tokens (all linear in the tokens: the runtime's varlen kernels keep no s^2 tensor, runtime/varlen.py). Ring
+  strategies (megatron_cz, metp) cut every document into 2p chunks, as the runtime does, so their ranks'
+  attention is even but for the padding's share; each is charged the busiest rank's share
+  (paradyse_lab/zigzag_balance.py); they still pass every K/V block round the whole ring, so packing shrinks
+  the attention they hide their traffic behind.
 - paper (the authors' fits t(s) = a s^2 + b s + c per layer): fixed c + linear b S + quadratic a (n_1^2 +
   ... + padding^2) (ring strategies: times the busiest rank's share, non-causal as the fits were measured),
   never less than t(longest document) alone. The decomposition takes the fit's whole s^2
@@ -43,12 +45,12 @@ from paradyse_lab.search_problem import SearchProblem
 
 @dataclass(frozen=True)
 class PackedStep:
-    """One training step of packed documents, padded once to the layout unit."""
+    """One training step of packed documents, each padded to the layout unit."""
 
     documents: tuple[int, ...]
     """Document lengths in tokens, in the order they are concatenated."""
     unit: int = 1
-    """Layout unit the pack is padded to (2p for the unified layout)."""
+    """Layout unit every document is padded to (2p for the unified layout)."""
 
     def __post_init__(self):
         if not self.documents:
@@ -63,19 +65,24 @@ class PackedStep:
         return sum(self.documents)
 
     @property
+    def paddings(self) -> tuple[int, ...]:
+        """Tokens added after each document to reach a multiple of the unit (at most unit - 1 each)."""
+        return tuple(-n % self.unit for n in self.documents)
+
+    @property
     def padded_len(self) -> int:
-        """Tokens of the sequence every layer sees: `tokens` rounded up to the unit."""
-        return -(-self.tokens // self.unit) * self.unit
+        """Tokens of the sequence every layer sees: each document rounded up to the unit, summed."""
+        return self.tokens + self.padding
 
     @property
     def padding(self) -> int:
-        """Tokens added to reach the unit (at most unit - 1)."""
-        return self.padded_len - self.tokens
+        """Padding tokens of the step (fewer than the unit per document)."""
+        return sum(self.paddings)
 
     @property
     def segments(self) -> tuple[int, ...]:
-        """The attention segments: the documents, then the padding as one segment when there is any."""
-        return self.documents + ((self.padding,) if self.padding else ())
+        """The attention segments: each document, then its padding as one segment when there is any."""
+        return tuple(x for n, pad in zip(self.documents, self.paddings) for x in ((n, pad) if pad else (n,)))
 
     @property
     def longest(self) -> int:

@@ -176,7 +176,8 @@ class StrategyWork:
     ring_blocks: bool = False
     """Whether the attention kernels see ring blocks of s/p keys (else the whole sequence, or document)."""
     kernel_causal: bool | None = None
-    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks)."""
+    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks; see
+    `ring_kernel_causal`)."""
     gathers_weights: bool = False
     """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
     backward's gather serves it)."""
@@ -189,6 +190,14 @@ def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_wid
     `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
     no full-heads copy of K, V, dK or dV: runtime/attention.py.)"""
     return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
+
+
+def ring_kernel_causal(s: Sublayer) -> bool | None:
+    """Whether a ring strategy's kernels are priced as causal: on p > 1 ranks the zig-zag blocks are charged
+    as full (non-causal) blocks of s/p keys (runtime/ring_attention.py: every step but the diagonal one is
+    a full block); on one rank the ring is its single diagonal block, one causal kernel over the whole
+    sequence when the model is causal, so the model's own mask (None) prices it."""
+    return False if s.p > 1 else None
 
 
 def _megatron_ts(s: Sublayer) -> StrategyWork:
@@ -247,7 +256,7 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
     acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
     acts += flash_gqa_grad_bytes(s, t, s.h, kv)  # one ring block: t keys, every head
     return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
-                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=False,
+                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
                         gathers_weights=True)
 
 
@@ -275,7 +284,7 @@ def _metp(s: Sublayer) -> StrategyWork:
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
         transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
         extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
-        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=False,
+        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
     )
 
 
@@ -296,11 +305,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     Attention stays inside each document (a block-diagonal mask, as varlen FlashAttention takes it through
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
     document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
-    evenly. Ring strategies (megatron_cz, metp) lay the whole pack out in zig-zag order, as the runtime does
-    (runtime/packed.py): a rank's queries are its two chunks of seq_len/2p tokens, a document's keys in one
-    ring block at most seq_len/p, and the ring waits for the rank with the most (query, key) pairs, so each
-    rank is charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for one sequence,
-    paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
+    evenly. Ring strategies (megatron_cz, metp) cut every document (with its padding) into 2p chunks, as the
+    runtime does (runtime/layout.py): a rank's queries are its two chunks of each document, a document's keys
+    in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
+    charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
+    padding, paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
     the unpacked schedule.
@@ -323,13 +332,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
         share = 1.0 / p  # of every document's FLOPs, per rank
-        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # whole-pack zig-zag
+        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # per-document zig-zag
             share *= zigzag_imbalance(tuple(segments), p, model.causal)
 
-        def keys(n: int) -> int:  # per kernel call: ring blocks of s/p keys (a packed document: at most s/p)
-            if not work.ring_blocks:
-                return n
-            return max(n // p, 1) if segments is None else min(n, max(seq_len // p, 1))
+        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2p chunks of every document
+            return max(n // p, 1) if work.ring_blocks else n
 
         calls = tuple((F.attention_core_flops_forward(model, n, per) * share * passes, keys(n)) for n in docs)
 

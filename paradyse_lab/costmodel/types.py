@@ -85,6 +85,9 @@ class FixedCost:
     """Activations kept for the backward pass (embedding output, final norm, fp32 logits)."""
     transient_bytes: int
     """Working memory of the loss backward."""
+    optimizer_s: float = 0.0
+    """The optimizer step after the backward, once per training step (measured clusters only: the AdamW
+    step runtime/train.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
 
 
 class CostModel(Protocol):

@@ -16,8 +16,13 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
 2. kernels (20%): GEMMs at the model's shapes (runtime/measure/kernel_bench.py: the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
-   calls the strategies make); element-wise bandwidth (layer norm, GELU, add); device memory (CUDA:
-   the device's; CPU: physical memory / p). -> DIR/gemm.csv, DIR/attention.csv
+   calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
+   model's step terms (`measure_step_terms`): the seconds of one operator launch (one-element adds), the
+   element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
+   buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
+   ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's launches and memory-bound
+   bytes per sub-layer and option, embedding / head and AdamW step (runtime/measure/step_counts.py).
+   -> DIR/gemm.csv, DIR/attention.csv
    Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
 3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
@@ -295,8 +300,31 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
             last += sec
     if bar is not None:
         bar.update(1)
-    # element-wise: layer norm, GELU and a residual add over [tokens, 4h]; bytes read + written
-    x = torch.randn(2048, 4 * spec.hidden, device=device, dtype=dtype)
+    return gemm_rows, att_rows
+
+
+LAUNCH_CALLS = 2000
+"""One-element adds timed for the launch cost."""
+
+
+def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
+    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator launch,
+    element-wise bandwidth at the model's activation size, and the ring's overlap with compute."""
+    import torch
+
+    from runtime import comm
+    from runtime.measure.kernel_bench import measure
+
+    one = torch.ones(1, device=device, dtype=dtype)
+
+    def launches():
+        for _ in range(LAUNCH_CALLS):
+            torch.add(one, one)
+
+    launch_s = measure(launches, device, warmup=1, max_repeats=5, min_repeats=3, target_s=0.05)[0] / LAUNCH_CALLS
+    # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
+    t = max(1, lengths[len(lengths) // 2] // comm.size(group))
+    x = torch.randn(t, 4 * spec.hidden, device=device, dtype=dtype)
     y = torch.randn_like(x)
     nbytes = x.numel() * x.element_size()
 
@@ -305,8 +333,65 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
         torch.nn.functional.gelu(x)
         torch.add(x, y)
 
-    sec, _ = measure(elementwise, device, **timing)
-    return gemm_rows, att_rows, (2 + 2 + 3) * nbytes / sec
+    sec = measure(elementwise, device, warmup=1, max_repeats=20, min_repeats=5, target_s=0.1)[0]
+    hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
+    big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
+    state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
+    return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
+            "comm_overlap": measure_overlap(spec, t, device, dtype, group)}
+
+
+STATE_ELEMENTS = 1 << 24
+"""fp32 elements (64 MiB) of the buffer the state bandwidth streams."""
+
+
+def measure_overlap(spec, t: int, device, dtype, group) -> float:
+    """Fraction of a ring exchange that hides behind a GEMM running meanwhile: (GEMM + exchange - together)
+    / the shorter of the two, median of 3 rounds, the slowest rank's times (1.0 on one rank)."""
+    import torch
+
+    from runtime import comm
+
+    if comm.size(group) == 1:
+        return 1.0
+    a = torch.randn(t, spec.hidden, device=device, dtype=dtype)
+    w = torch.randn(spec.hidden, 4 * spec.hidden, device=device, dtype=dtype)
+    buf = torch.ones(max(t, 1) * 4 * spec.hidden, device=device, dtype=dtype)  # [t * 4h], one activation
+
+    def gemm():
+        for _ in range(4):
+            a @ w  # [t, h] x [h, 4h]
+
+    def ring():
+        comm.ring_exchange(buf, group).wait()
+
+    def both():
+        pending = comm.ring_exchange(buf, group)
+        gemm()
+        pending.wait()
+
+    rounds = []
+    for _ in range(3):
+        tc, tx, tb = _slowest([_time_call(f, device, group) for f in (gemm, ring, both)], device, group)
+        rounds.append(min(1.0, max(0.0, (tc + tx - tb) / max(min(tc, tx), 1e-9))))
+    return statistics.median(rounds)
+
+
+def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> dict:
+    """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks (runtime/measure/step_counts.py),
+    counted on the CPU in fp32: the sub-layers at `unit` and 2 `unit` tokens (their bytes are linear in the
+    tokens, so the shortest lengths that split give them at the least cost), the whole model at the two
+    shortest profile `lengths`; bytes scaled to `dtype` (16-bit: halved, which overcounts the few fp32
+    accumulators' savings)."""
+    import torch
+
+    from runtime.measure.step_counts import step_counts
+    from runtime.reference import GPTConfig
+
+    scale = torch.empty((), dtype=dtype).element_size() / 4
+    counts = step_counts(GPTConfig.from_model_spec(spec), p, profile_options(recompute), (unit, 2 * unit),
+                         tuple(lengths[:2]))
+    return {k: (c.launches, scale * c.bytes_fixed, scale * c.bytes_per_token) for k, c in counts.items()}
 
 
 def device_memory_bytes(device, ranks: int) -> int:
@@ -416,7 +501,9 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     if "kernels" not in state["done"]:
         if bar is not None:
             bar.set_postfix_str("kernels")
-        gemm, att, elem_bps = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
+        gemm, att = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
+        terms_start = time.perf_counter()  # the step terms and counts are bounded: not charged to --budget-s
+        terms = measure_step_terms(spec, lengths, device, dtype, group)
         if not gemm or not att:  # every rank measured the same points (the budget checks agree)
             raise UserInputError(f"the time budget (--budget-s {opts.budget_s:g}) ran out before any "
                                  f"{'GEMM' if not gemm else 'attention kernel'} was measured; no cluster file "
@@ -426,7 +513,10 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
-                             hbm_bytes_per_s=elem_bps,
+                             hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
+                             state_bytes_per_s=terms["state_bytes_per_s"],
+                             comm_overlap=terms["comm_overlap"], counted_model=spec.name,
+                             step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
                                         for r in att],
@@ -434,6 +524,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             write_text_atomic(out / "cluster.toml", measured_cluster_toml(m))
             state["fits"] = {op: asdict(f) for op, f in fit_collectives(m).items()}
             state = _mark(out, state, "kernels")
+        budget.start += time.perf_counter() - terms_start
     elif bar is not None:
         bar.update(2)
     state = agree(state, group)

@@ -27,16 +27,17 @@ def _fused_kernels():
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("shape", [(2, 4, 128, 64, 128), (1, 2, 64, 32, 128)])  # b, H, sq, d, sk
+@pytest.mark.parametrize("shape", [(2, 4, 128, 64, 128, 4), (1, 2, 64, 32, 128, 2),
+                                   (2, 8, 128, 64, 128, 2)])  # b, H, sq, d, sk, KV (the last: GQA, 4 per group)
 def test_fused_kernels_match_math_in_bf16(causal, shape):
     from runtime.attention import _math_backward, _math_forward
 
-    b, heads, sq, d, sk = shape
+    b, heads, sq, d, sk, kv = shape
     if causal and sq != sk:
         pytest.skip("causal blocks are square")
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, heads, sq, d, device="cuda", generator=gen).bfloat16()
-    k, v = (torch.randn(b, heads, sk, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    k, v = (torch.randn(b, kv, sk, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
     do = torch.randn(b, heads, sq, d, device="cuda", generator=gen).bfloat16()
     scale = d ** -0.5
     want, want_lse = _math_forward(q.float(), k.float(), v.float(), causal, scale)
@@ -73,29 +74,61 @@ def test_single_gpu_model_bf16_close_to_fp32_reference(shape):
         model.zero_grad()
 
 
-def test_packed_step_on_one_gpu_falls_back_visibly_and_matches_the_reference():
-    """A packed step on CUDA runs the masked math kernel: warned once, recorded as 'math-masked', and its
-    bf16 loss is close to the fp32 reference's with the block-diagonal mask."""
+@pytest.mark.parametrize("causal", [True, False])
+def test_varlen_kernels_match_the_per_document_math_kernel_in_bf16_with_gqa(causal):
+    """flash-attn's varlen functions (when installed) and PyTorch's flash kernel with cumulative lengths give
+    the exact per-document kernel's output, lse and gradients, GQA's K/V heads as they are, empty documents
+    included (their rows: out 0, lse -inf)."""
+    from runtime import varlen
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    cu = (0, 1, 64, 64, 200, 256)  # a one-token and an empty document
+    q, do = (torch.randn(2, 8, 256, 64, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    k, v = (torch.randn(2, 2, 256, 64, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    want, want_lse = varlen._math_varlen_forward(q.float(), k.float(), v.float(), cu, cu, causal, 0.125)
+    want_grads = varlen._math_varlen_backward(do.float(), q.float(), k.float(), v.float(), want, want_lse, cu, cu,
+                                              causal, 0.125)
+    names = ["sdpa_flash"] + (["flash_attn"] if varlen.attention._fa is not None else [])
+    for name in names:
+        _, fwd, bwd = varlen.KERNELS[name]
+        out, lse = fwd(q, k, v, cu, cu, causal, 0.125)
+        assert_close(out.float(), want, **BF16_TOL, msg=lambda m, name=name: f"{name} out: {m}")
+        assert_close(lse.float(), want_lse.float(), rtol=1e-3, atol=1e-3, msg=lambda m, name=name: f"{name} lse: {m}")
+        for got, ref in zip(bwd(do, q, k, v, out, lse, cu, cu, causal, 0.125), want_grads):
+            assert_close(got.float(), ref, **BF16_TOL, msg=lambda m, name=name: f"{name} grad: {m}")
+
+
+@pytest.mark.parametrize("shape", ["gpt2", "llama"])
+def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(shape):
+    """A packed step on CUDA runs the fused varlen kernels, never the masked math kernel (no warning, the
+    train log's `attention_kernel` names them), and its bf16 loss is close to the fp32 reference's with the
+    block-diagonal mask; LLaMA-shaped: GQA (2 K/V heads for 4) and rotary embeddings by document position."""
+    import warnings
+
     from runtime import GPTConfig, ParallelGPT, ReferenceGPT, attention
     from runtime.packed import pack_sequence
     from runtime.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
+    if shape == "llama":
+        cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, ffn_hidden=512,
+                        kv_heads=2, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
     sd = init_state_dict(cfg, 0)
     ref = ReferenceGPT(cfg).cuda()
     ref.load_state_dict(sd)
     model = ParallelGPT(cfg, state_dict=sd).cuda().to(torch.bfloat16)
     pack = pack_sequence([1, 100, 37, 118], 1)
     ids = torch.randint(0, 512, (1, pack.seq_len), device="cuda")
-    labels, cu = pack.labels(ids), pack.cu_seqlens.cuda()
+    labels, cu = pack.labels(ids), pack.cu_seqlens
     _, loss_ref = ref(ids, labels, cu)
     attention._WARNED_MASKED.clear()
-    with pytest.warns(RuntimeWarning, match="masked math kernel"), attention.kernels_used() as ran:
+    with warnings.catch_warnings(), attention.kernels_used() as ran:
+        warnings.simplefilter("error", RuntimeWarning)
         _, loss = model(ids, ["megatron_ts", "metp"], labels, cu_seqlens=cu)
         loss.backward()
-    assert ran == {"math-masked"}
+    assert ran and ran <= {"sdpa_flash_varlen", "flash_attn_varlen"}
     assert_close(loss.float(), loss_ref.float(), rtol=2e-2, atol=2e-2)
-    assert all(torch.isfinite(q.grad).all() for q in model.parameters())
+    assert all(torch.isfinite(q.grad).all() for q in model.parameters() if q.numel())
 
 
 def _nccl_worker(rank: int, p: int, port: int) -> None:
@@ -122,13 +155,14 @@ def _nccl_worker(rank: int, p: int, port: int) -> None:
             logits.float().pow(2).mean().backward()
             assert_close(gather_sequence(logits.detach(), 1), want.detach(), rtol=1e-4, atol=1e-4)
             model.zero_grad()
-        pack = pack_sequence([5, 50, 41], p)  # 96 tokens: no padding for p = 2, 3, 4
-        cu = pack.cu_seqlens.cuda()
-        want = ref(ids, cu_seqlens=cu)  # block-diagonal over the three documents
+        pack = pack_sequence([5, 40, 33], p)  # each document padded to 2p by its own padding segment
+        cu = pack.cu_seqlens
+        ids = ids[:, :pack.seq_len]
+        want = ref(ids, cu_seqlens=cu)  # block-diagonal over the documents and paddings
         for plan in (["megatron_cz", "metp+recompute", "ulysses_z", "megatron_ts"],):
-            logits = model(shard_sequence(ids, 1), plan, cu_seqlens=cu)
+            logits = model(shard_sequence(ids, 1, None, cu), plan, cu_seqlens=cu)
             logits.float().pow(2).mean().backward()
-            assert_close(gather_sequence(logits.detach(), 1), want.detach(), rtol=1e-4, atol=1e-4)
+            assert_close(gather_sequence(logits.detach(), 1, None, cu), want.detach(), rtol=1e-4, atol=1e-4)
             model.zero_grad()
     finally:
         dist.destroy_process_group()

@@ -232,3 +232,99 @@ def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ran out before any" in err[-1]
     assert not (tmp_path / "c" / "cluster.toml").exists()
+
+
+# ----- the analytic model's step terms on a measured cluster --------------------------------------------------
+
+def _counted_cluster(tmp_path, model="gpt2-tiny", overlap=1.0):
+    """A measured cluster file with a launch cost, an overlap fraction and step counts for `model` at p = 2."""
+    m = _measurements()
+    m.launch_s, m.comm_overlap, m.counted_model = 7e-6, overlap, model
+    m.step_counts = {"megatron_ts.attention": (50, 1e5, 300.0), "megatron_ts.mlp": (20, 2e5, 100.0),
+                     "metp.attention": (140, 3e5, 500.0), "metp.mlp": (40, 1e5, 200.0),
+                     "fixed": (30, 4e5, 60.0), "optimizer": (500, 8e6, 0.0)}
+    path = tmp_path / f"counted-{overlap}.toml"
+    path.write_text(measured_cluster_toml(m))
+    return load_cluster_toml(path)
+
+
+def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
+    import dataclasses
+
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.costmodel.lowering import problem_from_cost_model
+    from paradyse_lab.costmodel.schedules import schedule
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import StrategyOption
+
+    cl = _counted_cluster(tmp_path)
+    assert cl.launch_s == pytest.approx(7e-6) and cl.counted_model == "gpt2-tiny"
+    assert cl.step_counts["optimizer"] == (500, 8e6, 0.0)
+    model, seq, ts = get_model("gpt2-tiny"), 256, StrategyOption("megatron_ts")
+    counted, plain = AnalyticCostModel(model, cl), AnalyticCostModel(model, dataclasses.replace(cl, step_counts={}))
+    formula = schedule(model, "attention", ts, seq, 1, 2).elementwise_bytes / cl.hbm_bytes_per_s
+    priced = 50 * 7e-6 + (1e5 + 300.0 * seq) / cl.hbm_bytes_per_s
+    delta = counted.sublayer("attention", ts, seq).compute_s - plain.sublayer("attention", ts, seq).compute_s
+    assert delta == pytest.approx(priced - formula, rel=1e-9)
+    fx = counted.fixed(seq)
+    assert fx.optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s) and plain.fixed(seq).optimizer_s == 0
+    problem = problem_from_cost_model(LayerGraph(model), counted, seq, options=[ts])
+    assert problem.fixed_time_s == pytest.approx(fx.time_s + fx.optimizer_s)  # the optimizer ends every step
+    # counts apply to the model and world size they were taken for only
+    other = AnalyticCostModel(get_model("gpt2-cpu"), cl)
+    assert other.counted_s("optimizer", seq) is None and AnalyticCostModel(model, cl, p=1).counted_s("fixed", 8) is None
+
+
+def test_ring_overlap_fraction_runs_point_to_point_after_compute(tmp_path):
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import StrategyOption
+
+    model, metp = get_model("gpt2-tiny"), StrategyOption("metp")
+    hides = AnalyticCostModel(model, _counted_cluster(tmp_path, overlap=1.0)).sublayer("mlp", metp, 256)
+    serial = AnalyticCostModel(model, _counted_cluster(tmp_path, overlap=0.0)).sublayer("mlp", metp, 256)
+    cl = _counted_cluster(tmp_path)
+    comm = {flag: sum(c.count * collective_time_s(cl, c.op, c.buffer_bytes, c.ranks)
+                      for c in serial.collectives if c.overlapped == flag) for flag in (True, False)}
+    assert comm[True] > 0 and serial.compute_s == pytest.approx(hides.compute_s)
+    assert serial.time_s == pytest.approx(serial.compute_s + comm[True] + comm[False], rel=1e-9)
+    assert serial.time_s > hides.time_s
+
+
+def test_bad_step_terms_in_a_cluster_file(tmp_path):
+    from paradyse_lab.errors import UserInputError
+
+    for text, match in (("comm_overlap = 1.5\n", "comm_overlap must be a number in"),
+                        ("launch_us = -1\n", "launch_us must be"),
+                        ('[step_counts]\n"fixed" = [1, 2]\n', "step_counts.fixed must be")):
+        path = tmp_path / "c.toml"
+        path.write_text('base = "a100-80gb-x8"\n' + text)
+        with pytest.raises(UserInputError, match=match):
+            load_cluster_toml(path)
+
+
+def test_validate_run_defaults_come_from_a_measured_folder(tmp_path):
+    """A folder `calibrate` wrote (cluster.toml and profile.csv): the calibrated model, 3 repeats; else analytic."""
+    import argparse
+    import json
+
+    from paradyse_lab.cli import validate_run_command as cmd
+    from paradyse_lab.costmodel.synthetic import synthesize_profiles
+
+    parser = argparse.ArgumentParser()
+    cmd.register(parser.add_subparsers())
+    bare = cmd._options(parser.parse_args(["validate-run", "--out", str(tmp_path / "bare"), "--nproc", "2"]))
+    assert bare.cost_model == "analytic" and bare.repeats == cmd.DEFAULT_REPEATS == 3
+    out = tmp_path / "measured"
+    out.mkdir()
+    cl = _counted_cluster(tmp_path)
+    (out / "cluster.toml").write_text((tmp_path / "counted-1.0.toml").read_text())
+    (out / "calibrate.json").write_text(json.dumps({"settings": {"nproc": 2, "model": "gpt2-tiny", "max_len": 256}}))
+    synthesize_profiles(cl, ("gpt2-tiny",), 2, max_len=1024, ratio=1.5).to_csv(out / "profile.csv", index=False)
+    opts = cmd._options(parser.parse_args(["validate-run", "--out", str(out)]))
+    assert opts.cost_model == "calibrated" and opts.repeats == 3 and opts.nproc == 2
+    assert opts.cluster.endswith("cluster.toml") and opts.profiles.endswith("profile.csv")
+    explicit = cmd._options(parser.parse_args(["validate-run", "--out", str(out), "--cost-model", "analytic",
+                                               "--repeats", "1"]))
+    assert explicit.cost_model == "analytic" and explicit.repeats == 1

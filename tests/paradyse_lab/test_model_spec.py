@@ -114,11 +114,11 @@ _SMALL_LLAMA = {"model_type": "llama", "hidden_size": 96, "num_attention_heads":
 @pytest.mark.parametrize("change, fragment", [
     ({"model_type": "mistral", "head_dim": 16}, "head_dim 16"),
     ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
-    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling 'yarn'"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling 'linear'"),
+    ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window true"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, 'rope_scaling "yarn"'),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, 'rope_scaling "linear"'),
     ({"attention_bias": True, "mlp_bias": False}, "attention_bias / mlp_bias"),
-    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ({"hidden_act": "gelu"}, 'hidden_act "gelu"'),
 ])
 def test_config_json_the_runtime_refuses_is_refused_for_cost_and_train(tmp_path, change, fragment):
     """A config.json whose layer the runtime's loader refuses (head_dim other than hidden / heads, sliding
@@ -141,3 +141,44 @@ def test_config_json_carries_the_norm_epsilon(tmp_path):
     path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10,
                                 "n_positions": 32, "layer_norm_epsilon": 1e-6}))
     assert load_hf_config(path).norm_eps == 1e-6
+
+
+_SMALL_GPT2 = '"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100, "n_positions": 64'
+_SMALL_LLAMA_TEXT = json.dumps(_SMALL_LLAMA)[1:-1]
+
+
+@pytest.mark.parametrize("base, field, written", [
+    (_SMALL_LLAMA_TEXT, "tie_word_embeddings", '"false"'),
+    (_SMALL_GPT2, "n_embd", "64.9"),
+    (_SMALL_GPT2, "n_embd", "64.0"),
+    (_SMALL_GPT2, "n_head", "true"),
+    (_SMALL_GPT2, "n_layer", '"2"'),
+    (_SMALL_GPT2, "n_layer", "0"),
+    (_SMALL_GPT2, "vocab_size", "-1"),
+    (_SMALL_GPT2, "n_inner", "1e400"),
+    (_SMALL_LLAMA_TEXT, "num_key_value_heads", "0"),
+    (_SMALL_LLAMA_TEXT, "num_key_value_heads", "3"),
+    (_SMALL_LLAMA_TEXT, "torch_dtype", '"float64"'),
+    (_SMALL_LLAMA_TEXT, "dtype", '"int8"'),
+    (_SMALL_GPT2, "layer_norm_epsilon", "-1e-05"),
+    (_SMALL_GPT2, "layer_norm_epsilon", "0"),
+    (_SMALL_LLAMA_TEXT, "rms_norm_eps", "NaN"),
+    (_SMALL_LLAMA_TEXT, "rms_norm_eps", '"1e-6"'),
+    (_SMALL_LLAMA_TEXT, "rope_theta", "-10000.0"),
+    (_SMALL_LLAMA_TEXT, "attention_bias", "1"),
+    (_SMALL_LLAMA_TEXT, "max_position_embeddings", "64.5"),
+    (_SMALL_LLAMA_TEXT, "head_dim", "12.0"),
+    (_SMALL_LLAMA_TEXT, "rope_scaling", '"llama3"'),
+    (_SMALL_LLAMA_TEXT, "hidden_act", "null"),
+    (_SMALL_GPT2, "model_type", "7"),
+])
+def test_config_json_fields_are_checked_not_coerced(tmp_path, base, field, written):
+    """Every config.json field the toolkit reads is checked for its JSON type and range, not coerced (a string
+    "false" is not read as true, 64.9 not as 64, 0 K/V heads not as multi-head attention, float64 not as bf16,
+    a negative epsilon not accepted): one line naming the field and the value as written in the file."""
+    path = tmp_path / "config.json"
+    path.write_text("{" + base + f', "{field}": {written}' + "}")
+    with pytest.raises(UserInputError) as err:
+        load_hf_config(path)
+    message = str(err.value)
+    assert field in message and written in message and "\n" not in message, message

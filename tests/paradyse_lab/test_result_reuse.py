@@ -178,3 +178,60 @@ def test_reproduce_runs_on_a_listed_preset_without_a_bundled_profile(tmp_path):
     accuracy = pd.read_csv(tmp_path / "costmodel_accuracy.csv")
     assert set(accuracy["cost_model"]) == {"analytic", "polynomial"} and set(accuracy["source"]) == {"analytic"}
     assert rp.profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h100-80gb-x8.csv"
+
+
+def _count_runs(monkeypatch) -> list:
+    calls: list = []
+    real = experiments.run_one
+    monkeypatch.setattr(experiments, "run_one", lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("edited", ["base of the base", "length file"])
+def test_experiment_runs_are_keyed_on_every_file_an_input_names(tmp_path, monkeypatch, edited):
+    """The cluster is a TOML whose `base` is another TOML whose base is a preset; the dataset is a length file.
+    Editing any file in that chain (or the length file) recomputes the runs; an untouched chain reuses them."""
+    base, child, lengths = tmp_path / "base.toml", tmp_path / "child.toml", tmp_path / "lengths.txt"
+    base.write_text('base = "a100-80gb-x8"\nmemory_gib = 40\n')
+    child.write_text(f'base = "{base}"\npeak_tflops = 300\n')
+    lengths.write_text("4096\n8192\n")
+    kw = dict(models=("bert",), datasets=(f"file:{lengths}",), exact=False, progress=False)
+    setup = experiments.Setup(cluster=str(child), size=2)
+    calls = _count_runs(monkeypatch)
+    experiments.fig2(setup, tmp_path / "out", **kw)
+    ran = len(calls)
+    assert ran > 0
+    experiments.fig2(setup, tmp_path / "out", **kw)
+    assert len(calls) == ran  # nothing changed: every run reused
+    if edited == "base of the base":
+        base.write_text('base = "a100-80gb-x8"\nmemory_gib = 10\n')
+    else:
+        lengths.write_text("4096\n16384\n")
+    experiments.fig2(setup, tmp_path / "out", **kw)
+    assert len(calls) == 2 * ran  # every run recomputed
+
+
+def test_named_files_follow_the_base_chain_and_file_specs(tmp_path):
+    base, child, lengths = tmp_path / "base.toml", tmp_path / "child.toml", tmp_path / "l.csv"
+    base.write_text('base = "a100-80gb-x8"\n')
+    child.write_text(f'base = "{base}"\n')
+    lengths.write_text("seq_len\n5\n")
+    settings = {"cluster": str(child), "run": [f"file:{lengths}#seq_len", "bert"], "size": 3, "name": "x"}
+    assert result_key.named_files(settings) == [child, base, lengths]
+
+
+def test_reproduce_steps_are_keyed_on_the_cluster_files_base_chain(tmp_path, monkeypatch):
+    base, child = tmp_path / "base.toml", tmp_path / "child.toml"
+    base.write_text('base = "a100-80gb-x8"\nmemory_gib = 40\n')
+    child.write_text(f'base = "{base}"\n')
+    calls: list = []
+    _fake_steps(monkeypatch, calls)
+    out = tmp_path / "out"
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    calls.clear()
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    assert {c[0] for c in calls} == {"report"}  # every step reused
+    base.write_text('base = "a100-80gb-x8"\nmemory_gib = 10\n')
+    calls.clear()
+    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    assert {c[0] for c in calls} == set(rp.STEPS)

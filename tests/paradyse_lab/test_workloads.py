@@ -69,8 +69,32 @@ def test_sampling_is_deterministic_for_a_seed():
 def test_uniform_and_lognormal():
     w = get_workload("uniform:1024:8192", 300, seed=0)
     assert min(w.lengths) >= 1024 and max(w.lengths) <= 8192 and len(w.lengths) == 300
+    assert all(n % 512 == 0 for n in w.lengths) and len(set(w.lengths)) == 15  # every multiple of 512 in range
     w = get_workload("lognormal:4096:0.5", 300, seed=0)
-    assert 2048 < float(np.median(w.lengths)) < 8192
+    assert 2048 < float(np.median(w.lengths)) < 8192 and all(n % 512 == 0 for n in w.lengths)
+    w = get_workload("uniform", 300, seed=0)  # the defaults, 512:65536
+    assert min(w.lengths) >= 512 and max(w.lengths) <= 65536 and all(n % 512 == 0 for n in w.lengths)
+    assert all(n % 512 == 0 for n in get_workload("lognormal", 50).lengths)  # the defaults, 4096:1
+
+
+@pytest.mark.parametrize("lo, hi", [(1000, 1500), (16, 64), (8, 16), (1, 3), (700, 700)])
+def test_uniform_lengths_lie_inside_the_range_and_cover_it(lo, hi):
+    """A range whose ends are not both multiples of 512 gives whole numbers of tokens, uniform in [LO, HI]."""
+    w = get_workload(f"uniform:{lo}:{hi}", 400, seed=1)
+    assert lo <= min(w.lengths) and max(w.lengths) <= hi
+    assert len(set(w.lengths)) >= min(hi - lo + 1, 30)  # not one value every step
+    assert abs(float(np.mean(w.lengths)) - (lo + hi) / 2) <= (hi - lo) / 8 + 0.5
+
+
+def test_lognormal_of_a_median_off_the_granule_gives_whole_tokens_around_it():
+    w = get_workload("lognormal:100:0.1", 400, seed=0)
+    assert 95 <= float(np.median(w.lengths)) <= 105 and min(w.lengths) >= 60 and max(w.lengths) <= 160
+
+
+@pytest.mark.parametrize("spec", ["uniform:8.5:16", "uniform:8:16.25", "uniform:16:8"])
+def test_uniform_refuses_a_range_it_cannot_draw_from(spec):
+    with pytest.raises(UserInputError, match="whole numbers of tokens with 1 <= LO <= HI"):
+        get_workload(spec, 10)
 
 
 def test_length_files(tmp_path):
@@ -121,6 +145,32 @@ def test_lengths_command_measures_text_files(tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("inside", ["a.txt", "new.txt", "sub/../new.txt"])
+def test_lengths_refuses_an_out_inside_the_tree_it_reads(tmp_path, capsys, inside):
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("hello world foo")
+    (d / "b.txt").write_text("x" * 40)
+    (tmp_path / "link").symlink_to(d)
+    for out in (d / inside, tmp_path / "link" / inside):
+        assert main(["lengths", str(d), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--out" in err and "inside DIR" in err
+    assert (d / "a.txt").read_text() == "hello world foo" and not (d / "new.txt").exists()
+
+
+def test_lengths_skips_the_temporary_files_of_its_own_writes(tmp_path, capsys):
+    """A killed write leaves `.NAME.XXXXXXXX.tmp` (paradyse_lab.atomic_write): not a document."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "a.txt").write_text("hello world foo")
+    (d / ".lengths.txt.k3j_9x0q.tmp").write_text("15\n")
+    out = tmp_path / "lengths.txt"
+    assert main(["lengths", str(d), "--out", str(out)]) == 0
+    assert out.read_text() == "15\n"
+    capsys.readouterr()
+
+
 def test_workload_command_json(capsys):
     assert main(["workload", "grch38", "--size", "100", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -128,14 +178,14 @@ def test_workload_command_json(capsys):
     assert abs(sum(data["band_fractions"].values()) - 1) < 1e-9
 
 
-def test_lengths_streams_files_and_skips_its_own_output(tmp_path, capsys):
+def test_lengths_streams_files(tmp_path, capsys):
     import tracemalloc
 
     d = tmp_path / "corpus"
     d.mkdir()
     words = b"lorem ipsum \xc3\xa9t\xc3\xa9 dolor\n" * (24 * 2**20 // 26)  # 24 MiB, multi-byte chars across blocks
     (d / "big.txt").write_bytes(words)
-    out = d / "lengths.txt"  # inside DIR: a second run must not count it
+    out = tmp_path / "lengths.txt"
     tracemalloc.start()
     try:
         assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0

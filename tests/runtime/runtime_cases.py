@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import weights_cases
 from torch.testing import assert_close
 
 from paradyse_lab.costmodel.formulas import embedding_params
@@ -325,12 +326,12 @@ def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
     window is the LLaMA layer."""
     base = {"model_type": "llama", "vocab_size": 64, "hidden_size": 48, "intermediate_size": 96,
             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 500000.0}
-    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window True"),
-                             ({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
-                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, "rope_scaling 'yarn'"),
+    for change, fragment in (({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window true"),
+                             ({"model_type": "falcon"}, 'model_type "falcon" is not supported'),
+                             ({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, 'rope_scaling "yarn"'),
                              ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "needs factor"),
                              ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
-                             ({"hidden_act": "gelu"}, "hidden_act 'gelu'")):
+                             ({"hidden_act": "gelu"}, 'hidden_act "gelu"')):
         try:
             GPTConfig.from_hf({**base, **change})
         except UserInputError as err:
@@ -403,9 +404,9 @@ CASES["bad-input"] = bad_input_case
 # --- packed documents: attention confined to each document, under every strategy --------------------------
 
 PACKS = ((1, 13, 5, 1, 27), (3, 1, 9, 30))
-"""Documents of the packed cases: lengths not multiples of 2p, single-token documents, one longer than a
-rank's share of the pack (27 > 48/2, 30 > 44/2) and, for p > 1, padding (pack 1: 47 -> 48 tokens; pack 2:
-43 -> 44 at p = 2 and 48 at p = 3, 4; one rank pads nothing)."""
+"""Documents of the packed cases: lengths not multiples of 2p, single-token documents (padded to 2p, so
+most ranks hold only their padding), documents longer than a rank's share of the pack, and for p > 1 every
+document padded to 2p by its own padding segment (pack 1: 47 tokens -> 60 at p = 2, 66 at p = 3, 72 at p = 4)."""
 
 
 def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
@@ -416,8 +417,8 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         from runtime.packed import pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
-        seq = pack.seq_len
-        assert seq == (47 if p == 1 else S)
+        seq, cu = pack.seq_len, pack.cu_seqlens
+        assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
         full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
         gen = torch.Generator().manual_seed(5)
@@ -429,14 +430,14 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
-        xl = shard_sequence(x, 1, group).requires_grad_()
+        xl = shard_sequence(x, 1, group, cu).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
                   eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
-            y.backward(shard_sequence(dy, 1, group))
-        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
+            y.backward(shard_sequence(dy, 1, group, cu))
+        assert_close(y, shard_sequence(yr.detach(), 1, group, cu), **TOL)
+        assert_close(xl.grad, shard_sequence(xr.grad, 1, group, cu), **TOL)
         ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, "attention", rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
@@ -476,10 +477,11 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
                                           for n, q in ref.named_parameters()}, rank, p)
             model.zero_grad()
-            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
-                                 cu_seqlens=pack.cu_seqlens)
+            cu = pack.cu_seqlens
+            logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
+                                 cu_seqlens=cu)
             loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
+            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r.detach(), **TOL)
             assert_close(loss.detach(), loss_r.detach(), **TOL)
             for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
                 assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
@@ -531,6 +533,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.training import train
     from runtime import checkpoint
+    from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
@@ -541,14 +544,11 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
-    meta = {"model": "gpt2-tiny", "seed": 0}
-    a, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "a")), meta, group)
-    b, _ = checkpoint.load(checkpoint.latest(os.path.join(root, "b")), meta, group)
-    for key, value in a["model"].items():
-        assert torch.equal(value, b["model"][key]), key
-    for sa, sb in zip(a["optim"]["state"].values(), b["optim"]["state"].values()):
-        for key in sa:
-            assert torch.equal(sa[key], sb[key]), key
+    a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
+    b, _ = read_entries(checkpoint.latest(os.path.join(root, "b")))
+    assert a.keys() == b.keys() and any(k.startswith("optim.exp_avg_sq.") for k in a)
+    for key, value in a.items():
+        assert torch.equal(value, b[key]), key
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -580,7 +580,7 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
               "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
     train(TrainOptions(steps=4, **common), group)
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
-        shard = os.path.join(root, "ck", "step-000004", f"rank-{rank}.pt")
+        shard = os.path.join(root, "ck", "step-000004", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
         data = bytearray(open(shard, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(shard, "wb").write(bytes(data))
@@ -588,6 +588,55 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
         dist.barrier(group=group)
     resumed = train(TrainOptions(steps=5, resume=True, **common), group)
     assert [r["step"] for r in resumed] == [3, 4, 5], [r["step"] for r in resumed]
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
+    """The disk filling up while one rank writes its part of a checkpoint (ENOSPC from a write inside
+    torch.distributed.checkpoint) stops every rank with one line naming that rank and the error, removes the
+    partial `.tmp-step-*` folder, and leaves the previous checkpoint intact and named by `latest`."""
+    import errno
+    import os
+    from unittest import mock
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint.filesystem as dcp_files
+
+    from paradyse_lab.errors import RunStopped
+    from runtime import checkpoint, dcp_checkpoint
+
+    root = _shared_tmpdir(rank, p, group)
+    cfg = config()
+    model = ParallelGPT(cfg, group, seed=1)
+    trained, opt = dict(model.named_parameters()), torch.optim.AdamW(model.parameters())
+    meta = {"model": "m", "seed": 0}
+    dcp_checkpoint.save(root, 1, trained, opt, cfg, meta, dcp_checkpoint.model_record(cfg), group)
+    real_write = dcp_files._write_item
+
+    def full_disk(transforms, stream, data, *args, **kwargs):
+        stream.write(b"partial")  # part of the data reaches the disk, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), getattr(stream, "name", None))
+
+    with torch.no_grad():
+        for q in model.parameters():
+            q.add_(1.0)
+    with mock.patch.object(dcp_files, "_write_item", full_disk if rank == p - 1 else real_write):
+        try:
+            dcp_checkpoint.save(root, 2, trained, opt, cfg, meta, dcp_checkpoint.model_record(cfg), group)
+        except RunStopped as err:
+            message = str(err)
+        else:
+            raise AssertionError("a full disk did not stop the checkpoint")
+    assert "\n" not in message and f"rank {p - 1}" in message and "No space left on device" in message, message
+    assert sorted(os.listdir(root)) == ["latest", "step-000001"], os.listdir(root)
+    weights, _ = dcp_checkpoint.read_full(checkpoint.latest(root))  # verified, readable: step 1's weights
+    for key, value in model.full_state_dict().items():
+        assert_close(weights[key] + 1.0, value, rtol=0, atol=1e-6, msg=key)
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -674,6 +723,7 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.training import train
     from runtime import checkpoint
+    from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
@@ -689,10 +739,9 @@ def llama_train_case(rank: int, p: int, group) -> None:
     dist.barrier(group=group)
     resumed = train(TrainOptions(steps=12, resume=True, **common), group)
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[6:]]
-    meta = {"model": "llama-tiny", "seed": 0}
-    a, _ = checkpoint.load(os.path.join(root, "step-000012"), meta, group)
-    b, _ = checkpoint.load(checkpoint.latest(ckpt), meta, group)
-    assert "head" in a["model"] and all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())
+    a, _ = read_entries(os.path.join(root, "step-000012"))
+    b, _ = read_entries(checkpoint.latest(ckpt))
+    assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
     dist.barrier(group=group)
     if rank == 0:
         import shutil
@@ -710,7 +759,8 @@ CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-l
 ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
-for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed"):
+CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
+for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
     # rank's first `train` (optimizer and solver imports, most of those worlds' time)
@@ -808,6 +858,11 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         assert cl.gpus == 2 and cl.source.startswith("measured")
         assert set(cl.alpha_by_op_s) == set(COLLECTIVES) and all(v > 0 for v in cl.busbw_bytes_per_s.values())
         assert all(0 < e <= 1 for _, e in cl.gemm_efficiency + cl.attention_efficiency_causal)
+        # the analytic model's step terms: launch cost, overlap, and the runtime's counts for this model at p
+        assert cl.launch_s > 0 and 0 <= cl.comm_overlap <= 1 and cl.counted_model == "tiny"
+        assert set(cl.step_counts) == {f"{o}.{k}" for o in profile_options(True) for k in ("attention", "mlp")} | {
+            "fixed", "optimizer"}
+        assert all(c[0] > 0 for c in cl.step_counts.values())
         df = read_profiles(os.path.join(root, "profile.csv"))
         assert set(df["source"]) == {"measured-distributed"} and (df["p"] == 2).all()
         got = {(s + ("+recompute" if r else ""), n) for s, r, n in zip(df["strategy"], df["recompute"], df["seq_len"])}
@@ -843,3 +898,9 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
 CASES["calibrate-validate-loop"] = calibrate_validate_case
 ONLY_AT["calibrate-validate-loop"] = (2,)
+
+
+# --- Hugging Face weights in and out, checkpoints resharded (weights_cases.py) -------------------------------
+
+CASES.update(weights_cases.CASES)
+ONLY_AT.update(weights_cases.ONLY_AT)

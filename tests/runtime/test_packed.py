@@ -14,14 +14,13 @@ from torch.testing import assert_close
 from paradyse_lab.errors import UserInputError
 from runtime import attention
 from runtime.attention import attention_backward, attention_forward, merge_partials
-from runtime.layout import layout_unit, local_positions
+from runtime.layout import layout_documents, layout_unit, local_positions
 from runtime.packed import (
     IGNORE,
     block_diagonal_mask,
     check_cu_seqlens,
     document_mask,
     document_of,
-    local_documents,
     pack_sequence,
     rank_attention_pairs,
 )
@@ -29,24 +28,38 @@ from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
-def test_pack_is_padded_once_to_the_layout_unit_with_a_padding_document(p):
+def test_every_document_is_padded_to_the_layout_unit_by_a_padding_segment(p):
     pack = pack_sequence([1, 13, 5, 1, 22], p)  # 42 tokens
     unit = layout_unit(p)  # 2p, 1 at p = 1
-    assert pack.seq_len % unit == 0 and 0 <= pack.padding < unit
-    assert pack.seq_len == -(-42 // unit) * unit
-    cu = pack.cu_seqlens.tolist()
-    assert cu[:6] == [0, 1, 14, 19, 20, 42] and cu[-1] == pack.seq_len
-    assert len(cu) == 6 + (1 if pack.padding else 0) and pack.cu_seqlens.dtype == torch.int32
+    assert pack.paddings == tuple(-n % unit for n in (1, 13, 5, 1, 22))
+    assert pack.seq_len == sum(-(-n // unit) * unit for n in (1, 13, 5, 1, 22))
+    segments = [x for n, pad in zip(pack.lengths, pack.paddings) for x in ((n, pad) if pad else (n,))]
+    assert pack.cu_seqlens.tolist() == [0, *torch.tensor(segments).cumsum(0).tolist()]
+    assert pack.cu_seqlens.dtype == torch.int32
+    assert layout_documents(pack.cu_seqlens, p) == tuple(n + pad for n, pad in zip(pack.lengths, pack.paddings))
     doc, pos = document_of(pack.cu_seqlens, torch.arange(pack.seq_len))
-    assert doc[:15].tolist() == [0] + [1] * 13 + [2] and pos[:15].tolist() == [0, *range(13), 0]
-    ranks = [local_documents(pack.cu_seqlens, pack.seq_len, p, r) for r in range(p)]
-    assert sorted(torch.cat([d for d, _ in ranks]).tolist()) == sorted(doc.tolist())
+    assert doc[:1].tolist() == [0] and pos[:3].tolist() == ([0, 0, 1] if p > 1 else [0, 0, 1])
+    ranks = [local_positions(pack.seq_len, p, r, pack.cu_seqlens) for r in range(p)]
+    assert sorted(torch.cat(ranks).tolist()) == list(range(pack.seq_len))  # every token on one rank
+    assert all(len(x) == pack.seq_len // p and bool((x[1:] > x[:-1]).all()) for x in ranks)  # increasing
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_each_document_is_cut_into_2p_chunks_and_rank_r_holds_chunks_r_and_2p_minus_1_minus_r(p):
+    pack = pack_sequence([3, 4 * p], p)  # 3 pads to 2p; 2p | 4p: the second document has no padding
+    first = 2 * p  # the first document padded to 2p: one token per chunk
+    for r in range(p):
+        c = 2  # 4p / 2p tokens per chunk of the second document
+        want = [r, 2 * p - 1 - r, *range(first + r * c, first + (r + 1) * c),
+                *range(first + (2 * p - 1 - r) * c, first + (2 * p - r) * c)]
+        assert local_positions(pack.seq_len, p, r, pack.cu_seqlens).tolist() == want
 
 
 def test_labels_stop_at_each_document_end_and_skip_padding():
-    pack = pack_sequence([3, 1, 2], 2)  # 6 tokens + 2 padding
-    tokens = torch.arange(10, 18).view(1, 8)
-    assert pack.labels(tokens).tolist() == [[11, 12, IGNORE, IGNORE, 15, IGNORE, IGNORE, IGNORE]]
+    pack = pack_sequence([3, 1, 2], 2)  # 4 + 4 + 4 tokens: each document padded to 2p = 4
+    tokens = torch.arange(10, 22).view(1, 12)
+    assert pack.labels(tokens).tolist() == [[11, 12, IGNORE, IGNORE] + [IGNORE] * 4 + [19, IGNORE, IGNORE, IGNORE]]
+    assert [d.tolist() for d in pack.documents_of(tokens)] == [[[10, 11, 12]], [[14]], [[18, 19]]]
 
 
 @pytest.mark.parametrize("bad", [[], [3, 0], [2, -1]])
@@ -128,14 +141,12 @@ def test_reference_pack_equals_each_document_alone(causal):
     cfg = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=4, layers=2, causal=causal)
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 2))
-    pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens + 3 padding
+    pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens, each document padded to 6
     ids = torch.randint(0, 64, (2, pack.seq_len), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         packed = ref(ids, cu_seqlens=pack.cu_seqlens)
-        start = 0
-        for n in pack.lengths:
-            assert_close(packed[:, start:start + n], ref(ids[:, start:start + n]), rtol=1e-5, atol=1e-5)
-            start += n
+        for got, doc in zip(pack.documents_of(packed), pack.documents_of(ids)):
+            assert_close(got, ref(doc), rtol=1e-5, atol=1e-5)
 
 
 def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
@@ -160,10 +171,12 @@ def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
-    one = pack_sequence([24], p)  # 24 is a multiple of 2p for p = 1..4: no padding
-    assert len(set(rank_attention_pairs(one, p, True))) == 1  # zig-zag balances one causal sequence exactly
+    one = pack_sequence([24, 48], p)  # multiples of 2p for p = 1..4: no padding
+    for causal in (True, False):  # per-document zig-zag balances unpadded documents exactly
+        assert len(set(rank_attention_pairs(one, p, causal))) == 1
     pack = pack_sequence([1, 13, 5, 1, 27], p)
     for causal in (True, False):
         pairs = rank_attention_pairs(pack, p, causal)
         mask = block_diagonal_mask(pack.cu_seqlens, causal)  # [s, s]
-        assert pairs == [int(mask[local_positions(pack.seq_len, p, r)].sum()) for r in range(p)]  # rank r's rows
+        rows = [local_positions(pack.seq_len, p, r, pack.cu_seqlens) for r in range(p)]
+        assert pairs == [int(mask[rank_rows].sum()) for rank_rows in rows]  # rank r's rows

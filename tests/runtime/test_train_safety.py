@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,6 +144,12 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 1, "batch": 2}))
 
 
+def _data_file(checkpoint):
+    """The checkpoint's (one rank's) tensor data file, torch.distributed.checkpoint's `__0_0.distcp`."""
+    (found,) = checkpoint.glob("*.distcp")
+    return found
+
+
 def _run(tmp_path, **kw):
     return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
 
@@ -153,7 +160,7 @@ def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
     _run(tmp_path, steps=4)
     ck = tmp_path / "ck"
     newest = ck / "step-000004"
-    shard = newest / "rank-0.pt"
+    shard = _data_file(newest)
     if damage == "latest missing":
         (ck / "latest").unlink()
     elif damage == "latest empty":
@@ -167,18 +174,18 @@ def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
         for i in range(len(data) // 2, len(data) // 2 + 64):
             data[i] ^= 0xFF
         shard.write_bytes(bytes(data))
-    intact = (ck / "step-000002" / "rank-0.pt").read_bytes()
+    intact = _data_file(ck / "step-000002").read_bytes()
     log = _run(tmp_path, steps=6, resume=True)
     expected_first = 5 if damage.startswith("latest") else 3
     assert log[0]["step"] == expected_first and all(r["loss"] == r["loss"] for r in log)
-    assert (ck / "step-000002" / "rank-0.pt").read_bytes() == intact
+    assert _data_file(ck / "step-000002").read_bytes() == intact
 
 
 def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_path):
     _run(tmp_path, steps=2)
     with pytest.raises(UserInputError, match="holds checkpoints"):
         _run(tmp_path, steps=2)
-    (tmp_path / "ck" / "step-000002" / "rank-0.pt").write_bytes(b"garbage")
+    _data_file(tmp_path / "ck" / "step-000002").write_bytes(b"garbage")
     with pytest.raises(UserInputError, match="no checkpoint under .* verifies"):
         _run(tmp_path, steps=4, resume=True)
 
@@ -277,9 +284,10 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
         _run(tmp_path, steps=6, checkpoint_every=1)
     ck = tmp_path / "ck"
     assert (ck / "latest").read_text().strip() == "step-000002" and not (ck / "step-000003").exists()
-    for shard in (ck / "step-000002").glob("rank-*.pt"):
-        state = torch.load(shard, map_location="cpu", weights_only=False)
-        assert all(torch.isfinite(v).all() for v in state["model"].values())
+    from runtime.dcp_checkpoint import read_full
+
+    weights, _ = read_full(ck / "step-000002")
+    assert all(torch.isfinite(v).all() for v in weights.values())
 
 
 def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
@@ -294,3 +302,165 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
         port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
+
+
+def test_a_uniform_dataset_trains_lengths_across_its_range():
+    """uniform:8:16 on one rank (layout unit 1): the steps' lengths are 8..16, not 16 every step."""
+    log = train(TrainOptions(**BASE, steps=12))
+    lengths = [r["seq_len"] for r in log]
+    assert all(8 <= n <= 16 for n in lengths) and len(set(lengths)) >= 4, lengths
+
+
+def test_max_len_1_is_refused_before_any_step(seen):
+    with pytest.raises(UserInputError, match="--max-len must be 0 .* or at least 2"):
+        train(TrainOptions(**{**BASE, "max_len": 1, "steps": 2}))
+    assert not seen.calls
+
+
+@pytest.mark.parametrize("kind", ["tokens.jsonl", "lengths.txt", "packed.txt"])
+def test_a_dataset_of_one_token_documents_is_refused(tmp_path, seen, kind):
+    """1-token documents hold no next token to predict: a step of only such documents trains nothing (it
+    logged loss 0.0 with exit 0); refused with one line before the first step."""
+    path = tmp_path / kind
+    path.write_text({"tokens.jsonl": "[5]\n[7]\n", "lengths.txt": "1\n1\n1\n", "packed.txt": "1 1\n1\n"}[kind])
+    with pytest.raises(UserInputError, match="nothing to train on"):
+        train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 2}))
+    assert not seen.calls
+
+
+def test_max_len_1_from_the_command_line_is_one_line_and_exit_2(capsys):
+    from paradyse_lab.cli import main
+
+    assert main(["train", "--model", BASE["model"], "--dataset", "uniform:8:16", "--max-len", "1",
+                 "--steps", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--max-len" in err
+
+
+HOLD_LOCK = """
+import fcntl, os, socket, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+with open(os.path.join(sys.argv[1], ".lock"), "a+") as f:  # the protocol of runtime/checkpoint.py folder_lock
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.truncate(0)
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\\n")
+    f.flush()
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes the pipe
+"""
+
+
+def test_a_second_run_on_a_locked_checkpoint_folder_is_refused_naming_the_holder(tmp_path, seen, capsys):
+    """Another process holds DIR's lock (as a running `train --checkpoint-dir DIR` does for its whole run):
+    this run is refused before its first step with one line naming that process; once it ends, DIR is free."""
+    from paradyse_lab.cli import main
+
+    ck = tmp_path / "ck"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(ck)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserInputError, match=f"is in use by another run \\(pid {holder.pid} on "):
+            _run(tmp_path, steps=2)
+        assert main(["train", "--model", BASE["model"], "--dataset", "uniform:8:16", "--max-len", "16",
+                     "--steps", "2", "--no-progress", "--checkpoint-dir", str(ck)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"pid {holder.pid}" in err and "--checkpoint-dir" in err
+        assert not seen.calls and not any(p.name.startswith(("step-", ".tmp-")) for p in ck.iterdir())
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert [r["step"] for r in _run(tmp_path, steps=2)] == [1, 2]  # the lock ended with its holder
+
+
+def _log_steps(path) -> list[str]:
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("step,") and not any(line.startswith("step,") for line in lines[1:])
+    return [line.split(",")[0] for line in lines[1:]]
+
+
+def test_resume_with_more_steps_keeps_the_workload_and_one_log_row_per_step(tmp_path):
+    """A run of 6 steps (checkpoints at 2, 4, 6) loses steps 4 and 6; resumed with --steps 8 it retrains steps
+    3-6 at the lengths they had (the workload of the first run, not one re-sampled for 8 steps), and the log
+    holds each step once: the rows after the checkpoint are replaced, not appended twice."""
+    log_file = tmp_path / "log.csv"
+    first = _run(tmp_path, steps=6, log_file=str(log_file))
+    for step in (4, 6):
+        shutil.rmtree(tmp_path / "ck" / f"step-{step:06d}")
+    resumed = _run(tmp_path, steps=8, resume=True, log_file=str(log_file))
+    assert [r["step"] for r in resumed] == [3, 4, 5, 6, 7, 8]
+    assert [r["seq_len"] for r in resumed[:4]] == [r["seq_len"] for r in first[2:]]
+    assert _log_steps(log_file) == [str(n) for n in range(1, 9)]
+    with pytest.raises(UserInputError, match="--steps 4 is below the step 8 of the checkpoint"):
+        _run(tmp_path, steps=4, resume=True, log_file=str(log_file))
+
+
+def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
+    log_file = tmp_path / "log.csv"
+    train(TrainOptions(**BASE, steps=2, log_file=str(log_file)))
+    before = log_file.read_text()
+    with pytest.raises(UserInputError, match="--log-file .* holds the log of another run"):
+        train(TrainOptions(**BASE, steps=2, seed=1, log_file=str(log_file)))
+    assert log_file.read_text() == before and _log_steps(log_file) == ["1", "2"]
+
+
+def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
+    """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
+    the closed connection."""
+    import socket
+
+    import launcher_cases
+
+    from runtime.launcher import launch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
+        launch(launcher_cases.one_rank_killed, 2, (port,))
+    assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
+
+
+def test_finiteness_check_reads_the_device_once_not_per_parameter():
+    """`_all_finite` counts non-finite tensors on the device and the host reads one number: one
+    `aten._local_scalar_dense` (the op behind .item() / bool()) for 40 parameters, and it still finds one NaN."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from runtime.train import _all_finite
+
+    class HostReads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                HostReads.count += 1
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.randn(3, 2) for _ in range(40)] + [None, torch.empty(0)]
+    with HostReads():
+        assert _all_finite(params, None)
+    assert HostReads.count == 1
+    params[17][1, 0] = float("nan")
+    assert not _all_finite(params, None)
+
+
+def test_markov_tokens_walk_the_same_chain_on_host_ints():
+    """`_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
+    on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
+    import types
+
+    import torch
+
+    from runtime.train import _tokens
+
+    opts = types.SimpleNamespace(seed=3)
+    got = _tokens(opts, 5, 2, 300, 97)
+    table = torch.randint(0, 97, (97, 4), generator=torch.Generator().manual_seed(3 + 12345))
+    gen = torch.Generator().manual_seed(3 * 1_000_003 + 5)
+    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), 600, True, generator=gen).view(2, 300)
+    want = torch.empty(2, 300, dtype=torch.long)
+    want[:, 0] = torch.randint(0, 97, (2,), generator=gen)
+    for i in range(1, 300):
+        want[:, i] = table[want[:, i - 1], choice[:, i]]
+    assert torch.equal(got, want)

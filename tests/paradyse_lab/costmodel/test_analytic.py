@@ -88,6 +88,29 @@ def test_single_gpu_has_no_communication():
             assert sum(c.comm_bytes().values()) == 0 and c.exposed_comm_s == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("model_name", ["gpt2", "llama", "bert"])
+def test_one_rank_prices_every_strategys_attention_as_the_one_kernel_it_runs(model_name):
+    """At p = 1 the ring strategies run one block: the whole sequence under the model's own mask
+    (runtime/ring_attention.py), so their attention costs what megatron_ts's single kernel costs."""
+    from paradyse_lab.costmodel.schedules import schedule
+
+    model = PRESETS[model_name]
+    seq = 4096
+    ts = schedule(model, "attention", StrategyOption("megatron_ts"), seq, 1, 1)
+    for name in ("megatron_cz", "metp"):
+        sch = schedule(model, "attention", StrategyOption(name), seq, 1, 1)
+        assert sch.attention_kernel_causal == model.causal
+        assert sch.attention_calls == ts.attention_calls
+        # same GEMMs and traffic except METP's recomputed first GEMM: compare the attention part only
+        attn = [flops / (A100.peak_flops * A100.attention_eff(keys, sch.attention_kernel_causal))
+                for flops, keys in sch.attention_calls]
+        ts_attn = [flops / (A100.peak_flops * A100.attention_eff(keys, ts.attention_kernel_causal))
+                   for flops, keys in ts.attention_calls]
+        assert attn == ts_attn
+    ring = schedule(model, "attention", StrategyOption("megatron_cz"), seq, 1, 2)
+    assert ring.attention_kernel_causal is False  # p > 1: zig-zag blocks charged as full blocks
+
+
 def test_faster_gpu_is_faster_and_more_memory_fits_longer():
     for name in USABLE:
         a = costs("gpt", 65536)[name]

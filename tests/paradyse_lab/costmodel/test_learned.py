@@ -221,8 +221,28 @@ def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
         t, m = cm.whole(StrategyOption(name), 32768)
         plan = [name] * model.layers
         assert problem.time_of(plan) == pytest.approx(t)
-        assert abs(problem.peak_bytes(plan) - m) <= 2 * model.layers  # integer division per sub-layer
+        scaled = m * cm.memory_scale(StrategyOption(name))  # in units of the option's own OOM threshold
+        assert abs(problem.peak_bytes(plan) - scaled) <= 2 * model.layers  # integer division per sub-layer
     assert cm.budget_bytes(10**12) == cm.oom_threshold_bytes == gpt_profile["peak_bytes"].max()
+
+
+def test_each_option_is_capped_at_its_own_profiled_peak(gpt_profile):
+    """The paper's OOM threshold is per strategy: an option planned beyond the largest peak seen while
+    profiling it does not fit, even where another option was seen to hold more memory."""
+    model = get_model("gpt")
+    short = gpt_profile[(gpt_profile["strategy"] != "megatron_cz") | (gpt_profile["seq_len"] <= 32768)]
+    cm = LearnedCostModel(fit_profiles("polynomial", short), model, A100)
+    cz, metp = StrategyOption("megatron_cz"), StrategyOption("metp")
+    cz_cap = int(short[short["strategy"] == "megatron_cz"]["peak_bytes"].max())
+    assert cm.strategy_thresholds[("megatron_cz", False)] == cz_cap < cm.oom_threshold_bytes
+    seq = next(s for s in (36864, 40960, 49152, 65536) if cz_cap < cm.whole(cz, s)[1] < cm.oom_threshold_bytes)
+    problem = problem_from_cost_model(LayerGraph(model), cm, seq, budget_bytes=cm.budget_bytes(10**12),
+                                      options=[cz, metp])
+    assert not problem.is_feasible(["megatron_cz"] * model.layers)  # past the memory megatron_cz was seen to run with
+    assert problem.is_feasible(["metp"] * model.layers) == (cm.whole(metp, seq)[1] <= cm.oom_threshold_bytes)
+    half = ["megatron_cz", "metp"] * (model.layers // 2)  # each layer charged its share of its option's threshold
+    expected = sum(cm.whole(StrategyOption(n), seq)[1] / cm.strategy_thresholds[(n, False)] for n in half)
+    assert problem.peak_bytes(half) == pytest.approx(expected / model.layers * cm.oom_threshold_bytes, rel=1e-6)
 
 
 def test_residual_scales_the_analytic_structure(gpt_profile):

@@ -127,3 +127,19 @@ def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
         detail = [(k.shape, k.dtype, k.nbytes) for k in rec.kept.values()]
         assert rec.nbytes == analytic, f"{strategy} {kind} {recompute}: measured {rec.nbytes}, analytic {analytic}: " \
             f"{detail}"
+
+
+@pytest.mark.parametrize("spec", [SPEC, LLAMA_SPECS[2]], ids=["gpt", "llama-gqa"])
+def test_kept_bytes_match_analytic_on_one_rank(spec):
+    """p = 1: a ring strategy's q, k, v are slices of the one QKV output; each kept slice must own its
+    storage (a kept view of v keeps the whole output alive under rotary embeddings, which copy q and k)."""
+    from runtime.measure.profiler import measure_kept_bytes
+    from runtime.reference import GPTConfig
+
+    cfg = GPTConfig.from_model_spec(spec)
+    for strategy in STRATEGIES:
+        for kind in ("attention", "mlp"):
+            rec = measure_kept_bytes(kind, strategy, False, cfg, 1, SEQ)
+            analytic = schedule(spec, kind, StrategyOption(strategy), SEQ, 1, 1).kept_bytes
+            detail = [(k.shape, k.nbytes) for k in rec.kept.values()]
+            assert rec.nbytes == analytic, f"{strategy} {kind}: measured {rec.nbytes}, analytic {analytic}: {detail}"

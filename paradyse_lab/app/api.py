@@ -1,0 +1,180 @@
+"""The public Python API (`import paradyse_lab`; docs/api.md): plan a step, build the model, train it, save and
+load it, export it.
+
+    import paradyse_lab as pl
+    plan = pl.plan_step("llama-tiny", p=2, seq_len=64, solver="dp")      # -> Plan: strategies, time, memory
+    model = pl.build_model("llama-tiny", group)                          # ParallelGPT in the caller's group
+    loss = pl.train_step(model, plan, tokens, optimizer)                 # forward + backward + optimizer step
+    pl.save("ck", step, model, optimizer); pl.load("ck", model, optimizer)
+    pl.export_hf("ck", "hf-folder")                                      # transformers' from_pretrained loads it
+
+The planner is the one `paradyse-lab plan` runs (a SearchProblem from the cost model, solved by a solver);
+the model is runtime.model.ParallelGPT; checkpoints are runtime/dcp_checkpoint.py's (any world size); the
+export is runtime/hf_export.py's. Every function runs on every rank of the caller's process group (the
+caller sets the group up: torchrun, or `torch.distributed.init_process_group`), and the plan is pure Python
+(no torch), the same on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from paradyse_lab.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A solver's plan for one training step, with the cost model's prediction."""
+
+    strategies: tuple[str, ...]
+    """One option (`NAME` or `NAME+recompute`) per decision: per layer, or per sub-layer (attention, MLP)."""
+    predicted_time_s: float
+    """Forward + backward seconds of the step on the cluster, per the cost model."""
+    memory: dict[str, int]
+    """Peak bytes per GPU and its parts: `fixed` (model states, embedding and head), `kept_activations` (kept
+    for the backward by every decision), `transient` (the largest working set), `peak`, and the `budget`."""
+    feasible: bool
+    """Whether the peak fits the budget."""
+    solver: str
+    """The solver that chose it, and its answer: 'optimal', 'feasible' or 'infeasible'."""
+    status: str
+    p: int
+    """GPUs (ranks) the step is planned for."""
+    seq_len: int
+    """Tokens of the step (a pack: its documents padded once to the layout unit)."""
+    documents: tuple[int, ...] | None = None
+    """The pack's document lengths, or None for one sequence."""
+
+
+def _model_spec(model):
+    """A ModelSpec from a ModelSpec, a preset name, a config.json, or a Hugging Face folder."""
+    from paradyse_lab.model_spec import ModelSpec, get_model
+
+    if isinstance(model, ModelSpec):
+        return model
+    path = Path(str(model))
+    return get_model(str(path / "config.json") if path.is_dir() else str(model))
+
+
+def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
+              cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
+              batch: int = 1, budget_gb: float | None = None, cost_model: str = "analytic",
+              strategies: Sequence[str] | None = None) -> Plan:
+    """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
+    `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
+    of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
+    options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
+    'sublayer'; `budget_gb` (default the GPU's memory); `cost_model` as `paradyse-lab plan --cost-model`."""
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.costmodel.factory import build_cost_model
+    from paradyse_lab.costmodel.lowering import problem_from_cost_model
+    from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
+    from paradyse_lab.layer_graph import LayerGraph
+    from paradyse_lab.strategies import USABLE, layout_unit, options
+    from solvers import get_solver
+
+    if (seq_len is None) == (documents is None):
+        raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
+    spec = _model_spec(model)
+    cm = build_cost_model(cost_model, spec, get_cluster(cluster or DEFAULT_CLUSTER), p)
+    if documents is not None:
+        step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
+        cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
+    problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
+                                      budget_bytes=int(budget_gb * 1e9) if budget_gb else None,
+                                      options=options(tuple(strategies or USABLE), recompute))
+    solution = get_solver(solver).solve(problem)
+    return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
+                memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
+                status=solution.status, p=p, seq_len=int(seq_len),
+                documents=tuple(documents) if documents is not None else None)
+
+
+def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
+    """The parts of a plan's peak bytes (SearchProblem.peak_bytes: fixed + kept + largest transient)."""
+    idx = problem.indices(plan)
+    rows = range(len(idx))
+    kept = int(sum(int(problem.kept_bytes[r, i]) for r, i in zip(rows, idx)))
+    transient = max(problem.fixed_transient_bytes, max(int(problem.transient_bytes[r, i]) for r, i in zip(rows, idx)))
+    return {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
+            "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+
+
+def build_model(source, group=None, *, seed: int = 0):
+    """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
+    Hugging Face folder (its weights, each rank reading only its slices), or from a preset name, config.json,
+    ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the same on every rank)."""
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig
+
+    if isinstance(source, GPTConfig):
+        return ParallelGPT(source, group, seed=seed)
+    path = Path(str(source))
+    if path.is_dir():  # a folder without safetensors is an error, not a random initialisation
+        return ParallelGPT.from_hf_folder(path, group)
+    return ParallelGPT(GPTConfig.from_model_spec(_model_spec(source)), group, seed=seed)
+
+
+def _plan_names(plan) -> list[str]:
+    return list(plan.strategies if isinstance(plan, Plan) else plan)
+
+
+def forward_backward(model, plan, tokens, labels=None):
+    """Forward and backward of one step under `plan` (a Plan or a list of option names): `tokens` [b, s] is the
+    whole step, the same on every rank (each keeps its zig-zag share); `labels` [b, s] default the next tokens.
+    Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
+    import torch
+
+    from runtime.layout import shard_sequence
+
+    if labels is None:
+        labels = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -100)], dim=1)  # [b, s]: next tokens
+    device = next(model.parameters()).device
+    ids, targets = (shard_sequence(x, 1, model.group).to(device) for x in (tokens, labels))  # [b, s] -> [b, s/p]
+    _, loss = model(ids, _plan_names(plan), targets)
+    loss.backward()
+    return loss.detach()
+
+
+def train_step(model, plan, tokens, optimizer, labels=None) -> float:
+    """`forward_backward`, then the optimizer's step and zeroed gradients; returns the loss."""
+    loss = forward_backward(model, plan, tokens, labels)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss)
+
+
+def save(directory, step: int, model, optimizer) -> Path:
+    """Checkpoint `model`'s weights and `optimizer`'s state as `directory`/step-N (torch.distributed.checkpoint,
+    atomic, checksummed); every rank calls it. Returns the checkpoint's folder."""
+    from runtime import dcp_checkpoint
+
+    return dcp_checkpoint.save(directory, step, dict(model.named_parameters()), optimizer, model.cfg, {},
+                               dcp_checkpoint.model_record(model.cfg), model.group)
+
+
+def load(directory, model, optimizer=None) -> int:
+    """Load the newest verifying checkpoint under `directory` (or the checkpoint `directory` itself), written
+    at any world size, into `model` (and `optimizer`, when given); every rank calls it. Returns its step."""
+    import torch
+
+    from runtime import dcp_checkpoint
+
+    path = Path(directory)
+    if not (path / "meta.json").is_file():
+        path = dcp_checkpoint.resumable(directory, {}, model.group)
+        if path is None:
+            raise UserInputError(f"no checkpoint under {str(directory)!r}")
+    opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=0.0)  # state unused
+    return dcp_checkpoint.load(path, dict(model.named_parameters()), opt, model.cfg, {}, model.group)["step"]
+
+
+def export_hf(checkpoint, out, max_shard_size: str = "5GB") -> dict:
+    """Write `checkpoint` (a step-N folder, or the newest in a checkpoint folder) as a Hugging Face folder `out`
+    (`paradyse-lab export-hf`); call on one process. Returns what was written."""
+    from runtime.hf_export import export_hf as export
+    from runtime.hf_export import parse_size
+
+    return export(checkpoint, out, parse_size(max_shard_size, "max_shard_size"))

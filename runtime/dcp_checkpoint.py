@@ -1,0 +1,353 @@
+"""Training checkpoints through torch.distributed.checkpoint (DCP): written at p ranks, resumed at any p'.
+
+Library module (no command; runtime/train.py writes and reads them, `paradyse-lab export-hf` reads them).
+Layout under DIR:
+
+    DIR/step-000120/.metadata, __R_0.distcp ...   DCP's files: every tensor as chunks of its global shape
+    DIR/step-000120/meta.json                      run settings, step, world size, model shapes, SHA-256 of
+                                                   every DCP file
+    DIR/latest                                     the name of the newest complete checkpoint
+
+What is saved: every trained tensor (the fp32 master weights on GPU, the weights on CPU) and AdamW's two
+moments of each, as global tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/layout.py) are not
+one contiguous block per rank: rank r holds row block r of each row section (q | k | v, gate | up). So each
+section is its own DCP tensor, saved as a `DTensor` sharded by rows (`Shard(0)`) over the ranks; replicated
+tensors (embeddings, norms, head) are plain tensors, which DCP writes once. Loading builds the same global
+tensors sharded for the new world size and DCP reads each rank's rows from whichever files hold them: the
+resharding. At p = 1 the tensors are plain (full), and no process group is needed (`read_full` also reads a
+checkpoint without one: export-hf).
+
+Guarantees (as the per-rank format of runtime/checkpoint.py, whose folder helpers this module shares):
+atomic (DCP writes into `DIR/.tmp-step-N`; rank 0 records every file's SHA-256 in meta.json, renames the folder
+and replaces `latest`; a crash leaves the previous checkpoint named, and a failed write on any rank, a full
+disk, stops every rank with one line and removes the partial folder), verified before use (`resumable` takes the
+newest checkpoint whose files match their hashes, the ranks agreeing; damaged ones are skipped with a note),
+never written over (`checkpoint.refuse_overwrite`), and the settings check (another model, seed, lr, ...
+is a `UserInputError`). The world size is recorded, not required.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.result_key import file_digest
+from runtime import comm
+from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
+from runtime.layout import SHARDED, row_sections
+
+FORMAT = "torch.distributed.checkpoint"
+"""meta.json's `format`; the per-rank files of runtime/checkpoint.py have none."""
+MOMENTS = ("exp_avg", "exp_avg_sq")
+"""AdamW's per-parameter state tensors."""
+
+
+def sections_of(key: str, cfg) -> tuple[int, ...] | None:
+    """The global row sections of runtime tensor `key` when it is sharded (w1, b1 of a sub-layer: q | k | v or
+    gate | up; w2: one), None when it is replicated."""
+    prefix, _, name = key.rpartition(".")
+    if not prefix.startswith("layers.") or name not in SHARDED:
+        return None
+    kind = "attention" if prefix.endswith(".attn") else "mlp"
+    n1, n2 = cfg.sublayer_shapes(kind)
+    return row_sections(kind, n1, n2) if name in ("w1", "b1") else (n2,)
+
+
+def _mesh(group):
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh.from_group(group or dist.group.WORLD, "cuda" if comm.is_nccl(group) else "cpu")
+
+
+def _global(local: torch.Tensor, rows: int, mesh) -> torch.Tensor:
+    """`local` [rows/p, ...] (this rank's row block) as a DTensor of the global [rows, ...] (no communication);
+    as it is when there is no mesh (p = 1: the block is the whole)."""
+    if mesh is None:
+        return local
+    from torch.distributed.tensor import DTensor, Shard
+
+    shape = torch.Size((rows, *local.shape[1:]))
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
+
+
+def _entries(name: str, value: torch.Tensor, cfg, p: int, mesh) -> dict[str, torch.Tensor]:
+    """DCP entries of one of this rank's tensors: one per row section (its block of each), or the tensor
+    itself when replicated; nothing for a [0]-sized tensor (an absent bias)."""
+    sections = sections_of(name, cfg)
+    if value.numel() == 0:
+        return {}
+    if sections is None:
+        return {name: value}
+    blocks = value.split([n // p for n in sections])  # [n1/p, ...] -> one [n/p, ...] per section
+    return {f"{name}.{i}": _global(b, n, mesh) for i, (b, n) in enumerate(zip(blocks, sections))}
+
+
+def _local(entries: dict[str, torch.Tensor], name: str, like: torch.Tensor, cfg) -> torch.Tensor:
+    """Inverse of `_entries`: this rank's tensor from its (loaded) entries."""
+    sections = sections_of(name, cfg)
+    if like.numel() == 0:
+        return like
+    if sections is None:
+        return entries[name]
+    parts = [entries[f"{name}.{i}"] for i in range(len(sections))]
+    return torch.cat([x.to_local() if hasattr(x, "to_local") else x for x in parts])  # [n/p, ...] each -> [n1/p, ...]
+
+
+def _state(trained: dict[str, torch.Tensor], opt, cfg, p: int, mesh) -> dict[str, torch.Tensor]:
+    """The DCP state dict of the trained tensors and their AdamW moments (those that have any)."""
+    out: dict[str, torch.Tensor] = {}
+    steps = set()
+    for name, param in trained.items():
+        out.update({f"model.{k}": v for k, v in _entries(name, param.detach(), cfg, p, mesh).items()})
+        state = opt.state.get(param, {})
+        if param.numel() and state:
+            if set(state) != {"step", *MOMENTS}:
+                raise UserInputError(f"a checkpoint holds Adam's or AdamW's state ({', '.join(MOMENTS)}, step); this "
+                                     f"optimizer keeps {', '.join(sorted(state))}")
+            steps.add(float(state["step"]))
+            for moment in MOMENTS:
+                out.update({f"optim.{moment}.{k}": v for k, v in _entries(name, state[moment], cfg, p, mesh).items()})
+    if len(steps) > 1:
+        raise RuntimeError(f"AdamW's parameters are at different steps {sorted(steps)}; cannot checkpoint")
+    if steps:
+        out["optim.step"] = torch.tensor(steps.pop())
+    return out
+
+
+def _process_group(group):
+    """DCP's arguments for `group`: without torch.distributed (one process), no collectives."""
+    if dist.is_available() and dist.is_initialized():
+        return {"process_group": group}
+    return {"no_dist": True}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """DCP warns that it assumes one process whenever torch.distributed is not initialised, even when told."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _failure(rank: int, err: BaseException) -> str:
+    """One line naming the rank and what went wrong (a full disk, a read-only folder)."""
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"rank {rank}: {getattr(err, 'strerror', None) or err}{where}"
+
+
+def _write(state: dict, tmp: Path, group) -> str | None:
+    """DCP's collective write of every rank's entries into `tmp`; None, or the first failing rank's error (DCP
+    gathers every rank's write results, so all ranks see the same failure)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint import save as dcp_save
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        with _quiet():
+            dcp_save(state, storage_writer=FileSystemWriter(tmp), **_process_group(group))
+    except CheckpointException as err:
+        rank, (exc, _) = min(err.failures.items(), key=lambda kv: kv[0])
+        return _failure(rank, exc)
+    except OSError as err:
+        return _failure(comm.rank(group), err)
+    return None
+
+
+def _publish(root: Path, tmp: Path, final: Path, meta: dict) -> str | None:
+    """Rank 0: meta.json with every file's SHA-256, the rename of `tmp` to `final`, `latest`; None or what went
+    wrong."""
+    try:
+        hashes = {f.name: file_digest(f) for f in sorted(tmp.iterdir()) if f.is_file()}
+        _replace_text(tmp / "meta.json", json.dumps({**meta, "sha256": hashes}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _replace_text(root / "latest", final.name)
+    except OSError as err:
+        (root / "latest.part").unlink(missing_ok=True)
+        return _failure(0, err)
+    return None
+
+
+def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt, cfg, meta: dict,
+         extra: dict | None = None, group=None) -> Path:
+    """Publish checkpoint `step` of the named trained tensors (this rank's shards) and `opt`'s state; `meta`
+    is the run's settings (checked on resume), `extra` more for meta.json (not checked). A collective.
+
+    A write that fails on any rank (a full disk, a read-only folder) stops every rank with `RunStopped`: one
+    line naming the rank and the error; the partial `.tmp-step-*` folder is removed and the previous
+    checkpoint, and `latest`, stay as they were."""
+    root, name = Path(directory), f"step-{step:06d}"
+    tmp, final = root / f".tmp-{name}", root / name
+    r, p = comm.rank(group), comm.size(group)
+    state = _state(trained, opt, cfg, p, _mesh(group) if p > 1 else None)  # refuses an optimizer it cannot keep
+    error = None
+    if r == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as err:
+            error = _failure(0, err)
+    error = _agreed_failure(error, group)
+    if error is None:
+        error = _agreed_failure(_write(state, tmp, group), group)
+    if error is None and r == 0:
+        error = _publish(root, tmp, final, {**meta, **(extra or {}), "format": FORMAT, "step": step,
+                                            "world_size": p})
+    error = _agreed_failure(error, group)
+    if error is not None:
+        if r == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _barrier(group)  # the partial folder is gone before any rank reports
+        raise RunStopped(f"checkpoint {name} was not written ({error}); the partial files are removed and the "
+                         "previous checkpoint is kept")
+    return final
+
+
+def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
+    if meta.get("format") != FORMAT:
+        raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab; resume it "
+                             "with that version, or start a new --checkpoint-dir")
+    for key, value in meta_expected.items():
+        if key in meta and meta[key] != value:
+            raise UserInputError(f"checkpoint {path} has {key}={meta[key]!r}; this run has {value!r} (resume with "
+                                 f"the same --{key.replace('_', '-')}, or start a new --checkpoint-dir)")
+
+
+def _verifies(path: Path, meta: dict) -> bool:
+    """Every file meta.json lists is there with its recorded SHA-256, and it lists DCP's metadata."""
+    hashes = meta.get("sha256") or {}
+    return ".metadata" in hashes and all((path / n).is_file() and file_digest(path / n) == d for n, d in hashes.items())
+
+
+def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) -> Path | None:
+    """The newest checkpoint under `directory` that verifies (rank 0 hashes the files, every rank takes its
+    answer), or None when there is none at all; a `UserInputError` when checkpoints exist but none verifies, or
+    the newest readable one belongs to another run. A collective: every rank calls it."""
+    problems = []
+    for path in checkpoints(directory):
+        try:
+            meta = read_meta(path)
+        except ValueError as err:
+            problems.append(f"{path.name}: {err}")
+            continue
+        _check_settings(path, meta, meta_expected)
+        if _all_true(_verifies(path, meta) if comm.rank(group) == 0 else True, group):
+            if problems and log is not None:
+                log(f"resuming from {path.name}; skipped damaged checkpoints: {'; '.join(problems)}")
+            return path
+        problems.append(f"{path.name}: a file does not match its checksum (truncated or damaged)")
+    if problems:
+        raise UserInputError(f"no checkpoint under {directory} verifies ({'; '.join(problems)}); remove them or "
+                             "choose another --checkpoint-dir")
+    return None
+
+
+def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expected: dict, group=None) -> dict:
+    """Read checkpoint `path` (of any world size) into this rank's trained tensors and `opt`'s state, resharded
+    for this world size; returns its meta.json. A collective."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import load as dcp_load
+
+    path = Path(path)
+    try:
+        meta = read_meta(path)
+    except ValueError as err:
+        raise UserInputError(f"checkpoint {path}: {err}") from None
+    _check_settings(path, meta, meta_expected)
+    p = comm.size(group)
+    mesh = _mesh(group) if p > 1 else None
+    reader = FileSystemReader(path)
+    saved = set(reader.read_metadata().state_dict_metadata)
+    template = _state_template(trained, saved, cfg, p, mesh)
+    with _quiet():
+        dcp_load(template, storage_reader=reader, **_process_group(group))
+    weights, moments = _strip(template, "model."), {m: _strip(template, f"optim.{m}.") for m in MOMENTS}
+    with torch.no_grad():
+        for name, param in trained.items():
+            param.copy_(_local(weights, name, param, cfg))
+            if param.numel() and any(k == name or k.startswith(name + ".") for k in moments["exp_avg"]):
+                opt.state[param] = {"step": template["optim.step"].clone(),
+                                    **{m: _local(moments[m], name, param, cfg).clone() for m in MOMENTS}}
+    return meta
+
+
+def _strip(entries: dict, prefix: str) -> dict:
+    return {k[len(prefix):]: v for k, v in entries.items() if k.startswith(prefix)}
+
+
+def _state_template(trained: dict[str, torch.Tensor], saved: set[str], cfg, p: int, mesh) -> dict:
+    """Zero tensors of this rank's shapes for every entry the checkpoint holds (moments only where saved)."""
+    out = {}
+    for name, param in trained.items():
+        zeros = torch.zeros_like(param, dtype=torch.float32)
+        out.update({f"model.{k}": v for k, v in _entries(name, zeros, cfg, p, mesh).items()})
+        for moment in MOMENTS:
+            entries = _entries(name, torch.zeros_like(zeros), cfg, p, mesh)
+            out.update({f"optim.{moment}.{k}": v for k, v in entries.items() if f"optim.{moment}.{k}" in saved})
+    if "optim.step" in saved:
+        out["optim.step"] = torch.tensor(0.0)
+    return out
+
+
+def read_entries(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """(every saved tensor as a full global tensor, by its DCP name: `model.NAME[.SECTION]`,
+    `optim.MOMENT.NAME[.SECTION]`, `optim.step`; meta.json) of checkpoint `path`, whatever world size wrote it,
+    in this process alone (no process group). Verified first: a damaged checkpoint is a `UserInputError`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    path = Path(path)
+    try:
+        meta = read_meta(path)
+    except ValueError as err:
+        raise UserInputError(f"checkpoint {path}: {err}") from None
+    _check_settings(path, meta, {})
+    if not _verifies(path, meta):
+        raise UserInputError(f"checkpoint {path}: a file does not match its checksum (truncated or damaged)")
+    reader = FileSystemReader(path)
+    entries = {k: torch.empty(md.size, dtype=md.properties.dtype)
+               for k, md in reader.read_metadata().state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
+    with _quiet():
+        dcp_load(entries, storage_reader=reader, no_dist=True)
+    return entries, meta
+
+
+def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """(the full model state dict in the runtime's names, meta.json) of checkpoint `path` (`read_entries`):
+    for export-hf and tests."""
+    from runtime.reference import GPTConfig, GPTParams
+
+    entries, meta = read_entries(path)
+    cfg = config_of(meta, GPTConfig)
+    weights = _strip(entries, "model.")
+    return {name: _local(weights, name, like, cfg) for name, like in GPTParams(cfg).state_dict().items()}, meta
+
+
+def model_record(cfg, init_from: str = "") -> dict:
+    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`) and
+    the config.json of the Hugging Face folder it started from (`hf_config`), for export-hf."""
+    import dataclasses
+
+    from runtime.hf_weights import read_config
+
+    return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(init_from) if init_from else None}
+
+
+def config_of(meta: dict, cls):
+    """The `GPTConfig` (cls) recorded in a checkpoint's meta.json (`architecture`)."""
+    arch = dict(meta.get("architecture") or {})
+    if not arch:
+        raise UserInputError("the checkpoint's meta.json records no architecture (written before export-hf existed)")
+    if arch.get("rope_llama3") is not None:
+        arch["rope_llama3"] = tuple(arch["rope_llama3"])
+    return cls(**arch)

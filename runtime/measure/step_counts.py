@@ -1,0 +1,190 @@
+"""What one training step of the runtime dispatches besides its GEMMs, attention kernels and collectives:
+operator launches and the bytes the memory-bound operators move.
+
+Library module of `paradyse-lab calibrate` (runtime/measure/calibrate.py), which writes the counts into the
+measured cluster file (`[step_counts]`, paradyse_lab/measured_cluster.py) for the analytic model to price:
+launches x the measured launch cost, bytes / the measured memory bandwidth (costmodel/analytic.py). These are
+counts of what the runtime does, taken with `TorchDispatchMode` on one process playing rank 0 of a p-rank
+world (runtime/fake_group.py), not fits to times.
+
+- Counted: every aten operator dispatched in forward + backward of one sub-layer (per strategy option and
+  kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
+  runtime/train.py times (`optimizer`).
+- Not counted, because other measurements price them: matrix products (`GEMM_OPS`, the GEMM efficiency
+  curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
+  curves) and everything inside runtime/comm.py's collectives (the alpha-beta fits).
+- Bytes of an operator: its tensor inputs plus its tensor outputs (read once, written once); a view moves
+  nothing and launches nothing (`OpOverload.is_view`), an allocation (`empty*`) moves nothing.
+- Bytes grow linearly with the tokens (norms, residuals, activations) and with the weights (ZeRO-3 and METP
+  layout copies), so two lengths give `bytes = fixed + per_token x tokens` exactly; launches do not depend on
+  the length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "linear", "addbmm", "dot"})
+"""aten operators priced by the GEMM efficiency curve, not counted here."""
+COMM_FUNCTIONS = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce", "exchange", "ring_exchange",
+                  "chain_broadcast", "chain_reduce")
+"""runtime/comm.py functions whose work the collective fits price."""
+
+
+@dataclass(frozen=True)
+class OpCount:
+    """Launches and memory-bound bytes of one piece of a step, bytes as fixed + per_token x tokens."""
+
+    launches: int
+    bytes_fixed: float
+    bytes_per_token: float
+
+    def bytes_at(self, tokens: int) -> float:
+        return max(0.0, self.bytes_fixed + self.bytes_per_token * tokens)
+
+
+class _Counter:
+    """The dispatch mode's tally; `skip` > 0 inside priced-elsewhere calls."""
+
+    def __init__(self):
+        self.launches, self.bytes, self.skip = 0, 0, 0
+
+
+def _tensor_bytes(values) -> int:
+    import torch
+
+    total = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+        elif isinstance(v, (list, tuple)):
+            total += _tensor_bytes(v)
+    return total
+
+
+@contextlib.contextmanager
+def counting():
+    """Count launches and bytes of the aten operators dispatched inside (module docstring)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from runtime import attention, comm
+
+    tally = _Counter()
+
+    def skipping(fn):
+        def wrapper(*args, **kwargs):
+            tally.skip += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tally.skip -= 1
+        return wrapper
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if tally.skip or func.is_view or name in GEMM_OPS or name.startswith("empty"):
+                return out
+            tally.launches += 1
+            tally.bytes += _tensor_bytes(args) + _tensor_bytes((kwargs or {}).values()) + _tensor_bytes([out])
+            return out
+
+    patched = [(attention, n) for n in ("_run", "_run_masked")] + [(comm, n) for n in COMM_FUNCTIONS]
+    originals = [(mod, n, getattr(mod, n)) for mod, n in patched]
+    try:
+        for mod, n, fn in originals:
+            setattr(mod, n, skipping(fn))
+        with Mode():
+            yield tally
+    finally:
+        for mod, n, fn in originals:
+            setattr(mod, n, fn)
+
+
+def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[int, int]:
+    """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (runtime/measure/profiler.py's
+    `measure_kept_bytes` set-up)."""
+    import torch
+
+    from paradyse_lab.strategies import StrategyOption
+    from runtime.fake_group import FakeGroup
+    from runtime.layout import PARAM_NAMES, shard_sublayer
+    from runtime.model import STRATEGY_MODULES
+    from runtime.sublayer import make_ctx, run_sublayer
+
+    opt = StrategyOption.parse(option)
+    gen = torch.Generator().manual_seed(0)
+    h = cfg.hidden
+    n1, n2 = cfg.sublayer_shapes(kind)
+    nb, bias = (h if cfg.norm == "layernorm" else 0), cfg.bias
+    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(nb), "b2": torch.zeros(h if bias else 0),
+            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1 if bias else 0),
+            "w2": torch.randn(n2, h, generator=gen) * 0.02}
+    shard = shard_sublayer(full, kind, 0, p)
+    params = [shard[n].requires_grad_() for n in PARAM_NAMES]
+    x = torch.randn(1, seq_len // p, h, generator=gen).requires_grad_()  # [b, t, h]
+    ctx = make_ctx(cfg, FakeGroup(p, 0), kind, seq_len)
+    module = STRATEGY_MODULES[opt.strategy]
+    impl = module.ATTENTION if kind == "attention" else module.MLP
+    dy = torch.randn(1, seq_len // p, h, generator=gen)
+    with counting() as tally:
+        run_sublayer(impl, ctx, opt.recompute, x, params).backward(dy)
+    return tally.launches, tally.bytes
+
+
+def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """(launches, bytes) of forward + backward of the whole model under `option` on every layer at each of
+    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/train.py."""
+    import torch
+
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0)
+    gen = torch.Generator().manual_seed(0)
+    plan = [option] * cfg.layers
+    tallies = []
+    for s in lengths:
+        ids = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)  # [b, t]
+        labels = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)
+        model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts: gradients assigned, not added
+        with counting() as tally:
+            model(ids, plan, labels)[1].backward()
+        tallies.append((tally.launches, tally.bytes))
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, weight_decay=0.01)
+    opt.step()  # the first step allocates the states; count a later one (the gradients are still there)
+    with counting() as tally:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return tallies, (tally.launches, tally.bytes)
+
+
+def _linear(a: tuple[int, int], b: tuple[int, int], tokens: tuple[int, int]) -> OpCount:
+    """`OpCount` through the (launches, bytes) tallies at two token counts."""
+    per = (b[1] - a[1]) / (tokens[1] - tokens[0])
+    return OpCount(max(a[0], b[0]), float(a[1] - per * tokens[0]), float(per))
+
+
+def step_counts(cfg, p: int, options, lengths: tuple[int, int],
+                model_lengths: tuple[int, int] | None = None) -> dict[str, OpCount]:
+    """Counts keyed "OPTION.attention", "OPTION.mlp" per option, "fixed" and "optimizer" (module docstring),
+    from tallies of the sub-layers at the two `lengths` and of the whole model at `model_lengths` (default
+    the same; distinct, each splitting over p). The embedding backward's traffic is not linear in the tokens
+    at a handful of tokens, so the whole model is best counted at lengths a run uses."""
+    s1, s2 = lengths
+    model_lengths = model_lengths or lengths
+    out: dict[str, OpCount] = {}
+    for option in options:
+        for kind in ("attention", "mlp"):
+            out[f"{option}.{kind}"] = _linear(_sublayer_tally(cfg, kind, option, p, s1),
+                                              _sublayer_tally(cfg, kind, option, p, s2), (s1, s2))
+    first = next(iter(options))
+    layers = [out[f"{first}.attention"], out[f"{first}.mlp"]]
+    whole, optimizer = _model_tallies(cfg, first, p, model_lengths)
+    rest = [(max(w[0] - cfg.layers * sum(c.launches for c in layers), 0),
+             w[1] - cfg.layers * sum(c.bytes_at(s) for c in layers)) for w, s in zip(whole, model_lengths)]
+    out["fixed"] = _linear(rest[0], rest[1], model_lengths)
+    out["optimizer"] = OpCount(optimizer[0], float(optimizer[1]), 0.0)
+    return out

@@ -1,0 +1,60 @@
+"""The public API (`import paradyse_lab`, paradyse_lab/app/api.py, docs/api.md) on one process; its two-rank
+example is tests/runtime/weights_cases.py's `api-example`."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+import torch
+
+import paradyse_lab as pl
+from paradyse_lab.errors import UserInputError
+
+
+def test_version_and_names():
+    assert pl.__version__ == version("paradyse-lab")
+    assert all(callable(getattr(pl, name)) for name in pl.API)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pl.nope  # noqa: B018
+
+
+def test_plan_step_predicts_time_and_memory_parts():
+    plan = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
+    assert len(plan.strategies) == 4 and plan.feasible and plan.predicted_time_s > 0
+    parts = plan.memory
+    assert parts["peak"] == parts["fixed"] + parts["kept_activations"] + parts["transient"] <= parts["budget"]
+    tight = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True,
+                         budget_gb=(parts["peak"] - 1) / 1e9)  # the unconstrained plan no longer fits
+    assert tight.memory["peak"] < parts["peak"] and tight.predicted_time_s >= plan.predicted_time_s
+    sub = pl.plan_step("gpt2-tiny", p=2, documents=[300, 200, 101], granularity="sublayer", solver="static:metp")
+    assert sub.strategies == ("metp",) * 8 and sub.seq_len == 604 and sub.documents == (300, 200, 101)
+    with pytest.raises(UserInputError, match="exactly one of seq_len"):
+        pl.plan_step("gpt2-tiny", p=2, seq_len=64, documents=[32, 32])
+
+
+def test_train_save_load_in_one_process(tmp_path):
+    """Without a process group: two steps, a checkpoint, and a fresh model and optimizer that load it continue
+    exactly as the original does."""
+    plan = pl.plan_step("gpt2-tiny", p=1, seq_len=32, solver="static:megatron_ts")
+    tokens = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for seed in (0, 5):
+        model = pl.build_model("gpt2-tiny", seed=seed)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        if seed == 0:
+            losses = [pl.train_step(model, plan, tokens, opt) for _ in range(2)]
+            assert pl.save(tmp_path / "ck", 2, model, opt).name == "step-000002"
+        else:
+            assert pl.load(tmp_path / "ck", model, opt) == 2
+        runs.append(pl.train_step(model, plan, tokens, opt))
+    assert losses[1] < losses[0] and runs[0] == runs[1]
+
+
+def test_save_refuses_an_optimizer_state_it_cannot_keep(tmp_path):
+    model = pl.build_model("gpt2-tiny")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    pl.train_step(model, ["megatron_ts"] * 4, torch.randint(0, 512, (1, 16)), opt)
+    with pytest.raises(UserInputError, match="this optimizer keeps momentum_buffer"):
+        pl.save(tmp_path / "ck", 1, model, opt)
+    assert not (tmp_path / "ck").exists()  # refused before anything is written

@@ -1,0 +1,107 @@
+"""Hugging Face folders in (`train --init-from`, runtime/hf_weights.py) on one process: every rank's slices
+equal the layout's shard of the full conversion, the model gives transformers' logits, and bad folders are
+one-line errors. The first training step's loss against transformers': test_export_hf.py (GPT-2, one process)
+and weights_cases.py (LLaMA, two ranks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hf_folders import build, save
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
+from runtime.hf_weights import model_source, read_rank_state_dict
+from runtime.layout import shard_state_dict
+from runtime.model import ParallelGPT
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def folders(request, tmp_path_factory):
+    """(kind, the transformers model, its folder as one file, its folder in shards)."""
+    model = build(request.param)
+    root = tmp_path_factory.mktemp(request.param)
+    return request.param, model, save(model, root / "single", False), save(model, root / "sharded", True)
+
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+def test_each_rank_reads_its_own_slices(folders, p):
+    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once."""
+    _, model, single, sharded = folders
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, p).state_dict()
+    for rank in range(p):
+        want = shard_state_dict(full, rank, p)
+        for folder in (single, sharded):
+            got = read_rank_state_dict(folder, cfg, rank, p, like)
+            assert got.keys() == want.keys()
+            for key, value in want.items():
+                assert torch.equal(got[key], value), (folder.name, rank, key)
+
+
+def test_model_from_folder_matches_logits(folders):
+    """`ParallelGPT.from_hf_folder` (the API's entry) gives transformers' logits."""
+    _, model, single, _ = folders
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    ours = ParallelGPT.from_hf_folder(single)(ids, ["megatron_ts"] * 2)
+    with torch.no_grad():
+        assert_close(ours, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_folders_are_one_line_errors(folders, tmp_path):
+    _, _, single, _ = folders
+    with pytest.raises(UserInputError, match="not a folder"):
+        model_source("", str(tmp_path / "missing"))
+    with pytest.raises(UserInputError, match="has no config.json"):
+        model_source("", str(tmp_path))
+    (tmp_path / "config.json").write_text((single / "config.json").read_text())
+    with pytest.raises(UserInputError, match="holds no model.safetensors"):
+        ParallelGPT.from_hf_folder(tmp_path)
+    with pytest.raises(UserInputError, match="is not the model of --init-from"):
+        model_source("gpt2-tiny", str(single))
+    with pytest.raises(UserInputError, match="--model is required"):
+        model_source("", "")
+    config = json.loads((single / "config.json").read_text())
+    config["vocab_size"] = 128  # the tensors stay vocab 64
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
+    with pytest.raises(UserInputError, match="shape"):
+        ParallelGPT.from_hf_folder(tmp_path)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--init-from", "{tmp}/missing"], "--init-from '{tmp}/missing' is not a folder"),
+    ([], "--model is required"),
+    (["--init-from", "{tmp}", "--nproc", "2"], "has no config.json"),  # refused before any rank starts
+])
+def test_train_command_refuses_in_one_line(tmp_path, capsys, argv, expected):
+    from paradyse_lab.cli import main
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(["train", "--dataset", "uniform:8:8", "--steps", "1", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert expected.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("kind", ["llama-biases-tied", "mistral", "qwen2"])
+def test_other_llama_family_folders(kind, tmp_path):
+    """Biases on every linear layer with a tied head, Mistral, and Qwen2's q/k/v-only biases: each rank's slices
+    are its shard of the full conversion (p = 4), and the model gives transformers' logits."""
+    model = build(kind)
+    folder = save(model, tmp_path, sharded=True)
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, 4).state_dict()
+    for rank in range(4):
+        got, want = read_rank_state_dict(folder, cfg, rank, 4, like), shard_state_dict(full, rank, 4)
+        assert all(torch.equal(got[k], v) for k, v in want.items()) and got.keys() == want.keys()
+    ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert_close(ParallelGPT.from_hf_folder(folder)(ids, ["metp"] * 2), model(input_ids=ids).logits,
+                     rtol=1e-5, atol=1e-5)

@@ -1,0 +1,119 @@
+"""Distributed cases of real weights in and out (runtime_cases.py adds them to the per-world harness):
+a Hugging Face folder trained from with --init-from on two ranks, checkpointed there, resumed on one rank and
+on four (resharded by torch.distributed.checkpoint), and exported back to a folder transformers loads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+RESUME_TOL = 1e-5
+"""Loss of a resharded resume against the unbroken run: the same fp32 sums, reduced in another order."""
+
+
+def _shared_dir(rank: int) -> str:
+    import tempfile
+
+    box = [tempfile.mkdtemp(prefix="paradyse-weights-") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _copy_first_checkpoint(src: str, dst: str) -> None:
+    """`dst`: a checkpoint folder holding only `src`'s step-000002 (what a run stopped at step 2 leaves)."""
+    os.makedirs(dst)
+    shutil.copytree(os.path.join(src, "step-000002"), os.path.join(dst, "step-000002"))
+    with open(os.path.join(dst, "latest"), "w") as f:
+        f.write("step-000002")
+
+
+def init_reshard_export_case(rank: int, p: int, group) -> None:
+    """p = 4 world, three runs in sub-groups: (a) ranks 0-1 train 4 steps from a random LlamaForCausalLM folder
+    saved in shards (--init-from, the folder's config), checkpointing every 2 steps: the first loss is
+    transformers' (1e-4); (b) rank 0 alone and (c) all four ranks resume from (a)'s step-2 checkpoint: steps 3
+    and 4 give (a)'s losses (1e-5); (d) export-hf of (a)'s step-4 checkpoint (written by 2 ranks) loads in
+    transformers with the runtime's logits (1e-5)."""
+    import transformers
+    from hf_folders import build, hf_loss, save
+
+    from paradyse_lab.app.training import train
+    from runtime.dcp_checkpoint import read_full
+    from runtime.hf_export import export_hf
+    from runtime.reference import GPTConfig, ReferenceGPT
+    from runtime.train import TrainOptions, _tokens
+
+    root = _shared_dir(rank)
+    folder = os.path.join(root, "llama")
+    hf = build("llama") if rank < 2 else None  # the ranks of run (a)
+    if rank == 0:
+        save(hf, Path(folder), sharded=True)
+    pair, alone = dist.new_group([0, 1]), dist.new_group([0])
+    dist.barrier()
+    common = {"model": "", "init_from": folder, "dataset": "uniform:48:48", "max_len": 48, "progress": False,
+              "policy": "static:megatron_cz", "checkpoint_every": 2, "lr": 1e-2}
+    straight = None
+    if rank < 2:
+        opts = TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common)
+        straight = [r["loss"] for r in train(opts, pair)]
+        assert abs(straight[0] - hf_loss(hf, _tokens(opts, 0, 1, 48, 64))) < 1e-4
+    box = [straight]
+    dist.broadcast_object_list(box, src=0)
+    straight = box[0]
+    if rank == 0:
+        for name in ("b", "c"):
+            _copy_first_checkpoint(os.path.join(root, "a"), os.path.join(root, name))
+        alone_log = train(TrainOptions(steps=4, resume=True, checkpoint_dir=os.path.join(root, "b"), **common), alone)
+        assert [r["step"] for r in alone_log] == [3, 4]
+        assert_close(torch.tensor([r["loss"] for r in alone_log]), torch.tensor(straight[2:]), rtol=0,
+                     atol=RESUME_TOL)
+    dist.barrier()
+    four = train(TrainOptions(steps=4, resume=True, checkpoint_dir=os.path.join(root, "c"), **common))
+    assert [r["step"] for r in four] == [3, 4]
+    assert_close(torch.tensor([r["loss"] for r in four]), torch.tensor(straight[2:]), rtol=0, atol=RESUME_TOL)
+    if rank == 0:
+        done = export_hf(os.path.join(root, "a"), os.path.join(root, "exported"), max_shard_bytes=30_000)
+        assert done["world_size"] == 2 and done["step"] == 4 and "model.safetensors.index.json" in done["files"]
+        reloaded = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(root, "exported")).eval()
+        full, _ = read_full(os.path.join(root, "a", "step-000004"))
+        ref = ReferenceGPT(GPTConfig.from_hf(hf.config))
+        ref.load_state_dict(full)
+        ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            assert_close(reloaded(input_ids=ids).logits, ref(ids), rtol=1e-5, atol=1e-5)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+def api_example_case(rank: int, p: int, group) -> None:
+    """examples/plan_and_train.py (the public API, docs/api.md) on these ranks: it plans a step, trains it (the
+    loss falls on its repeated tokens) and saves; the checkpoint loads into models of other seeds alike."""
+    import importlib.util
+
+    import paradyse_lab as pl
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "plan_and_train.py"
+    spec = importlib.util.spec_from_file_location("plan_and_train", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    root = _shared_dir(rank)
+    losses = example.main(os.path.join(root, "ck"), steps=8)
+    assert losses[-1] < losses[0] - 0.5, losses
+    models = [pl.build_model("llama-tiny", seed=seed) for seed in (1, 2)]
+    fresh = [q.detach().clone() for q in models[0].parameters()]
+    assert [pl.load(os.path.join(root, "ck"), m) for m in models] == [8, 8]
+    for a, b, before in zip(models[0].parameters(), models[1].parameters(), fresh):
+        assert torch.equal(a, b) and (a.numel() == 0 or not torch.equal(a, before))
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case}
+ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
+           "api-example": (2,)}  # the example's two ranks
