@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.typed_json import WrittenNumber
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p", "broadcast")
 """Collective kinds the cost model charges (p2p = one point-to-point send of a ring step)."""
@@ -362,7 +363,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     if path.resolve() in _bases:
         raise UserInputError(f"cluster file {str(path)!r}: its base chain comes back to itself")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"), parse_float=WrittenNumber)  # errors show the text
     except FileNotFoundError:
         raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
     except IsADirectoryError:
@@ -404,6 +405,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
         if key in scale:
             target, factor = scale[key]
+            if not math.isfinite(value * factor):  # checked before the conversion, shown as written
+                raise UserInputError(f"{path.name}: {key} must be a finite number in range, got {value!r}")
             kw[target] = int(value * factor) if target in ("memory_bytes", "reserve_bytes") else value * factor
         else:
             kw[key] = kind(value)
