@@ -16,12 +16,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from paradyse_lab.cluster_spec import get_cluster
-from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.workloads import get_workload
-from simulator.engine import Charger, simulate
-from simulator.policies import DEFAULT_GAMMA, PolicySpec, parse_policy
+from simulator.engine import simulate
+from simulator.planner import build_planner
+from simulator.policies import DEFAULT_GAMMA, PolicySpec
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
 
@@ -119,16 +119,13 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     truth = build_cost_model(truth_cost_model, model, cluster, profiles=profiles)
     plan = truth if plan_cost_model == truth_cost_model else build_cost_model(plan_cost_model, model, cluster,
                                                                                 profiles=profiles)
-    spec = PolicySpec.parse(policy_spec, setup.recompute, setup.granularity)
-    graph = LayerGraph(model, spec.granularity)
     budget = cluster.memory_bytes - setup.reserve_bytes
-    plan_budget = plan.budget_bytes(budget) if hasattr(plan, "budget_bytes") else budget
-    policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
-                          exclude=exclude, recompute=spec.recompute)
+    planner = build_planner(policy_spec, model, cluster, cost_model=plan, budget_bytes=budget,
+                            recompute=setup.recompute, granularity=setup.granularity, gamma=setup.gamma,
+                            smoothing=smoothing, exclude=exclude)
     workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
                             pack_order=setup.pack_order)
-    charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
-    return simulate(workload, policy, charger, progress=progress)
+    return simulate(workload, planner.policy, planner.charger(truth, setup.switch_memory), progress=progress)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,

@@ -38,7 +38,15 @@ class PolicySpec:
 
     @classmethod
     def parse(cls, spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
-        """Read the suffixes of `spec`; `recompute` and `granularity` (command-line flags) add to them."""
+        """Read `spec` once: its suffixes, to which `recompute` and `granularity` (command-line flags) add, and
+        its strategy or solver name, checked (one-line `UserInputError`s, before any work)."""
+        parsed = cls._read(spec, recompute, granularity)
+        parsed._check_names(spec)
+        return parsed
+
+    @classmethod
+    def _read(cls, spec: str, recompute: bool, granularity: str) -> PolicySpec:
+        """The suffixes of `spec` and the flags, unchecked names."""
         from paradyse_lab.layer_graph import GRANULARITIES
 
         if granularity not in GRANULARITIES:
@@ -60,6 +68,31 @@ class PolicySpec:
         if kind == "static" and recompute:
             return cls(spec + RECOMPUTE_SUFFIX, True, granularity)
         return cls(spec, recompute, granularity)
+
+    def _check_names(self, spec: str) -> None:
+        """The strategy of a static or restart policy, the solver of a dynamic one (without building it)."""
+        kind, arg = self.kind, self.arg
+        if kind in ("static", "restart"):
+            strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
+            if strategy not in USABLE or (kind == "restart" and arg != strategy):
+                valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
+                raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
+        elif kind == "dynamic" and arg:
+            from solvers.registry import check_solver_name
+
+            check_solver_name(arg)
+        else:
+            raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+
+    @property
+    def kind(self) -> str:
+        """`static`, `restart` or `dynamic`."""
+        return self.base.partition(":")[0]
+
+    @property
+    def arg(self) -> str:
+        """What follows the kind: `NAME[+recompute]` or the solver's name."""
+        return self.base.partition(":")[2]
 
     @property
     def name(self) -> str:
@@ -196,41 +229,24 @@ class StaticPolicy:
         return StepPlan(plan, float("nan"), True, 0.0)
 
 
-def check_policy_names(spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
-    """Check a policy's strategy or solver name without building it (one-line errors before any work)."""
-    parsed = PolicySpec.parse(spec, recompute, granularity)
-    kind, _, arg = parsed.base.partition(":")
-    if kind in ("static", "restart"):
-        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
-        if strategy not in USABLE or (kind == "restart" and arg != strategy):
-            valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
-            raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
-    elif kind == "dynamic" and arg:
-        from solvers.registry import check_solver_name
-
-        check_solver_name(arg)
-    else:
-        raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
-    return parsed
+Policy = StaticPolicy | DynamicPolicy
+"""What plans a run's steps: `decide(step, batch) -> StepPlan`."""
 
 
-def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
-                 smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
-                 restart_s: float = DEFAULT_RESTART_S):
-    """A policy from `static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER[+recompute][+sublayer]`
-    (`PolicySpec`; the +sublayer suffix is the caller's to honour when it builds `graph`)."""
-    parsed = check_policy_names(spec, recompute, graph.granularity)
-    kind, _, arg = parsed.base.partition(":")
-    if kind in ("static", "restart"):
-        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
-        return StaticPolicy(strategy, graph, restart=kind == "restart", restart_s=restart_s, recompute=arg != strategy,
-                            name=parsed.name)
-    recompute = parsed.recompute
-    if kind == "dynamic" and arg:
-        for name in exclude:
-            if name not in USABLE:
-                raise unknown_name("excluded strategy", name, USABLE)
-        strategies = tuple(s for s in USABLE if s not in exclude)
-        return DynamicPolicy(arg, cost_model, graph, budget_bytes, strategies, recompute, gamma, smoothing,
-                             name=parsed.name)
-    raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
+                 smoothing: bool = True, exclude: tuple[str, ...] = (),
+                 restart_s: float = DEFAULT_RESTART_S) -> Policy:
+    """The policy `spec` (read by `PolicySpec.parse`) over `graph` (built at `spec.granularity`), planning with
+    `cost_model` under `budget_bytes`. simulator/planner.py `build_planner` is the one caller that matters."""
+    if graph.granularity != spec.granularity:
+        raise ValueError(f"policy {spec.name} decides per {spec.granularity}, the graph per {graph.granularity}")
+    if spec.kind in ("static", "restart"):
+        strategy = spec.arg.removesuffix(RECOMPUTE_SUFFIX)
+        return StaticPolicy(strategy, graph, restart=spec.kind == "restart", restart_s=restart_s,
+                            recompute=spec.arg != strategy, name=spec.name)
+    for name in exclude:
+        if name not in USABLE:
+            raise unknown_name("excluded strategy", name, USABLE)
+    strategies = tuple(s for s in USABLE if s not in exclude)
+    return DynamicPolicy(spec.arg, cost_model, graph, budget_bytes, strategies, spec.recompute, gamma, smoothing,
+                         name=spec.name)

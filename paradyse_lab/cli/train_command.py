@@ -33,9 +33,9 @@ def options_from_args(args: argparse.Namespace):
     from runtime.options import from_namespace
     from runtime.train import TrainOptions
     from runtime.train_inputs import check_options
-    from simulator.policies import check_policy_names
+    from simulator.policies import PolicySpec
 
-    check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
+    PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")

@@ -626,7 +626,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     calls.clear()
     policy = mock.Mock(decide=disagreeing_solver)
-    with mock.patch("simulator.policies.parse_policy", return_value=policy):
+    with mock.patch("simulator.planner.build_policy", return_value=policy):
         log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=2, max_len=S, progress=False),
                     group)
     assert everyone([r["plan"] for r in log]) == [["TS,ME,UZ,CZ"] * 2] * p

@@ -112,7 +112,7 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
         asked.append(step)
         return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
 
-    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "pack_tokens": 16, "steps": 3}))
     ordered = sorted(lengths)  # a file's lengths in the workload's order
     want = [PackedStep(tuple(ordered[i] for i in step), 1) for step in pack_document_indices(ordered, 16)]
@@ -135,7 +135,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
         asked.append(step)
         return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
 
-    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         log = train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 4}))
     assert asked == [PackedStep(d, 1) for d in ((5, 9, 1), (14,), (7, 3), (5, 9, 1))]
     assert [r["docs"] for r in log] == [3, 1, 2, 3] and [r["seq_len"] for r in log] == [15, 14, 10, 15]
