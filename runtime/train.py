@@ -120,10 +120,14 @@ def decide_plan_on_rank0(decide, group=None):
     deterministic across processes (CP-SAT with several workers and a time limit can return different
     optimal or near-optimal plans), and ranks running different strategies post different collectives,
     which hangs NCCL or returns garbage. Other ranks never call `decide`."""
+    from paradyse_lab.plan import Plan
     from runtime import comm
 
     decision = decide() if comm.rank(group) == 0 else None
-    return comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
+    decision = comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
+    if not isinstance(getattr(decision, "plan", None), Plan):  # names would leave the model to guess the granularity
+        raise TypeError(f"a policy's decision must carry a paradyse_lab.plan.Plan, got {decision!r}")
+    return decision
 
 
 def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:
@@ -169,8 +173,9 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
 
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
     at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
-    the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
-    decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
+    the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (a
+    `paradyse_lab.plan.Plan`: one option per decision of the layer graph, and its granularity), `solve_s`,
+    `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
     import resource
@@ -280,7 +285,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
+            _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens)
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
@@ -307,7 +312,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
         row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
                "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-               "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
+               "peak_bytes": int(peak), "plan": _plan_text(decision.plan.names), "solve_s": decision.solve_s,
                "cached": decision.cached, "feasible": decision.feasible,
                "attention_kernel": "+".join(sorted(ran | ran_backward))}
         log.append(row)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from paradyse_lab.costmodel.packed import PackedStep, step_problem
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.plan import Plan
 from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.strategies import options as make_options
@@ -110,8 +111,8 @@ DEFAULT_RESTART_S = 31.0
 class StepPlan:
     """The plan a policy chose for one step."""
 
-    plan: tuple[str, ...]
-    """One option name per decision of the layer graph."""
+    plan: Plan
+    """One option per decision of the layer graph, and the graph's granularity (what the runtime runs)."""
     predicted_time_s: float
     """Time the policy's own cost model predicts."""
     feasible: bool
@@ -122,6 +123,10 @@ class StepPlan:
     """Reused from the (batch, length) cache."""
     kept_previous: bool = False
     """Smoothing kept the previous step's plan."""
+
+    def __post_init__(self):
+        if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
+            raise TypeError(f"StepPlan.plan must be a paradyse_lab.plan.Plan, got {type(self.plan).__name__}")
 
 
 def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
@@ -181,7 +186,7 @@ class DynamicPolicy:
         if key in self._cache:
             sol = self._cache[key]
             self._previous = sol.plan
-            return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True)
+            return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, 0.0, cached=True)
         problem = self.problem(seq_len, batch)
         sol = self.solver.solve(problem)
         solve_s = sol.solve_time_s
@@ -194,7 +199,11 @@ class DynamicPolicy:
             kept = True
         self._cache[key] = sol
         self._previous = sol.plan
-        return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
+        return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
+
+    def _plan(self, solution) -> Plan:
+        """The solver's answer (option names of the search problem) as the plan the runtime runs."""
+        return Plan.from_names(solution.plan, self.graph.granularity)
 
 
 @dataclass
@@ -225,7 +234,7 @@ class StaticPolicy:
         return StrategyOption(self.strategy, self.recompute)
 
     def decide(self, seq_len: int, batch: int) -> StepPlan:
-        plan = (self.option.name,) * self.graph.num_decisions
+        plan = Plan((self.option,) * self.graph.num_decisions, self.graph.granularity)
         return StepPlan(plan, float("nan"), True, 0.0)
 
 

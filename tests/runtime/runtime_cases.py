@@ -604,6 +604,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     import torch.distributed as dist
 
     from paradyse_lab.app.training import train
+    from paradyse_lab.plan import Plan
     from runtime.train import TrainOptions, decide_plan_on_rank0
     from simulator.policies import StepPlan
 
@@ -612,7 +613,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     def disagreeing_solver(*_args):
         calls.append(rank)
         plan = ("megatron_ts", "metp", "ulysses_z", "megatron_cz")[rank % 4:] + ("metp",) * (rank % 4)
-        return StepPlan(plan=plan, predicted_time_s=float(rank), feasible=True, solve_s=0.0)
+        return StepPlan(plan=Plan.from_names(plan), predicted_time_s=float(rank), feasible=True, solve_s=0.0)
 
     def everyone(value):
         out = [None] * p
@@ -621,7 +622,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
         return out if p > 1 else [value]
 
     got = decide_plan_on_rank0(disagreeing_solver, group)
-    assert everyone(got.plan) == [("megatron_ts", "metp", "ulysses_z", "megatron_cz")] * p
+    assert everyone(got.plan.names) == [("megatron_ts", "metp", "ulysses_z", "megatron_cz")] * p
     assert got.predicted_time_s == 0.0 and calls == ([0] if rank == 0 else [])
 
     calls.clear()
