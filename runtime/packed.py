@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.strategies import layout_unit
+from paradyse_lab.strategies import layout_unit, pad_to_unit
 from runtime.layout import local_positions
 
 IGNORE = -100
@@ -81,7 +81,7 @@ def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
     unit = layout_unit(p)
     total = sum(lengths)
-    return Pack(lengths, -(-total // unit) * unit)
+    return Pack(lengths, pad_to_unit(total, unit))
 
 
 def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:

@@ -9,9 +9,10 @@ Commands (one machine):
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; lengths above `--max-len`, default the model's positions, are cut to it,
-then rounded down to the layout unit 2p). With `--pack-tokens N` a step is instead a pack of the workload's
-documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+lognormal:MEDIAN:SIGMA, or file:PATH), padded up to the layout unit 2p as `simulate` pads it (the padding
+carries no loss); a length above `--max-len` (default the model's positions) is cut to it, rounded down to the
+unit (`paradyse_lab.strategies.step_length`, the one rule). With `--pack-tokens N` a step is instead a pack of
+the workload's documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
@@ -185,6 +186,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
 
     from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import step_length
     from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm
     from runtime.attention import kernels_used
@@ -219,7 +221,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
             return packs.pack(step).seq_len
         if docs is not None:
             return docs.length(step, opts.batch, unit, cap)
-        return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
+        return step_length(lengths[step % len(lengths)], unit, cap)
 
     def planned_step(step: int):
         """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
@@ -280,6 +282,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
         else:
             tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
             labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
+            labels[:, min(lengths[step % len(lengths)], s) - 1:] = -100  # the step's padding: no loss
         ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

@@ -95,11 +95,11 @@ class TokenDocuments:
         return [self.docs[(step * batch + i) % len(self.docs)] for i in range(batch)]
 
     def length(self, step: int, batch: int, unit: int, cap: int) -> int:
-        """The step's sequence length: its longest document rounded up to `unit`, at most `cap` (rounded
-        down to `unit`)."""
-        top = max(unit, cap // unit * unit)
-        longest = max(len(r) for r in self.rows(step, batch))
-        return min(-(-longest // unit) * unit, top)
+        """The step's sequence length: its longest document padded to `unit`, at most `cap`
+        (`paradyse_lab.strategies.step_length`, the rule of every step)."""
+        from paradyse_lab.strategies import step_length
+
+        return step_length(max(len(r) for r in self.rows(step, batch)), unit, cap)
 
     def batch(self, step: int, batch: int, s: int, vocab: int):
         """([b, s] token ids, [b, s] next-token labels with -100 at padding and each row's end)."""

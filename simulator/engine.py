@@ -20,7 +20,7 @@ from tqdm import tqdm
 from paradyse_lab.costmodel.packed import PackedStep, step_problem
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE, layout_unit
+from paradyse_lab.strategies import USABLE, layout_unit, step_length
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 
@@ -111,7 +111,7 @@ def _steps(workload: Workload, unit: int):
     """Per step: (seq_len, what policies plan: the padded length or a `PackedStep`, documents, tokens)."""
     if workload.packs is None:
         for seq_len in workload.lengths:
-            yield seq_len, -(-seq_len // unit) * unit, 1, seq_len
+            yield seq_len, step_length(seq_len, unit), 1, seq_len
     else:
         for documents in workload.packs:
             pack = PackedStep(documents, unit)

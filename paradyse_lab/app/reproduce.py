@@ -308,7 +308,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, layout_unit, options
+    from paradyse_lab.strategies import USABLE, layout_unit, options, step_length
     from simulator.experiments import DEFAULT_RESERVE_BYTES
     from solvers.registry import get_solver
 
@@ -320,7 +320,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
         graph = LayerGraph(model, "block")
         unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths):
-            seq = -(-seq // unit) * unit
+            seq = step_length(seq, unit)
             problem = problem_from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
                                                     options(USABLE))
             for solver in ("heuristic", "dp"):
@@ -339,7 +339,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit
+    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit, step_length
     from simulator.experiments import DEFAULT_RESERVE_BYTES
 
     cluster = get_cluster(s.cluster)
@@ -348,7 +348,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
         cm = AnalyticCostModel(get_model(model_name), cluster)
         unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths // 2, 1 * K, 640 * K):
-            seq = -(-seq // unit) * unit
+            seq = step_length(seq, unit)
             for strategy in USABLE:
                 u = uniform_plan_cost(cm, StrategyOption(strategy), seq)
                 rows.append({"model": model_name, "strategy": strategy, "seq_len": seq,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.strategies import pad_to_unit
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class PackedStep:
     @property
     def padded_len(self) -> int:
         """Tokens of the sequence every layer sees: `tokens` rounded up to the unit."""
-        return -(-self.tokens // self.unit) * self.unit
+        return pad_to_unit(self.tokens, self.unit)
 
     @property
     def padding(self) -> int:
