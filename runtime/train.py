@@ -40,7 +40,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.errors import RunStopped
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 
@@ -98,21 +98,6 @@ class TrainOptions:
     not given: one sequence per step."""
     pack_order: str = "sorted"
     """Order first-fit packs the documents in: sorted (longest first, steps shortest first) or shuffled."""
-
-
-def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
-    """[b, s] token ids of this step from the seeded Markov chain (file:*.jsonl: train_inputs.TokenDocuments)."""
-    import torch
-
-    table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
-    gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
-    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
-    choice = choice.view(b, s)  # [b*s] -> [b, s]
-    out = torch.empty(b, s, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (b,), generator=gen)
-    for i in range(1, s):
-        out[:, i] = table[out[:, i - 1], choice[:, i]]
-    return out
 
 
 def decide_plan_on_rank0(decide, group=None):
@@ -179,161 +164,195 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
-    import resource
     from dataclasses import replace
 
-    import torch
-
-    from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import step_length
-    from paradyse_lab.workloads import get_workload
-    from runtime import checkpoint, comm
-    from runtime.attention import kernels_used
-    from runtime.layout import layout_unit, shard_sequence
-    from runtime.model import ParallelGPT
+    from runtime import comm
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, check_options
+    from runtime.step_inputs import StepInputs
+    from runtime.train_inputs import check_options
 
-    p, rank = comm.size(group), comm.rank(group)
-    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    spec = replace(get_model(opts.model), dtype="bf16" if on_gpu else "fp32")
+    p = comm.size(group)
+    device = _device(group)
+    spec = replace(get_model(opts.model), dtype="bf16" if device.type == "cuda" else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
     check_options(opts)
-    docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    workload = get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
-    lengths = list(workload.lengths)
-    limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
-    unit, cap = layout_unit(p), min(limits) if limits else 2**31
-
-    packs = None
-    if opts.pack_tokens is not None:
-        packs = PackedSteps.build(opts, lengths, docs, cap, p)
-    elif workload.packs is not None and docs is None:  # a packed length file: its own steps
-        if opts.batch != 1:
-            raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), got {opts.batch}")
-        packs = PackedSteps.from_file_steps(workload.packs, cap, p)
-
-    def length_of(step: int) -> int:
-        if packs is not None:
-            return packs.pack(step).seq_len
-        if docs is not None:
-            return docs.length(step, opts.batch, unit, cap)
-        return step_length(lengths[step % len(lengths)], unit, cap)
-
-    def planned_step(step: int):
-        """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
-        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
-        if packs is not None:
-            return PackedStep(packs.pack(step).lengths, unit)
-        return length_of(step)
-
-    model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
-    masters = None
-    if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
-        model.to(torch.bfloat16)
-        masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
-    opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order}
-    start = 0
-    found = None
-    if opts.checkpoint_dir and not opts.resume:
-        checkpoint.refuse_overwrite(opts.checkpoint_dir)
-    if opts.resume and opts.checkpoint_dir:
-        found = checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if rank == 0 else None)
-    if found is not None:
-        state, info = checkpoint.load(found, meta, group)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        if masters is not None:
-            for m, saved in zip(masters, state["masters"]):
-                m.data.copy_(saved)
-        start = info["step"]
-        for step in range(start):  # replay the policy's cache and smoothing state
-            policy.decide(planned_step(step), opts.batch)
-
-    def save(step: int) -> None:
-        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                 "masters": [m.detach() for m in masters] if masters is not None else None}
-        checkpoint.save(opts.checkpoint_dir, step, state, meta, group)
-
-    bar = None
-    if opts.progress and rank == 0:
-        from tqdm import tqdm
-
-        bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
+    inputs = StepInputs.build(opts, p, cfg)
+    run = TrainState.create(opts, cfg, group, device)
+    start = run.resume(lambda step: policy.decide(inputs.planned(step), opts.batch))
+    bar = _progress_bar(opts, start, comm.rank(group))
     log: list[dict] = []
-    log_csv = StepLog(opts.log_file) if opts.log_file and rank == 0 else None
+    log_csv = StepLog(opts.log_file) if opts.log_file and comm.rank(group) == 0 else None
     for step in range(start, opts.steps):
-        s = length_of(step)
-        decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
-        pack = cu_seqlens = None
-        if packs is not None:
-            pack = packs.pack(step)
-            tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
-                                                                                          cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens.to(device)  # -100 at document ends, padding
-        elif docs is not None:
-            tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
-        else:
-            tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
-            labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-            labels[:, min(lengths[step % len(lengths)], s) - 1:] = -100  # the step's padding: no loss
-        ids, labels = (shard_sequence(x, 1, group).to(device) for x in (tokens, labels))
+        decision = decide_plan_on_rank0(lambda step=step: policy.decide(inputs.planned(step), opts.batch), group)
+        row = run.step(step, inputs, decision, bar)
+        log.append(row)
+        if log_csv is not None:
+            log_csv.write(row)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", s=row["seq_len"], docs=row["docs"],
+                            ms=f"{1e3 * row['step_s']:.0f}", peak=f"{row['peak_bytes'] / 2**20:.0f}MiB",
+                            plan=row["plan"])
+        if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
+            run.save(step + 1)
+    if bar is not None:
+        bar.close()
+    if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
+        run.save(opts.steps)
+    if log_csv is not None:
+        log_csv.close()
+    return log
+
+
+def _device(group):
+    """The GPU of this rank when every rank has one (one process, or NCCL), else the CPU."""
+    import torch
+
+    from runtime import comm
+
+    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
+    return torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+
+
+def _progress_bar(opts: TrainOptions, start: int, rank: int):
+    """A tqdm bar on rank 0 with --progress, else None."""
+    if not (opts.progress and rank == 0):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
+
+
+def _peak_bytes(device) -> int:
+    """Peak memory of this step: the GPU's allocated peak, or on the CPU the process's peak RSS."""
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+@dataclass
+class TrainState:
+    """The model, the optimizer and (bf16 on GPU) the fp32 master weights of one run, and what a
+    checkpoint of it must match (`meta`)."""
+
+    opts: TrainOptions
+    group: object
+    device: object
+    model: object
+    optimizer: object
+    masters: list | None
+    """fp32 copies of the bf16 weights the optimizer updates (GPU), or None (fp32 weights on the CPU)."""
+    meta: dict
+    """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing."""
+
+    @classmethod
+    def create(cls, opts: TrainOptions, cfg, group, device) -> TrainState:
+        import torch
+
+        from runtime.model import ParallelGPT
+
+        model = ParallelGPT(cfg, group, seed=opts.seed).to(device)
+        masters = None
+        if device.type == "cuda":  # bf16 weights, fp32 master weights in the optimizer
+            model.to(torch.bfloat16)
+            masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
+        optimizer = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr,
+                                      weight_decay=opts.weight_decay)
+        meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+                "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len,
+                "pack_tokens": opts.pack_tokens, "pack_order": opts.pack_order}
+        return cls(opts, group, device, model, optimizer, masters, meta)
+
+    def resume(self, replay_decision) -> int:
+        """The first step to train: 0, or with --resume the step of the newest checkpoint that verifies, loaded
+        (and `replay_decision(step)` called for every step before it: the policy's cache and smoothing
+        state). A new run refuses a folder that holds checkpoints."""
+        from runtime import checkpoint, comm
+
+        opts = self.opts
+        if opts.checkpoint_dir and not opts.resume:
+            checkpoint.refuse_overwrite(opts.checkpoint_dir)
+        if not (opts.resume and opts.checkpoint_dir):
+            return 0
+        log = print if comm.rank(self.group) == 0 else None
+        found = checkpoint.resumable(opts.checkpoint_dir, self.meta, self.group, log=log)
+        if found is None:
+            return 0
+        state, info = checkpoint.load(found, self.meta, self.group)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optim"])
+        if self.masters is not None:
+            for m, saved in zip(self.masters, state["masters"]):
+                m.data.copy_(saved)
+        for step in range(info["step"]):
+            replay_decision(step)
+        return info["step"]
+
+    def save(self, step: int) -> None:
+        """A sharded checkpoint after `step` steps (runtime/checkpoint.py)."""
+        from runtime import checkpoint
+
+        state = {"model": self.model.state_dict(), "optim": self.optimizer.state_dict(), "step": step,
+                 "masters": [m.detach() for m in self.masters] if self.masters is not None else None}
+        checkpoint.save(self.opts.checkpoint_dir, step, state, self.meta, self.group)
+
+    def step(self, step: int, inputs, decision, bar) -> dict:
+        """Train step `step` under `decision` (every rank the same); its log row. A non-finite loss or
+        weights stop the run (`RunStopped`) before anything is saved."""
+        import torch
+
+        from runtime.attention import kernels_used
+        from runtime.layout import shard_sequence
+
+        s, device = inputs.length(step), self.device
+        tokens, labels, cu_seqlens = inputs.batch(step, self.model.cfg.vocab_size)
+        ids, labels = (shard_sequence(x, 1, self.group).to(device) for x in (tokens, labels))
+        cu_seqlens = cu_seqlens.to(device) if cu_seqlens is not None else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens)
+            _, loss = self.model(ids, decision.plan, labels, cu_seqlens=cu_seqlens)
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
                        "checkpoint and the data)")
         with kernels_used() as ran_backward:
             loss.backward()
+        self._optimizer_step()
+        if not _all_finite(list(self.model.parameters()), self.group):  # never checkpoint diverged weights
+            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
+                       "saving, the last checkpoint is unchanged (lower --lr)")
+        peak = _peak_bytes(device)
+        return {"step": step + 1, "seq_len": s, "docs": inputs.documents(step),
+                "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
+                "peak_bytes": int(peak), "plan": _plan_text(decision.plan.names), "solve_s": decision.solve_s,
+                "cached": decision.cached, "feasible": decision.feasible,
+                "attention_kernel": "+".join(sorted(ran | ran_backward))}
+
+    def _optimizer_step(self) -> None:
+        """AdamW on the weights, or on the fp32 masters (their gradients from the bf16 weights', the weights
+        copied back after)."""
+        import torch
+
+        model, masters = self.model, self.masters
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
                 m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         model.zero_grad(set_to_none=True)
         if masters is not None:
             with torch.no_grad():
                 for m, q in zip(masters, model.parameters()):
                     q.copy_(m)
-        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights (inf/NaN grads)
-            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
-                       "saving, the last checkpoint is unchanged (lower --lr)")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
-        row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
-               "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-               "peak_bytes": int(peak), "plan": _plan_text(decision.plan.names), "solve_s": decision.solve_s,
-               "cached": decision.cached, "feasible": decision.feasible,
-               "attention_kernel": "+".join(sorted(ran | ran_backward))}
-        log.append(row)
-        if log_csv is not None:
-            log_csv.write(row)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, docs=row["docs"], ms=f"{1e3 * row['step_s']:.0f}",
-                            peak=f"{peak / 2**20:.0f}MiB", plan=row["plan"])
-        if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
-            save(step + 1)
-    if bar is not None:
-        bar.close()
-    if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
-        save(opts.steps)
-    if log_csv is not None:
-        log_csv.close()
-    return log
 
 
 class StepLog:
