@@ -31,57 +31,42 @@ position within the document (`document_mask`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.strategies import layout_unit, pad_to_unit
+from paradyse_lab.strategies import layout_unit
 from runtime.layout import local_positions
 
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
 
 
-@dataclass(frozen=True)
-class Pack:
-    """The documents of one packed sequence and its padding (module docstring)."""
-
-    lengths: tuple[int, ...]
-    """Tokens of each real document, in pack order."""
-    seq_len: int
-    """Length of the pack after padding: sum(lengths) rounded up to the layout unit."""
-
-    @property
-    def padding(self) -> int:
-        """Padding tokens at the end of the pack (fewer than the layout unit)."""
-        return self.seq_len - sum(self.lengths)
-
-    @property
-    def cu_seqlens(self) -> torch.Tensor:
-        """[n + 1] int32 cumulative offsets of the documents, the padding document last when there is one."""
-        parts = list(self.lengths) + ([self.padding] if self.padding else [])
-        return torch.tensor([0, *parts], dtype=torch.int64).cumsum(0).to(torch.int32)
-
-    def labels(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its
-        successor belongs to the next document) and on the padding."""
-        labels = torch.full_like(tokens, IGNORE)
-        start = 0
-        for n in self.lengths:
-            labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
-            start += n
-        return labels
-
-
-def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
-    """The pack of documents of `lengths` tokens for p ranks: padded once to `layout_unit(p)`."""
+def pack_sequence(lengths: Sequence[int], p: int) -> PackedStep:
+    """The pack of documents of `lengths` tokens for p ranks: a `PackedStep` (the one type of a packed step,
+    paradyse_lab/costmodel/packed.py) padded once to `layout_unit(p)`."""
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
-    unit = layout_unit(p)
-    total = sum(lengths)
-    return Pack(lengths, pad_to_unit(total, unit))
+    return PackedStep(lengths, layout_unit(p))
+
+
+def cu_seqlens(pack: PackedStep) -> torch.Tensor:
+    """[n + 1] int32 cumulative offsets of the pack's segments: its documents, then the padding document when
+    there is one."""
+    return torch.tensor([0, *pack.segments], dtype=torch.int64).cumsum(0).to(torch.int32)
+
+
+def pack_labels(pack: PackedStep, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its successor
+    belongs to the next document) and on the padding."""
+    labels = torch.full_like(tokens, IGNORE)
+    start = 0
+    for n in pack.documents:
+        labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
+        start += n
+    return labels
 
 
 def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -122,10 +107,10 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
     return document_mask(doc, pos, doc, pos, causal)
 
 
-def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
+def rank_attention_pairs(pack: PackedStep, p: int, causal: bool) -> list[int]:
     """(query, key) pairs each rank's queries attend to under the zig-zag layout of the whole pack: a
     token at position pos of a document of n tokens sees pos + 1 keys (causal) or n (non-causal). The count
     is the cost model's (`paradyse_lab.zigzag_balance`, which charges ring strategies the busiest rank's)."""
     from paradyse_lab.zigzag_balance import rank_attention_pairs as pairs_of_segments
 
-    return pairs_of_segments(pack.lengths + ((pack.padding,) if pack.padding else ()), p, causal)
+    return pairs_of_segments(pack.segments, p, causal)

@@ -80,7 +80,7 @@ class StepInputs:
     def length(self, step: int) -> int:
         """The sequence length step `step` trains (a multiple of the layout unit)."""
         if self.packs is not None:
-            return self.packs.pack(step).seq_len
+            return self.packs.pack(step).padded_len
         if self.docs is not None:
             return self.docs.length(step, self.opts.batch, self.unit, self.cap)
         return step_length(self.lengths[step % len(self.lengths)], self.unit, self.cap)
@@ -88,27 +88,25 @@ class StepInputs:
     def planned(self, step: int):
         """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
         per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
-        from paradyse_lab.costmodel.packed import PackedStep
-
-        if self.packs is not None:
-            return PackedStep(self.packs.pack(step).lengths, self.unit)
-        return self.length(step)
+        return self.packs.pack(step) if self.packs is not None else self.length(step)
 
     def documents(self, step: int) -> int:
         """Documents step `step` trains (the batch, or the pack's documents)."""
-        return len(self.packs.pack(step).lengths) if self.packs is not None else self.opts.batch
+        return len(self.packs.pack(step).documents) if self.packs is not None else self.opts.batch
 
     def batch(self, step: int, vocab: int):
         """(tokens [b, s], next-token labels [b, s] with -100 where no loss is taken, cu_seqlens [n + 1] of a
         pack or None) of step `step`, on the CPU."""
         import torch
 
+        from runtime.packed import cu_seqlens, pack_labels
+
         s, opts = self.length(step), self.opts
         if self.packs is not None:
             pack = self.packs.pack(step)
             tokens = (self.packs.tokens(step, vocab) if self.docs is not None
                       else markov_tokens(opts.seed, step, 1, s, vocab))
-            return tokens, pack.labels(tokens), pack.cu_seqlens  # labels -100 at document ends and padding
+            return tokens, pack_labels(pack, tokens), cu_seqlens(pack)  # labels -100 at document ends, padding
         if self.docs is not None:
             return (*self.docs.batch(step, opts.batch, s, vocab), None)
         tokens = markov_tokens(opts.seed, step, opts.batch, s, vocab)

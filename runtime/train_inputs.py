@@ -147,7 +147,7 @@ class PackedSteps:
                    p, docs, cap)
 
     def pack(self, step: int):
-        """The `runtime.packed.Pack` step `step` trains."""
+        """The pack step `step` trains (a `paradyse_lab.costmodel.packed.PackedStep`)."""
         return self.packs[step % len(self.packs)]
 
     def tokens(self, step: int, vocab: int):
@@ -158,6 +158,6 @@ class PackedSteps:
         ids = [t for i in self.steps[step % len(self.steps)] for t in self.docs.docs[i][:self.cap]]
         if max(ids) >= vocab:
             raise UserInputError(f"token id {max(ids)} is outside the model's vocabulary (size {vocab})")
-        out = torch.zeros(1, pack.seq_len, dtype=torch.long)
+        out = torch.zeros(1, pack.padded_len, dtype=torch.long)
         out[0, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         return out

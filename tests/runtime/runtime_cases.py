@@ -413,10 +413,10 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
     unpacked schedule's (the documents of received K/V are derived locally, nothing more travels)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import pack_sequence
+        from runtime.packed import cu_seqlens, pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
-        seq = pack.seq_len
+        seq = pack.padded_len
         assert seq == (47 if p == 1 else S)
         cfg = config(causal)
         full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
@@ -424,14 +424,14 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
         xr = x.clone().requires_grad_()
         pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        reference_sublayer(xr, pr, "attention", cfg, pack.cu_seqlens).backward(dy)
-        yr = reference_sublayer(x, full, "attention", cfg, pack.cu_seqlens)
+        reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack)).backward(dy)
+        yr = reference_sublayer(x, full, "attention", cfg, cu_seqlens(pack))
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
         xl = shard_sequence(x, 1, group).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
-                  eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
+                  eps=cfg.eps, tag="case", cu_seqlens=cu_seqlens(pack))
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group))
@@ -451,7 +451,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
     `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
     its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import pack_sequence
+        from runtime.packed import cu_seqlens, pack_labels, pack_sequence
 
         if llama_kv:
             cfg = llama_config(llama_kv)
@@ -468,16 +468,16 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
         for step, plan in enumerate(runs):
             pack = pack_sequence(PACKS[(first_pack + step) % len(PACKS)], p)
             gen = torch.Generator().manual_seed(20 + step)
-            ids = torch.randint(0, cfg.vocab_size, (B, pack.seq_len), generator=gen)
-            labels = pack.labels(ids)
+            ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
+            labels = pack_labels(pack, ids)
             ref.zero_grad()
-            logits_r, loss_r = ref(ids, labels, pack.cu_seqlens)
+            logits_r, loss_r = ref(ids, labels, cu_seqlens(pack))
             loss_r.backward()
             ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
                                           for n, q in ref.named_parameters()}, rank, p)
             model.zero_grad()
             logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
-                                 cu_seqlens=pack.cu_seqlens)
+                                 cu_seqlens=cu_seqlens(pack))
             loss.backward()
             assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
             assert_close(loss.detach(), loss_r.detach(), **TOL)

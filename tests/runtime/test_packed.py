@@ -19,9 +19,11 @@ from runtime.packed import (
     IGNORE,
     block_diagonal_mask,
     check_cu_seqlens,
+    cu_seqlens,
     document_mask,
     document_of,
     local_documents,
+    pack_labels,
     pack_sequence,
     rank_attention_pairs,
 )
@@ -32,21 +34,21 @@ from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
 def test_pack_is_padded_once_to_the_layout_unit_with_a_padding_document(p):
     pack = pack_sequence([1, 13, 5, 1, 22], p)  # 42 tokens
     unit = layout_unit(p)  # 2p, 1 at p = 1
-    assert pack.seq_len % unit == 0 and 0 <= pack.padding < unit
-    assert pack.seq_len == -(-42 // unit) * unit
-    cu = pack.cu_seqlens.tolist()
-    assert cu[:6] == [0, 1, 14, 19, 20, 42] and cu[-1] == pack.seq_len
-    assert len(cu) == 6 + (1 if pack.padding else 0) and pack.cu_seqlens.dtype == torch.int32
-    doc, pos = document_of(pack.cu_seqlens, torch.arange(pack.seq_len))
+    assert pack.padded_len % unit == 0 and 0 <= pack.padding < unit
+    assert pack.padded_len == -(-42 // unit) * unit
+    cu = cu_seqlens(pack).tolist()
+    assert cu[:6] == [0, 1, 14, 19, 20, 42] and cu[-1] == pack.padded_len
+    assert len(cu) == 6 + (1 if pack.padding else 0) and cu_seqlens(pack).dtype == torch.int32
+    doc, pos = document_of(cu_seqlens(pack), torch.arange(pack.padded_len))
     assert doc[:15].tolist() == [0] + [1] * 13 + [2] and pos[:15].tolist() == [0, *range(13), 0]
-    ranks = [local_documents(pack.cu_seqlens, pack.seq_len, p, r) for r in range(p)]
+    ranks = [local_documents(cu_seqlens(pack), pack.padded_len, p, r) for r in range(p)]
     assert sorted(torch.cat([d for d, _ in ranks]).tolist()) == sorted(doc.tolist())
 
 
 def test_labels_stop_at_each_document_end_and_skip_padding():
     pack = pack_sequence([3, 1, 2], 2)  # 6 tokens + 2 padding
     tokens = torch.arange(10, 18).view(1, 8)
-    assert pack.labels(tokens).tolist() == [[11, 12, IGNORE, IGNORE, 15, IGNORE, IGNORE, IGNORE]]
+    assert pack_labels(pack, tokens).tolist() == [[11, 12, IGNORE, IGNORE, 15, IGNORE, IGNORE, IGNORE]]
 
 
 @pytest.mark.parametrize("bad", [[], [3, 0], [2, -1]])
@@ -129,11 +131,11 @@ def test_reference_pack_equals_each_document_alone(causal):
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 2))
     pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens + 3 padding
-    ids = torch.randint(0, 64, (2, pack.seq_len), generator=torch.Generator().manual_seed(4))
+    ids = torch.randint(0, 64, (2, pack.padded_len), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        packed = ref(ids, cu_seqlens=pack.cu_seqlens)
+        packed = ref(ids, cu_seqlens=cu_seqlens(pack))
         start = 0
-        for n in pack.lengths:
+        for n in pack.documents:
             assert_close(packed[:, start:start + n], ref(ids[:, start:start + n]), rtol=1e-5, atol=1e-5)
             start += n
 
@@ -149,10 +151,10 @@ def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
     ref.load_state_dict(sd)
     pack = pack_sequence([1, 1, 1], 1)
     ids = torch.tensor([[5, 9, 2]])
-    labels = pack.labels(ids)
+    labels = pack_labels(pack, ids)
     assert (labels == IGNORE).all()
-    for loss in (ref(ids, labels, cu_seqlens=pack.cu_seqlens)[1],
-                 model(ids, ["megatron_ts"], labels, cu_seqlens=pack.cu_seqlens)[1]):
+    for loss in (ref(ids, labels, cu_seqlens=cu_seqlens(pack))[1],
+                 model(ids, ["megatron_ts"], labels, cu_seqlens=cu_seqlens(pack))[1]):
         loss.backward()
         assert float(loss.detach()) == 0.0
     assert all(float(g.grad.abs().sum()) == 0.0 for g in (ref.wte, next(model.parameters())))
@@ -165,5 +167,5 @@ def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
     pack = pack_sequence([1, 13, 5, 1, 27], p)
     for causal in (True, False):
         pairs = rank_attention_pairs(pack, p, causal)
-        mask = block_diagonal_mask(pack.cu_seqlens, causal)  # [s, s]
-        assert pairs == [int(mask[local_positions(pack.seq_len, p, r)].sum()) for r in range(p)]  # rank r's rows
+        mask = block_diagonal_mask(cu_seqlens(pack), causal)  # [s, s]
+        assert pairs == [int(mask[local_positions(pack.padded_len, p, r)].sum()) for r in range(p)]  # rank r's rows
