@@ -1,4 +1,4 @@
-"""paradyse_lab/plan.py: the plan's one type."""
+"""paradyse_lab/plan.py (the plan's one type), the one rule for a step's length, the layer kinds' one home."""
 
 import pickle
 
@@ -28,3 +28,16 @@ def test_a_plan_refuses_what_is_not_one():
         Plan.from_names("metp")
     with pytest.raises(UserInputError, match="3 entries but the model has 2 layers"):
         Plan.for_layers(["metp"] * 3, 2)
+
+
+def test_the_layer_kinds_have_one_home():
+    """The model spec's FFN and norm kinds are the runtime's: one tuple each, defined in paradyse_lab/model_spec.py."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    homes = [f"{p.relative_to(root)}:{t.id}" for pkg in ("paradyse_lab", "runtime", "simulator", "solvers")
+             for p in (root / pkg).rglob("*.py") for node in ast.parse(p.read_text()).body
+             if isinstance(node, ast.Assign) for t in node.targets
+             if isinstance(t, ast.Name) and t.id in ("FFN_KINDS", "NORM_KINDS")]
+    assert sorted(homes) == ["paradyse_lab/model_spec.py:FFN_KINDS", "paradyse_lab/model_spec.py:NORM_KINDS"]
