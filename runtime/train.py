@@ -76,7 +76,7 @@ class TrainOptions:
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gb: float = 0.0
-    """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
+    """Memory budget of a plan in GiB (0: the cluster's GPU memory)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"

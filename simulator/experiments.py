@@ -18,6 +18,7 @@ from tqdm import tqdm
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
+from paradyse_lab.units import GIB
 from paradyse_lab.workloads import get_workload
 from simulator.engine import simulate
 from simulator.planner import build_planner
@@ -36,8 +37,7 @@ STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 """The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
-GiB = 2**30
-DEFAULT_RESERVE_BYTES = 1 * GiB
+DEFAULT_RESERVE_BYTES = 1 * GIB
 """Allocator reserve: CUDA context (~300 MB) plus NCCL buffers (544-688 MB per group), docs/hardware.md section 5."""
 
 PAPER_HEADLINES = {

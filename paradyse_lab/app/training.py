@@ -16,10 +16,11 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None):
     """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`, planning with
     `cost_model` (default `opts.cost_model`) on `opts.cluster` (simulator/planner.py)."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.units import gib_to_bytes
     from simulator.planner import build_planner
 
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else None
+    budget = gib_to_bytes(opts.budget_gb) if opts.budget_gb else None
     return build_planner(opts.policy, spec, cluster, cost_model=cost_model or opts.cost_model, p=p,
                          profiles=opts.profiles or None, budget_bytes=budget, recompute=opts.recompute,
                          granularity=opts.granularity).policy

@@ -62,3 +62,15 @@ def test_no_caller_asks_a_cost_model_whether_it_has_a_budget():
                         and any(isinstance(a, ast.Constant) and a.value == "budget_bytes" for a in node.args)):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
+
+
+def test_train_reads_its_memory_budget_in_gib():
+    """One unit for memory options: --budget-gb 2 is 2 GiB (as --reserve-gb and every printed size)."""
+    from dataclasses import replace
+
+    from paradyse_lab.app.training import plan_policy
+    from runtime.train import TrainOptions
+
+    spec = replace(get_model("gpt2-tiny"), dtype="fp32")
+    opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", policy="dynamic:dp", budget_gb=2.0)
+    assert plan_policy(opts, spec, 2).budget_bytes == 2 * 2**30
