@@ -46,7 +46,7 @@ from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
+    """One training run. Each field is one flag of `train` (paradyse_lab/options.py turns the fields and the
     docstrings under them into the flags and their help)."""
 
     model: str

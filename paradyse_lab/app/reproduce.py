@@ -96,11 +96,14 @@ class Settings:
         from simulator.experiments import DATASETS, MODELS
 
         if quick:
-            return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, (("github_code", "gpt"),), cluster)
-        return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
-                   2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
-                   tuple((d, m) for d in DATASETS for m in MODELS), cluster)
+            return cls(quick=True, size=60, bench_sizes=(8, 24, 96), bench_options=(4,),
+                       bench_kinds=("random", "model"), bench_instances=1,
+                       costmodels=("analytic", "hybrid", "polynomial"), map_lengths=24,
+                       packing_panels=(("github_code", "gpt"),), cluster=cluster)
+        return cls(quick=False, size=200, bench_sizes=(8, 24, 48, 96, 192), bench_options=(4, 8),
+                   bench_kinds=("random", "random+switch", "model", "model-sublayer"), bench_instances=2,
+                   costmodels=("analytic", "hybrid", "forest", "polynomial", "residual"), map_lengths=64,
+                   packing_panels=tuple((d, m) for d in DATASETS for m in MODELS), cluster=cluster)
 
 
 def _json_settings(s: Settings) -> dict:

@@ -16,10 +16,10 @@ from paradyse_lab.errors import UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (runtime/options.py), and
+    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (paradyse_lab/options.py), and
     --nproc (how to launch, not part of the run)."""
     from paradyse_lab.cli.output import cost_model_help
-    from runtime.options import add_dataclass_arguments
+    from paradyse_lab.options import add_dataclass_arguments
     from runtime.train import TrainOptions
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`runtime.train.TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
-    from runtime.options import from_namespace
+    from paradyse_lab.options import from_namespace
     from runtime.train import TrainOptions
     from runtime.train_inputs import check_options
     from simulator.policies import PolicySpec
