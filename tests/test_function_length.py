@@ -6,6 +6,7 @@ Run: `python -m pytest -q tests/test_function_length.py`.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,18 +17,22 @@ WAITING = {"runtime/measure/profiler.py:profile"}
 rewritten beside this check); the list may only shrink: a listed function that fits is an error too."""
 
 
-def long_functions(max_lines: int = MAX_LINES) -> dict[str, int]:
-    """`path:name` -> lines, for every function of the packages longer than `max_lines` (decorators excluded,
-    docstring included)."""
-    found = {}
+@functools.cache
+def function_lengths() -> tuple[tuple[str, int], ...]:
+    """(`path:name`, lines) of every function and method of the packages (decorators excluded, docstring
+    included), each file parsed once per session."""
+    found = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    lines = node.end_lineno - node.lineno + 1
-                    if lines > max_lines:
-                        found[f"{path.relative_to(ROOT)}:{node.name}"] = lines
-    return found
+                    found.append((f"{path.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1))
+    return tuple(found)
+
+
+def long_functions(max_lines: int = MAX_LINES) -> dict[str, int]:
+    """`path:name` -> lines, for every function of the packages longer than `max_lines`."""
+    return {name: lines for name, lines in function_lengths() if lines > max_lines}
 
 
 def test_no_function_is_over_100_lines():
