@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import GRANULARITIES
-from paradyse_lab.strategies import StrategyOption
+from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX, StrategyOption
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,18 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.options)
+
+    def short_text(self) -> str:
+        """The plan as the `train` log and validate-run print it (`TS,TS,ME+r`): `short_text` of its names."""
+        return short_text(self.names)
+
+
+def short_text(names: Sequence[str]) -> str:
+    """Plan names in short: each strategy's catalog abbreviation, `+r` when recomputed (`TS,TS,ME+r`); a name
+    without an abbreviation as it is."""
+    def short(name: str) -> str:
+        entry = CATALOG.get(name.split("+")[0])
+        return (entry.abbreviation if entry and entry.abbreviation else name) + (
+            "+r" if name.endswith(RECOMPUTE_SUFFIX) else "")
+
+    return ",".join(short(n) for n in names)

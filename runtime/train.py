@@ -41,7 +41,6 @@ import time
 from dataclasses import dataclass, field
 
 from paradyse_lab.errors import RunStopped
-from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -141,17 +140,6 @@ def _stop(bar, message: str):
     if bar is not None:
         bar.close()
     raise RunStopped(message)
-
-
-def _plan_text(plan) -> str:
-    """A plan in the log: each strategy's catalog abbreviation, `+r` when recomputed (`TS,TS,ME+r`); a name
-    without an abbreviation as it is."""
-    def short(name: str) -> str:
-        entry = CATALOG.get(name.split("+")[0])
-        return (entry.abbreviation if entry and entry.abbreviation else name) + (
-            "+r" if name.endswith(RECOMPUTE_SUFFIX) else "")
-
-    return ",".join(short(n) for n in plan)
 
 
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
@@ -333,7 +321,7 @@ class TrainState:
         peak = _peak_bytes(device)
         return {"step": step + 1, "seq_len": s, "docs": inputs.documents(step),
                 "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-                "peak_bytes": int(peak), "plan": _plan_text(decision.plan.names), "solve_s": decision.solve_s,
+                "peak_bytes": int(peak), "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
                 "cached": decision.cached, "feasible": decision.feasible,
                 "attention_kernel": "+".join(sorted(ran | ran_backward))}
 

@@ -41,3 +41,10 @@ def test_the_layer_kinds_have_one_home():
              if isinstance(node, ast.Assign) for t in node.targets
              if isinstance(t, ast.Name) and t.id in ("FFN_KINDS", "NORM_KINDS")]
     assert sorted(homes) == ["paradyse_lab/model_spec.py:FFN_KINDS", "paradyse_lab/model_spec.py:NORM_KINDS"]
+
+
+def test_a_plan_in_short_as_the_train_log_and_validate_run_print_it():
+    from paradyse_lab.plan import short_text
+
+    assert Plan.from_names(["megatron_ts", "metp+recompute"]).short_text() == "TS,ME+r"
+    assert short_text(["colossal_z", ""]) == "colossal_z,"  # no abbreviation: the name as it is
