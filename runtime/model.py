@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
-from paradyse_lab.strategies import StrategyOption, get_strategy
+from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
 from runtime import comm, megatron_cz, megatron_ts, metp, ulysses_z
 from runtime.layout import (
     PARAM_NAMES,
@@ -37,7 +37,9 @@ from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
 
-STRATEGY_MODULES = {"megatron_ts": megatron_ts, "megatron_cz": megatron_cz, "ulysses_z": ulysses_z, "metp": metp}
+_IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
+"""The strategy modules of the runtime, imported above, by module name."""
+STRATEGY_MODULES = {name: _IMPLEMENTATIONS[s.runtime_module] for name, s in CATALOG.items() if s.usable}
 """The runtime implementation of each usable catalog strategy, with that sub-layer's `ATTENTION` and `MLP`
 (each catalog entry names its module, `Strategy.runtime_module`; tests/runtime/test_local.py checks they agree)."""
 
