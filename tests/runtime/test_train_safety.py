@@ -448,16 +448,13 @@ def test_finiteness_check_reads_the_device_once_not_per_parameter():
 
 
 def test_markov_tokens_walk_the_same_chain_on_host_ints():
-    """`_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
+    """`markov_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
     on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
-    import types
-
     import torch
 
-    from runtime.train import _tokens
+    from runtime.step_inputs import markov_tokens
 
-    opts = types.SimpleNamespace(seed=3)
-    got = _tokens(opts, 5, 2, 300, 97)
+    got = markov_tokens(3, 5, 2, 300, 97)
     table = torch.randint(0, 97, (97, 4), generator=torch.Generator().manual_seed(3 + 12345))
     gen = torch.Generator().manual_seed(3 * 1_000_003 + 5)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), 600, True, generator=gen).view(2, 300)
