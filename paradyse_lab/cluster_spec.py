@@ -362,18 +362,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     path = Path(path)
     if path.resolve() in _bases:
         raise UserInputError(f"cluster file {str(path)!r}: its base chain comes back to itself")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"), parse_float=WrittenNumber)  # errors show the text
-    except FileNotFoundError:
-        raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise UserInputError(f"cluster file {str(path)!r} is a folder") from None
-    except UnicodeDecodeError:
-        raise UserInputError(f"cluster file {str(path)!r} is not UTF-8 text") from None
-    except OSError as err:
-        raise UserInputError(f"cluster file {str(path)!r} cannot be read: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise UserInputError(f"cluster file {str(path)!r} is not valid TOML: {err}") from None
+    data = _read_toml(path)
     for key in data:
         if key not in TOML_KEYS:
             raise unknown_name(f"key in {path.name}", key, TOML_KEYS)
@@ -410,28 +399,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             kw[target] = int(value * factor) if target in ("memory_bytes", "reserve_bytes") else value * factor
         else:
             kw[key] = kind(value)
-    if "busbw_gbps" in data:
-        if not isinstance(data["busbw_gbps"], dict):
-            raise UserInputError(f"{path.name}: busbw_gbps must be a table of collective = GB/s")
-        bw = dict(kw.get("busbw_bytes_per_s", {}))
-        for c, v in data["busbw_gbps"].items():
-            if c not in COLLECTIVES:
-                raise unknown_name(f"collective in {path.name} busbw_gbps", c, COLLECTIVES)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-                raise UserInputError(f"{path.name}: busbw_gbps.{c} must be a finite number > 0, got {v!r}")
-            bw[c] = float(v) * GB
-        kw["busbw_bytes_per_s"] = bw
-    if "alpha_us" in data:
-        if not isinstance(data["alpha_us"], dict):
-            raise UserInputError(f"{path.name}: alpha_us must be a table of collective = microseconds")
-        alphas = {}
-        for c, v in data["alpha_us"].items():
-            if c not in COLLECTIVES:
-                raise unknown_name(f"collective in {path.name} alpha_us", c, COLLECTIVES)
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise UserInputError(f"{path.name}: alpha_us.{c} must be a number, got {v!r}")
-            alphas[c] = float(v) * 1e-6
-        kw["alpha_by_op_s"] = alphas
+    _collective_tables(data, kw, path.name)
     for key in _TOML_CURVES:
         if key in data:
             try:
@@ -453,6 +421,48 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
     return ClusterSpec(**kw)
+
+
+def _read_toml(path: Path) -> dict:
+    """The TOML table of the cluster file `path` (a one-line `UserInputError` when it cannot be read)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"), parse_float=WrittenNumber)  # errors show the text
+    except FileNotFoundError:
+        raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise UserInputError(f"cluster file {str(path)!r} is a folder") from None
+    except UnicodeDecodeError:
+        raise UserInputError(f"cluster file {str(path)!r} is not UTF-8 text") from None
+    except OSError as err:
+        raise UserInputError(f"cluster file {str(path)!r} cannot be read: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UserInputError(f"cluster file {str(path)!r} is not valid TOML: {err}") from None
+
+
+def _collective_tables(data: dict, kw: dict, name: str) -> None:
+    """`[busbw_gbps]` and `[alpha_us]` of a cluster file into `kw` (`busbw_bytes_per_s`, `alpha_by_op_s`)."""
+    if "busbw_gbps" in data:
+        if not isinstance(data["busbw_gbps"], dict):
+            raise UserInputError(f"{name}: busbw_gbps must be a table of collective = GB/s")
+        bw = dict(kw.get("busbw_bytes_per_s", {}))
+        for c, v in data["busbw_gbps"].items():
+            if c not in COLLECTIVES:
+                raise unknown_name(f"collective in {name} busbw_gbps", c, COLLECTIVES)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise UserInputError(f"{name}: busbw_gbps.{c} must be a finite number > 0, got {v!r}")
+            bw[c] = float(v) * GB
+        kw["busbw_bytes_per_s"] = bw
+    if "alpha_us" in data:
+        if not isinstance(data["alpha_us"], dict):
+            raise UserInputError(f"{name}: alpha_us must be a table of collective = microseconds")
+        alphas = {}
+        for c, v in data["alpha_us"].items():
+            if c not in COLLECTIVES:
+                raise unknown_name(f"collective in {name} alpha_us", c, COLLECTIVES)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise UserInputError(f"{name}: alpha_us.{c} must be a number, got {v!r}")
+            alphas[c] = float(v) * 1e-6
+        kw["alpha_by_op_s"] = alphas
 
 
 def _calibration(table, where: str) -> dict:

@@ -49,6 +49,19 @@ def layout_unit(p: int) -> int:
     return 1 if p == 1 else 2 * p
 
 
+def pad_to_unit(tokens: int, unit: int) -> int:
+    """`tokens` rounded up to a multiple of `unit` (a step's length after its padding)."""
+    return -(-int(tokens) // unit) * unit
+
+
+def step_length(tokens: int, unit: int, cap: int | None = None) -> int:
+    """The length of a step of `tokens` tokens, one rule for `simulate` and `train`: padded up to the layout
+    unit (`pad_to_unit`); with `cap` (the model's positions or --max-len), at most `cap` rounded down to the
+    unit (the tokens beyond are cut), never less than one unit. The padding carries no loss."""
+    longest = pad_to_unit(tokens, unit)
+    return longest if cap is None else min(longest, max(unit, cap // unit * unit))
+
+
 @dataclass(frozen=True)
 class Strategy:
     """One parallel strategy of the catalog."""

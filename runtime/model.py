@@ -7,23 +7,24 @@ positions, final norm and head (tied or not) are replicated, their gradients all
 during the backward. The model's shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
 `Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
-paradyse_lab/strategies.py). `forward(input_ids_local, plan, labels=None)` runs layer l with the strategy named
-`plan[l]` (`NAME` or `NAME+recompute`, from the catalog in paradyse_lab/strategies.py), or, given one name
-per sub-layer (2L names: attention then MLP of each layer), each sub-layer with its own; the plan may change
-on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
+paradyse_lab/strategies.py). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
+with the strategy option the `Plan` (paradyse_lab/plan.py: options from the catalog in
+paradyse_lab/strategies.py and the granularity) gives it; a hand-written list of names (`NAME` or
+`NAME+recompute`, L of them or 2L: attention then MLP of each layer) is read by `Plan.for_layers`. The plan may
+change on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.plan import Plan
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
-from runtime import comm
+from runtime import comm, megatron_cz, megatron_ts, metp, ulysses_z
 from runtime.layout import (
     PARAM_NAMES,
     check_length,
@@ -37,30 +38,23 @@ from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
 
-STRATEGY_MODULES = {name: importlib.import_module(s.runtime_module) for name, s in CATALOG.items() if s.usable}
-"""The runtime implementation of each usable catalog strategy: the module its catalog entry names
-(`Strategy.runtime_module`), with that sub-layer's `ATTENTION` and `MLP`."""
+_IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
+"""The strategy modules of the runtime, imported above, by module name."""
+STRATEGY_MODULES = {name: _IMPLEMENTATIONS[s.runtime_module] for name, s in CATALOG.items() if s.usable}
+"""The runtime implementation of each usable catalog strategy, with that sub-layer's `ATTENTION` and `MLP`
+(each catalog entry names its module, `Strategy.runtime_module`; tests/runtime/test_local.py checks they agree)."""
 
 
-def parse_plan(plan: Sequence[str], layers: int) -> list[tuple[StrategyOption, StrategyOption]]:
-    """Check a plan's length and names; returns the (attention, MLP) options of every layer.
-
-    A plan names one `NAME` or `NAME+recompute` per layer (block granularity, the paper's), or one per
-    sub-layer, in order attention, MLP of layer 0, then of layer 1, ... (`LayerGraph(..., "sublayer")`).
-    """
-    if isinstance(plan, str) or not isinstance(plan, Sequence):
-        raise UserInputError(f"plan must be a list of {layers} strategy names, got {plan!r}")
-    if len(plan) not in (layers, 2 * layers):
-        raise UserInputError(f"plan has {len(plan)} entries but the model has {layers} layers "
-                             f"(give {layers} names, one per layer, or {2 * layers}, one per sub-layer)")
-    options = [StrategyOption.parse(str(name)) for name in plan]
-    for opt in options:
+def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
+    """`plan` itself (the training loop's, typed by the policy), or a hand-written list of names read by
+    `Plan.for_layers` (one per layer, or one per sub-layer); every option must have a runtime module."""
+    if not isinstance(plan, Plan):
+        plan = Plan.for_layers(plan, layers)
+    for opt in plan.options:
         if opt.strategy not in STRATEGY_MODULES:
             raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
                                  f"valid: {', '.join(STRATEGY_MODULES)}")
-    if len(options) == layers:
-        return [(opt, opt) for opt in options]
-    return list(zip(options[0::2], options[1::2]))
+    return plan
 
 
 class ParallelGPT(GPTParams):
@@ -111,7 +105,7 @@ class ParallelGPT(GPTParams):
         """The full (unsharded) state dict; a collective: every rank must call it."""
         return gather_state_dict(self.state_dict(), self.group)
 
-    def check(self, seq_len: int, plan: Sequence[str], longest: int | None = None
+    def check(self, seq_len: int, plan: Plan | Sequence[str], longest: int | None = None
               ) -> list[tuple[StrategyOption, StrategyOption]]:
         """Raise `UserInputError` unless the plan can run a sequence of `seq_len` tokens whose longest
         document has `longest` tokens (None: one document); returns the (attention, MLP) options of every
@@ -121,13 +115,13 @@ class ParallelGPT(GPTParams):
         if self.cfg.max_positions and longest > self.cfg.max_positions:
             what = "sequence length" if longest == seq_len else "longest packed document"
             raise UserInputError(f"{what} {longest} exceeds max_positions ({self.cfg.max_positions})")
-        options = parse_plan(plan, self.cfg.layers)
+        options = as_plan(plan, self.cfg.layers).layer_options(self.cfg.layers)
         spec = self.cfg.model_spec()
         for opt, kind in dict.fromkeys((o, k) for pair in options for o, k in zip(pair, ("attention", "mlp"))):
             get_strategy(opt.strategy).check(spec, self.p, seq_len, kind)  # an MLP has no heads to split
         return options
 
-    def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor, plan: Plan | Sequence[str], labels: torch.Tensor | None = None,
                 cu_seqlens=None, loss_tile: int = 0):
         """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over

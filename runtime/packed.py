@@ -27,10 +27,10 @@ position within the document (`document_mask`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import layout_unit
 from runtime.layout import local_positions
@@ -39,62 +39,38 @@ IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
 
 
-@dataclass(frozen=True)
-class Pack:
-    """The documents of one packed sequence and their padding (module docstring)."""
-
-    lengths: tuple[int, ...]
-    """Tokens of each real document, in pack order."""
-    unit: int = 1
-    """The layout unit every document is padded to (`layout_unit(p)`: 2p, 1 at p = 1)."""
-
-    @property
-    def paddings(self) -> tuple[int, ...]:
-        """Padding tokens after each document (fewer than the unit each)."""
-        return tuple(-n % self.unit for n in self.lengths)
-
-    @property
-    def seq_len(self) -> int:
-        """Length of the pack: every document rounded up to the unit, summed."""
-        return sum(self.lengths) + self.padding
-
-    @property
-    def padding(self) -> int:
-        """Padding tokens of the pack."""
-        return sum(self.paddings)
-
-    @property
-    def segments(self) -> tuple[int, ...]:
-        """The attention segments in pack order: each document, then its padding when there is any."""
-        return tuple(x for n, pad in zip(self.lengths, self.paddings) for x in ((n, pad) if pad else (n,)))
-
-    @property
-    def cu_seqlens(self) -> torch.Tensor:
-        """[n + 1] int32 cumulative offsets of the attention segments (`segments`)."""
-        return torch.tensor([0, *self.segments], dtype=torch.int64).cumsum(0).to(torch.int32)
-
-    def labels(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its
-        successor belongs to the next document) and on the padding."""
-        labels = torch.full_like(tokens, IGNORE)
-        start = 0
-        for n, pad in zip(self.lengths, self.paddings):
-            labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
-            start += n + pad
-        return labels
-
-    def documents_of(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Each real document's tokens [b, n_i] of pack tokens [b, s] (padding left out)."""
-        starts = [0, *torch.tensor([n + pad for n, pad in zip(self.lengths, self.paddings)]).cumsum(0).tolist()]
-        return [tokens[:, a:a + n] for a, n in zip(starts, self.lengths)]
-
-
-def pack_sequence(lengths: Sequence[int], p: int) -> Pack:
-    """The pack of documents of `lengths` tokens for p ranks: each padded to `layout_unit(p)`."""
+def pack_sequence(lengths: Sequence[int], p: int) -> PackedStep:
+    """The pack of documents of `lengths` tokens for p ranks: a `PackedStep` (the one type of a packed step,
+    paradyse_lab/costmodel/packed.py), each document padded to `layout_unit(p)`."""
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")
-    return Pack(lengths, layout_unit(p))
+    return PackedStep(lengths, layout_unit(p))
+
+
+def cu_seqlens(pack: PackedStep) -> torch.Tensor:
+    """[n + 1] int32 cumulative offsets of the pack's attention segments (`pack.segments`: each document, then
+    its padding when it has any)."""
+    return torch.tensor([0, *pack.segments], dtype=torch.int64).cumsum(0).to(torch.int32)
+
+
+def _document_starts(pack: PackedStep) -> list[int]:
+    """Offset of each document in the pack (each earlier document and its padding before it)."""
+    return torch.tensor([0, *(n + pad for n, pad in zip(pack.documents, pack.paddings))]).cumsum(0).tolist()
+
+
+def pack_labels(pack: PackedStep, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token targets [b, s] of pack tokens [b, s]: -100 at every document's last token (its successor
+    belongs to the next document) and on the padding."""
+    labels = torch.full_like(tokens, IGNORE)
+    for start, n in zip(_document_starts(pack), pack.documents):
+        labels[:, start:start + n - 1] = tokens[:, start + 1:start + n]
+    return labels
+
+
+def documents_of(pack: PackedStep, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Each real document's tokens [b, n_i] of pack tokens [b, s] (padding left out)."""
+    return [tokens[:, a:a + n] for a, n in zip(_document_starts(pack), pack.documents)]
 
 
 def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -135,7 +111,7 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
     return document_mask(doc, pos, doc, pos, causal)
 
 
-def rank_attention_pairs(pack: Pack, p: int, causal: bool) -> list[int]:
+def rank_attention_pairs(pack: PackedStep, p: int, causal: bool) -> list[int]:
     """(query, key) pairs each rank's queries attend to under the per-document zig-zag layout: a token at
     position pos of a segment of n tokens sees pos + 1 keys (causal) or n (non-causal). The count is the cost
     model's (`paradyse_lab.zigzag_balance`, which charges ring strategies the busiest rank's)."""

@@ -21,10 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import ModelSpec
-
-FFN_KINDS = ("gelu", "swiglu")
-NORM_KINDS = ("layernorm", "rmsnorm")
+from paradyse_lab.model_spec import FFN_KINDS, NORM_KINDS, ModelSpec
 
 
 @dataclass(frozen=True)

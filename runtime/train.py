@@ -9,12 +9,10 @@ Commands (one machine):
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
 
 Each step takes its sequence length from the workload (`--dataset`: github_code, grch38, uniform:LO:HI,
-lognormal:MEDIAN:SIGMA, or file:PATH; paradyse_lab/workloads.py: uniform:8:16 draws whole lengths 8..16, a
-range on multiples of 512 such as uniform:512:1024 draws multiples of 512; lengths above `--max-len`, default
-the model's positions, are cut to it, then rounded down to the layout unit 2p, so on p ranks uniform:8:16
-trains 8, 12 or 16 at p = 2 and exactly 8..16 at p = 1).
-With `--pack-tokens N` a step is instead a pack of the workload's documents (each cut to `--max-len`), packed
-first-fit up to N tokens (`--pack-order sorted|shuffled`,
+lognormal:MEDIAN:SIGMA, or file:PATH), padded up to the layout unit 2p as `simulate` pads it (the padding
+carries no loss); a length above `--max-len` (default the model's positions) is cut to it, rounded down to the
+unit (`paradyse_lab.strategies.step_length`, the one rule). With `--pack-tokens N` a step is instead a pack of
+the workload's documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
@@ -50,13 +48,12 @@ from functools import partial
 from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
-from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
 from runtime.train_inputs import LOG_COLUMNS
 
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """One training run. Each field is one flag of `train` (runtime/options.py turns the fields and the
+    """One training run. Each field is one flag of `train` (paradyse_lab/options.py turns the fields and the
     docstrings under them into the flags and their help)."""
 
     model: str = field(metadata={"default": ""})
@@ -87,7 +84,7 @@ class TrainOptions:
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gb: float = 0.0
-    """Memory budget of a plan in GB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its file)."""
+    """Memory budget of a plan in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its file)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
@@ -116,34 +113,20 @@ class TrainOptions:
     run starts from, each rank reading only its slices ('': initialised from --seed)."""
 
 
-def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
-    """[b, s] token ids of this step from the seeded Markov chain (file:*.jsonl: train_inputs.TokenDocuments)."""
-    import torch
-
-    table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
-    gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
-    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
-    choice = choice.view(b, s).tolist()  # [b*s] -> [b, s], as host ints
-    first = torch.randint(0, vocab, (b,), generator=gen).tolist()
-    rows, successors = [], table.numpy()  # the chain is sequential: walk it on the host, not per-token tensor ops
-    for row, token in zip(choice, first):
-        walk = [token]
-        for c in row[1:]:
-            walk.append(int(successors[walk[-1], c]))
-        rows.append(walk)
-    return torch.tensor(rows, dtype=torch.long)  # [b, s]
-
-
 def decide_plan_on_rank0(decide, group=None):
     """`decide()` (the policy's choice for this step) run on rank 0 of `group` only, and its result sent to
     every rank: all ranks then run the same plan whatever the solver does. A solver need not be
     deterministic across processes (CP-SAT with several workers and a time limit can return different
     optimal or near-optimal plans), and ranks running different strategies post different collectives,
     which hangs NCCL or returns garbage. Other ranks never call `decide`."""
+    from paradyse_lab.plan import Plan
     from runtime import comm
 
     decision = decide() if comm.rank(group) == 0 else None
-    return comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
+    decision = comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
+    if not isinstance(getattr(decision, "plan", None), Plan):  # names would leave the model to guess the granularity
+        raise TypeError(f"a policy's decision must carry a paradyse_lab.plan.Plan, got {decision!r}")
+    return decision
 
 
 def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:
@@ -188,17 +171,6 @@ def _loss_tile(decision, model, tokens: int) -> int:
     return loss_tile_tokens(model.cfg.vocab_size, model.wte.element_size(), tokens)
 
 
-def _plan_text(plan) -> str:
-    """A plan in the log: each strategy's catalog abbreviation, `+r` when recomputed (`TS,TS,ME+r`); a name
-    without an abbreviation as it is."""
-    def short(name: str) -> str:
-        entry = CATALOG.get(name.split("+")[0])
-        return (entry.abbreviation if entry and entry.abbreviation else name) + (
-            "+r" if name.endswith(RECOMPUTE_SUFFIX) else "")
-
-    return ",".join(short(n) for n in plan)
-
-
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
@@ -207,8 +179,9 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
 
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
     at world size `p`: an object whose `decide(step, batch)` (`step`: the sequence length, or with --pack-tokens
-    the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (one option name per
-    decision of the layer graph), `solve_s`, `cached` and `feasible`. The planner lives above the runtime:
+    the pack as a `paradyse_lab.costmodel.packed.PackedStep`) returns a decision with `plan` (a
+    `paradyse_lab.plan.Plan`: one option per decision of the layer graph, and its granularity), `solve_s`,
+    `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
     """
     from runtime import checkpoint
@@ -238,165 +211,211 @@ def _checked_on_rank0(check, group) -> None:
 
 def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
-    import resource
     from dataclasses import replace
+
+    from paradyse_lab.model_spec import get_model
+    from runtime import checkpoint, comm
+    from runtime.hf_weights import model_source
+    from runtime.reference import GPTConfig
+    from runtime.step_inputs import StepInputs
+
+    p = comm.size(group)
+    device = _device(group)
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
+    cfg = GPTConfig.from_model_spec(spec)
+    policy = policy_for(spec, p)
+    meta = run_meta(opts)
+    found = _checkpoint_to_resume(opts, meta, group)
+    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
+    inputs = StepInputs.build(opts, p, cfg, size)
+    inputs.refuse_untrainable()
+    run = TrainState.create(opts, cfg, group, device, meta, size)
+    start = run.resume(found, lambda step: policy.decide(inputs.planned(step), opts.batch))
+    bar = _progress_bar(opts, start, comm.rank(group))
+    log: list[dict] = []
+    log_csv = StepLog(opts.log_file, start) if opts.log_file and comm.rank(group) == 0 else None
+    for step in range(start, opts.steps):
+        decision = decide_plan_on_rank0(lambda step=step: policy.decide(inputs.planned(step), opts.batch), group)
+        row = run.step(step, inputs, decision, bar)
+        log.append(row)
+        if log_csv is not None:
+            log_csv.write(row)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", s=row["seq_len"], docs=row["docs"],
+                            ms=f"{1e3 * row['step_s']:.0f}", peak=f"{row['peak_bytes'] / 2**20:.0f}MiB",
+                            plan=row["plan"])
+        if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
+            run.save(step + 1)
+    if bar is not None:
+        bar.close()
+    if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
+        run.save(opts.steps)
+    if log_csv is not None:
+        log_csv.close()
+    return log
+
+
+def run_meta(opts: TrainOptions) -> dict:
+    """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing and
+    --init-from (a checkpoint of other settings is refused)."""
+    return {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
+            "pack_order": opts.pack_order, "init_from": opts.init_from}
+
+
+def _device(group):
+    """The GPU of this rank when every rank has one (one process, or NCCL), else the CPU."""
+    import torch
+
+    from runtime import comm
+
+    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
+    return torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+
+
+def _progress_bar(opts: TrainOptions, start: int, rank: int):
+    """A tqdm bar on rank 0 with --progress, else None."""
+    if not (opts.progress and rank == 0):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
+
+
+def _peak_bytes(device) -> int:
+    """Peak memory of this step: the GPU's allocated peak, or on the CPU the process's peak RSS."""
+    import resource
 
     import torch
 
-    from paradyse_lab.costmodel.packed import PackedStep
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
-    from runtime import checkpoint, comm, dcp_checkpoint
-    from runtime.attention import kernels_used
-    from runtime.hf_weights import model_source
-    from runtime.layout import layout_unit, shard_sequence
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, refuse_untrainable
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
-    p, rank = comm.size(group), comm.rank(group)
-    on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
-    cfg = GPTConfig.from_model_spec(spec)
-    policy = policy_for(spec, p)
-    docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
-            "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
-            "pack_order": opts.pack_order, "init_from": opts.init_from}
-    found = _checkpoint_to_resume(opts, meta, group)
-    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
-    workload = get_workload(opts.dataset, size=size, seed=opts.seed)
-    lengths = list(workload.lengths)
-    limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
-    unit, cap = layout_unit(p), min(limits) if limits else 2**31
 
-    packs = None
-    if opts.pack_tokens is not None:
-        packs = PackedSteps.build(opts, lengths, docs, cap, p)
-    elif workload.packs is not None and docs is None:  # a packed length file: its own steps
-        if opts.batch != 1:
-            raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), got {opts.batch}")
-        packs = PackedSteps.from_file_steps(workload.packs, cap, p)
+@dataclass
+class TrainState:
+    """The model, the optimizer and (bf16 on GPU) the fp32 master weights of one run, and what a
+    checkpoint of it must match (`meta`) and record (`workload_size`)."""
 
-    def length_of(step: int) -> int:
-        if packs is not None:
-            return packs.pack(step).seq_len
-        if docs is not None:
-            return docs.length(step, opts.batch, unit, cap)
-        return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
+    opts: TrainOptions
+    group: object
+    device: object
+    model: object
+    optimizer: object
+    masters: list | None
+    """fp32 copies of the bf16 weights the optimizer updates (GPU), or None (fp32 weights on the CPU)."""
+    meta: dict
+    """What a resumed run must keep (`run_meta`)."""
+    workload_size: int
+    """Sequences of the run's workload (its first --steps), recorded in each checkpoint so a resumed run trains
+    the same lengths."""
 
-    def planned_step(step: int):
-        """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
-        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
-        if packs is not None:
-            return PackedStep(packs.pack(step).lengths, unit)
-        return length_of(step)
+    @classmethod
+    def create(cls, opts: TrainOptions, cfg, group, device, meta: dict, workload_size: int) -> TrainState:
+        """A new model (initialised from --seed, or the --init-from folder's weights) and its optimizer."""
+        import torch
 
-    def targets(step: int) -> int:
-        """Positions of the step whose next token the loss predicts."""
-        if packs is not None:
-            return sum(n - 1 for n in packs.pack(step).lengths)
-        if docs is not None:
-            return docs.targets(step, opts.batch, length_of(step))
-        return opts.batch * (length_of(step) - 1)
+        from runtime.model import ParallelGPT
 
-    period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
-    refuse_untrainable(opts, 0, period, cap, unit, targets)
-    model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
-    masters = None
-    if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
-        model.to(torch.bfloat16)
-        masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
-    opt = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr, weight_decay=opts.weight_decay)
-    start = 0
-    trained = dict(zip((n for n, _ in model.named_parameters()), masters or model.parameters()))  # what AdamW steps
-    if found is not None:  # written at any world size: resharded for this one (runtime/dcp_checkpoint.py)
-        start = dcp_checkpoint.load(found, trained, opt, cfg, meta, group)["step"]
-        if masters is not None:
+        model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
+        masters = None
+        if device.type == "cuda":  # bf16 weights, fp32 master weights in the optimizer
+            model.to(torch.bfloat16)
+            masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
+        optimizer = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr,
+                                      weight_decay=opts.weight_decay)
+        return cls(opts, group, device, model, optimizer, masters, meta, workload_size)
+
+    @property
+    def trained(self) -> dict:
+        """The tensors AdamW steps, by parameter name: the fp32 masters on GPU, else the weights."""
+        names = (n for n, _ in self.model.named_parameters())
+        return dict(zip(names, self.masters or self.model.parameters()))
+
+    def resume(self, found, replay_decision) -> int:
+        """The first step to train: 0, or the step of the checkpoint `found` (`_checkpoint_to_resume`), loaded
+        at any world size (runtime/dcp_checkpoint.py reshards it), and `replay_decision(step)` called for every
+        step before it (the policy's cache and smoothing state)."""
+        import torch
+
+        from runtime import dcp_checkpoint
+
+        if found is None:
+            return 0
+        start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
+                                    self.group)["step"]
+        if self.masters is not None:
             with torch.no_grad():
-                for m, q in zip(masters, model.parameters()):
+                for m, q in zip(self.masters, self.model.parameters()):
                     q.copy_(m)
-        for step in range(start):  # replay the policy's cache and smoothing state
-            policy.decide(planned_step(step), opts.batch)
+        for step in range(start):
+            replay_decision(step)
+        return start
 
-    def save(step: int) -> None:
-        dcp_checkpoint.save(opts.checkpoint_dir, step, trained, opt, cfg, meta,
-                            {**dcp_checkpoint.model_record(cfg, opts.init_from), "workload_size": size}, group)
+    def save(self, step: int) -> None:
+        """A checkpoint after `step` steps, readable at any world size (runtime/dcp_checkpoint.py)."""
+        from runtime import dcp_checkpoint
 
-    bar = None
-    if opts.progress and rank == 0:
-        from tqdm import tqdm
+        cfg = self.model.cfg
+        record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from), "workload_size": self.workload_size}
+        dcp_checkpoint.save(self.opts.checkpoint_dir, step, self.trained, self.optimizer, cfg, self.meta, record,
+                            self.group)
 
-        bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
-    log: list[dict] = []
-    log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
-    for step in range(start, opts.steps):
-        s = length_of(step)
-        decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
-        pack = cu_seqlens = None
-        if packs is not None:
-            pack = packs.pack(step)
-            tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
-                                                                                          cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens  # host offsets; -100 at doc ends, padding
-        elif docs is not None:
-            tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
-        else:
-            tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
-            labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(device) for x in (tokens, labels))
+    def step(self, step: int, inputs, decision, bar) -> dict:
+        """Train step `step` under `decision` (every rank the same); its log row. A non-finite loss or
+        weights stop the run (`RunStopped`) before anything is saved."""
+        import torch
+
+        from runtime.attention import kernels_used
+        from runtime.layout import shard_sequence
+
+        s, device = inputs.length(step), self.device
+        tokens, labels, cu_seqlens = inputs.batch(step, self.model.cfg.vocab_size)
+        ids, labels = (shard_sequence(x, 1, self.group, cu_seqlens).to(device) for x in (tokens, labels))
+        cu_seqlens = cu_seqlens.to(device) if cu_seqlens is not None else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens,
-                            loss_tile=_loss_tile(decision, model, ids.numel()))
+            _, loss = self.model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
+                                 loss_tile=_loss_tile(decision, self.model, ids.numel()))
         if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
             _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
                        "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
                        "checkpoint and the data)")
         with kernels_used() as ran_backward:
             loss.backward()
+        self._optimizer_step()
+        if not _all_finite(list(self.model.parameters()), self.group):  # never checkpoint diverged weights
+            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
+                       "saving, the last checkpoint is unchanged (lower --lr)")
+        peak = _peak_bytes(device)
+        return {"step": step + 1, "seq_len": s, "docs": inputs.documents(step),
+                "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
+                "peak_bytes": int(peak), "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
+                "cached": decision.cached, "feasible": decision.feasible,
+                "attention_kernel": "+".join(sorted(ran | ran_backward))}
+
+    def _optimizer_step(self) -> None:
+        """AdamW on the weights, or on the fp32 masters (their gradients from the bf16 weights', the weights
+        copied back after)."""
+        import torch
+
+        model, masters = self.model, self.masters
         if masters is not None:
             for m, q in zip(masters, model.parameters()):
                 m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         model.zero_grad(set_to_none=True)
         if masters is not None:
             with torch.no_grad():
                 for m, q in zip(masters, model.parameters()):
                     q.copy_(m)
-        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights (inf/NaN grads)
-            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
-                       "saving, the last checkpoint is unchanged (lower --lr)")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
-        row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
-               "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-               "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
-               "cached": decision.cached, "feasible": decision.feasible,
-               "attention_kernel": "+".join(sorted(ran | ran_backward))}
-        log.append(row)
-        if log_csv is not None:
-            log_csv.write(row)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, docs=row["docs"], ms=f"{1e3 * row['step_s']:.0f}",
-                            peak=f"{peak / 2**20:.0f}MiB", plan=row["plan"])
-        if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
-            save(step + 1)
-    if bar is not None:
-        bar.close()
-    if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
-        save(opts.steps)
-    if log_csv is not None:
-        log_csv.close()
-    return log
 
 
 def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):

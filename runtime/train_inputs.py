@@ -14,7 +14,8 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   (and each row's last position) is masked out of the loss with label -100.
 - `PackedSteps` (`--pack-tokens N`): the workload's documents (each cut to the cap) packed first-fit into steps
   of at most N tokens (paradyse_lab/packing.py `pack_document_indices`); step i trains pack i (mod the
-  count), padded once to the layout unit (runtime/packed.py); with a `file:*.jsonl` its tokens are the documents' own.
+  count), each document padded to the layout unit (runtime/packed.py); with a `file:*.jsonl` its tokens are the
+  documents' own.
   Without `--pack-tokens`, a packed length file (several lengths per line) trains its own steps as they are
   (`from_file_steps`), as `simulate` does; with it, its documents are packed anew.
 """
@@ -139,11 +140,11 @@ class TokenDocuments:
         return sum(max(min(len(r), s) - 1, 0) for r in self.rows(step, batch))
 
     def length(self, step: int, batch: int, unit: int, cap: int) -> int:
-        """The step's sequence length: its longest document rounded up to `unit`, at most `cap` (rounded
-        down to `unit`)."""
-        top = max(unit, cap // unit * unit)
-        longest = max(len(r) for r in self.rows(step, batch))
-        return min(-(-longest // unit) * unit, top)
+        """The step's sequence length: its longest document padded to `unit`, at most `cap`
+        (`paradyse_lab.strategies.step_length`, the rule of every step)."""
+        from paradyse_lab.strategies import step_length
+
+        return step_length(max(len(r) for r in self.rows(step, batch)), unit, cap)
 
     def batch(self, step: int, batch: int, s: int, vocab: int):
         """([b, s] token ids, [b, s] next-token labels with -100 at padding and each row's end)."""
@@ -191,19 +192,21 @@ class PackedSteps:
                    p, docs, cap)
 
     def pack(self, step: int):
-        """The `runtime.packed.Pack` step `step` trains."""
+        """The pack step `step` trains (a `paradyse_lab.costmodel.packed.PackedStep`)."""
         return self.packs[step % len(self.packs)]
 
     def tokens(self, step: int, vocab: int):
         """[1, s] token ids of the step's documents from the token file, each followed by its padding (ids 0)."""
         import torch
 
+        from runtime.packed import documents_of
+
         pack = self.pack(step)
         docs = [self.docs.docs[i][:self.cap] for i in self.steps[step % len(self.steps)]]
         if max(max(d) for d in docs) >= vocab:
             raise UserInputError(f"token id {max(max(d) for d in docs)} is outside the model's vocabulary "
                                  f"(size {vocab})")
-        out = torch.zeros(1, pack.seq_len, dtype=torch.long)
-        for place, doc in zip(pack.documents_of(out), docs):  # [1, n_i] views of the pack
+        out = torch.zeros(1, pack.padded_len, dtype=torch.long)
+        for place, doc in zip(documents_of(pack, out), docs):  # [1, n_i] views of the pack
             place[0] = torch.tensor(doc, dtype=torch.long)
         return out

@@ -21,7 +21,7 @@ from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE, layout_unit
+from paradyse_lab.strategies import USABLE, layout_unit, step_length
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 from simulator.shared import problem as shared_problem
@@ -114,7 +114,7 @@ def _steps(workload: Workload, unit: int):
     """Per step: (seq_len, what policies plan: the padded length or a `PackedStep`, documents, tokens)."""
     if workload.packs is None:
         for seq_len in workload.lengths:
-            yield seq_len, -(-seq_len // unit) * unit, 1, seq_len
+            yield seq_len, step_length(seq_len, unit), 1, seq_len
     else:
         for documents in workload.packs:
             pack = PackedStep(documents, unit)
@@ -134,7 +134,7 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
         restarted = False
         while True:
             decision = policy.decide(padded, batch)
-            time_s, peak = charger.charge(decision.plan, padded, batch, getattr(decision, "head", "whole"))
+            time_s, peak = charger.charge(decision.plan.names, padded, batch, getattr(decision, "head", "whole"))
             oom = peak > charger.budget_bytes or not decision.feasible
             if oom and restart:
                 nxt = charger.lighter_strategy(policy.strategy, padded, batch)
@@ -145,24 +145,25 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
                     charger.reserved = {}  # a restarted process starts with an empty allocator cache
                     continue
             break
+        names = decision.plan.names
         counts: dict[str, int] = {}
-        for name in decision.plan:
+        for name in names:
             counts[name] = counts.get(name, 0) + 1
         charged = 0.0 if oom else time_s
         cumulative += charged
         rows.append({
             "step": step, "seq_len": seq_len, "documents": documents, "tokens": tokens, "policy": policy.name,
             "padded_len": padded.padded_len if isinstance(padded, PackedStep) else padded,
-            "plan_counts": ";".join(f"{k}:{v}" for k, v in counts.items()), "plan": " ".join(decision.plan),
+            "plan_counts": ";".join(f"{k}:{v}" for k, v in counts.items()), "plan": " ".join(names),
             "predicted_time_s": decision.predicted_time_s, "charged_time_s": charged,
             "cumulative_time_s": cumulative, "peak_bytes": peak, "budget_bytes": charger.budget_bytes,
-            "oom": oom, "switched": previous_plan is not None and tuple(decision.plan) != previous_plan,
-            "layer_switches": sum(a != b for a, b in zip(decision.plan, decision.plan[1:])),
+            "oom": oom, "switched": previous_plan is not None and names != previous_plan,
+            "layer_switches": sum(a != b for a, b in zip(names, names[1:])),
             "solve_ms": decision.solve_s * 1e3, "cached": decision.cached,
             "kept_previous": decision.kept_previous, "restarted": restarted,
         })
         if oom:
             break
-        charger.commit(decision.plan, padded, batch)
-        previous_plan = tuple(decision.plan)
+        charger.commit(names, padded, batch)
+        previous_plan = names
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))

@@ -16,13 +16,14 @@ import pandas as pd
 from tqdm import tqdm
 
 from paradyse_lab.cluster_spec import get_cluster
-from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
+from paradyse_lab.units import GIB
 from paradyse_lab.workloads import get_workload
 from simulator import shared
-from simulator.engine import Charger, simulate
-from simulator.policies import DEFAULT_GAMMA, PolicySpec, parse_policy
+from simulator.engine import simulate
+from simulator.planner import build_planner
+from simulator.policies import DEFAULT_GAMMA, PolicySpec
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
 
@@ -37,7 +38,7 @@ STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 """The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
-GiB = 2**30
+GiB = GIB
 
 PAPER_HEADLINES = {
     ("github_code", "bert", "time_reduction"): 0.8929,
@@ -124,22 +125,20 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     model, cluster = get_model(model_name), get_cluster(setup.cluster)
     fitted = any(needs_profile(name, cluster) for name in (plan_cost_model, truth_cost_model))
     profiles = setup.profile_path() if fitted else None  # only fitted models read a profile
+
     def built(name: str):
         return shared.cost_model(lambda: build_cost_model(name, model, cluster, profiles=profiles), name,
                                  model_name, setup.cluster, profiles)
 
     truth = built(truth_cost_model)
     plan = truth if plan_cost_model == truth_cost_model else built(plan_cost_model)
-    spec = PolicySpec.parse(policy_spec, setup.recompute, setup.granularity)
-    graph = LayerGraph(model, spec.granularity)
     budget = cluster.memory_bytes - setup.reserve_bytes
-    plan_budget = plan.budget_bytes(budget) if hasattr(plan, "budget_bytes") else budget
-    policy = parse_policy(policy_spec, graph, plan, plan_budget, gamma=setup.gamma, smoothing=smoothing,
-                          exclude=exclude, recompute=spec.recompute)
+    planner = build_planner(policy_spec, model, cluster, cost_model=plan, budget_bytes=budget,
+                            recompute=setup.recompute, granularity=setup.granularity, gamma=setup.gamma,
+                            smoothing=smoothing, exclude=exclude)
     workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
                             pack_order=setup.pack_order, sampling=setup.sampling)
-    charger = Charger(graph, truth, budget, recompute=spec.recompute, switch_memory=setup.switch_memory)
-    return simulate(workload, policy, charger, progress=progress)
+    return simulate(workload, planner.policy, planner.charger(truth, setup.switch_memory), progress=progress)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,

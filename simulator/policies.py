@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.plan import Plan
 from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.strategies import options as make_options
@@ -38,7 +39,15 @@ class PolicySpec:
 
     @classmethod
     def parse(cls, spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
-        """Read the suffixes of `spec`; `recompute` and `granularity` (command-line flags) add to them."""
+        """Read `spec` once: its suffixes, to which `recompute` and `granularity` (command-line flags) add, and
+        its strategy or solver name, checked (one-line `UserInputError`s, before any work)."""
+        parsed = cls._read(spec, recompute, granularity)
+        parsed._check_names(spec)
+        return parsed
+
+    @classmethod
+    def _read(cls, spec: str, recompute: bool, granularity: str) -> PolicySpec:
+        """The suffixes of `spec` and the flags, unchecked names."""
         from paradyse_lab.layer_graph import GRANULARITIES
 
         if granularity not in GRANULARITIES:
@@ -61,6 +70,31 @@ class PolicySpec:
             return cls(spec + RECOMPUTE_SUFFIX, True, granularity)
         return cls(spec, recompute, granularity)
 
+    def _check_names(self, spec: str) -> None:
+        """The strategy of a static or restart policy, the solver of a dynamic one (without building it)."""
+        kind, arg = self.kind, self.arg
+        if kind in ("static", "restart"):
+            strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
+            if strategy not in USABLE or (kind == "restart" and arg != strategy):
+                valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
+                raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
+        elif kind == "dynamic" and arg:
+            from solvers.registry import check_solver_name
+
+            check_solver_name(arg)
+        else:
+            raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+
+    @property
+    def kind(self) -> str:
+        """`static`, `restart` or `dynamic`."""
+        return self.base.partition(":")[0]
+
+    @property
+    def arg(self) -> str:
+        """What follows the kind: `NAME[+recompute]` or the solver's name."""
+        return self.base.partition(":")[2]
+
     @property
     def name(self) -> str:
         """The canonical name: `static:metp+recompute`, `dynamic:dp+recompute+sublayer`, ..."""
@@ -77,8 +111,8 @@ DEFAULT_RESTART_S = 31.0
 class StepPlan:
     """The plan a policy chose for one step."""
 
-    plan: tuple[str, ...]
-    """One option name per decision of the layer graph."""
+    plan: Plan
+    """One option per decision of the layer graph, and the graph's granularity (what the runtime runs)."""
     predicted_time_s: float
     """Time the policy's own cost model predicts."""
     feasible: bool
@@ -92,6 +126,10 @@ class StepPlan:
     head: str = "whole"
     """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
     loss when 'tiled', and the simulator charges the plan with it."""
+
+    def __post_init__(self):
+        if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
+            raise TypeError(f"StepPlan.plan must be a paradyse_lab.plan.Plan, got {type(self.plan).__name__}")
 
 
 def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
@@ -159,7 +197,7 @@ class DynamicPolicy:
         if key in self._cache:
             sol, head = self._cache[key]
             self._previous = (sol.plan, head)
-            return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True, head=head)
+            return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, 0.0, cached=True, head=head)
         problems, solve_s = {}, 0.0
 
         def solve(head: str):
@@ -181,7 +219,12 @@ class DynamicPolicy:
             kept = True
         self._cache[key] = (sol, head)
         self._previous = (sol.plan, head)
-        return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept, head=head)
+        return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
+                        head=head)
+
+    def _plan(self, solution) -> Plan:
+        """The solver's answer (option names of the search problem) as the plan the runtime runs."""
+        return Plan.from_names(solution.plan, self.graph.granularity)
 
 
 @dataclass
@@ -212,45 +255,28 @@ class StaticPolicy:
         return StrategyOption(self.strategy, self.recompute)
 
     def decide(self, seq_len: int, batch: int) -> StepPlan:
-        plan = (self.option.name,) * self.graph.num_decisions
+        plan = Plan((self.option,) * self.graph.num_decisions, self.graph.granularity)
         return StepPlan(plan, float("nan"), True, 0.0)
 
 
-def check_policy_names(spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
-    """Check a policy's strategy or solver name without building it (one-line errors before any work)."""
-    parsed = PolicySpec.parse(spec, recompute, granularity)
-    kind, _, arg = parsed.base.partition(":")
-    if kind in ("static", "restart"):
-        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
-        if strategy not in USABLE or (kind == "restart" and arg != strategy):
-            valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
-            raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
-    elif kind == "dynamic" and arg:
-        from solvers.registry import check_solver_name
-
-        check_solver_name(arg)
-    else:
-        raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
-    return parsed
+Policy = StaticPolicy | DynamicPolicy
+"""What plans a run's steps: `decide(step, batch) -> StepPlan`."""
 
 
-def parse_policy(spec: str, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
-                 smoothing: bool = True, exclude: tuple[str, ...] = (), recompute: bool = False,
-                 restart_s: float = DEFAULT_RESTART_S):
-    """A policy from `static:NAME[+recompute]`, `restart:NAME` or `dynamic:SOLVER[+recompute][+sublayer]`
-    (`PolicySpec`; the +sublayer suffix is the caller's to honour when it builds `graph`)."""
-    parsed = check_policy_names(spec, recompute, graph.granularity)
-    kind, _, arg = parsed.base.partition(":")
-    if kind in ("static", "restart"):
-        strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
-        return StaticPolicy(strategy, graph, restart=kind == "restart", restart_s=restart_s, recompute=arg != strategy,
-                            name=parsed.name)
-    recompute = parsed.recompute
-    if kind == "dynamic" and arg:
-        for name in exclude:
-            if name not in USABLE:
-                raise unknown_name("excluded strategy", name, USABLE)
-        strategies = tuple(s for s in USABLE if s not in exclude)
-        return DynamicPolicy(arg, cost_model, graph, budget_bytes, strategies, recompute, gamma, smoothing,
-                             name=parsed.name)
-    raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
+def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,
+                 smoothing: bool = True, exclude: tuple[str, ...] = (),
+                 restart_s: float = DEFAULT_RESTART_S) -> Policy:
+    """The policy `spec` (read by `PolicySpec.parse`) over `graph` (built at `spec.granularity`), planning with
+    `cost_model` under `budget_bytes`. simulator/planner.py `build_planner` is the one caller that matters."""
+    if graph.granularity != spec.granularity:
+        raise ValueError(f"policy {spec.name} decides per {spec.granularity}, the graph per {graph.granularity}")
+    if spec.kind in ("static", "restart"):
+        strategy = spec.arg.removesuffix(RECOMPUTE_SUFFIX)
+        return StaticPolicy(strategy, graph, restart=spec.kind == "restart", restart_s=restart_s,
+                            recompute=spec.arg != strategy, name=spec.name)
+    for name in exclude:
+        if name not in USABLE:
+            raise unknown_name("excluded strategy", name, USABLE)
+    strategies = tuple(s for s in USABLE if s not in exclude)
+    return DynamicPolicy(spec.arg, cost_model, graph, budget_bytes, strategies, spec.recompute, gamma, smoothing,
+                         name=spec.name)

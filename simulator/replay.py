@@ -18,10 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.workloads import Workload
-from simulator.engine import Charger, simulate
-from simulator.policies import PolicySpec, parse_policy
+from simulator.engine import simulate
+from simulator.planner import build_planner
 
 STEP_COLUMNS = ("policy", "step", "seq_len", "measured_s", "predicted_s", "measured_cum_s", "predicted_cum_s",
                 "plan", "simulated_plan", "plan_match", "counted", "repeats", "measured_min_s", "measured_max_s")
@@ -32,12 +31,10 @@ runs, measured_min_s / measured_max_s their extremes."""
 def replay(policy_spec: str, lengths, spec, cost_model, budget_bytes: int, recompute: bool = False) -> pd.DataFrame:
     """The simulator's rows (engine.ROW_COLUMNS) for `policy_spec` over exactly `lengths`, planned and charged
     by `cost_model` (built for `spec` at the run's p) under `budget_bytes`."""
-    wanted = PolicySpec.parse(policy_spec, recompute)  # the run's +recompute / +sublayer, as train reads them
-    graph = LayerGraph(spec, wanted.granularity)
-    plan_budget = cost_model.budget_bytes(budget_bytes) if hasattr(cost_model, "budget_bytes") else budget_bytes
-    policy = parse_policy(policy_spec, graph, cost_model, plan_budget, recompute=wanted.recompute)
+    planner = build_planner(policy_spec, spec, cost_model.cluster, cost_model=cost_model, budget_bytes=budget_bytes,
+                            recompute=recompute)  # the run's +recompute / +sublayer, as train reads them
     workload = Workload("executed", tuple(int(s) for s in lengths))
-    return simulate(workload, policy, Charger(graph, cost_model, budget_bytes, recompute=wanted.recompute))
+    return simulate(workload, planner.policy, planner.charger())
 
 
 def compare(steps: pd.DataFrame, statics, dynamics) -> dict:

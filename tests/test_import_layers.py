@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
 APPLICATION = ("paradyse_lab.cli", "paradyse_lab.app", "paradyse_lab.__main__")
@@ -264,3 +266,33 @@ def test_readme_layout_table_matches_the_tree():
     packages |= {f"{pkg}/" for pkg in PACKAGES}
     assert packages <= rows, sorted(packages - rows)
     assert all((ROOT / row).is_dir() for row in rows), sorted(r for r in rows if not (ROOT / r).is_dir())
+
+
+def _annotation_of(path: Path, cls: str, field: str) -> str | None:
+    """The annotation of `field` in the class `cls` of `path`, as written."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == field:
+                    return ast.unparse(item.annotation)
+    return None
+
+
+def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
+    """The policy's decision carries a `paradyse_lab.plan.Plan` (options and granularity), never names: the
+    field is typed, a decision built with names is refused, and the training loop refuses one that is not a
+    Plan and hands it to the model as it is (no `list(decision.plan)` that would turn it back into names)."""
+    from paradyse_lab.plan import Plan
+    from simulator.policies import StepPlan
+
+    assert _annotation_of(ROOT / "simulator" / "policies.py", "StepPlan", "plan") == "Plan"
+    with pytest.raises(TypeError, match="Plan"):
+        StepPlan(("megatron_ts", "metp"), 0.0, True, 0.0)
+    assert StepPlan(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
+        "sublayer")
+    train = ast.parse((ROOT / "runtime" / "train.py").read_text())
+    converted = [n.lineno for n in ast.walk(train) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id in ("list", "tuple") and n.args and ast.unparse(n.args[0]).endswith("decision.plan")]
+    assert not converted, f"runtime/train.py turns the plan back into a sequence at lines {converted}"
+    checks = [n for n in ast.walk(train) if isinstance(n, ast.FunctionDef) and n.name == "decide_plan_on_rank0"]
+    assert checks and "isinstance" in ast.unparse(checks[0]) and "Plan" in ast.unparse(checks[0])

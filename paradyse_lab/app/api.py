@@ -66,7 +66,7 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
     options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
-    'sublayer'; `budget_gb` (default the GPU's memory less the cluster's reserve); `cost_model` as
+    'sublayer'; `budget_gb` in GiB (default the GPU's memory less the cluster's reserve); `cost_model` as
     `paradyse-lab plan --cost-model`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from paradyse_lab.costmodel.factory import build_cost_model
@@ -74,6 +74,7 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.strategies import USABLE, layout_unit, options
+    from paradyse_lab.units import gib_to_bytes
     from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
@@ -84,7 +85,7 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
         step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
-                                      budget_bytes=int(budget_gb * 1e9) if budget_gb else None,
+                                      budget_bytes=gib_to_bytes(budget_gb) if budget_gb else None,
                                       options=options(tuple(strategies or USABLE), recompute))
     solution = get_solver(solver).solve(problem)
     return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,

@@ -115,11 +115,16 @@ class Settings:
         if sampling not in SAMPLINGS:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
-            return cls(True, 60, (8, 24, 96), (4,), ("random", "model"), 1, ("analytic", "hybrid", "polynomial"),
-                       24, (("github_code", "gpt"),), (0,), cluster, sampling)
-        return cls(False, 200, (8, 24, 48, 96, 192), (4, 8), ("random", "random+switch", "model", "model-sublayer"),
-                   2, ("analytic", "hybrid", "forest", "polynomial", "residual"), 64,
-                   tuple((d, m) for d in DATASETS for m in MODELS), (0, 1, 2, 3, 4), cluster, sampling)
+            return cls(quick=True, size=60, bench_sizes=(8, 24, 96), bench_options=(4,),
+                       bench_kinds=("random", "model"), bench_instances=1,
+                       costmodels=("analytic", "hybrid", "polynomial"), map_lengths=24,
+                       packing_panels=(("github_code", "gpt"),), seeds=(0,), cluster=cluster,
+                       sampling=sampling)
+        return cls(quick=False, size=200, bench_sizes=(8, 24, 48, 96, 192), bench_options=(4, 8),
+                   bench_kinds=("random", "random+switch", "model", "model-sublayer"), bench_instances=2,
+                   costmodels=("analytic", "hybrid", "forest", "polynomial", "residual"), map_lengths=64,
+                   packing_panels=tuple((d, m) for d in DATASETS for m in MODELS), seeds=(0, 1, 2, 3, 4),
+                   cluster=cluster, sampling=sampling)
 
 
 def _json_settings(s: Settings) -> dict:
@@ -346,7 +351,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, layout_unit, options
+    from paradyse_lab.strategies import USABLE, layout_unit, options, step_length
     from solvers.registry import get_solver
 
     cluster = get_cluster(s.cluster)
@@ -357,7 +362,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
         graph = LayerGraph(model, "block")
         unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths):
-            seq = -(-seq // unit) * unit
+            seq = step_length(seq, unit)
             problem = problem_from_cost_model(graph, cm, seq, 1, cluster.plan_budget_bytes,
                                                     options(USABLE))
             for solver in ("heuristic", "dp"):
@@ -376,7 +381,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit
+    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit, step_length
 
     cluster = get_cluster(s.cluster)
     rows = []
@@ -384,7 +389,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
         cm = AnalyticCostModel(get_model(model_name), cluster)
         unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths // 2, 1 * K, 640 * K):
-            seq = -(-seq // unit) * unit
+            seq = step_length(seq, unit)
             for strategy in USABLE:
                 u = uniform_plan_cost(cm, StrategyOption(strategy), seq)
                 rows.append({"model": model_name, "strategy": strategy, "seq_len": seq,

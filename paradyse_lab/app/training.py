@@ -12,20 +12,18 @@ from __future__ import annotations
 from functools import partial
 
 
-def plan_policy(opts, spec, p: int):
-    """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`."""
+def plan_policy(opts, spec, p: int, cost_model: str | None = None):
+    """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`, planning with
+    `cost_model` (default `opts.cost_model`) on `opts.cluster` (simulator/planner.py)."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.factory import build_cost_model
-    from paradyse_lab.layer_graph import LayerGraph
-    from simulator.policies import PolicySpec, parse_policy
+    from paradyse_lab.units import gib_to_bytes
+    from simulator.planner import build_planner
 
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.plan_budget_bytes
-    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
-    cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
-    plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
-    return parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
-                        recompute=wanted.recompute)
+    budget = gib_to_bytes(opts.budget_gb) if opts.budget_gb else None
+    return build_planner(opts.policy, spec, cluster, cost_model=cost_model or opts.cost_model, p=p,
+                         profiles=opts.profiles or None, budget_bytes=budget, recompute=opts.recompute,
+                         granularity=opts.granularity).policy
 
 
 def train(opts, group=None) -> list[dict]:
@@ -40,23 +38,15 @@ def preflight(opts, p: int) -> None:
     a bad one raises `UserInputError` here, before any rank starts."""
     from dataclasses import replace
 
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from runtime.hf_weights import model_source
     from runtime.reference import GPTConfig
     from runtime.train_inputs import TokenDocuments, check_options
-    from simulator.policies import PolicySpec, parse_policy
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
     GPTConfig.from_model_spec(spec)
-    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gb * 1e9) if opts.budget_gb else cluster.plan_budget_bytes
-    wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
-    parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
-                 recompute=wanted.recompute)
+    plan_policy(opts, spec, p, cost_model="analytic")  # names only: a learned model is fitted by the ranks
     get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
     TokenDocuments.from_dataset(opts.dataset)

@@ -88,7 +88,7 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.model_spec import get_model
-    from runtime.train import _plan_text
+    from paradyse_lab.plan import short_text
     from simulator.replay import STEP_COLUMNS, replay
 
     out = Path(out)
@@ -109,7 +109,7 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
         oom = sim["oom"].fillna(True).astype(bool).to_numpy()
         sim["charged_time_s"] = sim["charged_time_s"].where(~oom)  # the OOM step was not trained: no prediction
         sim["plan"] = sim["plan"].fillna("")
-        sim_plans = [_plan_text(p.split(" ")) for p in sim["plan"]]
+        sim_plans = [short_text(p.split(" ")) for p in sim["plan"]]
         counted = (g["step"].to_numpy() > skip)
         df = pd.DataFrame({
             "policy": policy, "step": g["step"].to_numpy(), "seq_len": g["seq_len"].to_numpy(),

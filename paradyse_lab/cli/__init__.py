@@ -34,19 +34,23 @@ def _report(prog: str, err: BaseException) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 1 if isinstance(err, RunStopped) else 2
 
-COMMAND_MODULES = ("paradyse_lab.cli.catalog_commands", "paradyse_lab.cli.cost_command",
-                   "paradyse_lab.cli.lengths_command", "paradyse_lab.cli.simulate_commands",
-                   "paradyse_lab.cli.costmodel_commands", "paradyse_lab.cli.train_command",
-                   "paradyse_lab.cli.solver_commands", "paradyse_lab.cli.bench_command",
-                   "paradyse_lab.cli.reproduce_command", "paradyse_lab.cli.profile_command",
-                   "paradyse_lab.cli.calibrate_command", "paradyse_lab.cli.validate_run_command",
-                   "paradyse_lab.cli.export_hf_command")
-"""Modules that add sub-commands, each with a `register(subparsers)` function."""
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every registered sub-command."""
-    import importlib
+    """The top-level parser with every sub-command, each added by its module's `register(subparsers)`."""
+    from paradyse_lab.cli import (
+        bench_command,
+        calibrate_command,
+        catalog_commands,
+        cost_command,
+        costmodel_commands,
+        export_hf_command,
+        lengths_command,
+        profile_command,
+        reproduce_command,
+        simulate_commands,
+        solver_commands,
+        train_command,
+        validate_run_command,
+    )
 
     parser = OneLineParser(
         prog="paradyse-lab",
@@ -55,8 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module in (catalog_commands, cost_command, lengths_command, simulate_commands, costmodel_commands,
+                   train_command, solver_commands, bench_command, reproduce_command, profile_command,
+                   calibrate_command, validate_run_command, export_hf_command):  # the order of `paradyse-lab --help`
+        module.register(sub)
     return parser
 
 

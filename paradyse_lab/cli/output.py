@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+from paradyse_lab.units import GIB, gib_to_bytes
+
 FORMATS = ("table", "json")
-GIB = 2**30
 
 
 def add_format_argument(parser) -> None:
@@ -54,7 +55,7 @@ def reserve_bytes(args, default: int | None = None) -> int | None:
         return default
     if not args.reserve_gb >= 0:
         raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
-    return int(args.reserve_gb * GIB)
+    return gib_to_bytes(args.reserve_gb)
 
 
 def cost_model_help(what: str = "cost model the policy plans with") -> str:

@@ -76,17 +76,17 @@ def parse_options(args):
         raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
     if args.mode == "rank-local" and args.rank >= args.p:
         raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
+    from paradyse_lab.options import from_namespace
     from runtime.measure.profiler import ProfileOptions
-    from runtime.options import from_namespace
 
     return from_namespace(ProfileOptions, args, seqs=seqs, strategies=strategies)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `paradyse-lab profile`: one per field of runtime.measure.profiler.ProfileOptions
-    (runtime/options.py), and --out."""
+    (paradyse_lab/options.py), and --out."""
+    from paradyse_lab.options import add_dataclass_arguments
     from runtime.measure.profiler import ProfileOptions
-    from runtime.options import add_dataclass_arguments
 
     add_dataclass_arguments(parser, ProfileOptions)
     parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")

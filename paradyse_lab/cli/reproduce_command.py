@@ -10,11 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cli.output import add_sampling_argument
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.cluster_spec import get_cluster
 
 
 def register(sub) -> None:
+    from paradyse_lab.cli.simulate_options import ReproduceOptions
+    from paradyse_lab.options import add_dataclass_arguments
+
     p = sub.add_parser(
         "reproduce", help="run every experiment, draw every figure, write REPORT.md",
         description="Figure 2's six panels, Table 5, the headline numbers (and their spread over 5 workload seeds), "
@@ -22,27 +24,22 @@ def register(sub) -> None:
         "scaling, the cost-model accuracy ablation, the layer-wise plan map and the memory breakdown: CSVs, "
         "figures (PNG and PDF, from figures/*.py) and REPORT.md (the paper's numbers beside ours). Finished "
         "steps and runs are reused unless --force; a run with other settings redoes every step.")
-    p.add_argument("--quick", action="store_true",
-                   help="smaller workloads and benchmark (60 sequences per dataset, seed 0 only; CI: under 3 minutes)")
-    p.add_argument("--out", default="results", help="results folder (default results/)")
-    p.add_argument("--force", action="store_true", help="rerun every step instead of reusing finished CSVs")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"node preset or .toml (default {DEFAULT_CLUSTER})")
-    add_sampling_argument(p)
-    p.add_argument("--execute", action="store_true", help="also measure this machine and train each policy for "
-                   "real (paradyse-lab calibrate + validate-run into OUT/execute/; ~10 minutes on 2 CPU cores)")
+    add_dataclass_arguments(p, ReproduceOptions)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from paradyse_lab.app.reproduce import reproduce
+    from paradyse_lab.cli.simulate_options import ReproduceOptions
+    from paradyse_lab.options import from_namespace
 
-    get_cluster(args.cluster)
+    opts = from_namespace(ReproduceOptions, args)
+    get_cluster(opts.cluster)
     started = time.perf_counter()
-    timings = reproduce(Path(args.out), quick=args.quick, force=args.force, progress=True, cluster=args.cluster,
-                        log=lambda msg: print(msg, file=sys.stderr), execute=args.execute,
-                        sampling=args.sampling)
+    timings = reproduce(Path(opts.out), quick=opts.quick, force=opts.force, progress=True, cluster=opts.cluster,
+                        log=lambda msg: print(msg, file=sys.stderr), execute=opts.execute, sampling=opts.sampling)
     for name, secs in timings.items():
         print(f"{name:10s} {'reused' if not secs else f'{secs:.1f} s'}")
-    print(f"\nwrote {args.out}/REPORT.md, {args.out}/*.csv and {args.out}/figures/ in "
+    print(f"\nwrote {opts.out}/REPORT.md, {opts.out}/*.csv and {opts.out}/figures/ in "
           f"{time.perf_counter() - started:.1f} s")
     return 0

@@ -14,49 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cli.output import (
-    add_format_argument,
-    add_packing_arguments,
-    add_reserve_argument,
-    add_sampling_argument,
-    cost_model_help,
-    print_json,
-    print_table,
-    reserve_bytes,
-)
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-from paradyse_lab.errors import UserInputError, require_positive_int
-
-EXPERIMENTS = ("fig2", "table5", "packing")
-
-
-def _add_common(p) -> None:
-    p.add_argument("--truth-cost-model", default="analytic",
-                   help="cost model that charges every step (and plans unless --plan-cost-model says otherwise): "
-                   "analytic (default), paper (the ParaDySe authors' measured A100 times), calibrated, or a "
-                   "learned kind / .joblib file")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
-    p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    add_sampling_argument(p)
-    add_reserve_argument(p)
-    p.add_argument("--gamma", type=float, default=0.05, help="smoothing tolerance of dynamic policies (0.05)")
-    p.add_argument("--profiles", default="",
-                   help="profile CSV the learned and calibrated cost models are fitted on (default: the bundled "
-                   "paper profile under --truth-cost-model paper, else the cluster's bundled one, synthetic "
-                   "source=analytic until measured profiles exist)")
-    p.add_argument("--recompute", action="store_true",
-                   help="dynamic policies also offer every strategy with activation recomputation; static ones "
-                   "recompute every layer (same as the policy suffix +recompute)")
-    p.add_argument("--granularity", default="block",
-                   help="block (default, the paper: one decision per layer) or sublayer (attention and MLP decided "
-                   "separately; same as the dynamic policy suffix +sublayer)")
-    p.add_argument("--switch-memory", action="store_true",
-                   help="charge the caching allocator's reservation of every strategy used so far (the memory "
-                   "price of switching, simulator/engine.py Charger); static runs pay nothing more")
+from paradyse_lab.cli.output import cost_model_help, print_json, print_table
+from paradyse_lab.cli.simulate_options import EXPERIMENTS  # noqa: F401 - the experiments' names, as before
 
 
 def register(sub) -> None:
+    from paradyse_lab.cli.simulate_options import ExperimentOptions, SimulateOptions
+    from paradyse_lab.options import add_dataclass_arguments
+
     p = sub.add_parser(
         "simulate", help="simulate one training run over a workload",
         description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
@@ -64,22 +29,9 @@ def register(sub) -> None:
         "times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its first "
         "OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
         "(heuristic, dp, ilp, ...; with the paper's cache and smoothing).")
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", required=True,
-                   help="github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH")
-    p.add_argument("--policy", required=True,
-                   help="static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+sublayer]")
-    p.add_argument("--no-smoothing", action="store_true", help="turn the 5%% smoothing off")
-    p.add_argument("--exclude", default="", help="comma-separated strategies a dynamic policy may not use")
-    p.add_argument("--out", help="write the per-step rows to this CSV")
-    p.add_argument("--plan-cost-model", default=None,
-                   help="cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, "
-                   "polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)")
+    add_dataclass_arguments(p, SimulateOptions)
     p.add_argument("--cost-model", dest="truth_cost_model", default=argparse.SUPPRESS,
                    help=cost_model_help("same as --truth-cost-model: the model that charges and plans"))
-    add_packing_arguments(p)
-    _add_common(p)
-    add_format_argument(p)
     p.set_defaults(func=run_simulate, out_file=True)
 
     p = sub.add_parser(
@@ -91,81 +43,39 @@ def register(sub) -> None:
         "packing (beyond the paper): Figure 2's panels with the documents packed into steps of 32K and 128K "
         "tokens beside one sequence per step, static strategies against the heuristic and dp: time per token "
         "and longest document trained (DIR/packing.csv and DIR/figures/packing.png).")
-    p.add_argument("name", choices=EXPERIMENTS)
-    p.add_argument("--out", default="results", help="results folder (default results/)")
-    p.add_argument("--force", action="store_true", help="rerun finished runs instead of reusing their CSVs")
-    p.add_argument("--no-exact", action="store_true",
-                   help="fig2: skip the paper-comparison dp and ilp policies (our dp + recompute series still run)")
-    p.add_argument("--paper-policies-only", action="store_true",
-                   help="fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and "
-                   "the static strategies with recomputation)")
-    _add_common(p)
-    add_format_argument(p)
+    add_dataclass_arguments(p, ExperimentOptions)
     p.set_defaults(func=run_experiment)
 
 
-def _setup(args):
-    from paradyse_lab.errors import unknown_name
-    from paradyse_lab.layer_graph import GRANULARITIES
-    from paradyse_lab.workloads import SAMPLINGS
-    from simulator.experiments import EXPERIMENT_SIZE, Setup
-
-    get_cluster(args.cluster)
-    if args.granularity not in GRANULARITIES:
-        raise unknown_name("--granularity", args.granularity, GRANULARITIES)
-    if args.sampling not in SAMPLINGS:
-        raise unknown_name("--sampling", args.sampling, SAMPLINGS)
-    size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
-    if not 0 <= args.gamma < 1:
-        raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
-    return Setup(cluster=args.cluster, size=size, seed=args.seed, sampling=args.sampling,
-                 reserve_bytes=reserve_bytes(args),
-                 gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
-                 switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity,
-                 **_packing(args))
-
-
-def _packing(args) -> dict:
-    """`--pack-tokens` / `--pack-order` as `Setup` fields (checked before any run starts)."""
-    from paradyse_lab.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
-
-    if getattr(args, "pack_tokens", None) is None:
-        return {}
-    if args.pack_order not in PACK_ORDERS:
-        raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {args.pack_order!r}")
-    return {"pack_tokens": require_positive_int("--pack-tokens", args.pack_tokens, MAX_TOKEN_BUDGET),
-            "pack_order": args.pack_order}
-
-
 def run_simulate(args) -> int:
+    from paradyse_lab.cli.simulate_options import SimulateOptions
+    from paradyse_lab.options import from_namespace
     from simulator.experiments import run_one
+    from simulator.policies import PolicySpec
     from simulator.results import write_csv_atomic
     from simulator.run_metrics import summarize
 
-    setup = _setup(args)
-    exclude = tuple(x.strip() for x in args.exclude.split(",") if x.strip())
-    if exclude and not args.policy.startswith("dynamic:"):
-        raise UserInputError("--exclude applies to dynamic:SOLVER policies only")
-    rows = run_one(setup, args.model, args.dataset, args.policy, smoothing=not args.no_smoothing,
-                   exclude=exclude, progress=sys.stderr.isatty(), plan_cost_model=args.plan_cost_model)
-    if args.out:
-        write_csv_atomic(rows, args.out)
-    from simulator.policies import PolicySpec
-
-    name = PolicySpec.parse(args.policy, args.recompute, args.granularity).name
-    s = summarize(rows, args.model, args.dataset, name)
-    if args.format == "json":
+    opts = from_namespace(SimulateOptions, args)
+    setup = opts.run.setup(opts.packing)
+    rows = run_one(setup, opts.model, opts.dataset, opts.policy, smoothing=opts.smoothing,
+                   exclude=opts.excluded(), progress=sys.stderr.isatty(), plan_cost_model=opts.plan_cost_model or None)
+    if opts.out:
+        write_csv_atomic(rows, opts.out)
+    name = PolicySpec.parse(opts.policy, opts.run.recompute, opts.run.granularity).name
+    s = summarize(rows, opts.model, opts.dataset, name)
+    if opts.format == "json":
         print_json(s.to_dict())
-    else:
-        plan_cm = args.plan_cost_model or args.truth_cost_model
-        labels = [["plan cost model", plan_cm], ["truth cost model", args.truth_cost_model]]
-        if {plan_cm, args.truth_cost_model} - {"analytic", "paper"}:
-            from paradyse_lab.profiles import profile_sources, read_profiles
+        return 0
+    truth = opts.run.truth_cost_model
+    plan_cm = opts.plan_cost_model or truth
+    labels = [["plan cost model", plan_cm], ["truth cost model", truth]]
+    if {plan_cm, truth} - {"analytic", "paper"}:
+        from paradyse_lab.profiles import profile_sources, read_profiles
 
-            labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])
-        if args.switch_memory:
-            labels.append(["memory model", "with switching reservations"])
-        print_table(["field", "value"], [[k, v] for k, v in s.to_dict().items()] + labels)
+        labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])
+    if opts.run.switch_memory:
+        labels.append(["memory model", "with switching reservations"])
+    print_table(["field", "value"], [[k, v] for k, v in s.to_dict().items()] + labels)
     return 0
 
 
@@ -174,16 +84,19 @@ def _pct(x) -> str:
 
 
 def run_experiment(args) -> int:
+    from paradyse_lab.cli.simulate_options import ExperimentOptions
+    from paradyse_lab.options import from_namespace
     from simulator import experiments
 
-    setup = _setup(args)
-    root = Path(args.out)
+    opts = from_namespace(ExperimentOptions, args)
+    setup = opts.run.setup()
+    root = Path(opts.out)
     started = time.perf_counter()
-    if args.name == "fig2":
-        summaries, headlines = experiments.fig2(setup, root, force=args.force, exact=not args.no_exact,
-                                                progress=sys.stderr.isatty(), beyond=not args.paper_policies_only)
+    if opts.name == "fig2":
+        summaries, headlines = experiments.fig2(setup, root, force=opts.force, exact=opts.exact,
+                                                progress=sys.stderr.isatty(), beyond=not opts.paper_policies_only)
         elapsed = time.perf_counter() - started
-        if args.format == "json":
+        if opts.format == "json":
             print_json({"summaries": summaries.to_dict(orient="records"),
                         "headlines": headlines.to_dict(orient="records"), "wall_s": elapsed})
             return 0
@@ -200,10 +113,10 @@ def run_experiment(args) -> int:
                      "length (up to)", "paper"], rows)
         print(f"\n{len(summaries)} runs in {elapsed:.1f} s; CSVs under {root}/")
         return 0
-    if args.name == "packing":
-        return _run_packing(setup, root, args)
-    table = experiments.table5(setup, root, force=args.force, progress=sys.stderr.isatty())
-    if args.format == "json":
+    if opts.name == "packing":
+        return _run_packing(setup, root, opts)
+    table = experiments.table5(setup, root, force=opts.force, progress=sys.stderr.isatty())
+    if opts.format == "json":
         print_json({"table5": table.to_dict(orient="records")})
         return 0
     rows = [[t.variant + (f" [plan: {t.plan_cost_model}, profile source={t.profile_source}]" if t.profile_source
@@ -214,16 +127,16 @@ def run_experiment(args) -> int:
     return 0
 
 
-def _run_packing(setup, root: Path, args) -> int:
+def _run_packing(setup, root: Path, opts) -> int:
     from paradyse_lab.app.reproduce import PAPER_FIGURE_NOTE, draw_figure
     from simulator import experiments
 
-    table = experiments.packing(setup, root, force=args.force, progress=sys.stderr.isatty())
+    table = experiments.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())
     notes = {"analytic": None, "paper": PAPER_FIGURE_NOTE}  # None: the figure's own analytic-model note
     note = notes.get(setup.truth, f"simulated: charged by the {setup.truth} cost model, {setup.cluster}")
-    with contextlib.redirect_stdout(sys.stderr if args.format == "json" else sys.stdout):  # stdout: JSON only
+    with contextlib.redirect_stdout(sys.stderr if opts.format == "json" else sys.stdout):  # stdout: JSON only
         draw_figure("packing", root, root / "figures", "packing", note)
-    if args.format == "json":
+    if opts.format == "json":
         print_json({"packing": table.to_dict(orient="records")})
         return 0
     rows = [[t.dataset, t.model, t.pack_tokens or "1 seq/step", t.policy, t.steps,

@@ -25,6 +25,7 @@ from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import GRANULARITIES
 from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.units import gib_to_bytes
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
@@ -38,8 +39,7 @@ def _add_problem_arguments(p) -> None:
     p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    p.add_argument("--budget-gb", help="memory budget per GPU in GB (10^9 bytes; default: the GPU's memory less "
-                   "the reserve)")
+    p.add_argument("--budget-gb", help="memory budget per GPU in GiB (default: the GPU's memory less the reserve)")
     add_reserve_argument(p)
 
 
@@ -94,7 +94,7 @@ def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tupl
             gb = float("nan")
         if not 0 < gb <= 1e9:
             raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
-        budget = int(gb * 1e9)
+        budget = gib_to_bytes(gb)
     if seq_len is None:
         cm, seq_len, batch, what = step_of(args, cm)
     else:

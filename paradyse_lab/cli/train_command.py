@@ -15,10 +15,10 @@ from paradyse_lab.errors import UserInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (runtime/options.py), and
+    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (paradyse_lab/options.py), and
     --nproc (how to launch, not part of the run)."""
     from paradyse_lab.cli.output import cost_model_help
-    from runtime.options import add_dataclass_arguments
+    from paradyse_lab.options import add_dataclass_arguments
     from runtime.train import TrainOptions
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
@@ -29,13 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`runtime.train.TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
+    from paradyse_lab.options import from_namespace
     from runtime.launch import torchrun_rank
-    from runtime.options import from_namespace
     from runtime.train import TrainOptions
     from runtime.train_inputs import check_log_file, check_options
-    from simulator.policies import check_policy_names
+    from simulator.policies import PolicySpec
 
-    check_policy_names(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
+    PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")

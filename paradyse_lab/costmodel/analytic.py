@@ -39,6 +39,10 @@ class AnalyticCostModel:
         self.p = require_positive_int("p", p if p is not None else cluster.gpus)
         self._cache: dict = {}
 
+    def budget_bytes(self, budget: int) -> int:
+        """The memory a plan may use: all of `budget` (`CostModel` protocol)."""
+        return int(budget)
+
     def check(self, option: StrategyOption, seq_len: int, batch: int = 1, kind: str | None = None) -> None:
         """Raise `UserInputError` if the option cannot run these shapes (`kind`: one sub-layer; None: both)."""
         require_positive_int("seq_len", seq_len)

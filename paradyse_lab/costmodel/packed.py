@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.strategies import pad_to_unit
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ class PackedStep:
 
     @property
     def padded_len(self) -> int:
-        """Tokens of the sequence every layer sees: each document rounded up to the unit, summed."""
-        return self.tokens + self.padding
+        """Tokens of the sequence every layer sees: each document rounded up to the unit (`pad_to_unit`), summed."""
+        return sum(pad_to_unit(n, self.unit) for n in self.documents)
 
     @property
     def padding(self) -> int:

@@ -59,6 +59,10 @@ class PaperCostModel:
         self._timing = AnalyticCostModel(dataclasses.replace(model, causal=False), cluster, p)
         """The analytic model under the measured conditions (non-causal), for time ratios only."""
 
+    def budget_bytes(self, budget: int) -> int:
+        """The memory a plan may use: all of `budget` (`CostModel` protocol)."""
+        return int(budget)
+
     def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
         """Raise `UserInputError` when the option cannot run these shapes or the fits do not cover them."""
         self.analytic.check(option, seq_len, batch)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paradyse_lab.cluster_spec import COLLECTIVES
+from paradyse_lab.cluster_spec import COLLECTIVES, ClusterSpec
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.strategies import StrategyOption
 
@@ -94,7 +94,12 @@ class CostModel(Protocol):
     """What solvers and the simulator ask a cost model."""
 
     model: ModelSpec
+    cluster: ClusterSpec
     p: int
+
+    def budget_bytes(self, budget: int) -> int:
+        """The memory a plan made with this model may use out of `budget` (a learned model of the paper's
+        kind caps it at the largest peak it saw while profiling; the others give `budget` itself)."""
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:

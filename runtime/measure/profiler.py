@@ -223,7 +223,7 @@ def device_name(device) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileOptions:
-    """One profiling run. Each field is one flag of `profile` (runtime/options.py turns the fields and the
+    """One profiling run. Each field is one flag of `profile` (paradyse_lab/options.py turns the fields and the
     docstrings under them into the flags and their help); --out is the command's own."""
 
     model: str = "gpt2-tiny"

@@ -106,7 +106,7 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
     import warnings
 
     from runtime import GPTConfig, ParallelGPT, ReferenceGPT, attention
-    from runtime.packed import pack_sequence
+    from runtime.packed import cu_seqlens, pack_labels, pack_sequence
     from runtime.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
@@ -118,8 +118,8 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
     ref.load_state_dict(sd)
     model = ParallelGPT(cfg, state_dict=sd).cuda().to(torch.bfloat16)
     pack = pack_sequence([1, 100, 37, 118], 1)
-    ids = torch.randint(0, 512, (1, pack.seq_len), device="cuda")
-    labels, cu = pack.labels(ids), pack.cu_seqlens
+    ids = torch.randint(0, 512, (1, pack.padded_len), device="cuda")
+    labels, cu = pack_labels(pack, ids), cu_seqlens(pack)
     _, loss_ref = ref(ids, labels, cu)
     attention._WARNED_MASKED.clear()
     with warnings.catch_warnings(), attention.kernels_used() as ran:
@@ -135,7 +135,7 @@ def _nccl_worker(rank: int, p: int, port: int) -> None:
     import torch.distributed as dist
 
     from runtime import GPTConfig, ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
-    from runtime.packed import pack_sequence
+    from runtime.packed import cu_seqlens, pack_sequence
     from runtime.reference import init_state_dict
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -156,8 +156,8 @@ def _nccl_worker(rank: int, p: int, port: int) -> None:
             assert_close(gather_sequence(logits.detach(), 1), want.detach(), rtol=1e-4, atol=1e-4)
             model.zero_grad()
         pack = pack_sequence([5, 40, 33], p)  # each document padded to 2p by its own padding segment
-        cu = pack.cu_seqlens
-        ids = ids[:, :pack.seq_len]
+        cu = cu_seqlens(pack)
+        ids = ids[:, :pack.padded_len]
         want = ref(ids, cu_seqlens=cu)  # block-diagonal over the documents and paddings
         for plan in (["megatron_cz", "metp+recompute", "ulysses_z", "megatron_ts"],):
             logits = model(shard_sequence(ids, 1, None, cu), plan, cu_seqlens=cu)

@@ -425,10 +425,10 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
     unpacked schedule's (the documents of received K/V are derived locally, nothing more travels)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import pack_sequence
+        from runtime.packed import cu_seqlens, pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
-        seq, cu = pack.seq_len, pack.cu_seqlens
+        seq, cu = pack.padded_len, cu_seqlens(pack)
         assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
         full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
@@ -436,14 +436,14 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
         xr = x.clone().requires_grad_()
         pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        reference_sublayer(xr, pr, "attention", cfg, pack.cu_seqlens).backward(dy)
-        yr = reference_sublayer(x, full, "attention", cfg, pack.cu_seqlens)
+        reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack)).backward(dy)
+        yr = reference_sublayer(x, full, "attention", cfg, cu_seqlens(pack))
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
         xl = shard_sequence(x, 1, group, cu).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
-                  eps=cfg.eps, tag="case", cu_seqlens=pack.cu_seqlens)
+                  eps=cfg.eps, tag="case", cu_seqlens=cu_seqlens(pack))
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group, cu))
@@ -463,7 +463,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
     `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
     its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import pack_sequence
+        from runtime.packed import cu_seqlens, pack_labels, pack_sequence
 
         if llama_kv:
             cfg = llama_config(llama_kv)
@@ -480,15 +480,15 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
         for step, plan in enumerate(runs):
             pack = pack_sequence(PACKS[(first_pack + step) % len(PACKS)], p)
             gen = torch.Generator().manual_seed(20 + step)
-            ids = torch.randint(0, cfg.vocab_size, (B, pack.seq_len), generator=gen)
-            labels = pack.labels(ids)
+            ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
+            labels = pack_labels(pack, ids)
             ref.zero_grad()
-            logits_r, loss_r = ref(ids, labels, pack.cu_seqlens)
+            logits_r, loss_r = ref(ids, labels, cu_seqlens(pack))
             loss_r.backward()
             ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
                                           for n, q in ref.named_parameters()}, rank, p)
             model.zero_grad()
-            cu = pack.cu_seqlens
+            cu = cu_seqlens(pack)
             logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
                                  cu_seqlens=cu)
             loss.backward()
@@ -664,6 +664,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     import torch.distributed as dist
 
     from paradyse_lab.app.training import train
+    from paradyse_lab.plan import Plan
     from runtime.train import TrainOptions, decide_plan_on_rank0
     from simulator.policies import StepPlan
 
@@ -672,7 +673,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     def disagreeing_solver(*_args):
         calls.append(rank)
         plan = ("megatron_ts", "metp", "ulysses_z", "megatron_cz")[rank % 4:] + ("metp",) * (rank % 4)
-        return StepPlan(plan=plan, predicted_time_s=float(rank), feasible=True, solve_s=0.0)
+        return StepPlan(plan=Plan.from_names(plan), predicted_time_s=float(rank), feasible=True, solve_s=0.0)
 
     def everyone(value):
         out = [None] * p
@@ -681,12 +682,12 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
         return out if p > 1 else [value]
 
     got = decide_plan_on_rank0(disagreeing_solver, group)
-    assert everyone(got.plan) == [("megatron_ts", "metp", "ulysses_z", "megatron_cz")] * p
+    assert everyone(got.plan.names) == [("megatron_ts", "metp", "ulysses_z", "megatron_cz")] * p
     assert got.predicted_time_s == 0.0 and calls == ([0] if rank == 0 else [])
 
     calls.clear()
     policy = mock.Mock(decide=disagreeing_solver)
-    with mock.patch("simulator.policies.parse_policy", return_value=policy):
+    with mock.patch("simulator.planner.build_policy", return_value=policy):
         log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=2, max_len=S, progress=False),
                     group)
     assert everyone([r["plan"] for r in log]) == [["TS,ME,UZ,CZ"] * 2] * p

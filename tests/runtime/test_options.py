@@ -1,4 +1,4 @@
-"""Flags generated from options dataclasses (runtime/options.py), and the train and profile commands built on
+"""Flags generated from options dataclasses (paradyse_lab/options.py), and the train and profile commands built on
 them (paradyse_lab/cli/train_command.py, profile_command.py).
 
 Run: `python -m pytest -q tests/runtime/test_options.py`.
@@ -15,8 +15,8 @@ import pytest
 from paradyse_lab.cli.profile_command import add_arguments as add_profile_arguments
 from paradyse_lab.cli.train_command import add_arguments as add_train_arguments
 from paradyse_lab.cli.train_command import options_from_args
+from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace
 from runtime.measure.profiler import ProfileOptions
-from runtime.options import add_dataclass_arguments, field_docs, from_namespace
 from runtime.train import TrainOptions
 
 

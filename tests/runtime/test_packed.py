@@ -19,8 +19,11 @@ from runtime.packed import (
     IGNORE,
     block_diagonal_mask,
     check_cu_seqlens,
+    cu_seqlens,
     document_mask,
     document_of,
+    documents_of,
+    pack_labels,
     pack_sequence,
     rank_attention_pairs,
 )
@@ -32,16 +35,16 @@ def test_every_document_is_padded_to_the_layout_unit_by_a_padding_segment(p):
     pack = pack_sequence([1, 13, 5, 1, 22], p)  # 42 tokens
     unit = layout_unit(p)  # 2p, 1 at p = 1
     assert pack.paddings == tuple(-n % unit for n in (1, 13, 5, 1, 22))
-    assert pack.seq_len == sum(-(-n // unit) * unit for n in (1, 13, 5, 1, 22))
-    segments = [x for n, pad in zip(pack.lengths, pack.paddings) for x in ((n, pad) if pad else (n,))]
-    assert pack.cu_seqlens.tolist() == [0, *torch.tensor(segments).cumsum(0).tolist()]
-    assert pack.cu_seqlens.dtype == torch.int32
-    assert layout_documents(pack.cu_seqlens, p) == tuple(n + pad for n, pad in zip(pack.lengths, pack.paddings))
-    doc, pos = document_of(pack.cu_seqlens, torch.arange(pack.seq_len))
+    assert pack.padded_len == sum(-(-n // unit) * unit for n in (1, 13, 5, 1, 22))
+    segments = [x for n, pad in zip(pack.documents, pack.paddings) for x in ((n, pad) if pad else (n,))]
+    assert cu_seqlens(pack).tolist() == [0, *torch.tensor(segments).cumsum(0).tolist()]
+    assert cu_seqlens(pack).dtype == torch.int32
+    assert layout_documents(cu_seqlens(pack), p) == tuple(n + pad for n, pad in zip(pack.documents, pack.paddings))
+    doc, pos = document_of(cu_seqlens(pack), torch.arange(pack.padded_len))
     assert doc[:1].tolist() == [0] and pos[:3].tolist() == ([0, 0, 1] if p > 1 else [0, 0, 1])
-    ranks = [local_positions(pack.seq_len, p, r, pack.cu_seqlens) for r in range(p)]
-    assert sorted(torch.cat(ranks).tolist()) == list(range(pack.seq_len))  # every token on one rank
-    assert all(len(x) == pack.seq_len // p and bool((x[1:] > x[:-1]).all()) for x in ranks)  # increasing
+    ranks = [local_positions(pack.padded_len, p, r, cu_seqlens(pack)) for r in range(p)]
+    assert sorted(torch.cat(ranks).tolist()) == list(range(pack.padded_len))  # every token on one rank
+    assert all(len(x) == pack.padded_len // p and bool((x[1:] > x[:-1]).all()) for x in ranks)  # increasing
 
 
 @pytest.mark.parametrize("p", [2, 3, 4])
@@ -52,14 +55,15 @@ def test_each_document_is_cut_into_2p_chunks_and_rank_r_holds_chunks_r_and_2p_mi
         c = 2  # 4p / 2p tokens per chunk of the second document
         want = [r, 2 * p - 1 - r, *range(first + r * c, first + (r + 1) * c),
                 *range(first + (2 * p - 1 - r) * c, first + (2 * p - r) * c)]
-        assert local_positions(pack.seq_len, p, r, pack.cu_seqlens).tolist() == want
+        assert local_positions(pack.padded_len, p, r, cu_seqlens(pack)).tolist() == want
 
 
 def test_labels_stop_at_each_document_end_and_skip_padding():
     pack = pack_sequence([3, 1, 2], 2)  # 4 + 4 + 4 tokens: each document padded to 2p = 4
     tokens = torch.arange(10, 22).view(1, 12)
-    assert pack.labels(tokens).tolist() == [[11, 12, IGNORE, IGNORE] + [IGNORE] * 4 + [19, IGNORE, IGNORE, IGNORE]]
-    assert [d.tolist() for d in pack.documents_of(tokens)] == [[[10, 11, 12]], [[14]], [[18, 19]]]
+    want = [[11, 12, IGNORE, IGNORE] + [IGNORE] * 4 + [19, IGNORE, IGNORE, IGNORE]]
+    assert pack_labels(pack, tokens).tolist() == want
+    assert [d.tolist() for d in documents_of(pack, tokens)] == [[[10, 11, 12]], [[14]], [[18, 19]]]
 
 
 @pytest.mark.parametrize("bad", [[], [3, 0], [2, -1]])
@@ -143,10 +147,10 @@ def test_reference_pack_equals_each_document_alone(causal):
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 2))
     pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens, each document padded to 6
-    ids = torch.randint(0, 64, (2, pack.seq_len), generator=torch.Generator().manual_seed(4))
+    ids = torch.randint(0, 64, (2, pack.padded_len), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        packed = ref(ids, cu_seqlens=pack.cu_seqlens)
-        for got, doc in zip(pack.documents_of(packed), pack.documents_of(ids)):
+        packed = ref(ids, cu_seqlens=cu_seqlens(pack))
+        for got, doc in zip(documents_of(pack, packed), documents_of(pack, ids)):
             assert_close(got, ref(doc), rtol=1e-5, atol=1e-5)
 
 
@@ -161,10 +165,10 @@ def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
     ref.load_state_dict(sd)
     pack = pack_sequence([1, 1, 1], 1)
     ids = torch.tensor([[5, 9, 2]])
-    labels = pack.labels(ids)
+    labels = pack_labels(pack, ids)
     assert (labels == IGNORE).all()
-    for loss in (ref(ids, labels, cu_seqlens=pack.cu_seqlens)[1],
-                 model(ids, ["megatron_ts"], labels, cu_seqlens=pack.cu_seqlens)[1]):
+    for loss in (ref(ids, labels, cu_seqlens=cu_seqlens(pack))[1],
+                 model(ids, ["megatron_ts"], labels, cu_seqlens=cu_seqlens(pack))[1]):
         loss.backward()
         assert float(loss.detach()) == 0.0
     assert all(float(g.grad.abs().sum()) == 0.0 for g in (ref.wte, next(model.parameters())))
@@ -178,6 +182,6 @@ def test_rank_attention_pairs_one_document_is_balanced_and_pairs_add_up(p):
     pack = pack_sequence([1, 13, 5, 1, 27], p)
     for causal in (True, False):
         pairs = rank_attention_pairs(pack, p, causal)
-        mask = block_diagonal_mask(pack.cu_seqlens, causal)  # [s, s]
-        rows = [local_positions(pack.seq_len, p, r, pack.cu_seqlens) for r in range(p)]
+        mask = block_diagonal_mask(cu_seqlens(pack), causal)  # [s, s]
+        rows = [local_positions(pack.padded_len, p, r, cu_seqlens(pack)) for r in range(p)]
         assert pairs == [int(mask[rank_rows].sum()) for rank_rows in rows]  # rank r's rows

@@ -102,6 +102,7 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
 
     from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.packing import pack_document_indices
+    from paradyse_lab.plan import Plan
     from simulator.policies import StepPlan
 
     lengths = (5, 9, 3, 14, 1, 7)
@@ -111,9 +112,9 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
 
     def decide(step, batch):
         asked.append(step)
-        return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
+        return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
-    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "pack_tokens": 16, "steps": 3}))
     ordered = sorted(lengths)  # a file's lengths in the workload's order
     want = [PackedStep(tuple(ordered[i] for i in step), 1) for step in pack_document_indices(ordered, 16)]
@@ -126,6 +127,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
     from unittest import mock
 
     from paradyse_lab.costmodel.packed import PackedStep
+    from paradyse_lab.plan import Plan
     from simulator.policies import StepPlan
 
     path = tmp_path / "packed.txt"
@@ -134,9 +136,9 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
 
     def decide(step, batch):
         asked.append(step)
-        return StepPlan(("megatron_ts",) * 2, 0.0, True, 0.0)
+        return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
-    with mock.patch("simulator.policies.parse_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         log = train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 4}))
     assert asked == [PackedStep(d, 1) for d in ((5, 9, 1), (14,), (7, 3), (5, 9, 1))]
     assert [r["docs"] for r in log] == [3, 1, 2, 3] and [r["seq_len"] for r in log] == [15, 14, 10, 15]
@@ -446,16 +448,13 @@ def test_finiteness_check_reads_the_device_once_not_per_parameter():
 
 
 def test_markov_tokens_walk_the_same_chain_on_host_ints():
-    """`_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
+    """`markov_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
     on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
-    import types
-
     import torch
 
-    from runtime.train import _tokens
+    from runtime.step_inputs import markov_tokens
 
-    opts = types.SimpleNamespace(seed=3)
-    got = _tokens(opts, 5, 2, 300, 97)
+    got = markov_tokens(3, 5, 2, 300, 97)
     table = torch.randint(0, 97, (97, 4), generator=torch.Generator().manual_seed(3 + 12345))
     gen = torch.Generator().manual_seed(3 * 1_000_003 + 5)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), 600, True, generator=gen).view(2, 300)

@@ -345,13 +345,13 @@ def test_ring_blocks_of_a_pack_under_fake_cuda_tensors_run_the_varlen_kernel(mon
     checked on CPU by the distributed harness.)"""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from runtime.packed import pack_sequence
+    from runtime.packed import cu_seqlens, pack_sequence
     from runtime.ring_attention import _block_backward, _block_forward, _blocks
 
     p, rank = 4, 1
     pack = pack_sequence([1, 100, 37, 150], p)
-    cu = tuple(pack.cu_seqlens.tolist())  # host offsets, as the model keeps them
-    t = pack.seq_len // p
+    cu = tuple(cu_seqlens(pack).tolist())  # host offsets, as the model keeps them
+    t = pack.padded_len // p
     blocks = _blocks(cu, rank, p, True)  # host work, cached: the blocks' offsets
     assert blocks[0][2] is True and all(b == "skip" or b[2] is False for b in blocks[1:])
     monkeypatch.setattr(attention, "_fa", None)

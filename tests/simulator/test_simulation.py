@@ -13,7 +13,7 @@ from paradyse_lab.model_spec import get_model
 from paradyse_lab.workloads import Workload
 from simulator.engine import Charger, simulate
 from simulator.experiments import Setup, run_one
-from simulator.policies import parse_policy
+from simulator.planner import build_planner
 from simulator.run_metrics import summarize
 
 SETUP = Setup(size=120)
@@ -79,9 +79,8 @@ def test_smoothing_reduces_switches():
 def test_cache_reuses_plans_for_repeated_lengths():
     model = get_model("gpt")
     cluster = get_cluster("a100-80gb-x8")
-    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
-    policy = parse_policy("dynamic:dp", graph, cm, cluster.memory_bytes)
-    rows = simulate(Workload("w", (4096, 4096, 8192, 4096)), policy, Charger(graph, cm, cluster.memory_bytes))
+    planner = build_planner("dynamic:dp", model, cluster)
+    rows = simulate(Workload("w", (4096, 4096, 8192, 4096)), planner.policy, planner.charger())
     assert rows["cached"].tolist() == [False, True, False, True]
     assert rows["solve_ms"].iloc[1] == 0
 
@@ -89,9 +88,8 @@ def test_cache_reuses_plans_for_repeated_lengths():
 def test_lengths_are_padded_to_the_layout_unit():
     model = get_model("gpt")
     cluster = get_cluster("a100-80gb-x8")
-    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
-    policy = parse_policy("static:megatron_cz", graph, cm, cluster.memory_bytes)
-    rows = simulate(Workload("w", (1000, 4097)), policy, Charger(graph, cm, cluster.memory_bytes))
+    planner = build_planner("static:megatron_cz", model, cluster)
+    rows = simulate(Workload("w", (1000, 4097)), planner.policy, planner.charger())
     assert rows["padded_len"].tolist() == [1008, 4112]
 
 
@@ -99,9 +97,8 @@ def test_one_rank_runs_lengths_unpadded_like_the_runtime():
     """At p = 1 the layout unit is 1 (paradyse_lab.strategies.layout_unit, the runtime's): no padding, and a
     causal ring strategy runs an odd length."""
     model, cluster = get_model("gpt2-tiny"), get_cluster("a100-80gb-x8")
-    cm, graph = AnalyticCostModel(model, cluster, p=1), LayerGraph(model)
-    policy = parse_policy("static:megatron_cz", graph, cm, cluster.memory_bytes)
-    rows = simulate(Workload("w", (1001, 4097)), policy, Charger(graph, cm, cluster.memory_bytes))
+    planner = build_planner("static:megatron_cz", model, cluster, p=1)
+    rows = simulate(Workload("w", (1001, 4097)), planner.policy, planner.charger())
     assert rows["padded_len"].tolist() == [1001, 4097]
     assert not rows["oom"].any()
 
@@ -243,9 +240,10 @@ def test_bad_policy_suffixes_are_user_errors(spec):
 def test_recompute_and_sublayer_keep_cache_and_smoothing_working():
     model = get_model("gpt")
     cluster = get_cluster("a100-80gb-x8")
-    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model, "sublayer")
-    policy = parse_policy("dynamic:dp+recompute+sublayer", graph, cm, cluster.memory_bytes - 2**30)
-    charger = Charger(graph, cm, cluster.memory_bytes - 2**30, recompute=True)
+    planner = build_planner("dynamic:dp+recompute+sublayer", model, cluster, budget_bytes=cluster.memory_bytes - 2**30)
+    policy, charger = planner.policy, planner.charger()
+    assert (planner.graph.granularity, charger.options) == ("sublayer", Charger(planner.graph, planner.cost_model, 0,
+                                                                               recompute=True).options)
     lengths = (266240, 266240, 267264, 268288, 266240)  # 260K: where the plans need recomputation somewhere
     rows = simulate(Workload("w", lengths), policy, charger)
     assert rows["cached"].tolist() == [False, True, False, False, True]

@@ -28,6 +28,27 @@ from paradyse_lab.app.report.sections import (
 )
 from paradyse_lab.app.report.seeds import band_shares_markdown, seeds_markdown
 
+FIGURES = [("fig2_cumulative_time_paper", "Figure 2 under the paper-measured times: cumulative training time "
+         "against sequence length; curves end at OOM (x)"),
+        ("fig2_cumulative_time", "Figure 2 under the analytic model"),
+        ("table5_ablation_paper", "Table 5 under the paper-measured times, paper beside ours"),
+        ("table5_ablation", "Table 5 under the analytic model, paper beside ours"),
+        ("solver_quality", "Solver quality: gap to the exact optimum and solve time against layers"),
+        ("costmodel_accuracy", "Cost models: predicted against truth, inside and beyond the profiled range "
+         "(synthetic profile)"),
+        ("plan_map", "Plan map: strategy per layer and length, heuristic and dp (analytic model)"),
+        ("memory_breakdown", "Memory per GPU of each uniform plan: model states, kept, transient"),
+        ("packing_paper", "Packing under the paper-measured times: time per token and longest document, one "
+         "sequence per step against packed steps"),
+        ("packing", "Packing under the analytic model")]
+"""(file name under figures/, caption) of every figure REPORT.md shows, in order."""
+
+
+def figures_markdown(results: Path) -> str:
+    """The figures section: each figure drawn under `results`/figures with its caption and source module."""
+    return "\n\n".join(f"**{cap}** (`figures/{n.removesuffix('_paper')}.py`)\n\n![{cap}](figures/{n}.png)"
+                       for n, cap in FIGURES if (results / "figures" / f"{n}.png").exists())
+
 
 def write_report(results: str | Path, settings, timings: dict) -> Path:
     """results/REPORT.md from the CSVs in `results` (module docstring)."""
@@ -38,21 +59,7 @@ def write_report(results: str | Path, settings, timings: dict) -> Path:
     mode = "quick" if settings.quick else "full"
     cmd = "paradyse-lab reproduce" + (" --quick" if settings.quick else "") + f" --out {results}"
     steps = ", ".join(f"{k} {v:.1f} s" if v else f"{k} reused" for k, v in timings.items()) or "not timed"
-    figs = [("fig2_cumulative_time_paper", "Figure 2 under the paper-measured times: cumulative training time "
-             "against sequence length; curves end at OOM (x)"),
-            ("fig2_cumulative_time", "Figure 2 under the analytic model"),
-            ("table5_ablation_paper", "Table 5 under the paper-measured times, paper beside ours"),
-            ("table5_ablation", "Table 5 under the analytic model, paper beside ours"),
-            ("solver_quality", "Solver quality: gap to the exact optimum and solve time against layers"),
-            ("costmodel_accuracy", "Cost models: predicted against truth, inside and beyond the profiled range "
-             "(synthetic profile)"),
-            ("plan_map", "Plan map: strategy per layer and length, heuristic and dp (analytic model)"),
-            ("memory_breakdown", "Memory per GPU of each uniform plan: model states, kept, transient"),
-            ("packing_paper", "Packing under the paper-measured times: time per token and longest document, one "
-             "sequence per step against packed steps"),
-            ("packing", "Packing under the analytic model")]
-    fig_md = "\n\n".join(f"**{cap}** (`figures/{n.removesuffix('_paper')}.py`)\n\n![{cap}](figures/{n}.png)"
-                         for n, cap in figs if (results / "figures" / f"{n}.png").exists())
+    fig_md = figures_markdown(results)
     panels = "\n\n".join(f"Under the {TRUTH_LABELS[t]}:\n\n{panels_table(f)}" for t, f in dirs.items())
     bert_rows = bert_gap_rows(results)
     bert_table = md_table(["panel", "truth", "against", "paper"] + [f"ours, up to {c // 1024}K" for c in CUTOFFS]
@@ -100,7 +107,22 @@ the variant's number of trained steps. The random-forest ablation compares polyn
 hybrid planning, both fitted on the truth's profile and capped at its OOM threshold (the largest peak
 profiled), as the paper does. On the paper profile the polynomial alone is exact: the truth is a quadratic.
 
-## Beyond the paper: recomputation and sub-layer plans
+{beyond_the_paper_sections(results, settings, bert_table)}## What differs and why
+
+{differences_section(results, settings, bert_rows)}
+
+## Figures
+
+{fig_md}
+"""
+    path = results / "REPORT.md"
+    write_text_atomic(path, text)
+    return path
+
+
+def beyond_the_paper_sections(results: Path, settings, bert_table: str) -> str:
+    """REPORT.md from "Beyond the paper" to the cost-model accuracy: what the reproduction adds."""
+    return f"""## Beyond the paper: recomputation and sub-layer plans
 
 Longest sequence trained / cumulative time per panel (fig2_beyond.csv; `paradyse-lab experiment fig2` runs
 them beside the paper's policies). dp + recompute: the exact planner with every strategy offered with and
@@ -161,14 +183,4 @@ How: costmodel_accuracy.csv / costmodel_points.csv, the split of `paradyse-lab a
 profiled curve is cut at half its longest length; models fit below the cut on all but every 4th length
 (interp = the held-out lengths), extrap = the lengths above the cut (up to 2x beyond the training range).
 
-## What differs and why
-
-{differences_section(results, settings, bert_rows)}
-
-## Figures
-
-{fig_md}
 """
-    path = results / "REPORT.md"
-    write_text_atomic(path, text)
-    return path

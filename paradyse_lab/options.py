@@ -8,7 +8,12 @@ bool field is a switch (`--name` sets True; a field defaulting to True is given 
 docstring cannot say goes in `field(metadata=...)`: `choices`, `flag` (another flag name), `type` (what the
 flag parses when it differs from the field's, e.g. `str` for a comma-separated tuple that the command
 parses and checks), `default` (the flag's default when the field has none). `from_namespace(cls, args)`
-builds the dataclass from the parsed arguments. Example (`python -m runtime.train --help` shows the result):
+builds the dataclass from the parsed arguments.
+
+One tree, composed: a field whose type is itself an options dataclass (with a `default_factory`) adds that
+dataclass's flags to the same command, and `from_namespace` builds it back (e.g. `simulate` and `experiment`
+share `SimulationOptions`, paradyse_lab/cli/simulate_options.py). `metadata`: `positional` (a positional
+argument instead of a flag), `metavar`. Example (`paradyse-lab train --help` shows the result):
 
     @dataclass(frozen=True)
     class TrainOptions:
@@ -75,8 +80,12 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, help_suffix
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
+        nested = _nested(cls, f)
+        if nested is not None:
+            add_dataclass_arguments(parser, nested, help_suffix=help_suffix, skip=skip)
+            continue
         kind = _field_type(cls, f)
-        text = " ".join(t for t in (docs.get(f.name, ""), suffix.get(f.name, "")) if t)
+        text = " ".join(t for t in (docs.get(f.name, ""), suffix.get(f.name, "")) if t).replace("%", "%%")
         has_default = f.default is not dataclasses.MISSING or "default" in f.metadata
         default = f.metadata.get("default", f.default)
         if kind is bool and f.type in ("bool", bool) and "type" not in f.metadata:
@@ -86,6 +95,11 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, help_suffix
         kwargs = {"type": kind} if kind is not str else {}
         if "choices" in f.metadata:
             kwargs["choices"] = tuple(f.metadata["choices"])
+        if "metavar" in f.metadata:
+            kwargs["metavar"] = f.metadata["metavar"]
+        if f.metadata.get("positional"):
+            parser.add_argument(f.name, help=text or None, **kwargs)
+            continue
         if has_default:
             shown = f" (default {default_text})" if (default_text := _shown(default)) else ""
             kwargs.update(default=default, help=(text.rstrip(".") + shown) if text else None)
@@ -99,7 +113,20 @@ def _shown(default) -> str:
     return "" if default in ("", None) else "%(default)s"
 
 
+def _nested(cls, f: dataclasses.Field):
+    """The options dataclass a field holds (its flags are the command's too), or None."""
+    hint = typing.get_type_hints(cls).get(f.name, f.type)
+    return hint if dataclasses.is_dataclass(hint) and isinstance(hint, type) else None
+
+
 def from_namespace(cls, args: argparse.Namespace, **values):
-    """An instance of the dataclass `cls` from parsed arguments; `values` replace fields (e.g. parsed tuples)."""
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    """An instance of the dataclass `cls` from parsed arguments (nested options dataclasses built from the same
+    arguments); `values` replace fields (e.g. parsed tuples)."""
+    fields = {}
+    for f in dataclasses.fields(cls):
+        nested = _nested(cls, f)
+        if nested is not None:
+            fields[f.name] = from_namespace(nested, args)
+        elif hasattr(args, f.name):
+            fields[f.name] = getattr(args, f.name)
     return cls(**{**fields, **values})

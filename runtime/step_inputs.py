@@ -1,0 +1,136 @@
+"""What each training step trains: its length, what the policy plans for it, and its tokens and labels.
+
+Library module of runtime/train.py. `StepInputs.build(opts, p, cfg)` reads the workload of `--dataset` once;
+step i then trains:
+
+- with `--pack-tokens` (or a packed length file): pack i of `PackedSteps` (runtime/train_inputs.py), one
+  sequence of its documents, each padded to the layout unit; the policy plans its documents
+  (`paradyse_lab.costmodel.packed.PackedStep`, attention per document);
+- with a `file:*.jsonl` of token ids: its own documents whole (`TokenDocuments`);
+- otherwise: the workload's length i, padded up to the layout unit and capped
+  (`paradyse_lab.strategies.step_length`, the rule `simulate` pads by), its tokens drawn from a fixed sparse
+  Markov chain (seeded; each token has 4 likely successors: a model can learn it, so the loss falls) and the
+  padding masked out of the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.strategies import layout_unit, step_length
+
+IGNORE = -100
+"""Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
+
+
+def markov_tokens(seed: int, step: int, b: int, s: int, vocab: int):
+    """[b, s] token ids of this step from the seeded Markov chain (module docstring)."""
+    import torch
+
+    table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(seed + 12345))
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
+    choice = choice.view(b, s).tolist()  # [b*s] -> [b, s], as host ints
+    first = torch.randint(0, vocab, (b,), generator=gen).tolist()
+    rows, successors = [], table.numpy()  # the chain is sequential: walk it on the host, not per-token tensor ops
+    for row, token in zip(choice, first):
+        walk = [token]
+        for c in row[1:]:
+            walk.append(int(successors[walk[-1], c]))
+        rows.append(walk)
+    return torch.tensor(rows, dtype=torch.long)  # [b, s]
+
+
+@dataclass
+class StepInputs:
+    """The steps of one run (module docstring)."""
+
+    opts: object
+    """The run's `runtime.train.TrainOptions`."""
+    lengths: list[int]
+    """The workload's lengths, in training order."""
+    unit: int
+    """The layout unit at this world size (`layout_unit(p)`)."""
+    cap: int
+    """The longest sequence the model takes (--max-len, else its positions)."""
+    docs: object = None
+    """`TokenDocuments` of a `file:*.jsonl` dataset, else None."""
+    packs: object = None
+    """`PackedSteps` with --pack-tokens or a packed length file, else None."""
+
+    @classmethod
+    def build(cls, opts, p: int, cfg, size: int | None = None) -> StepInputs:
+        """The steps of `opts` on p ranks for a model of config `cfg` (`runtime.reference.GPTConfig`), the
+        workload sampled with `size` sequences (default --steps; a resumed run passes its checkpoint's)."""
+        from paradyse_lab.workloads import get_workload
+        from runtime.train_inputs import PackedSteps, TokenDocuments
+
+        docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
+        workload = get_workload(opts.dataset, size=size or opts.steps, seed=opts.seed)
+        lengths = list(workload.lengths)
+        limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
+        cap = min(limits) if limits else 2**31
+        packs = None
+        if opts.pack_tokens is not None:
+            packs = PackedSteps.build(opts, lengths, docs, cap, p)
+        elif workload.packs is not None and docs is None:  # a packed length file: its own steps
+            if opts.batch != 1:
+                raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), "
+                                     f"got {opts.batch}")
+            packs = PackedSteps.from_file_steps(workload.packs, cap, p)
+        return cls(opts, lengths, layout_unit(p), cap, docs, packs)
+
+    def length(self, step: int) -> int:
+        """The sequence length step `step` trains (a multiple of the layout unit)."""
+        if self.packs is not None:
+            return self.packs.pack(step).padded_len
+        if self.docs is not None:
+            return self.docs.length(step, self.opts.batch, self.unit, self.cap)
+        return step_length(self.lengths[step % len(self.lengths)], self.unit, self.cap)
+
+    def planned(self, step: int):
+        """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
+        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
+        return self.packs.pack(step) if self.packs is not None else self.length(step)
+
+    def targets(self, step: int) -> int:
+        """Positions of step `step` whose next token the loss predicts (its padding and document ends have none)."""
+        if self.packs is not None:
+            return sum(n - 1 for n in self.packs.pack(step).documents)
+        if self.docs is not None:
+            return self.docs.targets(step, self.opts.batch, self.length(step))
+        return self.opts.batch * (min(self.lengths[step % len(self.lengths)], self.length(step)) - 1)
+
+    def refuse_untrainable(self) -> None:
+        """`UserInputError` before the first step when a step of this run has nothing to train on
+        (runtime/train_inputs.py `refuse_untrainable`)."""
+        from runtime.train_inputs import refuse_untrainable
+
+        period = (len(self.packs.packs) if self.packs is not None else len(self.docs.docs) if self.docs is not None
+                  else len(self.lengths))
+        refuse_untrainable(self.opts, 0, period, self.cap, self.unit, self.targets)
+
+    def documents(self, step: int) -> int:
+        """Documents step `step` trains (the batch, or the pack's documents)."""
+        return len(self.packs.pack(step).documents) if self.packs is not None else self.opts.batch
+
+    def batch(self, step: int, vocab: int):
+        """(tokens [b, s], next-token labels [b, s] with -100 where no loss is taken, cu_seqlens [n + 1] of a
+        pack or None) of step `step`, on the CPU."""
+        import torch
+
+        from runtime.packed import cu_seqlens, pack_labels
+
+        s, opts = self.length(step), self.opts
+        if self.packs is not None:
+            pack = self.packs.pack(step)
+            tokens = (self.packs.tokens(step, vocab) if self.docs is not None
+                      else markov_tokens(opts.seed, step, 1, s, vocab))
+            return tokens, pack_labels(pack, tokens), cu_seqlens(pack)  # labels -100 at document ends, padding
+        if self.docs is not None:
+            return (*self.docs.batch(step, opts.batch, s, vocab), None)
+        tokens = markov_tokens(opts.seed, step, opts.batch, s, vocab)
+        labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), IGNORE)], dim=1)  # next-token targets
+        labels[:, min(self.lengths[step % len(self.lengths)], s) - 1:] = IGNORE  # the step's padding: no loss
+        return tokens, labels, None
