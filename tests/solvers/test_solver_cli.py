@@ -7,7 +7,7 @@ import pytest
 
 from paradyse_lab.cli import main
 
-KEYS = ["solver", "status", "plan", "predicted_time_s", "peak_bytes", "solve_time_s"]
+KEYS = ["solver", "status", "plan", "predicted_time_s", "peak_bytes", "solve_time_s", "head"]
 
 
 def run(capsys, *argv):
