@@ -57,12 +57,12 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
     keep no mask and no [s, s] tensor, only q, k, v, the output and the lse."""
     from paradyse_lab.costmodel.packed import PackedStep
     from runtime.measure.profiler import measure_kept_bytes
-    from runtime.packed import pack_sequence
+    from runtime.packed import cu_seqlens, pack_sequence
 
     pack = pack_sequence([1, 37, 50], P)
-    step = PackedStep(pack.lengths, unit=2 * P)
-    assert pack.seq_len == step.padded_len == SEQ and pack.segments == step.segments
-    rec = measure_kept_bytes("attention", strategy, False, cfg, P, SEQ, cu_seqlens=pack.cu_seqlens)
+    step = PackedStep(pack.documents, unit=2 * P)
+    assert pack == step and step.padded_len == SEQ
+    rec = measure_kept_bytes("attention", strategy, False, cfg, P, SEQ, cu_seqlens=cu_seqlens(pack))
     analytic = schedule(SPEC, "attention", StrategyOption(strategy), SEQ, 1, P, step.segments).kept_bytes
     assert rec.nbytes == analytic == schedule(SPEC, "attention", StrategyOption(strategy), SEQ, 1, P).kept_bytes
 
