@@ -86,8 +86,8 @@ class TrainOptions:
     """Cost model the policy plans with:"""
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
-    budget_gb: float = 0.0
-    """Memory budget of a plan in GB (0: the cluster's GPU memory)."""
+    budget_gib: float = 0.0
+    """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory; --budget-gb, in GB, is deprecated)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"

@@ -39,7 +39,7 @@ def check_options(opts) -> None:
     require_positive_int("--batch", opts.batch, 2**20)
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
     require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
-    require_number("--budget-gb", opts.budget_gb, 0.0, 1e9)
+    require_number("--budget-gib", opts.budget_gib, 0.0, 1e9)
     for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
                          ("--checkpoint-every", opts.checkpoint_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

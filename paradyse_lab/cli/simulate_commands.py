@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import (
+    add_cluster_arguments,
     add_format_argument,
     add_packing_arguments,
     add_reserve_argument,
@@ -24,7 +25,7 @@ from paradyse_lab.cli.output import (
     print_table,
     reserve_bytes,
 )
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
 
 EXPERIMENTS = ("fig2", "table5", "packing")
@@ -35,7 +36,7 @@ def _add_common(p) -> None:
                    help="cost model that charges every step (and plans unless --plan-cost-model says otherwise): "
                    "analytic (default), paper (the ParaDySe authors' measured A100 times), calibrated, or a "
                    "learned kind / .joblib file")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
+    add_cluster_arguments(p)
     p.add_argument("--size", type=int, default=None, help="sequences sampled from the dataset (default 200)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     add_sampling_argument(p)
@@ -110,7 +111,7 @@ def _setup(args):
     from paradyse_lab.workloads import SAMPLINGS
     from simulator.experiments import EXPERIMENT_SIZE, Setup
 
-    get_cluster(args.cluster)
+    cluster_with_gpus(get_cluster(args.cluster), args.gpus)  # a bad name or count: refused before any run
     if args.granularity not in GRANULARITIES:
         raise unknown_name("--granularity", args.granularity, GRANULARITIES)
     if args.sampling not in SAMPLINGS:
@@ -118,7 +119,7 @@ def _setup(args):
     size = require_positive_int("--size", args.size if args.size is not None else EXPERIMENT_SIZE)
     if not 0 <= args.gamma < 1:
         raise UserInputError(f"--gamma must be in [0, 1), got {args.gamma}")
-    return Setup(cluster=args.cluster, size=size, seed=args.seed, sampling=args.sampling,
+    return Setup(cluster=args.cluster, gpus=args.gpus, size=size, seed=args.seed, sampling=args.sampling,
                  reserve_bytes=reserve_bytes(args),
                  gamma=args.gamma, profiles=args.profiles, truth=args.truth_cost_model,
                  switch_memory=args.switch_memory, recompute=args.recompute, granularity=args.granularity,

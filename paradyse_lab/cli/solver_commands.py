@@ -9,9 +9,20 @@ Examples:
 
 from __future__ import annotations
 
+import sys
+
 from paradyse_lab.cli.cost_command import add_step_arguments, parse_int, parse_options, step_of
-from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.cli.output import (
+    add_budget_arguments,
+    add_cluster_arguments,
+    add_format_argument,
+    budget_bytes,
+    cluster_of,
+    format_bytes,
+    format_seconds,
+    print_json,
+    print_table,
+)
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import GRANULARITIES
@@ -22,14 +33,15 @@ COMPARED = ("heuristic", "greedy", "dp", "ilp")
 
 
 def _add_problem_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
+                   "model folder holding one")
+    add_cluster_arguments(p)
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    p.add_argument("--budget-gb", help="memory budget per GPU in GB (10^9 bytes; default: the GPU's memory)")
+    add_budget_arguments(p)
 
 
 def register(sub) -> None:
@@ -60,23 +72,15 @@ def register(sub) -> None:
 
 
 def build_problem(args, seq_len: int | None = None) -> tuple[SearchProblem, str]:
-    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb at seq_len (default:
-    the step of --seq or --documents), and what the step is."""
+    """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib at seq_len
+    (default: the step of --seq or --documents), and what the step is."""
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
 
     model = get_model(args.model)
-    cm = AnalyticCostModel(model, get_cluster(args.cluster))
-    budget = None
-    if args.budget_gb is not None:
-        try:
-            gb = float(args.budget_gb)
-        except ValueError:
-            gb = float("nan")
-        if not 0 < gb <= 1e9:
-            raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
-        budget = int(gb * 1e9)
+    cm = AnalyticCostModel(model, cluster_of(args))
+    budget = budget_bytes(args)
     if seq_len is None:
         cm, seq_len, batch, what = step_of(args, cm)
     else:
@@ -87,10 +91,22 @@ def build_problem(args, seq_len: int | None = None) -> tuple[SearchProblem, str]
     return problem, what
 
 
+def _infeasible_exit(problem: SearchProblem, solution) -> int:
+    """Exit code of a solved problem: 0 when the plan fits, else 1 with the reason on stderr (the plan printed
+    is then the least-memory one the solver knows, which does not fit)."""
+    if solution.feasible:
+        return 0
+    print(f"error: no plan fits: the least-memory plan found needs {format_bytes(solution.peak_bytes)} per GPU, the "
+          f"budget is {format_bytes(problem.budget_bytes)} (raise --budget-gib, add --recompute, give more --gpus or "
+          "a shorter step)", file=sys.stderr)
+    return 1
+
+
 def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> int:
+    """Print the plan (table or JSON); the exit code: 1 when no plan fits (`_infeasible_exit`), else 0."""
     if fmt == "json":
         print_json(solution.to_dict())
-        return 0
+        return _infeasible_exit(problem, solution)
     print(title)
     for heading, names in (("left out (shapes do not split)", [n for n in problem.dropped if n not in problem.options]),
                            ("on some sub-layers only", [n for n in problem.dropped if n in problem.options])):
@@ -106,7 +122,7 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> i
     print(f"\nsolver {solution.solver}: {solution.status}; predicted time {format_seconds(solution.predicted_time_s)}; "
           f"peak {format_bytes(solution.peak_bytes)} of {format_bytes(problem.budget_bytes)}; "
           f"solved in {solution.solve_time_s * 1e3:.2f} ms")
-    return 0
+    return _infeasible_exit(problem, solution)
 
 
 def run_plan(args) -> int:
