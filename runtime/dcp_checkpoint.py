@@ -40,7 +40,8 @@ import torch.distributed as dist
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
-from runtime.checkpoint import _all_true, _barrier, _read_meta, _replace_text, checkpoints
+from runtime.checkpoint import _all_true, _barrier, _replace_text, checkpoints
+from runtime.checkpoint import read_meta as _read_meta
 from runtime.layout import SHARDED, row_sections
 
 FORMAT = "torch.distributed.checkpoint"
