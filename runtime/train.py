@@ -43,14 +43,13 @@ the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/c
 from __future__ import annotations
 
 import csv
-import math
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX
+from runtime.optim_schedule import SCHEDULES
 from runtime.train_inputs import LOG_COLUMNS
 
 
@@ -75,6 +74,20 @@ class TrainOptions:
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    lr_schedule: str = field(default="constant", metadata={"choices": SCHEDULES})
+    """Learning rate after the warmup: constant, linear or cosine (both down to 0 at --steps)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup up to --lr."""
+    clip_grad: float = 0.0
+    """Clip the gradient to this global L2 norm, over every shard of every rank (0: no clipping)."""
+    accumulate: int = 1
+    """Micro-steps per optimizer step (gradient accumulation), each with its own data and plan."""
+    eval_dataset: str = ""
+    """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
+    eval_every: int = 0
+    """Evaluate every this many optimizer steps, and after the last (0: never)."""
+    eval_batches: int = 4
+    """Steps of --eval-dataset each evaluation averages over (its first ones, the same every time)."""
     seed: int = 0
     """Seed of the initial weights, the workload and the synthetic tokens."""
     max_len: int = 0
@@ -220,21 +233,20 @@ def _checked_on_rank0(check, group) -> None:
 
 def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
-    import resource
     from dataclasses import replace
 
     import torch
 
-    from paradyse_lab.costmodel.packed import PackedStep
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
     from runtime import checkpoint, comm, dcp_checkpoint
-    from runtime.attention import kernels_used
     from runtime.hf_weights import model_source
-    from runtime.layout import layout_unit, shard_sequence
+    from runtime.layout import layout_unit
     from runtime.model import ParallelGPT
+    from runtime.optim_schedule import scheduler
     from runtime.reference import GPTConfig
-    from runtime.train_inputs import PackedSteps, TokenDocuments, refuse_untrainable
+    from runtime.step_data import StepData
+    from runtime.train_inputs import refuse_untrainable
+    from runtime.train_step import TrainLoop
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -242,49 +254,21 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
     policy = policy_for(spec, p)
-    docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
+    if opts.accumulate != 1 or opts.lr_schedule != "constant" or opts.warmup_steps or opts.clip_grad:
+        meta.update(accumulate=opts.accumulate, lr_schedule=opts.lr_schedule, warmup_steps=opts.warmup_steps,
+                    clip_grad=opts.clip_grad)
     found = _checkpoint_to_resume(opts, meta, group)
-    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
-    workload = get_workload(opts.dataset, size=size, seed=opts.seed)
-    lengths = list(workload.lengths)
+    micro_steps = opts.steps * opts.accumulate
+    size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
     unit, cap = layout_unit(p), min(limits) if limits else 2**31
-
-    packs = None
-    if opts.pack_tokens is not None:
-        packs = PackedSteps.build(opts, lengths, docs, cap, p)
-    elif workload.packs is not None and docs is None:  # a packed length file: its own steps
-        if opts.batch != 1:
-            raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), got {opts.batch}")
-        packs = PackedSteps.from_file_steps(workload.packs, cap, p)
-
-    def length_of(step: int) -> int:
-        if packs is not None:
-            return packs.pack(step).seq_len
-        if docs is not None:
-            return docs.length(step, opts.batch, unit, cap)
-        return max(unit, min(lengths[step % len(lengths)], cap) // unit * unit)
-
-    def planned_step(step: int):
-        """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
-        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
-        if packs is not None:
-            return PackedStep(packs.pack(step).lengths, unit)
-        return length_of(step)
-
-    def targets(step: int) -> int:
-        """Positions of the step whose next token the loss predicts."""
-        if packs is not None:
-            return sum(n - 1 for n in packs.pack(step).lengths)
-        if docs is not None:
-            return docs.targets(step, opts.batch, length_of(step))
-        return opts.batch * (length_of(step) - 1)
-
-    period = len(packs.packs) if packs is not None else len(docs.docs) if docs is not None else len(lengths)
-    refuse_untrainable(opts, 0, period, cap, unit, targets)
+    data = StepData.build(opts, opts.dataset, size, unit, cap, cfg.vocab_size, p)
+    refuse_untrainable(replace(opts, steps=micro_steps), 0, data.period, cap, unit, data.targets)
+    held_out = (StepData.build(opts, opts.eval_dataset, opts.eval_batches, unit, cap, cfg.vocab_size, p,
+                               seed_offset=10**9) if opts.eval_every else None)
     model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
@@ -295,12 +279,10 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     trained = dict(zip((n for n, _ in model.named_parameters()), masters or model.parameters()))  # what AdamW steps
     if found is not None:  # written at any world size: resharded for this one (runtime/dcp_checkpoint.py)
         start = dcp_checkpoint.load(found, trained, opt, cfg, meta, group)["step"]
-        if masters is not None:
-            with torch.no_grad():
-                for m, q in zip(masters, model.parameters()):
-                    q.copy_(m)
-        for step in range(start):  # replay the policy's cache and smoothing state
-            policy.decide(planned_step(step), opts.batch)
+        _copy_masters(masters, model)
+        for m in range(start * opts.accumulate):  # replay the policy's cache and smoothing state
+            policy.decide(data.planned(m), opts.batch)
+    lr_schedule = scheduler(opt, opts, start)
 
     def save(step: int) -> None:
         dcp_checkpoint.save(opts.checkpoint_dir, step, trained, opt, cfg, meta,
@@ -313,62 +295,21 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
+    loop = TrainLoop(opts, model, masters, trained, group, device, policy, data, bar)
     for step in range(start, opts.steps):
-        s = length_of(step)
-        decision = decide_plan_on_rank0(lambda step=step: policy.decide(planned_step(step), opts.batch), group)
-        pack = cu_seqlens = None
-        if packs is not None:
-            pack = packs.pack(step)
-            tokens = packs.tokens(step, cfg.vocab_size) if docs is not None else _tokens(opts, step, 1, s,
-                                                                                          cfg.vocab_size)
-            labels, cu_seqlens = pack.labels(tokens), pack.cu_seqlens  # host offsets; -100 at doc ends, padding
-        elif docs is not None:
-            tokens, labels = docs.batch(step, opts.batch, s, cfg.vocab_size)
-        else:
-            tokens = _tokens(opts, step, opts.batch, s, cfg.vocab_size)
-            labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), -100)], dim=1)  # next-token targets
-        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(device) for x in (tokens, labels))
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
-        if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
-            _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
-                       "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
-                       "checkpoint and the data)")
-        with kernels_used() as ran_backward:
-            loss.backward()
-        if masters is not None:
-            for m, q in zip(masters, model.parameters()):
-                m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        model.zero_grad(set_to_none=True)
-        if masters is not None:
-            with torch.no_grad():
-                for m, q in zip(masters, model.parameters()):
-                    q.copy_(m)
-        if not _all_finite(list(model.parameters()), group):  # never checkpoint diverged weights (inf/NaN grads)
-            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
-                       "saving, the last checkpoint is unchanged (lower --lr)")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
-        row = {"step": step + 1, "seq_len": s, "docs": len(pack.lengths) if pack is not None else opts.batch,
-               "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-               "peak_bytes": int(peak), "plan": _plan_text(decision.plan), "solve_s": decision.solve_s,
-               "cached": decision.cached, "feasible": decision.feasible,
-               "attention_kernel": "+".join(sorted(ran | ran_backward))}
+        row = loop.optimizer_step(step, opt)
+        lr_schedule.step()
+        if held_out is not None and ((step + 1) % opts.eval_every == 0 or step + 1 == opts.steps):
+            row["eval_loss"] = loop.evaluate(held_out, row["plan_names"])
+        del row["plan_names"]
         log.append(row)
         if log_csv is not None:
             log_csv.write(row)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", s=s, docs=row["docs"], ms=f"{1e3 * row['step_s']:.0f}",
-                            peak=f"{peak / 2**20:.0f}MiB", plan=row["plan"])
+            bar.set_postfix(loss=f"{row['loss']:.3f}", s=row["seq_len"], docs=row["docs"],
+                            ms=f"{1e3 * row['step_s']:.0f}", peak=f"{row['peak_bytes'] / 2**20:.0f}MiB",
+                            plan=row["plan"])
         if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
             save(step + 1)
     if bar is not None:
@@ -378,6 +319,16 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     if log_csv is not None:
         log_csv.close()
     return log
+
+
+def _copy_masters(masters, model) -> None:
+    """Copy the fp32 master weights into the bf16 model (GPU runs; nothing on CPU, where they are one)."""
+    import torch
+
+    if masters is not None:
+        with torch.no_grad():
+            for m, q in zip(masters, model.parameters()):
+                q.copy_(m)
 
 
 def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
-LOG_COLUMNS = ("step", "seq_len", "docs", "loss", "step_s", "peak_bytes", "plan", "solve_s", "cached", "feasible",
-               "attention_kernel")
+LOG_COLUMNS = ("step", "seq_len", "docs", "tokens", "loss", "lr", "grad_norm", "eval_loss", "step_s", "peak_bytes",
+               "plan", "solve_s", "cached", "feasible", "attention_kernel")
 """The columns of the per-step log (`--log-file`), in order."""
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
@@ -40,6 +40,9 @@ def check_options(opts) -> None:
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
     require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
     require_number("--budget-gib", opts.budget_gib, 0.0, 1e9)
+    from runtime.optim_schedule import check_optimisation_options
+
+    check_optimisation_options(opts)
     for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
                          ("--checkpoint-every", opts.checkpoint_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -1,0 +1,128 @@
+"""One optimizer step of `train` (its micro-steps, the global gradient norm and clipping, AdamW) and one
+evaluation on the held-out dataset.
+
+Library module: runtime/train.py's loop makes one `TrainLoop` and calls `optimizer_step(step, opt)` per
+optimizer step and `evaluate(held_out, plan)` every --eval-every steps. With --accumulate A, optimizer step i
+runs the micro-steps m = i*A .. i*A+A-1 of the dataset (runtime/step_data.py), each planned by the policy on
+its own, their gradients summed with each mean loss weighed by its share of the step's next-token targets
+(runtime/optim_schedule.py `micro_weights`), so the step is what one batch of them all would give. The log row's
+loss is that weighted mean; its `seq_len` the longest micro-step's; `docs` and `tokens` the sums; `plan` each
+micro-step's plan, ' | ' between them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainLoop:
+    """What an optimizer step needs from the run (runtime/train.py `_train` builds it)."""
+
+    opts: object
+    model: object
+    masters: list | None
+    """fp32 master weights on GPU (the model is bf16), else None."""
+    trained: dict
+    """Parameter name -> the tensor AdamW steps (a master weight, or the model's parameter)."""
+    group: object
+    device: object
+    policy: object
+    data: object
+    """`StepData` of --dataset."""
+    bar: object = None
+
+    def _micro_step(self, m: int, weight: float) -> dict:
+        """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
+        from runtime.attention import kernels_used
+        from runtime.layout import shard_sequence
+        from runtime.train import _plan_text, _stop, decide_plan_on_rank0
+
+        opts, data = self.opts, self.data
+        s = data.length(m)
+        decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), self.group)
+        tokens, labels, cu_seqlens = data.batch(m)
+        ids, labels = (shard_sequence(x, 1, self.group, cu_seqlens).to(self.device) for x in (tokens, labels))
+        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
+            _, loss = self.model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
+        value = float(loss.detach())
+        if not math.isfinite(value):  # the loss is the global mean: every rank stops here
+            _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "
+                            "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
+                            "checkpoint and the data)")
+        with kernels_used() as ran_backward:
+            (loss if opts.accumulate == 1 else loss * weight).backward()
+        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m),
+                "plan": _plan_text(decision.plan), "plan_names": list(decision.plan), "solve_s": decision.solve_s,
+                "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
+
+    def optimizer_step(self, step: int, opt) -> dict:
+        """Train optimizer step `step` (0-based); its log row (with `plan_names`: the last micro-step's plan)."""
+        import torch
+
+        from runtime.optim_schedule import clip_to, global_grad_norm, micro_weights
+        from runtime.train import _all_finite, _stop
+
+        opts, model = self.opts, self.model
+        micro = range(step * opts.accumulate, (step + 1) * opts.accumulate)
+        weights = micro_weights([self.data.targets(m) for m in micro])
+        lr = opt.param_groups[0]["lr"]
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        t0 = time.perf_counter()
+        parts = [self._micro_step(m, w) for m, w in zip(micro, weights)]
+        if self.masters is not None:
+            for m, q in zip(self.masters, model.parameters()):
+                m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: wpe, lnf_b
+        norm = global_grad_norm([(n, t.grad) for n, t in self.trained.items()], self.group)
+        if opts.clip_grad:
+            clip_to(self.trained.values(), opts.clip_grad, norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        from runtime.train import _copy_masters
+
+        _copy_masters(self.masters, model)
+        if not _all_finite(list(model.parameters()), self.group):  # never checkpoint diverged weights
+            _stop(self.bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped "
+                            "before saving, the last checkpoint is unchanged (lower --lr)")
+        return {"step": step + 1, "seq_len": max(x["seq_len"] for x in parts),
+                "docs": sum(x["docs"] for x in parts), "tokens": sum(x["tokens"] for x in parts),
+                "loss": sum(w * x["loss"] for w, x in zip(weights, parts)) if len(parts) > 1 else parts[0]["loss"],
+                "lr": lr, "grad_norm": float(norm), "step_s": time.perf_counter() - t0,
+                "peak_bytes": int(self._peak()), "plan": " | ".join(x["plan"] for x in parts),
+                "solve_s": sum(x["solve_s"] for x in parts), "cached": all(x["cached"] for x in parts),
+                "feasible": all(x["feasible"] for x in parts),
+                "attention_kernel": "+".join(sorted(set().union(*(x["kernels"] for x in parts)))),
+                "plan_names": parts[-1]["plan_names"]}
+
+    def _peak(self) -> int:
+        """Peak bytes of this step: CUDA's allocated peak, or on CPU the process's peak resident set."""
+        import resource
+
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS (Linux: KiB)
+
+    def evaluate(self, held_out, plan: list[str]) -> float:
+        """Mean next-token loss over the first --eval-batches steps of `held_out` (a `StepData`), each weighed
+        by its targets, under `plan` (the last training plan: evaluating never asks the policy, whose cache and
+        smoothing then stay those of training), without gradients."""
+        import torch
+
+        from runtime.layout import shard_sequence
+
+        total = count = 0.0
+        with torch.no_grad():
+            for m in range(self.opts.eval_batches):
+                tokens, labels, cu_seqlens = held_out.batch(m)
+                ids, labels = (shard_sequence(x, 1, self.group, cu_seqlens).to(self.device) for x in (tokens, labels))
+                _, loss = self.model(ids, plan, labels, cu_seqlens=cu_seqlens)
+                n = held_out.targets(m)
+                total, count = total + float(loss) * n, count + n
+        return total / count if count else float("nan")
