@@ -39,7 +39,7 @@ class StepData:
         from paradyse_lab.workloads import get_workload
         from runtime.train_inputs import PackedSteps, TokenDocuments
 
-        docs = TokenDocuments.from_dataset(dataset)
+        docs = TokenDocuments.from_options(opts, dataset)
         lengths = list(get_workload(dataset, size=size, seed=opts.seed).lengths) if docs is None else []
         packs = None
         if opts.pack_tokens is not None:

@@ -64,6 +64,15 @@ class TrainOptions:
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
+    tokenizer: str = ""
+    """tokenizer.json (or a folder holding one) the text of --dataset is tokenized with; --dataset then names a
+    datasets save_to_disk folder, or .jsonl / .parquet / .arrow files (or a folder of them) ('': --dataset is a
+    workload, a length file or a token file)."""
+    text_column: str = "text"
+    """Column of the text dataset holding the documents."""
+    data_order: str = field(default="", metadata={"choices": ("", "file", "shuffled", "sorted")})
+    """Order a token or text file's documents train in: file, shuffled (seeded by --seed) or sorted (ascending
+    length, the paper's curriculum) ('': file)."""
     policy: str = "dynamic:dp"
     """static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer]."""
     steps: int = 100
@@ -257,6 +266,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
+    if opts.tokenizer or opts.data_order:
+        meta.update(tokenizer=opts.tokenizer, text_column=opts.text_column, data_order=opts.data_order)
     if opts.accumulate != 1 or opts.lr_schedule != "constant" or opts.warmup_steps or opts.clip_grad:
         meta.update(accumulate=opts.accumulate, lr_schedule=opts.lr_schedule, warmup_steps=opts.warmup_steps,
                     clip_grad=opts.clip_grad)

@@ -7,8 +7,9 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
-- `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
-  length, as `paradyse_lab.workloads.get_workload` sorts `file:` lengths). Step i trains documents
+- `TokenDocuments`: the documents of a JSONL file of token-id lists, or of a text dataset tokenized with
+  --tokenizer (paradyse_lab/text_data.py), in --data-order (default the file's order; `sorted`: ascending
+  length, the paper's curriculum; `shuffled`: seeded). Step i trains documents
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
   layout unit (documents longer than the cap are cut to it), shorter rows are padded and their padding
   (and each row's last position) is masked out of the loss with label -100.
@@ -102,13 +103,28 @@ def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targe
 class TokenDocuments:
     """Token-id documents in training order (module docstring)."""
 
-    def __init__(self, docs: list[list[int]]):
+    def __init__(self, docs: list[list[int]], order: str = "file", seed: int = 0):
+        from paradyse_lab.text_data import ordered
+
         if not docs:
             raise UserInputError("the token file holds no documents")
-        self.docs = sorted(docs, key=len)  # stable: the workload's ascending order
+        self.docs = ordered(docs, order, seed)  # paradyse_lab/text_data.py: file, shuffled or sorted
 
     @classmethod
-    def from_dataset(cls, dataset: str) -> TokenDocuments | None:
+    def from_options(cls, opts, dataset: str) -> TokenDocuments | None:
+        """The documents of `dataset` for the run `opts`: a text dataset tokenized with `opts.tokenizer`
+        (paradyse_lab/text_data.py), or a token file (`from_dataset`), in `opts.data_order` (default: file
+        order); None for a workload or a length file."""
+        from paradyse_lab import text_data
+
+        order = opts.data_order or "file"
+        if opts.tokenizer:
+            texts = text_data.read_texts(dataset, opts.text_column)
+            return cls(text_data.tokenize(texts, opts.tokenizer), order, opts.seed)
+        return cls.from_dataset(dataset, order, opts.seed)
+
+    @classmethod
+    def from_dataset(cls, dataset: str, order: str = "file", seed: int = 0) -> TokenDocuments | None:
         """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None."""
         if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
             return None
@@ -131,7 +147,7 @@ class TokenDocuments:
                     docs.append(ids)
         except (OSError, UnicodeDecodeError) as err:
             raise UserInputError(f"token file {str(path)!r} cannot be read ({type(err).__name__})") from None
-        return cls(docs)
+        return cls(docs, order, seed)
 
     def rows(self, step: int, batch: int) -> list[list[int]]:
         """The documents step `step` trains."""

@@ -58,5 +58,6 @@ def preflight(opts, p: int) -> None:
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
     parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
                  recompute=wanted.recompute)
-    get_workload(opts.dataset, size=opts.steps, seed=opts.seed)
-    TokenDocuments.from_dataset(opts.dataset)
+    for dataset in filter(None, (opts.dataset, opts.eval_dataset)):
+        if TokenDocuments.from_options(opts, dataset) is None:
+            get_workload(dataset, size=opts.steps, seed=opts.seed)
