@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -104,5 +105,45 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-CASES = {"train-schedule-clip-accumulate-eval": schedule_clip_accumulate_eval_case}
-ONLY_AT = {"train-schedule-clip-accumulate-eval": (2,)}  # the norm over shards: p = 2; strategies at every p: model-*
+def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
+    """A researcher's run at p ranks: a save_to_disk text dataset and a held-out jsonl of text, tokenized with a
+    BPE tokenizer trained here; warmup + cosine, clipping, 2 micro-steps per optimizer step and evaluation every
+    4 steps. The training loss and the evaluation loss fall; every step's tokens are counted."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from text_corpus import build_tokenizer, documents
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    box = [tempfile.mkdtemp(prefix="paradyse-text-") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    root = box[0]
+    if rank == 0:
+        import datasets
+
+        build_tokenizer(Path(root) / "tok")
+        datasets.Dataset.from_dict({"text": documents(32, seed=1)}).save_to_disk(os.path.join(root, "train"))
+        with open(os.path.join(root, "eval.jsonl"), "w") as f:
+            f.write("".join(json.dumps({"text": t}) + "\n" for t in documents(4, seed=2)))
+    dist.barrier()
+    log = train(TrainOptions(model="gpt2-tiny", dataset=os.path.join(root, "train"),
+                             tokenizer=os.path.join(root, "tok"), steps=8, batch=2, accumulate=2, lr=1e-2,
+                             lr_schedule="cosine", warmup_steps=2,
+                             clip_grad=1.0, max_len=32, eval_dataset=f"file:{root}/eval.jsonl", eval_every=4,
+                             eval_batches=2, data_order="shuffled", progress=False), group)
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:2], log[-2:]))
+    assert last < first - 0.5, (first, last)
+    evals = [r["eval_loss"] for r in log if "eval_loss" in r]
+    assert len(evals) == 2 and evals[1] < evals[0], evals
+    assert all(r["tokens"] > 0 and r["docs"] == 4 for r in log)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"train-schedule-clip-accumulate-eval": schedule_clip_accumulate_eval_case,
+         "train-text-dataset-loss-falls": text_dataset_loss_falls_case}
+ONLY_AT = {"train-schedule-clip-accumulate-eval": (2,), "train-text-dataset-loss-falls": (2,)}
+"""p = 2: the gradient norm over shards and replicas; every strategy's gradients at p = 1..4: the model-* cases."""
