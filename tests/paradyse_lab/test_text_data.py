@@ -70,3 +70,18 @@ def test_orders_and_refusals(tmp_path):
         tokenize(TEXTS, str(tmp_path))
     with pytest.raises(UserInputError, match="no such file or folder"):
         read_texts(str(tmp_path / "missing"))
+
+
+def test_lengths_counts_the_tokens_train_trains(tmp_path, capsys):
+    from paradyse_lab.cli import main
+
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i, t in enumerate(TEXTS[:3]):
+        (texts / f"{i}.txt").write_text(t)
+    path = build_tokenizer(tmp_path / "tok")
+    out = tmp_path / "lengths.txt"
+    assert main(["lengths", str(texts), "--tokenizer", str(path), "--out", str(out)]) == 0
+    assert [int(n) for n in out.read_text().split()] == [len(d) for d in tokenize(TEXTS[:3], str(path))]
+    assert main(["lengths", str(texts), "--tokenizer", "bpe", "--out", str(out)]) == 2
+    assert "--tokenizer must be one of bytes, whitespace or a tokenizer.json" in capsys.readouterr().err
