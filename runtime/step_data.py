@@ -93,6 +93,16 @@ class StepData:
         """Tokens step m trains on (padding left out): each document's targets and its last token."""
         return self.targets(m) + self.documents(m)
 
+    def cut(self, m: int) -> int:
+        """Tokens of step m's documents it does not train: beyond --max-len or the model's positions (the cap),
+        or beyond the cap rounded down to the layout unit 2p (a workload length rounded down too)."""
+        if self.packs is not None:
+            return self.packs.cut(m)
+        s = self.length(m)
+        if self.docs is not None:
+            return sum(max(0, len(r) - s) for r in self.docs.rows(m, self.opts.batch))
+        return self.opts.batch * max(0, int(self.lengths[m % len(self.lengths)]) - s)
+
     def batch(self, m: int):
         """([b, s] token ids, [b, s] next-token labels, -100 where nothing is predicted; cu_seqlens of a pack or
         None)."""

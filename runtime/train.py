@@ -255,7 +255,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     from runtime.reference import GPTConfig
     from runtime.step_data import StepData
     from runtime.train_inputs import refuse_untrainable
-    from runtime.train_step import TrainLoop
+    from runtime.train_step import TrainLoop, cap_reason
 
     p, rank = comm.size(group), comm.rank(group)
     on_gpu = torch.cuda.is_available() and (comm.size(group) == 1 or comm.is_nccl(group))
@@ -306,7 +306,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
         bar = tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
     log: list[dict] = []
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
-    loop = TrainLoop(opts, model, masters, trained, group, device, policy, data, bar)
+    reason = cap_reason(opts, cfg.max_positions, cap, unit) if rank == 0 else ""
+    loop = TrainLoop(opts, model, masters, trained, group, device, policy, data, bar, reason)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step, opt)
         lr_schedule.step()
@@ -319,8 +320,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", s=row["seq_len"], docs=row["docs"],
-                            ms=f"{1e3 * row['step_s']:.0f}", peak=f"{row['peak_bytes'] / 2**20:.0f}MiB",
-                            plan=row["plan"])
+                            ms=f"{1e3 * row['step_s']:.0f}", plan=row["plan"],
+                            **{"peak" if device.type == "cuda" else "rss": f"{row['peak_bytes'] / 2**20:.0f}MiB"})
         if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
             save(step + 1)
     if bar is not None:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
-LOG_COLUMNS = ("step", "seq_len", "docs", "tokens", "loss", "lr", "grad_norm", "eval_loss", "step_s", "peak_bytes",
-               "plan", "solve_s", "cached", "feasible", "attention_kernel")
+LOG_COLUMNS = ("step", "seq_len", "docs", "tokens", "cut_tokens", "loss", "lr", "grad_norm", "eval_loss", "step_s",
+               "peak_bytes", "peak_of", "plan", "solve_s", "cached", "feasible", "attention_kernel")
 """The columns of the per-step log (`--log-file`), in order."""
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
@@ -183,21 +183,24 @@ class PackedSteps:
     """The packed steps of `--pack-tokens` (module docstring)."""
 
     def __init__(self, doc_lengths: list[int], steps: list[tuple[int, ...]], p: int, docs: TokenDocuments | None,
-                 cap: int):
+                 cap: int, original: list[int] | None = None):
         from runtime.packed import pack_sequence
 
         self.steps, self.docs, self.cap = steps, docs, cap
+        self.original = list(original) if original is not None else list(doc_lengths)
+        """Each document's length before the cut to `cap`."""
         self.packs = [pack_sequence([doc_lengths[i] for i in step], p) for step in steps]
 
     @classmethod
     def from_file_steps(cls, steps, cap: int, p: int) -> PackedSteps:
         """The steps of a packed length file (several lengths per line: `paradyse-lab lengths --pack-tokens`),
         as they are, each document cut to `cap`."""
-        doc_lengths = [min(int(n), cap) for step in steps for n in step]
+        original = [int(n) for step in steps for n in step]
+        doc_lengths = [min(n, cap) for n in original]
         ends = [0]
         for step in steps:
             ends.append(ends[-1] + len(step))
-        return cls(doc_lengths, [tuple(range(a, b)) for a, b in zip(ends, ends[1:])], p, None, cap)
+        return cls(doc_lengths, [tuple(range(a, b)) for a, b in zip(ends, ends[1:])], p, None, cap, original)
 
     @classmethod
     def build(cls, opts, lengths, docs: TokenDocuments | None, cap: int, p: int) -> PackedSteps:
@@ -205,9 +208,14 @@ class PackedSteps:
         most `opts.pack_tokens` tokens in `opts.pack_order`."""
         from paradyse_lab.packing import pack_document_indices
 
-        doc_lengths = [min(len(d) if docs is not None else int(d), cap) for d in (docs.docs if docs else lengths)]
+        original = [len(d) if docs is not None else int(d) for d in (docs.docs if docs else lengths)]
+        doc_lengths = [min(n, cap) for n in original]
         return cls(doc_lengths, pack_document_indices(doc_lengths, opts.pack_tokens, opts.pack_order, opts.seed),
-                   p, docs, cap)
+                   p, docs, cap, original)
+
+    def cut(self, step: int) -> int:
+        """Tokens of the step's documents beyond the cap, which it does not train."""
+        return sum(self.original[i] - min(self.original[i], self.cap) for i in self.steps[step % len(self.steps)])
 
     def pack(self, step: int):
         """The `runtime.packed.Pack` step `step` trains."""

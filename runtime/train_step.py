@@ -16,6 +16,25 @@ import math
 import time
 from dataclasses import dataclass
 
+PEAK_OF = {True: "cuda_allocated", False: "process_rss"}
+"""What `peak_bytes` measures (the log's `peak_of`): on CUDA the allocator's peak of this step
+(torch.cuda.max_memory_allocated); on CPU the process's peak resident set since it started (getrusage
+ru_maxrss: every buffer of Python, torch and the data, and never lower than an earlier step's)."""
+
+
+def cap_reason(opts, max_positions: int, cap: int, unit: int) -> str:
+    """Why documents are cut at `cap` (for the warning); warns on rank 0 (`print` to stderr) when --max-len asks
+    for more than the model's positions, which then cut instead."""
+    import sys
+
+    rounded = f", rounded down to {cap // unit * unit} (a multiple of the layout unit {unit})" if cap % unit else ""
+    if opts.max_len and max_positions and opts.max_len > max_positions:
+        print(f"warning: --max-len {opts.max_len} is above the model's {max_positions} positions: every step is cut "
+              f"to {max_positions}", file=sys.stderr)
+    if opts.max_len and (not max_positions or opts.max_len <= max_positions):
+        return f"documents longer than --max-len {opts.max_len}{rounded} are cut to it"
+    return f"documents longer than the model's {max_positions} positions{rounded} are cut to them"
+
 
 @dataclass
 class TrainLoop:
@@ -33,6 +52,9 @@ class TrainLoop:
     data: object
     """`StepData` of --dataset."""
     bar: object = None
+    cut_reason: str = ""
+    """What cuts a long document (`cap_reason`), named in the one warning a run gives about cut tokens."""
+    warned: bool = False
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -54,7 +76,18 @@ class TrainLoop:
                             "checkpoint and the data)")
         with kernels_used() as ran_backward:
             (loss if opts.accumulate == 1 else loss * weight).backward()
-        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m),
+        cut = data.cut(m)
+        if cut and not self.warned:
+            self.warned = True
+            from runtime import comm
+
+            if comm.rank(self.group) == 0:
+                import sys
+
+                print(f"warning: step {m // opts.accumulate + 1} leaves {cut} tokens of its documents untrained: "
+                      f"{self.cut_reason}; the log's cut_tokens column and the end summary count every step's "
+                      "(warned once)", file=sys.stderr)
+        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m), "cut": cut,
                 "plan": _plan_text(decision.plan), "plan_names": list(decision.plan), "solve_s": decision.solve_s,
                 "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
 
@@ -90,9 +123,11 @@ class TrainLoop:
                             "before saving, the last checkpoint is unchanged (lower --lr)")
         return {"step": step + 1, "seq_len": max(x["seq_len"] for x in parts),
                 "docs": sum(x["docs"] for x in parts), "tokens": sum(x["tokens"] for x in parts),
+                "cut_tokens": sum(x["cut"] for x in parts),
                 "loss": sum(w * x["loss"] for w, x in zip(weights, parts)) if len(parts) > 1 else parts[0]["loss"],
                 "lr": lr, "grad_norm": float(norm), "step_s": time.perf_counter() - t0,
-                "peak_bytes": int(self._peak()), "plan": " | ".join(x["plan"] for x in parts),
+                "peak_bytes": int(self._peak()), "peak_of": PEAK_OF[self.device.type == "cuda"],
+                "plan": " | ".join(x["plan"] for x in parts),
                 "solve_s": sum(x["solve_s"] for x in parts), "cached": all(x["cached"] for x in parts),
                 "feasible": all(x["feasible"] for x in parts),
                 "attention_kernel": "+".join(sorted(set().union(*(x["kernels"] for x in parts)))),

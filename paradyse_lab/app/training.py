@@ -29,10 +29,28 @@ def plan_policy(opts, spec, p: int):
 
 
 def train(opts, group=None) -> list[dict]:
-    """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log."""
+    """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log. Rank 0 states what plans
+    the run before the first step and prints the end-of-run summary after the last (paradyse_lab/app/
+    run_summary.py)."""
+    import sys
+
+    from paradyse_lab.app import run_summary
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from runtime import comm
     from runtime.train import train as run_training
 
-    return run_training(opts, group, policy_for=partial(plan_policy, opts))
+    rank, p = comm.rank(group), comm.size(group)
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    if rank == 0:
+        budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.memory_bytes
+        print(run_summary.planner_line(opts, cluster, budget, p), file=sys.stderr)
+        warning = run_summary.device_warning(cluster, run_summary.present_device())
+        if warning:
+            print(warning, file=sys.stderr)
+    log = run_training(opts, group, policy_for=partial(plan_policy, opts))
+    if rank == 0:
+        print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
+    return log
 
 
 def preflight(opts, p: int) -> None:

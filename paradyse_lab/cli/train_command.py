@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
     parser.add_argument("--nproc", "--gpus", dest="nproc", type=int, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
-                        "policy plans for this many GPUs of --cluster's kind")
+                        "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
+                        "else 1)")
     parser.add_argument("--budget-gb", dest="budget_gb_deprecated", type=float, default=None,
                         help="deprecated: the budget in GB (10^9 bytes); use --budget-gib")
 
@@ -66,6 +67,20 @@ def _deprecated_budget(args: argparse.Namespace) -> dict:
     return {"budget_gib": gb * 1e9 / 2**30}
 
 
+def default_nproc() -> int | None:
+    """--nproc when it is not given: the local GPU count on a CUDA machine with more than one GPU (one process
+    per GPU: the planner's p is the world size), said on stderr; None (one process) otherwise."""
+    import sys
+
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 2:
+        return None
+    print(f"--nproc not given: one process per local GPU, {count} (--nproc 1 for one)", file=sys.stderr)
+    return count
+
+
 def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
     """One rank: join the process group (torchrun's environment, or the launcher's), train, leave."""
     from paradyse_lab.app.training import train
@@ -80,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
     under_torchrun = torchrun_rank(args.nproc)
+    if under_torchrun is None and args.nproc is None:
+        args.nproc = default_nproc()
     if under_torchrun is not None:
         _init_and_train(*under_torchrun, opts, None)
     elif args.nproc is not None and args.nproc > 1:
