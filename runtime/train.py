@@ -36,6 +36,18 @@ per step, one row per step even across a resume; a new run refuses a file holdin
 `--init-from DIR` starts from a Hugging Face model folder's weights (runtime/hf_weights.py; `paradyse-lab
 export-hf` writes a checkpoint back as one). A non-finite loss stops the run (exit 1) before its optimizer step,
 leaving the last checkpoint as it was.
+Optimisation (runtime/optim_schedule.py, runtime/train_step.py): `--lr-schedule constant|linear|cosine` after
+`--warmup-steps` of linear warmup (torch.optim.lr_scheduler.LambdaLR); `--clip-grad N` clips to the global L2 norm
+of the whole model's gradient, each parameter counted once over the ranks (shards summed, replicas once);
+`--accumulate A` sums the gradients of A micro-steps per optimizer step, each with its own data and plan, weighed
+by their next-token targets; `--eval-dataset D --eval-every N` logs the held-out loss of D's first
+`--eval-batches` steps every N steps. Real text: `--tokenizer PATH` (a tokenizer.json) makes `--dataset` a
+`datasets` save_to_disk folder or .jsonl/.parquet/.arrow files with a `--text-column`
+(paradyse_lab/text_data.py); token and text files train in `--data-order` (file order by default, shuffled, or
+sorted as the paper's curriculum). The log gets tokens, cut_tokens (tokens beyond the length cap, warned once),
+lr, grad_norm and eval_loss; rank 0 states the cluster, cost model and budget that plan the run, warns when the
+cluster's GPU is not the one present, and ends with a summary (paradyse_lab/app/run_summary.py). On a CUDA
+machine `--nproc` defaults to the local GPU count.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
