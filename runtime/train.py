@@ -274,7 +274,6 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="bf16" if on_gpu else "fp32")
     cfg = GPTConfig.from_model_spec(spec)
-    policy = policy_for(spec, p)
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
@@ -293,6 +292,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     held_out = (StepData.build(opts, opts.eval_dataset, opts.eval_batches, unit, cap, cfg.vocab_size, p,
                                seed_offset=10**9) if opts.eval_every else None)
     model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
+    policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
     masters = None
     if on_gpu:  # bf16 weights, fp32 master weights in the optimizer
         model.to(torch.bfloat16)

@@ -24,31 +24,39 @@ def plan_policy(opts, spec, p: int):
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
     cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
     plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
-    return parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
-                        recompute=wanted.recompute)
+    policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
+                          recompute=wanted.recompute)
+    _state_planner(opts, cluster, plan_budget, p)
+    return policy
+
+
+def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
+    """Rank 0 says what plans the run, and warns when the cluster's GPU is not the present one (stderr)."""
+    import sys
+
+    from paradyse_lab.app import run_summary
+    from runtime import comm
+
+    if comm.rank() != 0:
+        return
+    print(run_summary.planner_line(opts, cluster, budget_bytes, p), file=sys.stderr)
+    warning = run_summary.device_warning(cluster, run_summary.present_device())
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def train(opts, group=None) -> list[dict]:
     """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log. Rank 0 states what plans
-    the run before the first step and prints the end-of-run summary after the last (paradyse_lab/app/
-    run_summary.py)."""
-    import sys
-
+    the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
+    (paradyse_lab/app/run_summary.py)."""
     from paradyse_lab.app import run_summary
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from runtime import comm
     from runtime.train import train as run_training
 
-    rank, p = comm.rank(group), comm.size(group)
-    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    if rank == 0:
-        budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.memory_bytes
-        print(run_summary.planner_line(opts, cluster, budget, p), file=sys.stderr)
-        warning = run_summary.device_warning(cluster, run_summary.present_device())
-        if warning:
-            print(warning, file=sys.stderr)
     log = run_training(opts, group, policy_for=partial(plan_policy, opts))
-    if rank == 0:
+    if comm.rank(group) == 0:
+        cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
         print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
     return log
 
