@@ -58,6 +58,10 @@ CALIBRATION_PARAMETERS = ("compute_scale", "comm_scale", "layer_overhead_s", "wi
 """The physical parameters of a strategy's calibration (`StrategyCalibration`), in TOML key order."""
 
 
+MAX_GPUS = 2**20
+"""Most GPUs a cluster may have (a bound checked before any arithmetic on the count)."""
+
+
 @dataclass(frozen=True)
 class StrategyCalibration:
     """What the analytic model misses for one strategy, fitted to measured times (costmodel/calibration.py).
@@ -158,8 +162,8 @@ class ClusterSpec:
         return self.base or self.name
 
     def __post_init__(self):
-        if not isinstance(self.gpus, int) or self.gpus <= 0:
-            raise UserInputError(f"cluster.gpus must be a positive integer, got {self.gpus!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 0 < self.gpus <= MAX_GPUS:
+            raise UserInputError(f"cluster.gpus must be an integer from 1 to {MAX_GPUS:,}, got {self.gpus!r}")
         for name in ("memory_bytes", "peak_flops", "hbm_bytes_per_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise UserInputError(f"cluster.{name} must be a finite number > 0, got {getattr(self, name)!r}")

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paradyse_lab import typed_json
 from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
@@ -228,12 +229,17 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
                 continue
             if suffix == ".jsonl":
                 try:
-                    obj = json.loads(line)
+                    obj = typed_json.loads(line)
                 except json.JSONDecodeError:
                     raise UserInputError(f"{p.name} line {i}: not JSON") from None
                 ids = obj.get("input_ids") if isinstance(obj, dict) else obj
                 if not isinstance(ids, list):
                     raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")
+                bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or t < 0), None)
+                if bad is not None or (ids and max(ids) >= 2**63):
+                    shown = line.strip() if bad is None else typed_json.written(bad)
+                    raise UserInputError(f"{p.name} line {i}: token ids must be integers from 0 to 2**63 - 1, "
+                                         f"got {shown[:80]}")
                 values.append(len(ids))
             else:
                 values.append(line.split())
@@ -247,12 +253,18 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
 
 
 def _positive_length(value, place: str) -> int:
+    """A length in [1, MAX_LENGTH] read exactly: a decimal integer (`512`, `1e3` and `512.0` are accepted only
+    where they are whole numbers, compared without going through float, so `9007199254740993` stays itself),
+    checked before any arithmetic; the error shows the value as written."""
+    from decimal import Decimal, InvalidOperation
+
+    text = value if isinstance(value, str) else repr(value)
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}") from None
-    if not number.is_integer() or number <= 0:
-        raise UserInputError(f"{place}: length must be a positive integer, got {value!r}")
+        number = Decimal(text.strip()) if not isinstance(value, bool) else Decimal("NaN")
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite() or number != number.to_integral_value() or not 0 < number <= MAX_LENGTH:
+        raise UserInputError(f"{place}: length must be a positive integer (at most 2**40), got {text}")
     return int(number)
 
 

@@ -12,14 +12,16 @@ Usage, one process per rank (gloo on CPU, NCCL on GPU):
     full_logits = gather_sequence(logits, dim=1)          # [b, s/p, V] -> [b, s, V]
 
 Modules: comm (collectives, byte counting), layout (zig-zag chunks, weight shards), attention (kernels with
-log-sum-exp), ring_attention, sublayer (the autograd node of one sub-layer), one file per strategy (megatron_ts,
-megatron_cz, ulysses_z, metp; zero3 holds the shared ZeRO-3 parts), model (ParallelGPT), reference (the
+log-sum-exp), varlen (the same over the documents of a pack, with cumulative offsets), ring_attention, sublayer
+(the autograd node of one sub-layer), one file per strategy (megatron_ts, megatron_cz, ulysses_z, metp; zero3
+holds the shared ZeRO-3 parts), model (ParallelGPT), reference (the
 single-device model, GPTConfig, GPT-2 conversion), hf_convert (Hugging Face LLaMA, Mistral and Qwen2 configs and
 state dicts), hf_weights and hf_export (Hugging Face folders in, by per-rank safetensors slices, and out),
-rope (rotary embeddings), packed (several documents in one sequence: `pack_sequence(lengths, p)`
-and its `cu_seqlens`, which `model(ids, plan, labels, cu_seqlens=...)` takes); train, train_inputs, launch,
-launcher, checkpoint and dcp_checkpoint (training; checkpoints
-that resume at any world size); options (flags generated from options dataclasses); comm_replay and
+rope (rotary embeddings), packed (several documents in one sequence: `pack_sequence(lengths, p)` and its
+`cu_seqlens`, which `model(ids, plan, labels, cu_seqlens=...)`, `shard_sequence(x, 1, group, cu)` and
+`gather_sequence` take: a pack is laid out per document); train, train_inputs, launch, launcher, checkpoint and
+dcp_checkpoint (training; checkpoints that resume at any world size); options (flags generated from options
+dataclasses); comm_replay and
 fake_group (collectives checked without a process group). The measurement tools (profile, calibrate, the GPU
 session) are in runtime/measure/.
 """

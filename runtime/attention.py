@@ -11,8 +11,9 @@ disables nothing; `kernels_used()` says which kernel ran, and profile rows recor
   the call conventions of releases 2.5 to 2.8 (`FA_FORWARD_ARGS`), q, k, v, o, dO passed as strided
   [b, s, H, d] views of the [b, H, s, d] tensors (flash-attn needs only stride(-1) == 1: no copies);
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
-- 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a document
-  mask: on CUDA such calls are recorded as 'math-masked' and warned about once (`MASKED_FALLBACK`).
+- 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a mask (tests
+  compare against it; no runtime path passes one): on CUDA such calls are recorded as 'math-masked' and warned
+  about once (`MASKED_FALLBACK`).
 Packed sequences (runtime/packed.py) over a whole sequence (megatron_ts, ulysses_z: `gathered_attention_*`)
 run the varlen kernels of runtime/varlen.py with the pack's offsets instead: no [s, s] buffer.
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can

@@ -1,24 +1,19 @@
-"""Sharded, atomic, verified training checkpoints: one file per rank, published by a directory rename.
+"""The checkpoint folder: its lock, its `step-*` checkpoints, `latest`, meta.json, the refusal to write over it.
 
-Library module (no command; runtime/train.py writes and reads them). Layout under DIR:
+Library module (no command). The checkpoints themselves are runtime/dcp_checkpoint.py's (written and read
+through torch.distributed.checkpoint, resumable at any world size); this module holds what concerns the folder.
+Layout under DIR:
 
-    DIR/step-000120/rank-0.pt ... rank-{p-1}.pt   this rank's model shard, optimizer state, step
-    DIR/step-000120/meta.json                      world size, run settings, step, SHA-256 of every shard
-    DIR/latest                                     the name of the newest complete checkpoint
+    DIR/step-000120/...     one checkpoint: DCP's files and meta.json (step, run settings, SHA-256 of its files)
+    DIR/latest              the name of the newest complete checkpoint
+    DIR/.lock               held (flock) by the one run that writes the folder
 
-Atomicity: every rank writes `rank-r.pt.part` into `DIR/.tmp-step-000120`, renames it to `rank-r.pt` and
-records its SHA-256; after a barrier rank 0 writes meta.json (with every shard's hash), renames the whole
-directory to `step-000120` and replaces `latest` (written to a temporary file, then `os.replace`). A crash
-at any point leaves `latest` naming the previous complete checkpoint.
-
-Resuming (`resumable`) takes the newest `step-*` checkpoint that verifies: meta.json parses and every
-rank's shard matches its recorded hash (agreed across ranks), whatever `latest` says; damaged ones are
-skipped with a note. meta.json also records the size the run's workload was sampled with
-(`workload_size`), so a resumed run with another --steps trains the lengths the first one trained. A
-checkpoint of another world size or other run settings (model, seed, lr, dataset,
-...) is refused with a `UserInputError`, as is a folder of checkpoints none of which verifies; an empty
-folder starts a new run. `refuse_overwrite` stops a new run (without --resume) from writing over a folder
-that holds checkpoints.
+`folder_lock` keeps a second run (two `train` on one --checkpoint-dir) out for the whole run, naming the
+holder; `checkpoints` lists the `step-*` folders newest first, `latest` reads the marker, `read_meta` reads a
+checkpoint's meta.json, `workload_size` the size the run's workload was sampled with (so a resumed run with
+another --steps trains the lengths the first one trained), and `refuse_overwrite` stops a new run (without
+--resume) from writing over a folder that holds checkpoints. `_agreed_failure`, `_all_true`, `_barrier` and
+`_replace_text` are the collective and atomic pieces dcp_checkpoint.py publishes and verifies with.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,8 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from paradyse_lab.errors import RunStopped, UserInputError
-from paradyse_lab.result_key import file_digest
+from paradyse_lab.errors import UserInputError
 from runtime import comm
 
 LOCK_FILE = ".lock"
@@ -100,68 +93,6 @@ def _agreed_failure(error: str | None, group) -> str | None:
     return next((e for e in errors if e is not None), None)
 
 
-def _write_shard(tmp: Path, r: int, state: dict) -> str | None:
-    """Write rank `r`'s shard and its hash into `tmp`; None, or what went wrong (a full disk...) as one line."""
-    try:
-        part = tmp / f"rank-{r}.pt.part"
-        torch.save(state, part)
-        os.replace(part, tmp / f"rank-{r}.pt")
-        _replace_text(tmp / f"rank-{r}.sha256", file_digest(tmp / f"rank-{r}.pt"))
-    except OSError as err:
-        return f"rank {r}: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
-    return None
-
-
-def _publish(root: Path, tmp: Path, final: Path, step: int, meta: dict, p: int) -> str | None:
-    """Rank 0: meta.json with every shard's hash, the rename to `final`, `latest`; None or what went wrong."""
-    try:
-        hashes = {}
-        for i in range(p):
-            hashes[str(i)] = (tmp / f"rank-{i}.sha256").read_text()
-            (tmp / f"rank-{i}.sha256").unlink()
-        _replace_text(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": p, "sha256": hashes},
-                                                    indent=1))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        _replace_text(root / "latest", final.name)
-    except OSError as err:
-        (root / "latest.part").unlink(missing_ok=True)
-        return f"rank 0: {err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
-    return None
-
-
-def save(directory: str | Path, step: int, state: dict, meta: dict, group=None) -> Path:
-    """Write this rank's `state` (a collective: every rank calls it) and publish checkpoint `step`.
-
-    A write that fails on any rank (a full disk, a read-only folder) stops every rank with `RunStopped`: one
-    line naming the rank and the error; the partial `.tmp-step-*` folder is removed and the previous
-    checkpoint, and `latest`, stay as they were."""
-    root = Path(directory)
-    name = f"step-{step:06d}"
-    tmp, final = root / f".tmp-{name}", root / name
-    r, p = comm.rank(group), comm.size(group)
-    error = None
-    if r == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            tmp.mkdir(parents=True)
-        except OSError as err:
-            error = f"rank 0: {err.strerror or err} ({tmp})"
-    error = _agreed_failure(error, group)
-    if error is None:
-        error = _agreed_failure(_write_shard(tmp, r, state), group)
-    if error is None and r == 0:
-        error = _publish(root, tmp, final, step, meta, p)
-    error = _agreed_failure(error, group)
-    if error is not None:
-        if r == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        _barrier(group)  # the partial folder is gone before any rank reports
-        raise RunStopped(f"checkpoint {name} was not written ({error}); the partial files are removed and the "
-                         "previous checkpoint is kept")
-    return final
-
-
 def checkpoints(directory: str | Path) -> list[Path]:
     """The `step-*` folders under `directory`, newest (highest step) first."""
     root = Path(directory)
@@ -204,16 +135,6 @@ def workload_size(path: Path | None, default: int) -> int:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else default
 
 
-def _check_compatible(path: Path, meta: dict, meta_expected: dict, p: int) -> None:
-    if meta.get("world_size") != p:
-        raise UserInputError(f"checkpoint {path} was written by {meta.get('world_size')} ranks; this run has {p} "
-                             "(resume with the same --nproc)")
-    for key, value in meta_expected.items():
-        if key in meta and meta[key] != value:
-            raise UserInputError(f"checkpoint {path} has {key}={meta[key]!r}; this run has {value!r} (resume with "
-                                 f"the same --{key.replace('_', '-')}, or start a new --checkpoint-dir)")
-
-
 def _all_true(ok: bool, group) -> bool:
     """Whether `ok` holds on every rank (a collective)."""
     if comm.size(group) == 1:
@@ -224,53 +145,9 @@ def _all_true(ok: bool, group) -> bool:
     return bool(flag.item())
 
 
-def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) -> Path | None:
-    """The newest checkpoint under `directory` that verifies (module docstring), or None when there is none
-    at all; raises `UserInputError` when checkpoints exist but none verifies, or the newest good one belongs
-    to another run. A collective: every rank calls it."""
-    p, r = comm.size(group), comm.rank(group)
-    problems = []
-    for path in checkpoints(directory):
-        try:
-            meta = read_meta(path)
-        except ValueError as err:
-            problems.append(f"{path.name}: {err}")
-            continue
-        _check_compatible(path, meta, meta_expected, p)
-        shard = path / f"rank-{r}.pt"
-        digest = (meta.get("sha256") or {}).get(str(r))
-        ok = shard.is_file() and (digest is None or file_digest(shard) == digest)
-        if _all_true(ok, group):
-            if problems and log is not None:
-                log(f"resuming from {path.name}; skipped damaged checkpoints: {'; '.join(problems)}")
-            return path
-        problems.append(f"{path.name}: a shard does not match its checksum (truncated or damaged)")
-    if problems:
-        raise UserInputError(f"no checkpoint under {directory} verifies ({'; '.join(problems)}); remove them or "
-                             "choose another --checkpoint-dir")
-    return None
-
-
 def refuse_overwrite(directory: str | Path) -> None:
     """A new run (no --resume) must not write over checkpoints: a `UserInputError` when there are any."""
     found = checkpoints(directory)
     if found:
         raise UserInputError(f"--checkpoint-dir {str(directory)!r} holds checkpoints (newest {found[0].name}); "
                              "pass --resume to continue from them, or choose another folder")
-
-
-def load(path: str | Path, meta_expected: dict, group=None) -> tuple[dict, dict]:
-    """(this rank's state, meta) of the checkpoint at `path`; raises `UserInputError` when it was written
-    by another world size or for another run, or cannot be read."""
-    path = Path(path)
-    try:
-        meta = read_meta(path)
-    except ValueError as err:
-        raise UserInputError(f"checkpoint {path}: {err}") from None
-    _check_compatible(path, meta, meta_expected, comm.size(group))
-    try:
-        state = torch.load(path / f"rank-{comm.rank(group)}.pt", map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 (a damaged pickle raises anything)
-        raise UserInputError(f"checkpoint {path}: rank {comm.rank(group)}'s shard cannot be read "
-                             f"({type(err).__name__})") from None
-    return state, meta

@@ -19,7 +19,8 @@ checkpoint without one: export-hf).
 
 Guarantees (as the per-rank format of runtime/checkpoint.py, whose folder helpers this module shares):
 atomic (DCP writes into `DIR/.tmp-step-N`; rank 0 records every file's SHA-256 in meta.json, renames the folder
-and replaces `latest`; a crash leaves the previous checkpoint named), verified before use (`resumable` takes the
+and replaces `latest`; a crash leaves the previous checkpoint named, and a failed write on any rank, a full
+disk, stops every rank with one line and removes the partial folder), verified before use (`resumable` takes the
 newest checkpoint whose files match their hashes, the ranks agreeing; damaged ones are skipped with a note),
 never written over (`checkpoint.refuse_overwrite`), and the settings check (another model, seed, lr, ...
 is a `UserInputError`). The world size is recorded, not required.
@@ -37,11 +38,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
-from runtime.checkpoint import _all_true, _barrier, _replace_text, checkpoints
-from runtime.checkpoint import read_meta as _read_meta
+from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
 from runtime.layout import SHARDED, row_sections
 
 FORMAT = "torch.distributed.checkpoint"
@@ -138,37 +138,77 @@ def _quiet():
         yield
 
 
+def _failure(rank: int, err: BaseException) -> str:
+    """One line naming the rank and what went wrong (a full disk, a read-only folder)."""
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"rank {rank}: {getattr(err, 'strerror', None) or err}{where}"
+
+
+def _write(state: dict, tmp: Path, group) -> str | None:
+    """DCP's collective write of every rank's entries into `tmp`; None, or the first failing rank's error (DCP
+    gathers every rank's write results, so all ranks see the same failure)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint import save as dcp_save
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        with _quiet():
+            dcp_save(state, storage_writer=FileSystemWriter(tmp), **_process_group(group))
+    except CheckpointException as err:
+        rank, (exc, _) = min(err.failures.items(), key=lambda kv: kv[0])
+        return _failure(rank, exc)
+    except OSError as err:
+        return _failure(comm.rank(group), err)
+    return None
+
+
+def _publish(root: Path, tmp: Path, final: Path, meta: dict) -> str | None:
+    """Rank 0: meta.json with every file's SHA-256, the rename of `tmp` to `final`, `latest`; None or what went
+    wrong."""
+    try:
+        hashes = {f.name: file_digest(f) for f in sorted(tmp.iterdir()) if f.is_file()}
+        _replace_text(tmp / "meta.json", json.dumps({**meta, "sha256": hashes}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _replace_text(root / "latest", final.name)
+    except OSError as err:
+        (root / "latest.part").unlink(missing_ok=True)
+        return _failure(0, err)
+    return None
+
+
 def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt, cfg, meta: dict,
          extra: dict | None = None, group=None) -> Path:
     """Publish checkpoint `step` of the named trained tensors (this rank's shards) and `opt`'s state; `meta`
-    is the run's settings (checked on resume), `extra` more for meta.json (not checked). A collective."""
-    from torch.distributed.checkpoint import FileSystemWriter
-    from torch.distributed.checkpoint import save as dcp_save
+    is the run's settings (checked on resume), `extra` more for meta.json (not checked). A collective.
 
+    A write that fails on any rank (a full disk, a read-only folder) stops every rank with `RunStopped`: one
+    line naming the rank and the error; the partial `.tmp-step-*` folder is removed and the previous
+    checkpoint, and `latest`, stay as they were."""
     root, name = Path(directory), f"step-{step:06d}"
     tmp, final = root / f".tmp-{name}", root / name
     r, p = comm.rank(group), comm.size(group)
+    state = _state(trained, opt, cfg, p, _mesh(group) if p > 1 else None)  # refuses an optimizer it cannot keep
+    error = None
     if r == 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier(group)
-    try:
-        state = _state(trained, opt, cfg, p, _mesh(group) if p > 1 else None)
-        with _quiet():
-            dcp_save(state, storage_writer=FileSystemWriter(tmp), **_process_group(group))
-        _barrier(group)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as err:
+            error = _failure(0, err)
+    error = _agreed_failure(error, group)
+    if error is None:
+        error = _agreed_failure(_write(state, tmp, group), group)
+    if error is None and r == 0:
+        error = _publish(root, tmp, final, {**meta, **(extra or {}), "format": FORMAT, "step": step,
+                                            "world_size": p})
+    error = _agreed_failure(error, group)
+    if error is not None:
         if r == 0:
-            hashes = {f.name: file_digest(f) for f in sorted(tmp.iterdir()) if f.is_file()}
-            _replace_text(tmp / "meta.json", json.dumps({**meta, **(extra or {}), "format": FORMAT, "step": step,
-                                                         "world_size": p, "sha256": hashes}, indent=1))
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            _replace_text(root / "latest", name)
-    except BaseException:
-        if r == 0:
-            shutil.rmtree(tmp, ignore_errors=True)  # no half-written folder left behind (a full disk, ...)
-        raise
-    _barrier(group)
+            shutil.rmtree(tmp, ignore_errors=True)
+        _barrier(group)  # the partial folder is gone before any rank reports
+        raise RunStopped(f"checkpoint {name} was not written ({error}); the partial files are removed and the "
+                         "previous checkpoint is kept")
     return final
 
 
@@ -195,7 +235,7 @@ def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) 
     problems = []
     for path in checkpoints(directory):
         try:
-            meta = _read_meta(path)
+            meta = read_meta(path)
         except ValueError as err:
             problems.append(f"{path.name}: {err}")
             continue
@@ -219,7 +259,7 @@ def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expe
 
     path = Path(path)
     try:
-        meta = _read_meta(path)
+        meta = read_meta(path)
     except ValueError as err:
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_settings(path, meta, meta_expected)
@@ -268,7 +308,7 @@ def read_entries(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
     path = Path(path)
     try:
-        meta = _read_meta(path)
+        meta = read_meta(path)
     except ValueError as err:
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_settings(path, meta, {})

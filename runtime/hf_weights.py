@@ -166,6 +166,12 @@ class SafetensorsFolder:
             return part[:, src.start:src.stop].t().float()  # [in, out] slice [:, a:b] -> rows [b - a, in]
         return part[src.start:src.stop].float()
 
+    def close(self) -> None:
+        """Close the files opened so far."""
+        for handle in self._open.values():
+            handle.__exit__(None, None, None)
+        self._open.clear()
+
 
 def _strip(name: str) -> str:
     for prefix in PREFIXES:
@@ -181,14 +187,17 @@ def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[
     shape does not match the config."""
     files = SafetensorsFolder(folder)
     out = {}
-    for key, sources in tensor_sources(cfg).items():
-        parts = [files.read(src) for src in rank_rows(key, sources, rank, p)]
-        value = torch.cat(parts) if parts else torch.zeros_like(like[key])  # sections stacked: [n/p, ...]
-        if value.shape != like[key].shape:
-            names = ", ".join(dict.fromkeys(s.name for s in sources))
-            raise UserInputError(f"--init-from: {names} give {key} the shape {list(value.shape)}; the config "
-                                 f"needs {list(like[key].shape)}")
-        out[key] = value.contiguous()
+    try:
+        for key, sources in tensor_sources(cfg).items():
+            parts = [files.read(src) for src in rank_rows(key, sources, rank, p)]
+            value = torch.cat(parts) if parts else torch.zeros_like(like[key])  # sections stacked: [n/p, ...]
+            if value.shape != like[key].shape:
+                names = ", ".join(dict.fromkeys(s.name for s in sources))
+                raise UserInputError(f"--init-from: {names} give {key} the shape {list(value.shape)}; the config "
+                                     f"needs {list(like[key].shape)}")
+            out[key] = value.contiguous()
+    finally:
+        files.close()
     return out
 
 

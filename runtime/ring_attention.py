@@ -33,7 +33,7 @@ from runtime import comm
 from runtime.attention import attention_backward, attention_forward, merge_partials
 from runtime.layout import layout_documents, local_positions
 from runtime.packed import document_of
-from runtime.varlen import varlen_backward, varlen_forward
+from runtime.varlen import host_offsets, varlen_backward, varlen_forward
 
 _TAG_KV, _TAG_DKV = 11, 12
 
@@ -106,7 +106,7 @@ def _blocks(cu_seqlens, r: int, p: int, causal: bool):
     the sequence is one document (`cu_seqlens` None: `_block`'s slices)."""
     if cu_seqlens is None:
         return [None] * p
-    cu = tuple(int(x) for x in torch.as_tensor(cu_seqlens).tolist())
+    cu = host_offsets(cu_seqlens)
     return [_varlen_block(cu, p, r, (r - i) % p, causal) or "skip" for i in range(p)]
 
 

@@ -15,7 +15,7 @@ the model's positions, are cut to it, then rounded down to the layout unit 2p, s
 trains 8, 12 or 16 at p = 2 and exactly 8..16 at p = 1).
 With `--pack-tokens N` a step is instead a pack of the workload's documents (each cut to `--max-len`), packed
 first-fit up to N tokens (`--pack-order sorted|shuffled`,
-paradyse_lab/packing.py), padded once to the layout unit, attention confined to each document and positions
+paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
 Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
@@ -157,12 +157,15 @@ def _tokens(opts: TrainOptions, step: int, b: int, s: int, vocab: int):
     table = torch.randint(0, vocab, (vocab, 4), generator=torch.Generator().manual_seed(opts.seed + 12345))
     gen = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
     choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), b * s, True, generator=gen)
-    choice = choice.view(b, s)  # [b*s] -> [b, s]
-    out = torch.empty(b, s, dtype=torch.long)
-    out[:, 0] = torch.randint(0, vocab, (b,), generator=gen)
-    for i in range(1, s):
-        out[:, i] = table[out[:, i - 1], choice[:, i]]
-    return out
+    choice = choice.view(b, s).tolist()  # [b*s] -> [b, s], as host ints
+    first = torch.randint(0, vocab, (b,), generator=gen).tolist()
+    rows, successors = [], table.numpy()  # the chain is sequential: walk it on the host, not per-token tensor ops
+    for row, token in zip(choice, first):
+        walk = [token]
+        for c in row[1:]:
+            walk.append(int(successors[walk[-1], c]))
+        rows.append(walk)
+    return torch.tensor(rows, dtype=torch.long)  # [b, s]
 
 
 def decide_plan_on_rank0(decide, group=None):
@@ -186,13 +189,18 @@ def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str
 
 
 def _all_finite(tensors, group) -> bool:
-    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree)."""
+    """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree). The
+    per-tensor checks stay on the device (one count of non-finite tensors); the host reads one number, once:
+    one device sync per call, not one per parameter."""
     import torch
 
     from runtime import comm
 
-    bad = any(t is not None and not bool(torch.isfinite(t).all()) for t in tensors)
-    flag = torch.tensor([1.0 if bad else 0.0], device=next((t.device for t in tensors if t is not None), "cpu"))
+    present = [t for t in tensors if t is not None and t.numel()]
+    device = present[0].device if present else "cpu"
+    flag = torch.zeros(1, device=device)  # [1]: non-finite tensors on this rank
+    for t in present:
+        flag += (~torch.isfinite(t).all()).to(flag.dtype)  # no host read here
     with comm.tagged("health"):
         return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
 

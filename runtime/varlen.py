@@ -144,10 +144,10 @@ def _clear_unpaired(grads, cu_q, cu_k):
     lq, lk = _lengths(cu_q), _lengths(cu_k)
     for a, nq, c, nk in zip(cu_q[:-1], lq, cu_k[:-1], lk):
         if nq and not nk:
-            grads[0][:, :, a:a + nq] = 0
+            grads[0].narrow(2, a, nq).zero_()
         if nk and not nq:
-            grads[1][:, :, c:c + nk] = 0
-            grads[2][:, :, c:c + nk] = 0
+            grads[1].narrow(2, c, nk).zero_()
+            grads[2].narrow(2, c, nk).zero_()
     return grads
 
 

@@ -21,7 +21,7 @@ from paradyse_lab.cli.output import (
     print_table,
 )
 from paradyse_lab.costmodel import uniform_plan_cost
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import ModelSpec, get_model
 from paradyse_lab.strategies import USABLE, StrategyOption
 
@@ -30,17 +30,26 @@ MAX_COUNT = 2**30
 
 
 def parse_int(field: str, text: str) -> int:
-    """A positive integer (at most MAX_COUNT) from the command line, accepting 64K / 1M / 1_000 suffixes."""
+    """A positive integer (at most MAX_COUNT) from the command line, accepting 64K / 1M / 1_000 / 1e3 forms.
+
+    Read exactly (decimal arithmetic, never through float: 2**53 + 1 stays itself), its range checked before
+    any use, and refused with the text as typed."""
+    from decimal import Decimal, InvalidOperation
+
     raw = text.strip().replace("_", "")
     scale = 1
     if raw[-1:].upper() in ("K", "M"):
         scale = 1024 if raw[-1].upper() == "K" else 1024 * 1024
         raw = raw[:-1]
     try:
-        value = float(raw) * scale
-    except ValueError:
-        raise UserInputError(f"{field} must be a positive integer, got {text!r}") from None
-    return require_positive_int(field, value, MAX_COUNT)
+        value = Decimal(raw) * scale
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value != value.to_integral_value() or value <= 0:
+        raise UserInputError(f"{field} must be a positive integer, got {text!r}")
+    if value > MAX_COUNT:
+        raise UserInputError(f"{field} must be at most {MAX_COUNT:,}, got {text!r}")
+    return int(value)
 
 
 def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:

@@ -258,8 +258,8 @@ def run_synth(args) -> int:
     for name, value in (("--time-noise", args.time_noise), ("--mem-noise", args.mem_noise)):
         if not 0 <= value < 1:
             raise UserInputError(f"{name} must be in [0, 1), got {value}")
-    if not args.ratio > 1:
-        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    if not 1 < args.ratio < float("inf"):
+        raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
@@ -293,8 +293,8 @@ def run_paper_profile(args) -> int:
     from paradyse_lab.costmodel.paper_profile import paper_profile
     from paradyse_lab.profiles import write_profiles
 
-    if not args.ratio > 1:
-        raise UserInputError(f"--ratio must be > 1, got {args.ratio}")
+    if not 1 < args.ratio < float("inf"):
+        raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
     df = paper_profile(args.ratio, max_len, reserve_bytes(args))
     if df.empty:

@@ -25,7 +25,9 @@ per model, strategy and length, pass within 10% / 5%, with the preset's and with
 for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
 the h100-80gb-x8 / h200-x8 presets of paradyse_lab/cluster_spec.py, citing the committed CSVs.
 
-Stages (env, pytest, gemm, attention, profiles, summary) run in that order, each guarded: an error is
+Stages (env, pytest, gemm, attention, profiles, summary) run in that order, each guarded (the pytest stage
+runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
+K/V heads, packed steps with GQA on one GPU, the strategies over NCCL with two or more GPUs): an error is
 recorded in session_log.json (with its traceback) and the next stage runs. A global budget (--budget-s,
 counted from the start) ends the run in time: a stage that cannot start is recorded as skipped, and inside
 gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).

@@ -1,17 +1,18 @@
-"""How well the zig-zag layout over a whole pack balances attention across ranks, against per-document zig-zag.
+"""How well the per-document zig-zag layout of packed steps balances attention across ranks.
 
 Command:
 
     python -m runtime.measure.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
 
 Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/packing.py, `--pack-order`), pads
-each pack once to the layout unit 2p (runtime/packed.py) and prints, for causal and non-causal attention: the
-steps, documents per step, the padding tokens of padding once per pack and of padding every document to 2p (what
-per-document zig-zag needs), and the attention imbalance of the pack layout from each rank's (query, key) pairs
-(`runtime.packed.rank_attention_pairs`): over the run, the sum over steps of the busiest rank's pairs over the
-sum of the mean rank's (the attention time the run loses to waiting for the busiest rank), and the worst single
-step's busiest / mean. 1.00 is perfect balance; per-document zig-zag is 1.00 for causal attention by
-construction. The linear parts (GEMMs, MLP) are balanced exactly either way: every rank holds s/p tokens.
+every document to the layout unit 2p and cuts each into 2p chunks (runtime/packed.py, runtime/layout.py), and
+prints, for causal and non-causal attention: the steps, documents per step, the padding tokens of padding every
+document (what the layout costs) beside padding each pack once (what a whole-pack zig-zag would cost), and the
+attention imbalance from each rank's (query, key) pairs (`runtime.packed.rank_attention_pairs`): over the run,
+the sum over steps of the busiest rank's pairs over the sum of the mean rank's (the attention time the run
+loses to waiting for the busiest rank), and the worst single step's busiest / mean. 1.00 is perfect balance;
+only the documents' padding segments (fewer than 2p tokens each) keep it from 1 exactly. The linear parts
+(GEMMs, MLP) are balanced exactly: every rank holds s/p tokens.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'imbal worst':>11}")
     for r in rows:
         print(f"{'causal' if r['causal'] else 'non-causal':<11} {r['steps']:>6} {r['docs_per_step']:>9.1f} "
-              f"{r['padding_once_per_pack']:>9} {r['padding_per_document']:>9} {r['imbalance_mean']:>9.3f} "
-              f"{r['imbalance_worst']:>11.3f}")
+              f"{r['padding_once_per_pack']:>9} {r['padding_per_document']:>9} {r['imbalance_mean']:>9.5f} "
+              f"{r['imbalance_worst']:>11.5f}")
     return 0
 
 

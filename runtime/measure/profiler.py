@@ -120,9 +120,10 @@ def _storage_key(t) -> tuple:
 
 
 def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, seq_len: int, batch: int = 1,
-                       rank: int = 0, dtype=None, device="cpu", seed: int = 0) -> KeptRecorder:
+                       rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None) -> KeptRecorder:
     """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg` (runtime.reference.GPTConfig)
-    under `strategy` on rank `rank` of a p-rank world emulated by a `FakeGroup` (no process group needed)."""
+    under `strategy` on rank `rank` of a p-rank world emulated by a `FakeGroup` (no process group needed);
+    `cu_seqlens`: the sequence is a pack of documents (runtime/packed.py)."""
     import torch
 
     from runtime.fake_group import FakeGroup
@@ -142,7 +143,7 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     params = [shard[n].to(device=device, dtype=dtype).requires_grad_() for n in PARAM_NAMES]
     x = torch.randn(batch, seq_len // p, h, generator=gen).to(device=device, dtype=dtype).requires_grad_()
     group = FakeGroup(p, rank)
-    ctx = make_ctx(cfg, group, kind, seq_len, device=device)
+    ctx = make_ctx(cfg, group, kind, seq_len, device=device, cu_seqlens=cu_seqlens)
     module = STRATEGY_MODULES[strategy]
     impl = module.ATTENTION if kind == "attention" else module.MLP
     with KeptRecorder(exclude=params) as rec:

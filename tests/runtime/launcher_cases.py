@@ -49,3 +49,23 @@ def one_rank_refuses(rank: int, world: int, *args) -> None:
         time.sleep(5)
 
     run_rank(rank, world, body, (), int(args[0]))
+
+
+def one_rank_killed(rank: int, world: int, *args) -> None:
+    """Rank 1 is killed (SIGKILL, as the OOM killer does) while rank 0 waits for it in a collective: rank 0 then
+    fails with a closed connection and reports that echo with a traceback."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    from runtime.launch import run_rank
+
+    def body(group=None):
+        dist.barrier()
+        if dist.get_rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(torch.zeros(1))
+        time.sleep(5)
+
+    run_rank(rank, world, body, (), int(args[0]))

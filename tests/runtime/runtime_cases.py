@@ -598,39 +598,46 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
 
 
 def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
-    """The disk filling up while one rank writes its shard (ENOSPC from the write) stops every rank with one
-    line naming that rank and the error, removes the partial `.tmp-step-*` folder, and leaves the previous
-    checkpoint intact and named by `latest`."""
+    """The disk filling up while one rank writes its part of a checkpoint (ENOSPC from a write inside
+    torch.distributed.checkpoint) stops every rank with one line naming that rank and the error, removes the
+    partial `.tmp-step-*` folder, and leaves the previous checkpoint intact and named by `latest`."""
     import errno
     import os
     from unittest import mock
 
-    import torch
     import torch.distributed as dist
+    import torch.distributed.checkpoint.filesystem as dcp_files
 
     from paradyse_lab.errors import RunStopped
-    from runtime import checkpoint
+    from runtime import checkpoint, dcp_checkpoint
 
     root = _shared_tmpdir(rank, p, group)
+    cfg = config()
+    model = ParallelGPT(cfg, group, seed=1)
+    trained, opt = dict(model.named_parameters()), torch.optim.AdamW(model.parameters())
     meta = {"model": "m", "seed": 0}
-    checkpoint.save(root, 1, {"w": torch.full((4,), float(rank))}, meta, group)
-    real_save = torch.save
+    dcp_checkpoint.save(root, 1, trained, opt, cfg, meta, dcp_checkpoint.model_record(cfg), group)
+    real_write = dcp_files._write_item
 
-    def full_disk(obj, f, *args, **kwargs):
-        real_save(obj, f, *args, **kwargs)  # part of the shard reaches the disk, then the disk is full
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+    def full_disk(transforms, stream, data, *args, **kwargs):
+        stream.write(b"partial")  # part of the data reaches the disk, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), getattr(stream, "name", None))
 
-    with mock.patch("torch.save", full_disk if rank == p - 1 else real_save):
+    with torch.no_grad():
+        for q in model.parameters():
+            q.add_(1.0)
+    with mock.patch.object(dcp_files, "_write_item", full_disk if rank == p - 1 else real_write):
         try:
-            checkpoint.save(root, 2, {"w": torch.full((4,), 2.0 + rank)}, meta, group)
+            dcp_checkpoint.save(root, 2, trained, opt, cfg, meta, dcp_checkpoint.model_record(cfg), group)
         except RunStopped as err:
             message = str(err)
         else:
             raise AssertionError("a full disk did not stop the checkpoint")
     assert "\n" not in message and f"rank {p - 1}" in message and "No space left on device" in message, message
     assert sorted(os.listdir(root)) == ["latest", "step-000001"], os.listdir(root)
-    state, info = checkpoint.load(checkpoint.latest(root), meta, group)
-    assert info["step"] == 1 and torch.equal(state["w"], torch.full((4,), float(rank)))
+    weights, _ = dcp_checkpoint.read_full(checkpoint.latest(root))  # verified, readable: step 1's weights
+    for key, value in model.full_state_dict().items():
+        assert_close(weights[key] + 1.0, value, rtol=0, atol=1e-6, msg=key)
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -678,7 +685,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
     """`train --pack-tokens 96` (gloo, p = 2): every step is a pack of several of the length file's documents,
-    padded once to 2p, and the loss falls."""
+    every document padded to 2p (a pack: at most 96 tokens plus 2p - 1 per document), and the loss falls."""
     import os
 
     import torch.distributed as dist
@@ -694,8 +701,9 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
     dist.barrier(group=group)
     log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{lengths}", steps=15, lr=3e-3, max_len=S,
                              pack_tokens=96, progress=False), group)
-    assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + 2 * p for r in log)
+    assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + (2 * p - 1) * r["docs"] for r in log)
     assert [r["docs"] for r in log[:6]] == [6, 5, 4] * 2  # 3 packs of all 15 documents (first-fit decreasing)
+    assert {r["attention_kernel"] for r in log} == {"math_varlen"}  # the exact kernel per document, no mask
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:3], log[-3:]))  # the same 3 packs
     assert last < first - 0.5, (first, last)
     dist.barrier(group=group)
@@ -754,7 +762,7 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
-for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed"):
+for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
     # rank's first `train` (optimizer and solver imports, most of those worlds' time)

@@ -4,7 +4,8 @@ Run: `python -m pytest -q tests/runtime`. Each case (runtime_cases.py) asserts o
 every parameter gradient against the single-device reference (fp32), that no parameter changes during a
 forward pass, that the bytes comm.py counts equal the analytic schedule (paradyse_lab/costmodel) per
 sub-layer, that a switch between layers moves no bytes, Hugging Face logits, the input errors, training with
-checkpoint / resume, and the profiler's distributed mode against its rank-local mode.
+checkpoint / resume (also at another world size, weights_cases.py), Hugging Face folders in and out, the
+Python API's example, and the profiler's distributed mode against its rank-local mode.
 
 Each (world size, case) is its own pytest item, and selection is honoured: the spawned ranks run only the
 selected cases (`-k metp`, `-k "2-model"`, a node id). A world size's processes start once, in the setup of

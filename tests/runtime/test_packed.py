@@ -126,7 +126,8 @@ def test_merge_of_blocks_with_empty_rows_equals_the_whole():
 
 
 def test_masked_kernel_on_cuda_is_a_visible_fallback(monkeypatch):
-    """Packed attention on CUDA runs the masked math kernel, warns once and records 'math-masked'."""
+    """A call with a mask on CUDA (no runtime path makes one since packs run the varlen kernels) runs the masked
+    math kernel, warns once and records 'math-masked'."""
     q = torch.randn(1, 1, 2, 2)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(attention, "_WARNED_MASKED", [])

@@ -405,3 +405,65 @@ def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
     with pytest.raises(UserInputError, match="--log-file .* holds the log of another run"):
         train(TrainOptions(**BASE, steps=2, seed=1, log_file=str(log_file)))
     assert log_file.read_text() == before and _log_steps(log_file) == ["1", "2"]
+
+
+def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
+    """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
+    the closed connection."""
+    import socket
+
+    import launcher_cases
+
+    from runtime.launcher import launch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
+        launch(launcher_cases.one_rank_killed, 2, (port,))
+    assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
+
+
+def test_finiteness_check_reads_the_device_once_not_per_parameter():
+    """`_all_finite` counts non-finite tensors on the device and the host reads one number: one
+    `aten._local_scalar_dense` (the op behind .item() / bool()) for 40 parameters, and it still finds one NaN."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from runtime.train import _all_finite
+
+    class HostReads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                HostReads.count += 1
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.randn(3, 2) for _ in range(40)] + [None, torch.empty(0)]
+    with HostReads():
+        assert _all_finite(params, None)
+    assert HostReads.count == 1
+    params[17][1, 0] = float("nan")
+    assert not _all_finite(params, None)
+
+
+def test_markov_tokens_walk_the_same_chain_on_host_ints():
+    """`_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
+    on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
+    import types
+
+    import torch
+
+    from runtime.train import _tokens
+
+    opts = types.SimpleNamespace(seed=3)
+    got = _tokens(opts, 5, 2, 300, 97)
+    table = torch.randint(0, 97, (97, 4), generator=torch.Generator().manual_seed(3 + 12345))
+    gen = torch.Generator().manual_seed(3 * 1_000_003 + 5)
+    choice = torch.multinomial(torch.tensor([0.85, 0.05, 0.05, 0.05]), 600, True, generator=gen).view(2, 300)
+    want = torch.empty(2, 300, dtype=torch.long)
+    want[:, 0] = torch.randint(0, 97, (2,), generator=gen)
+    for i in range(1, 300):
+        want[:, i] = table[want[:, i - 1], choice[:, i]]
+    assert torch.equal(got, want)

@@ -335,3 +335,41 @@ def test_cuda_branch_under_fake_tensors_keeps_dtype_device_and_linear_buffers(mo
     host = [x for x in seen.made if x.device.type != "cuda"]
     assert host and all(x.dtype == torch.int32 and x.shape == (len(cu),) for x in host)  # only the offsets, copied
     assert max(x.numel() for x in seen.made) < s * s
+
+
+def test_ring_blocks_of_a_pack_under_fake_cuda_tensors_run_the_varlen_kernel(monkeypatch):
+    """megatron_cz / metp's ring blocks over a pack, as rank 1 of 4, on fake bf16 CUDA tensors with GQA:
+    every block that is not skipped is one fused varlen call (no mask) forward and backward, over all of the
+    rank's queries and the received keys, and keeps dtype, device and K/V heads. (The ring loop itself
+    merges in place, and copy_ between fake CUDA tensors raises on a CPU-only build of torch: the loop is
+    checked on CPU by the distributed harness.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from runtime.packed import pack_sequence
+    from runtime.ring_attention import _block_backward, _block_forward, _blocks
+
+    p, rank = 4, 1
+    pack = pack_sequence([1, 100, 37, 150], p)
+    cu = tuple(pack.cu_seqlens.tolist())  # host offsets, as the model keeps them
+    t = pack.seq_len // p
+    blocks = _blocks(cu, rank, p, True)  # host work, cached: the blocks' offsets
+    assert blocks[0][2] is True and all(b == "skip" or b[2] is False for b in blocks[1:])
+    monkeypatch.setattr(attention, "_fa", None)
+    monkeypatch.setattr(attention, "_BROKEN", set())
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        # [b, t, n, d] viewed as [b, n, t, d], as split_heads gives them (copy_ between fake CUDA tensors raises)
+        q, do = (torch.empty(1, t, 4, 8, dtype=torch.bfloat16, device="cuda").transpose(1, 2) for _ in range(2))
+        k, v = (torch.empty(1, t, 2, 8, dtype=torch.bfloat16, device="cuda").transpose(1, 2) for _ in range(2))
+        lse = torch.empty(1, 4, t, dtype=torch.float32, device="cuda")
+        with attention.kernels_used() as ran:
+            done = [(_block_forward(q, k, v, rank, (rank - i) % p, t, True, block),
+                     _block_backward(do, q, k, v, q, lse, rank, (rank - i) % p, t, True, block))
+                    for i, block in enumerate(blocks)]
+    assert ran == {"sdpa_flash_varlen"} and not attention._BROKEN
+    for block, (fwd, bwd) in zip(blocks, done):
+        assert (fwd is None) == (bwd is None) == (block == "skip")
+        if fwd is not None:
+            assert fwd[1].shape == q.shape and fwd[1].dtype == torch.bfloat16 and fwd[1].is_cuda
+            assert fwd[2].shape == (1, 4, t) and fwd[2].dtype == torch.float32
+            assert [g.shape for g in bwd[2:]] == [q.shape, k.shape, v.shape]
+            assert all(g.dtype == torch.bfloat16 and g.is_cuda for g in bwd[2:])

@@ -114,6 +114,50 @@ def api_example_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case}
+def gpt2_reshard_case(rank: int, p: int, group) -> None:
+    """gpt2-tiny's tensors (q | k | v sections of one matrix, biases, learned positions, tied head) and AdamW's
+    moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's shard of
+    the full tensors, exactly (no training: one optimizer step on fixed gradients)."""
+    from paradyse_lab.model_spec import PRESETS
+    from runtime import dcp_checkpoint
+    from runtime.layout import shard_state_dict
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig, init_state_dict
+
+    cfg = GPTConfig.from_model_spec(PRESETS["gpt2-tiny"])
+    full = init_state_dict(cfg, 3)
+    gen = torch.Generator().manual_seed(4)
+    grads = {k: torch.randn(v.shape, generator=gen) for k, v in full.items()}
+    model = ParallelGPT(cfg, state_dict=full)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    local_grads = shard_state_dict(grads, rank, p)
+    for name, q in model.named_parameters():
+        q.grad = local_grads[name]
+    opt.step()
+    root = _shared_dir(rank)
+    dcp_checkpoint.save(root, 1, dict(model.named_parameters()), opt, cfg, {}, dcp_checkpoint.model_record(cfg))
+    stepped = model.full_state_dict()
+    if rank == 0:
+        weights, _ = dcp_checkpoint.read_full(os.path.join(root, "step-000001"))
+        assert weights.keys() == stepped.keys() and all(torch.equal(weights[k], v) for k, v in stepped.items())
+    pair = dist.new_group([0, 1])
+    if rank < 2:
+        half = ParallelGPT(cfg, pair, seed=9)
+        half_opt = torch.optim.AdamW(half.parameters(), lr=1e-3)
+        dcp_checkpoint.load(os.path.join(root, "step-000001"), dict(half.named_parameters()), half_opt, cfg, {}, pair)
+        want, moment = shard_state_dict(stepped, rank, 2), shard_state_dict(grads, rank, 2)
+        for name, q in half.named_parameters():
+            assert torch.equal(q.detach(), want[name]), name
+            if q.numel():
+                assert_close(half_opt.state[q]["exp_avg"], 0.1 * moment[name], rtol=1e-6, atol=1e-7, msg=name)
+                assert float(half_opt.state[q]["step"]) == 1.0
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case,
+         "gpt2-dcp-reshard-4-to-2": gpt2_reshard_case}
 ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
-           "api-example": (2,)}  # the example's two ranks
+           "api-example": (2,),  # the example's two ranks
+           "gpt2-dcp-reshard-4-to-2": (4,)}  # 4 ranks write, a sub-group of 2 reads

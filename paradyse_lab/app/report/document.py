@@ -37,7 +37,7 @@ def write_report(results: str | Path, settings, timings: dict) -> Path:
     dirs = truth_dirs(results)
     mode = "quick" if settings.quick else "full"
     cmd = "paradyse-lab reproduce" + (" --quick" if settings.quick else "") + f" --out {results}"
-    steps = ", ".join(f"{k} {v:.1f} s" if v else f"{k} reused" for k, v in timings.items())
+    steps = ", ".join(f"{k} {v:.1f} s" if v else f"{k} reused" for k, v in timings.items()) or "not timed"
     figs = [("fig2_cumulative_time_paper", "Figure 2 under the paper-measured times: cumulative training time "
              "against sequence length; curves end at OOM (x)"),
             ("fig2_cumulative_time", "Figure 2 under the analytic model"),

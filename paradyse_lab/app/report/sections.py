@@ -116,6 +116,8 @@ def hybrid_note(results: Path) -> str:
     if "full (hybrid cost model)" not in t.index:
         return ""
     a, h = t.loc["full", "max_len"], t.loc["full (hybrid cost model)", "max_len"]
+    if h >= a:  # the cap did not bind on this workload
+        return ""
     return (f"- **Learned cost models stop early under the analytic truth.** Planning with the hybrid model "
             f"trains up to {h:,} tokens against {a:,} with the analytic model: as in the paper, a learned model's "
             "budget is capped at the largest peak seen while profiling (its OOM threshold), and the synthetic "

@@ -18,6 +18,52 @@ GOOD_PROBLEM = {"layers": 2, "options": ["a", "b"], "time_s": [[1.0, 2.0], [1.0,
 def _problem(**changes) -> str:
     return json.dumps({**GOOD_PROBLEM, **changes})
 
+G2 = '"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100, "n_positions": 64'
+LL = ('"model_type": "llama", "hidden_size": 96, "num_attention_heads": 8, "num_key_value_heads": 2, '
+      '"num_hidden_layers": 2, "intermediate_size": 192, "vocab_size": 100, "max_position_embeddings": 64')
+SWEEP_FILES = {
+    "cfg_embd_float.json": "{" + G2 + ', "n_embd": 64.9}',
+    "cfg_layer_1e400.json": "{" + G2 + ', "n_layer": 1e400}',
+    "cfg_layer_2^53.json": "{" + G2 + ', "n_layer": 9007199254740993}',
+    "cfg_tie_string.json": "{" + LL + ', "tie_word_embeddings": "false"}',
+    "cfg_kv_0.json": "{" + LL + ', "num_key_value_heads": 0}',
+    "cfg_kv_3.json": "{" + LL + ', "num_key_value_heads": 3}',
+    "cfg_dtype_f64.json": "{" + LL + ', "torch_dtype": "float64"}',
+    "cfg_eps_neg.json": "{" + G2 + ', "layer_norm_epsilon": -1e-05}',
+    "cfg_rms_nan.json": "{" + LL + ', "rms_norm_eps": NaN}',
+    "cfg_theta_str.json": "{" + LL + ', "rope_theta": "1e4"}',
+    "cfg_head_dim_float.json": "{" + LL + ', "head_dim": 12.0}',
+    "cfg_type_number.json": "{" + G2 + ', "model_type": 7}',
+    "cfg_array.json": "[1]",
+    "cfg_bias_int.json": "{" + LL + ', "attention_bias": 1, "mlp_bias": 1}',
+    "cfg_vocab_str.json": "{" + G2 + ', "vocab_size": "100"}',
+    "cfg_head_bool.json": "{" + G2 + ', "n_head": true}',
+    "gpus_2^53.toml": 'base = "a100-80gb-x8"\ngpus = 9007199254740993\n',
+    "gpus_bool.toml": 'base = "a100-80gb-x8"\ngpus = true\n',
+    "gpus_zero.toml": 'base = "a100-80gb-x8"\ngpus = 0\n',
+    "mem_1e400.toml": 'base = "a100-80gb-x8"\nmemory_gib = 1e400\n',
+    "mem_string.toml": 'base = "a100-80gb-x8"\nmemory_gib = "80"\n',
+    "mem_bool.toml": 'base = "a100-80gb-x8"\nmemory_gib = true\n',
+    "bw_1e400.toml": 'base = "a100-80gb-x8"\n[busbw_gbps]\np2p = 1e400\n',
+    "alpha_bool.toml": 'base = "a100-80gb-x8"\n[alpha_us]\np2p = true\n',
+    "base_int.toml": "base = 5\n",
+    "lens_1e400.txt": "512\n1e400\n",
+    "lens_2^53.txt": "512\n9007199254740993\n",
+    "lens_neg.txt": "512\n-5\n",
+    "lens_zero.txt": "0\n",
+    "lens_frac.txt": "12.5\n",
+    "lens_empty.txt": "",
+    "lens_word.txt": "many\n",
+    "tok_float.jsonl": "[1.5, 2]\n",
+    "tok_neg.jsonl": "[-1, 2, 3]\n",
+    "tok_str.jsonl": '["a", "b"]\n',
+    "tok_bool.jsonl": "[true, false]\n",
+    "tok_1e400.jsonl": "[1e400, 2]\n",
+    "tok_obj.jsonl": '{"a": 1}\n',
+    "tok_empty.jsonl": "[]\n",
+}
+"""Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
+
 
 def make_fixtures(root: Path) -> None:
     """Write every malformed input file under `root`."""
@@ -51,7 +97,7 @@ def make_fixtures(root: Path) -> None:
         "tokens.jsonl": "[1, 2, 3]\n",
         "tokens_bad.jsonl": "{not json\n",
     }
-    for name, text in files.items():
+    for name, text in {**files, **SWEEP_FILES}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     (root / "self_base.toml").write_text(f'base = "{root / "self_base.toml"}"\n')
@@ -289,4 +335,95 @@ ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
     ("env-local-rank-beyond-local-world", {**TORCHRUN, "LOCAL_RANK": "2"}, TRAIN),
     ("env-rank-word-calibrate", {**TORCHRUN, "RANK": "x"}, ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny"]),
     ("env-rank-word-validate-run", {**TORCHRUN, "RANK": "x"}, ["validate-run", "--out", "{d}/val"]),
+]
+
+
+BIG = "9007199254740993"
+"""2**53 + 1: a float cannot hold it (it reads back as ...992), so it must be parsed as an integer."""
+COST_M = ["cost", "--seq", "64", "--model"]
+
+SWEEP_CASES: list[tuple[str, list[str], str]] = [
+    # (id, argv, text the one line must show: the value as the user wrote it)
+    ("cfg-n-embd-float", COST_M + ["{d}/cfg_embd_float.json"], "64.9"),
+    ("cfg-n-layer-1e400", COST_M + ["{d}/cfg_layer_1e400.json"], "1e400"),
+    ("cfg-n-layer-above-2^53", COST_M + ["{d}/cfg_layer_2^53.json"], BIG),
+    ("cfg-tie-string", ["plan", "--seq", "64", "--model", "{d}/cfg_tie_string.json"], '"false"'),
+    ("cfg-kv-heads-0", COST_M + ["{d}/cfg_kv_0.json"], "num_key_value_heads"),
+    ("cfg-kv-heads-3", COST_M + ["{d}/cfg_kv_3.json"], "num_key_value_heads"),
+    ("cfg-dtype-float64", COST_M + ["{d}/cfg_dtype_f64.json"], '"float64"'),
+    ("cfg-eps-negative-train", ["train", "--model", "{d}/cfg_eps_neg.json", "--dataset", "uniform:8:16", "--steps",
+                                "1", "--no-progress"], "-1e-05"),
+    ("cfg-rms-eps-nan", COST_M + ["{d}/cfg_rms_nan.json"], "NaN"),
+    ("cfg-rope-theta-string", COST_M + ["{d}/cfg_theta_str.json"], '"1e4"'),
+    ("cfg-head-dim-float", COST_M + ["{d}/cfg_head_dim_float.json"], "12.0"),
+    ("cfg-model-type-number", COST_M + ["{d}/cfg_type_number.json"], "model_type"),
+    ("cfg-json-array", COST_M + ["{d}/cfg_array.json"], "JSON object"),
+    ("cfg-bias-int-calibrate", ["calibrate", "--out", "{d}/cal", "--model", "{d}/cfg_bias_int.json"], "attention_bias"),
+    ("cfg-vocab-string-validate-run", ["validate-run", "--out", "{d}/val", "--model", "{d}/cfg_vocab_str.json"],
+     '"100"'),
+    ("cfg-n-head-bool-profile", ["profile", "--model", "{d}/cfg_head_bool.json", "--seqs", "64", "--strategies",
+                                 "metp", "--p", "2", "--out", "{d}/p.csv"], "true"),
+    ("toml-gpus-above-2^53", COST + ["{d}/gpus_2^53.toml"], "gpus"),
+    ("toml-gpus-bool", COST + ["{d}/gpus_bool.toml"], "gpus"),
+    ("toml-gpus-zero", COST + ["{d}/gpus_zero.toml"], "gpus"),
+    ("toml-mem-1e400", COST + ["{d}/mem_1e400.toml"], "memory_gib"),
+    ("toml-mem-string", COST + ["{d}/mem_string.toml"], "memory_gib"),
+    ("toml-mem-bool", COST + ["{d}/mem_bool.toml"], "memory_gib"),
+    ("toml-bw-1e400", COST + ["{d}/bw_1e400.toml"], "p2p"),
+    ("toml-alpha-bool", COST + ["{d}/alpha_bool.toml"], "p2p"),
+    ("toml-base-int", COST + ["{d}/base_int.toml"], "base"),
+    ("lengths-1e400", ["workload", "file:{d}/lens_1e400.txt"], "1e400"),
+    ("lengths-above-2^53-simulate", ["simulate", "--model", "gpt", "--dataset", "file:{d}/lens_2^53.txt", "--policy",
+                                     "static:metp"], BIG),
+    ("lengths-negative", ["workload", "file:{d}/lens_neg.txt"], "-5"),
+    ("lengths-zero", ["workload", "file:{d}/lens_zero.txt"], "0"),
+    ("lengths-fraction", ["workload", "file:{d}/lens_frac.txt"], "12.5"),
+    ("lengths-empty", ["workload", "file:{d}/lens_empty.txt"], "no lengths"),
+    ("lengths-word-train", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/lens_word.txt", "--steps", "1",
+                            "--no-progress"], "many"),
+    ("tokens-float", ["workload", "file:{d}/tok_float.jsonl"], "1.5"),
+    ("tokens-negative", ["workload", "file:{d}/tok_neg.jsonl"], "-1"),
+    ("tokens-string", ["workload", "file:{d}/tok_str.jsonl"], '"a"'),
+    ("tokens-bool", ["workload", "file:{d}/tok_bool.jsonl"], "true"),
+    ("tokens-1e400", ["workload", "file:{d}/tok_1e400.jsonl"], "1e400"),
+    ("tokens-object", ["workload", "file:{d}/tok_obj.jsonl"], "input_ids"),
+    ("tokens-empty-list", ["workload", "file:{d}/tok_empty.jsonl"], "0"),
+    ("tokens-negative-train", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tok_neg.jsonl", "--steps", "1",
+                               "--no-progress"], "token ids"),
+    ("cost-seq-above-2^53", ["cost", "--model", "gpt", "--seq", BIG], BIG),
+    ("cost-seq-1e400", ["cost", "--model", "gpt", "--seq", "1e400"], "1e400"),
+    ("cost-seq-negative", ["cost", "--model", "gpt", "--seq", "-4096"], "-4096"),
+    ("cost-seq-0", ["cost", "--model", "gpt", "--seq", "0"], "0"),
+    ("cost-batch-above-2^53", ["cost", "--model", "gpt", "--seq", "4096", "--batch", BIG], "batch"),
+    ("plan-budget-1e400", ["plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "1e400"], "budget"),
+    ("plan-budget-negative", ["plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "-1"], "budget"),
+    ("workload-uniform-1e400", ["workload", "uniform:1e400:2"], "1e400"),
+    ("workload-lognormal-1e400", ["workload", "lognormal:1e400:1"], "1e400"),
+    ("workload-uniform-negative", ["workload", "uniform:-5:10"], "-5"),
+    ("workload-size-above-2^53", ["workload", "grch38", "--size", BIG], "size"),
+    ("workload-seed-2^64", ["workload", "grch38", "--seed", "18446744073709551616"], "18446744073709551616"),
+    ("simulate-seed-2^64", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp", "--seed",
+                            "18446744073709551616"], "18446744073709551616"),
+    ("simulate-gamma-1e400", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                              "--gamma", "1e400"], "gamma"),
+    ("simulate-gamma-negative", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                                 "--gamma", "-0.5"], "gamma"),
+    ("train-lr-1e400", TRAIN + ["--lr", "1e400"], "lr"),
+    ("train-seed-2^64", TRAIN + ["--seed", "18446744073709551616"], "18446744073709551616"),
+    ("train-budget-1e400", TRAIN + ["--budget-gb", "1e400"], "budget"),
+    ("train-batch-0", TRAIN + ["--batch", "0"], "batch"),
+    ("train-weight-decay-nan", TRAIN + ["--weight-decay", "nan"], "weight"),
+    ("train-weight-decay-negative", TRAIN + ["--weight-decay", "-1"], "weight"),
+    ("synth-ratio-1e400", ["synth-profile", "--out", "{d}/s.csv", "--ratio", "1e400"], "ratio"),
+    ("synth-noise-negative", ["synth-profile", "--out", "{d}/s.csv", "--time-noise", "-1"], "noise"),
+    ("bench-sizes-above-2^53", ["bench-solvers", "--sizes", BIG], "sizes"),
+    ("bench-sizes-1e400", ["bench-solvers", "--sizes", "1e400"], "1e400"),
+    ("compare-seqs-above-2^53", ["compare-solvers", "--model", "gpt", "--seqs", "4096," + BIG], BIG),
+    ("calibrate-budget-1e400", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--budget-s", "1e400"],
+     "budget"),
+    ("validate-run-max-len-1e400", ["validate-run", "--out", "{d}/val", "--max-len", "1e400"], "max-len"),
+    ("profile-seqs-1e400", ["profile", "--model", "gpt2-tiny", "--seqs", "1e400", "--strategies", "metp", "--out",
+                            "{d}/p.csv"], "1e400"),
+    ("experiment-size-above-2^53", ["experiment", "fig2", "--size", BIG, "--out", "{d}/exp"], "size"),
+    ("paper-profile-ratio-1e400", ["paper-profile", "--out", "{d}/pp.csv", "--ratio", "1e400"], "ratio"),
 ]

@@ -8,7 +8,7 @@ exception fails the test with its traceback; `train --nproc 2` cases go through 
 from __future__ import annotations
 
 import pytest
-from bad_input_cases import CASES, ENV_CASES, NPROC2_CASES, make_fixtures
+from bad_input_cases import CASES, ENV_CASES, NPROC2_CASES, SWEEP_CASES, make_fixtures
 
 from paradyse_lab.cli import main
 
@@ -35,7 +35,7 @@ def _one_line_exit_2(capsys, run, argv):
 def test_there_are_at_least_60_cases_over_every_command():
     from paradyse_lab.cli import build_parser
 
-    assert len(CASES) + len(NPROC2_CASES) + len(ENV_CASES) >= 60
+    assert len(CASES) + len(NPROC2_CASES) >= 60 and len(ENV_CASES) + len(SWEEP_CASES) >= 60
     commands = {argv[0] for _, argv in CASES if argv}
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) <= commands  # every command has bad inputs here
@@ -65,3 +65,11 @@ def test_bad_environment_prints_one_line_and_exits_2(capsys, monkeypatch, folder
         monkeypatch.setenv(name, value)
     line = _one_line_exit_2(capsys, main, [a.replace("{d}", str(folder)) for a in argv])
     assert any(name in line for name in env), line
+
+
+@pytest.mark.parametrize("argv, shown", [c[1:] for c in SWEEP_CASES], ids=[c[0] for c in SWEEP_CASES])
+def test_bad_field_or_number_shows_the_value_as_written(capsys, folder, argv, shown):
+    """config.json and cluster TOML fields, length and token files, numbers beyond float range or above 2**53,
+    negative or zero: one line naming the field or showing the value as written (never a converted one), exit 2."""
+    line = _one_line_exit_2(capsys, main, [a.replace("{d}", str(folder)) for a in argv])
+    assert shown in line, line

@@ -50,6 +50,23 @@ def test_kept_bytes_match_analytic_at_p8(cfg, strategy, kind, recompute):
         assert [k for k in rec.kept.values() if len(k.shape) == 3 and k.nbytes == lse_bytes
                 and k.shape[-1] != SPEC.hidden]
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
+    """A packed attention sub-layer (documents of 1, 37 and 50 tokens, each padded to 2p = 16: 128 tokens)
+    keeps exactly what the schedule of the pack charges, which is the unpacked sequence's: the varlen kernels
+    keep no mask and no [s, s] tensor, only q, k, v, the output and the lse."""
+    from paradyse_lab.costmodel.packed import PackedStep
+    from runtime.measure.profiler import measure_kept_bytes
+    from runtime.packed import pack_sequence
+
+    pack = pack_sequence([1, 37, 50], P)
+    step = PackedStep(pack.lengths, unit=2 * P)
+    assert pack.seq_len == step.padded_len == SEQ and pack.segments == step.segments
+    rec = measure_kept_bytes("attention", strategy, False, cfg, P, SEQ, cu_seqlens=pack.cu_seqlens)
+    analytic = schedule(SPEC, "attention", StrategyOption(strategy), SEQ, 1, P, step.segments).kept_bytes
+    assert rec.nbytes == analytic == schedule(SPEC, "attention", StrategyOption(strategy), SEQ, 1, P).kept_bytes
+
+
 def test_fake_group_counts_the_schedules_bytes(cfg):
     """The fake group still records every call as a real group would (comm.count_bytes)."""
     import torch
