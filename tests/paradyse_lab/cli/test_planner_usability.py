@@ -36,6 +36,13 @@ def test_cost_marks_the_strategies_that_cannot_split_the_heads(capsys, tmp_path)
     assert list(d["strategies"]) == ["megatron_cz"] and set(d["cannot_split"]) == {"megatron_ts", "ulysses_z", "metp"}
 
 
+def test_cost_marks_a_length_some_strategies_cannot_lay_out(capsys):
+    code, out, _ = run(capsys, "cost", "--model", "gpt", "--seq", "1000")  # not a multiple of 2p = 16
+    assert code == 0 and "cannot split: metp: sequence length 1000 must be divisible by 16" in out
+    code, out, err = run(capsys, "cost", "--model", "gpt", "--seq", "1000", "--strategies", "metp")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "no strategy can split" in err
+
+
 def test_gpus_changes_the_cluster_count_on_cost_and_simulate(capsys, tmp_path):
     code, out, _ = run(capsys, "cost", "--model", qwen_folder(tmp_path), "--seq", "4K", "--gpus", "4",
                        "--format", "json")
