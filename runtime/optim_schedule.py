@@ -99,7 +99,8 @@ def clip_to(params, max_norm: float, total) -> None:
 
 
 def check_optimisation_options(opts) -> None:
-    """The schedule, clipping, accumulation and evaluation options of `opts`; `UserInputError` naming one."""
+    """The schedule, clipping, accumulation, evaluation and data-order options of `opts`; `UserInputError` naming
+    one."""
     from paradyse_lab.errors import UserInputError, require_number, unknown_name
 
     if opts.lr_schedule not in SCHEDULES:
@@ -109,6 +110,10 @@ def check_optimisation_options(opts) -> None:
                              ("--eval-every", opts.eval_every, 0), ("--eval-batches", opts.eval_batches, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 10**9:
             raise UserInputError(f"{flag} must be an integer >= {low}, got {value!r}")
+    documents = opts.tokenizer or (opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl"))
+    if opts.data_order and not documents:
+        raise UserInputError(f"--data-order applies to token files (file:*.jsonl) and text datasets (--tokenizer); "
+                             f"--dataset {opts.dataset} trains its workload's sorted lengths")
     if bool(opts.eval_dataset) != bool(opts.eval_every):
         raise UserInputError("--eval-dataset and --eval-every go together (evaluate that dataset every N optimizer "
                              "steps); give both or neither")

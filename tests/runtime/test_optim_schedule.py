@@ -23,7 +23,8 @@ def test_micro_weights_are_shares_of_the_targets():
 @pytest.mark.parametrize("change, match", [({"lr_schedule": "step"}, "--lr-schedule"),
                                            ({"accumulate": 0}, "--accumulate must be an integer >= 1"),
                                            ({"clip_grad": -1.0}, "--clip-grad"),
-                                           ({"eval_every": 5}, "--eval-dataset and --eval-every go together")])
+                                           ({"eval_every": 5}, "--eval-dataset and --eval-every go together"),
+                                           ({"data_order": "shuffled"}, "--data-order applies to token files")])
 def test_bad_options_are_refused(change, match):
     with pytest.raises(UserInputError, match=match):
         check_optimisation_options(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", **change))
