@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 
 
-def plan_policy(opts, spec, p: int):
+def plan_policy(opts, spec, p: int, *, quiet: bool = False):
     """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from paradyse_lab.costmodel.factory import build_cost_model
@@ -26,7 +26,8 @@ def plan_policy(opts, spec, p: int):
     plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
     policy = parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), cost_model, plan_budget,
                           recompute=wanted.recompute)
-    _state_planner(opts, cluster, plan_budget, p)
+    if not quiet:
+        _state_planner(opts, cluster, plan_budget, p)
     return policy
 
 
@@ -45,17 +46,17 @@ def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
         print(warning, file=sys.stderr)
 
 
-def train(opts, group=None) -> list[dict]:
+def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log. Rank 0 states what plans
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
-    (paradyse_lab/app/run_summary.py)."""
+    (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from runtime import comm
     from runtime.train import train as run_training
 
-    log = run_training(opts, group, policy_for=partial(plan_policy, opts))
-    if comm.rank(group) == 0:
+    log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet))
+    if comm.rank(group) == 0 and not quiet:
         cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
         print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
     return log
