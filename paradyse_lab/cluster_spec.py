@@ -21,6 +21,12 @@ model constant, E derived by us):
 - attention (FlashAttention-2 fwd+bwd, d = 128) efficiency against sequence length: A100 non-causal
   151 -> 203 TFLOPS and causal 99 -> 189 TFLOPS from s = 512 to 16k [FA2] (M, as read in a review);
   H100: FA2 fwd+bwd reaches 335 TFLOPS at long s [FA2] (M), the short-s end scaled by A100's ratio (E).
+- memory reserve (docs/hardware.md section 5): what a training process holds before the model, kept out of
+  every plan's budget: CUDA context ~300 MB (pytorch#107667), cuBLAS workspace ~8.1 MiB [PT], NCCL buffers
+  688 MB per communicator on A100 (nccl#964) and 4.34 GB for an 8x H100 all-to-all plus 288 MiB of NVLS
+  buffers (nccl#1685, vllm#9699) on Hopper (M); the sum rounded up to a whole GiB, the rounding being the
+  allowance for the allocator's slack (E): A100 1 GiB, H100 / H200 5 GiB. `reserve_fraction` (default 0)
+  keeps a share of the memory back as well (Galvatron plans with 20% [GAL]).
 """
 
 from __future__ import annotations
@@ -35,12 +41,29 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
+from paradyse_lab.typed_json import WrittenNumber
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p", "broadcast")
 """Collective kinds the cost model charges (p2p = one point-to-point send of a ring step)."""
 
 MIB = 2**20
+GIB = 2**30
 GB = 1e9
+
+CUDA_CONTEXT_BYTES = 300_000_000
+"""CUDA context per process with lazy module loading (pytorch/pytorch#107667; docs/hardware.md section 5)."""
+CUBLAS_WORKSPACE_BYTES = int(8.1 * MIB)
+"""cuBLAS workspace per handle and stream with the default config [PT]."""
+NCCL_A100_BYTES = 688_000_000
+"""NCCL buffers of one communicator over more than 2 GPUs, measured on 4x A100 (nccl#964)."""
+NCCL_HOPPER_BYTES = 4_340_000_000 + 288 * MIB
+"""An 8x H100 all-to-all's NCCL memory after its first call (nccl#1685) plus NVLS buffers (vllm#9699)."""
+
+
+def sourced_reserve_bytes(nccl_bytes: int) -> int:
+    """CUDA context + cuBLAS workspace + NCCL buffers, rounded up to a whole GiB (the rounding: the allocator's
+    slack, module docstring)."""
+    return -(-(CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl_bytes) // GIB) * GIB
 
 
 def interpolate_loglinear(points: tuple[tuple[float, float], ...], x: float) -> float:
@@ -136,6 +159,11 @@ class ClusterSpec:
     """Where the numbers come from."""
     calibration: dict = field(default_factory=dict)
     """Strategy name -> `StrategyCalibration` the analytic model applies (empty: uncalibrated)."""
+    reserve_bytes: int = 0
+    """Device memory a training process holds before the model (CUDA context, NCCL buffers, allocator slack),
+    kept out of every plan's budget (`plan_budget_bytes`; TOML `reserve_gib`)."""
+    reserve_fraction: float = 0.0
+    """Share of `memory_bytes` kept back on top of `reserve_bytes` (TOML `reserve_fraction`)."""
     base: str = field(default="", compare=False)
     """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
     launch_s: float = 0.0
@@ -155,6 +183,12 @@ class ClusterSpec:
     per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
     bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
     presets."""
+
+    @property
+    def plan_budget_bytes(self) -> int:
+        """What a plan may use per GPU: the memory less the reserve (the budget of `plan`, `simulate` and
+        `train` unless a budget is given)."""
+        return self.memory_bytes - self.reserve_bytes - int(self.reserve_fraction * self.memory_bytes)
 
     @property
     def device(self) -> str:
@@ -185,6 +219,7 @@ class ClusterSpec:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise UserInputError(f"cluster alpha_us for {c} must be a finite number >= 0, got {v!r}")
         self._check_step_terms()
+        self._check_reserve()
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
@@ -195,6 +230,15 @@ class ClusterSpec:
                 raise UserInputError(
                     f"cluster.{name} must be (x > 0, 0 < fraction <= 1) points in ascending x"
                 )
+
+    def _check_reserve(self) -> None:
+        if isinstance(self.reserve_fraction, bool) or not 0 <= self.reserve_fraction < 1:
+            raise UserInputError(f"cluster.reserve_fraction must be a number in [0, 1), got {self.reserve_fraction!r}")
+        if isinstance(self.reserve_bytes, bool) or not 0 <= self.reserve_bytes:
+            raise UserInputError(f"cluster.reserve_gib must be a number >= 0, got {self.reserve_bytes / GIB!r}")
+        if self.plan_budget_bytes <= 0:
+            raise UserInputError(f"cluster reserve ({self.reserve_bytes / GIB:.3g} GiB + {self.reserve_fraction:.3g} "
+                                 f"of the memory) must leave memory to plan with ({self.memory_bytes / GIB:.3g} GiB)")
 
     def _check_step_terms(self) -> None:
         if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
@@ -259,8 +303,8 @@ def _a100(name: str, mem_mib: int, hbm: float) -> ClusterSpec:
         memory_bytes=mem_mib * MIB, peak_flops=312e12, hbm_bytes_per_s=hbm,
         busbw_bytes_per_s=_bw(230, 195, 231.6), busbw_size_curve=A100_SIZE_CURVE,
         gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
-        attention_efficiency_causal=A100_ATTN_CAUSAL,
-        source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]",
+        attention_efficiency_causal=A100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_A100_BYTES),
+        source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]; reserve: section 5",
     )
 
 
@@ -269,9 +313,9 @@ def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float
         name=name, gpus=8, gpu_name=gpu, memory_bytes=mem_mib * MIB, peak_flops=989e12,
         hbm_bytes_per_s=hbm, busbw_bytes_per_s=_bw(ag, p2p), busbw_size_curve=H100_SIZE_CURVE,
         gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
-        attention_efficiency_causal=H100_ATTN_CAUSAL,
+        attention_efficiency_causal=H100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_HOPPER_BYTES),
         source="docs/hardware.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
-        "memory: nvidia-smi (M)",
+        "memory: nvidia-smi (M); reserve: section 5",
     )
 
 
@@ -290,6 +334,7 @@ _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
     "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
+    "reserve_gib": float, "reserve_fraction": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
@@ -309,15 +354,16 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
-    ignored. What `calibrate` also measures for the analytic model's step terms: `launch_us`, `state_gbps`,
-    `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY = [launches, bytes_fixed,
-    bytes_per_token] (`ClusterSpec.step_counts`).
+    ignored. `reserve_gib` and `reserve_fraction`: the memory kept out of every plan's budget
+    (`ClusterSpec.plan_budget_bytes`). What `calibrate` also measures for the analytic model's step terms:
+    `launch_us`, `state_gbps`, `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY =
+    [launches, bytes_fixed, bytes_per_token] (`ClusterSpec.step_counts`).
     """
     path = Path(path)
     if path.resolve() in _bases:
         raise UserInputError(f"cluster file {str(path)!r}: its base chain comes back to itself")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"), parse_float=WrittenNumber)  # errors show the text
     except FileNotFoundError:
         raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
     except IsADirectoryError:
@@ -345,7 +391,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
              "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
-             "state_gbps": ("state_bytes_per_s", GB)}
+             "state_gbps": ("state_bytes_per_s", GB), "reserve_gib": ("reserve_bytes", GIB)}
     for key, kind in _TOML_SCALARS.items():
         if key not in data:
             continue
@@ -359,7 +405,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
         if key in scale:
             target, factor = scale[key]
-            kw[target] = int(value * factor) if target == "memory_bytes" else value * factor
+            if not math.isfinite(value * factor):  # checked before the conversion, shown as written
+                raise UserInputError(f"{path.name}: {key} must be a finite number in range, got {value!r}")
+            kw[target] = int(value * factor) if target in ("memory_bytes", "reserve_bytes") else value * factor
         else:
             kw[key] = kind(value)
     if "busbw_gbps" in data:

@@ -20,7 +20,8 @@ MISSING = object()
 
 
 class WrittenNumber(float):
-    """A JSON number with a fraction or exponent (or NaN / Infinity), as a float that keeps its text."""
+    """A JSON number with a fraction or exponent (or NaN / Infinity), as a float that keeps its text (its
+    repr); also what the cluster TOML reader gives for TOML floats."""
 
     text: str
 
@@ -28,6 +29,9 @@ class WrittenNumber(float):
         number = super().__new__(cls, text)
         number.text = text
         return number
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def loads(text: str):

@@ -216,6 +216,26 @@ def shard_state_dict(full_sd: dict[str, torch.Tensor], r: int, p: int) -> dict[s
     return out
 
 
+def init_rank_state_dict(cfg, seed: int, r: int, p: int) -> dict[str, torch.Tensor]:
+    """Rank r's state dict of the initialisation `reference.init_state_dict(cfg, seed)` (the same values as
+    `shard_state_dict` of it), built one sub-layer at a time: the rank holds its shards, the replicated
+    tensors and at most one sub-layer's full tensors, never the whole model."""
+    from runtime.reference import init_tensors
+
+    out: dict[str, torch.Tensor] = {}
+    pending: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in init_tensors(cfg, seed):
+        prefix, _, name = key.rpartition(".")
+        if not (prefix.startswith("layers.") and name in PARAM_NAMES):
+            out[key] = value
+            continue
+        pending.setdefault(prefix, {})[name] = value
+        if len(pending[prefix]) == len(PARAM_NAMES):  # the sub-layer is complete: keep its shard only
+            kind = "attention" if prefix.endswith(".attn") else "mlp"
+            out.update({f"{prefix}.{n}": v for n, v in shard_sublayer(pending.pop(prefix), kind, r, p).items()})
+    return out
+
+
 def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None) -> dict[str, torch.Tensor]:
     """The full state dict from every rank's shard (a collective: every rank calls it, every rank gets
     the full dict)."""

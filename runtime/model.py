@@ -29,11 +29,12 @@ from runtime.layout import (
     check_length,
     gather_state_dict,
     gathered_positions,
+    init_rank_state_dict,
     local_positions,
     shard_state_dict,
 )
 from runtime.packed import check_cu_seqlens, document_of, local_documents
-from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, init_state_dict, norm
+from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
 
 STRATEGY_MODULES = {name: importlib.import_module(s.runtime_module) for name, s in CATALOG.items() if s.usable}
@@ -71,7 +72,8 @@ class ParallelGPT(GPTParams):
         model folder `hf_folder` (each rank reads only its slices: runtime/hf_weights.py), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank)."""
         self.p, self.rank = comm.size(group), comm.rank(group)
-        super().__init__(cfg, self.p)
+        with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
+            super().__init__(cfg, self.p)
         self.group = group
         for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden),
                             ("kv_heads * head_dim", cfg.kv_hidden)):
@@ -82,8 +84,12 @@ class ParallelGPT(GPTParams):
 
             self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict()))
             return
-        full = state_dict if state_dict is not None else init_state_dict(cfg, seed)
-        self.load_state_dict(shard_state_dict(full, self.rank, self.p))
+        if state_dict is not None:
+            local = shard_state_dict(state_dict, self.rank, self.p)
+        else:  # one sub-layer at a time: the rank never holds the whole model (layout.init_rank_state_dict)
+            local = init_rank_state_dict(cfg, seed, self.rank, self.p)
+        dtypes = {k: v.dtype for k, v in self.state_dict().items()}  # the meta parameters' (fp32)
+        self.load_state_dict({k: v.to(dtypes.get(k, v.dtype)) for k, v in local.items()}, assign=True)
 
     @classmethod
     def from_hf_state_dict(cls, config, state_dict, group=None) -> ParallelGPT:
@@ -122,13 +128,14 @@ class ParallelGPT(GPTParams):
         return options
 
     def forward(self, input_ids: torch.Tensor, plan: Sequence[str], labels: torch.Tensor | None = None,
-                cu_seqlens=None):
+                cu_seqlens=None, loss_tile: int = 0):
         """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
         all ranks' tokens (the same value on every rank; call backward on it on every rank).
         `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
         (runtime/packed.py `pack_sequence`): positions restart at each document and attention stays inside
-        each, under every strategy."""
+        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/tiled_loss.py), final
+        norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss)."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         doc_ids = longest = None
@@ -157,12 +164,17 @@ class ParallelGPT(GPTParams):
                                doc_ids, cu_seqlens)
                 x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
         head_w = head[0] if head else wte
-        logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
-        if labels is None:
-            return logits
-        with comm.tagged("loss"):
-            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
+        if labels is not None and loss_tile > 0:
+            from runtime.tiled_loss import tiled_head_loss
+
+            logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
+        else:
+            logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
+            if labels is None:
+                return logits
             total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*t, V]
                                     reduction="sum")
+        with comm.tagged("loss"):
+            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)
         return logits, loss

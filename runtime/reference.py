@@ -189,16 +189,26 @@ def init_state_dict(cfg: GPTConfig, seed: int = 0) -> dict[str, torch.Tensor]:
     """GPT-2 initialisation of the full model, deterministic in `seed`: N(0, 0.02) matrices (embedding,
     head), N(0, 0.01) positions, output projections scaled by 1/sqrt(2L) (Radford et al. 2019), zero
     biases, unit norms."""
+    return dict(init_tensors(cfg, seed))
+
+
+def init_tensors(cfg: GPTConfig, seed: int = 0):
+    """(key, full tensor) of `init_state_dict`, one at a time in its order and with its values: the shapes come
+    from the model built on the meta device (no memory), so a caller that keeps only a part of each tensor
+    (layout.init_rank_state_dict) never holds the whole model."""
     gen = torch.Generator().manual_seed(seed)
-    sd = {k: v.clone() for k, v in GPTParams(cfg).state_dict().items()}
-    for key, value in sd.items():
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in GPTParams(cfg).state_dict().items()}
+    for key, shape in shapes.items():
+        unit = key == "lnf_w" or key.endswith(".ln_w")
+        value = torch.ones(shape) if unit else torch.zeros(shape)
         if key in ("wte", "head") or key.endswith(".w1"):
             value.normal_(0.0, 0.02, generator=gen)
         elif key == "wpe":
             value.normal_(0.0, 0.01, generator=gen)
         elif key.endswith(".w2"):
             value.normal_(0.0, 0.02 / math.sqrt(2 * cfg.layers), generator=gen)
-    return sd
+        yield key, value
 
 
 def hf_to_state_dict(state_dict: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:

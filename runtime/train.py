@@ -121,7 +121,8 @@ class TrainOptions:
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gib: float = 0.0
-    """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory; --budget-gb, in GB, is deprecated)."""
+    """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its
+    file; --budget-gb, in GB, is deprecated)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
@@ -210,6 +211,16 @@ def _stop(bar, message: str):
     if bar is not None:
         bar.close()
     raise RunStopped(message)
+
+
+def _loss_tile(decision, model, tokens: int) -> int:
+    """Tokens per tile of the tiled loss when the planner chose it for this step (paradyse_lab/costmodel/head_loss.py
+    sizes the tiles), else 0 (the whole head)."""
+    if getattr(decision, "head", "whole") != "tiled":
+        return 0
+    from paradyse_lab.costmodel.head_loss import loss_tile_tokens
+
+    return loss_tile_tokens(model.cfg.vocab_size, model.wte.element_size(), tokens)
 
 
 def _plan_text(plan) -> str:

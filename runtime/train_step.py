@@ -60,7 +60,7 @@ class TrainLoop:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
         from runtime.attention import kernels_used
         from runtime.layout import shard_sequence
-        from runtime.train import _plan_text, _stop, decide_plan_on_rank0
+        from runtime.train import _loss_tile, _plan_text, _stop, decide_plan_on_rank0
 
         opts, data = self.opts, self.data
         s = data.length(m)
@@ -68,7 +68,8 @@ class TrainLoop:
         tokens, labels, cu_seqlens = data.batch(m)
         ids, labels = (shard_sequence(x, 1, self.group, cu_seqlens).to(self.device) for x in (tokens, labels))
         with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = self.model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens)
+            _, loss = self.model(ids, list(decision.plan), labels, cu_seqlens=cu_seqlens,
+                                 loss_tile=_loss_tile(decision, self.model, ids.numel()))
         value = float(loss.detach())
         if not math.isfinite(value):  # the loss is the global mean: every rank stops here
             _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "

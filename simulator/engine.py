@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.search_problem import SearchProblem
@@ -61,19 +62,20 @@ class Charger:
         self.reserved: dict[str, int] = {}
         """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""
         self._problems: dict = {}
+        self._head_models = head_cost_models(cost_model)
 
-    def problem(self, seq_len: int | PackedStep, batch: int) -> SearchProblem:
-        """The truth problem at this length or packed step (all options)."""
-        key = (seq_len, batch)
+    def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
+        """The truth problem at this length or packed step (all options), with the head option `head`."""
+        key = (seq_len, batch, head)
         if key not in self._problems:
-            self._problems[key] = shared_problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes,
-                                                 self.options)
+            self._problems[key] = shared_problem(self.graph, self._head_models[head], seq_len, batch,
+                                                 self.budget_bytes, self.options)
         return self._problems[key]
 
-    def charge(self, plan, seq_len: int, batch: int) -> tuple[float, int]:
-        """(time, peak bytes) of `plan` under the truth model (with the allocator's reservations when
-        `switch_memory`; `commit` records a trained step's)."""
-        p = self.problem(seq_len, batch)
+    def charge(self, plan, seq_len: int, batch: int, head: str = "whole") -> tuple[float, int]:
+        """(time, peak bytes) of `plan` with the head option `head` under the truth model (with the allocator's
+        reservations when `switch_memory`; `commit` records a trained step's)."""
+        p = self.problem(seq_len, batch, head)
         idx = p.indices(list(plan))
         peak = p.peak_bytes(idx)
         if self.switch_memory:
@@ -132,7 +134,7 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
         restarted = False
         while True:
             decision = policy.decide(padded, batch)
-            time_s, peak = charger.charge(decision.plan, padded, batch)
+            time_s, peak = charger.charge(decision.plan, padded, batch, getattr(decision, "head", "whole"))
             oom = peak > charger.budget_bytes or not decision.feasible
             if oom and restart:
                 nxt = charger.lighter_strategy(policy.strategy, padded, batch)

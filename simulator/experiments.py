@@ -38,8 +38,6 @@ STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
 GiB = 2**30
-DEFAULT_RESERVE_BYTES = 1 * GiB
-"""Allocator reserve: CUDA context (~300 MB) plus NCCL buffers (544-688 MB per group), docs/hardware.md section 5."""
 
 PAPER_HEADLINES = {
     ("github_code", "bert", "time_reduction"): 0.8929,
@@ -75,7 +73,9 @@ class Setup:
     seed: int = 0
     sampling: str = "stratified"
     """How the paper datasets' band counts are chosen (paradyse_lab/workloads.py `SAMPLINGS`)."""
-    reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    reserve_bytes: int | None = None
+    """Device memory kept out of the budget (CUDA context, NCCL buffers, allocator); None: the cluster's
+    (`ClusterSpec.plan_budget_bytes`, docs/hardware.md section 5)."""
     gamma: float = DEFAULT_GAMMA
     profiles: str = ""
     """Profile CSV the learned cost models are fitted on; empty: the bundled paper profile under the paper
@@ -92,6 +92,11 @@ class Setup:
     """Pack the dataset's documents into steps of at most this many tokens (None: one sequence per step)."""
     pack_order: str = "sorted"
     """First-fit order of the packing (paradyse_lab/packing.py)."""
+
+    def __post_init__(self):
+        if self.reserve_bytes is None:
+            cluster = get_cluster(self.cluster)
+            object.__setattr__(self, "reserve_bytes", cluster.memory_bytes - cluster.plan_budget_bytes)
 
     def profile_path(self) -> str:
         """The profile the learned and calibrated cost models of this setup are fitted on."""

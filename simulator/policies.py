@@ -89,6 +89,9 @@ class StepPlan:
     """Reused from the (batch, length) cache."""
     kept_previous: bool = False
     """Smoothing kept the previous step's plan."""
+    head: str = "whole"
+    """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
+    loss when 'tiled', and the simulator charges the plan with it."""
 
 
 def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
@@ -135,35 +138,50 @@ class DynamicPolicy:
         self.name = self.name or f"dynamic:{self.solver_name}"
         if not self.strategies:
             raise UserInputError("a dynamic policy needs at least one strategy")
+        from paradyse_lab.costmodel.head_loss import head_cost_models
 
-    def problem(self, seq_len: int | PackedStep, batch: int) -> SearchProblem:
-        """The search the policy solves at this length, or for this packed step."""
+        self._head_models = head_cost_models(self.cost_model)
+
+    def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
+        """The search the policy solves at this length, or for this packed step, with the head option `head`."""
         from simulator.shared import problem
 
         opts = make_options(self.strategies, recompute=self.recompute)
-        return problem(self.graph, self.cost_model, seq_len, batch, self.budget_bytes, opts)
+        return problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)
 
     def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
-        """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve, then
-        smoothing against the previous step's plan."""
+        """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve over the head
+        options (the fastest plan that fits: the tiled loss only where it is), then smoothing against the
+        previous step's plan."""
+        from paradyse_lab.costmodel.head_loss import cheapest_head
+
         key = (batch, seq_len)
         if key in self._cache:
-            sol = self._cache[key]
-            self._previous = sol.plan
-            return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True)
-        problem = self.problem(seq_len, batch)
-        sol = self.solver.solve(problem)
-        solve_s = sol.solve_time_s
+            sol, head = self._cache[key]
+            self._previous = (sol.plan, head)
+            return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, 0.0, cached=True, head=head)
+        problems, solve_s = {}, 0.0
+
+        def solve(head: str):
+            nonlocal solve_s
+            problems[head] = self.problem(seq_len, batch, head)
+            found = self.solver.solve(problems[head])
+            solve_s += found.solve_time_s
+            return found
+
+        head, sol = cheapest_head(solve, tuple(self._head_models))
+        problem = problems[head]
         kept = False
         smooth = sol.feasible and self.smoothing and self.gamma
-        if smooth and keep_previous(problem, self._previous, sol, self.gamma):
-            idx = problem.indices(list(self._previous))
-            sol = replace(sol, status="feasible", plan=tuple(self._previous), predicted_time_s=problem.time_of(idx),
+        previous = self._previous[0] if self._previous and self._previous[1] == head else None
+        if smooth and keep_previous(problem, previous, sol, self.gamma):
+            idx = problem.indices(list(previous))
+            sol = replace(sol, status="feasible", plan=tuple(previous), predicted_time_s=problem.time_of(idx),
                           peak_bytes=problem.peak_bytes(idx))
             kept = True
-        self._cache[key] = sol
-        self._previous = sol.plan
-        return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept)
+        self._cache[key] = (sol, head)
+        self._previous = (sol.plan, head)
+        return StepPlan(sol.plan, sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept, head=head)
 
 
 @dataclass

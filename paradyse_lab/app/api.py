@@ -66,8 +66,8 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
     options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
-    'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory; `budget_gb`, in GB, is deprecated);
-    `cost_model` as `paradyse-lab plan --cost-model`."""
+    'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
+    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.costmodel.lowering import problem_from_cost_model

@@ -347,7 +347,6 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, layout_unit, options
-    from simulator.experiments import DEFAULT_RESERVE_BYTES
     from solvers.registry import get_solver
 
     cluster = get_cluster(s.cluster)
@@ -359,7 +358,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
         unit = layout_unit(cm.p)
         for seq in _length_grid(s.map_lengths):
             seq = -(-seq // unit) * unit
-            problem = problem_from_cost_model(graph, cm, seq, 1, cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
+            problem = problem_from_cost_model(graph, cm, seq, 1, cluster.plan_budget_bytes,
                                                     options(USABLE))
             for solver in ("heuristic", "dp"):
                 sol = get_solver(solver).solve(problem)
@@ -378,7 +377,6 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit
-    from simulator.experiments import DEFAULT_RESERVE_BYTES
 
     cluster = get_cluster(s.cluster)
     rows = []
@@ -393,7 +391,7 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
                              "model_state_bytes": u.model_state_bytes,
                              "kept_bytes": u.peak_bytes - u.model_state_bytes - u.transient_bytes,
                              "transient_bytes": u.transient_bytes, "peak_bytes": u.peak_bytes,
-                             "budget_bytes": cluster.memory_bytes - DEFAULT_RESERVE_BYTES,
+                             "budget_bytes": cluster.plan_budget_bytes,
                              "memory_bytes": cluster.memory_bytes, "cost_model": "analytic"})
     _write(pd.DataFrame(rows), out / "memory_breakdown.csv")
     return ["memory_breakdown.csv"]

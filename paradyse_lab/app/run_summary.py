@@ -22,10 +22,10 @@ GIB = 2**30
 
 def planner_line(opts, cluster, budget_bytes: int, p: int) -> str:
     """The start-of-run statement of what plans the run."""
+    default = "" if opts.budget_gib else " (the GPU memory less the reserve; --budget-gib)"
     return (f"planning each step with the {opts.cost_model} cost model for cluster {cluster.name} ({cluster.gpu_name}, "
             f"{cluster.memory_bytes / GIB:.2f} GiB each) at {p} rank{'s' if p > 1 else ''}, budget "
-            f"{budget_bytes / GIB:.2f} GiB per GPU{'' if opts.budget_gib else ' (the GPU memory; --budget-gib)'}, "
-            f"policy {opts.policy}")
+            f"{budget_bytes / GIB:.2f} GiB per GPU{default}, policy {opts.policy}")
 
 
 def _words(name: str) -> set[str]:

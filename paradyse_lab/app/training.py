@@ -20,7 +20,7 @@ def plan_policy(opts, spec, p: int, *, quiet: bool = False):
     from simulator.policies import PolicySpec, parse_policy
 
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.memory_bytes
+    budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.plan_budget_bytes
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
     cost_model = build_cost_model(opts.cost_model, spec, cluster, p, opts.profiles or None)
     plan_budget = cost_model.budget_bytes(budget) if hasattr(cost_model, "budget_bytes") else budget
@@ -81,7 +81,7 @@ def preflight(opts, p: int) -> None:
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
     GPTConfig.from_model_spec(spec)
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
-    budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.memory_bytes
+    budget = int(opts.budget_gib * 2**30) if opts.budget_gib else cluster.plan_budget_bytes
     wanted = PolicySpec.parse(opts.policy, opts.recompute, opts.granularity)
     parse_policy(opts.policy, LayerGraph(spec, wanted.granularity), AnalyticCostModel(spec, cluster, p), budget,
                  recompute=wanted.recompute)

@@ -61,12 +61,13 @@ def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:
     return opts
 
 
-def add_step_arguments(p) -> None:
-    """`--seq S` (one sequence per step) or `--documents A,B,...` (one packed step)."""
+def add_step_arguments(p):
+    """`--seq S` (one sequence per step) or `--documents A,B,...` (one packed step); returns the group."""
     step = p.add_mutually_exclusive_group(required=True)
     step.add_argument("--seq", help="sequence length in tokens (e.g. 65536 or 64K)")
     step.add_argument("--documents", help="one packed step: its documents' lengths, comma-separated (e.g. "
                       "16K,8K,4K,4K); attention stays inside each, the step is padded once to the layout unit")
+    return step
 
 
 def step_of(args, cm):
@@ -150,6 +151,7 @@ def run(args) -> int:
     cm, seq, batch, what = step_of(args, build_cost_model(args.cost_model, model, cluster,
                                                           profiles=args.profiles or None))
     costs, refused = _split_costs(cm, parse_options(args.strategies, args.recompute), seq, batch)
+    heads = head_costs(cm, seq, batch)
     if args.format == "json":
         packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
         print_json({
@@ -164,6 +166,7 @@ def run(args) -> int:
                 } for c in costs
             },
             "cannot_split": refused,
+            "head": heads,
         })
         return 0
     print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
@@ -179,4 +182,26 @@ def run(args) -> int:
                  "sent per layer"], rows)
     for why in refused.values():
         print(f"cannot split: {why}")
+    if heads:
+        print("\nembedding, head and loss (outside the layers; a plan takes the fastest option that fits, "
+              "`paradyse-lab plan --head`):")
+        print_table(["head option", "time", "kept", "transient", "model states"],
+                    [[name, format_seconds(h["time_s"]), format_bytes(h["kept_bytes"]),
+                      format_bytes(h["transient_bytes"]), format_bytes(h["model_state_bytes"])]
+                     for name, h in heads.items()])
     return 0
+
+
+def head_costs(cm, seq: int, batch: int) -> dict:
+    """Per head option (paradyse_lab/costmodel/head_loss.py): time, kept, transient and model-state bytes of the
+    embedding, head and loss; empty for a model without them."""
+    from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel
+
+    if not cm.model.embedding_and_head:
+        return {}
+    out = {}
+    for head in HEAD_OPTIONS:
+        f = HeadLossCostModel(cm, head).fixed(seq, batch)
+        out[head] = {"time_s": f.time_s, "kept_bytes": f.kept_bytes, "transient_bytes": f.transient_bytes,
+                     "model_state_bytes": f.model_state_bytes}
+    return out

@@ -263,7 +263,7 @@ def run_synth(args) -> int:
     max_len = require_positive_int("--max-len", args.max_len)
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
-                             reserve_bytes=reserve_bytes(args), recompute=args.recompute,
+                             reserve_bytes=reserve_bytes(args, 2**30), recompute=args.recompute,
                              timestamp=args.timestamp)
     if df.empty:
         raise UserInputError("no row: no strategy fits the shortest length on this cluster")
@@ -296,7 +296,7 @@ def run_paper_profile(args) -> int:
     if not 1 < args.ratio < float("inf"):
         raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
-    df = paper_profile(args.ratio, max_len, reserve_bytes(args))
+    df = paper_profile(args.ratio, max_len, reserve_bytes(args, 2**30))
     if df.empty:
         raise UserInputError("no row: --max-len is below the shortest length (512)")
     path = write_profiles(df, args.out)

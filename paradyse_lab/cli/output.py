@@ -40,9 +40,10 @@ def add_sampling_argument(parser) -> None:
 
 def add_reserve_argument(parser) -> None:
     """Add `--reserve-gib` (also spelled `--reserve-gb`, always GiB): memory kept back from each GPU for the CUDA
-    context and NCCL buffers."""
-    parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=float, default=1.0,
-                        help="memory kept back from each GPU for the CUDA context and NCCL buffers, GiB (default 1)")
+    context, NCCL buffers and the allocator."""
+    parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=float, default=None,
+                        help="memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator, "
+                        "in GiB (default: the cluster's reserve_gib, docs/hardware.md section 5)")
 
 
 BUDGET_GB_DEPRECATED = ("--budget-gb is deprecated: it is read in GB (10^9 bytes) while every output is in GiB "
@@ -78,11 +79,14 @@ def budget_bytes(args) -> int | None:
     return int(value * unit)
 
 
-def reserve_bytes(args) -> int:
-    """`--reserve-gb` in bytes, or a one-line error when it is negative."""
+def reserve_bytes(args, default: int | None = None) -> int | None:
+    """`--reserve-gb` in bytes (`default` when not given: None means the cluster's reserve), or a one-line
+    error when it is negative."""
     from paradyse_lab.errors import UserInputError
 
-    if args.reserve_gb < 0:
+    if args.reserve_gb is None:
+        return default
+    if not args.reserve_gb >= 0:
         raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
     return int(args.reserve_gb * GIB)
 

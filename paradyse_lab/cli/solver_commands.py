@@ -16,13 +16,16 @@ from paradyse_lab.cli.output import (
     add_budget_arguments,
     add_cluster_arguments,
     add_format_argument,
+    add_reserve_argument,
     budget_bytes,
     cluster_of,
     format_bytes,
     format_seconds,
     print_json,
     print_table,
+    reserve_bytes,
 )
+from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import GRANULARITIES
@@ -42,6 +45,7 @@ def _add_problem_arguments(p) -> None:
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
     add_budget_arguments(p)
+    add_reserve_argument(p)
 
 
 def register(sub) -> None:
@@ -50,7 +54,12 @@ def register(sub) -> None:
                        "analytic cost model and solve it. Prints the plan (one option per decision), its "
                        "predicted time and exact peak memory per GPU.")
     _add_problem_arguments(p)
-    add_step_arguments(p)
+    add_step_arguments(p).add_argument(
+        "--max-length", action="store_true",
+        help="instead of one length: the longest that fits (with --recompute, --granularity, --head), its plan, "
+        "predicted step time and memory (json: max_length, step_time_s, memory)")
+    p.add_argument("--head", choices=("auto",) + HEAD_OPTIONS, default="auto",
+                   help="head and loss: whole logits, the tiled loss, or auto (default: the fastest plan that fits)")
     p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
     add_format_argument(p)
     p.set_defaults(func=run_plan)
@@ -71,16 +80,20 @@ def register(sub) -> None:
     p.set_defaults(func=run_compare)
 
 
-def build_problem(args, seq_len: int | None = None) -> tuple[SearchProblem, str]:
-    """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib at seq_len
-    (default: the step of --seq or --documents), and what the step is."""
+def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tuple[SearchProblem, str]:
+    """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib/--reserve-gb
+    at seq_len (default: the step of --seq or --documents) with the head option `head`, and what the step is."""
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
 
     model = get_model(args.model)
-    cm = AnalyticCostModel(model, cluster_of(args))
+    cluster = cluster_of(args)
+    cm = HeadLossCostModel(AnalyticCostModel(model, cluster), head)
+    reserve = reserve_bytes(args)
     budget = budget_bytes(args)
+    if budget is None and reserve is not None:
+        budget = cluster.memory_bytes - reserve
     if seq_len is None:
         cm, seq_len, batch, what = step_of(args, cm)
     else:
@@ -102,10 +115,10 @@ def _infeasible_exit(problem: SearchProblem, solution) -> int:
     return 1
 
 
-def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> int:
+def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head: str | None = None) -> int:
     """Print the plan (table or JSON); the exit code: 1 when no plan fits (`_infeasible_exit`), else 0."""
     if fmt == "json":
-        print_json(solution.to_dict())
+        print_json(solution.to_dict() | ({"head": head} if head else {}))
         return _infeasible_exit(problem, solution)
     print(title)
     for heading, names in (("left out (shapes do not split)", [n for n in problem.dropped if n not in problem.options]),
@@ -126,13 +139,50 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str) -> i
 
 
 def run_plan(args) -> int:
+    from paradyse_lab.app.max_length import plan_length
     from solvers import get_solver
 
     solver = get_solver(args.solver)
-    problem, what = build_problem(args)
+    heads = HEAD_OPTIONS if args.head == "auto" else (args.head,)
+    if args.max_length:
+        return run_max_length(args, solver, heads)
+    built = {head: build_problem(args, head=head) for head in heads}  # bad input is refused here
+    planned = plan_length(lambda _seq, head: built[head][0], solver, 0, heads)
+    problem, what = planned.problem, built[planned.head][1]
     title = (f"{args.model}, {what}, {args.granularity} granularity, {problem.num_decisions} decisions x "
-             f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU")
-    return _print_solution(problem, solver.solve(problem), args.format, title)
+             f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU; head: "
+             f"{planned.head}")
+    return _print_solution(problem, planned.solution, args.format, title, planned.head)
+
+
+def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
+    """`plan --max-length`: the longest length that fits, its plan, predicted step time and memory."""
+    from paradyse_lab.app.api import memory_breakdown
+    from paradyse_lab.app.max_length import longest_length
+    from paradyse_lab.cli.cost_command import MAX_COUNT
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import layout_unit
+
+    model = get_model(args.model)
+    p = cluster_of(args).gpus
+    cap = model.max_positions or MAX_COUNT
+    found = longest_length(lambda seq, head: build_problem(args, seq, head)[0], solver, layout_unit(p), cap, heads)
+    if found is None:
+        raise UserInputError(f"no length fits: {args.model} on {args.cluster} does not train even "
+                             f"{layout_unit(p)} tokens within the budget")
+    sol, problem = found.solution, found.problem
+    memory = memory_breakdown(problem, sol.plan)
+    if args.format == "json":
+        print_json({"max_length": found.seq_len, "step_time_s": sol.predicted_time_s, "memory": memory,
+                    "head": found.head, "plan": list(sol.plan), "solver": sol.solver, "model": args.model,
+                    "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute})
+        return 0
+    print(f"{args.model} on {args.cluster}: the longest length that fits is {found.seq_len} tokens "
+          f"({found.seq_len / 2**20:.3g}M); head: {found.head}; predicted step time "
+          f"{format_seconds(sol.predicted_time_s)}")
+    print_table(["memory per GPU", "bytes"], [[k, format_bytes(v)] for k, v in memory.items()])
+    print()
+    return _print_solution(problem, sol, "text", f"plan at {found.seq_len} tokens ({args.solver})", found.head)
 
 
 def run_solve(args) -> int:

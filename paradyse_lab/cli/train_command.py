@@ -90,10 +90,15 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`)."""
+    """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
+    gets expandable segments unless the user configured it (runtime/allocator_env.py); spawned ranks inherit it."""
+    import os
+
+    from runtime.allocator_env import use_expandable_segments
     from runtime.launch import torchrun_rank
 
     opts = options_from_args(args)
+    use_expandable_segments(os.environ)
     under_torchrun = torchrun_rank(args.nproc)
     if under_torchrun is None and args.nproc is None:
         args.nproc = default_nproc()

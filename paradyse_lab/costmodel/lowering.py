@@ -50,8 +50,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     """The problem of `graph` at (seq_len, batch) under `cost_model`.
 
     options: default every usable strategy (and, with `recompute`, each recomputed too).
-    budget_bytes: default the cluster's device memory. switch_cost(a, b): seconds per boundary;
-    default `layout_switch_s` (zero between catalog strategies, which share the unified layout).
+    budget_bytes: default the cluster's device memory less its reserve (`ClusterSpec.plan_budget_bytes`).
+    switch_cost(a, b): seconds per boundary; default `layout_switch_s` (zero between catalog strategies, which
+    share the unified layout).
     Model states go to `fixed_bytes`; should an option hold more states than the leanest one, the
     excess is charged to its kept bytes, so the peak stays exact.
     """
@@ -61,7 +62,7 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
         raise ValueError("cost_model and graph describe different models")
     opts = list(options) if options is not None else list(default_options(recompute=recompute))
     if budget_bytes is None:
-        budget_bytes = cost_model.cluster.memory_bytes
+        budget_bytes = cost_model.cluster.plan_budget_bytes
     kinds, why = {}, {}  # (kind, option name) -> SubLayerCost, or the reason it cannot run
     for o in opts:
         for kind in ("attention", "mlp"):

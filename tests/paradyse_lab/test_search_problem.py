@@ -158,7 +158,7 @@ def test_block_problem_matches_the_uniform_cost_summary(model_name, seq):
     model = get_model(model_name)
     cm = AnalyticCostModel(model, A100)
     p = problem_from_cost_model(LayerGraph(model), cm, seq, recompute=True)
-    assert p.num_decisions == model.layers and p.budget_bytes == A100.memory_bytes
+    assert p.num_decisions == model.layers and p.budget_bytes == A100.plan_budget_bytes
     assert p.options == tuple(o.name for o in make_options(recompute=True))
     for name in p.options:
         u = uniform_plan_cost(cm, StrategyOption.parse(name), seq)

@@ -97,8 +97,9 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool):
 
 # --- the whole model -------------------------------------------------------------------------------------
 
-def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group) -> None:
-    """Run each plan on `model` (one after another, as training steps) and compare with `ref`."""
+def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group, loss_tile: int = 0) -> None:
+    """Run each plan on `model` (one after another, as training steps) and compare with `ref`; `loss_tile` > 0:
+    with the tiled loss (runtime/tiled_loss.py), which returns no logits."""
     cfg = model.cfg
     gen = torch.Generator().manual_seed(11)
     ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
@@ -113,11 +114,15 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         model.zero_grad()
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
         with count_bytes() as counter:
-            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group))
+            logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
+                                 loss_tile=loss_tile)
             for n, q in model.named_parameters():
                 assert torch.equal(q.detach(), before[n]), f"{n} changed during the forward pass"
             loss.backward()
-        assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
+        if loss_tile:
+            assert logits is None
+        else:
+            assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
         assert_close(loss.detach(), loss_r.detach(), **TOL)
         for n, q in model.named_parameters():
             assert_close(grad_of(q), ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
@@ -141,12 +146,12 @@ def reference_and_model(causal: bool, group):
     return cfg, sd, ref, ParallelGPT(cfg, group, state_dict=sd)
 
 
-def model_case(plans, causal: bool = True):
+def model_case(plans, causal: bool = True, loss_tile: int = 0):
     def case(rank: int, p: int, group) -> None:
         _, sd, ref, model = reference_and_model(causal, group)
         full = model.full_state_dict()  # gathering the shards gives back the full state dict
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
-        _check_model(model, ref, plans, rank, p, group)
+        _check_model(model, ref, plans, rank, p, group, loss_tile)
     return case
 
 
@@ -360,6 +365,8 @@ def llama_gqa_mlp_case(causal: bool):
         if not causal:
             plans.append([attn[-1] + "+recompute", attn[0]])
         _check_model(model, ref, plans, rank, p, group)
+        if causal:  # the tiled loss on the untied head and RMSNorm: 7 tokens per tile
+            _check_model(model, ref, plans, rank, p, group, loss_tile=7)
     return case
 
 
@@ -397,6 +404,10 @@ CASES["model-sublayer-plans-causal"] = model_case([  # one name per sub-layer: a
      "metp", "megatron_cz+recompute"],
     ["metp", "metp+recompute"] * 4,
 ])
+for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"]),
+                     (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
+    # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
+    CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case

@@ -8,7 +8,7 @@ import pytest
 from paradyse_lab.cli import main
 from paradyse_lab.costmodel.packed import PackedStep
 from simulator.engine import ROW_COLUMNS
-from simulator.experiments import DEFAULT_RESERVE_BYTES, Setup, run_one
+from simulator.experiments import Setup, run_one
 
 SETUP = Setup(size=40)
 
@@ -69,7 +69,7 @@ def test_experiment_packing_command(tmp_path, capsys, monkeypatch):
     key = ["pack_tokens", "policy", "steps", "tokens_trained", "max_doc_trained"]
     assert rows[key].values.tolist() == written[key].values.tolist()
     setup = written[["truth", "cluster", "size", "seed", "reserve_bytes"]].drop_duplicates().values.tolist()
-    assert setup == [["analytic", "a100-80gb-x8", 8, 0, DEFAULT_RESERVE_BYTES]]  # each row names its setup
+    assert setup == [["analytic", "a100-80gb-x8", 8, 0, 2**30]]  # each row names its setup (the A100 reserve: 1 GiB)
     assert sorted(rows.pack_tokens.unique()) == [0, 32768, 131072] and len(rows) == 3 * 6
     assert (tmp_path / "figures" / "packing.png").stat().st_size > 1000
     assert (rows.padding_tokens < 16 * rows.steps.clip(lower=1)).all()  # padded once per step, to 2p = 16

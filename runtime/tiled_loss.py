@@ -1,0 +1,89 @@
+"""The tiled loss: final norm, head and cross-entropy over chunks of tokens, the logits never whole.
+
+Library module (no command). `tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, eps, tile)` returns the summed
+cross-entropy of this rank's tokens (fp32, ignore_index -100) as `ParallelGPT`'s head and loss would, but runs
+them `tile` tokens at a time: the forward keeps only x (the final norm's input) for the backward, and the
+backward recomputes each tile's norm output u = norm(x), its logits u W^T and their fp32 softmax, forms the
+logits' gradient softmax - onehot(label) in place, and accumulates dx, dW and the norm's gradients tile by tile.
+What one tile holds at its peak is its [tile, V] logits in the model dtype and in fp32: the head's transient
+shrinks from the whole [t, V] to one tile, and no [t, V] tensor is kept between forward and backward
+(ALST's sequence-tiled loss, Bekman et al., arXiv 2506.13996; Liger kernel's fused linear cross-entropy
+does the same per chunk). Its price: the head GEMM u W^T runs once more (in the backward), and the norm again.
+The cost model's counts: paradyse_lab/costmodel/head_loss.py.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from runtime.reference import norm
+
+
+def _norm_with_grad(x_tile, lnf_w, lnf_b, eps):
+    """u = norm(x_tile) with the graph to its inputs (x_tile, lnf_w, lnf_b as fresh leaves)."""
+    leaves = tuple(t.detach().requires_grad_() for t in (x_tile, lnf_w, lnf_b))
+    with torch.enable_grad():
+        return norm(*leaves, eps), leaves
+
+
+class TiledHeadLoss(torch.autograd.Function):
+    """sum of cross-entropy(norm(x) W^T, labels) over the tokens, `tile` tokens at a time (module docstring)."""
+
+    @staticmethod
+    def forward(fctx, x, lnf_w, lnf_b, head_w, labels, eps: float, tile: int):
+        h = x.shape[-1]
+        flat_x, flat_labels = x.reshape(-1, h), labels.reshape(-1)  # [b, t, h] -> [b*t, h]; [b, t] -> [b*t]
+        total = torch.zeros((), dtype=torch.float32, device=x.device)
+        for start in range(0, flat_x.shape[0], tile):
+            u = norm(flat_x[start:start + tile], lnf_w, lnf_b, eps)  # [tile, h]
+            logits = (u @ head_w.t()).float()  # [tile, h] x [h, V] -> [tile, V] fp32
+            total += F.cross_entropy(logits, flat_labels[start:start + tile], ignore_index=-100, reduction="sum")
+            del u, logits
+        fctx.eps, fctx.tile = eps, tile
+        fctx.save_for_backward(x, lnf_w, lnf_b, head_w, labels)  # x alone is an activation (the rest: states, data)
+        return total
+
+    @staticmethod
+    def backward(fctx, g):
+        x, lnf_w, lnf_b, head_w, labels = fctx.saved_tensors
+        h, tile = x.shape[-1], fctx.tile
+        flat_x, flat_labels = x.reshape(-1, h), labels.reshape(-1)  # [b, t, h] -> [b*t, h]; [b, t] -> [b*t]
+        dx = torch.empty_like(flat_x)
+        acc = torch.float32 if head_w.dtype != torch.float32 else head_w.dtype  # dW summed over tiles in fp32
+        dw = torch.zeros(head_w.shape, dtype=acc, device=head_w.device)
+        dlw, dlb = torch.zeros_like(lnf_w), torch.zeros_like(lnf_b)
+        for start in range(0, flat_x.shape[0], tile):
+            u, (x_tile, lw, lb) = _norm_with_grad(flat_x[start:start + tile], lnf_w, lnf_b, fctx.eps)  # [tile, h]
+            dlogits = _logits_grad(u.detach() @ head_w.t(), flat_labels[start:start + tile], g)  # [tile, V]
+            dw += (dlogits.t() @ u.detach()).to(acc)  # [V, tile] x [tile, h] -> [V, h]
+            du = dlogits @ head_w  # [tile, V] x [V, h] -> [tile, h]
+            del dlogits
+            grads = torch.autograd.grad(u, (x_tile, lw, lb), du, allow_unused=True)
+            dx[start:start + tile] = grads[0]
+            dlw += grads[1]
+            if grads[2] is not None:
+                dlb += grads[2]
+        return dx.view_as(x), dlw, dlb, dw.to(head_w.dtype), None, None, None
+
+
+def _logits_grad(logits, labels, g):
+    """d(sum of cross-entropy)/d logits of one tile [tile, V], times g: softmax(logits) - onehot(label) in fp32,
+    zero on ignored rows (-100), in the logits' dtype."""
+    dtype = logits.dtype
+    probs = torch.softmax(logits.float(), dim=-1)  # [tile, V] fp32
+    del logits  # the tile's peak: its fp32 softmax and the 16-bit gradient below, as the whole head's per token
+    valid = labels != -100
+    rows = valid.nonzero().squeeze(1)  # [n valid]
+    probs[rows, labels[rows]] -= 1.0
+    probs[~valid] = 0.0
+    probs *= g
+    return probs.to(dtype)
+
+
+def tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, eps: float, tile: int) -> torch.Tensor:
+    """The summed fp32 cross-entropy of norm(x) W^T against labels (-100 ignored), `tile` tokens at a time:
+    x [b, t, h], labels [b, t] -> [] (module docstring)."""
+    if tile <= 0:
+        raise ValueError(f"tile must be a positive number of tokens, got {tile}")
+    return TiledHeadLoss.apply(x, lnf_w, lnf_b, head_w, labels, eps, tile)

@@ -1,0 +1,43 @@
+"""`paradyse-lab plan`'s head options and `plan --max-length`: the planner takes the fastest plan that fits over
+the whole head and the tiled loss (paradyse_lab/costmodel/head_loss.py), so a short sequence pays nothing for
+the tiling; the longest length fits and one layout unit more does not."""
+
+import json
+
+from paradyse_lab.cli import main
+
+COMMON = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--recompute", "--format", "json"]
+
+
+def plan(capsys, *argv) -> dict:
+    assert main(["plan", *COMMON, *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_short_sequences_pay_nothing_for_the_tiled_loss(capsys):
+    auto, whole, tiled = (plan(capsys, "--seq", "16K", "--head", h) for h in ("auto", "whole", "tiled"))
+    assert auto["head"] == "whole" and auto["plan"] == whole["plan"]
+    assert auto["predicted_time_s"] == whole["predicted_time_s"] < tiled["predicted_time_s"]
+
+
+def test_the_longest_length_fits_and_one_unit_more_does_not(capsys):
+    whole = plan(capsys, "--max-length", "--head", "whole")
+    auto = plan(capsys, "--max-length")
+    assert set(auto) >= {"max_length", "step_time_s", "memory", "head", "plan"}
+    assert auto["head"] == "tiled" and auto["max_length"] > 2 * whole["max_length"]
+    assert auto["memory"]["peak"] <= auto["memory"]["budget"]
+    for got in (whole, auto):
+        at = plan(capsys, "--seq", str(got["max_length"]), "--head", got["head"])
+        beyond = plan(capsys, "--seq", str(got["max_length"] + 16), "--head", got["head"])  # 2p = 16 on 8 GPUs
+        assert at["status"] != "infeasible" and at["predicted_time_s"] == got["step_time_s"]
+        assert beyond["status"] == "infeasible"
+
+
+def test_cost_shows_the_head_options_beside_the_strategies(capsys):
+    assert main(["cost", "--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "256K", "--format",
+                 "json"]) == 0
+    heads = json.loads(capsys.readouterr().out)["head"]
+    assert set(heads) == {"whole", "tiled"}
+    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 30
+    assert heads["tiled"]["time_s"] > heads["whole"]["time_s"]
+    assert main(["cost", "--model", "gpt", "--seq", "64K"]) == 0 and "head option" not in capsys.readouterr().out

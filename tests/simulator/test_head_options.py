@@ -1,0 +1,40 @@
+"""Dynamic policies plan over the head options (paradyse_lab/costmodel/head_loss.py) and the simulator charges a
+plan with the head its policy chose: a short step keeps the whole head (pays nothing for the tiling), a step whose
+whole logits do not fit takes the tiled loss and fits; `train` runs the tiled loss exactly when the plan says so."""
+
+from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.costmodel import AnalyticCostModel
+from paradyse_lab.layer_graph import LayerGraph
+from paradyse_lab.model_spec import get_model
+from simulator.engine import Charger
+from simulator.policies import DynamicPolicy, StepPlan
+
+LONG = 256 * 1024
+
+
+def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    budget = cluster.plan_budget_bytes
+    policy = DynamicPolicy("dp", cm, graph, budget, recompute=True)
+    charger = Charger(graph, cm, budget, recompute=True)
+    short = policy.decide(16 * 1024, 1)
+    assert short.head == "whole" and short.feasible
+    whole_only = DynamicPolicy("dp", cm, graph, budget, recompute=True)
+    whole_only._head_models = {"whole": cm}
+    assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 256K
+    long = policy.decide(LONG, 1)
+    assert long.head == "tiled" and long.feasible
+    _, peak = charger.charge(long.plan, LONG, 1, long.head)
+    assert peak <= budget < charger.charge(long.plan, LONG, 1)[1]
+    assert policy.decide(LONG, 1).cached and policy.decide(LONG, 1).head == "tiled"
+
+
+def test_train_runs_the_tiled_loss_when_the_plan_says_so():
+    from runtime.model import ParallelGPT
+    from runtime.reference import GPTConfig
+    from runtime.train import _loss_tile
+
+    model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
+    assert _loss_tile(StepPlan(("metp",), 1.0, True, 0.0), model, 96) == 0
+    assert _loss_tile(StepPlan(("metp",), 1.0, True, 0.0, head="tiled"), model, 96) == 96
