@@ -51,7 +51,7 @@ def test_plan_simulate_and_train_budget_the_same_bytes():
     assert build_problem(_plan_args(reserve_gb=0.0))[0].budget_bytes == h100.memory_bytes  # --reserve-gb 0
     setup = Setup(cluster="h100-80gb-x8")
     assert h100.memory_bytes - setup.reserve_bytes == h100.plan_budget_bytes
-    with mock.patch("simulator.policies.parse_policy") as parse:
+    with mock.patch("simulator.planner.build_policy") as parse:
         plan_policy(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", cluster="h100-80gb-x8"),
                     get_model("gpt2-tiny"), 2)
     assert parse.call_args.args[3] == h100.plan_budget_bytes

@@ -17,7 +17,8 @@ from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
 from runtime.dcp_checkpoint import config_of, read_full
 from runtime.reference import GPTConfig, ReferenceGPT
-from runtime.train import TrainOptions, _tokens
+from runtime.step_inputs import markov_tokens
+from runtime.train import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
@@ -52,7 +53,7 @@ def test_gpt2_first_step_is_transformers_and_exports_back(gpt2_run, tmp_path, ca
     """The first step's loss is transformers' on the step's tokens (1e-4); the checkpoint exports (sharded above
     50 KB, the folder's own config.json) to a folder `from_pretrained` loads with the runtime's logits (1e-5)."""
     model, folder, ck, log, opts = gpt2_run
-    assert abs(log[0]["loss"] - hf_loss(model, _tokens(opts, 0, 1, 16, 64))) < 1e-4
+    assert abs(log[0]["loss"] - hf_loss(model, markov_tokens(opts.seed, 0, 1, 16, 64))) < 1e-4
     assert main(["export-hf", "--checkpoint", ck, "--out", str(tmp_path / "out"), "--max-shard-size", "50KB"]) == 0
     assert "written by 1 ranks" in capsys.readouterr().out
     index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())

@@ -6,6 +6,7 @@ from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model
+from paradyse_lab.plan import Plan
 from simulator.engine import Charger
 from simulator.policies import DynamicPolicy, StepPlan
 
@@ -25,8 +26,8 @@ def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
     assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 256K
     long = policy.decide(LONG, 1)
     assert long.head == "tiled" and long.feasible
-    _, peak = charger.charge(long.plan, LONG, 1, long.head)
-    assert peak <= budget < charger.charge(long.plan, LONG, 1)[1]
+    _, peak = charger.charge(long.plan.names, LONG, 1, long.head)
+    assert peak <= budget < charger.charge(long.plan.names, LONG, 1)[1]
     assert policy.decide(LONG, 1).cached and policy.decide(LONG, 1).head == "tiled"
 
 
@@ -36,5 +37,5 @@ def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     from runtime.train import _loss_tile
 
     model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
-    assert _loss_tile(StepPlan(("metp",), 1.0, True, 0.0), model, 96) == 0
-    assert _loss_tile(StepPlan(("metp",), 1.0, True, 0.0, head="tiled"), model, 96) == 96
+    assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
+    assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96

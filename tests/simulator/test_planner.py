@@ -20,7 +20,7 @@ def test_the_planner_reads_the_policy_once_and_plans_under_the_cost_models_budge
     assert planner.graph.num_decisions == 2 * model.layers and planner.budget_bytes == 10**10
     assert planner.policy.budget_bytes == 10**10 and planner.policy.name == "dynamic:dp+recompute+sublayer"
     default = build_planner("static:metp", model, cluster, cost_model="paper")
-    assert default.budget_bytes == cluster.memory_bytes and default.cost_model.name == "paper"
+    assert default.budget_bytes == cluster.plan_budget_bytes and default.cost_model.name == "paper"
 
 
 class CappedCostModel:
@@ -41,9 +41,9 @@ class CappedCostModel:
 def test_the_cost_models_budget_caps_the_plans_not_the_runs_memory():
     model, cluster = get_model("gpt"), get_cluster("a100-80gb-x8")
     planner = build_planner("dynamic:heuristic", model, cluster, cost_model=CappedCostModel(model, cluster))
-    assert planner.budget_bytes == cluster.memory_bytes  # the run is charged against the whole budget
+    assert planner.budget_bytes == cluster.plan_budget_bytes  # the run is charged against the whole budget
     assert planner.policy.budget_bytes == 5 * 10**9
-    assert planner.charger().budget_bytes == cluster.memory_bytes
+    assert planner.charger().budget_bytes == cluster.plan_budget_bytes
 
 
 def test_a_policy_is_built_over_a_graph_of_its_own_granularity():
