@@ -37,10 +37,10 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.typed_json import WrittenNumber
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p", "broadcast")
@@ -527,3 +527,18 @@ def get_cluster(name_or_path: str) -> ClusterSpec:
     if path is not None:
         return load_cluster_toml(path)
     raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])
+
+
+MAX_GPUS = 4096
+"""Largest `--gpus` the commands accept."""
+
+
+def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
+    """`cluster` with `gpus` GPUs (`--gpus N`: another GPU count without writing a TOML file): the same GPU,
+    links and calibration, named for its count ('a100-80gb-x8 at 4 GPUs'); its hardware (`device`, whose bundled
+    profiles it uses) stays the original's. Counts `calibrate` measured at the original count (`step_counts`)
+    apply at that count only (the analytic model checks `gpus`). None or the cluster's own count: `cluster`."""
+    if gpus is None or gpus == cluster.gpus:
+        return cluster
+    require_positive_int("--gpus", gpus, MAX_GPUS)
+    return replace(cluster, gpus=gpus, name=f"{cluster.name} at {gpus} GPUs", base=cluster.device)

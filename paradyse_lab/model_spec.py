@@ -184,13 +184,15 @@ PRESETS: dict[str, ModelSpec] = {
 
 
 def get_model(name_or_path: str) -> ModelSpec:
-    """A preset by name, or a model read from a Hugging Face `config.json` path."""
+    """A preset by name, or a model read from a Hugging Face `config.json` path or a model folder holding one."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
     path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return load_hf_config(path / "config.json")
     if path.suffix == ".json" or path.is_file():
         return load_hf_config(path)
-    raise unknown_name("model", name_or_path, list(PRESETS) + ["<path to config.json>"])
+    raise unknown_name("model", name_or_path, list(PRESETS) + ["<path to config.json or its folder>"])
 
 
 def hf_rope(cfg: dict, where: str = "model config") -> tuple[float, str, tuple[float, float, float, int] | None]:

@@ -1,12 +1,14 @@
 """What each training step trains: its length, what the policy plans for it, and its tokens and labels.
 
-Library module of runtime/train.py. `StepInputs.build(opts, p, cfg)` reads the workload of `--dataset` once;
-step i then trains:
+Library module of runtime/train.py. `StepInputs.build(opts, p, cfg)` reads the workload of `--dataset` once
+(and, for evaluation, `build(..., dataset=opts.eval_dataset)` the held-out one). Step i (a micro-step index:
+optimizer step k with --accumulate A trains i = k*A .. k*A+A-1) then trains:
 
 - with `--pack-tokens` (or a packed length file): pack i of `PackedSteps` (runtime/train_inputs.py), one
   sequence of its documents, each padded to the layout unit; the policy plans its documents
   (`paradyse_lab.costmodel.packed.PackedStep`, attention per document);
-- with a `file:*.jsonl` of token ids: its own documents whole (`TokenDocuments`);
+- with a `file:*.jsonl` of token ids, or a text dataset tokenized with --tokenizer (paradyse_lab/text_data.py):
+  its own documents whole (`TokenDocuments`, in --data-order);
 - otherwise: the workload's length i, padded up to the layout unit and capped
   (`paradyse_lab.strategies.step_length`, the rule `simulate` pads by), its tokens drawn from a fixed sparse
   Markov chain (seeded; each token has 4 likely successors: a model can learn it, so the loss falls) and the
@@ -58,28 +60,33 @@ class StepInputs:
     """`TokenDocuments` of a `file:*.jsonl` dataset, else None."""
     packs: object = None
     """`PackedSteps` with --pack-tokens or a packed length file, else None."""
+    seed_offset: int = 0
+    """Added to the step index of the synthetic tokens (evaluation draws other sequences than training)."""
 
     @classmethod
-    def build(cls, opts, p: int, cfg, size: int | None = None) -> StepInputs:
-        """The steps of `opts` on p ranks for a model of config `cfg` (`runtime.reference.GPTConfig`), the
-        workload sampled with `size` sequences (default --steps; a resumed run passes its checkpoint's)."""
+    def build(cls, opts, p: int, cfg, size: int | None = None, *, dataset: str | None = None,
+              seed_offset: int = 0) -> StepInputs:
+        """The steps of `dataset` (default --dataset) on p ranks for a model of config `cfg`
+        (`runtime.reference.GPTConfig`), the workload sampled with `size` sequences (default --steps; a resumed
+        run passes its checkpoint's)."""
         from paradyse_lab.workloads import get_workload
         from runtime.train_inputs import PackedSteps, TokenDocuments
 
-        docs = TokenDocuments.from_dataset(opts.dataset)  # None unless file:*.jsonl
-        workload = get_workload(opts.dataset, size=size or opts.steps, seed=opts.seed)
-        lengths = list(workload.lengths)
+        dataset = dataset or opts.dataset
+        docs = TokenDocuments.from_options(opts, dataset)  # None unless a token file or a text dataset
+        workload = get_workload(dataset, size=size or opts.steps, seed=opts.seed) if docs is None else None
+        lengths = list(workload.lengths) if workload is not None else []
         limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
         cap = min(limits) if limits else 2**31
         packs = None
         if opts.pack_tokens is not None:
             packs = PackedSteps.build(opts, lengths, docs, cap, p)
-        elif workload.packs is not None and docs is None:  # a packed length file: its own steps
+        elif workload is not None and workload.packs is not None:  # a packed length file: its own steps
             if opts.batch != 1:
                 raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), "
                                      f"got {opts.batch}")
             packs = PackedSteps.from_file_steps(workload.packs, cap, p)
-        return cls(opts, lengths, layout_unit(p), cap, docs, packs)
+        return cls(opts, lengths, layout_unit(p), cap, docs, packs, seed_offset)
 
     def length(self, step: int) -> int:
         """The sequence length step `step` trains (a multiple of the layout unit)."""
@@ -102,18 +109,40 @@ class StepInputs:
             return self.docs.targets(step, self.opts.batch, self.length(step))
         return self.opts.batch * (min(self.lengths[step % len(self.lengths)], self.length(step)) - 1)
 
-    def refuse_untrainable(self) -> None:
-        """`UserInputError` before the first step when a step of this run has nothing to train on
-        (runtime/train_inputs.py `refuse_untrainable`)."""
+    @property
+    def period(self) -> int:
+        """Steps before the data repeats."""
+        if self.packs is not None:
+            return len(self.packs.packs)
+        return len(self.docs.docs) if self.docs is not None else len(self.lengths)
+
+    def refuse_untrainable(self, steps: int | None = None) -> None:
+        """`UserInputError` before the first step when one of the first `steps` steps (default --steps) has
+        nothing to train on (runtime/train_inputs.py `refuse_untrainable`)."""
+        from dataclasses import replace
+
         from runtime.train_inputs import refuse_untrainable
 
-        period = (len(self.packs.packs) if self.packs is not None else len(self.docs.docs) if self.docs is not None
-                  else len(self.lengths))
-        refuse_untrainable(self.opts, 0, period, self.cap, self.unit, self.targets)
+        opts = self.opts if steps is None else replace(self.opts, steps=steps)
+        refuse_untrainable(opts, 0, self.period, self.cap, self.unit, self.targets)
 
     def documents(self, step: int) -> int:
         """Documents step `step` trains (the batch, or the pack's documents)."""
         return len(self.packs.pack(step).documents) if self.packs is not None else self.opts.batch
+
+    def tokens(self, step: int) -> int:
+        """Tokens step `step` trains on (padding left out): each document's targets and its last token."""
+        return self.targets(step) + self.documents(step)
+
+    def cut(self, step: int) -> int:
+        """Tokens of step `step`'s documents it does not train: beyond --max-len or the model's positions (the
+        cap), or beyond the cap rounded down to the layout unit 2p."""
+        if self.packs is not None:
+            return self.packs.cut(step)
+        s = self.length(step)
+        if self.docs is not None:
+            return sum(max(0, len(r) - s) for r in self.docs.rows(step, self.opts.batch))
+        return self.opts.batch * max(0, int(self.lengths[step % len(self.lengths)]) - s)
 
     def batch(self, step: int, vocab: int):
         """(tokens [b, s], next-token labels [b, s] with -100 where no loss is taken, cu_seqlens [n + 1] of a
@@ -126,11 +155,11 @@ class StepInputs:
         if self.packs is not None:
             pack = self.packs.pack(step)
             tokens = (self.packs.tokens(step, vocab) if self.docs is not None
-                      else markov_tokens(opts.seed, step, 1, s, vocab))
+                      else markov_tokens(opts.seed, step + self.seed_offset, 1, s, vocab))
             return tokens, pack_labels(pack, tokens), cu_seqlens(pack)  # labels -100 at document ends, padding
         if self.docs is not None:
             return (*self.docs.batch(step, opts.batch, s, vocab), None)
-        tokens = markov_tokens(opts.seed, step, opts.batch, s, vocab)
+        tokens = markov_tokens(opts.seed, step + self.seed_offset, opts.batch, s, vocab)
         labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), IGNORE)], dim=1)  # next-token targets
         labels[:, min(self.lengths[step % len(self.lengths)], s) - 1:] = IGNORE  # the step's padding: no loss
         return tokens, labels, None

@@ -34,6 +34,18 @@ per step, one row per step even across a resume; a new run refuses a file holdin
 `--init-from DIR` starts from a Hugging Face model folder's weights (runtime/hf_weights.py; `paradyse-lab
 export-hf` writes a checkpoint back as one). A non-finite loss stops the run (exit 1) before its optimizer step,
 leaving the last checkpoint as it was.
+Optimisation (runtime/optim_schedule.py, runtime/train_step.py): `--lr-schedule constant|linear|cosine` after
+`--warmup-steps` of linear warmup (torch.optim.lr_scheduler.LambdaLR); `--clip-grad N` clips to the global L2 norm
+of the whole model's gradient, each parameter counted once over the ranks (shards summed, replicas once);
+`--accumulate A` sums the gradients of A micro-steps per optimizer step, each with its own data and plan, weighed
+by their next-token targets; `--eval-dataset D --eval-every N` logs the held-out loss of D's first
+`--eval-batches` steps every N steps. Real text: `--tokenizer PATH` (a tokenizer.json) makes `--dataset` a
+`datasets` save_to_disk folder or .jsonl/.parquet/.arrow files with a `--text-column`
+(paradyse_lab/text_data.py); token and text files train in `--data-order` (file order by default, shuffled, or
+sorted as the paper's curriculum). The log gets tokens, cut_tokens (tokens beyond the length cap, warned once),
+lr, grad_norm and eval_loss; rank 0 states the cluster, cost model and budget that plan the run, warns when the
+cluster's GPU is not the one present, and ends with a summary (paradyse_lab/app/run_summary.py). On a CUDA
+machine `--nproc` defaults to the local GPU count.
 Options are checked before any rank starts; under `--nproc N` a rank's error is printed once, by the launcher, and
 the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/cli/train_command.py.
 """
@@ -41,13 +53,12 @@ the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/c
 from __future__ import annotations
 
 import csv
-import math
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
+from runtime.optim_schedule import SCHEDULES
 from runtime.train_inputs import LOG_COLUMNS
 
 
@@ -62,6 +73,15 @@ class TrainOptions:
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
+    tokenizer: str = ""
+    """tokenizer.json (or a folder holding one) the text of --dataset is tokenized with; --dataset then names a
+    datasets save_to_disk folder, or .jsonl / .parquet / .arrow files (or a folder of them) ('': --dataset is a
+    workload, a length file or a token file)."""
+    text_column: str = "text"
+    """Column of the text dataset holding the documents."""
+    data_order: str = field(default="", metadata={"choices": ("", "file", "shuffled", "sorted")})
+    """Order a token or text file's documents train in: file, shuffled (seeded by --seed) or sorted (ascending
+    length, the paper's curriculum) ('': file)."""
     policy: str = "dynamic:dp"
     """static:NAME[+recompute] or dynamic:SOLVER[+recompute][+sublayer]."""
     steps: int = 100
@@ -72,6 +92,20 @@ class TrainOptions:
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    lr_schedule: str = field(default="constant", metadata={"choices": SCHEDULES})
+    """Learning rate after the warmup: constant, linear or cosine (both down to 0 at --steps)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup up to --lr."""
+    clip_grad: float = 0.0
+    """Clip the gradient to this global L2 norm, over every shard of every rank (0: no clipping)."""
+    accumulate: int = 1
+    """Micro-steps per optimizer step (gradient accumulation), each with its own data and plan."""
+    eval_dataset: str = ""
+    """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
+    eval_every: int = 0
+    """Evaluate every this many optimizer steps, and after the last (0: never)."""
+    eval_batches: int = 4
+    """Steps of --eval-dataset each evaluation averages over (its first ones, the same every time)."""
     seed: int = 0
     """Seed of the initial weights, the workload and the synthetic tokens."""
     max_len: int = 0
@@ -83,8 +117,9 @@ class TrainOptions:
     """Cost model the policy plans with:"""
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
-    budget_gb: float = 0.0
-    """Memory budget of a plan in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its file)."""
+    budget_gib: float = 0.0
+    """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its
+    file; --budget-gb, in GB, is deprecated)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
@@ -216,36 +251,48 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     from paradyse_lab.model_spec import get_model
     from runtime import checkpoint, comm
     from runtime.hf_weights import model_source
+    from runtime.optim_schedule import scheduler
     from runtime.reference import GPTConfig
     from runtime.step_inputs import StepInputs
+    from runtime.train_step import TrainLoop, cap_reason
 
     p = comm.size(group)
     device = _device(group)
     dtype = "bf16" if device.type == "cuda" else "fp32"
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
     cfg = GPTConfig.from_model_spec(spec)
-    policy = policy_for(spec, p)
     meta = run_meta(opts)
     found = _checkpoint_to_resume(opts, meta, group)
-    size = checkpoint.workload_size(found, opts.steps)  # a resumed run keeps the workload it started with
+    micro_steps = opts.steps * opts.accumulate
+    size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     inputs = StepInputs.build(opts, p, cfg, size)
-    inputs.refuse_untrainable()
+    inputs.refuse_untrainable(micro_steps)
+    held_out = (StepInputs.build(opts, p, cfg, opts.eval_batches, dataset=opts.eval_dataset, seed_offset=10**9)
+                if opts.eval_every else None)
     run = TrainState.create(opts, cfg, group, device, meta, size)
-    start = run.resume(found, lambda step: policy.decide(inputs.planned(step), opts.batch))
-    bar = _progress_bar(opts, start, comm.rank(group))
+    policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
+    start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
+    lr_schedule = scheduler(run.optimizer, opts, start)
+    rank = comm.rank(group)
+    bar = _progress_bar(opts, start, rank)
     log: list[dict] = []
-    log_csv = StepLog(opts.log_file, start) if opts.log_file and comm.rank(group) == 0 else None
+    log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
+    reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
+    loop = TrainLoop(run, policy, inputs, bar, reason)
     for step in range(start, opts.steps):
-        decision = decide_plan_on_rank0(lambda step=step: policy.decide(inputs.planned(step), opts.batch), group)
-        row = run.step(step, inputs, decision, bar)
+        row = loop.optimizer_step(step)
+        lr_schedule.step()
+        if held_out is not None and ((step + 1) % opts.eval_every == 0 or step + 1 == opts.steps):
+            row["eval_loss"] = loop.evaluate(held_out, row["last_plan"])
+        del row["last_plan"]
         log.append(row)
         if log_csv is not None:
             log_csv.write(row)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", s=row["seq_len"], docs=row["docs"],
-                            ms=f"{1e3 * row['step_s']:.0f}", peak=f"{row['peak_bytes'] / 2**20:.0f}MiB",
-                            plan=row["plan"])
+                            ms=f"{1e3 * row['step_s']:.0f}", plan=row["plan"],
+                            **{"peak" if device.type == "cuda" else "rss": f"{row['peak_bytes'] / 2**20:.0f}MiB"})
         if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
             run.save(step + 1)
     if bar is not None:
@@ -259,10 +306,17 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
 
 def run_meta(opts: TrainOptions) -> dict:
     """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing and
-    --init-from (a checkpoint of other settings is refused)."""
-    return {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
+    --init-from, and when given the tokenizer and data order and the optimisation options (a checkpoint of other
+    settings is refused; a run without the newer options keeps the older checkpoints' meta)."""
+    meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
+    if opts.tokenizer or opts.data_order:
+        meta.update(tokenizer=opts.tokenizer, text_column=opts.text_column, data_order=opts.data_order)
+    if opts.accumulate != 1 or opts.lr_schedule != "constant" or opts.warmup_steps or opts.clip_grad:
+        meta.update(accumulate=opts.accumulate, lr_schedule=opts.lr_schedule, warmup_steps=opts.warmup_steps,
+                    clip_grad=opts.clip_grad)
+    return meta
 
 
 def _device(group):
@@ -338,9 +392,8 @@ class TrainState:
 
     def resume(self, found, replay_decision) -> int:
         """The first step to train: 0, or the step of the checkpoint `found` (`_checkpoint_to_resume`), loaded
-        at any world size (runtime/dcp_checkpoint.py reshards it), and `replay_decision(step)` called for every
-        step before it (the policy's cache and smoothing state)."""
-        import torch
+        at any world size (runtime/dcp_checkpoint.py reshards it), and `replay_decision(m)` called for every
+        micro-step m before it (the policy's cache and smoothing state; --accumulate A: A per step)."""
 
         from runtime import dcp_checkpoint
 
@@ -348,12 +401,9 @@ class TrainState:
             return 0
         start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
                                     self.group)["step"]
-        if self.masters is not None:
-            with torch.no_grad():
-                for m, q in zip(self.masters, self.model.parameters()):
-                    q.copy_(m)
-        for step in range(start):
-            replay_decision(step)
+        _copy_masters(self.masters, self.model)
+        for m in range(start * self.opts.accumulate):  # every micro-step of the steps trained
+            replay_decision(m)
         return start
 
     def save(self, step: int) -> None:
@@ -365,57 +415,30 @@ class TrainState:
         dcp_checkpoint.save(self.opts.checkpoint_dir, step, self.trained, self.optimizer, cfg, self.meta, record,
                             self.group)
 
-    def step(self, step: int, inputs, decision, bar) -> dict:
-        """Train step `step` under `decision` (every rank the same); its log row. A non-finite loss or
-        weights stop the run (`RunStopped`) before anything is saved."""
+    def master_grads(self) -> None:
+        """On GPU, the fp32 masters' gradients from the bf16 weights' (a [0]-sized or unused weight: zeros)."""
         import torch
 
-        from runtime.attention import kernels_used
-        from runtime.layout import shard_sequence
+        if self.masters is not None:
+            for m, q in zip(self.masters, self.model.parameters()):
+                m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: wpe, lnf_b
 
-        s, device = inputs.length(step), self.device
-        tokens, labels, cu_seqlens = inputs.batch(step, self.model.cfg.vocab_size)
-        ids, labels = (shard_sequence(x, 1, self.group, cu_seqlens).to(device) for x in (tokens, labels))
-        cu_seqlens = cu_seqlens.to(device) if cu_seqlens is not None else None
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
-            _, loss = self.model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
-                                 loss_tile=_loss_tile(decision, self.model, ids.numel()))
-        if not math.isfinite(float(loss.detach())):  # the loss is the global mean: every rank stops here
-            _stop(bar, f"the loss is {float(loss.detach())} at step {step + 1} (length {s}); stopped before "
-                       "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
-                       "checkpoint and the data)")
-        with kernels_used() as ran_backward:
-            loss.backward()
-        self._optimizer_step()
-        if not _all_finite(list(self.model.parameters()), self.group):  # never checkpoint diverged weights
-            _stop(bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped before "
-                       "saving, the last checkpoint is unchanged (lower --lr)")
-        peak = _peak_bytes(device)
-        return {"step": step + 1, "seq_len": s, "docs": inputs.documents(step),
-                "loss": float(loss.detach()), "step_s": time.perf_counter() - t0,
-                "peak_bytes": int(peak), "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
-                "cached": decision.cached, "feasible": decision.feasible,
-                "attention_kernel": "+".join(sorted(ran | ran_backward))}
-
-    def _optimizer_step(self) -> None:
-        """AdamW on the weights, or on the fp32 masters (their gradients from the bf16 weights', the weights
-        copied back after)."""
-        import torch
-
-        model, masters = self.model, self.masters
-        if masters is not None:
-            for m, q in zip(masters, model.parameters()):
-                m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: LLaMA's wpe, lnf_b
+    def apply_optimizer(self) -> None:
+        """AdamW on the weights (or the fp32 masters, copied back into the bf16 weights after); gradients zeroed."""
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        model.zero_grad(set_to_none=True)
-        if masters is not None:
-            with torch.no_grad():
-                for m, q in zip(masters, model.parameters()):
-                    q.copy_(m)
+        self.model.zero_grad(set_to_none=True)
+        _copy_masters(self.masters, self.model)
+
+
+def _copy_masters(masters, model) -> None:
+    """Copy the fp32 master weights into the bf16 model (GPU runs; nothing on CPU, where they are one)."""
+    import torch
+
+    if masters is not None:
+        with torch.no_grad():
+            for m, q in zip(masters, model.parameters()):
+                q.copy_(m)
 
 
 def _checkpoint_to_resume(opts: TrainOptions, meta: dict, group):

@@ -7,8 +7,9 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
-- `TokenDocuments`: the documents of a JSONL file of token-id lists, in the workload's order (ascending
-  length, as `paradyse_lab.workloads.get_workload` sorts `file:` lengths). Step i trains documents
+- `TokenDocuments`: the documents of a JSONL file of token-id lists, or of a text dataset tokenized with
+  --tokenizer (paradyse_lab/text_data.py), in --data-order (default the file's order; `sorted`: ascending
+  length, the paper's curriculum; `shuffled`: seeded). Step i trains documents
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
   layout unit (documents longer than the cap are cut to it), shorter rows are padded and their padding
   (and each row's last position) is masked out of the loss with label -100.
@@ -27,8 +28,8 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
-LOG_COLUMNS = ("step", "seq_len", "docs", "loss", "step_s", "peak_bytes", "plan", "solve_s", "cached", "feasible",
-               "attention_kernel")
+LOG_COLUMNS = ("step", "seq_len", "docs", "tokens", "cut_tokens", "loss", "lr", "grad_norm", "eval_loss", "step_s",
+               "peak_bytes", "peak_of", "plan", "solve_s", "cached", "feasible", "attention_kernel")
 """The columns of the per-step log (`--log-file`), in order."""
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
@@ -40,7 +41,10 @@ def check_options(opts) -> None:
     require_positive_int("--batch", opts.batch, 2**20)
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
     require_number("--weight-decay", opts.weight_decay, 0.0, 1e3)
-    require_number("--budget-gb", opts.budget_gb, 0.0, 1e9)
+    require_number("--budget-gib", opts.budget_gib, 0.0, 1e9)
+    from runtime.optim_schedule import check_optimisation_options
+
+    check_optimisation_options(opts)
     for field, value in (("--seed", opts.seed), ("--max-len", opts.max_len),
                          ("--checkpoint-every", opts.checkpoint_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -100,13 +104,28 @@ def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targe
 class TokenDocuments:
     """Token-id documents in training order (module docstring)."""
 
-    def __init__(self, docs: list[list[int]]):
+    def __init__(self, docs: list[list[int]], order: str = "file", seed: int = 0):
+        from paradyse_lab.text_data import ordered
+
         if not docs:
             raise UserInputError("the token file holds no documents")
-        self.docs = sorted(docs, key=len)  # stable: the workload's ascending order
+        self.docs = ordered(docs, order, seed)  # paradyse_lab/text_data.py: file, shuffled or sorted
 
     @classmethod
-    def from_dataset(cls, dataset: str) -> TokenDocuments | None:
+    def from_options(cls, opts, dataset: str) -> TokenDocuments | None:
+        """The documents of `dataset` for the run `opts`: a text dataset tokenized with `opts.tokenizer`
+        (paradyse_lab/text_data.py), or a token file (`from_dataset`), in `opts.data_order` (default: file
+        order); None for a workload or a length file."""
+        from paradyse_lab import text_data
+
+        order = opts.data_order or "file"
+        if opts.tokenizer:
+            texts = text_data.read_texts(dataset, opts.text_column)
+            return cls(text_data.tokenize(texts, opts.tokenizer), order, opts.seed)
+        return cls.from_dataset(dataset, order, opts.seed)
+
+    @classmethod
+    def from_dataset(cls, dataset: str, order: str = "file", seed: int = 0) -> TokenDocuments | None:
         """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None."""
         if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
             return None
@@ -129,7 +148,7 @@ class TokenDocuments:
                     docs.append(ids)
         except (OSError, UnicodeDecodeError) as err:
             raise UserInputError(f"token file {str(path)!r} cannot be read ({type(err).__name__})") from None
-        return cls(docs)
+        return cls(docs, order, seed)
 
     def rows(self, step: int, batch: int) -> list[list[int]]:
         """The documents step `step` trains."""
@@ -165,21 +184,24 @@ class PackedSteps:
     """The packed steps of `--pack-tokens` (module docstring)."""
 
     def __init__(self, doc_lengths: list[int], steps: list[tuple[int, ...]], p: int, docs: TokenDocuments | None,
-                 cap: int):
+                 cap: int, original: list[int] | None = None):
         from runtime.packed import pack_sequence
 
         self.steps, self.docs, self.cap = steps, docs, cap
+        self.original = list(original) if original is not None else list(doc_lengths)
+        """Each document's length before the cut to `cap`."""
         self.packs = [pack_sequence([doc_lengths[i] for i in step], p) for step in steps]
 
     @classmethod
     def from_file_steps(cls, steps, cap: int, p: int) -> PackedSteps:
         """The steps of a packed length file (several lengths per line: `paradyse-lab lengths --pack-tokens`),
         as they are, each document cut to `cap`."""
-        doc_lengths = [min(int(n), cap) for step in steps for n in step]
+        original = [int(n) for step in steps for n in step]
+        doc_lengths = [min(n, cap) for n in original]
         ends = [0]
         for step in steps:
             ends.append(ends[-1] + len(step))
-        return cls(doc_lengths, [tuple(range(a, b)) for a, b in zip(ends, ends[1:])], p, None, cap)
+        return cls(doc_lengths, [tuple(range(a, b)) for a, b in zip(ends, ends[1:])], p, None, cap, original)
 
     @classmethod
     def build(cls, opts, lengths, docs: TokenDocuments | None, cap: int, p: int) -> PackedSteps:
@@ -187,9 +209,14 @@ class PackedSteps:
         most `opts.pack_tokens` tokens in `opts.pack_order`."""
         from paradyse_lab.packing import pack_document_indices
 
-        doc_lengths = [min(len(d) if docs is not None else int(d), cap) for d in (docs.docs if docs else lengths)]
+        original = [len(d) if docs is not None else int(d) for d in (docs.docs if docs else lengths)]
+        doc_lengths = [min(n, cap) for n in original]
         return cls(doc_lengths, pack_document_indices(doc_lengths, opts.pack_tokens, opts.pack_order, opts.seed),
-                   p, docs, cap)
+                   p, docs, cap, original)
+
+    def cut(self, step: int) -> int:
+        """Tokens of the step's documents beyond the cap, which it does not train."""
+        return sum(self.original[i] - min(self.original[i], self.cap) for i in self.steps[step % len(self.steps)])
 
     def pack(self, step: int):
         """The pack step `step` trains (a `paradyse_lab.costmodel.packed.PackedStep`)."""

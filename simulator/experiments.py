@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.units import GIB
@@ -68,6 +68,8 @@ class Setup:
     """What every run of an experiment shares."""
 
     cluster: str = "a100-80gb-x8"
+    gpus: int | None = None
+    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster_spec.py `cluster_with_gpus`)."""
     size: int = EXPERIMENT_SIZE
     seed: int = 0
     sampling: str = "stratified"
@@ -105,7 +107,11 @@ class Setup:
             return self.profiles
         if self.truth == "paper":
             return str(PAPER_PROFILE)
-        return str(default_profile(get_cluster(self.cluster).device))
+        return str(default_profile(self.cluster_spec().device))
+
+    def cluster_spec(self):
+        """The `ClusterSpec` of `cluster` at `gpus`."""
+        return cluster_with_gpus(get_cluster(self.cluster), self.gpus)
 
 
 def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, smoothing: bool = True,
@@ -122,13 +128,13 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
 
     truth_cost_model = truth_cost_model or setup.truth
     plan_cost_model = plan_cost_model or truth_cost_model
-    model, cluster = get_model(model_name), get_cluster(setup.cluster)
+    model, cluster = get_model(model_name), setup.cluster_spec()
     fitted = any(needs_profile(name, cluster) for name in (plan_cost_model, truth_cost_model))
     profiles = setup.profile_path() if fitted else None  # only fitted models read a profile
 
     def built(name: str):
         return shared.cost_model(lambda: build_cost_model(name, model, cluster, profiles=profiles), name,
-                                 model_name, setup.cluster, profiles)
+                                 f"{model_name} at {cluster.gpus} GPUs", setup.cluster, profiles)
 
     truth = built(truth_cost_model)
     plan = truth if plan_cost_model == truth_cost_model else built(plan_cost_model)

@@ -60,21 +60,20 @@ def _model_spec(model):
 
 def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
-              batch: int = 1, budget_gb: float | None = None, cost_model: str = "analytic",
-              strategies: Sequence[str] | None = None) -> Plan:
+              batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
+              strategies: Sequence[str] | None = None, budget_gb: float | None = None) -> Plan:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
     options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
-    'sublayer'; `budget_gb` in GiB (default the GPU's memory less the cluster's reserve); `cost_model` as
-    `paradyse-lab plan --cost-model`."""
+    'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
+    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
     from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.strategies import USABLE, layout_unit, options
-    from paradyse_lab.units import gib_to_bytes
     from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
@@ -85,13 +84,26 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
         step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
-                                      budget_bytes=gib_to_bytes(budget_gb) if budget_gb else None,
+                                      budget_bytes=_budget_bytes(budget_gib, budget_gb),
                                       options=options(tuple(strategies or USABLE), recompute))
     solution = get_solver(solver).solve(problem)
     return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
                 memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
                 status=solution.status, p=p, seq_len=int(seq_len),
                 documents=tuple(documents) if documents is not None else None)
+
+
+def _budget_bytes(budget_gib: float | None, budget_gb: float | None) -> int | None:
+    """Bytes of a plan's budget: `budget_gib` GiB, or the deprecated `budget_gb` GB (with a DeprecationWarning)."""
+    from paradyse_lab.units import gib_to_bytes
+
+    if budget_gb:
+        import warnings
+
+        warnings.warn("plan_step(budget_gb=) is deprecated (GB, while every output is GiB): pass budget_gib",
+                      DeprecationWarning, stacklevel=3)
+        return int(budget_gb * 1e9) if not budget_gib else gib_to_bytes(budget_gib)
+    return gib_to_bytes(budget_gib) if budget_gib else None
 
 
 def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:

@@ -64,7 +64,8 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
             bar.set_postfix_str(f"{policy} (round {repeat + 1})")
         log = train(TrainOptions(model=opts.model, dataset=opts.dataset, policy=policy, steps=opts.steps,
                                  seed=opts.seed, max_len=opts.max_len, cluster=opts.cluster,
-                                 cost_model=opts.cost_model, profiles=opts.profiles, progress=False), group)
+                                 cost_model=opts.cost_model, profiles=opts.profiles, progress=False), group,
+                    quiet=True)
         rows += [{"policy": policy, "repeat": repeat, "step": r["step"], "seq_len": r["seq_len"], "step_s": r["step_s"],
                   "plan": r["plan"], "loss": r["loss"]} for r in log]
         if bar is not None:

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paradyse_lab.cli.output import add_format_argument, format_bytes, format_seconds, print_json, print_table
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.cli.output import (
+    add_cluster_arguments,
+    add_format_argument,
+    cluster_of,
+    format_bytes,
+    format_seconds,
+    print_json,
+    print_table,
+)
 from paradyse_lab.costmodel import uniform_plan_cost
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import ModelSpec, get_model
@@ -89,8 +96,9 @@ def register(sub) -> None:
         "backward), kept activation bytes per layer, transient bytes, model-state bytes, whole-model peak, "
         "whether it fits the GPU, and bytes sent per layer by collective. All numbers are per GPU.",
     )
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
+                   "model folder holding one")
+    add_cluster_arguments(p)
     add_step_arguments(p)
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
@@ -119,23 +127,36 @@ def with_kv_heads(model: ModelSpec, text: str | None) -> ModelSpec:
     return replace(model, kv_heads=kv, name=f"{model.name} kv={kv}")
 
 
+def _split_costs(cm, opts, seq: int, batch: int) -> tuple[list, dict[str, str]]:
+    """(costs of the options whose shapes split at this p, {option: why not} for the others): a strategy that
+    cannot split the model (heads not divisible by p, ...) is marked, not the whole table lost."""
+    costs, refused = [], {}
+    for o in opts:
+        try:
+            cm.check(o, seq, batch)
+        except UserInputError as err:
+            refused[o.name] = str(err)
+            continue
+        costs.append(uniform_plan_cost(cm, o, seq, batch))
+    if not costs:
+        raise UserInputError("no strategy can split this model at this size: " + "; ".join(refused.values()))
+    return costs, refused
+
+
 def run(args) -> int:
     from paradyse_lab.costmodel.factory import build_cost_model, cost_model_label  # pandas: only when run
 
     model = with_kv_heads(get_model(args.model), args.kv_heads)
-    cluster = get_cluster(args.cluster)
+    cluster = cluster_of(args)
     cm, seq, batch, what = step_of(args, build_cost_model(args.cost_model, model, cluster,
                                                           profiles=args.profiles or None))
-    opts = parse_options(args.strategies, args.recompute)
-    for o in opts:
-        cm.check(o, seq, batch)
-    costs = [uniform_plan_cost(cm, o, seq, batch) for o in opts]
+    costs, refused = _split_costs(cm, parse_options(args.strategies, args.recompute), seq, batch)
     heads = head_costs(cm, seq, batch)
     if args.format == "json":
         packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
         print_json({
-            "model": model.name, "cluster": cluster.name, "seq_len": seq, "batch": batch, **packed,
-            "cost_model": cost_model_label(cm),
+            "model": model.name, "cluster": cluster.name, "gpus": cluster.gpus, "seq_len": seq, "batch": batch,
+            **packed, "cost_model": cost_model_label(cm),
             "strategies": {
                 c.option: {
                     "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
@@ -144,6 +165,7 @@ def run(args) -> int:
                     "total_time_s": c.total_time_s,
                 } for c in costs
             },
+            "cannot_split": refused,
             "head": heads,
         })
         return 0
@@ -155,8 +177,11 @@ def run(args) -> int:
              "yes" if c.fits else "OOM",
              ", ".join(f"{op} {format_bytes(n)}" for op, n in c.comm_bytes_per_layer.items()) or "-"]
             for c in costs]
+    rows += [[name, "-", "-", "-", "-", "-", "cannot split", "-"] for name in refused]
     print_table(["strategy", "time/layer", "kept/layer", "transient", "model states", "peak", "fits",
                  "sent per layer"], rows)
+    for why in refused.values():
+        print(f"cannot split: {why}")
     if heads:
         print("\nembedding, head and loss (outside the layers; a plan takes the fastest option that fits, "
               "`paradyse-lab plan --head`):")

@@ -1,4 +1,4 @@
-"""`paradyse-lab lengths DIR --tokenizer bytes|whitespace --out FILE`: measure real text, write a length file.
+"""`paradyse-lab lengths DIR --tokenizer bytes|whitespace|PATH --out FILE`: measure real text, write a length file.
 
 The written file (one length per line) is a workload: `file:FILE`; with `--pack-tokens N` each line is one
 packed step, its documents' lengths separated by spaces. No download: it reads your files.
@@ -74,6 +74,25 @@ def _count_words(blocks) -> int:
 TOKENIZERS = {"bytes": _count_bytes, "whitespace": _count_words}
 
 
+def _counter(tokenizer: str):
+    """The token counter of `--tokenizer`: a built-in one, or a tokenizers file's (the whole text encoded, no
+    special tokens added, as `train --tokenizer` encodes a document)."""
+    if tokenizer in TOKENIZERS:
+        return TOKENIZERS[tokenizer]
+    if not Path(tokenizer).exists():
+        raise UserInputError(f"--tokenizer must be one of {', '.join(sorted(TOKENIZERS))} or a tokenizer.json (or "
+                             f"its folder), got {tokenizer!r}")
+    from paradyse_lab.text_data import load_tokenizer
+
+    loaded = load_tokenizer(tokenizer)
+
+    def count(blocks) -> int:
+        text = b"".join(blocks).decode("utf-8", errors="replace")
+        return len(loaded.encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
 def _blocks(path: Path, first: bytes):
     """`first`, then the rest of the file in BLOCK-sized pieces."""
     yield first
@@ -87,8 +106,9 @@ def register(sub) -> None:
                        description="Count tokens of every text file under DIR (binary files are skipped) "
                        "and write one length per line: a workload usable as file:OUT.")
     p.add_argument("directory", metavar="DIR")
-    p.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="bytes",
-                   help="bytes: UTF-8 bytes per file; whitespace: whitespace-separated words")
+    p.add_argument("--tokenizer", default="bytes",
+                   help="bytes: UTF-8 bytes per file; whitespace: whitespace-separated words; or a tokenizer.json "
+                   "(or a folder holding one), the tokens `train --tokenizer` trains on")
     p.add_argument("--out", required=True, help="length file to write")
     add_packing_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of --pack-order shuffled (default 0)")
@@ -112,7 +132,7 @@ def run_lengths(args) -> int:
     root = Path(args.directory)
     if not root.is_dir():
         raise UserInputError(f"DIR {args.directory!r} is not a directory")
-    count = TOKENIZERS[args.tokenizer]
+    count = _counter(args.tokenizer)
     if Path(args.out).resolve().is_relative_to(root.resolve()):  # checked before any folder is made
         raise UserInputError(f"--out {args.out!r} lies inside DIR {args.directory!r}, the tree being read (it would "
                              "be counted, or overwrite a document); write it outside DIR")

@@ -40,10 +40,44 @@ def add_sampling_argument(parser) -> None:
 
 
 def add_reserve_argument(parser) -> None:
-    """Add `--reserve-gb`: memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator."""
-    parser.add_argument("--reserve-gb", type=float, default=None,
+    """Add `--reserve-gib` (also spelled `--reserve-gb`, always GiB): memory kept back from each GPU for the CUDA
+    context, NCCL buffers and the allocator."""
+    parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=float, default=None,
                         help="memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator, "
                         "in GiB (default: the cluster's reserve_gib, docs/hardware.md section 5)")
+
+
+BUDGET_GB_DEPRECATED = ("--budget-gb is deprecated: it is read in GB (10^9 bytes) while every output is in GiB "
+                        "(2^30 bytes); give --budget-gib")
+"""The warning `--budget-gb` prints: the flag still works, converted from GB, so old scripts plan as before."""
+
+
+def add_budget_arguments(parser) -> None:
+    """Add `--budget-gib` (memory a plan must fit per GPU, GiB like every output) and its deprecated GB form."""
+    parser.add_argument("--budget-gib", help="memory budget per GPU in GiB (2^30 bytes; default: the GPU's memory)")
+    parser.add_argument("--budget-gb", help="deprecated: the budget in GB (10^9 bytes); use --budget-gib")
+
+
+def budget_bytes(args) -> int | None:
+    """The plan's budget in bytes from `--budget-gib` (or the deprecated `--budget-gb`, converted from GB with a
+    warning on stderr); None when neither is given. One-line `UserInputError` for a bad number or both flags."""
+    from paradyse_lab.errors import UserInputError
+
+    gib, gb = getattr(args, "budget_gib", None), getattr(args, "budget_gb", None)
+    if gib is not None and gb is not None:
+        raise UserInputError("give --budget-gib or the deprecated --budget-gb, not both")
+    if gib is None and gb is None:
+        return None
+    flag, text, unit = ("--budget-gib", gib, GIB) if gib is not None else ("--budget-gb", gb, 10**9)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1e9:
+        raise UserInputError(f"{flag} must be a positive number up to 1e9, got {text!r}")
+    if gb is not None:
+        print(f"warning: {BUDGET_GB_DEPRECATED}", file=sys.stderr)
+    return int(value * unit)
 
 
 def reserve_bytes(args, default: int | None = None) -> int | None:
@@ -102,3 +136,19 @@ def print_table(headers: list[str], rows: list[list], out=None) -> None:
 def print_json(obj) -> None:
     """Indented JSON on stdout."""
     print(json.dumps(obj, indent=2))
+
+
+def add_cluster_arguments(parser) -> None:
+    """Add `--cluster NAME|FILE` and `--gpus N` (the cluster at another GPU count, no TOML file needed)."""
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
+
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="plan for N GPUs of the cluster's kind (default: the cluster's own count)")
+
+
+def cluster_of(args):
+    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster_spec.py `cluster_with_gpus`)."""
+    from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
+
+    return cluster_with_gpus(get_cluster(args.cluster), getattr(args, "gpus", None))

@@ -27,6 +27,8 @@ class SimulationOptions:
     (the ParaDySe authors' measured A100 times), calibrated, or a learned kind / .joblib file."""
     cluster: str = DEFAULT_CLUSTER
     """Node preset or .toml."""
+    gpus: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
+    """Simulate N GPUs of the cluster's kind (default: the cluster's own count)."""
     size: int | None = field(default=None, metadata={"type": int})
     """Sequences sampled from the dataset (default 200)."""
     seed: int = 0
@@ -54,14 +56,14 @@ class SimulationOptions:
 
     def setup(self, packing: PackingOptions | None = None):
         """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""
-        from paradyse_lab.cluster_spec import get_cluster
+        from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
         from paradyse_lab.errors import unknown_name
         from paradyse_lab.layer_graph import GRANULARITIES
         from paradyse_lab.units import gib_to_bytes
         from paradyse_lab.workloads import SAMPLINGS
         from simulator.experiments import EXPERIMENT_SIZE, Setup
 
-        get_cluster(self.cluster)
+        cluster_with_gpus(get_cluster(self.cluster), self.gpus)  # a bad name or count: refused before any run
         if self.granularity not in GRANULARITIES:
             raise unknown_name("--granularity", self.granularity, GRANULARITIES)
         if self.sampling not in SAMPLINGS:
@@ -71,7 +73,7 @@ class SimulationOptions:
             raise UserInputError(f"--gamma must be in [0, 1), got {self.gamma}")
         if self.reserve_gb < 0:
             raise UserInputError(f"--reserve-gb must be >= 0, got {self.reserve_gb}")
-        return Setup(cluster=self.cluster, size=size, seed=self.seed, sampling=self.sampling,
+        return Setup(cluster=self.cluster, gpus=self.gpus, size=size, seed=self.seed, sampling=self.sampling,
                      reserve_bytes=gib_to_bytes(self.reserve_gb),
                      gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model,
                      switch_memory=self.switch_memory, recompute=self.recompute, granularity=self.granularity,

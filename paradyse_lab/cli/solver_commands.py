@@ -9,37 +9,42 @@ Examples:
 
 from __future__ import annotations
 
+import sys
+
 from paradyse_lab.cli.cost_command import add_step_arguments, parse_int, parse_options, step_of
 from paradyse_lab.cli.output import (
+    add_budget_arguments,
+    add_cluster_arguments,
     add_format_argument,
     add_reserve_argument,
+    budget_bytes,
+    cluster_of,
     format_bytes,
     format_seconds,
     print_json,
     print_table,
     reserve_bytes,
 )
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import GRANULARITIES
 from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.units import gib_to_bytes
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
 
 
 def _add_problem_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`) or config.json")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
+                   "model folder holding one")
+    add_cluster_arguments(p)
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    p.add_argument("--budget-gb", help="memory budget per GPU in GiB (default: the GPU's memory less the reserve)")
+    add_budget_arguments(p)
     add_reserve_argument(p)
 
 
@@ -76,25 +81,19 @@ def register(sub) -> None:
 
 
 def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tuple[SearchProblem, str]:
-    """The problem of --model/--cluster/--strategies/--recompute/--granularity/--budget-gb/--reserve-gb at
-    seq_len (default: the step of --seq or --documents) with the head option `head`, and what the step is."""
+    """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib/--reserve-gb
+    at seq_len (default: the step of --seq or --documents) with the head option `head`, and what the step is."""
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
 
     model = get_model(args.model)
-    cluster = get_cluster(args.cluster)
+    cluster = cluster_of(args)
     cm = HeadLossCostModel(AnalyticCostModel(model, cluster), head)
     reserve = reserve_bytes(args)
-    budget = None if reserve is None else cluster.memory_bytes - reserve
-    if args.budget_gb is not None:
-        try:
-            gb = float(args.budget_gb)
-        except ValueError:
-            gb = float("nan")
-        if not 0 < gb <= 1e9:
-            raise UserInputError(f"--budget-gb must be a positive number up to 1e9, got {args.budget_gb!r}")
-        budget = gib_to_bytes(gb)
+    budget = budget_bytes(args)
+    if budget is None and reserve is not None:
+        budget = cluster.memory_bytes - reserve
     if seq_len is None:
         cm, seq_len, batch, what = step_of(args, cm)
     else:
@@ -105,10 +104,22 @@ def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tupl
     return problem, what
 
 
+def _infeasible_exit(problem: SearchProblem, solution) -> int:
+    """Exit code of a solved problem: 0 when the plan fits, else 1 with the reason on stderr (the plan printed
+    is then the least-memory one the solver knows, which does not fit)."""
+    if solution.feasible:
+        return 0
+    print(f"error: no plan fits: the least-memory plan found needs {format_bytes(solution.peak_bytes)} per GPU, the "
+          f"budget is {format_bytes(problem.budget_bytes)} (raise --budget-gib, add --recompute, give more --gpus or "
+          "a shorter step)", file=sys.stderr)
+    return 1
+
+
 def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head: str | None = None) -> int:
+    """Print the plan (table or JSON); the exit code: 1 when no plan fits (`_infeasible_exit`), else 0."""
     if fmt == "json":
         print_json(solution.to_dict() | ({"head": head} if head else {}))
-        return 0
+        return _infeasible_exit(problem, solution)
     print(title)
     for heading, names in (("left out (shapes do not split)", [n for n in problem.dropped if n not in problem.options]),
                            ("on some sub-layers only", [n for n in problem.dropped if n in problem.options])):
@@ -124,7 +135,7 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
     print(f"\nsolver {solution.solver}: {solution.status}; predicted time {format_seconds(solution.predicted_time_s)}; "
           f"peak {format_bytes(solution.peak_bytes)} of {format_bytes(problem.budget_bytes)}; "
           f"solved in {solution.solve_time_s * 1e3:.2f} ms")
-    return 0
+    return _infeasible_exit(problem, solution)
 
 
 def run_plan(args) -> int:
@@ -153,7 +164,7 @@ def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
     from paradyse_lab.strategies import layout_unit
 
     model = get_model(args.model)
-    p = get_cluster(args.cluster).gpus
+    p = cluster_of(args).gpus
     cap = model.max_positions or MAX_COUNT
     found = longest_length(lambda seq, head: build_problem(args, seq, head)[0], solver, layout_unit(p), cap, heads)
     if found is None:

@@ -22,8 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from runtime.train import TrainOptions
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
-    parser.add_argument("--nproc", type=int, default=None,
-                        help="spawn this many local processes (single-command launcher; not under torchrun)")
+    parser.add_argument("--nproc", "--gpus", dest="nproc", type=int, default=None,
+                        help="spawn this many local processes (single-command launcher; not under torchrun); the "
+                        "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
+                        "else 1)")
+    parser.add_argument("--budget-gb", dest="budget_gb_deprecated", type=float, default=None,
+                        help="deprecated: the budget in GB (10^9 bytes); use --budget-gib")
 
 
 def options_from_args(args: argparse.Namespace):
@@ -40,10 +44,41 @@ def options_from_args(args: argparse.Namespace):
     if args.nproc is not None and args.nproc < 1:
         raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
-    opts = from_namespace(TrainOptions, args)
+    opts = from_namespace(TrainOptions, args, **_deprecated_budget(args))
     check_options(opts)
     check_log_file(opts)
     return opts
+
+
+def _deprecated_budget(args: argparse.Namespace) -> dict:
+    """{'budget_gib': ...} from the deprecated `--budget-gb` (GB converted to GiB, with a warning), else {}."""
+    gb = getattr(args, "budget_gb_deprecated", None)
+    if gb is None:
+        return {}
+    if args.budget_gib:
+        raise UserInputError("give --budget-gib or the deprecated --budget-gb, not both")
+    import sys
+
+    from paradyse_lab.cli.output import BUDGET_GB_DEPRECATED
+    from paradyse_lab.errors import require_number
+
+    require_number("--budget-gb", gb, 0.0, 1e9)
+    print(f"warning: {BUDGET_GB_DEPRECATED}", file=sys.stderr)
+    return {"budget_gib": gb * 1e9 / 2**30}
+
+
+def default_nproc() -> int | None:
+    """--nproc when it is not given: the local GPU count on a CUDA machine with more than one GPU (one process
+    per GPU: the planner's p is the world size), said on stderr; None (one process) otherwise."""
+    import sys
+
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 2:
+        return None
+    print(f"--nproc not given: one process per local GPU, {count} (--nproc 1 for one)", file=sys.stderr)
+    return count
 
 
 def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
@@ -65,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     use_expandable_segments(os.environ)
     under_torchrun = torchrun_rank(args.nproc)
+    if under_torchrun is None and args.nproc is None:
+        args.nproc = default_nproc()
     if under_torchrun is not None:
         _init_and_train(*under_torchrun, opts, None)
     elif args.nproc is not None and args.nproc > 1:

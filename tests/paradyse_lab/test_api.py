@@ -25,7 +25,7 @@ def test_plan_step_predicts_time_and_memory_parts():
     parts = plan.memory
     assert parts["peak"] == parts["fixed"] + parts["kept_activations"] + parts["transient"] <= parts["budget"]
     tight = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True,
-                         budget_gb=(parts["peak"] - 1) / 2**30)  # the unconstrained plan no longer fits
+                         budget_gib=(parts["peak"] - 1) / 2**30)  # the unconstrained plan no longer fits
     assert tight.memory["peak"] < parts["peak"] and tight.predicted_time_s >= plan.predicted_time_s
     sub = pl.plan_step("gpt2-tiny", p=2, documents=[300, 200, 101], granularity="sublayer", solver="static:metp")
     assert sub.strategies == ("metp",) * 8 and sub.seq_len == 604 and sub.documents == (300, 200, 101)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import optim_cases
 import torch
 import weights_cases
 from torch.testing import assert_close
@@ -917,3 +918,5 @@ ONLY_AT["calibrate-validate-loop"] = (2,)
 
 CASES.update(weights_cases.CASES)
 ONLY_AT.update(weights_cases.ONLY_AT)
+CASES.update(optim_cases.CASES)
+ONLY_AT.update(optim_cases.ONLY_AT)

@@ -45,9 +45,9 @@ def seen(monkeypatch):
     calls = []
     original = ParallelGPT.forward
 
-    def spy(self, ids, plan, labels=None, cu_seqlens=None, loss_tile=0):
+    def spy(self, ids, plan, labels=None, cu_seqlens=None, **kwargs):
         calls.append((ids.clone(), labels.clone()))
-        logits, loss = original(self, ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=loss_tile)
+        logits, loss = original(self, ids, plan, labels, cu_seqlens=cu_seqlens, **kwargs)  # loss_tile, ...
         if len(calls) == getattr(spy, "nan_at", 0):
             loss = loss * float("nan")
         if len(calls) == getattr(spy, "crash_at", 0):
@@ -70,7 +70,10 @@ def test_jsonl_steps_train_exactly_their_own_documents(tmp_path, seen):
         assert torch.equal(labels[0, : real - 1], ids[0, 1:real])  # next-token targets of real tokens only
         assert (labels[0, real - 1:] == -100).all()
         trained.append(ids[0, :real].tolist())
-    assert trained == sorted(docs, key=len)  # every token of every document, in the workload's order
+    assert trained == docs  # every token of every document, in the file's order (the default --data-order)
+    seen.calls.clear()
+    train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 0, "steps": 3, "data_order": "sorted"}))
+    assert [ids[0, :int((labels[0] != -100).sum()) + 1].tolist() for ids, labels in seen.calls] == sorted(docs, key=len)
 
 
 def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
@@ -82,7 +85,7 @@ def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
     path = tmp_path / "tokens.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in docs))
     train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 40, "pack_tokens": 48, "steps": 3}))
-    ordered = [d[:40] for d in sorted(docs, key=len)]  # the token file's documents in the workload's order
+    ordered = [d[:40] for d in docs]  # the token file's documents in its order
     steps = pack_document_indices([len(d) for d in ordered], 48)
     assert len(seen.calls) == len(steps) == 3
     for (ids, labels), step in zip(seen.calls, steps):

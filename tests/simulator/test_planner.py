@@ -65,12 +65,13 @@ def test_no_caller_asks_a_cost_model_whether_it_has_a_budget():
 
 
 def test_train_reads_its_memory_budget_in_gib():
-    """One unit for memory options: --budget-gb 2 is 2 GiB (as --reserve-gb and every printed size)."""
+    """One unit for memory options: --budget-gib 2 is 2 GiB (as --reserve-gb and every printed size; the
+    deprecated --budget-gb is GB, tests/paradyse_lab/cli/test_planner_usability.py)."""
     from dataclasses import replace
 
     from paradyse_lab.app.training import plan_policy
     from runtime.train import TrainOptions
 
     spec = replace(get_model("gpt2-tiny"), dtype="fp32")
-    opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", policy="dynamic:dp", budget_gb=2.0)
-    assert plan_policy(opts, spec, 2).budget_bytes == 2 * 2**30
+    opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", policy="dynamic:dp", budget_gib=2.0)
+    assert plan_policy(opts, spec, 2, quiet=True).budget_bytes == 2 * 2**30

@@ -36,17 +36,41 @@ def test_plan_json(capsys, solver):
 
 def test_plan_sublayer_table_and_budget(capsys):
     code, out, _ = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--granularity", "sublayer",
-                       "--budget-gb", "50", "--solver", "dp")
+                       "--budget-gib", "50", "--solver", "dp")
     assert code == 0 and "16 decisions x 4 options" in out and "solver dp: optimal" in out
-    code, out, _ = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gb", "1", "--format", "json")
-    assert code == 0 and json.loads(out)["status"] == "infeasible"
+    assert "budget 50.00 GiB per GPU" in out  # the unit the flag is given in is the unit printed
+    code, out, err = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gib", "1", "--format", "json")
+    assert code == 1 and json.loads(out)["status"] == "infeasible"  # no plan fits: non-zero, with the reason
+    assert err.count("\n") == 1 and "no plan fits" in err and "1.00 GiB" in err
+
+
+def test_budget_gb_is_deprecated_and_converted_from_gb(capsys):
+    code, out, err = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gb", "50", "--solver", "dp")
+    assert code == 0 and "budget 46.57 GiB per GPU" in out  # 50e9 bytes
+    assert "--budget-gb is deprecated" in err and "--budget-gib" in err
+    one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gb", "50", "--budget-gib", "40",
+                   match="not both")
+
+
+def test_plan_table_infeasible_exits_1_with_the_reason(capsys):
+    code, out, err = run(capsys, "plan", "--model", "gpt", "--seq", "4M", "--solver", "dp")
+    assert code == 1 and "solver dp: infeasible" in out
+    assert "error: no plan fits" in err and "78.35 GiB" in err  # the GPU memory less the 1 GiB reserve
+
+
+def test_gpus_plans_another_gpu_count_without_a_file(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--gpus", "4", "--format", "json")
+    at4 = json.loads(out)
+    code8, out8, _ = run(capsys, "plan", "--model", "gpt", "--seq", "64K", "--format", "json")
+    assert code == code8 == 0 and at4["peak_bytes"] > json.loads(out8)["peak_bytes"]  # half the GPUs: more per GPU
+    one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--gpus", "0", match="--gpus must be a positive")
 
 
 def test_plan_bad_input(capsys):
     one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--solver", "nope",
                    match="unknown solver 'nope'; valid: heuristic, dp, ilp")
-    one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gb", "-3",
-                   match="--budget-gb must be a positive number")
+    one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--budget-gib", "-3",
+                   match="--budget-gib must be a positive number")
     one_line_error(capsys, "plan", "--model", "gpt", "--seq", "abc", match="--seq must be a positive integer")
     one_line_error(capsys, "plan", "--model", "gpt", "--seq", "64K", "--solver", "static:nope",
                    match="unknown option 'nope'")

@@ -9,8 +9,9 @@ from paradyse_lab.cli import main
 COMMON = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--recompute", "--format", "json"]
 
 
-def plan(capsys, *argv) -> dict:
-    assert main(["plan", *COMMON, *argv]) == 0
+def plan(capsys, *argv, code: int = 0) -> dict:
+    """`plan`'s JSON; its exit status must be `code` (1: no plan fits, the least-memory plan printed)."""
+    assert main(["plan", *COMMON, *argv]) == code
     return json.loads(capsys.readouterr().out)
 
 
@@ -28,7 +29,7 @@ def test_the_longest_length_fits_and_one_unit_more_does_not(capsys):
     assert auto["memory"]["peak"] <= auto["memory"]["budget"]
     for got in (whole, auto):
         at = plan(capsys, "--seq", str(got["max_length"]), "--head", got["head"])
-        beyond = plan(capsys, "--seq", str(got["max_length"] + 16), "--head", got["head"])  # 2p = 16 on 8 GPUs
+        beyond = plan(capsys, "--seq", str(got["max_length"] + 16), "--head", got["head"], code=1)  # 2p = 16
         assert at["status"] != "infeasible" and at["predicted_time_s"] == got["step_time_s"]
         assert beyond["status"] == "infeasible"
 

@@ -1,0 +1,147 @@
+"""One optimizer step of `train` (its micro-steps, the global gradient norm and clipping, AdamW) and one
+evaluation on the held-out dataset.
+
+Library module: runtime/train.py's loop makes one `TrainLoop` over the run's `TrainState` (model, masters,
+optimizer) and calls `optimizer_step(step)` per optimizer step and `evaluate(held_out, plan)` every
+--eval-every steps. With --accumulate A, optimizer step i runs the micro-steps m = i*A .. i*A+A-1 of the
+dataset (runtime/step_inputs.py), each planned by the policy on its own, their gradients summed with each mean
+loss weighed by its share of the step's next-token targets (runtime/optim_schedule.py `micro_weights`), so the
+step is what one batch of them all would give. The log row's loss is that weighted mean; its `seq_len` the
+longest micro-step's; `docs` and `tokens` the sums; `plan` each micro-step's plan, ' | ' between them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+PEAK_OF = {True: "cuda_allocated", False: "process_rss"}
+"""What `peak_bytes` measures (the log's `peak_of`): on CUDA the allocator's peak of this step
+(torch.cuda.max_memory_allocated); on CPU the process's peak resident set since it started (getrusage
+ru_maxrss: every buffer of Python, torch and the data, and never lower than an earlier step's)."""
+
+
+def cap_reason(opts, max_positions: int, cap: int, unit: int) -> str:
+    """Why documents are cut at `cap` (for the warning); warns on rank 0 (`print` to stderr) when --max-len asks
+    for more than the model's positions, which then cut instead."""
+    import sys
+
+    rounded = f", rounded down to {cap // unit * unit} (a multiple of the layout unit {unit})" if cap % unit else ""
+    if opts.max_len and max_positions and opts.max_len > max_positions:
+        print(f"warning: --max-len {opts.max_len} is above the model's {max_positions} positions: every step is cut "
+              f"to {max_positions}", file=sys.stderr)
+    if opts.max_len and (not max_positions or opts.max_len <= max_positions):
+        return f"documents longer than --max-len {opts.max_len}{rounded} are cut to it"
+    return f"documents longer than the model's {max_positions} positions{rounded} are cut to them"
+
+
+@dataclass
+class TrainLoop:
+    """What an optimizer step needs from the run (runtime/train.py `_train` builds it)."""
+
+    run: object
+    """The run's `runtime.train.TrainState`: options, model, fp32 masters (GPU), optimizer, group, device."""
+    policy: object
+    data: object
+    """`runtime.step_inputs.StepInputs` of --dataset."""
+    bar: object = None
+    cut_reason: str = ""
+    """What cuts a long document (`cap_reason`), named in the one warning a run gives about cut tokens."""
+    warned: bool = False
+
+    def _micro_step(self, m: int, weight: float) -> dict:
+        """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
+        from runtime.attention import kernels_used
+        from runtime.train import _loss_tile, _stop, decide_plan_on_rank0
+
+        run, data = self.run, self.data
+        opts, model = run.opts, run.model
+        s = data.length(m)
+        decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), run.group)
+        ids, labels, cu_seqlens = self._on_device(data, m)
+        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
+            _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
+                            loss_tile=_loss_tile(decision, model, ids.numel()))
+        value = float(loss.detach())
+        if not math.isfinite(value):  # the loss is the global mean: every rank stops here
+            _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "
+                            "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
+                            "checkpoint and the data)")
+        with kernels_used() as ran_backward:
+            (loss if opts.accumulate == 1 else loss * weight).backward()
+        cut = data.cut(m)
+        if cut and not self.warned:
+            self.warned = True
+            from runtime import comm
+
+            if comm.rank(run.group) == 0:
+                import sys
+
+                print(f"warning: step {m // opts.accumulate + 1} leaves {cut} tokens of its documents untrained: "
+                      f"{self.cut_reason}; the log's cut_tokens column and the end summary count every step's "
+                      "(warned once)", file=sys.stderr)
+        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m), "cut": cut,
+                "plan": decision.plan.short_text(), "last_plan": decision.plan, "solve_s": decision.solve_s,
+                "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
+
+    def _on_device(self, data, m: int):
+        """(ids, labels, cu_seqlens) of step m of `data`, this rank's shard of the sequence, on the run's device."""
+        from runtime.layout import shard_sequence
+
+        run = self.run
+        tokens, labels, cu_seqlens = data.batch(m, run.model.cfg.vocab_size)
+        ids, labels = (shard_sequence(x, 1, run.group, cu_seqlens).to(run.device) for x in (tokens, labels))
+        return ids, labels, cu_seqlens.to(run.device) if cu_seqlens is not None else None
+
+    def optimizer_step(self, step: int) -> dict:
+        """Train optimizer step `step` (0-based); its log row (with `last_plan`: the last micro-step's Plan)."""
+        import torch
+
+        from runtime.optim_schedule import clip_to, global_grad_norm, micro_weights
+        from runtime.train import _all_finite, _peak_bytes, _stop
+
+        run = self.run
+        opts, model, device = run.opts, run.model, run.device
+        micro = range(step * opts.accumulate, (step + 1) * opts.accumulate)
+        weights = micro_weights([self.data.targets(m) for m in micro])
+        lr = run.optimizer.param_groups[0]["lr"]
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        parts = [self._micro_step(m, w) for m, w in zip(micro, weights)]
+        run.master_grads()
+        trained = run.trained
+        norm = global_grad_norm([(n, t.grad) for n, t in trained.items()], run.group)
+        if opts.clip_grad:
+            clip_to(trained.values(), opts.clip_grad, norm)
+        run.apply_optimizer()
+        if not _all_finite(list(model.parameters()), run.group):  # never checkpoint diverged weights
+            _stop(self.bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped "
+                            "before saving, the last checkpoint is unchanged (lower --lr)")
+        return {"step": step + 1, "seq_len": max(x["seq_len"] for x in parts),
+                "docs": sum(x["docs"] for x in parts), "tokens": sum(x["tokens"] for x in parts),
+                "cut_tokens": sum(x["cut"] for x in parts),
+                "loss": sum(w * x["loss"] for w, x in zip(weights, parts)) if len(parts) > 1 else parts[0]["loss"],
+                "lr": lr, "grad_norm": float(norm), "step_s": time.perf_counter() - t0,
+                "peak_bytes": int(_peak_bytes(device)), "peak_of": PEAK_OF[device.type == "cuda"],
+                "plan": " | ".join(x["plan"] for x in parts),
+                "solve_s": sum(x["solve_s"] for x in parts), "cached": all(x["cached"] for x in parts),
+                "feasible": all(x["feasible"] for x in parts),
+                "attention_kernel": "+".join(sorted(set().union(*(x["kernels"] for x in parts)))),
+                "last_plan": parts[-1]["last_plan"]}
+
+    def evaluate(self, held_out, plan) -> float:
+        """Mean next-token loss over the first --eval-batches steps of `held_out` (a `StepInputs`), each weighed
+        by its targets, under `plan` (the last training plan: evaluating never asks the policy, whose cache and
+        smoothing then stay those of training), without gradients."""
+        import torch
+
+        total = count = 0.0
+        with torch.no_grad():
+            for m in range(self.run.opts.eval_batches):
+                ids, labels, cu_seqlens = self._on_device(held_out, m)
+                _, loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens)
+                n = held_out.targets(m)
+                total, count = total + float(loss) * n, count + n
+        return total / count if count else float("nan")

@@ -1,0 +1,149 @@
+"""Distributed cases of the optimizer step (runtime_cases.py adds them to the per-world harness): a run with a
+warmup + cosine schedule, global-norm clipping, gradient accumulation and held-out evaluation on a token file
+gives the single-device reference's losses, learning rates, gradient norms and evaluation losses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+STEPS, BATCH, ACCUMULATE, MAX_LEN, LR, CLIP = 4, 2, 2, 48, 3e-3, 0.5
+LR_FACTORS = (0.5, 1.0, 0.75, 0.25)
+"""Warmup 1 step (1/2 of --lr), then a cosine over the 3 steps left: 1, (1 + cos(pi/3))/2, (1 + cos(2pi/3))/2."""
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+"""fp32 over four AdamW steps: the parallel sums run in another order than the reference's."""
+
+
+def _documents(seed: int, count: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(5, 60, (count,), generator=gen).tolist()  # some longer than MAX_LEN: cut to it
+    return [torch.randint(0, 512, (n,), generator=gen).tolist() for n in lengths]
+
+
+def _token_files(rank: int) -> tuple[str, str, str]:
+    box = [tempfile.mkdtemp(prefix="paradyse-optim-") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    files = [os.path.join(box[0], name) for name in ("train.jsonl", "eval.jsonl")]
+    if rank == 0:
+        for path, (seed, count) in zip(files, ((1, 16), (2, 4))):
+            with open(path, "w") as f:
+                f.write("\n".join(json.dumps(d) for d in _documents(seed, count)))
+    dist.barrier()
+    return box[0], *files
+
+
+def _reference_run(train_file: str, eval_file: str) -> list[dict]:
+    """The same run on one device: ReferenceGPT, each micro-step's documents at their own length."""
+    from dataclasses import replace
+
+    from paradyse_lab.model_spec import get_model
+    from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
+    from runtime.train_inputs import TokenDocuments
+
+    cfg = GPTConfig.from_model_spec(replace(get_model("gpt2-tiny"), dtype="fp32"))
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(init_state_dict(cfg, 0))
+    opt = torch.optim.AdamW(ref.parameters(), lr=LR, weight_decay=0.0)
+    train, held_out = (TokenDocuments.from_dataset(f"file:{f}") for f in (train_file, eval_file))
+
+    def loss_of(docs, m, batch):
+        s = docs.length(m, batch, 1, MAX_LEN)
+        ids, labels = docs.batch(m, batch, s, cfg.vocab_size)
+        return ref(ids, labels)[1], docs.targets(m, batch, s)
+
+    rows = []
+    for step in range(STEPS):
+        for group in opt.param_groups:
+            group["lr"] = LR * LR_FACTORS[step]
+        parts = [loss_of(train, m, BATCH) for m in range(step * ACCUMULATE, (step + 1) * ACCUMULATE)]
+        whole = sum(n for _, n in parts)
+        sum(loss * n / whole for loss, n in parts).backward()
+        norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad()
+        row = {"loss": sum(float(loss.detach()) * n / whole for loss, n in parts), "lr": LR * LR_FACTORS[step],
+               "grad_norm": float(norm)}
+        if (step + 1) % 2 == 0:
+            with torch.no_grad():
+                evals = [loss_of(held_out, m, BATCH) for m in range(2)]
+            row["eval_loss"] = sum(float(loss) * n for loss, n in evals) / sum(n for _, n in evals)
+        rows.append(row)
+    return rows
+
+
+def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
+    """train (dynamic:dp, p ranks) with --lr-schedule cosine --warmup-steps 1 --clip-grad 0.5 --accumulate 2
+    --eval-every 2 on a token file: every step's loss, lr, global gradient norm (each parameter once over the
+    ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5)."""
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    root, train_file, eval_file = _token_files(rank)
+    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
+                             max_len=MAX_LEN, lr_schedule="cosine", warmup_steps=1, clip_grad=CLIP,
+                             accumulate=ACCUMULATE, eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2,
+                             progress=False), group)
+    want = _reference_run(train_file, eval_file)
+    for row, ref in zip(log, want, strict=True):
+        assert_close(row["lr"], ref["lr"], rtol=1e-12, atol=0.0)
+        assert_close(row["loss"], ref["loss"], **TOL)
+        assert_close(row["grad_norm"], ref["grad_norm"], **TOL)
+        assert ref["grad_norm"] > CLIP
+        assert ("eval_loss" in row) == ("eval_loss" in ref)
+        if "eval_loss" in ref:
+            assert_close(row["eval_loss"], ref["eval_loss"], **TOL)
+    assert [r["docs"] for r in log] == [BATCH * ACCUMULATE] * STEPS
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
+    """A researcher's run at p ranks: a save_to_disk text dataset and a held-out jsonl of text, tokenized with a
+    BPE tokenizer trained here; warmup + cosine, clipping, 2 micro-steps per optimizer step and evaluation every
+    4 steps. The training loss and the evaluation loss fall; every step's tokens are counted."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from text_corpus import build_tokenizer, documents
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    box = [tempfile.mkdtemp(prefix="paradyse-text-") if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    root = box[0]
+    if rank == 0:
+        import datasets
+
+        build_tokenizer(Path(root) / "tok")
+        datasets.Dataset.from_dict({"text": documents(32, seed=1)}).save_to_disk(os.path.join(root, "train"))
+        with open(os.path.join(root, "eval.jsonl"), "w") as f:
+            f.write("".join(json.dumps({"text": t}) + "\n" for t in documents(4, seed=2)))
+    dist.barrier()
+    log = train(TrainOptions(model="gpt2-tiny", dataset=os.path.join(root, "train"),
+                             tokenizer=os.path.join(root, "tok"), steps=8, batch=2, accumulate=2, lr=1e-2,
+                             lr_schedule="cosine", warmup_steps=2,
+                             clip_grad=1.0, max_len=32, eval_dataset=f"file:{root}/eval.jsonl", eval_every=4,
+                             eval_batches=2, data_order="shuffled", progress=False), group)
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:2], log[-2:]))
+    assert last < first - 0.5, (first, last)
+    evals = [r["eval_loss"] for r in log if "eval_loss" in r]
+    assert len(evals) == 2 and evals[1] < evals[0], evals
+    assert all(r["tokens"] > 0 and r["docs"] == 4 for r in log)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"train-schedule-clip-accumulate-eval": schedule_clip_accumulate_eval_case,
+         "train-text-dataset-loss-falls": text_dataset_loss_falls_case}
+ONLY_AT = {"train-schedule-clip-accumulate-eval": (2,), "train-text-dataset-loss-falls": (2,)}
+"""p = 2: the gradient norm over shards and replicas; every strategy's gradients at p = 1..4: the model-* cases."""
