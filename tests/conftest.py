@@ -29,7 +29,7 @@ def xdist_group_name(item) -> str:
     module = item.nodeid.split("::", 1)[0]
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "p" in callspec.params and module.endswith("test_distributed.py"):
-        return f"{module}[p={callspec.params['p']}]"
+        return f"{module}-p{callspec.params['p']}"  # no ']' at its end: xdist reads a name ending in ']' as no group
     return module
 
 
