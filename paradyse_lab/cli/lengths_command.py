@@ -7,8 +7,8 @@ output inside the tree being read would be counted, or would overwrite a documen
 temporary files an interrupted write of the toolkit leaves (`.NAME.XXXXXXXX.tmp`) are not documents.
 `paradyse-lab workload SPEC` prints a workload's band fractions next to the
 paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, the budget N left
-unused, and the padding each step gets on `--p` GPUs: rounded up once to the layout unit 2p, as the cost model,
-the simulator and the runtime pad it).
+unused, and the padding each step gets on `--p` GPUs: each document rounded up to the layout unit 2p, as the
+cost model, the simulator and the runtime pad it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from paradyse_lab.cli.output import (
     print_table,
 )
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.strategies import layout_unit
 from paradyse_lab.workloads import (
@@ -165,10 +166,11 @@ def run_lengths(args) -> int:
 
 def _step_rows(w: Workload, p: int) -> list[dict]:
     """Each packed step: its documents, tokens, the budget it leaves unused (the budget: the largest step's
-    tokens when the steps came packed from a file) and its padding on p GPUs (tokens up to the layout unit)."""
+    tokens when the steps came packed from a file) and its padding on p GPUs (each document up to the layout unit,
+    `PackedStep.padding`)."""
     budget, unit = w.pack_tokens or max(sum(step) for step in w.steps), layout_unit(p)
     return [{"documents": list(step), "tokens": sum(step), "unused_budget": max(budget - sum(step), 0),
-             "padding": -sum(step) % unit} for step in w.steps]
+             "padding": PackedStep(tuple(step), unit).padding} for step in w.steps]
 
 
 def run_workload(args) -> int:

@@ -222,10 +222,10 @@ def test_packed_workloads_and_packed_length_files(tmp_path, capsys):
     capsys.readouterr()
     assert main(["workload", f"file:{out}", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    # the budget a step leaves unused, and apart from it the padding to the layout unit 2p (default p: 8)
+    # the budget a step leaves unused, and apart from it each document's padding to the layout unit 2p (default p: 8)
     assert data["steps"] == [{"documents": [200], "tokens": 200, "unused_budget": 800, "padding": 8},
                              {"documents": [700, 300], "tokens": 1000, "unused_budget": 0, "padding": 8},
-                             {"documents": [900, 50], "tokens": 950, "unused_budget": 50, "padding": 10}]
+                             {"documents": [900, 50], "tokens": 950, "unused_budget": 50, "padding": 12 + 14}]
     assert (data["p"], data["layout_unit"]) == (8, 16)
     assert main(["workload", f"file:{out}", "--format", "json", "--p", "3"]) == 0
     assert [s["padding"] for s in json.loads(capsys.readouterr().out)["steps"]] == [4, 2, 4]  # to 6
