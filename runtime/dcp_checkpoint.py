@@ -216,9 +216,12 @@ def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
     if meta.get("format") != FORMAT:
         raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab; resume it "
                              "with that version, or start a new --checkpoint-dir")
+    from runtime.train import OPTIONAL_SETTINGS
+
     for key, value in meta_expected.items():
-        if key in meta and meta[key] != value:
-            raise UserInputError(f"checkpoint {path} has {key}={meta[key]!r}; this run has {value!r} (resume with "
+        saved = meta.get(key, OPTIONAL_SETTINGS.get(key, value))  # not recorded: its default (or not checked)
+        if saved != value:
+            raise UserInputError(f"checkpoint {path} has {key}={saved!r}; this run has {value!r} (resume with "
                                  f"the same --{key.replace('_', '-')}, or start a new --checkpoint-dir)")
 
 

@@ -53,6 +53,7 @@ the ranks stop with it (runtime/launcher.py). The command line is paradyse_lab/c
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -311,12 +312,14 @@ def run_meta(opts: TrainOptions) -> dict:
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
-    if opts.tokenizer or opts.data_order:
-        meta.update(tokenizer=opts.tokenizer, text_column=opts.text_column, data_order=opts.data_order)
-    if opts.accumulate != 1 or opts.lr_schedule != "constant" or opts.warmup_steps or opts.clip_grad:
-        meta.update(accumulate=opts.accumulate, lr_schedule=opts.lr_schedule, warmup_steps=opts.warmup_steps,
-                    clip_grad=opts.clip_grad)
+    meta.update({key: getattr(opts, key) for key in OPTIONAL_SETTINGS})
     return meta
+
+
+OPTIONAL_SETTINGS = {key: f.default for f in dataclasses.fields(TrainOptions) if (key := f.name) in (
+    "tokenizer", "text_column", "data_order", "accumulate", "lr_schedule", "warmup_steps", "clip_grad")}
+"""Settings a resumed run must keep that checkpoints of earlier versions do not record: a checkpoint without one
+was written with its default (runtime/dcp_checkpoint.py compares them so)."""
 
 
 def _device(group):

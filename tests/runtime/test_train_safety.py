@@ -466,3 +466,15 @@ def test_markov_tokens_walk_the_same_chain_on_host_ints():
     for i in range(1, 300):
         want[:, i] = table[want[:, i - 1], choice[:, i]]
     assert torch.equal(got, want)
+
+
+def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_path):
+    """--accumulate (and the schedule, clipping, tokenizer and data order) are settings of the run: a checkpoint
+    written with --accumulate 2 is not resumed under the default 1 (it would index other micro-steps), and one
+    written with the defaults is not resumed under --accumulate 2."""
+    _run(tmp_path, steps=2, accumulate=2)
+    with pytest.raises(UserInputError, match="accumulate=2; this run has 1"):
+        _run(tmp_path, steps=4, resume=True)
+    _run(tmp_path / "b", steps=2)
+    with pytest.raises(UserInputError, match="accumulate=1; this run has 2"):
+        _run(tmp_path / "b", steps=4, resume=True, accumulate=2)
