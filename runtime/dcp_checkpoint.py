@@ -17,7 +17,7 @@ tensors sharded for the new world size and DCP reads each rank's rows from which
 resharding. At p = 1 the tensors are plain (full), and no process group is needed (`read_full` also reads a
 checkpoint without one: export-hf).
 
-Guarantees (as the per-rank format of runtime/checkpoint.py, whose folder helpers this module shares):
+Guarantees (as the per-rank format of earlier versions; the folder helpers are runtime/checkpoint.py's):
 atomic (DCP writes into `DIR/.tmp-step-N`; rank 0 records every file's SHA-256 in meta.json, renames the folder
 and replaces `latest`; a crash leaves the previous checkpoint named, and a failed write on any rank, a full
 disk, stops every rank with one line and removes the partial folder), verified before use (`resumable` takes the
@@ -45,7 +45,7 @@ from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_te
 from runtime.layout import SHARDED, row_sections
 
 FORMAT = "torch.distributed.checkpoint"
-"""meta.json's `format`; the per-rank files of runtime/checkpoint.py have none."""
+"""meta.json's `format`; the per-rank checkpoints of earlier versions have none."""
 MOMENTS = ("exp_avg", "exp_avg_sq")
 """AdamW's per-parameter state tensors."""
 

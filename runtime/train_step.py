@@ -60,7 +60,7 @@ class TrainLoop:
         s = data.length(m)
         decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), run.group)
         ids, labels, cu_seqlens = self._on_device(data, m)
-        with kernels_used() as ran:  # packed steps on CUDA record 'math-masked' (attention.MASKED_FALLBACK)
+        with kernels_used() as ran:  # packed steps record their varlen kernel (runtime/varlen.py)
             _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
                             loss_tile=_loss_tile(decision, model, ids.numel()))
         value = float(loss.detach())

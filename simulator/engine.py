@@ -4,7 +4,7 @@ One row per step (schema in `ROW_COLUMNS`, written to results/*.csv by simulator
 policy stops at its first OOM (the paper's Figure 2); `restart:NAME` pays its restart cost and continues
 with the next lighter strategy; a dynamic policy that finds no plan that fits records the OOM and stops.
 Lengths are padded up to the layout unit (a multiple of 2p, which every strategy splits) before planning.
-A packed workload (`--pack-tokens N`) trains one pack of documents per step, padded once to the layout unit
+A packed workload (`--pack-tokens N`) trains one pack of documents per step, each document padded to the layout unit
 and planned and charged as a `PackedStep` (paradyse_lab/costmodel/packed.py): its row's `seq_len` is its
 longest document, `documents` and `tokens` what it trains.
 """

@@ -334,7 +334,7 @@ def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budg
             "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,
             "documents_trained": documents, "documents": setup.size, "finished": documents == setup.size,
             "tokens_trained": s.tokens_trained,
-            "padding_tokens": int((trained["padded_len"] - trained["tokens"]).sum()),  # to the layout unit, once a step
+            "padding_tokens": int((trained["padded_len"] - trained["tokens"]).sum()),  # per document
             "total_time_s": s.total_time_s,
             "time_per_token_us": 1e6 * s.total_time_s / s.tokens_trained if s.tokens_trained else None,
             "max_doc_trained": s.max_seq_len_trained, "oom_at_doc": s.oom_at_seq_len,

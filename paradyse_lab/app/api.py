@@ -43,7 +43,7 @@ class Plan:
     p: int
     """GPUs (ranks) the step is planned for."""
     seq_len: int
-    """Tokens of the step (a pack: its documents padded once to the layout unit)."""
+    """Tokens of the step (a pack: each of its documents padded to the layout unit)."""
     documents: tuple[int, ...] | None = None
     """The pack's document lengths, or None for one sequence."""
 

@@ -66,7 +66,7 @@ def add_step_arguments(p):
     step = p.add_mutually_exclusive_group(required=True)
     step.add_argument("--seq", help="sequence length in tokens (e.g. 65536 or 64K)")
     step.add_argument("--documents", help="one packed step: its documents' lengths, comma-separated (e.g. "
-                      "16K,8K,4K,4K); attention stays inside each, the step is padded once to the layout unit")
+                      "16K,8K,4K,4K); attention stays inside each, each document is padded to the layout unit")
     return step
 
 
