@@ -376,6 +376,8 @@ ONLY_AT: dict[str, tuple[int, ...]] = {}
 every world size of test_distributed.py."""
 for _kv in LLAMA_KV_HEADS:
     CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
+    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (1, 2, 4)  # p = 3 (no transformers import in that world, 6 s
+    # a rank): its uneven K/V split is checked against the reference by llama-kv1-ts-metp-mlps-causal
 CASES["llama-hf-variants"] = llama_variants_hf_case
 ONLY_AT["llama-hf-variants"] = (2,)  # the other flags' conversions; every strategy at p = 2
 CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
