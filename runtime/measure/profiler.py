@@ -119,6 +119,19 @@ def _storage_key(t) -> tuple:
     return (str(t.device), s.data_ptr(), s.nbytes())
 
 
+def random_sublayer_params(cfg, kind: str, gen) -> dict:
+    """Whole (unsharded) parameters of one sub-layer ('attention' or 'mlp') of `cfg`: unit norm, zero biases
+    (empty when `cfg` has none), weights N(0, 0.02) drawn from `gen`."""
+    import torch
+
+    h = cfg.hidden
+    n1, n2 = cfg.sublayer_shapes(kind)
+    nb, bias = (h if cfg.norm == "layernorm" else 0), cfg.bias
+    return {"ln_w": torch.ones(h), "ln_b": torch.zeros(nb), "b2": torch.zeros(h if bias else 0),
+            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1 if bias else 0),
+            "w2": torch.randn(n2, h, generator=gen) * 0.02}
+
+
 def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, seq_len: int, batch: int = 1,
                        rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None) -> KeptRecorder:
     """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg` (runtime.reference.GPTConfig)
@@ -134,12 +147,7 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     dtype = dtype or torch.float32
     gen = torch.Generator().manual_seed(seed)
     h = cfg.hidden
-    n1, n2 = cfg.sublayer_shapes(kind)
-    nb, bias = (h if cfg.norm == "layernorm" else 0), cfg.bias
-    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(nb), "b2": torch.zeros(h if bias else 0),
-            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1 if bias else 0),
-            "w2": torch.randn(n2, h, generator=gen) * 0.02}
-    shard = shard_sublayer(full, kind, rank, p)
+    shard = shard_sublayer(random_sublayer_params(cfg, kind, gen), kind, rank, p)
     params = [shard[n].to(device=device, dtype=dtype).requires_grad_() for n in PARAM_NAMES]
     x = torch.randn(batch, seq_len // p, h, generator=gen).to(device=device, dtype=dtype).requires_grad_()
     group = FakeGroup(p, rank)

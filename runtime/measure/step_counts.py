@@ -111,18 +111,14 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
     from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
     from runtime.layout import PARAM_NAMES, shard_sublayer
+    from runtime.measure.profiler import random_sublayer_params
     from runtime.model import STRATEGY_MODULES
     from runtime.sublayer import make_ctx, run_sublayer
 
     opt = StrategyOption.parse(option)
     gen = torch.Generator().manual_seed(0)
     h = cfg.hidden
-    n1, n2 = cfg.sublayer_shapes(kind)
-    nb, bias = (h if cfg.norm == "layernorm" else 0), cfg.bias
-    full = {"ln_w": torch.ones(h), "ln_b": torch.zeros(nb), "b2": torch.zeros(h if bias else 0),
-            "w1": torch.randn(n1, h, generator=gen) * 0.02, "b1": torch.zeros(n1 if bias else 0),
-            "w2": torch.randn(n2, h, generator=gen) * 0.02}
-    shard = shard_sublayer(full, kind, 0, p)
+    shard = shard_sublayer(random_sublayer_params(cfg, kind, gen), kind, 0, p)
     params = [shard[n].requires_grad_() for n in PARAM_NAMES]
     x = torch.randn(1, seq_len // p, h, generator=gen).requires_grad_()  # [b, t, h]
     ctx = make_ctx(cfg, FakeGroup(p, 0), kind, seq_len)
