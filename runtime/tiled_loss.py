@@ -37,9 +37,9 @@ class TiledHeadLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=x.device)
         for start in range(0, flat_x.shape[0], tile):
             u = norm(flat_x[start:start + tile], lnf_w, lnf_b, eps)  # [tile, h]
-            logits = (u @ head_w.t()).float()  # [tile, h] x [h, V] -> [tile, V] fp32
-            total += F.cross_entropy(logits, flat_labels[start:start + tile], ignore_index=-100, reduction="sum")
-            del u, logits
+            logp = F.log_softmax(u @ head_w.t(), dim=-1, dtype=torch.float32)  # [tile, h] x [h, V] -> [tile, V] fp32
+            total += F.nll_loss(logp, flat_labels[start:start + tile], ignore_index=-100, reduction="sum")
+            del u, logp
         fctx.eps, fctx.tile = eps, tile
         fctx.save_for_backward(x, lnf_w, lnf_b, head_w, labels)  # x alone is an activation (the rest: states, data)
         return total
@@ -55,7 +55,7 @@ class TiledHeadLoss(torch.autograd.Function):
         dlw, dlb = torch.zeros_like(lnf_w), torch.zeros_like(lnf_b)
         for start in range(0, flat_x.shape[0], tile):
             u, (x_tile, lw, lb) = _norm_with_grad(flat_x[start:start + tile], lnf_w, lnf_b, fctx.eps)  # [tile, h]
-            dlogits = _logits_grad(u.detach() @ head_w.t(), flat_labels[start:start + tile], g)  # [tile, V]
+            dlogits = _logits_grad(u.detach(), head_w, flat_labels[start:start + tile], g)  # [tile, V]
             dw += (dlogits.t() @ u.detach()).to(acc)  # [V, tile] x [tile, h] -> [V, h]
             du = dlogits @ head_w  # [tile, V] x [V, h] -> [tile, h]
             del dlogits
@@ -67,18 +67,35 @@ class TiledHeadLoss(torch.autograd.Function):
         return dx.view_as(x), dlw, dlb, dw.to(head_w.dtype), None, None, None
 
 
-def _logits_grad(logits, labels, g):
-    """d(sum of cross-entropy)/d logits of one tile [tile, V], times g: softmax(logits) - onehot(label) in fp32,
-    zero on ignored rows (-100), in the logits' dtype."""
+def _logits_grad(u, head_w, labels, g):
+    """d(sum of cross-entropy)/d logits of one tile, logits = u W^T [tile, V], times g: softmax(logits) -
+    onehot(label) in fp32, zero on ignored rows (-100), in the logits' dtype. The tile's peak is its logits in the
+    model dtype beside their fp32 softmax (softmax's `dtype` argument makes no fp32 copy of the logits), then the
+    softmax beside the gradient in the model dtype: tile V (4 + e) bytes, the cost model's count."""
+    logits = u @ head_w.t()  # [tile, h] x [h, V] -> [tile, V]
     dtype = logits.dtype
-    probs = torch.softmax(logits.float(), dim=-1)  # [tile, V] fp32
-    del logits  # the tile's peak: its fp32 softmax and the 16-bit gradient below, as the whole head's per token
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # [tile, V] fp32
+    del logits
     valid = labels != -100
     rows = valid.nonzero().squeeze(1)  # [n valid]
     probs[rows, labels[rows]] -= 1.0
     probs[~valid] = 0.0
     probs *= g
     return probs.to(dtype)
+
+
+def whole_head_loss(x, lnf_w, lnf_b, head_w, labels, eps: float, keep_logits: bool = False):
+    """The summed fp32 cross-entropy of norm(x) W^T against labels (-100 ignored) with the whole logits:
+    x [b, t, h], labels [b, t] -> [] (and the logits [b, t, V] when `keep_logits`). What it holds: the fp32
+    log-softmax [t, V] kept for the backward (log_softmax's `dtype` argument: no fp32 copy of the logits); in the
+    forward the logits in the model dtype beside it; in the backward the loss's fp32 gradient [t, V] and the
+    logits' gradient in the model dtype beside the kept one: t V (4 + e) bytes transient, the cost model's count.
+    Training drops the logits (`keep_logits` False): holding them would keep [t, V] in the model dtype through
+    the backward, which the cost model does not count (paradyse_lab/costmodel/analytic.py `fixed`)."""
+    logits = norm(x, lnf_w, lnf_b, eps) @ head_w.t()  # [b, t, h] x [h, V] -> [b, t, V]
+    logp = F.log_softmax(logits.flatten(0, 1), dim=-1, dtype=torch.float32)  # [b*t, V] fp32, no fp32 copy
+    total = F.nll_loss(logp, labels.flatten(), ignore_index=-100, reduction="sum")
+    return (total, logits) if keep_logits else total
 
 
 def tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, eps: float, tile: int) -> torch.Tensor:
