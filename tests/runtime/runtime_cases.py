@@ -539,9 +539,23 @@ def train_loss_falls_case(rank: int, p: int, group) -> None:
     assert last < first - 0.5, (first, last)
 
 
+class CountedPolicy:
+    """The policy `inner`, counting the decisions asked of it."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def decide(self, step, batch):
+        self.calls += 1
+        return self.inner.decide(step, batch)
+
+
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run. The
+    resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
+    other ranks ask their policy nothing, neither replaying nor training."""
     import os
+    from unittest import mock
 
     import torch.distributed as dist
 
@@ -549,13 +563,22 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
+    from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
               "checkpoint_every": 2}
     straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
     train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
-    resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    real, built = planner.build_policy, []
+
+    def counted(*args, **kwargs):
+        built.append(CountedPolicy(real(*args, **kwargs)))
+        return built[-1]
+
+    with mock.patch.object(planner, "build_policy", counted):
+        resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    assert [policy.calls for policy in built] == [2 + 2 if rank == 0 else 0]  # steps 1-2 replayed, 3-4 trained
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
     a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
