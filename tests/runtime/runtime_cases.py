@@ -682,6 +682,48 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
+def checkpoint_lock_refused_case(rank: int, p: int, group) -> None:
+    """A run whose --checkpoint-dir rank 0 cannot lock stops on every rank with the same one-line
+    `UserInputError`, within seconds: a folder whose lock another run holds (the holder named), and one whose
+    lock file cannot be opened (a folder in its place). Rank 0 raised alone there and left the other ranks
+    waiting for its answer until the process group's timeout."""
+    import fcntl
+    import os
+    import shutil
+    import time
+
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    root = _shared_tmpdir(rank, p, group)
+    held, broken = os.path.join(root, "held"), os.path.join(root, "broken")
+    if rank == 0:
+        os.makedirs(os.path.join(broken, ".lock"))  # a folder where the lock file goes
+        os.makedirs(held)
+        holder = os.open(os.path.join(held, ".lock"), os.O_RDWR | os.O_CREAT)  # held as another run holds it
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # flock: this descriptor's, not the process's
+        os.pwrite(holder, b"pid 4242 on elsewhere\n", 0)
+    dist.barrier(group=group)
+    for folder, reason in ((broken, "cannot be locked for this run: Is a directory"),
+                           (held, "is in use by another run (pid 4242 on elsewhere)")):
+        started = time.monotonic()
+        try:
+            train(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1, max_len=16, progress=False,
+                               checkpoint_dir=folder), group)
+        except UserInputError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"a run on {folder} was not refused")
+        assert reason in message and "\n" not in message and f"--checkpoint-dir {folder!r}" in message, message
+        assert time.monotonic() - started < 30, time.monotonic() - started
+    dist.barrier(group=group)
+    if rank == 0:
+        os.close(holder)
+        shutil.rmtree(root)
+
+
 def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     """A solver that picks a different plan on every rank still gives every rank rank 0's plan, and only
     rank 0 runs it: directly, and inside `train` (whose policy is replaced by such a solver)."""
@@ -799,6 +841,8 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
+CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
+ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
