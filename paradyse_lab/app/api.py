@@ -67,24 +67,28 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
     options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
     'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
-    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`."""
+    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
+    every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
+    it profiled)."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.strategies import USABLE, layout_unit, options
+    from simulator.planner import planning_model
     from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
     spec = _model_spec(model)
-    cm = build_cost_model(cost_model, spec, get_cluster(cluster or DEFAULT_CLUSTER), p)
+    planning = planning_model(spec, get_cluster(cluster or DEFAULT_CLUSTER), cost_model=cost_model, p=p,
+                              budget_bytes=_budget_bytes(budget_gib, budget_gb))  # the planner's budget and cap
+    cm = planning.cost_model
     if documents is not None:
         step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
-                                      budget_bytes=_budget_bytes(budget_gib, budget_gb),
+                                      budget_bytes=planning.plan_budget_bytes,
                                       options=options(tuple(strategies or USABLE), recompute))
     solution = get_solver(solver).solve(problem)
     return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,

@@ -33,6 +33,40 @@ def test_plan_step_predicts_time_and_memory_parts():
         pl.plan_step("gpt2-tiny", p=2, seq_len=64, documents=[32, 32])
 
 
+class CappedCostModel:
+    """The analytic model whose `budget_bytes` caps a plan's memory at `cap` (what a learned model of the paper's
+    kind does with its OOM threshold, paradyse_lab/costmodel/learned_fit.py)."""
+
+    def __init__(self, inner, cap: int):
+        self.inner, self.cap = inner, cap
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def budget_bytes(self, budget: int) -> int:
+        return min(int(budget), self.cap)
+
+
+def test_plan_step_applies_the_cost_models_budget_cap(monkeypatch):
+    """plan_step plans under the budget the cost model allows (`CostModel.budget_bytes`), as `train`, `simulate`
+    and `experiment` do (simulator/planner.py): it used the whole budget, so a plan could need more memory than a
+    learned model's OOM threshold."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel import factory
+    from paradyse_lab.model_spec import get_model
+    from simulator.planner import build_planner
+
+    free = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
+    cap = free.memory["peak"] - 1  # the unconstrained plan no longer fits under the cap
+    real = factory.build_cost_model
+    monkeypatch.setattr(factory, "build_cost_model", lambda _name, *rest: CappedCostModel(real("analytic", *rest), cap))
+    capped = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True, cost_model="hybrid")
+    assert capped.memory["budget"] == cap and capped.feasible and capped.memory["peak"] <= cap < free.memory["peak"]
+    planner = build_planner("dynamic:dp", get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), p=2,
+                            cost_model="hybrid", recompute=True)
+    assert planner.policy.budget_bytes == capped.memory["budget"]  # the one rule of every planner
+
+
 def test_train_save_load_in_one_process(tmp_path):
     """Without a process group: two steps, a checkpoint, and a fresh model and optimizer that load it continue
     exactly as the original does."""
