@@ -21,6 +21,9 @@ def test_version_and_names():
 
 def test_plan_step_predicts_time_and_memory_parts():
     plan = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
+    assert type(plan) is pl.PlanReport and type(plan).__name__ == "PlanReport"
+    with pytest.deprecated_call(match="renamed paradyse_lab.PlanReport"):
+        assert pl.Plan is pl.PlanReport  # its earlier name, for scripts written against it
     assert len(plan.strategies) == 4 and plan.feasible and plan.predicted_time_s > 0
     parts = plan.memory
     assert parts["peak"] == parts["fixed"] + parts["kept_activations"] + parts["transient"] <= parts["budget"]
