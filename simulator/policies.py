@@ -222,6 +222,11 @@ class DynamicPolicy:
         return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
                         head=head)
 
+    def fresh_copy(self) -> DynamicPolicy:
+        """This policy with nothing remembered (an empty cache, no previous plan to smooth against): what plans
+        a run's held-out evaluation steps without changing the plans of its training steps."""
+        return replace(self, _cache={}, _previous=None)
+
     def _plan(self, solution) -> Plan:
         """The solver's answer (option names of the search problem) as the plan the runtime runs."""
         return Plan.from_names(solution.plan, self.graph.granularity)
@@ -253,6 +258,10 @@ class StaticPolicy:
     @property
     def option(self) -> StrategyOption:
         return StrategyOption(self.strategy, self.recompute)
+
+    def fresh_copy(self) -> StaticPolicy:
+        """As `DynamicPolicy.fresh_copy` (a static policy remembers nothing)."""
+        return replace(self)
 
     def decide(self, seq_len: int, batch: int) -> StepPlan:
         plan = Plan((self.option,) * self.graph.num_decisions, self.graph.granularity)

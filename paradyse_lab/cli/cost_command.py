@@ -33,10 +33,12 @@ def parse_int(field: str, text: str) -> int:
     """A positive integer (at most MAX_COUNT) from the command line, accepting 64K / 1M / 1_000 / 1e3 forms.
 
     Read exactly (decimal arithmetic, never through float: 2**53 + 1 stays itself), its range checked before
-    any use, and refused with the text as typed."""
+    any use, and refused with the text as typed; digits of other scripts are refused."""
     from decimal import Decimal, InvalidOperation
 
     raw = text.strip().replace("_", "")
+    if not raw.isascii():  # Decimal reads other scripts' digits ('٤٠٩٦') as numbers: refused, not guessed
+        raise UserInputError(f"{field} must be a positive integer in ASCII digits (e.g. 4096 or 4K), got {text!r}")
     scale = 1
     if raw[-1:].upper() in ("K", "M"):
         scale = 1024 if raw[-1].upper() == "K" else 1024 * 1024

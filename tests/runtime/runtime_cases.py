@@ -539,9 +539,23 @@ def train_loss_falls_case(rank: int, p: int, group) -> None:
     assert last < first - 0.5, (first, last)
 
 
+class CountedPolicy:
+    """The policy `inner`, counting the decisions asked of it."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def decide(self, step, batch):
+        self.calls += 1
+        return self.inner.decide(step, batch)
+
+
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run. The
+    resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
+    other ranks ask their policy nothing, neither replaying nor training."""
     import os
+    from unittest import mock
 
     import torch.distributed as dist
 
@@ -549,13 +563,22 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
+    from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
               "checkpoint_every": 2}
     straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
     train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
-    resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    real, built = planner.build_policy, []
+
+    def counted(*args, **kwargs):
+        built.append(CountedPolicy(real(*args, **kwargs)))
+        return built[-1]
+
+    with mock.patch.object(planner, "build_policy", counted):
+        resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    assert [policy.calls for policy in built] == [2 + 2 if rank == 0 else 0]  # steps 1-2 replayed, 3-4 trained
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
     a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
@@ -656,6 +679,48 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
     if rank == 0:
         import shutil
 
+        shutil.rmtree(root)
+
+
+def checkpoint_lock_refused_case(rank: int, p: int, group) -> None:
+    """A run whose --checkpoint-dir rank 0 cannot lock stops on every rank with the same one-line
+    `UserInputError`, within seconds: a folder whose lock another run holds (the holder named), and one whose
+    lock file cannot be opened (a folder in its place). Rank 0 raised alone there and left the other ranks
+    waiting for its answer until the process group's timeout."""
+    import fcntl
+    import os
+    import shutil
+    import time
+
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    root = _shared_tmpdir(rank, p, group)
+    held, broken = os.path.join(root, "held"), os.path.join(root, "broken")
+    if rank == 0:
+        os.makedirs(os.path.join(broken, ".lock"))  # a folder where the lock file goes
+        os.makedirs(held)
+        holder = os.open(os.path.join(held, ".lock"), os.O_RDWR | os.O_CREAT)  # held as another run holds it
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # flock: this descriptor's, not the process's
+        os.pwrite(holder, b"pid 4242 on elsewhere\n", 0)
+    dist.barrier(group=group)
+    for folder, reason in ((broken, "cannot be locked for this run: Is a directory"),
+                           (held, "is in use by another run (pid 4242 on elsewhere)")):
+        started = time.monotonic()
+        try:
+            train(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1, max_len=16, progress=False,
+                               checkpoint_dir=folder), group)
+        except UserInputError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"a run on {folder} was not refused")
+        assert reason in message and "\n" not in message and f"--checkpoint-dir {folder!r}" in message, message
+        assert time.monotonic() - started < 30, time.monotonic() - started
+    dist.barrier(group=group)
+    if rank == 0:
+        os.close(holder)
         shutil.rmtree(root)
 
 
@@ -776,6 +841,8 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
+CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
+ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
