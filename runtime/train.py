@@ -397,7 +397,8 @@ class TrainState:
             model.to(torch.bfloat16)
             masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
         optimizer = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr,
-                                      weight_decay=opts.weight_decay)
+                                      weight_decay=opts.weight_decay,
+                                      fused=device.type == "cuda" or None)  # CUDA: one kernel, no temporaries
         return cls(opts, group, device, model, optimizer, masters, meta, workload_size)
 
     @property
@@ -440,6 +441,7 @@ class TrainState:
         if self.masters is not None:
             for m, q in zip(self.masters, self.model.parameters()):
                 m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: wpe, lnf_b
+                q.grad = None  # each bf16 gradient freed once copied: never both precisions of every gradient
 
     def apply_optimizer(self) -> None:
         """AdamW on the weights (or the fp32 masters, copied back into the bf16 weights after); gradients zeroed."""
