@@ -112,8 +112,11 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
     rows = range(len(idx))
     kept = int(sum(int(problem.kept_bytes[r, i]) for r, i in zip(rows, idx)))
     transient = max(problem.fixed_transient_bytes, max(int(problem.transient_bytes[r, i]) for r, i in zip(rows, idx)))
-    return {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
-            "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    out = {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
+           "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    if problem.host_bytes is not None:  # activations offloaded to host memory, per GPU
+        out["host_offloaded"] = int(sum(int(problem.host_bytes[r, i]) for r, i in zip(rows, idx)))
+    return out
 
 
 def build_model(source, group=None, *, seed: int = 0):
