@@ -10,16 +10,17 @@ sub-layer input x [b, t, h].
 On CUDA the copy out runs on a side stream after the compute that made the tensor (the stream waits for the
 compute stream), into pinned host memory, and the tensor's memory is not reused before the copy has run
 (`record_stream`); the copy back runs on the side stream too, and the compute stream waits for it only when it
-needs the tensor. The backward of sub-layer k starts bringing back the tensors of sub-layer k - 1 (the next one
-its backward reaches: a prefetch), so that copy overlaps sub-layer k's backward, as the cost model's overlap
-assumes (paradyse_lab/costmodel/techniques.py `offload_exposed_s`). On CPU the "host" copy is a separate buffer
-made the same way (the copies are synchronous there), so the bytes moved and the schedule of the copies are the
-same on both.
+needs the tensor. The backward of an offloaded sub-layer starts bringing back the tensors of the offloaded one
+before it (the next one the backward reaches: a prefetch), so that copy overlaps this sub-layer's backward, as
+the cost model's overlap assumes (paradyse_lab/costmodel/techniques.py `offload_exposed_s`). On CPU the "host"
+copy is a separate buffer made the same way (the copies are synchronous there), so the bytes moved and the
+schedule of the copies are the same on both.
 
 `OffloadStats` (one per step, `Offloader.stats`) counts the bytes each sub-layer moved each way and records
 each copy with the sub-layer whose pass it overlaps: ("to_host", tag, tag) when copied out during its own
-forward, ("to_device", tag, other) when brought back during the backward of `other` (its successor, when
-prefetched; itself otherwise). A tensor saved twice by one sub-layer (one storage) moves once.
+forward, ("to_device", tag, other) when brought back during the backward of `other` (the next offloaded
+sub-layer, when prefetched; itself for the last one). A tensor saved twice by one sub-layer (one storage)
+moves once.
 """
 
 from __future__ import annotations
