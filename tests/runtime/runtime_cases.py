@@ -191,13 +191,29 @@ def reference_and_model(causal: bool, group):
     return cfg, sd, ref, ParallelGPT(cfg, group, state_dict=sd)
 
 
-def model_case(plans, causal: bool = True, loss_tile: int = 0):
+def model_case(plans, causal: bool = True, loss_tile: int = 0, mlp_tile: int = 0):
     def case(rank: int, p: int, group) -> None:
         _, sd, ref, model = reference_and_model(causal, group)
         full = model.full_state_dict()  # gathering the shards gives back the full state dict
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
-        _check_model(model, ref, plans, rank, p, group, loss_tile)
+        _check_model(model, ref, plans, rank, p, group, loss_tile, mlp_tile)
     return case
+
+
+def llama_techniques_case(rank: int, p: int, group) -> None:
+    """The tiled MLP (SwiGLU, 5 positions per chunk) and offload on a LLaMA layer with 2 K/V heads under every
+    strategy the GQA rule allows at this p, block and sub-layer plans: logits, loss, gradients and bytes
+    (`_check_model`)."""
+    cfg = llama_config(2)
+    sd = random_state(cfg)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    names = feasible(cfg, p)
+    n = len(names)
+    plans = [[names[0] + "+recompute+tiled+offload", names[1 % n] + "+tiled"],
+             [names[2 % n] + "+offload", names[3 % n] + "+tiled+offload", names[1 % n] + "+recompute",
+              names[0] + "+tiled"]]
+    _check_model(ParallelGPT(cfg, group, state_dict=sd), ref, plans, rank, p, group, mlp_tile=TILE)
 
 
 def hf_models(rank: int, p: int, group, build, noise: float) -> list:
@@ -437,11 +453,8 @@ for _strategy in STRATEGIES:
                 _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
                     "-recompute" if _recompute else "")
                 CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
-    CASES[f"sublayer-{_strategy}-mlp-tiled"] = sublayer_case(_strategy, "mlp", True, False, tiled=True)
-    for _kind, _flags in (("mlp", dict(tiled=True)), ("mlp", {}), ("attention", dict(recompute=True))):
-        _name = f"sublayer-{_strategy}-{_kind}-{'-'.join(_flags) + '-' if _flags else ''}offload"
-        CASES[_name] = sublayer_case(_strategy, _kind, True, _flags.get("recompute", False),
-                                     tiled=_flags.get("tiled", False), offload=True)
+    # the tiled MLP offloading its input, and the whole kept set of an attention (views, lse, shared storages)
+    CASES[f"sublayer-{_strategy}-mlp-tiled-offload"] = sublayer_case(_strategy, "mlp", True, False, True, True)
     CASES[f"sublayer-{_strategy}-attention-offload"] = sublayer_case(_strategy, "attention", True, False, offload=True)
 for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
@@ -461,6 +474,17 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
+CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
+    ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
+    ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
+    ["megatron_ts+offload", "metp+tiled", "megatron_cz+recompute+offload", "ulysses_z+tiled+offload",
+     "ulysses_z+recompute", "megatron_cz+tiled", "metp+offload", "megatron_ts+tiled+offload"],
+], mlp_tile=TILE)
+CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(positions / hidden) chunks (one here)
+    ["metp+tiled", "megatron_cz+tiled+offload", "ulysses_z+recompute+tiled", "megatron_ts+tiled"],
+])
+ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
+CASES["llama-tiled-offload"] = llama_techniques_case
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
