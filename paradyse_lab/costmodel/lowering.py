@@ -9,9 +9,9 @@ option may run some decisions and not others (megatron_ts runs an MLP whatever k
 attention whose K/V heads do not split): it stays, is listed in `dropped` too (no uniform plan of it runs),
 and each decision it cannot run charges it more than the budget in kept bytes (so no feasible plan picks it)
 and a time above every other option's. The same holds where an option's flags change nothing (`+tiled` on an
-attention decision: `StrategyOption.runs`) and, for `+offload`, past the decisions the host memory holds
-(`host_limited`). A switch between two
-strategies is charged `layout_switch_s` at every boundary where their catalog layouts differ.
+attention decision: `StrategyOption.runs`) and, for `+offload`, where a decision would move more than its even
+share of the host memory (`host_limited`). A switch between two strategies is charged `layout_switch_s` at
+every boundary where their catalog layouts differ.
 
 Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the problem this module builds.
 """
@@ -99,9 +99,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
             kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
             transient[d, j] = max(transient[d, j], c.transient_bytes)
             host[d, j] += c.host_bytes
-    offloading = host_limited(host, cost_model.cluster.host_budget_bytes)
+    too_big = host_limited(host, cost_model.cluster.host_budget_bytes)
     for d in range(L):  # an option that runs some decisions but not this one (a head rule on attention)
-        cannot = [j for j, o in enumerate(usable) if not runs(o, d) or (d >= offloading and host[d, j])]
+        cannot = [j for j, o in enumerate(usable) if not runs(o, d) or too_big[d, j]]
         if cannot:
             time_s[d, cannot] = 2 * time_s[d].max() + 1.0  # slower than any option that runs it
             kept[d, cannot] = budget_bytes + 1  # and no plan that picks it fits the budget
@@ -120,10 +120,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     )
 
 
-def host_limited(host: np.ndarray, host_budget: int) -> int:
-    """How many leading decisions may offload: the most whose largest host bytes (over the options) fit
-    `host_budget` together. Offloading the first decisions frees the memory held longest (the first layer's
-    activations wait for the whole backward), and any plan offloading only there fits the host memory, so the
-    solvers need no second budget."""
-    total = np.cumsum(host.max(axis=1)) if host.size else np.zeros(0)
-    return int(np.searchsorted(total, host_budget, side="right"))
+def host_limited(host: np.ndarray, host_budget: int) -> np.ndarray:
+    """[L, O] bool: the choices whose offloaded bytes exceed an even share of `host_budget` per decision
+    (host_budget // L). Every plan made of the others fits the host memory, so the solvers need no second
+    budget; under recomputation every sub-layer offloads the same [t, h] input, so the even share costs a plan
+    nothing until the host memory is nearly full."""
+    return host > host_budget // max(1, host.shape[0])

@@ -29,7 +29,7 @@ direction moves the kept bytes over the host link (`ClusterSpec.host_link_bytes_
 compute of its phase, so a phase takes max(its compute, the copy) (`offload_exposed_s`); the forward's share of
 a sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
 fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py offers
-offload on the first decisions only, as many as fit).
+an offload choice only where it moves at most an even share of it per decision).
 """
 
 from __future__ import annotations
