@@ -6,7 +6,7 @@ Activation recomputation of a layer is an orthogonal option, and so are the two 
 `StrategyOption` is a strategy plus up to three flags, written `NAME[+recompute][+tiled][+offload]`:
 `+recompute` keeps only each sub-layer's input, `+tiled` runs the MLP over chunks of the sequence with
 recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to host memory until its backward
-(docs/long_context.md says what each keeps, moves and costs).
+(docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
 its cost-model schedule (`costmodel/schedules.py` `SCHEDULES`) and the name of its runtime module

@@ -65,7 +65,7 @@ def parse_options(text: str | None, recompute: bool, tiled: bool = False, offloa
 
 
 def add_technique_arguments(p) -> None:
-    """`--tiled-mlp` and `--offload`: the long-context options beside `--recompute` (docs/long_context.md)."""
+    """`--tiled-mlp` and `--offload`: the long-context options beside `--recompute` (docs/tiled_mlp_and_offload.md)."""
     p.add_argument("--tiled-mlp", action="store_true",
                    help="also offer each option with the tiled MLP (NAME+tiled: the MLP over chunks of about "
                    "hidden positions, keeping only its input and recomputing each chunk in the backward; ALST's "

@@ -1,6 +1,6 @@
 """The long-context techniques of a `StrategyOption` in the cost model: the tiled MLP and activation offload.
 
-`schedules.schedule` applies them to a strategy's `StrategyWork`; docs/long_context.md is the design note.
+`schedules.schedule` applies them to a strategy's `StrategyWork`; docs/tiled_mlp_and_offload.md is the design note.
 
 Tiled MLP (`+tiled`, MLP sub-layers only; ALST's TiledMLP, Bekman et al., "Arctic Long Sequence Training",
 arXiv 2506.13996, and DeepSpeed's `TiledMLP`): each rank cuts its s/p sequence positions into chunks of at most
