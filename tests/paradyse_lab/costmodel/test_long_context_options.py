@@ -162,3 +162,22 @@ def test_cost_shows_the_options_and_plan_max_length_takes_them(capsys):
     assert 0 < after["memory"]["host_offloaded"] <= H100.host_budget_bytes
     assert "host_offloaded" not in before["memory"]
     assert np.all([n.split("+")[0] in ("ulysses_z", "metp") for n in after["plan"]])
+
+
+def test_dynamic_policies_offer_them_in_simulate_and_train():
+    """`dynamic:SOLVER+tiled+offload` (simulate, train, validate-run: simulator/planner.py) plans with the options
+    and charges their plans: a short step gets neither, a step that fits only with them gets them."""
+    from simulator.planner import build_planner
+    from simulator.policies import PolicySpec
+
+    spec = PolicySpec.parse("dynamic:dp+offload+tiled", recompute=True)
+    assert (spec.tiled, spec.offload, spec.name) == (True, True, "dynamic:dp+recompute+tiled+offload")
+    with pytest.raises(UserInputError, match=r"\[\+tiled\]\[\+offload\]"):
+        PolicySpec.parse("dynamic:dp+tiles")
+    planner = build_planner(spec.name, LLAMA, H100)
+    charger = planner.charger()
+    short, long = planner.policy.decide(16 * 1024, 1), planner.policy.decide(1024 * 1024, 1)
+    assert short.feasible and not any(o.tiled or o.offload for o in short.plan.options)
+    assert long.feasible and any(o.tiled for o in long.plan.options) and any(o.offload for o in long.plan.options)
+    time_s, peak = charger.charge(long.plan.names, 1024 * 1024, 1, long.head)
+    assert time_s == pytest.approx(long.predicted_time_s) and peak <= planner.budget_bytes
