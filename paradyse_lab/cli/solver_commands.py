@@ -109,8 +109,9 @@ def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tupl
         batch = parse_int("--batch", args.batch)
         what = f"seq {seq_len}"
     problem = problem_from_cost_model(LayerGraph(model, args.granularity), cm, seq_len, batch, budget_bytes=budget,
-                                      options=parse_options(args.strategies, args.recompute, args.tiled_mlp,
-                                                            args.offload))
+                                      options=parse_options(args.strategies, args.recompute,
+                                                            getattr(args, "tiled_mlp", False),
+                                                            getattr(args, "offload", False)))
     return problem, what
 
 
