@@ -181,3 +181,25 @@ def test_dynamic_policies_offer_them_in_simulate_and_train():
     assert long.feasible and any(o.tiled for o in long.plan.options) and any(o.offload for o in long.plan.options)
     time_s, peak = charger.charge(long.plan.names, 1024 * 1024, 1, long.head)
     assert time_s == pytest.approx(long.predicted_time_s) and peak <= planner.budget_bytes
+
+
+@pytest.mark.parametrize("kind", ["paper", "forest"])
+def test_models_fitted_on_measurements_price_or_refuse_the_options(kind):
+    """The paper model charges its fit times the analytic model's ratio to the plain option (as for recompute);
+    a learned model, whose profile has no rows of them, refuses them with one line (a plan then leaves them out)."""
+    from paradyse_lab.costmodel.factory import build_cost_model
+
+    gpt, a100 = get_model("gpt"), get_cluster("a100-80gb-x8")
+    cm, analytic = build_cost_model(kind, gpt, a100), AnalyticCostModel(gpt, a100)
+    option, plain = StrategyOption("metp", recompute=True, tiled=True, offload=True), StrategyOption("metp")
+    if kind == "paper":  # its time ratios come from the analytic model with the measured non-causal mask
+        timing = AnalyticCostModel(replace(gpt, causal=False), a100)
+        ratio = (sum(timing.sublayer(k, option, 65536).time_s for k in ("attention", "mlp"))
+                 / sum(timing.sublayer(k, plain, 65536).time_s for k in ("attention", "mlp")))
+        assert cm.layer_time_s(option, 65536) == pytest.approx(cm.layer_time_s(plain, 65536) * ratio)
+        assert cm.sublayer("mlp", option, 65536).host_bytes == analytic.sublayer("mlp", option, 65536).host_bytes
+    else:
+        with pytest.raises(UserInputError, match="no rows of the tiled MLP or offload"):
+            cm.sublayer("mlp", option, 65536)
+        problem = problem_from_cost_model(LayerGraph(gpt), cm, 65536, options=[plain, option])
+        assert problem.options == ("metp",) and "no rows" in problem.dropped[option.name]
