@@ -61,11 +61,13 @@ def _model_spec(model):
 def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
-              strategies: Sequence[str] | None = None, budget_gb: float | None = None) -> Plan:
+              strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
+              offload: bool = False) -> Plan:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
-    options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
+    options (default every usable one), `recompute` adds each with recomputation, `tiled` each with the tiled MLP,
+    `offload` each with activation offload (docs/tiled_mlp_and_offload.md); `granularity` 'block' or
     'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
     GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
@@ -85,7 +87,7 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
                                       budget_bytes=_budget_bytes(budget_gib, budget_gb),
-                                      options=options(tuple(strategies or USABLE), recompute))
+                                      options=options(tuple(strategies or USABLE), recompute, tiled, offload))
     solution = get_solver(solver).solve(problem)
     return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
                 memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
