@@ -203,3 +203,11 @@ def test_models_fitted_on_measurements_price_or_refuse_the_options(kind):
             cm.sublayer("mlp", option, 65536)
         problem = problem_from_cost_model(LayerGraph(gpt), cm, 65536, options=[plain, option])
         assert problem.options == ("metp",) and "no rows" in problem.dropped[option.name]
+
+
+def test_profile_refuses_options_its_rows_cannot_record(tmp_path, capsys):
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp+tiled", "--mode",
+                 "rank-local", "--p", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "+tiled and +offload are not profile columns" in err and not out.exists()
