@@ -49,7 +49,8 @@ class Planner:
         """The simulator's charger of this run: `truth` (default the planning model) on the same graph and
         budget, with the policy's recomputation options."""
         return Charger(self.graph, truth if truth is not None else self.cost_model, self.budget_bytes,
-                       recompute=self.spec.recompute, switch_memory=switch_memory)
+                       recompute=self.spec.recompute, switch_memory=switch_memory, tiled=self.spec.tiled,
+                       offload=self.spec.offload)
 
 
 @dataclass(frozen=True)

@@ -63,11 +63,13 @@ def _model_spec(model):
 def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
-              strategies: Sequence[str] | None = None, budget_gb: float | None = None) -> PlanReport:
+              strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
+              offload: bool = False) -> PlanReport:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
-    options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
+    options (default every usable one), `recompute` adds each with recomputation, `tiled` each with the tiled MLP,
+    `offload` each with activation offload (docs/tiled_mlp_and_offload.md); `granularity` 'block' or
     'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
     GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
     every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
@@ -91,7 +93,7 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
                                       budget_bytes=planning.plan_budget_bytes,
-                                      options=options(tuple(strategies or USABLE), recompute))
+                                      options=options(tuple(strategies or USABLE), recompute, tiled, offload))
     solution = get_solver(solver).solve(problem)
     return PlanReport(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
                 memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
@@ -118,8 +120,11 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
     rows = range(len(idx))
     kept = int(sum(int(problem.kept_bytes[r, i]) for r, i in zip(rows, idx)))
     transient = max(problem.fixed_transient_bytes, max(int(problem.transient_bytes[r, i]) for r, i in zip(rows, idx)))
-    return {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
-            "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    out = {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
+           "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    if problem.host_bytes is not None:  # activations offloaded to host memory, per GPU
+        out["host_offloaded"] = int(sum(int(problem.host_bytes[r, i]) for r, i in zip(rows, idx)))
+    return out
 
 
 def build_model(source, group=None, *, seed: int = 0):
