@@ -29,8 +29,8 @@ taken to be the same size: exact under recomputation, where every sub-layer keep
 direction moves the kept bytes over the host link (`ClusterSpec.host_link_bytes_per_s`, PCIe) and overlaps the
 compute of its phase, so a phase takes max(its compute, the copy) (`offload_exposed_s`); the forward's share of
 a sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
-fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py offers
-an offload choice only where it moves at most an even share of it per decision).
+fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py
+`host_limited` leaves out the offload choices that could overfill it).
 """
 
 from __future__ import annotations
