@@ -31,6 +31,7 @@ from runtime.sublayer import (
     Weights,
     attention_sections,
     bias_grad,
+    grad_accumulator,
     layer_norm,
     layer_norm_backward,
     mlp_core,
@@ -122,7 +123,7 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
     """Backward of `tiled_mlp_forward` chunk by chunk: the chunk's norm output is recomputed and gathered again,
     its first GEMM and activation recomputed; dy gathered and du reduce-scattered per chunk."""
     dx = torch.empty_like(x)
-    grads = {n: torch.zeros_like(getattr(w, n)) for n in ("ln_w", "ln_b", "w1", "b1", "w2")}
+    grads = {n: grad_accumulator(getattr(w, n)) for n in ("ln_w", "ln_b", "w1", "b1", "w2")}  # summed over chunks
     start = 0
     for xc, dyc in zip(x.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
         big_u = gather_seq(layer_norm(xc, w, ctx), ctx.group)  # [b, c, h] -> [b, p*c, h]
@@ -138,6 +139,7 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
         grads["ln_w"] += dln_w
         grads["ln_b"] += dln_b
         start += xc.shape[1]
+    grads = {n: g.to(getattr(w, n).dtype) for n, g in grads.items()}
     grads["b2"] = bias_grad(dy, w.b2)
     return dx, grads
 

@@ -35,6 +35,7 @@ from runtime.sublayer import (
     Weights,
     attention_sections,
     bias_grad,
+    grad_accumulator,
     layer_norm,
     layer_norm_backward,
     mlp_core,
@@ -162,7 +163,7 @@ def _ring_forward(x, u, w: Weights, ctx: Ctx, tile: int):
 
 def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int):
     """This rank's gradient partial of one weight shard (packed), chunk by chunk, adding its share to du."""
-    dw1, db1, dw2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+    dw1, db1, dw2 = grad_accumulator(w1), grad_accumulator(b1), grad_accumulator(w2)  # summed over chunks
     start = 0
     for uc, dyc in zip(u.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
         end = start + uc.shape[1]
@@ -173,7 +174,7 @@ def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int):
         dw1 += weight_grad(da, uc)
         db1 += bias_grad(da, b1)
         start = end
-    return pack_shard(dw1, db1, dw2)
+    return pack_shard(dw1.to(w1.dtype), db1.to(b1.dtype), dw2.to(w2.dtype))
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):

@@ -213,6 +213,13 @@ def flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])  # [b, s, n] -> [b*s, n]
 
 
+def grad_accumulator(weight: torch.Tensor) -> torch.Tensor:
+    """Zeros to sum `weight`'s gradient over chunks in (the tiled MLP): fp32 for a 16-bit weight, whose
+    gradient would otherwise be rounded once per chunk; cast back to the weight's dtype before it is sent."""
+    dtype = torch.float32 if weight.element_size() < 4 else weight.dtype
+    return torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+
+
 def weight_grad(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """sum over tokens of dy^T x: [b, s, m], [b, s, n] -> [m, n]."""
     return flat(dy).t() @ flat(x)

@@ -22,6 +22,7 @@ from runtime.sublayer import (
     TiledImpl,
     Weights,
     bias_grad,
+    grad_accumulator,
     layer_norm,
     layer_norm_backward,
     mlp_core,
@@ -84,8 +85,8 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
     activation recomputed, the full gradients summed over the chunks and reduce-scattered once."""
     w1, b1, w2 = gather_weights(w, ctx)
     dx = torch.empty_like(x)
-    dw1, db1, dw2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
-    dln_w, dln_b = torch.zeros_like(w.ln_w), torch.zeros_like(w.ln_b)
+    dw1, db1, dw2 = grad_accumulator(w1), grad_accumulator(b1), grad_accumulator(w2)  # summed over chunks
+    dln_w, dln_b = grad_accumulator(w.ln_w), grad_accumulator(w.ln_b)
     start = 0
     for xc, dyc in zip(x.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
         u = layer_norm(xc, w, ctx)
@@ -99,8 +100,9 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
         dln_w += lw
         dln_b += lb
         start += xc.shape[1]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
-    return dx, {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
+    sw1, sb1, sw2 = scatter_grads(dw1.to(w1.dtype), db1.to(b1.dtype), dw2.to(w2.dtype), ctx)
+    return dx, {"ln_w": dln_w.to(w.ln_w.dtype), "ln_b": dln_b.to(w.ln_b.dtype), "w1": sw1, "b1": sb1, "w2": sw2,
+                "b2": bias_grad(dy, w.b2)}
 
 
 MLP = Impl("zero3", mlp_forward, mlp_backward, prepare_backward)

@@ -121,8 +121,8 @@ def _infeasible_exit(problem: SearchProblem, solution) -> int:
     if solution.feasible:
         return 0
     print(f"error: no plan fits: the least-memory plan found needs {format_bytes(solution.peak_bytes)} per GPU, the "
-          f"budget is {format_bytes(problem.budget_bytes)} (raise --budget-gib, add --recompute, give more --gpus or "
-          "a shorter step)", file=sys.stderr)
+          f"budget is {format_bytes(problem.budget_bytes)} (raise --budget-gib, add --recompute, --tiled-mlp or "
+          "--offload, give more --gpus or a shorter step)", file=sys.stderr)
     return 1
 
 

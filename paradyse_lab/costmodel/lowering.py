@@ -9,8 +9,8 @@ option may run some decisions and not others (megatron_ts runs an MLP whatever k
 attention whose K/V heads do not split): it stays, is listed in `dropped` too (no uniform plan of it runs),
 and each decision it cannot run charges it more than the budget in kept bytes (so no feasible plan picks it)
 and a time above every other option's. The same holds where an option's flags change nothing (`+tiled` on an
-attention decision: `StrategyOption.runs`) and, for `+offload`, where a decision would move more than its even
-share of the host memory (`host_limited`). A switch between two strategies is charged `layout_switch_s` at
+attention decision: `StrategyOption.runs`) and, for `+offload`, where a plan could overfill the host memory
+(`host_limited`). A switch between two strategies is charged `layout_switch_s` at
 every boundary where their catalog layouts differ.
 
 Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the problem this module builds.
@@ -121,8 +121,15 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
 
 
 def host_limited(host: np.ndarray, host_budget: int) -> np.ndarray:
-    """[L, O] bool: the choices whose offloaded bytes exceed an even share of `host_budget` per decision
-    (host_budget // L). Every plan made of the others fits the host memory, so the solvers need no second
-    budget; under recomputation every sub-layer offloads the same [t, h] input, so the even share costs a plan
-    nothing until the host memory is nearly full."""
-    return host > host_budget // max(1, host.shape[0])
+    """[L, O] bool: the offload choices a problem leaves out so that every plan fits `host_budget`, without a second
+    budget in the solvers. Decision d may move up to cap_d = max(host_budget // L, its smallest offload), on the
+    first decisions whose caps fit together (none after): while the host memory is ample every decision gets an
+    even share (and may offload a whole kept set that fits it); once each decision's smallest offload (under
+    recomputation, its input [t, h]) outgrows the share, as many leading decisions as fit still offload that.
+    Offloading the first decisions frees the memory held longest (their activations wait for the whole
+    backward)."""
+    none = np.iinfo(np.int64).max
+    smallest = np.where(host > 0, host, none).min(axis=1) if host.size else np.zeros(0, np.int64)
+    cap = np.maximum(host_budget // max(1, host.shape[0]), np.where(smallest == none, 0, smallest))
+    cap = np.where(np.cumsum(cap) <= host_budget, cap, 0)
+    return host > cap[:, None]

@@ -17,7 +17,8 @@ and runs that chunk's backward, accumulating the weight gradients. Per strategy 
 Kept: x [t, h]. Time: the first GEMM and the norm and activation traffic once more (metp: the norm), the GEMMs at
 the efficiency of the chunk's size, megatron_ts's collectives split into per-chunk calls (more latency).
 Transient: one chunk's working set (its recomputed intermediates and their gradients) and the whole input
-gradient [t, h] (`tiled_mlp_work`).
+gradient [t, h], and with 16-bit weights the fp32 sums of the weight gradients over the chunks (as the tiled
+loss keeps its head gradient: one rounding to 16 bits at the end, not one per chunk) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
 copied to host memory while it runs forward and copied back for its backward (runtime/offload.py). Kept on the
@@ -28,8 +29,8 @@ taken to be the same size: exact under recomputation, where every sub-layer keep
 direction moves the kept bytes over the host link (`ClusterSpec.host_link_bytes_per_s`, PCIe) and overlaps the
 compute of its phase, so a phase takes max(its compute, the copy) (`offload_exposed_s`); the forward's share of
 a sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
-fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py offers
-an offload choice only where it moves at most an even share of it per decision).
+fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py
+`host_limited` leaves out the offload choices that could overfill it).
 """
 
 from __future__ import annotations
@@ -88,20 +89,22 @@ def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
     tc = batch * chunks[0]  # local tokens of the largest chunk
     e, h, t, width = s.e, s.h, s.t, s.width
     refwd_flops = 2.0 * s.T * h * width / s.p  # the first GEMM, this rank's share
+    acc = 4 if e < 4 else 0  # bytes per weight of the fp32 gradient sums (runtime/sublayer.py grad_accumulator)
+    shard_w = -(-s.W // s.p)
     norm_and_act = e * t * (2 * h + (s.f_act + 1) * s.f)  # norm read + write, activation reads + write
     if strategy_schedule == "megatron_ts":
         gathered = s.p * tc
-        transient = e * gathered * (3 * h + 2 * width // s.p + 2 * s.f // s.p) + e * t * h
+        transient = e * gathered * (3 * h + 2 * width // s.p + 2 * s.f // s.p) + e * t * h + acc * shard_w
         return TiledWork(_chunked(work.fwd, chunks, positions), _chunked(work.bwd, chunks, positions), t * h * e,
                          transient, min(gathered, h, s.f // s.p), refwd_flops, norm_and_act)
     if strategy_schedule == "metp":
         wide = width // s.p
         shards = work.transient - e * (4 * t * wide + 2 * t * h)  # the weight and gradient double buffers
-        transient = shards + e * (4 * tc * wide + 3 * t * h)
+        transient = shards + e * (4 * tc * wide + 3 * t * h) + acc * shard_w
         return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, s.f // s.p), 0.0,
                          2.0 * e * t * h)
     weights = 3 * s.W * e  # ZeRO-3: the gathered weights, the prefetched ones and the full gradient
-    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h
+    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h + acc * s.W
     return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), refwd_flops, norm_and_act)
 
 

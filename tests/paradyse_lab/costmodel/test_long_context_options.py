@@ -117,12 +117,18 @@ def test_a_cluster_without_a_host_link_offers_no_offload():
     assert "host_link_gbps" in problem.dropped["metp+offload"]
 
 
-def test_every_plan_offered_fits_the_host_memory():
-    small = replace(H100, host_memory_bytes=64 * 2**30)  # 8 GiB per GPU: not every layer can offload
-    problem = _problem(512 * 1024, small, recompute=True, offload=True)
-    share = small.host_budget_bytes // problem.num_decisions
-    offered = problem.kept_bytes <= problem.budget_bytes
-    assert (problem.host_bytes[offered] <= share).all() and (problem.host_bytes > share).any()
+@pytest.mark.parametrize("host_gib", [64, 2048])
+def test_every_plan_offered_fits_the_host_memory(host_gib):
+    """8 GiB per GPU: only the first layers offload their inputs; 256 GiB: every layer may, and while the share
+    holds it a whole kept set too (`lowering.host_limited`)."""
+    cluster = replace(H100, host_memory_bytes=host_gib * 2**30)
+    problem = _problem(512 * 1024, cluster, recompute=True, offload=True)
+    offered = np.where(problem.kept_bytes <= problem.budget_bytes, problem.host_bytes, 0)
+    assert offered.max(axis=1).sum() <= cluster.host_budget_bytes  # whatever a plan picks fits
+    assert (offered < problem.host_bytes).any()  # and something was left out for it
+    recomputed = [problem.options.index(f"{s}+recompute+offload") for s in ("ulysses_z", "metp")]
+    layers_offloading = int((offered[:, recomputed] > 0).any(axis=1).sum())
+    assert layers_offloading == (problem.num_decisions if host_gib == 2048 else 8)  # 8 x 2 x 512 MiB inputs: 8 GiB
 
 
 def test_short_sequences_get_no_tiling_or_offload():
@@ -140,9 +146,11 @@ def test_short_sequences_get_no_tiling_or_offload():
         if seq < 64 * 1024:
             assert every.plan == plain.plan and every.predicted_time_s == plain.predicted_time_s
             assert not any("+tiled" in n or "+offload" in n for n in every.plan)
-    long = dp.solve(_problem(256 * 1024, recompute=True, tiled=True, offload=True))
-    assert long.feasible and not dp.solve(_problem(256 * 1024, recompute=True)).feasible
-    assert any("+tiled" in n or "+offload" in n for n in long.plan)
+    seq = 128 * 1024
+    while dp.solve(_problem(seq, recompute=True)).feasible:  # the first doubling that does not fit without them
+        seq *= 2
+    long = dp.solve(_problem(seq, recompute=True, tiled=True, offload=True))
+    assert long.feasible and any("+tiled" in n or "+offload" in n for n in long.plan)
 
 
 def test_cost_shows_the_options_and_plan_max_length_takes_them(capsys):
