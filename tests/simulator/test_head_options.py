@@ -1,6 +1,7 @@
 """Dynamic policies plan over the head options (paradyse_lab/costmodel/head_loss.py) and the simulator charges a
 plan with the head its policy chose: a short step keeps the whole head (pays nothing for the tiling), a step whose
-whole logits do not fit takes the tiled loss and fits; `train` runs the tiled loss exactly when the plan says so."""
+whole logits do not fit takes the tiled loss and fits (among the replicated heads); the vocabulary-parallel head is
+taken where it is the fastest; `train` runs the tiled loss exactly when the plan says so."""
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
@@ -19,16 +20,30 @@ def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
     budget = cluster.plan_budget_bytes
     policy = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     charger = Charger(graph, cm, budget, recompute=True)
-    short = policy.decide(16 * 1024, 1)
+    replicated = DynamicPolicy("dp", cm, graph, budget, recompute=True)
+    replicated._head_models = {h: replicated._head_models[h] for h in ("whole", "tiled")}
+    short = replicated.decide(16 * 1024, 1)
     assert short.head == "whole" and short.feasible
     whole_only = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     whole_only._head_models = {"whole": cm}
     assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 256K
-    long = policy.decide(LONG, 1)
+    long = replicated.decide(LONG, 1)
     assert long.head == "tiled" and long.feasible
     _, peak = charger.charge(long.plan.names, LONG, 1, long.head)
     assert peak <= budget < charger.charge(long.plan.names, LONG, 1)[1]
-    assert policy.decide(LONG, 1).cached and policy.decide(LONG, 1).head == "tiled"
+    assert replicated.decide(LONG, 1).cached and replicated.decide(LONG, 1).head == "tiled"
+
+
+def test_the_policy_takes_the_vocabulary_parallel_head_where_it_is_fastest():
+    """Llama-3-8B on 8 GPUs at 16K: the sharded head drops the all-reduce of the [V, h] gradients (2 GiB) for
+    per-token collectives, faster than the whole head; the chosen plan's time is the cheapest head's."""
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    policy = DynamicPolicy("dp", cm, graph, cluster.plan_budget_bytes, recompute=True)
+    short = policy.decide(16 * 1024, 1)
+    times = {h: policy.solver.solve(policy.problem(16 * 1024, 1, h)).predicted_time_s for h in ("whole", "vocab")}
+    assert short.head == "vocab" and short.feasible and times["vocab"] < times["whole"]
+    assert short.predicted_time_s == times["vocab"]
 
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
