@@ -108,7 +108,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     ref.zero_grad()
     logits_r, loss_r = ref(ids, labels)
     loss_r.backward()
-    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p)
+    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p, model.vocab_parallel)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
         model.zero_grad()
@@ -119,7 +119,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
             for n, q in model.named_parameters():
                 assert torch.equal(q.detach(), before[n]), f"{n} changed during the forward pass"
             loss.backward()
-        if loss_tile:
+        if loss_tile or model.vocab_parallel:
             assert logits is None
         else:
             assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
@@ -134,7 +134,24 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
                 option = plan[2 * index + j] if per_sublayer else plan[index]
                 got = counter.total(f"layers.{index}.{kind}")
                 assert got == predicted_bytes(cfg, kind, option, p), (plan, index, kind, got)
-        assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
+        if model.vocab_parallel:  # the sharded embedding and head: the cost model's collectives, byte for byte
+            got = {op: counter.total("embedding").get(op, 0) + counter.total("head").get(op, 0)
+                   for op in ("all_gather", "reduce_scatter", "all_reduce")}
+            assert {k: v for k, v in got.items() if v} == vocab_predicted_bytes(cfg, p, loss_tile), (plan, got)
+        else:
+            assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
+
+
+def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, int]:
+    """Bytes by op the cost model predicts one rank sends for the vocabulary-parallel embedding, head and loss
+    (paradyse_lab/costmodel/vocab_parallel.py) on B x S / p tokens, `loss_tile` at a time (0: all)."""
+    from paradyse_lab.costmodel.vocab_parallel import vocab_parallel_collectives
+
+    tokens = B * S // p
+    out: dict[str, int] = {}
+    for call in vocab_parallel_collectives(cfg.model_spec("fp32"), p, tokens, min(loss_tile or tokens, tokens)):
+        out[call.op] = out.get(call.op, 0) + call.sent_bytes
+    return {k: v for k, v in out.items() if v}
 
 
 def reference_and_model(causal: bool, group):
@@ -410,6 +427,57 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
+
+
+def vocab_parallel_case(llama: bool, loss_tile: int):
+    """The embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py): GPT-2's tied table of 512
+    rows or LLaMA's untied 64 (GQA, RMSNorm, SwiGLU, rotary), neither divisible by p = 3 (the last rank's shard is
+    padded), under mixed plans of every feasible strategy with recompute, `loss_tile` tokens per rank at a time
+    (0: all): loss and every gradient equal the reference's, every sub-layer's bytes the schedules' and the
+    embedding's and head's the cost model's (`_check_model`); the logits (no labels) equal the reference's; the
+    shards gather back to the full state dict."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = llama_config(2) if llama else config(True)
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd, vocab_parallel=True)
+        assert model.wte.shape[0] == -(-cfg.vocab_size // p)
+        full = model.full_state_dict()
+        assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
+        plans = llama_plans(feasible(cfg, p)) if llama else [
+            ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
+            ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"]]
+        _check_model(model, ref, plans, rank, p, group, loss_tile)
+        ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(12))
+        with torch.no_grad():
+            got = gather_sequence(model(shard_sequence(ids, 1, group), plans[-1]), 1, group)  # [b, s, V]
+            assert_close(got, ref(ids), **TOL)
+    return case
+
+
+def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
+    """What the vocabulary-parallel loss keeps for the backward is the cost model's count byte for byte
+    (paradyse_lab/costmodel/vocab_parallel.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
+    of every gathered row), in bf16, on a vocabulary that p = 3 does not divide."""
+    from paradyse_lab.costmodel.vocab_parallel import vocab_loss_kept_bytes
+    from runtime.measure.profiler import KeptRecorder
+    from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
+
+    cfg = llama_config(2)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(1, 10, cfg.hidden, generator=gen).bfloat16().requires_grad_()
+    lnf_w, lnf_b = torch.ones(cfg.hidden, dtype=torch.bfloat16), torch.zeros(0, dtype=torch.bfloat16)
+    weight = torch.randn(vocab_shard_rows(cfg.vocab_size, p), cfg.hidden, generator=gen).bfloat16()
+    labels = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
+    with KeptRecorder(exclude=(lnf_w, lnf_b, weight, labels)) as rec:
+        vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.eps, 4, group, cfg.vocab_size)
+    assert rec.nbytes == vocab_loss_kept_bytes(cfg.model_spec("bf16"), p, 10), rec.nbytes
+
+
+for _llama, _tile in ((False, 5), (False, 0), (True, 7)):
+    CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile)
+CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
