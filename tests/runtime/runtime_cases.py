@@ -429,7 +429,7 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
 
 
-def vocab_parallel_case(llama: bool, loss_tile: int):
+def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0):
     """The embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py): GPT-2's tied table of 512
     rows or LLaMA's untied 64 (GQA, RMSNorm, SwiGLU, rotary), neither divisible by p = 3 (the last rank's shard is
     padded), under mixed plans of every feasible strategy with recompute, `loss_tile` tokens per rank at a time
@@ -445,9 +445,9 @@ def vocab_parallel_case(llama: bool, loss_tile: int):
         assert model.wte.shape[0] == -(-cfg.vocab_size // p)
         full = model.full_state_dict()
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
-        plans = llama_plans(feasible(cfg, p)) if llama else [
+        plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute
             ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
-            ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"]]
+            ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"]][gpt2_plan]]
         _check_model(model, ref, plans, rank, p, group, loss_tile)
         ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(12))
         with torch.no_grad():
@@ -475,8 +475,9 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     assert rec.nbytes == vocab_loss_kept_bytes(cfg.model_spec("bf16"), p, 10), rec.nbytes
 
 
-for _llama, _tile in ((False, 5), (False, 0), (True, 7)):
-    CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile)
+for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
+    CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
+ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
 CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
