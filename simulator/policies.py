@@ -222,6 +222,22 @@ class DynamicPolicy:
         return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
                         head=head)
 
+    def storage_head(self, seq_len: int, batch: int) -> str:
+        """The head option of the fastest plan that fits at `seq_len` (a run's longest step), leaving the cache
+        and the smoothing state as they are: `train` stores the embedding and head by it (vocabulary rows when
+        'vocab') and then plans every step with `restrict_heads`."""
+        from paradyse_lab.costmodel.head_loss import cheapest_head
+
+        solve = lambda head: self.solver.solve(self.problem(seq_len, batch, head))  # noqa: E731
+        return cheapest_head(solve, tuple(self._head_models))[0]
+
+    def restrict_heads(self, heads: tuple[str, ...]) -> None:
+        """Plan later steps with these head options only (those the run's storage of the embedding and head can
+        run); the cache is emptied."""
+        self._head_models = {h: m for h, m in self._head_models.items() if h in heads}
+        self._cache.clear()
+        self._previous = None
+
     def _plan(self, solution) -> Plan:
         """The solver's answer (option names of the search problem) as the plan the runtime runs."""
         return Plan.from_names(solution.plan, self.graph.granularity)

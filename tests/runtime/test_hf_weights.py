@@ -29,17 +29,18 @@ def folders(request, tmp_path_factory):
     return request.param, model, save(model, root / "single", False), save(model, root / "sharded", True)
 
 
-@pytest.mark.parametrize("p", [1, 2, 4])
-def test_each_rank_reads_its_own_slices(folders, p):
-    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once."""
+@pytest.mark.parametrize("p, vocab_parallel", [(1, False), (2, False), (4, False), (4, True)])
+def test_each_rank_reads_its_own_slices(folders, p, vocab_parallel):
+    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once; with the
+    vocabulary-parallel layout each rank reads only its vocabulary rows of the embedding and head."""
     _, model, single, sharded = folders
     cfg = GPTConfig.from_hf(model.config)
     full = hf_to_state_dict(model.state_dict(), cfg)
-    like = GPTParams(cfg, p).state_dict()
+    like = GPTParams(cfg, p, vocab_parallel).state_dict()
     for rank in range(p):
-        want = shard_state_dict(full, rank, p)
+        want = shard_state_dict(full, rank, p, vocab_parallel)
         for folder in (single, sharded):
-            got = read_rank_state_dict(folder, cfg, rank, p, like)
+            got = read_rank_state_dict(folder, cfg, rank, p, like, vocab_parallel)
             assert got.keys() == want.keys()
             for key, value in want.items():
                 assert torch.equal(got[key], value), (folder.name, rank, key)
