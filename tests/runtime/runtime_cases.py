@@ -640,6 +640,60 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
+def train_vocab_parallel_case(rank: int, p: int, group) -> None:
+    """`train` with the embedding and head stored by vocabulary rows (a micro GPT-2 of 97 tied rows, which p does
+    not divide) gives the losses and gradient norms of the replicated run (AdamW on the rows, clipping by the
+    global norm, the sharded table's gradients counted once), also across a stop at step 2 and a resume from its
+    checkpoint. The storage follows the head rank 0's planner takes at the run's longest step (`vocab_storage`;
+    the policy here is told 'vocab', tests/simulator/test_head_options.py has the planner take it), and the policy
+    then plans every step with it alone."""
+    import json
+    import os
+
+    from paradyse_lab.app.training import plan_policy
+    from runtime.train import TrainOptions, train
+
+    root = _shared_tmpdir(rank, p, group)
+    config = os.path.join(root, "micro-gpt2.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+                       "vocab_size": 97}, f)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    told = []
+
+    def policy_for(opts, vocab: bool):
+        def build(spec, world):
+            policy = plan_policy(opts, spec, world, quiet=True)
+            if vocab:  # rank 0's answer is the one every rank follows
+                policy.storage_head = lambda seq_len, batch: "vocab" if rank == 0 else "whole"
+            told.append(policy)
+            return policy
+        return build
+
+    common = {"model": config, "dataset": "uniform:48:48", "max_len": S, "progress": False, "lr": 3e-3,
+              "clip_grad": 0.5, "checkpoint_every": 1, "policy": "dynamic:heuristic"}
+    replicated = TrainOptions(steps=3, **common)
+    replicated = train(replicated, group, policy_for=policy_for(replicated, False))
+    opts = TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "a"), **common)
+    sharded = train(opts, group, policy_for=policy_for(opts, True))
+    assert tuple(told[-1]._head_models) == ("vocab",) and tuple(told[0]._head_models) == ("whole", "tiled")
+    resumed = TrainOptions(steps=3, checkpoint_dir=os.path.join(root, "a"), resume=True, **common)
+    sharded += train(resumed, group, policy_for=policy_for(resumed, True))  # step 3 from the checkpoint of step 2
+    assert [r["step"] for r in sharded] == [1, 2, 3]
+    assert_close(torch.tensor([r["loss"] for r in sharded]), torch.tensor([r["loss"] for r in replicated]),
+                 rtol=0, atol=1e-5)
+    assert_close(torch.tensor([r["grad_norm"] for r in sharded]), torch.tensor([r["grad_norm"] for r in replicated]),
+                 rtol=1e-5, atol=1e-6)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
 def checkpoint_fallback_case(rank: int, p: int, group) -> None:
     """One rank's damaged shard makes every rank fall back to the previous checkpoint together (the ranks
     agree on which checkpoint verifies), and the older checkpoint is left intact."""
@@ -842,6 +896,8 @@ CASES["train-loss-falls"] = train_loss_falls_case
 ONLY_AT["train-loss-falls"] = (2,)  # learning is the loop's; gradients at every p are the model-* cases'
 CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-loss-falls: shares its warm-up
 ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
+CASES["train-vocab-parallel"] = train_vocab_parallel_case  # after train-loss-falls: shares its warm-up
+ONLY_AT["train-vocab-parallel"] = (2,)  # the loop over sharded rows; the rows' gradients at every p: vocab-parallel-*
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case

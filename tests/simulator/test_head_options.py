@@ -44,6 +44,9 @@ def test_the_policy_takes_the_vocabulary_parallel_head_where_it_is_fastest():
     times = {h: policy.solver.solve(policy.problem(16 * 1024, 1, h)).predicted_time_s for h in ("whole", "vocab")}
     assert short.head == "vocab" and short.feasible and times["vocab"] < times["whole"]
     assert short.predicted_time_s == times["vocab"]
+    assert policy.storage_head(16 * 1024, 1) == "vocab"  # what `train` stores the embedding and head by
+    policy.restrict_heads(("whole", "tiled"))  # a run whose storage is replicated plans with those heads alone
+    assert policy.decide(16 * 1024, 1).head == "whole"
 
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
