@@ -83,6 +83,12 @@ def vocab_parallel_collectives(model, p: int, tokens: int, tile: int) -> tuple[C
     return tuple(calls)
 
 
+def vocab_head_flops(model, p: int, tokens: int) -> float:
+    """FLOPs of the head's GEMMs on a rank's `tokens` tokens: four of [p t, h] x [h, R] (forward, the backward's
+    recomputation, dW, dU)."""
+    return 4 * 2.0 * p * tokens * model.hidden * vocab_shard_rows(model.vocab_size, p)
+
+
 def vocab_loss_kept_bytes(model, p: int, tokens: int) -> int:
     """What the vocabulary-parallel loss keeps for the backward on a rank's `tokens` tokens: the final norm's
     input [t, h] and the log-sum-exp of the p t gathered rows in fp32 (the embedding keeps only the ids)."""
@@ -108,7 +114,7 @@ def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
     t = batch * seq_len // p
     e, h = m.dtype_bytes, m.hidden
     rows, tile = vocab_shard_rows(m.vocab_size, p), vocab_tile_tokens(m, p, t)
-    gemm_s = 4 * 2.0 * p * t * h * rows / (c.peak_flops * c.gemm_eff(min(p * tile, h)))
+    gemm_s = vocab_head_flops(m, p, t) / (c.peak_flops * c.gemm_eff(min(p * tile, h)))
     traffic_s = (3 * t * (4 * h * e + 2 * p * rows * 4) + p * t * rows * (4 + e)) / c.hbm_bytes_per_s
     comm_s = sum(cost_model.collective_s(call) for call in vocab_parallel_collectives(m, p, t, tile))
     kept, transient = vocab_head_bytes(m, p, t)

@@ -459,8 +459,11 @@ def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0):
 def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     """What the vocabulary-parallel loss keeps for the backward is the cost model's count byte for byte
     (paradyse_lab/costmodel/vocab_parallel.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
-    of every gathered row), in bf16, on a vocabulary that p = 3 does not divide."""
-    from paradyse_lab.costmodel.vocab_parallel import vocab_loss_kept_bytes
+    of every gathered row), in bf16, on a vocabulary that p = 3 does not divide; the FLOPs of its forward and
+    backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
     from runtime.measure.profiler import KeptRecorder
     from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
@@ -470,9 +473,12 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     lnf_w, lnf_b = torch.ones(cfg.hidden, dtype=torch.bfloat16), torch.zeros(0, dtype=torch.bfloat16)
     weight = torch.randn(vocab_shard_rows(cfg.vocab_size, p), cfg.hidden, generator=gen).bfloat16()
     labels = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
-    with KeptRecorder(exclude=(lnf_w, lnf_b, weight, labels)) as rec:
-        vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.eps, 4, group, cfg.vocab_size)
+    with FlopCounterMode(display=False) as flops:
+        with KeptRecorder(exclude=(lnf_w, lnf_b, weight, labels)) as rec:
+            loss = vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.eps, 4, group, cfg.vocab_size)
+        loss.backward()
     assert rec.nbytes == vocab_loss_kept_bytes(cfg.model_spec("bf16"), p, 10), rec.nbytes
+    assert flops.get_total_flops() == vocab_head_flops(cfg.model_spec("bf16"), p, 10), flops.get_total_flops()
 
 
 for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
