@@ -485,6 +485,7 @@ for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
     CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
 ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
 CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
+ONLY_AT["vocab-parallel-kept"] = (3,)  # counts in p, checked where p does not divide V (FlopCounterMode: 6 s a world)
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
