@@ -37,6 +37,7 @@ from runtime.layout import (
 from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
+from runtime.tiled_loss import tiled_head_loss, whole_head_loss
 
 _IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
 """The strategy modules of the runtime, imported above, by module name."""
@@ -168,16 +169,12 @@ class ParallelGPT(GPTParams):
             logits = None
             total = vocab_parallel_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile, self.group,
                                         cfg.vocab_size)
-        elif labels is not None and loss_tile > 0:
-            from runtime.tiled_loss import tiled_head_loss
-
+        elif labels is None:
+            return norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
+        elif loss_tile > 0:
             logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
-        else:
-            logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
-            if labels is None:
-                return logits
-            total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*t, V]
-                                    reduction="sum")
+        else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
+            total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, keep_logits=True)
         with comm.tagged("loss"):
             count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)

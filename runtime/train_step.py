@@ -61,8 +61,8 @@ class TrainLoop:
         decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), run.group)
         ids, labels, cu_seqlens = self._on_device(data, m)
         with kernels_used() as ran:  # packed steps record their varlen kernel (runtime/varlen.py)
-            _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
-                            loss_tile=_loss_tile(decision, model, ids.numel()))
+            loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,  # the logits dropped at once
+                         loss_tile=_loss_tile(decision, model, ids.numel()))[1]
         value = float(loss.detach())
         if not math.isfinite(value):  # the loss is the global mean: every rank stops here
             _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "
@@ -141,7 +141,7 @@ class TrainLoop:
         with torch.no_grad():
             for m in range(self.run.opts.eval_batches):
                 ids, labels, cu_seqlens = self._on_device(held_out, m)
-                _, loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens)
+                loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens)[1]
                 n = held_out.targets(m)
                 total, count = total + float(loss) * n, count + n
         return total / count if count else float("nan")

@@ -147,7 +147,7 @@ def forward_backward(model, plan, tokens, labels=None):
         labels = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -100)], dim=1)  # [b, s]: next tokens
     device = next(model.parameters()).device
     ids, targets = (shard_sequence(x, 1, model.group).to(device) for x in (tokens, labels))  # [b, s] -> [b, s/p]
-    _, loss = model(ids, _plan_names(plan), targets)
+    loss = model(ids, _plan_names(plan), targets)[1]
     loss.backward()
     return loss.detach()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.head_loss import whole_head_bytes
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError, require_positive_int
@@ -130,7 +131,7 @@ class AnalyticCostModel:
         return FixedCost(
             time_s=time_s,
             model_state_bytes=F.model_state_bytes_per_param(m) * params,
-            kept_bytes=3 * t * h * e + t * v * 4,  # embedding out, final norm in/out, fp32 logits
-            transient_bytes=t * v * (4 + e),  # fp32 logits gradient and the 16-bit logits
+            kept_bytes=whole_head_bytes(m, t)[0],  # embedding out, final norm in/out, logits, log-sum-exp
+            transient_bytes=whole_head_bytes(m, t)[1],  # the logits' gradient, one fp32 chunk
             optimizer_s=optimizer_s,
         )

@@ -337,7 +337,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
         plan = [str(opt)] * cfg.layers
 
         def step(ids=ids, plan=plan, labels=labels):  # gradients stay resident and accumulate
-            _, loss = model(ids, plan, labels)
+            loss = model(ids, plan, labels)[1]  # the logits dropped at once, as training does
             loss.backward()
 
         with attention.kernels_used() as ran:

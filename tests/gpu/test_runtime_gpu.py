@@ -190,7 +190,28 @@ def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
     log = train(opts)
     assert log[-1]["peak_bytes"] > 0
     assert sum(r["loss"] for r in log[-5:]) < sum(r["loss"] for r in log[:5]) - 2.5  # 0.5 per step on average
-    assert (tmp_path / "step-000030" / "rank-0.pt").exists()
+    assert (tmp_path / "step-000030" / "meta.json").exists()  # a torch.distributed.checkpoint folder
+    assert any(f.suffix == ".distcp" for f in (tmp_path / "step-000030").iterdir())
+
+
+@pytest.mark.parametrize("head", ["whole", "tiled"])
+def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
+    """The head and loss in bf16 on CUDA hold what the cost model counts (tests/runtime/test_head_memory.py
+    checks fp32 on CPU, where bf16 softmax kernels copy the logits to fp32 first)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+    from head_memory_cases import head_case
+
+    step, lower, upper = head_case("bf16", head, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated() - start
+    assert lower <= measured <= upper, (measured, lower, upper)
 
 
 def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():

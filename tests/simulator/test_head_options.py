@@ -18,7 +18,6 @@ def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
     model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
     cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
     budget = cluster.plan_budget_bytes
-    policy = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     charger = Charger(graph, cm, budget, recompute=True)
     replicated = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     replicated._head_models = {h: replicated._head_models[h] for h in ("whole", "tiled")}
