@@ -15,13 +15,14 @@ cross_entropy.py `VocabParallelCrossEntropy`; with sequence parallelism, Korthik
   `reduce_scatter_to_sequence_parallel_region`). Backward: all-gather the output's gradient [k, h] -> [p k, h]
   and the ids again, and add each owned row's gradient to the shard.
 - Head and loss, per tile of k tokens: u = norm(x) [k, h] and its labels [k] all-gathered to [p k, h], [p k];
-  this rank's logits u W_r^T [p k, R] in fp32; their row maximum all-reduced with MAX; the sum of
-  exp(logit - max) and the target's logit (taken by the rank whose rows hold the target, zero elsewhere)
-  all-reduced together [2, p k]; loss = max + log(sum) - target. The forward keeps x [n, h] and the log-sum-exp
-  of every gathered row [p n] fp32; the backward all-gathers the loss's gradient of each rank (a scalar), then per
-  tile recomputes u and the logits (the tiled loss's price), forms (softmax - onehot) on its own columns,
-  adds dlogits^T U to dW_r and reduce-scatters dU = dlogits W_r [p k, h] -> [k, h] (the partial sums over the
-  vocabulary slices).
+  this rank's logits u W_r^T [p k, R] in the model dtype; their row maximum all-reduced with MAX; the sum of
+  exp(logit - max) (in fp32, one chunk of rows at a time as runtime/tiled_loss.py's cross-entropy) and the
+  target's logit (taken by the rank whose rows hold the target, zero elsewhere) all-reduced together [2, p k];
+  loss = max + log(sum) - target. The forward keeps x [n, h] and the log-sum-exp of every gathered row [p n]
+  fp32; the backward all-gathers the loss's gradient of each rank (a scalar), then per tile recomputes u and the
+  logits (the tiled loss's price), writes g (softmax - onehot) of its own columns into one gradient buffer in
+  the model dtype chunk by chunk, adds dlogits^T U to dW_r and reduce-scatters dU = dlogits W_r [p k, h] ->
+  [k, h] (the partial sums over the vocabulary slices).
 Each rank's loss is the sum over its own tokens (the model sums the ranks' shares, as it does for the whole head).
 The bytes sent and kept are counted by paradyse_lab/costmodel/vocab_parallel.py.
 """
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 from runtime import comm
 from runtime.reference import norm
-from runtime.tiled_loss import _norm_with_grad
+from runtime.tiled_loss import _chunks, _norm_with_grad
 
 
 def vocab_shard_rows(vocab: int, p: int) -> int:
@@ -115,35 +116,42 @@ def vocab_parallel_embedding(ids, weight, group, vocab: int, tile: int) -> torch
 
 
 def _masked_logits(big_u: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """This rank's fp32 logits of the gathered rows, its padding columns -inf: [p k, h] -> [p k, R]."""
-    logits = (big_u @ weight.t()).float()  # [p k, h] x [h, R] -> [p k, R] fp32
+    """This rank's logits of the gathered rows in the model dtype, its padding columns -inf: [p k, h] -> [p k, R]."""
+    logits = big_u @ weight.t()  # [p k, h] x [h, R] -> [p k, R]
     if rows < weight.shape[0]:
         logits[:, rows:] = float("-inf")
     return logits
 
 
 def _lse_and_target(logits, labels, start: int, rows: int, group):
-    """(log-sum-exp over the whole vocabulary, target logit) of each gathered row: [p k, R] -> [p k], [p k];
-    `logits` is overwritten (exp in place)."""
-    peak = logits.max(dim=-1).values  # [p k] this rank's columns
+    """(log-sum-exp over the whole vocabulary, target logit) of each gathered row, fp32: [p k, R] -> [p k], [p k].
+    The fp32 exponentials are made one chunk of rows at a time (runtime/tiled_loss.py's chunks)."""
+    peak = logits.amax(dim=-1).float()  # [p k] this rank's columns
     comm.all_reduce(peak, group, op="max")  # [p k] the maximum over the vocabulary
     local, outside = _owned(labels, start, rows)
-    target = logits.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill_(outside, 0.0)  # [p k], owner only
-    sums = torch.stack([logits.sub_(peak.unsqueeze(1)).exp_().sum(dim=-1), target])  # [2, p k]
+    sums = torch.empty(2, logits.shape[0], dtype=torch.float32, device=logits.device)  # [2, p k]
+    sums[1] = logits.gather(1, local.unsqueeze(1)).squeeze(1).float().masked_fill_(outside, 0.0)  # owner only
+    for first, stop in _chunks(*logits.shape):
+        z = logits[first:stop].to(torch.float32, copy=True)  # [rows, R] fp32
+        sums[0, first:stop] = z.sub_(peak[first:stop].unsqueeze(1)).exp_().sum(dim=-1)
+        del z
     comm.all_reduce(sums, group)  # [2, p k] summed over the vocabulary slices
     return peak + sums[0].log(), sums[1]
 
 
-def _logits_grad(big_u, weight, rows: int, lse, labels, start: int, g_rows):
+def _logits_grad(logits, rows: int, lse, labels, start: int, g_rows):
     """d loss / d logits of this rank's columns, g times (softmax - onehot(label)), zero on ignored rows (-100),
-    in the weight's dtype: [p k, R]."""
-    probs = _masked_logits(big_u, weight, rows).sub_(lse.unsqueeze(1)).exp_()  # [p k, R] fp32 softmax
+    in the logits' dtype [p k, R], one fp32 chunk of rows at a time written into the one gradient buffer."""
+    grad = torch.empty_like(logits)  # [p k, R]
     local, outside = _owned(labels, start, rows)
-    inside = (~outside).nonzero().squeeze(1)  # [rows whose target this rank holds]
-    probs[inside, local[inside]] -= 1.0
-    probs[labels == -100] = 0.0
-    probs *= g_rows.unsqueeze(1)
-    return probs.to(weight.dtype)
+    for first, stop in _chunks(*logits.shape):
+        z = logits[first:stop].to(torch.float32, copy=True).sub_(lse[first:stop].unsqueeze(1)).exp_()  # softmax
+        inside = (~outside[first:stop]).nonzero().squeeze(1)  # [rows of the chunk whose target this rank holds]
+        z[inside, local[first:stop][inside]] -= 1.0
+        z[labels[first:stop] == -100] = 0.0
+        grad[first:stop].copy_(z.mul_(g_rows[first:stop].unsqueeze(1)))
+        del z
+    return grad
 
 
 class VocabParallelHeadLoss(torch.autograd.Function):
@@ -186,8 +194,10 @@ class VocabParallelHeadLoss(torch.autograd.Function):
                 u, leaves = _norm_with_grad(flat_x[first:first + k], lnf_w, lnf_b, fctx.eps)  # [k, h]
                 big_u = comm.all_gather(u.detach(), group)  # [k, h] -> [p k, h]
                 big_labels = comm.all_gather(flat_labels[first:first + k], group)  # [k] -> [p k]
-                dlogits = _logits_grad(big_u, weight, fctx.rows, lse[p * first:p * (first + k)], big_labels,
-                                       fctx.start, g_ranks.repeat_interleave(k))  # [p k, R]
+                logits = _masked_logits(big_u, weight, fctx.rows)  # [p k, R], again
+                dlogits = _logits_grad(logits, fctx.rows, lse[p * first:p * (first + k)], big_labels, fctx.start,
+                                       g_ranks.repeat_interleave(k))  # [p k, R]
+                del logits
                 dw += (dlogits.t() @ big_u).to(acc)  # [R, p k] x [p k, h] -> [R, h]
                 del big_u
                 du = comm.reduce_scatter(dlogits @ weight, group)  # [p k, R] x [R, h] -> [p k, h] -> [k, h]

@@ -10,9 +10,10 @@ rank's tokens (batch x s / p), tiles of k tokens (`vocab_tile_tokens`), e the mo
   norm, at the optimizer's bytes per parameter;
 - kept: the embedding output and the final norm's input [t, h] (as the tiled loss) and the log-sum-exp of every
   token of the sequence in fp32 (each rank keeps it for the p k gathered rows of each tile: batch x s x 4);
-- transient (the head's backward, its peak): one tile's logits [p k, R] in fp32 and their gradient in the model
-  dtype, the gathered norm output [p k, h] and the partial dU [p k, h], and an fp32 [R, h] accumulator of the
-  head's gradient when the model dtype is not fp32;
+- transient (the head's backward, its peak): one tile's logits [p k, R] and their gradient in the model dtype,
+  one fp32 chunk of rows of the cross-entropy (head_loss.py `ce_chunk_rows`), the gathered norm output [p k, h]
+  (p > 1) and the partial dU [p k, h], and an fp32 [R, h] accumulator of the head's gradient when the model
+  dtype is not fp32 (`vocab_head_bytes`);
 - sent (`vocab_parallel_collectives`), per tile: the embedding's all-gather of the ids (int64) in the forward
   and again in the backward, its reduce-scatter of [p k, h] and the all-gather of its gradient; the head's
   all-gather of the norm output and of the labels (forward, and again in the backward's recomputation), the
@@ -95,14 +96,20 @@ def vocab_loss_kept_bytes(model, p: int, tokens: int) -> int:
     return tokens * model.hidden * model.dtype_bytes + p * tokens * LSE_BYTES
 
 
-def vocab_head_bytes(model, p: int, tokens: int) -> tuple[int, int]:
-    """(kept, transient) bytes of the vocabulary-parallel embedding, head and loss on a rank's `tokens` tokens:
-    the embedding output and `vocab_loss_kept_bytes`; the head backward's peak (module docstring)."""
+def vocab_head_bytes(model, p: int, tokens: int, tile: int = 0) -> tuple[int, int]:
+    """(kept, transient) bytes of the vocabulary-parallel embedding, head and loss on a rank's `tokens` tokens,
+    `tile` a tile (0: `vocab_tile_tokens`): the embedding output and `vocab_loss_kept_bytes`; the head backward's
+    peak (module docstring): the tile's logits and their gradient [p k, R] in the model dtype, one fp32 chunk of
+    the cross-entropy (`ce_chunk_rows`), the rows' loss gradients [p k] fp32, the gathered norm output (p > 1) and
+    the partial dU [p k, h], and the fp32 head-gradient accumulator."""
+    from paradyse_lab.costmodel.head_loss import ce_chunk_rows
+
     e, h = model.dtype_bytes, model.hidden
-    rows, k = vocab_shard_rows(model.vocab_size, p), vocab_tile_tokens(model, p, tokens)
+    rows, k = vocab_shard_rows(model.vocab_size, p), tile or vocab_tile_tokens(model, p, tokens)
     accumulator = rows * h * 4 if e != 4 else 0
-    transient = p * k * rows * (4 + e) + 2 * p * k * h * e + accumulator
-    return tokens * h * e + vocab_loss_kept_bytes(model, p, tokens), transient
+    logits = 2 * p * k * rows * e + ce_chunk_rows(rows, p * k) * rows * 4 + p * k * 4
+    gathered = (2 if p > 1 else 1) * p * k * h * e
+    return tokens * h * e + vocab_loss_kept_bytes(model, p, tokens), logits + gathered + accumulator
 
 
 def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
