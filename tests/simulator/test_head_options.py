@@ -11,7 +11,7 @@ from paradyse_lab.plan import Plan
 from simulator.engine import Charger
 from simulator.policies import DynamicPolicy, StepPlan
 
-LONG = 256 * 1024
+LONG = 512 * 1024
 
 
 def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
@@ -25,7 +25,7 @@ def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
     assert short.head == "whole" and short.feasible
     whole_only = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     whole_only._head_models = {"whole": cm}
-    assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 256K
+    assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 512K
     long = replicated.decide(LONG, 1)
     assert long.head == "tiled" and long.feasible
     _, peak = charger.charge(long.plan.names, LONG, 1, long.head)

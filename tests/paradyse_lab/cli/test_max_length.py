@@ -27,7 +27,7 @@ def test_the_longest_length_fits_and_one_unit_more_does_not(capsys):
     whole, tiled = (plan(capsys, "--max-length", "--head", h) for h in ("whole", "tiled"))
     auto = plan(capsys, "--max-length")
     assert set(auto) >= {"max_length", "step_time_s", "memory", "head", "plan"}
-    assert tiled["max_length"] > 2 * whole["max_length"]
+    assert tiled["max_length"] > 1.5 * whole["max_length"]
     assert auto["head"] == "vocab" and auto["max_length"] > 1.2 * tiled["max_length"]  # states / 8 (15.7 GiB)
     assert auto["memory"]["peak"] <= auto["memory"]["budget"]
     for got in (whole, auto):
