@@ -42,6 +42,6 @@ def test_cost_shows_the_head_options_beside_the_strategies(capsys):
                  "json"]) == 0
     heads = json.loads(capsys.readouterr().out)["head"]
     assert set(heads) == {"whole", "tiled", "vocab"}
-    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 30
+    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 15  # the whole head keeps e t V + 4 t
     assert heads["tiled"]["time_s"] > heads["whole"]["time_s"]
     assert main(["cost", "--model", "gpt", "--seq", "64K"]) == 0 and "head option" not in capsys.readouterr().out
