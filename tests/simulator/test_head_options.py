@@ -56,3 +56,6 @@ def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
     assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
     assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
+    rows = ParallelGPT(GPTConfig(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1), vocab_parallel=True)
+    vocab = StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
+    assert _loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
