@@ -429,20 +429,26 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
 
 
-def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0):
+def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: bool = False):
     """The embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py): GPT-2's tied table of 512
     rows or LLaMA's untied 64 (GQA, RMSNorm, SwiGLU, rotary), neither divisible by p = 3 (the last rank's shard is
     padded), under mixed plans of every feasible strategy with recompute, `loss_tile` tokens per rank at a time
     (0: all): loss and every gradient equal the reference's, every sub-layer's bytes the schedules' and the
     embedding's and head's the cost model's (`_check_model`); the logits (no labels) equal the reference's; the
-    shards gather back to the full state dict."""
+    shards gather back to the full state dict; the rank holds the cost model's count of embedding, head, position
+    and final-norm parameters. `tied`: the LLaMA shares its embedding with the head (Llama-3.2's
+    tie_word_embeddings)."""
     def case(rank: int, p: int, group) -> None:
-        cfg = llama_config(2) if llama else config(True)
+        from paradyse_lab.costmodel.vocab_parallel import vocab_state_params
+
+        cfg = dataclasses.replace(llama_config(2), tied=tied) if llama else config(True)
         sd = random_state(cfg)
         ref = ReferenceGPT(cfg)
         ref.load_state_dict(sd)
         model = ParallelGPT(cfg, group, state_dict=sd, vocab_parallel=True)
         assert model.wte.shape[0] == -(-cfg.vocab_size // p)
+        outside = sum(q.numel() for n, q in model.named_parameters() if not n.startswith("layers."))
+        assert outside == vocab_state_params(cfg.model_spec("fp32"), p), outside
         full = model.full_state_dict()
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
         plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute
@@ -484,6 +490,8 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
 for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
     CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
 ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
+CASES["vocab-parallel-llama-tied-tile3"] = vocab_parallel_case(True, 3, tied=True)
+ONLY_AT["vocab-parallel-llama-tied-tile3"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
 CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
 ONLY_AT["vocab-parallel-kept"] = (3,)  # counts in p, checked where p does not divide V (FlopCounterMode: 6 s a world)
 CASES["hf-gpt2-logits"] = hf_case
