@@ -218,12 +218,13 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     """Whether the run stores the embedding and head by vocabulary rows (runtime/vocab_parallel.py): when the
     planner takes the head option 'vocab' at the run's longest step (rank 0 asks, every rank follows). The storage
     holds for the whole run, so the policy then plans every step with the heads it can run: 'vocab' alone, or the
-    replicated 'whole' and 'tiled'. A policy without head options (`static:NAME`) keeps the replicated head."""
+    replicated 'whole' and 'tiled'. A policy without head options (`static:NAME`) keeps the replicated head, and so
+    does one process (its one shard is the whole table: 'vocab' would only be the tiled loss)."""
     from runtime import comm
 
-    if not hasattr(policy, "storage_head") or comm.size(group) == 1:
+    if not hasattr(policy, "storage_head"):
         return False
-    head = policy.storage_head(longest, batch) if comm.rank(group) == 0 else None
+    head = policy.storage_head(longest, batch) if comm.rank(group) == 0 and comm.size(group) > 1 else None
     vocab = comm.broadcast_object(head, 0, group) == "vocab"
     policy.restrict_heads(("vocab",) if vocab else ("whole", "tiled"))
     return vocab

@@ -59,3 +59,13 @@ def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     rows = ParallelGPT(GPTConfig(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1), vocab_parallel=True)
     vocab = StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
     assert _loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
+
+
+def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
+    """`train` on one process keeps the replicated embedding and head, and its policy never plans 'vocab' (which
+    its model would not run)."""
+    from runtime.train import vocab_storage
+
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    policy = DynamicPolicy("dp", AnalyticCostModel(model, cluster, p=1), LayerGraph(model), 10**15)
+    assert not vocab_storage(policy, 16 * 1024, 1, None) and tuple(policy._head_models) == ("whole", "tiled")
