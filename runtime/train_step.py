@@ -137,11 +137,14 @@ class TrainLoop:
         smoothing then stay those of training), without gradients."""
         import torch
 
+        from runtime.train import _loss_tile
+
         total = count = 0.0
         with torch.no_grad():
             for m in range(self.run.opts.eval_batches):
                 ids, labels, cu_seqlens = self._on_device(held_out, m)
-                loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens)[1]
+                tile = _loss_tile(None, self.run.model, ids.numel())  # a vocabulary-parallel model's tiles, else 0
+                loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)[1]
                 n = held_out.targets(m)
                 total, count = total + float(loss) * n, count + n
         return total / count if count else float("nan")

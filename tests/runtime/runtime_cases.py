@@ -659,10 +659,10 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 def train_vocab_parallel_case(rank: int, p: int, group) -> None:
     """`train` with the embedding and head stored by vocabulary rows (a micro GPT-2 of 97 tied rows, which p does
     not divide) gives the losses and gradient norms of the replicated run (AdamW on the rows, clipping by the
-    global norm, the sharded table's gradients counted once), also across a stop at step 2 and a resume from its
-    checkpoint. The storage follows the head rank 0's planner takes at the run's longest step (`vocab_storage`;
-    the policy here is told 'vocab', tests/simulator/test_head_options.py has the planner take it), and the policy
-    then plans every step with it alone."""
+    global norm, the sharded table's gradients counted once) and evaluation losses, also across a stop at step 2 and
+    a resume from its checkpoint. The storage follows the head rank 0's planner takes at the run's longest step
+    (`vocab_storage`; the policy here is told 'vocab', tests/simulator/test_head_options.py has the planner take
+    it), and the policy then plans every step with it alone."""
     import json
     import os
 
@@ -689,7 +689,8 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
         return build
 
     common = {"model": config, "dataset": "uniform:48:48", "max_len": S, "progress": False, "lr": 3e-3,
-              "clip_grad": 0.5, "checkpoint_every": 1, "policy": "dynamic:heuristic"}
+              "clip_grad": 0.5, "checkpoint_every": 1, "policy": "dynamic:heuristic", "eval_dataset": "uniform:48:48",
+              "eval_every": 3, "eval_batches": 1}
     replicated = TrainOptions(steps=3, **common)
     replicated = train(replicated, group, policy_for=policy_for(replicated, False))
     opts = TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "a"), **common)
@@ -702,6 +703,7 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
                  rtol=0, atol=1e-5)
     assert_close(torch.tensor([r["grad_norm"] for r in sharded]), torch.tensor([r["grad_norm"] for r in replicated]),
                  rtol=1e-5, atol=1e-6)
+    assert abs(sharded[-1]["eval_loss"] - replicated[-1]["eval_loss"]) < 1e-5  # evaluation in the loss's tiles
     if p > 1:
         torch.distributed.barrier(group=group)
     if rank == 0:
