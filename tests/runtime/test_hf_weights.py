@@ -106,3 +106,22 @@ def test_other_llama_family_folders(kind, tmp_path):
     with torch.no_grad():
         assert_close(ParallelGPT.from_hf_folder(folder)(ids, ["metp"] * 2), model(input_ids=ids).logits,
                      rtol=1e-5, atol=1e-5)
+
+
+def test_vocabulary_rows_of_a_table_p_does_not_divide(tmp_path):
+    """A tied LLaMA of 62 vocabulary rows over 4 ranks (16 rows each, the last rank's 14 and 2 of padding): each
+    rank reads only its rows of the embedding, padded with zeros, and the rest as the replicated layout does."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=62, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+        num_hidden_layers=1, max_position_embeddings=64, tie_word_embeddings=True)).float()
+    folder = save(model, tmp_path, sharded=True)
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, 4, vocab_parallel=True).state_dict()
+    for rank in range(4):
+        got, want = read_rank_state_dict(folder, cfg, rank, 4, like, True), shard_state_dict(full, rank, 4, True)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], v) for k, v in want.items()), rank
+    assert got["wte"].shape == (16, 32) and torch.equal(got["wte"][14:], torch.zeros(2, 32))
