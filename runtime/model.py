@@ -4,7 +4,9 @@ layout.
 Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
 positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
-during the backward. The model's shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
+during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
+(runtime/vocab_parallel.py: Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
+shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
 `Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
 paradyse_lab/strategies.py). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
