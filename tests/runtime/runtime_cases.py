@@ -689,7 +689,7 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
         return build
 
     common = {"model": config, "dataset": "uniform:48:48", "max_len": S, "progress": False, "lr": 3e-3,
-              "clip_grad": 0.5, "checkpoint_every": 1, "policy": "dynamic:heuristic", "eval_dataset": "uniform:48:48",
+              "clip_grad": 0.5, "checkpoint_every": 2, "policy": "dynamic:heuristic", "eval_dataset": "uniform:48:48",
               "eval_every": 3, "eval_batches": 1}
     replicated = TrainOptions(steps=3, **common)
     replicated = train(replicated, group, policy_for=policy_for(replicated, False))
