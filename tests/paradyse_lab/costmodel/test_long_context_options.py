@@ -140,8 +140,8 @@ def test_short_sequences_get_no_tiling_or_offload():
         if seq < 64 * 1024:
             assert every.plan == plain.plan and every.predicted_time_s == plain.predicted_time_s
             assert not any("+tiled" in n or "+offload" in n for n in every.plan)
-    long = dp.solve(_problem(256 * 1024, recompute=True, tiled=True, offload=True))
-    assert long.feasible and not dp.solve(_problem(256 * 1024, recompute=True)).feasible
+    long = dp.solve(_problem(512 * 1024, recompute=True, tiled=True, offload=True))  # the whole head fits 256K
+    assert long.feasible and not dp.solve(_problem(512 * 1024, recompute=True)).feasible
     assert any("+tiled" in n or "+offload" in n for n in long.plan)
 
 
