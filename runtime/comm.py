@@ -235,14 +235,14 @@ def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
     return out
 
 
-def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Sum `x` over ranks, in place; returns `x`."""
+def all_reduce(x: torch.Tensor, group=None, op: str = "sum") -> torch.Tensor:
+    """Sum `x` over ranks (`op` 'max': the elementwise maximum), in place; returns `x`."""
     p = size(group)
     if p == 1:
         return x
     _trace("all_reduce", group, x)
     if not _fake(group):
-        dist.all_reduce(x, group=group)  # [...] -> [...]
+        dist.all_reduce(x, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)  # [...] -> [...]
     _record("all_reduce", 2 * _nbytes(x) * (p - 1) // p)
     return x
 
@@ -339,6 +339,19 @@ class _AllGather(torch.autograd.Function):
         return reduce_scatter(dy, ctx.group), None  # [p*n, ...] -> [n, ...]
 
 
+class _AllToAll(torch.autograd.Function):
+    """`all_to_all`, whose adjoint is itself: output chunk j of rank r is input chunk r of rank j."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return all_to_all(x, group)  # [p*n, ...] -> [p*n, ...]
+
+    @staticmethod
+    def backward(ctx, dy):
+        return all_to_all(dy, ctx.group), None  # [p*n, ...] -> [p*n, ...]
+
+
 class _ReplicatedSum(torch.autograd.Function):
     """Sum over ranks whose result every rank treats as the same replicated value: backward is identity
     (the objective is the one replicated value, not p copies of it)."""
@@ -374,6 +387,11 @@ class _ReduceGrads(torch.autograd.Function):
 def all_gather_autograd(x: torch.Tensor, group=None) -> torch.Tensor:
     """`all_gather` whose backward reduce-scatters the gradient."""
     return x if size(group) == 1 else _AllGather.apply(x, group)
+
+
+def all_to_all_autograd(x: torch.Tensor, group=None) -> torch.Tensor:
+    """`all_to_all` whose backward all-to-alls the gradient back."""
+    return x if size(group) == 1 else _AllToAll.apply(x, group)
 
 
 def replicated_sum(x: torch.Tensor, group=None) -> torch.Tensor:

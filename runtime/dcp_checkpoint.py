@@ -42,7 +42,7 @@ from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
-from runtime.layout import SHARDED, row_sections
+from runtime.layout import SHARDED, VOCAB_ROWS, row_sections
 
 FORMAT = "torch.distributed.checkpoint"
 """meta.json's `format`; the per-rank checkpoints of earlier versions have none."""
@@ -79,12 +79,29 @@ def _global(local: torch.Tensor, rows: int, mesh) -> torch.Tensor:
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
 
 
+def _vocab_rows(name: str, value: torch.Tensor, cfg) -> bool:
+    """Whether `value` is this rank's padded vocabulary rows of the embedding or head (runtime/vocab_parallel.py):
+    fewer rows than the vocabulary. Saved as the global [V, h] tensor, so a checkpoint does not depend on it."""
+    return name in VOCAB_ROWS and value.shape[0] != cfg.vocab_size
+
+
+def _vocab_entry(value: torch.Tensor, cfg, p: int, mesh) -> torch.Tensor:
+    """This rank's real vocabulary rows [stop - start, h] (padding dropped) as a DTensor of the global [V, h],
+    sharded by rows as torch.chunk cuts V (the ranks' ceil(V/p) rows, the last ones shorter or empty)."""
+    from runtime.vocab_parallel import vocab_range
+
+    start, stop = vocab_range(cfg.vocab_size, p, comm.rank(mesh.get_group()) if mesh is not None else 0)
+    return _global(value[:stop - start], cfg.vocab_size, mesh)
+
+
 def _entries(name: str, value: torch.Tensor, cfg, p: int, mesh) -> dict[str, torch.Tensor]:
-    """DCP entries of one of this rank's tensors: one per row section (its block of each), or the tensor
-    itself when replicated; nothing for a [0]-sized tensor (an absent bias)."""
+    """DCP entries of one of this rank's tensors: one per row section (its block of each), the global table for
+    vocabulary rows, or the tensor itself when replicated; nothing for a [0]-sized tensor (an absent bias)."""
     sections = sections_of(name, cfg)
     if value.numel() == 0:
         return {}
+    if _vocab_rows(name, value, cfg):
+        return {name: _vocab_entry(value, cfg, p, mesh)}
     if sections is None:
         return {name: value}
     blocks = value.split([n // p for n in sections])  # [n1/p, ...] -> one [n/p, ...] per section
@@ -96,6 +113,9 @@ def _local(entries: dict[str, torch.Tensor], name: str, like: torch.Tensor, cfg)
     sections = sections_of(name, cfg)
     if like.numel() == 0:
         return like
+    if _vocab_rows(name, like, cfg):  # the real rows, padded back to the shard's [R, h]
+        real = entries[name].to_local() if hasattr(entries[name], "to_local") else entries[name]
+        return torch.cat([real, real.new_zeros((like.shape[0] - real.shape[0], *real.shape[1:]))])
     if sections is None:
         return entries[name]
     parts = [entries[f"{name}.{i}"] for i in range(len(sections))]

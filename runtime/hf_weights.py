@@ -180,16 +180,32 @@ def _strip(name: str) -> str:
     return name
 
 
-def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[str, torch.Tensor]
-                         ) -> dict[str, torch.Tensor]:
+def vocab_rank_rows(sources: list[Source], vocab: int, rank: int, p: int) -> list[Source]:
+    """The vocabulary rows rank `rank` of `p` holds of the embedding or head under the vocabulary-parallel layout
+    (runtime/vocab_parallel.py; its padding rows are not read)."""
+    from runtime.vocab_parallel import vocab_range
+
+    start, stop = vocab_range(vocab, p, rank)
+    return [Source(src.name, start, stop, src.transposed) for src in sources]
+
+
+def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[str, torch.Tensor],
+                         vocab_parallel: bool = False) -> dict[str, torch.Tensor]:
     """Rank `rank`'s shard of every runtime tensor, read from the folder's safetensors by slices; `like`
     (this rank's state dict, for the shapes) checks what was read: a `UserInputError` names a tensor whose
-    shape does not match the config."""
+    shape does not match the config. `vocab_parallel`: the embedding and head as vocabulary rows (padded)."""
+    from runtime.layout import VOCAB_ROWS
+
     files = SafetensorsFolder(folder)
     out = {}
     try:
         for key, sources in tensor_sources(cfg).items():
-            parts = [files.read(src) for src in rank_rows(key, sources, rank, p)]
+            if vocab_parallel and key in VOCAB_ROWS:
+                real = torch.cat([files.read(src) for src in vocab_rank_rows(sources, cfg.vocab_size, rank, p)])
+                pad = real.new_zeros((like[key].shape[0] - real.shape[0], *real.shape[1:]))
+                parts = [torch.cat([real, pad])]
+            else:
+                parts = [files.read(src) for src in rank_rows(key, sources, rank, p)]
             value = torch.cat(parts) if parts else torch.zeros_like(like[key])  # sections stacked: [n/p, ...]
             if value.shape != like[key].shape:
                 names = ", ".join(dict.fromkeys(s.name for s in sources))

@@ -198,9 +198,26 @@ def unshard_sublayer(shards: list[dict[str, torch.Tensor]], kind: str) -> dict[s
     return full
 
 
-def shard_state_dict(full_sd: dict[str, torch.Tensor], r: int, p: int) -> dict[str, torch.Tensor]:
+VOCAB_ROWS = ("wte", "head")
+"""The token embedding and the untied head: [V, h], sharded by vocabulary rows under the vocabulary-parallel
+embedding and head (runtime/vocab_parallel.py), replicated otherwise."""
+
+
+def _outside_layers(key: str, value: torch.Tensor, r: int, p: int, vocab_parallel: bool) -> torch.Tensor:
+    """Rank r's copy of a tensor outside the layers: its padded vocabulary rows (`VOCAB_ROWS` when
+    `vocab_parallel`), else the whole tensor."""
+    if vocab_parallel and key in VOCAB_ROWS:
+        from runtime.vocab_parallel import shard_vocab_rows
+
+        return shard_vocab_rows(value, r, p)
+    return value.clone()
+
+
+def shard_state_dict(full_sd: dict[str, torch.Tensor], r: int, p: int, vocab_parallel: bool = False
+                     ) -> dict[str, torch.Tensor]:
     """Rank r's state dict from a full (reference-model) state dict: keys `layers.L.attn.NAME`,
-    `layers.L.mlp.NAME` are sharded, every other key (embeddings, final norm) is replicated."""
+    `layers.L.mlp.NAME` are sharded, every other key (embeddings, final norm) is replicated, except the
+    embedding and head's vocabulary rows when `vocab_parallel` (`VOCAB_ROWS`)."""
     out: dict[str, torch.Tensor] = {}
     groups: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in full_sd.items():
@@ -208,7 +225,7 @@ def shard_state_dict(full_sd: dict[str, torch.Tensor], r: int, p: int) -> dict[s
         if prefix.startswith("layers.") and name in PARAM_NAMES:
             groups.setdefault(prefix, {})[name] = value
         else:
-            out[key] = value.clone()
+            out[key] = _outside_layers(key, value, r, p, vocab_parallel)
     for prefix, params in groups.items():
         kind = "attention" if prefix.endswith(".attn") else "mlp"
         for name, value in shard_sublayer(params, kind, r, p).items():
@@ -216,10 +233,11 @@ def shard_state_dict(full_sd: dict[str, torch.Tensor], r: int, p: int) -> dict[s
     return out
 
 
-def init_rank_state_dict(cfg, seed: int, r: int, p: int) -> dict[str, torch.Tensor]:
+def init_rank_state_dict(cfg, seed: int, r: int, p: int, vocab_parallel: bool = False) -> dict[str, torch.Tensor]:
     """Rank r's state dict of the initialisation `reference.init_state_dict(cfg, seed)` (the same values as
     `shard_state_dict` of it), built one sub-layer at a time: the rank holds its shards, the replicated
-    tensors and at most one sub-layer's full tensors, never the whole model."""
+    tensors and at most one sub-layer's full tensors (or the full embedding, before keeping its rows), never
+    the whole model."""
     from runtime.reference import init_tensors
 
     out: dict[str, torch.Tensor] = {}
@@ -227,7 +245,7 @@ def init_rank_state_dict(cfg, seed: int, r: int, p: int) -> dict[str, torch.Tens
     for key, value in init_tensors(cfg, seed):
         prefix, _, name = key.rpartition(".")
         if not (prefix.startswith("layers.") and name in PARAM_NAMES):
-            out[key] = value
+            out[key] = _outside_layers(key, value, r, p, vocab_parallel) if key in VOCAB_ROWS else value
             continue
         pending.setdefault(prefix, {})[name] = value
         if len(pending[prefix]) == len(PARAM_NAMES):  # the sub-layer is complete: keep its shard only
@@ -236,15 +254,21 @@ def init_rank_state_dict(cfg, seed: int, r: int, p: int) -> dict[str, torch.Tens
     return out
 
 
-def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None) -> dict[str, torch.Tensor]:
+def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None, vocab: int = 0) -> dict[str, torch.Tensor]:
     """The full state dict from every rank's shard (a collective: every rank calls it, every rank gets
-    the full dict)."""
+    the full dict); `vocab` > 0: the embedding and head are vocabulary rows (`VOCAB_ROWS`) of a V = `vocab`
+    table."""
     p = comm.size(group)
     out: dict[str, torch.Tensor] = {}
     groups: dict[str, list[dict[str, torch.Tensor]]] = {}
     for key, value in local_sd.items():
         prefix, _, name = key.rpartition(".")
-        if prefix.startswith("layers.") and name in SHARDED:
+        if vocab and key in VOCAB_ROWS:
+            from runtime.vocab_parallel import unshard_vocab_rows
+
+            gathered = comm.all_gather(value.detach().contiguous().unsqueeze(0), group)  # [1, R, h] -> [p, R, h]
+            out[key] = unshard_vocab_rows(gathered, vocab).clone()  # [p, R, h] -> [V, h]
+        elif prefix.startswith("layers.") and name in SHARDED:
             gathered = comm.all_gather(value.detach().contiguous().unsqueeze(0), group)  # [1, ..] -> [p, ..]
             groups.setdefault(prefix, [{} for _ in range(p)])
             for r in range(p):

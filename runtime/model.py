@@ -4,7 +4,9 @@ layout.
 Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
 positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
-during the backward. The model's shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
+during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
+(runtime/vocab_parallel.py: Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
+shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
 `Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
 paradyse_lab/strategies.py). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
@@ -76,14 +78,15 @@ class ParallelGPT(GPTParams):
     """GPT-2 whose layers run under per-layer strategies over `group` (None: the default group)."""
 
     def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None,
-                 hf_folder: str | None = None):
+                 hf_folder: str | None = None, vocab_parallel: bool = False):
         """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
         model folder `hf_folder` (each rank reads only its slices: runtime/hf_weights.py), or of the GPT-2
-        initialisation drawn from `seed` (the same on every rank)."""
+        initialisation drawn from `seed` (the same on every rank). `vocab_parallel`: the embedding and head are
+        sharded by vocabulary rows (runtime/vocab_parallel.py) instead of replicated."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
-            super().__init__(cfg, self.p)
-        self.group = group
+            super().__init__(cfg, self.p, vocab_parallel)
+        self.group, self.vocab_parallel = group, vocab_parallel
         for name, value in (("hidden", cfg.hidden), ("ffn_hidden", cfg.ffn_hidden),
                             ("kv_heads * head_dim", cfg.kv_hidden)):
             if value % self.p:
@@ -91,34 +94,35 @@ class ParallelGPT(GPTParams):
         if hf_folder is not None:
             from runtime.hf_weights import read_rank_state_dict
 
-            self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict()))
+            self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict(),
+                                                      vocab_parallel))
             return
         if state_dict is not None:
-            local = shard_state_dict(state_dict, self.rank, self.p)
+            local = shard_state_dict(state_dict, self.rank, self.p, vocab_parallel)
         else:  # one sub-layer at a time: the rank never holds the whole model (layout.init_rank_state_dict)
-            local = init_rank_state_dict(cfg, seed, self.rank, self.p)
+            local = init_rank_state_dict(cfg, seed, self.rank, self.p, vocab_parallel)
         dtypes = {k: v.dtype for k, v in self.state_dict().items()}  # the meta parameters' (fp32)
         self.load_state_dict({k: v.to(dtypes.get(k, v.dtype)) for k, v in local.items()}, assign=True)
 
     @classmethod
-    def from_hf_state_dict(cls, config, state_dict, group=None) -> ParallelGPT:
+    def from_hf_state_dict(cls, config, state_dict, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face config (dict or `PretrainedConfig`) and state dict: GPT-2 (`GPT2LMHeadModel`),
         or LLaMA-shaped (`LlamaForCausalLM`, `MistralForCausalLM` and `Qwen2ForCausalLM` without a sliding
         window: runtime/hf_convert.py)."""
         cfg = GPTConfig.from_hf(config)
-        return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg))
+        return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg), vocab_parallel=vocab_parallel)
 
     @classmethod
-    def from_hf_folder(cls, folder, group=None) -> ParallelGPT:
+    def from_hf_folder(cls, folder, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
         GPT-2, LLaMA, Mistral or Qwen2 (runtime/hf_convert.py); each rank reads only its slices."""
         from runtime.hf_weights import read_config
 
-        return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder))
+        return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (unsharded) state dict; a collective: every rank must call it."""
-        return gather_state_dict(self.state_dict(), self.group)
+        return gather_state_dict(self.state_dict(), self.group, self.cfg.vocab_size if self.vocab_parallel else 0)
 
     def check(self, seq_len: int, plan: Plan | Sequence[str], longest: int | None = None
               ) -> list[tuple[StrategyOption, StrategyOption]]:
@@ -145,6 +149,8 @@ class ParallelGPT(GPTParams):
         (runtime/packed.py `pack_sequence`): positions restart at each document and attention stays inside
         each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/tiled_loss.py), final
         norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss).
+        A vocabulary-parallel model (`vocab_parallel`) always returns (None, loss) with `labels`, its embedding and
+        loss run `loss_tile` tokens per rank at a time (0: all at once); without labels it returns the logits.
         Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/tiled_mlp.py; 0: ALST's rule,
         `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
         (runtime/offload.py; the bytes each moved: `self.offload_stats`, of the last forward)."""
@@ -155,9 +161,7 @@ class ParallelGPT(GPTParams):
             cu_seqlens = check_cu_seqlens(cu_seqlens, t * p)
             longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
         options = self.check(t * p, plan, longest)
-        replicated = [self.wte, self.wpe, self.lnf_w, self.lnf_b] + ([] if cfg.tied else [self.head])
-        wte, wpe, lnf_w, lnf_b, *head = comm.reduce_grads(self.group, *replicated)
-        x = F.embedding(input_ids, wte)  # [b, t] -> [b, t, h]
+        x, (wpe, lnf_w, lnf_b, head_w) = self._embed(input_ids, loss_tile)
         if cu_seqlens is None:
             pos = local_positions(t * p, p, self.rank)  # true positions of this rank's tokens: [t]
             all_pos = gathered_positions(t * p, p)  # of every rank's, rank-major: [s]
@@ -178,10 +182,18 @@ class ParallelGPT(GPTParams):
                 weights = [getattr(params, n) for n in PARAM_NAMES]
                 with offloader.sublayer(ctx.tag, weights) if opt.offload else contextlib.nullcontext():
                     x = run_option(opt, ctx, x, weights, mlp_tile)
-        head_w = head[0] if head else wte
-        if labels is None:
+        if self.vocab_parallel:
+            from runtime.vocab_parallel import vocab_parallel_logits, vocab_parallel_loss
+
+            if labels is None:
+                return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.eps), head_w, self.group,
+                                             cfg.vocab_size)  # [b, t, h] -> [b, t, V]
+            logits = None
+            total = vocab_parallel_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile, self.group,
+                                        cfg.vocab_size)
+        elif labels is None:
             return norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
-        if loss_tile > 0:
+        elif loss_tile > 0:
             logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
         else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
             total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, keep_logits=True)
@@ -189,3 +201,18 @@ class ParallelGPT(GPTParams):
             count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)
         return logits, loss
+
+    def _embed(self, input_ids: torch.Tensor, loss_tile: int):
+        """(token embeddings [b, t, h], (wpe, lnf_w, lnf_b, head weight)): the replicated tensors pass through the
+        all-reduce of their gradients, the embedding and head too when replicated; vocabulary-parallel: the lookup
+        of runtime/vocab_parallel.py, `loss_tile` tokens per collective (0: all), the sharded rows' gradients stay
+        on their rank."""
+        if self.vocab_parallel:
+            from runtime.vocab_parallel import vocab_parallel_embedding
+
+            wpe, lnf_w, lnf_b = comm.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)
+            x = vocab_parallel_embedding(input_ids, self.wte, self.group, self.cfg.vocab_size, loss_tile)
+            return x, (wpe, lnf_w, lnf_b, self.head_weight())  # [b, t] -> [b, t, h]
+        replicated = [self.wte, self.wpe, self.lnf_w, self.lnf_b] + ([] if self.cfg.tied else [self.head])
+        wte, wpe, lnf_w, lnf_b, *head = comm.reduce_grads(self.group, *replicated)
+        return F.embedding(input_ids, wte), (wpe, lnf_w, lnf_b, head[0] if head else wte)  # [b, t] -> [b, t, h]

@@ -58,17 +58,18 @@ def scheduler(opt, opts, start: int = 0):
         opt, lambda i: lr_factor(opts.lr_schedule, start + i, opts.warmup_steps, opts.steps))
 
 
-def is_sharded(name: str) -> bool:
-    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (runtime/layout.py)."""
-    from runtime.layout import SHARDED
+def is_sharded(name: str, vocab_parallel: bool = False) -> bool:
+    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (runtime/layout.py; with
+    `vocab_parallel` also the embedding and head rows, whose padding rows have zero gradients)."""
+    from runtime.layout import SHARDED, VOCAB_ROWS
 
     prefix, _, leaf = name.rpartition(".")
-    return prefix.startswith("layers.") and leaf in SHARDED
+    return (prefix.startswith("layers.") and leaf in SHARDED) or (vocab_parallel and name in VOCAB_ROWS)
 
 
-def global_grad_norm(named_grads, group):
+def global_grad_norm(named_grads, group, vocab_parallel: bool = False):
     """[] L2 norm of the whole model's gradient over all ranks (module docstring); `named_grads`: (name,
-    gradient or None) of this rank's parameters."""
+    gradient or None) of this rank's parameters; `vocab_parallel`: the model's embedding and head are sharded."""
     import torch
 
     from runtime import comm
@@ -78,7 +79,7 @@ def global_grad_norm(named_grads, group):
         if grad is None:
             continue
         sq = grad.detach().float().pow(2).sum()  # [] this rank's part
-        if is_sharded(name):
+        if is_sharded(name, vocab_parallel):
             sharded = sq if sharded is None else sharded + sq
         else:
             replicated = sq if replicated is None else replicated + sq

@@ -164,17 +164,19 @@ class Block(nn.Module):
 class GPTParams(nn.Module):
     """All parameters (embedding, positions, final norm, head, blocks); shards when p > 1. Learned positions
     `wpe` are [0, h] under rotary embeddings, `lnf_b` [0] under RMSNorm; `head` [V, h] exists only when the
-    head is not tied to `wte`."""
+    head is not tied to `wte`. `vocab_parallel`: `wte` and `head` are each rank's [ceil(V/p), h] rows
+    (runtime/vocab_parallel.py)."""
 
-    def __init__(self, cfg: GPTConfig, p: int = 1):
+    def __init__(self, cfg: GPTConfig, p: int = 1, vocab_parallel: bool = False):
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.hidden))
+        vocab = -(-cfg.vocab_size // p) if vocab_parallel else cfg.vocab_size  # runtime/vocab_parallel.py's R
+        self.wte = nn.Parameter(torch.zeros(vocab, cfg.hidden))
         self.wpe = nn.Parameter(torch.zeros(0 if cfg.rope else cfg.max_positions, cfg.hidden))
         self.lnf_w = nn.Parameter(torch.ones(cfg.hidden))
         self.lnf_b = nn.Parameter(torch.zeros(cfg.hidden if cfg.norm == "layernorm" else 0))
         if not cfg.tied:
-            self.head = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.hidden))
+            self.head = nn.Parameter(torch.zeros(vocab, cfg.hidden))
         self.layers = nn.ModuleList(Block(cfg, p) for _ in range(cfg.layers))
 
     def head_weight(self) -> torch.Tensor:

@@ -200,12 +200,34 @@ def _stop(bar, message: str):
 
 def _loss_tile(decision, model, tokens: int) -> int:
     """Tokens per tile of the tiled loss when the planner chose it for this step (paradyse_lab/costmodel/head_loss.py
-    sizes the tiles), else 0 (the whole head)."""
+    sizes the tiles), else 0 (the whole head); a vocabulary-parallel model's tiles of its `tokens` (this rank's) as
+    paradyse_lab/costmodel/vocab_parallel.py sizes them."""
+    if getattr(model, "vocab_parallel", False):
+        from paradyse_lab.costmodel.vocab_parallel import vocab_tile_tokens
+
+        return vocab_tile_tokens(model.cfg.model_spec("fp32" if model.wte.element_size() == 4 else "bf16"), model.p,
+                                 tokens)
     if getattr(decision, "head", "whole") != "tiled":
         return 0
     from paradyse_lab.costmodel.head_loss import loss_tile_tokens
 
     return loss_tile_tokens(model.cfg.vocab_size, model.wte.element_size(), tokens)
+
+
+def vocab_storage(policy, longest: int, batch: int, group) -> bool:
+    """Whether the run stores the embedding and head by vocabulary rows (runtime/vocab_parallel.py): when the
+    planner takes the head option 'vocab' at the run's longest step (rank 0 asks, every rank follows). The storage
+    holds for the whole run, so the policy then plans every step with the heads it can run: 'vocab' alone, or the
+    replicated 'whole' and 'tiled'. A policy without head options (`static:NAME`) keeps the replicated head, and so
+    does one process (its one shard is the whole table: 'vocab' would only be the tiled loss)."""
+    from runtime import comm
+
+    if not hasattr(policy, "storage_head"):
+        return False
+    head = policy.storage_head(longest, batch) if comm.rank(group) == 0 and comm.size(group) > 1 else None
+    vocab = comm.broadcast_object(head, 0, group) == "vocab"
+    policy.restrict_heads(("vocab",) if vocab else ("whole", "tiled"))
+    return vocab
 
 
 def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
@@ -270,8 +292,9 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     inputs = StepInputs.build(opts, p, cfg, size)
     inputs.refuse_untrainable(micro_steps)
     held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
-    run = TrainState.create(opts, cfg, group, device, meta, size)
     policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
+    longest = max(inputs.length(m) for m in range(micro_steps))
+    run = TrainState.create(opts, cfg, group, device, meta, size, vocab_storage(policy, longest, opts.batch, group))
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
@@ -385,13 +408,16 @@ class TrainState:
     the same lengths."""
 
     @classmethod
-    def create(cls, opts: TrainOptions, cfg, group, device, meta: dict, workload_size: int) -> TrainState:
-        """A new model (initialised from --seed, or the --init-from folder's weights) and its optimizer."""
+    def create(cls, opts: TrainOptions, cfg, group, device, meta: dict, workload_size: int,
+               vocab_parallel: bool = False) -> TrainState:
+        """A new model (initialised from --seed, or the --init-from folder's weights; `vocab_parallel`: its
+        embedding and head sharded by vocabulary rows) and its optimizer."""
         import torch
 
         from runtime.model import ParallelGPT
 
-        model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None).to(device)
+        model = ParallelGPT(cfg, group, seed=opts.seed, hf_folder=opts.init_from or None,
+                            vocab_parallel=vocab_parallel).to(device)
         masters = None
         if device.type == "cuda":  # bf16 weights, fp32 master weights in the optimizer
             model.to(torch.bfloat16)

@@ -116,7 +116,7 @@ class TrainLoop:
         parts = [self._micro_step(m, w) for m, w in zip(micro, weights)]
         run.master_grads()
         trained = run.trained
-        norm = global_grad_norm([(n, t.grad) for n, t in trained.items()], run.group)
+        norm = global_grad_norm([(n, t.grad) for n, t in trained.items()], run.group, model.vocab_parallel)
         if opts.clip_grad:
             clip_to(trained.values(), opts.clip_grad, norm)
         run.apply_optimizer()

@@ -136,7 +136,8 @@ class StepPlan:
     """Smoothing kept the previous step's plan."""
     head: str = "whole"
     """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
-    loss when 'tiled', and the simulator charges the plan with it."""
+    loss when 'tiled' (and a run whose embedding and head are stored by vocabulary rows plans 'vocab' alone:
+    runtime/train.py `vocab_storage`), and the simulator charges the plan with it."""
 
     def __post_init__(self):
         if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
@@ -237,10 +238,29 @@ class DynamicPolicy:
         return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
                         head=head)
 
+    def storage_head(self, seq_len: int, batch: int) -> str:
+        """The head option of the fastest plan that fits at `seq_len` (a run's longest step), leaving the cache
+        and the smoothing state as they are: `train` stores the embedding and head by it (vocabulary rows when
+        'vocab') and then plans every step with `restrict_heads`."""
+        from paradyse_lab.costmodel.head_loss import cheapest_head
+
+        solve = lambda head: self.solver.solve(self.problem(seq_len, batch, head))  # noqa: E731
+        return cheapest_head(solve, tuple(self._head_models))[0]
+
+    def restrict_heads(self, heads: tuple[str, ...]) -> None:
+        """Plan later steps with these head options only (those the run's storage of the embedding and head can
+        run); the cache is emptied."""
+        self._head_models = {h: m for h, m in self._head_models.items() if h in heads}
+        self._cache.clear()
+        self._previous = None
+
     def fresh_copy(self) -> DynamicPolicy:
         """This policy with nothing remembered (an empty cache, no previous plan to smooth against): what plans
-        a run's held-out evaluation steps without changing the plans of its training steps."""
-        return replace(self, _cache={}, _previous=None)
+        a run's held-out evaluation steps without changing the plans of its training steps. It keeps the head
+        options (`restrict_heads`: the run's storage of the embedding and head)."""
+        copy = replace(self, _cache={}, _previous=None)
+        copy._head_models = dict(self._head_models)
+        return copy
 
     def _plan(self, solution) -> Plan:
         """The solver's answer (option names of the search problem) as the plan the runtime runs."""

@@ -68,7 +68,8 @@ def register(sub) -> None:
         "--granularity, --head), its plan, "
         "predicted step time and memory (json: max_length, step_time_s, memory)")
     p.add_argument("--head", choices=("auto",) + HEAD_OPTIONS, default="auto",
-                   help="head and loss: whole logits, the tiled loss, or auto (default: the fastest plan that fits)")
+                   help="head and loss: whole logits, the tiled loss, vocab (the embedding and head sharded by "
+                        "vocabulary rows, with the tiled loss), or auto (default: the fastest plan that fits)")
     p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
     add_format_argument(p)
     p.set_defaults(func=run_plan)

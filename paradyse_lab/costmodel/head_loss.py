@@ -15,9 +15,9 @@ logits [t, V]; transient [t, V] in fp32 and the model dtype), per rank:
 A tile is as many tokens as keep its logits within `LOSS_TILE_BYTES` (E: large enough that the tile's GEMM
 runs near the efficiency of a whole one, docs/hardware.md section 2's curve is flat above 1K).
 
-`HeadLossCostModel(inner, head)` is `inner` with the head option `head` (`HEAD_OPTIONS`); the planner builds one
-problem per option and keeps the fastest plan that fits (`cheapest_head`), so a length whose whole head fits
-pays nothing for the tiling.
+`HeadLossCostModel(inner, head)` is `inner` with the head option `head` (`HEAD_OPTIONS`: also 'vocab', the
+vocabulary-parallel embedding and head, costmodel/vocab_parallel.py); the planner builds one problem per option and
+keeps the fastest plan that fits (`cheapest_head`), so a length whose whole head fits pays nothing for the tiling.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from dataclasses import replace
 
 from paradyse_lab.errors import unknown_name
 
-HEAD_OPTIONS = ("whole", "tiled")
-"""How the head and loss run: whole logits, or the tiled loss."""
+HEAD_OPTIONS = ("whole", "tiled", "vocab")
+"""How the head and loss run: whole logits, the tiled loss, or the vocabulary-parallel embedding and head with the
+tiled loss (costmodel/vocab_parallel.py)."""
 LOSS_TILE_BYTES = 2**30
 """Bytes of one tile's logits, fp32 and model dtype together (module docstring)."""
 CE_CHUNK_BYTES = 2**28
@@ -88,11 +89,16 @@ class HeadLossCostModel:
         return getattr(self.inner, name)
 
     def fixed(self, seq_len: int, batch: int = 1):
-        """The inner model's fixed part, with the tiled loss's kept, transient and time when `head` is 'tiled'."""
+        """The inner model's fixed part, with the tiled loss's kept, transient and time when `head` is 'tiled', the
+        vocabulary-parallel head's (costmodel/vocab_parallel.py) when 'vocab'."""
         whole = self.inner.fixed(seq_len, batch)
         m = self.inner.model
         if self.head == "whole" or not m.embedding_and_head:
             return whole
+        if self.head == "vocab":
+            from paradyse_lab.costmodel.vocab_parallel import vocab_fixed
+
+            return vocab_fixed(self, seq_len, batch, whole.optimizer_s)
         t = batch * seq_len // self.inner.p
         e, h, v = m.dtype_bytes, m.hidden, m.vocab_size
         kept, transient = tiled_head_bytes(m, t)

@@ -194,7 +194,7 @@ def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
     assert any(f.suffix == ".distcp" for f in (tmp_path / "step-000030").iterdir())
 
 
-@pytest.mark.parametrize("head", ["whole", "tiled"])
+@pytest.mark.parametrize("head", ["whole", "tiled", "vocab"])
 def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
     """The head and loss in bf16 on CUDA hold what the cost model counts (tests/runtime/test_head_memory.py
     checks fp32 on CPU, where bf16 softmax kernels copy the logits to fp32 first)."""

@@ -95,3 +95,16 @@ def test_save_refuses_an_optimizer_state_it_cannot_keep(tmp_path):
     with pytest.raises(UserInputError, match="this optimizer keeps momentum_buffer"):
         pl.save(tmp_path / "ck", 1, model, opt)
     assert not (tmp_path / "ck").exists()  # refused before anything is written
+
+
+def test_vocab_parallel_model_trains_as_the_replicated_one():
+    """`build_model(vocab_parallel=True)`: the same loss and gradients as the replicated model (one process: one
+    shard of all the rows); multi-rank exactness is tests/runtime/runtime_cases.py's vocab-parallel-* cases."""
+    sharded, replicated = (pl.build_model("llama-tiny", vocab_parallel=v) for v in (True, False))
+    tokens = torch.randint(0, sharded.cfg.vocab_size, (1, 32), generator=torch.Generator().manual_seed(0))
+    plan = ["metp"] * sharded.cfg.layers
+    assert float(pl.forward_backward(sharded, plan, tokens)) == pytest.approx(
+        float(pl.forward_backward(replicated, plan, tokens)), rel=1e-6)
+    for (name, a), b in zip(sharded.named_parameters(), replicated.parameters()):
+        if a.numel():
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=name)

@@ -1,6 +1,6 @@
 """The head-and-loss memory cases shared by tests/runtime/test_head_memory.py (fp32, CPU, torch's profiler) and
 tests/gpu/test_runtime_gpu.py (bf16, CUDA's allocator): a forward and backward of the whole head or the tiled loss,
-and the bounds its peak bytes must lie in by the cost model's count."""
+or the vocabulary-parallel loss of one rank, and the bounds its peak bytes must lie in by the cost model's count."""
 
 from contextlib import contextmanager
 
@@ -10,8 +10,10 @@ from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import head_loss
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.head_loss import HeadLossCostModel, loss_tile_tokens, tiled_head_bytes
+from paradyse_lab.costmodel.vocab_parallel import vocab_head_bytes
 from paradyse_lab.model_spec import ModelSpec
 from runtime.tiled_loss import tiled_head_loss, whole_head_loss
+from runtime.vocab_parallel import vocab_parallel_loss
 
 T, H, V = 256, 8, 8192
 CHUNK = 16
@@ -41,13 +43,16 @@ def head_case(dtype: str, head: str, device: str = "cpu"):
                                        else t.to(device) for t in _inputs(torch.float32 if dtype == "fp32"
                                                                           else torch.bfloat16))
     tile = loss_tile_tokens(V, spec.dtype_bytes, T) if head == "tiled" else 0
-    if head == "tiled":
+    if head in ("tiled", "vocab"):
         tile = T // 4  # four tiles: the tile's buffers, not the whole [t, V], set the peak
 
     def step():
         with _chunk_rows(CHUNK):
-            loss = (tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, 1e-5, tile) if tile
-                    else whole_head_loss(x, lnf_w, lnf_b, head_w, labels, 1e-5))
+            if head == "vocab":  # one rank's vocabulary-parallel loss (no group: R = V, nothing gathered)
+                loss = vocab_parallel_loss(x, lnf_w, lnf_b, head_w, labels, 1e-5, tile, None, V)
+            else:
+                loss = (tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, 1e-5, tile) if tile
+                        else whole_head_loss(x, lnf_w, lnf_b, head_w, labels, 1e-5))
             loss.backward()
 
     with _chunk_rows(CHUNK):
@@ -71,6 +76,8 @@ def _bounds(spec, head: str, tile: int) -> tuple[int, int]:
     e = spec.dtype_bytes
     if head == "tiled":  # the cost model's tile is set by LOSS_TILE_BYTES; this test's is T / 4
         kept, transient = tiled_head_bytes(spec, T, tile)
+    elif head == "vocab":
+        kept, transient = vocab_head_bytes(spec, 1, T, tile)
     else:
         kept, transient = fixed.kept_bytes, fixed.transient_bytes
     kept -= T * H * e  # the embedding output is the model's, not the head's

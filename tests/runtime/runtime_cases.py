@@ -130,7 +130,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     ref.zero_grad()
     logits_r, loss_r = ref(ids, labels)
     loss_r.backward()
-    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p)
+    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p, model.vocab_parallel)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
         model.zero_grad()
@@ -141,7 +141,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
             for n, q in model.named_parameters():
                 assert torch.equal(q.detach(), before[n]), f"{n} changed during the forward pass"
             loss.backward()
-        if loss_tile:
+        if loss_tile or model.vocab_parallel:
             assert logits is None
         else:
             assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
@@ -156,8 +156,25 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
                 option = plan[2 * index + j] if per_sublayer else plan[index]
                 got = counter.total(f"layers.{index}.{kind}")
                 assert got == predicted_bytes(cfg, kind, option, p), (plan, index, kind, got)
-        assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
+        if model.vocab_parallel:  # the sharded embedding and head: the cost model's collectives, byte for byte
+            got = {op: counter.total("embedding").get(op, 0) + counter.total("head").get(op, 0)
+                   for op in ("all_gather", "reduce_scatter", "all_reduce")}
+            assert {k: v for k, v in got.items() if v} == vocab_predicted_bytes(cfg, p, loss_tile), (plan, got)
+        else:
+            assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
         check_offloaded(model.offload_stats, cfg, plan, p, mlp_tile)
+
+
+def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, int]:
+    """Bytes by op the cost model predicts one rank sends for the vocabulary-parallel embedding, head and loss
+    (paradyse_lab/costmodel/vocab_parallel.py) on B x S / p tokens, `loss_tile` at a time (0: all)."""
+    from paradyse_lab.costmodel.vocab_parallel import vocab_parallel_collectives
+
+    tokens = B * S // p
+    out: dict[str, int] = {}
+    for call in vocab_parallel_collectives(cfg.model_spec("fp32"), p, tokens, min(loss_tile or tokens, tokens)):
+        out[call.op] = out.get(call.op, 0) + call.sent_bytes
+    return {k: v for k, v in out.items() if v}
 
 
 def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> None:
@@ -485,6 +502,74 @@ CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(posi
 ])
 ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
 CASES["llama-tiled-offload"] = llama_techniques_case
+
+
+def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: bool = False):
+    """The embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py): GPT-2's tied table of 512
+    rows or LLaMA's untied 64 (GQA, RMSNorm, SwiGLU, rotary), neither divisible by p = 3 (the last rank's shard is
+    padded), under mixed plans of every feasible strategy with recompute, `loss_tile` tokens per rank at a time
+    (0: all): loss and every gradient equal the reference's, every sub-layer's bytes the schedules' and the
+    embedding's and head's the cost model's (`_check_model`); the logits (no labels) equal the reference's; the
+    shards gather back to the full state dict; the rank holds the cost model's count of embedding, head, position
+    and final-norm parameters. `tied`: the LLaMA shares its embedding with the head (Llama-3.2's
+    tie_word_embeddings)."""
+    def case(rank: int, p: int, group) -> None:
+        from paradyse_lab.costmodel.vocab_parallel import vocab_state_params
+
+        cfg = dataclasses.replace(llama_config(2), tied=tied) if llama else config(True)
+        sd = random_state(cfg)
+        ref = ReferenceGPT(cfg)
+        ref.load_state_dict(sd)
+        model = ParallelGPT(cfg, group, state_dict=sd, vocab_parallel=True)
+        assert model.wte.shape[0] == -(-cfg.vocab_size // p)
+        outside = sum(q.numel() for n, q in model.named_parameters() if not n.startswith("layers."))
+        assert outside == vocab_state_params(cfg.model_spec("fp32"), p), outside
+        full = model.full_state_dict()
+        assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
+        plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute
+            ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
+            ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"]][gpt2_plan]]
+        _check_model(model, ref, plans, rank, p, group, loss_tile)
+        ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(12))
+        with torch.no_grad():
+            got = gather_sequence(model(shard_sequence(ids, 1, group), plans[-1]), 1, group)  # [b, s, V]
+            assert_close(got, ref(ids), **TOL)
+    return case
+
+
+def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
+    """What the vocabulary-parallel loss keeps for the backward is the cost model's count byte for byte
+    (paradyse_lab/costmodel/vocab_parallel.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
+    of every gathered row), in bf16, on a vocabulary that p = 3 does not divide; the FLOPs of its forward and
+    backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
+    from runtime.measure.profiler import KeptRecorder
+    from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
+
+    cfg = llama_config(2)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(1, 10, cfg.hidden, generator=gen).bfloat16().requires_grad_()
+    lnf_w, lnf_b = torch.ones(cfg.hidden, dtype=torch.bfloat16), torch.zeros(0, dtype=torch.bfloat16)
+    weight = torch.randn(vocab_shard_rows(cfg.vocab_size, p), cfg.hidden, generator=gen).bfloat16()
+    labels = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
+    with FlopCounterMode(display=False) as flops:
+        with KeptRecorder(exclude=(lnf_w, lnf_b, weight, labels)) as rec:
+            loss = vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.eps, 4, group, cfg.vocab_size)
+        loss.backward()
+    assert rec.nbytes == vocab_loss_kept_bytes(cfg.model_spec("bf16"), p, 10), rec.nbytes
+    assert flops.get_total_flops() == vocab_head_flops(cfg.model_spec("bf16"), p, 10), flops.get_total_flops()
+
+
+for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
+    CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
+ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
+ONLY_AT["vocab-parallel-llama-tile7"] = (1, 2, 4)  # p = 3: the tied LLaMA below (GPT-2: every p)
+CASES["vocab-parallel-llama-tied-tile3"] = vocab_parallel_case(True, 3, tied=True)
+ONLY_AT["vocab-parallel-llama-tied-tile3"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
+CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
+ONLY_AT["vocab-parallel-kept"] = (3,)  # counts in p, checked where p does not divide V (FlopCounterMode: 6 s a world)
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
@@ -663,6 +748,62 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
         assert torch.equal(value, b[key]), key
     if p > 1:
         dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+def train_vocab_parallel_case(rank: int, p: int, group) -> None:
+    """`train` with the embedding and head stored by vocabulary rows (a micro GPT-2 of 97 tied rows, which p does
+    not divide) gives the losses and gradient norms of the replicated run (AdamW on the rows, clipping by the
+    global norm, the sharded table's gradients counted once) and evaluation losses, also across a stop at step 2 and
+    a resume from its checkpoint. The storage follows the head rank 0's planner takes at the run's longest step
+    (`vocab_storage`; the policy here is told 'vocab', tests/simulator/test_head_options.py has the planner take
+    it), and the policy then plans every step with it alone."""
+    import json
+    import os
+
+    from paradyse_lab.app.training import plan_policy
+    from runtime.train import TrainOptions, train
+
+    root = _shared_tmpdir(rank, p, group)
+    config = os.path.join(root, "micro-gpt2.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+                       "vocab_size": 97}, f)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    told = []
+
+    def policy_for(opts, vocab: bool):
+        def build(spec, world):
+            policy = plan_policy(opts, spec, world, quiet=True)
+            if vocab:  # rank 0's answer is the one every rank follows
+                policy.storage_head = lambda seq_len, batch: "vocab" if rank == 0 else "whole"
+            told.append(policy)
+            return policy
+        return build
+
+    common = {"model": config, "dataset": "uniform:48:48", "max_len": S, "progress": False, "lr": 3e-3,
+              "clip_grad": 0.5, "checkpoint_every": 2, "policy": "dynamic:heuristic", "eval_dataset": "uniform:48:48",
+              "eval_every": 3, "eval_batches": 1}
+    replicated = TrainOptions(steps=3, **common)
+    replicated = train(replicated, group, policy_for=policy_for(replicated, False))
+    opts = TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "a"), **common)
+    sharded = train(opts, group, policy_for=policy_for(opts, True))
+    assert tuple(told[-1]._head_models) == ("vocab",) and tuple(told[0]._head_models) == ("whole", "tiled")
+    resumed = TrainOptions(steps=3, checkpoint_dir=os.path.join(root, "a"), resume=True, **common)
+    sharded += train(resumed, group, policy_for=policy_for(resumed, True))  # step 3 from the checkpoint of step 2
+    assert [r["step"] for r in sharded] == [1, 2, 3]
+    assert_close(torch.tensor([r["loss"] for r in sharded]), torch.tensor([r["loss"] for r in replicated]),
+                 rtol=0, atol=1e-5)
+    assert_close(torch.tensor([r["grad_norm"] for r in sharded]), torch.tensor([r["grad_norm"] for r in replicated]),
+                 rtol=1e-5, atol=1e-6)
+    assert abs(sharded[-1]["eval_loss"] - replicated[-1]["eval_loss"]) < 1e-5  # evaluation in the loss's tiles
+    if p > 1:
+        torch.distributed.barrier(group=group)
     if rank == 0:
         import shutil
 
@@ -913,6 +1054,8 @@ CASES["train-loss-falls"] = train_loss_falls_case
 ONLY_AT["train-loss-falls"] = (2,)  # learning is the loop's; gradients at every p are the model-* cases'
 CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-loss-falls: shares its warm-up
 ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
+CASES["train-vocab-parallel"] = train_vocab_parallel_case  # after train-loss-falls: shares its warm-up
+ONLY_AT["train-vocab-parallel"] = (2,)  # the loop over sharded rows; the rows' gradients at every p: vocab-parallel-*
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case

@@ -29,17 +29,18 @@ def folders(request, tmp_path_factory):
     return request.param, model, save(model, root / "single", False), save(model, root / "sharded", True)
 
 
-@pytest.mark.parametrize("p", [1, 2, 4])
-def test_each_rank_reads_its_own_slices(folders, p):
-    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once."""
+@pytest.mark.parametrize("p, vocab_parallel", [(1, False), (2, False), (4, False), (4, True)])
+def test_each_rank_reads_its_own_slices(folders, p, vocab_parallel):
+    """Rank r's tensors read by slices equal shard r of the whole state dict converted at once; with the
+    vocabulary-parallel layout each rank reads only its vocabulary rows of the embedding and head."""
     _, model, single, sharded = folders
     cfg = GPTConfig.from_hf(model.config)
     full = hf_to_state_dict(model.state_dict(), cfg)
-    like = GPTParams(cfg, p).state_dict()
+    like = GPTParams(cfg, p, vocab_parallel).state_dict()
     for rank in range(p):
-        want = shard_state_dict(full, rank, p)
+        want = shard_state_dict(full, rank, p, vocab_parallel)
         for folder in (single, sharded):
-            got = read_rank_state_dict(folder, cfg, rank, p, like)
+            got = read_rank_state_dict(folder, cfg, rank, p, like, vocab_parallel)
             assert got.keys() == want.keys()
             for key, value in want.items():
                 assert torch.equal(got[key], value), (folder.name, rank, key)
@@ -105,3 +106,22 @@ def test_other_llama_family_folders(kind, tmp_path):
     with torch.no_grad():
         assert_close(ParallelGPT.from_hf_folder(folder)(ids, ["metp"] * 2), model(input_ids=ids).logits,
                      rtol=1e-5, atol=1e-5)
+
+
+def test_vocabulary_rows_of_a_table_p_does_not_divide(tmp_path):
+    """A tied LLaMA of 62 vocabulary rows over 4 ranks (16 rows each, the last rank's 14 and 2 of padding): each
+    rank reads only its rows of the embedding, padded with zeros, and the rest as the replicated layout does."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=62, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+        num_hidden_layers=1, max_position_embeddings=64, tie_word_embeddings=True)).float()
+    folder = save(model, tmp_path, sharded=True)
+    cfg = GPTConfig.from_hf(model.config)
+    full = hf_to_state_dict(model.state_dict(), cfg)
+    like = GPTParams(cfg, 4, vocab_parallel=True).state_dict()
+    for rank in range(4):
+        got, want = read_rank_state_dict(folder, cfg, rank, 4, like, True), shard_state_dict(full, rank, 4, True)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], v) for k, v in want.items()), rank
+    assert got["wte"].shape == (16, 32) and torch.equal(got["wte"][14:], torch.zeros(2, 32))

@@ -115,10 +115,14 @@ def api_example_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-def gpt2_reshard_case(rank: int, p: int, group) -> None:
+def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, bool] = (False, False)) -> None:
     """gpt2-tiny's tensors (q | k | v sections of one matrix, biases, learned positions, tied head) and AdamW's
     moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's shard of
-    the full tensors, exactly (no training: one optimizer step on fixed gradients)."""
+    the full tensors, exactly (no training: one optimizer step on fixed gradients). `vocab`: whether the 4 writing
+    and the 2 reading ranks store the embedding by vocabulary rows (runtime/vocab_parallel.py; then with 510 rows,
+    which 4 does not divide: the checkpoint holds the global table, whatever the layout that wrote it)."""
+    import dataclasses
+
     from paradyse_lab.model_spec import PRESETS
     from runtime import dcp_checkpoint
     from runtime.layout import shard_state_dict
@@ -126,12 +130,13 @@ def gpt2_reshard_case(rank: int, p: int, group) -> None:
     from runtime.reference import GPTConfig, init_state_dict
 
     cfg = GPTConfig.from_model_spec(PRESETS["gpt2-tiny"])
+    cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg
     full = init_state_dict(cfg, 3)
     gen = torch.Generator().manual_seed(4)
     grads = {k: torch.randn(v.shape, generator=gen) for k, v in full.items()}
-    model = ParallelGPT(cfg, state_dict=full)
+    model = ParallelGPT(cfg, state_dict=full, vocab_parallel=vocab[0])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    local_grads = shard_state_dict(grads, rank, p)
+    local_grads = shard_state_dict(grads, rank, p, vocab[0])
     for name, q in model.named_parameters():
         q.grad = local_grads[name]
     opt.step()
@@ -143,10 +148,10 @@ def gpt2_reshard_case(rank: int, p: int, group) -> None:
         assert weights.keys() == stepped.keys() and all(torch.equal(weights[k], v) for k, v in stepped.items())
     pair = dist.new_group([0, 1])
     if rank < 2:
-        half = ParallelGPT(cfg, pair, seed=9)
+        half = ParallelGPT(cfg, pair, seed=9, vocab_parallel=vocab[1])
         half_opt = torch.optim.AdamW(half.parameters(), lr=1e-3)
         dcp_checkpoint.load(os.path.join(root, "step-000001"), dict(half.named_parameters()), half_opt, cfg, {}, pair)
-        want, moment = shard_state_dict(stepped, rank, 2), shard_state_dict(grads, rank, 2)
+        want, moment = (shard_state_dict(x, rank, 2, vocab[1]) for x in (stepped, grads))
         for name, q in half.named_parameters():
             assert torch.equal(q.detach(), want[name]), name
             if q.numel():
@@ -158,7 +163,11 @@ def gpt2_reshard_case(rank: int, p: int, group) -> None:
 
 
 CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case,
-         "gpt2-dcp-reshard-4-to-2": gpt2_reshard_case}
+         "gpt2-dcp-reshard-4-to-2": gpt2_reshard_case,
+         "gpt2-dcp-reshard-vocab-4-to-2": lambda rank, p, group: gpt2_reshard_case(rank, p, group, (True, True)),
+         "gpt2-dcp-reshard-vocab-4-to-replicated-2": lambda rank, p, group: gpt2_reshard_case(rank, p, group,
+                                                                                             (True, False))}
 ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
            "api-example": (2,),  # the example's two ranks
-           "gpt2-dcp-reshard-4-to-2": (4,)}  # 4 ranks write, a sub-group of 2 reads
+           "gpt2-dcp-reshard-4-to-2": (4,),  # 4 ranks write, a sub-group of 2 reads
+           "gpt2-dcp-reshard-vocab-4-to-2": (4,), "gpt2-dcp-reshard-vocab-4-to-replicated-2": (4,)}

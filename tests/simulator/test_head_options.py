@@ -1,6 +1,7 @@
 """Dynamic policies plan over the head options (paradyse_lab/costmodel/head_loss.py) and the simulator charges a
 plan with the head its policy chose: a short step keeps the whole head (pays nothing for the tiling), a step whose
-whole logits do not fit takes the tiled loss and fits; `train` runs the tiled loss exactly when the plan says so."""
+whole logits do not fit takes the tiled loss and fits (among the replicated heads); the vocabulary-parallel head is
+taken where it is the fastest; `train` runs the tiled loss exactly when the plan says so."""
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
@@ -10,25 +11,41 @@ from paradyse_lab.plan import Plan
 from simulator.engine import Charger
 from simulator.policies import DynamicPolicy, StepPlan
 
-LONG = 256 * 1024
+LONG = 512 * 1024
 
 
 def test_the_policy_tiles_the_loss_only_where_the_whole_head_does_not_fit():
     model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
     cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
     budget = cluster.plan_budget_bytes
-    policy = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     charger = Charger(graph, cm, budget, recompute=True)
-    short = policy.decide(16 * 1024, 1)
+    replicated = DynamicPolicy("dp", cm, graph, budget, recompute=True)
+    replicated._head_models = {h: replicated._head_models[h] for h in ("whole", "tiled")}
+    short = replicated.decide(16 * 1024, 1)
     assert short.head == "whole" and short.feasible
     whole_only = DynamicPolicy("dp", cm, graph, budget, recompute=True)
     whole_only._head_models = {"whole": cm}
-    assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 256K
-    long = policy.decide(LONG, 1)
+    assert not whole_only.decide(LONG, 1).feasible  # the whole logits do not fit at 512K
+    long = replicated.decide(LONG, 1)
     assert long.head == "tiled" and long.feasible
     _, peak = charger.charge(long.plan.names, LONG, 1, long.head)
     assert peak <= budget < charger.charge(long.plan.names, LONG, 1)[1]
-    assert policy.decide(LONG, 1).cached and policy.decide(LONG, 1).head == "tiled"
+    assert replicated.decide(LONG, 1).cached and replicated.decide(LONG, 1).head == "tiled"
+
+
+def test_the_policy_takes_the_vocabulary_parallel_head_where_it_is_fastest():
+    """Llama-3-8B on 8 GPUs at 16K: the sharded head drops the all-reduce of the [V, h] gradients (2 GiB) for
+    per-token collectives, faster than the whole head; the chosen plan's time is the cheapest head's."""
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    policy = DynamicPolicy("dp", cm, graph, cluster.plan_budget_bytes, recompute=True)
+    short = policy.decide(16 * 1024, 1)
+    times = {h: policy.solver.solve(policy.problem(16 * 1024, 1, h)).predicted_time_s for h in ("whole", "vocab")}
+    assert short.head == "vocab" and short.feasible and times["vocab"] < times["whole"]
+    assert short.predicted_time_s == times["vocab"]
+    assert policy.storage_head(16 * 1024, 1) == "vocab"  # what `train` stores the embedding and head by
+    policy.restrict_heads(("whole", "tiled"))  # a run whose storage is replicated plans with those heads alone
+    assert policy.decide(16 * 1024, 1).head == "whole"
 
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
@@ -39,3 +56,16 @@ def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
     assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
     assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
+    rows = ParallelGPT(GPTConfig(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1), vocab_parallel=True)
+    vocab = StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
+    assert _loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
+
+
+def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
+    """`train` on one process keeps the replicated embedding and head, and its policy never plans 'vocab' (which
+    its model would not run)."""
+    from runtime.train import vocab_storage
+
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    policy = DynamicPolicy("dp", AnalyticCostModel(model, cluster, p=1), LayerGraph(model), 10**15)
+    assert not vocab_storage(policy, 16 * 1024, 1, None) and tuple(policy._head_models) == ("whole", "tiled")

@@ -1,11 +1,12 @@
 """`paradyse-lab plan`'s head options and `plan --max-length`: the planner takes the fastest plan that fits over
-the whole head and the tiled loss (paradyse_lab/costmodel/head_loss.py), so a short sequence pays nothing for
-the tiling; the longest length fits and one layout unit more does not."""
+the whole head, the tiled loss and the vocabulary-parallel head (paradyse_lab/costmodel/head_loss.py), so a short
+sequence pays nothing for the tiling; the longest length fits and one layout unit more does not."""
 
 import json
 
 from paradyse_lab.cli import main
 
+HEADS = ("auto", "whole", "tiled", "vocab")
 COMMON = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--recompute", "--format", "json"]
 
 
@@ -16,16 +17,18 @@ def plan(capsys, *argv, code: int = 0) -> dict:
 
 
 def test_short_sequences_pay_nothing_for_the_tiled_loss(capsys):
-    auto, whole, tiled = (plan(capsys, "--seq", "16K", "--head", h) for h in ("auto", "whole", "tiled"))
-    assert auto["head"] == "whole" and auto["plan"] == whole["plan"]
-    assert auto["predicted_time_s"] == whole["predicted_time_s"] < tiled["predicted_time_s"]
+    auto, whole, tiled, vocab = (plan(capsys, "--seq", "16K", "--head", h) for h in HEADS)
+    assert whole["predicted_time_s"] < tiled["predicted_time_s"]  # among the replicated heads: no tiling at 16K
+    assert auto["head"] == "vocab" and auto["plan"] == vocab["plan"]  # the sharded head is faster still (no
+    assert auto["predicted_time_s"] == vocab["predicted_time_s"] < whole["predicted_time_s"]  # [V, h] all-reduce)
 
 
 def test_the_longest_length_fits_and_one_unit_more_does_not(capsys):
-    whole = plan(capsys, "--max-length", "--head", "whole")
+    whole, tiled = (plan(capsys, "--max-length", "--head", h) for h in ("whole", "tiled"))
     auto = plan(capsys, "--max-length")
     assert set(auto) >= {"max_length", "step_time_s", "memory", "head", "plan"}
-    assert auto["head"] == "tiled" and auto["max_length"] > 2 * whole["max_length"]
+    assert tiled["max_length"] > 1.5 * whole["max_length"]
+    assert auto["head"] == "vocab" and auto["max_length"] > 1.2 * tiled["max_length"]  # states / 8 (15.7 GiB)
     assert auto["memory"]["peak"] <= auto["memory"]["budget"]
     for got in (whole, auto):
         at = plan(capsys, "--seq", str(got["max_length"]), "--head", got["head"])
@@ -38,7 +41,7 @@ def test_cost_shows_the_head_options_beside_the_strategies(capsys):
     assert main(["cost", "--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "256K", "--format",
                  "json"]) == 0
     heads = json.loads(capsys.readouterr().out)["head"]
-    assert set(heads) == {"whole", "tiled"}
-    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 30
+    assert set(heads) == {"whole", "tiled", "vocab"}
+    assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 15  # the whole head keeps e t V + 4 t
     assert heads["tiled"]["time_s"] > heads["whole"]["time_s"]
     assert main(["cost", "--model", "gpt", "--seq", "64K"]) == 0 and "head option" not in capsys.readouterr().out
