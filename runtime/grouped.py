@@ -1,0 +1,198 @@
+"""Grouped steps: one global batch trained by groups of ranks of a 2-D device mesh, each group under its own
+per-layer plans, the model states in one layout over the whole world (docs/grouped_steps.md).
+
+Library module (no command). The step is a `paradyse_lab.step_groups.GroupedStep`: aligned power-of-two
+blocks of ranks, each training its items one after another, each item with its own `Plan` at the group's size.
+
+Layout. The world model is `ParallelGPT` over all W ranks: rank r keeps row block r of W of every sub-layer
+matrix (per row section, layout.py), the norms, output biases, embeddings and head replicated; the optimizer
+steps these tensors and checkpoints save them. A group of g ranks is the "sp" dimension of the (W/g x g)
+mesh `("dp", "sp")`; `StepMeshes` makes one mesh per power of two g dividing W, once, on every rank.
+
+Per step, with g_min the smallest group size and d = W / g_min:
+- gather: one all-gather of the flat world shards over the "dp" dimension of the g_min mesh (d ranks, holding
+  the world blocks r % g_min + k g_min, k < d); a rank of a group of g keeps the W/g of them that are blocks
+  r % g + k' g (g_min divides g) and joins them per row section into its group shard [n/g, ..]. The group's
+  shard j thus holds world blocks j, j + g, j + 2g, ...: the group runs the model with its heads (and MLP
+  columns) permuted by whole world blocks, the same function when every block is whole heads (heads and
+  kv_heads divisible by W, checked; g = 1 and g = W permute nothing);
+- compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
+  `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
+  an item's loss weighed by its share of the global batch's next-token targets;
+- reduce: the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
+  group shard does not hold the block) and reduce-scattered over the same "dp" group: every group contributes
+  each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
+  are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
+A change of group sizes between steps moves no states: the world shards stay where they are, and every step
+gathers and reduces the same way whatever the previous step was. The bytes are those of
+paradyse_lab/costmodel/grouped_states.py (checked byte for byte in tests/runtime/grouped_cases.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.step_groups import GroupedStep
+from runtime import comm
+from runtime.layout import SHARDED, join_row_blocks, row_block, row_sections
+
+STATES_TAG = "states"
+"""`comm.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
+
+
+class StepMeshes:
+    """One `DeviceMesh` (W/g x g, dims ("dp", "sp")) per power of two g dividing the world size W, made at
+    once on every rank (making a mesh is a collective). Without an initialised process group: one rank, no
+    meshes, every group None (comm.py short-circuits)."""
+
+    def __init__(self, device_type: str = "cpu"):
+        import torch.distributed as dist
+
+        self.world = comm.size(None)
+        self.meshes = {}
+        if not (dist.is_available() and dist.is_initialized()):
+            self.sizes = (1,)
+            return
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.sizes = tuple(g for g in (2**i for i in range(self.world.bit_length())) if self.world % g == 0)
+        for g in self.sizes:
+            self.meshes[g] = init_device_mesh(device_type, (self.world // g, g), mesh_dim_names=("dp", "sp"))
+
+    def group(self, size: int, dim: str):
+        """The process group of this rank along `dim` ("dp" or "sp") of the mesh of groups of `size` ranks."""
+        if size not in self.sizes:
+            raise UserInputError(f"group size {size} must be a power of two dividing the world size {self.world}; "
+                                 f"allowed: {', '.join(map(str, self.sizes))}")
+        return self.meshes[size].get_group(dim) if self.meshes else None
+
+
+def check_grouped_step(cfg, step: GroupedStep, meshes: StepMeshes) -> None:
+    """Raise `UserInputError` unless this world can run `step` on `cfg`'s model."""
+    if step.world != meshes.world:
+        raise UserInputError(f"the step's groups cover {step.world} ranks, the world has {meshes.world}")
+    for size in sorted(set(step.sizes)):
+        meshes.group(size, "sp")  # refuses a size without a mesh
+        if 1 < size < meshes.world and (cfg.heads % meshes.world or cfg.kv_heads % meshes.world):
+            raise UserInputError(
+                f"groups of {size} of {meshes.world} ranks need heads ({cfg.heads}) and kv_heads ({cfg.kv_heads}) "
+                f"divisible by the world size {meshes.world} (each rank's block of every matrix whole heads); "
+                f"allowed group sizes for this model: 1, {meshes.world}")
+
+
+def _sharded_names(model) -> list[str]:
+    """The world model's sharded tensors (sub-layer w1, b1, w2), in parameter order."""
+    return [n for n, _ in model.named_parameters() if n.startswith("layers.") and n.rpartition(".")[2] in SHARDED]
+
+
+def _group_sections(model, name: str, size: int) -> tuple[int, ...]:
+    """Row sections of tensor `name` in a group shard of `size` ranks (w2: one section)."""
+    prefix, _, leaf = name.rpartition(".")
+    sub = model.get_submodule(prefix)
+    n1, n2 = sub.w1.shape[0] * model.p, sub.w2.shape[0] * model.p  # the full matrices' rows
+    if leaf == "w2":
+        return (n2 // size,)
+    return tuple(n // size for n in row_sections("attention" if prefix.endswith(".attn") else "mlp", n1, n2))
+
+
+def _kept_rows(rank: int, size: int, g_min: int, world: int) -> list[int]:
+    """The rows k of the "dp" gather of the g_min mesh (row k: world block rank % g_min + k g_min) that belong to
+    the group shard of a rank in a group of `size`: world blocks rank % size + k' size, increasing."""
+    return [k for k in range(world // g_min) if (rank % g_min + k * g_min) % size == rank % size]
+
+
+def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Tensor]:
+    """This rank's shard at group size `size` of every sharded tensor, from the world shards (one all-gather
+    over `dp`, the "dp" group of the g_min mesh): name -> [n/size, ..]."""
+    params = dict(model.named_parameters())
+    names = _sharded_names(model)
+    flat = torch.cat([params[n].detach().reshape(-1) for n in names])  # [F]: this rank's world shards
+    with comm.tagged(STATES_TAG):
+        rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
+    pieces = rows[_kept_rows(model.rank, size, g_min, model.p)]  # [d, F] -> [W/size, F]
+    out, offset = {}, 0
+    for n in names:
+        q = params[n]
+        blocks = pieces[:, offset:offset + q.numel()].reshape(-1, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
+        out[n] = join_row_blocks(list(blocks), _group_sections(model, n, size))  # -> [n/size, ..]
+        offset += q.numel()
+    return out
+
+
+def group_view(model, size: int, g_min: int, dp, sp):
+    """The model over this rank's group (`sp`, `size` ranks): its gathered shards and the world model's
+    replicated tensors (aliased, not copied), each a fresh leaf whose gradient the group's backward fills."""
+    from runtime.model import ParallelGPT
+
+    local = {n: q.detach() for n, q in model.named_parameters()}
+    local.update(gather_group_shards(model, size, g_min, dp))
+    return ParallelGPT(model.cfg, sp, rank_state_dict=local)
+
+
+def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
+    """Accumulate `grad` into q.grad."""
+    q.grad = grad.view_as(q).clone() if q.grad is None else q.grad + grad.view_as(q)
+
+
+def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
+    """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
+    over `dp`; the blocks this rank's group shard does not hold are zeros)."""
+    params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
+    names = _sharded_names(model)
+    parts = model.p // size
+    per_name = []
+    for n in names:
+        g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
+        sections = _group_sections(model, n, size)
+        blocks = [row_block(g, sections, k, parts) for k in range(parts)]  # parts x [n/W, ..]
+        per_name.append(torch.stack(blocks).reshape(parts, -1))  # [W/size, F_n]
+    pieces = torch.cat(per_name, dim=1)  # [W/size, F]
+    buf = pieces.new_zeros(model.p // g_min, pieces.shape[1])  # [d, F]
+    buf[_kept_rows(model.rank, size, g_min, model.p)] = pieces
+    with comm.tagged(STATES_TAG):
+        shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
+    for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
+        _add_grad(params[n], piece)
+
+
+def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
+    """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
+    already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs)."""
+    sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
+    pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
+    grads = [v.grad if contributes and v.grad is not None else torch.zeros_like(v) for _, v in pairs]
+    with comm.tagged(STATES_TAG):
+        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # [R] summed over groups
+    for (q, _), piece in zip(pairs, flat.split([g.numel() for g in grads])):
+        _add_grad(q, piece)
+
+
+def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callable, targets: Sequence[int],
+                 loss_tile: int = 0) -> float:
+    """Forward and backward of the global batch of `step` on the world model `model` (every rank calls it):
+    this rank's group trains its items, `load_item(i, sp_group)` giving item i's (ids, labels, cu_seqlens) as
+    this rank's shard at the group's size; `targets[i]` item i's next-token targets. The world shards' `.grad`
+    get the gradient of the mean loss over every target of the batch; returns that loss (on every rank)."""
+    check_grouped_step(model.cfg, step, meshes)
+    rank = model.rank
+    group = step.group_of(rank)
+    g_min = min(step.sizes)
+    dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
+    view = group_view(model, group.size, g_min, dp, sp)
+    total = max(1, sum(targets))
+    loss_sum = torch.zeros(1, dtype=torch.float32, device=model.wte.device)  # [1]
+    for item, plan in zip(group.items, group.plans):
+        ids, labels, cu_seqlens = load_item(item, sp)
+        _, loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=loss_tile)
+        weight = targets[item] / total
+        (loss * weight).backward()
+        loss_sum += loss.detach().float() * weight
+    contributes = rank - group.start < g_min
+    scatter_group_grads(model, view, group.size, g_min, dp)
+    reduce_replicated_grads(model, view, contributes, dp)
+    with comm.tagged(STATES_TAG):
+        step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
+    return float(step_loss[0])

@@ -1,0 +1,166 @@
+"""Distributed cases of grouped steps (runtime/grouped.py; runtime_cases.py adds them to the per-world harness,
+at p = 4 only: the world must split into groups of several sizes). A global batch of four sequences of
+different lengths trained as 2x2 (two groups of two), 4x1 (four groups of one; three sequences, one group idle),
+1x4 (one group of four) and mixed (2, 1, 1), one step after another on the same world model: the loss and every
+gradient equal the single-device reference's over the whole global batch, the state collectives send the bytes
+of paradyse_lab/costmodel/grouped_states.py and every sub-layer those of the analytic schedule at its group's
+size, and a group's shards take the bytes the cost model keeps."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from runtime_cases import TOL, B, grad_of, predicted_bytes, random_state
+from torch.testing import assert_close
+
+from paradyse_lab.costmodel.formulas import embedding_params
+from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.fixed_groups import fixed_size_groups
+from paradyse_lab.model_spec import PRESETS
+from paradyse_lab.plan import Plan
+from paradyse_lab.step_groups import GroupedStep, StepGroup
+from runtime import ParallelGPT, shard_sequence
+from runtime.comm import count_bytes
+from runtime.grouped import STATES_TAG, StepMeshes, check_grouped_step, gather_group_shards, grouped_step
+from runtime.layout import shard_state_dict
+from runtime.reference import GPTConfig, ReferenceGPT
+
+LAYERS = 2
+LENGTHS = (24, 8, 16, 8)
+"""The global batch's sequence lengths (multiples of 2g for every group size g up to 4)."""
+PLANS = (("megatron_ts", "metp"), ("ulysses_z", "megatron_cz"), ("ulysses_z+recompute", "metp+recompute"),
+         ("megatron_cz", "megatron_ts+recompute"))
+"""One plan per item (one option per layer): every strategy, with and without recomputation."""
+
+
+def _cfg() -> GPTConfig:
+    spec = PRESETS["gpt2-tiny"]  # 12 heads: whole heads in every rank's 1/4 block
+    return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden, heads=spec.heads,
+                     layers=LAYERS, causal=True)
+
+
+@functools.cache
+def _meshes() -> StepMeshes:
+    return StepMeshes("cpu")  # once per process: making a mesh is a collective of every rank
+
+
+def _batch(cfg: GPTConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(21)
+    out = []
+    for i, s in enumerate(LENGTHS):
+        ids = torch.randint(0, cfg.vocab_size, (B, s), generator=gen)
+        labels = torch.randint(0, cfg.vocab_size, (B, s), generator=gen)
+        labels[i % B, : 3 + i] = -100  # items differ in their count of targets
+        out.append((ids, labels))
+    return out
+
+
+def _reference_grads(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
+    """The single-device model's mean loss over every target of the batch and its gradients."""
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    total = sum(int((labels != -100).sum()) for _, labels in batch)
+    loss = sum(ref(ids, labels)[1] * int((labels != -100).sum()) for ids, labels in batch) / total
+    loss.backward()
+    return loss.detach(), {n: grad_of(q) for n, q in ref.named_parameters()}
+
+
+def _steps(world: int) -> dict[str, GroupedStep]:
+    def plan(i: int, size: int) -> Plan:
+        return Plan.for_layers(list(PLANS[i]), LAYERS)
+
+    mixed = GroupedStep(world, 4, (StepGroup(0, 2, (0, 3), (plan(0, 2), plan(3, 2))),
+                                   StepGroup(2, 1, (1,), (plan(1, 1),)), StepGroup(3, 1, (2,), (plan(2, 1),))))
+    idle = GroupedStep(world, 3, tuple(StepGroup(r, 1, (r,) if r < 3 else (), (plan(r, 1),) if r < 3 else ())
+                                       for r in range(4)))
+    return {"2x2": fixed_size_groups(world, 4, 2, plan), "4x1-one-idle": idle,
+            "1x4": fixed_size_groups(world, 4, 4, plan), "mixed-2-1-1": mixed}
+
+
+def _expected_sublayer_bytes(cfg: GPTConfig, group: StepGroup) -> dict[str, dict[str, int]]:
+    """Per sub-layer tag, the bytes the analytic schedule predicts for this rank's group's items."""
+    out: dict[str, dict[str, int]] = {}
+    for item, plan in zip(group.items, group.plans):
+        for index, (attn, mlp) in enumerate(plan.layer_options(cfg.layers)):
+            for kind, opt in (("attention", attn), ("mlp", mlp)):
+                slot = out.setdefault(f"layers.{index}.{kind}", {})
+                for op, n in predicted_bytes(cfg, kind, str(opt), group.size, LENGTHS[item]).items():
+                    slot[op] = slot.get(op, 0) + n
+    return out
+
+
+def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int) -> None:
+    loss_ref, grads_ref = want[step.batch]
+    batch = batch[:step.batch]
+    targets = [int((labels != -100).sum()) for _, labels in batch]
+
+    def load(i: int, sp):
+        return shard_sequence(batch[i][0], 1, sp), shard_sequence(batch[i][1], 1, sp), None
+
+    model.zero_grad(set_to_none=True)
+    with count_bytes() as counter:
+        loss = grouped_step(model, step, _meshes(), load, targets)
+    assert_close(torch.tensor(loss), loss_ref, **TOL, msg=lambda m: f"{name}: loss: {m}")
+    ref = shard_state_dict(grads_ref, rank, 4)
+    for n, q in model.named_parameters():
+        assert_close(grad_of(q), ref[n], **TOL, msg=lambda m, n=n: f"{name}: grad {n}: {m}")
+    spec = cfg.model_spec("fp32")
+    assert counter.total(STATES_TAG) == grouped_state_sent_bytes(spec, 4, step.sizes), (name, counter.total("states"))
+    assert counter.total("") == {}, (name, counter.total(""))  # every byte is a state's, a sub-layer's or the loss's
+    group = step.group_of(rank)
+    for tag, want_bytes in _expected_sublayer_bytes(cfg, group).items():
+        assert counter.total(tag) == {k: v for k, v in want_bytes.items() if v}, (name, tag, counter.total(tag))
+    emb = 2 * embedding_params(spec) * 4 * (group.size - 1) // group.size * len(group.items)
+    assert counter.total("embedding") == ({"all_reduce": emb} if emb else {}), (name, counter.total("embedding"))
+
+
+def grouped_steps_case(rank: int, p: int, group) -> None:
+    cfg = _cfg()
+    sd = random_state(cfg)
+    batch = _batch(cfg)
+    want = {n: _reference_grads(cfg, sd, batch[:n]) for n in (3, 4)}  # by global batch size
+    model = ParallelGPT(cfg, group, state_dict=sd)
+    before = {n: q.detach().clone() for n, q in model.named_parameters()}
+    for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move
+        _check_step(name, step, model, cfg, batch, want, rank)
+    for n, q in model.named_parameters():
+        assert torch.equal(q.detach(), before[n]), f"{n} changed"
+
+
+def group_shard_bytes_case(rank: int, p: int, group) -> None:
+    """A group's gathered shards take the cost model's kept bytes, at every size and mixed."""
+    cfg = _cfg()
+    model = ParallelGPT(cfg, group, seed=3)
+    spec = cfg.model_spec("fp32")
+    for sizes in ((1, 1, 1, 1), (2, 2), (4,), (2, 1, 1)):
+        g_min = min(sizes)
+        size = sizes[0] if rank < sizes[0] else sizes[1 + (rank - sizes[0]) // sizes[1]]
+        shards = gather_group_shards(model, size, g_min, _meshes().group(g_min, "dp"))
+        got = sum(t.numel() * t.element_size() for t in shards.values())
+        assert got == grouped_state_kept_bytes(spec, 4, size, sizes)["group_weights"], (sizes, got)
+
+
+def grouped_refusals_case(rank: int, p: int, group) -> None:
+    """Group sizes the world cannot split into, and a model whose 1/4 blocks are not whole heads."""
+    plan = Plan.for_layers(["megatron_cz"] * LAYERS, LAYERS)
+    gqa = GPTConfig(vocab_size=512, max_positions=64, hidden=96, heads=12, kv_heads=2, layers=LAYERS)
+    step = fixed_size_groups(4, 2, 2, lambda i, g: plan)
+    for cfg, want in ((gqa, "kv_heads (2)"), (_cfg(), None)):
+        try:
+            check_grouped_step(cfg, step, _meshes())
+            assert want is None, "accepted"
+        except UserInputError as err:
+            assert want is not None and want in str(err), err
+    for world, size in ((4, 3), (4, 8)):
+        try:
+            fixed_size_groups(world, 2, size, lambda i, g: plan)
+            raise AssertionError(f"group size {size} accepted")
+        except UserInputError as err:
+            assert "--group-size" in str(err)
+
+
+CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case, "grouped-shard-kept-bytes": group_shard_bytes_case,
+         "grouped-refusals": grouped_refusals_case}
+ONLY_AT = {name: (4,) for name in CASES}
