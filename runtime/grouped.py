@@ -67,7 +67,9 @@ class StepMeshes:
         if size not in self.sizes:
             raise UserInputError(f"group size {size} must be a power of two dividing the world size {self.world}; "
                                  f"allowed: {', '.join(map(str, self.sizes))}")
-        return self.meshes[size].get_group(dim) if self.meshes else None
+        if not self.meshes or (self.world // size if dim == "dp" else size) == self.world:
+            return None  # the dimension spans the world: the default group, whose connections are warm
+        return self.meshes[size].get_group(dim)
 
 
 def check_grouped_step(cfg, step: GroupedStep, meshes: StepMeshes) -> None:
