@@ -102,6 +102,12 @@ class TrainOptions:
     """Clip the gradient to this global L2 norm, over every shard of every rank (0: no clipping)."""
     accumulate: int = 1
     """Micro-steps per optimizer step (gradient accumulation), each with its own data and plan."""
+    global_batch: int = 0
+    """Sequences per optimizer step trained at once by groups of --group-size ranks (a grouped step: each
+    sequence one group's, dealt round-robin, each with its own plan at the group's size; gradients summed over
+    the world; runtime/grouped.py) (0: one sequence per step on all ranks)."""
+    group_size: int = 0
+    """Ranks per group of a --global-batch step: a power of two dividing the world size (0: the world, one group)."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0
@@ -148,6 +154,12 @@ class TrainOptions:
     init_from: str = ""
     """Hugging Face model folder (config.json and safetensors: GPT-2, LLaMA, Mistral, Qwen2) whose weights the
     run starts from, each rank reading only its slices ('': initialised from --seed)."""
+
+
+def micro_per_step(opts: TrainOptions) -> int:
+    """Micro-steps (one sequence, or one pack, of the dataset each) per optimizer step: --accumulate, or the
+    sequences of a --global-batch step."""
+    return opts.global_batch or opts.accumulate
 
 
 def decide_plan_on_rank0(decide, group=None):
@@ -265,14 +277,15 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     cfg = GPTConfig.from_model_spec(spec)
     meta = run_meta(opts)
     found = _checkpoint_to_resume(opts, meta, group)
-    micro_steps = opts.steps * opts.accumulate
+    micro_steps = opts.steps * micro_per_step(opts)
     size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     inputs = StepInputs.build(opts, p, cfg, size)
     inputs.refuse_untrainable(micro_steps)
     held_out = (StepInputs.build(opts, p, cfg, opts.eval_batches, dataset=opts.eval_dataset, seed_offset=10**9)
                 if opts.eval_every else None)
     run = TrainState.create(opts, cfg, group, device, meta, size)
-    policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
+    planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
+    policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
@@ -280,7 +293,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     log: list[dict] = []
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
-    loop = TrainLoop(run, policy, inputs, bar, reason)
+    loop = TrainLoop(run, policy, inputs, bar, reason,
+                     eval_policy=policy_for(spec, p) if held_out is not None and planned_p != p else None)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step)
         lr_schedule.step()
@@ -318,7 +332,8 @@ def run_meta(opts: TrainOptions) -> dict:
 
 
 OPTIONAL_SETTINGS = {key: f.default for f in dataclasses.fields(TrainOptions) if (key := f.name) in (
-    "tokenizer", "text_column", "data_order", "accumulate", "lr_schedule", "warmup_steps", "clip_grad")}
+    "tokenizer", "text_column", "data_order", "accumulate", "lr_schedule", "warmup_steps", "clip_grad",
+    "global_batch")}
 """Settings a resumed run must keep that checkpoints of earlier versions do not record: a checkpoint without one
 was written with its default (runtime/dcp_checkpoint.py compares them so)."""
 
@@ -406,7 +421,7 @@ class TrainState:
         start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
                                     self.group)["step"]
         _copy_masters(self.masters, self.model)
-        for m in range(start * self.opts.accumulate):  # every micro-step of the steps trained
+        for m in range(start * micro_per_step(self.opts)):  # every micro-step of the steps trained
             replay_decision(m)
         return start
 
