@@ -161,6 +161,24 @@ def grouped_refusals_case(rank: int, p: int, group) -> None:
             assert "--group-size" in str(err)
 
 
+def train_global_batch_case(rank: int, p: int, group) -> None:
+    """`train --global-batch 4` gives the same losses and gradient norms whatever --group-size (4 groups of one,
+    2 of two, one of four: each step's sequences planned and trained at the group's size)."""
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    logs = {}
+    for size in (1, 2, 4):
+        logs[size] = train(TrainOptions(model="gpt2-tiny", dataset="uniform:16:48", steps=2, lr=3e-3, max_len=48,
+                                        global_batch=4, group_size=size, progress=False), group)
+        assert all(row["plan"].startswith(f"groups {'/'.join([str(size)] * (4 // size))}: ") for row in logs[size])
+        assert [row["docs"] for row in logs[size]] == [4, 4]
+    for size in (2, 4):
+        for key in ("loss", "grad_norm"):
+            assert_close([r[key] for r in logs[size]], [r[key] for r in logs[1]], rtol=1e-4, atol=1e-5,
+                         msg=lambda m, key=key, size=size: f"--group-size {size}: {key}: {m}")
+
+
 CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case, "grouped-shard-kept-bytes": group_shard_bytes_case,
-         "grouped-refusals": grouped_refusals_case}
+         "grouped-refusals": grouped_refusals_case, "train-global-batch-group-sizes": train_global_batch_case}
 ONLY_AT = {name: (4,) for name in CASES}
