@@ -135,8 +135,9 @@ def group_view(model, size: int, g_min: int, dp, sp):
 
 
 def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
-    """Accumulate `grad` into q.grad."""
-    q.grad = grad.view_as(q).clone() if q.grad is None else q.grad + grad.view_as(q)
+    """Accumulate `grad` (flat [numel]) into q.grad."""
+    grad = grad.view_as(q)  # [numel] -> q's shape
+    q.grad = grad.clone() if q.grad is None else q.grad + grad
 
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
@@ -167,7 +168,7 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
     grads = [v.grad if contributes and v.grad is not None else torch.zeros_like(v) for _, v in pairs]
     with comm.tagged(STATES_TAG):
-        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # [R] summed over groups
+        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # each [..] -> [R], summed over groups
     for (q, _), piece in zip(pairs, flat.split([g.numel() for g in grads])):
         _add_grad(q, piece)
 
