@@ -161,22 +161,60 @@ def grouped_refusals_case(rank: int, p: int, group) -> None:
             assert "--group-size" in str(err)
 
 
-def train_global_batch_case(rank: int, p: int, group) -> None:
-    """`train --global-batch 4` gives the same losses and gradient norms whatever --group-size (4 groups of one,
-    2 of two, one of four: each step's sequences planned and trained at the group's size)."""
+def _train_sizes(common: dict, sizes, group) -> dict[int, list[dict]]:
+    """`train` with `common` options at every --group-size in `sizes`: size -> log."""
     from paradyse_lab.app.training import train
     from runtime.train import TrainOptions
 
     logs = {}
-    for size in (1, 2, 4):
-        logs[size] = train(TrainOptions(model="gpt2-tiny", dataset="uniform:16:48", steps=2, lr=3e-3, max_len=48,
-                                        global_batch=4, group_size=size, progress=False), group)
+    for size in sizes:
+        logs[size] = train(TrainOptions(group_size=size, **common), group)
         assert all(row["plan"].startswith(f"groups {'/'.join([str(size)] * (4 // size))}: ") for row in logs[size])
-        assert [row["docs"] for row in logs[size]] == [4, 4]
-    for size in (2, 4):
+    return logs
+
+
+def _same_runs(logs: dict[int, list[dict]], what: str) -> None:
+    first = min(logs)
+    for size, log in logs.items():
         for key in ("loss", "grad_norm"):
-            assert_close([r[key] for r in logs[size]], [r[key] for r in logs[1]], rtol=1e-4, atol=1e-5,
-                         msg=lambda m, key=key, size=size: f"--group-size {size}: {key}: {m}")
+            assert_close([r[key] for r in log], [r[key] for r in logs[first]], rtol=1e-4, atol=1e-5,
+                         msg=lambda m, key=key, size=size: f"{what} --group-size {size}: {key}: {m}")
+
+
+def train_global_batch_case(rank: int, p: int, group) -> None:
+    """`train --global-batch 4` gives the same losses and gradient norms whatever --group-size (4 groups of one,
+    2 of two, one of four: each step's sequences planned and trained at the group's size), with sequences and
+    with packs of documents; a run checkpointed with groups of two resumes with groups of one (the states are in
+    one world layout: nothing to re-shard) and ends where the unbroken run does."""
+    import os
+
+    import torch.distributed as dist
+    from runtime_cases import _shared_tmpdir
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    common = {"model": "gpt2-tiny", "dataset": "uniform:16:48", "steps": 2, "lr": 3e-3, "max_len": 48,
+              "global_batch": 4, "progress": False}
+    logs = _train_sizes(common, (1, 2, 4), group)
+    assert all(row["docs"] == 4 for row in logs[1])
+    _same_runs(logs, "sequences")
+    packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
+    assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
+    _same_runs(packed, "packs")
+    root = _shared_tmpdir(rank, p, group)
+    common["dataset"] = "uniform:64:96"  # every length cut to 48: a run of 1 step samples the same steps as one of 2
+    straight = train(TrainOptions(**common, group_size=2), group)
+    train(TrainOptions(**{**common, "steps": 1}, group_size=2, checkpoint_dir=os.path.join(root, "c")), group)
+    resumed = train(TrainOptions(**common, group_size=1, checkpoint_dir=os.path.join(root, "c"), resume=True), group)
+    assert [r["step"] for r in resumed] == [2]
+    _same_runs({1: straight[1:], 2: resumed}, "resumed at another group size")
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
 
 
 CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case, "grouped-shard-kept-bytes": group_shard_bytes_case,
