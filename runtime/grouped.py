@@ -111,6 +111,8 @@ def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Ten
     over `dp`, the "dp" group of the g_min mesh): name -> [n/size, ..]."""
     params = dict(model.named_parameters())
     names = _sharded_names(model)
+    if size == model.p:  # one group of the whole world: its shards are the world's (aliased, nothing gathered)
+        return {n: params[n].detach() for n in names}
     flat = torch.cat([params[n].detach().reshape(-1) for n in names])  # [F]: this rank's world shards
     with comm.tagged(STATES_TAG):
         rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
@@ -145,6 +147,11 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
     over `dp`; the blocks this rank's group shard does not hold are zeros)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
+    if size == model.p:  # one group of the whole world: its gradients are already the world shards'
+        for n in names:
+            if vparams[n].grad is not None:
+                _add_grad(params[n], vparams[n].grad)
+        return
     parts = model.p // size
     per_name = []
     for n in names:
@@ -174,11 +181,13 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
 
 
 def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callable, targets: Sequence[int],
-                 loss_tile: int = 0) -> float:
+                 loss_tiles: Sequence[int] = ()) -> float:
     """Forward and backward of the global batch of `step` on the world model `model` (every rank calls it):
     this rank's group trains its items, `load_item(i, sp_group)` giving item i's (ids, labels, cu_seqlens) as
-    this rank's shard at the group's size; `targets[i]` item i's next-token targets. The world shards' `.grad`
-    get the gradient of the mean loss over every target of the batch; returns that loss (on every rank)."""
+    this rank's shard at the group's size; `targets[i]` item i's next-token targets; `loss_tiles[i]` > 0: item i
+    with the tiled loss of that many tokens a tile (runtime/tiled_loss.py; none given: the whole head). The world
+    shards' `.grad` get the gradient of the mean loss over every target of the batch; returns that loss (on every
+    rank)."""
     check_grouped_step(model.cfg, step, meshes)
     rank = model.rank
     group = step.group_of(rank)
@@ -189,7 +198,8 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     loss_sum = torch.zeros(1, dtype=torch.float32, device=model.wte.device)  # [1]
     for item, plan in zip(group.items, group.plans):
         ids, labels, cu_seqlens = load_item(item, sp)
-        _, loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=loss_tile)
+        tile = loss_tiles[item] if loss_tiles else 0
+        _, loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)
         weight = targets[item] / total
         (loss * weight).backward()
         loss_sum += loss.detach().float() * weight

@@ -109,6 +109,7 @@ class TrainLoop:
         from runtime import comm
         from runtime.attention import kernels_used
         from runtime.grouped import StepMeshes, grouped_step
+        from runtime.train import _loss_tile
 
         run, data, opts = self.run, self.data, self.run.opts
         items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
@@ -116,9 +117,12 @@ class TrainLoop:
             self.meshes = StepMeshes(run.device.type)
         grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
                                                    0, run.group)  # (GroupedStep, decisions): rank 0 -> all
+        size_of = {i: g.size for g in grouped.groups for i in g.items}
+        tiles = [_loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
+                 for i, (m, d) in enumerate(zip(items, decisions))]
         with kernels_used() as ran:
             value = grouped_step(run.model, grouped, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
-                                 [data.targets(m) for m in items])
+                                 [data.targets(m) for m in items], tiles)
         self._stop_unless_finite(value, items[0], max(data.length(m) for m in items))
         for m in items:
             self._warn_cut(m)

@@ -56,11 +56,13 @@ def grouped_state_sent_bytes(model: ModelSpec, world: int, sizes: Sequence[int])
 def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Sequence[int]) -> dict[str, int]:
     """Bytes a rank of a group of `size` ranks keeps for the states during the step, beside the world shard
     and its optimizer states (`formulas.model_state_bytes_per_param`, at p = W):
-    the group's 1/size shard of every sharded matrix and its gradient (the strategies' layout at the group's
-    size), the gradients of the replicated tensors on the group's copies, and the transient flat buffer of
-    the gather (and, after the backward, of the reduce-scatter): d x F elements."""
+    the group's 1/size shard of every sharded matrix (none when one group holds the world: its shards are the
+    world's) and its gradient (the strategies' layout at the group's size), the gradients of the replicated
+    tensors on the group's view, and the transient flat buffer of the gather (and, after the backward, of the
+    reduce-scatter): d x F elements (none when one group holds the world)."""
     e = model.dtype_bytes
     group_shard = sharded_total(model) // size * e
-    return {"group_weights": group_shard, "group_grads": group_shard,
+    d = data_parallel_width(world, sizes)
+    return {"group_weights": group_shard if size < world else 0, "group_grads": group_shard,
             "replicated_grads": replicated_total(model) * e,
-            "gather_buffer": data_parallel_width(world, sizes) * (sharded_total(model) // world) * e}
+            "gather_buffer": d * (sharded_total(model) // world) * e if size < world else 0}
