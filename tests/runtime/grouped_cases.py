@@ -100,8 +100,9 @@ def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int
         return shard_sequence(batch[i][0], 1, sp), shard_sequence(batch[i][1], 1, sp), None
 
     model.zero_grad(set_to_none=True)
+    tiles = (8, 0, 4, 8) if name.startswith("mixed") else ()  # the mixed step: three items with the tiled loss
     with count_bytes() as counter:
-        loss = grouped_step(model, step, _meshes(), load, targets)
+        loss = grouped_step(model, step, _meshes(), load, targets, tiles)
     assert_close(torch.tensor(loss), loss_ref, **TOL, msg=lambda m: f"{name}: loss: {m}")
     ref = shard_state_dict(grads_ref, rank, 4)
     for n, q in model.named_parameters():
