@@ -116,14 +116,21 @@ def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Ten
     flat = torch.cat([params[n].detach().reshape(-1) for n in names])  # [F]: this rank's world shards
     with comm.tagged(STATES_TAG):
         rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
-    pieces = rows[_kept_rows(model.rank, size, g_min, model.p)]  # [d, F] -> [W/size, F]
+    del flat
+    kept = _row_index(model.rank, size, g_min, model.p)
     out, offset = {}, 0
     for n in names:
         q = params[n]
-        blocks = pieces[:, offset:offset + q.numel()].reshape(-1, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
+        blocks = rows[kept, offset:offset + q.numel()].reshape(-1, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
         out[n] = join_row_blocks(list(blocks), _group_sections(model, n, size))  # -> [n/size, ..]
         offset += q.numel()
     return out
+
+
+def _row_index(rank: int, size: int, g_min: int, world: int):
+    """`_kept_rows` as an index of the [d, F] buffer: a slice (a view) when every row is kept (size = g_min)."""
+    kept = _kept_rows(rank, size, g_min, world)
+    return slice(None) if len(kept) == world // g_min else kept
 
 
 def group_view(model, size: int, g_min: int, dp, sp):
@@ -153,15 +160,14 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
                 _add_grad(params[n], vparams[n].grad)
         return
     parts = model.p // size
-    per_name = []
+    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
+    kept, offset = _row_index(model.rank, size, g_min, model.p), 0
     for n in names:
         g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
         sections = _group_sections(model, n, size)
-        blocks = [row_block(g, sections, k, parts) for k in range(parts)]  # parts x [n/W, ..]
-        per_name.append(torch.stack(blocks).reshape(parts, -1))  # [W/size, F_n]
-    pieces = torch.cat(per_name, dim=1)  # [W/size, F]
-    buf = pieces.new_zeros(model.p // g_min, pieces.shape[1])  # [d, F]
-    buf[_kept_rows(model.rank, size, g_min, model.p)] = pieces
+        blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
+        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, -1)  # -> [W/size, F_n]
+        offset += params[n].numel()
     with comm.tagged(STATES_TAG):
         shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):

@@ -55,14 +55,16 @@ def grouped_state_sent_bytes(model: ModelSpec, world: int, sizes: Sequence[int])
 
 def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Sequence[int]) -> dict[str, int]:
     """Bytes a rank of a group of `size` ranks keeps for the states during the step, beside the world shard
-    and its optimizer states (`formulas.model_state_bytes_per_param`, at p = W):
-    the group's 1/size shard of every sharded matrix (none when one group holds the world: its shards are the
-    world's) and its gradient (the strategies' layout at the group's size), the gradients of the replicated
-    tensors on the group's view, and the transient flat buffer of the gather (and, after the backward, of the
-    reduce-scatter): d x F elements (none when one group holds the world)."""
+    and its optimizer states (`formulas.model_state_bytes_per_param`, at p = W): the group's 1/size shard of
+    every sharded matrix (none when one group holds the world: its shards are the world's) and its gradient
+    (the strategies' layout at the group's size), and the gradients of the replicated tensors on the group's
+    view. Transient (none when one group holds the world): the flat send buffer of the gather (F elements),
+    then the [d, F] buffer it fills (and, after the backward, the reduce-scatter's), beside one tensor's blocks
+    at a time."""
     e = model.dtype_bytes
     group_shard = sharded_total(model) // size * e
-    d = data_parallel_width(world, sizes)
-    return {"group_weights": group_shard if size < world else 0, "group_grads": group_shard,
-            "replicated_grads": replicated_total(model) * e,
-            "gather_buffer": d * (sharded_total(model) // world) * e if size < world else 0}
+    whole = size == world
+    flat = sharded_total(model) // world * e
+    return {"group_weights": 0 if whole else group_shard, "group_grads": group_shard,
+            "replicated_grads": replicated_total(model) * e, "send_buffer": 0 if whole else flat,
+            "gather_buffer": 0 if whole else data_parallel_width(world, sizes) * flat}
