@@ -121,7 +121,8 @@ def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Ten
     out, offset = {}, 0
     for n in names:
         q = params[n]
-        blocks = rows[kept, offset:offset + q.numel()].reshape(-1, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
+        blocks = rows[kept, offset:offset + q.numel()]  # [d, F] -> [W/size, F_n]
+        blocks = blocks.reshape(model.p // size, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
         out[n] = join_row_blocks(list(blocks), _group_sections(model, n, size))  # -> [n/size, ..]
         offset += q.numel()
     return out
@@ -166,7 +167,7 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
         g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
         sections = _group_sections(model, n, size)
         blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
-        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, -1)  # -> [W/size, F_n]
+        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, params[n].numel())  # -> [W/size, F_n]
         offset += params[n].numel()
     with comm.tagged(STATES_TAG):
         shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups

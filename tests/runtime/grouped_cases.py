@@ -2,7 +2,8 @@
 at p = 4 only: the world must split into groups of several sizes). A global batch of four sequences of
 different lengths trained as 2x2 (two groups of two), 4x1 (four groups of one; three sequences, one group idle),
 1x4 (one group of four) and mixed (2, 1, 1), one step after another on the same world model: the loss and every
-gradient equal the single-device reference's over the whole global batch, the state collectives send the bytes
+gradient equal the single-device reference's over the whole global batch (GPT-2 shaped, and LLaMA shaped: RMSNorm,
+SwiGLU, rotary, grouped-query attention, no biases), the state collectives send the bytes
 of paradyse_lab/costmodel/grouped_states.py and every sub-layer those of the analytic schedule at its group's
 size, and a group's shards take the bytes the cost model keeps."""
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from runtime_cases import TOL, B, grad_of, predicted_bytes, random_state
+from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
 from torch.testing import assert_close
 
 from paradyse_lab.costmodel.formulas import embedding_params
@@ -117,17 +118,21 @@ def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int
     assert counter.total("embedding") == ({"all_reduce": emb} if emb else {}), (name, counter.total("embedding"))
 
 
-def grouped_steps_case(rank: int, p: int, group) -> None:
-    cfg = _cfg()
-    sd = random_state(cfg)
-    batch = _batch(cfg)
-    want = {n: _reference_grads(cfg, sd, batch[:n]) for n in (3, 4)}  # by global batch size
-    model = ParallelGPT(cfg, group, state_dict=sd)
-    before = {n: q.detach().clone() for n, q in model.named_parameters()}
-    for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move
-        _check_step(name, step, model, cfg, batch, want, rank)
-    for n, q in model.named_parameters():
-        assert torch.equal(q.detach(), before[n]), f"{n} changed"
+def grouped_steps_case(make_cfg, names: tuple[str, ...]):
+    """The steps `names` of `_steps`, one after another on one world model of config `make_cfg()`."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = make_cfg()
+        sd = random_state(cfg)
+        batch = _batch(cfg)
+        want = {n: _reference_grads(cfg, sd, batch[:n]) for n in (3, 4)}  # by global batch size
+        model = ParallelGPT(cfg, group, state_dict=sd)
+        before = {n: q.detach().clone() for n, q in model.named_parameters()}
+        for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move
+            if name in names:
+                _check_step(name, step, model, cfg, batch, want, rank)
+        for n, q in model.named_parameters():
+            assert torch.equal(q.detach(), before[n]), f"{n} changed"
+    return case
 
 
 def group_shard_bytes_case(rank: int, p: int, group) -> None:
@@ -220,6 +225,8 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case, "grouped-shard-kept-bytes": group_shard_bytes_case,
+CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case(_cfg, ("2x2", "4x1-one-idle", "1x4", "mixed-2-1-1")),
+         "grouped-llama-gqa-2x2-mixed": grouped_steps_case(lambda: llama_config(4), ("2x2", "mixed-2-1-1")),
+         "grouped-shard-kept-bytes": group_shard_bytes_case,
          "grouped-refusals": grouped_refusals_case, "train-global-batch-group-sizes": train_global_batch_case}
 ONLY_AT = {name: (4,) for name in CASES}
