@@ -190,8 +190,9 @@ def _same_runs(logs: dict[int, list[dict]], what: str) -> None:
 
 
 def train_global_batch_case(rank: int, p: int, group) -> None:
-    """`train --global-batch 4` gives the same losses and gradient norms whatever --group-size (4 groups of one,
-    2 of two, one of four: each step's sequences planned and trained at the group's size), with sequences and
+    """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
+    (4 groups of one, 2 of two, one of four: each step's sequences planned and trained at the group's size), with
+    sequences and
     with packs of documents; a run checkpointed with groups of two resumes with groups of one (the states are in
     one world layout: nothing to re-shard) and ends where the unbroken run does."""
     import os
@@ -204,9 +205,12 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
 
     common = {"model": "gpt2-tiny", "dataset": "uniform:16:48", "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}
-    logs = _train_sizes(common, (1, 2, 4), group)
+    logs = _train_sizes({**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}, (1, 2, 4),
+                        group)
     assert all(row["docs"] == 4 for row in logs[1])
     _same_runs(logs, "sequences")
+    for log in logs.values():  # evaluated at the world size, with the world-size policy's plan
+        assert_close(log[-1]["eval_loss"], logs[1][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
     packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
