@@ -31,9 +31,10 @@ from runtime.reference import GPTConfig, ReferenceGPT
 LAYERS = 2
 LENGTHS = (24, 8, 16, 8)
 """The global batch's sequence lengths (multiples of 2g for every group size g up to 4)."""
-PLANS = (("megatron_ts", "metp"), ("ulysses_z", "megatron_cz"), ("ulysses_z+recompute", "metp+recompute"),
-         ("megatron_cz", "megatron_ts+recompute"))
-"""One plan per item (one option per layer): every strategy, with and without recomputation."""
+PLANS = (("megatron_ts", "metp"), ("ulysses_z+tiled", "megatron_cz+offload"),
+         ("ulysses_z+recompute", "metp+recompute"), ("megatron_cz", "megatron_ts+recompute"))
+"""One plan per item (one option per layer): every strategy, with and without recomputation, a tiled MLP and
+offloaded activations."""
 
 
 def _cfg() -> GPTConfig:
