@@ -220,7 +220,7 @@ def _loss_tile(decision, model, tokens: int) -> int:
     return loss_tile_tokens(model.cfg.vocab_size, model.wte.element_size(), tokens)
 
 
-def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
+def train(opts: TrainOptions, group=None, *, policy_for, plan_groups=None) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
     The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
@@ -232,6 +232,11 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     `paradyse_lab.plan.Plan`: one option per decision of the layer graph, and its granularity), `solve_s`,
     `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
+
+    With --global-batch, `plan_groups(steps, world)` (given: a group planner; rank 0 calls it) returns one step's
+    `paradyse_lab.step_groups.GroupedStep` over `world` ranks and each sequence's decision, for the sequences'
+    `steps` as `decide` takes them; None: the fixed group policy of --group-size (paradyse_lab/fixed_groups.py),
+    each sequence planned by `policy_for(spec, group size)`.
     """
     from runtime import checkpoint
     from runtime.train_inputs import check_log_file, check_options
@@ -239,7 +244,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     check_options(opts)
     _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
     with checkpoint.folder_lock(opts.checkpoint_dir, group):
-        return _train(opts, group, policy_for)
+        return _train(opts, group, policy_for, plan_groups)
 
 
 def _checked_on_rank0(check, group) -> None:
@@ -258,7 +263,7 @@ def _checked_on_rank0(check, group) -> None:
         raise UserInputError(message)
 
 
-def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
+def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
     from dataclasses import replace
 
@@ -294,7 +299,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
-    loop = TrainLoop(run, policy, inputs, bar, reason,
+    loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=policy_for(spec, p) if held_out is not None and planned_p != p else None)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step)

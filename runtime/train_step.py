@@ -56,6 +56,8 @@ class TrainLoop:
     """Held-out step -> the decision it runs (`_eval_decision`)."""
     meshes: object = None
     """The run's `runtime.grouped.StepMeshes`, made at its first grouped step."""
+    plan_groups: object = None
+    """A group planner (runtime/train.py `train`'s `plan_groups`), or None: the fixed group policy."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -137,12 +139,15 @@ class TrainLoop:
                 "kernels": ran}
 
     def _plan_groups(self, items: range):
-        """(the step's `GroupedStep`, each sequence's decision): the fixed group policy of --group-size
-        (paradyse_lab/fixed_groups.py), each sequence planned by the policy at the group's size (rank 0)."""
+        """(the step's `GroupedStep`, each sequence's decision), on rank 0: the group planner's, or the fixed group
+        policy of --group-size (paradyse_lab/fixed_groups.py), each sequence planned by the policy at the group's
+        size."""
         from paradyse_lab.fixed_groups import fixed_size_groups
         from runtime import comm
 
         opts, world = self.run.opts, comm.size(self.run.group)
+        if self.plan_groups is not None:
+            return self.plan_groups([self.data.planned(m) for m in items], world)
         decisions = [self.policy.decide(self.data.planned(m), opts.batch) for m in items]
         grouped = fixed_size_groups(world, len(items), opts.group_size or world, lambda i, g: decisions[i].plan)
         return grouped, decisions

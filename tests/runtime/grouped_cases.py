@@ -10,6 +10,7 @@ size, and a group's shards take the bytes the cost model keeps."""
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
@@ -190,12 +191,41 @@ def _same_runs(logs: dict[int, list[dict]], what: str) -> None:
                          msg=lambda m, key=key, size=size: f"{what} --group-size {size}: {key}: {m}")
 
 
+@dataclass(frozen=True)
+class _Decision:
+    """What `train` reads of a decision (simulator/policies.py's StepPlan has these and more)."""
+
+    plan: Plan
+    solve_s: float = 0.0
+    cached: bool = False
+    feasible: bool = True
+
+
+def _mixed_groups(steps: list, world: int) -> tuple[GroupedStep, list[_Decision]]:
+    """A group planner for `train`'s `plan_groups`: groups of 2, 1 and 1, every sequence under megatron_ts."""
+    plan = Plan.for_layers(["megatron_ts"] * 4, 4)
+    groups = (StepGroup(0, 2, (0, 3), (plan, plan)), StepGroup(2, 1, (1,), (plan,)), StepGroup(3, 1, (2,), (plan,)))
+    return GroupedStep(world, len(steps), groups), [_Decision(plan) for _ in steps]
+
+
+def _train_with_planner(common: dict, group) -> list[dict]:
+    """`runtime.train.train` with the group planner `_mixed_groups` and the application's policies."""
+    from functools import partial
+
+    from paradyse_lab.app.training import plan_policy
+    from runtime.train import TrainOptions
+    from runtime.train import train as run_training
+
+    opts = TrainOptions(**common)
+    return run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=True), plan_groups=_mixed_groups)
+
+
 def train_global_batch_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
     (4 groups of one, 2 of two, one of four: each step's sequences planned and trained at the group's size), with
-    sequences and
-    with packs of documents; a run checkpointed with groups of two resumes with groups of one (the states are in
-    one world layout: nothing to re-shard) and ends where the unbroken run does."""
+    sequences and with packs of documents, and with the groups of 2, 1 and 1 a group planner gives; a run
+    checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
+    re-shard) and ends where the unbroken run does."""
     import os
 
     import torch.distributed as dist
@@ -212,6 +242,9 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     _same_runs(logs, "sequences")
     for log in logs.values():  # evaluated at the world size, with the world-size policy's plan
         assert_close(log[-1]["eval_loss"], logs[1][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
+    planned = _train_with_planner(common, group)  # a group planner's mixed groups (2, 1, 1)
+    assert all(row["plan"].startswith("groups 2/1/1: ") for row in planned), planned[0]["plan"]
+    _same_runs({1: logs[1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
     packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
