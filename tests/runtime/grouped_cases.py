@@ -1,11 +1,11 @@
 """Distributed cases of grouped steps (runtime/grouped.py; runtime_cases.py adds them to the per-world harness,
 at p = 4 only: the world must split into groups of several sizes). A global batch of four sequences of
 different lengths trained as 2x2 (two groups of two), 4x1 (four groups of one; three sequences, one group idle),
-1x4 (one group of four) and mixed (2, 1, 1), one step after another on the same world model: the loss and every
-gradient equal the single-device reference's over the whole global batch (GPT-2 shaped, and LLaMA shaped: RMSNorm,
-SwiGLU, rotary, grouped-query attention, no biases), the state collectives send the bytes
-of paradyse_lab/costmodel/grouped_states.py and every sub-layer those of the analytic schedule at its group's
-size, and a group's shards take the bytes the cost model keeps."""
+1x4 (one group of four) and mixed (2, 1, 1; and 1, 1, 2 for the LLaMA shape), one step after another on the
+same world model: the loss and every gradient equal the single-device reference's over the whole global batch
+(GPT-2 shaped, and LLaMA shaped: RMSNorm, SwiGLU, rotary, grouped-query attention, no biases), the state
+collectives send the bytes of paradyse_lab/costmodel/grouped_states.py and every sub-layer those of the analytic
+schedule at its group's size, and a group's shards take the bytes the cost model keeps."""
 
 from __future__ import annotations
 
@@ -76,10 +76,13 @@ def _steps(world: int) -> dict[str, GroupedStep]:
 
     mixed = GroupedStep(world, 4, (StepGroup(0, 2, (0, 3), (plan(0, 2), plan(3, 2))),
                                    StepGroup(2, 1, (1,), (plan(1, 1),)), StepGroup(3, 1, (2,), (plan(2, 1),))))
+    mixed_last = GroupedStep(world, 4, (StepGroup(0, 1, (0,), (plan(0, 1),)),
+                                        StepGroup(1, 1, (1, 2), (plan(1, 1), plan(2, 1))),
+                                        StepGroup(2, 2, (3,), (plan(3, 2),))))
     idle = GroupedStep(world, 3, tuple(StepGroup(r, 1, (r,) if r < 3 else (), (plan(r, 1),) if r < 3 else ())
                                        for r in range(4)))
     return {"2x2": fixed_size_groups(world, 4, 2, plan), "4x1-one-idle": idle,
-            "1x4": fixed_size_groups(world, 4, 4, plan), "mixed-2-1-1": mixed}
+            "1x4": fixed_size_groups(world, 4, 4, plan), "mixed-2-1-1": mixed, "mixed-1-1-2": mixed_last}
 
 
 def _expected_sublayer_bytes(cfg: GPTConfig, group: StepGroup) -> dict[str, dict[str, int]]:
@@ -264,7 +267,7 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
 
 
 CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case(_cfg, ("2x2", "4x1-one-idle", "1x4", "mixed-2-1-1")),
-         "grouped-llama-gqa-2x2-mixed": grouped_steps_case(lambda: llama_config(4), ("2x2", "mixed-2-1-1")),
+         "grouped-llama-gqa-2x2-mixed-1-1-2": grouped_steps_case(lambda: llama_config(4), ("2x2", "mixed-1-1-2")),
          "grouped-shard-kept-bytes": group_shard_bytes_case,
          "grouped-refusals": grouped_refusals_case, "train-global-batch-group-sizes": train_global_batch_case}
 ONLY_AT = {name: (4,) for name in CASES}
