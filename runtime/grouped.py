@@ -206,7 +206,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     for item, plan in zip(group.items, group.plans):
         ids, labels, cu_seqlens = load_item(item, sp)
         tile = loss_tiles[item] if loss_tiles else 0
-        _, loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)
+        loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)[1]  # the logits dropped at once
         weight = targets[item] / total
         (loss * weight).backward()
         loss_sum += loss.detach().float() * weight
