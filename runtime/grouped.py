@@ -15,7 +15,9 @@ Per step, with g_min the smallest group size and d = W / g_min:
   r % g + k' g (g_min divides g) and joins them per row section into its group shard [n/g, ..]. The group's
   shard j thus holds world blocks j, j + g, j + 2g, ...: the group runs the model with its heads (and MLP
   columns) permuted by whole world blocks, the same function when every block is whole heads (heads and
-  kv_heads divisible by W, checked; g = 1 and g = W permute nothing);
+  kv_heads divisible by W; g = 1 and g = W permute nothing). Otherwise a step with a group strictly between 1
+  and W gathers over the whole world (the g = 1 mesh) and keeps the contiguous row block rank % g of g
+  (`step_gather`): no permutation, at the price of the world-wide gather;
 - compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
   `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
   an item's loss weighed by its share of the global batch's next-token targets;
@@ -78,11 +80,18 @@ def check_grouped_step(cfg, step: GroupedStep, meshes: StepMeshes) -> None:
         raise UserInputError(f"the step's groups cover {step.world} ranks, the world has {meshes.world}")
     for size in sorted(set(step.sizes)):
         meshes.group(size, "sp")  # refuses a size without a mesh
-        if 1 < size < meshes.world and (cfg.heads % meshes.world or cfg.kv_heads % meshes.world):
-            raise UserInputError(
-                f"groups of {size} of {meshes.world} ranks need heads ({cfg.heads}) and kv_heads ({cfg.kv_heads}) "
-                f"divisible by the world size {meshes.world} (each rank's block of every matrix whole heads); "
-                f"allowed group sizes for this model: 1, {meshes.world}")
+
+
+def step_gather(cfg, sizes, world: int) -> tuple[int, bool]:
+    """(g, contiguous): the mesh whose "dp" dimension a step of groups of `sizes` gathers over (groups of g), and
+    whether the group shards are contiguous row blocks (gathered from the whole world, g = 1) rather than
+    interleaved world blocks. Interleaved is the same function only when every rank's 1/W block of every matrix
+    is whole heads (heads and kv_heads divisible by W); otherwise a step with a group strictly between 1 and W
+    gathers over the world (paradyse_lab/costmodel/grouped_states.py `data_parallel_width`)."""
+    whole_heads = cfg.heads % world == 0 and cfg.kv_heads % world == 0
+    if whole_heads or all(g in (1, world) for g in sizes):
+        return min(sizes), False
+    return 1, True
 
 
 def _sharded_names(model) -> list[str]:
@@ -100,15 +109,19 @@ def _group_sections(model, name: str, size: int) -> tuple[int, ...]:
     return tuple(n // size for n in row_sections("attention" if prefix.endswith(".attn") else "mlp", n1, n2))
 
 
-def _kept_rows(rank: int, size: int, g_min: int, world: int) -> list[int]:
+def _kept_rows(rank: int, size: int, g_min: int, world: int, contiguous: bool = False) -> list[int]:
     """The rows k of the "dp" gather of the g_min mesh (row k: world block rank % g_min + k g_min) that belong to
-    the group shard of a rank in a group of `size`: world blocks rank % size + k' size, increasing."""
+    the group shard of a rank in a group of `size`: world blocks rank % size + k' size, increasing; `contiguous`
+    (g_min = 1, row k is world block k): the blocks of row block rank % size of `size`, in order."""
+    if contiguous:
+        j, per = rank % size, world // size
+        return list(range(j * per, (j + 1) * per))
     return [k for k in range(world // g_min) if (rank % g_min + k * g_min) % size == rank % size]
 
 
-def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Tensor]:
+def gather_group_shards(model, size: int, g_min: int, dp, contiguous: bool = False) -> dict[str, torch.Tensor]:
     """This rank's shard at group size `size` of every sharded tensor, from the world shards (one all-gather
-    over `dp`, the "dp" group of the g_min mesh): name -> [n/size, ..]."""
+    over `dp`, the "dp" group of the g_min mesh; `step_gather` gives g_min and `contiguous`): name -> [n/size, ..]."""
     params = dict(model.named_parameters())
     names = _sharded_names(model)
     if size == model.p:  # one group of the whole world: its shards are the world's (aliased, nothing gathered)
@@ -117,7 +130,7 @@ def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Ten
     with comm.tagged(STATES_TAG):
         rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
     del flat
-    kept = _row_index(model.rank, size, g_min, model.p)
+    kept = _row_index(model.rank, size, g_min, model.p, contiguous)
     out, offset = {}, 0
     for n in names:
         q = params[n]
@@ -128,19 +141,19 @@ def gather_group_shards(model, size: int, g_min: int, dp) -> dict[str, torch.Ten
     return out
 
 
-def _row_index(rank: int, size: int, g_min: int, world: int):
+def _row_index(rank: int, size: int, g_min: int, world: int, contiguous: bool = False):
     """`_kept_rows` as an index of the [d, F] buffer: a slice (a view) when every row is kept (size = g_min)."""
-    kept = _kept_rows(rank, size, g_min, world)
+    kept = _kept_rows(rank, size, g_min, world, contiguous)
     return slice(None) if len(kept) == world // g_min else kept
 
 
-def group_view(model, size: int, g_min: int, dp, sp):
+def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
     """The model over this rank's group (`sp`, `size` ranks): its gathered shards and the world model's
     replicated tensors (aliased, not copied), each a fresh leaf whose gradient the group's backward fills."""
     from runtime.model import ParallelGPT
 
     local = {n: q.detach() for n, q in model.named_parameters()}
-    local.update(gather_group_shards(model, size, g_min, dp))
+    local.update(gather_group_shards(model, size, g_min, dp, contiguous))
     return ParallelGPT(model.cfg, sp, rank_state_dict=local)
 
 
@@ -150,7 +163,7 @@ def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
     q.grad = grad.clone() if q.grad is None else q.grad + grad
 
 
-def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
+def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
     """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
     over `dp`; the blocks this rank's group shard does not hold are zeros)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
@@ -162,7 +175,7 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp) -> None:
         return
     parts = model.p // size
     buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
-    kept, offset = _row_index(model.rank, size, g_min, model.p), 0
+    kept, offset = _row_index(model.rank, size, g_min, model.p, contiguous), 0
     for n in names:
         g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
         sections = _group_sections(model, n, size)
@@ -198,9 +211,9 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     check_grouped_step(model.cfg, step, meshes)
     rank = model.rank
     group = step.group_of(rank)
-    g_min = min(step.sizes)
+    g_min, contiguous = step_gather(model.cfg, step.sizes, model.p)
     dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
-    view = group_view(model, group.size, g_min, dp, sp)
+    view = group_view(model, group.size, g_min, dp, sp, contiguous)
     total = max(1, sum(targets))
     loss_sum = torch.zeros(1, dtype=torch.float32, device=model.wte.device)  # [1]
     for item, plan in zip(group.items, group.plans):
@@ -211,7 +224,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
         (loss * weight).backward()
         loss_sum += loss.detach().float() * weight
     contributes = rank - group.start < g_min
-    scatter_group_grads(model, view, group.size, g_min, dp)
+    scatter_group_grads(model, view, group.size, g_min, dp, contiguous)
     reduce_replicated_grads(model, view, contributes, dp)
     with comm.tagged(STATES_TAG):
         step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed

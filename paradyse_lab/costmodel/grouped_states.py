@@ -35,8 +35,13 @@ def replicated_total(model: ModelSpec) -> int:
     return 2 * model.layers * replicated_params(model) + embedding_params(model)
 
 
-def data_parallel_width(world: int, sizes: Sequence[int]) -> int:
-    """d = W / g_min: the ranks of one data-parallel group of the mesh the step's state collectives use."""
+def data_parallel_width(world: int, sizes: Sequence[int], model: ModelSpec | None = None) -> int:
+    """d = W / g_min: the ranks of one data-parallel group of the mesh the step's state collectives use; W when
+    `model`'s 1/W blocks are not whole heads (heads or kv_heads not divisible by W) and a group is strictly
+    between 1 and W: its shards are then contiguous row blocks, gathered from the whole world."""
+    whole_heads = model is None or (model.heads % world == 0 and model.kv_heads % world == 0)
+    if not whole_heads and any(1 < g < world for g in sizes):
+        return world
     return world // min(sizes)
 
 
@@ -44,7 +49,7 @@ def grouped_state_sent_bytes(model: ModelSpec, world: int, sizes: Sequence[int])
     """Bytes one rank sends for the states of one grouped step whose groups have `sizes` ranks, by op (nothing
     when one group holds the whole world: d = 1). The same whatever the previous step's sizes: a change of
     group sizes moves no states."""
-    d = data_parallel_width(world, sizes)
+    d = data_parallel_width(world, sizes, model)
     if d == 1:
         return {}
     e = model.dtype_bytes
@@ -67,4 +72,4 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
     flat = sharded_total(model) // world * e
     return {"group_weights": 0 if whole else group_shard, "group_grads": group_shard,
             "replicated_grads": replicated_total(model) * e, "send_buffer": 0 if whole else flat,
-            "gather_buffer": 0 if whole else data_parallel_width(world, sizes) * flat}
+            "gather_buffer": 0 if whole else data_parallel_width(world, sizes, model) * flat}

@@ -25,7 +25,14 @@ from paradyse_lab.plan import Plan
 from paradyse_lab.step_groups import GroupedStep, StepGroup
 from runtime import ParallelGPT, shard_sequence
 from runtime.comm import count_bytes
-from runtime.grouped import STATES_TAG, StepMeshes, check_grouped_step, gather_group_shards, grouped_step
+from runtime.grouped import (
+    STATES_TAG,
+    StepMeshes,
+    check_grouped_step,
+    gather_group_shards,
+    grouped_step,
+    step_gather,
+)
 from runtime.layout import shard_state_dict
 from runtime.reference import GPTConfig, ReferenceGPT
 
@@ -156,22 +163,25 @@ def group_shard_bytes_case(rank: int, p: int, group) -> None:
 
 
 def grouped_refusals_case(rank: int, p: int, group) -> None:
-    """Group sizes the world cannot split into, and a model whose 1/4 blocks are not whole heads."""
+    """Group sizes the world cannot split into are refused; a model whose 1/4 blocks are not whole heads (2 K/V
+    heads) gathers a step with groups of two over the whole world, contiguous (`step_gather`)."""
     plan = Plan.for_layers(["megatron_cz"] * LAYERS, LAYERS)
-    gqa = GPTConfig(vocab_size=512, max_positions=64, hidden=96, heads=12, kv_heads=2, layers=LAYERS)
+    gqa = llama_config(2)
     step = fixed_size_groups(4, 2, 2, lambda i, g: plan)
-    for cfg, want in ((gqa, "kv_heads (2)"), (_cfg(), None)):
-        try:
-            check_grouped_step(cfg, step, _meshes())
-            assert want is None, "accepted"
-        except UserInputError as err:
-            assert want is not None and want in str(err), err
+    check_grouped_step(gqa, step, _meshes())
+    assert step_gather(gqa, step.sizes, 4) == (1, True) and step_gather(_cfg(), step.sizes, 4) == (2, False)
+    assert step_gather(gqa, (4,), 4) == (4, False) and step_gather(gqa, (1, 1, 1, 1), 4) == (1, False)
     for world, size in ((4, 3), (4, 8)):
         try:
             fixed_size_groups(world, 2, size, lambda i, g: plan)
             raise AssertionError(f"group size {size} accepted")
         except UserInputError as err:
             assert "--group-size" in str(err)
+    try:
+        check_grouped_step(_cfg(), fixed_size_groups(2, 2, 1, lambda i, g: plan), _meshes())
+        raise AssertionError("a step of 2 ranks accepted in a world of 4")
+    except UserInputError as err:
+        assert "the world has 4" in str(err), err
 
 
 def _train_sizes(common: dict, sizes, group) -> dict[int, list[dict]]:
@@ -268,6 +278,7 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
 
 CASES = {"grouped-steps-2x2-4x1-1x4-mixed": grouped_steps_case(_cfg, ("2x2", "4x1-one-idle", "1x4", "mixed-2-1-1")),
          "grouped-llama-gqa-2x2-mixed-1-1-2": grouped_steps_case(lambda: llama_config(4), ("2x2", "mixed-1-1-2")),
+         "grouped-llama-kv2-contiguous-2x2-mixed": grouped_steps_case(lambda: llama_config(2), ("2x2", "mixed-2-1-1")),
          "grouped-shard-kept-bytes": group_shard_bytes_case,
          "grouped-refusals": grouped_refusals_case, "train-global-batch-group-sizes": train_global_batch_case}
 ONLY_AT = {name: (4,) for name in CASES}

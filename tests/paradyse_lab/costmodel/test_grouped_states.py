@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from paradyse_lab.costmodel.grouped_states import (
+    data_parallel_width,
     grouped_state_kept_bytes,
     grouped_state_sent_bytes,
     replicated_total,
@@ -42,3 +43,12 @@ def test_kept_bytes_one_group_of_the_world_aliases_its_shards():
     pairs = grouped_state_kept_bytes(TINY, 4, 2, (2, 2))
     assert pairs["group_weights"] == pairs["group_grads"] == SHARDED // 2 * 4
     assert pairs["gather_buffer"] == 2 * pairs["send_buffer"] == 2 * SHARDED // 4 * 4
+
+
+def test_blocks_that_are_not_whole_heads_gather_over_the_world():
+    """2 K/V heads on 4 ranks: a step with groups of 2 gathers contiguous shards from all 4 ranks (d = 4, not
+    2); groups of 1 or 4 need no whole heads."""
+    gqa = replace(TINY, kv_heads=2)
+    assert data_parallel_width(4, (2, 2), gqa) == 4 and data_parallel_width(4, (2, 2), TINY) == 2
+    assert data_parallel_width(4, (4,), gqa) == 1 and data_parallel_width(4, (1, 1, 1, 1), gqa) == 4
+    assert grouped_state_sent_bytes(gqa, 4, (2, 2))["all_gather"] == 3 * sharded_total(gqa) // 4 * 4
