@@ -9,7 +9,7 @@ matrix (per row section, layout.py), the norms, output biases, embeddings and he
 steps these tensors and checkpoints save them. A group of g ranks is the "sp" dimension of the (W/g x g)
 mesh `("dp", "sp")`; `StepMeshes` makes one mesh per power of two g dividing W, once, on every rank.
 
-Per step, with g_min the smallest group size and d = W / g_min:
+Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
 - gather: one all-gather of the flat world shards over the "dp" dimension of the g_min mesh (d ranks, holding
   the world blocks r % g_min + k g_min, k < d); a rank of a group of g keeps the W/g of them that are blocks
   r % g + k' g (g_min divides g) and joins them per row section into its group shard [n/g, ..]. The group's
