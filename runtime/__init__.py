@@ -19,11 +19,11 @@ single-device model, GPTConfig, GPT-2 conversion), hf_convert (Hugging Face LLaM
 state dicts), hf_weights and hf_export (Hugging Face folders in, by per-rank safetensors slices, and out),
 rope (rotary embeddings), packed (several documents in one sequence: `pack_sequence(lengths, p)` and its
 `cu_seqlens`, which `model(ids, plan, labels, cu_seqlens=...)`, `shard_sequence(x, 1, group, cu)` and
-`gather_sequence` take: a pack is laid out per document); train, train_inputs, launch, launcher, checkpoint and
-dcp_checkpoint (training; checkpoints that resume at any world size); options (flags generated from options
-dataclasses); comm_replay and
-fake_group (collectives checked without a process group). The measurement tools (profile, calibrate, the GPU
-session) are in runtime/measure/.
+`gather_sequence` take: a pack is laid out per document); grouped (a global batch over groups of ranks of a
+2-D device mesh, states in one world layout: docs/grouped_steps.md); train, train_inputs, launch, launcher,
+checkpoint and dcp_checkpoint (training; checkpoints that resume at any world size); options (flags generated
+from options dataclasses); comm_replay and fake_group (collectives checked without a process group). The
+measurement tools (profile, calibrate, the GPU session) are in runtime/measure/.
 """
 
 import importlib

@@ -174,6 +174,17 @@ def _rows_of_all(shards: list[torch.Tensor], sections: tuple[int, ...]) -> torch
     return torch.cat([torch.cat([per_rank[r][j] for r in range(p)]) for j in range(len(sections))])
 
 
+def row_block(x: torch.Tensor, sections: tuple[int, ...], r: int, parts: int) -> torch.Tensor:
+    """Row block r of `parts` of each section of x, concatenated (a copy): [n, ..] -> [n/parts, ..]."""
+    return _rows_of_rank(x, sections, r, parts)
+
+
+def join_row_blocks(blocks: list[torch.Tensor], sections: tuple[int, ...]) -> torch.Tensor:
+    """Inverse of `row_block` over all `len(blocks)` blocks: each section's blocks one after another
+    (`sections` are those of the joined tensor): len(blocks) x [n/parts, ..] -> [n, ..]."""
+    return _rows_of_all(blocks, sections)
+
+
 def shard_sublayer(full: dict[str, torch.Tensor], kind: str, r: int, p: int) -> dict[str, torch.Tensor]:
     """Rank r's shard of one sub-layer given its full parameters (w1 [n1, h], b1 [n1], w2 [n2, h]).
 

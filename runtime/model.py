@@ -78,11 +78,14 @@ class ParallelGPT(GPTParams):
     """GPT-2 whose layers run under per-layer strategies over `group` (None: the default group)."""
 
     def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None,
-                 hf_folder: str | None = None, vocab_parallel: bool = False):
+                 hf_folder: str | None = None, vocab_parallel: bool = False,
+                 rank_state_dict: dict | None = None):
         """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
         model folder `hf_folder` (each rank reads only its slices: runtime/hf_weights.py), or of the GPT-2
-        initialisation drawn from `seed` (the same on every rank). `vocab_parallel`: the embedding and head are
-        sharded by vocabulary rows (runtime/vocab_parallel.py) instead of replicated."""
+        initialisation drawn from `seed` (the same on every rank); or `rank_state_dict`, this rank's tensors
+        at the group's size (its shards and the replicated tensors), used as they are, without a copy (a
+        group's view of the world layout in a grouped step, runtime/grouped.py). `vocab_parallel`: the embedding
+        and head are sharded by vocabulary rows (runtime/vocab_parallel.py) instead of replicated."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
             super().__init__(cfg, self.p, vocab_parallel)
@@ -96,6 +99,9 @@ class ParallelGPT(GPTParams):
 
             self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict(),
                                                       vocab_parallel))
+            return
+        if rank_state_dict is not None:  # dtype and device kept (bf16 on GPU)
+            self.load_state_dict(rank_state_dict, assign=True)
             return
         if state_dict is not None:
             local = shard_state_dict(state_dict, self.rank, self.p, vocab_parallel)

@@ -108,13 +108,21 @@ def check_optimisation_options(opts) -> None:
         raise unknown_name("--lr-schedule", opts.lr_schedule, SCHEDULES)
     require_number("--clip-grad", opts.clip_grad, 0.0, 1e9)
     for flag, value, low in (("--warmup-steps", opts.warmup_steps, 0), ("--accumulate", opts.accumulate, 1),
-                             ("--eval-every", opts.eval_every, 0), ("--eval-batches", opts.eval_batches, 1)):
+                             ("--eval-every", opts.eval_every, 0), ("--eval-batches", opts.eval_batches, 1),
+                             ("--global-batch", opts.global_batch, 0), ("--group-size", opts.group_size, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 10**9:
             raise UserInputError(f"{flag} must be an integer >= {low}, got {value!r}")
     documents = opts.tokenizer or (opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl"))
     if opts.data_order and not documents:
         raise UserInputError(f"--data-order applies to token files (file:*.jsonl) and text datasets (--tokenizer); "
                              f"--dataset {opts.dataset} trains its workload's sorted lengths")
+    if opts.group_size & (opts.group_size - 1):
+        raise UserInputError(f"--group-size must be 0 (the world) or a power of two, got {opts.group_size}")
+    if opts.global_batch and opts.accumulate != 1:
+        raise UserInputError(f"--accumulate must be 1 with --global-batch (a step's sequences are its global "
+                             f"batch), got {opts.accumulate}")
+    if opts.group_size and not opts.global_batch:
+        raise UserInputError("--group-size applies to --global-batch steps; give --global-batch N too")
     if bool(opts.eval_dataset) != bool(opts.eval_every):
         raise UserInputError("--eval-dataset and --eval-every go together (evaluate that dataset every N optimizer "
                              "steps); give both or neither")

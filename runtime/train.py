@@ -102,6 +102,12 @@ class TrainOptions:
     """Clip the gradient to this global L2 norm, over every shard of every rank (0: no clipping)."""
     accumulate: int = 1
     """Micro-steps per optimizer step (gradient accumulation), each with its own data and plan."""
+    global_batch: int = 0
+    """Sequences per optimizer step trained at once by groups of --group-size ranks (a grouped step: each
+    sequence one group's, dealt round-robin, each with its own plan at the group's size; gradients summed over
+    the world; runtime/grouped.py) (0: one sequence per step on all ranks)."""
+    group_size: int = 0
+    """Ranks per group of a --global-batch step: a power of two dividing the world size (0: the world, one group)."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0
@@ -148,6 +154,12 @@ class TrainOptions:
     init_from: str = ""
     """Hugging Face model folder (config.json and safetensors: GPT-2, LLaMA, Mistral, Qwen2) whose weights the
     run starts from, each rank reading only its slices ('': initialised from --seed)."""
+
+
+def micro_per_step(opts: TrainOptions) -> int:
+    """Micro-steps (one sequence, or one pack, of the dataset each) per optimizer step: --accumulate, or the
+    sequences of a --global-batch step."""
+    return opts.global_batch or opts.accumulate
 
 
 def decide_plan_on_rank0(decide, group=None):
@@ -230,7 +242,7 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     return vocab
 
 
-def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
+def train(opts: TrainOptions, group=None, *, policy_for, plan_groups=None) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
     The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
@@ -242,6 +254,11 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     `paradyse_lab.plan.Plan`: one option per decision of the layer graph, and its granularity), `solve_s`,
     `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
+
+    With --global-batch, `plan_groups(steps, world)` (given: a group planner; rank 0 calls it) returns one step's
+    `paradyse_lab.step_groups.GroupedStep` over `world` ranks and each sequence's decision, for the sequences'
+    `steps` as `decide` takes them; None: the fixed group policy of --group-size (paradyse_lab/fixed_groups.py),
+    each sequence planned by `policy_for(spec, group size)`.
     """
     from runtime import checkpoint
     from runtime.train_inputs import check_log_file, check_options
@@ -249,7 +266,7 @@ def train(opts: TrainOptions, group=None, *, policy_for) -> list[dict]:
     check_options(opts)
     _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
     with checkpoint.folder_lock(opts.checkpoint_dir, group):
-        return _train(opts, group, policy_for)
+        return _train(opts, group, policy_for, plan_groups)
 
 
 def _checked_on_rank0(check, group) -> None:
@@ -268,7 +285,7 @@ def _checked_on_rank0(check, group) -> None:
         raise UserInputError(message)
 
 
-def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
+def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
     from dataclasses import replace
 
@@ -287,14 +304,18 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     cfg = GPTConfig.from_model_spec(spec)
     meta = run_meta(opts)
     found = _checkpoint_to_resume(opts, meta, group)
-    micro_steps = opts.steps * opts.accumulate
+    micro_steps = opts.steps * micro_per_step(opts)
     size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     inputs = StepInputs.build(opts, p, cfg, size)
     inputs.refuse_untrainable(micro_steps)
     held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
-    policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
+    planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
+    policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
-    run = TrainState.create(opts, cfg, group, device, meta, size, vocab_storage(policy, longest, opts.batch, group))
+    if opts.global_batch and hasattr(policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
+        policy.restrict_heads(("whole", "tiled"))
+    vocab = False if opts.global_batch else vocab_storage(policy, longest, opts.batch, group)
+    run = TrainState.create(opts, cfg, group, device, meta, size, vocab)
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
@@ -304,7 +325,8 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
-    loop = TrainLoop(run, policy, inputs, bar, reason)
+    loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
+                     eval_policy=policy_for(spec, p) if held_out is not None and planned_p != p else None)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step)
         lr_schedule.step()
@@ -353,7 +375,8 @@ def run_meta(opts: TrainOptions) -> dict:
 
 
 OPTIONAL_SETTINGS = {key: f.default for f in dataclasses.fields(TrainOptions) if (key := f.name) in (
-    "tokenizer", "text_column", "data_order", "accumulate", "lr_schedule", "warmup_steps", "clip_grad")}
+    "tokenizer", "text_column", "data_order", "accumulate", "lr_schedule", "warmup_steps", "clip_grad",
+    "global_batch")}
 """Settings a resumed run must keep that checkpoints of earlier versions do not record: a checkpoint without one
 was written with its default (runtime/dcp_checkpoint.py compares them so)."""
 
@@ -447,7 +470,7 @@ class TrainState:
                                     self.group)["step"]
         _copy_masters(self.masters, self.model)
         if comm.rank(self.group) == 0:  # the one rank that decides (decide_plan_on_rank0); the others wait for it
-            for m in range(start * self.opts.accumulate):  # every micro-step of the steps trained
+            for m in range(start * micro_per_step(self.opts)):  # every micro-step of the steps trained
                 replay_decision(m)
         return start
 

@@ -50,14 +50,19 @@ class TrainLoop:
     """What cuts a long document (`cap_reason`), named in the one warning a run gives about cut tokens."""
     warned: bool = False
     eval_policy: object = None
-    """Plans the held-out steps (`_eval_decision`), made at the first evaluation."""
+    """Plans the held-out steps (`_eval_decision`), made at the first evaluation; given, the world-size policy of a
+    run of grouped steps, whose training policy plans at the group's size (evaluation runs at the world size)."""
     eval_decisions: dict = field(default_factory=dict)
     """Held-out step -> the decision it runs (`_eval_decision`)."""
+    meshes: object = None
+    """The run's `runtime.grouped.StepMeshes`, made at its first grouped step."""
+    plan_groups: object = None
+    """A group planner (runtime/train.py `train`'s `plan_groups`), or None: the fixed group policy."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
         from runtime.attention import kernels_used
-        from runtime.train import _loss_tile, _stop, decide_plan_on_rank0
+        from runtime.train import _loss_tile, decide_plan_on_rank0
 
         run, data = self.run, self.data
         opts, model = run.opts, run.model
@@ -68,12 +73,26 @@ class TrainLoop:
             loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,  # the logits dropped at once
                          loss_tile=_loss_tile(decision, model, ids.numel()))[1]
         value = float(loss.detach())
-        if not math.isfinite(value):  # the loss is the global mean: every rank stops here
-            _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "
-                            "its optimizer step, the last checkpoint is unchanged (lower --lr, or check the "
-                            "checkpoint and the data)")
+        self._stop_unless_finite(value, m, s)
         with kernels_used() as ran_backward:
             (loss if opts.accumulate == 1 else loss * weight).backward()
+        self._warn_cut(m)
+        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m), "cut": data.cut(m),
+                "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
+                "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
+
+    def _stop_unless_finite(self, value: float, m: int, s: int) -> None:
+        """Stop the run when micro-step m's loss (the same on every rank) is not finite."""
+        from runtime.train import _stop, micro_per_step
+
+        if not math.isfinite(value):  # the loss is the global mean: every rank stops here
+            _stop(self.bar, f"the loss is {value} at step {m // micro_per_step(self.run.opts) + 1} (length {s}); "
+                            "stopped before its optimizer step, the last checkpoint is unchanged (lower --lr, or "
+                            "check the checkpoint and the data)")
+
+    def _warn_cut(self, m: int) -> None:
+        """The run's one warning about cut tokens, at the first micro-step that cuts some."""
+        run, data, opts = self.run, self.data, self.run.opts
         cut = data.cut(m)
         if cut and not self.warned:
             self.warned = True
@@ -82,20 +101,66 @@ class TrainLoop:
             if comm.rank(run.group) == 0:
                 import sys
 
-                print(f"warning: step {m // opts.accumulate + 1} leaves {cut} tokens of its documents untrained: "
-                      f"{self.cut_reason}; the log's cut_tokens column and the end summary count every step's "
-                      "(warned once)", file=sys.stderr)
-        return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m), "cut": cut,
-                "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
-                "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
+                from runtime.train import micro_per_step
 
-    def _on_device(self, data, m: int):
-        """(ids, labels, cu_seqlens) of step m of `data`, this rank's shard of the sequence, on the run's device."""
+                print(f"warning: step {m // micro_per_step(opts) + 1} leaves {cut} tokens of its documents "
+                      f"untrained: {self.cut_reason}; the log's cut_tokens column and the end summary count every "
+                      "step's (warned once)", file=sys.stderr)
+
+    def _grouped_micro_steps(self, step: int) -> dict:
+        """Forward and backward of the --global-batch sequences of optimizer step `step`, over groups of
+        --group-size ranks (runtime/grouped.py); what the row needs of them."""
+        from runtime import comm
+        from runtime.attention import kernels_used
+        from runtime.grouped import StepMeshes, grouped_step
+        from runtime.train import _loss_tile
+
+        run, data, opts = self.run, self.data, self.run.opts
+        items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
+        if self.meshes is None:  # every rank makes the meshes together, at the run's first grouped step
+            self.meshes = StepMeshes(run.device.type)
+        grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
+                                                   0, run.group)  # (GroupedStep, decisions): rank 0 -> all
+        size_of = {i: g.size for g in grouped.groups for i in g.items}
+        tiles = [_loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
+                 for i, (m, d) in enumerate(zip(items, decisions))]
+        with kernels_used() as ran:
+            value = grouped_step(run.model, grouped, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
+                                 [data.targets(m) for m in items], tiles)
+        self._stop_unless_finite(value, items[0], max(data.length(m) for m in items))
+        for m in items:
+            self._warn_cut(m)
+        plans = " | ".join(d.plan.short_text() for d in decisions)
+        return {"loss": value, "seq_len": max(data.length(m) for m in items),
+                "docs": sum(data.documents(m) for m in items), "tokens": sum(data.tokens(m) for m in items),
+                "cut": sum(data.cut(m) for m in items), "plan": f"groups {'/'.join(map(str, grouped.sizes))}: {plans}",
+                "solve_s": sum(d.solve_s for d in decisions),
+                "cached": all(d.cached for d in decisions), "feasible": all(d.feasible for d in decisions),
+                "kernels": ran}
+
+    def _plan_groups(self, items: range):
+        """(the step's `GroupedStep`, each sequence's decision), on rank 0: the group planner's, or the fixed group
+        policy of --group-size (paradyse_lab/fixed_groups.py), each sequence planned by the policy at the group's
+        size."""
+        from paradyse_lab.fixed_groups import fixed_size_groups
+        from runtime import comm
+
+        opts, world = self.run.opts, comm.size(self.run.group)
+        if self.plan_groups is not None:
+            return self.plan_groups([self.data.planned(m) for m in items], world)
+        decisions = [self.policy.decide(self.data.planned(m), opts.batch) for m in items]
+        grouped = fixed_size_groups(world, len(items), opts.group_size or world, lambda i, g: decisions[i].plan)
+        return grouped, decisions
+
+    def _on_device(self, data, m: int, group=None):
+        """(ids, labels, cu_seqlens) of step m of `data`, this rank's shard of the sequence over `group` (None:
+        the run's), on the run's device."""
         from runtime.layout import shard_sequence
 
         run = self.run
+        group = run.group if group is None else group
         tokens, labels, cu_seqlens = data.batch(m, run.model.cfg.vocab_size)
-        ids, labels = (shard_sequence(x, 1, run.group, cu_seqlens).to(run.device) for x in (tokens, labels))
+        ids, labels = (shard_sequence(x, 1, group, cu_seqlens).to(run.device) for x in (tokens, labels))
         return ids, labels, cu_seqlens.to(run.device) if cu_seqlens is not None else None
 
     def optimizer_step(self, step: int) -> dict:
@@ -108,12 +173,15 @@ class TrainLoop:
         run = self.run
         opts, model, device = run.opts, run.model, run.device
         micro = range(step * opts.accumulate, (step + 1) * opts.accumulate)
-        weights = micro_weights([self.data.targets(m) for m in micro])
+        weights = micro_weights([self.data.targets(m) for m in micro]) if not opts.global_batch else [1.0]
         lr = run.optimizer.param_groups[0]["lr"]
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        parts = [self._micro_step(m, w) for m, w in zip(micro, weights)]
+        if opts.global_batch:  # one grouped step: the global batch's loss and gradients over the world
+            parts = [self._grouped_micro_steps(step)]
+        else:
+            parts = [self._micro_step(m, w) for m, w in zip(micro, weights)]
         run.master_grads()
         trained = run.trained
         norm = global_grad_norm([(n, t.grad) for n, t in trained.items()], run.group, model.vocab_parallel)

@@ -47,6 +47,8 @@ def options_from_args(args: argparse.Namespace):
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
     opts = from_namespace(TrainOptions, args, **_deprecated_budget(args))
     check_options(opts)
+    if opts.group_size and args.nproc and args.nproc % opts.group_size:
+        raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
     check_log_file(opts)
     return opts
 

@@ -1207,3 +1207,11 @@ CASES.update(weights_cases.CASES)
 ONLY_AT.update(weights_cases.ONLY_AT)
 CASES.update(optim_cases.CASES)
 ONLY_AT.update(optim_cases.ONLY_AT)
+
+
+# --- grouped steps: a global batch over groups of ranks, states in one world layout (grouped_cases.py) ------
+
+import grouped_cases  # noqa: E402 - it reads this module's helpers, defined above
+
+CASES.update(grouped_cases.CASES)
+ONLY_AT.update(grouped_cases.ONLY_AT)

@@ -1,0 +1,75 @@
+"""Model states of a grouped step (a global batch split over groups of ranks, paradyse_lab/step_groups.py):
+what a rank keeps and sends so that every group trains under its own plan while the states stay in one
+layout over the whole world (docs/grouped_steps.md, the runtime in runtime/grouped.py).
+
+The world layout: every sub-layer matrix is stored as the unified layout's 1/W row shards (W = world size,
+one block per rank, docs/paper.md section 3); norms, output biases, embeddings and head replicated. A step whose
+smallest group has g_min ranks uses the data-parallel dimension of the (W/g_min x g_min) device mesh, d = W/g_min
+ranks (one per g_min-block), for three collectives, each counted here under the runtime's convention
+(runtime/comm.py: all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
+- all-gather of the flat world shards of every sharded matrix (F = P_s/W elements) -> [d, F];
+- reduce-scatter of the gradients laid out the same way -> [F];
+- all-reduce of the replicated gradients (R elements), and one of the step's fp32 loss.
+Rajbhandari et al., "ZeRO" (SC 2020) stage 3 for the gather / reduce-scatter of sharded states; the hybrid
+(shard within, replicate across) split as in Zhao et al., "PyTorch FSDP" (VLDB 2023) hybrid sharding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paradyse_lab.costmodel.formulas import embedding_params, replicated_params, sharded_params
+from paradyse_lab.model_spec import ModelSpec
+
+LOSS_BYTES = 4
+"""The step's loss is summed over groups in fp32 (one element)."""
+
+
+def sharded_total(model: ModelSpec) -> int:
+    """Elements of every sharded matrix (and input bias) of the model, P_s."""
+    return model.layers * (sharded_params(model, "attention") + sharded_params(model, "mlp"))
+
+
+def replicated_total(model: ModelSpec) -> int:
+    """Elements of every replicated tensor (sub-layer norms and output biases, embeddings, final norm, head), R."""
+    return 2 * model.layers * replicated_params(model) + embedding_params(model)
+
+
+def data_parallel_width(world: int, sizes: Sequence[int], model: ModelSpec | None = None) -> int:
+    """d = W / g_min: the ranks of one data-parallel group of the mesh the step's state collectives use; W when
+    `model`'s 1/W blocks are not whole heads (heads or kv_heads not divisible by W) and a group is strictly
+    between 1 and W: its shards are then contiguous row blocks, gathered from the whole world."""
+    whole_heads = model is None or (model.heads % world == 0 and model.kv_heads % world == 0)
+    if not whole_heads and any(1 < g < world for g in sizes):
+        return world
+    return world // min(sizes)
+
+
+def grouped_state_sent_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> dict[str, int]:
+    """Bytes one rank sends for the states of one grouped step whose groups have `sizes` ranks, by op (nothing
+    when one group holds the whole world: d = 1). The same whatever the previous step's sizes: a change of
+    group sizes moves no states."""
+    d = data_parallel_width(world, sizes, model)
+    if d == 1:
+        return {}
+    e = model.dtype_bytes
+    flat = sharded_total(model) // world * e  # one rank's world shard, bytes
+    return {"all_gather": (d - 1) * flat, "reduce_scatter": (d - 1) * flat,
+            "all_reduce": 2 * replicated_total(model) * e * (d - 1) // d + 2 * LOSS_BYTES * (d - 1) // d}
+
+
+def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Sequence[int]) -> dict[str, int]:
+    """Bytes a rank of a group of `size` ranks keeps for the states during the step, beside the world shard
+    and its optimizer states (`formulas.model_state_bytes_per_param`, at p = W): the group's 1/size shard of
+    every sharded matrix (none when one group holds the world: its shards are the world's) and its gradient
+    (the strategies' layout at the group's size), and the gradients of the replicated tensors on the group's
+    view. Transient (none when one group holds the world): the flat send buffer of the gather (F elements),
+    then the [d, F] buffer it fills (and, after the backward, the reduce-scatter's), beside one tensor's blocks
+    at a time."""
+    e = model.dtype_bytes
+    group_shard = sharded_total(model) // size * e
+    whole = size == world
+    flat = sharded_total(model) // world * e
+    return {"group_weights": 0 if whole else group_shard, "group_grads": group_shard,
+            "replicated_grads": replicated_total(model) * e, "send_buffer": 0 if whole else flat,
+            "gather_buffer": 0 if whole else data_parallel_width(world, sizes, model) * flat}

@@ -1,0 +1,231 @@
+"""Grouped steps: one global batch trained by groups of ranks of a 2-D device mesh, each group under its own
+per-layer plans, the model states in one layout over the whole world (docs/grouped_steps.md).
+
+Library module (no command). The step is a `paradyse_lab.step_groups.GroupedStep`: aligned power-of-two
+blocks of ranks, each training its items one after another, each item with its own `Plan` at the group's size.
+
+Layout. The world model is `ParallelGPT` over all W ranks: rank r keeps row block r of W of every sub-layer
+matrix (per row section, layout.py), the norms, output biases, embeddings and head replicated; the optimizer
+steps these tensors and checkpoints save them. A group of g ranks is the "sp" dimension of the (W/g x g)
+mesh `("dp", "sp")`; `StepMeshes` makes one mesh per power of two g dividing W, once, on every rank.
+
+Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
+- gather: one all-gather of the flat world shards over the "dp" dimension of the g_min mesh (d ranks, holding
+  the world blocks r % g_min + k g_min, k < d); a rank of a group of g keeps the W/g of them that are blocks
+  r % g + k' g (g_min divides g) and joins them per row section into its group shard [n/g, ..]. The group's
+  shard j thus holds world blocks j, j + g, j + 2g, ...: the group runs the model with its heads (and MLP
+  columns) permuted by whole world blocks, the same function when every block is whole heads (heads and
+  kv_heads divisible by W; g = 1 and g = W permute nothing). Otherwise a step with a group strictly between 1
+  and W gathers over the whole world (the g = 1 mesh) and keeps the contiguous row block rank % g of g
+  (`step_gather`): no permutation, at the price of the world-wide gather;
+- compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
+  `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
+  an item's loss weighed by its share of the global batch's next-token targets;
+- reduce: the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
+  group shard does not hold the block) and reduce-scattered over the same "dp" group: every group contributes
+  each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
+  are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
+A change of group sizes between steps moves no states: the world shards stay where they are, and every step
+gathers and reduces the same way whatever the previous step was. The bytes are those of
+paradyse_lab/costmodel/grouped_states.py (checked byte for byte in tests/runtime/grouped_cases.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.step_groups import GroupedStep
+from runtime import comm
+from runtime.layout import SHARDED, join_row_blocks, row_block, row_sections
+
+STATES_TAG = "states"
+"""`comm.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
+
+
+class StepMeshes:
+    """One `DeviceMesh` (W/g x g, dims ("dp", "sp")) per power of two g dividing the world size W, made at
+    once on every rank (making a mesh is a collective). Without an initialised process group: one rank, no
+    meshes, every group None (comm.py short-circuits)."""
+
+    def __init__(self, device_type: str = "cpu"):
+        import torch.distributed as dist
+
+        self.world = comm.size(None)
+        self.meshes = {}
+        if not (dist.is_available() and dist.is_initialized()):
+            self.sizes = (1,)
+            return
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.sizes = tuple(g for g in (2**i for i in range(self.world.bit_length())) if self.world % g == 0)
+        for g in self.sizes:
+            self.meshes[g] = init_device_mesh(device_type, (self.world // g, g), mesh_dim_names=("dp", "sp"))
+
+    def group(self, size: int, dim: str):
+        """The process group of this rank along `dim` ("dp" or "sp") of the mesh of groups of `size` ranks."""
+        if size not in self.sizes:
+            raise UserInputError(f"group size {size} must be a power of two dividing the world size {self.world}; "
+                                 f"allowed: {', '.join(map(str, self.sizes))}")
+        if not self.meshes or (self.world // size if dim == "dp" else size) == self.world:
+            return None  # the dimension spans the world: the default group, whose connections are warm
+        return self.meshes[size].get_group(dim)
+
+
+def check_grouped_step(cfg, step: GroupedStep, meshes: StepMeshes) -> None:
+    """Raise `UserInputError` unless this world can run `step` on `cfg`'s model."""
+    if step.world != meshes.world:
+        raise UserInputError(f"the step's groups cover {step.world} ranks, the world has {meshes.world}")
+    for size in sorted(set(step.sizes)):
+        meshes.group(size, "sp")  # refuses a size without a mesh
+
+
+def step_gather(cfg, sizes, world: int) -> tuple[int, bool]:
+    """(g, contiguous): the mesh whose "dp" dimension a step of groups of `sizes` gathers over (groups of g), and
+    whether the group shards are contiguous row blocks (gathered from the whole world, g = 1) rather than
+    interleaved world blocks. Interleaved is the same function only when every rank's 1/W block of every matrix
+    is whole heads (heads and kv_heads divisible by W); otherwise a step with a group strictly between 1 and W
+    gathers over the world (paradyse_lab/costmodel/grouped_states.py `data_parallel_width`)."""
+    whole_heads = cfg.heads % world == 0 and cfg.kv_heads % world == 0
+    if whole_heads or all(g in (1, world) for g in sizes):
+        return min(sizes), False
+    return 1, True
+
+
+def _sharded_names(model) -> list[str]:
+    """The world model's sharded tensors (sub-layer w1, b1, w2), in parameter order."""
+    return [n for n, _ in model.named_parameters() if n.startswith("layers.") and n.rpartition(".")[2] in SHARDED]
+
+
+def _group_sections(model, name: str, size: int) -> tuple[int, ...]:
+    """Row sections of tensor `name` in a group shard of `size` ranks (w2: one section)."""
+    prefix, _, leaf = name.rpartition(".")
+    sub = model.get_submodule(prefix)
+    n1, n2 = sub.w1.shape[0] * model.p, sub.w2.shape[0] * model.p  # the full matrices' rows
+    if leaf == "w2":
+        return (n2 // size,)
+    return tuple(n // size for n in row_sections("attention" if prefix.endswith(".attn") else "mlp", n1, n2))
+
+
+def _kept_rows(rank: int, size: int, g_min: int, world: int, contiguous: bool = False) -> list[int]:
+    """The rows k of the "dp" gather of the g_min mesh (row k: world block rank % g_min + k g_min) that belong to
+    the group shard of a rank in a group of `size`: world blocks rank % size + k' size, increasing; `contiguous`
+    (g_min = 1, row k is world block k): the blocks of row block rank % size of `size`, in order."""
+    if contiguous:
+        j, per = rank % size, world // size
+        return list(range(j * per, (j + 1) * per))
+    return [k for k in range(world // g_min) if (rank % g_min + k * g_min) % size == rank % size]
+
+
+def gather_group_shards(model, size: int, g_min: int, dp, contiguous: bool = False) -> dict[str, torch.Tensor]:
+    """This rank's shard at group size `size` of every sharded tensor, from the world shards (one all-gather
+    over `dp`, the "dp" group of the g_min mesh; `step_gather` gives g_min and `contiguous`): name -> [n/size, ..]."""
+    params = dict(model.named_parameters())
+    names = _sharded_names(model)
+    if size == model.p:  # one group of the whole world: its shards are the world's (aliased, nothing gathered)
+        return {n: params[n].detach() for n in names}
+    flat = torch.cat([params[n].detach().reshape(-1) for n in names])  # [F]: this rank's world shards
+    with comm.tagged(STATES_TAG):
+        rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
+    del flat
+    kept = _row_index(model.rank, size, g_min, model.p, contiguous)
+    out, offset = {}, 0
+    for n in names:
+        q = params[n]
+        blocks = rows[kept, offset:offset + q.numel()]  # [d, F] -> [W/size, F_n]
+        blocks = blocks.reshape(model.p // size, *q.shape)  # [W/size, F_n] -> [W/size, n/W, ..]
+        out[n] = join_row_blocks(list(blocks), _group_sections(model, n, size))  # -> [n/size, ..]
+        offset += q.numel()
+    return out
+
+
+def _row_index(rank: int, size: int, g_min: int, world: int, contiguous: bool = False):
+    """`_kept_rows` as an index of the [d, F] buffer: a slice (a view) when every row is kept (size = g_min)."""
+    kept = _kept_rows(rank, size, g_min, world, contiguous)
+    return slice(None) if len(kept) == world // g_min else kept
+
+
+def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
+    """The model over this rank's group (`sp`, `size` ranks): its gathered shards and the world model's
+    replicated tensors (aliased, not copied), each a fresh leaf whose gradient the group's backward fills."""
+    from runtime.model import ParallelGPT
+
+    local = {n: q.detach() for n, q in model.named_parameters()}
+    local.update(gather_group_shards(model, size, g_min, dp, contiguous))
+    return ParallelGPT(model.cfg, sp, rank_state_dict=local)
+
+
+def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
+    """Accumulate `grad` (flat [numel]) into q.grad."""
+    grad = grad.view_as(q)  # [numel] -> q's shape
+    q.grad = grad.clone() if q.grad is None else q.grad + grad
+
+
+def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
+    """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
+    over `dp`; the blocks this rank's group shard does not hold are zeros)."""
+    params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
+    names = _sharded_names(model)
+    if size == model.p:  # one group of the whole world: its gradients are already the world shards'
+        for n in names:
+            if vparams[n].grad is not None:
+                _add_grad(params[n], vparams[n].grad)
+        return
+    parts = model.p // size
+    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
+    kept, offset = _row_index(model.rank, size, g_min, model.p, contiguous), 0
+    for n in names:
+        g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
+        sections = _group_sections(model, n, size)
+        blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
+        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, params[n].numel())  # -> [W/size, F_n]
+        offset += params[n].numel()
+    with comm.tagged(STATES_TAG):
+        shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
+    for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
+        _add_grad(params[n], piece)
+
+
+def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
+    """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
+    already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs)."""
+    sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
+    pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
+    grads = [v.grad if contributes and v.grad is not None else torch.zeros_like(v) for _, v in pairs]
+    with comm.tagged(STATES_TAG):
+        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # each [..] -> [R], summed over groups
+    for (q, _), piece in zip(pairs, flat.split([g.numel() for g in grads])):
+        _add_grad(q, piece)
+
+
+def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callable, targets: Sequence[int],
+                 loss_tiles: Sequence[int] = ()) -> float:
+    """Forward and backward of the global batch of `step` on the world model `model` (every rank calls it):
+    this rank's group trains its items, `load_item(i, sp_group)` giving item i's (ids, labels, cu_seqlens) as
+    this rank's shard at the group's size; `targets[i]` item i's next-token targets; `loss_tiles[i]` > 0: item i
+    with the tiled loss of that many tokens a tile (runtime/tiled_loss.py; none given: the whole head). The world
+    shards' `.grad` get the gradient of the mean loss over every target of the batch; returns that loss (on every
+    rank)."""
+    check_grouped_step(model.cfg, step, meshes)
+    rank = model.rank
+    group = step.group_of(rank)
+    g_min, contiguous = step_gather(model.cfg, step.sizes, model.p)
+    dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
+    view = group_view(model, group.size, g_min, dp, sp, contiguous)
+    total = max(1, sum(targets))
+    loss_sum = torch.zeros(1, dtype=torch.float32, device=model.wte.device)  # [1]
+    for item, plan in zip(group.items, group.plans):
+        ids, labels, cu_seqlens = load_item(item, sp)
+        tile = loss_tiles[item] if loss_tiles else 0
+        loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)[1]  # the logits dropped at once
+        weight = targets[item] / total
+        (loss * weight).backward()
+        loss_sum += loss.detach().float() * weight
+    contributes = rank - group.start < g_min
+    scatter_group_grads(model, view, group.size, g_min, dp, contiguous)
+    reduce_replicated_grads(model, view, contributes, dp)
+    with comm.tagged(STATES_TAG):
+        step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
+    return float(step_loss[0])

@@ -1,0 +1,107 @@
+"""Grouped steps at a world of 8 without a process group: every rank played in this process through
+`runtime.fake_group.FakeGroup` meshes (shapes exact, nothing sent, every byte counted), for one group of 8, 2x4,
+4x2, 8x1 and the mixed (4, 2, 1, 1) and (1, 1, 2, 4), and a model with 2 K/V heads (contiguous shards gathered
+from the whole world) at 4x2 and (4, 2, 1, 1): each rank's state collectives send the bytes of
+paradyse_lab/costmodel/grouped_states.py, every sub-layer those of the analytic schedule at its group's size, and
+a rank's group shards take the cost model's kept bytes. (The values are checked against the single-device
+reference by the gloo cases at a world of 4, tests/runtime/grouped_cases.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.plan import Plan
+from paradyse_lab.step_groups import GroupedStep, StepGroup
+from runtime import ParallelGPT, shard_sequence
+from runtime.comm import count_bytes
+from runtime.fake_group import FakeGroup
+from runtime.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
+from runtime.reference import GPTConfig
+
+WORLD, B, S = 8, 1, 32
+CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=2, causal=True)
+"""8 heads of 8: every rank's 1/8 block of every matrix is one whole head."""
+PLAN = Plan.for_layers(["megatron_ts", "ulysses_z+recompute"], 2)
+GQA = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, kv_heads=2, layers=2, causal=True)
+"""2 K/V heads: a rank's 1/8 block is a quarter of one, so groups between 1 and 8 gather contiguous shards from
+the whole world."""
+GQA_PLAN = Plan.for_layers(["megatron_cz", "megatron_cz+recompute"], 2)
+
+
+class FakeMeshes(StepMeshes):
+    """The meshes of rank `rank` of a `world`-rank world, as fake groups (no process group, nothing sent)."""
+
+    def __init__(self, world: int, rank: int):
+        self.world, self.rank, self.meshes = world, rank, {}
+        self.sizes = tuple(g for g in (2**i for i in range(world.bit_length())) if world % g == 0)
+
+    def group(self, size: int, dim: str):
+        if size not in self.sizes:
+            raise AssertionError(f"no mesh for groups of {size}")
+        if dim == "dp":
+            return FakeGroup(self.world // size, self.rank // size)
+        return FakeGroup(size, self.rank % size)
+
+
+def _step(sizes: tuple[int, ...], plan: Plan) -> GroupedStep:
+    """One item per group (sizes in rank order), each under `plan`."""
+    groups, start = [], 0
+    for i, size in enumerate(sizes):
+        groups.append(StepGroup(start, size, (i,), (plan,)))
+        start += size
+    return GroupedStep(WORLD, len(sizes), tuple(groups))
+
+
+def _schedule_bytes(cfg: GPTConfig, plan: Plan, size: int) -> dict[str, dict[str, int]]:
+    """Per sub-layer tag, the bytes the analytic schedule predicts for one item at a group of `size` ranks."""
+    out = {}
+    for index, (attn, mlp) in enumerate(plan.layer_options(cfg.layers)):
+        for kind, opt in (("attention", attn), ("mlp", mlp)):
+            calls = schedule(cfg.model_spec("fp32"), kind, opt, S, B, size).collectives
+            want: dict[str, int] = {}
+            for call in calls:
+                want[call.op] = want.get(call.op, 0) + call.sent_bytes
+            out[f"layers.{index}.{kind}"] = {k: v for k, v in want.items() if v}
+    return out
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread (eight ranks played one after another; many threads on a shared machine crawl)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+CASES = [(CFG, PLAN, sizes) for sizes in ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8, (4, 2, 1, 1), (1, 1, 2, 4))] + [
+    (GQA, GQA_PLAN, sizes) for sizes in ((2, 2, 2, 2), (4, 2, 1, 1))]
+
+
+@pytest.mark.parametrize("cfg, plan, sizes", CASES,
+                         ids=[("gqa-" if c is GQA else "") + "-".join(map(str, s)) for c, _, s in CASES])
+def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, one_thread):
+    step = _step(sizes, plan)
+    spec = cfg.model_spec("fp32")
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
+    for rank in range(WORLD):
+        meshes = FakeMeshes(WORLD, rank)
+        model = ParallelGPT(cfg, FakeGroup(WORLD, rank), seed=1)
+        size = step.group_of(rank).size
+        with count_bytes() as counter:
+            loss = grouped_step(model, step, meshes, lambda i, sp: (shard_sequence(ids, 1, sp),) * 2 + (None,),
+                                [S] * len(sizes))
+        assert torch.isfinite(torch.tensor(loss))
+        assert counter.total(STATES_TAG) == grouped_state_sent_bytes(spec, WORLD, sizes), (rank, counter.total())
+        for tag, want in _schedule_bytes(cfg, plan, size).items():
+            assert counter.total(tag) == want, (rank, tag, counter.total(tag))
+        assert all(q.grad is not None and q.grad.shape == q.shape for q in model.parameters())
+        g_min, contiguous = step_gather(cfg, sizes, WORLD)
+        shards = gather_group_shards(model, size, g_min, meshes.group(g_min, "dp"), contiguous)
+        world = {q.untyped_storage().data_ptr() for q in model.parameters()}
+        kept = sum(t.numel() * t.element_size() for t in shards.values() if t.untyped_storage().data_ptr() not in world)
+        assert kept == grouped_state_kept_bytes(spec, WORLD, size, sizes)["group_weights"], (rank, kept)
