@@ -70,6 +70,10 @@ class GroupPricer:
     budget_bytes: int
     """Per-GPU memory a plan may use with all model states sharded over the group (the cluster's budget)."""
     cost_model: str = "analytic"
+    recompute: bool = False
+    """Plans may recompute activations (static: every layer does)."""
+    granularity: str = "block"
+    """Decisions per block or per sub-layer."""
     _planners: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)
 
@@ -83,7 +87,8 @@ class GroupPricer:
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
             self._planners[g] = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
-                                              p=g, budget_bytes=self.budget_for(g), smoothing=False)
+                                              p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                              recompute=self.recompute, granularity=self.granularity)
         return self._planners[g]
 
     def item(self, g: int, length: int) -> tuple[float, Plan | None]:

@@ -56,6 +56,11 @@ def run_simulate(args) -> int:
     from simulator.run_metrics import summarize
 
     opts = from_namespace(SimulateOptions, args)
+    groups = opts.grouping.group_policy(opts.policy)
+    if groups:
+        from paradyse_lab.cli.grouped_command import run_grouped
+
+        return run_grouped(opts, groups)
     setup = opts.run.setup(opts.packing)
     rows = run_one(setup, opts.model, opts.dataset, opts.policy, smoothing=opts.smoothing,
                    exclude=opts.excluded(), progress=sys.stderr.isatty(), plan_cost_model=opts.plan_cost_model or None)

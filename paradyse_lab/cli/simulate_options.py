@@ -103,6 +103,50 @@ class PackingOptions:
                 "pack_order": self.pack_order}
 
 
+MAX_GLOBAL_BATCH = 2**20
+"""Most sequences (or tokens: `MAX_GLOBAL_BATCH_TOKENS`) in one global batch."""
+MAX_GLOBAL_BATCH_TOKENS = 2**40
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """A step trains a global batch over groups of GPUs sized per step (simulator/grouped_steps.py)."""
+
+    global_batch: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
+    """Train the (shuffled) sequences N per step, each step split over groups of GPUs (--groups); default: one
+    sequence per step on all GPUs, as the paper trains."""
+    global_batch_tokens: int | None = field(default=None, metadata={"type": int, "metavar": "T"})
+    """Like --global-batch, but steps of at most T tokens (a longer sequence is a step alone)."""
+    groups: str = ""
+    """With a global batch: sized (groups sized per step, per-layer plans; --policy dynamic:SOLVER), sized-exact
+    (the same, exact: at most 10 sequences per step on at most 16 GPUs), paradyse (one group of all GPUs,
+    per-layer plans), dynamic-cp (Megatron-style dynamic context parallelism: one strategy, the smallest group
+    that fits each sequence; --policy static:megatron_cz) or static (one group, --policy static:NAME); default:
+    sized for a dynamic policy, static for a static one."""
+
+    @property
+    def active(self) -> bool:
+        return self.global_batch is not None or self.global_batch_tokens is not None
+
+    def group_policy(self, policy: str) -> str:
+        """--groups checked against --policy and the batch flags (one-line errors)."""
+        from simulator.grouped_steps import check_group_policy
+
+        if not self.active:
+            if self.groups:
+                raise UserInputError("--groups needs --global-batch N or --global-batch-tokens T")
+            return ""
+        if self.global_batch is not None and self.global_batch_tokens is not None:
+            raise UserInputError("give --global-batch (sequences) or --global-batch-tokens, not both")
+        if self.global_batch is not None:
+            require_positive_int("--global-batch", self.global_batch, MAX_GLOBAL_BATCH)
+        else:
+            require_positive_int("--global-batch-tokens", self.global_batch_tokens, MAX_GLOBAL_BATCH_TOKENS)
+        groups = self.groups or ("sized" if policy.startswith("dynamic:") else "static")
+        check_group_policy(groups, policy)
+        return groups
+
+
 @dataclass(frozen=True)
 class SimulateOptions:
     """`paradyse-lab simulate`: one run."""
@@ -123,6 +167,7 @@ class SimulateOptions:
     """Cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, polynomial, residual
     (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
     packing: PackingOptions = field(default_factory=PackingOptions)
+    grouping: GroupOptions = field(default_factory=GroupOptions)
     run: SimulationOptions = field(default_factory=SimulationOptions)
     format: str = field(default="table", metadata={"choices": FORMATS})
     """table for people, json for scripts."""
