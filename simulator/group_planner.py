@@ -27,6 +27,7 @@ Methods:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Callable, Iterable
@@ -59,6 +60,21 @@ class ItemTimes:
     @property
     def sizes(self) -> tuple[int, ...]:
         return tuple(sorted(self.times))
+
+    def rows(self, sizes: tuple[int, ...]) -> list[list[float]]:
+        """Per item: its times on `sizes`, as Python floats (cached: the greedy planner reads them often)."""
+        cache = self.__dict__.setdefault("_rows", {})
+        if sizes not in cache:
+            cache[sizes] = np.stack([self.times[s] for s in sizes], axis=1).astype(float).tolist()
+        return cache[sizes]
+
+    def longest_first(self, sizes: tuple[int, ...]) -> list[int]:
+        """Items by their fastest time on `sizes`, longest first (cached)."""
+        cache = self.__dict__.setdefault("_order", {})
+        if sizes not in cache:
+            rows = self.rows(sizes)
+            cache[sizes] = sorted(range(len(rows)), key=lambda i: -min(rows[i]))
+        return cache[sizes]
 
 
 @dataclass(frozen=True)
@@ -103,27 +119,25 @@ def binary_partitions(world: int, smallest: int = 1) -> list[Partition]:
     return out
 
 
-def lpt(costs: ItemTimes, sizes: Partition, sync: Sync) -> GroupChoice:
-    """Longest first, each item to the group where it finishes first (ties: the smaller group)."""
-    per_size: dict[int, list] = {}
+def lpt(costs: ItemTimes, sizes: Partition, sync: Sync, bound: float = math.inf) -> GroupChoice:
+    """Longest first, each item to the group where it finishes first (ties: the smaller group). Stops early with
+    an infinite makespan once the step would take at least `bound` (a better choice is known)."""
+    sync_s = sync(sizes)
+    distinct = sorted(set(sizes))
+    heaps: dict[int, list] = {s: [] for s in distinct}
     for j, s in enumerate(sizes):
-        per_size.setdefault(s, []).append((0.0, j))
-    loads = [0.0] * len(sizes)
+        heaps[s].append((0.0, j))
+    rows = costs.rows(tuple(distinct))
     assigned: list[list[int]] = [[] for _ in sizes]
-    fastest = np.min(np.stack([costs.times[s] for s in per_size]), axis=0)
-    for i in np.argsort(-fastest, kind="stable"):
-        best = None
-        for s, heap in per_size.items():
-            finish = heap[0][0] + costs.times[s][i]
-            if best is None or finish < best[0] or (finish == best[0] and s < best[1]):
-                best = (finish, s)
-        if best is None or not math.isfinite(best[0]):
-            return GroupChoice(sizes, tuple(map(tuple, assigned)), math.inf, sync(sizes))
-        load, j = heapq.heappop(per_size[best[1]])
-        loads[j] = best[0]
-        assigned[j].append(int(i))
-        heapq.heappush(per_size[best[1]], (best[0], j))
-    return GroupChoice(sizes, tuple(map(tuple, assigned)), max(loads), sync(sizes))
+    makespan = 0.0
+    for i in costs.longest_first(tuple(distinct)):
+        finish, size = min((heaps[s][0][0] + t, s) for s, t in zip(distinct, rows[i]))
+        if finish == math.inf or finish + sync_s >= bound:
+            return GroupChoice(sizes, tuple(map(tuple, assigned)), math.inf, sync_s)
+        _, j = heapq.heapreplace(heaps[size], (finish, heaps[size][0][1]))
+        assigned[j].append(i)
+        makespan = max(makespan, finish)
+    return GroupChoice(sizes, tuple(map(tuple, assigned)), makespan, sync_s)
 
 
 def best_assignment(costs: ItemTimes, sizes: Partition, sync: Sync) -> GroupChoice:
@@ -181,20 +195,29 @@ def _objective(choice: GroupChoice) -> tuple[float, int]:
 
 def plan_greedy(costs: ItemTimes, sync: Sync, extra: Iterable[GroupChoice] = ()) -> GroupChoice:
     """LPT over the candidate partitions (module docstring); `extra`: choices the result must not be worse than."""
-    candidates = {p: lpt(costs, p, sync) for p in candidate_partitions(costs)}
-    pool = list(candidates.values()) + list(extra)
-    return min(pool, key=_objective)
+    sync = functools.cache(sync)
+    best = min([lpt(costs, (costs.world,), sync), *extra], key=_objective)
+    for partition in candidate_partitions(costs):
+        found = lpt(costs, partition, sync, best.step_s)
+        if _objective(found) < _objective(best):
+            best = found
+    return best
+
+
+SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+"""How many large groups a two-size candidate partition has (a geometric ladder: the rest are small groups)."""
 
 
 def candidate_partitions(costs: ItemTimes) -> list[Partition]:
-    """One group, uniform sizes, two sizes, and the target-makespan partition."""
+    """Uniform sizes, two sizes (k large groups and small ones for the rest, small groups where some item fits),
+    and the target-makespan partition."""
     w = costs.world
     sizes = [s for s in costs.sizes if s <= w]
-    out: list[Partition] = [(w,)]
-    out += [(s,) * (w // s) for s in sizes]
-    for small in sizes:
-        for big in (s for s in sizes if s > small):
-            out += [(big,) * k + (small,) * ((w - k * big) // small) for k in range(1, w // big)]
+    used = [s for s in sizes if np.isfinite(costs.times[s]).any()]
+    out: list[Partition] = [(s,) * (w // s) for s in used]
+    for small in used:
+        for big in (s for s in used if s > small):
+            out += [(big,) * k + (small,) * ((w - k * big) // small) for k in SPLIT_COUNTS if k < w // big]
     target = target_partition(costs)
     if target is not None:
         out.append(target)
