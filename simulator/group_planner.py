@@ -321,6 +321,9 @@ def _assign_by_size(costs: ItemTimes, home: dict[int, int], sizes: Partition, sy
 
 
 def reassess(choice: GroupChoice, costs: ItemTimes, sync: Sync) -> GroupChoice:
-    """`choice`'s partition and assignment priced on `costs` (another way of planning each item)."""
+    """`choice`'s partition and assignment priced on `costs` (another way of planning each item); a choice that
+    trains no complete assignment (infinite makespan) stays infinite."""
+    if not math.isfinite(choice.makespan_s):
+        return choice
     loads = [sum(costs.times[s][i] for i in items) for s, items in zip(choice.sizes, choice.assignment)]
     return GroupChoice(choice.sizes, choice.assignment, max(loads), sync(choice.sizes))

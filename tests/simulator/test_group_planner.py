@@ -139,3 +139,10 @@ def test_a_run_of_grouped_steps_drops_what_fits_no_group(pricers):
     rows = simulate_grouped([(512, 1024), (10**8,)], "sized", dyn)
     assert list(rows["dropped"]) == [0, 1] and rows["step_time_s"].iloc[1] == 0
     assert rows["group_sizes"].iloc[0] and rows["step_time_s"].iloc[0] > 0
+
+
+def test_reassessing_a_choice_that_trains_nothing_stays_infinite():
+    costs = G.ItemTimes(2, {1: np.array([1.0, 2.0]), 2: np.array([1.0, 1.0])})
+    nothing = G.GroupChoice((2,), ((),), math.inf, 0.0)
+    assert G.reassess(nothing, costs, _sync).step_s == math.inf
+    assert G.plan_greedy(costs, _sync, [G.reassess(nothing, costs, _sync)]).assignment != ((),)
