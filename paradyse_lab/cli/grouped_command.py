@@ -59,3 +59,41 @@ def run_grouped(opts, groups: str) -> int:
                 [[r.step, r.items, r.trained, r.tokens, r.group_sizes, r.busy_groups, f"{r.step_time_s * 1e3:.1f}",
                   f"{r.sync_s * 1e3:.2f}", f"{r.plan_ms:.0f}"] for r in rows.itertuples()])
     return 0
+
+
+def run_groups_experiment(opts) -> int:
+    """`paradyse-lab experiment groups`: every panel, the table, the targets and the figure."""
+    import contextlib
+    import sys
+    import time
+    from pathlib import Path
+
+    from paradyse_lab.app.reproduce import draw_figure
+    from paradyse_lab.errors import require_positive_int
+    from simulator.groups_experiment import GroupsSetup, groups, target_checks
+
+    run = opts.run
+    if run.truth_cost_model != "analytic" or run.gpus is not None:
+        raise UserInputError("experiment groups runs its own panels under the analytic model; drop "
+                             "--truth-cost-model / --gpus")
+    setup = GroupsSetup(size=require_positive_int("--size", run.size if run.size is not None else 128),
+                        global_batch=require_positive_int("--global-batch", opts.global_batch, 2**20), seed=run.seed)
+    root, started = Path(opts.out), time.perf_counter()
+    table = groups(setup, root, force=opts.force, progress=sys.stderr.isatty())
+    checks = target_checks(table)
+    with contextlib.redirect_stdout(sys.stderr if opts.format == "json" else sys.stdout):  # stdout: JSON only
+        draw_figure("groups", root, root / "figures", "groups", None)
+    if opts.format == "json":
+        print_json({"groups": table.to_dict(orient="records"),
+                    "targets": [{"target": n, "met": m, "measured": v} for n, m, v in checks]})
+        return 0
+    print_table(["cluster", "dataset", "model", "series", "policy", "tokens/s", "x ParaDySe", "x dynamic CP",
+                 "longest", "dropped", "plan ms"],
+                [[r.cluster, r.dataset, r.model, r.series, r.policy, f"{r.tokens_per_s:,.0f}",
+                  f"{r.vs_paradyse:.2f}", f"{r.vs_dynamic_cp:.2f}", r.longest, r.dropped, f"{r.plan_ms_mean:.0f}"]
+                 for r in table.itertuples()])
+    print()
+    print_table(["target", "met", "measured"], [[n, "yes" if m else "NO", v] for n, m, v in checks])
+    print(f"\n{len(table)} rows in {time.perf_counter() - started:.1f} s; wrote {root / 'groups.csv'} and "
+          f"{root / 'figures' / 'groups.png'}")
+    return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_positive_int
 
-EXPERIMENTS = ("fig2", "table5", "packing")
+EXPERIMENTS = ("fig2", "table5", "packing", "groups")
 FORMATS = ("table", "json")
 
 
@@ -196,6 +196,8 @@ class ExperimentOptions:
     paper_policies_only: bool = False
     """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and the static
     strategies with recomputation)."""
+    global_batch: int = 32
+    """groups: sequences per step (the panels' workloads are --size sequences, default 128 for groups)."""
     run: SimulationOptions = field(default_factory=SimulationOptions)
     format: str = field(default="table", metadata={"choices": FORMATS})
     """table for people, json for scripts."""
