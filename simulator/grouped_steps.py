@@ -1,7 +1,7 @@
 """Steps of a global batch over groups of GPUs: the item times per group size, the synchronisation across
 groups, the group policies, and the simulation of a run of such steps.
 
-Model states (how the simulator counts them; docs/design.md section 9): the 16-bit weights and gradients of the
+Model states (how the simulator counts them; docs/design.md section 5): the 16-bit weights and gradients of the
 layers are sharded over the group that trains an item, as every strategy of the catalog shards them today
 (each group's plan gathers and reduce-scatters them inside the group, priced by the cost model at the group's
 size); the fp32 master weights and Adam moments are sharded over the whole world, in one layout whatever the
