@@ -50,3 +50,14 @@ def test_the_figure_draws_each_series_over_paradyse(panel, tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_report_section_shows_the_command_the_table_and_the_targets(panel, tmp_path):
+    from paradyse_lab.app.report.groups import groups_section
+
+    assert "(not run: `paradyse-lab experiment groups" in groups_section(tmp_path)
+    _, _, table = panel
+    table.to_csv(tmp_path / "groups.csv", index=False)
+    text = groups_section(tmp_path)
+    assert f"paradyse-lab experiment groups --out {tmp_path}" in text
+    assert "| a100-80gb-x8 | GitHubCode, BERT |" in text and "never slower than ParaDySe or dynamic CP" in text
