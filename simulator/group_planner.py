@@ -320,6 +320,14 @@ def _assign_by_size(costs: ItemTimes, home: dict[int, int], sizes: Partition, sy
     return GroupChoice(sizes, tuple(map(tuple, assigned)), max(loads), sync(sizes))
 
 
+def lower_bound_s(costs: ItemTimes) -> float:
+    """No split of the world trains the items faster than this: the longest item on its fastest group, or all
+    the items' least GPU-seconds spread over every GPU (synchronisation left out)."""
+    table = np.stack([costs.times[s] for s in costs.sizes])
+    gpu_seconds = table * np.array(costs.sizes, dtype=float)[:, None]
+    return float(max(table.min(axis=0).max(), gpu_seconds.min(axis=0).sum() / costs.world))
+
+
 def reassess(choice: GroupChoice, costs: ItemTimes, sync: Sync) -> GroupChoice:
     """`choice`'s partition and assignment priced on `costs` (another way of planning each item); a choice that
     trains no complete assignment (infinite makespan) stays infinite."""

@@ -173,10 +173,11 @@ def check_group_policy(group_policy: str, policy: str) -> None:
 
 
 STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "tokens", "longest", "group_sizes",
-                "busy_groups", "makespan_s", "sync_s", "step_time_s", "plan_ms")
+                "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
 """One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
-joined by ','; busy_groups: groups with items; plan_ms: wall time to price the items (solves, cached per group
+joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy may
+use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves, cached per group
 size and length) and choose the groups."""
 
 
@@ -193,6 +194,7 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
         if choice is not None:
             grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
         plan_ms = (time.perf_counter() - started) * 1e3
+        bound = G.lower_bound_s(pricer.times(fits, allowed)) if fits else 0.0
         rows.append({
             "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
             "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": int(sum(fits)),
@@ -201,7 +203,7 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
             "busy_groups": sum(1 for a in choice.assignment if a) if choice else 0,
             "makespan_s": float(choice.makespan_s) if choice else 0.0,
             "sync_s": float(choice.sync_s) if choice else 0.0,
-            "step_time_s": float(choice.step_s) if choice else 0.0, "plan_ms": plan_ms,
+            "step_time_s": float(choice.step_s) if choice else 0.0, "lower_bound_s": bound, "plan_ms": plan_ms,
         })
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
@@ -224,9 +226,10 @@ def global_batches(lengths, batch: int | None = None, tokens: int | None = None,
 
 def summarize_grouped(rows: pd.DataFrame) -> dict:
     """Tokens per second, longest length trained, items dropped and planning time of a run of grouped steps."""
-    time_s = float(rows["step_time_s"].sum())
+    time_s, bound_s = float(rows["step_time_s"].sum()), float(rows["lower_bound_s"].sum())
     tokens = int(rows["tokens"].sum())
     return {"steps": len(rows), "tokens": tokens, "time_s": time_s,
-            "tokens_per_s": tokens / time_s if time_s else 0.0, "longest": int(rows["longest"].max()),
+            "tokens_per_s": tokens / time_s if time_s else 0.0,
+            "bound_tokens_per_s": tokens / bound_s if bound_s else 0.0, "longest": int(rows["longest"].max()),
             "dropped": int(rows["dropped"].sum()), "plan_ms_mean": float(rows["plan_ms"].mean()),
             "plan_ms_max": float(rows["plan_ms"].max())}

@@ -146,3 +146,9 @@ def test_reassessing_a_choice_that_trains_nothing_stays_infinite():
     nothing = G.GroupChoice((2,), ((),), math.inf, 0.0)
     assert G.reassess(nothing, costs, _sync).step_s == math.inf
     assert G.plan_greedy(costs, _sync, [G.reassess(nothing, costs, _sync)]).assignment != ((),)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lower_bound_never_exceeds_the_exact_optimum(seed):
+    costs = _random_costs(np.random.default_rng(200 + seed), 4, 4)
+    assert G.lower_bound_s(costs) <= G.plan_exact(costs, lambda sizes: 0.0).step_s + 1e-12

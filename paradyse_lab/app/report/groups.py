@@ -9,7 +9,8 @@ import pandas as pd
 from paradyse_lab.app.report.markdown import NAMES, md_table
 
 GROUPS_COMMAND = "paradyse-lab experiment groups --out RESULTS"
-GROUPS_HEADER = ["cluster", "panel", "ParaDySe tokens/s", "ours tokens/s (x ParaDySe)", "dynamic CP (x ParaDySe)",
+GROUPS_HEADER = ["cluster", "panel", "ParaDySe tokens/s", "ours tokens/s (x ParaDySe)", "ours: of its bound",
+                 "bound (x ParaDySe)", "dynamic CP (x ParaDySe)",
                  "best static (x ParaDySe)", "longest trainable (ours / ParaDySe / dynamic CP)",
                  "untrainable (ours / dynamic CP)",
                  "ours: plan ms per step", "ours: group sizes per step"]
@@ -22,7 +23,9 @@ def groups_rows(table: pd.DataFrame) -> list[list]:
         by = {r.series: r for r in panel.itertuples()}
         para, ours, dcp, best = by["ParaDySe"], by["ours"], by["dynamic CP"], by["best static"]
         rows.append([c, f"{NAMES.get(d, d)}, {NAMES.get(m, m)}", f"{para.tokens_per_s:,.0f}",
-                     f"{ours.tokens_per_s:,.0f} ({ours.vs_paradyse:.2f}x)", f"{dcp.vs_paradyse:.2f}x",
+                     f"{ours.tokens_per_s:,.0f} ({ours.vs_paradyse:.2f}x)",
+                     f"{ours.tokens_per_s / ours.bound_tokens_per_s:.0%}",
+                     f"{ours.bound_tokens_per_s / para.tokens_per_s:.2f}x", f"{dcp.vs_paradyse:.2f}x",
                      f"{best.policy.removeprefix('static:')} {best.vs_paradyse:.2f}x",
                      f"{ours.longest_trainable:,} / {para.longest_trainable:,} / {dcp.longest_trainable:,}",
                      f"{ours.untrainable} / {dcp.untrainable}",
@@ -54,7 +57,10 @@ simulator/grouped_steps.py), priced on clusters of 1, 4 and 16 nodes with hierar
 nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal global batch: every series trains
 the same batches, cut from the sequences both ParaDySe and dynamic CP can train (a static strategy drops from
 its steps what it cannot fit); reach is over the whole sample: the longest sequence a series can train on some
-group it may use, and how many it cannot train at all.
+group it may use, and how many it cannot train at all. The bound: no split of the GPUs trains a step faster
+than its longest sequence on its fastest group, or than all its sequences' least GPU-seconds spread over every
+GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x ParaDySe)" is the most any grouping
+could gain on that panel under the cost model.
 
 {md_table(GROUPS_HEADER, groups_rows(table))}
 
