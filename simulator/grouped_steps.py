@@ -176,9 +176,9 @@ STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "toke
                 "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
 """One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
-joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy may
-use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves, cached per group
-size and length) and choose the groups."""
+joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
+may use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves,
+cached per group size and length) and choose the groups."""
 
 
 def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paradyse_lab.app.report.differences import differences_section, sources_section
+from paradyse_lab.app.report.groups import groups_section
 from paradyse_lab.app.report.headline import (
     METRICS_TEXT,
     headline_header,
@@ -17,7 +18,6 @@ from paradyse_lab.app.report.headline import (
     table5_header,
     table5_rows,
 )
-from paradyse_lab.app.report.groups import groups_section
 from paradyse_lab.app.report.markdown import TRUTH_LABELS, md_table, truth_dirs
 from paradyse_lab.app.report.packing import packing_section
 from paradyse_lab.app.report.savings import BEYOND_HEADER, CUTOFFS, bert_gap_rows, beyond_rows, beyond_target
