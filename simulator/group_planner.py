@@ -20,7 +20,8 @@ Methods:
   size, two sizes (k large groups and the rest small), the groups a target makespan asks for (each item on
   the smallest group that trains it within the target, bisected on the target: the classic approach to
   scheduling malleable jobs, Turek, Wolf and Yu, SPAA 1992), and any partitions the caller adds (the
-  baselines'). Never worse than a candidate it was given.
+  baselines'); then a local search splits or merges groups while that helps (`refine`). Never worse than a
+  candidate it was given.
 - `smallest_fit_partition`: Megatron-style dynamic context parallelism: each item on the smallest group that
   fits it, groups per size in proportion to the work of that size, greedy balance inside each size.
 """
@@ -201,7 +202,36 @@ def plan_greedy(costs: ItemTimes, sync: Sync, extra: Iterable[GroupChoice] = ())
         found = lpt(costs, partition, sync, best.step_s)
         if _objective(found) < _objective(best):
             best = found
+    return refine(costs, best, sync)
+
+
+def refine(costs: ItemTimes, best: GroupChoice, sync: Sync, rounds: int = 8) -> GroupChoice:
+    """Local search from `best`'s partition: split one group of a size in two, or merge two groups of a size
+    into one, keeping a move while LPT on it is faster (at most `rounds` moves; reaches partitions of three
+    sizes and more that the candidates lack)."""
+    for _ in range(rounds):
+        moved = False
+        for partition in neighbours(best.sizes, costs):
+            found = lpt(costs, partition, sync, best.step_s)
+            if _objective(found) < _objective(best):
+                best, moved = found, True
+        if not moved:
+            break
     return best
+
+
+def neighbours(sizes: Partition, costs: ItemTimes) -> list[Partition]:
+    """The partitions one split (a group of s into two of s/2) or one merge (two of s into one of 2s) away."""
+    out = []
+    for s in dict.fromkeys(sizes):
+        rest = list(sizes)
+        rest.remove(s)
+        if s // 2 in costs.times:
+            out.append(tuple(sorted(rest + [s // 2, s // 2], reverse=True)))
+        if sizes.count(s) >= 2 and 2 * s in costs.times:
+            rest.remove(s)
+            out.append(tuple(sorted(rest + [2 * s], reverse=True)))
+    return out
 
 
 SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
