@@ -44,8 +44,8 @@ def groups_section(results: Path) -> str:
     checks = md_table(["target", "met", "measured"],
                       [[n, "yes" if ok else "**no**", v] for n, ok, v in target_checks(table)])
     return f"""Each panel's sequences (128 per dataset, seeded) are shuffled and trained in global batches of 32
-sequences (`{GROUPS_COMMAND.replace('RESULTS', str(results))}`; groups.csv, runs/groups/,
-figures/groups.png; simulator/groups_experiment.py). Per step: ParaDySe runs every sequence on one group of all
+sequences (`{GROUPS_COMMAND.replace('RESULTS', str(results))}`, or a full `paradyse-lab reproduce`; groups.csv,
+runs/groups/, figures/groups.png; simulator/groups_experiment.py). Per step: ParaDySe runs every sequence on one group of all
 GPUs with its per-layer plan; ours splits the GPUs into aligned power-of-two groups sized for that step (inside
 a node first), places each sequence on a group and plans it per layer for that group's size (the greedy group
 planner, simulator/group_planner.py); dynamic CP is Megatron-style dynamic context parallelism (ring attention
