@@ -45,22 +45,22 @@ def groups_section(results: Path) -> str:
                       [[n, "yes" if ok else "**no**", v] for n, ok, v in target_checks(table)])
     return f"""Each panel's sequences (128 per dataset, seeded) are shuffled and trained in global batches of 32
 sequences (`{GROUPS_COMMAND.replace('RESULTS', str(results))}`, or a full `paradyse-lab reproduce`; groups.csv,
-runs/groups/, figures/groups.png; simulator/groups_experiment.py). Per step: ParaDySe runs every sequence on one group of all
-GPUs with its per-layer plan; ours splits the GPUs into aligned power-of-two groups sized for that step (inside
-a node first), places each sequence on a group and plans it per layer for that group's size (the greedy group
-planner, simulator/group_planner.py); dynamic CP is Megatron-style dynamic context parallelism (ring attention
-on the smallest group that fits each sequence, greedy balance); best static: one group of all GPUs and the one
-strategy that trains the most tokens, then fastest. Per-layer plans come from the exact dp solver for ParaDySe
-and ours alike. A step takes its slowest group plus the gradient synchronisation across groups (16-bit weights
-and gradients sharded over the group, fp32 master weights and Adam states over the whole world;
-simulator/grouped_steps.py), priced on clusters of 1, 4 and 16 nodes with hierarchical collectives between
-nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal global batch: every series trains
-the same batches, cut from the sequences both ParaDySe and dynamic CP can train (a static strategy drops from
-its steps what it cannot fit); reach is over the whole sample: the longest sequence a series can train on some
-group it may use, and how many it cannot train at all. The bound: no split of the GPUs trains a step faster
-than its longest sequence on its fastest group, or than all its sequences' least GPU-seconds spread over every
-GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x ParaDySe)" is the most any grouping
-could gain on that panel under the cost model.
+runs/groups/, figures/groups.png; simulator/groups_experiment.py). Per step: ParaDySe runs every sequence on one
+group of all GPUs with its per-layer plan; ours splits the GPUs into aligned power-of-two groups sized for that
+step (inside a node first), places each sequence on a group and plans it per layer for that group's size (the
+greedy group planner, simulator/group_planner.py); dynamic CP is Megatron-style dynamic context parallelism
+(ring attention on the smallest group that fits each sequence, greedy balance); best static: one group of all
+GPUs and the one strategy that trains the most tokens, then fastest. Per-layer plans come from the exact dp
+solver for ParaDySe and ours alike. A step takes its slowest group plus the gradient synchronisation across
+groups (16-bit weights and gradients sharded over the group, fp32 master weights and Adam states over the whole
+world; simulator/grouped_steps.py), priced on clusters of 1, 4 and 16 nodes with hierarchical collectives
+between nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal global batch: every
+series trains the same batches, cut from the sequences both ParaDySe and dynamic CP can train (a static strategy
+drops from its steps what it cannot fit); reach is over the whole sample: the longest sequence a series can
+train on some group it may use, and how many it cannot train at all. The bound: no split of the GPUs trains a
+step faster than its longest sequence on its fastest group, or than all its sequences' least GPU-seconds spread
+over every GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x ParaDySe)" is the most any
+grouping could gain on that panel under the cost model.
 
 {md_table(GROUPS_HEADER, groups_rows(table))}
 
