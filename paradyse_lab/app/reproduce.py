@@ -278,7 +278,7 @@ def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
     """Global batches over groups sized per step (`paradyse-lab experiment groups`); full runs only (minutes)."""
-    if s.quick:
+    if s.quick:  # FULL_ONLY_STEPS
         return []
     from simulator.groups_experiment import GroupsSetup, groups
 
@@ -468,6 +468,8 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in ("png", "pdf"))}
 """Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
 also need every CSV they read unchanged; the report is always rewritten."""
+FULL_ONLY_STEPS = ("groups",)
+"""Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
