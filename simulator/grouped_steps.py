@@ -1,16 +1,17 @@
 """Steps of a global batch over groups of GPUs: the item times per group size, the synchronisation across
 groups, the group policies, and the simulation of a run of such steps.
 
-Model states (how the simulator counts them; docs/design.md section 5): the 16-bit weights and gradients of the
-layers are sharded over the group that trains an item, as every strategy of the catalog shards them today
-(each group's plan gathers and reduce-scatters them inside the group, priced by the cost model at the group's
-size); the fp32 master weights and Adam moments are sharded over the whole world, in one layout whatever the
-group sizes of the step, so a change of group sizes between steps moves no optimizer state. A group of g
-ranks therefore holds (weights + gradients) / g + optimizer states / world per rank, where the cost model at
-p = g counts all 16 B/param over g: the group's budget is raised by the difference (`budget_bytes`). At the end
-of a step with more than one group the gradients are reduce-scattered from the group layout into the world
-layout across the world // g groups, and the updated 16-bit weights all-gathered back (`sync_s`), priced with
-the cluster model (hierarchical across nodes); with one group of all GPUs (ParaDySe) there is nothing to move.
+Model states (how the simulator counts them; docs/design.md section 5): one layout over the whole world, as the
+runtime keeps them (docs/grouped_steps.md): every rank holds its 1/W shard of every sharded
+matrix with its gradient, fp32 master and Adam moments (16 B/param over W), so a change of group sizes between
+steps moves no state. A step with groups smaller than the world first all-gathers each group's shards of every
+layer (its 16-bit weights, 1/g per rank, resident for the step beside their gradients) over the W / g_min ranks
+holding one world block each, and after the backward reduce-scatters the gradients back into the world layout;
+the replicated tensors' gradients are all-reduced over the same ranks. The cost model at p = g counts 16 B/param
+over g for the sharded matrices, so a group's budget is corrected by the difference (`budget_for`); the gather's
+buffers, held when no activation is, must fit beside the states (`state_phase_fits`); the collectives are priced
+with the cluster model, hierarchical across nodes (`sync_s`). With one group of all GPUs (ParaDySe) there is
+nothing to gather.
 """
 
 from __future__ import annotations
@@ -78,11 +79,31 @@ class GroupPricer:
     _items: dict = field(default_factory=dict, repr=False)
 
     def budget_for(self, g: int) -> int:
-        """The budget of a group of g: raised by the optimizer states the cost model counts over g that live
-        over the world (module docstring)."""
-        share = optimizer_share(self.model)
-        return self.budget_bytes + share * (sharded_layer_params(self.model, g)
-                                            - sharded_layer_params(self.model, self.cluster.gpus))
+        """The budget of a group of g: raised by what the cost model at p = g counts of the sharded matrices'
+        states (16 B/param over g) beyond what a rank of the group holds (module docstring): the world shard
+        with its optimizer states (16 B/param over the world) and, when g < W, the group's 16-bit weight and
+        gradient shards (2 e B/param over g)."""
+        m, world = self.model, self.cluster.gpus
+        if g == world:
+            return self.budget_bytes
+        counted = F.model_state_bytes_per_param(m) * sharded_layer_params(m, g)
+        held = F.model_state_bytes_per_param(m) * sharded_layer_params(m, world) + \
+            2 * m.dtype_bytes * sharded_layer_params(m, g)
+        return self.budget_bytes + counted - held
+
+    def state_phase_fits(self, sizes: G.Partition) -> bool:
+        """Whether every rank holds the gather of the step's group shards (outside the compute, when no
+        activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
+        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states."""
+        m, world = self.model, self.cluster.gpus
+        if len(sizes) == 1:
+            return True
+        per_param = F.model_state_bytes_per_param(m)
+        flat = m.dtype_bytes * sharded_layer_params(m, world)
+        replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
+        need = (per_param * (sharded_layer_params(m, world) + replicated) + flat * (world // min(sizes) + 1)
+                + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
+        return need <= self.budget_bytes
 
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
@@ -117,10 +138,14 @@ class GroupPricer:
         return G.ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
 
     def sync_s(self, sizes: G.Partition) -> float:
-        """Gradient reduce-scatter into the world layout and weight all-gather back, across groups (module
-        docstring): priced for the smallest group, whose ranks move the most bytes."""
+        """The all-gather of the group shards from the world layout and the reduce-scatter of their gradients
+        back, across groups, and the all-reduce of the replicated tensors' gradients (module docstring), over
+        the W / g_min ranks holding one block each, priced with the cluster model; inf when the gather's
+        buffers do not fit (`state_phase_fits`)."""
         if len(sizes) == 1:
             return 0.0
+        if not self.state_phase_fits(sizes):
+            return math.inf
         c, m = self.cluster, self.model
         g = min(sizes)
         replicas = c.gpus // g

@@ -152,3 +152,13 @@ def test_reassessing_a_choice_that_trains_nothing_stays_infinite():
 def test_the_lower_bound_never_exceeds_the_exact_optimum(seed):
     costs = _random_costs(np.random.default_rng(200 + seed), 4, 4)
     assert G.lower_bound_s(costs) <= G.plan_exact(costs, lambda sizes: 0.0).step_s + 1e-12
+
+
+def test_a_step_whose_gather_buffers_do_not_fit_is_refused():
+    model = get_model("llama3-8b")
+    cluster = PRESETS["h100-80gb-x8"]
+    roomy = GroupPricer(model, cluster, "dynamic:dp", cluster.plan_budget_bytes)
+    tight = GroupPricer(model, cluster, "dynamic:dp", 20 * 2**30)
+    assert roomy.state_phase_fits((1,) * 8) and math.isfinite(roomy.sync_s((1,) * 8))
+    assert not tight.state_phase_fits((1,) * 8) and tight.sync_s((1,) * 8) == math.inf
+    assert tight.sync_s((8,)) == 0.0  # one group of all GPUs gathers nothing

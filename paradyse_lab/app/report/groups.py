@@ -52,15 +52,15 @@ greedy group planner, simulator/group_planner.py); dynamic CP is Megatron-style 
 (ring attention on the smallest group that fits each sequence, greedy balance); best static: one group of all
 GPUs and the one strategy that trains the most tokens, then fastest. Per-layer plans come from the exact dp
 solver for ParaDySe and ours alike. A step takes its slowest group plus the gradient synchronisation across
-groups (16-bit weights and gradients sharded over the group, fp32 master weights and Adam states over the whole
-world; simulator/grouped_steps.py), priced on clusters of 1, 4 and 16 nodes with hierarchical collectives
-between nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal global batch: every
-series trains the same batches, cut from the sequences both ParaDySe and dynamic CP can train (a static strategy
-drops from its steps what it cannot fit); reach is over the whole sample: the longest sequence a series can
-train on some group it may use, and how many it cannot train at all. The bound: no split of the GPUs trains a
-step faster than its longest sequence on its fastest group, or than all its sequences' least GPU-seconds spread
-over every GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x ParaDySe)" is the most any
-grouping could gain on that panel under the cost model.
+groups (states in one layout over the world; each group's shards gathered from it for the step and their
+gradients reduce-scattered back; simulator/grouped_steps.py), priced on clusters of 1, 4 and 16 nodes with
+hierarchical collectives between nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal
+global batch: every series trains the same batches, cut from the sequences both ParaDySe and dynamic CP can
+train (a static strategy drops from its steps what it cannot fit); reach is over the whole sample: the longest
+sequence a series can train on some group it may use, and how many it cannot train at all. The bound: no split
+of the GPUs trains a step faster than its longest sequence on its fastest group, or than all its sequences'
+least GPU-seconds spread over every GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x
+ParaDySe)" is the most any grouping could gain on that panel under the cost model.
 
 {md_table(GROUPS_HEADER, groups_rows(table))}
 
