@@ -186,7 +186,9 @@ def plan_exact(costs: ItemTimes, sync: Sync) -> GroupChoice:
     if costs.items > MAX_EXACT_ITEMS or costs.world > MAX_EXACT_WORLD:
         raise UserInputError(f"the exact group planner takes at most {MAX_EXACT_ITEMS} items on "
                              f"{MAX_EXACT_WORLD} GPUs, got {costs.items} on {costs.world}; use the greedy one")
-    return min((best_assignment(costs, p, sync) for p in binary_partitions(costs.world)), key=_objective)
+    allowed = set(costs.sizes)
+    return min((best_assignment(costs, p, sync) for p in binary_partitions(costs.world) if set(p) <= allowed),
+               key=_objective)
 
 
 def _objective(choice: GroupChoice) -> tuple[float, int]:
@@ -295,13 +297,17 @@ def _partition_for(costs: ItemTimes, target: float) -> Partition | None:
     used = sum(parts)
     if used > costs.world:
         return None
-    return fill(parts, costs.world)
+    return fill(parts, costs.world, costs.sizes)
 
 
-def fill(parts: list[int], world: int) -> Partition:
-    """`parts` plus idle groups (the binary digits of what is left) to cover `world`, descending."""
-    left = world - sum(parts)
-    extra = [1 << b for b in range(left.bit_length()) if left >> b & 1]
+def fill(parts: list[int], world: int, sizes: tuple[int, ...] | None = None) -> Partition:
+    """`parts` plus idle groups to cover `world`, descending: the largest of `sizes` (default every power of two;
+    1 must be among them) that still fit."""
+    left, extra = world - sum(parts), []
+    for size in sorted(sizes or [1 << b for b in range(world.bit_length())], reverse=True):
+        while size <= left:
+            extra.append(size)
+            left -= size
     return tuple(sorted(parts + extra, reverse=True))
 
 
@@ -317,11 +323,12 @@ def smallest_fit_partition(costs: ItemTimes, sync: Sync) -> GroupChoice:
             return GroupChoice((w,), ((),), math.inf, sync((w,)))
     while sum(set(home.values())) > w:  # one group of every size in use must fit
         smallest = min(home.values())
+        larger = min(s for s in costs.sizes if s > smallest)
         for i, s in home.items():
             if s == smallest:
-                home[i] = 2 * s
+                home[i] = larger
     groups = _share_ranks(costs, home, w)
-    return _assign_by_size(costs, home, fill(groups, w), sync)
+    return _assign_by_size(costs, home, fill(groups, w, costs.sizes), sync)
 
 
 def _share_ranks(costs: ItemTimes, home: dict[int, int], world: int) -> list[int]:

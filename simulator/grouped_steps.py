@@ -75,6 +75,8 @@ class GroupPricer:
     """Plans may recompute activations (static: every layer does)."""
     granularity: str = "block"
     """Decisions per block or per sub-layer."""
+    runnable_only: bool = False
+    """Only the group sizes the runtime runs today (`group_sizes`)."""
     _planners: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)
 
@@ -104,6 +106,15 @@ class GroupPricer:
         need = (per_param * (sharded_layer_params(m, world) + replicated) + flat * (world // min(sizes) + 1)
                 + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
         return need <= self.budget_bytes
+
+    def group_sizes(self) -> tuple[int, ...]:
+        """The group sizes this pricer plans with: every power of two up to the world, or with `runnable_only`
+        those the runtime runs today: 1 and W always, sizes in between only when heads and K/V heads divide by
+        W (its group shards are whole world blocks, each whole heads; docs/grouped_steps.md)."""
+        world, m = self.cluster.gpus, self.model
+        whole_heads = m.heads % world == 0 and m.kv_heads % world == 0
+        return tuple(g for g in power_sizes(world)
+                     if not self.runnable_only or g in (1, world) or whole_heads)
 
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
@@ -163,14 +174,14 @@ def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | 
     world = pricer.cluster.gpus
     if group_policy in ("paradyse", "static"):
         return G.lpt(pricer.times(lengths, (world,)), (world,), pricer.sync_s)
-    costs = pricer.times(lengths, power_sizes(world))
+    costs = pricer.times(lengths, pricer.group_sizes())
     if group_policy == "dynamic-cp":
         return G.smallest_fit_partition(costs, pricer.sync_s)
     if group_policy == "sized-exact":
         return G.plan_exact(costs, pricer.sync_s)
     extra = [G.smallest_fit_partition(costs, pricer.sync_s)]
     if ring is not None:
-        ring_choice = G.smallest_fit_partition(ring.times(lengths, power_sizes(world)), ring.sync_s)
+        ring_choice = G.smallest_fit_partition(ring.times(lengths, pricer.group_sizes()), ring.sync_s)
         extra.append(G.reassess(ring_choice, costs, pricer.sync_s))
     return G.plan_greedy(costs, pricer.sync_s, extra)
 
@@ -211,7 +222,7 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
     """One row per global batch (`STEP_COLUMNS`): items that fit no allowed group are dropped from the step."""
     rows = []
     world = pricer.cluster.gpus
-    allowed = (world,) if group_policy in ("paradyse", "static") else power_sizes(world)
+    allowed = (world,) if group_policy in ("paradyse", "static") else pricer.group_sizes()
     for step, batch in enumerate(batches):
         started = time.perf_counter()
         fits = [n for n in batch if any(math.isfinite(pricer.item(g, n)[0]) for g in allowed)]

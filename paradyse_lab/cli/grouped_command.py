@@ -43,8 +43,10 @@ def run_grouped(opts, groups: str) -> int:
     workload = get_workload(opts.dataset, setup.size, setup.seed, sampling=setup.sampling)
     batches = global_batches(workload.lengths, batch, opts.grouping.global_batch_tokens, setup.seed)
     budget = cluster.memory_bytes - setup.reserve_bytes
-    pricer = GroupPricer(model, cluster, spec.name, budget, recompute=spec.recompute, granularity=spec.granularity)
-    ring = GroupPricer(model, cluster, RING_POLICY, budget) if groups == "sized" else None
+    runnable = opts.grouping.runnable_groups
+    pricer = GroupPricer(model, cluster, spec.name, budget, recompute=spec.recompute, granularity=spec.granularity,
+                         runnable_only=runnable)
+    ring = GroupPricer(model, cluster, RING_POLICY, budget, runnable_only=runnable) if groups == "sized" else None
     rows = simulate_grouped(batches, groups, pricer, ring, policy_name=f"{groups} {spec.name}")
     if opts.out:
         write_csv_atomic(rows, opts.out)

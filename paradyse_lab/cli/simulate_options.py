@@ -123,6 +123,9 @@ class GroupOptions:
     per-layer plans), dynamic-cp (Megatron-style dynamic context parallelism: one strategy, the smallest group
     that fits each sequence; --policy static:megatron_cz) or static (one group, --policy static:NAME); default:
     sized for a dynamic policy, static for a static one."""
+    runnable_groups: bool = False
+    """Only the group sizes the runtime runs today: one GPU and all of them, sizes in between only when the
+    model's heads and K/V heads divide by the GPU count."""
 
     @property
     def active(self) -> bool:
@@ -133,8 +136,8 @@ class GroupOptions:
         from simulator.grouped_steps import check_group_policy
 
         if not self.active:
-            if self.groups:
-                raise UserInputError("--groups needs --global-batch N or --global-batch-tokens T")
+            if self.groups or self.runnable_groups:
+                raise UserInputError("--groups and --runnable-groups need --global-batch N or --global-batch-tokens T")
             return ""
         if self.global_batch is not None and self.global_batch_tokens is not None:
             raise UserInputError("give --global-batch (sequences) or --global-batch-tokens, not both")

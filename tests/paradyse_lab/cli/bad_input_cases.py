@@ -170,6 +170,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("toml-nodes-without-link", COST + ["{d}/nodes_no_link.toml"]),
     ("simulate-gpus-not-whole-nodes", SIM_DP + ["--gpus", "12"]),
     ("simulate-groups-without-batch", SIM_DP + ["--groups", "sized"]),
+    ("simulate-runnable-groups-without-batch", SIM_DP + ["--runnable-groups"]),
     ("simulate-global-batch-0", SIM_DP + ["--global-batch", "0"]),
     ("simulate-global-batch-tokens-neg", SIM_DP + ["--global-batch-tokens", "-5"]),
     ("simulate-global-batch-both", SIM_DP + ["--global-batch", "4", "--global-batch-tokens", "100"]),
