@@ -18,7 +18,7 @@ try:
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-API = ("Plan", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
+API = ("PlanReport", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
        "export_hf")
 """Names of paradyse_lab.app.api served as `paradyse_lab.NAME`."""
 __all__ = ["__version__", *API]
@@ -27,4 +27,10 @@ __all__ = ["__version__", *API]
 def __getattr__(name: str):
     if name in API:
         return getattr(importlib.import_module("paradyse_lab.app.api"), name)
+    if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.plan.Plan is the runtime's plan)
+        import warnings
+
+        warnings.warn("paradyse_lab.Plan is renamed paradyse_lab.PlanReport (what plan_step returns)",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module("paradyse_lab.app.api").PlanReport
     raise AttributeError(f"module 'paradyse_lab' has no attribute {name!r}")

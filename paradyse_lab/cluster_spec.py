@@ -27,6 +27,10 @@ model constant, E derived by us):
   buffers (nccl#1685, vllm#9699) on Hopper (M); the sum rounded up to a whole GiB, the rounding being the
   allowance for the allocator's slack (E): A100 1 GiB, H100 / H200 5 GiB. `reserve_fraction` (default 0)
   keeps a share of the memory back as well (Galvatron plans with 20% [GAL]).
+- host link and host memory (docs/hardware.md section 7), what activation offload uses: PCIe Gen4 x16 on A100
+  SXM, 64 GB/s both ways [DS-A], Gen5 x16 on H100 / H200 SXM, 128 GB/s both ways [DS-H]: 32 and 64 GB/s per
+  direction (P); system memory DGX A100 1 TB (320 GB model) or 2 TB (640 GB model) [DGX-A], DGX H100 / H200
+  2 TB [DGX-H] (P).
 """
 
 from __future__ import annotations
@@ -164,6 +168,12 @@ class ClusterSpec:
     kept out of every plan's budget (`plan_budget_bytes`; TOML `reserve_gib`)."""
     reserve_fraction: float = 0.0
     """Share of `memory_bytes` kept back on top of `reserve_bytes` (TOML `reserve_fraction`)."""
+    host_link_bytes_per_s: float = 0.0
+    """Host link of one GPU (PCIe), B/s per direction: what activation offload copies over (TOML
+    `host_link_gbps`; 0: unknown, no offload is planned)."""
+    host_memory_bytes: int = 0
+    """Host (CPU) memory of the node, shared by its GPUs: what offloaded activations may fill (TOML
+    `host_memory_gib`; 0: unknown, no offload is planned)."""
     base: str = field(default="", compare=False)
     """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
     launch_s: float = 0.0
@@ -212,6 +222,11 @@ class ClusterSpec:
         return self.gpus // self.node_gpus
 
     @property
+    def host_budget_bytes(self) -> int:
+        """Host memory one GPU's offloaded activations may fill: the node's host memory shared evenly by its GPUs."""
+        return self.host_memory_bytes // self.node_gpus
+
+    @property
     def device(self) -> str:
         """The hardware's name: the base preset of a cluster file (its bundled profiles are this one's)."""
         return self.base or self.name
@@ -242,6 +257,7 @@ class ClusterSpec:
         self._check_step_terms()
         self._check_reserve()
         self._check_nodes()
+        self._check_host()
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
             pts = getattr(self, name)
@@ -283,6 +299,12 @@ class ClusterSpec:
         if not self.inter_node_bytes_per_s:
             raise UserInputError(f"cluster of {self.nodes} nodes needs inter_node_bandwidth_gbps (GB/s per GPU "
                                  f"over its NIC): the NVLink numbers hold inside one node only")
+
+    def _check_host(self) -> None:
+        for name, key in (("host_link_bytes_per_s", "host_link_gbps"), ("host_memory_bytes", "host_memory_gib")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not 0 <= value < math.inf:
+                raise UserInputError(f"cluster.{key} must be a finite number >= 0, got {value!r}")
 
     def _check_step_terms(self) -> None:
         if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
@@ -358,6 +380,16 @@ def _node_name(name: str, nodes: int) -> str:
     return name if nodes == 1 else name.replace("-x", f"-{nodes}x")
 
 
+PCIE_GEN4_X16_BYTES_PER_S = 32e9
+"""A100 SXM's host link, per direction: PCIe Gen4 x16, 64 GB/s both ways [DS-A] (P; docs/hardware.md section 7)."""
+PCIE_GEN5_X16_BYTES_PER_S = 64e9
+"""H100 / H200 SXM's host link, per direction: PCIe Gen5 x16, 128 GB/s both ways [DS-H] (P; section 7)."""
+DGX_A100_320_HOST_BYTES = 1 * 2**40
+"""DGX A100 (8x 40 GB) system memory: 1 TB [DGX-A] (P; section 7)."""
+DGX_2TB_HOST_BYTES = 2 * 2**40
+"""DGX A100 640 GB, DGX H100 and DGX H200 system memory: 2 TB [DGX-A] [DGX-H] (P; section 7)."""
+
+
 def _a100(name: str, mem_mib: int, hbm: float, nodes: int = 1) -> ClusterSpec:
     return ClusterSpec(
         name=_node_name(name, nodes), gpus=8 * nodes, gpus_per_node=8,
@@ -367,8 +399,10 @@ def _a100(name: str, mem_mib: int, hbm: float, nodes: int = 1) -> ClusterSpec:
         gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
         attention_efficiency_causal=A100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_A100_BYTES),
         inter_node_bytes_per_s=A100_HDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
+        host_link_bytes_per_s=PCIE_GEN4_X16_BYTES_PER_S,
+        host_memory_bytes=DGX_2TB_HOST_BYTES if mem_mib > 50000 else DGX_A100_320_HOST_BYTES,
         source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]; reserve: section 5; "
-        "between nodes: [NAD] tests#100",
+        "host: section 7; between nodes: [NAD] tests#100",
     )
 
 
@@ -379,8 +413,9 @@ def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float
         gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
         attention_efficiency_causal=H100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_HOPPER_BYTES),
         inter_node_bytes_per_s=NDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
+        host_link_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S, host_memory_bytes=DGX_2TB_HOST_BYTES,
         source="docs/hardware.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
-        "memory: nvidia-smi (M); reserve: section 5; between nodes: [POD] tests#290 tests#267",
+        "memory: nvidia-smi (M); reserve: section 5; host: section 7; between nodes: [POD] tests#290 tests#267",
     )
 
 
@@ -399,8 +434,8 @@ _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
     "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
-    "reserve_gib": float, "reserve_fraction": float, "nodes": int, "gpus_per_node": int,
-    "inter_node_bandwidth_gbps": float, "inter_node_latency_us": float,
+    "reserve_gib": float, "reserve_fraction": float, "host_link_gbps": float, "host_memory_gib": float,
+    "nodes": int, "gpus_per_node": int, "inter_node_bandwidth_gbps": float, "inter_node_latency_us": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
@@ -421,7 +456,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
     ignored. `reserve_gib` and `reserve_fraction`: the memory kept out of every plan's budget
-    (`ClusterSpec.plan_budget_bytes`). What `calibrate` also measures for the analytic model's step terms:
+    (`ClusterSpec.plan_budget_bytes`). `host_link_gbps` (one GPU's PCIe link, per direction) and
+    `host_memory_gib` (the node's host memory): what activation offload is priced with. What `calibrate`
+    also measures for the analytic model's step terms:
     `launch_us`, `state_gbps`, `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY =
     [launches, bytes_fixed, bytes_per_token] (`ClusterSpec.step_counts`).
     """
@@ -447,6 +484,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
              "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
              "state_gbps": ("state_bytes_per_s", GB), "reserve_gib": ("reserve_bytes", GIB),
+             "host_link_gbps": ("host_link_bytes_per_s", GB), "host_memory_gib": ("host_memory_bytes", GIB),
              "inter_node_bandwidth_gbps": ("inter_node_bytes_per_s", GB),
              "inter_node_latency_us": ("inter_node_alpha_s", 1e-6)}
     for key, kind in _TOML_SCALARS.items():
@@ -464,7 +502,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             target, factor = scale[key]
             if not math.isfinite(value * factor):  # checked before the conversion, shown as written
                 raise UserInputError(f"{path.name}: {key} must be a finite number in range, got {value!r}")
-            kw[target] = int(value * factor) if target in ("memory_bytes", "reserve_bytes") else value * factor
+            whole = target in ("memory_bytes", "reserve_bytes", "host_memory_bytes")
+            kw[target] = int(value * factor) if whole else value * factor
         else:
             kw[key] = kind(value)
     _resolve_nodes(data, kw, base, path.name)

@@ -2,8 +2,9 @@
 
 A command's options are written once, as fields of a frozen dataclass with a docstring under each field;
 `add_dataclass_arguments(parser, cls)` adds one `--flag` per field (the field name with `-` for `_`), with
-the field's type and default, and the field's docstring as the help text (read from the class source with
-`ast`, since Python keeps no field docstrings at runtime). A field without a default is a required flag; a
+the field's type (a float as a `TypedFloat`, which error messages show as typed) and default, and the field's
+docstring as the help text (read from the class source with `ast`, since Python keeps no field docstrings at
+runtime). A field without a default is a required flag; a
 bool field is a switch (`--name` sets True; a field defaulting to True is given as `--no-name`). What the
 docstring cannot say goes in `field(metadata=...)`: `choices`, `flag` (another flag name), `type` (what the
 flag parses when it differs from the field's, e.g. `str` for a comma-separated tuple that the command
@@ -35,6 +36,32 @@ import textwrap
 import typing
 
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+class TypedFloat(float):
+    """A float read from the command line that keeps the text it was read from: its `str` and `repr` (what an
+    error message shows) are that text, so `--lr 1e400` is refused as `got 1e400`, not as the `inf` it became.
+    Arithmetic on it gives plain floats; JSON writes its value."""
+
+    text: str
+
+    def __new__(cls, text: str):
+        value = super().__new__(cls, text)
+        value.text = text
+        return value
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # pickled to the ranks of `train --nproc N` as the text it was read from
+        return TypedFloat, (self.text,)
+
+
+def number(text: str) -> TypedFloat:
+    """argparse's `type` for a float flag (`TypedFloat`; argparse names it in its error: 'invalid number value')."""
+    return TypedFloat(text)
 
 
 @functools.cache
@@ -92,7 +119,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, help_suffix
             action = "store_false" if default is True else "store_true"
             parser.add_argument(flag_of(f), dest=f.name, action=action, help=text)
             continue
-        kwargs = {"type": kind} if kind is not str else {}
+        kwargs = {"type": number if kind is float else kind} if kind is not str else {}
         if "choices" in f.metadata:
             kwargs["choices"] = tuple(f.metadata["choices"])
         if "metavar" in f.metadata:

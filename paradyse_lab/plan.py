@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import GRANULARITIES
-from paradyse_lab.strategies import CATALOG, RECOMPUTE_SUFFIX, StrategyOption
+from paradyse_lab.strategies import CATALOG, OPTION_FLAGS, StrategyOption
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,13 @@ class Plan:
 
 
 def short_text(names: Sequence[str]) -> str:
-    """Plan names in short: each strategy's catalog abbreviation, `+r` when recomputed (`TS,TS,ME+r`); a name
-    without an abbreviation as it is."""
+    """Plan names in short: each strategy's catalog abbreviation, `+r` when recomputed, `+t` with the tiled MLP,
+    `+o` with offload (`TS,TS,ME+r,UZ+r+t+o`); a name without an abbreviation as it is."""
     def short(name: str) -> str:
-        entry = CATALOG.get(name.split("+")[0])
-        return (entry.abbreviation if entry and entry.abbreviation else name) + (
-            "+r" if name.endswith(RECOMPUTE_SUFFIX) else "")
+        base, *flags = name.split("+")
+        entry = CATALOG.get(base)
+        if not (entry and entry.abbreviation):
+            return name
+        return entry.abbreviation + "".join(f"+{flag[0]}" for flag in flags if flag in OPTION_FLAGS)
 
     return ",".join(short(n) for n in names)

@@ -75,6 +75,10 @@ class SearchProblem:
     """One label per decision (`L3`, `L3.attn`); default L0, L1, ..."""
     dropped: dict = field(default_factory=dict)
     """Options left out because their shapes do not split: name -> reason."""
+    host_bytes: np.ndarray | None = field(default=None, compare=False)
+    """[L, O] int64 or None: activation bytes each choice moves to host memory (`+offload`). Information for the
+    memory breakdown, not a constraint: a problem offers offload only where it keeps every plan within the host
+    memory (costmodel/lowering.py `host_limited`)."""
     layers: InitVar[int | None] = None
     """L when the caller states it (the JSON form's `layers`): time_s must then have L rows."""
 

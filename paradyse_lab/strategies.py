@@ -2,8 +2,11 @@
 
 Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
 (docs/paper.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
-Activation recomputation of a layer is an orthogonal option: a `StrategyOption` is a strategy plus that
-flag, written `NAME` or `NAME+recompute`.
+Activation recomputation of a layer is an orthogonal option, and so are the two long-context techniques: a
+`StrategyOption` is a strategy plus up to three flags, written `NAME[+recompute][+tiled][+offload]`:
+`+recompute` keeps only each sub-layer's input, `+tiled` runs the MLP over chunks of the sequence with
+recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to host memory until its backward
+(docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
 its cost-model schedule (`costmodel/schedules.py` `SCHEDULES`) and the name of its runtime module
@@ -33,6 +36,10 @@ from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 
 RECOMPUTE_SUFFIX = "+recompute"
+TILED_SUFFIX = "+tiled"
+OFFLOAD_SUFFIX = "+offload"
+OPTION_FLAGS = ("recompute", "tiled", "offload")
+"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+offload`)."""
 UNIFIED_LAYOUT = "unified"
 """The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
 order (runtime/layout.py)."""
@@ -196,12 +203,19 @@ USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
 
 @dataclass(frozen=True)
 class StrategyOption:
-    """A strategy, optionally with activation recomputation of the layer."""
+    """A strategy, optionally with activation recomputation, the tiled MLP and activation offload."""
 
     strategy: str
     """Catalog name."""
     recompute: bool = False
-    """Keep only the layer input and recompute the rest in the backward pass."""
+    """Keep only the sub-layer input and recompute the rest in the backward pass."""
+    tiled: bool = False
+    """Run the MLP sub-layer over chunks of the sequence, keeping only its input and recomputing each chunk in
+    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996; runtime/tiled_mlp.py): its [tokens, ffn]
+    intermediates exist one chunk at a time. An attention sub-layer ignores it."""
+    offload: bool = False
+    """Copy what each sub-layer keeps for the backward to host memory during the forward and bring it back for
+    the backward (runtime/offload.py)."""
 
     def __post_init__(self):
         if self.strategy not in CATALOG:
@@ -209,16 +223,25 @@ class StrategyOption:
 
     @property
     def name(self) -> str:
-        """`NAME` or `NAME+recompute`."""
-        return self.strategy + (RECOMPUTE_SUFFIX if self.recompute else "")
+        """`NAME` followed by the suffixes of its flags: `NAME+recompute`, `NAME+recompute+tiled+offload`, ..."""
+        return self.strategy + "".join(f"+{flag}" for flag in OPTION_FLAGS if getattr(self, flag))
 
     @classmethod
     def parse(cls, text: str) -> StrategyOption:
-        """Read `NAME` or `NAME+recompute`."""
-        base = text.removesuffix(RECOMPUTE_SUFFIX)
-        if base not in CATALOG:
-            raise unknown_name("strategy", text, list(CATALOG) + [f"NAME{RECOMPUTE_SUFFIX}"])
-        return cls(base, recompute=text.endswith(RECOMPUTE_SUFFIX))
+        """Read `NAME[+recompute][+tiled][+offload]` (the flags in that order, each once)."""
+        base, *flags = text.split("+")
+        valid = list(CATALOG) + ["NAME" + "".join(f"[+{f}]" for f in OPTION_FLAGS)]
+        if base not in CATALOG or flags != [f for f in OPTION_FLAGS if f in flags]:
+            raise unknown_name("strategy", text, valid)
+        return cls(base, **{flag: True for flag in flags})
+
+    def runs(self, kinds) -> bool:
+        """Whether the option is a decision of its own over sub-layers of `kinds` ('attention', 'mlp'): `+tiled`
+        acts on an MLP only, and on an MLP alone `+recompute+tiled` is `+tiled` (the tiled MLP recomputes
+        anyway), so at sub-layer granularity a flag that changes nothing is not offered twice."""
+        if self.tiled and "mlp" not in kinds:
+            return False
+        return not (self.tiled and self.recompute and "attention" not in kinds)
 
     def __str__(self) -> str:
         return self.name
@@ -231,9 +254,14 @@ def get_strategy(name: str) -> Strategy:
     return CATALOG[name]
 
 
-def options(strategies=USABLE, recompute: bool = False) -> tuple[StrategyOption, ...]:
-    """The options of a search: each strategy, and with `recompute` also each one recomputed."""
-    out = [StrategyOption(s) for s in strategies]
-    if recompute:
-        out += [StrategyOption(s, recompute=True) for s in strategies]
+def options(strategies=USABLE, recompute: bool = False, tiled: bool = False,
+            offload: bool = False) -> tuple[StrategyOption, ...]:
+    """The options of a search: each strategy; with `recompute` also each one recomputed; with `tiled` each one
+    with the tiled MLP (and recomputed with it, with `recompute`); with `offload` every one of those again with
+    activation offload."""
+    kept = [False, True] if recompute else [False]
+    flags = [(r, False) for r in kept] + ([(r, True) for r in kept] if tiled else [])
+    out = [StrategyOption(s, recompute=r, tiled=t) for r, t in flags for s in strategies]
+    if offload:
+        out += [StrategyOption(o.strategy, o.recompute, o.tiled, offload=True) for o in out]
     return tuple(out)

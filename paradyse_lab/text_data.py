@@ -29,28 +29,42 @@ DATA_ORDERS = ("file", "shuffled", "sorted")
 """Orders the documents of a file dataset can be trained in."""
 
 
-def source_path(dataset: str) -> Path:
-    """The path of a text `--dataset` (its `file:` prefix removed); `UserInputError` when it does not exist."""
+def source_path(dataset: str, flag: str = "--dataset") -> Path:
+    """The path of a text dataset (its `file:` prefix removed); `UserInputError` naming `flag` when it does not
+    exist."""
     path = Path(dataset.removeprefix("file:"))
     if not path.exists():
-        raise UserInputError(f"--dataset {dataset!r}: no such file or folder (with --tokenizer it names a "
+        raise UserInputError(f"{flag} {dataset!r}: no such file or folder (with --tokenizer it names a "
                              f"save_to_disk folder or {', '.join(TEXT_FILE_SUFFIXES)} files)")
     return path
 
 
-def read_texts(dataset: str, column: str = "text") -> list[str]:
-    """The text column of every row of the dataset (module docstring), in stored order."""
-    path = source_path(dataset)
+def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> list[str]:
+    """The text column of every row of the dataset (module docstring), in stored order; `flag` is the option that
+    named it (--dataset or --eval-dataset), for the messages."""
+    path = source_path(dataset, flag)
     if path.is_dir() and any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
         return _from_saved_dataset(path, column)
     files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES) if path.is_dir() else [path]
     if not files:
-        raise UserInputError(f"--dataset {dataset!r} holds no {', '.join(TEXT_FILE_SUFFIXES)} files and is not a "
+        raise UserInputError(f"{flag} {dataset!r} holds no {', '.join(TEXT_FILE_SUFFIXES)} files and is not a "
                              "save_to_disk folder")
     texts: list[str] = []
     for f in files:
-        texts += _from_file(f, column)
+        texts += _from_file(f, column, flag)
     return texts
+
+
+def utf8_lines(path: Path, flag: str):
+    """(line number, line) of a text file, each line decoded as UTF-8; a `UserInputError` naming `flag`, the file
+    and the line where one is not (never a silent replacement, nor the generic "an input file")."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                yield i, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserInputError(f"{flag} {str(path)!r} line {i} is not UTF-8 text ({err.reason} at byte "
+                                     f"{err.start + 1} of the line)") from None
 
 
 def _from_saved_dataset(path: Path, column: str) -> list[str]:
@@ -70,20 +84,19 @@ def _from_saved_dataset(path: Path, column: str) -> list[str]:
     return [_checked_text(t, path.name, i) for i, t in enumerate(loaded[column])]
 
 
-def _from_file(path: Path, column: str) -> list[str]:
+def _from_file(path: Path, column: str, flag: str = "--dataset") -> list[str]:
     if path.suffix == ".jsonl":
         rows = []
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise UserInputError(f"{path.name} line {i}: not JSON") from None
-                    if not isinstance(row, dict) or column not in row:
-                        raise UserInputError(f"{path.name} line {i}: expected an object with a {column!r} field "
-                                             "(--text-column)")
-                    rows.append(_checked_text(row[column], path.name, i))
+        for i, line in utf8_lines(path, flag):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserInputError(f"{path.name} line {i}: not JSON") from None
+                if not isinstance(row, dict) or column not in row:
+                    raise UserInputError(f"{path.name} line {i}: expected an object with a {column!r} field "
+                                         "(--text-column)")
+                rows.append(_checked_text(row[column], path.name, i))
         return rows
     table = _arrow_table(path)
     if column not in table.column_names:

@@ -52,19 +52,33 @@ def _take_lock(directory: Path) -> tuple[int | None, str]:
     return fd, ""
 
 
+def _lock_or_refusal(directory: str | Path) -> tuple[int | None, str]:
+    """(the open lock file, '') when this process now holds DIR's lock, else (None, the one-line refusal): another
+    run holds it, or the folder or its lock file cannot be made or opened (the reason as the system gives it)."""
+    try:
+        fd, holder = _take_lock(Path(directory))
+    except OSError as err:
+        return None, (f"--checkpoint-dir {str(directory)!r} cannot be locked for this run: "
+                      f"{err.strerror or err}{f' ({str(err.filename)!r})' if err.filename else ''}")
+    if holder:
+        return None, (f"--checkpoint-dir {str(directory)!r} is in use by another run ({holder}); wait for it to "
+                      "end, or choose another folder")
+    return fd, ""
+
+
 @contextmanager
 def folder_lock(directory: str | Path, group=None) -> Iterator[None]:
     """Hold DIR's lock while the block runs (module docstring; nothing when `directory` is ''). A collective:
-    rank 0 takes the lock and every rank raises the same `UserInputError` when another run holds it."""
+    rank 0 takes the lock, and when it cannot (another run holds it, or the lock file cannot be made) every rank
+    raises the same `UserInputError`: rank 0 never leaves alone with its peers waiting for its answer."""
     if not directory:
         yield
         return
-    fd, holder = _take_lock(Path(directory)) if comm.rank(group) == 0 else (None, "")
+    fd, refusal = _lock_or_refusal(directory) if comm.rank(group) == 0 else (None, "")
     if comm.size(group) > 1:
-        holder = comm.broadcast_object(holder, 0, group)  # '' when rank 0 got the lock
-    if holder:
-        raise UserInputError(f"--checkpoint-dir {str(directory)!r} is in use by another run ({holder}); wait for "
-                             "it to end, or choose another folder")
+        refusal = comm.broadcast_object(refusal, 0, group)  # '' when rank 0 got the lock
+    if refusal:
+        raise UserInputError(refusal)
     try:
         yield
     finally:

@@ -27,7 +27,7 @@ SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB"
 
 def parse_size(text: str, field: str = "--max-shard-size") -> int:
     """Bytes of a size such as '5GB', '200MB', '20KiB' or '1000' (transformers' `max_shard_size` spelling)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", str(text).upper())
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", str(text).upper(), re.ASCII)
     if not match or float(match.group(1)) <= 0:
         raise UserInputError(f"{field} must be a positive size such as 5GB, 200MB or 20KB, got {text!r}")
     return int(float(match.group(1)) * SIZE_UNITS[match.group(2) or "B"])

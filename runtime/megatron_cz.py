@@ -30,7 +30,7 @@ from runtime.sublayer import (
     rope_qk_backward,
     weight_grad,
 )
-from runtime.zero3 import MLP, gather_weights, prepare_backward, scatter_grads
+from runtime.zero3 import MLP, TILED_MLP, gather_weights, prepare_backward, scatter_grads
 
 
 def _split_qkv(a: torch.Tensor, ctx: Ctx, h: int):
@@ -79,4 +79,4 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
 
 
 ATTENTION = Impl("megatron_cz", forward, backward, prepare_backward)
-__all__ = ["ATTENTION", "MLP"]
+__all__ = ["ATTENTION", "MLP", "TILED_MLP"]

@@ -27,6 +27,7 @@ from runtime.reference import add_bias
 from runtime.sublayer import (
     Ctx,
     Impl,
+    TiledImpl,
     Weights,
     attention_sections,
     bias_grad,
@@ -106,5 +107,41 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     return dy + dx, grads
 
 
+def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
+    """The MLP `tile` positions of this rank at a time (runtime/tiled_mlp.py): each chunk is gathered, run and
+    reduce-scattered on its own, so no [b, s, f/p] tensor of the whole sequence exists."""
+    out = []
+    for xc in x.split(tile, dim=1):  # [b, c, h] chunks of this rank's positions
+        big_u = gather_seq(layer_norm(xc, w, ctx), ctx.group)  # [b, c, h] -> [b, p*c, h]
+        c = mlp_core(add_bias(big_u @ w.w1.t(), w.b1), ctx)  # [b, p*c, h] -> [b, p*c, n1/p] -> [b, p*c, f/p]
+        out.append(add_bias(xc + scatter_seq(c @ w.w2, ctx.group), w.b2))  # [b, p*c, f/p] -> [b, p*c, h] -> [b, c, h]
+    return torch.cat(out, dim=1)  # [b, t, h]
+
+
+def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
+    """Backward of `tiled_mlp_forward` chunk by chunk: the chunk's norm output is recomputed and gathered again,
+    its first GEMM and activation recomputed; dy gathered and du reduce-scattered per chunk."""
+    dx = torch.empty_like(x)
+    grads = {n: torch.zeros_like(getattr(w, n)) for n in ("ln_w", "ln_b", "w1", "b1", "w2")}
+    start = 0
+    for xc, dyc in zip(x.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
+        big_u = gather_seq(layer_norm(xc, w, ctx), ctx.group)  # [b, c, h] -> [b, p*c, h]
+        a = add_bias(big_u @ w.w1.t(), w.b1)  # [b, p*c, n1/p]
+        big_dy = gather_seq(dyc, ctx.group)  # [b, c, h] -> [b, p*c, h]
+        grads["w2"] += weight_grad(mlp_core(a, ctx), big_dy)  # [f/p, h]
+        da = mlp_core_backward(a, big_dy @ w.w2.t(), ctx)  # [b, p*c, h] -> [b, p*c, n1/p]
+        grads["w1"] += weight_grad(da, big_u)
+        grads["b1"] += bias_grad(da, w.b1)
+        du = scatter_seq(da @ w.w1, ctx.group)  # [b, p*c, n1/p] -> [b, p*c, h] partial -> [b, c, h]
+        dxc, dln_w, dln_b = layer_norm_backward(xc, w, ctx, du)
+        dx[:, start:start + xc.shape[1]] = dyc + dxc
+        grads["ln_w"] += dln_w
+        grads["ln_b"] += dln_b
+        start += xc.shape[1]
+    grads["b2"] = bias_grad(dy, w.b2)
+    return dx, grads
+
+
 ATTENTION = Impl("megatron_ts", forward, backward)
 MLP = Impl("megatron_ts", forward, backward)
+TILED_MLP = TiledImpl("megatron_ts", tiled_mlp_forward, tiled_mlp_backward)

@@ -31,6 +31,7 @@ from runtime.ring_attention import ring_attention_backward, ring_attention_forwa
 from runtime.sublayer import (
     Ctx,
     Impl,
+    TiledImpl,
     Weights,
     attention_sections,
     bias_grad,
@@ -132,20 +133,60 @@ def _finish(x, dy, du, mine, w: Weights, ctx: Ctx):
 # --- MLP -----------------------------------------------------------------------------------------------
 
 def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
+    u = layer_norm(x, w, ctx)
+    return _ring_forward(x, u, w, ctx, x.shape[1]), (x, u)  # one chunk: every position at once
+
+
+def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
+    """The ring MLP, each shard applied to `tile` of this rank's positions at a time (runtime/tiled_mlp.py):
+    no [b, t, f/p] tensor of all of them exists."""
+    return _ring_forward(x, layer_norm(x, w, ctx), w, ctx, tile)
+
+
+def _ring_forward(x, u, w: Weights, ctx: Ctx, tile: int):
     h = x.shape[-1]
-    u, cur = layer_norm(x, w, ctx), _own(w)
-    y = add_bias(x, w.b2)
+    cur = _own(w)
+    y = x + w.b2 if w.b2.numel() else x.clone()  # the output, accumulated in place chunk by chunk (never x itself)
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
-        y = y + mlp_core(add_bias(u @ w1.t(), b1), ctx) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
+        start = 0
+        for uc in u.split(tile, dim=1):  # [b, c, h] chunks
+            end = start + uc.shape[1]
+            y[:, start:end] += mlp_core(add_bias(uc @ w1.t(), b1), ctx) @ w2  # [b, c, h] -> [b, c, f/p] -> [b, c, h]
+            start = end
         if pending is not None:
             cur = pending.wait()
-    return y, (x, u)
+    return y
+
+
+def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int):
+    """This rank's gradient partial of one weight shard (packed), chunk by chunk, adding its share to du."""
+    dw1, db1, dw2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+    start = 0
+    for uc, dyc in zip(u.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
+        end = start + uc.shape[1]
+        a = add_bias(uc @ w1.t(), b1)  # recomputed: [b, c, h] -> [b, c, f/p] (SwiGLU: 2f/p)
+        dw2 += weight_grad(mlp_core(a, ctx), dyc)  # [f/p, h]
+        da = mlp_core_backward(a, dyc @ w2.t(), ctx)  # [b, c, h] -> [b, c, f/p] (SwiGLU: 2f/p)
+        du[:, start:end] += da @ w1  # [b, c, n1/p] -> [b, c, h]
+        dw1 += weight_grad(da, uc)
+        db1 += bias_grad(da, b1)
+        start = end
+    return pack_shard(dw1, db1, dw2)
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     x, u = saved
+    return _ring_backward(x, u, dy, w, ctx, x.shape[1])
+
+
+def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
+    """Backward of `tiled_mlp_forward`: u = norm(x) recomputed, each shard's gradient partial chunk by chunk."""
+    return _ring_backward(x, layer_norm(x, w, ctx), dy, w, ctx, tile)
+
+
+def _ring_backward(x, u, dy, w: Weights, ctx: Ctx, tile: int):
     h = x.shape[-1]
     cur = _own(w)
     du = torch.zeros_like(x)
@@ -153,11 +194,7 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
-        a = add_bias(u @ w1.t(), b1)  # recomputed: [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
-        dw2 = weight_grad(mlp_core(a, ctx), dy)  # [f/p, h]
-        da = mlp_core_backward(a, dy @ w2.t(), ctx)  # [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
-        du += da @ w1  # [b, t, n1/p] -> [b, t, h]
-        part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2)  # partial of shard (r - i) mod p
+        part = _shard_partial(u, dy, du, w1, b1, w2, ctx, tile)  # partial of shard (r - i) mod p
         if i == 0:
             mine = part
         else:
@@ -173,3 +210,4 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
 
 ATTENTION = Impl("metp", attention_forward, attention_backward)
 MLP = Impl("metp", mlp_forward, mlp_backward)
+TILED_MLP = TiledImpl("metp", tiled_mlp_forward, tiled_mlp_backward)

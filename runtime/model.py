@@ -16,11 +16,13 @@ change on every call and a switch moves no bytes, because every strategy reads a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
@@ -34,9 +36,12 @@ from runtime.layout import (
     local_positions,
     shard_state_dict,
 )
+from runtime.offload import Offloader
 from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
 from runtime.sublayer import make_ctx, run_sublayer
+from runtime.tiled_loss import tiled_head_loss, whole_head_loss
+from runtime.tiled_mlp import run_tiled_mlp
 
 _IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
 """The strategy modules of the runtime, imported above, by module name."""
@@ -55,6 +60,16 @@ def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
             raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
                                  f"valid: {', '.join(STRATEGY_MODULES)}")
     return plan
+
+
+def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
+    """One sub-layer (`ctx.kind`) under `opt`: its strategy, recomputed or not, an MLP tiled over `mlp_tile`
+    positions with `+tiled` (x [b, t, h] -> [b, t, h]); `+offload` is the caller's (runtime/offload.py)."""
+    module = STRATEGY_MODULES[opt.strategy]
+    if ctx.kind == "mlp" and opt.tiled:
+        return run_tiled_mlp(module.TILED_MLP, ctx, mlp_tile, x, weights)
+    impl = module.ATTENTION if ctx.kind == "attention" else module.MLP
+    return run_sublayer(impl, ctx, opt.recompute, x, weights)
 
 
 class ParallelGPT(GPTParams):
@@ -122,14 +137,17 @@ class ParallelGPT(GPTParams):
         return options
 
     def forward(self, input_ids: torch.Tensor, plan: Plan | Sequence[str], labels: torch.Tensor | None = None,
-                cu_seqlens=None, loss_tile: int = 0):
+                cu_seqlens=None, loss_tile: int = 0, mlp_tile: int = 0):
         """input_ids [b, s/p] (this rank's tokens, `shard_sequence` order) -> logits [b, s/p, V]; with
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
         all ranks' tokens (the same value on every rank; call backward on it on every rank).
         `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
         (runtime/packed.py `pack_sequence`): positions restart at each document and attention stays inside
         each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/tiled_loss.py), final
-        norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss)."""
+        norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss).
+        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/tiled_mlp.py; 0: ALST's rule,
+        `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
+        (runtime/offload.py; the bytes each moved: `self.offload_stats`, of the last forward)."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         doc_ids = longest = None
@@ -150,24 +168,23 @@ class ParallelGPT(GPTParams):
         pos, all_pos = pos.to(input_ids.device), all_pos.to(input_ids.device)
         if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention
             x = x + F.embedding(pos, wpe)  # [b, t] -> [b, t, h]
+        offloader = Offloader(input_ids.device) if any(o.offload for pair in options for o in pair) else None
+        self.offload_stats = offloader.stats if offloader else None
+        mlp_tile = mlp_tile or mlp_tile_positions(cfg.hidden, t)
         for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
             for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
-                module = STRATEGY_MODULES[opt.strategy]
-                impl = module.ATTENTION if kind == "attention" else module.MLP
                 ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos,
                                doc_ids, cu_seqlens)
-                x = run_sublayer(impl, ctx, opt.recompute, x, [getattr(params, n) for n in PARAM_NAMES])
+                weights = [getattr(params, n) for n in PARAM_NAMES]
+                with offloader.sublayer(ctx.tag, weights) if opt.offload else contextlib.nullcontext():
+                    x = run_option(opt, ctx, x, weights, mlp_tile)
         head_w = head[0] if head else wte
-        if labels is not None and loss_tile > 0:
-            from runtime.tiled_loss import tiled_head_loss
-
+        if labels is None:
+            return norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
+        if loss_tile > 0:
             logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
-        else:
-            logits = norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
-            if labels is None:
-                return logits
-            total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*t, V]
-                                    reduction="sum")
+        else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
+            total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, keep_logits=True)
         with comm.tagged("loss"):
             count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)

@@ -62,6 +62,8 @@ class StepInputs:
     """`PackedSteps` with --pack-tokens or a packed length file, else None."""
     seed_offset: int = 0
     """Added to the step index of the synthetic tokens (evaluation draws other sequences than training)."""
+    eval_steps: int = 0
+    """Held-out steps one evaluation averages over (`held_out`; 0 for the training steps)."""
 
     @classmethod
     def build(cls, opts, p: int, cfg, size: int | None = None, *, dataset: str | None = None,
@@ -87,6 +89,37 @@ class StepInputs:
                                      f"got {opts.batch}")
             packs = PackedSteps.from_file_steps(workload.packs, cap, p)
         return cls(opts, lengths, layout_unit(p), cap, docs, packs, seed_offset)
+
+    @classmethod
+    def held_out(cls, opts, p: int, cfg) -> StepInputs:
+        """The held-out steps of --eval-dataset: its first --eval-batches steps, each a different one.
+
+        A sampled workload (uniform, lognormal, the paper's) packed by --pack-tokens is sampled with as many
+        documents as fill that many packs (twice as many until they do: every document has a token, so
+        --eval-batches x --pack-tokens documents always do). A dataset of fixed documents (a file, a text
+        dataset) with fewer steps than asked gives those it has (`distinct_steps`), each evaluated once;
+        `eval_steps` says how many."""
+        from paradyse_lab.workloads import MAX_SIZE
+
+        size, asked = opts.eval_batches, opts.eval_batches
+        while True:
+            inputs = cls.build(opts, p, cfg, size, dataset=opts.eval_dataset, seed_offset=10**9)
+            have = inputs.distinct_steps()
+            sampled = inputs.docs is None and not opts.eval_dataset.startswith("file:")
+            if have is None or have >= asked or not sampled or size >= MAX_SIZE:
+                break
+            size = min(2 * size, MAX_SIZE)
+        inputs.eval_steps = asked if have is None else min(have, asked)
+        return inputs
+
+    def distinct_steps(self) -> int | None:
+        """Different steps the data gives before it repeats: its packs, or its documents in steps of --batch
+        (the last one topped up from the first documents); None when every step draws its own synthetic tokens."""
+        if self.packs is not None:
+            return len(self.packs.packs)
+        if self.docs is not None:
+            return -(-len(self.docs.docs) // self.opts.batch)
+        return None
 
     def length(self, step: int) -> int:
         """The sequence length step `step` trains (a multiple of the layout unit)."""

@@ -122,6 +122,16 @@ class Impl:
     prepare_backward: Callable = lambda w, ctx: None
 
 
+@dataclass(frozen=True)
+class TiledImpl:
+    """One strategy's tiled MLP (runtime/tiled_mlp.py): `forward(x, w, ctx, tile) -> y` keeps nothing,
+    `backward(x, dy, w, ctx, tile) -> (dx, grads)` recomputes each chunk of `tile` positions."""
+
+    name: str
+    forward: Callable
+    backward: Callable
+
+
 # --- local math (no communication) ---------------------------------------------------------------------
 
 def layer_norm(x, w: Weights, ctx: Ctx):
@@ -264,11 +274,18 @@ class SubLayerFunction(torch.autograd.Function):
             saved = impl.forward(x, w, ctx, prep)[1] if fctx.recompute else _unflatten(leaves, fctx.structure)
             del leaves, rest
             dx, grads = impl.backward(saved, dy.contiguous(), w, ctx, prep)
-            rep = [grads[n] for n in REPLICATED]
-            buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [h, 2h or 3h] summed over ranks
-        for n, piece in zip(REPLICATED, buf.split([g.numel() for g in rep])):
-            grads[n] = piece.view_as(grads[n])
-        return (None, None, None, dx, *[grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)])
+        return (None, None, None, dx, *reduce_replicated(grads, params, ctx))
+
+
+def reduce_replicated(grads: dict, params, ctx: Ctx) -> list[torch.Tensor]:
+    """The gradients of `params` (`PARAM_NAMES` order) from a backward's `grads`, the replicated ones (norm, output
+    bias) summed over the ranks in one all-reduce, each in its parameter's dtype."""
+    with comm.tagged(ctx.tag):
+        rep = [grads[n] for n in REPLICATED]
+        buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [h, 2h or 3h] summed over ranks
+    for n, piece in zip(REPLICATED, buf.split([g.numel() for g in rep])):
+        grads[n] = piece.view_as(grads[n])
+    return [grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)]
 
 
 def run_sublayer(impl: Impl, ctx: Ctx, recompute: bool, x: torch.Tensor, params) -> torch.Tensor:

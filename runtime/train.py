@@ -269,8 +269,7 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     inputs = StepInputs.build(opts, p, cfg, size)
     inputs.refuse_untrainable(micro_steps)
-    held_out = (StepInputs.build(opts, p, cfg, opts.eval_batches, dataset=opts.eval_dataset, seed_offset=10**9)
-                if opts.eval_every else None)
+    held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
     run = TrainState.create(opts, cfg, group, device, meta, size)
     policy = policy_for(spec, p)  # after every input check: the planner's statement is the run's first line
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
@@ -280,13 +279,14 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     log: list[dict] = []
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
+    if rank == 0 and held_out is not None:
+        warn_few_eval_steps(opts, held_out.eval_steps)
     loop = TrainLoop(run, policy, inputs, bar, reason)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step)
         lr_schedule.step()
         if held_out is not None and ((step + 1) % opts.eval_every == 0 or step + 1 == opts.steps):
-            row["eval_loss"] = loop.evaluate(held_out, row["last_plan"])
-        del row["last_plan"]
+            row["eval_loss"], row["eval_steps"] = loop.evaluate(held_out), held_out.eval_steps
         log.append(row)
         if log_csv is not None:
             log_csv.write(row)
@@ -304,6 +304,18 @@ def _train(opts: TrainOptions, group, policy_for) -> list[dict]:
     if log_csv is not None:
         log_csv.close()
     return log
+
+
+def warn_few_eval_steps(opts: TrainOptions, eval_steps: int) -> None:
+    """Rank 0's warning when --eval-dataset has fewer different steps than --eval-batches asks
+    (runtime/step_inputs.py `StepInputs.held_out`): each evaluation then averages the ones it has, once each."""
+    import sys
+
+    if eval_steps < opts.eval_batches:
+        unit = f"packs of --pack-tokens {opts.pack_tokens}" if opts.pack_tokens is not None else "steps"
+        print(f"warning: --eval-dataset {opts.eval_dataset} has {eval_steps} different held-out {unit}, fewer than "
+              f"--eval-batches {opts.eval_batches}: each evaluation averages those {eval_steps}, once each",
+              file=sys.stderr)
 
 
 def run_meta(opts: TrainOptions) -> dict:
@@ -385,7 +397,8 @@ class TrainState:
             model.to(torch.bfloat16)
             masters = [q.detach().float().clone().requires_grad_() for q in model.parameters()]
         optimizer = torch.optim.AdamW(masters or list(model.parameters()), lr=opts.lr,
-                                      weight_decay=opts.weight_decay)
+                                      weight_decay=opts.weight_decay,
+                                      fused=device.type == "cuda" or None)  # CUDA: one kernel, no temporaries
         return cls(opts, group, device, model, optimizer, masters, meta, workload_size)
 
     @property
@@ -397,17 +410,19 @@ class TrainState:
     def resume(self, found, replay_decision) -> int:
         """The first step to train: 0, or the step of the checkpoint `found` (`_checkpoint_to_resume`), loaded
         at any world size (runtime/dcp_checkpoint.py reshards it), and `replay_decision(m)` called for every
-        micro-step m before it (the policy's cache and smoothing state; --accumulate A: A per step)."""
+        micro-step m before it on rank 0 (the policy's cache and smoothing state; --accumulate A: A per step):
+        only rank 0's policy decides (`decide_plan_on_rank0`), so the other ranks replay nothing."""
 
-        from runtime import dcp_checkpoint
+        from runtime import comm, dcp_checkpoint
 
         if found is None:
             return 0
         start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
                                     self.group)["step"]
         _copy_masters(self.masters, self.model)
-        for m in range(start * self.opts.accumulate):  # every micro-step of the steps trained
-            replay_decision(m)
+        if comm.rank(self.group) == 0:  # the one rank that decides (decide_plan_on_rank0); the others wait for it
+            for m in range(start * self.opts.accumulate):  # every micro-step of the steps trained
+                replay_decision(m)
         return start
 
     def save(self, step: int) -> None:
@@ -426,6 +441,7 @@ class TrainState:
         if self.masters is not None:
             for m, q in zip(self.masters, self.model.parameters()):
                 m.grad = q.grad.float() if q.grad is not None else torch.zeros_like(m)  # [0]-sized: wpe, lnf_b
+                q.grad = None  # each bf16 gradient freed once copied: never both precisions of every gradient
 
     def apply_optimizer(self) -> None:
         """AdamW on the weights (or the fp32 masters, copied back into the bf16 weights after); gradients zeroed."""
@@ -482,7 +498,8 @@ class StepLog:
         csv.writer(text).writerows([list(LOG_COLUMNS), *rows])
         write_text_atomic(path, text.getvalue())
         self.handle = open(path, "a", newline="")
-        self.writer = csv.DictWriter(self.handle, fieldnames=LOG_COLUMNS)
+        # a row's keys beyond the columns (eval_steps: for the end summary) stay out of the file
+        self.writer = csv.DictWriter(self.handle, fieldnames=LOG_COLUMNS, extrasaction="ignore")
 
     def write(self, row: dict) -> None:
         self.writer.writerow(row)

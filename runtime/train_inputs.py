@@ -119,35 +119,39 @@ class TokenDocuments:
         from paradyse_lab import text_data
 
         order = opts.data_order or "file"
+        flag = "--dataset" if dataset == opts.dataset else "--eval-dataset"
         if opts.tokenizer:
-            texts = text_data.read_texts(dataset, opts.text_column)
+            texts = text_data.read_texts(dataset, opts.text_column, flag)
             return cls(text_data.tokenize(texts, opts.tokenizer), order, opts.seed)
-        return cls.from_dataset(dataset, order, opts.seed)
+        return cls.from_dataset(dataset, order, opts.seed, flag)
 
     @classmethod
-    def from_dataset(cls, dataset: str, order: str = "file", seed: int = 0) -> TokenDocuments | None:
-        """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None."""
+    def from_dataset(cls, dataset: str, order: str = "file", seed: int = 0,
+                     flag: str = "--dataset") -> TokenDocuments | None:
+        """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None; `flag` is
+        the option that named it, for the messages."""
+        from paradyse_lab.text_data import utf8_lines
+
         if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
             return None
         path = Path(dataset[5:])
         docs = []
         try:
-            with open(path, encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise UserInputError(f"{path.name} line {i}: not JSON") from None
-                    ids = row.get("input_ids") if isinstance(row, dict) else row
-                    if not isinstance(ids, list) or not ids or not all(
-                            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-                        raise UserInputError(f"{path.name} line {i}: expected a non-empty list of token ids >= 0 "
-                                             "or {'input_ids': [...]}")
-                    docs.append(ids)
-        except (OSError, UnicodeDecodeError) as err:
-            raise UserInputError(f"token file {str(path)!r} cannot be read ({type(err).__name__})") from None
+            for i, line in utf8_lines(path, flag):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserInputError(f"{path.name} line {i}: not JSON") from None
+                ids = row.get("input_ids") if isinstance(row, dict) else row
+                if not isinstance(ids, list) or not ids or not all(
+                        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+                    raise UserInputError(f"{path.name} line {i}: expected a non-empty list of token ids >= 0 "
+                                         "or {'input_ids': [...]}")
+                docs.append(ids)
+        except OSError as err:
+            raise UserInputError(f"{flag} token file {str(path)!r} cannot be read ({err.strerror or err})") from None
         return cls(docs, order, seed)
 
     def rows(self, step: int, batch: int) -> list[list[int]]:

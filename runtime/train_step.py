@@ -2,8 +2,8 @@
 evaluation on the held-out dataset.
 
 Library module: runtime/train.py's loop makes one `TrainLoop` over the run's `TrainState` (model, masters,
-optimizer) and calls `optimizer_step(step)` per optimizer step and `evaluate(held_out, plan)` every
---eval-every steps. With --accumulate A, optimizer step i runs the micro-steps m = i*A .. i*A+A-1 of the
+optimizer) and calls `optimizer_step(step)` per optimizer step and `evaluate(held_out)` every --eval-every
+steps. With --accumulate A, optimizer step i runs the micro-steps m = i*A .. i*A+A-1 of the
 dataset (runtime/step_inputs.py), each planned by the policy on its own, their gradients summed with each mean
 loss weighed by its share of the step's next-token targets (runtime/optim_schedule.py `micro_weights`), so the
 step is what one batch of them all would give. The log row's loss is that weighted mean; its `seq_len` the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PEAK_OF = {True: "cuda_allocated", False: "process_rss"}
 """What `peak_bytes` measures (the log's `peak_of`): on CUDA the allocator's peak of this step
@@ -49,6 +49,10 @@ class TrainLoop:
     cut_reason: str = ""
     """What cuts a long document (`cap_reason`), named in the one warning a run gives about cut tokens."""
     warned: bool = False
+    eval_policy: object = None
+    """Plans the held-out steps (`_eval_decision`), made at the first evaluation."""
+    eval_decisions: dict = field(default_factory=dict)
+    """Held-out step -> the decision it runs (`_eval_decision`)."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -61,8 +65,8 @@ class TrainLoop:
         decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), run.group)
         ids, labels, cu_seqlens = self._on_device(data, m)
         with kernels_used() as ran:  # packed steps record their varlen kernel (runtime/varlen.py)
-            _, loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
-                            loss_tile=_loss_tile(decision, model, ids.numel()))
+            loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,  # the logits dropped at once
+                         loss_tile=_loss_tile(decision, model, ids.numel()))[1]
         value = float(loss.detach())
         if not math.isfinite(value):  # the loss is the global mean: every rank stops here
             _stop(self.bar, f"the loss is {value} at step {m // opts.accumulate + 1} (length {s}); stopped before "
@@ -82,7 +86,7 @@ class TrainLoop:
                       f"{self.cut_reason}; the log's cut_tokens column and the end summary count every step's "
                       "(warned once)", file=sys.stderr)
         return {"loss": value, "seq_len": s, "docs": data.documents(m), "tokens": data.tokens(m), "cut": cut,
-                "plan": decision.plan.short_text(), "last_plan": decision.plan, "solve_s": decision.solve_s,
+                "plan": decision.plan.short_text(), "solve_s": decision.solve_s,
                 "cached": decision.cached, "feasible": decision.feasible, "kernels": ran | ran_backward}
 
     def _on_device(self, data, m: int):
@@ -95,7 +99,7 @@ class TrainLoop:
         return ids, labels, cu_seqlens.to(run.device) if cu_seqlens is not None else None
 
     def optimizer_step(self, step: int) -> dict:
-        """Train optimizer step `step` (0-based); its log row (with `last_plan`: the last micro-step's Plan)."""
+        """Train optimizer step `step` (0-based); its log row."""
         import torch
 
         from runtime.optim_schedule import clip_to, global_grad_norm, micro_weights
@@ -128,20 +132,41 @@ class TrainLoop:
                 "plan": " | ".join(x["plan"] for x in parts),
                 "solve_s": sum(x["solve_s"] for x in parts), "cached": all(x["cached"] for x in parts),
                 "feasible": all(x["feasible"] for x in parts),
-                "attention_kernel": "+".join(sorted(set().union(*(x["kernels"] for x in parts)))),
-                "last_plan": parts[-1]["last_plan"]}
+                "attention_kernel": "+".join(sorted(set().union(*(x["kernels"] for x in parts))))}
 
-    def evaluate(self, held_out, plan) -> float:
-        """Mean next-token loss over the first --eval-batches steps of `held_out` (a `StepInputs`), each weighed
-        by its targets, under `plan` (the last training plan: evaluating never asks the policy, whose cache and
-        smoothing then stay those of training), without gradients."""
+    def evaluate(self, held_out) -> float:
+        """Mean next-token loss over the held-out steps of `held_out` (a `StepInputs.held_out`: its `eval_steps`
+        first steps, the same every time), each weighed by its targets, without gradients. Each step runs the
+        plan and head (whole logits or the tiled loss) the planner gives for it (`_eval_decision`)."""
         import torch
 
+        from runtime.train import _loss_tile
+
+        model = self.run.model
         total = count = 0.0
         with torch.no_grad():
-            for m in range(self.run.opts.eval_batches):
+            for m in range(held_out.eval_steps):
+                decision = self._eval_decision(held_out, m)
                 ids, labels, cu_seqlens = self._on_device(held_out, m)
-                _, loss = self.run.model(ids, plan, labels, cu_seqlens=cu_seqlens)
+                loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
+                             loss_tile=_loss_tile(decision, model, ids.numel()))[1]
                 n = held_out.targets(m)
                 total, count = total + float(loss) * n, count + n
         return total / count if count else float("nan")
+
+    def _eval_decision(self, held_out, m: int):
+        """The planner's decision for held-out step m, made once (rank 0 decides, every rank runs it) by
+        `eval_policy`: a fresh copy of the policy (`fresh_copy()`), so that evaluating leaves training's
+        cache and smoothing as they were and a resumed run plans its steps as an unbroken one."""
+        from runtime.train import decide_plan_on_rank0
+
+        if m not in self.eval_decisions:
+            if self.eval_policy is None:
+                if not hasattr(self.policy, "fresh_copy"):
+                    raise TypeError(f"evaluating needs a policy with fresh_copy() (simulator/policies.py), got "
+                                    f"{self.policy!r}")
+                self.eval_policy = self.policy.fresh_copy()
+            batch = self.run.opts.batch
+            self.eval_decisions[m] = decide_plan_on_rank0(
+                lambda: self.eval_policy.decide(held_out.planned(m), batch), self.run.group)
+        return self.eval_decisions[m]

@@ -32,7 +32,7 @@ from runtime.sublayer import (
     rope_qk_backward,
     weight_grad,
 )
-from runtime.zero3 import MLP, gather_weights, prepare_backward, scatter_grads
+from runtime.zero3 import MLP, TILED_MLP, gather_weights, prepare_backward, scatter_grads
 
 
 def seq_to_heads(a, ctx: Ctx):
@@ -106,4 +106,4 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
 
 
 ATTENTION = Impl("ulysses_z", forward, backward, prepare_backward)
-__all__ = ["ATTENTION", "MLP"]
+__all__ = ["ATTENTION", "MLP", "TILED_MLP"]

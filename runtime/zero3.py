@@ -11,12 +11,15 @@ gate and up, [b, t, 2f]) and output c [b, t, f].
 
 from __future__ import annotations
 
+import torch
+
 from runtime import comm
 from runtime.layout import pack_gathered, pack_shard, unpack_gathered, unpack_shard
 from runtime.reference import add_bias
 from runtime.sublayer import (
     Ctx,
     Impl,
+    TiledImpl,
     Weights,
     bias_grad,
     layer_norm,
@@ -66,4 +69,39 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     return dy + dx, grads
 
 
+def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
+    """The MLP `tile` positions of this rank at a time (runtime/tiled_mlp.py), the weights gathered once."""
+    w1, b1, w2 = gather_weights(w, ctx)
+    out = []
+    for xc in x.split(tile, dim=1):  # [b, c, h] chunks of this rank's positions
+        c = mlp_core(add_bias(layer_norm(xc, w, ctx) @ w1.t(), b1), ctx, ctx.p)  # [b, c, h] -> [b, c, n1] -> [b, c, f]
+        out.append(add_bias(xc + c @ w2, w.b2))  # [b, c, f] -> [b, c, h]
+    return torch.cat(out, dim=1)  # [b, t, h]
+
+
+def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
+    """Backward of `tiled_mlp_forward`: the weights gathered once more, each chunk's norm, first GEMM and
+    activation recomputed, the full gradients summed over the chunks and reduce-scattered once."""
+    w1, b1, w2 = gather_weights(w, ctx)
+    dx = torch.empty_like(x)
+    dw1, db1, dw2 = torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+    dln_w, dln_b = torch.zeros_like(w.ln_w), torch.zeros_like(w.ln_b)
+    start = 0
+    for xc, dyc in zip(x.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
+        u = layer_norm(xc, w, ctx)
+        a = add_bias(u @ w1.t(), b1)  # [b, c, h] -> [b, c, n1]
+        dw2 += weight_grad(mlp_core(a, ctx, ctx.p), dyc)  # [f, h]
+        da = mlp_core_backward(a, dyc @ w2.t(), ctx, ctx.p)  # [b, c, h] -> [b, c, n1]
+        dw1 += weight_grad(da, u)
+        db1 += bias_grad(da, b1)
+        dxc, lw, lb = layer_norm_backward(xc, w, ctx, da @ w1)  # [b, c, n1] -> [b, c, h]
+        dx[:, start:start + xc.shape[1]] = dyc + dxc
+        dln_w += lw
+        dln_b += lb
+        start += xc.shape[1]
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
+    return dx, {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
+
+
 MLP = Impl("zero3", mlp_forward, mlp_backward, prepare_backward)
+TILED_MLP = TiledImpl("zero3", tiled_mlp_forward, tiled_mlp_backward)

@@ -55,9 +55,9 @@ class Charger:
     """
 
     def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False,
-                 switch_memory: bool = False):
+                 switch_memory: bool = False, tiled: bool = False, offload: bool = False):
         self.graph, self.cost_model, self.budget_bytes = graph, cost_model, int(budget_bytes)
-        self.options = make_options(USABLE, recompute=recompute)
+        self.options = make_options(USABLE, recompute=recompute, tiled=tiled, offload=offload)
         self.switch_memory = switch_memory
         self.reserved: dict[str, int] = {}
         """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""

@@ -1,7 +1,8 @@
 """The planner of a run, built in one place: cluster -> memory budget -> cost model -> layer graph -> policy.
 
 `simulate` and `experiment` (simulator/experiments.py `run_one`), `train` (paradyse_lab/app/training.py),
-`validate-run` (simulator/replay.py) all call `build_planner`; none of them repeats the chain:
+`validate-run` (simulator/replay.py) all call `build_planner`, and the API's `plan_step` (paradyse_lab/app/api.py,
+a solver without a policy) its steps 2-4, `planning_model`; none of them repeats the chain:
 
 1. the policy string is read once (`PolicySpec.parse`: base policy, recomputation, granularity; the names of
    its strategy or solver checked);
@@ -48,7 +49,36 @@ class Planner:
         """The simulator's charger of this run: `truth` (default the planning model) on the same graph and
         budget, with the policy's recomputation options."""
         return Charger(self.graph, truth if truth is not None else self.cost_model, self.budget_bytes,
-                       recompute=self.spec.recompute, switch_memory=switch_memory)
+                       recompute=self.spec.recompute, switch_memory=switch_memory, tiled=self.spec.tiled,
+                       offload=self.spec.offload)
+
+
+@dataclass(frozen=True)
+class PlanningModel:
+    """The cost model a run plans with and its memory budget (steps 2-4 of the module docstring)."""
+
+    cost_model: CostModel
+    budget_bytes: int
+    """The run's memory budget per GPU."""
+
+    @property
+    def plan_budget_bytes(self) -> int:
+        """What a plan may use of the budget: `cost_model.budget_bytes(budget_bytes)` (a learned model of the
+        paper's kind caps it at the largest peak it saw while profiling)."""
+        return self.cost_model.budget_bytes(self.budget_bytes)
+
+
+def planning_model(model: ModelSpec, cluster: ClusterSpec, *, cost_model: str | CostModel = "analytic",
+                   p: int | None = None, profiles: str | Path | None = None,
+                   budget_bytes: int | None = None) -> PlanningModel:
+    """The cost model (a name, built at world size `p`, default the cluster's GPUs, and fitted on `profiles`
+    when it learns; or a built model) and the budget (`budget_bytes`, default the cluster's GPU memory less its
+    reserve) of `model` on `cluster`: what `build_planner` and the API's `plan_step` plan with."""
+    from paradyse_lab.costmodel.factory import build_cost_model
+
+    if isinstance(cost_model, str):
+        cost_model = build_cost_model(cost_model, model, cluster, p, profiles)
+    return PlanningModel(cost_model, cluster.plan_budget_bytes if budget_bytes is None else int(budget_bytes))
 
 
 def build_planner(policy: str, model: ModelSpec, cluster: ClusterSpec, *, cost_model: str | CostModel = "analytic",
@@ -59,13 +89,9 @@ def build_planner(policy: str, model: ModelSpec, cluster: ClusterSpec, *, cost_m
     """The planner of `policy` for `model` on `cluster` (module docstring). `cost_model`: a name, built here at
     world size `p` (default the cluster's GPUs) and fitted on `profiles` when it learns, or a built model;
     `recompute` and `granularity` (command-line flags) add to the policy's suffixes."""
-    from paradyse_lab.costmodel.factory import build_cost_model
-
     spec = PolicySpec.parse(policy, recompute, granularity)
-    if isinstance(cost_model, str):
-        cost_model = build_cost_model(cost_model, model, cluster, p, profiles)
-    budget = cluster.plan_budget_bytes if budget_bytes is None else int(budget_bytes)
+    planning = planning_model(model, cluster, cost_model=cost_model, p=p, profiles=profiles, budget_bytes=budget_bytes)
     graph = LayerGraph(model, spec.granularity)
-    chosen = build_policy(spec, graph, cost_model, cost_model.budget_bytes(budget), gamma=gamma,
+    chosen = build_policy(spec, graph, planning.cost_model, planning.plan_budget_bytes, gamma=gamma,
                           smoothing=smoothing, exclude=exclude, restart_s=restart_s)
-    return Planner(spec, graph, cost_model, budget, chosen)
+    return Planner(spec, graph, planning.cost_model, planning.budget_bytes, chosen)

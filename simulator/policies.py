@@ -7,7 +7,9 @@
   (batch, length) and its smoothing (keep the previous plan when, costed at the new length, it fits and is
   within gamma of the new best; the paper's Algorithm 1, step 5). Plans with its own cost model and options.
   `dynamic:SOLVER+recompute` also offers every strategy with recomputation, `dynamic:SOLVER+sublayer` decides
-  attention and MLP separately; the suffixes combine (`dynamic:dp+recompute+sublayer`).
+  attention and MLP separately, `+tiled` also offers every option with the tiled MLP and `+offload` with
+  activation offload (docs/tiled_mlp_and_offload.md); the suffixes combine (`dynamic:dp+recompute+sublayer`,
+  `dynamic:dp+recompute+tiled+offload+sublayer`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from paradyse_lab.search_problem import SearchProblem
 from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.strategies import options as make_options
 
-POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME", "dynamic:SOLVER[+recompute][+sublayer]")
+POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME",
+                "dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]")
 RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX = "+recompute", "+sublayer"
+TECHNIQUE_SUFFIXES = ("tiled", "offload")
+"""A dynamic policy's suffixes that offer the long-context options (paradyse_lab/strategies.py `options`)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,10 @@ class PolicySpec:
     """Whether the plans use (dynamic: may use) activation recomputation."""
     granularity: str
     """`block` or `sublayer`: what one decision covers."""
+    tiled: bool = False
+    """Whether a dynamic policy also offers every option with the tiled MLP (`+tiled`)."""
+    offload: bool = False
+    """Whether a dynamic policy also offers every option with activation offload (`+offload`)."""
 
     @classmethod
     def parse(cls, spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
@@ -56,11 +65,12 @@ class PolicySpec:
         if kind == "dynamic":
             words = arg.split("+")
             suffixes = set(words[1:])
-            unknown = suffixes - {RECOMPUTE_SUFFIX[1:], SUBLAYER_SUFFIX[1:]}
+            unknown = suffixes - {RECOMPUTE_SUFFIX[1:], SUBLAYER_SUFFIX[1:], *TECHNIQUE_SUFFIXES}
             if unknown or not words[0]:
                 raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
             return cls(f"dynamic:{words[0]}", recompute or "recompute" in suffixes,
-                       "sublayer" if "sublayer" in suffixes else granularity)
+                       "sublayer" if "sublayer" in suffixes else granularity, "tiled" in suffixes,
+                       "offload" in suffixes)
         if kind == "restart" and (recompute or granularity != "block"):
             raise UserInputError(f"policy {spec!r}: a restart policy runs one plain strategy on every layer; "
                                  "--recompute and --granularity sublayer apply to static:NAME and dynamic:SOLVER")
@@ -101,6 +111,7 @@ class PolicySpec:
         if not self.base.startswith("dynamic:"):
             return self.base
         return (self.base + (RECOMPUTE_SUFFIX if self.recompute else "")
+                + "".join(f"+{t}" for t in TECHNIQUE_SUFFIXES if getattr(self, t))
                 + (SUBLAYER_SUFFIX if self.granularity == "sublayer" else ""))
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0
@@ -166,6 +177,10 @@ class DynamicPolicy:
     """Whether to apply the smoothing step."""
     name: str = ""
     """Shown in results; default dynamic:SOLVER."""
+    tiled: bool = field(default=False, kw_only=True)
+    """Also consider each option with the tiled MLP."""
+    offload: bool = field(default=False, kw_only=True)
+    """Also consider each option with activation offload."""
     _cache: dict = field(default_factory=dict, repr=False)
     _previous: tuple | None = field(default=None, repr=False)
 
@@ -184,7 +199,7 @@ class DynamicPolicy:
         """The search the policy solves at this length, or for this packed step, with the head option `head`."""
         from simulator.shared import problem
 
-        opts = make_options(self.strategies, recompute=self.recompute)
+        opts = make_options(self.strategies, recompute=self.recompute, tiled=self.tiled, offload=self.offload)
         return problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)
 
     def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
@@ -222,6 +237,11 @@ class DynamicPolicy:
         return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
                         head=head)
 
+    def fresh_copy(self) -> DynamicPolicy:
+        """This policy with nothing remembered (an empty cache, no previous plan to smooth against): what plans
+        a run's held-out evaluation steps without changing the plans of its training steps."""
+        return replace(self, _cache={}, _previous=None)
+
     def _plan(self, solution) -> Plan:
         """The solver's answer (option names of the search problem) as the plan the runtime runs."""
         return Plan.from_names(solution.plan, self.graph.granularity)
@@ -254,6 +274,10 @@ class StaticPolicy:
     def option(self) -> StrategyOption:
         return StrategyOption(self.strategy, self.recompute)
 
+    def fresh_copy(self) -> StaticPolicy:
+        """As `DynamicPolicy.fresh_copy` (a static policy remembers nothing)."""
+        return replace(self)
+
     def decide(self, seq_len: int, batch: int) -> StepPlan:
         plan = Plan((self.option,) * self.graph.num_decisions, self.graph.granularity)
         return StepPlan(plan, float("nan"), True, 0.0)
@@ -279,4 +303,4 @@ def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: 
             raise unknown_name("excluded strategy", name, USABLE)
     strategies = tuple(s for s in USABLE if s not in exclude)
     return DynamicPolicy(spec.arg, cost_model, graph, budget_bytes, strategies, spec.recompute, gamma, smoothing,
-                         name=spec.name)
+                         name=spec.name, tiled=spec.tiled, offload=spec.offload)

@@ -296,3 +296,16 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
     assert not converted, f"runtime/train.py turns the plan back into a sequence at lines {converted}"
     checks = [n for n in ast.walk(train) if isinstance(n, ast.FunctionDef) and n.name == "decide_plan_on_rank0"]
     assert checks and "isinstance" in ast.unparse(checks[0]) and "Plan" in ast.unparse(checks[0])
+
+
+def test_no_two_classes_share_a_name():
+    """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/plan.py);
+    the API's report of a planned step is `PlanReport` and the GPU session's list of measurements
+    `MeasurementPlan` (three classes were named `Plan`)."""
+    where: dict[str, list[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: files for name, files in where.items() if len(files) > 1} == {}

@@ -2,7 +2,7 @@
 load it, export it.
 
     import paradyse_lab as pl
-    plan = pl.plan_step("llama-tiny", p=2, seq_len=64, solver="dp")      # -> Plan: strategies, time, memory
+    plan = pl.plan_step("llama-tiny", p=2, seq_len=64, solver="dp")      # -> PlanReport: strategies, time, memory
     model = pl.build_model("llama-tiny", group)                          # ParallelGPT in the caller's group
     loss = pl.train_step(model, plan, tokens, optimizer)                 # forward + backward + optimizer step
     pl.save("ck", step, model, optimizer); pl.load("ck", model, optimizer)
@@ -25,8 +25,10 @@ from paradyse_lab.errors import UserInputError
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A solver's plan for one training step, with the cost model's prediction."""
+class PlanReport:
+    """What `plan_step` reports: a solver's plan for one training step (its option names) with the cost model's
+    prediction of its time and memory. Not `paradyse_lab.plan.Plan`, the plan a policy hands the runtime (options
+    and granularity): `strategies` here are the names `forward_backward` and `train_step` take."""
 
     strategies: tuple[str, ...]
     """One option (`NAME` or `NAME+recompute`) per decision: per layer, or per sub-layer (attention, MLP)."""
@@ -61,33 +63,39 @@ def _model_spec(model):
 def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
-              strategies: Sequence[str] | None = None, budget_gb: float | None = None) -> Plan:
+              strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
+              offload: bool = False) -> PlanReport:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
     of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
-    options (default every usable one), `recompute` adds each with recomputation; `granularity` 'block' or
+    options (default every usable one), `recompute` adds each with recomputation, `tiled` each with the tiled MLP,
+    `offload` each with activation offload (docs/tiled_mlp_and_offload.md); `granularity` 'block' or
     'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
-    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`."""
+    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
+    every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
+    it profiled)."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.strategies import USABLE, layout_unit, options
+    from simulator.planner import planning_model
     from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
     spec = _model_spec(model)
-    cm = build_cost_model(cost_model, spec, get_cluster(cluster or DEFAULT_CLUSTER), p)
+    planning = planning_model(spec, get_cluster(cluster or DEFAULT_CLUSTER), cost_model=cost_model, p=p,
+                              budget_bytes=_budget_bytes(budget_gib, budget_gb))  # the planner's budget and cap
+    cm = planning.cost_model
     if documents is not None:
         step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
         cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
-                                      budget_bytes=_budget_bytes(budget_gib, budget_gb),
-                                      options=options(tuple(strategies or USABLE), recompute))
+                                      budget_bytes=planning.plan_budget_bytes,
+                                      options=options(tuple(strategies or USABLE), recompute, tiled, offload))
     solution = get_solver(solver).solve(problem)
-    return Plan(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
+    return PlanReport(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
                 memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
                 status=solution.status, p=p, seq_len=int(seq_len),
                 documents=tuple(documents) if documents is not None else None)
@@ -112,8 +120,11 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
     rows = range(len(idx))
     kept = int(sum(int(problem.kept_bytes[r, i]) for r, i in zip(rows, idx)))
     transient = max(problem.fixed_transient_bytes, max(int(problem.transient_bytes[r, i]) for r, i in zip(rows, idx)))
-    return {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
-            "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    out = {"fixed": problem.fixed_bytes, "kept_activations": kept, "transient": transient,
+           "peak": problem.peak_bytes(plan), "budget": problem.budget_bytes}
+    if problem.host_bytes is not None:  # activations offloaded to host memory, per GPU
+        out["host_offloaded"] = int(sum(int(problem.host_bytes[r, i]) for r, i in zip(rows, idx)))
+    return out
 
 
 def build_model(source, group=None, *, seed: int = 0):
@@ -132,11 +143,11 @@ def build_model(source, group=None, *, seed: int = 0):
 
 
 def _plan_names(plan) -> list[str]:
-    return list(plan.strategies if isinstance(plan, Plan) else plan)
+    return list(plan.strategies if isinstance(plan, PlanReport) else plan)
 
 
 def forward_backward(model, plan, tokens, labels=None):
-    """Forward and backward of one step under `plan` (a Plan or a list of option names): `tokens` [b, s] is the
+    """Forward and backward of one step under `plan` (a PlanReport or a list of option names): `tokens` [b, s] is the
     whole step, the same on every rank (each keeps its zig-zag share); `labels` [b, s] default the next tokens.
     Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
     import torch
@@ -147,7 +158,7 @@ def forward_backward(model, plan, tokens, labels=None):
         labels = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -100)], dim=1)  # [b, s]: next tokens
     device = next(model.parameters()).device
     ids, targets = (shard_sequence(x, 1, model.group).to(device) for x in (tokens, labels))  # [b, s] -> [b, s/p]
-    _, loss = model(ids, _plan_names(plan), targets)
+    loss = model(ids, _plan_names(plan), targets)[1]
     loss.backward()
     return loss.detach()
 

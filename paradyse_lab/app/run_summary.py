@@ -9,8 +9,8 @@ All of it is printed by rank 0 only, with or without the progress bar (`--no-pro
   memory; `paradyse-lab calibrate` measures this one.
 - `summary_lines(log, ...)`: tokens trained and cut, tokens per second (tokens over the steps' summed time),
   mean step time, the peak memory (named for what it measures: CUDA's allocated peak, or on CPU the process's
-  peak resident set), the plan mix (each plan's share of the steps), the last evaluation loss, and the cluster
-  and cost model that planned.
+  peak resident set), the plan mix (each plan's share of the steps), the last evaluation loss and how many
+  held-out steps it averages, and the cluster and cost model that planned.
 """
 
 from __future__ import annotations
@@ -68,8 +68,18 @@ def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
              f"{seconds / len(log):.3f} s, {peak_of} {peak / 2**20:,.0f} MiB (rank 0)",
              "  plans: " + "; ".join(f"{plan} {n / len(log):.0%}" for plan, n in mix.most_common(4))
              + (f"; {len(mix) - 4} more" if len(mix) > 4 else "")]
-    evals = [r["eval_loss"] for r in log if r.get("eval_loss") is not None]
+    evals = [r for r in log if r.get("eval_loss") is not None]
     if evals:
-        lines.append(f"  eval loss {evals[-1]:.4f} (first {evals[0]:.4f})")
+        lines.append(_eval_line(evals, opts))
     lines.append(f"  planned by the {opts.cost_model} cost model on cluster {cluster_name}")
     return lines
+
+
+def _eval_line(evals: list[dict], opts) -> str:
+    """The summary's evaluation line: the last and first held-out loss, over how many held-out steps (fewer than
+    --eval-batches when the held-out data has no more, runtime/step_inputs.py `StepInputs.held_out`)."""
+    steps = evals[-1].get("eval_steps", opts.eval_batches)
+    fewer = f", of the {opts.eval_batches} --eval-batches asked: the held-out data has no more" if (
+        steps < opts.eval_batches) else ""
+    return (f"  eval loss {evals[-1]['eval_loss']:.4f} (first {evals[0]['eval_loss']:.4f}), each over {steps} "
+            f"held-out step{'s' if steps != 1 else ''}{fewer}")

@@ -66,8 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _escape_what_cannot_be_printed() -> None:
+    """Let stdout and stderr write what their encoding cannot hold as backslash escapes: a non-ASCII path or
+    name in a result or a message, on a terminal or pipe set to ASCII (LANG=C, PYTHONIOENCODING=ascii), then
+    prints as `\\xe9` instead of ending the command in a UnicodeEncodeError after its work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    _escape_what_cannot_be_printed()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.options import number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: gpt2-cpu on "
                         "CPU, gpt2 on GPUs)")
     parser.add_argument("--max-len", type=int, default=0, help="longest profiled length (default 1024)")
-    parser.add_argument("--budget-s", type=float, default=0.0, help="time budget in seconds (default 360 CPU, 540 GPU)")
+    parser.add_argument("--budget-s", type=number, default=0.0,
+                        help="time budget in seconds (default 360 CPU, 540 GPU)")
     parser.add_argument("--lengths", type=int, default=9, help="profile lengths, max-len/16 .. max-len (default 9)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per point, median (default 3; "
                         "collectives at least 5)")

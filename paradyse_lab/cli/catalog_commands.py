@@ -75,4 +75,6 @@ def run_strategies(args) -> int:
                      "; ".join(rules), s.attention])
     print_table(["strategy", "paper", "usable", "needs", "attention"], rows)
     print("\nEvery usable strategy also runs as NAME+recompute (activation recomputation of the layer).")
+    print("NAME+tiled runs its MLPs over chunks of the sequence (the tiled MLP), NAME+offload keeps what a layer keeps "
+          "in host memory; the flags combine (NAME+recompute+tiled+offload; docs/tiled_mlp_and_offload.md).")
     return 0

@@ -33,10 +33,12 @@ def parse_int(field: str, text: str) -> int:
     """A positive integer (at most MAX_COUNT) from the command line, accepting 64K / 1M / 1_000 / 1e3 forms.
 
     Read exactly (decimal arithmetic, never through float: 2**53 + 1 stays itself), its range checked before
-    any use, and refused with the text as typed."""
+    any use, and refused with the text as typed; digits of other scripts are refused."""
     from decimal import Decimal, InvalidOperation
 
     raw = text.strip().replace("_", "")
+    if not raw.isascii():  # Decimal reads other scripts' digits ('٤٠٩٦') as numbers: refused, not guessed
+        raise UserInputError(f"{field} must be a positive integer in ASCII digits (e.g. 4096 or 4K), got {text!r}")
     scale = 1
     if raw[-1:].upper() in ("K", "M"):
         scale = 1024 if raw[-1].upper() == "K" else 1024 * 1024
@@ -52,13 +54,28 @@ def parse_int(field: str, text: str) -> int:
     return int(value)
 
 
-def parse_options(text: str | None, recompute: bool) -> list[StrategyOption]:
-    """Comma-separated strategy (or NAME+recompute) names; default: the usable ones."""
+def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False
+                  ) -> list[StrategyOption]:
+    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies. Each
+    flag given adds every option so far with it (`--recompute`, `--tiled-mlp`, `--offload`)."""
     names = [n.strip() for n in text.split(",") if n.strip()] if text else list(USABLE)
     opts = [StrategyOption.parse(n) for n in names]
-    if recompute:
-        opts += [StrategyOption(o.strategy, True) for o in opts if not o.recompute]
-    return opts
+    for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("offload", offload)):
+        if wanted:
+            opts += [replace(o, **{flag: True}) for o in opts if not getattr(o, flag)]
+    return list(dict.fromkeys(opts))
+
+
+def add_technique_arguments(p) -> None:
+    """`--tiled-mlp` and `--offload`: the long-context options beside `--recompute` (docs/tiled_mlp_and_offload.md)."""
+    p.add_argument("--tiled-mlp", action="store_true",
+                   help="also offer each option with the tiled MLP (NAME+tiled: the MLP over chunks of about "
+                   "hidden positions, keeping only its input and recomputing each chunk in the backward; ALST's "
+                   "TiledMLP)")
+    p.add_argument("--offload", action="store_true",
+                   help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
+                   "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "
+                   "host_memory_gib)")
 
 
 def add_step_arguments(p):
@@ -106,6 +123,7 @@ def register(sub) -> None:
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also show each strategy with recomputation")
+    add_technique_arguments(p)
     p.add_argument("--cost-model", default="analytic",
                    help="analytic (default; calibrated when the --cluster file carries a calibration), paper "
                    "(the ParaDySe authors' measured A100 times; bert, llama, gpt, paper-7b on a100-80gb-x8 only), "
@@ -150,7 +168,8 @@ def run(args) -> int:
     cluster = cluster_of(args)
     cm, seq, batch, what = step_of(args, build_cost_model(args.cost_model, model, cluster,
                                                           profiles=args.profiles or None))
-    costs, refused = _split_costs(cm, parse_options(args.strategies, args.recompute), seq, batch)
+    costs, refused = _split_costs(cm, parse_options(args.strategies, args.recompute, args.tiled_mlp, args.offload),
+                                  seq, batch)
     heads = head_costs(cm, seq, batch)
     if args.format == "json":
         packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
@@ -162,7 +181,7 @@ def run(args) -> int:
                     "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
                     "transient_bytes": c.transient_bytes, "model_state_bytes": c.model_state_bytes,
                     "peak_bytes": c.peak_bytes, "fits": c.fits, "comm_bytes_per_layer": c.comm_bytes_per_layer,
-                    "total_time_s": c.total_time_s,
+                    "total_time_s": c.total_time_s, "host_bytes_per_layer": c.host_bytes_per_layer,
                 } for c in costs
             },
             "cannot_split": refused,
@@ -178,8 +197,12 @@ def run(args) -> int:
              ", ".join(f"{op} {format_bytes(n)}" for op, n in c.comm_bytes_per_layer.items()) or "-"]
             for c in costs]
     rows += [[name, "-", "-", "-", "-", "-", "cannot split", "-"] for name in refused]
-    print_table(["strategy", "time/layer", "kept/layer", "transient", "model states", "peak", "fits",
-                 "sent per layer"], rows)
+    header = ["strategy", "time/layer", "kept/layer", "transient", "model states", "peak", "fits", "sent per layer"]
+    if any(c.host_bytes_per_layer for c in costs):  # offload: what each layer moves to host memory
+        hosts = {c.option: format_bytes(c.host_bytes_per_layer) for c in costs}
+        rows = [row[:3] + [hosts.get(row[0], "-")] + row[3:] for row in rows]
+        header = header[:3] + ["host/layer"] + header[3:]
+    print_table(header, rows)
     for why in refused.values():
         print(f"cannot split: {why}")
     if heads:

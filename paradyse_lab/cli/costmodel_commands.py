@@ -19,6 +19,7 @@ from pathlib import Path
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.options import number
 
 DEFAULT_SIM = ("gpt", "grch38", 200)
 """Regret is simulated on the paper's Table 5 setting: GPT on GRCh38."""
@@ -65,9 +66,9 @@ def register(sub) -> None:
     p.add_argument("--models", default="bert,llama,gpt,llama3-8b", help="comma-separated models")
     p.add_argument("--p", type=int, default=None, help="GPUs (default: the cluster's)")
     p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    p.add_argument("--time-noise", type=float, default=0.02, help="sigma of log time noise (default 0.02)")
-    p.add_argument("--mem-noise", type=float, default=0.005, help="sigma of log memory noise (default 0.005)")
-    p.add_argument("--ratio", type=float, default=1.02,
+    p.add_argument("--time-noise", type=number, default=0.02, help="sigma of log time noise (default 0.02)")
+    p.add_argument("--mem-noise", type=number, default=0.005, help="sigma of log memory noise (default 0.005)")
+    p.add_argument("--ratio", type=number, default=1.02,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.02)")
     p.add_argument("--max-len", type=int, default=1 << 20, help="longest length profiled (default 1048576)")
     add_reserve_argument(p)
@@ -93,7 +94,7 @@ def register(sub) -> None:
         "time from the authors' quadratic fits, memory from the analytic model (modelled). Rows say "
         "source=paper and name the fits' repository, file and commit (paradyse_lab/costmodel/paper_profile.py).")
     p.add_argument("--out", required=True, help="CSV to write")
-    p.add_argument("--ratio", type=float, default=1.05,
+    p.add_argument("--ratio", type=number, default=1.05,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.05)")
     p.add_argument("--max-len", type=int, default=1 << 20, help="longest length (default 1048576)")
     add_reserve_argument(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from paradyse_lab.options import number
 from paradyse_lab.units import GIB, gib_to_bytes
 
 FORMATS = ("table", "json")
@@ -42,7 +43,7 @@ def add_sampling_argument(parser) -> None:
 def add_reserve_argument(parser) -> None:
     """Add `--reserve-gib` (also spelled `--reserve-gb`, always GiB): memory kept back from each GPU for the CUDA
     context, NCCL buffers and the allocator."""
-    parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=float, default=None,
+    parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=number, default=None,
                         help="memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator, "
                         "in GiB (default: the cluster's reserve_gib, docs/hardware.md section 5)")
 
@@ -81,15 +82,13 @@ def budget_bytes(args) -> int | None:
 
 
 def reserve_bytes(args, default: int | None = None) -> int | None:
-    """`--reserve-gb` in bytes (`default` when not given: None means the cluster's reserve), or a one-line
-    error when it is negative."""
-    from paradyse_lab.errors import UserInputError
+    """`--reserve-gib` in bytes (`default` when not given: None means the cluster's reserve), or a one-line
+    error when it is negative, not a number or beyond 1e9 GiB (shown as typed)."""
+    from paradyse_lab.errors import require_number
 
     if args.reserve_gb is None:
         return default
-    if not args.reserve_gb >= 0:
-        raise UserInputError(f"--reserve-gb must be >= 0, got {args.reserve_gb}")
-    return gib_to_bytes(args.reserve_gb)
+    return gib_to_bytes(require_number("--reserve-gib", args.reserve_gb, 0.0, 1e9))
 
 
 def cost_model_help(what: str = "cost model the policy plans with") -> str:

@@ -68,6 +68,9 @@ def parse_options(args):
         if opt.strategy not in STRATEGY_MODULES:
             raise UserInputError(f"strategy {opt.strategy!r} has no runtime implementation; "
                                  f"valid: {', '.join(STRATEGY_MODULES)}")
+        if opt.tiled or opt.offload:  # a profile row records the strategy and recomputation only
+            raise UserInputError(f"--strategies: {name!r}: a profile row is NAME or NAME+recompute (+tiled and "
+                                 "+offload are not profile columns)")
     for name, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1), ("--batch", args.batch, 1),
                              ("--layers", args.layers, 0), ("--p", args.p, 0), ("--rank", args.rank, 0)):
         if value < low:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
 EXPERIMENTS = ("fig2", "table5", "packing", "groups")
 FORMATS = ("table", "json")
@@ -71,10 +71,9 @@ class SimulationOptions:
         size = require_positive_int("--size", self.size if self.size is not None else EXPERIMENT_SIZE)
         if not 0 <= self.gamma < 1:
             raise UserInputError(f"--gamma must be in [0, 1), got {self.gamma}")
-        if self.reserve_gb < 0:
-            raise UserInputError(f"--reserve-gb must be >= 0, got {self.reserve_gb}")
+        reserve_gib = require_number("--reserve-gb", self.reserve_gb, 0.0, 1e9)  # beyond: no int of bytes
         return Setup(cluster=self.cluster, gpus=self.gpus, size=size, seed=self.seed, sampling=self.sampling,
-                     reserve_bytes=gib_to_bytes(self.reserve_gb),
+                     reserve_bytes=gib_to_bytes(reserve_gib),
                      gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model,
                      switch_memory=self.switch_memory, recompute=self.recompute, granularity=self.granularity,
                      **(packing.setup_fields() if packing is not None else {}))
@@ -159,7 +158,7 @@ class SimulateOptions:
     dataset: str
     """github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH."""
     policy: str
-    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+sublayer]."""
+    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]."""
     smoothing: bool = True
     """The paper's 5% smoothing (--no-smoothing: off)."""
     exclude: str = ""

@@ -2,6 +2,7 @@
 
 Examples:
   paradyse-lab plan --model gpt --seq 256K --solver dp --recompute
+  paradyse-lab plan --max-length --model llama3-8b --cluster h100-80gb-x8 --recompute --tiled-mlp --offload
   paradyse-lab plan --model gpt --documents 128K,64K,32K,32K --solver ilp   (one packed step)
   paradyse-lab solve --problem problem.json --solver ilp --format json
   paradyse-lab compare-solvers --model gpt --seqs 64K,128K,256K --recompute --granularity sublayer
@@ -11,7 +12,13 @@ from __future__ import annotations
 
 import sys
 
-from paradyse_lab.cli.cost_command import add_step_arguments, parse_int, parse_options, step_of
+from paradyse_lab.cli.cost_command import (
+    add_step_arguments,
+    add_technique_arguments,
+    parse_int,
+    parse_options,
+    step_of,
+)
 from paradyse_lab.cli.output import (
     add_budget_arguments,
     add_cluster_arguments,
@@ -42,6 +49,7 @@ def _add_problem_arguments(p) -> None:
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
+    add_technique_arguments(p)
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
     add_budget_arguments(p)
@@ -56,7 +64,8 @@ def register(sub) -> None:
     _add_problem_arguments(p)
     add_step_arguments(p).add_argument(
         "--max-length", action="store_true",
-        help="instead of one length: the longest that fits (with --recompute, --granularity, --head), its plan, "
+        help="instead of one length: the longest that fits (with --recompute, --tiled-mlp, --offload, "
+        "--granularity, --head), its plan, "
         "predicted step time and memory (json: max_length, step_time_s, memory)")
     p.add_argument("--head", choices=("auto",) + HEAD_OPTIONS, default="auto",
                    help="head and loss: whole logits, the tiled loss, or auto (default: the fastest plan that fits)")
@@ -100,7 +109,9 @@ def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tupl
         batch = parse_int("--batch", args.batch)
         what = f"seq {seq_len}"
     problem = problem_from_cost_model(LayerGraph(model, args.granularity), cm, seq_len, batch, budget_bytes=budget,
-                                      options=parse_options(args.strategies, args.recompute))
+                                      options=parse_options(args.strategies, args.recompute,
+                                                            getattr(args, "tiled_mlp", False),
+                                                            getattr(args, "offload", False)))
     return problem, what
 
 
@@ -175,7 +186,8 @@ def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
     if args.format == "json":
         print_json({"max_length": found.seq_len, "step_time_s": sol.predicted_time_s, "memory": memory,
                     "head": found.head, "plan": list(sol.plan), "solver": sol.solver, "model": args.model,
-                    "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute})
+                    "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute,
+                    "tiled_mlp": args.tiled_mlp, "offload": args.offload})
         return 0
     print(f"{args.model} on {args.cluster}: the longest length that fits is {found.seq_len} tokens "
           f"({found.seq_len / 2**20:.3g}M); head: {found.head}; predicted step time "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.options import number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
                         "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
                         "else 1)")
-    parser.add_argument("--budget-gb", dest="budget_gb_deprecated", type=float, default=None,
+    parser.add_argument("--budget-gb", dest="budget_gb_deprecated", type=number, default=None,
                         help="deprecated: the budget in GB (10^9 bytes); use --budget-gib")
 
 

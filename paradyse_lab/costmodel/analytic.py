@@ -2,7 +2,8 @@
 
 compute = FLOPs / (peak x efficiency(shape)) + element-wise bytes / HBM bandwidth; communication =
 alpha-beta per collective (formulas.py); ring point-to-point overlapped with the compute it hides
-(formulas.ring_overlap_s); memory from the tensors each strategy keeps (schedules.py).
+(formulas.ring_overlap_s); memory from the tensors each strategy keeps (schedules.py); activation offload's
+copies over the host link overlapped with each phase's compute (techniques.py).
 
 When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by costmodel/calibration.py), each
 calibrated strategy's time is re-weighted from these parts (`StrategyCalibration.time_s`) and the model
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.head_loss import whole_head_bytes
 from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.costmodel.techniques import forward_share, offload_exposed_s
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.layer_graph import SUBLAYER_KINDS
@@ -48,10 +51,17 @@ class AnalyticCostModel:
         require_positive_int("seq_len", seq_len)
         require_positive_int("batch", batch)
         get_strategy(option.strategy).check(self.model, self.p, seq_len, kind)
+        if option.offload and not (self.cluster.host_link_bytes_per_s and self.cluster.host_memory_bytes):
+            raise UserInputError(f"{option.name}: cluster {self.cluster.name} gives no host_link_gbps and "
+                                 "host_memory_gib to offload activations to")
 
     def feasible(self, option: StrategyOption, seq_len: int, kind: str | None = None) -> bool:
         """Whether the shapes split for this option (no error raised; `kind`: one sub-layer, None: both)."""
-        return get_strategy(option.strategy).violation(self.model, self.p, seq_len, kind) is None
+        try:
+            self.check(option, seq_len, 1, kind)
+        except UserInputError:
+            return False
+        return True
 
     def counted_s(self, key: str, tokens: int) -> float | None:
         """Seconds of the launches and memory-bound bytes counted under `key` (module docstring) at `tokens`
@@ -103,10 +113,13 @@ class AnalyticCostModel:
             exposed_s = time_s - compute_s
             time_s = calibration.time_s(compute_s, exposed_s, self.model.hidden)
             compute_s *= calibration.compute_scale
+        if sch.host_bytes:  # offload: each way over the host link, overlapped with its phase
+            share = forward_share(option.recompute or (option.tiled and kind == "mlp"))
+            time_s += offload_exposed_s(time_s, sch.host_bytes / c.host_link_bytes_per_s, share)
         cost = SubLayerCost(
             time_s=time_s, compute_s=compute_s, exposed_comm_s=time_s - compute_s,
             kept_bytes=sch.kept_bytes, transient_bytes=sch.transient_bytes, model_state_bytes=states,
-            collectives=sch.collectives,
+            collectives=sch.collectives, host_bytes=sch.host_bytes,
         )
         self._cache[key] = cost
         return cost
@@ -130,7 +143,7 @@ class AnalyticCostModel:
         return FixedCost(
             time_s=time_s,
             model_state_bytes=F.model_state_bytes_per_param(m) * params,
-            kept_bytes=3 * t * h * e + t * v * 4,  # embedding out, final norm in/out, fp32 logits
-            transient_bytes=t * v * (4 + e),  # fp32 logits gradient and the 16-bit logits
+            kept_bytes=whole_head_bytes(m, t)[0],  # embedding out, final norm in/out, logits, log-sum-exp
+            transient_bytes=whole_head_bytes(m, t)[1],  # the logits' gradient, one fp32 chunk
             optimizer_s=optimizer_s,
         )

@@ -31,6 +31,25 @@ HEAD_OPTIONS = ("whole", "tiled")
 """How the head and loss run: whole logits, or the tiled loss."""
 LOSS_TILE_BYTES = 2**30
 """Bytes of one tile's logits, fp32 and model dtype together (module docstring)."""
+CE_CHUNK_BYTES = 2**28
+"""Bytes of the fp32 [rows, V] buffer the cross-entropy works through at a time (runtime/tiled_loss.py
+`chunked_cross_entropy`): the logits' softmax never exists in fp32 for all tokens at once."""
+
+
+def ce_chunk_rows(vocab_size: int, rows: int) -> int:
+    """Rows per chunk of the chunked cross-entropy: as many as keep one fp32 [rows, V] within CE_CHUNK_BYTES, at
+    least 1 and at most `rows`."""
+    return max(1, min(rows, CE_CHUNK_BYTES // (4 * vocab_size)))
+
+
+def whole_head_bytes(model, tokens: int) -> tuple[int, int]:
+    """(kept, transient) bytes of the embedding, final norm, whole head and chunked cross-entropy on `tokens`
+    tokens of one rank (runtime/tiled_loss.py `whole_head_loss`): kept the embedding output and the final norm's
+    input and output [t, h], the logits [t, V] in the model dtype and the fp32 log-sum-exp [t]; transient the
+    logits' gradient [t, V] in the model dtype and one fp32 chunk [rows, V] (`ce_chunk_rows`)."""
+    e, h, v = model.dtype_bytes, model.hidden, model.vocab_size
+    kept = 3 * tokens * h * e + tokens * v * e + tokens * 4
+    return kept, tokens * v * e + ce_chunk_rows(v, tokens) * v * 4
 
 
 def loss_tile_tokens(vocab_size: int, dtype_bytes: int, tokens: int) -> int:
@@ -45,14 +64,16 @@ def tiled_loss_kept_bytes(model, tokens: int) -> int:
     return tokens * model.hidden * model.dtype_bytes
 
 
-def tiled_head_bytes(model, tokens: int) -> tuple[int, int]:
-    """(kept, transient) bytes of the embedding, head and tiled loss on `tokens` tokens of one rank: the embedding
-    output and `tiled_loss_kept_bytes`; one tile's logits and the fp32 head-gradient accumulator (module
-    docstring)."""
+def tiled_head_bytes(model, tokens: int, tile: int = 0) -> tuple[int, int]:
+    """(kept, transient) bytes of the embedding, head and tiled loss on `tokens` tokens of one rank, `tile` tokens
+    a tile (0: `loss_tile_tokens`): the embedding output and `tiled_loss_kept_bytes`; one tile's logits and their
+    gradient in the model dtype, its fp32 log-sum-exp, one fp32 chunk of the cross-entropy and the fp32
+    head-gradient accumulator."""
     e, h, v = model.dtype_bytes, model.hidden, model.vocab_size
-    tile = loss_tile_tokens(v, e, tokens)
+    tile = tile or loss_tile_tokens(v, e, tokens)
     accumulator = v * h * 4 if e != 4 else 0
-    return tokens * h * e + tiled_loss_kept_bytes(model, tokens), tile * v * (4 + e) + accumulator
+    working = 2 * tile * v * e + tile * 4 + ce_chunk_rows(v, tile) * v * 4
+    return tokens * h * e + tiled_loss_kept_bytes(model, tokens), working + accumulator
 
 
 class HeadLossCostModel:

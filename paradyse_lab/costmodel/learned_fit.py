@@ -260,6 +260,9 @@ class LearnedCostModel:
     def check(self, option: StrategyOption, seq_len: int, batch: int = 1) -> None:
         """Raise `UserInputError` when the option cannot run these shapes or the profile has no rows of it."""
         self.analytic.check(option, seq_len, batch)
+        if option.tiled or option.offload:
+            raise UserInputError(f"{option.name}: a profile holds no rows of the tiled MLP or offload (a learned "
+                                 "model prices profiled options only; the analytic model prices these)")
         group = self.config[:5] + (option.strategy, option.recompute, batch)
         if group not in self.fitted.groups:
             raise UserInputError(f"{option.name}: not profiled for model {self.model.name} at p={self.p}, "

@@ -8,8 +8,10 @@ and listed in `dropped` with the reason, so solvers never see an unusable option
 option may run some decisions and not others (megatron_ts runs an MLP whatever kv_heads is, but not an
 attention whose K/V heads do not split): it stays, is listed in `dropped` too (no uniform plan of it runs),
 and each decision it cannot run charges it more than the budget in kept bytes (so no feasible plan picks it)
-and a time above every other option's. A switch between two
-strategies is charged `layout_switch_s` at every boundary where their catalog layouts differ.
+and a time above every other option's. The same holds where an option's flags change nothing (`+tiled` on an
+attention decision: `StrategyOption.runs`) and, for `+offload`, where a decision would move more than its even
+share of the host memory (`host_limited`). A switch between two strategies is charged `layout_switch_s` at
+every boundary where their catalog layouts differ.
 
 Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the problem this module builds.
 """
@@ -75,7 +77,7 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     decision_kinds = [{node["kind"] for node in nodes if node["decision"] == d} for d in range(L)]
 
     def runs(o, d: int) -> bool:
-        return all((kind, o.name) in kinds for kind in decision_kinds[d])
+        return o.runs(decision_kinds[d]) and all((kind, o.name) in kinds for kind in decision_kinds[d])
 
     usable = [o for o in opts if any(runs(o, d) for d in range(L))]
     dropped = {o.name: "; ".join(why[k, o.name] for k in ("attention", "mlp") if (k, o.name) in why)
@@ -85,6 +87,7 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
         raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
     O = len(usable)
     time_s, kept, transient = np.zeros((L, O)), np.zeros((L, O), np.int64), np.zeros((L, O), np.int64)
+    host = np.zeros((L, O), np.int64)
     fixed_states = 0
     for node in nodes:
         d, kind = node["decision"], node["kind"]
@@ -95,8 +98,10 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
             time_s[d, j] += c.time_s
             kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
             transient[d, j] = max(transient[d, j], c.transient_bytes)
+            host[d, j] += c.host_bytes
+    too_big = host_limited(host, cost_model.cluster.host_budget_bytes)
     for d in range(L):  # an option that runs some decisions but not this one (a head rule on attention)
-        cannot = [j for j, o in enumerate(usable) if not runs(o, d)]
+        cannot = [j for j, o in enumerate(usable) if not runs(o, d) or too_big[d, j]]
         if cannot:
             time_s[d, cannot] = 2 * time_s[d].max() + 1.0  # slower than any option that runs it
             kept[d, cannot] = budget_bytes + 1  # and no plan that picks it fits the budget
@@ -111,4 +116,13 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
         budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes,
         fixed_time_s=fx.time_s + fx.optimizer_s,  # the optimizer step ends every training step
         edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
+        host_bytes=host if host.any() else None,
     )
+
+
+def host_limited(host: np.ndarray, host_budget: int) -> np.ndarray:
+    """[L, O] bool: the choices whose offloaded bytes exceed an even share of `host_budget` per decision
+    (host_budget // L). Every plan made of the others fits the host memory, so the solvers need no second
+    budget; under recomputation every sub-layer offloads the same [t, h] input, so the even share costs a plan
+    nothing until the host memory is nearly full."""
+    return host > host_budget // max(1, host.shape[0])

@@ -9,7 +9,8 @@ What it charges, per rank and training step, for a model whose layer shape the a
 - `X+recompute`: the authors never measured recomputation. We charge the fit times the analytic model's
   ratio time(X+recompute) / time(X) at that length: recomputation replays the forward pass, and the replay
   pays the same overheads (kernel launches, collective calls) per unit of work as the measured step, so
-  the measured time is scaled rather than offset. This part is modelled, not measured;
+  the measured time is scaled rather than offset. This part is modelled, not measured; so are `+tiled` and
+  `+offload` (docs/tiled_mlp_and_offload.md), charged the same way: the fit times time(option) / time(X);
 - memory (kept, transient, model states), collectives and the embedding/head: the analytic model's,
   unchanged (the fits carry no memory).
 
@@ -84,9 +85,10 @@ class PaperCostModel:
         if segments is not None and len(segments) > 1 and get_strategy(option.strategy).ring_attention:
             imbalance = zigzag_imbalance(tuple(segments), self.p, False)
         measured = self.shape.fits[option.strategy].per_layer_time_s(seq_len, segments, imbalance)
-        if not option.recompute:
-            return measured
         plain = StrategyOption(option.strategy)
+        if option == plain:
+            return measured
+        # recomputation, the tiled MLP and offload were not measured: the analytic model's ratio to the plain one
         ratio = self._analytic_layer_s(option, seq_len, segments) / self._analytic_layer_s(plain, seq_len, segments)
         return measured * ratio
 

@@ -37,6 +37,7 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
+- `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.techniques import mlp_tile_positions, replace_work, tiled_mlp_work, with_offload
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.strategies import StrategyOption, get_strategy
@@ -76,6 +78,8 @@ class Schedule:
     """Activations kept for backward."""
     transient_bytes: int
     """Working memory while the sub-layer runs."""
+    host_bytes: int = 0
+    """Activations moved to host memory between the forward and the backward (`+offload`)."""
 
     @property
     def attention_flops(self) -> float:
@@ -298,7 +302,7 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
 
 
 def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int,
-             segments: tuple[int, ...] | None = None) -> Schedule:
+             segments: tuple[int, ...] | None = None, mlp_tile: int | None = None) -> Schedule:
     """The schedule of `option` on one 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks.
 
     `segments`: the documents of a packed step (batch 1, summing to seq_len, its padding one more segment).
@@ -312,7 +316,8 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     padding, paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
-    the unpacked schedule.
+    the unpacked schedule. `mlp_tile`: positions per chunk of a tiled MLP (`+tiled`; default ALST's rule,
+    `techniques.mlp_tile_positions`).
     """
     if segments is not None and (batch != 1 or sum(segments) != seq_len):
         raise ValueError(f"packed segments {segments} must sum to seq_len {seq_len} at batch 1")
@@ -321,12 +326,20 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         raise ValueError(f"no schedule for strategy {option.strategy!r}")
     s = Sublayer.of(model, kind, seq_len, batch, p)
     work = SCHEDULES[key](s)
+    tiled = None
+    if option.tiled and not s.attn:
+        tile = mlp_tile if mlp_tile is not None else mlp_tile_positions(model.hidden, seq_len // p)
+        tiled = tiled_mlp_work(s, work, key, tile)
+        work = replace_work(work, tiled)
 
     # --- compute (all strategies split the work evenly: 1/p of every FLOP) -------------------------
     lin_fwd = F.linear_flops_forward(model, kind, s.T) / p
     elem_fwd = F.elementwise_bytes_forward(model, kind, s.T) / p
     gemm = lin_fwd * (1 + F.GEMM_BWD_OVER_FWD) + work.extra_gemm_flops
     elem = elem_fwd * 3
+    if tiled is not None:
+        gemm += tiled.extra_gemm_flops
+        elem += tiled.extra_elementwise_bytes
     calls = ()
     if s.attn:  # per sequence length, or per document of a pack: (FLOPs, keys per kernel call)
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
@@ -345,7 +358,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     if p > 1:  # replicated norm / output-bias gradients
         bwd.append(_coll("all_reduce", F.replicated_params(model) * s.e, p))
 
-    if option.recompute:
+    if option.recompute and tiled is None:  # a tiled MLP recomputes its own way
         gemm += lin_fwd
         elem += elem_fwd
         refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
@@ -354,10 +367,14 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
             ring_steps += (p - 1)
         transient += kept
         kept = s.t * s.h * s.e
+    host = 0
+    if option.offload:
+        kept, transient, host = with_offload(kept, transient)
 
     return Schedule(
         gemm_flops=gemm, gemm_min_dim=max(work.min_dim, 1), attention_calls=calls,
         attention_kernel_causal=model.causal if work.kernel_causal is None else work.kernel_causal,
         elementwise_bytes=elem, collectives=tuple(fwd + bwd), ring_steps=ring_steps,
         ring_hides_all_compute=work.ring_hides_all_compute, kept_bytes=int(kept), transient_bytes=int(transient),
+        host_bytes=int(host),
     )

@@ -64,6 +64,9 @@ class SubLayerCost:
     """Weights, gradients and optimizer states of this sub-layer held by the rank."""
     collectives: tuple[CollectiveCall, ...] = field(default=())
     """What the rank communicates."""
+    host_bytes: int = 0
+    """Activation bytes moved to host memory from the forward to the backward (`+offload`); kept_bytes is then
+    what stays on the device."""
 
     def comm_bytes(self) -> dict[str, int]:
         """Bytes this rank sends, by collective kind."""

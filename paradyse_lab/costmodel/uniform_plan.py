@@ -34,6 +34,8 @@ class UniformPlanCost:
     """Device memory of the GPU."""
     comm_bytes_per_layer: dict
     """Bytes one block sends per collective kind."""
+    host_bytes_per_layer: int = 0
+    """Activations one block moves to host memory (`+offload`); kept_bytes_per_layer is what stays."""
 
     @property
     def fits(self) -> bool:
@@ -64,4 +66,5 @@ def uniform_plan_cost(cm: CostModel, option: StrategyOption, seq_len: int, batch
         peak_bytes=states + L * kept + fixed.kept_bytes + transient,
         memory_bytes=cm.cluster.memory_bytes,
         comm_bytes_per_layer=dict(sorted(comm.items())),
+        host_bytes_per_layer=att.host_bytes + mlp.host_bytes,
     )

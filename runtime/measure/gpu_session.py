@@ -47,7 +47,14 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from runtime.measure.gpu_session_plan import QUICK, STAGES, Plan, Session, device_kind, now_utc  # noqa: F401 - device_kind, STAGES: this command's API
+from runtime.measure.gpu_session_plan import (  # noqa: F401 - device_kind, STAGES: this command's API
+    QUICK,
+    STAGES,
+    MeasurementPlan,
+    Session,
+    device_kind,
+    now_utc,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_session: error: --device cuda but CUDA is not available (use --device cpu to test)",
               file=sys.stderr)
         return 2
-    plan = QUICK if args.quick else Plan()
+    plan = QUICK if args.quick else MeasurementPlan()
     if args.models:
         plan = replace(plan, models=tuple(m.strip() for m in args.models.split(",") if m.strip()))
     from paradyse_lab.errors import UserInputError

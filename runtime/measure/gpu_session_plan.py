@@ -1,5 +1,5 @@
-"""What `python -m runtime.measure.gpu_session` measures (`Plan`, `QUICK`), its output folder, budget and log
-(`Session`), and the helpers its stages share. Library module: the command is runtime/measure/gpu_session.py,
+"""What `python -m runtime.measure.gpu_session` measures (`MeasurementPlan`, `QUICK`), its output folder, budget and
+log (`Session`), and the helpers its stages share. Library module: the command is runtime/measure/gpu_session.py,
 the stages runtime/measure/gpu_session_stages.py; both import this one (and it imports neither).
 """
 
@@ -19,7 +19,7 @@ PROFILE_MODELS = ("bert", "llama", "gpt")
 
 
 @dataclass(frozen=True)
-class Plan:
+class MeasurementPlan:
     """What a run measures (full or --quick)."""
 
     models: tuple[str, ...] = PROFILE_MODELS
@@ -38,7 +38,7 @@ class Plan:
     """A stage starts only with this much budget left."""
 
 
-QUICK = Plan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
+QUICK = MeasurementPlan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
              attention_seqs=(64, 128), max_repeats=1,
              min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "profiles": 0.5, "summary": 0.3})
 

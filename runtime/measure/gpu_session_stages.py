@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from paradyse_lab.atomic_write import write_text_atomic
 from paradyse_lab.software_versions import software_versions, versions_text
-from runtime.measure.gpu_session_plan import REPO, Plan, Session, device_kind, write_csv_atomic
+from runtime.measure.gpu_session_plan import REPO, MeasurementPlan, Session, device_kind, write_csv_atomic
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Context:
     """torch.device the run measures."""
     dtype: object
     """bf16 on CUDA, fp32 on CPU."""
-    plan: Plan
+    plan: MeasurementPlan
     quick: bool
     session: Session
     name: str
@@ -41,7 +41,7 @@ class Context:
     """`name=version;...` written in every profile row."""
 
 
-def context(device, plan: Plan, quick: bool, session: Session) -> Context:
+def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Context:
     import torch
 
     from runtime.measure.profiler import device_name

@@ -133,16 +133,25 @@ def random_sublayer_params(cfg, kind: str, gen) -> dict:
 
 
 def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, seq_len: int, batch: int = 1,
-                       rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None) -> KeptRecorder:
+                       rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None,
+                       mlp_tile: int = 0) -> KeptRecorder:
     """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg` (runtime.reference.GPTConfig)
-    under `strategy` on rank `rank` of a p-rank world emulated by a `FakeGroup` (no process group needed);
-    `cu_seqlens`: the sequence is a pack of documents (runtime/packed.py)."""
+    under `strategy` (a name, or an option `NAME[+recompute][+tiled][+offload]`) on rank `rank` of a p-rank world
+    emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents
+    (runtime/packed.py); `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
+    `host_bytes`: what `+offload` moved to host memory (what it keeps on the device is the record itself)."""
+    import contextlib
+    from dataclasses import replace
+
     import torch
 
+    from paradyse_lab.costmodel.techniques import mlp_tile_positions
+    from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
     from runtime.layout import PARAM_NAMES, shard_sublayer
-    from runtime.model import STRATEGY_MODULES
-    from runtime.sublayer import make_ctx, run_sublayer
+    from runtime.model import run_option
+    from runtime.offload import Offloader
+    from runtime.sublayer import make_ctx
 
     dtype = dtype or torch.float32
     gen = torch.Generator().manual_seed(seed)
@@ -152,11 +161,14 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     x = torch.randn(batch, seq_len // p, h, generator=gen).to(device=device, dtype=dtype).requires_grad_()
     group = FakeGroup(p, rank)
     ctx = make_ctx(cfg, group, kind, seq_len, device=device, cu_seqlens=cu_seqlens)
-    module = STRATEGY_MODULES[strategy]
-    impl = module.ATTENTION if kind == "attention" else module.MLP
+    option = StrategyOption.parse(strategy)
+    option = replace(option, recompute=option.recompute or recompute)
+    offloader = Offloader(torch.device(device))
     with KeptRecorder(exclude=params) as rec:
-        y = run_sublayer(impl, ctx, recompute, x, params)
+        with offloader.sublayer(ctx.tag, params) if option.offload else contextlib.nullcontext():
+            y = run_option(option, ctx, x, params, mlp_tile or mlp_tile_positions(h, seq_len // p))
     rec.output = y  # keep the graph alive while the caller inspects the record
+    rec.host_bytes = offloader.stats.to_host.get(ctx.tag, 0)
     return rec
 
 
@@ -337,7 +349,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
         plan = [str(opt)] * cfg.layers
 
         def step(ids=ids, plan=plan, labels=labels):  # gradients stay resident and accumulate
-            _, loss = model(ids, plan, labels)
+            loss = model(ids, plan, labels)[1]  # the logits dropped at once, as training does
             loss.backward()
 
         with attention.kernels_used() as ran:

@@ -190,7 +190,28 @@ def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
     log = train(opts)
     assert log[-1]["peak_bytes"] > 0
     assert sum(r["loss"] for r in log[-5:]) < sum(r["loss"] for r in log[:5]) - 2.5  # 0.5 per step on average
-    assert (tmp_path / "step-000030" / "rank-0.pt").exists()
+    assert (tmp_path / "step-000030" / "meta.json").exists()  # a torch.distributed.checkpoint folder
+    assert any(f.suffix == ".distcp" for f in (tmp_path / "step-000030").iterdir())
+
+
+@pytest.mark.parametrize("head", ["whole", "tiled"])
+def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
+    """The head and loss in bf16 on CUDA hold what the cost model counts (tests/runtime/test_head_memory.py
+    checks fp32 on CPU, where bf16 softmax kernels copy the logits to fp32 first)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+    from head_memory_cases import head_case
+
+    step, lower, upper = head_case("bf16", head, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated() - start
+    assert lower <= measured <= upper, (measured, lower, upper)
 
 
 def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
@@ -209,3 +230,42 @@ def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
     assert set(df["attention_kernel"]) <= {"sdpa_flash", "flash_attn"}
     assert (df["peak_bytes"] >= df["state_bytes"] + df["kept_bytes"]).all()
     assert df["peak_bytes"].iloc[0] == df["peak_bytes"].iloc[1]
+
+
+def test_tiled_mlp_and_offload_on_one_gpu():
+    """On CUDA: plans with the tiled MLP and offload (pinned host copies on a side stream) give the loss and
+    gradients of the same plan without them, move the schedule's host bytes, and the forward leaves on the
+    device none of what it offloaded (runtime/offload.py)."""
+    from paradyse_lab.costmodel.schedules import schedule
+    from paradyse_lab.strategies import StrategyOption
+    from runtime import GPTConfig, ParallelGPT
+    from runtime.reference import init_state_dict
+
+    cfg = GPTConfig(vocab_size=512, max_positions=1024, hidden=256, heads=4, layers=2, ffn_hidden=512, kv_heads=2,
+                    norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+    model = ParallelGPT(cfg, state_dict=init_state_dict(cfg, 0)).cuda()
+    ids = torch.randint(0, 512, (2, 1024), device="cuda")
+    labels = torch.randint(0, 512, (2, 1024), device="cuda")
+    plans = (["ulysses_z+recompute", "metp+recompute"], ["ulysses_z+recompute+offload", "metp+recompute+offload"],
+             ["ulysses_z+tiled+offload", "metp+recompute+tiled"])
+    results, after_forward, moved = [], [], []
+    for plan in plans:
+        model.zero_grad()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        _, loss = model(ids, plan, labels, mlp_tile=100)
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda")  # the allocator takes back what the side stream has finished with
+        after_forward.append(torch.cuda.memory_allocated() - base)
+        loss.backward()
+        results.append((loss.detach(), [q.grad.clone() for q in model.parameters() if q.grad is not None]))
+        moved.append(model.offload_stats)
+    for loss, grads in results[1:]:
+        assert_close(loss, results[0][0], rtol=1e-5, atol=1e-5)
+        for a, b in zip(results[0][1], grads):
+            assert_close(b, a, rtol=1e-4, atol=1e-5)
+    spec = cfg.model_spec("fp32")
+    want = sum(schedule(spec, kind, StrategyOption.parse(o), 1024, 2, 1).host_bytes
+               for o in plans[1] for kind in ("attention", "mlp"))
+    assert sum(moved[1].to_host.values()) == sum(moved[1].to_device.values()) == want > 0
+    assert after_forward[0] - after_forward[1] >= want  # the layers' inputs left the device

@@ -21,6 +21,9 @@ def test_version_and_names():
 
 def test_plan_step_predicts_time_and_memory_parts():
     plan = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
+    assert type(plan) is pl.PlanReport and type(plan).__name__ == "PlanReport"
+    with pytest.deprecated_call(match="renamed paradyse_lab.PlanReport"):
+        assert pl.Plan is pl.PlanReport  # its earlier name, for scripts written against it
     assert len(plan.strategies) == 4 and plan.feasible and plan.predicted_time_s > 0
     parts = plan.memory
     assert parts["peak"] == parts["fixed"] + parts["kept_activations"] + parts["transient"] <= parts["budget"]
@@ -31,6 +34,40 @@ def test_plan_step_predicts_time_and_memory_parts():
     assert sub.strategies == ("metp",) * 8 and sub.seq_len == 604 and sub.documents == (300, 200, 101)
     with pytest.raises(UserInputError, match="exactly one of seq_len"):
         pl.plan_step("gpt2-tiny", p=2, seq_len=64, documents=[32, 32])
+
+
+class CappedCostModel:
+    """The analytic model whose `budget_bytes` caps a plan's memory at `cap` (what a learned model of the paper's
+    kind does with its OOM threshold, paradyse_lab/costmodel/learned_fit.py)."""
+
+    def __init__(self, inner, cap: int):
+        self.inner, self.cap = inner, cap
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def budget_bytes(self, budget: int) -> int:
+        return min(int(budget), self.cap)
+
+
+def test_plan_step_applies_the_cost_models_budget_cap(monkeypatch):
+    """plan_step plans under the budget the cost model allows (`CostModel.budget_bytes`), as `train`, `simulate`
+    and `experiment` do (simulator/planner.py): it used the whole budget, so a plan could need more memory than a
+    learned model's OOM threshold."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel import factory
+    from paradyse_lab.model_spec import get_model
+    from simulator.planner import build_planner
+
+    free = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
+    cap = free.memory["peak"] - 1  # the unconstrained plan no longer fits under the cap
+    real = factory.build_cost_model
+    monkeypatch.setattr(factory, "build_cost_model", lambda _name, *rest: CappedCostModel(real("analytic", *rest), cap))
+    capped = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True, cost_model="hybrid")
+    assert capped.memory["budget"] == cap and capped.feasible and capped.memory["peak"] <= cap < free.memory["peak"]
+    planner = build_planner("dynamic:dp", get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), p=2,
+                            cost_model="hybrid", recompute=True)
+    assert planner.policy.budget_bytes == capped.memory["budget"]  # the one rule of every planner
 
 
 def test_train_save_load_in_one_process(tmp_path):

@@ -78,18 +78,59 @@ def _reference_run(train_file: str, eval_file: str) -> list[dict]:
     return rows
 
 
+class TiledFrom:
+    """The policy `inner` whose plans run the tiled loss on steps of at least `length` tokens (the head decision a
+    planner makes when the whole logits do not fit, simulator/policies.py), the whole head below."""
+
+    def __init__(self, inner, length: int):
+        self.inner, self.length = inner, length
+
+    def decide(self, step, batch):
+        from dataclasses import replace
+
+        return replace(self.inner.decide(step, batch), head="tiled" if step >= self.length else "whole")
+
+    def fresh_copy(self):
+        return TiledFrom(self.inner.fresh_copy(), self.length)
+
+
+def _train_counting_tiled_losses(opts, group) -> tuple[list[dict], list[bool]]:
+    """`train(opts)` whose policy runs the tiled loss on steps of MAX_LEN tokens (`TiledFrom`); the log, and per
+    call of the tiled loss whether it ran with gradients (a training micro-step) or without (an evaluation)."""
+    from unittest import mock
+
+    import torch
+
+    from paradyse_lab.app.training import train
+    from runtime import tiled_loss
+    from simulator import planner
+
+    real_policy, real_loss, calls = planner.build_policy, tiled_loss.tiled_head_loss, []
+
+    def counted(*args, **kwargs):
+        calls.append(torch.is_grad_enabled())
+        return real_loss(*args, **kwargs)
+
+    with (mock.patch.object(planner, "build_policy", lambda *a, **k: TiledFrom(real_policy(*a, **k), MAX_LEN)),
+          mock.patch.object(tiled_loss, "tiled_head_loss", counted)):
+        return train(opts, group), calls
+
+
 def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     """train (dynamic:dp, p ranks) with --lr-schedule cosine --warmup-steps 1 --clip-grad 0.5 --accumulate 2
     --eval-every 2 on a token file: every step's loss, lr, global gradient norm (each parameter once over the
-    ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5)."""
-    from paradyse_lab.app.training import train
+    ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5). The policy
+    puts the steps of MAX_LEN tokens on the tiled loss (`TiledFrom`): 4 of the 8 training micro-steps and both
+    held-out steps, which each evaluation runs with the tiled loss too (it ran the whole head whatever the plan)."""
     from runtime.train import TrainOptions
 
     root, train_file, eval_file = _token_files(rank)
-    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
-                             max_len=MAX_LEN, lr_schedule="cosine", warmup_steps=1, clip_grad=CLIP,
-                             accumulate=ACCUMULATE, eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2,
-                             progress=False), group)
+    log, tiled = _train_counting_tiled_losses(
+        TrainOptions(model="gpt2-tiny", dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
+                     max_len=MAX_LEN, lr_schedule="cosine", warmup_steps=1, clip_grad=CLIP, accumulate=ACCUMULATE,
+                     eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2, progress=False), group)
+    assert tiled.count(True) == 4 and tiled.count(False) == 2 * 2, tiled  # 2 evaluations of 2 held-out steps
+    assert [r["eval_steps"] for r in log if "eval_loss" in r] == [2, 2]
     want = _reference_run(train_file, eval_file)
     for row, ref in zip(log, want, strict=True):
         assert_close(row["lr"], ref["lr"], rtol=1e-12, atol=0.0)

@@ -7,6 +7,7 @@ with torch.testing.assert_close and compares the bytes comm.py counted with the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import optim_cases
@@ -22,7 +23,9 @@ from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
-from runtime.model import STRATEGY_MODULES
+from runtime.measure.profiler import KeptRecorder
+from runtime.model import STRATEGY_MODULES, run_option
+from runtime.offload import Offloader
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
 from runtime.sublayer import Ctx, run_sublayer
 
@@ -60,7 +63,13 @@ def grad_of(q: torch.Tensor) -> torch.Tensor:
 
 # --- one sub-layer ---------------------------------------------------------------------------------------
 
-def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool):
+def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled: bool = False,
+                  offload: bool = False):
+    """One sub-layer under the option against the reference (output, input and parameter gradients), its bytes
+    sent against the schedule's; with `+tiled` (5 positions per chunk: uneven chunks at every p) or `+offload`
+    also what it keeps on the device (the kept-bytes recorder) and moves to host memory, byte for byte."""
+    option = StrategyOption(strategy, recompute, tiled, offload)
+
     def case(rank: int, p: int, group) -> None:
         cfg = config(causal)
         prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
@@ -76,11 +85,13 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool):
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
         before = [v.detach().clone() for v in params]
         xl = shard_sequence(x, 1, group).requires_grad_()
-        module = STRATEGY_MODULES[strategy]
         ctx = Ctx(group=group, p=p, rank=rank, kind=kind, heads=cfg.heads, causal=causal, seq_len=S,
                   eps=cfg.eps, tag="case")
+        offloader = Offloader(xl.device)
         with count_bytes() as counter:
-            y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, xl, params)
+            with KeptRecorder(exclude=params) as kept:
+                with offloader.sublayer("case", params) if offload else contextlib.nullcontext():
+                    y = run_option(option, ctx, xl, params, TILE)
             for now, then in zip(params, before):
                 assert torch.equal(now.detach(), then), "a parameter changed during the forward pass"
             y.backward(shard_sequence(dy, 1, group))
@@ -89,17 +100,28 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool):
         ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, kind, rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
-        option = strategy + ("+recompute" if recompute else "")
-        assert counter.total() == predicted_bytes(cfg, kind, option, p), (counter.total(),
-                                                                        predicted_bytes(cfg, kind, option, p))
+        assert counter.total() == predicted_bytes(cfg, kind, option.name, p), (counter.total(),
+                                                                             predicted_bytes(cfg, kind, option.name, p))
+        if tiled or offload:
+            want = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=TILE)
+            assert kept.nbytes == want.kept_bytes, (kept.nbytes, want.kept_bytes, list(kept.kept.values()))
+            assert offloader.stats.to_host.get("case", 0) == offloader.stats.to_device.get("case", 0) == want.host_bytes
     return case
+
+
+TILE = 5
+"""Positions per chunk of the tiled MLP in these cases: uneven chunks of the 24 (p = 2) ... 48 (p = 1) positions
+of a rank's b = 2 sequences."""
 
 
 # --- the whole model -------------------------------------------------------------------------------------
 
-def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group, loss_tile: int = 0) -> None:
+def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group, loss_tile: int = 0,
+                 mlp_tile: int = 0) -> None:
     """Run each plan on `model` (one after another, as training steps) and compare with `ref`; `loss_tile` > 0:
-    with the tiled loss (runtime/tiled_loss.py), which returns no logits."""
+    with the tiled loss (runtime/tiled_loss.py), which returns no logits; `mlp_tile`: the positions per chunk of
+    `+tiled` MLPs (0: ALST's rule). The bytes each `+offload` sub-layer moved to host memory and back are the
+    cost model's (`check_offloaded`)."""
     cfg = model.cfg
     gen = torch.Generator().manual_seed(11)
     ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
@@ -115,7 +137,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
         with count_bytes() as counter:
             logits, loss = model(shard_sequence(ids, 1, group), plan, shard_sequence(labels, 1, group),
-                                 loss_tile=loss_tile)
+                                 loss_tile=loss_tile, mlp_tile=mlp_tile)
             for n, q in model.named_parameters():
                 assert torch.equal(q.detach(), before[n]), f"{n} changed during the forward pass"
             loss.backward()
@@ -135,6 +157,29 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
                 got = counter.total(f"layers.{index}.{kind}")
                 assert got == predicted_bytes(cfg, kind, option, p), (plan, index, kind, got)
         assert counter.total("embedding") == ({"all_reduce": emb_bytes} if p > 1 else {})
+        check_offloaded(model.offload_stats, cfg, plan, p, mlp_tile)
+
+
+def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> None:
+    """Every `+offload` sub-layer of `plan` moved to host memory and back exactly the schedule's host bytes, the
+    others nothing; each was brought back during the backward of the next offloaded sub-layer (the prefetch the
+    cost model's overlap assumes), the last one during its own."""
+    per_sublayer = len(plan) == 2 * cfg.layers
+    want = {}
+    for index in range(cfg.layers):
+        for j, kind in enumerate(("attention", "mlp")):
+            option = StrategyOption.parse(plan[2 * index + j] if per_sublayer else plan[index])
+            host = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None).host_bytes
+            assert bool(host) == option.offload, (option, host)
+            if option.offload:
+                want[f"layers.{index}.{kind}"] = host
+    if not want:
+        assert stats is None, stats
+        return
+    assert stats.to_host == stats.to_device == want, (plan, stats, want)
+    offloaded = list(want)
+    back = {tag: during for direction, tag, during in stats.copies if direction == "to_device"}
+    assert back == {tag: (offloaded + [tag])[i + 1] for i, tag in enumerate(offloaded)}, (back, offloaded)
 
 
 def reference_and_model(causal: bool, group):
@@ -146,13 +191,29 @@ def reference_and_model(causal: bool, group):
     return cfg, sd, ref, ParallelGPT(cfg, group, state_dict=sd)
 
 
-def model_case(plans, causal: bool = True, loss_tile: int = 0):
+def model_case(plans, causal: bool = True, loss_tile: int = 0, mlp_tile: int = 0):
     def case(rank: int, p: int, group) -> None:
         _, sd, ref, model = reference_and_model(causal, group)
         full = model.full_state_dict()  # gathering the shards gives back the full state dict
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
-        _check_model(model, ref, plans, rank, p, group, loss_tile)
+        _check_model(model, ref, plans, rank, p, group, loss_tile, mlp_tile)
     return case
+
+
+def llama_techniques_case(rank: int, p: int, group) -> None:
+    """The tiled MLP (SwiGLU, 5 positions per chunk) and offload on a LLaMA layer with 2 K/V heads under every
+    strategy the GQA rule allows at this p, block and sub-layer plans: logits, loss, gradients and bytes
+    (`_check_model`)."""
+    cfg = llama_config(2)
+    sd = random_state(cfg)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    names = feasible(cfg, p)
+    n = len(names)
+    plans = [[names[0] + "+recompute+tiled+offload", names[1 % n] + "+tiled"],
+             [names[2 % n] + "+offload", names[3 % n] + "+tiled+offload", names[1 % n] + "+recompute",
+              names[0] + "+tiled"]]
+    _check_model(ParallelGPT(cfg, group, state_dict=sd), ref, plans, rank, p, group, mlp_tile=TILE)
 
 
 def hf_models(rank: int, p: int, group, build, noise: float) -> list:
@@ -392,6 +453,9 @@ for _strategy in STRATEGIES:
                 _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
                     "-recompute" if _recompute else "")
                 CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
+    # the tiled MLP offloading its input, and the whole kept set of an attention (views, lse, shared storages)
+    CASES[f"sublayer-{_strategy}-mlp-tiled-offload"] = sublayer_case(_strategy, "mlp", True, False, True, True)
+    CASES[f"sublayer-{_strategy}-attention-offload"] = sublayer_case(_strategy, "attention", True, False, offload=True)
 for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
@@ -410,6 +474,17 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
+CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
+    ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
+    ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
+    ["megatron_ts+offload", "metp+tiled", "megatron_cz+recompute+offload", "ulysses_z+tiled+offload",
+     "ulysses_z+recompute", "megatron_cz+tiled", "metp+offload", "megatron_ts+tiled+offload"],
+], mlp_tile=TILE)
+CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(positions / hidden) chunks (one here)
+    ["metp+tiled", "megatron_cz+tiled+offload", "ulysses_z+recompute+tiled", "megatron_ts+tiled"],
+])
+ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
+CASES["llama-tiled-offload"] = llama_techniques_case
 CASES["hf-gpt2-logits"] = hf_case
 ONLY_AT["hf-gpt2-logits"] = (2,)  # the conversion does not depend on p; sharding is checked by model-* at every p
 CASES["bad-input"] = bad_input_case
@@ -539,9 +614,23 @@ def train_loss_falls_case(rank: int, p: int, group) -> None:
     assert last < first - 0.5, (first, last)
 
 
+class CountedPolicy:
+    """The policy `inner`, counting the decisions asked of it."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def decide(self, step, batch):
+        self.calls += 1
+        return self.inner.decide(step, batch)
+
+
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run."""
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run. The
+    resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
+    other ranks ask their policy nothing, neither replaying nor training."""
     import os
+    from unittest import mock
 
     import torch.distributed as dist
 
@@ -549,13 +638,22 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
     from runtime.train import TrainOptions
+    from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
               "checkpoint_every": 2}
     straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
     train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
-    resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    real, built = planner.build_policy, []
+
+    def counted(*args, **kwargs):
+        built.append(CountedPolicy(real(*args, **kwargs)))
+        return built[-1]
+
+    with mock.patch.object(planner, "build_policy", counted):
+        resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+    assert [policy.calls for policy in built] == [2 + 2 if rank == 0 else 0]  # steps 1-2 replayed, 3-4 trained
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
     a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
@@ -656,6 +754,48 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
     if rank == 0:
         import shutil
 
+        shutil.rmtree(root)
+
+
+def checkpoint_lock_refused_case(rank: int, p: int, group) -> None:
+    """A run whose --checkpoint-dir rank 0 cannot lock stops on every rank with the same one-line
+    `UserInputError`, within seconds: a folder whose lock another run holds (the holder named), and one whose
+    lock file cannot be opened (a folder in its place). Rank 0 raised alone there and left the other ranks
+    waiting for its answer until the process group's timeout."""
+    import fcntl
+    import os
+    import shutil
+    import time
+
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+    from runtime.train import TrainOptions
+
+    root = _shared_tmpdir(rank, p, group)
+    held, broken = os.path.join(root, "held"), os.path.join(root, "broken")
+    if rank == 0:
+        os.makedirs(os.path.join(broken, ".lock"))  # a folder where the lock file goes
+        os.makedirs(held)
+        holder = os.open(os.path.join(held, ".lock"), os.O_RDWR | os.O_CREAT)  # held as another run holds it
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # flock: this descriptor's, not the process's
+        os.pwrite(holder, b"pid 4242 on elsewhere\n", 0)
+    dist.barrier(group=group)
+    for folder, reason in ((broken, "cannot be locked for this run: Is a directory"),
+                           (held, "is in use by another run (pid 4242 on elsewhere)")):
+        started = time.monotonic()
+        try:
+            train(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1, max_len=16, progress=False,
+                               checkpoint_dir=folder), group)
+        except UserInputError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"a run on {folder} was not refused")
+        assert reason in message and "\n" not in message and f"--checkpoint-dir {folder!r}" in message, message
+        assert time.monotonic() - started < 30, time.monotonic() - started
+    dist.barrier(group=group)
+    if rank == 0:
+        os.close(holder)
         shutil.rmtree(root)
 
 
@@ -776,6 +916,8 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
+CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
+ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
     # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every

@@ -15,7 +15,7 @@ import pytest
 from paradyse_lab.cli.profile_command import add_arguments as add_profile_arguments
 from paradyse_lab.cli.train_command import add_arguments as add_train_arguments
 from paradyse_lab.cli.train_command import options_from_args
-from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace
+from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace, number
 from runtime.measure.profiler import ProfileOptions
 from runtime.train import TrainOptions
 
@@ -60,13 +60,25 @@ def test_flags_have_the_fields_types_defaults_and_docstrings():
     actions = {a.dest: a for a in _parser()._actions}
     assert actions["name"].required and actions["name"].option_strings == ["--name"]
     assert (actions["count"].type, actions["count"].default) == (int, 3)
-    assert (actions["ratio"].type, actions["ratio"].default, actions["ratio"].help) == (float, 0.5, None)
+    assert (actions["ratio"].type, actions["ratio"].default, actions["ratio"].help) == (number, 0.5, None)
     assert actions["fast"].option_strings == ["--fast"] and actions["fast"].default is False
     assert actions["progress"].option_strings == ["--no-progress"] and actions["progress"].default is True
     assert actions["kind"].choices == ("a", "b")
     assert actions["sizes"].type is None and actions["sizes"].default == "1,2"  # parsed by the command
     assert actions["count"].help == "How many (two lines) (default %(default)s)"
     assert actions["fast"].help == "Go fast."
+
+
+def test_a_float_flag_keeps_the_text_typed_for_messages():
+    """A float flag's value is the float, shown as typed (`TypedFloat`): 1e400 is refused as 1e400, not as inf."""
+    import pickle
+
+    value = _parser().parse_args(["--name", "x", "--ratio", "1e400"]).ratio
+    assert value == float("inf") and repr(value) == str(value) == f"{value}" == "1e400"
+    assert value * 1 == float("inf") and type(value * 1) is float  # arithmetic: plain floats
+    assert pickle.loads(pickle.dumps(value)).text == "1e400"  # sent to the ranks of --nproc N as typed
+    with pytest.raises(ValueError, match="invalid number value: 'fast'"):
+        _parser().parse_args(["--name", "x", "--ratio", "fast"])
 
 
 def test_from_namespace_round_trips():

@@ -149,6 +149,46 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 1, "batch": 2}))
 
 
+def _held_out_packs(monkeypatch) -> list[tuple[int, ...]]:
+    """Per held-out step an evaluation runs, the documents (indices) of its pack."""
+    from runtime.step_inputs import StepInputs
+
+    real, evaluated = StepInputs.batch, []
+
+    def spy(self, step, vocab):
+        if self.seed_offset:  # the held-out data (StepInputs.held_out)
+            evaluated.append(self.packs.steps[step % len(self.packs.steps)])
+        return real(self, step, vocab)
+
+    monkeypatch.setattr(StepInputs, "batch", spy)
+    return evaluated
+
+
+def test_packed_evaluation_runs_as_many_different_packs_as_asked(monkeypatch, capsys):
+    """--pack-tokens with a sampled held-out workload: every evaluation runs --eval-batches different packs, the
+    same ones each time (it sampled --eval-batches documents, packed them into fewer, and ran those again)."""
+    evaluated = _held_out_packs(monkeypatch)
+    log = train(TrainOptions(**{**BASE, "pack_tokens": 32, "steps": 2, "eval_dataset": "uniform:8:16",
+                                "eval_every": 1, "eval_batches": 4}))
+    assert len(evaluated) == 2 * 4 and evaluated[:4] == evaluated[4:] and len(set(evaluated[:4])) == 4, evaluated
+    assert [r["eval_steps"] for r in log] == [4, 4] and "each over 4 held-out steps\n" in capsys.readouterr().out
+
+
+def test_a_held_out_file_with_fewer_packs_than_asked_runs_each_once_and_says_so(tmp_path, monkeypatch, capsys):
+    """A held-out length file whose documents make 2 packs, with --eval-batches 4: an evaluation runs the 2 packs
+    once each (not 4 steps repeating them), and the start warning and the end summary say 2 of the 4 asked."""
+    held_out = tmp_path / "eval.txt"
+    held_out.write_text("10\n12\n14\n6\n")  # first-fit decreasing into 32 tokens: (14, 12, 6), (10)
+    evaluated = _held_out_packs(monkeypatch)
+    log = train(TrainOptions(**{**BASE, "pack_tokens": 32, "steps": 2, "eval_dataset": f"file:{held_out}",
+                                "eval_every": 2, "eval_batches": 4}))
+    assert len(evaluated) == 2 and sorted(i for pack in evaluated for i in pack) == [0, 1, 2, 3]  # each doc once
+    assert [r.get("eval_steps") for r in log] == [None, 2]
+    out, err = capsys.readouterr()
+    assert err.count("has 2 different held-out packs of --pack-tokens 32, fewer than --eval-batches 4") == 1
+    assert "each over 2 held-out steps, of the 4 --eval-batches asked" in out
+
+
 def _data_file(checkpoint):
     """The checkpoint's (one rank's) tensor data file, torch.distributed.checkpoint's `__0_0.distcp`."""
     (found,) = checkpoint.glob("*.distcp")

@@ -109,6 +109,7 @@ def make_fixtures(root: Path) -> None:
     (root / "latin1.toml").write_bytes(b'name = "\xff\xfe"\n')
     (root / "latin1.json").write_bytes(b'{"layers": "\xff"}')
     (root / "latin1.txt").write_bytes(b"512\n\xff\xfe\n")
+    _make_text_fixtures(root)
     (root / "dir.toml").mkdir(exist_ok=True)
     (root / "dir.json").mkdir(exist_ok=True)
     (root / "dir.txt").mkdir(exist_ok=True)
@@ -129,7 +130,24 @@ def make_fixtures(root: Path) -> None:
     (root / "ckpt_bad" / "latest").write_text("step-000002")
 
 
+def _make_text_fixtures(root: Path) -> None:
+    """Text datasets, token files and tokenizers, good and not: a word-level tokenizer (tokenizers' WordLevel, no
+    training), text and token files that are not UTF-8, tokenizer files that are not JSON or not UTF-8."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1, "cat": 2, "sat": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    (root / "tok").mkdir(exist_ok=True)
+    tokenizer.save(str(root / "tok" / "tokenizer.json"))
+    (root / "text_ok.jsonl").write_text('{"text": "the cat sat"}\n{"text": "the cat"}\n')
+    (root / "text_latin1.jsonl").write_bytes(b'{"text": "caf\xe9 au lait"}\n')  # Latin-1, not UTF-8
+    (root / "tok_latin1.jsonl").write_bytes(b"[1, 2]\n[\xff]\n")
+    (root / "tokenizer_garbage.json").write_text("{not json")
+    (root / "tokenizer_latin1.json").write_bytes(b"\xff\xfe{}")
+
+
 TRAIN = ["train", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1", "--no-progress"]
+TEXT_TRAIN = ["train", "--model", "gpt2-tiny", "--tokenizer", "{d}/tok", "--steps", "1", "--no-progress"]
 SOLVE = ["solve", "--solver", "dp", "--problem"]
 COST = ["cost", "--model", "gpt", "--seq", "4096", "--cluster"]
 SIM_DP = ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp"]
@@ -454,4 +472,47 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
                             "{d}/p.csv"], "1e400"),
     ("experiment-size-above-2^53", ["experiment", "fig2", "--size", BIG, "--out", "{d}/exp"], "size"),
     ("paper-profile-ratio-1e400", ["paper-profile", "--out", "{d}/pp.csv", "--ratio", "1e400"], "ratio"),
+    # float flags: refused naming the flag and echoing the text typed, never the float it became (inf, nan, 2000.0)
+    ("train-lr-1e400-as-typed", TRAIN + ["--lr", "1e400"], "--lr must be a finite number > 0 and <= 1000, got 1e400"),
+    ("train-lr-2e3-as-typed", TRAIN + ["--lr", "2e3"], "--lr must be a finite number > 0 and <= 1000, got 2e3"),
+    ("train-weight-decay-NaN-as-typed", TRAIN + ["--weight-decay", "NaN"],
+     "--weight-decay must be a finite number >= 0 and <= 1000, got NaN"),
+    ("train-clip-grad-Infinity-as-typed", TRAIN + ["--clip-grad", "Infinity"],
+     "--clip-grad must be a finite number >= 0 and <= 1e+09, got Infinity"),
+    ("train-budget-gib-1E999-as-typed", TRAIN + ["--budget-gib", "1E999"],
+     "--budget-gib must be a finite number >= 0 and <= 1e+09, got 1E999"),
+    ("train-lr-word", TRAIN + ["--lr", "fast"], "argument --lr: invalid number value: 'fast'"),
+    ("plan-reserve-gib-1e400", ["plan", "--model", "gpt", "--seq", "4096", "--reserve-gib", "1e400"],
+     "--reserve-gib must be a finite number >= 0 and <= 1e+09, got 1e400"),
+    ("simulate-reserve-gb-1e400", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp",
+                                   "--reserve-gb", "1e400"], "--reserve-gb must be a finite number >= 0"),
+    ("synth-ratio-1e400-as-typed", ["synth-profile", "--out", "{d}/s.csv", "--ratio", "1e400"],
+     "--ratio must be a finite number > 1, got 1e400"),
+    ("calibrate-budget-Inf-as-typed", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--budget-s", "Inf"],
+     "--budget-s must be a positive number of seconds, got Inf"),
+    # encodings: files that are not UTF-8 or not JSON, digits of other scripts
+    ("train-text-dataset-not-utf8", TEXT_TRAIN + ["--dataset", "{d}/text_latin1.jsonl"],
+     "--dataset '{d}/text_latin1.jsonl' line 1 is not UTF-8 text"),
+    ("train-text-eval-dataset-not-utf8", TEXT_TRAIN + ["--dataset", "{d}/text_ok.jsonl", "--eval-dataset",
+                                                      "{d}/text_latin1.jsonl", "--eval-every", "1"],
+     "--eval-dataset '{d}/text_latin1.jsonl' line 1 is not UTF-8 text"),
+    ("train-token-file-not-utf8", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tok_latin1.jsonl",
+                                   "--steps", "1", "--no-progress"],
+     "--dataset '{d}/tok_latin1.jsonl' line 2 is not UTF-8 text"),
+    ("train-tokenizer-not-json", ["train", "--model", "gpt2-tiny", "--dataset", "{d}/text_ok.jsonl", "--tokenizer",
+                                  "{d}/tokenizer_garbage.json", "--steps", "1", "--no-progress"],
+     "--tokenizer '{d}/tokenizer_garbage.json' is not a tokenizers file"),
+    ("lengths-tokenizer-not-json", ["lengths", "{d}/texts", "--out", "{d}/x.txt", "--tokenizer",
+                                    "{d}/tokenizer_garbage.json"],
+     "--tokenizer '{d}/tokenizer_garbage.json' is not a tokenizers file"),
+    ("lengths-tokenizer-not-utf8", ["lengths", "{d}/texts", "--out", "{d}/x.txt", "--tokenizer",
+                                    "{d}/tokenizer_latin1.json"],
+     "--tokenizer '{d}/tokenizer_latin1.json' is not a tokenizers file"),
+    ("cost-documents-arabic-indic-digits", ["cost", "--model", "gpt", "--documents", "\u0664\u0660\u0669\u0666,2048"],
+     "--documents must be a positive integer in ASCII digits (e.g. 4096 or 4K), got '\u0664\u0660\u0669\u0666'"),
+    ("plan-seq-fullwidth-digits", ["plan", "--model", "gpt", "--seq", "\uff14\uff10\uff19\uff16"],
+     "--seq must be a positive integer in ASCII digits"),
+    ("bench-seed-superscript", ["bench-solvers", "--seed", "\u00b2"], "--seed must be an integer >= 0, got '\u00b2'"),
+    ("export-hf-shard-size-arabic-indic", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf-new",
+                                           "--max-shard-size", "\u0665GB"], "--max-shard-size must be a positive size"),
 ]

@@ -72,4 +72,25 @@ def test_bad_field_or_number_shows_the_value_as_written(capsys, folder, argv, sh
     """config.json and cluster TOML fields, length and token files, numbers beyond float range or above 2**53,
     negative or zero: one line naming the field or showing the value as written (never a converted one), exit 2."""
     line = _one_line_exit_2(capsys, main, [a.replace("{d}", str(folder)) for a in argv])
-    assert shown in line, line
+    assert shown.replace("{d}", str(folder)) in line, line
+
+
+def test_what_an_ascii_terminal_cannot_show_is_escaped_not_a_traceback(folder, monkeypatch, tmp_path):
+    """stdout and stderr set to ASCII (LANG=C, PYTHONIOENCODING=ascii, a pipe): `lengths --out` a non-ASCII path
+    writes its file and prints the path escaped, exit 0 (it wrote the file, then ended in a UnicodeEncodeError
+    traceback); a one-line error quoting non-ASCII input stays one line."""
+    import io
+    import sys
+
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="ascii") for _ in range(2))
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    target = tmp_path / "caf\u00e9.txt"
+    assert main(["lengths", str(folder / "texts"), "--out", str(target)]) == 0
+    assert main(["cost", "--model", "gpt", "--documents", "4K,\u0662K"]) == 2
+    out.flush()
+    err.flush()
+    assert target.read_text() == "12\n" and "caf\\xe9.txt" in out.buffer.getvalue().decode("ascii")
+    assert err.buffer.getvalue().decode("ascii").splitlines() == [
+        "paradyse-lab cost: error: --documents must be a positive integer in ASCII digits (e.g. 4096 or 4K), got "
+        "'\\u0662K'"]

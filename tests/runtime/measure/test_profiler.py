@@ -160,3 +160,25 @@ def test_kept_bytes_match_analytic_on_one_rank(spec):
             analytic = schedule(spec, kind, StrategyOption(strategy), SEQ, 1, 1).kept_bytes
             detail = [(k.shape, k.nbytes) for k in rec.kept.values()]
             assert rec.nbytes == analytic, f"{strategy} {kind}: measured {rec.nbytes}, analytic {analytic}: {detail}"
+
+
+@pytest.mark.parametrize("spec", [SPEC, LLAMA_SPECS[2]], ids=["gpt", "llama-gqa"])
+def test_tiled_mlp_and_offload_bytes_match_analytic_at_p8(spec):
+    """`+offload` (the whole kept set) and `+tiled+offload` (3 positions a chunk: uneven chunks of the 16 per rank)
+    at p = 8: what a sub-layer keeps on the device and what it moves to host memory are the schedule's, byte for
+    byte (the distributed cases check the same at p = 1..4 with the values and gradients: runtime_cases.py)."""
+    from paradyse_lab.strategies import get_strategy
+    from runtime.measure.profiler import measure_kept_bytes
+    from runtime.reference import GPTConfig
+
+    cfg = GPTConfig.from_model_spec(spec)
+    for strategy in STRATEGIES:
+        for kind in ("attention", "mlp"):
+            if get_strategy(strategy).violation(spec, P, SEQ, kind):
+                continue  # the GQA rule: megatron_ts and metp attention need kv_heads % p == 0
+            for flags in ("+offload", "+tiled+offload") if kind == "mlp" else ("+offload",):
+                option = StrategyOption.parse(strategy + flags)  # +tiled+offload: its input x, and 0 on the device
+                rec = measure_kept_bytes(kind, option.name, False, cfg, P, SEQ, mlp_tile=3)
+                want = schedule(spec, kind, option, SEQ, 1, P, mlp_tile=3)
+                assert (rec.nbytes, rec.host_bytes) == (want.kept_bytes, want.host_bytes), (option.name, kind)
+                assert want.host_bytes > 0 or not option.offload

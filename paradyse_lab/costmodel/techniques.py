@@ -1,0 +1,131 @@
+"""The long-context techniques of a `StrategyOption` in the cost model: the tiled MLP and activation offload.
+
+`schedules.schedule` applies them to a strategy's `StrategyWork`; docs/tiled_mlp_and_offload.md is the design note.
+
+Tiled MLP (`+tiled`, MLP sub-layers only; ALST's TiledMLP, Bekman et al., "Arctic Long Sequence Training",
+arXiv 2506.13996, and DeepSpeed's `TiledMLP`): each rank cuts its s/p sequence positions into chunks of at most
+`mlp_tile_positions` (ALST's rule: ceil(n / hidden) chunks, so a chunk's [tokens, ffn] tensors are about the size
+of a [hidden, ffn] weight) and runs the MLP one chunk at a time, keeping only the sub-layer input x [t, h]. The
+backward recomputes each chunk's norm, first GEMM and activation (not the second GEMM: its output is not needed)
+and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/tiled_mlp.py):
+- megatron_ts: each chunk runs the whole schedule at chunk size (all-gather, reduce-scatter forward; all-gather
+  dy and the recomputed u, reduce-scatter du backward): the same bytes as untiled in more, smaller calls.
+- megatron_cz / ulysses_z (ZeRO-3): the weights are gathered once for the forward and once for the backward and
+  the gradient reduce-scattered once, as untiled; the chunks only change the activations.
+- metp: the weight shards travel the ring as untiled (its backward recomputes the first GEMM anyway); each shard
+  is applied chunk by chunk, and u = norm(x) is recomputed instead of kept.
+Kept: x [t, h]. Time: the first GEMM and the norm and activation traffic once more (metp: the norm), the GEMMs at
+the efficiency of the chunk's size, megatron_ts's collectives split into per-chunk calls (more latency).
+Transient: one chunk's working set (its recomputed intermediates and their gradients) and the whole input
+gradient [t, h] (`tiled_mlp_work`).
+
+Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
+copied to host memory while it runs forward and copied back for its backward (runtime/offload.py). Kept on the
+device: nothing between the two; host: the kept bytes. The device still holds the set while it is copied out
+and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
+backward, so the sub-layer's transient grows by two kept sets (its own and its neighbour's prefetched one,
+taken to be the same size: exact under recomputation, where every sub-layer keeps its input [t, h]). Time: each
+direction moves the kept bytes over the host link (`ClusterSpec.host_link_bytes_per_s`, PCIe) and overlaps the
+compute of its phase, so a phase takes max(its compute, the copy) (`offload_exposed_s`); the forward's share of
+a sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
+fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py offers
+an offload choice only where it moves at most an even share of it per decision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.types import CollectiveCall
+
+
+def mlp_tile_positions(hidden: int, positions: int) -> int:
+    """Sequence positions per chunk of the tiled MLP on a rank holding `positions` of them: ALST's rule,
+    ceil(positions / hidden) chunks of equal size (the last one shorter), at least 1 position."""
+    chunks = max(1, -(-positions // hidden))
+    return max(1, -(-positions // chunks))
+
+
+def mlp_chunks(positions: int, tile: int) -> tuple[int, ...]:
+    """The chunk lengths of `positions` cut `tile` at a time (the last one shorter): what `torch.split` gives."""
+    if tile <= 0:
+        raise ValueError(f"tile must be a positive number of positions, got {tile}")
+    return (tile,) * (positions // tile) + ((positions % tile,) if positions % tile else ())
+
+
+@dataclass(frozen=True)
+class TiledWork:
+    """What the tiled MLP changes in a strategy's `StrategyWork`."""
+
+    fwd: list[CollectiveCall]
+    bwd: list[CollectiveCall]
+    kept: int
+    transient: int
+    min_dim: int
+    extra_gemm_flops: float
+    """The recomputed first GEMM (0 for metp, whose backward recomputes it untiled too)."""
+    extra_elementwise_bytes: float
+    """The recomputed norm (and activation) traffic."""
+
+
+def _chunked(calls: list[CollectiveCall], chunks: tuple[int, ...], positions: int) -> list[CollectiveCall]:
+    """Each activation collective of an untiled schedule as one call per chunk, its buffer scaled to the chunk."""
+    out = []
+    for c in calls:
+        for length in sorted(set(chunks), reverse=True):
+            out.append(CollectiveCall(c.op, c.buffer_bytes // positions * length, c.ranks,
+                                      c.count * chunks.count(length), c.overlapped))
+    return out
+
+
+def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
+    """The tiled MLP of `work` (a `schedules.StrategyWork` of the MLP `Sublayer` s) under the schedule key of its
+    strategy, `tile` positions per chunk (module docstring)."""
+    positions = s.seq_len // s.p
+    chunks = mlp_chunks(positions, min(tile, positions))
+    batch = s.T // s.seq_len
+    tc = batch * chunks[0]  # local tokens of the largest chunk
+    e, h, t, width = s.e, s.h, s.t, s.width
+    refwd_flops = 2.0 * s.T * h * width / s.p  # the first GEMM, this rank's share
+    norm_and_act = e * t * (2 * h + (s.f_act + 1) * s.f)  # norm read + write, activation reads + write
+    if strategy_schedule == "megatron_ts":
+        gathered = s.p * tc
+        transient = e * gathered * (3 * h + 2 * width // s.p + 2 * s.f // s.p) + e * t * h
+        return TiledWork(_chunked(work.fwd, chunks, positions), _chunked(work.bwd, chunks, positions), t * h * e,
+                         transient, min(gathered, h, s.f // s.p), refwd_flops, norm_and_act)
+    if strategy_schedule == "metp":
+        wide = width // s.p
+        shards = work.transient - e * (4 * t * wide + 2 * t * h)  # the weight and gradient double buffers
+        transient = shards + e * (4 * tc * wide + 3 * t * h)
+        return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, s.f // s.p), 0.0,
+                         2.0 * e * t * h)
+    weights = 3 * s.W * e  # ZeRO-3: the gathered weights, the prefetched ones and the full gradient
+    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h
+    return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), refwd_flops, norm_and_act)
+
+
+def forward_share(recomputes: bool) -> float:
+    """The forward's share of a sub-layer's time, taken as its share of the GEMM FLOPs: 1 / (1 + 2) plain, 1 / (1 +
+    2 + 1) when the backward repeats (part of) the forward (formulas.GEMM_BWD_OVER_FWD)."""
+    return 1.0 / (1.0 + F.GEMM_BWD_OVER_FWD + (1.0 if recomputes else 0.0))
+
+
+def offload_exposed_s(time_s: float, copy_s: float, share: float) -> float:
+    """Seconds offload adds to a sub-layer of `time_s` whose kept set takes `copy_s` over the host link each way:
+    the copy out overlaps the forward (`share` of the time), the copy back the backward, each phase lasting the
+    longer of the two."""
+    forward_s = time_s * share
+    return max(0.0, copy_s - forward_s) + max(0.0, copy_s - (time_s - forward_s))
+
+
+def with_offload(kept: int, transient: int) -> tuple[int, int, int]:
+    """(kept on the device, transient, host bytes) of a sub-layer keeping `kept` and working in `transient` bytes,
+    with offload (module docstring)."""
+    return 0, transient + 2 * kept, kept
+
+
+def replace_work(work, tiled: TiledWork):
+    """`work` (a `StrategyWork`) with the tiled MLP's collectives, bytes and GEMM shape."""
+    return replace(work, fwd=tiled.fwd, bwd=tiled.bwd, kept=tiled.kept, transient=tiled.transient,
+                   min_dim=tiled.min_dim)
