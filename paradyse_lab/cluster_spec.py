@@ -187,6 +187,17 @@ class ClusterSpec:
     clusters: an add over a buffer larger than the caches; 0: `hbm_bytes_per_s`)."""
     counted_model: str = ""
     """The model (preset name) `step_counts` were counted for; they apply to it at p = gpus only."""
+    gpus_per_node: int = 0
+    """GPUs of one node, joined by the `busbw_bytes_per_s` links (NVLink); 0: all `gpus` are one node. A cluster
+    of several nodes has `gpus` = nodes x gpus_per_node, a power of two per node (groups are aligned
+    power-of-two blocks of ranks, paradyse_lab/step_groups.py), and an inter-node link (TOML `nodes`,
+    `gpus_per_node`)."""
+    inter_node_bytes_per_s: float = 0.0
+    """Bandwidth each GPU reaches to the other nodes through its own NIC (rail-aligned: one NIC per GPU), B/s
+    (TOML `inter_node_bandwidth_gbps`, GB/s); 0: no inter-node link known."""
+    inter_node_alpha_s: float = 2.7e-6
+    """Latency of one ring step over the network, s (TOML `inter_node_latency_us`): NCCL's tuning model
+    charges 2.7 us per network step of a Ring LL collective [TUNE] (Mdl)."""
     step_counts: dict = field(default_factory=dict)
     """What the runtime launches and moves besides GEMMs, attention and collectives, counted by `calibrate`
     at this cluster's world size (runtime/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
@@ -201,9 +212,19 @@ class ClusterSpec:
         return self.memory_bytes - self.reserve_bytes - int(self.reserve_fraction * self.memory_bytes)
 
     @property
+    def node_gpus(self) -> int:
+        """GPUs per node (all of them when the cluster is one node)."""
+        return min(self.gpus_per_node, self.gpus) if self.gpus_per_node else self.gpus
+
+    @property
+    def nodes(self) -> int:
+        """Number of nodes."""
+        return self.gpus // self.node_gpus
+
+    @property
     def host_budget_bytes(self) -> int:
         """Host memory one GPU's offloaded activations may fill: the node's host memory shared evenly by its GPUs."""
-        return self.host_memory_bytes // self.gpus
+        return self.host_memory_bytes // self.node_gpus
 
     @property
     def device(self) -> str:
@@ -235,6 +256,7 @@ class ClusterSpec:
                 raise UserInputError(f"cluster alpha_us for {c} must be a finite number >= 0, got {v!r}")
         self._check_step_terms()
         self._check_reserve()
+        self._check_nodes()
         self._check_host()
         for name in ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                      "attention_efficiency_causal"):
@@ -255,6 +277,28 @@ class ClusterSpec:
         if self.plan_budget_bytes <= 0:
             raise UserInputError(f"cluster reserve ({self.reserve_bytes / GIB:.3g} GiB + {self.reserve_fraction:.3g} "
                                  f"of the memory) must leave memory to plan with ({self.memory_bytes / GIB:.3g} GiB)")
+
+    def _check_nodes(self) -> None:
+        """gpus_per_node, the inter-node link (one line naming the key)."""
+        g = self.gpus_per_node
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise UserInputError(f"cluster.gpus_per_node must be a whole number >= 1, got {g!r}")
+        for name in ("inter_node_bytes_per_s", "inter_node_alpha_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                key = "inter_node_bandwidth_gbps" if name == "inter_node_bytes_per_s" else "inter_node_latency_us"
+                raise UserInputError(f"cluster.{key} must be a finite number >= 0, got {v!r}")
+        if self.nodes == 1 and self.gpus % self.node_gpus == 0:
+            return
+        if self.gpus % self.node_gpus:
+            raise UserInputError(f"cluster.gpus ({self.gpus}) must be a whole number of nodes of gpus_per_node "
+                                 f"({self.node_gpus}) GPUs")
+        if self.node_gpus & (self.node_gpus - 1):
+            raise UserInputError(f"cluster.gpus_per_node must be a power of two on a cluster of several nodes "
+                                 f"(groups are aligned power-of-two blocks of ranks), got {self.node_gpus}")
+        if not self.inter_node_bytes_per_s:
+            raise UserInputError(f"cluster of {self.nodes} nodes needs inter_node_bandwidth_gbps (GB/s per GPU "
+                                 f"over its NIC): the NVLink numbers hold inside one node only")
 
     def _check_host(self) -> None:
         for name, key in (("host_link_bytes_per_s", "host_link_gbps"), ("host_memory_bytes", "host_memory_gib")):
@@ -319,6 +363,23 @@ def _bw(ag: float, p2p: float, all_reduce: float | None = None) -> dict:
     }
 
 
+A100_HDR_NIC_BYTES_PER_S = 91e9 / 4
+"""Per GPU over one HDR InfiniBand NIC (200 Gb/s = 25 GB/s line rate [NAD], P): nccl-tests measured an
+all_reduce busbw of 91 GB/s between two HGX A100 nodes through 4 HDR NICs (tests#100, M), 22.75 GB/s per NIC
+(E)."""
+NDR_NIC_BYTES_PER_S = 47e9
+"""Per GPU over one NDR ConnectX-7 NIC (400 Gb/s = 50 GB/s line rate [POD], P): NCCL reaches 46-48 GB/s per NDR
+NIC (tests#290, tests#267, M); the middle, 47 GB/s."""
+NODE_COUNTS = (1, 2, 4, 16)
+"""Nodes of the multi-node presets (`a100-80gb-2x8`, `h100-80gb-16x8`, ...; 1 node: `a100-80gb-x8`). A
+multi-node preset's hardware (`device`: its bundled profiles) is its one-node preset's."""
+
+
+def _node_name(name: str, nodes: int) -> str:
+    """`a100-80gb-x8` for one node, `a100-80gb-4x8` for four."""
+    return name if nodes == 1 else name.replace("-x", f"-{nodes}x")
+
+
 PCIE_GEN4_X16_BYTES_PER_S = 32e9
 """A100 SXM's host link, per direction: PCIe Gen4 x16, 64 GB/s both ways [DS-A] (P; docs/hardware.md section 7)."""
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
@@ -329,37 +390,41 @@ DGX_2TB_HOST_BYTES = 2 * 2**40
 """DGX A100 640 GB, DGX H100 and DGX H200 system memory: 2 TB [DGX-A] [DGX-H] (P; section 7)."""
 
 
-def _a100(name: str, mem_mib: int, hbm: float) -> ClusterSpec:
+def _a100(name: str, mem_mib: int, hbm: float, nodes: int = 1) -> ClusterSpec:
     return ClusterSpec(
-        name=name, gpus=8, gpu_name=f"A100-SXM4-{'80' if mem_mib > 50000 else '40'}GB",
+        name=_node_name(name, nodes), gpus=8 * nodes, gpus_per_node=8,
+        gpu_name=f"A100-SXM4-{'80' if mem_mib > 50000 else '40'}GB",
         memory_bytes=mem_mib * MIB, peak_flops=312e12, hbm_bytes_per_s=hbm,
         busbw_bytes_per_s=_bw(230, 195, 231.6), busbw_size_curve=A100_SIZE_CURVE,
         gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
         attention_efficiency_causal=A100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_A100_BYTES),
+        inter_node_bytes_per_s=A100_HDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
         host_link_bytes_per_s=PCIE_GEN4_X16_BYTES_PER_S,
         host_memory_bytes=DGX_2TB_HOST_BYTES if mem_mib > 50000 else DGX_A100_320_HOST_BYTES,
-        source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]; reserve: section 5; host: section 7",
+        source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]; reserve: section 5; "
+        "host: section 7; between nodes: [NAD] tests#100",
     )
 
 
-def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float) -> ClusterSpec:
+def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float, nodes: int = 1) -> ClusterSpec:
     return ClusterSpec(
-        name=name, gpus=8, gpu_name=gpu, memory_bytes=mem_mib * MIB, peak_flops=989e12,
-        hbm_bytes_per_s=hbm, busbw_bytes_per_s=_bw(ag, p2p), busbw_size_curve=H100_SIZE_CURVE,
+        name=_node_name(name, nodes), gpus=8 * nodes, gpus_per_node=8, gpu_name=gpu, memory_bytes=mem_mib * MIB,
+        peak_flops=989e12, hbm_bytes_per_s=hbm, busbw_bytes_per_s=_bw(ag, p2p), busbw_size_curve=H100_SIZE_CURVE,
         gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
         attention_efficiency_causal=H100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_HOPPER_BYTES),
+        inter_node_bytes_per_s=NDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
         host_link_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S, host_memory_bytes=DGX_2TB_HOST_BYTES,
         source="docs/hardware.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
-        "memory: nvidia-smi (M); reserve: section 5; host: section 7",
+        "memory: nvidia-smi (M); reserve: section 5; host: section 7; between nodes: [POD] tests#290 tests#267",
     )
 
 
 PRESETS: dict[str, ClusterSpec] = {
     c.name: c
     for c in (
-        _a100("a100-80gb-x8", 81251, 2039e9),
+        *(_a100("a100-80gb-x8", 81251, 2039e9, n) for n in NODE_COUNTS),
         _a100("a100-40gb-x8", 40441, 1555e9),
-        _hopper("h100-80gb-x8", "H100-SXM5-80GB", 81559, 3.35e12, 370, 371),
+        *(_hopper("h100-80gb-x8", "H100-SXM5-80GB", 81559, 3.35e12, 370, 371, n) for n in NODE_COUNTS),
         _hopper("h200-x8", "H200-SXM", 143771, 4.8e12, 365, 396),
     )
 }
@@ -370,6 +435,7 @@ _TOML_SCALARS = {
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
     "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
     "reserve_gib": float, "reserve_fraction": float, "host_link_gbps": float, "host_memory_gib": float,
+    "nodes": int, "gpus_per_node": int, "inter_node_bandwidth_gbps": float, "inter_node_latency_us": float,
 }
 _TOML_CURVES = ("busbw_size_curve", "gemm_efficiency", "attention_efficiency",
                 "attention_efficiency_causal")
@@ -418,7 +484,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
              "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
              "state_gbps": ("state_bytes_per_s", GB), "reserve_gib": ("reserve_bytes", GIB),
-             "host_link_gbps": ("host_link_bytes_per_s", GB), "host_memory_gib": ("host_memory_bytes", GIB)}
+             "host_link_gbps": ("host_link_bytes_per_s", GB), "host_memory_gib": ("host_memory_bytes", GIB),
+             "inter_node_bandwidth_gbps": ("inter_node_bytes_per_s", GB),
+             "inter_node_latency_us": ("inter_node_alpha_s", 1e-6)}
     for key, kind in _TOML_SCALARS.items():
         if key not in data:
             continue
@@ -438,6 +506,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             kw[target] = int(value * factor) if whole else value * factor
         else:
             kw[key] = kind(value)
+    _resolve_nodes(data, kw, base, path.name)
     _collective_tables(data, kw, path.name)
     for key in _TOML_CURVES:
         if key in data:
@@ -460,6 +529,35 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
     return ClusterSpec(**kw)
+
+
+def _resolve_nodes(data: dict, kw: dict, base: ClusterSpec | None, name: str) -> None:
+    """`nodes`, `gpus_per_node` and `gpus` of a cluster file into `kw` (`gpus`, `gpus_per_node`).
+
+    `nodes` x `gpus_per_node` GPUs (gpus_per_node from the base when not given); `gpus` alone, at most the base's
+    node, is one node of that many GPUs. `gpus` beyond the base's node without node keys is refused: which of
+    its GPUs share NVLink is not said, and planning them as one NVLink node would be wrong. A file without a
+    base and without node keys is one node of `gpus` GPUs (its busbw are that node's links)."""
+    nodes = kw.pop("nodes", None)
+    if nodes is not None and nodes < 1:
+        raise UserInputError(f"{name}: nodes must be a whole number >= 1, got {nodes!r}")
+    if "gpus_per_node" in data and kw["gpus_per_node"] < 1:
+        raise UserInputError(f"{name}: gpus_per_node must be a whole number >= 1, got {kw['gpus_per_node']!r}")
+    per_node = kw.get("gpus_per_node") or (base.node_gpus if base is not None else kw.get("gpus"))
+    if nodes is not None:
+        if per_node is None:
+            raise UserInputError(f"{name}: nodes needs gpus_per_node (or a base preset)")
+        if "gpus" in data and data["gpus"] != nodes * per_node:
+            raise UserInputError(f"{name}: gpus = {data['gpus']} but nodes x gpus_per_node = {nodes} x {per_node} "
+                                 f"= {nodes * per_node}; give one or make them agree")
+        kw["gpus"], kw["gpus_per_node"] = nodes * per_node, per_node
+    elif "gpus" in data and "gpus_per_node" not in data:
+        if base is not None and data["gpus"] > base.node_gpus:
+            raise UserInputError(
+                f"{name}: gpus = {data['gpus']} is more than one node of {base.device} ({base.node_gpus} GPUs "
+                f"joined by NVLink); say how they are split: nodes = {-(-data['gpus'] // base.node_gpus)} "
+                f"(and gpus_per_node, inter_node_bandwidth_gbps, inter_node_latency_us if not the base's)")
+        kw["gpus_per_node"] = 0  # one node of `gpus`
 
 
 def _read_toml(path: Path) -> dict:
@@ -575,9 +673,18 @@ MAX_GPUS = 4096
 def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
     """`cluster` with `gpus` GPUs (`--gpus N`: another GPU count without writing a TOML file): the same GPU,
     links and calibration, named for its count ('a100-80gb-x8 at 4 GPUs'); its hardware (`device`, whose bundled
-    profiles it uses) stays the original's. Counts `calibrate` measured at the original count (`step_counts`)
-    apply at that count only (the analytic model checks `gpus`). None or the cluster's own count: `cluster`."""
+    profiles it uses) stays the original's. Up to one node's GPUs: one node of N; beyond: N / gpus_per_node
+    nodes joined by the cluster's inter-node link (N must be a whole number of nodes, and the cluster must know
+    its inter-node link). Counts `calibrate` measured at the original count (`step_counts`) apply at that
+    count only (the analytic model checks `gpus`). None or the cluster's own count: `cluster`."""
     if gpus is None or gpus == cluster.gpus:
         return cluster
     require_positive_int("--gpus", gpus, MAX_GPUS)
-    return replace(cluster, gpus=gpus, name=f"{cluster.name} at {gpus} GPUs", base=cluster.device)
+    per_node = cluster.node_gpus
+    if gpus > per_node and (gpus % per_node or not cluster.inter_node_bytes_per_s):
+        why = (f"a whole number of its {per_node}-GPU nodes" if gpus % per_node
+               else "within one node (it has no inter_node_bandwidth_gbps)")
+        raise UserInputError(f"--gpus {gpus}: cluster {cluster.name} takes GPU counts {why}")
+    nodes = f", {gpus // per_node} nodes" if gpus > per_node else ""
+    return replace(cluster, gpus=gpus, gpus_per_node=per_node if gpus > per_node else 0,
+                   name=f"{cluster.name} at {gpus} GPUs{nodes}", base=cluster.device)

@@ -14,6 +14,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
   with the documents packed into steps of 32K and 128K tokens, static strategies against the heuristic and
   dp, under each truth (simulator/experiments.py packing) -> packing.csv, paper/packing.csv, runs/packing/
+- groups (beyond the paper; full runs only, minutes): global batches over groups of GPUs sized per step against
+  ParaDySe, dynamic context parallelism and the best static strategy on 1, 4 and 16 nodes
+  (simulator/groups_experiment.py) -> groups.csv, runs/groups/, figures/groups.png
 - solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp (solvers/bench.py)
   -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
 - costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
@@ -55,8 +58,8 @@ FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "
                   "memory_breakdown", "packing")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers", "costmodel",
-         "costmodel_paper", "plan_map", "memory", "figures", "report")
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "groups", "solvers",
+         "costmodel", "costmodel_paper", "plan_map", "memory", "figures", "report")
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
@@ -273,6 +276,16 @@ def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     return written
 
 
+def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
+    """Global batches over groups sized per step (`paradyse-lab experiment groups`); full runs only (minutes)."""
+    if s.quick:  # FULL_ONLY_STEPS
+        return []
+    from simulator.groups_experiment import GroupsSetup, groups
+
+    groups(GroupsSetup(), out, force=force, progress=False)
+    return ["groups.csv"]
+
+
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
     from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, get_cluster
@@ -419,6 +432,10 @@ def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
     jobs = [(name, out, name, None) for name in FIGURE_SCRIPTS]
     if s.paper_truth:
         jobs += [(name, out / PAPER_DIR, f"{name}_paper", PAPER_FIGURE_NOTE) for name in PAPER_FIGURE_SCRIPTS]
+    if (out / "groups.csv").exists():  # full runs only (step_groups)
+        from figures.groups import NOTE
+
+        jobs.append(("groups", out, "groups", NOTE))
     written = []
     for module, results, name, note in jobs:
         written += draw_figure(module, results, out / "figures", name, note)
@@ -434,7 +451,7 @@ def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None
 
 STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_paper,
               "table5_paper": step_table5_paper, "seeds": step_seeds, "switch_memory": step_switch_memory,
-              "packing": step_packing,
+              "packing": step_packing, "groups": step_groups,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
@@ -442,7 +459,7 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
                                f"{PAPER_DIR}/fig2_beyond.csv"),
                 "table5_paper": (f"{PAPER_DIR}/table5.csv",), "seeds": (HEADLINE_SEEDS_FILE,),
-                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
+                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"), "groups": ("groups.csv",),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
                                        for f in ("fig2_summary.csv", "table5.csv")),
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
@@ -451,6 +468,8 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in ("png", "pdf"))}
 """Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
 also need every CSV they read unchanged; the report is always rewritten."""
+FULL_ONLY_STEPS = ("groups",)
+"""Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,

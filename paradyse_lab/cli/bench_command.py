@@ -25,8 +25,10 @@ def register(sub) -> None:
     )
     p.add_argument("--sizes", default="8,24,96,192", help="numbers of decisions L (default 8,24,96,192)")
     p.add_argument("--options", default="4,8", help="numbers of options O (default 4,8)")
-    p.add_argument("--kinds", default="random,random+switch,model,model-sublayer",
-                   help="problem kinds (default random,random+switch,model,model-sublayer)")
+    p.add_argument("--kinds", default="random,random+switch,model,model-sublayer,groups",
+                   help="problem kinds (default random,random+switch,model,model-sublayer,groups; groups: the "
+                   "group planners of a global batch, exact against greedy on 4-8 sequences over 8 GPUs and the "
+                   "time to plan 64 sequences on 16 nodes)")
     p.add_argument("--solvers", default="heuristic,greedy,dp,ilp,brute_force", help="solvers to run")
     p.add_argument("--instances", default="2", help="problems per (kind, L, O) (default 2)")
     p.add_argument("--repeats", default="3", help="timed runs per problem of the fast solvers (default 3)")
@@ -60,9 +62,11 @@ def run(args) -> int:
 
     sizes, options = _ints("--sizes", args.sizes), _ints("--options", args.options)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    groups = "groups" in kinds
+    kinds = [k for k in kinds if k != "groups"]
     for k in kinds:
         if k not in bench.KINDS:
-            raise UserInputError(f"unknown kind {k!r}; valid: {', '.join(bench.KINDS)}")
+            raise UserInputError(f"unknown kind {k!r}; valid: {', '.join(bench.KINDS + ('groups',))}")
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     for s in solvers:
         get_solver(s)  # unknown names fail before any work
@@ -79,6 +83,10 @@ def run(args) -> int:
     total = len(kinds) * len(sizes) * len(options) * instances * len(solvers)
     with tqdm(total=total, desc="bench-solvers", unit="solve", file=sys.stderr) as bar:
         rows = bench.run(sizes, options, kinds, instances, repeats, solvers, limit, seed, progress=bar.update)
+    if groups:
+        from simulator.group_bench import run as bench_groups
+
+        rows += bench_groups(instances, seed)
     write_csv(rows, args.out, bench.CSV_COLUMNS)
     if args.format == "json":
         print_json({"csv": str(args.out), "rows": rows})

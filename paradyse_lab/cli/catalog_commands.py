@@ -50,12 +50,14 @@ def run_clusters(args) -> int:
     rows = []
     for c in clusters.values():
         bw = c.busbw_bytes_per_s
-        rows.append([c.name + (" (default)" if c.name == DEFAULT_CLUSTER else ""), f"{c.gpus}x {c.gpu_name}",
+        nodes = f"{c.nodes}x{c.node_gpus}" if c.nodes > 1 else f"{c.gpus}x"
+        link = f"{c.inter_node_bytes_per_s / 1e9:.4g}" if c.inter_node_bytes_per_s else "-"
+        rows.append([c.name + (" (default)" if c.name == DEFAULT_CLUSTER else ""), f"{nodes} {c.gpu_name}",
                      format_bytes(c.memory_bytes), f"{c.peak_flops / 1e12:.0f}",
                      f"{bw['all_gather'] / 1e9:.0f}", f"{bw['all_to_all'] / 1e9:.0f}",
-                     f"{bw['p2p'] / 1e9:.0f}", "calibrated" if c.calibration else "analytic"])
-    print_table(["cluster", "GPUs", "memory/GPU", "bf16 TFLOPS", "AG/RS GB/s", "a2a GB/s", "p2p GB/s", "times"],
-                rows)
+                     f"{bw['p2p'] / 1e9:.0f}", link, "calibrated" if c.calibration else "analytic"])
+    print_table(["cluster", "GPUs", "memory/GPU", "bf16 TFLOPS", "AG/RS GB/s", "a2a GB/s", "p2p GB/s",
+                 "inter-node GB/s per GPU", "times"], rows)
     return 0
 
 

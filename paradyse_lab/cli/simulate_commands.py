@@ -42,7 +42,10 @@ def register(sub) -> None:
         "the headline metrics beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5. "
         "packing (beyond the paper): Figure 2's panels with the documents packed into steps of 32K and 128K "
         "tokens beside one sequence per step, static strategies against the heuristic and dp: time per token "
-        "and longest document trained (DIR/packing.csv and DIR/figures/packing.png).")
+        "and longest document trained (DIR/packing.csv and DIR/figures/packing.png). groups (beyond the paper): "
+        "global batches of --global-batch sequences over groups of GPUs sized per step, against ParaDySe (one "
+        "group of all GPUs), Megatron-style dynamic context parallelism and the best static strategy, on 1, 4 and "
+        "16 nodes (DIR/groups.csv and DIR/figures/groups.png).")
     add_dataclass_arguments(p, ExperimentOptions)
     p.set_defaults(func=run_experiment)
 
@@ -56,6 +59,11 @@ def run_simulate(args) -> int:
     from simulator.run_metrics import summarize
 
     opts = from_namespace(SimulateOptions, args)
+    groups = opts.grouping.group_policy(opts.policy)
+    if groups:
+        from paradyse_lab.cli.grouped_command import run_grouped
+
+        return run_grouped(opts, groups)
     setup = opts.run.setup(opts.packing)
     rows = run_one(setup, opts.model, opts.dataset, opts.policy, smoothing=opts.smoothing,
                    exclude=opts.excluded(), progress=sys.stderr.isatty(), plan_cost_model=opts.plan_cost_model or None)
@@ -115,6 +123,10 @@ def run_experiment(args) -> int:
         return 0
     if opts.name == "packing":
         return _run_packing(setup, root, opts)
+    if opts.name == "groups":
+        from paradyse_lab.cli.grouped_command import run_groups_experiment
+
+        return run_groups_experiment(opts)
     table = experiments.table5(setup, root, force=opts.force, progress=sys.stderr.isatty())
     if opts.format == "json":
         print_json({"table5": table.to_dict(orient="records")})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
-EXPERIMENTS = ("fig2", "table5", "packing")
+EXPERIMENTS = ("fig2", "table5", "packing", "groups")
 FORMATS = ("table", "json")
 
 
@@ -102,6 +102,53 @@ class PackingOptions:
                 "pack_order": self.pack_order}
 
 
+MAX_GLOBAL_BATCH = 2**20
+"""Most sequences (or tokens: `MAX_GLOBAL_BATCH_TOKENS`) in one global batch."""
+MAX_GLOBAL_BATCH_TOKENS = 2**40
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """A step trains a global batch over groups of GPUs sized per step (simulator/grouped_steps.py)."""
+
+    global_batch: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
+    """Train the (shuffled) sequences N per step, each step split over groups of GPUs (--groups); default: one
+    sequence per step on all GPUs, as the paper trains."""
+    global_batch_tokens: int | None = field(default=None, metadata={"type": int, "metavar": "T"})
+    """Like --global-batch, but steps of at most T tokens (a longer sequence is a step alone)."""
+    groups: str = ""
+    """With a global batch: sized (groups sized per step, per-layer plans; --policy dynamic:SOLVER), sized-exact
+    (the same, exact: at most 10 sequences per step on at most 16 GPUs), paradyse (one group of all GPUs,
+    per-layer plans), dynamic-cp (Megatron-style dynamic context parallelism: one strategy, the smallest group
+    that fits each sequence; --policy static:megatron_cz) or static (one group, --policy static:NAME); default:
+    sized for a dynamic policy, static for a static one."""
+    runnable_groups: bool = False
+    """Only the group sizes the runtime runs today: one GPU and all of them, sizes in between only when the
+    model's heads and K/V heads divide by the GPU count."""
+
+    @property
+    def active(self) -> bool:
+        return self.global_batch is not None or self.global_batch_tokens is not None
+
+    def group_policy(self, policy: str) -> str:
+        """--groups checked against --policy and the batch flags (one-line errors)."""
+        from simulator.grouped_steps import check_group_policy
+
+        if not self.active:
+            if self.groups or self.runnable_groups:
+                raise UserInputError("--groups and --runnable-groups need --global-batch N or --global-batch-tokens T")
+            return ""
+        if self.global_batch is not None and self.global_batch_tokens is not None:
+            raise UserInputError("give --global-batch (sequences) or --global-batch-tokens, not both")
+        if self.global_batch is not None:
+            require_positive_int("--global-batch", self.global_batch, MAX_GLOBAL_BATCH)
+        else:
+            require_positive_int("--global-batch-tokens", self.global_batch_tokens, MAX_GLOBAL_BATCH_TOKENS)
+        groups = self.groups or ("sized" if policy.startswith("dynamic:") else "static")
+        check_group_policy(groups, policy)
+        return groups
+
+
 @dataclass(frozen=True)
 class SimulateOptions:
     """`paradyse-lab simulate`: one run."""
@@ -122,6 +169,7 @@ class SimulateOptions:
     """Cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, polynomial, residual
     (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
     packing: PackingOptions = field(default_factory=PackingOptions)
+    grouping: GroupOptions = field(default_factory=GroupOptions)
     run: SimulationOptions = field(default_factory=SimulationOptions)
     format: str = field(default="table", metadata={"choices": FORMATS})
     """table for people, json for scripts."""
@@ -150,6 +198,8 @@ class ExperimentOptions:
     paper_policies_only: bool = False
     """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and the static
     strategies with recomputation)."""
+    global_batch: int = 32
+    """groups: sequences per step (the panels' workloads are --size sequences, default 128 for groups)."""
     run: SimulationOptions = field(default_factory=SimulationOptions)
     format: str = field(default="table", metadata={"choices": FORMATS})
     """table for people, json for scripts."""

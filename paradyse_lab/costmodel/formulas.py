@@ -13,7 +13,9 @@ Sources:
   forward (FlashAttention convention, docs/hardware.md section 2 [FA2][FA3]); GEMM backward 2x forward.
 - Collective time: alpha-beta in the nccl-tests convention, t = alpha(op, n) + f(op, n) S / busbw(S),
   f = 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, all_to_all, broadcast, 1 for p2p
-  (docs/hardware.md section 6 [PERF]); alpha = base + per-step x steps from NCCL's tuning model [TUNE].
+  (docs/hardware.md section 6 [PERF]); alpha = base + per-step x steps from NCCL's tuning model [TUNE]. Over
+  GPUs of several nodes: an intra-node phase over NVLink plus an inter-node phase over the NICs
+  (`hierarchical_time_s`, docs/hardware.md section 4).
 """
 
 from __future__ import annotations
@@ -153,12 +155,49 @@ ALPHA_STEPS = {
 """Ring steps of one call: NCCL's tuning model charges a per-step latency for each [TUNE]."""
 
 
-def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks: int) -> float:
-    """Alpha-beta time of one collective over `ranks` GPUs (docs/hardware.md section 6)."""
+def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks: int,
+                      ranks_per_node: int | None = None) -> float:
+    """Alpha-beta time of one collective over `ranks` GPUs (docs/hardware.md section 6); hierarchical
+    (`hierarchical_time_s`) when they span nodes. `ranks_per_node`: how many of them share a node (default: an
+    aligned block of consecutive ranks, min(ranks, the node's GPUs))."""
     if ranks <= 1 or buffer_bytes <= 0:
         return 0.0
+    per_node = min(ranks, ranks_per_node or cluster.node_gpus)
+    if per_node < ranks:
+        return hierarchical_time_s(cluster, op, buffer_bytes, per_node, -(-ranks // per_node))
     alpha = cluster.alpha_s(op, ALPHA_STEPS[op](ranks))
     return alpha + BUSBW_FACTOR[op](ranks) * buffer_bytes / cluster.busbw(op, buffer_bytes)
+
+
+def inter_node_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, nodes: int) -> float:
+    """One rank per node, each over its own NIC (rail-aligned rings; docs/hardware.md section 4): the alpha-beta
+    line with NCCL's per-network-step latency and the NIC's bandwidth as the busbw."""
+    if nodes <= 1 or buffer_bytes <= 0:
+        return 0.0
+    alpha = cluster.inter_node_alpha_s * ALPHA_STEPS[op](nodes)
+    return alpha + BUSBW_FACTOR[op](nodes) * buffer_bytes / cluster.inter_node_bytes_per_s
+
+
+def hierarchical_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, per_node: int, nodes: int) -> float:
+    """A collective over `nodes` x `per_node` GPUs as two phases (docs/hardware.md section 4): inside each node
+    over NVLink on the whole buffer, then between nodes on the 1/per_node share each GPU holds, every GPU over
+    its own NIC in parallel. reduce_scatter: intra-node reduce-scatter, then inter-node reduce-scatter of the
+    shard; all_gather and broadcast the mirror; all_reduce = intra reduce-scatter + inter all-reduce + intra
+    all-gather, priced as an intra all-reduce plus the inter all-reduce of the shard. all_to_all: of each
+    rank's buffer, the (nodes - 1) / nodes share bound for other nodes leaves over its NIC while the rest moves
+    over NVLink at the same time (the slower of the two). p2p (a ring step): a ring over several nodes steps at
+    the pace of its network hops."""
+    if op == "p2p":
+        return cluster.inter_node_alpha_s + buffer_bytes / cluster.inter_node_bytes_per_s
+    if op == "all_to_all":
+        ranks = per_node * nodes
+        off_node = buffer_bytes * (ranks - per_node) / ranks
+        on_node = buffer_bytes * (per_node - 1) / ranks
+        alpha = cluster.alpha_s(op, per_node - 1) + cluster.inter_node_alpha_s * (nodes - 1)
+        return alpha + max(off_node / cluster.inter_node_bytes_per_s,
+                           on_node / cluster.busbw(op, buffer_bytes) if per_node > 1 else 0.0)
+    intra = collective_time_s(cluster, op, buffer_bytes, per_node)
+    return intra + inter_node_time_s(cluster, op, buffer_bytes / per_node, nodes)
 
 
 def ring_overlap_s(compute_s: float, comm_s: float, steps: int) -> float:

@@ -5,7 +5,13 @@ from paradyse_lab.errors import UserInputError
 
 
 def test_presets_and_default():
-    assert set(PRESETS) == {"a100-80gb-x8", "a100-40gb-x8", "h100-80gb-x8", "h200-x8"}
+    one_node = {"a100-80gb-x8", "a100-40gb-x8", "h100-80gb-x8", "h200-x8"}
+    several = {f"{gpu}-{n}x8" for gpu in ("a100-80gb", "h100-80gb") for n in (2, 4, 16)}
+    assert set(PRESETS) == one_node | several
+    for name in several:
+        c = PRESETS[name]
+        assert c.nodes * c.node_gpus == c.gpus and c.node_gpus == 8 and c.nodes > 1
+        assert c.device == name.replace(f"-{c.nodes}x8", "-x8")  # the one-node preset's profiles
     a100 = PRESETS["a100-80gb-x8"]
     assert a100.gpus == 8 and a100.memory_bytes == 81251 * 2**20 and a100.peak_flops == 312e12
     assert PRESETS["h200-x8"].memory_bytes > PRESETS["h100-80gb-x8"].memory_bytes

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paradyse_lab.app.report.differences import differences_section, sources_section
+from paradyse_lab.app.report.groups import groups_section
 from paradyse_lab.app.report.headline import (
     METRICS_TEXT,
     headline_header,
@@ -40,7 +41,8 @@ FIGURES = [("fig2_cumulative_time_paper", "Figure 2 under the paper-measured tim
         ("memory_breakdown", "Memory per GPU of each uniform plan: model states, kept, transient"),
         ("packing_paper", "Packing under the paper-measured times: time per token and longest document, one "
          "sequence per step against packed steps"),
-        ("packing", "Packing under the analytic model")]
+        ("packing", "Packing under the analytic model"),
+        ("groups", "Global batches over groups sized per step: tokens per second over ParaDySe's")]
 """(file name under figures/, caption) of every figure REPORT.md shows, in order."""
 
 
@@ -147,6 +149,10 @@ share of the baseline's time spent above 64K tokens:
 ## Packing documents into steps (beyond the paper)
 
 {packing_section(results)}
+
+## Global batches over groups of GPUs sized per step (beyond the paper)
+
+{groups_section(results)}
 
 ## The memory price of switching
 

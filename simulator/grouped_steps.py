@@ -1,0 +1,271 @@
+"""Steps of a global batch over groups of GPUs: the item times per group size, the synchronisation across
+groups, the group policies, and the simulation of a run of such steps.
+
+Model states (how the simulator counts them; docs/design.md section 5): one layout over the whole world, as the
+runtime keeps them (docs/grouped_steps.md): every rank holds its 1/W shard of every sharded
+matrix with its gradient, fp32 master and Adam moments (16 B/param over W), so a change of group sizes between
+steps moves no state. A step with groups smaller than the world first all-gathers each group's shards of every
+layer (its 16-bit weights, 1/g per rank, resident for the step beside their gradients) over the W / g_min ranks
+holding one world block each, and after the backward reduce-scatters the gradients back into the world layout;
+the replicated tensors' gradients are all-reduced over the same ranks. The cost model at p = g counts 16 B/param
+over g for the sharded matrices, so a group's budget is corrected by the difference (`budget_for`); the gather's
+buffers, held when no activation is, must fit beside the states (`state_phase_fits`); the collectives are priced
+with the cluster model, hierarchical across nodes (`sync_s`). With one group of all GPUs (ParaDySe) there is
+nothing to gather.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.plan import Plan
+from paradyse_lab.step_groups import GroupedStep, StepGroup
+from paradyse_lab.strategies import layout_unit, pad_to_unit
+from simulator import group_planner as G
+from simulator.planner import Planner, build_planner
+
+GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "dynamic-cp", "static")
+"""sized: groups sized per step with per-layer plans (greedy); sized-exact: the same, exact (small instances);
+paradyse: one group of all GPUs with per-layer plans; dynamic-cp: Megatron-style dynamic context parallelism
+(one strategy, the smallest group that fits each item, greedy balance); static: one group of all GPUs, one
+strategy."""
+PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse")
+"""The group policies that plan each item with a solver (`--policy dynamic:SOLVER`); the others run one strategy
+(`--policy static:NAME`)."""
+RING_POLICY = "static:megatron_cz"
+"""Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""
+
+
+def power_sizes(world: int) -> tuple[int, ...]:
+    """Group sizes 1, 2, 4, ... up to `world`."""
+    return tuple(1 << k for k in range(world.bit_length()) if 1 << k <= world)
+
+
+def optimizer_share(model: ModelSpec) -> int:
+    """Bytes per parameter of the states kept over the world: all but the 16-bit (or fp32) weights and gradients."""
+    return F.model_state_bytes_per_param(model) - 2 * model.dtype_bytes
+
+
+def sharded_layer_params(model: ModelSpec, g: int) -> int:
+    """Parameters of every layer's matrices a rank of a group of g holds (its 1/g shards)."""
+    return model.layers * sum(-(-F.sharded_params(model, kind) // g) for kind in ("attention", "mlp"))
+
+
+@dataclass
+class GroupPricer:
+    """Item times and plans on groups of each size, for one planning policy (a dynamic solver or one strategy)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    policy: str
+    """`dynamic:SOLVER[...]` or `static:NAME`."""
+    budget_bytes: int
+    """Per-GPU memory a plan may use with all model states sharded over the group (the cluster's budget)."""
+    cost_model: str = "analytic"
+    recompute: bool = False
+    """Plans may recompute activations (static: every layer does)."""
+    granularity: str = "block"
+    """Decisions per block or per sub-layer."""
+    runnable_only: bool = False
+    """Only the group sizes the runtime runs today (`group_sizes`)."""
+    _planners: dict = field(default_factory=dict, repr=False)
+    _items: dict = field(default_factory=dict, repr=False)
+
+    def budget_for(self, g: int) -> int:
+        """The budget of a group of g: raised by what the cost model at p = g counts of the sharded matrices'
+        states (16 B/param over g) beyond what a rank of the group holds (module docstring): the world shard
+        with its optimizer states (16 B/param over the world) and, when g < W, the group's 16-bit weight and
+        gradient shards (2 e B/param over g)."""
+        m, world = self.model, self.cluster.gpus
+        if g == world:
+            return self.budget_bytes
+        counted = F.model_state_bytes_per_param(m) * sharded_layer_params(m, g)
+        held = F.model_state_bytes_per_param(m) * sharded_layer_params(m, world) + \
+            2 * m.dtype_bytes * sharded_layer_params(m, g)
+        return self.budget_bytes + counted - held
+
+    def state_phase_fits(self, sizes: G.Partition) -> bool:
+        """Whether every rank holds the gather of the step's group shards (outside the compute, when no
+        activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
+        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states."""
+        m, world = self.model, self.cluster.gpus
+        if len(sizes) == 1:
+            return True
+        per_param = F.model_state_bytes_per_param(m)
+        flat = m.dtype_bytes * sharded_layer_params(m, world)
+        replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
+        need = (per_param * (sharded_layer_params(m, world) + replicated) + flat * (world // min(sizes) + 1)
+                + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
+        return need <= self.budget_bytes
+
+    def group_sizes(self) -> tuple[int, ...]:
+        """The group sizes this pricer plans with: every power of two up to the world, or with `runnable_only`
+        those the runtime runs today: 1 and W always, sizes in between only when heads and K/V heads divide by
+        W (its group shards are whole world blocks, each whole heads; docs/grouped_steps.md)."""
+        world, m = self.cluster.gpus, self.model
+        whole_heads = m.heads % world == 0 and m.kv_heads % world == 0
+        return tuple(g for g in power_sizes(world)
+                     if not self.runnable_only or g in (1, world) or whole_heads)
+
+    def planner(self, g: int) -> Planner:
+        if g not in self._planners:
+            self._planners[g] = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
+                                              p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                              recompute=self.recompute, granularity=self.granularity)
+        return self._planners[g]
+
+    def item(self, g: int, length: int) -> tuple[float, Plan | None]:
+        """(seconds, plan) of one sequence of `length` tokens on a group of g (inf, None: it does not fit)."""
+        key = (g, length)
+        if key not in self._items:
+            self._items[key] = self._price(g, pad_to_unit(length, layout_unit(g)))
+        return self._items[key]
+
+    def _price(self, g: int, padded: int) -> tuple[float, Plan | None]:
+        planner = self.planner(g)
+        try:
+            decision = planner.policy.decide(padded, 1)
+            if self.policy.startswith("dynamic:"):  # planned with the model that charges: its own prediction
+                time_s, fits = decision.predicted_time_s, decision.feasible
+            else:
+                charger = self._planners.setdefault(("charger", g), planner.charger())
+                time_s, peak = charger.charge(decision.plan.names, padded, 1, decision.head)
+                fits = peak <= planner.budget_bytes
+        except UserInputError:  # the strategy cannot split these shapes on g ranks
+            return math.inf, None
+        return (time_s, decision.plan) if fits else (math.inf, None)
+
+    def times(self, lengths, sizes) -> G.ItemTimes:
+        """The item-time table of `lengths` on the group `sizes`."""
+        return G.ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
+
+    def sync_s(self, sizes: G.Partition) -> float:
+        """The all-gather of the group shards from the world layout and the reduce-scatter of their gradients
+        back, across groups, and the all-reduce of the replicated tensors' gradients (module docstring), over
+        the W / g_min ranks holding one block each, priced with the cluster model; inf when the gather's
+        buffers do not fit (`state_phase_fits`)."""
+        if len(sizes) == 1:
+            return 0.0
+        if not self.state_phase_fits(sizes):
+            return math.inf
+        c, m = self.cluster, self.model
+        g = min(sizes)
+        replicas = c.gpus // g
+        per_node = max(1, c.node_gpus // g)
+        shard = m.dtype_bytes * sharded_layer_params(m, g)
+        replicated = m.dtype_bytes * (m.layers * F.replicated_params(m) * 2 + F.embedding_params(m))
+        return (F.collective_time_s(c, "reduce_scatter", shard, replicas, per_node)
+                + F.collective_time_s(c, "all_gather", shard, replicas, per_node)
+                + F.collective_time_s(c, "all_reduce", replicated, replicas, per_node))
+
+
+def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> G.GroupChoice:
+    """The groups and assignment of one step under `group_policy` (`GROUP_POLICIES`); `ring`: the Megatron-style
+    pricer whose choice `sized` must not be worse than (re-priced with per-layer plans)."""
+    world = pricer.cluster.gpus
+    if group_policy in ("paradyse", "static"):
+        return G.lpt(pricer.times(lengths, (world,)), (world,), pricer.sync_s)
+    costs = pricer.times(lengths, pricer.group_sizes())
+    if group_policy == "dynamic-cp":
+        return G.smallest_fit_partition(costs, pricer.sync_s)
+    if group_policy == "sized-exact":
+        return G.plan_exact(costs, pricer.sync_s)
+    extra = [G.smallest_fit_partition(costs, pricer.sync_s)]
+    if ring is not None:
+        ring_choice = G.smallest_fit_partition(ring.times(lengths, pricer.group_sizes()), ring.sync_s)
+        extra.append(G.reassess(ring_choice, costs, pricer.sync_s))
+    return G.plan_greedy(costs, pricer.sync_s, extra)
+
+
+def grouped_step(choice: G.GroupChoice, lengths, pricer: GroupPricer) -> GroupedStep:
+    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans."""
+    groups = []
+    for start, size, items in zip(choice.starts(), choice.sizes, choice.assignment):
+        plans = tuple(pricer.item(size, lengths[i])[1] for i in items)
+        groups.append(StepGroup(start, size, tuple(items), plans))
+    return GroupedStep(pricer.cluster.gpus, len(lengths), tuple(groups))
+
+
+def check_group_policy(group_policy: str, policy: str) -> None:
+    """`--groups` against `--policy` (one-line errors naming both)."""
+    if group_policy not in GROUP_POLICIES:
+        raise unknown_name("--groups", group_policy, GROUP_POLICIES)
+    dynamic = policy.startswith("dynamic:")
+    if group_policy in PER_LAYER_GROUP_POLICIES and not dynamic:
+        raise UserInputError(f"--groups {group_policy} plans every item per layer: --policy must be dynamic:SOLVER, "
+                             f"got {policy!r}")
+    if group_policy not in PER_LAYER_GROUP_POLICIES and not policy.startswith("static:"):
+        raise UserInputError(f"--groups {group_policy} runs one strategy: --policy must be static:NAME "
+                             f"(Megatron's dynamic context parallelism: {RING_POLICY}), got {policy!r}")
+
+
+STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "tokens", "longest", "group_sizes",
+                "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
+"""One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
+group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
+joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
+may use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves,
+cached per group size and length) and choose the groups."""
+
+
+def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,
+                     policy_name: str = "") -> pd.DataFrame:
+    """One row per global batch (`STEP_COLUMNS`): items that fit no allowed group are dropped from the step."""
+    rows = []
+    world = pricer.cluster.gpus
+    allowed = (world,) if group_policy in ("paradyse", "static") else pricer.group_sizes()
+    for step, batch in enumerate(batches):
+        started = time.perf_counter()
+        fits = [n for n in batch if any(math.isfinite(pricer.item(g, n)[0]) for g in allowed)]
+        choice = choose(group_policy, fits, pricer, ring) if fits else None
+        if choice is not None:
+            grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
+        plan_ms = (time.perf_counter() - started) * 1e3
+        bound = G.lower_bound_s(pricer.times(fits, allowed)) if fits else 0.0
+        rows.append({
+            "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
+            "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": int(sum(fits)),
+            "longest": max(fits, default=0),
+            "group_sizes": ",".join(map(str, choice.sizes)) if choice else "",
+            "busy_groups": sum(1 for a in choice.assignment if a) if choice else 0,
+            "makespan_s": float(choice.makespan_s) if choice else 0.0,
+            "sync_s": float(choice.sync_s) if choice else 0.0,
+            "step_time_s": float(choice.step_s) if choice else 0.0, "lower_bound_s": bound, "plan_ms": plan_ms,
+        })
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def global_batches(lengths, batch: int | None = None, tokens: int | None = None, seed: int = 0) -> list[tuple]:
+    """The workload's sequences shuffled (seeded, as a data loader does) and cut into global batches of `batch`
+    sequences, or of at most `tokens` tokens (a longer sequence alone); the last batch may be short."""
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    shuffled = [int(lengths[i]) for i in order]
+    if batch is not None:
+        return [tuple(shuffled[k:k + batch]) for k in range(0, len(shuffled), batch)]
+    out, current = [], []
+    for n in shuffled:
+        if current and sum(current) + n > tokens:
+            out.append(tuple(current))
+            current = []
+        current.append(n)
+    return out + ([tuple(current)] if current else [])
+
+
+def summarize_grouped(rows: pd.DataFrame) -> dict:
+    """Tokens per second, longest length trained, items dropped and planning time of a run of grouped steps."""
+    time_s, bound_s = float(rows["step_time_s"].sum()), float(rows["lower_bound_s"].sum())
+    tokens = int(rows["tokens"].sum())
+    return {"steps": len(rows), "tokens": tokens, "time_s": time_s,
+            "tokens_per_s": tokens / time_s if time_s else 0.0,
+            "bound_tokens_per_s": tokens / bound_s if bound_s else 0.0, "longest": int(rows["longest"].max()),
+            "dropped": int(rows["dropped"].sum()), "plan_ms_mean": float(rows["plan_ms"].mean()),
+            "plan_ms_max": float(rows["plan_ms"].max())}

@@ -1,0 +1,159 @@
+"""`paradyse-lab experiment groups`: global batches over groups sized per step, against one group of all GPUs.
+
+Panels: both paper datasets x the GPT, LLaMA and BERT shapes on 1, 4 and 16 nodes of 8 A100-80GB (the paper's
+node), and `llama3-8b` on 1, 4 and 16 nodes of 8 H100. Each panel's workload (`size` sequences, seeded) is
+shuffled and cut into global batches of `global_batch` sequences (simulator/grouped_steps.py
+`global_batches`); every series trains the same batches, of the sequences both ParaDySe and dynamic CP can
+train (throughput at equal global batch; what each series can train at all is its reach, `run_panel`):
+
+- ParaDySe: one group of all GPUs, a per-layer plan per sequence (the paper's design);
+- ours: groups sized per step, a per-layer plan per sequence (`sized`, the greedy planner);
+- dynamic CP: Megatron-style dynamic context parallelism: ring attention (megatron_cz) on the smallest group
+  that fits each sequence, groups shared in proportion to the work, greedy balance;
+- best static: one group of all GPUs and one strategy, the one that trains the most tokens, then fastest.
+
+Per-layer plans use the exact dp solver for ParaDySe and ours alike, so the difference between them is the
+grouping alone. Charged by the analytic cost model. Writes results/groups.csv (one row per panel and series)
+and one CSV of steps per run under results/runs/groups/ (reused unless --force or the settings changed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.model_spec import get_model
+from paradyse_lab.strategies import USABLE
+from paradyse_lab.workloads import get_workload
+from simulator.grouped_steps import (
+    RING_POLICY,
+    GroupPricer,
+    global_batches,
+    power_sizes,
+    simulate_grouped,
+    summarize_grouped,
+)
+from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+
+DATASETS = ("github_code", "grch38")
+NODE_COUNTS = (1, 4, 16)
+PANELS = (("a100-80gb", ("bert", "llama", "gpt")), ("h100-80gb", ("llama3-8b",)))
+"""(GPU, models): the paper's node with the paper's shapes, and H100 with llama3-8b."""
+SOLVER_POLICY = "dynamic:dp"
+SERIES = (("ParaDySe", "paradyse", SOLVER_POLICY), ("ours", "sized", SOLVER_POLICY),
+          ("dynamic CP", "dynamic-cp", RING_POLICY))
+"""(label, group policy, planning policy); the best static series is chosen among `static:NAME` runs."""
+TARGET_SPEEDUP = 1.5
+TARGET_PANELS = (("a100-80gb-x8", "github_code", "bert"), ("h100-80gb-x8", "github_code", "llama3-8b"))
+"""Where ours should reach `TARGET_SPEEDUP` x ParaDySe's tokens per second."""
+
+
+@dataclass(frozen=True)
+class GroupsSetup:
+    """What every run of the experiment shares."""
+
+    size: int = 128
+    """Sequences sampled per dataset."""
+    global_batch: int = 32
+    """Sequences per step."""
+    seed: int = 0
+    node_counts: tuple[int, ...] = NODE_COUNTS
+
+
+def cluster_name(gpu: str, nodes: int) -> str:
+    return f"{gpu}-x8" if nodes == 1 else f"{gpu}-{nodes}x8"
+
+
+def panels(setup: GroupsSetup) -> list[tuple[str, str, str]]:
+    """(cluster, dataset, model) of every panel."""
+    return [(cluster_name(gpu, n), d, m) for gpu, models in PANELS for n in setup.node_counts
+            for d in DATASETS for m in models]
+
+
+def trainable(pricer: GroupPricer, sizes: tuple[int, ...], lengths) -> list[int]:
+    """The lengths `pricer` fits on some group of `sizes`."""
+    return [n for n in lengths if any(math.isfinite(pricer.item(g, n)[0]) for g in sizes)]
+
+
+def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str, root, force: bool) -> list[dict]:
+    """Every series of one panel: one summary row each (the best static strategy's only).
+
+    Throughput at equal global batch: every series trains the same batches, cut from the sequences that
+    ParaDySe and dynamic CP can both train (ours can train whatever ParaDySe can). Reach: `longest_trainable`
+    and `untrainable` say, over the whole sample, the longest sequence a series can train on some group it may
+    use and how many it cannot train at all."""
+    cluster, model = get_cluster(cluster_id), get_model(model_name)
+    lengths = get_workload(dataset, setup.size, setup.seed).lengths
+    pricers: dict[str, GroupPricer] = {}
+
+    def pricer(policy: str) -> GroupPricer:
+        if policy not in pricers:
+            pricers[policy] = GroupPricer(model, cluster, policy, cluster.plan_budget_bytes)
+        return pricers[policy]
+
+    every, whole = power_sizes(cluster.gpus), (cluster.gpus,)
+    common = set(trainable(pricer(SOLVER_POLICY), whole, lengths)) & set(trainable(pricer(RING_POLICY), every,
+                                                                                   lengths))
+    batches = global_batches([n for n in lengths if n in common], setup.global_batch, seed=setup.seed)
+
+    def one(groups: str, policy: str) -> dict:
+        path = run_path(root, "groups", cluster_id, dataset, model_name, groups, policy)
+        ring = pricer(RING_POLICY) if groups == "sized" else None
+        rows, _ = load_or_run(path, lambda: simulate_grouped(batches, groups, pricer(policy), ring, groups), force,
+                              settings={**asdict(setup), "run": [cluster_id, dataset, model_name, groups, policy]})
+        reach = trainable(pricer(policy), whole if groups in ("paradyse", "static") else every, lengths)
+        return {"cluster": cluster_id, "nodes": cluster.nodes, "gpus": cluster.gpus, "dataset": dataset,
+                "model": model_name, "groups": groups, "policy": policy, **summarize_grouped(rows),
+                "longest_trainable": max(reach, default=0), "untrainable": len(lengths) - len(reach),
+                "group_sizes": " | ".join(map(str, rows["group_sizes"]))}
+
+    out = [{"series": label, **one(groups, policy)} for label, groups, policy in SERIES]
+    statics = [one("static", f"static:{s}") for s in USABLE]
+    best = max(statics, key=lambda r: (r["tokens"], r["tokens_per_s"]))
+    out.append({"series": "best static", **best})
+    return out
+
+
+def with_speedups(table: pd.DataFrame) -> pd.DataFrame:
+    """Each row's tokens per second over its panel's ParaDySe and dynamic CP rows."""
+    key = ["cluster", "dataset", "model"]
+    base = table.set_index(key + ["series"])["tokens_per_s"]
+    for label, column in (("ParaDySe", "vs_paradyse"), ("dynamic CP", "vs_dynamic_cp")):
+        ref = [base.get((c, d, m, label)) for c, d, m in zip(table.cluster, table.dataset, table.model)]
+        table[column] = [t / r if r else None for t, r in zip(table.tokens_per_s, ref)]
+    return table
+
+
+def groups(setup: GroupsSetup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
+    """Run every panel (module docstring); writes and returns results/groups.csv."""
+    rows = []
+    for cluster_id, dataset, model in tqdm(panels(setup), desc="groups panels", unit="panel", disable=not progress):
+        rows += run_panel(setup, cluster_id, dataset, model, root, force)
+    table = with_speedups(pd.DataFrame(rows))
+    write_csv_atomic(table, root / "groups.csv")
+    return table
+
+
+def target_checks(table: pd.DataFrame) -> list[tuple[str, bool, str]]:
+    """The targets (name, met, what was measured): ours never slower than ParaDySe or dynamic CP on any panel;
+    at least `TARGET_SPEEDUP` x ParaDySe on `TARGET_PANELS`; the longest length unchanged."""
+    ours = table[table.series == "ours"]
+    slower = ours[(ours.vs_paradyse < 1 - 1e-9) | (ours.vs_dynamic_cp < 1 - 1e-9)]
+    out = [("never slower than ParaDySe or dynamic CP", slower.empty,
+            f"{len(ours) - len(slower)} of {len(ours)} panels; min {ours.vs_paradyse.min():.3f}x ParaDySe, "
+            f"min {ours.vs_dynamic_cp.min():.3f}x dynamic CP")]
+    for cluster_id, dataset, model in TARGET_PANELS:
+        row = ours[(ours.cluster == cluster_id) & (ours.dataset == dataset) & (ours.model == model)]
+        if len(row):
+            x = float(row.vs_paradyse.iloc[0])
+            out.append((f">= {TARGET_SPEEDUP}x ParaDySe, {model} on {dataset}, {cluster_id}", x >= TARGET_SPEEDUP,
+                        f"{x:.2f}x"))
+    para = table[table.series == "ParaDySe"].set_index(["cluster", "dataset", "model"])["longest_trainable"]
+    mine = ours.set_index(["cluster", "dataset", "model"])["longest_trainable"]
+    same = bool((mine >= para.reindex(mine.index)).all())
+    out.append(("longest length trained unchanged", same, "ours >= ParaDySe on every panel" if same else "shorter"))
+    return out
