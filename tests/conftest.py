@@ -41,12 +41,30 @@ def xdist_group_name(item) -> str:
     return module
 
 
+LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/runtime/test_distributed.py-p2",
+                  "tests/figures/test_figures.py", "tests/runtime/test_distributed.py-p3",
+                  "tests/runtime/test_distributed.py-p1", "tests/runtime/measure/test_gpu_session.py",
+                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/runtime/test_train_safety.py",
+                  "tests/simulator/test_simulation.py")
+"""The groups that take longest on two workers (`--durations`, the README's test command), longest first:
+pytest-xdist hands them out first (`longest_groups_first`), so no long group starts when the other worker is
+nearly done and the two workers end together (the rest follow in collection order, each a few seconds)."""
+
+
+def longest_groups_first(items) -> None:
+    """Reorder `items` (stably): the groups of LONGEST_GROUPS first, in that order, then the others."""
+    rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     skip_gpu_tests_without_cuda(items)
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group_name(item)))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller schedules groups in this order
+        longest_groups_first(items)
 
 
 def _kernels_cached() -> bool:
@@ -59,7 +77,10 @@ def _kernels_cached() -> bool:
 def pytest_configure(config):
     """On pytest-xdist's controller, start compiling the solvers' kernels (~30 s of CPU on a fresh checkout)
     while the workers start and collect: a worker that needs them first waits for this one compile
-    (solvers/kernels.py `_compile_lock`) instead of each worker and subprocess compiling its own."""
+    (solvers/kernels.py `_compile_lock`) instead of each worker and subprocess compiling its own. The groups
+    are handed out in the workers' order (`longest_groups_first`), not by their number of tests."""
+    if not hasattr(config, "workerinput"):
+        config.option.loadscopereorder = False
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or _kernels_cached():
         return
     _KERNELS_COMPILE.append(subprocess.Popen(
