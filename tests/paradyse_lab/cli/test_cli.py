@@ -71,8 +71,9 @@ def test_console_script_exits_2_without_traceback():
 
 
 def test_building_the_parser_loads_no_heavy_library():
-    """`paradyse-lab --help` builds the whole parser (a command, its own module's part): it must not load scikit-learn, scipy, joblib, pandas or
-    torch (they cost seconds of start-up; each command imports what it needs when it runs)."""
+    """`paradyse-lab --help` builds the whole parser (a command, its own module's part): it must not load
+    scikit-learn, scipy, joblib, pandas or torch (they cost seconds of start-up; each command imports what it
+    needs when it runs)."""
     code = ("import sys; from paradyse_lab.cli import build_parser; build_parser(); "
             "print(' '.join(m for m in ('sklearn', 'scipy', 'joblib', 'pandas', 'torch') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
