@@ -41,14 +41,16 @@ def xdist_group_name(item) -> str:
     return module
 
 
-LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/runtime/test_distributed.py-p2",
-                  "tests/figures/test_figures.py", "tests/runtime/test_distributed.py-p3",
-                  "tests/runtime/test_distributed.py-p1", "tests/runtime/measure/test_gpu_session.py",
-                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/runtime/test_train_safety.py",
+LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_figures.py",
+                  "tests/runtime/test_distributed.py-p2", "tests/runtime/measure/test_gpu_session.py",
+                  "tests/runtime/test_distributed.py-p3", "tests/paradyse_lab/cli/test_bad_inputs.py",
+                  "tests/runtime/test_distributed.py-p1", "tests/runtime/test_train_safety.py",
                   "tests/simulator/test_simulation.py")
-"""The groups that take longest on two workers (`--durations`, the README's test command), longest first:
-pytest-xdist hands them out first (`longest_groups_first`), so no long group starts when the other worker is
-nearly done and the two workers end together (the rest follow in collection order, each a few seconds)."""
+"""The groups that take longest on two workers (`--durations`, the README's test command), longest first,
+a world between two groups of one process: pytest-xdist hands them out first, alternately to each worker
+(`longest_groups_first`), so no long group starts when the other worker is nearly done, the two workers end
+together (the rest follow in collection order, each a few seconds), and a world's ranks mostly share the
+cores with one process rather than with another world's ranks."""
 
 
 def longest_groups_first(items) -> None:
