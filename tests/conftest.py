@@ -47,10 +47,10 @@ LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_fi
                   "tests/runtime/test_distributed.py-p1", "tests/runtime/test_train_safety.py",
                   "tests/simulator/test_simulation.py")
 """The groups that take longest on two workers (`--durations`, the README's test command), longest first,
-a world between two groups of one process: pytest-xdist hands them out first, alternately to each worker
-(`longest_groups_first`), so no long group starts when the other worker is nearly done, the two workers end
-together (the rest follow in collection order, each a few seconds), and a world's ranks mostly share the
-cores with one process rather than with another world's ranks."""
+a world between two groups of one process: pytest-xdist hands them out first (two to each worker at the
+start, then one to whichever worker runs low; `longest_groups_first`), so no long group starts when the other
+worker is nearly done, the two workers end together (the rest follow in collection order, each a few
+seconds), and a world's ranks mostly share the cores with one process rather than with another world's."""
 
 
 def longest_groups_first(items) -> None:
