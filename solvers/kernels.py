@@ -14,6 +14,8 @@ switch from decision l - 1 into decision l.
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -385,13 +387,40 @@ def writable(a, dtype) -> np.ndarray:
 _warm = False
 
 
+@contextlib.contextmanager
+def _compile_lock():
+    """An exclusive lock on a file in numba's cache folder beside this file (solvers/__pycache__), held while
+    compiling: processes started together (pytest-xdist workers, a run's ranks) compile the kernels once
+    (~30 s of CPU on a fresh install) and the others wait, then load the cache. Without fcntl (Windows) or a
+    writable folder, no lock: each process compiles or loads on its own, as numba does."""
+    try:
+        import fcntl
+
+        folder = Path(__file__).resolve().parent / "__pycache__"
+        folder.mkdir(exist_ok=True)
+        handle = open(folder / "kernels.compile.lock", "a")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
 def warm_up() -> None:
     """Compile (or load from the cache) every kernel on a tiny problem, so no timed call pays for it; once
-    per process."""
+    per process, one process at a time (`_compile_lock`)."""
     global _warm
     if _warm:
         return
+    with _compile_lock():
+        _call_every_kernel()
     _warm = True
+
+
+def _call_every_kernel() -> None:
     times = np.array([[1.0, 2.0], [1.5, 1.0]])
     kept = np.array([[5, 1], [4, 2]], dtype=np.int64)
     steps = np.zeros((1, 2, 2))

@@ -1,4 +1,5 @@
-"""Shared pytest configuration: GPU tests are skipped without CUDA; test groups for pytest-xdist.
+"""Shared pytest configuration: GPU tests are skipped without CUDA; test groups for pytest-xdist; the solvers'
+numba kernels compiled once, in the background, when pytest-xdist runs the suite on a fresh checkout.
 
 The README's test command runs the suite on two workers with `--dist loadgroup`. Every item gets an
 `xdist_group`: its module, so that a module's fixtures (a `reproduce` run, a spawned world) are built once on
@@ -6,7 +7,14 @@ one worker, except the distributed cases, which are grouped by world size so tha
 tests/runtime/test_distributed.py spread over the workers.
 """
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_KERNELS_COMPILE: list[subprocess.Popen] = []
 
 
 def skip_gpu_tests_without_cuda(items) -> None:
@@ -33,9 +41,56 @@ def xdist_group_name(item) -> str:
     return module
 
 
+LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_figures.py",
+                  "tests/runtime/test_distributed.py-p2", "tests/runtime/measure/test_gpu_session.py",
+                  "tests/runtime/test_distributed.py-p3", "tests/paradyse_lab/cli/test_bad_inputs.py",
+                  "tests/runtime/test_distributed.py-p1", "tests/runtime/test_train_safety.py",
+                  "tests/simulator/test_simulation.py")
+"""The groups that take longest on two workers (`--durations`, the README's test command), longest first,
+a world between two groups of one process: pytest-xdist hands them out first (two to each worker at the
+start, then one to whichever worker runs low; `longest_groups_first`), so no long group starts when the other
+worker is nearly done, the two workers end together (the rest follow in collection order, each a few
+seconds), and a world's ranks mostly share the cores with one process rather than with another world's."""
+
+
+def longest_groups_first(items) -> None:
+    """Reorder `items` (stably): the groups of LONGEST_GROUPS first, in that order, then the others."""
+    rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     skip_gpu_tests_without_cuda(items)
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group_name(item)))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller schedules groups in this order
+        longest_groups_first(items)
+
+
+def _kernels_cached() -> bool:
+    """Whether numba's cache of solvers/kernels.py looks current (an index file newer than the source)."""
+    source = ROOT / "solvers" / "kernels.py"
+    return any(index.stat().st_mtime >= source.stat().st_mtime
+               for index in (ROOT / "solvers" / "__pycache__").glob("kernels.pareto_pass-*.nbi"))
+
+
+def pytest_configure(config):
+    """On pytest-xdist's controller, start compiling the solvers' kernels (~30 s of CPU on a fresh checkout)
+    while the workers start and collect: a worker that needs them first waits for this one compile
+    (solvers/kernels.py `_compile_lock`) instead of each worker and subprocess compiling its own. The groups
+    are handed out in the workers' order (`longest_groups_first`), not by their number of tests."""
+    if not hasattr(config, "workerinput"):
+        config.option.loadscopereorder = False
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or _kernels_cached():
+        return
+    _KERNELS_COMPILE.append(subprocess.Popen(
+        [sys.executable, "-c", "from solvers.kernels import warm_up; warm_up()"], cwd=ROOT))
+
+
+def pytest_unconfigure(config):
+    for proc in _KERNELS_COMPILE:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

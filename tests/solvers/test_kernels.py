@@ -107,3 +107,25 @@ def test_rounded_plan_fits_and_splits_identical_decisions():
     kept = np.tile([10, 30], (10, 1)).astype(np.int64)
     _, _, fit, _, over = dual_bound(times, kept, 180)
     assert sorted(rounded_plan(times, kept, 180, fit, over)) == [0] * 6 + [1] * 4
+
+
+def test_warm_up_waits_for_the_process_compiling_the_kernels(monkeypatch):
+    """warm_up() takes the compile lock (a file lock: another process compiling on a fresh install holds it),
+    so it waits while the lock is held elsewhere and finishes once it is released."""
+    import fcntl
+    import threading
+    from pathlib import Path
+
+    import solvers.kernels
+
+    solvers.kernels.warm_up()  # compiled (or loaded) here: the waiting call below only re-runs them
+    monkeypatch.setattr(solvers.kernels, "_warm", False)
+    lock = Path(solvers.kernels.__file__).resolve().parent / "__pycache__" / "kernels.compile.lock"
+    with open(lock, "a") as held:  # its own open file: flock excludes it even from this process's other opens
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=solvers.kernels.warm_up)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        blocked = waiting.is_alive()
+    waiting.join(timeout=60)
+    assert blocked and not waiting.is_alive() and solvers.kernels._warm

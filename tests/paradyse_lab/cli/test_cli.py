@@ -1,6 +1,9 @@
+import importlib
+import io
 import json
 import subprocess
 import sys
+from contextlib import redirect_stdout
 
 import pytest
 
@@ -68,10 +71,38 @@ def test_console_script_exits_2_without_traceback():
 
 
 def test_building_the_parser_loads_no_heavy_library():
-    """Every command builds the whole parser first: it must not load scikit-learn, scipy, joblib, pandas or
-    torch (they cost seconds of start-up; each command imports what it needs when it runs)."""
+    """`paradyse-lab --help` builds the whole parser (a command, its own module's part): it must not load
+    scikit-learn, scipy, joblib, pandas or torch (they cost seconds of start-up; each command imports what it
+    needs when it runs)."""
     code = ("import sys; from paradyse_lab.cli import build_parser; build_parser(); "
             "print(' '.join(m for m in ('sklearn', 'scipy', 'joblib', 'pandas', 'torch') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [], f"loaded while building the parser: {done.stdout}"
+
+
+
+def _help_text(parser, name: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args([name, "--help"])
+    return out.getvalue()
+
+
+def test_each_command_parses_alike_with_only_its_module():
+    """main() builds only the named command's module (COMMAND_MODULES in paradyse_lab/cli): each module adds
+    exactly the commands listed for it, the whole parser holds them all in that order, and each command's
+    --help (every flag, its default and help) and a parsed namespace are the same with either parser."""
+    from paradyse_lab.cli import COMMAND_MODULES, OneLineParser, build_parser
+
+    whole = build_parser()
+    choices = next(a for a in whole._actions if a.dest == "command").choices
+    assert list(choices) == [name for names in COMMAND_MODULES.values() for name in names]
+    for module, names in COMMAND_MODULES.items():
+        alone = OneLineParser(prog="x").add_subparsers(dest="command")
+        importlib.import_module(f"paradyse_lab.cli.{module}").register(alone)
+        assert sorted(alone.choices) == sorted(names), module
+        for name in names:
+            assert _help_text(build_parser(name), name) == _help_text(whole, name), name
+    argv = ["plan", "--model", "gpt", "--seq", "4096", "--solver", "dp"]
+    assert vars(build_parser("plan").parse_args(argv)) == vars(whole.parse_args(argv))
