@@ -237,6 +237,7 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     if not hasattr(policy, "storage_head"):
         return False
     head = policy.storage_head(longest, batch) if comm.rank(group) == 0 and comm.size(group) > 1 else None
+    head = head if isinstance(head, str) else None  # a stand-in policy's answer is not a head option
     vocab = comm.broadcast_object(head, 0, group) == "vocab"
     policy.restrict_heads(("vocab",) if vocab else ("whole", "tiled"))
     return vocab

@@ -107,7 +107,7 @@ def vocab_head_bytes(model, p: int, tokens: int, tile: int = 0) -> tuple[int, in
     e, h = model.dtype_bytes, model.hidden
     rows, k = vocab_shard_rows(model.vocab_size, p), tile or vocab_tile_tokens(model, p, tokens)
     accumulator = rows * h * 4 if e != 4 else 0
-    logits = 2 * p * k * rows * e + ce_chunk_rows(rows, p * k) * rows * 4 + p * k * 4
+    logits = 2 * rows * e * p * k + ce_chunk_rows(rows, p * k) * rows * 4 + p * k * 4
     gathered = (2 if p > 1 else 1) * p * k * h * e
     return tokens * h * e + vocab_loss_kept_bytes(model, p, tokens), logits + gathered + accumulator
 
@@ -122,7 +122,7 @@ def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
     e, h = m.dtype_bytes, m.hidden
     rows, tile = vocab_shard_rows(m.vocab_size, p), vocab_tile_tokens(m, p, t)
     gemm_s = vocab_head_flops(m, p, t) / (c.peak_flops * c.gemm_eff(min(p * tile, h)))
-    traffic_s = (3 * t * (4 * h * e + 2 * p * rows * 4) + p * t * rows * (4 + e)) / c.hbm_bytes_per_s
+    traffic_s = (3 * t * (4 * h * e + 2 * rows * 4 * p) + p * t * rows * (4 + e)) / c.hbm_bytes_per_s
     comm_s = sum(cost_model.collective_s(call) for call in vocab_parallel_collectives(m, p, t, tile))
     kept, transient = vocab_head_bytes(m, p, t)
     return FixedCost(time_s=gemm_s + traffic_s + comm_s,

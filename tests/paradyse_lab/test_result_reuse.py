@@ -169,15 +169,15 @@ def test_outputs_are_written_atomically(tmp_path, monkeypatch, writer):
 
 
 def test_reproduce_runs_on_a_listed_preset_without_a_bundled_profile(tmp_path):
-    """h100-80gb-x8 has no bundled profile: the learned cost models get a synthetic one under DIR (the
+    """h200-x8 has no bundled profile: the learned cost models get a synthetic one under DIR (the
     costmodel step, and Table 5 through the same `profile_for`)."""
     from dataclasses import replace
 
-    settings = replace(rp.Settings.make(True, "h100-80gb-x8"), costmodels=("analytic", "polynomial"))
+    settings = replace(rp.Settings.make(True, "h200-x8"), costmodels=("analytic", "polynomial"))
     rp.step_costmodel(tmp_path, settings, False)
     accuracy = pd.read_csv(tmp_path / "costmodel_accuracy.csv")
     assert set(accuracy["cost_model"]) == {"analytic", "polynomial"} and set(accuracy["source"]) == {"analytic"}
-    assert rp.profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h100-80gb-x8.csv"
+    assert rp.profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h200-x8.csv"
 
 
 def _count_runs(monkeypatch) -> list:
