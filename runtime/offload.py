@@ -116,7 +116,7 @@ class Offloader:
         if held.back is None:
             self._bring_back(held.tag, held.tag)
         index = self._order.index(held.tag)
-        if index > 0:
+        if index > 0 and self._prefetchable(self._order[index - 1], held.tag):
             self._bring_back(self._order[index - 1], held.tag)  # prefetch: the next one the backward reaches
         if self.cuda:
             torch.cuda.current_stream(held.device).wait_event(held.back_done)
@@ -126,6 +126,14 @@ class Offloader:
             self._held[held.tag].remove(held)
             held.back = held.host = None
         return out
+
+    def _prefetchable(self, previous: str, tag: str) -> bool:
+        """Whether the backward of `tag` may bring `previous` back early: only the sub-layer just before it in
+        execution order, and no larger than `tag`'s own offloaded bytes, the one extra set the cost model counts
+        (paradyse_lab/costmodel/techniques.py `with_offload`); otherwise it comes back when first needed."""
+        before, at = _position(previous), _position(tag)
+        adjacent = before == at - 1 if before is not None and at is not None else True  # other tags: in order
+        return adjacent and self.stats.to_host.get(previous, 0) <= self.stats.to_host.get(tag, 0)
 
     def _bring_back(self, tag: str, during: str) -> None:
         """Start copying the tensors of sub-layer `tag` back to the device, during the backward of `during`."""
@@ -145,3 +153,12 @@ class Offloader:
             held.back = back
             self.stats.to_device[tag] = self.stats.to_device.get(tag, 0) + back.nbytes
             self.stats.copies.append(("to_device", tag, during))
+
+
+def _position(tag: str) -> int | None:
+    """The execution position of sub-layer `tag` (`layers.{i}.attention` 2i, `layers.{i}.mlp` 2i + 1), or None
+    for a tag of another form."""
+    parts = tag.split(".")
+    if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] in ("attention", "mlp"):
+        return 2 * int(parts[1]) + (parts[2] == "mlp")
+    return None

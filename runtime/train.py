@@ -210,6 +210,13 @@ def _stop(bar, message: str):
     raise RunStopped(message)
 
 
+def _replicated_head_policy(policy):
+    """`policy` planning only the heads a replicated embedding and head run (grouped runs store them so)."""
+    if hasattr(policy, "restrict_heads"):
+        policy.restrict_heads(("whole", "tiled"))
+    return policy
+
+
 def _loss_tile(decision, model, tokens: int) -> int:
     """Tokens per tile of the tiled loss when the planner chose it for this step (paradyse_lab/costmodel/head_loss.py
     sizes the tiles), else 0 (the whole head); a vocabulary-parallel model's tiles of its `tokens` (this rank's) as
@@ -219,6 +226,9 @@ def _loss_tile(decision, model, tokens: int) -> int:
 
         return vocab_tile_tokens(model.cfg.model_spec("fp32" if model.wte.element_size() == 4 else "bf16"), model.p,
                                  tokens)
+    if getattr(decision, "head", "whole") == "vocab":
+        raise RuntimeError("the plan takes the vocabulary-parallel head but this model keeps the embedding and head "
+                           "replicated (the policy's heads were not restricted to the run's storage)")
     if getattr(decision, "head", "whole") != "tiled":
         return 0
     from paradyse_lab.costmodel.head_loss import loss_tile_tokens
@@ -313,8 +323,8 @@ def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict
     planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
     policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
-    if opts.global_batch and hasattr(policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
-        policy.restrict_heads(("whole", "tiled"))
+    if opts.global_batch:  # grouped steps keep the embedding and head replicated
+        _replicated_head_policy(policy)
     vocab = False if opts.global_batch else vocab_storage(policy, longest, opts.batch, group)
     run = TrainState.create(opts, cfg, group, device, meta, size, vocab)
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
@@ -327,7 +337,8 @@ def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
-                     eval_policy=policy_for(spec, p) if held_out is not None and planned_p != p else None)
+                     eval_policy=_replicated_head_policy(policy_for(spec, p))
+                     if held_out is not None and planned_p != p else None)
     for step in range(start, opts.steps):
         row = loop.optimizer_step(step)
         lr_schedule.step()

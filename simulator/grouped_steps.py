@@ -25,6 +25,7 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.grouped_states import data_parallel_width
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.plan import Plan
@@ -103,24 +104,25 @@ class GroupPricer:
         per_param = F.model_state_bytes_per_param(m)
         flat = m.dtype_bytes * sharded_layer_params(m, world)
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        need = (per_param * (sharded_layer_params(m, world) + replicated) + flat * (world // min(sizes) + 1)
+        need = (per_param * (sharded_layer_params(m, world) + replicated)
+                + flat * (data_parallel_width(world, sizes, m) + 1)
                 + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
         return need <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:
-        """The group sizes this pricer plans with: every power of two up to the world, or with `runnable_only`
-        those the runtime runs today: 1 and W always, sizes in between only when heads and K/V heads divide by
-        W (its group shards are whole world blocks, each whole heads; docs/grouped_steps.md)."""
-        world, m = self.cluster.gpus, self.model
-        whole_heads = m.heads % world == 0 and m.kv_heads % world == 0
-        return tuple(g for g in power_sizes(world)
-                     if not self.runnable_only or g in (1, world) or whole_heads)
+        """The group sizes this pricer plans with: every power of two up to the world (a size a strategy cannot
+        split is priced per plan). The runtime runs every size: blocks that are not whole heads are gathered from
+        the whole world (`data_parallel_width`, docs/grouped_steps.md), so `runnable_only` keeps them all."""
+        return tuple(power_sizes(self.cluster.gpus))
 
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
-            self._planners[g] = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
-                                              p=g, budget_bytes=self.budget_for(g), smoothing=False,
-                                              recompute=self.recompute, granularity=self.granularity)
+            planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
+                                    p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                    recompute=self.recompute, granularity=self.granularity)
+            if hasattr(planner.policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
+                planner.policy.restrict_heads(("whole", "tiled"))
+            self._planners[g] = planner
         return self._planners[g]
 
     def item(self, g: int, length: int) -> tuple[float, Plan | None]:
@@ -158,10 +160,9 @@ class GroupPricer:
         if not self.state_phase_fits(sizes):
             return math.inf
         c, m = self.cluster, self.model
-        g = min(sizes)
-        replicas = c.gpus // g
-        per_node = max(1, c.node_gpus // g)
-        shard = m.dtype_bytes * sharded_layer_params(m, g)
+        replicas = data_parallel_width(c.gpus, sizes, m)  # the whole world when blocks are not whole heads
+        per_node = max(1, c.node_gpus * replicas // c.gpus)
+        shard = m.dtype_bytes * sharded_layer_params(m, c.gpus // replicas)
         replicated = m.dtype_bytes * (m.layers * F.replicated_params(m) * 2 + F.embedding_params(m))
         return (F.collective_time_s(c, "reduce_scatter", shard, replicas, per_node)
                 + F.collective_time_s(c, "all_gather", shard, replicas, per_node)

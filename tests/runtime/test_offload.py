@@ -55,3 +55,22 @@ def test_the_backward_prefetches_the_previous_offloaded_sublayer():
     back = [(tag, during) for direction, tag, during in offloader.stats.copies if direction == "to_device"]
     assert back == [("l2", "l2"), ("l1", "l2"), ("l0", "l1")]
     assert_close(x.grad, torch.cos(x) * torch.cos(torch.sin(x)) * torch.cos(torch.sin(torch.sin(x))))
+
+
+def test_no_prefetch_across_a_sublayer_that_is_not_offloaded_or_of_a_larger_set():
+    """A prefetched set stays on the device until its sub-layer's backward: only the sub-layer just before (in
+    execution order) and no larger than the one whose backward runs is brought back early (the one extra set the
+    cost model counts); the others come back when first needed."""
+    x = torch.randn(2, 3, requires_grad=True)
+    offloader = Offloader(torch.device("cpu"))
+    y = x
+    for tag in ("layers.0.attention", "layers.0.mlp"):
+        with offloader.sublayer(tag, []):
+            y = torch.sin(y)
+    y = torch.sin(y)  # layers.1.attention: not offloaded
+    with offloader.sublayer("layers.1.mlp", []):
+        y = torch.sin(torch.cat([y, y], dim=1))  # keeps a larger input than layers.0.mlp's
+    y.sum().backward()
+    back = [(tag, during) for direction, tag, during in offloader.stats.copies if direction == "to_device"]
+    assert back == [("layers.1.mlp", "layers.1.mlp"), ("layers.0.mlp", "layers.0.mlp"),
+                    ("layers.0.attention", "layers.0.mlp")]
