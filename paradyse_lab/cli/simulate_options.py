@@ -123,8 +123,8 @@ class GroupOptions:
     that fits each sequence; --policy static:megatron_cz) or static (one group, --policy static:NAME); default:
     sized for a dynamic policy, static for a static one."""
     runnable_groups: bool = False
-    """Only the group sizes the runtime runs today: one GPU and all of them, sizes in between only when the
-    model's heads and K/V heads divide by the GPU count."""
+    """Deprecated, no effect: the runtime runs every group size (blocks that are not whole heads are gathered
+    from the whole world), so every size is runnable."""
 
     @property
     def active(self) -> bool:

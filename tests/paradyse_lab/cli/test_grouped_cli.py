@@ -26,10 +26,12 @@ def test_dynamic_cp_and_json(capsys):
     assert d["summary"]["tokens_per_s"] <= d["summary"]["bound_tokens_per_s"] + 1e-9
 
 
-def test_runnable_groups_keep_to_the_sizes_the_runtime_runs(tmp_path, capsys):
-    # gpt2-tiny has 12 heads: on 8 GPUs the runtime runs groups of 1 and 8 only
-    argv = ["simulate", "--model", "gpt2-tiny", "--dataset", "uniform:256:4096", "--size", "6", "--gpus", "8",
-            "--global-batch", "3", "--policy", "dynamic:dp", "--runnable-groups", "--out", str(tmp_path / "s.csv")]
-    assert main(argv) == 0
-    sizes = {int(s) for row in pd.read_csv(tmp_path / "s.csv")["group_sizes"].astype(str) for s in row.split(",")}
-    assert sizes <= {1, 8}
+def test_runnable_groups_is_every_size_now(tmp_path, capsys):
+    # gpt2-tiny has 12 heads: on 8 GPUs a group of 2 or 4 gathers contiguous shards from the whole world
+    sizes = {}
+    for extra in ([], ["--runnable-groups"]):
+        argv = ["simulate", "--model", "gpt2-tiny", "--dataset", "uniform:256:4096", "--size", "6", "--gpus", "8",
+                "--global-batch", "3", "--policy", "dynamic:dp", *extra, "--out", str(tmp_path / "s.csv")]
+        assert main(argv) == 0
+        sizes[bool(extra)] = list(pd.read_csv(tmp_path / "s.csv")["group_sizes"].astype(str))
+    assert sizes[True] == sizes[False]
