@@ -35,25 +35,17 @@ import inspect
 import textwrap
 import typing
 
+from paradyse_lab.typed_json import WrittenNumber
+
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
 
-class TypedFloat(float):
-    """A float read from the command line that keeps the text it was read from: its `str` and `repr` (what an
-    error message shows) are that text, so `--lr 1e400` is refused as `got 1e400`, not as the `inf` it became.
+class TypedFloat(WrittenNumber):
+    """A float read from the command line that keeps the text it was read from (a `WrittenNumber`, whose `repr`
+    is that text; here its `str` too), so `--lr 1e400` is refused as `got 1e400`, not as the `inf` it became.
     Arithmetic on it gives plain floats; JSON writes its value."""
 
-    text: str
-
-    def __new__(cls, text: str):
-        value = super().__new__(cls, text)
-        value.text = text
-        return value
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
+    __str__ = WrittenNumber.__repr__
 
     def __reduce__(self):  # pickled to the ranks of `train --nproc N` as the text it was read from
         return TypedFloat, (self.text,)

@@ -9,7 +9,7 @@ import torch
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import head_loss
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.head_loss import HeadLossCostModel, loss_tile_tokens, tiled_head_bytes
+from paradyse_lab.costmodel.head_loss import tiled_head_bytes
 from paradyse_lab.costmodel.vocab_parallel import vocab_head_bytes
 from paradyse_lab.model_spec import ModelSpec
 from runtime.tiled_loss import tiled_head_loss, whole_head_loss
@@ -42,9 +42,7 @@ def head_case(dtype: str, head: str, device: str = "cpu"):
     x, lnf_w, lnf_b, head_w, labels = (t.to(device).detach().requires_grad_(t.requires_grad) if t.is_floating_point()
                                        else t.to(device) for t in _inputs(torch.float32 if dtype == "fp32"
                                                                           else torch.bfloat16))
-    tile = loss_tile_tokens(V, spec.dtype_bytes, T) if head == "tiled" else 0
-    if head in ("tiled", "vocab"):
-        tile = T // 4  # four tiles: the tile's buffers, not the whole [t, V], set the peak
+    tile = T // 4 if head in ("tiled", "vocab") else 0  # four tiles: a tile's buffers, not [t, V], set the peak
 
     def step():
         with _chunk_rows(CHUNK):
@@ -71,14 +69,13 @@ def _chunk_rows(rows: int):
 
 
 def _bounds(spec, head: str, tile: int) -> tuple[int, int]:
-    cm = AnalyticCostModel(spec, get_cluster("a100-80gb-x8"), p=1)
-    fixed = cm.fixed(T) if head == "whole" else HeadLossCostModel(cm, "tiled").fixed(T)
     e = spec.dtype_bytes
     if head == "tiled":  # the cost model's tile is set by LOSS_TILE_BYTES; this test's is T / 4
         kept, transient = tiled_head_bytes(spec, T, tile)
     elif head == "vocab":
         kept, transient = vocab_head_bytes(spec, 1, T, tile)
-    else:
+    else:  # what the analytic model's `fixed` charges for the whole head
+        fixed = AnalyticCostModel(spec, get_cluster("a100-80gb-x8"), p=1).fixed(T)
         kept, transient = fixed.kept_bytes, fixed.transient_bytes
     kept -= T * H * e  # the embedding output is the model's, not the head's
     small = 4 * (T * H + V * H) * 4  # gradients of x, the norm weight and W, and their fp32 copies

@@ -696,6 +696,21 @@ def _shared_tmpdir(rank: int, p: int, group) -> str:
     return box[0]
 
 
+def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int) -> str:
+    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (12 heads of width 2)."""
+    import json
+    import os
+
+    config = os.path.join(root, "micro-gpt2.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+                       "vocab_size": vocab_size}, f)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    return config
+
+
 def train_loss_falls_case(rank: int, p: int, group) -> None:
     """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
     from paradyse_lab.app.training import train
@@ -769,20 +784,13 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
     a resume from its checkpoint. The storage follows the head rank 0's planner takes at the run's longest step
     (`vocab_storage`; the policy here is told 'vocab', tests/simulator/test_head_options.py has the planner take
     it), and the policy then plans every step with it alone."""
-    import json
     import os
 
     from paradyse_lab.app.training import plan_policy
     from runtime.train import TrainOptions, train
 
     root = _shared_tmpdir(rank, p, group)
-    config = os.path.join(root, "micro-gpt2.json")
-    if rank == 0:
-        with open(config, "w") as f:
-            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
-                       "vocab_size": 97}, f)
-    if p > 1:
-        torch.distributed.barrier(group=group)
+    config = _micro_gpt2_config(root, rank, p, group, 97)
     told = []
 
     def policy_for(opts, vocab: bool):
@@ -821,7 +829,6 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
 def checkpoint_fallback_case(rank: int, p: int, group) -> None:
     """One rank's damaged shard makes every rank fall back to the previous checkpoint together (the ranks
     agree on which checkpoint verifies), and the older checkpoint is left intact."""
-    import json
     import os
 
     import torch.distributed as dist
@@ -830,13 +837,7 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
     from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
-    config = os.path.join(root, "micro-gpt2.json")
-    if rank == 0:
-        with open(config, "w") as f:
-            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
-                       "vocab_size": 96}, f)
-    if p > 1:
-        dist.barrier(group=group)
+    config = _micro_gpt2_config(root, rank, p, group, 96)
     common = {"model": config, "dataset": "uniform:8:48", "max_len": 48, "progress": False, "checkpoint_every": 2,
               "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
     train(TrainOptions(steps=4, **common), group)
