@@ -23,7 +23,7 @@ rope (rotary embeddings), packed (several documents in one sequence: `pack_seque
 2-D device mesh, states in one world layout: docs/grouped_steps.md); train, train_inputs, launch, launcher,
 checkpoint and dcp_checkpoint (training; checkpoints that resume at any world size); options (flags generated
 from options dataclasses); comm_replay and fake_group (collectives checked without a process group). The
-measurement tools (profile, calibrate, the GPU session) are in runtime/measure/.
+measurement tools (profile, calibrate, the GPU session) are in paradyse_lab/app/measure/.
 """
 
 import importlib

@@ -15,6 +15,7 @@ import torch
 import weights_cases
 from torch.testing import assert_close
 
+from paradyse_lab.app.measure.profiler import KeptRecorder
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
@@ -23,7 +24,6 @@ from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
-from runtime.measure.profiler import KeptRecorder
 from runtime.model import STRATEGY_MODULES, run_option
 from runtime.offload import Offloader
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
@@ -552,8 +552,8 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from paradyse_lab.app.measure.profiler import KeptRecorder
     from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
-    from runtime.measure.profiler import KeptRecorder
     from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
     cfg = llama_config(2)
@@ -1088,9 +1088,9 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.measure.profiler import profile, profile_distributed
     from paradyse_lab.cli.profile_command import add_arguments, parse_options
     from paradyse_lab.profiles import read_profiles
-    from runtime.measure.profiler import profile, profile_distributed
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -1147,11 +1147,11 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.measure.calibrate import CalibrateOptions, calibrate, profile_options
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
     from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
     from paradyse_lab.profiles import read_profiles
-    from runtime.measure.calibrate import CalibrateOptions, calibrate, profile_options
 
     root = _shared_tmpdir(rank, p, group)
     model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost

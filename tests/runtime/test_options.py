@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from paradyse_lab.app.measure.profiler import ProfileOptions
 from paradyse_lab.cli.profile_command import add_arguments as add_profile_arguments
 from paradyse_lab.cli.train_command import add_arguments as add_train_arguments
 from paradyse_lab.cli.train_command import options_from_args
 from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace, number
-from runtime.measure.profiler import ProfileOptions
 from runtime.train import TrainOptions
 
 

@@ -1,4 +1,4 @@
-"""runtime/measure/step_counts.py: the runtime's launches and memory-bound bytes, counted, not fitted."""
+"""paradyse_lab/app/measure/step_counts.py: the runtime's launches and memory-bound bytes, counted, not fitted."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def cfg():
 
 @pytest.mark.parametrize("option", ["metp+recompute"])  # the most launches: ring, shards, recompute
 def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
-    from runtime.measure.step_counts import _linear, _sublayer_tally
+    from paradyse_lab.app.measure.step_counts import _linear, _sublayer_tally
 
     for kind in ("attention", "mlp"):
         a, b, c = (_sublayer_tally(cfg, kind, option, 2, s) for s in (8, 16, 32))
@@ -31,8 +31,8 @@ def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
 def test_gemms_attention_and_collectives_are_left_to_their_own_measurements(cfg):
     import torch
 
+    from paradyse_lab.app.measure.step_counts import counting
     from runtime import attention, comm
-    from runtime.measure.step_counts import counting
 
     before = (attention._run, comm.all_gather)
     a, w = torch.randn(16, 32), torch.randn(32, 32)
@@ -46,7 +46,7 @@ def test_gemms_attention_and_collectives_are_left_to_their_own_measurements(cfg)
 
 
 def test_step_counts_cover_every_option_the_rest_of_the_model_and_the_optimizer(cfg):
-    from runtime.measure.step_counts import step_counts
+    from paradyse_lab.app.measure.step_counts import step_counts
 
     counts = step_counts(cfg, 2, ["megatron_ts", "megatron_cz"], (8, 16))
     assert set(counts) == {"megatron_ts.attention", "megatron_ts.mlp", "megatron_cz.attention", "megatron_cz.mlp",
