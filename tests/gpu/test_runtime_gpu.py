@@ -182,8 +182,8 @@ def test_strategies_over_nccl():
 
 
 def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=30, max_len=256, progress=False,
                         checkpoint_dir=str(tmp_path), checkpoint_every=15)

@@ -713,8 +713,8 @@ def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int) -> 
 
 def train_loss_falls_case(rank: int, p: int, group) -> None:
     """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=20, lr=3e-3, max_len=S,
                              progress=False), group)
@@ -742,10 +742,10 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
-    from runtime.train import TrainOptions
     from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
@@ -786,8 +786,9 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
     it), and the policy then plans every step with it alone."""
     import os
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import TrainOptions, train
+    from runtime.train import train
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 97)
@@ -833,8 +834,8 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 96)
@@ -919,8 +920,8 @@ def checkpoint_lock_refused_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     held, broken = os.path.join(root, "held"), os.path.join(root, "broken")
@@ -956,9 +957,10 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from paradyse_lab.plan import Plan
-    from runtime.train import TrainOptions, decide_plan_on_rank0
+    from runtime.train import decide_plan_on_rank0
     from simulator.policies import StepPlan
 
     calls: list[int] = []
@@ -994,8 +996,8 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     lengths = os.path.join(root, "lengths.txt")
@@ -1027,10 +1029,10 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
