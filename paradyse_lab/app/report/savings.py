@@ -73,7 +73,7 @@ def _technique_note(r) -> str:
         return ""
     if pd.isna(r.shortest_with_technique):
         return " (neither taken)"
-    return (f" (tiled MLP in {r.tiled_steps}, offload in {r.offload_steps} steps, from "
+    return (f" (tiled MLP in {r.tiled_steps} steps, offload in {r.offload_steps}, from "
             f"{r.shortest_with_technique / 1024:,.0f}K)")
 
 
@@ -99,8 +99,8 @@ def beyond_rows(results: Path) -> list[list]:
 
 def beyond_target(results: Path, settings) -> str:
     """The GPT / GRCh38 targets: dp + recompute trains the whole dataset within 10% of the fastest series that
-    does, and the series with the tiled MLP and offload trains it faster than recomputation alone
-    (`_techniques_target`)."""
+    does without the tiled MLP or offload, and the series with the tiled MLP and offload trains it faster than
+    recomputation alone (`_techniques_target`)."""
     from paradyse_lab.workloads import get_workload
 
     longest = max(get_workload("grch38", settings.size, 0, sampling=settings.sampling).lengths)
@@ -114,7 +114,8 @@ def beyond_target(results: Path, settings) -> str:
         if mine.empty:
             continue
         mine = mine.iloc[0]
-        reach = g[g.max_seq_len_trained >= longest].sort_values("total_time_s")
+        techniques = g.policy.str.contains(r"\+tiled|\+offload")  # their own target: `_techniques_target`
+        reach = g[(g.max_seq_len_trained >= longest) & ~techniques].sort_values("total_time_s")
         if mine.max_seq_len_trained < longest:
             lines.append(f"under the {TRUTH_LABELS[truth]}, not met: dp + recompute stops at "
                          f"{mine.max_seq_len_trained:,} of {longest:,} tokens")
@@ -123,7 +124,7 @@ def beyond_target(results: Path, settings) -> str:
         gap = mine.total_time_s / best.total_time_s - 1
         lines.append(f"under the {TRUTH_LABELS[truth]}, dp + recompute trains the whole dataset (longest sequence "
                      f"{longest:,} tokens) in {mine.total_time_s:,.1f} s, {100 * gap:.1f}% above the fastest series "
-                     f"that does ({best.series}, {best.total_time_s:,.1f} s): "
+                     f"with recomputation alone that does ({best.series}, {best.total_time_s:,.1f} s): "
                      f"{'met' if gap <= 0.10 else 'not met'}{_techniques_target(g, longest)}")
     return "; ".join(lines) or "not run"
 
