@@ -33,6 +33,9 @@ POLICY_STYLE = {
     "dynamic:dp+recompute": dict(color="#9467bd", lw=1.3, ls="-.", label="dp + recompute (ours)", oom_marker="+"),
     "dynamic:dp+recompute+sublayer": dict(color="#8c564b", lw=1.3, ls=(0, (1, 1.5)), oom_marker="+",
                                           label="dp + recompute + sub-layer (ours)"),
+    "dynamic:dp+recompute+tiled+offload+sublayer": dict(color="#bcbd22", lw=1.3, ls=(0, (5, 1, 1, 1, 1, 1)),
+                                                        oom_marker="+",
+                                                        label="+ tiled MLP + offload (ours)"),
     **{f"static:{k}+recompute": dict(color=c, lw=0.9, ls=(0, (6, 2)), alpha=0.7, oom_marker="+",
                                      label=f"{STRATEGY_LABELS[k]} + recompute") for k, c in STRATEGY_COLORS.items()},
 }

@@ -169,8 +169,8 @@ class ClusterSpec:
     reserve_fraction: float = 0.0
     """Share of `memory_bytes` kept back on top of `reserve_bytes` (TOML `reserve_fraction`)."""
     host_link_bytes_per_s: float = 0.0
-    """Host link of one GPU (PCIe), B/s per direction: what activation offload copies over (TOML
-    `host_link_gbps`; 0: unknown, no offload is planned)."""
+    """Host link of one GPU (PCIe), B/s per direction that a pinned-memory copy reaches over it: what activation
+    offload's copies move at (TOML `host_link_gbps`; 0: unknown, no offload is planned)."""
     host_memory_bytes: int = 0
     """Host (CPU) memory of the node, shared by its GPUs: what offloaded activations may fill (TOML
     `host_memory_gib`; 0: unknown, no offload is planned)."""
@@ -384,6 +384,12 @@ PCIE_GEN4_X16_BYTES_PER_S = 32e9
 """A100 SXM's host link, per direction: PCIe Gen4 x16, 64 GB/s both ways [DS-A] (P; docs/hardware.md section 7)."""
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
 """H100 / H200 SXM's host link, per direction: PCIe Gen5 x16, 128 GB/s both ways [DS-H] (P; section 7)."""
+A100_PINNED_COPY_BYTES_PER_S = 25.1e9
+"""What a pinned host <-> A100 SXM4 copy reaches per direction, 25.1 of the link's 32 GB/s [NVB-A] (M;
+docs/hardware.md section 7): the A100 presets' `host_link_gbps` (activation offload moves its bytes so)."""
+HOPPER_PINNED_COPY_BYTES_PER_S = 52.8e9
+"""What a pinned host <-> H100 SXM copy reaches per direction, 52.8 of the link's 64 GB/s: the slower of the two
+directions measured [NVB-H] (M; docs/hardware.md section 7): the Hopper presets' `host_link_gbps`."""
 DGX_A100_320_HOST_BYTES = 1 * 2**40
 """DGX A100 (8x 40 GB) system memory: 1 TB [DGX-A] (P; section 7)."""
 DGX_2TB_HOST_BYTES = 2 * 2**40
@@ -399,10 +405,10 @@ def _a100(name: str, mem_mib: int, hbm: float, nodes: int = 1) -> ClusterSpec:
         gemm_efficiency=A100_CUBES, attention_efficiency=A100_ATTN,
         attention_efficiency_causal=A100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_A100_BYTES),
         inter_node_bytes_per_s=A100_HDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
-        host_link_bytes_per_s=PCIE_GEN4_X16_BYTES_PER_S,
+        host_link_bytes_per_s=A100_PINNED_COPY_BYTES_PER_S,
         host_memory_bytes=DGX_2TB_HOST_BYTES if mem_mib > 50000 else DGX_A100_320_HOST_BYTES,
         source="docs/hardware.md: [DS-A] [DQ] [AZ] tests#149 [LP] [TUNE] [FA2]; reserve: section 5; "
-        "host: section 7; between nodes: [NAD] tests#100",
+        "host: section 7 [NVB-A]; between nodes: [NAD] tests#100",
     )
 
 
@@ -413,9 +419,10 @@ def _hopper(name: str, gpu: str, mem_mib: int, hbm: float, ag: float, p2p: float
         gemm_efficiency=HOPPER_CUBES, attention_efficiency=H100_ATTN,
         attention_efficiency_causal=H100_ATTN_CAUSAL, reserve_bytes=sourced_reserve_bytes(NCCL_HOPPER_BYTES),
         inter_node_bytes_per_s=NDR_NIC_BYTES_PER_S, base="" if nodes == 1 else name,
-        host_link_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S, host_memory_bytes=DGX_2TB_HOST_BYTES,
+        host_link_bytes_per_s=HOPPER_PINNED_COPY_BYTES_PER_S, host_memory_bytes=DGX_2TB_HOST_BYTES,
         source="docs/hardware.md: [DS-H] [MLE-A] [MLE-N] [AZ] tests#212 nccl#2169 nccl#1264 [TUNE] [FA2]; "
-        "memory: nvidia-smi (M); reserve: section 5; host: section 7; between nodes: [POD] tests#290 tests#267",
+        "memory: nvidia-smi (M); reserve: section 5; host: section 7 [NVB-H]; "
+        "between nodes: [POD] tests#290 tests#267",
     )
 
 
@@ -456,9 +463,9 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
     ignored. `reserve_gib` and `reserve_fraction`: the memory kept out of every plan's budget
-    (`ClusterSpec.plan_budget_bytes`). `host_link_gbps` (one GPU's PCIe link, per direction) and
-    `host_memory_gib` (the node's host memory): what activation offload is priced with. What `calibrate`
-    also measures for the analytic model's step terms:
+    (`ClusterSpec.plan_budget_bytes`). `host_link_gbps` (what a pinned copy over one GPU's PCIe link reaches,
+    per direction) and `host_memory_gib` (the node's host memory): what activation offload is priced with.
+    What `calibrate` also measures for the analytic model's step terms:
     `launch_us`, `state_gbps`, `comm_overlap`, `counted_model` and a `[step_counts]` table of KEY =
     [launches, bytes_fixed, bytes_per_token] (`ClusterSpec.step_counts`).
     """

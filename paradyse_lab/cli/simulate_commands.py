@@ -38,7 +38,8 @@ def register(sub) -> None:
         "experiment", help="run the paper's Figure 2 or Table 5 in simulation",
         description="fig2: six panels (GitHubCode, GRCh38) x (BERT, LLaMA, GPT) with the four static "
         "strategies, the paper's heuristic and our exact dp / ilp policies, and beyond the paper dp with "
-        "recomputation (per block and per sub-layer) against the static strategies with recomputation; prints "
+        "recomputation (per block and per sub-layer, and per sub-layer with the tiled MLP and activation offload "
+        "offered too) against the static strategies with recomputation; prints "
         "the headline metrics beside the paper's. table5: the ablations of GPT on GRCh38 beside the paper's Table 5. "
         "packing (beyond the paper): Figure 2's panels with the documents packed into steps of 32K and 128K "
         "tokens beside one sequence per step, static strategies against the heuristic and dp: time per token "

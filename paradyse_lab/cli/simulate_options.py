@@ -196,8 +196,8 @@ class ExperimentOptions:
     """fig2: also the paper-comparison dp and ilp policies (--no-exact: skip them; our dp + recompute series
     still run)."""
     paper_policies_only: bool = False
-    """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, and the static
-    strategies with recomputation)."""
+    """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, the same with the
+    tiled MLP and offload, and the static strategies with recomputation)."""
     global_batch: int = 32
     """groups: sequences per step (the panels' workloads are --size sequences, default 128 for groups)."""
     run: SimulationOptions = field(default_factory=SimulationOptions)

@@ -115,7 +115,8 @@ class AnalyticCostModel:
             compute_s *= calibration.compute_scale
         if sch.host_bytes:  # offload: each way over the host link, overlapped with its phase
             share = forward_share(option.recompute or (option.tiled and kind == "mlp"))
-            time_s += offload_exposed_s(time_s, sch.host_bytes / c.host_link_bytes_per_s, share)
+            time_s += offload_exposed_s(time_s, sch.host_bytes / c.host_link_bytes_per_s, share,
+                                        sch.host_prefetched)
         cost = SubLayerCost(
             time_s=time_s, compute_s=compute_s, exposed_comm_s=time_s - compute_s,
             kept_bytes=sch.kept_bytes, transient_bytes=sch.transient_bytes, model_state_bytes=states,

@@ -80,6 +80,10 @@ class Schedule:
     """Working memory while the sub-layer runs."""
     host_bytes: int = 0
     """Activations moved to host memory between the forward and the backward (`+offload`)."""
+    host_prefetched: bool = False
+    """Whether the runtime brings the offloaded set back during the backward of the sub-layer after it (a
+    prefetch: only a set no larger than that one's, so only one that is the sub-layer's input alone is sure to
+    be; costmodel/techniques.py `offload_exposed_s`)."""
 
     @property
     def attention_flops(self) -> float:
@@ -370,11 +374,12 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     host = 0
     if option.offload:
         kept, transient, host = with_offload(kept, transient)
+    input_only = host <= s.t * s.h * s.e  # the smallest set any offloaded sub-layer moves: its input [t, h]
 
     return Schedule(
         gemm_flops=gemm, gemm_min_dim=max(work.min_dim, 1), attention_calls=calls,
         attention_kernel_causal=model.causal if work.kernel_causal is None else work.kernel_causal,
         elementwise_bytes=elem, collectives=tuple(fwd + bwd), ring_steps=ring_steps,
         ring_hides_all_compute=work.ring_hides_all_compute, kept_bytes=int(kept), transient_bytes=int(transient),
-        host_bytes=int(host),
+        host_bytes=int(host), host_prefetched=bool(host) and input_only,
     )

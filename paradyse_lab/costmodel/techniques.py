@@ -26,9 +26,20 @@ device: nothing between the two; host: the kept bytes. The device still holds th
 and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
 backward, so the sub-layer's transient grows by two kept sets (its own and its neighbour's prefetched one,
 taken to be the same size: exact under recomputation, where every sub-layer keeps its input [t, h]). Time: each
-direction moves the kept bytes over the host link (`ClusterSpec.host_link_bytes_per_s`, PCIe) and overlaps the
-compute of its phase, so a phase takes max(its compute, the copy) (`offload_exposed_s`); the forward's share of
-a sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
+direction moves the kept bytes at what a pinned-memory copy over the host link reaches
+(`ClusterSpec.host_link_bytes_per_s`: measured copies, 52.8 of the 64 GB/s of an H100's PCIe Gen5 x16,
+docs/hardware.md section 7). The copy out overlaps the compute of the forward, so that phase takes max(its
+compute, the copy). The copy back overlaps only where the runtime prefetches it: during the backward of the
+sub-layer after it, and only a set no larger than that sub-layer's own (the one extra set the memory counts).
+A sub-layer's plan cannot see its neighbour's, so the set that is sure to be prefetched is the input alone (under
+recomputation or the tiled MLP: the smallest set any offloaded sub-layer moves), whose copy back overlaps a
+backward of about its own length; a larger kept set (offload without recomputation) comes back when the backward
+first needs it, all exposed (`offload_exposed_s`). An H100 measurement showed why: a 64K-token
+Llama-3.2-1B-shaped plan offloading attention's whole kept set (1,160 MiB) beside METP MLPs (512 MiB) ran
+5.29 s per step against 3.95 s predicted with every copy hidden (docs/measurements/h100-2026-11-25). Not
+modelled: the copies' share of HBM bandwidth (53 GB/s of 3.35 TB/s, under 2%), and the one set per run of
+offloaded sub-layers whose successor does not offload (not prefetched either). The forward's share of a
+sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
 fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py
 `host_limited` leaves out the offload choices that could overfill it).
 """
@@ -114,12 +125,15 @@ def forward_share(recomputes: bool) -> float:
     return 1.0 / (1.0 + F.GEMM_BWD_OVER_FWD + (1.0 if recomputes else 0.0))
 
 
-def offload_exposed_s(time_s: float, copy_s: float, share: float) -> float:
+def offload_exposed_s(time_s: float, copy_s: float, share: float, prefetched: bool = True) -> float:
     """Seconds offload adds to a sub-layer of `time_s` whose kept set takes `copy_s` over the host link each way:
-    the copy out overlaps the forward (`share` of the time), the copy back the backward, each phase lasting the
-    longer of the two."""
+    the copy out overlaps the forward (`share` of the time), each phase lasting the longer of the two; the copy
+    back overlaps a backward of about the same length when `prefetched` (brought back during the backward of the
+    sub-layer after it), and is all exposed when not (brought back when the backward first needs it; module
+    docstring)."""
     forward_s = time_s * share
-    return max(0.0, copy_s - forward_s) + max(0.0, copy_s - (time_s - forward_s))
+    back_s = max(0.0, copy_s - (time_s - forward_s)) if prefetched else copy_s
+    return max(0.0, copy_s - forward_s) + back_s
 
 
 def with_offload(kept: int, transient: int) -> tuple[int, int, int]:

@@ -51,9 +51,35 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
         for ext in ("png", "pdf"):
             assert (quick_results / "figures" / f"{name}.{ext}").stat().st_size > 1000
     beyond = pd.read_csv(quick_results / "fig2_beyond.csv")
-    assert beyond.groupby(["dataset", "model"]).size().eq(5).all()
+    assert beyond.groupby(["dataset", "model"]).size().eq(6).all()
     gpt = beyond.query("dataset == 'grch38' and model == 'gpt'").set_index("series")
     assert gpt.loc["dp + recompute", "max_seq_len_trained"] > gpt.loc["ParaDySe (heuristic)", "max_seq_len_trained"]
+    assert "tiled MLP and offload faster than recomputation alone" in report
+
+
+def test_the_beyond_series_takes_the_tiled_mlp_and_offload_only_on_long_sequences(quick_results):
+    """The planner takes the cheapest plan that fits: in the Figure 2 series that offers the tiled MLP and
+    offload, a step whose plan takes neither is the plan (and time) of the same series without them, and the
+    sequences short enough for the plain plans pay nothing (GitHubCode's BERT panel, up to 300K, takes neither);
+    on GPT / GRCh38 they train the whole dataset faster than recomputation alone."""
+    from simulator.experiments import TECHNIQUES_POLICY
+
+    beyond = pd.read_csv(quick_results / "fig2_beyond.csv").set_index(["dataset", "model", "series"]).sort_index()
+    ours = beyond.xs("+ tiled MLP + offload", level="series")
+    assert (ours.policy == TECHNIQUES_POLICY).all()
+    assert ours.loc[("github_code", "bert"), "offload_steps"] == ours.loc[("github_code", "bert"), "tiled_steps"] == 0
+    assert ours["offload_steps"].sum() > 0
+    gpt = beyond.loc[("grch38", "gpt")]
+    assert gpt.loc["+ tiled MLP + offload", "max_seq_len_trained"] == gpt.loc["dp + recompute", "max_seq_len_trained"]
+    assert gpt.loc["+ tiled MLP + offload", "total_time_s"] < gpt.loc["dp + recompute + sub-layer", "total_time_s"]
+    for dataset, model in ours.index:
+        runs = {p: pd.read_csv(quick_results / "runs" / "fig2" / f"{dataset}__{model}__{p.replace(':', '-')}.csv")
+                for p in (TECHNIQUES_POLICY, "dynamic:dp+recompute+sublayer")}
+        mine, plain = runs[TECHNIQUES_POLICY], runs["dynamic:dp+recompute+sublayer"]
+        neither = ~mine["plan"].astype(str).str.contains(r"\+tiled|\+offload") & ~mine["oom"].astype(bool)
+        first = int(neither.idxmin()) if not neither.all() else len(mine)  # up to the first step that takes one
+        assert (mine["plan"][:first] == plain["plan"][:first]).all()
+        assert list(mine["charged_time_s"][:first]) == pytest.approx(list(plain["charged_time_s"][:first]))
 
 
 def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):

@@ -180,16 +180,19 @@ def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, i
 def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> None:
     """Every `+offload` sub-layer of `plan` moved to host memory and back exactly the schedule's host bytes, the
     others nothing; each was brought back during the backward of the next sub-layer when that one is offloaded
-    too and holds at least as many bytes (the one extra set the cost model counts), else during its own."""
+    too and holds at least as many bytes (the one extra set the cost model counts), else during its own; a set the
+    cost model prices as prefetched (`Schedule.host_prefetched`: its input alone) was, wherever the next sub-layer
+    offloads too."""
     per_sublayer = len(plan) == 2 * cfg.layers
-    want = {}
+    want, priced_hidden = {}, {}
     for index in range(cfg.layers):
         for j, kind in enumerate(("attention", "mlp")):
             option = StrategyOption.parse(plan[2 * index + j] if per_sublayer else plan[index])
-            host = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None).host_bytes
-            assert bool(host) == option.offload, (option, host)
+            host = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None)
+            assert bool(host.host_bytes) == option.offload, (option, host)
             if option.offload:
-                want[f"layers.{index}.{kind}"] = host
+                want[f"layers.{index}.{kind}"] = host.host_bytes
+                priced_hidden[f"layers.{index}.{kind}"] = host.host_prefetched
     if not want:
         assert stats is None, stats
         return
@@ -205,6 +208,9 @@ def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> N
         return later if early else tag
 
     assert back == {tag: during(i, tag) for i, tag in enumerate(offloaded)}, (back, offloaded)
+    for i, tag in enumerate(offloaded[:-1]):  # the cost model prices a copy back hidden only where it is prefetched
+        if priced_hidden[tag] and position[offloaded[i + 1]] == position[tag] + 1:
+            assert back[tag] == offloaded[i + 1], (tag, back)
 
 
 def reference_and_model(causal: bool, group):

@@ -323,7 +323,8 @@ def test_fig2_names_its_series_as_they_run_under_recompute_and_sublayer_flags(tm
                                 progress=False, beyond=True)
     assert list(summaries.policy) == ["static:megatron_ts+recompute", "static:megatron_cz+recompute",
                                       "static:ulysses_z+recompute", "static:metp+recompute",
-                                      "dynamic:heuristic+recompute+sublayer", "dynamic:dp+recompute+sublayer"]
+                                      "dynamic:heuristic+recompute+sublayer", "dynamic:dp+recompute+sublayer",
+                                      "dynamic:dp+recompute+tiled+offload+sublayer"]
     assert set(headlines.policy) == {"dynamic:heuristic+recompute+sublayer"}
     for p in summaries.policy:
         run = pd.read_csv(tmp_path / "runs" / "fig2" / f"github_code__bert__{p.replace(':', '-')}.csv")
