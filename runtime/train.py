@@ -60,6 +60,7 @@ from functools import partial
 from pathlib import Path
 
 from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.step_groups import GROUP_POLICIES
 from runtime.optim_schedule import SCHEDULES
 from runtime.train_inputs import LOG_COLUMNS
 
@@ -108,6 +109,12 @@ class TrainOptions:
     the world; runtime/grouped.py) (0: one sequence per step on all ranks)."""
     group_size: int = 0
     """Ranks per group of a --global-batch step: a power of two dividing the world size (0: the world, one group)."""
+    groups: str = field(default="", metadata={"choices": ("", *GROUP_POLICIES)})
+    """Plan each --global-batch step's groups with the group planner `simulate` uses (paradyse_lab/app/training.py
+    `group_planner`): sized (group sizes per step, per-layer plans; --policy dynamic:SOLVER), sized-exact (the
+    same, exact: at most 10 sequences on at most 16 ranks), paradyse (one group of all ranks), dynamic-cp
+    (the smallest group that fits each sequence, one strategy; --policy static:megatron_cz) or static (one
+    group, one strategy) ('': the fixed groups of --group-size)."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0
@@ -253,7 +260,7 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     return vocab
 
 
-def train(opts: TrainOptions, group=None, *, policy_for, plan_groups=None) -> list[dict]:
+def train(opts: TrainOptions, group=None, *, policy_for, groups_for=None) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
     The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
@@ -266,10 +273,10 @@ def train(opts: TrainOptions, group=None, *, policy_for, plan_groups=None) -> li
     `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
 
-    With --global-batch, `plan_groups(steps, world)` (given: a group planner; rank 0 calls it) returns one step's
-    `paradyse_lab.step_groups.GroupedStep` over `world` ranks and each sequence's decision, for the sequences'
-    `steps` as `decide` takes them; None: the fixed group policy of --group-size (paradyse_lab/fixed_groups.py),
-    each sequence planned by `policy_for(spec, group size)`.
+    With --global-batch, `groups_for(spec, p)` (given: a group planner, built on every rank) returns a function
+    `plan(steps)` (rank 0 calls it) giving one step's `paradyse_lab.step_groups.GroupedStep` over the `p` ranks
+    and each sequence's decision, for the sequences' `steps` as `decide` takes them; None: the fixed group policy
+    of --group-size (paradyse_lab/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
     """
     from runtime import checkpoint
     from runtime.train_inputs import check_log_file, check_options
@@ -277,7 +284,7 @@ def train(opts: TrainOptions, group=None, *, policy_for, plan_groups=None) -> li
     check_options(opts)
     _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
     with checkpoint.folder_lock(opts.checkpoint_dir, group):
-        return _train(opts, group, policy_for, plan_groups)
+        return _train(opts, group, policy_for, groups_for)
 
 
 def _checked_on_rank0(check, group) -> None:
@@ -296,7 +303,7 @@ def _checked_on_rank0(check, group) -> None:
         raise UserInputError(message)
 
 
-def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict]:
+def _train(opts: TrainOptions, group, policy_for, groups_for=None) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
     from dataclasses import replace
 
@@ -336,6 +343,7 @@ def _train(opts: TrainOptions, group, policy_for, plan_groups=None) -> list[dict
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
+    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=_replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)

@@ -1224,3 +1224,8 @@ import grouped_cases  # noqa: E402 - it reads this module's helpers, defined abo
 
 CASES.update(grouped_cases.CASES)
 ONLY_AT.update(grouped_cases.ONLY_AT)
+
+import planned_groups_cases  # noqa: E402 - grouped steps sized by the group planner
+
+CASES.update(planned_groups_cases.CASES)
+ONLY_AT.update(planned_groups_cases.ONLY_AT)
