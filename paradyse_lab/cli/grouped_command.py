@@ -64,7 +64,7 @@ def run_grouped(opts, groups: str) -> int:
         return 0
     print_table(["field", "value"], [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in summary.items()])
     print()
-    print_table(["step", "sequences", "trained", "tokens", "group sizes", "busy", "step ms", "sync ms", "plan ms"],
+    print_table(["step", "items", "trained", "tokens", "group sizes", "busy", "step ms", "sync ms", "plan ms"],
                 [[r.step, r.items, r.trained, r.tokens, r.group_sizes, r.busy_groups, f"{r.step_time_s * 1e3:.1f}",
                   f"{r.sync_s * 1e3:.2f}", f"{r.plan_ms:.0f}"] for r in rows.itertuples()])
     return 0
