@@ -25,7 +25,7 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.grouped_states import data_parallel_width
+from paradyse_lab.costmodel.grouped_states import data_parallel_width, reduce_phase_bytes
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
@@ -98,19 +98,26 @@ class GroupPricer:
         return self.budget_bytes + counted - held
 
     def state_phase_fits(self, sizes: G.Partition) -> bool:
-        """Whether every rank holds the gather of the step's group shards (outside the compute, when no
-        activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
-        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states."""
+        """Whether every rank holds the state phases of the step (outside the compute, when no activation is kept),
+        beside its world shard and optimizer states and the replicated tensors' states. The gather: its group's
+        weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
+        reduce, after the backward: the group's weight and gradient shards, and the larger of the reduce-scatter's
+        [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's, beside the group
+        view's; paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`, less the world shards' gradients
+        the states count)."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True
         per_param = F.model_state_bytes_per_param(m)
         flat = m.dtype_bytes * sharded_layer_params(m, world)
+        group_shard = m.dtype_bytes * sharded_layer_params(m, min(sizes))
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        need = (per_param * (sharded_layer_params(m, world) + replicated)
-                + flat * (data_parallel_width(world, sizes, m) + 1)
-                + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
-        return need <= self.budget_bytes
+        states = per_param * (sharded_layer_params(m, world) + replicated)
+        d = data_parallel_width(world, sizes, m)
+        gather = flat * (d + 1) + group_shard
+        phase = reduce_phase_bytes(m, world, sizes)
+        reduce = 2 * group_shard + phase["world_grads"] + phase["transient"] - flat
+        return states + max(gather, reduce) <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:
         """The group sizes this pricer plans with: every power of two up to the world (a size a strategy cannot
