@@ -169,7 +169,9 @@ def _set_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
 
 def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...], k: int, parts: int) -> None:
     """Row block k of `parts` of each section of x copied into dst (layout.row_block's rows, [n/parts, ..]),
-    section by section: nothing allocated."""
+    section by section: nothing allocated (an empty tensor, a model without biases' b1: nothing to copy)."""
+    if x.numel() == 0:
+        return
     start = 0
     for part in x.split(list(sections)):
         rows = len(part) // parts

@@ -357,12 +357,26 @@ def _assign_by_size(costs: ItemTimes, home: dict[int, int], sizes: Partition, sy
     return GroupChoice(sizes, tuple(map(tuple, assigned)), max(loads), sync(sizes))
 
 
-def lower_bound_s(costs: ItemTimes) -> float:
-    """No split of the world trains the items faster than this: the longest item on its fastest group, or all
-    the items' least GPU-seconds spread over every GPU (synchronisation left out)."""
-    table = np.stack([costs.times[s] for s in costs.sizes])
-    gpu_seconds = table * np.array(costs.sizes, dtype=float)[:, None]
-    return float(max(table.min(axis=0).max(), gpu_seconds.min(axis=0).sum() / costs.world))
+def lower_bound_s(costs: ItemTimes, sync: Sync | None = None) -> float:
+    """No split of the world into groups of the sizes of `costs` trains the items faster than this. A step has one
+    partition, whose distinct sizes D are powers of two summing to at most the world; every item then runs on a
+    group of a size in D, so the step takes at least (1) its longest item on that item's fastest size in D and
+    (2) all the items' least GPU-seconds over D spread over every GPU, plus `sync` of a partition of sizes D
+    (the same for every such partition: it depends on the sizes present). The bound is the least over every D."""
+    sizes = costs.sizes
+    table = np.stack([costs.times[s] for s in sizes])  # [sizes, items]
+    gpu_seconds = table * np.array(sizes, dtype=float)[:, None]
+    best = math.inf
+    for mask in range(1, 1 << len(sizes)):
+        chosen = [k for k in range(len(sizes)) if mask >> k & 1]
+        used = [sizes[k] for k in chosen]
+        if sum(used) > costs.world:
+            continue
+        bound = max(float(table[chosen].min(axis=0).max()), float(gpu_seconds[chosen].min(axis=0).sum()) / costs.world)
+        if sync is not None and math.isfinite(bound):
+            bound += sync(fill(used, costs.world, (min(used),)))
+        best = min(best, bound)
+    return best
 
 
 def reassess(choice: GroupChoice, costs: ItemTimes, sync: Sync) -> GroupChoice:

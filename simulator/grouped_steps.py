@@ -238,8 +238,8 @@ STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "toke
 """One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
 joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
-may use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves,
-cached per group size and length) and choose the groups."""
+may use trains the step faster (`group_planner.lower_bound_s`, with the synchronisation of each set of sizes);
+plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups."""
 
 
 def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,
@@ -255,7 +255,7 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
         if choice is not None:
             grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
         plan_ms = (time.perf_counter() - started) * 1e3
-        bound = G.lower_bound_s(pricer.times(fits, allowed)) if fits else 0.0
+        bound = G.lower_bound_s(pricer.times(fits, allowed), pricer.sync_s) if fits else 0.0
         rows.append({
             "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
             "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": sum(map(item_tokens, fits)),

@@ -1229,3 +1229,8 @@ import planned_groups_cases  # noqa: E402 - grouped steps sized by the group pla
 
 CASES.update(planned_groups_cases.CASES)
 ONLY_AT.update(planned_groups_cases.ONLY_AT)
+
+import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node link)
+
+CASES.update(node_cases.CASES)
+ONLY_AT.update(node_cases.ONLY_AT)

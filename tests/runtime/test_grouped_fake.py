@@ -8,6 +8,8 @@ reference by the gloo cases at a world of 4, tests/runtime/grouped_cases.py.)"""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -127,7 +129,7 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, tmp_path, one_t
         view = group_view(model, group.size, g_min, dp, sp, contiguous)
         view(shard_sequence(ids, 1, sp), PLAN, shard_sequence(ids, 1, sp))[1].backward()
         contributes = rank - group.start < g_min
-        peak = _peak_above_start(lambda: reduce_step_grads(model, view, group.size, g_min, dp, contiguous,
-                                                           contributes), tmp_path)
+        args = (model, view, group.size, g_min, dp, contiguous, contributes)
+        peak = _peak_above_start(partial(reduce_step_grads, *args), tmp_path)
         assert peak == want["world_grads"] + want["transient"], (rank, peak, want)
         assert all(q.grad is not None and q.grad.shape == q.shape for q in model.parameters())
