@@ -101,10 +101,10 @@ class GroupPricer:
         """Whether every rank holds the state phases of the step (outside the compute, when no activation is kept),
         beside its world shard and optimizer states and the replicated tensors' states. The gather: its group's
         weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
-        reduce, after the backward: the group's weight and gradient shards, and the larger of the reduce-scatter's
-        [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's, beside the group
-        view's; paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`, less the world shards' gradients
-        the states count)."""
+        reduce, after the backward: the group's weight and gradient shards, and the larger of the
+        reduce-scatter's [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's,
+        beside the group view's; paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`, less the world
+        shards' gradients the states count)."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True

@@ -2,7 +2,7 @@
 `group_planner`, what `train --groups sized` plans with: simulator/grouped_steps.py `choose`, as
 `simulate --global-batch` does). runtime_cases.py adds them to the per-world harness at p = 4.
 
-Under a per-GPU budget where a long sequence of gpt2-tiny fits a group of two but not one (the analytic model's
+Under a per-GPU budget where a long sequence of a tiny GPT-2 fits a group of two but not one (the analytic model's
 peaks, with the grouped state phases: `BUDGET_GIB`), the planner gives each global batch other group sizes (1/1/1/1,
 then 2/1/1, then 2/2). Trained one after another on the same world model, each step's loss and gradients equal the
 single-device reference's over its whole global batch, every byte sent is the cost model's, and no parameter moves
@@ -12,7 +12,6 @@ as a run of one group of all ranks does."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import torch
 from grouped_cases import _batch, _check_step, _reference_grads, _same_runs
@@ -24,23 +23,27 @@ from runtime import ParallelGPT, comm
 from runtime.reference import GPTConfig
 from runtime.train import TrainOptions
 
-BUDGET_GIB = 0.0105
-"""Per-GPU budget (fp32 gpt2-tiny): a sequence of 256 tokens needs a group of two, one of 8 fits a GPU alone
-(the planner gives these sizes from 0.009 to 0.012 GiB)."""
-BATCHES = {(8, 8, 8, 8): (1, 1, 1, 1), (256, 8, 8, 8): (2, 1, 1), (256, 256, 256, 256): (2, 2)}
+BUDGET_GIB = 0.0052
+"""Per-GPU budget of the step cases (`_short()`): a sequence of 128 tokens needs a group of two, one of 8 fits a
+GPU alone (the planner gives the sizes of `BATCHES` from 0.0046 to 0.0058 GiB)."""
+BATCHES = {(8, 8, 8, 8): (1, 1, 1, 1), (128, 8, 8, 8): (2, 1, 1), (128, 128, 128, 128): (2, 2)}
 """Global batch (sequence lengths) -> the group sizes the planner gives it under `BUDGET_GIB`."""
-TRAIN_LENGTHS = (8,) * 7 + (256,) * 5
-"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 256 (2/1/1), 256x4 (2/2)."""
+TRAIN_BUDGET_GIB = 0.0095
+"""The same for the 4-layer fp32 gpt2-tiny of the `train` runs (sizes as `BATCHES` from 0.009 to 0.010 GiB)."""
+TRAIN_LENGTHS = (8,) * 7 + (128,) * 5
+"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 128 (2/1/1), 128x4 (2/2)."""
 
 
-def _tiny() -> GPTConfig:
-    """gpt2-tiny (4 layers, 12 heads: whole heads in every rank's 1/4 block) at 256 positions."""
-    return GPTConfig.from_model_spec(replace(get_model("gpt2-tiny"), dtype="fp32", max_positions=256))
+def _short() -> GPTConfig:
+    """gpt2-tiny's shape (12 heads: whole heads in every rank's 1/4 block) with 2 layers, at 128 positions."""
+    spec = get_model("gpt2-tiny")
+    return GPTConfig(vocab_size=spec.vocab_size, max_positions=128, hidden=spec.hidden, heads=spec.heads, layers=2,
+                     causal=True)
 
 
 def planned_steps_case(rank: int, p: int, group) -> None:
     """The planner's steps against the single-device reference, one after another on one world model."""
-    cfg = _tiny()
+    cfg = _short()
     sd = random_state(cfg)
     model = ParallelGPT(cfg, group, state_dict=sd)
     before = {n: q.detach().clone() for n, q in model.named_parameters()}
@@ -68,9 +71,9 @@ def train_planned_groups_case(rank: int, p: int, group) -> None:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
     dist.barrier(group=group)
-    common = {"model": "gpt2-tiny", "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 256,
+    common = {"model": "gpt2-tiny", "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 128,
               "global_batch": 4, "progress": False}
-    planned = train(TrainOptions(**common, groups="sized", budget_gib=BUDGET_GIB), group)
+    planned = train(TrainOptions(**common, groups="sized", budget_gib=TRAIN_BUDGET_GIB), group)
     sizes = [row["plan"].split(":")[0] for row in planned]
     assert sizes == ["groups 1/1/1/1", "groups 2/1/1", "groups 2/2"], sizes
     one_group = train(TrainOptions(**common, group_size=4), group)

@@ -112,7 +112,8 @@ def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, one_
 @pytest.mark.parametrize("sizes", [(8,), (2, 2, 2, 2), (4, 2, 1, 1)], ids=lambda s: "-".join(map(str, s)))
 def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, tmp_path, one_thread):
     # after the backward: the [d, F] buffer and the reduce-scatter's [F] output, then one [R] buffer; the world's
-    # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events)
+    # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events, the
+    # peak above the phase's start)
     from test_head_memory import _peak_above_start
 
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes

@@ -165,7 +165,7 @@ def test_a_step_whose_gather_buffers_do_not_fit_is_refused():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_lower_bound_never_exceeds_the_exact_optimum(seed):
+def test_the_lower_bound_with_its_sync_never_exceeds_brute_force(seed):
     # brute force over every partition and assignment: the bound (per set of sizes, with its sync) is below it
     rng = np.random.default_rng(200 + seed)
     costs = _random_costs(rng, 4, int(rng.integers(1, 5)))
