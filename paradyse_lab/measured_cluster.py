@@ -9,6 +9,11 @@ Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/c
   fitted by non-negative least squares over the measured (S, median seconds). The file then holds one
   latency per kind (`[alpha_us]`) and a flat size curve (the latency already carries the small-message
   penalty).
+- Across nodes (a run of several nodes, runtime/nodes.py): the collectives above are measured inside one
+  node, and the rails (one rank per node, every rail at once) give the network's line, the one
+  formulas.inter_node_time_s prices: t(S) = alpha_step x steps(op, nodes) + f(op, nodes) S / bandwidth, one
+  per-step latency and one bandwidth per GPU's NIC fitted over every kind measured (`fit_inter_node`); the file
+  then holds `nodes`, `gpus_per_node`, `inter_node_bandwidth_gbps` and `inter_node_latency_us`.
 - Kernels: the peak is the fastest rate measured (GEMM or attention), so every efficiency is <= 1 and
   peak x efficiency is the measured rate. GEMM efficiency against the smallest dimension is the
   FLOP-weighted rate (total FLOPs / total seconds) of the GEMMs sharing that smallest dimension;
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paradyse_lab.cluster_spec import COLLECTIVES
-from paradyse_lab.costmodel.formulas import BUSBW_FACTOR
+from paradyse_lab.costmodel.formulas import ALPHA_STEPS, BUSBW_FACTOR
 
 
 @dataclass(frozen=True)
@@ -103,12 +108,51 @@ class Measurements:
     """The model `step_counts` are of."""
     step_counts: dict = field(default_factory=dict)
     """KEY -> (launches, bytes_fixed, bytes_per_token) (`ClusterSpec.step_counts`)."""
+    nodes: int = 1
+    """Nodes of the `ranks` (equal blocks of consecutive ranks); `collectives` were measured inside one node."""
+    inter_node: dict = field(default_factory=dict)
+    """op -> [(buffer bytes, median seconds)] over the rails (one rank per node), when `nodes` > 1."""
+
+    @property
+    def node_ranks(self) -> int:
+        """Ranks of one node: what `collectives` were measured over."""
+        return self.ranks // self.nodes
 
 
 def fit_collectives(m: Measurements) -> dict[str, AlphaBeta]:
-    """One fit per measured collective kind."""
-    return {op: fit_alpha_beta(op, m.ranks, [s for s, _ in pts], [t for _, t in pts])
+    """One fit per measured collective kind (inside one node)."""
+    return {op: fit_alpha_beta(op, m.node_ranks, [s for s, _ in pts], [t for _, t in pts])
             for op, pts in m.collectives.items() if len(pts) >= 2}
+
+
+def fit_inter_node(nodes: int, points: dict) -> AlphaBeta:
+    """One per-step latency and one bandwidth for every kind measured over the rails (`points`: op -> [(buffer
+    bytes, seconds)]): non-negative least squares, relative, of t = alpha x steps(op, nodes) + f(op, nodes) S / bw
+    (formulas.inter_node_time_s); `alpha_s` is the latency of one step."""
+    from scipy.optimize import nnls
+
+    rows = [(ALPHA_STEPS[op](nodes), BUSBW_FACTOR[op](nodes) * s, t) for op, pts in points.items() for s, t in pts]
+    if len({r[1] for r in rows}) < 2:
+        raise ValueError("inter-node: need at least two distinct sizes to fit the latency and the bandwidth")
+    a = np.array([[steps, x] for steps, x, _ in rows], dtype=float)
+    t = np.array([r[2] for r in rows], dtype=float)
+    coef, _ = nnls(a / t[:, None], np.ones_like(t))
+    alpha, inv_bw = float(coef[0]), float(coef[1])
+    if inv_bw <= 0:  # latency-bound everywhere: the largest message's rate bounds the bandwidth
+        inv_bw = float(np.min(t / a[:, 1])) * 1e-3
+    pred = a @ np.array([alpha, inv_bw])
+    return AlphaBeta(alpha, 1.0 / inv_bw, len(rows), float(np.mean(np.abs(pred - t) / t)))
+
+
+def _node_lines(m: Measurements) -> list[str]:
+    """The cluster file's node keys (none for one node)."""
+    if m.nodes == 1:
+        return []
+    link = fit_inter_node(m.nodes, m.inter_node)
+    return [f"# Across nodes: {link.points} points over the rails of {m.nodes} nodes, fit error {link.mape:.1%}.",
+            f"nodes = {m.nodes}", f"gpus_per_node = {m.node_ranks}",
+            f"inter_node_bandwidth_gbps = {link.busbw_bytes_per_s / 1e9:.6g}",
+            f"inter_node_latency_us = {link.alpha_s * 1e6:.6g}"]
 
 
 def measured_cluster_toml(m: Measurements) -> str:
@@ -119,20 +163,22 @@ def measured_cluster_toml(m: Measurements) -> str:
     plain = efficiency_points([(x, f, t) for x, c, f, t in m.attention if not c], peak) or gemm
     causal = efficiency_points([(x, f, t) for x, c, f, t in m.attention if c], peak) or plain
     fits = fit_collectives(m)
-    if m.ranks > 1:
+    if m.node_ranks > 1:
         missing = [op for op in COLLECTIVES if op not in fits]
         if missing:
-            raise ValueError(f"no measurement of {', '.join(missing)} at {m.ranks} ranks")
+            raise ValueError(f"no measurement of {', '.join(missing)} at {m.node_ranks} ranks")
     busbw = {op: (fits[op].busbw_bytes_per_s if op in fits else m.hbm_bytes_per_s) for op in COLLECTIVES}
     alpha = {op: fits[op].alpha_s for op in COLLECTIVES if op in fits}
     date = m.provenance.get("date") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     lines = [
         "# Measured by `paradyse-lab calibrate` (paradyse_lab/measured_cluster.py); load with --cluster FILE.",
-        f"# Collectives: alpha + f S / busbw fitted per kind at {m.ranks} ranks"
-        + ("" if m.ranks > 1 else " (one rank: nothing to measure, busbw set to the memory bandwidth)") + ".",
+        f"# Collectives: alpha + f S / busbw fitted per kind at {m.node_ranks} ranks"
+        + (" of one node" if m.nodes > 1 else "")
+        + ("" if m.node_ranks > 1 else " (one rank: nothing to measure, busbw set to the memory bandwidth)") + ".",
         *(f"#   {op}: {len(m.collectives.get(op, []))} sizes, fit error {fits[op].mape:.1%}" for op in fits),
         f'name = "{_esc(m.provenance.get("name", "measured"))}"',
         f"gpus = {m.ranks}",
+        *_node_lines(m),
         f'gpu_name = "{_esc(m.gpu_name)}"',
         f"memory_gib = {m.memory_bytes / 2**30:.6g}",
         f"peak_tflops = {peak / 1e12:.6g}",

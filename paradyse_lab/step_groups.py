@@ -17,6 +17,15 @@ from dataclasses import dataclass
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 
+GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "dynamic-cp", "static")
+"""sized: groups sized per step with per-layer plans (greedy); sized-exact: the same, exact (small instances);
+paradyse: one group of all GPUs with per-layer plans; dynamic-cp: Megatron-style dynamic context parallelism
+(one strategy, the smallest group that fits each item, greedy balance); static: one group of all GPUs, one
+strategy."""
+PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse")
+"""The group policies that plan each item with a solver (`--policy dynamic:SOLVER`); the others run one strategy
+(`--policy static:NAME`)."""
+
 
 @dataclass(frozen=True)
 class StepGroup:

@@ -39,7 +39,7 @@ import torch
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.step_groups import GroupedStep
 from runtime import comm
-from runtime.layout import SHARDED, join_row_blocks, row_block, row_sections
+from runtime.layout import SHARDED, join_row_blocks, row_sections
 
 STATES_TAG = "states"
 """`comm.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
@@ -157,47 +157,81 @@ def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
     return ParallelGPT(model.cfg, sp, rank_state_dict=local)
 
 
-def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
-    """Accumulate `grad` (flat [numel]) into q.grad."""
+def _set_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
+    """q's gradient from `grad` (flat [numel], a view of the phase's buffer): the view itself when q has none (no
+    copy: the buffer becomes the world's gradients), else added in place."""
     grad = grad.view_as(q)  # [numel] -> q's shape
-    q.grad = grad.clone() if q.grad is None else q.grad + grad
+    if q.grad is None:
+        q.grad = grad
+    else:
+        q.grad.add_(grad)
+
+
+def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...], k: int, parts: int) -> None:
+    """Row block k of `parts` of each section of x copied into dst (layout.row_block's rows, [n/parts, ..]),
+    section by section: nothing allocated (an empty tensor, a model without biases' b1: nothing to copy)."""
+    if x.numel() == 0:
+        return
+    start = 0
+    for part in x.split(list(sections)):
+        rows = len(part) // parts
+        dst[start:start + rows].copy_(part[k * rows:(k + 1) * rows])  # [n_s/parts, ..]
+        start += rows
 
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
     """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
-    over `dp`; the blocks this rank's group shard does not hold are zeros)."""
+    over `dp`; the blocks this rank's group shard does not hold are zeros). Allocates the [d, F] buffer and the
+    reduce-scatter's [F] output, which becomes the world shards' gradients (views of it)
+    (paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
     if size == model.p:  # one group of the whole world: its gradients are already the world shards'
         for n in names:
             if vparams[n].grad is not None:
-                _add_grad(params[n], vparams[n].grad)
+                _set_grad(params[n], vparams[n].grad.reshape(-1))
         return
     parts = model.p // size
     buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
-    kept, offset = _row_index(model.rank, size, g_min, model.p, contiguous), 0
+    kept, offset = _kept_rows(model.rank, size, g_min, model.p, contiguous), 0
     for n in names:
-        g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
-        sections = _group_sections(model, n, size)
-        blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
-        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, params[n].numel())  # -> [W/size, F_n]
-        offset += params[n].numel()
+        g = vparams[n].grad  # [n/size, ..]; None: no gradient, its rows stay zero
+        numel = params[n].numel()
+        if g is not None:
+            sections = _group_sections(model, n, size)
+            for k, row in enumerate(kept):  # block k of the group shard is world block row of the gather
+                _copy_row_block(buf[row, offset:offset + numel].view(params[n].shape), g, sections, k, parts)
+        offset += numel
     with comm.tagged(STATES_TAG):
         shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
+    del buf
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
-        _add_grad(params[n], piece)
+        _set_grad(params[n], piece)
 
 
 def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
-    already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs)."""
+    already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs).
+    Allocates one [R] buffer, which becomes the world's replicated gradients (views of it)."""
     sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
-    grads = [v.grad if contributes and v.grad is not None else torch.zeros_like(v) for _, v in pairs]
+    flat = pairs[0][1].new_zeros(sum(v.numel() for _, v in pairs))  # [R]
+    if contributes:
+        for piece, (_, v) in zip(flat.split([v.numel() for _, v in pairs]), pairs):
+            if v.grad is not None:
+                piece.copy_(v.grad.reshape(-1))  # each [..] -> its slice of [R]
     with comm.tagged(STATES_TAG):
-        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # each [..] -> [R], summed over groups
-    for (q, _), piece in zip(pairs, flat.split([g.numel() for g in grads])):
-        _add_grad(q, piece)
+        comm.all_reduce(flat, dp)  # [R] summed over the groups, in place
+    for (q, _), piece in zip(pairs, flat.split([v.numel() for _, v in pairs])):
+        _set_grad(q, piece)
+
+
+def reduce_step_grads(model, view, size: int, g_min: int, dp, contiguous: bool, contributes: bool) -> None:
+    """The step's reduce phase, after the backward (its activations freed): the view's gradients summed over the
+    groups onto the world model's `.grad` (`scatter_group_grads`, `reduce_replicated_grads`). The bytes it
+    allocates are paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`."""
+    scatter_group_grads(model, view, size, g_min, dp, contiguous)
+    reduce_replicated_grads(model, view, contributes, dp)
 
 
 def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callable, targets: Sequence[int],
@@ -224,8 +258,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
         (loss * weight).backward()
         loss_sum += loss.detach().float() * weight
     contributes = rank - group.start < g_min
-    scatter_group_grads(model, view, group.size, g_min, dp, contiguous)
-    reduce_replicated_grads(model, view, contributes, dp)
+    reduce_step_grads(model, view, group.size, g_min, dp, contiguous, contributes)
     with comm.tagged(STATES_TAG):
         step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
     return float(step_loss[0])

@@ -123,9 +123,29 @@ def check_optimisation_options(opts) -> None:
                              f"batch), got {opts.accumulate}")
     if opts.group_size and not opts.global_batch:
         raise UserInputError("--group-size applies to --global-batch steps; give --global-batch N too")
+    _check_groups(opts)
     if bool(opts.eval_dataset) != bool(opts.eval_every):
         raise UserInputError("--eval-dataset and --eval-every go together (evaluate that dataset every N optimizer "
                              "steps); give both or neither")
+
+
+def _check_groups(opts) -> None:
+    """--groups: a group policy, with --global-batch and without --group-size (one-line errors)."""
+    from paradyse_lab.errors import UserInputError, unknown_name
+    from paradyse_lab.step_groups import GROUP_POLICIES
+
+    if not opts.groups:
+        return
+    if opts.groups not in GROUP_POLICIES:
+        raise unknown_name("--groups", opts.groups, GROUP_POLICIES)
+    if not opts.global_batch:
+        raise UserInputError("--groups applies to --global-batch steps; give --global-batch N too")
+    if opts.batch != 1:
+        raise UserInputError(f"--groups plans each sequence of the global batch on its own: --batch must be 1, "
+                             f"got {opts.batch}")
+    if opts.group_size:
+        raise UserInputError(f"give --groups {opts.groups} (groups planned per step) or --group-size "
+                             f"{opts.group_size} (fixed groups), not both")
 
 
 def micro_weights(targets: list[int]) -> list[float]:

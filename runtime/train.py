@@ -1,7 +1,7 @@
 """The training loop of the runtime: one run on this rank, its model, optimizer and checkpoints, each step planned
 by a policy passed in (library module; `paradyse-lab train` and the Python API call `train`).
 
-- `train(opts, group, policy_for=..., plan_groups=...)`: the loop (data: runtime/step_inputs.py; one optimizer step:
+- `train(opts, group, policy_for=..., groups_for=...)`: the loop (data: runtime/step_inputs.py; one optimizer step:
   runtime/train_step.py; checkpoints: runtime/dcp_checkpoint.py), holding its checkpoint folder's lock;
 - `decide_plan_on_rank0`: rank 0's policy decides each step's `paradyse_lab.plan.Plan`, every rank runs it;
 - `TrainState`: the model, the AdamW optimizer and (bf16 on GPU) the fp32 master weights;
@@ -126,7 +126,7 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     return vocab
 
 
-def train(opts, group=None, *, policy_for, plan_groups=None) -> list[dict]:
+def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
     The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoint.py `folder_lock`): a second
@@ -139,15 +139,15 @@ def train(opts, group=None, *, policy_for, plan_groups=None) -> list[dict]:
     `cached` and `feasible`. The planner lives above the runtime:
     `paradyse_lab.app.training.train(opts, group)` passes the simulator's policies.
 
-    With --global-batch, `plan_groups(steps, world)` (given: a group planner; rank 0 calls it) returns one step's
-    `paradyse_lab.step_groups.GroupedStep` over `world` ranks and each sequence's decision, for the sequences'
-    `steps` as `decide` takes them; None: the fixed group policy of --group-size (paradyse_lab/fixed_groups.py),
-    each sequence planned by `policy_for(spec, group size)`.
+    With --global-batch, `groups_for(spec, p)` (given: a group planner, built on every rank) returns a function
+    `plan(steps)` (rank 0 calls it) giving one step's `paradyse_lab.step_groups.GroupedStep` over the `p` ranks
+    and each sequence's decision, for the sequences' `steps` as `decide` takes them; None: the fixed group policy
+    of --group-size (paradyse_lab/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
     """
     check_options(opts)
     _checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
     with checkpoint.folder_lock(opts.checkpoint_dir, group):
-        return _train(opts, group, policy_for, plan_groups)
+        return _train(opts, group, policy_for, groups_for)
 
 
 def _checked_on_rank0(check, group) -> None:
@@ -164,7 +164,7 @@ def _checked_on_rank0(check, group) -> None:
         raise UserInputError(message)
 
 
-def _train(opts, group, policy_for, plan_groups=None) -> list[dict]:
+def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     """The training loop of `train`, run while this run holds its checkpoint folder."""
     p = comm.size(group)
     device = _device(group)
@@ -194,6 +194,7 @@ def _train(opts, group, policy_for, plan_groups=None) -> list[dict]:
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
+    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=_replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)

@@ -57,7 +57,8 @@ class TrainLoop:
     meshes: object = None
     """The run's `runtime.grouped.StepMeshes`, made at its first grouped step."""
     plan_groups: object = None
-    """A group planner (runtime/train.py `train`'s `plan_groups`), or None: the fixed group policy."""
+    """A group planner, `plan(steps) -> (GroupedStep, decisions)` (runtime/train.py `train`'s `groups_for`), or
+    None: the fixed group policy."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -109,7 +110,7 @@ class TrainLoop:
 
     def _grouped_micro_steps(self, step: int) -> dict:
         """Forward and backward of the --global-batch sequences of optimizer step `step`, over groups of
-        --group-size ranks (runtime/grouped.py); what the row needs of them."""
+        --group-size ranks or those the group planner gives (runtime/grouped.py); what the row needs of them."""
         from runtime import comm
         from runtime.attention import kernels_used
         from runtime.grouped import StepMeshes, grouped_step
@@ -147,7 +148,7 @@ class TrainLoop:
 
         opts, world = self.run.opts, comm.size(self.run.group)
         if self.plan_groups is not None:
-            return self.plan_groups([self.data.planned(m) for m in items], world)
+            return self.plan_groups([self.data.planned(m) for m in items])
         decisions = [self.policy.decide(self.data.planned(m), opts.batch) for m in items]
         grouped = fixed_size_groups(world, len(items), opts.group_size or world, lambda i, g: decisions[i].plan)
         return grouped, decisions

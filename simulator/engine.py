@@ -121,10 +121,26 @@ def _steps(workload: Workload, unit: int):
             yield pack.longest, pack, len(documents), pack.tokens
 
 
+def fix_storage_head(policy, steps, batch: int, p: int) -> str:
+    """The run's storage of the embedding and head, fixed before its first step as `train` fixes it
+    (runtime/train.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the vocabulary-parallel
+    head at the run's longest step, then every step plans with 'vocab' alone; else 'replicated', every step
+    with the whole head or the tiled loss. One GPU and a policy without head options: replicated. `steps`: what
+    the policy plans (lengths or `PackedStep`s)."""
+    if not hasattr(policy, "storage_head"):
+        return "replicated"
+    longest = max((s.padded_len if isinstance(s, PackedStep) else s) for s in steps)
+    vocab = p > 1 and policy.storage_head(longest, batch) == "vocab"
+    policy.restrict_heads(("vocab",) if vocab else ("whole", "tiled"))
+    return "vocab" if vocab else "replicated"
+
+
 def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
              progress: bool = False) -> pd.DataFrame:
-    """Run `policy` over `workload`, charged by `charger`; returns the step rows."""
+    """Run `policy` over `workload`, charged by `charger`; returns the step rows. The head's storage is fixed
+    for the run first (`fix_storage_head`)."""
     unit = layout_unit(charger.cost_model.p)
+    fix_storage_head(policy, [padded for _, padded, _, _ in _steps(workload, unit)], batch, charger.cost_model.p)
     rows = []
     cumulative = 0.0
     previous_plan = None

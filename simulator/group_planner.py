@@ -20,8 +20,8 @@ Methods:
   size, two sizes (k large groups and the rest small), the groups a target makespan asks for (each item on
   the smallest group that trains it within the target, bisected on the target: the classic approach to
   scheduling malleable jobs, Turek, Wolf and Yu, SPAA 1992), and any partitions the caller adds (the
-  baselines'); then a local search splits or merges groups while that helps (`refine`). Never worse than a
-  candidate it was given.
+  baselines'); then a local search splits or merges groups while that helps (`refine`), and one moves or swaps
+  items out of the slowest group while that helps (`rebalance`). Never worse than a candidate it was given.
 - `smallest_fit_partition`: Megatron-style dynamic context parallelism: each item on the smallest group that
   fits it, groups per size in proportion to the work of that size, greedy balance inside each size.
 """
@@ -204,7 +204,51 @@ def plan_greedy(costs: ItemTimes, sync: Sync, extra: Iterable[GroupChoice] = ())
         found = lpt(costs, partition, sync, best.step_s)
         if _objective(found) < _objective(best):
             best = found
-    return refine(costs, best, sync)
+    return rebalance(costs, refine(costs, best, sync))
+
+
+def rebalance(costs: ItemTimes, choice: GroupChoice, rounds: int = 32) -> GroupChoice:
+    """Local search on `choice`'s assignment (its partition kept): move one item of the slowest group to another
+    group, or swap it with one of another group's, taking the change that most lowers the larger of the two
+    groups' times, while one lowers it below the slowest group's (each change lowers the sorted loads
+    lexicographically: it ends); at most `rounds` changes. LPT leaves such moves when items differ in time
+    across group sizes."""
+    if not math.isfinite(choice.makespan_s) or len(choice.sizes) == 1:
+        return choice
+    distinct = tuple(sorted(set(choice.sizes)))
+    column = {s: k for k, s in enumerate(distinct)}
+    rows = costs.rows(distinct)
+    col = [column[s] for s in choice.sizes]
+    groups = [list(a) for a in choice.assignment]
+    loads = [sum(rows[i][c] for i in g) for g, c in zip(groups, col)]
+    for _ in range(rounds):
+        k = max(range(len(loads)), key=loads.__getitem__)
+        best = (loads[k], None)
+        for i in groups[k]:
+            out_k = loads[k] - rows[i][col[k]]
+            for j in range(len(groups)):
+                if j == k:
+                    continue
+                moved = max(out_k, loads[j] + rows[i][col[j]])
+                if moved < best[0]:
+                    best = (moved, (i, j, None))
+                for m in groups[j]:
+                    swapped = max(out_k + rows[m][col[k]], loads[j] - rows[m][col[j]] + rows[i][col[j]])
+                    if swapped < best[0]:
+                        best = (swapped, (i, j, m))
+        if best[1] is None:
+            break
+        i, j, m = best[1]
+        groups[k].remove(i)
+        groups[j].append(i)
+        loads[k] -= rows[i][col[k]]
+        loads[j] += rows[i][col[j]]
+        if m is not None:
+            groups[j].remove(m)
+            groups[k].append(m)
+            loads[j] -= rows[m][col[j]]
+            loads[k] += rows[m][col[k]]
+    return GroupChoice(choice.sizes, tuple(map(tuple, groups)), max(loads), choice.sync_s)
 
 
 def refine(costs: ItemTimes, best: GroupChoice, sync: Sync, rounds: int = 8) -> GroupChoice:
@@ -357,12 +401,26 @@ def _assign_by_size(costs: ItemTimes, home: dict[int, int], sizes: Partition, sy
     return GroupChoice(sizes, tuple(map(tuple, assigned)), max(loads), sync(sizes))
 
 
-def lower_bound_s(costs: ItemTimes) -> float:
-    """No split of the world trains the items faster than this: the longest item on its fastest group, or all
-    the items' least GPU-seconds spread over every GPU (synchronisation left out)."""
-    table = np.stack([costs.times[s] for s in costs.sizes])
-    gpu_seconds = table * np.array(costs.sizes, dtype=float)[:, None]
-    return float(max(table.min(axis=0).max(), gpu_seconds.min(axis=0).sum() / costs.world))
+def lower_bound_s(costs: ItemTimes, sync: Sync | None = None) -> float:
+    """No split of the world into groups of the sizes of `costs` trains the items faster than this. A step has one
+    partition, whose distinct sizes D are powers of two summing to at most the world; every item then runs on a
+    group of a size in D, so the step takes at least (1) its longest item on that item's fastest size in D and
+    (2) all the items' least GPU-seconds over D spread over every GPU, plus `sync` of a partition of sizes D
+    (the same for every such partition: it depends on the sizes present). The bound is the least over every D."""
+    sizes = costs.sizes
+    table = np.stack([costs.times[s] for s in sizes])  # [sizes, items]
+    gpu_seconds = table * np.array(sizes, dtype=float)[:, None]
+    best = math.inf
+    for mask in range(1, 1 << len(sizes)):
+        chosen = [k for k in range(len(sizes)) if mask >> k & 1]
+        used = [sizes[k] for k in chosen]
+        if sum(used) > costs.world:
+            continue
+        bound = max(float(table[chosen].min(axis=0).max()), float(gpu_seconds[chosen].min(axis=0).sum()) / costs.world)
+        if sync is not None and math.isfinite(bound):
+            bound += sync(fill(used, costs.world, (min(used),)))
+        best = min(best, bound)
+    return best
 
 
 def reassess(choice: GroupChoice, costs: ItemTimes, sync: Sync) -> GroupChoice:

@@ -18,30 +18,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.grouped_states import data_parallel_width
+from paradyse_lab.costmodel.grouped_states import data_parallel_width, reduce_phase_bytes
+from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.plan import Plan
-from paradyse_lab.step_groups import GroupedStep, StepGroup
+from paradyse_lab.step_groups import GROUP_POLICIES, PER_LAYER_GROUP_POLICIES, GroupedStep, StepGroup
 from paradyse_lab.strategies import layout_unit, pad_to_unit
 from simulator import group_planner as G
 from simulator.planner import Planner, build_planner
 
-GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "dynamic-cp", "static")
-"""sized: groups sized per step with per-layer plans (greedy); sized-exact: the same, exact (small instances);
-paradyse: one group of all GPUs with per-layer plans; dynamic-cp: Megatron-style dynamic context parallelism
-(one strategy, the smallest group that fits each item, greedy balance); static: one group of all GPUs, one
-strategy."""
-PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse")
-"""The group policies that plan each item with a solver (`--policy dynamic:SOLVER`); the others run one strategy
-(`--policy static:NAME`)."""
 RING_POLICY = "static:megatron_cz"
 """Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""
 
@@ -49,6 +42,14 @@ RING_POLICY = "static:megatron_cz"
 def power_sizes(world: int) -> tuple[int, ...]:
     """Group sizes 1, 2, 4, ... up to `world`."""
     return tuple(1 << k for k in range(world.bit_length()) if 1 << k <= world)
+
+
+def padded_item(step: int | PackedStep, g: int) -> int | PackedStep:
+    """An item as a group of g trains it: a sequence padded to the layout unit 2g, a pack's documents each padded
+    to 2g (or to the pack's own unit when larger: a run pads to its world's unit, a multiple of 2g)."""
+    if isinstance(step, PackedStep):
+        return PackedStep(step.documents, max(step.unit, layout_unit(g)))
+    return pad_to_unit(step, layout_unit(g))
 
 
 def optimizer_share(model: ModelSpec) -> int:
@@ -72,6 +73,8 @@ class GroupPricer:
     budget_bytes: int
     """Per-GPU memory a plan may use with all model states sharded over the group (the cluster's budget)."""
     cost_model: str = "analytic"
+    profiles: str | None = None
+    """Profiles a learned `cost_model` is fitted on."""
     recompute: bool = False
     """Plans may recompute activations (static: every layer does)."""
     granularity: str = "block"
@@ -95,19 +98,26 @@ class GroupPricer:
         return self.budget_bytes + counted - held
 
     def state_phase_fits(self, sizes: G.Partition) -> bool:
-        """Whether every rank holds the gather of the step's group shards (outside the compute, when no
-        activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
-        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states."""
+        """Whether every rank holds the state phases of the step (outside the compute, when no activation is kept),
+        beside its world shard and optimizer states and the replicated tensors' states. The gather: its group's
+        weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
+        reduce, after the backward: the group's weight and gradient shards, and the larger of the
+        reduce-scatter's [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's,
+        beside the group view's; paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`, less the world
+        shards' gradients the states count)."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True
         per_param = F.model_state_bytes_per_param(m)
         flat = m.dtype_bytes * sharded_layer_params(m, world)
+        group_shard = m.dtype_bytes * sharded_layer_params(m, min(sizes))
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        need = (per_param * (sharded_layer_params(m, world) + replicated)
-                + flat * (data_parallel_width(world, sizes, m) + 1)
-                + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
-        return need <= self.budget_bytes
+        states = per_param * (sharded_layer_params(m, world) + replicated)
+        d = data_parallel_width(world, sizes, m)
+        gather = flat * (d + 1) + group_shard
+        phase = reduce_phase_bytes(m, world, sizes)
+        reduce = 2 * group_shard + phase["world_grads"] + phase["transient"] - flat
+        return states + max(gather, reduce) <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:
         """The group sizes this pricer plans with: every power of two up to the world (a size a strategy cannot
@@ -118,21 +128,31 @@ class GroupPricer:
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
             planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
-                                    p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                    p=g, profiles=self.profiles, budget_bytes=self.budget_for(g), smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
             if hasattr(planner.policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
             self._planners[g] = planner
         return self._planners[g]
 
-    def item(self, g: int, length: int) -> tuple[float, Plan | None]:
-        """(seconds, plan) of one sequence of `length` tokens on a group of g (inf, None: it does not fit)."""
-        key = (g, length)
+    def item(self, g: int, step: int | PackedStep) -> tuple[float, Plan | None]:
+        """(seconds, plan) of one item on a group of g (inf, None: it does not fit): a sequence of `step` tokens,
+        or a pack of documents (`PackedStep`)."""
+        time_s, decision = self._priced(g, step)
+        return (time_s, decision.plan) if math.isfinite(time_s) else (math.inf, None)
+
+    def decision(self, g: int, step: int | PackedStep):
+        """The policy's decision (simulator/policies.py `StepPlan`) for one item on a group of g, whether or not
+        it fits (its `feasible` says), or None where the strategy cannot split the item's shapes on g ranks."""
+        return self._priced(g, step)[1]
+
+    def _priced(self, g: int, step: int | PackedStep):
+        key = (g, step)
         if key not in self._items:
-            self._items[key] = self._price(g, pad_to_unit(length, layout_unit(g)))
+            self._items[key] = self._price(g, padded_item(step, g))
         return self._items[key]
 
-    def _price(self, g: int, padded: int) -> tuple[float, Plan | None]:
+    def _price(self, g: int, padded: int | PackedStep):
         planner = self.planner(g)
         try:
             decision = planner.policy.decide(padded, 1)
@@ -142,9 +162,10 @@ class GroupPricer:
                 charger = self._planners.setdefault(("charger", g), planner.charger())
                 time_s, peak = charger.charge(decision.plan.names, padded, 1, decision.head)
                 fits = peak <= planner.budget_bytes
+                decision = replace(decision, predicted_time_s=time_s, feasible=fits)
         except UserInputError:  # the strategy cannot split these shapes on g ranks
             return math.inf, None
-        return (time_s, decision.plan) if fits else (math.inf, None)
+        return (time_s if fits else math.inf), decision
 
     def times(self, lengths, sizes) -> G.ItemTimes:
         """The item-time table of `lengths` on the group `sizes`."""
@@ -187,13 +208,16 @@ def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | 
     return G.plan_greedy(costs, pricer.sync_s, extra)
 
 
-def grouped_step(choice: G.GroupChoice, lengths, pricer: GroupPricer) -> GroupedStep:
-    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans."""
+def grouped_step(choice: G.GroupChoice, items, pricer: GroupPricer) -> GroupedStep:
+    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (a plan that
+    does not fit is kept: its decision says so)."""
     groups = []
-    for start, size, items in zip(choice.starts(), choice.sizes, choice.assignment):
-        plans = tuple(pricer.item(size, lengths[i])[1] for i in items)
-        groups.append(StepGroup(start, size, tuple(items), plans))
-    return GroupedStep(pricer.cluster.gpus, len(lengths), tuple(groups))
+    for start, size, assigned in zip(choice.starts(), choice.sizes, choice.assignment):
+        decisions = [pricer.decision(size, items[i]) for i in assigned]
+        if None in decisions:
+            raise UserInputError(f"{pricer.policy} cannot split an item of this step on a group of {size}")
+        groups.append(StepGroup(start, size, tuple(assigned), tuple(d.plan for d in decisions)))
+    return GroupedStep(pricer.cluster.gpus, len(items), tuple(groups))
 
 
 def check_group_policy(group_policy: str, policy: str) -> None:
@@ -214,8 +238,8 @@ STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "toke
 """One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
 joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
-may use trains the step faster (`group_planner.lower_bound_s`); plan_ms: wall time to price the items (solves,
-cached per group size and length) and choose the groups."""
+may use trains the step faster (`group_planner.lower_bound_s`, with the synchronisation of each set of sizes);
+plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups."""
 
 
 def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,
@@ -231,11 +255,11 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
         if choice is not None:
             grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
         plan_ms = (time.perf_counter() - started) * 1e3
-        bound = G.lower_bound_s(pricer.times(fits, allowed)) if fits else 0.0
+        bound = G.lower_bound_s(pricer.times(fits, allowed), pricer.sync_s) if fits else 0.0
         rows.append({
             "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
-            "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": int(sum(fits)),
-            "longest": max(fits, default=0),
+            "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": sum(map(item_tokens, fits)),
+            "longest": max(map(item_longest, fits), default=0),
             "group_sizes": ",".join(map(str, choice.sizes)) if choice else "",
             "busy_groups": sum(1 for a in choice.assignment if a) if choice else 0,
             "makespan_s": float(choice.makespan_s) if choice else 0.0,
@@ -245,19 +269,38 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
-def global_batches(lengths, batch: int | None = None, tokens: int | None = None, seed: int = 0) -> list[tuple]:
-    """The workload's sequences shuffled (seeded, as a data loader does) and cut into global batches of `batch`
-    sequences, or of at most `tokens` tokens (a longer sequence alone); the last batch may be short."""
-    order = np.random.default_rng(seed).permutation(len(lengths))
-    shuffled = [int(lengths[i]) for i in order]
+def item_tokens(step: int | PackedStep) -> int:
+    """The real tokens of an item: a sequence's length, or a pack's documents summed."""
+    return step.tokens if isinstance(step, PackedStep) else int(step)
+
+
+def item_longest(step: int | PackedStep) -> int:
+    """The longest sequence of an item: its length, or a pack's longest document."""
+    return step.longest if isinstance(step, PackedStep) else int(step)
+
+
+def workload_items(workload) -> tuple:
+    """A workload's items: its sequence lengths, or its packs as `PackedStep`s (each document padded per group)."""
+    if workload.packs is None:
+        return tuple(workload.lengths)
+    return tuple(PackedStep(tuple(pack)) for pack in workload.packs)
+
+
+def global_batches(items, batch: int | None = None, tokens: int | None = None, seed: int = 0) -> list[tuple]:
+    """The workload's items (sequence lengths, or packs as `PackedStep`s) shuffled (seeded, as a data loader
+    does) and cut into global batches of `batch` items, or of at most `tokens` real tokens (a longer item alone);
+    the last batch may be short."""
+    order = np.random.default_rng(seed).permutation(len(items))
+    shuffled = [items[i] if isinstance(items[i], PackedStep) else int(items[i]) for i in order]
     if batch is not None:
         return [tuple(shuffled[k:k + batch]) for k in range(0, len(shuffled), batch)]
-    out, current = [], []
-    for n in shuffled:
-        if current and sum(current) + n > tokens:
+    out, current, held = [], [], 0
+    for item in shuffled:
+        if current and held + item_tokens(item) > tokens:
             out.append(tuple(current))
-            current = []
-        current.append(n)
+            current, held = [], 0
+        current.append(item)
+        held += item_tokens(item)
     return out + ([tuple(current)] if current else [])
 
 

@@ -2,9 +2,11 @@
 
 `train(opts, group)` is what `paradyse-lab train` runs on every rank (paradyse_lab/cli/train_command.py);
 `plan_policy(opts, spec, p)` builds the policy that plans each step (simulator/policies.py: `static:NAME`,
-`dynamic:SOLVER`, ...) with `--cost-model` on `--cluster`; `preflight(opts, p)` builds everything `train`
-builds from names once, so that `--nproc N` refuses a bad name or value before it spawns a rank.
-The runtime itself knows no planner: it calls the `policy_for` it is given.
+`dynamic:SOLVER`, ...) with `--cost-model` on `--cluster`; `group_planner(opts, spec, p)` plans the groups of a
+`--global-batch` step under `--groups` with the planner `simulate --global-batch` uses
+(simulator/grouped_steps.py `choose`); `preflight(opts, p)` builds everything `train` builds from names once, so
+that `--nproc N` refuses a bad name or value before it spawns a rank.
+The runtime itself knows no planner: it calls the `policy_for` and `groups_for` it is given.
 """
 
 from __future__ import annotations
@@ -28,6 +30,47 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
     if not quiet:
         _state_planner(opts, cluster, planner.cost_model.budget_bytes(planner.budget_bytes), p)
     return planner.policy
+
+
+def group_planner(opts, spec, p: int):
+    """`plan(steps) -> (GroupedStep, decisions)`: the groups of one `--global-batch` step of `p` ranks under
+    `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
+    `p` GPUs with its node shape, under the run's budget), each sequence (or pack) with its plan at its group's
+    size. A step with an item that fits no group runs as one group of all ranks, its decisions saying they do not
+    fit (the log's `feasible`), as a step without groups does. None without `--groups`."""
+    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, cluster_with_gpus, get_cluster
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.units import gib_to_bytes
+    from simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
+
+    if not opts.groups:
+        return None
+    check_group_policy(opts.groups, opts.policy)
+    if p & (p - 1):
+        raise UserInputError(f"--groups: groups are power-of-two blocks of ranks, so the world size must be a "
+                             f"power of two, got {p}")
+    cluster = cluster_with_gpus(get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
+    budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else cluster.plan_budget_bytes
+    pricer = GroupPricer(spec, cluster, opts.policy, budget, cost_model=opts.cost_model,
+                         profiles=opts.profiles or None, recompute=opts.recompute, granularity=opts.granularity)
+    ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups == "sized" else None
+    return partial(_plan_step_groups, opts.groups, pricer, ring)
+
+
+def _plan_step_groups(groups: str, pricer, ring, steps: list):
+    """(GroupedStep, each item's decision) of one step (`group_planner`)."""
+    import math
+
+    from simulator import group_planner as G
+    from simulator.grouped_steps import choose, grouped_step
+
+    world = pricer.cluster.gpus
+    choice = choose(groups, steps, pricer, ring)
+    if not math.isfinite(choice.step_s):  # an item fits no group: all ranks, as a step without groups
+        choice = G.GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)
+    grouped = grouped_step(choice, steps, pricer)
+    size_of = {i: g.size for g in grouped.groups for i in g.items}
+    return grouped, [pricer.decision(size_of[i], step) for i, step in enumerate(steps)]
 
 
 def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
@@ -54,7 +97,8 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     from runtime import comm
     from runtime.train import train as run_training
 
-    log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet))
+    log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet),
+                       groups_for=partial(group_planner, opts))
     if comm.rank(group) == 0 and not quiet:
         cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
         print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
@@ -76,6 +120,7 @@ def preflight(opts, p: int) -> None:
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
     GPTConfig.from_model_spec(spec)
     plan_policy(opts, spec, p, cost_model="analytic", quiet=True)  # names only: a learned model is fitted by the ranks
+    group_planner(replace(opts, cost_model="analytic"), spec, p)
     for dataset in filter(None, (opts.dataset, opts.eval_dataset)):
         if TokenDocuments.from_options(opts, dataset) is None:
             get_workload(dataset, size=opts.steps, seed=opts.seed)

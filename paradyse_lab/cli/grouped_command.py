@@ -12,8 +12,6 @@ from paradyse_lab.errors import UserInputError
 
 def _refuse_other_options(opts) -> None:
     """The simulate options a grouped run does not take (one-line errors naming them)."""
-    if opts.packing.pack_tokens is not None:
-        raise UserInputError("--pack-tokens and --global-batch do not combine: a global batch's items are sequences")
     if opts.run.truth_cost_model != "analytic" or opts.plan_cost_model:
         raise UserInputError("--global-batch plans and charges with the analytic cost model; drop "
                              "--truth-cost-model / --plan-cost-model")
@@ -22,26 +20,35 @@ def _refuse_other_options(opts) -> None:
 
 
 def run_grouped(opts, groups: str) -> int:
-    """Simulate `opts` (a `SimulateOptions` with a global batch) under the group policy `groups`."""
+    """Simulate `opts` (a `SimulateOptions` with a global batch) under the group policy `groups`; with
+    --pack-tokens a global batch's items are packs of documents (a pack is one group's, as a sequence is)."""
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from simulator.group_planner import MAX_EXACT_ITEMS
-    from simulator.grouped_steps import RING_POLICY, GroupPricer, global_batches, simulate_grouped, summarize_grouped
+    from simulator.grouped_steps import (
+        RING_POLICY,
+        GroupPricer,
+        global_batches,
+        simulate_grouped,
+        summarize_grouped,
+        workload_items,
+    )
     from simulator.policies import PolicySpec
     from simulator.results import write_csv_atomic
 
     _refuse_other_options(opts)
-    setup = opts.run.setup()
+    setup = opts.run.setup(opts.packing)
     cluster, model = setup.cluster_spec(), get_model(opts.model)
     if cluster.gpus & (cluster.gpus - 1):
         raise UserInputError(f"--global-batch: groups are power-of-two blocks of GPUs, so the cluster's GPU count "
                              f"must be a power of two; {cluster.name} has {cluster.gpus}")
     batch = opts.grouping.global_batch
     if groups == "sized-exact" and (batch is None or batch > MAX_EXACT_ITEMS):
-        raise UserInputError(f"--groups sized-exact takes --global-batch of at most {MAX_EXACT_ITEMS} sequences")
+        raise UserInputError(f"--groups sized-exact takes --global-batch of at most {MAX_EXACT_ITEMS} items")
     spec = PolicySpec.parse(opts.policy, opts.run.recompute, opts.run.granularity)
-    workload = get_workload(opts.dataset, setup.size, setup.seed, sampling=setup.sampling)
-    batches = global_batches(workload.lengths, batch, opts.grouping.global_batch_tokens, setup.seed)
+    workload = get_workload(opts.dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
+                            pack_order=setup.pack_order, sampling=setup.sampling)
+    batches = global_batches(workload_items(workload), batch, opts.grouping.global_batch_tokens, setup.seed)
     budget = cluster.memory_bytes - setup.reserve_bytes
     runnable = opts.grouping.runnable_groups
     pricer = GroupPricer(model, cluster, spec.name, budget, recompute=spec.recompute, granularity=spec.granularity,
@@ -57,7 +64,7 @@ def run_grouped(opts, groups: str) -> int:
         return 0
     print_table(["field", "value"], [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in summary.items()])
     print()
-    print_table(["step", "sequences", "trained", "tokens", "group sizes", "busy", "step ms", "sync ms", "plan ms"],
+    print_table(["step", "items", "trained", "tokens", "group sizes", "busy", "step ms", "sync ms", "plan ms"],
                 [[r.step, r.items, r.trained, r.tokens, r.group_sizes, r.busy_groups, f"{r.step_time_s * 1e3:.1f}",
                   f"{r.sync_s * 1e3:.2f}", f"{r.plan_ms:.0f}"] for r in rows.itertuples()])
     return 0

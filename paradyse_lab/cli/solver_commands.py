@@ -150,12 +150,27 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
     return _infeasible_exit(problem, solution)
 
 
+def plan_heads(args) -> tuple[str, ...]:
+    """The head options `plan` tries: --head, or every option usable at --gpus (auto); --head vocab at one GPU is
+    refused (one shard is the whole table: the tiled loss, --head tiled)."""
+    from paradyse_lab.costmodel.head_loss import usable_heads
+    from paradyse_lab.model_spec import get_model
+
+    gpus = cluster_of(args).gpus
+    if args.head == "auto":
+        return usable_heads(get_model(args.model), gpus)
+    if args.head == "vocab" and gpus == 1:
+        raise UserInputError("--head vocab shards the embedding and head by vocabulary rows over the GPUs: it needs "
+                             "--gpus 2 or more (at one GPU it is the tiled loss: --head tiled)")
+    return (args.head,)
+
+
 def run_plan(args) -> int:
     from paradyse_lab.app.max_length import plan_length
     from solvers import get_solver
 
     solver = get_solver(args.solver)
-    heads = HEAD_OPTIONS if args.head == "auto" else (args.head,)
+    heads = plan_heads(args)
     if args.max_length:
         return run_max_length(args, solver, heads)
     built = {head: build_problem(args, head=head) for head in heads}  # bad input is refused here

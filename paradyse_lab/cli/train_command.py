@@ -49,6 +49,13 @@ def options_from_args(args: argparse.Namespace):
     check_options(opts)
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
+    if opts.groups:
+        from simulator.grouped_steps import check_group_policy
+
+        check_group_policy(opts.groups, opts.policy)
+        if args.nproc and args.nproc & (args.nproc - 1):
+            raise UserInputError(f"--groups: groups are power-of-two blocks of ranks, so --nproc must be a power of "
+                                 f"two, got {args.nproc}")
     check_log_file(opts)
     return opts
 

@@ -73,3 +73,20 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
     return {"group_weights": 0 if whole else group_shard, "group_grads": group_shard,
             "replicated_grads": replicated_total(model) * e, "send_buffer": 0 if whole else flat,
             "gather_buffer": 0 if whole else data_parallel_width(world, sizes, model) * flat}
+
+
+def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> dict[str, int]:
+    """Bytes a rank allocates in the step's reduce phase (after the backward, its activations freed), at its peak
+    (runtime/grouped.py `reduce_step_grads`): 'world_grads', the gradients of the world shards and of the
+    replicated tensors, which are views of the phase's two buffers (the reduce-scatter's [F] output and the [R]
+    all-reduce buffer) and part of the model states counted at p = W; with one group of the whole world its
+    sharded gradients are the group's own (nothing new) and only the [R] buffer is made. 'transient': what the
+    peak holds beyond them, the [d, F] buffer the reduce-scatter reads (alive beside its [F] output, freed
+    before the [R] buffer is made): max(0, d F - R)."""
+    d = data_parallel_width(world, sizes, model)
+    e = model.dtype_bytes
+    replicated = replicated_total(model) * e
+    if d == 1:
+        return {"world_grads": replicated, "transient": 0}
+    flat = sharded_total(model) // world * e
+    return {"world_grads": flat + replicated, "transient": max(0, d * flat - replicated)}

@@ -123,8 +123,17 @@ def cheapest_head(solve: Callable[[str], object], heads: tuple[str, ...] = HEAD_
     return best
 
 
+def usable_heads(model, p: int) -> tuple[str, ...]:
+    """The head options of `model` at `p` GPUs: the whole head alone for a model without a head; no 'vocab' at one
+    GPU (its one shard is the whole table, so it would be the tiled loss: a one-process run keeps the replicated
+    head, runtime/train.py `vocab_storage`)."""
+    if not model.embedding_and_head:
+        return HEAD_OPTIONS[:1]
+    return HEAD_OPTIONS if p > 1 else tuple(h for h in HEAD_OPTIONS if h != "vocab")
+
+
 def head_cost_models(cost_model) -> dict:
-    """Head option -> the cost model a plan with it is costed on: the whole head alone for a model without a head,
-    else the whole head first (it wins ties) and the tiled loss."""
-    heads = HEAD_OPTIONS if cost_model.model.embedding_and_head else HEAD_OPTIONS[:1]
+    """Head option -> the cost model a plan with it is costed on (`usable_heads`): the whole head first (it wins
+    ties), the tiled loss and the vocabulary-parallel head."""
+    heads = usable_heads(cost_model.model, cost_model.p)
     return {h: cost_model if h == "whole" else HeadLossCostModel(cost_model, h) for h in heads}

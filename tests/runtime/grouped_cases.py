@@ -56,10 +56,10 @@ def _meshes() -> StepMeshes:
     return StepMeshes("cpu")  # once per process: making a mesh is a collective of every rank
 
 
-def _batch(cfg: GPTConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(21)
     out = []
-    for i, s in enumerate(LENGTHS):
+    for i, s in enumerate(lengths):
         ids = torch.randint(0, cfg.vocab_size, (B, s), generator=gen)
         labels = torch.randint(0, cfg.vocab_size, (B, s), generator=gen)
         labels[i % B, : 3 + i] = -100  # items differ in their count of targets
@@ -92,19 +92,19 @@ def _steps(world: int) -> dict[str, GroupedStep]:
             "1x4": fixed_size_groups(world, 4, 4, plan), "mixed-2-1-1": mixed, "mixed-1-1-2": mixed_last}
 
 
-def _expected_sublayer_bytes(cfg: GPTConfig, group: StepGroup) -> dict[str, dict[str, int]]:
-    """Per sub-layer tag, the bytes the analytic schedule predicts for this rank's group's items."""
+def _expected_sublayer_bytes(cfg: GPTConfig, group: StepGroup, lengths=LENGTHS) -> dict[str, dict[str, int]]:
+    """Per sub-layer tag, the bytes the analytic schedule predicts for this rank's group's items (of `lengths`)."""
     out: dict[str, dict[str, int]] = {}
     for item, plan in zip(group.items, group.plans):
         for index, (attn, mlp) in enumerate(plan.layer_options(cfg.layers)):
             for kind, opt in (("attention", attn), ("mlp", mlp)):
                 slot = out.setdefault(f"layers.{index}.{kind}", {})
-                for op, n in predicted_bytes(cfg, kind, str(opt), group.size, LENGTHS[item]).items():
+                for op, n in predicted_bytes(cfg, kind, str(opt), group.size, lengths[item]).items():
                     slot[op] = slot.get(op, 0) + n
     return out
 
 
-def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int) -> None:
+def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int, lengths=LENGTHS) -> None:
     loss_ref, grads_ref = want[step.batch]
     batch = batch[:step.batch]
     targets = [int((labels != -100).sum()) for _, labels in batch]
@@ -124,7 +124,7 @@ def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int
     assert counter.total(STATES_TAG) == grouped_state_sent_bytes(spec, 4, step.sizes), (name, counter.total("states"))
     assert counter.total("") == {}, (name, counter.total(""))  # every byte is a state's, a sub-layer's or the loss's
     group = step.group_of(rank)
-    for tag, want_bytes in _expected_sublayer_bytes(cfg, group).items():
+    for tag, want_bytes in _expected_sublayer_bytes(cfg, group, lengths).items():
         assert counter.total(tag) == {k: v for k, v in want_bytes.items() if v}, (name, tag, counter.total(tag))
     emb = 2 * embedding_params(spec) * 4 * (group.size - 1) // group.size * len(group.items)
     assert counter.total("embedding") == ({"all_reduce": emb} if emb else {}), (name, counter.total("embedding"))
@@ -215,7 +215,7 @@ class _Decision:
 
 
 def _mixed_groups(steps: list, world: int) -> tuple[GroupedStep, list[_Decision]]:
-    """A group planner for `train`'s `plan_groups`: groups of 2, 1 and 1, every sequence under megatron_ts."""
+    """A group planner for `train`'s `groups_for`: groups of 2, 1 and 1, every sequence under megatron_ts."""
     plan = Plan.for_layers(["megatron_ts"] * 4, 4)
     groups = (StepGroup(0, 2, (0, 3), (plan, plan)), StepGroup(2, 1, (1,), (plan,)), StepGroup(3, 1, (2,), (plan,)))
     return GroupedStep(world, len(steps), groups), [_Decision(plan) for _ in steps]
@@ -230,7 +230,8 @@ def _train_with_planner(common: dict, group) -> list[dict]:
     from runtime.train import train as run_training
 
     opts = TrainOptions(**common)
-    return run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=True), plan_groups=_mixed_groups)
+    return run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=True),
+                        groups_for=lambda spec, p: partial(_mixed_groups, world=p))
 
 
 def train_global_batch_case(rank: int, p: int, group) -> None:

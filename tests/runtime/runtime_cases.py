@@ -1232,3 +1232,13 @@ import grouped_cases  # noqa: E402 - it reads this module's helpers, defined abo
 
 CASES.update(grouped_cases.CASES)
 ONLY_AT.update(grouped_cases.ONLY_AT)
+
+import planned_groups_cases  # noqa: E402 - grouped steps sized by the group planner
+
+CASES.update(planned_groups_cases.CASES)
+ONLY_AT.update(planned_groups_cases.ONLY_AT)
+
+import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node link)
+
+CASES.update(node_cases.CASES)
+ONLY_AT.update(node_cases.ONLY_AT)

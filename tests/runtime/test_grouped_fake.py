@@ -8,6 +8,8 @@ reference by the gloo cases at a world of 4, tests/runtime/grouped_cases.py.)"""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -105,3 +107,30 @@ def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, one_
         world = {q.untyped_storage().data_ptr() for q in model.parameters()}
         kept = sum(t.numel() * t.element_size() for t in shards.values() if t.untyped_storage().data_ptr() not in world)
         assert kept == grouped_state_kept_bytes(spec, WORLD, size, sizes)["group_weights"], (rank, kept)
+
+
+@pytest.mark.parametrize("sizes", [(8,), (2, 2, 2, 2), (4, 2, 1, 1)], ids=lambda s: "-".join(map(str, s)))
+def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, tmp_path, one_thread):
+    # after the backward: the [d, F] buffer and the reduce-scatter's [F] output, then one [R] buffer; the world's
+    # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events, the
+    # peak above the phase's start)
+    from test_head_memory import _peak_above_start
+
+    from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
+    from runtime.grouped import group_view, reduce_step_grads
+
+    step, spec = _step(sizes, PLAN), CFG.model_spec("fp32")
+    ids = torch.randint(0, CFG.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))
+    want = reduce_phase_bytes(spec, WORLD, sizes)
+    for rank in (0, WORLD - 1):  # the first rank of a group contributes the replicated gradients, the last not
+        meshes, model = FakeMeshes(WORLD, rank), ParallelGPT(CFG, FakeGroup(WORLD, rank), seed=1)
+        group = step.group_of(rank)
+        g_min, contiguous = step_gather(CFG, sizes, WORLD)
+        dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
+        view = group_view(model, group.size, g_min, dp, sp, contiguous)
+        view(shard_sequence(ids, 1, sp), PLAN, shard_sequence(ids, 1, sp))[1].backward()
+        contributes = rank - group.start < g_min
+        args = (model, view, group.size, g_min, dp, contiguous, contributes)
+        peak = _peak_above_start(partial(reduce_step_grads, *args), tmp_path)
+        assert peak == want["world_grads"] + want["transient"], (rank, peak, want)
+        assert all(q.grad is not None and q.grad.shape == q.shape for q in model.parameters())

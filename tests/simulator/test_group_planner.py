@@ -162,3 +162,32 @@ def test_a_step_whose_gather_buffers_do_not_fit_is_refused():
     assert roomy.state_phase_fits((1,) * 8) and math.isfinite(roomy.sync_s((1,) * 8))
     assert not tight.state_phase_fits((1,) * 8) and tight.sync_s((1,) * 8) == math.inf
     assert tight.sync_s((8,)) == 0.0  # one group of all GPUs gathers nothing
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lower_bound_with_its_sync_never_exceeds_brute_force(seed):
+    # brute force over every partition and assignment: the bound (per set of sizes, with its sync) is below it
+    rng = np.random.default_rng(200 + seed)
+    costs = _random_costs(rng, 4, int(rng.integers(1, 5)))
+    assert G.lower_bound_s(costs, _sync) <= _brute_force(costs, _sync) + 1e-12
+
+
+def test_a_step_whose_item_needs_every_gpu_is_bounded_by_one_group():
+    # one item fits only the world: the step is one group of 8, every item after another (the bound is exact)
+    times = {s: np.array([math.inf if s < 8 else 5.0, 4.0 / s, 4.0 / s]) for s in power_sizes(8)}
+    costs = G.ItemTimes(8, times)
+    assert G.lower_bound_s(costs, _sync) == pytest.approx(5.0 + 1.0)
+    assert G.plan_greedy(costs, _sync).step_s == pytest.approx(5.0 + 1.0)
+
+
+def test_rebalance_swaps_what_lpt_leaves():
+    # two groups of 2 (one item fits only there) and two of 1: LPT fills the 2s first; a swap evens the loads
+    times = {1: np.array([math.inf, 3.0, 3.0, 2.0]), 2: np.array([4.0, 1.0, 1.0, 2.5]), 4: np.full(4, math.inf),
+             8: np.full(4, math.inf)}
+    costs = G.ItemTimes(8, {s: times[s] for s in (1, 2, 4, 8)})
+    start = G.GroupChoice((2, 2, 1, 1, 1, 1), ((0, 3), (1, 2), (), (), (), ()), 6.5, 0.0)
+    better = G.rebalance(costs, start)
+    assert better.makespan_s < start.makespan_s
+    loads = [sum(costs.times[s][i] for i in items) for s, items in zip(better.sizes, better.assignment)]
+    assert max(loads) == pytest.approx(better.makespan_s) == pytest.approx(4.0)
+    assert sorted(i for a in better.assignment for i in a) == [0, 1, 2, 3]

@@ -69,3 +69,25 @@ def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
     model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
     policy = DynamicPolicy("dp", AnalyticCostModel(model, cluster, p=1), LayerGraph(model), 10**15)
     assert not vocab_storage(policy, 16 * 1024, 1, None) and tuple(policy._head_models) == ("whole", "tiled")
+
+
+def test_simulate_fixes_the_head_storage_for_the_run_as_train_does():
+    # gpt2 on 8 A100s: alone, 1024 tokens take the vocabulary-parallel head and 8192 the whole one; a run stores the
+    # embedding and head one way (train's vocab_storage), chosen at its longest step, so both steps plan 'whole'
+    from paradyse_lab.workloads import Workload
+    from simulator.engine import simulate
+    from simulator.planner import build_planner
+
+    planner = build_planner("dynamic:dp", get_model("gpt2"), get_cluster("a100-80gb-x8"))
+    alone = [build_planner("dynamic:dp", get_model("gpt2"), get_cluster("a100-80gb-x8")).policy.decide(n, 1).head
+             for n in (1024, 8192)]
+    assert alone == ["vocab", "whole"]
+    heads, decide = [], planner.policy.decide
+    planner.policy.decide = lambda step, batch: _record(heads, decide(step, batch))
+    rows = simulate(Workload("two", (1024, 8192)), planner.policy, planner.charger())
+    assert len(rows) == 2 and not rows["oom"].any() and heads == ["whole", "whole"]
+
+
+def _record(heads: list, decision):
+    heads.append(decision.head)
+    return decision

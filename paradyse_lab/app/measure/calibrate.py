@@ -12,7 +12,10 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    all_reduce, all_to_all, the ring exchange `p2p`, the chain broadcast) over buffer sizes from 4 KiB by
    factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
-   -> DIR/collectives.csv
+   -> DIR/collectives.csv. Across nodes (torchrun --nnodes N; runtime/nodes.py) these run inside each node, and
+   all_gather, reduce_scatter, all_reduce and p2p also over the rails (one rank per node, every rail at once)
+   -> DIR/inter_node.csv, fitted to the network's latency and bandwidth (`nodes`, `gpus_per_node`,
+   `inter_node_*` in the cluster file).
 2. kernels (20%): GEMMs at the model's shapes (app/measure/kernel_bench.py: the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
@@ -221,8 +224,14 @@ def collective_sizes(spec, max_len: int, p: int) -> list[int]:
     return out
 
 
-def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dtype, group, bar) -> list[dict]:
-    """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind and size that fit."""
+INTER_NODE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "p2p")
+"""The kinds measured over the rails across nodes (their network line: formulas.inter_node_time_s)."""
+
+
+def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dtype, group, bar,
+                        ops: tuple[str, ...] = ()) -> list[dict]:
+    """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind (or `ops`) and size that fit,
+    over `group` (across nodes: one node's ranks, or a rail: runtime/nodes.py)."""
     from paradyse_lab.cluster_spec import COLLECTIVES
     from runtime import comm
     from runtime.launch import agree
@@ -232,7 +241,7 @@ def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dt
     if p == 1:
         return rows
     sizes = collective_sizes(spec, opts.max_len, p)
-    for op in COLLECTIVES:
+    for op in ops or COLLECTIVES:
         last = 0.0
         for i, nbytes in enumerate(sizes):
             growth = nbytes / sizes[i - 1] if i else 1.0
@@ -473,8 +482,10 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     from paradyse_lab.strategies import layout_unit
     from runtime import comm
     from runtime.launch import agree
+    from runtime.nodes import node_layout
 
     p, rank = comm.size(group), comm.rank(group)
+    nodes = node_layout(group)  # collectives inside one node, and over the rails across nodes
     out = Path(opts.out)
     gpu = torch.cuda.is_available() and (p == 1 or comm.is_nccl(group))  # as runtime/train.py decides
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
@@ -492,9 +503,13 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     if "collectives" not in state["done"]:
         if bar is not None:
             bar.set_postfix_str("collectives")
-        coll = measure_collectives(opts, spec, budget, device, dtype, group, bar)
+        coll = measure_collectives(opts, spec, budget, device, dtype, nodes.node_group or group, bar)
+        inter = measure_collectives(opts, spec, budget, device, dtype, nodes.rail_group, None,
+                                    INTER_NODE_OPS) if nodes.nodes > 1 else []
         if rank == 0:
             _write_csv(out / "collectives.csv", coll, ("op", "ranks", "buffer_bytes", "median_s", "repeats"))
+            if nodes.nodes > 1:
+                _write_csv(out / "inter_node.csv", inter, ("op", "ranks", "buffer_bytes", "median_s", "repeats"))
             state = _mark(out, state, "collectives")
     elif bar is not None:
         bar.update(6)
@@ -520,7 +535,8 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
                                         for r in att],
-                             collectives=_collective_points(coll), provenance=provenance(device, opts, p))
+                             collectives=_collective_points(coll), provenance=provenance(device, opts, p),
+                             nodes=nodes.nodes, inter_node=_collective_points(_read_rows(out / "inter_node.csv")))
             write_text_atomic(out / "cluster.toml", measured_cluster_toml(m))
             state["fits"] = {op: asdict(f) for op, f in fit_collectives(m).items()}
             state = _mark(out, state, "kernels")
@@ -561,6 +577,13 @@ def _gpu_name(device) -> str:
     from paradyse_lab.app.measure.profiler import device_name
 
     return device_name(device)
+
+
+def _read_rows(path: Path):
+    """A measured CSV as a DataFrame (None when empty or absent)."""
+    import pandas as pd
+
+    return pd.read_csv(path) if path.is_file() and path.stat().st_size else None
 
 
 def _collective_points(df) -> dict:

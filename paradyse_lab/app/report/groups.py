@@ -57,10 +57,12 @@ gradients reduce-scattered back; simulator/grouped_steps.py), priced on clusters
 hierarchical collectives between nodes (docs/hardware.md section 4). Analytic cost model. Throughput is at equal
 global batch: every series trains the same batches, cut from the sequences both ParaDySe and dynamic CP can
 train (a static strategy drops from its steps what it cannot fit); reach is over the whole sample: the longest
-sequence a series can train on some group it may use, and how many it cannot train at all. The bound: no split
-of the GPUs trains a step faster than its longest sequence on its fastest group, or than all its sequences'
-least GPU-seconds spread over every GPU (synchronisation left out; `group_planner.lower_bound_s`); "bound (x
-ParaDySe)" is the most any grouping could gain on that panel under the cost model.
+sequence a series can train on some group it may use, and how many it cannot train at all. The bound: a step has
+one split of the GPUs, so for every set of group sizes a split could have, no split with those sizes trains the
+step faster than its longest sequence on its fastest group of those sizes, or than all its sequences' least
+GPU-seconds on them spread over every GPU, plus the synchronisation of those sizes; the least over the sets bounds
+the step (`group_planner.lower_bound_s`; a step with a sequence that fits only all the GPUs is one group of all of
+them, exactly); "bound (x ParaDySe)" is the most any grouping could gain on that panel under the cost model.
 
 {md_table(GROUPS_HEADER, groups_rows(table))}
 

@@ -198,7 +198,7 @@ CASES: list[tuple[str, list[str]]] = [
                                            "static:metp", "--global-batch", "4", "--groups", "sized"]),
     ("simulate-groups-exact-too-large", SIM_DP + ["--global-batch", "64", "--groups", "sized-exact"]),
     ("simulate-groups-gpus-not-power-of-two", SIM_DP + ["--global-batch", "4", "--gpus", "6"]),
-    ("simulate-groups-with-packing", SIM_DP + ["--global-batch", "4", "--pack-tokens", "1000"]),
+    ("simulate-groups-packing-0", SIM_DP + ["--global-batch", "4", "--pack-tokens", "0"]),
     ("simulate-groups-paper-truth", SIM_DP + ["--global-batch", "4", "--truth-cost-model", "paper"]),
     ("toml-mem-inf", COST + ["{d}/mem_inf.toml"]),
     ("toml-mem-nan", COST + ["{d}/mem_nan.toml"]),

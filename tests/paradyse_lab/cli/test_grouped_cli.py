@@ -35,3 +35,34 @@ def test_runnable_groups_is_every_size_now(tmp_path, capsys):
         assert main(argv) == 0
         sizes[bool(extra)] = list(pd.read_csv(tmp_path / "s.csv")["group_sizes"].astype(str))
     assert sizes[True] == sizes[False]
+
+
+def test_global_batch_of_packs(tmp_path):
+    # 12 documents packed into steps of at most 8192 tokens, two packs per global batch: each pack is one group's
+    from paradyse_lab.workloads import get_workload
+
+    docs = get_workload("uniform:256:4096", 12, 0, pack_tokens=8192)
+    argv = ["simulate", "--model", "gpt2-tiny", "--dataset", "uniform:256:4096", "--size", "12", "--gpus", "4",
+            "--policy", "dynamic:dp", "--pack-tokens", "8192", "--out", str(tmp_path / "s.csv")]
+    assert main(argv + ["--global-batch", "2"]) == 0
+    rows = pd.read_csv(tmp_path / "s.csv")
+    assert rows["items"].sum() == len(docs.packs) < 12 and rows["tokens"].sum() == sum(docs.lengths)
+    assert rows["longest"].max() == max(docs.lengths)
+    assert main(argv + ["--global-batch-tokens", "16384"]) == 0
+    by_tokens = pd.read_csv(tmp_path / "s.csv")
+    assert by_tokens["tokens"].sum() == sum(docs.lengths)
+    assert all(t <= 16384 or n == 1 for t, n in zip(by_tokens["tokens"], by_tokens["items"]))
+
+
+def test_train_groups_refusals(capsys):
+    base = ["train", "--model", "gpt2-tiny", "--dataset", "uniform:16:48", "--steps", "1"]
+    cases = [([], "--groups applies to --global-batch"),
+             (["--global-batch", "4", "--group-size", "2"], "not both"),
+             (["--global-batch", "4", "--batch", "2"], "--batch must be 1"),
+             (["--global-batch", "4", "--nproc", "3"], "power of two"),
+             (["--global-batch", "4", "--groups", "dynamic-cp"], "--policy must be static:NAME")]
+    for extra, message in cases:
+        groups = [] if "--groups" in extra else ["--groups", "sized"]
+        assert main(base + groups + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, (extra, err)

@@ -45,3 +45,19 @@ def test_cost_shows_the_head_options_beside_the_strategies(capsys):
     assert heads["tiled"]["kept_bytes"] < heads["whole"]["kept_bytes"] / 15  # the whole head keeps e t V + 4 t
     assert heads["tiled"]["time_s"] > heads["whole"]["time_s"]
     assert main(["cost", "--model", "gpt", "--seq", "64K"]) == 0 and "head option" not in capsys.readouterr().out
+
+
+def test_one_gpu_has_no_vocabulary_parallel_head(capsys):
+    # at one GPU the one shard is the whole table: --head vocab is refused, auto never picks it
+    assert main(["plan", "--model", "gpt2-tiny", "--gpus", "1", "--seq", "1024", "--head", "vocab"]) == 2
+    err = capsys.readouterr().err
+    assert "--head vocab" in err and "--gpus 2" in err and len(err.strip().splitlines()) == 1
+    assert main(["plan", "--model", "gpt2-tiny", "--gpus", "1", "--max-length", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["head"] != "vocab"
+    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.costmodel.head_loss import head_cost_models
+    from paradyse_lab.model_spec import get_model
+
+    one = AnalyticCostModel(get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), 1)
+    assert set(head_cost_models(one)) == {"whole", "tiled"}  # simulate at one GPU plans as a one-process train

@@ -1,0 +1,89 @@
+"""Distributed cases of grouped steps whose groups the group planner sizes (paradyse_lab/app/training.py
+`group_planner`, what `train --groups sized` plans with: simulator/grouped_steps.py `choose`, as
+`simulate --global-batch` does). runtime_cases.py adds them to the per-world harness at p = 4.
+
+Under a per-GPU budget where a long sequence of a tiny GPT-2 fits a group of two but not one (the analytic model's
+peaks, with the grouped state phases: `BUDGET_GIB`), the planner gives each global batch other group sizes (1/1/1/1,
+then 2/1/1, then 2/2). Trained one after another on the same world model, each step's loss and gradients equal the
+single-device reference's over its whole global batch, every byte sent is the cost model's, and no parameter moves
+(a change of group sizes moves no states); `train --groups sized` logs the sizes changing between steps and trains
+as a run of one group of all ranks does."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from grouped_cases import _batch, _check_step, _reference_grads, _same_runs
+from runtime_cases import _shared_tmpdir, random_state
+
+from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.app.training import group_planner
+from paradyse_lab.model_spec import get_model
+from runtime import ParallelGPT, comm
+from runtime.reference import GPTConfig
+
+BUDGET_GIB = 0.0052
+"""Per-GPU budget of the step cases (`_short()`): a sequence of 128 tokens needs a group of two, one of 8 fits a
+GPU alone (the planner gives the sizes of `BATCHES` from 0.0046 to 0.0058 GiB)."""
+BATCHES = {(8, 8, 8, 8): (1, 1, 1, 1), (128, 8, 8, 8): (2, 1, 1), (128, 128, 128, 128): (2, 2)}
+"""Global batch (sequence lengths) -> the group sizes the planner gives it under `BUDGET_GIB`."""
+TRAIN_BUDGET_GIB = 0.0095
+"""The same for the 4-layer fp32 gpt2-tiny of the `train` runs (sizes as `BATCHES` from 0.009 to 0.010 GiB)."""
+TRAIN_LENGTHS = (8,) * 7 + (128,) * 5
+"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 128 (2/1/1), 128x4 (2/2)."""
+
+
+def _short() -> GPTConfig:
+    """gpt2-tiny's shape (12 heads: whole heads in every rank's 1/4 block) with 2 layers, at 128 positions."""
+    spec = get_model("gpt2-tiny")
+    return GPTConfig(vocab_size=spec.vocab_size, max_positions=128, hidden=spec.hidden, heads=spec.heads, layers=2,
+                     causal=True)
+
+
+def planned_steps_case(rank: int, p: int, group) -> None:
+    """The planner's steps against the single-device reference, one after another on one world model."""
+    cfg = _short()
+    sd = random_state(cfg)
+    model = ParallelGPT(cfg, group, state_dict=sd)
+    before = {n: q.detach().clone() for n, q in model.named_parameters()}
+    opts = TrainOptions(model="gpt2-tiny", dataset="uniform", global_batch=4, groups="sized", budget_gib=BUDGET_GIB)
+    plan = group_planner(opts, cfg.model_spec("fp32"), p)
+    steps = comm.broadcast_object([plan(list(b))[0] for b in BATCHES] if rank == 0 else None, 0, group)
+    assert [s.sizes for s in steps] == list(BATCHES.values()), [s.sizes for s in steps]
+    for lengths, step in zip(BATCHES, steps):
+        batch = _batch(cfg, lengths)
+        _check_step(f"planned {lengths}", step, model, cfg, batch, {4: _reference_grads(cfg, sd, batch)}, rank,
+                    lengths)
+    for n, q in model.named_parameters():
+        assert torch.equal(q.detach(), before[n]), f"{n} changed"
+
+
+def train_planned_groups_case(rank: int, p: int, group) -> None:
+    """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
+    import torch.distributed as dist
+
+    from paradyse_lab.app.training import train
+
+    root = _shared_tmpdir(rank, p, group)
+    lengths = os.path.join(root, "lengths.txt")
+    if rank == 0:
+        with open(lengths, "w") as f:
+            f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
+    dist.barrier(group=group)
+    common = {"model": "gpt2-tiny", "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 128,
+              "global_batch": 4, "progress": False}
+    planned = train(TrainOptions(**common, groups="sized", budget_gib=TRAIN_BUDGET_GIB), group)
+    sizes = [row["plan"].split(":")[0] for row in planned]
+    assert sizes == ["groups 1/1/1/1", "groups 2/1/1", "groups 2/2"], sizes
+    one_group = train(TrainOptions(**common, group_size=4), group)
+    _same_runs({1: one_group, 2: planned}, "--groups sized against one group of four:")
+    dist.barrier(group=group)
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root)
+
+
+CASES = {"grouped-planned-sizes-change": planned_steps_case, "train-groups-sized": train_planned_groups_case}
+ONLY_AT = {name: (4,) for name in CASES}
