@@ -268,7 +268,12 @@ def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
     delta = counted.sublayer("attention", ts, seq).compute_s - plain.sublayer("attention", ts, seq).compute_s
     assert delta == pytest.approx(priced - formula, rel=1e-9)
     fx = counted.fixed(seq)
-    assert fx.optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s) and plain.fixed(seq).optimizer_s == 0
+    # the counted epilogue and the step's four latency-bound calls: the plan's two broadcasts, two 4-byte all-reduces
+    calls = (collective_time_s(cl, "broadcast", 8, 2) + collective_time_s(cl, "broadcast", 1024, 2)
+             + 2 * collective_time_s(cl, "all_reduce", 4, 2))
+    assert counted.step_calls_s() == pytest.approx(calls) and calls > 0
+    assert fx.optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s + calls)
+    assert plain.fixed(seq).optimizer_s == 0
     problem = problem_from_cost_model(LayerGraph(model), counted, seq, options=[ts])
     assert problem.fixed_time_s == pytest.approx(fx.time_s + fx.optimizer_s)  # the optimizer ends every step
     # counts apply to the model and world size they were taken for only
