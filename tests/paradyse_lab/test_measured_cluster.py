@@ -115,7 +115,7 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
 
     import pandas as pd
 
-    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair
+    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair, run_totals
     from simulator.replay import compare
 
     meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
@@ -143,6 +143,9 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     assert result["ranking"]["measured"] == ["static:megatron_ts", "dynamic:dp", "static:metp"]
     assert result["speedup_over_best_static"]["dynamic:dp"]["measured"] == pytest.approx(1 / 1.5)
     assert result["speedup_over_best_static"]["dynamic:dp"]["best_static_measured"] == "static:megatron_ts"
+    # the spread of the runs' totals (steps 2 and 3: 5 s x 0.9 .. 1.2), the median's neighbours
+    totals = run_totals(tmp_path, skip=1)
+    assert totals["static:megatron_ts"] == pytest.approx((4.5, 6.0)) and totals["static:metp"] == pytest.approx((9, 12))
 
 
 def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatch):
