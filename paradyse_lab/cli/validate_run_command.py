@@ -19,7 +19,8 @@ max - min, over the total) how much the runs disagreed step by step.
 
 Writes DIR/validate_run.csv (per step: measured and predicted seconds and cumulative sums, the executed and
 the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of the predicted total,
-per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png (figures/validate_run.py), and prints the table:
+per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png
+(figures/validate_run.py), and prints the table:
 per policy the error of the predicted total and the per-step MAPE, whether the measured and simulated
 rankings agree, and each dynamic policy's speed-up over the best static policy, measured and simulated.
 `--format json` prints {"policies": {NAME: {"measured_total_s", "measured_min_total_s", "measured_max_total_s",
@@ -196,8 +197,8 @@ def print_result(result: dict) -> None:
                [f"{m['predicted_total_s']:.3f}", f"{m['total_error']:+.1%}", f"{m['step_mape']:.1%}",
                 m["measured_rank"], m["predicted_rank"]])
             + ["yes" if m["plans_match"] else "no"] for n, m in result["policies"].items()]
-    print_table(["policy", "measured s", "runs min-max s", "spread", "predicted s", "total error", "step MAPE", "rank meas",
-                 "rank pred", "same plans"], rows)
+    print_table(["policy", "measured s", "runs min-max s", "spread", "predicted s", "total error", "step MAPE",
+                 "rank meas", "rank pred", "same plans"], rows)
     r = result["ranking"]
     swapped = "; ".join(f"{a} / {b}" for a, b in r["reversed_pairs"])
     print(f"rankings agree: {'yes' if r['agree'] else 'no, reversed: ' + swapped} (Kendall tau {r['kendall_tau']})")
