@@ -200,7 +200,7 @@ class ClusterSpec:
     charges 2.7 us per network step of a Ring LL collective [TUNE] (Mdl)."""
     step_counts: dict = field(default_factory=dict)
     """What the runtime launches and moves besides GEMMs, attention and collectives, counted by `calibrate`
-    at this cluster's world size (runtime/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
+    at this cluster's world size (paradyse_lab/app/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
     per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
     bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
     presets."""

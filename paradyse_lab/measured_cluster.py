@@ -1,6 +1,6 @@
 """A `ClusterSpec` from measurements: alpha-beta fits of the collectives, kernel efficiency curves, TOML.
 
-Library module of `paradyse-lab calibrate --out DIR` (runtime/measure/calibrate.py), which measures and calls
+Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/calibrate.py), which measures and calls
 `measured_cluster_toml` to write DIR/cluster.toml; `--cluster DIR/cluster.toml` then loads it
 (paradyse_lab/cluster_spec.py `load_cluster_toml`). No torch here.
 
@@ -16,7 +16,7 @@ Library module of `paradyse-lab calibrate --out DIR` (runtime/measure/calibrate.
 - The step terms of the analytic model (costmodel/analytic.py): the memory bandwidth of element-wise
   operators at the model's activation sizes, the seconds of one operator launch, the fraction of a ring's
   point-to-point time that hides behind compute, and the runtime's launches and memory-bound bytes counted
-  per sub-layer, embedding / head and optimizer step (runtime/measure/step_counts.py) for `counted_model`.
+  per sub-layer, embedding / head and optimizer step (paradyse_lab/app/measure/step_counts.py) for `counted_model`.
 """
 
 from __future__ import annotations

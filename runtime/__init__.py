@@ -21,17 +21,18 @@ rope (rotary embeddings), packed (several documents in one sequence: `pack_seque
 `cu_seqlens`, which `model(ids, plan, labels, cu_seqlens=...)`, `shard_sequence(x, 1, group, cu)` and
 `gather_sequence` take: a pack is laid out per document); grouped (a global batch over groups of ranks of a
 2-D device mesh, states in one world layout: docs/grouped_steps.md); train, train_inputs, launch, launcher,
-checkpoint and dcp_checkpoint (training; checkpoints that resume at any world size); options (flags generated
-from options dataclasses); comm_replay and fake_group (collectives checked without a process group). The
-measurement tools (profile, calibrate, the GPU session) are in runtime/measure/.
+checkpoint and dcp_checkpoint (training; checkpoints that resume at any world size); comm_replay and fake_group
+(collectives checked without a process group). A library only: the commands, their options and the measurement
+applications (profile, calibrate, the GPU session) are the application's (paradyse_lab/cli/, paradyse_lab/app/;
+tests/test_import_layers.py).
 """
 
 import importlib
 
 _EXPORTS = {"ParallelGPT": "runtime.model", "GPTConfig": "runtime.reference", "ReferenceGPT": "runtime.reference",
             "shard_sequence": "runtime.layout", "gather_sequence": "runtime.layout", "layout_unit": "runtime.layout"}
-"""Imported on first use (PEP 562), so `import runtime.train` (the CLI's registration,
-paradyse_lab/cli/train_command.py) does not load torch."""
+"""Imported on first use (PEP 562), so importing a light module of the package (runtime.optim_schedule's
+`SCHEDULES`, read when the CLI registers `train`: paradyse_lab/app/train_options.py) does not load torch."""
 __all__ = list(_EXPORTS)
 
 

@@ -13,7 +13,7 @@ ranks by runtime/comm_replay.py to find deadlocks and mismatches without a GPU).
 
 A `runtime.fake_group.FakeGroup` in place of a process group makes every call return a correctly shaped
 tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
-world (the rank-local profiler, runtime/measure/profiler.py).
+world (the rank-local profiler, paradyse_lab/app/measure/profiler.py).
 
 Gloo notes: `all_to_all_single` is used for all-to-all, and point-to-point exchanges are plain paired
 `isend`/`irecv` (batched point-to-point can hang on gloo); on NCCL an exchange is one

@@ -44,6 +44,12 @@ from runtime import comm
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
 from runtime.layout import SHARDED, VOCAB_ROWS, row_sections
 
+OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
+                     "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}
+"""Settings a resumed run must keep that checkpoints of earlier versions do not record, each with the value those
+checkpoints were written with (the default of its `paradyse-lab train` option then): a checkpoint without one
+is compared as if it recorded that value."""
+
 FORMAT = "torch.distributed.checkpoint"
 """meta.json's `format`; the per-rank checkpoints of earlier versions have none."""
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -236,8 +242,6 @@ def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
     if meta.get("format") != FORMAT:
         raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab; resume it "
                              "with that version, or start a new --checkpoint-dir")
-    from runtime.train import OPTIONAL_SETTINGS
-
     for key, value in meta_expected.items():
         saved = meta.get(key, OPTIONAL_SETTINGS.get(key, value))  # not recorded: its default (or not checked)
         if saved != value:

@@ -26,7 +26,9 @@ from paradyse_lab.model_spec import FFN_KINDS, NORM_KINDS, ModelSpec
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Shapes of a GPT-2- or LLaMA-shaped model (the flags below pick the layer's parts)."""
+    """Shapes of a GPT-2- or LLaMA-shaped model (the flags below pick the layer's parts): the runtime's view of a
+    `paradyse_lab.model_spec.ModelSpec`, whose fields it holds under the same names (the norms' epsilon is `eps`)
+    and whose kinds it checks against (`from_model_spec`, `model_spec`); a checkpoint records these fields."""
 
     vocab_size: int
     """Tokens of the embedding / head."""

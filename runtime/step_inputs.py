@@ -49,7 +49,7 @@ class StepInputs:
     """The steps of one run (module docstring)."""
 
     opts: object
-    """The run's `runtime.train.TrainOptions`."""
+    """The run's settings (runtime/train.py: the fields of `paradyse_lab.app.train_options.TrainOptions`)."""
     lengths: list[int]
     """The workload's lengths, in training order."""
     unit: int
@@ -152,12 +152,9 @@ class StepInputs:
     def refuse_untrainable(self, steps: int | None = None) -> None:
         """`UserInputError` before the first step when one of the first `steps` steps (default --steps) has
         nothing to train on (runtime/train_inputs.py `refuse_untrainable`)."""
-        from dataclasses import replace
-
         from runtime.train_inputs import refuse_untrainable
 
-        opts = self.opts if steps is None else replace(self.opts, steps=steps)
-        refuse_untrainable(opts, 0, self.period, self.cap, self.unit, self.targets)
+        refuse_untrainable(self.opts, 0, self.period, self.cap, self.unit, self.targets, steps)
 
     def documents(self, step: int) -> int:
         """Documents step `step` trains (the batch, or the pack's documents)."""

@@ -2,7 +2,7 @@
 
 Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the options):
 
-- `check_options(opts)`: every number and path of a `TrainOptions` (finite positive lr, non-negative seed and
+- `check_options(opts)`: every number and path of the run's settings (finite positive lr, non-negative seed and
   --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each;
   `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
@@ -36,7 +36,8 @@ IGNORE = -100
 
 
 def check_options(opts) -> None:
-    """Numbers and paths of `opts` (a runtime.train.TrainOptions); raises `UserInputError` naming the option."""
+    """Numbers and paths of `opts` (the run's settings: the fields of paradyse_lab.app.train_options.TrainOptions);
+    raises `UserInputError` naming the option."""
     require_positive_int("--steps", opts.steps, 10**9)
     require_positive_int("--batch", opts.batch, 2**20)
     require_number("--lr", opts.lr, 0.0, 1e3, low_open=True)
@@ -87,15 +88,15 @@ def check_log_file(opts) -> None:
                              f"{','.join(LOG_COLUMNS)}); name another file")
 
 
-def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targets) -> None:
-    """`UserInputError` unless every step this run trains has a next-token target: `targets(step)` counts a
-    step's (positions whose next token the loss predicts); steps repeat every `period` steps, so at most
-    `period` of them are looked at. A 1-token document has none: a step of only such documents would train on
-    nothing and log a loss of 0.0."""
+def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targets, steps: int | None = None) -> None:
+    """`UserInputError` unless every step this run trains (its first `steps`, default `opts.steps`) has a
+    next-token target: `targets(step)` counts a step's (positions whose next token the loss predicts); steps
+    repeat every `period` steps, so at most `period` of them are looked at. A 1-token document has none: a step
+    of only such documents would train on nothing and log a loss of 0.0."""
     if cap < unit:
         raise UserInputError(f"--max-len {opts.max_len} is below the layout unit {unit} of this world size (2 x "
                              "ranks): no step fits it")
-    for step in range(start, min(opts.steps, start + period)):
+    for step in range(start, min(opts.steps if steps is None else steps, start + period)):
         if targets(step) == 0:
             raise UserInputError(f"--dataset {opts.dataset}: step {step + 1} has nothing to train on (its documents "
                                  "are 1 token long, no next token to predict); give documents of at least 2 tokens")

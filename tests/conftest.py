@@ -42,7 +42,7 @@ def xdist_group_name(item) -> str:
 
 
 LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_figures.py",
-                  "tests/runtime/test_distributed.py-p2", "tests/runtime/measure/test_gpu_session.py",
+                  "tests/runtime/test_distributed.py-p2", "tests/paradyse_lab/app/measure/test_gpu_session.py",
                   "tests/runtime/test_distributed.py-p3", "tests/paradyse_lab/cli/test_bad_inputs.py",
                   "tests/runtime/test_distributed.py-p1", "tests/runtime/test_train_safety.py",
                   "tests/simulator/test_simulation.py")

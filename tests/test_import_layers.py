@@ -192,7 +192,8 @@ def test_the_checker_sees_every_kind_of_import():
                                                                         "paradyse_lab.cli.train_command")}
     assert "paradyse_lab.search_problem" in edges["simulator.engine"]
     assert "paradyse_lab.app.report.document" in edges["paradyse_lab.app.report"]
-    assert "runtime.train" in edges["paradyse_lab.cli.train_command"]  # imported inside register()
+    assert "runtime.launch" in edges["paradyse_lab.cli.train_command"]  # imported inside functions
+    assert "paradyse_lab.app.train_options" in edges["paradyse_lab.cli.train_command"]
     assert layer("paradyse_lab.costmodel.lowering") == "vocabulary" and layer("paradyse_lab.app.reproduce") == (
         "application")
 
@@ -309,3 +310,80 @@ def test_no_two_classes_share_a_name():
                 if isinstance(node, ast.ClassDef):
                     where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
     assert {name: files for name, files in where.items() if len(files) > 1} == {}
+
+
+LIBRARY = "runtime"
+COMMAND_LINE_MODULES = ("argparse", "paradyse_lab.options")
+"""What a command line is built with: argparse, and the options dataclasses turned into flags."""
+
+
+def command_line_parts(module: str, tree: ast.Module) -> list[str]:
+    """`line: what` for every piece of a command line or a measurement application in a module of the runtime
+    library: an import of argparse or paradyse_lab.options, `sys.argv`, a top-level `main`, `register` or
+    `add_arguments`, a command's options class (`...Options`), and a `__main__` block that does more than refuse
+    (print and `raise SystemExit(2)`, so `python -m runtime.X` does not exit 0 having done nothing)."""
+    found = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"{node.lineno}: imports {n}" for n in names
+                  if any(n == c or n.startswith(c + ".") for c in COMMAND_LINE_MODULES)]
+        if isinstance(node, ast.Attribute) and node.attr == "argv" and ast.unparse(node.value) == "sys":
+            found.append(f"{node.lineno}: reads sys.argv")
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Options"):
+            found.append(f"{node.lineno}: defines the options class {node.name}")
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("main", "register", "add_arguments"):
+            found.append(f"{node.lineno}: defines {node.name}()")
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and not _only_refuses(node.body):
+            found.append(f"{node.lineno}: runs as a command (`python -m {module}`)")
+    return found
+
+
+def _only_refuses(body: list[ast.stmt]) -> bool:
+    """A `__main__` block of imports and prints that ends in `raise SystemExit(N)` with N > 0."""
+    *head, last = body
+    exc = last.exc if isinstance(last, ast.Raise) else None
+    ends = (isinstance(exc, ast.Call) and ast.unparse(exc.func) == "SystemExit" and len(exc.args) == 1
+            and isinstance(exc.args[0], ast.Constant) and exc.args[0].value)
+    prints = all(isinstance(s, (ast.Import, ast.ImportFrom))
+                 or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and ast.unparse(s.value.func) == "print")
+                 for s in head)
+    return bool(ends and prints)
+
+
+def help_read_from_the_library(files: dict[str, Path]) -> list[str]:
+    """`module:line` where a module reads a runtime module's docstring (`runtime.X.__doc__`: a command's help
+    written in the library)."""
+    return [f"{module}:{node.lineno}" for module, path in files.items()
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)
+            and node.attr == "__doc__" and ast.unparse(node.value).split(".")[0] == LIBRARY]
+
+
+def test_the_runtime_is_a_library_without_applications_or_command_line():
+    """runtime/ is the torch library only, flat: the measurement applications (profiler, calibrate, the GPU
+    session, kernel benchmarks) live in paradyse_lab/app/measure/ and the command lines and their options in
+    paradyse_lab/cli/ and paradyse_lab/app/; no module of the runtime builds a command line, and no command
+    reads its help from a runtime module."""
+    files = sources()
+    nested = sorted(str(p.relative_to(ROOT)) for p in (ROOT / LIBRARY).rglob("*.py") if p.parent != ROOT / LIBRARY)
+    assert not nested, f"runtime/ is flat; applications belong in paradyse_lab/app/: {nested}"
+    found = [f"{files[m].relative_to(ROOT)}:{what}" for m in sorted(files) if layer(m) == LIBRARY
+             for what in command_line_parts(m, ast.parse(files[m].read_text()))]
+    assert not found, "command-line plumbing in the runtime library:\n" + "\n".join(found)
+    assert not help_read_from_the_library(files), "help text read from the runtime library"
+
+
+def test_the_library_check_sees_a_command_line(tmp_path):
+    """Each piece of a command line is caught, and a `__main__` block that only refuses is not."""
+    source = ("import argparse\nimport sys\nfrom paradyse_lab.options import add_dataclass_arguments\n"
+              "class RunOptions:\n    pass\n"
+              "def main():\n    return sys.argv\n"
+              "if __name__ == '__main__':\n    main()\n")
+    assert [f.split(":")[0] for f in command_line_parts("runtime.x", ast.parse(source))] == [
+        "1", "3", "4", "7", "6", "8"]
+    refuses = "if __name__ == '__main__':\n    import sys\n    print('no', file=sys.stderr)\n    raise SystemExit(2)\n"
+    assert command_line_parts("runtime.x", ast.parse(refuses)) == []
+    help_file = tmp_path / "cmd.py"
+    help_file.write_text("import runtime.train\nHELP = runtime.train.__doc__\nOWN = __doc__\n")
+    assert help_read_from_the_library({"cmd": help_file}) == ["cmd:2"]

@@ -13,7 +13,7 @@ from functools import partial
 
 
 def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: bool = False):
-    """The policy of `opts` (a `runtime.train.TrainOptions`) for the model `spec` at world size `p`, planning with
+    """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
     `cost_model` (default `opts.cost_model`) on `opts.cluster` (simulator/planner.py). Rank 0 states what plans
     the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster

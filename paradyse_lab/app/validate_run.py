@@ -49,9 +49,9 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
     """Train every policy on this rank (call on every rank); rank 0 writes the measured steps and meta."""
     import torch
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import comm
-    from runtime.train import TrainOptions
 
     rows = []
     bar = None

@@ -1,7 +1,7 @@
 """The `paradyse-lab calibrate` command: options, the launch of the ranks and the printed summary.
 
-What it measures and writes is runtime/measure/calibrate.py's (`calibrate(opts, group)` on every rank); this module
-is the command line around it: `paradyse-lab calibrate --out DIR` (under torchrun: `torchrun --standalone
+What it measures and writes is paradyse_lab/app/measure/calibrate.py's (`calibrate(opts, group)` on every rank); this
+module is the command line around it: `paradyse-lab calibrate --out DIR` (under torchrun: `torchrun --standalone
 --nproc-per-node 8 -m paradyse_lab calibrate --out DIR`).
 """
 
@@ -38,13 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args):
-    """Validated `runtime.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine defaults where
-    a flag is absent."""
+    """Validated `paradyse_lab.app.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine
+    defaults where a flag is absent."""
+    from paradyse_lab.app.measure.calibrate import length_grid, machine_defaults
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
     from runtime.launch import torchrun_rank
-    from runtime.measure.calibrate import length_grid, machine_defaults
 
     d = machine_defaults()
     nproc = args.nproc or d["nproc"]
@@ -73,7 +73,7 @@ def options_from_args(args):
             why = get_strategy(name).violation(spec, nproc, s)
             if why:
                 raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
-    from runtime.measure.calibrate import CalibrateOptions
+    from paradyse_lab.app.measure.calibrate import CalibrateOptions
 
     return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
                             lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
@@ -81,16 +81,16 @@ def options_from_args(args):
 
 
 def _rank_main(opts, progress: bool, group=None) -> None:
-    from runtime.measure.calibrate import calibrate
+    from paradyse_lab.app.measure.calibrate import calibrate
 
     calibrate(opts, group, progress)
 
 
 def run(args) -> int:
     """The `calibrate` command."""
+    from paradyse_lab.app.measure.calibrate import SETTINGS_FILE
     from paradyse_lab.cli.validate_run_command import output_folder
     from runtime.launch import launch
-    from runtime.measure.calibrate import SETTINGS_FILE
 
     opts = options_from_args(args)
     out = output_folder(opts.out)
@@ -153,10 +153,10 @@ def print_summary(s: dict) -> None:
 
 def register(subparsers) -> None:
     """Add the `calibrate` sub-command (imports no torch until it runs)."""
-    import runtime.measure.calibrate
+    import paradyse_lab.app.measure.calibrate
 
     parser = subparsers.add_parser("calibrate", help="measure this machine: cluster.toml and a measured profile",
-                                   description=runtime.measure.calibrate.__doc__,
+                                   description=paradyse_lab.app.measure.calibrate.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run)

@@ -1,11 +1,11 @@
-"""The `paradyse-lab profile` command: its options, checked, and the run of runtime/measure/profiler.py.
+"""The `paradyse-lab profile` command: its options, checked, and the run of paradyse_lab/app/measure/profiler.py.
 
     paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
         --mode rank-local --p 8 --out profile.csv
     torchrun --standalone --nproc-per-node 8 -m paradyse_lab profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
 
-What a row holds and how it is measured: runtime/measure/profiler.py's module docstring (the command's --help).
+What a row holds and how it is measured: paradyse_lab/app/measure/profiler.py's module docstring (the command's --help).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ def run(args) -> int:
     """The `profile` command (imports torch here, not at registration)."""
     import torch
 
+    from paradyse_lab.app.measure.profiler import profile, profile_distributed, write_rows_atomic
     from paradyse_lab.errors import UserInputError
-    from runtime.measure.profiler import profile, profile_distributed, write_rows_atomic
 
     opts = parse_options(args)
     if opts.mode == "distributed":
@@ -44,7 +44,7 @@ def run(args) -> int:
 
 
 def parse_options(args):
-    """`runtime.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
+    """`paradyse_lab.app.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.strategies import StrategyOption
 
@@ -79,17 +79,17 @@ def parse_options(args):
         raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
     if args.mode == "rank-local" and args.rank >= args.p:
         raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
+    from paradyse_lab.app.measure.profiler import ProfileOptions
     from paradyse_lab.options import from_namespace
-    from runtime.measure.profiler import ProfileOptions
 
     return from_namespace(ProfileOptions, args, seqs=seqs, strategies=strategies)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab profile`: one per field of runtime.measure.profiler.ProfileOptions
+    """The options of `paradyse-lab profile`: one per field of paradyse_lab.app.measure.profiler.ProfileOptions
     (paradyse_lab/options.py), and --out."""
+    from paradyse_lab.app.measure.profiler import ProfileOptions
     from paradyse_lab.options import add_dataclass_arguments
-    from runtime.measure.profiler import ProfileOptions
 
     add_dataclass_arguments(parser, ProfileOptions)
     parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")
@@ -97,10 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add the `profile` sub-command (imports no torch until it runs)."""
-    import runtime.measure.profiler
+    import paradyse_lab.app.measure.profiler
 
     parser = subparsers.add_parser("profile", help="measure strategies' step time and memory per length",
-                                   description=runtime.measure.profiler.__doc__,
+                                   description=paradyse_lab.app.measure.profiler.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run, out_file=True)

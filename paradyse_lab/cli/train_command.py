@@ -3,24 +3,25 @@
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
     torchrun --standalone --nproc-per-node 4 -m paradyse_lab train --model gpt2-tiny --dataset uniform:512:1024
 
-What a run does: runtime/train.py's module docstring (the command's --help); the planner it trains with:
-paradyse_lab/app/training.py.
+What a run does: paradyse_lab/app/train_options.py's module docstring (the command's --help); the planner it
+trains with: paradyse_lab/app/training.py.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from paradyse_lab.app import train_options
+from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab train`: one per field of runtime.train.TrainOptions (paradyse_lab/options.py), and
+    """The options of `paradyse-lab train`: one per field of TrainOptions (paradyse_lab/app/train_options.py), and
     --nproc (how to launch, not part of the run)."""
     from paradyse_lab.cli.output import cost_model_help
     from paradyse_lab.options import add_dataclass_arguments
-    from runtime.train import TrainOptions
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
     parser.add_argument("--nproc", "--gpus", dest="nproc", type=int, default=None,
@@ -32,11 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    """`runtime.train.TrainOptions` from parsed arguments (validated)."""
+    """`TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
     from paradyse_lab.options import from_namespace
     from runtime.launch import torchrun_rank
-    from runtime.train import TrainOptions
     from runtime.train_inputs import check_log_file, check_options
     from simulator.policies import PolicySpec
 
@@ -127,10 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the `train` sub-command to the paradyse-lab CLI (imports no torch until it runs)."""
-    import runtime.train
-
     parser = subparsers.add_parser("train", help="train with per-layer strategy switching (torch.distributed)",
-                                   description=runtime.train.__doc__,
+                                   description=train_options.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run)

@@ -10,7 +10,7 @@ calibrated strategy's time is re-weighted from these parts (`StrategyCalibration
 calls itself `calibrated`; memory is never calibrated.
 
 On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
-runtime/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
+paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
 priced from those counts instead of the schedule's element-wise formula: launches x `launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
 after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, plus their latency-bound calls,

@@ -24,7 +24,7 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
   from the other is an all-to-all, so DeepSpeed-Ulysses, and runtime/ulysses_z.py, keep both. (In
   megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
-  measured against these counts (tests/runtime/measure/test_profiler.py).
+  measured against these counts (tests/paradyse_lab/app/measure/test_profiler.py).
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and

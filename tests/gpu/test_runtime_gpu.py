@@ -182,8 +182,8 @@ def test_strategies_over_nccl():
 
 
 def test_training_on_one_gpu_in_bf16_lowers_the_loss(tmp_path):
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=30, max_len=256, progress=False,
                         checkpoint_dir=str(tmp_path), checkpoint_every=15)
@@ -217,11 +217,11 @@ def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
 def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
     """On CUDA: the profile's peak counts every model state (16 bytes per parameter) and the kept activations,
     the fused kernel that ran is named, and profiling the same row twice gives the same peak (nothing of the
-    kept-bytes forward survives the reset: runtime/measure/profiler.py `reset_peak`)."""
+    kept-bytes forward survives the reset: paradyse_lab/app/measure/profiler.py `reset_peak`)."""
     from types import SimpleNamespace
 
+    from paradyse_lab.app.measure import profiler
     from paradyse_lab.cli.profile_command import parse_options
-    from runtime.measure import profiler
 
     args = SimpleNamespace(model="gpt2-tiny", seqs="256,256", strategies="megatron_cz", mode="rank-local", p=2,
                            rank=0, batch=1, layers=2, warmup=1, repeats=1, device="cuda", dtype="bf16", cluster="",

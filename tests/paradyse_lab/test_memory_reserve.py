@@ -39,10 +39,10 @@ def _plan_args(**kw) -> argparse.Namespace:
 
 
 def test_plan_simulate_and_train_budget_the_same_bytes():
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
     from paradyse_lab.cli.solver_commands import build_problem
     from paradyse_lab.model_spec import get_model
-    from runtime.train import TrainOptions
     from simulator.experiments import Setup
 
     h100 = PRESETS["h100-80gb-x8"]

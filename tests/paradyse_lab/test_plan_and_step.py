@@ -1,4 +1,5 @@
-"""paradyse_lab/plan.py (the plan's one type), the one rule for a step's length, the layer kinds' one home."""
+"""paradyse_lab/plan.py (the plan's one type), the one rule for a step's length, the model shapes' one home (kinds
+included)."""
 
 import pickle
 
@@ -48,3 +49,21 @@ def test_a_plan_in_short_as_the_train_log_and_validate_run_print_it():
 
     assert Plan.from_names(["megatron_ts", "metp+recompute"]).short_text() == "TS,ME+r"
     assert short_text(["colossal_z", ""]) == "colossal_z,"  # no abbreviation: the name as it is
+
+
+def test_the_runtime_config_is_a_view_of_the_model_spec():
+    """The model's shapes have one home, `ModelSpec`: the runtime's `GPTConfig` holds its fields under the same
+    names (the norms' epsilon is `eps`; a checkpoint records them so) and adds none, and every preset the runtime
+    can run goes ModelSpec -> GPTConfig -> ModelSpec unchanged (what `train` builds its model from)."""
+    from dataclasses import fields, replace
+
+    from paradyse_lab.model_spec import PRESETS, ModelSpec
+    from runtime.reference import GPTConfig
+
+    renamed = {"eps": "norm_eps"}
+    spec_fields = {f.name for f in fields(ModelSpec)}
+    assert {renamed.get(f.name, f.name) for f in fields(GPTConfig)} - spec_fields == set()
+    runnable = [spec for spec in PRESETS.values() if spec.embedding_and_head]
+    assert len(runnable) >= 8
+    for spec in runnable:
+        assert GPTConfig.from_model_spec(spec).model_spec(spec.dtype) == replace(spec, name="runtime"), spec.name

@@ -186,8 +186,8 @@ def grouped_refusals_case(rank: int, p: int, group) -> None:
 
 def _train_sizes(common: dict, sizes, group) -> dict[int, list[dict]]:
     """`train` with `common` options at every --group-size in `sizes`: size -> log."""
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     logs = {}
     for size in sizes:
@@ -225,8 +225,8 @@ def _train_with_planner(common: dict, group) -> list[dict]:
     """`runtime.train.train` with the group planner `_mixed_groups` and the application's policies."""
     from functools import partial
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import TrainOptions
     from runtime.train import train as run_training
 
     opts = TrainOptions(**common)
@@ -244,8 +244,8 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     import torch.distributed as dist
     from runtime_cases import _shared_tmpdir
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     common = {"model": "gpt2-tiny", "dataset": "uniform:16:48", "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}

@@ -125,7 +125,7 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5). The policy
     puts the steps of MAX_LEN tokens on the tiled loss (`TiledFrom`): 4 of the 8 training micro-steps and both
     held-out steps, which each evaluation runs with the tiled loss too (it ran the whole head whatever the plan)."""
-    from runtime.train import TrainOptions
+    from paradyse_lab.app.train_options import TrainOptions
 
     root, train_file, eval_file = _token_files(rank)
     log, tiled = _train_counting_tiled_losses(
@@ -158,8 +158,8 @@ def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from text_corpus import build_tokenizer, documents
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     box = [tempfile.mkdtemp(prefix="paradyse-text-") if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)

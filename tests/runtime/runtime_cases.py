@@ -15,6 +15,7 @@ import torch
 import weights_cases
 from torch.testing import assert_close
 
+from paradyse_lab.app.measure.profiler import KeptRecorder
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
@@ -23,7 +24,6 @@ from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
-from runtime.measure.profiler import KeptRecorder
 from runtime.model import STRATEGY_MODULES, run_option
 from runtime.offload import Offloader
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
@@ -552,8 +552,8 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from paradyse_lab.app.measure.profiler import KeptRecorder
     from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
-    from runtime.measure.profiler import KeptRecorder
     from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
     cfg = llama_config(2)
@@ -713,8 +713,8 @@ def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int) -> 
 
 def train_loss_falls_case(rank: int, p: int, group) -> None:
     """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=20, lr=3e-3, max_len=S,
                              progress=False), group)
@@ -742,10 +742,10 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
-    from runtime.train import TrainOptions
     from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
@@ -786,8 +786,9 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
     it), and the policy then plans every step with it alone."""
     import os
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import TrainOptions, train
+    from runtime.train import train
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 97)
@@ -833,8 +834,8 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 96)
@@ -919,8 +920,8 @@ def checkpoint_lock_refused_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     held, broken = os.path.join(root, "held"), os.path.join(root, "broken")
@@ -956,9 +957,10 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from paradyse_lab.plan import Plan
-    from runtime.train import TrainOptions, decide_plan_on_rank0
+    from runtime.train import decide_plan_on_rank0
     from simulator.policies import StepPlan
 
     calls: list[int] = []
@@ -994,8 +996,8 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     lengths = os.path.join(root, "lengths.txt")
@@ -1027,10 +1029,10 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
     from runtime.dcp_checkpoint import read_entries
-    from runtime.train import TrainOptions
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
@@ -1088,9 +1090,9 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.measure.profiler import profile, profile_distributed
     from paradyse_lab.cli.profile_command import add_arguments, parse_options
     from paradyse_lab.profiles import read_profiles
-    from runtime.measure.profiler import profile, profile_distributed
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -1147,11 +1149,11 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
 
+    from paradyse_lab.app.measure.calibrate import CalibrateOptions, calibrate, profile_options
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
     from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
     from paradyse_lab.profiles import read_profiles
-    from runtime.measure.calibrate import CalibrateOptions, calibrate, profile_options
 
     root = _shared_tmpdir(rank, p, group)
     model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost

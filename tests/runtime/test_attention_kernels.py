@@ -197,11 +197,11 @@ def test_other_errors_fall_back_to_math_with_a_warning_and_say_so(monkeypatch):
 
 
 def test_a_failing_kernel_loses_only_its_own_attention_curve(monkeypatch):
-    """runtime.measure.gpu_session's attention stage: a kernel that raises (an unsupported flash-attn) is recorded as
-    skipped with its error, and the other kernels' rows are still written."""
+    """paradyse_lab.app.measure.gpu_session's attention stage: a kernel that raises (an unsupported flash-attn) is
+    recorded as skipped with its error, and the other kernels' rows are still written."""
     import time
 
-    from runtime.measure import kernel_bench
+    from paradyse_lab.app.measure import kernel_bench
 
     def broken(*args):
         raise TypeError("_flash_attn_forward() missing 3 required positional arguments")

@@ -13,12 +13,12 @@ import torch
 from hf_folders import build, hf_loss, save
 from torch.testing import assert_close
 
+from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
 from runtime.dcp_checkpoint import config_of, read_full
 from runtime.reference import GPTConfig, ReferenceGPT
 from runtime.step_inputs import markov_tokens
-from runtime.train import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))

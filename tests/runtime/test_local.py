@@ -191,7 +191,7 @@ def test_train_command_reports_bad_input_without_a_traceback(capsys):
 
 def test_running_the_training_library_module_refuses_and_names_the_command():
     """`python -m runtime.train` used to be the command; run directly it must not exit 0 having done nothing
-    (runtime/measure/profiler.py and calibrate.py end with the same block)."""
+    (paradyse_lab/app/measure/profiler.py and calibrate.py end with the same block)."""
     import subprocess
     import sys
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
 from runtime.optim_schedule import check_optimisation_options, lr_factor, micro_weights
-from runtime.train import TrainOptions
 
 
 def test_warmup_then_each_schedule():

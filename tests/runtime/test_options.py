@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from paradyse_lab.app.measure.profiler import ProfileOptions
+from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli.profile_command import add_arguments as add_profile_arguments
 from paradyse_lab.cli.train_command import add_arguments as add_train_arguments
 from paradyse_lab.cli.train_command import options_from_args
 from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace, number
-from runtime.measure.profiler import ProfileOptions
-from runtime.train import TrainOptions
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,14 @@ def test_train_flags_give_the_options_they_name():
                                                    recompute=True, progress=False, max_len=128, checkpoint_every=2)
     defaults = parser.parse_args(["--model", "gpt2-tiny", "--dataset", "uniform:64:128"])
     assert options_from_args(defaults) == TrainOptions(model="gpt2-tiny", dataset="uniform:64:128")
+
+
+def test_the_train_help_is_the_applications():
+    """`paradyse-lab train --help` describes a run with paradyse_lab/app/train_options.py's docstring (the
+    runtime's training loop has a library docstring of its own)."""
+    import paradyse_lab.app.train_options
+    from paradyse_lab.cli import build_parser
+
+    sub = next(a for a in build_parser("train")._actions if isinstance(a, argparse._SubParsersAction))
+    assert sub.choices["train"].description == paradyse_lab.app.train_options.__doc__
+    assert "--pack-tokens" in paradyse_lab.app.train_options.__doc__

@@ -34,12 +34,12 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     --max-len is cut to it."""
     import torch
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import Workload
     from runtime.reference import GPTConfig
     from runtime.step_inputs import StepInputs
-    from runtime.train import TrainOptions
     from simulator.engine import simulate
     from simulator.planner import build_planner
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.errors import RunStopped, UserInputError
 from runtime.model import ParallelGPT
-from runtime.train import TrainOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
@@ -518,3 +518,31 @@ def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_
     _run(tmp_path / "b", steps=2)
     with pytest.raises(UserInputError, match="accumulate=1; this run has 2"):
         _run(tmp_path / "b", steps=4, resume=True, accumulate=2)
+
+
+def test_the_runtime_loop_takes_a_plain_options_object():
+    """runtime.train.train reads the run's settings as attributes: a `SimpleNamespace` of the application's
+    `TrainOptions` trains the same steps to the same losses as the dataclass itself."""
+    from dataclasses import asdict
+    from functools import partial
+    from types import SimpleNamespace
+
+    from paradyse_lab.app.training import plan_policy
+    from runtime.train import train as run_training
+
+    opts = TrainOptions(**BASE, steps=2)
+    plain = SimpleNamespace(**asdict(opts))
+    logs = [run_training(o, policy_for=partial(plan_policy, o, quiet=True)) for o in (opts, plain)]
+    assert [r["loss"] for r in logs[0]] == [r["loss"] for r in logs[1]]
+    assert [r["seq_len"] for r in logs[0]] == [r["seq_len"] for r in logs[1]] and len(logs[0]) == 2
+
+
+def test_a_checkpoint_without_a_newer_setting_was_written_with_its_default():
+    """The settings older checkpoints do not record (runtime/dcp_checkpoint.py `OPTIONAL_SETTINGS`) are compared
+    with the values those runs had: today's `TrainOptions` defaults, so a run at the defaults resumes them."""
+    from dataclasses import fields
+
+    from runtime.dcp_checkpoint import OPTIONAL_SETTINGS
+
+    defaults = {f.name: f.default for f in fields(TrainOptions)}
+    assert OPTIONAL_SETTINGS == {key: defaults[key] for key in OPTIONAL_SETTINGS}

@@ -40,12 +40,12 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
     transformers with the runtime's logits (1e-5)."""
     from hf_folders import build, hf_loss, save
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime.dcp_checkpoint import read_full
     from runtime.hf_export import export_hf
     from runtime.reference import GPTConfig, ReferenceGPT
     from runtime.step_inputs import markov_tokens
-    from runtime.train import TrainOptions
 
     root = _shared_dir(rank)
     folder = os.path.join(root, "llama")

@@ -69,8 +69,8 @@ def test_train_reads_its_memory_budget_in_gib():
     deprecated --budget-gb is GB, tests/paradyse_lab/cli/test_planner_usability.py)."""
     from dataclasses import replace
 
+    from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import TrainOptions
 
     spec = replace(get_model("gpt2-tiny"), dtype="fp32")
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", policy="dynamic:dp", budget_gib=2.0)

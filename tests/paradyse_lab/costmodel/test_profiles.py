@@ -92,7 +92,7 @@ def test_bundled_profile_is_small_valid_and_labelled():
     df = read_profiles(path)
     assert set(df["source"]) == {"analytic"} and set(df["device"]) == {"a100-80gb-x8"}
     assert {"bert", "llama", "gpt", "llama3-8b"} <= set(df["model"])
-    measured = default_profile("h100-80gb-x8")  # measured on an H100 by runtime.measure.gpu_session
+    measured = default_profile("h100-80gb-x8")  # measured on an H100 by paradyse_lab.app.measure.gpu_session
     assert measured == DATA_DIR / "measured-rank-local_h100-80gb-x8.csv"
     h100 = read_profiles(measured)
     assert set(h100["source"]) == {"measured-rank-local"} and set(h100["model"]) == {"bert", "llama", "gpt"}

@@ -1,6 +1,6 @@
-"""`python -m runtime.measure.pack_balance`: the attention balance of packed steps, JSON and errors.
+"""`python -m paradyse_lab.app.measure.pack_balance`: the attention balance of packed steps, JSON and errors.
 
-Run: `python -m pytest -q tests/runtime/measure/test_pack_balance.py`.
+Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_pack_balance.py`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 
 
 def test_pack_balance_command_prints_json(capsys):
-    from runtime.measure.pack_balance import main
+    from paradyse_lab.app.measure.pack_balance import main
 
     assert main(["uniform:512:4096", "--pack-tokens", "8192", "--p", "4", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -19,7 +19,7 @@ def test_pack_balance_command_prints_json(capsys):
 
 
 def test_pack_balance_command_refuses_a_bad_budget(capsys):
-    from runtime.measure.pack_balance import main
+    from paradyse_lab.app.measure.pack_balance import main
 
     assert main(["uniform:512:4096", "--pack-tokens", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -29,7 +29,7 @@ def test_pack_balance_command_refuses_a_bad_budget(capsys):
 def test_per_document_zig_zag_balances_documents_without_padding_exactly(tmp_path):
     """Documents whose lengths are multiples of 2p need no padding: every rank's causal and non-causal
     attention work is the same, step by step; a one-token document's padding unbalances its step a little."""
-    from runtime.measure.pack_balance import balance
+    from paradyse_lab.app.measure.pack_balance import balance
 
     path = tmp_path / "lengths.txt"
     path.write_text("4096\n2048\n1024\n512\n8192\n64\n")

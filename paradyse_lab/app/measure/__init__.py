@@ -4,9 +4,9 @@ imports them.
 - profiler: `paradyse-lab profile`, one profile row per strategy and length (rank-local or distributed);
 - stack_profile, kernel_bench: layer-stack profiles and GEMM / attention efficiencies on one device;
 - gpu_session (with gpu_session_plan, gpu_session_stages) and gpu_validate: the one-call GPU session,
-  `python -m runtime.measure.gpu_session --out DIR`, and its prediction/measurement table;
+  `python -m paradyse_lab.app.measure.gpu_session --out DIR`, and its prediction/measurement table;
 - calibrate: `paradyse-lab calibrate --out DIR`, the machine's collectives, kernels and a profile;
-- pack_balance: `python -m runtime.measure.pack_balance DATASET --pack-tokens N`, how evenly the zig-zag layout
+- pack_balance: `python -m paradyse_lab.app.measure.pack_balance DATASET --pack-tokens N`, how evenly the zig-zag layout
   of a packed step spreads attention over the ranks.
 
 Software versions of every measurement come from paradyse_lab/software_versions.py.

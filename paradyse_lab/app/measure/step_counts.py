@@ -1,7 +1,7 @@
 """What one training step of the runtime dispatches besides its GEMMs, attention kernels and collectives:
 operator launches and the bytes the memory-bound operators move.
 
-Library module of `paradyse-lab calibrate` (runtime/measure/calibrate.py), which writes the counts into the
+Library module of `paradyse-lab calibrate` (paradyse_lab/app/measure/calibrate.py), which writes the counts into the
 measured cluster file (`[step_counts]`, paradyse_lab/measured_cluster.py) for the analytic model to price:
 launches x the measured launch cost, bytes / the measured memory bandwidth (costmodel/analytic.py). These are
 counts of what the runtime does, taken with `TorchDispatchMode` on one process playing rank 0 of a p-rank
@@ -114,14 +114,14 @@ def counting():
 
 
 def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[int, int]:
-    """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (runtime/measure/profiler.py's
+    """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (paradyse_lab/app/measure/profiler.py's
     `measure_kept_bytes` set-up)."""
     import torch
 
+    from paradyse_lab.app.measure.profiler import random_sublayer_params
     from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
     from runtime.layout import PARAM_NAMES, shard_sublayer
-    from runtime.measure.profiler import random_sublayer_params
     from runtime.model import STRATEGY_MODULES
     from runtime.sublayer import make_ctx, run_sublayer
 

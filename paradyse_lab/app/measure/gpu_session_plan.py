@@ -1,6 +1,7 @@
-"""What `python -m runtime.measure.gpu_session` measures (`MeasurementPlan`, `QUICK`), its output folder, budget and
-log (`Session`), and the helpers its stages share. Library module: the command is runtime/measure/gpu_session.py,
-the stages runtime/measure/gpu_session_stages.py; both import this one (and it imports neither).
+"""What `python -m paradyse_lab.app.measure.gpu_session` measures (`MeasurementPlan`, `QUICK`), its output folder,
+budget and log (`Session`), and the helpers its stages share. Library module: the command is
+paradyse_lab/app/measure/gpu_session.py, the stages paradyse_lab/app/measure/gpu_session_stages.py; both import this one
+(and it imports neither).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import write_text_atomic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")
 PROFILE_MODELS = ("bert", "llama", "gpt")
 

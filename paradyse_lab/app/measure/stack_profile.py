@@ -1,10 +1,10 @@
 """Rank-local profiles of a model's layer stack at p ranks, up to the memory limit, under a time budget.
 
-Library module of `python -m runtime.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv in
-the schema of paradyse_lab/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
+Library module of `python -m paradyse_lab.app.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv
+in the schema of paradyse_lab/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
 `bert`, `llama` and `gpt` presets are layer stacks (no embedding, head or loss: the paper times the layers
-only), which `paradyse-lab profile` (runtime/measure/profiler.py, a whole `ParallelGPT`) cannot run; this module
-runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`, the same
+only), which `paradyse-lab profile` (paradyse_lab/app/measure/profiler.py, a whole `ParallelGPT`) cannot run; this
+module runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`, the same
 autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/fake_group.py.
 
 One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -> y, then y.backward(dy).
@@ -21,7 +21,7 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   or timed): the cost model's peak (paradyse_lab/profiles.py). On CPU there is no allocator counter:
   peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
-- kept_bytes: the storages saved for backward (runtime.measure.profiler.KeptRecorder), parameters excluded.
+- kept_bytes: the storages saved for backward (paradyse_lab.app.measure.profiler.KeptRecorder), parameters excluded.
 - attention_kernel: the attention kernels that actually ran (runtime/attention.py `kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
@@ -52,8 +52,8 @@ class LayerStack:
     def __init__(self, spec, p: int, device, dtype, rank: int = 0, seed: int = 0):
         import torch
 
+        from paradyse_lab.app.measure.profiler import resident_model_states
         from runtime.fake_group import FakeGroup
-        from runtime.measure.profiler import resident_model_states
 
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
@@ -115,9 +115,9 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
     """compute_s, repeats, peak, kept and state bytes of one step of `option` at `seq_len` (module docstring)."""
     import torch
 
+    from paradyse_lab.app.measure.kernel_bench import _timed
+    from paradyse_lab.app.measure.profiler import KeptRecorder, reset_peak
     from runtime.attention import kernels_used
-    from runtime.measure.kernel_bench import _timed
-    from runtime.measure.profiler import KeptRecorder, reset_peak
 
     dev, cuda = stack.device, stack.device.type == "cuda"
     x = torch.randn(batch, seq_len // stack.p, stack.spec.hidden, device=dev, dtype=stack.dtype)  # [b, s/p, h]

@@ -1,4 +1,4 @@
-"""runtime/measure/step_counts.py: the runtime's launches and memory-bound bytes, counted, not fitted."""
+"""paradyse_lab/app/measure/step_counts.py: the runtime's launches and memory-bound bytes, counted, not fitted."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def cfg():
 
 @pytest.mark.parametrize("option", ["metp+recompute"])  # the most launches: ring, shards, recompute
 def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
-    from runtime.measure.step_counts import _linear, _sublayer_tally
+    from paradyse_lab.app.measure.step_counts import _linear, _sublayer_tally
 
     for kind in ("attention", "mlp"):
         a, b, c = (_sublayer_tally(cfg, kind, option, 2, s) for s in (8, 16, 32))
@@ -31,9 +31,9 @@ def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
 def test_every_dispatch_launches_and_only_memory_bound_operators_move_bytes(cfg):
     import torch
 
+    from paradyse_lab.app.measure.step_counts import counting
     from runtime import attention, comm
     from runtime.fake_group import FakeGroup
-    from runtime.measure.step_counts import counting
 
     before = (attention._run, comm.all_gather)
     a, w = torch.randn(16, 32), torch.randn(32, 32)
@@ -47,7 +47,7 @@ def test_every_dispatch_launches_and_only_memory_bound_operators_move_bytes(cfg)
 
 
 def test_step_counts_cover_every_option_the_rest_of_the_model_and_the_optimizer(cfg):
-    from runtime.measure.step_counts import step_counts
+    from paradyse_lab.app.measure.step_counts import step_counts
 
     counts = step_counts(cfg, 2, ["megatron_ts", "megatron_cz"], (8, 16))
     assert set(counts) == {"megatron_ts.attention", "megatron_ts.mlp", "megatron_cz.attention", "megatron_cz.mlp",
@@ -70,8 +70,8 @@ def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
 
     import torch
 
+    from paradyse_lab.app.measure.step_counts import counting, step_epilogue
     from runtime.fake_group import FakeGroup
-    from runtime.measure.step_counts import counting, step_epilogue
 
     def tally(n):
         w = torch.nn.Parameter(torch.randn(n))
@@ -90,8 +90,8 @@ def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
 def test_the_dispatch_benchmark_prices_one_counted_dispatch():
     import torch
 
-    from runtime.measure.calibrate import DISPATCH_CHAIN_BLOCKS, dispatch_chain, measure_dispatch_s
-    from runtime.measure.step_counts import counting
+    from paradyse_lab.app.measure.calibrate import DISPATCH_CHAIN_BLOCKS, dispatch_chain, measure_dispatch_s
+    from paradyse_lab.app.measure.step_counts import counting
 
     run = dispatch_chain(torch.device("cpu"), torch.float32)
     with counting() as tally:

@@ -4,7 +4,7 @@ and the rank-local profiles of the paper's models, as files in one folder.
 Command, on any machine with one CUDA GPU (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv,
 attention.csv and one profile per model, DIR/<device-kind>_<model>.csv: 8 files):
 
-    python -m runtime.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
+    python -m paradyse_lab.app.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
 It imports only torch, numpy, pandas, networkx, tqdm and pytest (with pytest-timeout and hypothesis for the
 GPU tests): paradyse_lab imports pandas and networkx at import time, never scikit-learn, OR-Tools or
@@ -14,7 +14,7 @@ flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e
 `flash-attn`. Then, e.g. for an H100:
 
     mkdir -p results/gpu-h100 && cp DIR/* results/gpu-h100/
-    python -m runtime.measure.gpu_validate results/gpu-h100 \\
+    python -m paradyse_lab.app.measure.gpu_validate results/gpu-h100 \\
         --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
     cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json
     paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
@@ -33,8 +33,8 @@ counted from the start) ends the run in time: a stage that cannot start is recor
 gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).
 CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
 with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu` is the CPU test of
-this script (tests/runtime/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
-runtime/measure/kernel_bench.py, runtime/measure/stack_profile.py.
+this script (tests/paradyse_lab/app/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
+paradyse_lab/app/measure/kernel_bench.py, paradyse_lab/app/measure/stack_profile.py.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from runtime.measure.gpu_session_plan import (  # noqa: F401 - device_kind, STAGES: this command's API
+from paradyse_lab.app.measure.gpu_session_plan import (  # noqa: F401 - device_kind, STAGES: this command's API
     QUICK,
     STAGES,
     MeasurementPlan,
@@ -59,7 +59,7 @@ from runtime.measure.gpu_session_plan import (  # noqa: F401 - device_kind, STAG
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m runtime.measure.gpu_session", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m paradyse_lab.app.measure.gpu_session", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder to write (created)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (the CPU test of this script)")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         torch.set_num_threads(1)  # a shared 2-core machine stalls small kernels with more
     try:
-        from runtime.measure import gpu_session_stages as st
+        from paradyse_lab.app.measure import gpu_session_stages as st
 
         try:
             ctx = st.context(torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda"

@@ -1,4 +1,5 @@
-"""The stages of `python -m runtime.measure.gpu_session --out DIR` (see that module for the command and the files).
+"""The stages of `python -m paradyse_lab.app.measure.gpu_session --out DIR` (see that module for the command and the
+files).
 
 Library module. Each `stage_NAME(ctx, record)` writes its file(s) under ctx.session.out and fills `record`
 (its entry in session_log.json); the session guards it, so an exception here is recorded, not fatal.
@@ -13,9 +14,9 @@ import sys
 import time
 from dataclasses import dataclass
 
+from paradyse_lab.app.measure.gpu_session_plan import REPO, MeasurementPlan, Session, device_kind, write_csv_atomic
 from paradyse_lab.atomic_write import write_text_atomic
 from paradyse_lab.software_versions import software_versions, versions_text
-from runtime.measure.gpu_session_plan import REPO, MeasurementPlan, Session, device_kind, write_csv_atomic
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Context:
 def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Context:
     import torch
 
-    from runtime.measure.profiler import device_name
+    from paradyse_lab.app.measure.profiler import device_name
 
     cuda = device.type == "cuda"
     name = device_name(device) if cuda else "cpu"
@@ -114,8 +115,8 @@ def stage_pytest(ctx: Context, record: dict) -> None:
 
 
 def stage_gemm(ctx: Context, record: dict) -> None:
+    from paradyse_lab.app.measure.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
     from paradyse_lab.model_spec import get_model
-    from runtime.measure.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
 
     specs = [get_model(m) for m in ctx.plan.models]
     shapes = gemm_shapes(specs, ctx.plan.gemm_seqs, ctx.plan.p, ops=ctx.plan.gemm_ops)
@@ -125,8 +126,8 @@ def stage_gemm(ctx: Context, record: dict) -> None:
 
 
 def stage_attention(ctx: Context, record: dict) -> None:
+    from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, bench_attention
     from paradyse_lab.model_spec import get_model
-    from runtime.measure.kernel_bench import ATTENTION_COLUMNS, bench_attention
 
     cases, seen = [], set()
     for m in ctx.plan.models:
@@ -151,8 +152,8 @@ def _finish_rows(ctx: Context, record: dict, name: str, rows, columns, skipped) 
 
 
 def stage_profiles(ctx: Context, record: dict) -> None:
+    from paradyse_lab.app.measure.stack_profile import free_memory, profile_curve, rows_of_curve
     from paradyse_lab.strategies import USABLE, StrategyOption
-    from runtime.measure.stack_profile import free_memory, profile_curve, rows_of_curve
 
     s = ctx.session
     end = s.deadline - min(8.0, 0.02 * s.budget_s)
@@ -211,8 +212,8 @@ def stage_profiles(ctx: Context, record: dict) -> None:
 
 def _build_stack(ctx: Context, model: str):
     """The `LayerStack` of `model` (with the plan's layer count) on the device."""
+    from paradyse_lab.app.measure.stack_profile import LayerStack
     from paradyse_lab.model_spec import get_model
-    from runtime.measure.stack_profile import LayerStack
 
     spec = get_model(model)
     return LayerStack(spec.with_layers(ctx.plan.layers) if ctx.plan.layers else spec, ctx.plan.p, ctx.device,
@@ -237,9 +238,9 @@ def _midpoints(lengths: list[int]) -> list[int]:
 def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
     import pandas as pd
 
+    from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
     from paradyse_lab.profiles import COLUMNS, validate_profiles
     from paradyse_lab.strategies import USABLE
-    from runtime.measure.stack_profile import EXTRA_COLUMNS
 
     rows.sort(key=lambda r: (USABLE.index(r["strategy"]), r["recompute"], r["seq_len"]))
     validate_profiles(pd.DataFrame(rows)[list(COLUMNS)].astype(str), f"{model} rows")
@@ -249,8 +250,9 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
 
 
 def stage_summary(ctx: Context, record: dict) -> None:
-    """Print the validation summary (runtime/measure/gpu_validate.py); writes no file (8 files come back at most)."""
-    from runtime.measure.gpu_validate import summarize, validate
+    """Print the validation summary (paradyse_lab/app/measure/gpu_validate.py); writes no file (8 files come back at
+    most)."""
+    from paradyse_lab.app.measure.gpu_validate import summarize, validate
 
     table = validate(ctx.session.out, cluster=None, write=False)
     for line in summarize(table):

@@ -91,7 +91,7 @@ class KeptRecorder:
         # A detached view (same storage, no copy), never `t` itself: a saved output returned as is makes the
         # cycle tensor -> grad_fn -> saved variable -> tensor through C++, which Python's garbage collector
         # cannot see, so the recorded forward's graph, and every activation it keeps, would never be freed
-        # unless a backward ran (tests/runtime/measure/test_profile_peaks.py).
+        # unless a backward ran (tests/paradyse_lab/app/measure/test_profile_peaks.py).
         return t.detach()
 
     def _unpack(self, packed):
@@ -196,7 +196,8 @@ def resident_model_states(params, spec, device):
 
 def reset_peak(device) -> None:
     """The point from which a profile's peak is measured: nothing of an earlier step may be alive here
-    (tests/runtime/measure/test_profile_peaks.py checks that no tensor saved for backward is still reachable)."""
+    (tests/paradyse_lab/app/measure/test_profile_peaks.py checks that no tensor saved for backward is still
+    reachable)."""
     if device.type == "cuda":
         import torch
 

@@ -1,10 +1,11 @@
 """What a profile row's peak means, and that nothing of an earlier step is alive when it is measured.
 
-Run: `python -m pytest -q tests/runtime/measure/test_profile_peaks.py`. Both profilers (runtime/measure/profiler.py, the
-whole model; runtime/measure/stack_profile.py, the layer stack of `runtime.measure.gpu_session`) hold every model state
-resident (16 bytes per parameter, `formulas.model_state_bytes_per_param`, the cost model's count) and record
-the attention kernel that ran; at the peak reset no tensor saved for backward by the kept-bytes forward may
-still be reachable (it would add a copy of every kept activation to `max_memory_allocated`).
+Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_profile_peaks.py`. Both profilers
+(paradyse_lab/app/measure/profiler.py, the whole model; paradyse_lab/app/measure/stack_profile.py, the layer stack of
+`paradyse_lab.app.measure.gpu_session`) hold every model state resident (16 bytes per parameter,
+`formulas.model_state_bytes_per_param`, the cost model's count) and record the attention kernel that ran; at the peak
+reset no tensor saved for backward by the kept-bytes forward may still be reachable (it would add a copy of every kept
+activation to `max_memory_allocated`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from types import SimpleNamespace
 
 import torch
 
+from paradyse_lab.app.measure import profiler
 from paradyse_lab.cli.profile_command import parse_options
 from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import StrategyOption
-from runtime.measure import profiler
 
 P = 2
 
@@ -71,7 +72,7 @@ def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel():
 
 
 def test_stack_profile_and_profiler_count_the_same_model_states():
-    from runtime.measure.stack_profile import LayerStack, measure_point
+    from paradyse_lab.app.measure.stack_profile import LayerStack, measure_point
 
     spec = replace(get_model("bert"), layers=1, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, dtype="fp32")
     stack = LayerStack(spec, P, torch.device("cpu"), torch.float32)

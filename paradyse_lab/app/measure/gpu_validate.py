@@ -1,10 +1,10 @@
 """Validate the analytic cost model against a GPU session's measurements: prediction / measurement of compute
 time and of peak memory per model, strategy and length, with pass/fail at 10% (time) and 5% (memory).
 
-Command (DIR is the folder `python -m runtime.measure.gpu_session --out DIR` wrote; writes DIR/validation.csv and
-DIR/validation.md, the table for the README, and prints a summary and the measured efficiency points):
+Command (DIR is the folder `python -m paradyse_lab.app.measure.gpu_session --out DIR` wrote; writes DIR/validation.csv
+and DIR/validation.md, the table for the README, and prints a summary and the measured efficiency points):
 
-    python -m runtime.measure.gpu_validate DIR [--cluster PRESET] [--out OUTDIR] [--combine PROFILE.csv]
+    python -m paradyse_lab.app.measure.gpu_validate DIR [--cluster PRESET] [--out OUTDIR] [--combine PROFILE.csv]
 
 - measured compute time: the profile's `compute_s` (rank-local: the rank's kernels, no communication; the
   whole step for measured-distributed rows, which have no compute_s); predicted: the analytic model's
@@ -178,9 +178,9 @@ def summarize(table) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from paradyse_lab.errors import UserInputError
 
-    parser = argparse.ArgumentParser(prog="python -m runtime.measure.gpu_validate", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m paradyse_lab.app.measure.gpu_validate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", help="the folder runtime.measure.gpu_session wrote")
+    parser.add_argument("folder", help="the folder paradyse_lab.app.measure.gpu_session wrote")
     parser.add_argument("--cluster", default=None, help="cluster preset or .toml (default: the device's preset)")
     parser.add_argument("--out", default=None, help="folder for validation.csv / validation.md (default FOLDER)")
     parser.add_argument("--combine", default=None, help="also write all profiles of FOLDER into this CSV")

@@ -1,7 +1,7 @@
 """Kernel efficiencies for the cost model: GEMMs at the paper models' matmul shapes, attention against length.
 
-Library module of `python -m runtime.measure.gpu_session --out DIR`, which writes what it measures to DIR/gemm.csv
-(`GEMM_COLUMNS`) and DIR/attention.csv (`ATTENTION_COLUMNS`). Timing (`measure`): CUDA events around each
+Library module of `python -m paradyse_lab.app.measure.gpu_session --out DIR`, which writes what it measures to
+DIR/gemm.csv (`GEMM_COLUMNS`) and DIR/attention.csv (`ATTENTION_COLUMNS`). Timing (`measure`): CUDA events around each
 call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median of the timed repeats.
 
 - GEMMs: for each model, sequence length s (T = s tokens, t = s/p per rank) and the way a strategy shapes

@@ -1,9 +1,9 @@
-"""runtime/measure/gpu_session.py on CPU (`--quick --device cpu`, bert with one layer at p = 8): every file with its
-documented columns, profiles that read back, the budget stopping the run cleanly, and runtime/measure/gpu_validate.py's
-table from those outputs.
+"""paradyse_lab/app/measure/gpu_session.py on CPU (`--quick --device cpu`, bert with one layer at p = 8): every file
+with its documented columns, profiles that read back, the budget stopping the run cleanly, and
+paradyse_lab/app/measure/gpu_validate.py's table from those outputs.
 
-Run: `python -m pytest -q tests/runtime/measure/test_gpu_session.py` (about 10 s, most of it the nested pytest of
-tests/gpu and the profiles).
+Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_gpu_session.py` (about 10 s, most of it the nested pytest
+of tests/gpu and the profiles).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from dataclasses import replace
 
 import pytest
 
+from paradyse_lab.app.measure import gpu_session, gpu_validate
+from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
+from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS, read_profiles
 from paradyse_lab.strategies import USABLE, StrategyOption
-from runtime.measure import gpu_session, gpu_validate
-from runtime.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
-from runtime.measure.stack_profile import EXTRA_COLUMNS
 
 PROFILE = "cpu_bert.csv"
 
@@ -83,7 +83,7 @@ def test_a_spent_budget_skips_every_stage_and_writes_no_csv(tmp_path):
 def test_a_curve_past_its_deadline_records_skipped_lengths():
     import torch
 
-    from runtime.measure.stack_profile import LayerStack, predict_step_s, profile_curve
+    from paradyse_lab.app.measure.stack_profile import LayerStack, predict_step_s, profile_curve
 
     stack = LayerStack(get_model("bert").with_layers(1), 8, torch.device("cpu"), torch.float32)
     res = profile_curve(stack, StrategyOption("metp"), [64, 128], time.perf_counter() + 5.0, known={64: 100.0})

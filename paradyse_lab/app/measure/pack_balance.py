@@ -2,7 +2,7 @@
 
 Command:
 
-    python -m runtime.measure.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
+    python -m paradyse_lab.app.measure.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
 
 Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/packing.py, `--pack-order`), pads
 every document to the layout unit 2p and cuts each into 2p chunks (runtime/packed.py, runtime/layout.py), and
@@ -52,10 +52,11 @@ def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m runtime.measure.pack_balance ...` (module docstring); a bad value: one line on stderr, exit 2."""
+    """`python -m paradyse_lab.app.measure.pack_balance ...` (module docstring); a bad value: one line on stderr, exit
+    2."""
     from paradyse_lab.errors import UserInputError
 
-    parser = argparse.ArgumentParser(prog="python -m runtime.measure.pack_balance", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m paradyse_lab.app.measure.pack_balance", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", help="workload: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA, "
                         "file:PATH")
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = balance(args.dataset, args.pack_tokens, args.p, args.pack_order, args.seed,
                        progress=args.format == "table")
     except UserInputError as err:
-        print(f"python -m runtime.measure.pack_balance: error: {err}", file=sys.stderr)
+        print(f"python -m paradyse_lab.app.measure.pack_balance: error: {err}", file=sys.stderr)
         return 2
     if args.format == "json":
         print(json.dumps(rows, indent=2))

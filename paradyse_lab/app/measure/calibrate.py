@@ -13,7 +13,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
    -> DIR/collectives.csv
-2. kernels (20%): GEMMs at the model's shapes (runtime/measure/kernel_bench.py: the forward, input- and
+2. kernels (20%): GEMMs at the model's shapes (app/measure/kernel_bench.py: the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
@@ -21,12 +21,12 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
    buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
    ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's launches and memory-bound
-   bytes per sub-layer and option, embedding / head and AdamW step (runtime/measure/step_counts.py).
+   bytes per sub-layer and option, embedding / head and AdamW step (app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
    Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
 3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
-   strategy, with and without recomputation, on every rank (runtime/measure/profiler.py, `measured-distributed`),
+   strategy, with and without recomputation, on every rank (app/measure/profiler.py, `measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
    -> DIR/profile.csv (the schema of paradyse_lab/profiles.py plus compute_s, comm_s, comm_modelled).
@@ -255,9 +255,9 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     """(gemm rows, attention rows, element-wise bytes/s) on every rank at once; rank 0's values."""
     import torch
 
+    from paradyse_lab.app.measure.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
     from runtime import attention, comm
     from runtime.launch import agree
-    from runtime.measure.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
 
     p = comm.size(group)
     dname = str(dtype).replace("torch.", "")
@@ -277,7 +277,7 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
         gemm_rows.append({**shp, "dtype": dname, "median_s": sec, "repeats": reps, "flops": flops})
     if bar is not None:
         bar.update(1)
-    from runtime.measure.kernel_bench import KERNEL_LABELS
+    from paradyse_lab.app.measure.kernel_bench import KERNEL_LABELS
 
     kernel = attention.backend(torch.empty(1, device=device, dtype=dtype))  # the kernel the runtime calls
     fwd, bwd = attention._KERNELS[kernel]
@@ -329,9 +329,9 @@ def dispatch_chain(device, dtype):
 
 def measure_dispatch_s(device, dtype) -> float:
     """Seconds per operator dispatch of a training step: the dispatch chain (`dispatch_chain`) timed, over the
-    operators `runtime/measure/step_counts.py`'s counter counts in it (the unit of the step counts' launches)."""
-    from runtime.measure.kernel_bench import measure
-    from runtime.measure.step_counts import counting
+    operators step_counts.py's counter counts in it (the unit of the step counts' launches)."""
+    from paradyse_lab.app.measure.kernel_bench import measure
+    from paradyse_lab.app.measure.step_counts import counting
 
     run = dispatch_chain(device, dtype)
     with counting() as tally:
@@ -345,8 +345,8 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     element-wise bandwidth at the model's activation size, and the ring's overlap with compute."""
     import torch
 
+    from paradyse_lab.app.measure.kernel_bench import measure
     from runtime import comm
-    from runtime.measure.kernel_bench import measure
 
     launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
@@ -405,14 +405,14 @@ def measure_overlap(spec, t: int, device, dtype, group) -> float:
 
 
 def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> dict:
-    """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks (runtime/measure/step_counts.py),
+    """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks (app/measure/step_counts.py),
     counted on the CPU in fp32: the sub-layers at `unit` and 2 `unit` tokens (their bytes are linear in the
     tokens, so the shortest lengths that split give them at the least cost), the whole model at the two
     shortest profile `lengths`; bytes scaled to `dtype` (16-bit: halved, which overcounts the few fp32
     accumulators' savings)."""
     import torch
 
-    from runtime.measure.step_counts import step_counts
+    from paradyse_lab.app.measure.step_counts import step_counts
     from runtime.reference import GPTConfig
 
     scale = torch.empty((), dtype=dtype).element_size() / 4
@@ -436,8 +436,8 @@ def measure_profile(opts: CalibrateOptions, lengths, budget: Budget, group, bar,
     `write(rows)`. Returns the skipped points as 'option@length: reason'."""
     import pandas as pd
 
+    from paradyse_lab.app.measure.profiler import ProfileOptions, profile
     from runtime.launch import agree
-    from runtime.measure.profiler import ProfileOptions, profile
 
     rows = list(done.values())
     known: dict = {}
@@ -479,8 +479,8 @@ def _opt_name(row) -> str:
 
 
 def provenance(device, opts: CalibrateOptions, p: int) -> dict:
+    from paradyse_lab.app.measure.profiler import device_name
     from paradyse_lab.software_versions import software_versions, versions_text
-    from runtime.measure.profiler import device_name
 
     return {"host": socket.gethostname(), "device": device_name(device),
             "software": versions_text(software_versions(device=device)),
@@ -565,7 +565,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
 
     def write(df):
         if rank == 0:
-            from runtime.measure.profiler import write_rows_atomic
+            from paradyse_lab.app.measure.profiler import write_rows_atomic
 
             df = df.copy()
             for c in ("time_s", "compute_s", "comm_s"):
@@ -585,7 +585,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
 
 
 def _gpu_name(device) -> str:
-    from runtime.measure.profiler import device_name
+    from paradyse_lab.app.measure.profiler import device_name
 
     return device_name(device)
 
