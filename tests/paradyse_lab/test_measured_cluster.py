@@ -87,6 +87,7 @@ def test_kendall_tau():
     (["calibrate", "--out", "{d}", "--model", "gpt2-tiny", "--nproc", "5"], "must be divisible|divisible"),
     (["validate-run", "--out", "{d}", "--cost-model", "nope"], "unknown --cost-model 'nope'; valid: .*analytic"),
     (["validate-run", "--out", "{d}", "--policies", "fast"], "static:NAME or dynamic:SOLVER"),
+    (["validate-run", "--out", "{d}", "--repeats", "0"], "--repeats must be a positive"),
     (["train", "--model", "gpt2-tiny", "--dataset", "uniform", "--cost-model", "nope"], "unknown --cost-model"),
     (["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp", "--cost-model", "x"],
      "unknown cost model 'x'"),
