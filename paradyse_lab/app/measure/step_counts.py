@@ -35,6 +35,9 @@ from dataclasses import dataclass
 
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "linear", "addbmm", "dot"})
 """aten operators priced by the GEMM efficiency curve, not counted here."""
+UNMARKED_VIEWS = frozenset({"_unsafe_view"})
+"""aten operators that return a view of their input without being marked one (`OpOverload.is_view` False):
+`_unsafe_view` reshapes a GEMM's output (aten's matmul on 3-D inputs). They move nothing."""
 COMM_FUNCTIONS = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce", "exchange", "ring_exchange",
                   "chain_broadcast", "chain_reduce")
 """runtime/comm.py functions whose work the collective fits price."""
@@ -96,7 +99,7 @@ def counting():
             if tally.skip:
                 return out
             tally.launches += 1  # every dispatch costs its dispatcher and autograd bookkeeping
-            if func.is_view or name in GEMM_OPS or name.startswith("empty"):
+            if func.is_view or name in UNMARKED_VIEWS or name in GEMM_OPS or name.startswith("empty"):
                 return out
             tally.bytes += _tensor_bytes(args) + _tensor_bytes((kwargs or {}).values()) + _tensor_bytes([out])
             return out

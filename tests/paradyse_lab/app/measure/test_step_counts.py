@@ -99,3 +99,16 @@ def test_the_dispatch_benchmark_prices_one_counted_dispatch():
     # per block at least layer_norm, gelu, view, transpose, reshape, mul, add forward and their backward
     assert tally.launches >= 7 * DISPATCH_CHAIN_BLOCKS
     assert 0 < measure_dispatch_s(torch.device("cpu"), torch.float32) < 1.0
+
+
+def test_a_reshape_of_a_gemm_output_moves_nothing():
+    """aten's matmul on a 3-D input reshapes the mm's output with `_unsafe_view`, a view aten does not mark as
+    one: dispatched (launches), but no bytes (it was charged its input and output as traffic before)."""
+    import torch
+
+    from paradyse_lab.app.measure.step_counts import counting
+
+    x, w = torch.randn(2, 8, 32), torch.randn(32, 16)
+    with counting() as tally:
+        y = x @ w  # [2, 8, 32] -> view [16, 32] -> mm [16, 16] -> _unsafe_view [2, 8, 16]
+    assert y.shape == (2, 8, 16) and tally.launches >= 3 and tally.bytes == 0
