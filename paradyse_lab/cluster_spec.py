@@ -177,8 +177,9 @@ class ClusterSpec:
     base: str = field(default="", compare=False)
     """The preset a cluster file starts from (`base = NAME`), '' for a preset or a file without one."""
     launch_s: float = 0.0
-    """Seconds per operator launch outside the GEMMs, attention kernels and collectives (measured clusters:
-    `paradyse-lab calibrate` times a one-element add; 0 for the GPU presets, whose kernels are fused)."""
+    """Seconds per operator dispatch outside the attention kernels and collectives (TOML `launch_us`; measured
+    clusters: `paradyse-lab calibrate` times a forward + backward chain of tiny operators that require grad over
+    the dispatches counted in it; 0 for the GPU presets, whose kernels are fused)."""
     comm_overlap: float = 1.0
     """Fraction of a ring's point-to-point time that can hide behind compute (1: all of it, the GPU presets;
     measured clusters: `calibrate` times a GEMM and a ring exchange apart and together)."""

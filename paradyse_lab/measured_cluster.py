@@ -19,9 +19,10 @@ Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/c
   FLOP-weighted rate (total FLOPs / total seconds) of the GEMMs sharing that smallest dimension;
   attention efficiency against length, causal and not, the same over kernel calls.
 - The step terms of the analytic model (costmodel/analytic.py): the memory bandwidth of element-wise
-  operators at the model's activation sizes, the seconds of one operator launch, the fraction of a ring's
-  point-to-point time that hides behind compute, and the runtime's launches and memory-bound bytes counted
-  per sub-layer, embedding / head and optimizer step (paradyse_lab/app/measure/step_counts.py) for `counted_model`.
+  operators at the model's activation sizes, the seconds of one operator dispatch in training, the fraction
+  of a ring's point-to-point time that hides behind compute, and the runtime's dispatches and memory-bound
+  bytes counted per sub-layer, embedding / head and step epilogue (paradyse_lab/app/measure/step_counts.py)
+  for `counted_model`.
 """
 
 from __future__ import annotations

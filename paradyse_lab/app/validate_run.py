@@ -123,3 +123,11 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
         df["predicted_cum_s"] = df["predicted_s"].where(df["counted"], 0.0).cumsum()
         frames.append(df[list(STEP_COLUMNS)])
     return pd.concat(frames, ignore_index=True)
+
+
+def run_totals(out: str | Path, skip: int) -> dict[str, tuple[float, float]]:
+    """Per policy: (min, max) over its repeated runs of the run's measured total (the counted steps: after the
+    first `skip`), the spread of what `pair`'s per-step medians sum to."""
+    runs = pd.read_csv(Path(out) / MEASURED_FILE, keep_default_na=False)
+    totals = runs[runs["step"] > skip].groupby(["policy", "repeat"], sort=False)["step_s"].sum()
+    return {policy: (float(g.min()), float(g.max())) for policy, g in totals.groupby(level="policy", sort=False)}

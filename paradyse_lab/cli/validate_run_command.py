@@ -13,15 +13,18 @@ of its calibration, `--cluster DIR/cluster.toml` and `--profiles DIR/profile.csv
 fitted on it), and `--cost-model calibrated` when DIR holds both (the analytic model with per-strategy
 parameters fitted on DIR's profile; else `analytic`). The first `--skip-steps` steps of every run (start-up)
 are left out of every number. `--repeats R` (default 3) runs every policy R times (round by round, so a slow
-period of a shared machine hits every policy); a step's measured time is the median of its R runs and
-`spread` (sum over steps of max - min, over the total) says how much they disagreed.
+period of a shared machine hits every policy); a step's measured time is the median of its R runs, the
+`runs min-max` column the smallest and largest of the R runs' totals, and `spread` (sum over steps of
+max - min, over the total) how much the runs disagreed step by step.
 
 Writes DIR/validate_run.csv (per step: measured and predicted seconds and cumulative sums, the executed and
 the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of the predicted total,
-per-step MAPE, ranks) and DIR/figures/validate_run.png (figures/validate_run.py), and prints the table:
+per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png
+(figures/validate_run.py), and prints the table:
 per policy the error of the predicted total and the per-step MAPE, whether the measured and simulated
 rankings agree, and each dynamic policy's speed-up over the best static policy, measured and simulated.
-`--format json` prints {"policies": {NAME: {"measured_total_s", "predicted_total_s", "step_mape", ...}},
+`--format json` prints {"policies": {NAME: {"measured_total_s", "measured_min_total_s", "measured_max_total_s",
+"predicted_total_s", "step_mape", "spread", ...}},
 "cost_model", "cluster", "ranking", "speedup_over_best_static"}.
 """
 
@@ -161,7 +164,7 @@ def finish(opts, skip_steps: int) -> dict:
     """After the runs: pair every step with its replay, write the CSVs and the figure, return the result."""
     import pandas as pd
 
-    from paradyse_lab.app.validate_run import pair
+    from paradyse_lab.app.validate_run import pair, run_totals
     from simulator.replay import compare
     from simulator.results import write_csv_atomic
 
@@ -170,6 +173,9 @@ def finish(opts, skip_steps: int) -> dict:
     write_csv_atomic(steps, out / "validate_run.csv")
     statics = [p for p in opts.policies if p.startswith("static:")]
     result = compare(steps, statics, [p for p in opts.policies if p not in statics])
+    for name, (low, high) in run_totals(opts.out, skip_steps).items():  # the repeated runs' totals
+        if name in result["policies"]:
+            result["policies"][name].update(measured_min_total_s=low, measured_max_total_s=high)
     result.update(cost_model=opts.cost_model, cluster=opts.cluster or "a100-80gb-x8 (default preset)",
                   nproc=opts.nproc, model=opts.model, dataset=opts.dataset, steps=opts.steps, skip_steps=skip_steps,
                   repeats=opts.repeats,
@@ -185,13 +191,14 @@ def print_result(result: dict) -> None:
     print(f"{result['model']} on {result['nproc']} ranks, {result['dataset']}, {result['steps']} steps per policy "
           f"(first {result['skip_steps']} left out), {result['repeats']} run(s) each, per step the median; cost "
           f"model {result['cost_model']}, cluster {result['cluster']}")
-    rows = [[n, f"{m['measured_total_s']:.3f}", f"{m['spread']:.1%}"]
+    rows = [[n, f"{m['measured_total_s']:.3f}", f"{m['measured_min_total_s']:.3f}-{m['measured_max_total_s']:.3f}",
+             f"{m['spread']:.1%}"]
             + (["OOM in simulation", "-", "-", "-", "-"] if m.get("simulated_oom") else
                [f"{m['predicted_total_s']:.3f}", f"{m['total_error']:+.1%}", f"{m['step_mape']:.1%}",
                 m["measured_rank"], m["predicted_rank"]])
             + ["yes" if m["plans_match"] else "no"] for n, m in result["policies"].items()]
-    print_table(["policy", "measured s", "spread", "predicted s", "total error", "step MAPE", "rank meas",
-                 "rank pred", "same plans"], rows)
+    print_table(["policy", "measured s", "runs min-max s", "spread", "predicted s", "total error", "step MAPE",
+                 "rank meas", "rank pred", "same plans"], rows)
     r = result["ranking"]
     swapped = "; ".join(f"{a} / {b}" for a, b in r["reversed_pairs"])
     print(f"rankings agree: {'yes' if r['agree'] else 'no, reversed: ' + swapped} (Kendall tau {r['kendall_tau']})")

@@ -12,8 +12,9 @@ calls itself `calibrated`; memory is never calibrated.
 On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
 paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
 priced from those counts instead of the schedule's element-wise formula: launches x `launch_s` + counted
-bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for the optimizer step
-(`FixedCost.optimizer_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
+bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
+after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, plus their latency-bound calls,
+`step_calls_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
 `ring_overlap_s` blended with running one after the other).
 """
 
@@ -29,6 +30,9 @@ from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.layer_graph import SUBLAYER_KINDS
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.strategies import StrategyOption, get_strategy
+
+PLAN_PICKLE_BYTES = 1024
+"""About the pickled size of one step's plan decision (a `StepPlan` of a few layers); latency-bound either way."""
 
 
 class AnalyticCostModel:
@@ -74,6 +78,16 @@ class AnalyticCostModel:
         launches, bytes_fixed, bytes_per_token = counts
         bandwidth = c.state_bytes_per_s if key == "optimizer" and c.state_bytes_per_s else c.hbm_bytes_per_s
         return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
+
+    def step_calls_s(self) -> float:
+        """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists
+        (runtime/train.py, runtime/train_step.py): the plan's broadcast from rank 0 (broadcast_object_list: its
+        length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
+        gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
+        (with the counted epilogue)."""
+        c, p = self.cluster, self.p
+        return (F.collective_time_s(c, "broadcast", 8, p) + F.collective_time_s(c, "broadcast", PLAN_PICKLE_BYTES, p)
+                + 2 * F.collective_time_s(c, "all_reduce", 4, p))
 
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`."""
@@ -128,7 +142,8 @@ class AnalyticCostModel:
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Embedding, final norm, tied head and loss on the rank's t tokens (replicated weights)."""
         m, c = self.model, self.cluster
-        optimizer_s = self.counted_s("optimizer", batch * seq_len) or 0.0
+        optimizer_s = self.counted_s("optimizer", batch * seq_len)
+        optimizer_s = 0.0 if optimizer_s is None else optimizer_s + self.step_calls_s()
         if not m.embedding_and_head:
             return FixedCost(0.0, 0, 0, 0, optimizer_s)
         require_positive_int("seq_len", seq_len)

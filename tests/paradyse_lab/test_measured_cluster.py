@@ -87,6 +87,7 @@ def test_kendall_tau():
     (["calibrate", "--out", "{d}", "--model", "gpt2-tiny", "--nproc", "5"], "must be divisible|divisible"),
     (["validate-run", "--out", "{d}", "--cost-model", "nope"], "unknown --cost-model 'nope'; valid: .*analytic"),
     (["validate-run", "--out", "{d}", "--policies", "fast"], "static:NAME or dynamic:SOLVER"),
+    (["validate-run", "--out", "{d}", "--repeats", "0"], "--repeats must be a positive"),
     (["train", "--model", "gpt2-tiny", "--dataset", "uniform", "--cost-model", "nope"], "unknown --cost-model"),
     (["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp", "--cost-model", "x"],
      "unknown cost model 'x'"),
@@ -115,7 +116,7 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
 
     import pandas as pd
 
-    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair
+    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair, run_totals
     from simulator.replay import compare
 
     meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
@@ -143,6 +144,9 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     assert result["ranking"]["measured"] == ["static:megatron_ts", "dynamic:dp", "static:metp"]
     assert result["speedup_over_best_static"]["dynamic:dp"]["measured"] == pytest.approx(1 / 1.5)
     assert result["speedup_over_best_static"]["dynamic:dp"]["best_static_measured"] == "static:megatron_ts"
+    # the spread of the runs' totals (steps 2 and 3: 5 s x 0.9 .. 1.2), the median's neighbours
+    totals = run_totals(tmp_path, skip=1)
+    assert totals["static:megatron_ts"] == pytest.approx((4.5, 6.0)) and totals["static:metp"] == pytest.approx((9, 12))
 
 
 def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatch):
@@ -268,7 +272,12 @@ def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
     delta = counted.sublayer("attention", ts, seq).compute_s - plain.sublayer("attention", ts, seq).compute_s
     assert delta == pytest.approx(priced - formula, rel=1e-9)
     fx = counted.fixed(seq)
-    assert fx.optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s) and plain.fixed(seq).optimizer_s == 0
+    # the counted epilogue and the step's four latency-bound calls: the plan's two broadcasts, two 4-byte all-reduces
+    calls = (collective_time_s(cl, "broadcast", 8, 2) + collective_time_s(cl, "broadcast", 1024, 2)
+             + 2 * collective_time_s(cl, "all_reduce", 4, 2))
+    assert counted.step_calls_s() == pytest.approx(calls) and calls > 0
+    assert fx.optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s + calls)
+    assert plain.fixed(seq).optimizer_s == 0
     problem = problem_from_cost_model(LayerGraph(model), counted, seq, options=[ts])
     assert problem.fixed_time_s == pytest.approx(fx.time_s + fx.optimizer_s)  # the optimizer ends every step
     # counts apply to the model and world size they were taken for only

@@ -1201,6 +1201,7 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         for m in result["policies"].values():
             assert m["measured_total_s"] > 0 and m["predicted_total_s"] > 0 and m["step_mape"] >= 0
             assert m["steps"] == 1 and m["repeats"] == 1 and m["plans_match"] and m["spread"] == 0
+            assert m["measured_min_total_s"] == m["measured_max_total_s"] == m["measured_total_s"]  # one run
         assert sorted(result["ranking"]["measured"]) == sorted(POLICIES)
         assert set(result["speedup_over_best_static"]) == {"dynamic:heuristic", "dynamic:dp"}
         assert result["cost_model"] == "analytic" and result["cluster"].endswith("cluster.toml")

@@ -20,11 +20,13 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
-   model's step terms (`measure_step_terms`): the seconds of one operator launch (one-element adds), the
+   model's step terms (`measure_step_terms`): the seconds of one operator dispatch in training (a forward +
+   backward chain of tiny operators that require grad, over the dispatches counted in it), the
    element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
    buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
-   ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's launches and memory-bound
-   bytes per sub-layer and option, embedding / head and AdamW step (app/measure/step_counts.py).
+   ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's dispatches and memory-bound
+   bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
+   app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
    Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
@@ -312,25 +314,52 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     return gemm_rows, att_rows
 
 
-LAUNCH_CALLS = 2000
-"""One-element adds timed for the launch cost."""
+DISPATCH_CHAIN_BLOCKS = 10
+"""Blocks (layer norm, GELU, a view round trip, a scaled residual add) in the dispatch benchmark's chain."""
+
+
+def dispatch_chain(device, dtype):
+    """A function running forward and backward of `DISPATCH_CHAIN_BLOCKS` blocks of a sub-layer's memory-bound
+    operators (layer norm, GELU, views, a scaled residual add) on a [4, 16] tensor that requires grad: at this
+    size each operator costs its dispatch and autograd bookkeeping, not its arithmetic."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    x, w, b = (torch.randn(n, device=device, dtype=dtype, generator=gen).requires_grad_() for n in ((4, 16), 16, 16))
+
+    def run():
+        y = x
+        for _ in range(DISPATCH_CHAIN_BLOCKS):
+            z = F.gelu(F.layer_norm(y, (16,), w, b))  # [4, 16]
+            z = z.view(2, 2, 16).transpose(0, 1).reshape(4, 16)  # [4, 16] -> [2, 2, 16] -> [4, 16]
+            y = y + 0.5 * z
+        y.sum().backward()
+    return run
+
+
+def measure_dispatch_s(device, dtype) -> float:
+    """Seconds per operator dispatch of a training step: the dispatch chain (`dispatch_chain`) timed, over the
+    operators step_counts.py's counter counts in it (the unit of the step counts' launches)."""
+    from paradyse_lab.app.measure.kernel_bench import measure
+    from paradyse_lab.app.measure.step_counts import counting
+
+    run = dispatch_chain(device, dtype)
+    with counting() as tally:
+        run()
+    sec = measure(run, device, warmup=2, max_repeats=50, min_repeats=10, target_s=0.05)[0]
+    return sec / max(tally.launches, 1)
 
 
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
-    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator launch,
+    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch,
     element-wise bandwidth at the model's activation size, and the ring's overlap with compute."""
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
     from runtime import comm
 
-    one = torch.ones(1, device=device, dtype=dtype)
-
-    def launches():
-        for _ in range(LAUNCH_CALLS):
-            torch.add(one, one)
-
-    launch_s = measure(launches, device, warmup=1, max_repeats=5, min_repeats=3, target_s=0.05)[0] / LAUNCH_CALLS
+    launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
     t = max(1, lengths[len(lengths) // 2] // comm.size(group))
     x = torch.randn(t, 4 * spec.hidden, device=device, dtype=dtype)

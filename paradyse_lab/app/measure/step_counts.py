@@ -10,14 +10,22 @@ world (runtime/fake_group.py), not fits to times.
 - Counted: every aten operator dispatched in forward + backward of one sub-layer (per strategy option and
   kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
   runtime/train.py times (`optimizer`).
-- Not counted, because other measurements price them: matrix products (`GEMM_OPS`, the GEMM efficiency
-  curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
+- Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
+  efficiency curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
   curves) and everything inside runtime/comm.py's collectives (the alpha-beta fits).
+- Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
+  the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
+  (`calibrate` prices one with `measure_step_terms`'s dispatch benchmark, counted by this same counter). The
+  matrix products' arithmetic is priced by the GEMM curve, their dispatch here.
 - Bytes of an operator: its tensor inputs plus its tensor outputs (read once, written once); a view moves
-  nothing and launches nothing (`OpOverload.is_view`), an allocation (`empty*`) moves nothing.
+  nothing (`OpOverload.is_view`), an allocation (`empty*`) moves nothing, a GEMM's traffic is in its measured
+  rate.
 - Bytes grow linearly with the tokens (norms, residuals, activations) and with the weights (ZeRO-3 and METP
   layout copies), so two lengths give `bytes = fixed + per_token x tokens` exactly; launches do not depend on
   the length.
+- The optimizer count is what runtime/train_step.py runs after the backward of a step (`step_epilogue`): the
+  global gradient norm (a squared copy and a sum per gradient), the AdamW step and zero_grad, and the
+  finite-weights check (an isfinite and an all() per parameter).
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from dataclasses import dataclass
 
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "linear", "addbmm", "dot"})
 """aten operators priced by the GEMM efficiency curve, not counted here."""
+UNMARKED_VIEWS = frozenset({"_unsafe_view"})
+"""aten operators that return a view of their input without being marked one (`OpOverload.is_view` False):
+`_unsafe_view` reshapes a GEMM's output (aten's matmul on 3-D inputs). They move nothing."""
 COMM_FUNCTIONS = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce", "exchange", "ring_exchange",
                   "chain_broadcast", "chain_reduce")
 """runtime/comm.py functions whose work the collective fits price."""
@@ -85,9 +96,11 @@ def counting():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if tally.skip or func.is_view or name in GEMM_OPS or name.startswith("empty"):
+            if tally.skip:
                 return out
-            tally.launches += 1
+            tally.launches += 1  # every dispatch costs its dispatcher and autograd bookkeeping
+            if func.is_view or name in UNMARKED_VIEWS or name in GEMM_OPS or name.startswith("empty"):
+                return out
             tally.bytes += _tensor_bytes(args) + _tensor_bytes((kwargs or {}).values()) + _tensor_bytes([out])
             return out
 
@@ -152,9 +165,21 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
     opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, weight_decay=0.01)
     opt.step()  # the first step allocates the states; count a later one (the gradients are still there)
     with counting() as tally:
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_epilogue(model, opt, model.group)
     return tallies, (tally.launches, tally.bytes)
+
+
+def step_epilogue(model, optimizer, group) -> None:
+    """What runtime/train_step.py's `optimizer_step` runs after the backward on fp32 CPU weights (no master
+    copies; clipping off, validate-run's setting): the global gradient norm, the optimizer step and zero_grad,
+    the finite-weights check."""
+    from runtime.optim_schedule import global_grad_norm
+    from runtime.train import _all_finite
+
+    global_grad_norm([(n, t.grad) for n, t in model.named_parameters()], group, model.vocab_parallel)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    _all_finite(list(model.parameters()), group)
 
 
 def _linear(a: tuple[int, int], b: tuple[int, int], tokens: tuple[int, int]) -> OpCount:

@@ -28,20 +28,21 @@ def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
         assert count.bytes_at(32) == pytest.approx(c[1], rel=1e-12)  # exact, so two lengths suffice
 
 
-def test_gemms_attention_and_collectives_are_left_to_their_own_measurements(cfg):
+def test_every_dispatch_launches_and_only_memory_bound_operators_move_bytes(cfg):
     import torch
 
     from paradyse_lab.app.measure.step_counts import counting
     from runtime import attention, comm
+    from runtime.fake_group import FakeGroup
 
     before = (attention._run, comm.all_gather)
     a, w = torch.randn(16, 32), torch.randn(32, 32)
     with counting() as tally:
-        a @ w  # a GEMM
-        a.view(32, 16).t()  # views
-        attention._run  # noqa: B018 (patched inside)
-        x = a + 1.0  # one element-wise op: reads a, writes x
-    assert tally.launches == 1 and tally.bytes == 2 * a.numel() * 4 and x.shape == a.shape
+        a @ w  # a GEMM: dispatched (1), its bytes priced by the GEMM curve
+        a.view(32, 16).t()  # two views: dispatched (2), nothing moved
+        comm.all_gather(a, FakeGroup(2, 0))  # a collective: neither (the alpha-beta fit prices it)
+        x = a + 1.0  # one element-wise op (1): reads a, writes x
+    assert tally.launches == 4 and tally.bytes == 2 * a.numel() * 4 and x.shape == a.shape
     assert (attention._run, comm.all_gather) == before  # restored
 
 
@@ -58,3 +59,56 @@ def test_step_counts_cover_every_option_the_rest_of_the_model_and_the_optimizer(
     assert counts["optimizer"].bytes_at(8) > 4 * 4 * params and counts["optimizer"].bytes_per_token == 0
     # ZeRO-3 rebuilds the full weights from their shards: bytes that do not grow with the tokens
     assert counts["megatron_cz.mlp"].bytes_fixed > counts["megatron_ts.mlp"].bytes_fixed
+
+
+def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
+    """What a step runs after its backward (`step_epilogue`), with plain SGD for a hand count: per fp32 parameter
+    element, the gradient norm's pow (reads 4, writes 4) and sum (reads 4), SGD's add_ (reads the weight and the
+    gradient, writes the weight: 12) and the finite check as aten runs isfinite on the CPU: abs (8), ne (5),
+    eq (9), mul (3), all (1) = 26; 12 + 12 + 26 = 50. The rest (the [1] flags and sums) does not grow with it."""
+    import types
+
+    import torch
+
+    from paradyse_lab.app.measure.step_counts import counting, step_epilogue
+    from runtime.fake_group import FakeGroup
+
+    def tally(n):
+        w = torch.nn.Parameter(torch.randn(n))
+        w.grad = torch.randn(n)
+        model = types.SimpleNamespace(named_parameters=lambda: [("layers.0.attention.w_qkv", w)],
+                                      parameters=lambda: [w], vocab_parallel=False)
+        with counting() as t:
+            step_epilogue(model, torch.optim.SGD([w], lr=0.1), FakeGroup(2, 0))
+        return t.launches, t.bytes
+
+    (launches_a, bytes_a), (launches_b, bytes_b) = tally(1000), tally(3000)
+    assert launches_a == launches_b > 10
+    assert bytes_b - bytes_a == 50 * 2000
+
+
+def test_the_dispatch_benchmark_prices_one_counted_dispatch():
+    import torch
+
+    from paradyse_lab.app.measure.calibrate import DISPATCH_CHAIN_BLOCKS, dispatch_chain, measure_dispatch_s
+    from paradyse_lab.app.measure.step_counts import counting
+
+    run = dispatch_chain(torch.device("cpu"), torch.float32)
+    with counting() as tally:
+        run()
+    # per block at least layer_norm, gelu, view, transpose, reshape, mul, add forward and their backward
+    assert tally.launches >= 7 * DISPATCH_CHAIN_BLOCKS
+    assert 0 < measure_dispatch_s(torch.device("cpu"), torch.float32) < 1.0
+
+
+def test_a_reshape_of_a_gemm_output_moves_nothing():
+    """aten's matmul on a 3-D input reshapes the mm's output with `_unsafe_view`, a view aten does not mark as
+    one: dispatched (launches), but no bytes (it was charged its input and output as traffic before)."""
+    import torch
+
+    from paradyse_lab.app.measure.step_counts import counting
+
+    x, w = torch.randn(2, 8, 32), torch.randn(32, 16)
+    with counting() as tally:
+        y = x @ w  # [2, 8, 32] -> view [16, 32] -> mm [16, 16] -> _unsafe_view [2, 8, 16]
+    assert y.shape == (2, 8, 16) and tally.launches >= 3 and tally.bytes == 0

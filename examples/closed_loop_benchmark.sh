@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The closed-loop benchmark of README "Simulation against execution": measure this machine, then train every
+# policy for real and compare with the analytic model (no fitting) and with the calibrated one (the default).
+#
+#   bash examples/closed_loop_benchmark.sh [DIR]        # default DIR: results/execute
+#
+# Prints the machine, its load before and after, both validate-run tables; keeps both summaries
+# (DIR/validate_run_summary_analytic.csv, DIR/validate_run_summary.csv). Extra arguments after DIR go to
+# both validate-run commands (e.g. --repeats 5). Run it on a quiet machine: a loaded one measures its load.
+set -euo pipefail
+out="${1:-results/execute}"
+shift || true
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname): $(nproc) CPUs, $(python -c 'import torch; print("torch", torch.__version__)')"
+echo "# load before: $(uptime)"
+python -m paradyse_lab calibrate --out "$out"
+echo "# analytic model on the measured cluster (nothing fitted)"
+python -m paradyse_lab validate-run --out "$out" --cost-model analytic "$@"
+cp "$out/validate_run_summary.csv" "$out/validate_run_summary_analytic.csv"
+echo "# calibrated model (the default on a measured folder)"
+python -m paradyse_lab validate-run --out "$out" "$@"
+echo "# load after: $(uptime)"
