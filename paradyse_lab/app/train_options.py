@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from paradyse_lab.step_groups import GROUP_POLICIES
 from runtime.optim_schedule import SCHEDULES
 
 
@@ -103,6 +104,12 @@ class TrainOptions:
     the world; runtime/grouped.py) (0: one sequence per step on all ranks)."""
     group_size: int = 0
     """Ranks per group of a --global-batch step: a power of two dividing the world size (0: the world, one group)."""
+    groups: str = field(default="", metadata={"choices": ("", *GROUP_POLICIES)})
+    """Plan each --global-batch step's groups with the group planner `simulate` uses (paradyse_lab/app/training.py
+    `group_planner`): sized (group sizes per step, per-layer plans; --policy dynamic:SOLVER), sized-exact (the
+    same, exact: at most 10 sequences on at most 16 ranks), paradyse (one group of all ranks), dynamic-cp
+    (the smallest group that fits each sequence, one strategy; --policy static:megatron_cz) or static (one
+    group, one strategy) ('': the fixed groups of --group-size)."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0
