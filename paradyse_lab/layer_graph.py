@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from paradyse_lab.errors import unknown_name
 from paradyse_lab.model_spec import ModelSpec
 
@@ -47,6 +45,8 @@ class LayerGraph:
             raise unknown_name("granularity", granularity, GRANULARITIES)
         self.model = model
         self.granularity = granularity
+        import networkx as nx  # here, not at the top: a second of start-up for every process that plans
+
         self.graph = nx.DiGraph()
         self.decisions: list[Decision] = []
         self.graph.add_node("embedding", kind="embedding")
@@ -71,6 +71,8 @@ class LayerGraph:
 
     def sublayer_nodes(self) -> list[str]:
         """Attention and MLP nodes in execution order."""
+        import networkx as nx
+
         return [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["kind"] in SUBLAYER_KINDS]
 
     def decision_edges(self) -> list[tuple[int, int]]:

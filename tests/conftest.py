@@ -43,10 +43,13 @@ def xdist_group_name(item) -> str:
 
 LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_figures.py",
                   "tests/runtime/test_distributed.py-p2", "tests/paradyse_lab/app/measure/test_gpu_session.py",
-                  "tests/runtime/test_distributed.py-p3", "tests/paradyse_lab/cli/test_bad_inputs.py",
-                  "tests/runtime/test_distributed.py-p1", "tests/runtime/test_train_safety.py",
-                  "tests/simulator/test_simulation.py")
-"""The groups that take longest on two workers (`--durations`, the README's test command), longest first,
+                  "tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_distributed.py-p3",
+                  "tests/runtime/test_train_safety.py", "tests/runtime/test_distributed.py-p1",
+                  "tests/simulator/test_simulation.py", "tests/paradyse_lab/app/measure/test_profiler.py",
+                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/solvers/test_solvers_agree.py",
+                  "tests/runtime/test_comm_replay.py")
+"""The groups that take longest on two workers (CPU seconds of each group's processes, the README's test command;
+the two-node torchrun test's six processes among them), longest first,
 a world between two groups of one process: pytest-xdist hands them out first (two to each worker at the
 start, then one to whichever worker runs low; `longest_groups_first`), so no long group starts when the other
 worker is nearly done, the two workers end together (the rest follow in collection order, each a few

@@ -6,6 +6,11 @@ case in the same order.
 `run_world(p, module, names)` spawns p processes once, runs only the named cases of `module` in each, and
 returns a `World`: per case None if it passed on every rank, else the first rank's error text, and the case's
 own time (the slowest rank's, seconds), beside the process-group start-up and the whole world's wall time.
+
+The ranks are forked from one forkserver per pytest process (Python's `multiprocessing.forkserver`), which has
+imported torch, torch._dynamo (what the first `torch.optim` optimizer imports) and the cases' module once: a
+world's start-up then costs no imports, and the worlds after the first on a pytest worker share them. Each rank
+takes the caller's environment and working directory (a spawned rank's), not the forkserver's.
 """
 
 from __future__ import annotations
@@ -47,8 +52,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training", "runtime.train",
+           "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
+           "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2")
+"""Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
+(torch._dynamo: the first optimizer; simulator.planner and solvers.bounds: pandas and numba, a `train`'s planner;
+transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world)."""
+
+
+def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float,
+            environ: dict[str, str], cwd: str) -> None:
+    os.environ.clear()
+    os.environ.update(environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.chdir(cwd)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=p, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
     mod = importlib.import_module(module)
@@ -72,9 +88,10 @@ def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir
 def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> World:
     """Run the cases `names` of `module` (and no other) on p gloo ranks; each case's outcome and time."""
     started = time.perf_counter()
+    mp.set_forkserver_preload([*PRELOAD, module])  # read when this process's forkserver starts (its first world)
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_worker, args=(p, free_port(), module, names, out_dir, time.time()), nprocs=p,
-                                 join=False, start_method="spawn")
+        args = (p, free_port(), module, names, out_dir, time.time(), dict(os.environ), os.getcwd())
+        ctx = mp.start_processes(_worker, args=args, nprocs=p, join=False, start_method="forkserver")
         crash = None
         deadline = time.monotonic() + timeout_s
         try:
