@@ -21,7 +21,8 @@ Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
 - compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
   `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
   an item's loss weighed by its share of the global batch's next-token targets;
-- reduce: the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
+- reduce (in fp32 for 16-bit weights, comm.GRAD_REDUCE_DTYPE; rounded once to the weights' dtype after):
+  the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
   group shard does not hold the block) and reduce-scattered over the same "dp" group: every group contributes
   each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
   are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
@@ -158,14 +159,15 @@ def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
 
 
 def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
-    """Accumulate `grad` (flat [numel]) into q.grad."""
+    """Accumulate `grad` (flat [numel], fp32 when summed over the groups) into q.grad, in q's dtype (one rounding)."""
     grad = grad.view_as(q)  # [numel] -> q's shape
-    q.grad = grad.clone() if q.grad is None else q.grad + grad
+    q.grad = grad.to(q.dtype, copy=True) if q.grad is None else (q.grad + grad).to(q.dtype)
 
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
     """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
-    over `dp`; the blocks this rank's group shard does not hold are zeros)."""
+    over `dp` of a [d, F] buffer in fp32 for 16-bit weights, comm.GRAD_REDUCE_DTYPE; the blocks this rank's group
+    shard does not hold are zeros)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
     if size == model.p:  # one group of the whole world: its gradients are already the world shards'
@@ -174,13 +176,14 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
                 _add_grad(params[n], vparams[n].grad)
         return
     parts = model.p // size
-    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
+    dtype = comm.grad_reduce_dtype(vparams[names[0]].dtype)
+    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names), dtype=dtype)  # [d, F]
     kept, offset = _row_index(model.rank, size, g_min, model.p, contiguous), 0
     for n in names:
         g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
         sections = _group_sections(model, n, size)
         blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
-        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, params[n].numel())  # -> [W/size, F_n]
+        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, -1).to(dtype)  # -> [W/size, F_n]
         offset += params[n].numel()
     with comm.tagged(STATES_TAG):
         shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
@@ -189,15 +192,16 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
 
 
 def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
-    """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
-    already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs)."""
+    """Sum the replicated tensors' gradients over the groups (comm.all_reduce_grads over `dp`: fp32 buckets; a
+    group's gradients are already summed over its ranks, so only `contributes` ranks, one per group in each "dp"
+    group, add theirs)."""
     sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
     grads = [v.grad if contributes and v.grad is not None else torch.zeros_like(v) for _, v in pairs]
     with comm.tagged(STATES_TAG):
-        flat = comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), dp)  # each [..] -> [R], summed over groups
-    for (q, _), piece in zip(pairs, flat.split([g.numel() for g in grads])):
-        _add_grad(q, piece)
+        summed = comm.all_reduce_grads(grads, dp)  # each [..], summed over the groups
+    for (q, _), grad in zip(pairs, summed):
+        _add_grad(q, grad.reshape(-1))
 
 
 def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callable, targets: Sequence[int],

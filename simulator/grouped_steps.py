@@ -97,15 +97,17 @@ class GroupPricer:
     def state_phase_fits(self, sizes: G.Partition) -> bool:
         """Whether every rank holds the gather of the step's group shards (outside the compute, when no
         activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
-        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states."""
+        and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states; the
+        same buffers hold the gradients' fp32 reduce-scatter after the backward (formulas.GRAD_REDUCE_BYTES), so
+        they are counted at the larger of the model dtype and fp32."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True
         per_param = F.model_state_bytes_per_param(m)
-        flat = m.dtype_bytes * sharded_layer_params(m, world)
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
+        buffer_bytes = max(m.dtype_bytes, F.GRAD_REDUCE_BYTES)  # the gather's, or the fp32 reduce-scatter's after
         need = (per_param * (sharded_layer_params(m, world) + replicated)
-                + flat * (data_parallel_width(world, sizes, m) + 1)
+                + buffer_bytes * sharded_layer_params(m, world) * (data_parallel_width(world, sizes, m) + 1)
                 + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
         return need <= self.budget_bytes
 
@@ -162,11 +164,12 @@ class GroupPricer:
         c, m = self.cluster, self.model
         replicas = data_parallel_width(c.gpus, sizes, m)  # the whole world when blocks are not whole heads
         per_node = max(1, c.node_gpus * replicas // c.gpus)
-        shard = m.dtype_bytes * sharded_layer_params(m, c.gpus // replicas)
-        replicated = m.dtype_bytes * (m.layers * F.replicated_params(m) * 2 + F.embedding_params(m))
-        return (F.collective_time_s(c, "reduce_scatter", shard, replicas, per_node)
-                + F.collective_time_s(c, "all_gather", shard, replicas, per_node)
-                + F.collective_time_s(c, "all_reduce", replicated, replicas, per_node))
+        elements = sharded_layer_params(m, c.gpus // replicas)
+        replicated = F.grad_all_reduces(m.layers * F.replicated_params(m) * 2 + F.embedding_params(m), replicas)
+        return (F.collective_time_s(c, "reduce_scatter", F.GRAD_REDUCE_BYTES * elements, replicas, per_node)
+                + F.collective_time_s(c, "all_gather", m.dtype_bytes * elements, replicas, per_node)
+                + sum(call.count * F.collective_time_s(c, "all_reduce", call.buffer_bytes, replicas, per_node)
+                      for call in replicated))
 
 
 def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> G.GroupChoice:

@@ -216,11 +216,20 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
                         transient=transient)
 
 
+def grad_reduce_bytes(s: Sublayer) -> int:
+    """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
+    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/zero3.py, metp.py)."""
+    return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
+
+
 def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
     """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, and the full gradient before its reduce-scatter."""
-    w = s.W * s.e
-    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", w, s.p)], 3 * w
+    gathered weights, the full gradient, and (16-bit weights on p > 1 ranks) the fp32 [W] buffer it is packed into
+    for its reduce-scatter, which sends that buffer (`grad_reduce_bytes`)."""
+    w, grad = s.W * s.e, s.W * grad_reduce_bytes(s)
+    copy = grad if grad != w else 0
+    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", grad, s.p)], \
+        3 * w + copy
 
 
 def _zero3_mlp(s: Sublayer) -> StrategyWork:
@@ -266,13 +275,14 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
 
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
-    shard = -(-s.W // p) * e
+    shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
     fwd: list[CollectiveCall] = []
     bwd: list[CollectiveCall] = []
     ring_steps = 0
     if p > 1:
         fwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True)]
-        bwd += [_coll("p2p", shard, p, count=2 * (p - 1), overlapped=True)]  # weights, then grad partials
+        bwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True),  # the weights again
+                _coll("p2p", partial, p, count=p - 1, overlapped=True)]  # the gradient partials, fp32
         if s.attn:
             fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
             bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
@@ -286,7 +296,7 @@ def _metp(s: Sublayer) -> StrategyWork:
         acts += flash_gqa_grad_bytes(s, t, h // p, kv // p)
     return StrategyWork(
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
-        transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
+        transient=2 * shard + 2 * partial + acts,  # weight double buffer + (fp32) gradient-partial double buffer
         extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
         ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
     )
@@ -355,8 +365,9 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients
-        bwd.append(_coll("all_reduce", F.replicated_params(model) * s.e, p))
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm.py all_reduce_grads)
+        bwd += F.grad_all_reduces(F.replicated_params(model), p)
+        transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 
     if option.recompute and tiled is None:  # a tiled MLP recomputes its own way
         gemm += lin_fwd
