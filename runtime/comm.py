@@ -104,6 +104,26 @@ def all_reduce_grads(grads, group=None, bucket: int | None = None) -> list[torch
     return [piece.view_as(g) for piece, g in zip(flat.split([g.numel() for g in flat_in]), grads)]
 
 
+def reduce_scatter_grads(x: torch.Tensor, group=None, bucket: int | None = None) -> torch.Tensor:
+    """`reduce_scatter` of the rank-major gradient `x` [p*n] -> [n], in x's dtype, summed in `grad_reduce_dtype`: a
+    16-bit `x` one bucket of [p, c] columns (c = `bucket` // p, default `GRAD_BUCKET_ELEMENTS` // p) at a time, each
+    copied to fp32, reduce-scattered [p*c] -> [c] and rounded once into the output before the next; fp32 as it is."""
+    p = size(group)
+    reduce_dtype = grad_reduce_dtype(x.dtype)
+    if p == 1 or reduce_dtype == x.dtype:
+        return reduce_scatter(x, group)
+    rows = x.reshape(p, -1)  # [p*n] -> [p, n], rank-major
+    n = rows.shape[1]
+    out = torch.empty(n, dtype=x.dtype, device=x.device)  # [n]
+    cols = max(1, (bucket or GRAD_BUCKET_ELEMENTS) // p)
+    for start in range(0, n, cols):
+        stop = min(start + cols, n)
+        part = rows[:, start:stop].to(reduce_dtype, memory_format=torch.contiguous_format)  # [p, c] fp32
+        out[start:stop].copy_(reduce_scatter(part.reshape(-1), group))  # [p*c] -> [c] summed, rounded once
+        del part
+    return out
+
+
 def _bucket_pieces(flats, start: int, stop: int) -> list[torch.Tensor]:
     """The slices of the flat tensors `flats` (laid end to end) covering [start, stop)."""
     ins, offset = [], 0

@@ -159,14 +159,14 @@ def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
 
 
 def _add_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
-    """Accumulate `grad` (flat [numel], fp32 when summed over the groups) into q.grad, in q's dtype (one rounding)."""
+    """Accumulate `grad` (flat [numel]) into q.grad."""
     grad = grad.view_as(q)  # [numel] -> q's shape
-    q.grad = grad.to(q.dtype, copy=True) if q.grad is None else (q.grad + grad).to(q.dtype)
+    q.grad = grad.clone() if q.grad is None else q.grad + grad
 
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
-    """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
-    over `dp` of a [d, F] buffer in fp32 for 16-bit weights, comm.GRAD_REDUCE_DTYPE; the blocks this rank's group
+    """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (a reduce-scatter over `dp`
+    of a [d, F] buffer, in fp32 buckets for 16-bit weights: comm.reduce_scatter_grads; the blocks this rank's group
     shard does not hold are zeros)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
@@ -176,17 +176,16 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
                 _add_grad(params[n], vparams[n].grad)
         return
     parts = model.p // size
-    dtype = comm.grad_reduce_dtype(vparams[names[0]].dtype)
-    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names), dtype=dtype)  # [d, F]
+    buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
     kept, offset = _row_index(model.rank, size, g_min, model.p, contiguous), 0
     for n in names:
         g = vparams[n].grad if vparams[n].grad is not None else torch.zeros_like(vparams[n])  # [n/size, ..]
         sections = _group_sections(model, n, size)
         blocks = torch.stack([row_block(g, sections, k, parts) for k in range(parts)])  # [W/size, n/W, ..]
-        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, -1).to(dtype)  # -> [W/size, F_n]
+        buf[kept, offset:offset + params[n].numel()] = blocks.reshape(parts, params[n].numel())  # -> [W/size, F_n]
         offset += params[n].numel()
     with comm.tagged(STATES_TAG):
-        shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
+        shard = comm.reduce_scatter_grads(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups in fp32
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
         _add_grad(params[n], piece)
 

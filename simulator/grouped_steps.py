@@ -25,7 +25,7 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.grouped_states import data_parallel_width
+from paradyse_lab.costmodel.grouped_states import data_parallel_width, grouped_reduce_bucket_bytes
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.plan import Plan
@@ -98,17 +98,18 @@ class GroupPricer:
         """Whether every rank holds the gather of the step's group shards (outside the compute, when no
         activation is kept): its world shard and optimizer states, its group's weight shard, the flat send buffer
         and the [W / g_min, world shard] buffer the all-gather fills, beside the replicated tensors' states; the
-        same buffers hold the gradients' fp32 reduce-scatter after the backward (formulas.GRAD_REDUCE_BYTES), so
-        they are counted at the larger of the model dtype and fp32."""
+        same buffers serve the gradients' reduce-scatter after the backward, with the fp32 bucket it (or the
+        replicated all-reduce) is summed in (`grouped_reduce_bucket_bytes`)."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True
         per_param = F.model_state_bytes_per_param(m)
+        flat = m.dtype_bytes * sharded_layer_params(m, world)
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        buffer_bytes = max(m.dtype_bytes, F.GRAD_REDUCE_BYTES)  # the gather's, or the fp32 reduce-scatter's after
         need = (per_param * (sharded_layer_params(m, world) + replicated)
-                + buffer_bytes * sharded_layer_params(m, world) * (data_parallel_width(world, sizes, m) + 1)
-                + m.dtype_bytes * sharded_layer_params(m, min(sizes)))
+                + flat * (data_parallel_width(world, sizes, m) + 1)
+                + m.dtype_bytes * sharded_layer_params(m, min(sizes))
+                + grouped_reduce_bucket_bytes(m, world, sizes))
         return need <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from paradyse_lab.costmodel.formulas import (
     embedding_params,
     grad_all_reduces,
     grad_bucket_copy_bytes,
+    reduce_scatter_bucket_bytes,
     replicated_params,
     sharded_params,
 )
@@ -73,9 +74,9 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
     every sharded matrix (none when one group holds the world: its shards are the world's) and its gradient
     (the strategies' layout at the group's size), and the gradients of the replicated tensors on the group's
     view. Transient (none when one group holds the world): the flat send buffer of the gather (F elements),
-    then the [d, F] buffer it fills, beside one tensor's blocks at a time; after the backward the reduce-scatter's
-    [d, F] buffer in fp32 (`formulas.GRAD_REDUCE_BYTES`) and its [F] output, and the fp32 bucket of the replicated
-    gradients' all-reduce (16-bit models)."""
+    then the [d, F] buffer it fills (and, after the backward, the reduce-scatter's), beside one tensor's blocks
+    at a time; with a 16-bit model the fp32 buckets of the reduce-scatter (`formulas.reduce_scatter_bucket_bytes`)
+    and of the replicated gradients' all-reduce."""
     e = model.dtype_bytes
     group_shard = sharded_total(model) // size * e
     whole = size == world
@@ -84,5 +85,12 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
     return {"group_weights": 0 if whole else group_shard, "group_grads": group_shard,
             "replicated_grads": replicated_total(model) * e, "send_buffer": 0 if whole else elements * e,
             "gather_buffer": 0 if whole else d * elements * e,
-            "reduce_buffer": 0 if whole else (d + 1) * elements * GRAD_REDUCE_BYTES,
+            "reduce_bucket": 0 if whole else reduce_scatter_bucket_bytes(model, elements, d),
             "replicated_bucket": 0 if whole else grad_bucket_copy_bytes(model, replicated_total(model))}
+
+
+def grouped_reduce_bucket_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> int:
+    """The larger fp32 bucket of a grouped step's gradient reductions over the "dp" ranks (none when one group holds
+    the world): the reduce-scatter's or the replicated all-reduce's (`grouped_state_kept_bytes`)."""
+    kept = grouped_state_kept_bytes(model, world, min(sizes), sizes)
+    return max(kept["reduce_bucket"], kept["replicated_bucket"])

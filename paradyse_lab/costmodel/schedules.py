@@ -224,12 +224,12 @@ def grad_reduce_bytes(s: Sublayer) -> int:
 
 def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
     """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, the full gradient, and (16-bit weights on p > 1 ranks) the fp32 [W] buffer it is packed into
-    for its reduce-scatter, which sends that buffer (`grad_reduce_bytes`)."""
-    w, grad = s.W * s.e, s.W * grad_reduce_bytes(s)
-    copy = grad if grad != w else 0
-    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", grad, s.p)], \
-        3 * w + copy
+    gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`)
+    one bucket at a time (16-bit weights: `formulas.reduce_scatter_bucket_bytes`)."""
+    w = s.W * s.e
+    bucket = F.reduce_scatter_bucket_bytes(s.model, s.W // s.p, s.p)
+    return [_coll("all_gather", w, s.p)], \
+        [_coll("all_gather", w, s.p), _coll("reduce_scatter", s.W * grad_reduce_bytes(s), s.p)], 3 * w + bucket
 
 
 def _zero3_mlp(s: Sublayer) -> StrategyWork:

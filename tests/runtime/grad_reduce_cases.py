@@ -49,8 +49,8 @@ def _summands() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fp32_sum_case(rank: int, p: int, group) -> None:
-    """Each reduction of bf16 gradients (replicated all-reduce, bucketed; ZeRO-3 reduce-scatter; METP's chain and
-    travelling accumulator) gives the fp32 sum of the ranks' gradients rounded once to bf16."""
+    """Each reduction of bf16 gradients (replicated all-reduce, bucketed; ZeRO-3 reduce-scatter, bucketed; METP's
+    chain of fp32 partials) gives the fp32 sum of the ranks' gradients rounded once to bf16."""
     from runtime import metp
     from runtime.sublayer import Ctx, Weights
     from runtime.zero3 import scatter_grads
@@ -66,9 +66,10 @@ def fp32_sum_case(rank: int, p: int, group) -> None:
     ctx = Ctx(group=group, p=p, rank=rank, kind="mlp", heads=4, causal=True, seq_len=4, eps=1e-5)
     rows = mine.repeat(p, 1)  # [p, 5]: one row per rank's shard, each this rank's gradient
     sw1, sb1, sw2 = scatter_grads(rows, mine[:1].repeat(p), rows, ctx, torch.bfloat16)  # ZeRO-3: [W] -> [W/p]
-    assert sw1.dtype == torch.float32
-    assert torch.equal(sw1[0].bfloat16(), want) and torch.equal(sw2[0].bfloat16(), want), (sw1, want)
-    assert torch.equal(sb1.bfloat16(), want[:1])
+    assert sw1.dtype == torch.bfloat16 and torch.equal(sw1[0], want) and torch.equal(sw2[0], want), (sw1, want)
+    assert torch.equal(sb1, want[:1])
+    shard = comm.reduce_scatter_grads(rows.reshape(-1), group, bucket=2 * p)  # [p*5] -> [5]: 3 buckets of 2 columns
+    assert torch.equal(shard, want), (shard, want)  # (the grouped steps' states take this path too)
 
     w = Weights(*(torch.zeros(n, dtype=torch.bfloat16) for n in (1, 1, 1, 1, 1, 1)))
     dtype = metp._partial_dtype(w, ctx)  # what METP packs its gradient partials in
