@@ -38,6 +38,10 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
 - `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
+- Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
+  runtime/comm.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes per
+  element, and so does the all-reduce of the replicated norm / output-bias gradients; with a 16-bit model the
+  transient bytes hold the fp32 bucket the reduction works in (METP: its fp32 partial double buffer).
 """
 
 from __future__ import annotations
