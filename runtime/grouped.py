@@ -21,7 +21,8 @@ Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
 - compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
   `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
   an item's loss weighed by its share of the global batch's next-token targets;
-- reduce: the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
+- reduce (in fp32 for 16-bit weights, comm.GRAD_REDUCE_DTYPE; rounded once to the weights' dtype after):
+  the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
   group shard does not hold the block) and reduce-scattered over the same "dp" group: every group contributes
   each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
   are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
@@ -181,8 +182,9 @@ def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
     """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
-    over `dp`; the blocks this rank's group shard does not hold are zeros). Allocates the [d, F] buffer and the
-    reduce-scatter's [F] output, which becomes the world shards' gradients (views of it)
+    over `dp`, in fp32 buckets for 16-bit weights: comm.reduce_scatter_grads; the blocks this rank's group shard
+    does not hold are zeros). Allocates the [d, F] buffer and the reduce-scatter's [F] output, which becomes the
+    world shards' gradients (views of it), and the fp32 buckets
     (paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
@@ -203,7 +205,7 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
                 _copy_row_block(buf[row, offset:offset + numel].view(params[n].shape), g, sections, k, parts)
         offset += numel
     with comm.tagged(STATES_TAG):
-        shard = comm.reduce_scatter(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups
+        shard = comm.reduce_scatter_grads(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups in fp32
     del buf
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
         _set_grad(params[n], piece)
@@ -212,7 +214,8 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
 def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
     already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs).
-    Allocates one [R] buffer, which becomes the world's replicated gradients (views of it)."""
+    Allocates one [R] buffer, which becomes the world's replicated gradients (views of it), summed in fp32 buckets
+    for 16-bit weights (comm.all_reduce_flat_grads_)."""
     sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
     flat = pairs[0][1].new_zeros(sum(v.numel() for _, v in pairs))  # [R]
@@ -221,7 +224,7 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
             if v.grad is not None:
                 piece.copy_(v.grad.reshape(-1))  # each [..] -> its slice of [R]
     with comm.tagged(STATES_TAG):
-        comm.all_reduce(flat, dp)  # [R] summed over the groups, in place
+        comm.all_reduce_flat_grads_(flat, dp)  # [R] summed over the groups in place (fp32 buckets)
     for (q, _), piece in zip(pairs, flat.split([v.numel() for _, v in pairs])):
         _set_grad(q, piece)
 

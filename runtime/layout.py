@@ -298,9 +298,19 @@ def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None, vocab: int 
 
 # --- flat shards (ZeRO-3 gathers and METP's travelling shards) -------------------------------------------
 
-def pack_shard(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """One flat shard `cat(w1, b1, w2)`: [n1/p, h], [n1/p], [n2/p, h] -> [W/p]."""
-    return torch.cat([w1.reshape(-1), b1.reshape(-1), w2.reshape(-1)])  # [n1/p*h + n1/p + n2/p*h] = [W/p]
+def pack_shard(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """One flat shard `cat(w1, b1, w2)`: [n1/p, h], [n1/p], [n2/p, h] -> [W/p], in `dtype` (default w1's: no other
+    copy is made)."""
+    return _cat([w1.reshape(-1), b1.reshape(-1), w2.reshape(-1)], dtype)  # [n1/p*h + n1/p + n2/p*h] = [W/p]
+
+
+def _cat(pieces: list[torch.Tensor], dtype: torch.dtype | None, dim: int = 0) -> torch.Tensor:
+    """`torch.cat(pieces, dim)` written straight into a buffer of `dtype` (default the pieces' own)."""
+    if dtype is None or dtype == pieces[0].dtype:
+        return torch.cat(pieces, dim=dim)
+    shape = list(pieces[0].shape)
+    shape[dim] = sum(x.shape[dim] for x in pieces)
+    return torch.cat(pieces, dim=dim, out=torch.empty(shape, dtype=dtype, device=pieces[0].device))
 
 
 def unpack_shard(flat: torch.Tensor, n1p: int, h: int, nb1p: int | None = None):
@@ -323,10 +333,12 @@ def unpack_gathered(flat: torch.Tensor, p: int, n1p: int, h: int, nb1p: int | No
     return w1, b1, w2
 
 
-def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int) -> torch.Tensor:
-    """Inverse of `unpack_gathered`: [p*n1p, h], [p*n1p], [p*n2p, h] -> rank-major flat [W]."""
+def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Inverse of `unpack_gathered`: [p*n1p, h], [p*n1p], [p*n2p, h] -> rank-major flat [W], in `dtype` (default
+    w1's: no other copy is made)."""
     per_rank = [x.reshape(p, x.numel() // p) for x in (w1, b1, w2)]  # rank-major rows: [p, n1p*h] ...
-    return torch.cat(per_rank, dim=1).reshape(-1)  # [p, W/p] -> [W]
+    return _cat(per_rank, dtype, dim=1).reshape(-1)  # [p, W/p] -> [W]
 
 
 def split_sections(a: torch.Tensor, sections: tuple[int, ...], groups: int) -> list[torch.Tensor]:

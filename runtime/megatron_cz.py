@@ -73,7 +73,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     da = _join_qkv(dq, dk, dv, ctx, h)  # [b, t, h + 2kv]
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 

@@ -16,7 +16,9 @@ heads and its lse.
 Backward: the shards travel the same way again; the first GEMM of each shard (q, k, v / the f-wide
 activation) is recomputed when the shard comes round; each shard's gradient partial is reduced onto its
 owner by point-to-point (attention: comm.chain_reduce per group; MLP: a travelling accumulator that ends
-at the owner). Per rank: p - 1 weight messages forward, 2(p - 1) backward, as schedules.py counts.
+at the owner), in fp32 for 16-bit weights (comm.GRAD_REDUCE_DTYPE: the partials and the accumulator are fp32 and
+travel as such; the owner's sum is cast to the weights' dtype once). Per rank: p - 1 weight messages forward,
+2(p - 1) backward (p - 1 of them gradient partials), as schedules.py counts.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ _TAG_W, _TAG_G = 21, 22
 
 def _own(w: Weights) -> torch.Tensor:
     return pack_shard(w.w1, w.b1, w.w2)  # [W/p]
+
+
+def _partial_dtype(w: Weights, ctx: Ctx) -> torch.dtype:
+    """The dtype of the gradient partials reduced onto the shards' owners: fp32 for 16-bit weights on p > 1 ranks
+    (comm.GRAD_REDUCE_DTYPE; cast to the weights' dtype once summed), else the weights'."""
+    return comm.grad_reduce_dtype(w.w1.dtype) if ctx.p > 1 else w.w1.dtype
 
 
 # --- attention -----------------------------------------------------------------------------------------
@@ -113,7 +121,7 @@ def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
         dq, dk = rope_qk_backward(merge_heads(dq), merge_heads(dk), ctx.positions, ctx, h)
         da = torch.cat([dq, dk, merge_heads(dv)], dim=-1)  # [b, t, (h + 2kv)/p]
         du += da @ w1  # [b, t, (h + 2kv)/p] -> [b, t, h]
-        part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2)  # this rank's partial of shard g
+        part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2, _partial_dtype(w, ctx))  # partial of shard g
         total, send = comm.chain_reduce(part, g, ctx.group, tag=_TAG_G)
         if send is not None:
             sends.append(send)
@@ -161,8 +169,9 @@ def _ring_forward(x, u, w: Weights, ctx: Ctx, tile: int):
     return y
 
 
-def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int):
-    """This rank's gradient partial of one weight shard (packed), chunk by chunk, adding its share to du."""
+def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int, dtype: torch.dtype):
+    """This rank's gradient partial of one weight shard (packed in `dtype`), chunk by chunk, adding its share to
+    du."""
     dw1, db1, dw2 = grad_accumulator(w1), grad_accumulator(b1), grad_accumulator(w2)  # summed over chunks
     start = 0
     for uc, dyc in zip(u.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
@@ -174,7 +183,7 @@ def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int):
         dw1 += weight_grad(da, uc)
         db1 += bias_grad(da, b1)
         start = end
-    return pack_shard(dw1.to(w1.dtype), db1.to(b1.dtype), dw2.to(w2.dtype))
+    return pack_shard(dw1, db1, dw2, dtype)  # [W/p]
 
 
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
@@ -195,7 +204,7 @@ def _ring_backward(x, u, dy, w: Weights, ctx: Ctx, tile: int):
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
-        part = _shard_partial(u, dy, du, w1, b1, w2, ctx, tile)  # partial of shard (r - i) mod p
+        part = _shard_partial(u, dy, du, w1, b1, w2, ctx, tile, _partial_dtype(w, ctx))  # of shard (r - i) mod p
         if i == 0:
             mine = part
         else:

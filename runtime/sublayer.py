@@ -286,12 +286,10 @@ class SubLayerFunction(torch.autograd.Function):
 
 def reduce_replicated(grads: dict, params, ctx: Ctx) -> list[torch.Tensor]:
     """The gradients of `params` (`PARAM_NAMES` order) from a backward's `grads`, the replicated ones (norm, output
-    bias) summed over the ranks in one all-reduce, each in its parameter's dtype."""
-    with comm.tagged(ctx.tag):
-        rep = [grads[n] for n in REPLICATED]
-        buf = comm.all_reduce(torch.cat([g.reshape(-1) for g in rep]), ctx.group)  # [h, 2h or 3h] summed over ranks
-    for n, piece in zip(REPLICATED, buf.split([g.numel() for g in rep])):
-        grads[n] = piece.view_as(grads[n])
+    bias) summed over the ranks in one fp32 all-reduce (`comm.all_reduce_grads`), each in its parameter's dtype."""
+    with comm.tagged(ctx.tag):  # [h, 2h or 3h] elements summed over ranks in fp32 (comm.GRAD_REDUCE_DTYPE)
+        summed = comm.all_reduce_grads([grads[n] for n in REPLICATED], ctx.group)
+    grads.update(zip(REPLICATED, summed))
     return [grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)]
 
 

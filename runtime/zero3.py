@@ -2,7 +2,8 @@
 
 Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; schedules.py: the sharded
 parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
-before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards.
+before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards,
+summed in fp32 for 16-bit weights (comm.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
 The gathered w1/b1 rows come grouped by rank (layout.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
 The MLP keeps (schedules.py) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
@@ -39,9 +40,13 @@ def gather_weights(w: Weights, ctx: Ctx):
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
 
-def scatter_grads(dw1, db1, dw2, ctx: Ctx):
-    """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p]."""
-    shard = comm.reduce_scatter(pack_gathered(dw1, db1, dw2, ctx.p), ctx.group)  # [W] -> [W/p]
+def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
+    """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p], in fp32
+    (comm.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
+    rounded once into the shard; the fp32 sums of a tiled MLP packed and reduced as they are on p > 1 ranks). The
+    shard is in the gradients' dtype; the sub-layer's backward casts it to the parameters' `dtype`."""
+    packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
+    shard = comm.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
 
 
@@ -65,7 +70,7 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     da = mlp_core_backward(a, dy @ w2.t(), ctx, ctx.p)  # [b, t, h] -> [b, t, f] (SwiGLU: 2f)
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx)
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
@@ -100,7 +105,7 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
         dln_w += lw
         dln_b += lb
         start += xc.shape[1]
-    sw1, sb1, sw2 = scatter_grads(dw1.to(w1.dtype), db1.to(b1.dtype), dw2.to(w2.dtype), ctx)
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w1.dtype)  # the fp32 sums packed as they are
     return dx, {"ln_w": dln_w.to(w.ln_w.dtype), "ln_b": dln_b.to(w.ln_b.dtype), "w1": sw1, "b1": sb1, "w2": sw2,
                 "b2": bias_grad(dy, w.b2)}
 

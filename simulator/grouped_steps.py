@@ -183,11 +183,12 @@ class GroupPricer:
         c, m = self.cluster, self.model
         replicas = data_parallel_width(c.gpus, sizes, m)  # the whole world when blocks are not whole heads
         per_node = max(1, c.node_gpus * replicas // c.gpus)
-        shard = m.dtype_bytes * sharded_layer_params(m, c.gpus // replicas)
-        replicated = m.dtype_bytes * (m.layers * F.replicated_params(m) * 2 + F.embedding_params(m))
-        return (F.collective_time_s(c, "reduce_scatter", shard, replicas, per_node)
-                + F.collective_time_s(c, "all_gather", shard, replicas, per_node)
-                + F.collective_time_s(c, "all_reduce", replicated, replicas, per_node))
+        elements = sharded_layer_params(m, c.gpus // replicas)
+        replicated = F.grad_all_reduces(m.layers * F.replicated_params(m) * 2 + F.embedding_params(m), replicas)
+        return (F.collective_time_s(c, "reduce_scatter", F.GRAD_REDUCE_BYTES * elements, replicas, per_node)
+                + F.collective_time_s(c, "all_gather", m.dtype_bytes * elements, replicas, per_node)
+                + sum(call.count * F.collective_time_s(c, "all_reduce", call.buffer_bytes, replicas, per_node)
+                      for call in replicated))
 
 
 def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> G.GroupChoice:

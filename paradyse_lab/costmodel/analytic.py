@@ -155,11 +155,12 @@ class AnalyticCostModel:
         counted = self.counted_s("fixed", batch * seq_len)
         traffic_s = 3 * t * (4 * h * e + 2 * v * 4) / c.hbm_bytes_per_s  # lookup, norm, softmax traffic
         time_s += traffic_s if counted is None else counted
-        time_s += F.collective_time_s(c, "all_reduce", params * e, self.p)
+        time_s += sum(self.collective_s(call) for call in F.grad_all_reduces(params, self.p))  # fp32 buckets
+        reduce_bytes = F.grad_bucket_copy_bytes(m, params) if self.p > 1 else 0  # after the head's backward
         return FixedCost(
             time_s=time_s,
             model_state_bytes=F.model_state_bytes_per_param(m) * params,
             kept_bytes=whole_head_bytes(m, t)[0],  # embedding out, final norm in/out, logits, log-sum-exp
-            transient_bytes=whole_head_bytes(m, t)[1],  # the logits' gradient, one fp32 chunk
+            transient_bytes=max(whole_head_bytes(m, t)[1], reduce_bytes),  # the logits' gradient, one fp32 chunk
             optimizer_s=optimizer_s,
         )

@@ -21,6 +21,7 @@ Sources:
 from __future__ import annotations
 
 from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.model_spec import ModelSpec
 
 MIXED_PRECISION_ADAM_BYTES_PER_PARAM = {
@@ -32,6 +33,47 @@ LSE_BYTES = 4
 """FlashAttention keeps its log-sum-exp in fp32, one per (head, query)."""
 FLASH_BWD_OVER_FWD = 2.5
 GEMM_BWD_OVER_FWD = 2.0
+GRAD_REDUCE_BYTES = 4
+"""Bytes per element of every parameter gradient summed over ranks: fp32 whatever the model dtype, as Megatron-LM's
+`grad_reduce_in_fp32` and PyTorch FSDP2's `MixedPrecisionPolicy(reduce_dtype=torch.float32)` reduce them
+(runtime/comm.py `GRAD_REDUCE_DTYPE` names both sources): a 16-bit gradient is copied into an fp32 buffer just
+before its reduce-scatter, all-reduce or point-to-point reduction (its bytes sent are the fp32 buffer's), and the
+sum is rounded once to the model dtype, one bucket of at most `GRAD_BUCKET_ELEMENTS` at a time where the
+gradient is large (a ZeRO-3 sub-layer's, the embedding's) or as it is where it is a point-to-point partial (METP)
+or already an fp32 sum (the tiled MLP's). In fp32 training nothing changes."""
+GRAD_BUCKET_ELEMENTS = 40_000_000
+"""Elements per fp32 bucket of a replicated gradient all-reduce (runtime/comm.py `GRAD_BUCKET_ELEMENTS`:
+Megatron-LM's default bucket size)."""
+
+
+def grad_copy_bytes(model: ModelSpec) -> int:
+    """Bytes per element of the fp32 copy a gradient is reduced in beside its own: `GRAD_REDUCE_BYTES` for a 16-bit
+    model, 0 for fp32 (reduced as it is, no copy)."""
+    return GRAD_REDUCE_BYTES if model.dtype_bytes < GRAD_REDUCE_BYTES else 0
+
+
+def grad_all_reduces(elements: int, p: int, bucket: int = GRAD_BUCKET_ELEMENTS) -> list[CollectiveCall]:
+    """The fp32 all-reduces of `elements` replicated gradient elements over p ranks, cut into buckets of at most
+    `bucket` elements (runtime/comm.py `all_reduce_grads`): the full buckets, then the remainder."""
+    full, rest = divmod(elements, bucket)
+    return [CollectiveCall("all_reduce", n * GRAD_REDUCE_BYTES, p, k)
+            for n, k in ((bucket, full), (rest, 1 if rest else 0)) if k]
+
+
+def reduce_scatter_bucket_bytes(model: ModelSpec, shard_elements: int, p: int) -> int:
+    """Transient bytes of the fp32 reduce-scatter of a rank-major [p, shard_elements] 16-bit gradient (runtime/comm.py
+    `reduce_scatter_grads`): one fp32 bucket of [p, c] columns and its [c] output, c = min(shard_elements,
+    GRAD_BUCKET_ELEMENTS // p); nothing for fp32 (reduced as it is) or on one rank."""
+    if p == 1 or not grad_copy_bytes(model):
+        return 0
+    cols = min(shard_elements, max(1, GRAD_BUCKET_ELEMENTS // p))
+    return (p + 1) * cols * GRAD_REDUCE_BYTES
+
+
+def grad_bucket_copy_bytes(model: ModelSpec, elements: int) -> int:
+    """Transient bytes of `all_reduce_grads` over `elements` gradient elements: one fp32 bucket for a 16-bit model,
+    nothing for fp32 (summed in place)."""
+    return min(elements, GRAD_BUCKET_ELEMENTS) * grad_copy_bytes(model)
 
 
 def model_state_bytes_per_param(model: ModelSpec) -> int:

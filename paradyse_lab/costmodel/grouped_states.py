@@ -8,8 +8,9 @@ smallest group has g_min ranks uses the data-parallel dimension of the (W/g_min 
 ranks (one per g_min-block), for three collectives, each counted here under the runtime's convention
 (runtime/comm.py: all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
 - all-gather of the flat world shards of every sharded matrix (F = P_s/W elements) -> [d, F];
-- reduce-scatter of the gradients laid out the same way -> [F];
-- all-reduce of the replicated gradients (R elements), and one of the step's fp32 loss.
+- reduce-scatter of the gradients laid out the same way -> [F], in fp32 (`formulas.GRAD_REDUCE_BYTES`);
+- all-reduce of the replicated gradients (R elements) in fp32 buckets (`formulas.grad_all_reduces`), and one of
+  the step's fp32 loss.
 Rajbhandari et al., "ZeRO" (SC 2020) stage 3 for the gather / reduce-scatter of sharded states; the hybrid
 (shard within, replicate across) split as in Zhao et al., "PyTorch FSDP" (VLDB 2023) hybrid sharding.
 """
@@ -18,7 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paradyse_lab.costmodel.formulas import embedding_params, replicated_params, sharded_params
+from paradyse_lab.costmodel.formulas import (
+    GRAD_REDUCE_BYTES,
+    embedding_params,
+    grad_all_reduces,
+    grad_bucket_copy_bytes,
+    reduce_scatter_bucket_bytes,
+    replicated_params,
+    sharded_params,
+)
 from paradyse_lab.model_spec import ModelSpec
 
 LOSS_BYTES = 4
@@ -52,10 +61,11 @@ def grouped_state_sent_bytes(model: ModelSpec, world: int, sizes: Sequence[int])
     d = data_parallel_width(world, sizes, model)
     if d == 1:
         return {}
-    e = model.dtype_bytes
-    flat = sharded_total(model) // world * e  # one rank's world shard, bytes
-    return {"all_gather": (d - 1) * flat, "reduce_scatter": (d - 1) * flat,
-            "all_reduce": 2 * replicated_total(model) * e * (d - 1) // d + 2 * LOSS_BYTES * (d - 1) // d}
+    elements = sharded_total(model) // world  # one rank's world shard
+    replicated = sum(call.sent_bytes for call in grad_all_reduces(replicated_total(model), d))
+    return {"all_gather": (d - 1) * elements * model.dtype_bytes,
+            "reduce_scatter": (d - 1) * elements * GRAD_REDUCE_BYTES,
+            "all_reduce": replicated + 2 * LOSS_BYTES * (d - 1) // d}
 
 
 def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Sequence[int]) -> dict[str, int]:
@@ -64,8 +74,8 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
     every sharded matrix (none when one group holds the world: its shards are the world's) and its gradient
     (the strategies' layout at the group's size), and the gradients of the replicated tensors on the group's
     view. Transient (none when one group holds the world): the flat send buffer of the gather (F elements),
-    then the [d, F] buffer it fills (and, after the backward, the reduce-scatter's), beside one tensor's blocks
-    at a time."""
+    then the [d, F] buffer it fills, beside one tensor's blocks at a time (the reduce phase after the backward:
+    `reduce_phase_bytes`)."""
     e = model.dtype_bytes
     group_shard = sharded_total(model) // size * e
     whole = size == world
@@ -82,11 +92,16 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     all-reduce buffer) and part of the model states counted at p = W; with one group of the whole world its
     sharded gradients are the group's own (nothing new) and only the [R] buffer is made. 'transient': what the
     peak holds beyond them, the [d, F] buffer the reduce-scatter reads (alive beside its [F] output, freed
-    before the [R] buffer is made): max(0, d F - R)."""
+    before the [R] buffer is made) or, with a 16-bit model, the fp32 bucket of the replicated gradients'
+    all-reduce (`formulas.grad_bucket_copy_bytes`) beside [R]; the reduce-scatter's fp32 bucket
+    (`formulas.reduce_scatter_bucket_bytes`) adds to the [d, F] buffer: max(0, d F + bucket - R, R bucket)."""
     d = data_parallel_width(world, sizes, model)
     e = model.dtype_bytes
     replicated = replicated_total(model) * e
+    replicated_bucket = grad_bucket_copy_bytes(model, replicated_total(model))
     if d == 1:
         return {"world_grads": replicated, "transient": 0}
-    flat = sharded_total(model) // world * e
-    return {"world_grads": flat + replicated, "transient": max(0, d * flat - replicated)}
+    elements = sharded_total(model) // world
+    flat = elements * e
+    scatter = d * flat + reduce_scatter_bucket_bytes(model, elements, d) - replicated
+    return {"world_grads": flat + replicated, "transient": max(0, scatter, replicated_bucket)}

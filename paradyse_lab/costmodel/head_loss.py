@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.errors import unknown_name
 
 HEAD_OPTIONS = ("whole", "tiled", "vocab")
@@ -106,7 +107,9 @@ class HeadLossCostModel:
         tile = loss_tile_tokens(v, e, t)
         again_s = 2.0 * t * h * v / (cluster.peak_flops * cluster.gemm_eff(min(tile, h)))
         again_s += t * v * (4 + e) / cluster.hbm_bytes_per_s
-        return replace(whole, time_s=whole.time_s + again_s, kept_bytes=kept, transient_bytes=transient)
+        reduce_bytes = F.grad_bucket_copy_bytes(m, F.embedding_params(m)) if self.inner.p > 1 else 0
+        return replace(whole, time_s=whole.time_s + again_s, kept_bytes=kept,
+                       transient_bytes=max(transient, reduce_bytes))
 
 
 def cheapest_head(solve: Callable[[str], object], heads: tuple[str, ...] = HEAD_OPTIONS):

@@ -38,6 +38,10 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
 - `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
+- Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
+  runtime/comm.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes per
+  element, and so does the all-reduce of the replicated norm / output-bias gradients; with a 16-bit model the
+  transient bytes hold the fp32 bucket the reduction works in (METP: its fp32 partial double buffer).
 """
 
 from __future__ import annotations
@@ -220,11 +224,20 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
                         transient=transient)
 
 
+def grad_reduce_bytes(s: Sublayer) -> int:
+    """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
+    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/zero3.py, metp.py)."""
+    return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
+
+
 def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
     """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, and the full gradient before its reduce-scatter."""
+    gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`)
+    one bucket at a time (16-bit weights: `formulas.reduce_scatter_bucket_bytes`)."""
     w = s.W * s.e
-    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), _coll("reduce_scatter", w, s.p)], 3 * w
+    bucket = F.reduce_scatter_bucket_bytes(s.model, s.W // s.p, s.p)
+    return [_coll("all_gather", w, s.p)], \
+        [_coll("all_gather", w, s.p), _coll("reduce_scatter", s.W * grad_reduce_bytes(s), s.p)], 3 * w + bucket
 
 
 def _zero3_mlp(s: Sublayer) -> StrategyWork:
@@ -270,13 +283,14 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
 
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
-    shard = -(-s.W // p) * e
+    shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
     fwd: list[CollectiveCall] = []
     bwd: list[CollectiveCall] = []
     ring_steps = 0
     if p > 1:
         fwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True)]
-        bwd += [_coll("p2p", shard, p, count=2 * (p - 1), overlapped=True)]  # weights, then grad partials
+        bwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True),  # the weights again
+                _coll("p2p", partial, p, count=p - 1, overlapped=True)]  # the gradient partials, fp32
         if s.attn:
             fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
             bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
@@ -290,7 +304,7 @@ def _metp(s: Sublayer) -> StrategyWork:
         acts += flash_gqa_grad_bytes(s, t, h // p, kv // p)
     return StrategyWork(
         fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
-        transient=4 * shard + acts,  # weight double buffer + gradient-partial double buffer
+        transient=2 * shard + 2 * partial + acts,  # weight double buffer + (fp32) gradient-partial double buffer
         extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
         ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
     )
@@ -359,8 +373,9 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients
-        bwd.append(_coll("all_reduce", F.replicated_params(model) * s.e, p))
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm.py all_reduce_grads)
+        bwd += F.grad_all_reduces(F.replicated_params(model), p)
+        transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 
     if option.recompute and tiled is None:  # a tiled MLP recomputes its own way
         gemm += lin_fwd

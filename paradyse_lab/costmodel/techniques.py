@@ -18,7 +18,8 @@ Kept: x [t, h]. Time: the first GEMM and the norm and activation traffic once mo
 the efficiency of the chunk's size, megatron_ts's collectives split into per-chunk calls (more latency).
 Transient: one chunk's working set (its recomputed intermediates and their gradients) and the whole input
 gradient [t, h], and with 16-bit weights the fp32 sums of the weight gradients over the chunks (as the tiled
-loss keeps its head gradient: one rounding to 16 bits at the end, not one per chunk) (`tiled_mlp_work`).
+loss keeps its head gradient: one rounding to 16 bits at the end, not one per chunk), which ZeRO-3 and metp
+reduce over the ranks in fp32 as they are (formulas.GRAD_REDUCE_BYTES) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
 copied to host memory while it runs forward and copied back for its backward (runtime/offload.py). Kept on the
@@ -114,7 +115,8 @@ def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
         transient = shards + e * (4 * tc * wide + 3 * t * h) + acc * shard_w
         return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, s.f // s.p), 0.0,
                          2.0 * e * t * h)
-    weights = 3 * s.W * e  # ZeRO-3: the gathered weights, the prefetched ones and the full gradient
+    packed = F.GRAD_REDUCE_BYTES if s.p > 1 else e  # the fp32 sums packed as they are for the reduce-scatter
+    weights = 2 * s.W * e + s.W * packed  # ZeRO-3: the gathered weights, the prefetched ones, the packed gradient
     transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h + acc * s.W
     return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), refwd_flops, norm_and_act)
 

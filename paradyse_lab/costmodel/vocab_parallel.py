@@ -79,8 +79,7 @@ def vocab_parallel_collectives(model, p: int, tokens: int, tile: int) -> tuple[C
                   CollectiveCall("all_reduce", rows * LSE_BYTES, p, n),  # row maxima (MAX)
                   CollectiveCall("all_reduce", 2 * rows * 4, p, n)]  # sums of exp and target logits
     calls.append(CollectiveCall("all_gather", p * 4, p))  # each rank's loss gradient
-    replicated = (model.max_positions * h + F.norm_params(model)) * e
-    calls.append(CollectiveCall("all_reduce", replicated, p))  # gradients of positions and final norm
+    calls += F.grad_all_reduces(model.max_positions * h + F.norm_params(model), p)  # positions, final norm: fp32
     return tuple(calls)
 
 
@@ -125,6 +124,8 @@ def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
     traffic_s = (3 * t * (4 * h * e + 2 * rows * 4 * p) + p * t * rows * (4 + e)) / c.hbm_bytes_per_s
     comm_s = sum(cost_model.collective_s(call) for call in vocab_parallel_collectives(m, p, t, tile))
     kept, transient = vocab_head_bytes(m, p, t)
+    if p > 1:  # the fp32 bucket of the replicated gradients' all-reduce, after the head's backward
+        transient = max(transient, F.grad_bucket_copy_bytes(m, m.max_positions * h + F.norm_params(m)))
     return FixedCost(time_s=gemm_s + traffic_s + comm_s,
                      model_state_bytes=F.model_state_bytes_per_param(m) * vocab_state_params(m, p),
                      kept_bytes=kept, transient_bytes=transient, optimizer_s=optimizer_s)

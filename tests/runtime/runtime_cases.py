@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+import grad_reduce_cases
 import optim_cases
 import torch
 import weights_cases
@@ -1225,6 +1226,8 @@ CASES.update(weights_cases.CASES)
 ONLY_AT.update(weights_cases.ONLY_AT)
 CASES.update(optim_cases.CASES)
 ONLY_AT.update(optim_cases.ONLY_AT)
+CASES.update(grad_reduce_cases.CASES)
+ONLY_AT.update(grad_reduce_cases.ONLY_AT)
 
 
 # --- grouped steps: a global batch over groups of ranks, states in one world layout (grouped_cases.py) ------

@@ -57,12 +57,12 @@ def _step(sizes: tuple[int, ...], plan: Plan) -> GroupedStep:
     return GroupedStep(WORLD, len(sizes), tuple(groups))
 
 
-def _schedule_bytes(cfg: GPTConfig, plan: Plan, size: int) -> dict[str, dict[str, int]]:
+def _schedule_bytes(cfg: GPTConfig, plan: Plan, size: int, dtype: str = "fp32") -> dict[str, dict[str, int]]:
     """Per sub-layer tag, the bytes the analytic schedule predicts for one item at a group of `size` ranks."""
     out = {}
     for index, (attn, mlp) in enumerate(plan.layer_options(cfg.layers)):
         for kind, opt in (("attention", attn), ("mlp", mlp)):
-            calls = schedule(cfg.model_spec("fp32"), kind, opt, S, B, size).collectives
+            calls = schedule(cfg.model_spec(dtype), kind, opt, S, B, size).collectives
             want: dict[str, int] = {}
             for call in calls:
                 want[call.op] = want.get(call.op, 0) + call.sent_bytes
@@ -79,27 +79,31 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-CASES = [(CFG, PLAN, sizes) for sizes in ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8, (4, 2, 1, 1), (1, 1, 2, 4))] + [
-    (GQA, GQA_PLAN, sizes) for sizes in ((2, 2, 2, 2), (4, 2, 1, 1))]
+CASES = [(CFG, PLAN, sizes, "fp32") for sizes in ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8, (4, 2, 1, 1), (1, 1, 2, 4))] + [
+    (GQA, GQA_PLAN, sizes, "fp32") for sizes in ((2, 2, 2, 2), (4, 2, 1, 1))] + [
+    (CFG, PLAN, (4, 2, 1, 1), "bf16"), (GQA, GQA_PLAN, (2, 2, 2, 2), "bf16")]
+"""The bf16 rows: the states' gradients reduce-scattered and all-reduced in fp32 (twice the bytes of a bf16 sum)."""
 
 
-@pytest.mark.parametrize("cfg, plan, sizes", CASES,
-                         ids=[("gqa-" if c is GQA else "") + "-".join(map(str, s)) for c, _, s in CASES])
-def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, one_thread):
+@pytest.mark.parametrize("cfg, plan, sizes, dtype", CASES,
+                         ids=[("gqa-" if c is GQA else "") + "-".join(map(str, s)) + ("-bf16" if d == "bf16" else "")
+                              for c, _, s, d in CASES])
+def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, dtype, one_thread):
     step = _step(sizes, plan)
-    spec = cfg.model_spec("fp32")
+    spec = cfg.model_spec(dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
     for rank in range(WORLD):
         meshes = FakeMeshes(WORLD, rank)
         model = ParallelGPT(cfg, FakeGroup(WORLD, rank), seed=1)
+        model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
         size = step.group_of(rank).size
         with count_bytes() as counter:
             loss = grouped_step(model, step, meshes, lambda i, sp: (shard_sequence(ids, 1, sp),) * 2 + (None,),
                                 [S] * len(sizes))
         assert torch.isfinite(torch.tensor(loss))
         assert counter.total(STATES_TAG) == grouped_state_sent_bytes(spec, WORLD, sizes), (rank, counter.total())
-        for tag, want in _schedule_bytes(cfg, plan, size).items():
+        for tag, want in _schedule_bytes(cfg, plan, size, dtype).items():
             assert counter.total(tag) == want, (rank, tag, counter.total(tag))
         assert all(q.grad is not None and q.grad.shape == q.shape for q in model.parameters())
         g_min, contiguous = step_gather(cfg, sizes, WORLD)
@@ -109,8 +113,13 @@ def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, one_
         assert kept == grouped_state_kept_bytes(spec, WORLD, size, sizes)["group_weights"], (rank, kept)
 
 
-@pytest.mark.parametrize("sizes", [(8,), (2, 2, 2, 2), (4, 2, 1, 1)], ids=lambda s: "-".join(map(str, s)))
-def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, tmp_path, one_thread):
+REDUCE_CASES = [((8,), "fp32"), ((2, 2, 2, 2), "fp32"), ((4, 2, 1, 1), "fp32"), ((2, 2, 2, 2), "bf16"),
+                ((4, 2, 1, 1), "bf16")]
+"""The bf16 rows: the reduce-scatter's and the all-reduce's fp32 buckets beside the phase's buffers."""
+
+
+@pytest.mark.parametrize("sizes, dtype", REDUCE_CASES, ids=["-".join(map(str, s)) + "-" + d for s, d in REDUCE_CASES])
+def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path, one_thread):
     # after the backward: the [d, F] buffer and the reduce-scatter's [F] output, then one [R] buffer; the world's
     # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events, the
     # peak above the phase's start)
@@ -119,11 +128,12 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, tmp_path, one_t
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
     from runtime.grouped import group_view, reduce_step_grads
 
-    step, spec = _step(sizes, PLAN), CFG.model_spec("fp32")
+    step, spec = _step(sizes, PLAN), CFG.model_spec(dtype)
     ids = torch.randint(0, CFG.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))
     want = reduce_phase_bytes(spec, WORLD, sizes)
     for rank in (0, WORLD - 1):  # the first rank of a group contributes the replicated gradients, the last not
         meshes, model = FakeMeshes(WORLD, rank), ParallelGPT(CFG, FakeGroup(WORLD, rank), seed=1)
+        model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
         group = step.group_of(rank)
         g_min, contiguous = step_gather(CFG, sizes, WORLD)
         dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
