@@ -53,6 +53,7 @@ import pandas as pd
 
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, write_with_timings
 
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
                   "memory_breakdown", "packing")
@@ -187,7 +188,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
         for m in experiments.MODELS:
             dp = pd.read_csv(run_path(out, "fig2", d, m, "dynamic:dp"))
             for p in ("dynamic:heuristic", "dynamic:ilp"):
-                r = pd.read_csv(run_path(out, "fig2", d, m, p))
+                r = read_with_timings(run_path(out, "fig2", d, m, p))
                 both = min(int((~dp["oom"]).sum()), int((~r["oom"]).sum()))
                 t_p = float(r[~r["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
                 t_dp = float(dp[~dp["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
@@ -197,8 +198,9 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
                              "max_len": int(r[~r["oom"]]["seq_len"].max()) if (~r["oom"]).any() else 0,
                              "dp_max_len": int(dp[~dp["oom"]]["seq_len"].max()) if (~dp["oom"]).any() else 0,
                              "solve_ms_mean": float(planned["solve_ms"].mean()) if len(planned) else 0.0})
-    _write(pd.DataFrame(rows), out / "solver_quality_runs.csv")
-    return ["fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"]
+    write_with_timings(pd.DataFrame(rows), out / "solver_quality_runs.csv", ("solve_ms_mean",),
+                       ("dataset", "model", "policy"))
+    return list(STEP_OUTPUTS["fig2"])
 
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
@@ -216,7 +218,7 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
         return []
     setup = s.setup(truth="paper")
     experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False, beyond=True)
-    return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv", f"{PAPER_DIR}/fig2_beyond.csv"]
+    return list(STEP_OUTPUTS["fig2_paper"])
 
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
@@ -259,7 +261,8 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
-        written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}" for f in ("fig2_summary.csv", "table5.csv")]
+        written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}"
+                    for f in ("fig2_summary.csv", "table5.csv", f"{TIMINGS_DIR}/fig2_summary.csv")]
     return written
 
 
@@ -283,7 +286,7 @@ def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator.groups_experiment import GroupsSetup, groups
 
     groups(GroupsSetup(), out, force=force, progress=False)
-    return ["groups.csv"]
+    return list(STEP_OUTPUTS["groups"])
 
 
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
@@ -324,8 +327,9 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 
     rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
                      ("heuristic", "greedy", "dp", "ilp", "brute_force"), 2.0 if not s.quick else 1.0, 0)
-    _write(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv")
-    return ["solver_bench.csv"]
+    write_with_timings(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv",
+                       bench.TIMING_COLUMNS, bench.KEY_COLUMNS)
+    return list(STEP_OUTPUTS["solvers"])
 
 
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
@@ -454,14 +458,16 @@ STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_
               "packing": step_packing, "groups": step_groups,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
-STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
-                "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
+STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv",
+                         f"{TIMINGS_DIR}/fig2_summary.csv", f"{TIMINGS_DIR}/solver_quality_runs.csv"),
+                "table5": ("table5.csv",), "solvers": ("solver_bench.csv", f"{TIMINGS_DIR}/solver_bench.csv"),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
-                               f"{PAPER_DIR}/fig2_beyond.csv"),
+                               f"{PAPER_DIR}/fig2_beyond.csv", f"{PAPER_DIR}/{TIMINGS_DIR}/fig2_summary.csv"),
                 "table5_paper": (f"{PAPER_DIR}/table5.csv",), "seeds": (HEADLINE_SEEDS_FILE,),
-                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"), "groups": ("groups.csv",),
+                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
+                "groups": ("groups.csv", f"{TIMINGS_DIR}/groups.csv"),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
-                                       for f in ("fig2_summary.csv", "table5.csv")),
+                                       for f in ("fig2_summary.csv", "table5.csv", f"{TIMINGS_DIR}/fig2_summary.csv")),
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
                 "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
