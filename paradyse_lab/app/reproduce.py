@@ -31,6 +31,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - execute (only with `--execute`): `paradyse-lab calibrate` and `paradyse-lab validate-run` on this machine
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
 
+Measured wall times (planning and solve times) are never in a result CSV: they go to `timings/NAME.csv` beside
+it (paradyse_lab/timings.py), so that two runs with the same settings write the same result CSVs byte for byte.
+
 A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
 only when they were made with the same settings (quick or full, cluster) and the same code version and are
 unchanged since (`paradyse_lab/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
