@@ -479,6 +479,43 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
 also need every CSV they read unchanged; the report is always rewritten."""
 FULL_ONLY_STEPS = ("groups",)
 """Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
+BACKGROUND_STEPS = ("groups",)
+"""Steps that read no other step's output and share no cost model with them: a full run starts them in a
+process of their own at its start (the second core), and stamps them when the loop reaches them."""
+
+
+def _run_in_child(name: str, out: Path, s: Settings, force: bool) -> None:
+    """A background step's process: the step, and exit code 130 on Ctrl-C (the parent prints the one line)."""
+    import os
+
+    try:
+        STEP_FUNCS[name](out, s, force)
+    except KeyboardInterrupt:
+        os._exit(130)
+
+
+def start_background(names, out: Path, s: Settings, force: bool) -> dict:
+    """{step: (process, start time)} of `names` started in forked processes (before any thread of this one)."""
+    import multiprocessing
+
+    started = {}
+    for name in names:
+        proc = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(name, out, s, force),
+                                                           name=f"reproduce-{name}")
+        proc.start()
+        started[name] = (proc, time.perf_counter())
+    return started
+
+
+def join_background(name: str, started: dict) -> float:
+    """Wait for background step `name`; its seconds from start to end. A failed step is a `UserInputError`."""
+    proc, began = started.pop(name)
+    proc.join()
+    if proc.exitcode == 130:
+        raise KeyboardInterrupt
+    if proc.exitcode:
+        raise UserInputError(f"reproduce step {name} failed (exit code {proc.exitcode}); see its message above")
+    return time.perf_counter() - began
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
@@ -497,32 +534,48 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
-    with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
-        bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
-        for name in bar:
-            bar.set_postfix_str(name)
-            outputs = STEP_OUTPUTS.get(name, ())
-            inputs = input_files(cluster)
-            if name == "figures":  # figures are redrawn when any CSV they read changed
-                inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
-            key = result_key({**wanted, "step": name}, inputs)
-            stamp = stamp_path(out, f"reproduce-{name}")
-            if outputs and not force:
-                if is_fresh(stamp, key):
-                    timings[name] = 0.0
-                    continue
-                if stamp.exists():
-                    log(f"{name}: made with other settings or code, or its files changed since; recomputing")
-            started = time.perf_counter()
-            if name == "report":
-                step_report(out, settings, force, timings)
-            else:
-                produced = STEP_FUNCS[name](out, settings, force)
-                if outputs:  # the files the step wrote (none when it does not apply to these settings)
-                    write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
-            write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
-            timings[name] = time.perf_counter() - started
-    bar.close()
+
+    def step_key(name: str) -> str:
+        inputs = input_files(cluster)
+        if name == "figures":  # figures are redrawn when any CSV they read changed
+            inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
+        return result_key({**wanted, "step": name}, inputs)
+
+    background = start_background([n for n in BACKGROUND_STEPS if not quick and (
+        force or not is_fresh(stamp_path(out, f"reproduce-{n}"), step_key(n)))], out, settings, force)
+    try:
+        with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
+            bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
+            for name in bar:
+                bar.set_postfix_str(name)
+                outputs = STEP_OUTPUTS.get(name, ())
+                key = step_key(name)
+                stamp = stamp_path(out, f"reproduce-{name}")
+                if outputs and not force and name not in background:
+                    if is_fresh(stamp, key):
+                        timings[name] = 0.0
+                        continue
+                    if stamp.exists():
+                        log(f"{name}: made with other settings or code, or its files changed since; recomputing")
+                started = time.perf_counter()
+                if name == "report":
+                    step_report(out, settings, force, timings)
+                else:
+                    produced = None
+                    if name in background:  # its time: from its start in the background to its end
+                        started = time.perf_counter() - join_background(name, background)
+                    else:
+                        produced = STEP_FUNCS[name](out, settings, force)
+                    if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                        write_stamp(stamp, key, wanted,
+                                    [out / f for f in (outputs if produced is None else produced)])
+                write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
+                timings[name] = time.perf_counter() - started
+        bar.close()
+    finally:
+        for proc, _ in background.values():  # stopped early (an error, Ctrl-C): end what runs in the background
+            proc.terminate()
+            proc.join()
     if execute:
         started = time.perf_counter()
         execute_step(out / "execute", log)
