@@ -29,6 +29,13 @@ def _run_everything_that_times(root: Path, monkeypatch) -> None:
     monkeypatch.setattr(groups_experiment, "PANELS", (("a100-80gb", ("bert",)),))
     monkeypatch.setattr(groups_experiment, "DATASETS", ("github_code",))
     groups_experiment.groups(GroupsSetup(size=6, global_batch=3, node_counts=(1,)), root, progress=False)
+    original = bench.run
+
+    def without_ilp(sizes, options, kinds, instances, repeats, solvers, *rest):
+        """The ILP stops at a wall-clock limit: on a loaded machine its answers may differ (README)."""
+        return original(sizes, options, kinds, instances, repeats, tuple(s for s in solvers if s != "ilp"), *rest)
+
+    monkeypatch.setattr(bench, "run", without_ilp)
     rp.step_solvers(root, TINY, force=False)
 
 
