@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 
 from paradyse_lab.atomic_write import write_bytes_atomic  # noqa: E402
 from paradyse_lab.strategies import CATALOG, USABLE  # noqa: E402
+from paradyse_lab.timings import read_with_timings  # noqa: E402
 
 STRATEGY_LABELS = {name: CATALOG[name].paper_name for name in USABLE}
 """Legend label of each usable strategy, from its catalog entry, in the paper's order."""
@@ -62,10 +63,11 @@ def parse_args(argv, description: str) -> argparse.Namespace:
 
 
 def read_csv(results: Path, name: str) -> pd.DataFrame:
+    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
     path = Path(results) / name
     if not path.is_file():
         raise MissingCSV(f"{path} not found; run `paradyse-lab reproduce` (or `--quick`) first")
-    return pd.read_csv(path)
+    return read_with_timings(path)
 
 
 def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE) -> Path:

@@ -49,6 +49,7 @@ class LayerGraph:
 
         self.graph = nx.DiGraph()
         self.decisions: list[Decision] = []
+        self._order: tuple[str, ...] | None = None
         self.graph.add_node("embedding", kind="embedding")
         prev = "embedding"
         for layer in range(model.layers):
@@ -70,10 +71,13 @@ class LayerGraph:
         return len(self.decisions)
 
     def sublayer_nodes(self) -> list[str]:
-        """Attention and MLP nodes in execution order."""
-        import networkx as nx
+        """Attention and MLP nodes in execution order (sorted once: every search problem reads it)."""
+        if self._order is None:
+            import networkx as nx
 
-        return [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["kind"] in SUBLAYER_KINDS]
+            self._order = tuple(n for n in nx.topological_sort(self.graph)
+                                if self.graph.nodes[n]["kind"] in SUBLAYER_KINDS)
+        return list(self._order)
 
     def decision_edges(self) -> list[tuple[int, int]]:
         """Pairs (d, d') of consecutive decisions: where a strategy switch can cost something."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.layer_graph import GRANULARITIES
@@ -54,9 +55,9 @@ class Plan:
                                  f"(give {layers} names, one per layer, or {2 * layers}, one per sub-layer)")
         return cls.from_names(names, "block" if count == layers else "sublayer")
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
-        """The options' names, in order (what a `SearchProblem` and the simulator's rows read)."""
+        """The options' names, in order (what a `SearchProblem` and the simulator's rows read; computed once)."""
         return tuple(o.name for o in self.options)
 
     def layer_options(self, layers: int) -> list[tuple[StrategyOption, StrategyOption]]:

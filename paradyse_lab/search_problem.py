@@ -87,6 +87,7 @@ class SearchProblem:
         if not isinstance(self.options, (list, tuple)) or not all(isinstance(o, str) for o in self.options):
             raise UserInputError("options must be a list of strings")
         set_(self, "options", tuple(self.options))
+        set_(self, "_option_indices", {name: i for i, name in enumerate(self.options)})
         O = len(self.options)
         if O == 0 or len(set(self.options)) != O:
             raise UserInputError(f"options must be a non-empty list of distinct names, got {list(self.options)}")
@@ -167,8 +168,8 @@ class SearchProblem:
     def option_index(self, name: str) -> int:
         """Index of an option name, or an error listing the names."""
         try:
-            return self.options.index(name)
-        except ValueError:
+            return self._option_indices[name]
+        except (KeyError, TypeError):
             raise UserInputError(f"unknown option {name!r}; valid: {', '.join(self.options)}") from None
 
     def indices(self, plan: Sequence) -> np.ndarray:

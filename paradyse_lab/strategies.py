@@ -31,6 +31,7 @@ strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
@@ -221,19 +222,16 @@ class StrategyOption:
         if self.strategy not in CATALOG:
             raise unknown_name("strategy", self.strategy, CATALOG)
 
-    @property
+    @cached_property
     def name(self) -> str:
-        """`NAME` followed by the suffixes of its flags: `NAME+recompute`, `NAME+recompute+tiled+offload`, ..."""
+        """`NAME` followed by the suffixes of its flags: `NAME+recompute`, `NAME+recompute+tiled+offload`, ...
+        (computed once per option: the simulator reads it for every decision of every step)."""
         return self.strategy + "".join(f"+{flag}" for flag in OPTION_FLAGS if getattr(self, flag))
 
     @classmethod
     def parse(cls, text: str) -> StrategyOption:
         """Read `NAME[+recompute][+tiled][+offload]` (the flags in that order, each once)."""
-        base, *flags = text.split("+")
-        valid = list(CATALOG) + ["NAME" + "".join(f"[+{f}]" for f in OPTION_FLAGS)]
-        if base not in CATALOG or flags != [f for f in OPTION_FLAGS if f in flags]:
-            raise unknown_name("strategy", text, valid)
-        return cls(base, **{flag: True for flag in flags})
+        return _parse_option(text)
 
     def runs(self, kinds) -> bool:
         """Whether the option is a decision of its own over sub-layers of `kinds` ('attention', 'mlp'): `+tiled`
@@ -245,6 +243,16 @@ class StrategyOption:
 
     def __str__(self) -> str:
         return self.name
+
+
+@cache
+def _parse_option(text: str) -> StrategyOption:
+    """`StrategyOption.parse`, each text read once (an option is immutable; an error is never cached)."""
+    base, *flags = text.split("+")
+    valid = list(CATALOG) + ["NAME" + "".join(f"[+{f}]" for f in OPTION_FLAGS)]
+    if base not in CATALOG or flags != [f for f in OPTION_FLAGS if f in flags]:
+        raise unknown_name("strategy", text, valid)
+    return StrategyOption(base, **{flag: True for flag in flags})
 
 
 def get_strategy(name: str) -> Strategy:

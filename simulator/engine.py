@@ -34,7 +34,10 @@ tokens every layer sees (padding included); documents, tokens: documents and rea
 plan_counts: `name:count` pairs joined by ';'; plan: option names joined by ' ';
 charged_time_s: the truth model's time of the plan (0 for a step that OOMed); cumulative_time_s includes
 restart costs; switched: the plan differs from the previous trained step's; layer_switches: boundaries
-where consecutive decisions differ; solve_ms: wall time of planning (the only non-deterministic column)."""
+where consecutive decisions differ; solve_ms: wall time of planning (the only non-deterministic column: a
+run's CSV keeps it apart, `TIMING_COLUMNS`)."""
+TIMING_COLUMNS = ("solve_ms",)
+"""Measured wall time: written to the run's timings file, not its CSV (simulator/results.py)."""
 
 
 class Charger:

@@ -18,10 +18,11 @@ from tqdm import tqdm
 from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
+from paradyse_lab.timings import write_with_timings
 from paradyse_lab.units import GIB
 from paradyse_lab.workloads import get_workload
 from simulator import shared
-from simulator.engine import simulate
+from simulator.engine import TIMING_COLUMNS, simulate
 from simulator.planner import build_planner
 from simulator.policies import DEFAULT_GAMMA, PolicySpec
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
@@ -61,6 +62,9 @@ PAPER_TABLE5 = {
 }
 """Table 5 (docs/paper.md section 7): max length (tokens), time (s), full system time at that length (s), saving."""
 
+
+SUMMARY_TIMING_COLUMNS = ("planning_overhead_frac", "solve_ms_per_planned_step")
+"""fig2_summary.csv's measured columns (planning wall time), kept in timings/fig2_summary.csv."""
 
 TRUTHS = ("analytic", "paper")
 """The truths the reproduction runs under: our analytic model, and the authors' measured A100 times."""
@@ -171,11 +175,13 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
         for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
             path = run_path(root, "fig2", d, m, p)
             runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
-                                           settings={**asdict(setup), "run": [d, m, p]})
+                                           settings={**asdict(setup), "run": [d, m, p]},
+                                           timing_columns=TIMING_COLUMNS)
     summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
-    write_csv_atomic(summaries, root / "fig2_summary.csv")
+    write_with_timings(summaries, Path(root) / "fig2_summary.csv", SUMMARY_TIMING_COLUMNS,
+                       ("dataset", "model", "policy"))
     write_csv_atomic(vs_baselines(runs, datasets, models, statics, paper_dynamic), root / "fig2_vs_baselines.csv")
     beyond_path = Path(root) / "fig2_beyond.csv"
     if beyond:
@@ -274,7 +280,8 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
         for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
             path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
             runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
-                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]})
+                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]},
+                                        timing_columns=TIMING_COLUMNS)
     rows = []
     for name in variants:
         paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
@@ -324,7 +331,7 @@ def packing(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, budgets
             run_setup = replace(setup, pack_tokens=budget)
             path = run_path(root, "packing", d, m, f"pack-{budget or 'off'}", p)
             runs, _ = load_or_run(path, lambda s=run_setup, d=d, m=m, p=p: run_one(s, m, d, p), force,
-                                  settings={**asdict(run_setup), "run": [d, m, p]})
+                                  settings={**asdict(run_setup), "run": [d, m, p]}, timing_columns=TIMING_COLUMNS)
             rows.append(packing_row(runs, setup, d, m, budget, p))
     table = pd.DataFrame(rows)
     write_csv_atomic(table, Path(root) / "packing.csv")

@@ -33,6 +33,7 @@ from paradyse_lab.plan import Plan
 from paradyse_lab.step_groups import GROUP_POLICIES, PER_LAYER_GROUP_POLICIES, GroupedStep, StepGroup
 from paradyse_lab.strategies import layout_unit, pad_to_unit
 from simulator import group_planner as G
+from simulator import shared
 from simulator.planner import Planner, build_planner
 
 RING_POLICY = "static:megatron_cz"
@@ -127,13 +128,21 @@ class GroupPricer:
 
     def planner(self, g: int) -> Planner:
         if g not in self._planners:
-            planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model,
-                                    p=g, profiles=self.profiles, budget_bytes=self.budget_for(g), smoothing=False,
+            planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model_at(g),
+                                    p=g, budget_bytes=self.budget_for(g), smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
             if hasattr(planner.policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
             self._planners[g] = planner
         return self._planners[g]
+
+    def cost_model_at(self, g: int):
+        """The cost model of a group of g: built once for every pricer of this model and cluster inside
+        `simulator.shared.sharing()` (their search problems are then shared too), else for this pricer."""
+        from paradyse_lab.costmodel.factory import build_cost_model
+
+        return shared.cost_model(lambda: build_cost_model(self.cost_model, self.model, self.cluster, g, self.profiles),
+                                 self.cost_model, f"{self.model!r} at p={g}", repr(self.cluster), self.profiles)
 
     def item(self, g: int, step: int | PackedStep) -> tuple[float, Plan | None]:
         """(seconds, plan) of one item on a group of g (inf, None: it does not fit): a sequence of `step` tokens,
@@ -240,7 +249,12 @@ STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "toke
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
 joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
 may use trains the step faster (`group_planner.lower_bound_s`, with the synchronisation of each set of sizes);
-plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups."""
+plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups
+(measured: `TIMING_COLUMNS`)."""
+TIMING_COLUMNS = ("plan_ms",)
+"""Measured wall time: written to the run's timings file, not its CSV (simulator/results.py)."""
+SUMMARY_TIMING_COLUMNS = ("plan_ms_mean", "plan_ms_max")
+"""`summarize_grouped`'s measured columns."""
 
 
 def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,

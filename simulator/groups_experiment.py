@@ -14,13 +14,15 @@ train (throughput at equal global batch; what each series can train at all is it
 
 Per-layer plans use the exact dp solver for ParaDySe and ours alike, so the difference between them is the
 grouping alone. Charged by the analytic cost model. Writes results/groups.csv (one row per panel and series)
-and one CSV of steps per run under results/runs/groups/ (reused unless --force or the settings changed).
+and one CSV of steps per run under results/runs/groups/ (reused unless --force or the settings changed); the
+planning wall times go to timings/ beside each (paradyse_lab/timings.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -28,16 +30,20 @@ from tqdm import tqdm
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
+from paradyse_lab.timings import write_with_timings
 from paradyse_lab.workloads import get_workload
+from simulator import shared
 from simulator.grouped_steps import (
     RING_POLICY,
+    SUMMARY_TIMING_COLUMNS,
+    TIMING_COLUMNS,
     GroupPricer,
     global_batches,
     power_sizes,
     simulate_grouped,
     summarize_grouped,
 )
-from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path
 
 DATASETS = ("github_code", "grch38")
 NODE_COUNTS = (1, 4, 16)
@@ -104,7 +110,8 @@ def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str
         path = run_path(root, "groups", cluster_id, dataset, model_name, groups, policy)
         ring = pricer(RING_POLICY) if groups == "sized" else None
         rows, _ = load_or_run(path, lambda: simulate_grouped(batches, groups, pricer(policy), ring, groups), force,
-                              settings={**asdict(setup), "run": [cluster_id, dataset, model_name, groups, policy]})
+                              settings={**asdict(setup), "run": [cluster_id, dataset, model_name, groups, policy]},
+                              timing_columns=TIMING_COLUMNS)
         reach = trainable(pricer(policy), whole if groups in ("paradyse", "static") else every, lengths)
         return {"cluster": cluster_id, "nodes": cluster.nodes, "gpus": cluster.gpus, "dataset": dataset,
                 "model": model_name, "groups": groups, "policy": policy, **summarize_grouped(rows),
@@ -131,10 +138,13 @@ def with_speedups(table: pd.DataFrame) -> pd.DataFrame:
 def groups(setup: GroupsSetup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
     """Run every panel (module docstring); writes and returns results/groups.csv."""
     rows = []
-    for cluster_id, dataset, model in tqdm(panels(setup), desc="groups panels", unit="panel", disable=not progress):
-        rows += run_panel(setup, cluster_id, dataset, model, root, force)
+    with shared.sharing():  # the panels of a cluster and model share cost models and problems (simulator/shared.py)
+        for cluster_id, dataset, model in tqdm(panels(setup), desc="groups panels", unit="panel",
+                                               disable=not progress):
+            rows += run_panel(setup, cluster_id, dataset, model, root, force)
     table = with_speedups(pd.DataFrame(rows))
-    write_csv_atomic(table, root / "groups.csv")
+    write_with_timings(table, Path(root) / "groups.csv", SUMMARY_TIMING_COLUMNS,
+                       ("cluster", "dataset", "model", "series"))
     return table
 
 

@@ -1,7 +1,8 @@
 """Results on disk: one CSV per finished run (written atomically), so an interrupted experiment loses no
 finished run and a rerun skips them unless forced, or unless they were made with other settings or another
 code version (`paradyse_lab.result_key`: a stamp under `.stamps/` beside the CSV). Schema of a run CSV:
-`engine.ROW_COLUMNS`."""
+`engine.ROW_COLUMNS`, less the measured wall-time columns, which go to `timings/NAME.csv` beside it
+(`paradyse_lab/timings.py`): a run CSV is byte-identical between two runs with the same settings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.atomic_write import atomic_open
+from paradyse_lab.timings import read_with_timings, write_with_timings
 
 DEFAULT_RESULTS_DIR = Path("results")
 
@@ -28,11 +30,13 @@ def run_path(root: str | Path, experiment: str, *parts: str) -> Path:
     return Path(root) / "runs" / experiment / f"{name}.csv"
 
 
-def load_or_run(path: Path, run, force: bool = False, settings: dict | None = None) -> tuple[pd.DataFrame, bool]:
+def load_or_run(path: Path, run, force: bool = False, settings: dict | None = None,
+                timing_columns=(), key_columns=("step",)) -> tuple[pd.DataFrame, bool]:
     """The rows at `path` if they were made with `settings` by this code and are unchanged since (and not
     `force`), else `run()` written there and stamped. Every file the settings name (a cluster TOML and each
     file of its base chain, a profile CSV, a workload's length file: `paradyse_lab.result_key.named_files`)
-    is keyed on its contents. Returns (rows, ran)."""
+    is keyed on its contents. `timing_columns` (measured wall times) are written to the timings file beside
+    `path` with `key_columns`, and read back joined. Returns (rows, ran)."""
     from paradyse_lab.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
 
     path = Path(path)
@@ -40,8 +44,8 @@ def load_or_run(path: Path, run, force: bool = False, settings: dict | None = No
     key = result_key(settings, named_files(settings))
     stamp = stamp_path(path.parent, path.name)
     if not force and is_fresh(stamp, key):
-        return pd.read_csv(path, keep_default_na=False, na_values=[""]), False
+        return read_with_timings(path, keep_default_na=False, na_values=[""]), False
     rows = run()
-    write_csv_atomic(rows, path)
-    write_stamp(stamp, key, settings, [path])
+    written = write_with_timings(rows, path, timing_columns, key_columns)
+    write_stamp(stamp, key, settings, written)
     return rows, True

@@ -22,6 +22,9 @@ KINDS = ("random", "random+switch", "model", "model-sublayer")
 MODEL_SEQS = (65536, 262144, 16384)
 CSV_COLUMNS = ("kind", "layers", "options", "solver", "instances", "median_ms", "max_ms", "mean_gap_pct",
                "max_gap_pct", "optimal", "infeasible", "disagree")
+TIMING_COLUMNS = ("median_ms", "max_ms")
+"""The measured columns (wall time); `KEY_COLUMNS` name a row."""
+KEY_COLUMNS = ("kind", "layers", "options", "solver")
 
 
 @dataclass

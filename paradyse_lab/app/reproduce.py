@@ -31,6 +31,9 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - execute (only with `--execute`): `paradyse-lab calibrate` and `paradyse-lab validate-run` on this machine
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
 
+Measured wall times (planning and solve times) are never in a result CSV: they go to `timings/NAME.csv` beside
+it (paradyse_lab/timings.py), so that two runs with the same settings write the same result CSVs byte for byte.
+
 A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
 only when they were made with the same settings (quick or full, cluster) and the same code version and are
 unchanged since (`paradyse_lab/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
@@ -53,6 +56,7 @@ import pandas as pd
 
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, write_with_timings
 
 FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "costmodel_accuracy", "plan_map",
                   "memory_breakdown", "packing")
@@ -187,7 +191,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
         for m in experiments.MODELS:
             dp = pd.read_csv(run_path(out, "fig2", d, m, "dynamic:dp"))
             for p in ("dynamic:heuristic", "dynamic:ilp"):
-                r = pd.read_csv(run_path(out, "fig2", d, m, p))
+                r = read_with_timings(run_path(out, "fig2", d, m, p))
                 both = min(int((~dp["oom"]).sum()), int((~r["oom"]).sum()))
                 t_p = float(r[~r["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
                 t_dp = float(dp[~dp["oom"]]["cumulative_time_s"].iloc[both - 1]) if both else None
@@ -197,8 +201,9 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
                              "max_len": int(r[~r["oom"]]["seq_len"].max()) if (~r["oom"]).any() else 0,
                              "dp_max_len": int(dp[~dp["oom"]]["seq_len"].max()) if (~dp["oom"]).any() else 0,
                              "solve_ms_mean": float(planned["solve_ms"].mean()) if len(planned) else 0.0})
-    _write(pd.DataFrame(rows), out / "solver_quality_runs.csv")
-    return ["fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"]
+    write_with_timings(pd.DataFrame(rows), out / "solver_quality_runs.csv", ("solve_ms_mean",),
+                       ("dataset", "model", "policy"))
+    return list(STEP_OUTPUTS["fig2"])
 
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
@@ -216,7 +221,7 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
         return []
     setup = s.setup(truth="paper")
     experiments.fig2(setup, out / PAPER_DIR, force=force, exact=True, progress=False, beyond=True)
-    return [f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv", f"{PAPER_DIR}/fig2_beyond.csv"]
+    return list(STEP_OUTPUTS["fig2_paper"])
 
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
@@ -259,7 +264,8 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
         experiments.table5(setup, root, force=force, progress=False)
-        written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}" for f in ("fig2_summary.csv", "table5.csv")]
+        written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}"
+                    for f in ("fig2_summary.csv", "table5.csv", f"{TIMINGS_DIR}/fig2_summary.csv")]
     return written
 
 
@@ -283,7 +289,7 @@ def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
     from simulator.groups_experiment import GroupsSetup, groups
 
     groups(GroupsSetup(), out, force=force, progress=False)
-    return ["groups.csv"]
+    return list(STEP_OUTPUTS["groups"])
 
 
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
@@ -324,8 +330,9 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 
     rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
                      ("heuristic", "greedy", "dp", "ilp", "brute_force"), 2.0 if not s.quick else 1.0, 0)
-    _write(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv")
-    return ["solver_bench.csv"]
+    write_with_timings(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv",
+                       bench.TIMING_COLUMNS, bench.KEY_COLUMNS)
+    return list(STEP_OUTPUTS["solvers"])
 
 
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
@@ -454,14 +461,16 @@ STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_
               "packing": step_packing, "groups": step_groups,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
-STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv"),
-                "table5": ("table5.csv",), "solvers": ("solver_bench.csv",),
+STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv",
+                         f"{TIMINGS_DIR}/fig2_summary.csv", f"{TIMINGS_DIR}/solver_quality_runs.csv"),
+                "table5": ("table5.csv",), "solvers": ("solver_bench.csv", f"{TIMINGS_DIR}/solver_bench.csv"),
                 "fig2_paper": (f"{PAPER_DIR}/fig2_summary.csv", f"{PAPER_DIR}/fig2_headline.csv",
-                               f"{PAPER_DIR}/fig2_beyond.csv"),
+                               f"{PAPER_DIR}/fig2_beyond.csv", f"{PAPER_DIR}/{TIMINGS_DIR}/fig2_summary.csv"),
                 "table5_paper": (f"{PAPER_DIR}/table5.csv",), "seeds": (HEADLINE_SEEDS_FILE,),
-                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"), "groups": ("groups.csv",),
+                "packing": ("packing.csv", f"{PAPER_DIR}/packing.csv"),
+                "groups": ("groups.csv", f"{TIMINGS_DIR}/groups.csv"),
                 "switch_memory": tuple(f"{SWITCH_MEMORY_DIR}/{t}/{f}" for t in ("analytic", "paper")
-                                       for f in ("fig2_summary.csv", "table5.csv")),
+                                       for f in ("fig2_summary.csv", "table5.csv", f"{TIMINGS_DIR}/fig2_summary.csv")),
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
                 "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
@@ -470,6 +479,43 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
 also need every CSV they read unchanged; the report is always rewritten."""
 FULL_ONLY_STEPS = ("groups",)
 """Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
+BACKGROUND_STEPS = ("groups",)
+"""Steps that read no other step's output and share no cost model with them: a full run starts them in a
+process of their own at its start (the second core), and stamps them when the loop reaches them."""
+
+
+def _run_in_child(name: str, out: Path, s: Settings, force: bool) -> None:
+    """A background step's process: the step, and exit code 130 on Ctrl-C (the parent prints the one line)."""
+    import os
+
+    try:
+        STEP_FUNCS[name](out, s, force)
+    except KeyboardInterrupt:
+        os._exit(130)
+
+
+def start_background(names, out: Path, s: Settings, force: bool) -> dict:
+    """{step: (process, start time)} of `names` started in forked processes (before any thread of this one)."""
+    import multiprocessing
+
+    started = {}
+    for name in names:
+        proc = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(name, out, s, force),
+                                                           name=f"reproduce-{name}")
+        proc.start()
+        started[name] = (proc, time.perf_counter())
+    return started
+
+
+def join_background(name: str, started: dict) -> float:
+    """Wait for background step `name`; its seconds from start to end. A failed step is a `UserInputError`."""
+    proc, began = started.pop(name)
+    proc.join()
+    if proc.exitcode == 130:
+        raise KeyboardInterrupt
+    if proc.exitcode:
+        raise UserInputError(f"reproduce step {name} failed (exit code {proc.exitcode}); see its message above")
+    return time.perf_counter() - began
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
@@ -488,32 +534,48 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
-    with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
-        bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
-        for name in bar:
-            bar.set_postfix_str(name)
-            outputs = STEP_OUTPUTS.get(name, ())
-            inputs = input_files(cluster)
-            if name == "figures":  # figures are redrawn when any CSV they read changed
-                inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
-            key = result_key({**wanted, "step": name}, inputs)
-            stamp = stamp_path(out, f"reproduce-{name}")
-            if outputs and not force:
-                if is_fresh(stamp, key):
-                    timings[name] = 0.0
-                    continue
-                if stamp.exists():
-                    log(f"{name}: made with other settings or code, or its files changed since; recomputing")
-            started = time.perf_counter()
-            if name == "report":
-                step_report(out, settings, force, timings)
-            else:
-                produced = STEP_FUNCS[name](out, settings, force)
-                if outputs:  # the files the step wrote (none when it does not apply to these settings)
-                    write_stamp(stamp, key, wanted, [out / f for f in (outputs if produced is None else produced)])
-            write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
-            timings[name] = time.perf_counter() - started
-    bar.close()
+
+    def step_key(name: str) -> str:
+        inputs = input_files(cluster)
+        if name == "figures":  # figures are redrawn when any CSV they read changed
+            inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
+        return result_key({**wanted, "step": name}, inputs)
+
+    background = start_background([n for n in BACKGROUND_STEPS if not quick and (
+        force or not is_fresh(stamp_path(out, f"reproduce-{n}"), step_key(n)))], out, settings, force)
+    try:
+        with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
+            bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
+            for name in bar:
+                bar.set_postfix_str(name)
+                outputs = STEP_OUTPUTS.get(name, ())
+                key = step_key(name)
+                stamp = stamp_path(out, f"reproduce-{name}")
+                if outputs and not force and name not in background:
+                    if is_fresh(stamp, key):
+                        timings[name] = 0.0
+                        continue
+                    if stamp.exists():
+                        log(f"{name}: made with other settings or code, or its files changed since; recomputing")
+                started = time.perf_counter()
+                if name == "report":
+                    step_report(out, settings, force, timings)
+                else:
+                    produced = None
+                    if name in background:  # its time: from its start in the background to its end
+                        started = time.perf_counter() - join_background(name, background)
+                    else:
+                        produced = STEP_FUNCS[name](out, settings, force)
+                    if outputs:  # the files the step wrote (none when it does not apply to these settings)
+                        write_stamp(stamp, key, wanted,
+                                    [out / f for f in (outputs if produced is None else produced)])
+                write_text_atomic(settings_path, json.dumps(wanted, indent=1) + "\n")
+                timings[name] = time.perf_counter() - started
+        bar.close()
+    finally:
+        for proc, _ in background.values():  # stopped early (an error, Ctrl-C): end what runs in the background
+            proc.terminate()
+            proc.join()
     if execute:
         started = time.perf_counter()
         execute_step(out / "execute", log)

@@ -19,6 +19,7 @@ Example: `paradyse-lab plan --model gpt --seq 64K --solver dp` plans on the prob
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,43 +66,41 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     opts = list(options) if options is not None else list(default_options(recompute=recompute))
     if budget_bytes is None:
         budget_bytes = cost_model.cluster.plan_budget_bytes
-    kinds, why = {}, {}  # (kind, option name) -> SubLayerCost, or the reason it cannot run
+    costs, why = {}, {}  # (kind, option name) -> SubLayerCost, or the reason it cannot run
     for o in opts:
         for kind in ("attention", "mlp"):
             try:
-                kinds[kind, o.name] = cost_model.sublayer(kind, o, seq_len, batch)
+                costs[kind, o.name] = cost_model.sublayer(kind, o, seq_len, batch)
             except UserInputError as err:
                 why[kind, o.name] = str(err)
     nodes = [graph.graph.nodes[n] for n in graph.sublayer_nodes()]
     L = graph.num_decisions
-    decision_kinds = [{node["kind"] for node in nodes if node["decision"] == d} for d in range(L)]
+    members: list[list[str]] = [[] for _ in range(L)]  # the sub-layer kinds of each decision, in execution order
+    for node in nodes:
+        members[node["decision"]].append(node["kind"])
+    shapes = {tuple(m) for m in members}  # one per granularity's kind of decision: the blocks alike, or attn / mlp
 
-    def runs(o, d: int) -> bool:
-        return o.runs(decision_kinds[d]) and all((kind, o.name) in kinds for kind in decision_kinds[d])
+    def runs(o, kinds) -> bool:
+        return o.runs(set(kinds)) and all((kind, o.name) in costs for kind in set(kinds))
 
-    usable = [o for o in opts if any(runs(o, d) for d in range(L))]
+    usable = [o for o in opts if any(runs(o, m) for m in shapes)]
     dropped = {o.name: "; ".join(why[k, o.name] for k in ("attention", "mlp") if (k, o.name) in why)
                for o in opts if any((k, o.name) in why for k in ("attention", "mlp"))}
     if not usable:
         reasons = "; ".join(f"{n}: {r}" for n, r in dropped.items())
         raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
-    O = len(usable)
-    time_s, kept, transient = np.zeros((L, O)), np.zeros((L, O), np.int64), np.zeros((L, O), np.int64)
-    host = np.zeros((L, O), np.int64)
+    rows = {m: _decision_row(m, usable, costs, runs) for m in shapes}
+    time_s = np.stack([rows[tuple(m)].time_s for m in members])  # [L, O]
+    kept = np.stack([rows[tuple(m)].kept_bytes for m in members])
+    transient = np.stack([rows[tuple(m)].transient_bytes for m in members])
+    host = np.stack([rows[tuple(m)].host_bytes for m in members])
     fixed_states = 0
-    for node in nodes:
-        d, kind = node["decision"], node["kind"]
-        costs = {j: kinds[kind, o.name] for j, o in enumerate(usable) if runs(o, d)}
-        lean = min(c.model_state_bytes for c in costs.values())
-        fixed_states += lean
-        for j, c in costs.items():
-            time_s[d, j] += c.time_s
-            kept[d, j] += c.kept_bytes + c.model_state_bytes - lean
-            transient[d, j] = max(transient[d, j], c.transient_bytes)
-            host[d, j] += c.host_bytes
+    for m in members:  # decision by decision, sub-layer by sub-layer
+        for lean in rows[tuple(m)].lean_states:
+            fixed_states += lean
     too_big = host_limited(host, cost_model.cluster.host_budget_bytes)
     for d in range(L):  # an option that runs some decisions but not this one (a head rule on attention)
-        cannot = [j for j, o in enumerate(usable) if not runs(o, d) or too_big[d, j]]
+        cannot = [j for j, ok in enumerate(rows[tuple(members[d])].runs) if not ok or too_big[d, j]]
         if cannot:
             time_s[d, cannot] = 2 * time_s[d].max() + 1.0  # slower than any option that runs it
             kept[d, cannot] = budget_bytes + 1  # and no plan that picks it fits the budget
@@ -118,6 +117,40 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
         edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
         host_bytes=host if host.any() else None,
     )
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """What one decision over some sub-layer kinds costs under each usable option: [O] arrays."""
+
+    time_s: np.ndarray
+    kept_bytes: np.ndarray
+    """With the states an option holds beyond the leanest option's."""
+    transient_bytes: np.ndarray
+    host_bytes: np.ndarray
+    lean_states: tuple[int, ...]
+    """Per sub-layer: the leanest option's model states (every plan holds them: the problem's fixed bytes)."""
+    runs: tuple[bool, ...]
+    """Per option: whether it runs this decision."""
+
+
+def _decision_row(kinds: tuple[str, ...], usable, costs: dict, runs) -> DecisionRow:
+    """The row of a decision over `kinds` (in execution order): every decision over the same kinds costs the
+    same, so a problem sums each kind of row once (sub-layer by sub-layer, as each decision's own sum would)."""
+    O = len(usable)
+    time_s, kept, transient, host = np.zeros(O), np.zeros(O, np.int64), np.zeros(O, np.int64), np.zeros(O, np.int64)
+    ok = tuple(runs(o, kinds) for o in usable)
+    leans = []
+    for kind in kinds:
+        found = {j: costs[kind, o.name] for j, o in enumerate(usable) if ok[j]}
+        lean = min(c.model_state_bytes for c in found.values())
+        leans.append(lean)
+        for j, c in found.items():
+            time_s[j] += c.time_s
+            kept[j] += c.kept_bytes + c.model_state_bytes - lean
+            transient[j] = max(transient[j], c.transient_bytes)
+            host[j] += c.host_bytes
+    return DecisionRow(time_s, kept, transient, host, tuple(leans), ok)
 
 
 def host_limited(host: np.ndarray, host_budget: int) -> np.ndarray:

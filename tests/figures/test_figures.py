@@ -227,7 +227,9 @@ def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_res
 
 
 def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results):
-    b = pd.read_csv(quick_results / "solver_bench.csv")
+    from paradyse_lab.timings import read_with_timings
+
+    b = read_with_timings(quick_results / "solver_bench.csv")  # the solve times: timings/solver_bench.csv
     q = pd.read_csv(quick_results / "solver_quality_runs.csv")
     fig, _ = _draw("solver_quality", quick_results)
     gaps, times, runs = fig.axes[:3]

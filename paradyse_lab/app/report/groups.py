@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.app.report.markdown import NAMES, md_table
+from paradyse_lab.timings import read_with_timings
 
 GROUPS_COMMAND = "paradyse-lab experiment groups --out RESULTS"
 GROUPS_HEADER = ["cluster", "panel", "ParaDySe tokens/s", "ours tokens/s (x ParaDySe)", "ours: of its bound",
@@ -40,7 +41,7 @@ def groups_section(results: Path) -> str:
     path = Path(results) / "groups.csv"
     if not path.exists():
         return f"(not run: `{GROUPS_COMMAND.replace('RESULTS', str(results))}` writes groups.csv and the figure)"
-    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    table = read_with_timings(path, keep_default_na=False, na_values=[""])
     checks = md_table(["target", "met", "measured"],
                       [[n, "yes" if ok else "**no**", v] for n, ok, v in target_checks(table)])
     return f"""Each panel's sequences (128 per dataset, seeded) are shuffled and trained in global batches of 32

@@ -20,6 +20,7 @@ from paradyse_lab.app.report.markdown import (
     md_table,
     truth_dirs,
 )
+from paradyse_lab.timings import read_with_timings
 
 
 def switch_memory_section(results: Path) -> str:
@@ -84,13 +85,13 @@ def calibration_section(results: Path) -> str:
 
 
 def solvers_section(results: Path) -> str:
-    b = pd.read_csv(results / "solver_bench.csv")
+    b = read_with_timings(results / "solver_bench.csv")
     rows = []
     for (kind, solver), g in b.groupby(["kind", "solver"], sort=False):
         rows.append([kind, solver, fmt_num(g["mean_gap_pct"].mean(), "{:.3f}%"),
                      fmt_num(g["max_gap_pct"].max(), "{:.3f}%"),
                      f"{int(g['layers'].max())}", fmt_num(g.loc[g["layers"].idxmax(), "median_ms"], "{:.2f}")])
-    q = pd.read_csv(results / "solver_quality_runs.csv")
+    q = read_with_timings(results / "solver_quality_runs.csv")
     rows2 = [[f"{NAMES[r.dataset]}, {NAMES[r.model]}", NAMES[r.policy], fmt_pct(r.gap_to_dp), f"{r.max_len:,}",
               f"{r.dp_max_len:,}", f"{r.solve_ms_mean:.2f}"] for r in q.itertuples()]
     return (md_table(["problem kind", "solver", "mean gap to dp", "max gap to dp", "largest L",
