@@ -666,8 +666,8 @@ def get_cluster(name_or_path: str) -> ClusterSpec:
     raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])
 
 
-MAX_GPUS = 4096
-"""Largest `--gpus` the commands accept."""
+MAX_GPUS_FLAG = 4096
+"""Largest `--gpus` the commands accept (a cluster TOML's own count is bounded by `MAX_GPUS`)."""
 
 
 def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
@@ -679,7 +679,7 @@ def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
     count only (the analytic model checks `gpus`). None or the cluster's own count: `cluster`."""
     if gpus is None or gpus == cluster.gpus:
         return cluster
-    require_positive_int("--gpus", gpus, MAX_GPUS)
+    require_positive_int("--gpus", gpus, MAX_GPUS_FLAG)
     per_node = cluster.node_gpus
     if gpus > per_node and (gpus % per_node or not cluster.inter_node_bytes_per_s):
         why = (f"a whole number of its {per_node}-GPU nodes" if gpus % per_node

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from paradyse_lab import typed_json
-from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
+from paradyse_lab.errors import UserInputError, require_positive_int, require_seed, unknown_name
 from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
 K = 1024
@@ -279,8 +279,7 @@ def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool 
     `sampling`: how a paper dataset's band counts are chosen (`SAMPLINGS`).
     `pack_tokens`: pack the documents into steps of at most that many tokens, in `pack_order` (`sorted` or
     `shuffled`, seeded by `seed`)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
+    require_seed("--seed", seed)
     if pack_order not in PACK_ORDERS:
         raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {pack_order!r}")
     if sampling not in SAMPLINGS:
