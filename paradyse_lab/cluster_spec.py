@@ -498,6 +498,10 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             raise UserInputError(f"{path.name}: {key} must be a finite number, got {value!r}")
         if kind is int and value != int(value):
             raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
+        if kind is int and value > MAX_GPUS:  # gpus, nodes, gpus_per_node: before nodes x gpus_per_node
+            raise UserInputError(f"{path.name}: {key} must be a whole number up to {MAX_GPUS:,}, got {value!r}")
+        if key in scale and value < 0:  # shown as written, not as the bytes or seconds it would become
+            raise UserInputError(f"{path.name}: {key} must be a finite number >= 0, got {value!r}")
         if key in scale:
             target, factor = scale[key]
             if not math.isfinite(value * factor):  # checked before the conversion, shown as written
@@ -511,7 +515,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     for key in _TOML_CURVES:
         if key in data:
             try:
-                kw[key] = tuple((float(x), float(y)) for x, y in data[key])
+                kw[key] = tuple((_toml_number(x), _toml_number(y)) for x, y in data[key])
             except (TypeError, ValueError):
                 raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
     if "calibration" in data:
@@ -529,6 +533,13 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
     return ClusterSpec(**kw)
+
+
+def _toml_number(value) -> float:
+    """A TOML number as a float; a string or a boolean ("0.5", true) is a `TypeError`, not read as one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
 
 
 def _resolve_nodes(data: dict, kw: dict, base: ClusterSpec | None, name: str) -> None:

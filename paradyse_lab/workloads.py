@@ -220,7 +220,7 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
         where = [f"{p.name} row {i + 2}" for i in range(len(values))]
     else:
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
+            lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no part of line 1
         except UnicodeDecodeError as err:
             raise UserInputError(f"length file {p.name} is not UTF-8 text (byte {err.start})") from None
         values, where = [], []
@@ -255,12 +255,14 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
 def _positive_length(value, place: str) -> int:
     """A length in [1, MAX_LENGTH] read exactly: a decimal integer (`512`, `1e3` and `512.0` are accepted only
     where they are whole numbers, compared without going through float, so `9007199254740993` stays itself),
-    checked before any arithmetic; the error shows the value as written."""
+    checked before any arithmetic; the error shows the value as written. Written in ASCII digits: Decimal's other
+    syntax (`1_000`, digits of other scripts such as `٥١٢`) is refused, as `--documents` refuses it."""
     from decimal import Decimal, InvalidOperation
 
     text = value if isinstance(value, str) else repr(value)
+    plain = text.isascii() and "_" not in text
     try:
-        number = Decimal(text.strip()) if not isinstance(value, bool) else Decimal("NaN")
+        number = Decimal(text.strip()) if plain and not isinstance(value, bool) else Decimal("NaN")
     except InvalidOperation:
         number = Decimal("NaN")
     if not number.is_finite() or number != number.to_integral_value() or not 0 < number <= MAX_LENGTH:
