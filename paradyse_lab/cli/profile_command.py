@@ -77,9 +77,10 @@ def parse_options(args):
         if opt.tiled or opt.offload:  # a profile row records the strategy and recomputation only
             raise UserInputError(f"--strategies: {name!r}: a profile row is NAME or NAME+recompute (+tiled and "
                                  "+offload are not profile columns)")
-    for name, value, low, high in (("--warmup", args.warmup, 0, MAX_REPEATS), ("--repeats", args.repeats, 1, MAX_REPEATS),
-                                   ("--batch", args.batch, 1, 2**20), ("--layers", args.layers, 0, 2**16),
-                                   ("--p", args.p, 0, MAX_GPUS_FLAG), ("--rank", args.rank, 0, MAX_GPUS_FLAG)):
+    bounds = (("--warmup", args.warmup, 0, MAX_REPEATS), ("--repeats", args.repeats, 1, MAX_REPEATS),
+              ("--batch", args.batch, 1, 2**20), ("--layers", args.layers, 0, 2**16),
+              ("--p", args.p, 0, MAX_GPUS_FLAG), ("--rank", args.rank, 0, MAX_GPUS_FLAG))
+    for name, value, low, high in bounds:
         if not low <= value <= high:  # before a model of 10**21 layers is built or a step repeated forever
             raise UserInputError(f"{name} must be an integer in [{low}, {high:,}], got {value}")
     require_seed("--seed", args.seed)
