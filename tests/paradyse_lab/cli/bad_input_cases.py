@@ -472,9 +472,9 @@ NUMBER_CASES: list[tuple[str, list[str], str]] = [
     ("toml-gpus-2^21-bound-of-a-cluster", COST + ["{d}/gpus_2^21.toml"],
      "gpus must be a whole number up to 1,048,576, got 2097152"),
     ("toml-host-memory-negative", COST + ["{d}/host_mem_neg.toml"],
-     "host_memory_gib must be a finite number >= 0, got -5"),
+     "host_mem_neg.toml: host_memory_gib must be a finite number >= 0, got -5"),  # not -5368709120 (bytes)
     ("toml-inter-node-latency-negative", COST + ["{d}/inter_latency_neg.toml"],
-     "inter_node_latency_us must be a finite number >= 0, got -5"),
+     "inter_latency_neg.toml: inter_node_latency_us must be a finite number >= 0, got -5"),
     ("toml-curve-point-string", COST + ["{d}/curve_string.toml"], "gemm_efficiency must be an array of [x, fraction]"),
     # length files: ASCII digits only (Decimal would read these as 512 and 1000)
     ("lengths-arabic-indic-digits", ["workload", "file:{d}/lens_arabic.txt"], "got \u0665\u0661\u0662"),
