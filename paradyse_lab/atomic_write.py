@@ -91,7 +91,10 @@ def atomic_open(path: str | Path, newline: str | None = "", binary: bool = False
     error (parents made; a symbolic link written through to its target; module docstring)."""
     check_output_file(path, "output")
     target = Path(os.path.realpath(path))  # a link's final target: the link itself stays
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:  # a folder that takes no new file (/proc, read-only, no permission): name the output
+        raise OSError(err.errno, err.strerror, str(path)) from None
     try:
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline=newline)) as handle:
             yield handle

@@ -506,6 +506,10 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             raise UserInputError(f"{path.name}: {key} must be a finite number, got {value!r}")
         if kind is int and value != int(value):
             raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
+        if kind is int and value > MAX_GPUS:  # gpus, nodes, gpus_per_node: before nodes x gpus_per_node
+            raise UserInputError(f"{path.name}: {key} must be a whole number up to {MAX_GPUS:,}, got {value!r}")
+        if key in scale and value < 0:  # shown as written, not as the bytes or seconds it would become
+            raise UserInputError(f"{path.name}: {key} must be a finite number >= 0, got {value!r}")
         if key in scale:
             target, factor = scale[key]
             if not math.isfinite(value * factor):  # checked before the conversion, shown as written
@@ -519,7 +523,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     for key in _TOML_CURVES:
         if key in data:
             try:
-                kw[key] = tuple((float(x), float(y)) for x, y in data[key])
+                kw[key] = tuple((_toml_number(x), _toml_number(y)) for x, y in data[key])
             except (TypeError, ValueError):
                 raise UserInputError(f"{path.name}: {key} must be an array of [x, fraction] pairs") from None
     if "calibration" in data:
@@ -537,6 +541,13 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
     return ClusterSpec(**kw)
+
+
+def _toml_number(value) -> float:
+    """A TOML number as a float; a string or a boolean ("0.5", true) is a `TypeError`, not read as one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
 
 
 def _resolve_nodes(data: dict, kw: dict, base: ClusterSpec | None, name: str) -> None:
@@ -674,8 +685,8 @@ def get_cluster(name_or_path: str) -> ClusterSpec:
     raise unknown_name("cluster", name_or_path, list(PRESETS) + bundled_clusters() + ["<path to .toml>"])
 
 
-MAX_GPUS = 4096
-"""Largest `--gpus` the commands accept."""
+MAX_GPUS_FLAG = 4096
+"""Largest `--gpus` the commands accept (a cluster TOML's own count is bounded by `MAX_GPUS`)."""
 
 
 def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
@@ -687,7 +698,7 @@ def cluster_with_gpus(cluster: ClusterSpec, gpus: int | None) -> ClusterSpec:
     count only (the analytic model checks `gpus`). None or the cluster's own count: `cluster`."""
     if gpus is None or gpus == cluster.gpus:
         return cluster
-    require_positive_int("--gpus", gpus, MAX_GPUS)
+    require_positive_int("--gpus", gpus, MAX_GPUS_FLAG)
     per_node = cluster.node_gpus
     if gpus > per_node and (gpus % per_node or not cluster.inter_node_bytes_per_s):
         why = (f"a whole number of its {per_node}-GPU nodes" if gpus % per_node

@@ -29,7 +29,21 @@ def require_positive_int(field: str, value, maximum: int | None = None) -> int:
     if not isinstance(value, int) or value <= 0:
         raise UserInputError(f"{field} must be a positive integer, got {value!r}")
     if maximum is not None and value > maximum:
-        raise UserInputError(f"{field} must be at most {maximum:,}, got {value:,}")
+        raise UserInputError(f"{field} must be at most {maximum:,}, got {value}")  # as given: no separators
+    return value
+
+
+MAX_REPEATS = 10_000
+"""Most repeats (or warm-up steps) of a measurement a command accepts."""
+MAX_SEED = 2**63 - 1
+"""Largest seed: a signed 64-bit integer (numpy's generators take any integer >= 0)."""
+
+
+def require_seed(field: str, value) -> int:
+    """Return `value` if it is an integer seed in [0, MAX_SEED] (checked before numpy sees it), else raise naming
+    the field and showing the value as given."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UserInputError(f"{field} must be an integer from 0 to 2**63 - 1, got {value!r}")
     return value
 
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
 
 PACK_ORDERS = ("sorted", "shuffled")
 MAX_TOKEN_BUDGET = 2**40
@@ -38,7 +38,7 @@ def _document_order(lengths: Sequence[int], order: str, seed: int) -> list[int]:
     if order == "sorted":
         return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     if order == "shuffled":
-        return [int(i) for i in np.random.default_rng(seed).permutation(len(lengths))]
+        return [int(i) for i in np.random.default_rng(require_seed("--seed", seed)).permutation(len(lengths))]
     raise UserInputError(f"pack order must be one of {', '.join(PACK_ORDERS)}, got {order!r}")
 
 

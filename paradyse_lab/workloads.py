@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from paradyse_lab import typed_json
-from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
+from paradyse_lab.errors import UserInputError, require_positive_int, require_seed, unknown_name
 from paradyse_lab.packing import PACK_ORDERS, pack_documents
 
 K = 1024
@@ -220,7 +220,7 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
         where = [f"{p.name} row {i + 2}" for i in range(len(values))]
     else:
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
+            lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no part of line 1
         except UnicodeDecodeError as err:
             raise UserInputError(f"length file {p.name} is not UTF-8 text (byte {err.start})") from None
         values, where = [], []
@@ -255,12 +255,14 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
 def _positive_length(value, place: str) -> int:
     """A length in [1, MAX_LENGTH] read exactly: a decimal integer (`512`, `1e3` and `512.0` are accepted only
     where they are whole numbers, compared without going through float, so `9007199254740993` stays itself),
-    checked before any arithmetic; the error shows the value as written."""
+    checked before any arithmetic; the error shows the value as written. Written in ASCII digits: Decimal's other
+    syntax (`1_000`, digits of other scripts such as `٥١٢`) is refused, as `--documents` refuses it."""
     from decimal import Decimal, InvalidOperation
 
     text = value if isinstance(value, str) else repr(value)
+    plain = text.isascii() and "_" not in text
     try:
-        number = Decimal(text.strip()) if not isinstance(value, bool) else Decimal("NaN")
+        number = Decimal(text.strip()) if plain and not isinstance(value, bool) else Decimal("NaN")
     except InvalidOperation:
         number = Decimal("NaN")
     if not number.is_finite() or number != number.to_integral_value() or not 0 < number <= MAX_LENGTH:
@@ -279,8 +281,7 @@ def get_workload(spec: str, size: int = DEFAULT_SIZE, seed: int = 0, sort: bool 
     `sampling`: how a paper dataset's band counts are chosen (`SAMPLINGS`).
     `pack_tokens`: pack the documents into steps of at most that many tokens, in `pack_order` (`sorted` or
     `shuffled`, seeded by `seed`)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
+    require_seed("--seed", seed)
     if pack_order not in PACK_ORDERS:
         raise UserInputError(f"--pack-order must be one of {', '.join(PACK_ORDERS)}, got {pack_order!r}")
     if sampling not in SAMPLINGS:

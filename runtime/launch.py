@@ -60,9 +60,33 @@ def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
     return rank, world
 
 
+def leave_process_group() -> None:
+    """The end of a rank whose work finished, in one order on every rank:
+
+    1. a barrier: every rank has finished its last collective and point-to-point message (gloo's barrier also
+       waits for this rank's queued work), so no rank shuts its connections, or rank 0 the TCPStore every rank
+       meets at, while a peer still uses them;
+    2. `destroy_process_group()`: every group (the world's and any other) shut down and unregistered;
+    3. a garbage collection: groups kept only by reference cycles are freed now, while the interpreter is whole,
+       not by its finalization.
+
+    A training run's gloo group can still outlive step 2 (its worker, tcp-loop and, on rank 0, TCPStore threads
+    keep running, held from C++), and threads destroyed while joinable during the C++ teardown at exit abort a
+    finished process ("terminate called without an active exception", exit -6): so a finished `train` rank then
+    ends without that teardown (runtime/launcher.py `end_process`)."""
+    import gc
+
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    gc.collect()
+
+
 def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
     """One rank: join the process group (torchrun's environment, or the local launcher's on `port`), call
-    `fn(*args, group=None)`, leave. NCCL when every process of the node has a GPU, else gloo."""
+    `fn(*args, group=None)`, leave (`leave_process_group`; a rank whose `fn` raised destroys its group at once,
+    with no barrier: its peers may never reach one). NCCL when every process of the node has a GPU, else gloo."""
     import torch
     import torch.distributed as dist
 
@@ -79,8 +103,10 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
     dist.init_process_group("nccl" if gpu else "gloo")
     try:
         fn(*args, group=None)
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    leave_process_group()
 
 
 def launch(fn, nproc: int, *args) -> None:

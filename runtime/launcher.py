@@ -58,9 +58,10 @@ REPORT_ORDER = ("user", "stopped", "crash")
 """Which report the launcher shows when several ranks failed: the root cause before its echoes."""
 
 
-def _leave(code: int) -> None:
-    """End this rank with `code` once its work and its report are done: flush Python's output and exit the
-    process without interpreter finalization, so that no teardown of C++ state (gloo's and OR-Tools' worker
+def end_process(code: int) -> None:
+    """End this rank with `code` once its work and its report are done (its process group left:
+    runtime/launch.py `leave_process_group`): flush Python's output and exit the process without interpreter
+    finalization, so that no teardown of C++ state (gloo's and OR-Tools' worker
     threads, thread pools destroyed by static destructors while still joinable: "terminate called without an
     active exception", exit -6) can turn a finished rank's exit code into an abort."""
     for stream in (sys.stdout, sys.stderr):
@@ -78,14 +79,14 @@ def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int)
         fn(rank, nprocs, *args)
     except UserInputError as err:
         report.send(("user", rank, str(err)))
-        _leave(2)
+        end_process(2)
     except RunStopped as err:
         report.send(("stopped", rank, str(err)))
-        _leave(1)
+        end_process(1)
     except BaseException:  # noqa: BLE001 (reported once by the launcher)
         report.send(("crash", rank, traceback.format_exc()))
-        _leave(1)
-    _leave(0)
+        end_process(1)
+    end_process(0)
 
 
 def _stop(procs, grace_s: float = 5.0) -> None:

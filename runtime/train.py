@@ -18,6 +18,7 @@ import csv
 import io
 import resource
 import sys
+import threading
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -250,9 +251,14 @@ def _device(group):
 
 
 def _progress_bar(opts, start: int, rank: int):
-    """A tqdm bar on rank 0 with --progress, else None."""
+    """A tqdm bar on rank 0 with --progress, else None. It starts no thread and no process-shared lock: no
+    monitor thread (`tqdm.monitor_interval = 0`, tqdm's documented switch) alive at the rank's exit, and a thread
+    lock instead of tqdm's default multiprocessing one, a named semaphore that a rank ending without
+    interpreter finalization (runtime/launcher.py `end_process`) would leave behind ("leaked semaphore")."""
     if not (opts.progress and rank == 0):
         return None
+    tqdm.monitor_interval = 0
+    tqdm.set_lock(threading.RLock())
     return tqdm(total=opts.steps, initial=start, desc="train", dynamic_ncols=True)
 
 

@@ -10,13 +10,24 @@ before it starts: not a folder, a device node, a FIFO or a socket (paradyse_lab/
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from paradyse_lab.errors import RunStopped, UserInputError
 
+NEGATIVE_NUMBER = re.compile(r"-(\d|\.\d|inf|nan)", re.IGNORECASE)
+"""What a flag's value that starts with '-' must look like to be read as a negative number: argparse's own
+pattern takes `-5` and `-0.5` but not `-1e-3`, `-1e400` or `-inf`, and reports those as a missing value
+('expected one argument') instead of checking the number."""
+
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with its usage errors on one line (`PROG: error: MESSAGE`, exit 2) instead of usage + error."""
+    """argparse with its usage errors on one line (`PROG: error: MESSAGE`, exit 2) instead of usage + error, and
+    negative numbers in every float notation taken as values (`NEGATIVE_NUMBER`; no flag looks like one)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER  # argparse's attribute (Lib/argparse.py)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -75,7 +75,7 @@ def run(args) -> int:
         limit = float(args.ilp_time_limit)
     except ValueError:
         limit = -1.0
-    if not limit > 0:
+    if not 0 < limit < float("inf"):
         raise UserInputError(f"--ilp-time-limit must be a positive number of seconds, got {args.ilp_time_limit!r}")
     if not (args.seed.strip().isdigit() and args.seed.strip().isascii()):  # '²' is a digit int() refuses
         raise UserInputError(f"--seed must be an integer >= 0, got {args.seed!r}")

@@ -18,6 +18,9 @@ from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import number
 
+MAX_LENGTHS = 1024
+"""Most profile lengths (`--lengths`) a calibration measures."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for cluster.toml, profile.csv and the raw CSVs")
@@ -41,14 +44,15 @@ def options_from_args(args):
     """Validated `paradyse_lab.app.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine
     defaults where a flag is absent."""
     from paradyse_lab.app.measure.calibrate import length_grid, machine_defaults
-    from paradyse_lab.errors import require_positive_int
+    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.errors import MAX_REPEATS, require_positive_int
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
     from runtime.launch import torchrun_rank
 
     d = machine_defaults()
     nproc = args.nproc or d["nproc"]
-    require_positive_int("--nproc", nproc)
+    require_positive_int("--nproc", nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
     model = args.model or d["model"]
     spec = get_model(model)
@@ -61,10 +65,10 @@ def options_from_args(args):
     budget = args.budget_s or d["budget_s"]
     if not (math.isfinite(budget) and budget > 0):
         raise UserInputError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
-    for name in ("lengths", "repeats"):
-        require_positive_int(f"--{name}", getattr(args, name))
-    if args.warmup < 0:
-        raise UserInputError(f"--warmup must be >= 0, got {args.warmup}")
+    require_positive_int("--lengths", args.lengths, MAX_LENGTHS)
+    require_positive_int("--repeats", args.repeats, MAX_REPEATS)
+    if not 0 <= args.warmup <= MAX_REPEATS:
+        raise UserInputError(f"--warmup must be an integer in [0, {MAX_REPEATS:,}], got {args.warmup}")
     unit = layout_unit(nproc)
     if max_len < unit:
         raise UserInputError(f"--max-len {max_len} is below the layout unit 2p = {unit}")

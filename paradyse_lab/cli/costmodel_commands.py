@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
 from paradyse_lab.options import number
 
 DEFAULT_SIM = ("gpt", "grch38", 200)
@@ -262,6 +262,9 @@ def run_synth(args) -> int:
     if not 1 < args.ratio < float("inf"):
         raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
     max_len = require_positive_int("--max-len", args.max_len)
+    require_seed("--seed", args.seed)
+    if args.p is not None:
+        require_positive_int("--p", args.p, MAX_GPUS_FLAG)
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
                              reserve_bytes=reserve_bytes(args, 2**30), recompute=args.recompute,

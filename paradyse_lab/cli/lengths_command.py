@@ -27,7 +27,7 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.strategies import layout_unit
@@ -174,12 +174,12 @@ def _step_rows(w: Workload, p: int) -> list[dict]:
 
 
 def run_workload(args) -> int:
+    p = require_positive_int("--p", args.p, MAX_GPUS_FLAG) if args.p is not None else get_cluster(DEFAULT_CLUSTER).gpus
     w = get_workload(args.spec, args.size, args.seed, pack_tokens=args.pack_tokens, pack_order=args.pack_order,
                      sampling=args.sampling)
     fractions = w.band_fractions()
     paper = PAPER_DATASETS.get(args.spec)
     paper_frac = [v / sum(paper[0]) for v in paper[0]] if paper else None
-    p = require_positive_int("--p", args.p) if args.p is not None else get_cluster(DEFAULT_CLUSTER).gpus
     steps = _step_rows(w, p) if w.packs is not None else None
     if args.format == "json":
         out = {"workload": w.name, "sampling": args.sampling if paper else None, "sequences": len(w.lengths),

@@ -25,7 +25,9 @@ def run(args) -> int:
     if opts.mode == "distributed":
         import torch.distributed as dist
 
-        if "RANK" not in os.environ:
+        from runtime.launch import torchrun_rank
+
+        if torchrun_rank() is None:  # also refuses malformed RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* with one line
             raise UserInputError("--mode distributed runs under torchrun (RANK is not set)")
         cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
         if cuda:
@@ -45,7 +47,9 @@ def run(args) -> int:
 
 def parse_options(args):
     """`paradyse_lab.app.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
-    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int, require_seed
+    from paradyse_lab.packing import MAX_TOKEN_BUDGET
     from paradyse_lab.strategies import StrategyOption
 
     def ints(text: str, what: str) -> tuple[int, ...]:
@@ -55,6 +59,8 @@ def parse_options(args):
             raise UserInputError(f"{what} must be comma-separated integers, got {text!r}") from None
         if not vals or any(v <= 0 for v in vals):
             raise UserInputError(f"{what} must be positive integers, got {text!r}")
+        for v in vals:  # before any arithmetic on them (a length of 2**53 + 1 tokens)
+            require_positive_int(what, v, MAX_TOKEN_BUDGET)
         return vals
 
     seqs = ints(args.seqs, "--seqs")
@@ -71,10 +77,13 @@ def parse_options(args):
         if opt.tiled or opt.offload:  # a profile row records the strategy and recomputation only
             raise UserInputError(f"--strategies: {name!r}: a profile row is NAME or NAME+recompute (+tiled and "
                                  "+offload are not profile columns)")
-    for name, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1), ("--batch", args.batch, 1),
-                             ("--layers", args.layers, 0), ("--p", args.p, 0), ("--rank", args.rank, 0)):
-        if value < low:
-            raise UserInputError(f"{name} must be >= {low}, got {value}")
+    bounds = (("--warmup", args.warmup, 0, MAX_REPEATS), ("--repeats", args.repeats, 1, MAX_REPEATS),
+              ("--batch", args.batch, 1, 2**20), ("--layers", args.layers, 0, 2**16),
+              ("--p", args.p, 0, MAX_GPUS_FLAG), ("--rank", args.rank, 0, MAX_GPUS_FLAG))
+    for name, value, low, high in bounds:
+        if not low <= value <= high:  # before a model of 10**21 layers is built or a step repeated forever
+            raise UserInputError(f"{name} must be an integer in [{low}, {high:,}], got {value}")
+    require_seed("--seed", args.seed)
     if args.mode == "rank-local" and args.p < 1:
         raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
     if args.mode == "rank-local" and args.rank >= args.p:

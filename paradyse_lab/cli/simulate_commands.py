@@ -93,11 +93,13 @@ def _pct(x) -> str:
 
 
 def run_experiment(args) -> int:
-    from paradyse_lab.cli.simulate_options import ExperimentOptions
+    from paradyse_lab.cli.simulate_options import MAX_GLOBAL_BATCH, ExperimentOptions
+    from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
     from simulator import experiments
 
     opts = from_namespace(ExperimentOptions, args)
+    require_positive_int("--global-batch", opts.global_batch, MAX_GLOBAL_BATCH)  # checked whichever experiment
     setup = opts.run.setup()
     root = Path(opts.out)
     started = time.perf_counter()

@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
+    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
     from runtime.launch import torchrun_rank
     from runtime.train_inputs import check_log_file, check_options
@@ -42,8 +44,8 @@ def options_from_args(args: argparse.Namespace):
 
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
-    if args.nproc is not None and args.nproc < 1:
-        raise UserInputError(f"--nproc must be a positive integer, got {args.nproc}")
+    if args.nproc is not None:  # before any arithmetic on it (a launcher of 10**30 processes)
+        require_positive_int("--nproc", args.nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
     opts = from_namespace(TrainOptions, args, **_deprecated_budget(args))
     check_options(opts)
@@ -113,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun is None and args.nproc is None:
         args.nproc = default_nproc()
     if under_torchrun is not None:
+        from runtime.launcher import end_process
+
         _init_and_train(*under_torchrun, opts, None)
+        end_process(0)  # as the launcher's ranks end: no C++ teardown at exit (runtime/launch.py leave_process_group)
     elif args.nproc is not None and args.nproc > 1:
         import socket
 

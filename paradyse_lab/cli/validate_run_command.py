@@ -37,7 +37,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
 
 DEFAULT_STEPS = 10
 DEFAULT_REPEATS = 3
@@ -69,9 +69,9 @@ def register(sub) -> None:
 
 def _options(args):
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG, get_cluster
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
+    from paradyse_lab.workloads import MAX_SIZE, get_workload
     from runtime.launch import torchrun_rank
 
     out = output_folder(args.out)
@@ -79,13 +79,13 @@ def _options(args):
     if (out / "calibrate.json").is_file():
         cal = read_json_object(out / "calibrate.json").get("settings", {})
     nproc = args.nproc or cal.get("nproc") or _default_nproc()
-    require_positive_int("--nproc", nproc)
+    require_positive_int("--nproc", nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
     model = args.model or cal.get("model") or "gpt2-tiny"
     spec = get_model(model)
     max_len = args.max_len or cal.get("max_len") or spec.max_positions
-    require_positive_int("--max-len", max_len)
-    steps = require_positive_int("--steps", args.steps)
+    require_positive_int("--max-len", max_len, spec.max_positions)
+    steps = require_positive_int("--steps", args.steps, MAX_SIZE)
     dataset = args.dataset or default_lengths_file(out, max_len, steps, nproc)
     if not 0 <= args.skip_steps < steps:
         raise UserInputError(f"--skip-steps must be in [0, --steps), got {args.skip_steps}")
@@ -107,7 +107,7 @@ def _options(args):
             raise UserInputError(f"--policies: {pol!r} is not static:NAME or dynamic:SOLVER")
     return ValidateOptions(out=str(out), nproc=nproc, model=model, dataset=dataset, steps=steps, max_len=max_len,
                            cluster=cluster, cost_model=cost_model, profiles=profiles, policies=policies,
-                           seed=args.seed, repeats=require_positive_int("--repeats", args.repeats))
+                           seed=args.seed, repeats=require_positive_int("--repeats", args.repeats, MAX_REPEATS))
 
 
 def default_cost_model(out: Path) -> str:

@@ -69,3 +69,50 @@ def one_rank_killed(rank: int, world: int, *args) -> None:
         time.sleep(5)
 
     run_rank(rank, world, body, (), int(args[0]))
+
+
+def teardown_rank(rank: int, world: int, *args) -> None:
+    """A rank that finishes: a collective, then (rank 0) `train`'s progress bar, the last step's ops, and then the
+    rank's end as `run_rank` does it. Writes to $PARADYSE_TEST_PIDS/teardown-RANK.json the order of the calls
+    that end it (a barrier, the group's destruction), whether the group is still initialised once `run_rank`
+    returned, and the threads alive then (name, daemon)."""
+    import json
+    import threading
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from runtime.launch import run_rank
+    from runtime.train import _progress_bar
+
+    events = []
+    real_barrier, real_destroy = dist.barrier, dist.destroy_process_group
+
+    def barrier(*a, **k):
+        events.append("barrier")
+        return real_barrier(*a, **k)
+
+    def destroy(*a, **k):
+        events.append("destroy")
+        return real_destroy(*a, **k)
+
+    def body(group=None):
+        bar = _progress_bar(SimpleNamespace(progress=True, steps=2), 0, rank)  # what it reads of the options
+        dist.all_reduce(torch.ones(4))
+        if bar is not None:
+            bar.update(2)
+            bar.close()
+        if rank == 1:
+            time.sleep(0.5)  # the last rank to finish: rank 0 must not tear down before it
+        dist.all_reduce(torch.ones(4))
+        events.append("work done")
+
+    dist.barrier, dist.destroy_process_group = barrier, destroy
+    run_rank(rank, world, body, (), int(args[0]))
+    from tqdm.std import TqdmDefaultWriteLock
+
+    state = {"events": events, "initialized": dist.is_initialized(),
+             "threads": [[t.name, t.daemon] for t in threading.enumerate() if t is not threading.main_thread()],
+             "tqdm_process_lock": getattr(TqdmDefaultWriteLock, "mp_lock", None) is not None}
+    (Path(os.environ["PARADYSE_TEST_PIDS"]) / f"teardown-{rank}.json").write_text(json.dumps(state))

@@ -13,6 +13,6 @@ from repeat_train_launch import repeat
 
 @pytest.mark.skipif(os.environ.get("PARADYSE_SLOW_TESTS") != "1", reason="slow: set PARADYSE_SLOW_TESTS=1")
 def test_a_finished_two_rank_run_exits_0_every_time():
-    results = repeat(20, jobs=2)
-    failed = [(code, last) for code, last in results if code]
-    assert not failed, f"{len(failed)} of {len(results)} runs failed: {failed[:3]}"
+    rows = repeat(20, jobs=2, load=2)
+    failed = [(row["exit_code"], row["last_stderr_line"]) for row in rows if row["exit_code"]]
+    assert not failed, f"{len(failed)} of {len(rows)} runs failed: {failed[:3]}"

@@ -63,6 +63,15 @@ SWEEP_FILES = {
     "tok_1e400.jsonl": "[1e400, 2]\n",
     "tok_obj.jsonl": '{"a": 1}\n',
     "tok_empty.jsonl": "[]\n",
+    "nodes_1e300.toml": 'base = "a100-80gb-x8"\nnodes = 1e300\n',
+    "nodes_2^53.toml": 'base = "a100-80gb-x8"\nnodes = 9007199254740993\n',
+    "gpus_per_node_2^53.toml": 'base = "a100-80gb-x8"\nnodes = 2\ngpus_per_node = 9007199254740993\n',
+    "gpus_2^21.toml": 'base = "a100-80gb-x8"\nnodes = 2\ngpus_per_node = 8\ngpus = 2097152\n',
+    "host_mem_neg.toml": 'base = "a100-80gb-x8"\nhost_memory_gib = -5\n',
+    "inter_latency_neg.toml": 'base = "a100-80gb-x8"\ninter_node_latency_us = -5\n',
+    "curve_string.toml": 'base = "a100-80gb-x8"\ngemm_efficiency = [[1, "0.5"]]\n',
+    "lens_arabic.txt": "\u0665\u0661\u0662\n",
+    "lens_underscore.txt": "1_000\n",
 }
 """Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
 
@@ -385,12 +394,96 @@ ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
     ("env-local-rank-beyond-local-world", {**TORCHRUN, "LOCAL_RANK": "2"}, TRAIN),
     ("env-rank-word-calibrate", {**TORCHRUN, "RANK": "x"}, ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny"]),
     ("env-rank-word-validate-run", {**TORCHRUN, "RANK": "x"}, ["validate-run", "--out", "{d}/val"]),
+    ("env-rank-word-profile-distributed", {**TORCHRUN, "RANK": "abc"},
+     ["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv", "--mode",
+      "distributed"]),
+    ("env-no-master-profile-distributed", {"RANK": "0", "WORLD_SIZE": "1"},
+     ["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv", "--mode",
+      "distributed"]),
 ]
 
 
 BIG = "9007199254740993"
 """2**53 + 1: a float cannot hold it (it reads back as ...992), so it must be parsed as an integer."""
 COST_M = ["cost", "--seq", "64", "--model"]
+
+SIM_METP = ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "static:metp"]
+PROFILE = ["profile", "--model", "gpt2-tiny", "--strategies", "metp", "--out", "{d}/p.csv", "--p", "2"]
+HUGE = "1" + "0" * 21
+"""10**21: an integer flag far beyond any sensible count (a model of that many layers, repeats forever)."""
+
+NUMBER_CASES: list[tuple[str, list[str], str]] = [
+    # negative numbers in any float notation are values, not a missing argument ('expected one argument')
+    ("simulate-gamma-negative-exponent", SIM_METP + ["--gamma", "-1e-3"], "--gamma must be in [0, 1), got -1e-3"),
+    ("simulate-gamma-minus-1e400", SIM_METP + ["--gamma", "-1e400"], "--gamma must be in [0, 1), got -1e400"),
+    ("train-lr-negative-exponent", TRAIN + ["--lr", "-1e-3"],
+     "--lr must be a finite number > 0 and <= 1000, got -1e-3"),
+    ("train-clip-grad-minus-inf", TRAIN + ["--clip-grad", "-inf"], "--clip-grad must be a finite number >= 0"),
+    ("plan-reserve-gib-minus-nan", ["plan", "--model", "gpt", "--seq", "4096", "--reserve-gib", "-nan"], "got -nan"),
+    ("synth-time-noise-minus-1e400", ["synth-profile", "--out", "{d}/s.csv", "--time-noise", "-1e400"], "got -1e400"),
+    # integers shown as given (no thousands separators) and bounded before any arithmetic
+    ("cost-gpus-above-2^53-as-typed", ["cost", "--model", "gpt", "--seq", "4096", "--gpus", BIG],
+     "--gpus must be at most 4,096, got " + BIG),
+    ("synth-seed-negative", ["synth-profile", "--out", "{d}/s.csv", "--seed", "-1"],
+     "--seed must be an integer from 0 to 2**63 - 1, got -1"),
+    ("synth-p-above-2^53", ["synth-profile", "--out", "{d}/s.csv", "--p", BIG],
+     "--p must be at most 4,096, got " + BIG),
+    ("lengths-seed-negative-shuffled", ["lengths", "{d}/texts", "--out", "{d}/y.txt", "--pack-tokens", "100",
+                                        "--pack-order", "shuffled", "--seed", "-1"],
+     "--seed must be an integer from 0 to 2**63 - 1, got -1"),
+    ("workload-p-above-2^53", ["workload", "grch38", "--pack-tokens", "65536", "--p", BIG],
+     "--p must be at most 4,096, got " + BIG),
+    ("experiment-global-batch-negative-fig2", ["experiment", "fig2", "--global-batch", "-1", "--out", "{d}/exp"],
+     "--global-batch must be a positive integer, got -1"),
+    ("experiment-global-batch-above-2^53-table5", ["experiment", "table5", "--global-batch", BIG, "--out",
+                                                   "{d}/exp"], "--global-batch must be at most 1,048,576, got " + BIG),
+    ("bench-ilp-time-limit-1e400", ["bench-solvers", "--ilp-time-limit", "1e400"],
+     "--ilp-time-limit must be a positive number of seconds, got '1e400'"),
+    ("train-nproc-above-2^53", TRAIN + ["--nproc", BIG], "--nproc must be at most 4,096, got " + BIG),
+    ("calibrate-nproc-above-2^53", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--nproc", BIG],
+     "--nproc must be at most 4,096, got " + BIG),
+    ("calibrate-repeats-10^21", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--repeats", HUGE],
+     "--repeats must be at most 10,000, got " + HUGE),
+    ("calibrate-lengths-10^21", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--lengths", HUGE],
+     "--lengths must be at most 1,024, got " + HUGE),
+    ("calibrate-warmup-10^21", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--warmup", HUGE],
+     "--warmup must be an integer in [0, 10,000], got " + HUGE),
+    ("validate-run-steps-10^8", ["validate-run", "--out", "{d}/val", "--steps", "100000000"],
+     "--steps must be at most 10,000,000, got 100000000"),
+    ("validate-run-max-len-beyond-model", ["validate-run", "--out", "{d}/val", "--max-len", "99999"],
+     "--max-len must be at most"),
+    ("validate-run-repeats-10^21", ["validate-run", "--out", "{d}/val", "--repeats", HUGE],
+     "--repeats must be at most 10,000, got " + HUGE),
+    ("profile-layers-10^21", PROFILE + ["--seqs", "64", "--layers", HUGE],
+     "--layers must be an integer in [0, 65,536], got " + HUGE),
+    ("profile-repeats-10^21", PROFILE + ["--seqs", "64", "--repeats", HUGE],
+     "--repeats must be an integer in [1, 10,000], got " + HUGE),
+    ("profile-batch-10^21", PROFILE + ["--seqs", "64", "--batch", HUGE],
+     "--batch must be an integer in [1, 1,048,576], got " + HUGE),
+    ("profile-seqs-above-2^40", PROFILE + ["--seqs", "9007199254740996"],
+     "--seqs must be at most 1,099,511,627,776, got 9007199254740996"),
+    ("profile-seed-negative", PROFILE + ["--seqs", "64", "--seed", "-1"], "--seed must be an integer from 0"),
+    # cluster TOML: counts bounded before nodes x gpus_per_node, values shown as written (not bytes or seconds)
+    ("toml-nodes-1e300", COST + ["{d}/nodes_1e300.toml"], "nodes must be a whole number up to 1,048,576, got 1e300"),
+    ("toml-nodes-above-2^53", COST + ["{d}/nodes_2^53.toml"],
+     "nodes must be a whole number up to 1,048,576, got " + BIG),
+    ("toml-gpus-per-node-above-2^53", COST + ["{d}/gpus_per_node_2^53.toml"],
+     "gpus_per_node must be a whole number up to 1,048,576, got " + BIG),
+    ("toml-gpus-2^21-bound-of-a-cluster", COST + ["{d}/gpus_2^21.toml"],
+     "gpus must be a whole number up to 1,048,576, got 2097152"),
+    ("toml-host-memory-negative", COST + ["{d}/host_mem_neg.toml"],
+     "host_mem_neg.toml: host_memory_gib must be a finite number >= 0, got -5"),  # not -5368709120 (bytes)
+    ("toml-inter-node-latency-negative", COST + ["{d}/inter_latency_neg.toml"],
+     "inter_latency_neg.toml: inter_node_latency_us must be a finite number >= 0, got -5"),
+    ("toml-curve-point-string", COST + ["{d}/curve_string.toml"], "gemm_efficiency must be an array of [x, fraction]"),
+    # length files: ASCII digits only (Decimal would read these as 512 and 1000)
+    ("lengths-arabic-indic-digits", ["workload", "file:{d}/lens_arabic.txt"], "got \u0665\u0661\u0662"),
+    ("lengths-underscore", ["workload", "file:{d}/lens_underscore.txt"], "got 1_000"),
+    # an output folder that takes no new file: the output is named, not the temporary file beside it
+    ("simulate-out-in-proc", SIM_METP + ["--out", "/proc/version"], "cannot use '/proc/version'"),
+]
+"""Number, bound, TOML, length-file and output-path cases (part of SWEEP_CASES)."""
+
 
 SWEEP_CASES: list[tuple[str, list[str], str]] = [
     # (id, argv, text the one line must show: the value as the user wrote it)
@@ -521,4 +614,5 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
     ("bench-seed-superscript", ["bench-solvers", "--seed", "\u00b2"], "--seed must be an integer >= 0, got '\u00b2'"),
     ("export-hf-shard-size-arabic-indic", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf-new",
                                            "--max-shard-size", "\u0665GB"], "--max-shard-size must be a positive size"),
+    *NUMBER_CASES,
 ]
