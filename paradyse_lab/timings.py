@@ -43,6 +43,7 @@ def write_with_timings(df: pd.DataFrame, path: str | Path, timing_columns, key_c
     timing = [c for c in timing_columns if c in df.columns]
     _write(df.drop(columns=timing), path)
     if not timing:
+        timings_path(path).unlink(missing_ok=True)  # an earlier run's timings would be read beside these rows
         return [path]
     keys = [c for c in key_columns if c in df.columns and c not in timing]
     _write(df[keys + timing], timings_path(path))
@@ -51,7 +52,8 @@ def write_with_timings(df: pd.DataFrame, path: str | Path, timing_columns, key_c
 
 def read_with_timings(path: str | Path, **read_kw) -> pd.DataFrame:
     """The rows of the result CSV `path` with the timing columns of its timings file beside them (row by row,
-    the key columns checked to agree); without a timings file (or one of other rows), the results alone."""
+    the key columns checked to agree); without a timings file (or one of other rows, or one without key columns),
+    the results alone."""
     path = Path(path)
     rows = pd.read_csv(path, **read_kw)
     tpath = timings_path(path)
@@ -59,7 +61,7 @@ def read_with_timings(path: str | Path, **read_kw) -> pd.DataFrame:
         return rows
     timing = pd.read_csv(tpath, **read_kw)
     keys = [c for c in timing.columns if c in rows.columns]
-    if len(timing) != len(rows) or not timing[keys].astype(str).equals(rows[keys].astype(str)):
+    if not keys or len(timing) != len(rows) or not timing[keys].astype(str).equals(rows[keys].astype(str)):
         return rows
     extra = [c for c in timing.columns if c not in rows.columns]
     return pd.concat([rows, timing[extra]], axis=1)

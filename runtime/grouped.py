@@ -215,9 +215,14 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
     already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs).
     Allocates one [R] buffer, which becomes the world's replicated gradients (views of it), summed in fp32 buckets
-    for 16-bit weights (comm.all_reduce_flat_grads_)."""
+    for 16-bit weights (comm.all_reduce_flat_grads_); nothing with one group of the whole world (no "dp"
+    peers: the view's gradients become the world's)."""
     sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
+    if comm.size(dp) == 1:  # one group of the whole world: its replicated gradients are already the world's
+        for q, v in pairs:
+            _set_grad(q, v.grad.reshape(-1) if v.grad is not None else v.new_zeros(v.numel()))
+        return
     flat = pairs[0][1].new_zeros(sum(v.numel() for _, v in pairs))  # [R]
     if contributes:
         for piece, (_, v) in zip(flat.split([v.numel() for _, v in pairs]), pairs):

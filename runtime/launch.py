@@ -47,11 +47,9 @@ def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
                              "torchrun sets RANK and WORLD_SIZE together")
     world = _env_int("WORLD_SIZE", 1, 2**16)
     rank = _env_int("RANK", 0, world - 1)
-    if "LOCAL_WORLD_SIZE" in os.environ:
-        _env_int("LOCAL_RANK" if "LOCAL_RANK" in os.environ else "LOCAL_WORLD_SIZE", 0,
-                 _env_int("LOCAL_WORLD_SIZE", 1, world) - 1)
-    elif "LOCAL_RANK" in os.environ:
-        _env_int("LOCAL_RANK", 0, world - 1)
+    local_world = _env_int("LOCAL_WORLD_SIZE", 1, world) if "LOCAL_WORLD_SIZE" in os.environ else world
+    if "LOCAL_RANK" in os.environ:
+        _env_int("LOCAL_RANK", 0, local_world - 1)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not os.environ.get(name, "").strip():
             raise UserInputError(f"environment variable {name} is not set; under torchrun (RANK, WORLD_SIZE) the "

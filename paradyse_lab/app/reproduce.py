@@ -485,13 +485,18 @@ process of their own at its start (the second core), and stamps them when the lo
 
 
 def _run_in_child(name: str, out: Path, s: Settings, force: bool) -> None:
-    """A background step's process: the step, and exit code 130 on Ctrl-C (the parent prints the one line)."""
+    """A background step's process: the step; exit code 130 on Ctrl-C (the parent prints the one line), 2 on a
+    user error (its one line printed here, no traceback)."""
     import os
+    import sys
 
     try:
         STEP_FUNCS[name](out, s, force)
     except KeyboardInterrupt:
         os._exit(130)
+    except UserInputError as err:
+        print(f"paradyse-lab reproduce: error: {err}", file=sys.stderr, flush=True)
+        os._exit(2)
 
 
 def start_background(names, out: Path, s: Settings, force: bool) -> dict:
@@ -509,10 +514,13 @@ def start_background(names, out: Path, s: Settings, force: bool) -> dict:
 
 def join_background(name: str, started: dict) -> float:
     """Wait for background step `name`; its seconds from start to end. A failed step is a `UserInputError`."""
-    proc, began = started.pop(name)
+    proc, began = started[name]
     proc.join()
+    del started[name]  # only once joined: an interrupted join leaves it for the caller's clean-up to stop
     if proc.exitcode == 130:
         raise KeyboardInterrupt
+    if proc.exitcode == 2:  # a user error: the step's one line is printed already
+        raise SystemExit(2)
     if proc.exitcode:
         raise UserInputError(f"reproduce step {name} failed (exit code {proc.exitcode}); see its message above")
     return time.perf_counter() - began

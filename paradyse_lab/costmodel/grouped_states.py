@@ -90,7 +90,7 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     (runtime/grouped.py `reduce_step_grads`): 'world_grads', the gradients of the world shards and of the
     replicated tensors, which are views of the phase's two buffers (the reduce-scatter's [F] output and the [R]
     all-reduce buffer) and part of the model states counted at p = W; with one group of the whole world its
-    sharded gradients are the group's own (nothing new) and only the [R] buffer is made. 'transient': what the
+    gradients, sharded and replicated, are the group's own (nothing new). 'transient': what the
     peak holds beyond them, the [d, F] buffer the reduce-scatter reads (alive beside its [F] output, freed
     before the [R] buffer is made) or, with a 16-bit model, the fp32 bucket of the replicated gradients'
     all-reduce (`formulas.grad_bucket_copy_bytes`) beside [R]; the reduce-scatter's fp32 bucket
@@ -99,8 +99,8 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     e = model.dtype_bytes
     replicated = replicated_total(model) * e
     replicated_bucket = grad_bucket_copy_bytes(model, replicated_total(model))
-    if d == 1:
-        return {"world_grads": replicated, "transient": 0}
+    if d == 1:  # no "dp" peers: the view's gradients become the world's, nothing is allocated
+        return {"world_grads": 0, "transient": 0}
     elements = sharded_total(model) // world
     flat = elements * e
     scatter = d * flat + reduce_scatter_bucket_bytes(model, elements, d) - replicated

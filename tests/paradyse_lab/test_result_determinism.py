@@ -98,3 +98,18 @@ def test_timings_of_other_rows_are_not_joined(tmp_path):
     assert list(read_with_timings(tmp_path / "a.csv").columns) == ["step", "x"]
     assert write_with_timings(df.drop(columns="solve_ms"), tmp_path / "b.csv", ("solve_ms",), ("step",)) == [
         tmp_path / "b.csv"]
+
+
+def test_a_rewrite_without_timings_drops_the_old_timings_file(tmp_path):
+    df = pd.DataFrame({"step": [0, 1], "x": [1.5, 2.5], "solve_ms": [0.1, 0.2]})
+    write_with_timings(df, tmp_path / "a.csv", ("solve_ms",), ("step",))
+    write_with_timings(df.drop(columns="solve_ms"), tmp_path / "a.csv", ("solve_ms",), ("step",))
+    assert not timings_path(tmp_path / "a.csv").exists()
+    assert list(read_with_timings(tmp_path / "a.csv").columns) == ["step", "x"]
+
+
+def test_timings_without_key_columns_are_not_joined_by_position(tmp_path):
+    pd.DataFrame({"x": [1.5, 2.5]}).to_csv(tmp_path / "a.csv", index=False)
+    timings_path(tmp_path / "a.csv").parent.mkdir()
+    pd.DataFrame({"solve_ms": [0.1, 0.2]}).to_csv(timings_path(tmp_path / "a.csv"), index=False)
+    assert list(read_with_timings(tmp_path / "a.csv").columns) == ["x"]

@@ -19,6 +19,8 @@ def _peak_above_start(run, tmp_path) -> int:
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
     events = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("name") == "[memory]"]
+    if not events:  # nothing allocated
+        return 0
     start = events[0]["Total Allocated"] - events[0]["Bytes"]
     return max(e["Total Allocated"] for e in events) - start
 
