@@ -475,8 +475,9 @@ model-tiled-offload-mixed-causal, packed-model-*). The `-tiled-offload` and `-of
 they alone count the bytes kept for the backward, a count in p."""
 for _kv in LLAMA_KV_HEADS:
     CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
-    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (1, 2, 4)  # p = 3 (no transformers import in that world, 6 s
-    # a rank): its uneven K/V split is checked against the reference by llama-kv1-ts-metp-mlps-causal
+    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (2, 4)  # p = 3 (no transformers import in that world, 6 s
+    # a rank): its uneven K/V split is checked against the reference by llama-kv1-ts-metp-mlps-causal; p = 1: the
+    # conversion is the one p = 2 and 4 check, and the unsharded model against the reference is llama-tiled-offload's
 CASES["llama-hf-variants"] = llama_variants_hf_case
 ONLY_AT["llama-hf-variants"] = (2,)  # the other flags' conversions; every strategy at p = 2
 CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
