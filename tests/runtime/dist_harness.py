@@ -44,6 +44,8 @@ class World:
     """Per case (and START): the slowest rank's time, seconds."""
     wall_s: float = 0.0
     """Spawn to join, seconds."""
+    cpu_s: float = 0.0
+    """CPU seconds (user + system) of all the ranks together, from the fork to the end of their last case."""
 
 
 def free_port() -> int:
@@ -80,7 +82,7 @@ def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir
                 results[name] = f"rank {rank}: {traceback.format_exc()}"
             seconds[name] = time.perf_counter() - t0
             with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-                json.dump({"results": results, "seconds": seconds}, f)
+                json.dump({"results": results, "seconds": seconds, "cpu_s": time.process_time()}, f)
     finally:
         dist.destroy_process_group()
 
@@ -109,6 +111,7 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
     for name in names:
         if all(rep is not None and name in rep["results"] for rep in reports):  # ran on every rank
             world.errors[name] = next((rep["results"][name] for rep in reports if rep["results"][name]), None)
+    world.cpu_s = sum(rep.get("cpu_s", 0.0) for rep in reports if rep is not None)
     for rep in reports:
         for name, secs in (rep or {"seconds": {}})["seconds"].items():
             world.seconds[name] = max(world.seconds.get(name, 0.0), secs)

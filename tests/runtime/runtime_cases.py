@@ -467,10 +467,18 @@ CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
+EVEN_OR_ONE = (1, 2, 4)
+"""World sizes of the one-sub-layer cases (over packs too): no strategy's code takes another path at an odd p
+(heads, hidden width, the 2p zigzag chunks and the ring's steps split the same way at p = 3 as at p = 2 and 4);
+every strategy, with and without recomputation, the tiled MLP and offload, still runs at p = 3 against the
+reference and the schedules' bytes in the whole-model cases (model-mixed-switching-*, model-sublayer-plans-causal,
+model-tiled-offload-mixed-causal, packed-model-*). The `-tiled-offload` and `-offload` ones stay at every p:
+they alone count the bytes kept for the backward, a count in p."""
 for _kv in LLAMA_KV_HEADS:
     CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
-    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (1, 2, 4)  # p = 3 (no transformers import in that world, 6 s
-    # a rank): its uneven K/V split is checked against the reference by llama-kv1-ts-metp-mlps-causal
+    ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (2, 4)  # p = 3 (no transformers import in that world, 6 s
+    # a rank): its uneven K/V split is checked against the reference by llama-kv1-ts-metp-mlps-causal; p = 1: the
+    # conversion is the one p = 2 and 4 check, and the unsharded model against the reference is llama-tiled-offload's
 CASES["llama-hf-variants"] = llama_variants_hf_case
 ONLY_AT["llama-hf-variants"] = (2,)  # the other flags' conversions; every strategy at p = 2
 CASES["llama-from-hf-refusals"] = llama_from_hf_refusals_case
@@ -485,6 +493,7 @@ for _strategy in STRATEGIES:
                 _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
                     "-recompute" if _recompute else "")
                 CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
+                ONLY_AT[_name] = EVEN_OR_ONE
     # the tiled MLP offloading its input, and the whole kept set of an attention (views, lse, shared storages)
     CASES[f"sublayer-{_strategy}-mlp-tiled-offload"] = sublayer_case(_strategy, "mlp", True, False, True, True)
     CASES[f"sublayer-{_strategy}-attention-offload"] = sublayer_case(_strategy, "attention", True, False, offload=True)
@@ -492,6 +501,7 @@ for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
         CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)  # and its attention above
+        ONLY_AT[f"model-{_strategy}-{_tag}"] = (2, 4)  # p = 1 and 3: every strategy in the mixed plans below
     CASES[f"model-mixed-switching-{_tag}"] = model_case([
         ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
         ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
@@ -681,6 +691,8 @@ for _strategy in STRATEGIES:  # recomputation is covered by the mixed plans belo
     for _causal in (True, False):
         CASES[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = packed_sublayer_case(
             _strategy, _causal, False)
+        ONLY_AT[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = EVEN_OR_ONE  # p = 3: the
+        # packed-model-* cases below run every strategy over packs (documents padded to 2p = 6) there
 CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with and without recomputation
     ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
     ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
@@ -1142,6 +1154,7 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
 
 CASES["profile-distributed"] = profile_distributed_case
+ONLY_AT["profile-distributed"] = (2, 3)  # the profiler takes no other path at p = 1 or 4: an even and an odd p
 
 
 # --- calibrate and validate-run: the whole measure -> fit -> plan -> train -> compare loop ------------------

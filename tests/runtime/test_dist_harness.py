@@ -1,5 +1,5 @@
 """The distributed harness itself (dist_harness.py): the ranks run only the cases asked for, and each case's
-outcome and own time come back.
+outcome and own time come back, and the ranks' CPU seconds.
 
 Run: `python -m pytest -q tests/runtime/test_dist_harness.py` (one spawned rank, about 3 s).
 """
@@ -20,6 +20,7 @@ def test_only_the_named_cases_run_and_each_reports_its_outcome_and_time(tmp_path
     assert set(world.errors) == {"passes", "fails"} and not trace.exists()
     assert set(world.seconds) == {START, "passes", "fails"}
     assert 0.3 <= world.seconds["passes"] < world.wall_s and world.seconds["fails"] < 0.3
+    assert 0.0 < world.cpu_s < 60.0  # the rank's CPU seconds, for the summary table
 
 
 def test_a_world_gets_only_the_cases_this_session_selected():

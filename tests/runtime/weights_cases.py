@@ -119,12 +119,13 @@ def api_example_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, bool] = (False, False)) -> None:
+def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False, False)) -> None:
     """gpt2-tiny's tensors (q | k | v sections of one matrix, biases, learned positions, tied head) and AdamW's
     moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's shard of
     the full tensors, exactly (no training: one optimizer step on fixed gradients). `vocab`: whether the 4 writing
-    and the 2 reading ranks store the embedding by vocabulary rows (runtime/vocab_parallel.py; then with 510 rows,
-    which 4 does not divide: the checkpoint holds the global table, whatever the layout that wrote it)."""
+    ranks, then the 2 reading ranks of each read in turn (one checkpoint, read once per layout), store the
+    embedding by vocabulary rows (runtime/vocab_parallel.py; then with 510 rows, which 4 does not divide: the
+    checkpoint holds the global table, whatever the layout that wrote it)."""
     import dataclasses
 
     from paradyse_lab.model_spec import PRESETS
@@ -151,13 +152,13 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, bool] = (Fals
         weights, _ = dcp_checkpoint.read_full(os.path.join(root, "step-000001"))
         assert weights.keys() == stepped.keys() and all(torch.equal(weights[k], v) for k, v in stepped.items())
     pair = dist.new_group([0, 1])
-    if rank < 2:
-        half = ParallelGPT(cfg, pair, seed=9, vocab_parallel=vocab[1])
+    for read_by_rows in vocab[1:] if rank < 2 else ():
+        half = ParallelGPT(cfg, pair, seed=9, vocab_parallel=read_by_rows)
         half_opt = torch.optim.AdamW(half.parameters(), lr=1e-3)
         dcp_checkpoint.load(os.path.join(root, "step-000001"), dict(half.named_parameters()), half_opt, cfg, {}, pair)
-        want, moment = (shard_state_dict(x, rank, 2, vocab[1]) for x in (stepped, grads))
+        want, moment = (shard_state_dict(x, rank, 2, read_by_rows) for x in (stepped, grads))
         for name, q in half.named_parameters():
-            assert torch.equal(q.detach(), want[name]), name
+            assert torch.equal(q.detach(), want[name]), (read_by_rows, name)
             if q.numel():
                 assert_close(half_opt.state[q]["exp_avg"], 0.1 * moment[name], rtol=1e-6, atol=1e-7, msg=name)
                 assert float(half_opt.state[q]["step"]) == 1.0
@@ -168,10 +169,9 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, bool] = (Fals
 
 CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case,
          "gpt2-dcp-reshard-4-to-2": gpt2_reshard_case,
-         "gpt2-dcp-reshard-vocab-4-to-2": lambda rank, p, group: gpt2_reshard_case(rank, p, group, (True, True)),
-         "gpt2-dcp-reshard-vocab-4-to-replicated-2": lambda rank, p, group: gpt2_reshard_case(rank, p, group,
-                                                                                             (True, False))}
+         "gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2": lambda rank, p, group: gpt2_reshard_case(
+             rank, p, group, (True, True, False))}
 ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
            "api-example": (2,),  # the example's two ranks
            "gpt2-dcp-reshard-4-to-2": (4,),  # 4 ranks write, a sub-group of 2 reads
-           "gpt2-dcp-reshard-vocab-4-to-2": (4,), "gpt2-dcp-reshard-vocab-4-to-replicated-2": (4,)}
+           "gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2": (4,)}
