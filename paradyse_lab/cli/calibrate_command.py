@@ -49,11 +49,14 @@ def options_from_args(args):
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
     from runtime.launch import torchrun_rank
+    from runtime.nodes import node_of_this_rank
 
     d = machine_defaults()
-    nproc = args.nproc or d["nproc"]
+    launched = torchrun_rank(args.nproc or None)  # refuses --nproc under torchrun, or its variables malformed
+    nproc = launched[1] if launched else args.nproc or d["nproc"]  # under torchrun: its WORLD_SIZE
     require_positive_int("--nproc", nproc, MAX_GPUS_FLAG)
-    torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
+    per_node = node_of_this_rank()[1] if launched else 0
+    nodes = nproc // per_node if per_node and nproc % per_node == 0 else 1
     model = args.model or d["model"]
     spec = get_model(model)
     if not spec.embedding_and_head or spec.ffn_kind != "gelu" or spec.kv_heads != spec.heads:
@@ -81,7 +84,7 @@ def options_from_args(args):
 
     return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
                             lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
-                            recompute=not args.no_recompute)
+                            recompute=not args.no_recompute, nodes=nodes)
 
 
 def _rank_main(opts, progress: bool, group=None) -> None:
@@ -99,7 +102,8 @@ def run(args) -> int:
     opts = options_from_args(args)
     out = output_folder(opts.out)
     if args.force:
-        for name in ("collectives.csv", "gemm.csv", "attention.csv", "cluster.toml", "profile.csv", SETTINGS_FILE):
+        for name in ("collectives.csv", "inter_node.csv", "gemm.csv", "attention.csv", "cluster.toml", "profile.csv",
+                     SETTINGS_FILE):
             (out / name).unlink(missing_ok=True)
     state_path = out / SETTINGS_FILE
     if state_path.is_file():

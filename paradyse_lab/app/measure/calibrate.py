@@ -84,6 +84,8 @@ class CalibrateOptions:
     recompute: bool = True
     """Also profile every strategy with recomputation."""
     seed: int = 0
+    nodes: int = 1
+    """Nodes the ranks are on (torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE; 1 without torchrun)."""
 
     def settings(self) -> dict:
         """What must match for a rerun to reuse DIR's files."""
