@@ -32,6 +32,15 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
     return planner.policy
 
 
+def refuse_non_analytic_groups(opts) -> None:
+    """--groups plans with the analytic cost model, as `simulate --global-batch` does (its pricers are analytic)."""
+    from paradyse_lab.errors import UserInputError
+
+    if opts.groups and opts.cost_model != "analytic":
+        raise UserInputError(f"--groups plans with the analytic cost model (as simulate --global-batch); drop "
+                             f"--cost-model {opts.cost_model}")
+
+
 def group_planner(opts, spec, p: int):
     """`plan(steps) -> (GroupedStep, decisions)`: the groups of one `--global-batch` step of `p` ranks under
     `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
@@ -46,13 +55,13 @@ def group_planner(opts, spec, p: int):
     if not opts.groups:
         return None
     check_group_policy(opts.groups, opts.policy)
+    refuse_non_analytic_groups(opts)
     if p & (p - 1):
         raise UserInputError(f"--groups: groups are power-of-two blocks of ranks, so the world size must be a "
                              f"power of two, got {p}")
     cluster = cluster_with_gpus(get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else cluster.plan_budget_bytes
-    pricer = GroupPricer(spec, cluster, opts.policy, budget, cost_model=opts.cost_model,
-                         profiles=opts.profiles or None, recompute=opts.recompute, granularity=opts.granularity)
+    pricer = GroupPricer(spec, cluster, opts.policy, budget, recompute=opts.recompute, granularity=opts.granularity)
     ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups == "sized" else None
     return partial(_plan_step_groups, opts.groups, pricer, ring)
 

@@ -55,6 +55,9 @@ def options_from_args(args: argparse.Namespace):
         from simulator.grouped_steps import check_group_policy
 
         check_group_policy(opts.groups, opts.policy)
+        from paradyse_lab.app.training import refuse_non_analytic_groups
+
+        refuse_non_analytic_groups(opts)
         if args.nproc and args.nproc & (args.nproc - 1):
             raise UserInputError(f"--groups: groups are power-of-two blocks of ranks, so --nproc must be a power of "
                                  f"two, got {args.nproc}")

@@ -60,7 +60,8 @@ def test_train_groups_refusals(capsys):
              (["--global-batch", "4", "--group-size", "2"], "not both"),
              (["--global-batch", "4", "--batch", "2"], "--batch must be 1"),
              (["--global-batch", "4", "--nproc", "3"], "power of two"),
-             (["--global-batch", "4", "--groups", "dynamic-cp"], "--policy must be static:NAME")]
+             (["--global-batch", "4", "--groups", "dynamic-cp"], "--policy must be static:NAME"),
+             (["--global-batch", "4", "--cost-model", "calibrated"], "--groups plans with the analytic cost model")]
     for extra, message in cases:
         groups = [] if "--groups" in extra else ["--groups", "sized"]
         assert main(base + groups + extra) == 2, extra
