@@ -24,7 +24,7 @@ def test_cluster_file_overrides_the_reserve(tmp_path):
     c = get_cluster(str(f))
     assert c.plan_budget_bytes == 80 * GIB - int(2.5 * GIB) - int(0.2 * 80 * GIB)
     for text, match in (("reserve_fraction = 1.5\n", "reserve_fraction must be a number in"),
-                        ("reserve_gib = -1\n", "reserve_gib must be a number >= 0"),
+                        ("reserve_gib = -1\n", "reserve_gib must be a finite number >= 0"),
                         ("memory_gib = 4\nreserve_gib = 4\n", "must leave memory to plan with")):
         f.write_text('base = "h100-80gb-x8"\n' + text)
         with pytest.raises(UserInputError, match=match):
