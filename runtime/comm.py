@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from paradyse_lab.costmodel.formulas import GRAD_BUCKET_ELEMENTS  # the cost model's bucket: one number for both
+
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -67,12 +69,7 @@ torch.distributed.fsdp) do: each 16-bit gradient (or bucket) is cast to fp32 jus
 all-reduce or point-to-point reduction, and the reduced fp32 sum is rounded once to the parameter's dtype.
 fp32 gradients are reduced as they are (no copy). Activation gradients (megatron_ts's and Ulysses' sequence
 collectives) stay in the model dtype, as in Megatron. The cost model counts the fp32 bytes sent and the fp32
-buffers (paradyse_lab/costmodel/schedules.py `GRAD_REDUCE_BYTES`)."""
-
-GRAD_BUCKET_ELEMENTS = 40_000_000
-"""Elements per fp32 bucket of `all_reduce_grads`: Megatron-LM's default bucket size (max(40000000, 1000000 *
-dp_size) parameters, `DistributedDataParallelConfig.bucket_size`), so that the fp32 copy of a large replicated
-gradient (a vocabulary embedding) exists one bucket at a time."""
+buffers (paradyse_lab/costmodel/formulas.py `GRAD_REDUCE_BYTES`, `GRAD_BUCKET_ELEMENTS`)."""
 
 
 def grad_reduce_dtype(dtype: torch.dtype) -> torch.dtype:

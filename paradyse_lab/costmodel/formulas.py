@@ -42,8 +42,10 @@ sum is rounded once to the model dtype, one bucket of at most `GRAD_BUCKET_ELEME
 gradient is large (a ZeRO-3 sub-layer's, the embedding's) or as it is where it is a point-to-point partial (METP)
 or already an fp32 sum (the tiled MLP's). In fp32 training nothing changes."""
 GRAD_BUCKET_ELEMENTS = 40_000_000
-"""Elements per fp32 bucket of a replicated gradient all-reduce (runtime/comm.py `GRAD_BUCKET_ELEMENTS`:
-Megatron-LM's default bucket size)."""
+"""Elements per fp32 bucket of a gradient reduction (runtime/comm.py `all_reduce_grads`, `reduce_scatter_grads`
+read it from here): Megatron-LM's default bucket size (max(40000000, 1000000 * dp_size) parameters,
+`DistributedDataParallelConfig.bucket_size`), so that the fp32 copy of a large gradient (a vocabulary embedding)
+exists one bucket at a time."""
 
 
 def grad_copy_bytes(model: ModelSpec) -> int:

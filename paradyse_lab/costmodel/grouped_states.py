@@ -98,9 +98,9 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     d = data_parallel_width(world, sizes, model)
     e = model.dtype_bytes
     replicated = replicated_total(model) * e
-    replicated_bucket = grad_bucket_copy_bytes(model, replicated_total(model))
     if d == 1:  # no "dp" peers: the view's gradients become the world's, nothing is allocated
         return {"world_grads": 0, "transient": 0}
+    replicated_bucket = grad_bucket_copy_bytes(model, replicated_total(model))
     elements = sharded_total(model) // world
     flat = elements * e
     scatter = d * flat + reduce_scatter_bucket_bytes(model, elements, d) - replicated
