@@ -31,12 +31,21 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+def as_at_a_terminal() -> None:
+    """In the child before exec: SIGINT and SIGQUIT at their default actions, as for a command typed at an
+    interactive shell. A shell without job control starts a background command (`pytest ... &` in a script)
+    with both ignored, the child inherits that, and Python then installs no KeyboardInterrupt handler: the
+    Ctrl-C under test would be dropped and the command run to its end (exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def test_ctrl_c_after_an_ilp_solve_ends_with_one_line_and_exit_130(tmp_path):
     marker, out = tmp_path / "solved", tmp_path / "sim.json"
     argv = ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:ilp", "--size", "5000",
             "--gamma", "0", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(marker), *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_at_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
