@@ -25,7 +25,12 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.grouped_states import data_parallel_width, reduce_phase_bytes
+from paradyse_lab.costmodel.grouped_states import (
+    data_parallel_width,
+    grouped_state_kept_bytes,
+    reduce_phase_bytes,
+    sharded_total,
+)
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
@@ -109,15 +114,14 @@ class GroupPricer:
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
             return True
-        per_param = F.model_state_bytes_per_param(m)
-        flat = m.dtype_bytes * sharded_layer_params(m, world)
-        group_shard = m.dtype_bytes * sharded_layer_params(m, min(sizes))
         replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        states = per_param * (sharded_layer_params(m, world) + replicated)
-        d = data_parallel_width(world, sizes, m)
-        gather = flat * (d + 1) + group_shard
+        states = F.model_state_bytes_per_param(m) * (sharded_layer_params(m, world) + replicated)
+        kept = grouped_state_kept_bytes(m, world, min(sizes), sizes)
         phase = reduce_phase_bytes(m, world, sizes)
-        reduce = 2 * group_shard + phase["world_grads"] + phase["transient"] - flat
+        world_shard_grads = m.dtype_bytes * (sharded_total(m) // world)  # in `states`; a view in phase["world_grads"]
+        gather = kept["group_weights"] + kept["send_buffer"] + kept["gather_buffer"]
+        reduce = kept["group_weights"] + kept["group_grads"] + phase["world_grads"] - world_shard_grads + \
+            phase["transient"]
         return states + max(gather, reduce) <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cluster_spec import PRESETS, cluster_with_gpus
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import get_model
 from simulator import group_planner as G
@@ -18,6 +20,7 @@ from simulator.grouped_steps import (
     global_batches,
     grouped_step,
     power_sizes,
+    sharded_layer_params,
     simulate_grouped,
 )
 
@@ -162,6 +165,23 @@ def test_a_step_whose_gather_buffers_do_not_fit_is_refused():
     assert roomy.state_phase_fits((1,) * 8) and math.isfinite(roomy.sync_s((1,) * 8))
     assert not tight.state_phase_fits((1,) * 8) and tight.sync_s((1,) * 8) == math.inf
     assert tight.sync_s((8,)) == 0.0  # one group of all GPUs gathers nothing
+
+
+def test_the_state_phases_fit_exactly_the_bytes_the_cost_model_counts_for_them():
+    # BERT's matrices do not split evenly over 6 ranks: the buffers are the counted ones (whole-model flat shards),
+    # not per-matrix rounded shards, so the step fits at exactly its counted need and not one byte below
+    model, sizes = get_model("bert"), (2, 4)
+    cluster = cluster_with_gpus(PRESETS["a100-80gb-x8"], 6)
+    kept = grouped_state_kept_bytes(model, 6, 2, sizes)
+    phase = reduce_phase_bytes(model, 6, sizes)
+    replicated = 2 * model.layers * F.replicated_params(model) + F.embedding_params(model)
+    states = F.model_state_bytes_per_param(model) * (sharded_layer_params(model, 6) + replicated)
+    gather = kept["group_weights"] + kept["send_buffer"] + kept["gather_buffer"]
+    reduce = kept["group_weights"] + kept["group_grads"] + phase["world_grads"] + phase["transient"] - \
+        model.dtype_bytes * (sharded_total(model) // 6)
+    need = states + max(gather, reduce)
+    assert GroupPricer(model, cluster, "dynamic:dp", need).state_phase_fits(sizes)
+    assert not GroupPricer(model, cluster, "dynamic:dp", need - 1).state_phase_fits(sizes)
 
 
 @pytest.mark.parametrize("seed", range(6))
