@@ -484,12 +484,16 @@ BACKGROUND_STEPS = ("groups",)
 process of their own at its start (the second core), and stamps them when the loop reaches them."""
 
 
-def _run_in_child(name: str, out: Path, s: Settings, force: bool) -> None:
+def _run_in_child(name: str, out: Path, s: Settings, force: bool, parent_pid: int) -> None:
     """A background step's process: the step; exit code 130 on Ctrl-C (the parent prints the one line), 2 on a
-    user error (its one line printed here, no traceback)."""
+    user error (its one line printed here, no traceback). It dies with its parent (`stop_with_parent`: a
+    `reproduce` killed by SIGKILL leaves no step computing on)."""
     import os
     import sys
 
+    from runtime.launcher import stop_with_parent
+
+    stop_with_parent(parent_pid)
     try:
         STEP_FUNCS[name](out, s, force)
     except KeyboardInterrupt:
@@ -502,10 +506,12 @@ def _run_in_child(name: str, out: Path, s: Settings, force: bool) -> None:
 def start_background(names, out: Path, s: Settings, force: bool) -> dict:
     """{step: (process, start time)} of `names` started in forked processes (before any thread of this one)."""
     import multiprocessing
+    import os
 
     started = {}
     for name in names:
-        proc = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(name, out, s, force),
+        proc = multiprocessing.get_context("fork").Process(target=_run_in_child,
+                                                           args=(name, out, s, force, os.getpid()),
                                                            name=f"reproduce-{name}")
         proc.start()
         started[name] = (proc, time.perf_counter())
