@@ -277,22 +277,57 @@ class ProfileOptions:
     """Seed of the initial weights and the tokens."""
 
 
-def profile(opts: ProfileOptions, group=None, progress: bool = True):
-    """Profile rows (a DataFrame, profiles.COLUMNS plus compute_s, comm_s, comm_modelled) for `opts`.
+@dataclass
+class _Profiling:
+    """What every row of one `profile` call measures with: the model on its device, its strategy options and
+    the cost model that prices a rank-local row's communication."""
 
-    rank-local: `group` is ignored (a `FakeGroup` of opts.p is used). distributed: torch.distributed must be
-    initialised; every rank calls this, every rank gets the rows."""
-    import pandas as pd
+    opts: ProfileOptions
+    cfg: object
+    model: object
+    options: list
+    group: object
+    p: int
+    rank: int
+    device: object
+    distributed: bool
+    analytic: object
+    params: list
+    state_bytes: int
+    optimizer_states: object
+    """The optimizer states' buffer (`resident_model_states`), held while profiling."""
+    barrier: object
+    software: str
+    dev_name: str
+
+
+def _profile_device(opts: ProfileOptions, distributed: bool):
+    """The torch device `opts` asks for (`--device auto`: CUDA when there is one) and its dtype's name."""
+    import torch
+
+    from paradyse_lab.errors import UserInputError
+
+    use_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise UserInputError("--device cuda but CUDA is not available")
+    if use_cuda:
+        device = torch.device("cuda", torch.cuda.current_device()) if not distributed else \
+            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    else:
+        device = torch.device("cpu")
+    return device, opts.dtype if opts.dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+
+
+def _set_up_profiling(opts: ProfileOptions, group) -> _Profiling:
+    """The model, options and states of a `profile` call, every input error raised before any timing."""
     import torch
 
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
-    from paradyse_lab.costmodel import formulas as F
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.model_spec import get_model
-    from paradyse_lab.profiles import COLUMNS, validate_profiles
     from paradyse_lab.strategies import StrategyOption
-    from runtime import attention, comm
+    from runtime import comm
     from runtime.fake_group import FakeGroup
     from runtime.layout import check_length
     from runtime.model import ParallelGPT
@@ -310,15 +345,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     else:
         p, rank = opts.p, opts.rank
         group = FakeGroup(p, rank)
-    use_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise UserInputError("--device cuda but CUDA is not available")
-    if use_cuda:
-        device = torch.device("cuda", torch.cuda.current_device()) if not distributed else \
-            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    else:
-        device = torch.device("cpu")
-    dtype_name = opts.dtype if opts.dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    device, dtype_name = _profile_device(opts, distributed)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     options = [StrategyOption.parse(s) for s in opts.strategies]
     model = ParallelGPT(cfg, group, seed=opts.seed).to(device=device, dtype=dtype)
@@ -327,15 +354,87 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
         for opt in options:
             model.check(s, [str(opt)] * cfg.layers)
     cost_spec = cfg.model_spec(dtype_name if dtype_name != "fp16" else "bf16")
-    analytic = AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     params = list(model.parameters())
-    _optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)  # held while profiling
+    optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)
     barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None
-    software, dev_name = versions_text(software_versions(device=device)), device_name(device)
+    return _Profiling(opts, cfg, model, options, group, p, rank, device, distributed,
+                      AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p), params,
+                      state_bytes, optimizer_states, barrier, versions_text(software_versions(device=device)),
+                      device_name(device))
 
-    jobs = [(opt, s) for opt in options for s in opts.seqs]
+
+def _modelled_comm_s(run: _Profiling, opt, s: int) -> float:
+    """A rank-local row's communication: the analytic schedule's exposed time (alpha-beta, ring overlap) of
+    every sub-layer, and the embedding gradients' all-reduce."""
+    from paradyse_lab.costmodel import formulas as F
+
+    att = run.analytic.sublayer("attention", opt, s, run.opts.batch)
+    mlp = run.analytic.sublayer("mlp", opt, s, run.opts.batch)
+    spec = run.analytic.model
+    return run.cfg.layers * (att.exposed_comm_s + mlp.exposed_comm_s) + F.collective_time_s(
+        run.analytic.cluster, "all_reduce", F.embedding_params(spec) * spec.dtype_bytes, run.p)
+
+
+def _profile_row(run: _Profiling, opt, s: int, gen) -> dict:
+    """One profile row: option `opt` at length `s`, its kept bytes from one forward, its median step time."""
+    import torch
+
+    from runtime import attention
+
+    opts, cfg, model, device = run.opts, run.cfg, run.model, run.device
+    t = s // run.p
+    ids = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
+    labels = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
+    plan = [str(opt)] * cfg.layers
+
+    def step():  # gradients stay resident and accumulate
+        loss = model(ids, plan, labels)[1]  # the logits dropped at once, as training does
+        loss.backward()
+
+    with attention.kernels_used() as ran:
+        with KeptRecorder(exclude=run.params) as rec:  # kept bytes of one forward (exact)
+            logits, loss = model(ids, plan, labels)
+        kept = rec.nbytes
+        del logits, loss, rec  # the whole graph of that forward, before the peak is reset
+        reset_peak(device)
+        times = _timed_steps(step, opts.warmup, opts.repeats, device.type == "cuda", run.barrier)
+    compute_s = statistics.median(times)
+    # CPU: a lower bound (module docstring)
+    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else run.state_bytes + kept
+    comm_s = 0.0
+    if run.distributed:
+        vals = torch.tensor([compute_s, float(peak)], dtype=torch.float64,
+                            device=device if device.type == "cuda" else "cpu")
+        torch.distributed.all_reduce(vals, op=torch.distributed.ReduceOp.MAX, group=run.group)  # [2], slowest rank
+        compute_s, peak = float(vals[0]), int(vals[1])
+    elif run.p > 1:
+        comm_s = _modelled_comm_s(run, opt, s)
+    return {
+        "model": opts.model, "h": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "layers": cfg.layers,
+        "p": run.p, "strategy": opt.strategy, "recompute": "true" if opt.recompute else "false", "seq_len": s,
+        "batch": opts.batch, "time_s": compute_s + comm_s, "peak_bytes": max(peak, kept), "kept_bytes": kept,
+        "device": run.dev_name, "source": "measured-distributed" if run.distributed else "measured-rank-local",
+        "software": run.software, "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "compute_s": compute_s, "comm_s": comm_s, "comm_modelled": "false" if run.distributed else "true",
+        "attention_kernel": "+".join(sorted(ran)), "state_bytes": run.state_bytes,
+        "peak_method": "max_memory_allocated" if device.type == "cuda" else "lower-bound-cpu",
+    }
+
+
+def profile(opts: ProfileOptions, group=None, progress: bool = True):
+    """Profile rows (a DataFrame, profiles.COLUMNS plus compute_s, comm_s, comm_modelled) for `opts`.
+
+    rank-local: `group` is ignored (a `FakeGroup` of opts.p is used). distributed: torch.distributed must be
+    initialised; every rank calls this, every rank gets the rows."""
+    import pandas as pd
+    import torch
+
+    from paradyse_lab.profiles import COLUMNS, validate_profiles
+
+    run = _set_up_profiling(opts, group)
+    jobs = [(opt, s) for opt in run.options for s in opts.seqs]
     bar = None
-    if progress and rank == 0:
+    if progress and run.rank == 0:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="profile", file=sys.stderr, dynamic_ncols=True)
@@ -344,49 +443,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     for opt, s in jobs:
         if bar is not None:
             bar.set_postfix_str(f"{opt} s={s}")
-        t = s // p
-        ids = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
-        labels = torch.randint(0, cfg.vocab_size, (opts.batch, t), generator=gen).to(device)
-        plan = [str(opt)] * cfg.layers
-
-        def step(ids=ids, plan=plan, labels=labels):  # gradients stay resident and accumulate
-            loss = model(ids, plan, labels)[1]  # the logits dropped at once, as training does
-            loss.backward()
-
-        with attention.kernels_used() as ran:
-            with KeptRecorder(exclude=params) as rec:  # kept bytes of one forward (exact)
-                logits, loss = model(ids, plan, labels)
-            kept = rec.nbytes
-            del logits, loss, rec  # the whole graph of that forward, before the peak is reset
-            reset_peak(device)
-            times = _timed_steps(step, opts.warmup, opts.repeats, device.type == "cuda", barrier)
-        compute_s = statistics.median(times)
-        if device.type == "cuda":
-            peak = int(torch.cuda.max_memory_allocated(device))
-        else:
-            peak = state_bytes + kept  # lower bound (module docstring)
-        comm_s = 0.0
-        if distributed:
-            vals = torch.tensor([compute_s, float(peak)], dtype=torch.float64,
-                                device=device if device.type == "cuda" else "cpu")
-            torch.distributed.all_reduce(vals, op=torch.distributed.ReduceOp.MAX, group=group)
-            compute_s, peak = float(vals[0]), int(vals[1])
-        elif p > 1:
-            att = analytic.sublayer("attention", opt, s, opts.batch)
-            mlp = analytic.sublayer("mlp", opt, s, opts.batch)
-            comm_s = cfg.layers * (att.exposed_comm_s + mlp.exposed_comm_s)  # alpha-beta, ring overlap
-            comm_s += F.collective_time_s(analytic.cluster, "all_reduce",  # the embedding gradients
-                                          F.embedding_params(cost_spec) * cost_spec.dtype_bytes, p)
-        rows.append({
-            "model": opts.model, "h": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "layers": cfg.layers,
-            "p": p, "strategy": opt.strategy, "recompute": "true" if opt.recompute else "false", "seq_len": s,
-            "batch": opts.batch, "time_s": compute_s + comm_s, "peak_bytes": max(peak, kept), "kept_bytes": kept,
-            "device": dev_name, "source": "measured-distributed" if distributed else "measured-rank-local",
-            "software": software, "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "compute_s": compute_s, "comm_s": comm_s, "comm_modelled": "false" if distributed else "true",
-            "attention_kernel": "+".join(sorted(ran)), "state_bytes": state_bytes,
-            "peak_method": "max_memory_allocated" if device.type == "cuda" else "lower-bound-cpu",
-        })
+        rows.append(_profile_row(run, opt, s, gen))
         if bar is not None:
             bar.update()
     if bar is not None:
