@@ -11,10 +11,10 @@ calls itself `calibrated`; memory is never calibrated.
 
 On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
 paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
-priced from those counts instead of the schedule's element-wise formula: launches x `launch_s` + counted
+priced from those counts instead of the schedule's element-wise formula: launches x `runtime_launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
-after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, plus their latency-bound calls,
-`step_calls_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
+after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, plus
+their latency-bound calls, `step_calls_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
 `ring_overlap_s` blended with running one after the other).
 """
 
@@ -69,15 +69,19 @@ class AnalyticCostModel:
 
     def counted_s(self, key: str, tokens: int) -> float | None:
         """Seconds of the launches and memory-bound bytes counted under `key` (module docstring) at `tokens`
-        tokens, or None when the cluster holds no counts for this model at this p. The optimizer's bytes
-        stream the model states, at `state_bytes_per_s` when measured."""
+        tokens, or None when the cluster holds no counts for this model at this p. A sub-layer's or the
+        embedding / head's launch costs `runtime_launch_s` when measured (the runtime's Python between its
+        operators), the optimizer's `launch_s`; the optimizer's bytes stream the model states, at
+        `state_bytes_per_s` when measured."""
         c = self.cluster
         counts = c.step_counts.get(key)
         if counts is None or c.counted_model != self.model.name or c.gpus != self.p:
             return None
         launches, bytes_fixed, bytes_per_token = counts
-        bandwidth = c.state_bytes_per_s if key == "optimizer" and c.state_bytes_per_s else c.hbm_bytes_per_s
-        return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
+        optimizer = key == "optimizer"
+        bandwidth = c.state_bytes_per_s if optimizer and c.state_bytes_per_s else c.hbm_bytes_per_s
+        launch_s = c.runtime_launch_s if c.runtime_launch_s and not optimizer else c.launch_s
+        return launches * launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
 
     def step_calls_s(self) -> float:
         """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists

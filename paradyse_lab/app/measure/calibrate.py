@@ -354,12 +354,16 @@ def measure_dispatch_s(device, dtype) -> float:
 
 
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
-    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch,
-    element-wise bandwidth at the model's activation size, and the ring's overlap with compute."""
+    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch (of the
+    benchmark chain, and inside the runtime's own step: step_counts.py `runtime_dispatch_s`), element-wise
+    bandwidth at the model's activation size, and the ring's overlap with compute."""
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
+    from paradyse_lab.app.measure.step_counts import runtime_dispatch_s
+    from paradyse_lab.strategies import layout_unit
     from runtime import comm
+    from runtime.reference import GPTConfig
 
     launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
@@ -377,8 +381,10 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
     big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
     state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
+    runtime_launch_s = runtime_dispatch_s(GPTConfig.from_model_spec(spec), comm.size(group),
+                                          layout_unit(comm.size(group)), profile_options(False), hbm, device, dtype)
     return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
-            "comm_overlap": measure_overlap(spec, t, device, dtype, group)}
+            "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s}
 
 
 STATE_ELEMENTS = 1 << 24
@@ -560,6 +566,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
                              hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
+                             runtime_launch_s=terms["runtime_launch_s"],
                              state_bytes_per_s=terms["state_bytes_per_s"],
                              comm_overlap=terms["comm_overlap"], counted_model=spec.name,
                              step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),

@@ -23,6 +23,11 @@ world (runtime/fake_group.py), not fits to times.
 - Bytes grow linearly with the tokens (norms, residuals, activations) and with the weights (ZeRO-3 and METP
   layout copies), so two lengths give `bytes = fixed + per_token x tokens` exactly; launches do not depend on
   the length.
+- The price of a launch inside the runtime's own step (`runtime_dispatch_s`) is more than a launch of the
+  benchmark chain's: each sub-layer's Python (its context, the strategy's dispatch, `SubLayerFunction`'s
+  save and unflatten, the gradient flattening) runs between its operators. `calibrate` times the model's
+  forward + backward at the shortest length that splits, where arithmetic is negligible, over the
+  launches counted in it (`launch_us` prices the optimizer's, a plain loop of operators).
 - The optimizer count is what runtime/train_step.py runs after the backward of a step (`step_epilogue`): the
   global gradient norm (a squared copy and a sum per gradient), the AdamW step and zero_grad, and the
   finite-weights check (an isfinite and an all() per parameter).
@@ -209,3 +214,37 @@ def step_counts(cfg, p: int, options, lengths: tuple[int, int],
     out["fixed"] = _linear(rest[0], rest[1], model_lengths)
     out["optimizer"] = OpCount(optimizer[0], float(optimizer[1]), 0.0)
     return out
+
+
+def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float, device=None, dtype=None) -> float:
+    """Seconds per launch of the runtime's own training step on rank 0 of p (module docstring): forward +
+    backward of the whole model under each of `strategies` on every layer at `seq_len` tokens (the shortest that
+    splits: arithmetic negligible), timed (median) less what it moves at `bytes_per_s` (the counted bytes,
+    and the GEMMs' weights read twice and their gradients written once, 3 x the rank's GEMM weights), summed
+    over the strategies and divided by the launches counted in the same steps."""
+    import torch
+
+    from paradyse_lab.app.measure.kernel_bench import measure
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    device = device or torch.device("cpu")
+    model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device=device, dtype=dtype or torch.float32)
+    gemm_weights = [w for w in model.layers.parameters() if w.dim() == 2] + [model.wte]
+    weight_bytes = 3 * sum(w.numel() * w.element_size() for w in gemm_weights)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq_len // p), generator=gen).to(device)  # [b, t]
+    labels = torch.randint(0, cfg.vocab_size, (1, seq_len // p), generator=gen).to(device)
+    seconds, launches = 0.0, 0
+    for option in strategies:
+        def step(plan=[option] * cfg.layers):
+            model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts
+            model(ids, plan, labels)[1].backward()
+
+        step()
+        with counting() as tally:
+            step()
+        sec = measure(step, device, warmup=1, max_repeats=20, min_repeats=5, target_s=0.3)[0]
+        seconds += max(sec - (tally.bytes + weight_bytes) / bytes_per_s, 0.0)
+        launches += tally.launches
+    return seconds / launches if launches else 0.0
