@@ -14,8 +14,9 @@ paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, a
 priced from those counts instead of the schedule's element-wise formula: launches x `runtime_launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
 after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, plus
-their latency-bound calls, `step_calls_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
-`ring_overlap_s` blended with running one after the other).
+their latency-bound calls, `step_calls_s`); a ring hides only `comm_overlap` of its point-to-point time (formulas
+`ring_overlap_s` blended with running one after the other); and every collective call costs
+`collective_sync_s` on top of its alpha-beta time (the ranks reach it from compute).
 """
 
 from __future__ import annotations
@@ -89,13 +90,15 @@ class AnalyticCostModel:
         length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
         gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
         (with the counted epilogue)."""
-        c, p = self.cluster, self.p
-        return (F.collective_time_s(c, "broadcast", 8, p) + F.collective_time_s(c, "broadcast", PLAN_PICKLE_BYTES, p)
-                + 2 * F.collective_time_s(c, "all_reduce", 4, p))
+        calls = (CollectiveCall("broadcast", 8, self.p), CollectiveCall("broadcast", PLAN_PICKLE_BYTES, self.p),
+                 CollectiveCall("all_reduce", 4, self.p, count=2))
+        return sum(self.collective_s(call) for call in calls)
 
     def collective_s(self, call: CollectiveCall) -> float:
-        """Seconds for all `count` calls of one `CollectiveCall`."""
-        return call.count * F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
+        """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
+        ranks reach a collective from compute; 0 but on measured clusters)."""
+        sync_s = self.cluster.collective_sync_s if call.ranks > 1 else 0.0
+        return call.count * (F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks) + sync_s)
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:

@@ -356,7 +356,8 @@ def measure_dispatch_s(device, dtype) -> float:
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch (of the
     benchmark chain, and inside the runtime's own step: step_counts.py `runtime_dispatch_s`), element-wise
-    bandwidth at the model's activation size, and the ring's overlap with compute."""
+    bandwidth at the model's activation size, the ring's overlap with compute and what a blocking collective
+    costs after compute (`measure_sync`)."""
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
@@ -384,11 +385,51 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     runtime_launch_s = runtime_dispatch_s(GPTConfig.from_model_spec(spec), comm.size(group),
                                           layout_unit(comm.size(group)), profile_options(False), hbm, device, dtype)
     return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
-            "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s}
+            "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s,
+            "collective_sync_s": measure_sync(spec, t, device, dtype, group)}
 
 
 STATE_ELEMENTS = 1 << 24
 """fp32 elements (64 MiB) of the buffer the state bandwidth streams."""
+
+
+SYNC_CHAIN_CALLS = 8
+"""GEMM-then-collective pairs in the synchronisation benchmark (`measure_sync`)."""
+
+
+def measure_sync(spec, t: int, device, dtype, group) -> float:
+    """Seconds a blocking collective costs beyond its own time when it follows compute on every rank (the ranks
+    reach it apart, and wake their communication threads while the cores are busy), as in a training step:
+    (a chain of `SYNC_CHAIN_CALLS` x (GEMM of a sub-layer's shape, all-gather of the [t, h] activation) - the
+    GEMMs alone - the all-gathers back to back) / `SYNC_CHAIN_CALLS`, median of 3 rounds of the slowest rank's
+    times, at least 0 (0 on one rank)."""
+    import torch
+
+    from runtime import comm
+
+    if comm.size(group) == 1:
+        return 0.0
+    a = torch.randn(t, spec.hidden, device=device, dtype=dtype)  # [t, h]
+    w = torch.randn(spec.hidden, 4 * spec.hidden, device=device, dtype=dtype)  # [h, 4h]
+
+    def gemms():
+        for _ in range(SYNC_CHAIN_CALLS):
+            a @ w  # [t, h] x [h, 4h]
+
+    def gathers():
+        for _ in range(SYNC_CHAIN_CALLS):
+            comm.all_gather(a, group)  # [t, h] -> [p t, h]
+
+    def chain():
+        for _ in range(SYNC_CHAIN_CALLS):
+            a @ w  # [t, h] x [h, 4h]
+            comm.all_gather(a, group)  # [t, h] -> [p t, h]
+
+    rounds = []
+    for _ in range(3):
+        tc, tg, tb = _slowest([_time_call(f, device, group) for f in (gemms, gathers, chain)], device, group)
+        rounds.append(max(0.0, (tb - tc - tg) / SYNC_CHAIN_CALLS))
+    return statistics.median(rounds)
 
 
 def measure_overlap(spec, t: int, device, dtype, group) -> float:
@@ -567,6 +608,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
                              hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
                              runtime_launch_s=terms["runtime_launch_s"],
+                             collective_sync_s=terms["collective_sync_s"],
                              state_bytes_per_s=terms["state_bytes_per_s"],
                              comm_overlap=terms["comm_overlap"], counted_model=spec.name,
                              step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
