@@ -21,10 +21,13 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
    model's step terms (`measure_step_terms`): the seconds of one operator dispatch in training (a forward +
-   backward chain of tiny operators that require grad, over the dispatches counted in it), the
+   backward chain of tiny operators that require grad, over the dispatches counted in it), the seconds of
+   one dispatch inside the runtime's own step (the model's forward + backward under each strategy at the
+   shortest length that splits, less what it moves, over the dispatches counted in it), the
    element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
    buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
-   ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's dispatches and memory-bound
+   ring exchange that hides behind a GEMM, what a blocking all-gather costs after a GEMM beyond the two
+   timed alone, and, counted on rank 0, the runtime's dispatches and memory-bound
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
    app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
