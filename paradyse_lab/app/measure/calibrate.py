@@ -609,11 +609,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
-                             hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
-                             runtime_launch_s=terms["runtime_launch_s"],
-                             collective_sync_s=terms["collective_sync_s"],
-                             state_bytes_per_s=terms["state_bytes_per_s"],
-                             comm_overlap=terms["comm_overlap"], counted_model=spec.name,
+                             **terms, counted_model=spec.name,  # the step terms: Measurements' fields by name
                              step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
