@@ -13,9 +13,10 @@ On a measured cluster whose `step_counts` were counted for this model at this p 
 paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
 priced from those counts instead of the schedule's element-wise formula: launches x `runtime_launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
-after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, plus
-their latency-bound calls, `step_calls_s`); a ring hides only `comm_overlap` of its point-to-point time (formulas
-`ring_overlap_s` blended with running one after the other); and every collective call costs
+after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, or
+the epilogue's time where `calibrate` timed it, `epilogue_s`, plus their latency-bound calls, `step_calls_s`);
+a ring hides only `comm_overlap` of its point-to-point time (formulas `ring_overlap_s` blended with running one
+after the other); and every collective call costs
 `collective_sync_s` on top of its alpha-beta time (the ranks reach it from compute).
 """
 
@@ -150,6 +151,8 @@ class AnalyticCostModel:
         """Embedding, final norm, tied head and loss on the rank's t tokens (replicated weights)."""
         m, c = self.model, self.cluster
         optimizer_s = self.counted_s("optimizer", batch * seq_len)
+        if optimizer_s is not None and c.epilogue_s:  # timed on the measured cluster: the same work every step
+            optimizer_s = c.epilogue_s
         optimizer_s = 0.0 if optimizer_s is None else optimizer_s + self.step_calls_s()
         if not m.embedding_and_head:
             return FixedCost(0.0, 0, 0, 0, optimizer_s)

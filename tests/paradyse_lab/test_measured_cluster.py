@@ -310,6 +310,30 @@ def test_the_runtime_launch_prices_the_model_and_the_chain_launch_the_optimizer(
     assert both.fixed(seq).time_s - chain.fixed(seq).time_s == pytest.approx(30 * 23e-6)
 
 
+def test_a_timed_epilogue_replaces_the_counted_one(tmp_path):
+    import dataclasses
+
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.model_spec import get_model
+
+    m = _measurements()
+    m.launch_s, m.epilogue_s, m.counted_model = 7e-6, 0.125, "gpt2-tiny"
+    m.step_counts = {"fixed": (30, 4e5, 60.0), "optimizer": (500, 8e6, 0.0)}
+    path = tmp_path / "epilogue.toml"
+    path.write_text(measured_cluster_toml(m))
+    cl = load_cluster_toml(path)
+    assert cl.epilogue_s == pytest.approx(0.125)
+    timed = AnalyticCostModel(get_model("gpt2-tiny"), cl)
+    counted = AnalyticCostModel(get_model("gpt2-tiny"), dataclasses.replace(cl, epilogue_s=0.0))
+    for seq in (64, 1024):  # the same work at every length
+        assert timed.fixed(seq).optimizer_s == pytest.approx(0.125 + timed.step_calls_s())
+        assert counted.fixed(seq).optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s
+                                                               + counted.step_calls_s())
+        assert timed.fixed(seq).time_s == counted.fixed(seq).time_s
+    # timed for the counted model at the counted p only, as the counts
+    assert AnalyticCostModel(get_model("gpt2-cpu"), cl).fixed(64).optimizer_s == 0
+
+
 def test_every_collective_call_pays_the_measured_sync(tmp_path):
     import dataclasses
 
@@ -360,6 +384,7 @@ def test_bad_step_terms_in_a_cluster_file(tmp_path):
                         ("launch_us = -1\n", "launch_us must be"),
                         ("runtime_launch_us = -1\n", "runtime_launch_us must be"),
                         ("collective_sync_us = -1\n", "collective_sync_us must be"),
+                        ("epilogue_ms = -1\n", "epilogue_ms must be"),
                         ('[step_counts]\n"fixed" = [1, 2]\n', "step_counts.fixed must be")):
         path = tmp_path / "c.toml"
         path.write_text('base = "a100-80gb-x8"\n' + text)

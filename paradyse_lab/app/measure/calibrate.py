@@ -27,7 +27,8 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
    buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
    ring exchange that hides behind a GEMM, what a blocking all-gather costs after a GEMM beyond the two
-   timed alone, and, counted on rank 0, the runtime's dispatches and memory-bound
+   timed alone, the step epilogue timed (gradient norm, AdamW, finite check: the same work every step),
+   and, counted on rank 0, the runtime's dispatches and memory-bound
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
    app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
@@ -359,12 +360,13 @@ def measure_dispatch_s(device, dtype) -> float:
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch (of the
     benchmark chain, and inside the runtime's own step: step_counts.py `runtime_dispatch_s`), element-wise
-    bandwidth at the model's activation size, the ring's overlap with compute and what a blocking collective
-    costs after compute (`measure_sync`)."""
+    bandwidth at the model's activation size, the ring's overlap with compute, what a blocking collective
+    costs after compute (`measure_sync`) and the step epilogue's seconds (step_counts.py `epilogue_s`), every
+    rank at once as in training."""
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
-    from paradyse_lab.app.measure.step_counts import runtime_dispatch_s
+    from paradyse_lab.app.measure.step_counts import epilogue_s, runtime_dispatch_s
     from paradyse_lab.strategies import layout_unit
     from runtime import comm
     from runtime.reference import GPTConfig
@@ -385,11 +387,12 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
     big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
     state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
-    runtime_launch_s = runtime_dispatch_s(GPTConfig.from_model_spec(spec), comm.size(group),
-                                          layout_unit(comm.size(group)), profile_options(False), hbm, device, dtype)
+    cfg, p = GPTConfig.from_model_spec(spec), comm.size(group)
+    runtime_launch_s = runtime_dispatch_s(cfg, p, layout_unit(p), profile_options(False), hbm, device, dtype)
     return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
             "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s,
-            "collective_sync_s": measure_sync(spec, t, device, dtype, group)}
+            "collective_sync_s": measure_sync(spec, t, device, dtype, group),
+            "epilogue_s": epilogue_s(cfg, p, device=device)}
 
 
 STATE_ELEMENTS = 1 << 24

@@ -187,6 +187,39 @@ def step_epilogue(model, optimizer, group) -> None:
     _all_finite(list(model.parameters()), group)
 
 
+def epilogue_s(cfg, p: int, repeats: int = 5, device=None) -> float:
+    """Median seconds of `step_epilogue` on rank 0 of p (a `FakeGroup`: its one-number all-reduces are copies;
+    the analytic model prices them as collectives) with every gradient present, as after a backward: the same
+    work at every step whatever its length, so timed rather than counted (its gradient norm and finite check
+    run boolean and reduction operators the element-wise bandwidth does not price). The gradients are set
+    before each timed call, outside the time; the first call, which allocates AdamW's states, is not timed."""
+    import statistics
+    import time
+
+    import torch
+
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    device = device or torch.device("cpu")
+    model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+    times = []
+    for i in range(repeats + 1):
+        for w in params:
+            w.grad = torch.full_like(w, 1e-3)  # [same shape]: every gradient present, as after a backward
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        step_epilogue(model, optimizer, model.group)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _linear(a: tuple[int, int], b: tuple[int, int], tokens: tuple[int, int]) -> OpCount:
     """`OpCount` through the (launches, bytes) tallies at two token counts."""
     per = (b[1] - a[1]) / (tokens[1] - tokens[0])

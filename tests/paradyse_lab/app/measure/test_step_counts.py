@@ -132,6 +132,22 @@ def test_the_runtime_step_prices_its_counted_launches_less_what_it_moves(cfg, mo
     assert slow == 0.0
 
 
+def test_the_epilogue_is_timed_with_every_gradient_present(cfg, monkeypatch):
+    from paradyse_lab.app.measure import step_counts
+
+    seen = []
+
+    def epilogue(model, optimizer, group):  # what the timed calls find: every gradient, then zeroed
+        seen.append(all(w.grad is not None for w in model.parameters()))
+        for w in model.parameters():
+            w.grad = None
+
+    monkeypatch.setattr(step_counts, "step_epilogue", epilogue)
+    assert step_counts.epilogue_s(cfg, 2, repeats=3) >= 0 and seen == [True] * 4  # one untimed call, 3 timed
+    monkeypatch.undo()
+    assert 0 < step_counts.epilogue_s(cfg, 2, repeats=1) < 10
+
+
 def test_a_reshape_of_a_gemm_output_moves_nothing():
     """aten's matmul on a 3-D input reshapes the mm's output with `_unsafe_view`, a view aten does not mark as
     one: dispatched (launches), but no bytes (it was charged its input and output as traffic before)."""
