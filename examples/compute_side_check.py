@@ -43,6 +43,7 @@ def cpu_time_cluster(spec, lengths, p: int):
     terms = C.measure_step_terms(spec, lengths, device, dtype, group)
     m = Measurements(ranks=p, gpu_name="cpu (CPU time)", memory_bytes=1 << 40, hbm_bytes_per_s=terms["hbm_bytes_per_s"],
                      launch_s=terms["launch_s"], state_bytes_per_s=terms["state_bytes_per_s"], comm_overlap=1.0,
+                     runtime_launch_s=terms["runtime_launch_s"], epilogue_s=terms["epilogue_s"],
                      counted_model=spec.name, step_counts=C.counted_steps(spec, p, 2 * p, lengths, False, dtype),
                      gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                      attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])

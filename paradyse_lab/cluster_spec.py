@@ -180,6 +180,19 @@ class ClusterSpec:
     """Seconds per operator dispatch outside the attention kernels and collectives (TOML `launch_us`; measured
     clusters: `paradyse-lab calibrate` times a forward + backward chain of tiny operators that require grad over
     the dispatches counted in it; 0 for the GPU presets, whose kernels are fused)."""
+    runtime_launch_s: float = 0.0
+    """Seconds per operator dispatch inside the runtime's sub-layers, embedding, head and loss (TOML
+    `runtime_launch_us`): `launch_s` plus the runtime's own Python between its operators (measured clusters:
+    `calibrate` times the model's forward + backward at the shortest length that splits, over the dispatches
+    counted in it, less what it moves; 0: `launch_s`). The optimizer step's dispatches cost `launch_s`."""
+    epilogue_s: float = 0.0
+    """Seconds of what a training step runs after its backward on one rank (gradient norm, AdamW, finite check;
+    TOML `epilogue_ms`; measured clusters: `calibrate` times it for `counted_model` at `gpus` ranks, every rank at
+    once; 0: priced from the counted `optimizer` launches and bytes)."""
+    collective_sync_s: float = 0.0
+    """Seconds each collective call costs beyond its alpha-beta time when the ranks reach it from compute, as in
+    a training step (TOML `collective_sync_us`; measured clusters: `calibrate` times GEMM-then-all-gather pairs
+    against the GEMMs and the all-gathers alone; 0 for the presets, whose alpha-beta values are of steps)."""
     comm_overlap: float = 1.0
     """Fraction of a ring's point-to-point time that can hide behind compute (1: all of it, the GPU presets;
     measured clusters: `calibrate` times a GEMM and a ring exchange apart and together)."""
@@ -310,6 +323,14 @@ class ClusterSpec:
     def _check_step_terms(self) -> None:
         if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
             raise UserInputError(f"cluster.launch_us must be a finite number >= 0, got {self.launch_s!r}")
+        if isinstance(self.epilogue_s, bool) or not 0 <= self.epilogue_s < math.inf:
+            raise UserInputError(f"cluster.epilogue_ms must be a finite number >= 0, got {self.epilogue_s!r}")
+        if isinstance(self.collective_sync_s, bool) or not 0 <= self.collective_sync_s < math.inf:
+            raise UserInputError("cluster.collective_sync_us must be a finite number >= 0, "
+                                 f"got {self.collective_sync_s!r}")
+        if isinstance(self.runtime_launch_s, bool) or not 0 <= self.runtime_launch_s < math.inf:
+            raise UserInputError("cluster.runtime_launch_us must be a finite number >= 0, "
+                                 f"got {self.runtime_launch_s!r}")
         if isinstance(self.state_bytes_per_s, bool) or not 0 <= self.state_bytes_per_s < math.inf:
             raise UserInputError(f"cluster.state_gbps must be a finite number >= 0, got {self.state_bytes_per_s!r}")
         if isinstance(self.comm_overlap, bool) or not 0 <= self.comm_overlap <= 1:
@@ -441,7 +462,8 @@ DEFAULT_CLUSTER = "a100-80gb-x8"
 _TOML_SCALARS = {
     "name": str, "gpus": int, "gpu_name": str, "memory_gib": float, "peak_tflops": float,
     "hbm_gbps": float, "alpha_base_us": float, "alpha_step_us": float, "source": str,
-    "launch_us": float, "comm_overlap": float, "counted_model": str, "state_gbps": float,
+    "launch_us": float, "runtime_launch_us": float, "collective_sync_us": float, "epilogue_ms": float,
+    "comm_overlap": float, "counted_model": str, "state_gbps": float,
     "reserve_gib": float, "reserve_fraction": float, "host_link_gbps": float, "host_memory_gib": float,
     "nodes": int, "gpus_per_node": int, "inter_node_bandwidth_gbps": float, "inter_node_latency_us": float,
 }
@@ -491,6 +513,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     scale = {"memory_gib": ("memory_bytes", 2**30), "peak_tflops": ("peak_flops", 1e12),
              "hbm_gbps": ("hbm_bytes_per_s", GB), "alpha_base_us": ("alpha_base_s", 1e-6),
              "alpha_step_us": ("alpha_step_s", 1e-6), "launch_us": ("launch_s", 1e-6),
+             "runtime_launch_us": ("runtime_launch_s", 1e-6), "collective_sync_us": ("collective_sync_s", 1e-6),
+             "epilogue_ms": ("epilogue_s", 1e-3),
              "state_gbps": ("state_bytes_per_s", GB), "reserve_gib": ("reserve_bytes", GIB),
              "host_link_gbps": ("host_link_bytes_per_s", GB), "host_memory_gib": ("host_memory_bytes", GIB),
              "inter_node_bandwidth_gbps": ("inter_node_bytes_per_s", GB),

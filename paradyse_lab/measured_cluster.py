@@ -101,6 +101,12 @@ class Measurements:
     """host, device, software, date, command (strings)."""
     launch_s: float = 0.0
     """Seconds of one operator launch."""
+    runtime_launch_s: float = 0.0
+    """Seconds of one operator launch inside the runtime's own step (`ClusterSpec.runtime_launch_s`)."""
+    collective_sync_s: float = 0.0
+    """Seconds a blocking collective costs after compute beyond its own time (`ClusterSpec.collective_sync_s`)."""
+    epilogue_s: float = 0.0
+    """Seconds of the step epilogue on one rank (`ClusterSpec.epilogue_s`)."""
     comm_overlap: float = 1.0
     """Fraction of point-to-point time hidden behind a concurrent GEMM."""
     state_bytes_per_s: float = 0.0
@@ -188,6 +194,9 @@ def measured_cluster_toml(m: Measurements) -> str:
         "alpha_step_us = 0.0",
         f'source = "measured: {_esc(m.provenance.get("device", m.gpu_name))}, {date}"',
         f"launch_us = {m.launch_s * 1e6:.6g}",
+        f"runtime_launch_us = {m.runtime_launch_s * 1e6:.6g}",
+        f"collective_sync_us = {m.collective_sync_s * 1e6:.6g}",
+        f"epilogue_ms = {m.epilogue_s * 1e3:.6g}",
         f"state_gbps = {m.state_bytes_per_s / 1e9:.6g}",
         f"comm_overlap = {min(max(m.comm_overlap, 0.0), 1.0):.6g}",
         f'counted_model = "{_esc(m.counted_model)}"',

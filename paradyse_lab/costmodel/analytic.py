@@ -11,11 +11,13 @@ calls itself `calibrated`; memory is never calibrated.
 
 On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
 paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
-priced from those counts instead of the schedule's element-wise formula: launches x `launch_s` + counted
+priced from those counts instead of the schedule's element-wise formula: launches x `runtime_launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
-after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, plus their latency-bound calls,
-`step_calls_s`); and a ring hides only `comm_overlap` of its point-to-point time (formulas
-`ring_overlap_s` blended with running one after the other).
+after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, or
+the epilogue's time where `calibrate` timed it, `epilogue_s`, plus their latency-bound calls, `step_calls_s`);
+a ring hides only `comm_overlap` of its point-to-point time (formulas `ring_overlap_s` blended with running one
+after the other); and every collective call costs
+`collective_sync_s` on top of its alpha-beta time (the ranks reach it from compute).
 """
 
 from __future__ import annotations
@@ -69,15 +71,19 @@ class AnalyticCostModel:
 
     def counted_s(self, key: str, tokens: int) -> float | None:
         """Seconds of the launches and memory-bound bytes counted under `key` (module docstring) at `tokens`
-        tokens, or None when the cluster holds no counts for this model at this p. The optimizer's bytes
-        stream the model states, at `state_bytes_per_s` when measured."""
+        tokens, or None when the cluster holds no counts for this model at this p. A sub-layer's or the
+        embedding / head's launch costs `runtime_launch_s` when measured (the runtime's Python between its
+        operators), the optimizer's `launch_s`; the optimizer's bytes stream the model states, at
+        `state_bytes_per_s` when measured."""
         c = self.cluster
         counts = c.step_counts.get(key)
         if counts is None or c.counted_model != self.model.name or c.gpus != self.p:
             return None
         launches, bytes_fixed, bytes_per_token = counts
-        bandwidth = c.state_bytes_per_s if key == "optimizer" and c.state_bytes_per_s else c.hbm_bytes_per_s
-        return launches * c.launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
+        optimizer = key == "optimizer"
+        bandwidth = c.state_bytes_per_s if optimizer and c.state_bytes_per_s else c.hbm_bytes_per_s
+        launch_s = c.runtime_launch_s if c.runtime_launch_s and not optimizer else c.launch_s
+        return launches * launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
 
     def step_calls_s(self) -> float:
         """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists
@@ -85,13 +91,15 @@ class AnalyticCostModel:
         length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
         gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
         (with the counted epilogue)."""
-        c, p = self.cluster, self.p
-        return (F.collective_time_s(c, "broadcast", 8, p) + F.collective_time_s(c, "broadcast", PLAN_PICKLE_BYTES, p)
-                + 2 * F.collective_time_s(c, "all_reduce", 4, p))
+        calls = (CollectiveCall("broadcast", 8, self.p), CollectiveCall("broadcast", PLAN_PICKLE_BYTES, self.p),
+                 CollectiveCall("all_reduce", 4, self.p, count=2))
+        return sum(self.collective_s(call) for call in calls)
 
     def collective_s(self, call: CollectiveCall) -> float:
-        """Seconds for all `count` calls of one `CollectiveCall`."""
-        return call.count * F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
+        """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
+        ranks reach a collective from compute; 0 but on measured clusters)."""
+        sync_s = self.cluster.collective_sync_s if call.ranks > 1 else 0.0
+        return call.count * (F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks) + sync_s)
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
@@ -143,6 +151,8 @@ class AnalyticCostModel:
         """Embedding, final norm, tied head and loss on the rank's t tokens (replicated weights)."""
         m, c = self.model, self.cluster
         optimizer_s = self.counted_s("optimizer", batch * seq_len)
+        if optimizer_s is not None and c.epilogue_s:  # timed on the measured cluster: the same work every step
+            optimizer_s = c.epilogue_s
         optimizer_s = 0.0 if optimizer_s is None else optimizer_s + self.step_calls_s()
         if not m.embedding_and_head:
             return FixedCost(0.0, 0, 0, 0, optimizer_s)

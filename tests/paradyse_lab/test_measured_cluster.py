@@ -285,6 +285,82 @@ def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
     assert other.counted_s("optimizer", seq) is None and AnalyticCostModel(model, cl, p=1).counted_s("fixed", 8) is None
 
 
+def test_the_runtime_launch_prices_the_model_and_the_chain_launch_the_optimizer(tmp_path):
+    import dataclasses
+
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import StrategyOption
+
+    m = _measurements()
+    m.launch_s, m.runtime_launch_s, m.counted_model = 7e-6, 30e-6, "gpt2-tiny"
+    m.step_counts = {"megatron_ts.attention": (50, 1e5, 300.0), "megatron_ts.mlp": (20, 2e5, 100.0),
+                     "fixed": (30, 4e5, 60.0), "optimizer": (500, 8e6, 0.0)}
+    path = tmp_path / "runtime-launch.toml"
+    path.write_text(measured_cluster_toml(m))
+    cl = load_cluster_toml(path)
+    assert cl.runtime_launch_s == pytest.approx(30e-6) and cl.launch_s == pytest.approx(7e-6)
+    model, seq, ts = get_model("gpt2-tiny"), 256, StrategyOption("megatron_ts")
+    both, chain = AnalyticCostModel(model, cl), AnalyticCostModel(model, dataclasses.replace(cl, runtime_launch_s=0.0))
+    for key, launches in (("megatron_ts.attention", 50), ("megatron_ts.mlp", 20), ("fixed", 30)):
+        assert both.counted_s(key, seq) - chain.counted_s(key, seq) == pytest.approx(launches * (30e-6 - 7e-6))
+    assert both.counted_s("optimizer", seq) == pytest.approx(chain.counted_s("optimizer", seq))
+    delta = both.sublayer("mlp", ts, seq).compute_s - chain.sublayer("mlp", ts, seq).compute_s
+    assert delta == pytest.approx(20 * 23e-6)
+    assert both.fixed(seq).time_s - chain.fixed(seq).time_s == pytest.approx(30 * 23e-6)
+
+
+def test_a_timed_epilogue_replaces_the_counted_one(tmp_path):
+    import dataclasses
+
+    from paradyse_lab.costmodel import AnalyticCostModel
+    from paradyse_lab.model_spec import get_model
+
+    m = _measurements()
+    m.launch_s, m.epilogue_s, m.counted_model = 7e-6, 0.125, "gpt2-tiny"
+    m.step_counts = {"fixed": (30, 4e5, 60.0), "optimizer": (500, 8e6, 0.0)}
+    path = tmp_path / "epilogue.toml"
+    path.write_text(measured_cluster_toml(m))
+    cl = load_cluster_toml(path)
+    assert cl.epilogue_s == pytest.approx(0.125)
+    timed = AnalyticCostModel(get_model("gpt2-tiny"), cl)
+    counted = AnalyticCostModel(get_model("gpt2-tiny"), dataclasses.replace(cl, epilogue_s=0.0))
+    for seq in (64, 1024):  # the same work at every length
+        assert timed.fixed(seq).optimizer_s == pytest.approx(0.125 + timed.step_calls_s())
+        assert counted.fixed(seq).optimizer_s == pytest.approx(500 * 7e-6 + 8e6 / cl.hbm_bytes_per_s
+                                                               + counted.step_calls_s())
+        assert timed.fixed(seq).time_s == counted.fixed(seq).time_s
+    # timed for the counted model at the counted p only, as the counts
+    assert AnalyticCostModel(get_model("gpt2-cpu"), cl).fixed(64).optimizer_s == 0
+
+
+def test_every_collective_call_pays_the_measured_sync(tmp_path):
+    import dataclasses
+
+    from paradyse_lab.costmodel import AnalyticCostModel, CollectiveCall
+    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.strategies import StrategyOption
+
+    m = _measurements()
+    m.collective_sync_s, m.counted_model = 1e-3, "gpt2-tiny"
+    m.step_counts = {"fixed": (30, 4e5, 60.0), "optimizer": (500, 8e6, 0.0)}
+    path = tmp_path / "sync.toml"
+    path.write_text(measured_cluster_toml(m))
+    cl = load_cluster_toml(path)
+    assert cl.collective_sync_s == pytest.approx(1e-3)
+    model, seq = get_model("gpt2-tiny"), 256
+    synced = AnalyticCostModel(model, cl)
+    plain = AnalyticCostModel(model, dataclasses.replace(cl, collective_sync_s=0.0))
+    call = CollectiveCall("all_gather", 1 << 16, 2, count=3)
+    assert synced.collective_s(call) - plain.collective_s(call) == pytest.approx(3e-3)
+    assert synced.step_calls_s() - plain.step_calls_s() == pytest.approx(4e-3)  # two broadcasts, two all-reduces
+    for option in (StrategyOption("megatron_ts"), StrategyOption("ulysses_z")):  # every call blocking
+        a, b = synced.sublayer("attention", option, seq), plain.sublayer("attention", option, seq)
+        calls = sum(c.count for c in a.collectives)
+        assert calls > 0 and a.time_s - b.time_s == pytest.approx(calls * 1e-3) and a.compute_s == b.compute_s
+    assert AnalyticCostModel(model, cl, p=1).collective_s(CollectiveCall("all_reduce", 4, 1)) == 0.0
+
+
 def test_ring_overlap_fraction_runs_point_to_point_after_compute(tmp_path):
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.model_spec import get_model
@@ -306,6 +382,9 @@ def test_bad_step_terms_in_a_cluster_file(tmp_path):
 
     for text, match in (("comm_overlap = 1.5\n", "comm_overlap must be a number in"),
                         ("launch_us = -1\n", "launch_us must be"),
+                        ("runtime_launch_us = -1\n", "runtime_launch_us must be"),
+                        ("collective_sync_us = -1\n", "collective_sync_us must be"),
+                        ("epilogue_ms = -1\n", "epilogue_ms must be"),
                         ('[step_counts]\n"fixed" = [1, 2]\n', "step_counts.fixed must be")):
         path = tmp_path / "c.toml"
         path.write_text('base = "a100-80gb-x8"\n' + text)

@@ -1191,7 +1191,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         assert set(cl.alpha_by_op_s) == set(COLLECTIVES) and all(v > 0 for v in cl.busbw_bytes_per_s.values())
         assert all(0 < e <= 1 for _, e in cl.gemm_efficiency + cl.attention_efficiency_causal)
         # the analytic model's step terms: launch cost, overlap, and the runtime's counts for this model at p
-        assert cl.launch_s > 0 and 0 <= cl.comm_overlap <= 1 and cl.counted_model == "tiny"
+        assert cl.launch_s > 0 and cl.runtime_launch_s > 0 and 0 <= cl.comm_overlap <= 1 and cl.counted_model == "tiny"
+        assert cl.epilogue_s > 0 and "collective_sync_us = " in open(os.path.join(root, "cluster.toml")).read()
         assert set(cl.step_counts) == {f"{o}.{k}" for o in profile_options(True) for k in ("attention", "mlp")} | {
             "fixed", "optimizer"}
         assert all(c[0] > 0 for c in cl.step_counts.values())

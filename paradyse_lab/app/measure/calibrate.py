@@ -21,10 +21,14 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
    model's step terms (`measure_step_terms`): the seconds of one operator dispatch in training (a forward +
-   backward chain of tiny operators that require grad, over the dispatches counted in it), the
+   backward chain of tiny operators that require grad, over the dispatches counted in it), the seconds of
+   one dispatch inside the runtime's own step (the model's forward + backward under each strategy at the
+   shortest length that splits, less what it moves, over the dispatches counted in it), the
    element-wise bandwidth (layer norm, GELU, add over [t, 4h] at the middle length), the bandwidth over a
    buffer larger than the caches (the optimizer step's: an in-place add over 64 MiB), the fraction of a
-   ring exchange that hides behind a GEMM, and, counted on rank 0, the runtime's dispatches and memory-bound
+   ring exchange that hides behind a GEMM, what a blocking all-gather costs after a GEMM beyond the two
+   timed alone, the step epilogue timed (gradient norm, AdamW, finite check: the same work every step),
+   and, counted on rank 0, the runtime's dispatches and memory-bound
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
    app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
@@ -354,12 +358,18 @@ def measure_dispatch_s(device, dtype) -> float:
 
 
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
-    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch,
-    element-wise bandwidth at the model's activation size, and the ring's overlap with compute."""
+    """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch (of the
+    benchmark chain, and inside the runtime's own step: step_counts.py `runtime_dispatch_s`), element-wise
+    bandwidth at the model's activation size, the ring's overlap with compute, what a blocking collective
+    costs after compute (`measure_sync`) and the step epilogue's seconds (step_counts.py `epilogue_s`), every
+    rank at once as in training."""
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
+    from paradyse_lab.app.measure.step_counts import epilogue_s, runtime_dispatch_s
+    from paradyse_lab.strategies import layout_unit
     from runtime import comm
+    from runtime.reference import GPTConfig
 
     launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
@@ -377,12 +387,55 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
     big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
     state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
+    cfg, p = GPTConfig.from_model_spec(spec), comm.size(group)
+    runtime_launch_s = runtime_dispatch_s(cfg, p, layout_unit(p), profile_options(False), hbm, device, dtype)
     return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
-            "comm_overlap": measure_overlap(spec, t, device, dtype, group)}
+            "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s,
+            "collective_sync_s": measure_sync(spec, t, device, dtype, group),
+            "epilogue_s": epilogue_s(cfg, p, device=device)}
 
 
 STATE_ELEMENTS = 1 << 24
 """fp32 elements (64 MiB) of the buffer the state bandwidth streams."""
+
+
+SYNC_CHAIN_CALLS = 8
+"""GEMM-then-collective pairs in the synchronisation benchmark (`measure_sync`)."""
+
+
+def measure_sync(spec, t: int, device, dtype, group) -> float:
+    """Seconds a blocking collective costs beyond its own time when it follows compute on every rank (the ranks
+    reach it apart, and wake their communication threads while the cores are busy), as in a training step:
+    (a chain of `SYNC_CHAIN_CALLS` x (GEMM of a sub-layer's shape, all-gather of the [t, h] activation) - the
+    GEMMs alone - the all-gathers back to back) / `SYNC_CHAIN_CALLS`, median of 3 rounds of the slowest rank's
+    times, at least 0 (0 on one rank)."""
+    import torch
+
+    from runtime import comm
+
+    if comm.size(group) == 1:
+        return 0.0
+    a = torch.randn(t, spec.hidden, device=device, dtype=dtype)  # [t, h]
+    w = torch.randn(spec.hidden, 4 * spec.hidden, device=device, dtype=dtype)  # [h, 4h]
+
+    def gemms():
+        for _ in range(SYNC_CHAIN_CALLS):
+            a @ w  # [t, h] x [h, 4h]
+
+    def gathers():
+        for _ in range(SYNC_CHAIN_CALLS):
+            comm.all_gather(a, group)  # [t, h] -> [p t, h]
+
+    def chain():
+        for _ in range(SYNC_CHAIN_CALLS):
+            a @ w  # [t, h] x [h, 4h]
+            comm.all_gather(a, group)  # [t, h] -> [p t, h]
+
+    rounds = []
+    for _ in range(3):
+        tc, tg, tb = _slowest([_time_call(f, device, group) for f in (gemms, gathers, chain)], device, group)
+        rounds.append(max(0.0, (tb - tc - tg) / SYNC_CHAIN_CALLS))
+    return statistics.median(rounds)
 
 
 def measure_overlap(spec, t: int, device, dtype, group) -> float:
@@ -559,9 +612,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
             _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))
             coll = pd.read_csv(out / "collectives.csv") if (out / "collectives.csv").stat().st_size else None
             m = Measurements(ranks=p, gpu_name=_gpu_name(device), memory_bytes=device_memory_bytes(device, p),
-                             hbm_bytes_per_s=terms["hbm_bytes_per_s"], launch_s=terms["launch_s"],
-                             state_bytes_per_s=terms["state_bytes_per_s"],
-                             comm_overlap=terms["comm_overlap"], counted_model=spec.name,
+                             **terms, counted_model=spec.name,  # the step terms: Measurements' fields by name
                              step_counts=counted_steps(spec, p, layout_unit(p), lengths, opts.recompute, dtype),
                              gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                              attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])

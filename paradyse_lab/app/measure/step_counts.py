@@ -23,6 +23,11 @@ world (runtime/fake_group.py), not fits to times.
 - Bytes grow linearly with the tokens (norms, residuals, activations) and with the weights (ZeRO-3 and METP
   layout copies), so two lengths give `bytes = fixed + per_token x tokens` exactly; launches do not depend on
   the length.
+- The price of a launch inside the runtime's own step (`runtime_dispatch_s`) is more than a launch of the
+  benchmark chain's: each sub-layer's Python (its context, the strategy's dispatch, `SubLayerFunction`'s
+  save and unflatten, the gradient flattening) runs between its operators. `calibrate` times the model's
+  forward + backward at the shortest length that splits, where arithmetic is negligible, over the
+  launches counted in it (`launch_us` prices the optimizer's, a plain loop of operators).
 - The optimizer count is what runtime/train_step.py runs after the backward of a step (`step_epilogue`): the
   global gradient norm (a squared copy and a sum per gradient), the AdamW step and zero_grad, and the
   finite-weights check (an isfinite and an all() per parameter).
@@ -182,6 +187,39 @@ def step_epilogue(model, optimizer, group) -> None:
     _all_finite(list(model.parameters()), group)
 
 
+def epilogue_s(cfg, p: int, repeats: int = 5, device=None) -> float:
+    """Median seconds of `step_epilogue` on rank 0 of p (a `FakeGroup`: its one-number all-reduces are copies;
+    the analytic model prices them as collectives) with every gradient present, as after a backward: the same
+    work at every step whatever its length, so timed rather than counted (its gradient norm and finite check
+    run boolean and reduction operators the element-wise bandwidth does not price). The gradients are set
+    before each timed call, outside the time; the first call, which allocates AdamW's states, is not timed."""
+    import statistics
+    import time
+
+    import torch
+
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    device = device or torch.device("cpu")
+    model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+    times = []
+    for i in range(repeats + 1):
+        for w in params:
+            w.grad = torch.full_like(w, 1e-3)  # [same shape]: every gradient present, as after a backward
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        step_epilogue(model, optimizer, model.group)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _linear(a: tuple[int, int], b: tuple[int, int], tokens: tuple[int, int]) -> OpCount:
     """`OpCount` through the (launches, bytes) tallies at two token counts."""
     per = (b[1] - a[1]) / (tokens[1] - tokens[0])
@@ -209,3 +247,37 @@ def step_counts(cfg, p: int, options, lengths: tuple[int, int],
     out["fixed"] = _linear(rest[0], rest[1], model_lengths)
     out["optimizer"] = OpCount(optimizer[0], float(optimizer[1]), 0.0)
     return out
+
+
+def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float, device=None, dtype=None) -> float:
+    """Seconds per launch of the runtime's own training step on rank 0 of p (module docstring): forward +
+    backward of the whole model under each of `strategies` on every layer at `seq_len` tokens (the shortest that
+    splits: arithmetic negligible), timed (median) less what it moves at `bytes_per_s` (the counted bytes,
+    and the GEMMs' weights read twice and their gradients written once, 3 x the rank's GEMM weights), summed
+    over the strategies and divided by the launches counted in the same steps."""
+    import torch
+
+    from paradyse_lab.app.measure.kernel_bench import measure
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    device = device or torch.device("cpu")
+    model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device=device, dtype=dtype or torch.float32)
+    gemm_weights = [w for w in model.layers.parameters() if w.dim() == 2] + [model.wte]
+    weight_bytes = 3 * sum(w.numel() * w.element_size() for w in gemm_weights)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq_len // p), generator=gen).to(device)  # [b, t]
+    labels = torch.randint(0, cfg.vocab_size, (1, seq_len // p), generator=gen).to(device)
+    seconds, launches = 0.0, 0
+    for option in strategies:
+        def step(plan=[option] * cfg.layers):
+            model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts
+            model(ids, plan, labels)[1].backward()
+
+        step()
+        with counting() as tally:
+            step()
+        sec = measure(step, device, warmup=1, max_repeats=20, min_repeats=5, target_s=0.3)[0]
+        seconds += max(sec - (tally.bytes + weight_bytes) / bytes_per_s, 0.0)
+        launches += tally.launches
+    return seconds / launches if launches else 0.0

@@ -101,6 +101,53 @@ def test_the_dispatch_benchmark_prices_one_counted_dispatch():
     assert 0 < measure_dispatch_s(torch.device("cpu"), torch.float32) < 1.0
 
 
+def test_the_runtime_step_prices_its_counted_launches_less_what_it_moves(cfg, monkeypatch):
+    """runtime_dispatch_s: (median seconds of each strategy's step - its counted bytes and 3 x the GEMM weights'
+    bytes at the bandwidth) summed, over the launches counted in the same steps."""
+    import contextlib
+
+    import torch
+
+    from paradyse_lab.app.measure import kernel_bench, step_counts
+    from runtime.fake_group import FakeGroup
+    from runtime.model import ParallelGPT
+
+    monkeypatch.setattr(kernel_bench, "measure", lambda fn, device, **kw: (fn(), 0.01)[1:] + (5,))  # 10 ms a step
+    model = ParallelGPT(cfg, FakeGroup(2, 0), seed=0)
+    weights = 3 * 4 * sum(w.numel() for w in list(model.layers.parameters()) + [model.wte] if w.dim() == 2)
+    ids = torch.zeros(1, 2, dtype=torch.long)  # [b, t]: 4 tokens over 2 ranks
+    tallies = []
+    for option in ("megatron_ts", "metp"):
+        for counted in (False, True):  # the second step is counted, as the function counts it
+            model.zero_grad(set_to_none=True)
+            with step_counts.counting() if counted else contextlib.nullcontext() as tally:
+                model(ids, [option] * cfg.layers, ids)[1].backward()
+        tallies.append((tally.launches, tally.bytes))
+    bandwidth = 1e12  # what the steps move takes nanoseconds: the price is the time over the launches
+    got = step_counts.runtime_dispatch_s(cfg, 2, 4, ("megatron_ts", "metp"), bandwidth)
+    moved = sum(b + weights for _, b in tallies) / bandwidth
+    assert got == pytest.approx((2 * 0.01 - moved) / sum(n for n, _ in tallies), rel=1e-6)
+    assert tallies[1][0] > tallies[0][0] > 0  # METP launches more than Megatron-TS
+    slow = step_counts.runtime_dispatch_s(cfg, 2, 4, ("megatron_ts",), 1.0)  # moving bytes takes all the time
+    assert slow == 0.0
+
+
+def test_the_epilogue_is_timed_with_every_gradient_present(cfg, monkeypatch):
+    from paradyse_lab.app.measure import step_counts
+
+    seen = []
+
+    def epilogue(model, optimizer, group):  # what the timed calls find: every gradient, then zeroed
+        seen.append(all(w.grad is not None for w in model.parameters()))
+        for w in model.parameters():
+            w.grad = None
+
+    monkeypatch.setattr(step_counts, "step_epilogue", epilogue)
+    assert step_counts.epilogue_s(cfg, 2, repeats=3) >= 0 and seen == [True] * 4  # one untimed call, 3 timed
+    monkeypatch.undo()
+    assert 0 < step_counts.epilogue_s(cfg, 2, repeats=1) < 10
+
+
 def test_a_reshape_of_a_gemm_output_moves_nothing():
     """aten's matmul on a 3-D input reshapes the mm's output with `_unsafe_view`, a view aten does not mark as
     one: dispatched (launches), but no bytes (it was charged its input and output as traffic before)."""
