@@ -214,7 +214,7 @@ class _Decision:
 
 def _mixed_groups(steps: list, world: int) -> tuple[GroupedStep, list[_Decision]]:
     """A group planner for `train`'s `groups_for`: groups of 2, 1 and 1, every sequence under megatron_ts."""
-    plan = Plan.for_layers(["megatron_ts"] * 4, 4)
+    plan = Plan.for_layers(["megatron_ts"] * 2, 2)  # the micro GPT-2's 2 layers (`_train_global_batch`)
     groups = (StepGroup(0, 2, (0, 3), (plan, plan)), StepGroup(2, 1, (1,), (plan,)), StepGroup(3, 1, (2,), (plan,)))
     return GroupedStep(world, len(steps), groups), [_Decision(plan) for _ in steps]
 
@@ -257,12 +257,14 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     import os
 
     import torch.distributed as dist
-    from runtime_cases import _shared_tmpdir
+    from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
 
-    common = {"model": "gpt2-tiny", "dataset": "uniform:16:48", "steps": 2, "lr": 3e-3, "max_len": 48,
+    root = _shared_tmpdir(rank, p, group)  # a micro GPT-2 (2 layers, h 24, 12 heads): the group sizes are the subject
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96, positions=128), "dataset": "uniform:16:48",
+              "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}
     logs = _train_sizes({**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}, (1, 2),
                         group)
@@ -276,7 +278,6 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
-    root = _shared_tmpdir(rank, p, group)
     common["dataset"] = "uniform:64:96"  # every length cut to 48: a run of 1 step samples the same steps as one of 2
     straight = train(TrainOptions(**common, group_size=2), group)
     train(TrainOptions(**{**common, "steps": 1}, group_size=2, checkpoint_dir=os.path.join(root, "c")), group)

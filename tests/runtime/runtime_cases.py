@@ -521,6 +521,9 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
+ONLY_AT[f"tiled-loss-{S}-mixed-causal"] = (1, 2, 3)  # p = 4: the uneven tiles above; one tile is p's token count
+ONLY_AT["model-sublayer-plans-causal"] = (1, 2, 3)  # p = 4: the per-sub-layer plans of model-tiled-offload-mixed-causal
+# and llama-hf-logits-and-grads-* (every strategy, one name per sub-layer)
 CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
     ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
     ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
@@ -719,15 +722,16 @@ def _shared_tmpdir(rank: int, p: int, group) -> str:
     return box[0]
 
 
-def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int) -> str:
-    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (12 heads of width 2)."""
+def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, positions: int = 64) -> str:
+    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (2 layers, h 24: 12 heads of
+    width 2), for the training cases whose subject is not the model's size."""
     import json
     import os
 
     config = os.path.join(root, "micro-gpt2.json")
     if rank == 0:
         with open(config, "w") as f:
-            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": positions,
                        "vocab_size": vocab_size}, f)
     if p > 1:
         torch.distributed.barrier(group=group)
@@ -746,7 +750,8 @@ class CountedPolicy:
 
 
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run. The
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run (a micro
+    GPT-2, `_micro_gpt2_config`). The
     resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
     other ranks ask their policy nothing, neither replaying nor training."""
     import os
@@ -761,8 +766,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
-    common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 2}
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
+              "progress": False, "checkpoint_every": 2}
     straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
     train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
     real, built = planner.build_policy, []
