@@ -76,7 +76,7 @@ class StepMeshes:
         connections each time). Every rank of the world asks in the same order, so all make them together."""
         import torch.distributed as dist
 
-        world = dist.distributed_c10d._get_default_group() if dist.is_available() and dist.is_initialized() else None
+        world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
         key = (device_type, world)
         if _SHARED.get("key") != key:
             _SHARED.update(key=key, meshes=cls(device_type))
