@@ -46,6 +46,10 @@ STATES_TAG = "states"
 """`comm.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
 
 
+_SHARED: dict = {}
+"""`StepMeshes.shared`'s one slot: the key (device type, default process group) and its meshes."""
+
+
 class StepMeshes:
     """One `DeviceMesh` (W/g x g, dims ("dp", "sp")) per power of two g dividing the world size W, made at
     once on every rank (making a mesh is a collective). Without an initialised process group: one rank, no
@@ -64,6 +68,19 @@ class StepMeshes:
         self.sizes = tuple(g for g in (2**i for i in range(self.world.bit_length())) if self.world % g == 0)
         for g in self.sizes:
             self.meshes[g] = init_device_mesh(device_type, (self.world // g, g), mesh_dim_names=("dp", "sp"))
+
+    @classmethod
+    def shared(cls, device_type: str = "cpu") -> StepMeshes:
+        """The meshes of this process's world, made once per world (a process that trains several times, as
+        validate-run and calibrate do, would otherwise make every mesh again: a collective opening new
+        connections each time). Every rank of the world asks in the same order, so all make them together."""
+        import torch.distributed as dist
+
+        world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+        key = (device_type, world)
+        if _SHARED.get("key") != key:
+            _SHARED.update(key=key, meshes=cls(device_type))
+        return _SHARED["meshes"]
 
     def group(self, size: int, dim: str):
         """The process group of this rank along `dim` ("dp" or "sp") of the mesh of groups of `size` ranks."""

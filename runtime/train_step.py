@@ -119,7 +119,7 @@ class TrainLoop:
         run, data, opts = self.run, self.data, self.run.opts
         items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
         if self.meshes is None:  # every rank makes the meshes together, at the run's first grouped step
-            self.meshes = StepMeshes(run.device.type)
+            self.meshes = StepMeshes.shared(run.device.type)
         grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
                                                    0, run.group)  # (GroupedStep, decisions): rank 0 -> all
         size_of = {i: g.size for g in grouped.groups for i in g.items}

@@ -4,8 +4,9 @@ Used by tests/runtime/test_distributed.py (run: `python -m pytest -q tests/runti
 function `case(rank, p, group)` in the module's `CASES` dict that raises on failure; every rank runs every
 case in the same order.
 `run_world(p, module, names)` spawns p processes once, runs only the named cases of `module` in each, and
-returns a `World`: per case None if it passed on every rank, else the first rank's error text, and the case's
-own time (the slowest rank's, seconds), beside the process-group start-up and the whole world's wall time.
+returns a `World`: per case None if it passed on every rank, else the first rank's error text, the case's
+own time (the slowest rank's, seconds) and its CPU seconds (all ranks together), beside the process-group
+start-up and the whole world's wall time and CPU seconds.
 
 The ranks are forked from one forkserver per pytest process (Python's `multiprocessing.forkserver`), which has
 imported torch, torch._dynamo (what the first `torch.optim` optimizer imports) and the cases' module once: a
@@ -46,6 +47,8 @@ class World:
     """Spawn to join, seconds."""
     cpu_s: float = 0.0
     """CPU seconds (user + system) of all the ranks together, from the fork to the end of their last case."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """Per case (and START): the CPU seconds of all the ranks together (the load-robust cost of a case)."""
 
 
 def free_port() -> int:
@@ -56,10 +59,11 @@ def free_port() -> int:
 
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training", "runtime.train",
            "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
-           "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2")
+           "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2", "rank_warmup")
 """Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
 (torch._dynamo: the first optimizer; simulator.planner and solvers.bounds: pandas and numba, a `train`'s planner;
-transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world)."""
+transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world;
+rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank)."""
 
 
 def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float,
@@ -72,17 +76,18 @@ def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir
     mod = importlib.import_module(module)
     results: dict[str, str | None] = {}
     seconds: dict[str, float] = {START: time.time() - spawned_at}
+    cpu: dict[str, float] = {START: time.process_time()}
     try:
         for name in names:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 mod.CASES[name](rank, p, None)
                 results[name] = None
             except Exception:  # noqa: BLE001 - reported to pytest
                 results[name] = f"rank {rank}: {traceback.format_exc()}"
-            seconds[name] = time.perf_counter() - t0
+            seconds[name], cpu[name] = time.perf_counter() - t0, time.process_time() - c0
             with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-                json.dump({"results": results, "seconds": seconds, "cpu_s": time.process_time()}, f)
+                json.dump({"results": results, "seconds": seconds, "cpu": cpu, "cpu_s": time.process_time()}, f)
     finally:
         dist.destroy_process_group()
 
@@ -115,6 +120,8 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
     for rep in reports:
         for name, secs in (rep or {"seconds": {}})["seconds"].items():
             world.seconds[name] = max(world.seconds.get(name, 0.0), secs)
+        for name, secs in (rep or {}).get("cpu", {}).items():
+            world.cpu[name] = world.cpu.get(name, 0.0) + secs
     return world
 
 

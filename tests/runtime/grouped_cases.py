@@ -9,7 +9,6 @@ schedule at its group's size, and a group's shards take the bytes the cost model
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -51,9 +50,8 @@ def _cfg() -> GPTConfig:
                      layers=LAYERS, causal=True)
 
 
-@functools.cache
 def _meshes() -> StepMeshes:
-    return StepMeshes("cpu")  # once per process: making a mesh is a collective of every rank
+    return StepMeshes.shared("cpu")  # once per process (and shared with `train`): a collective of every rank
 
 
 def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -216,7 +214,7 @@ class _Decision:
 
 def _mixed_groups(steps: list, world: int) -> tuple[GroupedStep, list[_Decision]]:
     """A group planner for `train`'s `groups_for`: groups of 2, 1 and 1, every sequence under megatron_ts."""
-    plan = Plan.for_layers(["megatron_ts"] * 4, 4)
+    plan = Plan.for_layers(["megatron_ts"] * 2, 2)  # the micro GPT-2's 2 layers (`_train_global_batch`)
     groups = (StepGroup(0, 2, (0, 3), (plan, plan)), StepGroup(2, 1, (1,), (plan,)), StepGroup(3, 1, (2,), (plan,)))
     return GroupedStep(world, len(steps), groups), [_Decision(plan) for _ in steps]
 
@@ -236,21 +234,39 @@ def _train_with_planner(common: dict, group) -> list[dict]:
 
 def train_global_batch_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
-    (4 groups of one, 2 of two, one of four: each step's sequences planned and trained at the group's size), with
+    (4 groups of one, 2 of two: each step's sequences planned and trained at the group's size; one group of four
+    against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
     sequences and with packs of documents, and with the groups of 2, 1 and 1 a group planner gives; a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
-    re-shard) and ends where the unbroken run does."""
+    re-shard) and ends where the unbroken run does. The nine runs make the step meshes at most once in this
+    process (`StepMeshes.shared`: a mesh is a collective opening connections)."""
+    from unittest import mock
+
+    made, real_init = [], StepMeshes.__init__
+
+    def counted_init(self, *args, **kwargs):
+        made.append(1)
+        real_init(self, *args, **kwargs)
+
+    with mock.patch.object(StepMeshes, "__init__", counted_init):
+        _train_global_batch(rank, p, group)
+    assert len(made) <= 1, len(made)  # none when an earlier case of this world made them
+
+
+def _train_global_batch(rank: int, p: int, group) -> None:
     import os
 
     import torch.distributed as dist
-    from runtime_cases import _shared_tmpdir
+    from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
 
-    common = {"model": "gpt2-tiny", "dataset": "uniform:16:48", "steps": 2, "lr": 3e-3, "max_len": 48,
+    root = _shared_tmpdir(rank, p, group)  # a micro GPT-2 (2 layers, h 24, 12 heads): the group sizes are the subject
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96, positions=128), "dataset": "uniform:16:48",
+              "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}
-    logs = _train_sizes({**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}, (1, 2, 4),
+    logs = _train_sizes({**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}, (1, 2),
                         group)
     assert all(row["docs"] == 4 for row in logs[1])
     _same_runs(logs, "sequences")
@@ -262,7 +278,6 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
-    root = _shared_tmpdir(rank, p, group)
     common["dataset"] = "uniform:64:96"  # every length cut to 48: a run of 1 step samples the same steps as one of 2
     straight = train(TrainOptions(**common, group_size=2), group)
     train(TrainOptions(**{**common, "steps": 1}, group_size=2, checkpoint_dir=os.path.join(root, "c")), group)

@@ -152,7 +152,8 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
 def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
     """A researcher's run at p ranks: a save_to_disk text dataset and a held-out jsonl of text, tokenized with a
     BPE tokenizer trained here; warmup + cosine, clipping, 2 micro-steps per optimizer step and evaluation every
-    4 steps. The training loss and the evaluation loss fall; every step's tokens are counted."""
+    4 steps (gpt2-tiny, the default dynamic:dp policy, AdamW: the unpacked loop's learning check). The training
+    loss and the evaluation loss fall; every step's tokens are counted."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))

@@ -467,13 +467,18 @@ CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
-EVEN_OR_ONE = (1, 2, 4)
-"""World sizes of the one-sub-layer cases (over packs too): no strategy's code takes another path at an odd p
-(heads, hidden width, the 2p zigzag chunks and the ring's steps split the same way at p = 3 as at p = 2 and 4);
-every strategy, with and without recomputation, the tiled MLP and offload, still runs at p = 3 against the
-reference and the schedules' bytes in the whole-model cases (model-mixed-switching-*, model-sublayer-plans-causal,
-model-tiled-offload-mixed-causal, packed-model-*). The `-tiled-offload` and `-offload` ones stay at every p:
-they alone count the bytes kept for the backward, a count in p."""
+ONE_SUBLAYER_AT = (2,)
+"""World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2, 3 and 4
+every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
+against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
+the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*,
+model-sublayer-plans-causal; at p = 4 also one strategy throughout, model-*-causal). The `-tiled-offload` and
+`-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
+PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
+"""World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
+over a pack the bytes of the unpacked schedule at the padded length, for every strategy at p = 4 (causal) and p = 2
+(bidirectional). p = 1 sends nothing, and packed-model-* check outputs and gradients over packs under every
+strategy at every p (documents padded to 2p = 6 at p = 3)."""
 for _kv in LLAMA_KV_HEADS:
     CASES[f"llama-hf-logits-and-grads-kv{_kv}"] = llama_hf_case(_kv)
     ONLY_AT[f"llama-hf-logits-and-grads-kv{_kv}"] = (2, 4)  # p = 3 (no transformers import in that world, 6 s
@@ -493,7 +498,7 @@ for _strategy in STRATEGIES:
                 _name = f"sublayer-{_strategy}-{_kind}-{'causal' if _causal else 'bidir'}" + (
                     "-recompute" if _recompute else "")
                 CASES[_name] = sublayer_case(_strategy, _kind, _causal, _recompute)
-                ONLY_AT[_name] = EVEN_OR_ONE
+                ONLY_AT[_name] = ONE_SUBLAYER_AT
     # the tiled MLP offloading its input, and the whole kept set of an attention (views, lse, shared storages)
     CASES[f"sublayer-{_strategy}-mlp-tiled-offload"] = sublayer_case(_strategy, "mlp", True, False, True, True)
     CASES[f"sublayer-{_strategy}-attention-offload"] = sublayer_case(_strategy, "attention", True, False, offload=True)
@@ -501,7 +506,7 @@ for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
         CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)  # and its attention above
-        ONLY_AT[f"model-{_strategy}-{_tag}"] = (2, 4)  # p = 1 and 3: every strategy in the mixed plans below
+        ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # p = 1, 2 and 3: every strategy in the mixed plans below
     CASES[f"model-mixed-switching-{_tag}"] = model_case([
         ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
         ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
@@ -516,6 +521,9 @@ for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
+ONLY_AT[f"tiled-loss-{S}-mixed-causal"] = (1, 2, 3)  # p = 4: the uneven tiles above; one tile is p's token count
+ONLY_AT["model-sublayer-plans-causal"] = (1, 2, 3)  # p = 4: the per-sub-layer plans of model-tiled-offload-mixed-causal
+# and llama-hf-logits-and-grads-* (every strategy, one name per sub-layer)
 CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
     ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
     ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
@@ -691,8 +699,7 @@ for _strategy in STRATEGIES:  # recomputation is covered by the mixed plans belo
     for _causal in (True, False):
         CASES[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = packed_sublayer_case(
             _strategy, _causal, False)
-        ONLY_AT[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = EVEN_OR_ONE  # p = 3: the
-        # packed-model-* cases below run every strategy over packs (documents padded to 2p = 6) there
+        ONLY_AT[f"packed-sublayer-{_strategy}-{'causal' if _causal else 'bidir'}"] = PACKED_SUBLAYER_AT[_causal]
 CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with and without recomputation
     ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
     ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
@@ -715,30 +722,20 @@ def _shared_tmpdir(rank: int, p: int, group) -> str:
     return box[0]
 
 
-def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int) -> str:
-    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (12 heads of width 2)."""
+def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, positions: int = 64) -> str:
+    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (2 layers, h 24: 12 heads of
+    width 2), for the training cases whose subject is not the model's size."""
     import json
     import os
 
     config = os.path.join(root, "micro-gpt2.json")
     if rank == 0:
         with open(config, "w") as f:
-            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": 64,
+            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": positions,
                        "vocab_size": vocab_size}, f)
     if p > 1:
         torch.distributed.barrier(group=group)
     return config
-
-
-def train_loss_falls_case(rank: int, p: int, group) -> None:
-    """A short CPU run (gpt2-tiny, dynamic:dp, AdamW) lowers the loss on the learnable synthetic tokens."""
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import train
-
-    log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=20, lr=3e-3, max_len=S,
-                             progress=False), group)
-    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (log[:5], log[-5:]))
-    assert last < first - 0.5, (first, last)
 
 
 class CountedPolicy:
@@ -753,7 +750,8 @@ class CountedPolicy:
 
 
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run. The
+    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run (a micro
+    GPT-2, `_micro_gpt2_config`). The
     resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
     other ranks ask their policy nothing, neither replaying nor training."""
     import os
@@ -768,8 +766,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
-    common = {"model": "gpt2-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 2}
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
+              "progress": False, "checkpoint_every": 2}
     straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
     train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
     real, built = planner.build_policy, []
@@ -1009,8 +1007,9 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
 
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
-    """`train --pack-tokens 96` (gloo, p = 2): every step is a pack of several of the length file's documents,
-    every document padded to 2p (a pack: at most 96 tokens plus 2p - 1 per document), and the loss falls."""
+    """`train --pack-tokens 96` (gloo, p = 2; gpt2-tiny, dynamic:dp, AdamW): every step is a pack of several of
+    the length file's documents, every document padded to 2p (a pack: at most 96 tokens plus 2p - 1 per document),
+    and the loss falls over 4 passes over the 3 packs."""
     import os
 
     import torch.distributed as dist
@@ -1024,7 +1023,7 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, (5, 9, 17, 30, 48, 12, 3, 1, 26, 40, 7, 21, 33, 2, 14))))
     dist.barrier(group=group)
-    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{lengths}", steps=15, lr=3e-3, max_len=S,
+    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{lengths}", steps=12, lr=3e-3, max_len=S,
                              pack_tokens=96, progress=False), group)
     assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + (2 * p - 1) * r["docs"] for r in log)
     assert [r["docs"] for r in log[:6]] == [6, 5, 4] * 2  # 3 packs of all 15 documents (first-fit decreasing)
@@ -1080,21 +1079,19 @@ CASES["llama-train-falls-and-resumes"] = llama_train_case
 ONLY_AT["llama-train-falls-and-resumes"] = (2,)
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 ONLY_AT["plan-decided-on-rank0"] = (2,)  # two ranks that disagree are the whole mechanism (rank 0 broadcasts)
-CASES["train-loss-falls"] = train_loss_falls_case
-ONLY_AT["train-loss-falls"] = (2,)  # learning is the loop's; gradients at every p are the model-* cases'
-CASES["train-packed-loss-falls"] = train_packed_loss_falls_case  # after train-loss-falls: shares its warm-up
+CASES["train-packed-loss-falls"] = train_packed_loss_falls_case
 ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; packed gradients: packed-* cases
-CASES["train-vocab-parallel"] = train_vocab_parallel_case  # after train-loss-falls: shares its warm-up
+CASES["train-vocab-parallel"] = train_vocab_parallel_case
 ONLY_AT["train-vocab-parallel"] = (2,)  # the loop over sharded rows; the rows' gradients at every p: vocab-parallel-*
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
 CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
+ONLY_AT["checkpoint-fallback-agreed"] = (2,)  # the ranks agreeing needs two; p = 1's save and load: the two below
 CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
 ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
-for _name in ("checkpoint-resume-bit-identical", "checkpoint-fallback-agreed", "checkpoint-disk-full"):
-    # one rank, and two ranks whose shards differ (a rank loading another's shard, or disagreeing on which
-    # checkpoint verifies, fails there); more ranks repeat the same per-rank files at the price of every
-    # rank's first `train` (optimizer and solver imports, most of those worlds' time)
+for _name in ("checkpoint-resume-bit-identical", "checkpoint-disk-full"):
+    # one rank, and two ranks whose shards differ (a rank loading another's shard fails there); more ranks
+    # repeat the same per-rank files at the price of every rank's first `train` (optimizer and solver imports)
     ONLY_AT[_name] = (1, 2)
 
 

@@ -21,6 +21,7 @@ def test_only_the_named_cases_run_and_each_reports_its_outcome_and_time(tmp_path
     assert set(world.seconds) == {START, "passes", "fails"}
     assert 0.3 <= world.seconds["passes"] < world.wall_s and world.seconds["fails"] < 0.3
     assert 0.0 < world.cpu_s < 60.0  # the rank's CPU seconds, for the summary table
+    assert set(world.cpu) == {START, "passes", "fails"} and sum(world.cpu.values()) <= world.cpu_s + 1e-6
 
 
 def test_a_world_gets_only_the_cases_this_session_selected():

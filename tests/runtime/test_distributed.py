@@ -20,7 +20,7 @@ import functools
 
 import pytest
 import runtime_cases
-from dist_harness import World, run_world
+from dist_harness import START, World, run_world
 
 WORLD_SIZES = (1, 2, 3, 4)
 
@@ -59,5 +59,7 @@ ITEMS = [(p, case) for p in WORLD_SIZES for case in runtime_cases.CASES
 @pytest.mark.parametrize("p, case", ITEMS, ids=[f"{p}-{case}" for p, case in ITEMS])
 def test_case(p: int, case: str, world_run: World, request: pytest.FixtureRequest) -> None:
     request.node.case_seconds = world_run.seconds.get(case)  # the call's reported duration (conftest.py)
+    request.node.case_cpu = (p, case, world_run.cpu.get(case, 0.0),  # the summary's numbers (conftest.py)
+                             world_run.cpu.get(START, 0.0), world_run.wall_s, world_run.cpu_s)
     error = world_run.errors[case]
     assert error is None, error

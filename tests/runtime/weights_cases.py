@@ -120,10 +120,10 @@ def api_example_case(rank: int, p: int, group) -> None:
 
 
 def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False, False)) -> None:
-    """gpt2-tiny's tensors (q | k | v sections of one matrix, biases, learned positions, tied head) and AdamW's
-    moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's shard of
-    the full tensors, exactly (no training: one optimizer step on fixed gradients). `vocab`: whether the 4 writing
-    ranks, then the 2 reading ranks of each read in turn (one checkpoint, read once per layout), store the
+    """gpt2-tiny's tensors (2 of its layers: q | k | v sections of one matrix, biases, learned positions, tied head)
+    and AdamW's moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's
+    shard of the full tensors, exactly (no training: one optimizer step on fixed gradients). `vocab`: whether the 4
+    writing ranks, then the 2 reading ranks of each read in turn (one checkpoint, read once per layout), store the
     embedding by vocabulary rows (runtime/vocab_parallel.py; then with 510 rows, which 4 does not divide: the
     checkpoint holds the global table, whatever the layout that wrote it)."""
     import dataclasses
@@ -134,7 +134,7 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig, init_state_dict
 
-    cfg = GPTConfig.from_model_spec(PRESETS["gpt2-tiny"])
+    cfg = dataclasses.replace(GPTConfig.from_model_spec(PRESETS["gpt2-tiny"]), layers=2)  # the layout, not the depth
     cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg
     full = init_state_dict(cfg, 3)
     gen = torch.Generator().manual_seed(4)
