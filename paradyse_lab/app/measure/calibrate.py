@@ -548,8 +548,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
         if bar is not None:
             bar.set_postfix_str("kernels")
         gemm, att = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
-        if not gemm or not att:  # every rank measured the same points (the budget checks agree): before the
-            # step terms, which would take seconds for a file that is not written
+        if not gemm or not att:  # the same on every rank (the budget checks agree); no step terms for no file
             raise UserInputError(f"the time budget (--budget-s {opts.budget_s:g}) ran out before any "
                                  f"{'GEMM' if not gemm else 'attention kernel'} was measured; no cluster file "
                                  "written: rerun with a larger --budget-s")
