@@ -9,6 +9,8 @@ import ast
 import functools
 from pathlib import Path
 
+from source_trees import parsed
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("paradyse_lab", "runtime", "simulator", "solvers", "figures")
 MAX_LINES = 100
@@ -24,7 +26,7 @@ def function_lengths() -> tuple[tuple[str, int], ...]:
     found = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in ast.walk(parsed(path)):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found.append((f"{path.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1))
     return tuple(found)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from source_trees import parsed
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
@@ -68,7 +69,7 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
     """(line, imported module) for every import statement of the file; `from X import Y` names X.Y when
     that is a module of this repository, else X."""
     is_package = path.name == "__init__.py"
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     lazy = lazy_export_nodes(tree) if is_package else set()
     out = []
     for node in ast.walk(tree):
@@ -271,7 +272,7 @@ def test_readme_layout_table_matches_the_tree():
 
 def _annotation_of(path: Path, cls: str, field: str) -> str | None:
     """The annotation of `field` in the class `cls` of `path`, as written."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == field:
@@ -291,7 +292,7 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
         StepPlan(("megatron_ts", "metp"), 0.0, True, 0.0)
     assert StepPlan(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
         "sublayer")
-    train = ast.parse((ROOT / "runtime" / "train.py").read_text())
+    train = parsed(ROOT / "runtime" / "train.py")
     converted = [n.lineno for n in ast.walk(train) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                  and n.func.id in ("list", "tuple") and n.args and ast.unparse(n.args[0]).endswith("decision.plan")]
     assert not converted, f"runtime/train.py turns the plan back into a sequence at lines {converted}"
@@ -306,7 +307,7 @@ def test_no_two_classes_share_a_name():
     where: dict[str, list[str]] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parsed(path)):
                 if isinstance(node, ast.ClassDef):
                     where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
     assert {name: files for name, files in where.items() if len(files) > 1} == {}
@@ -356,7 +357,7 @@ def help_read_from_the_library(files: dict[str, Path]) -> list[str]:
     """`module:line` where a module reads a runtime module's docstring (`runtime.X.__doc__`: a command's help
     written in the library)."""
     return [f"{module}:{node.lineno}" for module, path in files.items()
-            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)
+            for node in ast.walk(parsed(path)) if isinstance(node, ast.Attribute)
             and node.attr == "__doc__" and ast.unparse(node.value).split(".")[0] == LIBRARY]
 
 
@@ -369,7 +370,7 @@ def test_the_runtime_is_a_library_without_applications_or_command_line():
     nested = sorted(str(p.relative_to(ROOT)) for p in (ROOT / LIBRARY).rglob("*.py") if p.parent != ROOT / LIBRARY)
     assert not nested, f"runtime/ is flat; applications belong in paradyse_lab/app/: {nested}"
     found = [f"{files[m].relative_to(ROOT)}:{what}" for m in sorted(files) if layer(m) == LIBRARY
-             for what in command_line_parts(m, ast.parse(files[m].read_text()))]
+             for what in command_line_parts(m, parsed(files[m]))]
     assert not found, "command-line plumbing in the runtime library:\n" + "\n".join(found)
     assert not help_read_from_the_library(files), "help text read from the runtime library"
 

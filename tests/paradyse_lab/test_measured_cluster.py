@@ -228,10 +228,12 @@ def test_rankings_agree_unless_a_pair_is_reversed():
 
 
 def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_path, capsys):
+    """One rank in this process (a spawned world's error reaching the parent as one line is the launcher's,
+    tests/runtime/launcher_cases.py `failing_rank`); a budget spent before the first GEMM's check."""
     from paradyse_lab.cli import main
 
-    argv = ["calibrate", "--out", str(tmp_path / "c"), "--nproc", "2", "--model", "gpt2-tiny", "--max-len", "64",
-            "--lengths", "2", "--budget-s", "0.3"]
+    argv = ["calibrate", "--out", str(tmp_path / "c"), "--nproc", "1", "--model", "gpt2-tiny", "--max-len", "64",
+            "--lengths", "2", "--budget-s", "0.001"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ran out before any" in err[-1]

@@ -36,9 +36,11 @@ def test_the_layer_kinds_have_one_home():
     import ast
     from pathlib import Path
 
+    from source_trees import parsed
+
     root = Path(__file__).resolve().parents[2]
     homes = [f"{p.relative_to(root)}:{t.id}" for pkg in ("paradyse_lab", "runtime", "simulator", "solvers")
-             for p in (root / pkg).rglob("*.py") for node in ast.parse(p.read_text()).body
+             for p in (root / pkg).rglob("*.py") for node in parsed(p).body
              if isinstance(node, ast.Assign) for t in node.targets
              if isinstance(t, ast.Name) and t.id in ("FFN_KINDS", "NORM_KINDS")]
     assert sorted(homes) == ["paradyse_lab/model_spec.py:FFN_KINDS", "paradyse_lab/model_spec.py:NORM_KINDS"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from matplotlib.colors import is_color_like
+from source_trees import parsed
 
 from paradyse_lab.costmodel.schedules import SCHEDULES
 from paradyse_lab.model_spec import PRESETS
@@ -65,7 +66,7 @@ def _bound_names(tree: ast.AST) -> dict[int, str]:
 def _strategy_tables(path: Path) -> list[str]:
     """Dict, tuple, list or set literals in `path` naming two or more usable strategies (`NAME`, `static:NAME`)."""
     names = set(USABLE) | {f"static:{n}" for n in USABLE}
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     bound = _bound_names(tree)
     found = []
     for node in ast.walk(tree):
@@ -101,7 +102,7 @@ def _layout_unit_copies(path: Path) -> list[str]:
         return (isinstance(n, ast.Name) and n.id == "p") or (isinstance(n, ast.Attribute) and n.attr == "p")
 
     rel = path.relative_to(ROOT).as_posix()
-    return [f"{rel}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return [f"{rel}:{n.lineno}" for n in ast.walk(parsed(path))
             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
             and any(isinstance(a, ast.Constant) and a.value == 2 and is_p(b)
                     for a, b in ((n.left, n.right), (n.right, n.left)))]
@@ -125,7 +126,7 @@ def test_no_code_string_spells_a_strategy_label():
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.name == "strategies.py" and path.parent.name == "paradyse_lab":
                 continue
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parsed(path)
             docs = _docstrings(tree)
             found += [f"{path.relative_to(ROOT).as_posix()}:{n.lineno}: {n.value[:60]!r}" for n in ast.walk(tree)
                       if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs

@@ -4,6 +4,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_trees import parsed
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.model_spec import get_model
@@ -57,7 +58,7 @@ def test_no_caller_asks_a_cost_model_whether_it_has_a_budget():
     found = []
     for pkg in ("paradyse_lab", "simulator", "solvers", "runtime", "figures"):
         for path in (ROOT / pkg).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
+            for node in ast.walk(parsed(path)):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"
                         and any(isinstance(a, ast.Constant) and a.value == "budget_bytes" for a in node.args)):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")

@@ -1,3 +1,4 @@
+import functools
 import json
 
 import numpy as np
@@ -19,15 +20,26 @@ from simulator.run_metrics import summarize
 SETUP = Setup(size=120)
 
 
+@functools.cache
+def _rows(setup: Setup, model: str, dataset: str, policy: str, smoothing: bool) -> pd.DataFrame:
+    return run_one(setup, model, dataset, policy, smoothing=smoothing)
+
+
+def shared_run(setup: Setup, model: str, dataset: str, policy: str, smoothing: bool = True) -> pd.DataFrame:
+    """`run_one`'s rows, simulated once per arguments in this module for the tests that compare runs (a copy:
+    the one determinism test calls `run_one` itself, twice)."""
+    return _rows(setup, model, dataset, policy, smoothing).copy()
+
+
 def test_cumulative_time_is_monotone_and_sums_charged_time():
-    rows = run_one(SETUP, "gpt", "grch38", "dynamic:heuristic")
+    rows = shared_run(SETUP, "gpt", "grch38", "dynamic:heuristic")
     cum = rows["cumulative_time_s"].to_numpy()
     assert np.all(np.diff(cum) >= 0)
     assert cum[-1] == pytest.approx(rows["charged_time_s"].sum())
 
 
 def test_static_run_stops_at_its_first_oom():
-    rows = run_one(SETUP, "gpt", "grch38", "static:megatron_ts")
+    rows = shared_run(SETUP, "gpt", "grch38", "static:megatron_ts")
     assert rows["oom"].iloc[-1] and not rows["oom"].iloc[:-1].any()
     assert rows["peak_bytes"].iloc[-1] > rows["budget_bytes"].iloc[-1]
     assert rows["charged_time_s"].iloc[-1] == 0
@@ -35,8 +47,8 @@ def test_static_run_stops_at_its_first_oom():
 
 
 def test_restart_pays_the_restart_cost_and_continues_lighter():
-    static = run_one(SETUP, "gpt", "grch38", "static:megatron_ts")
-    rows = run_one(SETUP, "gpt", "grch38", "restart:megatron_ts")
+    static = shared_run(SETUP, "gpt", "grch38", "static:megatron_ts")
+    rows = shared_run(SETUP, "gpt", "grch38", "restart:megatron_ts")
     assert rows["restarted"].sum() >= 1 and len(rows) > len(static)
     first = rows.index[rows["restarted"]][0]
     assert "metp" in rows["plan"].iloc[first] or "ulysses_z" in rows["plan"].iloc[first]
@@ -46,8 +58,8 @@ def test_restart_pays_the_restart_cost_and_continues_lighter():
 
 @pytest.mark.parametrize("model, dataset", [("gpt", "grch38"), ("llama", "github_code"), ("bert", "grch38")])
 def test_dynamic_dp_is_never_slower_than_the_heuristic(model, dataset):
-    dp = run_one(SETUP, model, dataset, "dynamic:dp", smoothing=False)
-    heur = run_one(SETUP, model, dataset, "dynamic:heuristic", smoothing=False)
+    dp = shared_run(SETUP, model, dataset, "dynamic:dp", smoothing=False)
+    heur = shared_run(SETUP, model, dataset, "dynamic:heuristic", smoothing=False)
     n = min(len(dp), len(heur))
     assert len(dp) >= len(heur)
     assert np.all(dp["charged_time_s"].iloc[:n].to_numpy() <= heur["charged_time_s"].iloc[:n].to_numpy() + 1e-12)
@@ -55,22 +67,22 @@ def test_dynamic_dp_is_never_slower_than_the_heuristic(model, dataset):
 
 
 def test_dynamic_trains_longer_than_every_static_baseline_but_metp_and_faster_than_metp():
-    dyn = summarize(run_one(SETUP, "gpt", "grch38", "dynamic:dp"), "gpt", "grch38", "dp")
+    dyn = summarize(shared_run(SETUP, "gpt", "grch38", "dynamic:dp"), "gpt", "grch38", "dp")
     for name in ("megatron_ts", "megatron_cz", "ulysses_z"):
-        static = summarize(run_one(SETUP, "gpt", "grch38", f"static:{name}"), "gpt", "grch38", name)
+        static = summarize(shared_run(SETUP, "gpt", "grch38", f"static:{name}"), "gpt", "grch38", name)
         assert dyn.max_seq_len_trained > static.max_seq_len_trained
-    metp = summarize(run_one(SETUP, "gpt", "grch38", "static:metp"), "", "", "")
+    metp = summarize(shared_run(SETUP, "gpt", "grch38", "static:metp"), "", "", "")
     assert dyn.max_seq_len_trained == metp.max_seq_len_trained and dyn.total_time_s < metp.total_time_s
 
 
 def test_smoothing_reduces_switches():
     for model in ("bert", "gpt"):
-        on = run_one(SETUP, model, "github_code", "dynamic:dp")
-        off = run_one(SETUP, model, "github_code", "dynamic:dp", smoothing=False)
+        on = shared_run(SETUP, model, "github_code", "dynamic:dp")
+        off = shared_run(SETUP, model, "github_code", "dynamic:dp", smoothing=False)
         assert on["switched"].sum() <= off["switched"].sum()
         assert on["kept_previous"].sum() > 0 or model == "gpt"
-    on = run_one(SETUP, "bert", "github_code", "dynamic:dp")
-    off = run_one(SETUP, "bert", "github_code", "dynamic:dp", smoothing=False)
+    on = shared_run(SETUP, "bert", "github_code", "dynamic:dp")
+    off = shared_run(SETUP, "bert", "github_code", "dynamic:dp", smoothing=False)
     assert on["switched"].sum() < off["switched"].sum()
     # Smoothing only keeps a plan within 5% of the best.
     assert on["charged_time_s"].sum() <= 1.05 * off["charged_time_s"].sum()
@@ -146,7 +158,7 @@ def test_simulate_command_bad_input(capsys, tmp_path):
 
 
 def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
-    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "60", "--format", "json"]
+    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "20", "--format", "json"]
     assert main(argv) == 0
     table = json.loads(capsys.readouterr().out)["table5"]
     assert [r["variant"] for r in table][-1] == "without random forest" and table[-1]["status"] == "ok"
@@ -167,8 +179,8 @@ def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
 
 
 def test_switch_memory_leaves_static_runs_unchanged():
-    plain = run_one(SETUP, "llama", "grch38", "static:metp")
-    switching = run_one(Setup(size=120, switch_memory=True), "llama", "grch38", "static:metp")
+    plain = shared_run(SETUP, "llama", "grch38", "static:metp")
+    switching = shared_run(Setup(size=120, switch_memory=True), "llama", "grch38", "static:metp")
     pd.testing.assert_frame_equal(plain.drop(columns="solve_ms"), switching.drop(columns="solve_ms"))
 
 
@@ -195,9 +207,9 @@ def test_switch_memory_charges_the_reservations_of_every_strategy_used_so_far():
 
 def test_switch_memory_can_end_a_dynamic_run_before_the_lightest_static_one():
     setup = Setup(size=120, switch_memory=True)
-    heuristic = summarize(run_one(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
-    metp = summarize(run_one(setup, "gpt", "grch38", "static:metp"), "gpt", "grch38", "m")
-    plain = summarize(run_one(SETUP, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    heuristic = summarize(shared_run(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    metp = summarize(shared_run(setup, "gpt", "grch38", "static:metp"), "gpt", "grch38", "m")
+    plain = summarize(shared_run(SETUP, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
     assert plain.max_seq_len_trained == metp.max_seq_len_trained
     assert heuristic.oom_at_seq_len is not None and heuristic.max_seq_len_trained < metp.max_seq_len_trained
 
@@ -272,9 +284,9 @@ def test_switching_between_recompute_and_not_is_charged_as_the_cost_model_says()
 
 def test_dp_with_recompute_trains_grch38_gpt_to_the_end_where_the_paper_policies_stop():
     setup = Setup(size=60)
-    heur = summarize(run_one(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
-    rc = summarize(run_one(setup, "gpt", "grch38", "dynamic:dp+recompute"), "gpt", "grch38", "rc")
-    metp = summarize(run_one(setup, "gpt", "grch38", "static:metp+recompute"), "gpt", "grch38", "m")
+    heur = summarize(shared_run(setup, "gpt", "grch38", "dynamic:heuristic"), "gpt", "grch38", "h")
+    rc = summarize(shared_run(setup, "gpt", "grch38", "dynamic:dp+recompute"), "gpt", "grch38", "rc")
+    metp = summarize(shared_run(setup, "gpt", "grch38", "static:metp+recompute"), "gpt", "grch38", "m")
     assert heur.oom_at_seq_len is not None and rc.oom_at_seq_len is None
     assert rc.max_seq_len_trained == metp.max_seq_len_trained > heur.max_seq_len_trained
     assert rc.total_time_s < metp.total_time_s  # recomputing only where needed beats recomputing everywhere

@@ -601,12 +601,12 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
         if bar is not None:
             bar.set_postfix_str("kernels")
         gemm, att = measure_kernels(opts, spec, lengths, budget, device, dtype, group, bar)
-        terms_start = time.perf_counter()  # the step terms and counts are bounded: not charged to --budget-s
-        terms = measure_step_terms(spec, lengths, device, dtype, group)
-        if not gemm or not att:  # every rank measured the same points (the budget checks agree)
+        if not gemm or not att:  # the same on every rank (the budget checks agree); no step terms for no file
             raise UserInputError(f"the time budget (--budget-s {opts.budget_s:g}) ran out before any "
                                  f"{'GEMM' if not gemm else 'attention kernel'} was measured; no cluster file "
                                  "written: rerun with a larger --budget-s")
+        terms_start = time.perf_counter()  # the step terms and counts are bounded: not charged to --budget-s
+        terms = measure_step_terms(spec, lengths, device, dtype, group)
         if rank == 0:
             _write_csv(out / "gemm.csv", gemm, tuple(gemm[0]) if gemm else ("m",))
             _write_csv(out / "attention.csv", att, tuple(att[0]) if att else ("seq_len",))

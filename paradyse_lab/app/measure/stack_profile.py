@@ -204,11 +204,13 @@ def profile_curve(stack: LayerStack, option, lengths, deadline: float, known: di
 
 
 def free_memory(device) -> None:
-    """Collect garbage and hand cached blocks back (CUDA only)."""
-    gc.collect()
+    """Collect garbage and hand cached blocks back, on CUDA only: the next stack and length need the memory
+    there; a CPU run's lengths are not limited by it, and a collection of a large process (a test run's) takes
+    a few tenths of a second each time."""
     if device.type == "cuda":
         import torch
 
+        gc.collect()
         torch.cuda.empty_cache()
 
 

@@ -121,9 +121,9 @@ def test_synth_profile_command(tmp_path, capsys):
     assert "--ratio must be a finite number > 1" in capsys.readouterr().err
 
 
-def test_ablate_costmodel_json_schema(tmp_path, capsys):
-    path = write_profiles(synthesize_profiles(A100, ("gpt",), ratio=1.05, timestamp=STAMP), tmp_path / "gpt.csv")
-    assert main(["ablate-costmodel", "--profiles", str(path), "--size", "40", "--format", "json"]) == 0
+def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
+    path = write_profiles(small, tmp_path / "gpt.csv")
+    assert main(["ablate-costmodel", "--profiles", str(path), "--size", "10", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["models"]) == {"analytic", "calibrated", "hybrid", "forest", "polynomial", "residual"}
     keys = {"time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap", "regret"}

@@ -1,0 +1,15 @@
+"""The syntax trees of the repository's Python files, parsed once per test process: several tests (import
+layers, function lengths, the strategy catalog's home, the planner's callers) walk every file of the packages.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The tree of `path` (shared between tests: read it, never change it)."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
