@@ -117,11 +117,8 @@ def run(args: argparse.Namespace) -> int:
     under_torchrun = torchrun_rank(args.nproc)
     if under_torchrun is None and args.nproc is None:
         args.nproc = default_nproc()
-    if under_torchrun is not None:
-        from runtime.launcher import end_process
-
+    if under_torchrun is not None:  # the process then ends in paradyse_lab/cli `main`, without C++ teardown
         _init_and_train(*under_torchrun, opts, None)
-        end_process(0)  # as the launcher's ranks end: no C++ teardown at exit (runtime/launch.py leave_process_group)
     elif args.nproc is not None and args.nproc > 1:
         import socket
 
