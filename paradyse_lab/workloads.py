@@ -33,7 +33,6 @@ seeded random order, what a streaming loader sees), so a step is a list of docum
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,10 +227,7 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
             if not line.strip():
                 continue
             if suffix == ".jsonl":
-                try:
-                    obj = typed_json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserInputError(f"{p.name} line {i}: not JSON") from None
+                obj = typed_json.loads_checked(line, f"{p.name} line {i}")
                 ids = obj.get("input_ids") if isinstance(obj, dict) else obj
                 if not isinstance(ids, list):
                     raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")

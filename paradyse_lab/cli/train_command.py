@@ -14,7 +14,7 @@ import argparse
 from paradyse_lab.app import train_options
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.options import number
+from paradyse_lab.options import integer, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from paradyse_lab.options import add_dataclass_arguments
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
-    parser.add_argument("--nproc", "--gpus", dest="nproc", type=int, default=None,
+    parser.add_argument("--nproc", "--gpus", dest="nproc", type=integer, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
                         "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
                         "else 1)")
