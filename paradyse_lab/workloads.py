@@ -182,6 +182,8 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
     parts = spec.split(":")[1:]
     if len(parts) not in (0, count):
         raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
+    if not all(x.isascii() and "_" not in x for x in parts):  # float() reads '\u0665\u0661\u0662' as 512, '1_000'
+        raise UserInputError(f"workload {spec!r}: parameters must be numbers in ASCII digits (e.g. uniform:512:4096)")
     try:
         values = tuple(float(x) for x in (parts or defaults))
     except ValueError:

@@ -50,6 +50,8 @@ def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
     local_world = _env_int("LOCAL_WORLD_SIZE", 1, world) if "LOCAL_WORLD_SIZE" in os.environ else world
     if "LOCAL_RANK" in os.environ:
         _env_int("LOCAL_RANK", 0, local_world - 1)
+    if "GROUP_RANK" in os.environ:  # the node's rank (runtime/nodes.py): at most one node per rank
+        _env_int("GROUP_RANK", 0, world - 1)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not os.environ.get(name, "").strip():
             raise UserInputError(f"environment variable {name} is not set; under torchrun (RANK, WORLD_SIZE) the "
