@@ -49,7 +49,7 @@ def loads_checked(text: str, where: str):
     try:
         return loads(text)
     except json.JSONDecodeError as err:
-        raise UserInputError(f"{where}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        raise UserInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     except RecursionError:
         raise UserInputError(f"{where}: not JSON Python can read (arrays or objects nested too deep)") from None
     except ValueError:
