@@ -527,19 +527,13 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             raise UserInputError(f"{path.name}: {key} must be a string, got {value!r}")
         if kind is not str and (isinstance(value, bool) or not isinstance(value, (int, float))
                                 or not math.isfinite(value)):
-            raise UserInputError(f"{path.name}: {key} must be a finite number, got {value!r}")
+            raise UserInputError(f"{path.name}: {key} must be a finite number, got {_toml_text(value)}")
         if kind is int and value != int(value):
             raise UserInputError(f"{path.name}: {key} must be a whole number, got {value!r}")
         if kind is int and value > MAX_GPUS:  # gpus, nodes, gpus_per_node: before nodes x gpus_per_node
             raise UserInputError(f"{path.name}: {key} must be a whole number up to {MAX_GPUS:,}, got {value!r}")
-        if key in scale and value < 0:  # shown as written, not as the bytes or seconds it would become
-            raise UserInputError(f"{path.name}: {key} must be a finite number >= 0, got {value!r}")
         if key in scale:
-            target, factor = scale[key]
-            if not math.isfinite(value * factor):  # checked before the conversion, shown as written
-                raise UserInputError(f"{path.name}: {key} must be a finite number in range, got {value!r}")
-            whole = target in ("memory_bytes", "reserve_bytes", "host_memory_bytes")
-            kw[target] = int(value * factor) if whole else value * factor
+            kw[scale[key][0]] = _scaled_toml_value(path.name, key, value, *scale[key])
         else:
             kw[key] = kind(value)
     _resolve_nodes(data, kw, base, path.name)
@@ -565,6 +559,33 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
     return ClusterSpec(**kw)
+
+
+_POSITIVE_TOML = ("memory_gib", "peak_tflops", "hbm_gbps")
+"""Cluster TOML keys whose value must be > 0 (the others scaled by `_scaled_toml_value` may be 0)."""
+
+
+def _scaled_toml_value(name: str, key: str, value, target: str, factor: float):
+    """A cluster TOML number `value` of `key` in the unit of its `ClusterSpec` field `target` (`value` x `factor`;
+    whole bytes for a memory). Checked here and shown as written, never as the bytes or seconds it would become:
+    negative, beyond float range once scaled, or (the keys of `_POSITIVE_TOML`) not above 0 once scaled: -0.0,
+    or 1e-300 GiB, which is 0 bytes."""
+    if value < 0:
+        raise UserInputError(f"{name}: {key} must be a finite number >= 0, got {value!r}")
+    scaled = value * factor
+    if not math.isfinite(scaled):
+        raise UserInputError(f"{name}: {key} must be a finite number in range, got {value!r}")
+    if target in ("memory_bytes", "reserve_bytes", "host_memory_bytes"):
+        scaled = int(scaled)
+    if key in _POSITIVE_TOML and not scaled > 0:
+        least = " (at least one byte)" if target == "memory_bytes" and value > 0 else ""
+        raise UserInputError(f"{name}: {key} must be a finite number > 0{least}, got {value!r}")
+    return scaled
+
+
+def _toml_text(value) -> str:
+    """A TOML value as written: a date or time in its TOML form (1979-05-27), anything else as its repr."""
+    return value.isoformat() if hasattr(value, "isoformat") else repr(value)
 
 
 def _toml_number(value) -> float:
@@ -606,7 +627,8 @@ def _resolve_nodes(data: dict, kw: dict, base: ClusterSpec | None, name: str) ->
 def _read_toml(path: Path) -> dict:
     """The TOML table of the cluster file `path` (a one-line `UserInputError` when it cannot be read)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"), parse_float=WrittenNumber)  # errors show the text
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (an editor's) is no part of the TOML
+        return tomllib.loads(text, parse_float=WrittenNumber)  # errors show the text
     except FileNotFoundError:
         raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
     except IsADirectoryError:

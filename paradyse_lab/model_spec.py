@@ -25,7 +25,6 @@ Sources of the presets:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -306,12 +305,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     by `hf_architecture` as the runtime checks it."""
     path = Path(path)
     try:
-        cfg = typed_json.loads(path.read_text())
+        cfg = typed_json.loads_checked(path.read_text(encoding="utf-8-sig"), f"model config {str(path)!r}")
     except FileNotFoundError:
         raise UserInputError(f"model config {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"model config {str(path)!r} is not valid JSON: {err}") from None
-    except (OSError, UnicodeDecodeError, RecursionError) as err:
+    except (OSError, UnicodeDecodeError) as err:
         raise UserInputError(f"model config {str(path)!r} cannot be read ({type(err).__name__})") from None
     if not isinstance(cfg, dict):
         raise UserInputError(f"model config {str(path)!r} must hold a JSON object")

@@ -32,6 +32,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import re
 import textwrap
 import typing
 
@@ -51,9 +52,30 @@ class TypedFloat(WrittenNumber):
         return TypedFloat, (self.text,)
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE | re.ASCII)
+"""A float flag's text: decimal or exponent notation in ASCII digits, or inf / infinity / nan (any case)."""
+_INTEGER = re.compile(r"0|-?[1-9]\d*", re.ASCII)
+"""An integer flag's text: ASCII digits, a '-' for a negative one, no '+', leading zeros or separators."""
+
+
 def number(text: str) -> TypedFloat:
-    """argparse's `type` for a float flag (`TypedFloat`; argparse names it in its error: 'invalid number value')."""
-    return TypedFloat(text)
+    """argparse's `type` for a float flag (`TypedFloat`; argparse names it in its error: 'invalid number value').
+    Only `_NUMBER`, around spaces: Python's float() also takes digits of other scripts ('\u0661' as 1.0) and
+    underscores ('1_000'), which would be used silently as another value than the one the user sees."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"invalid number value: {text!r} (a number in ASCII digits, e.g. 0.5 or "
+                                         "1e-3)")
+    return TypedFloat(text.strip())
+
+
+def integer(text: str) -> int:
+    """argparse's `type` for an integer flag: `_INTEGER` only (around spaces), so a value is shown in any later
+    message exactly as typed. Python's int() also takes '1_000', digits of other scripts ('\u0663' as 3), '+5',
+    '007' and '-0', which every message then showed as another number (1000, 3, 5, 7, 0) than the one typed."""
+    if not _INTEGER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r} (a whole number in ASCII digits without "
+                                         "'+', leading zeros or separators, e.g. 400)")
+    return int(text)
 
 
 @functools.cache
@@ -111,7 +133,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, help_suffix
             action = "store_false" if default is True else "store_true"
             parser.add_argument(flag_of(f), dest=f.name, action=action, help=text)
             continue
-        kwargs = {"type": number if kind is float else kind} if kind is not str else {}
+        kwargs = {"type": {float: number, int: integer}.get(kind, kind)} if kind is not str else {}
         if "choices" in f.metadata:
             kwargs["choices"] = tuple(f.metadata["choices"])
         if "metavar" in f.metadata:

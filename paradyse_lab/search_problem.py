@@ -282,6 +282,9 @@ class SearchProblem:
             raise UserInputError(f"{path.name}: not valid JSON: {err}") from None
         except RecursionError:
             raise UserInputError(f"{path.name}: JSON nested too deeply (a problem is an object of arrays)") from None
+        except ValueError:  # json's int() beyond sys.get_int_max_str_digits()
+            raise UserInputError(f"{path.name}: not valid JSON Python can read (an integer of more than "
+                                 "4,300 digits)") from None
         return cls.from_dict(data, source=path.name)
 
     def __repr__(self) -> str:

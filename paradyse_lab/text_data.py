@@ -17,10 +17,10 @@ Order (`--data-order`): `file` (the rows as stored), `shuffled` (a seeded permut
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
+from paradyse_lab import typed_json
 from paradyse_lab.errors import UserInputError, unknown_name
 
 TEXT_FILE_SUFFIXES = (".jsonl", ".parquet", ".arrow")
@@ -61,7 +61,7 @@ def utf8_lines(path: Path, flag: str):
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             try:
-                yield i, raw.decode("utf-8")
+                yield i, raw.decode("utf-8-sig" if i == 1 else "utf-8")  # a byte-order mark is no part of line 1
             except UnicodeDecodeError as err:
                 raise UserInputError(f"{flag} {str(path)!r} line {i} is not UTF-8 text ({err.reason} at byte "
                                      f"{err.start + 1} of the line)") from None
@@ -89,10 +89,7 @@ def _from_file(path: Path, column: str, flag: str = "--dataset") -> list[str]:
         rows = []
         for i, line in utf8_lines(path, flag):
             if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserInputError(f"{path.name} line {i}: not JSON") from None
+                row = typed_json.loads_checked(line, f"{path.name} line {i}")
                 if not isinstance(row, dict) or column not in row:
                     raise UserInputError(f"{path.name} line {i}: expected an object with a {column!r} field "
                                          "(--text-column)")

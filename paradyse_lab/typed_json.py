@@ -39,6 +39,24 @@ def loads(text: str):
     return json.loads(text, parse_float=WrittenNumber, parse_constant=WrittenNumber)
 
 
+def loads_checked(text: str, where: str):
+    """`loads(text)`, or a one-line `UserInputError` starting with `where` when `text` is not JSON Python can
+    read: malformed ("not JSON"), nested deeper than the interpreter's recursion limit, or holding an integer of
+    more digits than int() converts (sys.get_int_max_str_digits(), 4,300 by default): json.loads raises a
+    RecursionError or a plain ValueError for those two, not a JSONDecodeError."""
+    import sys
+
+    try:
+        return loads(text)
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except RecursionError:
+        raise UserInputError(f"{where}: not JSON Python can read (arrays or objects nested too deep)") from None
+    except ValueError:
+        raise UserInputError(f"{where}: not JSON Python can read (an integer of more than "
+                             f"{sys.get_int_max_str_digits():,} digits)") from None
+
+
 def written(value) -> str:
     """`value` as JSON shows it: `true`, `null`, `"false"`, `64.9`, `1e400` (the text of a `WrittenNumber`)."""
     if isinstance(value, WrittenNumber):

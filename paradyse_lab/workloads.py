@@ -33,7 +33,6 @@ seeded random order, what a streaming loader sees), so a step is a list of docum
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +182,8 @@ def _parse_params(spec: str, count: int, defaults: tuple[float, ...]) -> tuple[f
     parts = spec.split(":")[1:]
     if len(parts) not in (0, count):
         raise UserInputError(f"workload {spec!r}: expected {count} parameters separated by ':'")
+    if not all(x.isascii() and "_" not in x for x in parts):  # float() reads '\u0665\u0661\u0662' as 512, '1_000'
+        raise UserInputError(f"workload {spec!r}: parameters must be numbers in ASCII digits (e.g. uniform:512:4096)")
     try:
         values = tuple(float(x) for x in (parts or defaults))
     except ValueError:
@@ -228,10 +229,7 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
             if not line.strip():
                 continue
             if suffix == ".jsonl":
-                try:
-                    obj = typed_json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserInputError(f"{p.name} line {i}: not JSON") from None
+                obj = typed_json.loads_checked(line, f"{p.name} line {i}")
                 ids = obj.get("input_ids") if isinstance(obj, dict) else obj
                 if not isinstance(ids, list):
                     raise UserInputError(f"{p.name} line {i}: expected a token-id list or {{'input_ids': [...]}}")

@@ -223,10 +223,10 @@ def read_config(folder: str | Path, field: str = "--init-from") -> dict:
     if not Path(folder).is_dir():
         raise UserInputError(f"{field} {str(folder)!r} is not a folder (give a Hugging Face model folder)")
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise UserInputError(f"{field} {str(folder)!r} has no config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError, 4,300+ digits
         raise UserInputError(f"{field}: {path} is not valid JSON") from None
     if not isinstance(config, dict):
         raise UserInputError(f"{field}: {path} must hold a JSON object")

@@ -50,6 +50,8 @@ def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
     local_world = _env_int("LOCAL_WORLD_SIZE", 1, world) if "LOCAL_WORLD_SIZE" in os.environ else world
     if "LOCAL_RANK" in os.environ:
         _env_int("LOCAL_RANK", 0, local_world - 1)
+    if "GROUP_RANK" in os.environ:  # the node's rank (runtime/nodes.py): at most one node per rank
+        _env_int("GROUP_RANK", 0, world - 1)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not os.environ.get(name, "").strip():
             raise UserInputError(f"environment variable {name} is not set; under torchrun (RANK, WORLD_SIZE) the "
@@ -70,8 +72,10 @@ def leave_process_group() -> None:
 
     A training run's gloo group can still outlive step 2 (its worker, tcp-loop and, on rank 0, TCPStore threads
     keep running, held from C++), and threads destroyed while joinable during the C++ teardown at exit abort a
-    finished process ("terminate called without an active exception", exit -6): so a finished `train` rank then
-    ends without that teardown (runtime/launcher.py `end_process`)."""
+    finished process ("terminate called without an active exception", exit -6): so a process that joined a group
+    ends without that teardown (runtime/launcher.py `end_process`): a spawned rank once its function returned,
+    and a torchrun rank or a command that ran a one-rank group in its own process once its command is done
+    (paradyse_lab/cli `main`, `joined_a_process_group`)."""
     import gc
 
     import torch.distributed as dist
@@ -79,6 +83,25 @@ def leave_process_group() -> None:
     dist.barrier()
     dist.destroy_process_group()
     gc.collect()
+
+
+_joined_group: list[bool] = []
+"""Whether this process ever joined a process group (`join_process_group`): [True] once it did."""
+
+
+def join_process_group(backend: str) -> None:
+    """`torch.distributed.init_process_group(backend)`, remembered: a process that joined a group ends without
+    interpreter finalization once its command is done (`joined_a_process_group`; paradyse_lab/cli `main`)."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend)
+    _joined_group[:] = [True]
+
+
+def joined_a_process_group() -> bool:
+    """Whether this process joined a process group (`join_process_group`): its gloo/NCCL threads can outlive
+    `destroy_process_group`, so its end must skip the C++ teardown at exit (`leave_process_group`)."""
+    return bool(_joined_group)
 
 
 def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
@@ -98,7 +121,7 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dist.init_process_group("nccl" if gpu else "gloo")
+    join_process_group("nccl" if gpu else "gloo")
     try:
         fn(*args, group=None)
     except BaseException:

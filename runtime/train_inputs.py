@@ -23,7 +23,6 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
@@ -131,6 +130,7 @@ class TokenDocuments:
                      flag: str = "--dataset") -> TokenDocuments | None:
         """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None; `flag` is
         the option that named it, for the messages."""
+        from paradyse_lab import typed_json
         from paradyse_lab.text_data import utf8_lines
 
         if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
@@ -141,10 +141,7 @@ class TokenDocuments:
             for i, line in utf8_lines(path, flag):
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserInputError(f"{path.name} line {i}: not JSON") from None
+                row = typed_json.loads_checked(line, f"{path.name} line {i}")
                 ids = row.get("input_ids") if isinstance(row, dict) else row
                 if not isinstance(ids, list) or not ids or not all(
                         isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):

@@ -95,7 +95,38 @@ def _command_of(argv: list[str] | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+    """Entry point of the console script and of `python -m paradyse_lab` (`argv` None: the process's own
+    arguments); returns the exit code. Such a process that joined a torch.distributed group (a torchrun rank, or
+    a one-rank group in this process: runtime/launch.py `joined_a_process_group`) ends here with that code
+    through runtime/launcher.py `end_process`, as the launcher's ranks do: output flushed, no interpreter or C++
+    teardown that could abort it (exit -6) with the group's threads still alive. With `argv` given (tests,
+    scripts) it only returns."""
+    if argv is not None:
+        return _run_command(argv)
+    try:
+        code = _run_command(None)
+    except Exception:  # a bug's traceback: printed, and the rank still ends without the teardown
+        if not _joined_a_process_group():
+            raise
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if _joined_a_process_group():
+        from runtime.launcher import end_process
+
+        end_process(code)
+    return code
+
+
+def _joined_a_process_group() -> bool:
+    """Whether this process joined a torch.distributed group (never imports the runtime to find out)."""
+    launch = sys.modules.get("runtime.launch")
+    return launch is not None and launch.joined_a_process_group()
+
+
+def _run_command(argv: list[str] | None) -> int:
+    """Parse `argv` (None: the process's arguments) and run its command; the exit code (module docstring)."""
     _escape_what_cannot_be_printed()
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)

@@ -12,7 +12,7 @@ from pathlib import Path
 from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.cli.cost_command import parse_int
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import MAX_SEED, UserInputError
 
 DEFAULT_OUT = "results/solver_bench.csv"
 
@@ -77,9 +77,10 @@ def run(args) -> int:
         limit = -1.0
     if not 0 < limit < float("inf"):
         raise UserInputError(f"--ilp-time-limit must be a positive number of seconds, got {args.ilp_time_limit!r}")
-    if not (args.seed.strip().isdigit() and args.seed.strip().isascii()):  # '²' is a digit int() refuses
-        raise UserInputError(f"--seed must be an integer >= 0, got {args.seed!r}")
-    seed = int(args.seed)
+    text = args.seed.strip()
+    if not (text.isdigit() and text.isascii()) or len(text) > 19 or int(text) > MAX_SEED:  # '²' int() refuses
+        raise UserInputError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed!r}")
+    seed = int(text)
     total = len(kinds) * len(sizes) * len(options) * instances * len(solvers)
     with tqdm(total=total, desc="bench-solvers", unit="solve", file=sys.stderr) as bar:
         rows = bench.run(sizes, options, kinds, instances, repeats, solvers, limit, seed, progress=bar.update)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.options import number
+from paradyse_lab.options import integer, number
 
 MAX_LENGTHS = 1024
 """Most profile lengths (`--lengths`) a calibration measures."""
@@ -24,16 +24,16 @@ MAX_LENGTHS = 1024
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for cluster.toml, profile.csv and the raw CSVs")
-    parser.add_argument("--nproc", type=int, default=0, help="ranks (default: the GPUs, else 2 CPU processes)")
+    parser.add_argument("--nproc", type=integer, default=0, help="ranks (default: the GPUs, else 2 CPU processes)")
     parser.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: gpt2-cpu on "
                         "CPU, gpt2 on GPUs)")
-    parser.add_argument("--max-len", type=int, default=0, help="longest profiled length (default 1024)")
+    parser.add_argument("--max-len", type=integer, default=0, help="longest profiled length (default 1024)")
     parser.add_argument("--budget-s", type=number, default=0.0,
                         help="time budget in seconds (default 360 CPU, 540 GPU)")
-    parser.add_argument("--lengths", type=int, default=9, help="profile lengths, max-len/16 .. max-len (default 9)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per point, median (default 3; "
+    parser.add_argument("--lengths", type=integer, default=9, help="profile lengths, max-len/16 .. max-len (default 9)")
+    parser.add_argument("--repeats", type=integer, default=3, help="timed repeats per point, median (default 3; "
                         "collectives at least 5)")
-    parser.add_argument("--warmup", type=int, default=0, help="untimed profile steps per point besides the "
+    parser.add_argument("--warmup", type=integer, default=0, help="untimed profile steps per point besides the "
                         "kept-bytes forward (default 0)")
     parser.add_argument("--no-recompute", action="store_true", help="profile without the +recompute options")
     parser.add_argument("--force", action="store_true", help="start over instead of resuming DIR")

@@ -19,7 +19,7 @@ from pathlib import Path
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
 from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
-from paradyse_lab.options import number
+from paradyse_lab.options import integer, number
 
 DEFAULT_SIM = ("gpt", "grch38", 200)
 """Regret is simulated on the paper's Table 5 setting: GPT on GRCh38."""
@@ -40,15 +40,15 @@ def register(sub) -> None:
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
     p.add_argument("--cost-models", default="analytic,calibrated,hybrid,forest,polynomial,residual",
                    help="comma-separated cost models to compare (default all)")
-    p.add_argument("--holdout-every", type=int, default=4,
+    p.add_argument("--holdout-every", type=integer, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
     p.add_argument("--cluster", default=None,
                    help="cluster of the analytic model when the profile's device is not a preset (default: the "
                    f"cluster.toml beside the profile, as `paradyse-lab calibrate` writes it, else {DEFAULT_CLUSTER})")
     p.add_argument("--model", default=DEFAULT_SIM[0], help="transformer of the regret simulation (default gpt)")
     p.add_argument("--dataset", default=DEFAULT_SIM[1], help="workload of the regret simulation (default grch38)")
-    p.add_argument("--size", type=int, default=DEFAULT_SIM[2], help="sequences in the workload (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="workload sampling seed (default 0)")
+    p.add_argument("--size", type=integer, default=DEFAULT_SIM[2], help="sequences in the workload (default 200)")
+    p.add_argument("--seed", type=integer, default=0, help="workload sampling seed (default 0)")
     p.add_argument("--solver", default="dp", help="solver of the dynamic policy (default dp)")
     p.add_argument("--truth-cost-model", default="analytic", help="cost model that charges plans (default analytic)")
     add_reserve_argument(p)
@@ -64,13 +64,13 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="CSV to write")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--models", default="bert,llama,gpt,llama3-8b", help="comma-separated models")
-    p.add_argument("--p", type=int, default=None, help="GPUs (default: the cluster's)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--p", type=integer, default=None, help="GPUs (default: the cluster's)")
+    p.add_argument("--seed", type=integer, default=0, help="noise seed (default 0)")
     p.add_argument("--time-noise", type=number, default=0.02, help="sigma of log time noise (default 0.02)")
     p.add_argument("--mem-noise", type=number, default=0.005, help="sigma of log memory noise (default 0.005)")
     p.add_argument("--ratio", type=number, default=1.02,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.02)")
-    p.add_argument("--max-len", type=int, default=1 << 20, help="longest length profiled (default 1048576)")
+    p.add_argument("--max-len", type=integer, default=1 << 20, help="longest length profiled (default 1048576)")
     add_reserve_argument(p)
     p.add_argument("--recompute", action="store_true", help="also profile each strategy with recomputation")
     p.add_argument("--timestamp", default=None, help="timestamp written in every row (default now, UTC)")
@@ -96,7 +96,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="CSV to write")
     p.add_argument("--ratio", type=number, default=1.05,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.05)")
-    p.add_argument("--max-len", type=int, default=1 << 20, help="longest length (default 1048576)")
+    p.add_argument("--max-len", type=integer, default=1 << 20, help="longest length (default 1048576)")
     add_reserve_argument(p)
     p.set_defaults(func=run_paper_profile, out_file=True)
 

@@ -30,6 +30,7 @@ from paradyse_lab.cli.output import (
 from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.options import integer
 from paradyse_lab.strategies import layout_unit
 from paradyse_lab.workloads import (
     BAND_NAMES,
@@ -112,17 +113,17 @@ def register(sub) -> None:
                    "(or a folder holding one), the tokens `train --tokenizer` trains on")
     p.add_argument("--out", required=True, help="length file to write")
     add_packing_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of --pack-order shuffled (default 0)")
+    p.add_argument("--seed", type=integer, default=0, help="seed of --pack-order shuffled (default 0)")
     p.set_defaults(func=run_lengths)
     p = sub.add_parser("workload", help="show a workload's length distribution",
                        description=f"Sample a workload ({', '.join(WORKLOAD_KINDS)}) and print its "
                        "fraction of sequences per Table 3 band, beside the paper's for its datasets.")
     p.add_argument("spec")
-    p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"sequences to sample (default {DEFAULT_SIZE})")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=integer, default=DEFAULT_SIZE, help=f"sequences to sample (default {DEFAULT_SIZE})")
+    p.add_argument("--seed", type=integer, default=0)
     add_sampling_argument(p)
     add_packing_arguments(p)
-    p.add_argument("--p", type=int, default=None,
+    p.add_argument("--p", type=integer, default=None,
                    help="with --pack-tokens: GPUs a step is laid out on, for its padding to the layout unit 2p "
                    f"(default: the {DEFAULT_CLUSTER} node's)")
     add_format_argument(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from paradyse_lab.options import number
+from paradyse_lab.options import integer, number
 from paradyse_lab.units import GIB, gib_to_bytes
 
 FORMATS = ("table", "json")
@@ -19,7 +19,7 @@ def add_format_argument(parser) -> None:
 
 def add_packing_arguments(parser) -> None:
     """Add `--pack-tokens N` and `--pack-order sorted|shuffled` (paradyse_lab/packing.py)."""
-    parser.add_argument("--pack-tokens", type=int, default=None, metavar="N",
+    parser.add_argument("--pack-tokens", type=integer, default=None, metavar="N",
                         help="pack the documents into steps of at most N tokens (greedy first-fit; attention stays "
                         "inside each document; a document longer than N is a step alone); default: one sequence "
                         "per step")
@@ -142,7 +142,7 @@ def add_cluster_arguments(parser) -> None:
     from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
 
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
-    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+    parser.add_argument("--gpus", type=integer, default=None, metavar="N",
                         help="plan for N GPUs of the cluster's kind (default: the cluster's own count)")
 
 

@@ -25,14 +25,14 @@ def run(args) -> int:
     if opts.mode == "distributed":
         import torch.distributed as dist
 
-        from runtime.launch import torchrun_rank
+        from runtime.launch import join_process_group, torchrun_rank
 
         if torchrun_rank() is None:  # also refuses malformed RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* with one line
             raise UserInputError("--mode distributed runs under torchrun (RANK is not set)")
         cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl" if cuda else "gloo")
+        join_process_group("nccl" if cuda else "gloo")
         try:
             df = profile_distributed(opts, args.out)
         finally:

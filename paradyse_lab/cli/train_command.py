@@ -14,7 +14,7 @@ import argparse
 from paradyse_lab.app import train_options
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.options import number
+from paradyse_lab.options import integer, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from paradyse_lab.options import add_dataclass_arguments
 
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
-    parser.add_argument("--nproc", "--gpus", dest="nproc", type=int, default=None,
+    parser.add_argument("--nproc", "--gpus", dest="nproc", type=integer, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
                         "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
                         "else 1)")
@@ -117,11 +117,8 @@ def run(args: argparse.Namespace) -> int:
     under_torchrun = torchrun_rank(args.nproc)
     if under_torchrun is None and args.nproc is None:
         args.nproc = default_nproc()
-    if under_torchrun is not None:
-        from runtime.launcher import end_process
-
+    if under_torchrun is not None:  # the process then ends in paradyse_lab/cli `main`, without C++ teardown
         _init_and_train(*under_torchrun, opts, None)
-        end_process(0)  # as the launcher's ranks end: no C++ teardown at exit (runtime/launch.py leave_process_group)
     elif args.nproc is not None and args.nproc > 1:
         import socket
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
+from paradyse_lab.options import integer
 
 DEFAULT_STEPS = 10
 DEFAULT_REPEATS = 3
@@ -47,22 +48,22 @@ def register(sub) -> None:
     p = sub.add_parser("validate-run", help="execute short training runs per policy and compare with the simulation",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder (a `paradyse-lab calibrate` output gives the defaults)")
-    p.add_argument("--nproc", type=int, default=0, help="ranks (default: the calibration's, else the machine's)")
+    p.add_argument("--nproc", type=integer, default=0, help="ranks (default: the calibration's, else the machine's)")
     p.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: the calibration's)")
     p.add_argument("--dataset", default="", help="workload (default: --steps lengths from max-len/16 to max-len, "
                    "geometric, written to DIR/validate_lengths.txt)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per policy (default {DEFAULT_STEPS})")
-    p.add_argument("--max-len", type=int, default=0, help="cap on the length (default: the calibration's)")
+    p.add_argument("--steps", type=integer, default=DEFAULT_STEPS, help=f"steps per policy (default {DEFAULT_STEPS})")
+    p.add_argument("--max-len", type=integer, default=0, help="cap on the length (default: the calibration's)")
     p.add_argument("--cluster", default="", help="preset or .toml (default DIR/cluster.toml)")
     p.add_argument("--cost-model", default="", help=cost_model_help("cost model that plans and predicts")
                    + " (default calibrated when DIR holds cluster.toml and profile.csv, else analytic)")
     p.add_argument("--profiles", default="", help="profile CSV for learned cost models (default DIR/profile.csv)")
     p.add_argument("--policies", default="", help="comma-separated policies (default the four static:NAME, "
                    "dynamic:heuristic, dynamic:dp)")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="runs of every policy, interleaved; per "
+    p.add_argument("--repeats", type=integer, default=DEFAULT_REPEATS, help="runs of every policy, interleaved; per "
                    f"step the median, and their spread (default {DEFAULT_REPEATS})")
-    p.add_argument("--skip-steps", type=int, default=1, help="start-up steps left out of every number (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="weights, workload and token seed (default 0)")
+    p.add_argument("--skip-steps", type=integer, default=1, help="start-up steps left out of every number (default 1)")
+    p.add_argument("--seed", type=integer, default=0, help="weights, workload and token seed (default 0)")
     add_format_argument(p)
     p.set_defaults(func=run)
 

@@ -182,3 +182,24 @@ def test_config_json_fields_are_checked_not_coerced(tmp_path, base, field, writt
         load_hf_config(path)
     message = str(err.value)
     assert field in message and written in message and "\n" not in message, message
+
+
+def test_a_byte_order_mark_is_no_part_of_a_config_a_cluster_or_a_token_file(tmp_path):
+    """An editor's UTF-8 byte-order mark before config.json, a cluster TOML or a token JSONL's first line is
+    skipped, as length files skip it: the file reads as without it (it was 'not valid JSON: Unexpected UTF-8 BOM',
+    'not valid TOML: Invalid statement', and a token file's 'line 1: not JSON' under train but not under workload)."""
+    from paradyse_lab.cluster_spec import get_cluster
+    from runtime.train_inputs import TokenDocuments
+
+    config = "{" + _SMALL_GPT2 + "}"
+    (tmp_path / "plain.json").write_text(config)
+    (tmp_path / "marked.json").write_text("\ufeff" + config, encoding="utf-8")
+    assert replace(load_hf_config(tmp_path / "marked.json"), name="x") == replace(
+        load_hf_config(tmp_path / "plain.json"), name="x")
+    toml = 'base = "a100-80gb-x8"\nmemory_gib = 40\n'
+    (tmp_path / "plain.toml").write_text(toml)
+    (tmp_path / "marked.toml").write_text("\ufeff" + toml, encoding="utf-8")
+    assert replace(get_cluster(str(tmp_path / "marked.toml")), name="x") == replace(
+        get_cluster(str(tmp_path / "plain.toml")), name="x")
+    (tmp_path / "tokens.jsonl").write_text("\ufeff[1, 2, 3]\n[4, 5]\n", encoding="utf-8")
+    assert TokenDocuments.from_dataset(f"file:{tmp_path / 'tokens.jsonl'}").docs == [[1, 2, 3], [4, 5]]

@@ -114,7 +114,7 @@ def test_length_files(tmp_path):
     ("abc\n", "x.txt", "line 1"),
     ("", "x.txt", "holds no lengths"),
     ("a,b\n1,2\n", "x.csv", "no length column"),
-    ("{not json\n", "x.jsonl", "line 1: not JSON"),
+    ("{not json\n", "x.jsonl", "line 1: not valid JSON"),
 ])
 def test_bad_length_files(tmp_path, content, name, match):
     (tmp_path / name).write_text(content)

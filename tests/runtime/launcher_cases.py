@@ -116,3 +116,20 @@ def teardown_rank(rank: int, world: int, *args) -> None:
              "threads": [[t.name, t.daemon] for t in threading.enumerate() if t is not threading.main_thread()],
              "tqdm_process_lock": getattr(TqdmDefaultWriteLock, "mp_lock", None) is not None}
     (Path(os.environ["PARADYSE_TEST_PIDS"]) / f"teardown-{rank}.json").write_text(json.dumps(state))
+
+
+def unflushed_rank(rank: int, world: int, *args) -> None:
+    """Leave text in stdout's buffer (no newline, no flush) and an `atexit` handler that writes
+    $PARADYSE_TEST_PIDS/atexit-RANK, then return (args[0] == 'refuse': rank 1 refuses its input instead): a rank
+    that ends through the interpreter's finalization runs the handler."""
+    import atexit
+    import sys
+
+    from paradyse_lab.errors import UserInputError
+
+    marker = Path(os.environ["PARADYSE_TEST_PIDS"]) / f"atexit-{rank}"
+    atexit.register(marker.write_text, "interpreter finalization ran")
+    sys.stdout = open(1, "w", buffering=8192, closefd=False)  # block-buffered even under python -u / PYTHONUNBUFFERED
+    sys.stdout.write(f"[rank {rank} unflushed]")
+    if args and args[0] == "refuse" and rank == 1:
+        raise UserInputError("rank 1 refuses")

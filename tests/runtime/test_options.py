@@ -17,7 +17,7 @@ from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli.profile_command import add_arguments as add_profile_arguments
 from paradyse_lab.cli.train_command import add_arguments as add_train_arguments
 from paradyse_lab.cli.train_command import options_from_args
-from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace, number
+from paradyse_lab.options import add_dataclass_arguments, field_docs, from_namespace, integer, number
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def test_docstrings_under_fields_are_read_from_the_source():
 def test_flags_have_the_fields_types_defaults_and_docstrings():
     actions = {a.dest: a for a in _parser()._actions}
     assert actions["name"].required and actions["name"].option_strings == ["--name"]
-    assert (actions["count"].type, actions["count"].default) == (int, 3)
+    assert (actions["count"].type, actions["count"].default) == (integer, 3)  # int() reads "1_000", "\u0663"
     assert (actions["ratio"].type, actions["ratio"].default, actions["ratio"].help) == (number, 0.5, None)
     assert actions["fast"].option_strings == ["--fast"] and actions["fast"].default is False
     assert actions["progress"].option_strings == ["--no-progress"] and actions["progress"].default is True
@@ -124,3 +124,22 @@ def test_the_train_help_is_the_applications():
     sub = next(a for a in build_parser("train")._actions if isinstance(a, argparse._SubParsersAction))
     assert sub.choices["train"].description == paradyse_lab.app.train_options.__doc__
     assert "--pack-tokens" in paradyse_lab.app.train_options.__doc__
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0663", "+3", "007", "-0", "0x10", "1e3", "", "\uff12"])
+def test_an_integer_flag_takes_ascii_digits_only(text):
+    """int() reads '1_000', '\u0663', '+3', '007' and '-0' as 1000, 3, 3, 7 and 0, which every later message then
+    shows instead of what was typed: the flag refuses them (argparse's one-line error quotes the text)."""
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid integer value"):
+        integer(text)
+    assert integer("400") == 400 and integer(" -5 ") == -5 and integer("0") == 0
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0661", "\u0660.\u0665", "0x1p3", "1e", "", "\uff15"])
+def test_a_float_flag_takes_ascii_digits_only(text):
+    """float() reads '1_000', '\u0661' and '\u0660.\u0665' as 1000.0, 1.0 and 0.5 (a --lr or --gamma the user
+    cannot see): refused; decimal, exponent and inf/nan forms are taken as typed."""
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid number value"):
+        number(text)
+    assert [str(number(t)) for t in ("0.5", "-1e-3", ".5", "5.", "1E400", "-inf", "NaN")] == [
+        "0.5", "-1e-3", ".5", "5.", "1E400", "-inf", "NaN"]

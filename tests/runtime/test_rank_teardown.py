@@ -10,6 +10,7 @@ import json
 import socket
 
 import launcher_cases
+import pytest
 
 
 def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_no_thread(tmp_path, monkeypatch):
@@ -26,3 +27,46 @@ def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_
         assert not state["initialized"], rank
         assert state["threads"] == [], (rank, state["threads"])  # no tqdm monitor, no non-daemon thread
         assert not state["tqdm_process_lock"], rank  # no named semaphore left behind by os._exit
+
+
+@pytest.mark.parametrize("how", ["returns", "refuse"])
+def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatch, capfd, how):
+    """A rank's process ends through `os._exit` once its function returned or its error was reported: its
+    buffered output is flushed, and no interpreter finalization runs (an `atexit` handler it registered never
+    runs; a spawned process that returns runs it, and with it the C++ teardown that aborted finished ranks)."""
+    from paradyse_lab.errors import UserInputError
+    from runtime.launcher import launch
+
+    monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
+    if how == "refuse":
+        with pytest.raises(UserInputError, match="rank 1 refuses"):
+            launch(launcher_cases.unflushed_rank, 2, ("refuse",))
+    else:
+        launch(launcher_cases.unflushed_rank, 2, ())
+    out = capfd.readouterr().out
+    assert "[rank 0 unflushed]" in out and "[rank 1 unflushed]" in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeypatch):
+    """`paradyse-lab COMMAND` in a process that joined a process group (a torchrun rank; calibrate, validate-run
+    or profile --mode distributed at one rank in its own process) ends with its exit code through
+    runtime/launcher.py `end_process`, as a spawned rank does, not through the interpreter's teardown; a process
+    that joined none just returns its code. (The command's argv from sys.argv: the console script's call.)"""
+    import sys
+
+    import runtime.launch
+    import runtime.launcher
+    from paradyse_lab.cli import main
+
+    ended: list[int] = []
+    monkeypatch.setattr(runtime.launch, "_joined_group", [])
+    monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
+    assert main() == 0 and ended == []
+    runtime.launch.launch(lambda group=None: None, 1)  # a one-rank gloo group in this process, left
+    assert runtime.launch.joined_a_process_group()
+    assert main() == 0 and ended == [0]
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
+    assert main() == 2 and ended == [0, 2]
+    assert main(["strategies", "--format", "json"]) == 0 and ended == [0, 2]  # argv given: only returns

@@ -72,6 +72,18 @@ SWEEP_FILES = {
     "curve_string.toml": 'base = "a100-80gb-x8"\ngemm_efficiency = [[1, "0.5"]]\n',
     "lens_arabic.txt": "\u0665\u0661\u0662\n",
     "lens_underscore.txt": "1_000\n",
+    "tok_deep.jsonl": "[" * 100000 + "]" * 100000 + "\n",
+    "text_deep.jsonl": "[" * 100000 + "]" * 100000 + "\n",
+    "tok_digits.jsonl": "[" + "9" * 5000 + "]\n",
+    "cfg_digits.json": "{" + G2 + ', "n_layer": ' + "9" * 5000 + "}",
+    "cfg_deep.json": "[" * 100000 + "]" * 100000,
+    "initdeep/config.json": "[" * 100000 + "]" * 100000,
+    "initdigits/config.json": '{"n_layer": ' + "9" * 5000 + "}",
+    "p_digits.json": '{"layers": ' + "9" * 5000 + "}",
+    "mem_neg_zero.toml": 'base = "a100-80gb-x8"\nmemory_gib = -0.0\n',
+    "mem_tiny.toml": 'base = "a100-80gb-x8"\nmemory_gib = 1e-300\n',
+    "hbm_zero.toml": 'base = "a100-80gb-x8"\nhbm_gbps = 0\n',
+    "mem_date.toml": 'base = "a100-80gb-x8"\nmemory_gib = 1979-05-27\n',
 }
 """Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
 
@@ -397,6 +409,8 @@ ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
     ("env-rank-word-profile-distributed", {**TORCHRUN, "RANK": "abc"},
      ["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv", "--mode",
       "distributed"]),
+    ("env-group-rank-word", {**TORCHRUN, "GROUP_RANK": "x"}, TRAIN),
+    ("env-group-rank-beyond-world", {**TORCHRUN, "GROUP_RANK": "2"}, TRAIN),
     ("env-no-master-profile-distributed", {"RANK": "0", "WORLD_SIZE": "1"},
      ["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv", "--mode",
       "distributed"]),
@@ -483,6 +497,63 @@ NUMBER_CASES: list[tuple[str, list[str], str]] = [
     ("simulate-out-in-proc", SIM_METP + ["--out", "/proc/version"], "cannot use '/proc/version'"),
 ]
 """Number, bound, TOML, length-file and output-path cases (part of SWEEP_CASES)."""
+
+INT_FLAG = "invalid integer value: "
+NUMBER_FLAG = "invalid number value: "
+SYNTAX_CASES: list[tuple[str, list[str], str]] = [
+    # integer and float flags in ASCII digits only: int() and float() also read '1_000', other scripts' digits,
+    # '+3', '007' and '-0', as numbers other than the one a later message would show
+    ("workload-size-underscore", ["workload", "grch38", "--size", "1_000"], INT_FLAG + "'1_000'"),
+    ("simulate-seed-arabic-indic", SIM_METP + ["--seed", "\u0663"], INT_FLAG + "'\u0663'"),
+    ("train-steps-plus-sign", TRAIN + ["--steps", "+3"], INT_FLAG + "'+3'"),
+    ("calibrate-repeats-leading-zero", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--repeats", "007"],
+     INT_FLAG + "'007'"),
+    ("validate-run-steps-minus-zero", ["validate-run", "--out", "{d}/val", "--steps", "-0"], INT_FLAG + "'-0'"),
+    ("profile-layers-fullwidth", PROFILE + ["--seqs", "64", "--layers", "\uff12"], INT_FLAG + "'\uff12'"),
+    ("synth-max-len-underscores", ["synth-profile", "--out", "{d}/s.csv", "--max-len", "1_048_576"],
+     INT_FLAG + "'1_048_576'"),
+    ("lengths-pack-tokens-arabic-indic", ["lengths", "{d}/texts", "--out", "{d}/x.txt", "--pack-tokens", "\u0665"],
+     INT_FLAG + "'\u0665'"),
+    ("cost-gpus-plus-sign", ["cost", "--model", "gpt", "--seq", "4096", "--gpus", "+8"], INT_FLAG + "'+8'"),
+    ("experiment-global-batch-underscore", ["experiment", "fig2", "--global-batch", "3_2", "--out", "{d}/exp"],
+     INT_FLAG + "'3_2'"),
+    ("ablate-holdout-every-arabic-indic", ["ablate-costmodel", "--holdout-every", "\u0664", "--no-regret"],
+     INT_FLAG + "'\u0664'"),
+    ("train-lr-arabic-indic", TRAIN + ["--lr", "\u0661"], NUMBER_FLAG + "'\u0661'"),
+    ("simulate-gamma-underscore", SIM_METP + ["--gamma", "0.0_5"], NUMBER_FLAG + "'0.0_5'"),
+    ("plan-reserve-gib-hex", ["plan", "--model", "gpt", "--seq", "4096", "--reserve-gib", "0x1p3"],
+     NUMBER_FLAG + "'0x1p3'"),
+    ("calibrate-budget-fullwidth", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny", "--budget-s", "\uff15"],
+     NUMBER_FLAG + "'\uff15'"),
+    ("workload-uniform-underscore", ["workload", "uniform:1_000:2000"], "parameters must be numbers in ASCII digits"),
+    ("workload-lognormal-arabic-indic", ["workload", "lognormal:\u0665\u0661\u0662:0.5"],
+     "parameters must be numbers in ASCII digits"),
+    # JSON that Python cannot read: RecursionError / ValueError tracebacks before
+    ("tokens-nested-too-deep", ["workload", "file:{d}/tok_deep.jsonl"], "tok_deep.jsonl line 1: not JSON Python"),
+    ("tokens-integer-beyond-4300-digits", ["workload", "file:{d}/tok_digits.jsonl"], "more than 4,300 digits"),
+    ("train-tokens-nested-too-deep", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tok_deep.jsonl",
+                                      "--steps", "1", "--no-progress"], "nested too deep"),
+    ("train-text-dataset-nested-too-deep", TEXT_TRAIN + ["--dataset", "{d}/text_deep.jsonl"],
+     "text_deep.jsonl line 1: not JSON Python can read (arrays or objects nested too deep)"),
+    ("cfg-integer-beyond-4300-digits", COST_M + ["{d}/cfg_digits.json"], "more than 4,300 digits"),
+    ("cfg-nested-too-deep", COST_M + ["{d}/cfg_deep.json"], "nested too deep"),
+    ("train-init-from-config-nested-too-deep", ["train", "--init-from", "{d}/initdeep", "--dataset", "uniform:8:16",
+                                                "--steps", "1"], "config.json is not valid JSON"),
+    ("train-init-from-config-beyond-4300-digits", ["train", "--init-from", "{d}/initdigits", "--dataset",
+                                                   "uniform:8:16", "--steps", "1"], "config.json is not valid JSON"),
+    ("solve-integer-beyond-4300-digits", SOLVE + ["{d}/p_digits.json"], "more than 4,300 digits"),
+    ("bench-seed-beyond-4300-digits", ["bench-solvers", "--seed", "1" * 5001],
+     "--seed must be an integer from 0 to 2**63 - 1"),
+    ("bench-seed-2^63", ["bench-solvers", "--seed", "9223372036854775808"],
+     "--seed must be an integer from 0 to 2**63 - 1, got '9223372036854775808'"),
+    # cluster TOML values that become 0 once scaled, named as written (was cluster.memory_bytes ... got 0)
+    ("toml-memory-minus-zero", COST + ["{d}/mem_neg_zero.toml"], "memory_gib must be a finite number > 0, got -0.0"),
+    ("toml-memory-underflows-to-0-bytes", COST + ["{d}/mem_tiny.toml"],
+     "memory_gib must be a finite number > 0 (at least one byte), got 1e-300"),
+    ("toml-hbm-zero", COST + ["{d}/hbm_zero.toml"], "hbm_zero.toml: hbm_gbps must be a finite number > 0, got 0"),
+    ("toml-memory-date", COST + ["{d}/mem_date.toml"], "memory_gib must be a finite number, got 1979-05-27"),
+]
+"""Flag syntax, unreadable JSON and scaled TOML cases (part of SWEEP_CASES)."""
 
 
 SWEEP_CASES: list[tuple[str, list[str], str]] = [
@@ -611,8 +682,10 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "--documents must be a positive integer in ASCII digits (e.g. 4096 or 4K), got '\u0664\u0660\u0669\u0666'"),
     ("plan-seq-fullwidth-digits", ["plan", "--model", "gpt", "--seq", "\uff14\uff10\uff19\uff16"],
      "--seq must be a positive integer in ASCII digits"),
-    ("bench-seed-superscript", ["bench-solvers", "--seed", "\u00b2"], "--seed must be an integer >= 0, got '\u00b2'"),
+    ("bench-seed-superscript", ["bench-solvers", "--seed", "\u00b2"],
+     "--seed must be an integer from 0 to 2**63 - 1, got '\u00b2'"),
     ("export-hf-shard-size-arabic-indic", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf-new",
                                            "--max-shard-size", "\u0665GB"], "--max-shard-size must be a positive size"),
     *NUMBER_CASES,
+    *SYNTAX_CASES,
 ]
