@@ -70,6 +70,9 @@ SWITCH_MEMORY_DIR = "switch-memory"
 SEEDS_DIR = "seeds"
 HEADLINE_SEEDS_FILE = "fig2_headline_seeds.csv"
 SETTINGS_FILE = "reproduce_settings.json"
+QUICK_SIZE = 20
+"""Sequences per sampled dataset in a `--quick` run (a full run: 200): the stratified sample keeps every length
+band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workloads.py)."""
 K = 1024
 
 
@@ -122,7 +125,7 @@ class Settings:
         if sampling not in SAMPLINGS:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
-            return cls(quick=True, size=60, bench_sizes=(8, 24, 96), bench_options=(4,),
+            return cls(quick=True, size=QUICK_SIZE, bench_sizes=(8, 24, 96), bench_options=(4,),
                        bench_kinds=("random", "model"), bench_instances=1,
                        costmodels=("analytic", "hybrid", "polynomial"), map_lengths=24,
                        packing_panels=(("github_code", "gpt"),), seeds=(0,), cluster=cluster,
