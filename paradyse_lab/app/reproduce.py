@@ -62,8 +62,10 @@ FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "
                   "memory_breakdown", "packing")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "groups", "solvers",
-         "costmodel", "costmodel_paper", "plan_map", "memory", "figures", "report")
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers",
+         "costmodel", "costmodel_paper", "plan_map", "memory", "groups", "figures", "report")
+"""In the order the loop takes them. `groups` (`BACKGROUND_STEPS`) runs in its own process from the start and
+is waited for only before the figures, its one reader: every other step runs on the other core meanwhile."""
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
