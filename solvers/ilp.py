@@ -68,7 +68,7 @@ def _set_limits(params, time_limit_s: float, workers: int, deterministic: bool) 
     """The solve's stopping rule and threads (`ILPSolver.deterministic`). Deterministic: one worker. CP-SAT's
     parallel portfolio shares solutions and bounds between its threads as they come, and sat_parameters.proto
     calls only `interleave_search` deterministic with several workers (marked experimental); on the solver
-    benchmark's problems of 24 and 96 decisions with a limit of 0.5 it took 1.4-7x longer than one worker
+    benchmark's problems of 24 and 96 decisions with a limit of 0.5 it took 1.4-5x longer than one worker
     and stopped short of optima one worker proved (OR-Tools 9.15, 2 workers on a busy 2-core machine)."""
     params.num_workers = workers
     if deterministic:
