@@ -79,12 +79,22 @@ def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_N
                          "savefig.bbox": "tight"})
     fig = draw(args)
     name = name or script
+    bbox = tight_bbox(fig)
     for ext in ("png", "pdf"):  # rendered in memory, then renamed into place: no reader sees half a figure
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=ext, dpi=150)
+        fig.savefig(buffer, format=ext, dpi=150, bbox_inches=bbox)
         write_bytes_atomic(args.out / f"{name}.{ext}", buffer.getvalue())
     plt.close(fig)
     return args.out / name
+
+
+def tight_bbox(fig):
+    """The figure's tight bounding box in inches, padded by `savefig.pad_inches`: what `savefig(bbox_inches=
+    "tight")` computes with a layout pass of its own before each format's drawing, computed here once for
+    both formats (matplotlib backend_bases.py `print_figure`)."""
+    fig.draw_without_rendering()
+    pad = plt.rcParams["savefig.pad_inches"]
+    return fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad, pad)
 
 
 def run(script: str, draw, argv, description: str) -> int:

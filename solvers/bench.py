@@ -5,7 +5,9 @@
 costs), 'model' (the `gpt` preset with L layers at 64K, 256K, 16K tokens, one per problem in turn; 8
 options = with recomputation), 'model-sublayer' (the same with L/2 layers, attention and MLP deciding apart).
 The exact optimum of each problem is the DP's; an ILP answer it calls optimal that disagrees by more than
-its documented rounding is counted in `disagree`.
+its documented rounding is counted in `disagree`. The ILP stops at `ilp_time_limit_s` of CP-SAT's
+deterministic time on one worker (solvers/ilp.py `ILPSolver.deterministic`), so every column but the measured
+times (`TIMING_COLUMNS`) is the same in every run, however busy the machine.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def run(sizes=(8, 24, 96, 192), options=(4, 8), kinds=KINDS, instances: int = 3,
                         if progress:
                             progress(instances)
                         continue
-                    solver = get_solver(name, time_limit_s=ilp_time_limit_s) if name == "ilp" else get_solver(name)
+                    solver = (get_solver(name, time_limit_s=ilp_time_limit_s, deterministic=True) if name == "ilp"
+                              else get_solver(name))
                     runs = 1 if name in ("ilp", "brute_force") else repeats
                     for problem, exact in zip(problems, exacts):
                         results = [solver.solve(problem) for _ in range(runs)]

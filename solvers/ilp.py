@@ -64,6 +64,20 @@ def sorted_within(plan: np.ndarray, groups: list[list[int]]) -> np.ndarray:
     return plan
 
 
+def _set_limits(params, time_limit_s: float, workers: int, deterministic: bool) -> None:
+    """The solve's stopping rule and threads (`ILPSolver.deterministic`). Deterministic: one worker. CP-SAT's
+    parallel portfolio shares solutions and bounds between its threads as they come, and sat_parameters.proto
+    calls only `interleave_search` deterministic with several workers (marked experimental); on the solver
+    benchmark's problems of 24 and 96 decisions with a limit of 0.5 it took 1.4-5x longer than one worker
+    and stopped short of optima one worker proved (OR-Tools 9.15, 2 workers on a busy 2-core machine)."""
+    params.num_workers = workers
+    if deterministic:
+        params.max_deterministic_time = time_limit_s
+        params.random_seed = 0
+    else:
+        params.max_time_in_seconds = time_limit_s
+
+
 def _solve_keeping_sigint(solver, model):
     """`solver.Solve(model)` with Python's SIGINT handler still in place afterwards. CP-SAT catches SIGINT
     during a solve unless `catch_sigint_signal` is off, and puts the default action back when it returns
@@ -84,9 +98,16 @@ class ILPSolver:
 
     name = "ilp"
 
-    def __init__(self, time_limit_s: float = 10.0, workers: int | None = None, resolution: float = 1e9):
+    def __init__(self, time_limit_s: float = 10.0, workers: int | None = None, resolution: float = 1e9,
+                 deterministic: bool = False):
         self.time_limit_s = time_limit_s
-        self.workers = workers or min(8, os.cpu_count() or 1)
+        self.deterministic = deterministic
+        """Stop at `time_limit_s` of CP-SAT's deterministic time (its work count, "as close as possible to a
+        second", sat_parameters.proto `max_deterministic_time`) on one search worker with a fixed seed, and
+        at no wall-clock limit: the same problem gets the same answer however busy the machine is. Otherwise
+        a parallel portfolio stops at `time_limit_s` of wall time, and on a loaded machine it may stop before
+        it finds or proves the answer an idle one does."""
+        self.workers = 1 if deterministic else workers or min(8, os.cpu_count() or 1)
         self.resolution = resolution
 
     @staticmethod
@@ -170,8 +191,7 @@ class ILPSolver:
             a, b = problem.edges[e]
             model.AddHint(var, int(hint[a] == o and hint[b] == o2))
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = self.time_limit_s
-        solver.parameters.num_workers = self.workers
+        _set_limits(solver.parameters, self.time_limit_s, self.workers, self.deterministic)
         # LP relaxation of every constraint, cuts included: at L = 96 with 8 options it proves optimality
         # 10-30% sooner without switch costs and within 1.4-4 s instead of not in 4 s with them
         solver.parameters.linearization_level = 2

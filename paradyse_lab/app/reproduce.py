@@ -62,14 +62,19 @@ FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "solver_quality", "
                   "memory_breakdown", "packing")
 PAPER_FIGURE_SCRIPTS = ("fig2_cumulative_time", "table5_ablation", "packing")
 """Drawn a second time from paper/ as NAME_paper.png."""
-STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "groups", "solvers",
-         "costmodel", "costmodel_paper", "plan_map", "memory", "figures", "report")
+STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers",
+         "costmodel", "costmodel_paper", "plan_map", "memory", "groups", "figures", "report")
+"""In the order the loop takes them. `groups` and `solvers` (`BACKGROUND_STEPS`) run in processes of their own
+from the start; `groups` is waited for only before the figures, its one reader."""
 PAPER_DIR = "paper"
 PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (source=paper), 8x A100-80GB"
 SWITCH_MEMORY_DIR = "switch-memory"
 SEEDS_DIR = "seeds"
 HEADLINE_SEEDS_FILE = "fig2_headline_seeds.csv"
 SETTINGS_FILE = "reproduce_settings.json"
+QUICK_SIZE = 20
+"""Sequences per sampled dataset in a `--quick` run (a full run: 200): the stratified sample keeps every length
+band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workloads.py)."""
 K = 1024
 
 
@@ -122,7 +127,7 @@ class Settings:
         if sampling not in SAMPLINGS:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
         if quick:
-            return cls(quick=True, size=60, bench_sizes=(8, 24, 96), bench_options=(4,),
+            return cls(quick=True, size=QUICK_SIZE, bench_sizes=(8, 24, 96), bench_options=(4,),
                        bench_kinds=("random", "model"), bench_instances=1,
                        costmodels=("analytic", "hybrid", "polynomial"), map_lengths=24,
                        packing_panels=(("github_code", "gpt"),), seeds=(0,), cluster=cluster,
@@ -479,9 +484,10 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
 also need every CSV they read unchanged; the report is always rewritten."""
 FULL_ONLY_STEPS = ("groups",)
 """Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
-BACKGROUND_STEPS = ("groups",)
-"""Steps that read no other step's output and share no cost model with them: a full run starts them in a
-process of their own at its start (the second core), and stamps them when the loop reaches them."""
+BACKGROUND_STEPS = ("groups", "solvers")
+"""Steps that read no other step's output and share no cost model with them: a full run starts each in a
+process of its own at its start (beside the foreground's steps on the second core), and stamps them when the
+loop reaches them."""
 
 
 def _run_in_child(name: str, out: Path, s: Settings, force: bool, parent_pid: int) -> None:

@@ -32,7 +32,9 @@ def register(sub) -> None:
     p.add_argument("--solvers", default="heuristic,greedy,dp,ilp,brute_force", help="solvers to run")
     p.add_argument("--instances", default="2", help="problems per (kind, L, O) (default 2)")
     p.add_argument("--repeats", default="3", help="timed runs per problem of the fast solvers (default 3)")
-    p.add_argument("--ilp-time-limit", default="2", help="seconds per ILP solve (default 2)")
+    p.add_argument("--ilp-time-limit", default="2",
+                   help="CP-SAT deterministic seconds per ILP solve, on one worker: the same answers on a busy machine "
+                        "(default 2)")
     p.add_argument("--seed", default="0", help="random seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"CSV to write (default {DEFAULT_OUT})")
     add_format_argument(p)

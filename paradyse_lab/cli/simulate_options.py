@@ -210,7 +210,7 @@ class ReproduceOptions:
     """`paradyse-lab reproduce`: every experiment, figure and REPORT.md."""
 
     quick: bool = False
-    """Smaller workloads and benchmark (60 sequences per dataset, seed 0 only; CI: under 3 minutes)."""
+    """Smaller workloads and benchmark (20 sequences per dataset, seed 0 only, no groups step)."""
     out: str = "results"
     """Results folder."""
     force: bool = False

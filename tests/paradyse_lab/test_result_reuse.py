@@ -44,14 +44,14 @@ def test_reproduce_reuses_only_steps_made_with_the_same_settings(tmp_path, monke
     calls: list = []
     _fake_steps(monkeypatch, calls)
     rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
-    assert _sizes(tmp_path) == {60}
+    assert _sizes(tmp_path) == {rp.QUICK_SIZE}
     _fake_steps(monkeypatch, calls, kill="table5")  # a full run killed in its second step
     with pytest.raises(KeyboardInterrupt):
         rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
     calls.clear()
     _fake_steps(monkeypatch, calls)
     rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
-    assert _sizes(tmp_path) == {200}  # no 60-sequence table under a full run's report
+    assert _sizes(tmp_path) == {200}  # no quick-run table under a full run's report
     assert ("fig2", 200) not in calls and ("table5", 200) in calls  # the completed full step was reused
     assert json.loads((tmp_path / rp.SETTINGS_FILE).read_text())["size"] == 200
 
@@ -66,7 +66,7 @@ def test_reproduce_recomputes_a_truncated_or_missing_file_and_new_code(tmp_path,
     rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
     # the two steps rewrite their CSVs as they were, so the figures drawn from them stay
     assert {c[0] for c in calls} == {"solvers", "plan_map", "report"}
-    assert _sizes(tmp_path) == {60}
+    assert _sizes(tmp_path) == {rp.QUICK_SIZE}
     calls.clear()
     (tmp_path / "paper").mkdir(exist_ok=True)
     (tmp_path / "paper" / "extra.csv").write_text("a\n1\n")  # a CSV the figures may read changed

@@ -126,6 +126,19 @@ def test_ilp_time_limit_still_returns_a_fitting_plan():
     assert sol.status in ("optimal", "feasible") and sol.peak_bytes <= p.budget_bytes
 
 
+def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
+    """`deterministic=True` stops at CP-SAT's deterministic time on one worker: a limit that ends the search
+    between the hint and the optimum gives the same plan in every solve, whatever the machine's load."""
+    from solvers import bench
+
+    p = bench.make_problem("random+switch", 48, 8, 0, np.random.default_rng([0, 1, 48, 8]))
+    solver = get_solver("ilp", time_limit_s=0.1, deterministic=True)
+    first, second = solver.solve(p), solver.solve(p)
+    hint = min(get_solver(n).solve(p).predicted_time_s for n in ("greedy", "heuristic"))
+    assert first.status == second.status == "feasible" and list(first.plan) == list(second.plan)
+    assert get_solver("dp").solve(p).predicted_time_s < first.predicted_time_s < hint
+
+
 @pytest.mark.parametrize("switch", [False, True])
 def test_dp_reduction_keeps_every_plan_time(switch):
     """Decisions left with one option become constants; the switch costs to and from them are folded into
