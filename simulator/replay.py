@@ -81,6 +81,26 @@ def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
             "speedup_over_best_static": speedups}
 
 
+def agreement_where_separated(result: dict, run_totals: dict[str, tuple[float, float]]) -> dict:
+    """Whether the predicted ranking orders every pair of policies that the measurement separates as the
+    measurement does. A pair is separated when the [min, max] of its two policies' repeated run totals
+    (`run_totals`) do not overlap; where they overlap, the runs did not measure which policy is faster, so the
+    pair can neither confirm nor contradict a prediction. {"pairs": ranked pairs, "separated": pairs the runs
+    separate, "reversed": the separated pairs predicted the other way round, "agree": none reversed}."""
+    ranked = result["ranking"]["measured"]
+    reversed_pairs = {tuple(pair) for pair in result["ranking"]["reversed_pairs"]}
+    separated, flipped = 0, []
+    for i, a in enumerate(ranked):
+        for b in ranked[i + 1:]:
+            (lo_a, hi_a), (lo_b, hi_b) = run_totals[a], run_totals[b]
+            if hi_a < lo_b or hi_b < lo_a:
+                separated += 1
+                if (a, b) in reversed_pairs or (b, a) in reversed_pairs:
+                    flipped.append([a, b])
+    n = len(ranked)
+    return {"pairs": n * (n - 1) // 2, "separated": separated, "reversed": flipped, "agree": not flipped}
+
+
 def kendall_tau(a: list, b: list) -> float | None:
     """Kendall's rank correlation of two orderings of the same items (1: identical, -1: reversed)."""
     n = len(a)

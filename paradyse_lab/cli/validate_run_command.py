@@ -22,10 +22,13 @@ the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of 
 per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png
 (figures/validate_run.py), and prints the table:
 per policy the error of the predicted total and the per-step MAPE, whether the measured and simulated
-rankings agree, and each dynamic policy's speed-up over the best static policy, measured and simulated.
+rankings agree (over all pairs, and over the pairs whose repeated runs' min-max totals do not overlap: only
+those does the measurement order), and each dynamic policy's speed-up over the best static policy, measured
+and simulated.
 `--format json` prints {"policies": {NAME: {"measured_total_s", "measured_min_total_s", "measured_max_total_s",
 "predicted_total_s", "step_mape", "spread", ...}},
-"cost_model", "cluster", "ranking", "speedup_over_best_static"}.
+"cost_model", "cluster", "ranking" (with "where_separated": {"pairs", "separated", "reversed", "agree"}),
+"speedup_over_best_static"}.
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ def finish(opts, skip_steps: int) -> dict:
     import pandas as pd
 
     from paradyse_lab.app.validate_run import pair, run_totals
-    from simulator.replay import compare
+    from simulator.replay import agreement_where_separated, compare
     from simulator.results import write_csv_atomic
 
     steps = pair(opts.out, skip_steps)
@@ -174,9 +177,11 @@ def finish(opts, skip_steps: int) -> dict:
     write_csv_atomic(steps, out / "validate_run.csv")
     statics = [p for p in opts.policies if p.startswith("static:")]
     result = compare(steps, statics, [p for p in opts.policies if p not in statics])
-    for name, (low, high) in run_totals(opts.out, skip_steps).items():  # the repeated runs' totals
+    totals = run_totals(opts.out, skip_steps)  # the repeated runs' totals
+    for name, (low, high) in totals.items():
         if name in result["policies"]:
             result["policies"][name].update(measured_min_total_s=low, measured_max_total_s=high)
+    result["ranking"]["where_separated"] = agreement_where_separated(result, totals)
     result.update(cost_model=opts.cost_model, cluster=opts.cluster or "a100-80gb-x8 (default preset)",
                   nproc=opts.nproc, model=opts.model, dataset=opts.dataset, steps=opts.steps, skip_steps=skip_steps,
                   repeats=opts.repeats,
@@ -203,6 +208,10 @@ def print_result(result: dict) -> None:
     r = result["ranking"]
     swapped = "; ".join(f"{a} / {b}" for a, b in r["reversed_pairs"])
     print(f"rankings agree: {'yes' if r['agree'] else 'no, reversed: ' + swapped} (Kendall tau {r['kendall_tau']})")
+    sep = r["where_separated"]
+    flipped = "; ".join(f"{a} / {b}" for a, b in sep["reversed"])
+    print(f"on the {sep['separated']} of {sep['pairs']} pairs the runs separate (min-max totals apart): "
+          f"{'agree' if sep['agree'] else 'reversed: ' + flipped}")
     for d, sp in result["speedup_over_best_static"].items():
         print(f"{d}: speed-up over the best static policy measured {sp['measured']:.3f}x "
               f"({sp['best_static_measured']}), simulated {sp['simulated']:.3f}x ({sp['best_static_simulated']})")

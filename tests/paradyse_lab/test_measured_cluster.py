@@ -227,6 +227,24 @@ def test_rankings_agree_unless_a_pair_is_reversed():
     assert oom["speedup_over_best_static"]["dynamic:x"]["best_static_simulated"] == "static:a"
 
 
+def test_a_reversed_pair_counts_against_the_ranking_only_where_the_runs_separate_it():
+    import pandas as pd
+
+    from simulator.replay import agreement_where_separated, compare
+
+    totals = {"static:a": (2.0, 1.0), "static:b": (1.0, 2.0), "static:c": (3.0, 3.0)}  # (measured, predicted)
+    steps = pd.DataFrame([{"policy": n, "measured_s": m, "predicted_s": p, "counted": True, "plan_match": True,
+                           "repeats": 3, "measured_min_s": m, "measured_max_s": m} for n, (m, p) in totals.items()])
+    result = compare(steps, list(totals), [])
+    assert result["ranking"]["reversed_pairs"] == [["static:a", "static:b"]]
+    overlapping = {"static:a": (1.8, 2.3), "static:b": (0.9, 1.9), "static:c": (2.9, 3.1)}
+    sep = agreement_where_separated(result, overlapping)  # a and b overlap: only a-c and b-c are measured
+    assert sep == {"pairs": 3, "separated": 2, "reversed": [], "agree": True}
+    apart = {"static:a": (1.95, 2.05), "static:b": (0.95, 1.05), "static:c": (2.9, 3.1)}
+    sep = agreement_where_separated(result, apart)
+    assert sep["separated"] == 3 and sep["reversed"] == [["static:b", "static:a"]] and not sep["agree"]
+
+
 def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_path, capsys):
     """One rank in this process (a spawned world's error reaching the parent as one line is the launcher's,
     tests/runtime/launcher_cases.py `failing_rank`); a budget spent before the first GEMM's check."""
