@@ -50,6 +50,13 @@ _SHARED: dict = {}
 """`StepMeshes.shared`'s one slot: the key (device type, default process group) and its meshes."""
 
 
+def forget_shared_meshes() -> None:
+    """Drop `StepMeshes.shared`'s meshes and its reference to the default process group: called before the
+    group is destroyed (runtime/launch.py `leave_process_group`), so that nothing keeps the world's gloo group
+    and its threads alive after it."""
+    _SHARED.clear()
+
+
 class StepMeshes:
     """One `DeviceMesh` (W/g x g, dims ("dp", "sp")) per power of two g dividing the world size W, made at
     once on every rank (making a mesh is a collective). Without an initialised process group: one rank, no

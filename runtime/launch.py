@@ -80,7 +80,10 @@ def leave_process_group() -> None:
 
     import torch.distributed as dist
 
+    from runtime.grouped import forget_shared_meshes
+
     dist.barrier()
+    forget_shared_meshes()  # the meshes' groups belong to the world being left
     dist.destroy_process_group()
     gc.collect()
 

@@ -198,9 +198,9 @@ class GroupPricer:
         per_node = max(1, c.node_gpus * replicas // c.gpus)
         elements = sharded_layer_params(m, c.gpus // replicas)
         replicated = F.grad_all_reduces(m.layers * F.replicated_params(m) * 2 + F.embedding_params(m), replicas)
-        return (F.collective_time_s(c, "reduce_scatter", F.GRAD_REDUCE_BYTES * elements, replicas, per_node)
-                + F.collective_time_s(c, "all_gather", m.dtype_bytes * elements, replicas, per_node)
-                + sum(call.count * F.collective_time_s(c, "all_reduce", call.buffer_bytes, replicas, per_node)
+        return (F.collective_call_s(c, "reduce_scatter", F.GRAD_REDUCE_BYTES * elements, replicas, per_node)
+                + F.collective_call_s(c, "all_gather", m.dtype_bytes * elements, replicas, per_node)
+                + sum(call.count * F.collective_call_s(c, "all_reduce", call.buffer_bytes, replicas, per_node)
                       for call in replicated))
 
 

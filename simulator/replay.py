@@ -84,19 +84,22 @@ def compare(steps: pd.DataFrame, statics, dynamics) -> dict:
 def agreement_where_separated(result: dict, run_totals: dict[str, tuple[float, float]]) -> dict:
     """Whether the predicted ranking orders every pair of policies that the measurement separates as the
     measurement does. A pair is separated when the [min, max] of its two policies' repeated run totals
-    (`run_totals`) do not overlap; where they overlap, the runs did not measure which policy is faster, so the
-    pair can neither confirm nor contradict a prediction. {"pairs": ranked pairs, "separated": pairs the runs
-    separate, "reversed": the separated pairs predicted the other way round, "agree": none reversed}."""
-    ranked = result["ranking"]["measured"]
-    reversed_pairs = {tuple(pair) for pair in result["ranking"]["reversed_pairs"]}
+    (`run_totals`) do not overlap, and then the runs say which policy is faster (the one whose runs all ended
+    sooner; the per-step medians' sum, `measured_total_s`, can lie outside a policy's run totals and is not
+    used). Where the runs overlap they did not measure which is faster, so the pair can neither confirm nor
+    contradict a prediction. {"pairs": ranked pairs, "separated": pairs the runs separate, "reversed": the
+    separated pairs predicted the other way round, as [faster, slower], "agree": none reversed}."""
+    ranked, policies = result["ranking"]["measured"], result["policies"]
     separated, flipped = 0, []
     for i, a in enumerate(ranked):
         for b in ranked[i + 1:]:
             (lo_a, hi_a), (lo_b, hi_b) = run_totals[a], run_totals[b]
-            if hi_a < lo_b or hi_b < lo_a:
-                separated += 1
-                if (a, b) in reversed_pairs or (b, a) in reversed_pairs:
-                    flipped.append([a, b])
+            if not (hi_a < lo_b or hi_b < lo_a):
+                continue
+            separated += 1
+            fast, slow = (a, b) if hi_a < lo_b else (b, a)
+            if policies[fast]["predicted_total_s"] > policies[slow]["predicted_total_s"]:
+                flipped.append([fast, slow])
     n = len(ranked)
     return {"pairs": n * (n - 1) // 2, "separated": separated, "reversed": flipped, "agree": not flipped}
 

@@ -98,8 +98,7 @@ class AnalyticCostModel:
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
         ranks reach a collective from compute; 0 but on measured clusters)."""
-        sync_s = self.cluster.collective_sync_s if call.ranks > 1 else 0.0
-        return call.count * (F.collective_time_s(self.cluster, call.op, call.buffer_bytes, call.ranks) + sync_s)
+        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:

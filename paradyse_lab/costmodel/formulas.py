@@ -213,6 +213,16 @@ def collective_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks:
     return alpha + BUSBW_FACTOR[op](ranks) * buffer_bytes / cluster.busbw(op, buffer_bytes)
 
 
+def collective_call_s(cluster: ClusterSpec, op: str, buffer_bytes: float, ranks: int,
+                      ranks_per_node: int | None = None) -> float:
+    """One collective call as a training step pays it: its alpha-beta time (`collective_time_s`) and the
+    cluster's `collective_sync_s`, what a call costs beyond that when the ranks reach it from compute, apart
+    (measured by `paradyse-lab calibrate`; 0 on the presets)."""
+    if ranks <= 1:
+        return 0.0
+    return collective_time_s(cluster, op, buffer_bytes, ranks, ranks_per_node) + cluster.collective_sync_s
+
+
 def inter_node_time_s(cluster: ClusterSpec, op: str, buffer_bytes: float, nodes: int) -> float:
     """One rank per node, each over its own NIC (rail-aligned rings; docs/hardware.md section 4): the alpha-beta
     line with NCCL's per-network-step latency and the NIC's bandwidth as the busbw."""

@@ -243,6 +243,11 @@ def test_a_reversed_pair_counts_against_the_ranking_only_where_the_runs_separate
     apart = {"static:a": (1.95, 2.05), "static:b": (0.95, 1.05), "static:c": (2.9, 3.1)}
     sep = agreement_where_separated(result, apart)
     assert sep["separated"] == 3 and sep["reversed"] == [["static:b", "static:a"]] and not sep["agree"]
+    # the runs' totals decide which is faster, not the per-step medians' sum (which can lie outside them):
+    # b's runs all ended after a's, so predicting a faster is right although b's medians sum lower
+    runs_say_a = {"static:a": (0.5, 0.6), "static:b": (0.9, 1.1), "static:c": (2.9, 3.1)}
+    sep = agreement_where_separated(result, runs_say_a)
+    assert sep["separated"] == 3 and sep["agree"] and sep["reversed"] == []
 
 
 def test_calibrate_out_of_budget_before_the_kernels_writes_no_cluster_file(tmp_path, capsys):

@@ -36,3 +36,22 @@ def test_the_meshes_are_made_once_per_world(monkeypatch):
         assert StepMeshes.shared() is not first  # a new world: its own meshes
     finally:
         dist.destroy_process_group()
+
+
+def test_leaving_the_world_drops_the_shared_meshes_and_the_group(monkeypatch):
+    import gc
+    import weakref
+
+    from runtime import grouped
+    from runtime.launch import leave_process_group
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "0")
+    _start_world()
+    try:
+        StepMeshes.shared()
+        world = weakref.ref(dist.group.WORLD)
+    finally:
+        leave_process_group()  # barrier, forget the meshes, destroy, collect
+    gc.collect()
+    assert not grouped._SHARED and world() is None  # nothing keeps the left world's group alive

@@ -371,7 +371,7 @@ def _modelled_comm_s(run: _Profiling, opt, s: int) -> float:
     att = run.analytic.sublayer("attention", opt, s, run.opts.batch)
     mlp = run.analytic.sublayer("mlp", opt, s, run.opts.batch)
     spec = run.analytic.model
-    return run.cfg.layers * (att.exposed_comm_s + mlp.exposed_comm_s) + F.collective_time_s(
+    return run.cfg.layers * (att.exposed_comm_s + mlp.exposed_comm_s) + F.collective_call_s(
         run.analytic.cluster, "all_reduce", F.embedding_params(spec) * spec.dtype_bytes, run.p)
 
 

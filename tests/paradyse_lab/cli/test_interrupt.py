@@ -14,7 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
-import sys, time
+import signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, as in a command typed at an interactive shell: a shell without job control
+# starts a background command (`pytest ... &` in a script) with SIGINT ignored, the child inherits that and
+# Python then installs no handler, so the Ctrl-C under test would be dropped and the command run to its end
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 import solvers.ilp as ilp
 marker = Path(sys.argv[1])
@@ -31,21 +35,12 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def as_at_a_terminal() -> None:
-    """In the child before exec: SIGINT and SIGQUIT at their default actions, as for a command typed at an
-    interactive shell. A shell without job control starts a background command (`pytest ... &` in a script)
-    with both ignored, the child inherits that, and Python then installs no KeyboardInterrupt handler: the
-    Ctrl-C under test would be dropped and the command run to its end (exit 0)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-
-
 def test_ctrl_c_after_an_ilp_solve_ends_with_one_line_and_exit_130(tmp_path):
     marker, out = tmp_path / "solved", tmp_path / "sim.json"
     argv = ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:ilp", "--size", "5000",
             "--gamma", "0", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(marker), *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_at_a_terminal)
+                            stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
