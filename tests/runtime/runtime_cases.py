@@ -1039,8 +1039,8 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 
 def llama_train_case(rank: int, p: int, group) -> None:
     """`train --model llama-tiny` (RMSNorm, SwiGLU, RoPE, 2 K/V heads, untied head) under ulysses_z: the loss
-    falls over 12 steps, and resuming from the step-6 checkpoint repeats steps 7-12 bit-identically (losses and
-    the step-12 weights).
+    falls over 10 steps (the last 4 steps' mean 0.42 below the first 4's here), and resuming from the step-5
+    checkpoint repeats steps 6-10 bit-identically (losses and the step-10 weights).
     p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
     and llama-hf cases'."""
     import os
@@ -1055,17 +1055,17 @@ def llama_train_case(rank: int, p: int, group) -> None:
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
     common = {"model": "llama-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 6, "lr": 1e-2, "policy": "static:ulysses_z", "checkpoint_dir": ckpt}
-    straight = train(TrainOptions(steps=12, **common), group)
+              "checkpoint_every": 5, "lr": 1e-2, "policy": "static:ulysses_z", "checkpoint_dir": ckpt}
+    straight = train(TrainOptions(steps=10, **common), group)
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
     assert last < first - 0.3, (first, last)
     dist.barrier(group=group)
-    if rank == 0:  # keep the step-12 checkpoint aside: resuming takes step 6, the newest left
-        os.rename(os.path.join(ckpt, "step-000012"), os.path.join(root, "step-000012"))
+    if rank == 0:  # keep the step-10 checkpoint aside: resuming takes step 5, the newest left
+        os.rename(os.path.join(ckpt, "step-000010"), os.path.join(root, "step-000010"))
     dist.barrier(group=group)
-    resumed = train(TrainOptions(steps=12, resume=True, **common), group)
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[6:]]
-    a, _ = read_entries(os.path.join(root, "step-000012"))
+    resumed = train(TrainOptions(steps=10, resume=True, **common), group)
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[5:]]
+    a, _ = read_entries(os.path.join(root, "step-000010"))
     b, _ = read_entries(checkpoint.latest(ckpt))
     assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
     dist.barrier(group=group)
