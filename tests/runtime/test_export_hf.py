@@ -24,6 +24,16 @@ transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The models here are tiny: one intra-op thread (more only hand tiny matmuls between threads that spin
+    waiting for each other on a shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:
     ck = str(tmp_path / "ck")
     opts = TrainOptions(dataset="uniform:16:16", steps=2, max_len=16, policy="static:megatron_ts", progress=False,
