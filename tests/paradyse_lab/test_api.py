@@ -11,15 +11,7 @@ import torch
 import paradyse_lab as pl
 from paradyse_lab.errors import UserInputError
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The models here are tiny: one intra-op thread (more only hand tiny matmuls between threads that spin
-    waiting for each other on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 def test_version_and_names():

@@ -23,15 +23,7 @@ from runtime.step_inputs import markov_tokens
 transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The models here are tiny: one intra-op thread (more only hand tiny matmuls between threads that spin
-    waiting for each other on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:

@@ -28,15 +28,7 @@ from runtime.layout import (
 from runtime.reference import init_state_dict
 from runtime.sublayer import Impl
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The models here are tiny: one intra-op thread (more only hand tiny matmuls between threads that spin
-    waiting for each other on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])

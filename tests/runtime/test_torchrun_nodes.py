@@ -2,7 +2,7 @@
 twice (--node-rank 0 and 1, c10d rendezvous at localhost on a free port), `paradyse-lab train --global-batch 2
 --group-size 1`: the two nodes' gloo ranks form one world of two groups of one (each group on its own node, the
 step's gather and gradient reduce across the nodes), and the run logs its steps. One process per node: the
-fewest that make two nodes (the grouped layouts of 2 and 4 ranks are tests/runtime/grouped_cases.py's).
+fewest that make two nodes (groups of two in a world of four: tests/runtime/grouped_cases.py).
 
 Run: `python -m pytest -q tests/runtime/test_torchrun_nodes.py` (two agents and two ranks: four CPU processes).
 """

@@ -305,7 +305,8 @@ def _alive(pid: int) -> bool:
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
     """The launcher of `train --nproc 2` (runtime/launcher.py `launch`, what paradyse_lab/cli/train_command.py
     calls) killed while its two ranks train on: the ranks end too. The launcher process runs `launch` alone (the
-    command's option checks before it would only add torch and the planner to its start-up)."""
+    command's option checks before it would only add torch and the planner to its start-up; that `train --nproc`
+    goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
     script = "import launcher_cases; from runtime.launcher import launch; launch(launcher_cases.sleepy_rank, 2)"
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
