@@ -3,7 +3,7 @@
 Library module of the commands that measure or train on the machine they run on (`paradyse-lab calibrate`,
 `paradyse-lab validate-run`): `launch(fn, nproc, *args)` calls `fn(*args, group=None)` on every rank, with
 torch.distributed initialised (NCCL when every process of the node has a GPU of its own, else gloo on CPU,
-`runtime.train.backend_for`; the same code either way). Under torchrun (RANK and WORLD_SIZE set) the
+`backend_for`; the same code either way). Under torchrun (RANK and WORLD_SIZE set) the
 current process is one rank; with nproc > 1 it spawns nproc processes through runtime/launcher.py (a rank's
 error is raised once by the launcher; the ranks die with it); with nproc = 1 it calls `fn` in this process
 inside a one-rank group (comm.py's calls then short-circuit). CPU ranks get cores / nproc threads each, so
@@ -107,14 +107,20 @@ def joined_a_process_group() -> bool:
     return bool(_joined_group)
 
 
+def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:
+    """'nccl' when every process on this node has a GPU of its own, else 'gloo'. The node's process count
+    is torchrun's LOCAL_WORLD_SIZE (the world size under the single-machine launcher, which does not set it),
+    so a multi-node torchrun with 8 GPUs per node and 16 ranks uses NCCL."""
+    local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+    return "nccl" if cuda_available and device_count >= local_world else "gloo"
+
+
 def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
     """One rank: join the process group (torchrun's environment, or the local launcher's on `port`), call
     `fn(*args, group=None)`, leave (`leave_process_group`; a rank whose `fn` raised destroys its group at once,
     with no barrier: its peers may never reach one). NCCL when every process of the node has a GPU, else gloo."""
     import torch
     import torch.distributed as dist
-
-    from runtime.train import backend_for
 
     if port is not None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),

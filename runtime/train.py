@@ -62,14 +62,6 @@ def decide_plan_on_rank0(decide, group=None):
     return decision
 
 
-def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str:
-    """'nccl' when every process on this node has a GPU of its own, else 'gloo'. The node's process count
-    is torchrun's LOCAL_WORLD_SIZE (the world size under the single-machine launcher, which does not set it),
-    so a multi-node torchrun with 8 GPUs per node and 16 ranks uses NCCL."""
-    local_world = int(env.get("LOCAL_WORLD_SIZE", world))
-    return "nccl" if cuda_available and device_count >= local_world else "gloo"
-
-
 def _all_finite(tensors, group) -> bool:
     """Whether every tensor on every rank is finite (one all-reduce of a [1] flag: all ranks agree). The
     per-tensor checks stay on the device (one count of non-finite tensors); the host reads one number, once:

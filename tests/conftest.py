@@ -49,7 +49,7 @@ LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_fi
                   "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/solvers/test_solvers_agree.py",
                   "tests/runtime/test_comm_replay.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes, the README's test command;
-the two-node torchrun test's six processes among them), longest first,
+the two-node torchrun test's four processes among them), longest first,
 a world between two groups of one process: pytest-xdist hands them out first (two to each worker at the
 start, then one to whichever worker runs low; `longest_groups_first`), so no long group starts when the other
 worker is nearly done, the two workers end together (the rest follow in collection order, each a few
@@ -97,3 +97,16 @@ def pytest_unconfigure(config):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a module of tiny models (`pytestmark = pytest.mark.usefixtures(...)`): more
+    only hand tiny matmuls between threads that spin waiting for each other, which on a shared 2-core machine
+    tripled the CPU seconds of tests/paradyse_lab/test_api.py."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -3,7 +3,7 @@
 Run: `python -m pytest -q tests/runtime/test_backend_choice.py`.
 - `comm.is_nccl`: `init_process_group()` without a backend gives the per-device backend 'cpu:gloo,cuda:nccl'
   (torch.distributed docs); CUDA tensors then go through NCCL (and its batched point-to-point).
-- `train.backend_for`: a multi-node torchrun (16 ranks, 8 GPUs per node) uses NCCL, not gloo.
+- `launch.backend_for`: a multi-node torchrun (16 ranks, 8 GPUs per node) uses NCCL, not gloo.
 - the fake all-gather writes its output in place, without a second full-size temporary.
 """
 
@@ -19,7 +19,7 @@ from torch.utils._pytree import tree_leaves
 
 from runtime import comm
 from runtime.fake_group import FakeGroup
-from runtime.train import backend_for
+from runtime.launch import backend_for
 
 
 @pytest.mark.parametrize("backend, device, want", [

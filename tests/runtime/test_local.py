@@ -28,6 +28,8 @@ from runtime.layout import (
 from runtime.reference import init_state_dict
 from runtime.sublayer import Impl
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
+
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 def test_zigzag_chunks_partition_the_sequence(p):
@@ -189,15 +191,20 @@ def test_train_command_reports_bad_input_without_a_traceback(capsys):
     assert "embedding" in capsys.readouterr().err  # the paper's layer-stack presets have no embedding
 
 
-def test_running_the_training_library_module_refuses_and_names_the_command():
+def test_running_the_training_library_module_refuses_and_names_the_command(monkeypatch, capsys):
     """`python -m runtime.train` used to be the command; run directly it must not exit 0 having done nothing
-    (paradyse_lab/app/measure/profiler.py and calibrate.py end with the same block)."""
-    import subprocess
+    (paradyse_lab/app/measure/profiler.py and calibrate.py end with the same block). Run in this process as
+    `python -m` runs it (runpy, as `__main__`): the block is the module's, not the interpreter's."""
+    import runpy
     import sys
+    import warnings
 
-    done = subprocess.run([sys.executable, "-m", "runtime.train", "--steps", "1"], capture_output=True, text=True)
-    assert done.returncode == 2
-    assert "paradyse-lab train" in done.stderr
+    monkeypatch.setattr(sys, "argv", ["runtime.train", "--steps", "1"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
+        warnings.simplefilter("ignore", RuntimeWarning)  # runtime.train is imported already: runpy says so
+        runpy.run_module("runtime.train", run_name="__main__")
+    assert done.value.code == 2
+    assert "paradyse-lab train" in capsys.readouterr().err
 
 
 def test_config_json_builds_the_model_from_hf_builds(tmp_path):

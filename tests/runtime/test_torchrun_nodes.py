@@ -1,8 +1,10 @@
-"""Two torchrun "nodes" on this machine train with grouped steps: `torchrun --nnodes 2 --nproc-per-node 2` twice
-(--node-rank 0 and 1, c10d rendezvous at localhost on a free port), `paradyse-lab train --global-batch 4
---group-size 2`: four gloo ranks form one world of two groups of two, and the run logs its steps.
+"""Two torchrun "nodes" on this machine train with grouped steps: `torchrun --nnodes 2 --nproc-per-node 1`
+twice (--node-rank 0 and 1, c10d rendezvous at localhost on a free port), `paradyse-lab train --global-batch 2
+--group-size 1`: the two nodes' gloo ranks form one world of two groups of one (each group on its own node, the
+step's gather and gradient reduce across the nodes), and the run logs its steps. One process per node: the
+fewest that make two nodes (groups of two in a world of four: tests/runtime/grouped_cases.py).
 
-Run: `python -m pytest -q tests/runtime/test_torchrun_nodes.py` (four CPU processes: about a minute on two cores).
+Run: `python -m pytest -q tests/runtime/test_torchrun_nodes.py` (two agents and two ranks: four CPU processes).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ TIMEOUT_S = 300
 
 
 def _node(node_rank: int, port: int, log: Path) -> subprocess.Popen:
-    """One torchrun agent (one "node") of two processes running `train`."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+    """One torchrun agent (one "node") of one process running `train`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
            "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
            "--rdzv-id", "grouped-two-nodes", "--rdzv-conf", f"is_host={int(node_rank == 0)}",
-           "-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "uniform:16:48", "--max-len", "48",
-           "--steps", "2", "--global-batch", "4", "--group-size", "2", "--policy", "static:megatron_ts",
+           "-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--max-len", "16",
+           "--steps", "2", "--global-batch", "2", "--group-size", "1", "--policy", "static:megatron_ts",
            "--no-progress"] + (["--log-file", str(log)] if node_rank == 0 else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -49,5 +51,5 @@ def test_two_torchrun_nodes_train_grouped_steps(tmp_path):
     rows = list(csv.DictReader(log.open()))
     assert [r["step"] for r in rows] == ["1", "2"], rows
     for row in rows:
-        assert row["plan"].startswith("groups 2/2: "), row["plan"]  # one world of 4 ranks: two groups of two
-        assert row["docs"] == "4" and math.isfinite(float(row["loss"])), row
+        assert row["plan"].startswith("groups 1/1: "), row["plan"]  # one world of 2 ranks: two groups of one
+        assert row["docs"] == "2" and math.isfinite(float(row["loss"])), row

@@ -27,10 +27,11 @@ MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_
 BASE = dict(dataset="uniform:8:16", policy="static:megatron_ts", max_len=16, progress=False)
 
 
-@pytest.fixture(autouse=True)
-def micro_model(tmp_path):
-    """BASE trains a micro GPT-2 on one intra-op thread (tiny matmuls only lose to thread hand-offs)."""
-    path = tmp_path / "micro-gpt2.json"
+@pytest.fixture(autouse=True, scope="module")
+def micro_model(tmp_path_factory):
+    """BASE trains a micro GPT-2 on one intra-op thread (tiny matmuls only lose to thread hand-offs); one config
+    file for the module, so that a checkpoint of one test (`trained`) is another's to resume."""
+    path = tmp_path_factory.mktemp("micro-model") / "micro-gpt2.json"
     path.write_text(json.dumps(MICRO_GPT2))
     BASE["model"] = str(path)
     threads = torch.get_num_threads()
@@ -199,10 +200,27 @@ def _run(tmp_path, **kw):
     return train(TrainOptions(**{**BASE, "checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2, **kw}))
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, micro_model):
+    """`_run`'s checkpoint folder after steps=2 and after steps=4 (checkpoints at 2 and 4), each trained once for
+    the module: `_copy_run(trained, steps, tmp_path)` gives a test its own copy, as if it had run `_run` itself."""
+    folders = {}
+    for steps in (2, 4):
+        root = tmp_path_factory.mktemp(f"trained-{steps}")
+        _run(root, steps=steps)
+        folders[steps] = root / "ck"
+    return folders
+
+
+def _copy_run(trained, steps: int, tmp_path) -> None:
+    """`_run(tmp_path, steps=steps)`'s checkpoints, copied from the module's `trained` run."""
+    shutil.copytree(trained[steps], tmp_path / "ck")
+
+
 @pytest.mark.parametrize("damage", ["latest missing", "latest empty", "meta missing", "shard truncated",
                                     "shard bytes flipped"])
-def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
-    _run(tmp_path, steps=4)
+def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage, trained):
+    _copy_run(trained, 4, tmp_path)
     ck = tmp_path / "ck"
     newest = ck / "step-000004"
     shard = _data_file(newest)
@@ -226,8 +244,8 @@ def test_resume_takes_the_newest_checkpoint_that_verifies(tmp_path, damage):
     assert _data_file(ck / "step-000002").read_bytes() == intact
 
 
-def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_path):
-    _run(tmp_path, steps=2)
+def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_path, trained):
+    _copy_run(trained, 2, tmp_path)
     with pytest.raises(UserInputError, match="holds checkpoints"):
         _run(tmp_path, steps=2)
     _data_file(tmp_path / "ck" / "step-000002").write_bytes(b"garbage")
@@ -236,8 +254,8 @@ def test_no_verifying_checkpoint_or_a_new_run_over_checkpoints_is_refused(tmp_pa
 
 
 @pytest.mark.parametrize("change", [{"lr": 0.01}, {"dataset": "uniform:8:32"}, {"seed": 3}])
-def test_resume_refuses_changed_settings(tmp_path, change):
-    _run(tmp_path, steps=2)
+def test_resume_refuses_changed_settings(tmp_path, change, trained):
+    _copy_run(trained, 2, tmp_path)
     field = next(iter(change))
     with pytest.raises(UserInputError, match=f"has {field}="):
         _run(tmp_path, steps=4, resume=True, **change)
@@ -285,12 +303,14 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
-    script = ("import sys, launcher_cases, paradyse_lab.cli.train_command as t; "
-              "t._init_and_train = launcher_cases.sleepy_rank; sys.exit(t.main(sys.argv[1:]))")
+    """The launcher of `train --nproc 2` (runtime/launcher.py `launch`, what paradyse_lab/cli/train_command.py
+    calls) killed while its two ranks train on: the ranks end too. The launcher process runs `launch` alone (the
+    command's option checks before it would only add torch and the planner to its start-up; that `train --nproc`
+    goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
+    script = "import launcher_cases; from runtime.launcher import launch; launch(launcher_cases.sleepy_rank, 2)"
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
-    launcher = subprocess.Popen([sys.executable, "-c", script, "--nproc", "2", "--model", "gpt2-tiny", "--dataset",
-                                 "uniform:8:16", "--steps", "1000", "--policy", "static:metp"], env=env)
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=env)
     pids = []
     try:
         deadline = time.monotonic() + 60
@@ -508,14 +528,14 @@ def test_markov_tokens_walk_the_same_chain_on_host_ints():
     assert torch.equal(got, want)
 
 
-def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_path):
+def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_path, trained):
     """--accumulate (and the schedule, clipping, tokenizer and data order) are settings of the run: a checkpoint
     written with --accumulate 2 is not resumed under the default 1 (it would index other micro-steps), and one
     written with the defaults is not resumed under --accumulate 2."""
     _run(tmp_path, steps=2, accumulate=2)
     with pytest.raises(UserInputError, match="accumulate=2; this run has 1"):
         _run(tmp_path, steps=4, resume=True)
-    _run(tmp_path / "b", steps=2)
+    _copy_run(trained, 2, tmp_path / "b")
     with pytest.raises(UserInputError, match="accumulate=1; this run has 2"):
         _run(tmp_path / "b", steps=4, resume=True, accumulate=2)
 
