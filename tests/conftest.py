@@ -97,3 +97,16 @@ def pytest_unconfigure(config):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def one_intra_op_thread():
+    """torch on one intra-op thread for a module's tests: their tensors are tiny, and on a shared 2-core machine a
+    second OpenMP thread only spins waiting for its share (the profile command's test took 2.5 x the CPU seconds
+    with two)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -15,6 +15,7 @@ from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.profiles import read_profiles
 from paradyse_lab.strategies import StrategyOption
 
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 P = 8
 SEQ = 128
 SPEC = ModelSpec(name="gpt2-tiny-p8", hidden=64, heads=8, layers=1, ffn_hidden=256, vocab_size=128,

@@ -6,6 +6,8 @@ import pytest
 
 from paradyse_lab.model_spec import ModelSpec
 
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+
 SPEC = ModelSpec(name="gpt2-count", hidden=32, heads=4, layers=2, ffn_hidden=128, vocab_size=64,
                  max_positions=64, dtype="fp32")
 
