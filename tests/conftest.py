@@ -99,11 +99,13 @@ def pytest_unconfigure(config):
         proc.wait()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
-    """One intra-op torch thread for a module of tiny models (`pytestmark = pytest.mark.usefixtures(...)`): more
-    only hand tiny matmuls between threads that spin waiting for each other, which on a shared 2-core machine
-    tripled the CPU seconds of tests/paradyse_lab/test_api.py."""
+    """torch on one intra-op thread in every test process: the suite's tensors are tiny, and on a shared 2-core
+    machine (two pytest workers, gloo ranks beside them) a second OpenMP thread only spins waiting for its share
+    of a small matmul (tests/paradyse_lab/test_api.py took 3x the CPU seconds with the default two, the profile
+    command's test 2.5x). A test that needs another count sets it and puts it back; the gloo ranks set their
+    own (tests/runtime/dist_harness.py), and a subprocess keeps torch's default."""
     import torch
 
     before = torch.get_num_threads()

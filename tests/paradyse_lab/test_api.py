@@ -11,8 +11,6 @@ import torch
 import paradyse_lab as pl
 from paradyse_lab.errors import UserInputError
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
-
 
 def test_version_and_names():
     assert pl.__version__ == version("paradyse-lab")

@@ -23,7 +23,6 @@ from runtime.step_inputs import markov_tokens
 transformers = pytest.importorskip("transformers")
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
 
 
 def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:

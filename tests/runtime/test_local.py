@@ -28,8 +28,6 @@ from runtime.layout import (
 from runtime.reference import init_state_dict
 from runtime.sublayer import Impl
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models (tests/conftest.py)
-
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
 def test_zigzag_chunks_partition_the_sequence(p):

@@ -158,7 +158,7 @@ def test_simulate_command_bad_input(capsys, tmp_path):
 
 
 def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
-    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "20", "--format", "json"]
+    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "10", "--format", "json"]
     assert main(argv) == 0
     table = json.loads(capsys.readouterr().out)["table5"]
     assert [r["variant"] for r in table][-1] == "without random forest" and table[-1]["status"] == "ok"
@@ -170,7 +170,7 @@ def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
     assert main(argv + ["--force"]) == 0
     assert any(p.stat().st_mtime_ns != stamp[p] for p in runs)
     capsys.readouterr()
-    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "40", "--no-exact",
+    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "8", "--no-exact",
                  "--paper-policies-only"]) == 0
     out = capsys.readouterr().out
     assert "89.29%" in out and "181.22%" in out

@@ -79,7 +79,7 @@ def test_estimator_api(est):
                     reason="check_estimator(expected_failed_checks=...) needs scikit-learn >= 1.6")
 @pytest.mark.parametrize("est, expected", [
     (HybridRegressor(n_estimators=5), {}),
-    (ResidualRegressor(n_estimators=20), {}),
+    (ResidualRegressor(n_estimators=5), {}),
     (PolynomialRegressor(), {"check_fit_idempotent": "predicts only for the groups it was fitted on; the check's "
                                                      "random test rows form new groups"}),
 ])

@@ -123,7 +123,7 @@ def test_synth_profile_command(tmp_path, capsys):
 
 def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
     path = write_profiles(small, tmp_path / "gpt.csv")
-    assert main(["ablate-costmodel", "--profiles", str(path), "--size", "10", "--format", "json"]) == 0
+    assert main(["ablate-costmodel", "--profiles", str(path), "--size", "3", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["models"]) == {"analytic", "calibrated", "hybrid", "forest", "polynomial", "residual"}
     keys = {"time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap", "regret"}

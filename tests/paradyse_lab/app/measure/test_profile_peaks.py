@@ -16,6 +16,7 @@ import weakref
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from paradyse_lab.app.measure import profiler
@@ -34,10 +35,12 @@ def _opts(**kw):
     return parse_options(SimpleNamespace(**base))
 
 
-def test_no_saved_tensor_is_reachable_at_the_peak_reset(monkeypatch):
-    """Every object the recorder hands autograd lives exactly as long as the recorded forward's graph."""
+@pytest.fixture(scope="module")
+def watched_profile():
+    """One `profiler.profile` run (two rows), every object its recorder hands autograd watched by a weak reference:
+    the rows, and at each peak reset (saved so far, of them still reachable)."""
     saved: list[weakref.ref] = []
-    resets: list[int] = []
+    resets: list[tuple[int, int]] = []
 
     class WatchingRecorder(profiler.KeptRecorder):
         def _pack(self, t):
@@ -47,22 +50,29 @@ def test_no_saved_tensor_is_reachable_at_the_peak_reset(monkeypatch):
 
     def checking_reset(device):
         gc.collect()
-        alive = sum(ref() is not None for ref in saved)
-        assert saved and alive == 0, f"{alive} of {len(saved)} saved tensors still reachable at the peak reset"
-        resets.append(len(saved))
+        resets.append((len(saved), sum(ref() is not None for ref in saved)))
 
-    monkeypatch.setattr(profiler, "KeptRecorder", WatchingRecorder)
-    monkeypatch.setattr(profiler, "reset_peak", checking_reset)
-    profiler.profile(_opts(), progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiler, "KeptRecorder", WatchingRecorder)
+        mp.setattr(profiler, "reset_peak", checking_reset)
+        df = profiler.profile(_opts(), progress=False)
+    return df, resets
+
+
+def test_no_saved_tensor_is_reachable_at_the_peak_reset(watched_profile):
+    """Every object the recorder hands autograd lives exactly as long as the recorded forward's graph."""
+    _, resets = watched_profile
     assert len(resets) == 2  # one per (strategy, length) row
+    for saved, alive in resets:
+        assert saved and alive == 0, f"{alive} of {saved} saved tensors still reachable at the peak reset"
 
 
-def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel():
+def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel(watched_profile):
     from runtime.fake_group import FakeGroup
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
 
-    df = profiler.profile(_opts(), progress=False)
+    df, _ = watched_profile
     spec = get_model("gpt2-tiny").with_layers(1)
     local_params = sum(q.numel() for q in ParallelGPT(GPTConfig.from_model_spec(spec), FakeGroup(P, 0)).parameters())
     states = model_state_bytes_per_param(spec) * local_params  # 16 bytes per parameter (fp32 Adam)
