@@ -64,12 +64,23 @@ def parse_args(argv, description: str) -> argparse.Namespace:
     return args
 
 
-def read_csv(results: Path, name: str) -> pd.DataFrame:
-    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
+def _existing(results: Path, name: str) -> Path:
+    """RESULTS/NAME, or `MissingCSV` when it is not there."""
     path = Path(results) / name
     if not path.is_file():
         raise MissingCSV(f"{path} not found; run `paradyse-lab reproduce` (or `--quick`) first")
-    return read_with_timings(path)
+    return path
+
+
+def read_csv(results: Path, name: str) -> pd.DataFrame:
+    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
+    return read_with_timings(_existing(results, name))
+
+
+def read_columns(results: Path, name: str, columns: list[str]) -> pd.DataFrame:
+    """`columns` of RESULTS/NAME alone (no measured columns joined: a figure drawing many runs reads each fast);
+    a missing file raises `MissingCSV` as `read_csv` does."""
+    return pd.read_csv(_existing(results, name), usecols=columns)
 
 
 def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE,
