@@ -44,6 +44,8 @@ DATASET_LABELS = {"github_code": "GitHubCode", "grch38": "GRCh38"}
 MODEL_LABELS = {"bert": "BERT", "llama": "LLaMA", "gpt": "GPT"}
 SOURCE_NOTE = "simulated: analytic cost model (source=analytic), 8x A100-80GB"
 GiB = 2**30
+FORMATS = ("png", "pdf")
+"""The files a figure is saved as (`render`)."""
 
 
 class MissingCSV(Exception):
@@ -62,17 +64,30 @@ def parse_args(argv, description: str) -> argparse.Namespace:
     return args
 
 
-def read_csv(results: Path, name: str) -> pd.DataFrame:
-    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
+def _existing(results: Path, name: str) -> Path:
+    """RESULTS/NAME, or `MissingCSV` when it is not there."""
     path = Path(results) / name
     if not path.is_file():
         raise MissingCSV(f"{path} not found; run `paradyse-lab reproduce` (or `--quick`) first")
-    return read_with_timings(path)
+    return path
 
 
-def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE) -> Path:
-    """draw(args) -> figure, saved as OUT/NAME.png and .pdf (atomically; OUT defaults to RESULTS/figures, NAME
-    to `script`); returns OUT/NAME. A missing CSV raises `MissingCSV`."""
+def read_csv(results: Path, name: str) -> pd.DataFrame:
+    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
+    return read_with_timings(_existing(results, name))
+
+
+def read_columns(results: Path, name: str, columns: list[str]) -> pd.DataFrame:
+    """`columns` of RESULTS/NAME alone (no measured columns joined: a figure drawing many runs reads each fast);
+    a missing file raises `MissingCSV` as `read_csv` does."""
+    return pd.read_csv(_existing(results, name), usecols=columns)
+
+
+def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE,
+           formats: tuple[str, ...] = FORMATS) -> Path:
+    """draw(args) -> figure, saved as OUT/NAME.png and .pdf, or the `formats` given (atomically; OUT defaults
+    to RESULTS/figures, NAME to `script`; a file of another of `FORMATS` left there is removed, so no figure
+    of an older run stays beside it); returns OUT/NAME. A missing CSV raises `MissingCSV`."""
     results = Path(results)
     args = argparse.Namespace(results=results, out=Path(out) if out else results / "figures", name=name, note=note)
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
@@ -80,10 +95,12 @@ def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_N
     fig = draw(args)
     name = name or script
     bbox = tight_bbox(fig)
-    for ext in ("png", "pdf"):  # rendered in memory, then renamed into place: no reader sees half a figure
+    for ext in formats:  # rendered in memory, then renamed into place: no reader sees half a figure
         buffer = io.BytesIO()
         fig.savefig(buffer, format=ext, dpi=150, bbox_inches=bbox)
         write_bytes_atomic(args.out / f"{name}.{ext}", buffer.getvalue())
+    for ext in set(FORMATS) - set(formats):
+        (args.out / f"{name}.{ext}").unlink(missing_ok=True)
     plt.close(fig)
     return args.out / name
 

@@ -33,7 +33,7 @@ def draw(args):
         for j, m in enumerate(models):
             ax = axes[i][j]
             for p in policies:
-                rows = _common.read_csv(args.results, run_csv(d, m, p))
+                rows = _common.read_columns(args.results, run_csv(d, m, p), ["seq_len", "oom", "cumulative_time_s"])
                 style = dict(_common.POLICY_STYLE.get(p, dict(label=p)))
                 oom_marker = style.pop("oom_marker", "x")
                 trained = rows[~rows["oom"].astype(bool)]

@@ -26,7 +26,7 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
   calibration_loso.csv, calibration_params.csv
 - plan_map: the plan each solver picks per layer and length -> plan_map.csv
 - memory: model states, kept activations and transient bytes of every uniform plan -> memory_breakdown.csv
-- figures: each figures/ module's `render` -> DIR/figures/*.png and *.pdf
+- figures: each figures/ module's `render` -> DIR/figures/*.png and *.pdf (quick: *.png alone)
 - report: DIR/REPORT.md, the paper's numbers beside ours.
 - execute (only with `--execute`): `paradyse-lab calibrate` and `paradyse-lab validate-run` on this machine
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
@@ -75,6 +75,10 @@ SETTINGS_FILE = "reproduce_settings.json"
 QUICK_SIZE = 20
 """Sequences per sampled dataset in a `--quick` run (a full run: 200): the stratified sample keeps every length
 band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workloads.py)."""
+FIGURE_FORMATS = ("png", "pdf")
+QUICK_FIGURE_FORMATS = ("png",)
+"""A `--quick` run saves each figure as PNG alone: the PDF is a second drawing of every artist (about a quarter
+of the figures step's time) of a figure that only shows the run worked."""
 K = 1024
 
 
@@ -114,6 +118,11 @@ class Settings:
 
         c = get_cluster(self.cluster)
         return covers_node(c.gpu_name, c.gpus)
+
+    @property
+    def figure_formats(self) -> tuple[str, ...]:
+        """The files each figure is saved as: PNG and PDF, a quick run PNG alone (`QUICK_FIGURE_FORMATS`)."""
+        return QUICK_FIGURE_FORMATS if self.quick else FIGURE_FORMATS
 
     def truths(self) -> tuple[str, ...]:
         return ("analytic", "paper") if self.paper_truth else ("analytic",)
@@ -427,17 +436,18 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     return ["memory_breakdown.csv"]
 
 
-def draw_figure(module: str, results: Path, figures: Path, name: str, note: str | None) -> list[str]:
-    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf."""
-    from figures._common import SOURCE_NOTE, MissingCSV
+def draw_figure(module: str, results: Path, figures: Path, name: str, note: str | None,
+                formats: tuple[str, ...] = FIGURE_FORMATS) -> list[str]:
+    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`)."""
+    from figures._common import SOURCE_NOTE, MissingCSV, render
 
     figure = importlib.import_module(f"figures.{module}")
     try:
-        path = figure.render(results, figures, name, note or SOURCE_NOTE)
+        path = render(module, figure.draw, results, figures, name, note or SOURCE_NOTE, formats)
     except MissingCSV as err:
         raise UserInputError(f"figures/{module}.py: {err}") from None
-    print(f"wrote {path}.png and .pdf")
-    return [f"figures/{name}.png", f"figures/{name}.pdf"]
+    print(f"wrote {path}." + " and .".join(formats))
+    return [f"figures/{name}.{ext}" for ext in formats]
 
 
 def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
@@ -450,7 +460,7 @@ def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
         jobs.append(("groups", out, "groups", NOTE))
     written = []
     for module, results, name, note in jobs:
-        written += draw_figure(module, results, out / "figures", name, note)
+        written += draw_figure(module, results, out / "figures", name, note, s.figure_formats)
     return written
 
 
@@ -479,9 +489,17 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
                 "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
-                "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in ("png", "pdf"))}
+                "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in FIGURE_FORMATS)}
 """Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
-also need every CSV they read unchanged; the report is always rewritten."""
+also need every CSV they read unchanged; the report is always rewritten. A quick run's figures are the PNGs
+alone (`QUICK_FIGURE_FORMATS`; `step_outputs`)."""
+
+
+def step_outputs(name: str, s: Settings) -> tuple[str, ...]:
+    """The files step `name` writes under settings `s` (`STEP_OUTPUTS`, a quick run's figures PNG alone)."""
+    if name == "figures":
+        return tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in s.figure_formats)
+    return STEP_OUTPUTS.get(name, ())
 FULL_ONLY_STEPS = ("groups",)
 """Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
 BACKGROUND_STEPS = ("groups", "solvers")
@@ -568,7 +586,7 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
             bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
             for name in bar:
                 bar.set_postfix_str(name)
-                outputs = STEP_OUTPUTS.get(name, ())
+                outputs = step_outputs(name, settings)
                 key = step_key(name)
                 stamp = stamp_path(out, f"reproduce-{name}")
                 if outputs and not force and name not in background:

@@ -17,7 +17,9 @@ from paradyse_lab.app.reproduce import (
     PAPER_DIR,
     PAPER_FIGURE_SCRIPTS,
     STEP_OUTPUTS,
+    Settings,
     reproduce,
+    step_outputs,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +36,11 @@ def quick_results(tmp_path_factory) -> Path:
 
 
 def test_reproduce_writes_csvs_figures_and_report(quick_results):
+    quick = Settings.make(quick=True)
     for step, outputs in STEP_OUTPUTS.items():
         for name in outputs:
-            if step in FULL_ONLY_STEPS:  # minutes of work: a --quick run skips it
-                assert not (quick_results / name).exists(), name
+            if step in FULL_ONLY_STEPS or name not in step_outputs(step, quick):  # minutes of work, a quick
+                assert not (quick_results / name).exists(), name  # run skips it; its figures are PNG alone
             else:
                 assert (quick_results / name).stat().st_size > 0, name
     report = (quick_results / "REPORT.md").read_text()
@@ -47,9 +50,10 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
                    "Beyond the paper", "dp + recompute trains the whole dataset",
                    "Packing documents into steps", "| GitHubCode, GPT | paper-measured times | 32K |"):
         assert needle in report
+    assert quick.figure_formats == ("png",)
     for name in FIGURE_SCRIPTS + tuple(f"{n}_paper" for n in PAPER_FIGURE_SCRIPTS):  # each script's main()
-        for ext in ("png", "pdf"):
-            assert (quick_results / "figures" / f"{name}.{ext}").stat().st_size > 1000
+        assert (quick_results / "figures" / f"{name}.png").stat().st_size > 1000
+        assert not (quick_results / "figures" / f"{name}.pdf").exists()
     beyond = pd.read_csv(quick_results / "fig2_beyond.csv")
     assert beyond.groupby(["dataset", "model"]).size().eq(6).all()
     gpt = beyond.query("dataset == 'grch38' and model == 'gpt'").set_index("series")
@@ -87,7 +91,7 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     the seeds' headline table holds the seeds' values (quick: seed 0 alone, fig2's own headline)."""
     from paradyse_lab.app.report.markdown import md_table
     from paradyse_lab.app.report.seeds import band_share_rows, seed_spread
-    from paradyse_lab.app.reproduce import HEADLINE_SEEDS_FILE, Settings
+    from paradyse_lab.app.reproduce import HEADLINE_SEEDS_FILE
     from paradyse_lab.workloads import get_workload
 
     settings = Settings.make(quick=True)
@@ -131,6 +135,18 @@ def test_a_figure_script_runs_as_a_command(quick_results, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "table5.csv" in lines[0] and "not found" in lines[0]
+
+
+def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_results, tmp_path):
+    """`draw_figure` as a full run calls it writes NAME.png and .pdf; the quick run's PNG alone then removes the
+    PDF, so no figure of another run stays beside it."""
+    from paradyse_lab.app.reproduce import FIGURE_FORMATS, draw_figure
+
+    assert Settings.make(quick=False).figure_formats == FIGURE_FORMATS == ("png", "pdf")
+    assert draw_figure("table5_ablation", quick_results, tmp_path, "t5", None) == ["figures/t5.png", "figures/t5.pdf"]
+    assert (tmp_path / "t5.pdf").read_bytes().startswith(b"%PDF") and (tmp_path / "t5.png").stat().st_size > 1000
+    assert draw_figure("table5_ablation", quick_results, tmp_path, "t5", None, ("png",)) == ["figures/t5.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t5.png"]
 
 
 # --- what the figures draw: every plotted value read back from the Figure and compared with its CSV ---------
