@@ -471,8 +471,9 @@ ONE_SUBLAYER_AT = (2,)
 """World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2, 3 and 4
 every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
 against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
-the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*,
-model-sublayer-plans-causal; at p = 4 also one strategy throughout, model-*-causal). The `-tiled-offload` and
+the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*; at p = 1, 2 and 3
+model-sublayer-plans-causal, at p = 4 the per-sub-layer plans of model-tiled-offload-mixed-causal; at p = 4 also
+one strategy throughout, model-*-causal). The `-tiled-offload` and
 `-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
 PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
 """World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
