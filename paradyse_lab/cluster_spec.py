@@ -126,6 +126,12 @@ class StrategyCalibration:
                 + (self.layer_overhead_s + self.width_overhead_s * hidden) / 2)
 
 
+_STEP_TERM_KEYS = (("launch_s", "launch_us"), ("epilogue_s", "epilogue_ms"),
+                   ("collective_sync_s", "collective_sync_us"), ("runtime_launch_s", "runtime_launch_us"),
+                   ("state_bytes_per_s", "state_gbps"))
+"""The measured step terms `ClusterSpec` checks to be finite and >= 0: (field, the TOML key its message names)."""
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """One node of identical GPUs joined by a switched interconnect (the paper's 1-D device grid)."""
@@ -321,18 +327,10 @@ class ClusterSpec:
                 raise UserInputError(f"cluster.{key} must be a finite number >= 0, got {value!r}")
 
     def _check_step_terms(self) -> None:
-        if isinstance(self.launch_s, bool) or not 0 <= self.launch_s < math.inf:
-            raise UserInputError(f"cluster.launch_us must be a finite number >= 0, got {self.launch_s!r}")
-        if isinstance(self.epilogue_s, bool) or not 0 <= self.epilogue_s < math.inf:
-            raise UserInputError(f"cluster.epilogue_ms must be a finite number >= 0, got {self.epilogue_s!r}")
-        if isinstance(self.collective_sync_s, bool) or not 0 <= self.collective_sync_s < math.inf:
-            raise UserInputError("cluster.collective_sync_us must be a finite number >= 0, "
-                                 f"got {self.collective_sync_s!r}")
-        if isinstance(self.runtime_launch_s, bool) or not 0 <= self.runtime_launch_s < math.inf:
-            raise UserInputError("cluster.runtime_launch_us must be a finite number >= 0, "
-                                 f"got {self.runtime_launch_s!r}")
-        if isinstance(self.state_bytes_per_s, bool) or not 0 <= self.state_bytes_per_s < math.inf:
-            raise UserInputError(f"cluster.state_gbps must be a finite number >= 0, got {self.state_bytes_per_s!r}")
+        for field_name, key in _STEP_TERM_KEYS:
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not 0 <= value < math.inf:
+                raise UserInputError(f"cluster.{key} must be a finite number >= 0, got {value!r}")
         if isinstance(self.comm_overlap, bool) or not 0 <= self.comm_overlap <= 1:
             raise UserInputError(f"cluster.comm_overlap must be a number in [0, 1], got {self.comm_overlap!r}")
         for key, value in self.step_counts.items():
