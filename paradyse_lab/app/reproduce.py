@@ -476,6 +476,13 @@ STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_
               "packing": step_packing, "groups": step_groups,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
               "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
+
+
+def figure_files(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """Every figure's file, relative to the output folder, in each of `formats`."""
+    return tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in formats)
+
+
 STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.csv", "solver_quality_runs.csv",
                          f"{TIMINGS_DIR}/fig2_summary.csv", f"{TIMINGS_DIR}/solver_quality_runs.csv"),
                 "table5": ("table5.csv",), "solvers": ("solver_bench.csv", f"{TIMINGS_DIR}/solver_bench.csv"),
@@ -489,7 +496,7 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
                 "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
-                "figures": tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in FIGURE_FORMATS)}
+                "figures": figure_files(FIGURE_FORMATS)}
 """Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
 also need every CSV they read unchanged; the report is always rewritten. A quick run's figures are the PNGs
 alone (`QUICK_FIGURE_FORMATS`; `step_outputs`)."""
@@ -498,8 +505,10 @@ alone (`QUICK_FIGURE_FORMATS`; `step_outputs`)."""
 def step_outputs(name: str, s: Settings) -> tuple[str, ...]:
     """The files step `name` writes under settings `s` (`STEP_OUTPUTS`, a quick run's figures PNG alone)."""
     if name == "figures":
-        return tuple(f"figures/{n}.{e}" for n in FIGURE_SCRIPTS for e in s.figure_formats)
+        return figure_files(s.figure_formats)
     return STEP_OUTPUTS.get(name, ())
+
+
 FULL_ONLY_STEPS = ("groups",)
 """Steps a `--quick` run skips (they take minutes): they write none of their outputs there."""
 BACKGROUND_STEPS = ("groups", "solvers")
