@@ -120,8 +120,8 @@ class GroupPricer:
         phase = reduce_phase_bytes(m, world, sizes)
         world_shard_grads = m.dtype_bytes * (sharded_total(m) // world)  # in `states`; a view in phase["world_grads"]
         gather = kept["group_weights"] + kept["send_buffer"] + kept["gather_buffer"]
-        reduce = kept["group_weights"] + kept["group_grads"] + phase["world_grads"] - world_shard_grads + \
-            phase["transient"]
+        reduce = (kept["group_weights"] + kept["group_grads"] + phase["world_grads"] - world_shard_grads
+                  + phase["transient"])
         return states + max(gather, reduce) <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:
