@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -284,7 +285,7 @@ class SearchProblem:
             raise UserInputError(f"{path.name}: JSON nested too deeply (a problem is an object of arrays)") from None
         except ValueError:  # json's int() beyond sys.get_int_max_str_digits()
             raise UserInputError(f"{path.name}: not valid JSON Python can read (an integer of more than "
-                                 "4,300 digits)") from None
+                                 f"{sys.get_int_max_str_digits():,} digits)") from None
         return cls.from_dict(data, source=path.name)
 
     def __repr__(self) -> str:
