@@ -1,4 +1,5 @@
-"""What the test suite costs, file by file: `python examples/suite_cost_benchmark.py [--out suite_cost.csv]`.
+"""What the test suite costs, file by file: `python examples/suite_cost_benchmark.py [--out suite_cost.csv]`, or
+whole: `python examples/suite_cost_benchmark.py --suite` (the README's pytest command, two xdist workers).
 
 Runs each test file alone (`python -m pytest -q -p no:cacheprovider FILE`, one process, no xdist) and records
 its wall seconds and the machine's busy CPU seconds over the run (user + nice + system + irq + softirq from
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import time
@@ -29,10 +31,14 @@ def busy_seconds() -> float:
     return (user + nice + system + irq + softirq) / 100.0  # USER_HZ is 100 on Linux
 
 
-def cost_of(test_file: Path) -> tuple[float, float, int]:
-    """(wall s, busy CPU s, pytest exit code) of `pytest -q test_file` in its own process."""
+SUITE_ARGS = ("-n", "2", "--dist", "loadgroup")
+"""The README's test command's pytest arguments (`--suite`)."""
+
+
+def cost_of(*pytest_args: str) -> tuple[float, float, int]:
+    """(wall s, busy CPU s, pytest exit code) of `pytest -q -p no:cacheprovider ARGS` in its own process."""
     busy, began = busy_seconds(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
                           cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - began, busy_seconds() - busy, done.returncode
 
@@ -42,15 +48,22 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("suite_cost.csv"),
                         help="the CSV written (default: %(default)s)")
+    parser.add_argument("--suite", action="store_true",
+                        help="time the whole suite once, as the README's test command runs it, instead of each file")
     parser.add_argument("paths", nargs="*", help="test files (default: every tests/**/test_*.py)")
     args = parser.parse_args(argv)
     if not Path("/proc/stat").is_file():
         print("suite_cost_benchmark: error: needs Linux's /proc/stat", file=sys.stderr)
         return 2
+    if args.suite:
+        wall, cpu, code = cost_of(*SUITE_ARGS)
+        print(f"suite (pytest {' '.join(SUITE_ARGS)}): {wall:.1f} s wall, machine busy {cpu:.1f} CPU s of "
+              f"{wall * (os.cpu_count() or 1):.1f} core-seconds, exit {code}")
+        return 0 if code == 0 else 1
     files = [Path(p) for p in args.paths] or sorted(p.relative_to(ROOT) for p in (ROOT / "tests").rglob("test_*.py"))
     rows = []
     for i, path in enumerate(files, 1):
-        wall, cpu, code = cost_of(path)
+        wall, cpu, code = cost_of(str(path))
         rows.append({"file": str(path), "wall_s": round(wall, 1), "busy_cpu_s": round(cpu, 1), "exit_code": code})
         print(f"[{i}/{len(files)}] {path}: {wall:.1f} s wall, {cpu:.1f} CPU s, exit {code}", file=sys.stderr)
     rows.sort(key=lambda r: -r["busy_cpu_s"])
