@@ -1,0 +1,57 @@
+"""examples/suite_cost_benchmark.py with its pytest runs stood in (no nested suite): the table and CSV, costliest
+first; the exit code; the machine-wide CPU counter."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "examples" / "suite_cost_benchmark.py"
+
+
+@pytest.fixture
+def bench():
+    spec = importlib.util.spec_from_file_location("suite_cost_benchmark", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_busy_seconds_count_up(bench):
+    before = bench.busy_seconds()
+    sum(i * i for i in range(200_000))  # some CPU
+    assert bench.busy_seconds() >= before > 0
+
+
+def test_files_are_written_costliest_first_and_a_failing_file_fails_the_run(bench, tmp_path, monkeypatch, capsys):
+    costs = {"tests/a.py": (1.0, 2.0, 0), "tests/b.py": (3.0, 9.5, 1), "tests/c.py": (0.5, 0.4, 5)}
+    asked = []
+
+    def cost_of(*args):
+        asked.append(args)
+        return costs[args[-1]]
+
+    monkeypatch.setattr(bench, "cost_of", cost_of)
+    out = tmp_path / "cost.csv"
+    assert bench.main(["--out", str(out), *costs]) == 1  # b.py failed
+    assert asked == [(name,) for name in costs]
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["file"] for r in rows] == ["tests/b.py", "tests/a.py", "tests/c.py"]
+    assert rows[0] == {"file": "tests/b.py", "wall_s": "3.0", "busy_cpu_s": "9.5", "exit_code": "1"}
+    assert "total: 11.9 CPU s over 3 files" in capsys.readouterr().out
+    costs["tests/b.py"] = (3.0, 9.5, 0)
+    assert bench.main(["--out", str(out), *costs]) == 0  # exit 5 (no test in a file) is no failure
+
+
+def test_suite_runs_the_readme_commands_pytest_arguments(bench, monkeypatch, capsys):
+    asked = []
+    monkeypatch.setattr(bench, "cost_of", lambda *args: asked.append(args) or (10.0, 18.0, 0))
+    assert bench.main(["--suite"]) == 0
+    assert asked == [("-n", "2", "--dist", "loadgroup")]
+    readme = (PATH.parents[1] / "README.md").read_text()
+    assert "python -m pytest -q -n 2 --dist loadgroup" in readme  # the arguments are the README command's
+    assert "10.0 s wall, machine busy 18.0 CPU s" in capsys.readouterr().out
