@@ -21,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from paradyse_lab.atomic_write import atomic_open, check_output_file
+from paradyse_lab.errors import UserInputError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Path("/proc/stat").is_file():
         print("suite_cost_benchmark: error: needs Linux's /proc/stat", file=sys.stderr)
         return 2
+    try:  # a bad --out is named now, not after the runs; never written through a device node or over a folder
+        check_output_file(args.out)
+    except UserInputError as err:
+        print(f"suite_cost_benchmark: error: {err}", file=sys.stderr)
+        return 2
     if args.suite:
         wall, cpu, code = cost_of(*SUITE_ARGS)
         print(f"suite (pytest {' '.join(SUITE_ARGS)}): {wall:.1f} s wall, machine busy {cpu:.1f} CPU s of "
@@ -67,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"file": str(path), "wall_s": round(wall, 1), "busy_cpu_s": round(cpu, 1), "exit_code": code})
         print(f"[{i}/{len(files)}] {path}: {wall:.1f} s wall, {cpu:.1f} CPU s, exit {code}", file=sys.stderr)
     rows.sort(key=lambda r: -r["busy_cpu_s"])
-    with open(args.out, "w", newline="") as f:
+    with atomic_open(args.out) as f:  # replaced whole once written; a symbolic link stays, written through
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

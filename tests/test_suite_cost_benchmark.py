@@ -55,3 +55,17 @@ def test_suite_runs_the_readme_commands_pytest_arguments(bench, monkeypatch, cap
     readme = (PATH.parents[1] / "README.md").read_text()
     assert "python -m pytest -q -n 2 --dist loadgroup" in readme  # the arguments are the README command's
     assert "10.0 s wall, machine busy 18.0 CPU s" in capsys.readouterr().out
+
+
+def test_an_out_that_is_a_device_or_a_folder_is_one_line_before_any_run(bench, tmp_path, monkeypatch, capsys):
+    asked = []
+    monkeypatch.setattr(bench, "cost_of", lambda *args: asked.append(args) or (1.0, 1.0, 0))
+    for out in ("/dev/null", str(tmp_path)):
+        assert bench.main(["--out", out, "tests/a.py"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("suite_cost_benchmark: error: --out ") and err.count("\n") == 1, err
+    assert asked == []
+    link = tmp_path / "link.csv"
+    link.symlink_to(tmp_path / "target.csv")
+    assert bench.main(["--out", str(link), "tests/a.py"]) == 0
+    assert link.is_symlink() and (tmp_path / "target.csv").read_text().startswith("file,wall_s")
