@@ -12,9 +12,9 @@ longest document, `documents` and `tokens` what it trains.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from paradyse_lab.costmodel.head_loss import head_cost_models
@@ -25,6 +25,9 @@ from paradyse_lab.strategies import USABLE, layout_unit, step_length
 from paradyse_lab.strategies import options as make_options
 from paradyse_lab.workloads import Workload
 from simulator.shared import problem as shared_problem
+
+if TYPE_CHECKING:  # pandas (a second of start-up) only where a simulation returns its rows: not for `train`
+    import pandas as pd
 
 ROW_COLUMNS = ("step", "seq_len", "padded_len", "documents", "tokens", "policy", "plan_counts", "plan",
                "predicted_time_s", "charged_time_s", "cumulative_time_s", "peak_bytes", "budget_bytes", "oom",
@@ -185,4 +188,6 @@ def simulate(workload: Workload, policy, charger: Charger, batch: int = 1,
             break
         charger.commit(names, padded, batch)
         previous_plan = names
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))

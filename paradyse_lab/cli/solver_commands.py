@@ -169,11 +169,11 @@ def run_plan(args) -> int:
     from paradyse_lab.app.max_length import plan_length
     from solvers import get_solver
 
-    solver = get_solver(args.solver)
     heads = plan_heads(args)
     if args.max_length:
-        return run_max_length(args, solver, heads)
+        return run_max_length(args, get_solver(args.solver), heads)
     built = {head: build_problem(args, head=head) for head in heads}  # bad input is refused here
+    solver = get_solver(args.solver)  # after the input checks: the dp solver loads its compiled kernels (~1 s)
     planned = plan_length(lambda _seq, head: built[head][0], solver, 0, heads)
     problem, what = planned.problem, built[planned.head][1]
     title = (f"{args.model}, {what}, {args.granularity} granularity, {problem.num_decisions} decisions x "

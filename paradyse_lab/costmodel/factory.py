@@ -11,8 +11,7 @@ Example: `paradyse-lab cost --model gpt --seq 4K --cost-model calibrated`.
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
@@ -20,7 +19,9 @@ from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.profiles import default_profile, profile_sources
+
+if TYPE_CHECKING:  # pandas (a second of start-up) only where a profile is read: never for `analytic` or `paper`
+    import pandas as pd
 
 __all__ = ["COST_MODEL_NAMES", "LEARNED_KINDS", "build_cost_model", "calibrate_on_file", "calibration_profile",
            "check_profile_device", "cost_model_label", "needs_profile"]
@@ -35,7 +36,7 @@ def calibration_profile(device: str) -> Path:
     """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
     node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
     from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
-    from paradyse_lab.profiles import PAPER_PROFILE
+    from paradyse_lab.profiles import PAPER_PROFILE, default_profile
 
     path = default_profile(device)
     if path.name.startswith("measured"):
@@ -58,6 +59,7 @@ def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
     from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
     from paradyse_lab.costmodel.learned_fit import cached_fit_on_file
+    from paradyse_lab.profiles import profile_sources
 
     def fit(df: pd.DataFrame) -> ClusterSpec:
         check_profile_device(df, cluster, path)
@@ -99,6 +101,7 @@ def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: in
     """A learned kind fitted on `profiles`, or the fitted model saved in the .joblib file `name`."""
     from paradyse_lab.costmodel import regressors
     from paradyse_lab.costmodel.learned_fit import FittedProfiles, LearnedCostModel, fit_profile_file
+    from paradyse_lab.profiles import default_profile
 
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.device)

@@ -7,7 +7,7 @@ attention.csv and one profile per model, DIR/<device-kind>_<model>.csv: 8 files)
     python -m paradyse_lab.app.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
 It imports only torch, numpy, pandas, networkx, tqdm and pytest (with pytest-timeout and hypothesis for the
-GPU tests): paradyse_lab imports pandas and networkx at import time, never scikit-learn, OR-Tools or
+GPU tests): paradyse_lab imports pandas and networkx where it uses them, never scikit-learn, OR-Tools or
 matplotlib on these paths, so a machine with a CUDA build of torch needs no install of this package (run it
 from a checkout, `PYTHONUNBUFFERED=1` to see progress). Without flash-attn, attention runs PyTorch's fused
 flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e ".[gpu]"`) they say

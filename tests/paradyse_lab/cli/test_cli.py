@@ -62,24 +62,45 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, match):
     assert match in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_console_script_exits_2_without_traceback():
+def test_plan_refuses_bad_input_before_building_its_solver(capsys, monkeypatch):
+    """`plan` checks its input (here a --budget-gb beyond range) before it builds the solver, whose start-up
+    (the dp solver's compiled kernels) takes a second."""
+    import solvers
+
+    built: list[str] = []
+    monkeypatch.setattr(solvers, "get_solver", built.append)
+    code, out, err = run(capsys, "plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "1e30")
+    assert code == 2 and "--budget-gb" in err and built == []
+
+
+@pytest.fixture(scope="module")
+def console_help():
+    """`python -X importtime -m paradyse_lab --help` run once: the console entry's help on stdout, and on stderr
+    (-X importtime) every module the process imported."""
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "paradyse_lab", "--help"], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_console_script_exits_2_without_traceback(console_help):
     proc = subprocess.run([sys.executable, "-m", "paradyse_lab", "cost", "--model", "x", "--seq", "8"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid:" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "paradyse_lab", "--help"], capture_output=True, text=True)
-    assert proc.returncode == 0 and "cost" in proc.stdout
+    assert console_help.returncode == 0 and "cost" in console_help.stdout
 
 
-def test_building_the_parser_loads_no_heavy_library():
-    """`paradyse-lab --help` builds the whole parser (a command, its own module's part): it must not load
-    scikit-learn, scipy, joblib, pandas or torch (they cost seconds of start-up; each command imports what it
-    needs when it runs)."""
-    code = ("import sys; from paradyse_lab.cli import build_parser; build_parser(); "
-            "print(' '.join(m for m in ('sklearn', 'scipy', 'joblib', 'pandas', 'torch') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [], f"loaded while building the parser: {done.stdout}"
+def test_building_the_parser_loads_no_heavy_library(console_help):
+    """`paradyse-lab --help` builds the whole parser (every command, each its own module's part): it must not
+    load scikit-learn, scipy, joblib, pandas or torch (they cost seconds of start-up; each command imports what
+    it needs when it runs). The modules loaded: what `-X importtime` lists (one line per module, its name last)."""
+    from paradyse_lab.cli import COMMAND_MODULES
 
+    assert console_help.returncode == 0, console_help.stderr[-2000:]
+    assert all(name in console_help.stdout for names in COMMAND_MODULES.values() for name in names)  # every command
+    loaded = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in console_help.stderr.splitlines()
+              if line.startswith("import time:") and line.count("|") == 2}
+    assert "paradyse_lab" in loaded and "argparse" in loaded  # the listing is read
+    heavy = [m for m in ("sklearn", "scipy", "joblib", "pandas", "torch") if m in loaded]
+    assert heavy == [], f"loaded while building the parser: {heavy}"
 
 
 def _help_text(parser, name: str) -> str:
