@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel import formulas as F
@@ -40,6 +40,9 @@ from paradyse_lab.strategies import layout_unit, pad_to_unit
 from simulator import group_planner as G
 from simulator import shared
 from simulator.planner import Planner, build_planner
+
+if TYPE_CHECKING:  # pandas (a second of start-up) only where a run's rows are made: not for `train`'s groups
+    import pandas as pd
 
 RING_POLICY = "static:megatron_cz"
 """Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""
@@ -285,6 +288,8 @@ def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: Grou
             "sync_s": float(choice.sync_s) if choice else 0.0,
             "step_time_s": float(choice.step_s) if choice else 0.0, "lower_bound_s": bound, "plan_ms": plan_ms,
         })
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
