@@ -325,7 +325,7 @@ def hf_case(rank: int, p: int, group) -> None:
 
 def bad_input_case(rank: int, p: int, group) -> None:
     """Clear errors: plan of the wrong length, unknown / unusable names, unsplittable lengths and heads."""
-    cfg = config()
+    cfg = config(layers=MODEL_LAYERS)  # a plan of 4 names is one per sub-layer; 3 and 5 fit no count
     model = ParallelGPT(cfg, group)
     ids = torch.zeros(1, S // p, dtype=torch.long)
 
@@ -345,7 +345,7 @@ def bad_input_case(rank: int, p: int, group) -> None:
         expect(f"multiple of {2 * p}", lambda: model(torch.zeros(1, 3, dtype=torch.long), ["metp"] * 4))
         expect(f"multiple of {2 * p}", lambda: shard_sequence(torch.zeros(1, 3 * p), 1, group))
     if p == 4:  # 6 heads do not split over 4 ranks; the ZeRO-3 ring strategy does not need it
-        narrow = ParallelGPT(config(heads=6), group)
+        narrow = ParallelGPT(config(heads=6, layers=MODEL_LAYERS), group)
         expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["ulysses_z"] * 4))
         expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["megatron_ts"] * 4))
         with torch.no_grad():
