@@ -95,6 +95,7 @@ def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None = None) -> tuple[t
         grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
         ref.zero_grad()
         _REFERENCE_RUNS[ref] = (ids, labels, logits.detach(), loss.detach(), grads)
+    assert ids is None or torch.equal(ids, _REFERENCE_RUNS[ref][0]), "the reference ran on other ids"
     return _REFERENCE_RUNS[ref]
 
 
