@@ -503,9 +503,9 @@ ONE_SUBLAYER_AT = (2,)
 """World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2, 3 and 4
 every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
 against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
-the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*; at p = 1, 2 and 3
-model-sublayer-plans-causal, at p = 4 the per-sub-layer plans of model-tiled-offload-mixed-causal; at p = 4 also
-one strategy throughout, model-*-causal). The `-tiled-offload` and
+the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*: one name per
+sub-layer when causal, one per layer when bidirectional; at p = 4 also one strategy throughout, model-*-causal).
+The `-tiled-offload` and
 `-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
 PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
 """World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
@@ -557,23 +557,17 @@ for _causal in (True, False):
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
         CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * MODEL_LAYERS], _causal)  # and its attention
         ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # above; p = 1, 2 and 3: every strategy in the mixed plans below
-# causal: one name per sub-layer, then one strategy by layer throughout (a plan that never switches);
-# bidirectional: the 16 (strategy, recompute, kind) sub-layers by layer
-CASES["model-mixed-switching-causal"] = model_case([*SWITCHING_PLANS, ["megatron_cz", "megatron_cz"]], True)
+# causal: one name per sub-layer, then one strategy by sub-layer with recompute on its MLPs alone, and one by layer
+# throughout (plans that never switch strategy); bidirectional: the 16 (strategy, recompute, kind) sub-layers by layer
+CASES["model-mixed-switching-causal"] = model_case([*SWITCHING_PLANS, ["metp", "metp+recompute"] * MODEL_LAYERS,
+                                                    ["megatron_cz", "megatron_cz"]], True)
 CASES["model-mixed-switching-bidir"] = model_case(_per_layer(SWITCHING_PLANS[:2]), False)
-CASES["model-sublayer-plans-causal"] = model_case([  # one name per sub-layer: attention, MLP of each layer
-    ["megatron_ts", "metp+recompute", "megatron_cz", "ulysses_z"],
-    ["ulysses_z+recompute", "megatron_ts", "metp", "megatron_cz+recompute"],
-    ["metp", "metp+recompute"] * MODEL_LAYERS,
-])
 for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"]),
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
     # (one name per sub-layer of MODEL_LAYERS)
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
 ONLY_AT[f"tiled-loss-{S}-mixed-causal"] = (1, 2, 3)  # p = 4: the uneven tiles above; one tile is p's token count
-ONLY_AT["model-sublayer-plans-causal"] = (1, 2, 3)  # p = 4: the per-sub-layer plans of model-tiled-offload-mixed-causal
-# and llama-hf-logits-and-grads-* (every strategy, one name per sub-layer)
 CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
     ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
     ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
