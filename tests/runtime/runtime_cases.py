@@ -1,7 +1,8 @@
 """Cases run on every rank of one gloo process group (dist_harness.py); test_distributed.py runs them.
 
 Run: `python -m pytest -q tests/runtime`. Shapes: gpt2-tiny (h 96, 12 heads, 4 layers, vocab 512) in fp32,
-b = 2, s = 48 (divisible by 2p for p = 1..4). Every case compares against the single-device reference
+b = 2, s = 48 (divisible by 2p for p = 1..4); the whole-model cases whose plans name a strategy per sub-layer
+use 2 of its layers (MODEL_LAYERS). Every case compares against the single-device reference
 with torch.testing.assert_close and compares the bytes comm.py counted with the analytic schedule.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import weakref
 
 import grad_reduce_cases
 import optim_cases
@@ -36,10 +39,16 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 """fp32, tight: the parallel sums run in another order than the reference's."""
 
 
-def config(causal: bool = True, heads: int | None = None) -> GPTConfig:
+def config(causal: bool = True, heads: int | None = None, layers: int | None = None) -> GPTConfig:
     spec = PRESETS["gpt2-tiny"]
     return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden,
-                     heads=heads or spec.heads, layers=spec.layers, causal=causal)
+                     heads=heads or spec.heads, layers=layers or spec.layers, causal=causal)
+
+
+MODEL_LAYERS = 2
+"""Layers of the whole-model cases whose plans give one name per sub-layer (attention, MLP of layer 0, then of
+layer 1): four sub-layers hold the four strategies, so a plan still runs every strategy and switches at every
+sub-layer, at half the sub-layers (and collectives) of gpt2-tiny's 4 layers."""
 
 
 def random_state(cfg: GPTConfig, seed: int = 7) -> dict[str, torch.Tensor]:
@@ -55,6 +64,39 @@ def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int, seq: int = S
     for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), seq, B, p).collectives:
         out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {k: v for k, v in out.items() if v}
+
+
+@functools.cache
+def reference(cfg: GPTConfig) -> tuple[dict[str, torch.Tensor], ReferenceGPT]:
+    """(`random_state(cfg)`, the single-device reference with those weights), built once per rank and config and
+    shared by the cases of the rank, which only read them (no case steps the reference or writes the state)."""
+    sd = random_state(cfg)
+    ref = ReferenceGPT(cfg)
+    ref.load_state_dict(sd)
+    return sd, ref
+
+
+_REFERENCE_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Reference model -> its `reference_run` (computed once per model: `reference` shares the models)."""
+
+
+def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """(ids, labels, logits, loss, {name: gradient}) of `ref` on the cases' seeded [B, S] batch, or on `ids` with
+    its seeded labels (those of the first 5 positions of sequence 0 ignored), computed once per reference model."""
+    if ref not in _REFERENCE_RUNS:
+        gen = torch.Generator().manual_seed(11)
+        drawn = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+        ids = drawn if ids is None else ids
+        labels = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+        labels[0, :5] = -100
+        ref.zero_grad()
+        logits, loss = ref(ids, labels)
+        loss.backward()
+        grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
+        ref.zero_grad()
+        _REFERENCE_RUNS[ref] = (ids, labels, logits.detach(), loss.detach(), grads)
+    assert ids is None or torch.equal(ids, _REFERENCE_RUNS[ref][0]), "the reference ran on other ids"
+    return _REFERENCE_RUNS[ref]
 
 
 def grad_of(q: torch.Tensor) -> torch.Tensor:
@@ -74,7 +116,7 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
     def case(rank: int, p: int, group) -> None:
         cfg = config(causal)
         prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
-        full = {n: v for n, v in random_state(cfg).items() if n.startswith(prefix)}
+        full = {n: v for n, v in reference(cfg)[0].items() if n.startswith(prefix)}
         full = {n.rpartition(".")[2]: v for n, v in full.items()}
         gen = torch.Generator().manual_seed(3)
         x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
@@ -118,20 +160,15 @@ of a rank's b = 2 sequences."""
 # --- the whole model -------------------------------------------------------------------------------------
 
 def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group, loss_tile: int = 0,
-                 mlp_tile: int = 0) -> None:
+                 mlp_tile: int = 0, hf: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """Run each plan on `model` (one after another, as training steps) and compare with `ref`; `loss_tile` > 0:
     with the tiled loss (runtime/tiled_loss.py), which returns no logits; `mlp_tile`: the positions per chunk of
     `+tiled` MLPs (0: ALST's rule). The bytes each `+offload` sub-layer moved to host memory and back are the
-    cost model's (`check_offloaded`)."""
+    cost model's (`check_offloaded`). `hf`: (ids, transformers' logits on them): the steps run on those ids and
+    each plan's logits also equal transformers' (fp32, 1e-4)."""
     cfg = model.cfg
-    gen = torch.Generator().manual_seed(11)
-    ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
-    labels = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
-    labels[0, :5] = -100
-    ref.zero_grad()
-    logits_r, loss_r = ref(ids, labels)
-    loss_r.backward()
-    ref_grads = shard_state_dict({n: grad_of(q) for n, q in ref.named_parameters()}, rank, p, model.vocab_parallel)
+    ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None)
+    ref_grads = shard_state_dict(full_grads, rank, p, model.vocab_parallel)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
         model.zero_grad()
@@ -145,8 +182,11 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         if loss_tile or model.vocab_parallel:
             assert logits is None
         else:
-            assert_close(gather_sequence(logits.detach(), 1, group), logits_r.detach(), **TOL)
-        assert_close(loss.detach(), loss_r.detach(), **TOL)
+            gathered = gather_sequence(logits.detach(), 1, group)
+            assert_close(gathered, logits_r, **TOL)
+            if hf:
+                assert_close(gathered, hf[1], rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
+        assert_close(loss.detach(), loss_r, **TOL)
         for n, q in model.named_parameters():
             assert_close(grad_of(q), ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
         # every byte belongs to a sub-layer, the embedding or the loss: switching moves nothing
@@ -214,18 +254,18 @@ def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> N
             assert back[tag] == offloaded[i + 1], (tag, back)
 
 
-def reference_and_model(causal: bool, group):
-    """(config, full state dict, the single-device reference, the model sharded over `group`), same weights."""
-    cfg = config(causal)
-    sd = random_state(cfg)
-    ref = ReferenceGPT(cfg)
-    ref.load_state_dict(sd)
+def reference_and_model(causal: bool, group, layers: int | None = None):
+    """(config, full state dict, the single-device reference, the model sharded over `group`), same weights;
+    `layers` of gpt2-tiny (None: all 4)."""
+    cfg = config(causal, layers=layers)
+    sd, ref = reference(cfg)
     return cfg, sd, ref, ParallelGPT(cfg, group, state_dict=sd)
 
 
-def model_case(plans, causal: bool = True, loss_tile: int = 0, mlp_tile: int = 0):
+def model_case(plans, causal: bool = True, loss_tile: int = 0, mlp_tile: int = 0, layers: int | None = MODEL_LAYERS):
+    """The whole model (`layers` of gpt2-tiny; None: all 4) under `plans` against the reference (`_check_model`)."""
     def case(rank: int, p: int, group) -> None:
-        _, sd, ref, model = reference_and_model(causal, group)
+        _, sd, ref, model = reference_and_model(causal, group, layers)
         full = model.full_state_dict()  # gathering the shards gives back the full state dict
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
         _check_model(model, ref, plans, rank, p, group, loss_tile, mlp_tile)
@@ -237,9 +277,7 @@ def llama_techniques_case(rank: int, p: int, group) -> None:
     strategy the GQA rule allows at this p, block and sub-layer plans: logits, loss, gradients and bytes
     (`_check_model`)."""
     cfg = llama_config(2)
-    sd = random_state(cfg)
-    ref = ReferenceGPT(cfg)
-    ref.load_state_dict(sd)
+    sd, ref = reference(cfg)
     names = feasible(cfg, p)
     n = len(names)
     plans = [[names[0] + "+recompute+tiled+offload", names[1 % n] + "+tiled"],
@@ -288,7 +326,7 @@ def hf_case(rank: int, p: int, group) -> None:
 
 def bad_input_case(rank: int, p: int, group) -> None:
     """Clear errors: plan of the wrong length, unknown / unusable names, unsplittable lengths and heads."""
-    cfg = config()
+    cfg = config(layers=MODEL_LAYERS)  # a plan of 4 names is one per sub-layer; 3 and 5 fit no count
     model = ParallelGPT(cfg, group)
     ids = torch.zeros(1, S // p, dtype=torch.long)
 
@@ -308,7 +346,7 @@ def bad_input_case(rank: int, p: int, group) -> None:
         expect(f"multiple of {2 * p}", lambda: model(torch.zeros(1, 3, dtype=torch.long), ["metp"] * 4))
         expect(f"multiple of {2 * p}", lambda: shard_sequence(torch.zeros(1, 3 * p), 1, group))
     if p == 4:  # 6 heads do not split over 4 ranks; the ZeRO-3 ring strategy does not need it
-        narrow = ParallelGPT(config(heads=6), group)
+        narrow = ParallelGPT(config(heads=6, layers=MODEL_LAYERS), group)
         expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["ulysses_z"] * 4))
         expect("heads (6) must be divisible by p (4)", lambda: narrow(ids, ["megatron_ts"] * 4))
         with torch.no_grad():
@@ -374,15 +412,11 @@ def llama_hf_case(kv_heads: int):
 
 
 def check_against_hf(model: ParallelGPT, plans, ids, want, rank: int, p: int, group) -> None:
-    """Logits under each plan equal transformers' `want` (fp32, 1e-4), then `_check_model` against the
-    single-device reference with the same weights (loss, every gradient, bytes)."""
-    for plan in plans:
-        with torch.no_grad():
-            got = gather_sequence(model(shard_sequence(ids, 1, group), plan), 1, group)
-        assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, plan=plan: f"{plan}: {m}")
+    """Logits under each plan on `ids` equal transformers' `want` (fp32, 1e-4), and loss, every gradient and the
+    bytes equal the single-device reference's with the same weights, in the same steps (`_check_model`)."""
     ref = ReferenceGPT(model.cfg)
     ref.load_state_dict(model.full_state_dict())
-    _check_model(model, ref, plans, rank, p, group)
+    _check_model(model, ref, plans, rank, p, group, hf=(ids, want))
 
 
 def llama_variants_hf_case(rank: int, p: int, group) -> None:
@@ -450,9 +484,7 @@ def llama_gqa_mlp_case(causal: bool):
         cfg = dataclasses.replace(llama_config(1), causal=causal)
         spec = cfg.model_spec("fp32")
         attn = [n for n in STRATEGIES if get_strategy(n).violation(spec, p, S, "attention") is None]
-        sd = random_state(cfg)
-        ref = ReferenceGPT(cfg)
-        ref.load_state_dict(sd)
+        sd, ref = reference(cfg)
         model = ParallelGPT(cfg, group, state_dict=sd)
         plans = [[attn[0], "megatron_ts", attn[-1] + "+recompute", "metp+recompute"]]  # attention, MLP per layer
         if not causal:
@@ -471,9 +503,9 @@ ONE_SUBLAYER_AT = (2,)
 """World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2, 3 and 4
 every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
 against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
-the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*; at p = 1, 2 and 3
-model-sublayer-plans-causal, at p = 4 the per-sub-layer plans of model-tiled-offload-mixed-causal; at p = 4 also
-one strategy throughout, model-*-causal). The `-tiled-offload` and
+the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*: one name per
+sub-layer when causal, one per layer when bidirectional; at p = 4 also one strategy throughout, model-*-causal).
+The `-tiled-offload` and
 `-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
 PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
 """World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
@@ -503,37 +535,48 @@ for _strategy in STRATEGIES:
     # the tiled MLP offloading its input, and the whole kept set of an attention (views, lse, shared storages)
     CASES[f"sublayer-{_strategy}-mlp-tiled-offload"] = sublayer_case(_strategy, "mlp", True, False, True, True)
     CASES[f"sublayer-{_strategy}-attention-offload"] = sublayer_case(_strategy, "attention", True, False, offload=True)
+SWITCHING_PLANS = (  # on MODEL_LAYERS = 2 layers: each strategy with and without recompute on each kind
+    ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
+    ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
+    ["megatron_cz+recompute", "megatron_ts", "metp+recompute", "ulysses_z"],
+    ["ulysses_z+recompute", "metp", "megatron_ts+recompute", "megatron_cz"],
+)
+"""Four plans of one name per sub-layer (attention, MLP of layer 0, then of layer 1): every strategy runs an
+attention and an MLP sub-layer with and without recompute, and the strategy changes at every sub-layer. The first
+two, read as plans of one name per layer (`_per_layer`), run the same 16 (strategy, recompute, kind) sub-layers
+and change the strategy at every layer."""
+
+
+def _per_layer(plans) -> list[list[str]]:
+    """Each 4-name plan as two plans of one name per layer of MODEL_LAYERS = 2: its (1st, 2nd) and (3rd, 4th)."""
+    return [plan[i:i + 2] for plan in plans for i in (0, 2)]
+
+
 for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
-        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * 4], _causal)  # and its attention above
-        ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # p = 1, 2 and 3: every strategy in the mixed plans below
-    CASES[f"model-mixed-switching-{_tag}"] = model_case([
-        ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
-        ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"],
-        ["megatron_cz", "megatron_cz", "metp", "megatron_ts"],
-    ], _causal)
-CASES["model-sublayer-plans-causal"] = model_case([  # one name per sub-layer: attention, MLP of each layer
-    ["megatron_ts", "metp+recompute", "megatron_cz", "ulysses_z", "ulysses_z+recompute", "megatron_ts",
-     "metp", "megatron_cz+recompute"],
-    ["metp", "metp+recompute"] * 4,
-])
+        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * MODEL_LAYERS], _causal)  # and its attention
+        ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # above; p = 1, 2 and 3: every strategy in the mixed plans below
+# causal: one name per sub-layer, then one strategy by sub-layer with recompute on its MLPs alone, and one by layer
+# throughout (plans that never switch strategy); bidirectional: the 16 (strategy, recompute, kind) sub-layers by layer
+CASES["model-mixed-switching-causal"] = model_case([*SWITCHING_PLANS, ["metp", "metp+recompute"] * MODEL_LAYERS,
+                                                    ["megatron_cz", "megatron_cz"]], True)
+CASES["model-mixed-switching-bidir"] = model_case(_per_layer(SWITCHING_PLANS[:2]), False)
 for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"]),
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
+    # (one name per sub-layer of MODEL_LAYERS)
     CASES[f"tiled-loss-{_tile}-mixed-causal"] = model_case([_plan], True, loss_tile=_tile)
 ONLY_AT[f"tiled-loss-{S}-mixed-causal"] = (1, 2, 3)  # p = 4: the uneven tiles above; one tile is p's token count
-ONLY_AT["model-sublayer-plans-causal"] = (1, 2, 3)  # p = 4: the per-sub-layer plans of model-tiled-offload-mixed-causal
-# and llama-hf-logits-and-grads-* (every strategy, one name per sub-layer)
 CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with each technique, 5 positions a chunk
     ["megatron_ts+tiled", "megatron_cz+recompute+tiled+offload", "ulysses_z+offload", "metp+recompute+tiled"],
     ["metp+tiled+offload", "ulysses_z+recompute+offload", "megatron_cz+tiled", "megatron_ts+recompute+tiled+offload"],
     ["megatron_ts+offload", "metp+tiled", "megatron_cz+recompute+offload", "ulysses_z+tiled+offload",
      "ulysses_z+recompute", "megatron_cz+tiled", "metp+offload", "megatron_ts+tiled+offload"],
-], mlp_tile=TILE)
+], mlp_tile=TILE, layers=None)  # gpt2-tiny's 4 layers: each option on both kinds of sub-layer
 CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(positions / hidden) chunks (one here)
     ["metp+tiled", "megatron_cz+tiled+offload", "ulysses_z+recompute+tiled", "megatron_ts+tiled"],
-])
+], layers=None)
 ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
 CASES["llama-tiled-offload"] = llama_techniques_case
 
@@ -550,17 +593,15 @@ def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: b
     def case(rank: int, p: int, group) -> None:
         from paradyse_lab.costmodel.vocab_parallel import vocab_state_params
 
-        cfg = dataclasses.replace(llama_config(2), tied=tied) if llama else config(True)
-        sd = random_state(cfg)
-        ref = ReferenceGPT(cfg)
-        ref.load_state_dict(sd)
+        cfg = dataclasses.replace(llama_config(2), tied=tied) if llama else config(True, layers=MODEL_LAYERS)
+        sd, ref = reference(cfg)
         model = ParallelGPT(cfg, group, state_dict=sd, vocab_parallel=True)
         assert model.wte.shape[0] == -(-cfg.vocab_size // p)
         outside = sum(q.numel() for n, q in model.named_parameters() if not n.startswith("layers."))
         assert outside == vocab_state_params(cfg.model_spec("fp32"), p), outside
         full = model.full_state_dict()
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
-        plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute
+        plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute, per sub-layer
             ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
             ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"]][gpt2_plan]]
         _check_model(model, ref, plans, rank, p, group, loss_tile)
@@ -628,13 +669,13 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         seq, cu = pack.padded_len, cu_seqlens(pack)
         assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
-        full = {n.rpartition(".")[2]: v for n, v in random_state(cfg).items() if n.startswith("layers.2.attn.")}
+        full = {n.rpartition(".")[2]: v for n, v in reference(cfg)[0].items() if n.startswith("layers.2.attn.")}
         gen = torch.Generator().manual_seed(5)
         x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
         xr = x.clone().requires_grad_()
         pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack)).backward(dy)
-        yr = reference_sublayer(x, full, "attention", cfg, cu_seqlens(pack))
+        yr = reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack))
+        yr.backward(dy)
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
@@ -664,9 +705,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
 
         if llama_kv:
             cfg = llama_config(llama_kv)
-            sd = random_state(cfg)
-            ref = ReferenceGPT(cfg)
-            ref.load_state_dict(sd)
+            sd, ref = reference(cfg)
             model = ParallelGPT(cfg, group, state_dict=sd)
             names = feasible(cfg, p)
             runs = [[names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "") for i in range(cfg.layers)]
