@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from matplotlib.colors import is_color_like
 from source_trees import parsed
 
 from paradyse_lab.costmodel.schedules import SCHEDULES
@@ -28,6 +27,8 @@ DATA_TABLES = {
 
 
 def test_every_usable_strategy_has_its_parts_in_the_catalog():
+    from matplotlib.colors import is_color_like  # here: no matplotlib import at collection
+
     entries = [CATALOG[name] for name in USABLE]
     for s in entries:
         assert s.paper_name and s.abbreviation and is_color_like(s.color) and s.layout == "unified"

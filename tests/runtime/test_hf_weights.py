@@ -18,7 +18,12 @@ from runtime.layout import shard_state_dict
 from runtime.model import ParallelGPT
 from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict
 
-pytest.importorskip("transformers")
+
+@pytest.fixture(autouse=True, scope="module")
+def needs_transformers():
+    """Skip without transformers; imported here, not at collection: a pytest worker that runs none of these
+    tests does not pay its import (about 1.5 CPU s)."""
+    pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
