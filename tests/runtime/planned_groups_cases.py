@@ -28,10 +28,11 @@ BUDGET_GIB = 0.0052
 GPU alone (the planner gives the sizes of `BATCHES` from 0.0046 to 0.0058 GiB)."""
 BATCHES = {(8, 8, 8, 8): (1, 1, 1, 1), (128, 8, 8, 8): (2, 1, 1), (128, 128, 128, 128): (2, 2)}
 """Global batch (sequence lengths) -> the group sizes the planner gives it under `BUDGET_GIB`."""
-TRAIN_BUDGET_GIB = 0.0095
-"""The same for the 4-layer fp32 gpt2-tiny of the `train` runs (sizes as `BATCHES` from 0.009 to 0.010 GiB)."""
-TRAIN_LENGTHS = (8,) * 7 + (128,) * 5
-"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 128 (2/1/1), 128x4 (2/2)."""
+TRAIN_BUDGET_GIB = 0.00036
+"""The same for the micro GPT-2 of the `train` runs (runtime_cases.py `_micro_gpt2_config`, 64 positions) and
+`TRAIN_LENGTHS` (sizes as there from 0.00028 to 0.00046 GiB)."""
+TRAIN_LENGTHS = (8,) * 7 + (64,) * 5
+"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 64 (2/1/1), 64x4 (2/2)."""
 
 
 def _short() -> GPTConfig:
@@ -62,16 +63,18 @@ def planned_steps_case(rank: int, p: int, group) -> None:
 def train_planned_groups_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
     import torch.distributed as dist
+    from runtime_cases import _micro_gpt2_config
 
     from paradyse_lab.app.training import train
 
     root = _shared_tmpdir(rank, p, group)
+    model = _micro_gpt2_config(root, rank, p, group, 96)  # the sizes are the subject, not the model's
     lengths = os.path.join(root, "lengths.txt")
     if rank == 0:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
     dist.barrier(group=group)
-    common = {"model": "gpt2-tiny", "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 128,
+    common = {"model": model, "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 64,
               "global_batch": 4, "progress": False}
     planned = train(TrainOptions(**common, groups="sized", budget_gib=TRAIN_BUDGET_GIB), group)
     sizes = [row["plan"].split(":")[0] for row in planned]
