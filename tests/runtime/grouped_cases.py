@@ -263,7 +263,6 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     import torch.distributed as dist
     from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
-
     root = _shared_tmpdir(rank, p, group)  # a micro GPT-2 (2 layers, h 24, 12 heads): the group sizes are the subject
     lengths = os.path.join(root, "lengths.txt")  # 2 steps of 4 sequences; packed: 4 packs of 2 (first-fit in 64)
     if rank == 0:

@@ -1017,7 +1017,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
     """`train --pack-tokens 96` (gloo, p = 2; a micro GPT-2, `_micro_gpt2_config`, dynamic:dp, AdamW): every step
     is a pack of several of the length file's documents, every document padded to 2p (a pack: at most 96 tokens
-    plus 2p - 1 per document), and the loss falls over 4 passes over the 3 packs (the last pass's mean 1.2 below
+    plus 2p - 1 per document), and the loss falls over 4 passes over the 3 packs (the last pass's mean 1.0 below
     the first's here)."""
     import os
 
