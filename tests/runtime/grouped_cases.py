@@ -45,8 +45,10 @@ offloaded activations."""
 
 
 def _cfg() -> GPTConfig:
-    spec = PRESETS["gpt2-tiny"]  # 12 heads: whole heads in every rank's 1/4 block
-    return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden, heads=spec.heads,
+    """gpt2-tiny's 12 heads (whole heads in every rank's 1/4 block) at half its width and a quarter of its vocabulary:
+    the groups are the subject, not the size."""
+    spec = PRESETS["gpt2-tiny"]
+    return GPTConfig(vocab_size=spec.vocab_size // 4, max_positions=64, hidden=spec.hidden // 2, heads=spec.heads,
                      layers=LAYERS, causal=True)
 
 
