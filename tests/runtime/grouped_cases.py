@@ -184,14 +184,14 @@ def grouped_refusals_case(rank: int, p: int, group) -> None:
         assert "the world has 4" in str(err), err
 
 
-def _train_sizes(common: dict, sizes, group, extra: dict[int, dict] | None = None) -> dict[int, list[dict]]:
-    """`train` with `common` options (and `extra[size]`'s) at every --group-size in `sizes`: size -> log."""
+def _train_sizes(common: dict, sizes, group) -> dict[int, list[dict]]:
+    """`train` with `common` options at every --group-size in `sizes`: size -> log."""
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
 
     logs = {}
     for size in sizes:
-        logs[size] = train(TrainOptions(group_size=size, **common, **(extra or {}).get(size, {})), group)
+        logs[size] = train(TrainOptions(group_size=size, **common), group)
         assert all(row["plan"].startswith(f"groups {'/'.join([str(size)] * (4 // size))}: ") for row in logs[size])
     return logs
 
@@ -244,8 +244,9 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
     sequences and with packs of documents, and with the groups of 2, 1 and 1 a group planner gives; a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
-    re-shard) and ends where the unbroken run does. The six runs make the step meshes at most once in this
-    process (`StepMeshes.shared`: a mesh is a collective opening connections)."""
+    re-shard) and ends where the unbroken run of groups of one does (loss, gradient norm, held-out loss). The six
+    runs make the step meshes at most once in this process (`StepMeshes.shared`: a mesh is a collective opening
+    connections)."""
     from unittest import mock
 
     made, real_init = [], StepMeshes.__init__
@@ -274,8 +275,9 @@ def _train_global_batch(rank: int, p: int, group) -> None:
               "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}
     evaluated = {**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}
-    ckpt = os.path.join(root, "c")  # the run of groups of two checkpoints every step: resumed below
-    logs = _train_sizes(evaluated, (1, 2), group, {2: {"checkpoint_dir": ckpt, "checkpoint_every": 1}})
+    ckpt = os.path.join(root, "c")  # the run of groups of two ends with a checkpoint: resumed below
+    ones = _train_sizes({**evaluated, "steps": 3}, (1,), group)[1]  # a step beyond: where the resumed run ends
+    logs = {1: ones[:2], **_train_sizes({**evaluated, "checkpoint_dir": ckpt}, (2,), group)}
     assert all(row["docs"] == 4 for row in logs[1])
     _same_runs(logs, "sequences")
     for log in logs.values():  # evaluated at the world size, with the world-size policy's plan
@@ -289,14 +291,10 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     packed = _train_sizes({**one_step, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
-    dist.barrier(group=group)
-    if rank == 0:  # set the step-2 checkpoint aside: resuming takes step 1's, the newest left
-        os.rename(os.path.join(ckpt, "step-000002"), os.path.join(root, "step-000002"))
-    dist.barrier(group=group)
-    resumed = _train_sizes({**evaluated, "checkpoint_dir": ckpt, "resume": True}, (1,), group)[1]
-    assert [r["step"] for r in resumed] == [2]
-    _same_runs({1: logs[2][1:], 2: resumed}, "resumed at another group size")
-    assert_close(resumed[-1]["eval_loss"], logs[2][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
+    resumed = _train_sizes({**evaluated, "steps": 3, "checkpoint_dir": ckpt, "resume": True}, (1,), group)[1]
+    assert [r["step"] for r in resumed] == [3]
+    _same_runs({1: ones[2:], 2: resumed}, "resumed at another group size")
+    assert_close(resumed[-1]["eval_loss"], ones[-1]["eval_loss"], rtol=1e-4, atol=1e-5)
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
