@@ -739,6 +739,23 @@ def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, pos
     return config
 
 
+def _micro_llama_config(root: str, rank: int, p: int, group) -> str:
+    """A micro LLaMA config.json under `root` (as `_micro_gpt2_config`): h 48, 8 heads of width 6 on 2 K/V heads,
+    SwiGLU of 96, 2 layers, 128 tokens, an untied head."""
+    import json
+    import os
+
+    config = os.path.join(root, "micro-llama.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "llama", "hidden_size": 48, "num_attention_heads": 8, "num_key_value_heads": 2,
+                       "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128,
+                       "max_position_embeddings": 64, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}, f)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    return config
+
+
 class CountedPolicy:
     """The policy `inner`, counting the decisions asked of it."""
 
@@ -1047,9 +1064,10 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 
 
 def llama_train_case(rank: int, p: int, group) -> None:
-    """`train --model llama-tiny` (RMSNorm, SwiGLU, RoPE, 2 K/V heads, untied head) under ulysses_z: the loss
-    falls over 10 steps (the last 4 steps' mean 0.42 below the first 4's here), and resuming from the step-8
-    checkpoint repeats steps 9-10 bit-identically (losses and the step-10 weights).
+    """`train --model CONFIG.json` of a micro LLaMA (`_micro_llama_config`: RMSNorm, SwiGLU, RoPE, 8 heads on 2 K/V
+    heads, untied head) under ulysses_z: the loss falls over 10 steps (the last 4 steps' mean 0.5 below the first
+    4's here), and resuming from the step-8 checkpoint repeats steps 9-10 bit-identically (losses and the step-10
+    weights). The llama-tiny preset trains in api-example (examples/plan_and_train.py).
     p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
     and llama-hf cases'."""
     import os
@@ -1063,8 +1081,9 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
-    common = {"model": "llama-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 8, "lr": 1e-2, "policy": "static:ulysses_z", "checkpoint_dir": ckpt}
+    common = {"model": _micro_llama_config(root, rank, p, group), "dataset": "uniform:512:1024", "max_len": S,
+              "progress": False, "checkpoint_every": 8, "lr": 1e-2, "policy": "static:ulysses_z",
+              "checkpoint_dir": ckpt}
     straight = train(TrainOptions(steps=10, **common), group)
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
     assert last < first - 0.3, (first, last)
