@@ -45,8 +45,10 @@ offloaded activations."""
 
 
 def _cfg() -> GPTConfig:
-    spec = PRESETS["gpt2-tiny"]  # 12 heads: whole heads in every rank's 1/4 block
-    return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden, heads=spec.heads,
+    """gpt2-tiny's 12 heads (whole heads in every rank's 1/4 block) at half its width and a quarter of its vocabulary:
+    the groups are the subject, not the size."""
+    spec = PRESETS["gpt2-tiny"]
+    return GPTConfig(vocab_size=spec.vocab_size // 4, max_positions=64, hidden=spec.hidden // 2, heads=spec.heads,
                      layers=LAYERS, causal=True)
 
 
@@ -232,14 +234,19 @@ def _train_with_planner(common: dict, group) -> list[dict]:
                         groups_for=lambda spec, p: partial(_mixed_groups, world=p))
 
 
+GLOBAL_BATCH_LENGTHS = (16, 20, 24, 28, 32, 40, 44, 48)
+"""The length file of `train_global_batch_case` (ascending: 4 sequences a step; packed into 64 tokens: 4 packs)."""
+
+
 def train_global_batch_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
     (4 groups of one, 2 of two: each step's sequences planned and trained at the group's size; one group of four
     against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
     sequences and with packs of documents, and with the groups of 2, 1 and 1 a group planner gives; a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
-    re-shard) and ends where the unbroken run does. The nine runs make the step meshes at most once in this
-    process (`StepMeshes.shared`: a mesh is a collective opening connections)."""
+    re-shard) and ends where the unbroken run of groups of one does (loss, gradient norm, held-out loss). The six
+    runs make the step meshes at most once in this process (`StepMeshes.shared`: a mesh is a collective opening
+    connections)."""
     from unittest import mock
 
     made, real_init = [], StepMeshes.__init__
@@ -259,31 +266,35 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     import torch.distributed as dist
     from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import train
-
     root = _shared_tmpdir(rank, p, group)  # a micro GPT-2 (2 layers, h 24, 12 heads): the group sizes are the subject
-    common = {"model": _micro_gpt2_config(root, rank, p, group, 96, positions=128), "dataset": "uniform:16:48",
+    lengths = os.path.join(root, "lengths.txt")  # 2 steps of 4 sequences; packed: 4 packs of 2 (first-fit in 64)
+    if rank == 0:
+        with open(lengths, "w") as f:
+            f.write("\n".join(map(str, GLOBAL_BATCH_LENGTHS)) + "\n")
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96, positions=128), "dataset": f"file:{lengths}",
               "steps": 2, "lr": 3e-3, "max_len": 48,
               "global_batch": 4, "progress": False}
-    logs = _train_sizes({**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}, (1, 2),
-                        group)
+    evaluated = {**common, "eval_dataset": "uniform:16:48", "eval_every": 2, "eval_batches": 1}
+    ckpt = os.path.join(root, "c")  # the run of groups of two ends with a checkpoint: resumed below
+    ones = _train_sizes({**evaluated, "steps": 3}, (1,), group)[1]  # a step beyond: where the resumed run ends
+    logs = {1: ones[:2], **_train_sizes({**evaluated, "checkpoint_dir": ckpt}, (2,), group)}
     assert all(row["docs"] == 4 for row in logs[1])
     _same_runs(logs, "sequences")
     for log in logs.values():  # evaluated at the world size, with the world-size policy's plan
         assert_close(log[-1]["eval_loss"], logs[1][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
-    planned = _train_with_planner(common, group)  # a group planner's mixed groups (2, 1, 1)
+    # one step each below (a length file: the same first step as the runs above): its loss and gradient norm are
+    # the grouping's; the optimizer's update after it, the runs' above
+    one_step = {**common, "steps": 1}
+    planned = _train_with_planner(one_step, group)  # a group planner's mixed groups (2, 1, 1)
     assert all(row["plan"].startswith("groups 2/1/1: ") for row in planned), planned[0]["plan"]
-    _same_runs({1: logs[1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
-    packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
+    _same_runs({1: logs[1][:1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
+    packed = _train_sizes({**one_step, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
-    common["dataset"] = "uniform:64:96"  # every length cut to 48: a run of 1 step samples the same steps as one of 2
-    straight = train(TrainOptions(**common, group_size=2), group)
-    train(TrainOptions(**{**common, "steps": 1}, group_size=2, checkpoint_dir=os.path.join(root, "c")), group)
-    resumed = train(TrainOptions(**common, group_size=1, checkpoint_dir=os.path.join(root, "c"), resume=True), group)
-    assert [r["step"] for r in resumed] == [2]
-    _same_runs({1: straight[1:], 2: resumed}, "resumed at another group size")
+    resumed = _train_sizes({**evaluated, "steps": 3, "checkpoint_dir": ckpt, "resume": True}, (1,), group)[1]
+    assert [r["step"] for r in resumed] == [3]
+    _same_runs({1: ones[2:], 2: resumed}, "resumed at another group size")
+    assert_close(resumed[-1]["eval_loss"], ones[-1]["eval_loss"], rtol=1e-4, atol=1e-5)
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:

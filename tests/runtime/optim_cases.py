@@ -39,15 +39,15 @@ def _token_files(rank: int) -> tuple[str, str, str]:
     return box[0], *files
 
 
-def _reference_run(train_file: str, eval_file: str) -> list[dict]:
-    """The same run on one device: ReferenceGPT, each micro-step's documents at their own length."""
+def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
+    """The same run of `model` on one device: ReferenceGPT, each micro-step's documents at their own length."""
     from dataclasses import replace
 
     from paradyse_lab.model_spec import get_model
     from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
     from runtime.train_inputs import TokenDocuments
 
-    cfg = GPTConfig.from_model_spec(replace(get_model("gpt2-tiny"), dtype="fp32"))
+    cfg = GPTConfig.from_model_spec(replace(get_model(model), dtype="fp32"))
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 0))
     opt = torch.optim.AdamW(ref.parameters(), lr=LR, weight_decay=0.0)
@@ -120,21 +120,25 @@ def _train_counting_tiled_losses(opts, group) -> tuple[list[dict], list[bool]]:
 
 
 def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
-    """train (dynamic:dp, p ranks) with --lr-schedule cosine --warmup-steps 1 --clip-grad 0.5 --accumulate 2
+    """train (dynamic:dp, p ranks; a micro GPT-2 of 512 tokens, runtime_cases.py `_micro_gpt2_config`) with
+    --lr-schedule cosine --warmup-steps 1 --clip-grad 0.5 --accumulate 2
     --eval-every 2 on a token file: every step's loss, lr, global gradient norm (each parameter once over the
     ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5). The policy
     puts the steps of MAX_LEN tokens on the tiled loss (`TiledFrom`): 4 of the 8 training micro-steps and both
     held-out steps, which each evaluation runs with the tiled loss too (it ran the whole head whatever the plan)."""
+    from runtime_cases import _micro_gpt2_config
+
     from paradyse_lab.app.train_options import TrainOptions
 
     root, train_file, eval_file = _token_files(rank)
+    model = _micro_gpt2_config(root, rank, p, group, 512)  # the documents' token ids are below 512
     log, tiled = _train_counting_tiled_losses(
-        TrainOptions(model="gpt2-tiny", dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
+        TrainOptions(model=model, dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
                      max_len=MAX_LEN, lr_schedule="cosine", warmup_steps=1, clip_grad=CLIP, accumulate=ACCUMULATE,
                      eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2, progress=False), group)
     assert tiled.count(True) == 4 and tiled.count(False) == 2 * 2, tiled  # 2 evaluations of 2 held-out steps
     assert [r["eval_steps"] for r in log if "eval_loss" in r] == [2, 2]
-    want = _reference_run(train_file, eval_file)
+    want = _reference_run(model, train_file, eval_file)
     for row, ref in zip(log, want, strict=True):
         assert_close(row["lr"], ref["lr"], rtol=1e-12, atol=0.0)
         assert_close(row["loss"], ref["loss"], **TOL)
@@ -152,12 +156,14 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
 def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
     """A researcher's run at p ranks: a save_to_disk text dataset and a held-out jsonl of text, tokenized with a
     BPE tokenizer trained here; warmup + cosine, clipping, 2 micro-steps per optimizer step and evaluation every
-    3 of the 6 steps (gpt2-tiny, the default dynamic:dp policy, AdamW: the unpacked loop's learning check). The
-    training loss and the evaluation loss fall (here the last 2 steps' mean 1.9 below the first 2's, the evaluation
-    loss 5.2 -> 3.8); every step's tokens are counted."""
+    3 of the 6 steps (a micro GPT-2 of 512 tokens, runtime_cases.py `_micro_gpt2_config`; the default dynamic:dp
+    policy, AdamW: the unpacked loop's learning check). The training loss and the evaluation loss fall (here the
+    last 2 steps' mean 1.5 below the first 2's, the evaluation loss 5.2 -> 4.4); every step's tokens are
+    counted."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from runtime_cases import _micro_gpt2_config
     from text_corpus import build_tokenizer, documents
 
     from paradyse_lab.app.train_options import TrainOptions
@@ -174,8 +180,8 @@ def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
         with open(os.path.join(root, "eval.jsonl"), "w") as f:
             f.write("".join(json.dumps({"text": t}) + "\n" for t in documents(4, seed=2)))
     dist.barrier()
-    log = train(TrainOptions(model="gpt2-tiny", dataset=os.path.join(root, "train"),
-                             tokenizer=os.path.join(root, "tok"), steps=6, batch=2, accumulate=2, lr=1e-2,
+    log = train(TrainOptions(model=_micro_gpt2_config(root, rank, p, group, 512), dataset=os.path.join(root, "train"),
+                             tokenizer=os.path.join(root, "tok"), steps=6, batch=2, accumulate=2, lr=2e-2,
                              lr_schedule="cosine", warmup_steps=2,
                              clip_grad=1.0, max_len=32, eval_dataset=f"file:{root}/eval.jsonl", eval_every=3,
                              eval_batches=2, data_order="shuffled", progress=False), group)

@@ -23,22 +23,24 @@ from paradyse_lab.model_spec import get_model
 from runtime import ParallelGPT, comm
 from runtime.reference import GPTConfig
 
-BUDGET_GIB = 0.0052
+BUDGET_GIB = 0.00134
 """Per-GPU budget of the step cases (`_short()`): a sequence of 128 tokens needs a group of two, one of 8 fits a
-GPU alone (the planner gives the sizes of `BATCHES` from 0.0046 to 0.0058 GiB)."""
+GPU alone (the planner gives the sizes of `BATCHES` from 0.00104 to 0.00176 GiB)."""
 BATCHES = {(8, 8, 8, 8): (1, 1, 1, 1), (128, 8, 8, 8): (2, 1, 1), (128, 128, 128, 128): (2, 2)}
 """Global batch (sequence lengths) -> the group sizes the planner gives it under `BUDGET_GIB`."""
-TRAIN_BUDGET_GIB = 0.0095
-"""The same for the 4-layer fp32 gpt2-tiny of the `train` runs (sizes as `BATCHES` from 0.009 to 0.010 GiB)."""
-TRAIN_LENGTHS = (8,) * 7 + (128,) * 5
-"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 128 (2/1/1), 128x4 (2/2)."""
+TRAIN_BUDGET_GIB = 0.00036
+"""The same for the micro GPT-2 of the `train` runs (runtime_cases.py `_micro_gpt2_config`, 64 positions) and
+`TRAIN_LENGTHS` (sizes as there from 0.00028 to 0.00046 GiB)."""
+TRAIN_LENGTHS = (8,) * 7 + (64,) * 5
+"""A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 64 (2/1/1), 64x4 (2/2)."""
 
 
 def _short() -> GPTConfig:
-    """gpt2-tiny's shape (12 heads: whole heads in every rank's 1/4 block) with 2 layers, at 128 positions."""
+    """gpt2-tiny's shape (12 heads: whole heads in every rank's 1/4 block) with 2 layers, at half its width and a
+    quarter of its vocabulary (the sizes are the subject, not the model's), at 128 positions."""
     spec = get_model("gpt2-tiny")
-    return GPTConfig(vocab_size=spec.vocab_size, max_positions=128, hidden=spec.hidden, heads=spec.heads, layers=2,
-                     causal=True)
+    return GPTConfig(vocab_size=spec.vocab_size // 4, max_positions=128, hidden=spec.hidden // 2, heads=spec.heads,
+                     layers=2, causal=True)
 
 
 def planned_steps_case(rank: int, p: int, group) -> None:
@@ -62,16 +64,18 @@ def planned_steps_case(rank: int, p: int, group) -> None:
 def train_planned_groups_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
     import torch.distributed as dist
+    from runtime_cases import _micro_gpt2_config
 
     from paradyse_lab.app.training import train
 
     root = _shared_tmpdir(rank, p, group)
+    model = _micro_gpt2_config(root, rank, p, group, 96)  # the sizes are the subject, not the model's
     lengths = os.path.join(root, "lengths.txt")
     if rank == 0:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
     dist.barrier(group=group)
-    common = {"model": "gpt2-tiny", "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 128,
+    common = {"model": model, "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 64,
               "global_batch": 4, "progress": False}
     planned = train(TrainOptions(**common, groups="sized", budget_gib=TRAIN_BUDGET_GIB), group)
     sizes = [row["plan"].split(":")[0] for row in planned]

@@ -778,6 +778,23 @@ def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, pos
     return config
 
 
+def _micro_llama_config(root: str, rank: int, p: int, group) -> str:
+    """A micro LLaMA config.json under `root` (as `_micro_gpt2_config`): h 48, 8 heads of width 6 on 2 K/V heads,
+    SwiGLU of 96, 2 layers, 128 tokens, an untied head."""
+    import json
+    import os
+
+    config = os.path.join(root, "micro-llama.json")
+    if rank == 0:
+        with open(config, "w") as f:
+            json.dump({"model_type": "llama", "hidden_size": 48, "num_attention_heads": 8, "num_key_value_heads": 2,
+                       "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128,
+                       "max_position_embeddings": 64, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}, f)
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    return config
+
+
 class CountedPolicy:
     """The policy `inner`, counting the decisions asked of it."""
 
@@ -790,8 +807,8 @@ class CountedPolicy:
 
 
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
-    """Stopping at step 2 and resuming from the sharded checkpoint ends bit-identical to an unbroken run (a micro
-    GPT-2, `_micro_gpt2_config`). The
+    """Resuming from the sharded checkpoint of step 2 ends bit-identical to the unbroken run that wrote it (a micro
+    GPT-2, `_micro_gpt2_config`; its step-4 checkpoint set aside, so that step 2's is the newest). The
     resumed run replays the policy's decisions of steps 1-2 on rank 0 only (the one rank that decides): the
     other ranks ask their policy nothing, neither replaying nor training."""
     import os
@@ -808,8 +825,14 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     root = _shared_tmpdir(rank, p, group)
     common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
               "progress": False, "checkpoint_every": 2}
-    straight = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "a"), **common), group)
-    train(TrainOptions(steps=2, checkpoint_dir=os.path.join(root, "b"), **common), group)
+    ckpt = os.path.join(root, "a")
+    straight = train(TrainOptions(steps=4, checkpoint_dir=ckpt, **common), group)
+    if p > 1:
+        dist.barrier(group=group)
+    if rank == 0:  # keep the step-4 checkpoint aside: resuming takes step 2, the newest left
+        os.rename(os.path.join(ckpt, "step-000004"), os.path.join(root, "step-000004"))
+    if p > 1:
+        dist.barrier(group=group)
     real, built = planner.build_policy, []
 
     def counted(*args, **kwargs):
@@ -817,15 +840,16 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
         return built[-1]
 
     with mock.patch.object(planner, "build_policy", counted):
-        resumed = train(TrainOptions(steps=4, checkpoint_dir=os.path.join(root, "b"), resume=True, **common), group)
+        resumed = train(TrainOptions(steps=4, checkpoint_dir=ckpt, resume=True, **common), group)
     assert [policy.calls for policy in built] == [2 + 2 if rank == 0 else 0]  # steps 1-2 replayed, 3-4 trained
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
-    a, _ = read_entries(checkpoint.latest(os.path.join(root, "a")))  # weights and AdamW's moments
-    b, _ = read_entries(checkpoint.latest(os.path.join(root, "b")))
-    assert a.keys() == b.keys() and any(k.startswith("optim.exp_avg_sq.") for k in a)
-    for key, value in a.items():
-        assert torch.equal(value, b[key]), key
+    if rank == 0:  # the files every rank wrote, read whole by one
+        a, _ = read_entries(os.path.join(root, "step-000004"))  # weights and AdamW's moments
+        b, _ = read_entries(checkpoint.latest(ckpt))
+        assert a.keys() == b.keys() and any(k.startswith("optim.exp_avg_sq.") for k in a)
+        for key, value in a.items():
+            assert torch.equal(value, b[key]), key
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -898,16 +922,16 @@ def checkpoint_fallback_case(rank: int, p: int, group) -> None:
     config = _micro_gpt2_config(root, rank, p, group, 96)
     common = {"model": config, "dataset": "uniform:8:48", "max_len": 48, "progress": False, "checkpoint_every": 2,
               "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
-    train(TrainOptions(steps=4, **common), group)
+    train(TrainOptions(steps=2, **{**common, "checkpoint_every": 1}), group)  # checkpoints of steps 1 and 2
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
-        shard = os.path.join(root, "ck", "step-000004", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
+        shard = os.path.join(root, "ck", "step-000002", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
         data = bytearray(open(shard, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(shard, "wb").write(bytes(data))
     if p > 1:
         dist.barrier(group=group)
-    resumed = train(TrainOptions(steps=5, resume=True, **common), group)
-    assert [r["step"] for r in resumed] == [3, 4, 5], [r["step"] for r in resumed]
+    resumed = train(TrainOptions(steps=3, resume=True, **common), group)
+    assert [r["step"] for r in resumed] == [2, 3], [r["step"] for r in resumed]
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -1047,9 +1071,10 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
 
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
-    """`train --pack-tokens 96` (gloo, p = 2; gpt2-tiny, dynamic:dp, AdamW): every step is a pack of several of
-    the length file's documents, every document padded to 2p (a pack: at most 96 tokens plus 2p - 1 per document),
-    and the loss falls over 4 passes over the 3 packs."""
+    """`train --pack-tokens 96` (gloo, p = 2; a micro GPT-2, `_micro_gpt2_config`, dynamic:dp, AdamW): every step
+    is a pack of several of the length file's documents, every document padded to 2p (a pack: at most 96 tokens
+    plus 2p - 1 per document), and the loss falls over 4 passes over the 3 packs (the last pass's mean 1.0 below
+    the first's here)."""
     import os
 
     import torch.distributed as dist
@@ -1063,8 +1088,8 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, (5, 9, 17, 30, 48, 12, 3, 1, 26, 40, 7, 21, 33, 2, 14))))
     dist.barrier(group=group)
-    log = train(TrainOptions(model="gpt2-tiny", dataset=f"file:{lengths}", steps=12, lr=3e-3, max_len=S,
-                             pack_tokens=96, progress=False), group)
+    log = train(TrainOptions(model=_micro_gpt2_config(root, rank, p, group, 96), dataset=f"file:{lengths}", steps=12,
+                             lr=1e-2, max_len=S, pack_tokens=96, progress=False), group)
     assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + (2 * p - 1) * r["docs"] for r in log)
     assert [r["docs"] for r in log[:6]] == [6, 5, 4] * 2  # 3 packs of all 15 documents (first-fit decreasing)
     assert {r["attention_kernel"] for r in log} == {"math_varlen"}  # the exact kernel per document, no mask
@@ -1078,9 +1103,10 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 
 
 def llama_train_case(rank: int, p: int, group) -> None:
-    """`train --model llama-tiny` (RMSNorm, SwiGLU, RoPE, 2 K/V heads, untied head) under ulysses_z: the loss
-    falls over 10 steps (the last 4 steps' mean 0.42 below the first 4's here), and resuming from the step-5
-    checkpoint repeats steps 6-10 bit-identically (losses and the step-10 weights).
+    """`train --model CONFIG.json` of a micro LLaMA (`_micro_llama_config`: RMSNorm, SwiGLU, RoPE, 8 heads on 2 K/V
+    heads, untied head) under ulysses_z: the loss falls over 10 steps (the last 4 steps' mean 0.5 below the first
+    4's here), and resuming from the step-8 checkpoint repeats steps 9-10 bit-identically (losses and the step-10
+    weights). The llama-tiny preset trains in api-example (examples/plan_and_train.py).
     p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
     and llama-hf cases'."""
     import os
@@ -1094,20 +1120,23 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
-    common = {"model": "llama-tiny", "dataset": "uniform:512:1024", "max_len": S, "progress": False,
-              "checkpoint_every": 5, "lr": 1e-2, "policy": "static:ulysses_z", "checkpoint_dir": ckpt}
+    common = {"model": _micro_llama_config(root, rank, p, group), "dataset": "uniform:512:1024", "max_len": S,
+              "progress": False, "checkpoint_every": 8, "lr": 1e-2, "policy": "static:ulysses_z",
+              "checkpoint_dir": ckpt}
     straight = train(TrainOptions(steps=10, **common), group)
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
     assert last < first - 0.3, (first, last)
     dist.barrier(group=group)
-    if rank == 0:  # keep the step-10 checkpoint aside: resuming takes step 5, the newest left
+    if rank == 0:  # keep the step-10 checkpoint aside: resuming takes step 8, the newest left
         os.rename(os.path.join(ckpt, "step-000010"), os.path.join(root, "step-000010"))
     dist.barrier(group=group)
     resumed = train(TrainOptions(steps=10, resume=True, **common), group)
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[5:]]
-    a, _ = read_entries(os.path.join(root, "step-000010"))
-    b, _ = read_entries(checkpoint.latest(ckpt))
-    assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
+    assert [r["step"] for r in resumed] == [9, 10]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[8:]]
+    if rank == 0:  # the files every rank wrote, read whole by one
+        a, _ = read_entries(os.path.join(root, "step-000010"))
+        b, _ = read_entries(checkpoint.latest(ckpt))
+        assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
     dist.barrier(group=group)
     if rank == 0:
         import shutil
