@@ -108,8 +108,17 @@ def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_N
 def tight_bbox(fig):
     """The figure's tight bounding box in inches, padded by `savefig.pad_inches`: what `savefig(bbox_inches=
     "tight")` computes with a layout pass of its own before each format's drawing, computed here once for
-    both formats (matplotlib backend_bases.py `print_figure`)."""
-    fig.draw_without_rendering()
+    every format (matplotlib backend_bases.py `print_figure`). A figure laid out by `tight_layout()` (every
+    figure here: the layout is done, and the engine it leaves behind is a placeholder) loses the placeholder,
+    with which `savefig` would draw the whole figure once more, to lay it out, before drawing it into the
+    file; its bounding box needs no drawing of its own either. A figure with a layout engine of its own is
+    drawn first (the engine lays it out at draw time)."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        fig.set_layout_engine(None)
+    elif fig.get_layout_engine() is not None:
+        fig.draw_without_rendering()
     pad = plt.rcParams["savefig.pad_inches"]
     return fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad, pad)
 

@@ -310,7 +310,7 @@ def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
     from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, get_cluster
     from paradyse_lab.costmodel.ablation import accuracy
-    from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary
+    from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary, row_features
     from paradyse_lab.profiles import PAPER_PROFILE, read_profiles
 
     df = read_profiles(PAPER_PROFILE)
@@ -326,14 +326,15 @@ def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
         rows += [{"cost_model": m, "split": f"band {b}", "time_mape": v, "mem_mape": None}
                  for b, v in r["time_mape_by_band"].items()]
     _write(pd.DataFrame(rows).assign(source="paper"), out / "costmodel_paper_accuracy.csv")
-    loso = loso_summary(leave_one_shape_out(df, cluster))
+    features = row_features(df, cluster)  # the analytic costs of every row, for both fits below
+    loso = loso_summary(leave_one_shape_out(df, cluster, features))
     rows = []
     for m, r in loso.items():
         rows.append({"cost_model": m, "kind": "mean", "key": "all", "time_mape": r["time_mape_leave_one_shape_out"]})
         for kind in ("by_strategy", "by_band", "by_shape"):
             rows += [{"cost_model": m, "kind": kind[3:], "key": k, "time_mape": v} for k, v in r[kind].items()]
     _write(pd.DataFrame(rows), out / "calibration_loso.csv")
-    params = fit_calibration(df, cluster)
+    params = fit_calibration(df, cluster, features)
     _write(pd.DataFrame([{"strategy": k, **{p: getattr(c, p) for p in CALIBRATION_PARAMETERS}}
                          for k, c in params.items()]), out / "calibration_params.csv")
     return ["costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"]

@@ -111,8 +111,10 @@ def shape_label(row) -> str:
     return f"{row['model']} (h {row['h']}, {row['heads']} heads, {row['layers']} layers, p {row['p']})"
 
 
-def leave_one_shape_out(df: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
-    """Fit on all shapes but one, predict the one left out, for each shape in turn.
+def leave_one_shape_out(df: pd.DataFrame, cluster: ClusterSpec,
+                        features: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+    """Fit on all shapes but one, predict the one left out, for each shape in turn (`features`: the rows'
+    `row_features`, when the caller has them already).
 
     Returns one row per profile row: shape, strategy, seq_len, band, time_s, and the `analytic` and
     `calibrated` predictions (the analytic model is not fitted, so it predicts every shape as it is).
@@ -120,7 +122,7 @@ def leave_one_shape_out(df: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
     shapes = df[list(SHAPE_COLUMNS)].drop_duplicates()
     if len(shapes) < 2:
         raise UserInputError("leave-one-shape-out needs a profile of at least two model shapes, got one")
-    X, offset = row_features(df, cluster)
+    X, offset = features if features is not None else row_features(df, cluster)
     t = df["time_s"].to_numpy(dtype=float)
     strategies = df["strategy"].to_numpy()
     calibrated = np.empty(len(df))

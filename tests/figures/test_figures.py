@@ -29,10 +29,28 @@ CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.c
 
 
 @pytest.fixture(scope="module")
-def quick_results(tmp_path_factory) -> Path:
+def quick_run(tmp_path_factory) -> tuple[Path, dict]:
+    """The quick run's folder, and each Figure its figures step drew, by (script, results folder): every
+    figures/ module's `draw` wrapped to keep what it returns, so the tests below read the plotted values back
+    from the very figures the run saved (drawn once, not again per test)."""
     out = tmp_path_factory.mktemp("reproduce")
-    reproduce(out, quick=True, progress=False, log=lambda m: None)
-    return out
+    drawn: dict = {}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name in FIGURE_SCRIPTS:
+            module = importlib.import_module(f"figures.{name}")
+
+            def keep(args, draw=module.draw, name=name):
+                drawn[name, Path(args.results)] = fig = draw(args)
+                return fig
+
+            monkeypatch.setattr(module, "draw", keep)
+        reproduce(out, quick=True, progress=False, log=lambda m: None)
+    return out, drawn
+
+
+@pytest.fixture(scope="module")
+def quick_results(quick_run) -> Path:
+    return quick_run[0]
 
 
 def test_reproduce_writes_csvs_figures_and_report(quick_results):
@@ -149,27 +167,56 @@ def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t5.png"]
 
 
-# --- what the figures draw: every plotted value read back from the Figure and compared with its CSV ---------
+def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, tmp_path, monkeypatch):
+    """`render` measures the tight box without a drawing of its own and leaves savefig no layout pass to make
+    (the figure's `tight_layout` is its layout): one drawing per file, and the PNG byte for byte the one savefig
+    writes after drawing the figure for its layout and measuring the box on it."""
+    import io
 
-def _draw(name: str, results: Path):
-    """The matplotlib Figure that figures/NAME.py draws from the CSVs under `results`, and figures._common."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
     from figures import _common
 
-    module = importlib.import_module(f"figures.{name}")
-    return module.draw(_common.parse_args(["--results", str(results)], name)), _common
-
-
-def _close(fig) -> None:
-    import matplotlib.pyplot as plt
-
+    module = importlib.import_module("figures.table5_ablation")
+    args = _common.parse_args(["--results", str(quick_results)], "t5")
+    drawings = []
+    monkeypatch.setattr(Figure, "draw", lambda fig, renderer, draw=Figure.draw: drawings.append(fig) or draw(
+        fig, renderer))
+    _common.render("table5_ablation", module.draw, quick_results, tmp_path, "t5", formats=("png", "pdf"))
+    assert len(drawings) == 2  # the PNG's and the PDF's
+    monkeypatch.undo()
+    fig = module.draw(args)
+    fig.draw_without_rendering()
+    pad = plt.rcParams["savefig.pad_inches"]
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=150, bbox_inches=fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad))
     plt.close(fig)
+    assert (tmp_path / "t5.png").read_bytes() == buffer.getvalue()
+
+
+# --- what the figures draw: every plotted value read back from the Figure and compared with its CSV ---------
+
+@pytest.fixture(scope="module")
+def drawn_figure(quick_run):
+    """drawn_figure(name, results): the Figure that figures/NAME.py drew from the CSVs under `results` in
+    the quick run (saved as its PNG), and figures._common."""
+    from figures import _common
+
+    return lambda name, results: (quick_run[1][name, Path(results)], _common)
+
+
+def test_the_quick_run_drew_each_figure_once(quick_run):
+    out, figures = quick_run
+    assert sorted(figures) == sorted([(n, out) for n in FIGURE_SCRIPTS]
+                                     + [(n, out / PAPER_DIR) for n in PAPER_FIGURE_SCRIPTS])
 
 
 @pytest.mark.parametrize("truth", ["analytic", "paper"])
-def test_table5_draws_the_papers_and_our_values_of_every_variant(quick_results, truth):
+def test_table5_draws_the_papers_and_our_values_of_every_variant(quick_results, drawn_figure, truth):
     results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
     t = pd.read_csv(results / "table5.csv")
-    fig, _ = _draw("table5_ablation", results)
+    fig, _ = drawn_figure("table5_ablation", results)
     lengths, savings = fig.axes[:2]
     assert lengths.get_xlabel() == "longest sequence trained (K tokens)"
     assert savings.get_xlabel().startswith("saving of the full system (%)")
@@ -182,12 +229,11 @@ def test_table5_draws_the_papers_and_our_values_of_every_variant(quick_results, 
     labels = [tick.get_text() for tick in lengths.get_yticklabels()]
     assert len(labels) == len(t) and labels[0] == "full"
     assert any("METP" in label for label in labels)  # strategy names shown as the paper writes them
-    _close(fig)
 
 
-def test_fig2_draws_every_run_of_every_panel(quick_results):
+def test_fig2_draws_every_run_of_every_panel(quick_results, drawn_figure):
     summary = pd.read_csv(quick_results / "fig2_summary.csv")
-    fig, common = _draw("fig2_cumulative_time", quick_results)
+    fig, common = drawn_figure("fig2_cumulative_time", quick_results)
     panels = list(dict.fromkeys(zip(summary["dataset"], summary["model"])))
     policies = list(dict.fromkeys(summary["policy"]))
     by_title = {ax.get_title(): ax for ax in fig.axes}
@@ -204,12 +250,11 @@ def test_fig2_draws_every_run_of_every_panel(quick_results):
             assert list(line.get_ydata()) == pytest.approx(list(trained["cumulative_time_s"]))
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "ParaDySe (heuristic)" in legend and "OOM (run ends)" in legend
-    _close(fig)
 
 
-def test_plan_map_colours_each_layer_and_length_by_the_planned_strategy(quick_results):
+def test_plan_map_colours_each_layer_and_length_by_the_planned_strategy(quick_results, drawn_figure):
     df = pd.read_csv(quick_results / "plan_map.csv")
-    fig, common = _draw("plan_map", quick_results)
+    fig, common = drawn_figure("plan_map", quick_results)
     names = list(common.STRATEGY_COLORS) + ["OOM"]
     by_title = {ax.get_title(): ax for ax in fig.axes}
     for (model, solver), g in df.groupby(["model", "solver"], sort=False):
@@ -222,12 +267,11 @@ def test_plan_map_colours_each_layer_and_length_by_the_planned_strategy(quick_re
         assert (ax.get_xlabel(), ax.get_ylabel()) == ("sequence length (K tokens)", "layer")
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [common.STRATEGY_LABELS[n] for n in common.STRATEGY_COLORS] + ["no plan fits (OOM)"]
-    _close(fig)
 
 
-def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_results):
+def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_results, drawn_figure):
     df = pd.read_csv(quick_results / "memory_breakdown.csv")
-    fig, common = _draw("memory_breakdown", quick_results)
+    fig, common = drawn_figure("memory_breakdown", quick_results)
     by_title = {ax.get_title(): ax for ax in fig.axes}
     for (model, strategy), g in df.groupby(["model", "strategy"], sort=False):
         ax = by_title[f"{common.MODEL_LABELS.get(model, model)}, {common.STRATEGY_LABELS.get(strategy, strategy)}"]
@@ -239,15 +283,14 @@ def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_res
                                                             "activations kept for backward", "largest transient"]
         budget = [line for line in ax.get_lines() if line.get_label() == "usable memory"][0]
         assert budget.get_ydata()[0] == pytest.approx(g["budget_bytes"].iloc[0] / common.GiB)
-    _close(fig)
 
 
-def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results):
+def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results, drawn_figure):
     from paradyse_lab.timings import read_with_timings
 
     b = read_with_timings(quick_results / "solver_bench.csv")  # the solve times: timings/solver_bench.csv
     q = pd.read_csv(quick_results / "solver_quality_runs.csv")
-    fig, _ = _draw("solver_quality", quick_results)
+    fig, _ = drawn_figure("solver_quality", quick_results)
     gaps, times, runs = fig.axes[:3]
     assert (times.get_xlabel(), times.get_ylabel()) == ("decisions L (layers or sub-layers)", "median solve time (ms)")
     drawn = [(list(line.get_xdata()), list(line.get_ydata())) for line in times.get_lines()]
@@ -261,13 +304,12 @@ def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results):
     heights = sorted(r.get_height() for c in runs.containers for r in c)
     assert heights == pytest.approx(sorted(100 * q["gap_to_dp"].fillna(0)))
     assert gaps.get_ylabel() == "worst gap to the optimum (%)"
-    _close(fig)
 
 
-def test_costmodel_accuracy_scatters_truth_against_prediction_with_each_models_mape(quick_results):
+def test_costmodel_accuracy_scatters_truth_against_prediction_with_each_models_mape(quick_results, drawn_figure):
     pts = pd.read_csv(quick_results / "costmodel_points.csv")
     acc = pd.read_csv(quick_results / "costmodel_accuracy.csv")
-    fig, _ = _draw("costmodel_accuracy", quick_results)
+    fig, _ = drawn_figure("costmodel_accuracy", quick_results)
     time_interp = fig.axes[0]
     assert time_interp.get_xlabel() == "truth: whole-model step time (s)"
     sub = pts[pts["split"] == "interp"]
@@ -276,16 +318,15 @@ def test_costmodel_accuracy_scatters_truth_against_prediction_with_each_models_m
         assert collection.get_label() == f"{name} (MAPE {100 * mape:.1f}%)"
         expected = g[["time_s", "pred_time_s"]].to_numpy().ravel()
         assert collection.get_offsets().ravel().tolist() == pytest.approx(expected)
-    _close(fig)
 
 
 @pytest.mark.parametrize("truth", ["analytic", "paper"])
-def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_results, truth):
+def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_results, drawn_figure, truth):
     """Every bar of figures/packing.py (its gid names its row) is its row of packing.csv, hatched when the run
     stopped at an OOM step."""
     results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
     table = pd.read_csv(results / "packing.csv")
-    fig, _ = _draw("packing", results)
+    fig, _ = drawn_figure("packing", results)
     scales = {column: scale for column, _, scale in importlib.import_module("figures.packing").METRICS}
     seen = set()
     for ax in fig.axes:
@@ -299,6 +340,5 @@ def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_resu
             assert bar.get_height() == pytest.approx(expected), bar.get_gid()
             assert (bar.get_hatch() or "") == ("" if row["finished"] else "///")
             seen.add((column, d, m, int(b), p))
-    _close(fig)
     expected_bars = {(c, r.dataset, r.model, int(r.pack_tokens), r.policy) for r in table.itertuples() for c in scales}
     assert seen == expected_bars and table.pack_tokens.nunique() == 3

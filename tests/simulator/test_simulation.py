@@ -158,7 +158,7 @@ def test_simulate_command_bad_input(capsys, tmp_path):
 
 
 def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
-    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "10", "--format", "json"]
+    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "4", "--format", "json"]
     assert main(argv) == 0
     table = json.loads(capsys.readouterr().out)["table5"]
     assert [r["variant"] for r in table][-1] == "without random forest" and table[-1]["status"] == "ok"
