@@ -568,28 +568,32 @@ def join_background(name: str, started: dict) -> float:
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
               cluster: str = "a100-80gb-x8", log=print, execute: bool = False,
-              sampling: str = "stratified") -> dict:
+              sampling: str = "stratified", settings: Settings | None = None) -> dict:
     """Run every step (module docstring); returns {step: seconds} (0.0 for a reused step). `execute` adds
-    the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/."""
+    the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/.
+    `settings`: what the steps run (sequences per dataset, solver benchmark, cost models, ...), in place of
+    `Settings.make(quick, cluster, sampling)`, whose arguments are then ignored (e.g. a run smaller than
+    `--quick`); the stamps key every step on them as on the made ones."""
     from tqdm import tqdm
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
     from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
     from simulator.shared import sharing
 
-    settings = Settings.make(quick, cluster, sampling)
+    if settings is None:
+        settings = Settings.make(quick, cluster, sampling)
     out = prepare_output_dir(out)
     settings_path = out / SETTINGS_FILE
     wanted = _json_settings(settings)
     timings: dict = {}
 
     def step_key(name: str) -> str:
-        inputs = input_files(cluster)
+        inputs = input_files(settings.cluster)
         if name == "figures":  # figures are redrawn when any CSV they read changed
             inputs += sorted(f for f in out.rglob("*.csv") if STAMP_DIR not in f.parts)
         return result_key({**wanted, "step": name}, inputs)
 
-    background = start_background([n for n in BACKGROUND_STEPS if not quick and (
+    background = start_background([n for n in BACKGROUND_STEPS if not settings.quick and (
         force or not is_fresh(stamp_path(out, f"reproduce-{n}"), step_key(n)))], out, settings, force)
     try:
         with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)

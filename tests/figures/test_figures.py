@@ -1,4 +1,5 @@
-"""`paradyse-lab reproduce --quick` (one run per module) and every figures/ script on its CSVs."""
+"""`paradyse-lab reproduce --quick` (one run per module, at `SETTINGS`' smaller scale) and every figures/ script on
+its CSVs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import importlib
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",
         "solver_quality": "solver_bench.csv", "costmodel_accuracy": "costmodel_points.csv",
         "plan_map": "plan_map.csv", "memory_breakdown": "memory_breakdown.csv", "packing": "packing.csv"}
+SETTINGS = replace(Settings.make(quick=True), size=6, bench_sizes=(8,), map_lengths=6)
+"""A quick run at a smaller scale: 6 sequences per sampled dataset (the longest still pinned), one size of solver
+benchmark problem, 6 lengths in the plan map. Every step, CSV, figure and report section of `reproduce --quick`
+still happens (the quick run's panels, policies, truths and cost models), in a fraction of its time."""
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +50,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, dict]:
                 return fig
 
             monkeypatch.setattr(module, "draw", keep)
-        reproduce(out, quick=True, progress=False, log=lambda m: None)
+        reproduce(out, settings=SETTINGS, progress=False, log=lambda m: None)
     return out, drawn
 
 
@@ -54,7 +60,7 @@ def quick_results(quick_run) -> Path:
 
 
 def test_reproduce_writes_csvs_figures_and_report(quick_results):
-    quick = Settings.make(quick=True)
+    quick = SETTINGS
     for step, outputs in STEP_OUTPUTS.items():
         for name in outputs:
             if step in FULL_ONLY_STEPS or name not in step_outputs(step, quick):  # minutes of work, a quick
@@ -68,7 +74,7 @@ def test_reproduce_writes_csvs_figures_and_report(quick_results):
                    "Beyond the paper", "dp + recompute trains the whole dataset",
                    "Packing documents into steps", "| GitHubCode, GPT | paper-measured times | 32K |"):
         assert needle in report
-    assert quick.figure_formats == ("png",)
+    assert quick.figure_formats == Settings.make(quick=True).figure_formats == ("png",)
     for name in FIGURE_SCRIPTS + tuple(f"{n}_paper" for n in PAPER_FIGURE_SCRIPTS):  # each script's main()
         assert (quick_results / "figures" / f"{name}.png").stat().st_size > 1000
         assert not (quick_results / "figures" / f"{name}.pdf").exists()
@@ -112,7 +118,7 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     from paradyse_lab.app.reproduce import HEADLINE_SEEDS_FILE
     from paradyse_lab.workloads import get_workload
 
-    settings = Settings.make(quick=True)
+    settings = SETTINGS
     header, rows = band_share_rows(settings)
     report = (quick_results / "REPORT.md").read_text()
     assert md_table(header, rows) in report
@@ -130,7 +136,7 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
 
 
 def test_reproduce_resumes_without_rerunning(quick_results):
-    timings = reproduce(quick_results, quick=True, progress=False, log=lambda m: None)
+    timings = reproduce(quick_results, settings=SETTINGS, progress=False, log=lambda m: None)
     assert all(timings[step] == 0.0 for step in STEP_OUTPUTS)
 
 
