@@ -151,6 +151,8 @@ PRESETS: dict[str, ModelSpec] = {
         _paper("bert", 1024, 16, 24, False, "ParaDySe Table 4 (h inferred: BERT-large); 24 of 24 layers"),
         _paper("llama", 8192, 64, 8, True, "ParaDySe Table 4 (h inferred: LLaMA-65B); 8 of 80 layers"),
         _paper("gpt", 12288, 96, 8, True, "ParaDySe Table 4 (GPT-3 175B shapes); 8 of 96 layers"),
+        _paper("bert-tiny", 128, 16, 2, False, "ours: the paper's bert layer at h 128 (16 heads: 2 per rank at "
+               "p = 8), 2 layers, for CPU runs of the GPU session (`--quick --device cpu --models bert-tiny`)"),
         _paper("paper-7b", 4096, 32, 32, True, "the fourth shape of the ParaDySe authors' measured time fits "
                "(32 layers, h 4096, 32 heads: LLaMA-7B-like); not in the paper's Table 4"),
         _gpt2("gpt2", 768, 12, 12, "HF gpt2 config.json"),

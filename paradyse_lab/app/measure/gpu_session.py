@@ -32,8 +32,9 @@ recorded in session_log.json (with its traceback) and the next stage runs. A glo
 counted from the start) ends the run in time: a stage that cannot start is recorded as skipped, and inside
 gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).
 CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
-with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu` is the CPU test of
-this script (tests/paradyse_lab/app/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
+with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu --models bert-tiny` (bert's
+layer at h 128: a sixty-fourth of its weights) is the CPU test of this script
+(tests/paradyse_lab/app/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
 paradyse_lab/app/measure/kernel_bench.py, paradyse_lab/app/measure/stack_profile.py.
 """
 

@@ -1,9 +1,10 @@
-"""paradyse_lab/app/measure/gpu_session.py on CPU (`--quick --device cpu`, bert with one layer at p = 8): every file
-with its documented columns, profiles that read back, the budget stopping the run cleanly, and
+"""paradyse_lab/app/measure/gpu_session.py on CPU (`--quick --device cpu --models bert-tiny`: the paper's bert layer
+at h 128, one layer at p = 8; every stage runs as with `--quick` alone, on a layer a sixty-fourth the size of bert's):
+every file with its documented columns, profiles that read back, the budget stopping the run cleanly, and
 paradyse_lab/app/measure/gpu_validate.py's table from those outputs.
 
 Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_gpu_session.py` (about 10 s, most of it the nested pytest
-of tests/gpu and the profiles).
+of tests/gpu, which imports torch).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS, read_profiles
 from paradyse_lab.strategies import USABLE, StrategyOption
 
-PROFILE = "cpu_bert.csv"
+MODEL = "bert-tiny"
+"""The profiled model: bert's layer (16 heads, 2 per rank at p = 8), narrower."""
+PROFILE = f"cpu_{MODEL}.csv"
 
 
 def _header(path) -> tuple[str, ...]:
@@ -36,7 +39,7 @@ def _header(path) -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def session_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_session")
-    assert gpu_session.main(["--out", str(out), "--quick", "--device", "cpu"]) == 0
+    assert gpu_session.main(["--out", str(out), "--quick", "--device", "cpu", "--models", MODEL]) == 0
     return out
 
 
@@ -64,7 +67,7 @@ def test_profiles_read_back_and_keep_what_the_analytic_model_counts(session_dir)
     for name in USABLE:  # keep pass at 64 and 128, the fill pass at 96; recompute at 64 and 128
         assert sorted(df[(df["strategy"] == name) & ~df["recompute"]]["seq_len"]) == [64, 96, 128]
         assert sorted(df[(df["strategy"] == name) & df["recompute"]]["seq_len"]) == [64, 128]
-    cm = AnalyticCostModel(replace(get_model("bert"), dtype="fp32", layers=1), get_cluster("a100-80gb-x8"), 8)
+    cm = AnalyticCostModel(replace(get_model(MODEL), dtype="fp32", layers=1), get_cluster("a100-80gb-x8"), 8)
     for r in df.itertuples():
         opt = StrategyOption(r.strategy, bool(r.recompute))
         assert r.kept_bytes == sum(cm.sublayer(k, opt, r.seq_len).kept_bytes for k in ("attention", "mlp"))
