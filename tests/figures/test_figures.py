@@ -142,10 +142,14 @@ def test_reproduce_resumes_without_rerunning(quick_results):
 
 @pytest.mark.parametrize("name", FIGURE_SCRIPTS)
 def test_missing_csv_is_one_line_and_exit_2(quick_results, tmp_path, name, capsys):
-    """Each script's main() (what `python figures/NAME.py` runs), in this process."""
+    """Each script's main() (what `python figures/NAME.py` runs), in this process, on the quick run's results less
+    NAME's CSV (and its figures): each other file and folder linked, not copied."""
     results = tmp_path / "results"
-    shutil.copytree(quick_results, results, ignore=shutil.ignore_patterns("figures"))
-    (results / CSVS[name]).unlink()
+    results.mkdir()
+    for entry in quick_results.iterdir():
+        if entry.name not in ("figures", CSVS[name]):
+            (results / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    assert not (results / CSVS[name]).exists() and (quick_results / CSVS[name]).is_file()
     assert importlib.import_module(f"figures.{name}").main(["--results", str(results)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and CSVS[name] in lines[0] and "not found" in lines[0]
@@ -161,44 +165,58 @@ def test_a_figure_script_runs_as_a_command(quick_results, tmp_path):
     assert len(lines) == 1 and "table5.csv" in lines[0] and "not found" in lines[0]
 
 
-def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_results, tmp_path):
+@pytest.fixture(scope="module")
+def full_run_figure(quick_results, tmp_path_factory) -> tuple[Path, list, int]:
+    """figures/table5_ablation.py drawn as a full run draws it (`draw_figure`: PNG and PDF) into a folder of its
+    own, as NAME t5: (the folder, the files `draw_figure` returned, the drawings of a Figure meanwhile)."""
+    from matplotlib.figure import Figure
+
+    from paradyse_lab.app.reproduce import draw_figure
+
+    out = tmp_path_factory.mktemp("full_run_figure")
+    drawings = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(Figure, "draw", lambda fig, renderer, draw=Figure.draw: drawings.append(fig) or draw(
+            fig, renderer))
+        written = draw_figure("table5_ablation", quick_results, out, "t5", None)
+    return out, written, len(drawings)
+
+
+def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_results, full_run_figure, tmp_path):
     """`draw_figure` as a full run calls it writes NAME.png and .pdf; the quick run's PNG alone then removes the
     PDF, so no figure of another run stays beside it."""
     from paradyse_lab.app.reproduce import FIGURE_FORMATS, draw_figure
 
+    full, written, _ = full_run_figure
     assert Settings.make(quick=False).figure_formats == FIGURE_FORMATS == ("png", "pdf")
-    assert draw_figure("table5_ablation", quick_results, tmp_path, "t5", None) == ["figures/t5.png", "figures/t5.pdf"]
-    assert (tmp_path / "t5.pdf").read_bytes().startswith(b"%PDF") and (tmp_path / "t5.png").stat().st_size > 1000
+    assert written == ["figures/t5.png", "figures/t5.pdf"]
+    assert (full / "t5.pdf").read_bytes().startswith(b"%PDF") and (full / "t5.png").stat().st_size > 1000
+    shutil.copy(full / "t5.pdf", tmp_path / "t5.pdf")  # a full run's figure, where a quick run now draws
     assert draw_figure("table5_ablation", quick_results, tmp_path, "t5", None, ("png",)) == ["figures/t5.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t5.png"]
 
 
-def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, tmp_path, monkeypatch):
-    """`render` measures the tight box without a drawing of its own and leaves savefig no layout pass to make
-    (the figure's `tight_layout` is its layout): one drawing per file, and the PNG byte for byte the one savefig
-    writes after drawing the figure for its layout and measuring the box on it."""
+def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, full_run_figure):
+    """`render` (through `draw_figure`) measures the tight box without a drawing of its own and leaves savefig no
+    layout pass to make (the figure's `tight_layout` is its layout): one drawing per file, and the PNG byte for
+    byte the one savefig writes after drawing the figure for its layout and measuring the box on it."""
     import io
 
     import matplotlib.pyplot as plt
-    from matplotlib.figure import Figure
 
     from figures import _common
 
+    full, _, drawings = full_run_figure
     module = importlib.import_module("figures.table5_ablation")
     args = _common.parse_args(["--results", str(quick_results)], "t5")
-    drawings = []
-    monkeypatch.setattr(Figure, "draw", lambda fig, renderer, draw=Figure.draw: drawings.append(fig) or draw(
-        fig, renderer))
-    _common.render("table5_ablation", module.draw, quick_results, tmp_path, "t5", formats=("png", "pdf"))
-    assert len(drawings) == 2  # the PNG's and the PDF's
-    monkeypatch.undo()
+    assert drawings == 2  # the PNG's and the PDF's
     fig = module.draw(args)
     fig.draw_without_rendering()
     pad = plt.rcParams["savefig.pad_inches"]
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=150, bbox_inches=fig.get_tightbbox(fig.canvas.get_renderer()).padded(pad))
     plt.close(fig)
-    assert (tmp_path / "t5.png").read_bytes() == buffer.getvalue()
+    assert (full / "t5.png").read_bytes() == buffer.getvalue()
 
 
 # --- what the figures draw: every plotted value read back from the Figure and compared with its CSV ---------
