@@ -177,12 +177,14 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
             runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,
                                            settings={**asdict(setup), "run": [d, m, p]},
                                            timing_columns=TIMING_COLUMNS)
-    summaries = pd.DataFrame([summarize(runs[k], k[1], k[0], k[2]).to_dict() for k in jobs])
+    summary_of = {k: summarize(runs[k], k[1], k[0], k[2]) for k in jobs}  # once per run, for every table below
+    summaries = pd.DataFrame([summary_of[k].to_dict() for k in jobs])
     planned = [runs[k][~runs[k]["cached"].astype(bool)] for k in jobs]
     summaries["solve_ms_per_planned_step"] = [float(r["solve_ms"].mean()) if len(r) else 0.0 for r in planned]
     write_with_timings(summaries, Path(root) / "fig2_summary.csv", SUMMARY_TIMING_COLUMNS,
                        ("dataset", "model", "policy"))
-    write_csv_atomic(vs_baselines(runs, datasets, models, statics, paper_dynamic), root / "fig2_vs_baselines.csv")
+    write_csv_atomic(vs_baselines(runs, summary_of, datasets, models, statics, paper_dynamic),
+                     root / "fig2_vs_baselines.csv")
     beyond_path = Path(root) / "fig2_beyond.csv"
     if beyond:
         write_csv_atomic(beyond_the_paper(summaries, runs), beyond_path)
@@ -191,7 +193,7 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     headline_rows = []
     for d in datasets:
         for m in models:
-            base_summ = [summarize(runs[d, m, b], m, d, b) for b in statics]
+            base_summ = [summary_of[d, m, b] for b in statics]
             for p in paper_dynamic:
                 dyn = runs[d, m, p]
                 reductions = {b: time_reduction(dyn, runs[d, m, b]) for b in statics}
@@ -200,8 +202,8 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
                 headline_rows.append({
                     "dataset": d, "model": m, "policy": p,
                     "max_time_reduction": valid[best_b] if best_b else None, "against": best_b,
-                    "length_extension": length_extension(summarize(dyn, m, d, p), base_summ, "best"),
-                    "max_length_extension": length_extension(summarize(dyn, m, d, p), base_summ, "worst"),
+                    "length_extension": length_extension(summary_of[d, m, p], base_summ, "best"),
+                    "max_length_extension": length_extension(summary_of[d, m, p], base_summ, "worst"),
                     "paper_time_reduction": PAPER_HEADLINES.get((d, m, "time_reduction")),
                     "paper_length_extension": PAPER_HEADLINES.get((d, m, "length_extension")),
                 })
@@ -247,16 +249,17 @@ def beyond_the_paper(summaries: pd.DataFrame, runs: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def vs_baselines(runs: dict, datasets, models, statics, dynamic) -> pd.DataFrame:
+def vs_baselines(runs: dict, summaries: dict, datasets, models, statics, dynamic) -> pd.DataFrame:
     """Per panel, dynamic policy and baseline: the time the policy needs to reach the baseline's longest
-    length, beside the baseline's own time there (fig2_vs_baselines.csv)."""
+    length, beside the baseline's own time there (fig2_vs_baselines.csv). `runs` and `summaries` (each run's
+    `summarize`) by (dataset, model, policy)."""
     rows = []
     for d in datasets:
         for m in models:
             for p in dynamic:
                 dyn = runs[d, m, p]
                 for b in statics:
-                    base = summarize(runs[d, m, b], m, d, b)
+                    base = summaries[d, m, b]
                     t_dyn = time_to_reach(dyn, base.steps)
                     rows.append({"dataset": d, "model": m, "policy": p, "baseline": b,
                                  "baseline_max_len": base.max_seq_len_trained, "baseline_time_s": base.total_time_s,
