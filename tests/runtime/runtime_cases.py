@@ -644,8 +644,9 @@ for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
     CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
 ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
 ONLY_AT["vocab-parallel-llama-tile7"] = (1, 2, 4)  # p = 3: the tied LLaMA below (GPT-2: every p)
-CASES["vocab-parallel-llama-tied-tile3"] = vocab_parallel_case(True, 3, tied=True)
-ONLY_AT["vocab-parallel-llama-tied-tile3"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
+CASES["vocab-parallel-llama-tied-tile5"] = vocab_parallel_case(True, 5, tied=True)  # 32 tokens a rank: 6 tiles of
+# 5 and a last one of 2 (each tile's gathers and reductions are collectives: tiles of 3 made 11 of them)
+ONLY_AT["vocab-parallel-llama-tied-tile5"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
 CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
 ONLY_AT["vocab-parallel-kept"] = (3,)  # counts in p, checked where p does not divide V (FlopCounterMode: 6 s a world)
 CASES["hf-gpt2-logits"] = hf_case
