@@ -45,11 +45,11 @@ def draw(args):
     return fig
 
 
-def render(results, out=None, name=None, note=_common.SOURCE_NOTE) -> Path:
-    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (default
+def render(results, out=None, name=None, note=_common.SOURCE_NOTE, formats=_common.FORMATS) -> Path:
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf, or the `formats` given (default
     RESULTS/figures/validate_run);
     returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
-    return _common.render("validate_run", draw, results, out, name, note)
+    return _common.render("validate_run", draw, results, out, name, note, formats)
 
 
 def main(argv=None) -> int:

@@ -164,8 +164,9 @@ def run(args) -> int:
     return 0
 
 
-def finish(opts, skip_steps: int) -> dict:
-    """After the runs: pair every step with its replay, write the CSVs and the figure, return the result."""
+def finish(opts, skip_steps: int, formats: tuple[str, ...] = ("png", "pdf")) -> dict:
+    """After the runs: pair every step with its replay, write the CSVs and the figure (in `formats`: the
+    command's PNG and PDF), return the result."""
     import pandas as pd
 
     from paradyse_lab.app.validate_run import pair, run_totals
@@ -188,7 +189,7 @@ def finish(opts, skip_steps: int) -> dict:
                   out=str(out))
     summary = pd.DataFrame([{"policy": k, **v} for k, v in result["policies"].items()])
     write_csv_atomic(summary, out / "validate_run_summary.csv")
-    _figure(out)
+    _figure(out, formats)
     return result
 
 
@@ -219,12 +220,12 @@ def print_result(result: dict) -> None:
     print(f"wrote {out / 'validate_run.csv'}, {out / 'validate_run_summary.csv'}, {out / 'figures'}/validate_run.png")
 
 
-def _figure(out: Path) -> None:
+def _figure(out: Path, formats: tuple[str, ...]) -> None:
     from figures import validate_run
     from figures._common import MissingCSV
 
     try:
-        path = validate_run.render(out, out / "figures")
+        path = validate_run.render(out, out / "figures", formats=formats)
     except MissingCSV as err:
         raise UserInputError(f"figures/validate_run.py: {err}") from None
-    print(f"wrote {path}.png and .pdf", file=sys.stderr)  # stdout carries the table or the JSON only
+    print(f"wrote {path}.{' and .'.join(formats)}", file=sys.stderr)  # stdout carries the table or the JSON only

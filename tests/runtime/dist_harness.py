@@ -96,6 +96,7 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
     """Run the cases `names` of `module` (and no other) on p gloo ranks; each case's outcome and time."""
     started = time.perf_counter()
     mp.set_forkserver_preload([*PRELOAD, module])  # read when this process's forkserver starts (its first world)
+    _start_forkserver()
     with tempfile.TemporaryDirectory() as out_dir:
         args = (p, free_port(), module, names, out_dir, time.time(), dict(os.environ), os.getcwd())
         ctx = mp.start_processes(_worker, args=args, nprocs=p, join=False, start_method="forkserver")
@@ -123,6 +124,29 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
         for name, secs in (rep or {}).get("cpu", {}).items():
             world.cpu[name] = world.cpu.get(name, 0.0) + secs
     return world
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+"""This folder: the harness, the cases' modules and rank_warmup."""
+
+
+def _start_forkserver() -> None:
+    """Start this process's forkserver (once: later calls return at once) with `HERE` on its PYTHONPATH. CPython
+    3.11's forkserver imports its preload list on the interpreter's own sys.path, not the caller's
+    (`multiprocessing.forkserver.main` leaves its `sys_path` argument unused), and skips a module it cannot import
+    without a word: without `HERE` this harness, rank_warmup and the cases' module were imported again by every
+    rank. The ranks take the caller's environment back (`_worker`), so none of them sees the change."""
+    from multiprocessing import forkserver
+
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, before] if before else [HERE])
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _read(out_dir: str, r: int) -> dict | None:

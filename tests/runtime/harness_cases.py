@@ -1,5 +1,5 @@
-"""Cases of the harness's own test (test_dist_harness.py): one passes after a pause, one fails, and one must
-never run (its only trace would be the file it writes)."""
+"""Cases of the harness's own test (test_dist_harness.py): one passes after a pause, one fails, one checks what the
+rank inherited from the forkserver, and one must never run (its only trace would be the file it writes)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,18 @@ def _fails(rank: int, p: int, group) -> None:
     raise AssertionError(f"failed on purpose on rank {rank}")
 
 
+def _preloaded(rank: int, p: int, group) -> None:
+    """The forkserver imported dist_harness.PRELOAD before it forked this rank (rank_warmup lives beside the
+    harness, where the forkserver's own sys.path does not look): the rank starts with the solver's kernels loaded."""
+    import sys
+
+    from solvers import kernels
+
+    assert "rank_warmup" in sys.modules and kernels._warm, "the forkserver did not import rank_warmup"
+
+
 def _not_selected(rank: int, p: int, group) -> None:
     open(os.environ["HARNESS_TRACE"], "w").close()
 
 
-CASES = {"passes": _passes, "fails": _fails, "not-selected": _not_selected}
+CASES = {"passes": _passes, "fails": _fails, "preloaded": _preloaded, "not-selected": _not_selected}
