@@ -46,7 +46,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, dict]:
             module = importlib.import_module(f"figures.{name}")
 
             def keep(args, draw=module.draw, name=name):
-                drawn[name, Path(args.results)] = fig = draw(args)
+                drawn.setdefault((name, Path(args.results)), []).append(fig := draw(args))
                 return fig
 
             monkeypatch.setattr(module, "draw", keep)
@@ -227,13 +227,14 @@ def drawn_figure(quick_run):
     the quick run (saved as its PNG), and figures._common."""
     from figures import _common
 
-    return lambda name, results: (quick_run[1][name, Path(results)], _common)
+    return lambda name, results: (quick_run[1][name, Path(results)][-1], _common)
 
 
 def test_the_quick_run_drew_each_figure_once(quick_run):
     out, figures = quick_run
     assert sorted(figures) == sorted([(n, out) for n in FIGURE_SCRIPTS]
                                      + [(n, out / PAPER_DIR) for n in PAPER_FIGURE_SCRIPTS])
+    assert all(len(drawings) == 1 for drawings in figures.values()), {k: len(v) for k, v in figures.items()}
 
 
 @pytest.mark.parametrize("truth", ["analytic", "paper"])

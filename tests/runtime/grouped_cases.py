@@ -282,13 +282,12 @@ def _train_global_batch(rank: int, p: int, group) -> None:
     _same_runs(logs, "sequences")
     for log in logs.values():  # evaluated at the world size, with the world-size policy's plan
         assert_close(log[-1]["eval_loss"], logs[1][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
-    # one step each below (a length file: the same first step as the runs above): its loss and gradient norm are
-    # the grouping's; the optimizer's update after it, the runs' above
-    one_step = {**common, "steps": 1}
-    planned = _train_with_planner(one_step, group)  # a group planner's mixed groups (2, 1, 1)
+    # two steps each below (the same length file as the runs above): the second step's loss checks the update
+    # each grouping applied after the first
+    planned = _train_with_planner(common, group)  # a group planner's mixed groups (2, 1, 1)
     assert all(row["plan"].startswith("groups 2/1/1: ") for row in planned), planned[0]["plan"]
-    _same_runs({1: logs[1][:1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
-    packed = _train_sizes({**one_step, "pack_tokens": 64}, (1, 2), group)
+    _same_runs({1: logs[1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
+    packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")
     resumed = _train_sizes({**evaluated, "steps": 3, "checkpoint_dir": ckpt, "resume": True}, (1,), group)[1]
