@@ -46,8 +46,8 @@ def draw(args):
 
 
 def render(results, out=None, name=None, note=_common.SOURCE_NOTE, formats=_common.FORMATS) -> Path:
-    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf, or the `formats` given (default
-    RESULTS/figures/validate_run);
+    """Draw the figure from the CSVs in `results` into OUT/NAME.png and .pdf (OUT/NAME by default
+    RESULTS/figures/validate_run), or into the `formats` given;
     returns OUT/NAME without extension; a missing CSV raises `_common.MissingCSV`."""
     return _common.render("validate_run", draw, results, out, name, note, formats)
 

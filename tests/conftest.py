@@ -80,8 +80,9 @@ def pytest_collectreport(report):
     """Freeze what is alive once a collector is done (`gc.freeze`): the libraries the test files import (torch,
     pandas, scikit-learn, transformers: some 400,000 objects) live for the whole session, and without this every
     full pass of the garbage collector walks them all again (about 0.3 CPU s a pass; `pytest --collect-only`
-    spent 5 of its 17 CPU seconds in them, five of them pytest's own at the session's end). Frozen objects are
-    still freed by reference counting; only a reference cycle among them would stay until the process ends."""
+    spent 5 of its 17 CPU seconds in those passes, five of the passes pytest's own at the session's end).
+    Frozen objects are still freed by reference counting; only a reference cycle among them would stay until the
+    process ends."""
     gc.freeze()
 
 

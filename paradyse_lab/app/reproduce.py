@@ -573,7 +573,8 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     the real runs on this machine: `paradyse-lab calibrate` and `validate-run` into DIR/execute/.
     `settings`: what the steps run (sequences per dataset, solver benchmark, cost models, ...), in place of
     `Settings.make(quick, cluster, sampling)`, whose arguments are then ignored (e.g. a run smaller than
-    `--quick`); the stamps key every step on them as on the made ones."""
+    `--quick`; the report's first line then still names `reproduce --quick` or the full run, by `settings.quick`,
+    and `--sampling` is not validated); the stamps key every step on them as on the made ones."""
     from tqdm import tqdm
 
     from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
