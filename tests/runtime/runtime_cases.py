@@ -768,37 +768,64 @@ def _shared_tmpdir(rank: int, p: int, group) -> str:
     return box[0]
 
 
-def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, positions: int = 64) -> str:
-    """A tiny GPT-2 config.json under `root`, written by rank 0 and seen by every rank (2 layers, h 24: 12 heads of
-    width 2), for the training cases whose subject is not the model's size."""
+def _shared_config(root: str, name: str, fields: dict, rank: int, p: int, group) -> str:
+    """root/NAME (a Hugging Face config.json of `fields`), written by rank 0 and seen by every rank."""
     import json
     import os
 
-    config = os.path.join(root, "micro-gpt2.json")
+    config = os.path.join(root, name)
     if rank == 0:
         with open(config, "w") as f:
-            json.dump({"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2, "n_positions": positions,
-                       "vocab_size": vocab_size}, f)
+            json.dump(fields, f)
     if p > 1:
         torch.distributed.barrier(group=group)
     return config
+
+
+def _micro_gpt2_config(root: str, rank: int, p: int, group, vocab_size: int, positions: int = 64) -> str:
+    """A tiny GPT-2 config.json under `root` (2 layers, h 24: 12 heads of width 2), for the training cases whose
+    subject is not the model's size."""
+    return _shared_config(root, "micro-gpt2.json", {"model_type": "gpt2", "n_embd": 24, "n_head": 12, "n_layer": 2,
+                                                    "n_positions": positions, "vocab_size": vocab_size}, rank, p, group)
 
 
 def _micro_llama_config(root: str, rank: int, p: int, group) -> str:
-    """A micro LLaMA config.json under `root` (as `_micro_gpt2_config`): h 48, 8 heads of width 6 on 2 K/V heads,
-    SwiGLU of 96, 2 layers, 128 tokens, an untied head."""
-    import json
+    """A micro LLaMA config.json under `root`: h 48, 8 heads of width 6 on 2 K/V heads, SwiGLU of 96, 2 layers,
+    128 tokens, an untied head."""
+    return _shared_config(root, "micro-llama.json", {
+        "model_type": "llama", "hidden_size": 48, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64,
+        "tie_word_embeddings": False, "rms_norm_eps": 1e-5}, rank, p, group)
+
+
+def _set_aside(ckpt: str, step: int, root: str, rank: int, p: int, group) -> str:
+    """Move the checkpoint of `step` out of the folder `ckpt` into `root` (rank 0, between barriers), so that a
+    resumed run takes the newest one left; returns where it went."""
     import os
 
-    config = os.path.join(root, "micro-llama.json")
-    if rank == 0:
-        with open(config, "w") as f:
-            json.dump({"model_type": "llama", "hidden_size": 48, "num_attention_heads": 8, "num_key_value_heads": 2,
-                       "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 128,
-                       "max_position_embeddings": 64, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}, f)
+    name = f"step-{step:06d}"
     if p > 1:
         torch.distributed.barrier(group=group)
-    return config
+    if rank == 0:
+        os.rename(os.path.join(ckpt, name), os.path.join(root, name))
+    if p > 1:
+        torch.distributed.barrier(group=group)
+    return os.path.join(root, name)
+
+
+def _assert_same_checkpoints(a: str, b: str, rank: int) -> set[str]:
+    """On rank 0 (the files every rank wrote, read whole by one): the checkpoints at `a` and `b` hold the same
+    entries, bit for bit; returns their names (none on the other ranks)."""
+    from runtime.dcp_checkpoint import read_entries
+
+    if rank != 0:
+        return set()
+    want, _ = read_entries(a)
+    got, _ = read_entries(b)
+    assert want.keys() == got.keys(), sorted(set(want) ^ set(got))
+    for key, value in want.items():
+        assert torch.equal(value, got[key]), key
+    return set(want)
 
 
 class CountedPolicy:
@@ -825,7 +852,6 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
-    from runtime.dcp_checkpoint import read_entries
     from simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
@@ -833,12 +859,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
               "progress": False, "checkpoint_every": 2}
     ckpt = os.path.join(root, "a")
     straight = train(TrainOptions(steps=4, checkpoint_dir=ckpt, **common), group)
-    if p > 1:
-        dist.barrier(group=group)
-    if rank == 0:  # keep the step-4 checkpoint aside: resuming takes step 2, the newest left
-        os.rename(os.path.join(ckpt, "step-000004"), os.path.join(root, "step-000004"))
-    if p > 1:
-        dist.barrier(group=group)
+    step4 = _set_aside(ckpt, 4, root, rank, p, group)  # resuming takes step 2, the newest left
     real, built = planner.build_policy, []
 
     def counted(*args, **kwargs):
@@ -850,12 +871,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     assert [policy.calls for policy in built] == [2 + 2 if rank == 0 else 0]  # steps 1-2 replayed, 3-4 trained
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[2:]]
-    if rank == 0:  # the files every rank wrote, read whole by one
-        a, _ = read_entries(os.path.join(root, "step-000004"))  # weights and AdamW's moments
-        b, _ = read_entries(checkpoint.latest(ckpt))
-        assert a.keys() == b.keys() and any(k.startswith("optim.exp_avg_sq.") for k in a)
-        for key, value in a.items():
-            assert torch.equal(value, b[key]), key
+    names = _assert_same_checkpoints(step4, checkpoint.latest(ckpt), rank)  # weights and AdamW's moments
+    assert rank != 0 or any(k.startswith("optim.exp_avg_sq.") for k in names)
     if p > 1:
         dist.barrier(group=group)
     if rank == 0:
@@ -1122,7 +1139,6 @@ def llama_train_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from runtime import checkpoint
-    from runtime.dcp_checkpoint import read_entries
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
@@ -1132,17 +1148,11 @@ def llama_train_case(rank: int, p: int, group) -> None:
     straight = train(TrainOptions(steps=10, **common), group)
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
     assert last < first - 0.3, (first, last)
-    dist.barrier(group=group)
-    if rank == 0:  # keep the step-10 checkpoint aside: resuming takes step 8, the newest left
-        os.rename(os.path.join(ckpt, "step-000010"), os.path.join(root, "step-000010"))
-    dist.barrier(group=group)
+    step10 = _set_aside(ckpt, 10, root, rank, p, group)  # resuming takes step 8, the newest left
     resumed = train(TrainOptions(steps=10, resume=True, **common), group)
     assert [r["step"] for r in resumed] == [9, 10]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[8:]]
-    if rank == 0:  # the files every rank wrote, read whole by one
-        a, _ = read_entries(os.path.join(root, "step-000010"))
-        b, _ = read_entries(checkpoint.latest(ckpt))
-        assert "model.head" in a and a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
+    assert rank != 0 or "model.head" in _assert_same_checkpoints(step10, checkpoint.latest(ckpt), rank)
     dist.barrier(group=group)
     if rank == 0:
         import shutil
