@@ -164,9 +164,9 @@ def run(args) -> int:
     return 0
 
 
-def finish(opts, skip_steps: int, formats: tuple[str, ...] = ("png", "pdf")) -> dict:
-    """After the runs: pair every step with its replay, write the CSVs and the figure (in `formats`: the
-    command's PNG and PDF), return the result."""
+def finish(opts, skip_steps: int, formats: tuple[str, ...] | None = None) -> dict:
+    """After the runs: pair every step with its replay, write the CSVs and the figure (in `formats`; None: the
+    figures' own, PNG and PDF), return the result."""
     import pandas as pd
 
     from paradyse_lab.app.validate_run import pair, run_totals
@@ -220,10 +220,11 @@ def print_result(result: dict) -> None:
     print(f"wrote {out / 'validate_run.csv'}, {out / 'validate_run_summary.csv'}, {out / 'figures'}/validate_run.png")
 
 
-def _figure(out: Path, formats: tuple[str, ...]) -> None:
+def _figure(out: Path, formats: tuple[str, ...] | None) -> None:
     from figures import validate_run
-    from figures._common import MissingCSV
+    from figures._common import FORMATS, MissingCSV
 
+    formats = FORMATS if formats is None else formats
     try:
         path = validate_run.render(out, out / "figures", formats=formats)
     except MissingCSV as err:

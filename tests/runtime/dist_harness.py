@@ -137,16 +137,11 @@ def _start_forkserver() -> None:
     without a word: without `HERE` this harness, rank_warmup and the cases' module were imported again by every
     rank. The ranks take the caller's environment back (`_worker`), so none of them sees the change."""
     from multiprocessing import forkserver
+    from unittest import mock
 
     before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, before] if before else [HERE])
-    try:
+    with mock.patch.dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, before] if before else [HERE])):
         forkserver.ensure_running()
-    finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 def _read(out_dir: str, r: int) -> dict | None:
