@@ -21,6 +21,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from solvers.kernel_order import argsort, least
+
+INT64_MAX = np.iinfo(np.int64).max
+
 
 @njit(cache=True)
 def _relaxed(times, kept, lam, plan):
@@ -41,6 +45,13 @@ def _relaxed(times, kept, lam, plan):
         total += best
         used += kept[l, arg]
     return total, used
+
+
+@njit(cache=True)
+def _copy_into(dst, src):
+    """dst[:] = src for two int64 vectors of one size (a loop: numba compiles slice assignment slowly)."""
+    for j in range(src.size):
+        dst[j] = src[j]
 
 
 @njit(cache=True)
@@ -72,10 +83,10 @@ def lagrangian_dual(times, kept, kept_budget, iterations):
         if b > bound:
             bound, best_lam = b, hi
         if used <= kept_budget:
-            plan[:] = trial
+            _copy_into(plan, trial)
             fitted = True
             break
-        over[:] = trial
+        _copy_into(over, trial)
         lo, hi = hi, hi * 16
     if not fitted:
         raise ValueError("lagrangian_dual: no plan fits the kept budget")
@@ -87,10 +98,10 @@ def lagrangian_dual(times, kept, kept_budget, iterations):
             bound, best_lam = b, mid
         if used <= kept_budget:
             hi = mid
-            plan[:] = trial
+            _copy_into(plan, trial)
         else:
             lo = mid
-            over[:] = trial
+            _copy_into(over, trial)
     return best_lam, bound, plan, hi, over
 
 
@@ -147,26 +158,34 @@ def capped_viterbi_totals(times, kept, transient, caps, lams, switch):
                     best = min(best, switch[o, x] + to_go[x])
                 v = times[l, o] + lams[k] * kept[l, o] if transient[l, o] <= caps[k] else np.inf
                 nxt[o] = v + best
-            to_go[:] = nxt
-        out[k] = to_go.min()
+            to_go, nxt = nxt, to_go
+        least_total = to_go[0]  # to_go.min() as numba computes it: the first NaN, else the least value
+        for o in range(O):
+            if to_go[o] != to_go[o]:
+                least_total = to_go[o]
+                break
+            if to_go[o] < least_total:
+                least_total = to_go[o]
+        out[k] = least_total
     return out
 
 
 @njit(cache=True)
 def keep_across_options(t, k, b, o, reach, n_buckets):
-    """Mask of the states (given in ascending t) not dominated across last options: state p is dropped when
+    """Indices (ascending) of the states (given in ascending t) not dominated across last options: state p is
+    dropped when
     a state q of its bucket or a lower one has q.k <= p.k and q.t + reach[o_p] < p.t. reach[o] bounds what
     any state saves on the next switch over one ending in o (max over o', x of switch[o', x] - switch[o, x]),
     so every completion of p is then strictly slower than the same completion of q, whose budget is no
     smaller."""
     n = t.size
-    alive = np.ones(n, np.bool_)
     counts = np.zeros(n_buckets + 1, np.int64)
     for i in range(n):
         counts[b[i] + 1] += 1
+    fill = np.empty(n_buckets, np.int64)
     for j in range(n_buckets):
+        fill[j] = counts[j]
         counts[j + 1] += counts[j]
-    fill = counts[:-1].copy()
     members = np.empty(n, np.int64)  # states grouped by bucket, each group in ascending t
     for i in range(n):
         members[fill[b[i]]] = i
@@ -175,19 +194,25 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
     seg_t = np.empty(n)
     for j in range(n_buckets):
         lo, hi = counts[j], counts[j + 1]
-        run = np.iinfo(np.int64).max
+        run = INT64_MAX
         for q in range(lo, hi):
             run = min(run, k[members[q]])
             least_k[q] = run
             seg_t[q] = t[members[q]]
+    survivors = np.empty(n, np.int64)
+    kept_count = 0
     for p in range(n):
+        alive = True
         for j in range(b[p] + 1):  # buckets at or below p's: their states fit wherever p's completions do
             lo, hi = counts[j], counts[j + 1]
             faster = np.searchsorted(seg_t[lo:hi], t[p] - reach[o[p]])  # states with t < t_p - reach
             if faster > 0 and least_k[lo + faster - 1] <= k[p]:
-                alive[p] = False
+                alive = False
                 break
-    return alive
+        if alive:
+            survivors[kept_count] = p
+            kept_count += 1
+    return survivors[:kept_count]
 
 
 class PassTables(NamedTuple):
@@ -279,8 +304,20 @@ def _beam_cut(tb, i, ct, ck, cb, co, cp, beam):
     score = np.empty(n)
     for c in range(n):
         score[c] = _lagrange_slack(ct[c], ck[c], tb.budgets[cb[c]], tb.lams, tb.lam_cap, i, co[c])
-    chosen = np.argpartition(score, beam - 1)[:beam]
-    return ct[chosen], ck[chosen], cb[chosen], co[chosen], cp[chosen]
+    return _take(least(score, beam), ct, ck, cb, co, cp)  # least: numba's np.argpartition(score, beam - 1)[:beam]
+
+
+@njit(cache=True)
+def _take(chosen, ct, ck, cb, co, cp):
+    """(ct[chosen], ck[chosen], cb[chosen], co[chosen], cp[chosen]) in one loop: candidates or states
+    (time, kept, bucket, last option, parent) picked by index, in the order of `chosen`."""
+    n = chosen.size
+    t, k, b = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
+    o, p = np.empty(n, np.int64), np.empty(n, np.int64)
+    for j in range(n):
+        c = chosen[j]
+        t[j], k[j], b[j], o[j], p[j] = ct[c], ck[c], cb[c], co[c], cp[c]
+    return t, k, b, o, p
 
 
 @njit(cache=True)
@@ -292,17 +329,19 @@ def _undominated(tb, ct, ck, cb, co):
     has_steps = tb.switch.shape[0] > 0
     width = tb.times.shape[1] if has_steps else 1  # groups: (bucket, last option) with switch costs, else bucket
     n_groups = tb.budgets.size * width if grouped else width
-    runmin = np.full(n_groups, np.iinfo(np.int64).max)  # per group: least kept of the states kept so far
-    order = np.argsort(ct)
+    runmin = np.empty(n_groups, np.int64)  # per group: least kept of the states kept so far
+    for g in range(n_groups):
+        runmin[g] = INT64_MAX
+    order = argsort(ct)  # numba's np.argsort(ct)
     keep = np.empty(n, np.int64)
     S = 0
     for j in range(n):
         c = order[j]
         last = co[c] if has_steps else 0
-        least = np.iinfo(np.int64).max  # least kept of an earlier (faster) state in a bucket at or below
+        below = INT64_MAX  # least kept of an earlier (faster) state in a bucket at or below
         for bb in range(cb[c] + 1 if grouped else 1):
-            least = min(least, runmin[bb * width + last])
-        if ck[c] < least:
+            below = min(below, runmin[bb * width + last])
+        if ck[c] < below:
             g = cb[c] * width + last if grouped else 0
             runmin[g] = min(runmin[g], ck[c])
             keep[S] = c
@@ -341,38 +380,50 @@ def pareto_pass(tb, beam):
     bound are kept (`_beam_cut`). The plan it finds still meets every constraint (an upper bound for the
     exact pass); it may not be the best.
     """
-    m = tb.times.shape[0]
-    root = np.zeros(1, np.int64)  # one state: the constants
-    ft, fk, fb, fo, cp = _extend(tb, 0, np.full(1, tb.t0), np.full(1, tb.k0), np.full(1, tb.b0), root)
-    # the first front is every admissible option of decision 0 (at most O states), unfiltered
-    hist_opt = np.empty(max(1024, 4 * tb.times.shape[1]), np.int64)
+    m, O = tb.times.shape
+    ft, fk, fb, fo = np.empty(1), np.empty(1, np.int64), np.empty(1, np.int64), np.zeros(1, np.int64)
+    ft[0], fk[0], fb[0] = tb.t0, tb.k0, tb.b0  # one state: the constants
+    hist_opt = np.empty(max(1024, 4 * O), np.int64)
     hist_par = np.empty(hist_opt.size, np.int64)
     start = np.zeros(m + 1, np.int64)  # history of step i: hist_*[start[i]:start[i + 1]]
-    hist_opt[:ft.size] = fo
-    hist_par[:ft.size] = cp
-    start[1] = ft.size
-    for i in range(1, m):
-        if ft.size == 0:
-            return False, np.empty(0, np.int64)
+    for i in range(m):
         ct, ck, cb, co, cp = _extend(tb, i, ft, fk, fb, fo)
         if ct.size == 0:
             return False, np.empty(0, np.int64)
-        ct, ck, cb, co, cp = _beam_cut(tb, i, ct, ck, cb, co, cp, beam)
-        keep = _undominated(tb, ct, ck, cb, co)
-        if tb.switch.shape[0] > 0 and keep.size > tb.times.shape[1] and i + 1 < m and tb.adjacent[i + 1]:
-            keep = keep[keep_across_options(ct[keep], ck[keep], cb[keep], co[keep], tb.reach, tb.budgets.size)]
-        ft, fk, fb, fo = ct[keep], ck[keep], cb[keep], co[keep]
-        S = keep.size
+        if i == 0:  # the first front is every admissible option of decision 0 (at most O states), unfiltered
+            ft, fk, fb, fo, fp = ct, ck, cb, co, cp
+        else:
+            ct, ck, cb, co, cp = _beam_cut(tb, i, ct, ck, cb, co, cp, beam)
+            ft, fk, fb, fo, fp = _take(_undominated(tb, ct, ck, cb, co), ct, ck, cb, co, cp)
+            if tb.switch.shape[0] > 0 and ft.size > O and i + 1 < m and tb.adjacent[i + 1]:
+                survivors = keep_across_options(ft, fk, fb, fo, tb.reach, tb.budgets.size)
+                ft, fk, fb, fo, fp = _take(survivors, ft, fk, fb, fo, fp)
+        S = ft.size
         if start[i] + S > hist_opt.size:
             grown = max(2 * hist_opt.size, start[i] + S)
-            hist_opt = np.concatenate((hist_opt, np.empty(grown - hist_opt.size, np.int64)))
-            hist_par = np.concatenate((hist_par, np.empty(grown - hist_par.size, np.int64)))
-        hist_opt[start[i]:start[i] + S] = fo
-        hist_par[start[i]:start[i] + S] = cp[keep]
+            hist_opt, hist_par = _grown(hist_opt, grown), _grown(hist_par, grown)
+        for s in range(S):
+            hist_opt[start[i] + s], hist_par[start[i] + s] = fo[s], fp[s]
         start[i + 1] = start[i] + S
     if ft.size == 0:
         return False, np.empty(0, np.int64)
-    return True, _backtrack(hist_opt, hist_par, start, int(np.argmin(ft)))
+    fastest = 0  # np.argmin(ft) as numba computes it: the first NaN, else the first least time
+    for s in range(ft.size):
+        if ft[s] != ft[s]:
+            fastest = s
+            break
+        if ft[s] < ft[fastest]:
+            fastest = s
+    return True, _backtrack(hist_opt, hist_par, start, fastest)
+
+
+@njit(cache=True)
+def _grown(a, size):
+    """[size] int64: a copy of `a` followed by unset entries."""
+    out = np.empty(size, np.int64)
+    for j in range(a.size):
+        out[j] = a[j]
+    return out
 
 
 def writable(a, dtype) -> np.ndarray:
