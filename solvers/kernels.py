@@ -5,7 +5,16 @@ Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of sm
 numpy calls each step costs microseconds of call overhead, which kept the median solve above the 5 ms
 target (`paradyse-lab bench-solvers`). numba compiles these loops on first use and caches the
 machine code next to this file (`cache=True`): only the first process after an install pays the compile
-(a few seconds); `warm_up()` makes that happen before anything is timed.
+(~20 CPU s, under half of what the numpy calls below cost); `warm_up()` makes that happen before anything is
+timed.
+
+Compile cost: numba types and lowers each numpy library call it meets anew (slice assignment `a[:] = b`
+~3.5 s, `np.argpartition` ~10 s with its argument checks, `np.argsort` with a list of named tuples as its
+stack), while a plain loop costs next to nothing. So copies, gathers and fills here are loops, and the two
+orderings are numba's own algorithms without their wrappers (`_argsort`, `_least`): they return exactly
+the indices, in the same order, ties and NaN included, that numba's `np.argsort` and `np.argpartition` do.
+Everything stays in this one file: numba checks a cached function against its own file only, so a helper
+compiled from another module could be stale in the cache after an edit.
 
 Conventions: times are float64 with inf for an option that is not allowed; kept bytes are exact int64.
 Switch matrices come as `steps` [S, O, O]: S == 1 is one matrix for every step, otherwise step l is the
@@ -20,8 +29,6 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-
-from solvers.kernel_order import argsort, least
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -215,6 +222,150 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
     return survivors[:kept_count]
 
 
+# Orderings: numba's `np.argsort` and `np.argpartition` for a 1-D float64 array, step for step (median-of-three
+# pivots, the same swaps, insertion sort below SMALL_SORT, NaN last), without the generic wrappers around
+# them. From numba 0.68 (BSD-2-Clause): numba/misc/quicksort.py (`partition`, `insertion_sort`,
+# `run_quicksort1`) and numba/np/arraymath.py (`_partition_factory(..., argpartition=True)`,
+# `_select_factory`, `np_argpartition_impl_inner`).
+
+SMALL_SORT = 15
+"""A range low..high with high - low below this is insertion-sorted (numba's SMALL_QUICKSORT)."""
+STACK = 100
+"""Pending ranges of the sort (numba's MAX_STACK; the smaller side is pushed, so at most log2(n) are)."""
+
+
+@njit(cache=True)
+def _before(a, b):
+    """a sorts before b: a < b, with NaN after every number (numba's `lt_floats`, NumPy's order)."""
+    return a < b or (b != b and a == a)
+
+
+@njit(cache=True)
+def _sort_partition(a, order, low, high):
+    """Partition order[low:high + 1] by the values a[order] around a median-of-three pivot; its index."""
+    mid = (low + high) >> 1
+    if _before(a[order[mid]], a[order[low]]):
+        order[low], order[mid] = order[mid], order[low]
+    if _before(a[order[high]], a[order[mid]]):
+        order[high], order[mid] = order[mid], order[high]
+    if _before(a[order[mid]], a[order[low]]):
+        order[low], order[mid] = order[mid], order[low]
+    pivot = a[order[mid]]
+    order[high], order[mid] = order[mid], order[high]  # the pivot waits at the end
+    i, j = low, high - 1
+    while True:
+        while i < high and _before(a[order[i]], pivot):
+            i += 1
+        while j >= low and _before(pivot, a[order[j]]):
+            j -= 1
+        if i >= j:
+            break
+        order[i], order[j] = order[j], order[i]
+        i += 1
+        j -= 1
+    order[i], order[high] = order[high], order[i]
+    return i
+
+
+@njit(cache=True)
+def _insertion_sort(a, order, low, high):
+    """Sort order[low:high + 1] by a[order] (inclusive bounds)."""
+    for i in range(low + 1, high + 1):
+        k = order[i]
+        v = a[k]
+        j = i
+        while j > low and _before(v, a[order[j - 1]]):
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = k
+
+
+@njit(cache=True)
+def _argsort(a):
+    """[n] int64: numba's `np.argsort(a)` (quicksort) of a 1-D float64 array."""
+    n = a.size
+    order = np.empty(n, np.int64)
+    for c in range(n):
+        order[c] = c
+    if n < 2:
+        return order
+    lows = np.empty(STACK, np.int64)
+    highs = np.empty(STACK, np.int64)
+    lows[0], highs[0] = 0, n - 1
+    pending = 1
+    while pending > 0:
+        pending -= 1
+        low, high = lows[pending], highs[pending]
+        while high - low >= SMALL_SORT:
+            i = _sort_partition(a, order, low, high)
+            if high - i > i - low:  # the right side is larger: it waits, the left one goes on
+                if high > i:
+                    lows[pending], highs[pending] = i + 1, high
+                    pending += 1
+                high = i - 1
+            else:
+                if i > low:
+                    lows[pending], highs[pending] = low, i - 1
+                    pending += 1
+                low = i + 1
+        _insertion_sort(a, order, low, high)
+    return order
+
+
+@njit(cache=True)
+def _select_partition(vals, order, low, high):
+    """Partition vals[low:high + 1] in place around a median-of-three pivot, moving `order` along; its index."""
+    mid = (low + high) >> 1
+    if _before(vals[mid], vals[low]):
+        vals[low], vals[mid] = vals[mid], vals[low]
+        order[low], order[mid] = order[mid], order[low]
+    if _before(vals[high], vals[mid]):
+        vals[high], vals[mid] = vals[mid], vals[high]
+        order[high], order[mid] = order[mid], order[high]
+    if _before(vals[mid], vals[low]):
+        vals[low], vals[mid] = vals[mid], vals[low]
+        order[low], order[mid] = order[mid], order[low]
+    pivot = vals[mid]
+    vals[high], vals[mid] = vals[mid], vals[high]  # the pivot waits at the end
+    order[high], order[mid] = order[mid], order[high]
+    i, j = low, high - 1
+    while True:
+        while i < high and _before(vals[i], pivot):
+            i += 1
+        while j >= low and _before(pivot, vals[j]):
+            j -= 1
+        if i >= j:
+            break
+        vals[i], vals[j] = vals[j], vals[i]
+        order[i], order[j] = order[j], order[i]
+        i += 1
+        j -= 1
+    vals[i], vals[high] = vals[high], vals[i]
+    order[i], order[high] = order[high], order[i]
+    return i
+
+
+@njit(cache=True)
+def _least(a, count):
+    """[count] int64: numba's `np.argpartition(a, count - 1)[:count]` of a 1-D float64 array, 0 < count <= n:
+    the indices of `count` least values (quickselect of the (count - 1)-th)."""
+    n = a.size
+    vals = np.empty(n)
+    order = np.empty(n, np.int64)
+    for c in range(n):
+        vals[c] = a[c]
+        order[c] = c
+    k, low, high = count - 1, 0, n - 1
+    i = _select_partition(vals, order, low, high)
+    while i != k:
+        if i < k:
+            low = i + 1
+        else:
+            high = i - 1
+        i = _select_partition(vals, order, low, high)
+    return order[:count]
+
+
 class PassTables(NamedTuple):
     """What one forward pass (`pareto_pass`) reads: m free decisions, O options, B buckets, J multipliers.
 
@@ -304,7 +455,7 @@ def _beam_cut(tb, i, ct, ck, cb, co, cp, beam):
     score = np.empty(n)
     for c in range(n):
         score[c] = _lagrange_slack(ct[c], ck[c], tb.budgets[cb[c]], tb.lams, tb.lam_cap, i, co[c])
-    return _take(least(score, beam), ct, ck, cb, co, cp)  # least: numba's np.argpartition(score, beam - 1)[:beam]
+    return _take(_least(score, beam), ct, ck, cb, co, cp)  # numba's np.argpartition(score, beam - 1)[:beam]
 
 
 @njit(cache=True)
@@ -332,7 +483,7 @@ def _undominated(tb, ct, ck, cb, co):
     runmin = np.empty(n_groups, np.int64)  # per group: least kept of the states kept so far
     for g in range(n_groups):
         runmin[g] = INT64_MAX
-    order = argsort(ct)  # numba's np.argsort(ct)
+    order = _argsort(ct)  # numba's np.argsort(ct)
     keep = np.empty(n, np.int64)
     S = 0
     for j in range(n):
@@ -442,7 +593,7 @@ _warm = False
 def _compile_lock():
     """An exclusive lock on a file in numba's cache folder beside this file (solvers/__pycache__), held while
     compiling: processes started together (pytest-xdist workers, a run's ranks) compile the kernels once
-    (~30 s of CPU on a fresh install) and the others wait, then load the cache. Without fcntl (Windows) or a
+    (~20 s of CPU on a fresh install) and the others wait, then load the cache. Without fcntl (Windows) or a
     writable folder, no lock: each process compiles or loads on its own, as numba does."""
     try:
         import fcntl

@@ -87,6 +87,25 @@ def test_each_kernel_has_one_specialisation_the_warm_up_made():
         assert len(getattr(kernels, name).signatures) == 1, name
 
 
+def test_orderings_sort_and_select_like_numpy():
+    """`_argsort` (what `_undominated` orders candidates by) sorts like np.argsort, NaN last, and
+    `_least(a, k)` (the beam cut) picks k least values, on arrays with many ties, around the size where the
+    sort switches to insertion sort. Their order among ties is numba's by construction (the same steps)."""
+    from solvers.kernels import _argsort, _least
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 15, 16, 17, 40, 200):
+        for _ in range(10):
+            a = rng.choice([0.0, 1.0, 2.5, -np.inf, np.inf, np.nan], n)
+            order = _argsort(a)
+            assert sorted(order) == list(range(n))
+            np.testing.assert_array_equal(a[order], np.sort(a))
+            for k in {1, (n + 1) // 2, n}:
+                chosen = _least(a, k)
+                assert chosen.size == k and len(set(chosen)) == k
+                np.testing.assert_array_equal(np.sort(a[chosen]), np.sort(a)[:k])
+
+
 def test_rounded_plan_fits_and_splits_identical_decisions():
     from solvers.bounds import rounded_plan
 
