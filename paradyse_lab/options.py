@@ -94,11 +94,18 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
+@functools.cache
+def _type_hints(cls) -> dict[str, object]:
+    """`typing.get_type_hints(cls)`, evaluated once per options class (it evaluates every field's annotation
+    string: asked per field, every parser built evaluated each class's annotations once per field)."""
+    return typing.get_type_hints(cls)
+
+
 def _field_type(cls, f: dataclasses.Field):
     meta = f.metadata.get("type")
     if meta is not None:
         return meta
-    hint = typing.get_type_hints(cls).get(f.name, f.type)
+    hint = _type_hints(cls).get(f.name, f.type)
     if isinstance(hint, str):
         hint = _SCALARS.get(hint, str)
     return hint if hint in (int, float, str, bool) else str
@@ -156,7 +163,7 @@ def _shown(default) -> str:
 
 def _nested(cls, f: dataclasses.Field):
     """The options dataclass a field holds (its flags are the command's too), or None."""
-    hint = typing.get_type_hints(cls).get(f.name, f.type)
+    hint = _type_hints(cls).get(f.name, f.type)
     return hint if dataclasses.is_dataclass(hint) and isinstance(hint, type) else None
 
 

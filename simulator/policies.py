@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
@@ -186,15 +187,25 @@ class DynamicPolicy:
     _previous: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        from solvers.registry import get_solver
+        from solvers.registry import STATIC_PREFIX, check_solver_name
 
-        self.solver = get_solver(self.solver_name)
+        if not self.solver_name.startswith(STATIC_PREFIX):
+            check_solver_name(self.solver_name)
         self.name = self.name or f"dynamic:{self.solver_name}"
         if not self.strategies:
             raise UserInputError("a dynamic policy needs at least one strategy")
         from paradyse_lab.costmodel.head_loss import head_cost_models
 
         self._head_models = head_cost_models(self.cost_model)
+
+    @cached_property
+    def solver(self):
+        """The solver, built at the policy's first solve: building `dp` imports numba and loads its compiled
+        kernels (solvers/kernels.py `warm_up`, 1-2 CPU seconds), which a policy built only to check a run's
+        settings never needs (`train --nproc N`'s launcher: paradyse_lab/app/training.py `preflight`)."""
+        from solvers.registry import get_solver
+
+        return get_solver(self.solver_name)
 
     def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
         """The search the policy solves at this length, or for this packed step, with the head option `head`."""

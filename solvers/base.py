@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
-
-if TYPE_CHECKING:
-    from solvers.bounds import CapTable
+from solvers.bounds import CapTable
 
 STATUSES = ("optimal", "feasible", "infeasible")
 BIG = np.int64(2**62 // 512)
@@ -83,8 +81,6 @@ def make_solution(problem: SearchProblem, plan, status: str, solver: str, starte
 
 def min_peak_plan(problem: SearchProblem, table: CapTable | None = None) -> tuple[np.ndarray, int]:
     """The plan of least peak memory (ties: least time per decision) and that peak, exactly."""
-    from solvers.bounds import CapTable  # here: bounds loads the compiled kernels, which most solvers never use
-
     table = table or CapTable.build(problem)
     c = int(np.argmin(table.peak_floor))
     allowed = problem.effective_transient <= table.caps[c]

@@ -7,6 +7,9 @@ budget - fixed - c (`CapTable` says what each cap allows). For a cap with kept b
 lam >= 0, every plan whose kept bytes fit has time >= min over plans of (time + lam * kept [+ switches])
 - lam * B (weak duality). Without switch costs the min is per decision; with them it is a Viterbi pass
 over the chain (`cost_to_go`).
+
+The compiled kernels (solvers/kernels.py: numba, ~1 CPU s to import) are imported by the functions that call
+them: `CapTable` is numpy only, and the ILP (solvers/ilp.py), which uses nothing else here, never loads numba.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from paradyse_lab.search_problem import SearchProblem
-from solvers.kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go, writable
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     the fastest plan). `times` holds inf where an option is not allowed; some plan must fit.
     (Compiled: `solvers.kernels.lagrangian_dual`.)
     """
+    from solvers.kernels import lagrangian_dual, writable
+
     lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
                                                       int(kept_budget), int(iterations))
     return float(lam), float(bound), plan, float(lam_fit), over
@@ -108,6 +112,8 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
+    from solvers.kernels import capped_viterbi_totals, writable
+
     least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
                                   writable(problem.effective_transient, np.int64),
                                   writable(table.caps[caps], np.int64), writable(lams, np.float64),
@@ -117,6 +123,8 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
 
 def _steps(switch: np.ndarray) -> np.ndarray:
     """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
+    from solvers.kernels import writable
+
     return writable(switch[None] if switch.ndim == 2 else switch, np.float64)
 
 
@@ -131,6 +139,8 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
+    from solvers.kernels import viterbi_to_go, writable
+
     return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
 
@@ -141,4 +151,6 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
+    from solvers.kernels import viterbi_to_come, writable
+
     return viterbi_to_come(writable(values, np.float64), _steps(switch))

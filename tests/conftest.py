@@ -3,9 +3,9 @@ numba kernels compiled once, in the background, when pytest-xdist runs the suite
 collection imports is kept out of the garbage collector's full passes (`pytest_collectreport`).
 
 The README's test command runs the suite on two workers with `--dist loadgroup`. Every item gets an
-`xdist_group`: its module, so that a module's fixtures (a `reproduce` run, a spawned world) are built once on
-one worker, except the distributed cases, which are grouped by world size so that the worlds of
-tests/runtime/test_distributed.py spread over the workers.
+`xdist_group`: its module, so that a module's fixtures (a `reproduce` run, the spawned worlds) are built once on
+one worker. The worlds of tests/runtime/test_distributed.py (one per world size) all run on one worker, so that
+one forkserver imports the ranks' modules (~9 CPU s) rather than one per worker.
 """
 
 import gc
@@ -37,27 +37,19 @@ def skip_gpu_tests_without_cuda(items) -> None:
 
 
 def xdist_group_name(item) -> str:
-    """The module's path, or the module's path and world size for a parametrized distributed case."""
-    module = item.nodeid.split("::", 1)[0]
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and "p" in callspec.params and module.endswith("test_distributed.py"):
-        return f"{module}-p{callspec.params['p']}"  # no ']' at its end: xdist reads a name ending in ']' as no group
-    return module
+    """The module's path."""
+    return item.nodeid.split("::", 1)[0]
 
 
-LONGEST_GROUPS = ("tests/runtime/test_distributed.py-p4", "tests/figures/test_figures.py",
-                  "tests/runtime/test_distributed.py-p2", "tests/paradyse_lab/app/measure/test_gpu_session.py",
-                  "tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_distributed.py-p3",
-                  "tests/runtime/test_train_safety.py", "tests/runtime/test_distributed.py-p1",
-                  "tests/simulator/test_simulation.py", "tests/paradyse_lab/app/measure/test_profiler.py",
-                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/solvers/test_solvers_agree.py",
-                  "tests/runtime/test_comm_replay.py")
-"""The groups that take longest on two workers (CPU seconds of each group's processes, the README's test command;
-the two-node torchrun test's four processes among them), longest first,
-a world between two groups of one process: pytest-xdist hands them out first (two to each worker at the
-start, then one to whichever worker runs low; `longest_groups_first`), so no long group starts when the other
-worker is nearly done, the two workers end together (the rest follow in collection order, each a few
-seconds), and a world's ranks mostly share the cores with one process rather than with another world's."""
+LONGEST_GROUPS = ("tests/runtime/test_distributed.py", "tests/figures/test_figures.py",
+                  "tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
+                  "tests/simulator/test_simulation.py", "tests/solvers/test_solvers_agree.py",
+                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/runtime/test_comm_replay.py",
+                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py")
+"""The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
+command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), longest first:
+pytest-xdist hands them out first (`longest_groups_first`), so no long group starts when the other worker is
+nearly done and the two workers end together; the rest follow in collection order, each a few seconds."""
 
 
 def longest_groups_first(items) -> None:

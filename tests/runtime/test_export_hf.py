@@ -5,6 +5,7 @@ nothing written. The multi-rank checkpoint (written at p = 2) is weights_cases.p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
@@ -20,7 +21,9 @@ from runtime.dcp_checkpoint import config_of, read_full
 from runtime.reference import GPTConfig, ReferenceGPT
 from runtime.step_inputs import markov_tokens
 
-transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+"""transformers itself (~2.5 CPU s to import) is imported by the tests, not while the file is collected: every
+pytest-xdist worker collects every test file."""
 IDS = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(2))
 
 
@@ -53,6 +56,8 @@ def gpt2_run(tmp_path_factory):
 def test_gpt2_first_step_is_transformers_and_exports_back(gpt2_run, tmp_path, capsys):
     """The first step's loss is transformers' on the step's tokens (1e-4); the checkpoint exports (sharded above
     50 KB, the folder's own config.json) to a folder `from_pretrained` loads with the runtime's logits (1e-5)."""
+    import transformers
+
     model, folder, ck, log, opts = gpt2_run
     assert abs(log[0]["loss"] - hf_loss(model, markov_tokens(opts.seed, 0, 1, 16, 64))) < 1e-4
     assert main(["export-hf", "--checkpoint", ck, "--out", str(tmp_path / "out"), "--max-shard-size", "50KB"]) == 0
@@ -70,6 +75,8 @@ def test_gpt2_first_step_is_transformers_and_exports_back(gpt2_run, tmp_path, ca
 
 
 def test_preset_llama_gets_a_config_of_its_shapes(tmp_path):
+    import transformers
+
     ck, _, _ = _train(tmp_path, model="llama-tiny")
     assert main(["export-hf", "--checkpoint", f"{ck}/step-000002", "--out", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json", "model.safetensors"]

@@ -293,6 +293,30 @@ def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
     assert code == 2 and len(err) == 1 and "written by 1 ranks; this run has 2" in err[0], err
 
 
+def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypatch):
+    """`train --nproc N`'s launcher builds what the ranks build from names (paradyse_lab/app/training.py
+    `preflight`) and never plans: it built the default `dynamic:dp` policy's solver, which imports numba and loads
+    the compiled kernels (1-2 CPU s before any rank started). A policy builds its solver at its first solve (here
+    the heuristic's: cheap) and still refuses an unknown solver name when it is built."""
+    from dataclasses import replace
+
+    import solvers.registry
+    from paradyse_lab.app.training import plan_policy, preflight
+    from paradyse_lab.model_spec import get_model
+    from simulator.policies import DynamicPolicy
+
+    built, get_solver = [], solvers.registry.get_solver
+    monkeypatch.setattr(solvers.registry, "get_solver", lambda name, **kw: built.append(name) or get_solver(name, **kw))
+    opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1)
+    assert opts.policy == "dynamic:dp"
+    preflight(opts, 2)
+    policy = plan_policy(replace(opts, policy="dynamic:heuristic"), get_model("gpt2-tiny"), 2, quiet=True)
+    assert built == []
+    assert policy.decide(16, 1).feasible and built == ["heuristic"]
+    with pytest.raises(UserInputError, match="unknown solver 'dpp'"):
+        DynamicPolicy("dpp", policy.cost_model, policy.graph, policy.budget_bytes)
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/status").read_text()

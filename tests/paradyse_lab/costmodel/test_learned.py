@@ -2,27 +2,14 @@
 
 import warnings
 
-import joblib
 import numpy as np
 import pytest
-import sklearn
-from sklearn.base import clone
-from sklearn.exceptions import NotFittedError
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.learned_fit import LearnedCostModel, fit_profile_file, fit_profiles
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
-from paradyse_lab.costmodel.regressors import (
-    HybridRegressor,
-    PolynomialRegressor,
-    ResidualRegressor,
-    fit_polynomial_aic,
-    load,
-    make_regressor,
-    save,
-)
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph
@@ -32,6 +19,21 @@ from paradyse_lab.strategies import USABLE, StrategyOption
 
 A100 = get_cluster("a100-80gb-x8")
 BUNDLED = DATA_DIR / "analytic_a100-80gb-x8.csv"
+
+
+def small_estimator(kind: str):
+    """A fresh, small regressor of each kind ("forest": the paper's forest, `make_regressor`). The regressors'
+    module (scikit-learn: ~3 CPU s to import) is imported by the tests that use it, not while the file is
+    collected: every pytest-xdist worker collects every test file."""
+    from paradyse_lab.costmodel.regressors import (
+        HybridRegressor,
+        PolynomialRegressor,
+        ResidualRegressor,
+        make_regressor,
+    )
+
+    return {"hybrid": lambda: HybridRegressor(n_estimators=5), "polynomial": PolynomialRegressor,
+            "residual": lambda: ResidualRegressor(n_estimators=5), "forest": lambda: make_regressor("forest")}[kind]()
 
 
 def toy(seed=0, groups=3, n=30):
@@ -52,9 +54,14 @@ def gpt_profile():
 
 
 # ----- scikit-learn estimator API -----------------------------------------------------------------------------
-@pytest.mark.parametrize("est", [HybridRegressor(n_estimators=5), PolynomialRegressor(),
-                                 ResidualRegressor(n_estimators=5)])
-def test_estimator_api(est):
+@pytest.mark.parametrize("kind", ["hybrid", "polynomial", "residual"])
+def test_estimator_api(kind):
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+
+    from paradyse_lab.costmodel.regressors import ResidualRegressor
+
+    est = small_estimator(kind)
     X, y = toy()
     if isinstance(est, ResidualRegressor):
         X = np.column_stack([X, y * 0.9])  # a base prediction 10% low
@@ -75,23 +82,27 @@ def test_estimator_api(est):
     assert est.get_params() == params
 
 
-@pytest.mark.skipif(tuple(int(x) for x in sklearn.__version__.split(".")[:2]) < (1, 6),
-                    reason="check_estimator(expected_failed_checks=...) needs scikit-learn >= 1.6")
-@pytest.mark.parametrize("est, expected", [
-    (HybridRegressor(n_estimators=5), {}),
-    (ResidualRegressor(n_estimators=5), {}),
-    (PolynomialRegressor(), {"check_fit_idempotent": "predicts only for the groups it was fitted on; the check's "
-                                                     "random test rows form new groups"}),
+@pytest.mark.parametrize("kind, expected", [
+    ("hybrid", {}),
+    ("residual", {}),
+    ("polynomial", {"check_fit_idempotent": "predicts only for the groups it was fitted on; the check's "
+                                            "random test rows form new groups"}),
 ])
-def test_sklearn_check_estimator(est, expected):
+def test_sklearn_check_estimator(kind, expected):
+    import sklearn
+
+    if tuple(int(x) for x in sklearn.__version__.split(".")[:2]) < (1, 6):
+        pytest.skip("check_estimator(expected_failed_checks=...) needs scikit-learn >= 1.6")
     from sklearn.utils.estimator_checks import check_estimator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_estimator(est, expected_failed_checks=expected)
+        check_estimator(small_estimator(kind), expected_failed_checks=expected)
 
 
 def test_make_regressor_kinds():
+    from paradyse_lab.costmodel.regressors import make_regressor
+
     assert make_regressor("forest").get_params()["n_estimators"] == 50
     assert make_regressor("forest").get_params()["max_depth"] == 10
     assert make_regressor("forest").get_params()["random_state"] == 42
@@ -104,6 +115,8 @@ def test_make_regressor_kinds():
 # ----- AIC ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("degree, coefs", [(1, [3.0, 2.0]), (2, [3.0, 2.0, -0.01]), (3, [3.0, 2.0, -0.05, 4e-4])])
 def test_aic_recovers_the_true_degree(degree, coefs):
+    from paradyse_lab.costmodel.regressors import fit_polynomial_aic
+
     # AIC never underfits a clear signal and overfits by one degree now and then (about 1 time in 6 per extra
     # coefficient): over 100 noisy draws the true degree must be the clear majority and never undershot.
     s = np.linspace(0, 100, 60)
@@ -120,6 +133,8 @@ def test_aic_recovers_the_true_degree(degree, coefs):
 
 
 def test_polynomial_regressor_picks_a_degree_per_group():
+    from paradyse_lab.costmodel.regressors import PolynomialRegressor
+
     s = np.linspace(1, 50, 40)
     X = np.vstack([np.column_stack([np.zeros_like(s), s]), np.column_stack([np.ones_like(s), s])])
     rng = np.random.default_rng(1)
@@ -132,6 +147,8 @@ def test_polynomial_regressor_picks_a_degree_per_group():
 
 # ----- the hybrid's switch ------------------------------------------------------------------------------------
 def test_hybrid_switches_exactly_at_the_longest_profiled_length():
+    from paradyse_lab.costmodel.regressors import HybridRegressor
+
     X, y = toy()
     est = HybridRegressor(n_estimators=10).fit(X, y)
     longest = X[:, 1].max()
@@ -146,6 +163,8 @@ def test_hybrid_switches_exactly_at_the_longest_profiled_length():
 
 
 def test_boundary_is_per_group():
+    from paradyse_lab.costmodel.regressors import HybridRegressor
+
     X, y = toy(groups=2)
     keep = ~((X[:, 0] == 1) & (X[:, 1] > 50))  # group 1 profiled only up to 50
     est = HybridRegressor(n_estimators=5).fit(X[keep], y[keep])
@@ -153,8 +172,11 @@ def test_boundary_is_per_group():
 
 
 # ----- persistence --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("est", [HybridRegressor(n_estimators=5), PolynomialRegressor(), make_regressor("forest")])
-def test_joblib_round_trip(tmp_path, est):
+@pytest.mark.parametrize("kind", ["hybrid", "polynomial", "forest"])
+def test_joblib_round_trip(tmp_path, kind):
+    from paradyse_lab.costmodel.regressors import load, save
+
+    est = small_estimator(kind)
     X, y = toy()
     est.fit(X, y)
     back = load(save(est, tmp_path / "m.joblib"))
@@ -163,6 +185,8 @@ def test_joblib_round_trip(tmp_path, est):
 
 
 def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
+    import joblib
+
     fitted = fit_profiles("hybrid", gpt_profile, A100, source_name="gpt.csv")
     path = fitted.save(tmp_path / "hybrid.joblib")
     assert joblib.load(path).label == "hybrid (profile source=analytic)"
