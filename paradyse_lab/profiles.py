@@ -48,6 +48,8 @@ the same device (`measured_DEVICE.csv`) takes its place as soon as it is there (
 
 from __future__ import annotations
 
+import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -85,18 +87,34 @@ def default_profile(device: str) -> Path:
                          "pass --profiles FILE")
 
 
+_VALIDATED: dict = {}
+"""(file name, SHA-256 of its bytes) -> the validated rows of a profile read in this process: a run reads the same
+profile for every learned model, source label and step (`read_profiles`), and validating it is most of the read."""
+_VALIDATED_KEPT = 8
+
+
 def read_profiles(path: str | Path) -> pd.DataFrame:
-    """Read and validate a profile CSV; every error names the file and, where it applies, column and line."""
+    """Read and validate a profile CSV; every error names the file and, where it applies, column and line. The
+    same bytes under the same name are validated once per process (`_VALIDATED`; a copy is returned)."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UserInputError(f"profile file {str(path)!r} not found") from None
-    except pd.errors.EmptyDataError:
-        raise UserInputError(f"{path.name}: the file is empty (expected a header: {', '.join(COLUMNS)})") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as err:
+    except OSError as err:
         raise UserInputError(f"cannot read profile file {str(path)!r}: {err}") from None
-    return validate_profiles(df, path.name)
+    key = (path.name, hashlib.sha256(data).digest())
+    if key not in _VALIDATED:
+        try:
+            df = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+        except pd.errors.EmptyDataError:
+            raise UserInputError(f"{path.name}: the file is empty (expected a header: {', '.join(COLUMNS)})") from None
+        except (UnicodeDecodeError, pd.errors.ParserError) as err:
+            raise UserInputError(f"cannot read profile file {str(path)!r}: {err}") from None
+        if len(_VALIDATED) >= _VALIDATED_KEPT:
+            del _VALIDATED[next(iter(_VALIDATED))]
+        _VALIDATED[key] = validate_profiles(df, path.name)
+    return _VALIDATED[key].copy()
 
 
 def validate_profiles(df: pd.DataFrame, source: str = "profiles") -> pd.DataFrame:

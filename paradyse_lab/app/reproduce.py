@@ -183,13 +183,14 @@ def profile_for(out: Path, s: Settings) -> Path:
     path = out / "profiles" / f"analytic_{cluster.name}.csv"
     settings = {"cluster": repr(cluster), "synthetic": "defaults, seed 0"}
     key, stamp = result_key(settings), stamp_path(path.parent, path.name)
-    if not is_fresh(stamp, key):
-        df = synthesize_profiles(cluster, list(DEFAULT_MODELS), None, timestamp="2026-01-01T00:00:00+00:00")
-        if df.empty:
-            raise UserInputError(f"cluster {s.cluster!r}: no strategy fits the shortest profiled length")
-        write_profiles(df, path)
-        write_stamp(stamp, key, settings, [path])
-    read_profiles(path)
+    if is_fresh(stamp, key):
+        read_profiles(path)  # a file made before: validated as every reader of it will read it
+        return path
+    df = synthesize_profiles(cluster, list(DEFAULT_MODELS), None, timestamp="2026-01-01T00:00:00+00:00")
+    if df.empty:
+        raise UserInputError(f"cluster {s.cluster!r}: no strategy fits the shortest profiled length")
+    write_profiles(df, path)  # validates the rows as read_profiles reads them back (profiles.py)
+    write_stamp(stamp, key, settings, [path])
     return path
 
 

@@ -4,7 +4,6 @@ its CSVs."""
 from __future__ import annotations
 
 import importlib
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -38,8 +37,11 @@ still happens (the quick run's panels, policies, truths and cost models), in a f
 def quick_run(tmp_path_factory) -> tuple[Path, dict]:
     """The quick run's folder, and each Figure its figures step drew, by (script, results folder): every
     figures/ module's `draw` wrapped to keep what it returns, so the tests below read the plotted values back
-    from the very figures the run saved (drawn once, not again per test)."""
+    from the very figures the run saved (drawn once, not again per test). The folder starts with a full run's
+    table5_ablation.pdf in it, which the quick run's PNG alone removes (checked with every other PDF below)."""
     out = tmp_path_factory.mktemp("reproduce")
+    (out / "figures").mkdir()  # a full run's PDF where the quick run draws: it must not stay beside the PNG
+    (out / "figures" / "table5_ablation.pdf").write_bytes(b"%PDF-1.4 of an earlier full run")
     drawn: dict = {}
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name in FIGURE_SCRIPTS:
@@ -182,18 +184,19 @@ def full_run_figure(quick_results, tmp_path_factory) -> tuple[Path, list, int]:
     return out, written, len(drawings)
 
 
-def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_results, full_run_figure, tmp_path):
-    """`draw_figure` as a full run calls it writes NAME.png and .pdf; the quick run's PNG alone then removes the
-    PDF, so no figure of another run stays beside it."""
-    from paradyse_lab.app.reproduce import FIGURE_FORMATS, draw_figure
+def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_results, full_run_figure):
+    """`draw_figure` as a full run calls it writes NAME.png and .pdf; the quick run's PNG alone removes the
+    PDF, so no figure of another run stays beside it (`quick_run` starts with a full run's
+    table5_ablation.pdf in its folder)."""
+    from paradyse_lab.app.reproduce import FIGURE_FORMATS
 
     full, written, _ = full_run_figure
     assert Settings.make(quick=False).figure_formats == FIGURE_FORMATS == ("png", "pdf")
     assert written == ["figures/t5.png", "figures/t5.pdf"]
     assert (full / "t5.pdf").read_bytes().startswith(b"%PDF") and (full / "t5.png").stat().st_size > 1000
-    shutil.copy(full / "t5.pdf", tmp_path / "t5.pdf")  # a full run's figure, where a quick run now draws
-    assert draw_figure("table5_ablation", quick_results, tmp_path, "t5", None, ("png",)) == ["figures/t5.png"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t5.png"]
+    assert sorted(p.name for p in full.iterdir()) == ["t5.pdf", "t5.png"]
+    figures = quick_results / "figures"
+    assert (figures / "table5_ablation.png").stat().st_size > 1000 and not (figures / "table5_ablation.pdf").exists()
 
 
 def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, full_run_figure):
@@ -353,14 +356,15 @@ def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_resu
     table = pd.read_csv(results / "packing.csv")
     fig, _ = drawn_figure("packing", results)
     scales = {column: scale for column, _, scale in importlib.import_module("figures.packing").METRICS}
+    rows = {(r["dataset"], r["model"], int(r["pack_tokens"]), r["policy"]): r for r in table.to_dict("records")}
+    assert len(rows) == len(table)  # one row per bar: looked up by its gid below, not filtered per bar
     seen = set()
     for ax in fig.axes:
         for bar in ax.patches:
             if not bar.get_gid():
                 continue
             column, d, m, b, p = bar.get_gid().split("|")
-            row = table[(table.dataset == d) & (table.model == m) & (table.pack_tokens == int(b))
-                        & (table.policy == p)].iloc[0]
+            row = rows[d, m, int(b), p]
             expected = 0.0 if pd.isna(row[column]) else row[column] * scales[column]
             assert bar.get_height() == pytest.approx(expected), bar.get_gid()
             assert (bar.get_hatch() or "") == ("" if row["finished"] else "///")

@@ -15,7 +15,7 @@ from paradyse_lab.strategies import USABLE
 from paradyse_lab.strategies import options as make_options
 from simulator.experiments import Setup, run_one
 
-SETUP = Setup(size=80)
+SETUP = Setup(size=30)
 
 
 def test_a_learned_plan_is_charged_by_the_truth():

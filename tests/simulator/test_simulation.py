@@ -170,7 +170,7 @@ def test_experiments_write_csvs_and_skip_finished_runs(tmp_path, capsys):
     assert main(argv + ["--force"]) == 0
     assert any(p.stat().st_mtime_ns != stamp[p] for p in runs)
     capsys.readouterr()
-    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "8", "--no-exact",
+    assert main(["experiment", "fig2", "--out", str(tmp_path), "--size", "3", "--no-exact",
                  "--paper-policies-only"]) == 0
     out = capsys.readouterr().out
     assert "89.29%" in out and "181.22%" in out
@@ -293,7 +293,7 @@ def test_dp_with_recompute_trains_grch38_gpt_to_the_end_where_the_paper_policies
 
 
 def test_experiment_runs_made_under_another_truth_are_rerun_not_reused(tmp_path, capsys):
-    argv = ["experiment", "fig2", "--out", str(tmp_path), "--size", "8", "--no-exact", "--paper-policies-only",
+    argv = ["experiment", "fig2", "--out", str(tmp_path), "--size", "3", "--no-exact", "--paper-policies-only",
             "--format", "json"]
 
     def bert_savings(extra):
@@ -305,8 +305,7 @@ def test_experiment_runs_made_under_another_truth_are_rerun_not_reused(tmp_path,
     paper = bert_savings(["--truth-cost-model", "paper"])
     assert paper != analytic
     fresh = tmp_path / "fresh"
-    assert main(["experiment", "fig2", "--out", str(fresh), "--size", "8", "--no-exact", "--paper-policies-only",
-                 "--truth-cost-model", "paper", "--format", "json"]) == 0
+    assert main([*argv[:3], str(fresh), *argv[4:], "--truth-cost-model", "paper"]) == 0
     heads = json.loads(capsys.readouterr().out)["headlines"]
     assert paper == [h["max_time_reduction"] for h in heads if h["model"] == "bert"]
 

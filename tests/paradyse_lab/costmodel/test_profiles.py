@@ -55,6 +55,28 @@ def test_bad_profiles_are_rejected_with_a_clear_message(tmp_path, small, edit, m
     assert message in str(err.value)
 
 
+def test_the_same_bytes_are_validated_once_and_every_reader_gets_its_own_rows(tmp_path, small, monkeypatch):
+    """A run reads one profile for each learned model and step: read_profiles validates the same bytes under the
+    same name once per process, hands each reader a copy, and validates a file whose bytes changed (same
+    size, same path) again."""
+    import paradyse_lab.profiles as profiles
+
+    path = write_profiles(small.iloc[:5], tmp_path / "p.csv")
+    monkeypatch.setattr(profiles, "_VALIDATED", {})  # nothing this process read before
+    validated, real = [], profiles.validate_profiles
+    monkeypatch.setattr(profiles, "validate_profiles", lambda df, source: validated.append(source) or real(df, source))
+    first = read_profiles(path)
+    first.loc[0, "time_s"] = -1.0  # one reader's edit is not another's rows
+    again = read_profiles(path)
+    assert validated == ["p.csv"] and again["time_s"].tolist() == read_profiles(path)["time_s"].tolist()
+    assert again.loc[0, "time_s"] > 0 and validated == ["p.csv"]
+    text = path.read_text()
+    path.write_text(text.replace(",false,512,1,", ",false,512,2,", 1))  # the first row's batch: same size
+    assert path.read_text() != text and len(path.read_text()) == len(text)
+    edited = read_profiles(path)
+    assert validated == ["p.csv", "p.csv"] and edited.loc[0, "batch"] == 2 and again.loc[0, "batch"] == 1
+
+
 def test_unreadable_files(tmp_path):
     with pytest.raises(UserInputError, match="not found"):
         read_profiles(tmp_path / "nope.csv")
