@@ -17,6 +17,7 @@ takes the caller's environment and working directory (a spawned rank's), not the
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib
 import json
 import os
@@ -57,17 +58,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training", "runtime.train",
-           "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
+PRELOAD = ("gc_paused", "torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training",
+           "runtime.train", "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
            "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2", "rank_warmup")
 """Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
 (torch._dynamo: the first optimizer; simulator.planner and solvers.bounds: pandas and numba, a `train`'s planner;
 transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world;
-rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank)."""
+rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank; gc_paused: no garbage collection
+during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
 
 
 def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float,
             environ: dict[str, str], cwd: str) -> None:
+    gc.freeze()  # what the cases' module left in the forkserver: inherited, never walked by a rank's collections
+    gc.enable()  # off in the forkserver since gc_paused
     os.environ.clear()
     os.environ.update(environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.chdir(cwd)

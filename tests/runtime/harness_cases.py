@@ -17,12 +17,15 @@ def _fails(rank: int, p: int, group) -> None:
 
 def _preloaded(rank: int, p: int, group) -> None:
     """The forkserver imported dist_harness.PRELOAD before it forked this rank (rank_warmup lives beside the
-    harness, where the forkserver's own sys.path does not look): the rank starts with the solver's kernels loaded."""
+    harness, where the forkserver's own sys.path does not look): the rank starts with the solver's kernels loaded,
+    the objects it inherited frozen out of its garbage collections (gc_paused, rank_warmup) and the collector on."""
+    import gc
     import sys
 
     from solvers import kernels
 
     assert "rank_warmup" in sys.modules and kernels._warm, "the forkserver did not import rank_warmup"
+    assert gc.isenabled() and gc.get_freeze_count() > 100_000, (gc.isenabled(), gc.get_freeze_count())
 
 
 def _not_selected(rank: int, p: int, group) -> None:
