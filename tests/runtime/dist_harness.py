@@ -11,7 +11,9 @@ start-up and the whole world's wall time and CPU seconds.
 The ranks are forked from one forkserver per pytest process (Python's `multiprocessing.forkserver`), which has
 imported torch, torch._dynamo (what the first `torch.optim` optimizer imports) and the cases' module once: a
 world's start-up then costs no imports, and the worlds after the first on a pytest worker share them. Each rank
-takes the caller's environment and working directory (a spawned rank's), not the forkserver's.
+takes the caller's environment and working directory (a spawned rank's), not the forkserver's, starts with the
+objects it inherited frozen out of its garbage collections (gc_paused, rank_warmup) and runs on one CPU, gloo's
+threads with it (`_pin_to_one_cpu`).
 """
 
 from __future__ import annotations
