@@ -11,12 +11,15 @@ start-up and the whole world's wall time and CPU seconds.
 The ranks are forked from one forkserver per pytest process (Python's `multiprocessing.forkserver`), which has
 imported torch, torch._dynamo (what the first `torch.optim` optimizer imports) and the cases' module once: a
 world's start-up then costs no imports, and the worlds after the first on a pytest worker share them. Each rank
-takes the caller's environment and working directory (a spawned rank's), not the forkserver's.
+takes the caller's environment and working directory (a spawned rank's), not the forkserver's, starts with the
+objects it inherited frozen out of its garbage collections (gc_paused, rank_warmup) and runs on one CPU, gloo's
+threads with it (`_pin_to_one_cpu`).
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib
 import json
 import os
@@ -57,21 +60,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training", "runtime.train",
-           "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
+PRELOAD = ("gc_paused", "torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training",
+           "runtime.train", "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
            "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2", "rank_warmup")
 """Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
 (torch._dynamo: the first optimizer; simulator.planner and solvers.bounds: pandas and numba, a `train`'s planner;
 transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world;
-rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank)."""
+rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank; gc_paused: no garbage collection
+during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
 
 
 def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float,
             environ: dict[str, str], cwd: str) -> None:
+    gc.freeze()  # what the cases' module left in the forkserver: inherited, never walked by a rank's collections
+    gc.enable()  # off in the forkserver since gc_paused
     os.environ.clear()
     os.environ.update(environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.chdir(cwd)
     torch.set_num_threads(1)
+    _pin_to_one_cpu(rank)  # before the process group starts gloo's threads, which take this thread's CPU set
     dist.init_process_group("gloo", rank=rank, world_size=p, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
     mod = importlib.import_module(module)
     results: dict[str, str | None] = {}
@@ -90,6 +97,15 @@ def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir
                 json.dump({"results": results, "seconds": seconds, "cpu": cpu, "cpu_s": time.process_time()}, f)
     finally:
         dist.destroy_process_group()
+
+
+def _pin_to_one_cpu(rank: int) -> None:
+    """Keep this rank and every thread it starts (gloo's event loop and workers) on one of the CPUs it may use,
+    rank r on the (r mod n)-th: a gloo collective hands each message from gloo's event-loop thread to the waiting
+    thread, and a hand-off between two CPUs costs more than one on the same CPU (on 2 cores, p = 4: ~1.4 instead
+    of ~2.0 ms CPU a collective and rank in a loop of small all-reduces and all-gathers)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
 
 
 def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> World:

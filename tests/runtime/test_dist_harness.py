@@ -14,15 +14,16 @@ from dist_harness import START, run_world
 def test_only_the_named_cases_run_and_each_reports_its_outcome_and_time(tmp_path, monkeypatch):
     trace = tmp_path / "not-selected-ran"
     monkeypatch.setenv("HARNESS_TRACE", str(trace))  # spawned ranks inherit the environment
-    world = run_world(1, "harness_cases", ["passes", "fails", "preloaded"], timeout_s=120)
+    world = run_world(1, "harness_cases", ["passes", "fails", "preloaded", "pinned"], timeout_s=120)
     assert world.errors["passes"] is None
     assert world.errors["preloaded"] is None, world.errors["preloaded"]  # the forkserver imported the preload list
+    assert world.errors["pinned"] is None, world.errors["pinned"]  # the rank's threads on one CPU
     assert "rank 0" in world.errors["fails"] and "failed on purpose on rank 0" in world.errors["fails"]
-    assert set(world.errors) == {"passes", "fails", "preloaded"} and not trace.exists()
-    assert set(world.seconds) == {START, "passes", "fails", "preloaded"}
+    assert set(world.errors) == {"passes", "fails", "preloaded", "pinned"} and not trace.exists()
+    assert set(world.seconds) == {START, "passes", "fails", "preloaded", "pinned"}
     assert 0.3 <= world.seconds["passes"] < world.wall_s and world.seconds["fails"] < 0.3
     assert 0.0 < world.cpu_s < 60.0  # the rank's CPU seconds, for the summary table
-    assert set(world.cpu) == {START, "passes", "fails", "preloaded"} and sum(world.cpu.values()) <= world.cpu_s + 1e-6
+    assert set(world.cpu) == set(world.seconds) and sum(world.cpu.values()) <= world.cpu_s + 1e-6
 
 
 def test_a_world_gets_only_the_cases_this_session_selected():

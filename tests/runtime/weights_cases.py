@@ -107,11 +107,11 @@ def api_example_case(rank: int, p: int, group) -> None:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     root = _shared_dir(rank)
-    losses = example.main(os.path.join(root, "ck"), steps=5)  # step 5's loss 1.1 below step 1's here
+    losses = example.main(os.path.join(root, "ck"), steps=3)  # step 3's loss 0.70 below step 1's here
     assert losses[-1] < losses[0] - 0.5, losses
     models = [pl.build_model("llama-tiny", seed=seed) for seed in (1, 2)]
     fresh = [q.detach().clone() for q in models[0].parameters()]
-    assert [pl.load(os.path.join(root, "ck"), m) for m in models] == [5, 5]
+    assert [pl.load(os.path.join(root, "ck"), m) for m in models] == [3, 3]
     for a, b, before in zip(models[0].parameters(), models[1].parameters(), fresh):
         assert torch.equal(a, b) and (a.numel() == 0 or not torch.equal(a, before))
     dist.barrier()

@@ -33,6 +33,9 @@ LAYOUTS = ("ts", "zero", "metp")
 """How a strategy shapes a rank's GEMMs (module docstring)."""
 GEMM_OPS = ("fwd", "dgrad", "wgrad")
 KERNEL_LABELS = {"flash_attn": "flash-attn", "sdpa_flash": "sdpa", "math": "math"}
+TARGET_SCALE = 1.0
+"""Factor on the `target_s` of every `measure` call: 1 in every command (calibrate, gpu_session); a test of what
+calibrate writes rather than how precisely it times sets 0, and each point then takes its `min_repeats`."""
 
 
 def measure(fn: Callable[[], object], device, warmup: int = 2, max_repeats: int = 10, min_repeats: int = 3,
@@ -42,7 +45,7 @@ def measure(fn: Callable[[], object], device, warmup: int = 2, max_repeats: int 
     for _ in range(max(warmup, 0)):
         fn()
     times = [_timed(fn, device)]
-    total = max(min_repeats, min(max_repeats, int(target_s / max(times[0], 1e-9))))
+    total = max(min_repeats, min(max_repeats, int(target_s * TARGET_SCALE / max(times[0], 1e-9))))
     while len(times) < total:
         times.append(_timed(fn, device))
     return statistics.median(times), len(times)

@@ -159,3 +159,24 @@ def test_a_reshape_of_a_gemm_output_moves_nothing():
     with counting() as tally:
         y = x @ w  # [2, 8, 32] -> view [16, 32] -> mm [16, 16] -> _unsafe_view [2, 8, 16]
     assert y.shape == (2, 8, 16) and tally.launches >= 3 and tally.bytes == 0
+
+
+
+def test_measure_times_its_target_and_at_target_scale_0_its_fewest_repeats(monkeypatch):
+    """kernel_bench.measure: as many timed calls as fit in target_s (within min..max); with TARGET_SCALE 0 (what
+    calibrate-validate-loop sets) min_repeats, whatever target_s."""
+    import torch
+
+    from paradyse_lab.app.measure import kernel_bench
+
+    calls = []
+    monkeypatch.setattr(kernel_bench, "_timed", lambda fn, device: (fn(), 0.25)[1])  # 0.25 s a call
+    cpu = torch.device("cpu")
+    assert kernel_bench.measure(lambda: calls.append(1), cpu, warmup=1, max_repeats=50, min_repeats=2,
+                                target_s=1.0) == (0.25, 4)
+    assert len(calls) == 1 + 4  # the warm-up call and the 4 that fit in 1 s
+    monkeypatch.setattr(kernel_bench, "TARGET_SCALE", 0.0)
+    calls.clear()
+    assert kernel_bench.measure(lambda: calls.append(1), cpu, warmup=1, max_repeats=50, min_repeats=2,
+                                target_s=1.0) == (0.25, 2)
+    assert len(calls) == 1 + 2
