@@ -5,8 +5,8 @@ suite on a fresh checkout; what the collection imports is kept out of the garbag
 
 The README's test command runs the suite on two workers with `--dist loadgroup`. Every item gets an
 `xdist_group`: its module, so that a module's fixtures (a `reproduce` run, the spawned worlds) are built once on
-one worker. The worlds of tests/runtime/test_distributed.py (one per world size) all run on one worker, so that
-one forkserver imports the ranks' modules (~9 CPU s) rather than one per worker.
+one worker. The gloo worlds (tests/runtime/test_distributed.py, one per world size, and the harness's own test) all
+run on one worker (`WORLD_MODULES`).
 """
 
 import gc
@@ -37,16 +37,24 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(skip)
 
 
+WORLD_MODULES = ("tests/runtime/test_distributed.py", "tests/runtime/test_dist_harness.py")
+"""The modules whose tests fork gloo ranks from their pytest process's forkserver (tests/runtime/dist_harness.py):
+one xdist group (`WORLDS_GROUP`), so that one forkserver imports the ranks' modules (~9 CPU s) rather than one
+per worker, test_distributed's worlds first (the forkserver preloads the cases' module of its first world)."""
+WORLDS_GROUP = "gloo-worlds"
+
+
 def xdist_group_name(item) -> str:
-    """The module's path."""
-    return item.nodeid.split("::", 1)[0]
+    """The module's path, or `WORLDS_GROUP` for the modules of `WORLD_MODULES`."""
+    module = item.nodeid.split("::", 1)[0]
+    return WORLDS_GROUP if module in WORLD_MODULES else module
 
 
-LONGEST_GROUPS = ("tests/runtime/test_distributed.py", "tests/figures/test_figures.py",
+LONGEST_GROUPS = (WORLDS_GROUP, "tests/figures/test_figures.py",
                   "tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/simulator/test_simulation.py", "tests/solvers/test_solvers_agree.py",
-                  "tests/paradyse_lab/cli/test_bad_inputs.py", "tests/runtime/test_comm_replay.py",
-                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py")
+                  "tests/simulator/test_simulation.py", "tests/runtime/test_comm_replay.py",
+                  "tests/solvers/test_solvers_agree.py", "tests/paradyse_lab/app/measure/test_gpu_session.py",
+                  "tests/runtime/test_rank_teardown.py", "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
 command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), longest first:
 pytest-xdist hands them out first (`longest_groups_first`), so no long group starts when the other worker is
@@ -54,9 +62,12 @@ nearly done and the two workers end together; the rest follow in collection orde
 
 
 def longest_groups_first(items) -> None:
-    """Reorder `items` (stably): the groups of LONGEST_GROUPS first, in that order, then the others."""
+    """Reorder `items` (stably): the groups of LONGEST_GROUPS first, in that order, then the others; in the worlds'
+    group, the modules in `WORLD_MODULES` order."""
     rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
-    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))
+    worlds = {module: i for i, module in enumerate(WORLD_MODULES)}
+    items.sort(key=lambda item: (rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)),
+                                 worlds.get(item.nodeid.split("::", 1)[0], 0)))
 
 
 @pytest.hookimpl(tryfirst=True)
