@@ -189,7 +189,9 @@ class DynamicPolicy:
     def __post_init__(self):
         from solvers.registry import STATIC_PREFIX, check_solver_name
 
-        if not self.solver_name.startswith(STATIC_PREFIX):
+        if self.solver_name.startswith(STATIC_PREFIX):
+            _ = self.solver  # cheap (no compiled kernels), and building it checks the strategy's name
+        else:
             check_solver_name(self.solver_name)
         self.name = self.name or f"dynamic:{self.solver_name}"
         if not self.strategies:

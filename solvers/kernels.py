@@ -226,12 +226,14 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
 # pivots, the same swaps, insertion sort below SMALL_SORT, NaN last), without the generic wrappers around
 # them. From numba 0.68 (BSD-2-Clause): numba/misc/quicksort.py (`partition`, `insertion_sort`,
 # `run_quicksort1`) and numba/np/arraymath.py (`_partition_factory(..., argpartition=True)`,
-# `_select_factory`, `np_argpartition_impl_inner`).
+# `_select_factory`, `np_argpartition_impl_inner`); numba's copyright notice and license are in
+# THIRD_PARTY_NOTICES.md at the repository's root.
 
 SMALL_SORT = 15
 """A range low..high with high - low below this is insertion-sorted (numba's SMALL_QUICKSORT)."""
 STACK = 100
-"""Pending ranges of the sort (numba's MAX_STACK; the smaller side is pushed, so at most log2(n) are)."""
+"""Pending ranges of the sort (numba's MAX_STACK; the larger side waits and the smaller goes on, so at most
+log2(n) wait)."""
 
 
 @njit(cache=True)
@@ -313,56 +315,21 @@ def _argsort(a):
 
 
 @njit(cache=True)
-def _select_partition(vals, order, low, high):
-    """Partition vals[low:high + 1] in place around a median-of-three pivot, moving `order` along; its index."""
-    mid = (low + high) >> 1
-    if _before(vals[mid], vals[low]):
-        vals[low], vals[mid] = vals[mid], vals[low]
-        order[low], order[mid] = order[mid], order[low]
-    if _before(vals[high], vals[mid]):
-        vals[high], vals[mid] = vals[mid], vals[high]
-        order[high], order[mid] = order[mid], order[high]
-    if _before(vals[mid], vals[low]):
-        vals[low], vals[mid] = vals[mid], vals[low]
-        order[low], order[mid] = order[mid], order[low]
-    pivot = vals[mid]
-    vals[high], vals[mid] = vals[mid], vals[high]  # the pivot waits at the end
-    order[high], order[mid] = order[mid], order[high]
-    i, j = low, high - 1
-    while True:
-        while i < high and _before(vals[i], pivot):
-            i += 1
-        while j >= low and _before(pivot, vals[j]):
-            j -= 1
-        if i >= j:
-            break
-        vals[i], vals[j] = vals[j], vals[i]
-        order[i], order[j] = order[j], order[i]
-        i += 1
-        j -= 1
-    vals[i], vals[high] = vals[high], vals[i]
-    order[i], order[high] = order[high], order[i]
-    return i
-
-
-@njit(cache=True)
 def _least(a, count):
     """[count] int64: numba's `np.argpartition(a, count - 1)[:count]` of a 1-D float64 array, 0 < count <= n:
     the indices of `count` least values (quickselect of the (count - 1)-th)."""
     n = a.size
-    vals = np.empty(n)
     order = np.empty(n, np.int64)
     for c in range(n):
-        vals[c] = a[c]
         order[c] = c
     k, low, high = count - 1, 0, n - 1
-    i = _select_partition(vals, order, low, high)
+    i = _sort_partition(a, order, low, high)  # numba partitions a copy of the values; a[order] is that copy
     while i != k:
         if i < k:
             low = i + 1
         else:
             high = i - 1
-        i = _select_partition(vals, order, low, high)
+        i = _sort_partition(a, order, low, high)
     return order[:count]
 
 

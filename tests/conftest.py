@@ -50,15 +50,18 @@ def xdist_group_name(item) -> str:
     return WORLDS_GROUP if module in WORLD_MODULES else module
 
 
-LONGEST_GROUPS = (WORLDS_GROUP, "tests/figures/test_figures.py",
-                  "tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/simulator/test_simulation.py", "tests/runtime/test_comm_replay.py",
-                  "tests/solvers/test_solvers_agree.py", "tests/paradyse_lab/app/measure/test_gpu_session.py",
-                  "tests/runtime/test_rank_teardown.py", "tests/paradyse_lab/costmodel/test_learned.py")
+LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py", WORLDS_GROUP,
+                  "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
+                  "tests/runtime/test_comm_replay.py", "tests/solvers/test_solvers_agree.py",
+                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py",
+                  "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
-command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), longest first:
-pytest-xdist hands them out first (`longest_groups_first`), so no long group starts when the other worker is
-nearly done and the two workers end together; the rest follow in collection order, each a few seconds."""
+command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), handed out first
+(`longest_groups_first`; pytest-xdist deals the first groups to the workers in turn), so that no long group
+starts when the other worker is nearly done and the two workers end together; the rest follow in collection
+order, each a few seconds. The first two need no compiled kernels: on a fresh checkout they run while the
+controller compiles them (`pytest_configure`), where the worlds (whose forkserver loads the kernels) and the
+figures (the DP solver) would each wait for that compile with a core idle."""
 
 
 def longest_groups_first(items) -> None:
@@ -121,7 +124,7 @@ def compile_packages() -> None:
     import compileall
 
     for package in PACKAGES:
-        compileall.compile_dir(ROOT / package, quiet=1)
+        compileall.compile_dir(ROOT / package, quiet=2)
 
 
 def pytest_configure(config):

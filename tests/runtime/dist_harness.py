@@ -64,7 +64,7 @@ PRELOAD = ("gc_paused", "torch", "torch.distributed", "torch._dynamo", "dist_har
            "runtime.train", "simulator.planner", "solvers.bounds", "numba.np.arraymath", "networkx",
            "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2", "rank_warmup")
 """Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
-(torch._dynamo: the first optimizer; simulator.planner and solvers.bounds: pandas and numba, a `train`'s planner;
+(torch._dynamo: the first optimizer; simulator.planner: pandas, a `train`'s planner; numba.np.arraymath: numba;
 transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world;
 rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank; gc_paused: no garbage collection
 during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
@@ -104,6 +104,8 @@ def _pin_to_one_cpu(rank: int) -> None:
     rank r on the (r mod n)-th: a gloo collective hands each message from gloo's event-loop thread to the waiting
     thread, and a hand-off between two CPUs costs more than one on the same CPU (on 2 cores, p = 4: ~1.4 instead
     of ~2.0 ms CPU a collective and rank in a loop of small all-reduces and all-gathers)."""
+    if not hasattr(os, "sched_setaffinity"):  # macOS, Windows: no CPU affinity to set
+        return
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
 

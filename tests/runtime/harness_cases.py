@@ -31,6 +31,8 @@ def _preloaded(rank: int, p: int, group) -> None:
 def _pinned(rank: int, p: int, group) -> None:
     """The rank and every thread of it (gloo's event loop and workers included) run on one CPU: the CPU the
     harness gave this rank (dist_harness `_pin_to_one_cpu`)."""
+    if not hasattr(os, "sched_setaffinity"):  # macOS, Windows: the harness pins nothing
+        return
     threads = [int(t) for t in os.listdir("/proc/self/task")]
     cpus = {tid: os.sched_getaffinity(tid) for tid in threads}
     assert len(threads) > 1 and all(c == cpus[threads[0]] and len(c) == 1 for c in cpus.values()), cpus

@@ -315,6 +315,8 @@ def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypat
     assert policy.decide(16, 1).feasible and built == ["heuristic"]
     with pytest.raises(UserInputError, match="unknown solver 'dpp'"):
         DynamicPolicy("dpp", policy.cost_model, policy.graph, policy.budget_bytes)
+    with pytest.raises(UserInputError):  # a static solver with no strategy, refused when built as before
+        DynamicPolicy("static:", policy.cost_model, policy.graph, policy.budget_bytes)
 
 
 def _alive(pid: int) -> bool:

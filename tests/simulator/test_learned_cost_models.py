@@ -25,7 +25,7 @@ def test_a_learned_plan_is_charged_by_the_truth():
     budget = cluster.memory_bytes - SETUP.reserve_bytes
     trained = rows[~rows["oom"]]
     assert len(trained) > 10
-    for r in trained.iloc[::7].itertuples():
+    for r in trained.iloc[::3].itertuples():  # about ten of the ~29 trained steps
         p = problem_from_cost_model(graph, truth, r.padded_len, 1, budget, make_options(USABLE))
         assert r.charged_time_s == pytest.approx(p.time_of(r.plan.split()))
         assert r.peak_bytes == p.peak_bytes(r.plan.split())

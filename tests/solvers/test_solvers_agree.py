@@ -14,7 +14,7 @@ from solvers.instances import model_problem, random_problem
 
 EXACT = ("dp", "ilp", "brute_force")
 ALL = EXACT + ("heuristic", "greedy")
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def solve_all(problem, names=ALL):
