@@ -44,9 +44,14 @@ per worker, test_distributed's worlds first (the forkserver preloads the cases' 
 WORLDS_GROUP = "gloo-worlds"
 
 
+def module_path(item) -> str:
+    """The item's module, as its node id spells it (tests/...py)."""
+    return item.nodeid.split("::", 1)[0]
+
+
 def xdist_group_name(item) -> str:
     """The module's path, or `WORLDS_GROUP` for the modules of `WORLD_MODULES`."""
-    module = item.nodeid.split("::", 1)[0]
+    module = module_path(item)
     return WORLDS_GROUP if module in WORLD_MODULES else module
 
 
@@ -70,7 +75,7 @@ def longest_groups_first(items) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
     worlds = {module: i for i, module in enumerate(WORLD_MODULES)}
     items.sort(key=lambda item: (rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)),
-                                 worlds.get(item.nodeid.split("::", 1)[0], 0)))
+                                 worlds.get(module_path(item), 0)))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -111,9 +116,6 @@ def _kernels_cached() -> bool:
                for index in (ROOT / "solvers" / "__pycache__").glob("kernels.pareto_pass-*.nbi"))
 
 
-PACKAGES = ("paradyse_lab", "simulator", "solvers", "runtime", "figures")
-
-
 def compile_packages() -> None:
     """Write the packages' bytecode (`__pycache__`, as `python -m compileall` does) before any test runs. Where
     PYTHONDONTWRITEBYTECODE is set (this project's machines set it), no Python process writes it, and every
@@ -122,6 +124,8 @@ def compile_packages() -> None:
     the bytecode and 58.2 with it. Compiling all five packages takes ~0.6 CPU s, and checking them when
     current a fraction of that."""
     import compileall
+
+    from source_trees import PACKAGES
 
     for package in PACKAGES:
         compileall.compile_dir(ROOT / package, quiet=2)

@@ -8,6 +8,9 @@ import ast
 import functools
 from pathlib import Path
 
+PACKAGES = ("paradyse_lab", "simulator", "solvers", "runtime", "figures")
+"""The repository's packages (the user's top-level layout, less tests/)."""
+
 
 @functools.cache
 def parsed(path: Path) -> ast.Module:

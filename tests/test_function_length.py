@@ -9,10 +9,9 @@ import ast
 import functools
 from pathlib import Path
 
-from source_trees import parsed
+from source_trees import PACKAGES, parsed
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("paradyse_lab", "runtime", "simulator", "solvers", "figures")
 MAX_LINES = 100
 WAITING: set[str] = set()
 """Functions known to be longer, each to be split when its module is next reworked (paradyse_lab/app/measure/ is being

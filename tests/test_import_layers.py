@@ -28,10 +28,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from source_trees import parsed
+from source_trees import PACKAGES, parsed
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
 APPLICATION = ("paradyse_lab.cli", "paradyse_lab.app", "paradyse_lab.__main__")
 TORCH = "torch"
 

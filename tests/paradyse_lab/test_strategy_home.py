@@ -11,14 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from source_trees import parsed
+from source_trees import PACKAGES, parsed
 
 from paradyse_lab.costmodel.schedules import SCHEDULES
 from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.strategies import CATALOG, USABLE, Strategy, get_strategy, layout_unit
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("paradyse_lab", "solvers", "simulator", "runtime", "figures")
 DATA_TABLES = {
     ("paradyse_lab/costmodel/schedules.py", "SCHEDULES"),  # the schedule functions, by the catalog's key
     ("paradyse_lab/costmodel/paper_measurements.py", "MEASURED_SHAPES"),  # the authors' measured fits, per model

@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from source_trees import parsed
+from source_trees import PACKAGES, parsed
 
 from paradyse_lab.cluster_spec import get_cluster
 from paradyse_lab.model_spec import get_model
@@ -56,7 +56,7 @@ def test_a_policy_is_built_over_a_graph_of_its_own_granularity():
 def test_no_caller_asks_a_cost_model_whether_it_has_a_budget():
     """`budget_bytes` is part of the `CostModel` protocol: no `hasattr(cm, "budget_bytes")` in the packages."""
     found = []
-    for pkg in ("paradyse_lab", "simulator", "solvers", "runtime", "figures"):
+    for pkg in PACKAGES:
         for path in (ROOT / pkg).rglob("*.py"):
             for node in ast.walk(parsed(path)):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"
