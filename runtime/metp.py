@@ -143,7 +143,7 @@ def _finish(x, dy, du, mine, w: Weights, ctx: Ctx):
 
 def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
     u = layer_norm(x, w, ctx)
-    return _ring_forward(x, u, w, ctx, x.shape[1]), (x, u)  # one chunk: every position at once
+    return _ring_forward(x, u, w, ctx, 0), (x, u)  # 0: every position at once, nothing chunked
 
 
 def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
@@ -153,25 +153,43 @@ def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
 
 
 def _ring_forward(x, u, w: Weights, ctx: Ctx, tile: int):
+    """y = x + b2 + the MLP of u = norm(x) under every shard in turn (`_add_shard_output`)."""
     h = x.shape[-1]
     cur = _own(w)
-    y = x + w.b2 if w.b2.numel() else x.clone()  # the output, accumulated in place chunk by chunk (never x itself)
+    y = None
     for i in range(ctx.p):
         pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
-        start = 0
-        for uc in u.split(tile, dim=1):  # [b, c, h] chunks
-            end = start + uc.shape[1]
-            y[:, start:end] += mlp_core(add_bias(uc @ w1.t(), b1), ctx) @ w2  # [b, c, h] -> [b, c, f/p] -> [b, c, h]
-            start = end
+        y = _add_shard_output(y, x, u, w1, b1, w2, w.b2, ctx, tile)
         if pending is not None:
             cur = pending.wait()
     return y
 
 
+def _add_shard_output(y, x, u, w1, b1, w2, b2, ctx: Ctx, tile: int):
+    """y (None before the first shard: x + b2) plus one shard's MLP output [b, t, h], in place. `tile` > 0:
+    `tile` positions at a time, into an output made first; 0 (the plain sub-layer): all positions at once, the
+    first shard's product taking x + b2 in place, so no [b, t, h] output exists beside its [b, t, f/p]
+    intermediates."""
+    if not tile:
+        out = mlp_core(add_bias(u @ w1.t(), b1), ctx) @ w2  # [b, t, h] -> [b, t, f/p] -> [b, t, h]
+        return out.add_(add_bias(x, b2)) if y is None else y.add_(out)  # (x + b2) + each shard's product
+    if y is None:  # the output, accumulated in place chunk by chunk (never x itself)
+        y = x + b2 if b2.numel() else x.clone()
+    start = 0
+    for uc in u.split(tile, dim=1):  # [b, c, h] chunks
+        end = start + uc.shape[1]
+        y[:, start:end] += mlp_core(add_bias(uc @ w1.t(), b1), ctx) @ w2  # [b, c, h] -> [b, c, f/p] -> [b, c, h]
+        start = end
+    return y
+
+
 def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int, dtype: torch.dtype):
-    """This rank's gradient partial of one weight shard (packed in `dtype`), chunk by chunk, adding its share to
-    du."""
+    """This rank's gradient partial of one weight shard (packed in `dtype`), `tile` positions at a time (0: all at
+    once, `_whole_partial`), adding its share to du. Chunks' weight gradients are summed in fp32 for 16-bit weights
+    (`grad_accumulator`; counted by paradyse_lab/costmodel/techniques.py `tiled_mlp_work`)."""
+    if not tile:
+        return _whole_partial(u, dy, du, w1, b1, w2, ctx, dtype)
     dw1, db1, dw2 = grad_accumulator(w1), grad_accumulator(b1), grad_accumulator(w2)  # summed over chunks
     start = 0
     for uc, dyc in zip(u.split(tile, dim=1), dy.split(tile, dim=1)):  # [b, c, h] each
@@ -186,9 +204,20 @@ def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int, dtype: torch.dtyp
     return pack_shard(dw1, db1, dw2, dtype)  # [W/p]
 
 
+def _whole_partial(u, dy, du, w1, b1, w2, ctx: Ctx, dtype: torch.dtype):
+    """`_shard_partial` of all positions at once (the plain sub-layer): each weight gradient is its one GEMM's
+    result in the model dtype, packed in `dtype`; nothing is summed, so no fp32 sums of the weights' size exist
+    (the plain sub-layer's transient, paradyse_lab/costmodel/schedules.py `_metp`, counts none)."""
+    a = add_bias(u @ w1.t(), b1)  # recomputed: [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
+    dw2 = weight_grad(mlp_core(a, ctx), dy)  # [f/p, h]
+    da = mlp_core_backward(a, dy @ w2.t(), ctx)  # [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
+    du += da @ w1  # [b, t, n1/p] -> [b, t, h]
+    return pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2, dtype)  # [W/p]
+
+
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     x, u = saved
-    return _ring_backward(x, u, dy, w, ctx, x.shape[1])
+    return _ring_backward(x, u, dy, w, ctx, 0)  # 0: every position at once, nothing chunked
 
 
 def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
