@@ -845,7 +845,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     """Resuming from the sharded checkpoint of step 1 ends bit-identical to the unbroken run that wrote it (a micro
     GPT-2, `_micro_gpt2_config`; its step-2 checkpoint set aside, so that step 1's is the newest: step 2's update
     takes AdamW's restored moments). The resumed run replays the policy's decision of step 1 on rank 0 only (the
-    one rank that decides): the other ranks ask their policy nothing, neither replaying nor training."""
+    one rank that decides): the other ranks ask their policy nothing, neither replaying nor training. With two
+    ranks, one damaged shard then makes both fall back to step 1 together (`_falls_back_together`)."""
     import os
     from unittest import mock
 
@@ -876,6 +877,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     names = _assert_same_checkpoints(step2, checkpoint.latest(ckpt), rank)  # weights and AdamW's moments
     assert rank != 0 or any(k.startswith("optim.exp_avg_sq.") for k in names)
     if p > 1:
+        _falls_back_together(ckpt, step2, straight, common, rank, p, group)
         dist.barrier(group=group)
     if rank == 0:
         import shutil
@@ -933,36 +935,31 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-def checkpoint_fallback_case(rank: int, p: int, group) -> None:
-    """One rank's damaged shard makes every rank fall back to the previous checkpoint together (the ranks
-    agree on which checkpoint verifies), and the older checkpoint is left intact."""
+def _falls_back_together(ckpt: str, step2: str, straight: list[dict], common: dict, rank: int, p: int,
+                         group) -> None:
+    """One rank's damaged shard of the newest checkpoint (step 2, in `ckpt`) makes every rank fall back to the
+    previous one (step 1) together (the ranks agree on which checkpoint verifies): the run trains step 2 again,
+    bit-identical to the unbroken run (`straight`, its step-2 checkpoint set aside at `step2`), so step 1's
+    checkpoint was left intact."""
     import os
 
     import torch.distributed as dist
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
+    from runtime import checkpoint
 
-    root = _shared_tmpdir(rank, p, group)
-    config = _micro_gpt2_config(root, rank, p, group, 96)
-    common = {"model": config, "dataset": "uniform:8:48", "max_len": 48, "progress": False, "checkpoint_every": 2,
-              "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
-    train(TrainOptions(steps=2, **{**common, "checkpoint_every": 1}), group)  # checkpoints of steps 1 and 2
+    dist.barrier(group=group)  # rank 0 has read the checkpoints it compared
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
-        shard = os.path.join(root, "ck", "step-000002", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
+        shard = os.path.join(checkpoint.latest(ckpt), f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
         data = bytearray(open(shard, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(shard, "wb").write(bytes(data))
-    if p > 1:
-        dist.barrier(group=group)
-    resumed = train(TrainOptions(steps=2, resume=True, **common), group)
-    assert [r["step"] for r in resumed] == [2], [r["step"] for r in resumed]
-    if p > 1:
-        dist.barrier(group=group)
-    if rank == 0:
-        import shutil
-
-        shutil.rmtree(root)
+    dist.barrier(group=group)
+    again = train(TrainOptions(steps=2, checkpoint_dir=ckpt, resume=True, **common), group)
+    assert [r["step"] for r in again] == [2], [r["step"] for r in again]
+    assert [r["loss"] for r in again] == [r["loss"] for r in straight[1:]]
+    _assert_same_checkpoints(step2, checkpoint.latest(ckpt), rank)
 
 
 def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
@@ -1171,9 +1168,7 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["train-vocab-parallel"] = train_vocab_parallel_case
 ONLY_AT["train-vocab-parallel"] = (2,)  # the loop over sharded rows; the rows' gradients at every p: vocab-parallel-*
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
-CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
-ONLY_AT["checkpoint-fallback-agreed"] = (2,)  # the ranks agreeing needs two; p = 1's save and load: the two below
 CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
 ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-disk-full"):
