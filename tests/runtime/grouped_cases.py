@@ -65,8 +65,15 @@ def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Te
     return out
 
 
-def _reference_grads(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
-    """The single-device model's mean loss over every target of the batch and its gradients."""
+def _reference_grads(cfg: GPTConfig, sd: dict, batch, rank: int, group=None) -> tuple[torch.Tensor, dict]:
+    """The single-device model's mean loss over every target of the batch and its gradients: computed by rank 0
+    and sent to the others (every rank would compute the same numbers)."""
+    from runtime import comm
+
+    return comm.broadcast_object(_reference_run(cfg, sd, batch) if rank == 0 else None, 0, group)
+
+
+def _reference_run(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
     total = sum(int((labels != -100).sum()) for _, labels in batch)
@@ -134,7 +141,7 @@ def grouped_steps_case(make_cfg, names: tuple[str, ...]):
         cfg = make_cfg()
         sd = random_state(cfg)
         batch = _batch(cfg)
-        want = {n: _reference_grads(cfg, sd, batch[:n]) for n in (3, 4)}  # by global batch size
+        want = {n: _reference_grads(cfg, sd, batch[:n], rank, group) for n in (3, 4)}  # by global batch size
         model = ParallelGPT(cfg, group, state_dict=sd)
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
         for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move

@@ -25,7 +25,7 @@ from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.strategies import StrategyOption, get_strategy
-from runtime import ParallelGPT, gather_sequence, shard_sequence
+from runtime import ParallelGPT, comm, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES, run_option
@@ -703,6 +703,14 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     return case
 
 
+def _packed_reference(ref: ReferenceGPT, ids: torch.Tensor, labels: torch.Tensor, cu: torch.Tensor):
+    """(logits, loss, {name: gradient}) of the single-device reference on a pack (block-diagonal mask)."""
+    ref.zero_grad()
+    logits, loss = ref(ids, labels, cu)
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: grad_of(q) for n, q in ref.named_parameters()}  # rope: wpe empty
+
+
 def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 0):
     """The whole model over packs, one plan per step (mixed strategies, recompute), against the
     reference with the block-diagonal mask and per-document positions: logits, loss, every gradient.
@@ -726,18 +734,16 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             gen = torch.Generator().manual_seed(20 + step)
             ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
             labels = pack_labels(pack, ids)
-            ref.zero_grad()
-            logits_r, loss_r = ref(ids, labels, cu_seqlens(pack))
-            loss_r.backward()
-            ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
-                                          for n, q in ref.named_parameters()}, rank, p)
+            logits_r, loss_r, full_grads = comm.broadcast_object(  # rank 0's reference: the same on every rank
+                _packed_reference(ref, ids, labels, cu_seqlens(pack)) if rank == 0 else None, 0, group)
+            ref_grads = shard_state_dict(full_grads, rank, p)
             model.zero_grad()
             cu = cu_seqlens(pack)
             logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
                                  cu_seqlens=cu)
             loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r.detach(), **TOL)
-            assert_close(loss.detach(), loss_r.detach(), **TOL)
+            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r, **TOL)
+            assert_close(loss.detach(), loss_r, **TOL)
             for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
                 assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
     return case
