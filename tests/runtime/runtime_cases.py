@@ -80,23 +80,29 @@ _REFERENCE_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Reference model -> its `reference_run` (computed once per model: `reference` shares the models)."""
 
 
-def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None, rank: int, group) -> tuple[torch.Tensor, ...]:
     """(ids, labels, logits, loss, {name: gradient}) of `ref` on the cases' seeded [B, S] batch, or on `ids` with
-    its seeded labels (those of the first 5 positions of sequence 0 ignored), computed once per reference model."""
+    its seeded labels (those of the first 5 positions of sequence 0 ignored), computed once per reference model,
+    by rank 0 and sent to the others (every rank holds the same reference models in the same order: `reference`,
+    or one built in the same case on every rank)."""
     if ref not in _REFERENCE_RUNS:
-        gen = torch.Generator().manual_seed(11)
-        drawn = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
-        ids = drawn if ids is None else ids
-        labels = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
-        labels[0, :5] = -100
-        ref.zero_grad()
-        logits, loss = ref(ids, labels)
-        loss.backward()
-        grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
-        ref.zero_grad()
-        _REFERENCE_RUNS[ref] = (ids, labels, logits.detach(), loss.detach(), grads)
+        _REFERENCE_RUNS[ref] = comm.broadcast_object(_run_reference(ref, ids) if rank == 0 else None, 0, group)
     assert ids is None or torch.equal(ids, _REFERENCE_RUNS[ref][0]), "the reference ran on other ids"
     return _REFERENCE_RUNS[ref]
+
+
+def _run_reference(ref: ReferenceGPT, ids: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(11)
+    drawn = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+    ids = drawn if ids is None else ids
+    labels = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+    labels[0, :5] = -100
+    ref.zero_grad()
+    logits, loss = ref(ids, labels)
+    loss.backward()
+    grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
+    ref.zero_grad()
+    return ids, labels, logits.detach(), loss.detach(), grads
 
 
 def grad_of(q: torch.Tensor) -> torch.Tensor:
@@ -167,7 +173,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     cost model's (`check_offloaded`). `hf`: (ids, transformers' logits on them): the steps run on those ids and
     each plan's logits also equal transformers' (fp32, 1e-4)."""
     cfg = model.cfg
-    ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None)
+    ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None, rank, group)
     ref_grads = shard_state_dict(full_grads, rank, p, model.vocab_parallel)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
