@@ -112,6 +112,23 @@ def grad_of(q: torch.Tensor) -> torch.Tensor:
 
 # --- one sub-layer ---------------------------------------------------------------------------------------
 
+@functools.cache
+def sublayer_reference(causal: bool, kind: str, layer: int, seq: int, seed: int, cu: tuple[int, ...] | None = None):
+    """({name: parameter}, x, dy, y, dx, {name: parameter gradient}) of the single-device sub-layer `kind` of layer
+    `layer` of `reference(config(causal))` on seeded x and dy [B, seq, h] (`cu`: the packed documents' boundaries,
+    block-diagonal mask), computed once per rank and shared by the one-sub-layer cases, which only read them."""
+    cfg = config(causal)
+    prefix = f"layers.{layer}." + ("attn." if kind == "attention" else "mlp.")
+    full = {n.rpartition(".")[2]: v for n, v in reference(cfg)[0].items() if n.startswith(prefix)}
+    gen = torch.Generator().manual_seed(seed)
+    x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
+    xr = x.clone().requires_grad_()
+    pr = {n: v.clone().requires_grad_() for n, v in full.items()}
+    yr = reference_sublayer(xr, pr, kind, cfg, *(() if cu is None else (torch.tensor(cu, dtype=torch.int32),)))
+    yr.backward(dy)
+    return full, x, dy, yr.detach(), xr.grad, {n: pr[n].grad for n in PARAM_NAMES}
+
+
 def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled: bool = False,
                   offload: bool = False):
     """One sub-layer under the option against the reference (output, input and parameter gradients), its bytes
@@ -121,15 +138,8 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
 
     def case(rank: int, p: int, group) -> None:
         cfg = config(causal)
-        prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
-        full = {n: v for n, v in reference(cfg)[0].items() if n.startswith(prefix)}
-        full = {n.rpartition(".")[2]: v for n, v in full.items()}
-        gen = torch.Generator().manual_seed(3)
-        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
-        xr = x.clone().requires_grad_()
-        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        yr = reference_sublayer(xr, pr, kind, cfg)
-        yr.backward(dy)
+        full, x, dy, yr, dx, grads = sublayer_reference(causal, kind, 1, S, 3)
+        x = x.clone()  # the case's own input (shared: the reference's)
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
         before = [v.detach().clone() for v in params]
@@ -144,9 +154,9 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
             for now, then in zip(params, before):
                 assert torch.equal(now.detach(), then), "a parameter changed during the forward pass"
             y.backward(shard_sequence(dy, 1, group))
-        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
-        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, kind, rank, p)
+        assert_close(y, shard_sequence(yr, 1, group), **TOL)
+        assert_close(xl.grad, shard_sequence(dx, 1, group), **TOL)
+        ref = shard_sublayer(grads, kind, rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         assert counter.total() == predicted_bytes(cfg, kind, option.name, p), (counter.total(),
@@ -683,13 +693,8 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         seq, cu = pack.padded_len, cu_seqlens(pack)
         assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
-        full = {n.rpartition(".")[2]: v for n, v in reference(cfg)[0].items() if n.startswith("layers.2.attn.")}
-        gen = torch.Generator().manual_seed(5)
-        x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
-        xr = x.clone().requires_grad_()
-        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        yr = reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack))
-        yr.backward(dy)
+        full, x, dy, yr, dx, grads = sublayer_reference(causal, "attention", 2, seq, 5, tuple(cu.tolist()))
+        x = x.clone()  # the case's own input (shared: the reference's)
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
@@ -699,9 +704,9 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group, cu))
-        assert_close(y, shard_sequence(yr.detach(), 1, group, cu), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group, cu), **TOL)
-        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, "attention", rank, p)
+        assert_close(y, shard_sequence(yr, 1, group, cu), **TOL)
+        assert_close(xl.grad, shard_sequence(dx, 1, group, cu), **TOL)
+        ref = shard_sublayer(grads, "attention", rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         option = strategy + ("+recompute" if recompute else "")
