@@ -994,7 +994,7 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
     from runtime import checkpoint, dcp_checkpoint
 
     root = _shared_tmpdir(rank, p, group)
-    cfg = config()
+    cfg = config(layers=MODEL_LAYERS)  # the checkpoint's files are the subject, not the depth
     model = ParallelGPT(cfg, group, seed=1)
     trained, opt = dict(model.named_parameters()), torch.optim.AdamW(model.parameters())
     meta = {"model": "m", "seed": 0}
