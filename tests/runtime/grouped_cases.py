@@ -141,12 +141,13 @@ def grouped_steps_case(make_cfg, names: tuple[str, ...]):
         cfg = make_cfg()
         sd = random_state(cfg)
         batch = _batch(cfg)
-        want = {n: _reference_grads(cfg, sd, batch[:n], rank, group) for n in (3, 4)}  # by global batch size
+        steps = {name: step for name, step in _steps(p).items() if name in names}
+        want = {n: _reference_grads(cfg, sd, batch[:n], rank, group)  # by the global batch sizes of these steps
+                for n in sorted({step.batch for step in steps.values()})}
         model = ParallelGPT(cfg, group, state_dict=sd)
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
-        for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move
-            if name in names:
-                _check_step(name, step, model, cfg, batch, want, rank)
+        for name, step in steps.items():  # sizes change from step to step: the world shards never move
+            _check_step(name, step, model, cfg, batch, want, rank)
         for n, q in model.named_parameters():
             assert torch.equal(q.detach(), before[n]), f"{n} changed"
     return case
