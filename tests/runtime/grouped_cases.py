@@ -9,8 +9,6 @@ schedule at its group's size, and a group's shards take the bytes the cost model
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
 from torch.testing import assert_close
@@ -67,8 +65,15 @@ def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Te
     return out
 
 
-def _reference_grads(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
-    """The single-device model's mean loss over every target of the batch and its gradients."""
+def _reference_grads(cfg: GPTConfig, sd: dict, batch, rank: int, group=None) -> tuple[torch.Tensor, dict]:
+    """The single-device model's mean loss over every target of the batch and its gradients: computed by rank 0
+    and sent to the others (every rank would compute the same numbers)."""
+    from runtime import comm
+
+    return comm.broadcast_object(_reference_run(cfg, sd, batch) if rank == 0 else None, 0, group)
+
+
+def _reference_run(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
     total = sum(int((labels != -100).sum()) for _, labels in batch)
@@ -136,12 +141,13 @@ def grouped_steps_case(make_cfg, names: tuple[str, ...]):
         cfg = make_cfg()
         sd = random_state(cfg)
         batch = _batch(cfg)
-        want = {n: _reference_grads(cfg, sd, batch[:n]) for n in (3, 4)}  # by global batch size
+        steps = {name: step for name, step in _steps(p).items() if name in names}
+        want = {n: _reference_grads(cfg, sd, batch[:n], rank, group)  # by the global batch sizes of these steps
+                for n in sorted({step.batch for step in steps.values()})}
         model = ParallelGPT(cfg, group, state_dict=sd)
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
-        for name, step in _steps(p).items():  # sizes change from step to step: the world shards never move
-            if name in names:
-                _check_step(name, step, model, cfg, batch, want, rank)
+        for name, step in steps.items():  # sizes change from step to step: the world shards never move
+            _check_step(name, step, model, cfg, batch, want, rank)
         for n, q in model.named_parameters():
             assert torch.equal(q.detach(), before[n]), f"{n} changed"
     return case
@@ -204,36 +210,6 @@ def _same_runs(logs: dict[int, list[dict]], what: str) -> None:
                          msg=lambda m, key=key, size=size: f"{what} --group-size {size}: {key}: {m}")
 
 
-@dataclass(frozen=True)
-class _Decision:
-    """What `train` reads of a decision (simulator/policies.py's StepPlan has these and more)."""
-
-    plan: Plan
-    solve_s: float = 0.0
-    cached: bool = False
-    feasible: bool = True
-
-
-def _mixed_groups(steps: list, world: int) -> tuple[GroupedStep, list[_Decision]]:
-    """A group planner for `train`'s `groups_for`: groups of 2, 1 and 1, every sequence under megatron_ts."""
-    plan = Plan.for_layers(["megatron_ts"] * 2, 2)  # the micro GPT-2's 2 layers (`_train_global_batch`)
-    groups = (StepGroup(0, 2, (0, 3), (plan, plan)), StepGroup(2, 1, (1,), (plan,)), StepGroup(3, 1, (2,), (plan,)))
-    return GroupedStep(world, len(steps), groups), [_Decision(plan) for _ in steps]
-
-
-def _train_with_planner(common: dict, group) -> list[dict]:
-    """`runtime.train.train` with the group planner `_mixed_groups` and the application's policies."""
-    from functools import partial
-
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import plan_policy
-    from runtime.train import train as run_training
-
-    opts = TrainOptions(**common)
-    return run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=True),
-                        groups_for=lambda spec, p: partial(_mixed_groups, world=p))
-
-
 GLOBAL_BATCH_LENGTHS = (16, 20, 24, 28, 32, 40, 44, 48)
 """The length file of `train_global_batch_case` (ascending: 4 sequences a step; packed into 64 tokens: 4 packs)."""
 
@@ -242,9 +218,10 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
     (4 groups of one, 2 of two: each step's sequences planned and trained at the group's size; one group of four
     against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
-    sequences and with packs of documents, and with the groups of 2, 1 and 1 a group planner gives; a run
+    sequences and with packs of documents (a group planner's groups, 2/1/1 among them, through the same
+    `groups_for` of runtime/train.py: train-groups-sized); a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
-    re-shard) and ends where the unbroken run of groups of one does (loss, gradient norm, held-out loss). The six
+    re-shard) and ends where the unbroken run of groups of one does (loss, gradient norm, held-out loss). The five
     runs make the step meshes at most once in this process (`StepMeshes.shared`: a mesh is a collective opening
     connections)."""
     from unittest import mock
@@ -284,9 +261,6 @@ def _train_global_batch(rank: int, p: int, group) -> None:
         assert_close(log[-1]["eval_loss"], logs[1][-1]["eval_loss"], rtol=1e-4, atol=1e-5)
     # two steps each below (the same length file as the runs above): the second step's loss checks the update
     # each grouping applied after the first
-    planned = _train_with_planner(common, group)  # a group planner's mixed groups (2, 1, 1)
-    assert all(row["plan"].startswith("groups 2/1/1: ") for row in planned), planned[0]["plan"]
-    _same_runs({1: logs[1], 2: planned}, "a group planner's groups of 2, 1 and 1:")
     packed = _train_sizes({**common, "pack_tokens": 64}, (1, 2), group)
     assert all(row["docs"] > 4 for row in packed[1])  # each pack holds several documents
     _same_runs(packed, "packs")

@@ -129,6 +129,7 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     from runtime_cases import _micro_gpt2_config
 
     from paradyse_lab.app.train_options import TrainOptions
+    from runtime import comm
 
     root, train_file, eval_file = _token_files(rank)
     model = _micro_gpt2_config(root, rank, p, group, 512)  # the documents' token ids are below 512
@@ -138,7 +139,8 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
                      eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2, progress=False), group)
     assert tiled.count(True) == 4 and tiled.count(False) == 2 * 2, tiled  # 2 evaluations of 2 held-out steps
     assert [r["eval_steps"] for r in log if "eval_loss" in r] == [2, 2]
-    want = _reference_run(model, train_file, eval_file)
+    want = comm.broadcast_object(_reference_run(model, train_file, eval_file) if rank == 0 else None, 0, group)
+    # rank 0's reference run, sent to the others (each would compute the same)
     for row, ref in zip(log, want, strict=True):
         assert_close(row["lr"], ref["lr"], rtol=1e-12, atol=0.0)
         assert_close(row["loss"], ref["loss"], **TOL)

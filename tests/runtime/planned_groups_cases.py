@@ -55,8 +55,8 @@ def planned_steps_case(rank: int, p: int, group) -> None:
     assert [s.sizes for s in steps] == list(BATCHES.values()), [s.sizes for s in steps]
     for lengths, step in zip(BATCHES, steps):
         batch = _batch(cfg, lengths)
-        _check_step(f"planned {lengths}", step, model, cfg, batch, {4: _reference_grads(cfg, sd, batch)}, rank,
-                    lengths)
+        want = {4: _reference_grads(cfg, sd, batch, rank, group)}
+        _check_step(f"planned {lengths}", step, model, cfg, batch, want, rank, lengths)
     for n, q in model.named_parameters():
         assert torch.equal(q.detach(), before[n]), f"{n} changed"
 

@@ -25,7 +25,7 @@ from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.strategies import StrategyOption, get_strategy
-from runtime import ParallelGPT, gather_sequence, shard_sequence
+from runtime import ParallelGPT, comm, gather_sequence, shard_sequence
 from runtime.comm import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES, run_option
@@ -80,23 +80,29 @@ _REFERENCE_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Reference model -> its `reference_run` (computed once per model: `reference` shares the models)."""
 
 
-def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+def reference_run(ref: ReferenceGPT, ids: torch.Tensor | None, rank: int, group) -> tuple[torch.Tensor, ...]:
     """(ids, labels, logits, loss, {name: gradient}) of `ref` on the cases' seeded [B, S] batch, or on `ids` with
-    its seeded labels (those of the first 5 positions of sequence 0 ignored), computed once per reference model."""
+    its seeded labels (those of the first 5 positions of sequence 0 ignored), computed once per reference model,
+    by rank 0 and sent to the others (every rank holds the same reference models in the same order: `reference`,
+    or one built in the same case on every rank)."""
     if ref not in _REFERENCE_RUNS:
-        gen = torch.Generator().manual_seed(11)
-        drawn = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
-        ids = drawn if ids is None else ids
-        labels = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
-        labels[0, :5] = -100
-        ref.zero_grad()
-        logits, loss = ref(ids, labels)
-        loss.backward()
-        grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
-        ref.zero_grad()
-        _REFERENCE_RUNS[ref] = (ids, labels, logits.detach(), loss.detach(), grads)
+        _REFERENCE_RUNS[ref] = comm.broadcast_object(_run_reference(ref, ids) if rank == 0 else None, 0, group)
     assert ids is None or torch.equal(ids, _REFERENCE_RUNS[ref][0]), "the reference ran on other ids"
     return _REFERENCE_RUNS[ref]
+
+
+def _run_reference(ref: ReferenceGPT, ids: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(11)
+    drawn = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+    ids = drawn if ids is None else ids
+    labels = torch.randint(0, ref.cfg.vocab_size, (B, S), generator=gen)
+    labels[0, :5] = -100
+    ref.zero_grad()
+    logits, loss = ref(ids, labels)
+    loss.backward()
+    grads = {n: grad_of(q).clone() for n, q in ref.named_parameters()}
+    ref.zero_grad()
+    return ids, labels, logits.detach(), loss.detach(), grads
 
 
 def grad_of(q: torch.Tensor) -> torch.Tensor:
@@ -105,6 +111,23 @@ def grad_of(q: torch.Tensor) -> torch.Tensor:
 
 
 # --- one sub-layer ---------------------------------------------------------------------------------------
+
+@functools.cache
+def sublayer_reference(causal: bool, kind: str, layer: int, seq: int, seed: int, cu: tuple[int, ...] | None = None):
+    """({name: parameter}, x, dy, y, dx, {name: parameter gradient}) of the single-device sub-layer `kind` of layer
+    `layer` of `reference(config(causal))` on seeded x and dy [B, seq, h] (`cu`: the packed documents' boundaries,
+    block-diagonal mask), computed once per rank and shared by the one-sub-layer cases, which only read them."""
+    cfg = config(causal)
+    prefix = f"layers.{layer}." + ("attn." if kind == "attention" else "mlp.")
+    full = {n.rpartition(".")[2]: v for n, v in reference(cfg)[0].items() if n.startswith(prefix)}
+    gen = torch.Generator().manual_seed(seed)
+    x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
+    xr = x.clone().requires_grad_()
+    pr = {n: v.clone().requires_grad_() for n, v in full.items()}
+    yr = reference_sublayer(xr, pr, kind, cfg, *(() if cu is None else (torch.tensor(cu, dtype=torch.int32),)))
+    yr.backward(dy)
+    return full, x, dy, yr.detach(), xr.grad, {n: pr[n].grad for n in PARAM_NAMES}
+
 
 def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled: bool = False,
                   offload: bool = False):
@@ -115,15 +138,8 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
 
     def case(rank: int, p: int, group) -> None:
         cfg = config(causal)
-        prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
-        full = {n: v for n, v in reference(cfg)[0].items() if n.startswith(prefix)}
-        full = {n.rpartition(".")[2]: v for n, v in full.items()}
-        gen = torch.Generator().manual_seed(3)
-        x, dy = torch.randn(B, S, cfg.hidden, generator=gen), torch.randn(B, S, cfg.hidden, generator=gen)
-        xr = x.clone().requires_grad_()
-        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        yr = reference_sublayer(xr, pr, kind, cfg)
-        yr.backward(dy)
+        full, x, dy, yr, dx, grads = sublayer_reference(causal, kind, 1, S, 3)
+        x = x.clone()  # the case's own input (shared: the reference's)
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, kind, rank, p)[n] for n in PARAM_NAMES)]
         before = [v.detach().clone() for v in params]
@@ -138,9 +154,9 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
             for now, then in zip(params, before):
                 assert torch.equal(now.detach(), then), "a parameter changed during the forward pass"
             y.backward(shard_sequence(dy, 1, group))
-        assert_close(y, shard_sequence(yr.detach(), 1, group), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group), **TOL)
-        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, kind, rank, p)
+        assert_close(y, shard_sequence(yr, 1, group), **TOL)
+        assert_close(xl.grad, shard_sequence(dx, 1, group), **TOL)
+        ref = shard_sublayer(grads, kind, rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         assert counter.total() == predicted_bytes(cfg, kind, option.name, p), (counter.total(),
@@ -167,7 +183,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     cost model's (`check_offloaded`). `hf`: (ids, transformers' logits on them): the steps run on those ids and
     each plan's logits also equal transformers' (fp32, 1e-4)."""
     cfg = model.cfg
-    ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None)
+    ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None, rank, group)
     ref_grads = shard_state_dict(full_grads, rank, p, model.vocab_parallel)
     emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
     for plan in plans:
@@ -677,13 +693,8 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         seq, cu = pack.padded_len, cu_seqlens(pack)
         assert seq == {1: 47, 2: 60, 3: 66, 4: 72}[p]
         cfg = config(causal)
-        full = {n.rpartition(".")[2]: v for n, v in reference(cfg)[0].items() if n.startswith("layers.2.attn.")}
-        gen = torch.Generator().manual_seed(5)
-        x, dy = torch.randn(B, seq, cfg.hidden, generator=gen), torch.randn(B, seq, cfg.hidden, generator=gen)
-        xr = x.clone().requires_grad_()
-        pr = {n: v.clone().requires_grad_() for n, v in full.items()}
-        yr = reference_sublayer(xr, pr, "attention", cfg, cu_seqlens(pack))
-        yr.backward(dy)
+        full, x, dy, yr, dx, grads = sublayer_reference(causal, "attention", 2, seq, 5, tuple(cu.tolist()))
+        x = x.clone()  # the case's own input (shared: the reference's)
 
         params = [v.clone().requires_grad_() for v in (shard_sublayer(full, "attention", rank, p)[n]
                                                         for n in PARAM_NAMES)]
@@ -693,14 +704,22 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group, cu))
-        assert_close(y, shard_sequence(yr.detach(), 1, group, cu), **TOL)
-        assert_close(xl.grad, shard_sequence(xr.grad, 1, group, cu), **TOL)
-        ref = shard_sublayer({n: pr[n].grad for n in PARAM_NAMES}, "attention", rank, p)
+        assert_close(y, shard_sequence(yr, 1, group, cu), **TOL)
+        assert_close(xl.grad, shard_sequence(dx, 1, group, cu), **TOL)
+        ref = shard_sublayer(grads, "attention", rank, p)
         for name, prm in zip(PARAM_NAMES, params):
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         option = strategy + ("+recompute" if recompute else "")
         assert counter.total() == predicted_bytes(cfg, "attention", option, p, seq)
     return case
+
+
+def _packed_reference(ref: ReferenceGPT, ids: torch.Tensor, labels: torch.Tensor, cu: torch.Tensor):
+    """(logits, loss, {name: gradient}) of the single-device reference on a pack (block-diagonal mask)."""
+    ref.zero_grad()
+    logits, loss = ref(ids, labels, cu)
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: grad_of(q) for n, q in ref.named_parameters()}  # rope: wpe empty
 
 
 def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 0):
@@ -726,18 +745,16 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             gen = torch.Generator().manual_seed(20 + step)
             ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
             labels = pack_labels(pack, ids)
-            ref.zero_grad()
-            logits_r, loss_r = ref(ids, labels, cu_seqlens(pack))
-            loss_r.backward()
-            ref_grads = shard_state_dict({n: q.grad if q.grad is not None else torch.zeros_like(q)  # rope: wpe empty
-                                          for n, q in ref.named_parameters()}, rank, p)
+            logits_r, loss_r, full_grads = comm.broadcast_object(  # rank 0's reference: the same on every rank
+                _packed_reference(ref, ids, labels, cu_seqlens(pack)) if rank == 0 else None, 0, group)
+            ref_grads = shard_state_dict(full_grads, rank, p)
             model.zero_grad()
             cu = cu_seqlens(pack)
             logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
                                  cu_seqlens=cu)
             loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r.detach(), **TOL)
-            assert_close(loss.detach(), loss_r.detach(), **TOL)
+            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r, **TOL)
+            assert_close(loss.detach(), loss_r, **TOL)
             for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
                 assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
     return case
@@ -845,7 +862,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     """Resuming from the sharded checkpoint of step 1 ends bit-identical to the unbroken run that wrote it (a micro
     GPT-2, `_micro_gpt2_config`; its step-2 checkpoint set aside, so that step 1's is the newest: step 2's update
     takes AdamW's restored moments). The resumed run replays the policy's decision of step 1 on rank 0 only (the
-    one rank that decides): the other ranks ask their policy nothing, neither replaying nor training."""
+    one rank that decides): the other ranks ask their policy nothing, neither replaying nor training. With two
+    ranks, one damaged shard then makes both fall back to step 1 together (`_falls_back_together`)."""
     import os
     from unittest import mock
 
@@ -876,6 +894,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     names = _assert_same_checkpoints(step2, checkpoint.latest(ckpt), rank)  # weights and AdamW's moments
     assert rank != 0 or any(k.startswith("optim.exp_avg_sq.") for k in names)
     if p > 1:
+        _falls_back_together(ckpt, step2, straight, common, rank, p, group)
         dist.barrier(group=group)
     if rank == 0:
         import shutil
@@ -933,36 +952,31 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
         shutil.rmtree(root)
 
 
-def checkpoint_fallback_case(rank: int, p: int, group) -> None:
-    """One rank's damaged shard makes every rank fall back to the previous checkpoint together (the ranks
-    agree on which checkpoint verifies), and the older checkpoint is left intact."""
+def _falls_back_together(ckpt: str, step2: str, straight: list[dict], common: dict, rank: int, p: int,
+                         group) -> None:
+    """One rank's damaged shard of the newest checkpoint (step 2, in `ckpt`) makes every rank fall back to the
+    previous one (step 1) together (the ranks agree on which checkpoint verifies): the run trains step 2 again,
+    bit-identical to the unbroken run (`straight`, its step-2 checkpoint set aside at `step2`), so step 1's
+    checkpoint was left intact."""
     import os
 
     import torch.distributed as dist
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
+    from runtime import checkpoint
 
-    root = _shared_tmpdir(rank, p, group)
-    config = _micro_gpt2_config(root, rank, p, group, 96)
-    common = {"model": config, "dataset": "uniform:8:48", "max_len": 48, "progress": False, "checkpoint_every": 2,
-              "policy": "static:megatron_ts", "checkpoint_dir": os.path.join(root, "ck")}
-    train(TrainOptions(steps=2, **{**common, "checkpoint_every": 1}), group)  # checkpoints of steps 1 and 2
+    dist.barrier(group=group)  # rank 0 has read the checkpoints it compared
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
-        shard = os.path.join(root, "ck", "step-000002", f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
+        shard = os.path.join(checkpoint.latest(ckpt), f"__{rank}_0.distcp")  # torch.distributed.checkpoint's
         data = bytearray(open(shard, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(shard, "wb").write(bytes(data))
-    if p > 1:
-        dist.barrier(group=group)
-    resumed = train(TrainOptions(steps=2, resume=True, **common), group)
-    assert [r["step"] for r in resumed] == [2], [r["step"] for r in resumed]
-    if p > 1:
-        dist.barrier(group=group)
-    if rank == 0:
-        import shutil
-
-        shutil.rmtree(root)
+    dist.barrier(group=group)
+    again = train(TrainOptions(steps=2, checkpoint_dir=ckpt, resume=True, **common), group)
+    assert [r["step"] for r in again] == [2], [r["step"] for r in again]
+    assert [r["loss"] for r in again] == [r["loss"] for r in straight[1:]]
+    _assert_same_checkpoints(step2, checkpoint.latest(ckpt), rank)
 
 
 def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
@@ -980,7 +994,7 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
     from runtime import checkpoint, dcp_checkpoint
 
     root = _shared_tmpdir(rank, p, group)
-    cfg = config()
+    cfg = config(layers=MODEL_LAYERS)  # the checkpoint's files are the subject, not the depth
     model = ParallelGPT(cfg, group, seed=1)
     trained, opt = dict(model.named_parameters()), torch.optim.AdamW(model.parameters())
     meta = {"model": "m", "seed": 0}
@@ -1171,9 +1185,7 @@ ONLY_AT["train-packed-loss-falls"] = (2,)  # the packed loop at one world size; 
 CASES["train-vocab-parallel"] = train_vocab_parallel_case
 ONLY_AT["train-vocab-parallel"] = (2,)  # the loop over sharded rows; the rows' gradients at every p: vocab-parallel-*
 CASES["checkpoint-resume-bit-identical"] = checkpoint_resume_case
-CASES["checkpoint-fallback-agreed"] = checkpoint_fallback_case
 CASES["checkpoint-disk-full"] = checkpoint_disk_full_case
-ONLY_AT["checkpoint-fallback-agreed"] = (2,)  # the ranks agreeing needs two; p = 1's save and load: the two below
 CASES["checkpoint-lock-refused"] = checkpoint_lock_refused_case
 ONLY_AT["checkpoint-lock-refused"] = (2,)  # rank 0 locks, the others wait for its answer
 for _name in ("checkpoint-resume-bit-identical", "checkpoint-disk-full"):
