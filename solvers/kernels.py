@@ -178,6 +178,20 @@ def capped_viterbi_totals(times, kept, transient, caps, lams, switch):
 
 
 @njit(cache=True)
+def _first_not_before(a, lo, hi, v):
+    """The first index j in lo..hi of the ascending a[lo:hi] whose value does not sort before v (hi when every
+    one does): lo + numba's `np.searchsorted(a[lo:hi], v)` (side 'left'), the same bisection without its
+    wrapper."""
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if _before(a[mid], v):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
 def keep_across_options(t, k, b, o, reach, n_buckets):
     """Indices (ascending) of the states (given in ascending t) not dominated across last options: state p is
     dropped when
@@ -212,8 +226,8 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
         alive = True
         for j in range(b[p] + 1):  # buckets at or below p's: their states fit wherever p's completions do
             lo, hi = counts[j], counts[j + 1]
-            faster = np.searchsorted(seg_t[lo:hi], t[p] - reach[o[p]])  # states with t < t_p - reach
-            if faster > 0 and least_k[lo + faster - 1] <= k[p]:
+            end = _first_not_before(seg_t, lo, hi, t[p] - reach[o[p]])  # states with t < t_p - reach: lo..end
+            if end > lo and least_k[end - 1] <= k[p]:
                 alive = False
                 break
         if alive:
@@ -322,7 +336,7 @@ def _least(a, count):
     order = np.empty(n, np.int64)
     for c in range(n):
         order[c] = c
-    k, low, high = count - 1, 0, n - 1
+    k, low, high = count - 1, np.int64(0), n - 1  # not the literal 0: `_sort_partition` would compile for it too
     i = _sort_partition(a, order, low, high)  # numba partitions a copy of the values; a[order] is that copy
     while i != k:
         if i < k:
