@@ -10,9 +10,10 @@ timed.
 
 Compile cost: numba types and lowers each numpy library call it meets anew (slice assignment `a[:] = b`
 ~3.5 s, `np.argpartition` ~10 s with its argument checks, `np.argsort` with a list of named tuples as its
-stack), while a plain loop costs next to nothing. So copies, gathers and fills here are loops, and the two
-orderings are numba's own algorithms without their wrappers (`_argsort`, `_least`): they return exactly
-the indices, in the same order, ties and NaN included, that numba's `np.argsort` and `np.argpartition` do.
+stack, `np.searchsorted` ~1.3 s), while a plain loop costs next to nothing. So copies, gathers and fills here
+are loops, and the two orderings and the bisection are numba's own algorithms without their wrappers
+(`_argsort`, `_least`, `_first_not_before`): they return exactly the indices, in the same order, ties and NaN
+included, that numba's `np.argsort`, `np.argpartition` and `np.searchsorted` do.
 Everything stays in this one file: numba checks a cached function against its own file only, so a helper
 compiled from another module could be stale in the cache after an edit.
 
@@ -178,6 +179,21 @@ def capped_viterbi_totals(times, kept, transient, caps, lams, switch):
 
 
 @njit(cache=True)
+def _first_not_before(a, lo, hi, v):
+    """The first index j in lo..hi of the ascending a[lo:hi] whose value does not sort before v (hi when every
+    one does): lo + numba's `np.searchsorted(a[lo:hi], v)` (side 'left'), the same bisection without its
+    wrapper. From numba 0.68 (BSD-2-Clause): numba/np/arraymath.py `_searchsorted` with `_less_than`, whose
+    float order is `_before`'s; numba's copyright notice and license are in THIRD_PARTY_NOTICES.md."""
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if _before(a[mid], v):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
 def keep_across_options(t, k, b, o, reach, n_buckets):
     """Indices (ascending) of the states (given in ascending t) not dominated across last options: state p is
     dropped when
@@ -212,8 +228,8 @@ def keep_across_options(t, k, b, o, reach, n_buckets):
         alive = True
         for j in range(b[p] + 1):  # buckets at or below p's: their states fit wherever p's completions do
             lo, hi = counts[j], counts[j + 1]
-            faster = np.searchsorted(seg_t[lo:hi], t[p] - reach[o[p]])  # states with t < t_p - reach
-            if faster > 0 and least_k[lo + faster - 1] <= k[p]:
+            end = _first_not_before(seg_t, lo, hi, t[p] - reach[o[p]])  # states with t < t_p - reach: lo..end
+            if end > lo and least_k[end - 1] <= k[p]:
                 alive = False
                 break
         if alive:
@@ -322,7 +338,7 @@ def _least(a, count):
     order = np.empty(n, np.int64)
     for c in range(n):
         order[c] = c
-    k, low, high = count - 1, 0, n - 1
+    k, low, high = count - 1, np.int64(0), n - 1  # not the literal 0: `_sort_partition` would compile for it too
     i = _sort_partition(a, order, low, high)  # numba partitions a copy of the values; a[order] is that copy
     while i != k:
         if i < k:

@@ -354,7 +354,7 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     from paradyse_lab.cluster_spec import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
-    from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_profiles, profile_cluster
+    from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
     from paradyse_lab.profiles import profile_sources, read_profiles
 
     df = read_profiles(profile_for(out, s))
@@ -363,8 +363,9 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     cl = profile_cluster(df, get_cluster(s.cluster))
     tests = {"interp": interp, "extrap": extrap}
     frames, acc = [], []
+    fits = fit_each([name for name in s.costmodels if name != "analytic"], train, cl)
     for name in s.costmodels:
-        fitted = None if name == "analytic" else fit_profiles(name, train, cl)
+        fitted = fits.get(name)
         for split, t in tests.items():
             pt, pm = analytic_whole(t, cl) if fitted is None else fitted.predict_rows(t)
             f = t[["model", "strategy", "seq_len", "time_s", "peak_bytes"]].copy()

@@ -25,7 +25,7 @@ import pandas as pd
 
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration, mape
-from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_profiles, profile_cluster
+from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
 from paradyse_lab.costmodel.names import LEARNED_KINDS
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.profiles import GROUP_COLUMNS
@@ -71,6 +71,7 @@ def accuracy(df: pd.DataFrame, models=ABLATION_MODELS, cluster: ClusterSpec | No
     cl = profile_cluster(df, cluster)
     tests = {"interp": interp, "extrap": extrap}
     preds: dict = {}
+    fits = fit_each([m for m in models if m not in ("analytic", "calibrated")], train, cl)
     for m in models:
         if m == "analytic":
             preds[m] = {k: analytic_whole(t, cl) for k, t in tests.items()}
@@ -78,8 +79,7 @@ def accuracy(df: pd.DataFrame, models=ABLATION_MODELS, cluster: ClusterSpec | No
             calibrated = calibrated_cluster(cl, fit_calibration(train, cl))
             preds[m] = {k: analytic_whole(t, calibrated) for k, t in tests.items()}
         else:
-            fitted = fit_profiles(m, train, cl)
-            preds[m] = {k: fitted.predict_rows(t) for k, t in tests.items()}
+            preds[m] = {k: fits[m].predict_rows(t) for k, t in tests.items()}
     summary, rows = {}, []
     both = pd.concat([interp, extrap], ignore_index=True)
     bands = np.array(band_of(both["seq_len"].to_numpy()))

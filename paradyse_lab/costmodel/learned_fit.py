@@ -188,25 +188,61 @@ def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None 
     return fitted
 
 
+HYBRID_PARTS = {"forest": "forest_", "polynomial": "polynomial_"}
+"""The kinds whose fit a hybrid fit holds as a part (attribute of `HybridRegressor`): with default parameters
+it fits `make_regressor("forest")` (PAPER_FOREST, the same seed) and `make_regressor("polynomial")` on the
+same rows, so taking them from it gives the estimators a fit of their own would."""
+
+
+def fit_each(kinds, profiles: pd.DataFrame, cluster: ClusterSpec | None = None) -> dict[str, FittedProfiles]:
+    """{kind: `fit_profiles(kind, profiles, cluster)`} for learned kinds, the forest and the polynomial taken
+    from the hybrid's fit when it is among them (`HYBRID_PARTS`) instead of fitted again."""
+    fits = {"hybrid": fit_profiles("hybrid", profiles, cluster)} if "hybrid" in kinds else {}
+    for kind in kinds:
+        if kind in fits:
+            continue
+        if "hybrid" in fits and kind in HYBRID_PARTS:
+            fits[kind] = part_of_hybrid(fits["hybrid"], kind)
+        else:
+            fits[kind] = fit_profiles(kind, profiles, cluster)
+    return fits
+
+
+def part_of_hybrid(hybrid: FittedProfiles, kind: str) -> FittedProfiles:
+    """The `kind` fit (a key of `HYBRID_PARTS`) that the hybrid fit `hybrid` holds: what `fit_profiles(kind,
+    ...)` on the same rows returns."""
+    parts = {target: getattr(est, HYBRID_PARTS[kind]) for target, est in hybrid.estimators.items()}
+    return dataclasses.replace(hybrid, kind=kind, estimators=parts, extra=dict(hybrid.extra))
+
+
 _FIT_CACHE: dict = {}
 
 
 def cached_fit_on_file(path: str | Path, kind: str, cluster: ClusterSpec | None, fit):
     """`fit(rows)` of the profile at `path`, cached in this process by (file, modification time, kind,
     cluster)."""
-    path = Path(path)
-    try:
-        stamp = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        raise UserInputError(f"profile file {str(path)!r} not found") from None
-    key = (str(path.resolve()), stamp, kind, cluster.name if cluster else None)
+    key = _fit_key(path, kind, cluster)
     if key not in _FIT_CACHE:
         _FIT_CACHE[key] = fit(read_profiles(path))
     return _FIT_CACHE[key]
 
 
+def _fit_key(path: str | Path, kind: str, cluster: ClusterSpec | None) -> tuple:
+    """(file, modification time, kind, cluster): what a fit on a profile file is cached by."""
+    path = Path(path)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise UserInputError(f"profile file {str(path)!r} not found") from None
+    return str(path.resolve()), stamp, kind, cluster.name if cluster else None
+
+
 def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = None) -> FittedProfiles:
-    """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster)."""
+    """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster); the forest
+    or the polynomial of a file whose hybrid fit is cached is taken from it (`part_of_hybrid`)."""
+    hybrid = _FIT_CACHE.get(_fit_key(path, "hybrid", cluster)) if kind in HYBRID_PARTS else None
+    if hybrid is not None:
+        return cached_fit_on_file(path, kind, cluster, lambda df: part_of_hybrid(hybrid, kind))
     return cached_fit_on_file(path, kind, cluster, lambda df: fit_profiles(kind, df, cluster, source_name=str(path)))
 
 

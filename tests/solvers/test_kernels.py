@@ -106,6 +106,23 @@ def test_orderings_sort_and_select_like_numpy():
                 np.testing.assert_array_equal(np.sort(a[chosen]), np.sort(a)[:k])
 
 
+def test_bisection_finds_where_np_searchsorted_does():
+    """`_first_not_before(a, lo, hi, v)` (how `keep_across_options` counts the faster states of a bucket) is
+    lo + np.searchsorted(a[lo:hi], v) on ascending slices with ties, infinities and NaN, for values between,
+    equal to and outside theirs."""
+    from solvers.kernels import _first_not_before
+
+    rng = np.random.default_rng(0)
+    values = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 2.5, np.inf, np.nan])
+    for n in (0, 1, 2, 7, 30):
+        a = np.sort(rng.choice(values[:-1], n))
+        a[n - n // 4:] = np.nan if n > 3 else a[n - n // 4:]  # NaN sorts last
+        for lo in range(n + 1):
+            for hi in range(lo, n + 1, 3):
+                for v in values:
+                    assert _first_not_before(a, lo, hi, v) == lo + np.searchsorted(a[lo:hi], v), (a, lo, hi, v)
+
+
 def test_rounded_plan_fits_and_splits_identical_decisions():
     from solvers.bounds import rounded_plan
 

@@ -161,3 +161,29 @@ def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
     assert models["forest"]["mem_mape_extrap"] > 0.1 > models["hybrid"]["mem_mape_extrap"]
     assert models["forest"]["time_mape_interp"] == models["hybrid"]["time_mape_interp"]
     assert {r["strategy"] for r in data["by_strategy"]} == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
+
+
+def test_the_forest_and_polynomial_taken_from_the_hybrid_fit_predict_as_their_own_fits(small, tmp_path):
+    """`fit_each` (the ablation and reproduce's costmodel step) and `fit_profile_file` once the file's hybrid
+    is fitted (simulated runs) take the forest and the polynomial from the hybrid's fit: the same predictions,
+    to the bit, and the same description as fitting each alone."""
+    import dataclasses
+
+    import numpy as np
+
+    from paradyse_lab.costmodel.learned_fit import fit_each, fit_profile_file, fit_profiles
+
+    path = write_profiles(small, tmp_path / "gpt.csv")
+    rows = read_profiles(path)
+    fits = fit_each(("hybrid", "forest", "polynomial"), rows, A100)
+    hybrid = fit_profile_file("hybrid", path, A100)
+    for kind in ("forest", "polynomial"):
+        alone = fit_profiles(kind, rows, A100, source_name=str(path))
+        from_file = fit_profile_file(kind, path, A100)
+        assert from_file.estimators["time_s"] is getattr(hybrid.estimators["time_s"], f"{kind}_")
+        for fitted in (fits[kind], from_file):
+            for got, want in zip(fitted.predict_rows(rows), alone.predict_rows(rows)):
+                np.testing.assert_array_equal(got, want)
+        described = [{f.name: getattr(fit, f.name) for f in dataclasses.fields(alone) if f.name != "estimators"}
+                     for fit in (from_file, alone, dataclasses.replace(fits[kind], profile=str(path)))]
+        assert described[0] == described[1] == described[2], kind
