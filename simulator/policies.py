@@ -185,6 +185,9 @@ class DynamicPolicy:
     """Also consider each option with activation offload."""
     _cache: dict = field(default_factory=dict, repr=False)
     _previous: tuple | None = field(default=None, repr=False)
+    _solved: dict = field(default_factory=dict, repr=False)
+    """(batch, length, head) -> (problem, solution) that `storage_head` solved at a run's longest step: the
+    step's `decide` takes them instead of solving the same problem again."""
 
     def __post_init__(self):
         from solvers.registry import STATIC_PREFIX, check_solver_name
@@ -231,9 +234,8 @@ class DynamicPolicy:
 
         def solve(head: str):
             nonlocal solve_s
-            problems[head] = self.problem(seq_len, batch, head)
-            found = self.solver.solve(problems[head])
-            solve_s += found.solve_time_s
+            problems[head], found = self._solve(seq_len, batch, head)
+            solve_s += found.solve_time_s  # a solution `storage_head` found: its solve, made for this step
             return found
 
         head, sol = cheapest_head(solve, tuple(self._head_models))
@@ -257,8 +259,21 @@ class DynamicPolicy:
         'vocab') and then plans every step with `restrict_heads`."""
         from paradyse_lab.costmodel.head_loss import cheapest_head
 
-        solve = lambda head: self.solver.solve(self.problem(seq_len, batch, head))  # noqa: E731
+        def solve(head: str):
+            self._solved[batch, seq_len, head] = self._solve(seq_len, batch, head)
+            return self._solved[batch, seq_len, head][1]
+
         return cheapest_head(solve, tuple(self._head_models))[0]
+
+    def _solve(self, seq_len: int | PackedStep, batch: int, head: str) -> tuple:
+        """(problem, solution) at this length (or packed step) with the head option `head`: the pair
+        `storage_head` solved (taken once: the longest step is decided once), else the problem solved now. A
+        solver's answer depends on its problem alone, so the pair is the one solving again would give."""
+        kept = self._solved.pop((batch, seq_len, head), None)
+        if kept is not None:
+            return kept
+        problem = self.problem(seq_len, batch, head)
+        return problem, self.solver.solve(problem)
 
     def restrict_heads(self, heads: tuple[str, ...]) -> None:
         """Plan later steps with these head options only (those the run's storage of the embedding and head can
@@ -271,7 +286,7 @@ class DynamicPolicy:
         """This policy with nothing remembered (an empty cache, no previous plan to smooth against): what plans
         a run's held-out evaluation steps without changing the plans of its training steps. It keeps the head
         options (`restrict_heads`: the run's storage of the embedding and head)."""
-        copy = replace(self, _cache={}, _previous=None)
+        copy = replace(self, _cache={}, _previous=None, _solved={})
         copy._head_models = dict(self._head_models)
         return copy
 

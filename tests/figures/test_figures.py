@@ -137,9 +137,16 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     assert "over 1 seed, mean [min, max]" in report
 
 
-def test_reproduce_resumes_without_rerunning(quick_results):
+def test_reproduce_resumes_without_rerunning(quick_results, monkeypatch):
+    """A second run reuses every step and rewrites REPORT.md alone, parsing each CSV the report reads once."""
+    parsed = []
+    monkeypatch.setattr(pd, "read_csv", lambda path, *a, read=pd.read_csv, **kw: parsed.append(
+        Path(path).resolve()) or read(path, *a, **kw))
+    report = (quick_results / "REPORT.md").read_text()
     timings = reproduce(quick_results, settings=SETTINGS, progress=False, log=lambda m: None)
     assert all(timings[step] == 0.0 for step in STEP_OUTPUTS)
+    assert (quick_results / "REPORT.md").read_text().split("\n", 3)[3] == report.split("\n", 3)[3]  # less its steps
+    assert len(parsed) > 20 and len(set(parsed)) == len(parsed), sorted(parsed)
 
 
 @pytest.mark.parametrize("name", FIGURE_SCRIPTS)

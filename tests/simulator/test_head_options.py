@@ -48,6 +48,25 @@ def test_the_policy_takes_the_vocabulary_parallel_head_where_it_is_fastest():
     assert policy.decide(16 * 1024, 1).head == "whole"
 
 
+def test_the_longest_steps_problems_are_solved_once_for_the_storage_and_the_step():
+    """`storage_head` solves the run's longest step under every head option; that step's `decide` takes those
+    solutions (the same plan a policy that never fixed its storage decides) instead of solving again."""
+    model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
+    cm, graph = AnalyticCostModel(model, cluster), LayerGraph(model)
+    fresh = DynamicPolicy("dp", cm, graph, cluster.plan_budget_bytes, recompute=True).decide(16 * 1024, 1)
+    policy = DynamicPolicy("dp", cm, graph, cluster.plan_budget_bytes, recompute=True)
+    solved = []
+    solve = policy.solver.solve
+    policy.solver.solve = lambda problem: solved.append(problem) or solve(problem)
+    assert policy.storage_head(16 * 1024, 1) == "vocab" and len(solved) == 3  # whole, tiled, vocab
+    policy.restrict_heads(("vocab",))
+    step = policy.decide(16 * 1024, 1)
+    assert len(solved) == 3 and not step.cached and step.head == "vocab"
+    assert (step.plan, step.predicted_time_s, step.feasible) == (fresh.plan, fresh.predicted_time_s, fresh.feasible)
+    policy.decide(8 * 1024, 1)  # a shorter step: solved now
+    assert len(solved) == 4
+
+
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig

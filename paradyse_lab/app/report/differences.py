@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from paradyse_lab.app.report.markdown import (
     NAMES,
     PAPER_STATICS,
@@ -16,6 +14,7 @@ from paradyse_lab.app.report.markdown import (
     TRUTH_LABELS,
     first_row,
     fmt_pct,
+    read_csv,
     truth_dirs,
 )
 from paradyse_lab.app.report.sections import hybrid_note
@@ -37,9 +36,9 @@ def llama_line(results: Path) -> str:
     """What the LLaMA panels show under each truth, with the switching memory off and on."""
     parts = []
     for truth, folder in truth_dirs(results).items():
-        off = pd.read_csv(folder / "fig2_summary.csv")
+        off = read_csv(folder / "fig2_summary.csv")
         on_path = results / SWITCH_SUBDIR / truth / "fig2_summary.csv"
-        on = pd.read_csv(on_path) if on_path.exists() else None
+        on = read_csv(on_path) if on_path.exists() else None
         for d in ("github_code", "grch38"):
             g = off[(off.dataset == d) & (off.model == "llama")]
             best = g[g.policy.isin(PAPER_STATICS)].max_seq_len_trained.max()
@@ -113,7 +112,7 @@ def differences_section(results: Path, settings, bert_rows: list[list]) -> str:
     lines.append(seeds_note(results))
     ext = []
     for truth, folder in dirs.items():
-        h = pd.read_csv(folder / "fig2_headline.csv")
+        h = read_csv(folder / "fig2_headline.csv")
         vals = [fmt_pct(first_row(h, dataset=d, model="gpt", policy="dynamic:heuristic")["max_length_extension"])
                 for d in ("github_code", "grch38")]
         ext.append(f"{vals[0]} / {vals[1]} under the {TRUTH_LABELS[truth]}")

@@ -18,7 +18,7 @@ from paradyse_lab.app.report.headline import (
     table5_header,
     table5_rows,
 )
-from paradyse_lab.app.report.markdown import TRUTH_LABELS, md_table, truth_dirs
+from paradyse_lab.app.report.markdown import TRUTH_LABELS, md_table, reading, truth_dirs
 from paradyse_lab.app.report.packing import packing_section
 from paradyse_lab.app.report.savings import CUTOFFS, bert_gap_rows, beyond_header, beyond_rows, beyond_target
 from paradyse_lab.app.report.sections import (
@@ -53,7 +53,12 @@ def figures_markdown(results: Path) -> str:
 
 
 def write_report(results: str | Path, settings, timings: dict) -> Path:
-    """results/REPORT.md from the CSVs in `results` (module docstring)."""
+    """results/REPORT.md from the CSVs in `results` (module docstring); each CSV parsed once (`reading`)."""
+    with reading():
+        return _write_report(results, settings, timings)
+
+
+def _write_report(results: str | Path, settings, timings: dict) -> Path:
     from paradyse_lab.atomic_write import write_text_atomic
 
     results = Path(results)

@@ -16,6 +16,7 @@ from paradyse_lab.app.report.markdown import (
     fmt_num,
     fmt_pct,
     md_table,
+    read_csv,
     truth_dirs,
 )
 
@@ -42,13 +43,13 @@ def _paper_value(d: str, m: str, kind: str, h: pd.DataFrame) -> str:
 
 def _our_value(results: Path, d: str, m: str, kind: str, policy: str) -> str:
     """One headline number of one truth's runs (definitions: `METRICS_TEXT`)."""
-    h = pd.read_csv(results / "fig2_headline.csv")
+    h = read_csv(results / "fig2_headline.csv")
     row = first_row(h, dataset=d, model=m, policy=policy)
     if kind == "time":
         return f"{fmt_pct(row['max_time_reduction'])} (vs {NAMES.get(row['against'], row['against'])})"
     if kind == "length":
         return f"{fmt_pct(row['max_length_extension'])} (best baseline {fmt_pct(row['length_extension'])})"
-    s = pd.read_csv(results / "fig2_summary.csv")
+    s = read_csv(results / "fig2_summary.csv")
     statics = s[(s.dataset == d) & (s.model == m) & s.policy.isin(PAPER_STATICS)]
     best = statics.sort_values("max_seq_len_trained").iloc[-1]
     mine = first_row(s, dataset=d, model=m, policy=policy)
@@ -59,7 +60,7 @@ def _our_value(results: Path, d: str, m: str, kind: str, policy: str) -> str:
 def headline_rows(results: Path) -> list[list]:
     """Claim, paper, then per truth: ours (heuristic), ours (dp)."""
     dirs = truth_dirs(results)
-    h = pd.read_csv(Path(results) / "fig2_headline.csv")
+    h = read_csv(Path(results) / "fig2_headline.csv")
     rows = []
     for d, m, kind in HEADLINE_CLAIMS:
         row = [claim_text(d, m, kind), _paper_value(d, m, kind, h)]
@@ -89,7 +90,7 @@ METRICS_TEXT = (
 def table5_rows(results: Path) -> list[list]:
     """Variant, then max length, time and saving: the paper's and each truth's."""
     dirs = truth_dirs(results)
-    tables = {k: pd.read_csv(v / "table5.csv").set_index("variant") for k, v in dirs.items()}
+    tables = {k: read_csv(v / "table5.csv").set_index("variant") for k, v in dirs.items()}
     base = tables["analytic"]
     rows = []
     for variant in base.index:
@@ -121,7 +122,7 @@ def paper_vs_ours_markdown(results: str | Path) -> str:
 
 
 def panels_table(results: Path) -> str:
-    s = pd.read_csv(results / "fig2_summary.csv")
+    s = read_csv(results / "fig2_summary.csv")
     policies = [p for p in dict.fromkeys(s.policy) if p in NAMES]  # the paper's policies and dp / ilp
     rows = []
     for (d, m), g in s.groupby(["dataset", "model"], sort=False):

@@ -6,6 +6,8 @@ Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +17,31 @@ from paradyse_lab.strategies import CATALOG, USABLE
 NAMES = {"github_code": "GitHubCode", "grch38": "GRCh38", "bert": "BERT", "llama": "LLaMA", "gpt": "GPT",
          **{f"static:{name}": CATALOG[name].paper_name for name in USABLE},
          "dynamic:heuristic": "ParaDySe (heuristic)", "dynamic:dp": "dp", "dynamic:ilp": "ilp"}
+
+
+_tables: list[dict] = []
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Inside this block `read_csv` parses each CSV once and hands every reader a copy: the report's sections read
+    the same files many times (a quick run's fig2_headline.csv fifteen times). Outside it nothing is kept."""
+    _tables.append({})
+    try:
+        yield
+    finally:
+        _tables.pop()
+
+
+def read_csv(path, **kw) -> pd.DataFrame:
+    """`pd.read_csv(path, **kw)`; inside `reading()` the frame parsed before for the same file and arguments (a
+    copy, so a reader that changes it changes no other's)."""
+    if not _tables:
+        return pd.read_csv(path, **kw)
+    key = (str(Path(path).resolve()), repr(sorted(kw.items())))
+    if key not in _tables[-1]:
+        _tables[-1][key] = pd.read_csv(path, **kw)
+    return _tables[-1][key].copy()
 
 
 def fmt_pct(x) -> str:

@@ -14,6 +14,7 @@ from paradyse_lab.app.report.markdown import (
     fmt_num,
     fmt_pct,
     md_table,
+    read_csv,
     truth_dirs,
 )
 
@@ -43,7 +44,7 @@ def packing_rows(results: Path) -> list[list]:
         path = folder / "packing.csv"
         if not path.exists():
             continue
-        t = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        t = read_csv(path, keep_default_na=False, na_values=[""])
         for (d, m, b), panel in t.groupby(["dataset", "model", "pack_tokens"], sort=False):
             best = best_static(panel)
             heur, dp = first_row(panel, policy="dynamic:heuristic"), first_row(panel, policy="dynamic:dp")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, first_row, fmt_pct, truth_dirs
+from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, first_row, fmt_pct, read_csv, truth_dirs
 
 CUTOFFS = (4 * 1024, 16 * 1024, 64 * 1024)
 
@@ -19,8 +19,8 @@ def saving_up_to(results: Path, dataset: str, model: str, baseline: str, cutoff:
     `cutoff` (None: all of them): how the run's saving depends on its longest sequences."""
     from simulator.results import run_path
 
-    dyn = pd.read_csv(run_path(results, "fig2", dataset, model, "dynamic:heuristic"))
-    base = pd.read_csv(run_path(results, "fig2", dataset, model, baseline))
+    dyn = read_csv(run_path(results, "fig2", dataset, model, "dynamic:heuristic"))
+    base = read_csv(run_path(results, "fig2", dataset, model, baseline))
     both = min(int((~dyn["oom"]).sum()), int((~base["oom"]).sum()))
     d, b = dyn.iloc[:both], base.iloc[:both]
     if cutoff is not None:
@@ -33,7 +33,7 @@ def bert_gap_rows(results: Path) -> list[list]:
     """Per BERT panel and truth: the paper's saving, ours over the sequences up to each cutoff, and ours over all."""
     rows = []
     for truth, folder in truth_dirs(results).items():
-        h = pd.read_csv(folder / "fig2_headline.csv")
+        h = read_csv(folder / "fig2_headline.csv")
         for d in ("github_code", "grch38"):
             r = first_row(h, dataset=d, model="bert", policy="dynamic:heuristic")
             if not isinstance(r["against"], str):
@@ -50,7 +50,7 @@ def long_time_share(results: Path, dataset: str, model: str, baseline: str, cuto
     """Fraction of the baseline run's time spent on sequences longer than `cutoff`."""
     from simulator.results import run_path
 
-    b = pd.read_csv(run_path(results, "fig2", dataset, model, baseline))
+    b = read_csv(run_path(results, "fig2", dataset, model, baseline))
     b = b[~b["oom"]]
     return float(b.loc[b["seq_len"] > cutoff, "charged_time_s"].sum() / b["charged_time_s"].sum())
 
@@ -85,7 +85,7 @@ def beyond_rows(results: Path) -> list[list]:
         path = folder / "fig2_beyond.csv"
         if not path.exists():
             continue
-        b = pd.read_csv(path)
+        b = read_csv(path)
         for (d, m), g in b.groupby(["dataset", "model"], sort=False):
             cells = dict.fromkeys(beyond_series(), "-")
             for r in g.itertuples():
@@ -109,7 +109,7 @@ def beyond_target(results: Path, settings) -> str:
         path = folder / "fig2_beyond.csv"
         if not path.exists():
             continue
-        g = pd.read_csv(path).query("dataset == 'grch38' and model == 'gpt'")
+        g = read_csv(path).query("dataset == 'grch38' and model == 'gpt'")
         mine = g[g.series == "dp + recompute"]
         if mine.empty:
             continue

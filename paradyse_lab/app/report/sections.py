@@ -18,6 +18,7 @@ from paradyse_lab.app.report.markdown import (
     fmt_num,
     fmt_pct,
     md_table,
+    read_csv,
     truth_dirs,
 )
 from paradyse_lab.timings import read_with_timings
@@ -29,7 +30,7 @@ def switch_memory_section(results: Path) -> str:
         on_dir = results / SWITCH_SUBDIR / truth
         if not all((on_dir / f).exists() for f in ("fig2_summary.csv", "table5.csv")):
             continue
-        off, on = pd.read_csv(folder / "fig2_summary.csv"), pd.read_csv(on_dir / "fig2_summary.csv")
+        off, on = read_csv(folder / "fig2_summary.csv"), read_csv(on_dir / "fig2_summary.csv")
         for (d, m), g in on.groupby(["dataset", "model"], sort=False):
             statics = g[g.policy.isin(PAPER_STATICS)].sort_values("max_seq_len_trained")
             best = statics.iloc[-1]
@@ -39,8 +40,8 @@ def switch_memory_section(results: Path) -> str:
             rows.append([f"{NAMES[d]}, {NAMES[m]}", TRUTH_LABELS[truth],
                          f"{best['max_seq_len_trained']:,} ({NAMES[best['policy']]})",
                          f"{h_off['max_seq_len_trained']:,}", f"{h_on['max_seq_len_trained']:,}{oom}"])
-        t_off = pd.read_csv(folder / "table5.csv").set_index("variant")
-        t_on = pd.read_csv(on_dir / "table5.csv").set_index("variant")
+        t_off = read_csv(folder / "table5.csv").set_index("variant")
+        t_on = read_csv(on_dir / "table5.csv").set_index("variant")
         t5 += [[v, TRUTH_LABELS[truth], fmt_num(t_off.loc[v, "paper_max_len"]), fmt_num(t_off.loc[v, "max_len"]),
                 fmt_num(t_on.loc[v, "max_len"])] for v in t_on.index if v in t_off.index]
     if not rows:
@@ -55,7 +56,7 @@ def calibration_section(results: Path) -> str:
     path = results / "calibration_loso.csv"
     if not path.exists():
         return "(not run)"
-    loso = pd.read_csv(path)
+    loso = read_csv(path)
     strategies = list(dict.fromkeys(loso[loso.kind == "strategy"]["key"]))
     bands = list(dict.fromkeys(loso[loso.kind == "band"]["key"]))
     rows = []
@@ -63,10 +64,10 @@ def calibration_section(results: Path) -> str:
         val = {(r.kind, r.key): r.time_mape for r in g.itertuples()}
         rows.append([m, fmt_pct(val["mean", "all"])] + [fmt_pct(val["strategy", k]) for k in strategies]
                     + [fmt_pct(val["band", b]) for b in bands])
-    params = pd.read_csv(results / "calibration_params.csv")
+    params = read_csv(results / "calibration_params.csv")
     prow = [[r.strategy, f"{r.compute_scale:.3f}", f"{r.comm_scale:.3f}", f"{1e3 * r.layer_overhead_s:.2f} ms",
              f"{1e6 * r.width_overhead_s:.3f} us"] for r in params.itertuples()]
-    acc = pd.read_csv(results / "costmodel_paper_accuracy.csv")
+    acc = read_csv(results / "costmodel_paper_accuracy.csv")
     arow = []
     for m, g in acc.groupby("cost_model", sort=False):
         val = {r.split: (r.time_mape, r.mem_mape) for r in g.itertuples()}
@@ -101,7 +102,7 @@ def solvers_section(results: Path) -> str:
 
 
 def costmodel_section(results: Path) -> str:
-    a = pd.read_csv(results / "costmodel_accuracy.csv")
+    a = read_csv(results / "costmodel_accuracy.csv")
     rows = []
     for name, g in a.groupby("cost_model", sort=False):
         i, e = g[g.split == "interp"].iloc[0], g[g.split == "extrap"].iloc[0]
@@ -113,7 +114,7 @@ def costmodel_section(results: Path) -> str:
 
 
 def hybrid_note(results: Path) -> str:
-    t = pd.read_csv(results / "table5.csv").set_index("variant")
+    t = read_csv(results / "table5.csv").set_index("variant")
     if "full (hybrid cost model)" not in t.index:
         return ""
     a, h = t.loc["full", "max_len"], t.loc["full (hybrid cost model)", "max_len"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.app.report.headline import HEADLINE_CLAIMS, claim_text
-from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, fmt_pct, md_table
+from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, fmt_pct, md_table, read_csv
 
 SEEDS_FILE = "fig2_headline_seeds.csv"
 CLAIM_COLUMNS = {"time": ("max_time_reduction", "paper_time_reduction"),
@@ -34,7 +34,7 @@ def seed_spread(results: Path) -> pd.DataFrame | None:
     path = Path(results) / SEEDS_FILE
     if not path.exists():
         return None
-    df = pd.read_csv(path)
+    df = read_csv(path)
     rows = []
     for truth, by_truth in df.groupby("truth", sort=False):
         for d, m, kind in HEADLINE_CLAIMS:
