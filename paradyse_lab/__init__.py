@@ -11,12 +11,6 @@ that importing the vocabulary modules (`paradyse_lab.model_spec`, ...) loads nei
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("paradyse-lab")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 API = ("PlanReport", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
        "export_hf")
@@ -24,7 +18,22 @@ API = ("PlanReport", "plan_step", "memory_breakdown", "build_model", "forward_ba
 __all__ = ["__version__", *API]
 
 
+def _installed_version() -> str:
+    """The installed distribution's version, read on first use of `__version__`: importing importlib.metadata
+    (~0.1 CPU s) is left to the processes that ask, not paid by every command and spawned rank that imports the
+    package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("paradyse-lab")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()["__version__"] = value = _installed_version()
+        return value
     if name in API:
         return getattr(importlib.import_module("paradyse_lab.app.api"), name)
     if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.plan.Plan is the runtime's plan)

@@ -215,7 +215,9 @@ def test_the_checker_sees_dynamic_imports(tmp_path):
 
 LOAD_ALONE = """
 import importlib, pkgutil, sys
+metadata_before = "importlib.metadata" in sys.modules
 import paradyse_lab
+assert metadata_before or "importlib.metadata" not in sys.modules, "import paradyse_lab read its version"
 assert paradyse_lab.__version__
 import solvers.ilp, solvers.heuristic, solvers.greedy
 print(" ".join(m for m in ("numba", "solvers.kernels") if m in sys.modules))

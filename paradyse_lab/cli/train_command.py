@@ -97,10 +97,18 @@ def default_nproc() -> int | None:
 
 
 def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
-    """One rank: join the process group (torchrun's environment, or the launcher's), train, leave."""
+    """One rank: join the process group (torchrun's environment, or the launcher's), train, leave. What its
+    imports left (torch, the planner, the runtime: a rank's whole life) is frozen first (`gc.freeze`), so that
+    the garbage collector's full passes while the rank trains, the first optimizer's import of torch._dynamo
+    among them (~0.4 CPU s less), no longer walk it; frozen objects are still freed by reference counting."""
+    import gc
+
+    import torch  # noqa: F401 - a spawned rank's first import of torch, before the freeze
+
     from paradyse_lab.app.training import train
     from runtime.launch import run_rank
 
+    gc.freeze()
     run_rank(rank, world, train, (opts,), port)
 
 

@@ -33,22 +33,35 @@ def failing_rank(rank: int, world: int, *args) -> None:
 
 
 def one_rank_refuses(rank: int, world: int, *args) -> None:
-    """Rank 1 refuses its input and leaves while rank 0 waits for it in a collective: rank 0 then fails with a
-    closed connection, an echo of rank 1's error, and may report first."""
-    import torch
-    import torch.distributed as dist
+    """Rank 1 refuses its input and leaves while rank 0 waits for it on their connection: rank 0 then fails
+    with the closed connection, an echo of rank 1's error, and may report first. The ranks' connection is a
+    TCP socket of their own (rank 0 listens on port args[0]), not a process group: what this case checks is
+    which report the launcher shows, and its ranks start without importing torch (~2.5 CPU s each). A gloo
+    collective's echo of a peer that left is `one_rank_killed`'s."""
+    import socket
 
     from paradyse_lab.errors import UserInputError
-    from runtime.launch import run_rank
 
-    def body(group=None):
-        if dist.get_rank() == 1:
-            time.sleep(0.3)
-            raise UserInputError("bad input on rank 1 only")
-        dist.all_reduce(torch.zeros(1))
-        time.sleep(5)
-
-    run_rank(rank, world, body, (), int(args[0]))
+    address = ("127.0.0.1", int(args[0]))
+    if rank == 0:
+        with socket.create_server(address) as server:
+            conn, _ = server.accept()
+        with conn:
+            if not conn.recv(1):  # b"": rank 1's process ended, closing its end
+                raise ConnectionResetError("rank 1 closed the connection")
+        return
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = socket.create_connection(address)
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # rank 0 is not listening yet
+    with conn:  # closed as the error leaves: rank 0 reads the end of the stream
+        time.sleep(0.3)
+        raise UserInputError("bad input on rank 1 only")
 
 
 def one_rank_killed(rank: int, world: int, *args) -> None:

@@ -381,7 +381,9 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
     assert all(torch.isfinite(v).all() for v in weights.values())
 
 
-def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
+def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo(capfd):
+    """Rank 1 refuses its input; rank 0's error on the connection rank 1 closed is an echo: the launcher raises
+    rank 1's one line, and rank 0's traceback is not shown."""
     import socket
 
     import launcher_cases
@@ -393,6 +395,7 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo():
         port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_uniform_dataset_trains_lengths_across_its_range():

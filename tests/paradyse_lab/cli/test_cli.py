@@ -26,6 +26,37 @@ def test_catalog_tables_and_json(capsys, command, needle):
     assert code == 0 and needle.split()[0] in json.loads(out)
 
 
+def test_a_command_process_freezes_what_it_leaves_before_it_exits(monkeypatch, capsys):
+    """`paradyse-lab COMMAND` as a process (arguments from sys.argv, the console script's call) freezes what is
+    alive before it returns its code, so that the interpreter's exit does not walk it all again; main(argv)
+    (tests, scripts) leaves the garbage collector alone."""
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
+    assert main() == 0 and frozen == [True]
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
+    assert main() == 2 and frozen == [True, True]  # a refused input ends the same way
+    assert main(["strategies", "--format", "json"]) == 0 and frozen == [True, True]
+    capsys.readouterr()
+
+
+def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypatch):
+    """`train`'s rank function (a spawned rank's, a torchrun rank's) freezes what is alive, torch imported, before
+    it joins its group and trains: the collector's later full passes skip it."""
+    import gc
+
+    import runtime.launch
+    from paradyse_lab.cli import train_command
+
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(runtime.launch, "run_rank", lambda r, w, fn, args, port: calls.append((r, w, port)))
+    train_command._init_and_train(1, 2, None, 1234)
+    assert calls == ["freeze", (1, 2, 1234)]
+
+
 def test_cost_json_schema(capsys):
     code, out, _ = run(capsys, "cost", "--model", "gpt", "--seq", "64K", "--format", "json")
     assert code == 0
