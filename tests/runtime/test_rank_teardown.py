@@ -53,6 +53,7 @@ def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeyp
     or profile --mode distributed at one rank in its own process) ends with its exit code through
     runtime/launcher.py `end_process`, as a spawned rank does, not through the interpreter's teardown; a process
     that joined none just returns its code. (The command's argv from sys.argv: the console script's call.)"""
+    import gc
     import sys
 
     import runtime.launch
@@ -60,6 +61,7 @@ def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeyp
     from paradyse_lab.cli import main
 
     ended: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() as a process freezes before it returns: not pytest's
     monkeypatch.setattr(runtime.launch, "_joined_group", [])
     monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])

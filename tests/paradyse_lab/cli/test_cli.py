@@ -32,10 +32,16 @@ def test_a_command_process_freezes_what_it_leaves_before_it_exits(monkeypatch, c
     (tests, scripts) leaves the garbage collector alone."""
     import gc
 
-    frozen = []
+    import runtime.launch
+    import runtime.launcher
+
+    frozen, ended = [], []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    # This process joined no group, whatever an earlier test in it did: main() would otherwise end it (os._exit).
+    monkeypatch.setattr(runtime.launch, "_joined_group", [])
+    monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
-    assert main() == 0 and frozen == [True]
+    assert main() == 0 and frozen == [True] and ended == []
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
     assert main() == 2 and frozen == [True, True]  # a refused input ends the same way
     assert main(["strategies", "--format", "json"]) == 0 and frozen == [True, True]
