@@ -277,8 +277,9 @@ class DynamicPolicy:
 
     def restrict_heads(self, heads: tuple[str, ...]) -> None:
         """Plan later steps with these head options only (those the run's storage of the embedding and head can
-        run); the cache is emptied."""
+        run); the cache is emptied, and `storage_head`'s solutions of the other heads are dropped."""
         self._head_models = {h: m for h, m in self._head_models.items() if h in heads}
+        self._solved = {key: pair for key, pair in self._solved.items() if key[2] in heads}
         self._cache.clear()
         self._previous = None
 

@@ -60,8 +60,9 @@ def test_the_longest_steps_problems_are_solved_once_for_the_storage_and_the_step
     policy.solver.solve = lambda problem: solved.append(problem) or solve(problem)
     assert policy.storage_head(16 * 1024, 1) == "vocab" and len(solved) == 3  # whole, tiled, vocab
     policy.restrict_heads(("vocab",))
+    assert list(policy._solved) == [(1, 16 * 1024, "vocab")]  # the dropped heads' solutions are not kept
     step = policy.decide(16 * 1024, 1)
-    assert len(solved) == 3 and not step.cached and step.head == "vocab"
+    assert len(solved) == 3 and not step.cached and step.head == "vocab" and not policy._solved
     assert (step.plan, step.predicted_time_s, step.feasible) == (fresh.plan, fresh.predicted_time_s, fresh.feasible)
     policy.decide(8 * 1024, 1)  # a shorter step: solved now
     assert len(solved) == 4
