@@ -55,18 +55,20 @@ def xdist_group_name(item) -> str:
     return WORLDS_GROUP if module in WORLD_MODULES else module
 
 
-LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py", WORLDS_GROUP,
+LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
+                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP,
                   "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
-                  "tests/runtime/test_comm_replay.py", "tests/solvers/test_solvers_agree.py",
+                  "tests/solvers/test_solvers_agree.py",
                   "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py",
                   "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
 command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), handed out first
 (`longest_groups_first`; pytest-xdist deals the first groups to the workers in turn), so that no long group
 starts when the other worker is nearly done and the two workers end together; the rest follow in collection
-order, each a few seconds. The first two need no compiled kernels: on a fresh checkout they run while the
-controller compiles them (`pytest_configure`), where the worlds (whose forkserver loads the kernels) and the
-figures (the DP solver) would each wait for that compile with a core idle."""
+order, each a few seconds. The first three need no compiled kernels: on a fresh checkout they run while the
+controller compiles them (`pytest_configure`, ~15 CPU s), where the worlds (whose forkserver loads the kernels)
+and the figures (the DP solver) would each wait for that compile with a core idle. The torchrun test (~20 CPU s)
+on one worker and the two others (~11 and ~10) on the other outlast the compile."""
 
 
 def longest_groups_first(items) -> None:
