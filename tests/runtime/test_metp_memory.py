@@ -9,10 +9,8 @@ more at its peak (llama1b, h 2048, f 8192: 160 MiB, the peak a one-GPU metp step
 forward held a [t, h] output beside the shard's [t, f] intermediates.
 """
 
-import json
-
 import torch
-from torch.profiler import ProfilerActivity, profile
+from profiler_peak import peak_above_start
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -66,19 +64,9 @@ def test_plain_metp_mlp_backward_sums_no_weight_gradient_in_fp32():
     assert _largest_fp32_in_backward(0) < weight
 
 
-def _forward_peak(run, tmp_path) -> int:
-    """Bytes allocated at the peak of `run()` above what was allocated when it started (profiler events)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    trace = tmp_path / "trace.json"
-    prof.export_chrome_trace(str(trace))
-    events = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("name") == "[memory]"]
-    return max(e["Total Allocated"] for e in events) - (events[0]["Total Allocated"] - events[0]["Bytes"])
-
-
 def test_plain_metp_mlp_forward_makes_no_output_beside_its_intermediates(tmp_path):
     x, params, _, ctx = _bf16_case()
     with torch.no_grad():  # the forwards alone (what each keeps for a backward differs)
-        tiled = _forward_peak(lambda: run_tiled_mlp(metp.TILED_MLP, ctx, T, x, params), tmp_path)
-        plain = _forward_peak(lambda: run_sublayer(metp.MLP, ctx, False, x, params), tmp_path)
+        tiled = peak_above_start(lambda: run_tiled_mlp(metp.TILED_MLP, ctx, T, x, params), tmp_path)
+        plain = peak_above_start(lambda: run_sublayer(metp.MLP, ctx, False, x, params), tmp_path)
     assert plain == tiled - T * H * 2, (plain, tiled)  # the tiled one's output [t, h] made before its one chunk
