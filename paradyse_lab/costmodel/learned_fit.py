@@ -241,8 +241,8 @@ def fit_profile_file(kind: str, path: str | Path, cluster: ClusterSpec | None = 
     """`fit_profiles` on a CSV, cached in this process by (file, modification time, kind, cluster); the forest
     or the polynomial of a file whose hybrid fit is cached is taken from it (`part_of_hybrid`)."""
     hybrid = _FIT_CACHE.get(_fit_key(path, "hybrid", cluster)) if kind in HYBRID_PARTS else None
-    if hybrid is not None:
-        return cached_fit_on_file(path, kind, cluster, lambda df: part_of_hybrid(hybrid, kind))
+    if hybrid is not None:  # the file is not read again: the part needs no rows
+        return _FIT_CACHE.setdefault(_fit_key(path, kind, cluster), part_of_hybrid(hybrid, kind))
     return cached_fit_on_file(path, kind, cluster, lambda df: fit_profiles(kind, df, cluster, source_name=str(path)))
 
 

@@ -181,6 +181,7 @@ def test_the_forest_and_polynomial_taken_from_the_hybrid_fit_predict_as_their_ow
         alone = fit_profiles(kind, rows, A100, source_name=str(path))
         from_file = fit_profile_file(kind, path, A100)
         assert from_file.estimators["time_s"] is getattr(hybrid.estimators["time_s"], f"{kind}_")
+        assert fit_profile_file(kind, path, A100) is from_file  # cached like any fit on the file
         for fitted in (fits[kind], from_file):
             for got, want in zip(fitted.predict_rows(rows), alone.predict_rows(rows)):
                 np.testing.assert_array_equal(got, want)
