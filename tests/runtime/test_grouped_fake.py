@@ -123,7 +123,7 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path
     # after the backward: the [d, F] buffer and the reduce-scatter's [F] output, then one [R] buffer; the world's
     # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events, the
     # peak above the phase's start)
-    from test_head_memory import _peak_above_start
+    from profiler_peak import peak_above_start
 
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
     from runtime.grouped import group_view, reduce_step_grads
@@ -141,6 +141,6 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path
         view(shard_sequence(ids, 1, sp), PLAN, shard_sequence(ids, 1, sp))[1].backward()
         contributes = rank - group.start < g_min
         args = (model, view, group.size, g_min, dp, contiguous, contributes)
-        peak = _peak_above_start(partial(reduce_step_grads, *args), tmp_path)
+        peak = peak_above_start(partial(reduce_step_grads, *args), tmp_path)
         assert peak == want["world_grads"] + want["transient"], (rank, peak, want)
         assert all(q.grad is not None and q.grad.shape == q.shape for q in model.parameters())
