@@ -30,7 +30,8 @@ def cpu_time_cluster(spec, lengths, p: int):
     import torch.distributed as dist
 
     from paradyse_lab.app.measure import calibrate as C
-    from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
+    from paradyse_lab.cluster_spec import COLLECTIVES
+    from paradyse_lab.cluster_toml import load_cluster_toml
     from paradyse_lab.measured_cluster import Measurements, measured_cluster_toml
     from runtime.fake_group import FakeGroup
 

@@ -2,7 +2,7 @@
 
 Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/calibrate.py), which measures and calls
 `measured_cluster_toml` to write DIR/cluster.toml; `--cluster DIR/cluster.toml` then loads it
-(paradyse_lab/cluster_spec.py `load_cluster_toml`). No torch here.
+(paradyse_lab/cluster_toml.py `load_cluster_toml`). No torch here.
 
 - Collectives: per kind, t(S) = alpha + f(op, p) S / busbw (formulas.collective_time_s, nccl-tests
   convention: S the buffer, f = 2(p-1)/p for all_reduce, (p-1)/p for the gathers and scatters, 1 for p2p)

@@ -11,7 +11,7 @@ stamp is written only after the outputs are complete, so a killed run leaves no 
 - `named_files(settings)`: every file the settings name, at any depth (lists and tables included): a value
   that is a file (a profile CSV, a .joblib model), a workload `file:PATH[#COLUMN]`'s PATH, and for a cluster
   TOML every file of its base chain (`base = "other.toml"`, and that file's base, ...:
-  `paradyse_lab.cluster_spec.base_chain`). Editing any of them, even a base file no setting names directly,
+  `paradyse_lab.cluster_lookup.base_chain`). Editing any of them, even a base file no setting names directly,
   changes the key, so the results are recomputed rather than reused.
 - stamps: `FOLDER/.stamps/NAME.json` = {key, settings, files: {relative path: SHA-256}}; `is_fresh` says
   whether every file is present and unchanged under the same key, `write_stamp` records them.
@@ -59,7 +59,7 @@ def code_version() -> str:
 
 def _files_of_name(name: str) -> list[Path]:
     """The files one string setting names (module docstring)."""
-    from paradyse_lab.cluster_spec import base_chain
+    from paradyse_lab.cluster_lookup import base_chain
 
     path = name[5:].partition("#")[0] if name.startswith("file:") else name
     if not path or not Path(path).is_file():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
+from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.timings import write_with_timings
@@ -76,7 +76,7 @@ class Setup:
 
     cluster: str = "a100-80gb-x8"
     gpus: int | None = None
-    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster_spec.py `cluster_with_gpus`)."""
+    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster_lookup.py `cluster_with_gpus`)."""
     size: int = EXPERIMENT_SIZE
     seed: int = 0
     sampling: str = "stratified"

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
+from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.workloads import get_workload
 from simulator import group_planner as G

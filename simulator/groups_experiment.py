@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.timings import write_with_timings

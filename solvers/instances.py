@@ -52,7 +52,8 @@ def random_problem(rng: np.random.Generator, layers: int, options: int, switch: 
 def model_problem(rng: np.random.Generator, model: str, layers: int, seq_len: int, recompute: bool,
                   granularity: str = "block") -> SearchProblem:
     """A preset model with `layers` layers at `seq_len` under the analytic model, with a tight budget."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model

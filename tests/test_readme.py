@@ -45,7 +45,8 @@ def test_cost_example_is_the_commands_output(capsys):
 def test_cost_model_table_is_the_commands_output():
     """The analytic row of `ablate-costmodel` on the bundled synthetic profile (its MAPE columns,
     from the function the command prints them from, without the command's leave-one-shape-out and regret)."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel.ablation import accuracy
     from paradyse_lab.profiles import read_profiles
 

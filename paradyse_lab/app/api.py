@@ -74,7 +74,8 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
     every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
     it profiled)."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
     from paradyse_lab.layer_graph import LayerGraph

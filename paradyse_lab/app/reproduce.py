@@ -113,7 +113,7 @@ class Settings:
     @property
     def paper_truth(self) -> bool:
         """Whether the authors' measurements cover this cluster (the paper-truth steps run)."""
-        from paradyse_lab.cluster_spec import get_cluster
+        from paradyse_lab.cluster_lookup import get_cluster
         from paradyse_lab.costmodel.paper_measurements import covers_node
 
         c = get_cluster(self.cluster)
@@ -169,7 +169,7 @@ def _length_grid(n: int, lo: int = 2 * K, hi: int = 640 * K) -> list[int]:
 
 def profile_for(out: Path, s: Settings) -> Path:
     """The cluster's bundled profile, else a synthetic one written under DIR/profiles/ (module docstring)."""
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.profiles import default_profile, read_profiles, write_profiles
     from paradyse_lab.result_key import is_fresh, result_key, stamp_path, write_stamp
 
@@ -309,7 +309,8 @@ def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
-    from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS
     from paradyse_lab.costmodel.ablation import accuracy
     from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary, row_features
     from paradyse_lab.profiles import PAPER_PROFILE, read_profiles
@@ -352,7 +353,7 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 
 
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
     from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
     from paradyse_lab.profiles import profile_sources, read_profiles
@@ -384,7 +385,7 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
 
 
 def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model
@@ -414,7 +415,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
 
 
 def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.model_spec import get_model

@@ -18,7 +18,8 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
     """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
     `cost_model` (default `opts.cost_model`) on `opts.cluster` (simulator/planner.py). Rank 0 states what plans
     the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.units import gib_to_bytes
     from simulator.planner import build_planner
 
@@ -47,7 +48,8 @@ def group_planner(opts, spec, p: int):
     `p` GPUs with its node shape, under the run's budget), each sequence (or pack) with its plan at its group's
     size. A step with an item that fits no group runs as one group of all ranks, its decisions saying they do not
     fit (the log's `feasible`), as a step without groups does. None without `--groups`."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, cluster_with_gpus, get_cluster
+    from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.units import gib_to_bytes
     from simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
@@ -102,7 +104,8 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
     (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from runtime import comm
     from runtime.train import train as run_training
 

@@ -86,7 +86,8 @@ def pair(out: str | Path, skip: int) -> pd.DataFrame:
     """simulator.replay.STEP_COLUMNS rows: every measured step of DIR beside its replay."""
     from dataclasses import replace
 
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel.factory import build_cost_model
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.plan import short_text

@@ -44,7 +44,7 @@ def options_from_args(args):
     """Validated `paradyse_lab.app.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine
     defaults where a flag is absent."""
     from paradyse_lab.app.measure.calibrate import length_grid, machine_defaults
-    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
     from paradyse_lab.errors import MAX_REPEATS, require_positive_int
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
@@ -127,7 +127,7 @@ def summarize(out: Path, state: dict) -> dict:
     """What the command prints: the cluster file's fitted numbers and the profile's extent."""
     import pandas as pd
 
-    from paradyse_lab.cluster_spec import load_cluster_toml
+    from paradyse_lab.cluster_toml import load_cluster_toml
 
     cl = load_cluster_toml(out / "cluster.toml")
     prof = pd.read_csv(out / "profile.csv") if (out / "profile.csv").is_file() else pd.DataFrame()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from paradyse_lab.cli.output import add_format_argument, format_bytes, print_json, print_table
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, bundled_clusters, get_cluster
-from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
+from paradyse_lab.cluster_lookup import bundled_clusters, get_cluster
+from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
 from paradyse_lab.model_spec import PRESETS as MODELS
 from paradyse_lab.strategies import CATALOG
 

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
 from paradyse_lab.options import integer, number
 
@@ -205,7 +206,7 @@ def run_ablate(args) -> int:
 def _cluster_beside(df, path: Path) -> str:
     """The cluster of a profile taken on a machine that is no preset: the cluster.toml `paradyse-lab calibrate`
     writes beside it, else the default preset."""
-    from paradyse_lab.cluster_spec import PRESETS
+    from paradyse_lab.cluster_presets import PRESETS
 
     sibling = Path(path).parent / "cluster.toml"
     if not set(df["device"]) <= set(PRESETS) and sibling.is_file():

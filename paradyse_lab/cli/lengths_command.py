@@ -27,7 +27,8 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.options import integer

@@ -139,7 +139,7 @@ def print_json(obj) -> None:
 
 def add_cluster_arguments(parser) -> None:
     """Add `--cluster NAME|FILE` and `--gpus N` (the cluster at another GPU count, no TOML file needed)."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
     parser.add_argument("--gpus", type=integer, default=None, metavar="N",
@@ -147,7 +147,7 @@ def add_cluster_arguments(parser) -> None:
 
 
 def cluster_of(args):
-    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster_spec.py `cluster_with_gpus`)."""
-    from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
+    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster_lookup.py `cluster_with_gpus`)."""
+    from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
 
     return cluster_with_gpus(get_cluster(args.cluster), getattr(args, "gpus", None))

@@ -47,7 +47,7 @@ def run(args) -> int:
 
 def parse_options(args):
     """`paradyse_lab.app.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
-    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
     from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int, require_seed
     from paradyse_lab.packing import MAX_TOKEN_BUDGET
     from paradyse_lab.strategies import StrategyOption

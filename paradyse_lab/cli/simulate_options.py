@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paradyse_lab.cluster_spec import DEFAULT_CLUSTER
+from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
 EXPERIMENTS = ("fig2", "table5", "packing", "groups")
@@ -56,7 +56,7 @@ class SimulationOptions:
 
     def setup(self, packing: PackingOptions | None = None):
         """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""
-        from paradyse_lab.cluster_spec import cluster_with_gpus, get_cluster
+        from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
         from paradyse_lab.errors import unknown_name
         from paradyse_lab.layer_graph import GRANULARITIES
         from paradyse_lab.units import gib_to_bytes

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
-    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG
+    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
     from runtime.launch import torchrun_rank

@@ -73,7 +73,7 @@ def register(sub) -> None:
 
 def _options(args):
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions
-    from paradyse_lab.cluster_spec import MAX_GPUS_FLAG, get_cluster
+    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import MAX_SIZE, get_workload
     from runtime.launch import torchrun_rank

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster_presets import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_spec import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster_presets import PRESETS as CLUSTER_PRESETS
 from paradyse_lab.cluster_spec import ClusterSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import LEARNED_KINDS

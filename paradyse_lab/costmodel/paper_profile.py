@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES, PAPER_DEVICE, PROVENANCE
 from paradyse_lab.costmodel.synthetic import length_grid

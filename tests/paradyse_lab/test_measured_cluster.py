@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import COLLECTIVES, PRESETS, load_cluster_toml
+from paradyse_lab.cluster_presets import PRESETS
+from paradyse_lab.cluster_spec import COLLECTIVES
+from paradyse_lab.cluster_toml import load_cluster_toml
 from paradyse_lab.costmodel.formulas import collective_time_s
 from paradyse_lab.measured_cluster import Measurements, efficiency_points, fit_alpha_beta, measured_cluster_toml
 from simulator.replay import kendall_tau

@@ -7,7 +7,9 @@ from unittest import mock
 
 import pytest
 
-from paradyse_lab.cluster_spec import GIB, PRESETS, get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster_presets import PRESETS
+from paradyse_lab.cluster_spec import GIB
 from paradyse_lab.errors import UserInputError
 
 

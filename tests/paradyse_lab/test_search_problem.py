@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 import torch
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import head_loss
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.head_loss import tiled_head_bytes

@@ -1270,7 +1270,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.measure.calibrate import CalibrateOptions, calibrate, profile_options
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
-    from paradyse_lab.cluster_spec import COLLECTIVES, load_cluster_toml
+    from paradyse_lab.cluster_spec import COLLECTIVES
+    from paradyse_lab.cluster_toml import load_cluster_toml
     from paradyse_lab.profiles import read_profiles
 
     root = _shared_tmpdir(rank, p, group)

@@ -35,7 +35,7 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     import torch
 
     from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import Workload
     from runtime.reference import GPTConfig

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_spec import PRESETS, cluster_with_gpus
+from paradyse_lab.cluster_lookup import cluster_with_gpus
+from paradyse_lab.cluster_presets import PRESETS
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
 from paradyse_lab.errors import UserInputError

@@ -3,7 +3,7 @@ plan with the head its policy chose: a short step keeps the whole head (pays not
 whole logits do not fit takes the tiled loss and fits (among the replicated heads); the vocabulary-parallel head is
 taken where it is the fastest; `train` runs the tiled loss exactly when the plan says so."""
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import get_model

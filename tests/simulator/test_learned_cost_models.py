@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from source_trees import PACKAGES, parsed
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.model_spec import get_model
 from simulator.planner import build_planner
 from simulator.policies import PolicySpec, build_policy

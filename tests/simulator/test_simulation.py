@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.layer_graph import LayerGraph

@@ -158,7 +158,7 @@ def test_dp_and_ilp_agree_on_larger_problems(L, O, switch):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31), seq=st.sampled_from([65536, 262144]))
 def test_agree_at_sublayer_granularity_with_switch_costs(seed, seq):
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.layer_graph import LayerGraph
     from paradyse_lab.model_spec import get_model

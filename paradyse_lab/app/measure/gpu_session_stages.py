@@ -58,7 +58,8 @@ def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Con
 
 def _cluster(ctx: Context):
     """The cluster preset pricing modelled communication (the device's, else the default one)."""
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 
     return get_cluster(ctx.cluster_name or DEFAULT_CLUSTER)
 

@@ -15,7 +15,7 @@ and DIR/validation.md, the table for the README, and prints a summary and the me
 - each prediction twice: with the cluster preset's efficiencies, and with efficiencies measured in
   DIR/gemm.csv and DIR/attention.csv (`calibrated_cluster`): per smallest GEMM dimension, all GEMMs' FLOPs
   over their time; per (causal, length), the attention kernel the runtime uses (flash-attn, else sdpa).
-  Those points are printed in the form of paradyse_lab/cluster_spec.py's efficiency tuples.
+  Those points are printed in the form of paradyse_lab/cluster_presets.py's efficiency tuples.
 - the cluster: --cluster, else env.json's `cluster_preset`, else the profile's `cluster` column, else the
   default preset. The model dtype is the profile's `dtype` column (bf16 on GPU, fp32 on CPU).
 `--combine FILE` also writes every profile of DIR, all columns, into one CSV (the file to commit under
@@ -90,7 +90,8 @@ def _curve(agg, peak_flops: float) -> tuple:
 
 
 def _pick_cluster(folder: Path, df, name: str | None):
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 
     if not name and (folder / "env.json").exists():
         name = json.loads((folder / "env.json").read_text()).get("cluster_preset")

@@ -16,7 +16,7 @@ call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median o
   convention, so that tflops / peak is what `ClusterSpec.attention_eff` means).
 
 efficiency = achieved TFLOP/s over the dense bf16 peak of the device's cluster preset
-(paradyse_lab/cluster_spec.py); empty where the device has no preset (CPU).
+(paradyse_lab/cluster_presets.py); empty where the device has no preset (CPU).
 """
 
 from __future__ import annotations

@@ -322,7 +322,8 @@ def _set_up_profiling(opts: ProfileOptions, group) -> _Profiling:
     """The model, options and states of a `profile` call, every input error raised before any timing."""
     import torch
 
-    from paradyse_lab.cluster_spec import DEFAULT_CLUSTER, get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.model_spec import get_model

@@ -148,7 +148,7 @@ PAPER_TRUTH_TEXT = """- **paper-measured times** (`--truth-cost-model paper`, so
 
 def sources_section(results: Path, settings) -> str:
     """Where the numbers come from: the truths that were run, in the order the tables show them."""
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
 
     cluster = get_cluster(settings.cluster)
     analytic = ("- **analytic model** (source=analytic): our alpha-beta and roofline model of each strategy's "

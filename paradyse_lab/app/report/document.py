@@ -71,7 +71,7 @@ def _write_report(results: str | Path, settings, timings: dict) -> Path:
     bert_rows = bert_gap_rows(results)
     bert_table = md_table(["panel", "truth", "against", "paper"] + [f"ours, up to {c // 1024}K" for c in CUTOFFS]
                         + ["ours, all", "baseline time above 64K"], bert_rows) if bert_rows else ""
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
 
     node = get_cluster(settings.cluster)
     reserve_gib = (node.memory_bytes - node.plan_budget_bytes) / 2**30

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
+from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS

@@ -8,13 +8,9 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import (
-    CALIBRATION_PARAMETERS,
-    CLUSTERS_DIR,
-    StrategyCalibration,
-    get_cluster,
-    load_cluster_toml,
-)
+from paradyse_lab.cluster_lookup import CLUSTERS_DIR, get_cluster
+from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, StrategyCalibration
+from paradyse_lab.cluster_toml import load_cluster_toml
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.calibration import (
     calibrated_cluster,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paradyse_lab.cluster_spec import PRESETS as CLUSTERS
+from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.model_spec import PRESETS, ModelSpec

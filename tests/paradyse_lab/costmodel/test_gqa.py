@@ -92,7 +92,7 @@ def test_sublayer_plans_may_run_head_splitting_strategies_on_mlps_under_gqa():
     MLPs. At sub-layer granularity they stay options, their attention cells exceed the budget (no feasible
     plan picks them) and the optimum runs megatron_ts on the MLPs; a static plan of them is refused with the
     rule; at block granularity they are left out as before."""
-    from paradyse_lab.cluster_spec import get_cluster
+    from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.errors import UserInputError

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.learned_fit import LearnedCostModel, fit_profile_file, fit_profiles

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import get_cluster, load_cluster_toml
+from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster_toml import load_cluster_toml
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.schedules import schedule
@@ -103,7 +104,7 @@ def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_
     priced exposed (16 x 23.0 ms + 13 x 10.2 ms), the copies out stay hidden behind the forward."""
     from pathlib import Path
 
-    from paradyse_lab.cluster_spec import cluster_with_gpus
+    from paradyse_lab.cluster_lookup import cluster_with_gpus
     from paradyse_lab.costmodel.head_loss import head_cost_models
 
     root = Path(__file__).resolve().parents[3]

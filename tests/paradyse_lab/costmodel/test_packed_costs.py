@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.factory import build_cost_model

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES, PROVENANCE, shape_for

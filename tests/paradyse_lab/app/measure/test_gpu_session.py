@@ -20,7 +20,7 @@ import pytest
 from paradyse_lab.app.measure import gpu_session, gpu_validate
 from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
 from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
-from paradyse_lab.cluster_spec import get_cluster
+from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.profiles import COLUMNS, read_profiles
