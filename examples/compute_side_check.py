@@ -6,7 +6,7 @@ On a shared machine a wall-clock step measures the load; the CPU time of one pro
 machine gives. This script measures, in this one process's CPU time, what `paradyse-lab calibrate` measures
 for the analytic model's compute side (GEMMs and attention kernels at the model's shapes, the dispatch cost,
 the element-wise and state bandwidths, the runtime's counted dispatches and bytes; paradyse_lab/app/measure/
-calibrate.py), then times whole training steps (forward + backward + the step epilogue) of one process playing
+calibrate_kernels.py), then times whole training steps (forward + backward + the step epilogue) of one process playing
 rank 0 of p = 2 (runtime/fake_group.py: no communication) per strategy and length, and prints them beside the
 analytic model's prediction of the same step without its collectives (uniform plan + head + epilogue). It
 checks the counted terms, not the collectives (`validate-run` on a quiet machine checks everything).
@@ -29,7 +29,8 @@ def cpu_time_cluster(spec, lengths, p: int):
     import torch
     import torch.distributed as dist
 
-    from paradyse_lab.app.measure import calibrate as C
+    from paradyse_lab.app.measure import calibrate_kernels as K
+    from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
     from paradyse_lab.cluster_spec import COLLECTIVES
     from paradyse_lab.cluster_toml import load_cluster_toml
     from paradyse_lab.measured_cluster import Measurements, measured_cluster_toml
@@ -37,15 +38,15 @@ def cpu_time_cluster(spec, lengths, p: int):
 
     time.perf_counter = time.process_time  # every timer below reads this process's CPU time
     dist.barrier = lambda *a, **k: None  # one process: nothing to wait for
-    C.agree, C._slowest, C.measure_overlap = (lambda v, g=None: v), (lambda v, d, g: v), (lambda *a: 1.0)
+    K.slowest_over_ranks, K.measure_overlap = (lambda v, d, g: v), (lambda *a: 1.0)  # as calibrate_kernels calls them
     group, device, dtype = FakeGroup(p, 0), torch.device("cpu"), torch.float32
-    opts = C.CalibrateOptions(out="", nproc=p, model=spec.name, max_len=max(lengths), budget_s=1e9)
-    gemm, att = C.measure_kernels(opts, spec, lengths, C.Budget(1e9), device, dtype, group, None)
-    terms = C.measure_step_terms(spec, lengths, device, dtype, group)
+    opts = CalibrateOptions(out="", nproc=p, model=spec.name, max_len=max(lengths), budget_s=1e9)
+    gemm, att = K.measure_kernels(opts, spec, lengths, Budget(1e9), device, dtype, group, None)
+    terms = K.measure_step_terms(spec, lengths, device, dtype, group)
     m = Measurements(ranks=p, gpu_name="cpu (CPU time)", memory_bytes=1 << 40, hbm_bytes_per_s=terms["hbm_bytes_per_s"],
                      launch_s=terms["launch_s"], state_bytes_per_s=terms["state_bytes_per_s"], comm_overlap=1.0,
                      runtime_launch_s=terms["runtime_launch_s"], epilogue_s=terms["epilogue_s"],
-                     counted_model=spec.name, step_counts=C.counted_steps(spec, p, 2 * p, lengths, False, dtype),
+                     counted_model=spec.name, step_counts=K.counted_steps(spec, p, 2 * p, lengths, False, dtype),
                      gemm=[(min(r["m"], r["n"], r["k"]), r["flops"], r["median_s"]) for r in gemm],
                      attention=[(r["seq_len"], r["causal"] == "true", r["flops"], r["fwd_s"] + r["bwd_s"])
                                 for r in att],

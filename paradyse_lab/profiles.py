@@ -28,10 +28,10 @@ peak_bytes means what the analytic model's peak means (paradyse_lab/costmodel/an
 (weights, gradients and optimizer states: `formulas.model_state_bytes_per_param`, 16 bytes per parameter in
 fp32 and in bf16 mixed precision, sharded 1/p) + the kept activations of every layer + the largest transient
 working set (+ embedding and head where the model has them). Measured rows hold every model state resident
-while they measure (paradyse_lab/app/measure/profiler.py `resident_model_states`: gradients allocated and accumulated
-into, Adam's states as one untouched buffer) and read `torch.cuda.max_memory_allocated` from a reset taken when
-nothing of an earlier step is alive; on CPU, where there is no allocator counter, they write model states +
-kept bytes, a lower bound (their extra column `peak_method` says `lower-bound-cpu`).
+while they measure (paradyse_lab/app/measure/profile_memory.py `resident_model_states`: gradients allocated and
+accumulated into, Adam's states as one untouched buffer) and read `torch.cuda.max_memory_allocated` from a reset
+taken when nothing of an earlier step is alive; on CPU, where there is no allocator counter, they write model
+states + kept bytes, a lower bound (their extra column `peak_method` says `lower-bound-cpu`).
 
 Sources: `measured-distributed` (timed on all p ranks), `measured-rank-local` (one rank emulating its share
 of the collectives), `paper` (times from the ParaDySe authors' measured A100 fits, memory from the analytic

@@ -267,7 +267,7 @@ class SubLayerFunction(torch.autograd.Function):
         fctx.impl, fctx.ctx, fctx.recompute = impl, ctx, recompute
         leaves, fctx.structure = ([], None) if recompute else _flatten(saved)
         # every tensor kept for backward goes through save_for_backward, so saved_tensors_hooks see them all
-        # (the profiler measures kept activations with them: paradyse_lab/app/measure/profiler.py)
+        # (the profiler measures kept activations with them: paradyse_lab/app/measure/profile_memory.py)
         fctx.save_for_backward(x, *params, *leaves)
         return y
 

@@ -41,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args):
-    """Validated `paradyse_lab.app.measure.calibrate.CalibrateOptions` (`UserInputError` names the field); machine
-    defaults where a flag is absent."""
-    from paradyse_lab.app.measure.calibrate import length_grid, machine_defaults
+    """Validated `paradyse_lab.app.measure.calibrate_options.CalibrateOptions` (`UserInputError` names the
+    field); machine defaults where a flag is absent."""
+    from paradyse_lab.app.measure.calibrate_options import length_grid, machine_defaults
     from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
     from paradyse_lab.errors import MAX_REPEATS, require_positive_int
     from paradyse_lab.model_spec import get_model
@@ -80,7 +80,7 @@ def options_from_args(args):
             why = get_strategy(name).violation(spec, nproc, s)
             if why:
                 raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
-    from paradyse_lab.app.measure.calibrate import CalibrateOptions
+    from paradyse_lab.app.measure.calibrate_options import CalibrateOptions
 
     return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
                             lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,

@@ -135,7 +135,7 @@ def output_folder(path: str) -> Path:
 def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str:
     """`file:DIR/validate_lengths.txt`: `steps` lengths from max-len/16 to max-len, geometric, multiples of 2p
     (the calibration's grid: the sampled workloads are multiples of 512, too coarse for a CPU run)."""
-    from paradyse_lab.app.measure.calibrate import length_grid
+    from paradyse_lab.app.measure.calibrate_options import length_grid
     from paradyse_lab.atomic_write import write_text_atomic
 
     path = out / "validate_lengths.txt"

@@ -217,7 +217,7 @@ def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
 def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
     """On CUDA: the profile's peak counts every model state (16 bytes per parameter) and the kept activations,
     the fused kernel that ran is named, and profiling the same row twice gives the same peak (nothing of the
-    kept-bytes forward survives the reset: paradyse_lab/app/measure/profiler.py `reset_peak`)."""
+    kept-bytes forward survives the reset: paradyse_lab/app/measure/profile_memory.py `reset_peak`)."""
     from types import SimpleNamespace
 
     from paradyse_lab.app.measure import profiler

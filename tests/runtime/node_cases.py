@@ -11,7 +11,8 @@ import os
 
 import pandas as pd
 
-from paradyse_lab.app.measure.calibrate import INTER_NODE_OPS, Budget, CalibrateOptions, measure_collectives
+from paradyse_lab.app.measure.calibrate_collectives import INTER_NODE_OPS, measure_collectives
+from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
 from paradyse_lab.cluster_spec import COLLECTIVES
 from paradyse_lab.cluster_toml import load_cluster_toml
 from paradyse_lab.measured_cluster import Measurements, fit_inter_node, measured_cluster_toml

@@ -19,7 +19,7 @@ import torch
 import weights_cases
 from torch.testing import assert_close
 
-from paradyse_lab.app.measure.profiler import KeptRecorder
+from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
@@ -641,7 +641,7 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from paradyse_lab.app.measure.profiler import KeptRecorder
+    from paradyse_lab.app.measure.profile_memory import KeptRecorder
     from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
     from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
@@ -1267,7 +1267,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     import torch.distributed as dist
 
     from paradyse_lab.app.measure import kernel_bench
-    from paradyse_lab.app.measure.calibrate import CalibrateOptions, calibrate, profile_options
+    from paradyse_lab.app.measure.calibrate import calibrate
+    from paradyse_lab.app.measure.calibrate_options import CalibrateOptions, profile_options
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
     from paradyse_lab.cluster_spec import COLLECTIVES

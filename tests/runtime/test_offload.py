@@ -6,7 +6,7 @@ bytes against the cost model: tests/runtime/runtime_cases.py (`*offload*`)."""
 import torch
 from torch.testing import assert_close
 
-from paradyse_lab.app.measure.profiler import KeptRecorder
+from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from runtime.offload import Offloader
 
 

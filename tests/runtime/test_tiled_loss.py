@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from paradyse_lab.app.measure.profiler import KeptRecorder
+from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.costmodel.head_loss import loss_tile_tokens, tiled_loss_kept_bytes
 from paradyse_lab.model_spec import ModelSpec
 from runtime.reference import norm

@@ -21,7 +21,8 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   or timed): the cost model's peak (paradyse_lab/profiles.py). On CPU there is no allocator counter:
   peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
-- kept_bytes: the storages saved for backward (paradyse_lab.app.measure.profiler.KeptRecorder), parameters excluded.
+- kept_bytes: the storages saved for backward (paradyse_lab.app.measure.profile_memory.KeptRecorder), parameters
+  excluded.
 - attention_kernel: the attention kernels that actually ran (runtime/attention.py `kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
@@ -52,7 +53,7 @@ class LayerStack:
     def __init__(self, spec, p: int, device, dtype, rank: int = 0, seed: int = 0):
         import torch
 
-        from paradyse_lab.app.measure.profiler import resident_model_states
+        from paradyse_lab.app.measure.profile_memory import resident_model_states
         from runtime.fake_group import FakeGroup
 
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
@@ -116,7 +117,7 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import _timed
-    from paradyse_lab.app.measure.profiler import KeptRecorder, reset_peak
+    from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak
     from runtime.attention import kernels_used
 
     dev, cuda = stack.device, stack.device.type == "cuda"

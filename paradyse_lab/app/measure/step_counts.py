@@ -15,8 +15,8 @@ world (runtime/fake_group.py), not fits to times.
   curves) and everything inside runtime/comm.py's collectives (the alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
   the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
-  (`calibrate` prices one with `measure_step_terms`'s dispatch benchmark, counted by this same counter). The
-  matrix products' arithmetic is priced by the GEMM curve, their dispatch here.
+  (`calibrate` prices one with the dispatch benchmark of calibrate_kernels.py `measure_step_terms`, counted by
+  this same counter). The matrix products' arithmetic is priced by the GEMM curve, their dispatch here.
 - Bytes of an operator: its tensor inputs plus its tensor outputs (read once, written once); a view moves
   nothing (`OpOverload.is_view`), an allocation (`empty*`) moves nothing, a GEMM's traffic is in its measured
   rate.
@@ -122,11 +122,11 @@ def counting():
 
 
 def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[int, int]:
-    """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (paradyse_lab/app/measure/profiler.py's
-    `measure_kept_bytes` set-up)."""
+    """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (the set-up of
+    paradyse_lab/app/measure/profile_memory.py `measure_kept_bytes`)."""
     import torch
 
-    from paradyse_lab.app.measure.profiler import random_sublayer_params
+    from paradyse_lab.app.measure.profile_memory import random_sublayer_params
     from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
     from runtime.layout import PARAM_NAMES, shard_sublayer

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from paradyse_lab.app.measure import profiler
+from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.cli.profile_command import parse_options
 from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
 from paradyse_lab.model_spec import get_model
@@ -42,7 +43,7 @@ def watched_profile():
     saved: list[weakref.ref] = []
     resets: list[tuple[int, int]] = []
 
-    class WatchingRecorder(profiler.KeptRecorder):
+    class WatchingRecorder(KeptRecorder):
         def _pack(self, t):
             packed = super()._pack(t)
             saved.append(weakref.ref(packed))
@@ -52,7 +53,7 @@ def watched_profile():
         gc.collect()
         resets.append((len(saved), sum(ref() is not None for ref in saved)))
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:  # the names as profiler.py looks them up
         mp.setattr(profiler, "KeptRecorder", WatchingRecorder)
         mp.setattr(profiler, "reset_peak", checking_reset)
         df = profiler.profile(_opts(), progress=False)

@@ -34,7 +34,7 @@ def cfg():
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_kept_bytes_match_analytic_at_p8(cfg, strategy, kind, recompute):
-    from paradyse_lab.app.measure.profiler import measure_kept_bytes
+    from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
 
     rec = measure_kept_bytes(kind, strategy, recompute, cfg, P, SEQ)
     analytic = schedule(SPEC, kind, StrategyOption(strategy, recompute), SEQ, 1, P).kept_bytes
@@ -55,7 +55,7 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
     """A packed attention sub-layer (documents of 1, 37 and 50 tokens, each padded to 2p = 16: 128 tokens)
     keeps exactly what the schedule of the pack charges, which is the unpacked sequence's: the varlen kernels
     keep no mask and no [s, s] tensor, only q, k, v, the output and the lse."""
-    from paradyse_lab.app.measure.profiler import measure_kept_bytes
+    from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.costmodel.packed import PackedStep
     from runtime.packed import cu_seqlens, pack_sequence
 
@@ -130,7 +130,7 @@ replicating each K/V head 4 times) and 8 (= p: every strategy)."""
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
-    from paradyse_lab.app.measure.profiler import measure_kept_bytes
+    from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.strategies import get_strategy
     from runtime.reference import GPTConfig
 
@@ -150,7 +150,7 @@ def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
 def test_kept_bytes_match_analytic_on_one_rank(spec):
     """p = 1: a ring strategy's q, k, v are slices of the one QKV output; each kept slice must own its
     storage (a kept view of v keeps the whole output alive under rotary embeddings, which copy q and k)."""
-    from paradyse_lab.app.measure.profiler import measure_kept_bytes
+    from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from runtime.reference import GPTConfig
 
     cfg = GPTConfig.from_model_spec(spec)
@@ -167,7 +167,7 @@ def test_tiled_mlp_and_offload_bytes_match_analytic_at_p8(spec):
     """`+offload` (the whole kept set) and `+tiled+offload` (3 positions a chunk: uneven chunks of the 16 per rank)
     at p = 8: what a sub-layer keeps on the device and what it moves to host memory are the schedule's, byte for
     byte (the distributed cases check the same at p = 1..4 with the values and gradients: runtime_cases.py)."""
-    from paradyse_lab.app.measure.profiler import measure_kept_bytes
+    from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.strategies import get_strategy
     from runtime.reference import GPTConfig
 

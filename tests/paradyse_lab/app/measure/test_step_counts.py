@@ -90,7 +90,7 @@ def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
 def test_the_dispatch_benchmark_prices_one_counted_dispatch():
     import torch
 
-    from paradyse_lab.app.measure.calibrate import DISPATCH_CHAIN_BLOCKS, dispatch_chain, measure_dispatch_s
+    from paradyse_lab.app.measure.calibrate_kernels import DISPATCH_CHAIN_BLOCKS, dispatch_chain, measure_dispatch_s
     from paradyse_lab.app.measure.step_counts import counting
 
     run = dispatch_chain(torch.device("cpu"), torch.float32)
