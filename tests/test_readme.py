@@ -86,7 +86,7 @@ def test_train_log_sample_has_the_logs_columns(tmp_path):
 def test_band_shares_are_the_samples():
     """The README's table of the sampled workloads' band shares (what `reproduce` samples) against the lengths."""
     from paradyse_lab.app.report.seeds import band_share_rows
-    from paradyse_lab.app.reproduce import Settings
+    from paradyse_lab.app.reproduce_settings import Settings
 
     header, rows = band_share_rows(Settings.make(quick=False))
     table = _table_after("| band | GitHubCode, ours (seed 0)")

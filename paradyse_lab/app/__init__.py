@@ -1,6 +1,7 @@
 """The application: what runs the solvers, the simulator, the runtime and the figures together.
 
-- reproduce.py: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable;
+- reproduce.py: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable; its parts in
+  reproduce_*.py (settings, outputs, the steps by kind, figures, the background steps);
 - report/: REPORT.md of a reproduction, the paper's numbers beside ours;
 - api.py: the public Python API (`import paradyse_lab`: plan a step, build and train the model, save, load,
   export; docs/api.md);

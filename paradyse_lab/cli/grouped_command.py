@@ -78,7 +78,7 @@ def run_groups_experiment(opts) -> int:
     from pathlib import Path
 
     from figures.groups import NOTE as GROUPS_NOTE
-    from paradyse_lab.app.reproduce import draw_figure
+    from paradyse_lab.app.reproduce_figures import draw_figure
     from paradyse_lab.errors import require_positive_int
     from simulator.groups_experiment import GroupsSetup, groups, target_checks
 

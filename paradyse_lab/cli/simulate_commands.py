@@ -143,7 +143,7 @@ def run_experiment(args) -> int:
 
 
 def _run_packing(setup, root: Path, opts) -> int:
-    from paradyse_lab.app.reproduce import PAPER_FIGURE_NOTE, draw_figure
+    from paradyse_lab.app.reproduce_figures import PAPER_FIGURE_NOTE, draw_figure
     from simulator import experiments
 
     table = experiments.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())

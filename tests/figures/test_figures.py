@@ -12,16 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab.app.reproduce import (
+from paradyse_lab.app.reproduce import reproduce
+from paradyse_lab.app.reproduce_outputs import (
     FIGURE_SCRIPTS,
-    FULL_ONLY_STEPS,
     PAPER_DIR,
     PAPER_FIGURE_SCRIPTS,
     STEP_OUTPUTS,
-    Settings,
-    reproduce,
     step_outputs,
 )
+from paradyse_lab.app.reproduce_settings import Settings
+from paradyse_lab.app.reproduce_steps import FULL_ONLY_STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 CSVS = {"fig2_cumulative_time": "fig2_summary.csv", "table5_ablation": "table5.csv",
@@ -117,7 +117,7 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     the seeds' headline table holds the seeds' values (quick: seed 0 alone, fig2's own headline)."""
     from paradyse_lab.app.report.markdown import md_table
     from paradyse_lab.app.report.seeds import band_share_rows, seed_spread
-    from paradyse_lab.app.reproduce import HEADLINE_SEEDS_FILE
+    from paradyse_lab.app.reproduce_outputs import HEADLINE_SEEDS_FILE
     from paradyse_lab.workloads import get_workload
 
     settings = SETTINGS
@@ -180,7 +180,7 @@ def full_run_figure(quick_results, tmp_path_factory) -> tuple[Path, list, int]:
     own, as NAME t5: (the folder, the files `draw_figure` returned, the drawings of a Figure meanwhile)."""
     from matplotlib.figure import Figure
 
-    from paradyse_lab.app.reproduce import draw_figure
+    from paradyse_lab.app.reproduce_figures import draw_figure
 
     out = tmp_path_factory.mktemp("full_run_figure")
     drawings = []
@@ -195,7 +195,7 @@ def test_a_full_run_saves_png_and_pdf_and_a_quick_one_leaves_no_stale_pdf(quick_
     """`draw_figure` as a full run calls it writes NAME.png and .pdf; the quick run's PNG alone removes the
     PDF, so no figure of another run stays beside it (`quick_run` starts with a full run's
     table5_ablation.pdf in its folder)."""
-    from paradyse_lab.app.reproduce import FIGURE_FORMATS
+    from paradyse_lab.app.reproduce_settings import FIGURE_FORMATS
 
     full, written, _ = full_run_figure
     assert Settings.make(quick=False).figure_formats == FIGURE_FORMATS == ("png", "pdf")

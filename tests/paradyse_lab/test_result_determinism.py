@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab.app import reproduce as rp
+from paradyse_lab.app.reproduce_planner_steps import step_solvers
+from paradyse_lab.app.reproduce_settings import Settings
 from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, timings_path, write_with_timings
 from simulator import engine, experiments, grouped_steps, groups_experiment
 from simulator.experiments import Setup
@@ -18,8 +19,8 @@ from solvers import bench
 
 TIMING_COLUMNS = set(engine.TIMING_COLUMNS + experiments.SUMMARY_TIMING_COLUMNS + grouped_steps.TIMING_COLUMNS
                      + grouped_steps.SUMMARY_TIMING_COLUMNS + bench.TIMING_COLUMNS + ("solve_ms_mean",))
-TINY = rp.Settings(quick=True, size=6, bench_sizes=(8,), bench_options=(4,), bench_kinds=("random",),
-                   bench_instances=1, costmodels=("analytic",), map_lengths=4, packing_panels=())
+TINY = Settings(quick=True, size=6, bench_sizes=(8,), bench_options=(4,), bench_kinds=("random",),
+                bench_instances=1, costmodels=("analytic",), map_lengths=4, packing_panels=())
 
 
 def _run_everything_that_times(root: Path, monkeypatch) -> None:
@@ -29,7 +30,7 @@ def _run_everything_that_times(root: Path, monkeypatch) -> None:
     monkeypatch.setattr(groups_experiment, "PANELS", (("a100-80gb", ("bert",)),))
     monkeypatch.setattr(groups_experiment, "DATASETS", ("github_code",))
     groups_experiment.groups(GroupsSetup(size=6, global_batch=3, node_counts=(1,)), root, progress=False)
-    rp.step_solvers(root, TINY, force=False)  # its ILP rows too: CP-SAT stops at a deterministic limit
+    step_solvers(root, TINY, force=False)  # its ILP rows too: CP-SAT stops at a deterministic limit
 
 
 def _csvs(root: Path) -> dict[str, bytes]:

@@ -10,7 +10,11 @@ import pandas as pd
 import pytest
 
 from paradyse_lab import result_key
-from paradyse_lab.app import reproduce as rp
+from paradyse_lab.app.reproduce import reproduce
+from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
+from paradyse_lab.app.reproduce_planner_steps import step_costmodel
+from paradyse_lab.app.reproduce_settings import QUICK_SIZE, SETTINGS_FILE, Settings, profile_for
+from paradyse_lab.app.reproduce_steps import STEP_FUNCS, STEPS
 from paradyse_lab.atomic_write import write_text_atomic
 from simulator import experiments
 from simulator.results import run_path
@@ -26,56 +30,54 @@ def _fake_steps(monkeypatch, calls: list, kill: str = ""):
             calls.append((name, s.size))
             if name == kill:
                 raise KeyboardInterrupt
-            for f in rp.STEP_OUTPUTS.get(name, ("REPORT.md",)):
+            for f in STEP_OUTPUTS.get(name, ("REPORT.md",)):
                 write_text_atomic(out / f, f"size\n{s.size}\n")
         return step
 
-    for name in rp.STEPS:
-        if name != "report":
-            monkeypatch.setitem(rp.STEP_FUNCS, name, make(name))
-    monkeypatch.setattr(rp, "step_report", make("report"))
+    for name in STEPS:
+        monkeypatch.setitem(STEP_FUNCS, name, make(name))
 
 
 def _sizes(out: Path) -> set[int]:
-    return {int(pd.read_csv(out / f)["size"].iloc[0]) for fs in rp.STEP_OUTPUTS.values() for f in fs}
+    return {int(pd.read_csv(out / f)["size"].iloc[0]) for fs in STEP_OUTPUTS.values() for f in fs}
 
 
 def test_reproduce_reuses_only_steps_made_with_the_same_settings(tmp_path, monkeypatch):
     calls: list = []
     _fake_steps(monkeypatch, calls)
-    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
-    assert _sizes(tmp_path) == {rp.QUICK_SIZE}
+    reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    assert _sizes(tmp_path) == {QUICK_SIZE}
     _fake_steps(monkeypatch, calls, kill="table5")  # a full run killed in its second step
     with pytest.raises(KeyboardInterrupt):
-        rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
+        reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
     calls.clear()
     _fake_steps(monkeypatch, calls)
-    rp.reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
+    reproduce(tmp_path, quick=False, progress=False, log=lambda m: None)
     assert _sizes(tmp_path) == {200}  # no quick-run table under a full run's report
     assert ("fig2", 200) not in calls and ("table5", 200) in calls  # the completed full step was reused
-    assert json.loads((tmp_path / rp.SETTINGS_FILE).read_text())["size"] == 200
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())["size"] == 200
 
 
 def test_reproduce_recomputes_a_truncated_or_missing_file_and_new_code(tmp_path, monkeypatch):
     calls: list = []
     _fake_steps(monkeypatch, calls)
-    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
     (tmp_path / "solver_bench.csv").write_text("si")  # truncated
     (tmp_path / "plan_map.csv").unlink()
     calls.clear()
-    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
     # the two steps rewrite their CSVs as they were, so the figures drawn from them stay
     assert {c[0] for c in calls} == {"solvers", "plan_map", "report"}
-    assert _sizes(tmp_path) == {rp.QUICK_SIZE}
+    assert _sizes(tmp_path) == {QUICK_SIZE}
     calls.clear()
     (tmp_path / "paper").mkdir(exist_ok=True)
     (tmp_path / "paper" / "extra.csv").write_text("a\n1\n")  # a CSV the figures may read changed
-    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
     assert {c[0] for c in calls} == {"figures", "report"}
     calls.clear()
     monkeypatch.setattr(result_key, "code_version", lambda: "edited sources")
-    rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
-    assert {c[0] for c in calls} == set(rp.STEPS)
+    reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+    assert {c[0] for c in calls} == set(STEPS)
 
 
 @pytest.mark.parametrize("change", [{"size": 5}, {"seed": 1}])
@@ -151,11 +153,11 @@ def _profile(tmp_path, monkeypatch):
 def _settings(tmp_path, monkeypatch):
     calls: list = []
     _fake_steps(monkeypatch, calls)
-    target = tmp_path / rp.SETTINGS_FILE
+    target = tmp_path / SETTINGS_FILE
     target.write_bytes(b"good")
     monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: _crash_half_way(self))
     try:
-        rp.reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
+        reproduce(tmp_path, quick=True, progress=False, log=lambda m: None)
     except RuntimeError:
         pass
     return target
@@ -173,11 +175,11 @@ def test_reproduce_runs_on_a_listed_preset_without_a_bundled_profile(tmp_path):
     costmodel step, and Table 5 through the same `profile_for`)."""
     from dataclasses import replace
 
-    settings = replace(rp.Settings.make(True, "h200-x8"), costmodels=("analytic", "polynomial"))
-    rp.step_costmodel(tmp_path, settings, False)
+    settings = replace(Settings.make(True, "h200-x8"), costmodels=("analytic", "polynomial"))
+    step_costmodel(tmp_path, settings, False)
     accuracy = pd.read_csv(tmp_path / "costmodel_accuracy.csv")
     assert set(accuracy["cost_model"]) == {"analytic", "polynomial"} and set(accuracy["source"]) == {"analytic"}
-    assert rp.profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h200-x8.csv"
+    assert profile_for(tmp_path, settings) == tmp_path / "profiles" / "analytic_h200-x8.csv"
 
 
 def _count_runs(monkeypatch) -> list:
@@ -227,11 +229,11 @@ def test_reproduce_steps_are_keyed_on_the_cluster_files_base_chain(tmp_path, mon
     calls: list = []
     _fake_steps(monkeypatch, calls)
     out = tmp_path / "out"
-    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
     calls.clear()
-    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
     assert {c[0] for c in calls} == {"report"}  # every step reused
     base.write_text('base = "a100-80gb-x8"\nmemory_gib = 10\n')
     calls.clear()
-    rp.reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
-    assert {c[0] for c in calls} == set(rp.STEPS)
+    reproduce(out, quick=True, progress=False, log=lambda m: None, cluster=str(child))
+    assert {c[0] for c in calls} == set(STEPS)

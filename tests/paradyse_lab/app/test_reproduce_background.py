@@ -15,13 +15,14 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import sys, time
 from pathlib import Path
-import paradyse_lab.app.reproduce as r
+from paradyse_lab.app.reproduce_background import start_background
+from paradyse_lab.app.reproduce_steps import STEP_FUNCS
 marker = Path(sys.argv[1])
 def step(out, s, force):
     marker.write_text(str(__import__("os").getpid()))
     time.sleep(120)
-r.STEP_FUNCS["groups"] = step
-r.start_background(["groups"], marker.parent, None, False)
+STEP_FUNCS["groups"] = step
+start_background(["groups"], marker.parent, None, False)
 time.sleep(120)
 """
 
