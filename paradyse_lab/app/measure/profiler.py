@@ -23,17 +23,17 @@ the option on every layer, tied head and loss), seen from one rank. `--warmup` u
   leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
   (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
   (communication included), comm_s is 0 and comm_modelled false.
-- peak_bytes has the cost model's meaning (paradyse_lab/profiles.py): every model state is resident while
-  measuring (`resident_model_states`: gradients allocated and accumulated into, the optimizer states as one
-  untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`) after the
-  kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
-  bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method`
-  lower-bound-cpu). Use GPU rows for peak memory.
+- peak_bytes has the cost model's meaning (paradyse_lab/profiles.py): every model state is resident while measuring
+  (`resident_model_states` in profile_memory.py: gradients allocated and accumulated into, the optimizer states as one
+  untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, profile_memory.py)
+  after the kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
+  bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method` lower-bound-cpu). Use GPU
+  rows for peak memory.
 - attention_kernel: the attention kernels that actually ran for the row (runtime/attention.py
   `kernels_used`: flash_attn, sdpa_flash or math; joined by '+' if a fused one fell back mid-row).
 
-kept_bytes (`measure_kept_bytes`) is exact on every device: the bytes of the distinct storages that the
-forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
+kept_bytes (`measure_kept_bytes`, profile_memory.py) is exact on every device: the bytes of the distinct storages that
+the forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
 Rows are written atomically (a temporary file renamed over `--out`). Bad input (unknown strategy or model,
 a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 with one line.
 """
