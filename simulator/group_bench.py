@@ -16,7 +16,9 @@ import numpy as np
 from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.workloads import get_workload
-from simulator import group_planner as G
+from simulator.group_dynamic_cp import smallest_fit_partition
+from simulator.group_exact import plan_exact
+from simulator.group_greedy import plan_greedy
 from simulator.grouped_steps import GroupPricer, choose, power_sizes
 
 SMALL_BATCHES = (4, 6, 8)
@@ -50,10 +52,10 @@ def gap_rows(instances: int, seed: int) -> list[dict]:
             batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
             costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
             started = time.perf_counter()
-            exact = G.plan_exact(costs, pricer.sync_s)
+            exact = plan_exact(costs, pricer.sync_s)
             exact_t.append(time.perf_counter() - started)
             started = time.perf_counter()
-            greedy = G.plan_greedy(costs, pricer.sync_s, [G.smallest_fit_partition(costs, pricer.sync_s)])
+            greedy = plan_greedy(costs, pricer.sync_s, [smallest_fit_partition(costs, pricer.sync_s)])
             greedy_t.append(time.perf_counter() - started)
             gaps.append(greedy.step_s / exact.step_s - 1)
             optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)

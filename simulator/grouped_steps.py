@@ -1,5 +1,6 @@
 """Steps of a global batch over groups of GPUs: the item times per group size, the synchronisation across
-groups, the group policies, and the simulation of a run of such steps.
+groups, the group policies, and the `GroupedStep` the runtime runs (a run of such steps:
+simulator/grouped_runs.py).
 
 Model states (how the simulator counts them; docs/design.md section 5): one layout over the whole world, as the
 runtime keeps them (docs/grouped_steps.md): every rank holds its 1/W shard of every sharded
@@ -17,9 +18,7 @@ nothing to gather.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,12 +36,12 @@ from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.plan import Plan
 from paradyse_lab.step_groups import GROUP_POLICIES, PER_LAYER_GROUP_POLICIES, GroupedStep, StepGroup
 from paradyse_lab.strategies import layout_unit, pad_to_unit
-from simulator import group_planner as G
 from simulator import shared
+from simulator.group_dynamic_cp import smallest_fit_partition
+from simulator.group_exact import plan_exact
+from simulator.group_greedy import lpt, plan_greedy
+from simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
 from simulator.planner import Planner, build_planner
-
-if TYPE_CHECKING:  # pandas (a second of start-up) only where a run's rows are made: not for `train`'s groups
-    import pandas as pd
 
 RING_POLICY = "static:megatron_cz"
 """Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""
@@ -106,7 +105,7 @@ class GroupPricer:
             2 * m.dtype_bytes * sharded_layer_params(m, g)
         return self.budget_bytes + counted - held
 
-    def state_phase_fits(self, sizes: G.Partition) -> bool:
+    def state_phase_fits(self, sizes: Partition) -> bool:
         """Whether every rank holds the state phases of the step (outside the compute, when no activation is kept),
         beside its world shard and optimizer states and the replicated tensors' states. The gather: its group's
         weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
@@ -183,11 +182,11 @@ class GroupPricer:
             return math.inf, None
         return (time_s if fits else math.inf), decision
 
-    def times(self, lengths, sizes) -> G.ItemTimes:
+    def times(self, lengths, sizes) -> ItemTimes:
         """The item-time table of `lengths` on the group `sizes`."""
-        return G.ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
+        return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
 
-    def sync_s(self, sizes: G.Partition) -> float:
+    def sync_s(self, sizes: Partition) -> float:
         """The all-gather of the group shards from the world layout and the reduce-scatter of their gradients
         back, across groups, and the all-reduce of the replicated tensors' gradients (module docstring), over
         the W / g_min ranks holding one block each, priced with the cluster model; inf when the gather's
@@ -207,25 +206,25 @@ class GroupPricer:
                       for call in replicated))
 
 
-def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> G.GroupChoice:
+def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> GroupChoice:
     """The groups and assignment of one step under `group_policy` (`GROUP_POLICIES`); `ring`: the Megatron-style
     pricer whose choice `sized` must not be worse than (re-priced with per-layer plans)."""
     world = pricer.cluster.gpus
     if group_policy in ("paradyse", "static"):
-        return G.lpt(pricer.times(lengths, (world,)), (world,), pricer.sync_s)
+        return lpt(pricer.times(lengths, (world,)), (world,), pricer.sync_s)
     costs = pricer.times(lengths, pricer.group_sizes())
     if group_policy == "dynamic-cp":
-        return G.smallest_fit_partition(costs, pricer.sync_s)
+        return smallest_fit_partition(costs, pricer.sync_s)
     if group_policy == "sized-exact":
-        return G.plan_exact(costs, pricer.sync_s)
-    extra = [G.smallest_fit_partition(costs, pricer.sync_s)]
+        return plan_exact(costs, pricer.sync_s)
+    extra = [smallest_fit_partition(costs, pricer.sync_s)]
     if ring is not None:
-        ring_choice = G.smallest_fit_partition(ring.times(lengths, pricer.group_sizes()), ring.sync_s)
-        extra.append(G.reassess(ring_choice, costs, pricer.sync_s))
-    return G.plan_greedy(costs, pricer.sync_s, extra)
+        ring_choice = smallest_fit_partition(ring.times(lengths, pricer.group_sizes()), ring.sync_s)
+        extra.append(reassess(ring_choice, costs, pricer.sync_s))
+    return plan_greedy(costs, pricer.sync_s, extra)
 
 
-def grouped_step(choice: G.GroupChoice, items, pricer: GroupPricer) -> GroupedStep:
+def grouped_step(choice: GroupChoice, items, pricer: GroupPricer) -> GroupedStep:
     """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (a plan that
     does not fit is kept: its decision says so)."""
     groups = []
@@ -248,92 +247,3 @@ def check_group_policy(group_policy: str, policy: str) -> None:
     if group_policy not in PER_LAYER_GROUP_POLICIES and not policy.startswith("static:"):
         raise UserInputError(f"--groups {group_policy} runs one strategy: --policy must be static:NAME "
                              f"(Megatron's dynamic context parallelism: {RING_POLICY}), got {policy!r}")
-
-
-STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "tokens", "longest", "group_sizes",
-                "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
-"""One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
-group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
-joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
-may use trains the step faster (`group_planner.lower_bound_s`, with the synchronisation of each set of sizes);
-plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups
-(measured: `TIMING_COLUMNS`)."""
-TIMING_COLUMNS = ("plan_ms",)
-"""Measured wall time: written to the run's timings file, not its CSV (simulator/results.py)."""
-SUMMARY_TIMING_COLUMNS = ("plan_ms_mean", "plan_ms_max")
-"""`summarize_grouped`'s measured columns."""
-
-
-def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,
-                     policy_name: str = "") -> pd.DataFrame:
-    """One row per global batch (`STEP_COLUMNS`): items that fit no allowed group are dropped from the step."""
-    rows = []
-    world = pricer.cluster.gpus
-    allowed = (world,) if group_policy in ("paradyse", "static") else pricer.group_sizes()
-    for step, batch in enumerate(batches):
-        started = time.perf_counter()
-        fits = [n for n in batch if any(math.isfinite(pricer.item(g, n)[0]) for g in allowed)]
-        choice = choose(group_policy, fits, pricer, ring) if fits else None
-        if choice is not None:
-            grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
-        plan_ms = (time.perf_counter() - started) * 1e3
-        bound = G.lower_bound_s(pricer.times(fits, allowed), pricer.sync_s) if fits else 0.0
-        rows.append({
-            "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
-            "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": sum(map(item_tokens, fits)),
-            "longest": max(map(item_longest, fits), default=0),
-            "group_sizes": ",".join(map(str, choice.sizes)) if choice else "",
-            "busy_groups": sum(1 for a in choice.assignment if a) if choice else 0,
-            "makespan_s": float(choice.makespan_s) if choice else 0.0,
-            "sync_s": float(choice.sync_s) if choice else 0.0,
-            "step_time_s": float(choice.step_s) if choice else 0.0, "lower_bound_s": bound, "plan_ms": plan_ms,
-        })
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-
-
-def item_tokens(step: int | PackedStep) -> int:
-    """The real tokens of an item: a sequence's length, or a pack's documents summed."""
-    return step.tokens if isinstance(step, PackedStep) else int(step)
-
-
-def item_longest(step: int | PackedStep) -> int:
-    """The longest sequence of an item: its length, or a pack's longest document."""
-    return step.longest if isinstance(step, PackedStep) else int(step)
-
-
-def workload_items(workload) -> tuple:
-    """A workload's items: its sequence lengths, or its packs as `PackedStep`s (each document padded per group)."""
-    if workload.packs is None:
-        return tuple(workload.lengths)
-    return tuple(PackedStep(tuple(pack)) for pack in workload.packs)
-
-
-def global_batches(items, batch: int | None = None, tokens: int | None = None, seed: int = 0) -> list[tuple]:
-    """The workload's items (sequence lengths, or packs as `PackedStep`s) shuffled (seeded, as a data loader
-    does) and cut into global batches of `batch` items, or of at most `tokens` real tokens (a longer item alone);
-    the last batch may be short."""
-    order = np.random.default_rng(seed).permutation(len(items))
-    shuffled = [items[i] if isinstance(items[i], PackedStep) else int(items[i]) for i in order]
-    if batch is not None:
-        return [tuple(shuffled[k:k + batch]) for k in range(0, len(shuffled), batch)]
-    out, current, held = [], [], 0
-    for item in shuffled:
-        if current and held + item_tokens(item) > tokens:
-            out.append(tuple(current))
-            current, held = [], 0
-        current.append(item)
-        held += item_tokens(item)
-    return out + ([tuple(current)] if current else [])
-
-
-def summarize_grouped(rows: pd.DataFrame) -> dict:
-    """Tokens per second, longest length trained, items dropped and planning time of a run of grouped steps."""
-    time_s, bound_s = float(rows["step_time_s"].sum()), float(rows["lower_bound_s"].sum())
-    tokens = int(rows["tokens"].sum())
-    return {"steps": len(rows), "tokens": tokens, "time_s": time_s,
-            "tokens_per_s": tokens / time_s if time_s else 0.0,
-            "bound_tokens_per_s": tokens / bound_s if bound_s else 0.0, "longest": int(rows["longest"].max()),
-            "dropped": int(rows["dropped"].sum()), "plan_ms_mean": float(rows["plan_ms"].mean()),
-            "plan_ms_max": float(rows["plan_ms"].max())}

@@ -2,7 +2,7 @@
 
 Panels: both paper datasets x the GPT, LLaMA and BERT shapes on 1, 4 and 16 nodes of 8 A100-80GB (the paper's
 node), and `llama3-8b` on 1, 4 and 16 nodes of 8 H100. Each panel's workload (`size` sequences, seeded) is
-shuffled and cut into global batches of `global_batch` sequences (simulator/grouped_steps.py
+shuffled and cut into global batches of `global_batch` sequences (simulator/grouped_runs.py
 `global_batches`); every series trains the same batches, of the sequences both ParaDySe and dynamic CP can
 train (throughput at equal global batch; what each series can train at all is its reach, `run_panel`):
 
@@ -33,16 +33,14 @@ from paradyse_lab.strategies import USABLE
 from paradyse_lab.timings import write_with_timings
 from paradyse_lab.workloads import get_workload
 from simulator import shared
-from simulator.grouped_steps import (
-    RING_POLICY,
+from simulator.grouped_runs import (
     SUMMARY_TIMING_COLUMNS,
     TIMING_COLUMNS,
-    GroupPricer,
     global_batches,
-    power_sizes,
     simulate_grouped,
     summarize_grouped,
 )
+from simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path
 
 DATASETS = ("github_code", "grch38")

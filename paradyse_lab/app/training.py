@@ -72,13 +72,13 @@ def _plan_step_groups(groups: str, pricer, ring, steps: list):
     """(GroupedStep, each item's decision) of one step (`group_planner`)."""
     import math
 
-    from simulator import group_planner as G
+    from simulator.group_problem import GroupChoice
     from simulator.grouped_steps import choose, grouped_step
 
     world = pricer.cluster.gpus
     choice = choose(groups, steps, pricer, ring)
     if not math.isfinite(choice.step_s):  # an item fits no group: all ranks, as a step without groups
-        choice = G.GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)
+        choice = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)
     grouped = grouped_step(choice, steps, pricer)
     size_of = {i: g.size for g in grouped.groups for i in g.items}
     return grouped, [pricer.decision(size_of[i], step) for i, step in enumerate(steps)]

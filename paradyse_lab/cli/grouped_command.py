@@ -1,7 +1,7 @@
 """`paradyse-lab simulate --global-batch N [--groups POLICY]`: a run of global batches split over groups of GPUs.
 
 Prints the run's tokens per second, longest sequence trained and planning time, then the group sizes of every
-step; `--out` writes one row per step (simulator/grouped_steps.py `STEP_COLUMNS`).
+step; `--out` writes one row per step (simulator/grouped_runs.py `STEP_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,9 @@ def run_grouped(opts, groups: str) -> int:
     --pack-tokens a global batch's items are packs of documents (a pack is one group's, as a sequence is)."""
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from simulator.group_planner import MAX_EXACT_ITEMS
-    from simulator.grouped_steps import (
-        RING_POLICY,
-        GroupPricer,
-        global_batches,
-        simulate_grouped,
-        summarize_grouped,
-        workload_items,
-    )
+    from simulator.group_exact import MAX_EXACT_ITEMS
+    from simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
+    from simulator.grouped_steps import RING_POLICY, GroupPricer
     from simulator.policies import PolicySpec
     from simulator.results import write_csv_atomic
 

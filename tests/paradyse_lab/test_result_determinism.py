@@ -12,13 +12,13 @@ import pytest
 from paradyse_lab.app.reproduce_planner_steps import step_solvers
 from paradyse_lab.app.reproduce_settings import Settings
 from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, timings_path, write_with_timings
-from simulator import engine, experiments, grouped_steps, groups_experiment
+from simulator import engine, experiments, grouped_runs, groups_experiment
 from simulator.experiments import Setup
 from simulator.groups_experiment import GroupsSetup
 from solvers import bench
 
-TIMING_COLUMNS = set(engine.TIMING_COLUMNS + experiments.SUMMARY_TIMING_COLUMNS + grouped_steps.TIMING_COLUMNS
-                     + grouped_steps.SUMMARY_TIMING_COLUMNS + bench.TIMING_COLUMNS + ("solve_ms_mean",))
+TIMING_COLUMNS = set(engine.TIMING_COLUMNS + experiments.SUMMARY_TIMING_COLUMNS + grouped_runs.TIMING_COLUMNS
+                     + grouped_runs.SUMMARY_TIMING_COLUMNS + bench.TIMING_COLUMNS + ("solve_ms_mean",))
 TINY = Settings(quick=True, size=6, bench_sizes=(8,), bench_options=(4,), bench_kinds=("random",),
                 bench_instances=1, costmodels=("analytic",), map_lengths=4, packing_panels=())
 

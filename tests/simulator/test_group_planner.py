@@ -13,24 +13,26 @@ from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import get_model
-from simulator import group_planner as G
+from simulator.group_dynamic_cp import smallest_fit_partition
+from simulator.group_exact import plan_exact
+from simulator.group_greedy import lpt, plan_greedy, rebalance
+from simulator.group_problem import GroupChoice, ItemTimes, binary_partitions, fill, lower_bound_s, reassess
+from simulator.grouped_runs import global_batches, simulate_grouped
 from simulator.grouped_steps import (
     RING_POLICY,
     GroupPricer,
     choose,
-    global_batches,
     grouped_step,
     power_sizes,
     sharded_layer_params,
-    simulate_grouped,
 )
 
 
-def _random_costs(rng, world: int, items: int) -> G.ItemTimes:
+def _random_costs(rng, world: int, items: int) -> ItemTimes:
     """Times that fall with the group size, and items too large for the small groups (inf)."""
     work = rng.uniform(1, 10, items)
     need = rng.choice(power_sizes(world), items, p=None)
-    return G.ItemTimes(world, {s: np.where(need <= s, work / s ** rng.uniform(0.5, 1.0) + 0.2 * s, math.inf)
+    return ItemTimes(world, {s: np.where(need <= s, work / s ** rng.uniform(0.5, 1.0) + 0.2 * s, math.inf)
                                for s in power_sizes(world)})
 
 
@@ -38,9 +40,9 @@ def _sync(sizes):
     return 0.0 if len(sizes) == 1 else 0.3 / min(sizes)
 
 
-def _brute_force(costs: G.ItemTimes, sync) -> float:
+def _brute_force(costs: ItemTimes, sync) -> float:
     best = math.inf
-    for sizes in G.binary_partitions(costs.world):
+    for sizes in binary_partitions(costs.world):
         for where in itertools.product(range(len(sizes)), repeat=costs.items):
             loads = [0.0] * len(sizes)
             for i, j in enumerate(where):
@@ -50,16 +52,16 @@ def _brute_force(costs: G.ItemTimes, sync) -> float:
 
 
 def test_binary_partitions_are_every_power_of_two_split():
-    assert G.binary_partitions(4) == [(4,), (2, 2), (2, 1, 1), (1, 1, 1, 1)]
-    assert len(G.binary_partitions(8)) == 10
-    assert G.fill([4, 1], 8) == (4, 2, 1, 1)
+    assert binary_partitions(4) == [(4,), (2, 2), (2, 1, 1), (1, 1, 1, 1)]
+    assert len(binary_partitions(8)) == 10
+    assert fill([4, 1], 8) == (4, 2, 1, 1)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_exact_equals_brute_force(seed):
     rng = np.random.default_rng(seed)
     costs = _random_costs(rng, 4, int(rng.integers(1, 5)))
-    exact = G.plan_exact(costs, _sync)
+    exact = plan_exact(costs, _sync)
     assert exact.step_s == pytest.approx(_brute_force(costs, _sync))
     loads = [sum(costs.times[s][i] for i in items) for s, items in zip(exact.sizes, exact.assignment)]
     assert max(loads) == pytest.approx(exact.makespan_s)
@@ -70,19 +72,19 @@ def test_exact_equals_brute_force(seed):
 def test_greedy_is_never_worse_than_one_group_or_the_smallest_fit_and_never_beats_exact(seed):
     rng = np.random.default_rng(100 + seed)
     costs = _random_costs(rng, 8, 7)
-    one = G.lpt(costs, (8,), _sync)
-    smallest = G.smallest_fit_partition(costs, _sync)
-    greedy = G.plan_greedy(costs, _sync, [smallest])
+    one = lpt(costs, (8,), _sync)
+    smallest = smallest_fit_partition(costs, _sync)
+    greedy = plan_greedy(costs, _sync, [smallest])
     assert greedy.step_s <= min(one.step_s, smallest.step_s) + 1e-12
-    assert G.plan_exact(costs, _sync).step_s <= greedy.step_s + 1e-12
+    assert plan_exact(costs, _sync).step_s <= greedy.step_s + 1e-12
 
 
 def test_the_exact_planner_refuses_large_instances():
-    costs = G.ItemTimes(32, {s: np.ones(3) for s in power_sizes(32)})
+    costs = ItemTimes(32, {s: np.ones(3) for s in power_sizes(32)})
     with pytest.raises(UserInputError, match="exact group planner takes at most"):
-        G.plan_exact(costs, _sync)
+        plan_exact(costs, _sync)
     with pytest.raises(UserInputError, match="power-of-two number of GPUs"):
-        G.ItemTimes(24, {1: np.ones(2)})
+        ItemTimes(24, {1: np.ones(2)})
 
 
 @pytest.fixture(scope="module")
@@ -146,16 +148,16 @@ def test_a_run_of_grouped_steps_drops_what_fits_no_group(pricers):
 
 
 def test_reassessing_a_choice_that_trains_nothing_stays_infinite():
-    costs = G.ItemTimes(2, {1: np.array([1.0, 2.0]), 2: np.array([1.0, 1.0])})
-    nothing = G.GroupChoice((2,), ((),), math.inf, 0.0)
-    assert G.reassess(nothing, costs, _sync).step_s == math.inf
-    assert G.plan_greedy(costs, _sync, [G.reassess(nothing, costs, _sync)]).assignment != ((),)
+    costs = ItemTimes(2, {1: np.array([1.0, 2.0]), 2: np.array([1.0, 1.0])})
+    nothing = GroupChoice((2,), ((),), math.inf, 0.0)
+    assert reassess(nothing, costs, _sync).step_s == math.inf
+    assert plan_greedy(costs, _sync, [reassess(nothing, costs, _sync)]).assignment != ((),)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_lower_bound_never_exceeds_the_exact_optimum(seed):
     costs = _random_costs(np.random.default_rng(200 + seed), 4, 4)
-    assert G.lower_bound_s(costs) <= G.plan_exact(costs, lambda sizes: 0.0).step_s + 1e-12
+    assert lower_bound_s(costs) <= plan_exact(costs, lambda sizes: 0.0).step_s + 1e-12
 
 
 def test_a_step_whose_gather_buffers_do_not_fit_is_refused():
@@ -190,24 +192,24 @@ def test_the_lower_bound_with_its_sync_never_exceeds_brute_force(seed):
     # brute force over every partition and assignment: the bound (per set of sizes, with its sync) is below it
     rng = np.random.default_rng(200 + seed)
     costs = _random_costs(rng, 4, int(rng.integers(1, 5)))
-    assert G.lower_bound_s(costs, _sync) <= _brute_force(costs, _sync) + 1e-12
+    assert lower_bound_s(costs, _sync) <= _brute_force(costs, _sync) + 1e-12
 
 
 def test_a_step_whose_item_needs_every_gpu_is_bounded_by_one_group():
     # one item fits only the world: the step is one group of 8, every item after another (the bound is exact)
     times = {s: np.array([math.inf if s < 8 else 5.0, 4.0 / s, 4.0 / s]) for s in power_sizes(8)}
-    costs = G.ItemTimes(8, times)
-    assert G.lower_bound_s(costs, _sync) == pytest.approx(5.0 + 1.0)
-    assert G.plan_greedy(costs, _sync).step_s == pytest.approx(5.0 + 1.0)
+    costs = ItemTimes(8, times)
+    assert lower_bound_s(costs, _sync) == pytest.approx(5.0 + 1.0)
+    assert plan_greedy(costs, _sync).step_s == pytest.approx(5.0 + 1.0)
 
 
 def test_rebalance_swaps_what_lpt_leaves():
     # two groups of 2 (one item fits only there) and two of 1: LPT fills the 2s first; a swap evens the loads
     times = {1: np.array([math.inf, 3.0, 3.0, 2.0]), 2: np.array([4.0, 1.0, 1.0, 2.5]), 4: np.full(4, math.inf),
              8: np.full(4, math.inf)}
-    costs = G.ItemTimes(8, {s: times[s] for s in (1, 2, 4, 8)})
-    start = G.GroupChoice((2, 2, 1, 1, 1, 1), ((0, 3), (1, 2), (), (), (), ()), 6.5, 0.0)
-    better = G.rebalance(costs, start)
+    costs = ItemTimes(8, {s: times[s] for s in (1, 2, 4, 8)})
+    start = GroupChoice((2, 2, 1, 1, 1, 1), ((0, 3), (1, 2), (), (), (), ()), 6.5, 0.0)
+    better = rebalance(costs, start)
     assert better.makespan_s < start.makespan_s
     loads = [sum(costs.times[s][i] for i in items) for s, items in zip(better.sizes, better.assignment)]
     assert max(loads) == pytest.approx(better.makespan_s) == pytest.approx(4.0)

@@ -49,7 +49,7 @@ sequences (`{GROUPS_COMMAND.replace('RESULTS', str(results))}`, or a full `parad
 runs/groups/, figures/groups.png; simulator/groups_experiment.py). Per step: ParaDySe runs every sequence on one
 group of all GPUs with its per-layer plan; ours splits the GPUs into aligned power-of-two groups sized for that
 step (inside a node first), places each sequence on a group and plans it per layer for that group's size (the
-greedy group planner, simulator/group_planner.py); dynamic CP is Megatron-style dynamic context parallelism
+greedy group planner, simulator/group_greedy.py); dynamic CP is Megatron-style dynamic context parallelism
 (ring attention on the smallest group that fits each sequence, greedy balance); best static: one group of all
 GPUs and the one strategy that trains the most tokens, then fastest. Per-layer plans come from the exact dp
 solver for ParaDySe and ours alike. A step takes its slowest group plus the gradient synchronisation across
@@ -62,7 +62,7 @@ sequence a series can train on some group it may use, and how many it cannot tra
 one split of the GPUs, so for every set of group sizes a split could have, no split with those sizes trains the
 step faster than its longest sequence on its fastest group of those sizes, or than all its sequences' least
 GPU-seconds on them spread over every GPU, plus the synchronisation of those sizes; the least over the sets bounds
-the step (`group_planner.lower_bound_s`; a step with a sequence that fits only all the GPUs is one group of all of
+the step (`group_problem.lower_bound_s`; a step with a sequence that fits only all the GPUs is one group of all of
 them, exactly); "bound (x ParaDySe)" is the most any grouping could gain on that panel under the cost model.
 
 {md_table(GROUPS_HEADER, groups_rows(table))}
