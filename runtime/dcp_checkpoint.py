@@ -1,6 +1,7 @@
 """Training checkpoints through torch.distributed.checkpoint (DCP): written at p ranks, resumed at any p'.
 
-Library module (no command; runtime/train.py writes and reads them, `paradyse-lab export-hf` reads them).
+Library module (no command; runtime/train_state.py `TrainState` writes and reads them, `paradyse-lab export-hf`
+reads them).
 Layout under DIR:
 
     DIR/step-000120/.metadata, __R_0.distcp ...   DCP's files: every tensor as chunks of its global shape

@@ -1,13 +1,14 @@
 """One optimizer step of `train` (its micro-steps, the global gradient norm and clipping, AdamW) and one
 evaluation on the held-out dataset.
 
-Library module: runtime/train.py's loop makes one `TrainLoop` over the run's `TrainState` (model, masters,
-optimizer) and calls `optimizer_step(step)` per optimizer step and `evaluate(held_out)` every --eval-every
-steps. With --accumulate A, optimizer step i runs the micro-steps m = i*A .. i*A+A-1 of the
-dataset (runtime/step_inputs.py), each planned by the policy on its own, their gradients summed with each mean
-loss weighed by its share of the step's next-token targets (runtime/optim_schedule.py `micro_weights`), so the
-step is what one batch of them all would give. The log row's loss is that weighted mean; its `seq_len` the
-longest micro-step's; `docs` and `tokens` the sums; `plan` each micro-step's plan, ' | ' between them.
+Library module: runtime/train.py's loop makes one `TrainLoop` over the run's `TrainState`
+(runtime/train_state.py: model, masters, optimizer) and calls `optimizer_step(step)` per optimizer step and
+`evaluate(held_out)` every --eval-every steps. With --accumulate A, optimizer step i runs the micro-steps
+m = i*A .. i*A+A-1 of the dataset (runtime/step_inputs.py), each planned by the policy on its own, their gradients
+summed with each mean loss weighed by its share of the step's next-token targets (runtime/optim_schedule.py
+`micro_weights`), so the step is what one batch of them all would give. The log row's loss is that weighted mean;
+its `seq_len` the longest micro-step's; `docs` and `tokens` the sums; `plan` each micro-step's plan, ' | ' between
+them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+
+from runtime.plan_handoff import decide_plan_on_rank0, loss_tile
+from runtime.step_health import finite_on_every_rank, stop_run
+from runtime.step_log import step_peak_bytes
+from runtime.train_state import micro_per_step
 
 PEAK_OF = {True: "cuda_allocated", False: "process_rss"}
 """What `peak_bytes` measures (the log's `peak_of`): on CUDA the allocator's peak of this step
@@ -41,7 +47,7 @@ class TrainLoop:
     """What an optimizer step needs from the run (runtime/train.py `_train` builds it)."""
 
     run: object
-    """The run's `runtime.train.TrainState`: options, model, fp32 masters (GPU), optimizer, group, device."""
+    """The run's `runtime.train_state.TrainState`: options, model, fp32 masters (GPU), optimizer, group, device."""
     policy: object
     data: object
     """`runtime.step_inputs.StepInputs` of --dataset."""
@@ -63,7 +69,6 @@ class TrainLoop:
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
         from runtime.attention import kernels_used
-        from runtime.train import _loss_tile, decide_plan_on_rank0
 
         run, data = self.run, self.data
         opts, model = run.opts, run.model
@@ -72,7 +77,7 @@ class TrainLoop:
         ids, labels, cu_seqlens = self._on_device(data, m)
         with kernels_used() as ran:  # packed steps record their varlen kernel (runtime/varlen.py)
             loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,  # the logits dropped at once
-                         loss_tile=_loss_tile(decision, model, ids.numel()))[1]
+                         loss_tile=loss_tile(decision, model, ids.numel()))[1]
         value = float(loss.detach())
         self._stop_unless_finite(value, m, s)
         with kernels_used() as ran_backward:
@@ -84,12 +89,10 @@ class TrainLoop:
 
     def _stop_unless_finite(self, value: float, m: int, s: int) -> None:
         """Stop the run when micro-step m's loss (the same on every rank) is not finite."""
-        from runtime.train import _stop, micro_per_step
-
         if not math.isfinite(value):  # the loss is the global mean: every rank stops here
-            _stop(self.bar, f"the loss is {value} at step {m // micro_per_step(self.run.opts) + 1} (length {s}); "
-                            "stopped before its optimizer step, the last checkpoint is unchanged (lower --lr, or "
-                            "check the checkpoint and the data)")
+            stop_run(self.bar, f"the loss is {value} at step {m // micro_per_step(self.run.opts) + 1} (length {s}); "
+                               "stopped before its optimizer step, the last checkpoint is unchanged (lower --lr, or "
+                               "check the checkpoint and the data)")
 
     def _warn_cut(self, m: int) -> None:
         """The run's one warning about cut tokens, at the first micro-step that cuts some."""
@@ -102,8 +105,6 @@ class TrainLoop:
             if comm.rank(run.group) == 0:
                 import sys
 
-                from runtime.train import micro_per_step
-
                 print(f"warning: step {m // micro_per_step(opts) + 1} leaves {cut} tokens of its documents "
                       f"untrained: {self.cut_reason}; the log's cut_tokens column and the end summary count every "
                       "step's (warned once)", file=sys.stderr)
@@ -114,7 +115,6 @@ class TrainLoop:
         from runtime import comm
         from runtime.attention import kernels_used
         from runtime.grouped import StepMeshes, grouped_step
-        from runtime.train import _loss_tile
 
         run, data, opts = self.run, self.data, self.run.opts
         items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
@@ -123,7 +123,7 @@ class TrainLoop:
         grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
                                                    0, run.group)  # (GroupedStep, decisions): rank 0 -> all
         size_of = {i: g.size for g in grouped.groups for i in g.items}
-        tiles = [_loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
+        tiles = [loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
                  for i, (m, d) in enumerate(zip(items, decisions))]
         with kernels_used() as ran:
             value = grouped_step(run.model, grouped, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
@@ -169,7 +169,6 @@ class TrainLoop:
         import torch
 
         from runtime.optim_schedule import clip_to, global_grad_norm, micro_weights
-        from runtime.train import _all_finite, _peak_bytes, _stop
 
         run = self.run
         opts, model, device = run.opts, run.model, run.device
@@ -189,15 +188,15 @@ class TrainLoop:
         if opts.clip_grad:
             clip_to(trained.values(), opts.clip_grad, norm)
         run.apply_optimizer()
-        if not _all_finite(list(model.parameters()), run.group):  # never checkpoint diverged weights
-            _stop(self.bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped "
-                            "before saving, the last checkpoint is unchanged (lower --lr)")
+        if not finite_on_every_rank(list(model.parameters()), run.group):  # never checkpoint diverged weights
+            stop_run(self.bar, f"the weights are not finite after the optimizer step of step {step + 1}; stopped "
+                               "before saving, the last checkpoint is unchanged (lower --lr)")
         return {"step": step + 1, "seq_len": max(x["seq_len"] for x in parts),
                 "docs": sum(x["docs"] for x in parts), "tokens": sum(x["tokens"] for x in parts),
                 "cut_tokens": sum(x["cut"] for x in parts),
                 "loss": sum(w * x["loss"] for w, x in zip(weights, parts)) if len(parts) > 1 else parts[0]["loss"],
                 "lr": lr, "grad_norm": float(norm), "step_s": time.perf_counter() - t0,
-                "peak_bytes": int(_peak_bytes(device)), "peak_of": PEAK_OF[device.type == "cuda"],
+                "peak_bytes": int(step_peak_bytes(device)), "peak_of": PEAK_OF[device.type == "cuda"],
                 "plan": " | ".join(x["plan"] for x in parts),
                 "solve_s": sum(x["solve_s"] for x in parts), "cached": all(x["cached"] for x in parts),
                 "feasible": all(x["feasible"] for x in parts),
@@ -209,8 +208,6 @@ class TrainLoop:
         plan and head (whole logits or the tiled loss) the planner gives for it (`_eval_decision`)."""
         import torch
 
-        from runtime.train import _loss_tile
-
         model = self.run.model
         total = count = 0.0
         with torch.no_grad():
@@ -218,7 +215,7 @@ class TrainLoop:
                 decision = self._eval_decision(held_out, m)
                 ids, labels, cu_seqlens = self._on_device(held_out, m)
                 loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,
-                             loss_tile=_loss_tile(decision, model, ids.numel()))[1]
+                             loss_tile=loss_tile(decision, model, ids.numel()))[1]
                 n = held_out.targets(m)
                 total, count = total + float(loss) * n, count + n
         return total / count if count else float("nan")
@@ -227,8 +224,6 @@ class TrainLoop:
         """The planner's decision for held-out step m, made once (rank 0 decides, every rank runs it) by
         `eval_policy`: a fresh copy of the policy (`fresh_copy()`), so that evaluating leaves training's
         cache and smoothing as they were and a resumed run plans its steps as an unbroken one."""
-        from runtime.train import decide_plan_on_rank0
-
         if m not in self.eval_decisions:
             if self.eval_policy is None:
                 if not hasattr(self.policy, "fresh_copy"):

@@ -129,10 +129,10 @@ def _steps(workload: Workload, unit: int):
 
 def fix_storage_head(policy, steps, batch: int, p: int) -> str:
     """The run's storage of the embedding and head, fixed before its first step as `train` fixes it
-    (runtime/train.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the vocabulary-parallel
-    head at the run's longest step, then every step plans with 'vocab' alone; else 'replicated', every step
-    with the whole head or the tiled loss. One GPU and a policy without head options: replicated. `steps`: what
-    the policy plans (lengths or `PackedStep`s)."""
+    (runtime/plan_handoff.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the
+    vocabulary-parallel head at the run's longest step, then every step plans with 'vocab' alone; else
+    'replicated', every step with the whole head or the tiled loss. One GPU and a policy without head options:
+    replicated. `steps`: what the policy plans (lengths or `PackedStep`s)."""
     if not hasattr(policy, "storage_head"):
         return "replicated"
     longest = max((s.padded_len if isinstance(s, PackedStep) else s) for s in steps)

@@ -138,7 +138,7 @@ class StepPlan:
     head: str = "whole"
     """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
     loss when 'tiled' (and a run whose embedding and head are stored by vocabulary rows plans 'vocab' alone:
-    runtime/train.py `vocab_storage`), and the simulator charges the plan with it."""
+    runtime/plan_handoff.py `vocab_storage`), and the simulator charges the plan with it."""
 
     def __post_init__(self):
         if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream

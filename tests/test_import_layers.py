@@ -299,11 +299,13 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
         StepPlan(("megatron_ts", "metp"), 0.0, True, 0.0)
     assert StepPlan(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
         "sublayer")
-    train = parsed(ROOT / "runtime" / "train.py")
-    converted = [n.lineno for n in ast.walk(train) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                 and n.func.id in ("list", "tuple") and n.args and ast.unparse(n.args[0]).endswith("decision.plan")]
-    assert not converted, f"runtime/train.py turns the plan back into a sequence at lines {converted}"
-    checks = [n for n in ast.walk(train) if isinstance(n, ast.FunctionDef) and n.name == "decide_plan_on_rank0"]
+    loop = {name: parsed(ROOT / "runtime" / name) for name in ("train.py", "train_step.py", "plan_handoff.py")}
+    converted = [f"{name}:{n.lineno}" for name, tree in loop.items() for n in ast.walk(tree)
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("list", "tuple")
+                 and n.args and ast.unparse(n.args[0]).endswith("decision.plan")]
+    assert not converted, f"the training loop turns the plan back into a sequence at {converted}"
+    checks = [n for n in ast.walk(loop["plan_handoff.py"])
+              if isinstance(n, ast.FunctionDef) and n.name == "decide_plan_on_rank0"]
     assert checks and "isinstance" in ast.unparse(checks[0]) and "Plan" in ast.unparse(checks[0])
 
 

@@ -129,7 +129,7 @@ def cheapest_head(solve: Callable[[str], object], heads: tuple[str, ...] = HEAD_
 def usable_heads(model, p: int) -> tuple[str, ...]:
     """The head options of `model` at `p` GPUs: the whole head alone for a model without a head; no 'vocab' at one
     GPU (its one shard is the whole table, so it would be the tiled loss: a one-process run keeps the replicated
-    head, runtime/train.py `vocab_storage`)."""
+    head, runtime/plan_handoff.py `vocab_storage`)."""
     if not model.embedding_and_head:
         return HEAD_OPTIONS[:1]
     return HEAD_OPTIONS if p > 1 else tuple(h for h in HEAD_OPTIONS if h != "vocab")

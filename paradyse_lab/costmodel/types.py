@@ -90,7 +90,7 @@ class FixedCost:
     """Working memory of the loss backward."""
     optimizer_s: float = 0.0
     """The optimizer step after the backward, once per training step (measured clusters only: the AdamW
-    step runtime/train.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
+    step runtime/train_step.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
 
 
 class CostModel(Protocol):

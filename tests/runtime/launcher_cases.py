@@ -97,7 +97,7 @@ def teardown_rank(rank: int, world: int, *args) -> None:
     import torch.distributed as dist
 
     from runtime.launch import run_rank
-    from runtime.train import _progress_bar
+    from runtime.train_setup import progress_bar
 
     events = []
     real_barrier, real_destroy = dist.barrier, dist.destroy_process_group
@@ -111,7 +111,7 @@ def teardown_rank(rank: int, world: int, *args) -> None:
         return real_destroy(*a, **k)
 
     def body(group=None):
-        bar = _progress_bar(SimpleNamespace(progress=True, steps=2), 0, rank)  # what it reads of the options
+        bar = progress_bar(SimpleNamespace(progress=True, steps=2), 0, rank)  # what it reads of the options
         dist.all_reduce(torch.ones(4))
         if bar is not None:
             bar.update(2)

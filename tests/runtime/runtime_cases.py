@@ -1080,7 +1080,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from paradyse_lab.plan import Plan
-    from runtime.train import decide_plan_on_rank0
+    from runtime.plan_handoff import decide_plan_on_rank0
     from simulator.policies import StepPlan
 
     calls: list[int] = []

@@ -7,7 +7,7 @@ import pytest
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 from runtime.model import as_plan
-from runtime.train import decide_plan_on_rank0
+from runtime.plan_handoff import decide_plan_on_rank0
 
 
 def test_the_training_loop_refuses_a_plan_of_names():

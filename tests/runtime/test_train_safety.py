@@ -516,12 +516,12 @@ def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
 
 
 def test_finiteness_check_reads_the_device_once_not_per_parameter():
-    """`_all_finite` counts non-finite tensors on the device and the host reads one number: one
+    """`finite_on_every_rank` counts non-finite tensors on the device and the host reads one number: one
     `aten._local_scalar_dense` (the op behind .item() / bool()) for 40 parameters, and it still finds one NaN."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from runtime.train import _all_finite
+    from runtime.step_health import finite_on_every_rank
 
     class HostReads(TorchDispatchMode):
         count = 0
@@ -533,10 +533,10 @@ def test_finiteness_check_reads_the_device_once_not_per_parameter():
 
     params = [torch.randn(3, 2) for _ in range(40)] + [None, torch.empty(0)]
     with HostReads():
-        assert _all_finite(params, None)
+        assert finite_on_every_rank(params, None)
     assert HostReads.count == 1
     params[17][1, 0] = float("nan")
-    assert not _all_finite(params, None)
+    assert not finite_on_every_rank(params, None)
 
 
 def test_markov_tokens_walk_the_same_chain_on_host_ints():

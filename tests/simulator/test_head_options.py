@@ -70,21 +70,21 @@ def test_the_longest_steps_problems_are_solved_once_for_the_storage_and_the_step
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
     from runtime.model import ParallelGPT
+    from runtime.plan_handoff import loss_tile
     from runtime.reference import GPTConfig
-    from runtime.train import _loss_tile
 
     model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
-    assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
-    assert _loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
+    assert loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
+    assert loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
     rows = ParallelGPT(GPTConfig(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1), vocab_parallel=True)
     vocab = StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
-    assert _loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
+    assert loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
 
 
 def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
     """`train` on one process keeps the replicated embedding and head, and its policy never plans 'vocab' (which
     its model would not run)."""
-    from runtime.train import vocab_storage
+    from runtime.plan_handoff import vocab_storage
 
     model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
     policy = DynamicPolicy("dp", AnalyticCostModel(model, cluster, p=1), LayerGraph(model), 10**15)

@@ -9,7 +9,7 @@ world (runtime/fake_group.py), not fits to times.
 
 - Counted: every aten operator dispatched in forward + backward of one sub-layer (per strategy option and
   kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
-  runtime/train.py times (`optimizer`).
+  runtime/train_step.py times (`optimizer`).
 - Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
   efficiency curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
   curves) and everything inside runtime/comm.py's collectives (the alpha-beta fits).
@@ -150,7 +150,7 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
 
 def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, int]], tuple[int, int]]:
     """(launches, bytes) of forward + backward of the whole model under `option` on every layer at each of
-    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/train.py."""
+    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/train_step.py."""
     import torch
 
     from runtime.fake_group import FakeGroup
@@ -163,7 +163,8 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
     for s in lengths:
         ids = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)  # [b, t]
         labels = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)
-        model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts: gradients assigned, not added
+        # as every step of runtime/train_step.py starts: gradients assigned, not added
+        model.zero_grad(set_to_none=True)
         with counting() as tally:
             model(ids, plan, labels)[1].backward()
         tallies.append((tally.launches, tally.bytes))
@@ -179,12 +180,12 @@ def step_epilogue(model, optimizer, group) -> None:
     copies; clipping off, validate-run's setting): the global gradient norm, the optimizer step and zero_grad,
     the finite-weights check."""
     from runtime.optim_schedule import global_grad_norm
-    from runtime.train import _all_finite
+    from runtime.step_health import finite_on_every_rank
 
     global_grad_norm([(n, t.grad) for n, t in model.named_parameters()], group, model.vocab_parallel)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    _all_finite(list(model.parameters()), group)
+    finite_on_every_rank(list(model.parameters()), group)
 
 
 def epilogue_s(cfg, p: int, repeats: int = 5, device=None) -> float:
@@ -271,7 +272,7 @@ def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float
     seconds, launches = 0.0, 0
     for option in strategies:
         def step(plan=[option] * cfg.layers):
-            model.zero_grad(set_to_none=True)  # as every step of runtime/train.py starts
+            model.zero_grad(set_to_none=True)  # as every step of runtime/train_step.py starts
             model(ids, plan, labels)[1].backward()
 
         step()
