@@ -32,7 +32,7 @@ from paradyse_lab.costmodel.vocab_parallel import vocab_tile_tokens
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.plan import Plan
-from runtime import checkpoint, comm, dcp_checkpoint
+from runtime import checkpoint, comm, comm_record, dcp_checkpoint
 from runtime.dcp_checkpoint import OPTIONAL_SETTINGS
 from runtime.hf_weights import model_source
 from runtime.model import ParallelGPT
@@ -71,7 +71,7 @@ def _all_finite(tensors, group) -> bool:
     flag = torch.zeros(1, device=device)  # [1]: non-finite tensors on this rank
     for t in present:
         flag += (~torch.isfinite(t).all()).to(flag.dtype)  # no host read here
-    with comm.tagged("health"):
+    with comm_record.tagged("health"):
         return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
 
 
