@@ -2,7 +2,7 @@
 
 Library module (no command; tests/runtime/test_comm_replay.py runs it). `record_ranks(run, p)` runs
 `run(group)` once per rank r of a p-rank world with a `runtime.fake_group.FakeGroup(p, r)` inside
-`comm.trace_calls()`: no process is started and nothing is sent, but each rank's control flow depends only on
+`comm_record.trace_calls()`: no process is started and nothing is sent, but each rank's control flow depends only on
 its rank, so the recorded sequence is exactly the calls that rank posts in a real run. `replay(traces)`
 then executes the sequences the way NCCL does (one stream per rank, calls in posting order):
 - a collective completes when it is at the head of every rank's stream; heads that differ in op, shape or
@@ -27,13 +27,13 @@ class ReplayError(AssertionError):
 
 
 def record_ranks(run, p: int) -> list[list]:
-    """Each rank's `comm.TracedCall`s of `run(group)`, played with FakeGroup(p, rank) for rank = 0..p-1."""
-    from runtime import comm
+    """Each rank's `comm_record.TracedCall`s of `run(group)`, played with FakeGroup(p, rank) for rank = 0..p-1."""
+    from runtime import comm_record
     from runtime.fake_group import FakeGroup
 
     traces = []
     for rank in range(p):
-        with comm.trace_calls() as calls:
+        with comm_record.trace_calls() as calls:
             run(FakeGroup(p, rank))
         traces.append(list(calls))
     return traces

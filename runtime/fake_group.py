@@ -1,16 +1,17 @@
 """A fake process group: one process plays rank `rank` of a `size`-rank world without communicating.
 
-Library module (no command). `runtime.comm` accepts a `FakeGroup` wherever it takes a process group:
-`comm.size` / `comm.rank` answer from it, and every collective and point-to-point call returns a tensor of
-exactly the shape (and dtype, device) the real call would return, without sending anything:
+Library module (no command). `runtime.comm` and `runtime.comm_p2p` accept a `FakeGroup` wherever they take a
+process group: `comm.size` / `comm.rank` answer from it, and every collective and point-to-point call returns a
+tensor of exactly the shape (and dtype, device) the real call would return, without sending anything:
 - all_gather [n, ..] -> [p*n, ..]: the local tensor repeated p times (every rank "sent" the same values);
 - reduce_scatter [p*n, ..] -> [n, ..]: this rank's chunk, not summed;
 - all_to_all: a copy of the input; all_reduce: the input unchanged;
 - exchange / ring_exchange / chain_*: the received tensor is a copy of the tensor sent (or of `recv_like`).
 Values are therefore not those of a real run (the outputs are garbage but finite); shapes, dtypes, the
 sequence of kernels this rank runs and the tensors it keeps for backward are exact, which is what the
-rank-local profiler (paradyse_lab/app/measure/profiler.py) measures. Byte counting (`comm.count_bytes`) records every
-call as the real group would, so the modelled communication time can be priced from the same calls.
+rank-local profiler (paradyse_lab/app/measure/profiler.py) measures. Byte counting (`comm_record.count_bytes`)
+records every call as the real group would, so the modelled communication time can be priced from the same
+calls.
 """
 
 from __future__ import annotations

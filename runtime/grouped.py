@@ -21,7 +21,7 @@ Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
 - compute: each item's forward and backward on the group's view of the model (`ParallelGPT` over the group,
   `rank_state_dict`: the gathered shards, the world's replicated tensors aliased), the strategies as today;
   an item's loss weighed by its share of the global batch's next-token targets;
-- reduce (in fp32 for 16-bit weights, comm.GRAD_REDUCE_DTYPE; rounded once to the weights' dtype after):
+- reduce (in fp32 for 16-bit weights, grad_reduce.GRAD_REDUCE_DTYPE; rounded once to the weights' dtype after):
   the view's gradients cut back into world blocks, placed in a [d, F] buffer (zeros where this rank's
   group shard does not hold the block) and reduce-scattered over the same "dp" group: every group contributes
   each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
@@ -39,11 +39,11 @@ import torch
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.step_groups import GroupedStep
-from runtime import comm
+from runtime import comm, comm_record, grad_reduce
 from runtime.layout import SHARDED, join_row_blocks, row_sections
 
 STATES_TAG = "states"
-"""`comm.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
+"""`comm_record.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
 
 
 _SHARED: dict = {}
@@ -152,7 +152,7 @@ def gather_group_shards(model, size: int, g_min: int, dp, contiguous: bool = Fal
     if size == model.p:  # one group of the whole world: its shards are the world's (aliased, nothing gathered)
         return {n: params[n].detach() for n in names}
     flat = torch.cat([params[n].detach().reshape(-1) for n in names])  # [F]: this rank's world shards
-    with comm.tagged(STATES_TAG):
+    with comm_record.tagged(STATES_TAG):
         rows = comm.all_gather(flat, dp).view(-1, flat.numel())  # [F] -> [d*F] -> [d, F]
     del flat
     kept = _row_index(model.rank, size, g_min, model.p, contiguous)
@@ -206,7 +206,7 @@ def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...
 
 def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool = False) -> None:
     """Sum the view's sharded gradients over the groups onto the world shards' `.grad` (one reduce-scatter
-    over `dp`, in fp32 buckets for 16-bit weights: comm.reduce_scatter_grads; the blocks this rank's group shard
+    over `dp`, in fp32 buckets for 16-bit weights: grad_reduce.reduce_scatter_grads; the blocks this rank's group shard
     does not hold are zeros). Allocates the [d, F] buffer and the reduce-scatter's [F] output, which becomes the
     world shards' gradients (views of it), and the fp32 buckets
     (paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`)."""
@@ -228,8 +228,8 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
             for k, row in enumerate(kept):  # block k of the group shard is world block row of the gather
                 _copy_row_block(buf[row, offset:offset + numel].view(params[n].shape), g, sections, k, parts)
         offset += numel
-    with comm.tagged(STATES_TAG):
-        shard = comm.reduce_scatter_grads(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups in fp32
+    with comm_record.tagged(STATES_TAG):
+        shard = grad_reduce.reduce_scatter_grads(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups in fp32
     del buf
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
         _set_grad(params[n], piece)
@@ -239,7 +239,7 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     """Sum the replicated tensors' gradients over the groups (one all-reduce over `dp`; a group's gradients are
     already summed over its ranks, so only `contributes` ranks, one per group in each "dp" group, add theirs).
     Allocates one [R] buffer, which becomes the world's replicated gradients (views of it), summed in fp32 buckets
-    for 16-bit weights (comm.all_reduce_flat_grads_); nothing with one group of the whole world (no "dp"
+    for 16-bit weights (grad_reduce.all_reduce_flat_grads_); nothing with one group of the whole world (no "dp"
     peers: the view's gradients become the world's)."""
     sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
     pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
@@ -252,8 +252,8 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
         for piece, (_, v) in zip(flat.split([v.numel() for _, v in pairs]), pairs):
             if v.grad is not None:
                 piece.copy_(v.grad.reshape(-1))  # each [..] -> its slice of [R]
-    with comm.tagged(STATES_TAG):
-        comm.all_reduce_flat_grads_(flat, dp)  # [R] summed over the groups in place (fp32 buckets)
+    with comm_record.tagged(STATES_TAG):
+        grad_reduce.all_reduce_flat_grads_(flat, dp)  # [R] summed over the groups in place (fp32 buckets)
     for (q, _), piece in zip(pairs, flat.split([v.numel() for _, v in pairs])):
         _set_grad(q, piece)
 
@@ -291,6 +291,6 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
         loss_sum += loss.detach().float() * weight
     contributes = rank - group.start < g_min
     reduce_step_grads(model, view, group.size, g_min, dp, contiguous, contributes)
-    with comm.tagged(STATES_TAG):
+    with comm_record.tagged(STATES_TAG):
         step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
     return float(step_loss[0])

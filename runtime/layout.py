@@ -43,7 +43,7 @@ import torch
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import layout_unit
-from runtime import comm
+from runtime import comm, comm_autograd
 
 SHARDED = ("w1", "b1", "w2")
 """Parameters of a sub-layer stored as 1/p shards."""
@@ -142,7 +142,7 @@ def gather_sequence(x_local: torch.Tensor, dim: int = 1, group=None, cu_seqlens=
     if p == 1:
         return x_local
     moved = x_local.movedim(dim, 0)  # [.., t, ..] -> [t, ..]
-    full = comm.all_gather_autograd(moved, group)  # [t, ..] -> [p*t, ..] (rank-major)
+    full = comm_autograd.all_gather_autograd(moved, group)  # [t, ..] -> [p*t, ..] (rank-major)
     full = full.index_select(0, natural_order(full.shape[0], p, cu_seqlens, full.device))  # natural order
     return full.movedim(0, dim)  # [s, ..] -> [.., s, ..]
 

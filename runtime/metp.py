@@ -4,7 +4,7 @@ Library module (no command). schedules.py `metp`. Every rank keeps its t tokens;
 activations of the whole sequence. A weight shard is the flat `cat(w1, b1, w2)` of one head group / one
 block of f-columns (layout.pack_shard).
 - Attention: an outer loop over head groups g = 0..p-1. Shard g is broadcast from rank g along the ring
-  by point-to-point messages (comm.chain_broadcast: each rank sends it at most once; the shard of g+1 is
+  by point-to-point messages (comm_p2p.chain_broadcast: each rank sends it at most once; the shard of g+1 is
   fetched before group g is computed: double buffering). With it every rank computes q, k, v of group g
   for its tokens (q and k rotated by their true positions under rotary embeddings), runs ring attention
   of that group (ring_attention.py: p - 1 K/V steps of [t, 2kv/p]: the group's kv_heads/p K/V heads,
@@ -15,8 +15,8 @@ Kept (schedules.py): the sub-layer input x and u = LN(x) [b, t, h], and for atte
 heads and its lse.
 Backward: the shards travel the same way again; the first GEMM of each shard (q, k, v / the f-wide
 activation) is recomputed when the shard comes round; each shard's gradient partial is reduced onto its
-owner by point-to-point (attention: comm.chain_reduce per group; MLP: a travelling accumulator that ends
-at the owner), in fp32 for 16-bit weights (comm.GRAD_REDUCE_DTYPE: the partials and the accumulator are fp32 and
+owner by point-to-point (attention: comm_p2p.chain_reduce per group; MLP: a travelling accumulator that ends
+at the owner), in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: the partials and the accumulator are fp32 and
 travel as such; the owner's sum is cast to the weights' dtype once). Per rank: p - 1 weight messages forward,
 2(p - 1) backward (p - 1 of them gradient partials), as schedules.py counts.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime import comm
+from runtime import comm_p2p, grad_reduce
 from runtime.attention import merge_heads, split_heads
 from runtime.layout import pack_shard, unpack_shard
 from runtime.reference import add_bias
@@ -56,14 +56,14 @@ def _own(w: Weights) -> torch.Tensor:
 
 def _partial_dtype(w: Weights, ctx: Ctx) -> torch.dtype:
     """The dtype of the gradient partials reduced onto the shards' owners: fp32 for 16-bit weights on p > 1 ranks
-    (comm.GRAD_REDUCE_DTYPE; cast to the weights' dtype once summed), else the weights'."""
-    return comm.grad_reduce_dtype(w.w1.dtype) if ctx.p > 1 else w.w1.dtype
+    (grad_reduce.GRAD_REDUCE_DTYPE; cast to the weights' dtype once summed), else the weights'."""
+    return grad_reduce.grad_reduce_dtype(w.w1.dtype) if ctx.p > 1 else w.w1.dtype
 
 
 # --- attention -----------------------------------------------------------------------------------------
 
 def _broadcast(own, g: int, ctx: Ctx, sends: list):
-    value, send = comm.chain_broadcast(own if ctx.rank == g else None, own, g, ctx.group, tag=_TAG_W)
+    value, send = comm_p2p.chain_broadcast(own if ctx.rank == g else None, own, g, ctx.group, tag=_TAG_W)
     if send is not None:
         sends.append(send)
     return value
@@ -122,7 +122,7 @@ def attention_backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
         da = torch.cat([dq, dk, merge_heads(dv)], dim=-1)  # [b, t, (h + 2kv)/p]
         du += da @ w1  # [b, t, (h + 2kv)/p] -> [b, t, h]
         part = pack_shard(weight_grad(da, u), bias_grad(da, b1), dw2, _partial_dtype(w, ctx))  # partial of shard g
-        total, send = comm.chain_reduce(part, g, ctx.group, tag=_TAG_G)
+        total, send = comm_p2p.chain_reduce(part, g, ctx.group, tag=_TAG_G)
         if send is not None:
             sends.append(send)
         if total is not None:
@@ -158,7 +158,7 @@ def _ring_forward(x, u, w: Weights, ctx: Ctx, tile: int):
     cur = _own(w)
     y = None
     for i in range(ctx.p):
-        pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
+        pending = comm_p2p.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None  # shard in flight
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
         y = _add_shard_output(y, x, u, w1, b1, w2, w.b2, ctx, tile)
         if pending is not None:
@@ -231,7 +231,7 @@ def _ring_backward(x, u, dy, w: Weights, ctx: Ctx, tile: int):
     du = torch.zeros_like(x)
     mine = acc_in = None
     for i in range(ctx.p):
-        pending = comm.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
+        pending = comm_p2p.ring_exchange(cur, ctx.group, tag=_TAG_W) if i < ctx.p - 1 else None
         w1, b1, w2 = unpack_shard(cur, w.w1.shape[0], h, w.b1.shape[0])
         part = _shard_partial(u, dy, du, w1, b1, w2, ctx, tile, _partial_dtype(w, ctx))  # of shard (r - i) mod p
         if i == 0:
@@ -239,7 +239,7 @@ def _ring_backward(x, u, dy, w: Weights, ctx: Ctx, tile: int):
         else:
             if acc_in is not None:
                 part = part + acc_in.wait()  # accumulator of this shard from rank r-1
-            acc_in = comm.ring_exchange(part, ctx.group, tag=_TAG_G)  # on to r+1 (at i = p-1: the owner)
+            acc_in = comm_p2p.ring_exchange(part, ctx.group, tag=_TAG_G)  # on to r+1 (at i = p-1: the owner)
         if pending is not None:
             cur = pending.wait()
     if acc_in is not None:

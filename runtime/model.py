@@ -28,7 +28,7 @@ from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
-from runtime import comm, megatron_cz, megatron_ts, metp, ulysses_z
+from runtime import comm, comm_autograd, comm_record, megatron_cz, megatron_ts, metp, ulysses_z
 from runtime.layout import (
     PARAM_NAMES,
     check_length,
@@ -203,9 +203,9 @@ class ParallelGPT(GPTParams):
             logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
         else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
             total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, keep_logits=True)
-        with comm.tagged("loss"):
+        with comm_record.tagged("loss"):
             count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
-            loss = comm.replicated_sum(total, self.group) / count.clamp(min=1)
+            loss = comm_autograd.replicated_sum(total, self.group) / count.clamp(min=1)
         return logits, loss
 
     def _embed(self, input_ids: torch.Tensor, loss_tile: int):
@@ -216,9 +216,9 @@ class ParallelGPT(GPTParams):
         if self.vocab_parallel:
             from runtime.vocab_parallel import vocab_parallel_embedding
 
-            wpe, lnf_w, lnf_b = comm.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)
+            wpe, lnf_w, lnf_b = comm_autograd.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)
             x = vocab_parallel_embedding(input_ids, self.wte, self.group, self.cfg.vocab_size, loss_tile)
             return x, (wpe, lnf_w, lnf_b, self.head_weight())  # [b, t] -> [b, t, h]
         replicated = [self.wte, self.wpe, self.lnf_w, self.lnf_b] + ([] if self.cfg.tied else [self.head])
-        wte, wpe, lnf_w, lnf_b, *head = comm.reduce_grads(self.group, *replicated)
+        wte, wpe, lnf_w, lnf_b, *head = comm_autograd.reduce_grads(self.group, *replicated)
         return F.embedding(input_ids, wte), (wpe, lnf_w, lnf_b, head[0] if head else wte)  # [b, t] -> [b, t, h]

@@ -28,7 +28,7 @@ import math
 SCHEDULES = ("constant", "linear", "cosine")
 """The learning-rate schedules after the warmup (`--lr-schedule`)."""
 GRAD_NORM_TAG = "grad-norm"
-"""comm.tagged label of the global gradient norm's all-reduce (4 bytes per optimizer step)."""
+"""comm_record.tagged label of the global gradient norm's all-reduce (4 bytes per optimizer step)."""
 
 
 def lr_factor(schedule: str, step: int, warmup: int, total: int) -> float:
@@ -72,7 +72,7 @@ def global_grad_norm(named_grads, group, vocab_parallel: bool = False):
     gradient or None) of this rank's parameters; `vocab_parallel`: the model's embedding and head are sharded."""
     import torch
 
-    from runtime import comm
+    from runtime import comm, comm_record
 
     sharded = replicated = None
     for name, grad in named_grads:
@@ -85,7 +85,7 @@ def global_grad_norm(named_grads, group, vocab_parallel: bool = False):
             replicated = sq if replicated is None else replicated + sq
     device = next((g.device for _, g in named_grads if g is not None), torch.device("cpu"))
     total = torch.zeros(1, device=device) + (sharded if sharded is not None else 0.0)  # [1]
-    with comm.tagged(GRAD_NORM_TAG):
+    with comm_record.tagged(GRAD_NORM_TAG):
         total = comm.all_reduce(total, group)  # [1] summed over ranks: each shard once
     if replicated is not None:
         total = total + replicated  # [1] the same on every rank: once

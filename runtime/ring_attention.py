@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import torch
 
-from runtime import comm
+from runtime import comm, comm_p2p
 from runtime.attention import attention_backward, attention_forward, merge_partials
 from runtime.layout import layout_documents, local_positions
 from runtime.packed import document_of
@@ -143,7 +143,7 @@ def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None):
     lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device)
     kv = torch.stack([k, v])  # 2 x [b, H, t, d] -> [2, b, H, t, d]
     for i in range(p):
-        pending = comm.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None  # next block in flight
+        pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None  # next block in flight
         done = _block_forward(q, kv[0], kv[1], r, (r - i) % p, t, causal, blocks[i])
         if done is not None:
             qs, o_b, lse_b = done
@@ -162,7 +162,7 @@ def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_se
     kv = torch.stack([k, v])  # [2, b, H, t, d]
     own = acc_in = None
     for i in range(p):
-        pending = comm.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None
+        pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None
         dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)  # [2, b, H, t, d]
         done = _block_backward(do, q, kv[0], kv[1], o, lse, r, (r - i) % p, t, causal, blocks[i])
         if done is not None:
@@ -175,7 +175,7 @@ def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_se
         else:
             if acc_in is not None:
                 dkv += acc_in.wait()  # the accumulator of this block from rank r-1
-            acc_in = comm.ring_exchange(dkv, group, tag=_TAG_DKV)  # on to r+1 (at i = p-1: the owner)
+            acc_in = comm_p2p.ring_exchange(dkv, group, tag=_TAG_DKV)  # on to r+1 (at i = p-1: the owner)
         if pending is not None:
             kv = pending.wait()
     if acc_in is not None:

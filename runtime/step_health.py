@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from paradyse_lab.errors import RunStopped
-from runtime import comm
+from runtime import comm, comm_record
 
 
 def finite_on_every_rank(tensors, group) -> bool:
@@ -19,7 +19,7 @@ def finite_on_every_rank(tensors, group) -> bool:
     flag = torch.zeros(1, device=device)  # [1]: non-finite tensors on this rank
     for t in present:
         flag += (~torch.isfinite(t).all()).to(flag.dtype)  # no host read here
-    with comm.tagged("health"):
+    with comm_record.tagged("health"):
         return float(comm.all_reduce(flag, group)[0]) == 0.0  # [1] summed over ranks
 
 

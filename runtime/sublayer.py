@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from runtime import comm
+from runtime import comm, comm_record, grad_reduce
 from runtime.layout import PARAM_NAMES, REPLICATED, split_sections
 from runtime.reference import norm
 from runtime.rope import apply_rope, apply_rope_backward, rope_tables
@@ -63,7 +63,7 @@ class Ctx:
     eps: float
     """Norm epsilon."""
     tag: str = ""
-    """Label of the sub-layer's communication in `comm.count_bytes` (for example 'layers.0.mlp')."""
+    """Label of the sub-layer's communication in `comm_record.count_bytes` (for example 'layers.0.mlp')."""
     kv_heads: int = 0
     """Key/value heads (grouped-query attention); 0 means `heads`."""
     ffn_kind: str = "gelu"
@@ -262,7 +262,7 @@ class SubLayerFunction(torch.autograd.Function):
     @staticmethod
     def forward(fctx, impl: Impl, ctx: Ctx, recompute: bool, x, *params):
         w = Weights(*params)
-        with comm.tagged(ctx.tag):
+        with comm_record.tagged(ctx.tag):
             y, saved = impl.forward(x, w, ctx, None)
         fctx.impl, fctx.ctx, fctx.recompute = impl, ctx, recompute
         leaves, fctx.structure = ([], None) if recompute else _flatten(saved)
@@ -276,7 +276,7 @@ class SubLayerFunction(torch.autograd.Function):
         x, *rest = fctx.saved_tensors
         params, leaves = rest[:len(PARAM_NAMES)], rest[len(PARAM_NAMES):]
         w, impl, ctx = Weights(*params), fctx.impl, fctx.ctx
-        with comm.tagged(ctx.tag):
+        with comm_record.tagged(ctx.tag):
             prep = impl.prepare_backward(w, ctx)
             saved = impl.forward(x, w, ctx, prep)[1] if fctx.recompute else _unflatten(leaves, fctx.structure)
             del leaves, rest
@@ -286,9 +286,10 @@ class SubLayerFunction(torch.autograd.Function):
 
 def reduce_replicated(grads: dict, params, ctx: Ctx) -> list[torch.Tensor]:
     """The gradients of `params` (`PARAM_NAMES` order) from a backward's `grads`, the replicated ones (norm, output
-    bias) summed over the ranks in one fp32 all-reduce (`comm.all_reduce_grads`), each in its parameter's dtype."""
-    with comm.tagged(ctx.tag):  # [h, 2h or 3h] elements summed over ranks in fp32 (comm.GRAD_REDUCE_DTYPE)
-        summed = comm.all_reduce_grads([grads[n] for n in REPLICATED], ctx.group)
+    bias) summed over the ranks in one fp32 all-reduce (`grad_reduce.all_reduce_grads`), each in its parameter's
+    dtype."""
+    with comm_record.tagged(ctx.tag):  # [h, 2h or 3h] elements summed over ranks in fp32 (GRAD_REDUCE_DTYPE)
+        summed = grad_reduce.all_reduce_grads([grads[n] for n in REPLICATED], ctx.group)
     grads.update(zip(REPLICATED, summed))
     return [grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)]
 

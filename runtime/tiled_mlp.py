@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime import comm
+from runtime import comm_record
 from runtime.layout import PARAM_NAMES
 from runtime.sublayer import Ctx, TiledImpl, Weights, reduce_replicated
 
@@ -26,7 +26,7 @@ class TiledMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(fctx, impl: TiledImpl, ctx: Ctx, tile: int, x, *params):
-        with comm.tagged(ctx.tag):
+        with comm_record.tagged(ctx.tag):
             y = impl.forward(x, Weights(*params), ctx, tile)
         fctx.impl, fctx.ctx, fctx.tile = impl, ctx, tile
         fctx.save_for_backward(x, *params)  # x alone is an activation (the rest: model states)
@@ -35,7 +35,7 @@ class TiledMLPFunction(torch.autograd.Function):
     @staticmethod
     def backward(fctx, dy):
         x, *params = fctx.saved_tensors
-        with comm.tagged(fctx.ctx.tag):
+        with comm_record.tagged(fctx.ctx.tag):
             dx, grads = fctx.impl.backward(x, dy.contiguous(), Weights(*params), fctx.ctx, fctx.tile)
         return (None, None, None, dx, *reduce_replicated(grads, params, fctx.ctx))
 

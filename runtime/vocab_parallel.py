@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from runtime import comm
+from runtime import comm, comm_autograd, comm_record
 from runtime.reference import norm
 from runtime.tiled_loss import _chunks, _norm_with_grad
 
@@ -80,7 +80,7 @@ class VocabParallelEmbedding(torch.autograd.Function):
     def forward(fctx, ids, weight, group, start: int, rows: int, tile: int):
         flat = ids.reshape(-1)  # [b, t] -> [n]
         out = torch.empty(flat.numel(), weight.shape[1], dtype=weight.dtype, device=weight.device)
-        with comm.tagged("embedding"):
+        with comm_record.tagged("embedding"):
             for first, k in _tiles(flat.numel(), tile):
                 local, outside = _owned(comm.all_gather(flat[first:first + k], group), start, rows)  # [k] -> [p k]
                 part = F.embedding(local, weight).masked_fill_(outside.unsqueeze(1), 0.0)  # [p k, h], owned rows
@@ -97,7 +97,7 @@ class VocabParallelEmbedding(torch.autograd.Function):
         weight_dtype = dy.dtype
         acc = torch.float32 if weight_dtype != torch.float32 else weight_dtype  # summed over tiles in fp32
         dw = torch.zeros(fctx.shard_rows, h, dtype=acc, device=dy.device)
-        with comm.tagged("embedding"):
+        with comm_record.tagged("embedding"):
             for first, k in _tiles(flat.numel(), fctx.tile):
                 local, outside = _owned(comm.all_gather(flat[first:first + k], fctx.group), fctx.start, fctx.rows)
                 big_dy = comm.all_gather(flat_dy[first:first + k], fctx.group)  # [k, h] -> [p k, h]
@@ -163,7 +163,7 @@ class VocabParallelHeadLoss(torch.autograd.Function):
         flat_x, flat_labels = x.reshape(-1, h), labels.reshape(-1)  # [b, t, h] -> [n, h]; [b, t] -> [n]
         lse = torch.empty(p * flat_x.shape[0], dtype=torch.float32, device=x.device)  # [p n], kept
         total = torch.zeros((), dtype=torch.float32, device=x.device)
-        with comm.tagged("head"):
+        with comm_record.tagged("head"):
             for first, k in _tiles(flat_x.shape[0], tile):
                 big_u = comm.all_gather(norm(flat_x[first:first + k], lnf_w, lnf_b, eps), group)  # [k, h] -> [p k, h]
                 big_labels = comm.all_gather(flat_labels[first:first + k], group)  # [k] -> [p k]
@@ -188,7 +188,7 @@ class VocabParallelHeadLoss(torch.autograd.Function):
         acc = torch.float32 if weight.dtype != torch.float32 else weight.dtype  # dW summed over tiles in fp32
         dw = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         dlw, dlb = torch.zeros_like(lnf_w), torch.zeros_like(lnf_b)
-        with comm.tagged("head"):
+        with comm_record.tagged("head"):
             g_ranks = comm.all_gather(g.reshape(1).float(), group)  # [1] -> [p]: each rank's loss gradient
             for first, k in _tiles(flat_x.shape[0], fctx.tile):
                 u, leaves = _norm_with_grad(flat_x[first:first + k], lnf_w, lnf_b, fctx.eps)  # [k, h]
@@ -224,10 +224,10 @@ def vocab_parallel_logits(u: torch.Tensor, weight: torch.Tensor, group, vocab: i
     [b, t, V] (all-gather u, this rank's columns of every token, all-to-all each token's columns to its rank)."""
     b, t, h = u.shape
     p = comm.size(group)
-    with comm.tagged("head"):
-        big_u = comm.all_gather_autograd(u.reshape(-1, h), group)  # [n, h] -> [p n, h] rank-major
+    with comm_record.tagged("head"):
+        big_u = comm_autograd.all_gather_autograd(u.reshape(-1, h), group)  # [n, h] -> [p n, h] rank-major
         part = big_u @ weight.t()  # [p n, h] x [h, R] -> [p n, R]: rows of rank j's tokens, this rank's columns
-        mine = comm.all_to_all_autograd(part, group)  # [p(token owner) n, R] -> [p(vocabulary slice) n, R]
+        mine = comm_autograd.all_to_all_autograd(part, group)  # [p(token owner) n, R] -> [p(vocabulary slice) n, R]
     rows = weight.shape[0]
     full = mine.view(p, b * t, rows).transpose(0, 1).reshape(b * t, p * rows)  # [p, n, R] -> [n, p R]
     return full[:, :vocab].reshape(b, t, vocab)  # [n, V] -> [b, t, V]

@@ -3,7 +3,7 @@
 Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; schedules.py: the sharded
 parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
 before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards,
-summed in fp32 for 16-bit weights (comm.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
+summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
 The gathered w1/b1 rows come grouped by rank (layout.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
 The MLP keeps (schedules.py) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime import comm
+from runtime import comm, grad_reduce
 from runtime.layout import pack_gathered, pack_shard, unpack_gathered, unpack_shard
 from runtime.reference import add_bias
 from runtime.sublayer import (
@@ -42,11 +42,11 @@ def gather_weights(w: Weights, ctx: Ctx):
 
 def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
     """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p], in fp32
-    (comm.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
+    (grad_reduce.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
     rounded once into the shard; the fp32 sums of a tiled MLP packed and reduced as they are on p > 1 ranks). The
     shard is in the gradients' dtype; the sub-layer's backward casts it to the parameters' `dtype`."""
     packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
-    shard = comm.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
+    shard = grad_reduce.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
 
 

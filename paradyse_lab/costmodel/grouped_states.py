@@ -6,7 +6,7 @@ The world layout: every sub-layer matrix is stored as the unified layout's 1/W r
 one block per rank, docs/paper.md section 3); norms, output biases, embeddings and head replicated. A step whose
 smallest group has g_min ranks uses the data-parallel dimension of the (W/g_min x g_min) device mesh, d = W/g_min
 ranks (one per g_min-block), for three collectives, each counted here under the runtime's convention
-(runtime/comm.py: all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
+(runtime/comm_record.py: all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
 - all-gather of the flat world shards of every sharded matrix (F = P_s/W elements) -> [d, F];
 - reduce-scatter of the gradients laid out the same way -> [F], in fp32 (`formulas.GRAD_REDUCE_BYTES`);
 - all-reduce of the replicated gradients (R elements) in fp32 buckets (`formulas.grad_all_reduces`), and one of

@@ -39,8 +39,8 @@ h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-l
   kept set becomes transient.
 - `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
 - Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
-  runtime/comm.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes per
-  element, and so does the all-reduce of the replicated norm / output-bias gradients; with a 16-bit model the
+  runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
+  per element, and so does the all-reduce of the replicated norm / output-bias gradients; with a 16-bit model the
   transient bytes hold the fp32 bucket the reduction works in (METP: its fp32 partial double buffer).
 """
 
@@ -373,7 +373,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm.py all_reduce_grads)
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/grad_reduce.py all_reduce_grads)
         bwd += F.grad_all_reduces(F.replicated_params(model), p)
         transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 

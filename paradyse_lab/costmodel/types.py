@@ -36,7 +36,7 @@ class CollectiveCall:
 
     @property
     def sent_bytes(self) -> int:
-        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm.py counts)."""
+        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm_record.py counts)."""
         n, s = self.ranks, self.buffer_bytes
         per_call = {
             "all_gather": s * (n - 1) // n, "reduce_scatter": s * (n - 1) // n,

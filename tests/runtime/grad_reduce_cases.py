@@ -1,5 +1,5 @@
-"""Distributed cases of bf16 gradients summed over ranks in fp32 (runtime/comm.py `GRAD_REDUCE_DTYPE`; runtime_cases.py
-adds them to the per-world harness, at p = 4):
+"""Distributed cases of bf16 gradients summed over ranks in fp32 (runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`;
+runtime_cases.py adds them to the per-world harness, at p = 4):
 - every path's reduction of crafted bf16 per-rank gradients equals their fp32 sum rounded once to bf16, where no
   order of bf16 additions gives that value (so a bf16 reduction, in whatever order gloo or a chain adds, fails);
 - every strategy's attention and MLP sub-layer in bf16 against the fp32 reference of the same bf16 inputs, within
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime import comm
+from runtime import comm, comm_p2p, grad_reduce
 
 SUMMANDS = ((0.029541015625, 0.000690460205078125, 0.01080322265625, 0.034423828125),
             (0.000823974609375, -1.2109375, -1.0234375, -1.6640625),
@@ -58,9 +58,9 @@ def fp32_sum_case(rank: int, p: int, group) -> None:
     assert p == 4, "four summands per element"
     vals, want = _summands()
     mine = vals[:, rank].contiguous()  # [5] this rank's gradient
-    got = comm.all_reduce_grads([mine], group)[0]  # norms / output biases, embedding, grouped replicated
+    got = grad_reduce.all_reduce_grads([mine], group)[0]  # norms / output biases, embedding, grouped replicated
     assert got.dtype == torch.bfloat16 and torch.equal(got, want), (got, want)
-    a, b = comm.all_reduce_grads([mine[:2], mine[2:]], group, bucket=2)  # 3 buckets across the two tensors
+    a, b = grad_reduce.all_reduce_grads([mine[:2], mine[2:]], group, bucket=2)  # 3 buckets across the two tensors
     assert torch.equal(torch.cat([a, b]), want), (a, b, want)
 
     ctx = Ctx(group=group, p=p, rank=rank, kind="mlp", heads=4, causal=True, seq_len=4, eps=1e-5)
@@ -68,13 +68,13 @@ def fp32_sum_case(rank: int, p: int, group) -> None:
     sw1, sb1, sw2 = scatter_grads(rows, mine[:1].repeat(p), rows, ctx, torch.bfloat16)  # ZeRO-3: [W] -> [W/p]
     assert sw1.dtype == torch.bfloat16 and torch.equal(sw1[0], want) and torch.equal(sw2[0], want), (sw1, want)
     assert torch.equal(sb1, want[:1])
-    shard = comm.reduce_scatter_grads(rows.reshape(-1), group, bucket=2 * p)  # [p*5] -> [5]: 3 buckets of 2 columns
+    shard = grad_reduce.reduce_scatter_grads(rows.reshape(-1), group, bucket=2 * p)  # [p*5] -> [5]: 3 buckets of 2
     assert torch.equal(shard, want), (shard, want)  # (the grouped steps' states take this path too)
 
     w = Weights(*(torch.zeros(n, dtype=torch.bfloat16) for n in (1, 1, 1, 1, 1, 1)))
     dtype = metp._partial_dtype(w, ctx)  # what METP packs its gradient partials in
     assert dtype == torch.float32
-    total, send = comm.chain_reduce(mine.to(dtype), 0, group, tag=22)  # attention: onto the owner of group 0
+    total, send = comm_p2p.chain_reduce(mine.to(dtype), 0, group, tag=22)  # attention: onto the owner of group 0
     if send is not None:
         send.wait()
     if rank == 0:

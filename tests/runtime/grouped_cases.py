@@ -21,7 +21,7 @@ from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.plan import Plan
 from paradyse_lab.step_groups import GroupedStep, StepGroup
 from runtime import ParallelGPT, shard_sequence
-from runtime.comm import count_bytes
+from runtime.comm_record import count_bytes
 from runtime.grouped import (
     STATES_TAG,
     StepMeshes,

@@ -3,7 +3,7 @@
 Run: `python -m pytest -q tests/runtime`. Shapes: gpt2-tiny (h 96, 12 heads, 4 layers, vocab 512) in fp32,
 b = 2, s = 48 (divisible by 2p for p = 1..4); the whole-model cases whose plans name a strategy per sub-layer
 use 2 of its layers (MODEL_LAYERS). Every case compares against the single-device reference
-with torch.testing.assert_close and compares the bytes comm.py counted with the analytic schedule.
+with torch.testing.assert_close and compares the bytes comm_record.py counted with the analytic schedule.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from paradyse_lab.errors import UserInputError
 from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, comm, gather_sequence, shard_sequence
-from runtime.comm import count_bytes
+from runtime.comm_record import count_bytes
 from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES, run_option
 from runtime.offload import Offloader

@@ -14,7 +14,7 @@ import torch
 
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.strategies import StrategyOption
-from runtime import comm, ring_attention
+from runtime import comm, comm_p2p, comm_record, ring_attention
 from runtime.comm_replay import ReplayError, record_ranks, replay
 from runtime.layout import PARAM_NAMES, shard_sequence, shard_sublayer
 from runtime.model import STRATEGY_MODULES, ParallelGPT
@@ -77,8 +77,8 @@ def test_bidirectional_mixed_plan_replays():
 
 def test_matcher_catches_a_send_and_receive_posted_separately(monkeypatch):
     """Each rank posts its ring send, then its receive, as two calls: on NCCL every rank waits in its send
-    for a receive nobody has posted (the reason comm.exchange batches them)."""
-    real = comm.exchange
+    for a receive nobody has posted (the reason comm_p2p.exchange batches them)."""
+    real = comm_p2p.exchange
 
     def split(send, dst, src, recv_like=None, group=None, tag=0):
         if send is None or src is None:
@@ -86,7 +86,7 @@ def test_matcher_catches_a_send_and_receive_posted_separately(monkeypatch):
         real(send, dst, None, group=group, tag=tag)
         return real(None, None, src, recv_like if recv_like is not None else send, group, tag)
 
-    monkeypatch.setattr(comm, "exchange", split)
+    monkeypatch.setattr(comm_p2p, "exchange", split)
     with pytest.raises(ReplayError, match="deadlock"):
         replay(record_ranks(_step(["megatron_cz"] * 4), 4))
 
@@ -95,7 +95,7 @@ def test_matcher_catches_a_planted_ring_order_bug(monkeypatch):
     """Rank 1 posts its K/V block exchange only when it waits for it, after the dK/dV accumulator exchange
     of the same backward step: equal-sized messages, so NCCL would pair them and deliver a gradient
     accumulator as a K/V block."""
-    real = comm.ring_exchange
+    real = comm_p2p.ring_exchange
 
     class Late:
         def __init__(self, args):
@@ -109,22 +109,22 @@ def test_matcher_catches_a_planted_ring_order_bug(monkeypatch):
             return Late((send, group, tag))
         return real(send, group, tag)
 
-    monkeypatch.setattr(ring_attention.comm, "ring_exchange", late_kv_on_rank1)
+    monkeypatch.setattr(ring_attention.comm_p2p, "ring_exchange", late_kv_on_rank1)
     traces = record_ranks(_step(["megatron_cz"] * 4), 4)
-    monkeypatch.setattr(ring_attention.comm, "ring_exchange", real)
+    monkeypatch.setattr(ring_attention.comm_p2p, "ring_exchange", real)
     with pytest.raises(ReplayError, match="mismatch"):
         replay(traces)
 
 
 def test_matcher_catches_a_rank_that_turns_the_ring_the_other_way(monkeypatch):
-    real = comm.exchange
+    real = comm_p2p.exchange
 
     def reversed_on_rank2(send, dst, src, recv_like=None, group=None, tag=0):
         if comm.rank(group) == 2 and send is not None and src is not None:
             dst, src = src, dst
         return real(send, dst, src, recv_like, group, tag)
 
-    monkeypatch.setattr(comm, "exchange", reversed_on_rank2)
+    monkeypatch.setattr(comm_p2p, "exchange", reversed_on_rank2)
     with pytest.raises(ReplayError):
         replay(record_ranks(_step(["metp"] * 4), 4))
 
@@ -141,7 +141,7 @@ def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype, cf
     x = torch.randn(1, S // p, cfg.hidden, dtype=dtype, requires_grad=True)
     ctx = make_ctx(cfg, FakeGroup(p, 0), kind, S)
     module = STRATEGY_MODULES[strategy]
-    with comm.count_bytes() as counter:
+    with comm_record.count_bytes() as counter:
         y = run_sublayer(module.ATTENTION if kind == "attention" else module.MLP, ctx, recompute, x, params)
         y.backward(torch.ones_like(y))
     return counter.total()

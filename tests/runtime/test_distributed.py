@@ -2,7 +2,7 @@
 
 Run: `python -m pytest -q tests/runtime`. Each case (runtime_cases.py) asserts outputs, input gradients and
 every parameter gradient against the single-device reference (fp32), that no parameter changes during a
-forward pass, that the bytes comm.py counts equal the analytic schedule (paradyse_lab/costmodel) per
+forward pass, that the bytes comm_record.py counts equal the analytic schedule (paradyse_lab/costmodel) per
 sub-layer, that a switch between layers moves no bytes, Hugging Face logits, the input errors, training with
 checkpoint / resume (also at another world size, weights_cases.py), Hugging Face folders in and out, the
 Python API's example, and the profiler's distributed mode against its rank-local mode.

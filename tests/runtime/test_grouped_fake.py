@@ -18,7 +18,7 @@ from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.plan import Plan
 from paradyse_lab.step_groups import GroupedStep, StepGroup
 from runtime import ParallelGPT, shard_sequence
-from runtime.comm import count_bytes
+from runtime.comm_record import count_bytes
 from runtime.fake_group import FakeGroup
 from runtime.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
 from runtime.reference import GPTConfig

@@ -9,8 +9,8 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
 (a stage stops measuring when its next point would not fit, and says so in DIR/calibrate.json):
 
 1. collectives (10%): every kind the strategies use, through runtime/comm.py (all_gather, reduce_scatter,
-   all_reduce, all_to_all, the ring exchange `p2p`, the chain broadcast) over buffer sizes from 4 KiB by
-   factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
+   all_reduce, all_to_all) and runtime/comm_p2p.py (the ring exchange `p2p`, the chain broadcast) over buffer
+   sizes from 4 KiB by factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
    -> DIR/collectives.csv. Across nodes (torchrun --nnodes N; runtime/nodes.py) these run inside each node, and
    all_gather, reduce_scatter, all_reduce and p2p also over the rails (one rank per node, every rail at once)

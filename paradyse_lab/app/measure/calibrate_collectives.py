@@ -2,8 +2,9 @@
 the kernels stage's synchronisation and overlap measurements use too).
 
 A timed call starts together on every rank (a barrier first) and is synchronised with the device on both ends;
-a point's time is the slowest rank's. The collectives are runtime/comm.py's, at nccl-tests' buffer sizes
-S (calibrate.py's module docstring says which kinds, sizes and repeats, and where the rows go).
+a point's time is the slowest rank's. The collectives are runtime/comm.py's and runtime/comm_p2p.py's, at
+nccl-tests' buffer sizes S (calibrate.py's module docstring says which kinds, sizes and repeats, and where the
+rows go).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def slowest_over_ranks(values: list[float], device, group) -> list[float]:
 
 
 def collective_fn(op: str, nbytes: int, device, dtype, group):
-    """A call of comm.py's `op` on a buffer of `nbytes` (nccl-tests' S) at this group's size."""
+    """A call of runtime/comm.py's or runtime/comm_p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at this
+    group's size."""
     import torch
 
-    from runtime import comm
+    from runtime import comm, comm_p2p
 
     p = comm.size(group)
     elem = torch.empty((), dtype=dtype).element_size()
@@ -77,12 +79,12 @@ def collective_fn(op: str, nbytes: int, device, dtype, group):
         return lambda: comm.all_reduce(x, group)
     if op == "p2p":
         x = torch.ones(n, device=device, dtype=dtype)  # [S] to the next rank, [S] from the previous
-        return lambda: comm.ring_exchange(x, group).wait()
+        return lambda: comm_p2p.ring_exchange(x, group).wait()
     if op == "broadcast":
         x = torch.ones(n, device=device, dtype=dtype)
 
         def call():
-            _, send = comm.chain_broadcast(x if comm.rank(group) == 0 else None, x, 0, group)
+            _, send = comm_p2p.chain_broadcast(x if comm.rank(group) == 0 else None, x, 0, group)
             if send is not None:
                 send.wait()
         return call

@@ -12,7 +12,8 @@ world (runtime/fake_group.py), not fits to times.
   runtime/train_step.py times (`optimizer`).
 - Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
   efficiency curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
-  curves) and everything inside runtime/comm.py's collectives (the alpha-beta fits).
+  curves) and everything inside runtime/comm.py's collectives and runtime/comm_p2p.py's exchanges (the
+  alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
   the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
   (`calibrate` prices one with the dispatch benchmark of calibrate_kernels.py `measure_step_terms`, counted by
@@ -43,9 +44,9 @@ GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", 
 UNMARKED_VIEWS = frozenset({"_unsafe_view"})
 """aten operators that return a view of their input without being marked one (`OpOverload.is_view` False):
 `_unsafe_view` reshapes a GEMM's output (aten's matmul on 3-D inputs). They move nothing."""
-COMM_FUNCTIONS = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce", "exchange", "ring_exchange",
-                  "chain_broadcast", "chain_reduce")
-"""runtime/comm.py functions whose work the collective fits price."""
+COMM_FUNCTIONS = {"comm": ("all_gather", "reduce_scatter", "all_to_all", "all_reduce"),
+                  "comm_p2p": ("exchange", "ring_exchange", "chain_broadcast", "chain_reduce")}
+"""Functions of runtime/comm.py and runtime/comm_p2p.py (by module) whose work the collective fits price."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def counting():
     """Count launches and bytes of the aten operators dispatched inside (module docstring)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from runtime import attention, comm
+    from runtime import attention, comm, comm_p2p
 
     tally = _Counter()
 
@@ -109,7 +110,9 @@ def counting():
             tally.bytes += _tensor_bytes(args) + _tensor_bytes((kwargs or {}).values()) + _tensor_bytes([out])
             return out
 
-    patched = [(attention, n) for n in ("_run", "_run_masked")] + [(comm, n) for n in COMM_FUNCTIONS]
+    modules = {"comm": comm, "comm_p2p": comm_p2p}
+    patched = [(attention, n) for n in ("_run", "_run_masked")]
+    patched += [(modules[m], n) for m, names in COMM_FUNCTIONS.items() for n in names]
     originals = [(mod, n, getattr(mod, n)) for mod, n in patched]
     try:
         for mod, n, fn in originals:

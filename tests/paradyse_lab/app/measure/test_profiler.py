@@ -68,19 +68,19 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
 
 
 def test_fake_group_counts_the_schedules_bytes(cfg):
-    """The fake group still records every call as a real group would (comm.count_bytes)."""
+    """The fake group still records every call as a real group would (comm_record.count_bytes)."""
     import torch
 
-    from runtime import comm
+    from runtime import comm, comm_p2p, comm_record
     from runtime.fake_group import FakeGroup
 
     assert comm.size(FakeGroup(P, 3)) == P and comm.rank(FakeGroup(P, 3)) == 3
     x = torch.arange(6.0).view(2, 3)
-    with comm.count_bytes() as c:
+    with comm_record.count_bytes() as c:
         g = comm.all_gather(x, FakeGroup(4, 1))
         r = comm.reduce_scatter(g, FakeGroup(4, 1))
         a = comm.all_to_all(g, FakeGroup(4, 1))
-        recv = comm.ring_exchange(x, FakeGroup(4, 1)).wait()
+        recv = comm_p2p.ring_exchange(x, FakeGroup(4, 1)).wait()
     assert g.shape == (8, 3) and r.shape == (2, 3) and a.shape == (8, 3) and torch.equal(recv, x)
     assert c.by_op == {"all_gather": 72, "reduce_scatter": 72, "all_to_all": 72, "p2p": 24}
 
