@@ -9,12 +9,12 @@ recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to h
 (docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
-its cost-model schedule (`costmodel/schedules.py` `SCHEDULES`) and the name of its runtime module
+its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
 (`runtime/model.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
 is one entry here, one schedule function and one runtime module. See them with `paradyse-lab strategies`.
 
 Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
-catalog, the cost model (costmodel/schedules.py) and the runtime (runtime/):
+catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
 - megatron_cz (ring attention): any kv_heads dividing heads; the ring passes only the K/V heads, so its
   K/V traffic (and dK/dV) scales by kv_heads / heads.
 - ulysses_z: heads % p == 0 and (kv_heads % p == 0 or p % kv_heads == 0). When kv_heads < p each K/V head
@@ -100,7 +100,7 @@ class Strategy:
     layout: str = UNIFIED_LAYOUT
     """Tensor layout it reads and writes between layers; a switch between two layouts pays a re-layout."""
     schedule: str = ""
-    """Key of its per-rank work in `paradyse_lab.costmodel.schedules.SCHEDULES`."""
+    """Key of its per-rank work in `paradyse_lab.costmodel.strategy_work.SCHEDULES`."""
     runtime_module: str = ""
     """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model.py."""
 

@@ -2,7 +2,7 @@
 
 compute = FLOPs / (peak x efficiency(shape)) + element-wise bytes / HBM bandwidth; communication =
 alpha-beta per collective (formulas.py); ring point-to-point overlapped with the compute it hides
-(formulas.ring_overlap_s); memory from the tensors each strategy keeps (schedules.py); activation offload's
+(formulas.ring_overlap_s); memory from the tensors each strategy keeps (strategy_work.py); activation offload's
 copies over the host link overlapped with each phase's compute (techniques.py).
 
 When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by costmodel/calibration.py), each

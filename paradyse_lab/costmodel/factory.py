@@ -3,7 +3,7 @@
 Names (`COST_MODEL_NAMES`, what `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept, or a
 `.joblib` file written by `FittedProfiles.save`): `analytic` (analytic.py), `paper` (the authors' measured
 A100 times, paper.py), `calibrated` (the analytic model calibrated on a profile, calibration.py) and the
-learned kinds `LEARNED_KINDS` (regressors.py, fitted by learned_fit.py).
+learned kinds `LEARNED_KINDS` (regressors.py, fitted by learned_fit.py, answered by learned_model.py).
 
 Example: `paradyse-lab cost --model gpt --seq 4K --cost-model calibrated`.
 """
@@ -79,7 +79,8 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
       fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
     - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
 
-    learned_fit (scikit-learn, scipy, joblib) is imported only when a learned model is asked for.
+    learned_fit and learned_model (scikit-learn, scipy, joblib) are imported only when a learned model is asked
+    for.
     """
     if name == "analytic":
         return AnalyticCostModel(model, cluster, p)
@@ -100,7 +101,8 @@ def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: in
                         profiles: str | Path | None):
     """A learned kind fitted on `profiles`, or the fitted model saved in the .joblib file `name`."""
     from paradyse_lab.costmodel import regressors
-    from paradyse_lab.costmodel.learned_fit import FittedProfiles, LearnedCostModel, fit_profile_file
+    from paradyse_lab.costmodel.learned_fit import FittedProfiles, fit_profile_file
+    from paradyse_lab.costmodel.learned_model import LearnedCostModel
     from paradyse_lab.profiles import default_profile
 
     if name in LEARNED_KINDS:

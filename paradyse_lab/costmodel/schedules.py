@@ -2,54 +2,25 @@
 
 A `Schedule` is the strategy's algorithm written as counts; `analytic.py` turns it into seconds with a
 `ClusterSpec`. The runtime (runtime/<strategy>.py) implements the same algorithms, and its communication
-byte counts are tested against `Schedule.collectives`. Notation: T = b*s tokens, t = T/p local tokens,
-h hidden, kv = kv_heads * head_dim, f ffn size, e bytes per element, W the sub-layer's sharded parameters.
+byte counts are tested against `Schedule.collectives`. Each strategy's own work (its collectives, kept and
+transient bytes, and the algorithms they count, with the notation) is in costmodel/strategy_work.py
+(`SCHEDULES`); `schedule` adds what every strategy shares (1/p of every FLOP) and the options:
 
-- megatron_ts (Megatron TP + SP, Korthikanti et al. 2023 section 4.2.2): all-gather the sequence-sharded
-  norm output [t, h] -> [T, h], column-parallel GEMM on the rank's heads / f-columns, row-parallel GEMM,
-  reduce-scatter [T, h] -> [t, h]. Backward: all-gather the output gradient, all-gather the input again
-  (it is kept sharded), reduce-scatter the input gradient.
-- ulysses_z (DeepSpeed-Ulysses, Jacobs et al. 2023) and megatron_cz (ring context parallel): the linear
-  weights of a sub-layer are all-gathered from the 1/p shards before use, again in backward, and the full
-  gradient is reduce-scattered (ZeRO-3). Ulysses turns Q, K, V [t, h+2kv] into head shards
-  [T, (h+2kv)/p] by all-to-all and back (with kv_heads < p each K/V head is replicated p / kv_heads times
-  first: kv becomes p*d in the all-to-all and in the kernel's kept K/V, `ulysses_kv_sent`); the ring
-  passes K, V blocks [t, 2kv] around p - 1 steps (K, V and their gradients in backward, the gradients in
-  fp32: `ACC_BYTES`), overlapped with the block attention.
-- Kept activations (`formulas.kept_elements_*`: Korthikanti et al. 2023 with FlashAttention, dropout 0;
-  every tensor sequence-sharded or head-sharded, so 1/p of it per rank): norm input and output, Q, K, V,
-  the attention output and FlashAttention's log-sum-exp; the MLP's norm input and output and its f-wide
-  activation input and output. One exception, ulysses_z attention keeps one [t, h] more: the attention
-  output in head layout [T, h/p] (the kernel's, for its backward) and again in sequence layout [t, h]
-  after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
-  from the other is an all-to-all, so DeepSpeed-Ulysses, and runtime/ulysses_z.py, keep both. (In
-  megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
-  measured against these counts (tests/paradyse_lab/app/measure/test_profiler.py).
-- metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
-  f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
-  each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
-  ring-reduces the gradient partial of each shard to its owner. We model METP as keeping only the norm
-  inputs/outputs and the attention output, and recomputing the per-shard intermediates f(XB_g) when the
-  shard comes round in backward: that is how it avoids "duplicated tensors" (FITEE abstract: at least
-  41.7% less memory than TP with FlashAttention) and why it is the slowest.
-- Grouped-query attention adds FlashAttention-2's full-heads dK/dV buffers of one backward kernel call to
-  the transient bytes (`flash_gqa_grad_bytes`); K and V themselves are read with their own heads.
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
 - `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
-- Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
-  runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
-  per element, and so does the all-reduce of the replicated norm / output-bias gradients; with a 16-bit model the
-  transient bytes hold the fp32 bucket the reduction works in (METP: its fp32 partial double buffer).
+- The replicated norm / output-bias gradients are all-reduced over the ranks in fp32 whatever the model dtype
+  (`formulas.GRAD_REDUCE_BYTES`; runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
+  16-bit model the transient bytes hold the fp32 bucket the reduction works in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.strategy_work import SCHEDULES, Sublayer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions, replace_work, tiled_mlp_work, with_offload
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.model_spec import ModelSpec
@@ -93,230 +64,6 @@ class Schedule:
     def attention_flops(self) -> float:
         """FlashAttention FLOPs this rank runs over all its calls."""
         return sum(flops for flops, _ in self.attention_calls)
-
-
-ACC_BYTES = 4
-"""Bytes per element of ring attention's travelling dK/dV accumulators: fp32 whatever the model dtype.
-Each rank adds its block's dK/dV into an accumulator that crosses p - 1 ranks; rounding it to bf16 at every
-hop loses low-order bits p - 1 times. ring-flash-attention (github.com/zhuzilin/ring-flash-attention,
-zigzag_ring_flash_attn.py: dk, dv converted `.to(torch.float32)` and passed around the ring as such) and
-runtime/ring_attention.py accumulate and send them in fp32, so the backward's K/V messages are priced at
-the model dtype (e) and its dK/dV messages and buffers at ACC_BYTES (identical in fp32)."""
-
-
-def ulysses_kv_sent(model: ModelSpec, p: int) -> int:
-    """Width of K (and of V) that Ulysses' all-to-all carries per token: kv_heads * d, or p * d when
-    kv_heads < p, where each K/V head is replicated p / kv_heads times so that every rank receives the one
-    its query heads read (the GQA rule in paradyse_lab/strategies.py; runtime/ulysses_z.py)."""
-    return max(model.kv_heads, p) * model.head_dim
-
-
-def _coll(op, nbytes, p, count=1, overlapped=False):
-    return CollectiveCall(op, int(nbytes), p, count, overlapped)
-
-
-@dataclass(frozen=True)
-class Sublayer:
-    """One 'attention' or 'mlp' sub-layer at (seq_len, batch) on p ranks: what every strategy's schedule reads."""
-
-    model: ModelSpec
-    attn: bool
-    """True for the attention sub-layer, False for the MLP."""
-    seq_len: int
-    p: int
-    e: int
-    """Bytes per element of the model dtype."""
-    h: int
-    kv: int
-    """kv_heads * head_dim."""
-    f: int
-    T: int
-    """b * s tokens."""
-    t: int
-    """T / p local tokens."""
-    W: int
-    """The sub-layer's sharded parameters."""
-    width: int
-    """Output width of the first GEMM(s): h + 2kv (QKV) for attention, f (x2 for SwiGLU) for the MLP."""
-    kept: int
-    """Bytes of the default kept set (module docstring): `kept_elements_*` plus the log-sum-exp."""
-    lse: int
-    """Bytes of FlashAttention's log-sum-exp (0 for the MLP)."""
-
-    @classmethod
-    def of(cls, model: ModelSpec, kind: str, seq_len: int, batch: int, p: int) -> Sublayer:
-        attn = kind == "attention"
-        e, h, kv, f = model.dtype_bytes, model.hidden, model.kv_hidden, model.ffn_hidden
-        T = batch * seq_len
-        t = T // p
-        f_act = 2 if model.ffn_kind == "swiglu" else 1  # f-wide outputs of the first MLP GEMM(s)
-        lse = F.lse_bytes(model, t) if attn else 0
-        kept_elems = F.kept_elements_attention(model, t) if attn else F.kept_elements_mlp(model, t)
-        return cls(model=model, attn=attn, seq_len=seq_len, p=p, e=e, h=h, kv=kv, f=f, T=T, t=t,
-                   W=F.sharded_params(model, kind), width=(h + 2 * kv) if attn else f_act * f,
-                   kept=kept_elems * e + lse, lse=lse)
-
-    @property
-    def qkv(self) -> int:
-        """Width of Q, K, V together: h + 2kv."""
-        return self.h + 2 * self.kv
-
-    @property
-    def f_act(self) -> int:
-        """f-wide outputs of the first MLP GEMM(s): 2 for SwiGLU, 1 otherwise."""
-        return 2 if self.model.ffn_kind == "swiglu" else 1
-
-
-@dataclass
-class StrategyWork:
-    """What one strategy does to a `Sublayer` beyond the work all strategies share (1/p of every FLOP)."""
-
-    fwd: list[CollectiveCall]
-    """Forward collectives."""
-    bwd: list[CollectiveCall]
-    """Backward collectives (the replicated-gradient all-reduce is added by `schedule`)."""
-    min_dim: int
-    """Smallest dimension among this rank's GEMMs."""
-    kept: int
-    """Activation bytes kept for backward."""
-    transient: int
-    """Working bytes while the sub-layer runs."""
-    extra_gemm_flops: float = 0.0
-    """GEMM FLOPs beyond the shared forward + backward (METP's recomputed first GEMM)."""
-    ring_steps: int = 0
-    ring_hides_all_compute: bool = False
-    ring_blocks: bool = False
-    """Whether the attention kernels see ring blocks of s/p keys (else the whole sequence, or document)."""
-    kernel_causal: bool | None = None
-    """Whether the kernel calls are causal when not the model's (ring blocks: full blocks; see
-    `ring_kernel_causal`)."""
-    gathers_weights: bool = False
-    """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
-    backward's gather serves it)."""
-
-
-def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_width: int) -> int:
-    """Transient bytes of one FlashAttention-2 backward call under grouped-query attention: with fewer K/V
-    heads than query heads in the call, the kernel computes dK and dV per query head into [keys, query_width]
-    buffers and then sums each group (flash-attn csrc/flash_attn/flash_api.cpp `mha_bwd`: `dk_expanded`,
-    `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
-    no full-heads copy of K, V, dK or dV: runtime/attention.py.)"""
-    return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
-
-
-def ring_kernel_causal(s: Sublayer) -> bool | None:
-    """Whether a ring strategy's kernels are priced as causal: on p > 1 ranks the zig-zag blocks are charged
-    as full (non-causal) blocks of s/p keys (runtime/ring_attention.py: every step but the diagonal one is
-    a full block); on one rank the ring is its single diagonal block, one causal kernel over the whole
-    sequence when the model is causal, so the model's own mask (None) prices it."""
-    return False if s.p > 1 else None
-
-
-def _megatron_ts(s: Sublayer) -> StrategyWork:
-    act = s.T * s.h * s.e  # [T, h]
-    fwd = [_coll("all_gather", act, s.p), _coll("reduce_scatter", act, s.p)]
-    bwd = [_coll("all_gather", act, s.p, count=2), _coll("reduce_scatter", act, s.p)]
-    wide = s.width // s.p
-    transient = s.e * (2 * s.T * s.h + s.T * wide + (0 if s.attn else s.T * s.f // s.p))
-    if s.attn:  # one kernel over the whole sequence on this rank's h/p query and kv/p K/V heads
-        transient += flash_gqa_grad_bytes(s, s.T, s.h // s.p, s.kv // s.p)
-    return StrategyWork(fwd, bwd, min_dim=min(s.T, s.h, (s.h if s.attn else s.f) // s.p), kept=s.kept,
-                        transient=transient)
-
-
-def grad_reduce_bytes(s: Sublayer) -> int:
-    """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
-    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/zero3.py, metp.py)."""
-    return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
-
-
-def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
-    """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`)
-    one bucket at a time (16-bit weights: `formulas.reduce_scatter_bucket_bytes`)."""
-    w = s.W * s.e
-    bucket = F.reduce_scatter_bucket_bytes(s.model, s.W // s.p, s.p)
-    return [_coll("all_gather", w, s.p)], \
-        [_coll("all_gather", w, s.p), _coll("reduce_scatter", s.W * grad_reduce_bytes(s), s.p)], 3 * w + bucket
-
-
-def _zero3_mlp(s: Sublayer) -> StrategyWork:
-    fwd, bwd, weights = _zero3_weights(s)
-    acts = s.e * s.t * (2 * s.f_act * s.f + s.h)  # grads of the f-wide tensors and of the input
-    return StrategyWork(fwd, bwd, min_dim=min(s.t, s.h), kept=s.kept, transient=weights + acts,
-                        gathers_weights=True)
-
-
-def _ulysses_z(s: Sublayer) -> StrategyWork:
-    if not s.attn:
-        return _zero3_mlp(s)
-    fwd, bwd, weights = _zero3_weights(s)
-    t, h, e = s.t, s.h, s.e
-    kv_sent = ulysses_kv_sent(s.model, s.p)  # K/V width sent: kv_heads < p replicates each K/V head
-    qkv = h + 2 * kv_sent
-    fwd += [_coll("all_to_all", t * qkv * e, s.p), _coll("all_to_all", t * h * e, s.p)]
-    bwd += [_coll("all_to_all", t * h * e, s.p), _coll("all_to_all", t * qkv * e, s.p)]
-    acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
-    acts += flash_gqa_grad_bytes(s, s.T, h // s.p, kv_sent // s.p)  # whole sequence, this rank's heads
-    kept = s.kept + t * h * e  # the attention output in both layouts (module docstring)
-    kept += 2 * t * (kv_sent - s.kv) * e  # the kernel keeps its K/V copy: 1 head per rank when kv_heads < p
-    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True)
-
-
-def _megatron_cz(s: Sublayer) -> StrategyWork:
-    if not s.attn:
-        return _zero3_mlp(s)
-    fwd, bwd, weights = _zero3_weights(s)
-    t, kv, e, p = s.t, s.kv, s.e, s.p
-    ring_steps = 0
-    if p > 1:
-        fwd += [_coll("p2p", t * 2 * kv * e, p, count=p - 1, overlapped=True)]
-        bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES), p, count=p - 1, overlapped=True)]  # K/V, fp32 dK/dV
-        ring_steps = 2 * (p - 1)
-    # K/V double buffer (e), fp32 dK/dV double buffer (ACC_BYTES), dQKV, fp32 dQ
-    acts = e * (2 * t * 2 * kv + t * s.qkv) + ACC_BYTES * 2 * t * 2 * kv + 4 * t * s.h
-    acts += flash_gqa_grad_bytes(s, t, s.h, kv)  # one ring block: t keys, every head
-    return StrategyWork(fwd, bwd, min_dim=min(t, s.h), kept=s.kept, transient=weights + acts,
-                        ring_steps=ring_steps, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
-                        gathers_weights=True)
-
-
-def _metp(s: Sublayer) -> StrategyWork:
-    t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
-    shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
-    fwd: list[CollectiveCall] = []
-    bwd: list[CollectiveCall] = []
-    ring_steps = 0
-    if p > 1:
-        fwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True)]
-        bwd += [_coll("p2p", shard, p, count=p - 1, overlapped=True),  # the weights again
-                _coll("p2p", partial, p, count=p - 1, overlapped=True)]  # the gradient partials, fp32
-        if s.attn:
-            fwd += [_coll("p2p", t * 2 * kv * e // p, p, count=p * (p - 1), overlapped=True)]
-            bwd += [_coll("p2p", t * 2 * kv * (e + ACC_BYTES) // p, p, count=p * (p - 1),  # K/V, fp32 dK/dV
-                          overlapped=True)]
-        ring_steps = 3 * (p - 1)
-    kept = e * t * (3 * h if s.attn else 2 * h) + s.lse
-    wide = s.width // p
-    ring = 2 * t * 2 * kv // p * (e + ACC_BYTES) if s.attn else 0  # K/V (e) + fp32 dK/dV double buffers
-    acts = e * (4 * t * wide + 2 * t * h) + ring
-    if s.attn:  # one ring block of one head group: t keys, h/p query and kv/p K/V heads
-        acts += flash_gqa_grad_bytes(s, t, h // p, kv // p)
-    return StrategyWork(
-        fwd, bwd, min_dim=min(t, (h if s.attn else s.f) // p), kept=kept,
-        transient=2 * shard + 2 * partial + acts,  # weight double buffer + (fp32) gradient-partial double buffer
-        extra_gemm_flops=2.0 * s.T * h * s.width / p,  # backward recomputes the per-shard first GEMM
-        ring_steps=ring_steps, ring_hides_all_compute=True, ring_blocks=True, kernel_causal=ring_kernel_causal(s),
-    )
-
-
-SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
-    "megatron_ts": _megatron_ts,
-    "megatron_cz": _megatron_cz,
-    "ulysses_z": _ulysses_z,
-    "metp": _metp,
-}
-"""Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""
 
 
 def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, batch: int, p: int,

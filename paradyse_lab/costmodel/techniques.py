@@ -93,7 +93,7 @@ def _chunked(calls: list[CollectiveCall], chunks: tuple[int, ...], positions: in
 
 
 def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
-    """The tiled MLP of `work` (a `schedules.StrategyWork` of the MLP `Sublayer` s) under the schedule key of its
+    """The tiled MLP of `work` (a `strategy_work.StrategyWork` of the MLP `Sublayer` s) under the schedule key of its
     strategy, `tile` positions per chunk (module docstring)."""
     positions = s.seq_len // s.p
     chunks = mlp_chunks(positions, min(tile, positions))

@@ -38,7 +38,7 @@ def test_plan_step_predicts_time_and_memory_parts():
 
 class CappedCostModel:
     """The analytic model whose `budget_bytes` caps a plan's memory at `cap` (what a learned model of the paper's
-    kind does with its OOM threshold, paradyse_lab/costmodel/learned_fit.py)."""
+    kind does with its OOM threshold, paradyse_lab/costmodel/learned_model.py)."""
 
     def __init__(self, inner, cap: int):
         self.inner, self.cap = inner, cap

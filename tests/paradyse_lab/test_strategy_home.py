@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from source_trees import PACKAGES, parsed
 
-from paradyse_lab.costmodel.schedules import SCHEDULES
+from paradyse_lab.costmodel.strategy_work import SCHEDULES
 from paradyse_lab.model_spec import PRESETS
 from paradyse_lab.strategies import CATALOG, USABLE, Strategy, get_strategy, layout_unit
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_TABLES = {
-    ("paradyse_lab/costmodel/schedules.py", "SCHEDULES"),  # the schedule functions, by the catalog's key
+    ("paradyse_lab/costmodel/strategy_work.py", "SCHEDULES"),  # the schedule functions, by the catalog's key
     ("paradyse_lab/costmodel/paper_measurements.py", "MEASURED_SHAPES"),  # the authors' measured fits, per model
 }
 """Literals keyed by strategy names that are not properties of a strategy (file, the name they are bound to)."""

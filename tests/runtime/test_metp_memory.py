@@ -3,7 +3,7 @@
 The tiled MLP (runtime/tiled_mlp.py) sums each chunk's weight gradients in fp32 (`sublayer.grad_accumulator`) and
 makes its output before the chunks; paradyse_lab/costmodel/techniques.py `tiled_mlp_work` counts those fp32 sums.
 The plain sub-layer runs every position at once: one GEMM per weight gradient, nothing to sum, and its transient
-(costmodel/schedules.py `_metp`) counts no fp32 sums. When the plain metp MLP went through the tiled code with one
+(costmodel/strategy_work.py `_metp`) counts no fp32 sums. When the plain metp MLP went through the tiled code with one
 chunk, its backward held fp32 [n1, h] and [f, h] sums where it needed the bf16 [f, h] gradient alone, 10 f h bytes
 more at its peak (llama1b, h 2048, f 8192: 160 MiB, the peak a one-GPU metp step on an H100 rose by), and its
 forward held a [t, h] output beside the shard's [t, f] intermediates.

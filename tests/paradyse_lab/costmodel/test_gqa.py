@@ -71,12 +71,12 @@ def test_transient_counts_flash_backwards_full_heads_dk_dv(monkeypatch, name, ke
     buffers of the strategy's kernel call (whole sequence for TS and Ulysses, one ring block for the rings;
     every head for the ring, h/p for the head splits), with or without recompute; an MHA model and the
     MLP hold none."""
-    from paradyse_lab.costmodel import schedules
+    from paradyse_lab.costmodel import strategy_work
 
     gqa, p, seq = replace(LLAMA, kv_heads=8), 8, 16384
     option = StrategyOption(name)
     with_term = schedule(gqa, "attention", option, seq, 1, p).transient_bytes
-    monkeypatch.setattr(schedules, "flash_gqa_grad_bytes", lambda *args: 0)
+    monkeypatch.setattr(strategy_work, "flash_gqa_grad_bytes", lambda *args: 0)
     without = schedule(gqa, "attention", option, seq, 1, p).transient_bytes
     monkeypatch.undo()
     n_keys = {"T": seq, "t": seq // p}[keys]
@@ -84,7 +84,8 @@ def test_transient_counts_flash_backwards_full_heads_dk_dv(monkeypatch, name, ke
     assert with_term - without == 2 * n_keys * width * gqa.dtype_bytes
     recomputed = StrategyOption(name, recompute=True)
     assert schedule(gqa, "attention", recomputed, seq, 1, p).transient_bytes >= with_term
-    assert schedules.flash_gqa_grad_bytes(schedules.Sublayer.of(LLAMA, "attention", seq, 1, p), seq, 64, 64) == 0
+    mha_attention = strategy_work.Sublayer.of(LLAMA, "attention", seq, 1, p)
+    assert strategy_work.flash_gqa_grad_bytes(mha_attention, seq, 64, 64) == 0
 
 
 def test_sublayer_plans_may_run_head_splitting_strategies_on_mlps_under_gqa():

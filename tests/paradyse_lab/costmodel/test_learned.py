@@ -8,7 +8,8 @@ import pytest
 from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.factory import build_cost_model
-from paradyse_lab.costmodel.learned_fit import LearnedCostModel, fit_profile_file, fit_profiles
+from paradyse_lab.costmodel.learned_fit import fit_profile_file, fit_profiles
+from paradyse_lab.costmodel.learned_model import LearnedCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
