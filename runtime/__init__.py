@@ -16,14 +16,14 @@ and calls traced), grad_reduce (gradients summed in fp32), comm_autograd (collec
 layout (zig-zag chunks, weight shards), attention (kernels with log-sum-exp), varlen (the same over the documents
 of a pack, with cumulative offsets), ring_attention, sublayer (the autograd node of one sub-layer), one file per
 strategy (megatron_ts, megatron_cz, ulysses_z, metp; zero3 holds the shared ZeRO-3 parts), model (ParallelGPT),
-reference (the single-device model, GPTConfig, GPT-2 conversion), hf_convert (Hugging Face LLaMA, Mistral and
-Qwen2 configs and state dicts), hf_weights and hf_export (Hugging Face folders in, by per-rank safetensors
-slices, and out), rope (rotary embeddings), packed (several documents in one sequence:
+reference (the single-device model, GPTConfig), hf_convert (Hugging Face GPT-2, LLaMA, Mistral and Qwen2
+configs and state dicts), hf_weights and hf_export (Hugging Face folders in, by per-rank safetensors slices,
+and out), rope (rotary embeddings), packed (several documents in one sequence:
 `pack_sequence(lengths, p)` and its `cu_seqlens`, which `model(ids, plan, labels, cu_seqlens=...)`,
 `shard_sequence(x, 1, group, cu)` and `gather_sequence` take: a pack is laid out per document); grouped (a global
 batch over groups of ranks of a 2-D device mesh, states in one world layout: docs/grouped_steps.md); train,
-train_inputs, launch, launcher, checkpoint and dcp_checkpoint (training; checkpoints that resume at any world
-size); comm_replay and fake_group (collectives checked without a process group). A library only: the commands,
+train_inputs, launch, launcher, checkpoint, dcp_checkpoint and dcp_entries (training; checkpoints that resume at
+any world size); comm_replay and fake_group (collectives checked without a process group). A library only: the commands,
 their options and the measurement applications (profile, calibrate, the GPU session) are the application's
 (paradyse_lab/cli/, paradyse_lab/app/; tests/test_import_layers.py).
 """

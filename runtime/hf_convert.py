@@ -1,7 +1,8 @@
-"""Hugging Face configs and LLaMA-family state dicts in the runtime's terms.
+"""Hugging Face configs and state dicts (GPT-2, LLaMA family) in the runtime's terms.
 
-Library module (no command); `ParallelGPT.from_hf_state_dict(config, state_dict)` uses it. Accepted:
-- GPT-2 (`model_type` 'gpt2', `GPT2LMHeadModel`; the conversion is reference.hf_to_state_dict);
+Library module (no command); `ParallelGPT.from_hf_state_dict(config, state_dict)` uses it (`hf_to_state_dict`).
+Accepted:
+- GPT-2 (`model_type` 'gpt2', `GPT2LMHeadModel`; Conv1D weights stored [in, out]: `hf_to_state_dict`);
 - LLaMA (`LlamaForCausalLM`, transformers' modeling_llama), Mistral (`MistralForCausalLM`, the same layer)
   and Qwen2 (`Qwen2ForCausalLM`: the same layer with biases on q, k, v only, `GPTConfig.qkv_bias`)
   with `hidden_act` 'silu', rotary embeddings unscaled or with Llama 3.1's scaling (`rope_scaling` null,
@@ -62,4 +63,25 @@ def llama_to_state_dict(state_dict: dict[str, torch.Tensor], cfg) -> dict[str, t
         out[dst + "mlp.b1"] = torch.cat([bias(n) for n in mlp])
         out[dst + "mlp.w2"] = sd[pre + "mlp.down_proj.weight"].t()  # [h, f] (out, in) -> [f, h] (in, out)
         out[dst + "mlp.b2"] = bias("mlp.down_proj")
+    return {k: v.detach().clone().float().contiguous() for k, v in out.items()}
+
+
+def hf_to_state_dict(state_dict: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """A Hugging Face `GPT2LMHeadModel` / `GPT2Model` (or, for a rotary `cfg`, `LlamaForCausalLM`:
+    `llama_to_state_dict`) state dict in the runtime's names (full tensors).
+    HF's Conv1D stores [in, out]: w1 = c_attn / c_fc weight transposed, w2 = c_proj weight as is."""
+    if cfg.rope:
+        return llama_to_state_dict(state_dict, cfg)
+    sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
+    out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "lnf_w": sd["ln_f.weight"], "lnf_b": sd["ln_f.bias"]}
+    for layer in range(cfg.layers):
+        pre = f"h.{layer}."
+        for ours, ln, first, second in (("attn", "ln_1", "attn.c_attn", "attn.c_proj"),
+                                        ("mlp", "ln_2", "mlp.c_fc", "mlp.c_proj")):
+            dst = f"layers.{layer}.{ours}."
+            out[dst + "ln_w"], out[dst + "ln_b"] = sd[pre + ln + ".weight"], sd[pre + ln + ".bias"]
+            out[dst + "w1"] = sd[pre + first + ".weight"].t()  # [h, n1] (in, out) -> [n1, h]
+            out[dst + "b1"] = sd[pre + first + ".bias"]
+            out[dst + "w2"] = sd[pre + second + ".weight"]  # [n2, h] (in, out)
+            out[dst + "b2"] = sd[pre + second + ".bias"]
     return {k: v.detach().clone().float().contiguous() for k, v in out.items()}

@@ -2,11 +2,13 @@
 
 Library module; the command is `paradyse-lab export-hf --checkpoint DIR --out HF_DIR`
 (paradyse_lab/cli/export_hf_command.py). The folder holds config.json (the config of the folder the run
-started from with --init-from, else one built from the model's shapes: runtime/hf_weights.hf_config) and the
+started from with --init-from, else one built from the model's shapes: `hf_config`) and the
 weights as fp32 safetensors: one `model.safetensors`, or, above `max_shard_bytes`, shards
 `model-0000K-of-0000N.safetensors` with `model.safetensors.index.json` (transformers' names and index format).
 transformers' `from_pretrained(HF_DIR)` loads it. The folder appears whole or not at all: it is written
 beside its target (`.HF_DIR.tmp-*`) and renamed; an existing non-empty HF_DIR is never written over.
+The tensors (`to_hf_state_dict`) are the inverse of `train --init-from`'s read: runtime/hf_weights.py's map
+(`tensor_sources`) says which rows of which Hugging Face tensor each runtime tensor is made of.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import torch
 
 from paradyse_lab.errors import UserInputError
+from runtime.hf_weights import Source, tensor_sources
 
 SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -80,11 +83,61 @@ def write_safetensors(tensors: dict[str, torch.Tensor], folder: Path, max_bytes:
     return names + ["model.safetensors.index.json"]
 
 
+def to_hf_state_dict(full: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """The inverse of the read: a full runtime state dict (every rank's shards joined, layout.gather) as a
+    Hugging Face causal LM's tensors (`model.` / `transformer.` names, `lm_head.weight` only when untied)."""
+    rows: dict[str, list[tuple[Source, torch.Tensor]]] = {}
+    for key, sources in tensor_sources(cfg).items():
+        offset = 0
+        for src in sources:
+            n = src.stop - src.start
+            rows.setdefault(src.name, []).append((src, full[key][offset:offset + n]))  # [n, ...] of [N, ...]
+            offset += n
+    prefix = "model." if cfg.rope else "transformer."
+    out = {}
+    for name, parts in rows.items():
+        height = max(src.stop for src, _ in parts)
+        value = torch.empty((height, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)  # runtime orientation
+        for src, block in parts:
+            value[src.start:src.stop] = block
+        transposed = parts[0][0].transposed
+        out[name if name == "lm_head.weight" else prefix + name] = (value.t() if transposed else value).contiguous()
+    return out
+
+
+def hf_config(cfg, original: dict | None = None) -> dict:
+    """A config.json transformers builds the model `cfg` from: `original` (the folder a run started from)
+    when given, else a `GPT2LMHeadModel` (learned positions) or a `LlamaForCausalLM` (`Qwen2ForCausalLM`
+    with q, k, v biases only) of these shapes."""
+    if original is not None:
+        return dict(original)
+    common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32", "tie_word_embeddings": cfg.tied}
+    if not cfg.rope:
+        return {**common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": cfg.hidden,
+                "n_head": cfg.heads, "n_layer": cfg.layers, "n_positions": cfg.max_positions,
+                "n_inner": cfg.ffn_hidden, "layer_norm_epsilon": cfg.eps, "activation_function": "gelu_new"}
+    qwen = cfg.qkv_bias and not cfg.bias
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_llama3 is not None:
+        factor, low, high, original_max = cfg.rope_llama3
+        rope = {"rope_type": "llama3", "rope_theta": cfg.rope_theta, "factor": factor, "low_freq_factor": low,
+                "high_freq_factor": high, "original_max_position_embeddings": original_max}
+    out = {**common, "model_type": "qwen2" if qwen else "llama",
+           "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"], "hidden_size": cfg.hidden,
+           "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
+           "num_hidden_layers": cfg.layers, "intermediate_size": cfg.ffn_hidden, "rms_norm_eps": cfg.eps,
+           "hidden_act": "silu",
+           "max_position_embeddings": cfg.max_positions or 131072,  # 0 (no limit here): Llama 3.1's context
+           "rope_theta": cfg.rope_theta, "rope_scaling": rope if cfg.rope_llama3 else None, "rope_parameters": rope}
+    if not qwen:
+        out.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
+    return out
+
+
 def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 * 10**9) -> dict:
     """Write the Hugging Face folder `out` from `checkpoint` (module docstring); returns what was written."""
     from paradyse_lab.atomic_write import _umask
     from runtime.dcp_checkpoint import config_of, read_full
-    from runtime.hf_weights import hf_config, to_hf_state_dict
     from runtime.reference import GPTConfig
 
     out = Path(out)

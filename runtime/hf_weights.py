@@ -1,14 +1,14 @@
-"""Hugging Face model folders in and out: each rank reads only its slices of the safetensors, and a full
-state dict goes back to a folder `from_pretrained` loads.
+"""Hugging Face model folders in: each rank reads only its slices of the safetensors (the way out, a full state
+dict back to a folder `from_pretrained` loads, is runtime/hf_export.py's, by the same map).
 
 Library module (no command; `train --init-from DIR` and `paradyse-lab export-hf` use it). A folder holds
 config.json and either one `model.safetensors` or shards named by `model.safetensors.index.json`'s
 `weight_map`. Accepted architectures: those of runtime/hf_convert.py (GPT-2, LLaMA, Mistral, Qwen2).
 
 The map (`tensor_sources`) says, for every runtime tensor, which rows of which Hugging Face tensors it is
-made of, in the runtime's orientation ([out, in] for w1, (in, out) for w2: hf_convert.py and
-reference.hf_to_state_dict spell the same conversion for full tensors). A sharded runtime tensor (w1, b1,
-w2 of a sub-layer) is cut as runtime/layout.py cuts it: block r of p of each row section (q | k | v,
+made of, in the runtime's orientation ([out, in] for w1, (in, out) for w2: hf_convert.py's
+`hf_to_state_dict` and `llama_to_state_dict` spell the same conversion for full tensors). A sharded runtime
+tensor (w1, b1, w2 of a sub-layer) is cut as runtime/layout.py cuts it: block r of p of each row section (q | k | v,
 gate | up), so rank r reads, with safetensors' `get_slice`, rows r*n/p..(r+1)*n/p of each section's source
 (columns when the source is stored transposed, e.g. LLaMA's o_proj [out, in] is w2 (in, out)); replicated
 tensors (embeddings, norms, head) are read whole. No rank reads another rank's rows.
@@ -231,57 +231,6 @@ def read_config(folder: str | Path, field: str = "--init-from") -> dict:
     if not isinstance(config, dict):
         raise UserInputError(f"{field}: {path} must hold a JSON object")
     return config
-
-
-def to_hf_state_dict(full: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
-    """The inverse of the read: a full runtime state dict (every rank's shards joined, layout.gather) as a
-    Hugging Face causal LM's tensors (`model.` / `transformer.` names, `lm_head.weight` only when untied)."""
-    rows: dict[str, list[tuple[Source, torch.Tensor]]] = {}
-    for key, sources in tensor_sources(cfg).items():
-        offset = 0
-        for src in sources:
-            n = src.stop - src.start
-            rows.setdefault(src.name, []).append((src, full[key][offset:offset + n]))  # [n, ...] of [N, ...]
-            offset += n
-    prefix = "model." if cfg.rope else "transformer."
-    out = {}
-    for name, parts in rows.items():
-        height = max(src.stop for src, _ in parts)
-        value = torch.empty((height, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)  # runtime orientation
-        for src, block in parts:
-            value[src.start:src.stop] = block
-        transposed = parts[0][0].transposed
-        out[name if name == "lm_head.weight" else prefix + name] = (value.t() if transposed else value).contiguous()
-    return out
-
-
-def hf_config(cfg, original: dict | None = None) -> dict:
-    """A config.json transformers builds the model `cfg` from: `original` (the folder a run started from)
-    when given, else a `GPT2LMHeadModel` (learned positions) or a `LlamaForCausalLM` (`Qwen2ForCausalLM`
-    with q, k, v biases only) of these shapes."""
-    if original is not None:
-        return dict(original)
-    common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32", "tie_word_embeddings": cfg.tied}
-    if not cfg.rope:
-        return {**common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": cfg.hidden,
-                "n_head": cfg.heads, "n_layer": cfg.layers, "n_positions": cfg.max_positions,
-                "n_inner": cfg.ffn_hidden, "layer_norm_epsilon": cfg.eps, "activation_function": "gelu_new"}
-    qwen = cfg.qkv_bias and not cfg.bias
-    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_llama3 is not None:
-        factor, low, high, original_max = cfg.rope_llama3
-        rope = {"rope_type": "llama3", "rope_theta": cfg.rope_theta, "factor": factor, "low_freq_factor": low,
-                "high_freq_factor": high, "original_max_position_embeddings": original_max}
-    out = {**common, "model_type": "qwen2" if qwen else "llama",
-           "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"], "hidden_size": cfg.hidden,
-           "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
-           "num_hidden_layers": cfg.layers, "intermediate_size": cfg.ffn_hidden, "rms_norm_eps": cfg.eps,
-           "hidden_act": "silu",
-           "max_position_embeddings": cfg.max_positions or 131072,  # 0 (no limit here): Llama 3.1's context
-           "rope_theta": cfg.rope_theta, "rope_scaling": rope if cfg.rope_llama3 else None, "rope_parameters": rope}
-    if not qwen:
-        out.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
-    return out
 
 
 def model_source(model: str, init_from: str) -> str:

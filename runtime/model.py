@@ -29,6 +29,7 @@ from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
 from runtime import comm, comm_autograd, comm_record, megatron_cz, megatron_ts, metp, ulysses_z
+from runtime.hf_convert import hf_to_state_dict
 from runtime.layout import (
     PARAM_NAMES,
     check_length,
@@ -40,7 +41,7 @@ from runtime.layout import (
 )
 from runtime.offload import Offloader
 from runtime.packed import check_cu_seqlens, document_of, local_documents
-from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict, norm
+from runtime.reference import GPTConfig, GPTParams, norm
 from runtime.sublayer import make_ctx, run_sublayer
 from runtime.tiled_loss import tiled_head_loss, whole_head_loss
 from runtime.tiled_mlp import run_tiled_mlp

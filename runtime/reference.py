@@ -1,4 +1,4 @@
-"""The single-device reference model (GPT-2- or LLaMA-shaped), its config, and GPT-2 state-dict conversion.
+"""The single-device reference model (GPT-2- or LLaMA-shaped) and its config.
 
 Library module (no command). GPT-2 (Radford et al. 2019; Hugging Face `GPT2LMHeadModel`): learned
 positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding and head, attention scale
@@ -210,29 +210,6 @@ def init_tensors(cfg: GPTConfig, seed: int = 0):
         elif key.endswith(".w2"):
             value.normal_(0.0, 0.02 / math.sqrt(2 * cfg.layers), generator=gen)
         yield key, value
-
-
-def hf_to_state_dict(state_dict: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """A Hugging Face `GPT2LMHeadModel` / `GPT2Model` (or, for a rotary `cfg`, `LlamaForCausalLM`: hf_convert.py)
-    state dict in the runtime's names (full tensors).
-    HF's Conv1D stores [in, out]: w1 = c_attn / c_fc weight transposed, w2 = c_proj weight as is."""
-    if cfg.rope:
-        from runtime.hf_convert import llama_to_state_dict
-
-        return llama_to_state_dict(state_dict, cfg)
-    sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-    out = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"], "lnf_w": sd["ln_f.weight"], "lnf_b": sd["ln_f.bias"]}
-    for layer in range(cfg.layers):
-        pre = f"h.{layer}."
-        for ours, ln, first, second in (("attn", "ln_1", "attn.c_attn", "attn.c_proj"),
-                                        ("mlp", "ln_2", "mlp.c_fc", "mlp.c_proj")):
-            dst = f"layers.{layer}.{ours}."
-            out[dst + "ln_w"], out[dst + "ln_b"] = sd[pre + ln + ".weight"], sd[pre + ln + ".bias"]
-            out[dst + "w1"] = sd[pre + first + ".weight"].t()  # [h, n1] (in, out) -> [n1, h]
-            out[dst + "b1"] = sd[pre + first + ".bias"]
-            out[dst + "w2"] = sd[pre + second + ".weight"]  # [n2, h] (in, out)
-            out[dst + "b2"] = sd[pre + second + ".bias"]
-    return {k: v.detach().clone().float().contiguous() for k, v in out.items()}
 
 
 def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:

@@ -13,10 +13,11 @@ from hf_folders import build, save
 from torch.testing import assert_close
 
 from paradyse_lab.errors import UserInputError
+from runtime.hf_convert import hf_to_state_dict
 from runtime.hf_weights import model_source, read_rank_state_dict
 from runtime.layout import shard_state_dict
 from runtime.model import ParallelGPT
-from runtime.reference import GPTConfig, GPTParams, hf_to_state_dict
+from runtime.reference import GPTConfig, GPTParams
 
 
 @pytest.fixture(autouse=True, scope="module")
