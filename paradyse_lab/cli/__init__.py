@@ -48,8 +48,8 @@ def _report(prog: str, err: BaseException) -> int:
 COMMAND_MODULES = {
     "catalog_commands": ("models", "clusters", "strategies"), "cost_command": ("cost",),
     "lengths_command": ("lengths", "workload"), "simulate_commands": ("simulate", "experiment"),
-    "costmodel_commands": ("ablate-costmodel", "synth-profile", "fit-costmodel", "paper-profile",
-                           "fit-calibration"),
+    "ablate_command": ("ablate-costmodel",),
+    "costmodel_commands": ("synth-profile", "fit-costmodel", "paper-profile", "fit-calibration"),
     "train_command": ("train",), "solver_commands": ("plan", "solve", "compare-solvers"),
     "bench_command": ("bench-solvers",), "reproduce_command": ("reproduce",), "profile_command": ("profile",),
     "calibrate_command": ("calibrate",), "validate_run_command": ("validate-run",),

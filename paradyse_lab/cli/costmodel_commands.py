@@ -1,8 +1,7 @@
-"""`ablate-costmodel`, `synth-profile`, `paper-profile`, `fit-costmodel`, `fit-calibration`: cost models
-from profiles.
+"""`synth-profile`, `paper-profile`, `fit-costmodel`, `fit-calibration`: profiles and cost models from
+them (`ablate-costmodel`, which compares the cost models on a profile: paradyse_lab/cli/ablate_command.py).
 
 Examples:
-    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv --format json
     paradyse-lab synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv
     paradyse-lab paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
     paradyse-lab fit-costmodel --kind hybrid --out hybrid.joblib   # then --plan-cost-model hybrid.joblib
@@ -12,8 +11,6 @@ Examples:
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
@@ -22,41 +19,8 @@ from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
 from paradyse_lab.options import integer, number
 
-DEFAULT_SIM = ("gpt", "grch38", 200)
-"""Regret is simulated on the paper's Table 5 setting: GPT on GRCh38."""
-
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "ablate-costmodel", help="accuracy and planning regret of the cost models on a profile",
-        description="Per cost model (analytic, the paper's hybrid random forest + polynomial, forest only, "
-        "polynomial only, analytic x learned residual) and strategy: MAPE of whole-model time and peak "
-        "memory on held-out lengths inside the profiled range (interp) and up to 2x beyond it (extrap): each "
-        "profiled curve is cut at half its longest length, the models fit below the cut. Regret: simulated "
-        "total time of the plans a model chooses (dynamic:dp, no smoothing, models fitted on the whole "
-        "profile), charged by the truth, over that of the plans the truth chooses, over the steps both "
-        "trained (1.0 = no loss). calibrated: the analytic model with four parameters per strategy fitted on "
-        "the same training rows; with two or more model shapes in the profile, also leave-one-shape-out: "
-        "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape).")
-    p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
-    p.add_argument("--cost-models", default="analytic,calibrated,hybrid,forest,polynomial,residual",
-                   help="comma-separated cost models to compare (default all)")
-    p.add_argument("--holdout-every", type=integer, default=4,
-                   help="hold out every Nth distinct length inside the range (default 4)")
-    p.add_argument("--cluster", default=None,
-                   help="cluster of the analytic model when the profile's device is not a preset (default: the "
-                   f"cluster.toml beside the profile, as `paradyse-lab calibrate` writes it, else {DEFAULT_CLUSTER})")
-    p.add_argument("--model", default=DEFAULT_SIM[0], help="transformer of the regret simulation (default gpt)")
-    p.add_argument("--dataset", default=DEFAULT_SIM[1], help="workload of the regret simulation (default grch38)")
-    p.add_argument("--size", type=integer, default=DEFAULT_SIM[2], help="sequences in the workload (default 200)")
-    p.add_argument("--seed", type=integer, default=0, help="workload sampling seed (default 0)")
-    p.add_argument("--solver", default="dp", help="solver of the dynamic policy (default dp)")
-    p.add_argument("--truth-cost-model", default="analytic", help="cost model that charges plans (default analytic)")
-    add_reserve_argument(p)
-    p.add_argument("--no-regret", action="store_true", help="skip the simulations (regret is then null)")
-    add_format_argument(p)
-    p.set_defaults(func=run_ablate)
-
     p = sub.add_parser(
         "synth-profile", help="write a synthetic profile: the analytic model with seeded noise (source=analytic)",
         description="Stand-in for GPU measurements: whole-model time and memory of each model and strategy over "
@@ -115,138 +79,11 @@ def register(sub) -> None:
     p.set_defaults(func=run_fit_calibration, out_file=True)
 
 
-def _profile_path(args) -> Path:
+def profile_path(args) -> Path:
+    """The profile CSV of `--profiles`, else the bundled profile of `--cluster`'s device."""
     from paradyse_lab.profiles import default_profile
 
     return Path(args.profiles) if args.profiles else default_profile(get_cluster(args.cluster).device)
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.2f}%"
-
-
-def run_ablate(args) -> int:
-    from paradyse_lab.costmodel.ablation import ABLATION_MODELS, accuracy
-    from paradyse_lab.errors import unknown_name
-    from paradyse_lab.profiles import profile_sources, read_profiles
-
-    started = time.perf_counter()
-    names = [n.strip() for n in args.cost_models.split(",") if n.strip()]
-    for n in names:
-        if n not in ABLATION_MODELS:
-            raise unknown_name("cost model in --cost-models", n, ABLATION_MODELS)
-    if not names:
-        raise UserInputError("--cost-models names no cost model")
-    size = require_positive_int("--size", args.size)
-    reserve_bytes(args)
-    if not args.profiles:
-        args.cluster = args.cluster or DEFAULT_CLUSTER
-    path = _profile_path(args)
-    df = read_profiles(path)
-    source = profile_sources(df)
-    args.cluster = args.cluster or _cluster_beside(df, path)
-    cluster = get_cluster(args.cluster)
-    summary, per_strategy = accuracy(df, names, cluster, args.holdout_every)
-    loso = _leave_one_shape_out(df, cluster, names)
-    runs = {}
-    if not args.no_regret:
-        try:
-            runs = _regret(args, names, path, size)
-        except UserInputError as err:
-            raise UserInputError(f"regret simulation: {err} (--model picks one of the profile's models: "
-                                 f"{', '.join(sorted(set(df['model'])))}; --no-regret skips it)") from None
-    models = {n: {**summary[n], "regret": runs[n]["regret"] if n in runs else None,
-                  "time_mape_leave_one_shape_out": loso[n]["time_mape_leave_one_shape_out"] if n in loso else None}
-              for n in names}
-    out = {
-        "models": models,
-        "leave_one_shape_out": loso,
-        "by_strategy": per_strategy.to_dict(orient="records"),
-        "regret_runs": runs,
-        "profile": str(path), "profile_source": source, "rows": len(df), "cluster": cluster.name,
-        "simulation": None if args.no_regret else {
-            "model": args.model, "dataset": args.dataset, "size": size, "seed": args.seed,
-            "policy": f"dynamic:{args.solver}", "smoothing": False, "truth_cost_model": args.truth_cost_model},
-        "wall_s": time.perf_counter() - started,
-    }
-    if args.format == "json":
-        print_json(out)
-        return 0
-    print(f"profile {path} ({len(df)} rows, source={source})")
-    rows = [[n, _pct(m["time_mape_interp"]), _pct(m["time_mape_extrap"]), _pct(m["mem_mape_interp"]),
-             _pct(m["mem_mape_extrap"]), "-" if m["regret"] is None else f"{m['regret']:.4f}"]
-            for n, m in models.items()]
-    print_table(["cost model", "time interp", "time extrap", "mem interp", "mem extrap", "regret"], rows)
-    print()
-    rows = [[r["model"], r["strategy"]] + [_pct(r[k]) for k in ("time_mape_interp", "time_mape_extrap",
-                                                                   "mem_mape_interp", "mem_mape_extrap")]
-            for r in out["by_strategy"]]
-    print_table(["cost model", "strategy", "time interp", "time extrap", "mem interp", "mem extrap"], rows)
-    bands = list(next(iter(models.values()))["time_mape_by_band"])
-    print()
-    print_table(["cost model"] + [f"time {b}" for b in bands],
-                [[n] + [_pct(m["time_mape_by_band"].get(b)) for b in bands] for n, m in models.items()])
-    if loso:
-        print()
-        strategies = sorted(next(iter(loso.values()))["by_strategy"])
-        loso_bands = list(next(iter(loso.values()))["by_band"])
-        print_table(["leave one shape out", "mean"] + strategies + loso_bands,
-                    [[n, _pct(r["time_mape_leave_one_shape_out"])] + [_pct(r["by_strategy"][s]) for s in strategies]
-                     + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
-    if runs:
-        print()
-        rows = [[n, r["steps"], r["truth_steps"], f"{r['time_s']:.1f}", f"{r['truth_time_s']:.1f}",
-                 r["max_len"], r["oom_at_seq_len"] or "-"] for n, r in runs.items()]
-        print_table(["plan cost model", "steps", "truth steps", "time s", "truth time s", "max len", "OOM at"], rows)
-        print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
-              f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
-    return 0
-
-
-def _cluster_beside(df, path: Path) -> str:
-    """The cluster of a profile taken on a machine that is no preset: the cluster.toml `paradyse-lab calibrate`
-    writes beside it, else the default preset."""
-    from paradyse_lab.cluster_presets import PRESETS
-
-    sibling = Path(path).parent / "cluster.toml"
-    if not set(df["device"]) <= set(PRESETS) and sibling.is_file():
-        return str(sibling)
-    return DEFAULT_CLUSTER
-
-
-def _leave_one_shape_out(df, cluster, names) -> dict:
-    """Leave-one-shape-out time accuracy of the analytic and calibrated models (empty with one shape)."""
-    from paradyse_lab.costmodel.calibration import SHAPE_COLUMNS, leave_one_shape_out, loso_summary
-    from paradyse_lab.costmodel.learned_fit import profile_cluster
-
-    wanted = [n for n in ("analytic", "calibrated") if n in names]
-    if not wanted or len(df[list(SHAPE_COLUMNS)].drop_duplicates()) < 2:
-        return {}
-    return loso_summary(leave_one_shape_out(df, profile_cluster(df, cluster)), wanted)
-
-
-def _regret(args, names, path: Path, size: int) -> dict:
-    """Per plan cost model: the truth-charged run against the truth-planned run (common trained steps)."""
-    from simulator.experiments import Setup, run_one
-    from simulator.run_metrics import summarize, time_to_reach
-
-    setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
-                  profiles=str(path))
-    policy = f"dynamic:{args.solver}"
-    truth = args.truth_cost_model
-    kw = {"smoothing": False, "truth_cost_model": truth, "progress": sys.stderr.isatty()}
-    base = run_one(setup, args.model, args.dataset, policy, plan_cost_model=truth, **kw)
-    base_s = summarize(base, args.model, args.dataset, policy)
-    out = {}
-    for n in names:
-        rows = base if n == truth else run_one(setup, args.model, args.dataset, policy, plan_cost_model=n, **kw)
-        s = summarize(rows, args.model, args.dataset, policy)
-        common = min(s.steps, base_s.steps)
-        t_model, t_truth = time_to_reach(rows, common), time_to_reach(base, common)
-        out[n] = {"regret": t_model / t_truth if t_truth else None, "steps": s.steps, "truth_steps": base_s.steps,
-                  "time_s": s.total_time_s, "truth_time_s": base_s.total_time_s, "common_steps": common,
-                  "max_len": s.max_seq_len_trained, "oom_at_seq_len": s.oom_at_seq_len}
-    return out
 
 
 def run_synth(args) -> int:
@@ -287,7 +124,7 @@ def run_fit(args) -> int:
 
     if args.kind not in LEARNED_KINDS:
         raise unknown_name("--kind", args.kind, LEARNED_KINDS)
-    path = _profile_path(args)
+    path = profile_path(args)
     fitted = fit_profiles(args.kind, read_profiles(path), get_cluster(args.cluster), source_name=str(path))
     out = fitted.save(args.out)
     print(f"wrote {out}: {fitted.label}, fitted on {fitted.n_rows} rows of {path}")

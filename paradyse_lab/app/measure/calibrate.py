@@ -76,7 +76,7 @@ SETTINGS_FILE = "calibrate.json"
 
 def provenance(device, opts: CalibrateOptions, p: int) -> dict:
     """The cluster file's [provenance] table: host, device, software, platform, date and the command."""
-    from paradyse_lab.app.measure.profiler import device_name
+    from paradyse_lab.app.measure.profile_setup import device_name
     from paradyse_lab.software_versions import software_versions, versions_text
 
     return {"host": socket.gethostname(), "device": device_name(device),
@@ -159,6 +159,27 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     state = agree(state, group)
     if bar is not None:
         bar.set_postfix_str("profile")
+    skipped = _profile_stage(opts, out, lengths, budget, group, bar)
+    if bar is not None:
+        bar.close()
+    if rank != 0:
+        return None
+    state["skipped"] = skipped
+    state["lengths"] = lengths
+    state["wall_s"] = state.get("wall_s", 0.0) + time.perf_counter() - budget.start
+    state = _mark(out, state, "profile")
+    return state
+
+
+def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, group, bar) -> list[str]:
+    """Stage 3 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
+    rewriting the file after each; the points skipped, as 'option@length: reason'."""
+    import pandas as pd
+
+    from runtime import comm
+    from runtime.launch import agree
+
+    rank = comm.rank(group)
     done = {}
     if rank == 0 and (out / "profile.csv").is_file():
         done = {(option_name(r), int(r["seq_len"])): r for r in pd.read_csv(out / "profile.csv", dtype=str,
@@ -174,20 +195,11 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
                 df[c] = df[c].astype(float)
             write_rows_atomic(df, str(out / "profile.csv"))
 
-    skipped = measure_profile(opts, lengths, budget, group, bar, done, write)
-    if bar is not None:
-        bar.close()
-    if rank != 0:
-        return None
-    state["skipped"] = skipped
-    state["lengths"] = lengths
-    state["wall_s"] = state.get("wall_s", 0.0) + time.perf_counter() - budget.start
-    state = _mark(out, state, "profile")
-    return state
+    return measure_profile(opts, lengths, budget, group, bar, done, write)
 
 
 def _gpu_name(device) -> str:
-    from paradyse_lab.app.measure.profiler import device_name
+    from paradyse_lab.app.measure.profile_setup import device_name
 
     return device_name(device)
 

@@ -45,7 +45,7 @@ class Context:
 def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Context:
     import torch
 
-    from paradyse_lab.app.measure.profiler import device_name
+    from paradyse_lab.app.measure.profile_setup import device_name
 
     cuda = device.type == "cuda"
     name = device_name(device) if cuda else "cpu"
