@@ -36,13 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.problem_checks import INT64_MAX, finite_seconds, is_int, matrix, nonneg_int
 
 JSON_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "switch_s", "fixed_bytes",
                "budget_bytes", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
-INT64_MAX = 2**63 - 1
-"""Byte counts are exact int64."""
-FLOAT64_MAX = int(np.finfo(np.float64).max)
-"""Seconds are float64: a larger JSON integer cannot be converted."""
 REQUIRED_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "fixed_bytes", "budget_bytes")
 OPTIONAL_FIELDS = ("switch_s", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
 """May be left out (module docstring gives the defaults), never given as null."""
@@ -92,22 +89,22 @@ class SearchProblem:
         O = len(self.options)
         if O == 0 or len(set(self.options)) != O:
             raise UserInputError(f"options must be a non-empty list of distinct names, got {list(self.options)}")
-        set_(self, "time_s", _matrix("time_s", self.time_s, "number", layers, O))
+        set_(self, "time_s", matrix("time_s", self.time_s, "number", layers, O))
         L = self.time_s.shape[0]
         if L == 0:
             raise UserInputError("layers must be a positive integer, got 0")
-        set_(self, "kept_bytes", _matrix("kept_bytes", self.kept_bytes, "int", L, O))
-        set_(self, "transient_bytes", _matrix("transient_bytes", self.transient_bytes, "int", L, O))
+        set_(self, "kept_bytes", matrix("kept_bytes", self.kept_bytes, "int", L, O))
+        set_(self, "transient_bytes", matrix("transient_bytes", self.transient_bytes, "int", L, O))
         sw = np.zeros((O, O)) if self.switch_s is None else self.switch_s
-        set_(self, "switch_s", _matrix("switch_s", sw, "number", O, O))
+        set_(self, "switch_s", matrix("switch_s", sw, "number", O, O))
         if np.diag(self.switch_s).any():
             raise UserInputError("switch_s must have a zero diagonal (keeping an option costs no switch)")
         for name in ("fixed_bytes", "budget_bytes", "fixed_transient_bytes"):
-            set_(self, name, _nonneg_int(name, getattr(self, name)))
-        set_(self, "fixed_time_s", _finite_seconds("fixed_time_s", self.fixed_time_s))
+            set_(self, name, nonneg_int(name, getattr(self, name)))
+        set_(self, "fixed_time_s", finite_seconds("fixed_time_s", self.fixed_time_s))
         chain = tuple((i, i + 1) for i in range(L - 1))
         if self.edges is not None and not (isinstance(self.edges, (list, tuple)) and all(
-                isinstance(e, (list, tuple)) and len(e) == 2 and all(_is_int(x) for x in e) for e in self.edges)):
+                isinstance(e, (list, tuple)) and len(e) == 2 and all(is_int(x) for x in e) for e in self.edges)):
             raise UserInputError("edges must be a list of [int, int] pairs")
         edges = chain if self.edges is None else tuple((int(a), int(b)) for a, b in self.edges)
         for a, b in edges:
@@ -291,65 +288,3 @@ class SearchProblem:
     def __repr__(self) -> str:
         return (f"SearchProblem({self.num_decisions} decisions x {self.num_options} options, "
                 f"budget {self.budget_bytes} B, fixed {self.fixed_bytes} B)")
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _finite_seconds(field_name: str, value) -> float:
-    """A number of seconds: finite, >= 0 and within float64 (a JSON integer may be of any size)."""
-    seconds = None
-    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
-        try:
-            seconds = float(value)
-        except OverflowError:
-            raise UserInputError(f"{field_name} must be a finite number >= 0, got an integer of "
-                                 f"{len(str(abs(int(value))))} digits (past float64)") from None
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise UserInputError(f"{field_name} must be a finite number >= 0, got {value!r}")
-    return seconds
-
-
-def _nonneg_int(field_name: str, value) -> int:
-    if isinstance(value, (np.integer,)):
-        value = int(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not _is_int(value) or value < 0 or value > INT64_MAX:
-        raise UserInputError(f"{field_name} must be an integer from 0 to 2**63 - 1, got {value!r}")
-    return value
-
-
-def _matrix(name: str, value, kind: str, rows: int | None, cols: int) -> np.ndarray:
-    """`value` (a list of rows, as JSON gives it, or an array) as a read-only [rows, cols] copy of finite
-    values >= 0: int64 when kind is 'int', else float64. rows None: any positive count."""
-    dtype = np.int64 if kind == "int" else np.float64
-    what = (f"{name} must be a list of {rows if rows is not None else 'L'} rows of {cols} "
-            f"{'integers' if kind == 'int' else 'numbers'}")
-    if isinstance(value, np.ndarray):
-        if value.ndim != 2 or value.shape[1] != cols or (rows is not None and value.shape[0] != rows):
-            raise UserInputError(f"{what} (got an array of shape {list(value.shape)})")
-        if kind == "int" and value.dtype.kind == "f" and not np.all(np.mod(value[np.isfinite(value)], 1) == 0):
-            raise UserInputError(f"{what} (got fractional values)")
-    else:
-        if not isinstance(value, (list, tuple)) or (rows is not None and len(value) != rows):
-            got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-            raise UserInputError(f"{what} (got {got} rows)")
-        for i, row in enumerate(value):
-            if not isinstance(row, (list, tuple, np.ndarray)) or len(row) != cols:
-                has = len(row) if isinstance(row, (list, tuple, np.ndarray)) else "no list"
-                raise UserInputError(f"{what} (row {i} has {has})")
-            for j, x in enumerate(row):
-                ok = _is_int(x) or (isinstance(x, (float, np.floating)) and (kind != "int" or float(x).is_integer()))
-                if kind == "int" and ok and not -INT64_MAX <= x <= INT64_MAX:
-                    raise UserInputError(f"{name}[{i}][{j}] is {x!r}, past 2**63 - 1 bytes")
-                if kind != "int" and _is_int(x) and abs(x) > FLOAT64_MAX:
-                    raise UserInputError(f"{what} ({name}[{i}][{j}] is an integer of {len(str(abs(int(x))))} "
-                                         "digits, past float64)")
-                if not ok:
-                    raise UserInputError(f"{what} ({name}[{i}][{j}] is {x!r})")
-    arr = np.array(value, dtype=dtype, copy=True).reshape(-1, cols)  # [rows, cols]
-    if not np.all(np.isfinite(arr)) or (arr < 0).any():
-        raise UserInputError(f"{name} must hold finite values >= 0")
-    return arr

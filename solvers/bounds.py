@@ -8,8 +8,8 @@ lam >= 0, every plan whose kept bytes fit has time >= min over plans of (time + 
 - lam * B (weak duality). Without switch costs the min is per decision; with them it is a Viterbi pass
 over the chain (`cost_to_go`).
 
-The compiled kernels (solvers/kernels.py: numba, ~1 CPU s to import) are imported by the functions that call
-them: `CapTable` is numpy only, and the ILP (solvers/ilp.py), which uses nothing else here, never loads numba.
+The compiled kernels (solvers/bound_kernels.py: numba, ~1 CPU s to import) are imported by the functions that
+call them: `CapTable` is numpy only, and the ILP (solvers/ilp.py), which uses nothing else here, never loads numba.
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     subgradient finds the best such bound; the plan minimising time + lambda * kept at the upper end of
     the bracket fits, the one at the lower end does not (unless the budget does not bind: then both are
     the fastest plan). `times` holds inf where an option is not allowed; some plan must fit.
-    (Compiled: `solvers.kernels.lagrangian_dual`.)
+    (Compiled: `solvers.bound_kernels.lagrangian_dual`.)
     """
-    from solvers.kernels import lagrangian_dual, writable
+    from solvers.bound_kernels import lagrangian_dual
+    from solvers.kernels import writable
 
     lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
                                                       int(kept_budget), int(iterations))
@@ -112,7 +113,8 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
-    from solvers.kernels import capped_viterbi_totals, writable
+    from solvers.bound_kernels import capped_viterbi_totals
+    from solvers.kernels import writable
 
     least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
                                   writable(problem.effective_transient, np.int64),
@@ -133,13 +135,14 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
 
     `switch` is None (no switch costs: the result does not depend on l's option), one [O, O] matrix for
     every step, or [L, O, O] per step (step l charged from decision l - 1 into l). With switches it is a
-    backward Viterbi pass (`solvers.kernels.viterbi_to_go`).
+    backward Viterbi pass (`solvers.bound_kernels.viterbi_to_go`).
     """
     if switch is None:
         out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
-    from solvers.kernels import viterbi_to_go, writable
+    from solvers.bound_kernels import viterbi_to_go
+    from solvers.kernels import writable
 
     return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
@@ -151,6 +154,7 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
-    from solvers.kernels import viterbi_to_come, writable
+    from solvers.bound_kernels import viterbi_to_come
+    from solvers.kernels import writable
 
     return viterbi_to_come(writable(values, np.float64), _steps(switch))

@@ -111,11 +111,17 @@ def pytest_runtest_teardown(item, nextitem):
         gc.freeze()
 
 
+KERNEL_INDEXES = {"kernels.py": "kernels.pareto_pass-*.nbi", "bound_kernels.py": "bound_kernels.lagrangian_dual-*.nbi"}
+"""Each file of compiled kernels (solvers/) and the index files of one of its kernels in numba's cache."""
+
+
 def _kernels_cached() -> bool:
-    """Whether numba's cache of solvers/kernels.py looks current (an index file newer than the source)."""
-    source = ROOT / "solvers" / "kernels.py"
-    return any(index.stat().st_mtime >= source.stat().st_mtime
-               for index in (ROOT / "solvers" / "__pycache__").glob("kernels.pareto_pass-*.nbi"))
+    """Whether numba's cache of solvers/kernels.py and solvers/bound_kernels.py looks current: for each file, an
+    index file newer than the source."""
+    folder = ROOT / "solvers"
+    return all(any(index.stat().st_mtime >= (folder / source).stat().st_mtime
+                   for index in (folder / "__pycache__").glob(pattern))
+               for source, pattern in KERNEL_INDEXES.items())
 
 
 def compile_packages() -> None:

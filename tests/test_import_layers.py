@@ -220,7 +220,7 @@ import paradyse_lab
 assert metadata_before or "importlib.metadata" not in sys.modules, "import paradyse_lab read its version"
 assert paradyse_lab.__version__
 import solvers.ilp, solvers.heuristic, solvers.greedy
-print(" ".join(m for m in ("numba", "solvers.kernels") if m in sys.modules))
+print(" ".join(m for m in ("numba", "solvers.kernels", "solvers.bound_kernels") if m in sys.modules))
 for package in ("solvers", "simulator"):
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
         importlib.import_module(info.name)
@@ -246,8 +246,8 @@ def test_a_lazy_package_getattr_is_not_an_import_of_the_package(tmp_path):
 def test_solvers_and_simulator_load_alone():
     """Importing every module of `solvers` and `simulator` (one fresh interpreter) loads neither torch nor
     the runtime, the figures or the application, whatever way the modules import; the solvers that use no
-    compiled kernel (ilp, heuristic, greedy), imported first, load neither numba nor solvers/kernels.py (~1 CPU s
-    for every `simulate --policy dynamic:ilp`)."""
+    compiled kernel (ilp, heuristic, greedy), imported first, load neither numba nor the kernels
+    (solvers/kernels.py, solvers/bound_kernels.py: ~1 CPU s for every `simulate --policy dynamic:ilp`)."""
     done = subprocess.run([sys.executable, "-c", LOAD_ALONE], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,5 @@
-"""The compiled kernels (`solvers.kernels`) through their wrappers in `solvers.bounds`, against brute force."""
+"""The compiled kernels (`solvers.kernels`, `solvers.bound_kernels`) through their wrappers in `solvers.bounds`,
+against brute force."""
 
 import itertools
 
@@ -73,7 +74,7 @@ def test_lagrangian_bounds_are_below_the_optimum_and_their_plans_fit(seed):
 def test_each_kernel_has_one_specialisation_the_warm_up_made():
     """Real solves reuse what `warm_up` compiled: a second signature would be compiled on first use and
     timed as part of a solve."""
-    from solvers import kernels
+    from solvers import bound_kernels, kernels
     from solvers.dp import DPSolver
     from solvers.instances import model_problem
 
@@ -82,9 +83,11 @@ def test_each_kernel_has_one_specialisation_the_warm_up_made():
     for problem in (random_problem(rng, 30, 6), random_problem(rng, 30, 6, switch=True),
                     model_problem(rng, "gpt", 6, 131072, True, "sublayer")):
         DPSolver().solve(problem)
-    for name in ("lagrangian_dual", "viterbi_to_go", "viterbi_to_come", "capped_viterbi_totals",
-                 "keep_across_options", "pareto_pass"):
-        assert len(getattr(kernels, name).signatures) == 1, name
+    for module, names in ((bound_kernels, ("lagrangian_dual", "viterbi_to_go", "viterbi_to_come",
+                                           "capped_viterbi_totals")),
+                          (kernels, ("keep_across_options", "pareto_pass"))):
+        for name in names:
+            assert len(getattr(module, name).signatures) == 1, name
 
 
 def test_orderings_sort_and_select_like_numpy():

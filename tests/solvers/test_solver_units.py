@@ -143,7 +143,7 @@ def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
 def test_dp_reduction_keeps_every_plan_time(switch):
     """Decisions left with one option become constants; the switch costs to and from them are folded into
     their free neighbours' times, so a plan's time is the same in the reduced chain."""
-    from solvers.dp import reduce_constants
+    from solvers.dp_pass import reduce_constants
     from solvers.instances import random_problem
 
     rng = np.random.default_rng(1)
