@@ -10,7 +10,7 @@ Layout under DIR:
     DIR/latest                                     the name of the newest complete checkpoint
 
 What is saved: every trained tensor (the fp32 master weights on GPU, the weights on CPU) and AdamW's two
-moments of each, as global tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/layout.py) are not
+moments of each, as global tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/weight_shards.py) are not
 one contiguous block per rank: rank r holds row block r of each row section (q | k | v, gate | up). So each
 section is its own DCP tensor, saved as a `DTensor` sharded by rows (`Shard(0)`) over the ranks; replicated
 tensors (embeddings, norms, head) are plain tensors, which DCP writes once. Loading builds the same global
@@ -43,7 +43,7 @@ from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
-from runtime.layout import SHARDED, VOCAB_ROWS, row_sections
+from runtime.weight_shards import SHARDED, VOCAB_ROWS, row_sections
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}
