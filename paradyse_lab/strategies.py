@@ -24,7 +24,7 @@ catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
-(runtime/layout.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
+(runtime/weight_shards.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
 """
 

@@ -8,13 +8,12 @@ Backends, chosen per call by `backend(q)` (a fused backend that raises an error 
 falls back to the next one, exact math last, with a warning; an out-of-memory error is re-raised and
 disables nothing; `kernels_used()` says which kernel ran, and profile rows record it):
 - 'flash_attn': the flash-attn package (Dao et al., FlashAttention-2) when installed, CUDA, fp16/bf16;
-  the call conventions of releases 2.5 to 2.8 (`FA_FORWARD_ARGS`), q, k, v, o, dO passed as strided
-  [b, s, H, d] views of the [b, H, s, d] tensors (flash-attn needs only stride(-1) == 1: no copies);
-- 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
+- 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit
+  (these two and their call conventions: runtime/flash_kernels.py);
 - 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a mask (tests
   compare against it; no runtime path passes one): on CUDA such calls are recorded as 'math-masked' and warned
   about once (`MASKED_FALLBACK`).
-Packed sequences (runtime/packed.py) over a whole sequence (megatron_ts, ulysses_z: `gathered_attention_*`)
+Packed sequences (runtime/packed.py) over a whole sequence (megatron_ts, ulysses_z: runtime/gathered_attention.py)
 run the varlen kernels of runtime/varlen.py with the pack's offsets instead: no [s, s] buffer.
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
 backpropagate each block with the global softmax normaliser (FlashAttention-2 algorithm 2:
@@ -24,22 +23,18 @@ P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import warnings
 
 import torch
 
-try:  # optional GPU dependency
-    from flash_attn import flash_attn_interface as _fa  # type: ignore
-except Exception:  # noqa: BLE001 - any import failure means "not available"
-    _fa = None
+from runtime import flash_kernels
 
 
 def backend(q: torch.Tensor) -> str:
     """Which kernel `attention_forward` uses for `q`."""
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        return "flash_attn" if _fa is not None else "sdpa_flash"
+        return "flash_attn" if flash_kernels._fa is not None else "sdpa_flash"
     return "math"
 
 
@@ -103,109 +98,10 @@ def _math_backward(do, q, k, v, o, lse, causal, scale, mask=None):
     return dq.view(b, hh, sq, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-# --- CUDA kernels --------------------------------------------------------------------------------------
-
-FA_FORWARD_ARGS = {
-    "2.5": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "alibi_slopes",
-            "return_softmax"),
-    "2.6": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
-            "return_softmax"),
-    "2.7": ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size_left", "window_size_right",
-            "softcap", "alibi_slopes", "return_softmax"),
-}
-"""Positional parameters of flash-attn's `_flash_attn_forward` by release (flash_attn/flash_attn_interface.py of
-flash-attn 2.5, 2.6 and 2.7; 2.8 keeps 2.7's parameters and renames the op namespace to `flash_attn::`).
-2.5 and 2.6 return (out, q, k, v, out_padded, softmax_lse, S_dmask, rng_state); 2.7 and later are
-`torch.library.custom_op` objects (signature `(*args, **kwargs)`) returning (out, softmax_lse, S_dmask,
-rng_state)."""
-FA_BACKWARD_ARGS = {
-    "2.5": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
-            "window_size", "alibi_slopes", "deterministic", "rng_state"),
-    "2.6": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
-            "window_size", "softcap", "alibi_slopes", "deterministic", "rng_state"),
-    "2.7": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "dropout_p", "softmax_scale", "causal",
-            "window_size_left", "window_size_right", "softcap", "alibi_slopes", "deterministic", "rng_state"),
-}
-"""Positional parameters of `_flash_attn_backward` (writes dq, dk, dv in place in every release)."""
-
-
-def fa_parameter_names(fn, table: dict, version: str | None = None) -> tuple[str, ...]:
-    """The parameter names of a flash-attn internal: its Python signature (2.5, 2.6); the schema of a
-    `torch.library.custom_op` (2.7+, whose Python signature is `(*args, **kwargs)`); else the table row of
-    the installed release (`flash_attn.__version__`)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        params = ()
-    names = tuple(q.name for q in params if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD))
-    if names:
-        return names
-    schema = getattr(getattr(fn, "_opoverload", None), "_schema", None) or getattr(fn, "_schema", None)
-    if schema is not None:
-        return tuple(a.name for a in schema.arguments)
-    major_minor = ".".join(str(version or _fa_version()).split(".")[:2])
-    return table.get(major_minor) or table["2.7"]
-
-
-def _fa_version() -> str:
-    try:
-        import flash_attn  # type: ignore
-
-        return str(flash_attn.__version__)
-    except Exception:  # noqa: BLE001 - version unknown: the newest call convention
-        return "2.7"
-
-
-def _call_positional(fn, table: dict, values: dict):
-    """Call `fn` with `values` placed positionally by its parameter names (every name must be known)."""
-    names = fa_parameter_names(fn, table)
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise TypeError(f"{getattr(fn, '__name__', fn)}: unknown flash-attn parameters {missing}")
-    return fn(*(values[n] for n in names))
-
-
-def _fa_forward(q, k, v, causal, scale):
-    # [b,H,s,d] -> [b,s,H,d] as strided views, no copy: flash-attn needs only stride(-1) == 1
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    res = _call_positional(_fa._flash_attn_forward, FA_FORWARD_ARGS, dict(
-        q=qt, k=kt, v=vt, dropout_p=0.0, softmax_scale=scale, causal=causal, window_size=(-1, -1),
-        window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None, return_softmax=False))
-    out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])  # 2.5/2.6: 8 values; 2.7+: 4
-    return out.transpose(1, 2), lse  # [b,s,H,d] -> [b,H,s,d]
-
-
-def _fa_backward(do, q, k, v, o, lse, causal, scale):
-    # [b,H,s,d] -> [b,s,H,d] as strided views, no copy (stride(-1) == 1 is all flash-attn needs)
-    qt, kt, vt, ot, dot = (x.transpose(1, 2) for x in (q, k, v, o, do))
-    # gradients allocated [b,H,s,d]-contiguous and viewed as [b,s,H,d]: the returned views are contiguous
-    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format).transpose(1, 2) for x in (q, k, v))
-    _call_positional(_fa._flash_attn_backward, FA_BACKWARD_ARGS, dict(
-        dout=dot, q=qt, k=kt, v=vt, out=ot, softmax_lse=lse.contiguous(), dq=dq, dk=dk, dv=dv, dropout_p=0.0,
-        softmax_scale=scale, causal=causal, window_size=(-1, -1), window_size_left=-1, window_size_right=-1,
-        softcap=0.0, alibi_slopes=None, deterministic=False, rng_state=None))
-    return tuple(x.transpose(1, 2) for x in (dq, dk, dv))  # [b,s,H,d] -> [b,H,s,d]
-
-
-def _sdpa_forward(q, k, v, causal, scale):
-    q, k, v = (x.contiguous() for x in (q, k, v))
-    res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
-    return res[0], res[1]  # out [b,H,s,d], lse [b,H,s]
-
-
-def _sdpa_backward(do, q, k, v, o, lse, causal, scale):
-    q, k, v, o = (x.contiguous() for x in (q, k, v, o))
-    sq, sk = q.shape[2], k.shape[2]
-    zero = torch.zeros((), dtype=torch.int64, device=q.device)
-    # philox seed / offset are unused with dropout 0; their dtype/device vary across versions.
-    res = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        do.contiguous(), q, k, v, o, lse.contiguous(), None, None, sq, sk, 0.0, causal, zero, zero, scale=scale)
-    return res[0], res[1], res[2]
-
-
 # --- public API ----------------------------------------------------------------------------------------
 
-_KERNELS = {"flash_attn": (_fa_forward, _fa_backward), "sdpa_flash": (_sdpa_forward, _sdpa_backward),
+_KERNELS = {"flash_attn": (flash_kernels.fa_forward, flash_kernels.fa_backward),
+            "sdpa_flash": (flash_kernels.sdpa_forward, flash_kernels.sdpa_backward),
             "math": (_math_forward, _math_backward)}
 _BROKEN: set[str] = set()
 """Fused backends that raised once with an error other than out-of-memory (an unsupported shape or
@@ -321,7 +217,7 @@ def merge_partials(out, lse, block_out, block_lse):
     lse.copy_(new_lse)
 
 
-# --- attention over a rank-major gathered sequence (megatron_ts, ulysses_z) ----------------------------
+# --- heads: [b, s, heads*d] <-> [b, heads, s, d] -------------------------------------------------------
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """[b, s, heads*d] -> [b, heads, s, d]."""
@@ -333,45 +229,3 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """[b, heads, s, d] -> [b, s, heads*d]."""
     b, hh, s, d = x.shape
     return x.transpose(1, 2).reshape(b, s, hh * d)  # [b, heads, s, d] -> [b, s, heads, d] -> [b, s, heads*d]
-
-
-def _pack_attention(which: int, causal: bool, cu_seqlens, *args):
-    """`attention_forward` / `attention_backward` (which 0 / 1) over a whole sequence in natural order, or,
-    for a pack (`cu_seqlens` [n + 1], runtime/packed.py), the varlen kernels over its documents (runtime/varlen.py:
-    no [s, s] buffer)."""
-    if cu_seqlens is None:
-        return (attention_forward, attention_backward)[which](*args, causal)
-    from runtime.varlen import host_offsets, varlen_backward, varlen_forward
-
-    cu = host_offsets(cu_seqlens)
-    return (varlen_forward, varlen_backward)[which](*args, cu, cu, causal)
-
-
-def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, order: torch.Tensor,
-                               causal: bool, cu_seqlens=None):
-    """Attention of `heads` query heads over a whole sequence given in rank-major gathered order.
-    q [b, s, heads*d], k, v [b, s, kv*d] (kv heads dividing `heads`) -> (out [b, s, heads*d] in gathered
-    order, saved for backward). `order` (layout.natural_order) puts the tokens in natural order for the
-    causal mask; `cu_seqlens` [n + 1] confines attention to each document of a pack (runtime/packed.py)."""
-    d = q.shape[-1] // heads
-    q, k, v = (split_heads(x.index_select(1, order), x.shape[-1] // d) for x in (q, k, v))  # natural, [b,n,s,d]
-    o, lse = _pack_attention(0, causal, cu_seqlens, q, k, v)
-    return gathered_output(o, order), (q, k, v, o, lse)
-
-
-def gathered_output(o: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """The attention output o [b, heads, s, d] in natural order as [b, s, heads*d] in gathered order
-    (a local permutation: callers keep o for the kernel's backward and re-derive this from it)."""
-    nat = merge_heads(o)  # [b, heads, s, d] -> [b, s, heads*d], natural order
-    out = torch.empty_like(nat)
-    out.index_copy_(1, order, nat)  # natural -> gathered token order
-    return out
-
-
-def gathered_attention_backward(dout: torch.Tensor, saved, order: torch.Tensor, causal: bool, cu_seqlens=None):
-    """(dq [b, s, heads*d], dk, dv [b, s, kv*d]) in gathered order from dout [b, s, heads*d] in gathered
-    order."""
-    q, k, v, o, lse = saved
-    do = split_heads(dout.index_select(1, order), q.shape[1])  # gathered -> natural, [b,heads,s,d]
-    grads = _pack_attention(1, causal, cu_seqlens, do, q, k, v, o, lse)
-    return tuple(gathered_output(g, order) for g in grads)  # [b,n,s,d] natural -> [b, s, n*d] gathered

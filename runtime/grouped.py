@@ -5,7 +5,7 @@ Library module (no command). The step is a `paradyse_lab.step_groups.GroupedStep
 blocks of ranks, each training its items one after another, each item with its own `Plan` at the group's size.
 
 Layout. The world model is `ParallelGPT` over all W ranks: rank r keeps row block r of W of every sub-layer
-matrix (per row section, layout.py), the norms, output biases, embeddings and head replicated; the optimizer
+matrix (per row section, weight_shards.py), the norms, output biases, embeddings and head replicated; the optimizer
 steps these tensors and checkpoints save them. A group of g ranks is the "sp" dimension of the (W/g x g)
 mesh `("dp", "sp")`; `StepMeshes` makes one mesh per power of two g dividing W, once, on every rank.
 
@@ -40,7 +40,7 @@ import torch
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.step_groups import GroupedStep
 from runtime import comm, comm_record, grad_reduce
-from runtime.layout import SHARDED, join_row_blocks, row_sections
+from runtime.weight_shards import SHARDED, join_row_blocks, row_sections
 
 STATES_TAG = "states"
 """`comm_record.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
@@ -193,7 +193,7 @@ def _set_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
 
 
 def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...], k: int, parts: int) -> None:
-    """Row block k of `parts` of each section of x copied into dst (layout.row_block's rows, [n/parts, ..]),
+    """Row block k of `parts` of each section of x copied into dst (weight_shards.row_block's rows, [n/parts, ..]),
     section by section: nothing allocated (an empty tensor, a model without biases' b1: nothing to copy)."""
     if x.numel() == 0:
         return

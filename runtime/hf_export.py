@@ -84,8 +84,9 @@ def write_safetensors(tensors: dict[str, torch.Tensor], folder: Path, max_bytes:
 
 
 def to_hf_state_dict(full: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
-    """The inverse of the read: a full runtime state dict (every rank's shards joined, layout.gather) as a
-    Hugging Face causal LM's tensors (`model.` / `transformer.` names, `lm_head.weight` only when untied)."""
+    """The inverse of the read: a full runtime state dict (every rank's shards joined,
+    weight_shards.gather_state_dict) as a Hugging Face causal LM's tensors (`model.` / `transformer.` names,
+    `lm_head.weight` only when untied)."""
     rows: dict[str, list[tuple[Source, torch.Tensor]]] = {}
     for key, sources in tensor_sources(cfg).items():
         offset = 0

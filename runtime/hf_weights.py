@@ -8,8 +8,8 @@ config.json and either one `model.safetensors` or shards named by `model.safeten
 The map (`tensor_sources`) says, for every runtime tensor, which rows of which Hugging Face tensors it is
 made of, in the runtime's orientation ([out, in] for w1, (in, out) for w2: hf_convert.py's
 `hf_to_state_dict` and `llama_to_state_dict` spell the same conversion for full tensors). A sharded runtime
-tensor (w1, b1, w2 of a sub-layer) is cut as runtime/layout.py cuts it: block r of p of each row section (q | k | v,
-gate | up), so rank r reads, with safetensors' `get_slice`, rows r*n/p..(r+1)*n/p of each section's source
+tensor (w1, b1, w2 of a sub-layer) is cut as runtime/weight_shards.py cuts it: block r of p of each row section
+(q | k | v, gate | up), so rank r reads, with safetensors' `get_slice`, rows r*n/p..(r+1)*n/p of each section's source
 (columns when the source is stored transposed, e.g. LLaMA's o_proj [out, in] is w2 (in, out)); replicated
 tensors (embeddings, norms, head) are read whole. No rank reads another rank's rows.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from paradyse_lab.errors import UserInputError
-from runtime.layout import SHARDED
+from runtime.weight_shards import SHARDED
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -111,7 +111,7 @@ def tensor_sources(cfg) -> dict[str, list[Source]]:
 
 def rank_rows(key: str, sources: list[Source], rank: int, p: int) -> list[Source]:
     """The rows of `sources` rank `rank` of `p` holds of runtime tensor `key`: block `rank` of each section
-    for a sharded tensor (runtime/layout.py), all of them otherwise."""
+    for a sharded tensor (runtime/weight_shards.py), all of them otherwise."""
     if key.rpartition(".")[2] not in SHARDED or not key.startswith("layers."):
         return sources
     out = []
@@ -194,7 +194,7 @@ def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[
     """Rank `rank`'s shard of every runtime tensor, read from the folder's safetensors by slices; `like`
     (this rank's state dict, for the shapes) checks what was read: a `UserInputError` names a tensor whose
     shape does not match the config. `vocab_parallel`: the embedding and head as vocabulary rows (padded)."""
-    from runtime.layout import VOCAB_ROWS
+    from runtime.weight_shards import VOCAB_ROWS
 
     files = SafetensorsFolder(folder)
     out = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from runtime.attention import merge_heads, split_heads
-from runtime.layout import join_sections, split_sections
+from runtime.flat_shards import join_sections, split_sections
 from runtime.reference import add_bias
 from runtime.ring_attention import ring_attention_backward, ring_attention_forward
 from runtime.sublayer import (

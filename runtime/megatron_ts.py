@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from runtime import comm
-from runtime.attention import gathered_attention_backward, gathered_attention_forward, gathered_output
+from runtime.gathered_attention import gathered_attention_backward, gathered_attention_forward, gathered_output
 from runtime.layout import natural_order
 from runtime.reference import add_bias
 from runtime.sublayer import (

@@ -2,7 +2,7 @@
 
 Library module (no command). strategy_work.py `metp`. Every rank keeps its t tokens; weights travel, never
 activations of the whole sequence. A weight shard is the flat `cat(w1, b1, w2)` of one head group / one
-block of f-columns (layout.pack_shard).
+block of f-columns (flat_shards.pack_shard).
 - Attention: an outer loop over head groups g = 0..p-1. Shard g is broadcast from rank g along the ring
   by point-to-point messages (comm_p2p.chain_broadcast: each rank sends it at most once; the shard of g+1 is
   fetched before group g is computed: double buffering). With it every rank computes q, k, v of group g
@@ -27,7 +27,7 @@ import torch
 
 from runtime import comm_p2p, grad_reduce
 from runtime.attention import merge_heads, split_heads
-from runtime.layout import pack_shard, unpack_shard
+from runtime.flat_shards import pack_shard, unpack_shard
 from runtime.reference import add_bias
 from runtime.ring_attention import ring_attention_backward, ring_attention_forward
 from runtime.sublayer import (

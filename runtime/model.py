@@ -2,8 +2,8 @@
 layout.
 
 Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
-sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices; the embedding,
-positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
+sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices (weight_shards.py); the
+embedding, positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
 during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
 (runtime/vocab_parallel.py: Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
 shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
@@ -30,21 +30,14 @@ from paradyse_lab.plan import Plan
 from paradyse_lab.strategies import CATALOG, StrategyOption, get_strategy
 from runtime import comm, comm_autograd, comm_record, megatron_cz, megatron_ts, metp, ulysses_z
 from runtime.hf_convert import hf_to_state_dict
-from runtime.layout import (
-    PARAM_NAMES,
-    check_length,
-    gather_state_dict,
-    gathered_positions,
-    init_rank_state_dict,
-    local_positions,
-    shard_state_dict,
-)
+from runtime.layout import check_length, gathered_positions, local_positions
 from runtime.offload import Offloader
 from runtime.packed import check_cu_seqlens, document_of, local_documents
 from runtime.reference import GPTConfig, GPTParams, norm
 from runtime.sublayer import make_ctx, run_sublayer
 from runtime.tiled_loss import tiled_head_loss, whole_head_loss
 from runtime.tiled_mlp import run_tiled_mlp
+from runtime.weight_shards import PARAM_NAMES, gather_state_dict, init_rank_state_dict, shard_state_dict
 
 _IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
 """The strategy modules of the runtime, imported above, by module name."""
@@ -106,7 +99,7 @@ class ParallelGPT(GPTParams):
             return
         if state_dict is not None:
             local = shard_state_dict(state_dict, self.rank, self.p, vocab_parallel)
-        else:  # one sub-layer at a time: the rank never holds the whole model (layout.init_rank_state_dict)
+        else:  # one sub-layer at a time: the rank never holds the whole model (weight_shards.init_rank_state_dict)
             local = init_rank_state_dict(cfg, seed, self.rank, self.p, vocab_parallel)
         dtypes = {k: v.dtype for k, v in self.state_dict().items()}  # the meta parameters' (fp32)
         self.load_state_dict({k: v.to(dtypes.get(k, v.dtype)) for k, v in local.items()}, assign=True)

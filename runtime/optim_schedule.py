@@ -9,8 +9,8 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
   `scheduler(opt, opts, start)` is the `torch.optim.lr_scheduler.LambdaLR` over it, continuing at `start` (a
   resumed run: the factor is a function of the step, so nothing of the scheduler needs saving).
 - `global_grad_norm(named_grads, group)`: the L2 norm of the whole model's gradient over every rank, each
-  parameter counted once: a sharded parameter (a layer's `w1`, `b1`, `w2`: runtime/layout.py `SHARDED`, one 1/p
-  shard per rank) adds its shards' squares summed over the ranks (one all-reduce of a [1] float, tag
+  parameter counted once: a sharded parameter (a layer's `w1`, `b1`, `w2`: runtime/weight_shards.py `SHARDED`,
+  one 1/p shard per rank) adds its shards' squares summed over the ranks (one all-reduce of a [1] float, tag
   'grad-norm'); a replicated one (embeddings, norms, `b2`; their gradients are already all-reduced, the same on
   every rank) adds its squares once. The same number on every rank, equal to `torch.nn.utils.get_total_norm`
   of the single-device model's gradients.
@@ -59,9 +59,9 @@ def scheduler(opt, opts, start: int = 0):
 
 
 def is_sharded(name: str, vocab_parallel: bool = False) -> bool:
-    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (runtime/layout.py; with
+    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (runtime/weight_shards.py; with
     `vocab_parallel` also the embedding and head rows, whose padding rows have zero gradients)."""
-    from runtime.layout import SHARDED, VOCAB_ROWS
+    from runtime.weight_shards import SHARDED, VOCAB_ROWS
 
     prefix, _, leaf = name.rpartition(".")
     return (prefix.startswith("layers.") and leaf in SHARDED) or (vocab_parallel and name in VOCAB_ROWS)

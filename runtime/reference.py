@@ -5,10 +5,10 @@ positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding 
 1/sqrt(d). LLaMA (Touvron et al. 2023; Hugging Face `LlamaForCausalLM`), chosen by `GPTConfig` flags:
 RMSNorm, no biases, SwiGLU MLP (silu(gate) * up, then down), rotary embeddings (rope.py), grouped-query
 attention (`kv_heads` K/V heads, query head i reads K/V head i // (heads / kv_heads)), untied head.
-Parameter names are the runtime's (layout.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
+Parameter names are the runtime's (weight_shards.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
 per layer `layers.L.attn.{ln_w, ln_b, w1, b1, w2, b2}` and `layers.L.mlp.{...}` with w1 [n1, h] (out, in;
 attention rows q | k | v, SwiGLU rows gate | up), w2 [n2, h] (in, out): `ParallelGPT` holds the same names
-with 1/p shards (layout.shard_state_dict).
+with 1/p shards (weight_shards.shard_state_dict).
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def init_state_dict(cfg: GPTConfig, seed: int = 0) -> dict[str, torch.Tensor]:
 def init_tensors(cfg: GPTConfig, seed: int = 0):
     """(key, full tensor) of `init_state_dict`, one at a time in its order and with its values: the shapes come
     from the model built on the meta device (no memory), so a caller that keeps only a part of each tensor
-    (layout.init_rank_state_dict) never holds the whole model."""
+    (weight_shards.init_rank_state_dict) never holds the whole model."""
     gen = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
         shapes = {k: v.shape for k, v in GPTParams(cfg).state_dict().items()}

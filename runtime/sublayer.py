@@ -26,13 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from runtime import comm, comm_record, grad_reduce
-from runtime.layout import PARAM_NAMES, REPLICATED, split_sections
+from runtime.flat_shards import split_sections
 from runtime.reference import norm
 from runtime.rope import apply_rope, apply_rope_backward, rope_tables
+from runtime.weight_shards import PARAM_NAMES, REPLICATED
 
 
 class Weights(NamedTuple):
-    """A sub-layer's parameters on this rank (layout.py): w1 [n1/p, h], b1 [n1/p], w2 [n2/p, h]."""
+    """A sub-layer's parameters on this rank (weight_shards.py): w1 [n1/p, h], b1 [n1/p], w2 [n2/p, h]."""
 
     ln_w: torch.Tensor
     ln_b: torch.Tensor
@@ -155,7 +156,7 @@ def bias_grad(da: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 def mlp_core(a: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
     """The MLP's activation: GELU(a), or SwiGLU silu(gate) * up of a [.., groups * 2f/groups] whose features
-    are `groups` rank groups of (gate, up) (layout.split_sections) -> [.., f] in natural order."""
+    are `groups` rank groups of (gate, up) (flat_shards.split_sections) -> [.., f] in natural order."""
     if ctx.ffn_kind != "swiglu":
         return gelu(a)
     gate, up = split_sections(a, (a.shape[-1] // 2,) * 2, groups)

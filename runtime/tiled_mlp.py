@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from runtime import comm_record
-from runtime.layout import PARAM_NAMES
 from runtime.sublayer import Ctx, TiledImpl, Weights, reduce_replicated
+from runtime.weight_shards import PARAM_NAMES
 
 
 class TiledMLPFunction(torch.autograd.Function):

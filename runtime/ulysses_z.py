@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 
 from runtime import comm
-from runtime.attention import gathered_attention_backward, gathered_attention_forward
-from runtime.layout import join_sections, natural_order, split_sections
+from runtime.flat_shards import join_sections, split_sections
+from runtime.gathered_attention import gathered_attention_backward, gathered_attention_forward
+from runtime.layout import natural_order
 from runtime.reference import add_bias
 from runtime.sublayer import (
     Ctx,

@@ -31,8 +31,9 @@ from functools import lru_cache
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from runtime import attention
-from runtime.attention import _call_positional, _math_backward, _math_forward, _scale
+from runtime import attention, flash_kernels
+from runtime.attention import _math_backward, _math_forward, _scale
+from runtime.flash_kernels import call_positional
 
 FA_VARLEN_FORWARD_ARGS = {
     "2.5": ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "dropout_p",
@@ -47,7 +48,7 @@ FA_VARLEN_FORWARD_ARGS = {
 """Parameters of flash-attn's `_flash_attn_varlen_forward` by release (flash_attn/flash_attn_interface.py of
 2.5, 2.6, 2.7; 2.8 keeps 2.7's). 2.5 and 2.6 return (out, q, k, v, out_padded, softmax_lse, S_dmask,
 rng_state), 2.7+ (out, softmax_lse, S_dmask, rng_state); softmax_lse is [H, total_q]. Read from the
-function's signature or custom-op schema first (`attention.fa_parameter_names`); the table is the fallback."""
+function's signature or custom-op schema first (`flash_kernels.fa_parameter_names`); the table is the fallback."""
 FA_VARLEN_BACKWARD_ARGS = {
     "2.5": ("dout", "q", "k", "v", "out", "softmax_lse", "dq", "dk", "dv", "cu_seqlens_q", "cu_seqlens_k",
             "max_seqlen_q", "max_seqlen_k", "dropout_p", "softmax_scale", "causal", "window_size", "alibi_slopes",
@@ -130,7 +131,7 @@ def _flat_call(q, k, cu_q, cu_k):
 
 def _fa_varlen_forward(q, k, v, cu_q, cu_k, causal, scale):
     cuq, cuk, mq, mk = _flat_call(q, k, cu_q, cu_k)
-    res = _call_positional(attention._fa._flash_attn_varlen_forward, FA_VARLEN_FORWARD_ARGS, dict(
+    res = call_positional(flash_kernels._fa._flash_attn_varlen_forward, FA_VARLEN_FORWARD_ARGS, dict(
         _FA_DEFAULTS, q=_tokens_major(q), k=_tokens_major(k), v=_tokens_major(v), cu_seqlens_q=cuq,
         cu_seqlens_k=cuk, max_seqlen_q=mq, max_seqlen_k=mk, softmax_scale=scale, causal=causal))
     out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])  # 2.5/2.6: 8 values; 2.7+: 4
@@ -154,7 +155,7 @@ def _clear_unpaired(grads, cu_q, cu_k):
 def _fa_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
     cuq, cuk, mq, mk = _flat_call(q, k, cu_q, cu_k)
     grads = [torch.empty_like(_tokens_major(x), memory_format=torch.contiguous_format) for x in (q, k, v)]
-    _call_positional(attention._fa._flash_attn_varlen_backward, FA_VARLEN_BACKWARD_ARGS, dict(
+    call_positional(flash_kernels._fa._flash_attn_varlen_backward, FA_VARLEN_BACKWARD_ARGS, dict(
         _FA_DEFAULTS, dout=_tokens_major(do), q=_tokens_major(q), k=_tokens_major(k), v=_tokens_major(v),
         out=_tokens_major(o), softmax_lse=_lse_to_kernel(lse), dq=grads[0], dk=grads[1], dv=grads[2],
         cu_seqlens_q=cuq, cu_seqlens_k=cuk, max_seqlen_q=mq, max_seqlen_k=mk, softmax_scale=scale, causal=causal))

@@ -4,7 +4,7 @@ Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; strat
 parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
 before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards,
 summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
-The gathered w1/b1 rows come grouped by rank (layout.unpack_gathered): for the MLP that is the natural
+The gathered w1/b1 rows come grouped by rank (flat_shards.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
 The MLP keeps (strategy_work.py) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
 gate and up, [b, t, 2f]) and output c [b, t, f].
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from runtime import comm, grad_reduce
-from runtime.layout import pack_gathered, pack_shard, unpack_gathered, unpack_shard
+from runtime.flat_shards import pack_gathered, pack_shard, unpack_gathered, unpack_shard
 from runtime.reference import add_bias
 from runtime.sublayer import (
     Ctx,
@@ -35,7 +35,7 @@ from runtime.sublayer import (
 def gather_weights(w: Weights, ctx: Ctx):
     """Full (w1 [n1, h], b1 [n1 or 0], w2 [n2, h]) from every rank's shard: one all-gather of [W/p] -> [W].
     w1's rows (and the first GEMM's outputs) come grouped by rank, each group in section order
-    (layout.split_sections reads them)."""
+    (flat_shards.split_sections reads them)."""
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 

@@ -20,9 +20,9 @@ BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
 
 
 def _fused_kernels():
-    from runtime import attention
+    from runtime import attention, flash_kernels
 
-    kinds = ["sdpa_flash"] + (["flash_attn"] if attention._fa is not None else [])
+    kinds = ["sdpa_flash"] + (["flash_attn"] if flash_kernels._fa is not None else [])
     return [(k, attention._KERNELS[k]) for k in kinds]
 
 
@@ -88,7 +88,7 @@ def test_varlen_kernels_match_the_per_document_math_kernel_in_bf16_with_gqa(caus
     want, want_lse = varlen._math_varlen_forward(q.float(), k.float(), v.float(), cu, cu, causal, 0.125)
     want_grads = varlen._math_varlen_backward(do.float(), q.float(), k.float(), v.float(), want, want_lse, cu, cu,
                                               causal, 0.125)
-    names = ["sdpa_flash"] + (["flash_attn"] if varlen.attention._fa is not None else [])
+    names = ["sdpa_flash"] + (["flash_attn"] if varlen.flash_kernels._fa is not None else [])
     for name in names:
         _, fwd, bwd = varlen.KERNELS[name]
         out, lse = fwd(q, k, v, cu, cu, causal, 0.125)

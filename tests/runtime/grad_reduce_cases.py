@@ -95,10 +95,11 @@ def _rel_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 def bf16_sublayers_case(rank: int, p: int, group) -> None:
     """Every strategy's attention and MLP in bf16 against the fp32 single-device reference of the same bf16 inputs:
     output, input gradient and every parameter gradient (bf16, its reduction over the ranks in fp32)."""
-    from runtime.layout import PARAM_NAMES, shard_sequence, shard_sublayer
+    from runtime.layout import shard_sequence
     from runtime.model import STRATEGY_MODULES
     from runtime.reference import GPTConfig, init_state_dict, reference_sublayer
     from runtime.sublayer import make_ctx, run_sublayer
+    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
     cfg, s = GPTConfig(vocab_size=128, max_positions=16, hidden=32, heads=4, layers=2, causal=True), 16
     gen = torch.Generator().manual_seed(5)

@@ -30,8 +30,8 @@ from runtime.grouped import (
     grouped_step,
     step_gather,
 )
-from runtime.layout import shard_state_dict
 from runtime.reference import GPTConfig, ReferenceGPT
+from runtime.weight_shards import shard_state_dict
 
 LAYERS = 2
 LENGTHS = (24, 8, 16, 8)

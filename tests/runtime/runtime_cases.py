@@ -28,11 +28,11 @@ from paradyse_lab.strategies import StrategyOption, get_strategy
 from runtime import ParallelGPT, comm, gather_sequence, shard_sequence
 from runtime.comm_record import count_bytes
 from runtime.hf_convert import hf_to_state_dict
-from runtime.layout import PARAM_NAMES, shard_state_dict, shard_sublayer
 from runtime.model import STRATEGY_MODULES, run_option
 from runtime.offload import Offloader
 from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
 from runtime.sublayer import Ctx, run_sublayer
+from runtime.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
 
 B, S = 2, 48
 STRATEGIES = tuple(STRATEGY_MODULES)

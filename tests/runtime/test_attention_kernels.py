@@ -1,4 +1,4 @@
-"""The CUDA attention paths of runtime/attention.py, exercised on CPU with stand-ins.
+"""The CUDA attention paths of runtime/attention.py and runtime/flash_kernels.py, exercised on CPU with stand-ins.
 
 Run: `python -m pytest -q tests/runtime/test_attention_kernels.py`.
 - flash-attn 2.5, 2.6, 2.7 and 2.8: stubs with each release's `_flash_attn_forward` / `_flash_attn_backward`
@@ -19,8 +19,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from runtime import attention
+from runtime import attention, flash_kernels
 from runtime.attention import _math_backward, _math_forward
+from runtime.flash_kernels import FA_BACKWARD_ARGS, FA_FORWARD_ARGS, fa_parameter_names
 
 B, H, S, D = 2, 3, 8, 4
 SCALE = 0.4
@@ -125,14 +126,14 @@ STUBS = {"2.5": (fa25_forward, fa25_backward), "2.6": (fa26_forward, fa26_backwa
 @pytest.mark.parametrize("version", list(STUBS))
 def test_flash_attn_call_conventions(monkeypatch, version, causal):
     fwd, bwd = STUBS[version]
-    monkeypatch.setattr(attention, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
+    monkeypatch.setattr(flash_kernels, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
     q, k, v, do, _ = _inputs()
-    out, lse = attention._fa_forward(q, k, v, causal, SCALE)
+    out, lse = flash_kernels.fa_forward(q, k, v, causal, SCALE)
     want, want_lse = _math_forward(q, k, v, causal, SCALE)
     assert_close(out, want)
     assert_close(lse, want_lse)
     assert SEEN.forward == {"q_ptr": q.untyped_storage().data_ptr(), "scale": SCALE, "causal": causal}
-    grads = attention._fa_backward(do, q, k, v, out, lse, causal, SCALE)
+    grads = flash_kernels.fa_backward(do, q, k, v, out, lse, causal, SCALE)
     for got, ref in zip(grads, _math_backward(do, q, k, v, want, want_lse, causal, SCALE)):
         assert got.shape == (B, H, S, D) and got.is_contiguous()
         assert_close(got, ref)
@@ -143,7 +144,7 @@ def test_flash_attn_call_conventions(monkeypatch, version, causal):
 def test_flash_attn_custom_op_runs_through_the_dispatcher_not_the_fallback(monkeypatch, version):
     """Through `attention_forward` (the path ring attention takes): flash-attn runs, nothing is disabled."""
     fwd, bwd = STUBS[version]
-    monkeypatch.setattr(attention, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
+    monkeypatch.setattr(flash_kernels, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
     monkeypatch.setattr(attention, "backend", lambda q: "flash_attn")
     monkeypatch.setattr(attention, "_BROKEN", set())
     q, k, v, do, _ = _inputs()
@@ -155,10 +156,9 @@ def test_flash_attn_custom_op_runs_through_the_dispatcher_not_the_fallback(monke
 
 def test_parameter_names_fall_back_to_the_release_table():
     opaque = lambda *args, **kwargs: None  # noqa: E731 - neither a signature nor a schema
-    assert attention.fa_parameter_names(opaque, attention.FA_FORWARD_ARGS, "2.6.3")[6:8] == ("window_size", "softcap")
-    assert attention.fa_parameter_names(opaque, attention.FA_FORWARD_ARGS, "2.8.1")[6] == "window_size_left"
-    assert attention.fa_parameter_names(STUBS["2.7"][1], attention.FA_BACKWARD_ARGS) == \
-        attention.FA_BACKWARD_ARGS["2.7"]
+    assert fa_parameter_names(opaque, FA_FORWARD_ARGS, "2.6.3")[6:8] == ("window_size", "softcap")
+    assert fa_parameter_names(opaque, FA_FORWARD_ARGS, "2.8.1")[6] == "window_size_left"
+    assert fa_parameter_names(STUBS["2.7"][1], FA_BACKWARD_ARGS) == FA_BACKWARD_ARGS["2.7"]
 
 
 def test_out_of_memory_is_reraised_without_disabling_the_kernel(monkeypatch):
@@ -220,13 +220,13 @@ def test_flash_attn_gets_grouped_kv_heads_as_they_are(monkeypatch, version):
     """Grouped-query attention (one K/V head for 3 query heads): flash-attn receives K and V with their one
     head (it takes fewer K/V heads natively) and writes dK, dV of one head, equal to the math kernel's."""
     fwd, bwd = STUBS[version]
-    monkeypatch.setattr(attention, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
+    monkeypatch.setattr(flash_kernels, "_fa", types.SimpleNamespace(_flash_attn_forward=fwd, _flash_attn_backward=bwd))
     q, k, v, do, _ = _inputs()
     k, v = k[:, :1].contiguous(), v[:, :1].contiguous()
-    out, lse = attention._fa_forward(q, k, v, True, SCALE)
+    out, lse = flash_kernels.fa_forward(q, k, v, True, SCALE)
     want, want_lse = _math_forward(q, k.expand(B, H, S, D), v.expand(B, H, S, D), True, SCALE)
     assert_close(out, want)
-    grads = attention._fa_backward(do, q, k, v, out, lse, True, SCALE)
+    grads = flash_kernels.fa_backward(do, q, k, v, out, lse, True, SCALE)
     _, dk_full, dv_full = _math_backward(do, q, k.expand(B, H, S, D), v.expand(B, H, S, D), want, want_lse, True,
                                          SCALE)
     assert grads[1].shape == grads[2].shape == (B, 1, S, D)

@@ -16,10 +16,11 @@ from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.strategies import StrategyOption
 from runtime import comm, comm_p2p, comm_record, ring_attention
 from runtime.comm_replay import ReplayError, record_ranks, replay
-from runtime.layout import PARAM_NAMES, shard_sequence, shard_sublayer
+from runtime.layout import shard_sequence
 from runtime.model import STRATEGY_MODULES, ParallelGPT
 from runtime.reference import GPTConfig, init_state_dict
 from runtime.sublayer import make_ctx, run_sublayer
+from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
 S = 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True)

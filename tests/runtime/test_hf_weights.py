@@ -15,9 +15,9 @@ from torch.testing import assert_close
 from paradyse_lab.errors import UserInputError
 from runtime.hf_convert import hf_to_state_dict
 from runtime.hf_weights import model_source, read_rank_state_dict
-from runtime.layout import shard_state_dict
 from runtime.model import ParallelGPT
 from runtime.reference import GPTConfig, GPTParams
+from runtime.weight_shards import shard_state_dict
 
 
 @pytest.fixture(autouse=True, scope="module")

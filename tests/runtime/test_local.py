@@ -12,21 +12,11 @@ from torch.testing import assert_close
 from paradyse_lab.errors import UserInputError
 from runtime import GPTConfig, ParallelGPT, ReferenceGPT
 from runtime.attention import _math_forward, attention_backward, attention_forward, merge_partials
-from runtime.layout import (
-    check_length,
-    gathered_positions,
-    layout_unit,
-    local_positions,
-    natural_order,
-    pack_gathered,
-    pack_shard,
-    shard_state_dict,
-    shard_sublayer,
-    unpack_gathered,
-    unshard_sublayer,
-)
+from runtime.flat_shards import pack_gathered, pack_shard, unpack_gathered
+from runtime.layout import check_length, gathered_positions, layout_unit, local_positions, natural_order
 from runtime.reference import init_state_dict
 from runtime.sublayer import Impl
+from runtime.weight_shards import shard_state_dict, shard_sublayer, unshard_sublayer
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -74,7 +64,7 @@ def test_weight_shards_round_trip(kind, p):
 def test_llama_weight_shards_round_trip(p, kv_heads):
     """GQA attention (q | k | v rows, K/V heads split by rows when kv_heads < p) and SwiGLU (gate | up) without
     biases: shards round-trip, and a ZeRO-3 gather read by `split_sections` is the natural q, k, v / gate, up."""
-    from runtime.layout import split_sections
+    from runtime.flat_shards import split_sections
 
     h, d, f = 144, 12, 96
     kv = kv_heads * d

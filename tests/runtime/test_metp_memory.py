@@ -16,10 +16,10 @@ from torch.utils._pytree import tree_flatten
 
 from runtime import metp
 from runtime.fake_group import FakeGroup
-from runtime.layout import PARAM_NAMES, shard_sublayer
 from runtime.reference import GPTConfig, init_state_dict
 from runtime.sublayer import make_ctx, run_sublayer
 from runtime.tiled_mlp import run_tiled_mlp
+from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
 T, H, F = 64, 64, 256
 """t h < f h: no activation-sized fp32 tensor (the RMSNorm's) is as large as a weight gradient."""

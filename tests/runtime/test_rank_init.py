@@ -1,5 +1,5 @@
 """Initialisation without full replicas: `ParallelGPT` is built on the meta device and each rank materialises only
-its shards (runtime/layout.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
+its shards (runtime/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
 the full tensors of at most one sub-layer are alive at a time."""
 
 import gc
@@ -8,7 +8,7 @@ from unittest import mock
 
 import torch
 
-from runtime import layout, reference
+from runtime import reference, weight_shards
 from runtime.model import ParallelGPT
 from runtime.reference import GPTConfig, init_state_dict
 
@@ -20,7 +20,7 @@ def test_each_rank_builds_its_shards_with_the_full_initialisations_values():
     full = init_state_dict(CFG, 5)
     for p in (1, 2, 3):
         for r in range(p):
-            got, want = layout.init_rank_state_dict(CFG, 5, r, p), layout.shard_state_dict(full, r, p)
+            got, want = weight_shards.init_rank_state_dict(CFG, 5, r, p), weight_shards.shard_state_dict(full, r, p)
             assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     model = ParallelGPT(CFG, seed=5)
     assert all(q.device.type == "cpu" and q.dtype == torch.float32 and q.requires_grad for q in model.parameters())
@@ -42,7 +42,7 @@ def test_at_most_one_sublayer_is_held_whole():
             yield key, value
 
     with mock.patch.object(reference, "init_tensors", watched):
-        layout.init_rank_state_dict(CFG, 5, 1, 3)
+        weight_shards.init_rank_state_dict(CFG, 5, 1, 3)
     largest = max(sum(v.numel() * 4 for k, v in init_state_dict(CFG, 5).items() if k.startswith(f"layers.0.{s}."))
                   for s in ("attn", "mlp"))
     assert 0 < most[0] <= largest

@@ -8,11 +8,11 @@ import torch
 from torch.testing import assert_close
 
 from runtime.fake_group import FakeGroup
-from runtime.layout import PARAM_NAMES, shard_sublayer
 from runtime.model import STRATEGY_MODULES
 from runtime.reference import GPTConfig, init_state_dict, reference_sublayer
 from runtime.sublayer import make_ctx
 from runtime.tiled_mlp import run_tiled_mlp
+from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
 CFG = GPTConfig(vocab_size=64, max_positions=256, hidden=64, heads=4, layers=2, ffn_hidden=128, kv_heads=2,
                 norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)

@@ -16,16 +16,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from runtime import attention, varlen
+from runtime import attention, flash_kernels, varlen
 from runtime.attention import (
     _math_backward,
     _math_forward,
     attention_backward,
     attention_forward,
-    gathered_attention_backward,
-    gathered_attention_forward,
     merge_partials,
 )
+from runtime.gathered_attention import gathered_attention_backward, gathered_attention_forward
 from runtime.packed import block_diagonal_mask, document_mask
 from runtime.varlen import varlen_backward, varlen_forward
 
@@ -200,7 +199,7 @@ STUBS = {"2.5": (fa25_forward, fa25_backward), "2.6": (fa26_forward, fa26_backwa
 
 def _use_flash_attn(monkeypatch, version):
     fwd, bwd = STUBS[version]
-    monkeypatch.setattr(attention, "_fa", types.SimpleNamespace(_flash_attn_varlen_forward=fwd,
+    monkeypatch.setattr(flash_kernels, "_fa", types.SimpleNamespace(_flash_attn_varlen_forward=fwd,
                                                                 _flash_attn_varlen_backward=bwd))
     monkeypatch.setattr(attention, "backend", lambda q: "flash_attn")
     monkeypatch.setattr(attention, "_BROKEN", set())
@@ -229,9 +228,9 @@ def test_flash_attn_varlen_call_conventions(monkeypatch, version, cu_q, cu_k, ca
 
 def test_parameter_names_fall_back_to_the_varlen_release_table():
     opaque = lambda *args, **kwargs: None  # noqa: E731 - neither a signature nor a schema
-    names = attention.fa_parameter_names(opaque, varlen.FA_VARLEN_FORWARD_ARGS, "2.6.3")
+    names = flash_kernels.fa_parameter_names(opaque, varlen.FA_VARLEN_FORWARD_ARGS, "2.6.3")
     assert names[10:12] == ("window_size", "softcap")
-    assert attention.fa_parameter_names(STUBS["2.8"][1], varlen.FA_VARLEN_BACKWARD_ARGS) == \
+    assert flash_kernels.fa_parameter_names(STUBS["2.8"][1], varlen.FA_VARLEN_BACKWARD_ARGS) == \
         varlen.FA_VARLEN_BACKWARD_ARGS["2.7"]
 
 
@@ -321,7 +320,7 @@ def test_cuda_branch_under_fake_tensors_keeps_dtype_device_and_linear_buffers(mo
             self.made += [x for x in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(x, torch.Tensor)]
             return out
 
-    monkeypatch.setattr(attention, "_fa", None)
+    monkeypatch.setattr(flash_kernels, "_fa", None)
     monkeypatch.setattr(attention, "_BROKEN", set())
     with FakeTensorMode(allow_non_fake_inputs=True):
         q, k, v, dout, order, cu = _gathered_pack(True, torch.bfloat16, "cuda", s=128)
@@ -354,7 +353,7 @@ def test_ring_blocks_of_a_pack_under_fake_cuda_tensors_run_the_varlen_kernel(mon
     t = pack.padded_len // p
     blocks = _blocks(cu, rank, p, True)  # host work, cached: the blocks' offsets
     assert blocks[0][2] is True and all(b == "skip" or b[2] is False for b in blocks[1:])
-    monkeypatch.setattr(attention, "_fa", None)
+    monkeypatch.setattr(flash_kernels, "_fa", None)
     monkeypatch.setattr(attention, "_BROKEN", set())
     with FakeTensorMode(allow_non_fake_inputs=True):
         # [b, t, n, d] viewed as [b, n, t, d], as split_heads gives them (copy_ between fake CUDA tensors raises)

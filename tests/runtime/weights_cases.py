@@ -130,9 +130,9 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
 
     from paradyse_lab.model_spec import PRESETS
     from runtime import dcp_checkpoint
-    from runtime.layout import shard_state_dict
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig, init_state_dict
+    from runtime.weight_shards import shard_state_dict
 
     cfg = dataclasses.replace(GPTConfig.from_model_spec(PRESETS["gpt2-tiny"]), layers=2)  # the layout, not the depth
     cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg

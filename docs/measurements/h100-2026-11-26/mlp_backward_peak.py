@@ -16,10 +16,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from runtime.fake_group import FakeGroup
-from runtime.layout import PARAM_NAMES, shard_sublayer
 from runtime.model import STRATEGY_MODULES
 from runtime.reference import GPTConfig, init_state_dict
 from runtime.sublayer import make_ctx, run_sublayer
+from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
 
 def peak(run) -> int:

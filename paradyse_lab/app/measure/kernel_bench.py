@@ -142,11 +142,11 @@ def _eff(tflops: float, peak_flops: float | None, cluster: str) -> dict:
 
 def attention_kernels(device) -> list[str]:
     """Kernels to time: the fused ones on CUDA (flash-attn only when installed), the math one on CPU."""
-    from runtime import attention
+    from runtime import flash_kernels
 
     if device.type != "cuda":
         return ["math"]
-    return ["sdpa_flash"] + (["flash_attn"] if attention._fa is not None else [])
+    return ["sdpa_flash"] + (["flash_attn"] if flash_kernels._fa is not None else [])
 
 
 def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluster: str, deadline: float,

@@ -102,10 +102,10 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     from paradyse_lab.costmodel.techniques import mlp_tile_positions
     from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
-    from runtime.layout import PARAM_NAMES, shard_sublayer
     from runtime.model import run_option
     from runtime.offload import Offloader
     from runtime.sublayer import make_ctx
+    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
     dtype = dtype or torch.float32
     gen = torch.Generator().manual_seed(seed)

@@ -132,9 +132,9 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
     from paradyse_lab.app.measure.profile_memory import random_sublayer_params
     from paradyse_lab.strategies import StrategyOption
     from runtime.fake_group import FakeGroup
-    from runtime.layout import PARAM_NAMES, shard_sublayer
     from runtime.model import STRATEGY_MODULES
     from runtime.sublayer import make_ctx, run_sublayer
+    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
 
     opt = StrategyOption.parse(option)
     gen = torch.Generator().manual_seed(0)
