@@ -1,15 +1,14 @@
-"""The paper's experiments in simulation: Figure 2's six panels and Table 5's ablations, and packing.
+"""The paper's experiments in simulation: what their runs share (`Setup`, `run_one`), and Figure 2's six panels.
 
-`paradyse-lab experiment fig2` and `paradyse-lab experiment table5` run these and write
-results/runs/<experiment>/*.csv (one per run), results/fig2_summary.csv, results/fig2_headline.csv and
-results/table5.csv. Paper numbers: docs/paper.md section 7. `paradyse-lab experiment packing` (beyond the paper)
-runs Figure 2's panels with the documents packed into steps of 32K and 128K tokens beside one sequence per
-step, and writes results/packing.csv.
+`paradyse-lab experiment fig2` runs Figure 2 and writes results/runs/fig2/*.csv (one per run),
+results/fig2_summary.csv, results/fig2_headline.csv, results/fig2_vs_baselines.csv and (with our series beyond
+the paper) results/fig2_beyond.csv. Paper numbers: docs/paper.md section 7. Table 5's ablations:
+simulator/ablation_experiment.py; packing (beyond the paper): simulator/packing_experiment.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -19,12 +18,12 @@ from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
 from paradyse_lab.model_spec import get_model
 from paradyse_lab.strategies import USABLE
 from paradyse_lab.timings import write_with_timings
-from paradyse_lab.units import GIB
 from paradyse_lab.workloads import get_workload
 from simulator import shared
 from simulator.engine import TIMING_COLUMNS, simulate
 from simulator.planner import build_planner
-from simulator.policies import DEFAULT_GAMMA, PolicySpec
+from simulator.policies import DEFAULT_GAMMA
+from simulator.policy_spec import PolicySpec
 from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
 
@@ -42,7 +41,6 @@ STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 """The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200
 """Sequences per sampled dataset in the experiments (seeded; sorted ascending)."""
-GiB = GIB
 
 PAPER_HEADLINES = {
     ("github_code", "bert", "time_reduction"): 0.8929,
@@ -51,23 +49,9 @@ PAPER_HEADLINES = {
     ("grch38", "gpt", "length_extension"): 1.8122,
 }
 """docs/paper.md section 7: up to 89.29% / 58.01% less time, up to 144.16% / 181.22% longer sequences."""
-PAPER_TABLE5 = {
-    "full": (329728, 3117.76, 3117.76, None),
-    "without megatron_ts": (300032, 3173.80, 2799.45, 0.1180),
-    "without megatron_cz": (300032, 2795.91, 2799.45, -0.0013),
-    "without ulysses_z": (300032, 2813.13, 2799.45, 0.0049),
-    "without metp": (112128, 1741.99, 1724.13, 0.0103),
-    "without random forest": (270336, 2657.04, 2622.89, 0.0129),
-    "without smoothing": (300032, 2800.49, 2799.45, 0.0004),
-}
-"""Table 5 (docs/paper.md section 7): max length (tokens), time (s), full system time at that length (s), saving."""
-
 
 SUMMARY_TIMING_COLUMNS = ("planning_overhead_frac", "solve_ms_per_planned_step")
 """fig2_summary.csv's measured columns (planning wall time), kept in timings/fig2_summary.csv."""
-
-TRUTHS = ("analytic", "paper")
-"""The truths the reproduction runs under: our analytic model, and the authors' measured A100 times."""
 
 
 @dataclass(frozen=True)
@@ -266,106 +250,3 @@ def vs_baselines(runs: dict, summaries: dict, datasets, models, statics, dynamic
                                  "policy_time_at_baseline_max_len_s": t_dyn,
                                  "time_reduction": time_reduction(dyn, runs[d, m, b])})
     return pd.DataFrame(rows)
-
-
-def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
-    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (docs/paper.md section 7)."""
-    variants = {"full": {}}
-    variants.update({f"without {s}": {"exclude": (s,)} for s in USABLE})
-    variants["without smoothing"] = {"smoothing": False}
-    # "without random forest": plan with the polynomial only, against the full system planning with the
-    # paper's hybrid (random forest + polynomial); both learned from the profile, both charged by the truth.
-    variants["full (hybrid cost model)"] = {"plan_cost_model": "hybrid"}
-    variants["without random forest"] = {"plan_cost_model": "polynomial"}
-    against = {"without random forest": "full (hybrid cost model)"}
-    runs = {}
-    with shared.sharing():
-        for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
-            path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
-            runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
-                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]},
-                                        timing_columns=TIMING_COLUMNS)
-    rows = []
-    for name in variants:
-        paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
-        plan_cm = variants[name].get("plan_cost_model", setup.truth)
-        row = {"variant": name, "paper_max_len": paper[0], "paper_time_s": paper[1],
-               "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
-               "profile_source": _profile_source(setup) if plan_cm != setup.truth else "",
-               "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory,
-               "recompute": setup.recompute, "granularity": setup.granularity}
-        full = runs[against.get(name, "full")]
-        rr = runs[name]
-        s = summarize(rr, "gpt", "grch38", name)
-        steps = s.steps
-        t_full = time_to_reach(full, steps)
-        saving = None
-        if not name.startswith("full") and t_full is not None and s.total_time_s:
-            saving = (s.total_time_s - t_full) / s.total_time_s
-        rows.append({**row, "status": "ok", "max_len": s.max_seq_len_trained, "time_s": s.total_time_s,
-                     "time_full_s": t_full, "saving": saving})
-    table = pd.DataFrame(rows)
-    write_csv_atomic(table, root / "table5.csv")
-    return table
-
-
-def _profile_source(setup: Setup) -> str:
-    """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
-    from paradyse_lab.profiles import profile_sources, read_profiles
-
-    return profile_sources(read_profiles(setup.profile_path()))
-
-
-PACKING_BUDGETS = (32 * 1024, 128 * 1024)
-"""Tokens per step of the packing experiment (beside one sequence per step)."""
-PACKING_POLICIES = STATIC_POLICIES + (PAPER_POLICY, "dynamic:dp")
-
-
-def packing(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, budgets=PACKING_BUDGETS,
-            panels=None, progress: bool = True) -> pd.DataFrame:
-    """Figure 2's panels (default every dataset x model) with one sequence per step and packed into steps
-    of each of `budgets` tokens (first-fit decreasing, steps short to long), static strategies against the
-    paper's heuristic and dp: time per token, longest document trained, plans (results/packing.csv)."""
-    panels = list(panels) if panels is not None else [(d, m) for d in DATASETS for m in MODELS]
-    jobs = [(d, m, b, p) for d, m in panels for b in (None,) + tuple(budgets) for p in PACKING_POLICIES]
-    rows = []
-    with shared.sharing():
-        for d, m, budget, p in tqdm(jobs, desc="packing runs", unit="run", disable=not progress):
-            run_setup = replace(setup, pack_tokens=budget)
-            path = run_path(root, "packing", d, m, f"pack-{budget or 'off'}", p)
-            runs, _ = load_or_run(path, lambda s=run_setup, d=d, m=m, p=p: run_one(s, m, d, p), force,
-                                  settings={**asdict(run_setup), "run": [d, m, p]}, timing_columns=TIMING_COLUMNS)
-            rows.append(packing_row(runs, setup, d, m, budget, p))
-    table = pd.DataFrame(rows)
-    write_csv_atomic(table, Path(root) / "packing.csv")
-    return table
-
-
-def packing_row(runs: pd.DataFrame, setup: Setup, dataset: str, model: str, budget: int | None,
-                policy: str) -> dict:
-    """One run of the packing experiment (its setup named: truth, cluster, size, seed, reserve, gamma,
-    profiles): what it trained, how fast per token, with which strategies
-    (`strategy_mix`: each strategy's share of layers x tokens over the trained steps); `oom_at_doc` and
-    `oom_at_tokens`: the longest document and the tokens of the step that ran out of memory."""
-    s = summarize(runs, model, dataset, policy)
-    trained, oom = runs[~runs["oom"].astype(bool)], runs[runs["oom"].astype(bool)]
-    documents = int(trained["documents"].sum())
-    mix: dict[str, float] = {}  # share of (layer x token) each strategy ran, over the trained steps
-    for plan, tokens in zip(trained["plan"], trained["tokens"]):
-        names = plan.split()
-        for name in names:
-            mix[name] = mix.get(name, 0.0) + tokens / len(names)
-    total = sum(mix.values())
-    return {"truth": setup.truth, "cluster": setup.cluster, "size": setup.size, "seed": setup.seed,
-            "sampling": setup.sampling,
-            "reserve_bytes": setup.reserve_bytes, "gamma": setup.gamma, "profiles": setup.profiles,
-            "dataset": dataset, "model": model, "pack_tokens": budget or 0,
-            "pack_order": setup.pack_order if budget else "", "policy": policy, "steps": s.steps,
-            "documents_trained": documents, "documents": setup.size, "finished": documents == setup.size,
-            "tokens_trained": s.tokens_trained,
-            "padding_tokens": int((trained["padded_len"] - trained["tokens"]).sum()),  # per document
-            "total_time_s": s.total_time_s,
-            "time_per_token_us": 1e6 * s.total_time_s / s.tokens_trained if s.tokens_trained else None,
-            "max_doc_trained": s.max_seq_len_trained, "oom_at_doc": s.oom_at_seq_len,
-            "oom_at_tokens": int(oom["tokens"].iloc[0]) if len(oom) else None,
-            "strategy_mix": ";".join(f"{k}:{v / total:.3f}" for k, v in sorted(mix.items(), key=lambda kv: -kv[1]))}

@@ -4,8 +4,8 @@
 `validate-run` (simulator/replay.py) all call `build_planner`, and the API's `plan_step` (paradyse_lab/app/api.py,
 a solver without a policy) its steps 2-4, `planning_model`; none of them repeats the chain:
 
-1. the policy string is read once (`PolicySpec.parse`: base policy, recomputation, granularity; the names of
-   its strategy or solver checked);
+1. the policy string is read once (simulator/policy_spec.py `PolicySpec.parse`: base policy, recomputation,
+   granularity; the names of its strategy or solver checked);
 2. the run's memory budget: `budget_bytes` (default the cluster's GPU memory less its reserve);
 3. the cost model the policy plans with: a name (`paradyse_lab.costmodel.factory.COST_MODEL_NAMES`) built for
    the model on the cluster at world size `p`, or a model already built;
@@ -27,7 +27,8 @@ from paradyse_lab.costmodel.types import CostModel
 from paradyse_lab.layer_graph import LayerGraph
 from paradyse_lab.model_spec import ModelSpec
 from simulator.engine import Charger
-from simulator.policies import DEFAULT_GAMMA, DEFAULT_RESTART_S, Policy, PolicySpec, build_policy
+from simulator.policies import DEFAULT_GAMMA, DEFAULT_RESTART_S, Policy, build_policy
+from simulator.policy_spec import PolicySpec
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Steps (each writes CSVs under DIR; the figures/ modules read them; the report is generated from them):
 
 - fig2: Figure 2's six panels (simulator/experiments.py) -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
-- table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
+- table5: Table 5's ablations of GPT on GRCh38 (simulator/ablation_experiment.py) -> table5.csv, runs/table5/
 - fig2_paper, table5_paper: the same, charged (and planned) by the authors' measured A100 times (the
   `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
 - seeds: Figure 2's headline metrics (the paper's heuristic against the four static strategies) on the
@@ -13,7 +13,7 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
   of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
 - packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
   with the documents packed into steps of 32K and 128K tokens, static strategies against the heuristic and
-  dp, under each truth (simulator/experiments.py packing) -> packing.csv, paper/packing.csv, runs/packing/
+  dp, under each truth (simulator/packing_experiment.py) -> packing.csv, paper/packing.csv, runs/packing/
 - groups (beyond the paper; full runs only, minutes): global batches over groups of GPUs sized per step against
   ParaDySe, dynamic context parallelism and the best static strategy on 1, 4 and 16 nodes
   (simulator/groups_experiment.py) -> groups.csv, runs/groups/, figures/groups.png

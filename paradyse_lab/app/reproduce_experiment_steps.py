@@ -1,7 +1,8 @@
 """The steps of `paradyse-lab reproduce` that run the simulator's experiments (simulator/experiments.py,
-simulator/groups_experiment.py): Figure 2 and Table 5 under each truth, the seeds' spread, the memory price of
-switching, packing and, in full runs, groups. Each takes (DIR, `Settings`, force) and returns the files it wrote,
-relative to DIR (paradyse_lab/app/reproduce.py lists what each writes)."""
+simulator/ablation_experiment.py, simulator/packing_experiment.py, simulator/groups_experiment.py): Figure 2 and
+Table 5 under each truth, the seeds' spread, the memory price of switching, packing and, in full runs, groups.
+Each takes (DIR, `Settings`, force) and returns the files it wrote, relative to DIR
+(paradyse_lab/app/reproduce.py lists what each writes)."""
 
 from __future__ import annotations
 
@@ -50,10 +51,10 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5's ablations of GPT on GRCh38, the learned cost models fitted on `profile_for`'s profile."""
-    from simulator import experiments
+    from simulator import ablation_experiment
 
-    experiments.table5(s.setup(profiles=str(profile_for(out, s))), out,
-                       force=force, progress=False)
+    ablation_experiment.table5(s.setup(profiles=str(profile_for(out, s))), out,
+                               force=force, progress=False)
     return ["table5.csv"]
 
 
@@ -70,12 +71,12 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5 charged by the authors' measured A100 times, into paper/ (none off their cluster)."""
-    from simulator import experiments
+    from simulator import ablation_experiment
 
     if not s.paper_truth:
         return []
-    experiments.table5(s.setup(truth="paper"), out / PAPER_DIR,
-                       force=force, progress=False)
+    ablation_experiment.table5(s.setup(truth="paper"), out / PAPER_DIR,
+                               force=force, progress=False)
     return [f"{PAPER_DIR}/table5.csv"]
 
 
@@ -101,7 +102,7 @@ def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2 (statics and the heuristic) and Table 5 with the memory price of switching, per truth."""
-    from simulator import experiments
+    from simulator import ablation_experiment, experiments
 
     written = []
     for truth in s.truths():
@@ -109,7 +110,7 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
         setup = s.setup(truth=truth, switch_memory=True, profiles=profiles)
         root = out / SWITCH_MEMORY_DIR / truth
         experiments.fig2(setup, root, force=force, exact=False, progress=False)
-        experiments.table5(setup, root, force=force, progress=False)
+        ablation_experiment.table5(setup, root, force=force, progress=False)
         written += [f"{SWITCH_MEMORY_DIR}/{truth}/{f}"
                     for f in ("fig2_summary.csv", "table5.csv", f"{TIMINGS_DIR}/fig2_summary.csv")]
     return written
@@ -117,13 +118,13 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     """One sequence per step against packed steps of 32K and 128K tokens, per truth."""
-    from simulator import experiments
+    from simulator import packing_experiment
 
     written = []
     for truth in s.truths():
         root = out if truth == "analytic" else out / PAPER_DIR
-        experiments.packing(s.setup(truth=truth), root, force=force,
-                            panels=s.packing_panels, progress=False)
+        packing_experiment.packing(s.setup(truth=truth), root, force=force,
+                                   panels=s.packing_panels, progress=False)
         written.append(str((root / "packing.csv").relative_to(out)))
     return written
 

@@ -27,7 +27,7 @@ def run_grouped(opts, groups: str) -> int:
     from simulator.group_exact import MAX_EXACT_ITEMS
     from simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
     from simulator.grouped_steps import RING_POLICY, GroupPricer
-    from simulator.policies import PolicySpec
+    from simulator.policy_spec import PolicySpec
     from simulator.results import write_csv_atomic
 
     _refuse_other_options(opts)

@@ -55,7 +55,7 @@ def run_simulate(args) -> int:
     from paradyse_lab.cli.simulate_options import SimulateOptions
     from paradyse_lab.options import from_namespace
     from simulator.experiments import run_one
-    from simulator.policies import PolicySpec
+    from simulator.policy_spec import PolicySpec
     from simulator.results import write_csv_atomic
     from simulator.run_metrics import summarize
 
@@ -96,7 +96,7 @@ def run_experiment(args) -> int:
     from paradyse_lab.cli.simulate_options import MAX_GLOBAL_BATCH, ExperimentOptions
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
-    from simulator import experiments
+    from simulator import ablation_experiment, experiments
 
     opts = from_namespace(ExperimentOptions, args)
     require_positive_int("--global-batch", opts.global_batch, MAX_GLOBAL_BATCH)  # checked whichever experiment
@@ -130,7 +130,7 @@ def run_experiment(args) -> int:
         from paradyse_lab.cli.grouped_command import run_groups_experiment
 
         return run_groups_experiment(opts)
-    table = experiments.table5(setup, root, force=opts.force, progress=sys.stderr.isatty())
+    table = ablation_experiment.table5(setup, root, force=opts.force, progress=sys.stderr.isatty())
     if opts.format == "json":
         print_json({"table5": table.to_dict(orient="records")})
         return 0
@@ -144,9 +144,9 @@ def run_experiment(args) -> int:
 
 def _run_packing(setup, root: Path, opts) -> int:
     from paradyse_lab.app.reproduce_figures import PAPER_FIGURE_NOTE, draw_figure
-    from simulator import experiments
+    from simulator import packing_experiment
 
-    table = experiments.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())
+    table = packing_experiment.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())
     notes = {"analytic": None, "paper": PAPER_FIGURE_NOTE}  # None: the figure's own analytic-model note
     note = notes.get(setup.truth, f"simulated: charged by the {setup.truth} cost model, {setup.cluster}")
     with contextlib.redirect_stdout(sys.stderr if opts.format == "json" else sys.stdout):  # stdout: JSON only

@@ -40,7 +40,7 @@ def options_from_args(args: argparse.Namespace):
     from paradyse_lab.options import from_namespace
     from runtime.launch import torchrun_rank
     from runtime.train_inputs import check_log_file, check_options
-    from simulator.policies import PolicySpec
+    from simulator.policy_spec import PolicySpec
 
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)

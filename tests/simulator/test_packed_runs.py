@@ -59,10 +59,10 @@ def test_simulate_refuses_bad_packing(capsys):
 
 
 def test_experiment_packing_command(tmp_path, capsys, monkeypatch):
-    import simulator.experiments as experiments
+    import simulator.packing_experiment as packing_experiment
 
-    monkeypatch.setattr(experiments, "DATASETS", ("grch38",))  # one panel keeps it quick
-    monkeypatch.setattr(experiments, "MODELS", ("llama",))
+    monkeypatch.setattr(packing_experiment, "DATASETS", ("grch38",))  # one panel keeps it quick
+    monkeypatch.setattr(packing_experiment, "MODELS", ("llama",))
     assert main(["experiment", "packing", "--size", "8", "--out", str(tmp_path), "--format", "json"]) == 0
     rows = pd.DataFrame(json.loads(capsys.readouterr().out)["packing"])
     written = pd.read_csv(tmp_path / "packing.csv")

@@ -9,7 +9,8 @@ from source_trees import PACKAGES, parsed
 from paradyse_lab.cluster_lookup import get_cluster
 from paradyse_lab.model_spec import get_model
 from simulator.planner import build_planner
-from simulator.policies import PolicySpec, build_policy
+from simulator.policies import build_policy
+from simulator.policy_spec import PolicySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -236,7 +236,7 @@ def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
     ("static:metp", {"recompute": True}, ("static:metp+recompute", True, "block", "static:metp+recompute")),
 ])
 def test_policy_spec_reads_suffixes_and_flags(spec, flags, expected):
-    from simulator.policies import PolicySpec
+    from simulator.policy_spec import PolicySpec
 
     p = PolicySpec.parse(spec, **flags)
     assert (p.base, p.recompute, p.granularity, p.name) == expected

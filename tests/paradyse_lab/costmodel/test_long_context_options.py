@@ -213,7 +213,7 @@ def test_dynamic_policies_offer_them_in_simulate_and_train():
     """`dynamic:SOLVER+tiled+offload` (simulate, train, validate-run: simulator/planner.py) plans with the options
     and charges their plans: a short step gets neither, a step that fits only with them gets them."""
     from simulator.planner import build_planner
-    from simulator.policies import PolicySpec
+    from simulator.policy_spec import PolicySpec
 
     spec = PolicySpec.parse("dynamic:dp+offload+tiled", recompute=True)
     assert (spec.tiled, spec.offload, spec.name) == (True, True, "dynamic:dp+recompute+tiled+offload")

@@ -1,0 +1,79 @@
+"""Table 5 of the paper in simulation: GPT on GRCh38 with the paper's heuristic, the full system beside each
+ablation (without one strategy, without the random forest, without smoothing).
+
+`paradyse-lab experiment table5` runs it and writes results/runs/table5/*.csv (one per run) and
+results/table5.csv. Paper numbers: docs/paper.md section 7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.strategies import USABLE
+from simulator import shared
+from simulator.engine import TIMING_COLUMNS
+from simulator.experiments import PAPER_POLICY, Setup, run_one
+from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from simulator.run_metrics import summarize, time_to_reach
+
+PAPER_TABLE5 = {
+    "full": (329728, 3117.76, 3117.76, None),
+    "without megatron_ts": (300032, 3173.80, 2799.45, 0.1180),
+    "without megatron_cz": (300032, 2795.91, 2799.45, -0.0013),
+    "without ulysses_z": (300032, 2813.13, 2799.45, 0.0049),
+    "without metp": (112128, 1741.99, 1724.13, 0.0103),
+    "without random forest": (270336, 2657.04, 2622.89, 0.0129),
+    "without smoothing": (300032, 2800.49, 2799.45, 0.0004),
+}
+"""Table 5 (docs/paper.md section 7): max length (tokens), time (s), full system time at that length (s), saving."""
+
+
+def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
+    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (docs/paper.md section 7)."""
+    variants = {"full": {}}
+    variants.update({f"without {s}": {"exclude": (s,)} for s in USABLE})
+    variants["without smoothing"] = {"smoothing": False}
+    # "without random forest": plan with the polynomial only, against the full system planning with the
+    # paper's hybrid (random forest + polynomial); both learned from the profile, both charged by the truth.
+    variants["full (hybrid cost model)"] = {"plan_cost_model": "hybrid"}
+    variants["without random forest"] = {"plan_cost_model": "polynomial"}
+    against = {"without random forest": "full (hybrid cost model)"}
+    runs = {}
+    with shared.sharing():
+        for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
+            path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
+            runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
+                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]},
+                                        timing_columns=TIMING_COLUMNS)
+    rows = []
+    for name in variants:
+        paper = PAPER_TABLE5[name if name in PAPER_TABLE5 else "full"]  # the paper's full system used the hybrid
+        plan_cm = variants[name].get("plan_cost_model", setup.truth)
+        row = {"variant": name, "paper_max_len": paper[0], "paper_time_s": paper[1],
+               "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
+               "profile_source": _profile_source(setup) if plan_cm != setup.truth else "",
+               "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory,
+               "recompute": setup.recompute, "granularity": setup.granularity}
+        full = runs[against.get(name, "full")]
+        rr = runs[name]
+        s = summarize(rr, "gpt", "grch38", name)
+        steps = s.steps
+        t_full = time_to_reach(full, steps)
+        saving = None
+        if not name.startswith("full") and t_full is not None and s.total_time_s:
+            saving = (s.total_time_s - t_full) / s.total_time_s
+        rows.append({**row, "status": "ok", "max_len": s.max_seq_len_trained, "time_s": s.total_time_s,
+                     "time_full_s": t_full, "saving": saving})
+    table = pd.DataFrame(rows)
+    write_csv_atomic(table, root / "table5.csv")
+    return table
+
+
+def _profile_source(setup: Setup) -> str:
+    """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
+    from paradyse_lab.profiles import profile_sources, read_profiles
+
+    return profile_sources(read_profiles(setup.profile_path()))
