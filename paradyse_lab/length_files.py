@@ -18,12 +18,6 @@ from paradyse_lab.workloads import MAX_LENGTH
 LENGTH_COLUMNS = ("seq_len", "length", "len", "n_tokens", "tokens")
 
 
-def read_length_file(path: str | Path) -> list[int]:
-    """Lengths from a text, CSV, parquet or JSONL file (see the module docstring), every document of a
-    packed step in turn."""
-    return [n for step in read_length_steps(path) for n in step]
-
-
 def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
     """The steps of a length file: one document each, or several on a .txt line of a packed file."""
     text_path, _, column = str(path).partition("#")

@@ -23,7 +23,7 @@ Sources of the presets:
   head) small enough for CPU runs: `paradyse-lab train --model llama-tiny`.
 
 A model may also be a Hugging Face `config.json` (`get_model`, `load_hf_config`), its architecture checked by
-paradyse_lab/hf_config.py.
+paradyse_lab/hf_architecture.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from paradyse_lab import typed_json
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.hf_config import hf_architecture
+from paradyse_lab.hf_architecture import hf_architecture
 from paradyse_lab.typed_json import str_field
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

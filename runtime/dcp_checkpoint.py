@@ -114,8 +114,8 @@ def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt
     root, name = Path(directory), f"step-{step:06d}"
     tmp, final = root / f".tmp-{name}", root / name
     r, p = comm.rank(group), comm.size(group)
-    mesh = dcp_entries.mesh(group) if p > 1 else None
-    state = dcp_entries.state(trained, opt, cfg, p, mesh)  # refuses an optimizer it cannot keep
+    mesh = dcp_entries.device_mesh_of(group) if p > 1 else None
+    state = dcp_entries.dcp_state(trained, opt, cfg, p, mesh)  # refuses an optimizer it cannot keep
     error = None
     if r == 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -192,7 +192,7 @@ def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expe
         raise UserInputError(f"checkpoint {path}: {err}") from None
     _check_settings(path, meta, meta_expected)
     p = comm.size(group)
-    mesh = dcp_entries.mesh(group) if p > 1 else None
+    mesh = dcp_entries.device_mesh_of(group) if p > 1 else None
     reader = FileSystemReader(path)
     saved = set(reader.read_metadata().state_dict_metadata)
     template = dcp_entries.state_template(trained, saved, cfg, p, mesh)
@@ -202,10 +202,10 @@ def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expe
     moments = {m: dcp_entries.strip(template, f"optim.{m}.") for m in dcp_entries.MOMENTS}
     with torch.no_grad():
         for name, param in trained.items():
-            param.copy_(dcp_entries.local(weights, name, param, cfg))
+            param.copy_(dcp_entries.local_tensor(weights, name, param, cfg))
             if param.numel() and any(k == name or k.startswith(name + ".") for k in moments["exp_avg"]):
                 opt.state[param] = {"step": template["optim.step"].clone(),
-                                    **{m: dcp_entries.local(moments[m], name, param, cfg).clone()
+                                    **{m: dcp_entries.local_tensor(moments[m], name, param, cfg).clone()
                                        for m in dcp_entries.MOMENTS}}
     return meta
 
@@ -242,7 +242,8 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     entries, meta = read_entries(path)
     cfg = config_of(meta, GPTConfig)
     weights = dcp_entries.strip(entries, "model.")
-    full = {name: dcp_entries.local(weights, name, like, cfg) for name, like in GPTParams(cfg).state_dict().items()}
+    full = {name: dcp_entries.local_tensor(weights, name, like, cfg)
+            for name, like in GPTParams(cfg).state_dict().items()}
     return full, meta
 
 

@@ -34,7 +34,7 @@ def sections_of(key: str, cfg) -> tuple[int, ...] | None:
     return row_sections(kind, n1, n2) if name in ("w1", "b1") else (n2,)
 
 
-def mesh(group):
+def device_mesh_of(group):
     """The `DeviceMesh` of `group` (the world when None): CUDA under NCCL, else CPU."""
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -82,7 +82,7 @@ def _entries(name: str, value: torch.Tensor, cfg, p: int, mesh) -> dict[str, tor
     return {f"{name}.{i}": _global(b, n, mesh) for i, (b, n) in enumerate(zip(blocks, sections))}
 
 
-def local(entries: dict[str, torch.Tensor], name: str, like: torch.Tensor, cfg) -> torch.Tensor:
+def local_tensor(entries: dict[str, torch.Tensor], name: str, like: torch.Tensor, cfg) -> torch.Tensor:
     """Inverse of `_entries`: this rank's tensor from its (loaded) entries."""
     sections = sections_of(name, cfg)
     if like.numel() == 0:
@@ -96,7 +96,7 @@ def local(entries: dict[str, torch.Tensor], name: str, like: torch.Tensor, cfg) 
     return torch.cat([x.to_local() if hasattr(x, "to_local") else x for x in parts])  # [n/p, ...] each -> [n1/p, ...]
 
 
-def state(trained: dict[str, torch.Tensor], opt, cfg, p: int, mesh) -> dict[str, torch.Tensor]:
+def dcp_state(trained: dict[str, torch.Tensor], opt, cfg, p: int, mesh) -> dict[str, torch.Tensor]:
     """The DCP state dict of the trained tensors and their AdamW moments (those that have any)."""
     out: dict[str, torch.Tensor] = {}
     steps = set()

@@ -11,7 +11,7 @@ Accepted:
   (`attention_bias` = `mlp_bias`).
 Refused with a one-line error naming the field: rotary embeddings scaled other than 'llama3' ('linear',
 'dynamic', 'yarn'...), sliding-window attention (Mistral's `sliding_window`, Qwen2's `use_sliding_window`),
-other activations. The checks are paradyse_lab.hf_config.hf_architecture's, which `load_hf_config` (a
+other activations. The checks are paradyse_lab.hf_architecture.hf_architecture's, which `load_hf_config` (a
 config.json given to `cost` or `train`) shares.
 State-dict names (LlamaForCausalLM): `model.embed_tokens.weight`, per layer `model.layers.L.input_layernorm`,
 `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, then `model.norm` and
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import torch
 
-from paradyse_lab.hf_config import hf_architecture
+from paradyse_lab.hf_architecture import hf_architecture
 
 
 def config_from_hf(cls, cfg: dict):
     """A `GPTConfig` (cls) from a Hugging Face config dict, accepted or refused by the same checks as a
-    config.json given to `cost` or `train` (paradyse_lab.hf_config.hf_architecture)."""
+    config.json given to `cost` or `train` (paradyse_lab.hf_architecture.hf_architecture)."""
     arch = hf_architecture(cfg)
     return cls(vocab_size=arch["vocab_size"], max_positions=arch["max_positions"], hidden=arch["hidden"],
                heads=arch["heads"], layers=arch["layers"], ffn_hidden=arch["ffn_hidden"], eps=arch["eps"],

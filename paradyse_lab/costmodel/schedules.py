@@ -1,4 +1,5 @@
-"""What each strategy does to one sub-layer, per rank: FLOPs, communication, kept and transient bytes.
+"""The schedule of a strategy option: the compute every strategy shares, plus `+recompute`, `+tiled` and
+`+offload`, per rank: FLOPs, communication, kept and transient bytes.
 
 A `Schedule` is the strategy's algorithm written as counts; `analytic.py` turns it into seconds with a
 `ClusterSpec`. The runtime (runtime/<strategy>.py) implements the same algorithms, and its communication
