@@ -45,7 +45,7 @@ def exchange(send: torch.Tensor | None, dst: int | None, src: int | None, recv_l
     if send is not None:
         send = send.contiguous()
         comm_record.record_sent_bytes("p2p", comm_record.tensor_bytes(send))
-    if send is not None or recv is not None:
+    if (send is not None or recv is not None) and comm_record.tracing():  # the group's size only when traced
         comm_record.record_call(
             "p2p", comm.size(group),
             sends=[(dst, tuple(send.shape), comm_record.dtype_name(send), tag)] if send is not None else [],

@@ -103,10 +103,15 @@ def record_sent_bytes(op: str, nbytes: int) -> None:
         c.add(op, int(nbytes), _TAG[-1])
 
 
+def tracing() -> bool:
+    """Whether a `trace_calls()` block is open: what `record_call` appends to."""
+    return bool(_TRACES)
+
+
 def record_call(op: str, group_size: int, x: torch.Tensor | None = None, sends=(), recvs=()) -> None:
     """Append one call (a collective on `x`, or a point-to-point exchange's `sends` and `recvs`) to every open
     `trace_calls()` block, under the current tag."""
-    if not _TRACES:
+    if not tracing():
         return
     call = TracedCall(op, group_size, tuple(x.shape) if x is not None else (), dtype_name(x) if x is not None else "",
                       tuple(sends), tuple(recvs), _TAG[-1])
