@@ -92,12 +92,27 @@ _joined_group: list[bool] = []
 """Whether this process ever joined a process group (`join_process_group`): [True] once it did."""
 
 
-def join_process_group(backend: str) -> None:
-    """`torch.distributed.init_process_group(backend)`, remembered: a process that joined a group ends without
-    interpreter finalization once its command is done (`joined_a_process_group`; paradyse_lab/cli `main`)."""
+def rendezvous_store():
+    """The store a launcher's own ranks meet at, served by the launcher on a port the operating system picks and held
+    until the ranks are done: a port found free and released before rank 0 binds it again can be taken by another
+    run started at the same moment, whose ranks then join this run's world and both hang."""
     import torch.distributed as dist
 
-    dist.init_process_group(backend)
+    return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+
+
+def join_process_group(backend: str, local: tuple[int, int, int] | None = None) -> None:
+    """`torch.distributed.init_process_group(backend)`, remembered: a process that joined a group ends without
+    interpreter finalization once its command is done (`joined_a_process_group`). `local` = (rank, world, port)
+    joins a local launcher's world at its held store (`rendezvous_store`) instead of torchrun's environment."""
+    import torch.distributed as dist
+
+    if local is None:
+        dist.init_process_group(backend)
+    else:
+        rank, world, port = local
+        store = dist.TCPStore("127.0.0.1", port, None, False)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     _joined_group[:] = [True]
 
 
@@ -130,7 +145,7 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    join_process_group("nccl" if gpu else "gloo")
+    join_process_group("nccl" if gpu else "gloo", None if port is None else (rank, world, port))
     try:
         fn(*args, group=None)
     except BaseException:
@@ -145,19 +160,15 @@ def launch(fn, nproc: int, *args) -> None:
     if under_torchrun is not None:
         run_rank(*under_torchrun, fn, args, None)
         return
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    store = rendezvous_store()  # held until every rank is done
     if nproc > 1:
         from runtime.launcher import launch as spawn
 
-        spawn(run_rank, nproc, (fn, args, port))
+        spawn(run_rank, nproc, (fn, args, store.port))
         return
     saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
     try:
-        run_rank(0, 1, fn, args, port)
+        run_rank(0, 1, fn, args, store.port)
     finally:
         for k, v in saved.items():
             if v is None:

@@ -128,16 +128,13 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun is not None:  # the process then ends in paradyse_lab/cli `main`, without C++ teardown
         _init_and_train(*under_torchrun, opts, None)
     elif args.nproc is not None and args.nproc > 1:
-        import socket
-
         from paradyse_lab.app.training import preflight
+        from runtime.launch import rendezvous_store
         from runtime.launcher import launch
 
         preflight(opts, args.nproc)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        launch(_init_and_train, args.nproc, (opts, port))
+        store = rendezvous_store()  # held until every rank is done: no other run can take its port
+        launch(_init_and_train, args.nproc, (opts, store.port))
     else:
         from paradyse_lab.app.training import train
 

@@ -70,6 +70,21 @@ rank_warmup: the DP solver's compiled kernels, loaded once instead of once per r
 during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
 
 
+def world_store() -> dist.TCPStore:
+    """A rendezvous store of one world, served by the process that starts the world and held by it until the world
+    ends: the operating system picks its port (port 0) and nobody releases it while the ranks meet, so two worlds
+    started at the same moment (two pytest workers) can never meet at one port and join each other's ranks."""
+    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S),
+                         wait_for_workers=False)
+
+
+def join_world(rank: int, p: int, port: int) -> None:
+    """Join the gloo world of p ranks whose store (`world_store`) listens on `port`."""
+    store = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=p,
+                            timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
+
+
 def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir: str, spawned_at: float,
             environ: dict[str, str], cwd: str) -> None:
     gc.freeze()  # what the cases' module left in the forkserver: inherited, never walked by a rank's collections
@@ -79,7 +94,7 @@ def _worker(rank: int, p: int, port: int, module: str, names: list[str], out_dir
     os.chdir(cwd)
     torch.set_num_threads(1)
     _pin_to_one_cpu(rank)  # before the process group starts gloo's threads, which take this thread's CPU set
-    dist.init_process_group("gloo", rank=rank, world_size=p, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
+    join_world(rank, p, port)
     mod = importlib.import_module(module)
     results: dict[str, str | None] = {}
     seconds: dict[str, float] = {START: time.time() - spawned_at}
@@ -115,8 +130,9 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
     started = time.perf_counter()
     mp.set_forkserver_preload([*PRELOAD, module])  # read when this process's forkserver starts (its first world)
     _start_forkserver()
+    store = world_store()  # held until the ranks are done: no other world can take its port
     with tempfile.TemporaryDirectory() as out_dir:
-        args = (p, free_port(), module, names, out_dir, time.time(), dict(os.environ), os.getcwd())
+        args = (p, store.port, module, names, out_dir, time.time(), dict(os.environ), os.getcwd())
         ctx = mp.start_processes(_worker, args=args, nprocs=p, join=False, start_method="forkserver")
         crash = None
         deadline = time.monotonic() + timeout_s

@@ -6,8 +6,11 @@ Run: `python -m pytest -q tests/runtime/test_dist_harness.py` (one spawned rank,
 
 from __future__ import annotations
 
+import socket
+import threading
 from types import SimpleNamespace
 
+import dist_harness
 from dist_harness import START, run_world
 
 
@@ -38,3 +41,26 @@ def test_a_world_gets_only_the_cases_this_session_selected():
     assert td.selected_cases(session, 2) == ("hf-gpt2-logits", "bad-input")  # in case order
     assert td.selected_cases(session, 3) == ("bad-input",)
     assert td.selected_cases(session, 4) == ()
+
+
+def test_two_worlds_started_at_once_never_join_each_others_ranks(monkeypatch):
+    """Two pytest workers may start a world each at the same moment. Where the operating system hands both the same
+    port to meet at (forced here: every port the harness could ask for is one port), each world must still meet
+    only its own ranks, so both finish with every case passed instead of hanging in each other's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        one_port = s.getsockname()[1]
+    monkeypatch.setattr(dist_harness, "free_port", lambda: one_port)
+    worlds: dict[str, object] = {}
+
+    def start(name: str) -> None:
+        worlds[name] = run_world(2, "harness_cases", ["passes", "preloaded"], timeout_s=60)
+
+    threads = [threading.Thread(target=start, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(worlds) == {"a", "b"}
+    for name, world in worlds.items():
+        assert world.errors == {"passes": None, "preloaded": None}, (name, world.errors)

@@ -7,20 +7,18 @@ real run is tests/runtime/repeat_train_launch.py."""
 from __future__ import annotations
 
 import json
-import socket
 
 import launcher_cases
 import pytest
 
 
 def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_no_thread(tmp_path, monkeypatch):
+    from runtime.launch import rendezvous_store
     from runtime.launcher import launch
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    launch(launcher_cases.teardown_rank, 2, (port,))
+    store = rendezvous_store()  # the ranks meet at it, as a launcher's do
+    launch(launcher_cases.teardown_rank, 2, (store.port,))
     for rank in (0, 1):
         state = json.loads((tmp_path / f"teardown-{rank}.json").read_text())
         assert state["events"] == ["work done", "barrier", "destroy"], (rank, state)

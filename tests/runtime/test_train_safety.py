@@ -384,15 +384,13 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
 def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo(capfd):
     """Rank 1 refuses its input; rank 0's error on the connection rank 1 closed is an echo: the launcher raises
     rank 1's one line, and rank 0's traceback is not shown."""
-    import socket
-
     import launcher_cases
 
+    from runtime.launch import rendezvous_store
     from runtime.launcher import launch
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    store = rendezvous_store()  # the ranks meet at it, as a launcher's do
+    port = store.port
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
     assert "Traceback" not in capfd.readouterr().err
@@ -501,15 +499,13 @@ def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
 def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
     """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
     the closed connection."""
-    import socket
-
     import launcher_cases
 
+    from runtime.launch import rendezvous_store
     from runtime.launcher import launch
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    store = rendezvous_store()  # the ranks meet at it, as a launcher's do
+    port = store.port
     with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
         launch(launcher_cases.one_rank_killed, 2, (port,))
     assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
