@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The closed-loop benchmark of README "Simulation against execution": measure this machine, then train every
+# The closed-loop benchmark of docs/results.md, "Simulation against execution": measure this machine, then train every
 # policy for real and compare with the analytic model (no fitting) and with the calibrated one (the default).
 #
 #   bash examples/closed_loop_benchmark.sh [DIR]        # default DIR: results/execute

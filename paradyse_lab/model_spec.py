@@ -10,7 +10,7 @@ Sources of the presets:
   (n_embd / n_head / n_layer: 768/12/12, 1024/16/24, 1280/20/36, 1600/25/48; vocab 50257; 1024 positions).
 - `gpt2-tiny`: ours, a GPT-2-shaped model small enough for CPU tests (12 heads so p = 1, 2, 3, 4 all split).
 - `gpt2-cpu`: ours, h 512, 8 heads, 4 layers, vocabulary 1024, fp32: the CPU benchmark of `paradyse-lab
-  calibrate` and `validate-run` (README "Simulation against execution").
+  calibrate` and `validate-run` (docs/results.md, "Simulation against execution").
 - `llama3-8b`, `llama3-70b`: the Hugging Face config.json of meta-llama/Meta-Llama-3-8B (hidden_size 4096,
   num_attention_heads 32, num_key_value_heads 8, num_hidden_layers 32, intermediate_size 14336) and of
   meta-llama/Meta-Llama-3-70B (8192, 64, 8, 80, 28672); both vocab_size 128256, rope_theta 500000,

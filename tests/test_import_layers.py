@@ -267,9 +267,9 @@ def test_torch_is_caught_through_the_vocabulary():
 
 
 def test_readme_layout_table_matches_the_tree():
-    """Every package and paradyse_lab subpackage has a row in the README's layout table, and every row's
-    folder exists."""
-    text = (ROOT / "README.md").read_text().split("## Layout of the repository", 1)[1].split("\n## ", 1)[0]
+    """Every package and paradyse_lab subpackage has a row in docs/layout.md's table, and every row's folder
+    exists."""
+    text = (ROOT / "docs" / "layout.md").read_text().split("# Layout of the repository", 1)[1]
     rows = {line.split("`")[1] for line in text.splitlines() if line.startswith("| `")}
     packages = {f"{p.parent.relative_to(ROOT)}/" for pkg in PACKAGES for p in (ROOT / pkg).glob("*/__init__.py")}
     packages |= {f"{pkg}/" for pkg in PACKAGES}

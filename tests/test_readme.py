@@ -1,9 +1,11 @@
-"""Numbers the README quotes, against the output of the commands it names (so they cannot drift)."""
+"""Numbers the README and the results pages quote, against the output of the commands they name (so they cannot
+drift), and the README's headline table against the pages that detail it."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,19 +14,21 @@ from paradyse_lab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+RUNTIME = (ROOT / "docs" / "runtime.md").read_text(encoding="utf-8")
 
 
-def _block_after(marker: str) -> list[str]:
-    """The lines of the first fenced block that opens after `marker`."""
-    start = README.index(marker) + len(marker)
-    opening = README.index("```", start)
-    body = README.index("\n", opening) + 1
-    return README[body:README.index("```", body)].rstrip("\n").splitlines()
+def _block_after(marker: str, text: str = RESULTS) -> list[str]:
+    """The lines of the first fenced block that opens after `marker` in `text`."""
+    start = text.index(marker) + len(marker)
+    opening = text.index("```", start)
+    body = text.index("\n", opening) + 1
+    return text[body:text.index("```", body)].rstrip("\n").splitlines()
 
 
-def _table_after(marker: str) -> list[list[str]]:
-    """The cells of the first markdown table after `marker`, header first (the --- row dropped)."""
-    lines = README[README.index(marker):].splitlines()
+def _table_after(marker: str, text: str = RESULTS) -> list[list[str]]:
+    """The cells of the first markdown table after `marker` in `text`, header first (the --- row dropped)."""
+    lines = text[text.index(marker):].splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
     for line in lines[first:]:
@@ -59,8 +63,8 @@ def test_cost_model_table_is_the_commands_output():
 
 
 def test_train_log_sample_has_the_logs_columns(tmp_path):
-    """The README's `train --log-file` sample: the header the log has, and one value per column a row."""
-    sample = _block_after("--no-progress --log-file llama.csv\n```\n")  # the block after the command's
+    """docs/runtime.md's `train --log-file` sample: the header the log has, and one value per column a row."""
+    sample = _block_after("--no-progress --log-file llama.csv\n```\n", RUNTIME)  # the block after the command's
     config = tmp_path / "micro.json"
     config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2,
                                   "n_positions": 64, "vocab_size": 96}))
@@ -84,7 +88,7 @@ def test_train_log_sample_has_the_logs_columns(tmp_path):
 
 
 def test_band_shares_are_the_samples():
-    """The README's table of the sampled workloads' band shares (what `reproduce` samples) against the lengths."""
+    """The results page's table of the sampled workloads' band shares (what `reproduce` samples) against the lengths."""
     from paradyse_lab.app.report.seeds import band_share_rows
     from paradyse_lab.app.reproduce_settings import Settings
 
@@ -98,3 +102,14 @@ def test_workload_example_is_the_commands_output(size, capsys):
     marker = f"`paradyse-lab workload github_code --size {size}`"
     assert main(["workload", "github_code", "--size", str(size)]) == 0
     assert capsys.readouterr().out.rstrip("\n").splitlines() == _block_after(marker)
+
+
+def test_headline_numbers_are_the_detailed_pages():
+    """Each number of the README's headline table, as the results and runtime pages print it (there, the tables
+    above are checked against their commands or made by `reproduce`), so the front door cannot drift from them."""
+    rows = _table_after("<!-- headline -->", README)
+    assert rows[0][:2] == ["result", "ours"] and len(rows) > 5
+    pages = RESULTS + RUNTIME
+    for row in rows[1:]:
+        for number in re.findall(r"-?[\d,]+(?:\.\d+)?(?:%|x| ms)?", row[1]):
+            assert number in pages, (row[0], number)

@@ -40,7 +40,7 @@ class CalibrateOptions:
 
 def machine_defaults() -> dict:
     """Defaults that suit this machine: GPUs -> all of them, gpt2 up to 1024 tokens, 9 minutes; CPU ->
-    2 processes, gpt2-cpu up to 1024 tokens, 6 minutes (README "Simulation against execution")."""
+    2 processes, gpt2-cpu up to 1024 tokens, 6 minutes (docs/results.md, "Simulation against execution")."""
     import torch
 
     from runtime.launch import default_nproc

@@ -18,7 +18,7 @@ def costs(model_name, seq, cluster=A100):
 
 
 METP_LOWEST_FROM = {"bert": 0, "llama": 4096, "gpt": 8192}
-"""The length from which METP has the lowest peak (README "What the cost model says"): its weight and fp32
+"""The length from which METP has the lowest peak (docs/results.md, "What the cost model says"): its weight and fp32
 gradient-partial double buffers outweigh MegatronTS's gathered activations below it for big-h models."""
 
 

@@ -126,7 +126,7 @@ def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_
     assert H100.host_link_bytes_per_s == 52.8e9
     assert step_s(False) == pytest.approx(3.948, abs=0.01)  # what the plan was predicted at
     assert step_s(True) == pytest.approx(step_s(False) + copies_back)
-    assert step_s(True) == pytest.approx(4.449, abs=0.01)  # measured 5.29 s: the rest is compute (README)
+    assert step_s(True) == pytest.approx(4.449, abs=0.01)  # measured 5.29 s: the rest is compute (docs/tiled_mlp_and_offload.md)
 
 
 def test_cluster_host_link_and_memory(tmp_path):
