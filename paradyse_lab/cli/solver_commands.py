@@ -75,7 +75,8 @@ def register(sub) -> None:
     p.set_defaults(func=run_plan)
 
     p = sub.add_parser("solve", help="solve a SearchProblem JSON file",
-                       description="Solve a problem given in the SearchProblem JSON form (see docs/results.md, "Solvers").")
+                       description="Solve a search problem given as JSON: per layer and option its time, kept and "
+                       "transient bytes, and the memory budget (the format is in the results docs, \"Solvers\").")
     p.add_argument("--problem", required=True, help="path to the problem's JSON file")
     p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
     add_format_argument(p)

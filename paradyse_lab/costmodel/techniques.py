@@ -37,7 +37,7 @@ recomputation or the tiled MLP: the smallest set any offloaded sub-layer moves),
 backward of about its own length; a larger kept set (offload without recomputation) comes back when the backward
 first needs it, all exposed (`offload_exposed_s`). An H100 measurement showed why: a 64K-token
 Llama-3.2-1B-shaped plan offloading attention's whole kept set (1,160 MiB) beside METP MLPs (512 MiB) ran
-5.29 s per step against 3.95 s predicted with every copy hidden (docs/measurements/h100-2026-11-25). Not
+5.29 s per step against 3.95 s predicted with every copy hidden (measurements/h100-2026-11-25). Not
 modelled: the copies' share of HBM bandwidth (53 GB/s of 3.35 TB/s, under 2%), and the one set per run of
 offloaded sub-layers whose successor does not offload (not prefetched either). The forward's share of a
 sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must

@@ -97,7 +97,7 @@ def test_overlap_accounting():
 
 
 def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_hides():
-    """docs/measurements/h100-2026-11-25: a 64K-token Llama-3.2-1B-shaped plan on one H100 (attention megatron_ts
+    """measurements/h100-2026-11-25: a 64K-token Llama-3.2-1B-shaped plan on one H100 (attention megatron_ts
     keeping its whole set, 1,160 MiB, offloaded; 13 of the MLPs METP, 512 MiB, offloaded) ran 5.29 s per step,
     predicted 3.95 s with every copy hidden. The runtime prefetches a set only when the next sub-layer's is no
     smaller, so neither whole set is sure to come back early: each copy back at a pinned copy's 52.8 GB/s is
@@ -108,7 +108,7 @@ def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_
     from paradyse_lab.costmodel.head_loss import head_cost_models
 
     root = Path(__file__).resolve().parents[3]
-    model = get_model(str(root / "docs/measurements/h100-2026-11-25/llama1b"))
+    model = get_model(str(root / "measurements/h100-2026-11-25/llama1b"))
     cm = head_cost_models(AnalyticCostModel(model, cluster_with_gpus(H100, 1), 1))["tiled"]
     ts, me = StrategyOption("megatron_ts"), StrategyOption("metp")
     plan = [ts, ts] * 3 + [ts, me] * 13  # as the train log ran it: TS+o,TS,... ME+o (29 offloaded)

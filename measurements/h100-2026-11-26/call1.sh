@@ -2,10 +2,10 @@
 # One device call (2026-11-26), a regression check of the current tree on one H100 after the last GPU session:
 # the GPU session script (--quick: its pytest stage runs tests/gpu; tiny GEMM, attention and profile shapes),
 # then `paradyse-lab train` on one GPU: the variable-length run, a packed run and the planned longest length,
-# each compared with docs/measurements/h100-2026-11-25. On CPU: M=llama-tiny LENS=... DEVICE=cpu (a dry run).
+# each compared with measurements/h100-2026-11-25. On CPU: M=llama-tiny LENS=... DEVICE=cpu (a dry run).
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 R=${R:-/tmp/r}; OUT=${OUT:-/tmp/out}; mkdir -p $R $OUT
-M=${M:-docs/measurements/h100-2026-11-25/llama1b}; DEVICE=${DEVICE:-cuda}
+M=${M:-measurements/h100-2026-11-25/llama1b}; DEVICE=${DEVICE:-cuda}
 VAR=${VAR:-uniform:4096:32768}; PACK=${PACK:-uniform:1024:16384}; PACK_TOKENS=${PACK_TOKENS:-65536}; MAXLEN=${MAXLEN:-125688}
 save() { tar czf $OUT/all.tgz -C $R . 2>/dev/null; }
 run() { local name=$1 t=$2; shift 2; timeout $t "$@" > $R/$name.log 2>&1; echo "rc=$?" >> $R/$name.log; tail -6 $R/$name.log; save; }

@@ -1,7 +1,7 @@
 """Peak bytes of one plain metp MLP sub-layer (bf16, CPU, one process), forward and backward apart, above what was
 allocated when each started (torch's profiler): the CPU experiment behind the README's 160 MiB.
 
-Run from a tree's root: `PYTHONPATH=$PWD python3 docs/measurements/h100-2026-11-26/mlp_backward_peak.py T H`
+Run from a tree's root: `PYTHONPATH=$PWD python3 measurements/h100-2026-11-26/mlp_backward_peak.py T H`
 (T tokens, hidden H, FFN 4H, SwiGLU, RMSNorm, no biases). On another commit's tree (e.g. `git worktree add
 --detach DIR 31ca0b6`, the commit of the 2026-11-25 call1) give the script's path in this tree. 8192 128: the
 backward at 31ca0b6 and with runtime/metp.py's `_whole_partial` 69,730,304 bytes, at 5e5c037 70,385,664

@@ -1,6 +1,6 @@
 """One step of `paradyse-lab train` in this process under CUDA's memory history, and what is live at its peak.
 
-Run from the repository root (PYTHONPATH=$PWD): `python3 docs/measurements/h100-2026-11-26/peak_blocks.py --out DIR`.
+Run from the repository root (PYTHONPATH=$PWD): `python3 measurements/h100-2026-11-26/peak_blocks.py --out DIR`.
 It trains one step of llama1b at the longest planned length on one GPU (the plan of call1.sh's train_max: metp on
 all 16 layers, the tiled loss, bf16) with torch.cuda.memory._record_memory_history on, then replays the recorded
 allocations and frees: DIR/peak_blocks.txt gets the step's peak_bytes against the two earlier sessions' step 1, the
@@ -78,7 +78,7 @@ def _report(events, lines: list[str]) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="docs/measurements/h100-2026-11-25/llama1b")
+    parser.add_argument("--model", default="measurements/h100-2026-11-25/llama1b")
     parser.add_argument("--length", type=int, default=125_688)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@
 # On CPU: M=llama-tiny MAXLEN=256 OUT=... bash call2.sh (a dry run: no memory history).
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
-M=${M:-docs/measurements/h100-2026-11-25/llama1b}; MAXLEN=${MAXLEN:-125688}
-timeout 85 python3 docs/measurements/h100-2026-11-26/peak_blocks.py --model $M --length $MAXLEN --out $OUT > $OUT/call2.log 2>&1
+M=${M:-measurements/h100-2026-11-25/llama1b}; MAXLEN=${MAXLEN:-125688}
+timeout 85 python3 measurements/h100-2026-11-26/peak_blocks.py --model $M --length $MAXLEN --out $OUT > $OUT/call2.log 2>&1
 echo "rc=$?" >> $OUT/call2.log
 tail -60 $OUT/call2.log
