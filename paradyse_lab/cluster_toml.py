@@ -48,7 +48,7 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
     `[alpha_us]` table of per-kind latencies (what `paradyse-lab calibrate` measures), and the curves as
     arrays of [x, fraction] pairs. `base = "PRESET"` (or another TOML file) starts from it and overrides only
     what is given. Every number must be finite; gpus a whole number. `[calibration.STRATEGY]` tables hold a
-    `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab fit-calibration` writes them.
+    `StrategyCalibration` each (`CALIBRATION_PARAMETERS`), as `paradyse-lab costmodel fit-calibration` writes them.
     A `[provenance]` table (host, device, software, date, command of a measured file) is for readers and
     ignored. `reserve_gib` and `reserve_fraction`: the memory kept out of every plan's budget
     (`ClusterSpec.plan_budget_bytes`). `host_link_gbps` (what a pinned copy over one GPU's PCIe link reaches,

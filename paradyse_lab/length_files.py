@@ -1,7 +1,7 @@
 """Length files: the lengths of a `file:PATH` workload (paradyse_lab/workloads.py), each read exactly.
 
 - `.txt`: one length per line; a line of several lengths separated by spaces is one packed step of that many
-  documents (`paradyse-lab lengths DIR --pack-tokens N` writes such files), its steps kept in the file's order;
+  documents (`paradyse-lab data lengths DIR --pack-tokens N` writes such files), its steps kept in the file's order;
 - `.csv` / `.parquet`: a column (`file:PATH#COLUMN`, else the first column named seq_len, length, len, n_tokens
   or tokens);
 - `.jsonl`: lines of token-id lists (or objects with `input_ids`), whose lengths are taken.

@@ -17,7 +17,7 @@ above the budget). Truncating it would change the data a run trains on, and refu
 paper's datasets unpackable below their longest document (309K and 624K tokens), while the question packing
 asks is how long a document each strategy still trains; a step of one document is exactly the unpacked step.
 
-Try it: `python -m paradyse_lab workload github_code --pack-tokens 32768`.
+Try it: `python -m paradyse_lab data workload github_code --pack-tokens 32768`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ extra columns are ignored on reading):
 
 | column | type | meaning |
 |---|---|---|
-| model | str | preset name or config path the shapes come from (`paradyse-lab models`) |
+| model | str | preset name or config path the shapes come from (`paradyse-lab catalog models`) |
 | h, heads, kv_heads, layers | int > 0 | hidden size, attention heads, KV heads (GQA), layers run |
 | p | int > 0 | GPUs the sequence is sharded over |
-| strategy | str | catalog name (`paradyse-lab strategies`) |
+| strategy | str | catalog name (`paradyse-lab catalog strategies`) |
 | recompute | bool | activation recomputation of every layer (true/false/1/0) |
 | seq_len, batch | int > 0 | tokens per sequence, sequences per step |
 | time_s | float > 0 | wall time of the step, seconds |
@@ -72,7 +72,7 @@ GROUP_COLUMNS = CONFIG_COLUMNS + ("strategy", "recompute", "batch")
 SOURCES = ("measured-distributed", "measured-rank-local", "paper", "analytic")
 DATA_DIR = Path(__file__).parent / "data" / "profiles"
 PAPER_PROFILE = DATA_DIR / "paper_a100-80gb-x8.csv"
-"""The bundled paper profile (`paradyse-lab paper-profile`)."""
+"""The bundled paper profile (`paradyse-lab costmodel paper-profile`)."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 

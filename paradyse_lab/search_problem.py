@@ -7,7 +7,7 @@ A plan picks one option per decision (a block, or one sub-layer at sub-layer gra
 
 and pi is feasible when peak(pi) <= budget_bytes. Memory is integer bytes and checked exactly.
 
-JSON form (`paradyse-lab solve --problem FILE.json`; `to_json` writes it):
+JSON form (`paradyse-lab solvers solve --problem FILE.json`; `to_json` writes it):
 
     {"layers": L, "options": [str] * O,
      "time_s": [[float] * O] * L, "kept_bytes": [[int] * O] * L, "transient_bytes": [[int] * O] * L,

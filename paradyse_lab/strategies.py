@@ -11,7 +11,7 @@ recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to h
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
 its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
 (`runtime/model.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
-is one entry here, one schedule function and one runtime module. See them with `paradyse-lab strategies`.
+is one entry here, one schedule function and one runtime module. See them with `paradyse-lab catalog strategies`.
 
 Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
 catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):

@@ -196,7 +196,7 @@ class PackedSteps:
 
     @classmethod
     def from_file_steps(cls, steps, cap: int, p: int) -> PackedSteps:
-        """The steps of a packed length file (several lengths per line: `paradyse-lab lengths --pack-tokens`),
+        """The steps of a packed length file (several lengths per line: `paradyse-lab data lengths --pack-tokens`),
         as they are, each document cut to `cap`."""
         original = [int(n) for step in steps for n in step]
         doc_lengths = [min(n, cap) for n in original]

@@ -1,4 +1,4 @@
-"""The group planners in `bench-solvers` (kind `groups`): the greedy planner's gap to the exact one on small
+"""The group planners in `solvers bench` (kind `groups`): the greedy planner's gap to the exact one on small
 global batches, and the time to plan a global batch of 64 sequences on 16 nodes.
 
 Items are sequences of the GitHubCode sample (paradyse_lab/workloads.py), priced for BERT by the analytic model

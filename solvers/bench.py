@@ -1,6 +1,6 @@
 """Solver benchmark: median solve time and gap to the exact optimum over random and model-derived problems.
 
-`paradyse-lab bench-solvers` runs it and writes results/solver_bench.csv. Problems come from
+`paradyse-lab solvers bench` runs it and writes results/solver_bench.csv. Problems come from
 `solvers.instances`: kind 'random' (heterogeneous decisions, no switch costs), 'random+switch' (with switch
 costs), 'model' (the `gpt` preset with L layers at 64K, 256K, 16K tokens, one per problem in turn; 8
 options = with recomputation), 'model-sublayer' (the same with L/2 layers, attention and MLP deciding apart).

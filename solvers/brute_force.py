@@ -3,7 +3,7 @@
 Refuses (`UserInputError`) problems with more than `max_plans` plans. Ties: the first plan in
 lexicographic order of option indices.
 
-Example: `paradyse-lab solve --problem tiny.json --solver brute_force`.
+Example: `paradyse-lab solvers solve --problem tiny.json --solver brute_force`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ budget is larger and its completions land in buckets no higher).
 
 Optimal means no plan is faster by more than `RTOL` (1e-12) of the time. The answer is re-costed and
 checked exactly by `make_solution`. Status is 'optimal', or 'infeasible' when even the least-peak plan
-(`min_peak_plan`) does not fit. Measured: `paradyse-lab bench-solvers` (results/solver_bench.csv).
+(`min_peak_plan`) does not fit. Measured: `paradyse-lab solvers bench` (results/solver_bench.csv).
 
 Example: `paradyse-lab plan --model gpt --seq 256K --solver dp --recompute --granularity sublayer`.
 """

@@ -197,7 +197,7 @@ class ILPSolver:
         solver.parameters.linearization_level = 2
         # no presolve: CP-SAT 9.15's presolve called a plan 1.1% slower than the optimum 'optimal' on a
         # 5-decision problem (`random_problem` seed 9665 of tests/solvers/test_solvers_agree.py); without
-        # it every problem of `paradyse-lab bench-solvers --sizes 24,96 --options 8` is also solved sooner
+        # it every problem of `paradyse-lab solvers bench --sizes 24,96 --options 8` is also solved sooner
         solver.parameters.cp_model_presolve = False
         status = _solve_keeping_sigint(solver, model)
 

@@ -4,7 +4,7 @@ them and those of its Lagrangian bounds (solvers/bound_kernels.py, for `solvers.
 Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of small sequential steps
 (Viterbi passes along the chain, bisections on the Lagrange multiplier, one Pareto step per decision). As
 numpy calls each step costs microseconds of call overhead, which kept the median solve above the 5 ms
-target (`paradyse-lab bench-solvers`). numba compiles these loops on first use and caches the
+target (`paradyse-lab solvers bench`). numba compiles these loops on first use and caches the
 machine code next to this file (`cache=True`): only the first process after an install pays the compile
 (~20 CPU s, under half of what the numpy calls below cost); `warm_up()` makes that happen before anything is
 timed.

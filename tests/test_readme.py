@@ -47,7 +47,7 @@ def test_cost_example_is_the_commands_output(capsys):
 
 
 def test_cost_model_table_is_the_commands_output():
-    """The analytic row of `ablate-costmodel` on the bundled synthetic profile (its MAPE columns,
+    """The analytic row of `costmodel ablate` on the bundled synthetic profile (its MAPE columns,
     from the function the command prints them from, without the command's leave-one-shape-out and regret)."""
     from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
@@ -55,7 +55,7 @@ def test_cost_model_table_is_the_commands_output():
     from paradyse_lab.profiles import read_profiles
 
     path = "paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv"
-    table = {row[0]: row[1:5] for row in _table_after(f"`paradyse-lab ablate-costmodel --profiles {path}`")[1:]}
+    table = {row[0]: row[1:5] for row in _table_after(f"`paradyse-lab costmodel ablate --profiles {path}`")[1:]}
     models, _ = accuracy(read_profiles(ROOT / path), ("analytic",), get_cluster(DEFAULT_CLUSTER))
     ours = [f"{100 * models['analytic'][k]:.2f}%" for k in ("time_mape_interp", "time_mape_extrap",
                                                             "mem_mape_interp", "mem_mape_extrap")]
@@ -99,8 +99,8 @@ def test_band_shares_are_the_samples():
 
 @pytest.mark.parametrize("size", [200])
 def test_workload_example_is_the_commands_output(size, capsys):
-    marker = f"`paradyse-lab workload github_code --size {size}`"
-    assert main(["workload", "github_code", "--size", str(size)]) == 0
+    marker = f"`paradyse-lab data workload github_code --size {size}`"
+    assert main(["data", "workload", "github_code", "--size", str(size)]) == 0
     assert capsys.readouterr().out.rstrip("\n").splitlines() == _block_after(marker)
 
 

@@ -39,7 +39,7 @@ only when they were made with the same settings (quick or full, cluster) and the
 unchanged since (`paradyse_lab/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
 otherwise the step is recomputed, so a missing or truncated file is remade. `--force` reruns everything.
 DIR/reproduce_settings.json records the settings after each completed step. A cluster without a bundled
-profile gets a synthetic one (`source=analytic`, as `paradyse-lab synth-profile` writes it) under
+profile gets a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile` writes it) under
 DIR/profiles/ for the learned cost models.
 
 This module is the loop (`reproduce`) and `--execute`; the rest of the pipeline lives beside it:

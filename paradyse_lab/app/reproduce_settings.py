@@ -94,7 +94,7 @@ def json_settings(s: Settings) -> dict:
 
 
 def profile_for(out: Path, s: Settings) -> Path:
-    """The cluster's bundled profile, else a synthetic one (`source=analytic`, as `paradyse-lab synth-profile`
+    """The cluster's bundled profile, else a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile`
     writes it) written under DIR/profiles/ for the learned cost models, reused while its stamp is fresh."""
     from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.profiles import default_profile, read_profiles, write_profiles

@@ -15,7 +15,7 @@ unit (`paradyse_lab.strategies.step_length`, the one rule). With `--pack-tokens 
 the workload's documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
-lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
+lengths per line, `paradyse-lab data lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
 Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
 (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the loss); otherwise a fixed random
 sparse Markov chain (seeded; each token has 4 likely successors), which a model can learn, so the loss falls. The

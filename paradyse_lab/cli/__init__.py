@@ -55,25 +55,74 @@ COMMAND_MODULES = {
     "calibrate_command": ("calibrate",), "validate_run_command": ("validate-run",),
     "export_hf_command": ("export-hf",),
 }
-"""Module of paradyse_lab/cli -> the commands its `register(subparsers)` adds, in the order of `paradyse-lab --help`."""
+"""Module of paradyse_lab/cli -> the names its `register(subparsers)` adds (where the tree puts each: VERBS, NOUNS)."""
+
+VERBS = ("cost", "plan", "simulate", "experiment", "train", "reproduce", "calibrate", "validate-run", "export-hf")
+"""The main commands, `paradyse-lab VERB`, in the order of `paradyse-lab --help`."""
+
+NOUNS = {
+    "catalog": ("model, cluster and strategy presets", {"models": "models", "clusters": "clusters",
+                                                        "strategies": "strategies"}),
+    "data": ("workloads and length files", {"workload": "workload", "lengths": "lengths"}),
+    "costmodel": ("cost-model tools: profiles, fits, calibration, accuracy",
+                  {"ablate-costmodel": "ablate", "profile": "profile", "synth-profile": "synth-profile",
+                   "paper-profile": "paper-profile", "fit-costmodel": "fit", "fit-calibration": "fit-calibration"}),
+    "solvers": ("solver tools: solve a problem, compare, benchmark",
+                {"solve": "solve", "compare-solvers": "compare", "bench-solvers": "bench"}),
+}
+"""The other commands, grouped: `paradyse-lab NOUN TOOL`. NOUN -> (its help, {name a module registers -> TOOL})."""
+
+SPELLING = {name: f"{noun} {tool}" for noun, (_, tools) in NOUNS.items() for name, tool in tools.items()}
+SPELLING.update({verb: verb for verb in VERBS})
+"""Each name a module registers -> how a user types it after `paradyse-lab`."""
+
+
+class _Placer:
+    """Stands in for the subparsers in a module's `register(subparsers)`: puts each command it adds where the
+    tree has it (a verb at the top, a tool under its noun) and names it in `args.command` as the user types it."""
+
+    def __init__(self, top, nouns: dict):
+        self.top, self.nouns = top, nouns
+
+    def add_parser(self, name: str, **kwargs):
+        words = SPELLING[name].split()
+        where = self.top if len(words) == 1 else self.nouns[words[0]]
+        parser = where.add_parser(words[-1], **kwargs)
+        parser.set_defaults(command=SPELLING[name])
+        return parser
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The top-level parser with every sub-command, each added by its module's `register(subparsers)`; with
-    `command` (one of COMMAND_MODULES' names), only the module that adds it: the same parser for that
-    command's arguments, built in a fraction of the time (all commands' flags take ~60 ms to add)."""
+    """The top-level parser with every command, each added by its module's `register(subparsers)`; with
+    `command` (a name of COMMAND_MODULES), only the module that adds it: the same parser for that command's
+    arguments, built in a fraction of the time (all commands' flags take ~60 ms to add)."""
     import importlib
 
     parser = OneLineParser(
         prog="paradyse-lab",
         description="Choose and evaluate per-layer parallel strategies for transformer training on "
-        "sequences of changing length (a reproduction of ParaDySe, AAAI-26, and beyond).",
+        "sequences of changing length (a reproduction of ParaDySe, AAAI-26, and beyond). "
+        "`paradyse-lab COMMAND --help` describes each.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module, names in COMMAND_MODULES.items():
-        if command is None or command in names:
-            importlib.import_module(f"paradyse_lab.cli.{module}").register(sub)
+    modules = [m for m, names in COMMAND_MODULES.items() if command is None or command in names]
+    added = {name for m in modules for name in COMMAND_MODULES[m]}
+    nouns = {}
+    for noun, (text, tools) in NOUNS.items():
+        if added & set(tools):
+            tools_parser = sub.add_parser(noun, help=f"{text} ({', '.join(sorted(tools.values()))})",
+                                          description=f"The {text}.")
+            nouns[noun] = tools_parser.add_subparsers(dest="tool", metavar="TOOL")
+            nouns[noun].required = True
+    placer = _Placer(sub, nouns)
+    for module in modules:
+        importlib.import_module(f"paradyse_lab.cli.{module}").register(placer)
+    order = {name: i for i, name in enumerate((*VERBS, *NOUNS))}
+    sub._choices_actions.sort(key=lambda action: order[action.dest])  # argparse's list --help prints
+    for tools_sub, (_, tools) in ((nouns[n], NOUNS[n]) for n in nouns):
+        rank = {tool: i for i, tool in enumerate(sorted(tools.values()))}
+        tools_sub._choices_actions.sort(key=lambda action: rank[action.dest])
     return parser
 
 
@@ -87,11 +136,20 @@ def _escape_what_cannot_be_printed() -> None:
 
 
 def _command_of(argv: list[str] | None) -> str | None:
-    """The command `argv` names when it is a known one (its first word), else None (--help, a typo: the
-    whole parser answers, listing every command)."""
+    """The name a module registers for the command `argv` spells (`VERB` or `NOUN TOOL`), else None (--help,
+    a noun alone, a typo: the whole parser answers, listing every command)."""
     words = sys.argv[1:] if argv is None else argv
-    known = {name for names in COMMAND_MODULES.values() for name in names}
-    return words[0] if words and words[0] in known else None
+    typed = " ".join(words[:2]) if words and words[0] in NOUNS else (words[0] if words else None)
+    return next((name for name, spelling in SPELLING.items() if spelling == typed), None)
+
+
+def _renamed(argv: list[str] | None) -> str | None:
+    """The one-line answer to a command typed by its former name (`ablate-costmodel`: now `costmodel
+    ablate`), else None."""
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in SPELLING and SPELLING[words[0]] != words[0]:
+        return f"paradyse-lab: error: '{words[0]}' is now 'paradyse-lab {SPELLING[words[0]]}' (see --help)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +192,9 @@ def _joined_a_process_group() -> bool:
 def _run_command(argv: list[str] | None) -> int:
     """Parse `argv` (None: the process's arguments) and run its command; the exit code (module docstring)."""
     _escape_what_cannot_be_printed()
+    if (moved := _renamed(argv)) is not None:
+        print(moved, file=sys.stderr)
+        return 2
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:

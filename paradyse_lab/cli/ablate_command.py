@@ -1,7 +1,7 @@
-"""`paradyse-lab ablate-costmodel`: accuracy and planning regret of the cost models on a profile.
+"""`paradyse-lab costmodel ablate`: accuracy and planning regret of the cost models on a profile.
 
 Example:
-    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv --format json
+    paradyse-lab costmodel ablate --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv --format json
 """
 
 from __future__ import annotations

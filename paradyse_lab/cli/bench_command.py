@@ -1,6 +1,6 @@
-"""`paradyse-lab bench-solvers`: solve times and gaps to the optimum of every solver; writes a CSV.
+"""`paradyse-lab solvers bench`: solve times and gaps to the optimum of every solver; writes a CSV.
 
-Example: `paradyse-lab bench-solvers` (table, results/solver_bench.csv) or `... --format json`.
+Example: `paradyse-lab solvers bench` (table, results/solver_bench.csv) or `... --format json`.
 """
 
 from __future__ import annotations

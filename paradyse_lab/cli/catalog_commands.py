@@ -1,4 +1,4 @@
-"""`paradyse-lab models | clusters | strategies`: the presets and the strategy catalog as tables or JSON."""
+"""`paradyse-lab catalog models | clusters | strategies`: the presets and the strategy catalog as tables or JSON."""
 
 from __future__ import annotations
 

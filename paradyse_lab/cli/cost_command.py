@@ -113,13 +113,13 @@ def register(sub) -> None:
         "backward), kept activation bytes per layer, transient bytes, model-state bytes, whole-model peak, "
         "whether it fits the GPU, and bytes sent per layer by collective. All numbers are per GPU.",
     )
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab catalog models`), config.json or a "
                    "model folder holding one")
     add_cluster_arguments(p)
     add_step_arguments(p)
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
-                   "bytes; the strategies' rule on kv_heads is in `paradyse-lab strategies`)")
+                   "bytes; the strategies' rule on kv_heads is in `paradyse-lab catalog strategies`)")
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
     p.add_argument("--strategies", help="comma-separated names (default: all usable)")
     p.add_argument("--recompute", action="store_true", help="also show each strategy with recomputation")

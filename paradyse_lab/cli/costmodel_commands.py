@@ -1,11 +1,11 @@
-"""`synth-profile`, `paper-profile`, `fit-costmodel`, `fit-calibration`: profiles and cost models from
-them (`ablate-costmodel`, which compares the cost models on a profile: paradyse_lab/cli/ablate_command.py).
+"""`costmodel synth-profile`, `costmodel paper-profile`, `costmodel fit`, `costmodel fit-calibration`: profiles and
+cost models from them (`costmodel ablate` compares the cost models on a profile).
 
 Examples:
-    paradyse-lab synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv
-    paradyse-lab paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
-    paradyse-lab fit-costmodel --kind hybrid --out hybrid.joblib   # then --plan-cost-model hybrid.joblib
-    paradyse-lab fit-calibration --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv \
+    paradyse-lab costmodel synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv
+    paradyse-lab costmodel paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
+    paradyse-lab costmodel fit --kind hybrid --out hybrid.joblib   # then --plan-cost-model hybrid.joblib
+    paradyse-lab costmodel fit-calibration --profiles paradyse_lab/data/profiles/paper_a100-80gb-x8.csv \
         --out paradyse_lab/data/clusters/a100-80gb-x8-paper.toml    # then --cluster a100-80gb-x8-paper
 """
 

@@ -1,11 +1,11 @@
-"""`paradyse-lab lengths DIR --tokenizer bytes|whitespace|PATH --out FILE`: measure real text, write a length file.
+"""`paradyse-lab data lengths DIR --tokenizer bytes|whitespace|PATH --out FILE`: measure real text, write a length file.
 
 The written file (one length per line) is a workload: `file:FILE`; with `--pack-tokens N` each line is one
 packed step, its documents' lengths separated by spaces. No download: it reads your files.
 Files are streamed in 1 MiB blocks (memory stays flat whatever their size). `--out` must lie outside DIR (an
 output inside the tree being read would be counted, or would overwrite a document: refused), and the
 temporary files an interrupted write of the toolkit leaves (`.NAME.XXXXXXXX.tmp`) are not documents.
-`paradyse-lab workload SPEC` prints a workload's band fractions next to the
+`paradyse-lab data workload SPEC` prints a workload's band fractions next to the
 paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, the budget N left
 unused, and the padding each step gets on `--p` GPUs: each document rounded up to the layout unit 2p, as the
 cost model, the simulator and the runtime pad it).

@@ -1,8 +1,8 @@
-"""The `paradyse-lab profile` command: its options, checked, and the run of paradyse_lab/app/measure/profiler.py.
+"""The `paradyse-lab costmodel profile` command: its options, checked, and the run of the profiler.
 
-    paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
+    paradyse-lab costmodel profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
         --mode rank-local --p 8 --out profile.csv
-    torchrun --standalone --nproc-per-node 8 -m paradyse_lab profile --model gpt2-tiny --seqs 512,1024 \\
+    torchrun --standalone --nproc-per-node 8 -m paradyse_lab costmodel profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
 
 What a row holds and how it is measured: paradyse_lab/app/measure/profiler.py's module docstring (the command's --help).
@@ -95,8 +95,8 @@ def parse_options(args):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab profile`: one per field of paradyse_lab.app.measure.profiler.ProfileOptions
-    (paradyse_lab/options.py), and --out."""
+    """The options of `paradyse-lab costmodel profile`: one per field of the profiler's `ProfileOptions`, and
+    --out."""
     from paradyse_lab.app.measure.profiler import ProfileOptions
     from paradyse_lab.options import add_dataclass_arguments
 

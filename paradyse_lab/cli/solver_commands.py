@@ -4,8 +4,8 @@ Examples:
   paradyse-lab plan --model gpt --seq 256K --solver dp --recompute
   paradyse-lab plan --max-length --model llama3-8b --cluster h100-80gb-x8 --recompute --tiled-mlp --offload
   paradyse-lab plan --model gpt --documents 128K,64K,32K,32K --solver ilp   (one packed step)
-  paradyse-lab solve --problem problem.json --solver ilp --format json
-  paradyse-lab compare-solvers --model gpt --seqs 64K,128K,256K --recompute --granularity sublayer
+  paradyse-lab solvers solve --problem problem.json --solver ilp --format json
+  paradyse-lab solvers compare --model gpt --seqs 64K,128K,256K --recompute --granularity sublayer
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ COMPARED = ("heuristic", "greedy", "dp", "ilp")
 
 
 def _add_problem_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
+    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab catalog models`), config.json or a "
                    "model folder holding one")
     add_cluster_arguments(p)
     p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")

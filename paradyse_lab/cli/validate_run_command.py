@@ -48,7 +48,7 @@ DEFAULT_REPEATS = 3
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate-run", help="execute short training runs per policy and compare with the simulation",
+    p = sub.add_parser("validate-run", help="train each policy for real and compare with its simulation",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder (a `paradyse-lab calibrate` output gives the defaults)")
     p.add_argument("--nproc", type=integer, default=0, help="ranks (default: the calibration's, else the machine's)")

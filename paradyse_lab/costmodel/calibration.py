@@ -17,8 +17,8 @@ weights; layer_overhead_s and width_overhead_s from the time left at short lengt
 shapes of different h (fitted on one shape they are one constant); `leave_one_shape_out` shows how well
 what is fitted on some shapes carries to another.
 
-Commands: `paradyse-lab fit-calibration --profiles FILE --out CLUSTER.toml` (then `--cluster CLUSTER.toml`
-anywhere), and `paradyse-lab ablate-costmodel --profiles FILE` (accuracy, per length band, leave-one-shape-out).
+Commands: `paradyse-lab costmodel fit-calibration --profiles FILE --out CLUSTER.toml` (then `--cluster CLUSTER.toml`
+anywhere), and `paradyse-lab costmodel ablate --profiles FILE` (accuracy, per length band, leave-one-shape-out).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class MeasuredShape:
     """A layer shape the authors measured, and the model preset (with the layers run on the node) it maps to."""
 
     preset: str
-    """`paradyse-lab models` name with this shape."""
+    """`paradyse-lab catalog models` name with this shape."""
     hidden: int
     heads: int
     layers: int

@@ -12,7 +12,7 @@ exceeds the device memory less `reserve_bytes` (where that strategy runs out of 
 
 The bundled file was written by
 
-    paradyse-lab paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
+    paradyse-lab costmodel paper-profile --out paradyse_lab/data/profiles/paper_a100-80gb-x8.csv
 
 and a test recomputes rows of it from the coefficients.
 """

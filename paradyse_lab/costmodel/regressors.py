@@ -258,7 +258,7 @@ def load(path: str | Path):
     except FileNotFoundError:
         raise UserInputError(f"cost model file {str(path)!r} not found") from None
     except ModuleNotFoundError as err:  # the pickle names a class by a module path that is gone
-        refit = f"refit it with `paradyse-lab fit-costmodel --kind KIND --out {path.name}`"
+        refit = f"refit it with `paradyse-lab costmodel fit --kind KIND --out {path.name}`"
         if (err.name or "").split(".")[0] == "paradyse_lab":
             raise UserInputError(f"cost model file {str(path)!r} was written by an older version of paradyse-lab "
                                  f"(module {err.name} no longer exists); {refit}") from None

@@ -4,7 +4,7 @@ Until GPU measurements exist, this stands in for a profiler so the learned cost 
 tested and ablated. It is not a measurement: every row says `source=analytic`, and results fitted on it say
 so too. The bundled file was written by
 
-    paradyse-lab synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv \
+    paradyse-lab costmodel synth-profile --out paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv \
         --timestamp 2026-01-01T00:00:00+00:00
 
 (defaults below; `--help` lists them). What a row holds:

@@ -82,7 +82,7 @@ def test_lengths_refuses_a_fifo_out_with_one_line(tmp_path, capsys):
     (tmp_path / "docs" / "a.txt").write_text("hello world\n")
     fifo = tmp_path / "out.txt"
     os.mkfifo(fifo)
-    assert main(["lengths", str(tmp_path / "docs"), "--out", str(fifo)]) == 2
+    assert main(["data", "lengths", str(tmp_path / "docs"), "--out", str(fifo)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--out" in err and "FIFO" in err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
@@ -90,10 +90,10 @@ def test_lengths_refuses_a_fifo_out_with_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv", [
     ["simulate", "--model", "gpt", "--dataset", "uniform", "--size", "2", "--policy", "static:metp"],
-    ["synth-profile", "--models", "bert", "--ratio", "2"], ["fit-costmodel", "--kind", "polynomial"],
-    ["paper-profile"], ["fit-calibration"], ["bench-solvers"],
-    ["profile", "--model", "gpt2-tiny", "--seqs", "512", "--strategies", "metp"],
-], ids=lambda argv: argv[0])
+    ["costmodel", "synth-profile", "--models", "bert", "--ratio", "2"], ["costmodel", "fit", "--kind", "polynomial"],
+    ["costmodel", "paper-profile"], ["costmodel", "fit-calibration"], ["solvers", "bench"],
+    ["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "512", "--strategies", "metp"],
+], ids=lambda argv: " ".join(argv[:2]))
 def test_every_file_out_is_checked_before_the_command_runs(tmp_path, capsys, argv):
     """The one line names --out (the command's own check, before its work), and the FIFO stays."""
     from paradyse_lab.cli import main

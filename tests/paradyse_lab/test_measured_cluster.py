@@ -176,7 +176,7 @@ def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatc
 
 
 def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
-    """`ablate-costmodel --profiles DIR/profile.csv --cluster DIR/cluster.toml` accepts a measured-distributed
+    """`costmodel ablate --profiles DIR/profile.csv --cluster DIR/cluster.toml` accepts a measured-distributed
     profile of a CPU device (rows here: the measured cluster's analytic times with a per-length wobble)."""
     import json
 
@@ -197,7 +197,7 @@ def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
     df["peak_bytes"] = m.astype(int)
     df["kept_bytes"] = (m // 2).astype(int)
     df[list(COLUMNS)].to_csv(tmp_path / "profile.csv", index=False)
-    code = main(["ablate-costmodel", "--profiles", str(tmp_path / "profile.csv"), "--cluster",
+    code = main(["costmodel", "ablate", "--profiles", str(tmp_path / "profile.csv"), "--cluster",
                  str(tmp_path / "cluster.toml"), "--no-regret", "--cost-models", "analytic,calibrated,residual",
                  "--format", "json"])
     out = json.loads(capsys.readouterr().out)

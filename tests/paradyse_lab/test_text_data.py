@@ -81,7 +81,7 @@ def test_lengths_counts_the_tokens_train_trains(tmp_path, capsys):
         (texts / f"{i}.txt").write_text(t)
     path = build_tokenizer(tmp_path / "tok")
     out = tmp_path / "lengths.txt"
-    assert main(["lengths", str(texts), "--tokenizer", str(path), "--out", str(out)]) == 0
+    assert main(["data", "lengths", str(texts), "--tokenizer", str(path), "--out", str(out)]) == 0
     assert [int(n) for n in out.read_text().split()] == [len(d) for d in tokenize(TEXTS[:3], str(path))]
-    assert main(["lengths", str(texts), "--tokenizer", "bpe", "--out", str(out)]) == 2
+    assert main(["data", "lengths", str(texts), "--tokenizer", "bpe", "--out", str(out)]) == 2
     assert "--tokenizer must be one of bytes, whitespace or a tokenizer.json" in capsys.readouterr().err

@@ -25,9 +25,9 @@ def test_paper_bands_match_table3_within_sampling_error(name, sampling):
 @pytest.mark.parametrize("name", ["github_code", "grch38"])
 @pytest.mark.parametrize("size", [100, 137, 200, 1000, 2049])
 def test_stratified_sample_has_table3_band_shares_to_rounding(name, size, capsys):
-    """`paradyse-lab workload NAME --size N` (stratified by default): every band holds N x its Table 3 share
+    """`paradyse-lab data workload NAME --size N` (stratified by default): every band holds N x its Table 3 share
     rounded (within one sequence), and the dataset's maximum is in it."""
-    assert main(["workload", name, "--size", str(size), "--format", "json"]) == 0
+    assert main(["data", "workload", name, "--size", str(size), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     percents, max_len = PAPER_DATASETS[name]
     quotas = size * np.asarray(percents) / sum(percents)
@@ -56,7 +56,7 @@ def test_a_small_stratified_sample_keeps_the_maximum():
 
 
 def test_bad_sampling_is_one_line_and_exit_2(capsys):
-    assert main(["workload", "github_code", "--sampling", "poisson"]) == 2
+    assert main(["data", "workload", "github_code", "--sampling", "poisson"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--sampling" in err[0] and "stratified" in err[0]
 
@@ -136,12 +136,12 @@ def test_lengths_command_measures_text_files(tmp_path, capsys):
     (d / "sub" / "b.md").write_text("é")
     (d / "bin.dat").write_bytes(b"\0\1\2")
     out = tmp_path / "lengths.txt"
-    assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
+    assert main(["data", "lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
     assert sorted(int(x) for x in out.read_text().split()) == [2, 15]
-    assert main(["lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
+    assert main(["data", "lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
     assert sorted(int(x) for x in out.read_text().split()) == [1, 3]
     capsys.readouterr()
-    assert main(["lengths", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert main(["data", "lengths", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "is not a directory" in capsys.readouterr().err
 
 
@@ -153,7 +153,7 @@ def test_lengths_refuses_an_out_inside_the_tree_it_reads(tmp_path, capsys, insid
     (d / "b.txt").write_text("x" * 40)
     (tmp_path / "link").symlink_to(d)
     for out in (d / inside, tmp_path / "link" / inside):
-        assert main(["lengths", str(d), "--out", str(out)]) == 2
+        assert main(["data", "lengths", str(d), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--out" in err and "inside DIR" in err
     assert (d / "a.txt").read_text() == "hello world foo" and not (d / "new.txt").exists()
@@ -166,13 +166,13 @@ def test_lengths_skips_the_temporary_files_of_its_own_writes(tmp_path, capsys):
     (d / "a.txt").write_text("hello world foo")
     (d / ".lengths.txt.k3j_9x0q.tmp").write_text("15\n")
     out = tmp_path / "lengths.txt"
-    assert main(["lengths", str(d), "--out", str(out)]) == 0
+    assert main(["data", "lengths", str(d), "--out", str(out)]) == 0
     assert out.read_text() == "15\n"
     capsys.readouterr()
 
 
 def test_workload_command_json(capsys):
-    assert main(["workload", "grch38", "--size", "100", "--format", "json"]) == 0
+    assert main(["data", "workload", "grch38", "--size", "100", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["sequences"] == 100 and data["max_seq_len"] == 624 * 1024
     assert abs(sum(data["band_fractions"].values()) - 1) < 1e-9
@@ -188,13 +188,13 @@ def test_lengths_streams_files(tmp_path, capsys):
     out = tmp_path / "lengths.txt"
     tracemalloc.start()
     try:
-        assert main(["lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
+        assert main(["data", "lengths", str(d), "--tokenizer", "bytes", "--out", str(out)]) == 0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert out.read_text().split() == [str(len(words))]
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.0f} MiB for a 24 MiB file"
-    assert main(["lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
+    assert main(["data", "lengths", str(d), "--tokenizer", "whitespace", "--out", str(out)]) == 0
     assert out.read_text().split() == [str(len(words.split()))]
     capsys.readouterr()
 
@@ -214,27 +214,27 @@ def test_packed_workloads_and_packed_length_files(tmp_path, capsys):
     for i, n in enumerate([300, 700, 200, 900, 50]):
         (d / f"{i}.txt").write_text("x" * n)
     out = tmp_path / "packed.txt"
-    assert main(["lengths", str(d), "--out", str(out), "--pack-tokens", "1000"]) == 0
+    assert main(["data", "lengths", str(d), "--out", str(out), "--pack-tokens", "1000"]) == 0
     assert out.read_text() == "200\n700 300\n900 50\n"  # first-fit decreasing, steps shortest first
     w = get_workload(f"file:{out}")
     assert w.packs == tuple(tuple(int(x) for x in line.split()) for line in out.read_text().splitlines())
     assert get_workload(f"file:{out}", pack_tokens=2000).packs == ((200,), (900, 700, 300, 50))
     capsys.readouterr()
-    assert main(["workload", f"file:{out}", "--format", "json"]) == 0
+    assert main(["data", "workload", f"file:{out}", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     # the budget a step leaves unused, and apart from it each document's padding to the layout unit 2p (default p: 8)
     assert data["steps"] == [{"documents": [200], "tokens": 200, "unused_budget": 800, "padding": 8},
                              {"documents": [700, 300], "tokens": 1000, "unused_budget": 0, "padding": 8},
                              {"documents": [900, 50], "tokens": 950, "unused_budget": 50, "padding": 12 + 14}]
     assert (data["p"], data["layout_unit"]) == (8, 16)
-    assert main(["workload", f"file:{out}", "--format", "json", "--p", "3"]) == 0
+    assert main(["data", "workload", f"file:{out}", "--format", "json", "--p", "3"]) == 0
     assert [s["padding"] for s in json.loads(capsys.readouterr().out)["steps"]] == [4, 2, 4]  # to 6
-    assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536", "--format", "json"]) == 0
+    assert main(["data", "workload", "grch38", "--size", "50", "--pack-tokens", "65536", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["pack_tokens"] == 65536 and data["pack_order"] == "sorted"
     assert sum(len(s["documents"]) for s in data["steps"]) == data["sequences"] == 50
     assert all(s["unused_budget"] == max(65536 - s["tokens"], 0) for s in data["steps"])
-    assert main(["workload", "grch38", "--size", "50", "--pack-tokens", "65536"]) == 0
+    assert main(["data", "workload", "grch38", "--size", "50", "--pack-tokens", "65536"]) == 0
     text = capsys.readouterr().out
     assert "packed steps of at most 65536 tokens" in text
     assert "documents  tokens  unused budget  padding (to 16)  lengths" in text

@@ -62,11 +62,11 @@ def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeyp
     monkeypatch.setattr(gc, "freeze", lambda: None)  # main() as a process freezes before it returns: not pytest's
     monkeypatch.setattr(runtime.launch, "_joined_group", [])
     monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
-    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "catalog", "strategies", "--format", "json"])
     assert main() == 0 and ended == []
     runtime.launch.launch(lambda group=None: None, 1)  # a one-rank gloo group in this process, left
     assert runtime.launch.joined_a_process_group()
     assert main() == 0 and ended == [0]
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
     assert main() == 2 and ended == [0, 2]
-    assert main(["strategies", "--format", "json"]) == 0 and ended == [0, 2]  # argv given: only returns
+    assert main(["catalog", "strategies", "--format", "json"]) == 0 and ended == [0, 2]  # argv given: only returns

@@ -85,29 +85,30 @@ def test_solve_a_problem_file(capsys, tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(problem))
     for solver in ("dp", "ilp", "brute_force"):
-        code, out, _ = run(capsys, "solve", "--problem", str(path), "--solver", solver, "--format", "json")
+        code, out, _ = run(capsys, "solvers", "solve", "--problem", str(path), "--solver", solver, "--format", "json")
         d = json.loads(out)
         assert code == 0 and d["status"] == "optimal" and d["plan"] in (["a", "a", "b"], ["b", "a", "a"])
         assert d["predicted_time_s"] == 4.5 and d["peak_bytes"] == 24  # one switch (0.5) beats a second b
-    code, out, _ = run(capsys, "solve", "--problem", str(path), "--solver", "heuristic")
+    code, out, _ = run(capsys, "solvers", "solve", "--problem", str(path), "--solver", "heuristic")
     assert code == 0 and "solver heuristic" in out
 
 
 def test_solve_bad_files(capsys, tmp_path):
-    one_line_error(capsys, "solve", "--problem", str(tmp_path / "none.json"), match="not found")
+    one_line_error(capsys, "solvers", "solve", "--problem", str(tmp_path / "none.json"), match="not found")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"layers": 1, "options": ["a"], "time_s": [[1]], "kept_bytes": [[-1]],
                                "transient_bytes": [[0]], "fixed_bytes": 0, "budget_bytes": 1}))
-    one_line_error(capsys, "solve", "--problem", str(bad), match="bad.json: kept_bytes must hold finite values >= 0")
+    one_line_error(capsys, "solvers", "solve", "--problem",
+                   str(bad), match="bad.json: kept_bytes must hold finite values >= 0")
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"layers": 30, "options": ["a", "b"], "time_s": [[1, 2]] * 30,
                                "kept_bytes": [[1, 1]] * 30, "transient_bytes": [[0, 0]] * 30,
                                "fixed_bytes": 0, "budget_bytes": 100}))
-    one_line_error(capsys, "solve", "--problem", str(big), "--solver", "brute_force", match="refuses 2^30")
+    one_line_error(capsys, "solvers", "solve", "--problem", str(big), "--solver", "brute_force", match="refuses 2^30")
 
 
 def test_compare_solvers(capsys):
-    code, out, _ = run(capsys, "compare-solvers", "--model", "gpt", "--seqs", "64K,256K", "--recompute",
+    code, out, _ = run(capsys, "solvers", "compare", "--model", "gpt", "--seqs", "64K,256K", "--recompute",
                        "--format", "json")
     assert code == 0
     d = json.loads(out)
@@ -116,14 +117,14 @@ def test_compare_solvers(capsys):
         opt = r["solutions"]["dp"]["predicted_time_s"]
         assert r["solutions"]["ilp"]["predicted_time_s"] == pytest.approx(opt, rel=1e-6)
         assert r["heuristic_gap"] >= -1e-12
-    code, out, _ = run(capsys, "compare-solvers", "--model", "gpt", "--seqs", "256K")
+    code, out, _ = run(capsys, "solvers", "compare", "--model", "gpt", "--seqs", "256K")
     assert code == 0 and "heuristic gap" in out and "static:metp" in out
-    one_line_error(capsys, "compare-solvers", "--model", "gpt", "--seqs", ",", match="--seqs needs")
+    one_line_error(capsys, "solvers", "compare", "--model", "gpt", "--seqs", ",", match="--seqs needs")
 
 
 def test_bench_solvers_writes_the_csv(capsys, tmp_path):
     out_csv = tmp_path / "sub" / "bench.csv"
-    code, out, err = run(capsys, "bench-solvers", "--sizes", "8", "--options", "4", "--instances", "1",
+    code, out, err = run(capsys, "solvers", "bench", "--sizes", "8", "--options", "4", "--instances", "1",
                          "--repeats", "1", "--out", str(out_csv), "--format", "json",
                          "--kinds", "random,random+switch,model,model-sublayer")  # groups: a benchmark of seconds
     assert code == 0
@@ -136,5 +137,5 @@ def test_bench_solvers_writes_the_csv(capsys, tmp_path):
         else:
             assert float(r["mean_gap_pct"]) >= 0
     assert not list(out_csv.parent.glob("*.tmp"))
-    one_line_error(capsys, "bench-solvers", "--sizes", "x", match="--sizes must be a positive integer")
-    one_line_error(capsys, "bench-solvers", "--kinds", "foo", match="unknown kind 'foo'")
+    one_line_error(capsys, "solvers", "bench", "--sizes", "x", match="--sizes must be a positive integer")
+    one_line_error(capsys, "solvers", "bench", "--kinds", "foo", match="unknown kind 'foo'")

@@ -1,7 +1,7 @@
 """Measurement tools built on the runtime library (the flat modules of `runtime/`); nothing in the library
 imports them.
 
-- profiler: `paradyse-lab profile`, one profile row per strategy and length (rank-local or distributed), its
+- profiler: `paradyse-lab costmodel profile`, one profile row per strategy and length (rank-local or distributed), its
   memory columns measured with profile_memory (kept activations, resident model states, the peak's reset);
 - stack_profile, kernel_bench: layer-stack profiles and GEMM / attention efficiencies on one device;
 - gpu_session (with gpu_session_plan, gpu_session_stages) and gpu_validate: the one-call GPU session,

@@ -42,7 +42,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
 
 Resumable: every file is written atomically as soon as it is complete (the profile after every point); a
 rerun with the same settings skips finished stages and profile points (`--force` starts over); other
-settings in the same DIR are an error. Then: `paradyse-lab ablate-costmodel --profiles DIR/profile.csv
+settings in the same DIR are an error. Then: `paradyse-lab costmodel ablate --profiles DIR/profile.csv
 --cluster DIR/cluster.toml --no-regret`, `paradyse-lab train|simulate --cluster DIR/cluster.toml ...`,
 `paradyse-lab validate-run --out DIR`.
 """

@@ -52,7 +52,7 @@ def machine_defaults() -> dict:
 
 def length_grid(max_len: int, count: int, unit: int) -> list[int]:
     """`count` lengths from max_len/16 to max_len, geometric, rounded to multiples of `unit`, distinct (9 of
-    them put 7 at or below max_len/2: `ablate-costmodel` holds lengths out below half a curve's longest)."""
+    them put 7 at or below max_len/2: `costmodel ablate` holds lengths out below half a curve's longest)."""
     lo = max(unit, max_len / 16)
     out = []
     for i in range(count):

@@ -17,7 +17,7 @@ flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e
     python -m paradyse_lab.app.measure.gpu_validate results/gpu-h100 \\
         --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
     cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json
-    paradyse-lab ablate-costmodel --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
+    paradyse-lab costmodel ablate --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
         --cluster h100-80gb-x8 --model gpt --format json
 
 gpu_validate writes validation.md / validation.csv (prediction / measurement of compute time and peak memory
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         with_head = [m for m in plan.models if get_model(m).embedding_and_head]
         if with_head:
             raise UserInputError(f"--models: {with_head[0]!r} has an embedding and head; this session profiles layer "
-                                 "stacks (bert, llama, gpt); profile whole models with `paradyse-lab profile`")
+                                 "stacks (bert, llama, gpt); profile whole models with "
+                                 "`paradyse-lab costmodel profile`")
     except UserInputError as err:
         print(f"gpu_session: error: {err}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ and DIR/validation.md, the table for the README, and prints a summary and the me
 - the cluster: --cluster, else env.json's `cluster_preset`, else the profile's `cluster` column, else the
   default preset. The model dtype is the profile's `dtype` column (bf16 on GPU, fp32 on CPU).
 `--combine FILE` also writes every profile of DIR, all columns, into one CSV (the file to commit under
-paradyse_lab/data/profiles/ and to pass to `paradyse-lab ablate-costmodel --profiles`).
+paradyse_lab/data/profiles/ and to pass to `paradyse-lab costmodel ablate --profiles`).
 """
 
 from __future__ import annotations

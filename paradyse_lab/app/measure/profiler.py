@@ -3,10 +3,10 @@
 Commands:
 
     # rank-local: one process plays rank 0 of a p-GPU world through a fake process group
-    paradyse-lab profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
+    paradyse-lab costmodel profile --model gpt2-tiny --seqs 512,1024 --strategies megatron_ts,metp+recompute \\
         --mode rank-local --p 8 --out profile.csv
     # distributed: every rank runs its share for real (NCCL on GPUs, gloo on CPU); rank 0 writes
-    torchrun --standalone --nproc-per-node 8 -m paradyse_lab profile --model gpt2-tiny --seqs 512,1024 \\
+    torchrun --standalone --nproc-per-node 8 -m paradyse_lab costmodel profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
     # (inside a process group that is already set up, call `profile_distributed`: the tests do, on gloo)
 
@@ -233,6 +233,6 @@ def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bo
 if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
     import sys
 
-    print("error: run `paradyse-lab profile ...` (or `torchrun --nproc-per-node N -m paradyse_lab profile ...`); "
-          "this module is a library", file=sys.stderr)
+    print("error: run `paradyse-lab costmodel profile ...` (or `torchrun --nproc-per-node N -m paradyse_lab "
+          "costmodel profile ...`); this module is a library", file=sys.stderr)
     raise SystemExit(2)

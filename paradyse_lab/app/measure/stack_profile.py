@@ -3,9 +3,9 @@
 Library module of `python -m paradyse_lab.app.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv
 in the schema of paradyse_lab/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
 `bert`, `llama` and `gpt` presets are layer stacks (no embedding, head or loss: the paper times the layers
-only), which `paradyse-lab profile` (paradyse_lab/app/measure/profiler.py, a whole `ParallelGPT`) cannot run; this
-module runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`, the same
-autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/fake_group.py.
+only), which `paradyse-lab costmodel profile` (paradyse_lab/app/measure/profiler.py, a whole `ParallelGPT`)
+cannot run; this module runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`,
+the same autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/fake_group.py.
 
 One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -> y, then y.backward(dy).
 - compute_s: the median of the timed steps (CUDA events on CUDA, perf_counter on CPU) after one untimed
@@ -13,7 +13,7 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   the rank's kernels and the local copies the fake group makes in place of collectives (the output buffers
   a real collective would also write), no communication.
 - time_s = compute_s + comm_s, comm_s the communication the analytic model leaves exposed on `cluster`
-  (alpha-beta, ring overlap; comm_modelled=true), as `paradyse-lab profile --mode rank-local` does.
+  (alpha-beta, ring overlap; comm_modelled=true), as `paradyse-lab costmodel profile --mode rank-local` does.
 - peak_bytes: `torch.cuda.max_memory_allocated` over the steps (reset before them). Model states are all
   resident, as in training: weights and gradients (allocated up front, accumulated into), and the
   mixed-precision Adam states that `formulas.model_state_bytes_per_param` charges (12 bytes per parameter
@@ -59,7 +59,7 @@ class LayerStack:
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
         if spec.embedding_and_head:  # its rows would be priced with an embedding and head they did not run
-            raise UserInputError(f"model {spec.name!r} has an embedding and head: use `paradyse-lab profile`")
+            raise UserInputError(f"model {spec.name!r} has an embedding and head: use `paradyse-lab costmodel profile`")
         for name, value in (("hidden", spec.hidden), ("ffn_hidden", spec.ffn_hidden), ("heads", spec.heads)):
             if value % p:
                 raise UserInputError(f"model {spec.name!r}: {name} ({value}) must be divisible by p ({p})")

@@ -179,7 +179,7 @@ those reservations. Static runs pay nothing more; the planners do not know about
 The analytic model plus four physical parameters per strategy (compute scale, communication scale, a fixed
 cost per layer, and a fixed cost per layer that grows with the hidden size h), fitted by non-negative least
 squares on relative error (paradyse_lab/costmodel/calibration.py). Leave one shape out: calibrate on three of
-the four measured shapes, predict the fourth, rotate (`paradyse-lab ablate-costmodel --profiles
+the four measured shapes, predict the fourth, rotate (`paradyse-lab costmodel ablate --profiles
 paradyse_lab/data/profiles/paper_a100-80gb-x8.csv`).
 
 {calibration_section(results)}
@@ -188,14 +188,14 @@ paradyse_lab/data/profiles/paper_a100-80gb-x8.csv`).
 
 {solvers_section(results)}
 
-How: solver_bench.csv (`paradyse-lab bench-solvers`, the problems of solvers/instances.py) and the runs of
+How: solver_bench.csv (`paradyse-lab solvers bench`, the problems of solvers/instances.py) and the runs of
 Figure 2 under the analytic model (solver_quality_runs.csv).
 
 ## Cost-model accuracy on the synthetic profile (the paper gives none)
 
 {costmodel_section(results)}
 
-How: costmodel_accuracy.csv / costmodel_points.csv, the split of `paradyse-lab ablate-costmodel`: each
+How: costmodel_accuracy.csv / costmodel_points.csv, the split of `paradyse-lab costmodel ablate`: each
 profiled curve is cut at half its longest length; models fit below the cut on all but every 4th length
 (interp = the held-out lengths), extrap = the lengths above the cut (up to 2x beyond the training range).
 

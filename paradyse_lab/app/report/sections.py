@@ -75,11 +75,11 @@ def calibration_section(results: Path) -> str:
                     + [fmt_pct(val.get(f"band {b}", (None,))[0]) for b in bands]
                     + [fmt_pct(val["interp"][1]), fmt_pct(val["extrap"][1])])
     return (md_table(["leave one shape out (time MAPE)", "mean"] + strategies + bands, rows)
-            + "\n\nParameters fitted on all four shapes (`paradyse-lab fit-calibration`, stored as the cluster "
-            "`a100-80gb-x8-paper`):\n\n"
+            + "\n\nParameters fitted on all four shapes (`paradyse-lab costmodel fit-calibration`, stored as the "
+            "cluster `a100-80gb-x8-paper`):\n\n"
             + md_table(["strategy", "compute scale", "comm scale", "fixed per layer", "fixed per layer and unit of h"],
                      prow)
-            + "\n\nEvery cost model on the paper profile, the split of `ablate-costmodel` (fitted below half of each "
+            + "\n\nEvery cost model on the paper profile, the split of `costmodel ablate` (fitted below half of each "
               "curve's longest length; interp = held-out lengths there, extrap = beyond):\n\n"
             + md_table(["cost model", "time interp", "time extrap"] + [f"time {b}" for b in bands]
                      + ["memory interp", "memory extrap"], arow))

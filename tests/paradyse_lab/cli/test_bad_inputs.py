@@ -86,7 +86,7 @@ def test_what_an_ascii_terminal_cannot_show_is_escaped_not_a_traceback(folder, m
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
     target = tmp_path / "caf\u00e9.txt"
-    assert main(["lengths", str(folder / "texts"), "--out", str(target)]) == 0
+    assert main(["data", "lengths", str(folder / "texts"), "--out", str(target)]) == 0
     assert main(["cost", "--model", "gpt", "--documents", "4K,\u0662K"]) == 2
     out.flush()
     err.flush()

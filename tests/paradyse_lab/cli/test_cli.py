@@ -1,3 +1,4 @@
+import argparse
 import importlib
 import io
 import json
@@ -20,9 +21,9 @@ def run(capsys, *argv):
     ("models", "gpt2-tiny"), ("clusters", "a100-80gb-x8 (default)"), ("strategies", "colossal_z"),
 ])
 def test_catalog_tables_and_json(capsys, command, needle):
-    code, out, _ = run(capsys, command)
+    code, out, _ = run(capsys, "catalog", command)
     assert code == 0 and needle in out
-    code, out, _ = run(capsys, command, "--format", "json")
+    code, out, _ = run(capsys, "catalog", command, "--format", "json")
     assert code == 0 and needle.split()[0] in json.loads(out)
 
 
@@ -40,11 +41,11 @@ def test_a_command_process_freezes_what_it_leaves_before_it_exits(monkeypatch, c
     # This process joined no group, whatever an earlier test in it did: main() would otherwise end it (os._exit).
     monkeypatch.setattr(runtime.launch, "_joined_group", [])
     monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
-    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
+    monkeypatch.setattr(sys, "argv", ["paradyse-lab", "catalog", "strategies", "--format", "json"])
     assert main() == 0 and frozen == [True] and ended == []
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
     assert main() == 2 and frozen == [True, True]  # a refused input ends the same way
-    assert main(["strategies", "--format", "json"]) == 0 and frozen == [True, True]
+    assert main(["catalog", "strategies", "--format", "json"]) == 0 and frozen == [True, True]
     capsys.readouterr()
 
 
@@ -129,10 +130,10 @@ def test_building_the_parser_loads_no_heavy_library(console_help):
     """`paradyse-lab --help` builds the whole parser (every command, each its own module's part): it must not
     load scikit-learn, scipy, joblib, pandas or torch (they cost seconds of start-up; each command imports what
     it needs when it runs). The modules loaded: what `-X importtime` lists (one line per module, its name last)."""
-    from paradyse_lab.cli import COMMAND_MODULES
+    from paradyse_lab.cli import NOUNS, VERBS
 
     assert console_help.returncode == 0, console_help.stderr[-2000:]
-    assert all(name in console_help.stdout for names in COMMAND_MODULES.values() for name in names)  # every command
+    assert all(name in console_help.stdout for name in (*VERBS, *NOUNS))  # every command and group
     loaded = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in console_help.stderr.splitlines()
               if line.startswith("import time:") and line.count("|") == 2}
     assert "paradyse_lab" in loaded and "argparse" in loaded  # the listing is read
@@ -141,26 +142,104 @@ def test_building_the_parser_loads_no_heavy_library(console_help):
 
 
 def _help_text(parser, name: str) -> str:
+    """`--help` of the command a module registers as `name`, typed as the tree spells it."""
+    from paradyse_lab.cli import SPELLING
+
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(SystemExit):
-        parser.parse_args([name, "--help"])
+        parser.parse_args([*SPELLING[name].split(), "--help"])
     return out.getvalue()
 
 
 def test_each_command_parses_alike_with_only_its_module():
     """main() builds only the named command's module (COMMAND_MODULES in paradyse_lab/cli): each module adds
-    exactly the commands listed for it, the whole parser holds them all in that order, and each command's
-    --help (every flag, its default and help) and a parsed namespace are the same with either parser."""
-    from paradyse_lab.cli import COMMAND_MODULES, OneLineParser, build_parser
+    exactly the commands listed for it, the whole parser holds the verbs and the nouns in --help's order, and
+    each command's --help (every flag, its default and help) and a parsed namespace are the same with either
+    parser."""
+    from paradyse_lab.cli import COMMAND_MODULES, NOUNS, VERBS, OneLineParser, build_parser
 
     whole = build_parser()
-    choices = next(a for a in whole._actions if a.dest == "command").choices
-    assert list(choices) == [name for names in COMMAND_MODULES.values() for name in names]
+    listed = next(a for a in whole._actions if a.dest == "command")._choices_actions
+    assert [a.dest for a in listed] == [*VERBS, *NOUNS]
     for module, names in COMMAND_MODULES.items():
         alone = OneLineParser(prog="x").add_subparsers(dest="command")
         importlib.import_module(f"paradyse_lab.cli.{module}").register(alone)
         assert sorted(alone.choices) == sorted(names), module
         for name in names:
             assert _help_text(build_parser(name), name) == _help_text(whole, name), name
-    argv = ["plan", "--model", "gpt", "--seq", "4096", "--solver", "dp"]
-    assert vars(build_parser("plan").parse_args(argv)) == vars(whole.parse_args(argv))
+    for argv in (["plan", "--model", "gpt", "--seq", "4096", "--solver", "dp"],
+                 ["costmodel", "ablate", "--profiles", "x.csv", "--no-regret"]):
+        assert vars(build_parser(_command_of(argv)).parse_args(argv)) == vars(whole.parse_args(argv))
+
+
+def _command_of(argv):
+    from paradyse_lab.cli import _command_of as command_of
+
+    return command_of(argv)
+
+
+def test_the_top_level_help_fits_a_screen():
+    """`paradyse-lab --help` at most 40 lines at 80 columns: the main verbs and the nouns that group the rest."""
+    from paradyse_lab.cli import build_parser
+
+    parser = build_parser()
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=80)
+    lines = parser.format_help().splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+
+
+FORMER = {
+    "models": ["catalog", "models"], "clusters": ["catalog", "clusters"], "strategies": ["catalog", "strategies"],
+    "workload": ["data", "workload", "grch38", "--size", "20"],
+    "lengths": ["data", "lengths", "{d}/texts", "--tokenizer", "bytes", "--out", "{d}/lengths.txt"],
+    "ablate-costmodel": ["costmodel", "ablate", "--profiles", "paradyse_lab/data/profiles/paper_a100-80gb-x8.csv",
+                         "--no-regret", "--format", "json"],
+    "profile": ["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "megatron_ts",
+                "--mode", "rank-local", "--p", "2", "--layers", "1", "--repeats", "1", "--warmup", "0", "--out",
+                "{d}/profile.csv"],
+    "synth-profile": ["costmodel", "synth-profile", "--models", "bert", "--ratio", "2", "--out", "{d}/synth.csv"],
+    "paper-profile": ["costmodel", "paper-profile", "--out", "{d}/paper.csv"],
+    "fit-costmodel": ["costmodel", "fit", "--kind", "polynomial", "--profiles", "{d}/paper.csv", "--out",
+                      "{d}/poly.joblib"],
+    "fit-calibration": ["costmodel", "fit-calibration", "--profiles", "{d}/paper.csv", "--out", "{d}/cal.toml"],
+    "solve": ["solvers", "solve", "--problem", "{d}/problem.json", "--solver", "dp"],
+    "compare-solvers": ["solvers", "compare", "--model", "gpt", "--seqs", "4K,8K"],
+    "bench-solvers": ["solvers", "bench", "--sizes", "8", "--options", "2", "--instances", "1", "--kinds", "random",
+                      "--out", "{d}/bench.csv"],
+}
+"""Each command that moved under a noun (its former name) -> its new spelling with options that run."""
+
+
+CHEAP = ("models", "clusters", "strategies", "workload", "lengths", "solve")
+"""The former commands this test also runs (the others' new spellings run in their own modules' tests)."""
+
+
+def test_every_moved_command_keeps_its_options_under_its_new_spelling(capsys, tmp_path):
+    """Each former command's new spelling parses to what its module's own parser made of the same options
+    under the former name (the same function, every option alike), the cheap ones run (exit 0), and the
+    former name answers with one line naming the new spelling, exit 2."""
+    from paradyse_lab.cli import COMMAND_MODULES, NOUNS, VERBS, OneLineParser, build_parser
+
+    moved = {name for _, tools in NOUNS.values() for name in tools if name not in VERBS}
+    assert set(FORMER) == moved
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("one two three\n")
+    (tmp_path / "problem.json").write_text(json.dumps({
+        "layers": 2, "options": ["a", "b"], "time_s": [[1, 2], [2, 1]], "kept_bytes": [[1, 1], [1, 1]],
+        "transient_bytes": [[0, 0], [0, 0]], "fixed_bytes": 0, "budget_bytes": 10}))
+    whole = build_parser()
+    for former, spelled in FORMER.items():
+        argv = [a.replace("{d}", str(tmp_path)) for a in spelled]
+        module = next(m for m, names in COMMAND_MODULES.items() if former in names)
+        alone = OneLineParser(prog="x")
+        importlib.import_module(f"paradyse_lab.cli.{module}").register(alone.add_subparsers(dest="command"))
+        before = vars(alone.parse_args([former, *argv[2:]]))
+        after = vars(whole.parse_args(argv))
+        assert after.pop("command") == " ".join(spelled[:2]) and after.pop("tool") == spelled[1]
+        assert before.pop("command") == former and after == before, former
+        if former in CHEAP:
+            code, _, err = run(capsys, *argv)
+            assert code == 0, (former, err[-2000:])
+        code, _, err = run(capsys, former)
+        assert code == 2 and err.strip() == (f"paradyse-lab: error: '{former}' is now "
+                                             f"'paradyse-lab {' '.join(spelled[:2])}' (see --help)"), err

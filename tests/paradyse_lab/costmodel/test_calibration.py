@@ -131,7 +131,7 @@ def test_calibrated_cost_model_fits_the_profile_when_the_cluster_has_no_calibrat
 
 
 def test_ablate_costmodel_json_reports_calibrated_and_leave_one_shape_out(capsys):
-    argv = ["ablate-costmodel", "--profiles", str(PAPER_PROFILE), "--cost-models", "analytic,calibrated,polynomial",
+    argv = ["costmodel", "ablate", "--profiles", str(PAPER_PROFILE), "--cost-models", "analytic,calibrated,polynomial",
             "--no-regret", "--format", "json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -150,12 +150,13 @@ def test_ablate_costmodel_json_reports_calibrated_and_leave_one_shape_out(capsys
 
 def test_fit_calibration_cli_writes_a_cluster_file_every_command_takes(tmp_path, capsys):
     out = tmp_path / "cal.toml"
-    assert main(["fit-calibration", "--profiles", str(PAPER_PROFILE), "--out", str(out), "--format", "json"]) == 0
+    assert main(["costmodel", "fit-calibration", "--profiles", str(PAPER_PROFILE), "--out", str(out), "--format",
+                 "json"]) == 0
     capsys.readouterr()
     assert main(["cost", "--model", "gpt", "--seq", "8K", "--cluster", str(out), "--format", "json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["cost_model"].startswith("calibrated (cal:")
-    assert main(["fit-calibration", "--out", str(tmp_path / "x.txt")]) == 2
+    assert main(["costmodel", "fit-calibration", "--out", str(tmp_path / "x.txt")]) == 2
     assert "must name a .toml file" in capsys.readouterr().err
 
 
@@ -164,7 +165,7 @@ def test_ablate_costmodel_takes_the_cluster_file_beside_a_measured_profile(tmp_p
 
     rows = read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv").query("model == 'gpt'").assign(device="cpu x86_64")
     write_profiles(rows, tmp_path / "profile.csv")
-    argv = ["ablate-costmodel", "--profiles", str(tmp_path / "profile.csv"), "--cost-models", "analytic",
+    argv = ["costmodel", "ablate", "--profiles", str(tmp_path / "profile.csv"), "--cost-models", "analytic",
             "--no-regret", "--format", "json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["cluster"] == "a100-80gb-x8"  # nothing beside it: the default

@@ -222,7 +222,7 @@ def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_profile, capsys):
 
 @pytest.mark.parametrize("module, message", [
     ("paradyse_lab.costmodel.learned", "written by an older version of paradyse-lab "
-     r"\(module paradyse_lab.costmodel.learned no longer exists\); refit it with `paradyse-lab fit-costmodel"),
+     r"\(module paradyse_lab.costmodel.learned no longer exists\); refit it with `paradyse-lab costmodel fit"),
     ("sklearn.no_such_module", "needs module sklearn.no_such_module, which is not installed"),
 ])
 def test_a_file_naming_a_gone_module_says_refit(tmp_path, module, message):

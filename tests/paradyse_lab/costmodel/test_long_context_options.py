@@ -126,7 +126,7 @@ def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_
     assert H100.host_link_bytes_per_s == 52.8e9
     assert step_s(False) == pytest.approx(3.948, abs=0.01)  # what the plan was predicted at
     assert step_s(True) == pytest.approx(step_s(False) + copies_back)
-    assert step_s(True) == pytest.approx(4.449, abs=0.01)  # measured 5.29 s: the rest is compute (docs/tiled_mlp_and_offload.md)
+    assert step_s(True) == pytest.approx(4.449, abs=0.01)  # measured 5.29 s: the rest is compute (docs)
 
 
 def test_cluster_host_link_and_memory(tmp_path):
@@ -252,7 +252,7 @@ def test_models_fitted_on_measurements_price_or_refuse_the_options(kind):
 
 def test_profile_refuses_options_its_rows_cannot_record(tmp_path, capsys):
     out = tmp_path / "p.csv"
-    assert main(["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp+tiled", "--mode",
+    assert main(["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp+tiled", "--mode",
                  "rank-local", "--p", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "+tiled and +offload are not profile columns" in err and not out.exists()

@@ -87,7 +87,7 @@ def test_unreadable_files(tmp_path):
 
 def test_cli_reports_a_bad_profile_in_one_line(tmp_path, capsys, small):
     path = write_bad(tmp_path, small.assign(time_s=-small["time_s"]))
-    assert main(["ablate-costmodel", "--profiles", str(path), "--no-regret"]) == 2
+    assert main(["costmodel", "ablate", "--profiles", str(path), "--no-regret"]) == 2
     err = capsys.readouterr().err
     assert "bad.csv: line 2: time_s must be > 0" in err and err.count("\n") == 1
 
@@ -136,16 +136,17 @@ def test_split_holds_out_inside_and_beyond(small):
 
 def test_synth_profile_command(tmp_path, capsys):
     out = tmp_path / "p.csv"
-    assert main(["synth-profile", "--out", str(out), "--models", "bert", "--ratio", "1.2", "--timestamp", STAMP]) == 0
+    assert main(["costmodel", "synth-profile", "--out", str(out), "--models", "bert", "--ratio", "1.2",
+                 "--timestamp", STAMP]) == 0
     assert "source=analytic" in capsys.readouterr().out
     assert set(read_profiles(out)["model"]) == {"bert"}
-    assert main(["synth-profile", "--out", str(out), "--ratio", "1"]) == 2
+    assert main(["costmodel", "synth-profile", "--out", str(out), "--ratio", "1"]) == 2
     assert "--ratio must be a finite number > 1" in capsys.readouterr().err
 
 
 def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
     path = write_profiles(small, tmp_path / "gpt.csv")
-    assert main(["ablate-costmodel", "--profiles", str(path), "--size", "3", "--format", "json"]) == 0
+    assert main(["costmodel", "ablate", "--profiles", str(path), "--size", "3", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["models"]) == {"analytic", "calibrated", "hybrid", "forest", "polynomial", "residual"}
     keys = {"time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap", "regret"}

@@ -1,5 +1,5 @@
 """The profiler (paradyse_lab/app/measure/profiler.py): kept activations measured with saved_tensors_hooks through the
-fake process group at p = 8, against the analytic model; and the `paradyse-lab profile` command (CPU).
+fake process group at p = 8, against the analytic model; and the `paradyse-lab costmodel profile` command (CPU).
 
 The distributed mode (`--mode distributed`, normally under torchrun) is tested inside the shared gloo process
 groups of test_distributed.py (runtime_cases.py `profile-distributed`, world sizes 1-4), not here, so that no
@@ -87,7 +87,8 @@ def test_fake_group_counts_the_schedules_bytes(cfg):
 
 def test_profile_command_writes_a_valid_profile(tmp_path, capsys):
     out = tmp_path / "prof.csv"
-    code = main(["profile", "--model", "gpt2-tiny", "--seqs", "64,128", "--strategies", "megatron_ts,metp+recompute",
+    code = main(["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "64,128", "--strategies",
+                 "megatron_ts,metp+recompute",
                  "--mode", "rank-local", "--p", "4", "--layers", "1", "--warmup", "0", "--repeats", "1",
                  "--out", str(out)])
     assert code == 0
@@ -108,7 +109,7 @@ def test_profile_command_writes_a_valid_profile(tmp_path, capsys):
 ])
 def test_profile_command_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     base = {"--seqs": "64", "--strategies": "megatron_ts"}
-    argv = ["profile", "--model", "gpt2-tiny", "--p", "4", "--out", str(tmp_path / "x.csv")]
+    argv = ["costmodel", "profile", "--model", "gpt2-tiny", "--p", "4", "--out", str(tmp_path / "x.csv")]
     merged = dict(base)
     merged.update(dict(zip(args[::2], args[1::2])))
     for k, v in merged.items():
