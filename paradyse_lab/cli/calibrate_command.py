@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
+from paradyse_lab.cli import descriptions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 
@@ -161,10 +162,8 @@ def print_summary(s: dict) -> None:
 
 def register(subparsers) -> None:
     """Add the `calibrate` sub-command (imports no torch until it runs)."""
-    import paradyse_lab.app.measure.calibrate
-
     parser = subparsers.add_parser("calibrate", help="measure this machine: cluster.toml and a measured profile",
-                                   description=paradyse_lab.app.measure.calibrate.__doc__,
+                                   description=descriptions.CALIBRATE,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run)

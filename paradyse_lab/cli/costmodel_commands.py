@@ -25,7 +25,7 @@ def register(sub) -> None:
         "synth-profile", help="write a synthetic profile: the analytic model with seeded noise (source=analytic)",
         description="Stand-in for GPU measurements: whole-model time and memory of each model and strategy over "
         "a geometric grid of lengths (up to each strategy's OOM), from the analytic model, times lognormal "
-        "noise (paradyse_lab/costmodel/synthetic.py documents the noise model). Rows say source=analytic.")
+        "noise. Rows say source=analytic.")
     p.add_argument("--out", required=True, help="CSV to write")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--models", default="bert,llama,gpt,llama3-8b", help="comma-separated models")
@@ -57,7 +57,7 @@ def register(sub) -> None:
         description="Profile rows of the four shapes the ParaDySe authors measured (bert, llama, gpt, paper-7b "
         "on 8x A100-80GB), each strategy over a geometric grid of lengths up to where it runs out of memory: "
         "time from the authors' quadratic fits, memory from the analytic model (modelled). Rows say "
-        "source=paper and name the fits' repository, file and commit (paradyse_lab/costmodel/paper_profile.py).")
+        "source=paper and name the fits' repository, file and commit.")
     p.add_argument("--out", required=True, help="CSV to write")
     p.add_argument("--ratio", type=number, default=1.05,
                    help="ratio between consecutive lengths, each rounded to a multiple of 512 (default 1.05)")
@@ -69,7 +69,7 @@ def register(sub) -> None:
         "fit-calibration", help="calibrate the analytic model on a profile's times; write a cluster file",
         description="Fit four physical parameters per strategy (compute scale, communication scale, fixed "
         "seconds per layer, fixed seconds per layer and unit of width) by non-negative least squares on "
-        "relative error (paradyse_lab/costmodel/calibration.py), and write a cluster TOML that every "
+        "relative error, and write a cluster TOML that every "
         "command takes with --cluster: the base cluster plus [calibration.STRATEGY] tables.")
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled measured profile; "
                    "on the paper's node, the authors' measurements)")

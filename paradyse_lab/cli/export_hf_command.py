@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 
+from paradyse_lab.cli import descriptions
+
 
 def register(subparsers) -> None:
     """Add the `export-hf` sub-command (imports no torch until it runs)."""
     parser = subparsers.add_parser("export-hf", help="write a training checkpoint as a Hugging Face model folder",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   description=descriptions.EXPORT_HF,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True,
                         help="a checkpoint (DIR/step-N) or a --checkpoint-dir (its newest checkpoint)")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write (new or empty)")

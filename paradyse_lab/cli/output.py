@@ -45,7 +45,7 @@ def add_reserve_argument(parser) -> None:
     context, NCCL buffers and the allocator."""
     parser.add_argument("--reserve-gib", "--reserve-gb", dest="reserve_gb", type=number, default=None,
                         help="memory kept back from each GPU for the CUDA context, NCCL buffers and the allocator, "
-                        "in GiB (default: the cluster's reserve_gib, docs/hardware.md section 5)")
+                        "in GiB (default: the cluster's reserve_gib)")
 
 
 BUDGET_GB_DEPRECATED = ("--budget-gb is deprecated: it is read in GB (10^9 bytes) while every output is in GiB "

@@ -5,13 +5,15 @@
     torchrun --standalone --nproc-per-node 8 -m paradyse_lab costmodel profile --model gpt2-tiny --seqs 512,1024 \\
         --strategies megatron_ts,metp --mode distributed --out profile.csv
 
-What a row holds and how it is measured: paradyse_lab/app/measure/profiler.py's module docstring (the command's --help).
+What a row holds and how it is measured: the profiler's module docstring.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from paradyse_lab.cli import descriptions
 
 
 def run(args) -> int:
@@ -106,10 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add the `profile` sub-command (imports no torch until it runs)."""
-    import paradyse_lab.app.measure.profiler
-
     parser = subparsers.add_parser("profile", help="measure strategies' step time and memory per length",
-                                   description=paradyse_lab.app.measure.profiler.__doc__,
+                                   description=descriptions.PROFILE,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run, out_file=True)

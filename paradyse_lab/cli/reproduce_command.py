@@ -22,7 +22,7 @@ def register(sub) -> None:
         description="Figure 2's six panels, Table 5, the headline numbers (and their spread over 5 workload seeds), "
         "solver quality and solve-time "
         "scaling, the cost-model accuracy ablation, the layer-wise plan map and the memory breakdown: CSVs, "
-        "figures (PNG and PDF, from figures/*.py) and REPORT.md (the paper's numbers beside ours). Finished "
+        "figures (PNG and PDF) and REPORT.md (the paper's numbers beside ours). Finished "
         "steps and runs are reused unless --force; a run with other settings redoes every step.")
     add_dataclass_arguments(p, ReproduceOptions)
     p.set_defaults(func=run)

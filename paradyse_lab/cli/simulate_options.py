@@ -51,8 +51,8 @@ class SimulationOptions:
     """block (the paper: one decision per layer) or sublayer (attention and MLP decided separately; same as the
     dynamic policy suffix +sublayer)."""
     switch_memory: bool = False
-    """Charge the caching allocator's reservation of every strategy used so far (the memory price of switching,
-    simulator/engine.py Charger); static runs pay nothing more."""
+    """Charge the caching allocator's reservation of every strategy used so far (the memory price of
+    switching); static runs pay nothing more."""
 
     def setup(self, packing: PackingOptions | None = None):
         """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""

@@ -3,16 +3,15 @@
     paradyse-lab train --nproc 2 --model gpt2-tiny --dataset uniform:512:1024 --policy dynamic:dp --steps 50
     torchrun --standalone --nproc-per-node 4 -m paradyse_lab train --model gpt2-tiny --dataset uniform:512:1024
 
-What a run does: paradyse_lab/app/train_options.py's module docstring (the command's --help); the planner it
-trains with: paradyse_lab/app/training.py.
+What a run does: the options' module docstring; the planner it trains with: the training application.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from paradyse_lab.app import train_options
 from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.cli import descriptions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 
@@ -145,9 +144,10 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add the `train` sub-command to the paradyse-lab CLI (imports no torch until it runs)."""
     parser = subparsers.add_parser("train", help="train with per-layer strategy switching (torch.distributed)",
-                                   description=train_options.__doc__,
+                                   description=descriptions.TRAIN,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
+    descriptions.rewrite_flag_help(parser, descriptions.TRAIN_FLAGS)
     parser.set_defaults(func=run)
 
 

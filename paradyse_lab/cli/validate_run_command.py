@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
+from paradyse_lab.cli import descriptions
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
 from paradyse_lab.options import integer
@@ -49,7 +50,7 @@ DEFAULT_REPEATS = 3
 
 def register(sub) -> None:
     p = sub.add_parser("validate-run", help="train each policy for real and compare with its simulation",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=descriptions.VALIDATE_RUN, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder (a `paradyse-lab calibrate` output gives the defaults)")
     p.add_argument("--nproc", type=integer, default=0, help="ranks (default: the calibration's, else the machine's)")
     p.add_argument("--model", default="", help="GPT-2-shaped preset or config.json (default: the calibration's)")

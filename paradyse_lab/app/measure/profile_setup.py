@@ -1,5 +1,5 @@
 """What every row of one `paradyse-lab costmodel profile` call measures with (paradyse_lab/app/measure/profiler.py,
-whose module docstring is the command's --help): the model on its torch device, its strategy options, its resident model
+whose module docstring says what a row holds): the model on its torch device, its strategy options, its resident model
 states (`resident_model_states`, profile_memory.py), the cost model that prices a rank-local row's communication,
 and the device's name as the rows record it (`device_name`). Every input error is raised here, before any timing.
 """

@@ -2,6 +2,7 @@ import argparse
 import importlib
 import io
 import json
+import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -243,3 +244,30 @@ def test_every_moved_command_keeps_its_options_under_its_new_spelling(capsys, tm
         code, _, err = run(capsys, former)
         assert code == 2 and err.strip() == (f"paradyse-lab: error: '{former}' is now "
                                              f"'paradyse-lab {' '.join(spelled[:2])}' (see --help)"), err
+
+
+CODE_PLACE = re.compile(r"[\w./-]*\.py\b|\b(?:paradyse_lab|runtime|solvers|simulator|tests|docs|examples)/[\w./-]*"
+                        r"|(?<![\w/])figures/[\w.-]*\.py|\bparadyse_lab\.[\w.]+|\b(?:runtime|solvers|simulator)\.[a-z_]+")
+"""A `.py` file, a folder of the repository, or a module's dotted name."""
+
+
+def _every_parser(parser, name="paradyse-lab"):
+    """(`paradyse-lab ...` spelling, parser) for the top level, every noun and every command under it."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, sub in action.choices.items():
+                yield from _every_parser(sub, f"{name} {word}")
+
+
+def test_no_help_text_names_a_source_file_or_a_repository_path():
+    """Every --help says what a command and a flag do in the user's words, never where the code lives."""
+    from paradyse_lab.cli import build_parser
+
+    assert CODE_PLACE.search("see runtime/train.py") and CODE_PLACE.search("paradyse_lab.strategies.step_length")
+    found = {}
+    for name, parser in _every_parser(build_parser()):
+        places = sorted({m.group(0) for m in CODE_PLACE.finditer(parser.format_help())})
+        if places:
+            found[name] = places
+    assert found == {}
