@@ -271,3 +271,16 @@ def test_no_help_text_names_a_source_file_or_a_repository_path():
         if places:
             found[name] = places
     assert found == {}
+
+
+def test_the_docs_command_reference_is_current():
+    """docs/cli.md's generated part is what the parsers say now (regenerate: `python -m paradyse_lab.cli.reference
+    --write docs/cli.md`), and it lists every command."""
+    from pathlib import Path
+
+    from paradyse_lab.cli import SPELLING
+    from paradyse_lab.cli.reference import page_with_reference
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert page_with_reference(page) == page
+    assert all(f"### `paradyse-lab {spelling}`" in page for spelling in SPELLING.values())
