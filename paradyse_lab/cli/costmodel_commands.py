@@ -29,7 +29,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="CSV to write")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml (default {DEFAULT_CLUSTER})")
     p.add_argument("--models", default="bert,llama,gpt,llama3-8b", help="comma-separated models")
-    p.add_argument("--p", type=integer, default=None, help="GPUs (default: the cluster's)")
+    p.add_argument("--gpus", "--p", dest="p", type=integer, default=None, metavar="N",
+                   help="GPUs (default: the cluster's)")
     p.add_argument("--seed", type=integer, default=0, help="noise seed (default 0)")
     p.add_argument("--time-noise", type=number, default=0.02, help="sigma of log time noise (default 0.02)")
     p.add_argument("--mem-noise", type=number, default=0.005, help="sigma of log memory noise (default 0.005)")
@@ -102,7 +103,7 @@ def run_synth(args) -> int:
     max_len = require_positive_int("--max-len", args.max_len)
     require_seed("--seed", args.seed)
     if args.p is not None:
-        require_positive_int("--p", args.p, MAX_GPUS_FLAG)
+        require_positive_int("--gpus", args.p, MAX_GPUS_FLAG)
     df = synthesize_profiles(cluster, models, args.p, seed=args.seed, time_noise=args.time_noise,
                              mem_noise=args.mem_noise, ratio=args.ratio, max_len=max_len,
                              reserve_bytes=reserve_bytes(args, 2**30), recompute=args.recompute,

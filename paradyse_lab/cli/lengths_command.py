@@ -124,7 +124,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=integer, default=0)
     add_sampling_argument(p)
     add_packing_arguments(p)
-    p.add_argument("--p", type=integer, default=None,
+    p.add_argument("--gpus", "--p", dest="p", type=integer, default=None, metavar="N",
                    help="with --pack-tokens: GPUs a step is laid out on, for its padding to the layout unit 2p "
                    f"(default: the {DEFAULT_CLUSTER} node's)")
     add_format_argument(p)
@@ -176,7 +176,8 @@ def _step_rows(w: Workload, p: int) -> list[dict]:
 
 
 def run_workload(args) -> int:
-    p = require_positive_int("--p", args.p, MAX_GPUS_FLAG) if args.p is not None else get_cluster(DEFAULT_CLUSTER).gpus
+    p = (require_positive_int("--gpus", args.p, MAX_GPUS_FLAG) if args.p is not None
+         else get_cluster(DEFAULT_CLUSTER).gpus)
     w = get_workload(args.spec, args.size, args.seed, pack_tokens=args.pack_tokens, pack_order=args.pack_order,
                      sampling=args.sampling)
     fractions = w.band_fractions()
