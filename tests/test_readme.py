@@ -113,3 +113,15 @@ def test_headline_numbers_are_the_detailed_pages():
     for row in rows[1:]:
         for number in re.findall(r"-?[\d,]+(?:\.\d+)?(?:%|x| ms)?", row[1]):
             assert number in pages, (row[0], number)
+
+
+def test_every_link_of_the_readme_and_the_docs_finds_its_file():
+    """Every relative link and image of README.md, docs/*.md and measurements/README.md names a file or folder
+    that exists (pages and records moved between folders: a stale link fails here)."""
+    pages = [ROOT / "README.md", ROOT / "measurements" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" not in target and not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {target}")
+    assert missing == []
