@@ -1,4 +1,4 @@
-"""`paradyse-lab plan | solve | compare-solvers`: strategy plans from the solvers.
+"""`paradyse-lab plan | solvers solve | solvers compare`: strategy plans from the solvers.
 
 Examples:
   paradyse-lab plan --model gpt --seq 256K --solver dp --recompute

@@ -1,4 +1,4 @@
-"""`paradyse-lab plan | solve | compare-solvers | bench-solvers` through `cli.main`."""
+"""`paradyse-lab plan | solvers solve | solvers compare | solvers bench` through `cli.main`."""
 
 import csv
 import json

@@ -181,7 +181,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("missing-required", ["cost", "--model", "gpt"]),
     ("int-type", ["data", "workload", "grch38", "--size", "many"]),
     ("bad-choice", ["data", "lengths", "{d}/texts", "--out", "{d}/x.txt", "--tokenizer", "bpe"]),
-    # cost / plan / compare-solvers
+    # cost / plan / solvers compare
     ("cost-seq-huge", ["cost", "--model", "gpt", "--seq", "1e26"]),
     ("cost-seq-inf", ["cost", "--model", "gpt", "--seq", "inf"]),
     ("cost-seq-nan", ["cost", "--model", "gpt", "--seq", "nan"]),
