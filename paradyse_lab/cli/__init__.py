@@ -10,8 +10,11 @@ before it starts: not a folder, a device node, a FIFO or a socket (paradyse_lab/
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
 import re
 import sys
+import traceback
 
 from paradyse_lab.errors import RunStopped, UserInputError
 
@@ -96,8 +99,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser with every command, each added by its module's `register(subparsers)`; with
     `command` (a name of COMMAND_MODULES), only the module that adds it: the same parser for that command's
     arguments, built in a fraction of the time (all commands' flags take ~60 ms to add)."""
-    import importlib
-
     parser = OneLineParser(
         prog="paradyse-lab",
         description="Choose and evaluate per-layer parallel strategies for transformer training on "
@@ -169,16 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # a bug's traceback: printed, and the rank still ends without the teardown
         if not _joined_a_process_group():
             raise
-        import traceback
-
         traceback.print_exc()
         code = 1
     if _joined_a_process_group():
-        from runtime.launcher import end_process
+        from runtime.launcher import end_process  # imports torch: only in a process that joined a group
 
         end_process(code)
-    import gc
-
     gc.freeze()
     return code
 
@@ -199,7 +196,7 @@ def _run_command(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
         if getattr(args, "out_file", False) and args.out:  # a file --out: refused before any work if unusable
-            from paradyse_lab.atomic_write import check_output_file
+            from paradyse_lab.atomic_write import check_output_file  # only for the commands that write a file
 
             check_output_file(args.out)
         return int(args.func(args) or 0)
