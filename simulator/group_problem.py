@@ -13,8 +13,9 @@ powers of two that sums to `world` placed largest first is always aligned (each 
 least as large), and an aligned block of at most one node's GPUs stays inside the node, so a partition here
 is a descending tuple of sizes and `GroupedStep` gets the blocks in that order.
 
-The planners: exact (simulator/group_exact.py), greedy (simulator/group_greedy.py) and Megatron-style dynamic
-context parallelism (simulator/group_dynamic_cp.py).
+The one-split planners: exact (simulator/group_exact.py), greedy (simulator/group_greedy.py) and smallest-fit
+(simulator/group_dynamic_cp.py); a step as rounds of splits: simulator/group_rounds.py, and Megatron's
+scheduler simulator/group_megatron.py.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("simulate-global-batch-tokens-neg", SIM_DP + ["--global-batch-tokens", "-5"]),
     ("simulate-global-batch-both", SIM_DP + ["--global-batch", "4", "--global-batch-tokens", "100"]),
     ("simulate-groups-unknown", SIM_DP + ["--global-batch", "4", "--groups", "magic"]),
-    ("simulate-groups-dcp-with-dynamic", SIM_DP + ["--global-batch", "4", "--groups", "dynamic-cp"]),
+    ("simulate-groups-smallest-fit-with-dynamic", SIM_DP + ["--global-batch", "4", "--groups", "smallest-fit"]),
     ("simulate-groups-sized-with-static", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
                                            "static:metp", "--global-batch", "4", "--groups", "sized"]),
     ("simulate-groups-exact-too-large", SIM_DP + ["--global-batch", "64", "--groups", "sized-exact"]),

@@ -19,10 +19,10 @@ def test_simulate_prints_the_group_sizes_of_every_step(capsys, tmp_path):
         assert sum(int(s) for s in sizes.split(",")) == 4 and f"  {sizes}  " in out
 
 
-def test_dynamic_cp_and_json(capsys):
-    assert main(ARGS + ["--policy", "static:megatron_cz", "--groups", "dynamic-cp", "--format", "json"]) == 0
+def test_smallest_fit_and_json(capsys):
+    assert main(ARGS + ["--policy", "static:megatron_cz", "--groups", "smallest-fit", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["summary"]["groups"] == "dynamic-cp" and len(d["steps"]) == 2
+    assert d["summary"]["groups"] == "smallest-fit" and len(d["steps"]) == 2
     assert d["summary"]["tokens_per_s"] <= d["summary"]["bound_tokens_per_s"] + 1e-9
 
 
@@ -60,7 +60,7 @@ def test_train_groups_refusals(capsys):
              (["--global-batch", "4", "--group-size", "2"], "not both"),
              (["--global-batch", "4", "--batch", "2"], "--batch must be 1"),
              (["--global-batch", "4", "--nproc", "3"], "power of two"),
-             (["--global-batch", "4", "--groups", "dynamic-cp"], "--policy must be static:NAME"),
+             (["--global-batch", "4", "--groups", "smallest-fit"], "--policy must be static:NAME"),
              (["--global-batch", "4", "--cost-model", "calibrated"], "--groups plans with the analytic cost model")]
     for extra, message in cases:
         groups = [] if "--groups" in extra else ["--groups", "sized"]
