@@ -69,8 +69,8 @@ def one_round(items: Sequence[tuple[int, int]], per_rank: int, world: int) -> tu
     first_need, check = None, False
     while queue:
         pick = next(((b, gpus_needed(q[0][1], per_rank)) for b, q in enumerate(queue)
-                     if any(s == gpus_needed(q[0][1], per_rank) for s, _ in groups)
-                     or len(free) >= gpus_needed(q[0][1], per_rank)), None)
+                     if q and (any(s == gpus_needed(q[0][1], per_rank) for s, _ in groups)
+                               or len(free) >= gpus_needed(q[0][1], per_rank))), None)
         if pick is None:
             break
         b, need = pick

@@ -126,6 +126,17 @@ def test_megatron_rounds_leave_no_gpu_idle_and_train_each_sequence_once():
     assert schedule([20000], 1024, 8) is None  # needs 32 ranks
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_megatron_schedules_random_batches(seed):
+    """Every sequence once, every round on every GPU, whatever the lengths (buckets may empty in any order)."""
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.choice([300, 900, 1500, 3000, 6000, 7000], int(rng.integers(1, 40)))]
+    for world in (8, 16, 32):
+        rounds = schedule(lengths, 1024, world)
+        assert sorted(i for r in rounds for _, items in r for i in items) == list(range(len(lengths)))
+        assert all(sum(s for s, _ in r) == world and all(items for _, items in r) for r in rounds)
+
+
 def test_megatron_per_rank_length_is_chosen_where_every_sequence_fits():
     # a sequence of n tokens fits a group of g when n / g <= 2048; a larger group costs more per GPU-second
     lengths = [4096, 1024, 512, 2048]

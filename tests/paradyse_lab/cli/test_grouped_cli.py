@@ -26,6 +26,22 @@ def test_smallest_fit_and_json(capsys):
     assert d["summary"]["tokens_per_s"] <= d["summary"]["bound_tokens_per_s"] + 1e-9
 
 
+def test_rounds_and_megatron_print_each_rounds_groups(capsys):
+    """`--groups rounds` and `--groups megatron`: every step's rounds split by ' / ', each round all 4 GPUs;
+    Megatron's per-rank length (chosen on the next seed's batches) in the summary; ours never slower."""
+    argv = ARGS[:-1] + ["4", "--size", "8", "--format", "json"]
+    summaries = {}
+    for groups, policy in (("rounds", "dynamic:dp"), ("megatron", "static:megatron_cz")):
+        assert main(argv + ["--policy", policy, "--groups", groups]) == 0
+        d = json.loads(capsys.readouterr().out)
+        summaries[groups] = d["summary"]
+        for step in d["steps"]:
+            rounds = step["group_sizes"].split(" / ")
+            assert len(rounds) == step["rounds"] and all(sum(map(int, r.split(","))) == 4 for r in rounds)
+    assert summaries["megatron"]["megatron_per_rank"] >= 512
+    assert summaries["rounds"]["time_s"] <= summaries["megatron"]["time_s"] + 1e-9
+
+
 def test_runnable_groups_is_every_size_now(tmp_path, capsys):
     # gpt2-tiny has 12 heads: on 8 GPUs a group of 2 or 4 gathers contiguous shards from the whole world
     sizes = {}
