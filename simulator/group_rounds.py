@@ -25,7 +25,7 @@ import numpy as np
 from paradyse_lab.errors import UserInputError
 from simulator.group_exact import best_assignment
 from simulator.group_greedy import plan_greedy
-from simulator.group_problem import GroupChoice, ItemTimes, Sync, binary_partitions, fill
+from simulator.group_problem import GroupChoice, ItemTimes, Sync, binary_partitions, lower_bound_s
 
 
 @dataclass(frozen=True)
@@ -178,15 +178,4 @@ def rounds_lower_bound_s(costs: ItemTimes, sync: Sync | None = None) -> float:
     a split whose smallest group is D's smallest (its price depends on that size alone; of the two such splits
     tried, groups of that size only or D's sizes filled with it, the lesser, in case one's state phases do not
     fit). The least over every D; unlike one split, D need not fit in the world at once."""
-    sizes = costs.sizes
-    table = np.stack([costs.times[s] for s in sizes])  # [sizes, items]
-    gpu_seconds = table * np.array(sizes, dtype=float)[:, None]
-    best = math.inf
-    for mask in range(1, 1 << len(sizes)):
-        chosen = [k for k in range(len(sizes)) if mask >> k & 1]
-        bound = max(float(table[chosen].min(axis=0).max()), float(gpu_seconds[chosen].min(axis=0).sum()) / costs.world)
-        if sync is not None and math.isfinite(bound):
-            used = [sizes[k] for k in chosen]
-            bound += min(sync((used[0],) * (costs.world // used[0])), sync(fill(used, costs.world, (used[0],))))
-        best = min(best, bound)
-    return best
+    return lower_bound_s(costs, sync, rounds=True)

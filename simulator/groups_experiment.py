@@ -92,10 +92,12 @@ def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str
     """Every series of one panel: one summary row each (the best static strategy's only).
 
     Throughput at equal global batch: every series trains the same batches, cut from the sequences that
-    ParaDySe and ring attention can both train on some group (ours can train whatever ParaDySe can; Megatron's
-    scheduler at its per-rank length, `megatron_per_rank`, may leave some on groups they do not fit: it does not
-    fit those batches). Reach: `longest_trainable` and `untrainable` say, over the whole sample, the
-    longest sequence a series can train on some group it may use and how many it cannot train at all."""
+    ParaDySe and ring attention can both train on some group (ours can train whatever ParaDySe can). Megatron's
+    scheduler at its per-rank length (`megatron_per_rank`) drops the sequences that do not fit the group that
+    length gives them; ours is also run on exactly the sequences it trains, and compared with it there
+    (`tokens_per_s_megatron_batches`, `with_speedups`). Reach: `longest_trainable` and `untrainable` say, over
+    the whole sample, the longest sequence a series can train on some group it may use and how many it cannot
+    train at all."""
     cluster, model = get_cluster(cluster_id), get_model(model_name)
     lengths = get_workload(dataset, setup.size, setup.seed).lengths
     pricers: dict[str, GroupPricer] = {}
@@ -113,14 +115,25 @@ def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str
     common = set(trainable(pricer(SOLVER_POLICY), whole, lengths)) & set(trainable(ring, every, lengths))
     batches = global_batches([n for n in lengths if n in common], setup.global_batch, seed=setup.seed)
 
-    def one(groups: str, policy: str) -> dict:
-        path = run_path(root, "groups", cluster_id, dataset, model_name, groups, policy)
+    megatron_batches = [tuple(n for n in b if megatron_fits(ring, n, per_rank)) for b in batches]
+
+    def run(groups: str, policy: str, steps, tag: str = ""):
+        path = run_path(root, "groups", cluster_id, dataset, model_name, groups + tag, policy)
         baseline = ring if groups in ("sized", "rounds") else None
-        rows, _ = load_or_run(path, lambda: simulate_grouped(batches, groups, pricer(policy), baseline, groups,
+        rows, _ = load_or_run(path, lambda: simulate_grouped(steps, groups, pricer(policy), baseline, groups,
                                                              per_rank), force,
                               settings={**asdict(setup), "run": [cluster_id, dataset, model_name, groups, policy],
-                                        "megatron_per_rank": per_rank},
+                                        "megatron_per_rank": per_rank, "batches": tag or "common"},
                               timing_columns=TIMING_COLUMNS)
+        return rows
+
+    def one(groups: str, policy: str) -> dict:
+        rows = run(groups, policy, batches)
+        extra = {}
+        if groups == "rounds":  # ours on exactly the sequences Megatron's scheduler trains, to compare with it
+            same = megatron_batches == batches
+            on_megatron = rows if same else run(groups, policy, megatron_batches, "-megatron-batches")
+            extra["tokens_per_s_megatron_batches"] = summarize_grouped(on_megatron)["tokens_per_s"]
         if groups == "megatron":
             reach = [n for n in lengths if megatron_fits(ring, n, per_rank)]
         else:
@@ -128,7 +141,7 @@ def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str
         return {"cluster": cluster_id, "nodes": cluster.nodes, "gpus": cluster.gpus, "dataset": dataset,
                 "model": model_name, "groups": groups, "policy": policy, **summarize_grouped(rows),
                 "longest_trainable": max(reach, default=0), "untrainable": len(lengths) - len(reach),
-                "megatron_per_rank": per_rank,
+                "megatron_per_rank": per_rank, **extra,
                 "group_sizes": " | ".join(map(str, rows["group_sizes"]))}
 
     out = [{"series": label, **one(groups, policy)} for label, groups, policy in SERIES]
@@ -139,12 +152,19 @@ def run_panel(setup: GroupsSetup, cluster_id: str, dataset: str, model_name: str
 
 
 def with_speedups(table: pd.DataFrame) -> pd.DataFrame:
-    """Each row's tokens per second over its panel's ParaDySe and Megatron rows."""
+    """Each row's tokens per second over its panel's ParaDySe and Megatron rows; ours' over Megatron's on the
+    sequences Megatron's scheduler trains (where it drops some that do not fit the group its per-rank length
+    gives them, Megatron's tokens per second is over fewer sequences)."""
     key = ["cluster", "dataset", "model"]
     base = table.set_index(key + ["series"])["tokens_per_s"]
     for label, column in (("ParaDySe", "vs_paradyse"), ("Megatron", "vs_megatron")):
         ref = [base.get((c, d, m, label)) for c, d, m in zip(table.cluster, table.dataset, table.model)]
         table[column] = [t / r if r else None for t, r in zip(table.tokens_per_s, ref)]
+    if "tokens_per_s_megatron_batches" in table:  # ours against Megatron on the sequences Megatron trains
+        ours = table.series == "ours"
+        ref = [base.get((c, d, m, "Megatron")) for c, d, m in zip(table.cluster, table.dataset, table.model)]
+        table.loc[ours, "vs_megatron"] = [t / r if r else None for t, r, o in
+                                          zip(table.tokens_per_s_megatron_batches, ref, ours) if o]
     return table
 
 

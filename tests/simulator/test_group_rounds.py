@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from test_group_planner import _random_costs, _sync
 
 from paradyse_lab.cluster_lookup import cluster_with_gpus
 from paradyse_lab.cluster_presets import PRESETS
@@ -27,17 +28,6 @@ from simulator.group_rounds import plan_rounds, plan_rounds_exact, rounds_lower_
 from simulator.grouped_runs import simulate_grouped
 from simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
 from simulator.round_steps import choose_rounds, grouped_rounds
-
-
-def _random_costs(rng, world: int, items: int) -> ItemTimes:
-    work = rng.uniform(1, 10, items)
-    need = rng.choice(power_sizes(world), items)
-    return ItemTimes(world, {s: np.where(need <= s, work / s ** rng.uniform(0.5, 1.0) + 0.2 * s, math.inf)
-                               for s in power_sizes(world)})
-
-
-def _sync(sizes):
-    return 0.0 if len(sizes) == 1 else 0.3 / min(sizes)
 
 
 def _set_partitions(items):
