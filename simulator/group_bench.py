@@ -44,47 +44,34 @@ def _row(kind: str, items: int, world: int, solver: str, times: list, gaps: list
 
 
 def gap_rows(instances: int, seed: int) -> list[dict]:
-    """Per batch size: exact and greedy group planning (item times priced beforehand), the greedy's gap."""
+    """Per batch size: exact and greedy group planning (item times priced beforehand), the greedy's gap; one split
+    per step, then steps as rounds of splits (up to the exact rounds planner's limit)."""
     pricer = _pricer("a100-80gb-x8")
     lengths = get_workload("github_code", 200, seed).lengths
     rng = np.random.default_rng(seed)
+    sync = pricer.sync_s
+    kinds = (("groups", SMALL_BATCHES, lambda c: plan_exact(c, sync),
+              lambda c: plan_greedy(c, sync, [smallest_fit_partition(c, sync)])),
+             ("rounds", [k for k in SMALL_BATCHES if k <= MAX_EXACT_ROUND_ITEMS],
+              lambda c: plan_rounds_exact(c, sync), lambda c: plan_rounds(c, sync)))
     rows = []
-    for n in SMALL_BATCHES:
-        exact_t, greedy_t, gaps, optimal = [], [], [], 0
-        for _ in range(instances):
-            batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
-            costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
-            started = time.perf_counter()
-            exact = plan_exact(costs, pricer.sync_s)
-            exact_t.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            greedy = plan_greedy(costs, pricer.sync_s, [smallest_fit_partition(costs, pricer.sync_s)])
-            greedy_t.append(time.perf_counter() - started)
-            gaps.append(greedy.step_s / exact.step_s - 1)
-            optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)
-        rows.append(_row("groups", n, pricer.cluster.gpus, "groups-exact", exact_t, [0.0] * instances, instances))
-        rows.append(_row("groups", n, pricer.cluster.gpus, "groups-greedy", greedy_t, gaps, optimal))
-    return rows + rounds_gap_rows(pricer, lengths, instances, rng)
-
-
-def rounds_gap_rows(pricer: GroupPricer, lengths, instances: int, rng) -> list[dict]:
-    """Per batch size up to the exact rounds planner's limit: exact and greedy rounds, the greedy's gap."""
-    rows = []
-    for n in (k for k in SMALL_BATCHES if k <= MAX_EXACT_ROUND_ITEMS):
-        exact_t, greedy_t, gaps, optimal = [], [], [], 0
-        for _ in range(instances):
-            batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
-            costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
-            started = time.perf_counter()
-            exact = plan_rounds_exact(costs, pricer.sync_s)
-            exact_t.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            greedy = plan_rounds(costs, pricer.sync_s)
-            greedy_t.append(time.perf_counter() - started)
-            gaps.append(greedy.step_s / exact.step_s - 1)
-            optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)
-        rows.append(_row("groups", n, pricer.cluster.gpus, "rounds-exact", exact_t, [0.0] * instances, instances))
-        rows.append(_row("groups", n, pricer.cluster.gpus, "rounds-greedy", greedy_t, gaps, optimal))
+    for name, batch_sizes, exact_of, greedy_of in kinds:
+        for n in batch_sizes:
+            exact_t, greedy_t, gaps, optimal = [], [], [], 0
+            for _ in range(instances):
+                batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
+                costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
+                started = time.perf_counter()
+                exact = exact_of(costs)
+                exact_t.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                greedy = greedy_of(costs)
+                greedy_t.append(time.perf_counter() - started)
+                gaps.append(greedy.step_s / exact.step_s - 1)
+                optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)
+            world = pricer.cluster.gpus
+            rows.append(_row("groups", n, world, f"{name}-exact", exact_t, [0.0] * instances, instances))
+            rows.append(_row("groups", n, world, f"{name}-greedy", greedy_t, gaps, optimal))
     return rows
 
 
