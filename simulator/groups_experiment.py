@@ -163,7 +163,7 @@ def with_speedups(table: pd.DataFrame) -> pd.DataFrame:
     if "tokens_per_s_megatron_batches" in table:  # ours against Megatron on the sequences Megatron trains
         ours = table.series == "ours"
         ref = [base.get((c, d, m, "Megatron")) for c, d, m in zip(table.cluster, table.dataset, table.model)]
-        table.loc[ours, "vs_megatron"] = [t / r if r else None for t, r, o in
+        table.loc[ours, "vs_megatron"] = [t / r if r else math.nan for t, r, o in
                                           zip(table.tokens_per_s_megatron_batches, ref, ours) if o]
     return table
 

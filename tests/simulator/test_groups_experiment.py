@@ -62,3 +62,13 @@ def test_report_section_shows_the_command_the_table_and_the_targets(panel, tmp_p
     text = groups_section(tmp_path)
     assert f"paradyse-lab experiment groups --out {tmp_path}" in text
     assert "| a100-80gb-x8 | GitHubCode, BERT |" in text and "never slower than ParaDySe or Megatron" in text
+
+
+def test_ours_is_compared_with_megatron_on_its_sequences_and_a_panel_it_cannot_train():
+    rows = [dict(cluster="c", dataset="d", model=m, series=s, tokens_per_s=v, tokens_per_s_megatron_batches=w)
+            for m, mega in (("a", 5.0), ("b", 0.0))
+            for s, v, w in (("ParaDySe", 10.0, None), ("ours", 20.0, 15.0), ("Megatron", mega, None))]
+    table = with_speedups(pd.DataFrame(rows)).set_index(["model", "series"])
+    assert table.vs_megatron[("a", "ours")] == pytest.approx(3.0)  # 15 on Megatron's sequences over its 5
+    assert table.vs_megatron[("b", "ours")] != table.vs_megatron[("b", "ours")]  # nan: Megatron trains nothing
+    assert table.vs_paradyse[("b", "ours")] == pytest.approx(2.0)
