@@ -18,7 +18,8 @@ import numpy as np  # noqa: E402
 
 from figures import _common  # noqa: E402
 
-SERIES_COLORS = {"ParaDySe": "black", "ours": "#d62728", "dynamic CP": "#1f77b4", "best static": "#7f7f7f"}
+SERIES_COLORS = {"ParaDySe": "black", "ours": "#d62728", "Megatron": "#1f77b4", "smallest-fit CP": "#9ecae1",
+                 "best static": "#7f7f7f"}
 NOTE = "simulated: analytic cost model; A100-80GB nodes (BERT, LLaMA, GPT), H100 nodes (llama3-8b)"
 
 

@@ -17,12 +17,16 @@ from dataclasses import dataclass
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.plan import Plan
 
-GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "dynamic-cp", "static")
-"""sized: groups sized per step with per-layer plans (greedy); sized-exact: the same, exact (small instances);
-paradyse: one group of all GPUs with per-layer plans; dynamic-cp: Megatron-style dynamic context parallelism
-(one strategy, the smallest group that fits each item, greedy balance); static: one group of all GPUs, one
-strategy."""
-PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse")
+GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "smallest-fit", "static")
+"""One split of the GPUs per step. sized: groups sized per step with per-layer plans (greedy); sized-exact: the
+same, exact (small instances); paradyse: one group of all GPUs with per-layer plans; smallest-fit: one strategy,
+each item on the smallest group that fits it, groups shared in proportion to the work, greedy balance (one
+split per step: not Megatron's scheduler, which is `megatron`); static: one group of all GPUs, one strategy."""
+ROUND_GROUP_POLICIES = ("rounds", "rounds-exact", "megatron")
+"""A step as rounds of splits run one after another (simulated only). rounds: ours, per-layer plans (greedy);
+rounds-exact: the same, exact (small instances); megatron: Megatron-Core's dynamic context-parallel scheduler,
+one strategy."""
+PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "rounds", "rounds-exact")
 """The group policies that plan each item with a solver (`--policy dynamic:SOLVER`); the others run one strategy
 (`--policy static:NAME`)."""
 

@@ -1,5 +1,6 @@
-"""The group planners in `solvers bench` (kind `groups`): the greedy planner's gap to the exact one on small
-global batches, and the time to plan a global batch of 64 sequences on 16 nodes.
+"""The group planners in `solvers bench` (kind `groups`): the greedy planners' gaps to the exact ones on small
+global batches (one split per step, and steps as rounds of splits), and the time to plan a global batch of 64
+sequences on 16 nodes (one split, and rounds).
 
 Items are sequences of the GitHubCode sample (paradyse_lab/workloads.py), priced for BERT by the analytic model
 with per-layer plans (dp). Rows use the solver benchmark's columns: `layers` holds the sequences of a step,
@@ -19,7 +20,9 @@ from paradyse_lab.workloads import get_workload
 from simulator.group_dynamic_cp import smallest_fit_partition
 from simulator.group_exact import plan_exact
 from simulator.group_greedy import plan_greedy
+from simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, plan_rounds, plan_rounds_exact
 from simulator.grouped_steps import GroupPricer, choose, power_sizes
+from simulator.round_steps import choose_rounds
 
 SMALL_BATCHES = (4, 6, 8)
 """Sequences per step of the gap rows (on one 8-GPU node)."""
@@ -41,26 +44,34 @@ def _row(kind: str, items: int, world: int, solver: str, times: list, gaps: list
 
 
 def gap_rows(instances: int, seed: int) -> list[dict]:
-    """Per batch size: exact and greedy group planning (item times priced beforehand), the greedy's gap."""
+    """Per batch size: exact and greedy group planning (item times priced beforehand), the greedy's gap; one split
+    per step, then steps as rounds of splits (up to the exact rounds planner's limit)."""
     pricer = _pricer("a100-80gb-x8")
     lengths = get_workload("github_code", 200, seed).lengths
     rng = np.random.default_rng(seed)
+    sync = pricer.sync_s
+    kinds = (("groups", SMALL_BATCHES, lambda c: plan_exact(c, sync),
+              lambda c: plan_greedy(c, sync, [smallest_fit_partition(c, sync)])),
+             ("rounds", [k for k in SMALL_BATCHES if k <= MAX_EXACT_ROUND_ITEMS],
+              lambda c: plan_rounds_exact(c, sync), lambda c: plan_rounds(c, sync)))
     rows = []
-    for n in SMALL_BATCHES:
-        exact_t, greedy_t, gaps, optimal = [], [], [], 0
-        for _ in range(instances):
-            batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
-            costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
-            started = time.perf_counter()
-            exact = plan_exact(costs, pricer.sync_s)
-            exact_t.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            greedy = plan_greedy(costs, pricer.sync_s, [smallest_fit_partition(costs, pricer.sync_s)])
-            greedy_t.append(time.perf_counter() - started)
-            gaps.append(greedy.step_s / exact.step_s - 1)
-            optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)
-        rows.append(_row("groups", n, pricer.cluster.gpus, "groups-exact", exact_t, [0.0] * instances, instances))
-        rows.append(_row("groups", n, pricer.cluster.gpus, "groups-greedy", greedy_t, gaps, optimal))
+    for name, batch_sizes, exact_of, greedy_of in kinds:
+        for n in batch_sizes:
+            exact_t, greedy_t, gaps, optimal = [], [], [], 0
+            for _ in range(instances):
+                batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
+                costs = pricer.times(batch, power_sizes(pricer.cluster.gpus))
+                started = time.perf_counter()
+                exact = exact_of(costs)
+                exact_t.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                greedy = greedy_of(costs)
+                greedy_t.append(time.perf_counter() - started)
+                gaps.append(greedy.step_s / exact.step_s - 1)
+                optimal += greedy.step_s <= exact.step_s * (1 + 1e-9)
+            world = pricer.cluster.gpus
+            rows.append(_row("groups", n, world, f"{name}-exact", exact_t, [0.0] * instances, instances))
+            rows.append(_row("groups", n, world, f"{name}-greedy", greedy_t, gaps, optimal))
     return rows
 
 
@@ -70,7 +81,7 @@ def planning_time_rows(instances: int, seed: int) -> list[dict]:
     n, cluster = LARGE
     lengths = get_workload("github_code", 200, seed).lengths
     rng = np.random.default_rng(seed)
-    cold, warm = [], []
+    cold, warm, rounds = [], [], []
     for _ in range(instances):
         pricer = _pricer(cluster)
         batch = [int(x) for x in rng.choice(lengths, n, replace=False)]
@@ -78,9 +89,13 @@ def planning_time_rows(instances: int, seed: int) -> list[dict]:
             started = time.perf_counter()
             choose("sized", batch, pricer)
             store.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        choose_rounds("rounds", batch, pricer)
+        rounds.append(time.perf_counter() - started)
     world = get_cluster(cluster).gpus
     return [_row("groups", n, world, "groups-greedy (items priced)", cold, []),
-            _row("groups", n, world, "groups-greedy (item plans cached)", warm, [])]
+            _row("groups", n, world, "groups-greedy (item plans cached)", warm, []),
+            _row("groups", n, world, "rounds-greedy (item plans cached)", rounds, [])]
 
 
 def run(instances: int, seed: int) -> list[dict]:

@@ -1,6 +1,7 @@
-"""Megatron-style dynamic context parallelism as a group planner (`smallest_fit_partition`): each item on the
-smallest group that fits it, groups per size in proportion to the work of that size, greedy balance inside each
-size. The problem and its types: simulator/group_problem.py.
+"""The `smallest-fit` group planner (`smallest_fit_partition`), one split per step: each item on the smallest
+group that fits it, groups per size in proportion to the work of that size, greedy balance inside each size.
+Not Megatron-Core's dynamic context-parallel scheduler, which runs a step as rounds of splits and leaves no GPU
+idle (simulator/group_megatron.py). The problem and its types: simulator/group_problem.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fil
 
 
 def smallest_fit_partition(costs: ItemTimes, sync: Sync) -> GroupChoice:
-    """Megatron-style dynamic context parallelism: item i on the smallest group that fits it; the world's ranks
+    """Item i on the smallest group that fits it; the world's ranks
     shared among the sizes in use in proportion to their work (GPU-seconds), at least one group each (a size
     with no room left moves its items up to the next size); LPT inside each size."""
     w = costs.world

@@ -13,8 +13,9 @@ powers of two that sums to `world` placed largest first is always aligned (each 
 least as large), and an aligned block of at most one node's GPUs stays inside the node, so a partition here
 is a descending tuple of sizes and `GroupedStep` gets the blocks in that order.
 
-The planners: exact (simulator/group_exact.py), greedy (simulator/group_greedy.py) and Megatron-style dynamic
-context parallelism (simulator/group_dynamic_cp.py).
+The one-split planners: exact (simulator/group_exact.py), greedy (simulator/group_greedy.py) and smallest-fit
+(simulator/group_dynamic_cp.py); a step as rounds of splits: simulator/group_rounds.py, and Megatron's
+scheduler simulator/group_megatron.py.
 """
 
 from __future__ import annotations
@@ -125,12 +126,13 @@ def fill(parts: list[int], world: int, sizes: tuple[int, ...] | None = None) -> 
     return tuple(sorted(parts + extra, reverse=True))
 
 
-def lower_bound_s(costs: ItemTimes, sync: Sync | None = None) -> float:
+def lower_bound_s(costs: ItemTimes, sync: Sync | None = None, rounds: bool = False) -> float:
     """No split of the world into groups of the sizes of `costs` trains the items faster than this. A step has one
     partition, whose distinct sizes D are powers of two summing to at most the world; every item then runs on a
     group of a size in D, so the step takes at least (1) its longest item on that item's fastest size in D and
     (2) all the items' least GPU-seconds over D spread over every GPU, plus `sync` of a partition of sizes D
-    (the same for every such partition: it depends on the sizes present). The bound is the least over every D."""
+    (the same for every such partition: it depends on the sizes present). The bound is the least over every D.
+    `rounds`: the bound for steps as rounds of splits instead (simulator/group_rounds.py `rounds_lower_bound_s`)."""
     sizes = costs.sizes
     table = np.stack([costs.times[s] for s in sizes])  # [sizes, items]
     gpu_seconds = table * np.array(sizes, dtype=float)[:, None]
@@ -138,11 +140,15 @@ def lower_bound_s(costs: ItemTimes, sync: Sync | None = None) -> float:
     for mask in range(1, 1 << len(sizes)):
         chosen = [k for k in range(len(sizes)) if mask >> k & 1]
         used = [sizes[k] for k in chosen]
-        if sum(used) > costs.world:
+        if sum(used) > costs.world and not rounds:
             continue
         bound = max(float(table[chosen].min(axis=0).max()), float(gpu_seconds[chosen].min(axis=0).sum()) / costs.world)
         if sync is not None and math.isfinite(bound):
-            bound += sync(fill(used, costs.world, (min(used),)))
+            smallest = min(used)
+            splits = [fill(used, costs.world, (smallest,))] if sum(used) <= costs.world else []
+            if rounds:  # a round of D's sizes may be any split whose smallest group is D's smallest
+                splits.append((smallest,) * (costs.world // smallest))
+            bound += min(sync(p) for p in splits)
         best = min(best, bound)
     return best
 

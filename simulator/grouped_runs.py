@@ -12,13 +12,15 @@ import numpy as np
 
 from paradyse_lab.costmodel.packed import PackedStep
 from simulator.group_problem import lower_bound_s
-from simulator.grouped_steps import GroupPricer, choose, grouped_step
+from simulator.group_rounds import rounds_lower_bound_s
+from simulator.grouped_steps import GroupPricer
+from simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds, megatron_fits
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a run's rows are made
     import pandas as pd
 
-STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "tokens", "longest", "group_sizes",
-                "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
+STEP_COLUMNS = ("step", "policy", "groups", "items", "trained", "dropped", "tokens", "longest", "rounds",
+                "group_sizes", "busy_groups", "makespan_s", "sync_s", "step_time_s", "lower_bound_s", "plan_ms")
 """One simulated step of a global batch. items: sequences in the batch; trained / dropped: those that fit a
 group the policy may use / fit none; tokens, longest: of the trained ones; group_sizes: the sizes in rank order
 joined by ','; busy_groups: groups with items; lower_bound_s: no split of the GPUs into the groups the policy
@@ -32,25 +34,31 @@ SUMMARY_TIMING_COLUMNS = ("plan_ms_mean", "plan_ms_max")
 
 
 def simulate_grouped(batches, group_policy: str, pricer: GroupPricer, ring: GroupPricer | None = None,
-                     policy_name: str = "") -> pd.DataFrame:
-    """One row per global batch (`STEP_COLUMNS`): items that fit no allowed group are dropped from the step."""
+                     policy_name: str = "", per_rank: int | None = None) -> pd.DataFrame:
+    """One row per global batch (`STEP_COLUMNS`): items that fit no allowed group are dropped from the step (under
+    `megatron`, those that do not fit the group its per-rank length gives them); `per_rank`: Megatron's per-rank
+    length (the `megatron` policy, and ours' Megatron candidate)."""
     rows = []
     world = pricer.cluster.gpus
     allowed = (world,) if group_policy in ("paradyse", "static") else pricer.group_sizes()
     for step, batch in enumerate(batches):
         started = time.perf_counter()
-        fits = [n for n in batch if any(math.isfinite(pricer.item(g, n)[0]) for g in allowed)]
-        choice = choose(group_policy, fits, pricer, ring) if fits else None
+        if group_policy == "megatron":  # the group its per-rank length gives each sequence
+            fits = [n for n in batch if megatron_fits(pricer, n, per_rank)]
+        else:
+            fits = [n for n in batch if any(math.isfinite(pricer.item(g, n)[0]) for g in allowed)]
+        choice = choose_rounds(group_policy, fits, pricer, ring, per_rank) if fits else None
         if choice is not None:
-            grouped_step(choice, fits, pricer)  # the type the runtime runs; its checks hold for every step
+            grouped_rounds(choice, fits, pricer)  # the type the runtime runs; its checks hold for every round
         plan_ms = (time.perf_counter() - started) * 1e3
-        bound = lower_bound_s(pricer.times(fits, allowed), pricer.sync_s) if fits else 0.0
+        bound_of = rounds_lower_bound_s if group_policy in ROUND_POLICIES else lower_bound_s
+        bound = bound_of(pricer.times(fits, allowed), pricer.sync_s) if fits else 0.0
         rows.append({
             "step": step, "policy": policy_name or group_policy, "groups": group_policy, "items": len(batch),
             "trained": len(fits), "dropped": len(batch) - len(fits), "tokens": sum(map(item_tokens, fits)),
             "longest": max(map(item_longest, fits), default=0),
-            "group_sizes": ",".join(map(str, choice.sizes)) if choice else "",
-            "busy_groups": sum(1 for a in choice.assignment if a) if choice else 0,
+            "rounds": len(choice.rounds) if choice else 0, "group_sizes": choice.label() if choice else "",
+            "busy_groups": choice.busy_groups if choice else 0,
             "makespan_s": float(choice.makespan_s) if choice else 0.0,
             "sync_s": float(choice.sync_s) if choice else 0.0,
             "step_time_s": float(choice.step_s) if choice else 0.0, "lower_bound_s": bound, "plan_ms": plan_ms,

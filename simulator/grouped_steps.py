@@ -34,7 +34,13 @@ from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.model_spec import ModelSpec
 from paradyse_lab.plan import Plan
-from paradyse_lab.step_groups import GROUP_POLICIES, PER_LAYER_GROUP_POLICIES, GroupedStep, StepGroup
+from paradyse_lab.step_groups import (
+    GROUP_POLICIES,
+    PER_LAYER_GROUP_POLICIES,
+    ROUND_GROUP_POLICIES,
+    GroupedStep,
+    StepGroup,
+)
 from paradyse_lab.strategies import layout_unit, pad_to_unit
 from simulator import shared
 from simulator.group_dynamic_cp import smallest_fit_partition
@@ -44,7 +50,8 @@ from simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
 from simulator.planner import Planner, build_planner
 
 RING_POLICY = "static:megatron_cz"
-"""Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""
+"""The context-parallel baselines' strategy (Megatron's scheduler and `smallest-fit`): ring attention (context
+parallelism), ZeRO states."""
 
 
 def power_sizes(world: int) -> tuple[int, ...]:
@@ -91,6 +98,7 @@ class GroupPricer:
     """Only the group sizes the runtime runs today (`group_sizes`)."""
     _planners: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)
+    _syncs: dict = field(default_factory=dict, repr=False)
 
     def budget_for(self, g: int) -> int:
         """The budget of a group of g: raised by what the cost model at p = g counts of the sharded matrices'
@@ -187,6 +195,12 @@ class GroupPricer:
         return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
 
     def sync_s(self, sizes: Partition) -> float:
+        """`priced_sync_s`, kept per partition (the planners ask for the same partitions step after step)."""
+        if sizes not in self._syncs:
+            self._syncs[sizes] = self.priced_sync_s(sizes)
+        return self._syncs[sizes]
+
+    def priced_sync_s(self, sizes: Partition) -> float:
         """The all-gather of the group shards from the world layout and the reduce-scatter of their gradients
         back, across groups, and the all-reduce of the replicated tensors' gradients (module docstring), over
         the W / g_min ranks holding one block each, priced with the cluster model; inf when the gather's
@@ -207,13 +221,14 @@ class GroupPricer:
 
 
 def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> GroupChoice:
-    """The groups and assignment of one step under `group_policy` (`GROUP_POLICIES`); `ring`: the Megatron-style
-    pricer whose choice `sized` must not be worse than (re-priced with per-layer plans)."""
+    """The groups and assignment of one step under a one-split `group_policy` (`GROUP_POLICIES`); `ring`: the
+    context-parallel pricer whose `smallest-fit` choice `sized` must not be worse than (re-priced with per-layer
+    plans)."""
     world = pricer.cluster.gpus
     if group_policy in ("paradyse", "static"):
         return lpt(pricer.times(lengths, (world,)), (world,), pricer.sync_s)
     costs = pricer.times(lengths, pricer.group_sizes())
-    if group_policy == "dynamic-cp":
+    if group_policy == "smallest-fit":
         return smallest_fit_partition(costs, pricer.sync_s)
     if group_policy == "sized-exact":
         return plan_exact(costs, pricer.sync_s)
@@ -238,12 +253,12 @@ def grouped_step(choice: GroupChoice, items, pricer: GroupPricer) -> GroupedStep
 
 def check_group_policy(group_policy: str, policy: str) -> None:
     """`--groups` against `--policy` (one-line errors naming both)."""
-    if group_policy not in GROUP_POLICIES:
-        raise unknown_name("--groups", group_policy, GROUP_POLICIES)
+    if group_policy not in GROUP_POLICIES + ROUND_GROUP_POLICIES:
+        raise unknown_name("--groups", group_policy, GROUP_POLICIES + ROUND_GROUP_POLICIES)
     dynamic = policy.startswith("dynamic:")
     if group_policy in PER_LAYER_GROUP_POLICIES and not dynamic:
         raise UserInputError(f"--groups {group_policy} plans every item per layer: --policy must be dynamic:SOLVER, "
                              f"got {policy!r}")
     if group_policy not in PER_LAYER_GROUP_POLICIES and not policy.startswith("static:"):
         raise UserInputError(f"--groups {group_policy} runs one strategy: --policy must be static:NAME "
-                             f"(Megatron's dynamic context parallelism: {RING_POLICY}), got {policy!r}")
+                             f"(the context-parallel baselines: {RING_POLICY}), got {policy!r}")

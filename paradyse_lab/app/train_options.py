@@ -107,9 +107,10 @@ class TrainOptions:
     groups: str = field(default="", metadata={"choices": ("", *GROUP_POLICIES)})
     """Plan each --global-batch step's groups with the group planner `simulate` uses (paradyse_lab/app/training.py
     `group_planner`): sized (group sizes per step, per-layer plans; --policy dynamic:SOLVER), sized-exact (the
-    same, exact: at most 10 sequences on at most 16 ranks), paradyse (one group of all ranks), dynamic-cp
-    (the smallest group that fits each sequence, one strategy; --policy static:megatron_cz) or static (one
-    group, one strategy) ('': the fixed groups of --group-size)."""
+    same, exact: at most 10 sequences on at most 16 ranks), paradyse (one group of all ranks), smallest-fit
+    (the smallest group that fits each sequence, one strategy, one split; --policy static:megatron_cz) or static
+    (one group, one strategy) ('': the fixed groups of --group-size). One split per step: the rounds policies of
+    `simulate` (rounds, megatron) are not trained yet."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0

@@ -27,8 +27,8 @@ def register(sub) -> None:
     p.add_argument("--options", default="4,8", help="numbers of options O (default 4,8)")
     p.add_argument("--kinds", default="random,random+switch,model,model-sublayer,groups",
                    help="problem kinds (default random,random+switch,model,model-sublayer,groups; groups: the "
-                   "group planners of a global batch, exact against greedy on 4-8 sequences over 8 GPUs and the "
-                   "time to plan 64 sequences on 16 nodes)")
+                   "group planners of a global batch, exact against greedy on 4-8 sequences over 8 GPUs (steps as "
+                   "rounds of splits: 4-6) and the time to plan 64 sequences on 16 nodes)")
     p.add_argument("--solvers", default="heuristic,greedy,dp,ilp,brute_force", help="solvers to run")
     p.add_argument("--instances", default="2", help="problems per (kind, L, O) (default 2)")
     p.add_argument("--repeats", default="3", help="timed runs per problem of the fast solvers (default 3)")

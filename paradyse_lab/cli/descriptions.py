@@ -82,9 +82,10 @@ TRAIN_FLAGS = {
                     "ranks); 0: one sequence per step on all ranks (default 0)",
     "groups": "plan each --global-batch step's groups as `simulate` does: sized (group sizes per step, "
               "per-layer plans; --policy dynamic:SOLVER), sized-exact (the same, exact: at most 10 sequences "
-              "on at most 16 ranks), paradyse (one group of all ranks), dynamic-cp (the smallest group that "
-              "fits each sequence, one strategy; --policy static:megatron_cz) or static (one group, one "
-              "strategy); not given: the fixed groups of --group-size",
+              "on at most 16 ranks), paradyse (one group of all ranks), smallest-fit (the smallest group "
+              "that fits each sequence, one strategy; --policy static:megatron_cz) or static (one group, one "
+              "strategy); not given: the fixed groups of --group-size. One split per step: the rounds "
+              "policies of `simulate` (rounds, megatron) are not trained yet",
     "pack_tokens": "token budget of a packed step (a positive integer): the workload's documents packed "
                    "greedily first-fit into steps of at most this many tokens, attention confined to each "
                    "document; not given: one sequence per step",

@@ -6,6 +6,8 @@ step; `--out` writes one row per step (simulator/grouped_runs.py `STEP_COLUMNS`)
 
 from __future__ import annotations
 
+import math
+
 from paradyse_lab.cli.output import print_json, print_table
 from paradyse_lab.errors import UserInputError
 
@@ -25,10 +27,12 @@ def run_grouped(opts, groups: str) -> int:
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
     from simulator.group_exact import MAX_EXACT_ITEMS
+    from simulator.group_rounds import MAX_EXACT_ROUND_ITEMS
     from simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
     from simulator.grouped_steps import RING_POLICY, GroupPricer
     from simulator.policy_spec import PolicySpec
     from simulator.results import write_csv_atomic
+    from simulator.round_steps import held_out_per_rank
 
     _refuse_other_options(opts)
     setup = opts.run.setup(opts.packing)
@@ -39,6 +43,8 @@ def run_grouped(opts, groups: str) -> int:
     batch = opts.grouping.global_batch
     if groups == "sized-exact" and (batch is None or batch > MAX_EXACT_ITEMS):
         raise UserInputError(f"--groups sized-exact takes --global-batch of at most {MAX_EXACT_ITEMS} items")
+    if groups == "rounds-exact" and (batch is None or batch > MAX_EXACT_ROUND_ITEMS):
+        raise UserInputError(f"--groups rounds-exact takes --global-batch of at most {MAX_EXACT_ROUND_ITEMS} items")
     spec = PolicySpec.parse(opts.policy, opts.run.recompute, opts.run.granularity)
     workload = get_workload(opts.dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
                             pack_order=setup.pack_order, sampling=setup.sampling)
@@ -47,19 +53,32 @@ def run_grouped(opts, groups: str) -> int:
     runnable = opts.grouping.runnable_groups
     pricer = GroupPricer(model, cluster, spec.name, budget, recompute=spec.recompute, granularity=spec.granularity,
                          runnable_only=runnable)
-    ring = GroupPricer(model, cluster, RING_POLICY, budget, runnable_only=runnable) if groups == "sized" else None
-    rows = simulate_grouped(batches, groups, pricer, ring, policy_name=f"{groups} {spec.name}")
+    uses_ring = groups in ("sized", "rounds")
+    ring = GroupPricer(model, cluster, RING_POLICY, budget, runnable_only=runnable) if uses_ring else None
+    per_rank = None
+    if groups in ("megatron", "rounds") and workload.packs is None:  # Megatron's per-rank length, on other batches
+        held = get_workload(opts.dataset, setup.size, setup.seed + 1, sampling=setup.sampling).lengths
+        ring_of = pricer if groups == "megatron" else ring
+        fits = [n for n in held if any(math.isfinite(ring_of.item(g, n)[0]) for g in ring_of.group_sizes())]
+        per_rank = held_out_per_rank(ring_of, global_batches(fits, batch, opts.grouping.global_batch_tokens,
+                                                             setup.seed + 1))
+    elif groups == "megatron":
+        raise UserInputError("--groups megatron schedules sequences, not packs: drop --pack-tokens")
+    rows = simulate_grouped(batches, groups, pricer, ring, policy_name=f"{groups} {spec.name}", per_rank=per_rank)
     if opts.out:
         write_csv_atomic(rows, opts.out)
     summary = {"groups": groups, "policy": spec.name, "cluster": cluster.name, "gpus": cluster.gpus,
-               "nodes": cluster.nodes, **summarize_grouped(rows)}
+               "nodes": cluster.nodes, **({"megatron_per_rank": per_rank} if per_rank else {}),
+               **summarize_grouped(rows)}
     if opts.format == "json":
         print_json({"summary": summary, "steps": rows.to_dict(orient="records")})
         return 0
     print_table(["field", "value"], [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in summary.items()])
     print()
-    print_table(["step", "items", "trained", "tokens", "group sizes", "busy", "step ms", "sync ms", "plan ms"],
-                [[r.step, r.items, r.trained, r.tokens, r.group_sizes, r.busy_groups, f"{r.step_time_s * 1e3:.1f}",
+    print_table(["step", "items", "trained", "tokens", "rounds", "group sizes", "busy", "step ms", "sync ms",
+                 "plan ms"],
+                [[r.step, r.items, r.trained, r.tokens, r.rounds, r.group_sizes, r.busy_groups,
+                  f"{r.step_time_s * 1e3:.1f}",
                   f"{r.sync_s * 1e3:.2f}", f"{r.plan_ms:.0f}"] for r in rows.itertuples()])
     return 0
 
@@ -91,10 +110,10 @@ def run_groups_experiment(opts) -> int:
         print_json({"groups": table.to_dict(orient="records"),
                     "targets": [{"target": n, "met": m, "measured": v} for n, m, v in checks]})
         return 0
-    print_table(["cluster", "dataset", "model", "series", "policy", "tokens/s", "x ParaDySe", "x dynamic CP",
+    print_table(["cluster", "dataset", "model", "series", "policy", "tokens/s", "x ParaDySe", "x Megatron",
                  "of its bound", "dropped", "longest trainable", "untrainable", "plan ms"],
                 [[r.cluster, r.dataset, r.model, r.series, r.policy, f"{r.tokens_per_s:,.0f}",
-                  f"{r.vs_paradyse:.2f}", f"{r.vs_dynamic_cp:.2f}", f"{r.tokens_per_s / r.bound_tokens_per_s:.0%}",
+                  f"{r.vs_paradyse:.2f}", f"{r.vs_megatron:.2f}", f"{r.tokens_per_s / r.bound_tokens_per_s:.0%}",
                   r.dropped, r.longest_trainable, r.untrainable, f"{r.plan_ms_mean:.0f}"] for r in table.itertuples()])
     print()
     print_table(["target", "met", "measured"], [[n, "yes" if m else "NO", v] for n, m, v in checks])

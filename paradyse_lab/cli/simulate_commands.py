@@ -45,8 +45,9 @@ def register(sub) -> None:
         "tokens beside one sequence per step, static strategies against the heuristic and dp: time per token "
         "and longest document trained (DIR/packing.csv and DIR/figures/packing.png). groups (beyond the paper): "
         "global batches of --global-batch sequences over groups of GPUs sized per step, against ParaDySe (one "
-        "group of all GPUs), Megatron-style dynamic context parallelism and the best static strategy, on 1, 4 and "
-        "16 nodes (DIR/groups.csv and DIR/figures/groups.png).")
+        "group of all GPUs), Megatron-Core's dynamic context-parallel scheduler, one split with ring attention on "
+        "the smallest group that fits each sequence and the best static strategy, on 1, 4 and 16 nodes; ours "
+        "runs a step as rounds of group splits (DIR/groups.csv and DIR/figures/groups.png).")
     add_dataclass_arguments(p, ExperimentOptions)
     p.set_defaults(func=run_experiment)
 

@@ -119,9 +119,12 @@ class GroupOptions:
     groups: str = ""
     """With a global batch: sized (groups sized per step, per-layer plans; --policy dynamic:SOLVER), sized-exact
     (the same, exact: at most 10 sequences per step on at most 16 GPUs), paradyse (one group of all GPUs,
-    per-layer plans), dynamic-cp (Megatron-style dynamic context parallelism: one strategy, the smallest group
-    that fits each sequence; --policy static:megatron_cz) or static (one group, --policy static:NAME); default:
-    sized for a dynamic policy, static for a static one."""
+    per-layer plans), smallest-fit (one strategy on the smallest group that fits each sequence, one split per
+    step; --policy static:megatron_cz), static (one group, --policy static:NAME), rounds (ours: a step as rounds
+    of splits run one after another, per-layer plans), rounds-exact (the same, exact: at most 6 sequences per
+    step on at most 8 GPUs) or megatron (Megatron-Core's dynamic context-parallel scheduler, rounds, its per-rank
+    length chosen on the next seed's batches; --policy static:megatron_cz); default: sized for a dynamic policy,
+    static for a static one."""
     runnable_groups: bool = False
     """Deprecated, no effect: the runtime runs every group size (blocks that are not whole heads are gathered
     from the whole world), so every size is runnable."""

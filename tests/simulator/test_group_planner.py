@@ -99,11 +99,11 @@ def pricers():
 LENGTHS = (512, 2048, 1024, 700, 16384, 4096)
 
 
-def test_sized_groups_are_never_slower_than_paradyse_or_dynamic_cp(pricers):
+def test_sized_groups_are_never_slower_than_paradyse_or_smallest_fit(pricers):
     dyn, ring = pricers
     sized = choose("sized", LENGTHS, dyn, ring)
     paradyse = choose("paradyse", LENGTHS, dyn)
-    dcp = choose("dynamic-cp", LENGTHS, ring)
+    dcp = choose("smallest-fit", LENGTHS, ring)
     assert sized.step_s <= min(paradyse.step_s, dcp.step_s) + 1e-12
     assert paradyse.sizes == (4,) and paradyse.sync_s == 0
     assert choose("sized-exact", LENGTHS, dyn).step_s <= sized.step_s + 1e-12

@@ -17,9 +17,10 @@ def panel(tmp_path_factory):
 
 def test_a_panel_has_every_series_and_ours_is_never_slower(panel):
     _, _, table = panel
-    assert list(table.series) == ["ParaDySe", "ours", "dynamic CP", "best static"]
+    assert list(table.series) == ["ParaDySe", "ours", "Megatron", "smallest-fit CP", "best static"]
     ours = table[table.series == "ours"].iloc[0]
-    assert ours.vs_paradyse >= 1 - 1e-12 and ours.vs_dynamic_cp >= 1 - 1e-12
+    assert ours.vs_paradyse >= 1 - 1e-12 and ours.vs_megatron >= 1 - 1e-12
+    assert table.megatron_per_rank.nunique() == 1 and table.megatron_per_rank.iloc[0] >= 512
     assert table[table.series == "ParaDySe"].iloc[0].group_sizes == "8 | 8"  # one group of all GPUs, 2 steps
     assert (table.tokens > 0).all() and table[table.series == "best static"].policy.iloc[0].startswith("static:")
 
@@ -30,7 +31,7 @@ def test_finished_runs_are_reused_and_the_targets_are_checked(panel):
     assert again.drop(columns=["plan_ms_mean", "plan_ms_max"]).equals(
         table.drop(columns=["plan_ms_mean", "plan_ms_max"]))
     checks = {name: met for name, met, _ in target_checks(table)}
-    assert checks["never slower than ParaDySe or dynamic CP"] and checks["longest length trained unchanged"]
+    assert checks["never slower than ParaDySe or Megatron"] and checks["longest length trained unchanged"]
     assert ">= 1.5x ParaDySe, bert on github_code, a100-80gb-x8" in checks
 
 
@@ -60,4 +61,14 @@ def test_report_section_shows_the_command_the_table_and_the_targets(panel, tmp_p
     table.to_csv(tmp_path / "groups.csv", index=False)
     text = groups_section(tmp_path)
     assert f"paradyse-lab experiment groups --out {tmp_path}" in text
-    assert "| a100-80gb-x8 | GitHubCode, BERT |" in text and "never slower than ParaDySe or dynamic CP" in text
+    assert "| a100-80gb-x8 | GitHubCode, BERT |" in text and "never slower than ParaDySe or Megatron" in text
+
+
+def test_ours_is_compared_with_megatron_on_its_sequences_and_a_panel_it_cannot_train():
+    rows = [dict(cluster="c", dataset="d", model=m, series=s, tokens_per_s=v, tokens_per_s_megatron_batches=w)
+            for m, mega in (("a", 5.0), ("b", 0.0))
+            for s, v, w in (("ParaDySe", 10.0, None), ("ours", 20.0, 15.0), ("Megatron", mega, None))]
+    table = with_speedups(pd.DataFrame(rows)).set_index(["model", "series"])
+    assert table.vs_megatron[("a", "ours")] == pytest.approx(3.0)  # 15 on Megatron's sequences over its 5
+    assert table.vs_megatron[("b", "ours")] != table.vs_megatron[("b", "ours")]  # nan: Megatron trains nothing
+    assert table.vs_paradyse[("b", "ours")] == pytest.approx(2.0)

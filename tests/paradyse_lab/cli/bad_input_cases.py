@@ -214,7 +214,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("simulate-global-batch-tokens-neg", SIM_DP + ["--global-batch-tokens", "-5"]),
     ("simulate-global-batch-both", SIM_DP + ["--global-batch", "4", "--global-batch-tokens", "100"]),
     ("simulate-groups-unknown", SIM_DP + ["--global-batch", "4", "--groups", "magic"]),
-    ("simulate-groups-dcp-with-dynamic", SIM_DP + ["--global-batch", "4", "--groups", "dynamic-cp"]),
+    ("simulate-groups-smallest-fit-with-dynamic", SIM_DP + ["--global-batch", "4", "--groups", "smallest-fit"]),
     ("simulate-groups-sized-with-static", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
                                            "static:metp", "--global-batch", "4", "--groups", "sized"]),
     ("simulate-groups-exact-too-large", SIM_DP + ["--global-batch", "64", "--groups", "sized-exact"]),
@@ -365,6 +365,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("export-hf-out-is-file", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/afile"]),
     ("export-hf-shard-size", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf3",
                               "--max-shard-size", "0"]),
+    # a step as rounds of splits, and Megatron's scheduler
+    ("simulate-groups-rounds-exact-too-large", SIM_DP + ["--global-batch", "8", "--groups", "rounds-exact"]),
+    ("simulate-groups-megatron-with-dynamic", SIM_DP + ["--global-batch", "4", "--groups", "megatron"]),
+    ("simulate-groups-rounds-with-static", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
+                                            "static:metp", "--global-batch", "4", "--groups", "rounds"]),
+    ("simulate-groups-megatron-packs", ["simulate", "--model", "bert", "--dataset", "github_code", "--policy",
+                                        "static:megatron_cz", "--global-batch", "4", "--groups", "megatron",
+                                        "--pack-tokens", "32768"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [

@@ -19,11 +19,27 @@ def test_simulate_prints_the_group_sizes_of_every_step(capsys, tmp_path):
         assert sum(int(s) for s in sizes.split(",")) == 4 and f"  {sizes}  " in out
 
 
-def test_dynamic_cp_and_json(capsys):
-    assert main(ARGS + ["--policy", "static:megatron_cz", "--groups", "dynamic-cp", "--format", "json"]) == 0
+def test_smallest_fit_and_json(capsys):
+    assert main(ARGS + ["--policy", "static:megatron_cz", "--groups", "smallest-fit", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["summary"]["groups"] == "dynamic-cp" and len(d["steps"]) == 2
+    assert d["summary"]["groups"] == "smallest-fit" and len(d["steps"]) == 2
     assert d["summary"]["tokens_per_s"] <= d["summary"]["bound_tokens_per_s"] + 1e-9
+
+
+def test_rounds_and_megatron_print_each_rounds_groups(capsys):
+    """`--groups rounds` and `--groups megatron`: every step's rounds split by ' / ', each round all 4 GPUs;
+    Megatron's per-rank length (chosen on the next seed's batches) in the summary; ours never slower."""
+    argv = ARGS[:-1] + ["4", "--size", "8", "--format", "json"]
+    summaries = {}
+    for groups, policy in (("rounds", "dynamic:dp"), ("megatron", "static:megatron_cz")):
+        assert main(argv + ["--policy", policy, "--groups", groups]) == 0
+        d = json.loads(capsys.readouterr().out)
+        summaries[groups] = d["summary"]
+        for step in d["steps"]:
+            rounds = step["group_sizes"].split(" / ")
+            assert len(rounds) == step["rounds"] and all(sum(map(int, r.split(","))) == 4 for r in rounds)
+    assert summaries["megatron"]["megatron_per_rank"] >= 512
+    assert summaries["rounds"]["time_s"] <= summaries["megatron"]["time_s"] + 1e-9
 
 
 def test_runnable_groups_is_every_size_now(tmp_path, capsys):
@@ -60,7 +76,7 @@ def test_train_groups_refusals(capsys):
              (["--global-batch", "4", "--group-size", "2"], "not both"),
              (["--global-batch", "4", "--batch", "2"], "--batch must be 1"),
              (["--global-batch", "4", "--nproc", "3"], "power of two"),
-             (["--global-batch", "4", "--groups", "dynamic-cp"], "--policy must be static:NAME"),
+             (["--global-batch", "4", "--groups", "smallest-fit"], "--policy must be static:NAME"),
              (["--global-batch", "4", "--cost-model", "calibrated"], "--groups plans with the analytic cost model")]
     for extra, message in cases:
         groups = [] if "--groups" in extra else ["--groups", "sized"]
