@@ -686,6 +686,13 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "--seed must be an integer from 0 to 2**63 - 1, got '\u00b2'"),
     ("export-hf-shard-size-arabic-indic", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf-new",
                                            "--max-shard-size", "\u0665GB"], "--max-shard-size must be a positive size"),
+    # one planning question: learned positions bound cost, plan and the API alike; cost takes plan's head flag
+    ("plan-beyond-learned-positions", ["plan", "--model", "gpt2-xl", "--seq", "128K"],
+     "seq_len 131072 is beyond gpt2-xl's 1024 learned positions"),
+    ("cost-beyond-learned-positions", ["cost", "--model", "gpt2-xl", "--seq", "2048"],
+     "seq_len 2048 is beyond gpt2-xl's 1024 learned positions"),
+    ("cost-head-vocab-one-gpu", ["cost", "--model", "gpt2", "--seq", "1024", "--gpus", "1", "--head", "vocab"],
+     "--head vocab shards the embedding and head"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]
