@@ -95,6 +95,8 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     bar = progress_bar(opts, start, rank)
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
+    if rank == 0 and inputs.long_documents is not None:
+        print(inputs.long_documents.line())
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
     plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None

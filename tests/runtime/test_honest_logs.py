@@ -35,9 +35,10 @@ def test_cut_tokens_are_counted_warned_once_logged_and_summarised(tmp_path, micr
     tokens.write_text("".join(json.dumps([(3 * j) % 90 + 1 for j in range(n)]) + "\n" for n in (10, 40, 50)))
     log = tmp_path / "log.csv"
     code = main(["train", "--model", str(micro), "--dataset", f"file:{tokens}", "--policy", "static:megatron_ts",
-                 "--steps", "3", "--max-len", "32", "--no-progress", "--log-file", str(log)])
+                 "--steps", "3", "--max-len", "32", "--no-progress", "--log-file", str(log), "--long-documents", "cut"])
     out, err = capsys.readouterr()
     assert code == 0
+    assert "data: 2 of 3 documents are longer than 32 tokens: cut to 32, 26 of their tokens untrained" in out
     rows = list(csv.DictReader(log.open()))
     assert [int(r["cut_tokens"]) for r in rows] == [0, 8, 18] and [int(r["tokens"]) for r in rows] == [10, 32, 32]
     assert err.count("warning: step 2 leaves 8 tokens") == 1 and "--max-len 32" in err
