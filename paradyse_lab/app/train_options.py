@@ -136,6 +136,10 @@ class TrainOptions:
     budget_gib: float = 0.0
     """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its
     file; --budget-gb, in GB, is deprecated)."""
+    allow_infeasible: bool = False
+    """Train even when the planner finds no plan within the budget for the run's longest step (default: the run is
+    refused before its first step, naming the budget; on a CPU without --cluster the budget is this host's memory
+    over the ranks)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"
