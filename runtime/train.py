@@ -22,6 +22,7 @@ import sys
 from dataclasses import replace
 from functools import partial
 
+from paradyse_lab.model_folder import weights_line
 from paradyse_lab.model_spec import get_model
 from runtime import checkpoint, comm
 from runtime.hf_weights import model_source
@@ -92,6 +93,8 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     vocab = False if opts.global_batch else vocab_storage(policy, longest, opts.batch, group)
     run = TrainState.create(opts, cfg, group, device, meta, size, vocab)
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
+    if comm.rank(group) == 0:
+        print(weights_line(opts.init_from, opts.seed, str(found) if found is not None else ""), flush=True)
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
     bar = progress_bar(opts, start, rank)

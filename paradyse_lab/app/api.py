@@ -129,17 +129,20 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
 
 def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = False):
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
-    Hugging Face folder (its weights, each rank reading only its slices), or from a preset name, config.json,
-    ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the same on every rank). `vocab_parallel`: the
-    embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py), not replicated."""
+    Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
+    config.json, a folder with only a config.json, ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the
+    same on every rank): a model folder means what it means to `paradyse-lab train --model`
+    (paradyse_lab/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
+    (runtime/vocab_parallel.py), not replicated."""
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
 
     if isinstance(source, GPTConfig):
         return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
-    path = Path(str(source))
-    if path.is_dir():  # a folder without safetensors is an error, not a random initialisation
-        return ParallelGPT.from_hf_folder(path, group, vocab_parallel=vocab_parallel)
+    from paradyse_lab.model_folder import has_weights
+
+    if has_weights(source):
+        return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)
     return ParallelGPT(GPTConfig.from_model_spec(_model_spec(source)), group, seed=seed, vocab_parallel=vocab_parallel)
 
 

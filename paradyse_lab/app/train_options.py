@@ -68,8 +68,9 @@ class TrainOptions:
     docstrings under them into the flags and their help)."""
 
     model: str = field(metadata={"default": ""})
-    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json ('': the
-    config.json of --init-from)."""
+    """Model preset (e.g. gpt2-tiny, llama-tiny), a Hugging Face GPT-2 or LLaMA-shaped config.json, or a model
+    folder: one holding weights (model.safetensors or its shards) starts from them, as --init-from; one with only a
+    config.json from random weights ('': the config.json of --init-from). The run's first lines say which."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""

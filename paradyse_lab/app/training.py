@@ -14,6 +14,18 @@ from __future__ import annotations
 from functools import partial
 
 
+def with_folder_weights(opts):
+    """`opts` with a `--model` folder holding weights read as `--init-from` of that folder
+    (paradyse_lab/model_folder.py: the one meaning of a model folder), else `opts` as they are."""
+    from dataclasses import replace
+
+    from paradyse_lab.model_folder import has_weights
+
+    if opts.model and not opts.init_from and has_weights(opts.model):
+        return replace(opts, model="", init_from=opts.model)
+    return opts
+
+
 def run_cluster(opts, p: int):
     """The cluster a run plans against: `--cluster`, else on a machine with CUDA the default preset, else this CPU
     host (the default preset's speeds, the host's memory over the `p` ranks: paradyse_lab/app/host_cluster.py)."""
@@ -120,6 +132,7 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     from runtime import comm
     from runtime.train import train as run_training
 
+    opts = with_folder_weights(opts)
     log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet),
                        groups_for=partial(group_planner, opts))
     if comm.rank(group) == 0 and not quiet:

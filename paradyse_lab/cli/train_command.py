@@ -47,7 +47,9 @@ def options_from_args(args: argparse.Namespace):
     if args.nproc is not None:  # before any arithmetic on it (a launcher of 10**30 processes)
         require_positive_int("--nproc", args.nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
-    opts = from_namespace(TrainOptions, args, **_deprecated_budget(args))
+    from paradyse_lab.app.training import with_folder_weights
+
+    opts = with_folder_weights(from_namespace(TrainOptions, args, **_deprecated_budget(args)))
     check_options(opts)
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
