@@ -12,7 +12,8 @@ Each step takes its sequence length from the workload (`--dataset`: github_code,
 lognormal:MEDIAN:SIGMA, or file:PATH), padded up to the layout unit 2p as `simulate` pads it (the padding
 carries no loss); a length above `--max-len` (default the model's positions) is cut to it, rounded down to the
 unit (`paradyse_lab.strategies.step_length`, the one rule). With `--pack-tokens N` a step is instead a pack of
-the workload's documents (each longer than the cap split into chunks of it, `--long-documents`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+the workload's documents (each longer than the cap split into chunks of it, `--long-documents`), packed
+first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
