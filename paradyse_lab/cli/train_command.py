@@ -140,8 +140,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         from paradyse_lab.app.training import train
 
+        _one_process_threads()
         train(opts)
     return 0
+
+
+def _one_process_threads() -> None:
+    """A one-process CPU run computes with the cores the machine has free (runtime/cpu_threads.py), said on
+    stderr; a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
+    import sys
+
+    import torch
+
+    from runtime.cpu_threads import set_rank_threads
+
+    if torch.cuda.is_available():
+        return
+    threads = set_rank_threads(1)
+    if threads is not None:
+        print(f"CPU threads: {threads} (the cores free of load; OMP_NUM_THREADS sets them)", file=sys.stderr)
 
 
 def register(subparsers) -> None:
