@@ -22,6 +22,8 @@ import sys
 from dataclasses import replace
 from functools import partial
 
+import torch
+
 from paradyse_lab.model_folder import weights_line
 from paradyse_lab.model_spec import get_model
 from runtime import checkpoint, comm
@@ -95,6 +97,9 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
     if comm.rank(group) == 0:
         print(weights_line(opts.init_from, opts.seed, str(found) if found is not None else ""), flush=True)
+        if device.type == "cpu":
+            print(f"CPU threads per rank: {torch.get_num_threads()} (the cores free of load; OMP_NUM_THREADS sets "
+                  "them)", flush=True)
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
     bar = progress_bar(opts, start, rank)

@@ -146,19 +146,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one_process_threads() -> None:
-    """A one-process CPU run computes with the cores the machine has free (runtime/cpu_threads.py), said on
-    stderr; a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
-    import sys
-
+    """A one-process CPU run computes with the cores the machine has free (runtime/cpu_threads.py; the run's
+    first lines say how many); a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
     import torch
 
     from runtime.cpu_threads import set_rank_threads
 
-    if torch.cuda.is_available():
-        return
-    threads = set_rank_threads(1)
-    if threads is not None:
-        print(f"CPU threads: {threads} (the cores free of load; OMP_NUM_THREADS sets them)", file=sys.stderr)
+    if not torch.cuda.is_available():
+        set_rank_threads(1)
 
 
 def register(subparsers) -> None:

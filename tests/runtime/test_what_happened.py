@@ -80,4 +80,4 @@ def test_one_cpu_process_uses_the_free_cores(micro, capsys, monkeypatch):
     assert main(["train", "--model", str(micro), "--dataset", "uniform:16:16", "--policy", "static:megatron_ts",
                  "--steps", "1", "--no-progress", "--nproc", "1"]) == 0
     assert torch.get_num_threads() == 1
-    assert "CPU threads: 1 (the cores free of load" in capsys.readouterr().err
+    assert "CPU threads per rank: 1 (the cores free of load" in capsys.readouterr().out
