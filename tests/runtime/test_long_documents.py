@@ -5,30 +5,17 @@ import csv
 import json
 
 import pytest
+from micro_gpt import one_thread, write_micro  # noqa: F401 - one_thread: an autouse fixture
 
 from paradyse_lab.cli import main
 from paradyse_lab.long_documents import handle, split
 
-MICRO = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 96}
-
 
 @pytest.fixture
 def files(tmp_path):
-    model = tmp_path / "micro.json"
-    model.write_text(json.dumps(MICRO))
     tokens = tmp_path / "tokens.jsonl"
     tokens.write_text("".join(json.dumps([(3 * j) % 90 + 1 for j in range(n)]) + "\n" for n in (10, 40, 50)))
-    return model, tokens
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    return write_micro(tmp_path), tokens
 
 
 def test_split_keeps_every_token_in_order():

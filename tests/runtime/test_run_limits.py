@@ -2,21 +2,11 @@
 memory over its ranks (not an A100's), and a run whose longest step has no plan within the budget is refused in
 one line (exit 2) unless --allow-infeasible."""
 
-import json
-
 import pytest
+from micro_gpt import one_thread, write_micro  # noqa: F401 - one_thread: an autouse fixture
 
 from paradyse_lab.cli import main
 from paradyse_lab.units import GIB
-
-MICRO = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 96}
-
-
-@pytest.fixture
-def micro(tmp_path):
-    path = tmp_path / "micro.json"
-    path.write_text(json.dumps(MICRO))
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +18,6 @@ def cpu_host(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(host_cluster, "host_memory_bytes", lambda: int(23.5 * GIB))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_a_model_beyond_the_host_is_refused_before_its_first_step(capsys):
@@ -44,8 +30,8 @@ def test_a_model_beyond_the_host_is_refused_before_its_first_step(capsys):
     assert "Traceback" not in err
 
 
-def test_an_infeasible_plan_is_refused_unless_allowed(micro, capsys):
-    argv = ["train", "--model", str(micro), "--dataset", "uniform:32:48", "--steps", "1", "--no-progress",
+def test_an_infeasible_plan_is_refused_unless_allowed(tmp_path, capsys):
+    argv = ["train", "--model", write_micro(tmp_path), "--dataset", "uniform:32:48", "--steps", "1", "--no-progress",
             "--budget-gib", "0.000001", "--policy", "dynamic:dp"]
     assert main(argv) == 2
     _, err = capsys.readouterr()
@@ -53,8 +39,8 @@ def test_an_infeasible_plan_is_refused_unless_allowed(micro, capsys):
     assert main(argv + ["--allow-infeasible"]) == 0
 
 
-def test_a_given_cluster_is_planned_against_as_it_is(micro, capsys):
-    assert main(["train", "--model", str(micro), "--dataset", "uniform:32:48", "--steps", "1", "--no-progress",
-                 "--cluster", "a100-80gb-x8", "--policy", "static:megatron_ts"]) == 0
+def test_a_given_cluster_is_planned_against_as_it_is(tmp_path, capsys):
+    assert main(["train", "--model", write_micro(tmp_path), "--dataset", "uniform:32:48", "--steps", "1",
+                 "--no-progress", "--cluster", "a100-80gb-x8", "--policy", "static:megatron_ts"]) == 0
     _, err = capsys.readouterr()
     assert "cluster a100-80gb-x8 (A100" in err

@@ -2,33 +2,13 @@
 warm-up step out and says so; `calibrate` states this run's wall time and warns about a poor fit; a one-process
 CPU run computes with the cores the machine has free."""
 
-import json
 import os
 
-import pytest
+from micro_gpt import one_thread, write_micro  # noqa: F401 - one_thread: an autouse fixture
 
 from paradyse_lab.app.run_summary import summary_lines
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli import main
-
-MICRO = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 96}
-
-
-@pytest.fixture
-def micro(tmp_path):
-    path = tmp_path / "micro.json"
-    path.write_text(json.dumps(MICRO))
-    return path
-
-
-@pytest.fixture(autouse=True)
-def keep_threads():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _row(step_s: float) -> dict:
@@ -59,8 +39,8 @@ def test_calibrate_states_its_wall_time_and_warns_about_a_poor_fit(capsys):
     assert "all_gather fit is poor" not in err
 
 
-def test_a_resumed_run_names_its_checkpoint(tmp_path, micro, capsys):
-    argv = ["train", "--model", str(micro), "--dataset", "uniform:16:16", "--policy", "static:megatron_ts",
+def test_a_resumed_run_names_its_checkpoint(tmp_path, capsys):
+    argv = ["train", "--model", write_micro(tmp_path), "--dataset", "uniform:16:16", "--policy", "static:megatron_ts",
             "--no-progress", "--checkpoint-dir", str(tmp_path / "ck")]
     assert main(argv + ["--steps", "2"]) == 0
     assert "weights: random" in capsys.readouterr().out
@@ -69,7 +49,7 @@ def test_a_resumed_run_names_its_checkpoint(tmp_path, micro, capsys):
     assert f"weights: resumed from checkpoint {tmp_path / 'ck' / 'step-000002'}" in out
 
 
-def test_one_cpu_process_uses_the_free_cores(micro, capsys, monkeypatch):
+def test_one_cpu_process_uses_the_free_cores(tmp_path, capsys, monkeypatch):
     import torch
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -77,7 +57,7 @@ def test_one_cpu_process_uses_the_free_cores(micro, capsys, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 1.0, 1.0))  # one of two cores busy elsewhere
     torch.set_num_threads(2)
-    assert main(["train", "--model", str(micro), "--dataset", "uniform:16:16", "--policy", "static:megatron_ts",
-                 "--steps", "1", "--no-progress", "--nproc", "1"]) == 0
+    assert main(["train", "--model", write_micro(tmp_path), "--dataset", "uniform:16:16", "--policy",
+                 "static:megatron_ts", "--steps", "1", "--no-progress", "--nproc", "1"]) == 0
     assert torch.get_num_threads() == 1
     assert "CPU threads per rank: 1 (the cores free of load" in capsys.readouterr().out
