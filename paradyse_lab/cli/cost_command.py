@@ -110,9 +110,10 @@ def question_of(args, seq_len: int | None = None):
         kv_heads=parse_int("--kv-heads", kv) if kv is not None else None)
 
 
-def add_question_arguments(p) -> None:
-    """The flags `cost` and `plan` share, with one set of defaults (paradyse_lab/app/step_question.py): model,
-    cluster, GPUs, batch, options, techniques, granularity, head, budget, reserve, cost model, kv heads."""
+def add_question_arguments(p, head: bool = True) -> None:
+    """The flags `cost`, `plan` and `compare-solvers` share, with one set of defaults
+    (paradyse_lab/app/step_question.py): model, cluster, GPUs, batch, options, techniques, granularity, head
+    (unless `head` is False: compare-solvers compares at the whole head), budget, reserve, cost model, kv heads."""
     from paradyse_lab.app.step_question import HEAD_CHOICES
     from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument
     from paradyse_lab.layer_graph import GRANULARITIES
@@ -126,10 +127,11 @@ def add_question_arguments(p) -> None:
     add_technique_arguments(p)
     p.add_argument("--granularity", choices=GRANULARITIES, default="block",
                    help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    p.add_argument("--head", choices=HEAD_CHOICES, default="auto",
-                   help="head and loss: whole (the replicated head and whole logits), tiled (the tiled loss), "
-                   "vocab (the embedding and head sharded by vocabulary rows, with the tiled loss), or auto "
-                   "(default: the fastest that fits, at one GPU without vocab)")
+    if head:
+        p.add_argument("--head", choices=HEAD_CHOICES, default="auto",
+                       help="head and loss: whole (the replicated head and whole logits), tiled (the tiled "
+                       "loss), vocab (the embedding and head sharded by vocabulary rows, with the tiled loss), or "
+                       "auto (default: the fastest that fits, at one GPU without vocab)")
     add_budget_arguments(p)
     add_reserve_argument(p)
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "

@@ -15,40 +15,21 @@ import sys
 from paradyse_lab.cli.cost_command import (
     add_question_arguments,
     add_step_arguments,
-    add_technique_arguments,
     parse_int,
     question_of,
 )
 from paradyse_lab.cli.output import (
-    add_budget_arguments,
-    add_cluster_arguments,
     add_format_argument,
-    add_reserve_argument,
     format_bytes,
     format_seconds,
     print_json,
     print_table,
 )
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import GRANULARITIES
 from paradyse_lab.search_problem import SearchProblem
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
-
-
-def _add_problem_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab models`), config.json or a "
-                   "model folder holding one")
-    add_cluster_arguments(p)
-    p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
-    p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
-    p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
-    add_technique_arguments(p)
-    p.add_argument("--granularity", choices=GRANULARITIES, default="block",
-                   help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    add_budget_arguments(p)
-    add_reserve_argument(p)
 
 
 def register(sub) -> None:
@@ -77,7 +58,7 @@ def register(sub) -> None:
     p = sub.add_parser("compare-solvers", help="each solver's predicted time over sequence lengths",
                        description="For each length: the predicted time of the heuristic, greedy, dp, ilp and "
                        "every static strategy, and the heuristic's gap to the exact optimum (dp).")
-    _add_problem_arguments(p)
+    add_question_arguments(p, head=False)
     p.add_argument("--seqs", required=True, help="comma-separated lengths (e.g. 16K,64K,256K)")
     add_format_argument(p)
     p.set_defaults(func=run_compare)
