@@ -84,15 +84,18 @@ def read_columns(results: Path, name: str, columns: list[str]) -> pd.DataFrame:
 
 
 def render(script: str, draw, results, out=None, name=None, note: str = SOURCE_NOTE,
-           formats: tuple[str, ...] = FORMATS) -> Path:
+           formats: tuple[str, ...] = FORMATS, label: str = "") -> Path:
     """draw(args) -> figure, saved as OUT/NAME.png and .pdf, or the `formats` given (atomically; OUT defaults
     to RESULTS/figures, NAME to `script`; a file of another of `FORMATS` left there is removed, so no figure
-    of an older run stays beside it); returns OUT/NAME. A missing CSV raises `MissingCSV`."""
+    of an older run stays beside it), with `label` (e.g. a quick run's) written under it; returns OUT/NAME. A
+    missing CSV raises `MissingCSV`."""
     results = Path(results)
     args = argparse.Namespace(results=results, out=Path(out) if out else results / "figures", name=name, note=note)
     plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
                          "savefig.bbox": "tight"})
     fig = draw(args)
+    if label:
+        fig.text(0.5, 0.0, label, ha="center", va="top", fontsize=9, color="darkred")
     name = name or script
     bbox = tight_bbox(fig)
     for ext in formats:  # rendered in memory, then renamed into place: no reader sees half a figure

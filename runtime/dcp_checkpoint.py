@@ -40,7 +40,8 @@ from runtime import comm, dcp_entries
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
-                     "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}
+                     "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
+                     "long_documents": "cut"}
 """Settings a resumed run must keep that checkpoints of earlier versions do not record, each with the value those
 checkpoints were written with (the default of its `paradyse-lab train` option then): a checkpoint without one
 is compared as if it recorded that value."""

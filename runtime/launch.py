@@ -137,6 +137,8 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
     import torch
     import torch.distributed as dist
 
+    from runtime.cpu_threads import set_rank_threads
+
     if port is not None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -144,7 +146,7 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
     if gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        set_rank_threads(world)
     join_process_group("nccl" if gpu else "gloo", None if port is None else (rank, world, port))
     try:
         fn(*args, group=None)

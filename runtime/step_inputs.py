@@ -64,6 +64,10 @@ class StepInputs:
     """Added to the step index of the synthetic tokens (evaluation draws other sequences than training)."""
     eval_steps: int = 0
     """Held-out steps one evaluation averages over (`held_out`; 0 for the training steps)."""
+    long_documents: object = None
+    """What was done with the documents longer than the cap (`paradyse_lab.long_documents.LongDocuments`): the
+    documents of a token or text file, or the workload's lengths when packed; None for one synthetic sequence
+    per step (its length is cut, no real token lost)."""
 
     @classmethod
     def build(cls, opts, p: int, cfg, size: int | None = None, *, dataset: str | None = None,
@@ -71,6 +75,7 @@ class StepInputs:
         """The steps of `dataset` (default --dataset) on p ranks for a model of config `cfg`
         (`runtime.reference.GPTConfig`), the workload sampled with `size` sequences (default --steps; a resumed
         run passes its checkpoint's)."""
+        from paradyse_lab.long_documents import handle
         from paradyse_lab.workloads import get_workload
         from runtime.train_inputs import PackedSteps, TokenDocuments
 
@@ -80,7 +85,14 @@ class StepInputs:
         lengths = list(workload.lengths) if workload is not None else []
         limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit
         cap = min(limits) if limits else 2**31
-        packs = None
+        packs, long = None, None
+        limit = cap // layout_unit(p) * layout_unit(p)  # a step's length: the cap rounded down to the layout unit
+        if limit and (docs is not None or opts.pack_tokens is not None):
+            mode = getattr(opts, "long_documents", "chunk")
+            if docs is not None:
+                docs.docs, long = handle(docs.docs, limit, mode)
+            else:
+                lengths, long = handle(lengths, limit, mode)
         if opts.pack_tokens is not None:
             packs = PackedSteps.build(opts, lengths, docs, cap, p)
         elif workload is not None and workload.packs is not None:  # a packed length file: its own steps
@@ -88,7 +100,7 @@ class StepInputs:
                 raise UserInputError(f"--batch must be 1 with a packed length file (a step is one pack), "
                                      f"got {opts.batch}")
             packs = PackedSteps.from_file_steps(workload.packs, cap, p)
-        return cls(opts, lengths, layout_unit(p), cap, docs, packs, seed_offset)
+        return cls(opts, lengths, layout_unit(p), cap, docs, packs, seed_offset, long_documents=long)
 
     @classmethod
     def held_out(cls, opts, p: int, cfg) -> StepInputs:

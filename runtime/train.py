@@ -22,6 +22,9 @@ import sys
 from dataclasses import replace
 from functools import partial
 
+import torch
+
+from paradyse_lab.model_folder import weights_line
 from paradyse_lab.model_spec import get_model
 from runtime import checkpoint, comm
 from runtime.hf_weights import model_source
@@ -85,16 +88,25 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
     policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
+    if not opts.global_batch and not getattr(opts, "allow_infeasible", False):
+        refuse_infeasible(policy, inputs, max(range(micro_steps), key=inputs.length), opts.batch)
     if opts.global_batch:  # grouped steps keep the embedding and head replicated
         replicated_head_policy(policy)
     vocab = False if opts.global_batch else vocab_storage(policy, longest, opts.batch, group)
     run = TrainState.create(opts, cfg, group, device, meta, size, vocab)
     start = run.resume(found, lambda m: policy.decide(inputs.planned(m), opts.batch))
+    if comm.rank(group) == 0:
+        print(weights_line(opts.init_from, opts.seed, str(found) if found is not None else ""), flush=True)
+        if device.type == "cpu":
+            print(f"CPU threads per rank: {torch.get_num_threads()} (the cores free of load; OMP_NUM_THREADS sets "
+                  "them)", flush=True)
     lr_schedule = scheduler(run.optimizer, opts, start)
     rank = comm.rank(group)
     bar = progress_bar(opts, start, rank)
     log_csv = StepLog(opts.log_file, start) if opts.log_file and rank == 0 else None
     reason = cap_reason(opts, cfg.max_positions, inputs.cap, inputs.unit) if rank == 0 else ""
+    if rank == 0 and inputs.long_documents is not None:
+        print(inputs.long_documents.line())
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
     plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
@@ -102,6 +114,18 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
                      eval_policy=replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)
     return _train_steps(loop, lr_schedule, held_out, start, log_csv)
+
+
+def refuse_infeasible(policy, inputs, step: int, batch: int) -> None:
+    """`UserInputError` before the first step when the policy's plan for `step` (the run's longest) does not fit
+    its budget; asked of a fresh copy of the policy, so that the run's own first decisions (smoothing) are
+    untouched. A static policy claims no fit and is not refused."""
+    from paradyse_lab.errors import UserInputError
+
+    if not policy.fresh_copy().decide(inputs.planned(step), batch).feasible:
+        raise UserInputError(f"no plan fits: the planner finds no plan of step {step + 1} ({inputs.length(step)} "
+                             "tokens) within the budget stated above; give a shorter --max-len, --recompute, more "
+                             "ranks, a larger --budget-gib, or --allow-infeasible to train it anyway")
 
 
 def _train_steps(loop: TrainLoop, lr_schedule, held_out, start: int, log_csv: StepLog | None) -> list[dict]:

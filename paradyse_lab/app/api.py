@@ -48,6 +48,9 @@ class PlanReport:
     """Tokens of the step (a pack: each of its documents padded to the layout unit)."""
     documents: tuple[int, ...] | None = None
     """The pack's document lengths, or None for one sequence."""
+    head: str = "whole"
+    """The head option of the plan: whole (replicated head, whole logits), tiled (the tiled loss) or vocab (the
+    embedding and head sharded by vocabulary rows)."""
 
 
 def _model_spec(model):
@@ -60,46 +63,42 @@ def _model_spec(model):
     return get_model(str(path / "config.json") if path.is_dir() else str(model))
 
 
-def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[int] | None = None,
+def plan_step(model, *, p: int | None = None, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
               strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
-              offload: bool = False) -> PlanReport:
+              offload: bool = False, head: str = "auto", reserve_gib: float | None = None,
+              kv_heads: int | None = None, profiles: str = "") -> PlanReport:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
-    `cluster` (preset or .toml; '' the default): a sequence of `seq_len` tokens (`batch` of them), or one pack
-    of `documents`. `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME; `strategies` limits the
-    options (default every usable one), `recompute` adds each with recomputation, `tiled` each with the tiled MLP,
-    `offload` each with activation offload (docs/tiled_mlp_and_offload.md); `granularity` 'block' or
-    'sublayer'; `budget_gib` per GPU in GiB (default the GPU's memory less the cluster's reserve; `budget_gb`, in
-    GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
-    every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
-    it profiled)."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
-    from paradyse_lab.costmodel.lowering import problem_from_cost_model
-    from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.strategies import USABLE, layout_unit, options
-    from simulator.planner import planning_model
+    `cluster` (preset or .toml; '' the default; `p` None: the cluster's own count): a sequence of `seq_len` tokens
+    (`batch` of them), or one pack of `documents`. The same question, defaults and answer as `paradyse-lab plan`
+    (paradyse_lab/app/step_question.py). `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME;
+    `strategies` limits the options (default every usable one), `recompute` adds each with recomputation,
+    `tiled` each with the tiled MLP, `offload` each with activation offload (docs/tiled_mlp_and_offload.md);
+    `granularity` 'block' or 'sublayer'; `head` auto (the fastest head option that fits), whole, tiled or vocab;
+    `budget_gib` per GPU in GiB (default the GPU's memory less `reserve_gib`, else less the cluster's reserve;
+    `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (fitted on `profiles`),
+    which caps the budget as it does for every planner (simulator/planner.py `planning_model`: a learned model
+    of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
+    from paradyse_lab.app.step_question import StepQuestion, plan_question
+    from paradyse_lab.units import gib_to_bytes
     from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
-    spec = _model_spec(model)
-    planning = planning_model(spec, get_cluster(cluster or DEFAULT_CLUSTER), cost_model=cost_model, p=p,
-                              budget_bytes=_budget_bytes(budget_gib, budget_gb))  # the planner's budget and cap
-    cm = planning.cost_model
-    if documents is not None:
-        step = PackedStep(tuple(int(n) for n in documents), layout_unit(p))
-        cm, seq_len, batch = PackedCostModel(cm, step), step.padded_len, 1
-    problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, int(seq_len), batch,
-                                      budget_bytes=planning.plan_budget_bytes,
-                                      options=options(tuple(strategies or USABLE), recompute, tiled, offload))
-    solution = get_solver(solver).solve(problem)
+    question = StepQuestion(
+        model=_model_spec(model), cluster=cluster, gpus=p, seq_len=int(seq_len) if seq_len is not None else None,
+        documents=tuple(int(n) for n in documents) if documents is not None else None, batch=batch,
+        strategies=tuple(strategies) if strategies else None, recompute=recompute, tiled=tiled, offload=offload,
+        granularity=granularity, head=head, budget_bytes=_budget_bytes(budget_gib, budget_gb),
+        reserve_bytes=gib_to_bytes(reserve_gib) if reserve_gib is not None else None, cost_model=cost_model,
+        profiles=profiles, kv_heads=kv_heads)
+    planned = plan_question(question, get_solver(solver))
+    solution, problem = planned.solution, planned.problem
     return PlanReport(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
-                memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible, solver=solution.solver,
-                status=solution.status, p=p, seq_len=int(seq_len),
-                documents=tuple(documents) if documents is not None else None)
+                      memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible,
+                      solver=solution.solver, status=solution.status, p=planned.p,
+                      seq_len=planned.seq_len, documents=question.documents, head=planned.head)
 
 
 def _budget_bytes(budget_gib: float | None, budget_gb: float | None) -> int | None:
@@ -130,17 +129,20 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
 
 def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = False):
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
-    Hugging Face folder (its weights, each rank reading only its slices), or from a preset name, config.json,
-    ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the same on every rank). `vocab_parallel`: the
-    embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py), not replicated."""
+    Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
+    config.json, a folder with only a config.json, ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the
+    same on every rank): a model folder means what it means to `paradyse-lab train --model`
+    (paradyse_lab/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
+    (runtime/vocab_parallel.py), not replicated."""
     from runtime.model import ParallelGPT
     from runtime.reference import GPTConfig
 
     if isinstance(source, GPTConfig):
         return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
-    path = Path(str(source))
-    if path.is_dir():  # a folder without safetensors is an error, not a random initialisation
-        return ParallelGPT.from_hf_folder(path, group, vocab_parallel=vocab_parallel)
+    from paradyse_lab.model_folder import has_weights
+
+    if has_weights(source):
+        return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)
     return ParallelGPT(GPTConfig.from_model_spec(_model_spec(source)), group, seed=seed, vocab_parallel=vocab_parallel)
 
 

@@ -15,13 +15,14 @@ PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (sou
 
 
 def draw_figure(module: str, results: Path, figures: Path, name: str, note: str | None,
-                formats: tuple[str, ...] = FIGURE_FORMATS) -> list[str]:
-    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`)."""
+                formats: tuple[str, ...] = FIGURE_FORMATS, label: str = "") -> list[str]:
+    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`),
+    with `label` written under it when given."""
     from figures._common import SOURCE_NOTE, MissingCSV, render
 
     figure = importlib.import_module(f"figures.{module}")
     try:
-        path = render(module, figure.draw, results, figures, name, note or SOURCE_NOTE, formats)
+        path = render(module, figure.draw, results, figures, name, note or SOURCE_NOTE, formats, label)
     except MissingCSV as err:
         raise UserInputError(f"figures/{module}.py: {err}") from None
     print(f"wrote {path}." + " and .".join(formats))
@@ -40,5 +41,13 @@ def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
         jobs.append(("groups", out, "groups", NOTE))
     written = []
     for module, results, name, note in jobs:
-        written += draw_figure(module, results, out / "figures", name, note, s.figure_formats)
+        written += draw_figure(module, results, out / "figures", name, note, s.figure_formats, quick_label(s))
     return written
+
+
+def quick_label(s: Settings) -> str:
+    """The line every figure of a `reproduce --quick` run carries under it (its numbers come from smaller samples
+    than the full run's and must not be read as the full run's); '' for a full run."""
+    if not s.quick:
+        return ""
+    return f"QUICK run (reproduce --quick: {s.size} sequences per dataset), not the full reproduction"

@@ -52,6 +52,16 @@ def device_warning(cluster, device_name: str | None) -> str | None:
             "`paradyse-lab calibrate`)")
 
 
+def step_time_words(log: list[dict]) -> str:
+    """The summary's step time: the mean over the steps after the run's first, which is warm-up (allocator,
+    kernel choice, first imports) and said apart; a one-step run's one step, warm-up included."""
+    if len(log) == 1:
+        return f"one step {log[0]['step_s']:.3f} s (warm-up included)"
+    rest = [r["step_s"] for r in log[1:]]
+    return (f"mean step {sum(rest) / len(rest):.3f} s over the {len(rest)} after the first (the first, "
+            f"{log[0]['step_s']:.3f} s, is warm-up and left out)")
+
+
 def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
     """The end-of-run summary of a run's per-step log (module docstring)."""
     if not log:
@@ -64,8 +74,8 @@ def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
     mix = Counter(r["plan"] for r in log)
     lines = [f"run summary: {len(log)} steps, {tokens:,} tokens trained"
              + (f", {cut:,} tokens cut (beyond the length cap; see the warning)" if cut else ", none cut"),
-             f"  {tokens / seconds if seconds else float('nan'):,.1f} tokens/s, mean step "
-             f"{seconds / len(log):.3f} s, {peak_of} {peak / 2**20:,.0f} MiB (rank 0)",
+             f"  {tokens / seconds if seconds else float('nan'):,.1f} tokens/s over every step, "
+             f"{step_time_words(log)}, {peak_of} {peak / 2**20:,.0f} MiB (rank 0)",
              "  plans: " + "; ".join(f"{plan} {n / len(log):.0%}" for plan, n in mix.most_common(4))
              + (f"; {len(mix) - 4} more" if len(mix) > 4 else "")]
     evals = [r for r in log if r.get("eval_loss") is not None]

@@ -12,11 +12,14 @@ Each step takes its sequence length from the workload (`--dataset`: github_code,
 lognormal:MEDIAN:SIGMA, or file:PATH), padded up to the layout unit 2p as `simulate` pads it (the padding
 carries no loss); a length above `--max-len` (default the model's positions) is cut to it, rounded down to the
 unit (`paradyse_lab.strategies.step_length`, the one rule). With `--pack-tokens N` a step is instead a pack of
-the workload's documents (each cut to `--max-len`), packed first-fit up to N tokens (`--pack-order sorted|shuffled`,
+the workload's documents (each longer than the cap split into chunks of it, `--long-documents`), packed
+first-fit up to N tokens (`--pack-order sorted|shuffled`,
 paradyse_lab/packing.py), every document padded to the layout unit, attention confined to each and positions
 restarting at each (runtime/packed.py); `--batch` must be 1 (a step is one pack). A packed length file (several
 lengths per line, `paradyse-lab data lengths --pack-tokens N`) trains its own steps as they are, as `simulate` does.
-Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole
+Tokens: a `file:*.jsonl` of token-id lists gives real tokens, each step its own documents whole (a document
+longer than the cap split into consecutive chunks of at most the cap by default, or cut with `--long-documents cut`;
+the run's first lines say how many)
 (runtime/train_inputs.py: lengths rounded up to 2p, padding masked out of the loss); otherwise a fixed random
 sparse Markov chain (seeded; each token has 4 likely successors), which a model can learn, so the loss falls. The
 policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by paradyse_lab/app/training.py and passed in
@@ -66,8 +69,9 @@ class TrainOptions:
     docstrings under them into the flags and their help)."""
 
     model: str = field(metadata={"default": ""})
-    """Model preset (e.g. gpt2-tiny, llama-tiny) or a Hugging Face GPT-2 or LLaMA-shaped config.json ('': the
-    config.json of --init-from)."""
+    """Model preset (e.g. gpt2-tiny, llama-tiny), a Hugging Face GPT-2 or LLaMA-shaped config.json, or a model
+    folder: one holding weights (model.safetensors or its shards) starts from them, as --init-from; one with only a
+    config.json from random weights ('': the config.json of --init-from). The run's first lines say which."""
     dataset: str
     """Workload giving each step's sequence length: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA,
     file:PATH (file:*.jsonl of token-id lists gives real tokens)."""
@@ -121,6 +125,10 @@ class TrainOptions:
     """Seed of the initial weights, the workload and the synthetic tokens."""
     max_len: int = 0
     """Cap on the sequence length (0: the model's positions; none for a rotary model without a limit)."""
+    long_documents: str = field(default="chunk", metadata={"choices": ("chunk", "cut")})
+    """A token or text file's document (or a packed workload's) longer than the cap: chunk (split into
+    consecutive documents of at most the cap, every token trained) or cut (its tail untrained); the run's first
+    lines say how many documents were chunked or cut. One synthetic sequence per step is cut to the cap."""
     cluster: str = ""
     """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
     default preset)."""
@@ -131,6 +139,10 @@ class TrainOptions:
     budget_gib: float = 0.0
     """Memory budget of a plan per GPU in GiB (0: the cluster's GPU memory less its reserve, `reserve_gib` in its
     file; --budget-gb, in GB, is deprecated)."""
+    allow_infeasible: bool = False
+    """Train even when the planner finds no plan within the budget for the run's longest step (default: the run is
+    refused before its first step, naming the budget; on a CPU without --cluster the budget is this host's memory
+    over the ranks)."""
     recompute: bool = False
     """Let the policy choose activation recomputation per layer."""
     granularity: str = "block"

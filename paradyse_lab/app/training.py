@@ -14,16 +14,41 @@ from __future__ import annotations
 from functools import partial
 
 
-def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: bool = False):
-    """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
-    `cost_model` (default `opts.cost_model`) on `opts.cluster` (simulator/planner.py). Rank 0 states what plans
-    the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
+def with_folder_weights(opts):
+    """`opts` with a `--model` folder holding weights read as `--init-from` of that folder
+    (paradyse_lab/model_folder.py: the one meaning of a model folder), else `opts` as they are."""
+    from dataclasses import replace
+
+    from paradyse_lab.model_folder import has_weights
+
+    if opts.model and not opts.init_from and has_weights(opts.model):
+        return replace(opts, model="", init_from=opts.model)
+    return opts
+
+
+def run_cluster(opts, p: int):
+    """The cluster a run plans against: `--cluster`, else on a machine with CUDA the default preset, else this CPU
+    host (the default preset's speeds, the host's memory over the `p` ranks: paradyse_lab/app/host_cluster.py)."""
+    import torch
+
+    from paradyse_lab.app.host_cluster import host_cluster
     from paradyse_lab.cluster_lookup import get_cluster
     from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+
+    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    if opts.cluster or torch.cuda.is_available():
+        return cluster
+    return host_cluster(cluster, p)
+
+
+def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: bool = False):
+    """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
+    `cost_model` (default `opts.cost_model`) on the run's cluster (`run_cluster`; simulator/planner.py). Rank 0
+    states what plans the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
     from paradyse_lab.units import gib_to_bytes
     from simulator.planner import build_planner
 
-    cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+    cluster = run_cluster(opts, p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else None
     planner = build_planner(opts.policy, spec, cluster, cost_model=cost_model or opts.cost_model, p=p,
                             profiles=opts.profiles or None, budget_bytes=budget, recompute=opts.recompute,
@@ -104,15 +129,14 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
     (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
     from runtime import comm
     from runtime.train import train as run_training
 
+    opts = with_folder_weights(opts)
     log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet),
                        groups_for=partial(group_planner, opts))
     if comm.rank(group) == 0 and not quiet:
-        cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
+        cluster = run_cluster(opts, comm.size(group))
         print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
     return log
 

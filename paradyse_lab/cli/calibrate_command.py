@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
@@ -112,11 +113,13 @@ def run(args) -> int:
         if old != opts.settings():
             raise UserInputError(f"{opts.out} holds a calibration with other settings ({old}); use another --out "
                                  "or --force")
+    started = time.perf_counter()
     launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1")
     if "RANK" in os.environ and os.environ["RANK"] != "0":
         return 0
     state = read_json_object(state_path)
-    summary = summarize(out, state)
+    summary = summarize(out, state) | {"run_wall_s": time.perf_counter() - started}
+    summary["poor_fits"] = poor_fits(summary)
     if args.format == "json":
         print(json.dumps(summary, indent=1))
     else:
@@ -145,6 +148,17 @@ def summarize(out: Path, state: dict) -> dict:
     }
 
 
+POOR_FIT = 0.20
+"""Fit error (mean absolute percentage error of a collective's alpha-beta line over its sizes) above which
+`calibrate` warns: a line that misses its own measurements by more than a fifth (a busy machine's timings, or a
+link the line does not describe) prices the plans' communication no better than a guess."""
+
+
+def poor_fits(s: dict) -> dict[str, float]:
+    """Collective -> fit error of the fits worse than `POOR_FIT`."""
+    return {op: f["fit_mape"] for op, f in s["collectives"].items() if f["fit_mape"] > POOR_FIT}
+
+
 def print_summary(s: dict) -> None:
     print(f"{s['device']}, {s['ranks']} ranks: peak {s['peak_tflops'] * 1e3:.1f} GFLOP/s (fastest kernel), "
           f"element-wise {s['elementwise_gbps']:.1f} GB/s, memory {s['memory_gib']:.1f} GiB per rank")
@@ -157,7 +171,13 @@ def print_summary(s: dict) -> None:
     print(f"  causal attention efficiency by length: {att}")
     print(f"profile: {s['profile_rows']} rows, lengths {s['profile_lengths']}; "
           f"{len(s['skipped'])} points skipped for the budget")
-    print(f"wrote {s['cluster']} and {s['profile']} in {s['wall_s']:.0f} s")
+    spent = f"measured in {s['wall_s']:.0f} s" if s.get("wall_s") is not None else "measurements reused"
+    print(f"wrote {s['cluster']} and {s['profile']} in {s['run_wall_s']:.0f} s of wall time ({spent} in all, "
+          "over this and any earlier run into this folder)")
+    for op, err in s["poor_fits"].items():
+        print(f"warning: the {op} fit is poor: its error is {err:.1%}, above {POOR_FIT:.0%} (a busy machine's "
+              "timings?): rerun calibrate --force on an idle machine before planning with this cluster",
+              file=sys.stderr)
 
 
 def register(subparsers) -> None:

@@ -106,12 +106,17 @@ def _blocks(path: Path, first: bytes):
 
 def register(sub) -> None:
     p = sub.add_parser("lengths", help="measure token lengths of the text files under a folder",
-                       description="Count tokens of every text file under DIR (binary files are skipped) "
-                       "and write one length per line: a workload usable as file:OUT.")
+                       description="Count tokens of every document and write one length per line: a workload "
+                       "usable as file:OUT. DIR a text dataset (a save_to_disk folder, a .jsonl/.parquet/.arrow "
+                       "file or a folder of them): one document per row of --text-column, read and tokenized as "
+                       "`train --tokenizer` reads it; otherwise every text file under DIR is one document "
+                       "(binary files are skipped).")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--tokenizer", default="bytes",
                    help="bytes: UTF-8 bytes per file; whitespace: whitespace-separated words; or a tokenizer.json "
                    "(or a folder holding one), the tokens `train --tokenizer` trains on")
+    p.add_argument("--text-column", default="text", help="a text dataset's column holding the documents "
+                   "(default text), as `train --text-column`")
     p.add_argument("--out", required=True, help="length file to write")
     add_packing_arguments(p)
     p.add_argument("--seed", type=integer, default=0, help="seed of --pack-order shuffled (default 0)")
@@ -131,15 +136,62 @@ def register(sub) -> None:
     p.set_defaults(func=run_workload)
 
 
+def is_text_dataset(path: Path) -> bool:
+    """Whether `path` is what `train --tokenizer` reads as a dataset (paradyse_lab/text_data.py): a save_to_disk
+    folder, a .jsonl / .parquet / .arrow file, or a folder holding such files."""
+    from paradyse_lab.text_data import TEXT_FILE_SUFFIXES
+
+    if path.is_file():
+        return path.suffix in TEXT_FILE_SUFFIXES
+    if any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
+        return True
+    return any(f.is_file() and f.suffix in TEXT_FILE_SUFFIXES for f in path.iterdir())
+
+
+def dataset_lengths(path: Path, tokenizer: str, column: str) -> list[int]:
+    """Token counts of a text dataset's documents, read and tokenized as `train --tokenizer` reads them (one
+    document per row of the text column; empty documents dropped)."""
+    from paradyse_lab import text_data
+
+    texts = text_data.read_texts(str(path), column, "DIR")
+    if tokenizer in TOKENIZERS:
+        lengths = [TOKENIZERS[tokenizer]([t.encode("utf-8")]) for t in texts]
+        return [n for n in lengths if n > 0]
+    if not Path(tokenizer).exists():
+        _counter(tokenizer)  # the one-line error naming the choices
+    return [len(ids) for ids in text_data.tokenize(texts, tokenizer)]
+
+
 def run_lengths(args) -> int:
     root = Path(args.directory)
-    if not root.is_dir():
-        raise UserInputError(f"DIR {args.directory!r} is not a directory")
-    count = _counter(args.tokenizer)
+    if not root.exists():
+        raise UserInputError(f"DIR {args.directory!r} is not a directory or a text dataset file")
+    dataset = is_text_dataset(root)
+    if not root.is_dir() and not dataset:
+        raise UserInputError(f"DIR {args.directory!r} is not a directory (a file must be a .jsonl, .parquet or "
+                             ".arrow text dataset)")
+    count = None if dataset else _counter(args.tokenizer)
     if Path(args.out).resolve().is_relative_to(root.resolve()):  # checked before any folder is made
         raise UserInputError(f"--out {args.out!r} lies inside DIR {args.directory!r}, the tree being read (it would "
                              "be counted, or overwrite a document); write it outside DIR")
     out = check_output_file(args.out)
+    lengths = dataset_lengths(root, args.tokenizer, args.text_column) if dataset else _file_lengths(root, count)
+    if not lengths:
+        raise UserInputError(f"no non-empty text files under {args.directory!r}")
+    if args.pack_tokens is None:
+        write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
+        print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
+        return 0
+    packed = pack_workload(Workload(args.directory, tuple(lengths)), args.pack_tokens, args.pack_order, args.seed)
+    write_text_atomic(out, "".join(" ".join(map(str, step)) + "\n" for step in packed.steps))
+    print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) in {len(packed.steps)} "
+          f"steps of at most {args.pack_tokens} tokens ({args.pack_order}) to {out}")
+    return 0
+
+
+def _file_lengths(root: Path, count) -> list[int]:
+    """Token counts of every text file under `root`, each file one document (binary and unreadable files
+    skipped, empty ones dropped)."""
     files = sorted(f for f in root.rglob("*") if f.is_file() and not is_temporary_output(f))
     lengths = []
     for f in tqdm(files, desc="measuring", unit="file", file=sys.stderr, disable=not sys.stderr.isatty()):
@@ -153,17 +205,7 @@ def run_lengths(args) -> int:
         n = count(_blocks(f, head))
         if n > 0:
             lengths.append(n)
-    if not lengths:
-        raise UserInputError(f"no non-empty text files under {args.directory!r}")
-    if args.pack_tokens is None:
-        write_text_atomic(out, "".join(f"{n}\n" for n in lengths))
-        print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) to {out}")
-        return 0
-    packed = pack_workload(Workload(args.directory, tuple(lengths)), args.pack_tokens, args.pack_order, args.seed)
-    write_text_atomic(out, "".join(" ".join(map(str, step)) + "\n" for step in packed.steps))
-    print(f"wrote {len(lengths)} lengths ({args.tokenizer} tokens, max {max(lengths)}) in {len(packed.steps)} "
-          f"steps of at most {args.pack_tokens} tokens ({args.pack_order}) to {out}")
-    return 0
+    return lengths
 
 
 def _step_rows(w: Workload, p: int) -> list[dict]:

@@ -13,63 +13,37 @@ from __future__ import annotations
 import sys
 
 from paradyse_lab.cli.cost_command import (
+    add_question_arguments,
     add_step_arguments,
-    add_technique_arguments,
     parse_int,
-    parse_options,
-    step_of,
+    question_of,
 )
 from paradyse_lab.cli.output import (
-    add_budget_arguments,
-    add_cluster_arguments,
     add_format_argument,
-    add_reserve_argument,
-    budget_bytes,
-    cluster_of,
     format_bytes,
     format_seconds,
     print_json,
     print_table,
-    reserve_bytes,
 )
-from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel
-from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import GRANULARITIES
 from paradyse_lab.search_problem import SearchProblem
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
 
 
-def _add_problem_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="preset name (see `paradyse-lab catalog models`), config.json or a "
-                   "model folder holding one")
-    add_cluster_arguments(p)
-    p.add_argument("--batch", default="1", help="sequences per step (default 1, as in the paper)")
-    p.add_argument("--strategies", help="comma-separated strategy names (default: all usable)")
-    p.add_argument("--recompute", action="store_true", help="also offer each strategy with recomputation")
-    add_technique_arguments(p)
-    p.add_argument("--granularity", choices=GRANULARITIES, default="block",
-                   help="block: one choice per layer (the paper); sublayer: attention and MLP choose apart")
-    add_budget_arguments(p)
-    add_reserve_argument(p)
-
-
 def register(sub) -> None:
     p = sub.add_parser("plan", help="choose a strategy per layer for one sequence length",
-                       description="Build the search problem of a model at one sequence length under the "
-                       "analytic cost model and solve it. Prints the plan (one option per decision), its "
-                       "predicted time and exact peak memory per GPU.")
-    _add_problem_arguments(p)
+                       description="Build the search problem of a model at one sequence length under a "
+                       "cost model (default analytic) and solve it. Prints the plan (one option per decision), its "
+                       "head option, predicted time and exact peak memory per GPU; `paradyse-lab cost` and the "
+                       "API's plan_step take the same flags and give the same answer.")
+    add_question_arguments(p)
     add_step_arguments(p).add_argument(
         "--max-length", action="store_true",
         help="instead of one length: the longest that fits (with --recompute, --tiled-mlp, --offload, "
         "--granularity, --head), its plan, "
         "predicted step time and memory (json: max_length, step_time_s, memory)")
-    p.add_argument("--head", choices=("auto",) + HEAD_OPTIONS, default="auto",
-                   help="head and loss: whole logits, the tiled loss, vocab (the embedding and head sharded by "
-                        "vocabulary rows, with the tiled loss), or auto (default: the fastest plan that fits)")
     p.add_argument("--solver", default="dp", help=f"{SOLVER_HELP} (default dp)")
     add_format_argument(p)
     p.set_defaults(func=run_plan)
@@ -85,35 +59,18 @@ def register(sub) -> None:
     p = sub.add_parser("compare-solvers", help="each solver's predicted time over sequence lengths",
                        description="For each length: the predicted time of the heuristic, greedy, dp, ilp and "
                        "every static strategy, and the heuristic's gap to the exact optimum (dp).")
-    _add_problem_arguments(p)
+    add_question_arguments(p, head=False)
     p.add_argument("--seqs", required=True, help="comma-separated lengths (e.g. 16K,64K,256K)")
     add_format_argument(p)
     p.set_defaults(func=run_compare)
 
 
 def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tuple[SearchProblem, str]:
-    """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib/--reserve-gb
-    at seq_len (default: the step of --seq or --documents) with the head option `head`, and what the step is."""
-    from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
+    """The problem of the question of `args` (cost_command.question_of) at seq_len (default: the step of --seq
+    or --documents) with the head option `head`, and what the step is."""
+    from paradyse_lab.app.step_question import QuestionContext
 
-    model = get_model(args.model)
-    cluster = cluster_of(args)
-    cm = HeadLossCostModel(AnalyticCostModel(model, cluster), head)
-    reserve = reserve_bytes(args)
-    budget = budget_bytes(args)
-    if budget is None and reserve is not None:
-        budget = cluster.memory_bytes - reserve
-    if seq_len is None:
-        cm, seq_len, batch, what = step_of(args, cm)
-    else:
-        batch = parse_int("--batch", args.batch)
-        what = f"seq {seq_len}"
-    problem = problem_from_cost_model(LayerGraph(model, args.granularity), cm, seq_len, batch, budget_bytes=budget,
-                                      options=parse_options(args.strategies, args.recompute,
-                                                            getattr(args, "tiled_mlp", False),
-                                                            getattr(args, "offload", False)))
+    problem, what, _ = QuestionContext(question_of(args, seq_len)).problem(head)
     return problem, what
 
 
@@ -151,50 +108,47 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
     return _infeasible_exit(problem, solution)
 
 
-def plan_heads(args) -> tuple[str, ...]:
-    """The head options `plan` tries: --head, or every option usable at --gpus (auto); --head vocab at one GPU is
-    refused (one shard is the whole table: the tiled loss, --head tiled)."""
-    from paradyse_lab.costmodel.head_loss import usable_heads
-    from paradyse_lab.model_spec import get_model
-
-    gpus = cluster_of(args).gpus
-    if args.head == "auto":
-        return usable_heads(get_model(args.model), gpus)
-    if args.head == "vocab" and gpus == 1:
-        raise UserInputError("--head vocab shards the embedding and head by vocabulary rows over the GPUs: it needs "
-                             "--gpus 2 or more (at one GPU it is the tiled loss: --head tiled)")
-    return (args.head,)
-
-
 def run_plan(args) -> int:
-    from paradyse_lab.app.max_length import plan_length
+    from paradyse_lab.app.step_question import plan_question
     from solvers import get_solver
 
-    heads = plan_heads(args)
     if args.max_length:
-        return run_max_length(args, get_solver(args.solver), heads)
-    built = {head: build_problem(args, head=head) for head in heads}  # bad input is refused here
-    solver = get_solver(args.solver)  # after the input checks: the dp solver loads its compiled kernels (~1 s)
-    planned = plan_length(lambda _seq, head: built[head][0], solver, 0, heads)
-    problem, what = planned.problem, built[planned.head][1]
-    title = (f"{args.model}, {what}, {args.granularity} granularity, {problem.num_decisions} decisions x "
+        return run_max_length(args, get_solver(args.solver))
+    question = question_of(args)
+    planned = plan_question(question, _LazySolver(args.solver))
+    problem = planned.problem
+    title = (f"{args.model}, {planned.what}, {args.granularity} granularity, {problem.num_decisions} decisions x "
              f"{problem.num_options} options, budget {format_bytes(problem.budget_bytes)} per GPU; head: "
              f"{planned.head}")
     return _print_solution(problem, planned.solution, args.format, title, planned.head)
 
 
-def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
+class _LazySolver:
+    """A solver got on its first use, after the input checks (the dp solver loads its compiled kernels, ~1 s)."""
+
+    def __init__(self, name: str):
+        self.name, self.solver = name, None
+
+    def solve(self, problem):
+        from solvers import get_solver
+
+        if self.solver is None:
+            self.solver = get_solver(self.name)
+        return self.solver.solve(problem)
+
+
+def run_max_length(args, solver) -> int:
     """`plan --max-length`: the longest length that fits, its plan, predicted step time and memory."""
     from paradyse_lab.app.api import memory_breakdown
     from paradyse_lab.app.max_length import longest_length
+    from paradyse_lab.app.step_question import QuestionContext
     from paradyse_lab.cli.cost_command import MAX_COUNT
-    from paradyse_lab.model_spec import get_model
     from paradyse_lab.strategies import layout_unit
 
-    model = get_model(args.model)
-    p = cluster_of(args).gpus
+    ctx = QuestionContext(question_of(args, seq_len=1))
+    model, p, heads = ctx.model, ctx.cluster.gpus, ctx.heads
     cap = model.max_positions or MAX_COUNT
-    found = longest_length(lambda seq, head: build_problem(args, seq, head)[0], solver, layout_unit(p), cap, heads)
+    found = longest_length(lambda seq, head: ctx.problem(head, seq)[0], solver, layout_unit(p), cap, heads)
     if found is None:
         raise UserInputError(f"no length fits: {args.model} on {args.cluster} does not train even "
                              f"{layout_unit(p)} tokens within the budget")

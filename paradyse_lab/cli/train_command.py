@@ -46,7 +46,9 @@ def options_from_args(args: argparse.Namespace):
     if args.nproc is not None:  # before any arithmetic on it (a launcher of 10**30 processes)
         require_positive_int("--nproc", args.nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
-    opts = from_namespace(TrainOptions, args, **_deprecated_budget(args))
+    from paradyse_lab.app.training import with_folder_weights
+
+    opts = with_folder_weights(from_namespace(TrainOptions, args, **_deprecated_budget(args)))
     check_options(opts)
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
@@ -137,8 +139,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         from paradyse_lab.app.training import train
 
+        _one_process_threads()
         train(opts)
     return 0
+
+
+def _one_process_threads() -> None:
+    """A one-process CPU run computes with the cores the machine has free (runtime/cpu_threads.py; the run's
+    first lines say how many); a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
+    import torch
+
+    from runtime.cpu_threads import set_rank_threads
+
+    if not torch.cuda.is_available():
+        set_rank_threads(1)
 
 
 def register(subparsers) -> None:

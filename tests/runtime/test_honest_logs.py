@@ -35,16 +35,17 @@ def test_cut_tokens_are_counted_warned_once_logged_and_summarised(tmp_path, micr
     tokens.write_text("".join(json.dumps([(3 * j) % 90 + 1 for j in range(n)]) + "\n" for n in (10, 40, 50)))
     log = tmp_path / "log.csv"
     code = main(["train", "--model", str(micro), "--dataset", f"file:{tokens}", "--policy", "static:megatron_ts",
-                 "--steps", "3", "--max-len", "32", "--no-progress", "--log-file", str(log)])
+                 "--steps", "3", "--max-len", "32", "--no-progress", "--log-file", str(log), "--long-documents", "cut"])
     out, err = capsys.readouterr()
     assert code == 0
+    assert "data: 2 of 3 documents are longer than 32 tokens: cut to 32, 26 of their tokens untrained" in out
     rows = list(csv.DictReader(log.open()))
     assert [int(r["cut_tokens"]) for r in rows] == [0, 8, 18] and [int(r["tokens"]) for r in rows] == [10, 32, 32]
     assert err.count("warning: step 2 leaves 8 tokens") == 1 and "--max-len 32" in err
     assert "run summary: 3 steps, 74 tokens trained, 26 tokens cut" in out  # printed without the progress bar
     assert "peak process RSS (CPU)" in out and {r["peak_of"] for r in rows} == {"process_rss"}
-    assert "plans: TS,TS 100%" in out and "planned by the analytic cost model on cluster a100-80gb-x8" in out
-    assert "planning each step with the analytic cost model for cluster a100-80gb-x8" in err
+    assert "plans: TS,TS 100%" in out and "planned by the analytic cost model on cluster this CPU host" in out
+    assert "planning each step with the analytic cost model for cluster this CPU host (a100-80gb-x8's speeds)" in err
 
 
 def test_max_len_above_the_positions_is_said(micro, capsys):
@@ -60,12 +61,12 @@ def test_a_cluster_of_another_gpu_is_warned_about(micro, capsys, monkeypatch):
 
     monkeypatch.setattr(run_summary, "present_device", lambda: "NVIDIA H100 80GB HBM3")
     assert main(["train", "--model", str(micro), "--dataset", "uniform:8:16", "--policy", "static:megatron_ts",
-                 "--steps", "1", "--no-progress"]) == 0
+                 "--steps", "1", "--no-progress", "--cluster", "a100-80gb-x8"]) == 0
     err = capsys.readouterr().err
     assert "warning: cluster a100-80gb-x8 describes A100-SXM4-80GB, but this machine has NVIDIA H100" in err
     monkeypatch.setattr(run_summary, "present_device", lambda: "NVIDIA A100-SXM4-80GB")
     assert main(["train", "--model", str(micro), "--dataset", "uniform:8:16", "--policy", "static:megatron_ts",
-                 "--steps", "1", "--no-progress"]) == 0
+                 "--steps", "1", "--no-progress", "--cluster", "a100-80gb-x8"]) == 0
     assert "describes" not in capsys.readouterr().err
 
 

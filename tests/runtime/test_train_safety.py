@@ -85,7 +85,8 @@ def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
     docs = [[(5 * i + j) % 90 + 1 for j in range(n)] for i, n in enumerate((30, 7, 1, 50, 12, 19))]
     path = tmp_path / "tokens.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 40, "pack_tokens": 48, "steps": 3}))
+    train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "max_len": 40, "pack_tokens": 48, "steps": 3,
+                                 "long_documents": "cut"}))
     ordered = [d[:40] for d in docs]  # the token file's documents in its order
     steps = pack_document_indices([len(d) for d in ordered], 48)
     assert len(seen.calls) == len(steps) == 3
@@ -584,10 +585,12 @@ def test_the_runtime_loop_takes_a_plain_options_object():
 
 def test_a_checkpoint_without_a_newer_setting_was_written_with_its_default():
     """The settings older checkpoints do not record (runtime/dcp_checkpoint.py `OPTIONAL_SETTINGS`) are compared
-    with the values those runs had: today's `TrainOptions` defaults, so a run at the defaults resumes them."""
+    with the values those runs had: today's `TrainOptions` defaults, so a run at the defaults resumes them; but
+    long documents, which those runs cut while today's default chunks them (other steps: such a checkpoint resumes
+    with --long-documents cut)."""
     from dataclasses import fields
 
     from runtime.dcp_checkpoint import OPTIONAL_SETTINGS
 
-    defaults = {f.name: f.default for f in fields(TrainOptions)}
+    defaults = {f.name: f.default for f in fields(TrainOptions)} | {"long_documents": "cut"}
     assert OPTIONAL_SETTINGS == {key: defaults[key] for key in OPTIONAL_SETTINGS}

@@ -709,6 +709,13 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
     ("synth-gpus-above-2^53", ["costmodel", "synth-profile", "--out", "{d}/s.csv", "--gpus", BIG],
      "--gpus must be at most 4,096, got " + BIG),
     ("workload-gpus-0", ["data", "workload", "grch38", "--pack-tokens", "4096", "--gpus", "0"], "--gpus must be"),
+    # one planning question: learned positions bound cost, plan and the API alike; cost takes plan's head flag
+    ("plan-beyond-learned-positions", ["plan", "--model", "gpt2-xl", "--seq", "128K"],
+     "seq_len 131072 is beyond gpt2-xl's 1024 learned positions"),
+    ("cost-beyond-learned-positions", ["cost", "--model", "gpt2-xl", "--seq", "2048"],
+     "seq_len 2048 is beyond gpt2-xl's 1024 learned positions"),
+    ("cost-head-vocab-one-gpu", ["cost", "--model", "gpt2", "--seq", "1024", "--gpus", "1", "--head", "vocab"],
+     "--head vocab shards the embedding and head"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]

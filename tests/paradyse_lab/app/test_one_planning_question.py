@@ -1,0 +1,50 @@
+"""`cost`, `plan` and the API's `plan_step` answer one question the same way: the same flags give the same head
+option, plan, predicted time and peak memory through the three, and `cost` calls a uniform plan fitting exactly
+when `plan` restricted to that option finds it fits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import paradyse_lab as pl
+from paradyse_lab.cli import main
+
+QUESTION = ("--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "128K")
+"""A model with a large vocabulary at a length where the head option decides the plan."""
+
+
+def _json(capsys, *argv) -> dict:
+    code = main(list(argv) + ["--format", "json"])
+    out, _ = capsys.readouterr()
+    assert code in (0, 1)
+    return json.loads(out)
+
+
+def test_plan_and_plan_step_give_one_answer(capsys):
+    cli = _json(capsys, "plan", *QUESTION)
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024)
+    assert api.head == cli["head"]
+    assert list(api.strategies) == cli["plan"]
+    assert api.predicted_time_s == pytest.approx(cli["predicted_time_s"], rel=1e-12)
+    assert api.memory["peak"] == cli["peak_bytes"]
+
+
+@pytest.mark.parametrize("option", ["megatron_cz", "metp", "ulysses_z+recompute"])
+def test_cost_prices_an_option_as_plan_does(capsys, option):
+    cost = _json(capsys, "cost", *QUESTION, "--strategies", option)["strategies"][option]
+    plan = _json(capsys, "plan", *QUESTION, "--strategies", option)
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, strategies=[option])
+    assert cost["head"] == plan["head"] == api.head
+    assert cost["total_time_s"] == pytest.approx(plan["predicted_time_s"], rel=1e-9)
+    assert cost["peak_bytes"] == plan["peak_bytes"] == api.memory["peak"]
+    assert cost["fits"] == (plan["status"] != "infeasible") == api.feasible
+
+
+def test_a_fixed_head_is_one_option_of_all_three(capsys):
+    cost = _json(capsys, "cost", *QUESTION, "--strategies", "metp", "--head", "whole")["strategies"]["metp"]
+    plan = _json(capsys, "plan", *QUESTION, "--strategies", "metp", "--head", "whole")
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, strategies=["metp"], head="whole")
+    assert cost["head"] == plan["head"] == api.head == "whole"
+    assert cost["peak_bytes"] == plan["peak_bytes"] == api.memory["peak"]
