@@ -24,7 +24,7 @@ def _trained_lengths(dataset: str, tokenizer: Path) -> list[int]:
 
 
 def _lengths(capsys, source, out: Path, tokenizer) -> list[int]:
-    assert main(["lengths", str(source), "--out", str(out), "--tokenizer", str(tokenizer)]) == 0
+    assert main(["data", "lengths", str(source), "--out", str(out), "--tokenizer", str(tokenizer)]) == 0
     capsys.readouterr()
     return [int(line) for line in out.read_text().split()]
 
