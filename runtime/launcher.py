@@ -6,6 +6,8 @@ Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `
 - A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
   stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
   traceback is printed once, from the launcher.
+- A rank whose collective waited past the collective timeout for a peer (`PeerSilent`) reports it; the launcher
+  then names the rank that never answered (alive with no report: stopped by SIGSTOP, or hung) in one line.
 - A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
   output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
 - Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
@@ -54,8 +56,12 @@ def stop_with_parent(parent_pid: int) -> None:
 
 REPORT_GRACE_S = 3.0
 """How long the launcher waits, after the first failure, for the other ranks' reports."""
-REPORT_ORDER = ("user", "stopped", "crash")
+REPORT_ORDER = ("user", "stopped", "silent", "crash")
 """Which report the launcher shows when several ranks failed: the root cause before its echoes."""
+
+
+class PeerSilent(RunStopped):
+    """A rank's collective waited past the collective timeout for a peer that did not answer."""
 
 
 def end_process(code: int) -> None:
@@ -80,6 +86,9 @@ def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int)
     except UserInputError as err:
         report.send(("user", rank, str(err)))
         end_process(2)
+    except PeerSilent as err:
+        report.send(("silent", rank, str(err)))
+        end_process(1)
     except RunStopped as err:
         report.send(("stopped", rank, str(err)))
         end_process(1)
@@ -93,6 +102,10 @@ def _stop(procs, grace_s: float = 5.0) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            try:  # a stopped rank (SIGSTOP) takes SIGTERM only once it runs again
+                os.kill(p.pid, signal.SIGCONT)
+            except OSError:
+                pass
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -109,6 +122,28 @@ def _death(exitcode: int) -> str:
         except ValueError:
             return f"was killed by signal {-exitcode}"
     return f"ended with exit code {exitcode}"
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _silent_rank_line(procs, reported: set[int], message: str) -> str:
+    """One line naming the rank(s) that never answered, when a rank's collective timed out (`message`): the ranks
+    still alive without a report, the stopped ones first (a rank that timed out itself has reported)."""
+    quiet = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reported]
+    stopped = [r for r in quiet if _is_stopped(procs[r].pid)]
+    named = stopped or quiet
+    if not named:
+        return message
+    how = "is stopped (SIGSTOP)" if stopped else "did not answer (hung or too slow)"
+    who = f"rank {named[0]}" if len(named) == 1 else "ranks " + ", ".join(map(str, named))
+    return f"{who} {how}: {message}; every rank was stopped"
 
 
 def _wait_for_first_failure(procs, reports) -> bool:
@@ -146,6 +181,9 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
             running = [p.sentinel for p in procs if p.exitcode is None]
             multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
         said = [c.recv() for c in reports if c.poll()]
+        reported = {rank for _, rank, _ in said}
+        silent_line = _silent_rank_line(procs, reported, min(m for k, _, m in said if k == "silent")) \
+            if any(k == "silent" for k, _, _ in said) else ""
         # ranks that ended (before the launcher stops the rest) with no report: killed, or died in C++
         silent = [(r, p.exitcode) for r, p in enumerate(procs)
                   if p.exitcode not in (None, 0) and r not in {rank for _, rank, _ in said}]
@@ -156,6 +194,8 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
         raise UserInputError(message)
     if kind == "stopped":
         raise RunStopped(message)
+    if kind == "silent":
+        raise RunStopped(silent_line)
     if silent:
         dead, code = silent[0]
         raise RunStopped(f"rank {dead} {_death(code)} without reporting an error; the other ranks were stopped")

@@ -362,6 +362,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("export-hf-out-is-file", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/afile"]),
     ("export-hf-shard-size", ["export-hf", "--checkpoint", "{d}/ckpt_bad", "--out", "{d}/hf3",
                               "--max-shard-size", "0"]),
+    # collective timeouts of the commands that start ranks: positive and finite seconds, at most a day
+    ("train-collective-timeout-0", TRAIN + ["--collective-timeout", "0"]),
+    ("train-collective-timeout-neg", TRAIN + ["--collective-timeout", "-5"]),
+    ("train-collective-timeout-inf", TRAIN + ["--collective-timeout", "inf"]),
+    ("train-collective-timeout-huge", TRAIN + ["--collective-timeout", "1e9"]),
+    ("calibrate-collective-timeout-0", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny",
+                                        "--collective-timeout", "0"]),
+    ("validate-run-collective-timeout-nan", ["validate-run", "--out", "{d}/val", "--collective-timeout", "nan"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [
@@ -414,6 +422,8 @@ ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
     ("env-no-master-profile-distributed", {"RANK": "0", "WORLD_SIZE": "1"},
      ["profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv", "--mode",
       "distributed"]),
+    # a meeting place that cannot be reached: refused before a rank waits to connect
+    ("env-master-addr-unresolvable", {**ONE_RANK, "MASTER_ADDR": "no-such-host.invalid"}, TRAIN),
 ]
 
 
