@@ -1,0 +1,49 @@
+"""Nothing lost: a resumed run rewrites only its own --log-file (told by content: its row of the checkpoint's
+step, as the checkpoint recorded it), and a checkpoint's publication never removes a folder the run did not
+write."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.app.training import train
+from paradyse_lab.errors import UserInputError
+
+MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
+"""A GPT-2 config small enough that a CPU step takes milliseconds."""
+
+
+@pytest.fixture
+def base(tmp_path):
+    path = tmp_path / "micro-gpt2.json"
+    path.write_text(json.dumps(MICRO_GPT2))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield dict(model=str(path), dataset="uniform:8:16", policy="static:megatron_ts", max_len=16, progress=False,
+               checkpoint_every=2)
+    torch.set_num_threads(threads)
+
+
+def test_a_resumed_run_refuses_another_runs_log_and_leaves_it_whole(tmp_path, base):
+    """Two runs of the same settings (A: 6 steps, B: 4); B resumed with A's log as its --log-file is refused with
+    one line and A's log keeps its 6 rows (before, B's resume from step 4 deleted A's rows 5 and 6). B's own log
+    resumes as before, and so does a resume with no checkpoint given a log holding rows: refused, untouched."""
+    log_a, log_b = tmp_path / "a.csv", tmp_path / "b.csv"
+    train(TrainOptions(**base, steps=6, checkpoint_dir=str(tmp_path / "ck-a"), log_file=str(log_a)))
+    train(TrainOptions(**base, steps=4, checkpoint_dir=str(tmp_path / "ck-b"), log_file=str(log_b)))
+    before = log_a.read_text()
+    with pytest.raises(UserInputError, match="is not the log of the run checkpointed at step 4"):
+        train(TrainOptions(**base, steps=8, resume=True, checkpoint_dir=str(tmp_path / "ck-b"), log_file=str(log_a)))
+    assert log_a.read_text() == before and len(before.splitlines()) == 7
+    with pytest.raises(UserInputError, match="holds the rows of another run"):
+        train(TrainOptions(**base, steps=8, resume=True, checkpoint_dir=str(tmp_path / "ck-new"),
+                           log_file=str(log_a)))
+    assert log_a.read_text() == before
+    rows = train(TrainOptions(**base, steps=6, resume=True, checkpoint_dir=str(tmp_path / "ck-b"),
+                              log_file=str(log_b)))
+    assert [r["step"] for r in rows] == [5, 6]
+    assert [line.split(",")[0] for line in log_b.read_text().splitlines()[1:]] == ["1", "2", "3", "4", "5", "6"]
