@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -88,13 +89,33 @@ def _write(state: dict, tmp: Path, group) -> str | None:
     return None
 
 
+def _own_checkpoint(folder: Path) -> bool:
+    """Whether `folder` is a checkpoint this module wrote: a real folder whose meta.json has its format, or (its
+    meta.json lost or damaged) that holds DCP's files and nothing else. The only kind of folder a publication
+    replaces, never one a user or another tool put there (an exported model, a copy)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        if read_meta(folder).get("format") == FORMAT:
+            return True
+    except ValueError:
+        pass
+    names = [entry.name for entry in folder.iterdir()]
+    return ".metadata" in names and all(
+        n in (".metadata", "meta.json", "meta.json.part") or re.fullmatch(r"__\d+_\d+\.distcp", n) for n in names)
+
+
 def _publish(root: Path, tmp: Path, final: Path, meta: dict) -> str | None:
     """Rank 0: meta.json with every file's SHA-256, the rename of `tmp` to `final`, `latest`; None or what went
     wrong."""
     try:
         hashes = {f.name: file_digest(f) for f in sorted(tmp.iterdir()) if f.is_file()}
         _replace_text(tmp / "meta.json", json.dumps({**meta, "sha256": hashes}, indent=1))
-        shutil.rmtree(final, ignore_errors=True)
+        if final.exists() or final.is_symlink():
+            if not _own_checkpoint(final):
+                return (f"{final} exists and is not a checkpoint of paradyse-lab (no meta.json of its format); "
+                        "it is left as it is: move it out of --checkpoint-dir")
+            shutil.rmtree(final)
         os.replace(tmp, final)
         _replace_text(root / "latest", final.name)
     except OSError as err:

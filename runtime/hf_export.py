@@ -50,6 +50,32 @@ def find_checkpoint(path: str | Path) -> Path:
     return found[0]
 
 
+def _checkpoint_folder(folder: Path) -> bool:
+    """Whether `folder` is a training checkpoint (meta.json beside DCP's .metadata) or a --checkpoint-dir (a
+    checkpoint among its `step-*` folders, or the `latest` marker naming one)."""
+    from runtime.checkpoint import checkpoints
+
+    if (folder / "meta.json").is_file() and (folder / ".metadata").is_file():
+        return True
+    if (folder / "latest").is_file() and re.fullmatch(r"step-\d+\s*", (folder / "latest").read_text(errors="replace")):
+        return True
+    return any((step / "meta.json").is_file() for step in checkpoints(folder))
+
+
+def refuse_out_inside_checkpoints(out: Path, checkpoint: Path) -> None:
+    """`UserInputError` when --out is the checkpoint read, lies inside it, or inside any checkpoint folder: a
+    resumed run owns its folder and could publish a checkpoint of the same name over the export."""
+    target = out.resolve()
+    source = checkpoint.resolve()
+    if target == source or source in target.parents:
+        raise UserInputError(f"--out {str(out)!r} lies inside --checkpoint {str(checkpoint)!r}; write the Hugging "
+                             "Face folder outside it")
+    for folder in (target, *target.parents):
+        if folder.is_dir() and _checkpoint_folder(folder):
+            raise UserInputError(f"--out {str(out)!r} lies inside the checkpoint folder {str(folder)!r}, which "
+                                 "training runs write and clean; write the Hugging Face folder outside it")
+
+
 def shard_groups(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[list[str]]:
     """Tensor names in order, cut into files of at most `max_bytes` (a larger tensor gets a file of its own)."""
     groups, size = [[]], 0
@@ -145,6 +171,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserInputError(f"--out {str(out)!r} exists and is not an empty folder; choose a new one")
     path = find_checkpoint(checkpoint)
+    refuse_out_inside_checkpoints(out, Path(checkpoint))
     full, meta = read_full(path)
     cfg = config_of(meta, GPTConfig)
     tensors = to_hf_state_dict(full, cfg)

@@ -5,13 +5,14 @@ write."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
 
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
 """A GPT-2 config small enough that a CPU step takes milliseconds."""
@@ -47,3 +48,48 @@ def test_a_resumed_run_refuses_another_runs_log_and_leaves_it_whole(tmp_path, ba
                               log_file=str(log_b)))
     assert [r["step"] for r in rows] == [5, 6]
     assert [line.split(",")[0] for line in log_b.read_text().splitlines()[1:]] == ["1", "2", "3", "4", "5", "6"]
+
+
+def test_a_publication_never_removes_a_folder_the_run_did_not_write(tmp_path, base):
+    """ck/step-000004 holding an exported model (no meta.json of a checkpoint): a run resumed from step 2 stops
+    with one line at its step-4 checkpoint and the folder keeps its files (before, it was deleted and replaced).
+    A checkpoint of the run whose meta.json was lost (DCP's files only) is still replaced by the resumed run."""
+    ck = tmp_path / "ck"
+    train(TrainOptions(**base, steps=4, checkpoint_dir=str(ck)))
+    dcp_files = sorted(p.name for p in (ck / "step-000004").iterdir())
+    shutil.rmtree(ck / "step-000004")
+    (ck / "latest").write_text("step-000002")
+    foreign = ck / "step-000004"
+    foreign.mkdir()
+    (foreign / "config.json").write_text("{}")
+    (foreign / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(RunStopped, match="step-000004 exists and is not a checkpoint"):
+        train(TrainOptions(**base, steps=4, resume=True, checkpoint_dir=str(ck)))
+    assert sorted(p.name for p in foreign.iterdir()) == ["config.json", "model.safetensors"]
+    assert (ck / "latest").read_text().strip() == "step-000002"
+    shutil.rmtree(foreign)
+    train(TrainOptions(**base, steps=4, resume=True, checkpoint_dir=str(ck)))
+    (ck / "step-000004" / "meta.json").unlink()  # damaged: DCP's files only
+    (ck / "latest").write_text("step-000002")
+    train(TrainOptions(**base, steps=4, resume=True, checkpoint_dir=str(ck)))
+    assert sorted(p.name for p in (ck / "step-000004").iterdir()) == dcp_files
+
+
+@pytest.mark.parametrize("where", ["step-folder", "inside-checkpoint", "checkpoint-dir"])
+def test_export_hf_refuses_an_out_inside_a_checkpoint_folder(tmp_path, base, capsys, where):
+    """--out as a new step-* folder of the checkpoint folder (which the next resumed run would publish over), a
+    folder inside the checkpoint read, or the checkpoint folder's own subfolder: one line, exit 2, nothing
+    written."""
+    from paradyse_lab.cli import main
+
+    ck = tmp_path / "ck"
+    train(TrainOptions(**base, steps=2, checkpoint_dir=str(ck)))
+    before = sorted(str(p.relative_to(ck)) for p in ck.rglob("*"))
+    out = {"step-folder": ck / "step-000004", "inside-checkpoint": ck / "step-000002" / "hf",
+           "checkpoint-dir": ck / "exports" / "hf"}[where]
+    source = ck if where == "checkpoint-dir" else ck / "step-000002"  # step-folder: ck is not the input
+    capsys.readouterr()
+    assert main(["export-hf", "--checkpoint", str(source), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--out" in err and "inside" in err, err
+    assert sorted(str(p.relative_to(ck)) for p in ck.rglob("*")) == before
