@@ -8,6 +8,8 @@ Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `
   traceback is printed once, from the launcher.
 - A rank whose collective waited past the collective timeout for a peer (`PeerSilent`) reports it; the launcher
   then names the rank that never answered (alive with no report: stopped by SIGSTOP, or hung) in one line.
+- A rank's `OSError` (a file it cannot read or write) is one line, as in one process (exit 2); a rank whose
+  stdout or stderr reader has gone (`| head -1`) drops its further output and finishes its work.
 - A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
   output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
 - Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
@@ -78,13 +80,54 @@ def end_process(code: int) -> None:
     os._exit(code)
 
 
+class ReaderGone:
+    """A text stream whose writes and flushes, once its reader has gone (a closed pipe: `| head -1`), go to
+    /dev/null instead of raising `BrokenPipeError` into the work that printed."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def _drop(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._inner.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _os_error_line(err: OSError) -> str:
+    """An `OSError` as the one line the command line prints for it in one process."""
+    where = f" {str(err.filename)!r}" if err.filename else ""
+    return f"cannot use{where}: {err.strerror or err}"
+
+
 def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
     """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
     stop_with_parent(parent_pid)
+    sys.stdout, sys.stderr = ReaderGone(sys.stdout), ReaderGone(sys.stderr)
     try:
         fn(rank, nprocs, *args)
     except UserInputError as err:
         report.send(("user", rank, str(err)))
+        end_process(2)
+    except OSError as err:  # a file this rank cannot use: the user's to fix, as in one process
+        report.send(("user", rank, f"rank {rank}: {_os_error_line(err)}"))
         end_process(2)
     except PeerSilent as err:
         report.send(("silent", rank, str(err)))
