@@ -268,14 +268,31 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     return full, meta
 
 
-def model_record(cfg, init_from: str = "") -> dict:
-    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`) and
-    the config.json of the Hugging Face folder it started from (`hf_config`), for export-hf."""
+def model_record(cfg, init_from: str = "", model: str = "") -> dict:
+    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`), and for
+    export-hf the config.json of the Hugging Face source it came from (`hf_config`: the --init-from folder's, else
+    a --model given as a config.json or a folder holding one; None for a preset) and that folder (`hf_folder`,
+    absolute: its tokenizer files go with the export)."""
     import dataclasses
 
     from runtime.hf_weights import read_config
 
-    return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(init_from) if init_from else None}
+    folder = None
+    if init_from:
+        folder = Path(init_from)
+    elif model and Path(model).is_dir() and (Path(model) / "config.json").is_file():
+        folder = Path(model)
+    if folder is not None:
+        return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(folder),
+                "hf_folder": str(folder.resolve())}
+    config = None
+    if model and model.endswith(".json") and Path(model).is_file():
+        try:
+            config = json.loads(Path(model).read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            config = None  # the run read it: a file replaced since is not carried
+    return {"architecture": dataclasses.asdict(cfg), "hf_config": config if isinstance(config, dict) else None,
+            "hf_folder": str(Path(model).resolve().parent) if isinstance(config, dict) else None}
 
 
 def config_of(meta: dict, cls):

@@ -80,8 +80,8 @@ class TrainState:
         """A checkpoint after `step` steps, readable at any world size (runtime/dcp_checkpoint.py), with the step's
         --log-file row (`log_row`: how a resumed run tells its own log, runtime/train_inputs.py `check_log_owner`)."""
         cfg = self.model.cfg
-        record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from), "workload_size": self.workload_size,
-                  "log_row": log_row}
+        record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from, self.opts.model),
+                  "workload_size": self.workload_size, "log_row": log_row}
         dcp_checkpoint.save(self.opts.checkpoint_dir, step, self.trained, self.optimizer, cfg, self.meta, record,
                             self.group)
 

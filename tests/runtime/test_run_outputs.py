@@ -5,7 +5,13 @@ write."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +20,7 @@ from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.errors import RunStopped, UserInputError
 
+ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
 """A GPT-2 config small enough that a CPU step takes milliseconds."""
 
@@ -93,3 +100,72 @@ def test_export_hf_refuses_an_out_inside_a_checkpoint_folder(tmp_path, base, cap
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--out" in err and "inside" in err, err
     assert sorted(str(p.relative_to(ck)) for p in ck.rglob("*")) == before
+
+
+MICRO_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 32,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 64,
+               "vocab_size": 96, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "bos_token_id": 1,
+               "eos_token_id": 2, "rope_theta": 10000.0}
+"""A Hugging Face LLaMA config.json with fields export-hf cannot rebuild from shapes (its positions, BOS, EOS)."""
+
+
+def _llama_checkpoint(tmp_path, base) -> Path:
+    """2 steps of `train --model FOLDER/config.json`, FOLDER holding tokenizer files too; the checkpoint folder."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MICRO_LLAMA))
+    (folder / "tokenizer_config.json").write_text('{"model_max_length": 1024}')
+    (folder / "special_tokens_map.json").write_text('{"bos_token": "<s>"}')
+    ck = tmp_path / "ck"
+    train(TrainOptions(**{**base, "model": str(folder / "config.json")}, steps=2, checkpoint_dir=str(ck)))
+    return ck
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_export_hf_carries_the_source_config_and_tokenizer_with_the_umasks_modes(tmp_path, base, umask):
+    """A model given as a Hugging Face config.json exports with that config's fields (max_position_embeddings
+    1024, not 131072; BOS and EOS ids kept), the source folder's tokenizer files, and every file's mode as the
+    umask makes it (before: model.safetensors 0600 whatever the umask)."""
+    from runtime.hf_export import export_hf
+
+    ck = _llama_checkpoint(tmp_path, base)
+    old = os.umask(umask)
+    try:
+        done = export_hf(ck, tmp_path / "out")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    config = json.loads((out / "config.json").read_text())
+    assert {k: config[k] for k in ("max_position_embeddings", "bos_token_id", "eos_token_id")} == {
+        "max_position_embeddings": 1024, "bos_token_id": 1, "eos_token_id": 2}
+    assert sorted(done["files"]) == sorted(p.name for p in out.iterdir()) == [
+        "config.json", "model.safetensors", "special_tokens_map.json", "tokenizer_config.json"]
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == dict.fromkeys(
+        done["files"], 0o666 & ~umask)
+
+
+def test_export_hf_stopped_by_sigterm_leaves_no_temporary_folder(tmp_path, base):
+    """SIGTERM while export-hf writes its temporary folder (the process stopped as soon as the folder appears,
+    then signalled): one line, exit 1, and neither the folder nor --out is left (before, `.out.tmp-*` stayed)."""
+    ck = _llama_checkpoint(tmp_path, base)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for attempt in range(5):  # the folder exists for milliseconds: caught in one try of a few on a loaded machine
+        exports = tmp_path / f"exports-{attempt}"
+        exports.mkdir()
+        proc = subprocess.Popen([sys.executable, "-m", "paradyse_lab", "export-hf", "--checkpoint", str(ck), "--out",
+                                 str(exports / "out"), "--max-shard-size", "1KB"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        caught = False
+        while proc.poll() is None:
+            if any(p.name.startswith(".out.tmp-") for p in exports.iterdir()):
+                os.kill(proc.pid, signal.SIGSTOP)
+                caught = any(p.name.startswith(".out.tmp-") for p in exports.iterdir())
+                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGCONT)
+                break
+        out, err = proc.communicate(timeout=120)
+        if caught:
+            break
+    assert caught, "the temporary folder was never seen while export-hf ran"
+    assert proc.returncode == 1 and "SIGTERM" in err and len(err.strip().splitlines()) == 1, (proc.returncode, err)
+    assert list(exports.iterdir()) == []
