@@ -58,8 +58,9 @@ def stop_with_parent(parent_pid: int) -> None:
 
 REPORT_GRACE_S = 3.0
 """How long the launcher waits, after the first failure, for the other ranks' reports."""
-REPORT_ORDER = ("user", "stopped", "silent", "crash")
-"""Which report the launcher shows when several ranks failed: the root cause before its echoes."""
+REPORT_ORDER = ("user", "stopped", "os", "silent", "crash")
+"""Which report the launcher shows when several ranks failed: the root cause before its echoes (a rank's
+`OSError` after a peer's refusal or stop: a connection the peer closed is one)."""
 
 
 class PeerSilent(RunStopped):
@@ -127,7 +128,7 @@ def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int)
         report.send(("user", rank, str(err)))
         end_process(2)
     except OSError as err:  # a file this rank cannot use: the user's to fix, as in one process
-        report.send(("user", rank, f"rank {rank}: {_os_error_line(err)}"))
+        report.send(("os", rank, f"rank {rank}: {_os_error_line(err)}"))
         end_process(2)
     except PeerSilent as err:
         report.send(("silent", rank, str(err)))
@@ -233,7 +234,7 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
     finally:
         _stop(procs)
     kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1])) if said else ("crash", 0, "")
-    if kind == "user":
+    if kind in ("user", "os"):
         raise UserInputError(message)
     if kind == "stopped":
         raise RunStopped(message)
