@@ -102,9 +102,10 @@ def log_cells(row: dict) -> list[str]:
 def check_log_owner(opts, meta: dict | None) -> None:
     """A resumed run keeps its --log-file's rows up to the checkpoint's step and drops the later ones, so the file
     must be this run's log, told by content, never by path: its row of the checkpoint's step must be the one the
-    checkpoint recorded (`log_row`: the step's time and memory make it one run's). No checkpoint to resume (`meta`
-    None) means a new run, which writes into no file holding rows; a checkpoint of an earlier version, which
-    recorded no row, is not checked. Rank 0 checks it before it makes the log file."""
+    checkpoint recorded (`log_row`: the step's time and memory make it one run's). A file without rows has nothing
+    to lose; no checkpoint to resume (`meta` None) means a new run, which writes into no file holding rows; a
+    checkpoint of an earlier version, which recorded no row, is not checked. Rank 0 checks it before it makes the
+    log file."""
     import csv
     import io
 
@@ -113,11 +114,11 @@ def check_log_owner(opts, meta: dict | None) -> None:
         return
     rows = [r for r in csv.reader(io.StringIO(path.read_text(encoding="utf-8", errors="replace")))
             if r and r[0].isdigit()]
-    if meta is None:
-        if rows:
-            raise UserInputError(f"--log-file {opts.log_file!r} holds the rows of another run and --checkpoint-dir "
-                                 "holds no checkpoint of it; remove the file or name another")
+    if not rows:  # no row to lose (an empty file, or a header alone)
         return
+    if meta is None:
+        raise UserInputError(f"--log-file {opts.log_file!r} holds the rows of another run and --checkpoint-dir "
+                             "holds no checkpoint of it; remove the file or name another")
     recorded = meta.get("log_row")
     if recorded is None:
         return

@@ -55,6 +55,10 @@ def test_a_resumed_run_refuses_another_runs_log_and_leaves_it_whole(tmp_path, ba
                               log_file=str(log_b)))
     assert [r["step"] for r in rows] == [5, 6]
     assert [line.split(",")[0] for line in log_b.read_text().splitlines()[1:]] == ["1", "2", "3", "4", "5", "6"]
+    fresh = tmp_path / "fresh.csv"  # a header alone: no row to lose
+    fresh.write_text(log_b.read_text().splitlines()[0] + "\n")
+    train(TrainOptions(**base, steps=8, resume=True, checkpoint_dir=str(tmp_path / "ck-b"), log_file=str(fresh)))
+    assert [line.split(",")[0] for line in fresh.read_text().splitlines()[1:]] == ["7", "8"]
 
 
 def test_a_publication_never_removes_a_folder_the_run_did_not_write(tmp_path, base):
