@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -89,13 +90,33 @@ def _write(state: dict, tmp: Path, group) -> str | None:
     return None
 
 
+def _own_checkpoint(folder: Path) -> bool:
+    """Whether `folder` is a checkpoint this module wrote: a real folder whose meta.json has its format, or (its
+    meta.json lost or damaged) that holds DCP's files and nothing else. The only kind of folder a publication
+    replaces, never one a user or another tool put there (an exported model, a copy)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        if read_meta(folder).get("format") == FORMAT:
+            return True
+    except ValueError:
+        pass
+    names = [entry.name for entry in folder.iterdir()]
+    return ".metadata" in names and all(
+        n in (".metadata", "meta.json", "meta.json.part") or re.fullmatch(r"__\d+_\d+\.distcp", n) for n in names)
+
+
 def _publish(root: Path, tmp: Path, final: Path, meta: dict) -> str | None:
     """Rank 0: meta.json with every file's SHA-256, the rename of `tmp` to `final`, `latest`; None or what went
     wrong."""
     try:
         hashes = {f.name: file_digest(f) for f in sorted(tmp.iterdir()) if f.is_file()}
         _replace_text(tmp / "meta.json", json.dumps({**meta, "sha256": hashes}, indent=1))
-        shutil.rmtree(final, ignore_errors=True)
+        if final.exists() or final.is_symlink():
+            if not _own_checkpoint(final):
+                return (f"{final} exists and is not a checkpoint of paradyse-lab (no meta.json of its format); "
+                        "it is left as it is: move it out of --checkpoint-dir")
+            shutil.rmtree(final)
         os.replace(tmp, final)
         _replace_text(root / "latest", final.name)
     except OSError as err:
@@ -248,14 +269,31 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     return full, meta
 
 
-def model_record(cfg, init_from: str = "") -> dict:
-    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`) and
-    the config.json of the Hugging Face folder it started from (`hf_config`), for export-hf."""
+def model_record(cfg, init_from: str = "", model: str = "") -> dict:
+    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`), and for
+    export-hf the config.json of the Hugging Face source it came from (`hf_config`: the --init-from folder's, else
+    a --model given as a config.json or a folder holding one; None for a preset) and that folder (`hf_folder`,
+    absolute: its tokenizer files go with the export)."""
     import dataclasses
 
     from runtime.hf_weights import read_config
 
-    return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(init_from) if init_from else None}
+    folder = None
+    if init_from:
+        folder = Path(init_from)
+    elif model and Path(model).is_dir() and (Path(model) / "config.json").is_file():
+        folder = Path(model)
+    if folder is not None:
+        return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(folder),
+                "hf_folder": str(folder.resolve())}
+    config = None
+    if model and model.endswith(".json") and Path(model).is_file():
+        try:
+            config = json.loads(Path(model).read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            config = None  # the run read it: a file replaced since is not carried
+    return {"architecture": dataclasses.asdict(cfg), "hf_config": config if isinstance(config, dict) else None,
+            "hf_folder": str(Path(model).resolve().parent) if isinstance(config, dict) else None}
 
 
 def config_of(meta: dict, cls):

@@ -13,18 +13,25 @@ The tensors (`to_hf_state_dict`) are the inverse of `train --init-from`'s read: 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
 from runtime.hf_weights import Source, tensor_sources
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "vocab.txt", "generation_config.json")
+"""The files of a Hugging Face folder besides its config and weights that `from_pretrained` of the tokenizer
+(and `generate`'s defaults) read: copied from the folder the run started from into the export."""
 SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -48,6 +55,32 @@ def find_checkpoint(path: str | Path) -> Path:
         raise UserInputError(f"--checkpoint {str(path)!r} is neither a checkpoint (a step-* folder with meta.json) "
                              "nor a --checkpoint-dir holding any")
     return found[0]
+
+
+def _checkpoint_folder(folder: Path) -> bool:
+    """Whether `folder` is a training checkpoint (meta.json beside DCP's .metadata) or a --checkpoint-dir (a
+    checkpoint among its `step-*` folders, or the `latest` marker naming one)."""
+    from runtime.checkpoint import checkpoints
+
+    if (folder / "meta.json").is_file() and (folder / ".metadata").is_file():
+        return True
+    if (folder / "latest").is_file() and re.fullmatch(r"step-\d+\s*", (folder / "latest").read_text(errors="replace")):
+        return True
+    return any((step / "meta.json").is_file() for step in checkpoints(folder))
+
+
+def refuse_out_inside_checkpoints(out: Path, checkpoint: Path) -> None:
+    """`UserInputError` when --out is the checkpoint read, lies inside it, or inside any checkpoint folder: a
+    resumed run owns its folder and could publish a checkpoint of the same name over the export."""
+    target = out.resolve()
+    source = checkpoint.resolve()
+    if target == source or source in target.parents:
+        raise UserInputError(f"--out {str(out)!r} lies inside --checkpoint {str(checkpoint)!r}; write the Hugging "
+                             "Face folder outside it")
+    for folder in (target, *target.parents):
+        if folder.is_dir() and _checkpoint_folder(folder):
+            raise UserInputError(f"--out {str(out)!r} lies inside the checkpoint folder {str(folder)!r}, which "
+                                 "training runs write and clean; write the Hugging Face folder outside it")
 
 
 def shard_groups(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[list[str]]:
@@ -135,6 +168,36 @@ def hf_config(cfg, original: dict | None = None) -> dict:
     return out
 
 
+def _copy_tokenizer(folder: str | None, tmp: Path) -> list[str]:
+    """Copy the `TOKENIZER_FILES` the run's source folder holds (none when it is gone, or the model was a
+    preset); returns their names."""
+    if not folder or not Path(folder).is_dir():
+        return []
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (Path(folder) / name).is_file():
+            shutil.copyfile(Path(folder) / name, tmp / name)
+            copied.append(name)
+    return copied
+
+
+@contextlib.contextmanager
+def _removed_on_sigterm():
+    """While the block runs, SIGTERM raises `RunStopped` (in the main thread), so that the temporary folder is
+    removed on the way out as for any other error, instead of staying behind a process the signal ended."""
+    def stop(signum, frame):
+        raise RunStopped("export-hf was stopped by SIGTERM; its partial folder is removed")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 * 10**9) -> dict:
     """Write the Hugging Face folder `out` from `checkpoint` (module docstring); returns what was written."""
     from paradyse_lab.atomic_write import _umask
@@ -145,21 +208,27 @@ def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserInputError(f"--out {str(out)!r} exists and is not an empty folder; choose a new one")
     path = find_checkpoint(checkpoint)
+    refuse_out_inside_checkpoints(out, Path(checkpoint))
     full, meta = read_full(path)
     cfg = config_of(meta, GPTConfig)
     tensors = to_hf_state_dict(full, cfg)
     config = {**hf_config(cfg, meta.get("hf_config")), "dtype": "float32", "torch_dtype": "float32"}
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        files = write_safetensors(tensors, tmp, max_shard_bytes)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        os.chmod(tmp, 0o777 & ~_umask())
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _removed_on_sigterm():
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+        try:
+            files = write_safetensors(tensors, tmp, max_shard_bytes)
+            (tmp / "config.json").write_text(json.dumps(config, indent=2))
+            files += _copy_tokenizer(meta.get("hf_folder"), tmp)
+            mode = 0o666 & ~_umask()  # safetensors writes its files 0600 whatever the umask
+            for f in tmp.iterdir():
+                os.chmod(f, mode)
+            os.chmod(tmp, 0o777 & ~_umask())
+            if out.exists():
+                out.rmdir()  # empty (checked above)
+            os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return {"checkpoint": str(path), "step": meta["step"], "world_size": meta["world_size"], "out": str(out),
             "files": ["config.json", *files], "tensors": len(tensors)}

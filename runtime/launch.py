@@ -13,8 +13,18 @@ that p processes do not oversubscribe the machine.
 from __future__ import annotations
 
 import os
+import socket
+from datetime import timedelta
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.errors import RunStopped, UserInputError
+from runtime.launcher import PeerSilent
+
+COLLECTIVE_TIMEOUT_S = 300.0
+"""How long a rank waits for its peers (to meet, in one collective) before the run stops, naming the rank that
+did not answer (`--collective-timeout`). torch's own default is 30 minutes for gloo (10 for NCCL), during which
+a stopped or hung rank leaves every other rank idle; 5 minutes is far above any wait between two collectives
+of this runtime's steps on healthy ranks (a step's planner solve, a checkpoint's hashing on rank 0 of a model
+that trains here), and still ends a stuck run on its own. A slower machine or a larger checkpoint raises it."""
 
 _ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 """The variables torchrun sets for each rank (and the local launcher sets for its own ranks)."""
@@ -101,19 +111,66 @@ def rendezvous_store():
     return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
 
 
-def join_process_group(backend: str, local: tuple[int, int, int] | None = None) -> None:
+def check_collective_timeout(seconds) -> float:
+    """`--collective-timeout` as a number of seconds, or a `UserInputError` naming the allowed values."""
+    import math
+
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 < seconds <= 86400:
+        raise UserInputError(f"--collective-timeout must be a number of seconds in (0, 86400], got {seconds!r}")
+    return float(seconds)
+
+
+def _master_address() -> str:
+    """torchrun's MASTER_ADDR, checked to resolve (an address that does not would leave a rank retrying to
+    connect until its timeout, with the C++ store's log lines on stderr)."""
+    host = os.environ["MASTER_ADDR"].strip()
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise UserInputError(f"environment variable MASTER_ADDR {host!r} does not resolve to an address ({why}); "
+                             "the ranks meet at MASTER_ADDR:MASTER_PORT") from None
+    return host
+
+
+def join_process_group(backend: str, local: tuple[int, int, int] | None = None,
+                       timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
     """`torch.distributed.init_process_group(backend)`, remembered: a process that joined a group ends without
     interpreter finalization once its command is done (`joined_a_process_group`). `local` = (rank, world, port)
-    joins a local launcher's world at its held store (`rendezvous_store`) instead of torchrun's environment."""
+    joins a local launcher's world at its held store (`rendezvous_store`) instead of torchrun's environment.
+    Meeting and every collective wait at most `timeout_s` (`COLLECTIVE_TIMEOUT_S`); ranks that cannot meet (no
+    peers, a busy MASTER_PORT) end with one line (`RunStopped`) within it."""
     import torch.distributed as dist
 
-    if local is None:
-        dist.init_process_group(backend)
-    else:
-        rank, world, port = local
-        store = dist.TCPStore("127.0.0.1", port, None, False)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+    timeout = timedelta(seconds=timeout_s)
+    where = "the launcher's store" if local is not None else None
+    try:
+        if local is None:
+            where = f"{_master_address()}:{os.environ['MASTER_PORT'].strip()}"
+            dist.init_process_group(backend, timeout=timeout)
+        else:
+            rank, world, port = local
+            store = dist.TCPStore("127.0.0.1", port, None, False, timeout=timeout)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    except dist.DistError as err:
+        raise RunStopped(f"the ranks did not meet at {where} within {timeout_s:g} s (--collective-timeout): "
+                         f"{_first_line(err)}") from None
     _joined_group[:] = [True]
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of `err`'s message, without the C++ source location torch puts in front of it."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
+
+
+def is_collective_timeout(err: BaseException) -> bool:
+    """Whether `err` is a collective that waited past the process group's timeout (gloo: 'Timed out waiting
+    ...ms for recv operation', NCCL's watchdog: 'timeout'), not a peer that left or a bug."""
+    import torch.distributed as dist
+
+    return isinstance(err, (RuntimeError, dist.DistError)) and "timed out" in str(err).lower()
 
 
 def joined_a_process_group() -> bool:
@@ -130,10 +187,12 @@ def backend_for(world: int, env, cuda_available: bool, device_count: int) -> str
     return "nccl" if cuda_available and device_count >= local_world else "gloo"
 
 
-def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
+def run_rank(rank: int, world: int, fn, args, port: int | None, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
     """One rank: join the process group (torchrun's environment, or the local launcher's on `port`), call
     `fn(*args, group=None)`, leave (`leave_process_group`; a rank whose `fn` raised destroys its group at once,
-    with no barrier: its peers may never reach one). NCCL when every process of the node has a GPU, else gloo."""
+    with no barrier: its peers may never reach one). NCCL when every process of the node has a GPU, else gloo.
+    A collective that waits past `timeout_s` for a peer ends the rank with `PeerSilent`, one line (the local
+    launcher names the rank that did not answer)."""
     import torch
     import torch.distributed as dist
 
@@ -147,30 +206,35 @@ def run_rank(rank: int, world: int, fn, args, port: int | None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # CPU ranks share the machine's cores; oversubscribed threads make gloo crawl
         set_rank_threads(world)
-    join_process_group("nccl" if gpu else "gloo", None if port is None else (rank, world, port))
+    join_process_group("nccl" if gpu else "gloo", None if port is None else (rank, world, port), timeout_s)
     try:
         fn(*args, group=None)
-    except BaseException:
-        dist.destroy_process_group()
+        leave_process_group()
+    except BaseException as err:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if is_collective_timeout(err):
+            raise PeerSilent(f"rank {rank} waited more than {timeout_s:g} s (--collective-timeout) for a peer rank "
+                             "that did not answer (stopped, hung, or too slow)") from None
         raise
-    leave_process_group()
 
 
-def launch(fn, nproc: int, *args) -> None:
-    """Call `fn(*args, group=None)` on every rank (module docstring)."""
+def launch(fn, nproc: int, *args, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
+    """Call `fn(*args, group=None)` on every rank (module docstring), each collective waiting at most
+    `timeout_s` for its peers."""
     under_torchrun = torchrun_rank()
     if under_torchrun is not None:
-        run_rank(*under_torchrun, fn, args, None)
+        run_rank(*under_torchrun, fn, args, None, timeout_s)
         return
     store = rendezvous_store()  # held until every rank is done
     if nproc > 1:
         from runtime.launcher import launch as spawn
 
-        spawn(run_rank, nproc, (fn, args, store.port))
+        spawn(run_rank, nproc, (fn, args, store.port, timeout_s))
         return
     saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
     try:
-        run_rank(0, 1, fn, args, store.port)
+        run_rank(0, 1, fn, args, store.port, timeout_s)
     finally:
         for k, v in saved.items():
             if v is None:

@@ -6,6 +6,10 @@ Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `
 - A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
   stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
   traceback is printed once, from the launcher.
+- A rank whose collective waited past the collective timeout for a peer (`PeerSilent`) reports it; the launcher
+  then names the rank that never answered (alive with no report: stopped by SIGSTOP, or hung) in one line.
+- A rank's `OSError` (a file it cannot read or write) is one line, as in one process (exit 2); a rank whose
+  stdout or stderr reader has gone (`| head -1`) drops its further output and finishes its work.
 - A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
   output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
 - Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
@@ -54,8 +58,13 @@ def stop_with_parent(parent_pid: int) -> None:
 
 REPORT_GRACE_S = 3.0
 """How long the launcher waits, after the first failure, for the other ranks' reports."""
-REPORT_ORDER = ("user", "stopped", "crash")
-"""Which report the launcher shows when several ranks failed: the root cause before its echoes."""
+REPORT_ORDER = ("user", "stopped", "os", "silent", "crash")
+"""Which report the launcher shows when several ranks failed: the root cause before its echoes (a rank's
+`OSError` after a peer's refusal or stop: a connection the peer closed is one)."""
+
+
+class PeerSilent(RunStopped):
+    """A rank's collective waited past the collective timeout for a peer that did not answer."""
 
 
 def end_process(code: int) -> None:
@@ -72,14 +81,58 @@ def end_process(code: int) -> None:
     os._exit(code)
 
 
+class ReaderGone:
+    """A text stream whose writes and flushes, once its reader has gone (a closed pipe: `| head -1`), go to
+    /dev/null instead of raising `BrokenPipeError` into the work that printed."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def _drop(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._inner.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _os_error_line(err: OSError) -> str:
+    """An `OSError` as the one line the command line prints for it in one process."""
+    where = f" {str(err.filename)!r}" if err.filename else ""
+    return f"cannot use{where}: {err.strerror or err}"
+
+
 def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
     """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
     stop_with_parent(parent_pid)
+    sys.stdout, sys.stderr = ReaderGone(sys.stdout), ReaderGone(sys.stderr)
     try:
         fn(rank, nprocs, *args)
     except UserInputError as err:
         report.send(("user", rank, str(err)))
         end_process(2)
+    except OSError as err:  # a file this rank cannot use: the user's to fix, as in one process
+        report.send(("os", rank, f"rank {rank}: {_os_error_line(err)}"))
+        end_process(2)
+    except PeerSilent as err:
+        report.send(("silent", rank, str(err)))
+        end_process(1)
     except RunStopped as err:
         report.send(("stopped", rank, str(err)))
         end_process(1)
@@ -93,6 +146,10 @@ def _stop(procs, grace_s: float = 5.0) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            try:  # a stopped rank (SIGSTOP) takes SIGTERM only once it runs again
+                os.kill(p.pid, signal.SIGCONT)
+            except OSError:
+                pass
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -109,6 +166,28 @@ def _death(exitcode: int) -> str:
         except ValueError:
             return f"was killed by signal {-exitcode}"
     return f"ended with exit code {exitcode}"
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _silent_rank_line(procs, reported: set[int], message: str) -> str:
+    """One line naming the rank(s) that never answered, when a rank's collective timed out (`message`): the ranks
+    still alive without a report, the stopped ones first (a rank that timed out itself has reported)."""
+    quiet = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reported]
+    stopped = [r for r in quiet if _is_stopped(procs[r].pid)]
+    named = stopped or quiet
+    if not named:
+        return message
+    how = "is stopped (SIGSTOP)" if stopped else "did not answer (hung or too slow)"
+    who = f"rank {named[0]}" if len(named) == 1 else "ranks " + ", ".join(map(str, named))
+    return f"{who} {how}: {message}; every rank was stopped"
 
 
 def _wait_for_first_failure(procs, reports) -> bool:
@@ -146,16 +225,21 @@ def launch(fn, nprocs: int, args: tuple = ()) -> None:
             running = [p.sentinel for p in procs if p.exitcode is None]
             multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
         said = [c.recv() for c in reports if c.poll()]
+        reported = {rank for _, rank, _ in said}
+        silent_line = _silent_rank_line(procs, reported, min(m for k, _, m in said if k == "silent")) \
+            if any(k == "silent" for k, _, _ in said) else ""
         # ranks that ended (before the launcher stops the rest) with no report: killed, or died in C++
         silent = [(r, p.exitcode) for r, p in enumerate(procs)
                   if p.exitcode not in (None, 0) and r not in {rank for _, rank, _ in said}]
     finally:
         _stop(procs)
     kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1])) if said else ("crash", 0, "")
-    if kind == "user":
+    if kind in ("user", "os"):
         raise UserInputError(message)
     if kind == "stopped":
         raise RunStopped(message)
+    if kind == "silent":
+        raise RunStopped(silent_line)
     if silent:
         dead, code = silent[0]
         raise RunStopped(f"rank {dead} {_death(code)} without reporting an error; the other ranks were stopped")

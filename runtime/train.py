@@ -33,7 +33,7 @@ from runtime.plan_handoff import replicated_head_policy, vocab_storage
 from runtime.reference import GPTConfig
 from runtime.step_inputs import StepInputs
 from runtime.step_log import StepLog
-from runtime.train_inputs import check_log_file, check_options
+from runtime.train_inputs import check_log_file, check_log_owner, check_options, log_cells
 from runtime.train_setup import (
     checked_on_rank0,
     checkpoint_to_resume,
@@ -80,6 +80,8 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     cfg = GPTConfig.from_model_spec(spec)
     meta = run_meta(opts)
     found = checkpoint_to_resume(opts, meta, group)
+    if opts.log_file and opts.resume:  # before rank 0 rewrites the log: only this run's
+        checked_on_rank0(partial(check_log_owner, opts, None if found is None else checkpoint.read_meta(found)), group)
     micro_steps = opts.steps * micro_per_step(opts)
     size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
     inputs = StepInputs.build(opts, p, cfg, size)
@@ -146,11 +148,11 @@ def _train_steps(loop: TrainLoop, lr_schedule, held_out, start: int, log_csv: St
         if bar is not None:
             _show_step(bar, row, run.device)
         if opts.checkpoint_dir and opts.checkpoint_every and (step + 1) % opts.checkpoint_every == 0:
-            run.save(step + 1)
+            run.save(step + 1, log_cells(row))
     if bar is not None:
         bar.close()
     if opts.checkpoint_dir and log and not (opts.checkpoint_every and opts.steps % opts.checkpoint_every == 0):
-        run.save(opts.steps)
+        run.save(opts.steps, log_cells(log[-1]))
     if log_csv is not None:
         log_csv.close()
     return log

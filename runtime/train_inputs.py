@@ -4,7 +4,8 @@ Library module (runtime/train.py calls it; `paradyse-lab train --help` lists the
 
 - `check_options(opts)`: every number and path of the run's settings (finite positive lr, non-negative seed and
   --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each;
-  `check_log_file(opts)`: a new run does not write into an earlier run's --log-file.
+  `check_log_file(opts)`: a new run does not write into an earlier run's --log-file; `check_log_owner(opts,
+  meta)`: a resumed run rewrites only its own log (its row of the checkpoint's step as the checkpoint recorded it).
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, or of a text dataset tokenized with
@@ -85,6 +86,47 @@ def check_log_file(opts) -> None:
     if header != ",".join(LOG_COLUMNS):
         raise UserInputError(f"--log-file {opts.log_file!r} is not a log of `train` (its first line is not "
                              f"{','.join(LOG_COLUMNS)}); name another file")
+
+
+def log_cells(row: dict) -> list[str]:
+    """`row`'s cells as the --log-file CSV holds them (its columns in order, as the csv module writes them): what a
+    checkpoint records of its step's row, so that a resumed run can tell its own log by content."""
+    import csv
+    import io
+
+    text = io.StringIO()
+    csv.DictWriter(text, fieldnames=LOG_COLUMNS, extrasaction="ignore").writerow(row)
+    return next(csv.reader(io.StringIO(text.getvalue())))
+
+
+def check_log_owner(opts, meta: dict | None) -> None:
+    """A resumed run keeps its --log-file's rows up to the checkpoint's step and drops the later ones, so the file
+    must be this run's log, told by content, never by path: its row of the checkpoint's step must be the one the
+    checkpoint recorded (`log_row`: the step's time and memory make it one run's). A file without rows has nothing
+    to lose; no checkpoint to resume (`meta` None) means a new run, which writes into no file holding rows; a
+    checkpoint of an earlier version, which recorded no row, is not checked. Rank 0 checks it before it makes the
+    log file."""
+    import csv
+    import io
+
+    path = Path(opts.log_file) if opts.log_file else None
+    if path is None or not path.is_file():
+        return
+    rows = [r for r in csv.reader(io.StringIO(path.read_text(encoding="utf-8", errors="replace")))
+            if r and r[0].isdigit()]
+    if not rows:  # no row to lose (an empty file, or a header alone)
+        return
+    if meta is None:
+        raise UserInputError(f"--log-file {opts.log_file!r} holds the rows of another run and --checkpoint-dir "
+                             "holds no checkpoint of it; remove the file or name another")
+    recorded = meta.get("log_row")
+    if recorded is None:
+        return
+    mine = [r for r in rows if r[0] == str(meta["step"])]
+    if mine != [recorded]:
+        raise UserInputError(f"--log-file {opts.log_file!r} is not the log of the run checkpointed at step "
+                             f"{meta['step']} (its row of that step is not the one the checkpoint recorded); it is "
+                             "left as it is: name this run's log, or another file")
 
 
 def refuse_untrainable(opts, start: int, period: int, cap: int, unit: int, targets, steps: int | None = None) -> None:

@@ -76,10 +76,12 @@ class TrainState:
                 replay_decision(m)
         return start
 
-    def save(self, step: int) -> None:
-        """A checkpoint after `step` steps, readable at any world size (runtime/dcp_checkpoint.py)."""
+    def save(self, step: int, log_row: list[str] | None = None) -> None:
+        """A checkpoint after `step` steps, readable at any world size (runtime/dcp_checkpoint.py), with the step's
+        --log-file row (`log_row`: how a resumed run tells its own log, runtime/train_inputs.py `check_log_owner`)."""
         cfg = self.model.cfg
-        record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from), "workload_size": self.workload_size}
+        record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from, self.opts.model),
+                  "workload_size": self.workload_size, "log_row": log_row}
         dcp_checkpoint.save(self.opts.checkpoint_dir, step, self.trained, self.optimizer, cfg, self.meta, record,
                             self.group)
 

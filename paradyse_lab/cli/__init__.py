@@ -186,6 +186,19 @@ def _joined_a_process_group() -> bool:
     return launch is not None and launch.joined_a_process_group()
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that the flush at exit does not fail again
+    (Python would then print 'Exception ignored' and exit 120)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def _run_command(argv: list[str] | None) -> int:
     """Parse `argv` (None: the process's arguments) and run its command; the exit code (module docstring)."""
     _escape_what_cannot_be_printed()
@@ -203,7 +216,8 @@ def _run_command(argv: list[str] | None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: files are written whole or not at all (atomic writes)
         print(f"paradyse-lab {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader left (`| head -1`): the rest of the output goes nowhere, exit 0
+        _drop_stdout()
         return 0
     except (UserInputError, RunStopped, OSError, UnicodeDecodeError) as err:
         return _report(f"paradyse-lab {args.command}", err)

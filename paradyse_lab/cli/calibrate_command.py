@@ -17,6 +17,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli import descriptions
+from paradyse_lab.cli import collective_timeout
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-recompute", action="store_true", help="profile without the +recompute options")
     parser.add_argument("--force", action="store_true", help="start over instead of resuming DIR")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    collective_timeout.add_argument(parser)
 
 
 def options_from_args(args):
@@ -55,6 +57,7 @@ def options_from_args(args):
 
     d = machine_defaults()
     launched = torchrun_rank(args.nproc or None)  # refuses --nproc under torchrun, or its variables malformed
+    collective_timeout.seconds(args)
     nproc = launched[1] if launched else args.nproc or d["nproc"]  # under torchrun: its WORLD_SIZE
     require_positive_int("--nproc", nproc, MAX_GPUS_FLAG)
     per_node = node_of_this_rank()[1] if launched else 0
@@ -114,7 +117,8 @@ def run(args) -> int:
             raise UserInputError(f"{opts.out} holds a calibration with other settings ({old}); use another --out "
                                  "or --force")
     started = time.perf_counter()
-    launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1")
+    launch(_rank_main, opts.nproc, opts, sys.stderr.isatty() or os.environ.get("PARADYSE_PROGRESS") == "1",
+           timeout_s=collective_timeout.seconds(args))
     if "RANK" in os.environ and os.environ["RANK"] != "0":
         return 0
     state = read_json_object(state_path)

@@ -12,6 +12,7 @@ import argparse
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli import descriptions
+from paradyse_lab.cli import collective_timeout
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
                         "policy plans for this many GPUs of --cluster's kind (default: on CUDA, one per local GPU; "
                         "else 1)")
+    collective_timeout.add_argument(parser)
     parser.add_argument("--budget-gb", dest="budget_gb_deprecated", type=number, default=None,
                         help="deprecated: the budget in GB (10^9 bytes); use --budget-gib")
 
@@ -48,6 +50,7 @@ def options_from_args(args: argparse.Namespace):
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
     from paradyse_lab.app.training import with_folder_weights
 
+    collective_timeout.seconds(args)
     opts = with_folder_weights(from_namespace(TrainOptions, args, **_deprecated_budget(args)))
     check_options(opts)
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
@@ -97,7 +100,7 @@ def default_nproc() -> int | None:
     return count
 
 
-def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
+def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: float) -> None:
     """One rank: join the process group (torchrun's environment, or the launcher's), train, leave. What its
     imports left (torch, the planner, the runtime: a rank's whole life) is frozen first (`gc.freeze`), so that
     the garbage collector's full passes while the rank trains, the first optimizer's import of torch._dynamo
@@ -110,7 +113,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
     from runtime.launch import run_rank
 
     gc.freeze()
-    run_rank(rank, world, train, (opts,), port)
+    run_rank(rank, world, train, (opts,), port, timeout_s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,12 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from runtime.launch import torchrun_rank
 
     opts = options_from_args(args)
+    timeout_s = collective_timeout.seconds(args)
     use_expandable_segments(os.environ)
     under_torchrun = torchrun_rank(args.nproc)
     if under_torchrun is None and args.nproc is None:
         args.nproc = default_nproc()
     if under_torchrun is not None:  # the process then ends in paradyse_lab/cli `main`, without C++ teardown
-        _init_and_train(*under_torchrun, opts, None)
+        _init_and_train(*under_torchrun, opts, None, timeout_s)
     elif args.nproc is not None and args.nproc > 1:
         from paradyse_lab.app.training import preflight
         from runtime.launch import rendezvous_store
@@ -135,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
         preflight(opts, args.nproc)
         store = rendezvous_store()  # held until every rank is done: no other run can take its port
-        launch(_init_and_train, args.nproc, (opts, store.port))
+        launch(_init_and_train, args.nproc, (opts, store.port, timeout_s))
     else:
         from paradyse_lab.app.training import train
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli import descriptions
+from paradyse_lab.cli import collective_timeout
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
 from paradyse_lab.options import integer
@@ -69,6 +70,7 @@ def register(sub) -> None:
     p.add_argument("--skip-steps", type=integer, default=1, help="start-up steps left out of every number (default 1)")
     p.add_argument("--seed", type=integer, default=0, help="weights, workload and token seed (default 0)")
     add_format_argument(p)
+    collective_timeout.add_argument(p)
     p.set_defaults(func=run)
 
 
@@ -86,6 +88,7 @@ def _options(args):
     nproc = args.nproc or cal.get("nproc") or _default_nproc()
     require_positive_int("--nproc", nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc or None)  # --nproc under torchrun, or torchrun's variables malformed
+    collective_timeout.seconds(args)
     model = args.model or cal.get("model") or "gpt2-tiny"
     spec = get_model(model)
     max_len = args.max_len or cal.get("max_len") or spec.max_positions
@@ -156,7 +159,7 @@ def run(args) -> int:
 
     opts = _options(args)
     Path(opts.out).mkdir(parents=True, exist_ok=True)
-    launch(execute_policies, opts.nproc, opts, sys.stderr.isatty())
+    launch(execute_policies, opts.nproc, opts, sys.stderr.isatty(), timeout_s=collective_timeout.seconds(args))
     result = finish(opts, args.skip_steps)
     if args.format == "json":
         print(json.dumps(result, indent=2))

@@ -373,6 +373,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("simulate-groups-megatron-packs", ["simulate", "--model", "bert", "--dataset", "github_code", "--policy",
                                         "static:megatron_cz", "--global-batch", "4", "--groups", "megatron",
                                         "--pack-tokens", "32768"]),
+    # collective timeouts of the commands that start ranks: positive and finite seconds, at most a day
+    ("train-collective-timeout-0", TRAIN + ["--collective-timeout", "0"]),
+    ("train-collective-timeout-neg", TRAIN + ["--collective-timeout", "-5"]),
+    ("train-collective-timeout-inf", TRAIN + ["--collective-timeout", "inf"]),
+    ("train-collective-timeout-huge", TRAIN + ["--collective-timeout", "1e9"]),
+    ("calibrate-collective-timeout-0", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny",
+                                        "--collective-timeout", "0"]),
+    ("validate-run-collective-timeout-nan", ["validate-run", "--out", "{d}/val", "--collective-timeout", "nan"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [
@@ -427,6 +435,8 @@ ENV_CASES: list[tuple[str, dict[str, str], list[str]]] = [
      ["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "64", "--strategies", "metp", "--out", "{d}/p.csv",
       "--mode",
       "distributed"]),
+    # a meeting place that cannot be reached: refused before a rank waits to connect
+    ("env-master-addr-unresolvable", {**ONE_RANK, "MASTER_ADDR": "no-such-host.invalid"}, TRAIN),
 ]
 
 
