@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
-from paradyse_lab.cli import descriptions
-from paradyse_lab.cli import collective_timeout
+from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 

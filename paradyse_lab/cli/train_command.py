@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 
 from paradyse_lab.app.train_options import TrainOptions
-from paradyse_lab.cli import descriptions
-from paradyse_lab.cli import collective_timeout
+from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.options import integer, number
 

@@ -39,8 +39,7 @@ import sys
 from pathlib import Path
 
 from paradyse_lab.atomic_write import read_json_object
-from paradyse_lab.cli import descriptions
-from paradyse_lab.cli import collective_timeout
+from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
 from paradyse_lab.options import integer
