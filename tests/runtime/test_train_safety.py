@@ -385,13 +385,15 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
 def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo(capfd):
     """Rank 1 refuses its input; rank 0's error on the connection rank 1 closed is an echo: the launcher raises
     rank 1's one line, and rank 0's traceback is not shown."""
+    import socket
+
     import launcher_cases
 
-    from runtime.launch import rendezvous_store
     from runtime.launcher import launch
 
-    store = rendezvous_store()  # the ranks meet at it, as a launcher's do
-    port = store.port
+    with socket.socket() as sock:  # the ranks' own connection, not a process group: rank 0 listens on it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     with pytest.raises(UserInputError, match="bad input on rank 1 only"):
         launch(launcher_cases.one_rank_refuses, 2, (port,))
     assert "Traceback" not in capfd.readouterr().err
