@@ -6,7 +6,7 @@ Sources (`--dataset` with `--tokenizer PATH`; a `file:` prefix is allowed):
   split is read), loaded with `datasets.load_from_disk`;
 - a `.jsonl` file (one JSON object per line), a `.parquet` file or an `.arrow` file (Arrow IPC, file or stream
   form, as `save_to_disk` writes its shards), read with `pyarrow`;
-- a folder of such files, read in name order.
+- a folder of such files, read in name order (hidden files, named with a leading dot, are skipped).
 Each document is the string in the text column (`--text-column`, default `text`) of one row.
 The tokenizer is a `tokenizer.json` (or a folder holding one: a Hugging Face model folder) read by the
 `tokenizers` library's `Tokenizer.from_file`; documents are encoded without special tokens added.
@@ -45,7 +45,8 @@ def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> l
     path = source_path(dataset, flag)
     if path.is_dir() and any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
         return _from_saved_dataset(path, column)
-    files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES) if path.is_dir() else [path]
+    files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES and not f.name.startswith(".")
+                   and f.is_file()) if path.is_dir() else [path]
     if not files:
         raise UserInputError(f"{flag} {dataset!r} holds no {', '.join(TEXT_FILE_SUFFIXES)} files and is not a "
                              "save_to_disk folder")

@@ -130,9 +130,9 @@ def preflight(opts, p: int) -> None:
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
-    GPTConfig.from_model_spec(spec)
+    vocab = GPTConfig.from_model_spec(spec).vocab_size
     plan_policy(opts, spec, p, cost_model="analytic", quiet=True)  # names only: a learned model is fitted by the ranks
     group_planner(replace(opts, cost_model="analytic"), spec, p)
     for dataset in filter(None, (opts.dataset, opts.eval_dataset)):
-        if TokenDocuments.from_options(opts, dataset) is None:
+        if TokenDocuments.from_options(opts, dataset, vocab) is None:
             get_workload(dataset, size=opts.steps, seed=opts.seed)
