@@ -38,6 +38,7 @@ from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
 from runtime import comm, dcp_entries
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
+from runtime.resume_identity import IDENTITY_KEYS, check_identity, compared_by_content
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}
@@ -143,7 +144,11 @@ def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
     if meta.get("format") != FORMAT:
         raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab; resume it "
                              "with that version, or start a new --checkpoint-dir")
+    check_identity(path, meta, meta_expected)  # the model and data by content
+    by_content = compared_by_content(meta, meta_expected) | set(IDENTITY_KEYS)
     for key, value in meta_expected.items():
+        if key in by_content:
+            continue
         saved = meta.get(key, OPTIONAL_SETTINGS.get(key, value))  # not recorded: its default (or not checked)
         if saved != value:
             raise UserInputError(f"checkpoint {path} has {key}={saved!r}; this run has {value!r} (resume with "

@@ -75,7 +75,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     dtype = "bf16" if device.type == "cuda" else "fp32"
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
     cfg = GPTConfig.from_model_spec(spec)
-    meta = run_meta(opts)
+    meta = run_meta(opts, cfg)
     found = checkpoint_to_resume(opts, meta, group)
     micro_steps = opts.steps * micro_per_step(opts)
     size = checkpoint.workload_size(found, micro_steps)  # a resumed run keeps the workload it started with
