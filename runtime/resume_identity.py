@@ -69,6 +69,11 @@ def check_identity(path: Path, saved: dict, expected: dict) -> None:
     or on other data than this run's (`expected`, from `identity`)."""
     arch, want = saved.get("architecture"), expected.get("architecture")
     if isinstance(arch, dict) and want:
+        unknown = sorted(set(arch) - set(want))
+        if unknown:
+            raise UserInputError(f"checkpoint {path} records architecture fields this version of paradyse-lab does "
+                                 f"not know ({', '.join(unknown)}): it was written by another version; use that "
+                                 "version, or start a new --checkpoint-dir")
         for field, value in want.items():
             if arch.get(field) != value:
                 raise UserInputError(f"checkpoint {path} was written by another model: its {field} is "

@@ -96,6 +96,8 @@ SWEEP_FILES = {
     "cfg_ll_act_number.json": "{" + LL + ', "hidden_act": 5}',
     "tok_beyond_int64.jsonl": "[1, 2, 3]\n[1, 99999999999999999999999, 3]\n",
     "tok_beyond_vocab.jsonl": "[1, 2, 3]\n\n[4, 5]\n[1, 600, 3]\n",
+    "ck_layout2/step-000001/meta.json": '{"format": "torch.distributed.checkpoint", "layout": 2, "step": 1}',
+    "ck_layout2/latest": "step-000001",
 }
 """Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
 
@@ -391,6 +393,9 @@ NPROC2_CASES: list[tuple[str, list[str]]] = [
                                       "file:{d}/tok_beyond_int64.jsonl", "--steps", "1", "--no-progress"]),
     ("nproc2-config-bool-string", ["--nproc", "2", "--model", "{d}/cfg_g2_tie_string.json", "--dataset",
                                    "uniform:8:16", "--steps", "1", "--no-progress"]),
+    ("nproc2-resume-checkpoint-layout-2", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16",
+                                           "--steps", "2", "--checkpoint-dir", "{d}/ck_layout2", "--resume",
+                                           "--no-progress"]),
 ]
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -595,6 +600,10 @@ SYNTAX_CASES: list[tuple[str, list[str], str]] = [
     ("train-eval-token-id-beyond-vocab", TRAIN + ["--eval-dataset", "file:{d}/tok_beyond_vocab.jsonl",
                                                   "--eval-every", "1"],
      "--eval-dataset token file '{d}/tok_beyond_vocab.jsonl' line 4: token id 600"),
+    ("export-hf-checkpoint-layout-2", ["export-hf", "--checkpoint", "{d}/ck_layout2", "--out", "{d}/hf-layout2"],
+     "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
+    ("train-resume-checkpoint-layout-2", TRAIN + ["--checkpoint-dir", "{d}/ck_layout2", "--resume"],
+     "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
 ]
 """Flag syntax, unreadable JSON and scaled TOML cases (part of SWEEP_CASES)."""
 
