@@ -44,7 +44,7 @@ def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> l
     named it (--dataset or --eval-dataset), for the messages."""
     path = source_path(dataset, flag)
     if path.is_dir() and any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
-        return _from_saved_dataset(path, column)
+        return _from_saved_dataset(path, column, flag)
     files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES and not f.name.startswith(".")
                    and f.is_file()) if path.is_dir() else [path]
     if not files:
@@ -68,12 +68,45 @@ def utf8_lines(path: Path, flag: str):
                                      f"{err.start + 1} of the line)") from None
 
 
-def _from_saved_dataset(path: Path, column: str) -> list[str]:
+def _check_saved_state(path: Path, flag: str) -> None:
+    """A `Dataset` folder's state.json names its Arrow files: a JSON object whose `_data_files` lists objects with
+    a `filename` inside the folder (one leaving it would be read from elsewhere); a one-line error otherwise."""
+    state = path / "state.json"
+    if not state.is_file():
+        return  # a DatasetDict folder: each split's folder is checked by the library
+    try:
+        data = typed_json.loads_checked(state.read_text(encoding="utf-8"), f"{flag} {str(path)!r}: state.json")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{flag} {str(path)!r}: state.json cannot be read ({err})") from None
+    files = data.get("_data_files") if isinstance(data, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise UserInputError(f"{flag} {str(path)!r}: state.json is damaged (its _data_files must list objects "
+                             "with a filename)")
+    for f in files:
+        name = Path(f["filename"])
+        if name.is_absolute() or ".." in name.parts:
+            raise UserInputError(f"{flag} {str(path)!r}: state.json names the data file {f['filename']!r}, which "
+                                 "leaves the folder")
+
+
+def _from_saved_dataset(path: Path, column: str, flag: str = "--dataset") -> list[str]:
     try:
         import datasets
     except ImportError:
         raise UserInputError("reading a save_to_disk folder needs the `datasets` library (pip install "
                              "'paradyse-lab[text]')") from None
+    _check_saved_state(path, flag)
+    try:
+        return _saved_texts(datasets, path, column)
+    except UserInputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the library and pyarrow raise many kinds for a damaged folder
+        raise UserInputError(f"{flag} {str(path)!r} is not a readable save_to_disk folder ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:160]})") from None
+
+
+def _saved_texts(datasets, path: Path, column: str) -> list[str]:
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:

@@ -24,7 +24,7 @@ from functools import partial
 
 from paradyse_lab.model_spec import get_model
 from runtime import checkpoint, comm
-from runtime.hf_weights import model_source
+from runtime.hf_weights import check_folder, model_source
 from runtime.optim_schedule import scheduler
 from runtime.plan_handoff import replicated_head_policy, vocab_storage
 from runtime.reference import GPTConfig
@@ -75,6 +75,8 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     dtype = "bf16" if device.type == "cuda" else "fp32"
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
     cfg = GPTConfig.from_model_spec(spec)
+    if opts.init_from:  # every tensor's shape against config.json, before the plan is stated
+        checked_on_rank0(partial(check_folder, opts.init_from, cfg), group)
     meta = run_meta(opts, cfg)
     found = checkpoint_to_resume(opts, meta, group)
     micro_steps = opts.steps * micro_per_step(opts)

@@ -98,6 +98,14 @@ SWEEP_FILES = {
     "tok_beyond_vocab.jsonl": "[1, 2, 3]\n\n[4, 5]\n[1, 600, 3]\n",
     "ck_layout2/step-000001/meta.json": '{"format": "torch.distributed.checkpoint", "layout": 2, "step": 1}',
     "ck_layout2/latest": "step-000001",
+    "init_empty/config.json": "{" + G2 + "}",
+    "init_empty/model.safetensors": "",
+    "init_garbage/config.json": "{" + G2 + "}",
+    "init_garbage/model.safetensors": "\x10" + "\x00" * 7 + "not a json header",
+    "init_escape/config.json": "{" + G2 + "}",
+    "init_escape/model.safetensors.index.json": '{"weight_map": {"wte.weight": "../../../etc/passwd"}}',
+    "init_map_list/config.json": "{" + G2 + "}",
+    "init_map_list/model.safetensors.index.json": '{"weight_map": ["wte.weight"]}',
 }
 """Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
 
@@ -396,6 +404,10 @@ NPROC2_CASES: list[tuple[str, list[str]]] = [
     ("nproc2-resume-checkpoint-layout-2", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16",
                                            "--steps", "2", "--checkpoint-dir", "{d}/ck_layout2", "--resume",
                                            "--no-progress"]),
+    ("nproc2-init-from-empty-safetensors", ["--nproc", "2", "--init-from", "{d}/init_empty", "--dataset",
+                                            "uniform:8:16", "--steps", "1", "--no-progress"]),
+    ("nproc2-init-from-index-leaves-folder", ["--nproc", "2", "--init-from", "{d}/init_escape", "--dataset",
+                                              "uniform:8:16", "--steps", "1", "--no-progress"]),
 ]
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -604,6 +616,16 @@ SYNTAX_CASES: list[tuple[str, list[str], str]] = [
      "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
     ("train-resume-checkpoint-layout-2", TRAIN + ["--checkpoint-dir", "{d}/ck_layout2", "--resume"],
      "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
+    ("train-init-from-empty-safetensors", ["train", "--init-from", "{d}/init_empty", "--dataset", "uniform:8:16",
+                                           "--steps", "1", "--no-progress"],
+     "model.safetensors is not a readable safetensors file"),
+    ("train-init-from-garbage-header", ["train", "--init-from", "{d}/init_garbage", "--dataset", "uniform:8:16",
+                                        "--steps", "1", "--no-progress"],
+     "model.safetensors is not a readable safetensors file"),
+    ("train-init-from-index-leaves-folder", ["train", "--init-from", "{d}/init_escape", "--dataset", "uniform:8:16",
+                                             "--steps", "1", "--no-progress"], "leaves the folder"),
+    ("train-init-from-index-map-list", ["train", "--init-from", "{d}/init_map_list", "--dataset", "uniform:8:16",
+                                        "--steps", "1", "--no-progress"], "weight_map must be a JSON object"),
 ]
 """Flag syntax, unreadable JSON and scaled TOML cases (part of SWEEP_CASES)."""
 
