@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from paradyse_lab import typed_json
+from paradyse_lab import input_files, typed_json
 from paradyse_lab.errors import UserInputError, unknown_name
 
 TEXT_FILE_SUFFIXES = (".jsonl", ".parquet", ".arrow")
@@ -36,6 +36,8 @@ def source_path(dataset: str, flag: str = "--dataset") -> Path:
     if not path.exists():
         raise UserInputError(f"{flag} {dataset!r}: no such file or folder (with --tokenizer it names a "
                              f"save_to_disk folder or {', '.join(TEXT_FILE_SUFFIXES)} files)")
+    if not path.is_dir():
+        input_files.regular_file(path, f"{flag} {dataset!r}", input_files.MAX_DATA_BYTES)
     return path
 
 
@@ -59,6 +61,7 @@ def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> l
 def utf8_lines(path: Path, flag: str):
     """(line number, line) of a text file, each line decoded as UTF-8; a `UserInputError` naming `flag`, the file
     and the line where one is not (never a silent replacement, nor the generic "an input file")."""
+    input_files.regular_file(path, f"{flag} {str(path)!r}", input_files.MAX_DATA_BYTES)
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             try:
@@ -141,6 +144,7 @@ def _arrow_table(path: Path):
         import pyarrow.parquet as pq
     except ImportError:
         raise UserInputError(f"reading {path.suffix} files needs pyarrow (pip install 'paradyse-lab[text]')") from None
+    input_files.regular_file(path, f"{str(path)!r}", input_files.MAX_DATA_BYTES)
     try:
         if path.suffix == ".parquet":
             return pq.read_table(path)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from paradyse_lab import input_files
 from paradyse_lab.errors import UserInputError
 from runtime.weight_shards import SHARDED
 
@@ -146,7 +147,7 @@ def _weight_map(index: Path) -> dict[str, str]:
     from paradyse_lab.typed_json import loads_checked
 
     try:
-        text = index.read_text(encoding="utf-8-sig")
+        text = input_files.read_text(index, f"--init-from: {index}", "utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
         raise UserInputError(f"--init-from: {index} cannot be read ({getattr(err, 'strerror', None) or err})") from None
     data = loads_checked(text, f"--init-from: {index}")
@@ -297,7 +298,9 @@ def read_config(folder: str | Path, field: str = "--init-from") -> dict:
     if not Path(folder).is_dir():
         raise UserInputError(f"{field} {str(folder)!r} is not a folder (give a Hugging Face model folder)")
     try:
-        config = json.loads(path.read_text(encoding="utf-8-sig"))
+        config = json.loads(input_files.read_text(path, f"{field}: {path}", "utf-8-sig"))
+    except UserInputError:
+        raise
     except FileNotFoundError:
         raise UserInputError(f"{field} {str(folder)!r} has no config.json") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError, 4,300+ digits
