@@ -33,7 +33,7 @@ def run_meta(opts, cfg=None) -> dict:
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
     meta.update({key: getattr(opts, key) for key in OPTIONAL_SETTINGS})
-    if cfg is not None:
+    if cfg is not None and opts.checkpoint_dir:  # the data is hashed only where a checkpoint will record it
         meta.update(identity(opts, cfg))
     return meta
 
