@@ -14,6 +14,7 @@ except ModuleNotFoundError:  # Python 3.10
 from dataclasses import fields
 from pathlib import Path
 
+from paradyse_lab import input_files
 from paradyse_lab.cluster_spec import (
     CALIBRATION_PARAMETERS,
     COLLECTIVES,
@@ -194,7 +195,8 @@ def _resolve_nodes(data: dict, kw: dict, base: ClusterSpec | None, name: str) ->
 def _read_toml(path: Path) -> dict:
     """The TOML table of the cluster file `path` (a one-line `UserInputError` when it cannot be read)."""
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (an editor's) is no part of the TOML
+        # a byte-order mark (an editor's) is no part of the TOML
+        text = input_files.read_text(path, f"cluster file {str(path)!r}", "utf-8-sig")
         return tomllib.loads(text, parse_float=WrittenNumber)  # errors show the text
     except FileNotFoundError:
         raise UserInputError(f"cluster file {str(path)!r} does not exist") from None
@@ -258,7 +260,7 @@ def named_base(path: Path) -> str | None:
     """The preset or file the cluster file `path` starts from (`base = NAME`); None without one, or where the
     file cannot be read as TOML (`load_cluster_toml` says why)."""
     try:
-        base = tomllib.loads(path.read_text(encoding="utf-8")).get("base")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        base = tomllib.loads(input_files.read_text(path, f"cluster file {str(path)!r}")).get("base")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, UserInputError):
         return None
     return base if isinstance(base, str) else None

@@ -8,6 +8,7 @@ read from either transformers layout (`hf_rope`).
 from __future__ import annotations
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.hf_field_types import check_field_types
 from paradyse_lab.typed_json import bool_field, int_field, number_field, object_field, str_field, written
 
 
@@ -46,6 +47,10 @@ def _gpt2_architecture(cfg: dict, where: str) -> dict:
     act = str_field(cfg, "activation_function", where, default="gelu_new")
     _refuse_unless(act in ("gelu_new", "gelu_pytorch_tanh"), "activation_function", act,
                    "'gelu_new' or 'gelu_pytorch_tanh' (tanh-GELU)")
+    for flag, wanted in (("tie_word_embeddings", True), ("scale_attn_weights", True),
+                         ("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False)):
+        value = bool_field(cfg, flag, where, default=wanted)  # transformers' GPT2Config defaults
+        _refuse_unless(value == wanted, flag, value, written(wanted))
     return dict(model_type="gpt2", hidden=int_field(cfg, "n_embd", where), heads=int_field(cfg, "n_head", where),
                 kv_heads=0, layers=int_field(cfg, "n_layer", where),
                 ffn_hidden=int_field(cfg, "n_inner", where, default=0),
@@ -76,14 +81,19 @@ def hf_architecture(cfg: dict, where: str = "model config") -> dict:
     'llama3' ('linear', 'dynamic', 'yarn'...), Mistral's `sliding_window` and Qwen2's `use_sliding_window`,
     a `head_dim` other than hidden / heads, unequal attention and MLP biases; and every field read with
     another JSON type or out of range (paradyse_lab/typed_json.py: a size is a JSON integer >= 1, a flag
-    `true` / `false`, an epsilon or rotary base a number > 0, `num_key_value_heads` divides the heads).
+    `true` / `false`, an epsilon or rotary base a number > 0, `num_key_value_heads` divides the heads), and
+    every other typed field of a Hugging Face config with another JSON type, read or not (`check_field_types`);
+    GPT-2 configs whose attention or embeddings differ from GPT-2's (`scale_attn_weights` false,
+    `scale_attn_by_inverse_layer_idx` or `add_cross_attention` true, `tie_word_embeddings` false).
     Keys: model_type, hidden, heads, kv_heads, layers, ffn_hidden (0: 4h), vocab_size, max_positions
     (GPT-2's learned positions, LLaMA's max_position_embeddings or 0), eps, bias, qkv_bias, tied,
     rope_theta (0 for GPT-2), rope_llama3, norm, ffn_kind.
     """
     model_type = str_field(cfg, "model_type", where, default="gpt2" if "n_embd" in cfg else "llama")
     if model_type == "gpt2":
-        return _gpt2_architecture(cfg, where)
+        arch = _gpt2_architecture(cfg, where)
+        check_field_types(cfg, where)
+        return arch
     if model_type not in HF_MODEL_TYPES:
         raise UserInputError(f"model_type {written(model_type)} is not supported; valid: {', '.join(HF_MODEL_TYPES)}")
     hidden, heads = int_field(cfg, "hidden_size", where), int_field(cfg, "num_attention_heads", where)
@@ -103,7 +113,7 @@ def hf_architecture(cfg: dict, where: str = "model config") -> dict:
     if heads % kv_heads:
         raise UserInputError(f"{where}: num_key_value_heads must divide num_attention_heads ({heads}), "
                              f"got {written(cfg['num_key_value_heads'])}")
-    return dict(model_type=model_type, hidden=hidden, heads=heads, kv_heads=kv_heads,
+    arch = dict(model_type=model_type, hidden=hidden, heads=heads, kv_heads=kv_heads,
                 layers=int_field(cfg, "num_hidden_layers", where),
                 ffn_hidden=int_field(cfg, "intermediate_size", where),
                 vocab_size=int_field(cfg, "vocab_size", where),
@@ -111,3 +121,5 @@ def hf_architecture(cfg: dict, where: str = "model config") -> dict:
                 eps=number_field(cfg, "rms_norm_eps", where, default=1e-6), bias=attn_bias,
                 qkv_bias=model_type == "qwen2", tied=bool_field(cfg, "tie_word_embeddings", where, default=False),
                 rope_theta=theta, rope_llama3=llama3, norm="rmsnorm", ffn_kind="swiglu")
+    check_field_types(cfg, where)
+    return arch

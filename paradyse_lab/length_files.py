@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paradyse_lab import typed_json
+from paradyse_lab import input_files, typed_json
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.workloads import MAX_LENGTH
 
@@ -22,8 +22,9 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
     """The steps of a length file: one document each, or several on a .txt line of a packed file."""
     text_path, _, column = str(path).partition("#")
     p = Path(text_path)
-    if not p.is_file():
+    if not p.exists():
         raise UserInputError(f"length file {text_path!r} does not exist")
+    input_files.regular_file(p, f"length file {text_path!r}", input_files.MAX_DATA_BYTES)
     suffix = p.suffix.lower()
     if suffix in (".csv", ".parquet"):
         import pandas as pd
@@ -40,7 +41,9 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
         where = [f"{p.name} row {i + 2}" for i in range(len(values))]
     else:
         try:
-            lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no part of line 1
+            # a byte-order mark is no part of line 1
+            lines = input_files.read_text(p, f"length file {text_path!r}", "utf-8-sig",
+                                          input_files.MAX_DATA_BYTES).splitlines()
         except UnicodeDecodeError as err:
             raise UserInputError(f"length file {p.name} is not UTF-8 text (byte {err.start})") from None
         values, where = [], []

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from paradyse_lab import typed_json
+from paradyse_lab import input_files, typed_json
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.hf_architecture import hf_architecture
 from paradyse_lab.typed_json import str_field
@@ -209,7 +209,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     by `hf_architecture` as the runtime checks it."""
     path = Path(path)
     try:
-        cfg = typed_json.loads_checked(path.read_text(encoding="utf-8-sig"), f"model config {str(path)!r}")
+        text = input_files.read_text(path, f"model config {str(path)!r}", "utf-8-sig")
+        cfg = typed_json.loads_checked(text, f"model config {str(path)!r}")
     except FileNotFoundError:
         raise UserInputError(f"model config {str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from paradyse_lab import input_files
 from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.strategies import CATALOG
@@ -98,7 +99,7 @@ def read_profiles(path: str | Path) -> pd.DataFrame:
     same bytes under the same name are validated once per process (`_VALIDATED`; a copy is returned)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = input_files.read_bytes(path, f"profile file {str(path)!r}", input_files.MAX_DATA_BYTES)
     except FileNotFoundError:
         raise UserInputError(f"profile file {str(path)!r} not found") from None
     except OSError as err:

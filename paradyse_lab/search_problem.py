@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paradyse_lab import input_files
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.problem_checks import INT64_MAX, finite_seconds, is_int, matrix, nonneg_int
 
@@ -271,7 +272,9 @@ class SearchProblem:
         """Read a problem file."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(input_files.read_text(path, f"problem file {str(path)!r}"))
+        except UserInputError:
+            raise
         except FileNotFoundError:
             raise UserInputError(f"problem file {str(path)!r} not found") from None
         except (OSError, UnicodeDecodeError) as err:

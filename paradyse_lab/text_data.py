@@ -6,7 +6,7 @@ Sources (`--dataset` with `--tokenizer PATH`; a `file:` prefix is allowed):
   split is read), loaded with `datasets.load_from_disk`;
 - a `.jsonl` file (one JSON object per line), a `.parquet` file or an `.arrow` file (Arrow IPC, file or stream
   form, as `save_to_disk` writes its shards), read with `pyarrow`;
-- a folder of such files, read in name order.
+- a folder of such files, read in name order (hidden files, named with a leading dot, are skipped).
 Each document is the string in the text column (`--text-column`, default `text`) of one row.
 The tokenizer is a `tokenizer.json` (or a folder holding one: a Hugging Face model folder) read by the
 `tokenizers` library's `Tokenizer.from_file`; documents are encoded without special tokens added.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from paradyse_lab import typed_json
+from paradyse_lab import input_files, typed_json
 from paradyse_lab.errors import UserInputError, unknown_name
 
 TEXT_FILE_SUFFIXES = (".jsonl", ".parquet", ".arrow")
@@ -36,6 +36,8 @@ def source_path(dataset: str, flag: str = "--dataset") -> Path:
     if not path.exists():
         raise UserInputError(f"{flag} {dataset!r}: no such file or folder (with --tokenizer it names a "
                              f"save_to_disk folder or {', '.join(TEXT_FILE_SUFFIXES)} files)")
+    if not path.is_dir():
+        input_files.regular_file(path, f"{flag} {dataset!r}", input_files.MAX_DATA_BYTES)
     return path
 
 
@@ -44,8 +46,9 @@ def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> l
     named it (--dataset or --eval-dataset), for the messages."""
     path = source_path(dataset, flag)
     if path.is_dir() and any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
-        return _from_saved_dataset(path, column)
-    files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES) if path.is_dir() else [path]
+        return _from_saved_dataset(path, column, flag)
+    files = sorted(f for f in path.iterdir() if f.suffix in TEXT_FILE_SUFFIXES and not f.name.startswith(".")
+                   and f.is_file()) if path.is_dir() else [path]
     if not files:
         raise UserInputError(f"{flag} {dataset!r} holds no {', '.join(TEXT_FILE_SUFFIXES)} files and is not a "
                              "save_to_disk folder")
@@ -58,6 +61,7 @@ def read_texts(dataset: str, column: str = "text", flag: str = "--dataset") -> l
 def utf8_lines(path: Path, flag: str):
     """(line number, line) of a text file, each line decoded as UTF-8; a `UserInputError` naming `flag`, the file
     and the line where one is not (never a silent replacement, nor the generic "an input file")."""
+    input_files.regular_file(path, f"{flag} {str(path)!r}", input_files.MAX_DATA_BYTES)
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             try:
@@ -67,12 +71,45 @@ def utf8_lines(path: Path, flag: str):
                                      f"{err.start + 1} of the line)") from None
 
 
-def _from_saved_dataset(path: Path, column: str) -> list[str]:
+def _check_saved_state(path: Path, flag: str) -> None:
+    """A `Dataset` folder's state.json names its Arrow files: a JSON object whose `_data_files` lists objects with
+    a `filename` inside the folder (one leaving it would be read from elsewhere); a one-line error otherwise."""
+    state = path / "state.json"
+    if not state.is_file():
+        return  # a DatasetDict folder: each split's folder is checked by the library
+    try:
+        data = typed_json.loads_checked(state.read_text(encoding="utf-8"), f"{flag} {str(path)!r}: state.json")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{flag} {str(path)!r}: state.json cannot be read ({err})") from None
+    files = data.get("_data_files") if isinstance(data, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise UserInputError(f"{flag} {str(path)!r}: state.json is damaged (its _data_files must list objects "
+                             "with a filename)")
+    for f in files:
+        name = Path(f["filename"])
+        if name.is_absolute() or ".." in name.parts:
+            raise UserInputError(f"{flag} {str(path)!r}: state.json names the data file {f['filename']!r}, which "
+                                 "leaves the folder")
+
+
+def _from_saved_dataset(path: Path, column: str, flag: str = "--dataset") -> list[str]:
     try:
         import datasets
     except ImportError:
         raise UserInputError("reading a save_to_disk folder needs the `datasets` library (pip install "
                              "'paradyse-lab[text]')") from None
+    _check_saved_state(path, flag)
+    try:
+        return _saved_texts(datasets, path, column)
+    except UserInputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the library and pyarrow raise many kinds for a damaged folder
+        raise UserInputError(f"{flag} {str(path)!r} is not a readable save_to_disk folder ({type(err).__name__}: "
+                             f"{' '.join(str(err).split())[:160]})") from None
+
+
+def _saved_texts(datasets, path: Path, column: str) -> list[str]:
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:
@@ -107,6 +144,7 @@ def _arrow_table(path: Path):
         import pyarrow.parquet as pq
     except ImportError:
         raise UserInputError(f"reading {path.suffix} files needs pyarrow (pip install 'paradyse-lab[text]')") from None
+    input_files.regular_file(path, f"{str(path)!r}", input_files.MAX_DATA_BYTES)
     try:
         if path.suffix == ".parquet":
             return pq.read_table(path)

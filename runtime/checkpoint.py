@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from paradyse_lab import input_files
 from paradyse_lab.errors import UserInputError
 from runtime import comm
 
@@ -129,10 +130,10 @@ def latest(directory: str | Path) -> Path | None:
 def read_meta(path: Path) -> dict:
     """meta.json of a checkpoint; a `ValueError` saying what is wrong when it is missing or damaged."""
     try:
-        meta = json.loads((path / "meta.json").read_text())
+        meta = json.loads(input_files.read_text(path / "meta.json", f"{path / 'meta.json'}"))
     except FileNotFoundError:
         raise ValueError("meta.json is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, UserInputError):
         raise ValueError("meta.json is damaged") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
         raise ValueError("meta.json has no step")

@@ -37,8 +37,10 @@ import torch.distributed as dist
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.result_key import file_digest
+from paradyse_lab.typed_json import written
 from runtime import comm, dcp_entries
 from runtime.checkpoint import _agreed_failure, _all_true, _barrier, _replace_text, checkpoints, read_meta
+from runtime.resume_identity import IDENTITY_KEYS, check_identity, compared_by_content
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
@@ -49,6 +51,11 @@ is compared as if it recorded that value."""
 
 FORMAT = "torch.distributed.checkpoint"
 """meta.json's `format`; the per-rank checkpoints of earlier versions have none."""
+LAYOUT = 1
+"""meta.json's `layout`: the version of what a checkpoint holds (its tensors' names and sections, its meta.json's
+`architecture` fields). Raised when either changes, so that a checkpoint of another version is refused with one
+line naming both versions, never read into the wrong places. Checkpoints in `FORMAT` that record none are
+layout 1; the per-rank checkpoints before `FORMAT` are layout 0."""
 
 
 def _process_group(group):
@@ -149,7 +156,7 @@ def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt
     if error is None:
         error = _agreed_failure(_write(state, tmp, group), group)
     if error is None and r == 0:
-        error = _publish(root, tmp, final, {**meta, **(extra or {}), "format": FORMAT, "step": step,
+        error = _publish(root, tmp, final, {**meta, **(extra or {}), "format": FORMAT, "layout": LAYOUT, "step": step,
                                             "world_size": p})
     error = _agreed_failure(error, group)
     if error is not None:
@@ -161,11 +168,26 @@ def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt
     return final
 
 
-def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
+def _check_layout(path: Path, meta: dict) -> None:
+    """A one-line `UserInputError` naming both versions when checkpoint `path` is not of `LAYOUT`."""
     if meta.get("format") != FORMAT:
-        raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab; resume it "
-                             "with that version, or start a new --checkpoint-dir")
+        raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab (checkpoint "
+                             f"layout 0); this version reads layout {LAYOUT}: resume it with that version, or "
+                             "start a new --checkpoint-dir")
+    layout = meta.get("layout", 1)
+    if layout != LAYOUT or isinstance(layout, bool):
+        raise UserInputError(f"checkpoint {path} is of checkpoint layout {written(layout)}; this version of "
+                             f"paradyse-lab reads layout {LAYOUT}: use the version that wrote it, or start a new "
+                             "--checkpoint-dir")
+
+
+def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
+    _check_layout(path, meta)
+    check_identity(path, meta, meta_expected)  # the model and data by content
+    by_content = compared_by_content(meta, meta_expected) | set(IDENTITY_KEYS)
     for key, value in meta_expected.items():
+        if key in by_content:
+            continue
         saved = meta.get(key, OPTIONAL_SETTINGS.get(key, value))  # not recorded: its default (or not checked)
         if saved != value:
             raise UserInputError(f"checkpoint {path} has {key}={saved!r}; this run has {value!r} (resume with "
@@ -297,10 +319,22 @@ def model_record(cfg, init_from: str = "", model: str = "") -> dict:
 
 
 def config_of(meta: dict, cls):
-    """The `GPTConfig` (cls) recorded in a checkpoint's meta.json (`architecture`)."""
-    arch = dict(meta.get("architecture") or {})
+    """The `GPTConfig` (cls) recorded in a checkpoint's meta.json (`architecture`); a one-line `UserInputError`
+    when its fields are not this version's (a checkpoint of another layout whose meta.json says otherwise)."""
+    import dataclasses
+
+    arch = meta.get("architecture")
     if not arch:
         raise UserInputError("the checkpoint's meta.json records no architecture (written before export-hf existed)")
+    known = {f.name for f in dataclasses.fields(cls)}
+    needed = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    if not isinstance(arch, dict) or set(arch) - known or needed - set(arch):
+        odd = ([type(arch).__name__] if not isinstance(arch, dict) else sorted(set(arch) - known)
+               or [f"no {name}" for name in sorted(needed - set(arch))])
+        raise UserInputError(f"the checkpoint's meta.json architecture holds {', '.join(map(str, odd))}, unknown to "
+                             f"checkpoint layout {LAYOUT} (its layout says {written(meta.get('layout', 1))}): it "
+                             "was written by another version of paradyse-lab")
+    arch = dict(arch)
     if arch.get("rope_llama3") is not None:
         arch["rope_llama3"] = tuple(arch["rope_llama3"])
     return cls(**arch)

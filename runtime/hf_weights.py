@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from paradyse_lab import input_files
 from paradyse_lab.errors import UserInputError
 from runtime.weight_shards import SHARDED
 
@@ -121,27 +122,65 @@ def rank_rows(key: str, sources: list[Source], rank: int, p: int) -> list[Source
     return out
 
 
+IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
+"""Tensors a folder may hold that are no weights (older GPT-2 files store the causal mask, older LLaMA files the
+rotary frequencies): not read, and not refused as tensors the config does not describe."""
+
+
+def _open_safetensors(path: Path):
+    """safetensors' `safe_open` of `path`, or a one-line `UserInputError` naming it when it is not a readable
+    safetensors file (truncated, empty, a header too large or not JSON, not a regular file)."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise UserInputError(f"--init-from: {path} is not a file")
+    try:
+        return safe_open(path, framework="pt")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserInputError(f"--init-from: {path} is not a readable safetensors file "
+                             f"({' '.join(str(err).split())[:160]})") from None
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    """The index's `weight_map`, checked: a JSON object of tensor names to file names, each file inside the
+    folder (no absolute path, no `..`); a one-line `UserInputError` otherwise."""
+    from paradyse_lab.typed_json import loads_checked
+
+    try:
+        text = input_files.read_text(index, f"--init-from: {index}", "utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"--init-from: {index} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+    data = loads_checked(text, f"--init-from: {index}")
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserInputError(f"--init-from: {index} is damaged (its weight_map must be a JSON object of tensor names "
+                             "to file names)")
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not file:
+            raise UserInputError(f"--init-from: {index}: weight_map[{name!r}] must be a file name, got "
+                                 f"{json.dumps(file)[:80]}")
+        if Path(file).is_absolute() or ".." in Path(file).parts:
+            raise UserInputError(f"--init-from: {index}: weight_map[{name!r}] = {file!r} leaves the folder (a file "
+                                 "name inside it is expected)")
+    return weight_map
+
+
 class SafetensorsFolder:
     """The safetensors of a Hugging Face model folder, read by slices (files opened once, lazily)."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         index = self.folder / INDEX_FILE
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError):
-                raise UserInputError(f"--init-from: {index} is damaged (no weight_map)") from None
-        elif (self.folder / SINGLE_FILE).is_file():
-            from safetensors import safe_open
-
-            with safe_open(self.folder / SINGLE_FILE, framework="pt") as handle:
-                weight_map = dict.fromkeys(handle.keys(), SINGLE_FILE)
+        self._open: dict[str, object] = {}
+        if index.exists():
+            weight_map = _weight_map(index)
+        elif (self.folder / SINGLE_FILE).exists():
+            self._open[SINGLE_FILE] = _open_safetensors(self.folder / SINGLE_FILE)
+            weight_map = dict.fromkeys(self._open[SINGLE_FILE].keys(), SINGLE_FILE)
         else:
             raise UserInputError(f"--init-from {str(self.folder)!r} holds no {SINGLE_FILE} nor {INDEX_FILE} "
                                  "(save the model with safetensors: save_pretrained's default)")
         self.files = {_strip(name): (name, file) for name, file in weight_map.items()}
-        self._open: dict[str, object] = {}
 
     def _slice(self, name: str):
         if name not in self.files:
@@ -149,10 +188,35 @@ class SafetensorsFolder:
                                  "safetensors (is the folder the model config.json describes?)")
         full_name, file = self.files[name]
         if file not in self._open:
-            from safetensors import safe_open
+            self._open[file] = _open_safetensors(self.folder / file)
+        try:
+            return self._open[file].get_slice(full_name)
+        except Exception:  # noqa: BLE001 - safetensors raises a bare SafetensorError for a name not in the file
+            raise UserInputError(f"--init-from: {self.folder / file} holds no tensor {full_name!r}, which the "
+                                 f"index places there") from None
 
-            self._open[file] = safe_open(self.folder / file, framework="pt")
-        return self._open[file].get_slice(full_name)
+    def check_shapes(self, cfg) -> None:
+        """Every tensor the model `cfg` is made of has exactly the length the config gives it along the dimension
+        read by rows (a longer one was read in part: a model cut without a word), and the folder holds no weight
+        the config does not describe (a layer beyond its layers); a one-line `UserInputError` otherwise. Reads
+        the files' headers only."""
+        needed: dict[str, tuple[int, bool]] = {}
+        for sources in tensor_sources(cfg).values():
+            for src in sources:
+                needed[src.name] = (max(src.stop, needed.get(src.name, (0, False))[0]), src.transposed)
+        for name, (extent, transposed) in needed.items():
+            shape = list(self._slice(name).get_shape())
+            if (transposed and len(shape) != 2) or not shape or (shape[1] if transposed else shape[0]) != extent:
+                axis = "columns" if transposed else "rows"
+                raise UserInputError(f"--init-from {str(self.folder)!r}: tensor {name!r} has shape {shape}; the "
+                                     f"model of config.json needs exactly {extent} {axis} (config.json and "
+                                     "the weights disagree)")
+        extra = sorted(n for n in self.files if n not in needed and not n.endswith(IGNORED_SUFFIXES)
+                       and not (cfg.tied and n == "lm_head.weight"))
+        if extra:
+            raise UserInputError(f"--init-from {str(self.folder)!r}: the safetensors hold {len(extra)} tensor(s) the "
+                                 f"model of config.json has no place for (first {self.files[extra[0]][0]!r}): "
+                                 "config.json and the weights disagree (fewer layers in the config?)")
 
     def read(self, src: Source) -> torch.Tensor:
         """Rows `src.start`..`src.stop` of `src.name` in the runtime's orientation, fp32: [rows, ...]."""
@@ -171,6 +235,16 @@ class SafetensorsFolder:
         for handle in self._open.values():
             handle.__exit__(None, None, None)
         self._open.clear()
+
+
+def check_folder(folder: str | Path, cfg) -> None:
+    """`SafetensorsFolder.check_shapes` of `folder` for the model `cfg`: the launcher's check, before any rank
+    starts (every rank checks again as it reads)."""
+    files = SafetensorsFolder(folder)
+    try:
+        files.check_shapes(cfg)
+    finally:
+        files.close()
 
 
 def _strip(name: str) -> str:
@@ -199,6 +273,7 @@ def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[
     files = SafetensorsFolder(folder)
     out = {}
     try:
+        files.check_shapes(cfg)
         for key, sources in tensor_sources(cfg).items():
             if vocab_parallel and key in VOCAB_ROWS:
                 real = torch.cat([files.read(src) for src in vocab_rank_rows(sources, cfg.vocab_size, rank, p)])
@@ -223,7 +298,9 @@ def read_config(folder: str | Path, field: str = "--init-from") -> dict:
     if not Path(folder).is_dir():
         raise UserInputError(f"{field} {str(folder)!r} is not a folder (give a Hugging Face model folder)")
     try:
-        config = json.loads(path.read_text(encoding="utf-8-sig"))
+        config = json.loads(input_files.read_text(path, f"{field}: {path}", "utf-8-sig"))
+    except UserInputError:
+        raise
     except FileNotFoundError:
         raise UserInputError(f"{field} {str(folder)!r} has no config.json") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError, 4,300+ digits

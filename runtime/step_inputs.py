@@ -80,7 +80,7 @@ class StepInputs:
         from runtime.train_inputs import PackedSteps, TokenDocuments
 
         dataset = dataset or opts.dataset
-        docs = TokenDocuments.from_options(opts, dataset)  # None unless a token file or a text dataset
+        docs = TokenDocuments.from_options(opts, dataset, cfg.vocab_size)  # None unless a token file or a text dataset
         workload = get_workload(dataset, size=size or opts.steps, seed=opts.seed) if docs is None else None
         lengths = list(workload.lengths) if workload is not None else []
         limits = [n for n in (opts.max_len, cfg.max_positions) if n]  # rotary models may have no position limit

@@ -27,7 +27,7 @@ import torch
 from paradyse_lab.model_folder import weights_line
 from paradyse_lab.model_spec import get_model
 from runtime import checkpoint, comm
-from runtime.hf_weights import model_source
+from runtime.hf_weights import check_folder, model_source
 from runtime.optim_schedule import scheduler
 from runtime.plan_handoff import replicated_head_policy, vocab_storage
 from runtime.reference import GPTConfig
@@ -78,7 +78,9 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     dtype = "bf16" if device.type == "cuda" else "fp32"
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
     cfg = GPTConfig.from_model_spec(spec)
-    meta = run_meta(opts)
+    if opts.init_from:  # every tensor's shape against config.json, before the plan is stated
+        checked_on_rank0(partial(check_folder, opts.init_from, cfg), group)
+    meta = run_meta(opts, cfg)
     found = checkpoint_to_resume(opts, meta, group)
     if opts.log_file and opts.resume:  # before rank 0 rewrites the log: only this run's
         checked_on_rank0(partial(check_log_owner, opts, None if found is None else checkpoint.read_meta(found)), group)

@@ -154,31 +154,40 @@ class TokenDocuments:
         self.docs = ordered(docs, order, seed)  # paradyse_lab/text_data.py: file, shuffled or sorted
 
     @classmethod
-    def from_options(cls, opts, dataset: str) -> TokenDocuments | None:
+    def from_options(cls, opts, dataset: str, vocab: int | None = None) -> TokenDocuments | None:
         """The documents of `dataset` for the run `opts`: a text dataset tokenized with `opts.tokenizer`
         (paradyse_lab/text_data.py), or a token file (`from_dataset`), in `opts.data_order` (default: file
-        order); None for a workload or a length file."""
+        order); None for a workload or a length file. With `vocab` (the model's vocabulary size), an id at or
+        beyond it is refused here, before any step, naming the file and line (or the tokenizer)."""
         from paradyse_lab import text_data
 
         order = opts.data_order or "file"
         flag = "--dataset" if dataset == opts.dataset else "--eval-dataset"
         if opts.tokenizer:
             texts = text_data.read_texts(dataset, opts.text_column, flag)
-            return cls(text_data.tokenize(texts, opts.tokenizer), order, opts.seed)
-        return cls.from_dataset(dataset, order, opts.seed, flag)
+            docs = text_data.tokenize(texts, opts.tokenizer)
+            over = _first_beyond(docs, vocab)
+            if over is not None:
+                raise UserInputError(f"--tokenizer {opts.tokenizer!r} gives token id {_shown(over[1])} for "
+                                     f"{flag} {dataset!r}, outside the model's vocabulary (size {vocab}); "
+                                     "give the tokenizer the model was made for")
+            return cls(docs, order, opts.seed)
+        return cls.from_dataset(dataset, order, opts.seed, flag, vocab)
 
     @classmethod
     def from_dataset(cls, dataset: str, order: str = "file", seed: int = 0,
-                     flag: str = "--dataset") -> TokenDocuments | None:
+                     flag: str = "--dataset", vocab: int | None = None) -> TokenDocuments | None:
         """The documents of `file:PATH.jsonl` (lists of ids, or objects with `input_ids`), else None; `flag` is
-        the option that named it, for the messages."""
+        the option that named it, for the messages. With `vocab`, an id >= vocab is a one-line error naming the
+        file, its line and the vocabulary size (an id beyond a 64-bit integer would otherwise end in torch's
+        overflow traceback at its step)."""
         from paradyse_lab import typed_json
         from paradyse_lab.text_data import utf8_lines
 
         if not (dataset.startswith("file:") and dataset.endswith(".jsonl")):
             return None
         path = Path(dataset[5:])
-        docs = []
+        docs, lines = [], []
         try:
             for i, line in utf8_lines(path, flag):
                 if not line.strip():
@@ -190,8 +199,14 @@ class TokenDocuments:
                     raise UserInputError(f"{path.name} line {i}: expected a non-empty list of token ids >= 0 "
                                          "or {'input_ids': [...]}")
                 docs.append(ids)
+                lines.append(i)
         except OSError as err:
             raise UserInputError(f"{flag} token file {str(path)!r} cannot be read ({err.strerror or err})") from None
+        over = _first_beyond(docs, vocab)
+        if over is not None:
+            raise UserInputError(f"{flag} token file {str(path)!r} line {lines[over[0]]}: token id "
+                                 f"{_shown(over[1])} is outside the model's vocabulary (size {vocab}: ids 0 to "
+                                 f"{vocab - 1})")
         return cls(docs, order, seed)
 
     def rows(self, step: int, batch: int) -> list[list[int]]:
@@ -222,6 +237,23 @@ class TokenDocuments:
             tokens[i, : len(ids)] = ids
             labels[i, : len(ids) - 1] = ids[1:]
         return tokens, labels
+
+
+def _first_beyond(docs: list[list[int]], vocab: int | None) -> tuple[int, int] | None:
+    """(document index, id) of the first token id >= `vocab`, or None (always None without a vocabulary)."""
+    if vocab is None:
+        return None
+    for i, doc in enumerate(docs):
+        top = max(doc)
+        if top >= vocab:
+            return i, top
+    return None
+
+
+def _shown(token: int) -> str:
+    """A token id as a message shows it: whole up to 24 digits, else its first digits and its length."""
+    text = str(token)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text):,} digits)"
 
 
 class PackedSteps:

@@ -14,6 +14,7 @@ from tqdm import tqdm
 from paradyse_lab.errors import UserInputError
 from runtime import checkpoint, comm, dcp_checkpoint
 from runtime.dcp_checkpoint import OPTIONAL_SETTINGS
+from runtime.resume_identity import identity
 
 
 def run_device(group):
@@ -22,14 +23,18 @@ def run_device(group):
     return torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
 
 
-def run_meta(opts) -> dict:
+def run_meta(opts, cfg=None) -> dict:
     """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing and
     --init-from, and when given the tokenizer and data order and the optimisation options (a checkpoint of other
-    settings is refused; a run without the newer options keeps the older checkpoints' meta)."""
+    settings is refused; a run without the newer options keeps the older checkpoints' meta); with the model's
+    config `cfg`, the model and data by content (runtime/resume_identity.py), compared instead of the --model and
+    --dataset strings."""
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
     meta.update({key: getattr(opts, key) for key in OPTIONAL_SETTINGS})
+    if cfg is not None and opts.checkpoint_dir:  # the data is hashed only where a checkpoint will record it
+        meta.update(identity(opts, cfg))
     return meta
 
 

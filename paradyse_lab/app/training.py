@@ -148,15 +148,18 @@ def preflight(opts, p: int) -> None:
 
     from paradyse_lab.model_spec import get_model
     from paradyse_lab.workloads import get_workload
-    from runtime.hf_weights import model_source
+    from runtime.hf_weights import check_folder, model_source
     from runtime.reference import GPTConfig
     from runtime.train_inputs import TokenDocuments, check_options
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
-    GPTConfig.from_model_spec(spec)
+    cfg = GPTConfig.from_model_spec(spec)
+    vocab = cfg.vocab_size
+    if opts.init_from:
+        check_folder(opts.init_from, cfg)  # every tensor's shape, from the files' headers
     plan_policy(opts, spec, p, cost_model="analytic", quiet=True)  # names only: a learned model is fitted by the ranks
     group_planner(replace(opts, cost_model="analytic"), spec, p)
     for dataset in filter(None, (opts.dataset, opts.eval_dataset)):
-        if TokenDocuments.from_options(opts, dataset) is None:
+        if TokenDocuments.from_options(opts, dataset, vocab) is None:
             get_workload(dataset, size=opts.steps, seed=opts.seed)

@@ -4,7 +4,9 @@ The written file (one length per line) is a workload: `file:FILE`; with `--pack-
 packed step, its documents' lengths separated by spaces. No download: it reads your files.
 Files are streamed in 1 MiB blocks (memory stays flat whatever their size). `--out` must lie outside DIR (an
 output inside the tree being read would be counted, or would overwrite a document: refused), and the
-temporary files an interrupted write of the toolkit leaves (`.NAME.XXXXXXXX.tmp`) are not documents.
+temporary files an interrupted write of the toolkit leaves (`.NAME.XXXXXXXX.tmp`) are not documents, nor is
+anything hidden: a file or folder whose name starts with a dot (`.git`, `.hg`, `.svn`, `.bzr`, `.gitignore`, an
+editor's swap file) or a version-control folder without one (`CVS`, `_darcs`) is skipped, never descended into.
 `paradyse-lab data workload SPEC` prints a workload's band fractions next to the
 paper's Table 3, and with `--pack-tokens N` its packed steps (documents per step, tokens, the budget N left
 unused, and the padding each step gets on `--p` GPUs: each document rounded up to the layout unit 2p, as the
@@ -14,6 +16,7 @@ cost model, the simulator and the runtime pad it).
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 from pathlib import Path
 
@@ -104,6 +107,29 @@ def _blocks(path: Path, first: bytes):
         yield from iter(lambda: f.read(BLOCK), b"")
 
 
+UNDOTTED_VCS_FOLDERS = ("CVS", "_darcs")
+"""Version-control folders whose names do not start with a dot (the dotted ones are hidden, so skipped too)."""
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name in UNDOTTED_VCS_FOLDERS
+
+
+def document_files(root: Path) -> list[Path]:
+    """The files under `root` that are documents (module docstring), in path order: hidden and version-control
+    folders are pruned, not walked (a repository's `.git` holds its history as files, each would be counted)."""
+    files, seen = [], set()
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a linked folder met again (a link loop): walked once
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        subfolders[:] = [d for d in subfolders if not _hidden(d)]
+        files += [Path(folder) / n for n in names if not _hidden(n)]
+    return sorted(f for f in files if f.is_file() and not is_temporary_output(f))
+
+
 def register(sub) -> None:
     p = sub.add_parser("lengths", help="measure token lengths of the text files under a folder",
                        description="Count tokens of every document and write one length per line: a workload "
@@ -192,7 +218,7 @@ def run_lengths(args) -> int:
 def _file_lengths(root: Path, count) -> list[int]:
     """Token counts of every text file under `root`, each file one document (binary and unreadable files
     skipped, empty ones dropped)."""
-    files = sorted(f for f in root.rglob("*") if f.is_file() and not is_temporary_output(f))
+    files = document_files(root)
     lengths = []
     for f in tqdm(files, desc="measuring", unit="file", file=sys.stderr, disable=not sys.stderr.isatty()):
         try:

@@ -108,7 +108,7 @@ def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: in
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.device)
         return LearnedCostModel(fit_profile_file(name, path, cluster), model, cluster, p)
-    if not Path(name).is_file():
+    if not Path(name).exists():
         raise UserInputError(f"cost model file {name!r} not found")
     fitted = regressors.load(name)
     if not isinstance(fitted, FittedProfiles):

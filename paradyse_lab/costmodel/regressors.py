@@ -248,11 +248,14 @@ def load(path: str | Path):
     """Read what `save` wrote. A pickle: only load files you trust. A file that is not one (empty, truncated,
     garbage), or one whose classes live in modules this install lacks (saved before a rename), is a one-line
     `UserInputError`."""
+    from paradyse_lab import input_files
     from paradyse_lab.errors import UserInputError
 
     path = Path(path)
     if path.is_dir():
         raise UserInputError(f"cost model file {str(path)!r} is a folder")
+    if path.exists():
+        input_files.regular_file(path, f"cost model file {str(path)!r}", input_files.MAX_DATA_BYTES)
     try:
         return joblib.load(path)
     except FileNotFoundError:

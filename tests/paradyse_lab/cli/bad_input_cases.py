@@ -84,6 +84,28 @@ SWEEP_FILES = {
     "mem_tiny.toml": 'base = "a100-80gb-x8"\nmemory_gib = 1e-300\n',
     "hbm_zero.toml": 'base = "a100-80gb-x8"\nhbm_gbps = 0\n',
     "mem_date.toml": 'base = "a100-80gb-x8"\nmemory_gib = 1979-05-27\n',
+    # inputs checked against what they claim: typed config.json fields read or not, token ids beyond the vocabulary
+    "cfg_g2_scale_string.json": "{" + G2 + ', "scale_attn_weights": "true"}',
+    "cfg_g2_untied.json": "{" + G2 + ', "tie_word_embeddings": false}',
+    "cfg_g2_inverse_idx.json": "{" + G2 + ', "scale_attn_by_inverse_layer_idx": true}',
+    "cfg_g2_tie_string.json": "{" + G2 + ', "tie_word_embeddings": "true"}',
+    "cfg_ll_cache_string.json": "{" + LL + ', "use_cache": "false"}',
+    "cfg_ll_bos_string.json": "{" + LL + ', "bos_token_id": "1"}',
+    "cfg_ll_eos_list_bad.json": "{" + LL + ', "eos_token_id": [1, "2"]}',
+    "cfg_ll_dropout_string.json": "{" + LL + ', "attention_dropout": "0.1"}',
+    "cfg_ll_act_number.json": "{" + LL + ', "hidden_act": 5}',
+    "tok_beyond_int64.jsonl": "[1, 2, 3]\n[1, 99999999999999999999999, 3]\n",
+    "tok_beyond_vocab.jsonl": "[1, 2, 3]\n\n[4, 5]\n[1, 600, 3]\n",
+    "ck_layout2/step-000001/meta.json": '{"format": "torch.distributed.checkpoint", "layout": 2, "step": 1}',
+    "ck_layout2/latest": "step-000001",
+    "init_empty/config.json": "{" + G2 + "}",
+    "init_empty/model.safetensors": "",
+    "init_garbage/config.json": "{" + G2 + "}",
+    "init_garbage/model.safetensors": "\x10" + "\x00" * 7 + "not a json header",
+    "init_escape/config.json": "{" + G2 + "}",
+    "init_escape/model.safetensors.index.json": '{"weight_map": {"wte.weight": "../../../etc/passwd"}}',
+    "init_map_list/config.json": "{" + G2 + "}",
+    "init_map_list/model.safetensors.index.json": '{"weight_map": ["wte.weight"]}',
 }
 """Malformed config.json, cluster TOML, length and token files of the sweep cases (SWEEP_CASES)."""
 
@@ -393,6 +415,18 @@ NPROC2_CASES: list[tuple[str, list[str]]] = [
                              "--global-batch", "2", "--group-size", "4", "--no-progress"]),
     ("nproc2-cluster", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
                         "--cluster", "{d}/mem_nan.toml", "--no-progress"]),
+    # inputs checked against what they claim: typed config.json fields read or not, token ids beyond the vocabulary
+    ("nproc2-token-id-beyond-int64", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset",
+                                      "file:{d}/tok_beyond_int64.jsonl", "--steps", "1", "--no-progress"]),
+    ("nproc2-config-bool-string", ["--nproc", "2", "--model", "{d}/cfg_g2_tie_string.json", "--dataset",
+                                   "uniform:8:16", "--steps", "1", "--no-progress"]),
+    ("nproc2-resume-checkpoint-layout-2", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16",
+                                           "--steps", "2", "--checkpoint-dir", "{d}/ck_layout2", "--resume",
+                                           "--no-progress"]),
+    ("nproc2-init-from-empty-safetensors", ["--nproc", "2", "--init-from", "{d}/init_empty", "--dataset",
+                                            "uniform:8:16", "--steps", "1", "--no-progress"]),
+    ("nproc2-init-from-index-leaves-folder", ["--nproc", "2", "--init-from", "{d}/init_escape", "--dataset",
+                                              "uniform:8:16", "--steps", "1", "--no-progress"]),
 ]
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -579,6 +613,46 @@ SYNTAX_CASES: list[tuple[str, list[str], str]] = [
      "memory_gib must be a finite number > 0 (at least one byte), got 1e-300"),
     ("toml-hbm-zero", COST + ["{d}/hbm_zero.toml"], "hbm_zero.toml: hbm_gbps must be a finite number > 0, got 0"),
     ("toml-memory-date", COST + ["{d}/mem_date.toml"], "memory_gib must be a finite number, got 1979-05-27"),
+    # inputs checked against what they claim: typed config.json fields read or not, token ids beyond the vocabulary
+    ("cfg-gpt2-scale-attn-string", COST_M + ["{d}/cfg_g2_scale_string.json"], 'scale_attn_weights must be true or '
+     'false, got "true"'),
+    ("cfg-gpt2-tie-string", COST_M + ["{d}/cfg_g2_tie_string.json"], 'tie_word_embeddings must be true or false, '
+     'got "true"'),
+    ("cfg-gpt2-untied", COST_M + ["{d}/cfg_g2_untied.json"], "tie_word_embeddings false is not supported"),
+    ("cfg-gpt2-inverse-layer-idx", COST_M + ["{d}/cfg_g2_inverse_idx.json"], "scale_attn_by_inverse_layer_idx true"),
+    ("cfg-use-cache-string", COST_M + ["{d}/cfg_ll_cache_string.json"], 'use_cache must be true or false, got '
+     '"false"'),
+    ("cfg-bos-string-train", ["train", "--model", "{d}/cfg_ll_bos_string.json", "--dataset", "uniform:8:16",
+                              "--steps", "1", "--no-progress"],
+     'bos_token_id must be an integer >= 0 or null, got "1"'),
+    ("cfg-eos-list-string", COST_M + ["{d}/cfg_ll_eos_list_bad.json"], 'eos_token_id must be an integer >= 0, a list '
+     'of them, or null, got [1, "2"]'),
+    ("cfg-dropout-string", COST_M + ["{d}/cfg_ll_dropout_string.json"], 'attention_dropout must be a finite number'),
+    ("cfg-hidden-act-number", COST_M + ["{d}/cfg_ll_act_number.json"], "hidden_act 5"),
+    ("train-token-id-beyond-int64", ["train", "--model", "gpt2-tiny", "--dataset", "file:{d}/tok_beyond_int64.jsonl",
+                                     "--steps", "1", "--no-progress"],
+     "--dataset token file '{d}/tok_beyond_int64.jsonl' line 2: token id 99999999999999999999999 is outside the "
+     "model's vocabulary (size 512"),
+    ("train-token-id-beyond-vocab-line-4", ["train", "--model", "gpt2-tiny", "--dataset",
+                                            "file:{d}/tok_beyond_vocab.jsonl", "--steps", "1", "--no-progress"],
+     "tok_beyond_vocab.jsonl' line 4: token id 600 is outside the model's vocabulary (size 512"),
+    ("train-eval-token-id-beyond-vocab", TRAIN + ["--eval-dataset", "file:{d}/tok_beyond_vocab.jsonl",
+                                                  "--eval-every", "1"],
+     "--eval-dataset token file '{d}/tok_beyond_vocab.jsonl' line 4: token id 600"),
+    ("export-hf-checkpoint-layout-2", ["export-hf", "--checkpoint", "{d}/ck_layout2", "--out", "{d}/hf-layout2"],
+     "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
+    ("train-resume-checkpoint-layout-2", TRAIN + ["--checkpoint-dir", "{d}/ck_layout2", "--resume"],
+     "is of checkpoint layout 2; this version of paradyse-lab reads layout 1"),
+    ("train-init-from-empty-safetensors", ["train", "--init-from", "{d}/init_empty", "--dataset", "uniform:8:16",
+                                           "--steps", "1", "--no-progress"],
+     "model.safetensors is not a readable safetensors file"),
+    ("train-init-from-garbage-header", ["train", "--init-from", "{d}/init_garbage", "--dataset", "uniform:8:16",
+                                        "--steps", "1", "--no-progress"],
+     "model.safetensors is not a readable safetensors file"),
+    ("train-init-from-index-leaves-folder", ["train", "--init-from", "{d}/init_escape", "--dataset", "uniform:8:16",
+                                             "--steps", "1", "--no-progress"], "leaves the folder"),
+    ("train-init-from-index-map-list", ["train", "--init-from", "{d}/init_map_list", "--dataset", "uniform:8:16",
+                                        "--steps", "1", "--no-progress"], "weight_map must be a JSON object"),
 ]
 """Flag syntax, unreadable JSON and scaled TOML cases (part of SWEEP_CASES)."""
 

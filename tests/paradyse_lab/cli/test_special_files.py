@@ -1,0 +1,81 @@
+"""Special files given as inputs: a FIFO (which blocks `open` until a writer comes) and `/dev/zero` (endless
+bytes) named as config.json, dataset, model folder files, profile, problem, cost model or cluster TOML (or its
+base) each end in one line and exit 2 within seconds, nothing read whole into memory. Each case runs in a
+subprocess with a timeout, so that a hang fails the test instead of hanging the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+G2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100, "n_positions": 64}
+TIMEOUT_S = 60
+"""Far above the second or two a refusal takes (the interpreter's start-up and imports), far below a hang."""
+
+CASES = {
+    # id: (argv with {x} the special file, its file name)
+    "model-config": (["cost", "--model", "{x}", "--seq", "64"], "config.json"),
+    "length-file": (["workload", "file:{x}"], "lengths.txt"),
+    "token-file": (["train", "--model", "gpt2-tiny", "--dataset", "file:{x}", "--steps", "1", "--no-progress"],
+                   "tokens.jsonl"),
+    "problem": (["solve", "--solver", "dp", "--problem", "{x}"], "problem.json"),
+    "profile": (["ablate-costmodel", "--profiles", "{x}", "--no-regret"], "profile.csv"),
+    "cost-model": (["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp",
+                    "--plan-cost-model", "{x}"], "model.joblib"),
+    "cluster-toml": (["cost", "--model", "gpt", "--seq", "4096", "--cluster", "{x}"], "cluster.toml"),
+    "cluster-toml-base": (["cost", "--model", "gpt", "--seq", "4096", "--cluster", "{d}/child.toml"], "base.toml"),
+    "init-from-config": (["train", "--init-from", "{d}", "--dataset", "uniform:8:16", "--steps", "1",
+                          "--no-progress"], "config.json"),
+    "init-from-safetensors": (["train", "--init-from", "{d}", "--dataset", "uniform:8:16", "--steps", "1",
+                               "--no-progress"], "model.safetensors"),
+    "init-from-index": (["train", "--init-from", "{d}", "--dataset", "uniform:8:16", "--steps", "1",
+                         "--no-progress"], "model.safetensors.index.json"),
+    "text-dataset": (["train", "--model", "gpt2-tiny", "--tokenizer", "{d}/tok", "--dataset", "{x}", "--steps", "1",
+                      "--no-progress"], "texts.jsonl"),
+}
+
+
+def _folder(tmp_path: Path, case: str, special: str) -> tuple[Path, Path]:
+    """A folder for `case` holding the special file (`special`: fifo or zero) under its input's name."""
+    argv, name = CASES[case]
+    folder = tmp_path / case
+    folder.mkdir()
+    target = folder / name
+    if special == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    if case.startswith("init-from") and name != "config.json":
+        (folder / "config.json").write_text(json.dumps(G2))
+    if case == "cluster-toml-base":
+        (folder / "child.toml").write_text(f'base = "{target}"\ngpus = 8\n')
+    if case == "text-dataset":
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        (folder / "tok").mkdir()
+        tokenizer.save(str(folder / "tok" / "tokenizer.json"))
+    return folder, target
+
+
+@pytest.mark.parametrize("special", ["fifo", "zero"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_special_file_as_input_is_one_line_within_seconds(tmp_path, case, special):
+    folder, target = _folder(tmp_path, case, special)
+    argv = [a.replace("{x}", str(target)).replace("{d}", str(folder)) for a in CASES[case][0]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "paradyse_lab", *argv], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{case} with a {special} hung for {TIMEOUT_S} s")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and ": error: " in lines[0], (done.returncode, done.stderr[-1500:])
+    assert "regular file" in lines[0] or "not a file" in lines[0], lines[0]

@@ -1,0 +1,84 @@
+"""A checkpoint resumes only into the model and data that wrote it, compared by content: the architecture, not
+the --model string; a file dataset's bytes, not its path. One line and exit 2 otherwise, at 1 rank and under
+--nproc 2, before any step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paradyse_lab.cli import main
+
+MICRO = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 32}
+"""A GPT-2 config small enough that a CPU step takes milliseconds."""
+
+
+def _config(path, **changes) -> str:
+    path.write_text(json.dumps({**MICRO, **changes}))
+    return str(path)
+
+
+def _train(tmp_path, model: str, dataset: str, steps: int, *more: str) -> int:
+    return main(["train", "--model", model, "--dataset", dataset, "--steps", str(steps), "--max-len", "16",
+                 "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1", "--no-progress",
+                 "--policy", "static:megatron_ts", *more])
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ": error: " in err[0], err
+    return err[0]
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("[1, 2, 3, 4]\n[5, 6, 7]\n[8, 9, 10, 11, 12]\n")
+    return path
+
+
+@pytest.mark.parametrize("change, shown", [({"n_layer": 4}, "its layers is 4, this run's"),
+                                           ({"layer_norm_epsilon": 1e-3}, "its eps is 0.001"),
+                                           ({"n_inner": 32}, "its ffn_hidden is 32"),
+                                           ({"n_positions": 32}, "its max_positions is 32")])
+def test_a_checkpoint_of_another_architecture_is_refused(tmp_path, capsys, tokens, change, shown):
+    """A 4-layer checkpoint resumed into a 2-layer config.json at the same path (and another epsilon, MLP width
+    or positions) is one line naming the field: it exited 0, the --model string being the same."""
+    model = _config(tmp_path / "model.json", **change)
+    assert _train(tmp_path, model, f"file:{tokens}", 1) == 0
+    _config(tmp_path / "model.json")
+    capsys.readouterr()
+    assert _train(tmp_path, model, f"file:{tokens}", 2, "--resume") == 2
+    assert "was written by another model" in (line := _one_line(capsys)) and shown in line, line
+
+
+def test_the_same_architecture_under_another_name_resumes(tmp_path, capsys, tokens):
+    """The same shapes from a copy of the config.json elsewhere, and the token file named `./d.jsonl` instead of
+    its absolute path: the same model and data, resumed (both were refused, the strings differing)."""
+    assert _train(tmp_path, _config(tmp_path / "a.json"), f"file:{tokens}", 1) == 0
+    copy = _config(tmp_path / "elsewhere.json")
+    dotted = f"file:{tokens.parent}/./{tokens.name}"
+    assert _train(tmp_path, copy, dotted, 2, "--resume") == 0, capsys.readouterr().err[-2000:]
+    assert (tmp_path / "ck" / "step-000002").is_dir()
+
+
+def test_a_replaced_token_file_is_refused(tmp_path, capsys, tokens):
+    """Other tokens written at the path the checkpoint was trained on: one line, not a resume onto other data."""
+    model = _config(tmp_path / "m.json")
+    assert _train(tmp_path, model, f"file:{tokens}", 1) == 0
+    tokens.write_text("[3, 2, 1]\n[9, 9, 9, 9]\n")
+    capsys.readouterr()
+    assert _train(tmp_path, model, f"file:{tokens}", 2, "--resume") == 2
+    line = _one_line(capsys)
+    assert "was trained on other data" in line and "d.jsonl" in line, line
+
+
+def test_another_architecture_under_nproc_2_is_one_line(tmp_path, capsys, tokens):
+    """The same refusal when the resuming run has two ranks: one line, exit 2."""
+    model = _config(tmp_path / "model.json", n_layer=4)
+    assert _train(tmp_path, model, f"file:{tokens}", 1) == 0
+    _config(tmp_path / "model.json")
+    capsys.readouterr()
+    assert _train(tmp_path, model, f"file:{tokens}", 2, "--resume", "--nproc", "2") == 2
+    assert "its layers is 4" in _one_line(capsys)
