@@ -18,7 +18,7 @@ def test_lengths_skips_hidden_and_version_control_folders(tmp_path, capsys):
         (root / hidden).parent.mkdir(parents=True, exist_ok=True)
         (root / hidden).write_text("ref: refs/heads/main and more text\n")
     out = tmp_path / "lengths.txt"
-    assert main(["lengths", str(root), "--out", str(out), "--tokenizer", "whitespace"]) == 0
+    assert main(["data", "lengths", str(root), "--out", str(out), "--tokenizer", "whitespace"]) == 0
     assert sorted(int(n) for n in out.read_text().split()) == [2, 3]
     assert "wrote 2 lengths" in capsys.readouterr().out
 
@@ -30,7 +30,7 @@ def test_lengths_follows_a_linked_folder_once(tmp_path):
     (root / "sub" / "a.txt").write_text("x y\n")
     (root / "sub" / "loop").symlink_to(root)
     out = tmp_path / "lengths.txt"
-    assert main(["lengths", str(root), "--out", str(out), "--tokenizer", "whitespace"]) == 0
+    assert main(["data", "lengths", str(root), "--out", str(out), "--tokenizer", "whitespace"]) == 0
     assert out.read_text().split() == ["2"]
 
 

@@ -21,11 +21,11 @@ TIMEOUT_S = 60
 CASES = {
     # id: (argv with {x} the special file, its file name)
     "model-config": (["cost", "--model", "{x}", "--seq", "64"], "config.json"),
-    "length-file": (["workload", "file:{x}"], "lengths.txt"),
+    "length-file": (["data", "workload", "file:{x}"], "lengths.txt"),
     "token-file": (["train", "--model", "gpt2-tiny", "--dataset", "file:{x}", "--steps", "1", "--no-progress"],
                    "tokens.jsonl"),
-    "problem": (["solve", "--solver", "dp", "--problem", "{x}"], "problem.json"),
-    "profile": (["ablate-costmodel", "--profiles", "{x}", "--no-regret"], "profile.csv"),
+    "problem": (["solvers", "solve", "--solver", "dp", "--problem", "{x}"], "problem.json"),
+    "profile": (["costmodel", "ablate", "--profiles", "{x}", "--no-regret"], "profile.csv"),
     "cost-model": (["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp",
                     "--plan-cost-model", "{x}"], "model.joblib"),
     "cluster-toml": (["cost", "--model", "gpt", "--seq", "4096", "--cluster", "{x}"], "cluster.toml"),
