@@ -1,7 +1,7 @@
 """paradyse-lab: choose, simulate and run per-layer parallel strategies for transformer training.
 
 The public Python API (docs/api.md) is paradyse_lab/app/api.py, re-exported here on first use (PEP 562), so
-that importing the vocabulary modules (`paradyse_lab.model_spec`, ...) loads neither torch nor the solvers:
+that importing the vocabulary modules (`paradyse_lab.core.model_spec`, ...) loads neither torch nor the solvers:
 
     import paradyse_lab as pl
     plan = pl.plan_step("llama-tiny", p=2, seq_len=64)
@@ -77,7 +77,7 @@ def __getattr__(name: str):
         return value
     if name in API:
         return getattr(importlib.import_module("paradyse_lab.app.api"), name)
-    if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.plan.Plan is the runtime's plan)
+    if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.core.plan.Plan is the runtime's plan)
         import warnings
 
         warnings.warn("paradyse_lab.Plan is renamed paradyse_lab.PlanReport (what plan_step returns)",

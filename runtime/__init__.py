@@ -3,7 +3,7 @@
 Usage, one process per rank (gloo on CPU, NCCL on GPU):
 
     import torch.distributed as dist
-    from runtime import ParallelGPT, shard_sequence, gather_sequence
+    from paradyse_lab.runtime import ParallelGPT, shard_sequence, gather_sequence
     dist.init_process_group("gloo")
     model = ParallelGPT.from_hf_state_dict(hf_config_dict, hf_state_dict)   # GPT-2 or LLaMA, or ParallelGPT(cfg)
     ids = shard_sequence(full_ids, dim=1)                 # [b, s] -> [b, s/p], zig-zag chunks
@@ -32,9 +32,9 @@ their options and the measurement applications (profile, calibrate, the GPU sess
 
 import importlib
 
-_EXPORTS = {"ParallelGPT": "runtime.model", "GPTConfig": "runtime.reference", "ReferenceGPT": "runtime.reference",
-            "shard_sequence": "runtime.layout", "gather_sequence": "runtime.layout", "layout_unit": "runtime.layout"}
-"""Imported on first use (PEP 562), so importing a light module of the package (runtime.optim_schedule's
+_EXPORTS = {"ParallelGPT": "paradyse_lab.runtime.model.parallel_gpt", "GPTConfig": "paradyse_lab.runtime.model.reference", "ReferenceGPT": "paradyse_lab.runtime.model.reference",
+            "shard_sequence": "paradyse_lab.runtime.model.layout", "gather_sequence": "paradyse_lab.runtime.model.layout", "layout_unit": "paradyse_lab.runtime.model.layout"}
+"""Imported on first use (PEP 562), so importing a light module of the package (paradyse_lab.runtime.training.optim_schedule's
 `SCHEDULES`, read when the CLI registers `train`: paradyse_lab/app/train_options.py) does not load torch."""
 __all__ = list(_EXPORTS)
 

@@ -1,7 +1,7 @@
 """The group planners in `bench-solvers` (kind `groups`): the greedy planner's gap to the exact one on small
 global batches, and the time to plan a global batch of 64 sequences on 16 nodes.
 
-Items are sequences of the GitHubCode sample (paradyse_lab/workloads.py), priced for BERT by the analytic model
+Items are sequences of the GitHubCode sample (paradyse_lab/workload/lengths.py), priced for BERT by the analytic model
 with per-layer plans (dp). Rows use the solver benchmark's columns: `layers` holds the sequences of a step,
 `options` the GPUs.
 """
@@ -12,14 +12,14 @@ import statistics
 import time
 
 import numpy as np
+from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import plan_greedy
+from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, power_sizes
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.workloads import get_workload
-from simulator.group_dynamic_cp import smallest_fit_partition
-from simulator.group_exact import plan_exact
-from simulator.group_greedy import plan_greedy
-from simulator.grouped_steps import GroupPricer, choose, power_sizes
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.workload.lengths import get_workload
 
 SMALL_BATCHES = (4, 6, 8)
 """Sequences per step of the gap rows (on one 8-GPU node)."""

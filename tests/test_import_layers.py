@@ -188,11 +188,11 @@ def test_the_checker_sees_every_kind_of_import():
     something)."""
     files = sources()
     known = set(files)
-    edges = {m: {i for _, i in imports_of(m, files[m], known)} for m in ("simulator.engine", "paradyse_lab.app.report",
+    edges = {m: {i for _, i in imports_of(m, files[m], known)} for m in ("paradyse_lab.simulator.engine", "paradyse_lab.app.report",
                                                                         "paradyse_lab.cli.train_command")}
-    assert "paradyse_lab.search_problem" in edges["simulator.engine"]
+    assert "paradyse_lab.core.search_problem" in edges["paradyse_lab.simulator.engine"]
     assert "paradyse_lab.app.report.document" in edges["paradyse_lab.app.report"]
-    assert "runtime.launch" in edges["paradyse_lab.cli.train_command"]  # imported inside functions
+    assert "paradyse_lab.runtime.launch.ranks" in edges["paradyse_lab.cli.train_command"]  # imported inside functions
     assert "paradyse_lab.app.train_options" in edges["paradyse_lab.cli.train_command"]
     assert layer("paradyse_lab.costmodel.lowering") == "vocabulary" and layer("paradyse_lab.app.reproduce") == (
         "application")
@@ -205,12 +205,12 @@ def test_the_checker_sees_dynamic_imports(tmp_path):
     src.write_text("import importlib\nfrom importlib import import_module\n"
                    "def f(name):\n"
                    "    importlib.import_module('torch.nn')\n"
-                   "    import_module('runtime.train')\n"
+                   "    import_module('paradyse_lab.runtime.training.loop')\n"
                    "    __import__('figures')\n"
                    "    importlib.import_module(name)\n"
                    "    importlib.import_module('.x', 'solvers')\n")
     assert imports_of("solvers.dyn", src, set()) == [(1, "importlib"), (2, "importlib"), (4, "torch.nn"),
-                                                    (5, "runtime.train"), (6, "figures")]
+                                                    (5, "paradyse_lab.runtime.training.loop"), (6, "figures")]
 
 
 LOAD_ALONE = """
@@ -219,8 +219,10 @@ metadata_before = "importlib.metadata" in sys.modules
 import paradyse_lab
 assert metadata_before or "importlib.metadata" not in sys.modules, "import paradyse_lab read its version"
 assert paradyse_lab.__version__
-import solvers.ilp, solvers.heuristic, solvers.greedy
-print(" ".join(m for m in ("numba", "solvers.kernels", "solvers.bound_kernels") if m in sys.modules))
+import paradyse_lab.solvers.ilp
+import paradyse_lab.solvers.heuristic
+import paradyse_lab.solvers.greedy
+print(" ".join(m for m in ("numba", "paradyse_lab.solvers.kernels", "paradyse_lab.solvers.bound_kernels") if m in sys.modules))
 for package in ("solvers", "simulator"):
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
         importlib.import_module(info.name)
@@ -234,13 +236,13 @@ def test_a_lazy_package_getattr_is_not_an_import_of_the_package(tmp_path):
     src = tmp_path / "__init__.py"
     src.write_text("import importlib\n"
                    "def __getattr__(name):\n"
-                   "    return importlib.import_module('runtime.train')\n"
+                   "    return importlib.import_module('paradyse_lab.runtime.training.loop')\n"
                    "def other():\n"
                    "    import figures\n")
     assert imports_of("paradyse_lab", src, set()) == [(1, "importlib"), (5, "figures")]
     module = tmp_path / "mod.py"
     module.write_text(src.read_text())
-    assert (3, "runtime.train") in imports_of("paradyse_lab.mod", module, set())
+    assert (3, "paradyse_lab.runtime.training.loop") in imports_of("paradyse_lab.mod", module, set())
 
 
 def test_solvers_and_simulator_load_alone():
@@ -258,9 +260,9 @@ def test_solvers_and_simulator_load_alone():
 
 def test_torch_is_caught_through_the_vocabulary():
     """A solver that imports a vocabulary module which imports torch breaks the rule (line and chain shown)."""
-    files = {m: ROOT / (m.replace(".", "/") + ".py") for m in ("solvers.fast", "paradyse_lab.helper", "runtime.comm")}
+    files = {m: ROOT / (m.replace(".", "/") + ".py") for m in ("solvers.fast", "paradyse_lab.helper", "paradyse_lab.runtime.comm.collectives")}
     graph = {"solvers.fast": [(3, "paradyse_lab.helper")], "paradyse_lab.helper": [(7, "torch.nn")],
-             "runtime.comm": [(1, "torch")]}
+             "paradyse_lab.runtime.comm.collectives": [(1, "torch")]}
     assert violations(files, graph) == [
         "solvers/fast.py:3: solvers must not import torch, even indirectly "
         "(imports paradyse_lab.helper: paradyse_lab.helper -> torch)"]
@@ -288,11 +290,12 @@ def _annotation_of(path: Path, cls: str, field: str) -> str | None:
 
 
 def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
-    """The policy's decision carries a `paradyse_lab.plan.Plan` (options and granularity), never names: the
+    """The policy's decision carries a `paradyse_lab.core.plan.Plan` (options and granularity), never names: the
     field is typed, a decision built with names is refused, and the training loop refuses one that is not a
     Plan and hands it to the model as it is (no `list(decision.plan)` that would turn it back into names)."""
-    from paradyse_lab.plan import Plan
-    from simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepPlan
+
+    from paradyse_lab.core.plan import Plan
 
     assert _annotation_of(ROOT / "simulator" / "policies.py", "StepPlan", "plan") == "Plan"
     with pytest.raises(TypeError, match="Plan"):
@@ -310,7 +313,7 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
 
 
 def test_no_two_classes_share_a_name():
-    """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/plan.py);
+    """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/core/plan.py);
     the API's report of a planned step is `PlanReport` and the GPU session's list of measurements
     `MeasurementPlan` (three classes were named `Plan`)."""
     where: dict[str, list[str]] = {}
@@ -395,5 +398,5 @@ def test_the_library_check_sees_a_command_line(tmp_path):
     refuses = "if __name__ == '__main__':\n    import sys\n    print('no', file=sys.stderr)\n    raise SystemExit(2)\n"
     assert command_line_parts("runtime.x", ast.parse(refuses)) == []
     help_file = tmp_path / "cmd.py"
-    help_file.write_text("import runtime.train\nHELP = runtime.train.__doc__\nOWN = __doc__\n")
+    help_file.write_text("import paradyse_lab.runtime.training.loop\nHELP = paradyse_lab.runtime.training.loop.__doc__\nOWN = __doc__\n")
     assert help_read_from_the_library({"cmd": help_file}) == ["cmd:2"]

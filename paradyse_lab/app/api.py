@@ -9,8 +9,8 @@ load it, export it.
     pl.export_hf("ck", "hf-folder")                                      # transformers' from_pretrained loads it
 
 The planner is the one `paradyse-lab plan` runs (a SearchProblem from the cost model, solved by a solver);
-the model is runtime.model.ParallelGPT; checkpoints are runtime/dcp_checkpoint.py's (any world size); the
-export is runtime/hf_export.py's. Every function runs on every rank of the caller's process group (the
+the model is paradyse_lab.runtime.model.parallel_gpt.ParallelGPT; checkpoints are runtime/checkpoints/dcp.py's (any world size); the
+export is runtime/hf/export.py's. Every function runs on every rank of the caller's process group (the
 caller sets the group up: torchrun, or `torch.distributed.init_process_group`), and the plan is pure Python
 (no torch), the same on every rank.
 """
@@ -27,7 +27,7 @@ from paradyse_lab.errors import UserInputError
 @dataclass(frozen=True)
 class PlanReport:
     """What `plan_step` reports: a solver's plan for one training step (its option names) with the cost model's
-    prediction of its time and memory. Not `paradyse_lab.plan.Plan`, the plan a policy hands the runtime (options
+    prediction of its time and memory. Not `paradyse_lab.core.plan.Plan`, the plan a policy hands the runtime (options
     and granularity): `strategies` here are the names `forward_backward` and `train_step` take."""
 
     strategies: tuple[str, ...]
@@ -52,7 +52,7 @@ class PlanReport:
 
 def _model_spec(model):
     """A ModelSpec from a ModelSpec, a preset name, a config.json, or a Hugging Face folder."""
-    from paradyse_lab.model_spec import ModelSpec, get_model
+    from paradyse_lab.core.model_spec import ModelSpec, get_model
 
     if isinstance(model, ModelSpec):
         return model
@@ -74,14 +74,14 @@ def plan_step(model, *, p: int, seq_len: int | None = None, documents: Sequence[
     GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model`, which caps the budget as it does for
     every planner (simulator/planner.py `planning_model`: a learned model of the paper's kind at the largest peak
     it profiled)."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+    from paradyse_lab.core.layer_graph import LayerGraph
+    from paradyse_lab.core.strategies import USABLE, layout_unit, options
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.strategies import USABLE, layout_unit, options
-    from simulator.planner import planning_model
-    from solvers import get_solver
+    from paradyse_lab.simulator.planner import planning_model
+    from paradyse_lab.solvers import get_solver
 
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
@@ -132,9 +132,9 @@ def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = Fal
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
     Hugging Face folder (its weights, each rank reading only its slices), or from a preset name, config.json,
     ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the same on every rank). `vocab_parallel`: the
-    embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py), not replicated."""
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig
+    embedding and head sharded by vocabulary rows (runtime/model/vocab_parallel.py), not replicated."""
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     if isinstance(source, GPTConfig):
         return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
@@ -154,7 +154,7 @@ def forward_backward(model, plan, tokens, labels=None):
     Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
     import torch
 
-    from runtime.layout import shard_sequence
+    from paradyse_lab.runtime.model.layout import shard_sequence
 
     if labels is None:
         labels = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -100)], dim=1)  # [b, s]: next tokens
@@ -176,7 +176,7 @@ def train_step(model, plan, tokens, optimizer, labels=None) -> float:
 def save(directory, step: int, model, optimizer) -> Path:
     """Checkpoint `model`'s weights and `optimizer`'s state as `directory`/step-N (torch.distributed.checkpoint,
     atomic, checksummed); every rank calls it. Returns the checkpoint's folder."""
-    from runtime import dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     return dcp_checkpoint.save(directory, step, dict(model.named_parameters()), optimizer, model.cfg, {},
                                dcp_checkpoint.model_record(model.cfg), model.group)
@@ -187,7 +187,7 @@ def load(directory, model, optimizer=None) -> int:
     at any world size, into `model` (and `optimizer`, when given); every rank calls it. Returns its step."""
     import torch
 
-    from runtime import dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     path = Path(directory)
     if not (path / "meta.json").is_file():
@@ -201,7 +201,7 @@ def load(directory, model, optimizer=None) -> int:
 def export_hf(checkpoint, out, max_shard_size: str = "5GB") -> dict:
     """Write `checkpoint` (a step-N folder, or the newest in a checkpoint folder) as a Hugging Face folder `out`
     (`paradyse-lab export-hf`); call on one process. Returns what was written."""
-    from runtime.hf_export import export_hf as export
-    from runtime.hf_export import parse_size
+    from paradyse_lab.runtime.hf.export import export_hf as export
+    from paradyse_lab.runtime.hf.export import parse_size
 
     return export(checkpoint, out, parse_size(max_shard_size, "max_shard_size"))

@@ -20,10 +20,10 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
+from paradyse_lab.core.model_spec import ModelSpec, get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption
 from paradyse_lab.costmodel import uniform_plan_cost
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import ModelSpec, get_model
-from paradyse_lab.strategies import USABLE, StrategyOption
 
 MAX_COUNT = 2**30
 """Largest sequence length or batch the commands accept (1G tokens)."""
@@ -89,8 +89,8 @@ def add_step_arguments(p):
 
 def step_of(args, cm):
     """(cost model to ask, seq_len, batch, what the step is) of `--seq` or `--documents` (then batch 1)."""
+    from paradyse_lab.core.strategies import layout_unit
     from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
-    from paradyse_lab.strategies import layout_unit
 
     batch = parse_int("--batch", args.batch)
     if args.documents is None:

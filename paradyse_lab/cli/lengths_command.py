@@ -19,7 +19,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from paradyse_lab.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.cli.output import (
     add_format_argument,
     add_packing_arguments,
@@ -27,13 +26,14 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
-from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
-from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.files.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.options import integer
-from paradyse_lab.strategies import layout_unit
-from paradyse_lab.workloads import (
+from paradyse_lab.workload.lengths import (
     BAND_NAMES,
     DEFAULT_SIZE,
     PAPER_DATASETS,
@@ -85,7 +85,7 @@ def _counter(tokenizer: str):
     if not Path(tokenizer).exists():
         raise UserInputError(f"--tokenizer must be one of {', '.join(sorted(TOKENIZERS))} or a tokenizer.json (or "
                              f"its folder), got {tokenizer!r}")
-    from paradyse_lab.text_data import load_tokenizer
+    from paradyse_lab.workload.text_data import load_tokenizer
 
     loaded = load_tokenizer(tokenizer)
 

@@ -32,11 +32,11 @@ from paradyse_lab.cli.output import (
     print_table,
     reserve_bytes,
 )
+from paradyse_lab.core.layer_graph import GRANULARITIES
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import GRANULARITIES
-from paradyse_lab.search_problem import SearchProblem
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
@@ -93,9 +93,9 @@ def register(sub) -> None:
 def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tuple[SearchProblem, str]:
     """The problem of --model/--cluster/--gpus/--strategies/--recompute/--granularity/--budget-gib/--reserve-gb
     at seq_len (default: the step of --seq or --documents) with the head option `head`, and what the step is."""
+    from paradyse_lab.core.layer_graph import LayerGraph
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
 
     model = get_model(args.model)
     cluster = cluster_of(args)
@@ -153,8 +153,8 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
 def plan_heads(args) -> tuple[str, ...]:
     """The head options `plan` tries: --head, or every option usable at --gpus (auto); --head vocab at one GPU is
     refused (one shard is the whole table: the tiled loss, --head tiled)."""
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel.head_loss import usable_heads
-    from paradyse_lab.model_spec import get_model
 
     gpus = cluster_of(args).gpus
     if args.head == "auto":
@@ -167,7 +167,7 @@ def plan_heads(args) -> tuple[str, ...]:
 
 def run_plan(args) -> int:
     from paradyse_lab.app.max_length import plan_length
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     heads = plan_heads(args)
     if args.max_length:
@@ -187,8 +187,8 @@ def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
     from paradyse_lab.app.api import memory_breakdown
     from paradyse_lab.app.max_length import longest_length
     from paradyse_lab.cli.cost_command import MAX_COUNT
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import layout_unit
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import layout_unit
 
     model = get_model(args.model)
     p = cluster_of(args).gpus
@@ -214,7 +214,7 @@ def run_max_length(args, solver, heads: tuple[str, ...]) -> int:
 
 
 def run_solve(args) -> int:
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     solver = get_solver(args.solver)
     problem = SearchProblem.from_json(args.problem)
@@ -223,7 +223,7 @@ def run_solve(args) -> int:
 
 
 def run_compare(args) -> int:
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     seqs = [parse_int("--seqs", s) for s in args.seqs.split(",") if s.strip()]
     if not seqs:

@@ -35,12 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
-    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
+    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
-    from runtime.launch import torchrun_rank
-    from runtime.train_inputs import check_log_file, check_options
-    from simulator.policy_spec import PolicySpec
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
+    from paradyse_lab.runtime.training.run_inputs import check_log_file, check_options
+    from paradyse_lab.simulator.policy_spec import PolicySpec
 
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
@@ -52,7 +52,7 @@ def options_from_args(args: argparse.Namespace):
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
     if opts.groups:
-        from simulator.grouped_steps import check_group_policy
+        from paradyse_lab.simulator.grouped_steps import check_group_policy
 
         check_group_policy(opts.groups, opts.policy)
         from paradyse_lab.app.training import refuse_non_analytic_groups
@@ -106,7 +106,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
     import torch  # noqa: F401 - a spawned rank's first import of torch, before the freeze
 
     from paradyse_lab.app.training import train
-    from runtime.launch import run_rank
+    from paradyse_lab.runtime.launch.ranks import run_rank
 
     gc.freeze()
     run_rank(rank, world, train, (opts,), port)
@@ -114,11 +114,11 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
-    gets expandable segments unless the user configured it (runtime/allocator_env.py); spawned ranks inherit it."""
+    gets expandable segments unless the user configured it (runtime/launch/allocator_env.py); spawned ranks inherit it."""
     import os
 
-    from runtime.allocator_env import use_expandable_segments
-    from runtime.launch import torchrun_rank
+    from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
     opts = options_from_args(args)
     use_expandable_segments(os.environ)
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
         _init_and_train(*under_torchrun, opts, None)
     elif args.nproc is not None and args.nproc > 1:
         from paradyse_lab.app.training import preflight
-        from runtime.launch import rendezvous_store
-        from runtime.launcher import launch
+        from paradyse_lab.runtime.launch.local import launch
+        from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
         preflight(opts, args.nproc)
         store = rendezvous_store()  # held until every rank is done: no other run can take its port

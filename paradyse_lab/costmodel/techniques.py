@@ -7,7 +7,7 @@ arXiv 2506.13996, and DeepSpeed's `TiledMLP`): each rank cuts its s/p sequence p
 `mlp_tile_positions` (ALST's rule: ceil(n / hidden) chunks, so a chunk's [tokens, ffn] tensors are about the size
 of a [hidden, ffn] weight) and runs the MLP one chunk at a time, keeping only the sub-layer input x [t, h]. The
 backward recomputes each chunk's norm, first GEMM and activation (not the second GEMM: its output is not needed)
-and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/tiled_mlp.py):
+and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/strategies/tiled_mlp.py):
 - megatron_ts: each chunk runs the whole schedule at chunk size (all-gather, reduce-scatter forward; all-gather
   dy and the recomputed u, reduce-scatter du backward): the same bytes as untiled in more, smaller calls.
 - megatron_cz / ulysses_z (ZeRO-3): the weights are gathered once for the forward and once for the backward and
@@ -22,7 +22,7 @@ loss keeps its head gradient: one rounding to 16 bits at the end, not one per ch
 reduce over the ranks in fp32 as they are (formulas.GRAD_REDUCE_BYTES) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
-copied to host memory while it runs forward and copied back for its backward (runtime/offload.py). Kept on the
+copied to host memory while it runs forward and copied back for its backward (runtime/strategies/offload.py). Kept on the
 device: nothing between the two; host: the kept bytes. The device still holds the set while it is copied out
 and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
 backward, so the sub-layer's transient grows by two kept sets (its own and its neighbour's prefetched one,
@@ -101,7 +101,7 @@ def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
     tc = batch * chunks[0]  # local tokens of the largest chunk
     e, h, t, width = s.e, s.h, s.t, s.width
     refwd_flops = 2.0 * s.T * h * width / s.p  # the first GEMM, this rank's share
-    acc = 4 if e < 4 else 0  # bytes per weight of the fp32 gradient sums (runtime/sublayer.py grad_accumulator)
+    acc = 4 if e < 4 else 0  # bytes per weight of the fp32 gradient sums (runtime/model/sublayer.py grad_accumulator)
     shard_w = -(-s.W // s.p)
     norm_and_act = e * t * (2 * h + (s.f_act + 1) * s.f)  # norm read + write, activation reads + write
     if strategy_schedule == "megatron_ts":

@@ -1,5 +1,5 @@
 """Initialisation without full replicas: `ParallelGPT` is built on the meta device and each rank materialises only
-its shards (runtime/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
+its shards (runtime/model/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
 the full tensors of at most one sub-layer are alive at a time."""
 
 import gc
@@ -7,10 +7,9 @@ import weakref
 from unittest import mock
 
 import torch
-
-from runtime import reference, weight_shards
-from runtime.model import ParallelGPT
-from runtime.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model import reference, weight_shards
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
 
 CFG = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=6, layers=3, kv_heads=3, norm="rmsnorm",
                 ffn_kind="swiglu", bias=False, rope_theta=1e4, tied=False)

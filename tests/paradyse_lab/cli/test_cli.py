@@ -32,14 +32,14 @@ def test_a_command_process_freezes_what_it_leaves_before_it_exits(monkeypatch, c
     (tests, scripts) leaves the garbage collector alone."""
     import gc
 
-    import runtime.launch
-    import runtime.launcher
+    import paradyse_lab.runtime.launch.local
+    import paradyse_lab.runtime.launch.ranks
 
     frozen, ended = [], []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
     # This process joined no group, whatever an earlier test in it did: main() would otherwise end it (os._exit).
-    monkeypatch.setattr(runtime.launch, "_joined_group", [])
-    monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "_joined_group", [])
+    monkeypatch.setattr(paradyse_lab.runtime.launch.local, "end_process", ended.append)
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "strategies", "--format", "json"])
     assert main() == 0 and frozen == [True] and ended == []
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
@@ -53,12 +53,13 @@ def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypa
     it joins its group and trains: the collector's later full passes skip it."""
     import gc
 
-    import runtime.launch
+    import paradyse_lab.runtime.launch.ranks
+
     from paradyse_lab.cli import train_command
 
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
-    monkeypatch.setattr(runtime.launch, "run_rank", lambda r, w, fn, args, port: calls.append((r, w, port)))
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "run_rank", lambda r, w, fn, args, port: calls.append((r, w, port)))
     train_command._init_and_train(1, 2, None, 1234)
     assert calls == ["freeze", (1, 2, 1234)]
 
@@ -102,7 +103,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, match):
 def test_plan_refuses_bad_input_before_building_its_solver(capsys, monkeypatch):
     """`plan` checks its input (here a --budget-gb beyond range) before it builds the solver, whose start-up
     (the dp solver's compiled kernels) takes a second."""
-    import solvers
+    from paradyse_lab import solvers
 
     built: list[str] = []
     monkeypatch.setattr(solvers, "get_solver", built.append)
