@@ -32,10 +32,13 @@ their options and the measurement applications (profile, calibrate, the GPU sess
 
 import importlib
 
-_EXPORTS = {"ParallelGPT": "paradyse_lab.runtime.model.parallel_gpt", "GPTConfig": "paradyse_lab.runtime.model.reference", "ReferenceGPT": "paradyse_lab.runtime.model.reference",
-            "shard_sequence": "paradyse_lab.runtime.model.layout", "gather_sequence": "paradyse_lab.runtime.model.layout", "layout_unit": "paradyse_lab.runtime.model.layout"}
-"""Imported on first use (PEP 562), so importing a light module of the package (paradyse_lab.runtime.training.optim_schedule's
-`SCHEDULES`, read when the CLI registers `train`: paradyse_lab/app/train_options.py) does not load torch."""
+_EXPORTS = {"ParallelGPT": "paradyse_lab.runtime.model.parallel_gpt",
+            "GPTConfig": "paradyse_lab.runtime.model.reference", "ReferenceGPT": "paradyse_lab.runtime.model.reference",
+            "shard_sequence": "paradyse_lab.runtime.model.layout",
+            "gather_sequence": "paradyse_lab.runtime.model.layout",
+            "layout_unit": "paradyse_lab.runtime.model.layout"}
+"""Imported on first use (PEP 562), so importing a light module of the package (the training schedules' names,
+read when the CLI registers `train`) does not load torch."""
 __all__ = list(_EXPORTS)
 
 

@@ -1,4 +1,5 @@
-"""One forward pass of the exact DP over a chain (`paradyse_lab.solvers.dp` runs it for each group of caps: `search_group`).
+"""One forward pass of the exact DP over a chain (`paradyse_lab.solvers.dp` runs it for each group of caps:
+`search_group`).
 
 Before the pass, the decisions left with one allowed option (after reduced-cost fixing) leave the chain as
 constants (`reduce_constants`, giving a `Reduced` chain): their time, kept bytes and bucket start every state, and

@@ -1,4 +1,5 @@
-"""Compiled inner loops of the exact DP's forward Pareto pass (`paradyse_lab.solvers.dp_pass`), and `warm_up()`, which compiles
+"""Compiled inner loops of the exact DP's forward Pareto pass (`paradyse_lab.solvers.dp_pass`), and `warm_up()`, which
+compiles
 them and those of its Lagrangian bounds (solvers/bound_kernels.py, for `paradyse_lab.solvers.bounds`).
 
 Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of small sequential steps

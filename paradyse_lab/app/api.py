@@ -9,7 +9,8 @@ load it, export it.
     pl.export_hf("ck", "hf-folder")                                      # transformers' from_pretrained loads it
 
 The planner is the one `paradyse-lab plan` runs (a SearchProblem from the cost model, solved by a solver);
-the model is paradyse_lab.runtime.model.parallel_gpt.ParallelGPT; checkpoints are runtime/checkpoints/dcp.py's (any world size); the
+the model is paradyse_lab.runtime.model.parallel_gpt.ParallelGPT; checkpoints are runtime/checkpoints/dcp.py's (any
+world size); the
 export is runtime/hf/export.py's. Every function runs on every rank of the caller's process group (the
 caller sets the group up: torchrun, or `torch.distributed.init_process_group`), and the plan is pure Python
 (no torch), the same on every rank.

@@ -35,7 +35,8 @@ per step, one row per step even across a resume; a new run refuses a file holdin
 `--init-from DIR` starts from a Hugging Face model folder's weights (runtime/hf/weights.py; `paradyse-lab
 export-hf` writes a checkpoint back as one). A non-finite loss stops the run (exit 1) before its optimizer step,
 leaving the last checkpoint as it was.
-Optimisation (runtime/training/optim_schedule.py, runtime/training/step.py): `--lr-schedule constant|linear|cosine` after
+Optimisation (runtime/training/optim_schedule.py, runtime/training/step.py): `--lr-schedule constant|linear|cosine`
+after
 `--warmup-steps` of linear warmup (torch.optim.lr_scheduler.LambdaLR); `--clip-grad N` clips to the global L2 norm
 of the whole model's gradient, each parameter counted once over the ranks (shards summed, replicas once);
 `--accumulate A` sums the gradients of A micro-steps per optimizer step, each with its own data and plan, weighed

@@ -100,7 +100,8 @@ def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
 
 
 def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
-    """`paradyse_lab.runtime.training.loop.train` on this rank with `plan_policy`; returns the per-step log. Rank 0 states what plans
+    """`paradyse_lab.runtime.training.loop.train` on this rank with `plan_policy`; returns the per-step log. Rank 0
+    states what plans
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
     (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary

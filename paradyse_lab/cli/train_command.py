@@ -114,7 +114,8 @@ def _init_and_train(rank: int, world: int, opts, port: int | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
-    gets expandable segments unless the user configured it (runtime/launch/allocator_env.py); spawned ranks inherit it."""
+    gets expandable segments unless the user configured it (runtime/launch/allocator_env.py); spawned ranks inherit
+    it."""
     import os
 
     from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments

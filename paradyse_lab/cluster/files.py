@@ -268,7 +268,7 @@ def named_base(path: Path) -> str | None:
     return base if isinstance(base, str) else None
 
 
-CLUSTERS_DIR = Path(__file__).parent / "data" / "clusters"
+CLUSTERS_DIR = Path(__file__).parents[1] / "data" / "clusters"
 """Bundled cluster files (`NAME.toml`), e.g. the paper node calibrated on the authors' measurements."""
 
 

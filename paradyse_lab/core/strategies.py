@@ -108,7 +108,7 @@ class Strategy:
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
         if self.usable and missing:
             raise ValueError(f"usable strategy {self.name!r} needs {', '.join(missing)} in its catalog entry")
-        if self.runtime_module and not self.runtime_module.startswith("runtime."):
+        if self.runtime_module and not self.runtime_module.startswith("paradyse_lab.runtime."):
             raise ValueError(f"strategy {self.name!r}: runtime_module {self.runtime_module!r} is not a module of "
                              "runtime/ (the only layer that may import torch)")
 
@@ -165,28 +165,32 @@ CATALOG: dict[str, Strategy] = {
             attention="all-gather sequence, heads split over ranks, reduce-scatter out",
             mlp="column/row-split weights, all-gather + reduce-scatter of activations",
             splits_heads=True, ring_attention=False, kv_heads_rule="split",
-            abbreviation="TS", color="#1f77b4", schedule="megatron_ts", runtime_module="paradyse_lab.runtime.strategies.megatron_ts",
+            abbreviation="TS", color="#1f77b4", schedule="megatron_ts",
+            runtime_module="paradyse_lab.runtime.strategies.megatron_ts",
         ),
         Strategy(
             "megatron_cz", "MegatronCZ",
             attention="ring attention: K/V blocks around a ring, log-sum-exp merge",
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=False, ring_attention=True,
-            abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz", runtime_module="paradyse_lab.runtime.strategies.megatron_cz",
+            abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz",
+            runtime_module="paradyse_lab.runtime.strategies.megatron_cz",
         ),
         Strategy(
             "ulysses_z", "UlyssesZ",
             attention="all-to-all sequence-sharded -> head-sharded, local attention, all-to-all back",
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=True, ring_attention=False, kv_heads_rule="replicate",
-            abbreviation="UZ", color="#2ca02c", schedule="ulysses_z", runtime_module="paradyse_lab.runtime.strategies.ulysses_z",
+            abbreviation="UZ", color="#2ca02c", schedule="ulysses_z",
+            runtime_module="paradyse_lab.runtime.strategies.ulysses_z",
         ),
         Strategy(
             "metp", "METP",
             attention="weight shards passed around a ring; per head group, ring attention inside",
             mlp="weight shards passed around a ring (point-to-point, double-buffered)",
             splits_heads=True, ring_attention=True, kv_heads_rule="split",
-            abbreviation="ME", color="#d62728", schedule="metp", runtime_module="paradyse_lab.runtime.strategies.metp",
+            abbreviation="ME", color="#d62728", schedule="metp",
+            runtime_module="paradyse_lab.runtime.strategies.metp",
         ),
         Strategy(
             "colossal_z", "ColossalZ",

@@ -87,7 +87,8 @@ class AnalyticCostModel:
 
     def step_calls_s(self) -> float:
         """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists
-        (runtime/training/plan_handoff.py, runtime/training/step.py): the plan's broadcast from rank 0 (broadcast_object_list: its
+        (runtime/training/plan_handoff.py, runtime/training/step.py): the plan's broadcast from rank 0
+        (broadcast_object_list: its
         length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
         gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
         (with the counted epilogue)."""

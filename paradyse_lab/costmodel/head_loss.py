@@ -93,7 +93,8 @@ def loss_tile_tokens(vocab_size: int, dtype_bytes: int, tokens: int) -> int:
 
 def tiled_loss_kept_bytes(model, tokens: int) -> int:
     """What the tiled loss itself keeps for the backward on `tokens` tokens: the final norm's input [t, h]
-    (runtime/model/tiled_loss.py saves nothing else that is an activation; tests/runtime/test_tiled_loss.py measures it)."""
+    (runtime/model/tiled_loss.py saves nothing else that is an activation; tests/runtime/test_tiled_loss.py measures
+    it)."""
     return tokens * model.hidden * model.dtype_bytes
 
 

@@ -70,7 +70,7 @@ CONFIG_COLUMNS = ("model", "h", "heads", "kv_heads", "layers", "p")
 GROUP_COLUMNS = CONFIG_COLUMNS + ("strategy", "recompute", "batch")
 """One profiled curve over seq_len."""
 SOURCES = ("measured-distributed", "measured-rank-local", "paper", "analytic")
-DATA_DIR = Path(__file__).parent / "data" / "profiles"
+DATA_DIR = Path(__file__).parents[1] / "data" / "profiles"
 PAPER_PROFILE = DATA_DIR / "paper_a100-80gb-x8.csv"
 """The bundled paper profile (`paradyse-lab paper-profile`)."""
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}

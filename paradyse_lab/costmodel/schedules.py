@@ -79,7 +79,8 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     runtime does (runtime/model/layout.py): a rank's queries are its two chunks of each document, a document's keys
     in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
     charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
-    padding, paradyse_lab/workload/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
+    padding, paradyse_lab/workload/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication,
+    kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
     the unpacked schedule. `mlp_tile`: positions per chunk of a tiled MLP (`+tiled`; default ALST's rule,

@@ -181,7 +181,8 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
 
 def grad_reduce_bytes(s: Sublayer) -> int:
     """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
-    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/strategies/zero3.py, metp.py)."""
+    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/strategies/zero3.py,
+    metp.py)."""
     return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
 
 

@@ -22,7 +22,8 @@ loss keeps its head gradient: one rounding to 16 bits at the end, not one per ch
 reduce over the ranks in fp32 as they are (formulas.GRAD_REDUCE_BYTES) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
-copied to host memory while it runs forward and copied back for its backward (runtime/strategies/offload.py). Kept on the
+copied to host memory while it runs forward and copied back for its backward (runtime/strategies/offload.py). Kept on
+the
 device: nothing between the two; host: the kept bytes. The device still holds the set while it is copied out
 and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
 backward, so the sub-layer's transient grows by two kept sets (its own and its neighbour's prefetched one,

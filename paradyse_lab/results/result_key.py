@@ -22,15 +22,16 @@ Library module (no command); `paradyse-lab reproduce` and `paradyse-lab experime
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from functools import lru_cache
 from pathlib import Path
 
 from paradyse_lab.files.atomic_write import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
-KEYED_PACKAGES = ("paradyse_lab", "solvers", "simulator", "figures")
-"""Folders (under the repository root) whose files make the code version."""
+KEYED_PACKAGES = ("paradyse_lab", "paradyse_lab.solvers", "paradyse_lab.simulator", "paradyse_lab.figures")
+"""Packages whose files make the code version (the subpackages' folders sit at a checkout's root, or inside
+paradyse_lab/ once installed: each is found where it is)."""
 SOURCE_SUFFIXES = (".py", ".csv", ".toml", ".json")
 STAMP_DIR = ".stamps"
 
@@ -49,12 +50,23 @@ def code_version() -> str:
     """SHA-256 over every source and data file of KEYED_PACKAGES (relative path and content)."""
     h = hashlib.sha256()
     for package in KEYED_PACKAGES:
-        folder = ROOT / package
+        folder = package_folder(package)
         for path in sorted(folder.rglob("*")):
             if path.suffix in SOURCE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(ROOT)).encode())
+                if package == "paradyse_lab" and path.relative_to(folder).parts[0] in SUBPACKAGE_FOLDERS:
+                    continue  # an installed copy holds the subpackages inside: each is keyed once, by its own name
+                h.update(f"{package}/{path.relative_to(folder).as_posix()}".encode())
                 h.update(file_digest(path).encode())
     return h.hexdigest()
+
+
+SUBPACKAGE_FOLDERS = ("runtime", "solvers", "simulator", "figures")
+
+
+def package_folder(package: str) -> Path:
+    """The folder of a package, found without importing it (only its parent package is imported)."""
+    spec = importlib.util.find_spec(package)
+    return Path(spec.submodule_search_locations[0]).resolve()
 
 
 def _files_of_name(name: str) -> list[Path]:

@@ -1,7 +1,8 @@
 """How the per-document zig-zag layout of a packed step shares attention among the ranks of a ring.
 
 Library module (the cost model's schedules charge ring strategies with it; the runtime's packed steps lay
-out tokens this way: runtime/model/layout.py and runtime/model/packed.py; `python -m paradyse_lab.app.measure.pack_balance
+out tokens this way: runtime/model/layout.py and runtime/model/packed.py; `python -m
+paradyse_lab.app.measure.pack_balance
 github_code --pack-tokens 32768 --p 8` prints the imbalance over a workload).
 
 A packed step is a sequence of attention segments: each document, then its padding to a multiple of 2p

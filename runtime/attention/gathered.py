@@ -3,7 +3,8 @@
 Library module (no command). The strategies that gather the sequence hold it rank-major (every rank's zig-zag
 chunks one after another, runtime/model/layout.py); attention reorders it to natural order locally
 (`layout.natural_order`) for the causal mask, runs runtime/attention/kernels.py's kernels, and puts the output back
-in gathered order. Packed sequences (runtime/model/packed.py) run the varlen kernels of runtime/attention/varlen.py with the
+in gathered order. Packed sequences (runtime/model/packed.py) run the varlen kernels of runtime/attention/varlen.py
+with the
 pack's offsets instead: no [s, s] buffer.
 """
 
@@ -16,7 +17,8 @@ from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward,
 
 def _pack_attention(which: int, causal: bool, cu_seqlens, *args):
     """`attention_forward` / `attention_backward` (which 0 / 1) over a whole sequence in natural order, or,
-    for a pack (`cu_seqlens` [n + 1], runtime/model/packed.py), the varlen kernels over its documents (runtime/attention/varlen.py:
+    for a pack (`cu_seqlens` [n + 1], runtime/model/packed.py), the varlen kernels over its documents
+    (runtime/attention/varlen.py:
     no [s, s] buffer)."""
     if cu_seqlens is None:
         return (attention_forward, attention_backward)[which](*args, causal)

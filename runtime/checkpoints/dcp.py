@@ -9,7 +9,8 @@ Layout under DIR:
                                                    every DCP file
     DIR/latest                                     the name of the newest complete checkpoint
 
-What is saved: every trained tensor and AdamW's two moments of each, as global tensors (runtime/checkpoints/dcp_entries.py:
+What is saved: every trained tensor and AdamW's two moments of each, as global tensors
+(runtime/checkpoints/dcp_entries.py:
 a sub-layer's sharded matrices are one DCP tensor per row section), so DCP reshards them for whatever world size
 loads them. At p = 1 no process group is needed (`read_full` also reads a checkpoint without one: export-hf).
 

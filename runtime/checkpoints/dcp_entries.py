@@ -2,7 +2,8 @@
 
 Library module (no command; runtime/checkpoints/dcp.py saves and loads these entries). What is saved: every
 trained tensor (the fp32 master weights on GPU, the weights on CPU) and AdamW's two moments of each, as global
-tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/model/weight_shards.py) are not one contiguous block per rank:
+tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/model/weight_shards.py) are not one contiguous block per
+rank:
 rank r holds row block r of each row section (q | k | v, gate | up). So each section is its own DCP tensor,
 saved as a `DTensor` sharded by rows (`Shard(0)`) over the ranks; replicated tensors (embeddings, norms, head)
 are plain tensors, which DCP writes once. Loading builds the same global tensors sharded for the new world size

@@ -1,7 +1,8 @@
 """Autograd-aware collectives of the runtime: each forward collective with the backward collective that is
 its adjoint.
 
-Library module (no command). The calls go through runtime/comm/collectives.py and runtime/comm/grad_reduce.py (and are counted
+Library module (no command). The calls go through runtime/comm/collectives.py and runtime/comm/grad_reduce.py (and are
+counted
 there); a group of size 1 passes the tensors through without building an autograd node.
 """
 

@@ -6,7 +6,8 @@ records the bytes this rank sends and the call itself (runtime/comm/record.py: `
 `tagged`). Point-to-point exchanges are in runtime/comm/p2p.py, the fp32 gradient reductions in
 runtime/comm/grad_reduce.py, the autograd-aware collectives in runtime/comm/autograd.py.
 
-A `paradyse_lab.runtime.comm.fake_group.FakeGroup` in place of a process group makes every call return a correctly shaped
+A `paradyse_lab.runtime.comm.fake_group.FakeGroup` in place of a process group makes every call return a correctly
+shaped
 tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
 world (the rank-local profiler, paradyse_lab/app/measure/profiler.py).
 

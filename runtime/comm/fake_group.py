@@ -1,6 +1,7 @@
 """A fake process group: one process plays rank `rank` of a `size`-rank world without communicating.
 
-Library module (no command). `paradyse_lab.runtime.comm.collectives` and `paradyse_lab.runtime.comm.p2p` accept a `FakeGroup` wherever they take a
+Library module (no command). `paradyse_lab.runtime.comm.collectives` and `paradyse_lab.runtime.comm.p2p` accept a
+`FakeGroup` wherever they take a
 process group: `comm.size` / `comm.rank` answer from it, and every collective and point-to-point call returns a
 tensor of exactly the shape (and dtype, device) the real call would return, without sending anything:
 - all_gather [n, ..] -> [p*n, ..]: the local tensor repeated p times (every rank "sent" the same values);

@@ -1,7 +1,8 @@
 """Point-to-point exchanges of the runtime (ring steps, chained broadcasts and reductions), with the process
 group as an argument.
 
-Library module (no command). Works on gloo (CPU) and NCCL (GPU), and with a `paradyse_lab.runtime.comm.fake_group.FakeGroup`
+Library module (no command). Works on gloo (CPU) and NCCL (GPU), and with a
+`paradyse_lab.runtime.comm.fake_group.FakeGroup`
 (shapes exact, nothing sent) as runtime/comm/collectives.py's collectives do; every exchange records the bytes this rank
 sends and the exchange itself (runtime/comm/record.py). Ranks are group ranks, turned into global ones here.
 

@@ -1,4 +1,5 @@
-"""What every call of runtime/comm/collectives.py and runtime/comm/p2p.py records: the bytes this rank sends, and the call itself.
+"""What every call of runtime/comm/collectives.py and runtime/comm/p2p.py records: the bytes this rank sends, and the
+call itself.
 
 Library module (no command). Byte counting: each call records the bytes this rank sends under the
 ring-algorithm convention of `paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S,

@@ -86,7 +86,8 @@ class ParallelGPT(GPTParams):
         model folder `hf_folder` (each rank reads only its slices: runtime/hf/weights.py), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank); or `rank_state_dict`, this rank's tensors
         at the group's size (its shards and the replicated tensors), used as they are, without a copy (a
-        group's view of the world layout in a grouped step, runtime/training/grouped.py). `vocab_parallel`: the embedding
+        group's view of the world layout in a grouped step, runtime/training/grouped.py). `vocab_parallel`: the
+        embedding
         and head are sharded by vocabulary rows (runtime/model/vocab_parallel.py) instead of replicated."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
@@ -159,7 +160,8 @@ class ParallelGPT(GPTParams):
         norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss).
         A vocabulary-parallel model (`vocab_parallel`) always returns (None, loss) with `labels`, its embedding and
         loss run `loss_tile` tokens per rank at a time (0: all at once); without labels it returns the logits.
-        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/strategies/tiled_mlp.py; 0: ALST's rule,
+        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/strategies/tiled_mlp.py; 0: ALST's
+        rule,
         `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
         (runtime/strategies/offload.py; the bytes each moved: `self.offload_stats`, of the last forward)."""
         cfg, p = self.cfg, self.p

@@ -281,7 +281,8 @@ class ReferenceGPT(GPTParams):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cu_seqlens=None):
         """input_ids [b, s] -> logits [b, s, V] (and the mean loss over labels != -100, which are the
-        per-position targets, already shifted; 0 when no label is a target, as runtime/model/parallel_gpt.py). `cu_seqlens`
+        per-position targets, already shifted; 0 when no label is a target, as runtime/model/parallel_gpt.py).
+        `cu_seqlens`
         [n + 1]: input_ids is a pack of documents (runtime/model/packed.py): positions restart at each document,
         attention is block-diagonal."""
         cfg = self.cfg

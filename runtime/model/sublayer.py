@@ -96,7 +96,8 @@ class Ctx:
 
 def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
              all_positions=None, doc_ids=None, cu_seqlens=None) -> Ctx:
-    """The `Ctx` of one sub-layer of a model config (paradyse_lab.runtime.model.reference.GPTConfig) on this rank. Rotary
+    """The `Ctx` of one sub-layer of a model config (paradyse_lab.runtime.model.reference.GPTConfig) on this rank.
+    Rotary
     models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
     gathered_positions) on `device`."""
     from paradyse_lab.runtime.model.layout import gathered_positions, local_positions

@@ -112,7 +112,8 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
 
 
 def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
-    """The MLP `tile` positions of this rank at a time (runtime/strategies/tiled_mlp.py): each chunk is gathered, run and
+    """The MLP `tile` positions of this rank at a time (runtime/strategies/tiled_mlp.py): each chunk is gathered, run
+    and
     reduce-scattered on its own, so no [b, s, f/p] tensor of the whole sequence exists."""
     out = []
     for xc in x.split(tile, dim=1):  # [b, c, h] chunks of this rank's positions

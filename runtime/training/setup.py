@@ -79,7 +79,8 @@ def progress_bar(opts, start: int, rank: int):
 
 def warn_few_eval_steps(opts, eval_steps: int) -> None:
     """Rank 0's warning when --eval-dataset has fewer different steps than --eval-batches asks
-    (runtime/training/step_inputs.py `StepInputs.held_out`): each evaluation then averages the ones it has, once each."""
+    (runtime/training/step_inputs.py `StepInputs.held_out`): each evaluation then averages the ones it has, once
+    each."""
     if eval_steps < opts.eval_batches:
         unit = f"packs of --pack-tokens {opts.pack_tokens}" if opts.pack_tokens is not None else "steps"
         print(f"warning: --eval-dataset {opts.eval_dataset} has {eval_steps} different held-out {unit}, fewer than "

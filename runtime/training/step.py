@@ -4,7 +4,8 @@ evaluation on the held-out dataset.
 Library module: runtime/training/loop.py's loop makes one `TrainLoop` over the run's `TrainState`
 (runtime/training/state.py: model, masters, optimizer) and calls `optimizer_step(step)` per optimizer step and
 `evaluate(held_out)` every --eval-every steps. With --accumulate A, optimizer step i runs the micro-steps
-m = i*A .. i*A+A-1 of the dataset (runtime/training/step_inputs.py), each planned by the policy on its own, their gradients
+m = i*A .. i*A+A-1 of the dataset (runtime/training/step_inputs.py), each planned by the policy on its own, their
+gradients
 summed with each mean loss weighed by its share of the step's next-token targets (runtime/training/optim_schedule.py
 `micro_weights`), so the step is what one batch of them all would give. The log row's loss is that weighted mean;
 its `seq_len` the longest micro-step's; `docs` and `tokens` the sums; `plan` each micro-step's plan, ' | ' between
@@ -47,7 +48,8 @@ class TrainLoop:
     """What an optimizer step needs from the run (runtime/training/loop.py `_train` builds it)."""
 
     run: object
-    """The run's `paradyse_lab.runtime.training.state.TrainState`: options, model, fp32 masters (GPU), optimizer, group, device."""
+    """The run's `paradyse_lab.runtime.training.state.TrainState`: options, model, fp32 masters (GPU), optimizer,
+    group, device."""
     policy: object
     data: object
     """`paradyse_lab.runtime.training.step_inputs.StepInputs` of --dataset."""
@@ -111,7 +113,8 @@ class TrainLoop:
 
     def _grouped_micro_steps(self, step: int) -> dict:
         """Forward and backward of the --global-batch sequences of optimizer step `step`, over groups of
-        --group-size ranks or those the group planner gives (runtime/training/grouped.py); what the row needs of them."""
+        --group-size ranks or those the group planner gives (runtime/training/grouped.py); what the row needs of
+        them."""
         from paradyse_lab.runtime.attention.kernels import kernels_used
         from paradyse_lab.runtime.comm import collectives as comm
         from paradyse_lab.runtime.training.grouped import StepMeshes, grouped_step

@@ -32,7 +32,8 @@ def test_a_plan_refuses_what_is_not_one():
 
 
 def test_the_layer_kinds_have_one_home():
-    """The model spec's FFN and norm kinds are the runtime's: one tuple each, defined in paradyse_lab/core/model_spec.py."""
+    """The model spec's FFN and norm kinds are the runtime's: one tuple each, defined in
+    paradyse_lab/core/model_spec.py."""
     import ast
     from pathlib import Path
 

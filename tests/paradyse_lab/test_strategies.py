@@ -17,7 +17,7 @@ def test_runtime_module_lives_in_runtime():
     with pytest.raises(ValueError, match="runtime_module 'solvers.metp' is not a module of runtime/"):
         Strategy("x", "X", "a", "m", False, False, abbreviation="XX", color="#000000", schedule="metp",
                  runtime_module="solvers.metp")
-    assert all(s.runtime_module.startswith("runtime.") for s in CATALOG.values() if s.usable)
+    assert all(s.runtime_module.startswith("paradyse_lab.runtime.") for s in CATALOG.values() if s.usable)
 
 
 def test_option_names_round_trip():

@@ -11,7 +11,8 @@ def sleepy_rank(rank: int, world: int, *args) -> None:
     """Write this rank's pid under $PARADYSE_TEST_PIDS, then run forever (a rank training on).
 
     It ignores SIGINT, the parent-death signal torch.multiprocessing.spawn arms: a real gloo rank survives
-    it (seen with `python -m paradyse_lab.runtime.training.loop --nproc 2` before the launcher armed SIGKILL: both ranks kept
+    it (seen with `python -m paradyse_lab.runtime.training.loop --nproc 2` before the launcher armed SIGKILL: both
+    ranks kept
     running, one at full CPU, after the launcher was killed)."""
     import signal
 

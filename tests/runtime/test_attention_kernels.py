@@ -1,4 +1,5 @@
-"""The CUDA attention paths of runtime/attention/kernels.py and runtime/attention/flash.py, exercised on CPU with stand-ins.
+"""The CUDA attention paths of runtime/attention/kernels.py and runtime/attention/flash.py, exercised on CPU with
+stand-ins.
 
 Run: `python -m pytest -q tests/runtime/test_attention_kernels.py`.
 - flash-attn 2.5, 2.6, 2.7 and 2.8: stubs with each release's `_flash_attn_forward` / `_flash_attn_backward`

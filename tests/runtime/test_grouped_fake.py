@@ -1,5 +1,6 @@
 """Grouped steps at a world of 8 without a process group: every rank played in this process through
-`paradyse_lab.runtime.comm.fake_group.FakeGroup` meshes (shapes exact, nothing sent, every byte counted), for one group of 8, 2x4,
+`paradyse_lab.runtime.comm.fake_group.FakeGroup` meshes (shapes exact, nothing sent, every byte counted), for one group
+of 8, 2x4,
 4x2, 8x1 and the mixed (4, 2, 1, 1) and (1, 1, 2, 4), and a model with 2 K/V heads (contiguous shards gathered
 from the whole world) at 4x2 and (4, 2, 1, 1): each rank's state collectives send the bytes of
 paradyse_lab/costmodel/grouped_states.py, every sub-layer those of the analytic schedule at its group's size, and

@@ -144,7 +144,8 @@ def test_single_process_model_matches_reference_and_state_dict_shards():
 
 
 def test_one_rank_runs_any_length_under_every_strategy():
-    """The layout unit at p = 1 is 1 (paradyse_lab.core.strategies.layout_unit): an odd length runs, ring ones included."""
+    """The layout unit at p = 1 is 1 (paradyse_lab.core.strategies.layout_unit): an odd length runs, ring ones
+    included."""
     from paradyse_lab.core.strategies import USABLE
 
     model, ref, _ = _single_process_pair(5)
@@ -187,7 +188,8 @@ def test_train_command_reports_bad_input_without_a_traceback(capsys):
 
 
 def test_running_the_training_library_module_refuses_and_names_the_command(monkeypatch, capsys):
-    """`python -m paradyse_lab.runtime.training.loop` used to be the command; run directly it must not exit 0 having done nothing
+    """`python -m paradyse_lab.runtime.training.loop` used to be the command; run directly it must not exit 0 having
+    done nothing
     (paradyse_lab/app/measure/profiler.py and calibrate.py end with the same block). Run in this process as
     `python -m` runs it (runpy, as `__main__`): the block is the module's, not the interpreter's."""
     import runpy
@@ -196,7 +198,7 @@ def test_running_the_training_library_module_refuses_and_names_the_command(monke
 
     monkeypatch.setattr(sys, "argv", ["paradyse_lab.runtime.training.loop", "--steps", "1"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
-        warnings.simplefilter("ignore", RuntimeWarning)  # paradyse_lab.runtime.training.loop is imported already: runpy says so
+        warnings.simplefilter("ignore", RuntimeWarning)  # imported already: runpy says so
         runpy.run_module("paradyse_lab.runtime.training.loop", run_name="__main__")
     assert done.value.code == 2
     assert "paradyse-lab train" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The plain (untiled) metp MLP's working memory in bf16 on one process: nothing of the tiled MLP's chunk sums.
 
-The tiled MLP (runtime/strategies/tiled_mlp.py) sums each chunk's weight gradients in fp32 (`sublayer.grad_accumulator`) and
+The tiled MLP (runtime/strategies/tiled_mlp.py) sums each chunk's weight gradients in fp32
+(`sublayer.grad_accumulator`) and
 makes its output before the chunks; paradyse_lab/costmodel/techniques.py `tiled_mlp_work` counts those fp32 sums.
 The plain sub-layer runs every position at once: one GEMM per weight gradient, nothing to sum, and its transient
 (costmodel/strategy_work.py `_metp`) counts no fp32 sums. When the plain metp MLP went through the tiled code with one

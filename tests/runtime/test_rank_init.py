@@ -1,5 +1,6 @@
 """Initialisation without full replicas: `ParallelGPT` is built on the meta device and each rank materialises only
-its shards (runtime/model/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
+its shards (runtime/model/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full
+initialisation;
 the full tensors of at most one sub-layer are alive at a time."""
 
 import gc

@@ -1,4 +1,5 @@
-"""`StepMeshes.shared` (runtime/training/grouped.py): the step meshes of a process's world are made once per world, and a
+"""`StepMeshes.shared` (runtime/training/grouped.py): the step meshes of a process's world are made once per world, and
+a
 new world (a process group destroyed and started again) gets its own. The four-rank check that `train` runs make
 them at most once: tests/runtime/grouped_cases.py `train_global_batch_case`.
 

@@ -1,4 +1,5 @@
-"""torchrun's environment read by `paradyse_lab.runtime.launch.ranks.torchrun_rank`: what a real launch sets is accepted."""
+"""torchrun's environment read by `paradyse_lab.runtime.launch.ranks.torchrun_rank`: what a real launch sets is
+accepted."""
 
 import pytest
 from paradyse_lab.runtime.launch.ranks import torchrun_rank

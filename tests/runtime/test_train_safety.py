@@ -1,4 +1,5 @@
-"""paradyse_lab.runtime.training.loop never loses or corrupts a run silently: each step trains its own documents, resume takes
+"""paradyse_lab.runtime.training.loop never loses or corrupts a run silently: each step trains its own documents,
+resume takes
 the newest checkpoint that verifies, a non-finite loss stops the run, the log is written per step, changed
 settings are refused on resume, and `--nproc` ranks report errors once and stop with their launcher."""
 
@@ -309,7 +310,8 @@ def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypat
     from paradyse_lab.core.model_spec import get_model
 
     built, get_solver = [], paradyse_lab.solvers.registry.get_solver
-    monkeypatch.setattr(paradyse_lab.solvers.registry, "get_solver", lambda name, **kw: built.append(name) or get_solver(name, **kw))
+    monkeypatch.setattr(paradyse_lab.solvers.registry, "get_solver",
+                        lambda name, **kw: built.append(name) or get_solver(name, **kw))
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1)
     assert opts.policy == "dynamic:dp"
     preflight(opts, 2)
@@ -336,7 +338,8 @@ def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
     calls) killed while its two ranks train on: the ranks end too. The launcher process runs `launch` alone (the
     command's option checks before it would only add torch and the planner to its start-up; that `train --nproc`
     goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
-    script = "import launcher_cases; from paradyse_lab.runtime.launch.local import launch; launch(launcher_cases.sleepy_rank, 2)"
+    script = ("import launcher_cases; from paradyse_lab.runtime.launch.local import launch; "
+              "launch(launcher_cases.sleepy_rank, 2)")
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
     launcher = subprocess.Popen([sys.executable, "-c", script], env=env)
@@ -565,7 +568,8 @@ def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_
 
 
 def test_the_runtime_loop_takes_a_plain_options_object():
-    """paradyse_lab.runtime.training.loop.train reads the run's settings as attributes: a `SimpleNamespace` of the application's
+    """paradyse_lab.runtime.training.loop.train reads the run's settings as attributes: a `SimpleNamespace` of the
+    application's
     `TrainOptions` trains the same steps to the same losses as the dataclass itself."""
     from dataclasses import asdict
     from functools import partial

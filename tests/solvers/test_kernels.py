@@ -1,4 +1,5 @@
-"""The compiled kernels (`paradyse_lab.solvers.kernels`, `paradyse_lab.solvers.bound_kernels`) through their wrappers in `paradyse_lab.solvers.bounds`,
+"""The compiled kernels (`paradyse_lab.solvers.kernels`, `paradyse_lab.solvers.bound_kernels`) through their wrappers
+in `paradyse_lab.solvers.bounds`,
 against brute force."""
 
 import itertools

@@ -1,4 +1,5 @@
-"""The plain reference DP (`paradyse_lab.solvers.reference_dp`) as the oracle of the fast one (`paradyse_lab.solvers.dp`) and the ILP.
+"""The plain reference DP (`paradyse_lab.solvers.reference_dp`) as the oracle of the fast one
+(`paradyse_lab.solvers.dp`) and the ILP.
 
 Brute force checks the reference up to 7 decisions; the reference then checks dp on chains of up to 20
 decisions (and the ILP on some of them), where brute force cannot go.

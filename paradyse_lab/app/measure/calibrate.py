@@ -102,7 +102,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     p, rank = comm.size(group), comm.rank(group)
     nodes = node_layout(group)  # collectives inside one node, and over the rails across nodes
     out = Path(opts.out)
-    gpu = torch.cuda.is_available() and (p == 1 or comm.is_nccl(group))  # as runtime/training/setup.py run_device decides
+    gpu = torch.cuda.is_available() and (p == 1 or comm.is_nccl(group))  # as the training run's device
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     dtype = torch.bfloat16 if gpu else torch.float32
     spec = get_model(opts.model)

@@ -56,7 +56,8 @@ def slowest_over_ranks(values: list[float], device, group) -> list[float]:
 
 
 def collective_fn(op: str, nbytes: int, device, dtype, group):
-    """A call of runtime/comm/collectives.py's or runtime/comm/p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at this
+    """A call of runtime/comm/collectives.py's or runtime/comm/p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at
+    this
     group's size."""
     import torch
 

@@ -23,7 +23,8 @@ the option on every layer, tied head and loss), seen from one rank. `--warmup` u
   leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
   (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
   (communication included), comm_s is 0 and comm_modelled false.
-- peak_bytes has the cost model's meaning (paradyse_lab/costmodel/profiles.py): every model state is resident while measuring
+- peak_bytes has the cost model's meaning (paradyse_lab/costmodel/profiles.py): every model state is resident while
+measuring
   (`resident_model_states` in profile_memory.py: gradients allocated and accumulated into, the optimizer states as one
   untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, profile_memory.py)
   after the kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
@@ -52,7 +53,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak, resident_model_states
 from paradyse_lab.files.atomic_write import atomic_open

@@ -11,7 +11,8 @@ world (runtime/comm/fake_group.py), not fits to times.
   kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
   runtime/training/step.py times (`optimizer`).
 - Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
-  efficiency curve), the attention kernel calls (runtime/attention/kernels.py `_run`, `_run_masked`: the attention efficiency
+  efficiency curve), the attention kernel calls (runtime/attention/kernels.py `_run`, `_run_masked`: the attention
+  efficiency
   curves) and everything inside runtime/comm/collectives.py's collectives and runtime/comm/p2p.py's exchanges (the
   alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and

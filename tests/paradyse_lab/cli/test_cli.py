@@ -59,7 +59,8 @@ def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypa
 
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
-    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "run_rank", lambda r, w, fn, args, port: calls.append((r, w, port)))
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "run_rank",
+                        lambda r, w, fn, args, port: calls.append((r, w, port)))
     train_command._init_and_train(1, 2, None, 1234)
     assert calls == ["freeze", (1, 2, 1234)]
 

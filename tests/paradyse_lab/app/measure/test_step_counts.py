@@ -54,8 +54,10 @@ def test_step_counts_cover_every_option_the_rest_of_the_model_and_the_optimizer(
     assert set(counts) == {"megatron_ts.attention", "megatron_ts.mlp", "megatron_cz.attention", "megatron_cz.mlp",
                            "fixed", "optimizer"}
     assert counts["fixed"].launches > 0 and counts["fixed"].bytes_per_token > 0
-    params = sum(p.numel() for p in __import__("paradyse_lab.runtime.model.parallel_gpt", fromlist=["ParallelGPT"]).ParallelGPT(
-        cfg, __import__("paradyse_lab.runtime.comm.fake_group", fromlist=["FakeGroup"]).FakeGroup(2, 0)).parameters())
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+
+    params = sum(p.numel() for p in ParallelGPT(cfg, FakeGroup(2, 0)).parameters())
     # AdamW reads and writes every parameter, its gradient and both moments several times over
     assert counts["optimizer"].bytes_at(8) > 4 * 4 * params and counts["optimizer"].bytes_per_token == 0
     # ZeRO-3 rebuilds the full weights from their shards: bytes that do not grow with the tokens
