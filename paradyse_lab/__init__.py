@@ -8,9 +8,10 @@ that importing the vocabulary modules (`paradyse_lab.core.model_spec`, ...) load
     model = pl.build_model("llama-tiny")
 
 The runtime, the solvers, the simulator and the figures are subpackages (`paradyse_lab.runtime`, ...) whose
-folders sit beside this one at the checkout's root. An installed copy (a wheel, or an editable install, whose
-finder follows pyproject.toml's `package-dir`) finds them by itself; a source checkout used without installing
-it (pytest and `python -m paradyse_lab` from the root) finds them through `_CheckoutSubpackages` below.
+folders sit beside this one at the checkout's root. An installed copy finds them by itself: a wheel holds them
+inside paradyse_lab/, and setuptools' editable finder maps each subpackage named in pyproject.toml's
+`package-dir` to its folder. A source checkout used without installing it (pytest and `python -m paradyse_lab`
+from the root, the root on sys.path) finds them through `_CheckoutSubpackages` below.
 """
 
 from __future__ import annotations
