@@ -19,7 +19,9 @@ change on every call and a switch moves no bytes, because every strategy reads a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +40,6 @@ from paradyse_lab.runtime.model.weight_shards import (
     init_rank_state_dict,
     shard_state_dict,
 )
-from paradyse_lab.runtime.strategies import megatron_cz, megatron_ts, metp, ulysses_z
 from paradyse_lab.runtime.strategies.offload import Offloader
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
@@ -47,11 +48,27 @@ from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
 from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
 
-_IMPLEMENTATIONS = {m.__name__: m for m in (megatron_cz, megatron_ts, metp, ulysses_z)}
-"""The strategy modules of the runtime, imported above, by module name."""
-STRATEGY_MODULES = {name: _IMPLEMENTATIONS[s.runtime_module] for name, s in CATALOG.items() if s.usable}
-"""The runtime implementation of each usable catalog strategy, with that sub-layer's `ATTENTION` and `MLP`
-(each catalog entry names its module, `Strategy.runtime_module`; tests/runtime/test_local.py checks they agree)."""
+
+class StrategyModules(Mapping):
+    """The runtime implementation of each usable catalog strategy (its module, with that sub-layer's `ATTENTION`,
+    `MLP` and `TILED_MLP`), read from the catalog when asked: each entry names its module
+    (`Strategy.runtime_module`), imported on first use, so a strategy is registered by its catalog entry alone."""
+
+    def __getitem__(self, name: str) -> ModuleType:
+        entry = CATALOG.get(name)
+        if entry is None or not entry.usable:
+            raise KeyError(name)
+        return importlib.import_module(entry.runtime_module)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, s in CATALOG.items() if s.usable])
+
+    def __len__(self) -> int:
+        return sum(1 for s in CATALOG.values() if s.usable)
+
+
+STRATEGY_MODULES = StrategyModules()
+"""Strategy name -> its runtime module, for every usable entry of the catalog."""
 
 
 def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:

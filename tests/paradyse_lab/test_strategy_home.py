@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA_TABLES = {
     ("paradyse_lab/costmodel/strategy_work.py", "SCHEDULES"),  # the schedule functions, by the catalog's key
     ("paradyse_lab/costmodel/paper_measurements.py", "MEASURED_SHAPES"),  # the authors' measured fits, per model
+    ("paradyse_lab/costmodel/techniques.py", "TILED_SCHEDULES"),  # the tiled MLP's work, by the catalog's schedule key
 }
 """Literals keyed by strategy names that are not properties of a strategy (file, the name they are bound to)."""
 
