@@ -28,13 +28,13 @@ def cpu_time_cluster(spec, lengths, p: int):
     CPU time as their clock; collectives free: the fake group sends nothing)."""
     import torch
     import torch.distributed as dist
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     from paradyse_lab.app.measure import calibrate_kernels as K
     from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
     from paradyse_lab.cluster.files import load_cluster_toml
     from paradyse_lab.cluster.measured import Measurements, measured_cluster_toml
     from paradyse_lab.cluster.spec import COLLECTIVES
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     time.perf_counter = time.process_time  # every timer below reads this process's CPU time
     dist.barrier = lambda *a, **k: None  # one process: nothing to wait for
@@ -60,14 +60,14 @@ def cpu_time_cluster(spec, lengths, p: int):
 def step_rows(spec, cluster, lengths, p: int, repeats: int = 3) -> list[dict]:
     """Per strategy and length: the median CPU seconds of a training step and the analytic prediction."""
     import torch
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     from paradyse_lab.app.measure.step_counts import step_epilogue
     from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg, group = GPTConfig.from_model_spec(spec), FakeGroup(p, 0)
     model = ParallelGPT(cfg, group, seed=0)

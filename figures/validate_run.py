@@ -14,6 +14,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
+
 from paradyse_lab.figures import _common  # noqa: E402
 
 

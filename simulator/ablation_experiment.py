@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.core.strategies import USABLE
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import TIMING_COLUMNS
 from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup, run_one
 from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from paradyse_lab.simulator.run_metrics import summarize, time_to_reach
-from tqdm import tqdm
-
-from paradyse_lab.core.strategies import USABLE
 
 PAPER_TABLE5 = {
     "full": (329728, 3117.76, 3117.76, None),

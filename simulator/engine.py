@@ -15,7 +15,6 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from paradyse_lab.simulator.shared import problem as shared_problem
 from tqdm import tqdm
 
 from paradyse_lab.core.layer_graph import LayerGraph
@@ -24,6 +23,7 @@ from paradyse_lab.core.strategies import USABLE, layout_unit, step_length
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
+from paradyse_lab.simulator.shared import problem as shared_problem
 from paradyse_lab.workload.lengths import Workload
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a simulation returns its rows: not for `train`

@@ -12,6 +12,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import TIMING_COLUMNS, simulate
 from paradyse_lab.simulator.planner import build_planner
@@ -19,12 +25,6 @@ from paradyse_lab.simulator.policies import DEFAULT_GAMMA
 from paradyse_lab.simulator.policy_spec import PolicySpec
 from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from paradyse_lab.simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
-from tqdm import tqdm
-
-from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-from paradyse_lab.core.model_spec import get_model
-from paradyse_lab.core.strategies import USABLE
-from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.workload.lengths import get_workload
 
 DATASETS = ("github_code", "grch38")

@@ -12,13 +12,13 @@ import statistics
 import time
 
 import numpy as np
+
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
 from paradyse_lab.simulator.group_exact import plan_exact
 from paradyse_lab.simulator.group_greedy import plan_greedy
 from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, power_sizes
-
-from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.workload.lengths import get_workload
 
 SMALL_BATCHES = (4, 6, 8)

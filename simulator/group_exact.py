@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, binary_partitions, objective
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, binary_partitions, objective
 
 
 def best_assignment(costs: ItemTimes, sizes: Partition, sync: Sync) -> GroupChoice:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 
 import numpy as np
+
 from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fill, objective
 
 

@@ -9,10 +9,10 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-from paradyse_lab.simulator.group_problem import lower_bound_s
-from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, grouped_step
 
 from paradyse_lab.costmodel.packed import PackedStep
+from paradyse_lab.simulator.group_problem import lower_bound_s
+from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, grouped_step
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a run's rows are made
     import pandas as pd

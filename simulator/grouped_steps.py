@@ -21,12 +21,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from paradyse_lab.simulator import shared
-from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
-from paradyse_lab.simulator.group_exact import plan_exact
-from paradyse_lab.simulator.group_greedy import lpt, plan_greedy
-from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
-from paradyse_lab.simulator.planner import Planner, build_planner
 
 from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.model_spec import ModelSpec
@@ -42,6 +36,12 @@ from paradyse_lab.costmodel.grouped_states import (
 )
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import lpt, plan_greedy
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
+from paradyse_lab.simulator.planner import Planner, build_planner
 
 RING_POLICY = "static:megatron_cz"
 """Megatron-style dynamic context parallelism's strategy: ring attention (context parallelism), ZeRO states."""

@@ -25,6 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
+
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.grouped_runs import (
     SUMMARY_TIMING_COLUMNS,
@@ -35,12 +41,6 @@ from paradyse_lab.simulator.grouped_runs import (
 )
 from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
 from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path
-from tqdm import tqdm
-
-from paradyse_lab.cluster.files import get_cluster
-from paradyse_lab.core.model_spec import get_model
-from paradyse_lab.core.strategies import USABLE
-from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.workload.lengths import get_workload
 
 DATASETS = ("github_code", "grch38")

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from paradyse_lab.simulator.policy_spec import RECOMPUTE_SUFFIX, PolicySpec
-
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.search_problem import SearchProblem
@@ -24,6 +22,7 @@ from paradyse_lab.core.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.simulator.policy_spec import RECOMPUTE_SUFFIX, PolicySpec
 
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0

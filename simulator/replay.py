@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from paradyse_lab.simulator.engine import simulate
 from paradyse_lab.simulator.planner import build_planner
-
 from paradyse_lab.workload.lengths import Workload
 
 STEP_COLUMNS = ("policy", "step", "seq_len", "measured_s", "predicted_s", "measured_cum_s", "predicted_cum_s",

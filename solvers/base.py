@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import numpy as np
-from paradyse_lab.solvers.bounds import CapTable
 
 from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.bounds import CapTable
 
 STATUSES = ("optimal", "feasible", "infeasible")
 BIG = np.int64(2**62 // 512)

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
+
 from paradyse_lab.solvers.instances import model_problem, random_problem
 from paradyse_lab.solvers.registry import get_solver
 

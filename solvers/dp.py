@@ -45,14 +45,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
 from paradyse_lab.solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, rounded_plan, switch_bounds
 from paradyse_lab.solvers.dp_pass import forward_pass, reduce_constants
 from paradyse_lab.solvers.greedy import improve
 from paradyse_lab.solvers.kernels import warm_up
-
-from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.errors import UserInputError
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.solvers.base import BIG
 from paradyse_lab.solvers.bounds import cost_to_go
 from paradyse_lab.solvers.kernels import PassTables, pareto_pass, writable
-
-from paradyse_lab.core.search_problem import SearchProblem
 
 
 def forward_pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lams: np.ndarray, bound: float,

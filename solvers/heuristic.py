@@ -25,9 +25,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from paradyse_lab.solvers.base import Solution, make_solution
 
 from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import Solution, make_solution
 
 
 def dominance_chain(times: np.ndarray, peaks: np.ndarray) -> list[int]:

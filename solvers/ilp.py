@@ -32,12 +32,12 @@ import time
 
 import numpy as np
 from ortools.sat.python import cp_model
+
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
 from paradyse_lab.solvers.bounds import CapTable
 from paradyse_lab.solvers.greedy import GreedySolver
 from paradyse_lab.solvers.heuristic import HeuristicSolver
-
-from paradyse_lab.core.search_problem import SearchProblem
 
 
 def interchangeable(problem: SearchProblem) -> list[list[int]]:

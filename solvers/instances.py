@@ -12,10 +12,10 @@ so the memory constraint binds and a plan fits.
 from __future__ import annotations
 
 import numpy as np
-from paradyse_lab.solvers.base import min_peak_plan
 
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.solvers.base import min_peak_plan
 
 
 def with_tight_budget(problem: SearchProblem, rng: np.random.Generator) -> SearchProblem:

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+
 from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go
 
 INT64_MAX = np.iinfo(np.int64).max

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from paradyse_lab.solvers.base import Solver
-
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.solvers.base import Solver
 
 SOLVERS = {
     "heuristic": ("paradyse_lab.solvers.heuristic", "HeuristicSolver"),

@@ -301,9 +301,8 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
     """The policy's decision carries a `paradyse_lab.core.plan.Plan` (options and granularity), never names: the
     field is typed, a decision built with names is refused, and the training loop refuses one that is not a
     Plan and hands it to the model as it is (no `list(decision.plan)` that would turn it back into names)."""
-    from paradyse_lab.simulator.policies import StepPlan
-
     from paradyse_lab.core.plan import Plan
+    from paradyse_lab.simulator.policies import StepPlan
 
     assert _annotation_of(ROOT / "simulator" / "policies.py", "StepPlan", "plan") == "Plan"
     with pytest.raises(TypeError, match="Plan"):

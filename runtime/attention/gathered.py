@@ -11,6 +11,7 @@ pack's offsets instead: no [s, s] buffer.
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_heads, split_heads
 from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward, varlen_forward
 

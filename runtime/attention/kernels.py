@@ -27,6 +27,7 @@ import math
 import warnings
 
 import torch
+
 from paradyse_lab.runtime.attention import flash as flash_kernels
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+
 from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials
 from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward, varlen_forward
 from paradyse_lab.runtime.comm import collectives as comm

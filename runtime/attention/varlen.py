@@ -29,11 +29,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
 from paradyse_lab.runtime.attention import flash as flash_kernels
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.attention.flash import call_positional
 from paradyse_lab.runtime.attention.kernels import _math_backward, _math_forward, _scale
-from torch._subclasses.fake_tensor import FakeTensor
 
 FA_VARLEN_FORWARD_ARGS = {
     "2.5": ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "dropout_p",

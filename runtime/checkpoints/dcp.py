@@ -34,6 +34,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.results.result_key import file_digest
 from paradyse_lab.runtime.checkpoints import dcp_entries
 from paradyse_lab.runtime.checkpoints.folder import (
     _agreed_failure,
@@ -44,9 +47,6 @@ from paradyse_lab.runtime.checkpoints.folder import (
     read_meta,
 )
 from paradyse_lab.runtime.comm import collectives as comm
-
-from paradyse_lab.errors import RunStopped, UserInputError
-from paradyse_lab.results.result_key import file_digest
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}

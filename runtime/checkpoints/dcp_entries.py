@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS, row_sections
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS, row_sections
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
 """AdamW's per-parameter state tensors."""

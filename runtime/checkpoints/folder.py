@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from paradyse_lab.runtime.comm import collectives as comm
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.comm import collectives as comm
 
 LOCK_FILE = ".lock"
 """The lock file of a checkpoint folder (module docstring)."""

@@ -9,6 +9,7 @@ there); a group of size 1 passes the tensors through without building an autogra
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record

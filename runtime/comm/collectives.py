@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
 from paradyse_lab.runtime.comm import record as comm_record
 
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -7,9 +7,9 @@ there); the buckets are the cost model's (`paradyse_lab.costmodel.formulas.GRAD_
 from __future__ import annotations
 
 import torch
-from paradyse_lab.runtime.comm import collectives as comm
 
 from paradyse_lab.costmodel.formulas import GRAD_BUCKET_ELEMENTS  # the cost model's bucket: one number for both
+from paradyse_lab.runtime.comm import collectives as comm
 
 GRAD_REDUCE_DTYPE = torch.float32
 """The dtype every parameter gradient is summed over ranks in, whatever the model dtype: a 16-bit sum over p

@@ -42,6 +42,7 @@ def node_of_this_rank(env=os.environ) -> tuple[int, int]:
 def node_layout(group=None) -> NodeLayout:
     """The nodes of `group`'s ranks (module docstring); every rank calls it (it makes process groups)."""
     import torch.distributed as dist
+
     from paradyse_lab.runtime.comm import collectives as comm
 
     p = comm.size(group)

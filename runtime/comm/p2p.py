@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import record as comm_record
 

@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from paradyse_lab.runtime.hf.weights import Source, tensor_sources
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.hf.weights import Source, tensor_sources
 
 SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -137,10 +137,9 @@ def hf_config(cfg, original: dict | None = None) -> dict:
 
 def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 * 10**9) -> dict:
     """Write the Hugging Face folder `out` from `checkpoint` (module docstring); returns what was written."""
+    from paradyse_lab.files.atomic_write import _umask
     from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
     from paradyse_lab.runtime.model.reference import GPTConfig
-
-    from paradyse_lab.files.atomic_write import _umask
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from paradyse_lab.runtime.model.weight_shards import SHARDED
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.model.weight_shards import SHARDED
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -237,9 +237,8 @@ def model_source(model: str, init_from: str) -> str:
     """What `train` builds the model from: `model` (a preset or a config.json), or, when only `init_from` is
     given, that folder's config.json. Both given must describe the same shapes (a one-line error otherwise);
     neither is an error."""
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     if not init_from:
         if not model:

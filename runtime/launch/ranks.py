@@ -79,6 +79,7 @@ def leave_process_group() -> None:
     import gc
 
     import torch.distributed as dist
+
     from paradyse_lab.runtime.training.grouped import forget_shared_meshes
 
     dist.barrier()

@@ -21,11 +21,11 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
-from paradyse_lab.runtime.comm import autograd as comm_autograd
-from paradyse_lab.runtime.comm import collectives as comm
 
 from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.comm import autograd as comm_autograd
+from paradyse_lab.runtime.comm import collectives as comm
 
 
 def check_length(seq_len: int, p: int) -> None:

@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from paradyse_lab.runtime.model.layout import local_positions
 
 from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.model.layout import local_positions
 
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""

@@ -25,6 +25,11 @@ from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
+from paradyse_lab.costmodel.techniques import mlp_tile_positions
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import autograd as comm_autograd
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import record as comm_record
@@ -42,11 +47,6 @@ from paradyse_lab.runtime.model.weight_shards import (
 )
 from paradyse_lab.runtime.strategies.offload import Offloader
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
-
-from paradyse_lab.core.plan import Plan
-from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
-from paradyse_lab.costmodel.techniques import mlp_tile_positions
-from paradyse_lab.errors import UserInputError
 
 
 class StrategyModules(Mapping):

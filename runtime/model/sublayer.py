@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record

@@ -15,9 +15,9 @@ The cost model's counts: paradyse_lab/costmodel/head_loss.py.
 from __future__ import annotations
 
 import torch
-from paradyse_lab.runtime.model.reference import norm
 
 from paradyse_lab.costmodel.head_loss import ce_chunk_rows
+from paradyse_lab.runtime.model.reference import norm
 
 
 def _norm_with_grad(x_tile, lnf_w, lnf_b, eps):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
 from paradyse_lab.runtime.comm import autograd as comm_autograd
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import record as comm_record

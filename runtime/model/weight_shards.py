@@ -26,6 +26,7 @@ divisible by p), the same storage rule as h % p.
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.comm import collectives as comm
 
 SHARDED = ("w1", "b1", "w2")

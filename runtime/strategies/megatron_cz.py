@@ -13,6 +13,7 @@ of multi-head attention's. Kept (strategy_work.py): x, u = norm(x) [b, t, h], q 
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.model.reference import add_bias

@@ -19,6 +19,7 @@ reduce-scatter dU.
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.attention.gathered import (
     gathered_attention_backward,
     gathered_attention_forward,

@@ -24,6 +24,7 @@ travel as such; the owner's sum is cast to the weights' dtype once). Per rank: p
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm import grad_reduce

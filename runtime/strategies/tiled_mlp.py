@@ -15,6 +15,7 @@ about `hidden` positions), or the caller's.
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.sublayer import Ctx, TiledImpl, Weights, reduce_replicated
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES

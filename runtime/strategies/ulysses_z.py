@@ -15,6 +15,7 @@ both are kept: one [t, h] more than Korthikanti et al.'s count, which strategy_w
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.attention.gathered import gathered_attention_backward, gathered_attention_forward
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.model.layout import natural_order

@@ -13,6 +13,7 @@ gate and up, [b, t, 2f]) and output c [b, t, f].
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.model.reference import add_bias

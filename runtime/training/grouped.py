@@ -36,13 +36,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+
+from paradyse_lab.core.step_groups import GroupedStep
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.weight_shards import SHARDED, join_row_blocks, row_sections
-
-from paradyse_lab.core.step_groups import GroupedStep
-from paradyse_lab.errors import UserInputError
 
 STATES_TAG = "states"
 """`comm_record.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""

@@ -22,6 +22,7 @@ import sys
 from dataclasses import replace
 from functools import partial
 
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.runtime.checkpoints import folder as checkpoint
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import model_source
@@ -41,8 +42,6 @@ from paradyse_lab.runtime.training.state import TrainState, micro_per_step
 from paradyse_lab.runtime.training.step import TrainLoop, cap_reason
 from paradyse_lab.runtime.training.step_inputs import StepInputs
 from paradyse_lab.runtime.training.step_log import StepLog
-
-from paradyse_lab.core.model_spec import get_model
 
 
 def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:

@@ -71,6 +71,7 @@ def global_grad_norm(named_grads, group, vocab_parallel: bool = False):
     """[] L2 norm of the whole model's gradient over all ranks (module docstring); `named_grads`: (name,
     gradient or None) of this rank's parameters; `vocab_parallel`: the model's embedding and head are sharded."""
     import torch
+
     from paradyse_lab.runtime.comm import collectives as comm
     from paradyse_lab.runtime.comm import record as comm_record
 

@@ -8,10 +8,9 @@
 
 from __future__ import annotations
 
-from paradyse_lab.runtime.comm import collectives as comm
-
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.costmodel.head_loss import loss_tile_tokens, vocab_tile_tokens
+from paradyse_lab.runtime.comm import collectives as comm
 
 
 def decide_plan_on_rank0(decide, group=None):

@@ -228,6 +228,7 @@ class PackedSteps:
     def tokens(self, step: int, vocab: int):
         """[1, s] token ids of the step's documents from the token file, each followed by its padding (ids 0)."""
         import torch
+
         from paradyse_lab.runtime.model.packed import documents_of
 
         pack = self.pack(step)

@@ -9,13 +9,13 @@ import sys
 import threading
 
 import torch
+from tqdm import tqdm
+
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 from paradyse_lab.runtime.checkpoints import folder as checkpoint
 from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
 from paradyse_lab.runtime.comm import collectives as comm
-from tqdm import tqdm
-
-from paradyse_lab.errors import UserInputError
 
 
 def run_device(group):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT

@@ -146,9 +146,8 @@ class TrainLoop:
         """(the step's `GroupedStep`, each sequence's decision), on rank 0: the group planner's, or the fixed group
         policy of --group-size (paradyse_lab/core/fixed_groups.py), each sequence planned by the policy at the group's
         size."""
-        from paradyse_lab.runtime.comm import collectives as comm
-
         from paradyse_lab.core.fixed_groups import fixed_size_groups
+        from paradyse_lab.runtime.comm import collectives as comm
 
         opts, world = self.run.opts, comm.size(self.run.group)
         if self.plan_groups is not None:
@@ -171,6 +170,7 @@ class TrainLoop:
     def optimizer_step(self, step: int) -> dict:
         """Train optimizer step `step` (0-based); its log row."""
         import torch
+
         from paradyse_lab.runtime.training.optim_schedule import clip_to, global_grad_norm, micro_weights
 
         run = self.run

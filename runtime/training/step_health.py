@@ -5,10 +5,10 @@ finite on every rank, and the stop that ends the run, on every rank together, wh
 from __future__ import annotations
 
 import torch
-from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.comm import record as comm_record
 
 from paradyse_lab.errors import RunStopped
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm import record as comm_record
 
 
 def finite_on_every_rank(tensors, group) -> bool:

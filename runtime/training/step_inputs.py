@@ -73,7 +73,6 @@ class StepInputs:
         --steps; a resumed
         run passes its checkpoint's)."""
         from paradyse_lab.runtime.training.run_inputs import PackedSteps, TokenDocuments
-
         from paradyse_lab.workload.lengths import get_workload
 
         dataset = dataset or opts.dataset
@@ -180,6 +179,7 @@ class StepInputs:
         """(tokens [b, s], next-token labels [b, s] with -100 where no loss is taken, cu_seqlens [n + 1] of a
         pack or None) of step `step`, on the CPU."""
         import torch
+
         from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels
 
         s, opts = self.length(step), self.opts

@@ -10,9 +10,9 @@ import resource
 from pathlib import Path
 
 import torch
-from paradyse_lab.runtime.training.run_inputs import LOG_COLUMNS
 
 from paradyse_lab.files.atomic_write import write_text_atomic
+from paradyse_lab.runtime.training.run_inputs import LOG_COLUMNS
 
 
 def step_peak_bytes(device) -> int:

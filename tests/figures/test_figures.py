@@ -213,6 +213,7 @@ def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, full_
     import io
 
     import matplotlib.pyplot as plt
+
     from paradyse_lab.figures import _common
 
     full, _, drawings = full_run_figure

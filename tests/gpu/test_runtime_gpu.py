@@ -135,6 +135,7 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
 
 def _nccl_worker(rank: int, p: int, port: int) -> None:
     import torch.distributed as dist
+
     from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
     from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
     from paradyse_lab.runtime.model.reference import init_state_dict
@@ -237,11 +238,10 @@ def test_tiled_mlp_and_offload_on_one_gpu():
     """On CUDA: plans with the tiled MLP and offload (pinned host copies on a side stream) give the loss and
     gradients of the same plan without them, move the schedule's host bytes, and the forward leaves on the
     device none of what it offloaded (runtime/strategies/offload.py)."""
-    from paradyse_lab.runtime import GPTConfig, ParallelGPT
-    from paradyse_lab.runtime.model.reference import init_state_dict
-
     from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.schedules import schedule
+    from paradyse_lab.runtime import GPTConfig, ParallelGPT
+    from paradyse_lab.runtime.model.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=1024, hidden=256, heads=4, layers=2, ffn_hidden=512, kv_heads=2,
                     norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from paradyse_lab.simulator.replay import kendall_tau
 
 from paradyse_lab.cli import main
 from paradyse_lab.cluster.files import load_cluster_toml
@@ -16,6 +15,7 @@ from paradyse_lab.cluster.measured import Measurements, efficiency_points, fit_a
 from paradyse_lab.cluster.presets import PRESETS
 from paradyse_lab.cluster.spec import COLLECTIVES
 from paradyse_lab.costmodel.formulas import collective_time_s
+from paradyse_lab.simulator.replay import kendall_tau
 
 SIZES = [4096 * 4**i for i in range(7)]
 
@@ -117,9 +117,9 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     import json
 
     import pandas as pd
-    from paradyse_lab.simulator.replay import compare
 
     from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair, run_totals
+    from paradyse_lab.simulator.replay import compare
 
     meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
     (tmp_path / META_FILE).write_text(json.dumps(meta))
@@ -210,6 +210,7 @@ def test_rankings_agree_unless_a_pair_is_reversed():
     """Policies predicted equal (the same plans) order nothing; a pair predicted one way and measured the
     other breaks the agreement."""
     import pandas as pd
+
     from paradyse_lab.simulator.replay import compare
 
     def steps(totals):
@@ -230,6 +231,7 @@ def test_rankings_agree_unless_a_pair_is_reversed():
 
 def test_a_reversed_pair_counts_against_the_ranking_only_where_the_runs_separate_it():
     import pandas as pd
+
     from paradyse_lab.simulator.replay import agreement_where_separated, compare
 
     totals = {"static:a": (2.0, 1.0), "static:b": (1.0, 2.0), "static:c": (3.0, 3.0)}  # (measured, predicted)

@@ -41,12 +41,11 @@ def _plan_args(**kw) -> argparse.Namespace:
 
 
 def test_plan_simulate_and_train_budget_the_same_bytes():
-    from paradyse_lab.simulator.experiments import Setup
-
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
     from paradyse_lab.cli.solver_commands import build_problem
     from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.simulator.experiments import Setup
 
     h100 = PRESETS["h100-80gb-x8"]
     problem, _ = build_problem(_plan_args())

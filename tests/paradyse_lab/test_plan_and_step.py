@@ -60,9 +60,8 @@ def test_the_runtime_config_is_a_view_of_the_model_spec():
     can run goes ModelSpec -> GPTConfig -> ModelSpec unchanged (what `train` builds its model from)."""
     from dataclasses import fields, replace
 
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     renamed = {"eps": "norm_eps"}
     spec_fields = {f.name for f in fields(ModelSpec)}

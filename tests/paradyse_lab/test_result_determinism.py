@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from paradyse_lab.simulator import engine, experiments, grouped_runs, groups_experiment
-from paradyse_lab.simulator.experiments import Setup
-from paradyse_lab.simulator.groups_experiment import GroupsSetup
-from paradyse_lab.solvers import bench
 
 from paradyse_lab.app.reproduce_planner_steps import step_solvers
 from paradyse_lab.app.reproduce_settings import Settings
 from paradyse_lab.results.timings import TIMINGS_DIR, read_with_timings, timings_path, write_with_timings
+from paradyse_lab.simulator import engine, experiments, grouped_runs, groups_experiment
+from paradyse_lab.simulator.experiments import Setup
+from paradyse_lab.simulator.groups_experiment import GroupsSetup
+from paradyse_lab.solvers import bench
 
 TIMING_COLUMNS = set(engine.TIMING_COLUMNS + experiments.SUMMARY_TIMING_COLUMNS + grouped_runs.TIMING_COLUMNS
                      + grouped_runs.SUMMARY_TIMING_COLUMNS + bench.TIMING_COLUMNS + ("solve_ms_mean",))

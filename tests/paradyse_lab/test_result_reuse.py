@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from paradyse_lab.simulator import experiments
-from paradyse_lab.simulator.results import run_path
 
 from paradyse_lab.app.reproduce import reproduce
 from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
@@ -18,6 +16,8 @@ from paradyse_lab.app.reproduce_settings import QUICK_SIZE, SETTINGS_FILE, Setti
 from paradyse_lab.app.reproduce_steps import STEP_FUNCS, STEPS
 from paradyse_lab.files.atomic_write import write_text_atomic
 from paradyse_lab.results import result_key
+from paradyse_lab.simulator import experiments
+from paradyse_lab.simulator.results import run_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,7 @@ and test_grouped_fake.py (grouped steps' states)."""
 from __future__ import annotations
 
 import torch
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import p2p as comm_p2p

@@ -10,6 +10,16 @@ schedule at its group's size, and a group's shards take the bytes the cost model
 from __future__ import annotations
 
 import torch
+from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
+from torch.testing import assert_close
+
+from paradyse_lab.core.fixed_groups import fixed_size_groups
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.step_groups import GroupedStep, StepGroup
+from paradyse_lab.costmodel.formulas import embedding_params
+from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import ParallelGPT, shard_sequence
 from paradyse_lab.runtime.comm.record import count_bytes
 from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
@@ -22,16 +32,6 @@ from paradyse_lab.runtime.training.grouped import (
     grouped_step,
     step_gather,
 )
-from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
-from torch.testing import assert_close
-
-from paradyse_lab.core.fixed_groups import fixed_size_groups
-from paradyse_lab.core.model_spec import PRESETS
-from paradyse_lab.core.plan import Plan
-from paradyse_lab.core.step_groups import GroupedStep, StepGroup
-from paradyse_lab.costmodel.formulas import embedding_params
-from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
-from paradyse_lab.errors import UserInputError
 
 LAYERS = 2
 LENGTHS = (24, 8, 16, 8)

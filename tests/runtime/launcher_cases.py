@@ -72,6 +72,7 @@ def one_rank_killed(rank: int, world: int, *args) -> None:
 
     import torch
     import torch.distributed as dist
+
     from paradyse_lab.runtime.launch.ranks import run_rank
 
     def body(group=None):
@@ -95,6 +96,7 @@ def teardown_rank(rank: int, world: int, *args) -> None:
 
     import torch
     import torch.distributed as dist
+
     from paradyse_lab.runtime.launch.ranks import run_rank
     from paradyse_lab.runtime.training.setup import progress_bar
 

@@ -10,8 +10,6 @@ import dataclasses
 import os
 
 import pandas as pd
-from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.comm.nodes import node_layout
 
 from paradyse_lab.app.measure.calibrate_collectives import INTER_NODE_OPS, measure_collectives
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
@@ -19,6 +17,8 @@ from paradyse_lab.cluster.files import load_cluster_toml
 from paradyse_lab.cluster.measured import Measurements, fit_inter_node, measured_cluster_toml
 from paradyse_lab.cluster.spec import COLLECTIVES
 from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm.nodes import node_layout
 
 
 @contextlib.contextmanager

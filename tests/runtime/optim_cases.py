@@ -43,10 +43,9 @@ def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
     """The same run of `model` on one device: ReferenceGPT, each micro-step's documents at their own length."""
     from dataclasses import replace
 
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
     from paradyse_lab.runtime.training.run_inputs import TokenDocuments
-
-    from paradyse_lab.core.model_spec import get_model
 
     cfg = GPTConfig.from_model_spec(replace(get_model(model), dtype="fp32"))
     ref = ReferenceGPT(cfg)
@@ -101,10 +100,10 @@ def _train_counting_tiled_losses(opts, group) -> tuple[list[dict], list[bool]]:
     from unittest import mock
 
     import torch
-    from paradyse_lab.runtime.model import tiled_loss
-    from paradyse_lab.simulator import planner
 
     from paradyse_lab.app.training import train
+    from paradyse_lab.runtime.model import tiled_loss
+    from paradyse_lab.simulator import planner
 
     real_policy, real_loss, calls = planner.build_policy, tiled_loss.tiled_head_loss, []
 
@@ -127,10 +126,10 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     ranks) and evaluation loss equal the single-device reference's; the clipping binds (norm > 0.5). The policy
     puts the steps of MAX_LEN tokens on the tiled loss (`TiledFrom`): 4 of the 8 training micro-steps and both
     held-out steps, which each evaluation runs with the tiled loss too (it ran the whole head whatever the plan)."""
-    from paradyse_lab.runtime.comm import collectives as comm
     from runtime_cases import _micro_gpt2_config
 
     from paradyse_lab.app.train_options import TrainOptions
+    from paradyse_lab.runtime.comm import collectives as comm
 
     root, train_file, eval_file = _token_files(rank)
     model = _micro_gpt2_config(root, rank, p, group, 512)  # the documents' token ids are below 512

@@ -17,6 +17,14 @@ import grad_reduce_cases
 import optim_cases
 import torch
 import weights_cases
+from torch.testing import assert_close
+
+from paradyse_lab.app.measure.profile_memory import KeptRecorder
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
+from paradyse_lab.costmodel.formulas import embedding_params
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import ParallelGPT, gather_sequence, shard_sequence
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm.record import count_bytes
@@ -26,14 +34,6 @@ from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_s
 from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
 from paradyse_lab.runtime.strategies.offload import Offloader
-from torch.testing import assert_close
-
-from paradyse_lab.app.measure.profile_memory import KeptRecorder
-from paradyse_lab.core.model_spec import PRESETS
-from paradyse_lab.core.strategies import StrategyOption, get_strategy
-from paradyse_lab.costmodel.formulas import embedding_params
-from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.errors import UserInputError
 
 B, S = 2, 48
 STRATEGIES = tuple(STRATEGY_MODULES)
@@ -641,11 +641,11 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     (paradyse_lab/costmodel/head_loss.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
     of every gathered row), in bf16, on a vocabulary that p = 3 does not divide; the FLOPs of its forward and
     backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
-    from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
     from torch.utils.flop_counter import FlopCounterMode
 
     from paradyse_lab.app.measure.profile_memory import KeptRecorder
     from paradyse_lab.costmodel.head_loss import vocab_head_flops, vocab_loss_kept_bytes
+    from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
     cfg = llama_config(2)
     gen = torch.Generator().manual_seed(rank)
@@ -870,11 +870,11 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from unittest import mock
 
     import torch.distributed as dist
-    from paradyse_lab.runtime.checkpoints import folder as checkpoint
-    from paradyse_lab.simulator import planner
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
+    from paradyse_lab.simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
@@ -913,10 +913,9 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
     it), and the policy then plans every step with it alone."""
     import os
 
-    from paradyse_lab.runtime.training.loop import train
-
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
+    from paradyse_lab.runtime.training.loop import train
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 97)
@@ -964,10 +963,10 @@ def _falls_back_together(ckpt: str, step2: str, straight: list[dict], common: di
     import os
 
     import torch.distributed as dist
-    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     dist.barrier(group=group)  # rank 0 has read the checkpoints it compared
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
@@ -992,10 +991,10 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
 
     import torch.distributed as dist
     import torch.distributed.checkpoint.filesystem as dcp_files
-    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
-    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     from paradyse_lab.errors import RunStopped
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     root = _shared_tmpdir(rank, p, group)
     cfg = config(layers=MODEL_LAYERS)  # the checkpoint's files are the subject, not the depth
@@ -1080,12 +1079,12 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     from unittest import mock
 
     import torch.distributed as dist
-    from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
-    from paradyse_lab.simulator.policies import StepPlan
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
     from paradyse_lab.core.plan import Plan
+    from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
+    from paradyse_lab.simulator.policies import StepPlan
 
     calls: list[int] = []
 
@@ -1155,10 +1154,10 @@ def llama_train_case(rank: int, p: int, group) -> None:
     import os
 
     import torch.distributed as dist
-    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")

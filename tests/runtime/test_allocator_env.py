@@ -5,9 +5,9 @@ import os
 from unittest import mock
 
 import pytest
-from paradyse_lab.runtime.launch import allocator_env
 
 from paradyse_lab.cli import train_command
+from paradyse_lab.runtime.launch import allocator_env
 
 
 def _train_sees(monkeypatch, on_cuda: bool, preset: dict) -> dict:

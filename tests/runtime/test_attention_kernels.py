@@ -18,11 +18,12 @@ from typing import Optional
 
 import pytest
 import torch
+from torch.testing import assert_close
+
 from paradyse_lab.runtime.attention import flash as flash_kernels
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.attention.flash import FA_BACKWARD_ARGS, FA_FORWARD_ARGS, fa_parameter_names
 from paradyse_lab.runtime.attention.kernels import _math_backward, _math_forward
-from torch.testing import assert_close
 
 B, H, S, D = 2, 3, 8, 4
 SCALE = 0.4

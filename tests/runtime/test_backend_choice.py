@@ -14,11 +14,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.launch.ranks import backend_for
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 
 @pytest.mark.parametrize("backend, device, want", [

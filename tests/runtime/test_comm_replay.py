@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.runtime.attention import ring as ring_attention
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import p2p as comm_p2p
@@ -21,9 +24,6 @@ from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES, ParallelGP
 from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
-
-from paradyse_lab.core.strategies import StrategyOption
-from paradyse_lab.costmodel.schedules import schedule
 
 S = 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True)

@@ -13,16 +13,16 @@ from functools import partial
 
 import pytest
 import torch
-from paradyse_lab.runtime import ParallelGPT, shard_sequence
-from paradyse_lab.runtime.comm.fake_group import FakeGroup
-from paradyse_lab.runtime.comm.record import count_bytes
-from paradyse_lab.runtime.model.reference import GPTConfig
-from paradyse_lab.runtime.training.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
 
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
 from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.runtime import ParallelGPT, shard_sequence
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.comm.record import count_bytes
+from paradyse_lab.runtime.model.reference import GPTConfig
+from paradyse_lab.runtime.training.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
 
 WORLD, B, S = 8, 1, 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=2, causal=True)
@@ -124,10 +124,10 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path
     # after the backward: the [d, F] buffer and the reduce-scatter's [F] output, then one [R] buffer; the world's
     # gradients are views of the two outputs (no copies), measured by torch's profiler (CPU allocator events, the
     # peak above the phase's start)
-    from paradyse_lab.runtime.training.grouped import group_view, reduce_step_grads
     from profiler_peak import peak_above_start
 
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
+    from paradyse_lab.runtime.training.grouped import group_view, reduce_step_grads
 
     step, spec = _step(sizes, PLAN), CFG.model_spec(dtype)
     ids = torch.randint(0, CFG.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))

@@ -10,14 +10,14 @@ import json
 import pytest
 import torch
 from hf_folders import build, save
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.hf.convert import hf_to_state_dict
 from paradyse_lab.runtime.hf.weights import model_source, read_rank_state_dict
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
 from paradyse_lab.runtime.model.weight_shards import shard_state_dict
-from torch.testing import assert_close
-
-from paradyse_lab.errors import UserInputError
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
 from paradyse_lab.runtime.attention.kernels import _math_forward, attention_backward, attention_forward, merge_partials
 from paradyse_lab.runtime.model.layout import (
@@ -20,9 +23,6 @@ from paradyse_lab.runtime.model.reference import init_state_dict
 from paradyse_lab.runtime.model.sublayer import Impl
 from paradyse_lab.runtime.model.weight_shards import shard_state_dict, shard_sublayer, unshard_sublayer
 from paradyse_lab.runtime.strategies.flat_shards import pack_gathered, pack_shard, unpack_gathered
-from torch.testing import assert_close
-
-from paradyse_lab.errors import UserInputError
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -154,9 +154,8 @@ def test_one_rank_runs_any_length_under_every_strategy():
 
 
 def test_runtime_modules_are_the_usable_catalog_entries():
-    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-
     from paradyse_lab.core.strategies import CATALOG, USABLE
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 
     assert tuple(STRATEGY_MODULES) == USABLE
     for name, module in STRATEGY_MODULES.items():

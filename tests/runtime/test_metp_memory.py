@@ -11,15 +11,16 @@ forward held a [t, h] output beside the shard's [t, f] intermediates.
 """
 
 import torch
+from profiler_peak import peak_above_start
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 from paradyse_lab.runtime.strategies import metp
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
-from profiler_peak import peak_above_start
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 T, H, F = 64, 64, 256
 """t h < f h: no activation-sized fp32 tensor (the RMSNorm's) is as large as a weight gradient."""

@@ -12,19 +12,19 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-import paradyse_lab.runtime.strategies as strategies_package
 import pytest
 import torch
-from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
-from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-from paradyse_lab.runtime.model.reference import init_state_dict
 from torch.testing import assert_close
 
+import paradyse_lab.runtime.strategies as strategies_package
 from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.strategies import CATALOG, StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.strategy_work import SCHEDULES
+from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+from paradyse_lab.runtime.model.reference import init_state_dict
 
 NAME = "dummy_ts"
 MODULE = f"paradyse_lab.runtime.strategies.{NAME}"

@@ -5,10 +5,10 @@ offloader lets go of both copies once the backward has them. Exactness under eve
 bytes against the cost model: tests/runtime/runtime_cases.py (`*offload*`)."""
 
 import torch
-from paradyse_lab.runtime.strategies.offload import Offloader
 from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
+from paradyse_lab.runtime.strategies.offload import Offloader
 
 
 class _SavesTwice(torch.autograd.Function):

@@ -3,10 +3,10 @@
 import math
 
 import pytest
-from paradyse_lab.runtime.training.optim_schedule import check_optimisation_options, lr_factor, micro_weights
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.training.optim_schedule import check_optimisation_options, lr_factor, micro_weights
 
 
 def test_warmup_then_each_schedule():

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.testing import assert_close
+
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials
 from paradyse_lab.runtime.model.layout import layout_documents, layout_unit, local_positions
@@ -25,9 +28,6 @@ from paradyse_lab.runtime.model.packed import (
     rank_attention_pairs,
 )
 from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
-from torch.testing import assert_close
-
-from paradyse_lab.errors import UserInputError
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])

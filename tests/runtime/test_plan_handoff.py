@@ -3,11 +3,11 @@
 from types import SimpleNamespace
 
 import pytest
-from paradyse_lab.runtime.model.parallel_gpt import as_plan
-from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
 
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.model.parallel_gpt import as_plan
+from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
 
 
 def test_the_training_loop_refuses_a_plan_of_names():
@@ -33,14 +33,14 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     unit, as the simulator charges it (engine `padded_len`), the padding masked out of the loss; a length above
     --max-len is cut to it."""
     import torch
-    from paradyse_lab.runtime.model.reference import GPTConfig
-    from paradyse_lab.runtime.training.step_inputs import StepInputs
-    from paradyse_lab.simulator.engine import simulate
-    from paradyse_lab.simulator.planner import build_planner
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.model.reference import GPTConfig
+    from paradyse_lab.runtime.training.step_inputs import StepInputs
+    from paradyse_lab.simulator.engine import simulate
+    from paradyse_lab.simulator.planner import build_planner
     from paradyse_lab.workload.lengths import Workload
 
     path = tmp_path / "lengths.txt"

@@ -8,6 +8,7 @@ import weakref
 from unittest import mock
 
 import torch
+
 from paradyse_lab.runtime.model import reference, weight_shards
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict

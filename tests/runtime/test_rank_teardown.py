@@ -32,9 +32,8 @@ def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatc
     """A rank's process ends through `os._exit` once its function returned or its error was reported: its
     buffered output is flushed, and no interpreter finalization runs (an `atexit` handler it registered never
     runs; a spawned process that returns runs it, and with it the C++ teardown that aborted finished ranks)."""
-    from paradyse_lab.runtime.launch.local import launch
-
     from paradyse_lab.errors import UserInputError
+    from paradyse_lab.runtime.launch.local import launch
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
     if how == "refuse":
@@ -57,7 +56,6 @@ def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeyp
 
     import paradyse_lab.runtime.launch.local
     import paradyse_lab.runtime.launch.ranks
-
     from paradyse_lab.cli import main
 
     ended: list[int] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+
 from paradyse_lab.runtime.launch.ranks import launch, rendezvous_store
 
 

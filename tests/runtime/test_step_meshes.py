@@ -12,6 +12,7 @@ import os
 
 import torch.distributed as dist
 from dist_harness import free_port
+
 from paradyse_lab.runtime.training.grouped import StepMeshes
 
 

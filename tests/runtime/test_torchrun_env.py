@@ -2,9 +2,9 @@
 accepted."""
 
 import pytest
-from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
 BASE = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
@@ -105,10 +105,9 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
     not as one sequence of the padded pack's length (one rank: layout unit 1)."""
     from unittest import mock
 
-    from paradyse_lab.simulator.policies import StepPlan
-
     from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
+    from paradyse_lab.simulator.policies import StepPlan
     from paradyse_lab.workload.packing import pack_document_indices
 
     lengths = (5, 9, 3, 14, 1, 7)
@@ -132,10 +131,9 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
     does, instead of flattening and training one document per step."""
     from unittest import mock
 
-    from paradyse_lab.simulator.policies import StepPlan
-
     from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
+    from paradyse_lab.simulator.policies import StepPlan
 
     path = tmp_path / "packed.txt"
     path.write_text("5 9 1\n14\n7 3\n")
@@ -304,10 +302,9 @@ def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypat
     from dataclasses import replace
 
     import paradyse_lab.solvers.registry
-    from paradyse_lab.simulator.policies import DynamicPolicy
-
     from paradyse_lab.app.training import plan_policy, preflight
     from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.simulator.policies import DynamicPolicy
 
     built, get_solver = [], paradyse_lab.solvers.registry.get_solver
     monkeypatch.setattr(paradyse_lab.solvers.registry, "get_solver",
@@ -391,6 +388,7 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo(capfd):
     """Rank 1 refuses its input; rank 0's error on the connection rank 1 closed is an echo: the launcher raises
     rank 1's one line, and rank 0's traceback is not shown."""
     import launcher_cases
+
     from paradyse_lab.runtime.launch.local import launch
     from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
@@ -505,6 +503,7 @@ def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
     """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
     the closed connection."""
     import launcher_cases
+
     from paradyse_lab.runtime.launch.local import launch
     from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
@@ -519,8 +518,9 @@ def test_finiteness_check_reads_the_device_once_not_per_parameter():
     """`finite_on_every_rank` counts non-finite tensors on the device and the host reads one number: one
     `aten._local_scalar_dense` (the op behind .item() / bool()) for 40 parameters, and it still finds one NaN."""
     import torch
-    from paradyse_lab.runtime.training.step_health import finite_on_every_rank
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from paradyse_lab.runtime.training.step_health import finite_on_every_rank
 
     class HostReads(TorchDispatchMode):
         count = 0
@@ -542,6 +542,7 @@ def test_markov_tokens_walk_the_same_chain_on_host_ints():
     """`markov_tokens` (the synthetic workload's ids) is the seeded chain out[i] = table[out[i-1], choice[i]], walked
     on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
     import torch
+
     from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
     got = markov_tokens(3, 5, 2, 300, 97)
@@ -575,9 +576,8 @@ def test_the_runtime_loop_takes_a_plain_options_object():
     from functools import partial
     from types import SimpleNamespace
 
-    from paradyse_lab.runtime.training.loop import train as run_training
-
     from paradyse_lab.app.training import plan_policy
+    from paradyse_lab.runtime.training.loop import train as run_training
 
     opts = TrainOptions(**BASE, steps=2)
     plain = SimpleNamespace(**asdict(opts))

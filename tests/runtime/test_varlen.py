@@ -14,6 +14,8 @@ from typing import Optional
 
 import pytest
 import torch
+from torch.testing import assert_close
+
 from paradyse_lab.runtime.attention import flash as flash_kernels
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.attention import varlen
@@ -27,7 +29,6 @@ from paradyse_lab.runtime.attention.kernels import (
 )
 from paradyse_lab.runtime.attention.varlen import varlen_backward, varlen_forward
 from paradyse_lab.runtime.model.packed import block_diagonal_mask, document_mask
-from torch.testing import assert_close
 
 SCALE = 0.35
 
@@ -343,9 +344,10 @@ def test_ring_blocks_of_a_pack_under_fake_cuda_tensors_run_the_varlen_kernel(mon
     rank's queries and the received keys, and keeps dtype, device and K/V heads. (The ring loop itself
     merges in place, and copy_ between fake CUDA tensors raises on a CPU-only build of torch: the loop is
     checked on CPU by the distributed harness.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     from paradyse_lab.runtime.attention.ring import _block_backward, _block_forward, _blocks
     from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     p, rank = 4, 1
     pack = pack_sequence([1, 100, 37, 150], p)

@@ -39,13 +39,13 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
     and 4 give (a)'s losses (1e-5); (d) export-hf of (a)'s step-4 checkpoint (written by 2 ranks) loads in
     transformers with the runtime's logits (1e-5)."""
     from hf_folders import build, hf_loss, save
+
+    from paradyse_lab.app.train_options import TrainOptions
+    from paradyse_lab.app.training import train
     from paradyse_lab.runtime.checkpoints.dcp import read_full
     from paradyse_lab.runtime.hf.export import export_hf
     from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
     from paradyse_lab.runtime.training.step_inputs import markov_tokens
-
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import train
 
     root = _shared_dir(rank)
     folder = os.path.join(root, "llama")
@@ -128,12 +128,11 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
     checkpoint holds the global table, whatever the layout that wrote it)."""
     import dataclasses
 
+    from paradyse_lab.core.model_spec import PRESETS
     from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
     from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
     from paradyse_lab.runtime.model.weight_shards import shard_state_dict
-
-    from paradyse_lab.core.model_spec import PRESETS
 
     cfg = dataclasses.replace(GPTConfig.from_model_spec(PRESETS["gpt2-tiny"]), layers=2)  # the layout, not the depth
     cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg

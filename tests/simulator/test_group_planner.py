@@ -6,6 +6,13 @@ import math
 
 import numpy as np
 import pytest
+
+from paradyse_lab.cluster.files import cluster_with_gpus
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
 from paradyse_lab.simulator.group_exact import plan_exact
 from paradyse_lab.simulator.group_greedy import lpt, plan_greedy, rebalance
@@ -26,13 +33,6 @@ from paradyse_lab.simulator.grouped_steps import (
     power_sizes,
     sharded_layer_params,
 )
-
-from paradyse_lab.cluster.files import cluster_with_gpus
-from paradyse_lab.cluster.presets import PRESETS
-from paradyse_lab.core.model_spec import get_model
-from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
-from paradyse_lab.errors import UserInputError
 
 
 def _random_costs(rng, world: int, items: int) -> ItemTimes:

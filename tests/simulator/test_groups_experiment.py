@@ -3,6 +3,7 @@ targets, and the figure's bars read back against groups.csv."""
 
 import pandas as pd
 import pytest
+
 from paradyse_lab.simulator.groups_experiment import GroupsSetup, run_panel, target_checks, with_speedups
 
 

@@ -3,14 +3,13 @@ plan with the head its policy chose: a short step keeps the whole head (pays not
 whole logits do not fit takes the tiled loss and fits (among the replicated heads); the vocabulary-parallel head is
 taken where it is the fastest; `train` runs the tiled loss exactly when the plan says so."""
 
-from paradyse_lab.simulator.engine import Charger
-from paradyse_lab.simulator.policies import DynamicPolicy, StepPlan
-
 from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.costmodel import AnalyticCostModel
+from paradyse_lab.simulator.engine import Charger
+from paradyse_lab.simulator.policies import DynamicPolicy, StepPlan
 
 LONG = 512 * 1024
 
@@ -97,7 +96,6 @@ def test_simulate_fixes_the_head_storage_for_the_run_as_train_does():
     # embedding and head one way (train's vocab_storage), chosen at its longest step, so both steps plan 'whole'
     from paradyse_lab.simulator.engine import simulate
     from paradyse_lab.simulator.planner import build_planner
-
     from paradyse_lab.workload.lengths import Workload
 
     planner = build_planner("dynamic:dp", get_model("gpt2"), get_cluster("a100-80gb-x8"))

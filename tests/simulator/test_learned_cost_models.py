@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from paradyse_lab.simulator.experiments import Setup, run_one
 
 from paradyse_lab.cli import main
 from paradyse_lab.cluster.files import get_cluster
@@ -14,6 +13,7 @@ from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.simulator.experiments import Setup, run_one
 
 SETUP = Setup(size=30)
 

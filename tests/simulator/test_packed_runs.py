@@ -4,11 +4,11 @@ import json
 
 import pandas as pd
 import pytest
-from paradyse_lab.simulator.engine import ROW_COLUMNS
-from paradyse_lab.simulator.experiments import Setup, run_one
 
 from paradyse_lab.cli import main
 from paradyse_lab.costmodel.packed import PackedStep
+from paradyse_lab.simulator.engine import ROW_COLUMNS
+from paradyse_lab.simulator.experiments import Setup, run_one
 
 SETUP = Setup(size=40)
 

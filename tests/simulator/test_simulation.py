@@ -4,10 +4,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from paradyse_lab.simulator.engine import Charger, simulate
-from paradyse_lab.simulator.experiments import Setup, run_one
-from paradyse_lab.simulator.planner import build_planner
-from paradyse_lab.simulator.run_metrics import summarize
 
 from paradyse_lab.cli import main
 from paradyse_lab.cluster.files import get_cluster
@@ -15,6 +11,10 @@ from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.simulator.engine import Charger, simulate
+from paradyse_lab.simulator.experiments import Setup, run_one
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.simulator.run_metrics import summarize
 from paradyse_lab.workload.lengths import Workload
 
 SETUP = Setup(size=120)
@@ -216,9 +216,8 @@ def test_switch_memory_can_end_a_dynamic_run_before_the_lightest_static_one():
 
 def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
     rows = run_one(Setup(size=40, truth="paper"), "bert", "github_code", "dynamic:heuristic")
-    from paradyse_lab.simulator.engine import Charger as C
-
     from paradyse_lab.costmodel.paper import PaperCostModel
+    from paradyse_lab.simulator.engine import Charger as C
 
     cm = PaperCostModel(get_model("bert"), get_cluster("a100-80gb-x8"))
     charger = C(LayerGraph(get_model("bert")), cm, 10**12)

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from paradyse_lab.solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, switch_bounds
 from paradyse_lab.solvers.instances import random_problem
 

@@ -7,14 +7,14 @@ decisions (and the ILP on some of them), where brute force cannot go.
 
 import numpy as np
 import pytest
+
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.solvers.base import min_peak_plan
 from paradyse_lab.solvers.brute_force import BruteForceSolver
 from paradyse_lab.solvers.dp import DPSolver
 from paradyse_lab.solvers.ilp import ILPSolver
 from paradyse_lab.solvers.instances import model_problem, random_problem
 from paradyse_lab.solvers.reference_dp import ReferenceDPSolver, pareto
-
-from paradyse_lab.core.search_problem import SearchProblem
 
 
 def integer_problem(rng: np.random.Generator, L: int, O: int, switch: bool) -> SearchProblem:

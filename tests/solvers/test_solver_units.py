@@ -2,14 +2,14 @@
 
 import numpy as np
 import pytest
+
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.solvers import SOLVER_NAMES, SolverError, get_solver
 from paradyse_lab.solvers.base import make_solution, min_peak_plan
 from paradyse_lab.solvers.bounds import CapTable
 from paradyse_lab.solvers.heuristic import HeuristicSolver, dominance_chain
 from paradyse_lab.solvers.instances import random_problem
-
-from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.errors import UserInputError
 
 
 def chain_problem(budget, kept=(30, 20, 10), times=(1.0, 2.0, 3.0), L=4, transient=(0, 0, 0)):

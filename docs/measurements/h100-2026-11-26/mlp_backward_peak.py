@@ -13,12 +13,13 @@ import sys
 import tempfile
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
-from torch.profiler import ProfilerActivity, profile
 
 
 def peak(run) -> int:

@@ -54,7 +54,6 @@ def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypa
     import gc
 
     import paradyse_lab.runtime.launch.ranks
-
     from paradyse_lab.cli import train_command
 
     calls = []

@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from paradyse_lab.solvers.registry import get_solver
 
 from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.core.layer_graph import LayerGraph
@@ -20,6 +19,7 @@ from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep, step_problem
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.solvers.registry import get_solver
 
 A100 = get_cluster("a100-80gb-x8")
 ALL_OPTIONS = make_options(USABLE, recompute=True)

@@ -55,10 +55,9 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
     """A packed attention sub-layer (documents of 1, 37 and 50 tokens, each padded to 2p = 16: 128 tokens)
     keeps exactly what the schedule of the pack charges, which is the unpacked sequence's: the varlen kernels
     keep no mask and no [s, s] tensor, only q, k, v, the output and the lse."""
-    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
-
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.costmodel.packed import PackedStep
+    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
 
     pack = pack_sequence([1, 37, 50], P)
     step = PackedStep(pack.documents, unit=2 * P)
@@ -71,6 +70,7 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
 def test_fake_group_counts_the_schedules_bytes(cfg):
     """The fake group still records every call as a real group would (comm_record.count_bytes)."""
     import torch
+
     from paradyse_lab.runtime.comm import collectives as comm
     from paradyse_lab.runtime.comm import p2p as comm_p2p
     from paradyse_lab.runtime.comm import record as comm_record
@@ -132,10 +132,9 @@ replicating each K/V head 4 times) and 8 (= p: every strategy)."""
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.core.strategies import get_strategy
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     spec = LLAMA_SPECS[kv_heads]
     if get_strategy(strategy).violation(spec, P, SEQ):
@@ -153,9 +152,8 @@ def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
 def test_kept_bytes_match_analytic_on_one_rank(spec):
     """p = 1: a ring strategy's q, k, v are slices of the one QKV output; each kept slice must own its
     storage (a kept view of v keeps the whole output alive under rotary embeddings, which copy q and k)."""
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg = GPTConfig.from_model_spec(spec)
     for strategy in STRATEGIES:
@@ -171,10 +169,9 @@ def test_tiled_mlp_and_offload_bytes_match_analytic_at_p8(spec):
     """`+offload` (the whole kept set) and `+tiled+offload` (3 positions a chunk: uneven chunks of the 16 per rank)
     at p = 8: what a sub-layer keeps on the device and what it moves to host memory are the schedule's, byte for
     byte (the distributed cases check the same at p = 1..4 with the values and gradients: runtime_cases.py)."""
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.core.strategies import get_strategy
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg = GPTConfig.from_model_spec(spec)
     for strategy in STRATEGIES:

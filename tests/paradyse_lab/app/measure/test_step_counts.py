@@ -30,11 +30,11 @@ def test_bytes_are_linear_in_the_tokens_and_launches_constant(cfg, option):
 
 def test_every_dispatch_launches_and_only_memory_bound_operators_move_bytes(cfg):
     import torch
+
+    from paradyse_lab.app.measure.step_counts import counting
     from paradyse_lab.runtime.attention import kernels as attention
     from paradyse_lab.runtime.comm import collectives as comm
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
-
-    from paradyse_lab.app.measure.step_counts import counting
 
     before = (attention._run, comm.all_gather)
     a, w = torch.randn(16, 32), torch.randn(32, 32)
@@ -72,9 +72,9 @@ def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
     import types
 
     import torch
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     from paradyse_lab.app.measure.step_counts import counting, step_epilogue
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     def tally(n):
         w = torch.nn.Parameter(torch.randn(n))
@@ -110,10 +110,10 @@ def test_the_runtime_step_prices_its_counted_launches_less_what_it_moves(cfg, mo
     import contextlib
 
     import torch
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     from paradyse_lab.app.measure import kernel_bench, step_counts
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     monkeypatch.setattr(kernel_bench, "measure", lambda fn, device, **kw: (fn(), 0.01)[1:] + (5,))  # 10 ms a step
     model = ParallelGPT(cfg, FakeGroup(2, 0), seed=0)
