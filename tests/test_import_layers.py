@@ -276,12 +276,11 @@ def test_torch_is_caught_through_the_vocabulary():
         "(imports paradyse_lab.helper: paradyse_lab.helper -> torch)"]
 
 
-def test_readme_layout_table_matches_the_tree():
-    """Every package and paradyse_lab subpackage has a row in the README's layout table, and every row's
-    folder exists."""
-    text = (ROOT / "README.md").read_text().split("## Layout of the repository", 1)[1].split("\n## ", 1)[0]
+def test_layout_table_matches_the_tree():
+    """Every package and subpackage has a row in docs/layout.md's table, and every row's folder exists."""
+    text = (ROOT / "docs" / "layout.md").read_text()
     rows = {line.split("`")[1] for line in text.splitlines() if line.startswith("| `")}
-    packages = {f"{p.parent.relative_to(ROOT)}/" for pkg in PACKAGES for p in (ROOT / pkg).glob("*/__init__.py")}
+    packages = {f"{p.parent.relative_to(ROOT)}/" for pkg in PACKAGES for p in (ROOT / pkg).rglob("*/__init__.py")}
     packages |= {f"{pkg}/" for pkg in PACKAGES}
     assert packages <= rows, sorted(packages - rows)
     assert all((ROOT / row).is_dir() for row in rows), sorted(r for r in rows if not (ROOT / r).is_dir())

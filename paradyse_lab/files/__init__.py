@@ -1,1 +1,1 @@
-"""Files."""
+"""Files read and written safely: atomic writes and JSON read with exact types."""

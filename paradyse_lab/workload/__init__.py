@@ -1,1 +1,2 @@
-"""Workload."""
+"""Workloads and data: the sequence lengths a run sees (and length files), documents packed into steps, real
+text, and the zig-zag balance of a packed step."""
