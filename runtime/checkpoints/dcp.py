@@ -26,6 +26,7 @@ is a `UserInputError`). The world size is recorded, not required.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -34,6 +35,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import load as dcp_load
+from torch.distributed.checkpoint import save as dcp_save
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.results.result_key import file_digest
@@ -47,6 +53,8 @@ from paradyse_lab.runtime.checkpoints.folder import (
     read_meta,
 )
 from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.hf.weights import read_config
+from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0}
@@ -82,10 +90,6 @@ def _failure(rank: int, err: BaseException) -> str:
 def _write(state: dict, tmp: Path, group) -> str | None:
     """DCP's collective write of every rank's entries into `tmp`; None, or the first failing rank's error (DCP
     gathers every rank's write results, so all ranks see the same failure)."""
-    from torch.distributed.checkpoint import FileSystemWriter
-    from torch.distributed.checkpoint import save as dcp_save
-    from torch.distributed.checkpoint.api import CheckpointException
-
     try:
         with _quiet():
             dcp_save(state, storage_writer=FileSystemWriter(tmp), **_process_group(group))
@@ -191,9 +195,6 @@ def resumable(directory: str | Path, meta_expected: dict, group=None, log=None) 
 def load(path: str | Path, trained: dict[str, torch.Tensor], opt, cfg, meta_expected: dict, group=None) -> dict:
     """Read checkpoint `path` (of any world size) into this rank's trained tensors and `opt`'s state, resharded
     for this world size; returns its meta.json. A collective."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint import load as dcp_load
-
     path = Path(path)
     try:
         meta = read_meta(path)
@@ -223,10 +224,6 @@ def read_entries(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(every saved tensor as a full global tensor, by its DCP name: `model.NAME[.SECTION]`,
     `optim.MOMENT.NAME[.SECTION]`, `optim.step`; meta.json) of checkpoint `path`, whatever world size wrote it,
     in this process alone (no process group). Verified first: a damaged checkpoint is a `UserInputError`."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint import load as dcp_load
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
     path = Path(path)
     try:
         meta = read_meta(path)
@@ -246,8 +243,6 @@ def read_entries(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(the full model state dict in the runtime's names, meta.json) of checkpoint `path` (`read_entries`):
     for export-hf and tests."""
-    from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
-
     entries, meta = read_entries(path)
     cfg = config_of(meta, GPTConfig)
     weights = dcp_entries.strip(entries, "model.")
@@ -259,9 +254,6 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 def model_record(cfg, init_from: str = "") -> dict:
     """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`) and
     the config.json of the Hugging Face folder it started from (`hf_config`), for export-hf."""
-    import dataclasses
-
-    from paradyse_lab.runtime.hf.weights import read_config
 
     return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(init_from) if init_from else None}
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.model.vocab_parallel import vocab_range
 from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS, row_sections
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -37,8 +40,6 @@ def sections_of(key: str, cfg) -> tuple[int, ...] | None:
 
 def device_mesh_of(group):
     """The `DeviceMesh` of `group` (the world when None): CUDA under NCCL, else CPU."""
-    from torch.distributed.device_mesh import DeviceMesh
-
     return DeviceMesh.from_group(group or dist.group.WORLD, "cuda" if comm.is_nccl(group) else "cpu")
 
 
@@ -47,8 +48,6 @@ def _global(local: torch.Tensor, rows: int, mesh) -> torch.Tensor:
     as it is when there is no mesh (p = 1: the block is the whole)."""
     if mesh is None:
         return local
-    from torch.distributed.tensor import DTensor, Shard
-
     shape = torch.Size((rows, *local.shape[1:]))
     stride = torch.empty(shape, device="meta").stride()
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
@@ -63,8 +62,6 @@ def _vocab_rows(name: str, value: torch.Tensor, cfg) -> bool:
 def _vocab_entry(value: torch.Tensor, cfg, p: int, mesh) -> torch.Tensor:
     """This rank's real vocabulary rows [stop - start, h] (padding dropped) as a DTensor of the global [V, h],
     sharded by rows as torch.chunk cuts V (the ranks' ceil(V/p) rows, the last ones shorter or empty)."""
-    from paradyse_lab.runtime.model.vocab_parallel import vocab_range
-
     start, stop = vocab_range(cfg.vocab_size, p, comm.rank(mesh.get_group()) if mesh is not None else 0)
     return _global(value[:stop - start], cfg.vocab_size, mesh)
 

@@ -21,9 +21,14 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import _umask
+from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
+from paradyse_lab.runtime.checkpoints.folder import checkpoints
 from paradyse_lab.runtime.hf.weights import Source, tensor_sources
+from paradyse_lab.runtime.model.reference import GPTConfig
 
 SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -38,8 +43,6 @@ def parse_size(text: str, field: str = "--max-shard-size") -> int:
 
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint `path` names: a `step-*` folder, or the newest verifying one in a --checkpoint-dir."""
-    from paradyse_lab.runtime.checkpoints.folder import checkpoints
-
     path = Path(path)
     if (path / "meta.json").is_file():
         return path
@@ -65,8 +68,6 @@ def shard_groups(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[list[
 
 def write_safetensors(tensors: dict[str, torch.Tensor], folder: Path, max_bytes: int) -> list[str]:
     """The tensors as one model.safetensors or as shards with their index; returns the file names."""
-    from safetensors.torch import save_file
-
     groups = shard_groups(tensors, max_bytes)
     if len(groups) == 1:
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
@@ -137,10 +138,6 @@ def hf_config(cfg, original: dict | None = None) -> dict:
 
 def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 * 10**9) -> dict:
     """Write the Hugging Face folder `out` from `checkpoint` (module docstring); returns what was written."""
-    from paradyse_lab.files.atomic_write import _umask
-    from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserInputError(f"--out {str(out)!r} exists and is not an empty folder; choose a new one")

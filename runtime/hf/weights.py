@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime.model.weight_shards import SHARDED
+from paradyse_lab.runtime.model.reference import GPTConfig
+from paradyse_lab.runtime.model.vocab_parallel import vocab_range
+from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -133,8 +137,6 @@ class SafetensorsFolder:
             except (OSError, ValueError, KeyError, TypeError):
                 raise UserInputError(f"--init-from: {index} is damaged (no weight_map)") from None
         elif (self.folder / SINGLE_FILE).is_file():
-            from safetensors import safe_open
-
             with safe_open(self.folder / SINGLE_FILE, framework="pt") as handle:
                 weight_map = dict.fromkeys(handle.keys(), SINGLE_FILE)
         else:
@@ -149,8 +151,6 @@ class SafetensorsFolder:
                                  "safetensors (is the folder the model config.json describes?)")
         full_name, file = self.files[name]
         if file not in self._open:
-            from safetensors import safe_open
-
             self._open[file] = safe_open(self.folder / file, framework="pt")
         return self._open[file].get_slice(full_name)
 
@@ -183,8 +183,6 @@ def _strip(name: str) -> str:
 def vocab_rank_rows(sources: list[Source], vocab: int, rank: int, p: int) -> list[Source]:
     """The vocabulary rows rank `rank` of `p` holds of the embedding or head under the vocabulary-parallel layout
     (runtime/model/vocab_parallel.py; its padding rows are not read)."""
-    from paradyse_lab.runtime.model.vocab_parallel import vocab_range
-
     start, stop = vocab_range(vocab, p, rank)
     return [Source(src.name, start, stop, src.transposed) for src in sources]
 
@@ -194,8 +192,6 @@ def read_rank_state_dict(folder: str | Path, cfg, rank: int, p: int, like: dict[
     """Rank `rank`'s shard of every runtime tensor, read from the folder's safetensors by slices; `like`
     (this rank's state dict, for the shapes) checks what was read: a `UserInputError` names a tensor whose
     shape does not match the config. `vocab_parallel`: the embedding and head as vocabulary rows (padded)."""
-    from paradyse_lab.runtime.model.weight_shards import VOCAB_ROWS
-
     files = SafetensorsFolder(folder)
     out = {}
     try:
@@ -237,9 +233,6 @@ def model_source(model: str, init_from: str) -> str:
     """What `train` builds the model from: `model` (a preset or a config.json), or, when only `init_from` is
     given, that folder's config.json. Both given must describe the same shapes (a one-line error otherwise);
     neither is an error."""
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
     if not init_from:
         if not model:
             raise UserInputError("--model is required (a preset or a config.json) unless --init-from names a "

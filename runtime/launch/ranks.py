@@ -12,6 +12,7 @@ that p processes do not oversubscribe the machine.
 
 from __future__ import annotations
 
+import gc
 import os
 
 from paradyse_lab.errors import UserInputError
@@ -76,8 +77,6 @@ def leave_process_group() -> None:
     ends without that teardown (runtime/launch/local.py `end_process`): a spawned rank once its function returned,
     and a torchrun rank or a command that ran a one-rank group in its own process once its command is done
     (paradyse_lab/cli `main`, `joined_a_process_group`)."""
-    import gc
-
     import torch.distributed as dist
 
     from paradyse_lab.runtime.training.grouped import forget_shared_meshes

@@ -34,6 +34,7 @@ from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.model.layout import local_positions
+from paradyse_lab.workload.zigzag_balance import rank_attention_pairs as pairs_of_segments
 
 IGNORE = -100
 """Label of positions the loss skips (torch.nn.functional.cross_entropy's ignore_index)."""
@@ -115,6 +116,4 @@ def rank_attention_pairs(pack: PackedStep, p: int, causal: bool) -> list[int]:
     """(query, key) pairs each rank's queries attend to under the per-document zig-zag layout: a token at
     position pos of a segment of n tokens sees pos + 1 keys (causal) or n (non-causal). The count is the cost
     model's (`paradyse_lab.workload.zigzag_balance`, which charges ring strategies the busiest rank's)."""
-    from paradyse_lab.workload.zigzag_balance import rank_attention_pairs as pairs_of_segments
-
     return pairs_of_segments(pack.segments, p, causal)

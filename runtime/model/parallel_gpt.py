@@ -34,11 +34,17 @@ from paradyse_lab.runtime.comm import autograd as comm_autograd
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.hf.convert import hf_to_state_dict
+from paradyse_lab.runtime.hf.weights import read_config, read_rank_state_dict
 from paradyse_lab.runtime.model.layout import check_length, gathered_positions, local_positions
 from paradyse_lab.runtime.model.packed import check_cu_seqlens, document_of, local_documents
 from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams, norm
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.tiled_loss import tiled_head_loss, whole_head_loss
+from paradyse_lab.runtime.model.vocab_parallel import (
+    vocab_parallel_embedding,
+    vocab_parallel_logits,
+    vocab_parallel_loss,
+)
 from paradyse_lab.runtime.model.weight_shards import (
     PARAM_NAMES,
     gather_state_dict,
@@ -115,8 +121,6 @@ class ParallelGPT(GPTParams):
             if value % self.p:
                 raise UserInputError(f"{name} ({value}) must be divisible by p ({self.p}) for the 1/p weight shard")
         if hf_folder is not None:
-            from paradyse_lab.runtime.hf.weights import read_rank_state_dict
-
             self.load_state_dict(read_rank_state_dict(hf_folder, cfg, self.rank, self.p, self.state_dict(),
                                                       vocab_parallel))
             return
@@ -142,8 +146,6 @@ class ParallelGPT(GPTParams):
     def from_hf_folder(cls, folder, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
         GPT-2, LLaMA, Mistral or Qwen2 (runtime/hf/convert.py); each rank reads only its slices."""
-        from paradyse_lab.runtime.hf.weights import read_config
-
         return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -210,8 +212,6 @@ class ParallelGPT(GPTParams):
                 with offloader.sublayer(ctx.tag, weights) if opt.offload else contextlib.nullcontext():
                     x = run_option(opt, ctx, x, weights, mlp_tile)
         if self.vocab_parallel:
-            from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_logits, vocab_parallel_loss
-
             if labels is None:
                 return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.eps), head_w, self.group,
                                              cfg.vocab_size)  # [b, t, h] -> [b, t, V]
@@ -235,8 +235,6 @@ class ParallelGPT(GPTParams):
         of runtime/model/vocab_parallel.py, `loss_tile` tokens per collective (0: all), the sharded rows' gradients stay
         on their rank."""
         if self.vocab_parallel:
-            from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_embedding
-
             wpe, lnf_w, lnf_b = comm_autograd.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)
             x = vocab_parallel_embedding(input_ids, self.wte, self.group, self.cfg.vocab_size, loss_tile)
             return x, (wpe, lnf_w, lnf_b, self.head_weight())  # [b, t] -> [b, t, h]

@@ -22,6 +22,9 @@ import torch.nn.functional as F
 
 from paradyse_lab.core.model_spec import FFN_KINDS, NORM_KINDS, ModelSpec
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.hf.convert import config_from_hf
+from paradyse_lab.runtime.model.packed import block_diagonal_mask, document_of
+from paradyse_lab.runtime.model.rope import apply_rope, rope_tables
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,6 @@ class GPTConfig:
     def from_hf(cls, config) -> GPTConfig:
         """From a Hugging Face config (a dict or a `PretrainedConfig`): GPT-2 (`GPT2Config`), or LLaMA-shaped
         (`LlamaConfig`, and `MistralConfig` without a sliding window): hf_convert.py says what is refused."""
-        from paradyse_lab.runtime.hf.convert import config_from_hf
-
         return config_from_hf(cls, config if isinstance(config, dict) else config.to_dict())
 
     @classmethod
@@ -230,14 +231,10 @@ def _positions(s: int, cu_seqlens, device) -> torch.Tensor:
     index = torch.arange(s, device=device)
     if cu_seqlens is None:
         return index
-    from paradyse_lab.runtime.model.packed import document_of
-
     return document_of(cu_seqlens, index)[1]
 
 
 def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
-    from paradyse_lab.runtime.model.rope import apply_rope, rope_tables
-
     b, s, _ = a.shape
     h, kv, d = cfg.hidden, cfg.kv_hidden, cfg.head_dim
     q, k, v = a.split([h, kv, kv], dim=-1)
@@ -249,8 +246,6 @@ def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor
             for z in (k, v))  # [b, kv_heads, s, d] -> [b, heads, s, d] (query head i reads K/V head i // group)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, heads, s, s]
     if cu_seqlens is not None:  # a pack: block-diagonal over its documents (runtime/model/packed.py)
-        from paradyse_lab.runtime.model.packed import block_diagonal_mask
-
         scores = scores.masked_fill(~block_diagonal_mask(cu_seqlens, cfg.causal).to(a.device), float("-inf"))
     elif cfg.causal:
         scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=a.device).triu(1), float("-inf"))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
+from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
 from paradyse_lab.runtime.model.reference import norm
 from paradyse_lab.runtime.model.rope import apply_rope, apply_rope_backward, rope_tables
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
@@ -101,8 +102,6 @@ def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, po
     Rotary
     models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
     gathered_positions) on `device`."""
-    from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
-
     p, r = comm.size(group), comm.rank(group)
     rope = getattr(cfg, "rope_theta", 0.0)
     if not rope:

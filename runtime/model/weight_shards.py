@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 
 from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.model.reference import init_tensors
+from paradyse_lab.runtime.model.vocab_parallel import shard_vocab_rows, unshard_vocab_rows
 
 SHARDED = ("w1", "b1", "w2")
 """Parameters of a sub-layer stored as 1/p shards."""
@@ -106,8 +108,6 @@ def _outside_layers(key: str, value: torch.Tensor, r: int, p: int, vocab_paralle
     """Rank r's copy of a tensor outside the layers: its padded vocabulary rows (`VOCAB_ROWS` when
     `vocab_parallel`), else the whole tensor."""
     if vocab_parallel and key in VOCAB_ROWS:
-        from paradyse_lab.runtime.model.vocab_parallel import shard_vocab_rows
-
         return shard_vocab_rows(value, r, p)
     return value.clone()
 
@@ -137,8 +137,6 @@ def init_rank_state_dict(cfg, seed: int, r: int, p: int, vocab_parallel: bool = 
     `shard_state_dict` of it), built one sub-layer at a time: the rank holds its shards, the replicated
     tensors and at most one sub-layer's full tensors (or the full embedding, before keeping its rows), never
     the whole model."""
-    from paradyse_lab.runtime.model.reference import init_tensors
-
     out: dict[str, torch.Tensor] = {}
     pending: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in init_tensors(cfg, seed):
@@ -163,8 +161,6 @@ def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None, vocab: int 
     for key, value in local_sd.items():
         prefix, _, name = key.rpartition(".")
         if vocab and key in VOCAB_ROWS:
-            from paradyse_lab.runtime.model.vocab_parallel import unshard_vocab_rows
-
             gathered = comm.all_gather(value.detach().contiguous().unsqueeze(0), group)  # [1, R, h] -> [p, R, h]
             out[key] = unshard_vocab_rows(gathered, vocab).clone()  # [p, R, h] -> [V, h]
         elif prefix.startswith("layers.") and name in SHARDED:

@@ -36,12 +36,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from paradyse_lab.core.step_groups import GroupedStep
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 from paradyse_lab.runtime.model.weight_shards import SHARDED, join_row_blocks, row_sections
 
 STATES_TAG = "states"
@@ -65,15 +68,11 @@ class StepMeshes:
     meshes, every group None (comm.py short-circuits)."""
 
     def __init__(self, device_type: str = "cpu"):
-        import torch.distributed as dist
-
         self.world = comm.size(None)
         self.meshes = {}
         if not (dist.is_available() and dist.is_initialized()):
             self.sizes = (1,)
             return
-        from torch.distributed.device_mesh import init_device_mesh
-
         self.sizes = tuple(g for g in (2**i for i in range(self.world.bit_length())) if self.world % g == 0)
         for g in self.sizes:
             self.meshes[g] = init_device_mesh(device_type, (self.world // g, g), mesh_dim_names=("dp", "sp"))
@@ -83,8 +82,6 @@ class StepMeshes:
         """The meshes of this process's world, made once per world (a process that trains several times, as
         validate-run and calibrate do, would otherwise make every mesh again: a collective opening new
         connections each time). Every rank of the world asks in the same order, so all make them together."""
-        import torch.distributed as dist
-
         world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
         key = (device_type, world)
         if _SHARED.get("key") != key:
@@ -177,8 +174,6 @@ def _row_index(rank: int, size: int, g_min: int, world: int, contiguous: bool = 
 def group_view(model, size: int, g_min: int, dp, sp, contiguous: bool = False):
     """The model over this rank's group (`sp`, `size` ranks): its gathered shards and the world model's
     replicated tensors (aliased, not copied), each a fresh leaf whose gradient the group's backward fills."""
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-
     local = {n: q.detach() for n, q in model.named_parameters()}
     local.update(gather_group_shards(model, size, g_min, dp, contiguous))
     return ParallelGPT(model.cfg, sp, rank_state_dict=local)

@@ -15,6 +15,7 @@ them.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -32,8 +33,6 @@ ru_maxrss: every buffer of Python, torch and the data, and never lower than an e
 def cap_reason(opts, max_positions: int, cap: int, unit: int) -> str:
     """Why documents are cut at `cap` (for the warning); warns on rank 0 (`print` to stderr) when --max-len asks
     for more than the model's positions, which then cut instead."""
-    import sys
-
     rounded = f", rounded down to {cap // unit * unit} (a multiple of the layout unit {unit})" if cap % unit else ""
     if opts.max_len and max_positions and opts.max_len > max_positions:
         print(f"warning: --max-len {opts.max_len} is above the model's {max_positions} positions: every step is cut "
@@ -105,8 +104,6 @@ class TrainLoop:
             from paradyse_lab.runtime.comm import collectives as comm
 
             if comm.rank(run.group) == 0:
-                import sys
-
                 print(f"warning: step {m // micro_per_step(opts) + 1} leaves {cut} tokens of its documents "
                       f"untrained: {self.cut_reason}; the log's cut_tokens column and the end summary count every "
                       "step's (warned once)", file=sys.stderr)
