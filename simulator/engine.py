@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.policy_contract import HeadPolicy
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.core.strategies import USABLE, layout_unit, step_length
 from paradyse_lab.core.strategies import options as make_options
@@ -133,7 +134,7 @@ def fix_storage_head(policy, steps, batch: int, p: int) -> str:
     vocabulary-parallel head at the run's longest step, then every step plans with 'vocab' alone; else
     'replicated', every step with the whole head or the tiled loss. One GPU and a policy without head options:
     replicated. `steps`: what the policy plans (lengths or `PackedStep`s)."""
-    if not hasattr(policy, "storage_head"):
+    if not isinstance(policy, HeadPolicy):
         return "replicated"
     longest = max((s.padded_len if isinstance(s, PackedStep) else s) for s in steps)
     vocab = p > 1 and policy.storage_head(longest, batch) == "vocab"

@@ -25,6 +25,7 @@ import numpy as np
 from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.policy_contract import HeadPolicy
 from paradyse_lab.core.step_groups import GROUP_POLICIES, PER_LAYER_GROUP_POLICIES, GroupedStep, StepGroup
 from paradyse_lab.core.strategies import layout_unit, pad_to_unit
 from paradyse_lab.costmodel import formulas as F
@@ -137,7 +138,7 @@ class GroupPricer:
             planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model_at(g),
                                     p=g, budget_bytes=self.budget_for(g), smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
-            if hasattr(planner.policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
+            if isinstance(planner.policy, HeadPolicy):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
             self._planners[g] = planner
         return self._planners[g]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.policy_contract import HeadPolicy
 from paradyse_lab.costmodel.head_loss import loss_tile_tokens, vocab_tile_tokens
 from paradyse_lab.runtime.comm import collectives as comm
 
@@ -28,7 +29,7 @@ def decide_plan_on_rank0(decide, group=None):
 
 def replicated_head_policy(policy):
     """`policy` planning only the heads a replicated embedding and head run (grouped runs store them so)."""
-    if hasattr(policy, "restrict_heads"):
+    if isinstance(policy, HeadPolicy):
         policy.restrict_heads(("whole", "tiled"))
     return policy
 
@@ -54,7 +55,7 @@ def vocab_storage(policy, longest: int, batch: int, group) -> bool:
     holds for the whole run, so the policy then plans every step with the heads it can run: 'vocab' alone, or the
     replicated 'whole' and 'tiled'. A policy without head options (`static:NAME`) keeps the replicated head, and so
     does one process (its one shard is the whole table: 'vocab' would only be the tiled loss)."""
-    if not hasattr(policy, "storage_head"):
+    if not isinstance(policy, HeadPolicy):
         return False
     head = policy.storage_head(longest, batch) if comm.rank(group) == 0 and comm.size(group) > 1 else None
     head = head if isinstance(head, str) else None  # a stand-in policy's answer is not a head option

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from paradyse_lab.core.policy_contract import CopyablePolicy
 from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0, loss_tile
 from paradyse_lab.runtime.training.state import micro_per_step
 from paradyse_lab.runtime.training.step_health import finite_on_every_rank, stop_run
@@ -226,7 +227,7 @@ class TrainLoop:
         cache and smoothing as they were and a resumed run plans its steps as an unbroken one."""
         if m not in self.eval_decisions:
             if self.eval_policy is None:
-                if not hasattr(self.policy, "fresh_copy"):
+                if not isinstance(self.policy, CopyablePolicy):
                     raise TypeError(f"evaluating needs a policy with fresh_copy() (simulator/policies.py), got "
                                     f"{self.policy!r}")
                 self.eval_policy = self.policy.fresh_copy()
