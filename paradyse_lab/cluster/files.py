@@ -1,10 +1,8 @@
-"""Reading a cluster TOML file (`--cluster my.toml`, a bundled cluster, `paradyse-lab calibrate`'s measured
+"""Cluster files and names: what a cluster name means (`--cluster`, a cluster file's `base = NAME`: a preset, a
+cluster file bundled in paradyse_lab/data/clusters/, or the path of a TOML file), the same cluster at another GPU
+count (`--gpus`), and reading a cluster TOML file (a bundled cluster, `paradyse-lab calibrate`'s measured
 `cluster.toml`) into a `ClusterSpec`: its keys, their units and the checks that name a wrong key or value in one
-line (`load_cluster_toml`). Which file a cluster name reads: paradyse_lab/cluster/files.py.
-
-What a cluster name (`--cluster`, a cluster file's `base = NAME`) means: a preset (paradyse_lab/cluster/presets.py),
-a cluster file bundled in paradyse_lab/data/clusters/, or the path of a TOML file (paradyse_lab/cluster/files.py);
-and the same cluster at another GPU count (`--gpus`).
+line (`load_cluster_toml`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ A tile is as many tokens as keep its logits within `LOSS_TILE_BYTES` (E: large e
 runs near the efficiency of a whole one, docs/hardware.md section 2's curve is flat above 1K).
 
 `HeadLossCostModel(inner, head)` is `inner` with the head option `head` (`HEAD_OPTIONS`: also 'vocab', the
-vocabulary-parallel embedding and head, costmodel/vocab_parallel.py); the planner builds one problem per option and
+vocabulary-parallel embedding and head, below); the planner builds one problem per option and
 keeps the fastest plan that fits (`cheapest_head`), so a length whose whole head fits pays nothing for the tiling.
 
 The vocabulary-parallel embedding and head (head option 'vocab'): what runtime/model/vocab_parallel.py keeps, sends

@@ -238,16 +238,6 @@ def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bo
     return df
 
 
-if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
-    import sys
-
-    print("error: run `paradyse-lab profile ...` (or `torchrun --nproc-per-node N -m paradyse_lab profile ...`); "
-          "this module is a library", file=sys.stderr)
-    raise SystemExit(2)
-
-
-
-
 def device_name(device) -> str:
     import torch
 
@@ -341,3 +331,11 @@ def set_up_profiling(opts: ProfileOptions, group) -> Profiling:
                       AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p), params,
                       state_bytes, optimizer_states, barrier, versions_text(software_versions(device=device)),
                       device_name(device))
+
+
+if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing
+    import sys
+
+    print("error: run `paradyse-lab profile ...` (or `torchrun --nproc-per-node N -m paradyse_lab profile ...`); "
+          "this module is a library", file=sys.stderr)
+    raise SystemExit(2)
