@@ -157,18 +157,18 @@ class TokenDocuments:
         """The documents step `step` trains."""
         return [self.docs[(step * batch + i) % len(self.docs)] for i in range(batch)]
 
-    def targets(self, step: int, batch: int, s: int) -> int:
+    def row_targets(self, step: int, batch: int, s: int) -> int:
         """Next-token targets of the step at length `s`: each row's tokens but its last."""
         return sum(max(min(len(r), s) - 1, 0) for r in self.rows(step, batch))
 
-    def length(self, step: int, batch: int, unit: int, cap: int) -> int:
+    def row_length(self, step: int, batch: int, unit: int, cap: int) -> int:
         """The step's sequence length: its longest document padded to `unit`, at most `cap`
         (`paradyse_lab.core.strategies.step_length`, the rule of every step)."""
         from paradyse_lab.core.strategies import step_length
 
         return step_length(max(len(r) for r in self.rows(step, batch)), unit, cap)
 
-    def batch(self, step: int, batch: int, s: int, vocab: int):
+    def row_batch(self, step: int, batch: int, s: int, vocab: int):
         """([b, s] token ids, [b, s] next-token labels with -100 at padding and each row's end)."""
         import torch
 
@@ -217,7 +217,7 @@ class PackedSteps:
         return cls(doc_lengths, pack_document_indices(doc_lengths, opts.pack_tokens, opts.pack_order, opts.seed),
                    p, docs, cap, original)
 
-    def cut(self, step: int) -> int:
+    def cut_tokens(self, step: int) -> int:
         """Tokens of the step's documents beyond the cap, which it does not train."""
         return sum(self.original[i] - min(self.original[i], self.cap) for i in self.steps[step % len(self.steps)])
 
@@ -225,7 +225,7 @@ class PackedSteps:
         """The pack step `step` trains (a `paradyse_lab.costmodel.packed.PackedStep`)."""
         return self.packs[step % len(self.packs)]
 
-    def tokens(self, step: int, vocab: int):
+    def token_batch(self, step: int, vocab: int):
         """[1, s] token ids of the step's documents from the token file, each followed by its padding (ids 0)."""
         import torch
 

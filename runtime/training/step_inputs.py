@@ -127,7 +127,7 @@ class StepInputs:
         if self.packs is not None:
             return self.packs.pack(step).padded_len
         if self.docs is not None:
-            return self.docs.length(step, self.opts.batch, self.unit, self.cap)
+            return self.docs.row_length(step, self.opts.batch, self.unit, self.cap)
         return step_length(self.lengths[step % len(self.lengths)], self.unit, self.cap)
 
     def planned(self, step: int):
@@ -140,7 +140,7 @@ class StepInputs:
         if self.packs is not None:
             return sum(n - 1 for n in self.packs.pack(step).documents)
         if self.docs is not None:
-            return self.docs.targets(step, self.opts.batch, self.length(step))
+            return self.docs.row_targets(step, self.opts.batch, self.length(step))
         return self.opts.batch * (min(self.lengths[step % len(self.lengths)], self.length(step)) - 1)
 
     @property
@@ -169,7 +169,7 @@ class StepInputs:
         """Tokens of step `step`'s documents it does not train: beyond --max-len or the model's positions (the
         cap), or beyond the cap rounded down to the layout unit 2p."""
         if self.packs is not None:
-            return self.packs.cut(step)
+            return self.packs.cut_tokens(step)
         s = self.length(step)
         if self.docs is not None:
             return sum(max(0, len(r) - s) for r in self.docs.rows(step, self.opts.batch))
@@ -185,11 +185,11 @@ class StepInputs:
         s, opts = self.length(step), self.opts
         if self.packs is not None:
             pack = self.packs.pack(step)
-            tokens = (self.packs.tokens(step, vocab) if self.docs is not None
+            tokens = (self.packs.token_batch(step, vocab) if self.docs is not None
                       else markov_tokens(opts.seed, step + self.seed_offset, 1, s, vocab))
             return tokens, pack_labels(pack, tokens), cu_seqlens(pack)  # labels -100 at document ends, padding
         if self.docs is not None:
-            return (*self.docs.batch(step, opts.batch, s, vocab), None)
+            return (*self.docs.row_batch(step, opts.batch, s, vocab), None)
         tokens = markov_tokens(opts.seed, step + self.seed_offset, opts.batch, s, vocab)
         labels = torch.cat([tokens[:, 1:], torch.full((opts.batch, 1), IGNORE)], dim=1)  # next-token targets
         labels[:, min(self.lengths[step % len(self.lengths)], s) - 1:] = IGNORE  # the step's padding: no loss

@@ -54,9 +54,9 @@ def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
     train, held_out = (TokenDocuments.from_dataset(f"file:{f}") for f in (train_file, eval_file))
 
     def loss_of(docs, m, batch):
-        s = docs.length(m, batch, 1, MAX_LEN)
-        ids, labels = docs.batch(m, batch, s, cfg.vocab_size)
-        return ref(ids, labels)[1], docs.targets(m, batch, s)
+        s = docs.row_length(m, batch, 1, MAX_LEN)
+        ids, labels = docs.row_batch(m, batch, s, cfg.vocab_size)
+        return ref(ids, labels)[1], docs.row_targets(m, batch, s)
 
     rows = []
     for step in range(STEPS):
