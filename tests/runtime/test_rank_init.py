@@ -42,7 +42,7 @@ def test_at_most_one_sublayer_is_held_whole():
             most[0] = max(most[0], sum(n for ref, n in alive if ref() is not None))
             yield key, value
 
-    with mock.patch.object(reference, "init_tensors", watched):
+    with mock.patch.object(weight_shards, "init_tensors", watched):  # the name weight_shards imported
         weight_shards.init_rank_state_dict(CFG, 5, 1, 3)
     largest = max(sum(v.numel() * 4 for k, v in init_state_dict(CFG, 5).items() if k.startswith(f"layers.0.{s}."))
                   for s in ("attn", "mlp"))
