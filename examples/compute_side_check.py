@@ -7,7 +7,7 @@ machine gives. This script measures, in this one process's CPU time, what `parad
 for the analytic model's compute side (GEMMs and attention kernels at the model's shapes, the dispatch cost,
 the element-wise and state bandwidths, the runtime's counted dispatches and bytes; paradyse_lab/app/measure/
 calibrate_kernels.py), then times whole training steps (forward + backward + the step epilogue) of one process playing
-rank 0 of p = 2 (runtime/fake_group.py: no communication) per strategy and length, and prints them beside the
+rank 0 of p = 2 (runtime/comm/fake_group.py: no communication) per strategy and length, and prints them beside the
 analytic model's prediction of the same step without its collectives (uniform plan + head + epilogue). It
 checks the counted terms, not the collectives (`validate-run` on a quiet machine checks everything).
 """
@@ -31,10 +31,10 @@ def cpu_time_cluster(spec, lengths, p: int):
 
     from paradyse_lab.app.measure import calibrate_kernels as K
     from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
-    from paradyse_lab.cluster_spec import COLLECTIVES
-    from paradyse_lab.cluster_toml import load_cluster_toml
-    from paradyse_lab.measured_cluster import Measurements, measured_cluster_toml
-    from runtime.fake_group import FakeGroup
+    from paradyse_lab.cluster.files import load_cluster_toml
+    from paradyse_lab.cluster.measured import Measurements, measured_cluster_toml
+    from paradyse_lab.cluster.spec import COLLECTIVES
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     time.perf_counter = time.process_time  # every timer below reads this process's CPU time
     dist.barrier = lambda *a, **k: None  # one process: nothing to wait for
@@ -62,12 +62,12 @@ def step_rows(spec, cluster, lengths, p: int, repeats: int = 3) -> list[dict]:
     import torch
 
     from paradyse_lab.app.measure.step_counts import step_epilogue
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-    from paradyse_lab.strategies import StrategyOption
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg, group = GPTConfig.from_model_spec(spec), FakeGroup(p, 0)
     model = ParallelGPT(cfg, group, seed=0)
@@ -100,7 +100,7 @@ def main() -> None:
     import pandas as pd
     import torch
 
-    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.core.model_spec import get_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="gpt2-cpu")

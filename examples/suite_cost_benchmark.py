@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.atomic_write import atomic_open, check_output_file
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import atomic_open, check_output_file
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from paradyse_lab.atomic_write import write_bytes_atomic  # noqa: E402
-from paradyse_lab.strategies import CATALOG, USABLE  # noqa: E402
-from paradyse_lab.timings import read_with_timings  # noqa: E402
+from paradyse_lab.core.strategies import CATALOG, USABLE  # noqa: E402
+from paradyse_lab.files.atomic_write import write_bytes_atomic  # noqa: E402
+from paradyse_lab.results.timings import read_with_timings  # noqa: E402
 
 STRATEGY_LABELS = {name: CATALOG[name].paper_name for name in USABLE}
 """Legend label of each usable strategy, from its catalog entry, in the paper's order."""
@@ -73,7 +73,7 @@ def _existing(results: Path, name: str) -> Path:
 
 
 def read_csv(results: Path, name: str) -> pd.DataFrame:
-    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/timings.py)."""
+    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/results/timings.py)."""
     return read_with_timings(_existing(results, name))
 
 

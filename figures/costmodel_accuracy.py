@@ -15,7 +15,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 COLORS = {"analytic": "black", "hybrid": "#1f77b4", "forest": "#2ca02c", "polynomial": "#d62728",
           "residual": "#9467bd"}

@@ -14,7 +14,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 
 def run_csv(dataset: str, model: str, policy: str) -> str:

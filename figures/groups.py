@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 SERIES_COLORS = {"ParaDySe": "black", "ours": "#d62728", "Megatron": "#1f77b4", "smallest-fit CP": "#9ecae1",
                  "best static": "#7f7f7f"}

@@ -14,7 +14,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 PARTS = (("model_state_bytes", "model states (weights, grads, Adam)", "#7f7f7f"),
          ("kept_bytes", "activations kept for backward", "#1f77b4"),

@@ -19,7 +19,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 METRICS = (("time_per_token_us", "time per token (µs)", 1.0), ("max_doc_trained", "longest document (K tokens)",
                                                                  1 / 1024))

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 
 def draw(args):

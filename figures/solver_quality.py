@@ -15,7 +15,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 COLORS = {"heuristic": "black", "greedy": "#bcbd22", "dp": "#e377c2", "ilp": "#17becf", "brute_force": "#7f7f7f"}
 MARKERS = {"random": "o", "random+switch": "s", "model": "^", "model-sublayer": "v"}

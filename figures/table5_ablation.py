@@ -14,7 +14,7 @@ if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figures import _common  # noqa: E402
+from paradyse_lab.figures import _common  # noqa: E402
 
 
 def _label(row) -> str:

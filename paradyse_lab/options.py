@@ -36,7 +36,7 @@ import re
 import textwrap
 import typing
 
-from paradyse_lab.typed_json import WrittenNumber
+from paradyse_lab.files.typed_json import WrittenNumber
 
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 

@@ -12,12 +12,12 @@ from dataclasses import asdict
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.strategies import USABLE
-from simulator import shared
-from simulator.engine import TIMING_COLUMNS
-from simulator.experiments import PAPER_POLICY, Setup, run_one
-from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
-from simulator.run_metrics import summarize, time_to_reach
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.engine import TIMING_COLUMNS
+from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup, run_one
+from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from paradyse_lab.simulator.run_metrics import summarize, time_to_reach
 
 PAPER_TABLE5 = {
     "full": (329728, 3117.76, 3117.76, None),
@@ -74,6 +74,6 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
 
 def _profile_source(setup: Setup) -> str:
     """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
-    from paradyse_lab.profiles import profile_sources, read_profiles
+    from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 
     return profile_sources(read_profiles(setup.profile_path()))

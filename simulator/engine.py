@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.policy_contract import HeadPolicy
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import USABLE, layout_unit, step_length
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE, layout_unit, step_length
-from paradyse_lab.strategies import options as make_options
-from paradyse_lab.workloads import Workload
-from simulator.shared import problem as shared_problem
+from paradyse_lab.simulator.shared import problem as shared_problem
+from paradyse_lab.workload.lengths import Workload
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a simulation returns its rows: not for `train`
     import pandas as pd
@@ -129,11 +130,11 @@ def _steps(workload: Workload, unit: int):
 
 def fix_storage_head(policy, steps, batch: int, p: int) -> str:
     """The run's storage of the embedding and head, fixed before its first step as `train` fixes it
-    (runtime/plan_handoff.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the
+    (runtime/training/plan_handoff.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the
     vocabulary-parallel head at the run's longest step, then every step plans with 'vocab' alone; else
     'replicated', every step with the whole head or the tiled loss. One GPU and a policy without head options:
     replicated. `steps`: what the policy plans (lengths or `PackedStep`s)."""
-    if not hasattr(policy, "storage_head"):
+    if not isinstance(policy, HeadPolicy):
         return "replicated"
     longest = max((s.padded_len if isinstance(s, PackedStep) else s) for s in steps)
     vocab = p > 1 and policy.storage_head(longest, batch) == "vocab"

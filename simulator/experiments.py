@@ -14,18 +14,18 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.strategies import USABLE
-from paradyse_lab.timings import write_with_timings
-from paradyse_lab.workloads import get_workload
-from simulator import shared
-from simulator.engine import TIMING_COLUMNS, simulate
-from simulator.planner import build_planner
-from simulator.policies import DEFAULT_GAMMA
-from simulator.policy_spec import PolicySpec
-from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
-from simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.results.timings import write_with_timings
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.engine import TIMING_COLUMNS, simulate
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.simulator.policies import DEFAULT_GAMMA
+from paradyse_lab.simulator.policy_spec import PolicySpec
+from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from paradyse_lab.simulator.run_metrics import length_extension, summarize, time_reduction, time_to_reach
+from paradyse_lab.workload.lengths import get_workload
 
 DATASETS = ("github_code", "grch38")
 MODELS = ("bert", "llama", "gpt")
@@ -60,11 +60,11 @@ class Setup:
 
     cluster: str = "a100-80gb-x8"
     gpus: int | None = None
-    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster_lookup.py `cluster_with_gpus`)."""
+    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster/files.py `cluster_with_gpus`)."""
     size: int = EXPERIMENT_SIZE
     seed: int = 0
     sampling: str = "stratified"
-    """How the paper datasets' band counts are chosen (paradyse_lab/workloads.py `SAMPLINGS`)."""
+    """How the paper datasets' band counts are chosen (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
     reserve_bytes: int | None = None
     """Device memory kept out of the budget (CUDA context, NCCL buffers, allocator); None: the cluster's
     (`ClusterSpec.plan_budget_bytes`, docs/hardware.md section 5)."""
@@ -83,7 +83,7 @@ class Setup:
     pack_tokens: int | None = None
     """Pack the dataset's documents into steps of at most this many tokens (None: one sequence per step)."""
     pack_order: str = "sorted"
-    """First-fit order of the packing (paradyse_lab/packing.py)."""
+    """First-fit order of the packing (paradyse_lab/workload/packing.py)."""
 
     def __post_init__(self):
         if self.reserve_bytes is None:
@@ -92,7 +92,7 @@ class Setup:
 
     def profile_path(self) -> str:
         """The profile the learned and calibrated cost models of this setup are fitted on."""
-        from paradyse_lab.profiles import PAPER_PROFILE, default_profile
+        from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile
 
         if self.profiles:
             return self.profiles

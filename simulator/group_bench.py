@@ -2,7 +2,7 @@
 global batches (one split per step, and steps as rounds of splits), and the time to plan a global batch of 64
 sequences on 16 nodes (one split, and rounds).
 
-Items are sequences of the GitHubCode sample (paradyse_lab/workloads.py), priced for BERT by the analytic model
+Items are sequences of the GitHubCode sample (paradyse_lab/workload/lengths.py), priced for BERT by the analytic model
 with per-layer plans (dp). Rows use the solver benchmark's columns: `layers` holds the sequences of a step,
 `options` the GPUs.
 """
@@ -14,15 +14,15 @@ import time
 
 import numpy as np
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.workloads import get_workload
-from simulator.group_dynamic_cp import smallest_fit_partition
-from simulator.group_exact import plan_exact
-from simulator.group_greedy import plan_greedy
-from simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, plan_rounds, plan_rounds_exact
-from simulator.grouped_steps import GroupPricer, choose, power_sizes
-from simulator.round_steps import choose_rounds
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import plan_greedy
+from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, plan_rounds, plan_rounds_exact
+from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, power_sizes
+from paradyse_lab.simulator.round_steps import choose_rounds
+from paradyse_lab.workload.lengths import get_workload
 
 SMALL_BATCHES = (4, 6, 8)
 """Sequences per step of the gap rows (on one 8-GPU node)."""

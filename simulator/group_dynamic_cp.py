@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fill
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fill
 
 
 def smallest_fit_partition(costs: ItemTimes, sync: Sync) -> GroupChoice:

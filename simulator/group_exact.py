@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from paradyse_lab.errors import UserInputError
-from simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, binary_partitions, objective
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, binary_partitions, objective
 
 
 def best_assignment(costs: ItemTimes, sizes: Partition, sync: Sync) -> GroupChoice:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fill, objective
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, Sync, fill, objective
 
 
 def lpt(costs: ItemTimes, sizes: Partition, sync: Sync, bound: float = math.inf) -> GroupChoice:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from simulator.group_problem import GroupChoice, ItemTimes
-from simulator.group_rounds import RoundsChoice, rounds_choice, subset
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes
+from paradyse_lab.simulator.group_rounds import RoundsChoice, rounds_choice, subset
 
 BALANCE_SLACK = 0.05
 """A round stops once the per-rank load spread is within this share of the largest load."""

@@ -2,7 +2,7 @@
 every group planner solves, its types, the partitions of the world, and a lower bound on any split.
 
 The problem (one training step): `world` ranks, a power of two, are split into groups, each an aligned block of
-a power-of-two number of ranks (paradyse_lab/step_groups.py); every item of the global batch goes to one group,
+a power-of-two number of ranks (paradyse_lab/core/step_groups.py); every item of the global batch goes to one group,
 and a group trains its items one after another. `ItemTimes.times[s][i]` is the time of item i on a group of
 size s with its best plan (inf where it does not fit in the group's memory). The step takes
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from paradyse_lab.errors import UserInputError
-from simulator.group_exact import best_assignment
-from simulator.group_greedy import plan_greedy
-from simulator.group_problem import GroupChoice, ItemTimes, Sync, binary_partitions, lower_bound_s
+from paradyse_lab.simulator.group_exact import best_assignment
+from paradyse_lab.simulator.group_greedy import plan_greedy
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Sync, binary_partitions, lower_bound_s
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paradyse_lab.costmodel.packed import PackedStep
-from simulator.group_problem import lower_bound_s
-from simulator.group_rounds import rounds_lower_bound_s
-from simulator.grouped_steps import GroupPricer
-from simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds, megatron_fits
+from paradyse_lab.simulator.group_problem import lower_bound_s
+from paradyse_lab.simulator.group_rounds import rounds_lower_bound_s
+from paradyse_lab.simulator.grouped_steps import GroupPricer
+from paradyse_lab.simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds, megatron_fits
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a run's rows are made
     import pandas as pd

@@ -22,7 +22,18 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.policy_contract import HeadPolicy
+from paradyse_lab.core.step_groups import (
+    GROUP_POLICIES,
+    PER_LAYER_GROUP_POLICIES,
+    ROUND_GROUP_POLICIES,
+    GroupedStep,
+    StepGroup,
+)
+from paradyse_lab.core.strategies import layout_unit, pad_to_unit
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.grouped_states import (
     data_parallel_width,
@@ -32,22 +43,12 @@ from paradyse_lab.costmodel.grouped_states import (
 )
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.plan import Plan
-from paradyse_lab.step_groups import (
-    GROUP_POLICIES,
-    PER_LAYER_GROUP_POLICIES,
-    ROUND_GROUP_POLICIES,
-    GroupedStep,
-    StepGroup,
-)
-from paradyse_lab.strategies import layout_unit, pad_to_unit
-from simulator import shared
-from simulator.group_dynamic_cp import smallest_fit_partition
-from simulator.group_exact import plan_exact
-from simulator.group_greedy import lpt, plan_greedy
-from simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
-from simulator.planner import Planner, build_planner
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import lpt, plan_greedy
+from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
+from paradyse_lab.simulator.planner import Planner, build_planner
 
 RING_POLICY = "static:megatron_cz"
 """The context-parallel baselines' strategy (Megatron's scheduler and `smallest-fit`): ring attention (context
@@ -145,14 +146,14 @@ class GroupPricer:
             planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model_at(g),
                                     p=g, budget_bytes=self.budget_for(g), smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
-            if hasattr(planner.policy, "restrict_heads"):  # grouped steps keep the embedding and head replicated
+            if isinstance(planner.policy, HeadPolicy):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
             self._planners[g] = planner
         return self._planners[g]
 
     def cost_model_at(self, g: int):
         """The cost model of a group of g: built once for every pricer of this model and cluster inside
-        `simulator.shared.sharing()` (their search problems are then shared too), else for this pricer."""
+        `paradyse_lab.simulator.shared.sharing()` (their search problems are then shared too), else for this pricer."""
         from paradyse_lab.costmodel.factory import build_cost_model
 
         return shared.cost_model(lambda: build_cost_model(self.cost_model, self.model, self.cluster, g, self.profiles),

@@ -19,7 +19,7 @@ some group can train (throughput at equal global batch; what each series can tra
 Per-layer plans use the exact dp solver for ParaDySe and ours alike, so the difference between them is the
 grouping alone. Charged by the analytic cost model. Writes results/groups.csv (one row per panel and series)
 and one CSV of steps per run under results/runs/groups/ (reused unless --force or the settings changed); the
-planning wall times go to timings/ beside each (paradyse_lab/timings.py).
+planning wall times go to timings/ beside each (paradyse_lab/results/timings.py).
 """
 
 from __future__ import annotations
@@ -31,22 +31,22 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.strategies import USABLE
-from paradyse_lab.timings import write_with_timings
-from paradyse_lab.workloads import get_workload
-from simulator import shared
-from simulator.grouped_runs import (
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.results.timings import write_with_timings
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.grouped_runs import (
     SUMMARY_TIMING_COLUMNS,
     TIMING_COLUMNS,
     global_batches,
     simulate_grouped,
     summarize_grouped,
 )
-from simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
-from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path
-from simulator.round_steps import held_out_per_rank, megatron_fits
+from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
+from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path
+from paradyse_lab.simulator.round_steps import held_out_per_rank, megatron_fits
+from paradyse_lab.workload.lengths import get_workload
 
 DATASETS = ("github_code", "grch38")
 NODE_COUNTS = (1, 4, 16)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from simulator import shared
-from simulator.engine import TIMING_COLUMNS
-from simulator.experiments import DATASETS, MODELS, PAPER_POLICY, STATIC_POLICIES, Setup, run_one
-from simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
-from simulator.run_metrics import summarize
+from paradyse_lab.simulator import shared
+from paradyse_lab.simulator.engine import TIMING_COLUMNS
+from paradyse_lab.simulator.experiments import DATASETS, MODELS, PAPER_POLICY, STATIC_POLICIES, Setup, run_one
+from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
+from paradyse_lab.simulator.run_metrics import summarize
 
 PACKING_BUDGETS = (32 * 1024, 128 * 1024)
 """Tokens per step of the packing experiment (beside one sequence per step)."""

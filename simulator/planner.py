@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel.types import CostModel
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import ModelSpec
-from simulator.engine import Charger
-from simulator.policies import DEFAULT_GAMMA, DEFAULT_RESTART_S, Policy, build_policy
-from simulator.policy_spec import PolicySpec
+from paradyse_lab.simulator.engine import Charger
+from paradyse_lab.simulator.policies import DEFAULT_GAMMA, DEFAULT_RESTART_S, Policy, build_policy
+from paradyse_lab.simulator.policy_spec import PolicySpec
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import USABLE, StrategyOption, get_strategy
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.plan import Plan
-from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import USABLE, StrategyOption, get_strategy
-from paradyse_lab.strategies import options as make_options
-from simulator.policy_spec import RECOMPUTE_SUFFIX, PolicySpec
+from paradyse_lab.simulator.policy_spec import RECOMPUTE_SUFFIX, PolicySpec
 
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0
@@ -48,11 +48,11 @@ class StepPlan:
     head: str = "whole"
     """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
     loss when 'tiled' (and a run whose embedding and head are stored by vocabulary rows plans 'vocab' alone:
-    runtime/plan_handoff.py `vocab_storage`), and the simulator charges the plan with it."""
+    runtime/training/plan_handoff.py `vocab_storage`), and the simulator charges the plan with it."""
 
     def __post_init__(self):
         if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
-            raise TypeError(f"StepPlan.plan must be a paradyse_lab.plan.Plan, got {type(self.plan).__name__}")
+            raise TypeError(f"StepPlan.plan must be a paradyse_lab.core.plan.Plan, got {type(self.plan).__name__}")
 
 
 def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
@@ -100,7 +100,7 @@ class DynamicPolicy:
     step's `decide` takes them instead of solving the same problem again."""
 
     def __post_init__(self):
-        from solvers.registry import STATIC_PREFIX, check_solver_name
+        from paradyse_lab.solvers.registry import STATIC_PREFIX, check_solver_name
 
         if self.solver_name.startswith(STATIC_PREFIX):
             _ = self.solver  # cheap (no compiled kernels), and building it checks the strategy's name
@@ -118,13 +118,13 @@ class DynamicPolicy:
         """The solver, built at the policy's first solve: building `dp` imports numba and loads its compiled
         kernels (solvers/kernels.py `warm_up`, 1-2 CPU seconds), which a policy built only to check a run's
         settings never needs (`train --nproc N`'s launcher: paradyse_lab/app/training.py `preflight`)."""
-        from solvers.registry import get_solver
+        from paradyse_lab.solvers.registry import get_solver
 
         return get_solver(self.solver_name)
 
     def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
         """The search the policy solves at this length, or for this packed step, with the head option `head`."""
-        from simulator.shared import problem
+        from paradyse_lab.simulator.shared import problem
 
         opts = make_options(self.strategies, recompute=self.recompute, tiled=self.tiled, offload=self.offload)
         return problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paradyse_lab.core.strategies import USABLE
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.strategies import USABLE
 
 POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME",
                 "dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]")
 RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX = "+recompute", "+sublayer"
 TECHNIQUE_SUFFIXES = ("tiled", "offload")
-"""A dynamic policy's suffixes that offer the long-context options (paradyse_lab/strategies.py `options`)."""
+"""A dynamic policy's suffixes that offer the long-context options (paradyse_lab/core/strategies.py `options`)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PolicySpec:
     @classmethod
     def _read(cls, spec: str, recompute: bool, granularity: str) -> PolicySpec:
         """The suffixes of `spec` and the flags, unchecked names."""
-        from paradyse_lab.layer_graph import GRANULARITIES
+        from paradyse_lab.core.layer_graph import GRANULARITIES
 
         if granularity not in GRANULARITIES:
             raise unknown_name("granularity", granularity, GRANULARITIES)
@@ -82,7 +82,7 @@ class PolicySpec:
                 valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
                 raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
         elif kind == "dynamic" and arg:
-            from solvers.registry import check_solver_name
+            from paradyse_lab.solvers.registry import check_solver_name
 
             check_solver_name(arg)
         else:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.workloads import Workload
-from simulator.engine import simulate
-from simulator.planner import build_planner
+from paradyse_lab.simulator.engine import simulate
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.workload.lengths import Workload
 
 STEP_COLUMNS = ("policy", "step", "seq_len", "measured_s", "predicted_s", "measured_cum_s", "predicted_cum_s",
                 "plan", "simulated_plan", "plan_match", "counted", "repeats", "measured_min_s", "measured_max_s")

@@ -1,8 +1,8 @@
 """Results on disk: one CSV per finished run (written atomically), so an interrupted experiment loses no
 finished run and a rerun skips them unless forced, or unless they were made with other settings or another
-code version (`paradyse_lab.result_key`: a stamp under `.stamps/` beside the CSV). Schema of a run CSV:
+code version (`paradyse_lab.results.result_key`: a stamp under `.stamps/` beside the CSV). Schema of a run CSV:
 `engine.ROW_COLUMNS`, less the measured wall-time columns, which go to `timings/NAME.csv` beside it
-(`paradyse_lab/timings.py`): a run CSV is byte-identical between two runs with the same settings."""
+(`paradyse_lab/results/timings.py`): a run CSV is byte-identical between two runs with the same settings."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.atomic_write import atomic_open
-from paradyse_lab.timings import read_with_timings, write_with_timings
+from paradyse_lab.files.atomic_write import atomic_open
+from paradyse_lab.results.timings import read_with_timings, write_with_timings
 
 DEFAULT_RESULTS_DIR = Path("results")
 
@@ -34,10 +34,10 @@ def load_or_run(path: Path, run, force: bool = False, settings: dict | None = No
                 timing_columns=(), key_columns=("step",)) -> tuple[pd.DataFrame, bool]:
     """The rows at `path` if they were made with `settings` by this code and are unchanged since (and not
     `force`), else `run()` written there and stamped. Every file the settings name (a cluster TOML and each
-    file of its base chain, a profile CSV, a workload's length file: `paradyse_lab.result_key.named_files`)
+    file of its base chain, a profile CSV, a workload's length file: `paradyse_lab.results.result_key.named_files`)
     is keyed on its contents. `timing_columns` (measured wall times) are written to the timings file beside
     `path` with `key_columns`, and read back joined. Returns (rows, ran)."""
-    from paradyse_lab.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
+    from paradyse_lab.results.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
 
     path = Path(path)
     settings = settings or {}

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 
+from paradyse_lab.core.step_groups import ROUND_GROUP_POLICIES
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.step_groups import ROUND_GROUP_POLICIES
-from simulator.group_megatron import choose_per_rank, gpus_needed, megatron_rounds
-from simulator.group_problem import GroupChoice, reassess
-from simulator.group_rounds import (
+from paradyse_lab.simulator.group_megatron import choose_per_rank, gpus_needed, megatron_rounds
+from paradyse_lab.simulator.group_problem import GroupChoice, reassess
+from paradyse_lab.simulator.group_rounds import (
     MAX_EXACT_ROUND_ITEMS,
     RoundsChoice,
     plan_rounds,
     plan_rounds_exact,
     rounds_choice,
 )
-from simulator.grouped_steps import GroupPricer, choose, grouped_step
+from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, grouped_step
 
 ROUND_POLICIES = ROUND_GROUP_POLICIES
 """The group policies whose steps have several rounds (simulated; the runtime runs one split per step)."""

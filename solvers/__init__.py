@@ -5,7 +5,7 @@ Pareto-front dynamic programming, chains), ilp (OR-Tools CP-SAT, any graph), bru
 tests' oracle), greedy (the ILP's hint), static:NAME (one option everywhere: the paper's baselines).
 """
 
-from solvers.base import Solution, Solver, SolverError
-from solvers.registry import SOLVER_NAMES, get_solver
+from paradyse_lab.solvers.base import Solution, Solver, SolverError
+from paradyse_lab.solvers.registry import SOLVER_NAMES, get_solver
 
 __all__ = ["SOLVER_NAMES", "Solution", "Solver", "SolverError", "get_solver"]

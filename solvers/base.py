@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.bounds import CapTable
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.bounds import CapTable
 
 STATUSES = ("optimal", "feasible", "infeasible")
 BIG = np.int64(2**62 // 512)

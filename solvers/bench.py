@@ -1,7 +1,7 @@
 """Solver benchmark: median solve time and gap to the exact optimum over random and model-derived problems.
 
 `paradyse-lab solvers bench` runs it and writes results/solver_bench.csv. Problems come from
-`solvers.instances`: kind 'random' (heterogeneous decisions, no switch costs), 'random+switch' (with switch
+`paradyse_lab.solvers.instances`: kind 'random' (heterogeneous decisions, no switch costs), 'random+switch' (with switch
 costs), 'model' (the `gpt` preset with L layers at 64K, 256K, 16K tokens, one per problem in turn; 8
 options = with recomputation), 'model-sublayer' (the same with L/2 layers, attention and MLP deciding apart).
 The exact optimum of each problem is the DP's; an ILP answer it calls optimal that disagrees by more than
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.instances import model_problem, random_problem
-from solvers.registry import get_solver
+from paradyse_lab.solvers.instances import model_problem, random_problem
+from paradyse_lab.solvers.registry import get_solver
 
 KINDS = ("random", "random+switch", "model", "model-sublayer")
 MODEL_SEQS = (65536, 262144, 16384)

@@ -1,4 +1,5 @@
-"""Compiled inner loops of the exact DP's Lagrangian bounds (`solvers.bounds`): the relaxed plan of a multiplier
+"""Compiled inner loops of the exact DP's Lagrangian bounds (`paradyse_lab.solvers.bounds`): the relaxed plan of a
+multiplier
 (`_relaxed`), the bisection on the multiplier (`lagrangian_dual`) and the Viterbi passes along the chain
 (`viterbi_to_go`, `viterbi_to_come`, `capped_viterbi_totals`).
 
@@ -48,7 +49,8 @@ def _copy_into(dst, src):
 
 @njit(cache=True)
 def lagrangian_dual(times, kept, kept_budget, iterations):
-    """See `solvers.bounds.dual_bound`: (lambda, bound, fitting plan, least fitting lambda seen, the relaxed
+    """See `paradyse_lab.solvers.bounds.dual_bound`: (lambda, bound, fitting plan, least fitting lambda seen, the
+    relaxed
     plan at the bracket's lower end, which does not fit unless nothing binds)."""
     L, O = times.shape
     plan = np.empty(L, np.int64)

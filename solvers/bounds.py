@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paradyse_lab.search_problem import SearchProblem
+from paradyse_lab.core.search_problem import SearchProblem
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,10 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     subgradient finds the best such bound; the plan minimising time + lambda * kept at the upper end of
     the bracket fits, the one at the lower end does not (unless the budget does not bind: then both are
     the fastest plan). `times` holds inf where an option is not allowed; some plan must fit.
-    (Compiled: `solvers.bound_kernels.lagrangian_dual`.)
+    (Compiled: `paradyse_lab.solvers.bound_kernels.lagrangian_dual`.)
     """
-    from solvers.bound_kernels import lagrangian_dual
-    from solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import lagrangian_dual
+    from paradyse_lab.solvers.kernels import writable
 
     lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
                                                       int(kept_budget), int(iterations))
@@ -113,8 +113,8 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
-    from solvers.bound_kernels import capped_viterbi_totals
-    from solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals
+    from paradyse_lab.solvers.kernels import writable
 
     least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
                                   writable(problem.effective_transient, np.int64),
@@ -125,7 +125,7 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
 
 def _steps(switch: np.ndarray) -> np.ndarray:
     """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
-    from solvers.kernels import writable
+    from paradyse_lab.solvers.kernels import writable
 
     return writable(switch[None] if switch.ndim == 2 else switch, np.float64)
 
@@ -135,14 +135,14 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
 
     `switch` is None (no switch costs: the result does not depend on l's option), one [O, O] matrix for
     every step, or [L, O, O] per step (step l charged from decision l - 1 into l). With switches it is a
-    backward Viterbi pass (`solvers.bound_kernels.viterbi_to_go`).
+    backward Viterbi pass (`paradyse_lab.solvers.bound_kernels.viterbi_to_go`).
     """
     if switch is None:
         out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
-    from solvers.bound_kernels import viterbi_to_go
-    from solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import viterbi_to_go
+    from paradyse_lab.solvers.kernels import writable
 
     return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
@@ -154,7 +154,7 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
-    from solvers.bound_kernels import viterbi_to_come
-    from solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import viterbi_to_come
+    from paradyse_lab.solvers.kernels import writable
 
     return viterbi_to_come(writable(values, np.float64), _steps(switch))

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, infeasible_solution, make_solution
+from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
 
 
 class BruteForceSolver:

@@ -1,8 +1,8 @@
 """Exact dynamic programming over decisions x options x memory (Pareto fronts), for chain problems.
 
-The plain form of this search, the recurrence and nothing else, is `solvers.reference_dp` (read it first);
+The plain form of this search, the recurrence and nothing else, is `paradyse_lab.solvers.reference_dp` (read it first);
 this one finds the same optimum fast. In the order `DPSolver.solve` runs them: `bound_caps`, `search_caps`
-(`search_group` per group of caps: reduced-cost fixing, then `solvers.dp_pass`: `reduce_constants`,
+(`search_group` per group of caps: reduced-cost fixing, then `paradyse_lab.solvers.dp_pass`: `reduce_constants`,
 `forward_pass` = `pass_tables` + the compiled `kernels.pareto_pass`, `Reduced.expand`).
 
 The peak is fixed + sum of kept + max of transient: the max term is not additive, so the DP enumerates
@@ -15,14 +15,14 @@ For one cap, a forward pass over the decisions keeps, per last option (the state
 switch cost is non-zero), the Pareto front of (time, kept bytes) of partial plans: no point is kept that
 another beats or equals in both. With switch costs a state is also dropped when one ending in another
 option is faster by more than the most the next switch can differ (`kernels.keep_across_options`). The pass is
-compiled (`solvers.kernels.pareto_pass`), and a cut-down run of it (`BEAM` states per step) goes first
+compiled (`paradyse_lab.solvers.kernels.pareto_pass`), and a cut-down run of it (`BEAM` states per step) goes first
 to find a near-optimal plan whose time tightens every bound of the exact run. Before each pass,
 Lagrangian reduced-cost fixing removes the options no plan faster than the best one can use, and the
 decisions left with one option leave the pass as constants (`dp_pass.reduce_constants`). Memory is exact int64 bytes,
 never discretised, so no plan over budget is accepted and none that fits is lost; time is float64. A
 partial plan is pruned when the least kept bytes of the remaining decisions would break the kept budget,
 or when a lower bound on its completion (least remaining times, or the switch-aware Lagrangian bound of
-`solvers.bounds`) reaches the best time found.
+`paradyse_lab.solvers.bounds`) reaches the best time found.
 
 The best time starts at the LP-rounded plans (`bounds.rounded_plan`) of two reference caps, improved by
 the Lagrangian plans and single-decision moves (`greedy.improve`). Caps are visited by ascending
@@ -46,13 +46,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, infeasible_solution, make_solution
-from solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, rounded_plan, switch_bounds
-from solvers.dp_pass import forward_pass, reduce_constants
-from solvers.greedy import improve
-from solvers.kernels import warm_up
+from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
+from paradyse_lab.solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, rounded_plan, switch_bounds
+from paradyse_lab.solvers.dp_pass import forward_pass, reduce_constants
+from paradyse_lab.solvers.greedy import improve
+from paradyse_lab.solvers.kernels import warm_up
 
 CHUNK = 48
 """Caps whose switch-aware bounds are computed together."""

@@ -1,4 +1,5 @@
-"""One forward pass of the exact DP over a chain (`solvers.dp` runs it for each group of caps: `search_group`).
+"""One forward pass of the exact DP over a chain (`paradyse_lab.solvers.dp` runs it for each group of caps:
+`search_group`).
 
 Before the pass, the decisions left with one allowed option (after reduced-cost fixing) leave the chain as
 constants (`reduce_constants`, giving a `Reduced` chain): their time, kept bytes and bucket start every state, and
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import BIG
-from solvers.bounds import cost_to_go
-from solvers.kernels import PassTables, pareto_pass, writable
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import BIG
+from paradyse_lab.solvers.bounds import cost_to_go
+from paradyse_lab.solvers.kernels import PassTables, pareto_pass, writable
 
 
 def forward_pass(r: Reduced, kept: np.ndarray, budgets: np.ndarray, lams: np.ndarray, bound: float,

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, infeasible_solution, make_solution, min_peak_plan
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution, min_peak_plan
 
 
 def _moves(problem: SearchProblem, plan: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

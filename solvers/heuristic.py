@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, make_solution
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import Solution, make_solution
 
 
 def dominance_chain(times: np.ndarray, peaks: np.ndarray) -> list[int]:

@@ -33,11 +33,11 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, infeasible_solution, make_solution
-from solvers.bounds import CapTable
-from solvers.greedy import GreedySolver
-from solvers.heuristic import HeuristicSolver
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
+from paradyse_lab.solvers.bounds import CapTable
+from paradyse_lab.solvers.greedy import GreedySolver
+from paradyse_lab.solvers.heuristic import HeuristicSolver
 
 
 def interchangeable(problem: SearchProblem) -> list[list[int]]:

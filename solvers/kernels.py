@@ -1,5 +1,6 @@
-"""Compiled inner loops of the exact DP's forward Pareto pass (`solvers.dp_pass`), and `warm_up()`, which compiles
-them and those of its Lagrangian bounds (solvers/bound_kernels.py, for `solvers.bounds`).
+"""Compiled inner loops of the exact DP's forward Pareto pass (`paradyse_lab.solvers.dp_pass`), and `warm_up()`, which
+compiles
+them and those of its Lagrangian bounds (solvers/bound_kernels.py, for `paradyse_lab.solvers.bounds`).
 
 Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of small sequential steps
 (Viterbi passes along the chain, bisections on the Lagrange multiplier, one Pareto step per decision). As
@@ -32,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from solvers.bound_kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go
+from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals, lagrangian_dual, viterbi_to_come, viterbi_to_go
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -211,7 +212,7 @@ def _least(a, count):
 class PassTables(NamedTuple):
     """What one forward pass (`pareto_pass`) reads: m free decisions, O options, B buckets, J multipliers.
 
-    Built by `solvers.dp_pass.pass_tables`; every array C-contiguous and writable (`writable`), so that the
+    Built by `paradyse_lab.solvers.dp_pass.pass_tables`; every array C-contiguous and writable (`writable`), so that the
     kernel has one compiled specialisation."""
 
     times: np.ndarray
@@ -356,7 +357,7 @@ def _backtrack(hist_opt, hist_par, start, j):
 
 @njit(cache=True)
 def pareto_pass(tb, beam):
-    """The forward Pareto pass of `solvers.dp_pass.forward_pass` over the tables `tb` (`PassTables`, m free
+    """The forward Pareto pass of `paradyse_lab.solvers.dp_pass.forward_pass` over the tables `tb` (`PassTables`, m free
     decisions): (found, plan [m]).
 
     A partial plan is a state (time, kept, bucket, last option); the first front is the constants extended

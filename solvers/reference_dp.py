@@ -1,6 +1,6 @@
-"""The exact chain DP written plainly: the readable reference for `solvers.dp`, and the tests' oracle.
+"""The exact chain DP written plainly: the readable reference for `paradyse_lab.solvers.dp`, and the tests' oracle.
 
-The problem is `DPSolver`'s (`paradyse_lab/search_problem.py`): decisions l = 0..L-1 in a chain, option o
+The problem is `DPSolver`'s (`paradyse_lab/core/search_problem.py`): decisions l = 0..L-1 in a chain, option o
 at decision l takes time[l, o] seconds and keeps kept[l, o] bytes to the end of the step; its effective
 transient e[l, o] = max(transient_bytes[l, o], fixed_transient_bytes) is alive only while it runs;
 consecutive decisions that pick o' then o pay switch[o', o]. A plan pi is feasible when its peak
@@ -22,7 +22,7 @@ only grows with k and m), and a label over budget stays over. The optimum is fix
 in F_L-1; when every F_L-1(o) is empty no plan fits.
 
 The fronts can grow with the number of distinct kept sums: this is for tests up to about 20 decisions.
-`solvers.dp` solves the same recurrence fast (the max term enumerated as caps, bounds, compiled passes).
+`paradyse_lab.solvers.dp` solves the same recurrence fast (the max term enumerated as caps, bounds, compiled passes).
 Example, from Python: `ReferenceDPSolver().solve(SearchProblem.from_json("problem.json"))`.
 """
 
@@ -32,9 +32,9 @@ import time
 
 import numpy as np
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, infeasible_solution, make_solution
+from paradyse_lab.solvers.base import Solution, infeasible_solution, make_solution
 
 
 def pareto(labels: list[tuple]) -> list[tuple]:

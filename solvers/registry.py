@@ -5,14 +5,14 @@ from __future__ import annotations
 import importlib
 
 from paradyse_lab.errors import UserInputError
-from solvers.base import Solver
+from paradyse_lab.solvers.base import Solver
 
 SOLVERS = {
-    "heuristic": ("solvers.heuristic", "HeuristicSolver"),
-    "dp": ("solvers.dp", "DPSolver"),
-    "ilp": ("solvers.ilp", "ILPSolver"),
-    "brute_force": ("solvers.brute_force", "BruteForceSolver"),
-    "greedy": ("solvers.greedy", "GreedySolver"),
+    "heuristic": ("paradyse_lab.solvers.heuristic", "HeuristicSolver"),
+    "dp": ("paradyse_lab.solvers.dp", "DPSolver"),
+    "ilp": ("paradyse_lab.solvers.ilp", "ILPSolver"),
+    "brute_force": ("paradyse_lab.solvers.brute_force", "BruteForceSolver"),
+    "greedy": ("paradyse_lab.solvers.greedy", "GreedySolver"),
 }
 """name -> (module, class); modules import lazily (the ILP pulls in OR-Tools)."""
 STATIC_PREFIX = "static:"
@@ -28,7 +28,7 @@ def check_solver_name(name: str) -> None:
 def get_solver(name: str, **options) -> Solver:
     """A solver instance; `options` go to its constructor (e.g. time_limit_s for ilp)."""
     if name.startswith(STATIC_PREFIX):
-        from solvers.static import StaticSolver
+        from paradyse_lab.solvers.static import StaticSolver
 
         return StaticSolver(name[len(STATIC_PREFIX):], **options)
     check_solver_name(name)

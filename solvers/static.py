@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import Solution, make_solution
+from paradyse_lab.solvers.base import Solution, make_solution
 
 
 class StaticSolver:

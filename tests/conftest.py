@@ -152,7 +152,7 @@ def pytest_configure(config):
     if not config.getoption("numprocesses", None) or _kernels_cached():
         return
     _KERNELS_COMPILE.append(subprocess.Popen(
-        [sys.executable, "-c", "from solvers.kernels import warm_up; warm_up()"], cwd=ROOT))
+        [sys.executable, "-c", "from paradyse_lab.solvers.kernels import warm_up; warm_up()"], cwd=ROOT))
 
 
 def pytest_unconfigure(config):

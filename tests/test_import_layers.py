@@ -33,14 +33,16 @@ from source_trees import PACKAGES, parsed
 ROOT = Path(__file__).resolve().parents[1]
 APPLICATION = ("paradyse_lab.cli", "paradyse_lab.app", "paradyse_lab.__main__")
 TORCH = "torch"
+SUBPACKAGES = ("runtime", "solvers", "simulator", "figures")
+"""The layers that are folders at the checkout's root, imported as `paradyse_lab.<folder>`."""
 
 
 def layer(module: str) -> str:
     """The layer a module of this repository belongs to."""
     if any(module == a or module.startswith(a + ".") for a in APPLICATION):
         return "application"
-    top = module.split(".")[0]
-    return "vocabulary" if top == "paradyse_lab" else top
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in SUBPACKAGES else "vocabulary"
 
 
 FORBIDDEN = {
@@ -56,6 +58,7 @@ FORBIDDEN = {
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = ["paradyse_lab", *parts] if parts[0] in SUBPACKAGES else parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -122,7 +125,7 @@ def target_layer(imported: str, known: set[str]) -> str | None:
     top = imported.split(".")[0]
     if top == TORCH:
         return TORCH
-    if top in PACKAGES:
+    if top == "paradyse_lab":
         return layer(imported)
     return None
 
@@ -188,11 +191,11 @@ def test_the_checker_sees_every_kind_of_import():
     something)."""
     files = sources()
     known = set(files)
-    edges = {m: {i for _, i in imports_of(m, files[m], known)} for m in ("simulator.engine", "paradyse_lab.app.report",
-                                                                        "paradyse_lab.cli.train_command")}
-    assert "paradyse_lab.search_problem" in edges["simulator.engine"]
+    edges = {m: {i for _, i in imports_of(m, files[m], known)}
+             for m in ("paradyse_lab.simulator.engine", "paradyse_lab.app.report", "paradyse_lab.cli.train_command")}
+    assert "paradyse_lab.core.search_problem" in edges["paradyse_lab.simulator.engine"]
     assert "paradyse_lab.app.report.document" in edges["paradyse_lab.app.report"]
-    assert "runtime.launch" in edges["paradyse_lab.cli.train_command"]  # imported inside functions
+    assert "paradyse_lab.runtime.launch.ranks" in edges["paradyse_lab.cli.train_command"]  # imported inside functions
     assert "paradyse_lab.app.train_options" in edges["paradyse_lab.cli.train_command"]
     assert layer("paradyse_lab.costmodel.lowering") == "vocabulary" and layer("paradyse_lab.app.reproduce") == (
         "application")
@@ -205,12 +208,13 @@ def test_the_checker_sees_dynamic_imports(tmp_path):
     src.write_text("import importlib\nfrom importlib import import_module\n"
                    "def f(name):\n"
                    "    importlib.import_module('torch.nn')\n"
-                   "    import_module('runtime.train')\n"
-                   "    __import__('figures')\n"
+                   "    import_module('paradyse_lab.runtime.training.loop')\n"
+                   "    __import__('paradyse_lab.figures')\n"
                    "    importlib.import_module(name)\n"
                    "    importlib.import_module('.x', 'solvers')\n")
-    assert imports_of("solvers.dyn", src, set()) == [(1, "importlib"), (2, "importlib"), (4, "torch.nn"),
-                                                    (5, "runtime.train"), (6, "figures")]
+    assert imports_of("paradyse_lab.solvers.dyn", src, set()) == [(1, "importlib"), (2, "importlib"), (4, "torch.nn"),
+                                                    (5, "paradyse_lab.runtime.training.loop"),
+                                                                 (6, "paradyse_lab.figures")]
 
 
 LOAD_ALONE = """
@@ -219,13 +223,17 @@ metadata_before = "importlib.metadata" in sys.modules
 import paradyse_lab
 assert metadata_before or "importlib.metadata" not in sys.modules, "import paradyse_lab read its version"
 assert paradyse_lab.__version__
-import solvers.ilp, solvers.heuristic, solvers.greedy
-print(" ".join(m for m in ("numba", "solvers.kernels", "solvers.bound_kernels") if m in sys.modules))
-for package in ("solvers", "simulator"):
+import paradyse_lab.solvers.ilp
+import paradyse_lab.solvers.heuristic
+import paradyse_lab.solvers.greedy
+print(" ".join(m for m in ("numba", "paradyse_lab.solvers.kernels", "paradyse_lab.solvers.bound_kernels")
+               if m in sys.modules))
+for package in ("paradyse_lab.solvers", "paradyse_lab.simulator"):
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
         importlib.import_module(info.name)
-print(" ".join(sorted(m for m in sys.modules for f in ("torch", "runtime", "figures", "paradyse_lab.app",
-                                                       "paradyse_lab.cli") if m == f or m.startswith(f + "."))))
+print(" ".join(sorted(m for m in sys.modules for f in ("torch", "runtime", "figures", "paradyse_lab.runtime",
+                                                       "paradyse_lab.figures", "paradyse_lab.app", "paradyse_lab.cli")
+                                                       if m == f or m.startswith(f + "."))))
 """
 
 
@@ -234,13 +242,13 @@ def test_a_lazy_package_getattr_is_not_an_import_of_the_package(tmp_path):
     src = tmp_path / "__init__.py"
     src.write_text("import importlib\n"
                    "def __getattr__(name):\n"
-                   "    return importlib.import_module('runtime.train')\n"
+                   "    return importlib.import_module('paradyse_lab.runtime.training.loop')\n"
                    "def other():\n"
-                   "    import figures\n")
-    assert imports_of("paradyse_lab", src, set()) == [(1, "importlib"), (5, "figures")]
+                   "    import paradyse_lab.figures\n")
+    assert imports_of("paradyse_lab", src, set()) == [(1, "importlib"), (5, "paradyse_lab.figures")]
     module = tmp_path / "mod.py"
     module.write_text(src.read_text())
-    assert (3, "runtime.train") in imports_of("paradyse_lab.mod", module, set())
+    assert (3, "paradyse_lab.runtime.training.loop") in imports_of("paradyse_lab.mod", module, set())
 
 
 def test_solvers_and_simulator_load_alone():
@@ -258,20 +266,21 @@ def test_solvers_and_simulator_load_alone():
 
 def test_torch_is_caught_through_the_vocabulary():
     """A solver that imports a vocabulary module which imports torch breaks the rule (line and chain shown)."""
-    files = {m: ROOT / (m.replace(".", "/") + ".py") for m in ("solvers.fast", "paradyse_lab.helper", "runtime.comm")}
-    graph = {"solvers.fast": [(3, "paradyse_lab.helper")], "paradyse_lab.helper": [(7, "torch.nn")],
-             "runtime.comm": [(1, "torch")]}
+    files = {m: ROOT / (m.replace(".", "/") + ".py")
+             for m in ("paradyse_lab.solvers.fast", "paradyse_lab.helper", "paradyse_lab.runtime.comm.collectives")}
+    files["paradyse_lab.solvers.fast"] = ROOT / "solvers" / "fast.py"
+    graph = {"paradyse_lab.solvers.fast": [(3, "paradyse_lab.helper")], "paradyse_lab.helper": [(7, "torch.nn")],
+             "paradyse_lab.runtime.comm.collectives": [(1, "torch")]}
     assert violations(files, graph) == [
         "solvers/fast.py:3: solvers must not import torch, even indirectly "
         "(imports paradyse_lab.helper: paradyse_lab.helper -> torch)"]
 
 
-def test_readme_layout_table_matches_the_tree():
-    """Every package and paradyse_lab subpackage has a row in docs/layout.md's table, and every row's folder
-    exists."""
-    text = (ROOT / "docs" / "layout.md").read_text().split("# Layout of the repository", 1)[1]
+def test_layout_table_matches_the_tree():
+    """Every package and subpackage has a row in docs/layout.md's table, and every row's folder exists."""
+    text = (ROOT / "docs" / "layout.md").read_text()
     rows = {line.split("`")[1] for line in text.splitlines() if line.startswith("| `")}
-    packages = {f"{p.parent.relative_to(ROOT)}/" for pkg in PACKAGES for p in (ROOT / pkg).glob("*/__init__.py")}
+    packages = {f"{p.parent.relative_to(ROOT)}/" for pkg in PACKAGES for p in (ROOT / pkg).rglob("*/__init__.py")}
     packages |= {f"{pkg}/" for pkg in PACKAGES}
     assert packages <= rows, sorted(packages - rows)
     assert all((ROOT / row).is_dir() for row in rows), sorted(r for r in rows if not (ROOT / r).is_dir())
@@ -288,18 +297,18 @@ def _annotation_of(path: Path, cls: str, field: str) -> str | None:
 
 
 def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
-    """The policy's decision carries a `paradyse_lab.plan.Plan` (options and granularity), never names: the
+    """The policy's decision carries a `paradyse_lab.core.plan.Plan` (options and granularity), never names: the
     field is typed, a decision built with names is refused, and the training loop refuses one that is not a
     Plan and hands it to the model as it is (no `list(decision.plan)` that would turn it back into names)."""
-    from paradyse_lab.plan import Plan
-    from simulator.policies import StepPlan
+    from paradyse_lab.core.plan import Plan
+    from paradyse_lab.simulator.policies import StepPlan
 
     assert _annotation_of(ROOT / "simulator" / "policies.py", "StepPlan", "plan") == "Plan"
     with pytest.raises(TypeError, match="Plan"):
         StepPlan(("megatron_ts", "metp"), 0.0, True, 0.0)
     assert StepPlan(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
         "sublayer")
-    loop = {name: parsed(ROOT / "runtime" / name) for name in ("train.py", "train_step.py", "plan_handoff.py")}
+    loop = {name: parsed(ROOT / "runtime" / "training" / name) for name in ("loop.py", "step.py", "plan_handoff.py")}
     converted = [f"{name}:{n.lineno}" for name, tree in loop.items() for n in ast.walk(tree)
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("list", "tuple")
                  and n.args and ast.unparse(n.args[0]).endswith("decision.plan")]
@@ -310,7 +319,7 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
 
 
 def test_no_two_classes_share_a_name():
-    """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/plan.py);
+    """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/core/plan.py);
     the API's report of a planned step is `PlanReport` and the GPU session's list of measurements
     `MeasurementPlan` (three classes were named `Plan`)."""
     where: dict[str, list[str]] = {}
@@ -323,6 +332,7 @@ def test_no_two_classes_share_a_name():
 
 
 LIBRARY = "runtime"
+LIBRARY_MODULE = "paradyse_lab.runtime"
 COMMAND_LINE_MODULES = ("argparse", "paradyse_lab.options")
 """What a command line is built with: argparse, and the options dataclasses turned into flags."""
 
@@ -367,17 +377,15 @@ def help_read_from_the_library(files: dict[str, Path]) -> list[str]:
     written in the library)."""
     return [f"{module}:{node.lineno}" for module, path in files.items()
             for node in ast.walk(parsed(path)) if isinstance(node, ast.Attribute)
-            and node.attr == "__doc__" and ast.unparse(node.value).split(".")[0] == LIBRARY]
+            and node.attr == "__doc__" and ast.unparse(node.value).startswith(LIBRARY_MODULE + ".")]
 
 
 def test_the_runtime_is_a_library_without_applications_or_command_line():
-    """runtime/ is the torch library only, flat: the measurement applications (profiler, calibrate, the GPU
+    """runtime/ is the torch library only: the measurement applications (profiler, calibrate, the GPU
     session, kernel benchmarks) live in paradyse_lab/app/measure/ and the command lines and their options in
     paradyse_lab/cli/ and paradyse_lab/app/; no module of the runtime builds a command line, and no command
     reads its help from a runtime module."""
     files = sources()
-    nested = sorted(str(p.relative_to(ROOT)) for p in (ROOT / LIBRARY).rglob("*.py") if p.parent != ROOT / LIBRARY)
-    assert not nested, f"runtime/ is flat; applications belong in paradyse_lab/app/: {nested}"
     found = [f"{files[m].relative_to(ROOT)}:{what}" for m in sorted(files) if layer(m) == LIBRARY
              for what in command_line_parts(m, parsed(files[m]))]
     assert not found, "command-line plumbing in the runtime library:\n" + "\n".join(found)
@@ -395,5 +403,6 @@ def test_the_library_check_sees_a_command_line(tmp_path):
     refuses = "if __name__ == '__main__':\n    import sys\n    print('no', file=sys.stderr)\n    raise SystemExit(2)\n"
     assert command_line_parts("runtime.x", ast.parse(refuses)) == []
     help_file = tmp_path / "cmd.py"
-    help_file.write_text("import runtime.train\nHELP = runtime.train.__doc__\nOWN = __doc__\n")
+    help_file.write_text("import paradyse_lab.runtime.training.loop\n"
+                         "HELP = paradyse_lab.runtime.training.loop.__doc__\nOWN = __doc__\n")
     assert help_read_from_the_library({"cmd": help_file}) == ["cmd:2"]

@@ -49,10 +49,10 @@ def test_cost_example_is_the_commands_output(capsys):
 def test_cost_model_table_is_the_commands_output():
     """The analytic row of `costmodel ablate` on the bundled synthetic profile (its MAPE columns,
     from the function the command prints them from, without the command's leave-one-shape-out and regret)."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
     from paradyse_lab.costmodel.ablation import accuracy
-    from paradyse_lab.profiles import read_profiles
+    from paradyse_lab.costmodel.profiles import read_profiles
 
     path = "paradyse_lab/data/profiles/analytic_a100-80gb-x8.csv"
     table = {row[0]: row[1:5] for row in _table_after(f"`paradyse-lab costmodel ablate --profiles {path}`")[1:]}

@@ -4,7 +4,7 @@ allocated when each started (torch's profiler): the CPU experiment behind the RE
 Run from a tree's root: `PYTHONPATH=$PWD python3 measurements/h100-2026-11-26/mlp_backward_peak.py T H`
 (T tokens, hidden H, FFN 4H, SwiGLU, RMSNorm, no biases). On another commit's tree (e.g. `git worktree add
 --detach DIR 31ca0b6`, the commit of the 2026-11-25 call1) give the script's path in this tree. 8192 128: the
-backward at 31ca0b6 and with runtime/metp.py's `_whole_partial` 69,730,304 bytes, at 5e5c037 70,385,664
+backward at 31ca0b6 and with runtime/strategies/metp.py's `_whole_partial` 69,730,304 bytes, at 5e5c037 70,385,664
 (+655,360 = 10 f h); the forward 36,044,800 and 38,141,952 (+2,097,152 = t h e).
 """
 
@@ -15,11 +15,11 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from runtime.fake_group import FakeGroup
-from runtime.model import STRATEGY_MODULES
-from runtime.reference import GPTConfig, init_state_dict
-from runtime.sublayer import make_ctx, run_sublayer
-from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
 
 def peak(run) -> int:

@@ -9,8 +9,9 @@ load it, export it.
     pl.export_hf("ck", "hf-folder")                                      # transformers' from_pretrained loads it
 
 The planner is the one `paradyse-lab plan` runs (a SearchProblem from the cost model, solved by a solver);
-the model is runtime.model.ParallelGPT; checkpoints are runtime/dcp_checkpoint.py's (any world size); the
-export is runtime/hf_export.py's. Every function runs on every rank of the caller's process group (the
+the model is paradyse_lab.runtime.model.parallel_gpt.ParallelGPT; checkpoints are runtime/checkpoints/dcp.py's (any
+world size); the
+export is runtime/hf/export.py's. Every function runs on every rank of the caller's process group (the
 caller sets the group up: torchrun, or `torch.distributed.init_process_group`), and the plan is pure Python
 (no torch), the same on every rank.
 """
@@ -27,7 +28,7 @@ from paradyse_lab.errors import UserInputError
 @dataclass(frozen=True)
 class PlanReport:
     """What `plan_step` reports: a solver's plan for one training step (its option names) with the cost model's
-    prediction of its time and memory. Not `paradyse_lab.plan.Plan`, the plan a policy hands the runtime (options
+    prediction of its time and memory. Not `paradyse_lab.core.plan.Plan`, the plan a policy hands the runtime (options
     and granularity): `strategies` here are the names `forward_backward` and `train_step` take."""
 
     strategies: tuple[str, ...]
@@ -55,7 +56,7 @@ class PlanReport:
 
 def _model_spec(model):
     """A ModelSpec from a ModelSpec, a preset name, a config.json, or a Hugging Face folder."""
-    from paradyse_lab.model_spec import ModelSpec, get_model
+    from paradyse_lab.core.model_spec import ModelSpec, get_model
 
     if isinstance(model, ModelSpec):
         return model
@@ -81,8 +82,8 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
     which caps the budget as it does for every planner (simulator/planner.py `planning_model`: a learned model
     of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
     from paradyse_lab.app.step_question import StepQuestion, plan_question
+    from paradyse_lab.solvers import get_solver
     from paradyse_lab.units import gib_to_bytes
-    from solvers import get_solver
 
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
@@ -132,14 +133,14 @@ def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = Fal
     Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
     config.json, a folder with only a config.json, ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the
     same on every rank): a model folder means what it means to `paradyse-lab train --model`
-    (paradyse_lab/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
-    (runtime/vocab_parallel.py), not replicated."""
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig
+    (paradyse_lab/core/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
+    (runtime/model/vocab_parallel.py), not replicated."""
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     if isinstance(source, GPTConfig):
         return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
-    from paradyse_lab.model_folder import has_weights
+    from paradyse_lab.core.model_folder import has_weights
 
     if has_weights(source):
         return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)
@@ -156,7 +157,7 @@ def forward_backward(model, plan, tokens, labels=None):
     Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
     import torch
 
-    from runtime.layout import shard_sequence
+    from paradyse_lab.runtime.model.layout import shard_sequence
 
     if labels is None:
         labels = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -100)], dim=1)  # [b, s]: next tokens
@@ -178,7 +179,7 @@ def train_step(model, plan, tokens, optimizer, labels=None) -> float:
 def save(directory, step: int, model, optimizer) -> Path:
     """Checkpoint `model`'s weights and `optimizer`'s state as `directory`/step-N (torch.distributed.checkpoint,
     atomic, checksummed); every rank calls it. Returns the checkpoint's folder."""
-    from runtime import dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     return dcp_checkpoint.save(directory, step, dict(model.named_parameters()), optimizer, model.cfg, {},
                                dcp_checkpoint.model_record(model.cfg), model.group)
@@ -189,7 +190,7 @@ def load(directory, model, optimizer=None) -> int:
     at any world size, into `model` (and `optimizer`, when given); every rank calls it. Returns its step."""
     import torch
 
-    from runtime import dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     path = Path(directory)
     if not (path / "meta.json").is_file():
@@ -203,7 +204,7 @@ def load(directory, model, optimizer=None) -> int:
 def export_hf(checkpoint, out, max_shard_size: str = "5GB") -> dict:
     """Write `checkpoint` (a step-N folder, or the newest in a checkpoint folder) as a Hugging Face folder `out`
     (`paradyse-lab export-hf`); call on one process. Returns what was written."""
-    from runtime.hf_export import export_hf as export
-    from runtime.hf_export import parse_size
+    from paradyse_lab.runtime.hf.export import export_hf as export
+    from paradyse_lab.runtime.hf.export import parse_size
 
     return export(checkpoint, out, parse_size(max_shard_size, "max_shard_size"))

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, cheapest_head
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
 
 
 @dataclass(frozen=True)

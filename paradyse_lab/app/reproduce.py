@@ -32,11 +32,11 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
 
 Measured wall times (planning and solve times) are never in a result CSV: they go to `timings/NAME.csv` beside
-it (paradyse_lab/timings.py), so that two runs with the same settings write the same result CSVs byte for byte.
+it (paradyse_lab/results/timings.py), so that two runs with the same settings write the same result CSVs byte for byte.
 
 A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
 only when they were made with the same settings (quick or full, cluster) and the same code version and are
-unchanged since (`paradyse_lab/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
+unchanged since (`paradyse_lab/results/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
 otherwise the step is recomputed, so a missing or truncated file is remade. `--force` reruns everything.
 DIR/reproduce_settings.json records the settings after each completed step. A cluster without a bundled
 profile gets a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile` writes it) under
@@ -73,9 +73,9 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     and `--sampling` is not validated); the stamps key every step on them as on the made ones."""
     from tqdm import tqdm
 
-    from paradyse_lab.atomic_write import prepare_output_dir, write_text_atomic
-    from paradyse_lab.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
-    from simulator.shared import sharing
+    from paradyse_lab.files.atomic_write import prepare_output_dir, write_text_atomic
+    from paradyse_lab.results.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
+    from paradyse_lab.simulator.shared import sharing
 
     if settings is None:
         settings = Settings.make(quick, cluster, sampling)

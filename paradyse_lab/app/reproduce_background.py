@@ -18,7 +18,7 @@ def _run_in_child(name: str, out: Path, s: Settings, force: bool, parent_pid: in
     import os
     import sys
 
-    from runtime.launcher import stop_with_parent
+    from paradyse_lab.runtime.launch.local import stop_with_parent
 
     stop_with_parent(parent_pid)
     try:

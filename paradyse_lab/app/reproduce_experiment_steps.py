@@ -18,16 +18,16 @@ from paradyse_lab.app.reproduce_outputs import (
     SWITCH_MEMORY_DIR,
 )
 from paradyse_lab.app.reproduce_settings import Settings, profile_for
-from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, write_with_timings
+from paradyse_lab.results.timings import TIMINGS_DIR, read_with_timings, write_with_timings
 
 
 def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2's six panels, and the heuristic's and ilp's gap to dp on them (solver_quality_runs.csv)."""
-    from simulator import experiments
+    from paradyse_lab.simulator import experiments
 
     setup = s.setup()
     experiments.fig2(setup, out, force=force, exact=True, progress=False, beyond=True)
-    from simulator.results import run_path
+    from paradyse_lab.simulator.results import run_path
 
     rows = []
     for d in experiments.DATASETS:
@@ -51,7 +51,7 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5's ablations of GPT on GRCh38, the learned cost models fitted on `profile_for`'s profile."""
-    from simulator import ablation_experiment
+    from paradyse_lab.simulator import ablation_experiment
 
     ablation_experiment.table5(s.setup(profiles=str(profile_for(out, s))), out,
                                force=force, progress=False)
@@ -60,7 +60,7 @@ def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """`step_fig2`'s panels charged by the authors' measured A100 times, into paper/ (none off their cluster)."""
-    from simulator import experiments
+    from paradyse_lab.simulator import experiments
 
     if not s.paper_truth:
         return []
@@ -71,7 +71,7 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5 charged by the authors' measured A100 times, into paper/ (none off their cluster)."""
-    from simulator import ablation_experiment
+    from paradyse_lab.simulator import ablation_experiment
 
     if not s.paper_truth:
         return []
@@ -82,8 +82,8 @@ def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2's headline metrics of the heuristic on every seed's workloads, per truth (seed 0: fig2's runs)."""
-    from simulator import experiments
-    from simulator.results import write_csv_atomic
+    from paradyse_lab.simulator import experiments
+    from paradyse_lab.simulator.results import write_csv_atomic
 
     frames = []
     for truth in s.truths():
@@ -102,7 +102,7 @@ def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2 (statics and the heuristic) and Table 5 with the memory price of switching, per truth."""
-    from simulator import ablation_experiment, experiments
+    from paradyse_lab.simulator import ablation_experiment, experiments
 
     written = []
     for truth in s.truths():
@@ -118,7 +118,7 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     """One sequence per step against packed steps of 32K and 128K tokens, per truth."""
-    from simulator import packing_experiment
+    from paradyse_lab.simulator import packing_experiment
 
     written = []
     for truth in s.truths():
@@ -133,7 +133,7 @@ def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
     """Global batches over groups sized per step (`paradyse-lab experiment groups`); full runs only (minutes)."""
     if s.quick:  # FULL_ONLY_STEPS
         return []
-    from simulator.groups_experiment import GroupsSetup, groups
+    from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups
 
     groups(GroupsSetup(), out, force=force, progress=False)
     return list(STEP_OUTPUTS["groups"])

@@ -18,9 +18,9 @@ def draw_figure(module: str, results: Path, figures: Path, name: str, note: str 
                 formats: tuple[str, ...] = FIGURE_FORMATS, label: str = "") -> list[str]:
     """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`),
     with `label` written under it when given."""
-    from figures._common import SOURCE_NOTE, MissingCSV, render
+    from paradyse_lab.figures._common import SOURCE_NOTE, MissingCSV, render
 
-    figure = importlib.import_module(f"figures.{module}")
+    figure = importlib.import_module(f"paradyse_lab.figures.{module}")
     try:
         path = render(module, figure.draw, results, figures, name, note or SOURCE_NOTE, formats, label)
     except MissingCSV as err:
@@ -36,7 +36,7 @@ def step_figures(out: Path, s: Settings, force: bool) -> list[str]:
     if s.paper_truth:
         jobs += [(name, out / PAPER_DIR, f"{name}_paper", PAPER_FIGURE_NOTE) for name in PAPER_FIGURE_SCRIPTS]
     if (out / "groups.csv").exists():  # full runs only (step_groups)
-        from figures.groups import NOTE
+        from paradyse_lab.figures.groups import NOTE
 
         jobs.append(("groups", out, "groups", NOTE))
     written = []

@@ -4,7 +4,7 @@ every step (`STEP_OUTPUTS`, `step_outputs`), which the stamps cover and a finish
 from __future__ import annotations
 
 from paradyse_lab.app.reproduce_settings import FIGURE_FORMATS, Settings
-from paradyse_lab.timings import TIMINGS_DIR
+from paradyse_lab.results.timings import TIMINGS_DIR
 
 PAPER_DIR = "paper"
 """The paper-truth steps' folder under DIR (charged by the authors' measured A100 times)."""

@@ -13,7 +13,7 @@ import pandas as pd
 from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
 from paradyse_lab.app.reproduce_settings import Settings, profile_for
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
-from paradyse_lab.timings import write_with_timings
+from paradyse_lab.results.timings import write_with_timings
 
 K = 1024
 
@@ -25,14 +25,14 @@ def _length_grid(n: int, lo: int = 2 * K, hi: int = 640 * K) -> list[int]:
 
 
 def _write(df: pd.DataFrame, path: Path) -> Path:
-    from simulator.results import write_csv_atomic
+    from paradyse_lab.simulator.results import write_csv_atomic
 
     return write_csv_atomic(df, path)
 
 
 def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
     """Solve time and gap to the optimum of heuristic / greedy / dp / ilp / brute force (solvers/bench.py)."""
-    from solvers import bench
+    from paradyse_lab.solvers import bench
 
     rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
                      ("heuristic", "greedy", "dp", "ilp", "brute_force"), 2.0 if not s.quick else 1.0, 0)
@@ -44,10 +44,10 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     """Each cost model's predictions against the truth on held-out rows of `profile_for`'s profile, inside and
     beyond the profiled range (costmodel/ablation.py `split_profiles`)."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
     from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
-    from paradyse_lab.profiles import profile_sources, read_profiles
+    from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 
     df = read_profiles(profile_for(out, s))
     source = profile_sources(df)
@@ -77,11 +77,11 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
     from paradyse_lab.costmodel.ablation import accuracy
     from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary, row_features
-    from paradyse_lab.profiles import PAPER_PROFILE, read_profiles
+    from paradyse_lab.costmodel.profiles import PAPER_PROFILE, read_profiles
 
     df = read_profiles(PAPER_PROFILE)
     cluster = get_cluster("a100-80gb-x8")
@@ -112,12 +112,12 @@ def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     """The plan the heuristic and dp pick per layer, for GPT and Llama over a grid of lengths (analytic model)."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.layer_graph import LayerGraph
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import USABLE, layout_unit, options, step_length
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, layout_unit, options, step_length
-    from solvers.registry import get_solver
+    from paradyse_lab.solvers.registry import get_solver
 
     cluster = get_cluster(s.cluster)
     rows = []
@@ -143,11 +143,11 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     """Model states, kept activations and transient bytes of every uniform plan, per model and length."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import USABLE, StrategyOption, layout_unit, step_length
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, StrategyOption, layout_unit, step_length
 
     cluster = get_cluster(s.cluster)
     rows = []

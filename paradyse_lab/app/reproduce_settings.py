@@ -15,7 +15,7 @@ from paradyse_lab.errors import UserInputError
 SETTINGS_FILE = "reproduce_settings.json"
 QUICK_SIZE = 20
 """Sequences per sampled dataset in a `--quick` run (a full run: 200): the stratified sample keeps every length
-band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workloads.py)."""
+band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workload/lengths.py)."""
 FIGURE_FORMATS = ("png", "pdf")
 QUICK_FIGURE_FORMATS = ("png",)
 """A `--quick` run saves each figure as PNG alone: the PDF is a second drawing of every artist (about a quarter
@@ -42,18 +42,18 @@ class Settings:
     """Workload seeds of the headline metrics' spread (seed 0: the runs of every other step)."""
     cluster: str = "a100-80gb-x8"
     sampling: str = "stratified"
-    """How the paper datasets are sampled (paradyse_lab/workloads.py `SAMPLINGS`)."""
+    """How the paper datasets are sampled (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
 
     def setup(self, **kw):
         """The simulator's `Setup` of this run's experiments (cluster, size, sampling), with `kw` on top."""
-        from simulator.experiments import Setup
+        from paradyse_lab.simulator.experiments import Setup
 
         return Setup(cluster=self.cluster, size=self.size, sampling=self.sampling, **kw)
 
     @property
     def paper_truth(self) -> bool:
         """Whether the authors' measurements cover this cluster (the paper-truth steps run)."""
-        from paradyse_lab.cluster_lookup import get_cluster
+        from paradyse_lab.cluster.files import get_cluster
         from paradyse_lab.costmodel.paper_measurements import covers_node
 
         c = get_cluster(self.cluster)
@@ -70,8 +70,8 @@ class Settings:
     @classmethod
     def make(cls, quick: bool, cluster: str = "a100-80gb-x8", sampling: str = "stratified") -> Settings:
         from paradyse_lab.errors import unknown_name
-        from paradyse_lab.workloads import SAMPLINGS
-        from simulator.experiments import DATASETS, MODELS
+        from paradyse_lab.simulator.experiments import DATASETS, MODELS
+        from paradyse_lab.workload.lengths import SAMPLINGS
 
         if sampling not in SAMPLINGS:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
@@ -96,9 +96,9 @@ def json_settings(s: Settings) -> dict:
 def profile_for(out: Path, s: Settings) -> Path:
     """The cluster's bundled profile, else a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile`
     writes it) written under DIR/profiles/ for the learned cost models, reused while its stamp is fresh."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.profiles import default_profile, read_profiles, write_profiles
-    from paradyse_lab.result_key import is_fresh, result_key, stamp_path, write_stamp
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.costmodel.profiles import default_profile, read_profiles, write_profiles
+    from paradyse_lab.results.result_key import is_fresh, result_key, stamp_path, write_stamp
 
     cluster = get_cluster(s.cluster)
     try:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel, cheapest_head, usable_heads
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.search_problem import SearchProblem
 
 HEAD_CHOICES = ("auto",) + HEAD_OPTIONS
 """What a question's `head` may be: auto (the fastest that fits) or one head option."""
@@ -65,7 +65,7 @@ class PlannedStep:
 
 def model_of(q: StepQuestion):
     """The question's ModelSpec, with `kv_heads` applied (named 'NAME kv=N')."""
-    from paradyse_lab.model_spec import ModelSpec, get_model
+    from paradyse_lab.core.model_spec import ModelSpec, get_model
 
     model = q.model if isinstance(q.model, ModelSpec) else get_model(str(q.model))
     if q.kv_heads is None:
@@ -77,8 +77,8 @@ def model_of(q: StepQuestion):
 
 def cluster_of(q: StepQuestion):
     """The question's ClusterSpec at its GPU count."""
-    from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 
     return cluster_with_gpus(get_cluster(q.cluster or DEFAULT_CLUSTER), q.gpus)
 
@@ -107,7 +107,7 @@ def check_positions(model, seq_len: int) -> None:
 def option_list(names, recompute: bool = False, tiled: bool = False, offload: bool = False) -> list:
     """The options of `names` (`NAME[+recompute][+tiled][+offload]`; default: the usable strategies); each flag
     given adds every option so far with it."""
-    from paradyse_lab.strategies import USABLE, StrategyOption
+    from paradyse_lab.core.strategies import USABLE, StrategyOption
 
     opts = [StrategyOption.parse(n) for n in (names or USABLE)]
     for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("offload", offload)):
@@ -120,7 +120,7 @@ class QuestionContext:
     """The question's model, cluster, base cost model and budget, built once and asked per length and head."""
 
     def __init__(self, q: StepQuestion):
-        from simulator.planner import planning_model
+        from paradyse_lab.simulator.planner import planning_model
 
         self.q = q
         self.model = model_of(q)
@@ -136,8 +136,8 @@ class QuestionContext:
 
     def step(self, cm, seq_len: int | None = None):
         """(cost model to ask, seq_len, batch, what the step is) of the question's step, or of `seq_len`."""
+        from paradyse_lab.core.strategies import layout_unit
         from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
-        from paradyse_lab.strategies import layout_unit
 
         q = self.q
         if seq_len is None and q.documents is not None:
@@ -159,8 +159,8 @@ class QuestionContext:
 
     def problem(self, head: str, seq_len: int | None = None) -> tuple[SearchProblem, str, int]:
         """(problem, what the step is, its tokens) with head option `head`, at the question's step or `seq_len`."""
+        from paradyse_lab.core.layer_graph import LayerGraph
         from paradyse_lab.costmodel.lowering import problem_from_cost_model
-        from paradyse_lab.layer_graph import LayerGraph
 
         cm, seq, batch, what = self.step(HeadLossCostModel(self.base, head), seq_len)
         problem = problem_from_cost_model(LayerGraph(self.model, self.q.granularity), cm, seq, batch,

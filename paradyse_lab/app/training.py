@@ -1,4 +1,4 @@
-"""Training with a planner: the runtime's training loop (runtime/train.py) driven by the simulator's policies.
+"""Training with a planner: the runtime's training loop (runtime/training/loop.py) driven by the simulator's policies.
 
 `train(opts, group)` is what `paradyse-lab train` runs on every rank (paradyse_lab/cli/train_command.py);
 `plan_policy(opts, spec, p)` builds the policy that plans each step (simulator/policies.py: `static:NAME`,
@@ -16,10 +16,10 @@ from functools import partial
 
 def with_folder_weights(opts):
     """`opts` with a `--model` folder holding weights read as `--init-from` of that folder
-    (paradyse_lab/model_folder.py: the one meaning of a model folder), else `opts` as they are."""
+    (paradyse_lab/core/model_folder.py: the one meaning of a model folder), else `opts` as they are."""
     from dataclasses import replace
 
-    from paradyse_lab.model_folder import has_weights
+    from paradyse_lab.core.model_folder import has_weights
 
     if opts.model and not opts.init_from and has_weights(opts.model):
         return replace(opts, model="", init_from=opts.model)
@@ -32,8 +32,8 @@ def run_cluster(opts, p: int):
     import torch
 
     from paradyse_lab.app.host_cluster import host_cluster
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
     if opts.cluster or torch.cuda.is_available():
@@ -45,8 +45,8 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
     """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
     `cost_model` (default `opts.cost_model`) on the run's cluster (`run_cluster`; simulator/planner.py). Rank 0
     states what plans the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
+    from paradyse_lab.simulator.planner import build_planner
     from paradyse_lab.units import gib_to_bytes
-    from simulator.planner import build_planner
 
     cluster = run_cluster(opts, p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else None
@@ -73,11 +73,11 @@ def group_planner(opts, spec, p: int):
     `p` GPUs with its node shape, under the run's budget), each sequence (or pack) with its plan at its group's
     size. A step with an item that fits no group runs as one group of all ranks, its decisions saying they do not
     fit (the log's `feasible`), as a step without groups does. None without `--groups`."""
-    from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
     from paradyse_lab.errors import UserInputError
+    from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
     from paradyse_lab.units import gib_to_bytes
-    from simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
 
     if not opts.groups:
         return None
@@ -97,8 +97,8 @@ def _plan_step_groups(groups: str, pricer, ring, steps: list):
     """(GroupedStep, each item's decision) of one step (`group_planner`)."""
     import math
 
-    from simulator.group_problem import GroupChoice
-    from simulator.grouped_steps import choose, grouped_step
+    from paradyse_lab.simulator.group_problem import GroupChoice
+    from paradyse_lab.simulator.grouped_steps import choose, grouped_step
 
     world = pricer.cluster.gpus
     choice = choose(groups, steps, pricer, ring)
@@ -114,7 +114,7 @@ def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
     import sys
 
     from paradyse_lab.app import run_summary
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.rank() != 0:
         return
@@ -125,12 +125,13 @@ def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
 
 
 def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
-    """`runtime.train.train` on this rank with `plan_policy`; returns the per-step log. Rank 0 states what plans
+    """`paradyse_lab.runtime.training.loop.train` on this rank with `plan_policy`; returns the per-step log. Rank 0
+    states what plans
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
     (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary
-    from runtime import comm
-    from runtime.train import train as run_training
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.training.loop import train as run_training
 
     opts = with_folder_weights(opts)
     log = run_training(opts, group, policy_for=partial(plan_policy, opts, quiet=quiet),
@@ -146,11 +147,11 @@ def preflight(opts, p: int) -> None:
     a bad one raises `UserInputError` here, before any rank starts."""
     from dataclasses import replace
 
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
-    from runtime.hf_weights import check_folder, model_source
-    from runtime.reference import GPTConfig
-    from runtime.train_inputs import TokenDocuments, check_options
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.hf.weights import check_folder, model_source
+    from paradyse_lab.runtime.model.reference import GPTConfig
+    from paradyse_lab.runtime.training.run_inputs import TokenDocuments, check_options
+    from paradyse_lab.workload.lengths import get_workload
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")

@@ -2,7 +2,7 @@
 
 Library module of `paradyse-lab validate-run --out DIR` (paradyse_lab/cli/validate_run_command.py, which
 documents the outputs). `execute_policies` runs on every rank of a process group: for each policy, a fresh
-model trained by runtime/train.py (through paradyse_lab/app/training.py) for `steps` steps on the workload
+model trained by runtime/training/loop.py (through paradyse_lab/app/training.py) for `steps` steps on the workload
 (the same lengths for every policy), planned with the given cost model and cluster; rank 0 writes
 DIR/validate_run_measured.csv (one row per step: policy, step, seq_len, step_s, plan, loss) and
 DIR/validate_run_meta.json (world size, dtype, memory budget: what the simulation must use to plan the same
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.atomic_write import atomic_open, read_json_object, write_text_atomic
-from simulator.experiments import STATIC_POLICIES
+from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
+from paradyse_lab.simulator.experiments import STATIC_POLICIES
 
 DYNAMIC_POLICIES = ("dynamic:heuristic", "dynamic:dp")
 POLICIES = STATIC_POLICIES + DYNAMIC_POLICIES
@@ -51,7 +51,7 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     rows = []
     bar = None
@@ -83,15 +83,15 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
 
 
 def pair(out: str | Path, skip: int) -> pd.DataFrame:
-    """simulator.replay.STEP_COLUMNS rows: every measured step of DIR beside its replay."""
+    """paradyse_lab.simulator.replay.STEP_COLUMNS rows: every measured step of DIR beside its replay."""
     from dataclasses import replace
 
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.plan import short_text
     from paradyse_lab.costmodel.factory import build_cost_model
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.plan import short_text
-    from simulator.replay import STEP_COLUMNS, replay
+    from paradyse_lab.simulator.replay import STEP_COLUMNS, replay
 
     out = Path(out)
     meta = read_json_object(out / META_FILE)

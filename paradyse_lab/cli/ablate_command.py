@@ -12,8 +12,8 @@ from pathlib import Path
 
 from paradyse_lab.cli.costmodel_commands import profile_path
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.options import integer
 
@@ -59,8 +59,8 @@ def _pct(x) -> str:
 
 def run_ablate(args) -> int:
     from paradyse_lab.costmodel.ablation import ABLATION_MODELS, accuracy
+    from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
     from paradyse_lab.errors import unknown_name
-    from paradyse_lab.profiles import profile_sources, read_profiles
 
     started = time.perf_counter()
     names = [n.strip() for n in args.cost_models.split(",") if n.strip()]
@@ -138,7 +138,7 @@ def run_ablate(args) -> int:
 def _cluster_beside(df, path: Path) -> str:
     """The cluster of a profile taken on a machine that is no preset: the cluster.toml `paradyse-lab calibrate`
     writes beside it, else the default preset."""
-    from paradyse_lab.cluster_presets import PRESETS
+    from paradyse_lab.cluster.presets import PRESETS
 
     sibling = Path(path).parent / "cluster.toml"
     if not set(df["device"]) <= set(PRESETS) and sibling.is_file():
@@ -159,8 +159,8 @@ def _leave_one_shape_out(df, cluster, names) -> dict:
 
 def _regret(args, names, path: Path, size: int) -> dict:
     """Per plan cost model: the truth-charged run against the truth-planned run (common trained steps)."""
-    from simulator.experiments import Setup, run_one
-    from simulator.run_metrics import summarize, time_to_reach
+    from paradyse_lab.simulator.experiments import Setup, run_one
+    from paradyse_lab.simulator.run_metrics import summarize, time_to_reach
 
     setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),
                   profiles=str(path))

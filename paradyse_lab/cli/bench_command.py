@@ -9,10 +9,10 @@ import csv
 import sys
 from pathlib import Path
 
-from paradyse_lab.atomic_write import atomic_open
 from paradyse_lab.cli.cost_command import parse_int
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
 from paradyse_lab.errors import MAX_SEED, UserInputError
+from paradyse_lab.files.atomic_write import atomic_open
 
 DEFAULT_OUT = "results/solver_bench.csv"
 
@@ -49,7 +49,7 @@ def _ints(field: str, text: str) -> list[int]:
 
 
 def write_csv(rows: list[dict], path: str | Path, columns) -> None:
-    """Write rows atomically (`paradyse_lab.atomic_write`)."""
+    """Write rows atomically (`paradyse_lab.files.atomic_write`)."""
     with atomic_open(path) as f:
         writer = csv.DictWriter(f, fieldnames=list(columns))
         writer.writeheader()
@@ -59,8 +59,8 @@ def write_csv(rows: list[dict], path: str | Path, columns) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from solvers import bench
-    from solvers.registry import get_solver
+    from paradyse_lab.solvers import bench
+    from paradyse_lab.solvers.registry import get_solver
 
     sizes, options = _ints("--sizes", args.sizes), _ints("--options", args.options)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -87,7 +87,7 @@ def run(args) -> int:
     with tqdm(total=total, desc="bench-solvers", unit="solve", file=sys.stderr) as bar:
         rows = bench.run(sizes, options, kinds, instances, repeats, solvers, limit, seed, progress=bar.update)
     if groups:
-        from simulator.group_bench import run as bench_groups
+        from paradyse_lab.simulator.group_bench import run as bench_groups
 
         rows += bench_groups(instances, seed)
     write_csv(rows, args.out, bench.CSV_COLUMNS)

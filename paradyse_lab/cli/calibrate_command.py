@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import read_json_object
 from paradyse_lab.options import integer, number
 
 MAX_LENGTHS = 1024
@@ -47,12 +47,12 @@ def options_from_args(args):
     """Validated `paradyse_lab.app.measure.calibrate_options.CalibrateOptions` (`UserInputError` names the
     field); machine defaults where a flag is absent."""
     from paradyse_lab.app.measure.calibrate_options import length_grid, machine_defaults
-    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
+    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import USABLE, get_strategy, layout_unit
     from paradyse_lab.errors import MAX_REPEATS, require_positive_int
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import USABLE, get_strategy, layout_unit
-    from runtime.launch import torchrun_rank
-    from runtime.nodes import node_of_this_rank
+    from paradyse_lab.runtime.comm.nodes import node_of_this_rank
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
     d = machine_defaults()
     launched = torchrun_rank(args.nproc or None)  # refuses --nproc under torchrun, or its variables malformed
@@ -101,7 +101,7 @@ def run(args) -> int:
     """The `calibrate` command."""
     from paradyse_lab.app.measure.calibrate import SETTINGS_FILE
     from paradyse_lab.cli.validate_run_command import output_folder
-    from runtime.launch import launch
+    from paradyse_lab.runtime.launch.ranks import launch
 
     opts = options_from_args(args)
     out = output_folder(opts.out)
@@ -134,7 +134,7 @@ def summarize(out: Path, state: dict) -> dict:
     """What the command prints: the cluster file's fitted numbers and the profile's extent."""
     import pandas as pd
 
-    from paradyse_lab.cluster_toml import load_cluster_toml
+    from paradyse_lab.cluster.files import load_cluster_toml
 
     cl = load_cluster_toml(out / "cluster.toml")
     prof = pd.read_csv(out / "profile.csv") if (out / "profile.csv").is_file() else pd.DataFrame()

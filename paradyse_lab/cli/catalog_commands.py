@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from paradyse_lab.cli.output import add_format_argument, format_bytes, print_json, print_table
-from paradyse_lab.cluster_lookup import bundled_clusters, get_cluster
-from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
-from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
-from paradyse_lab.model_spec import PRESETS as MODELS
-from paradyse_lab.strategies import CATALOG
+from paradyse_lab.cluster.files import bundled_clusters, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster.presets import PRESETS as CLUSTERS
+from paradyse_lab.core.model_spec import PRESETS as MODELS
+from paradyse_lab.core.strategies import CATALOG
 
 KV_RULE_TEXT = {"split": "kv_heads % p", "replicate": "kv_heads % p or p % kv_heads (K/V heads replicated)",
                 "any": "any kv_heads"}

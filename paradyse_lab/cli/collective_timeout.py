@@ -1,6 +1,6 @@
 """`--collective-timeout SECONDS` of the commands that start ranks (train, calibrate, validate-run): how long a
 rank waits for its peers, to meet and in each collective, before the run stops with one line naming the rank
-that did not answer (the default and why: runtime/launch.py `COLLECTIVE_TIMEOUT_S`)."""
+that did not answer (the default and why: runtime/launch/ranks.py `COLLECTIVE_TIMEOUT_S`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from paradyse_lab.options import number
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--collective-timeout` (seconds, default `COLLECTIVE_TIMEOUT_S`) to a command that starts ranks."""
-    from runtime.launch import COLLECTIVE_TIMEOUT_S
+    from paradyse_lab.runtime.launch.ranks import COLLECTIVE_TIMEOUT_S
 
     parser.add_argument("--collective-timeout", dest="collective_timeout", type=number, default=COLLECTIVE_TIMEOUT_S,
                         metavar="SECONDS",
@@ -21,6 +21,6 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 
 def seconds(args: argparse.Namespace) -> float:
     """The checked `--collective-timeout` of parsed `args` (a `UserInputError` naming the allowed values)."""
-    from runtime.launch import check_collective_timeout
+    from paradyse_lab.runtime.launch.ranks import check_collective_timeout
 
     return check_collective_timeout(float(args.collective_timeout))

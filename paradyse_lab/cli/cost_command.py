@@ -17,8 +17,8 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.strategies import StrategyOption
 
 MAX_COUNT = 2**30
 """Largest sequence length or batch the commands accept (1G tokens)."""
@@ -116,7 +116,7 @@ def add_question_arguments(p, head: bool = True) -> None:
     (unless `head` is False: compare-solvers compares at the whole head), budget, reserve, cost model, kv heads."""
     from paradyse_lab.app.step_question import HEAD_CHOICES
     from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument
-    from paradyse_lab.layer_graph import GRANULARITIES
+    from paradyse_lab.core.layer_graph import GRANULARITIES
 
     p.add_argument("--model", required=True, help="preset name (see `paradyse-lab catalog models`), config.json or a "
                    "model folder holding one")

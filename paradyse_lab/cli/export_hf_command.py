@@ -4,8 +4,8 @@
     paradyse-lab export-hf --checkpoint ck --out llama-finetuned     # newest checkpoint in ck
     python -c "import transformers; transformers.AutoModelForCausalLM.from_pretrained('llama-finetuned')"
 
-The checkpoint may come from any world size (runtime/dcp_checkpoint.py); what is written and how:
-runtime/hf_export.py. Bad input (no checkpoint there, a damaged one, an --out that is not a new or empty
+The checkpoint may come from any world size (runtime/checkpoints/dcp.py); what is written and how:
+runtime/hf/export.py. Bad input (no checkpoint there, a damaged one, an --out that is not a new or empty
 folder, a bad --max-shard-size) is one line on stderr and exit 2, and nothing is written.
 """
 
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.hf_export import export_hf, parse_size
+    from paradyse_lab.runtime.hf.export import export_hf, parse_size
 
     limit = parse_size(args.max_shard_size)
     done = export_hf(args.checkpoint, args.out, limit)

@@ -24,15 +24,15 @@ def _refuse_other_options(opts) -> None:
 def run_grouped(opts, groups: str) -> int:
     """Simulate `opts` (a `SimulateOptions` with a global batch) under the group policy `groups`; with
     --pack-tokens a global batch's items are packs of documents (a pack is one group's, as a sequence is)."""
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import get_workload
-    from simulator.group_exact import MAX_EXACT_ITEMS
-    from simulator.group_rounds import MAX_EXACT_ROUND_ITEMS
-    from simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
-    from simulator.grouped_steps import RING_POLICY, GroupPricer
-    from simulator.policy_spec import PolicySpec
-    from simulator.results import write_csv_atomic
-    from simulator.round_steps import held_out_per_rank
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.simulator.group_exact import MAX_EXACT_ITEMS
+    from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS
+    from paradyse_lab.simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
+    from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer
+    from paradyse_lab.simulator.policy_spec import PolicySpec
+    from paradyse_lab.simulator.results import write_csv_atomic
+    from paradyse_lab.simulator.round_steps import held_out_per_rank
+    from paradyse_lab.workload.lengths import get_workload
 
     _refuse_other_options(opts)
     setup = opts.run.setup(opts.packing)
@@ -90,10 +90,10 @@ def run_groups_experiment(opts) -> int:
     import time
     from pathlib import Path
 
-    from figures.groups import NOTE as GROUPS_NOTE
     from paradyse_lab.app.reproduce_figures import draw_figure
     from paradyse_lab.errors import require_positive_int
-    from simulator.groups_experiment import GroupsSetup, groups, target_checks
+    from paradyse_lab.figures.groups import NOTE as GROUPS_NOTE
+    from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups, target_checks
 
     run = opts.run
     if run.truth_cost_model != "analytic" or run.gpus is not None:

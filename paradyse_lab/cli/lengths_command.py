@@ -22,7 +22,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from paradyse_lab.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.cli.output import (
     add_format_argument,
     add_packing_arguments,
@@ -30,13 +29,14 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
-from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
-from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.files.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.options import integer
-from paradyse_lab.strategies import layout_unit
-from paradyse_lab.workloads import (
+from paradyse_lab.workload.lengths import (
     BAND_NAMES,
     DEFAULT_SIZE,
     PAPER_DATASETS,
@@ -88,7 +88,7 @@ def _counter(tokenizer: str):
     if not Path(tokenizer).exists():
         raise UserInputError(f"--tokenizer must be one of {', '.join(sorted(TOKENIZERS))} or a tokenizer.json (or "
                              f"its folder), got {tokenizer!r}")
-    from paradyse_lab.text_data import load_tokenizer
+    from paradyse_lab.workload.text_data import load_tokenizer
 
     loaded = load_tokenizer(tokenizer)
 
@@ -163,9 +163,10 @@ def register(sub) -> None:
 
 
 def is_text_dataset(path: Path) -> bool:
-    """Whether `path` is what `train --tokenizer` reads as a dataset (paradyse_lab/text_data.py): a save_to_disk
+    """Whether `path` is what `train --tokenizer` reads as a dataset (paradyse_lab/workload/text_data.py): a
+    save_to_disk
     folder, a .jsonl / .parquet / .arrow file, or a folder holding such files."""
-    from paradyse_lab.text_data import TEXT_FILE_SUFFIXES
+    from paradyse_lab.workload.text_data import TEXT_FILE_SUFFIXES
 
     if path.is_file():
         return path.suffix in TEXT_FILE_SUFFIXES
@@ -177,7 +178,7 @@ def is_text_dataset(path: Path) -> bool:
 def dataset_lengths(path: Path, tokenizer: str, column: str) -> list[int]:
     """Token counts of a text dataset's documents, read and tokenized as `train --tokenizer` reads them (one
     document per row of the text column; empty documents dropped)."""
-    from paradyse_lab import text_data
+    from paradyse_lab.workload import text_data
 
     texts = text_data.read_texts(str(path), column, "DIR")
     if tokenizer in TOKENIZERS:

@@ -18,7 +18,7 @@ def add_format_argument(parser) -> None:
 
 
 def add_packing_arguments(parser) -> None:
-    """Add `--pack-tokens N` and `--pack-order sorted|shuffled` (paradyse_lab/packing.py)."""
+    """Add `--pack-tokens N` and `--pack-order sorted|shuffled` (paradyse_lab/workload/packing.py)."""
     parser.add_argument("--pack-tokens", type=integer, default=None, metavar="N",
                         help="pack the documents into steps of at most N tokens (greedy first-fit; attention stays "
                         "inside each document; a document longer than N is a step alone); default: one sequence "
@@ -31,8 +31,8 @@ def add_packing_arguments(parser) -> None:
 
 def add_sampling_argument(parser) -> None:
     """Add `--sampling stratified|multinomial`: how the paper datasets' band counts are chosen
-    (paradyse_lab/workloads.py `SAMPLINGS`)."""
-    from paradyse_lab.workloads import SAMPLINGS
+    (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
+    from paradyse_lab.workload.lengths import SAMPLINGS
 
     parser.add_argument("--sampling", default=SAMPLINGS[0],
                         help="github_code / grch38: stratified (default; each Table 3 band holds its share of the "
@@ -139,7 +139,7 @@ def print_json(obj) -> None:
 
 def add_cluster_arguments(parser) -> None:
     """Add `--cluster NAME|FILE` and `--gpus N` (the cluster at another GPU count, no TOML file needed)."""
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
     parser.add_argument("--gpus", type=integer, default=None, metavar="N",
@@ -147,7 +147,7 @@ def add_cluster_arguments(parser) -> None:
 
 
 def cluster_of(args):
-    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster_lookup.py `cluster_with_gpus`)."""
-    from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
+    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster/files.py `cluster_with_gpus`)."""
+    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
 
     return cluster_with_gpus(get_cluster(args.cluster), getattr(args, "gpus", None))

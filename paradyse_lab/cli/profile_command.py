@@ -27,7 +27,7 @@ def run(args) -> int:
     if opts.mode == "distributed":
         import torch.distributed as dist
 
-        from runtime.launch import join_process_group, torchrun_rank
+        from paradyse_lab.runtime.launch.ranks import join_process_group, torchrun_rank
 
         if torchrun_rank() is None:  # also refuses malformed RANK, WORLD_SIZE, LOCAL_RANK, MASTER_* with one line
             raise UserInputError("--mode distributed runs under torchrun (RANK is not set)")
@@ -49,10 +49,10 @@ def run(args) -> int:
 
 def parse_options(args):
     """`paradyse_lab.app.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
-    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
+    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int, require_seed
-    from paradyse_lab.packing import MAX_TOKEN_BUDGET
-    from paradyse_lab.strategies import StrategyOption
+    from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET
 
     def ints(text: str, what: str) -> tuple[int, ...]:
         try:
@@ -69,7 +69,7 @@ def parse_options(args):
     strategies = tuple(s.strip() for s in str(args.strategies).split(",") if s.strip())
     if not strategies:
         raise UserInputError("--strategies is empty")
-    from runtime.model import STRATEGY_MODULES  # noqa: F401 - torch is imported below anyway
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES  # noqa: F401 - torch is imported below anyway
 
     for name in strategies:
         opt = StrategyOption.parse(name)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
 
 
 def register(sub) -> None:

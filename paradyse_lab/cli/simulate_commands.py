@@ -55,10 +55,10 @@ def register(sub) -> None:
 def run_simulate(args) -> int:
     from paradyse_lab.cli.simulate_options import SimulateOptions
     from paradyse_lab.options import from_namespace
-    from simulator.experiments import run_one
-    from simulator.policy_spec import PolicySpec
-    from simulator.results import write_csv_atomic
-    from simulator.run_metrics import summarize
+    from paradyse_lab.simulator.experiments import run_one
+    from paradyse_lab.simulator.policy_spec import PolicySpec
+    from paradyse_lab.simulator.results import write_csv_atomic
+    from paradyse_lab.simulator.run_metrics import summarize
 
     opts = from_namespace(SimulateOptions, args)
     groups = opts.grouping.group_policy(opts.policy)
@@ -80,7 +80,7 @@ def run_simulate(args) -> int:
     plan_cm = opts.plan_cost_model or truth
     labels = [["plan cost model", plan_cm], ["truth cost model", truth]]
     if {plan_cm, truth} - {"analytic", "paper"}:
-        from paradyse_lab.profiles import profile_sources, read_profiles
+        from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 
         labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])
     if opts.run.switch_memory:
@@ -97,7 +97,7 @@ def run_experiment(args) -> int:
     from paradyse_lab.cli.simulate_options import MAX_GLOBAL_BATCH, ExperimentOptions
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
-    from simulator import ablation_experiment, experiments
+    from paradyse_lab.simulator import ablation_experiment, experiments
 
     opts = from_namespace(ExperimentOptions, args)
     require_positive_int("--global-batch", opts.global_batch, MAX_GLOBAL_BATCH)  # checked whichever experiment
@@ -145,7 +145,7 @@ def run_experiment(args) -> int:
 
 def _run_packing(setup, root: Path, opts) -> int:
     from paradyse_lab.app.reproduce_figures import PAPER_FIGURE_NOTE, draw_figure
-    from simulator import packing_experiment
+    from paradyse_lab.simulator import packing_experiment
 
     table = packing_experiment.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())
     notes = {"analytic": None, "paper": PAPER_FIGURE_NOTE}  # None: the figure's own analytic-model note

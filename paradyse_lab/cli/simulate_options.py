@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 from paradyse_lab.errors import UserInputError, require_number, require_positive_int
 
 EXPERIMENTS = ("fig2", "table5", "packing", "groups")
@@ -56,12 +56,12 @@ class SimulationOptions:
 
     def setup(self, packing: PackingOptions | None = None):
         """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""
-        from paradyse_lab.cluster_lookup import cluster_with_gpus, get_cluster
+        from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+        from paradyse_lab.core.layer_graph import GRANULARITIES
         from paradyse_lab.errors import unknown_name
-        from paradyse_lab.layer_graph import GRANULARITIES
+        from paradyse_lab.simulator.experiments import EXPERIMENT_SIZE, Setup
         from paradyse_lab.units import gib_to_bytes
-        from paradyse_lab.workloads import SAMPLINGS
-        from simulator.experiments import EXPERIMENT_SIZE, Setup
+        from paradyse_lab.workload.lengths import SAMPLINGS
 
         cluster_with_gpus(get_cluster(self.cluster), self.gpus)  # a bad name or count: refused before any run
         if self.granularity not in GRANULARITIES:
@@ -81,7 +81,7 @@ class SimulationOptions:
 
 @dataclass(frozen=True)
 class PackingOptions:
-    """Documents packed into steps (paradyse_lab/packing.py)."""
+    """Documents packed into steps (paradyse_lab/workload/packing.py)."""
 
     pack_tokens: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
     """Pack the documents into steps of at most N tokens (greedy first-fit; attention stays inside each
@@ -92,7 +92,7 @@ class PackingOptions:
 
     def setup_fields(self) -> dict:
         """`pack_tokens` / `pack_order` as `Setup` fields, checked (none when not packing)."""
-        from paradyse_lab.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
+        from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
 
         if self.pack_tokens is None:
             return {}
@@ -135,7 +135,7 @@ class GroupOptions:
 
     def group_policy(self, policy: str) -> str:
         """--groups checked against --policy and the batch flags (one-line errors)."""
-        from simulator.grouped_steps import check_group_policy
+        from paradyse_lab.simulator.grouped_steps import check_group_policy
 
         if not self.active:
             if self.groups or self.runnable_groups:

@@ -25,8 +25,8 @@ from paradyse_lab.cli.output import (
     print_json,
     print_table,
 )
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
@@ -110,7 +110,7 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
 
 def run_plan(args) -> int:
     from paradyse_lab.app.step_question import plan_question
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     if args.max_length:
         return run_max_length(args, get_solver(args.solver))
@@ -130,7 +130,7 @@ class _LazySolver:
         self.name, self.solver = name, None
 
     def solve(self, problem):
-        from solvers import get_solver
+        from paradyse_lab.solvers import get_solver
 
         if self.solver is None:
             self.solver = get_solver(self.name)
@@ -143,7 +143,7 @@ def run_max_length(args, solver) -> int:
     from paradyse_lab.app.max_length import longest_length
     from paradyse_lab.app.step_question import QuestionContext
     from paradyse_lab.cli.cost_command import MAX_COUNT
-    from paradyse_lab.strategies import layout_unit
+    from paradyse_lab.core.strategies import layout_unit
 
     ctx = QuestionContext(question_of(args, seq_len=1))
     model, p, heads = ctx.model, ctx.cluster.gpus, ctx.heads
@@ -169,7 +169,7 @@ def run_max_length(args, solver) -> int:
 
 
 def run_solve(args) -> int:
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     solver = get_solver(args.solver)
     problem = SearchProblem.from_json(args.problem)
@@ -178,7 +178,7 @@ def run_solve(args) -> int:
 
 
 def run_compare(args) -> int:
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     seqs = [parse_int("--seqs", s) for s in args.seqs.split(",") if s.strip()]
     if not seqs:

@@ -35,12 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """`TrainOptions` from parsed arguments (validated)."""
     from paradyse_lab.cli.output import check_cost_model_name
-    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG
+    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
     from paradyse_lab.errors import require_positive_int
     from paradyse_lab.options import from_namespace
-    from runtime.launch import torchrun_rank
-    from runtime.train_inputs import check_log_file, check_options
-    from simulator.policy_spec import PolicySpec
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
+    from paradyse_lab.runtime.training.run_inputs import check_log_file, check_options
+    from paradyse_lab.simulator.policy_spec import PolicySpec
 
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
@@ -55,7 +55,7 @@ def options_from_args(args: argparse.Namespace):
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
     if opts.groups:
-        from simulator.grouped_steps import check_group_policy
+        from paradyse_lab.simulator.grouped_steps import check_group_policy
 
         check_group_policy(opts.groups, opts.policy)
         from paradyse_lab.app.training import refuse_non_analytic_groups
@@ -109,7 +109,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
     import torch  # noqa: F401 - a spawned rank's first import of torch, before the freeze
 
     from paradyse_lab.app.training import train
-    from runtime.launch import run_rank
+    from paradyse_lab.runtime.launch.ranks import run_rank
 
     gc.freeze()
     run_rank(rank, world, train, (opts,), port, timeout_s)
@@ -117,11 +117,12 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
-    gets expandable segments unless the user configured it (runtime/allocator_env.py); spawned ranks inherit it."""
+    gets expandable segments unless the user configured it (runtime/launch/allocator_env.py); spawned ranks inherit
+    it."""
     import os
 
-    from runtime.allocator_env import use_expandable_segments
-    from runtime.launch import torchrun_rank
+    from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
     opts = options_from_args(args)
     timeout_s = collective_timeout.seconds(args)
@@ -133,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
         _init_and_train(*under_torchrun, opts, None, timeout_s)
     elif args.nproc is not None and args.nproc > 1:
         from paradyse_lab.app.training import preflight
-        from runtime.launch import rendezvous_store
-        from runtime.launcher import launch
+        from paradyse_lab.runtime.launch.local import launch
+        from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
         preflight(opts, args.nproc)
         store = rendezvous_store()  # held until every rank is done: no other run can take its port
@@ -148,11 +149,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one_process_threads() -> None:
-    """A one-process CPU run computes with the cores the machine has free (runtime/cpu_threads.py; the run's
+    """A one-process CPU run computes with the cores the machine has free (runtime/launch/cpu_threads.py; the run's
     first lines say how many); a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
     import torch
 
-    from runtime.cpu_threads import set_rank_threads
+    from paradyse_lab.runtime.launch.cpu_threads import set_rank_threads
 
     if not torch.cuda.is_available():
         set_rank_threads(1)

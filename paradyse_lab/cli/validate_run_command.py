@@ -4,7 +4,7 @@
     paradyse-lab validate-run --out DIR       # then: the four static policies, dynamic:heuristic, dynamic:dp
     paradyse-lab validate-run --out DIR --cost-model analytic   # the analytic model on the measured cluster
 
-Each policy trains a fresh model for `--steps` steps (runtime/train.py, on `--nproc` ranks: gloo on CPU, NCCL
+Each policy trains a fresh model for `--steps` steps (runtime/training/loop.py, on `--nproc` ranks: gloo on CPU, NCCL
 on GPUs) over the same workload lengths (`--dataset`; default `--steps` lengths from max-len/16 to max-len,
 geometric), planning with `--cost-model` on `--cluster`; every step's time is logged. The simulator then
 replays each policy over the executed lengths with the same cost model, cluster and budget
@@ -38,10 +38,10 @@ import json
 import sys
 from pathlib import Path
 
-from paradyse_lab.atomic_write import read_json_object
 from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
+from paradyse_lab.files.atomic_write import read_json_object
 from paradyse_lab.options import integer
 
 DEFAULT_STEPS = 10
@@ -75,10 +75,10 @@ def register(sub) -> None:
 
 def _options(args):
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions
-    from paradyse_lab.cluster_lookup import MAX_GPUS_FLAG, get_cluster
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import MAX_SIZE, get_workload
-    from runtime.launch import torchrun_rank
+    from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.launch.ranks import torchrun_rank
+    from paradyse_lab.workload.lengths import MAX_SIZE, get_workload
 
     out = output_folder(args.out)
     cal = {}
@@ -139,7 +139,7 @@ def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str
     """`file:DIR/validate_lengths.txt`: `steps` lengths from max-len/16 to max-len, geometric, multiples of 2p
     (the calibration's grid: the sampled workloads are multiples of 512, too coarse for a CPU run)."""
     from paradyse_lab.app.measure.calibrate_options import length_grid
-    from paradyse_lab.atomic_write import write_text_atomic
+    from paradyse_lab.files.atomic_write import write_text_atomic
 
     path = out / "validate_lengths.txt"
     write_text_atomic(path, "".join(f"{s}\n" for s in length_grid(max_len, steps, 2 * nproc)))
@@ -147,14 +147,14 @@ def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str
 
 
 def _default_nproc() -> int:
-    from runtime.launch import default_nproc
+    from paradyse_lab.runtime.launch.ranks import default_nproc
 
     return default_nproc()
 
 
 def run(args) -> int:
     from paradyse_lab.app.validate_run import execute_policies
-    from runtime.launch import launch
+    from paradyse_lab.runtime.launch.ranks import launch
 
     opts = _options(args)
     Path(opts.out).mkdir(parents=True, exist_ok=True)
@@ -173,8 +173,8 @@ def finish(opts, skip_steps: int, formats: tuple[str, ...] | None = None) -> dic
     import pandas as pd
 
     from paradyse_lab.app.validate_run import pair, run_totals
-    from simulator.replay import agreement_where_separated, compare
-    from simulator.results import write_csv_atomic
+    from paradyse_lab.simulator.replay import agreement_where_separated, compare
+    from paradyse_lab.simulator.results import write_csv_atomic
 
     steps = pair(opts.out, skip_steps)
     out = Path(opts.out)
@@ -224,8 +224,8 @@ def print_result(result: dict) -> None:
 
 
 def _figure(out: Path, formats: tuple[str, ...] | None) -> None:
-    from figures import validate_run
-    from figures._common import FORMATS, MissingCSV
+    from paradyse_lab.figures import validate_run
+    from paradyse_lab.figures._common import FORMATS, MissingCSV
 
     formats = FORMATS if formats is None else formats
     try:

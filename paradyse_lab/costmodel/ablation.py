@@ -23,12 +23,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.costmodel.calibration import LENGTH_BANDS, band_of, calibrated_cluster, fit_calibration, mape
 from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
 from paradyse_lab.costmodel.names import LEARNED_KINDS
+from paradyse_lab.costmodel.profiles import GROUP_COLUMNS
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.profiles import GROUP_COLUMNS
 
 ABLATION_MODELS = ("analytic", "calibrated") + LEARNED_KINDS
 METRICS = ("time_mape_interp", "time_mape_extrap", "mem_mape_interp", "mem_mape_extrap")

@@ -22,16 +22,16 @@ after the other); and every collective call costs
 
 from __future__ import annotations
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.layer_graph import SUBLAYER_KINDS
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.head_loss import whole_head_bytes
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.costmodel.techniques import forward_share, offload_exposed_s
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError, require_positive_int
-from paradyse_lab.layer_graph import SUBLAYER_KINDS
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.strategies import StrategyOption, get_strategy
 
 PLAN_PICKLE_BYTES = 1024
 """About the pickled size of one step's plan decision (a `StepPlan` of a few layers); latency-bound either way."""
@@ -87,7 +87,8 @@ class AnalyticCostModel:
 
     def step_calls_s(self) -> float:
         """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists
-        (runtime/plan_handoff.py, runtime/train_step.py): the plan's broadcast from rank 0 (broadcast_object_list: its
+        (runtime/training/plan_handoff.py, runtime/training/step.py): the plan's broadcast from rank 0
+        (broadcast_object_list: its
         length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
         gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
         (with the counted epilogue)."""

@@ -29,9 +29,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, ClusterSpec, StrategyCalibration
+from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS, ClusterSpec, StrategyCalibration
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.strategies import StrategyOption
 
 LENGTH_BANDS = (("<=8K", 0, 8 * 1024), ("8K-64K", 8 * 1024, 64 * 1024), (">64K", 64 * 1024, float("inf")))
 """(label, lower bound exclusive, upper bound inclusive) of the length bands accuracy is reported in."""

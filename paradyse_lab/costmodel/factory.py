@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paradyse_lab.cluster_presets import PRESETS as CLUSTER_PRESETS
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.presets import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.model_spec import ModelSpec
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a profile is read: never for `analytic` or `paper`
     import pandas as pd
@@ -36,7 +36,7 @@ def calibration_profile(device: str) -> Path:
     """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
     node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
     from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
-    from paradyse_lab.profiles import PAPER_PROFILE, default_profile
+    from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile
 
     path = default_profile(device)
     if path.name.startswith("measured"):
@@ -59,7 +59,7 @@ def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
     from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
     from paradyse_lab.costmodel.learned_fit import cached_fit_on_file
-    from paradyse_lab.profiles import profile_sources
+    from paradyse_lab.costmodel.profiles import profile_sources
 
     def fit(df: pd.DataFrame) -> ClusterSpec:
         check_profile_device(df, cluster, path)
@@ -103,7 +103,7 @@ def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: in
     from paradyse_lab.costmodel import regressors
     from paradyse_lab.costmodel.learned_fit import FittedProfiles, fit_profile_file
     from paradyse_lab.costmodel.learned_model import LearnedCostModel
-    from paradyse_lab.profiles import default_profile
+    from paradyse_lab.costmodel.profiles import default_profile
 
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.device)

@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_presets import PRESETS as CLUSTER_PRESETS
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.presets import PRESETS as CLUSTER_PRESETS
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import ModelSpec, get_model
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import LEARNED_KINDS
+from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.errors import UserInputError, unknown_name
-from paradyse_lab.model_spec import ModelSpec, get_model
-from paradyse_lab.profiles import profile_sources, read_profiles
-from paradyse_lab.strategies import StrategyOption
 
 TARGETS = ("time_s", "peak_bytes")
 

@@ -28,14 +28,14 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.learned_fit import TARGETS, FittedProfiles, config_key, same_architecture
 from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.strategies import StrategyOption
 
 
 class LearnedCostModel:

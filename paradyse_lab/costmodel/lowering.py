@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import CATALOG, StrategyOption
+from paradyse_lab.core.strategies import options as default_options
 from paradyse_lab.errors import UserInputError, require_positive_int
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import CATALOG, StrategyOption
-from paradyse_lab.strategies import options as default_options
 
 
 def layout_switch_s(cost_model, a: StrategyOption, b: StrategyOption, seq_len: int, batch: int = 1) -> float:

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.paper_measurements import covered_shapes_text, covers_node, shape_for
 from paradyse_lab.costmodel.types import FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS, ModelSpec
-from paradyse_lab.strategies import StrategyOption, get_strategy
-from paradyse_lab.zigzag_balance import zigzag_imbalance
+from paradyse_lab.workload.zigzag_balance import zigzag_imbalance
 
 
 def _architecture(model: ModelSpec) -> ModelSpec:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES, PAPER_DEVICE, PROVENANCE
+from paradyse_lab.costmodel.profiles import COLUMNS
 from paradyse_lab.costmodel.synthetic import length_grid
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import COLUMNS
-from paradyse_lab.strategies import StrategyOption
 
 DEFAULT_RATIO = 1.05
 DEFAULT_MAX_LEN = 1 << 20

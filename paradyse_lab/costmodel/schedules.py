@@ -12,7 +12,7 @@ transient bytes, and the algorithms they count, with the notation) is in costmod
   kept set becomes transient.
 - `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
 - The replicated norm / output-bias gradients are all-reduced over the ranks in fp32 whatever the model dtype
-  (`formulas.GRAD_REDUCE_BYTES`; runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
+  (`formulas.GRAD_REDUCE_BYTES`; runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
   16-bit model the transient bytes hold the fp32 bucket the reduction works in.
 """
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.strategy_work import SCHEDULES, Sublayer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions, replace_work, tiled_mlp_work, with_offload
 from paradyse_lab.costmodel.types import CollectiveCall
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.strategies import StrategyOption, get_strategy
-from paradyse_lab.zigzag_balance import zigzag_imbalance
+from paradyse_lab.workload.zigzag_balance import zigzag_imbalance
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
     document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
     evenly. Ring strategies (megatron_cz, metp) cut every document (with its padding) into 2p chunks, as the
-    runtime does (runtime/layout.py): a rank's queries are its two chunks of each document, a document's keys
+    runtime does (runtime/model/layout.py): a rank's queries are its two chunks of each document, a document's keys
     in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
     charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
-    padding, paradyse_lab/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication, kept and
+    padding, paradyse_lab/workload/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication,
+    kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
     the unpacked schedule. `mlp_tile`: positions per chunk of a tiled MLP (`+tiled`; default ALST's rule,
@@ -121,7 +122,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/grad_reduce.py all_reduce_grads)
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm/grad_reduce.py all_reduce_grads)
         bwd += F.grad_all_reduces(F.replicated_params(model), p)
         transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 

@@ -28,14 +28,14 @@ import datetime as _dt
 import numpy as np
 import pandas as pd
 
-from paradyse_lab.cluster_spec import ClusterSpec
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.profiles import COLUMNS
 from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import COLUMNS
-from paradyse_lab.software_versions import software_versions, versions_text
-from paradyse_lab.strategies import USABLE
-from paradyse_lab.strategies import options as make_options
+from paradyse_lab.results.software_versions import software_versions, versions_text
 
 DEFAULT_MODELS = ("bert", "llama", "gpt", "llama3-8b")
 """The paper's three models plus a GQA model with embedding and head."""

@@ -7,7 +7,7 @@ arXiv 2506.13996, and DeepSpeed's `TiledMLP`): each rank cuts its s/p sequence p
 `mlp_tile_positions` (ALST's rule: ceil(n / hidden) chunks, so a chunk's [tokens, ffn] tensors are about the size
 of a [hidden, ffn] weight) and runs the MLP one chunk at a time, keeping only the sub-layer input x [t, h]. The
 backward recomputes each chunk's norm, first GEMM and activation (not the second GEMM: its output is not needed)
-and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/tiled_mlp.py):
+and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/strategies/tiled_mlp.py):
 - megatron_ts: each chunk runs the whole schedule at chunk size (all-gather, reduce-scatter forward; all-gather
   dy and the recomputed u, reduce-scatter du backward): the same bytes as untiled in more, smaller calls.
 - megatron_cz / ulysses_z (ZeRO-3): the weights are gathered once for the forward and once for the backward and
@@ -22,7 +22,8 @@ loss keeps its head gradient: one rounding to 16 bits at the end, not one per ch
 reduce over the ranks in fp32 as they are (formulas.GRAD_REDUCE_BYTES) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
-copied to host memory while it runs forward and copied back for its backward (runtime/offload.py). Kept on the
+copied to host memory while it runs forward and copied back for its backward (runtime/strategies/offload.py). Kept on
+the
 device: nothing between the two; host: the kept bytes. The device still holds the set while it is copied out
 and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
 backward, so the sub-layer's transient grows by two kept sets (its own and its neighbour's prefetched one,
@@ -94,31 +95,66 @@ def _chunked(calls: list[CollectiveCall], chunks: tuple[int, ...], positions: in
 
 def tiled_mlp_work(s, work, strategy_schedule: str, tile: int) -> TiledWork:
     """The tiled MLP of `work` (a `strategy_work.StrategyWork` of the MLP `Sublayer` s) under the schedule key of its
-    strategy, `tile` positions per chunk (module docstring)."""
+    strategy, `tile` positions per chunk (module docstring). A schedule without a tiled-MLP cost is refused, never
+    priced as another strategy's."""
+    if strategy_schedule not in TILED_SCHEDULES:
+        raise ValueError(f"the tiled MLP has no cost for the {strategy_schedule!r} schedule; "
+                         f"priced: {', '.join(TILED_SCHEDULES)}")
     positions = s.seq_len // s.p
     chunks = mlp_chunks(positions, min(tile, positions))
     batch = s.T // s.seq_len
     tc = batch * chunks[0]  # local tokens of the largest chunk
+    return TILED_SCHEDULES[strategy_schedule](s, work, chunks, positions, tc)
+
+
+def _acc(s) -> int:
+    """Bytes per weight of the fp32 gradient sums over the chunks (none when the weights are fp32 already)."""
+    return 4 if s.e < 4 else 0
+
+
+def _norm_and_act(s) -> int:
+    """Norm read + write and the activation's reads + write of this rank's tokens."""
+    return s.e * s.t * (2 * s.h + (s.f_act + 1) * s.f)
+
+
+def _refwd_flops(s) -> float:
+    """The recomputed first GEMM, this rank's share."""
+    return 2.0 * s.T * s.h * s.width / s.p
+
+
+def _tiled_megatron_ts(s, work, chunks, positions, tc) -> TiledWork:
+    """Tensor parallelism: each chunk's activations gathered and reduce-scattered, the same bytes in more calls."""
     e, h, t, width = s.e, s.h, s.t, s.width
-    refwd_flops = 2.0 * s.T * h * width / s.p  # the first GEMM, this rank's share
-    acc = 4 if e < 4 else 0  # bytes per weight of the fp32 gradient sums (runtime/sublayer.py grad_accumulator)
-    shard_w = -(-s.W // s.p)
-    norm_and_act = e * t * (2 * h + (s.f_act + 1) * s.f)  # norm read + write, activation reads + write
-    if strategy_schedule == "megatron_ts":
-        gathered = s.p * tc
-        transient = e * gathered * (3 * h + 2 * width // s.p + 2 * s.f // s.p) + e * t * h + acc * shard_w
-        return TiledWork(_chunked(work.fwd, chunks, positions), _chunked(work.bwd, chunks, positions), t * h * e,
-                         transient, min(gathered, h, s.f // s.p), refwd_flops, norm_and_act)
-    if strategy_schedule == "metp":
-        wide = width // s.p
-        shards = work.transient - e * (4 * t * wide + 2 * t * h)  # the weight and gradient double buffers
-        transient = shards + e * (4 * tc * wide + 3 * t * h) + acc * shard_w
-        return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, s.f // s.p), 0.0,
-                         2.0 * e * t * h)
+    gathered = s.p * tc
+    transient = e * gathered * (3 * h + 2 * width // s.p + 2 * s.f // s.p) + e * t * h + _acc(s) * -(-s.W // s.p)
+    return TiledWork(_chunked(work.fwd, chunks, positions), _chunked(work.bwd, chunks, positions), t * h * e,
+                     transient, min(gathered, h, s.f // s.p), _refwd_flops(s), _norm_and_act(s))
+
+
+def _tiled_metp(s, work, chunks, positions, tc) -> TiledWork:
+    """METP: the weight shards travel the ring as untiled; each chunk's activations are the only change."""
+    e, h, t, width = s.e, s.h, s.t, s.width
+    wide = width // s.p
+    shards = work.transient - e * (4 * t * wide + 2 * t * h)  # the weight and gradient double buffers
+    transient = shards + e * (4 * tc * wide + 3 * t * h) + _acc(s) * -(-s.W // s.p)
+    return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, s.f // s.p), 0.0,
+                     2.0 * e * t * h)
+
+
+def _tiled_zero3(s, work, chunks, positions, tc) -> TiledWork:
+    """ZeRO-3 weights (megatron_cz, ulysses_z): gathered once per pass and reduce-scattered once, as untiled."""
+    e, h, t, width = s.e, s.h, s.t, s.width
     packed = F.GRAD_REDUCE_BYTES if s.p > 1 else e  # the fp32 sums packed as they are for the reduce-scatter
     weights = 2 * s.W * e + s.W * packed  # ZeRO-3: the gathered weights, the prefetched ones, the packed gradient
-    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h + acc * s.W
-    return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), refwd_flops, norm_and_act)
+    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h + _acc(s) * s.W
+    return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), _refwd_flops(s),
+                     _norm_and_act(s))
+
+
+TILED_SCHEDULES = {"megatron_ts": _tiled_megatron_ts, "metp": _tiled_metp, "megatron_cz": _tiled_zero3,
+                   "ulysses_z": _tiled_zero3}
+"""The tiled MLP's work per schedule key (the catalog's `Strategy.schedule`): a strategy that offers `+tiled` adds
+its function here beside its schedule; one without is refused when a `+tiled` option of it is priced."""
 
 
 def forward_share(recomputes: bool) -> float:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paradyse_lab.cluster_spec import COLLECTIVES, ClusterSpec
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.strategies import StrategyOption
+from paradyse_lab.cluster.spec import COLLECTIVES, ClusterSpec
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class CollectiveCall:
 
     @property
     def sent_bytes(self) -> int:
-        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm_record.py counts)."""
+        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm/record.py counts)."""
         n, s = self.ranks, self.buffer_bytes
         per_call = {
             "all_gather": s * (n - 1) // n, "reduce_scatter": s * (n - 1) // n,
@@ -90,7 +90,7 @@ class FixedCost:
     """Working memory of the loss backward."""
     optimizer_s: float = 0.0
     """The optimizer step after the backward, once per training step (measured clusters only: the AdamW
-    step runtime/train_step.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
+    step runtime/training/step.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
 
 
 class CostModel(Protocol):

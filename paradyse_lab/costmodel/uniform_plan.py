@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.types import CostModel
-from paradyse_lab.strategies import StrategyOption
 
 
 @dataclass(frozen=True)

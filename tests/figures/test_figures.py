@@ -45,7 +45,7 @@ def quick_run(tmp_path_factory) -> tuple[Path, dict]:
     drawn: dict = {}
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name in FIGURE_SCRIPTS:
-            module = importlib.import_module(f"figures.{name}")
+            module = importlib.import_module(f"paradyse_lab.figures.{name}")
 
             def keep(args, draw=module.draw, name=name):
                 drawn.setdefault((name, Path(args.results)), []).append(fig := draw(args))
@@ -92,7 +92,7 @@ def test_the_beyond_series_takes_the_tiled_mlp_and_offload_only_on_long_sequence
     offload, a step whose plan takes neither is the plan (and time) of the same series without them, and the
     sequences short enough for the plain plans pay nothing (GitHubCode's BERT panel, up to 300K, takes neither);
     on GPT / GRCh38 they train the whole dataset faster than recomputation alone."""
-    from simulator.experiments import TECHNIQUES_POLICY
+    from paradyse_lab.simulator.experiments import TECHNIQUES_POLICY
 
     beyond = pd.read_csv(quick_results / "fig2_beyond.csv").set_index(["dataset", "model", "series"]).sort_index()
     ours = beyond.xs("+ tiled MLP + offload", level="series")
@@ -118,7 +118,7 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     from paradyse_lab.app.report.markdown import md_table
     from paradyse_lab.app.report.seeds import band_share_rows, seed_spread
     from paradyse_lab.app.reproduce_outputs import HEADLINE_SEEDS_FILE
-    from paradyse_lab.workloads import get_workload
+    from paradyse_lab.workload.lengths import get_workload
 
     settings = SETTINGS
     header, rows = band_share_rows(settings)
@@ -159,7 +159,7 @@ def test_missing_csv_is_one_line_and_exit_2(quick_results, tmp_path, name, capsy
         if entry.name not in ("figures", CSVS[name]):
             (results / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
     assert not (results / CSVS[name]).exists() and (quick_results / CSVS[name]).is_file()
-    assert importlib.import_module(f"figures.{name}").main(["--results", str(results)]) == 2
+    assert importlib.import_module(f"paradyse_lab.figures.{name}").main(["--results", str(results)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and CSVS[name] in lines[0] and "not found" in lines[0]
     assert not (results / "figures" / f"{name}.png").exists()
@@ -214,10 +214,10 @@ def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, full_
 
     import matplotlib.pyplot as plt
 
-    from figures import _common
+    from paradyse_lab.figures import _common
 
     full, _, drawings = full_run_figure
-    module = importlib.import_module("figures.table5_ablation")
+    module = importlib.import_module("paradyse_lab.figures.table5_ablation")
     args = _common.parse_args(["--results", str(quick_results)], "t5")
     assert drawings == 2  # the PNG's and the PDF's
     fig = module.draw(args)
@@ -234,8 +234,8 @@ def test_render_draws_each_file_once_as_savefig_lays_it_out(quick_results, full_
 @pytest.fixture(scope="module")
 def drawn_figure(quick_run):
     """drawn_figure(name, results): the Figure that figures/NAME.py drew from the CSVs under `results` in
-    the quick run (saved as its PNG), and figures._common."""
-    from figures import _common
+    the quick run (saved as its PNG), and paradyse_lab.figures._common."""
+    from paradyse_lab.figures import _common
 
     return lambda name, results: (quick_run[1][name, Path(results)][-1], _common)
 
@@ -321,7 +321,7 @@ def test_memory_breakdown_stacks_the_three_parts_under_the_budget_line(quick_res
 
 
 def test_solver_quality_draws_the_benchmarks_times_gaps_and_runs(quick_results, drawn_figure):
-    from paradyse_lab.timings import read_with_timings
+    from paradyse_lab.results.timings import read_with_timings
 
     b = read_with_timings(quick_results / "solver_bench.csv")  # the solve times: timings/solver_bench.csv
     q = pd.read_csv(quick_results / "solver_quality_runs.csv")
@@ -362,7 +362,7 @@ def test_packing_draws_every_runs_time_per_token_and_longest_document(quick_resu
     results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
     table = pd.read_csv(results / "packing.csv")
     fig, _ = drawn_figure("packing", results)
-    scales = {column: scale for column, _, scale in importlib.import_module("figures.packing").METRICS}
+    scales = {column: scale for column, _, scale in importlib.import_module("paradyse_lab.figures.packing").METRICS}
     rows = {(r["dataset"], r["model"], int(r["pack_tokens"]), r["policy"]): r for r in table.to_dict("records")}
     assert len(rows) == len(table)  # one row per bar: looked up by its gid below, not filtered per bar
     seen = set()

@@ -28,7 +28,7 @@ def test_each_quick_figure_is_labelled_quick(tmp_path, monkeypatch):
 def test_render_writes_the_label_under_the_figure(tmp_path):
     import matplotlib.pyplot as plt
 
-    from figures._common import render
+    from paradyse_lab.figures._common import render
 
     drawn = []
 

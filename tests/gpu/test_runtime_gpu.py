@@ -20,7 +20,8 @@ BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
 
 
 def _fused_kernels():
-    from runtime import attention, flash_kernels
+    from paradyse_lab.runtime.attention import flash as flash_kernels
+    from paradyse_lab.runtime.attention import kernels as attention
 
     kinds = ["sdpa_flash"] + (["flash_attn"] if flash_kernels._fa is not None else [])
     return [(k, attention._KERNELS[k]) for k in kinds]
@@ -30,7 +31,7 @@ def _fused_kernels():
 @pytest.mark.parametrize("shape", [(2, 4, 128, 64, 128, 4), (1, 2, 64, 32, 128, 2),
                                    (2, 8, 128, 64, 128, 2)])  # b, H, sq, d, sk, KV (the last: GQA, 4 per group)
 def test_fused_kernels_match_math_in_bf16(causal, shape):
-    from runtime.attention import _math_backward, _math_forward
+    from paradyse_lab.runtime.attention.kernels import _math_backward, _math_forward
 
     b, heads, sq, d, sk, kv = shape
     if causal and sq != sk:
@@ -52,8 +53,8 @@ def test_fused_kernels_match_math_in_bf16(causal, shape):
 
 @pytest.mark.parametrize("shape", ["gpt2", "llama"])
 def test_single_gpu_model_bf16_close_to_fp32_reference(shape):
-    from runtime import GPTConfig, ParallelGPT, ReferenceGPT
-    from runtime.reference import init_state_dict
+    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+    from paradyse_lab.runtime.model.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
     if shape == "llama":  # RMSNorm, SwiGLU, rotary embeddings, 2 K/V heads (GQA in the fused kernels), untied
@@ -79,7 +80,7 @@ def test_varlen_kernels_match_the_per_document_math_kernel_in_bf16_with_gqa(caus
     """flash-attn's varlen functions (when installed) and PyTorch's flash kernel with cumulative lengths give
     the exact per-document kernel's output, lse and gradients, GQA's K/V heads as they are, empty documents
     included (their rows: out 0, lse -inf)."""
-    from runtime import varlen
+    from paradyse_lab.runtime.attention import varlen
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     cu = (0, 1, 64, 64, 200, 256)  # a one-token and an empty document
@@ -105,9 +106,10 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
     block-diagonal mask; LLaMA-shaped: GQA (2 K/V heads for 4) and rotary embeddings by document position."""
     import warnings
 
-    from runtime import GPTConfig, ParallelGPT, ReferenceGPT, attention
-    from runtime.packed import cu_seqlens, pack_labels, pack_sequence
-    from runtime.reference import init_state_dict
+    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+    from paradyse_lab.runtime.attention import kernels as attention
+    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
+    from paradyse_lab.runtime.model.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
     if shape == "llama":
@@ -134,9 +136,9 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
 def _nccl_worker(rank: int, p: int, port: int) -> None:
     import torch.distributed as dist
 
-    from runtime import GPTConfig, ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
-    from runtime.packed import cu_seqlens, pack_sequence
-    from runtime.reference import init_state_dict
+    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
+    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
+    from paradyse_lab.runtime.model.reference import init_state_dict
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
@@ -235,11 +237,11 @@ def test_profile_peak_holds_the_model_states_and_does_not_grow_between_rows():
 def test_tiled_mlp_and_offload_on_one_gpu():
     """On CUDA: plans with the tiled MLP and offload (pinned host copies on a side stream) give the loss and
     gradients of the same plan without them, move the schedule's host bytes, and the forward leaves on the
-    device none of what it offloaded (runtime/offload.py)."""
+    device none of what it offloaded (runtime/strategies/offload.py)."""
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.schedules import schedule
-    from paradyse_lab.strategies import StrategyOption
-    from runtime import GPTConfig, ParallelGPT
-    from runtime.reference import init_state_dict
+    from paradyse_lab.runtime import GPTConfig, ParallelGPT
+    from paradyse_lab.runtime.model.reference import init_state_dict
 
     cfg = GPTConfig(vocab_size=512, max_positions=1024, hidden=256, heads=4, layers=2, ffn_hidden=512, kv_heads=2,
                     norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)

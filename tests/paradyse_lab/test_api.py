@@ -54,10 +54,10 @@ def test_plan_step_applies_the_cost_models_budget_cap(monkeypatch):
     """plan_step plans under the budget the cost model allows (`CostModel.budget_bytes`), as `train`, `simulate`
     and `experiment` do (simulator/planner.py): it used the whole budget, so a plan could need more memory than a
     learned model's OOM threshold."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel import factory
-    from paradyse_lab.model_spec import get_model
-    from simulator.planner import build_planner
+    from paradyse_lab.simulator.planner import build_planner
 
     free = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
     cap = free.memory["peak"] - 1  # the unconstrained plan no longer fits under the cap

@@ -1,4 +1,4 @@
-"""paradyse_lab.atomic_write: a target is replaced whole or not at all, with a plain file's mode (a replaced
+"""paradyse_lab.files.atomic_write: a target is replaced whole or not at all, with a plain file's mode (a replaced
 file's own); a link is written through; a device node, FIFO or socket is refused before any write."""
 
 import os
@@ -7,8 +7,8 @@ import tempfile
 
 import pytest
 
-from paradyse_lab.atomic_write import atomic_open, check_output_file, write_text_atomic
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import atomic_open, check_output_file, write_text_atomic
 
 
 def test_writes_the_text_with_the_mode_open_would_give(tmp_path):

@@ -2,9 +2,8 @@
 
 import pytest
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus
-from paradyse_lab.cluster_presets import PRESETS
-from paradyse_lab.cluster_toml import load_cluster_toml
+from paradyse_lab.cluster.files import cluster_with_gpus, load_cluster_toml
+from paradyse_lab.cluster.presets import PRESETS
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.errors import UserInputError
 

@@ -1,8 +1,8 @@
 import pytest
 
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.cluster_presets import PRESETS
-from paradyse_lab.cluster_spec import COLLECTIVES, interpolate_loglinear
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.cluster.spec import COLLECTIVES, interpolate_loglinear
 from paradyse_lab.errors import UserInputError
 
 

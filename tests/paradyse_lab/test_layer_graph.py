@@ -1,12 +1,12 @@
 import pytest
 
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import PRESETS
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import PRESETS
 
 
 def test_block_graph_is_a_chain_from_embedding_to_head():
-    import networkx as nx  # here, as in paradyse_lab/layer_graph.py: not paid while collecting the file
+    import networkx as nx  # here, as in paradyse_lab/core/layer_graph.py: not paid while collecting the file
 
     g = LayerGraph(PRESETS["gpt2-tiny"], "block")
     order = list(nx.topological_sort(g.graph))

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_presets import PRESETS
-from paradyse_lab.cluster_spec import COLLECTIVES
-from paradyse_lab.cluster_toml import load_cluster_toml
+from paradyse_lab.cluster.files import load_cluster_toml
+from paradyse_lab.cluster.measured import Measurements, efficiency_points, fit_alpha_beta, measured_cluster_toml
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.cluster.spec import COLLECTIVES
 from paradyse_lab.costmodel.formulas import collective_time_s
-from paradyse_lab.measured_cluster import Measurements, efficiency_points, fit_alpha_beta, measured_cluster_toml
-from simulator.replay import kendall_tau
+from paradyse_lab.simulator.replay import kendall_tau
 
 SIZES = [4096 * 4**i for i in range(7)]
 
@@ -119,7 +119,7 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     import pandas as pd
 
     from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair, run_totals
-    from simulator.replay import compare
+    from paradyse_lab.simulator.replay import compare
 
     meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
     (tmp_path / META_FILE).write_text(json.dumps(meta))
@@ -183,7 +183,7 @@ def test_ablate_costmodel_on_a_measured_profile(tmp_path, capsys):
     import pandas as pd
 
     from paradyse_lab.costmodel.learned_fit import analytic_whole
-    from paradyse_lab.profiles import COLUMNS
+    from paradyse_lab.costmodel.profiles import COLUMNS
 
     (tmp_path / "cluster.toml").write_text(measured_cluster_toml(_measurements()))
     cl = load_cluster_toml(tmp_path / "cluster.toml")
@@ -211,7 +211,7 @@ def test_rankings_agree_unless_a_pair_is_reversed():
     other breaks the agreement."""
     import pandas as pd
 
-    from simulator.replay import compare
+    from paradyse_lab.simulator.replay import compare
 
     def steps(totals):
         return pd.DataFrame([{"policy": n, "measured_s": m, "predicted_s": p, "counted": True, "plan_match": True,
@@ -232,7 +232,7 @@ def test_rankings_agree_unless_a_pair_is_reversed():
 def test_a_reversed_pair_counts_against_the_ranking_only_where_the_runs_separate_it():
     import pandas as pd
 
-    from simulator.replay import agreement_where_separated, compare
+    from paradyse_lab.simulator.replay import agreement_where_separated, compare
 
     totals = {"static:a": (2.0, 1.0), "static:b": (1.0, 2.0), "static:c": (3.0, 3.0)}  # (measured, predicted)
     steps = pd.DataFrame([{"policy": n, "measured_s": m, "predicted_s": p, "counted": True, "plan_match": True,
@@ -282,12 +282,12 @@ def _counted_cluster(tmp_path, model="gpt2-tiny", overlap=1.0):
 def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
     import dataclasses
 
+    from paradyse_lab.core.layer_graph import LayerGraph
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.costmodel.schedules import schedule
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import StrategyOption
 
     cl = _counted_cluster(tmp_path)
     assert cl.launch_s == pytest.approx(7e-6) and cl.counted_model == "gpt2-tiny"
@@ -315,9 +315,9 @@ def test_counted_launches_and_bytes_replace_the_elementwise_formula(tmp_path):
 def test_the_runtime_launch_prices_the_model_and_the_chain_launch_the_optimizer(tmp_path):
     import dataclasses
 
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import StrategyOption
 
     m = _measurements()
     m.launch_s, m.runtime_launch_s, m.counted_model = 7e-6, 30e-6, "gpt2-tiny"
@@ -340,8 +340,8 @@ def test_the_runtime_launch_prices_the_model_and_the_chain_launch_the_optimizer(
 def test_a_timed_epilogue_replaces_the_counted_one(tmp_path):
     import dataclasses
 
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.model_spec import get_model
 
     m = _measurements()
     m.launch_s, m.epilogue_s, m.counted_model = 7e-6, 0.125, "gpt2-tiny"
@@ -364,9 +364,9 @@ def test_a_timed_epilogue_replaces_the_counted_one(tmp_path):
 def test_every_collective_call_pays_the_measured_sync(tmp_path):
     import dataclasses
 
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel import AnalyticCostModel, CollectiveCall
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import StrategyOption
 
     m = _measurements()
     m.collective_sync_s, m.counted_model = 1e-3, "gpt2-tiny"
@@ -389,9 +389,9 @@ def test_every_collective_call_pays_the_measured_sync(tmp_path):
 
 
 def test_ring_overlap_fraction_runs_point_to_point_after_compute(tmp_path):
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import StrategyOption
 
     model, metp = get_model("gpt2-tiny"), StrategyOption("metp")
     hides = AnalyticCostModel(model, _counted_cluster(tmp_path, overlap=1.0)).sublayer("mlp", metp, 256)

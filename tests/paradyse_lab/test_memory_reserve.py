@@ -7,9 +7,9 @@ from unittest import mock
 
 import pytest
 
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.cluster_presets import PRESETS
-from paradyse_lab.cluster_spec import GIB
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.cluster.spec import GIB
 from paradyse_lab.errors import UserInputError
 
 
@@ -44,8 +44,8 @@ def test_plan_simulate_and_train_budget_the_same_bytes():
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
     from paradyse_lab.cli.solver_commands import build_problem
-    from paradyse_lab.model_spec import get_model
-    from simulator.experiments import Setup
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.simulator.experiments import Setup
 
     h100 = PRESETS["h100-80gb-x8"]
     problem, _ = build_problem(_plan_args())
@@ -53,7 +53,7 @@ def test_plan_simulate_and_train_budget_the_same_bytes():
     assert build_problem(_plan_args(reserve_gb=0.0))[0].budget_bytes == h100.memory_bytes  # --reserve-gb 0
     setup = Setup(cluster="h100-80gb-x8")
     assert h100.memory_bytes - setup.reserve_bytes == h100.plan_budget_bytes
-    with mock.patch("simulator.planner.build_policy") as parse:
+    with mock.patch("paradyse_lab.simulator.planner.build_policy") as parse:
         plan_policy(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", cluster="h100-80gb-x8"),
                     get_model("gpt2-tiny"), 2)
     assert parse.call_args.args[3] == h100.plan_budget_bytes

@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec, get_model, load_hf_config
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS, ModelSpec, get_model, load_hf_config
 
 
 def test_paper_presets_match_table4():
@@ -188,8 +188,8 @@ def test_a_byte_order_mark_is_no_part_of_a_config_a_cluster_or_a_token_file(tmp_
     """An editor's UTF-8 byte-order mark before config.json, a cluster TOML or a token JSONL's first line is
     skipped, as length files skip it: the file reads as without it (it was 'not valid JSON: Unexpected UTF-8 BOM',
     'not valid TOML: Invalid statement', and a token file's 'line 1: not JSON' under train but not under workload)."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from runtime.train_inputs import TokenDocuments
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.runtime.training.run_inputs import TokenDocuments
 
     config = "{" + _SMALL_GPT2 + "}"
     (tmp_path / "plain.json").write_text(config)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.packing import pack_document_indices, pack_documents
+from paradyse_lab.workload.packing import pack_document_indices, pack_documents
 
 
 def _naive_first_fit(lengths, budget, visit):

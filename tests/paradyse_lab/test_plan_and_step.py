@@ -1,13 +1,13 @@
-"""paradyse_lab/plan.py (the plan's one type), the one rule for a step's length, the model shapes' one home (kinds
+"""paradyse_lab/core/plan.py (the plan's one type), the one rule for a step's length, the model shapes' one home (kinds
 included)."""
 
 import pickle
 
 import pytest
 
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.plan import Plan
-from paradyse_lab.strategies import StrategyOption
 
 
 def test_a_plan_reads_names_once_and_keeps_its_granularity():
@@ -32,7 +32,8 @@ def test_a_plan_refuses_what_is_not_one():
 
 
 def test_the_layer_kinds_have_one_home():
-    """The model spec's FFN and norm kinds are the runtime's: one tuple each, defined in paradyse_lab/model_spec.py."""
+    """The model spec's FFN and norm kinds are the runtime's: one tuple each, defined in
+    paradyse_lab/core/model_spec.py."""
     import ast
     from pathlib import Path
 
@@ -43,11 +44,11 @@ def test_the_layer_kinds_have_one_home():
              for p in (root / pkg).rglob("*.py") for node in parsed(p).body
              if isinstance(node, ast.Assign) for t in node.targets
              if isinstance(t, ast.Name) and t.id in ("FFN_KINDS", "NORM_KINDS")]
-    assert sorted(homes) == ["paradyse_lab/model_spec.py:FFN_KINDS", "paradyse_lab/model_spec.py:NORM_KINDS"]
+    assert sorted(homes) == ["paradyse_lab/core/model_spec.py:FFN_KINDS", "paradyse_lab/core/model_spec.py:NORM_KINDS"]
 
 
 def test_a_plan_in_short_as_the_train_log_and_validate_run_print_it():
-    from paradyse_lab.plan import short_text
+    from paradyse_lab.core.plan import short_text
 
     assert Plan.from_names(["megatron_ts", "metp+recompute"]).short_text() == "TS,ME+r"
     assert short_text(["colossal_z", ""]) == "colossal_z,"  # no abbreviation: the name as it is
@@ -59,8 +60,8 @@ def test_the_runtime_config_is_a_view_of_the_model_spec():
     can run goes ModelSpec -> GPTConfig -> ModelSpec unchanged (what `train` builds its model from)."""
     from dataclasses import fields, replace
 
-    from paradyse_lab.model_spec import PRESETS, ModelSpec
-    from runtime.reference import GPTConfig
+    from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     renamed = {"eps": "norm_eps"}
     spec_fields = {f.name for f in fields(ModelSpec)}

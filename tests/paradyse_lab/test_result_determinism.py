@@ -1,5 +1,5 @@
 """Result CSVs are a function of their settings: two runs write them byte for byte the same, and the measured
-wall times (solve and planning times) go to `timings/` files beside them (paradyse_lab/timings.py)."""
+wall times (solve and planning times) go to `timings/` files beside them (paradyse_lab/results/timings.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 
 from paradyse_lab.app.reproduce_planner_steps import step_solvers
 from paradyse_lab.app.reproduce_settings import Settings
-from paradyse_lab.timings import TIMINGS_DIR, read_with_timings, timings_path, write_with_timings
-from simulator import engine, experiments, grouped_runs, groups_experiment
-from simulator.experiments import Setup
-from simulator.groups_experiment import GroupsSetup
-from solvers import bench
+from paradyse_lab.results.timings import TIMINGS_DIR, read_with_timings, timings_path, write_with_timings
+from paradyse_lab.simulator import engine, experiments, grouped_runs, groups_experiment
+from paradyse_lab.simulator.experiments import Setup
+from paradyse_lab.simulator.groups_experiment import GroupsSetup
+from paradyse_lab.solvers import bench
 
 TIMING_COLUMNS = set(engine.TIMING_COLUMNS + experiments.SUMMARY_TIMING_COLUMNS + grouped_runs.TIMING_COLUMNS
                      + grouped_runs.SUMMARY_TIMING_COLUMNS + bench.TIMING_COLUMNS + ("solve_ms_mean",))
@@ -73,7 +73,7 @@ def test_measured_columns_live_only_in_the_timings_files(two_runs):
 
 def test_a_reused_run_reads_its_timings_back(two_runs):
     """A finished run is reused with its own measured times (the rows the engine returned)."""
-    from simulator.results import load_or_run
+    from paradyse_lab.simulator.results import load_or_run
 
     path = two_runs[0] / "runs/fig2/grch38__gpt__dynamic-heuristic.csv"
     before = read_with_timings(path)

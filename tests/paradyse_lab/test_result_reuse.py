@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from paradyse_lab import result_key
 from paradyse_lab.app.reproduce import reproduce
 from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
 from paradyse_lab.app.reproduce_planner_steps import step_costmodel
 from paradyse_lab.app.reproduce_settings import QUICK_SIZE, SETTINGS_FILE, Settings, profile_for
 from paradyse_lab.app.reproduce_steps import STEP_FUNCS, STEPS
-from paradyse_lab.atomic_write import write_text_atomic
-from simulator import experiments
-from simulator.results import run_path
+from paradyse_lab.files.atomic_write import write_text_atomic
+from paradyse_lab.results import result_key
+from paradyse_lab.simulator import experiments
+from paradyse_lab.simulator.results import run_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +139,7 @@ def _joblib(tmp_path, monkeypatch):
 
 
 def _profile(tmp_path, monkeypatch):
-    from paradyse_lab.profiles import default_profile, read_profiles, write_profiles
+    from paradyse_lab.costmodel.profiles import default_profile, read_profiles, write_profiles
 
     rows = read_profiles(default_profile("a100-80gb-x8")).head(3)
     target = tmp_path / "p.csv"

@@ -5,15 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.search_problem import SearchProblem
-from paradyse_lab.strategies import StrategyOption
-from paradyse_lab.strategies import options as make_options
 
 A100 = get_cluster("a100-80gb-x8")
 
@@ -215,8 +215,8 @@ def test_budget_switch_costs_and_embedding():
 def test_a_strategy_with_another_layout_pays_a_switch(monkeypatch):
     from dataclasses import replace
 
+    from paradyse_lab.core.strategies import CATALOG
     from paradyse_lab.costmodel import CollectiveCall
-    from paradyse_lab.strategies import CATALOG
 
     model = get_model("gpt")
     cm = AnalyticCostModel(model, A100)

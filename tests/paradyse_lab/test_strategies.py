@@ -1,8 +1,8 @@
 import pytest
 
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+from paradyse_lab.core.strategies import CATALOG, USABLE, Strategy, StrategyOption, get_strategy, options
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS, ModelSpec
-from paradyse_lab.strategies import CATALOG, USABLE, Strategy, StrategyOption, get_strategy, options
 
 
 def test_catalog():
@@ -17,7 +17,7 @@ def test_runtime_module_lives_in_runtime():
     with pytest.raises(ValueError, match="runtime_module 'solvers.metp' is not a module of runtime/"):
         Strategy("x", "X", "a", "m", False, False, abbreviation="XX", color="#000000", schedule="metp",
                  runtime_module="solvers.metp")
-    assert all(s.runtime_module.startswith("runtime.") for s in CATALOG.values() if s.usable)
+    assert all(s.runtime_module.startswith("paradyse_lab.runtime.") for s in CATALOG.values() if s.usable)
 
 
 def test_option_names_round_trip():
@@ -76,7 +76,7 @@ def test_the_head_rules_bind_attention_sub_layers_only():
     """One K/V head on 4 GPUs: megatron_ts and metp cannot split the attention's heads, but an MLP has no
     heads, so a plan may run them on the MLP sub-layers; the cost model prices those sub-layers and refuses
     the attention ones (and the whole layer) with the catalog's sentence."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
 
     model = ModelSpec(name="x", hidden=96, heads=8, kv_heads=1, layers=2, ffn_hidden=192, vocab_size=8,

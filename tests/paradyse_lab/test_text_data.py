@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from text_corpus import build_tokenizer, documents  # noqa: E402
 
 from paradyse_lab.errors import UserInputError  # noqa: E402
-from paradyse_lab.text_data import ordered, read_texts, tokenize  # noqa: E402
+from paradyse_lab.workload.text_data import ordered, read_texts, tokenize  # noqa: E402
 
 TEXTS = documents(6)
 

@@ -5,7 +5,7 @@ import pytest
 
 from paradyse_lab.cli import main
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.workloads import BAND_NAMES, PAPER_DATASETS, SAMPLINGS, get_workload, largest_remainder
+from paradyse_lab.workload.lengths import BAND_NAMES, PAPER_DATASETS, SAMPLINGS, get_workload, largest_remainder
 
 
 @pytest.mark.parametrize("sampling", SAMPLINGS)
@@ -160,7 +160,7 @@ def test_lengths_refuses_an_out_inside_the_tree_it_reads(tmp_path, capsys, insid
 
 
 def test_lengths_skips_the_temporary_files_of_its_own_writes(tmp_path, capsys):
-    """A killed write leaves `.NAME.XXXXXXXX.tmp` (paradyse_lab.atomic_write): not a document."""
+    """A killed write leaves `.NAME.XXXXXXXX.tmp` (paradyse_lab.files.atomic_write): not a document."""
     d = tmp_path / "corpus"
     d.mkdir()
     (d / "a.txt").write_text("hello world foo")
@@ -200,7 +200,7 @@ def test_lengths_streams_files(tmp_path, capsys):
 
 
 def test_packed_workloads_and_packed_length_files(tmp_path, capsys):
-    from paradyse_lab.packing import pack_documents
+    from paradyse_lab.workload.packing import pack_documents
 
     plain = get_workload("github_code", 120, seed=2)
     packed = get_workload("github_code", 120, seed=2, pack_tokens=16384)

@@ -1,4 +1,4 @@
-"""Distributed cases of bf16 gradients summed over ranks in fp32 (runtime/grad_reduce.py `GRAD_REDUCE_DTYPE`;
+"""Distributed cases of bf16 gradients summed over ranks in fp32 (runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`;
 runtime_cases.py adds them to the per-world harness, at p = 4):
 - every path's reduction of crafted bf16 per-rank gradients equals their fp32 sum rounded once to bf16, where no
   order of bf16 additions gives that value (so a bf16 reduction, in whatever order gloo or a chain adds, fails);
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from runtime import comm, comm_p2p, grad_reduce
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm import grad_reduce
+from paradyse_lab.runtime.comm import p2p as comm_p2p
 
 SUMMANDS = ((0.029541015625, 0.000690460205078125, 0.01080322265625, 0.034423828125),
             (0.000823974609375, -1.2109375, -1.0234375, -1.6640625),
@@ -51,9 +53,9 @@ def _summands() -> tuple[torch.Tensor, torch.Tensor]:
 def fp32_sum_case(rank: int, p: int, group) -> None:
     """Each reduction of bf16 gradients (replicated all-reduce, bucketed; ZeRO-3 reduce-scatter, bucketed; METP's
     chain of fp32 partials) gives the fp32 sum of the ranks' gradients rounded once to bf16."""
-    from runtime import metp
-    from runtime.sublayer import Ctx, Weights
-    from runtime.zero3 import scatter_grads
+    from paradyse_lab.runtime.model.sublayer import Ctx, Weights
+    from paradyse_lab.runtime.strategies import metp
+    from paradyse_lab.runtime.strategies.zero3 import scatter_grads
 
     assert p == 4, "four summands per element"
     vals, want = _summands()
@@ -95,11 +97,11 @@ def _rel_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 def bf16_sublayers_case(rank: int, p: int, group) -> None:
     """Every strategy's attention and MLP in bf16 against the fp32 single-device reference of the same bf16 inputs:
     output, input gradient and every parameter gradient (bf16, its reduction over the ranks in fp32)."""
-    from runtime.layout import shard_sequence
-    from runtime.model import STRATEGY_MODULES
-    from runtime.reference import GPTConfig, init_state_dict, reference_sublayer
-    from runtime.sublayer import make_ctx, run_sublayer
-    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+    from paradyse_lab.runtime.model.layout import shard_sequence
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+    from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict, reference_sublayer
+    from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+    from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
     cfg, s = GPTConfig(vocab_size=128, max_positions=16, hidden=32, heads=4, layers=2, causal=True), 16
     gen = torch.Generator().manual_seed(5)

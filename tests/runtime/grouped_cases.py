@@ -1,4 +1,4 @@
-"""Distributed cases of grouped steps (runtime/grouped.py; runtime_cases.py adds them to the per-world harness,
+"""Distributed cases of grouped steps (runtime/training/grouped.py; runtime_cases.py adds them to the per-world harness,
 at p = 4 only: the world must split into groups of several sizes). A global batch of four sequences of
 different lengths trained as 2x2 (two groups of two), 4x1 (four groups of one; three sequences, one group idle),
 1x4 (one group of four) and mixed (2, 1, 1; and 1, 1, 2 for the LLaMA shape), one step after another on the
@@ -13,16 +13,18 @@ import torch
 from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random_state
 from torch.testing import assert_close
 
+from paradyse_lab.core.fixed_groups import fixed_size_groups
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.fixed_groups import fixed_size_groups
-from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.plan import Plan
-from paradyse_lab.step_groups import GroupedStep, StepGroup
-from runtime import ParallelGPT, shard_sequence
-from runtime.comm_record import count_bytes
-from runtime.grouped import (
+from paradyse_lab.runtime import ParallelGPT, shard_sequence
+from paradyse_lab.runtime.comm.record import count_bytes
+from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+from paradyse_lab.runtime.model.weight_shards import shard_state_dict
+from paradyse_lab.runtime.training.grouped import (
     STATES_TAG,
     StepMeshes,
     check_grouped_step,
@@ -30,8 +32,6 @@ from runtime.grouped import (
     grouped_step,
     step_gather,
 )
-from runtime.reference import GPTConfig, ReferenceGPT
-from runtime.weight_shards import shard_state_dict
 
 LAYERS = 2
 LENGTHS = (24, 8, 16, 8)
@@ -68,7 +68,7 @@ def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Te
 def _reference_grads(cfg: GPTConfig, sd: dict, batch, rank: int, group=None) -> tuple[torch.Tensor, dict]:
     """The single-device model's mean loss over every target of the batch and its gradients: computed by rank 0
     and sent to the others (every rank would compute the same numbers)."""
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     return comm.broadcast_object(_reference_run(cfg, sd, batch) if rank == 0 else None, 0, group)
 
@@ -219,7 +219,7 @@ def train_global_batch_case(rank: int, p: int, group) -> None:
     (4 groups of one, 2 of two: each step's sequences planned and trained at the group's size; one group of four
     against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
     sequences and with packs of documents (a group planner's groups, 2/1/1 among them, through the same
-    `groups_for` of runtime/train.py: train-groups-sized); a run
+    `groups_for` of runtime/training/loop.py: train-groups-sized); a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to
     re-shard) and ends where the unbroken run of groups of one does (loss, gradient norm, held-out loss). The five
     runs make the step meshes at most once in this process (`StepMeshes.shared`: a mesh is a collective opening

@@ -22,7 +22,7 @@ def _preloaded(rank: int, p: int, group) -> None:
     import gc
     import sys
 
-    from solvers import kernels
+    from paradyse_lab.solvers import kernels
 
     assert "rank_warmup" in sys.modules and kernels._warm, "the forkserver did not import rank_warmup"
     assert gc.isenabled() and gc.get_freeze_count() > 100_000, (gc.isenabled(), gc.get_freeze_count())

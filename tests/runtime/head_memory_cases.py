@@ -6,14 +6,13 @@ from contextlib import contextmanager
 
 import torch
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel import head_loss
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.costmodel.head_loss import tiled_head_bytes
-from paradyse_lab.costmodel.vocab_parallel import vocab_head_bytes
-from paradyse_lab.model_spec import ModelSpec
-from runtime.tiled_loss import tiled_head_loss, whole_head_loss
-from runtime.vocab_parallel import vocab_parallel_loss
+from paradyse_lab.costmodel.head_loss import tiled_head_bytes, vocab_head_bytes
+from paradyse_lab.runtime.model.tiled_loss import tiled_head_loss, whole_head_loss
+from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_loss
 
 T, H, V = 256, 8, 8192
 CHUNK = 16

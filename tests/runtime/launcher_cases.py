@@ -11,7 +11,8 @@ def sleepy_rank(rank: int, world: int, *args) -> None:
     """Write this rank's pid under $PARADYSE_TEST_PIDS, then run forever (a rank training on).
 
     It ignores SIGINT, the parent-death signal torch.multiprocessing.spawn arms: a real gloo rank survives
-    it (seen with `python -m runtime.train --nproc 2` before the launcher armed SIGKILL: both ranks kept
+    it (seen with `python -m paradyse_lab.runtime.training.loop --nproc 2` before the launcher armed SIGKILL: both
+    ranks kept
     running, one at full CPU, after the launcher was killed)."""
     import signal
 
@@ -72,7 +73,7 @@ def one_rank_killed(rank: int, world: int, *args) -> None:
     import torch
     import torch.distributed as dist
 
-    from runtime.launch import run_rank
+    from paradyse_lab.runtime.launch.ranks import run_rank
 
     def body(group=None):
         dist.barrier()
@@ -96,8 +97,8 @@ def teardown_rank(rank: int, world: int, *args) -> None:
     import torch
     import torch.distributed as dist
 
-    from runtime.launch import run_rank
-    from runtime.train_setup import progress_bar
+    from paradyse_lab.runtime.launch.ranks import run_rank
+    from paradyse_lab.runtime.training.setup import progress_bar
 
     events = []
     real_barrier, real_destroy = dist.barrier, dist.destroy_process_group

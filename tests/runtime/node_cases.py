@@ -1,7 +1,7 @@
-"""Distributed cases of a world of several nodes (runtime/nodes.py), at p = 4 as two nodes of two ranks, the
+"""Distributed cases of a world of several nodes (runtime/comm/nodes.py), at p = 4 as two nodes of two ranks, the
 nodes told as torchrun tells them (GROUP_RANK, LOCAL_WORLD_SIZE) but set here by each rank: `calibrate`'s link
 stage measures the collectives inside each node and over the rails across the nodes, and writes a cluster file
-of 2 nodes x 2 GPUs whose inter-node keys are the rails' fit (paradyse_lab/measured_cluster.py)."""
+of 2 nodes x 2 GPUs whose inter-node keys are the rails' fit (paradyse_lab/cluster/measured.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pandas as pd
 
 from paradyse_lab.app.measure.calibrate_collectives import INTER_NODE_OPS, measure_collectives
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
-from paradyse_lab.cluster_spec import COLLECTIVES
-from paradyse_lab.cluster_toml import load_cluster_toml
-from paradyse_lab.measured_cluster import Measurements, fit_inter_node, measured_cluster_toml
-from paradyse_lab.model_spec import get_model
-from runtime import comm
-from runtime.nodes import node_layout
+from paradyse_lab.cluster.files import load_cluster_toml
+from paradyse_lab.cluster.measured import Measurements, fit_inter_node, measured_cluster_toml
+from paradyse_lab.cluster.spec import COLLECTIVES
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm.nodes import node_layout
 
 
 @contextlib.contextmanager

@@ -43,9 +43,9 @@ def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
     """The same run of `model` on one device: ReferenceGPT, each micro-step's documents at their own length."""
     from dataclasses import replace
 
-    from paradyse_lab.model_spec import get_model
-    from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
-    from runtime.train_inputs import TokenDocuments
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
+    from paradyse_lab.runtime.training.run_inputs import TokenDocuments
 
     cfg = GPTConfig.from_model_spec(replace(get_model(model), dtype="fp32"))
     ref = ReferenceGPT(cfg)
@@ -54,9 +54,9 @@ def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
     train, held_out = (TokenDocuments.from_dataset(f"file:{f}") for f in (train_file, eval_file))
 
     def loss_of(docs, m, batch):
-        s = docs.length(m, batch, 1, MAX_LEN)
-        ids, labels = docs.batch(m, batch, s, cfg.vocab_size)
-        return ref(ids, labels)[1], docs.targets(m, batch, s)
+        s = docs.row_length(m, batch, 1, MAX_LEN)
+        ids, labels = docs.row_batch(m, batch, s, cfg.vocab_size)
+        return ref(ids, labels)[1], docs.row_targets(m, batch, s)
 
     rows = []
     for step in range(STEPS):
@@ -102,8 +102,8 @@ def _train_counting_tiled_losses(opts, group) -> tuple[list[dict], list[bool]]:
     import torch
 
     from paradyse_lab.app.training import train
-    from runtime import tiled_loss
-    from simulator import planner
+    from paradyse_lab.runtime.model import tiled_loss
+    from paradyse_lab.simulator import planner
 
     real_policy, real_loss, calls = planner.build_policy, tiled_loss.tiled_head_loss, []
 
@@ -111,11 +111,11 @@ def _train_counting_tiled_losses(opts, group) -> tuple[list[dict], list[bool]]:
         calls.append(torch.is_grad_enabled())
         return real_loss(*args, **kwargs)
 
-    from runtime import model
+    from paradyse_lab.runtime.model import parallel_gpt as model
 
     with (mock.patch.object(planner, "build_policy", lambda *a, **k: TiledFrom(real_policy(*a, **k), MAX_LEN)),
           mock.patch.object(tiled_loss, "tiled_head_loss", counted),
-          mock.patch.object(model, "tiled_head_loss", counted)):  # the name runtime/model.py imported
+          mock.patch.object(model, "tiled_head_loss", counted)):  # the name runtime/model/parallel_gpt.py imported
         return train(opts, group), calls
 
 
@@ -129,7 +129,7 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     from runtime_cases import _micro_gpt2_config
 
     from paradyse_lab.app.train_options import TrainOptions
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     root, train_file, eval_file = _token_files(rank)
     model = _micro_gpt2_config(root, rank, p, group, 512)  # the documents' token ids are below 512

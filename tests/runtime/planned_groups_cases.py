@@ -19,9 +19,10 @@ from runtime_cases import _shared_tmpdir, random_state
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import group_planner
-from paradyse_lab.model_spec import get_model
-from runtime import ParallelGPT, comm
-from runtime.reference import GPTConfig
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.runtime import ParallelGPT
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.model.reference import GPTConfig
 
 BUDGET_GIB = 0.00134
 """Per-GPU budget of the step cases (`_short()`): a sequence of 128 tokens needs a group of two, one of 8 fits a

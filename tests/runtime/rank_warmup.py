@@ -8,7 +8,7 @@ rank's full collections then never walk the ~0.5 million objects of torch, trans
 
 import gc
 
-from solvers.kernels import warm_up
+from paradyse_lab.solvers.kernels import warm_up
 
 warm_up()
 gc.collect()

@@ -20,19 +20,20 @@ import weights_cases
 from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.strategies import StrategyOption, get_strategy
-from runtime import ParallelGPT, comm, gather_sequence, shard_sequence
-from runtime.comm_record import count_bytes
-from runtime.hf_convert import hf_to_state_dict
-from runtime.model import STRATEGY_MODULES, run_option
-from runtime.offload import Offloader
-from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
-from runtime.sublayer import Ctx, run_sublayer
-from runtime.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
+from paradyse_lab.runtime import ParallelGPT, gather_sequence, shard_sequence
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm.record import count_bytes
+from paradyse_lab.runtime.hf.convert import hf_to_state_dict
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES, run_option
+from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
+from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
+from paradyse_lab.runtime.strategies.offload import Offloader
 
 B, S = 2, 48
 STRATEGIES = tuple(STRATEGY_MODULES)
@@ -179,7 +180,7 @@ of a rank's b = 2 sequences."""
 def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int, group, loss_tile: int = 0,
                  mlp_tile: int = 0, hf: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """Run each plan on `model` (one after another, as training steps) and compare with `ref`; `loss_tile` > 0:
-    with the tiled loss (runtime/tiled_loss.py), which returns no logits; `mlp_tile`: the positions per chunk of
+    with the tiled loss (runtime/model/tiled_loss.py), which returns no logits; `mlp_tile`: the positions per chunk of
     `+tiled` MLPs (0: ALST's rule). The bytes each `+offload` sub-layer moved to host memory and back are the
     cost model's (`check_offloaded`). `hf`: (ids, transformers' logits on them): the steps run on those ids and
     each plan's logits also equal transformers' (fp32, 1e-4)."""
@@ -226,8 +227,8 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
 
 def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, int]:
     """Bytes by op the cost model predicts one rank sends for the vocabulary-parallel embedding, head and loss
-    (paradyse_lab/costmodel/vocab_parallel.py) on B x S / p tokens, `loss_tile` at a time (0: all)."""
-    from paradyse_lab.costmodel.vocab_parallel import vocab_parallel_collectives
+    (paradyse_lab/costmodel/head_loss.py) on B x S / p tokens, `loss_tile` at a time (0: all)."""
+    from paradyse_lab.costmodel.head_loss import vocab_parallel_collectives
 
     tokens = B * S // p
     out: dict[str, int] = {}
@@ -384,7 +385,7 @@ def llama_config(kv_heads: int) -> GPTConfig:
 
 
 def feasible(cfg: GPTConfig, p: int) -> list[str]:
-    """The strategies the catalog's GQA rule allows for `cfg` on p ranks (paradyse_lab/strategies.py)."""
+    """The strategies the catalog's GQA rule allows for `cfg` on p ranks (paradyse_lab/core/strategies.py)."""
     spec = cfg.model_spec("fp32")
     return [name for name in STRATEGIES if get_strategy(name).violation(spec, p, S) is None]
 
@@ -605,7 +606,7 @@ CASES["llama-tiled-offload"] = llama_techniques_case
 
 
 def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: bool = False):
-    """The embedding and head sharded by vocabulary rows (runtime/vocab_parallel.py): GPT-2's tied table of 512
+    """The embedding and head sharded by vocabulary rows (runtime/model/vocab_parallel.py): GPT-2's tied table of 512
     rows or LLaMA's untied 64 (GQA, RMSNorm, SwiGLU, rotary), neither divisible by p = 3 (the last rank's shard is
     padded), under mixed plans of every feasible strategy with recompute, `loss_tile` tokens per rank at a time
     (0: all): loss and every gradient equal the reference's, every sub-layer's bytes the schedules' and the
@@ -614,7 +615,7 @@ def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: b
     and final-norm parameters. `tied`: the LLaMA shares its embedding with the head (Llama-3.2's
     tie_word_embeddings)."""
     def case(rank: int, p: int, group) -> None:
-        from paradyse_lab.costmodel.vocab_parallel import vocab_state_params
+        from paradyse_lab.costmodel.head_loss import vocab_state_params
 
         cfg = dataclasses.replace(llama_config(2), tied=tied) if llama else config(True, layers=MODEL_LAYERS)
         sd, ref = reference(cfg)
@@ -637,14 +638,14 @@ def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: b
 
 def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     """What the vocabulary-parallel loss keeps for the backward is the cost model's count byte for byte
-    (paradyse_lab/costmodel/vocab_parallel.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
+    (paradyse_lab/costmodel/head_loss.py `vocab_loss_kept_bytes`: the norm's input and the fp32 log-sum-exp
     of every gathered row), in bf16, on a vocabulary that p = 3 does not divide; the FLOPs of its forward and
     backward are the cost model's four head GEMMs (`vocab_head_flops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from paradyse_lab.app.measure.profile_memory import KeptRecorder
-    from paradyse_lab.costmodel.vocab_parallel import vocab_head_flops, vocab_loss_kept_bytes
-    from runtime.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
+    from paradyse_lab.costmodel.head_loss import vocab_head_flops, vocab_loss_kept_bytes
+    from paradyse_lab.runtime.model.vocab_parallel import vocab_parallel_loss, vocab_shard_rows
 
     cfg = llama_config(2)
     gen = torch.Generator().manual_seed(rank)
@@ -688,7 +689,7 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
     unpacked schedule's (the documents of received K/V are derived locally, nothing more travels)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import cu_seqlens, pack_sequence
+        from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
 
         pack = pack_sequence(PACKS[0], p)
         seq, cu = pack.padded_len, cu_seqlens(pack)
@@ -729,7 +730,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
     `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
     its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
     def case(rank: int, p: int, group) -> None:
-        from runtime.packed import cu_seqlens, pack_labels, pack_sequence
+        from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
 
         if llama_kv:
             cfg = llama_config(llama_kv)
@@ -836,7 +837,7 @@ def _set_aside(ckpt: str, step: int, root: str, rank: int, p: int, group) -> str
 def _assert_same_checkpoints(a: str, b: str, rank: int) -> set[str]:
     """On rank 0 (the files every rank wrote, read whole by one): the checkpoints at `a` and `b` hold the same
     entries, bit for bit; returns their names (none on the other ranks)."""
-    from runtime.dcp_checkpoint import read_entries
+    from paradyse_lab.runtime.checkpoints.dcp import read_entries
 
     if rank != 0:
         return set()
@@ -872,8 +873,8 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime import checkpoint
-    from simulator import planner
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
+    from paradyse_lab.simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
     common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
@@ -914,7 +915,7 @@ def train_vocab_parallel_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import train
+    from paradyse_lab.runtime.training.loop import train
 
     root = _shared_tmpdir(rank, p, group)
     config = _micro_gpt2_config(root, rank, p, group, 97)
@@ -965,7 +966,7 @@ def _falls_back_together(ckpt: str, step2: str, straight: list[dict], common: di
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime import checkpoint
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     dist.barrier(group=group)  # rank 0 has read the checkpoints it compared
     if rank == p - 1:  # only the last rank's shard of the newest checkpoint is damaged
@@ -992,7 +993,8 @@ def checkpoint_disk_full_case(rank: int, p: int, group) -> None:
     import torch.distributed.checkpoint.filesystem as dcp_files
 
     from paradyse_lab.errors import RunStopped
-    from runtime import checkpoint, dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     root = _shared_tmpdir(rank, p, group)
     cfg = config(layers=MODEL_LAYERS)  # the checkpoint's files are the subject, not the depth
@@ -1080,9 +1082,9 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from paradyse_lab.plan import Plan
-    from runtime.plan_handoff import decide_plan_on_rank0
-    from simulator.policies import StepPlan
+    from paradyse_lab.core.plan import Plan
+    from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
+    from paradyse_lab.simulator.policies import StepPlan
 
     calls: list[int] = []
 
@@ -1103,7 +1105,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 
     calls.clear()
     policy = mock.Mock(decide=disagreeing_solver)
-    with mock.patch("simulator.planner.build_policy", return_value=policy):
+    with mock.patch("paradyse_lab.simulator.planner.build_policy", return_value=policy):
         log = train(TrainOptions(model="gpt2-tiny", dataset="uniform:512:1024", steps=2, max_len=S, progress=False),
                     group)
     assert everyone([r["plan"] for r in log]) == [["TS,ME,UZ,CZ"] * 2] * p
@@ -1155,7 +1157,7 @@ def llama_train_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime import checkpoint
+    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     root = _shared_tmpdir(rank, p, group)
     ckpt = os.path.join(root, "ck")
@@ -1208,7 +1210,7 @@ def profile_distributed_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.measure.profiler import profile, profile_distributed
     from paradyse_lab.cli.profile_command import add_arguments, parse_options
-    from paradyse_lab.profiles import read_profiles
+    from paradyse_lab.costmodel.profiles import read_profiles
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -1272,9 +1274,9 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.measure.calibrate_options import CalibrateOptions, profile_options
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions, execute_policies
     from paradyse_lab.cli.validate_run_command import finish
-    from paradyse_lab.cluster_spec import COLLECTIVES
-    from paradyse_lab.cluster_toml import load_cluster_toml
-    from paradyse_lab.profiles import read_profiles
+    from paradyse_lab.cluster.files import load_cluster_toml
+    from paradyse_lab.cluster.spec import COLLECTIVES
+    from paradyse_lab.costmodel.profiles import read_profiles
 
     root = _shared_tmpdir(rank, p, group)
     model = os.path.join(root, "tiny.json")  # one layer, h = 32: the loop's structure at the least cost

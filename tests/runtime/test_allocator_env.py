@@ -1,5 +1,5 @@
 """`paradyse-lab train` on CUDA sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set an
-allocator configuration (runtime/allocator_env.py); on CPU it leaves the environment alone."""
+allocator configuration (runtime/launch/allocator_env.py); on CPU it leaves the environment alone."""
 
 import os
 from unittest import mock
@@ -7,7 +7,7 @@ from unittest import mock
 import pytest
 
 from paradyse_lab.cli import train_command
-from runtime import allocator_env
+from paradyse_lab.runtime.launch import allocator_env
 
 
 def _train_sees(monkeypatch, on_cuda: bool, preset: dict) -> dict:

@@ -1,4 +1,5 @@
-"""The CUDA attention paths of runtime/attention.py and runtime/flash_kernels.py, exercised on CPU with stand-ins.
+"""The CUDA attention paths of runtime/attention/kernels.py and runtime/attention/flash.py, exercised on CPU with
+stand-ins.
 
 Run: `python -m pytest -q tests/runtime/test_attention_kernels.py`.
 - flash-attn 2.5, 2.6, 2.7 and 2.8: stubs with each release's `_flash_attn_forward` / `_flash_attn_backward`
@@ -19,9 +20,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from runtime import attention, flash_kernels
-from runtime.attention import _math_backward, _math_forward
-from runtime.flash_kernels import FA_BACKWARD_ARGS, FA_FORWARD_ARGS, fa_parameter_names
+from paradyse_lab.runtime.attention import flash as flash_kernels
+from paradyse_lab.runtime.attention import kernels as attention
+from paradyse_lab.runtime.attention.flash import FA_BACKWARD_ARGS, FA_FORWARD_ARGS, fa_parameter_names
+from paradyse_lab.runtime.attention.kernels import _math_backward, _math_forward
 
 B, H, S, D = 2, 3, 8, 4
 SCALE = 0.4

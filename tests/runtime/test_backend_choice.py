@@ -17,9 +17,9 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from runtime import comm
-from runtime.fake_group import FakeGroup
-from runtime.launch import backend_for
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.launch.ranks import backend_for
 
 
 @pytest.mark.parametrize("backend, device, want", [

@@ -1,5 +1,5 @@
 """Every rank's collectives and point-to-point calls of full training steps, replayed through the NCCL-like
-one-stream-per-rank matcher of runtime/comm_replay.py (no processes: each rank is played through a fake
+one-stream-per-rank matcher of runtime/comm/replay.py (no processes: each rank is played through a fake
 process group), and the matcher's own bite: planted ring bugs are caught.
 
 Run: `python -m pytest -q tests/runtime/test_comm_replay.py`. Forward and backward of a 4-layer GPT-2
@@ -12,15 +12,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.strategies import StrategyOption
-from runtime import comm, comm_p2p, comm_record, ring_attention
-from runtime.comm_replay import ReplayError, record_ranks, replay
-from runtime.layout import shard_sequence
-from runtime.model import STRATEGY_MODULES, ParallelGPT
-from runtime.reference import GPTConfig, init_state_dict
-from runtime.sublayer import make_ctx, run_sublayer
-from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.attention import ring as ring_attention
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.comm import p2p as comm_p2p
+from paradyse_lab.runtime.comm import record as comm_record
+from paradyse_lab.runtime.comm.replay import ReplayError, record_ranks, replay
+from paradyse_lab.runtime.model.layout import shard_sequence
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES, ParallelGPT
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
 S = 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True)
@@ -134,7 +137,7 @@ def test_matcher_catches_a_rank_that_turns_the_ring_the_other_way(monkeypatch):
 
 def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype, cfg=CFG, state=STATE) -> dict[str, int]:
     """Bytes rank 0 of p sends for one sub-layer (forward + backward), played through a fake group."""
-    from runtime.fake_group import FakeGroup
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     prefix = "layers.1." + ("attn." if kind == "attention" else "mlp.")
     full = {n.rpartition(".")[2]: v for n, v in state.items() if n.startswith(prefix)}
@@ -151,7 +154,7 @@ def _sublayer_bytes(strategy: str, kind: str, recompute: bool, p: int, dtype, cf
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("p", [2, 8])
 def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype, cfg=CFG, state=STATE):
-    from paradyse_lab.strategies import get_strategy
+    from paradyse_lab.core.strategies import get_strategy
 
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     spec = cfg.model_spec(dtype)
@@ -170,7 +173,7 @@ def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype, cfg=CFG, state=S
 LLAMA = GPTConfig(vocab_size=128, max_positions=0, hidden=64, heads=8, layers=2, ffn_hidden=128, kv_heads=2,
                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
 """LLaMA-shaped with 2 K/V heads: every strategy at p = 2; at p = 8 the ring, and Ulysses replicating each
-K/V head 4 times (the GQA rule in paradyse_lab/strategies.py)."""
+K/V head 4 times (the GQA rule in paradyse_lab/core/strategies.py)."""
 
 
 @pytest.mark.parametrize("p, plan", [

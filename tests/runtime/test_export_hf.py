@@ -17,9 +17,9 @@ from torch.testing import assert_close
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
-from runtime.dcp_checkpoint import config_of, read_full
-from runtime.reference import GPTConfig, ReferenceGPT
-from runtime.step_inputs import markov_tokens
+from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
+from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 """transformers itself (~2.5 CPU s to import) is imported by the tests, not while the file is collected: every

@@ -1,5 +1,6 @@
 """Grouped steps at a world of 8 without a process group: every rank played in this process through
-`runtime.fake_group.FakeGroup` meshes (shapes exact, nothing sent, every byte counted), for one group of 8, 2x4,
+`paradyse_lab.runtime.comm.fake_group.FakeGroup` meshes (shapes exact, nothing sent, every byte counted), for one group
+of 8, 2x4,
 4x2, 8x1 and the mixed (4, 2, 1, 1) and (1, 1, 2, 4), and a model with 2 K/V heads (contiguous shards gathered
 from the whole world) at 4x2 and (4, 2, 1, 1): each rank's state collectives send the bytes of
 paradyse_lab/costmodel/grouped_states.py, every sub-layer those of the analytic schedule at its group's size, and
@@ -13,15 +14,15 @@ from functools import partial
 import pytest
 import torch
 
+from paradyse_lab.core.plan import Plan
+from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
 from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.plan import Plan
-from paradyse_lab.step_groups import GroupedStep, StepGroup
-from runtime import ParallelGPT, shard_sequence
-from runtime.comm_record import count_bytes
-from runtime.fake_group import FakeGroup
-from runtime.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
-from runtime.reference import GPTConfig
+from paradyse_lab.runtime import ParallelGPT, shard_sequence
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.comm.record import count_bytes
+from paradyse_lab.runtime.model.reference import GPTConfig
+from paradyse_lab.runtime.training.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
 
 WORLD, B, S = 8, 1, 32
 CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=2, causal=True)
@@ -126,7 +127,7 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path
     from profiler_peak import peak_above_start
 
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
-    from runtime.grouped import group_view, reduce_step_grads
+    from paradyse_lab.runtime.training.grouped import group_view, reduce_step_grads
 
     step, spec = _step(sizes, PLAN), CFG.model_spec(dtype)
     ids = torch.randint(0, CFG.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))

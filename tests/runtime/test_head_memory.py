@@ -1,7 +1,7 @@
 """The head and loss's working memory, measured by torch's own profiler (allocator events, CPU), against the
 cost model's count: the whole head's kept and transient [t, V] buffers (paradyse_lab/costmodel/analytic.py
 `fixed`), the tiled loss's (paradyse_lab/costmodel/head_loss.py) and one rank's vocabulary-parallel loss's
-(paradyse_lab/costmodel/vocab_parallel.py), in fp32 and bf16; tests/gpu checks bf16
+(paradyse_lab/costmodel/head_loss.py), in fp32 and bf16; tests/gpu checks bf16
 with CUDA's allocator (the same `head_case`).
 """
 

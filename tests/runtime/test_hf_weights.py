@@ -1,4 +1,4 @@
-"""Hugging Face folders in (`train --init-from`, runtime/hf_weights.py) on one process: every rank's slices
+"""Hugging Face folders in (`train --init-from`, runtime/hf/weights.py) on one process: every rank's slices
 equal the layout's shard of the full conversion, the model gives transformers' logits, and bad folders are
 one-line errors. The first training step's loss against transformers': test_export_hf.py (GPT-2, one process)
 and weights_cases.py (LLaMA, two ranks)."""
@@ -13,11 +13,11 @@ from hf_folders import build, save
 from torch.testing import assert_close
 
 from paradyse_lab.errors import UserInputError
-from runtime.hf_convert import hf_to_state_dict
-from runtime.hf_weights import model_source, read_rank_state_dict
-from runtime.model import ParallelGPT
-from runtime.reference import GPTConfig, GPTParams
-from runtime.weight_shards import shard_state_dict
+from paradyse_lab.runtime.hf.convert import hf_to_state_dict
+from paradyse_lab.runtime.hf.weights import model_source, read_rank_state_dict
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
+from paradyse_lab.runtime.model.weight_shards import shard_state_dict
 
 
 @pytest.fixture(autouse=True, scope="module")

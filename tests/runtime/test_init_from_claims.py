@@ -14,7 +14,7 @@ from hf_folders import build, save
 
 from paradyse_lab.cli import main
 from paradyse_lab.errors import UserInputError
-from runtime.model import ParallelGPT
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
 
 @pytest.fixture(autouse=True, scope="module")

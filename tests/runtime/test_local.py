@@ -10,13 +10,19 @@ import torch
 from torch.testing import assert_close
 
 from paradyse_lab.errors import UserInputError
-from runtime import GPTConfig, ParallelGPT, ReferenceGPT
-from runtime.attention import _math_forward, attention_backward, attention_forward, merge_partials
-from runtime.flat_shards import pack_gathered, pack_shard, unpack_gathered
-from runtime.layout import check_length, gathered_positions, layout_unit, local_positions, natural_order
-from runtime.reference import init_state_dict
-from runtime.sublayer import Impl
-from runtime.weight_shards import shard_state_dict, shard_sublayer, unshard_sublayer
+from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+from paradyse_lab.runtime.attention.kernels import _math_forward, attention_backward, attention_forward, merge_partials
+from paradyse_lab.runtime.model.layout import (
+    check_length,
+    gathered_positions,
+    layout_unit,
+    local_positions,
+    natural_order,
+)
+from paradyse_lab.runtime.model.reference import init_state_dict
+from paradyse_lab.runtime.model.sublayer import Impl
+from paradyse_lab.runtime.model.weight_shards import shard_state_dict, shard_sublayer, unshard_sublayer
+from paradyse_lab.runtime.strategies.flat_shards import pack_gathered, pack_shard, unpack_gathered
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -64,7 +70,7 @@ def test_weight_shards_round_trip(kind, p):
 def test_llama_weight_shards_round_trip(p, kv_heads):
     """GQA attention (q | k | v rows, K/V heads split by rows when kv_heads < p) and SwiGLU (gate | up) without
     biases: shards round-trip, and a ZeRO-3 gather read by `split_sections` is the natural q, k, v / gate, up."""
-    from runtime.flat_shards import split_sections
+    from paradyse_lab.runtime.strategies.flat_shards import split_sections
 
     h, d, f = 144, 12, 96
     kv = kv_heads * d
@@ -138,8 +144,9 @@ def test_single_process_model_matches_reference_and_state_dict_shards():
 
 
 def test_one_rank_runs_any_length_under_every_strategy():
-    """The layout unit at p = 1 is 1 (paradyse_lab.strategies.layout_unit): an odd length runs, ring ones included."""
-    from paradyse_lab.strategies import USABLE
+    """The layout unit at p = 1 is 1 (paradyse_lab.core.strategies.layout_unit): an odd length runs, ring ones
+    included."""
+    from paradyse_lab.core.strategies import USABLE
 
     model, ref, _ = _single_process_pair(5)
     ids = torch.randint(0, 64, (1, 13))
@@ -147,8 +154,8 @@ def test_one_rank_runs_any_length_under_every_strategy():
 
 
 def test_runtime_modules_are_the_usable_catalog_entries():
-    from paradyse_lab.strategies import CATALOG, USABLE
-    from runtime.model import STRATEGY_MODULES
+    from paradyse_lab.core.strategies import CATALOG, USABLE
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 
     assert tuple(STRATEGY_MODULES) == USABLE
     for name, module in STRATEGY_MODULES.items():
@@ -180,17 +187,18 @@ def test_train_command_reports_bad_input_without_a_traceback(capsys):
 
 
 def test_running_the_training_library_module_refuses_and_names_the_command(monkeypatch, capsys):
-    """`python -m runtime.train` used to be the command; run directly it must not exit 0 having done nothing
+    """`python -m paradyse_lab.runtime.training.loop` used to be the command; run directly it must not exit 0 having
+    done nothing
     (paradyse_lab/app/measure/profiler.py and calibrate.py end with the same block). Run in this process as
     `python -m` runs it (runpy, as `__main__`): the block is the module's, not the interpreter's."""
     import runpy
     import sys
     import warnings
 
-    monkeypatch.setattr(sys, "argv", ["runtime.train", "--steps", "1"])
+    monkeypatch.setattr(sys, "argv", ["paradyse_lab.runtime.training.loop", "--steps", "1"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
-        warnings.simplefilter("ignore", RuntimeWarning)  # runtime.train is imported already: runpy says so
-        runpy.run_module("runtime.train", run_name="__main__")
+        warnings.simplefilter("ignore", RuntimeWarning)  # imported already: runpy says so
+        runpy.run_module("paradyse_lab.runtime.training.loop", run_name="__main__")
     assert done.value.code == 2
     assert "paradyse-lab train" in capsys.readouterr().err
 
@@ -202,7 +210,7 @@ def test_config_json_builds_the_model_from_hf_builds(tmp_path):
     import dataclasses
     import json
 
-    from paradyse_lab.model_spec import load_hf_config
+    from paradyse_lab.core.model_spec import load_hf_config
 
     cfg = {"model_type": "qwen2", "hidden_size": 96, "num_attention_heads": 8, "num_key_value_heads": 2,
            "num_hidden_layers": 2, "intermediate_size": 192, "vocab_size": 100, "max_position_embeddings": 64,

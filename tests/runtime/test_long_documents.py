@@ -8,7 +8,7 @@ import pytest
 from micro_gpt import one_thread, write_micro  # noqa: F401 - one_thread: an autouse fixture
 
 from paradyse_lab.cli import main
-from paradyse_lab.long_documents import handle, split
+from paradyse_lab.workload.long_documents import handle, split
 
 
 @pytest.fixture

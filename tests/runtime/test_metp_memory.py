@@ -1,6 +1,7 @@
 """The plain (untiled) metp MLP's working memory in bf16 on one process: nothing of the tiled MLP's chunk sums.
 
-The tiled MLP (runtime/tiled_mlp.py) sums each chunk's weight gradients in fp32 (`sublayer.grad_accumulator`) and
+The tiled MLP (runtime/strategies/tiled_mlp.py) sums each chunk's weight gradients in fp32
+(`sublayer.grad_accumulator`) and
 makes its output before the chunks; paradyse_lab/costmodel/techniques.py `tiled_mlp_work` counts those fp32 sums.
 The plain sub-layer runs every position at once: one GEMM per weight gradient, nothing to sum, and its transient
 (costmodel/strategy_work.py `_metp`) counts no fp32 sums. When the plain metp MLP went through the tiled code with one
@@ -14,12 +15,12 @@ from profiler_peak import peak_above_start
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from runtime import metp
-from runtime.fake_group import FakeGroup
-from runtime.reference import GPTConfig, init_state_dict
-from runtime.sublayer import make_ctx, run_sublayer
-from runtime.tiled_mlp import run_tiled_mlp
-from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.strategies import metp
+from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
 T, H, F = 64, 64, 256
 """t h < f h: no activation-sized fp32 tensor (the RMSNorm's) is as large as a weight gradient."""

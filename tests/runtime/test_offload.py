@@ -1,4 +1,5 @@
-"""Activation offload's mechanics on one process (runtime/offload.py): a storage saved twice moves once, views of
+"""Activation offload's mechanics on one process (runtime/strategies/offload.py): a storage saved twice moves once,
+views of
 it come back as the same views, nothing saved stays in the device's hands between forward and backward, and the
 offloader lets go of both copies once the backward has them. Exactness under every strategy at p = 1..4 and the
 bytes against the cost model: tests/runtime/runtime_cases.py (`*offload*`)."""
@@ -7,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
-from runtime.offload import Offloader
+from paradyse_lab.runtime.strategies.offload import Offloader
 
 
 class _SavesTwice(torch.autograd.Function):

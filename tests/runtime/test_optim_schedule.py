@@ -6,7 +6,7 @@ import pytest
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.errors import UserInputError
-from runtime.optim_schedule import check_optimisation_options, lr_factor, micro_weights
+from paradyse_lab.runtime.training.optim_schedule import check_optimisation_options, lr_factor, micro_weights
 
 
 def test_warmup_then_each_schedule():

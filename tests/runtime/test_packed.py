@@ -12,10 +12,10 @@ import torch
 from torch.testing import assert_close
 
 from paradyse_lab.errors import UserInputError
-from runtime import attention
-from runtime.attention import attention_backward, attention_forward, merge_partials
-from runtime.layout import layout_documents, layout_unit, local_positions
-from runtime.packed import (
+from paradyse_lab.runtime.attention import kernels as attention
+from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials
+from paradyse_lab.runtime.model.layout import layout_documents, layout_unit, local_positions
+from paradyse_lab.runtime.model.packed import (
     IGNORE,
     block_diagonal_mask,
     check_cu_seqlens,
@@ -27,7 +27,7 @@ from runtime.packed import (
     pack_sequence,
     rank_attention_pairs,
 )
-from runtime.reference import GPTConfig, ReferenceGPT, init_state_dict
+from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -157,7 +157,7 @@ def test_reference_pack_equals_each_document_alone(causal):
 def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
     """A pack of single-token documents has no next-token target (every label -100): the reference and the
     runtime's model both give loss 0 (the labelled count clamped to 1), not NaN, and zero gradients."""
-    from runtime.model import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     cfg = GPTConfig(vocab_size=64, max_positions=8, hidden=24, heads=4, layers=1)
     sd = init_state_dict(cfg, 3)

@@ -1,13 +1,13 @@
-"""The plan reaches the runtime as a `paradyse_lab.plan.Plan` (one process, no group)."""
+"""The plan reaches the runtime as a `paradyse_lab.core.plan.Plan` (one process, no group)."""
 
 from types import SimpleNamespace
 
 import pytest
 
+from paradyse_lab.core.plan import Plan
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.plan import Plan
-from runtime.model import as_plan
-from runtime.plan_handoff import decide_plan_on_rank0
+from paradyse_lab.runtime.model.parallel_gpt import as_plan
+from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
 
 
 def test_the_training_loop_refuses_a_plan_of_names():
@@ -35,13 +35,13 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     import torch
 
     from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.workloads import Workload
-    from runtime.reference import GPTConfig
-    from runtime.step_inputs import StepInputs
-    from simulator.engine import simulate
-    from simulator.planner import build_planner
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.runtime.model.reference import GPTConfig
+    from paradyse_lab.runtime.training.step_inputs import StepInputs
+    from paradyse_lab.simulator.engine import simulate
+    from paradyse_lab.simulator.planner import build_planner
+    from paradyse_lab.workload.lengths import Workload
 
     path = tmp_path / "lengths.txt"
     path.write_text("9\n16\n21\n")

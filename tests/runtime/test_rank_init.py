@@ -1,5 +1,6 @@
 """Initialisation without full replicas: `ParallelGPT` is built on the meta device and each rank materialises only
-its shards (runtime/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full initialisation;
+its shards (runtime/model/weight_shards.py `init_rank_state_dict`), with the same values as sharding the full
+initialisation;
 the full tensors of at most one sub-layer are alive at a time."""
 
 import gc
@@ -8,9 +9,9 @@ from unittest import mock
 
 import torch
 
-from runtime import reference, weight_shards
-from runtime.model import ParallelGPT
-from runtime.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model import reference, weight_shards
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
 
 CFG = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=6, layers=3, kv_heads=3, norm="rmsnorm",
                 ffn_kind="swiglu", bias=False, rope_theta=1e4, tied=False)
@@ -41,7 +42,7 @@ def test_at_most_one_sublayer_is_held_whole():
             most[0] = max(most[0], sum(n for ref, n in alive if ref() is not None))
             yield key, value
 
-    with mock.patch.object(reference, "init_tensors", watched):
+    with mock.patch.object(weight_shards, "init_tensors", watched):  # the name weight_shards imported
         weight_shards.init_rank_state_dict(CFG, 5, 1, 3)
     largest = max(sum(v.numel() * 4 for k, v in init_state_dict(CFG, 5).items() if k.startswith(f"layers.0.{s}."))
                   for s in ("attn", "mlp"))

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_an_os_error_in_one_rank_is_one_line_naming_it(tmp_path, capfd):
     from paradyse_lab.errors import UserInputError
-    from runtime.launcher import launch
+    from paradyse_lab.runtime.launch.local import launch
 
     with pytest.raises(UserInputError) as caught:
         launch(rank_output_cases.os_error_rank, 2, (str(tmp_path),))

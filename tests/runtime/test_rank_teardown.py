@@ -1,5 +1,5 @@
 """A finished rank ends in one order: its work, a barrier, the process group destroyed, then its process ends
-with no thread of ours left (runtime/launch.py `leave_process_group`, runtime/launcher.py `end_process`).
+with no thread of ours left (runtime/launch/ranks.py `leave_process_group`, runtime/launch/local.py `end_process`).
 
 Two gloo ranks through the launcher (tests/runtime/launcher_cases.py `teardown_rank`); the repeated launch of a
 real run is tests/runtime/repeat_train_launch.py."""
@@ -13,8 +13,8 @@ import pytest
 
 
 def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_no_thread(tmp_path, monkeypatch):
-    from runtime.launch import rendezvous_store
-    from runtime.launcher import launch
+    from paradyse_lab.runtime.launch.local import launch
+    from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
     store = rendezvous_store()  # the ranks meet at it, as a launcher's do
@@ -33,7 +33,7 @@ def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatc
     buffered output is flushed, and no interpreter finalization runs (an `atexit` handler it registered never
     runs; a spawned process that returns runs it, and with it the C++ teardown that aborted finished ranks)."""
     from paradyse_lab.errors import UserInputError
-    from runtime.launcher import launch
+    from paradyse_lab.runtime.launch.local import launch
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
     if how == "refuse":
@@ -49,23 +49,23 @@ def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatc
 def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeypatch):
     """`paradyse-lab COMMAND` in a process that joined a process group (a torchrun rank; calibrate, validate-run
     or profile --mode distributed at one rank in its own process) ends with its exit code through
-    runtime/launcher.py `end_process`, as a spawned rank does, not through the interpreter's teardown; a process
+    runtime/launch/local.py `end_process`, as a spawned rank does, not through the interpreter's teardown; a process
     that joined none just returns its code. (The command's argv from sys.argv: the console script's call.)"""
     import gc
     import sys
 
-    import runtime.launch
-    import runtime.launcher
+    import paradyse_lab.runtime.launch.local
+    import paradyse_lab.runtime.launch.ranks
     from paradyse_lab.cli import main
 
     ended: list[int] = []
     monkeypatch.setattr(gc, "freeze", lambda: None)  # main() as a process freezes before it returns: not pytest's
-    monkeypatch.setattr(runtime.launch, "_joined_group", [])
-    monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "_joined_group", [])
+    monkeypatch.setattr(paradyse_lab.runtime.launch.local, "end_process", ended.append)
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "catalog", "strategies", "--format", "json"])
     assert main() == 0 and ended == []
-    runtime.launch.launch(lambda group=None: None, 1)  # a one-rank gloo group in this process, left
-    assert runtime.launch.joined_a_process_group()
+    paradyse_lab.runtime.launch.ranks.launch(lambda group=None: None, 1)  # a one-rank gloo group in this process, left
+    assert paradyse_lab.runtime.launch.ranks.joined_a_process_group()
     assert main() == 0 and ended == [0]
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
     assert main() == 2 and ended == [0, 2]

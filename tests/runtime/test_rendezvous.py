@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from runtime.launch import launch, rendezvous_store
+from paradyse_lab.runtime.launch.ranks import launch, rendezvous_store
 
 
 def test_the_rendezvous_port_stays_taken_while_the_ranks_meet():

@@ -130,7 +130,7 @@ def test_export_hf_carries_the_source_config_and_tokenizer_with_the_umasks_modes
     """A model given as a Hugging Face config.json exports with that config's fields (max_position_embeddings
     1024, not 131072; BOS and EOS ids kept), the source folder's tokenizer files, and every file's mode as the
     umask makes it (before: model.safetensors 0600 whatever the umask)."""
-    from runtime.hf_export import export_hf
+    from paradyse_lab.runtime.hf.export import export_hf
 
     ck = _llama_checkpoint(tmp_path, base)
     old = os.umask(umask)

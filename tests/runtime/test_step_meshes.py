@@ -1,4 +1,5 @@
-"""`StepMeshes.shared` (runtime/grouped.py): the step meshes of a process's world are made once per world, and a
+"""`StepMeshes.shared` (runtime/training/grouped.py): the step meshes of a process's world are made once per world, and
+a
 new world (a process group destroyed and started again) gets its own. The four-rank check that `train` runs make
 them at most once: tests/runtime/grouped_cases.py `train_global_batch_case`.
 
@@ -12,7 +13,7 @@ import os
 import torch.distributed as dist
 from dist_harness import free_port
 
-from runtime.grouped import StepMeshes
+from paradyse_lab.runtime.training.grouped import StepMeshes
 
 
 def _start_world() -> None:
@@ -42,8 +43,8 @@ def test_leaving_the_world_drops_the_shared_meshes_and_the_group(monkeypatch):
     import gc
     import weakref
 
-    from runtime import grouped
-    from runtime.launch import leave_process_group
+    from paradyse_lab.runtime.launch.ranks import leave_process_group
+    from paradyse_lab.runtime.training import grouped
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "0")

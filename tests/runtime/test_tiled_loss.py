@@ -1,4 +1,4 @@
-"""The tiled loss (runtime/tiled_loss.py) on one process: what it keeps for the backward is the cost model's count
+"""The tiled loss (runtime/model/tiled_loss.py) on one process: what it keeps for the backward is the cost model's count
 byte for byte (paradyse_lab/costmodel/head_loss.py), and its loss and gradients equal the whole head's in bf16
 too. Exactness at p = 1..4 under every strategy: runtime_cases.py `tiled-loss-*`."""
 
@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel.head_loss import loss_tile_tokens, tiled_loss_kept_bytes
-from paradyse_lab.model_spec import ModelSpec
-from runtime.reference import norm
-from runtime.tiled_loss import tiled_head_loss
+from paradyse_lab.runtime.model.reference import norm
+from paradyse_lab.runtime.model.tiled_loss import tiled_head_loss
 
 SPEC = ModelSpec(name="head-test", hidden=32, heads=4, layers=1, ffn_hidden=64, vocab_size=96, max_positions=0,
                  dtype="bf16", norm="rmsnorm", ffn_kind="swiglu", bias=False, tied=False)

@@ -1,4 +1,4 @@
-"""The tiled MLP on one process in bf16 (runtime/tiled_mlp.py): 16 chunks of a SwiGLU MLP give the output and
+"""The tiled MLP on one process in bf16 (runtime/strategies/tiled_mlp.py): 16 chunks of a SwiGLU MLP give the output and
 gradients of the fp32 reference within bf16's tolerance under every strategy's implementation, its weight
 gradients summed over the chunks in fp32 (one rounding, not one per chunk). Exactness in fp32 at p = 1..4 and
 the bytes against the cost model: tests/runtime/runtime_cases.py (`*tiled*`)."""
@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from runtime.fake_group import FakeGroup
-from runtime.model import STRATEGY_MODULES
-from runtime.reference import GPTConfig, init_state_dict, reference_sublayer
-from runtime.sublayer import make_ctx
-from runtime.tiled_mlp import run_tiled_mlp
-from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict, reference_sublayer
+from paradyse_lab.runtime.model.sublayer import make_ctx
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
+from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
 CFG = GPTConfig(vocab_size=64, max_positions=256, hidden=64, heads=4, layers=2, ffn_hidden=128, kv_heads=2,
                 norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)

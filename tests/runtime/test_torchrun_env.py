@@ -1,9 +1,10 @@
-"""torchrun's environment read by `runtime.launch.torchrun_rank`: what a real launch sets is accepted."""
+"""torchrun's environment read by `paradyse_lab.runtime.launch.ranks.torchrun_rank`: what a real launch sets is
+accepted."""
 
 import pytest
 
 from paradyse_lab.errors import UserInputError
-from runtime.launch import torchrun_rank
+from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
 BASE = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 

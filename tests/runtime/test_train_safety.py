@@ -1,4 +1,5 @@
-"""runtime.train never loses or corrupts a run silently: each step trains its own documents, resume takes
+"""paradyse_lab.runtime.training.loop never loses or corrupts a run silently: each step trains its own documents,
+resume takes
 the newest checkpoint that verifies, a non-finite loss stops the run, the log is written per step, changed
 settings are refused on resume, and `--nproc` ranks report errors once and stop with their launcher."""
 
@@ -19,7 +20,7 @@ import torch
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.errors import RunStopped, UserInputError
-from runtime.model import ParallelGPT
+from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
@@ -80,7 +81,7 @@ def test_jsonl_steps_train_exactly_their_own_documents(tmp_path, seen):
 def test_packed_jsonl_steps_train_their_documents_concatenated(tmp_path, seen):
     """--pack-tokens with a token file: a step's ids are its documents (cut to --max-len) end to end in the
     packer's order (one rank: no padding); no label crosses a document boundary or lies on padding."""
-    from paradyse_lab.packing import pack_document_indices
+    from paradyse_lab.workload.packing import pack_document_indices
 
     docs = [[(5 * i + j) % 90 + 1 for j in range(n)] for i, n in enumerate((30, 7, 1, 50, 12, 19))]
     path = tmp_path / "tokens.jsonl"
@@ -105,10 +106,10 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
     not as one sequence of the padded pack's length (one rank: layout unit 1)."""
     from unittest import mock
 
+    from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
-    from paradyse_lab.packing import pack_document_indices
-    from paradyse_lab.plan import Plan
-    from simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepPlan
+    from paradyse_lab.workload.packing import pack_document_indices
 
     lengths = (5, 9, 3, 14, 1, 7)
     path = tmp_path / "lengths.txt"
@@ -119,7 +120,7 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
         asked.append(step)
         return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
-    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("paradyse_lab.simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "pack_tokens": 16, "steps": 3}))
     ordered = sorted(lengths)  # a file's lengths in the workload's order
     want = [PackedStep(tuple(ordered[i] for i in step), 1) for step in pack_document_indices(ordered, 16)]
@@ -131,9 +132,9 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
     does, instead of flattening and training one document per step."""
     from unittest import mock
 
+    from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
-    from paradyse_lab.plan import Plan
-    from simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepPlan
 
     path = tmp_path / "packed.txt"
     path.write_text("5 9 1\n14\n7 3\n")
@@ -143,7 +144,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
         asked.append(step)
         return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
-    with mock.patch("simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
+    with mock.patch("paradyse_lab.simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         log = train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 4}))
     assert asked == [PackedStep(d, 1) for d in ((5, 9, 1), (14,), (7, 3), (5, 9, 1))]
     assert [r["docs"] for r in log] == [3, 1, 2, 3] and [r["seq_len"] for r in log] == [15, 14, 10, 15]
@@ -153,7 +154,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
 
 def _held_out_packs(monkeypatch) -> list[tuple[int, ...]]:
     """Per held-out step an evaluation runs, the documents (indices) of its pack."""
-    from runtime.step_inputs import StepInputs
+    from paradyse_lab.runtime.training.step_inputs import StepInputs
 
     real, evaluated = StepInputs.batch, []
 
@@ -301,13 +302,14 @@ def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypat
     the heuristic's: cheap) and still refuses an unknown solver name when it is built."""
     from dataclasses import replace
 
-    import solvers.registry
+    import paradyse_lab.solvers.registry
     from paradyse_lab.app.training import plan_policy, preflight
-    from paradyse_lab.model_spec import get_model
-    from simulator.policies import DynamicPolicy
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.simulator.policies import DynamicPolicy
 
-    built, get_solver = [], solvers.registry.get_solver
-    monkeypatch.setattr(solvers.registry, "get_solver", lambda name, **kw: built.append(name) or get_solver(name, **kw))
+    built, get_solver = [], paradyse_lab.solvers.registry.get_solver
+    monkeypatch.setattr(paradyse_lab.solvers.registry, "get_solver",
+                        lambda name, **kw: built.append(name) or get_solver(name, **kw))
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1)
     assert opts.policy == "dynamic:dp"
     preflight(opts, 2)
@@ -330,11 +332,12 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
-    """The launcher of `train --nproc 2` (runtime/launcher.py `launch`, what paradyse_lab/cli/train_command.py
+    """The launcher of `train --nproc 2` (runtime/launch/local.py `launch`, what paradyse_lab/cli/train_command.py
     calls) killed while its two ranks train on: the ranks end too. The launcher process runs `launch` alone (the
     command's option checks before it would only add torch and the planner to its start-up; that `train --nproc`
     goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
-    script = "import launcher_cases; from runtime.launcher import launch; launch(launcher_cases.sleepy_rank, 2)"
+    script = ("import launcher_cases; from paradyse_lab.runtime.launch.local import launch; "
+              "launch(launcher_cases.sleepy_rank, 2)")
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
     launcher = subprocess.Popen([sys.executable, "-c", script], env=env)
@@ -376,7 +379,7 @@ def test_diverged_weights_are_never_checkpointed(tmp_path, monkeypatch):
         _run(tmp_path, steps=6, checkpoint_every=1)
     ck = tmp_path / "ck"
     assert (ck / "latest").read_text().strip() == "step-000002" and not (ck / "step-000003").exists()
-    from runtime.dcp_checkpoint import read_full
+    from paradyse_lab.runtime.checkpoints.dcp import read_full
 
     weights, _ = read_full(ck / "step-000002")
     assert all(torch.isfinite(v).all() for v in weights.values())
@@ -389,7 +392,7 @@ def test_the_launcher_reports_the_rank_that_failed_not_its_peers_echo(capfd):
 
     import launcher_cases
 
-    from runtime.launcher import launch
+    from paradyse_lab.runtime.launch.local import launch
 
     with socket.socket() as sock:  # the ranks' own connection, not a process group: rank 0 listens on it
         sock.bind(("127.0.0.1", 0))
@@ -435,7 +438,7 @@ def test_max_len_1_from_the_command_line_is_one_line_and_exit_2(capsys):
 HOLD_LOCK = """
 import fcntl, os, socket, sys
 os.makedirs(sys.argv[1], exist_ok=True)
-with open(os.path.join(sys.argv[1], ".lock"), "a+") as f:  # the protocol of runtime/checkpoint.py folder_lock
+with open(os.path.join(sys.argv[1], ".lock"), "a+") as f:  # the protocol of runtime/checkpoints/folder.py folder_lock
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     f.truncate(0)
     f.write(f"pid {os.getpid()} on {socket.gethostname()}\\n")
@@ -504,8 +507,8 @@ def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
     the closed connection."""
     import launcher_cases
 
-    from runtime.launch import rendezvous_store
-    from runtime.launcher import launch
+    from paradyse_lab.runtime.launch.local import launch
+    from paradyse_lab.runtime.launch.ranks import rendezvous_store
 
     store = rendezvous_store()  # the ranks meet at it, as a launcher's do
     port = store.port
@@ -520,7 +523,7 @@ def test_finiteness_check_reads_the_device_once_not_per_parameter():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from runtime.step_health import finite_on_every_rank
+    from paradyse_lab.runtime.training.step_health import finite_on_every_rank
 
     class HostReads(TorchDispatchMode):
         count = 0
@@ -543,7 +546,7 @@ def test_markov_tokens_walk_the_same_chain_on_host_ints():
     on host ints (a per-token tensor loop took seconds per 131K-token step): the same ids as that loop."""
     import torch
 
-    from runtime.step_inputs import markov_tokens
+    from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
     got = markov_tokens(3, 5, 2, 300, 97)
     table = torch.randint(0, 97, (97, 4), generator=torch.Generator().manual_seed(3 + 12345))
@@ -569,14 +572,15 @@ def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_
 
 
 def test_the_runtime_loop_takes_a_plain_options_object():
-    """runtime.train.train reads the run's settings as attributes: a `SimpleNamespace` of the application's
+    """paradyse_lab.runtime.training.loop.train reads the run's settings as attributes: a `SimpleNamespace` of the
+    application's
     `TrainOptions` trains the same steps to the same losses as the dataclass itself."""
     from dataclasses import asdict
     from functools import partial
     from types import SimpleNamespace
 
     from paradyse_lab.app.training import plan_policy
-    from runtime.train import train as run_training
+    from paradyse_lab.runtime.training.loop import train as run_training
 
     opts = TrainOptions(**BASE, steps=2)
     plain = SimpleNamespace(**asdict(opts))
@@ -586,13 +590,13 @@ def test_the_runtime_loop_takes_a_plain_options_object():
 
 
 def test_a_checkpoint_without_a_newer_setting_was_written_with_its_default():
-    """The settings older checkpoints do not record (runtime/dcp_checkpoint.py `OPTIONAL_SETTINGS`) are compared
+    """The settings older checkpoints do not record (runtime/checkpoints/dcp.py `OPTIONAL_SETTINGS`) are compared
     with the values those runs had: today's `TrainOptions` defaults, so a run at the defaults resumes them; but
     long documents, which those runs cut while today's default chunks them (other steps: such a checkpoint resumes
     with --long-documents cut)."""
     from dataclasses import fields
 
-    from runtime.dcp_checkpoint import OPTIONAL_SETTINGS
+    from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
 
     defaults = {f.name: f.default for f in fields(TrainOptions)} | {"long_documents": "cut"}
     assert OPTIONAL_SETTINGS == {key: defaults[key] for key in OPTIONAL_SETTINGS}

@@ -1,4 +1,4 @@
-"""Varlen attention (runtime/varlen.py) on CPU: the exact per-document kernel against the masked reference,
+"""Varlen attention (runtime/attention/varlen.py) on CPU: the exact per-document kernel against the masked reference,
 flash-attn's varlen functions through stand-ins with each release's calling convention (2.5, 2.6, 2.7, 2.8:
 flash_attn/flash_attn_interface.py `_flash_attn_varlen_forward` / `_backward`, computing with the math
 kernel), PyTorch's flash kernel with cumulative lengths through a stand-in of the aten ops, and the CUDA
@@ -16,17 +16,19 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from runtime import attention, flash_kernels, varlen
-from runtime.attention import (
+from paradyse_lab.runtime.attention import flash as flash_kernels
+from paradyse_lab.runtime.attention import kernels as attention
+from paradyse_lab.runtime.attention import varlen
+from paradyse_lab.runtime.attention.gathered import gathered_attention_backward, gathered_attention_forward
+from paradyse_lab.runtime.attention.kernels import (
     _math_backward,
     _math_forward,
     attention_backward,
     attention_forward,
     merge_partials,
 )
-from runtime.gathered_attention import gathered_attention_backward, gathered_attention_forward
-from runtime.packed import block_diagonal_mask, document_mask
-from runtime.varlen import varlen_backward, varlen_forward
+from paradyse_lab.runtime.attention.varlen import varlen_backward, varlen_forward
+from paradyse_lab.runtime.model.packed import block_diagonal_mask, document_mask
 
 SCALE = 0.35
 
@@ -236,7 +238,7 @@ def test_parameter_names_fall_back_to_the_varlen_release_table():
 
 def _gathered_pack(causal, dtype=torch.float32, device="cpu", s=16):
     """A pack of 4 documents in rank-major gathered order for p = 2: q, k, v, dout, order, cu_seqlens."""
-    from runtime.layout import natural_order
+    from paradyse_lab.runtime.model.layout import natural_order
 
     gen = torch.Generator().manual_seed(3)
     heads, kv, d = 4, 2, 4
@@ -344,8 +346,8 @@ def test_ring_blocks_of_a_pack_under_fake_cuda_tensors_run_the_varlen_kernel(mon
     checked on CPU by the distributed harness.)"""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from runtime.packed import cu_seqlens, pack_sequence
-    from runtime.ring_attention import _block_backward, _block_forward, _blocks
+    from paradyse_lab.runtime.attention.ring import _block_backward, _block_forward, _blocks
+    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
 
     p, rank = 4, 1
     pack = pack_sequence([1, 100, 37, 150], p)

@@ -42,10 +42,10 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from runtime.dcp_checkpoint import read_full
-    from runtime.hf_export import export_hf
-    from runtime.reference import GPTConfig, ReferenceGPT
-    from runtime.step_inputs import markov_tokens
+    from paradyse_lab.runtime.checkpoints.dcp import read_full
+    from paradyse_lab.runtime.hf.export import export_hf
+    from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+    from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
     root = _shared_dir(rank)
     folder = os.path.join(root, "llama")
@@ -124,15 +124,15 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
     and AdamW's moments, saved by 4 ranks, read back whole on one process and resharded into 2 ranks: each rank's
     shard of the full tensors, exactly (no training: one optimizer step on fixed gradients). `vocab`: whether the 4
     writing ranks, then the 2 reading ranks of each read in turn (one checkpoint, read once per layout), store the
-    embedding by vocabulary rows (runtime/vocab_parallel.py; then with 510 rows, which 4 does not divide: the
+    embedding by vocabulary rows (runtime/model/vocab_parallel.py; then with 510 rows, which 4 does not divide: the
     checkpoint holds the global table, whatever the layout that wrote it)."""
     import dataclasses
 
-    from paradyse_lab.model_spec import PRESETS
-    from runtime import dcp_checkpoint
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig, init_state_dict
-    from runtime.weight_shards import shard_state_dict
+    from paradyse_lab.core.model_spec import PRESETS
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+    from paradyse_lab.runtime.model.weight_shards import shard_state_dict
 
     cfg = dataclasses.replace(GPTConfig.from_model_spec(PRESETS["gpt2-tiny"]), layers=2)  # the layout, not the depth
     cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg

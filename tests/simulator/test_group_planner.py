@@ -7,18 +7,25 @@ import math
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus
-from paradyse_lab.cluster_presets import PRESETS
+from paradyse_lab.cluster.files import cluster_with_gpus
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, reduce_phase_bytes, sharded_total
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import get_model
-from simulator.group_dynamic_cp import smallest_fit_partition
-from simulator.group_exact import plan_exact
-from simulator.group_greedy import lpt, plan_greedy, rebalance
-from simulator.group_problem import GroupChoice, ItemTimes, binary_partitions, fill, lower_bound_s, reassess
-from simulator.grouped_runs import global_batches, simulate_grouped
-from simulator.grouped_steps import (
+from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import lpt, plan_greedy, rebalance
+from paradyse_lab.simulator.group_problem import (
+    GroupChoice,
+    ItemTimes,
+    binary_partitions,
+    fill,
+    lower_bound_s,
+    reassess,
+)
+from paradyse_lab.simulator.grouped_runs import global_batches, simulate_grouped
+from paradyse_lab.simulator.grouped_steps import (
     RING_POLICY,
     GroupPricer,
     choose,

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from test_group_planner import _random_costs, _sync
 
-from paradyse_lab.cluster_lookup import cluster_with_gpus
-from paradyse_lab.cluster_presets import PRESETS
+from paradyse_lab.cluster.files import cluster_with_gpus
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import get_model
-from simulator.group_exact import plan_exact
-from simulator.group_greedy import plan_greedy
-from simulator.group_megatron import (
+from paradyse_lab.simulator.group_exact import plan_exact
+from paradyse_lab.simulator.group_greedy import plan_greedy
+from paradyse_lab.simulator.group_megatron import (
     PER_RANK_CANDIDATES,
     buckets,
     choose_per_rank,
@@ -23,11 +23,11 @@ from simulator.group_megatron import (
     megatron_rounds,
     schedule,
 )
-from simulator.group_problem import ItemTimes, binary_partitions
-from simulator.group_rounds import plan_rounds, plan_rounds_exact, rounds_lower_bound_s
-from simulator.grouped_runs import simulate_grouped
-from simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
-from simulator.round_steps import choose_rounds, grouped_rounds
+from paradyse_lab.simulator.group_problem import ItemTimes, binary_partitions
+from paradyse_lab.simulator.group_rounds import plan_rounds, plan_rounds_exact, rounds_lower_bound_s
+from paradyse_lab.simulator.grouped_runs import simulate_grouped
+from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, power_sizes
+from paradyse_lab.simulator.round_steps import choose_rounds, grouped_rounds
 
 
 def _set_partitions(items):

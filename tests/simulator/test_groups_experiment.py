@@ -4,7 +4,7 @@ targets, and the figure's bars read back against groups.csv."""
 import pandas as pd
 import pytest
 
-from simulator.groups_experiment import GroupsSetup, run_panel, target_checks, with_speedups
+from paradyse_lab.simulator.groups_experiment import GroupsSetup, run_panel, target_checks, with_speedups
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_finished_runs_are_reused_and_the_targets_are_checked(panel):
 def test_the_figure_draws_each_series_over_paradyse(panel, tmp_path):
     _, _, table = panel
     table.to_csv(tmp_path / "groups.csv", index=False)
-    from figures import _common, groups
+    from paradyse_lab.figures import _common, groups
 
     fig = groups.draw(_common.parse_args(["--results", str(tmp_path)], "groups"))
     seen = {}

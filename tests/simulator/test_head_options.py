@@ -3,13 +3,13 @@ plan with the head its policy chose: a short step keeps the whole head (pays not
 whole logits do not fit takes the tiled loss and fits (among the replicated heads); the vocabulary-parallel head is
 taken where it is the fastest; `train` runs the tiled loss exactly when the plan says so."""
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.plan import Plan
 from paradyse_lab.costmodel import AnalyticCostModel
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.plan import Plan
-from simulator.engine import Charger
-from simulator.policies import DynamicPolicy, StepPlan
+from paradyse_lab.simulator.engine import Charger
+from paradyse_lab.simulator.policies import DynamicPolicy, StepPlan
 
 LONG = 512 * 1024
 
@@ -69,9 +69,9 @@ def test_the_longest_steps_problems_are_solved_once_for_the_storage_and_the_step
 
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
-    from runtime.model import ParallelGPT
-    from runtime.plan_handoff import loss_tile
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
+    from paradyse_lab.runtime.training.plan_handoff import loss_tile
 
     model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
     assert loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
@@ -84,7 +84,7 @@ def test_train_runs_the_tiled_loss_when_the_plan_says_so():
 def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
     """`train` on one process keeps the replicated embedding and head, and its policy never plans 'vocab' (which
     its model would not run)."""
-    from runtime.plan_handoff import vocab_storage
+    from paradyse_lab.runtime.training.plan_handoff import vocab_storage
 
     model, cluster = get_model("llama3-8b"), get_cluster("h100-80gb-x8")
     policy = DynamicPolicy("dp", AnalyticCostModel(model, cluster, p=1), LayerGraph(model), 10**15)
@@ -94,9 +94,9 @@ def test_one_process_stores_the_replicated_head_and_plans_without_vocab():
 def test_simulate_fixes_the_head_storage_for_the_run_as_train_does():
     # gpt2 on 8 A100s: alone, 1024 tokens take the vocabulary-parallel head and 8192 the whole one; a run stores the
     # embedding and head one way (train's vocab_storage), chosen at its longest step, so both steps plan 'whole'
-    from paradyse_lab.workloads import Workload
-    from simulator.engine import simulate
-    from simulator.planner import build_planner
+    from paradyse_lab.simulator.engine import simulate
+    from paradyse_lab.simulator.planner import build_planner
+    from paradyse_lab.workload.lengths import Workload
 
     planner = build_planner("dynamic:dp", get_model("gpt2"), get_cluster("a100-80gb-x8"))
     alone = [build_planner("dynamic:dp", get_model("gpt2"), get_cluster("a100-80gb-x8")).policy.decide(n, 1).head

@@ -5,15 +5,15 @@ import json
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.strategies import USABLE
-from paradyse_lab.strategies import options as make_options
-from simulator.experiments import Setup, run_one
+from paradyse_lab.simulator.experiments import Setup, run_one
 
 SETUP = Setup(size=30)
 

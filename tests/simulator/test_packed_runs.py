@@ -7,8 +7,8 @@ import pytest
 
 from paradyse_lab.cli import main
 from paradyse_lab.costmodel.packed import PackedStep
-from simulator.engine import ROW_COLUMNS
-from simulator.experiments import Setup, run_one
+from paradyse_lab.simulator.engine import ROW_COLUMNS
+from paradyse_lab.simulator.experiments import Setup, run_one
 
 SETUP = Setup(size=40)
 
@@ -59,7 +59,7 @@ def test_simulate_refuses_bad_packing(capsys):
 
 
 def test_experiment_packing_command(tmp_path, capsys, monkeypatch):
-    import simulator.packing_experiment as packing_experiment
+    from paradyse_lab.simulator import packing_experiment
 
     monkeypatch.setattr(packing_experiment, "DATASETS", ("grch38",))  # one panel keeps it quick
     monkeypatch.setattr(packing_experiment, "MODELS", ("llama",))

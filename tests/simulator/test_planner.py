@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from source_trees import PACKAGES, parsed
 
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.model_spec import get_model
-from simulator.planner import build_planner
-from simulator.policies import build_policy
-from simulator.policy_spec import PolicySpec
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.simulator.policies import build_policy
+from paradyse_lab.simulator.policy_spec import PolicySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

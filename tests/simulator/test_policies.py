@@ -1,8 +1,8 @@
 """The dynamic policy's smoothing rule (the paper's Algorithm 1, step 5), simulator/policies.py."""
 
-from paradyse_lab.search_problem import SearchProblem
-from simulator.policies import keep_previous
-from solvers.heuristic import HeuristicSolver
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.simulator.policies import keep_previous
+from paradyse_lab.solvers.heuristic import HeuristicSolver
 
 
 def chain_problem(budget, kept=(30, 20, 10), times=(1.0, 2.0, 3.0), L=4):

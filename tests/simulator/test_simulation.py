@@ -6,16 +6,16 @@ import pandas as pd
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.workloads import Workload
-from simulator.engine import Charger, simulate
-from simulator.experiments import Setup, run_one
-from simulator.planner import build_planner
-from simulator.run_metrics import summarize
+from paradyse_lab.simulator.engine import Charger, simulate
+from paradyse_lab.simulator.experiments import Setup, run_one
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.simulator.run_metrics import summarize
+from paradyse_lab.workload.lengths import Workload
 
 SETUP = Setup(size=120)
 
@@ -106,7 +106,7 @@ def test_lengths_are_padded_to_the_layout_unit():
 
 
 def test_one_rank_runs_lengths_unpadded_like_the_runtime():
-    """At p = 1 the layout unit is 1 (paradyse_lab.strategies.layout_unit, the runtime's): no padding, and a
+    """At p = 1 the layout unit is 1 (paradyse_lab.core.strategies.layout_unit, the runtime's): no padding, and a
     causal ring strategy runs an odd length."""
     model, cluster = get_model("gpt2-tiny"), get_cluster("a100-80gb-x8")
     planner = build_planner("static:megatron_cz", model, cluster, p=1)
@@ -217,7 +217,7 @@ def test_switch_memory_can_end_a_dynamic_run_before_the_lightest_static_one():
 def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
     rows = run_one(Setup(size=40, truth="paper"), "bert", "github_code", "dynamic:heuristic")
     from paradyse_lab.costmodel.paper import PaperCostModel
-    from simulator.engine import Charger as C
+    from paradyse_lab.simulator.engine import Charger as C
 
     cm = PaperCostModel(get_model("bert"), get_cluster("a100-80gb-x8"))
     charger = C(LayerGraph(get_model("bert")), cm, 10**12)
@@ -236,7 +236,7 @@ def test_paper_truth_setup_plans_and_charges_with_the_measured_times():
     ("static:metp", {"recompute": True}, ("static:metp+recompute", True, "block", "static:metp+recompute")),
 ])
 def test_policy_spec_reads_suffixes_and_flags(spec, flags, expected):
-    from simulator.policy_spec import PolicySpec
+    from paradyse_lab.simulator.policy_spec import PolicySpec
 
     p = PolicySpec.parse(spec, **flags)
     assert (p.base, p.recompute, p.granularity, p.name) == expected
@@ -272,7 +272,7 @@ def test_switching_between_recompute_and_not_is_charged_as_the_cost_model_says()
     charger = Charger(graph, cm, cluster.memory_bytes, recompute=True)
     plan = ["metp", "metp+recompute"] * model.layers  # attention kept, MLP recomputed, in every layer
     time_s, peak = charger.charge(plan, 65536, 1)
-    from paradyse_lab.strategies import StrategyOption
+    from paradyse_lab.core.strategies import StrategyOption
 
     att, mlp = cm.sublayer("attention", StrategyOption("metp"), 65536), cm.sublayer("mlp", StrategyOption(
         "metp", True), 65536)
@@ -327,7 +327,7 @@ def test_restart_policies_refuse_recompute_and_sublayer():
 
 
 def test_fig2_names_its_series_as_they_run_under_recompute_and_sublayer_flags(tmp_path):
-    from simulator.experiments import fig2
+    from paradyse_lab.simulator.experiments import fig2
 
     setup = Setup(size=8, recompute=True, granularity="sublayer")
     summaries, headlines = fig2(setup, tmp_path, exact=False, models=("bert",), datasets=("github_code",),
@@ -343,7 +343,7 @@ def test_fig2_names_its_series_as_they_run_under_recompute_and_sublayer_flags(tm
 
 
 def test_replay_of_an_executed_run_honours_the_policy_suffixes():
-    from simulator.replay import replay
+    from paradyse_lab.simulator.replay import replay
 
     spec = get_model("gpt2-tiny")
     cm = AnalyticCostModel(spec, get_cluster("a100-80gb-x8"), 2)
@@ -356,7 +356,7 @@ def test_replay_of_an_executed_run_honours_the_policy_suffixes():
 def test_runs_sharing_cost_models_and_problems_are_the_runs_alone():
     """simulator/shared.py: inside `sharing()` (every experiment's runs) a run's rows are those it has alone,
     and the runs reuse one cost model and one problem per length."""
-    from simulator import shared
+    from paradyse_lab.simulator import shared
 
     setup = Setup(size=12, seed=3)
     policies = ("static:metp", "dynamic:heuristic", "dynamic:dp+recompute")

@@ -1,4 +1,5 @@
-"""The compiled kernels (`solvers.kernels`, `solvers.bound_kernels`) through their wrappers in `solvers.bounds`,
+"""The compiled kernels (`paradyse_lab.solvers.kernels`, `paradyse_lab.solvers.bound_kernels`) through their wrappers
+in `paradyse_lab.solvers.bounds`,
 against brute force."""
 
 import itertools
@@ -6,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, switch_bounds
-from solvers.instances import random_problem
+from paradyse_lab.solvers.bounds import CapTable, cost_to_come, cost_to_go, dual_bound, switch_bounds
+from paradyse_lab.solvers.instances import random_problem
 
 
 def all_plans(L, O):
@@ -74,9 +75,9 @@ def test_lagrangian_bounds_are_below_the_optimum_and_their_plans_fit(seed):
 def test_each_kernel_has_one_specialisation_the_warm_up_made():
     """Real solves reuse what `warm_up` compiled: a second signature would be compiled on first use and
     timed as part of a solve."""
-    from solvers import bound_kernels, kernels
-    from solvers.dp import DPSolver
-    from solvers.instances import model_problem
+    from paradyse_lab.solvers import bound_kernels, kernels
+    from paradyse_lab.solvers.dp import DPSolver
+    from paradyse_lab.solvers.instances import model_problem
 
     kernels.warm_up()
     rng = np.random.default_rng(0)
@@ -94,7 +95,7 @@ def test_orderings_sort_and_select_like_numpy():
     """`_argsort` (what `_undominated` orders candidates by) sorts like np.argsort, NaN last, and
     `_least(a, k)` (the beam cut) picks k least values, on arrays with many ties, around the size where the
     sort switches to insertion sort. Their order among ties is numba's by construction (the same steps)."""
-    from solvers.kernels import _argsort, _least
+    from paradyse_lab.solvers.kernels import _argsort, _least
 
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 15, 16, 17, 40, 200):
@@ -113,7 +114,7 @@ def test_bisection_finds_where_np_searchsorted_does():
     """`_first_not_before(a, lo, hi, v)` (how `keep_across_options` counts the faster states of a bucket) is
     lo + np.searchsorted(a[lo:hi], v) on ascending slices with ties, infinities and NaN, for values between,
     equal to and outside theirs."""
-    from solvers.kernels import _first_not_before
+    from paradyse_lab.solvers.kernels import _first_not_before
 
     rng = np.random.default_rng(0)
     values = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 2.5, np.inf, np.nan])
@@ -127,7 +128,7 @@ def test_bisection_finds_where_np_searchsorted_does():
 
 
 def test_rounded_plan_fits_and_splits_identical_decisions():
-    from solvers.bounds import rounded_plan
+    from paradyse_lab.solvers.bounds import rounded_plan
 
     rng = np.random.default_rng(3)
     for _ in range(30):
@@ -155,16 +156,16 @@ def test_warm_up_waits_for_the_process_compiling_the_kernels(monkeypatch):
     import threading
     from pathlib import Path
 
-    import solvers.kernels
+    import paradyse_lab.solvers.kernels
 
-    solvers.kernels.warm_up()  # compiled (or loaded) here: the waiting call below only re-runs them
-    monkeypatch.setattr(solvers.kernels, "_warm", False)
-    lock = Path(solvers.kernels.__file__).resolve().parent / "__pycache__" / "kernels.compile.lock"
+    paradyse_lab.solvers.kernels.warm_up()  # compiled (or loaded) here: the waiting call below only re-runs them
+    monkeypatch.setattr(paradyse_lab.solvers.kernels, "_warm", False)
+    lock = Path(paradyse_lab.solvers.kernels.__file__).resolve().parent / "__pycache__" / "kernels.compile.lock"
     with open(lock, "a") as held:  # its own open file: flock excludes it even from this process's other opens
         fcntl.flock(held, fcntl.LOCK_EX)
-        waiting = threading.Thread(target=solvers.kernels.warm_up)
+        waiting = threading.Thread(target=paradyse_lab.solvers.kernels.warm_up)
         waiting.start()
         waiting.join(timeout=0.5)
         blocked = waiting.is_alive()
     waiting.join(timeout=60)
-    assert blocked and not waiting.is_alive() and solvers.kernels._warm
+    assert blocked and not waiting.is_alive() and paradyse_lab.solvers.kernels._warm

@@ -1,4 +1,5 @@
-"""The plain reference DP (`solvers.reference_dp`) as the oracle of the fast one (`solvers.dp`) and the ILP.
+"""The plain reference DP (`paradyse_lab.solvers.reference_dp`) as the oracle of the fast one
+(`paradyse_lab.solvers.dp`) and the ILP.
 
 Brute force checks the reference up to 7 decisions; the reference then checks dp on chains of up to 20
 decisions (and the ILP on some of them), where brute force cannot go.
@@ -7,13 +8,13 @@ decisions (and the ILP on some of them), where brute force cannot go.
 import numpy as np
 import pytest
 
-from paradyse_lab.search_problem import SearchProblem
-from solvers.base import min_peak_plan
-from solvers.brute_force import BruteForceSolver
-from solvers.dp import DPSolver
-from solvers.ilp import ILPSolver
-from solvers.instances import model_problem, random_problem
-from solvers.reference_dp import ReferenceDPSolver, pareto
+from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.solvers.base import min_peak_plan
+from paradyse_lab.solvers.brute_force import BruteForceSolver
+from paradyse_lab.solvers.dp import DPSolver
+from paradyse_lab.solvers.ilp import ILPSolver
+from paradyse_lab.solvers.instances import model_problem, random_problem
+from paradyse_lab.solvers.reference_dp import ReferenceDPSolver, pareto
 
 
 def integer_problem(rng: np.random.Generator, L: int, O: int, switch: bool) -> SearchProblem:

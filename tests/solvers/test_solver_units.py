@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers import SOLVER_NAMES, SolverError, get_solver
-from solvers.base import make_solution, min_peak_plan
-from solvers.bounds import CapTable
-from solvers.heuristic import HeuristicSolver, dominance_chain
-from solvers.instances import random_problem
+from paradyse_lab.solvers import SOLVER_NAMES, SolverError, get_solver
+from paradyse_lab.solvers.base import make_solution, min_peak_plan
+from paradyse_lab.solvers.bounds import CapTable
+from paradyse_lab.solvers.heuristic import HeuristicSolver, dominance_chain
+from paradyse_lab.solvers.instances import random_problem
 
 
 def chain_problem(budget, kept=(30, 20, 10), times=(1.0, 2.0, 3.0), L=4, transient=(0, 0, 0)):
@@ -119,7 +119,7 @@ def test_a_plan_over_budget_claimed_feasible_is_a_solver_error():
 
 def test_ilp_time_limit_still_returns_a_fitting_plan():
     rng = np.random.default_rng(0)
-    from solvers.instances import random_problem
+    from paradyse_lab.solvers.instances import random_problem
 
     p = random_problem(rng, 48, 8, switch=True)
     sol = get_solver("ilp", time_limit_s=0.05).solve(p)
@@ -129,7 +129,7 @@ def test_ilp_time_limit_still_returns_a_fitting_plan():
 def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
     """`deterministic=True` stops at CP-SAT's deterministic time on one worker: a limit that ends the search
     between the hint and the optimum gives the same plan in every solve, whatever the machine's load."""
-    from solvers import bench
+    from paradyse_lab.solvers import bench
 
     p = bench.make_problem("random+switch", 48, 8, 0, np.random.default_rng([0, 1, 48, 8]))
     solver = get_solver("ilp", time_limit_s=0.1, deterministic=True)
@@ -143,8 +143,8 @@ def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
 def test_dp_reduction_keeps_every_plan_time(switch):
     """Decisions left with one option become constants; the switch costs to and from them are folded into
     their free neighbours' times, so a plan's time is the same in the reduced chain."""
-    from solvers.dp_pass import reduce_constants
-    from solvers.instances import random_problem
+    from paradyse_lab.solvers.dp_pass import reduce_constants
+    from paradyse_lab.solvers.instances import random_problem
 
     rng = np.random.default_rng(1)
     p = random_problem(rng, 12, 4, switch=switch)
@@ -166,7 +166,7 @@ def test_dp_reduction_keeps_every_plan_time(switch):
 
 
 def test_dp_drops_only_states_another_state_beats_for_every_completion():
-    from solvers.kernels import keep_across_options
+    from paradyse_lab.solvers.kernels import keep_across_options
 
     rng = np.random.default_rng(2)
     O = 4
@@ -186,8 +186,8 @@ def test_dp_drops_only_states_another_state_beats_for_every_completion():
 
 
 def test_ilp_orders_interchangeable_decisions():
-    from solvers.ilp import interchangeable, sorted_within
-    from solvers.instances import model_problem
+    from paradyse_lab.solvers.ilp import interchangeable, sorted_within
+    from paradyse_lab.solvers.instances import model_problem
 
     p = model_problem(np.random.default_rng(0), "gpt", 6, 65536, recompute=True, granularity="sublayer")
     groups = interchangeable(p)

@@ -5,12 +5,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.search_problem import SearchProblem
-from solvers import get_solver
-from solvers.base import min_peak_plan
-from solvers.instances import model_problem, random_problem
+from paradyse_lab.solvers import get_solver
+from paradyse_lab.solvers.base import min_peak_plan
+from paradyse_lab.solvers.instances import model_problem, random_problem
 
 EXACT = ("dp", "ilp", "brute_force")
 ALL = EXACT + ("heuristic", "greedy")
@@ -158,11 +158,11 @@ def test_dp_and_ilp_agree_on_larger_problems(L, O, switch):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31), seq=st.sampled_from([65536, 262144]))
 def test_agree_at_sublayer_granularity_with_switch_costs(seed, seq):
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.layer_graph import LayerGraph
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel import AnalyticCostModel
-    from paradyse_lab.layer_graph import LayerGraph
-    from paradyse_lab.model_spec import get_model
-    from solvers.instances import with_tight_budget
+    from paradyse_lab.solvers.instances import with_tight_budget
 
     model = get_model("gpt").with_layers(2)
     cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"))

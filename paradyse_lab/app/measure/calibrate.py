@@ -8,11 +8,11 @@ Everything is measured through the project's runtime on p ranks (gloo on CPU, NC
 working at once as in training; rank 0 writes. Stages, in order, each with a share of `--budget-s`
 (a stage stops measuring when its next point would not fit, and says so in DIR/calibrate.json):
 
-1. collectives (10%): every kind the strategies use, through runtime/comm.py (all_gather, reduce_scatter,
-   all_reduce, all_to_all) and runtime/comm_p2p.py (the ring exchange `p2p`, the chain broadcast) over buffer
+1. collectives (10%): every kind the strategies use, through runtime/comm/collectives.py (all_gather, reduce_scatter,
+   all_reduce, all_to_all) and runtime/comm/p2p.py (the ring exchange `p2p`, the chain broadcast) over buffer
    sizes from 4 KiB by factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
-   -> DIR/collectives.csv. Across nodes (torchrun --nnodes N; runtime/nodes.py) these run inside each node, and
+   -> DIR/collectives.csv. Across nodes (torchrun --nnodes N; runtime/comm/nodes.py) these run inside each node, and
    all_gather, reduce_scatter, all_reduce and p2p also over the rails (one rank per node, every rail at once)
    -> DIR/inter_node.csv, fitted to the network's latency and bandwidth (`nodes`, `gpus_per_node`,
    `inter_node_*` in the cluster file).
@@ -32,13 +32,13 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
    app/measure/step_counts.py).
    -> DIR/gemm.csv, DIR/attention.csv
-   Then DIR/cluster.toml (paradyse_lab/measured_cluster.py: alpha and busbw fitted per collective,
+   Then DIR/cluster.toml (paradyse_lab/cluster/measured.py: alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
 3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
    strategy, with and without recomputation, on every rank (app/measure/profiler.py, `measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
-   -> DIR/profile.csv (the schema of paradyse_lab/profiles.py plus compute_s, comm_s, comm_modelled).
+   -> DIR/profile.csv (the schema of paradyse_lab/costmodel/profiles.py plus compute_s, comm_s, comm_modelled).
 
 Resumable: every file is written atomically as soon as it is complete (the profile after every point); a
 rerun with the same settings skips finished stages and profile points (`--force` starts over); other
@@ -67,8 +67,8 @@ from paradyse_lab.app.measure.calibrate_kernels import (
 )
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions, length_grid, profile_options
 from paradyse_lab.app.measure.calibrate_profile import measure_profile, option_name
-from paradyse_lab.atomic_write import atomic_open, read_json_object, write_text_atomic
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
 
 SETTINGS_FILE = "calibrate.json"
 """DIR's resume state: the settings, the finished stages, the collective fits, the skipped profile points."""
@@ -76,8 +76,8 @@ SETTINGS_FILE = "calibrate.json"
 
 def provenance(device, opts: CalibrateOptions, p: int) -> dict:
     """The cluster file's [provenance] table: host, device, software, platform, date and the command."""
-    from paradyse_lab.app.measure.profile_setup import device_name
-    from paradyse_lab.software_versions import software_versions, versions_text
+    from paradyse_lab.app.measure.profiler import device_name
+    from paradyse_lab.results.software_versions import software_versions, versions_text
 
     return {"host": socket.gethostname(), "device": device_name(device),
             "software": versions_text(software_versions(device=device)),
@@ -92,17 +92,17 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     import pandas as pd
     import torch
 
-    from paradyse_lab.measured_cluster import Measurements, fit_collectives, measured_cluster_toml
-    from paradyse_lab.model_spec import get_model
-    from paradyse_lab.strategies import layout_unit
-    from runtime import comm
-    from runtime.launch import agree
-    from runtime.nodes import node_layout
+    from paradyse_lab.cluster.measured import Measurements, fit_collectives, measured_cluster_toml
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import layout_unit
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm.nodes import node_layout
+    from paradyse_lab.runtime.launch.ranks import agree
 
     p, rank = comm.size(group), comm.rank(group)
     nodes = node_layout(group)  # collectives inside one node, and over the rails across nodes
     out = Path(opts.out)
-    gpu = torch.cuda.is_available() and (p == 1 or comm.is_nccl(group))  # as runtime/train_setup.py run_device decides
+    gpu = torch.cuda.is_available() and (p == 1 or comm.is_nccl(group))  # as the training run's device
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     dtype = torch.bfloat16 if gpu else torch.float32
     spec = get_model(opts.model)
@@ -176,8 +176,8 @@ def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, g
     rewriting the file after each; the points skipped, as 'option@length: reason'."""
     import pandas as pd
 
-    from runtime import comm
-    from runtime.launch import agree
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.launch.ranks import agree
 
     rank = comm.rank(group)
     done = {}
@@ -199,7 +199,7 @@ def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, g
 
 
 def _gpu_name(device) -> str:
-    from paradyse_lab.app.measure.profile_setup import device_name
+    from paradyse_lab.app.measure.profiler import device_name
 
     return device_name(device)
 

@@ -2,7 +2,7 @@
 the kernels stage's synchronisation and overlap measurements use too).
 
 A timed call starts together on every rank (a barrier first) and is synchronised with the device on both ends;
-a point's time is the slowest rank's. The collectives are runtime/comm.py's and runtime/comm_p2p.py's, at
+a point's time is the slowest rank's. The collectives are runtime/comm/collectives.py's and runtime/comm/p2p.py's, at
 nccl-tests' buffer sizes S (calibrate.py's module docstring says which kinds, sizes and repeats, and where the
 rows go).
 """
@@ -30,7 +30,7 @@ def time_call(fn, device, group, barrier: bool = True) -> float:
     """Seconds of one call of `fn` on this rank, started together on every rank."""
     import torch.distributed as dist
 
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     if barrier and comm.size(group) > 1:
         dist.barrier(group=group)
@@ -46,7 +46,7 @@ def slowest_over_ranks(values: list[float], device, group) -> list[float]:
     import torch
     import torch.distributed as dist
 
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.size(group) == 1:
         return values
@@ -56,11 +56,13 @@ def slowest_over_ranks(values: list[float], device, group) -> list[float]:
 
 
 def collective_fn(op: str, nbytes: int, device, dtype, group):
-    """A call of runtime/comm.py's or runtime/comm_p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at this
+    """A call of runtime/comm/collectives.py's or runtime/comm/p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at
+    this
     group's size."""
     import torch
 
-    from runtime import comm, comm_p2p
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     p = comm.size(group)
     elem = torch.empty((), dtype=dtype).element_size()
@@ -113,10 +115,10 @@ INTER_NODE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "p2p")
 def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dtype, group, bar,
                         ops: tuple[str, ...] = ()) -> list[dict]:
     """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind (or `ops`) and size that fit,
-    over `group` (across nodes: one node's ranks, or a rail: runtime/nodes.py)."""
-    from paradyse_lab.cluster_spec import COLLECTIVES
-    from runtime import comm
-    from runtime.launch import agree
+    over `group` (across nodes: one node's ranks, or a rail: runtime/comm/nodes.py)."""
+    from paradyse_lab.cluster.spec import COLLECTIVES
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.launch.ranks import agree
 
     p = comm.size(group)
     rows = []

@@ -17,8 +17,9 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
-    from runtime import attention, comm
-    from runtime.launch import agree
+    from paradyse_lab.runtime.attention import kernels as attention
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.launch.ranks import agree
 
     p = comm.size(group)
     dname = str(dtype).replace("torch.", "")
@@ -115,9 +116,9 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
 
     from paradyse_lab.app.measure.kernel_bench import measure
     from paradyse_lab.app.measure.step_counts import epilogue_s, runtime_dispatch_s
-    from paradyse_lab.strategies import layout_unit
-    from runtime import comm
-    from runtime.reference import GPTConfig
+    from paradyse_lab.core.strategies import layout_unit
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
@@ -155,7 +156,7 @@ def measure_sync(spec, t: int, device, dtype, group) -> float:
     times, at least 0 (0 on one rank)."""
     import torch
 
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.size(group) == 1:
         return 0.0
@@ -187,7 +188,8 @@ def measure_overlap(spec, t: int, device, dtype, group) -> float:
     / the shorter of the two, median of 3 rounds, the slowest rank's times (1.0 on one rank)."""
     import torch
 
-    from runtime import comm, comm_p2p
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     if comm.size(group) == 1:
         return 1.0
@@ -223,7 +225,7 @@ def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> d
     import torch
 
     from paradyse_lab.app.measure.step_counts import step_counts
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     scale = torch.empty((), dtype=dtype).element_size() / 4
     counts = step_counts(GPTConfig.from_model_spec(spec), p, profile_options(recompute), (unit, 2 * unit),

@@ -43,7 +43,7 @@ def machine_defaults() -> dict:
     2 processes, gpt2-cpu up to 1024 tokens, 6 minutes (docs/results.md, "Simulation against execution")."""
     import torch
 
-    from runtime.launch import default_nproc
+    from paradyse_lab.runtime.launch.ranks import default_nproc
 
     if torch.cuda.is_available():
         return {"nproc": default_nproc(), "model": "gpt2", "max_len": 1024, "budget_s": 540.0}
@@ -65,7 +65,7 @@ def length_grid(max_len: int, count: int, unit: int) -> list[int]:
 
 def profile_options(recompute: bool) -> list[str]:
     """Strategy options the profile measures: every runtime strategy, with and without recomputation."""
-    from runtime.model import STRATEGY_MODULES
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 
     names = list(STRATEGY_MODULES)
     return names + ([f"{n}+recompute" for n in names] if recompute else [])

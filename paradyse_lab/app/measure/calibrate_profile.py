@@ -14,7 +14,7 @@ def measure_profile(opts: CalibrateOptions, lengths, budget: Budget, group, bar,
     import pandas as pd
 
     from paradyse_lab.app.measure.profiler import ProfileOptions, profile
-    from runtime.launch import agree
+    from paradyse_lab.runtime.launch.ranks import agree
 
     rows = list(done.values())
     known: dict = {}

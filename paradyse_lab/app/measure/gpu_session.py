@@ -23,7 +23,7 @@ flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e
 gpu_validate writes validation.md / validation.csv (prediction / measurement of compute time and peak memory
 per model, strategy and length, pass within 10% / 5%, with the preset's and with the measured efficiencies)
 for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
-the h100-80gb-x8 / h200-x8 presets of paradyse_lab/cluster_presets.py, citing the committed CSVs.
+the h100-80gb-x8 / h200-x8 presets of paradyse_lab/cluster/presets.py, citing the committed CSVs.
 
 Stages (env, pytest, gemm, attention, profiles, summary) run in that order, each guarded (the pytest stage
 runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else MeasurementPlan()
     if args.models:
         plan = replace(plan, models=tuple(m.strip() for m in args.models.split(",") if m.strip()))
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.errors import UserInputError
-    from paradyse_lab.model_spec import get_model
 
     try:
         with_head = [m for m in plan.models if get_model(m).embedding_and_head]

@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paradyse_lab.atomic_write import write_text_atomic
+from paradyse_lab.files.atomic_write import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[3]
 STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")

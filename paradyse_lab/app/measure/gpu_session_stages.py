@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from paradyse_lab.app.measure.gpu_session_plan import REPO, MeasurementPlan, Session, device_kind, write_csv_atomic
-from paradyse_lab.atomic_write import write_text_atomic
-from paradyse_lab.software_versions import software_versions, versions_text
+from paradyse_lab.files.atomic_write import write_text_atomic
+from paradyse_lab.results.software_versions import software_versions, versions_text
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Context:
 def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Context:
     import torch
 
-    from paradyse_lab.app.measure.profile_setup import device_name
+    from paradyse_lab.app.measure.profiler import device_name
 
     cuda = device.type == "cuda"
     name = device_name(device) if cuda else "cpu"
@@ -58,8 +58,8 @@ def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Con
 
 def _cluster(ctx: Context):
     """The cluster preset pricing modelled communication (the device's, else the default one)."""
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 
     return get_cluster(ctx.cluster_name or DEFAULT_CLUSTER)
 
@@ -117,7 +117,7 @@ def stage_pytest(ctx: Context, record: dict) -> None:
 
 def stage_gemm(ctx: Context, record: dict) -> None:
     from paradyse_lab.app.measure.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
-    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.core.model_spec import get_model
 
     specs = [get_model(m) for m in ctx.plan.models]
     shapes = gemm_shapes(specs, ctx.plan.gemm_seqs, ctx.plan.p, ops=ctx.plan.gemm_ops)
@@ -128,7 +128,7 @@ def stage_gemm(ctx: Context, record: dict) -> None:
 
 def stage_attention(ctx: Context, record: dict) -> None:
     from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, bench_attention
-    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.core.model_spec import get_model
 
     cases, seen = [], set()
     for m in ctx.plan.models:
@@ -154,7 +154,7 @@ def _finish_rows(ctx: Context, record: dict, name: str, rows, columns, skipped) 
 
 def stage_profiles(ctx: Context, record: dict) -> None:
     from paradyse_lab.app.measure.stack_profile import free_memory, profile_curve, rows_of_curve
-    from paradyse_lab.strategies import USABLE, StrategyOption
+    from paradyse_lab.core.strategies import USABLE, StrategyOption
 
     s = ctx.session
     end = s.deadline - min(8.0, 0.02 * s.budget_s)
@@ -214,7 +214,7 @@ def stage_profiles(ctx: Context, record: dict) -> None:
 def _build_stack(ctx: Context, model: str):
     """The `LayerStack` of `model` (with the plan's layer count) on the device."""
     from paradyse_lab.app.measure.stack_profile import LayerStack
-    from paradyse_lab.model_spec import get_model
+    from paradyse_lab.core.model_spec import get_model
 
     spec = get_model(model)
     return LayerStack(spec.with_layers(ctx.plan.layers) if ctx.plan.layers else spec, ctx.plan.p, ctx.device,
@@ -240,8 +240,8 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
     import pandas as pd
 
     from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
-    from paradyse_lab.profiles import COLUMNS, validate_profiles
-    from paradyse_lab.strategies import USABLE
+    from paradyse_lab.core.strategies import USABLE
+    from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     rows.sort(key=lambda r: (USABLE.index(r["strategy"]), r["recompute"], r["seq_len"]))
     validate_profiles(pd.DataFrame(rows)[list(COLUMNS)].astype(str), f"{model} rows")

@@ -15,7 +15,7 @@ and DIR/validation.md, the table for the README, and prints a summary and the me
 - each prediction twice: with the cluster preset's efficiencies, and with efficiencies measured in
   DIR/gemm.csv and DIR/attention.csv (`calibrated_cluster`): per smallest GEMM dimension, all GEMMs' FLOPs
   over their time; per (causal, length), the attention kernel the runtime uses (flash-attn, else sdpa).
-  Those points are printed in the form of paradyse_lab/cluster_presets.py's efficiency tuples.
+  Those points are printed in the form of paradyse_lab/cluster/presets.py's efficiency tuples.
 - the cluster: --cluster, else env.json's `cluster_preset`, else the profile's `cluster` column, else the
   default preset. The model dtype is the profile's `dtype` column (bf16 on GPU, fp32 on CPU).
 `--combine FILE` also writes every profile of DIR, all columns, into one CSV (the file to commit under
@@ -41,7 +41,7 @@ def load_profiles(folder: Path):
     """Every profile CSV of `folder` (header holding profiles.COLUMNS), validated, all columns kept."""
     import pandas as pd
 
-    from paradyse_lab.profiles import COLUMNS, validate_profiles
+    from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     frames = []
     for path in sorted(folder.glob("*.csv")):
@@ -53,7 +53,7 @@ def load_profiles(folder: Path):
     if not frames:
         from paradyse_lab.errors import UserInputError
 
-        raise UserInputError(f"{folder}: no profile CSV (a CSV with the columns of paradyse_lab/profiles.py)")
+        raise UserInputError(f"{folder}: no profile CSV (a CSV with the columns of paradyse_lab/costmodel/profiles.py)")
     return pd.concat(frames, ignore_index=True)
 
 
@@ -90,8 +90,8 @@ def _curve(agg, peak_flops: float) -> tuple:
 
 
 def _pick_cluster(folder: Path, df, name: str | None):
-    from paradyse_lab.cluster_lookup import get_cluster
-    from paradyse_lab.cluster_presets import DEFAULT_CLUSTER
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
 
     if not name and (folder / "env.json").exists():
         name = json.loads((folder / "env.json").read_text()).get("cluster_preset")
@@ -105,10 +105,10 @@ def validate(folder, cluster: str | None = None, write: bool = True, out: Path |
     `out` (default `folder`) when `write`."""
     import pandas as pd
 
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.learned_fit import model_of_row
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-    from paradyse_lab.strategies import StrategyOption
 
     folder = Path(folder)
     df = load_profiles(folder)

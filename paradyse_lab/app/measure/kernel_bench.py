@@ -10,13 +10,13 @@ call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median o
   (qkv [3h, h], proj [h, h], fc1 [f, h], fc2 [h, f], as [out, in]) and their three GEMMs: forward
   Y = X W^T (m = tokens, n = out, k = in), input gradient dX = dY W (m = tokens, n = in, k = out) and
   weight gradient dW = dY^T X (m = out, n = in, k = tokens). FLOPs 2mnk.
-- attention: the runtime's kernels (runtime/attention.py: flash-attn when installed, PyTorch's fused flash
+- attention: the runtime's kernels (runtime/attention/kernels.py: flash-attn when installed, PyTorch's fused flash
   kernel on CUDA, the exact math kernel on CPU) at [1, heads/p, s, d] per model, causal and not; FLOPs of
   forward 4 s^2 heads d (halved when causal), backward 2.5x forward (paradyse_lab/costmodel/formulas.py
   convention, so that tflops / peak is what `ClusterSpec.attention_eff` means).
 
 efficiency = achieved TFLOP/s over the dense bf16 peak of the device's cluster preset
-(paradyse_lab/cluster_presets.py); empty where the device has no preset (CPU).
+(paradyse_lab/cluster/presets.py); empty where the device has no preset (CPU).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _eff(tflops: float, peak_flops: float | None, cluster: str) -> dict:
 
 def attention_kernels(device) -> list[str]:
     """Kernels to time: the fused ones on CUDA (flash-attn only when installed), the math one on CPU."""
-    from runtime import flash_kernels
+    from paradyse_lab.runtime.attention import flash as flash_kernels
 
     if device.type != "cuda":
         return ["math"]
@@ -156,8 +156,8 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
     predicted as 4x the last, for a doubling grid) would pass `deadline`, or at an error (out of memory, or
     a kernel that cannot run: recorded with its message in `skipped`; the other kernels' curves still run)."""
 
-    from runtime import attention
-    from runtime.attention import is_oom
+    from paradyse_lab.runtime.attention import kernels as attention
+    from paradyse_lab.runtime.attention.kernels import is_oom
 
     rows, skipped = [], []
     dname = str(dtype).replace("torch.", "")

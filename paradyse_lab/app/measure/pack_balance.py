@@ -4,11 +4,13 @@ Command:
 
     python -m paradyse_lab.app.measure.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
 
-Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/packing.py, `--pack-order`), pads
-every document to the layout unit 2p and cuts each into 2p chunks (runtime/packed.py, runtime/layout.py), and
+Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/workload/packing.py, `--pack-order`), pads
+every document to the layout unit 2p and cuts each into 2p chunks (runtime/model/packed.py, runtime/model/layout.py),
+and
 prints, for causal and non-causal attention: the steps, documents per step, the padding tokens of padding every
 document (what the layout costs) beside padding each pack once (what a whole-pack zig-zag would cost), and the
-attention imbalance from each rank's (query, key) pairs (`runtime.packed.rank_attention_pairs`): over the run,
+attention imbalance from each rank's (query, key) pairs (`paradyse_lab.runtime.model.packed.rank_attention_pairs`):
+over the run,
 the sum over steps of the busiest rank's pairs over the sum of the mean rank's (the attention time the run
 loses to waiting for the busiest rank), and the worst single step's busiest / mean. 1.00 is perfect balance;
 only the documents' padding segments (fewer than 2p tokens each) keep it from 1 exactly. The linear parts
@@ -27,11 +29,11 @@ def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed:
     """One row per attention kind (causal, non-causal) with the statistics of the module docstring."""
     from tqdm import tqdm
 
+    from paradyse_lab.core.strategies import layout_unit
     from paradyse_lab.errors import require_positive_int
-    from paradyse_lab.packing import pack_documents
-    from paradyse_lab.strategies import layout_unit
-    from paradyse_lab.workloads import get_workload
-    from runtime.packed import pack_sequence, rank_attention_pairs
+    from paradyse_lab.runtime.model.packed import pack_sequence, rank_attention_pairs
+    from paradyse_lab.workload.lengths import get_workload
+    from paradyse_lab.workload.packing import pack_documents
 
     require_positive_int("--p", p, 1024)
     steps = pack_documents(get_workload(dataset, seed=seed).lengths, pack_tokens, order, seed)

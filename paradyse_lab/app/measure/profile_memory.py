@@ -89,23 +89,24 @@ def random_sublayer_params(cfg, kind: str, gen) -> dict:
 def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, seq_len: int, batch: int = 1,
                        rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None,
                        mlp_tile: int = 0) -> KeptRecorder:
-    """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg` (runtime.reference.GPTConfig)
+    """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg`
+    (paradyse_lab.runtime.model.reference.GPTConfig)
     under `strategy` (a name, or an option `NAME[+recompute][+tiled][+offload]`) on rank `rank` of a p-rank world
     emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents
-    (runtime/packed.py); `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
+    (runtime/model/packed.py); `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
     `host_bytes`: what `+offload` moved to host memory (what it keeps on the device is the record itself)."""
     import contextlib
     from dataclasses import replace
 
     import torch
 
+    from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.techniques import mlp_tile_positions
-    from paradyse_lab.strategies import StrategyOption
-    from runtime.fake_group import FakeGroup
-    from runtime.model import run_option
-    from runtime.offload import Offloader
-    from runtime.sublayer import make_ctx
-    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import run_option
+    from paradyse_lab.runtime.model.sublayer import make_ctx
+    from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
+    from paradyse_lab.runtime.strategies.offload import Offloader
 
     dtype = dtype or torch.float32
     gen = torch.Generator().manual_seed(seed)

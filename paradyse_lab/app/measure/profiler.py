@@ -10,45 +10,53 @@ Commands:
         --strategies megatron_ts,metp --mode distributed --out profile.csv
     # (inside a process group that is already set up, call `profile_distributed`: the tests do, on gloo)
 
-One row per (strategy option, sequence length), in the schema of paradyse_lab/profiles.py: one training
+One row per (strategy option, sequence length), in the schema of paradyse_lab/costmodel/profiles.py: one training
 step (forward + backward, no optimizer step) of the whole `ParallelGPT` (embedding, the layer stack with
 the option on every layer, tied head and loss), seen from one rank. `--warmup` untimed steps, then
 `--repeats` timed ones; time_s is their median (CUDA events on GPU, `time.perf_counter` on CPU).
 - `measured-distributed`: the median of each rank's steps, max over ranks; peak_bytes the max over ranks
   of `torch.cuda.max_memory_allocated` (reset before the timed steps).
-- `measured-rank-local`: runtime/fake_group.py's `FakeGroup` makes every collective return a correctly
+- `measured-rank-local`: runtime/comm/fake_group.py's `FakeGroup` makes every collective return a correctly
   shaped tensor without communicating, so the rank's compute time and memory are real and its
   communication is absent; time_s = measured compute + the communication the analytic model
   (paradyse_lab/costmodel/analytic.py, alpha-beta per collective on `--cluster`, ring overlap included)
   leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
   (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
   (communication included), comm_s is 0 and comm_modelled false.
-- peak_bytes has the cost model's meaning (paradyse_lab/profiles.py): every model state is resident while measuring
+- peak_bytes has the cost model's meaning (paradyse_lab/costmodel/profiles.py): every model state is resident while
+measuring
   (`resident_model_states` in profile_memory.py: gradients allocated and accumulated into, the optimizer states as one
   untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, profile_memory.py)
   after the kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
   bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method` lower-bound-cpu). Use GPU
   rows for peak memory.
-- attention_kernel: the attention kernels that actually ran for the row (runtime/attention.py
+- attention_kernel: the attention kernels that actually ran for the row (runtime/attention/kernels.py
   `kernels_used`: flash_attn, sdpa_flash or math; joined by '+' if a fused one fell back mid-row).
 
 kept_bytes (`measure_kept_bytes`, profile_memory.py) is exact on every device: the bytes of the distinct storages that
 the forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
 Rows are written atomically (a temporary file renamed over `--out`). Bad input (unknown strategy or model,
 a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 with one line.
+
+What every row of one `paradyse-lab costmodel profile` call measures with (paradyse_lab/app/measure/profiler.py, whose
+module docstring is the command's --help): the model on its torch device, its strategy options, its resident model
+states (`resident_model_states`, profile_memory.py), the cost model that prices a rank-local row's communication,
+and the device's name as the rows record it (`device_name`). Every input error is raised here, before any timing.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import platform
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 
-from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak
-from paradyse_lab.app.measure.profile_setup import Profiling, set_up_profiling
-from paradyse_lab.atomic_write import atomic_open
+from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak, resident_model_states
+from paradyse_lab.files.atomic_write import atomic_open
+from paradyse_lab.results.software_versions import software_versions, versions_text
 
 MODES = ("rank-local", "distributed")
 
@@ -133,7 +141,7 @@ def _profile_row(run: Profiling, opt, s: int, gen) -> dict:
     """One profile row: option `opt` at length `s`, its kept bytes from one forward, its median step time."""
     import torch
 
-    from runtime import attention
+    from paradyse_lab.runtime.attention import kernels as attention
 
     opts, cfg, model, device = run.opts, run.cfg, run.model, run.device
     t = s // run.p
@@ -183,7 +191,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
     import pandas as pd
     import torch
 
-    from paradyse_lab.profiles import COLUMNS, validate_profiles
+    from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     run = set_up_profiling(opts, group)
     jobs = [(opt, s) for opt in run.options for s in opts.seqs]
@@ -209,7 +217,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
 
 def write_rows_atomic(df, path: str) -> None:
     """Write the rows (schema columns first, then the extra ones) to `path` atomically."""
-    from paradyse_lab.profiles import COLUMNS
+    from paradyse_lab.costmodel.profiles import COLUMNS
 
     cols = list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]
     out = df[cols].copy()
@@ -222,12 +230,107 @@ def write_rows_atomic(df, path: str) -> None:
 def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bool = True):
     """`--mode distributed` inside an initialised process group (torchrun's, or a test's): every rank
     profiles its share, rank 0 of `group` writes the rows to `out`; every rank returns them."""
-    from runtime import comm
+    from paradyse_lab.runtime.comm import collectives as comm
 
     df = profile(opts, group, progress)
     if comm.rank(group) == 0:
         write_rows_atomic(df, out)
     return df
+
+
+def device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device).replace(",", " ")
+    return (f"cpu {platform.machine()} {platform.processor()}".strip()).replace(",", " ") or "cpu"
+
+
+@dataclass
+class Profiling:
+    """What every row of one `profile` call measures with: the model on its device, its strategy options and
+    the cost model that prices a rank-local row's communication."""
+
+    opts: ProfileOptions
+    cfg: object
+    model: object
+    options: list
+    group: object
+    p: int
+    rank: int
+    device: object
+    distributed: bool
+    analytic: object
+    params: list
+    state_bytes: int
+    optimizer_states: object
+    """The optimizer states' buffer (`resident_model_states`), held while profiling."""
+    barrier: object
+    software: str
+    dev_name: str
+
+
+def _profile_device(opts: ProfileOptions, distributed: bool):
+    """The torch device `opts` asks for (`--device auto`: CUDA when there is one) and its dtype's name."""
+    import torch
+
+    from paradyse_lab.errors import UserInputError
+
+    use_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise UserInputError("--device cuda but CUDA is not available")
+    if use_cuda:
+        device = torch.device("cuda", torch.cuda.current_device()) if not distributed else \
+            torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    else:
+        device = torch.device("cpu")
+    return device, opts.dtype if opts.dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+
+
+def set_up_profiling(opts: ProfileOptions, group) -> Profiling:
+    """The model, options and states of a `profile` call, every input error raised before any timing."""
+    import torch
+
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
+    from paradyse_lab.costmodel.analytic import AnalyticCostModel
+    from paradyse_lab.errors import UserInputError
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.layout import check_length
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
+
+    spec = get_model(opts.model)
+    if opts.layers:
+        spec = spec.with_layers(opts.layers)
+    cfg = GPTConfig.from_model_spec(spec)
+    distributed = opts.mode == "distributed"
+    if distributed:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            raise UserInputError("--mode distributed runs under torchrun (torch.distributed is not initialised)")
+        p, rank = comm.size(group), comm.rank(group)
+    else:
+        p, rank = opts.p, opts.rank
+        group = FakeGroup(p, rank)
+    device, dtype_name = _profile_device(opts, distributed)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    options = [StrategyOption.parse(s) for s in opts.strategies]
+    model = ParallelGPT(cfg, group, seed=opts.seed).to(device=device, dtype=dtype)
+    for s in opts.seqs:  # every input error before any timing
+        check_length(s, p)
+        for opt in options:
+            model.check(s, [str(opt)] * cfg.layers)
+    cost_spec = cfg.model_spec(dtype_name if dtype_name != "fp16" else "bf16")
+    params = list(model.parameters())
+    optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)
+    barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None
+    return Profiling(opts, cfg, model, options, group, p, rank, device, distributed,
+                      AnalyticCostModel(cost_spec, get_cluster(opts.cluster or DEFAULT_CLUSTER), p), params,
+                      state_bytes, optimizer_states, barrier, versions_text(software_versions(device=device)),
+                      device_name(device))
 
 
 if __name__ == "__main__":  # the command line lives in paradyse_lab/cli/; refuse instead of doing nothing

@@ -1,11 +1,11 @@
 """Rank-local profiles of a model's layer stack at p ranks, up to the memory limit, under a time budget.
 
 Library module of `python -m paradyse_lab.app.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv
-in the schema of paradyse_lab/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
+in the schema of paradyse_lab/costmodel/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
 `bert`, `llama` and `gpt` presets are layer stacks (no embedding, head or loss: the paper times the layers
 only), which `paradyse-lab costmodel profile` (paradyse_lab/app/measure/profiler.py, a whole `ParallelGPT`)
 cannot run; this module runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`,
-the same autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/fake_group.py.
+the same autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/comm/fake_group.py.
 
 One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -> y, then y.backward(dy).
 - compute_s: the median of the timed steps (CUDA events on CUDA, perf_counter on CPU) after one untimed
@@ -18,12 +18,12 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   resident, as in training: weights and gradients (allocated up front, accumulated into), and the
   mixed-precision Adam states that `formulas.model_state_bytes_per_param` charges (12 bytes per parameter
   in bf16: fp32 master, m, v) as one untouched allocation (`adam_state_bytes`; no optimizer step is run
-  or timed): the cost model's peak (paradyse_lab/profiles.py). On CPU there is no allocator counter:
+  or timed): the cost model's peak (paradyse_lab/costmodel/profiles.py). On CPU there is no allocator counter:
   peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
 - kept_bytes: the storages saved for backward (paradyse_lab.app.measure.profile_memory.KeptRecorder), parameters
   excluded.
-- attention_kernel: the attention kernels that actually ran (runtime/attention.py `kernels_used`).
+- attention_kernel: the attention kernels that actually ran (runtime/attention/kernels.py `kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
 skipped, never extrapolated).
@@ -39,11 +39,11 @@ import time
 from dataclasses import replace
 
 from paradyse_lab.errors import UserInputError
-from runtime.attention import is_oom
+from paradyse_lab.runtime.attention.kernels import is_oom
 
 EXTRA_COLUMNS = ("compute_s", "comm_s", "comm_modelled", "repeats", "dtype", "state_bytes", "adam_state_bytes",
                  "peak_reserved_bytes", "peak_method", "cluster", "attention_kernel")
-"""Columns after profiles.COLUMNS (ignored by paradyse_lab.profiles.read_profiles)."""
+"""Columns after profiles.COLUMNS (ignored by paradyse_lab.costmodel.profiles.read_profiles)."""
 MAX_REPEATS = 3
 
 
@@ -54,7 +54,7 @@ class LayerStack:
         import torch
 
         from paradyse_lab.app.measure.profile_memory import resident_model_states
-        from runtime.fake_group import FakeGroup
+        from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
@@ -88,8 +88,8 @@ class LayerStack:
 
     def violation(self, option, seq_len: int) -> str | None:
         """Why `option` cannot run `seq_len` on this stack, or None."""
-        from paradyse_lab.strategies import get_strategy
-        from runtime.layout import check_length
+        from paradyse_lab.core.strategies import get_strategy
+        from paradyse_lab.runtime.model.layout import check_length
 
         try:
             check_length(seq_len, self.p)
@@ -99,8 +99,8 @@ class LayerStack:
 
     def forward(self, option, x, seq_len: int):
         """x [b, s/p, h] -> y [b, s/p, h] through every layer under `option`."""
-        from runtime.model import STRATEGY_MODULES
-        from runtime.sublayer import Ctx, run_sublayer
+        from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+        from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
 
         module = STRATEGY_MODULES[option.strategy]
         for index, (att, mlp) in enumerate(self.layers):
@@ -118,7 +118,7 @@ def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batc
 
     from paradyse_lab.app.measure.kernel_bench import _timed
     from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak
-    from runtime.attention import kernels_used
+    from paradyse_lab.runtime.attention.kernels import kernels_used
 
     dev, cuda = stack.device, stack.device.type == "cuda"
     x = torch.randn(batch, seq_len // stack.p, stack.spec.hidden, device=dev, dtype=stack.dtype)  # [b, s/p, h]
@@ -192,7 +192,7 @@ def profile_curve(stack: LayerStack, option, lengths, deadline: float, known: di
         try:
             points[s] = measure_point(stack, option, s, deadline, max_repeats=max_repeats)
         except Exception as err:  # noqa: BLE001 - out-of-memory errors only; the rest is re-raised
-            if not is_oom(err):  # runtime.attention.is_oom
+            if not is_oom(err):  # paradyse_lab.runtime.attention.kernels.is_oom
                 raise
             failed = True
         if failed:  # outside the handler, so the failed step's tensors are already released

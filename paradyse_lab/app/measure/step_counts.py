@@ -2,17 +2,18 @@
 operator launches and the bytes the memory-bound operators move.
 
 Library module of `paradyse-lab calibrate` (paradyse_lab/app/measure/calibrate.py), which writes the counts into the
-measured cluster file (`[step_counts]`, paradyse_lab/measured_cluster.py) for the analytic model to price:
+measured cluster file (`[step_counts]`, paradyse_lab/cluster/measured.py) for the analytic model to price:
 launches x the measured launch cost, bytes / the measured memory bandwidth (costmodel/analytic.py). These are
 counts of what the runtime does, taken with `TorchDispatchMode` on one process playing rank 0 of a p-rank
-world (runtime/fake_group.py), not fits to times.
+world (runtime/comm/fake_group.py), not fits to times.
 
 - Counted: every aten operator dispatched in forward + backward of one sub-layer (per strategy option and
   kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
-  runtime/train_step.py times (`optimizer`).
+  runtime/training/step.py times (`optimizer`).
 - Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
-  efficiency curve), the attention kernel calls (runtime/attention.py `_run`, `_run_masked`: the attention efficiency
-  curves) and everything inside runtime/comm.py's collectives and runtime/comm_p2p.py's exchanges (the
+  efficiency curve), the attention kernel calls (runtime/attention/kernels.py `_run`, `_run_masked`: the attention
+  efficiency
+  curves) and everything inside runtime/comm/collectives.py's collectives and runtime/comm/p2p.py's exchanges (the
   alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
   the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
@@ -29,7 +30,7 @@ world (runtime/fake_group.py), not fits to times.
   save and unflatten, the gradient flattening) runs between its operators. `calibrate` times the model's
   forward + backward at the shortest length that splits, where arithmetic is negligible, over the
   launches counted in it (`launch_us` prices the optimizer's, a plain loop of operators).
-- The optimizer count is what runtime/train_step.py runs after the backward of a step (`step_epilogue`): the
+- The optimizer count is what runtime/training/step.py runs after the backward of a step (`step_epilogue`): the
   global gradient norm (a squared copy and a sum per gradient), the AdamW step and zero_grad, and the
   finite-weights check (an isfinite and an all() per parameter).
 """
@@ -46,7 +47,7 @@ UNMARKED_VIEWS = frozenset({"_unsafe_view"})
 `_unsafe_view` reshapes a GEMM's output (aten's matmul on 3-D inputs). They move nothing."""
 COMM_FUNCTIONS = {"comm": ("all_gather", "reduce_scatter", "all_to_all", "all_reduce"),
                   "comm_p2p": ("exchange", "ring_exchange", "chain_broadcast", "chain_reduce")}
-"""Functions of runtime/comm.py and runtime/comm_p2p.py (by module) whose work the collective fits price."""
+"""Functions of runtime/comm/collectives.py and runtime/comm/p2p.py (by module) whose work the collective fits price."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ def counting():
     """Count launches and bytes of the aten operators dispatched inside (module docstring)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from runtime import attention, comm, comm_p2p
+    from paradyse_lab.runtime.attention import kernels as attention
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     tally = _Counter()
 
@@ -130,11 +133,11 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
     import torch
 
     from paradyse_lab.app.measure.profile_memory import random_sublayer_params
-    from paradyse_lab.strategies import StrategyOption
-    from runtime.fake_group import FakeGroup
-    from runtime.model import STRATEGY_MODULES
-    from runtime.sublayer import make_ctx, run_sublayer
-    from runtime.weight_shards import PARAM_NAMES, shard_sublayer
+    from paradyse_lab.core.strategies import StrategyOption
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+    from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+    from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
     opt = StrategyOption.parse(option)
     gen = torch.Generator().manual_seed(0)
@@ -153,11 +156,11 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
 
 def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, int]], tuple[int, int]]:
     """(launches, bytes) of forward + backward of the whole model under `option` on every layer at each of
-    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/train_step.py."""
+    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/training/step.py."""
     import torch
 
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0)
     gen = torch.Generator().manual_seed(0)
@@ -166,7 +169,7 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
     for s in lengths:
         ids = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)  # [b, t]
         labels = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)
-        # as every step of runtime/train_step.py starts: gradients assigned, not added
+        # as every step of runtime/training/step.py starts: gradients assigned, not added
         model.zero_grad(set_to_none=True)
         with counting() as tally:
             model(ids, plan, labels)[1].backward()
@@ -179,11 +182,11 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
 
 
 def step_epilogue(model, optimizer, group) -> None:
-    """What runtime/train_step.py's `optimizer_step` runs after the backward on fp32 CPU weights (no master
+    """What runtime/training/step.py's `optimizer_step` runs after the backward on fp32 CPU weights (no master
     copies; clipping off, validate-run's setting): the global gradient norm, the optimizer step and zero_grad,
     the finite-weights check."""
-    from runtime.optim_schedule import global_grad_norm
-    from runtime.step_health import finite_on_every_rank
+    from paradyse_lab.runtime.training.optim_schedule import global_grad_norm
+    from paradyse_lab.runtime.training.step_health import finite_on_every_rank
 
     global_grad_norm([(n, t.grad) for n, t in model.named_parameters()], group, model.vocab_parallel)
     optimizer.step()
@@ -202,8 +205,8 @@ def epilogue_s(cfg, p: int, repeats: int = 5, device=None) -> float:
 
     import torch
 
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     device = device or torch.device("cpu")
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device)
@@ -262,8 +265,8 @@ def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float
     import torch
 
     from paradyse_lab.app.measure.kernel_bench import measure
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     device = device or torch.device("cpu")
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device=device, dtype=dtype or torch.float32)
@@ -275,7 +278,7 @@ def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float
     seconds, launches = 0.0, 0
     for option in strategies:
         def step(plan=[option] * cfg.layers):
-            model.zero_grad(set_to_none=True)  # as every step of runtime/train_step.py starts
+            model.zero_grad(set_to_none=True)  # as every step of runtime/training/step.py starts
             model(ids, plan, labels)[1].backward()
 
         step()

@@ -18,7 +18,7 @@ from paradyse_lab.app.report.markdown import (
     truth_dirs,
 )
 from paradyse_lab.app.report.sections import hybrid_note
-from paradyse_lab.strategies import CATALOG
+from paradyse_lab.core.strategies import CATALOG
 
 
 def fit_facts() -> dict:
@@ -78,7 +78,7 @@ def seeds_note(results: Path) -> str:
 
 def differences_section(results: Path, settings, bert_rows: list[list]) -> str:
     """'What differs and why', every number read from the runs, the fits or the workload definition."""
-    from paradyse_lab.workloads import PAPER_DATASETS, get_workload
+    from paradyse_lab.workload.lengths import PAPER_DATASETS, get_workload
 
     dirs = truth_dirs(results)
     facts = fit_facts()
@@ -148,7 +148,7 @@ PAPER_TRUTH_TEXT = """- **paper-measured times** (`--truth-cost-model paper`, so
 
 def sources_section(results: Path, settings) -> str:
     """Where the numbers come from: the truths that were run, in the order the tables show them."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
 
     cluster = get_cluster(settings.cluster)
     analytic = ("- **analytic model** (source=analytic): our alpha-beta and roofline model of each strategy's "

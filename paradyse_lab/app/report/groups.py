@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.app.report.markdown import NAMES, md_table
-from paradyse_lab.timings import read_with_timings
+from paradyse_lab.results.timings import read_with_timings
 
 GROUPS_COMMAND = "paradyse-lab experiment groups --out RESULTS"
 GROUPS_HEADER = ["cluster", "panel", "ParaDySe tokens/s", "ours tokens/s (x ParaDySe)", "ours: of its bound",
@@ -38,7 +38,7 @@ def groups_rows(table: pd.DataFrame) -> list[list]:
 
 def groups_section(results: Path) -> str:
     """The section's text, table and targets ("(not run)" without a groups.csv)."""
-    from simulator.groups_experiment import target_checks
+    from paradyse_lab.simulator.groups_experiment import target_checks
 
     path = Path(results) / "groups.csv"
     if not path.exists():

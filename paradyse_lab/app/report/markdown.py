@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paradyse_lab.strategies import CATALOG, USABLE
+from paradyse_lab.core.strategies import CATALOG, USABLE
 
 NAMES = {"github_code": "GitHubCode", "grch38": "GRCh38", "bert": "BERT", "llama": "LLaMA", "gpt": "GPT",
          **{f"static:{name}": CATALOG[name].paper_name for name in USABLE},

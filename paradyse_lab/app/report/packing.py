@@ -66,7 +66,7 @@ longer than the budget is a step alone; `paradyse-lab experiment packing`, packi
 A packed step's cost (paradyse_lab/costmodel/packed.py): attention per document, the linear parts, traffic
 and memory over the pack's tokens; under the paper-measured times the fit's c + b S + a (sum of n_i^2). Ring
 strategies (zig-zag per document, as the runtime lays it out) are charged their busiest rank's attention
-(paradyse_lab/zigzag_balance.py). The
+(paradyse_lab/workload/zigzag_balance.py). The
 best static strategy is the one that trains every document fastest per token (else the one that reaches the
 longest document, marked OOM); the saving compares time per token of runs that both finish.
 

@@ -21,7 +21,7 @@ from paradyse_lab.app.report.markdown import (
     read_csv,
     truth_dirs,
 )
-from paradyse_lab.timings import read_with_timings
+from paradyse_lab.results.timings import read_with_timings
 
 
 def switch_memory_section(results: Path) -> str:

@@ -83,7 +83,7 @@ def seeds_markdown(results: Path, settings) -> str:
 def band_share_rows(settings) -> tuple[list[str], list[list]]:
     """Per Table 3 band: the share of each sampled dataset's sequences in it (seed 0, measured from its lengths)
     beside Table 3's."""
-    from paradyse_lab.workloads import BAND_NAMES, PAPER_DATASETS, get_workload
+    from paradyse_lab.workload.lengths import BAND_NAMES, PAPER_DATASETS, get_workload
 
     header, columns = ["band"], []
     for d, (percents, _) in PAPER_DATASETS.items():

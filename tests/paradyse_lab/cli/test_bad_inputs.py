@@ -57,7 +57,7 @@ def test_bad_input_under_nproc_2_prints_one_line_and_exits_2(capsys, folder, arg
 def test_bad_environment_prints_one_line_and_exits_2(capsys, monkeypatch, folder, env, argv):
     """torchrun's variables with --nproc (the ranks would wait forever for peers), or malformed ones: one line
     showing the value as set, exit 2, before any rank starts."""
-    from runtime.launch import _ENV
+    from paradyse_lab.runtime.launch.ranks import _ENV
 
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)

@@ -34,14 +34,14 @@ def test_a_command_process_freezes_what_it_leaves_before_it_exits(monkeypatch, c
     (tests, scripts) leaves the garbage collector alone."""
     import gc
 
-    import runtime.launch
-    import runtime.launcher
+    import paradyse_lab.runtime.launch.local
+    import paradyse_lab.runtime.launch.ranks
 
     frozen, ended = [], []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
     # This process joined no group, whatever an earlier test in it did: main() would otherwise end it (os._exit).
-    monkeypatch.setattr(runtime.launch, "_joined_group", [])
-    monkeypatch.setattr(runtime.launcher, "end_process", ended.append)
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "_joined_group", [])
+    monkeypatch.setattr(paradyse_lab.runtime.launch.local, "end_process", ended.append)
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "catalog", "strategies", "--format", "json"])
     assert main() == 0 and frozen == [True] and ended == []
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
@@ -55,12 +55,12 @@ def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypa
     it joins its group and trains: the collector's later full passes skip it."""
     import gc
 
-    import runtime.launch
+    import paradyse_lab.runtime.launch.ranks
     from paradyse_lab.cli import train_command
 
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
-    monkeypatch.setattr(runtime.launch, "run_rank",
+    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "run_rank",
                         lambda r, w, fn, args, port, timeout_s: calls.append((r, w, port, timeout_s)))
     train_command._init_and_train(1, 2, None, 1234, 7.0)
     assert calls == ["freeze", (1, 2, 1234, 7.0)]
@@ -105,7 +105,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, match):
 def test_plan_refuses_bad_input_before_building_its_solver(capsys, monkeypatch):
     """`plan` checks its input (here a --budget-gb beyond range) before it builds the solver, whose start-up
     (the dp solver's compiled kernels) takes a second."""
-    import solvers
+    from paradyse_lab import solvers
 
     built: list[str] = []
     monkeypatch.setattr(solvers, "get_solver", built.append)
@@ -265,7 +265,8 @@ def test_no_help_text_names_a_source_file_or_a_repository_path():
     """Every --help says what a command and a flag do in the user's words, never where the code lives."""
     from paradyse_lab.cli import build_parser
 
-    assert CODE_PLACE.search("see runtime/train.py") and CODE_PLACE.search("paradyse_lab.strategies.step_length")
+    assert CODE_PLACE.search("see runtime/training/loop.py")
+    assert CODE_PLACE.search("paradyse_lab.core.strategies.step_length")
     found = {}
     for name, parser in _every_parser(build_parser()):
         places = sorted({m.group(0) for m in CODE_PLACE.finditer(parser.format_help())})

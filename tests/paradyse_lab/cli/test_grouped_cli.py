@@ -55,7 +55,7 @@ def test_runnable_groups_is_every_size_now(tmp_path, capsys):
 
 def test_global_batch_of_packs(tmp_path):
     # 12 documents packed into steps of at most 8192 tokens, two packs per global batch: each pack is one group's
-    from paradyse_lab.workloads import get_workload
+    from paradyse_lab.workload.lengths import get_workload
 
     docs = get_workload("uniform:256:4096", 12, 0, pack_tokens=8192)
     argv = ["simulate", "--model", "gpt2-tiny", "--dataset", "uniform:256:4096", "--size", "12", "--gpus", "4",

@@ -36,7 +36,7 @@ def test_lengths_follows_a_linked_folder_once(tmp_path):
 
 def test_text_dataset_folder_skips_hidden_files(tmp_path):
     """A dataset folder's hidden `.x.jsonl` (an editor's or a sync tool's copy) is not read."""
-    from paradyse_lab.text_data import read_texts
+    from paradyse_lab.workload.text_data import read_texts
 
     (tmp_path / "a.jsonl").write_text('{"text": "kept"}\n')
     (tmp_path / ".a.jsonl").write_text('{"text": "hidden copy"}\n')

@@ -20,7 +20,7 @@ import signal, sys, time
 # Python then installs no handler, so the Ctrl-C under test would be dropped and the command run to its end
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
-import solvers.ilp as ilp
+from paradyse_lab.solvers import ilp
 marker = Path(sys.argv[1])
 solve = ilp.ILPSolver.solve
 def solve_and_mark(self, problem):

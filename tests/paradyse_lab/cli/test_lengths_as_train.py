@@ -12,7 +12,7 @@ import pytest
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli import main
-from runtime.train_inputs import TokenDocuments
+from paradyse_lab.runtime.training.run_inputs import TokenDocuments
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
 from text_corpus import build_tokenizer, documents  # noqa: E402

@@ -54,10 +54,10 @@ def test_one_gpu_has_no_vocabulary_parallel_head(capsys):
     assert "--head vocab" in err and "--gpus 2" in err and len(err.strip().splitlines()) == 1
     assert main(["plan", "--model", "gpt2-tiny", "--gpus", "1", "--max-length", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["head"] != "vocab"
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.costmodel import AnalyticCostModel
     from paradyse_lab.costmodel.head_loss import head_cost_models
-    from paradyse_lab.model_spec import get_model
 
     one = AnalyticCostModel(get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), 1)
     assert set(head_cost_models(one)) == {"whole", "tiled"}  # simulate at one GPU plans as a one-process train

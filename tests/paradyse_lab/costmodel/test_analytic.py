@@ -2,11 +2,11 @@
 
 import pytest
 
-from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
+from paradyse_lab.cluster.presets import PRESETS as CLUSTERS
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.strategies import USABLE, StrategyOption, options
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.strategies import USABLE, StrategyOption, options
 
 A100 = CLUSTERS["a100-80gb-x8"]
 LENGTHS = [512 * 2**k for k in range(11)]  # 512 .. 512K
@@ -96,7 +96,7 @@ def test_single_gpu_has_no_communication():
 @pytest.mark.parametrize("model_name", ["gpt2", "llama", "bert"])
 def test_one_rank_prices_every_strategys_attention_as_the_one_kernel_it_runs(model_name):
     """At p = 1 the ring strategies run one block: the whole sequence under the model's own mask
-    (runtime/ring_attention.py), so their attention costs what megatron_ts's single kernel costs."""
+    (runtime/attention/ring.py), so their attention costs what megatron_ts's single kernel costs."""
     from paradyse_lab.costmodel.schedules import schedule
 
     model = PRESETS[model_name]

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import CLUSTERS_DIR, get_cluster
-from paradyse_lab.cluster_spec import CALIBRATION_PARAMETERS, StrategyCalibration
-from paradyse_lab.cluster_toml import load_cluster_toml
+from paradyse_lab.cluster.files import CLUSTERS_DIR, get_cluster, load_cluster_toml
+from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS, StrategyCalibration
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.calibration import (
     calibrated_cluster,
@@ -21,11 +22,9 @@ from paradyse_lab.costmodel.calibration import (
 )
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.learned_fit import analytic_whole
+from paradyse_lab.costmodel.profiles import PAPER_PROFILE, read_profiles, validate_profiles
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import PAPER_PROFILE, read_profiles, validate_profiles
-from paradyse_lab.strategies import StrategyOption
 
 A100 = get_cluster("a100-80gb-x8")
 KNOWN = {
@@ -161,7 +160,7 @@ def test_fit_calibration_cli_writes_a_cluster_file_every_command_takes(tmp_path,
 
 
 def test_ablate_costmodel_takes_the_cluster_file_beside_a_measured_profile(tmp_path, capsys):
-    from paradyse_lab.profiles import DATA_DIR, write_profiles
+    from paradyse_lab.costmodel.profiles import DATA_DIR, write_profiles
 
     rows = read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv").query("model == 'gpt'").assign(device="cpu x86_64")
     write_profiles(rows, tmp_path / "profile.csv")

@@ -2,11 +2,11 @@
 
 import pytest
 
-from paradyse_lab.cluster_presets import PRESETS as CLUSTERS
+from paradyse_lab.cluster.presets import PRESETS as CLUSTERS
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.model_spec import PRESETS, ModelSpec
-from paradyse_lab.strategies import StrategyOption
 
 A100 = CLUSTERS["a100-80gb-x8"]
 

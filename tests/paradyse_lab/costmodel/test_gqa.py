@@ -1,5 +1,5 @@
 """Grouped-query attention in the cost model: ring K/V traffic scales by kv_heads / heads, Ulysses replicates
-K/V heads when kv_heads < p (the rule in paradyse_lab/strategies.py), and `paradyse-lab cost --kv-heads`."""
+K/V heads when kv_heads < p (the rule in paradyse_lab/core/strategies.py), and `paradyse-lab cost --kv-heads`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from paradyse_lab.cli import main
+from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.model_spec import PRESETS
-from paradyse_lab.strategies import StrategyOption
 
 LLAMA = PRESETS["llama"]  # the paper's layer: h 8192, 64 heads
 
@@ -93,12 +93,12 @@ def test_sublayer_plans_may_run_head_splitting_strategies_on_mlps_under_gqa():
     MLPs. At sub-layer granularity they stay options, their attention cells exceed the budget (no feasible
     plan picks them) and the optimum runs megatron_ts on the MLPs; a static plan of them is refused with the
     rule; at block granularity they are left out as before."""
-    from paradyse_lab.cluster_lookup import get_cluster
+    from paradyse_lab.cluster.files import get_cluster
+    from paradyse_lab.core.layer_graph import LayerGraph
     from paradyse_lab.costmodel.analytic import AnalyticCostModel
     from paradyse_lab.costmodel.lowering import problem_from_cost_model
     from paradyse_lab.errors import UserInputError
-    from paradyse_lab.layer_graph import LayerGraph
-    from solvers.registry import get_solver
+    from paradyse_lab.solvers.registry import get_solver
 
     model = replace(PRESETS["llama3-8b"], kv_heads=1, layers=2)
     cm = AnalyticCostModel(model, get_cluster("a100-80gb-x8"))

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from paradyse_lab.core.model_spec import PRESETS
 from paradyse_lab.costmodel.grouped_states import (
     data_parallel_width,
     grouped_state_kept_bytes,
@@ -15,7 +16,6 @@ from paradyse_lab.costmodel.grouped_states import (
     replicated_total,
     sharded_total,
 )
-from paradyse_lab.model_spec import PRESETS
 
 TINY = replace(PRESETS["gpt2-tiny"], dtype="fp32")
 SHARDED = 4 * ((96 * 288 + 96 * 96 + 288) + (2 * 96 * 384 + 384))

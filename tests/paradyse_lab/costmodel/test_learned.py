@@ -5,18 +5,18 @@ import warnings
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.learned_fit import fit_profile_file, fit_profiles
 from paradyse_lab.costmodel.learned_model import LearnedCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.profiles import DATA_DIR, validate_profiles
 from paradyse_lab.costmodel.synthetic import synthesize_profiles
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import DATA_DIR, validate_profiles
-from paradyse_lab.strategies import USABLE, StrategyOption
 
 A100 = get_cluster("a100-80gb-x8")
 BUNDLED = DATA_DIR / "analytic_a100-80gb-x8.csv"

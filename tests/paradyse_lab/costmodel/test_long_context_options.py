@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import get_cluster
-from paradyse_lab.cluster_toml import load_cluster_toml
+from paradyse_lab.cluster.files import get_cluster, load_cluster_toml
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.plan import short_text
+from paradyse_lab.core.strategies import USABLE, StrategyOption, options
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.schedules import schedule
@@ -22,10 +25,6 @@ from paradyse_lab.costmodel.techniques import (
     offload_exposed_s,
 )
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.plan import short_text
-from paradyse_lab.strategies import USABLE, StrategyOption, options
 
 LLAMA = get_model("llama3-8b")
 H100 = get_cluster("h100-80gb-x8")
@@ -104,7 +103,7 @@ def test_the_measured_h100_offload_plan_prices_its_copies_back_that_no_prefetch_
     priced exposed (16 x 23.0 ms + 13 x 10.2 ms), the copies out stay hidden behind the forward."""
     from pathlib import Path
 
-    from paradyse_lab.cluster_lookup import cluster_with_gpus
+    from paradyse_lab.cluster.files import cluster_with_gpus
     from paradyse_lab.costmodel.head_loss import head_cost_models
 
     root = Path(__file__).resolve().parents[3]
@@ -173,7 +172,7 @@ def test_short_sequences_get_no_tiling_or_offload():
     the plan with them offered too; where memory binds, a technique may beat the slower strategy that would make
     the plan fit (64K: one layer tiles and offloads instead of running METP), never slower than without; past
     the length that fits without them, they make it fit."""
-    from solvers import get_solver
+    from paradyse_lab.solvers import get_solver
 
     dp = get_solver("dp")
     for seq in (8 * 1024, 16 * 1024, 64 * 1024):
@@ -212,8 +211,8 @@ def test_cost_shows_the_options_and_plan_max_length_takes_them(capsys):
 def test_dynamic_policies_offer_them_in_simulate_and_train():
     """`dynamic:SOLVER+tiled+offload` (simulate, train, validate-run: simulator/planner.py) plans with the options
     and charges their plans: a short step gets neither, a step that fits only with them gets them."""
-    from simulator.planner import build_planner
-    from simulator.policy_spec import PolicySpec
+    from paradyse_lab.simulator.planner import build_planner
+    from paradyse_lab.simulator.policy_spec import PolicySpec
 
     spec = PolicySpec.parse("dynamic:dp+offload+tiled", recompute=True)
     assert (spec.tiled, spec.offload, spec.name) == (True, True, "dynamic:dp+recompute+tiled+offload")

@@ -7,7 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption
+from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.factory import build_cost_model
@@ -15,11 +19,7 @@ from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep, step_problem
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.layer_graph import LayerGraph
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.strategies import USABLE, StrategyOption
-from paradyse_lab.strategies import options as make_options
-from solvers.registry import get_solver
+from paradyse_lab.solvers.registry import get_solver
 
 A100 = get_cluster("a100-80gb-x8")
 ALL_OPTIONS = make_options(USABLE, recompute=True)
@@ -78,7 +78,7 @@ def test_ring_strategies_are_charged_the_busiest_ranks_attention():
     balanced but for the documents' padding (8 tokens after each of two documents at p = 8: 1.0001x the mean);
     megatron_cz and metp pay that, megatron_ts and ulysses_z (heads split over the whole pack) the even
     share; documents without padding are balanced exactly (1.0)."""
-    from paradyse_lab.zigzag_balance import rank_attention_pairs, zigzag_imbalance
+    from paradyse_lab.workload.zigzag_balance import rank_attention_pairs, zigzag_imbalance
 
     model, p = get_model("llama"), 8
     step = PackedStep((20000, 8000, 3000, 1000), unit=2 * p)

@@ -8,16 +8,16 @@ import pandas as pd
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel import AnalyticCostModel, uniform_plan_cost
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES, PROVENANCE, shape_for
 from paradyse_lab.costmodel.paper_profile import paper_profile
+from paradyse_lab.costmodel.profiles import DATA_DIR, PAPER_PROFILE, read_profiles, write_profiles
 from paradyse_lab.costmodel.synthetic import length_grid
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import DATA_DIR, PAPER_PROFILE, read_profiles, write_profiles
-from paradyse_lab.strategies import StrategyOption
 
 A100 = get_cluster("a100-80gb-x8")
 

@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.costmodel.ablation import split_profiles
+from paradyse_lab.costmodel.profiles import COLUMNS, DATA_DIR, default_profile, read_profiles, write_profiles
 from paradyse_lab.costmodel.synthetic import length_grid, synthesize_profiles
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.profiles import COLUMNS, DATA_DIR, default_profile, read_profiles, write_profiles
 
 A100 = get_cluster("a100-80gb-x8")
 STAMP = "2026-01-01T00:00:00+00:00"
@@ -59,7 +59,7 @@ def test_the_same_bytes_are_validated_once_and_every_reader_gets_its_own_rows(tm
     """A run reads one profile for each learned model and step: read_profiles validates the same bytes under the
     same name once per process, hands each reader a copy, and validates a file whose bytes changed (same
     size, same path) again."""
-    import paradyse_lab.profiles as profiles
+    from paradyse_lab.costmodel import profiles
 
     path = write_profiles(small.iloc[:5], tmp_path / "p.csv")
     monkeypatch.setattr(profiles, "_VALIDATED", {})  # nothing this process read before

@@ -20,11 +20,11 @@ import pytest
 from paradyse_lab.app.measure import gpu_session, gpu_validate
 from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
 from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
-from paradyse_lab.cluster_lookup import get_cluster
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.profiles import COLUMNS, read_profiles
-from paradyse_lab.strategies import USABLE, StrategyOption
+from paradyse_lab.costmodel.profiles import COLUMNS, read_profiles
 
 MODEL = "bert-tiny"
 """The profiled model: bert's layer (16 heads, 2 per rank at p = 8), narrower."""

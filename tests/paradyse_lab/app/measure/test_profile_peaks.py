@@ -22,9 +22,9 @@ import torch
 from paradyse_lab.app.measure import profiler
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.cli.profile_command import parse_options
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
-from paradyse_lab.model_spec import get_model
-from paradyse_lab.strategies import StrategyOption
 
 P = 2
 
@@ -69,9 +69,9 @@ def test_no_saved_tensor_is_reachable_at_the_peak_reset(watched_profile):
 
 
 def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel(watched_profile):
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     df, _ = watched_profile
     spec = get_model("gpt2-tiny").with_layers(1)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from paradyse_lab.cli import main
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.profiles import read_profiles
 from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.model_spec import ModelSpec
-from paradyse_lab.profiles import read_profiles
-from paradyse_lab.strategies import StrategyOption
 
 P = 8
 SEQ = 128
@@ -25,7 +25,7 @@ STRATEGIES = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
 
 @pytest.fixture(scope="module")
 def cfg():
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     return GPTConfig.from_model_spec(SPEC)
 
@@ -57,7 +57,7 @@ def test_kept_bytes_of_a_pack_are_the_schedules_byte_for_byte(cfg, strategy):
     keep no mask and no [s, s] tensor, only q, k, v, the output and the lse."""
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.costmodel.packed import PackedStep
-    from runtime.packed import cu_seqlens, pack_sequence
+    from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
 
     pack = pack_sequence([1, 37, 50], P)
     step = PackedStep(pack.documents, unit=2 * P)
@@ -71,8 +71,10 @@ def test_fake_group_counts_the_schedules_bytes(cfg):
     """The fake group still records every call as a real group would (comm_record.count_bytes)."""
     import torch
 
-    from runtime import comm, comm_p2p, comm_record
-    from runtime.fake_group import FakeGroup
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm import p2p as comm_p2p
+    from paradyse_lab.runtime.comm import record as comm_record
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     assert comm.size(FakeGroup(P, 3)) == P and comm.rank(FakeGroup(P, 3)) == 3
     x = torch.arange(6.0).view(2, 3)
@@ -132,8 +134,8 @@ replicating each K/V head 4 times) and 8 (= p: every strategy)."""
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
-    from paradyse_lab.strategies import get_strategy
-    from runtime.reference import GPTConfig
+    from paradyse_lab.core.strategies import get_strategy
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     spec = LLAMA_SPECS[kv_heads]
     if get_strategy(strategy).violation(spec, P, SEQ):
@@ -152,7 +154,7 @@ def test_kept_bytes_match_analytic_on_one_rank(spec):
     """p = 1: a ring strategy's q, k, v are slices of the one QKV output; each kept slice must own its
     storage (a kept view of v keeps the whole output alive under rotary embeddings, which copy q and k)."""
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg = GPTConfig.from_model_spec(spec)
     for strategy in STRATEGIES:
@@ -169,8 +171,8 @@ def test_tiled_mlp_and_offload_bytes_match_analytic_at_p8(spec):
     at p = 8: what a sub-layer keeps on the device and what it moves to host memory are the schedule's, byte for
     byte (the distributed cases check the same at p = 1..4 with the values and gradients: runtime_cases.py)."""
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
-    from paradyse_lab.strategies import get_strategy
-    from runtime.reference import GPTConfig
+    from paradyse_lab.core.strategies import get_strategy
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     cfg = GPTConfig.from_model_spec(spec)
     for strategy in STRATEGIES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paradyse_lab.model_spec import ModelSpec
+from paradyse_lab.core.model_spec import ModelSpec
 
 SPEC = ModelSpec(name="gpt2-count", hidden=32, heads=4, layers=2, ffn_hidden=128, vocab_size=64,
                  max_positions=64, dtype="fp32")
@@ -12,7 +12,7 @@ SPEC = ModelSpec(name="gpt2-count", hidden=32, heads=4, layers=2, ffn_hidden=128
 
 @pytest.fixture(scope="module")
 def cfg():
-    from runtime.reference import GPTConfig
+    from paradyse_lab.runtime.model.reference import GPTConfig
 
     return GPTConfig.from_model_spec(SPEC)
 
@@ -32,8 +32,9 @@ def test_every_dispatch_launches_and_only_memory_bound_operators_move_bytes(cfg)
     import torch
 
     from paradyse_lab.app.measure.step_counts import counting
-    from runtime import attention, comm
-    from runtime.fake_group import FakeGroup
+    from paradyse_lab.runtime.attention import kernels as attention
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     before = (attention._run, comm.all_gather)
     a, w = torch.randn(16, 32), torch.randn(32, 32)
@@ -53,8 +54,10 @@ def test_step_counts_cover_every_option_the_rest_of_the_model_and_the_optimizer(
     assert set(counts) == {"megatron_ts.attention", "megatron_ts.mlp", "megatron_cz.attention", "megatron_cz.mlp",
                            "fixed", "optimizer"}
     assert counts["fixed"].launches > 0 and counts["fixed"].bytes_per_token > 0
-    params = sum(p.numel() for p in __import__("runtime.model", fromlist=["ParallelGPT"]).ParallelGPT(
-        cfg, __import__("runtime.fake_group", fromlist=["FakeGroup"]).FakeGroup(2, 0)).parameters())
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+
+    params = sum(p.numel() for p in ParallelGPT(cfg, FakeGroup(2, 0)).parameters())
     # AdamW reads and writes every parameter, its gradient and both moments several times over
     assert counts["optimizer"].bytes_at(8) > 4 * 4 * params and counts["optimizer"].bytes_per_token == 0
     # ZeRO-3 rebuilds the full weights from their shards: bytes that do not grow with the tokens
@@ -71,7 +74,7 @@ def test_the_step_epilogue_moves_a_hand_counted_50_bytes_per_parameter():
     import torch
 
     from paradyse_lab.app.measure.step_counts import counting, step_epilogue
-    from runtime.fake_group import FakeGroup
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     def tally(n):
         w = torch.nn.Parameter(torch.randn(n))
@@ -109,8 +112,8 @@ def test_the_runtime_step_prices_its_counted_launches_less_what_it_moves(cfg, mo
     import torch
 
     from paradyse_lab.app.measure import kernel_bench, step_counts
-    from runtime.fake_group import FakeGroup
-    from runtime.model import ParallelGPT
+    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     monkeypatch.setattr(kernel_bench, "measure", lambda fn, device, **kw: (fn(), 0.01)[1:] + (5,))  # 10 ms a step
     model = ParallelGPT(cfg, FakeGroup(2, 0), seed=0)

@@ -1,0 +1,279 @@
+"""The strategy catalog: the parallel strategies of ParaDySe (docs/paper.md section 2) and their rules.
+
+Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
+(docs/paper.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
+Activation recomputation of a layer is an orthogonal option, and so are the two long-context techniques: a
+`StrategyOption` is a strategy plus up to three flags, written `NAME[+recompute][+tiled][+offload]`:
+`+recompute` keeps only each sub-layer's input, `+tiled` runs the MLP over chunks of the sequence with
+recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to host memory until its backward
+(docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
+
+The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
+its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
+(`runtime/model/parallel_gpt.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
+is one entry here, one schedule function and one runtime module. See them with `paradyse-lab catalog strategies`.
+
+Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
+catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
+- megatron_cz (ring attention): any kv_heads dividing heads; the ring passes only the K/V heads, so its
+  K/V traffic (and dK/dV) scales by kv_heads / heads.
+- ulysses_z: heads % p == 0 and (kv_heads % p == 0 or p % kv_heads == 0). When kv_heads < p each K/V head
+  is replicated p / kv_heads times before the all-to-all (as DeepSpeed-Ulysses does), so the K/V
+  all-to-all carries max(kv_heads, p) heads' worth of bytes; the replicas' gradients are summed after the
+  all-to-all back.
+- megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
+  that query groups divide by the tensor-parallel size).
+Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
+(runtime/model/weight_shards.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
+strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache, cached_property
+
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.errors import UserInputError, unknown_name
+
+RECOMPUTE_SUFFIX = "+recompute"
+TILED_SUFFIX = "+tiled"
+OFFLOAD_SUFFIX = "+offload"
+OPTION_FLAGS = ("recompute", "tiled", "offload")
+"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+offload`)."""
+UNIFIED_LAYOUT = "unified"
+"""The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
+order (runtime/model/layout.py)."""
+
+
+def layout_unit(p: int) -> int:
+    """Tokens a sequence length must be a multiple of in the unified layout on p ranks: 2p, 1 when p = 1.
+
+    The sequence is cut into 2p zig-zag chunks and rank r holds chunks r and 2p-1-r. At p = 1 the one rank
+    holds both chunks in natural order, which is the whole sequence whatever its length, and there is no ring
+    to balance, so any length runs (the runtime's `check_length` accepts it and its ring attention is one local
+    causal block). The runtime checks lengths against this unit and the simulator pads each step to it.
+    """
+    return 1 if p == 1 else 2 * p
+
+
+def pad_to_unit(tokens: int, unit: int) -> int:
+    """`tokens` rounded up to a multiple of `unit` (a step's length after its padding)."""
+    return -(-int(tokens) // unit) * unit
+
+
+def step_length(tokens: int, unit: int, cap: int | None = None) -> int:
+    """The length of a step of `tokens` tokens, one rule for `simulate` and `train`: padded up to the layout
+    unit (`pad_to_unit`); with `cap` (the model's positions or --max-len), at most `cap` rounded down to the
+    unit (the tokens beyond are cut), never less than one unit. The padding carries no loss."""
+    longest = pad_to_unit(tokens, unit)
+    return longest if cap is None else min(longest, max(unit, cap // unit * unit))
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One parallel strategy of the catalog."""
+
+    name: str
+    """Catalog name used everywhere (plans, CLI, CSV)."""
+    paper_name: str
+    """The name ParaDySe uses; the label of figures and REPORT.md."""
+    attention: str
+    """How attention is parallelised."""
+    mlp: str
+    """How the MLP and the linear weights are parallelised."""
+    splits_heads: bool
+    """Whether attention splits heads (and KV heads) over the p ranks."""
+    ring_attention: bool
+    """Whether K/V blocks travel around a ring (causal rings use the zig-zag chunk order: s % 2p == 0)."""
+    kv_heads_rule: str = "any"
+    """Grouped-query attention's K/V heads (`KV_HEADS_RULES`): 'split' (kv_heads % p == 0), 'replicate'
+    (kv_heads % p == 0 or p % kv_heads == 0) or 'any'."""
+    usable: bool = True
+    """False for strategies the toolkit lists but never plans with."""
+    unusable_reason: str = ""
+    """Why a strategy is not usable."""
+    abbreviation: str = ""
+    """Two letters for compact plans (the `train` log: `TS,TS,ME+r`)."""
+    color: str = ""
+    """Matplotlib colour of the strategy in figures."""
+    layout: str = UNIFIED_LAYOUT
+    """Tensor layout it reads and writes between layers; a switch between two layouts pays a re-layout."""
+    schedule: str = ""
+    """Key of its per-rank work in `paradyse_lab.costmodel.strategy_work.SCHEDULES`."""
+    runtime_module: str = ""
+    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model/parallel_gpt.py."""
+
+    def __post_init__(self):
+        missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
+        if self.usable and missing:
+            raise ValueError(f"usable strategy {self.name!r} needs {', '.join(missing)} in its catalog entry")
+        if self.runtime_module and not self.runtime_module.startswith("paradyse_lab.runtime."):
+            raise ValueError(f"strategy {self.name!r}: runtime_module {self.runtime_module!r} is not a module of "
+                             "runtime/ (the only layer that may import torch)")
+
+    def check(self, model: ModelSpec, p: int, seq_len: int, kind: str | None = None) -> None:
+        """Raise `UserInputError` naming the violated constraint if `model` at `seq_len` cannot run on p GPUs
+        (`kind`: one sub-layer, 'attention' or 'mlp'; None: the whole layer)."""
+        problem = self.violation(model, p, seq_len, kind)
+        if problem:
+            raise UserInputError(f"{self.name}: {problem}")
+
+    def violation(self, model: ModelSpec, p: int, seq_len: int, kind: str | None = None) -> str | None:
+        """The first violated feasibility rule, as a sentence, or None when the shapes split. `kind`
+        'attention' or 'mlp' asks about one sub-layer (a plan may give each its own strategy): the head and
+        K/V-head rules bind attention only (an MLP has no heads), the MLP's width rule the MLP only; None
+        asks about the whole layer."""
+        if not self.usable:
+            return f"not usable: {self.unusable_reason}"
+        unit = layout_unit(p) if (self.ring_attention and model.causal) else p
+        if seq_len % unit:
+            why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
+            return f"sequence length {seq_len} must be divisible by {unit}{why}"
+        if kind != "mlp":
+            problem = self._attention_violation(model, p)
+            if problem:
+                return problem
+        if kind != "attention" and model.ffn_hidden % p:
+            return f"ffn_hidden ({model.ffn_hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        if model.hidden % p:
+            return f"hidden ({model.hidden}) must be divisible by p ({p}) for the 1/p weight shard"
+        return None
+
+    def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
+        """The heads and grouped-query rules of the module docstring."""
+        if self.splits_heads and model.heads % p:
+            return f"heads ({model.heads}) must be divisible by p ({p})"
+        kv = model.kv_heads
+        if self.kv_heads_rule == "split" and kv % p:
+            return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
+                    "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
+        if self.kv_heads_rule == "replicate" and kv % p and p % kv:
+            return (f"kv_heads ({kv}) must be divisible by p ({p}) or divide it (each K/V head is then replicated "
+                    f"p / kv_heads times before the all-to-all)")
+        if model.kv_hidden % p:
+            return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
+                    "shard of K and V")
+        return None
+
+
+CATALOG: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(
+            "megatron_ts", "MegatronTS",
+            attention="all-gather sequence, heads split over ranks, reduce-scatter out",
+            mlp="column/row-split weights, all-gather + reduce-scatter of activations",
+            splits_heads=True, ring_attention=False, kv_heads_rule="split",
+            abbreviation="TS", color="#1f77b4", schedule="megatron_ts",
+            runtime_module="paradyse_lab.runtime.strategies.megatron_ts",
+        ),
+        Strategy(
+            "megatron_cz", "MegatronCZ",
+            attention="ring attention: K/V blocks around a ring, log-sum-exp merge",
+            mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+            splits_heads=False, ring_attention=True,
+            abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz",
+            runtime_module="paradyse_lab.runtime.strategies.megatron_cz",
+        ),
+        Strategy(
+            "ulysses_z", "UlyssesZ",
+            attention="all-to-all sequence-sharded -> head-sharded, local attention, all-to-all back",
+            mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+            splits_heads=True, ring_attention=False, kv_heads_rule="replicate",
+            abbreviation="UZ", color="#2ca02c", schedule="ulysses_z",
+            runtime_module="paradyse_lab.runtime.strategies.ulysses_z",
+        ),
+        Strategy(
+            "metp", "METP",
+            attention="weight shards passed around a ring; per head group, ring attention inside",
+            mlp="weight shards passed around a ring (point-to-point, double-buffered)",
+            splits_heads=True, ring_attention=True, kv_heads_rule="split",
+            abbreviation="ME", color="#d62728", schedule="metp",
+            runtime_module="paradyse_lab.runtime.strategies.metp",
+        ),
+        Strategy(
+            "colossal_z", "ColossalZ",
+            attention="Colossal-AI ring self-attention",
+            mlp="ZeRO-3",
+            splits_heads=False, ring_attention=True, usable=False,
+            unusable_reason="its ring self-attention cannot use FlashAttention, so activation memory "
+            "is quadratic in s; the paper excludes it from its experiments",
+        ),
+    )
+}
+USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
+"""The strategies plans are made of, in the paper's order."""
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    """A strategy, optionally with activation recomputation, the tiled MLP and activation offload."""
+
+    strategy: str
+    """Catalog name."""
+    recompute: bool = False
+    """Keep only the sub-layer input and recompute the rest in the backward pass."""
+    tiled: bool = False
+    """Run the MLP sub-layer over chunks of the sequence, keeping only its input and recomputing each chunk in
+    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996; runtime/strategies/tiled_mlp.py): its [tokens, ffn]
+    intermediates exist one chunk at a time. An attention sub-layer ignores it."""
+    offload: bool = False
+    """Copy what each sub-layer keeps for the backward to host memory during the forward and bring it back for
+    the backward (runtime/strategies/offload.py)."""
+
+    def __post_init__(self):
+        if self.strategy not in CATALOG:
+            raise unknown_name("strategy", self.strategy, CATALOG)
+
+    @cached_property
+    def name(self) -> str:
+        """`NAME` followed by the suffixes of its flags: `NAME+recompute`, `NAME+recompute+tiled+offload`, ...
+        (computed once per option: the simulator reads it for every decision of every step)."""
+        return self.strategy + "".join(f"+{flag}" for flag in OPTION_FLAGS if getattr(self, flag))
+
+    @classmethod
+    def parse(cls, text: str) -> StrategyOption:
+        """Read `NAME[+recompute][+tiled][+offload]` (the flags in that order, each once)."""
+        return _parse_option(text)
+
+    def runs(self, kinds) -> bool:
+        """Whether the option is a decision of its own over sub-layers of `kinds` ('attention', 'mlp'): `+tiled`
+        acts on an MLP only, and on an MLP alone `+recompute+tiled` is `+tiled` (the tiled MLP recomputes
+        anyway), so at sub-layer granularity a flag that changes nothing is not offered twice."""
+        if self.tiled and "mlp" not in kinds:
+            return False
+        return not (self.tiled and self.recompute and "attention" not in kinds)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@cache
+def _parse_option(text: str) -> StrategyOption:
+    """`StrategyOption.parse`, each text read once (an option is immutable; an error is never cached)."""
+    base, *flags = text.split("+")
+    valid = list(CATALOG) + ["NAME" + "".join(f"[+{f}]" for f in OPTION_FLAGS)]
+    if base not in CATALOG or flags != [f for f in OPTION_FLAGS if f in flags]:
+        raise unknown_name("strategy", text, valid)
+    return StrategyOption(base, **{flag: True for flag in flags})
+
+
+def get_strategy(name: str) -> Strategy:
+    """Catalog entry by name, or an error listing the names."""
+    if name not in CATALOG:
+        raise unknown_name("strategy", name, CATALOG)
+    return CATALOG[name]
+
+
+def options(strategies=USABLE, recompute: bool = False, tiled: bool = False,
+            offload: bool = False) -> tuple[StrategyOption, ...]:
+    """The options of a search: each strategy; with `recompute` also each one recomputed; with `tiled` each one
+    with the tiled MLP (and recomputed with it, with `recompute`); with `offload` every one of those again with
+    activation offload."""
+    kept = [False, True] if recompute else [False]
+    flags = [(r, False) for r in kept] + ([(r, True) for r in kept] if tiled else [])
+    out = [StrategyOption(s, recompute=r, tiled=t) for r, t in flags for s in strategies]
+    if offload:
+        out += [StrategyOption(o.strategy, o.recompute, o.tiled, offload=True) for o in out]
+    return tuple(out)

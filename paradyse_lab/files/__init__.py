@@ -1,0 +1,1 @@
+"""Files read and written safely: atomic writes and JSON read with exact types."""

@@ -1,0 +1,2 @@
+"""Results and their provenance: result keys and the code version, measured timings kept apart, software
+versions."""

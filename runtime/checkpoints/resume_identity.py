@@ -1,0 +1,88 @@
+"""What a checkpoint's model and data are, by content: a resumed run continues only the model and data that wrote
+the checkpoint, whatever names it gives them.
+
+The model is its architecture (the `GPTConfig` fields: layers, hidden, heads, K/V heads, MLP width, vocabulary,
+positions, epsilon, rotary settings, norm, ...), not the `--model` string: `gpt2-tiny` and a config.json of the
+same shapes are one model, and two config.json files at one path with another epsilon are two. A dataset that
+names a file or folder (`file:d.jsonl`, a length file, a text dataset) is the SHA-256 of its content, not its
+path: `./d.jsonl` and `d.jsonl` are one dataset, and a token file replaced at the same path is another. Named
+workloads (`uniform:8:16`, `grch38`) are their names. Checkpoints written before these were recorded are
+compared by the strings, as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.results.result_key import file_digest
+
+IDENTITY_KEYS = ("architecture", "dataset_digest")
+"""meta.json keys of the content a resumed run must keep (`identity`)."""
+
+
+def architecture_of(cfg) -> dict:
+    """The model's `GPTConfig` fields as meta.json holds them (tuples as lists: the JSON round trip)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def dataset_digest(dataset: str) -> str | None:
+    """SHA-256 over the content of the file or folder `dataset` names (a `file:` prefix removed; a folder: every
+    file under it, by relative path and content, hidden entries skipped as the readers skip them); None for a
+    named workload that is no path."""
+    path = Path(dataset.removeprefix("file:")) if dataset else None
+    if path is None or not path.exists():
+        return None
+    if path.is_file():
+        return file_digest(path)
+    h = hashlib.sha256()
+    for folder, subfolders, names in os.walk(path):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):
+            f = Path(folder) / name
+            h.update(f"{f.relative_to(path)}\0{file_digest(f)}\n".encode())
+    return h.hexdigest()
+
+
+def identity(opts, cfg) -> dict:
+    """The meta.json entries of the run's model and data by content (module docstring)."""
+    return {"architecture": architecture_of(cfg), "dataset_digest": dataset_digest(opts.dataset)}
+
+
+def compared_by_content(saved: dict, expected: dict) -> set[str]:
+    """The settings whose string is not compared because their content is: `model` when both record the
+    architecture, `dataset` when both record the data's digest."""
+    keys = set()
+    if saved.get("architecture") and expected.get("architecture"):
+        keys.add("model")
+    if saved.get("dataset_digest") and expected.get("dataset_digest"):
+        keys.add("dataset")
+    return keys
+
+
+def check_identity(path: Path, saved: dict, expected: dict) -> None:
+    """A one-line `UserInputError` when checkpoint `path` (its meta.json `saved`) was written by another model
+    or on other data than this run's (`expected`, from `identity`)."""
+    arch, want = saved.get("architecture"), expected.get("architecture")
+    if isinstance(arch, dict) and want:
+        unknown = sorted(set(arch) - set(want))
+        if unknown:
+            raise UserInputError(f"checkpoint {path} records architecture fields this version of paradyse-lab does "
+                                 f"not know ({', '.join(unknown)}): it was written by another version; use that "
+                                 "version, or start a new --checkpoint-dir")
+        for field, value in want.items():
+            if arch.get(field) != value:
+                raise UserInputError(f"checkpoint {path} was written by another model: its {field} is "
+                                     f"{arch.get(field)!r}, this run's (--model {expected.get('model')!r}) "
+                                     f"{value!r}; resume with the model that wrote it, or start a new "
+                                     "--checkpoint-dir")
+    digest, want_digest = saved.get("dataset_digest"), expected.get("dataset_digest")
+    if digest and want_digest and digest != want_digest:
+        raise UserInputError(f"checkpoint {path} was trained on other data: --dataset {expected.get('dataset')!r} "
+                             f"does not hold what {saved.get('dataset')!r} held when it was written (SHA-256 "
+                             f"{want_digest[:12]}... vs {digest[:12]}...); resume with that data, or start a new "
+                             "--checkpoint-dir")

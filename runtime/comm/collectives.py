@@ -1,0 +1,138 @@
+"""The process group's queries and the collectives of the runtime, with the process group as an argument.
+
+Library module (no command). Works on gloo (CPU) and NCCL (GPU); a group of size 1, or no initialised
+process group at all, short-circuits every call (nothing is sent, nothing is counted). Every collective
+records the bytes this rank sends and the call itself (runtime/comm/record.py: `count_bytes`, `trace_calls`,
+`tagged`). Point-to-point exchanges are in runtime/comm/p2p.py, the fp32 gradient reductions in
+runtime/comm/grad_reduce.py, the autograd-aware collectives in runtime/comm/autograd.py.
+
+A `paradyse_lab.runtime.comm.fake_group.FakeGroup` in place of a process group makes every call return a correctly
+shaped
+tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
+world (the rank-local profiler, paradyse_lab/app/measure/profiler.py).
+
+Gloo note: `all_to_all_single` is used for all-to-all.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from paradyse_lab.runtime.comm import record as comm_record
+
+_AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+# --- the group ------------------------------------------------------------------------------------------
+
+def is_fake_group(group) -> bool:
+    """A `paradyse_lab.runtime.comm.fake_group.FakeGroup`: shapes exact, nothing sent."""
+    return bool(getattr(group, "is_fake", False))
+
+
+def size(group=None) -> int:
+    """Ranks in `group` (1 when torch.distributed is not initialised)."""
+    if is_fake_group(group):
+        return group.size
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank(group=None) -> int:
+    """This rank's index in `group` (0 when torch.distributed is not initialised)."""
+    if is_fake_group(group):
+        return group.rank
+    return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
+
+
+def global_rank(group, group_rank: int) -> int:
+    """The global rank of `group_rank` in `group` (point-to-point calls take global ranks)."""
+    if group is None or is_fake_group(group) or group is dist.group.WORLD:
+        return group_rank
+    return dist.get_global_rank(group, group_rank)
+
+
+def is_nccl(group=None, tensor: torch.Tensor | None = None) -> bool:
+    """Whether calls on `group` (for `tensor`) run on NCCL: the backend is 'nccl', or a per-device backend
+    string such as 'cpu:gloo,cuda:nccl' (what `init_process_group()` without a backend gives, torch.distributed
+    docs) maps CUDA to nccl and `tensor` is on CUDA (or is not given)."""
+    if is_fake_group(group) or not (dist.is_available() and dist.is_initialized()):
+        return False
+    name = str(dist.get_backend(group))
+    if ":" not in name:
+        return name == "nccl"
+    by_device = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+    return by_device.get("cuda") == "nccl" and (tensor is None or tensor.device.type == "cuda")
+
+
+# --- collectives (dim 0 is the one gathered / scattered) ----------------------------------------------
+
+def broadcast_object(obj, src: int = 0, group=None):
+    """Rank `src`'s picklable `obj` on every rank of `group` (others pass anything, e.g. None)."""
+    if size(group) == 1 or is_fake_group(group):
+        return obj
+    box = [obj]
+    device = torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
+    dist.broadcast_object_list(box, src=global_rank(group, src), group=group, device=device)  # pickled bytes
+    return box[0]
+
+
+def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's `x` along dim 0: [n, ...] -> [p*n, ...] (rank-major)."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty((p * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    comm_record.record_call("all_gather", p, x)
+    if is_fake_group(group):  # fake: every rank "sent" the local values; copied in place, no full-size temporary
+        out.view(p, *x.shape).copy_(x.unsqueeze(0).expand(p, *x.shape))  # [n, ...] -> [p, n, ...] = [p*n, ...]
+    else:
+        _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
+    comm_record.record_sent_bytes("all_gather", comm_record.tensor_bytes(out) * (p - 1) // p)
+    return out
+
+
+def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum over ranks and keep this rank's dim-0 chunk: [p*n, ...] -> [n, ...]."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] // p, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    comm_record.record_call("reduce_scatter", p, x)
+    if is_fake_group(group):
+        out.copy_(x[rank(group) * out.shape[0]:(rank(group) + 1) * out.shape[0]])  # fake: own chunk, unsummed
+    else:
+        _RS(out, x, group=group)  # [p*n, ...] -> [n, ...]
+    comm_record.record_sent_bytes("reduce_scatter", comm_record.tensor_bytes(x) * (p - 1) // p)
+    return out
+
+
+def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Dim-0 chunk j goes to rank j; output chunk j comes from rank j: [p*n, ...] -> [p*n, ...]."""
+    p = size(group)
+    if p == 1:
+        return x
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    comm_record.record_call("all_to_all", p, x)
+    if is_fake_group(group):
+        out.copy_(x)  # fake: shapes exact, values not exchanged
+    else:
+        dist.all_to_all_single(out, x, group=group)  # [p(dest)*n, ...] -> [p(src)*n, ...]
+    comm_record.record_sent_bytes("all_to_all", comm_record.tensor_bytes(x) * (p - 1) // p)
+    return out
+
+
+def all_reduce(x: torch.Tensor, group=None, op: str = "sum") -> torch.Tensor:
+    """Sum `x` over ranks (`op` 'max': the elementwise maximum), in place; returns `x`."""
+    p = size(group)
+    if p == 1:
+        return x
+    comm_record.record_call("all_reduce", p, x)
+    if not is_fake_group(group):
+        dist.all_reduce(x, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)  # [...] -> [...]
+    comm_record.record_sent_bytes("all_reduce", 2 * comm_record.tensor_bytes(x) * (p - 1) // p)
+    return x

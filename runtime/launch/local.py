@@ -1,0 +1,247 @@
+"""Start N local ranks of a function and stop them with their launcher (`paradyse-lab train --nproc N`).
+
+Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `nprocs` spawned processes
+(multiprocessing's spawn start method, as torch.multiprocessing.spawn does) and waits for them:
+
+- A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
+  stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
+  traceback is printed once, from the launcher.
+- A rank whose collective waited past the collective timeout for a peer (`PeerSilent`) reports it; the launcher
+  then names the rank that never answered (alive with no report: stopped by SIGSTOP, or hung) in one line.
+- A rank's `OSError` (a file it cannot read or write) is one line, as in one process (exit 2); a rank whose
+  stdout or stderr reader has gone (`| head -1`) drops its further output and finishes its work.
+- A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
+  output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
+- Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
+  (`prctl(PR_SET_PDEATHSIG)`, man 2 prctl), so a launcher killed by SIGTERM or SIGKILL leaves no orphan
+  training on; elsewhere a watchdog thread polls `os.getppid()` once a second.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from paradyse_lab.errors import RunStopped, UserInputError
+
+PR_SET_PDEATHSIG = 1
+"""linux/prctl.h."""
+
+
+def stop_with_parent(parent_pid: int) -> None:
+    """Make this process die when `parent_pid` (its parent) does (module docstring)."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+REPORT_GRACE_S = 3.0
+"""How long the launcher waits, after the first failure, for the other ranks' reports."""
+REPORT_ORDER = ("user", "stopped", "os", "silent", "crash")
+"""Which report the launcher shows when several ranks failed: the root cause before its echoes (a rank's
+`OSError` after a peer's refusal or stop: a connection the peer closed is one)."""
+
+
+class PeerSilent(RunStopped):
+    """A rank's collective waited past the collective timeout for a peer that did not answer."""
+
+
+def end_process(code: int) -> None:
+    """End this rank with `code` once its work and its report are done (its process group left:
+    runtime/launch/ranks.py `leave_process_group`): flush Python's output and exit the process without interpreter
+    finalization, so that no teardown of C++ state (gloo's and OR-Tools' worker
+    threads, thread pools destroyed by static destructors while still joinable: "terminate called without an
+    active exception", exit -6) can turn a finished rank's exit code into an abort."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+class ReaderGone:
+    """A text stream whose writes and flushes, once its reader has gone (a closed pipe: `| head -1`), go to
+    /dev/null instead of raising `BrokenPipeError` into the work that printed."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def _drop(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._inner.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _os_error_line(err: OSError) -> str:
+    """An `OSError` as the one line the command line prints for it in one process."""
+    where = f" {str(err.filename)!r}" if err.filename else ""
+    return f"cannot use{where}: {err.strerror or err}"
+
+
+def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
+    """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
+    stop_with_parent(parent_pid)
+    sys.stdout, sys.stderr = ReaderGone(sys.stdout), ReaderGone(sys.stderr)
+    try:
+        fn(rank, nprocs, *args)
+    except UserInputError as err:
+        report.send(("user", rank, str(err)))
+        end_process(2)
+    except OSError as err:  # a file this rank cannot use: the user's to fix, as in one process
+        report.send(("os", rank, f"rank {rank}: {_os_error_line(err)}"))
+        end_process(2)
+    except PeerSilent as err:
+        report.send(("silent", rank, str(err)))
+        end_process(1)
+    except RunStopped as err:
+        report.send(("stopped", rank, str(err)))
+        end_process(1)
+    except BaseException:  # noqa: BLE001 (reported once by the launcher)
+        report.send(("crash", rank, traceback.format_exc()))
+        end_process(1)
+    end_process(0)
+
+
+def _stop(procs, grace_s: float = 5.0) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            try:  # a stopped rank (SIGSTOP) takes SIGTERM only once it runs again
+                os.kill(p.pid, signal.SIGCONT)
+            except OSError:
+                pass
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _death(exitcode: int) -> str:
+    """How a rank that sent no report ended: 'was killed by SIGKILL', 'ended with exit code 3'."""
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"ended with exit code {exitcode}"
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _silent_rank_line(procs, reported: set[int], message: str) -> str:
+    """One line naming the rank(s) that never answered, when a rank's collective timed out (`message`): the ranks
+    still alive without a report, the stopped ones first (a rank that timed out itself has reported)."""
+    quiet = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reported]
+    stopped = [r for r in quiet if _is_stopped(procs[r].pid)]
+    named = stopped or quiet
+    if not named:
+        return message
+    how = "is stopped (SIGSTOP)" if stopped else "did not answer (hung or too slow)"
+    who = f"rank {named[0]}" if len(named) == 1 else "ranks " + ", ".join(map(str, named))
+    return f"{who} {how}: {message}; every rank was stopped"
+
+
+def _wait_for_first_failure(procs, reports) -> bool:
+    """Wait until every rank ended well (True) or one failed or reported (False)."""
+    while True:
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
+        said = [c for c in reports if c.poll()]
+        if failed or said:
+            return False
+        if all(p.exitcode == 0 for p in procs):
+            return True
+        running = [p.sentinel for p in procs if p.exitcode is None]
+        multiprocessing.connection.wait(running + reports, timeout=0.5)
+
+
+def launch(fn, nprocs: int, args: tuple = ()) -> None:
+    """Run `fn(rank, nprocs, *args)` on `nprocs` spawned ranks (module docstring); raises the first rank's
+    `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or is killed. A rank that died
+    without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause its peers' errors echo,
+    so it is named in one line and their tracebacks of the broken connection are not shown."""
+    ctx = multiprocessing.get_context("spawn")
+    pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]  # (launcher's end, rank's end)
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], os.getpid()), name=f"rank-{r}")
+             for r in range(nprocs)]
+    for p in procs:
+        p.start()
+    reports = [read for read, _ in pipes]
+    try:
+        if _wait_for_first_failure(procs, reports):
+            return
+        # A rank's error closes its connections, so its peers fail in their collectives too and may report
+        # first: give every rank a moment to report, then tell the root cause (a user error or a stop) first.
+        deadline = time.monotonic() + REPORT_GRACE_S
+        while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+            running = [p.sentinel for p in procs if p.exitcode is None]
+            multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
+        said = [c.recv() for c in reports if c.poll()]
+        reported = {rank for _, rank, _ in said}
+        silent_line = _silent_rank_line(procs, reported, min(m for k, _, m in said if k == "silent")) \
+            if any(k == "silent" for k, _, _ in said) else ""
+        # ranks that ended (before the launcher stops the rest) with no report: killed, or died in C++
+        silent = [(r, p.exitcode) for r, p in enumerate(procs)
+                  if p.exitcode not in (None, 0) and r not in {rank for _, rank, _ in said}]
+    finally:
+        _stop(procs)
+    kind, rank, message = min(said, key=lambda r: (REPORT_ORDER.index(r[0]), r[1])) if said else ("crash", 0, "")
+    if kind in ("user", "os"):
+        raise UserInputError(message)
+    if kind == "stopped":
+        raise RunStopped(message)
+    if kind == "silent":
+        raise RunStopped(silent_line)
+    if silent:
+        dead, code = silent[0]
+        raise RunStopped(f"rank {dead} {_death(code)} without reporting an error; the other ranks were stopped")
+    print(message, file=sys.stderr, end="")
+    raise RunStopped(f"rank {rank} failed with the error above")

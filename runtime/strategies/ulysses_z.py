@@ -1,0 +1,110 @@
+"""UlyssesZ: DeepSpeed-Ulysses attention with ZeRO-3 weights, on the unified layout.
+
+Library module (no command). Jacobs et al., "DeepSpeed Ulysses" (2023); strategy_work.py `ulysses_z`.
+Attention on rank r: gather the full W_qkv, W_proj (zero3.py); q, k, v of all heads for its t tokens;
+all-to-all sequence-sharded -> head-sharded (head group g goes to rank g; rank r receives its heads for
+all s tokens, in rank-major order); attention of its heads over the whole sequence; all-to-all back; the
+full output projection. Backward: all-to-all dO, then dQKV. Needs heads divisible by p. MLP: zero3.MLP.
+Kept (strategy_work.py): x, u = LN(x) [b, t, h], the kernel's q, k, v, output o [b, H/p, s, d] and lse of this
+rank's heads, and the attention output again as c [b, t, h] after the all-to-all back (the output
+projection's input, for dW_proj). The two copies of the output cannot be re-derived from each other
+without an all-to-all, so, as DeepSpeed-Ulysses does (the kernel keeps o, the projection its input c),
+both are kept: one [t, h] more than Korthikanti et al.'s count, which strategy_work.py adds for this pair.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from paradyse_lab.runtime.attention.gathered import gathered_attention_backward, gathered_attention_forward
+from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.model.layout import natural_order
+from paradyse_lab.runtime.model.reference import add_bias
+from paradyse_lab.runtime.model.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    attention_sections,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    rope_qk,
+    rope_qk_backward,
+    weight_grad,
+)
+from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
+from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, gather_weights, prepare_backward, scatter_grads
+
+
+def seq_to_heads(a, ctx: Ctx):
+    """[b, t, p*n] (feature group g for rank g) -> [b, p*t, n] (this rank's group, all tokens)."""
+    b, t, _ = a.shape
+    send = a.view(b, t, ctx.p, -1).permute(2, 0, 1, 3)  # [b, t, p, n] -> [p(dest), b, t, n]
+    recv = comm.all_to_all(send, ctx.group)  # [p(dest), b, t, n] -> [p(src), b, t, n]
+    return recv.transpose(0, 1).reshape(b, ctx.p * t, -1)  # [p, b, t, n] -> [b, p*t, n]
+
+
+def heads_to_seq(a, ctx: Ctx):
+    """Inverse of `seq_to_heads`: [b, p*t, n] -> [b, t, p*n]."""
+    b, pt, n = a.shape
+    send = a.view(b, ctx.p, pt // ctx.p, n).transpose(0, 1)  # [b, p, t, n] -> [p(dest), b, t, n]
+    recv = comm.all_to_all(send, ctx.group)  # [p(dest), b, t, n] -> [p(src group), b, t, n]
+    return recv.permute(1, 2, 0, 3).reshape(b, pt // ctx.p, ctx.p * n)  # [b, t, p, n] -> [b, t, p*n]
+
+
+def kv_replicas(ctx: Ctx) -> int:
+    """Copies of each K/V head sent by the all-to-all: p / kv_heads when kv_heads < p, else 1."""
+    return max(1, ctx.p // ctx.kv)
+
+
+def _replicate(z, d: int, rep: int):
+    """[b, t, kv*d] -> [b, t, kv*rep*d]: each K/V head `rep` times in a row (rank r gets copy r)."""
+    return z if rep == 1 else z.unflatten(-1, (-1, d)).repeat_interleave(rep, dim=-2).flatten(-2)
+
+
+def _sum_replicas(dz, d: int, rep: int):
+    """Backward of `_replicate`: [b, t, kv*rep*d] -> [b, t, kv*d], each head's copies summed."""
+    return dz if rep == 1 else dz.unflatten(-1, (-1, rep, d)).sum(-2).flatten(-2)
+
+
+def forward(x, w: Weights, ctx: Ctx, prep=None):
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, kv_replicas(ctx)
+    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept
+    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
+    q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
+    k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, p)*d]
+    qkv = join_sections([q, k, v], ctx.p)  # rank g's group: its q heads, its K/V heads (or copy)
+    heads = seq_to_heads(qkv, ctx)  # [b, t, p*n/p] -> [b, s, n/p]
+    qh, kh, vh = heads.split([h // ctx.p, k.shape[-1] // ctx.p, v.shape[-1] // ctx.p], dim=-1)
+    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
+    c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
+    return add_bias(x + c @ w2, w.b2), (x, u, c, core)
+
+
+def backward(saved, dy, w: Weights, ctx: Ctx, prep):
+    x, u, c, core = saved
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, kv_replicas(ctx)
+    w1, b1, w2 = prep
+    dw2 = weight_grad(c, dy)  # [h, h]
+    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
+    dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal, ctx.cu_seqlens), dim=-1)  # [b,s,n/p]
+    kv_sent = ctx.kv * d * rep
+    dq, dk, dv = split_sections(heads_to_seq(dheads, ctx), (h, kv_sent, kv_sent), ctx.p)  # -> [b, t, ..]
+    dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
+    dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
+    da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
+    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
+    return dy + dx, grads
+
+
+ATTENTION = Impl("ulysses_z", forward, backward, prepare_backward)
+__all__ = ["ATTENTION", "MLP", "TILED_MLP"]
