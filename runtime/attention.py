@@ -196,7 +196,12 @@ def attention_forward(q, k, v, causal: bool, scale: float | None = None, mask: t
         out, lse = _run_masked(0, q, q, k, v, causal, _scale(q, scale), mask)
     else:
         out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
-    return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
+    return out.to(q.dtype), lse_dtype(lse)
+
+
+def lse_dtype(lse: torch.Tensor) -> torch.Tensor:
+    """lse in fp32, or fp64 when it is fp64 (a dtype test on the host: `torch.promote_types` would dispatch)."""
+    return lse if lse.dtype in (torch.float32, torch.float64) else lse.float()
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None,

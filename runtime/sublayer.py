@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from runtime import comm, comm_record, grad_reduce
 from runtime.flat_shards import split_sections
 from runtime.reference import norm
-from runtime.rope import apply_rope, apply_rope_backward, rope_tables
+from runtime.rope import apply_rope, apply_rope_backward, cached_rope_tables
 from runtime.weight_shards import PARAM_NAMES, REPLICATED
 
 
@@ -184,7 +184,7 @@ def rope_qk(q, k, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return q, k
     d = h // ctx.heads
-    cos, sin = rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
+    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
     return apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
 
 
@@ -193,7 +193,7 @@ def rope_qk_backward(dq, dk, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return dq, dk
     d = h // ctx.heads
-    cos, sin = rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
+    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
     return apply_rope_backward(dq, cos, sin, d), apply_rope_backward(dk, cos, sin, d)
 
 

@@ -245,7 +245,7 @@ def varlen_forward(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], causal: bo
     table = {name: (fwd, bwd) for name, fwd, bwd in KERNELS.values()}
     out, lse = attention.run_kernels(0, q, table, [KERNELS[c][0] for c in attention.candidates(q)],
                                      q, k, v, cu_q, cu_k, causal, _scale(q, scale))
-    return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
+    return out.to(q.dtype), attention.lse_dtype(lse)
 
 
 def varlen_backward(do, q, k, v, o, lse, cu_q: Sequence[int], cu_k: Sequence[int], causal: bool,
