@@ -25,10 +25,10 @@ sparse Markov chain (seeded; each token has 4 likely successors), which a model 
 policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by paradyse_lab/app/training.py and passed in
 as `policy_for`) plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on
 `--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
-size. The log names the attention kernels that ran (`math_varlen`, `sdpa_flash_varlen`, `flash_attn_varlen`
-for packed steps; `math-masked`, the masked math kernel's visible fallback). AdamW; bf16 weights with fp32
-master weights on GPU, fp32 on CPU. Logs loss, step time, peak
-memory and the plan (tqdm bar on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes atomic
+size. The log names the attention kernels that ran (`sdpa_cpu_varlen`, `math_varlen`, `sdpa_flash_varlen`,
+`flash_attn_varlen` for packed steps; `math-masked`, the masked math kernel's visible fallback). AdamW; bf16
+weights with fp32 master weights on GPU, fp32 on CPU. Logs loss, step time, peak memory and the plan (tqdm bar
+on rank 0, a CSV with `--log-file`); `--checkpoint-dir` writes atomic
 checkpoints through torch.distributed.checkpoint (runtime/checkpoints/dcp.py) every `--checkpoint-every` steps and
 at the end, and `--resume` continues from the newest one that verifies, at any world size (checksums; a resumed
 run must keep the model, seed, lr, weight decay, dataset, batch, --max-len, packing and --init-from, and trains the

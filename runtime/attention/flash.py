@@ -1,5 +1,6 @@
-"""The fused attention kernels on CUDA: flash-attn's and PyTorch's flash kernel, in the calling conventions
-of runtime/attention/kernels.py (which chooses among them and falls back to its exact math kernel).
+"""The fused attention kernels: flash-attn's and PyTorch's flash kernel on CUDA, PyTorch's fused flash kernel
+on CPU, in the calling conventions of runtime/attention/kernels.py (which chooses among them and falls back to its
+exact math kernel).
 
 Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is fp32 `[b, heads, s_q]`.
 - 'flash_attn' (`fa_forward`, `fa_backward`): the flash-attn package (Dao et al., FlashAttention-2) when
@@ -8,8 +9,14 @@ Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is 
   (flash-attn needs only stride(-1) == 1: no copies); runtime/attention/varlen.py calls its varlen internals the same
   way (`call_positional`);
 - 'sdpa_flash' (`sdpa_forward`, `sdpa_backward`): PyTorch's fused flash kernel
-  (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit.
-Both backwards take the (possibly merged) output and log-sum-exp, as runtime/attention/kernels.py's do.
+  (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
+- 'sdpa_cpu' (`cpu_forward`, `cpu_backward`): PyTorch's fused flash kernel for CPU
+  (`aten._scaled_dot_product_flash_attention_for_cpu` and its `_backward`, the kernel under
+  `torch.nn.functional.scaled_dot_product_attention` on CPU), every floating dtype; it tiles the scores (no
+  [s, s] buffer), reads fewer K/V heads than query heads natively (grouped-query attention: dK, dV come back
+  with K's and V's heads) and returns the log-sum-exp [b, H, s] in fp32 (fp64 for fp64 inputs).
+All backwards take the (possibly merged) output and log-sum-exp, as runtime/attention/kernels.py's do: they
+recompute P = exp(S - lse) from the lse they are given.
 """
 
 from __future__ import annotations
@@ -120,3 +127,15 @@ def sdpa_backward(do, q, k, v, o, lse, causal, scale):
     res = torch.ops.aten._scaled_dot_product_flash_attention_backward(
         do.contiguous(), q, k, v, o, lse.contiguous(), None, None, sq, sk, 0.0, causal, zero, zero, scale=scale)
     return res[0], res[1], res[2]
+
+
+def cpu_forward(q, k, v, causal, scale):
+    # strided [b,H,s,d] views (split_heads' transposes) are read as they are: no copy
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    return out, lse  # out [b,H,s,d], lse [b,H,s]
+
+
+def cpu_backward(do, q, k, v, o, lse, causal, scale):
+    res = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        do, q, k, v, o, lse.contiguous(), 0.0, causal, scale=scale)
+    return res[0], res[1], res[2]  # dq [b,H,s,d], dk, dv [b,KV,s,d]

@@ -10,9 +10,12 @@ disables nothing; `kernels_used()` says which kernel ran, and profile rows recor
 - 'flash_attn': the flash-attn package (Dao et al., FlashAttention-2) when installed, CUDA, fp16/bf16;
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit
   (these two and their call conventions: runtime/attention/flash.py);
-- 'math': an exact fp32 implementation (CPU, and fp32 anywhere); the only kernel that takes a mask (tests
-  compare against it; no runtime path passes one): on CUDA such calls are recorded as 'math-masked' and warned
-  about once (`MASKED_FALLBACK`).
+- 'sdpa_cpu': PyTorch's fused flash kernel for CPU (`aten._scaled_dot_product_flash_attention_for_cpu`),
+  every dtype on CPU: it tiles the scores, so no [s, s] buffer, and its backward recomputes them per tile;
+- 'math': the exact reference (fp32 scores for 16-bit inputs): CUDA fp32, and the fallback of the fused
+  kernels; tests compare every fused kernel against it. It builds the full [g*s, s] score matrix and
+  recomputes it in the backward. It is the only kernel that takes a mask (tests; no runtime path passes
+  one): on CUDA such calls are recorded as 'math-masked' and warned about once (`MASKED_FALLBACK`).
 Packed sequences (runtime/model/packed.py) over a whole sequence (megatron_ts, ulysses_z: runtime/attention/gathered.py)
 run the varlen kernels of runtime/attention/varlen.py with the pack's offsets instead: no [s, s] buffer.
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
@@ -35,7 +38,7 @@ def backend(q: torch.Tensor) -> str:
     """Which kernel `attention_forward` uses for `q`."""
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return "flash_attn" if flash_kernels._fa is not None else "sdpa_flash"
-    return "math"
+    return "sdpa_cpu" if q.device.type == "cpu" else "math"
 
 
 def _scale(q: torch.Tensor, scale: float | None) -> float:
@@ -102,6 +105,7 @@ def _math_backward(do, q, k, v, o, lse, causal, scale, mask=None):
 
 _KERNELS = {"flash_attn": (flash_kernels.fa_forward, flash_kernels.fa_backward),
             "sdpa_flash": (flash_kernels.sdpa_forward, flash_kernels.sdpa_backward),
+            "sdpa_cpu": (flash_kernels.cpu_forward, flash_kernels.cpu_backward),
             "math": (_math_forward, _math_backward)}
 _BROKEN: set[str] = set()
 """Fused backends that raised once with an error other than out-of-memory (an unsupported shape or
@@ -124,7 +128,8 @@ def kernels_used():
 
 def candidates(q: torch.Tensor) -> list[str]:
     """The backends to try for `q`, best first (exact math last)."""
-    order = {"flash_attn": ["flash_attn", "sdpa_flash", "math"], "sdpa_flash": ["sdpa_flash", "math"]}
+    order = {"flash_attn": ["flash_attn", "sdpa_flash", "math"], "sdpa_flash": ["sdpa_flash", "math"],
+             "sdpa_cpu": ["sdpa_cpu", "math"]}
     return order.get(backend(q), ["math"])
 
 
@@ -192,7 +197,12 @@ def attention_forward(q, k, v, causal: bool, scale: float | None = None, mask: t
         out, lse = _run_masked(0, q, q, k, v, causal, _scale(q, scale), mask)
     else:
         out, lse = _run(0, q, q, k, v, causal, _scale(q, scale))
-    return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
+    return out.to(q.dtype), lse_dtype(lse)
+
+
+def lse_dtype(lse: torch.Tensor) -> torch.Tensor:
+    """lse in fp32, or fp64 when it is fp64 (a dtype test on the host: `torch.promote_types` would dispatch)."""
+    return lse if lse.dtype in (torch.float32, torch.float64) else lse.float()
 
 
 def attention_backward(do, q, k, v, o, lse, causal: bool, scale: float | None = None,

@@ -17,7 +17,10 @@ than out-of-memory falls back to the next, with a warning; `kernels_used` record
 - 'sdpa_flash_varlen': PyTorch's own flash kernel with cumulative lengths
   (`aten._flash_attention_forward` / `_flash_attention_backward` with cum_seq_q / cum_seq_k: the op under
   `torch.nn.attention.varlen.varlen_attn`, called directly so the backward takes a merged lse);
-- 'math_varlen': the exact math kernel once per document, no mask (CPU, fp32 anywhere).
+- 'sdpa_cpu_varlen': PyTorch's fused CPU flash kernel (runtime/attention/flash.py `cpu_forward`) once per
+  document (it takes no cumulative lengths), no mask (CPU);
+- 'math_varlen': the exact math kernel once per document, no mask (CUDA fp32, the fallback, the tests'
+  reference).
 None of them builds a [s, s] tensor: the fused kernels tile, the math kernel holds one document's
 [n_i, n_i] scores at a time. FlashAttention-2 writes lse = +inf for a row that sees no key (an empty
 document's queries); it is returned as -inf here, the convention the merge of ring partials reads.
@@ -194,28 +197,45 @@ def _documents(cu_q, cu_k):
             if b > a and e > c]
 
 
-def _math_varlen_forward(q, k, v, cu_q, cu_k, causal, scale):
+def _per_document_forward(kernel, q, k, v, cu_q, cu_k, causal, scale):
+    """`kernel` (a whole-sequence forward of runtime/attention/kernels.py's) once per document with queries and keys."""
     b, hh, sq, d = q.shape
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.full((b, hh, sq), float("-inf"), dtype=attention._up(q).dtype, device=q.device)
     for qs, ks in _documents(cu_q, cu_k):
-        out[:, :, qs], lse[:, :, qs] = _math_forward(q[:, :, qs], k[:, :, ks], v[:, :, ks], causal, scale)
+        out[:, :, qs], lse[:, :, qs] = kernel(q[:, :, qs], k[:, :, ks], v[:, :, ks], causal, scale)
     return out, lse
 
 
-def _math_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
+def _per_document_backward(kernel, do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
+    """`kernel` (a whole-sequence backward) once per document; a document's keys belong to it alone, so its
+    dk, dv are written, not added."""
     dq, dk, dv = (torch.zeros_like(x) for x in (q, k, v))
     for qs, ks in _documents(cu_q, cu_k):
-        dq_i, dk_i, dv_i = _math_backward(do[:, :, qs], q[:, :, qs], k[:, :, ks], v[:, :, ks], o[:, :, qs],
-                                          lse[:, :, qs], causal, scale)
-        dq[:, :, qs] += dq_i
-        dk[:, :, ks] += dk_i
-        dv[:, :, ks] += dv_i
+        dq[:, :, qs], dk[:, :, ks], dv[:, :, ks] = kernel(do[:, :, qs], q[:, :, qs], k[:, :, ks], v[:, :, ks],
+                                                          o[:, :, qs], lse[:, :, qs], causal, scale)
     return dq, dk, dv
+
+
+def _math_varlen_forward(q, k, v, cu_q, cu_k, causal, scale):
+    return _per_document_forward(_math_forward, q, k, v, cu_q, cu_k, causal, scale)
+
+
+def _math_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
+    return _per_document_backward(_math_backward, do, q, k, v, o, lse, cu_q, cu_k, causal, scale)
+
+
+def _cpu_varlen_forward(q, k, v, cu_q, cu_k, causal, scale):
+    return _per_document_forward(flash_kernels.cpu_forward, q, k, v, cu_q, cu_k, causal, scale)
+
+
+def _cpu_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale):
+    return _per_document_backward(flash_kernels.cpu_backward, do, q, k, v, o, lse, cu_q, cu_k, causal, scale)
 
 
 KERNELS = {"flash_attn": ("flash_attn_varlen", _fa_varlen_forward, _fa_varlen_backward),
            "sdpa_flash": ("sdpa_flash_varlen", _sdpa_varlen_forward, _sdpa_varlen_backward),
+           "sdpa_cpu": ("sdpa_cpu_varlen", _cpu_varlen_forward, _cpu_varlen_backward),
            "math": ("math_varlen", _math_varlen_forward, _math_varlen_backward)}
 """Backend (attention.backend) -> (recorded name, forward, backward)."""
 
@@ -226,7 +246,7 @@ def varlen_forward(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], causal: bo
     table = {name: (fwd, bwd) for name, fwd, bwd in KERNELS.values()}
     out, lse = attention.run_kernels(0, q, table, [KERNELS[c][0] for c in attention.candidates(q)],
                                      q, k, v, cu_q, cu_k, causal, _scale(q, scale))
-    return out.to(q.dtype), lse.to(torch.promote_types(lse.dtype, torch.float32))
+    return out.to(q.dtype), attention.lse_dtype(lse)
 
 
 def varlen_backward(do, q, k, v, o, lse, cu_q: Sequence[int], cu_k: Sequence[int], causal: bool,

@@ -13,6 +13,7 @@ The backward of a rotation is the rotation by the opposite angle: dx = dy * cos 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -41,6 +42,26 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
     angles = positions.float()[:, None] * inv_freq[None, :]  # [t, 1] x [1, d/2] -> [t, d/2]
     emb = torch.cat([angles, angles], dim=-1)  # [t, d]
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+_TABLES: dict[int, tuple] = {}
+"""id(positions) -> (weak reference to positions, its version, the key, (cos, sin)): `cached_rope_tables`."""
+
+
+def cached_rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
+                       llama3: tuple[float, float, float, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rope_tables`, computed once per positions tensor (the same object, not modified since) and arguments:
+    a model passes one positions tensor to every layer of a step, whose attention rotates q and k in the
+    forward and again in the backward, so a step computes its tables once instead of twice per layer. An
+    entry goes when its positions tensor is freed."""
+    key = (head_dim, theta, dtype, llama3)
+    entry = _TABLES.get(id(positions))
+    if entry is not None and entry[0]() is positions and entry[1] == positions._version and entry[2] == key:
+        return entry[3]
+    tables = rope_tables(positions, head_dim, theta, dtype, llama3)
+    ident = id(positions)
+    _TABLES[ident] = (weakref.ref(positions, lambda _ref: _TABLES.pop(ident, None)), positions._version, key, tables)
+    return tables
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

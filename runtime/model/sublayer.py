@@ -30,7 +30,7 @@ from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
 from paradyse_lab.runtime.model.reference import norm
-from paradyse_lab.runtime.model.rope import apply_rope, apply_rope_backward, rope_tables
+from paradyse_lab.runtime.model.rope import apply_rope, apply_rope_backward, cached_rope_tables
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
 from paradyse_lab.runtime.strategies.flat_shards import split_sections
 
@@ -186,7 +186,7 @@ def rope_qk(q, k, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return q, k
     d = h // ctx.heads
-    cos, sin = rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
+    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
     return apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
 
 
@@ -195,7 +195,7 @@ def rope_qk_backward(dq, dk, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return dq, dk
     d = h // ctx.heads
-    cos, sin = rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
+    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
     return apply_rope_backward(dq, cos, sin, d), apply_rope_backward(dk, cos, sin, d)
 
 

@@ -14,7 +14,8 @@ and DIR/validation.md, the table for the README, and prints a summary and the me
   Adam, all layers' kept activations, the largest transient). CPU rows are a lower bound (peak_method).
 - each prediction twice: with the cluster preset's efficiencies, and with efficiencies measured in
   DIR/gemm.csv and DIR/attention.csv (`calibrated_cluster`): per smallest GEMM dimension, all GEMMs' FLOPs
-  over their time; per (causal, length), the attention kernel the runtime uses (flash-attn, else sdpa).
+  over their time; per (causal, length), the attention kernel the runtime uses (flash-attn, else sdpa; sdpa-cpu
+  on CPU).
   Those points are printed in the form of paradyse_lab/cluster/presets.py's efficiency tuples.
 - the cluster: --cluster, else env.json's `cluster_preset`, else the profile's `cluster` column, else the
   default preset. The model dtype is the profile's `dtype` column (bf16 on GPU, fp32 on CPU).
@@ -72,7 +73,7 @@ def calibrated_cluster(base, folder: Path):
         points["gemm_efficiency"] = _curve(agg, base.peak_flops)
     if att.exists():
         a = pd.read_csv(att)
-        kernel = next(k for k in ("flash-attn", "sdpa", "math") if k in set(a["kernel"]))
+        kernel = next(k for k in ("flash-attn", "sdpa", "sdpa-cpu", "math") if k in set(a["kernel"]))
         a = a[a["kernel"] == kernel].assign(sec=lambda d: d["fwd_s"] + d["bwd_s"])
         a["flops"] = a["tflops"] * 1e12 * a["sec"]
         for causal, name in ((False, "attention_efficiency"), (True, "attention_efficiency_causal")):

@@ -11,7 +11,7 @@ call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median o
   Y = X W^T (m = tokens, n = out, k = in), input gradient dX = dY W (m = tokens, n = in, k = out) and
   weight gradient dW = dY^T X (m = out, n = in, k = tokens). FLOPs 2mnk.
 - attention: the runtime's kernels (runtime/attention/kernels.py: flash-attn when installed, PyTorch's fused flash
-  kernel on CUDA, the exact math kernel on CPU) at [1, heads/p, s, d] per model, causal and not; FLOPs of
+  kernel on CUDA, its fused CPU kernel on CPU) at [1, heads/p, s, d] per model, causal and not; FLOPs of
   forward 4 s^2 heads d (halved when causal), backward 2.5x forward (paradyse_lab/costmodel/formulas.py
   convention, so that tflops / peak is what `ClusterSpec.attention_eff` means).
 
@@ -32,7 +32,7 @@ ATTENTION_COLUMNS = ("model", "seq_len", "batch", "heads", "head_dim", "causal",
 LAYOUTS = ("ts", "zero", "metp")
 """How a strategy shapes a rank's GEMMs (module docstring)."""
 GEMM_OPS = ("fwd", "dgrad", "wgrad")
-KERNEL_LABELS = {"flash_attn": "flash-attn", "sdpa_flash": "sdpa", "math": "math"}
+KERNEL_LABELS = {"flash_attn": "flash-attn", "sdpa_flash": "sdpa", "sdpa_cpu": "sdpa-cpu", "math": "math"}
 TARGET_SCALE = 1.0
 """Factor on the `target_s` of every `measure` call: 1 in every command (calibrate, gpu_session); a test of what
 calibrate writes rather than how precisely it times sets 0, and each point then takes its `min_repeats`."""
@@ -141,11 +141,12 @@ def _eff(tflops: float, peak_flops: float | None, cluster: str) -> dict:
 
 
 def attention_kernels(device) -> list[str]:
-    """Kernels to time: the fused ones on CUDA (flash-attn only when installed), the math one on CPU."""
+    """Kernels to time: the fused ones on CUDA (flash-attn only when installed), PyTorch's fused CPU kernel on
+    CPU."""
     from paradyse_lab.runtime.attention import flash as flash_kernels
 
     if device.type != "cuda":
-        return ["math"]
+        return ["sdpa_cpu"]
     return ["sdpa_flash"] + (["flash_attn"] if flash_kernels._fa is not None else [])
 
 

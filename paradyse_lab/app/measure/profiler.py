@@ -31,7 +31,7 @@ measuring
   bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method` lower-bound-cpu). Use GPU
   rows for peak memory.
 - attention_kernel: the attention kernels that actually ran for the row (runtime/attention/kernels.py
-  `kernels_used`: flash_attn, sdpa_flash or math; joined by '+' if a fused one fell back mid-row).
+  `kernels_used`: flash_attn, sdpa_flash, sdpa_cpu or math; joined by '+' if a fused one fell back mid-row).
 
 kept_bytes (`measure_kept_bytes`, profile_memory.py) is exact on every device: the bytes of the distinct storages that
 the forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.

@@ -56,7 +56,7 @@ def test_every_file_is_written_with_its_columns(session_dir):
     assert [(s["name"], s["status"]) for s in log["stages"]] == [(n, "ok") for n in gpu_session.STAGES]
     with open(session_dir / "attention.csv", newline="") as f:
         att = list(csv.DictReader(f))
-    assert {(r["causal"], r["kernel"]) for r in att} == {("true", "math"), ("false", "math")}
+    assert {(r["causal"], r["kernel"]) for r in att} == {("true", "sdpa-cpu"), ("false", "sdpa-cpu")}
     assert all(float(r["fwd_s"]) > 0 and float(r["bwd_s"]) > 0 and r["efficiency"] == "" for r in att)
 
 

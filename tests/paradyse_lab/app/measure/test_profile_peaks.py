@@ -79,7 +79,7 @@ def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel(watc
     states = model_state_bytes_per_param(spec) * local_params  # 16 bytes per parameter (fp32 Adam)
     assert (df["state_bytes"] == states).all()
     assert (df["peak_bytes"] == states + df["kept_bytes"]).all()  # CPU: the lower bound of that peak
-    assert set(df["attention_kernel"]) == {"math"} and set(df["peak_method"]) == {"lower-bound-cpu"}
+    assert set(df["attention_kernel"]) == {"sdpa_cpu"} and set(df["peak_method"]) == {"lower-bound-cpu"}
 
 
 def test_stack_profile_and_profiler_count_the_same_model_states():
@@ -90,4 +90,4 @@ def test_stack_profile_and_profiler_count_the_same_model_states():
     n = sum(q.numel() for q in stack.params)
     pt = measure_point(stack, StrategyOption("megatron_ts"), 32, time.perf_counter() + 30, max_repeats=1)
     assert pt["state_bytes"] == model_state_bytes_per_param(spec) * n
-    assert pt["peak_bytes"] == pt["state_bytes"] + pt["kept_bytes"] and pt["attention_kernel"] == "math"
+    assert pt["peak_bytes"] == pt["state_bytes"] + pt["kept_bytes"] and pt["attention_kernel"] == "sdpa_cpu"

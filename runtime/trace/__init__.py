@@ -1,0 +1,1 @@
+"""What the runtime dispatches: aten operations counted and traced, for operation-count checks and the cost model."""
