@@ -26,6 +26,7 @@ import torch
 
 from paradyse_lab.core.model_folder import weights_line
 from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.policy_contract import CopyablePolicy
 from paradyse_lab.runtime.checkpoints import folder as checkpoint
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import check_folder, model_source
@@ -124,9 +125,12 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
 def refuse_infeasible(policy, inputs, step: int, batch: int) -> None:
     """`UserInputError` before the first step when the policy's plan for `step` (the run's longest) does not fit
     its budget; asked of a fresh copy of the policy, so that the run's own first decisions (smoothing) are
-    untouched. A static policy claims no fit and is not refused."""
+    untouched. A static policy claims no fit and is not refused; a policy that cannot make a fresh copy of itself
+    (`CopyablePolicy`) is not asked, since asking it would change its own first decisions."""
     from paradyse_lab.errors import UserInputError
 
+    if not isinstance(policy, CopyablePolicy):
+        return
     if not policy.fresh_copy().decide(inputs.planned(step), batch).feasible:
         raise UserInputError(f"no plan fits: the planner finds no plan of step {step + 1} ({inputs.length(step)} "
                              "tokens) within the budget stated above; give a shorter --max-len, --recompute, more "
