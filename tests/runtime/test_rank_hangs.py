@@ -128,11 +128,14 @@ def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(tmp_path, ca
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP")
-def test_a_stopped_torchrun_rank_is_named_by_its_peer(tmp_path):
+@pytest.mark.parametrize("stopped", [1, 0])
+def test_a_stopped_torchrun_rank_is_named_by_its_peer(tmp_path, stopped):
     """Two ranks started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 serves the
-    store, as `env://` does); rank 1 is stopped (SIGSTOP) once both have trained a few steps: rank 0's next
-    collective waits 5 s, and rank 0 ends with one line naming rank 1, exit 1. Before the ranks' heartbeats, it
-    said only that 'a peer rank' did not answer."""
+    store, as `env://` does); one is stopped (SIGSTOP) once both have trained a few steps: the other's next
+    collective waits 5 s, and it ends with one line naming the stopped rank, exit 1 (rank 1 by its heartbeat;
+    rank 0 as the store's host, the store then silent too). Before the ranks' heartbeats, it said only that 'a
+    peer rank' did not answer."""
+    other = 1 - stopped
     port = _free_port()
     log = tmp_path / "log.csv"
     procs = []
@@ -147,16 +150,16 @@ def test_a_stopped_torchrun_rank_is_named_by_its_peer(tmp_path):
         while time.monotonic() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
             assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
             time.sleep(0.2)
-        os.kill(procs[1].pid, signal.SIGSTOP)
+        os.kill(procs[stopped].pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
-        _, err = procs[0].communicate(timeout=WAIT_S)
+        _, err = procs[other].communicate(timeout=WAIT_S)
         took = time.monotonic() - stopped_at
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
             p.communicate()
-    assert procs[0].returncode == 1, (procs[0].returncode, err)
+    assert procs[other].returncode == 1, (procs[other].returncode, err)
     assert len(_lines(err)) == 1, err
-    assert "rank 0 waited more than 5 s (--collective-timeout) for rank 1," in err, err
-    assert took < 60, took  # 5 s of timeout, 4 s of watching the peers' heartbeats, teardown
+    assert f"rank {other} waited more than 5 s (--collective-timeout) for rank {stopped}," in err, err
+    assert took < 60, took  # 5 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown
