@@ -97,15 +97,15 @@ def check_identity(path: Path, saved: dict, expected: dict) -> None:
                                      f"{arch.get(field)!r}, this run's (--model {expected.get('model')!r}) "
                                      f"{value!r}; resume with the model that wrote it, or start a new "
                                      "--checkpoint-dir")
-    weights, want_weights = saved.get("init_from_digest"), expected.get("init_from_digest")
-    if weights and want_weights and weights != want_weights:
-        raise UserInputError(f"checkpoint {path} was started from other weights: --init-from "
-                             f"{expected.get('init_from')!r} does not hold what {saved.get('init_from')!r} held when "
-                             f"it was written (SHA-256 {want_weights[:12]}... vs {weights[:12]}...); resume with "
-                             "those weights, or start a new --checkpoint-dir")
-    digest, want_digest = saved.get("dataset_digest"), expected.get("dataset_digest")
-    if digest and want_digest and digest != want_digest:
-        raise UserInputError(f"checkpoint {path} was trained on other data: --dataset {expected.get('dataset')!r} "
-                             f"does not hold what {saved.get('dataset')!r} held when it was written (SHA-256 "
-                             f"{want_digest[:12]}... vs {digest[:12]}...); resume with that data, or start a new "
-                             "--checkpoint-dir")
+    _check_digest(path, saved, expected, "init_from", "was started from other weights", "those weights")
+    _check_digest(path, saved, expected, "dataset", "was trained on other data", "that data")
+
+
+def _check_digest(path: Path, saved: dict, expected: dict, key: str, what: str, keep: str) -> None:
+    """A one-line `UserInputError` when checkpoint `path` recorded another `{key}_digest` than this run's: the
+    `--{key}` option names other content than it did."""
+    digest, want = saved.get(f"{key}_digest"), expected.get(f"{key}_digest")
+    if digest and want and digest != want:
+        raise UserInputError(f"checkpoint {path} {what}: --{key.replace('_', '-')} {expected.get(key)!r} does not "
+                             f"hold what {saved.get(key)!r} held when it was written (SHA-256 {want[:12]}... vs "
+                             f"{digest[:12]}...); resume with {keep}, or start a new --checkpoint-dir")
