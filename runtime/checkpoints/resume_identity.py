@@ -6,8 +6,10 @@ positions, epsilon, rotary settings, norm, ...), not the `--model` string: `gpt2
 same shapes are one model, and two config.json files at one path with another epsilon are two. A dataset that
 names a file or folder (`file:d.jsonl`, a length file, a text dataset) is the SHA-256 of its content, not its
 path: `./d.jsonl` and `d.jsonl` are one dataset, and a token file replaced at the same path is another. Named
-workloads (`uniform:8:16`, `grch38`) are their names. Checkpoints written before these were recorded are
-compared by the strings, as they were.
+workloads (`uniform:8:16`, `grch38`) are their names. The `--init-from` folder is the SHA-256 of its weight
+files' content (its safetensors, and its shard index), not its path: `./hf` and `hf` are one folder, and
+other weights at the same path are others. Checkpoints written before these were recorded are compared by the
+strings, as they were.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.results.result_key import file_digest
+from paradyse_lab.runtime.hf.weights import weight_files
 
-IDENTITY_KEYS = ("architecture", "dataset_digest")
+IDENTITY_KEYS = ("architecture", "dataset_digest", "init_from_digest")
 """meta.json keys of the content a resumed run must keep (`identity`)."""
 
 
@@ -48,15 +51,29 @@ def dataset_digest(dataset: str) -> str | None:
     return h.hexdigest()
 
 
+def init_from_digest(init_from: str) -> str | None:
+    """SHA-256 over the weight files of the `--init-from` folder (by name and content: every shard is read
+    whole, exact where the safetensors headers alone would miss weights of the same shapes); None without one."""
+    if not init_from:
+        return None
+    h = hashlib.sha256()
+    for name in weight_files(init_from):
+        h.update(f"{name}\0{file_digest(Path(init_from) / name)}\n".encode())
+    return h.hexdigest()
+
+
 def identity(opts, cfg) -> dict:
-    """The meta.json entries of the run's model and data by content (module docstring)."""
-    return {"architecture": architecture_of(cfg), "dataset_digest": dataset_digest(opts.dataset)}
+    """The meta.json entries of the run's model, data and initial weights by content (module docstring)."""
+    return {"architecture": architecture_of(cfg), "dataset_digest": dataset_digest(opts.dataset),
+            "init_from_digest": init_from_digest(opts.init_from)}
 
 
 def compared_by_content(saved: dict, expected: dict) -> set[str]:
     """The settings whose string is not compared because their content is: `model` when both record the
-    architecture, `dataset` when both record the data's digest."""
+    architecture, `dataset` when both record the data's digest, `init_from` when both record its weights'."""
     keys = set()
+    if saved.get("init_from_digest") and expected.get("init_from_digest"):
+        keys.add("init_from")
     if saved.get("architecture") and expected.get("architecture"):
         keys.add("model")
     if saved.get("dataset_digest") and expected.get("dataset_digest"):
@@ -80,9 +97,15 @@ def check_identity(path: Path, saved: dict, expected: dict) -> None:
                                      f"{arch.get(field)!r}, this run's (--model {expected.get('model')!r}) "
                                      f"{value!r}; resume with the model that wrote it, or start a new "
                                      "--checkpoint-dir")
-    digest, want_digest = saved.get("dataset_digest"), expected.get("dataset_digest")
-    if digest and want_digest and digest != want_digest:
-        raise UserInputError(f"checkpoint {path} was trained on other data: --dataset {expected.get('dataset')!r} "
-                             f"does not hold what {saved.get('dataset')!r} held when it was written (SHA-256 "
-                             f"{want_digest[:12]}... vs {digest[:12]}...); resume with that data, or start a new "
-                             "--checkpoint-dir")
+    _check_digest(path, saved, expected, "init_from", "was started from other weights", "those weights")
+    _check_digest(path, saved, expected, "dataset", "was trained on other data", "that data")
+
+
+def _check_digest(path: Path, saved: dict, expected: dict, key: str, what: str, keep: str) -> None:
+    """A one-line `UserInputError` when checkpoint `path` recorded another `{key}_digest` than this run's: the
+    `--{key}` option names other content than it did."""
+    digest, want = saved.get(f"{key}_digest"), expected.get(f"{key}_digest")
+    if digest and want and digest != want:
+        raise UserInputError(f"checkpoint {path} {what}: --{key.replace('_', '-')} {expected.get(key)!r} does not "
+                             f"hold what {saved.get(key)!r} held when it was written (SHA-256 {want[:12]}... vs "
+                             f"{digest[:12]}...); resume with {keep}, or start a new --checkpoint-dir")

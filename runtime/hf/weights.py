@@ -169,6 +169,15 @@ def _weight_map(index: Path) -> dict[str, str]:
     return weight_map
 
 
+def weight_files(folder: str | Path) -> list[str]:
+    """The names of the files that hold a Hugging Face folder's weights: its shard index and every shard it
+    names, or its single safetensors file (none when it holds neither)."""
+    folder = Path(folder)
+    if (folder / INDEX_FILE).exists():
+        return [INDEX_FILE, *sorted(set(_weight_map(folder / INDEX_FILE).values()))]
+    return [SINGLE_FILE] if (folder / SINGLE_FILE).exists() else []
+
+
 class SafetensorsFolder:
     """The safetensors of a Hugging Face model folder, read by slices (files opened once, lazily)."""
 

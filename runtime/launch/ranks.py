@@ -18,6 +18,7 @@ import socket
 from datetime import timedelta
 
 from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.runtime.launch.heartbeat import Heartbeat, store_host_rank
 from paradyse_lab.runtime.launch.local import PeerSilent
 
 COLLECTIVE_TIMEOUT_S = 300.0
@@ -92,12 +93,15 @@ def leave_process_group() -> None:
     from paradyse_lab.runtime.training.grouped import forget_shared_meshes
 
     dist.barrier()
+    _stop_heartbeat()
     forget_shared_meshes()  # the meshes' groups belong to the world being left
     dist.destroy_process_group()
     gc.collect()
 
 
 _joined_group: list[bool] = []
+_heartbeat: list[Heartbeat] = []
+"""This rank's heartbeat in its group's store (`join_process_group`): [Heartbeat] once it joined."""
 """Whether this process ever joined a process group (`join_process_group`): [True] once it did."""
 
 
@@ -156,6 +160,31 @@ def join_process_group(backend: str, local: tuple[int, int, int] | None = None,
         raise RunStopped(f"the ranks did not meet at {where} within {timeout_s:g} s (--collective-timeout): "
                          f"{_first_line(err)}") from None
     _joined_group[:] = [True]
+    _heartbeat[:] = [Heartbeat(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size())]
+
+
+def _stop_heartbeat() -> Heartbeat | None:
+    """Stop this rank's heartbeat (before its group and store are left); the heartbeat, or None."""
+    beat = _heartbeat[0] if _heartbeat else None
+    if beat is not None:
+        beat.stop()
+    return beat
+
+
+def _silent_peer_line(rank: int, timeout_s: float, beat: Heartbeat | None, local: bool) -> str:
+    """The one line of a rank whose collective waited past `timeout_s`: the peers whose heartbeat stopped, or,
+    when the store itself did not answer, the rank that serves it (torchrun's `env://`: rank 0)."""
+    waited = f"rank {rank} waited more than {timeout_s:g} s (--collective-timeout) for"
+    silent = beat.silent_peers() if beat is not None else None
+    if silent is None and not local and store_host_rank() is not None and rank != store_host_rank():
+        silent = [store_host_rank()]
+        why = "which serves the ranks' store and did not answer it either (stopped, hung, or dead)"
+    else:
+        why = "whose heartbeat stopped (stopped, hung, or dead)"
+    if not silent:
+        return f"{waited} a peer rank that did not answer (stopped, hung, or too slow)"
+    who = f"rank {silent[0]}" if len(silent) == 1 else "ranks " + ", ".join(map(str, silent))
+    return f"{waited} {who}, {why}"
 
 
 def _first_line(err: BaseException) -> str:
@@ -190,8 +219,8 @@ def run_rank(rank: int, world: int, fn, args, port: int | None, timeout_s: float
     """One rank: join the process group (torchrun's environment, or the local launcher's on `port`), call
     `fn(*args, group=None)`, leave (`leave_process_group`; a rank whose `fn` raised destroys its group at once,
     with no barrier: its peers may never reach one). NCCL when every process of the node has a GPU, else gloo.
-    A collective that waits past `timeout_s` for a peer ends the rank with `PeerSilent`, one line (the local
-    launcher names the rank that did not answer)."""
+    A collective that waits past `timeout_s` for a peer ends the rank with `PeerSilent`, one line naming the
+    peers whose heartbeat stopped (the local launcher also tells a stopped rank)."""
     import torch
     import torch.distributed as dist
 
@@ -210,11 +239,13 @@ def run_rank(rank: int, world: int, fn, args, port: int | None, timeout_s: float
         fn(*args, group=None)
         leave_process_group()
     except BaseException as err:
+        beat = _heartbeat[0] if _heartbeat else None  # still beating while it watches: its peers watch it too
+        line = _silent_peer_line(rank, timeout_s, beat, port is not None) if is_collective_timeout(err) else None
+        _stop_heartbeat()
         if dist.is_initialized():
             dist.destroy_process_group()
-        if is_collective_timeout(err):
-            raise PeerSilent(f"rank {rank} waited more than {timeout_s:g} s (--collective-timeout) for a peer rank "
-                             "that did not answer (stopped, hung, or too slow)") from None
+        if line is not None:
+            raise PeerSilent(line) from None
         raise
 
 

@@ -125,3 +125,41 @@ def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(tmp_path, ca
         assert ("address already in use" if case == "busy-port" else "1/2 clients joined") in done.stderr, done.stderr
     assert time.monotonic() - start < 120
 
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP")
+@pytest.mark.parametrize("stopped", [1, 0])
+def test_a_stopped_torchrun_rank_is_named_by_its_peer(tmp_path, stopped):
+    """Two ranks started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 serves the
+    store, as `env://` does); one is stopped (SIGSTOP) once both have trained a few steps: the other's next
+    collective waits 5 s, and it ends with one line naming the stopped rank, exit 1 (rank 1 by its heartbeat;
+    rank 0 as the store's host, the store then silent too). Before the ranks' heartbeats, it said only that 'a
+    peer rank' did not answer."""
+    other = 1 - stopped
+    port = _free_port()
+    log = tmp_path / "log.csv"
+    procs = []
+    try:
+        for rank in (0, 1):
+            env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen([sys.executable, *TRAIN, "--steps", "100000", "--log-file", str(log),
+                                           "--collective-timeout", "5"], cwd=tmp_path, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.2)
+        os.kill(procs[stopped].pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        _, err = procs[other].communicate(timeout=WAIT_S)
+        took = time.monotonic() - stopped_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    assert procs[other].returncode == 1, (procs[other].returncode, err)
+    assert len(_lines(err)) == 1, err
+    assert f"rank {other} waited more than 5 s (--collective-timeout) for rank {stopped}," in err, err
+    assert took < 60, took  # 5 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown

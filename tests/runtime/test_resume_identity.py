@@ -82,3 +82,44 @@ def test_another_architecture_under_nproc_2_is_one_line(tmp_path, capsys, tokens
     capsys.readouterr()
     assert _train(tmp_path, model, f"file:{tokens}", 2, "--resume", "--nproc", "2") == 2
     assert "its layers is 4" in _one_line(capsys)
+
+
+@pytest.fixture
+def hf_folder(tmp_path):
+    """A small GPT-2 Hugging Face folder (config.json and model.safetensors), and its tokens (ids below 64)."""
+    from tests.runtime.hf_folders import build, save
+
+    folder = save(build("gpt2", seed=0), tmp_path / "hf", sharded=False)
+    tokens = tmp_path / "t.jsonl"
+    tokens.write_text("[1, 2, 3, 4]\n[5, 6, 7]\n[8, 9, 10, 11, 12]\n")
+    return folder, tokens
+
+
+def _train_from(tmp_path, folder: str, tokens, steps: int, *more: str) -> int:
+    return main(["train", "--init-from", folder, "--dataset", f"file:{tokens}", "--steps", str(steps), "--max-len",
+                 "16", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1", "--no-progress",
+                 "--policy", "static:megatron_ts", *more])
+
+
+def test_the_init_from_folder_under_another_spelling_resumes(tmp_path, capsys, hf_folder, monkeypatch):
+    """`--init-from ./hf` resumes the checkpoint started from `--init-from hf`: one folder, compared by its
+    weights' content (it was refused, the path strings differing)."""
+    folder, tokens = hf_folder
+    monkeypatch.chdir(tmp_path)
+    assert _train_from(tmp_path, "hf", tokens, 1) == 0
+    assert _train_from(tmp_path, f"./{folder.name}", tokens, 2, "--resume") == 0, capsys.readouterr().err[-2000:]
+    assert (tmp_path / "ck" / "step-000002").is_dir()
+
+
+def test_other_weights_in_the_init_from_folder_are_refused(tmp_path, capsys, hf_folder):
+    """The folder replaced by other weights of the same shapes (another seed): one line, not a resume of a
+    checkpoint that other weights started."""
+    from tests.runtime.hf_folders import build
+
+    folder, tokens = hf_folder
+    assert _train_from(tmp_path, str(folder), tokens, 1) == 0
+    build("gpt2", seed=1).save_pretrained(folder)
+    capsys.readouterr()
+    assert _train_from(tmp_path, str(folder), tokens, 2, "--resume") == 2
+    line = _one_line(capsys)
+    assert "was started from other weights" in line and "--init-from" in line, line

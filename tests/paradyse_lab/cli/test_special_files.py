@@ -1,7 +1,8 @@
 """Special files given as inputs: a FIFO (which blocks `open` until a writer comes) and `/dev/zero` (endless
 bytes) named as config.json, dataset, model folder files, profile, problem, cost model or cluster TOML (or its
-base) each end in one line and exit 2 within seconds, nothing read whole into memory. Each case runs in a
-subprocess with a timeout, so that a hang fails the test instead of hanging the suite."""
+base) each end in one line and exit 2 within seconds, under `train --nproc 2` too, nothing read whole into
+memory. Each case runs in a subprocess with a timeout, so that a hang fails the test instead of hanging the
+suite."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ CASES = {
                          "--no-progress"], "model.safetensors.index.json"),
     "text-dataset": (["train", "--model", "gpt2-tiny", "--tokenizer", "{d}/tok", "--dataset", "{x}", "--steps", "1",
                       "--no-progress"], "texts.jsonl"),
+    # under the local launcher: refused before any rank starts, not a rank blocked on the FIFO
+    "token-file-nproc-2": (["train", "--model", "gpt2-tiny", "--dataset", "file:{x}", "--steps", "1", "--no-progress",
+                            "--nproc", "2"], "tokens.jsonl"),
+    "init-from-config-nproc-2": (["train", "--init-from", "{d}", "--dataset", "uniform:8:16", "--steps", "1",
+                                  "--no-progress", "--nproc", "2"], "config.json"),
 }
 
 
