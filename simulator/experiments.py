@@ -115,6 +115,17 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
     while profiling).
     """
+    planner, charger = run_planner(setup, model_name, policy_spec, smoothing=smoothing, exclude=exclude,
+                                   plan_cost_model=plan_cost_model, truth_cost_model=truth_cost_model)
+    workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
+                            pack_order=setup.pack_order, sampling=setup.sampling)
+    return simulate(workload, planner.policy, charger, progress=progress)
+
+
+def run_planner(setup: Setup, model_name: str, policy_spec: str, *, smoothing: bool = True,
+                exclude: tuple[str, ...] = (), plan_cost_model: str | None = None,
+                truth_cost_model: str | None = None):
+    """The (planner, charger) of one run of `run_one`, before its first step."""
     from paradyse_lab.costmodel.factory import build_cost_model, needs_profile
 
     truth_cost_model = truth_cost_model or setup.truth
@@ -133,9 +144,7 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     planner = build_planner(policy_spec, model, cluster, cost_model=plan, budget_bytes=budget,
                             recompute=setup.recompute, granularity=setup.granularity, gamma=setup.gamma,
                             smoothing=smoothing, exclude=exclude)
-    workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
-                            pack_order=setup.pack_order, sampling=setup.sampling)
-    return simulate(workload, planner.policy, planner.charger(truth, setup.switch_memory), progress=progress)
+    return planner, planner.charger(truth, setup.switch_memory)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
