@@ -133,7 +133,7 @@ def run_experiment(args) -> int:
 
         return run_groups_experiment(opts)
     table = ablation_experiment.table5(setup, root, force=opts.force, progress=sys.stderr.isatty(),
-                                       fine_lengths=opts.fine_lengths)
+                                       fine_lengths=opts.fine_lengths, paper_lengths=opts.paper_lengths)
     if opts.format == "json":
         print_json({"table5": table.to_dict(orient="records")})
         return 0
@@ -144,12 +144,16 @@ def run_experiment(args) -> int:
                else [])
             + [t.paper_max_len, "-" if t.time_s != t.time_s or t.time_s is None else f"{t.time_s:.1f}",
                t.paper_time_s, _pct(t.saving), _pct(t.paper_saving)] for t in table.itertuples()]
-    lengths = ["max len", "next sampled (OOM)", "max len, fine grid"] if fine else ["max len"]
+    lengths = ["max len", "next tried (OOM)", "max len, fine grid"] if fine else ["max len"]
     print_table(["variant", *lengths, "paper", "time s", "paper", "saving", "paper"], rows)
+    if opts.paper_lengths:
+        print(f"\nlengths trained: the {setup.size} sampled sequences with the paper's Table 5 lengths added "
+              f"({', '.join(f'{n:,}' for n in ablation_experiment.PAPER_LENGTHS)}); written to "
+              f"{root / 'table5_paper_lengths.csv'}")
     if fine:
         print(f"\nmax len, fine grid: the longest multiple of {layout_unit(setup.cluster_spec().gpus)} tokens each "
-              "variant's planner fits in a fresh process (every length tried, not the sampled ones); max len and "
-              "the times: the sampled run, which stops at its first OOM (next sampled).")
+              "variant's planner fits in a fresh process (every length tried); max len and the times: the run over "
+              "its lengths in ascending order, which stops at its first OOM (next tried).")
     return 0
 
 

@@ -1,9 +1,11 @@
-"""Table 5's lengths on a fine grid: every multiple of the layout unit tried, not only the sampled lengths."""
+"""Table 5's lengths: on a fine grid (every multiple of the layout unit tried) and with the paper's lengths added."""
 
 from __future__ import annotations
 
 import json
 from functools import partial
+
+import pandas as pd
 
 from paradyse_lab.cli import main
 from simulator import run_reach
@@ -49,3 +51,21 @@ def test_table5_fine_lengths_reach_past_the_sampled_gap(tmp_path, capsys):
     assert fits_fresh(make, no_metp) and not fits_fresh(make, no_metp + UNIT)
     assert main(argv[:-2] + ["--fine-lengths"]) == 0
     assert "max len, fine grid" in capsys.readouterr().out
+
+
+def test_table5_paper_lengths_trains_the_papers_lengths_where_they_fit(tmp_path, capsys):
+    """With the paper's lengths added the full system reaches the paper's 329,728 and the run without METP
+    the paper's 112,128 (its limit, 117,936, lies below the next length tried); the sample's table stays."""
+    argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "4", "--format", "json"]
+    assert main(argv) == 0
+    plain = {r["variant"]: r for r in json.loads(capsys.readouterr().out)["table5"]}
+    assert main(argv + ["--paper-lengths"]) == 0
+    added = {r["variant"]: r for r in json.loads(capsys.readouterr().out)["table5"]}
+    assert plain["full"]["max_len"] < 112_128 and plain["full"]["lengths"] == "sample"
+    assert (added["full"]["max_len"], added["without metp"]["max_len"]) == (329_728, 112_128)
+    assert added["full"]["lengths"] == "sample + paper's Table 5 lengths"
+    assert added["full"]["time_s"] > plain["full"]["time_s"]
+    on_disk = pd.read_csv(tmp_path / "table5.csv").set_index("variant")
+    assert on_disk.loc["full", "max_len"] == plain["full"]["max_len"]  # the sample's table is not overwritten
+    assert pd.read_csv(tmp_path / "table5_paper_lengths.csv").set_index("variant").loc["full", "max_len"] == 329_728
+    assert len(list((tmp_path / "runs" / "table5-paper-lengths").glob("*.csv"))) == 8
