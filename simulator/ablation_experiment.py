@@ -8,16 +8,18 @@ results/table5.csv. Paper numbers: docs/paper.md section 7.
 from __future__ import annotations
 
 from dataclasses import asdict
+from functools import partial
 
 import pandas as pd
 from tqdm import tqdm
 
-from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.core.strategies import USABLE, layout_unit
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import TIMING_COLUMNS
-from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup, run_one
+from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup, run_one, run_planner
 from paradyse_lab.simulator.results import DEFAULT_RESULTS_DIR, load_or_run, run_path, write_csv_atomic
 from paradyse_lab.simulator.run_metrics import summarize, time_to_reach
+from paradyse_lab.simulator.run_reach import longest_fitting
 
 PAPER_TABLE5 = {
     "full": (329728, 3117.76, 3117.76, None),
@@ -30,9 +32,21 @@ PAPER_TABLE5 = {
 }
 """Table 5 (docs/paper.md section 7): max length (tokens), time (s), full system time at that length (s), saving."""
 
+PAPER_LENGTHS = tuple(sorted({v[0] for v in PAPER_TABLE5.values()}))
+"""The longest lengths of the paper's Table 5 rows, each added once to the sample by `table5(paper_lengths=True)`."""
 
-def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
-    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (docs/paper.md section 7)."""
+
+def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True,
+           fine_lengths: bool = False, paper_lengths: bool = False) -> pd.DataFrame:
+    """GPT on GRCh38 with the paper's heuristic: the full system and each ablation (docs/paper.md section 7).
+
+    With `fine_lengths`, each variant's `max_len_fine_grid` is the longest length its planner fits when every
+    multiple of the layout unit is tried (`longest_fitting`), beside `max_len`, the longest sampled
+    length its run trained. With `paper_lengths`, the runs train the sample with the paper's Table 5 lengths
+    (`PAPER_LENGTHS`) added, under runs/table5-paper-lengths/ and table5_paper_lengths.csv: a sampled run can
+    only report lengths it was given."""
+    extra = {"extra_lengths": PAPER_LENGTHS} if paper_lengths else {}
+    folder = "table5-paper-lengths" if paper_lengths else "table5"
     variants = {"full": {}}
     variants.update({f"without {s}": {"exclude": (s,)} for s in USABLE})
     variants["without smoothing"] = {"smoothing": False}
@@ -44,9 +58,11 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
     runs = {}
     with shared.sharing():
         for name, kw in tqdm(variants.items(), desc="table5 runs", unit="run", disable=not progress):
-            path = run_path(root, "table5", "grch38", "gpt", name.replace(" ", "-"))
-            runs[name], _ = load_or_run(path, lambda kw=kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
-                                        force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY, kw]},
+            path = run_path(root, folder, "grch38", "gpt", name.replace(" ", "-"))
+            run_kw = {**kw, **extra}
+            runs[name], _ = load_or_run(path, lambda kw=run_kw: run_one(setup, "gpt", "grch38", PAPER_POLICY, **kw),
+                                        force, settings={**asdict(setup),
+                                                         "run": ["grch38", "gpt", PAPER_POLICY, run_kw]},
                                         timing_columns=TIMING_COLUMNS)
     rows = []
     for name in variants:
@@ -56,7 +72,8 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
                "paper_time_full_s": paper[2], "paper_saving": paper[3], "plan_cost_model": plan_cm,
                "profile_source": _profile_source(setup) if plan_cm != setup.truth else "",
                "truth_cost_model": setup.truth, "switch_memory": setup.switch_memory,
-               "recompute": setup.recompute, "granularity": setup.granularity}
+               "recompute": setup.recompute, "granularity": setup.granularity,
+               "lengths": "sample + paper's Table 5 lengths" if paper_lengths else "sample"}
         full = runs[against.get(name, "full")]
         rr = runs[name]
         s = summarize(rr, "gpt", "grch38", name)
@@ -66,9 +83,14 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
         if not name.startswith("full") and t_full is not None and s.total_time_s:
             saving = (s.total_time_s - t_full) / s.total_time_s
         rows.append({**row, "status": "ok", "max_len": s.max_seq_len_trained, "time_s": s.total_time_s,
-                     "time_full_s": t_full, "saving": saving})
+                     "time_full_s": t_full, "saving": saving, "oom_at_seq_len": s.oom_at_seq_len})
+        if fine_lengths:
+            make = partial(run_planner, setup, "gpt", PAPER_POLICY, **variants[name])
+            with shared.sharing():
+                rows[-1]["max_len_fine_grid"] = longest_fitting(make, layout_unit(setup.cluster_spec().gpus),
+                                                                start=s.max_seq_len_trained)
     table = pd.DataFrame(rows)
-    write_csv_atomic(table, root / "table5.csv")
+    write_csv_atomic(table, root / ("table5_paper_lengths.csv" if paper_lengths else "table5.csv"))
     return table
 
 

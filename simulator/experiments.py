@@ -8,7 +8,7 @@ simulator/ablation_experiment.py; packing (beyond the paper): simulator/packing_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +17,7 @@ from tqdm import tqdm
 from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import TIMING_COLUMNS, simulate
@@ -107,14 +108,31 @@ class Setup:
 
 def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, smoothing: bool = True,
             exclude: tuple[str, ...] = (), progress: bool = False, plan_cost_model: str | None = None,
-            truth_cost_model: str | None = None) -> pd.DataFrame:
+            truth_cost_model: str | None = None, extra_lengths: tuple[int, ...] = ()) -> pd.DataFrame:
     """Simulate one (model, dataset, policy) run: plan with `plan_cost_model`, charged by `truth_cost_model`
-    (both default to `setup.truth`).
+    (both default to `setup.truth`). `extra_lengths`: sequences added to the sampled ones (one sequence per
+    step; sorted in when the workload is sorted).
 
     Names: `paradyse_lab.costmodel.factory.COST_MODEL_NAMES` or a .joblib file. A learned
     planning model of the paper's kind caps the policy's budget at its OOM threshold (the largest peak seen
     while profiling).
     """
+    planner, charger = run_planner(setup, model_name, policy_spec, smoothing=smoothing, exclude=exclude,
+                                   plan_cost_model=plan_cost_model, truth_cost_model=truth_cost_model)
+    workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
+                            pack_order=setup.pack_order, sampling=setup.sampling)
+    if extra_lengths:
+        if workload.packs is not None:
+            raise UserInputError("added lengths need one sequence per step: leave out --pack-tokens")
+        workload = replace(workload, name=f"{workload.name}+{len(extra_lengths)} added",
+                           lengths=tuple(sorted(workload.lengths + tuple(extra_lengths))))
+    return simulate(workload, planner.policy, charger, progress=progress)
+
+
+def run_planner(setup: Setup, model_name: str, policy_spec: str, *, smoothing: bool = True,
+                exclude: tuple[str, ...] = (), plan_cost_model: str | None = None,
+                truth_cost_model: str | None = None):
+    """The (planner, charger) of one run of `run_one`, before its first step."""
     from paradyse_lab.costmodel.factory import build_cost_model, needs_profile
 
     truth_cost_model = truth_cost_model or setup.truth
@@ -133,9 +151,7 @@ def run_one(setup: Setup, model_name: str, dataset: str, policy_spec: str, *, sm
     planner = build_planner(policy_spec, model, cluster, cost_model=plan, budget_bytes=budget,
                             recompute=setup.recompute, granularity=setup.granularity, gamma=setup.gamma,
                             smoothing=smoothing, exclude=exclude)
-    workload = get_workload(dataset, setup.size, setup.seed, pack_tokens=setup.pack_tokens,
-                            pack_order=setup.pack_order, sampling=setup.sampling)
-    return simulate(workload, planner.policy, planner.charger(truth, setup.switch_memory), progress=progress)
+    return planner, planner.charger(truth, setup.switch_memory)
 
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from paradyse_lab.cli.output import cost_model_help, print_json, print_table
 from paradyse_lab.cli.simulate_options import EXPERIMENTS  # noqa: F401 - the experiments' names, as before
+from paradyse_lab.core.strategies import layout_unit
 
 
 def register(sub) -> None:
@@ -131,15 +132,28 @@ def run_experiment(args) -> int:
         from paradyse_lab.cli.grouped_command import run_groups_experiment
 
         return run_groups_experiment(opts)
-    table = ablation_experiment.table5(setup, root, force=opts.force, progress=sys.stderr.isatty())
+    table = ablation_experiment.table5(setup, root, force=opts.force, progress=sys.stderr.isatty(),
+                                       fine_lengths=opts.fine_lengths, paper_lengths=opts.paper_lengths)
     if opts.format == "json":
         print_json({"table5": table.to_dict(orient="records")})
         return 0
+    fine = "max_len_fine_grid" in table.columns
     rows = [[t.variant + (f" [plan: {t.plan_cost_model}, profile source={t.profile_source}]" if t.profile_source
-                          else ""), t.max_len if t.status == "ok" else t.status, t.paper_max_len,
-             "-" if t.time_s != t.time_s or t.time_s is None else f"{t.time_s:.1f}", t.paper_time_s,
-             _pct(t.saving), _pct(t.paper_saving)] for t in table.itertuples()]
-    print_table(["variant", "max len", "paper", "time s", "paper", "saving", "paper"], rows)
+                          else ""), t.max_len if t.status == "ok" else t.status]
+            + ([t.oom_at_seq_len if t.oom_at_seq_len == t.oom_at_seq_len else "-", t.max_len_fine_grid] if fine
+               else [])
+            + [t.paper_max_len, "-" if t.time_s != t.time_s or t.time_s is None else f"{t.time_s:.1f}",
+               t.paper_time_s, _pct(t.saving), _pct(t.paper_saving)] for t in table.itertuples()]
+    lengths = ["max len", "next tried (OOM)", "max len, fine grid"] if fine else ["max len"]
+    print_table(["variant", *lengths, "paper", "time s", "paper", "saving", "paper"], rows)
+    if opts.paper_lengths:
+        print(f"\nlengths trained: the {setup.size} sampled sequences with the paper's Table 5 lengths added "
+              f"({', '.join(f'{n:,}' for n in ablation_experiment.PAPER_LENGTHS)}); written to "
+              f"{root / 'table5_paper_lengths.csv'}")
+    if fine:
+        print(f"\nmax len, fine grid: the longest multiple of {layout_unit(setup.cluster_spec().gpus)} tokens each "
+              "variant's planner fits in a fresh process (every length tried); max len and the times: the run over "
+              "its lengths in ascending order, which stops at its first OOM (next tried).")
     return 0
 
 

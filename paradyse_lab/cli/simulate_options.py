@@ -201,6 +201,12 @@ class ExperimentOptions:
     paper_policies_only: bool = False
     """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, the same with the
     tiled MLP and offload, and the static strategies with recomputation)."""
+    fine_lengths: bool = False
+    """table5: also each variant's longest length when every multiple of the layout unit (2p tokens) is tried
+    in a fresh process, not only the sampled lengths (column "max len, fine grid")."""
+    paper_lengths: bool = False
+    """table5: train the sample with the paper's Table 5 lengths added (112,128, 270,336, 300,032 and 329,728
+    tokens), writing DIR/table5_paper_lengths.csv beside the sample's table5.csv."""
     global_batch: int = 32
     """groups: sequences per step (the panels' workloads are --size sequences, default 128 for groups)."""
     run: SimulationOptions = field(default_factory=SimulationOptions)
