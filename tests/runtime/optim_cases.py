@@ -136,7 +136,8 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
     log, tiled = _train_counting_tiled_losses(
         TrainOptions(model=model, dataset=f"file:{train_file}", steps=STEPS, batch=BATCH, lr=LR,
                      max_len=MAX_LEN, lr_schedule="cosine", warmup_steps=1, clip_grad=CLIP, accumulate=ACCUMULATE,
-                     eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2, progress=False), group)
+                     eval_dataset=f"file:{eval_file}", eval_every=2, eval_batches=2, progress=False,
+                     long_documents="cut"), group)  # the reference run cuts its documents at MAX_LEN too
     assert tiled.count(True) == 4 and tiled.count(False) == 2 * 2, tiled  # 2 evaluations of 2 held-out steps
     assert [r["eval_steps"] for r in log if "eval_loss" in r] == [2, 2]
     want = comm.broadcast_object(_reference_run(model, train_file, eval_file) if rank == 0 else None, 0, group)
