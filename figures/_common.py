@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 
 from paradyse_lab.core.strategies import CATALOG, USABLE  # noqa: E402
 from paradyse_lab.files.atomic_write import write_bytes_atomic  # noqa: E402
@@ -116,8 +117,6 @@ def tight_bbox(fig):
     with which `savefig` would draw the whole figure once more, to lay it out, before drawing it into the
     file; its bounding box needs no drawing of its own either. A figure with a layout engine of its own is
     drawn first (the engine lays it out at draw time)."""
-    from matplotlib.layout_engine import PlaceHolderLayoutEngine
-
     if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
         fig.set_layout_engine(None)
     elif fig.get_layout_engine() is not None:

@@ -14,6 +14,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from paradyse_lab.core.strategies import USABLE, layout_unit
+from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import TIMING_COLUMNS
 from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup, run_one, run_planner
@@ -96,6 +97,4 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
 
 def _profile_source(setup: Setup) -> str:
     """`source` label of the profile the learned cost models are fitted on (`analytic` for the synthetic)."""
-    from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
-
     return profile_sources(read_profiles(setup.profile_path()))

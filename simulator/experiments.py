@@ -17,6 +17,8 @@ from tqdm import tqdm
 from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.costmodel.factory import build_cost_model, needs_profile
+from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.results.timings import write_with_timings
 from paradyse_lab.simulator import shared
@@ -93,8 +95,6 @@ class Setup:
 
     def profile_path(self) -> str:
         """The profile the learned and calibrated cost models of this setup are fitted on."""
-        from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile
-
         if self.profiles:
             return self.profiles
         if self.truth == "paper":
@@ -133,8 +133,6 @@ def run_planner(setup: Setup, model_name: str, policy_spec: str, *, smoothing: b
                 exclude: tuple[str, ...] = (), plan_cost_model: str | None = None,
                 truth_cost_model: str | None = None):
     """The (planner, charger) of one run of `run_one`, before its first step."""
-    from paradyse_lab.costmodel.factory import build_cost_model, needs_profile
-
     truth_cost_model = truth_cost_model or setup.truth
     plan_cost_model = plan_cost_model or truth_cost_model
     model, cluster = get_model(model_name), setup.cluster_spec()

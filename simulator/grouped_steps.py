@@ -35,6 +35,7 @@ from paradyse_lab.core.step_groups import (
 )
 from paradyse_lab.core.strategies import layout_unit, pad_to_unit
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.grouped_states import (
     data_parallel_width,
     grouped_state_kept_bytes,
@@ -154,8 +155,6 @@ class GroupPricer:
     def cost_model_at(self, g: int):
         """The cost model of a group of g: built once for every pricer of this model and cluster inside
         `paradyse_lab.simulator.shared.sharing()` (their search problems are then shared too), else for this pricer."""
-        from paradyse_lab.costmodel.factory import build_cost_model
-
         return shared.cost_model(lambda: build_cost_model(self.cost_model, self.model, self.cluster, g, self.profiles),
                                  self.cost_model, f"{self.model!r} at p={g}", repr(self.cluster), self.profiles)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.types import CostModel
 from paradyse_lab.simulator.engine import Charger
 from paradyse_lab.simulator.policies import DEFAULT_GAMMA, DEFAULT_RESTART_S, Policy, build_policy
@@ -75,8 +76,6 @@ def planning_model(model: ModelSpec, cluster: ClusterSpec, *, cost_model: str | 
     """The cost model (a name, built at world size `p`, default the cluster's GPUs, and fitted on `profiles`
     when it learns; or a built model) and the budget (`budget_bytes`, default the cluster's GPU memory less its
     reserve) of `model` on `cluster`: what `build_planner` and the API's `plan_step` plan with."""
-    from paradyse_lab.costmodel.factory import build_cost_model
-
     if isinstance(cost_model, str):
         cost_model = build_cost_model(cost_model, model, cluster, p, profiles)
     return PlanningModel(cost_model, cluster.plan_budget_bytes if budget_bytes is None else int(budget_bytes))

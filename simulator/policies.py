@@ -20,9 +20,12 @@ from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.core.strategies import USABLE, StrategyOption, get_strategy
 from paradyse_lab.core.strategies import options as make_options
+from paradyse_lab.costmodel.head_loss import cheapest_head, head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.policy_spec import RECOMPUTE_SUFFIX, PolicySpec
+from paradyse_lab.solvers.registry import STATIC_PREFIX, check_solver_name, get_solver
 
 DEFAULT_GAMMA = 0.05
 DEFAULT_RESTART_S = 31.0
@@ -100,8 +103,6 @@ class DynamicPolicy:
     step's `decide` takes them instead of solving the same problem again."""
 
     def __post_init__(self):
-        from paradyse_lab.solvers.registry import STATIC_PREFIX, check_solver_name
-
         if self.solver_name.startswith(STATIC_PREFIX):
             _ = self.solver  # cheap (no compiled kernels), and building it checks the strategy's name
         else:
@@ -109,8 +110,6 @@ class DynamicPolicy:
         self.name = self.name or f"dynamic:{self.solver_name}"
         if not self.strategies:
             raise UserInputError("a dynamic policy needs at least one strategy")
-        from paradyse_lab.costmodel.head_loss import head_cost_models
-
         self._head_models = head_cost_models(self.cost_model)
 
     @cached_property
@@ -118,23 +117,17 @@ class DynamicPolicy:
         """The solver, built at the policy's first solve: building `dp` imports numba and loads its compiled
         kernels (solvers/kernels.py `warm_up`, 1-2 CPU seconds), which a policy built only to check a run's
         settings never needs (`train --nproc N`'s launcher: paradyse_lab/app/training.py `preflight`)."""
-        from paradyse_lab.solvers.registry import get_solver
-
         return get_solver(self.solver_name)
 
     def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
         """The search the policy solves at this length, or for this packed step, with the head option `head`."""
-        from paradyse_lab.simulator.shared import problem
-
         opts = make_options(self.strategies, recompute=self.recompute, tiled=self.tiled, offload=self.offload)
-        return problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)
+        return shared.problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)
 
     def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
         """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve over the head
         options (the fastest plan that fits: the tiled loss only where it is), then smoothing against the
         previous step's plan."""
-        from paradyse_lab.costmodel.head_loss import cheapest_head
-
         key = (batch, seq_len)
         if key in self._cache:
             sol, head = self._cache[key]
@@ -167,8 +160,6 @@ class DynamicPolicy:
         """The head option of the fastest plan that fits at `seq_len` (a run's longest step), leaving the cache
         and the smoothing state as they are: `train` stores the embedding and head by it (vocabulary rows when
         'vocab') and then plans every step with `restrict_heads`."""
-        from paradyse_lab.costmodel.head_loss import cheapest_head
-
         def solve(head: str):
             self._solved[batch, seq_len, head] = self._solve(seq_len, batch, head)
             return self._solved[batch, seq_len, head][1]

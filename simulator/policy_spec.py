@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paradyse_lab.core.layer_graph import GRANULARITIES
 from paradyse_lab.core.strategies import USABLE
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.solvers.registry import check_solver_name
 
 POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME",
                 "dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]")
@@ -50,8 +52,6 @@ class PolicySpec:
     @classmethod
     def _read(cls, spec: str, recompute: bool, granularity: str) -> PolicySpec:
         """The suffixes of `spec` and the flags, unchecked names."""
-        from paradyse_lab.core.layer_graph import GRANULARITIES
-
         if granularity not in GRANULARITIES:
             raise unknown_name("granularity", granularity, GRANULARITIES)
         kind, _, arg = spec.partition(":")
@@ -82,8 +82,6 @@ class PolicySpec:
                 valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
                 raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
         elif kind == "dynamic" and arg:
-            from paradyse_lab.solvers.registry import check_solver_name
-
             check_solver_name(arg)
         else:
             raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.files.atomic_write import atomic_open
+from paradyse_lab.results.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
 from paradyse_lab.results.timings import read_with_timings, write_with_timings
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -37,8 +38,6 @@ def load_or_run(path: Path, run, force: bool = False, settings: dict | None = No
     file of its base chain, a profile CSV, a workload's length file: `paradyse_lab.results.result_key.named_files`)
     is keyed on its contents. `timing_columns` (measured wall times) are written to the timings file beside
     `path` with `key_columns`, and read back joined. Returns (rows, ran)."""
-    from paradyse_lab.results.result_key import is_fresh, named_files, result_key, stamp_path, write_stamp
-
     path = Path(path)
     settings = settings or {}
     key = result_key(settings, named_files(settings))

@@ -82,8 +82,8 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     the fastest plan). `times` holds inf where an option is not allowed; some plan must fit.
     (Compiled: `paradyse_lab.solvers.bound_kernels.lagrangian_dual`.)
     """
-    from paradyse_lab.solvers.bound_kernels import lagrangian_dual
-    from paradyse_lab.solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import lagrangian_dual  # numba: ~1 s to load; the ILP never needs it
+    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
 
     lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
                                                       int(kept_budget), int(iterations))
@@ -113,8 +113,8 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     """[K] Lagrangian lower bounds with switch costs for the caps `caps` (indices), one multiplier each:
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
-    from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals
-    from paradyse_lab.solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals  # numba: ~1 s to load; the ILP never needs it
+    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
 
     least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
                                   writable(problem.effective_transient, np.int64),
@@ -125,7 +125,7 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
 
 def _steps(switch: np.ndarray) -> np.ndarray:
     """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
-    from paradyse_lab.solvers.kernels import writable
+    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
 
     return writable(switch[None] if switch.ndim == 2 else switch, np.float64)
 
@@ -141,8 +141,8 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
-    from paradyse_lab.solvers.bound_kernels import viterbi_to_go
-    from paradyse_lab.solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import viterbi_to_go  # numba: ~1 s to load; the ILP never needs it
+    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
 
     return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
@@ -154,7 +154,7 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out = np.zeros_like(values)
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
-    from paradyse_lab.solvers.bound_kernels import viterbi_to_come
-    from paradyse_lab.solvers.kernels import writable
+    from paradyse_lab.solvers.bound_kernels import viterbi_to_come  # numba: ~1 s to load; the ILP never needs it
+    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
 
     return viterbi_to_come(writable(values, np.float64), _steps(switch))

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
 from paradyse_lab.solvers.base import min_peak_plan
 
@@ -52,12 +57,6 @@ def random_problem(rng: np.random.Generator, layers: int, options: int, switch: 
 def model_problem(rng: np.random.Generator, model: str, layers: int, seq_len: int, recompute: bool,
                   granularity: str = "block") -> SearchProblem:
     """A preset model with `layers` layers at `seq_len` under the analytic model, with a tight budget."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-    from paradyse_lab.core.layer_graph import LayerGraph
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.costmodel import AnalyticCostModel
-
     spec = get_model(model).with_layers(layers)
     cm = AnalyticCostModel(spec, get_cluster(DEFAULT_CLUSTER))
     problem = problem_from_cost_model(LayerGraph(spec, granularity), cm, seq_len, recompute=recompute,

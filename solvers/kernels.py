@@ -439,7 +439,7 @@ def _compile_lock():
     (~20 s of CPU on a fresh install) and the others wait, then load the cache. Without fcntl (Windows) or a
     writable folder, no lock: each process compiles or loads on its own, as numba does."""
     try:
-        import fcntl
+        import fcntl  # POSIX only: on Windows the ImportError below means no lock
 
         folder = Path(__file__).resolve().parent / "__pycache__"
         folder.mkdir(exist_ok=True)

@@ -6,6 +6,7 @@ import importlib
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.solvers.base import Solver
+from paradyse_lab.solvers.static import StaticSolver
 
 SOLVERS = {
     "heuristic": ("paradyse_lab.solvers.heuristic", "HeuristicSolver"),
@@ -28,8 +29,6 @@ def check_solver_name(name: str) -> None:
 def get_solver(name: str, **options) -> Solver:
     """A solver instance; `options` go to its constructor (e.g. time_limit_s for ilp)."""
     if name.startswith(STATIC_PREFIX):
-        from paradyse_lab.solvers.static import StaticSolver
-
         return StaticSolver(name[len(STATIC_PREFIX):], **options)
     check_solver_name(name)
     module, cls = SOLVERS[name]

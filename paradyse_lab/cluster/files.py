@@ -26,6 +26,7 @@ from paradyse_lab.cluster.spec import (
     ClusterSpec,
     StrategyCalibration,
 )
+from paradyse_lab.core.strategies import CATALOG
 from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.files import input_files
 from paradyse_lab.files.typed_json import WrittenNumber
@@ -240,8 +241,6 @@ def _collective_tables(data: dict, kw: dict, name: str) -> None:
 
 def _calibration(table, where: str) -> dict:
     """`[calibration.STRATEGY]` tables -> {strategy: StrategyCalibration}."""
-    from paradyse_lab.core.strategies import CATALOG
-
     if not isinstance(table, dict):
         raise UserInputError(f"{where}: calibration must be a table of [calibration.STRATEGY] tables")
     out = {}

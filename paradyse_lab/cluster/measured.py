@@ -53,7 +53,7 @@ class AlphaBeta:
 
 def fit_alpha_beta(op: str, ranks: int, sizes, seconds) -> AlphaBeta:
     """Non-negative least squares of t = alpha + f(op, ranks) S / busbw over (buffer bytes S, seconds)."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # scipy: ~0.5 s to import, only when a fit runs
 
     s = np.asarray(sizes, dtype=float)
     t = np.asarray(seconds, dtype=float)
@@ -136,7 +136,7 @@ def fit_inter_node(nodes: int, points: dict) -> AlphaBeta:
     """One per-step latency and one bandwidth for every kind measured over the rails (`points`: op -> [(buffer
     bytes, seconds)]): non-negative least squares, relative, of t = alpha x steps(op, nodes) + f(op, nodes) S / bw
     (formulas.inter_node_time_s); `alpha_s` is the latency of one step."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # scipy: ~0.5 s to import, only when a fit runs
 
     rows = [(ALPHA_STEPS[op](nodes), BUSBW_FACTOR[op](nodes) * s, t) for op, pts in points.items() for s, t in pts]
     if len({r[1] for r in rows}) < 2:

@@ -45,7 +45,7 @@ class LayerGraph:
             raise unknown_name("granularity", granularity, GRANULARITIES)
         self.model = model
         self.granularity = granularity
-        import networkx as nx  # here, not at the top: a second of start-up for every process that plans
+        import networkx as nx  # networkx: ~1 s of start-up for every process that plans
 
         self.graph = nx.DiGraph()
         self.decisions: list[Decision] = []
@@ -73,7 +73,7 @@ class LayerGraph:
     def sublayer_nodes(self) -> list[str]:
         """Attention and MLP nodes in execution order (sorted once: every search problem reads it)."""
         if self._order is None:
-            import networkx as nx
+            import networkx as nx  # networkx: off the module top, as in __init__
 
             self._order = tuple(n for n in nx.topological_sort(self.graph)
                                 if self.graph.nodes[n]["kind"] in SUBLAYER_KINDS)

@@ -38,6 +38,7 @@ import numpy as np
 from paradyse_lab.core.problem_checks import INT64_MAX, finite_seconds, is_int, matrix, nonneg_int
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.files import input_files
+from paradyse_lab.files.atomic_write import write_text_atomic
 
 JSON_FIELDS = ("layers", "options", "time_s", "kept_bytes", "transient_bytes", "switch_s", "fixed_bytes",
                "budget_bytes", "fixed_transient_bytes", "fixed_time_s", "edges", "labels")
@@ -234,8 +235,6 @@ class SearchProblem:
         """The JSON text; also written to `path` when given."""
         text = json.dumps(self.to_dict())
         if path is not None:
-            from paradyse_lab.files.atomic_write import write_text_atomic
-
             write_text_atomic(path, text + "\n")
         return text
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS, ClusterSpec, StrategyCalibration
 from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.learned_fit import row_cost_models
 from paradyse_lab.errors import UserInputError
 
 LENGTH_BANDS = (("<=8K", 0, 8 * 1024), ("8K-64K", 8 * 1024, 64 * 1024), (">64K", 64 * 1024, float("inf")))
@@ -45,8 +46,6 @@ def uncalibrated(cluster: ClusterSpec) -> ClusterSpec:
 
 def row_features(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Per profile row: the [n, 4] features (C, E, L, L h of the module docstring) and the [n] offset H."""
-    from paradyse_lab.costmodel.learned_fit import row_cost_models
-
     X, offset = np.zeros((len(df), len(CALIBRATION_PARAMETERS))), np.zeros(len(df))
     for i, (r, cm) in enumerate(row_cost_models(df, uncalibrated(cluster))):
         opt = StrategyOption(r.strategy, bool(r.recompute))
@@ -59,7 +58,7 @@ def row_features(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[np.ndarray, np
 
 def fit_strategy(X: np.ndarray, offset: np.ndarray, t: np.ndarray) -> StrategyCalibration:
     """Non-negative least squares on relative error (module docstring) for one strategy's rows."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # scipy: ~0.5 s to import, only when a fit runs
 
     if len(t) == 0:
         raise UserInputError("calibration: no rows to fit")

@@ -18,6 +18,8 @@ from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
+from paradyse_lab.costmodel.paper import PaperCostModel
+from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
 from paradyse_lab.errors import UserInputError, unknown_name
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a profile is read: never for `analytic` or `paper`
@@ -35,8 +37,7 @@ def needs_profile(name: str, cluster: ClusterSpec) -> bool:
 def calibration_profile(device: str) -> Path:
     """What `calibrated` fits on by default: a bundled measured profile of the device, else, on the paper's
     node, the authors' measurements; never the synthetic profile (the analytic model fitted to itself)."""
-    from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
-    from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile
+    from paradyse_lab.costmodel.profiles import PAPER_PROFILE, default_profile  # pandas: ~0.3 s, only to fit
 
     path = default_profile(device)
     if path.name.startswith("measured"):
@@ -57,9 +58,9 @@ def check_profile_device(df: pd.DataFrame, cluster: ClusterSpec, path) -> None:
 
 def calibrate_on_file(path: Path, cluster: ClusterSpec) -> ClusterSpec:
     """`cluster` calibrated on the profile at `path` (cached per file, modification time and cluster)."""
-    from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration
-    from paradyse_lab.costmodel.learned_fit import cached_fit_on_file
-    from paradyse_lab.costmodel.profiles import profile_sources
+    from paradyse_lab.costmodel.calibration import calibrated_cluster, fit_calibration  # pandas, scipy: to fit
+    from paradyse_lab.costmodel.learned_fit import cached_fit_on_file  # pandas: ~0.3 s, only to fit
+    from paradyse_lab.costmodel.profiles import profile_sources  # pandas: ~0.3 s, only to fit
 
     def fit(df: pd.DataFrame) -> ClusterSpec:
         check_profile_device(df, cluster, path)
@@ -85,8 +86,6 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
     if name == "analytic":
         return AnalyticCostModel(model, cluster, p)
     if name == "paper":
-        from paradyse_lab.costmodel.paper import PaperCostModel
-
         return PaperCostModel(model, cluster, p)
     if name == "calibrated":
         if not cluster.calibration:
@@ -100,10 +99,10 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
 def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int | None,
                         profiles: str | Path | None):
     """A learned kind fitted on `profiles`, or the fitted model saved in the .joblib file `name`."""
-    from paradyse_lab.costmodel import regressors
-    from paradyse_lab.costmodel.learned_fit import FittedProfiles, fit_profile_file
-    from paradyse_lab.costmodel.learned_model import LearnedCostModel
-    from paradyse_lab.costmodel.profiles import default_profile
+    from paradyse_lab.costmodel import regressors  # scikit-learn, joblib: ~1 s, only for a learned model
+    from paradyse_lab.costmodel.learned_fit import FittedProfiles, fit_profile_file  # pandas: a learned model
+    from paradyse_lab.costmodel.learned_model import LearnedCostModel  # pandas: only for a learned model
+    from paradyse_lab.costmodel.profiles import default_profile  # pandas: ~0.3 s, only for a learned model
 
     if name in LEARNED_KINDS:
         path = Path(profiles) if profiles else default_profile(cluster.device)

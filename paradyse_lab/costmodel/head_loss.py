@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from paradyse_lab.costmodel import formulas as F
-from paradyse_lab.costmodel.types import CollectiveCall
+from paradyse_lab.costmodel.types import CollectiveCall, FixedCost
 from paradyse_lab.errors import unknown_name
 
 HEAD_OPTIONS = ("whole", "tiled", "vocab")
@@ -251,8 +251,6 @@ def vocab_head_bytes(model, p: int, tokens: int, tile: int = 0) -> tuple[int, in
 def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
     """`FixedCost` of the embedding, head and loss under the vocabulary-parallel head on `cost_model`'s cluster
     and p (module docstring); `optimizer_s`: the optimizer step's time, as the whole head's."""
-    from paradyse_lab.costmodel.types import FixedCost
-
     m, c, p = cost_model.model, cost_model.cluster, cost_model.p
     t = batch * seq_len // p
     e, h = m.dtype_bytes, m.hidden

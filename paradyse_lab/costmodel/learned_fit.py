@@ -125,7 +125,7 @@ class FittedProfiles:
 
     def features(self, df: pd.DataFrame, target: str, base: np.ndarray | None = None) -> np.ndarray:
         """Feature matrix of rows for one target (the residual kind appends the analytic prediction)."""
-        from paradyse_lab.costmodel import regressors
+        from paradyse_lab.costmodel import regressors  # scikit-learn: ~1 s to import, only for a learned model
 
         X = regressors.profile_features(df)
         if self.kind != "residual":
@@ -141,7 +141,7 @@ class FittedProfiles:
 
     def save(self, path: str | Path) -> Path:
         """joblib file loadable by `build_cost_model(PATH, ...)`."""
-        from paradyse_lab.costmodel import regressors
+        from paradyse_lab.costmodel import regressors  # scikit-learn: ~1 s to import, only for a learned model
 
         return regressors.save(self, path)
 
@@ -149,7 +149,7 @@ class FittedProfiles:
 def fit_profiles(kind: str, profiles: pd.DataFrame, cluster: ClusterSpec | None = None, source_name: str = "",
                  **params) -> FittedProfiles:
     """Fit `kind` (time and peak memory) on validated profile rows (`profiles.read_profiles`)."""
-    from paradyse_lab.costmodel import regressors
+    from paradyse_lab.costmodel import regressors  # scikit-learn: ~1 s to import, only for a learned model
 
     if kind not in LEARNED_KINDS:
         raise unknown_name("learned cost model", kind, LEARNED_KINDS)

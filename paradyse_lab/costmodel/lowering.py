@@ -27,6 +27,7 @@ from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.core.strategies import CATALOG, StrategyOption
 from paradyse_lab.core.strategies import options as default_options
+from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.errors import UserInputError, require_positive_int
 
 
@@ -38,8 +39,6 @@ def layout_switch_s(cost_model, a: StrategyOption, b: StrategyOption, seq_len: i
     """
     if CATALOG[a.strategy].layout == CATALOG[b.strategy].layout:
         return 0.0
-    from paradyse_lab.costmodel import CollectiveCall
-
     m = cost_model.model
     act = batch * seq_len // cost_model.p * m.hidden * m.dtype_bytes  # [b, s/p, h] bytes
     return 2 * cost_model.collective_s(CollectiveCall("all_to_all", act, cost_model.p))

@@ -32,6 +32,9 @@ except ImportError:  # scikit-learn < 1.6
 
 from paradyse_lab.core.strategies import CATALOG
 from paradyse_lab.costmodel.names import LEARNED_KINDS
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.files import input_files
+from paradyse_lab.files.atomic_write import atomic_open
 
 SHAPE_FEATURES = ("h", "heads", "kv_heads", "layers", "p", "batch", "recompute")
 FEATURES = SHAPE_FEATURES + tuple(f"is_{s}" for s in CATALOG) + ("seq_len",)
@@ -236,8 +239,6 @@ def make_regressor(kind: str, **params):
 
 def save(obj, path: str | Path) -> Path:
     """Persist a fitted estimator (or any bundle of them) with joblib, atomically."""
-    from paradyse_lab.files.atomic_write import atomic_open
-
     path = Path(path)
     with atomic_open(path, binary=True) as handle:
         joblib.dump(obj, handle)
@@ -248,9 +249,6 @@ def load(path: str | Path):
     """Read what `save` wrote. A pickle: only load files you trust. A file that is not one (empty, truncated,
     garbage), or one whose classes live in modules this install lacks (saved before a rename), is a one-line
     `UserInputError`."""
-    from paradyse_lab.errors import UserInputError
-    from paradyse_lab.files import input_files
-
     path = Path(path)
     if path.is_dir():
         raise UserInputError(f"cost model file {str(path)!r} is a folder")

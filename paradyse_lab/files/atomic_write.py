@@ -15,6 +15,7 @@ written this way.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -120,10 +121,6 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 def read_json_object(path: str | Path) -> dict:
     """A JSON object from `path`; a file that is not one (damaged, truncated, not UTF-8, a list) is a
     `UserInputError` naming the file, never a traceback."""
-    import json
-
-    from paradyse_lab.errors import UserInputError
-
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 from paradyse_lab.errors import UserInputError
 
@@ -44,8 +45,6 @@ def loads_checked(text: str, where: str):
     read: malformed ("not JSON"), nested deeper than the interpreter's recursion limit, or holding an integer of
     more digits than int() converts (sys.get_int_max_str_digits(), 4,300 by default): json.loads raises a
     RecursionError or a plain ValueError for those two, not a JSONDecodeError."""
-    import sys
-
     try:
         return loads(text)
     except json.JSONDecodeError as err:

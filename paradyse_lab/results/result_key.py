@@ -27,6 +27,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from paradyse_lab.cluster.files import base_chain
 from paradyse_lab.files.atomic_write import write_text_atomic
 
 KEYED_PACKAGES = ("paradyse_lab", "paradyse_lab.solvers", "paradyse_lab.simulator", "paradyse_lab.figures")
@@ -71,8 +72,6 @@ def package_folder(package: str) -> Path:
 
 def _files_of_name(name: str) -> list[Path]:
     """The files one string setting names (module docstring)."""
-    from paradyse_lab.cluster.files import base_chain
-
     path = name[5:].partition("#")[0] if name.startswith("file:") else name
     if not path or not Path(path).is_file():
         return []

@@ -10,6 +10,7 @@ NCCL versions of the torch build (`torch.version.cuda`, `torch.backends.cudnn.ve
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import platform
 
 MEASUREMENT_PACKAGES = ("torch", "numpy", "flash-attn", "paradyse-lab")
@@ -20,8 +21,6 @@ def software_versions(packages=MEASUREMENT_PACKAGES, device=None, *, python: boo
                       absent: str = "none") -> dict[str, str]:
     """name -> version: python (unless `python=False`), each distribution of `packages` (`absent` when it
     is not installed) and, on a CUDA `device`, the torch build's cuda, cudnn and nccl."""
-    import importlib.metadata as md
-
     out = {"python": platform.python_version()} if python else {}
     for name in packages:
         try:
@@ -29,7 +28,7 @@ def software_versions(packages=MEASUREMENT_PACKAGES, device=None, *, python: boo
         except md.PackageNotFoundError:
             out[name] = absent
     if device is not None and getattr(device, "type", None) == "cuda":
-        import torch
+        import torch  # torch: only for a CUDA device; the vocabulary never imports it at start-up
 
         out.update(cuda=str(torch.version.cuda), cudnn=str(torch.backends.cudnn.version()))
         try:

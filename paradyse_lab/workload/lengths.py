@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -253,7 +254,7 @@ def read_length_steps(path: str | Path) -> list[tuple[int, ...]]:
     input_files.regular_file(p, f"length file {text_path!r}", input_files.MAX_DATA_BYTES)
     suffix = p.suffix.lower()
     if suffix in (".csv", ".parquet"):
-        import pandas as pd
+        import pandas as pd  # pandas: ~0.3 s to import, only when a CSV or Parquet file is read
 
         try:
             df = pd.read_csv(p) if suffix == ".csv" else pd.read_parquet(p)
@@ -303,8 +304,6 @@ def _positive_length(value, place: str) -> int:
     where they are whole numbers, compared without going through float, so `9007199254740993` stays itself),
     checked before any arithmetic; the error shows the value as written. Written in ASCII digits: Decimal's other
     syntax (`1_000`, digits of other scripts such as `٥١٢`) is refused, as `--documents` refuses it."""
-    from decimal import Decimal, InvalidOperation
-
     text = value if isinstance(value, str) else repr(value)
     plain = text.isascii() and "_" not in text
     try:

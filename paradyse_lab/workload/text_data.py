@@ -95,7 +95,7 @@ def _check_saved_state(path: Path, flag: str) -> None:
 
 def _from_saved_dataset(path: Path, column: str, flag: str = "--dataset") -> list[str]:
     try:
-        import datasets
+        import datasets  # optional and slow (the [text] extra), only for a save_to_disk folder
     except ImportError:
         raise UserInputError("reading a save_to_disk folder needs the `datasets` library (pip install "
                              "'paradyse-lab[text]')") from None
@@ -140,8 +140,8 @@ def _from_file(path: Path, column: str, flag: str = "--dataset") -> list[str]:
 
 def _arrow_table(path: Path):
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional (the [text] extra), only for Arrow and Parquet files
+        import pyarrow.parquet as pq  # optional, as above
     except ImportError:
         raise UserInputError(f"reading {path.suffix} files needs pyarrow (pip install 'paradyse-lab[text]')") from None
     input_files.regular_file(path, f"{str(path)!r}", input_files.MAX_DATA_BYTES)
@@ -171,7 +171,7 @@ def load_tokenizer(path: str):
         file = file / "tokenizer.json"
     if not file.is_file():
         raise UserInputError(f"--tokenizer {path!r}: no tokenizer.json there (give the file or its folder)")
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # tokenizers: optional, only when text is tokenized
 
     try:
         return Tokenizer.from_file(str(file))
