@@ -8,6 +8,7 @@ sub-layers): the operations each rank dispatched equal its meta trace, one for o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import op_trace_cases
@@ -84,3 +85,22 @@ def test_attention_calls_carry_lengths_heads_causality_and_kernel():
                 if o.kind == "attention"]
     assert [(o.which, o.sq, o.sk, o.heads, o.causal) for o in gathered] == \
         [("forward", S, S, 3, True), ("backward", S, S, 3, True)]
+
+
+@pytest.mark.parametrize("option", ["megatron_cz", "metp+recompute", "ulysses_z+tiled"])
+def test_shape_class_gives_the_trace_at_any_length(option, tmp_path, monkeypatch):
+    """A shape class recorded at three lengths, instantiated at another, equals the trace made there (a tiled
+    MLP's chunk count follows the length: not affine, traced at the length itself); the second lookup reads the
+    class from the disk cache."""
+    from paradyse_lab.app.replay_traces import SublayerTraces
+    from paradyse_lab.model_spec import get_model
+
+    monkeypatch.setenv("PARADYSE_TRACE_CACHE", str(tmp_path))
+    spec = dataclasses.replace(get_model("gpt2-tiny"), dtype="fp32")
+    traces = SublayerTraces(spec, 4)
+    opt = StrategyOption.parse(option)
+    for kind in ("attention", "mlp"):
+        assert traces.shape_class(kind, opt).affine == (kind == "attention" or not opt.tiled)
+        assert traces.trace(kind, opt, 40 * 8) == trace_sublayer(traces.cfg, kind, opt, 40 * 8, 4, dtype="fp32")
+    again = SublayerTraces(spec, 4)
+    assert again.trace("attention", opt, 8 * 50) == traces.trace("attention", opt, 8 * 50) and again.traced == 0
