@@ -141,8 +141,9 @@ def run_ablate(args) -> int:
                      + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
     if replay_info:
         info = replay_info
+        loso_fits = ", ".join(f"{1e6 * d:.1f} us + {k}" for k, d in info["loso_dispatch_s"].values())
         print(f"\nreplay: {info['tables']}; dispatch cost fitted {1e6 * info['dispatch_s']:.1f} us per operation "
-              f"(leave one shape out: {', '.join(f'{1e6 * d:.1f}' for d in info['loso_dispatch_s'].values())}); "
+              f"and {info['pass_ops']} operations' worth per sub-layer (leave one shape out: {loso_fits}); "
               f"{info['traced']} sub-layer traces in {info['trace_s']:.1f} s, priced in "
               f"{info['wall_s'] - info['trace_s']:.1f} s")
     if runs:
@@ -162,12 +163,12 @@ def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     from paradyse_lab.app.replay_ablation import NAME, replay_accuracy
 
     got = replay_accuracy(df, cluster, holdout_every)
-    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k != "dispatch_s"}}
+    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k not in ("dispatch_s", "pass_ops")}}
     rows = pd.DataFrame(got["by_strategy"])
     per_strategy = rows if per_strategy is None else pd.concat([per_strategy, rows], ignore_index=True)
     if got["loso"] is not None:
         loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "dispatch_s"}}
-    info = {**got["info"], "dispatch_s": got["summary"]["dispatch_s"],
+    info = {**got["info"], "dispatch_s": got["summary"]["dispatch_s"], "pass_ops": got["summary"]["pass_ops"],
             "loso_dispatch_s": (got["loso"] or {}).get("dispatch_s", {})}
     return summary, per_strategy, loso, info
 

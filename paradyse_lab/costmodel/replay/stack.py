@@ -20,7 +20,7 @@ import numpy as np
 
 from paradyse_lab.costmodel.replay.price import Prices, critical_path
 
-GRID = np.geomspace(1e-6, 1e-3, 31)
+GRID = np.geomspace(2e-6, 2e-4, 16)
 """Dispatch costs (seconds per operation) each step is priced at."""
 
 
