@@ -374,6 +374,10 @@ NPROC2_CASES: list[tuple[str, list[str]]] = [
                              "--global-batch", "2", "--group-size", "4", "--no-progress"]),
     ("nproc2-cluster", ["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1",
                         "--cluster", "{d}/mem_nan.toml", "--no-progress"]),
+    # replay cost model
+    ("ablate-replay-no-tables", ["ablate-costmodel", "--cost-models", "replay", "--cluster", "a100-80gb-x8",
+                                 "--no-regret"]),
+    ("ablate-replay-unknown", ["ablate-costmodel", "--cost-models", "replayed", "--no-regret"]),
 ]
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
