@@ -19,7 +19,7 @@ import pandas as pd
 
 from paradyse_lab.app.replay_traces import SublayerTraces
 from paradyse_lab.cluster_spec import ClusterSpec
-from paradyse_lab.costmodel.ablation import METRICS, split_profiles
+from paradyse_lab.costmodel.ablation import metrics_by_target, split_profiles
 from paradyse_lab.costmodel.calibration import LENGTH_BANDS, SHAPE_COLUMNS, band_of, mape
 from paradyse_lab.costmodel.learned_fit import analytic_whole, profile_cluster, row_cost_models
 from paradyse_lab.costmodel.replay.ops import Op
@@ -85,7 +85,7 @@ def replay_accuracy(df: pd.DataFrame, cluster: ClusterSpec | None, holdout_every
     k, d = _fit(grids, train["time_s"].to_numpy(float), _index(df, train))
     grid = grids[k][0]
     pred = {k: (grid.times(d, _index(df, t)), analytic_whole(t, cl)[1]) for k, t in tests.items()}
-    summary = _metrics(pred, tests, None)
+    summary = metrics_by_target(pred, tests, None)
     both = pd.concat([interp, extrap], ignore_index=True)
     bands = np.array(band_of(both["seq_len"].to_numpy()))
     pt = np.concatenate([pred["interp"][0], pred["extrap"][0]])
@@ -93,7 +93,7 @@ def replay_accuracy(df: pd.DataFrame, cluster: ClusterSpec | None, holdout_every
                                     for b, _, _ in LENGTH_BANDS if (bands == b).any()}
     summary["dispatch_s"] = d
     summary["pass_ops"] = k
-    per_strategy = [{"model": NAME, "strategy": s, **_metrics(pred, tests, s)}
+    per_strategy = [{"model": NAME, "strategy": s, **metrics_by_target(pred, tests, s)}
                     for s in sorted(set(interp["strategy"]) | set(extrap["strategy"]))]
     return {"summary": summary, "by_strategy": per_strategy, "loso": _loso(df, grids), "info": info}
 
@@ -107,15 +107,6 @@ def _fit(grids: dict, measured: np.ndarray, index: np.ndarray) -> tuple[int, flo
         if best is None or err < best[0]:
             best = (err, k, d)
     return best[1], best[2]
-
-
-def _metrics(pred: dict, tests: dict, strategy: str | None) -> dict:
-    out = {}
-    for target, i, col in (("time", 0, "time_s"), ("mem", 1, "peak_bytes")):
-        for k, t in tests.items():
-            mask = np.ones(len(t), bool) if strategy is None else (t["strategy"] == strategy).to_numpy()
-            out[f"{target}_mape_{k}"] = mape(pred[k][i][mask], t[col].to_numpy()[mask]) if mask.any() else None
-    return {m: out[m] for m in METRICS}
 
 
 def _loso(df: pd.DataFrame, grids: dict) -> dict | None:
