@@ -31,6 +31,8 @@ from runtime import attention, comm, comm_p2p
 
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm"}
 ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "set_"}
+ALIAS_OPS = {"_unsafe_view", "_reshape_alias", "alias"}
+"""Operators that return a view of their input without their schema saying so (no kernel runs)."""
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce")
 
 
@@ -77,7 +79,7 @@ def classify(func, args, out) -> Op:
         return _gemm(name, args)
     if "scaled_dot_product" in name or "flash_attention" in name or "efficient_attention" in name:
         return _aten_attention(name, args)
-    if getattr(func, "is_view", False) or name in ALLOC_OPS or name.startswith("_local_scalar"):
+    if getattr(func, "is_view", False) or name in ALLOC_OPS | ALIAS_OPS or name.startswith("_local_scalar"):
         return Op("host", name)
     ins, outs = _tensors(args), _tensors(out if isinstance(out, (list, tuple)) else [out])
     devices = {x.device.type for x in ins + outs}

@@ -104,3 +104,10 @@ def test_shape_class_gives_the_trace_at_any_length(option, tmp_path, monkeypatch
         assert traces.trace(kind, opt, 40 * 8) == trace_sublayer(traces.cfg, kind, opt, 40 * 8, 4, dtype="fp32")
     again = SublayerTraces(spec, 4)
     assert again.trace("attention", opt, 8 * 50) == traces.trace("attention", opt, 8 * 50) and again.traced == 0
+
+
+def test_views_that_their_schema_does_not_mark_cost_no_kernel():
+    """`_unsafe_view` (what a reshape of a fresh result dispatches) returns a view: host work, no bytes moved."""
+    ops = trace_sublayer(CFG, "attention", StrategyOption("megatron_cz"), S, 4, dtype="fp32")
+    assert any(o.name == "_unsafe_view" for o in ops)
+    assert all(o.kind == "host" and o.nbytes == 0 for o in ops if o.name == "_unsafe_view")
