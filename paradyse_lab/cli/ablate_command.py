@@ -32,10 +32,14 @@ def register(sub) -> None:
         "profile), charged by the truth, over that of the plans the truth chooses, over the steps both "
         "trained (1.0 = no loss). calibrated: the analytic model with four parameters per strategy fitted on "
         "the same training rows; with two or more model shapes in the profile, also leave-one-shape-out: "
-        "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape).")
+        "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape). "
+        "replay (where the cluster has kernel tables): the runtime's traced operations priced from the tables on "
+        "the host / device / communication critical path, its per-operation dispatch cost fitted on the same "
+        "training rows (and on the other shapes when one is left out); no regret simulation.")
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
-    p.add_argument("--cost-models", default="analytic,calibrated,hybrid,forest,polynomial,residual",
-                   help="comma-separated cost models to compare (default all)")
+    p.add_argument("--cost-models", default=None,
+                   help="comma-separated cost models to compare (default all: analytic, calibrated, hybrid, "
+                   "forest, polynomial, residual, and replay where the cluster has kernel tables)")
     p.add_argument("--holdout-every", type=integer, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
     p.add_argument("--cluster", default=None,
@@ -58,15 +62,17 @@ def _pct(x) -> str:
 
 
 def run_ablate(args) -> int:
+    from paradyse_lab.app.replay_ablation import NAME as REPLAY
     from paradyse_lab.costmodel.ablation import ABLATION_MODELS, accuracy
     from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
+    from paradyse_lab.costmodel.replay.tables import bundled_tables
     from paradyse_lab.errors import unknown_name
 
     started = time.perf_counter()
-    names = [n.strip() for n in args.cost_models.split(",") if n.strip()]
+    names = [n.strip() for n in (args.cost_models or ",".join(ABLATION_MODELS)).split(",") if n.strip()]
     for n in names:
-        if n not in ABLATION_MODELS:
-            raise unknown_name("cost model in --cost-models", n, ABLATION_MODELS)
+        if n not in ABLATION_MODELS + (REPLAY,):
+            raise unknown_name("cost model in --cost-models", n, ABLATION_MODELS + (REPLAY,))
     if not names:
         raise UserInputError("--cost-models names no cost model")
     size = require_positive_int("--size", args.size)
@@ -78,12 +84,19 @@ def run_ablate(args) -> int:
     source = profile_sources(df)
     args.cluster = args.cluster or _cluster_beside(df, path)
     cluster = get_cluster(args.cluster)
-    summary, per_strategy = accuracy(df, names, cluster, args.holdout_every)
-    loso = _leave_one_shape_out(df, cluster, names)
+    if args.cost_models is None and bundled_tables(cluster.name) is not None:
+        names.append(REPLAY)
+    others = [n for n in names if n != REPLAY]
+    summary, per_strategy = accuracy(df, others, cluster, args.holdout_every) if others else ({}, None)
+    loso = _leave_one_shape_out(df, cluster, others)
+    replay_info = None
+    if REPLAY in names:
+        summary, per_strategy, loso, replay_info = _with_replay(df, cluster, args.holdout_every, summary,
+                                                                per_strategy, loso)
     runs = {}
     if not args.no_regret:
         try:
-            runs = _regret(args, names, path, size)
+            runs = _regret(args, others, path, size)
         except UserInputError as err:
             raise UserInputError(f"regret simulation: {err} (--model picks one of the profile's models: "
                                  f"{', '.join(sorted(set(df['model'])))}; --no-regret skips it)") from None
@@ -99,6 +112,7 @@ def run_ablate(args) -> int:
         "simulation": None if args.no_regret else {
             "model": args.model, "dataset": args.dataset, "size": size, "seed": args.seed,
             "policy": f"dynamic:{args.solver}", "smoothing": False, "truth_cost_model": args.truth_cost_model},
+        "replay": replay_info,
         "wall_s": time.perf_counter() - started,
     }
     if args.format == "json":
@@ -125,6 +139,13 @@ def run_ablate(args) -> int:
         print_table(["leave one shape out", "mean"] + strategies + loso_bands,
                     [[n, _pct(r["time_mape_leave_one_shape_out"])] + [_pct(r["by_strategy"][s]) for s in strategies]
                      + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
+    if replay_info:
+        info = replay_info
+        loso_fits = ", ".join(f"{1e6 * d:.1f} us + {k}" for k, d in info["loso_dispatch_s"].values())
+        print(f"\nreplay: {info['tables']}; dispatch cost fitted {1e6 * info['dispatch_s']:.1f} us per operation "
+              f"and {info['pass_ops']} operations' worth per sub-layer (leave one shape out: {loso_fits}); "
+              f"{info['traced']} sub-layer traces in {info['trace_s']:.1f} s, priced in "
+              f"{info['wall_s'] - info['trace_s']:.1f} s")
     if runs:
         print()
         rows = [[n, r["steps"], r["truth_steps"], f"{r['time_s']:.1f}", f"{r['truth_time_s']:.1f}",
@@ -133,6 +154,23 @@ def run_ablate(args) -> int:
         print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
               f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
     return 0
+
+
+def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
+    """The other models' results with the replay model's added (paradyse_lab/app/replay_ablation.py)."""
+    import pandas as pd
+
+    from paradyse_lab.app.replay_ablation import NAME, replay_accuracy
+
+    got = replay_accuracy(df, cluster, holdout_every)
+    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k not in ("dispatch_s", "pass_ops")}}
+    rows = pd.DataFrame(got["by_strategy"])
+    per_strategy = rows if per_strategy is None else pd.concat([per_strategy, rows], ignore_index=True)
+    if got["loso"] is not None:
+        loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "dispatch_s"}}
+    info = {**got["info"], "dispatch_s": got["summary"]["dispatch_s"], "pass_ops": got["summary"]["pass_ops"],
+            "loso_dispatch_s": (got["loso"] or {}).get("dispatch_s", {})}
+    return summary, per_strategy, loso, info
 
 
 def _cluster_beside(df, path: Path) -> str:

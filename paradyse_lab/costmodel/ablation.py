@@ -84,16 +84,18 @@ def accuracy(df: pd.DataFrame, models=ABLATION_MODELS, cluster: ClusterSpec | No
     both = pd.concat([interp, extrap], ignore_index=True)
     bands = np.array(band_of(both["seq_len"].to_numpy()))
     for m in models:
-        summary[m] = _metrics(preds[m], tests, None)
+        summary[m] = metrics_by_target(preds[m], tests, None)
         pred_time = np.concatenate([preds[m]["interp"][0], preds[m]["extrap"][0]])
         summary[m]["time_mape_by_band"] = {b: mape(pred_time[bands == b], both["time_s"].to_numpy()[bands == b])
                                            for b, _, _ in LENGTH_BANDS if (bands == b).any()}
         for strategy in sorted(set(interp["strategy"]) | set(extrap["strategy"])):
-            rows.append({"model": m, "strategy": strategy, **_metrics(preds[m], tests, strategy)})
+            rows.append({"model": m, "strategy": strategy, **metrics_by_target(preds[m], tests, strategy)})
     return summary, pd.DataFrame(rows)
 
 
-def _metrics(pred: dict, tests: dict, strategy: str | None) -> dict:
+def metrics_by_target(pred: dict, tests: dict, strategy: str | None) -> dict:
+    """The four MAPEs (`METRICS`) of predictions {split: (time, memory)} on the test rows {split: rows}, over
+    one strategy's rows (or all with None)."""
     out = {}
     for target, i, col in (("time", 0, "time_s"), ("mem", 1, "peak_bytes")):
         for k, t in tests.items():

@@ -1,0 +1,143 @@
+"""Traces of the runtime's operations for the replay cost model, made on meta tensors and cached.
+
+`SublayerTraces(spec, p)` answers `trace(kind, option, seq_len, batch)`: the operations rank 0 of p issues for
+one sub-layer's forward and backward (runtime/trace/op_trace.py), from the runtime's own code, so a change to the
+runtime changes the prediction. Traces are cached by shape class: a sub-layer's operations at a length s are,
+operator for operator, those at any other length of the class with every size affine in s (every block of
+every strategy is a fixed fraction of s). `trace` records the class at three lengths (`BASE` x 1, 2, 3 units
+of 2p positions), checks that each operation's sizes are affine through them (else it records s itself) and
+instantiates the class at s without running anything. Traces are plain data (`Op`), which the pricing reads
+without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pickle
+import time
+from pathlib import Path
+
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.costmodel.replay.ops import Op
+
+BASE = 32
+"""Units of 2p positions of the class's first length: long enough that no block is degenerate."""
+SIZES = ("m", "n", "k", "batch", "nbytes", "sq", "sk")
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
+
+
+def cache_dir() -> Path:
+    """Where shape classes are kept between processes: $PARADYSE_TRACE_CACHE, else ~/.cache/paradyse-lab/op-traces."""
+    return Path(os.environ.get("PARADYSE_TRACE_CACHE") or Path.home() / ".cache" / "paradyse-lab" / "op-traces")
+
+
+def runtime_digest() -> str:
+    """A digest of the runtime's sources: a cached trace is used only with the runtime that made it."""
+    h = hashlib.sha256()
+    for f in sorted(RUNTIME.glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def runtime_config(spec: ModelSpec):
+    """The runtime's layer config (paradyse_lab.runtime.model.reference.GPTConfig) of a model spec's layers."""
+    from paradyse_lab.runtime.model.reference import GPTConfig
+
+    return GPTConfig(vocab_size=max(spec.vocab_size, 2), max_positions=1 << 30, hidden=spec.hidden, heads=spec.heads,
+                     layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal, eps=spec.norm_eps,
+                     kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,
+                     qkv_bias=spec.qkv_bias)
+
+
+@dataclasses.dataclass
+class ShapeClass:
+    """Three traces of one (kind, option, batch) at lengths s0 < s1 < s2, and whether they are affine in s."""
+
+    lengths: tuple[int, int, int]
+    traces: tuple[list[Op], list[Op], list[Op]]
+    affine: bool
+
+    def at(self, seq_len: int) -> list[Op]:
+        """The trace at `seq_len`, each size extrapolated along the line through the first two lengths."""
+        (s0, s1, _), (a, b, _) = self.lengths, self.traces
+        out = []
+        for x, y in zip(a, b):
+            changes = {}
+            for f in SIZES:
+                v0, v1 = getattr(x, f), getattr(y, f)
+                if v0 != v1:
+                    changes[f] = v0 + (v1 - v0) * (seq_len - s0) // (s1 - s0)
+            out.append(dataclasses.replace(x, **changes) if changes else x)
+        return out
+
+
+def _affine(lengths, traces) -> bool:
+    (s0, s1, s2), (a, b, c) = lengths, traces
+    if not (len(a) == len(b) == len(c)):
+        return False
+    for x, y, z in zip(a, b, c):
+        if (x.kind, x.name, x.dtype, x.causal, x.kernel, x.which, x.ref) != (y.kind, y.name, y.dtype, y.causal,
+                                                                             y.kernel, y.which, y.ref) or \
+                dataclasses.replace(y, **{f: getattr(z, f) for f in SIZES}) != z:
+            return False
+        for f in SIZES:
+            v0, v1, v2 = getattr(x, f), getattr(y, f), getattr(z, f)
+            if (v1 - v0) * (s2 - s0) != (v2 - v0) * (s1 - s0):
+                return False
+    return True
+
+
+class SublayerTraces:
+    """Cached traces of one model's sub-layers at p ranks (module docstring)."""
+
+    def __init__(self, spec: ModelSpec, p: int):
+        self.spec, self.p = spec, p
+        self.cfg = runtime_config(spec)
+        self.classes: dict = {}
+        self.exact: dict = {}
+        self.trace_s = 0.0
+        """Seconds spent tracing (the runtime's code on meta tensors), all calls together."""
+        self.traced = 0
+        self.digest = runtime_digest()
+
+    def _record(self, kind, option, seq_len, batch) -> list[Op]:
+        from paradyse_lab.runtime.trace.op_trace import trace_sublayer
+
+        t0 = time.perf_counter()
+        ops = trace_sublayer(self.cfg, kind, option, seq_len, self.p, batch, self.spec.dtype)
+        self.trace_s += time.perf_counter() - t0
+        self.traced += 1
+        return ops
+
+    def shape_class(self, kind: str, option, batch: int = 1) -> ShapeClass:
+        key = (kind, option, batch)
+        if key not in self.classes:
+            name = hashlib.sha256(repr((self.digest, dataclasses.astuple(self.spec)[1:-1], self.p, key)).encode())
+            path = cache_dir() / f"{name.hexdigest()[:24]}.pkl"
+            if path.is_file():
+                with open(path, "rb") as f:
+                    self.classes[key] = pickle.load(f)
+                return self.classes[key]
+            unit = 2 * self.p
+            lengths = (BASE * unit, 2 * BASE * unit, 3 * BASE * unit)
+            traces = tuple(self._record(kind, option, s, batch) for s in lengths)
+            self.classes[key] = ShapeClass(lengths, traces, _affine(lengths, traces))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump(self.classes[key], f)
+            os.replace(tmp, path)
+        return self.classes[key]
+
+    def trace(self, kind: str, option, seq_len: int, batch: int = 1) -> list[Op]:
+        """The operations of one sub-layer's forward and backward at `seq_len` (module docstring)."""
+        cls = self.shape_class(kind, option, batch)
+        if cls.affine and seq_len % (2 * self.p) == 0:
+            return cls.at(seq_len)
+        key = (kind, option, seq_len, batch)
+        if key not in self.exact:
+            self.exact[key] = self._record(kind, option, seq_len, batch)
+        return self.exact[key]

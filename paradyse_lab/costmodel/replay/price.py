@@ -1,0 +1,109 @@
+"""Price a traced step: each operation from the machine's tables, the step the critical path over three clocks.
+
+Operation prices (`Prices.device_s`): GEMMs and attention calls from `KernelTables`; element-wise work (and a
+collective's fake local copy, if any) at `hbm_bytes_per_s`, at least `min_kernel_s`; host copies over the
+host link; collectives and point-to-point exchanges by the cluster's alpha-beta model at their group size
+(`formulas.collective_call_s`); views and allocations nothing on the device. Every operation costs the host
+`dispatch_s` to issue (the Python and dispatcher work between kernels: what makes short steps dispatch-bound).
+
+The critical path (`critical_path`), as the runtime overlaps:
+- the host issues operations one after another (`dispatch_s` each); a kernel starts when the host has issued
+  it and the device stream is free; a collective runs on the device stream (the rank waits for its peers);
+- a point-to-point exchange runs on its own communication stream, from when it is issued (after the compute
+  that produced its send buffer) and the previous exchange is done; its `wait` holds the device stream until
+  it has arrived: the ring's and METP's double-buffered blocks overlap compute this way, and an exchange
+  longer than the block it hides behind shows as exposed time;
+- in 'local-copy' mode (a rank-local measurement's fake group) every collective and exchange is one copy kernel
+  on the device stream, and a wait waits for nothing;
+- a host read of a device value (`_local_scalar_dense`) makes the host wait for the device.
+The step takes max(host, device) at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paradyse_lab.cluster.spec import ClusterSpec
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.replay.ops import Op
+from paradyse_lab.costmodel.replay.tables import KernelTables
+
+DEVICE_KINDS = ("gemm", "attention", "elementwise", "host_copy")
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What one machine charges: its tables, the cluster's bandwidths and alpha-beta, and the per-operation costs."""
+
+    tables: KernelTables
+    cluster: ClusterSpec
+    dispatch_s: float
+    """Host seconds per operation issued."""
+    min_kernel_s: float = 2e-6
+    """Shortest element-wise kernel (launch and tail)."""
+    comm: str = "alpha-beta"
+    """'alpha-beta': collectives and exchanges as a real group runs them; 'local-copy': as a fake group runs them
+    in a rank-local measurement (one local copy kernel on the device stream each, nothing sent)."""
+
+    def device_s(self, op: Op) -> float:
+        """Seconds of one operation on the device (or the link), excluding its dispatch."""
+        if op.kind == "gemm":
+            return self.tables.gemm.seconds(op)
+        if op.kind == "attention":
+            return self.tables.attention.seconds(op)
+        if op.kind == "elementwise":
+            return max(self.min_kernel_s, op.nbytes / self.cluster.hbm_bytes_per_s)
+        if op.kind == "host_copy":
+            link = self.cluster.host_link_bytes_per_s or self.cluster.hbm_bytes_per_s
+            return max(self.min_kernel_s, op.nbytes / link)
+        if op.kind in ("collective", "p2p") and self.comm == "local-copy":
+            return max(self.min_kernel_s, 2 * op.nbytes / self.cluster.hbm_bytes_per_s) if op.nbytes else 0.0
+        if op.kind == "collective":
+            return F.collective_call_s(self.cluster, op.name, op.nbytes, op.group)
+        if op.kind == "p2p":
+            return F.collective_call_s(self.cluster, "p2p", op.nbytes, op.group) if op.nbytes else 0.0
+        return 0.0
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A priced trace: the critical path and its parts."""
+
+    time_s: float
+    host_s: float
+    """Seconds the host spends issuing."""
+    kernel_s: float
+    """Sum of the kernels' device seconds (GEMMs, attention, element-wise, host copies)."""
+    comm_s: float
+    """Sum of the collectives' and exchanges' seconds."""
+
+
+def critical_path(ops, prices: Prices, device_s=None) -> StepTime:
+    """The step time of `ops` (module docstring); `device_s` (one per op) may be given precomputed."""
+    if device_s is None:
+        device_s = [prices.device_s(op) for op in ops]
+    d = prices.dispatch_s
+    host = dev = comm_free = 0.0
+    kernel_s = comm_s = 0.0
+    arrive: dict[int, float] = {}
+    for op, t in zip(ops, device_s):
+        host += d
+        kind = op.kind
+        if kind in DEVICE_KINDS:
+            dev = max(dev, host) + t
+            kernel_s += t
+        elif kind == "collective":
+            dev = max(dev, host) + t
+            comm_s += t
+        elif kind == "p2p" and prices.comm == "local-copy":
+            dev = max(dev, host) + t
+            kernel_s += t
+        elif kind == "p2p":
+            start = max(comm_free, dev, host)
+            comm_free = arrive[op.ref] = start + t
+            comm_s += t
+        elif kind == "wait":
+            dev = max(dev, arrive.get(op.ref, 0.0))
+        elif op.name.startswith("_local_scalar"):
+            host = max(host, dev)
+    return StepTime(max(host, dev), len(ops) * d, kernel_s, comm_s)

@@ -1,0 +1,129 @@
+"""Per-machine kernel tables the replay model prices operations from: GEMM time by (m, n, k, dtype) and attention
+time by lengths, heads, head dimension and causality, read from the CSVs the measuring scripts write.
+
+Interpolation (what the tables do between their rows):
+- GEMM: the achieved throughput (flops / seconds) of the `NEIGHBOURS` rows of the same dtype nearest in
+  (log m, log n, log k), weighted by inverse distance (log throughput averaged); time = flops / throughput. A
+  product far below the grid's smallest takes the smallest rows' throughput, which holds their fixed cost.
+- attention: per (causal, head dimension, direction), the throughput of the rows is interpolated piecewise
+  linearly in log work (b x heads x sq x sk), held constant past either end; the closest head dimension (then
+  causality) is used when the exact one was not measured. Non-square blocks (a ring's half blocks) are
+  priced as bidirectional work of their size.
+The CSV columns are those of `paradyse_lab.app.measure.gpu_session`'s gemm.csv and attention.csv.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paradyse_lab.costmodel.replay.ops import Op
+from paradyse_lab.errors import UserInputError
+
+NEIGHBOURS = 4
+
+
+def _read(path: Path, needed: tuple[str, ...]) -> list[dict]:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise UserInputError(f"kernel table {path}: {err.strerror}") from None
+    missing = [c for c in needed if rows and c not in rows[0]]
+    if not rows or missing:
+        raise UserInputError(f"kernel table {path}: no rows, or missing columns {', '.join(missing)}")
+    return rows
+
+
+@dataclass
+class GemmTable:
+    """Measured GEMMs: (log m, log n, log k, log throughput) per dtype."""
+
+    points: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> GemmTable:
+        table = cls()
+        for r in _read(path, ("m", "n", "k", "dtype", "median_s")):
+            m, n, k, t = int(r["m"]), int(r["n"]), int(r["k"]), float(r["median_s"])
+            table.points.setdefault(r["dtype"], []).append(
+                (math.log(m), math.log(n), math.log(k), math.log(2.0 * m * n * k / t)))
+        return table
+
+    def seconds(self, op: Op) -> float:
+        pts = self.points.get(op.dtype) or next(iter(self.points.values()))
+        q = (math.log(max(op.m, 1)), math.log(max(op.n, 1)), math.log(max(op.k, 1)))
+        near = sorted(pts, key=lambda p: sum((a - b) ** 2 for a, b in zip(q, p)))[:NEIGHBOURS]
+        weights = [1.0 / (1e-6 + math.sqrt(sum((a - b) ** 2 for a, b in zip(q, p)))) for p in near]
+        log_thr = sum(w * p[3] for w, p in zip(weights, near)) / sum(weights)
+        return op.flops / math.exp(log_thr) if op.flops else 0.0
+
+
+@dataclass
+class AttentionTable:
+    """Measured attention calls: sorted (log work, log throughput) per (causal, head_dim, which)."""
+
+    curves: dict[tuple[bool, int, str], list[tuple[float, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> AttentionTable:
+        table = cls()
+        for r in _read(path, ("seq_len", "batch", "heads", "head_dim", "causal", "fwd_s", "bwd_s")):
+            s, b, h, d = int(r["seq_len"]), int(r["batch"]), int(r["heads"]), int(r["head_dim"])
+            causal = r["causal"].strip().lower() == "true"
+            for which, col in (("forward", "fwd_s"), ("backward", "bwd_s")):
+                op = Op("attention", "table", batch=b, sq=s, sk=s, heads=h, kv_heads=h, head_dim=d, causal=causal,
+                        which=which)
+                work = b * h * s * s
+                table.curves.setdefault((causal, d, which), []).append(
+                    (math.log(work), math.log(op.flops / float(r[col]))))
+        for curve in table.curves.values():
+            curve.sort()
+        return table
+
+    def seconds(self, op: Op) -> float:
+        causal = op.causal and op.sq == op.sk
+        keys = sorted(self.curves, key=lambda c: (c[2] != op.which, abs(math.log(c[1] / op.head_dim)),
+                                                   c[0] != causal))
+        curve = self.curves[keys[0]]
+        x = math.log(max(1, op.batch * op.heads * op.sq * op.sk))
+        xs = [p[0] for p in curve]
+        i = bisect.bisect_left(xs, x)
+        if i == 0:
+            y = curve[0][1]
+        elif i == len(curve):
+            y = curve[-1][1]
+        else:
+            (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+            y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        return op.flops / math.exp(y)
+
+
+@dataclass
+class KernelTables:
+    """What one machine's tables give: GEMM and attention tables, and where they came from."""
+
+    gemm: GemmTable
+    attention: AttentionTable
+    source: str
+
+    @classmethod
+    def read(cls, folder: Path, source: str = "") -> KernelTables:
+        folder = Path(folder)
+        return cls(GemmTable.read(folder / "gemm.csv"), AttentionTable.read(folder / "attention.csv"),
+                   source or str(folder))
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "data" / "kernels"
+"""Bundled tables, one folder per cluster preset device (README.md there says where each came from)."""
+
+
+def bundled_tables(cluster_name: str) -> KernelTables | None:
+    """The bundled kernel tables of a cluster preset (`h100-80gb-x8`), or None when none were measured."""
+    folder = BUNDLED / cluster_name
+    if not (folder / "gemm.csv").is_file():
+        return None
+    return KernelTables.read(folder, f"bundled {cluster_name} tables")

@@ -1,0 +1,94 @@
+"""The replay model's pricing (paradyse_lab/costmodel/replay): the kernel tables reproduce their measured rows,
+and the critical path is host-bound, device-bound or communication-bound as the operations make it, with a
+double-buffered exchange hidden behind the compute it overlaps and exposed when longer.
+
+Run: `python -m pytest -q tests/paradyse_lab/costmodel/test_replay_price.py` (no torch).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import numpy as np
+import pytest
+
+from paradyse_lab.cluster.presets import PRESETS
+from paradyse_lab.costmodel.replay.ops import Op
+from paradyse_lab.costmodel.replay.price import Prices, critical_path
+from paradyse_lab.costmodel.replay.stack import DispatchGrid, fit_dispatch, stack_time
+from paradyse_lab.costmodel.replay.tables import BUNDLED, bundled_tables
+
+CLUSTER = PRESETS["h100-80gb-x8"]
+TABLES = bundled_tables("h100-80gb-x8")
+
+
+def _prices(dispatch_s: float = 0.0) -> Prices:
+    return Prices(TABLES, CLUSTER, dispatch_s)
+
+
+def test_presets_without_tables_have_none():
+    assert bundled_tables("a100-80gb-x8") is None
+    assert TABLES is not None
+
+
+def test_gemm_table_reproduces_its_rows():
+    with open(BUNDLED / "h100-80gb-x8" / "gemm.csv") as f:
+        rows = list(csv.DictReader(f))
+    same: dict = {}
+    for r in rows:  # a shape several layouts share was measured once for each
+        same.setdefault((r["dtype"], int(r["m"]), int(r["n"]), int(r["k"])), []).append(float(r["median_s"]))
+    for (dtype, m, n, k), times in same.items():
+        got = TABLES.gemm.seconds(Op("gemm", "mm", dtype, m=m, n=n, k=k))
+        assert min(times) * (1 - 1e-3) <= got <= max(times) * (1 + 1e-3), (m, n, k, got, times)
+
+
+def test_attention_table_reproduces_its_rows_and_grows_between_them():
+    with open(BUNDLED / "h100-80gb-x8" / "attention.csv") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        s, h, d = int(r["seq_len"]), int(r["heads"]), int(r["head_dim"])
+        if d != 64:  # head dimension 128 has two shapes' rows (llama's 8 heads, gpt's 12) on one curve
+            continue
+        for which, col in (("forward", "fwd_s"), ("backward", "bwd_s")):
+            op = Op("attention", "attention", batch=1, sq=s, sk=s, heads=h, kv_heads=h, head_dim=d,
+                    causal=r["causal"] == "true", which=which)
+            assert TABLES.attention.seconds(op) == pytest.approx(float(r[col]), rel=1e-6)
+    big = [TABLES.attention.seconds(Op("attention", "a", sq=s, sk=s, heads=8, kv_heads=8, head_dim=128,
+                                       which="forward")) for s in (20000, 40000, 80000)]
+    assert big[0] < big[1] < big[2]
+
+
+def _kernel(t_bytes: int) -> Op:
+    return Op("elementwise", "add", "bfloat16", nbytes=t_bytes)
+
+
+def test_host_bound_and_device_bound():
+    ops = [_kernel(1000)] * 100  # tiny kernels: the host's dispatch decides
+    assert critical_path(ops, _prices(10e-6)).time_s == pytest.approx(100 * 10e-6 + 2e-6)
+    big = [_kernel(int(3.35e9))] * 10  # 1 ms each at 3.35 TB/s: the device decides
+    assert critical_path(big, _prices(10e-6)).time_s == pytest.approx(10e-6 + 10 * 1e-3)
+
+
+def test_exchange_overlaps_the_compute_it_is_double_buffered_with():
+    compute = _kernel(int(3.35e9))  # 1 ms
+    small = Op("p2p", "exchange", nbytes=1000, group=8, ref=1)
+    big = Op("p2p", "exchange", nbytes=int(5e9), group=8, ref=1)
+    wait = Op("wait", "wait", ref=1)
+    alone = critical_path([compute, compute], _prices()).time_s
+    assert critical_path([small, compute, wait, compute], _prices()).time_s == pytest.approx(alone)
+    exposed = critical_path([big, compute, wait, compute], _prices())
+    assert exposed.time_s == pytest.approx(exposed.comm_s + 1e-3)  # the block waits for the exchange
+    local = critical_path([big, compute, wait, compute], dataclasses.replace(_prices(), comm="local-copy"))
+    assert local.comm_s == 0 and local.kernel_s > alone  # a rank-local run copies on the device stream
+
+
+def test_stack_of_layers_and_the_fitted_dispatch_cost():
+    layer = [_kernel(1000)] * 50 + [_kernel(int(3.35e8))]  # 50 launches, then 0.1 ms
+    prices = _prices(5e-6)
+    assert stack_time(layer, 4, prices) == pytest.approx(4 * 51 * 5e-6 + 1e-4, rel=1e-6)
+    grid = DispatchGrid(_prices())
+    for layers in (1, 2, 8):
+        grid.add(layer, layers)
+    truth = np.array([stack_time(layer, n, _prices(7e-6)) for n in (1, 2, 8)])
+    assert fit_dispatch(grid, truth) == pytest.approx(7e-6, rel=0.02)

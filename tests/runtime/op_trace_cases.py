@@ -1,0 +1,54 @@
+"""Distributed cases of the operation tracer (runtime/trace/op_trace.py): on a real gloo group, each rank runs one
+sub-layer's forward and backward under every option of a strategy with the dispatch recorder open, and the
+operations it dispatched (every aten operator; attention calls and collectives at the runtime's entry points)
+equal, one for one in order, the trace of the same rank made on meta tensors through a fake process group.
+
+Run by tests/runtime/test_op_trace.py at p = 1..4 (one gloo world per size). `+offload` is left out: on meta
+tensors every storage has address 0, so the offloader (which keeps one host copy per storage) sees one storage
+where a real run sees several.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+from paradyse_lab.runtime.model.reference import GPTConfig
+from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inputs, trace_sublayer, warm_trace
+
+CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True)
+"""12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
+S = 48
+FLAGS = ("", "+recompute", "+tiled", "+recompute+tiled")
+KINDS = ("attention", "mlp")
+
+
+def mismatches(strategy: str, rank: int, p: int, group) -> list[str]:
+    """The (option, kind) pairs whose real run dispatched other operations than the meta trace shows."""
+    out = []
+    if get_strategy(strategy).violation(CFG.model_spec("fp32"), p, S):
+        return out
+    for flags in FLAGS:
+        option = StrategyOption.parse(strategy + flags)
+        for kind in KINDS:
+            traced = trace_sublayer(CFG, kind, option, S, p, dtype="fp32", rank=rank)
+            params, x = sublayer_inputs(CFG, kind, S, p, 1, torch.float32, "cpu", rank)
+            ran = warm_trace(lambda option=option, kind=kind, params=params, x=x:
+                             run_sublayer_step(CFG, kind, option, S, group, params, x))
+            if ran != traced:
+                first = next((i for i, (a, b) in enumerate(zip(ran, traced)) if a != b), min(len(ran), len(traced)))
+                out.append(f"{option.name} {kind}: ran {len(ran)} ops, traced {len(traced)}; first difference at "
+                           f"{first}: {ran[first] if first < len(ran) else None} vs "
+                           f"{traced[first] if first < len(traced) else None}")
+    return out
+
+
+def case_of(strategy: str):
+    def case(rank: int, p: int, group) -> None:
+        bad = mismatches(strategy, rank, p, group)
+        assert not bad, "\n".join(bad)
+    return case
+
+
+CASES = {f"ops-{name}": case_of(name) for name in STRATEGY_MODULES}

@@ -1,0 +1,113 @@
+"""The operation tracer (runtime/trace/op_trace.py) against what the runtime really dispatches, and its collectives
+against the bytes the runtime counts and the analytic schedule.
+
+Run: `python -m pytest -q tests/runtime/test_op_trace.py`. The distributed part runs op_trace_cases.py in one
+gloo world per size p = 1..4 (every strategy; options plain, +recompute, +tiled, +recompute+tiled; both
+sub-layers): the operations each rank dispatched equal its meta trace, one for one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import op_trace_cases
+import pytest
+import torch
+from dist_harness import run_world
+
+from paradyse_lab.core.strategies import StrategyOption, get_strategy
+from paradyse_lab.costmodel.replay.ops import counts
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.costmodel.types import CollectiveCall
+from paradyse_lab.runtime.comm import record as comm_record
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+from paradyse_lab.runtime.trace.op_trace import recording, run_sublayer_step, sublayer_inputs, trace_sublayer
+
+CFG, S = op_trace_cases.CFG, op_trace_cases.S
+
+
+@functools.cache
+def world(p: int):
+    return run_world(p, "op_trace_cases", list(op_trace_cases.CASES), timeout_s=400)
+
+
+@pytest.mark.parametrize("case", list(op_trace_cases.CASES))
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_traced_operations_equal_a_gloo_run(p, case):
+    err = world(p).errors[case]
+    assert err is None, err
+
+
+def _sent(op) -> int:
+    """Bytes this rank sends for one traced collective or exchange (CollectiveCall's ring convention)."""
+    if op.kind == "p2p":
+        return op.nbytes
+    return CollectiveCall(op.name, op.nbytes, op.group).sent_bytes
+
+
+@pytest.mark.parametrize("flags", ["", "+recompute"])
+@pytest.mark.parametrize("p", [2, 4])
+def test_traced_collectives_send_the_counted_and_scheduled_bytes(p, flags):
+    spec = CFG.model_spec("bf16")
+    for strategy in STRATEGY_MODULES:
+        if get_strategy(strategy).violation(spec, p, S):
+            continue
+        option = StrategyOption.parse(strategy + flags)
+        for kind in ("attention", "mlp"):
+            params, x = sublayer_inputs(CFG, kind, S, p, 1, torch.bfloat16, "cpu")
+            with comm_record.count_bytes() as counter, recording() as rec:
+                run_sublayer_step(CFG, kind, option, S, FakeGroup(p, 0), params, x)
+            traced: dict[str, int] = {}
+            for op in rec.ops:
+                if op.kind in ("collective", "p2p"):
+                    key = "p2p" if op.kind == "p2p" else op.name
+                    traced[key] = traced.get(key, 0) + _sent(op)
+            want: dict[str, int] = {}
+            for call in schedule(spec, kind, option, S, 1, p).collectives:
+                want[call.op] = want.get(call.op, 0) + call.sent_bytes
+            assert traced == counter.total() == {k: v for k, v in want.items() if v}, (option.name, kind)
+            meta = trace_sublayer(CFG, kind, option, S, p, dtype="bf16")
+            assert [o for o in meta if o.kind in ("collective", "p2p", "wait")] == \
+                [o for o in rec.ops if o.kind in ("collective", "p2p", "wait")]
+
+
+def test_attention_calls_carry_lengths_heads_causality_and_kernel():
+    ring = trace_sublayer(CFG, "attention", StrategyOption("megatron_cz"), S, 4, dtype="fp32")
+    calls = [o for o in ring if o.kind == "attention"]
+    assert counts(ring)["p2p"] == counts(ring)["wait"] > 0
+    assert {o.which for o in calls} == {"forward", "backward"}
+    assert all(o.heads == 12 and o.head_dim == 8 and o.kernel == "math" for o in calls)
+    t = S // 4  # a rank's positions: the diagonal block is causal, the others half of the zig-zag against all
+    assert {(o.sq, o.sk, o.causal) for o in calls} == {(t, t, True), (t // 2, t, False)}
+    gathered = [o for o in trace_sublayer(CFG, "attention", StrategyOption("megatron_ts"), S, 4, dtype="fp32")
+                if o.kind == "attention"]
+    assert [(o.which, o.sq, o.sk, o.heads, o.causal) for o in gathered] == \
+        [("forward", S, S, 3, True), ("backward", S, S, 3, True)]
+
+
+@pytest.mark.parametrize("option", ["megatron_cz", "metp+recompute", "ulysses_z+tiled"])
+def test_shape_class_gives_the_trace_at_any_length(option, tmp_path, monkeypatch):
+    """A shape class recorded at three lengths, instantiated at another, equals the trace made there (a tiled
+    MLP's chunk count follows the length: not affine, traced at the length itself); the second lookup reads the
+    class from the disk cache."""
+    from paradyse_lab.app.replay_traces import SublayerTraces
+    from paradyse_lab.core.model_spec import get_model
+
+    monkeypatch.setenv("PARADYSE_TRACE_CACHE", str(tmp_path))
+    spec = dataclasses.replace(get_model("gpt2-tiny"), dtype="fp32")
+    traces = SublayerTraces(spec, 4)
+    opt = StrategyOption.parse(option)
+    for kind in ("attention", "mlp"):
+        assert traces.shape_class(kind, opt).affine == (kind == "attention" or not opt.tiled)
+        assert traces.trace(kind, opt, 40 * 8) == trace_sublayer(traces.cfg, kind, opt, 40 * 8, 4, dtype="fp32")
+    again = SublayerTraces(spec, 4)
+    assert again.trace("attention", opt, 8 * 50) == traces.trace("attention", opt, 8 * 50) and again.traced == 0
+
+
+def test_views_that_their_schema_does_not_mark_cost_no_kernel():
+    """`_unsafe_view` (what a reshape of a fresh result dispatches) returns a view: host work, no bytes moved."""
+    ops = trace_sublayer(CFG, "attention", StrategyOption("megatron_cz"), S, 4, dtype="fp32")
+    assert any(o.name == "_unsafe_view" for o in ops)
+    assert all(o.kind == "host" and o.nbytes == 0 for o in ops if o.name == "_unsafe_view")
