@@ -1,4 +1,4 @@
-"""The replay cost model's accuracy on a profile, in the shape `paradyse-lab ablate-costmodel` reports the others.
+"""The replay cost model's accuracy on a profile, in the shape `paradyse-lab costmodel ablate` reports the others.
 
 Each profile row's step is the runtime's own trace (paradyse_lab/app/replay_traces.py) of its layer, priced on the
 cluster's bundled kernel tables (paradyse_lab/data/kernels) on the critical path of the host, device and

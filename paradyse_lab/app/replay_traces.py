@@ -91,10 +91,11 @@ def _affine(lengths, traces) -> bool:
 
 
 class SublayerTraces:
-    """Cached traces of one model's sub-layers at p ranks (module docstring)."""
+    """Cached traces of one model's sub-layers at p ranks on a `device` ('cuda', 'cpu': the attention kernels the
+    runtime picks there) (module docstring)."""
 
-    def __init__(self, spec: ModelSpec, p: int):
-        self.spec, self.p = spec, p
+    def __init__(self, spec: ModelSpec, p: int, device: str = "cuda"):
+        self.spec, self.p, self.device = spec, p, device
         self.cfg = runtime_config(spec)
         self.classes: dict = {}
         self.exact: dict = {}
@@ -107,7 +108,7 @@ class SublayerTraces:
         from paradyse_lab.runtime.trace.op_trace import trace_sublayer
 
         t0 = time.perf_counter()
-        ops = trace_sublayer(self.cfg, kind, option, seq_len, self.p, batch, self.spec.dtype)
+        ops = trace_sublayer(self.cfg, kind, option, seq_len, self.p, batch, self.spec.dtype, device=self.device)
         self.trace_s += time.perf_counter() - t0
         self.traced += 1
         return ops
@@ -115,7 +116,8 @@ class SublayerTraces:
     def shape_class(self, kind: str, option, batch: int = 1) -> ShapeClass:
         key = (kind, option, batch)
         if key not in self.classes:
-            name = hashlib.sha256(repr((self.digest, dataclasses.astuple(self.spec)[1:-1], self.p, key)).encode())
+            settings = (self.digest, dataclasses.astuple(self.spec)[1:-1], self.p, self.device, key)
+            name = hashlib.sha256(repr(settings).encode())
             path = cache_dir() / f"{name.hexdigest()[:24]}.pkl"
             if path.is_file():
                 with open(path, "rb") as f:

@@ -34,11 +34,17 @@ import torch
 from paradyse_lab.runtime.attention import flash as flash_kernels
 
 
+def kernel_for(device: str, dtype: torch.dtype) -> str:
+    """The kernel `attention_forward` uses for a query of `dtype` on a device of type `device` ('cuda', 'cpu'):
+    a trace on the meta device asks it for the device it stands for."""
+    if device == "cuda" and dtype in (torch.float16, torch.bfloat16):
+        return "flash_attn" if flash_kernels._fa is not None else "sdpa_flash"
+    return "sdpa_cpu" if device == "cpu" else "math"
+
+
 def backend(q: torch.Tensor) -> str:
     """Which kernel `attention_forward` uses for `q`."""
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        return "flash_attn" if flash_kernels._fa is not None else "sdpa_flash"
-    return "sdpa_cpu" if q.device.type == "cpu" else "math"
+    return kernel_for(q.device.type, q.dtype)
 
 
 def _scale(q: torch.Tensor, scale: float | None) -> float:

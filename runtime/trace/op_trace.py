@@ -253,13 +253,23 @@ def run_sublayer_step(cfg, kind: str, option, seq_len: int, group, params, x, ml
 
 
 def trace_sublayer(cfg, kind: str, option, seq_len: int, p: int, batch: int = 1, dtype: str = "bf16",
-                   rank: int = 0, mlp_tile: int = 0) -> list[Op]:
-    """The operations rank `rank` of p issues for one sub-layer's forward and backward, on meta tensors
-    through a fake process group, warm (`warm_trace`)."""
+                   rank: int = 0, mlp_tile: int = 0, device: str = "cpu") -> list[Op]:
+    """The operations rank `rank` of p issues for one sub-layer's forward and backward on a `device` ('cpu',
+    'cuda'), traced on meta tensors through a fake process group, warm (`warm_trace`): the attention kernels are
+    the ones the runtime picks on `device`, not on the meta device."""
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     params, x = sublayer_inputs(cfg, kind, seq_len, p, batch, DTYPES[dtype], "meta", rank)
-    return warm_trace(lambda: run_sublayer_step(cfg, kind, option, seq_len, FakeGroup(p, rank), params, x, mlp_tile))
+
+    def on_device(q):  # the kernel choice of the device the trace stands for
+        return attention.kernel_for(device if q.device.type == "meta" else q.device.type, q.dtype)
+
+    chosen, attention.backend = attention.backend, on_device
+    try:
+        return warm_trace(lambda: run_sublayer_step(cfg, kind, option, seq_len, FakeGroup(p, rank), params, x,
+                                                    mlp_tile))
+    finally:
+        attention.backend = chosen
 
 
 def warm_trace(step) -> list[Op]:

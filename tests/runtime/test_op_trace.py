@@ -78,7 +78,7 @@ def test_attention_calls_carry_lengths_heads_causality_and_kernel():
     calls = [o for o in ring if o.kind == "attention"]
     assert counts(ring)["p2p"] == counts(ring)["wait"] > 0
     assert {o.which for o in calls} == {"forward", "backward"}
-    assert all(o.heads == 12 and o.head_dim == 8 and o.kernel == "math" for o in calls)
+    assert all(o.heads == 12 and o.head_dim == 8 and o.kernel == "sdpa_cpu" for o in calls)  # a CPU trace
     t = S // 4  # a rank's positions: the diagonal block is causal, the others half of the zig-zag against all
     assert {(o.sq, o.sk, o.causal) for o in calls} == {(t, t, True), (t // 2, t, False)}
     gathered = [o for o in trace_sublayer(CFG, "attention", StrategyOption("megatron_ts"), S, 4, dtype="fp32")
@@ -97,12 +97,12 @@ def test_shape_class_gives_the_trace_at_any_length(option, tmp_path, monkeypatch
 
     monkeypatch.setenv("PARADYSE_TRACE_CACHE", str(tmp_path))
     spec = dataclasses.replace(get_model("gpt2-tiny"), dtype="fp32")
-    traces = SublayerTraces(spec, 4)
+    traces = SublayerTraces(spec, 4, device="cpu")
     opt = StrategyOption.parse(option)
     for kind in ("attention", "mlp"):
         assert traces.shape_class(kind, opt).affine == (kind == "attention" or not opt.tiled)
         assert traces.trace(kind, opt, 40 * 8) == trace_sublayer(traces.cfg, kind, opt, 40 * 8, 4, dtype="fp32")
-    again = SublayerTraces(spec, 4)
+    again = SublayerTraces(spec, 4, device="cpu")
     assert again.trace("attention", opt, 8 * 50) == traces.trace("attention", opt, 8 * 50) and again.traced == 0
 
 
@@ -111,3 +111,17 @@ def test_views_that_their_schema_does_not_mark_cost_no_kernel():
     ops = trace_sublayer(CFG, "attention", StrategyOption("megatron_cz"), S, 4, dtype="fp32")
     assert any(o.name == "_unsafe_view" for o in ops)
     assert all(o.kind == "host" and o.nbytes == 0 for o in ops if o.name == "_unsafe_view")
+
+
+def test_a_trace_names_the_kernel_the_runtime_picks_on_the_device_it_stands_for():
+    """Traced on meta tensors, the attention calls carry the kernel of the device the trace is for: PyTorch's fused
+    CPU kernel on a CPU; on CUDA in 16 bits flash-attn where installed, else PyTorch's flash kernel."""
+    from paradyse_lab.runtime.attention import flash
+
+    def kernels(device, dtype):
+        ops = trace_sublayer(CFG, "attention", StrategyOption("megatron_ts"), S, 2, dtype=dtype, device=device)
+        return {o.kernel for o in ops if o.kind == "attention"}
+
+    assert kernels("cpu", "fp32") == {"sdpa_cpu"}
+    assert kernels("cuda", "bf16") == {"flash_attn" if flash._fa is not None else "sdpa_flash"}
+    assert kernels("cuda", "fp32") == {"math"}

@@ -1,4 +1,4 @@
-"""`ablate-costmodel` with the replay model on a slice of the bundled H100 profile (two shapes, megatron_ts):
+"""`costmodel ablate` with the replay model on a slice of the bundled H100 profile (two shapes, megatron_ts):
 the model is reported beside the analytic one, inside, beyond and leaving one shape out, and it is closer to
 the measurements than the analytic model where the analytic model misses most (dispatch-bound short steps).
 
@@ -21,7 +21,7 @@ def test_replay_is_reported_beside_the_analytic_model(tmp_path, capsys, monkeypa
     df = pd.read_csv(default_profile("h100-80gb-x8"))
     part = df[df["model"].isin(["bert", "llama"]) & (df["strategy"] == "megatron_ts") & ~df["recompute"]]
     part.to_csv(tmp_path / "profile.csv", index=False)
-    argv = ["ablate-costmodel", "--profiles", str(tmp_path / "profile.csv"), "--cluster", "h100-80gb-x8",
+    argv = ["costmodel", "ablate", "--profiles", str(tmp_path / "profile.csv"), "--cluster", "h100-80gb-x8",
             "--cost-models", "analytic,replay", "--no-regret", "--format", "json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
