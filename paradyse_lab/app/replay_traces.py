@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.replay.ops import Op
+from paradyse_lab.results.result_key import package_folder
 
 BASE = 32
-"""Units of 2p positions of the class's first length: long enough that no block is degenerate."""
+"""Layout units (2p positions) of the class's first length: long enough that no block is degenerate."""
 SIZES = ("m", "n", "k", "batch", "nbytes", "sq", "sk")
-RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 
 def cache_dir() -> Path:
@@ -33,11 +34,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PARADYSE_TRACE_CACHE") or Path.home() / ".cache" / "paradyse-lab" / "op-traces")
 
 
-def runtime_digest() -> str:
-    """A digest of the runtime's sources: a cached trace is used only with the runtime that made it."""
+def runtime_sources(folder: Path | None = None) -> list[Path]:
+    """The runtime's Python sources, in every concept folder (`folder`: the installed runtime package's)."""
+    root = folder or package_folder("paradyse_lab.runtime")
+    return sorted(f for f in root.rglob("*.py") if "__pycache__" not in f.parts)
+
+
+def runtime_digest(folder: Path | None = None) -> str:
+    """A digest of the runtime's sources, names and contents: a cached trace is used only with the runtime that
+    made it, so a change to any runtime module traces again."""
+    root = folder or package_folder("paradyse_lab.runtime")
     h = hashlib.sha256()
-    for f in sorted(RUNTIME.glob("*.py")):
-        h.update(f.name.encode())
+    for f in runtime_sources(root):
+        h.update(f.relative_to(root).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -123,7 +132,7 @@ class SublayerTraces:
                 with open(path, "rb") as f:
                     self.classes[key] = pickle.load(f)
                 return self.classes[key]
-            unit = 2 * self.p
+            unit = layout_unit(self.p)
             lengths = (BASE * unit, 2 * BASE * unit, 3 * BASE * unit)
             traces = tuple(self._record(kind, option, s, batch) for s in lengths)
             self.classes[key] = ShapeClass(lengths, traces, _affine(lengths, traces))
@@ -137,7 +146,7 @@ class SublayerTraces:
     def trace(self, kind: str, option, seq_len: int, batch: int = 1) -> list[Op]:
         """The operations of one sub-layer's forward and backward at `seq_len` (module docstring)."""
         cls = self.shape_class(kind, option, batch)
-        if cls.affine and seq_len % (2 * self.p) == 0:
+        if cls.affine and seq_len % layout_unit(self.p) == 0:
             return cls.at(seq_len)
         key = (kind, option, seq_len, batch)
         if key not in self.exact:

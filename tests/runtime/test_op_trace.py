@@ -125,3 +125,18 @@ def test_a_trace_names_the_kernel_the_runtime_picks_on_the_device_it_stands_for(
     assert kernels("cpu", "fp32") == {"sdpa_cpu"}
     assert kernels("cuda", "bf16") == {"flash_attn" if flash._fa is not None else "sdpa_flash"}
     assert kernels("cuda", "fp32") == {"math"}
+
+
+def test_the_trace_cache_key_follows_every_runtime_module(tmp_path):
+    """The digest that keys cached traces covers the runtime's modules in its concept folders: editing a nested
+    module changes it (a digest of the top folder alone saw only runtime/__init__.py and never changed)."""
+    from paradyse_lab.app.replay_traces import runtime_digest, runtime_sources
+
+    assert any(f.parent.name == "attention" and f.name == "kernels.py" for f in runtime_sources())
+    (tmp_path / "attention").mkdir()
+    (tmp_path / "__init__.py").write_text("")
+    nested = tmp_path / "attention" / "kernels.py"
+    nested.write_text("A = 1\n")
+    before = runtime_digest(tmp_path)
+    nested.write_text("A = 2\n")
+    assert runtime_digest(tmp_path) != before
