@@ -56,13 +56,14 @@ def test_plan_step_applies_the_cost_models_budget_cap(monkeypatch):
     learned model's OOM threshold."""
     from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.costmodel import factory
+    from paradyse_lab.simulator import planner as planner_module
     from paradyse_lab.simulator.planner import build_planner
 
     free = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
     cap = free.memory["peak"] - 1  # the unconstrained plan no longer fits under the cap
-    real = factory.build_cost_model
-    monkeypatch.setattr(factory, "build_cost_model", lambda _name, *rest: CappedCostModel(real("analytic", *rest), cap))
+    real = planner_module.build_cost_model  # the name every planner builds its cost model with
+    monkeypatch.setattr(planner_module, "build_cost_model",
+                        lambda _name, *rest: CappedCostModel(real("analytic", *rest), cap))
     capped = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True, cost_model="hybrid")
     assert capped.memory["budget"] == cap and capped.feasible and capped.memory["peak"] <= cap < free.memory["peak"]
     planner = build_planner("dynamic:dp", get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), p=2,

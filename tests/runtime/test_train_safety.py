@@ -302,13 +302,13 @@ def test_the_launchers_checks_build_no_solver_the_first_plan_builds_it(monkeypat
     the heuristic's: cheap) and still refuses an unknown solver name when it is built."""
     from dataclasses import replace
 
-    import paradyse_lab.solvers.registry
+    import paradyse_lab.simulator.policies
     from paradyse_lab.app.training import plan_policy, preflight
     from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.simulator.policies import DynamicPolicy
 
-    built, get_solver = [], paradyse_lab.solvers.registry.get_solver
-    monkeypatch.setattr(paradyse_lab.solvers.registry, "get_solver",
+    built, get_solver = [], paradyse_lab.simulator.policies.get_solver
+    monkeypatch.setattr(paradyse_lab.simulator.policies, "get_solver",  # the name the policies build solvers with
                         lambda name, **kw: built.append(name) or get_solver(name, **kw))
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", steps=1)
     assert opts.policy == "dynamic:dp"
