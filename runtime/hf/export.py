@@ -63,8 +63,6 @@ def find_checkpoint(path: str | Path) -> Path:
 def _checkpoint_folder(folder: Path) -> bool:
     """Whether `folder` is a training checkpoint (meta.json beside DCP's .metadata) or a --checkpoint-dir (a
     checkpoint among its `step-*` folders, or the `latest` marker naming one)."""
-    from paradyse_lab.runtime.checkpoints.folder import checkpoints
-
     if (folder / "meta.json").is_file() and (folder / ".metadata").is_file():
         return True
     if (folder / "latest").is_file() and re.fullmatch(r"step-\d+\s*", (folder / "latest").read_text(errors="replace")):

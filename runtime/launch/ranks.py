@@ -100,9 +100,9 @@ def leave_process_group() -> None:
 
 
 _joined_group: list[bool] = []
+"""Whether this process ever joined a process group (`join_process_group`): [True] once it did."""
 _heartbeat: list[Heartbeat] = []
 """This rank's heartbeat in its group's store (`join_process_group`): [Heartbeat] once it joined."""
-"""Whether this process ever joined a process group (`join_process_group`): [True] once it did."""
 
 
 def rendezvous_store():

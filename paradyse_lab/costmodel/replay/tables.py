@@ -54,7 +54,10 @@ class GemmTable:
         return table
 
     def seconds(self, op: Op) -> float:
-        pts = self.points.get(op.dtype) or next(iter(self.points.values()))
+        pts = self.points.get(op.dtype)
+        if pts is None:  # another dtype's throughput would misprice it by the ratio of the two peaks
+            raise UserInputError(f"the GEMM table holds {', '.join(sorted(self.points))}; the model's GEMMs run in "
+                                 f"{op.dtype}: measure a table in {op.dtype} (or plan in a dtype the table holds)")
         q = (math.log(max(op.m, 1)), math.log(max(op.n, 1)), math.log(max(op.k, 1)))
         near = sorted(pts, key=lambda p: sum((a - b) ** 2 for a, b in zip(q, p)))[:NEIGHBOURS]
         weights = [1.0 / (1e-6 + math.sqrt(sum((a - b) ** 2 for a, b in zip(q, p)))) for p in near]

@@ -92,3 +92,12 @@ def test_stack_of_layers_and_the_fitted_dispatch_cost():
         grid.add(layer, layers)
     truth = np.array([stack_time(layer, n, _prices(7e-6)) for n in (1, 2, 8)])
     assert fit_dispatch(grid, truth) == pytest.approx(7e-6, rel=0.02)
+
+
+def test_a_gemm_in_a_dtype_the_table_lacks_is_refused_not_priced_as_another():
+    """The bundled H100 table holds bf16 GEMMs only: an fp32 GEMM priced at bf16's throughput would come out
+    several times too fast, so it is refused with one line naming both dtypes."""
+    from paradyse_lab.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="holds bfloat16; the model's GEMMs run in float32"):
+        TABLES.gemm.seconds(Op("gemm", "mm", "float32", m=1024, n=1024, k=1024))
