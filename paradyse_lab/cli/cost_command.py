@@ -111,9 +111,9 @@ def question_of(args, seq_len: int | None = None):
 
 
 def add_question_arguments(p, head: bool = True) -> None:
-    """The flags `cost`, `plan` and `compare-solvers` share, with one set of defaults
+    """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults
     (paradyse_lab/app/step_question.py): model, cluster, GPUs, batch, options, techniques, granularity, head
-    (unless `head` is False: compare-solvers compares at the whole head), budget, reserve, cost model, kv heads."""
+    (unless `head` is False: solvers compare compares at the whole head), budget, reserve, cost model, kv heads."""
     from paradyse_lab.app.step_question import HEAD_CHOICES
     from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument
     from paradyse_lab.core.layer_graph import GRANULARITIES

@@ -266,8 +266,8 @@ def load(path: str | Path):
         raise UserInputError(f"cost model file {str(path)!r} needs module {err.name}, which is not installed "
                              f"(written with other library versions); {refit}") from None
     except Exception as err:  # noqa: BLE001 (unpickling a damaged file raises anything)
-        raise UserInputError(f"cost model file {str(path)!r} is not a joblib file written by fit-costmodel "
-                             f"(empty, truncated or damaged: {type(err).__name__})") from None
+        raise UserInputError(f"cost model file {str(path)!r} is not a joblib file written by `paradyse-lab costmodel "
+                             f"fit` (empty, truncated or damaged: {type(err).__name__})") from None
 
 
 __all__ = ["FEATURES", "HybridRegressor", "PolynomialRegressor", "LEARNED_KINDS", "ResidualRegressor", "clone",
