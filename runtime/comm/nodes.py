@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.comm.group_timeout import new_group
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,9 @@ def node_layout(group=None) -> NodeLayout:
     mine = comm.rank(group)
     node_group = rail_group = None
     for n in range(nodes):  # every rank makes every group, in the same order
-        made = dist.new_group(ranks[n * per_node:(n + 1) * per_node])
+        made = new_group(ranks[n * per_node:(n + 1) * per_node])  # the run's timeout
         node_group = made if mine // per_node == n else node_group
     for j in range(per_node):
-        made = dist.new_group(ranks[j::per_node])
+        made = new_group(ranks[j::per_node])
         rail_group = made if mine % per_node == j else rail_group
     return NodeLayout(nodes, per_node, node_group, rail_group)

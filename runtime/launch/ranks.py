@@ -90,12 +90,14 @@ def leave_process_group() -> None:
     (paradyse_lab/cli `main`, `joined_a_process_group`)."""
     import torch.distributed as dist
 
+    from paradyse_lab.runtime.comm.group_timeout import set_run_timeout
     from paradyse_lab.runtime.training.grouped import forget_shared_meshes
 
     dist.barrier()
     _stop_heartbeat()
     forget_shared_meshes()  # the meshes' groups belong to the world being left
     dist.destroy_process_group()
+    set_run_timeout(None)
     gc.collect()
 
 
@@ -146,6 +148,8 @@ def join_process_group(backend: str, local: tuple[int, int, int] | None = None,
     peers, a busy MASTER_PORT) end with one line (`RunStopped`) within it."""
     import torch.distributed as dist
 
+    from paradyse_lab.runtime.comm.group_timeout import set_run_timeout
+
     timeout = timedelta(seconds=timeout_s)
     where = "the launcher's store" if local is not None else None
     try:
@@ -160,6 +164,7 @@ def join_process_group(backend: str, local: tuple[int, int, int] | None = None,
         raise RunStopped(f"the ranks did not meet at {where} within {timeout_s:g} s (--collective-timeout): "
                          f"{_first_line(err)}") from None
     _joined_group[:] = [True]
+    set_run_timeout(timeout)  # every group made later waits it too, not torch's default
     _heartbeat[:] = [Heartbeat(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size())]
 
 

@@ -37,13 +37,14 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
 from paradyse_lab.core.step_groups import GroupedStep
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
+from paradyse_lab.runtime.comm.group_timeout import new_subgroups
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 from paradyse_lab.runtime.model.weight_shards import SHARDED, join_row_blocks, row_sections
 
@@ -62,6 +63,16 @@ def forget_shared_meshes() -> None:
     _SHARED.clear()
 
 
+def _step_mesh(device_type: str, world: int, g: int) -> DeviceMesh:
+    """The (world/g x g) mesh ("dp", "sp") of `init_device_mesh`, its groups made with the run's collective
+    timeout (`init_device_mesh` takes none and gives its groups torch's default) and joined by
+    `DeviceMesh.from_group`. Every rank calls it (it makes every group of both dimensions)."""
+    layout = torch.arange(world).view(world // g, g)  # [dp, sp]: rank dp * g + sp
+    dp = new_subgroups([col.tolist() for col in layout.t()])  # ranks r % g + k g, k < world / g
+    sp = new_subgroups([row.tolist() for row in layout])  # ranks of one block of g
+    return DeviceMesh.from_group([dp, sp], device_type, mesh=layout, mesh_dim_names=("dp", "sp"))
+
+
 class StepMeshes:
     """One `DeviceMesh` (W/g x g, dims ("dp", "sp")) per power of two g dividing the world size W, made at
     once on every rank (making a mesh is a collective). Without an initialised process group: one rank, no
@@ -75,7 +86,7 @@ class StepMeshes:
             return
         self.sizes = tuple(g for g in (2**i for i in range(self.world.bit_length())) if self.world % g == 0)
         for g in self.sizes:
-            self.meshes[g] = init_device_mesh(device_type, (self.world // g, g), mesh_dim_names=("dp", "sp"))
+            self.meshes[g] = _step_mesh(device_type, self.world, g)
 
     @classmethod
     def shared(cls, device_type: str = "cpu") -> StepMeshes:

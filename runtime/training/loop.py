@@ -82,7 +82,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     cfg = GPTConfig.from_model_spec(spec)
     if opts.init_from:  # every tensor's shape against config.json, before the plan is stated
         checked_on_rank0(partial(check_folder, opts.init_from, cfg), group)
-    meta = run_meta(opts, cfg)
+    meta = run_meta(opts, cfg, group)
     found = checkpoint_to_resume(opts, meta, group)
     if opts.log_file and opts.resume:  # before rank 0 rewrites the log: only this run's
         checked_on_rank0(partial(check_log_owner, opts, None if found is None else checkpoint.read_meta(found)), group)

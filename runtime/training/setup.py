@@ -25,20 +25,36 @@ def run_device(group):
     return torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
 
 
-def run_meta(opts, cfg=None) -> dict:
+def run_meta(opts, cfg=None, group=None) -> dict:
     """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing and
     --init-from, and when given the tokenizer and data order and the optimisation options (a checkpoint of other
     settings is refused; a run without the newer options keeps the older checkpoints' meta); with the model's
     config `cfg`, the model and data by content (runtime/checkpoints/resume_identity.py), compared instead of the
-    --model and
-    --dataset strings."""
+    --model and --dataset strings: hashed on rank 0 of `group` only and sent to the others (`identity_on_rank0`).
+    Every rank calls it (one collective when p > 1 and a checkpoint folder is given)."""
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
     meta.update({key: getattr(opts, key) for key in OPTIONAL_SETTINGS})
     if cfg is not None and opts.checkpoint_dir:  # the data is hashed only where a checkpoint will record it
-        meta.update(identity(opts, cfg))
+        meta.update(identity_on_rank0(opts, cfg, group))
     return meta
+
+
+def identity_on_rank0(opts, cfg, group) -> dict:
+    """`identity(opts, cfg)` read and hashed by rank 0 alone and broadcast: every rank hashing the whole dataset
+    folder and every `--init-from` weight file would be p concurrent full reads of the same files before the
+    first step. Rank 0's `UserInputError` is raised on every rank."""
+    found = None
+    if comm.rank(group) == 0:
+        try:
+            found = identity(opts, cfg)
+        except UserInputError as err:
+            found = str(err)
+    found = comm.broadcast_object(found, 0, group)  # the entries, or rank 0's one-line error
+    if isinstance(found, str):
+        raise UserInputError(found)
+    return found
 
 
 def checkpoint_to_resume(opts, meta: dict, group):
