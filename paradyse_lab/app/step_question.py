@@ -127,6 +127,11 @@ class QuestionContext:
         self.cluster = cluster_of(q)
         budget = q.budget_bytes
         if budget is None and q.reserve_bytes is not None:
+            if q.reserve_bytes >= self.cluster.memory_bytes:  # no memory would be left to plan in
+                memory = self.cluster.memory_bytes / 2**30
+                raise UserInputError(f"--reserve-gib {q.reserve_bytes / 2**30:.10g} is not below the GPU memory of "
+                                     f"{self.cluster.name} ({memory:g} GiB per {self.cluster.gpu_name}): give "
+                                     f"less than {memory:g}")
             budget = self.cluster.memory_bytes - q.reserve_bytes
         planning = planning_model(self.model, self.cluster, cost_model=q.cost_model, p=self.cluster.gpus,
                                   profiles=q.profiles or None, budget_bytes=budget)

@@ -17,6 +17,7 @@ from paradyse_lab.runtime.checkpoints import folder as checkpoint
 from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
 from paradyse_lab.runtime.checkpoints.resume_identity import identity
 from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime.training.step_inputs import chunks_documents
 
 
 def run_device(group):
@@ -36,6 +37,8 @@ def run_meta(opts, cfg=None, group=None) -> dict:
             "dataset": opts.dataset, "batch": opts.batch, "max_len": opts.max_len, "pack_tokens": opts.pack_tokens,
             "pack_order": opts.pack_order, "init_from": opts.init_from}
     meta.update({key: getattr(opts, key) for key in OPTIONAL_SETTINGS})
+    if not chunks_documents(opts):  # --long-documents has no effect: a checkpoint of either setting resumes
+        del meta["long_documents"]
     if cfg is not None and opts.checkpoint_dir:  # the data is hashed only where a checkpoint will record it
         meta.update(identity_on_rank0(opts, cfg, group))
     return meta

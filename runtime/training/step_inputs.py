@@ -44,6 +44,13 @@ def markov_tokens(seed: int, step: int, b: int, s: int, vocab: int):
     return torch.tensor(rows, dtype=torch.long)  # [b, s]
 
 
+def chunks_documents(opts) -> bool:
+    """Whether --long-documents can change this run's steps: only documents are chunked or cut (a token file, a
+    text dataset, or a workload packed by --pack-tokens); one sampled sequence per step is only capped."""
+    token_file = opts.dataset.startswith("file:") and opts.dataset.endswith(".jsonl")
+    return bool(opts.tokenizer) or token_file or opts.pack_tokens is not None
+
+
 @dataclass
 class StepInputs:
     """The steps of one run (module docstring)."""

@@ -571,6 +571,32 @@ def test_a_resume_keeps_the_optional_settings_a_checkpoint_was_trained_with(tmp_
         _run(tmp_path / "b", steps=4, resume=True, accumulate=2)
 
 
+def _as_written_before_long_documents(ck) -> None:
+    """Each checkpoint's meta.json under `ck` without `long_documents`, as versions before the option wrote it."""
+    for meta_file in ck.glob("step-*/meta.json"):
+        meta = json.loads(meta_file.read_text())
+        meta.pop("long_documents", None)
+        meta_file.write_text(json.dumps(meta))
+
+
+def test_a_checkpoint_before_long_documents_resumes_where_no_document_is_chunked(tmp_path, trained):
+    """A checkpoint that does not record --long-documents (written as if `cut`) resumes under today's default
+    `chunk` with a sampled workload (one sequence per step, never chunked); a token file's run, whose documents
+    are chunked, is still refused."""
+    _copy_run(trained, 2, tmp_path)
+    _as_written_before_long_documents(tmp_path / "ck")
+    log = _run(tmp_path, steps=4, resume=True)
+    assert [r["step"] for r in log] == [3, 4]
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps([(7 * i + j) % 90 + 1 for j in range(n)]) + "\n"
+                            for i, n in enumerate((30, 7, 12, 19))))
+    tokens = tmp_path / "tok"
+    _run(tokens, steps=2, dataset=f"file:{path}")
+    _as_written_before_long_documents(tokens / "ck")
+    with pytest.raises(UserInputError, match="long_documents='cut'; this run has 'chunk'"):
+        _run(tokens, steps=4, resume=True, dataset=f"file:{path}")
+
+
 def test_the_runtime_loop_takes_a_plain_options_object():
     """paradyse_lab.runtime.training.loop.train reads the run's settings as attributes: a `SimpleNamespace` of the
     application's

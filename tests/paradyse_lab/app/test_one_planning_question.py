@@ -48,3 +48,15 @@ def test_a_fixed_head_is_one_option_of_all_three(capsys):
     api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, strategies=["metp"], head="whole")
     assert cost["head"] == plan["head"] == api.head == "whole"
     assert cost["peak_bytes"] == plan["peak_bytes"] == api.memory["peak"]
+
+
+def test_a_reserve_of_the_whole_gpu_is_refused_by_all_three(capsys):
+    """A reserve at or above the GPU's memory leaves nothing to plan in: `cost`, `plan` and `plan_step` refuse
+    it alike, naming --reserve-gib and the GPU's memory (never a negative budget or an internal field)."""
+    from paradyse_lab.errors import UserInputError
+
+    for command in ("cost", "plan"):
+        assert main([command, *QUESTION, "--reserve-gib", "100"]) == 2
+        assert "--reserve-gib 100 is not below the GPU memory of h100-80gb-x8" in capsys.readouterr().err
+    with pytest.raises(UserInputError, match="--reserve-gib 100 is not below the GPU memory of h100-80gb-x8"):
+        pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, reserve_gib=100)

@@ -330,8 +330,6 @@ CASES: list[tuple[str, list[str]]] = [
     ("models-format", ["catalog", "models", "--format", "xml"]),
     ("clusters-format", ["catalog", "clusters", "--format", "yaml"]),
     ("strategies-extra", ["catalog", "strategies", "metp"]),
-    ("profile-model", ["costmodel", "profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out",
-                       "{d}/p.csv"]),
     ("profile-seqs", ["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "0", "--strategies", "metp", "--out",
                       "{d}/p.csv"]),
     ("profile-strategy", ["costmodel", "profile", "--model", "gpt2-tiny", "--seqs", "512", "--strategies", "zero",
@@ -804,6 +802,14 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "seq_len 2048 is beyond gpt2-xl's 1024 learned positions"),
     ("cost-head-vocab-one-gpu", ["cost", "--model", "gpt2", "--seq", "1024", "--gpus", "1", "--head", "vocab"],
      "--head vocab shards the embedding and head"),
+    # a reserve at or above the GPU's memory, named as the user gave it; an unknown model reached past the world size
+    ("plan-reserve-above-gpu-memory", ["plan", "--model", "gpt", "--seq", "4096", "--reserve-gib", "100"],
+     "--reserve-gib 100 is not below the GPU memory of a100-80gb-x8"),
+    ("cost-reserve-equal-to-gpu-memory", ["cost", "--model", "gpt", "--seq", "4096", "--reserve-gib",
+                                          "79.3466796875"],  # the A100 80GB's 81,251 MiB
+     "--reserve-gib 79.34667969 is not below the GPU memory of a100-80gb-x8 (79.3467 GiB"),
+    ("profile-model", ["costmodel", "profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out",
+                       "{d}/p.csv", "--p", "2"], "unknown model 'nope'"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]

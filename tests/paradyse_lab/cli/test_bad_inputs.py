@@ -32,13 +32,26 @@ def _one_line_exit_2(capsys, run, argv):
     return lines[0]
 
 
-def test_there_are_at_least_60_cases_over_every_command():
+def _every_command() -> set[str]:
+    """Every command the CLI's parser has, as a user types it: `VERB`, or `NOUN TOOL` for a grouped one."""
     from paradyse_lab.cli import build_parser
 
+    top = next(a for a in build_parser()._actions if a.dest == "command")
+    commands = set()
+    for name, parser in top.choices.items():
+        tools = next((a for a in parser._actions if a.dest == "tool"), None)
+        commands |= {f"{name} {tool}" for tool in tools.choices} if tools else {name}
+    return commands
+
+
+def test_there_are_at_least_60_cases_over_every_command():
+    from paradyse_lab.cli import NOUNS
+
     assert len(CASES) + len(NPROC2_CASES) >= 60 and len(ENV_CASES) + len(SWEEP_CASES) >= 60
-    commands = {argv[0] for _, argv in CASES if argv}
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) <= commands  # every command has bad inputs here
+    commands = {" ".join(argv[:2]) if argv[0] in NOUNS else argv[0] for _, argv in CASES if argv}
+    every = _every_command()
+    assert {"costmodel profile", "solvers solve", "cost"} <= every  # grouped ones by their two words
+    assert every <= commands, sorted(every - commands)  # every command has bad inputs here
 
 
 @pytest.mark.parametrize("argv", [c[1] for c in CASES], ids=[c[0] for c in CASES])
