@@ -196,9 +196,8 @@ def attention_forward(q, k, v, causal: bool, scale: float | None = None, mask: t
     may have fewer heads than q (grouped-query attention: KV dividing H, query head i reading K/V head
     i // (H / KV)); every backend reads them as they are, no full-heads copy is made (flash-attn and
     PyTorch's flash kernel take fewer K/V heads natively, the math kernel stacks each group's queries).
-    `mask` [sq, sk] bool (True: allowed; `paradyse_lab.runtime.model.packed.document_mask`) replaces `causal`; a query
-    row that
-    sees no key gets out 0 and lse -inf (and no NaN, forward or backward)."""
+    `mask` [sq, sk] bool (True: allowed; `paradyse_lab.runtime.model.packed.document_mask`) replaces `causal`;
+    a query row that sees no key gets out 0 and lse -inf (and no NaN, forward or backward)."""
     if mask is not None:
         out, lse = _run_masked(0, q, q, k, v, causal, _scale(q, scale), mask)
     else:

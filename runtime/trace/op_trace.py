@@ -4,9 +4,8 @@ Library module (no command). `recording()` opens a `TorchDispatchMode` that turn
 `paradyse_lab.costmodel.replay.ops.Op` (gemm with m, n, k; element-wise with the bytes it reads and writes; a
 view or allocation as host-only work), and, while it is open, wraps the runtime's own entry points so that what
 they run is one operation, whatever runs underneath:
-- attention: `paradyse_lab.runtime.attention.kernels.run_kernels`, through which every attention kernel call passes
-(dense and
-  varlen, whichever kernel the runtime picks: flash-attn, PyTorch's fused kernels or exact math): one
+- attention: `paradyse_lab.runtime.attention.kernels.run_kernels`, through which every attention kernel call
+  passes (dense and varlen, whichever kernel the runtime picks: flash-attn, PyTorch's fused kernels or exact math): one
   `attention` op with the query / key lengths, heads, head dimension, causality and the kernel that ran;
 - communication: `paradyse_lab.runtime.comm.collectives`'s all_gather, reduce_scatter, all_to_all, all_reduce and
   `paradyse_lab.runtime.comm.p2p.exchange` (every ring step and chain): one `collective` or `p2p` op with its bytes and

@@ -73,9 +73,8 @@ def check_options(opts) -> None:
 
 def check_log_file(opts) -> None:
     """--log-file can become this run's log: a new run refuses a file holding a log (two runs' rows are never
-    mixed); a resumed one needs the columns this command writes (runtime/training/step_log.py `StepLog`). Rank 0 (the
-    one
-    that writes the log) checks it before it makes the file, and before any rank starts."""
+    mixed); a resumed one needs the columns this command writes (runtime/training/step_log.py `StepLog`). Rank 0
+    (the one that writes the log) checks it before it makes the file, and before any rank starts."""
     path = Path(opts.log_file) if opts.log_file else None
     if path is None or not path.is_file() or path.stat().st_size == 0:
         return
