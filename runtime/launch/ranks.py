@@ -107,13 +107,17 @@ _heartbeat: list[Heartbeat] = []
 """This rank's heartbeat in its group's store (`join_process_group`): [Heartbeat] once it joined."""
 
 
-def rendezvous_store():
+def rendezvous_store(timeout_s: float | None = None):
     """The store a launcher's own ranks meet at, served by the launcher on a port the operating system picks and held
     until the ranks are done: a port found free and released before rank 0 binds it again can be taken by another
-    run started at the same moment, whose ranks then join this run's world and both hang."""
+    run started at the same moment, whose ranks then join this run's world and both hang. `timeout_s`: how long a
+    request to it waits (default torch's)."""
+    import datetime
+
     import torch.distributed as dist
 
-    return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    wait = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, **wait)
 
 
 def check_collective_timeout(seconds) -> float:

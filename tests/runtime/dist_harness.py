@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from paradyse_lab.runtime.launch.ranks import rendezvous_store
+
 CASE_TIMEOUT_S = 120
 START = "(process-group start-up)"
 """Key of `World.seconds` for the slowest rank's time from spawn to joined group, cases imported."""
@@ -72,16 +74,9 @@ rank_warmup: the DP solver's compiled kernels, loaded once instead of once per r
 during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
 
 
-def world_store() -> dist.TCPStore:
-    """A rendezvous store of one world, served by the process that starts the world and held by it until the world
-    ends: the operating system picks its port (port 0) and nobody releases it while the ranks meet, so two worlds
-    started at the same moment (two pytest workers) can never meet at one port and join each other's ranks."""
-    return dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S),
-                         wait_for_workers=False)
-
-
 def join_world(rank: int, p: int, port: int) -> None:
-    """Join the gloo world of p ranks whose store (`world_store`) listens on `port`."""
+    """Join the gloo world of p ranks whose store (the launcher's `rendezvous_store`, held by the process that
+    starts the world, so that two worlds started at once never meet at one port) listens on `port`."""
     store = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=p,
                             timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
@@ -132,7 +127,7 @@ def run_world(p: int, module: str, names: list[str], timeout_s: float = 600) -> 
     started = time.perf_counter()
     mp.set_forkserver_preload([*PRELOAD, module])  # read when this process's forkserver starts (its first world)
     _start_forkserver()
-    store = world_store()  # held until the ranks are done: no other world can take its port
+    store = rendezvous_store(CASE_TIMEOUT_S)  # held until the ranks are done: no other world can take its port
     with tempfile.TemporaryDirectory() as out_dir:
         args = (p, store.port, module, names, out_dir, time.time(), dict(os.environ), os.getcwd())
         ctx = mp.start_processes(_worker, args=args, nprocs=p, join=False, start_method="forkserver")
