@@ -22,7 +22,7 @@ from pathlib import Path
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.replay.ops import Op
-from paradyse_lab.results.result_key import package_folder
+from paradyse_lab.results.result_key import package_folder, source_files
 
 BASE = 32
 """Layout units (2p positions) of the class's first length: long enough that no block is degenerate."""
@@ -34,18 +34,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PARADYSE_TRACE_CACHE") or Path.home() / ".cache" / "paradyse-lab" / "op-traces")
 
 
-def runtime_sources(folder: Path | None = None) -> list[Path]:
-    """The runtime's Python sources, in every concept folder (`folder`: the installed runtime package's)."""
-    root = folder or package_folder("paradyse_lab.runtime")
-    return sorted(f for f in root.rglob("*.py") if "__pycache__" not in f.parts)
-
-
 def runtime_digest(folder: Path | None = None) -> str:
-    """A digest of the runtime's sources, names and contents: a cached trace is used only with the runtime that
-    made it, so a change to any runtime module traces again."""
+    """A digest of the runtime's Python sources in every concept folder, names and contents (`folder`: default the
+    installed runtime package's): a cached trace is used only with the runtime that made it, so a change to any
+    runtime module traces again."""
     root = folder or package_folder("paradyse_lab.runtime")
     h = hashlib.sha256()
-    for f in runtime_sources(root):
+    for f in source_files(root, (".py",)):
         h.update(f.relative_to(root).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]

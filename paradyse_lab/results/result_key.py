@@ -52,13 +52,19 @@ def code_version() -> str:
     h = hashlib.sha256()
     for package in KEYED_PACKAGES:
         folder = package_folder(package)
-        for path in sorted(folder.rglob("*")):
-            if path.suffix in SOURCE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts:
-                if package == "paradyse_lab" and path.relative_to(folder).parts[0] in SUBPACKAGE_FOLDERS:
-                    continue  # an installed copy holds the subpackages inside: each is keyed once, by its own name
-                h.update(f"{package}/{path.relative_to(folder).as_posix()}".encode())
-                h.update(file_digest(path).encode())
+        for path in source_files(folder):
+            if package == "paradyse_lab" and path.relative_to(folder).parts[0] in SUBPACKAGE_FOLDERS:
+                continue  # an installed copy holds the subpackages inside: each is keyed once, by its own name
+            h.update(f"{package}/{path.relative_to(folder).as_posix()}".encode())
+            h.update(file_digest(path).encode())
     return h.hexdigest()
+
+
+def source_files(folder: Path, suffixes=SOURCE_SUFFIXES) -> list[Path]:
+    """The files under `folder` whose suffix is in `suffixes`, every subfolder included, compiled caches left out, in
+    path order: what a digest of the code in `folder` reads."""
+    return [path for path in sorted(folder.rglob("*"))
+            if path.suffix in suffixes and path.is_file() and "__pycache__" not in path.parts]
 
 
 SUBPACKAGE_FOLDERS = ("runtime", "solvers", "simulator", "figures")

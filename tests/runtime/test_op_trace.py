@@ -130,9 +130,11 @@ def test_a_trace_names_the_kernel_the_runtime_picks_on_the_device_it_stands_for(
 def test_the_trace_cache_key_follows_every_runtime_module(tmp_path):
     """The digest that keys cached traces covers the runtime's modules in its concept folders: editing a nested
     module changes it (a digest of the top folder alone saw only runtime/__init__.py and never changed)."""
-    from paradyse_lab.app.replay_traces import runtime_digest, runtime_sources
+    from paradyse_lab.app.replay_traces import runtime_digest
+    from paradyse_lab.results.result_key import package_folder, source_files
 
-    assert any(f.parent.name == "attention" and f.name == "kernels.py" for f in runtime_sources())
+    runtime = package_folder("paradyse_lab.runtime")
+    assert runtime / "attention" / "kernels.py" in source_files(runtime, (".py",))
     (tmp_path / "attention").mkdir()
     (tmp_path / "__init__.py").write_text("")
     nested = tmp_path / "attention" / "kernels.py"
