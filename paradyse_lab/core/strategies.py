@@ -2,11 +2,13 @@
 
 Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
 (docs/paper.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
-Activation recomputation of a layer is an orthogonal option, and so are the two long-context techniques: a
-`StrategyOption` is a strategy plus up to three flags, written `NAME[+recompute][+tiled][+offload]`:
+Activation recomputation of a layer is an orthogonal option, and so are the long-context techniques: a
+`StrategyOption` is a strategy plus up to four flags, written `NAME[+recompute][+tiled][+headchunk][+offload]`:
 `+recompute` keeps only each sub-layer's input, `+tiled` runs the MLP over chunks of the sequence with
-recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to host memory until its backward
-(docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
+recomputation (ALST's TiledMLP), `+headchunk` runs the attention over chunks of heads so that one chunk's
+head-sharded q, k, v and output are live at a time (UPipe's idea; only where the catalog entry has
+`head_chunks`), `+offload` moves what each sub-layer keeps to host memory until its backward
+(docs/tiled_mlp_and_offload.md and docs/head_chunked_attention.md say what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
 its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
@@ -30,7 +32,7 @@ strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
 from paradyse_lab.core.model_spec import ModelSpec
@@ -39,8 +41,9 @@ from paradyse_lab.errors import UserInputError, unknown_name
 RECOMPUTE_SUFFIX = "+recompute"
 TILED_SUFFIX = "+tiled"
 OFFLOAD_SUFFIX = "+offload"
-OPTION_FLAGS = ("recompute", "tiled", "offload")
-"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+offload`)."""
+HEADCHUNK_SUFFIX = "+headchunk"
+OPTION_FLAGS = ("recompute", "tiled", "headchunk", "offload")
+"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+headchunk+offload`)."""
 UNIFIED_LAYOUT = "unified"
 """The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
 order (runtime/model/layout.py)."""
@@ -103,6 +106,9 @@ class Strategy:
     """Key of its per-rank work in `paradyse_lab.costmodel.strategy_work.SCHEDULES`."""
     runtime_module: str = ""
     """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model/parallel_gpt.py."""
+    head_chunks: str = ""
+    """'yes' when its attention can run one chunk of heads at a time (`+headchunk`; the runtime module then has
+    `HEAD_CHUNKED_ATTENTION`); otherwise why not, the sentence a refused `+headchunk` option names."""
 
     def __post_init__(self):
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
@@ -167,6 +173,8 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=True, ring_attention=False, kv_heads_rule="split",
             abbreviation="TS", color="#1f77b4", schedule="megatron_ts",
             runtime_module="paradyse_lab.runtime.strategies.megatron_ts",
+            head_chunks="its gathered input and output partial [s, h] are shared by every head, so chunks of heads "
+            "would leave its largest buffers whole (not offered)",
         ),
         Strategy(
             "megatron_cz", "MegatronCZ",
@@ -175,6 +183,7 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=False, ring_attention=True,
             abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz",
             runtime_module="paradyse_lab.runtime.strategies.megatron_cz",
+            head_chunks="ring attention never gathers the sequence: it holds one K/V block of s/p tokens at a time",
         ),
         Strategy(
             "ulysses_z", "UlyssesZ",
@@ -182,7 +191,7 @@ CATALOG: dict[str, Strategy] = {
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=True, ring_attention=False, kv_heads_rule="replicate",
             abbreviation="UZ", color="#2ca02c", schedule="ulysses_z",
-            runtime_module="paradyse_lab.runtime.strategies.ulysses_z",
+            runtime_module="paradyse_lab.runtime.strategies.ulysses_z", head_chunks="yes",
         ),
         Strategy(
             "metp", "METP",
@@ -191,6 +200,7 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=True, ring_attention=True, kv_heads_rule="split",
             abbreviation="ME", color="#d62728", schedule="metp",
             runtime_module="paradyse_lab.runtime.strategies.metp",
+            head_chunks="its attention is a ring per head group: it holds one K/V block of s/p tokens at a time",
         ),
         Strategy(
             "colossal_z", "ColossalZ",
@@ -221,10 +231,18 @@ class StrategyOption:
     offload: bool = False
     """Copy what each sub-layer keeps for the backward to host memory during the forward and bring it back for
     the backward (runtime/strategies/offload.py)."""
+    headchunk: bool = False
+    """Run the attention sub-layer over chunks of heads, one query head per rank at a time, so that only one
+    chunk's head-sharded q, k, v and output are live (UPipe's head-wise chunking, arXiv 2602.21196;
+    costmodel/head_chunks.py). Only for strategies whose catalog entry has `head_chunks` 'yes'; an MLP ignores it."""
 
     def __post_init__(self):
         if self.strategy not in CATALOG:
             raise unknown_name("strategy", self.strategy, CATALOG)
+        why = CATALOG[self.strategy].head_chunks
+        if self.headchunk and why != "yes":
+            offered = ", ".join(n for n, s in CATALOG.items() if s.head_chunks == "yes")
+            raise UserInputError(f"strategy {self.strategy}+headchunk: {why}; +headchunk is offered by {offered}")
 
     @cached_property
     def name(self) -> str:
@@ -234,14 +252,15 @@ class StrategyOption:
 
     @classmethod
     def parse(cls, text: str) -> StrategyOption:
-        """Read `NAME[+recompute][+tiled][+offload]` (the flags in that order, each once)."""
+        """Read `NAME[+recompute][+tiled][+headchunk][+offload]` (the flags in that order, each once)."""
         return _parse_option(text)
 
     def runs(self, kinds) -> bool:
         """Whether the option is a decision of its own over sub-layers of `kinds` ('attention', 'mlp'): `+tiled`
-        acts on an MLP only, and on an MLP alone `+recompute+tiled` is `+tiled` (the tiled MLP recomputes
-        anyway), so at sub-layer granularity a flag that changes nothing is not offered twice."""
-        if self.tiled and "mlp" not in kinds:
+        acts on an MLP only, `+headchunk` on an attention only, and on an MLP alone `+recompute+tiled` is `+tiled`
+        (the tiled MLP recomputes anyway), so at sub-layer granularity a flag that changes nothing is not offered
+        twice."""
+        if (self.tiled and "mlp" not in kinds) or (self.headchunk and "attention" not in kinds):
             return False
         return not (self.tiled and self.recompute and "attention" not in kinds)
 
@@ -267,13 +286,16 @@ def get_strategy(name: str) -> Strategy:
 
 
 def options(strategies=USABLE, recompute: bool = False, tiled: bool = False,
-            offload: bool = False) -> tuple[StrategyOption, ...]:
+            offload: bool = False, headchunk: bool = False) -> tuple[StrategyOption, ...]:
     """The options of a search: each strategy; with `recompute` also each one recomputed; with `tiled` each one
-    with the tiled MLP (and recomputed with it, with `recompute`); with `offload` every one of those again with
-    activation offload."""
+    with the tiled MLP (and recomputed with it, with `recompute`); with `headchunk` each of those of a strategy
+    that offers it again with head-chunked attention; with `offload` every one of those again with activation
+    offload."""
     kept = [False, True] if recompute else [False]
     flags = [(r, False) for r in kept] + ([(r, True) for r in kept] if tiled else [])
     out = [StrategyOption(s, recompute=r, tiled=t) for r, t in flags for s in strategies]
+    if headchunk:
+        out += [replace(o, headchunk=True) for o in out if CATALOG[o.strategy].head_chunks == "yes"]
     if offload:
-        out += [StrategyOption(o.strategy, o.recompute, o.tiled, offload=True) for o in out]
+        out += [replace(o, offload=True) for o in out]
     return tuple(out)

@@ -10,7 +10,8 @@ transient bytes, and the algorithms they count, with the notation) is in costmod
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
-- `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
+- `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py; `+headchunk` (attention sub-layers):
+  costmodel/head_chunks.py.
 - The replicated norm / output-bias gradients are all-reduced over the ranks in fp32 whatever the model dtype
   (`formulas.GRAD_REDUCE_BYTES`; runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
   16-bit model the transient bytes hold the fp32 bucket the reduction works in.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.head_chunks import head_chunked_work
 from paradyse_lab.costmodel.strategy_work import SCHEDULES, Sublayer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions, replace_work, tiled_mlp_work, with_offload
 from paradyse_lab.costmodel.types import CollectiveCall
@@ -93,6 +95,8 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         raise ValueError(f"no schedule for strategy {option.strategy!r}")
     s = Sublayer.of(model, kind, seq_len, batch, p)
     work = SCHEDULES[key](s)
+    if option.headchunk and s.attn:
+        work = head_chunked_work(s, work, key)
     tiled = None
     if option.tiled and not s.attn:
         tile = mlp_tile if mlp_tile is not None else mlp_tile_positions(model.hidden, seq_len // p)

@@ -51,6 +51,7 @@ from paradyse_lab.runtime.model.weight_shards import (
     init_rank_state_dict,
     shard_state_dict,
 )
+from paradyse_lab.runtime.strategies.head_chunked import HEAD_CHUNKED_ATTENTION
 from paradyse_lab.runtime.strategies.offload import Offloader
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
@@ -91,10 +92,13 @@ def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
 
 def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
     """One sub-layer (`ctx.kind`) under `opt`: its strategy, recomputed or not, an MLP tiled over `mlp_tile`
-    positions with `+tiled` (x [b, t, h] -> [b, t, h]); `+offload` is the caller's (runtime/strategies/offload.py)."""
+    positions with `+tiled`, an attention over chunks of heads with `+headchunk` (runtime/strategies/head_chunked.py)
+    (x [b, t, h] -> [b, t, h]); `+offload` is the caller's (runtime/strategies/offload.py)."""
     module = STRATEGY_MODULES[opt.strategy]
     if ctx.kind == "mlp" and opt.tiled:
         return run_tiled_mlp(module.TILED_MLP, ctx, mlp_tile, x, weights)
+    if ctx.kind == "attention" and opt.headchunk:
+        return run_sublayer(HEAD_CHUNKED_ATTENTION[opt.strategy], ctx, opt.recompute, x, weights)
     impl = module.ATTENTION if ctx.kind == "attention" else module.MLP
     return run_sublayer(impl, ctx, opt.recompute, x, weights)
 

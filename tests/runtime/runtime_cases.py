@@ -1365,3 +1365,8 @@ import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node l
 
 CASES.update(node_cases.CASES)
 ONLY_AT.update(node_cases.ONLY_AT)
+
+import head_chunk_cases  # noqa: E402 - head-chunked attention (`+headchunk`), reads this module's helpers
+
+CASES.update(head_chunk_cases.CASES)
+ONLY_AT.update(head_chunk_cases.ONLY_AT)
