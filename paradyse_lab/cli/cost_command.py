@@ -70,6 +70,10 @@ def add_technique_arguments(p) -> None:
                    help="also offer each option with the tiled MLP (NAME+tiled: the MLP over chunks of about "
                    "hidden positions, keeping only its input and recomputing each chunk in the backward; ALST's "
                    "TiledMLP)")
+    p.add_argument("--head-chunks", action="store_true",
+                   help="also offer each option of a strategy that can with head-chunked attention (NAME+headchunk: "
+                   "the attention one query head per rank at a time, only one chunk's head-sharded q, k, v and "
+                   "output live; ulysses_z)")
     p.add_argument("--offload", action="store_true",
                    help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
                    "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "
@@ -104,6 +108,7 @@ def question_of(args, seq_len: int | None = None):
         model=args.model, cluster=args.cluster, gpus=getattr(args, "gpus", None), seq_len=seq_len, documents=docs,
         batch=batch, strategies=split_names(args.strategies), recompute=args.recompute,
         tiled=getattr(args, "tiled_mlp", False), offload=getattr(args, "offload", False),
+        headchunk=getattr(args, "head_chunks", False),
         granularity=getattr(args, "granularity", "block"), head=getattr(args, "head", "auto"),
         budget_bytes=budget_bytes(args), reserve_bytes=reserve_bytes(args),
         cost_model=getattr(args, "cost_model", "analytic"), profiles=getattr(args, "profiles", "") or "",

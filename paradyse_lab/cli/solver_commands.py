@@ -158,7 +158,8 @@ def run_max_length(args, solver) -> int:
         print_json({"max_length": found.seq_len, "step_time_s": sol.predicted_time_s, "memory": memory,
                     "head": found.head, "plan": list(sol.plan), "solver": sol.solver, "model": args.model,
                     "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute,
-                    "tiled_mlp": args.tiled_mlp, "offload": args.offload})
+                    "tiled_mlp": args.tiled_mlp, "offload": args.offload,
+                    "head_chunks": args.head_chunks})
         return 0
     print(f"{args.model} on {args.cluster}: the longest length that fits is {found.seq_len} tokens "
           f"({found.seq_len / 2**20:.3g}M); head: {found.head}; predicted step time "

@@ -810,6 +810,11 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "--reserve-gib 79.34667969 is not below the GPU memory of a100-80gb-x8 (79.3467 GiB"),
     ("profile-model", ["costmodel", "profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out",
                        "{d}/p.csv", "--p", "2"], "unknown model 'nope'"),
+    # head-chunked attention: refused, with the reason, on a strategy that does not offer it
+    ("plan-headchunk-on-ring", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "metp+headchunk"],
+     "strategy metp+headchunk: its attention is a ring per head group"),
+    ("cost-headchunk-on-megatron-ts", COST + ["a100-80gb-x8", "--strategies", "megatron_ts+headchunk"],
+     "+headchunk is offered by ulysses_z"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]
