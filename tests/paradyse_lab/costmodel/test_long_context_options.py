@@ -35,7 +35,7 @@ def test_option_names_round_trip_and_flags_keep_their_order():
     assert len(every) == len(set(every)) == 8 * len(USABLE)
     assert all(StrategyOption.parse(o.name) == o for o in every)
     assert StrategyOption.parse("metp+recompute+tiled+offload") == StrategyOption("metp", True, True, True)
-    with pytest.raises(UserInputError, match=r"NAME\[\+recompute\]\[\+tiled\]\[\+offload\]"):
+    with pytest.raises(UserInputError, match=r"NAME\[\+recompute\]\[\+tiled\]\[\+headchunk\]\[\+offload\]"):
         StrategyOption.parse("metp+tiled+recompute")
     assert options() == tuple(StrategyOption(s) for s in USABLE)  # no flag: the plain strategies, as before
     assert short_text(["metp+recompute", "ulysses_z+tiled+offload"]) == "ME+r,UZ+t+o"
