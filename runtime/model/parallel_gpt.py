@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
+from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import autograd as comm_autograd
@@ -52,6 +53,7 @@ from paradyse_lab.runtime.model.weight_shards import (
     shard_state_dict,
 )
 from paradyse_lab.runtime.strategies.head_chunked import HEAD_CHUNKED_ATTENTION
+from paradyse_lab.runtime.strategies.layer_checkpoint import run_checkpointed_layer
 from paradyse_lab.runtime.strategies.offload import Offloader
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
@@ -101,6 +103,17 @@ def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int
         return run_sublayer(HEAD_CHUNKED_ATTENTION[opt.strategy], ctx, opt.recompute, x, weights)
     impl = module.ATTENTION if ctx.kind == "attention" else module.MLP
     return run_sublayer(impl, ctx, opt.recompute, x, weights)
+
+
+def checkpointed_layer(opt: StrategyOption, ctxs, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
+    """One whole layer (attention then MLP, `ctxs` and `weights` of each) under a block option that recomputes and
+    offloads: only the layer's input is kept (runtime/strategies/layer_checkpoint.py; the caller offloads it), its
+    attention under `opt`'s strategy (head-chunked with `+headchunk`), its MLP recomputed or, with `+tiled`, tiled
+    over `mlp_tile` positions. x [b, t, h] -> [b, t, h]."""
+    module = STRATEGY_MODULES[opt.strategy]
+    attn = HEAD_CHUNKED_ATTENTION[opt.strategy] if opt.headchunk else module.ATTENTION
+    mlp = module.TILED_MLP if opt.tiled else module.MLP
+    return run_checkpointed_layer(attn, mlp, ctxs, mlp_tile, x, *weights)
 
 
 class ParallelGPT(GPTParams):
@@ -186,7 +199,9 @@ class ParallelGPT(GPTParams):
         Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/strategies/tiled_mlp.py; 0: ALST's
         rule,
         `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
-        (runtime/strategies/offload.py; the bytes each moved: `self.offload_stats`, of the last forward)."""
+        (runtime/strategies/offload.py; the bytes each moved: `self.offload_stats`, of the last forward); a block
+        plan's layer under `+recompute+offload` is checkpointed whole (`checkpointed_layer`): its input alone
+        waits in host memory, tagged `layers.{i}`."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         doc_ids = longest = None
@@ -208,13 +223,20 @@ class ParallelGPT(GPTParams):
         offloader = Offloader(input_ids.device) if any(o.offload for pair in options for o in pair) else None
         self.offload_stats = offloader.stats if offloader else None
         mlp_tile = mlp_tile or mlp_tile_positions(cfg.hidden, t)
+        block_plan = as_plan(plan, cfg.layers).granularity == "block"
         for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
-            for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
-                ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos,
-                               doc_ids, cu_seqlens)
-                weights = [getattr(params, n) for n in PARAM_NAMES]
-                with offloader.sublayer(ctx.tag, weights) if opt.offload else contextlib.nullcontext():
-                    x = run_option(opt, ctx, x, weights, mlp_tile)
+            ctxs, weights = [], []
+            for kind, params in (("attention", block.attn), ("mlp", block.mlp)):
+                ctxs.append(make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos,
+                                     all_pos, doc_ids, cu_seqlens))
+                weights.append([getattr(params, n) for n in PARAM_NAMES])
+            if block_plan and checkpoints_layer(attn_opt, ("attention", "mlp")):  # the layer's input alone offloaded
+                with offloader.sublayer(f"layers.{index}", weights[0] + weights[1]):
+                    x = checkpointed_layer(attn_opt, ctxs, x, weights, mlp_tile)
+                continue
+            for ctx, w, opt in zip(ctxs, weights, (attn_opt, mlp_opt)):
+                with offloader.sublayer(ctx.tag, w) if opt.offload else contextlib.nullcontext():
+                    x = run_option(opt, ctx, x, w, mlp_tile)
         if self.vocab_parallel:
             if labels is None:
                 return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.eps), head_w, self.group,
