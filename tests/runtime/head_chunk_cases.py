@@ -6,7 +6,8 @@ harness's one world per size (runtime_cases.py adds them, at p = 2 and 4):
   reference; the bytes each collective sent and the bytes kept for the backward equal the cost model's
   (paradyse_lab/costmodel/head_chunks.py);
 - the whole LLaMA-shaped model over packed documents under plans that mix `ulysses_z+headchunk` (recomputed,
-  offloaded) with the other strategies: logits, loss and every gradient against the reference.
+  offloaded, in checkpointed layers) with the other strategies: logits, loss and every gradient against the
+  reference (runtime_cases.py `packed_model_case`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import dataclasses
 import torch
 from runtime_cases import (
     PACKS,
+    TILE,
     TOL,
     B,
-    _packed_reference,
     grad_of,
     llama_config,
+    model_case,
+    packed_model_case,
     predicted_bytes,
     reference,
     sublayer_reference,
@@ -31,13 +34,12 @@ from torch.testing import assert_close
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.schedules import schedule
-from paradyse_lab.runtime import ParallelGPT, gather_sequence, shard_sequence
-from paradyse_lab.runtime.comm import collectives as comm
+from paradyse_lab.runtime import shard_sequence
 from paradyse_lab.runtime.comm.record import count_bytes
 from paradyse_lab.runtime.model.parallel_gpt import run_option
 from paradyse_lab.runtime.model.reference import reference_sublayer
 from paradyse_lab.runtime.model.sublayer import make_ctx
-from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
+from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 from paradyse_lab.runtime.strategies.offload import Offloader
 
 AT = (2, 4)
@@ -109,35 +111,6 @@ def sublayer_case(kv_heads: int, causal: bool, recompute: bool, packed: bool = F
     return case
 
 
-def model_case(kv_heads: int, plans):
-    """The LLaMA-shaped model (2 layers, `kv_heads` K/V heads) over packed documents, one plan per step, against
-    the reference with the block-diagonal mask and per-document positions: logits, loss, every gradient."""
-    def case(rank: int, p: int, group) -> None:
-        from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
-
-        cfg = llama_config(kv_heads)
-        sd, ref = reference(cfg)
-        model = ParallelGPT(cfg, group, state_dict=sd)
-        for step, plan in enumerate(plans):
-            pack = pack_sequence(PACKS[step % len(PACKS)], p)
-            gen = torch.Generator().manual_seed(40 + step)
-            ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
-            labels = pack_labels(pack, ids)
-            cu = cu_seqlens(pack)
-            logits_r, loss_r, full_grads = comm.broadcast_object(
-                _packed_reference(ref, ids, labels, cu) if rank == 0 else None, 0, group)
-            ref_grads = shard_state_dict(full_grads, rank, p)
-            model.zero_grad()
-            logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
-                                 cu_seqlens=cu)
-            loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r, **TOL)
-            assert_close(loss.detach(), loss_r, **TOL)
-            for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
-                assert_close(q.grad, ref_grads[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
-    return case
-
-
 CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 for _kv, _causal, _recompute in ((0, True, False), (0, False, True), (2, True, False), (2, True, True),
@@ -147,9 +120,14 @@ for _kv, _causal, _recompute in ((0, True, False), (0, False, True), (2, True, F
     CASES[_name] = sublayer_case(_kv, _causal, _recompute)
 CASES["headchunk-gpt2-packed-causal"] = sublayer_case(0, True, False, packed=True)
 CASES["headchunk-llama-kv2-packed-recompute-offload"] = sublayer_case(2, True, True, packed=True, offload=True)
-CASES["headchunk-llama-kv2-packed-model"] = model_case(2, [
+CASES["headchunk-llama-kv2-packed-model"] = packed_model_case([
     ["ulysses_z+headchunk", "megatron_cz+recompute"],  # one option per layer
     ["ulysses_z+recompute+headchunk", "megatron_cz", "ulysses_z+headchunk+offload", "ulysses_z+tiled"],
-])
+    ["ulysses_z+recompute+tiled+headchunk+offload", "ulysses_z+recompute+headchunk+offload"],  # checkpointed layers
+], True, llama_kv=2)
+# its bytes sent, moved to host memory and prefetched in checkpointed layers (`check_offloaded`)
+CASES["headchunk-gpt2-checkpointed-layers"] = model_case([
+    ["ulysses_z+recompute+headchunk+offload", "ulysses_z+recompute+tiled+headchunk+offload"],
+], mlp_tile=TILE)
 for _name in CASES:
     ONLY_AT[_name] = AT
