@@ -69,13 +69,14 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
               strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
               offload: bool = False, head: str = "auto", reserve_gib: float | None = None,
-              kv_heads: int | None = None, profiles: str = "") -> PlanReport:
+              kv_heads: int | None = None, profiles: str = "", head_chunks: bool = False) -> PlanReport:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default; `p` None: the cluster's own count): a sequence of `seq_len` tokens
     (`batch` of them), or one pack of `documents`. The same question, defaults and answer as `paradyse-lab plan`
     (paradyse_lab/app/step_question.py). `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME;
     `strategies` limits the options (default every usable one), `recompute` adds each with recomputation,
-    `tiled` each with the tiled MLP, `offload` each with activation offload (docs/tiled_mlp_and_offload.md);
+    `tiled` each with the tiled MLP, `offload` each with activation offload (docs/tiled_mlp_and_offload.md),
+    `head_chunks` each of a strategy that offers it with head-chunked attention (docs/head_chunked_attention.md);
     `granularity` 'block' or 'sublayer'; `head` auto (the fastest head option that fits), whole, tiled or vocab;
     `budget_gib` per GPU in GiB (default the GPU's memory less `reserve_gib`, else less the cluster's reserve;
     `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (fitted on `profiles`),
@@ -91,7 +92,7 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
         model=_model_spec(model), cluster=cluster, gpus=p, seq_len=int(seq_len) if seq_len is not None else None,
         documents=tuple(int(n) for n in documents) if documents is not None else None, batch=batch,
         strategies=tuple(strategies) if strategies else None, recompute=recompute, tiled=tiled, offload=offload,
-        granularity=granularity, head=head, budget_bytes=_budget_bytes(budget_gib, budget_gb),
+        headchunk=head_chunks, granularity=granularity, head=head, budget_bytes=_budget_bytes(budget_gib, budget_gb),
         reserve_bytes=gib_to_bytes(reserve_gib) if reserve_gib is not None else None, cost_model=cost_model,
         profiles=profiles, kv_heads=kv_heads)
     planned = plan_question(question, get_solver(solver))
