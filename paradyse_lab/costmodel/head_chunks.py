@@ -3,7 +3,7 @@ at a time changes in a strategy's `StrategyWork`.
 
 Source of the idea: UPipe / Untied Ulysses (arXiv 2602.21196): Ulysses' all-to-all and attention run over chunks
 of heads, so only one chunk's head-sharded q, k, v and output exist at a time ("attention intermediates -87.5%"
-at 8 chunks); the code and the counts here are this project's. docs/head_chunked_attention.md is the design note.
+for a 32B model); the code and the counts here are this project's. docs/head_chunked_attention.md is the design note.
 
 ulysses_z (the one strategy that offers it: its catalog entry's `head_chunks`): c = heads / p chunks, chunk j
 holding query head j of every rank's heads (one per rank) and the K/V head each of them reads
