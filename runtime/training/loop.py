@@ -63,8 +63,9 @@ def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:
 
     With --global-batch, `groups_for(spec, p)` (given: a group planner, built on every rank) returns a function
     `plan(steps)` (rank 0 calls it) giving one step's `paradyse_lab.core.step_groups.GroupedStep` over the `p` ranks
-    and each sequence's decision, for the sequences' `steps` as `decide` takes them; None: the fixed group policy
-    of --group-size (paradyse_lab/core/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
+    (or its rounds of splits, a `paradyse_lab.core.step_rounds.StepRounds`) and each sequence's decision, for the
+    sequences' `steps` as `decide` takes them; None: the fixed group policy of --group-size
+    (paradyse_lab/core/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
     """
     check_options(opts)
     checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file

@@ -1365,3 +1365,8 @@ import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node l
 
 CASES.update(node_cases.CASES)
 ONLY_AT.update(node_cases.ONLY_AT)
+
+import round_cases  # noqa: E402 - a step as rounds of group splits, reduced once
+
+CASES.update(round_cases.CASES)
+ONLY_AT.update(round_cases.ONLY_AT)
