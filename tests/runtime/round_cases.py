@@ -3,13 +3,14 @@ them to the per-world harness at p = 4 only: the rounds split the world differen
 
 A global batch of four sequences trained as rounds run one after another, the gradients summed over the rounds and
 reduced once: one group of four on the long sequence then two groups of two on the short ones; the same split
-twice (against the one-split grouped step of the same groups); and three rounds of a LLaMA whose 1/4 blocks are
-not whole heads (one group of four, then two groups of two with contiguous shards, then four groups of one), where
-every round's group shards are other rows of the world shards. Each against the single-device reference over the
-whole global batch with `assert_close`: the loss, every parameter's gradient, and the parameters after one AdamW
-step; the state collectives send the bytes of paradyse_lab/costmodel/grouped_states.py `rounds_state_sent_bytes`
-(every round's gather, one reduce-scatter and one all-reduce). `train --global-batch --groups rounds` plans and
-trains a step of two rounds and matches one group of four."""
+twice (two groups of two, and one group of four: against the one-split grouped step of the same groups); and three
+rounds of a LLaMA whose 1/4 blocks are not whole heads (one group of four, then two groups of two with contiguous
+shards, then four groups of one), where every round's group shards are other rows of the world shards. Each
+against the single-device reference over the whole global batch with `assert_close`: the loss, every parameter's
+gradient, and the parameters after one AdamW step; the state collectives send the bytes of
+paradyse_lab/costmodel/grouped_states.py `rounds_state_sent_bytes` (every round's gather, one reduce-scatter and
+one all-reduce). `train --global-batch --groups rounds` plans and trains a step of two rounds and matches one group
+of four."""
 
 from __future__ import annotations
 
@@ -66,16 +67,23 @@ def _steps(world: int) -> dict[str, StepRounds]:
         "4-then-2x2": _rounds(world, [([(0, 4, (0,))], (0,)), ([(0, 2, (0, 2)), (2, 2, (1,))], (1, 2, 3))]),
         # the same split twice: equals the one-split step of the same groups (`_one_split`)
         "2x2-twice": _rounds(world, [([(0, 2, (0,)), (2, 2, (1,))], (0, 1)), ([(0, 2, (0,)), (2, 2, (1,))], (2, 3))]),
+        # the whole world twice: nothing to reduce across groups, each round's gradients added to the world's
+        "4-twice": _rounds(world, [([(0, 4, (0, 1))], (0, 1)), ([(0, 4, (0, 1))], (2, 3))]),
         # three rounds: one group of four, two of two, four of one (three idle)
         "4-then-2x2-then-4x1": _rounds(world, [([(0, 4, (0,))], (0,)), ([(0, 2, (0,)), (2, 2, (1,))], (1, 2)),
                                               ([(0, 1, ()), (1, 1, ()), (2, 1, (0,)), (3, 1, ())], (3,))], cp=(0,)),
     }
 
 
-def _one_split(world: int) -> GroupedStep:
-    """`2x2-twice` as one split: each group of two trains its items of both rounds."""
-    return GroupedStep(world, 4, (StepGroup(0, 2, (0, 2), (_plan(0), _plan(2))),
-                                  StepGroup(2, 2, (1, 3), (_plan(1), _plan(3)))))
+ONE_SPLIT = {"2x2-twice": ((0, 2, (0, 2)), (2, 2, (1, 3))), "4-twice": ((0, 4, (0, 1, 2, 3)),)}
+"""The steps of `_steps` whose rounds all have the same groups, as one split: (start, size, items) of each group,
+which trains its items of every round."""
+
+
+def _one_split(world: int, name: str) -> GroupedStep:
+    """The step `name` as one split (`ONE_SPLIT`)."""
+    return GroupedStep(world, 4, tuple(StepGroup(start, size, items, tuple(_plan(i) for i in items))
+                                       for start, size, items in ONE_SPLIT[name]))
 
 
 def _reference(cfg, sd: dict, batch) -> tuple[torch.Tensor, dict, dict]:
@@ -128,15 +136,15 @@ def rounds_case(make_cfg, name: str):
         want = shard_state_dict(after_ref, rank, p)
         for n, q in model.named_parameters():
             assert_close(q.detach(), want[n], **TOL, msg=lambda m, n=n: f"{name}: after AdamW {n}: {m}")
-        if name == "2x2-twice":  # the same groups as one split: the same gradients, the same reduction's bytes
+        if name in ONE_SPLIT:  # the same groups as one split: the same gradients, the same reduction's bytes
             one = ParallelGPT(cfg, group, state_dict=sd)
-            one_loss, one_sent = _run(_one_split(p), one, batch, targets)
+            one_loss, one_sent = _run(_one_split(p, name), one, batch, targets)
             assert_close(one_loss, loss, **TOL)
             for n, q in one.named_parameters():
                 assert_close(grad_of(q), grads[n], **TOL, msg=lambda m, n=n: f"one split: grad {n}: {m}")
             assert {k: v for k, v in sent.items() if k != "all_gather"} == \
                 {k: v for k, v in one_sent.items() if k != "all_gather"}, (sent, one_sent)
-            assert sent["all_gather"] == 2 * one_sent["all_gather"], (sent, one_sent)  # each round gathers
+            assert sent.get("all_gather", 0) == 2 * one_sent.get("all_gather", 0), (sent, one_sent)  # per round
     return case
 
 
@@ -180,6 +188,7 @@ def train_rounds_case(rank: int, p: int, group) -> None:
 
 CASES = {"rounds-4-then-2x2": rounds_case(_cfg, "4-then-2x2"),
          "rounds-2x2-twice-equals-one-split": rounds_case(_cfg, "2x2-twice"),
+         "rounds-4-twice-equals-one-split": rounds_case(_cfg, "4-twice"),
          "rounds-llama-kv2-4-2x2-4x1": rounds_case(lambda: llama_config(2), "4-then-2x2-then-4x1"),
          "train-groups-rounds": train_rounds_case}
 ONLY_AT = {name: (4,) for name in CASES}
