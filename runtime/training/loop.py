@@ -93,6 +93,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     inputs.refuse_untrainable(micro_steps)
     held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
     planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
+    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None  # refuses first
     policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
     if not opts.global_batch and not getattr(opts, "allow_infeasible", False):
@@ -116,7 +117,6 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
         print(inputs.long_documents.line())
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
-    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)
