@@ -14,10 +14,9 @@ of four."""
 
 from __future__ import annotations
 
-import os
-
 import torch
-from grouped_cases import LENGTHS, PLANS, _batch, _cfg, _meshes, _same_runs
+from grouped_cases import LENGTHS, PLANS, _batch, _cfg, _meshes
+from planned_groups_cases import train_against_one_group
 from runtime_cases import TOL, grad_of, llama_config, random_state
 from torch.testing import assert_close
 
@@ -148,42 +147,20 @@ def rounds_case(make_cfg, name: str):
     return case
 
 
-BUDGET_GIB = 0.00025
-"""Per-GPU budget of the `train` case's micro GPT-2 (runtime_cases.py `_micro_gpt2_config`, 96 positions) under
+TRAIN_BUDGET_GIB = 0.00025
+"""Per-GPU budget of the `train` case's micro GPT-2 (runtime_cases.py `_micro_gpt2_config`, 64 positions) under
 which the rounds planner trains `TRAIN_LENGTHS` as two rounds: the long sequence alone on all four ranks, then the
-short ones on two groups of two (`rounds 4 / 2,2` from 0.00022 to 0.00028 GiB; `4 / 1,1,1,1` at 0.0003, one split
-above)."""
-TRAIN_LENGTHS = (8, 8, 8, 96)
+short ones on two groups of two (`rounds 4 / 2,2` from 0.0002 to 0.00026 GiB; one split on either side)."""
+TRAIN_LENGTHS = (8, 8, 8, 64)
 """The length file of the `train` case: one step of four sequences."""
 
 
 def train_rounds_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4 --groups rounds` plans a step of two rounds, logs them, and trains as a run of one
     group of all ranks does."""
-    import shutil
-
-    import torch.distributed as dist
-    from runtime_cases import _micro_gpt2_config, _shared_tmpdir
-
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import train
-
-    root = _shared_tmpdir(rank, p, group)
-    model = _micro_gpt2_config(root, rank, p, group, 96)
-    lengths = os.path.join(root, "lengths.txt")
-    if rank == 0:
-        with open(lengths, "w") as f:
-            f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
-    dist.barrier(group=group)
-    common = {"model": model, "dataset": f"file:{lengths}", "steps": 1, "lr": 3e-3, "max_len": 96,
-              "global_batch": 4, "progress": False}
-    rounds = train(TrainOptions(**common, groups="rounds", budget_gib=BUDGET_GIB), group)
-    assert [row["plan"].split(":")[0] for row in rounds] == ["rounds 4 / 2,2"], [r["plan"] for r in rounds]
-    one_group = train(TrainOptions(**common, group_size=4), group)
-    _same_runs({1: one_group, 2: rounds}, "--groups rounds against one group of four:")
-    dist.barrier(group=group)
-    if rank == 0:
-        shutil.rmtree(root)
+    log = train_against_one_group(rank, p, group, TRAIN_LENGTHS, 1, "--groups rounds", groups="rounds",
+                                  budget_gib=TRAIN_BUDGET_GIB)
+    assert [row["plan"].split(":")[0] for row in log] == ["rounds 4 / 2,2"], [row["plan"] for row in log]
 
 
 CASES = {"rounds-4-then-2x2": rounds_case(_cfg, "4-then-2x2"),
