@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paradyse_lab.core.step_groups import GROUP_POLICIES
+from paradyse_lab.core.step_groups import TRAIN_GROUP_POLICIES
 from paradyse_lab.runtime.training.optim_schedule import SCHEDULES
 
 
@@ -109,13 +109,14 @@ class TrainOptions:
     the world; runtime/training/grouped.py) (0: one sequence per step on all ranks)."""
     group_size: int = 0
     """Ranks per group of a --global-batch step: a power of two dividing the world size (0: the world, one group)."""
-    groups: str = field(default="", metadata={"choices": ("", *GROUP_POLICIES)})
+    groups: str = field(default="", metadata={"choices": ("", *TRAIN_GROUP_POLICIES)})
     """Plan each --global-batch step's groups with the group planner `simulate` uses (paradyse_lab/app/training.py
     `group_planner`): sized (group sizes per step, per-layer plans; --policy dynamic:SOLVER), sized-exact (the
     same, exact: at most 10 sequences on at most 16 ranks), paradyse (one group of all ranks), smallest-fit
     (the smallest group that fits each sequence, one strategy, one split; --policy static:megatron_cz) or static
-    (one group, one strategy) ('': the fixed groups of --group-size). One split per step: the rounds policies of
-    `simulate` (rounds, megatron) are not trained yet."""
+    (one group, one strategy), one split per step; or rounds (a step as rounds of splits run one after another,
+    gradients reduced once; per-layer plans, greedy) and rounds-exact (the same, exact: at most 6 sequences on at
+    most 8 ranks) ('': the fixed groups of --group-size). `simulate`'s megatron is simulated only."""
     eval_dataset: str = ""
     """Held-out dataset (same forms as --dataset) whose loss is logged every --eval-every steps ('': none)."""
     eval_every: int = 0

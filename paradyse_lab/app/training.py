@@ -68,14 +68,17 @@ def refuse_non_analytic_groups(opts) -> None:
 
 
 def group_planner(opts, spec, p: int):
-    """`plan(steps) -> (GroupedStep, decisions)`: the groups of one `--global-batch` step of `p` ranks under
-    `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
+    """`plan(steps) -> (GroupedStep or StepRounds, decisions)`: the groups of one `--global-batch` step of `p` ranks
+    under `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
     `p` GPUs with its node shape, under the run's budget), each sequence (or pack) with its plan at its group's
-    size. A step with an item that fits no group runs as one group of all ranks, its decisions saying they do not
-    fit (the log's `feasible`), as a step without groups does. None without `--groups`."""
+    size; under `rounds` / `rounds-exact` the step's rounds of splits (simulator/round_steps.py `choose_rounds`,
+    without Megatron's schedule as a candidate: its per-rank length needs held-out batches). A step with an item
+    that fits no group runs as one group of all ranks, its decisions saying they do not fit (the log's
+    `feasible`), as a step without groups does. None without `--groups`."""
     from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
     from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
     from paradyse_lab.errors import UserInputError
+    from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, MAX_EXACT_ROUND_WORLD
     from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
     from paradyse_lab.units import gib_to_bytes
 
@@ -88,24 +91,37 @@ def group_planner(opts, spec, p: int):
                              f"power of two, got {p}")
     cluster = cluster_with_gpus(get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else cluster.plan_budget_bytes
+    if opts.groups == "rounds-exact" and (opts.global_batch > MAX_EXACT_ROUND_ITEMS or p > MAX_EXACT_ROUND_WORLD):
+        raise UserInputError(f"--groups rounds-exact takes at most {MAX_EXACT_ROUND_ITEMS} sequences per step on at "
+                             f"most {MAX_EXACT_ROUND_WORLD} ranks, got --global-batch {opts.global_batch} on {p}; "
+                             "use --groups rounds")
     pricer = GroupPricer(spec, cluster, opts.policy, budget, recompute=opts.recompute, granularity=opts.granularity)
-    ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups == "sized" else None
+    ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups in ("sized", "rounds") else None
     return partial(_plan_step_groups, opts.groups, pricer, ring)
 
 
 def _plan_step_groups(groups: str, pricer, ring, steps: list):
-    """(GroupedStep, each item's decision) of one step (`group_planner`)."""
+    """(the step's groups, each item's decision) of one step (`group_planner`): a `GroupedStep` under a one-split
+    policy, a `StepRounds` under a rounds policy."""
     import math
 
     from paradyse_lab.simulator.group_problem import GroupChoice
+    from paradyse_lab.simulator.group_rounds import rounds_choice
     from paradyse_lab.simulator.grouped_steps import choose, grouped_step
+    from paradyse_lab.simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds
 
     world = pricer.cluster.gpus
-    choice = choose(groups, steps, pricer, ring)
-    if not math.isfinite(choice.step_s):  # an item fits no group: all ranks, as a step without groups
-        choice = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)
-    grouped = grouped_step(choice, steps, pricer)
-    size_of = {i: g.size for g in grouped.groups for i in g.items}
+    whole = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)  # all ranks, as a step without groups
+    if groups in ROUND_POLICIES:
+        rounds = choose_rounds(groups, steps, pricer, ring)
+        if not math.isfinite(rounds.step_s):  # an item fits no group
+            rounds = rounds_choice([whole], pricer.sync_s)
+        grouped = grouped_rounds(rounds, steps, pricer)
+        size_of = grouped.size_of()
+    else:
+        choice = choose(groups, steps, pricer, ring)
+        grouped = grouped_step(choice if math.isfinite(choice.step_s) else whole, steps, pricer)
+        size_of = {i: g.size for g in grouped.groups for i in g.items}
     return grouped, [pricer.decision(size_of[i], step) for i, step in enumerate(steps)]
 
 

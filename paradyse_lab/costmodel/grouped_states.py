@@ -105,3 +105,32 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     flat = elements * e
     scatter = d * flat + reduce_scatter_bucket_bytes(model, elements, d) - replicated
     return {"world_grads": flat + replicated, "transient": max(0, scatter, replicated_bucket)}
+
+
+def rounds_reduce_width(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> int:
+    """d of a step of rounds (each round's group sizes): the widest of its rounds' `data_parallel_width`, the
+    "dp" group the runtime reduces the whole step's gradients over, once (runtime/training/grouped_rounds.py)."""
+    return max(data_parallel_width(world, sizes, model) for sizes in rounds)
+
+
+def rounds_state_sent_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Bytes one rank sends for the states of a step of rounds (each round's group sizes), by op: every round's
+    own all-gather of its group shards, then one reduce-scatter and one all-reduce (and the loss's) at the
+    widest round's width (`rounds_reduce_width`). One round: `grouped_state_sent_bytes`."""
+    d = rounds_reduce_width(model, world, rounds)
+    reduce = grouped_state_sent_bytes(model, world, (world // d,) * d)  # a split of width d
+    gather = sum(grouped_state_sent_bytes(model, world, sizes).get("all_gather", 0) for sizes in rounds)
+    out = {"all_gather": gather, **{op: n for op, n in reduce.items() if op != "all_gather"}}
+    return {op: n for op, n in out.items() if n}
+
+
+def rounds_held_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> int:
+    """Bytes a rank holds from its first round's end to the step's reduction when a step has several rounds:
+    the [d, F] buffer of the step's sharded gradients and (at most) the [R] one of its replicated gradients, in the
+    reduction dtype (fp32, `formulas.GRAD_REDUCE_BYTES`, for 16-bit models); none with one round (its reduce
+    phase is `reduce_phase_bytes`) or when every round is one group of the whole world (d = 1)."""
+    d = rounds_reduce_width(model, world, rounds)
+    if len(rounds) == 1 or d == 1:
+        return 0
+    e = max(model.dtype_bytes, GRAD_REDUCE_BYTES)
+    return (d * (sharded_total(model) // world) + replicated_total(model)) * e

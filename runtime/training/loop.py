@@ -63,8 +63,9 @@ def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:
 
     With --global-batch, `groups_for(spec, p)` (given: a group planner, built on every rank) returns a function
     `plan(steps)` (rank 0 calls it) giving one step's `paradyse_lab.core.step_groups.GroupedStep` over the `p` ranks
-    and each sequence's decision, for the sequences' `steps` as `decide` takes them; None: the fixed group policy
-    of --group-size (paradyse_lab/core/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
+    (or its rounds of splits, a `paradyse_lab.core.step_rounds.StepRounds`) and each sequence's decision, for the
+    sequences' `steps` as `decide` takes them; None: the fixed group policy of --group-size
+    (paradyse_lab/core/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
     """
     check_options(opts)
     checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
@@ -92,6 +93,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     inputs.refuse_untrainable(micro_steps)
     held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
     planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
+    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None  # refuses first
     policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
     if not opts.global_batch and not getattr(opts, "allow_infeasible", False):
@@ -115,7 +117,6 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
         print(inputs.long_documents.line())
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
-    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)

@@ -132,13 +132,13 @@ def check_optimisation_options(opts) -> None:
 
 def _check_groups(opts) -> None:
     """--groups: a group policy, with --global-batch and without --group-size (one-line errors)."""
-    from paradyse_lab.core.step_groups import GROUP_POLICIES
+    from paradyse_lab.core.step_groups import TRAIN_GROUP_POLICIES
     from paradyse_lab.errors import UserInputError, unknown_name
 
     if not opts.groups:
         return
-    if opts.groups not in GROUP_POLICIES:
-        raise unknown_name("--groups", opts.groups, GROUP_POLICIES)
+    if opts.groups not in TRAIN_GROUP_POLICIES:
+        raise unknown_name("--groups", opts.groups, TRAIN_GROUP_POLICIES)
     if not opts.global_batch:
         raise UserInputError("--groups applies to --global-batch steps; give --global-batch N too")
     if opts.batch != 1:

@@ -65,8 +65,8 @@ class TrainLoop:
     meshes: object = None
     """The run's `paradyse_lab.runtime.training.grouped.StepMeshes`, made at its first grouped step."""
     plan_groups: object = None
-    """A group planner, `plan(steps) -> (GroupedStep, decisions)` (runtime/training/loop.py `train`'s `groups_for`), or
-    None: the fixed group policy."""
+    """A group planner, `plan(steps) -> (GroupedStep or StepRounds, decisions)` (runtime/training/loop.py `train`'s
+    `groups_for`), or None: the fixed group policy."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -111,31 +111,34 @@ class TrainLoop:
 
     def _grouped_micro_steps(self, step: int) -> dict:
         """Forward and backward of the --global-batch sequences of optimizer step `step`, over groups of
-        --group-size ranks or those the group planner gives (runtime/training/grouped.py); what the row needs of
-        them."""
+        --group-size ranks or the groups (or rounds of splits) the group planner gives
+        (runtime/training/grouped_rounds.py); what the row needs of them."""
+        from paradyse_lab.core.step_rounds import StepRounds
         from paradyse_lab.runtime.attention.kernels import kernels_used
         from paradyse_lab.runtime.comm import collectives as comm
-        from paradyse_lab.runtime.training.grouped import StepMeshes, grouped_step
+        from paradyse_lab.runtime.training.grouped import StepMeshes
+        from paradyse_lab.runtime.training.grouped_rounds import rounds_step
 
         run, data, opts = self.run, self.data, self.run.opts
         items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
         if self.meshes is None:  # every rank makes the meshes together, at the run's first grouped step
             self.meshes = StepMeshes.shared(run.device.type)
         grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
-                                                   0, run.group)  # (GroupedStep, decisions): rank 0 -> all
-        size_of = {i: g.size for g in grouped.groups for i in g.items}
+                                                   0, run.group)  # (the step's groups, decisions): rank 0 -> all
+        rounds = grouped if isinstance(grouped, StepRounds) else StepRounds.one(grouped)
+        size_of = rounds.size_of()
         tiles = [loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
                  for i, (m, d) in enumerate(zip(items, decisions))]
         with kernels_used() as ran:
-            value = grouped_step(run.model, grouped, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
-                                 [data.targets(m) for m in items], tiles)
+            value = rounds_step(run.model, rounds, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
+                                [data.targets(m) for m in items], tiles)
         self._stop_unless_finite(value, items[0], max(data.length(m) for m in items))
         for m in items:
             self._warn_cut(m)
         plans = " | ".join(d.plan.short_text() for d in decisions)
         return {"loss": value, "seq_len": max(data.length(m) for m in items),
                 "docs": sum(data.documents(m) for m in items), "tokens": sum(data.tokens(m) for m in items),
-                "cut": sum(data.cut(m) for m in items), "plan": f"groups {'/'.join(map(str, grouped.sizes))}: {plans}",
+                "cut": sum(data.cut(m) for m in items), "plan": f"{rounds.label()}: {plans}",
                 "solve_s": sum(d.solve_s for d in decisions),
                 "cached": all(d.cached for d in decisions), "feasible": all(d.feasible for d in decisions),
                 "kernels": ran}

@@ -1381,3 +1381,8 @@ import head_chunk_cases  # noqa: E402 - head-chunked attention (`+headchunk`), r
 
 CASES.update(head_chunk_cases.CASES)
 ONLY_AT.update(head_chunk_cases.ONLY_AT)
+
+import round_cases  # noqa: E402 - a step as rounds of group splits, reduced once
+
+CASES.update(round_cases.CASES)
+ONLY_AT.update(round_cases.ONLY_AT)

@@ -405,6 +405,9 @@ CASES: list[tuple[str, list[str]]] = [
     ("ablate-replay-no-tables", ["costmodel", "ablate", "--cost-models", "replay", "--cluster", "a100-80gb-x8",
                                  "--no-regret"]),
     ("ablate-replay-unknown", ["costmodel", "ablate", "--cost-models", "replayed", "--no-regret"]),
+    # train with rounds of splits: Megatron's scheduler is simulated only, the exact rounds planner is small
+    ("train-groups-megatron", TRAIN + ["--global-batch", "4", "--groups", "megatron"]),
+    ("train-groups-rounds-exact-too-large", TRAIN + ["--global-batch", "8", "--groups", "rounds-exact"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [
