@@ -11,5 +11,5 @@ imports them.
 - pack_balance: `python -m paradyse_lab.app.measure.pack_balance DATASET --pack-tokens N`, how evenly the zig-zag layout
   of a packed step spreads attention over the ranks.
 
-Software versions of every measurement come from paradyse_lab/results/software_versions.py.
+Every measurement records its software versions (`software_versions`).
 """
