@@ -20,7 +20,7 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
 - solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp
   -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
 - costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
-  (costmodel/ablation.py split) -> costmodel_points.csv, costmodel_accuracy.csv
+  (`split_profiles`) -> costmodel_points.csv, costmodel_accuracy.csv
 - costmodel_paper: the same split on the bundled paper profile, with the calibrated model, time MAPE per length
   band, leave-one-shape-out calibration and the parameters fitted on all of it -> costmodel_paper_accuracy.csv,
   calibration_loso.csv, calibration_params.csv

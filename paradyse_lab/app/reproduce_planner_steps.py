@@ -43,7 +43,7 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     """Each cost model's predictions against the truth on held-out rows of `profile_for`'s profile, inside and
-    beyond the profiled range (costmodel/ablation.py `split_profiles`)."""
+    beyond the profiled range (`split_profiles`)."""
     from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
     from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster

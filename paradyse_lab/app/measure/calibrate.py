@@ -16,7 +16,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    all_gather, reduce_scatter, all_reduce and p2p also over the rails (one rank per node, every rail at once)
    -> DIR/inter_node.csv, fitted to the network's latency and bandwidth (`nodes`, `gpus_per_node`,
    `inter_node_*` in the cluster file).
-2. kernels (20%): GEMMs at the model's shapes (app/measure/kernel_bench.py: the forward, input- and
+2. kernels (20%): GEMMs at the model's shapes (the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
@@ -30,12 +30,12 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    timed alone, the step epilogue timed (gradient norm, AdamW, finite check: the same work every step),
    and, counted on rank 0, the runtime's dispatches and memory-bound
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
-   app/measure/step_counts.py).
+   `step_counts`).
    -> DIR/gemm.csv, DIR/attention.csv
    Then DIR/cluster.toml (alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
 3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
-   strategy, with and without recomputation, on every rank (app/measure/profiler.py, `measured-distributed`),
+   strategy, with and without recomputation, on every rank (`measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
    -> DIR/profile.csv (the cost model's profile schema plus compute_s, comm_s, comm_modelled).

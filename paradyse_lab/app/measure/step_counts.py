@@ -3,7 +3,7 @@ operator launches and the bytes the memory-bound operators move.
 
 Library module of `paradyse-lab calibrate`, which writes the counts into the
 measured cluster file (`[step_counts]`) for the analytic model to price:
-launches x the measured launch cost, bytes / the measured memory bandwidth (costmodel/analytic.py). These are
+launches x the measured launch cost, bytes / the measured memory bandwidth. These are
 counts of what the runtime does, taken with `TorchDispatchMode` on one process playing rank 0 of a p-rank
 world, not fits to times.
 
