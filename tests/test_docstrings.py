@@ -41,6 +41,8 @@ def prose(path: Path) -> list[tuple[int, str]]:
 def path_mentions(path: Path) -> list[str]:
     """`file:line: path` for each source path other than its own that a docstring or comment of `path` names."""
     name = path.relative_to(ROOT).as_posix()
+    if not SOURCE_PATH.search(path.read_text(encoding="utf-8")):
+        return []  # no such path anywhere in the file: nothing to tokenize
     return [f"{name}:{line}: {hit}" for line, text in prose(path) for hit in SOURCE_PATH.findall(text)
             if not f"/{name}".endswith(f"/{hit}")]
 

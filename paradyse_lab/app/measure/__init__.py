@@ -1,4 +1,4 @@
-"""Measurement tools built on the runtime library (the flat modules of `runtime/`); nothing in the library
+"""Measurement tools built on the runtime library; nothing in the library
 imports them.
 
 - profiler: `paradyse-lab costmodel profile`, one profile row per strategy and length (rank-local or distributed), its
