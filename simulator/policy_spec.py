@@ -1,5 +1,5 @@
 """Policy names: what `static:NAME`, `restart:NAME` and `dynamic:SOLVER` with their suffixes ask of a run, read
-once and checked before any work (`PolicySpec.parse`); simulator/policies.py builds the policy a spec names.
+once and checked before any work (`PolicySpec.parse`); `build_policy` builds the policy a spec names.
 
 - `static:NAME`: one strategy on every layer (the paper's baselines); `static:NAME+recompute` with
   activation recomputation on every layer.
@@ -23,7 +23,7 @@ POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME",
                 "dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]")
 RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX = "+recompute", "+sublayer"
 TECHNIQUE_SUFFIXES = ("tiled", "offload")
-"""A dynamic policy's suffixes that offer the long-context options (paradyse_lab/core/strategies.py `options`)."""
+"""A dynamic policy's suffixes that offer the long-context options (`options`)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from paradyse_lab.simulator.group_rounds import (
 from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, grouped_step
 
 ROUND_POLICIES = ROUND_GROUP_POLICIES
-"""The group policies whose steps have several rounds (the runtime runs them: runtime/training/grouped_rounds.py;
+"""The group policies whose steps have several rounds (the runtime runs them;
 `train` takes ours, not `megatron`)."""
 
 

@@ -1,7 +1,7 @@
 """Traces of the runtime's operations for the replay cost model, made on meta tensors and cached.
 
 `SublayerTraces(spec, p)` answers `trace(kind, option, seq_len, batch)`: the operations rank 0 of p issues for
-one sub-layer's forward and backward (runtime/trace/op_trace.py), from the runtime's own code, so a change to the
+one sub-layer's forward and backward, from the runtime's own code, so a change to the
 runtime changes the prediction. Traces are cached by shape class: a sub-layer's operations at a length s are,
 operator for operator, those at any other length of the class with every size affine in s (every block of
 every strategy is a fixed fraction of s). `trace` records the class at three lengths (`BASE` x 1, 2, 3 units

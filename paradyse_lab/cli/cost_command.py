@@ -4,7 +4,7 @@ Examples: `paradyse-lab cost --model gpt --seq 65536` (analytic model, table),
 `paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times),
 `paradyse-lab cost --model llama --seq 64K --kv-heads 8` (the paper's LLaMA layer with grouped-query attention);
 `paradyse-lab cost --model gpt --documents 16K,8K,4K,4K` (one packed step of four documents, attention inside
-each; paradyse_lab/costmodel/packed.py).
+each).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def question_of(args, seq_len: int | None = None):
 
 
 def add_question_arguments(p, head: bool = True) -> None:
-    """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults
-    (paradyse_lab/app/step_question.py): model, cluster, GPUs, batch, options, techniques, granularity, head
+    """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults:
+    model, cluster, GPUs, batch, options, techniques, granularity, head
     (unless `head` is False: solvers compare compares at the whole head), budget, reserve, cost model, kv heads."""
     from paradyse_lab.app.step_question import HEAD_CHOICES
     from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument

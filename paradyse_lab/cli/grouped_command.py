@@ -1,7 +1,7 @@
 """`paradyse-lab simulate --global-batch N [--groups POLICY]`: a run of global batches split over groups of GPUs.
 
 Prints the run's tokens per second, longest sequence trained and planning time, then the group sizes of every
-step; `--out` writes one row per step (simulator/grouped_runs.py `STEP_COLUMNS`).
+step; `--out` writes one row per step (`STEP_COLUMNS`).
 """
 
 from __future__ import annotations

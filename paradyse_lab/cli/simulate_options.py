@@ -1,10 +1,10 @@
 """The options of `simulate`, `experiment` and `reproduce`: one tree of dataclasses, a docstring under each field
-(paradyse_lab/options.py turns them into the flags and their help).
+(they become the flags and their help).
 
 `SimulationOptions` (what every simulated run shares: cost models, cluster, workload size, memory, policy
 flags) is composed into `SimulateOptions` and `ExperimentOptions`; `PackingOptions` into `SimulateOptions`.
 `SimulationOptions.setup(packing)` checks the values and gives the simulator's `Setup`.
-Memory options are in GiB (paradyse_lab/units.py).
+Memory options are in GiB.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ FORMATS = ("table", "json")
 
 @dataclass(frozen=True)
 class SimulationOptions:
-    """What every simulated run of `simulate` and `experiment` shares (simulator/experiments.py `Setup`)."""
+    """What every simulated run of `simulate` and `experiment` shares (`Setup`)."""
 
     truth_cost_model: str = "analytic"
     """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): analytic, paper
@@ -81,7 +81,7 @@ class SimulationOptions:
 
 @dataclass(frozen=True)
 class PackingOptions:
-    """Documents packed into steps (paradyse_lab/workload/packing.py)."""
+    """Documents packed into steps."""
 
     pack_tokens: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
     """Pack the documents into steps of at most N tokens (greedy first-fit; attention stays inside each
@@ -109,7 +109,7 @@ MAX_GLOBAL_BATCH_TOKENS = 2**40
 
 @dataclass(frozen=True)
 class GroupOptions:
-    """A step trains a global batch over groups of GPUs sized per step (simulator/grouped_steps.py)."""
+    """A step trains a global batch over groups of GPUs sized per step."""
 
     global_batch: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
     """Train the (shuffled) sequences N per step, each step split over groups of GPUs (--groups); default: one

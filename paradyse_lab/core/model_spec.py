@@ -22,8 +22,8 @@ Sources of the presets:
 - `llama-tiny`: ours, a LLaMA-shaped model (RMSNorm, SwiGLU, RoPE, 8 heads sharing 2 K/V heads, untied
   head) small enough for CPU runs: `paradyse-lab train --model llama-tiny`.
 
-A model may also be a Hugging Face `config.json` (`get_model`, `load_hf_config`), its architecture checked by
-paradyse_lab/core/hf_architecture.py.
+A model may also be a Hugging Face `config.json` (`get_model`, `load_hf_config`), its architecture checked
+(`hf_architecture`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ same, exact (small instances); paradyse: one group of all GPUs with per-layer pl
 each item on the smallest group that fits it, groups shared in proportion to the work, greedy balance (one
 split per step: not Megatron's scheduler, which is `megatron`); static: one group of all GPUs, one strategy."""
 ROUND_GROUP_POLICIES = ("rounds", "rounds-exact", "megatron")
-"""A step as rounds of splits run one after another (paradyse_lab/core/step_rounds.py). rounds: ours, per-layer
+"""A step as rounds of splits run one after another (`StepRounds`). rounds: ours, per-layer
 plans (greedy); rounds-exact: the same, exact (small instances); megatron: Megatron-Core's dynamic
 context-parallel scheduler, one strategy (simulated only: its per-rank length is chosen on held-out batches)."""
 TRAIN_GROUP_POLICIES = (*GROUP_POLICIES, "rounds", "rounds-exact")

@@ -11,12 +11,12 @@ head-sharded q, k, v and output are live at a time (UPipe's idea; only where the
 (docs/tiled_mlp_and_offload.md and docs/head_chunked_attention.md say what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
-its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
-(`runtime/model/parallel_gpt.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
+its cost-model schedule (`SCHEDULES`) and the name of its runtime module
+(`STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
 is one entry here, one schedule function and one runtime module. See them with `paradyse-lab catalog strategies`.
 
 Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
-catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
+catalog, the cost model and the runtime:
 - megatron_cz (ring attention): any kv_heads dividing heads; the ring passes only the K/V heads, so its
   K/V traffic (and dK/dV) scales by kv_heads / heads.
 - ulysses_z: heads % p == 0 and (kv_heads % p == 0 or p % kv_heads == 0). When kv_heads < p each K/V head
@@ -25,8 +25,8 @@ catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
   all-to-all back.
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
-Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
-(runtime/model/weight_shards.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
+Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
+These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
 """
 
@@ -46,7 +46,7 @@ OPTION_FLAGS = ("recompute", "tiled", "headchunk", "offload")
 """The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+headchunk+offload`)."""
 UNIFIED_LAYOUT = "unified"
 """The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
-order (runtime/model/layout.py)."""
+order."""
 
 
 def layout_unit(p: int) -> int:
@@ -105,7 +105,7 @@ class Strategy:
     schedule: str = ""
     """Key of its per-rank work in `paradyse_lab.costmodel.strategy_work.SCHEDULES`."""
     runtime_module: str = ""
-    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model/parallel_gpt.py."""
+    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by `ParallelGPT`."""
     head_chunks: str = ""
     """'yes' when its attention can run one chunk of heads at a time (`+headchunk`; the runtime module then has
     `HEAD_CHUNKED_ATTENTION`); otherwise why not, the sentence a refused `+headchunk` option names."""
@@ -226,15 +226,15 @@ class StrategyOption:
     """Keep only the sub-layer input and recompute the rest in the backward pass."""
     tiled: bool = False
     """Run the MLP sub-layer over chunks of the sequence, keeping only its input and recomputing each chunk in
-    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996; runtime/strategies/tiled_mlp.py): its [tokens, ffn]
+    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996): its [tokens, ffn]
     intermediates exist one chunk at a time. An attention sub-layer ignores it."""
     offload: bool = False
     """Copy what each sub-layer keeps for the backward to host memory during the forward and bring it back for
-    the backward (runtime/strategies/offload.py)."""
+    the backward."""
     headchunk: bool = False
     """Run the attention sub-layer over chunks of heads, one query head per rank at a time, so that only one
-    chunk's head-sharded q, k, v and output are live (UPipe's head-wise chunking, arXiv 2602.21196;
-    costmodel/head_chunks.py). Only for strategies whose catalog entry has `head_chunks` 'yes'; an MLP ignores it."""
+    chunk's head-sharded q, k, v and output are live (UPipe's head-wise chunking, arXiv 2602.21196). Only for
+    strategies whose catalog entry has `head_chunks` 'yes'; an MLP ignores it."""
 
     def __post_init__(self):
         if self.strategy not in CATALOG:

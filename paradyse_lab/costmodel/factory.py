@@ -75,9 +75,9 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
     """A cost model by name (`COST_MODEL_NAMES`) or from a .joblib file (`FittedProfiles.save`):
 
     - `analytic`: the analytic model of `cluster` (calibrated if the cluster file carries a calibration);
-    - `paper`: the authors' measured A100 times (costmodel/paper.py), memory analytic;
+    - `paper`: the authors' measured A100 times, memory analytic;
     - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
-      fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
+      fitted on `profiles` (default: the device's bundled profile);
     - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
 
     learned_fit and learned_model (scikit-learn, scipy, joblib) are imported only when a learned model is asked

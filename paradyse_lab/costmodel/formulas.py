@@ -36,13 +36,13 @@ GEMM_BWD_OVER_FWD = 2.0
 GRAD_REDUCE_BYTES = 4
 """Bytes per element of every parameter gradient summed over ranks: fp32 whatever the model dtype, as Megatron-LM's
 `grad_reduce_in_fp32` and PyTorch FSDP2's `MixedPrecisionPolicy(reduce_dtype=torch.float32)` reduce them
-(runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE` names both sources): a 16-bit gradient is copied into an fp32
+(`GRAD_REDUCE_DTYPE` names both sources): a 16-bit gradient is copied into an fp32
 buffer just before its reduce-scatter, all-reduce or point-to-point reduction (its bytes sent are the fp32
 buffer's), and the sum is rounded once to the model dtype, one bucket of at most `GRAD_BUCKET_ELEMENTS` at a
 time where the gradient is large (a ZeRO-3 sub-layer's, the embedding's) or as it is where it is a point-to-point
 partial (METP) or already an fp32 sum (the tiled MLP's). In fp32 training nothing changes."""
 GRAD_BUCKET_ELEMENTS = 40_000_000
-"""Elements per fp32 bucket of a gradient reduction (runtime/comm/grad_reduce.py `all_reduce_grads`,
+"""Elements per fp32 bucket of a gradient reduction (`all_reduce_grads`,
 `reduce_scatter_grads` read it from here): Megatron-LM's default bucket size (max(40000000, 1000000 * dp_size)
 parameters, `DistributedDataParallelConfig.bucket_size`), so that the fp32 copy of a large gradient (a vocabulary
 embedding) exists one bucket at a time."""
@@ -56,7 +56,7 @@ def grad_copy_bytes(model: ModelSpec) -> int:
 
 def grad_all_reduces(elements: int, p: int, bucket: int = GRAD_BUCKET_ELEMENTS) -> list[CollectiveCall]:
     """The fp32 all-reduces of `elements` replicated gradient elements over p ranks, cut into buckets of at most
-    `bucket` elements (runtime/comm/grad_reduce.py `all_reduce_grads`): the full buckets, then the remainder."""
+    `bucket` elements (`all_reduce_grads`): the full buckets, then the remainder."""
     full, rest = divmod(elements, bucket)
     return [CollectiveCall("all_reduce", n * GRAD_REDUCE_BYTES, p, k)
             for n, k in ((bucket, full), (rest, 1 if rest else 0)) if k]
@@ -64,7 +64,7 @@ def grad_all_reduces(elements: int, p: int, bucket: int = GRAD_BUCKET_ELEMENTS) 
 
 def reduce_scatter_bucket_bytes(model: ModelSpec, shard_elements: int, p: int) -> int:
     """Transient bytes of the fp32 reduce-scatter of a rank-major [p, shard_elements] 16-bit gradient
-    (runtime/comm/grad_reduce.py `reduce_scatter_grads`): one fp32 bucket of [p, c] columns and its [c] output,
+    (`reduce_scatter_grads`): one fp32 bucket of [p, c] columns and its [c] output,
     c = min(shard_elements, GRAD_BUCKET_ELEMENTS // p); nothing for fp32 (reduced as it is) or on one rank."""
     if p == 1 or not grad_copy_bytes(model):
         return 0

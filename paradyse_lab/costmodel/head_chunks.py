@@ -6,8 +6,8 @@ of heads, so only one chunk's head-sharded q, k, v and output exist at a time ("
 for a 32B model); the code and the counts here are this project's. docs/head_chunked_attention.md is the design note.
 
 ulysses_z (the one strategy that offers it: its catalog entry's `head_chunks`): c = heads / p chunks, chunk j
-holding query head j of every rank's heads (one per rank) and the K/V head each of them reads
-(runtime/strategies/head_chunked.py). Notation as in strategy_work.py, d = head_dim:
+holding query head j of every rank's heads (one per rank) and the K/V head each of them reads.
+Notation as in `strategy_work`, d = head_dim:
 - Forward, per chunk: all-to-all of q, k, v [t, 3pd] -> [T, 3d], one attention kernel over one head, all-to-all
   of the output back [T, d] -> [t, pd] into c [t, h]. Under grouped-query attention a K/V head read by several
   query heads of a rank travels with each of them: K and V carry c * p * d per token instead of

@@ -5,7 +5,6 @@ Source: ALST (Bekman et al., "Arctic Long Sequence Training", arXiv 2506.13996, 
 of each layer's hidden-states input, offloaded to host memory). At sub-layer granularity each recomputed sub-layer
 keeps its own input, so a layer offloads two hidden-state copies per token (the attention's input and the MLP's);
 a checkpointed layer offloads one, its input x0 [t, h], and the MLP's input x1 is recomputed from it.
-The runtime: runtime/strategies/layer_checkpoint.py.
 
 Per rank, for the layer's option o (its attention with o's flags but offload, the MLP likewise):
 - host: the attention's offloaded input [t, h]; the MLP moves nothing; nothing is kept on the device.

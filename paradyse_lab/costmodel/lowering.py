@@ -3,8 +3,8 @@
 `problem_from_cost_model(graph, cost_model, seq_len)` asks the cost model for each option's attention and MLP
 sub-layer and sums them over the decisions of the `LayerGraph`: at block granularity a block's time and kept
 bytes are its attention's plus its MLP's, its transient the larger of the two, but for an option that recomputes
-and offloads: that block is a checkpointed layer, which offloads only the layer's input (costmodel/layer_checkpoint.py,
-ALST's checkpoint). Options whose shapes do not
+and offloads: that block is a checkpointed layer, which offloads only the layer's input (ALST's
+checkpoint). Options whose shapes do not
 split (the cost model raises `UserInputError`, e.g. s % 2p for a causal ring) are dropped from the problem
 and listed in `dropped` with the reason, so solvers never see an unusable option. At sub-layer granularity an
 option may run some decisions and not others (megatron_ts runs an MLP whatever kv_heads is, but not an

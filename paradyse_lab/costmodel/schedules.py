@@ -2,18 +2,17 @@
 `+offload`, per rank: FLOPs, communication, kept and transient bytes.
 
 A `Schedule` is the strategy's algorithm written as counts; `analytic.py` turns it into seconds with a
-`ClusterSpec`. The runtime (runtime/<strategy>.py) implements the same algorithms, and its communication
+`ClusterSpec`. The runtime (a module per strategy) implements the same algorithms, and its communication
 byte counts are tested against `Schedule.collectives`. Each strategy's own work (its collectives, kept and
-transient bytes, and the algorithms they count, with the notation) is in costmodel/strategy_work.py
-(`SCHEDULES`); `schedule` adds what every strategy shares (1/p of every FLOP) and the options:
+transient bytes, and the algorithms they count, with the notation) is in
+`SCHEDULES`; `schedule` adds what every strategy shares (1/p of every FLOP) and the options:
 
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
-- `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py; `+headchunk` (attention sub-layers):
-  costmodel/head_chunks.py.
+- `+tiled` (MLP sub-layers) and `+offload`: `techniques`; `+headchunk` (attention sub-layers): `head_chunks`.
 - The replicated norm / output-bias gradients are all-reduced over the ranks in fp32 whatever the model dtype
-  (`formulas.GRAD_REDUCE_BYTES`; runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
+  (`formulas.GRAD_REDUCE_BYTES`, `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
   16-bit model the transient bytes hold the fp32 bucket the reduction works in.
 """
 
@@ -61,7 +60,7 @@ class Schedule:
     host_prefetched: bool = False
     """Whether the runtime brings the offloaded set back during the backward of the sub-layer after it (a
     prefetch: only a set no larger than that one's, so only one that is the sub-layer's input alone is sure to
-    be; costmodel/techniques.py `offload_exposed_s`)."""
+    be, `offload_exposed_s`)."""
 
     @property
     def attention_flops(self) -> float:
@@ -78,10 +77,10 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
     document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
     evenly. Ring strategies (megatron_cz, metp) cut every document (with its padding) into 2p chunks, as the
-    runtime does (runtime/model/layout.py): a rank's queries are its two chunks of each document, a document's keys
+    runtime does: a rank's queries are its two chunks of each document, a document's keys
     in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
     charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
-    padding, paradyse_lab/workload/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication,
+    padding). Everything else (GEMMs, element-wise traffic, communication,
     kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
@@ -126,7 +125,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm/grad_reduce.py all_reduce_grads)
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (`all_reduce_grads`)
         bwd += F.grad_all_reduces(F.replicated_params(model), p)
         transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 

@@ -23,7 +23,7 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   activation input and output. One exception, ulysses_z attention keeps one [t, h] more: the attention
   output in head layout [T, h/p] (the kernel's, for its backward) and again in sequence layout [t, h]
   after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
-  from the other is an all-to-all, so DeepSpeed-Ulysses, and runtime/strategies/ulysses_z.py, keep both. (In
+  from the other is an all-to-all, so DeepSpeed-Ulysses, and our ulysses_z, keep both. (In
   megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
   measured against these counts (tests/paradyse_lab/app/measure/test_profiler.py).
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
@@ -36,7 +36,7 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
 - Grouped-query attention adds FlashAttention-2's full-heads dK/dV buffers of one backward kernel call to
   the transient bytes (`flash_gqa_grad_bytes`); K and V themselves are read with their own heads.
 - Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
-  runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
+  `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
   per element; with a 16-bit model the transient bytes hold the fp32 bucket the reduction works in (METP: its
   fp32 partial double buffer).
 """
@@ -55,14 +55,14 @@ ACC_BYTES = 4
 Each rank adds its block's dK/dV into an accumulator that crosses p - 1 ranks; rounding it to bf16 at every
 hop loses low-order bits p - 1 times. ring-flash-attention (github.com/zhuzilin/ring-flash-attention,
 zigzag_ring_flash_attn.py: dk, dv converted `.to(torch.float32)` and passed around the ring as such) and
-runtime/attention/ring.py accumulate and send them in fp32, so the backward's K/V messages are priced at
+our ring attention accumulate and send them in fp32, so the backward's K/V messages are priced at
 the model dtype (e) and its dK/dV messages and buffers at ACC_BYTES (identical in fp32)."""
 
 
 def ulysses_kv_sent(model: ModelSpec, p: int) -> int:
     """Width of K (and of V) that Ulysses' all-to-all carries per token: kv_heads * d, or p * d when
     kv_heads < p, where each K/V head is replicated p / kv_heads times so that every rank receives the one
-    its query heads read (the GQA rule in paradyse_lab/core/strategies.py; runtime/strategies/ulysses_z.py)."""
+    its query heads read (the strategy catalog's GQA rule)."""
     return max(model.kv_heads, p) * model.head_dim
 
 
@@ -155,13 +155,13 @@ def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_wid
     heads than query heads in the call, the kernel computes dK and dV per query head into [keys, query_width]
     buffers and then sums each group (flash-attn csrc/flash_attn/flash_api.cpp `mha_bwd`: `dk_expanded`,
     `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
-    no full-heads copy of K, V, dK or dV: runtime/attention/kernels.py.)"""
+    no full-heads copy of K, V, dK or dV.)"""
     return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
 
 
 def ring_kernel_causal(s: Sublayer) -> bool | None:
     """Whether a ring strategy's kernels are priced as causal: on p > 1 ranks the zig-zag blocks are charged
-    as full (non-causal) blocks of s/p keys (runtime/attention/ring.py: every step but the diagonal one is
+    as full (non-causal) blocks of s/p keys (every step but the diagonal one is
     a full block); on one rank the ring is its single diagonal block, one causal kernel over the whole
     sequence when the model is causal, so the model's own mask (None) prices it."""
     return False if s.p > 1 else None
@@ -181,8 +181,8 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
 
 def grad_reduce_bytes(s: Sublayer) -> int:
     """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
-    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/strategies/zero3.py,
-    metp.py)."""
+    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made, as
+    in the runtime's zero3 and metp)."""
     return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
 
 

@@ -36,7 +36,7 @@ class CollectiveCall:
 
     @property
     def sent_bytes(self) -> int:
-        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm/record.py counts)."""
+        """Bytes this rank sends over all `count` calls (ring algorithms; what the runtime's collectives count)."""
         n, s = self.ranks, self.buffer_bytes
         per_call = {
             "all_gather": s * (n - 1) // n, "reduce_scatter": s * (n - 1) // n,
@@ -90,7 +90,7 @@ class FixedCost:
     """Working memory of the loss backward."""
     optimizer_s: float = 0.0
     """The optimizer step after the backward, once per training step (measured clusters only: the AdamW
-    step runtime/training/step.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
+    step the runtime times; not part of a profile's forward + backward step, nor of `time_s`)."""
 
 
 class CostModel(Protocol):
@@ -107,7 +107,7 @@ class CostModel(Protocol):
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """Cost of one 'attention' or 'mlp' sub-layer; with `segments`, of a packed step of seq_len tokens
-        (batch 1) whose attention stays inside each segment (costmodel/packed.py)."""
+        (batch 1) whose attention stays inside each segment."""
 
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Cost of the embedding and head (zero when the model has none)."""

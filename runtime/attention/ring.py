@@ -8,9 +8,9 @@ src = (r - i) mod p:
 - src < r: every local query sees the first K/V chunk (chunk src) in full, none of the second;
 - src > r: only the second local query chunk (2p-1-r) sees both K/V chunks, in full.
 Non-causal: every block is full.
-Packed documents (`cu_seqlens`, runtime/model/packed.py): the pack is laid out per document (each cut into 2p
+Packed documents (`cu_seqlens`): the pack is laid out per document (each cut into 2p
 chunks, rank r holding chunks r and 2p-1-r of every one), so the same three cases hold per document and a
-block is one varlen call (runtime/attention/varlen.py) over the rank's whole t queries and the t received keys: each
+block is one varlen call over the rank's whole t queries and the t received keys: each
 segment's queries against its keys (`_varlen_block`), the tokens a case leaves out as documents without
 keys or queries. Every rank derives the segments of the K/V it holds from `cu_seqlens` and the source rank,
 so no extra bytes travel. A block in which no query sees any key is skipped (its K/V still travel); a query
@@ -79,7 +79,7 @@ def _pair_runs(q_runs, k_runs) -> tuple[list[int], list[int]]:
 @lru_cache(maxsize=1024)
 def _varlen_block(cu: tuple[int, ...], p: int, r: int, src: int, causal: bool):
     """(cu_q, cu_k, causal) of the block of rank r's queries against the K/V of rank src on a pack: every
-    segment's queries against its keys (the per-document zig-zag's blocks, runtime/model/layout.py: src == r its
+    segment's queries against its keys (the per-document zig-zag's blocks: src == r its
     own tokens, causal; src < r every query against the first chunk of each document of src; src > r the
     second chunk of each of its documents against every key of src); None when no query sees a key."""
     cu_t = torch.tensor(cu)
@@ -136,7 +136,7 @@ def _block_backward(do, q, k, v, o, lse, r, src, t, causal, block):
 
 def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None):
     """q, k, v [b, H, t, d] of this rank's tokens -> (out [b, H, t, d], lse [b, H, t] fp32); `cu_seqlens`
-    [n + 1]: the pack's segment offsets (runtime/model/packed.py), None for one document."""
+    [n + 1]: the pack's segment offsets, None for one document."""
     p, r = comm.size(group), comm.rank(group)
     t = q.shape[2]
     blocks = _blocks(cu_seqlens, r, p, causal)

@@ -1,17 +1,17 @@
 """`ParallelGPT`: a GPT-2- or LLaMA-shaped model over p ranks with a per-layer strategy plan, on the unified
 layout.
 
-Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
+Library module (no command; the runtime package's docstring shows its use). Each rank holds its zig-zag share of the
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices (weight_shards.py); the
 embedding, positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
 during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
-(runtime/model/vocab_parallel.py: Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
+(Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
 shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
-`Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
-paradyse_lab/core/strategies.py). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
-with the strategy option the `Plan` (paradyse_lab/core/plan.py: options from the catalog in
-paradyse_lab/core/strategies.py and the granularity) gives it; a hand-written list of names (`NAME` or
+`Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is the
+strategy catalog's). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
+with the strategy option the `Plan` (options from the strategy catalog
+and the granularity) gives it; a hand-written list of names (`NAME` or
 `NAME+recompute`, L of them or 2L: attention then MLP of each layer) is read by `Plan.for_layers`. The plan may
 change on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
 """
@@ -94,8 +94,8 @@ def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
 
 def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
     """One sub-layer (`ctx.kind`) under `opt`: its strategy, recomputed or not, an MLP tiled over `mlp_tile`
-    positions with `+tiled`, an attention over chunks of heads with `+headchunk` (runtime/strategies/head_chunked.py)
-    (x [b, t, h] -> [b, t, h]); `+offload` is the caller's (runtime/strategies/offload.py)."""
+    positions with `+tiled`, an attention over chunks of heads with `+headchunk`
+    (x [b, t, h] -> [b, t, h]); `+offload` is the caller's."""
     module = STRATEGY_MODULES[opt.strategy]
     if ctx.kind == "mlp" and opt.tiled:
         return run_tiled_mlp(module.TILED_MLP, ctx, mlp_tile, x, weights)
@@ -107,7 +107,7 @@ def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int
 
 def checkpointed_layer(opt: StrategyOption, ctxs, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
     """One whole layer (attention then MLP, `ctxs` and `weights` of each) under a block option that recomputes and
-    offloads: only the layer's input is kept (runtime/strategies/layer_checkpoint.py; the caller offloads it), its
+    offloads: only the layer's input is kept (the caller offloads it), its
     attention under `opt`'s strategy (head-chunked with `+headchunk`), its MLP recomputed or, with `+tiled`, tiled
     over `mlp_tile` positions. x [b, t, h] -> [b, t, h]."""
     module = STRATEGY_MODULES[opt.strategy]
@@ -123,12 +123,12 @@ class ParallelGPT(GPTParams):
                  hf_folder: str | None = None, vocab_parallel: bool = False,
                  rank_state_dict: dict | None = None):
         """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
-        model folder `hf_folder` (each rank reads only its slices: runtime/hf/weights.py), or of the GPT-2
+        model folder `hf_folder` (each rank reads only its slices), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank); or `rank_state_dict`, this rank's tensors
         at the group's size (its shards and the replicated tensors), used as they are, without a copy (a
-        group's view of the world layout in a grouped step, runtime/training/grouped.py). `vocab_parallel`: the
+        group's view of the world layout in a grouped step). `vocab_parallel`: the
         embedding
-        and head are sharded by vocabulary rows (runtime/model/vocab_parallel.py) instead of replicated."""
+        and head are sharded by vocabulary rows instead of replicated."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
             super().__init__(cfg, self.p, vocab_parallel)
@@ -155,14 +155,14 @@ class ParallelGPT(GPTParams):
     def from_hf_state_dict(cls, config, state_dict, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face config (dict or `PretrainedConfig`) and state dict: GPT-2 (`GPT2LMHeadModel`),
         or LLaMA-shaped (`LlamaForCausalLM`, `MistralForCausalLM` and `Qwen2ForCausalLM` without a sliding
-        window: runtime/hf/convert.py)."""
+        window)."""
         cfg = GPTConfig.from_hf(config)
         return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg), vocab_parallel=vocab_parallel)
 
     @classmethod
     def from_hf_folder(cls, folder, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
-        GPT-2, LLaMA, Mistral or Qwen2 (runtime/hf/convert.py); each rank reads only its slices."""
+        GPT-2, LLaMA, Mistral or Qwen2; each rank reads only its slices."""
         return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -191,15 +191,15 @@ class ParallelGPT(GPTParams):
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
         all ranks' tokens (the same value on every rank; call backward on it on every rank).
         `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
-        (runtime/model/packed.py `pack_sequence`): positions restart at each document and attention stays inside
-        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/model/tiled_loss.py), final
+        (`pack_sequence`): positions restart at each document and attention stays inside
+        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss, final
         norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss).
         A vocabulary-parallel model (`vocab_parallel`) always returns (None, loss) with `labels`, its embedding and
         loss run `loss_tile` tokens per rank at a time (0: all at once); without labels it returns the logits.
-        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/strategies/tiled_mlp.py; 0: ALST's
+        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (0: ALST's
         rule,
         `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
-        (runtime/strategies/offload.py; the bytes each moved: `self.offload_stats`, of the last forward); a block
+        (the bytes each moved: `self.offload_stats`, of the last forward); a block
         plan's layer under `+recompute+offload` is checkpointed whole (`checkpointed_layer`): its input alone
         waits in host memory, tagged `layers.{i}`."""
         cfg, p = self.cfg, self.p
@@ -258,7 +258,8 @@ class ParallelGPT(GPTParams):
     def _embed(self, input_ids: torch.Tensor, loss_tile: int):
         """(token embeddings [b, t, h], (wpe, lnf_w, lnf_b, head weight)): the replicated tensors pass through the
         all-reduce of their gradients, the embedding and head too when replicated; vocabulary-parallel: the lookup
-        of runtime/model/vocab_parallel.py, `loss_tile` tokens per collective (0: all), the sharded rows' gradients stay
+        of the vocabulary-parallel embedding, `loss_tile` tokens per collective (0: all), the sharded rows' gradients
+        stay
         on their rank."""
         if self.vocab_parallel:
             wpe, lnf_w, lnf_b = comm_autograd.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)

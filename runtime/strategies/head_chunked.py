@@ -8,8 +8,8 @@ travels with each, so no replica is kept). Forward: u = norm(x), qkv = u W_qkv, 
 [b, t, p*3d] -> [b, s, 3d], one head's attention over the whole sequence, all-to-all of its output back into
 c [b, t, h]; the output projection. Kept: x, u, the rotated q, k, v in sequence layout (one [b, t, h + 2kv]
 buffer), c and each chunk's fp32 log-sum-exp: nothing head-sharded. Backward: per chunk, all-to-all of q, k, v, o,
-dO [b, t, p*5d] -> [b, s, 5d], the kernel's backward, all-to-all of dq, dk, dv back, summed into dQKV. What it
-sends, keeps and costs: paradyse_lab/costmodel/head_chunks.py; its design note: docs/head_chunked_attention.md.
+dO [b, t, p*5d] -> [b, s, 5d], the kernel's backward, all-to-all of dq, dk, dv back, summed into dQKV. Its design
+note: docs/head_chunked_attention.md.
 """
 
 from __future__ import annotations

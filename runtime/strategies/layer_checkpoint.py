@@ -2,13 +2,12 @@
 
 Library module (no command). ALST's layer checkpoint (Bekman et al., "Arctic Long Sequence Training", arXiv
 2506.13996, section 3: each layer's hidden-states input is the checkpoint, offloaded to host memory). A block plan's
-layer under `+recompute+offload` runs here (runtime/model/parallel_gpt.py): the forward runs the attention and
+layer under `+recompute+offload` runs here: the forward runs the attention and
 the MLP keeping nothing but the layer input x0, which the caller's offload moves to host memory; the backward
 recomputes the attention's forward (keeping its saved set), runs the MLP's backward from the recomputed MLP input x1
 (recomputing the MLP, or a tiled MLP chunk by chunk, as the sub-layer options do), then the attention's backward.
 So each sub-layer communicates and computes exactly what it does as a recomputed (or tiled) sub-layer of its own,
-and one hidden-state copy per layer waits in host memory instead of two. What it costs:
-paradyse_lab/costmodel/layer_checkpoint.py.
+and one hidden-state copy per layer waits in host memory instead of two.
 """
 
 from __future__ import annotations

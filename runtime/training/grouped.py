@@ -27,8 +27,8 @@ Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
   each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
   are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
 A change of group sizes between steps moves no states: the world shards stay where they are, and every step
-gathers and reduces the same way whatever the previous step was. The bytes are those of
-paradyse_lab/costmodel/grouped_states.py (checked byte for byte in tests/runtime/grouped_cases.py).
+gathers and reduces the same way whatever the previous step was. The bytes are those the cost
+model counts (`grouped_states`; checked byte for byte in tests/runtime/grouped_cases.py).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ _SHARED: dict = {}
 
 def forget_shared_meshes() -> None:
     """Drop `StepMeshes.shared`'s meshes and its reference to the default process group: called before the
-    group is destroyed (runtime/launch/ranks.py `leave_process_group`), so that nothing keeps the world's gloo group
+    group is destroyed (`leave_process_group`), so that nothing keeps the world's gloo group
     and its threads alive after it."""
     _SHARED.clear()
 
@@ -122,7 +122,7 @@ def step_gather(cfg, sizes, world: int) -> tuple[int, bool]:
     whether the group shards are contiguous row blocks (gathered from the whole world, g = 1) rather than
     interleaved world blocks. Interleaved is the same function only when every rank's 1/W block of every matrix
     is whole heads (heads and kv_heads divisible by W); otherwise a step with a group strictly between 1 and W
-    gathers over the world (paradyse_lab/costmodel/grouped_states.py `data_parallel_width`)."""
+    gathers over the world (`data_parallel_width`)."""
     whole_heads = cfg.heads % world == 0 and cfg.kv_heads % world == 0
     if whole_heads or all(g in (1, world) for g in sizes):
         return min(sizes), False
@@ -217,7 +217,7 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
     over `dp`, in fp32 buckets for 16-bit weights: grad_reduce.reduce_scatter_grads; the blocks this rank's group shard
     does not hold are zeros). Allocates the [d, F] buffer and the reduce-scatter's [F] output, which becomes the
     world shards' gradients (views of it), and the fp32 buckets
-    (paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`)."""
+    (`reduce_phase_bytes`)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
     if size == model.p:  # one group of the whole world: its gradients are already the world shards'
@@ -316,7 +316,7 @@ def all_reduce_replicated(model, flat: torch.Tensor, dp) -> None:
 def reduce_step_grads(model, view, size: int, g_min: int, dp, contiguous: bool, contributes: bool) -> None:
     """The step's reduce phase, after the backward (its activations freed): the view's gradients summed over the
     groups onto the world model's `.grad` (`scatter_group_grads`, `reduce_replicated_grads`). The bytes it
-    allocates are paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`."""
+    allocates are `reduce_phase_bytes`."""
     scatter_group_grads(model, view, size, g_min, dp, contiguous)
     reduce_replicated_grads(model, view, contributes, dp)
 
@@ -326,7 +326,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     """Forward and backward of the global batch of `step` on the world model `model` (every rank calls it):
     this rank's group trains its items, `load_item(i, sp_group)` giving item i's (ids, labels, cu_seqlens) as
     this rank's shard at the group's size; `targets[i]` item i's next-token targets; `loss_tiles[i]` > 0: item i
-    with the tiled loss of that many tokens a tile (runtime/model/tiled_loss.py; none given: the whole head). The world
+    with the tiled loss of that many tokens a tile (none given: the whole head). The world
     shards' `.grad` get the gradient of the mean loss over every target of the batch; returns that loss (on every
     rank)."""
     check_grouped_step(model.cfg, step, meshes)

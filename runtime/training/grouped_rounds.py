@@ -2,7 +2,7 @@
 another on their groups' meshes, their gradients summed on each rank and reduced over the groups once, after the
 last round (docs/grouped_steps.md).
 
-Library module (no command). Each round is a grouped step's compute (runtime/training/grouped.py): its own
+Library module (no command). Each round is a grouped step's compute: its own
 gather of the group shards from the world shards (over the "dp" dimension of its smallest group's mesh), its
 groups' items trained under their plans. The gradient of a sharded tensor is kept, between rounds, in one
 [d, F] buffer of the world blocks of the step's reduction mesh: the "dp" dimension of the smallest group of any
