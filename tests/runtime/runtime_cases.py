@@ -1365,3 +1365,8 @@ import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node l
 
 CASES.update(node_cases.CASES)
 ONLY_AT.update(node_cases.ONLY_AT)
+
+import ulysses_ring_cases  # noqa: E402 - Ulysses x ring at p = 4, on this module's helpers
+
+CASES.update(ulysses_ring_cases.CASES)
+ONLY_AT.update(ulysses_ring_cases.ONLY_AT)
