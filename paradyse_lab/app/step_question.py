@@ -105,11 +105,12 @@ def check_positions(model, seq_len: int) -> None:
 
 
 def option_list(names, recompute: bool = False, tiled: bool = False, offload: bool = False) -> list:
-    """The options of `names` (`NAME[+recompute][+tiled][+offload]`; default: the usable strategies); each flag
-    given adds every option so far with it."""
-    from paradyse_lab.core.strategies import USABLE, StrategyOption
+    """The options of `names` (`NAME[+recompute][+tiled][+offload]`; default: the usable strategies, the paper's
+    and the two-dimensional ones, each offered where its shapes split); each flag given adds every option so far
+    with it."""
+    from paradyse_lab.core.strategies import TWO_D, USABLE, StrategyOption
 
-    opts = [StrategyOption.parse(n) for n in (names or USABLE)]
+    opts = [StrategyOption.parse(n) for n in (names or USABLE + TWO_D)]
     for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("offload", offload)):
         if wanted:
             opts += [replace(o, **{flag: True}) for o in opts if not getattr(o, flag)]

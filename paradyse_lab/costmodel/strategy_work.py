@@ -74,8 +74,8 @@ def ulysses_kv_sent(model: ModelSpec, p: int) -> int:
     return max(model.kv_heads, p) * model.head_dim
 
 
-def _coll(op, nbytes, p, count=1, overlapped=False):
-    return CollectiveCall(op, int(nbytes), p, count, overlapped)
+def _coll(op, nbytes, p, count=1, overlapped=False, stride=1):
+    return CollectiveCall(op, int(nbytes), p, count, overlapped, stride)
 
 
 @dataclass(frozen=True)
@@ -258,12 +258,14 @@ def ulysses_ring_work(s: Sublayer, a: int) -> StrategyWork:
     t, h, e, b = s.t, s.h, s.e, s.p // a
     kv_a = ulysses_kv_sent(s.model, a)  # K/V width through the all-to-all (and the ring): replicated up to a
     qkv = h + 2 * kv_a
-    fwd += [_coll("all_to_all", t * qkv * e, a), _coll("all_to_all", t * h * e, a)]
-    bwd += [_coll("all_to_all", t * h * e, a), _coll("all_to_all", t * qkv * e, a)]
+    if a > 1:
+        fwd += [_coll("all_to_all", t * qkv * e, a), _coll("all_to_all", t * h * e, a)]
+        bwd += [_coll("all_to_all", t * h * e, a), _coll("all_to_all", t * qkv * e, a)]
     ring_steps = 0
     if b > 1:  # a block: the group's a*t tokens of this rank's kv_a/a K/V width
-        fwd += [_coll("p2p", t * 2 * kv_a * e, b, count=b - 1, overlapped=True)]
-        bwd += [_coll("p2p", t * 2 * kv_a * (e + ACC_BYTES), b, count=b - 1, overlapped=True)]  # K/V, fp32 dK/dV
+        fwd += [_coll("p2p", t * 2 * kv_a * e, b, count=b - 1, overlapped=True, stride=a)]  # ranks a apart
+        bwd += [_coll("p2p", t * 2 * kv_a * (e + ACC_BYTES), b, count=b - 1, overlapped=True,  # K/V, fp32 dK/dV
+                      stride=a)]
         ring_steps = 2 * (b - 1)
     acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
     acts += e * 2 * t * 2 * kv_a + ACC_BYTES * (2 * t * 2 * kv_a + t * h)  # K/V and fp32 dK/dV buffers, fp32 dQ
