@@ -728,7 +728,8 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
     """The whole model over packs, one plan per step (mixed strategies, recompute), against the
     reference with the block-diagonal mask and per-document positions: logits, loss, every gradient.
     `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
-    its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
+    its plans cycling through the strategies the GQA rule allows at p where `plans` holds None (it then gives
+    only their count), else `plans` as given."""
     def case(rank: int, p: int, group) -> None:
         from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
 
@@ -737,8 +738,9 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             sd, ref = reference(cfg)
             model = ParallelGPT(cfg, group, state_dict=sd)
             names = feasible(cfg, p)
-            runs = [[names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "") for i in range(cfg.layers)]
-                    for j in range(len(plans))]
+            runs = plans if plans[0] is not None else [
+                [names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "") for i in range(cfg.layers)]
+                for j in range(len(plans))]
         else:
             cfg, _, ref, model = reference_and_model(causal, group)
             runs = plans

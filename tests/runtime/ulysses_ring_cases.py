@@ -7,25 +7,17 @@ Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
 
-import torch
 from runtime_cases import (
-    PACKS,
-    TOL,
-    B,
     _check_model,
-    _packed_reference,
-    grad_of,
     llama_config,
+    packed_model_case,
     packed_sublayer_case,
     reference,
     reference_and_model,
     sublayer_case,
 )
-from torch.testing import assert_close
 
-from paradyse_lab.runtime import ParallelGPT, gather_sequence, shard_sequence
-from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.weight_shards import shard_state_dict
+from paradyse_lab.runtime import ParallelGPT
 
 DEGREES = (1, 2, 4)
 """Head degrees a at p = 4: 1 x 4 (the ring alone), 2 x 2, 4 x 1 (the all-to-all alone)."""
@@ -53,35 +45,6 @@ def llama_case(kv_heads: int, plans):
     return case
 
 
-def packed_llama_case(kv_heads: int, plans):
-    """The LLaMA-shaped model over packs (per-document positions and masks), one plan per pack: logits, loss and
-    every gradient against the reference with the block-diagonal mask."""
-    def case(rank: int, p: int, group) -> None:
-        from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
-
-        cfg = llama_config(kv_heads)
-        sd, ref = reference(cfg)
-        model = ParallelGPT(cfg, group, state_dict=sd)
-        for step, plan in enumerate(plans):
-            pack = pack_sequence(PACKS[step % len(PACKS)], p)
-            cu = cu_seqlens(pack)
-            gen = torch.Generator().manual_seed(40 + step)
-            ids = torch.randint(0, cfg.vocab_size, (B, pack.padded_len), generator=gen)
-            labels = pack_labels(pack, ids)
-            logits_r, loss_r, full = comm.broadcast_object(
-                _packed_reference(ref, ids, labels, cu) if rank == 0 else None, 0, group)
-            want = shard_state_dict(full, rank, p)
-            model.zero_grad()
-            logits, loss = model(shard_sequence(ids, 1, group, cu), plan, shard_sequence(labels, 1, group, cu),
-                                 cu_seqlens=cu)
-            loss.backward()
-            assert_close(gather_sequence(logits.detach(), 1, group, cu), logits_r, **TOL)
-            assert_close(loss.detach(), loss_r, **TOL)
-            for n, q in ((n, q) for n, q in model.named_parameters() if q.numel()):
-                assert_close(grad_of(q), want[n], **TOL, msg=lambda m, n=n, plan=plan: f"{plan}: grad {n}: {m}")
-    return case
-
-
 CASES = {}
 for _a in DEGREES:
     # the whole kept set (the offload case counts it byte for byte), the bytes sent, every gradient
@@ -101,7 +64,7 @@ CASES["usp-llama-kv2-gqa"] = llama_case(2, [  # a = 4 replicates each K/V head t
     [usp(2), "megatron_cz", usp(4) + "+recompute+offload", "ulysses_z+tiled"],
 ])
 CASES["usp-llama-kv1-gqa"] = llama_case(1, [[usp(2), usp(4) + "+recompute"]])
-CASES["usp-packed-llama-kv2-gqa"] = packed_llama_case(2, [[usp(2), usp(4) + "+recompute"],
-                                                          [usp(4), "megatron_ts", usp(1), usp(2)]])
+CASES["usp-packed-llama-kv2-gqa"] = packed_model_case([[usp(2), usp(4) + "+recompute"],  # per-document RoPE
+                                                       [usp(4), "megatron_ts", usp(1), usp(2)]], True, llama_kv=2)
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
