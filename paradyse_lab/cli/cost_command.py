@@ -49,13 +49,14 @@ def parse_int(field: str, text: str) -> int:
     return int(value)
 
 
-def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False
-                  ) -> list[StrategyOption]:
-    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies. Each
-    flag given adds every option so far with it (`--recompute`, `--tiled-mlp`, `--offload`)."""
+def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False,
+                  two_d: bool = False) -> list[StrategyOption]:
+    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies
+    (`two_d`: and the two-dimensional ones). Each flag given adds every option so far with it (`--recompute`,
+    `--tiled-mlp`, `--offload`)."""
     from paradyse_lab.app.step_question import option_list
 
-    return option_list(split_names(text), recompute, tiled, offload)
+    return option_list(split_names(text), recompute, tiled, offload, two_d)
 
 
 def split_names(text: str | None) -> tuple[str, ...] | None:
@@ -70,6 +71,10 @@ def add_technique_arguments(p) -> None:
                    help="also offer each option with the tiled MLP (NAME+tiled: the MLP over chunks of about "
                    "hidden positions, keeping only its input and recomputing each chunk in the backward; ALST's "
                    "TiledMLP)")
+    p.add_argument("--two-d", action="store_true",
+                   help="also offer the two-dimensional strategies: ulysses_ring:a (Ulysses x ring, USP: all-to-all "
+                   "over heads in groups of a GPUs, zig-zag ring over the p/a groups) for every head degree a that "
+                   "divides the GPUs and the heads")
     p.add_argument("--offload", action="store_true",
                    help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
                    "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "
@@ -104,6 +109,7 @@ def question_of(args, seq_len: int | None = None):
         model=args.model, cluster=args.cluster, gpus=getattr(args, "gpus", None), seq_len=seq_len, documents=docs,
         batch=batch, strategies=split_names(args.strategies), recompute=args.recompute,
         tiled=getattr(args, "tiled_mlp", False), offload=getattr(args, "offload", False),
+        two_d=getattr(args, "two_d", False),
         granularity=getattr(args, "granularity", "block"), head=getattr(args, "head", "auto"),
         budget_bytes=budget_bytes(args), reserve_bytes=reserve_bytes(args),
         cost_model=getattr(args, "cost_model", "analytic"), profiles=getattr(args, "profiles", "") or "",

@@ -1,7 +1,7 @@
 """Ulysses x ring (`ulysses_ring:a`) in the catalog and the cost model: its feasibility rules at the head degree
 a, its ends equal to the 1-D strategies' traffic (a = p: ulysses_z; a = 1: megatron_cz's ring), the all-to-all
 inside groups of a and the ring over b = p / a, a strided ring priced over the network when it leaves the node,
-and `cost` / `plan` offering every factorisation (the runtime's bytes: tests/runtime/ulysses_ring_cases.py)."""
+and `cost` / `plan --two-d` offering every factorisation (the runtime's bytes: tests/runtime/ulysses_ring_cases.py)."""
 
 from __future__ import annotations
 
@@ -92,12 +92,14 @@ def test_a_ring_that_leaves_the_node_is_priced_over_the_network():
     assert one_node.collective_s(call8) == one_node.collective_s(replace(call8, stride=1))
 
 
-def test_cost_lists_the_factorisations_and_plan_may_take_them(capsys):
-    assert main(["cost", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "32K", "--format",
-                 "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["strategies"]
-    assert {"ulysses_ring:2", "ulysses_ring:4", "megatron_cz"} <= set(rows)
-    assert "ulysses_z" not in rows and "ulysses_ring:8" not in rows  # 28 heads: a = 8 does not split them
+def test_cost_lists_the_factorisations_with_two_d_and_plan_may_take_them(capsys):
+    qwen = ["--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "32K", "--format", "json"]
+    assert main(["cost", *qwen]) == 0
+    assert list(json.loads(capsys.readouterr().out)["strategies"]) == ["megatron_cz"]  # the paper's four: the ring
+    assert main(["cost", *qwen, "--two-d"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["strategies"]) == ["megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4"]
+    assert "heads (28) must be divisible by the head degree a (8)" in out["cannot_split"]["ulysses_ring:8"]
     assert main(["plan", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "32K", "--granularity",
                  "sublayer", "--strategies", "ulysses_ring:2,ulysses_ring:4", "--format", "json"]) == 0
     assert "ulysses_ring:" in capsys.readouterr().out
