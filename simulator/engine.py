@@ -20,7 +20,7 @@ from tqdm import tqdm
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.policy_contract import HeadPolicy
 from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.core.strategies import USABLE, layout_unit, step_length
+from paradyse_lab.core.strategies import TWO_D, USABLE, layout_unit, step_length
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
@@ -62,9 +62,10 @@ class Charger:
     """
 
     def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False,
-                 switch_memory: bool = False, tiled: bool = False, offload: bool = False):
+                 switch_memory: bool = False, tiled: bool = False, offload: bool = False, two_d: bool = False):
         self.graph, self.cost_model, self.budget_bytes = graph, cost_model, int(budget_bytes)
-        self.options = make_options(USABLE, recompute=recompute, tiled=tiled, offload=offload)
+        strategies = USABLE + (TWO_D if two_d else ())  # `two_d`: with the two-dimensional strategies
+        self.options = make_options(strategies, recompute=recompute, tiled=tiled, offload=offload)
         self.switch_memory = switch_memory
         self.reserved: dict[str, int] = {}
         """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import TWO_D
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.types import CostModel
 from paradyse_lab.simulator.engine import Charger
@@ -52,7 +53,7 @@ class Planner:
         budget, with the policy's recomputation options."""
         return Charger(self.graph, truth if truth is not None else self.cost_model, self.budget_bytes,
                        recompute=self.spec.recompute, switch_memory=switch_memory, tiled=self.spec.tiled,
-                       offload=self.spec.offload)
+                       offload=self.spec.offload, two_d=self.spec.two_d or self.spec.arg.split("+")[0] in TWO_D)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from functools import cached_property
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.core.strategies import USABLE, StrategyOption, get_strategy
+from paradyse_lab.core.strategies import TWO_D, USABLE, StrategyOption, get_strategy
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import cheapest_head, head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
@@ -248,9 +248,10 @@ def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: 
         strategy = spec.arg.removesuffix(RECOMPUTE_SUFFIX)
         return StaticPolicy(strategy, graph, restart=spec.kind == "restart", restart_s=restart_s,
                             recompute=spec.arg != strategy, name=spec.name)
+    offered = USABLE + (TWO_D if spec.two_d else ())
     for name in exclude:
-        if name not in USABLE:
-            raise unknown_name("excluded strategy", name, USABLE)
-    strategies = tuple(s for s in USABLE if s not in exclude)
+        if name not in offered:
+            raise unknown_name("excluded strategy", name, offered)
+    strategies = tuple(s for s in offered if s not in exclude)
     return DynamicPolicy(spec.arg, cost_model, graph, budget_bytes, strategies, spec.recompute, gamma, smoothing,
                          name=spec.name, tiled=spec.tiled, offload=spec.offload)

@@ -49,13 +49,14 @@ def parse_int(field: str, text: str) -> int:
     return int(value)
 
 
-def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False
-                  ) -> list[StrategyOption]:
-    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies. Each
-    flag given adds every option so far with it (`--recompute`, `--tiled-mlp`, `--offload`)."""
+def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False,
+                  two_d: bool = False) -> list[StrategyOption]:
+    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies
+    (`two_d`: and the two-dimensional ones). Each flag given adds every option so far with it (`--recompute`,
+    `--tiled-mlp`, `--offload`)."""
     from paradyse_lab.app.step_question import option_list
 
-    return option_list(split_names(text), recompute, tiled, offload)
+    return option_list(split_names(text), recompute, tiled, offload, two_d=two_d)
 
 
 def split_names(text: str | None) -> tuple[str, ...] | None:
@@ -74,6 +75,10 @@ def add_technique_arguments(p) -> None:
                    help="also offer each option of a strategy that can with head-chunked attention (NAME+headchunk: "
                    "the attention one query head per rank at a time, only one chunk's head-sharded q, k, v and "
                    "output live; ulysses_z)")
+    p.add_argument("--two-d", action="store_true",
+                   help="also offer the two-dimensional strategies: ulysses_ring:a (Ulysses x ring, USP: all-to-all "
+                   "over heads in groups of a GPUs, zig-zag ring over the p/a groups) for every head degree a that "
+                   "divides the GPUs and the heads")
     p.add_argument("--offload", action="store_true",
                    help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
                    "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "
@@ -109,6 +114,7 @@ def question_of(args, seq_len: int | None = None):
         batch=batch, strategies=split_names(args.strategies), recompute=args.recompute,
         tiled=getattr(args, "tiled_mlp", False), offload=getattr(args, "offload", False),
         headchunk=getattr(args, "head_chunks", False),
+        two_d=getattr(args, "two_d", False),
         granularity=getattr(args, "granularity", "block"), head=getattr(args, "head", "auto"),
         budget_bytes=budget_bytes(args), reserve_bytes=reserve_bytes(args),
         cost_model=getattr(args, "cost_model", "analytic"), profiles=getattr(args, "profiles", "") or "",

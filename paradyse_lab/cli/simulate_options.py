@@ -161,7 +161,7 @@ class SimulateOptions:
     dataset: str
     """github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH."""
     policy: str
-    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]."""
+    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+tiled][+offload][+2d][+sublayer]."""
     smoothing: bool = True
     """The paper's 5% smoothing (--no-smoothing: off)."""
     exclude: str = ""

@@ -25,6 +25,8 @@ catalog, the cost model and the runtime:
   all-to-all back.
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
+- ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
+  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
 These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
@@ -109,6 +111,9 @@ class Strategy:
     head_chunks: str = ""
     """'yes' when its attention can run one chunk of heads at a time (`+headchunk`; the runtime module then has
     `HEAD_CHUNKED_ATTENTION`); otherwise why not, the sentence a refused `+headchunk` option names."""
+    head_degree: int = 0
+    """Two-dimensional strategies: the ranks a of each head-parallel (all-to-all) group of the p = a x b split,
+    the other b = p / a ranks forming the ring; 0 for the one-dimensional strategies."""
 
     def __post_init__(self):
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
@@ -132,6 +137,10 @@ class Strategy:
         asks about the whole layer."""
         if not self.usable:
             return f"not usable: {self.unusable_reason}"
+        if self.head_degree and p % self.head_degree:
+            valid = ", ".join(str(a) for a in HEAD_DEGREES if p % a == 0) or "none"
+            return (f"p ({p}) must be divisible by the head degree a ({self.head_degree}) of the a x b split "
+                    f"(catalog head degrees that divide it: {valid})")
         unit = layout_unit(p) if (self.ring_attention and model.causal) else p
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
@@ -147,20 +156,43 @@ class Strategy:
         return None
 
     def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
-        """The heads and grouped-query rules of the module docstring."""
-        if self.splits_heads and model.heads % p:
-            return f"heads ({model.heads}) must be divisible by p ({p})"
+        """The heads and grouped-query rules of the module docstring (a two-dimensional strategy's with its head
+        degree a in place of p)."""
+        n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
+        if self.splits_heads and model.heads % n:
+            return f"heads ({model.heads}) must be divisible by {what} ({n})"
         kv = model.kv_heads
+        if self.kv_heads_rule == "replicate" and kv % n and n % kv:
+            return (f"kv_heads ({kv}) must be divisible by {what} ({n}) or divide it (each K/V head is then "
+                    f"replicated {'a' if self.head_degree else 'p'} / kv_heads times before the all-to-all)")
         if self.kv_heads_rule == "split" and kv % p:
             return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
                     "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
-        if self.kv_heads_rule == "replicate" and kv % p and p % kv:
-            return (f"kv_heads ({kv}) must be divisible by p ({p}) or divide it (each K/V head is then replicated "
-                    f"p / kv_heads times before the all-to-all)")
         if model.kv_hidden % p:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
         return None
+
+
+HEAD_DEGREES = (1, 2, 4, 8)
+"""Head degrees a of the catalog's Ulysses x ring entries (`ulysses_ring:a`), each usable where a divides p:
+every factorisation of an 8-GPU node (1 x 8, 2 x 4, 4 x 2, 8 x 1) and of the groups below it. The ends are the
+1-D strategies' communication (a = 1 megatron_cz's ring, a = p ulysses_z's all-to-all) with ulysses_z's kept
+set (the attention output in both layouts)."""
+ULYSSES_RING_COLORS = {1: "#bcbd22", 2: "#9467bd", 4: "#8c564b", 8: "#e377c2"}
+
+
+def _ulysses_ring(a: int) -> Strategy:
+    """The Ulysses x ring entry of head degree a (USP, Fang and Zhao, arXiv 2405.07719): all-to-all over heads
+    inside groups of a consecutive ranks, zig-zag ring attention over the p / a groups, ZeRO-3 weights over p."""
+    return Strategy(
+        f"ulysses_ring:{a}", f"Ulysses{a}xRing",
+        attention=f"all-to-all over heads in groups of {a} ranks, zig-zag ring attention over p/{a} groups",
+        mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+        splits_heads=True, ring_attention=True, kv_heads_rule="replicate",
+        abbreviation=f"U{a}", color=ULYSSES_RING_COLORS[a], schedule="ulysses_ring",
+        runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a,
+    )
 
 
 CATALOG: dict[str, Strategy] = {
@@ -213,7 +245,11 @@ CATALOG: dict[str, Strategy] = {
     )
 }
 USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
-"""The strategies plans are made of, in the paper's order."""
+"""The strategies plans are made of, in the paper's order (one-dimensional: each spans all p ranks)."""
+CATALOG.update({s.name: s for s in map(_ulysses_ring, HEAD_DEGREES)})
+TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree)
+"""The two-dimensional strategies (p = a x b), offered beside `USABLE` where the question does not name its
+options (`cost`, `plan`); the paper's reproduction keeps to `USABLE`."""
 
 
 @dataclass(frozen=True)

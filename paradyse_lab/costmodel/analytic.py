@@ -99,7 +99,8 @@ class AnalyticCostModel:
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
         ranks reach a collective from compute; 0 but on measured clusters)."""
-        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
+        per_node = max(1, self.cluster.node_gpus // call.stride) if call.stride > 1 else None  # a strided group
+        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks, per_node)
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:

@@ -89,10 +89,11 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     """
     if segments is not None and (batch != 1 or sum(segments) != seq_len):
         raise ValueError(f"packed segments {segments} must sum to seq_len {seq_len} at batch 1")
-    key = get_strategy(option.strategy).schedule
+    strategy = get_strategy(option.strategy)
+    key = strategy.schedule
     if key not in SCHEDULES:
         raise ValueError(f"no schedule for strategy {option.strategy!r}")
-    s = Sublayer.of(model, kind, seq_len, batch, p)
+    s = Sublayer.of(model, kind, seq_len, batch, p, strategy.head_degree)
     work = SCHEDULES[key](s)
     if option.headchunk and s.attn:
         work = head_chunked_work(s, work, key)
@@ -115,11 +116,12 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
         share = 1.0 / p  # of every document's FLOPs, per rank
-        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # per-document zig-zag
-            share *= zigzag_imbalance(tuple(segments), p, model.causal)
+        ring = work.ring_ranks or p  # ranks in the ring (a two-dimensional strategy's b)
+        if segments is not None and len(segments) > 1 and work.ring_blocks and ring > 1:  # per-document zig-zag
+            share *= zigzag_imbalance(tuple(segments), ring, model.causal)
 
-        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2p chunks of every document
-            return max(n // p, 1) if work.ring_blocks else n
+        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2*ring chunks of every document
+            return max(n // ring, 1) if work.ring_blocks else n
 
         calls = tuple((F.attention_core_flops_forward(model, n, per) * share * passes, keys(n)) for n in docs)
 
@@ -135,7 +137,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
         bwd = refwd + bwd
         if ring_steps:
-            ring_steps += (p - 1)
+            ring_steps += (work.ring_ranks or p) - 1
         transient += kept
         kept = s.t * s.h * s.e
     host = 0

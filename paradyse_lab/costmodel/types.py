@@ -29,6 +29,9 @@ class CollectiveCall:
     """How many identical calls."""
     overlapped: bool = False
     """Whether the strategy hides this behind compute (ring point-to-point with double buffering)."""
+    stride: int = 1
+    """Distance between the group's consecutive ranks: 1 for a block of consecutive ranks, a for the ring groups
+    of a two-dimensional a x b split (one rank of every head group), so node_gpus / stride of them share a node."""
 
     def __post_init__(self):
         if self.op not in COLLECTIVES:

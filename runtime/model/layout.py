@@ -84,6 +84,12 @@ def _local_positions(documents: tuple[int, ...], p: int, r: int) -> torch.Tensor
     return torch.cat(parts)
 
 
+def ring_positions(documents: tuple[int, ...], p: int, r: int) -> torch.Tensor:
+    """Global positions of rank r's tokens when each of `documents` (lengths, each a multiple of 2p) is cut into
+    2p chunks and r holds chunks r and 2p-1-r of every one: [sum / p] (cached: do not modify it)."""
+    return _local_positions(tuple(documents), p, r)
+
+
 def gathered_positions(seq_len: int, p: int, cu_seqlens=None) -> torch.Tensor:
     """Global position of each token of the rank-major concatenation of all ranks' local tokens: [s]."""
     return torch.cat([local_positions(seq_len, p, r, cu_seqlens) for r in range(p)])

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from paradyse_lab.core.plan import Plan
-from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
+from paradyse_lab.core.strategies import CATALOG, USABLE, StrategyOption, get_strategy
 from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
@@ -67,17 +67,20 @@ class StrategyModules(Mapping):
         entry = CATALOG.get(name)
         if entry is None or not entry.usable:
             raise KeyError(name)
-        return importlib.import_module(entry.runtime_module)
+        module = importlib.import_module(entry.runtime_module)
+        return module.for_degree(entry.head_degree) if entry.head_degree else module
 
     def __iter__(self) -> Iterator[str]:
-        return iter([name for name, s in CATALOG.items() if s.usable])
+        return iter(USABLE)
 
     def __len__(self) -> int:
-        return sum(1 for s in CATALOG.values() if s.usable)
+        return len(USABLE)
 
 
 STRATEGY_MODULES = StrategyModules()
-"""Strategy name -> its runtime module, for every usable entry of the catalog."""
+"""Strategy name -> its runtime module, for every usable entry of the catalog (a two-dimensional entry's: its
+module's implementation at the entry's head degree). Iterating lists the one-dimensional strategies (`USABLE`),
+which run at every p; a two-dimensional one runs where its head degree divides p, and is asked by name."""
 
 
 def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:

@@ -1386,3 +1386,8 @@ import round_cases  # noqa: E402 - a step as rounds of group splits, reduced onc
 
 CASES.update(round_cases.CASES)
 ONLY_AT.update(round_cases.ONLY_AT)
+
+import ulysses_ring_cases  # noqa: E402 - Ulysses x ring at p = 4, on this module's helpers
+
+CASES.update(ulysses_ring_cases.CASES)
+ONLY_AT.update(ulysses_ring_cases.ONLY_AT)

@@ -818,6 +818,18 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "strategy metp+headchunk: its attention is a ring per head group"),
     ("cost-headchunk-on-megatron-ts", COST + ["a100-80gb-x8", "--strategies", "megatron_ts+headchunk"],
      "+headchunk is offered by ulysses_z"),
+    # Ulysses x ring (ulysses_ring:a): head degrees that do not split the heads or p, unknown degrees and suffixes
+    ("cost-usp-degree-above-heads", ["cost", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "8K",
+                                     "--strategies", "ulysses_ring:8"],
+     "ulysses_ring:8: heads (28) must be divisible by the head degree a (8)"),
+    ("cost-usp-degree-above-p", ["cost", "--model", "gpt", "--seq", "4096", "--gpus", "2", "--strategies",
+                                 "ulysses_ring:4"], "p (2) must be divisible by the head degree a (4)"),
+    ("plan-usp-unknown-degree", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "ulysses_ring:3"],
+     "unknown strategy 'ulysses_ring:3'; valid:"),
+    ("simulate-usp-unknown-suffix", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp+3d"],
+     "unknown policy 'dynamic:dp+3d'"),
+    ("simulate-usp-restart", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
+                              "restart:ulysses_ring:2"], "unknown strategy in policy 'restart:ulysses_ring:2'"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]
