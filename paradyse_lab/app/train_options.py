@@ -133,8 +133,9 @@ class TrainOptions:
     cluster: str = ""
     """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
     default preset)."""
-    cost_model: str = "analytic"
-    """Cost model the policy plans with:"""
+    cost_model: str = "auto"
+    """Cost model the policy plans with (auto: replay where the cluster has kernel tables, bundled or beside its
+    cluster file, else analytic):"""
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gib: float = 0.0
