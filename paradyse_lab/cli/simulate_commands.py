@@ -28,8 +28,8 @@ def register(sub) -> None:
         description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
         "with one policy, charged by --truth-cost-model (default auto: the replay model where the cluster has "
         "kernel tables, bundled or beside its cluster file, else the analytic model; paper: the authors' measured "
-        "A100 times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its first "
-        "OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
+        "A100 times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its "
+        "first OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
         "(heuristic, dp, ilp, ...; with the paper's cache and smoothing).")
     add_dataclass_arguments(p, SimulateOptions)
     p.add_argument("--cost-model", dest="truth_cost_model", default=argparse.SUPPRESS,
@@ -83,7 +83,7 @@ def run_simulate(args) -> int:
     truth = resolve_cost_model(setup.truth, cluster)
     plan_cm = resolve_cost_model(opts.plan_cost_model or setup.truth, cluster)
     labels = [["plan cost model", plan_cm], ["truth cost model", truth]]
-    if {plan_cm, truth} - {"analytic", "paper"}:
+    if {plan_cm, truth} - {"analytic", "paper", "replay"}:  # the models fitted on a profile
         from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 
         labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])

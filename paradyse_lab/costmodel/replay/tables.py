@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import tomllib
 
 from paradyse_lab.costmodel.replay.ops import Op
@@ -45,6 +46,8 @@ class GemmTable:
     """Measured GEMMs: (log m, log n, log k, log throughput) per dtype."""
 
     points: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    _arrays: dict = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def read(cls, path: Path) -> GemmTable:
@@ -60,11 +63,21 @@ class GemmTable:
         if pts is None:  # another dtype's throughput would misprice it by the ratio of the two peaks
             raise UserInputError(f"the GEMM table holds {', '.join(sorted(self.points))}; the model's GEMMs run in "
                                  f"{op.dtype}: measure a table in {op.dtype} (or plan in a dtype the table holds)")
-        q = (math.log(max(op.m, 1)), math.log(max(op.n, 1)), math.log(max(op.k, 1)))
-        near = sorted(pts, key=lambda p: sum((a - b) ** 2 for a, b in zip(q, p)))[:NEIGHBOURS]
-        weights = [1.0 / (1e-6 + math.sqrt(sum((a - b) ** 2 for a, b in zip(q, p)))) for p in near]
-        log_thr = sum(w * p[3] for w, p in zip(weights, near)) / sum(weights)
-        return op.flops / math.exp(log_thr) if op.flops else 0.0
+        key = (op.dtype, op.m, op.n, op.k)
+        if key not in self._memo:
+            self._memo[key] = self._log_throughput(op.dtype, pts, op.m, op.n, op.k)
+        return op.flops / math.exp(self._memo[key]) if op.flops else 0.0
+
+    def _log_throughput(self, dtype: str, pts, m: int, n: int, k: int) -> float:
+        """Inverse-distance average of the `NEIGHBOURS` nearest rows' log throughput (module docstring)."""
+        if dtype not in self._arrays:
+            self._arrays[dtype] = np.array(pts, float)
+        table = self._arrays[dtype]
+        q = np.log([max(m, 1), max(n, 1), max(k, 1)])
+        dist = np.sqrt(((table[:, :3] - q) ** 2).sum(axis=1))
+        near = np.argsort(dist, kind="stable")[:NEIGHBOURS]
+        weights = 1.0 / (1e-6 + dist[near])
+        return float((weights * table[near, 3]).sum() / weights.sum())
 
 
 @dataclass

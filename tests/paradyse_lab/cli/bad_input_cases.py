@@ -810,6 +810,13 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "--reserve-gib 79.34667969 is not below the GPU memory of a100-80gb-x8 (79.3467 GiB"),
     ("profile-model", ["costmodel", "profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out",
                        "{d}/p.csv", "--p", "2"], "unknown model 'nope'"),
+    # the replay cost model asked for on a cluster without kernel tables; an unknown --cost-model lists auto
+    ("cost-replay-without-tables", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables for 'a100-80gb-x8'"),
+    ("simulate-replay-without-tables", SIM_DP + ["--size", "4", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables"),
+    ("cost-model-unknown-lists-auto", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "nope"],
+     "unknown cost model 'nope'; valid: <file.joblib>, analytic, auto, calibrated"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]
