@@ -181,6 +181,12 @@ class ClusterSpec:
     folder beside it, as `calibrate --out DIR` writes them; '' for the presets (their bundled tables, if any)."""
 
     @property
+    def on_cpu(self) -> bool:
+        """Whether the cluster's devices are a CPU host's ranks (`calibrate` on a CPU names them 'cpu ...', a
+        training run's host cluster 'CPU, ...'): the runtime then runs the CPU's kernels and optimizer."""
+        return self.gpu_name.lower().startswith("cpu")
+
+    @property
     def plan_budget_bytes(self) -> int:
         """What a plan may use per GPU: the memory less the reserve (the budget of `plan`, `simulate` and
         `train` unless a budget is given)."""

@@ -50,7 +50,7 @@ def trace_source_installed() -> bool:
 
 def trace_device(cluster: ClusterSpec) -> str:
     """The device whose attention kernels the trace stands for: 'cpu' for a measured CPU host, else 'cuda'."""
-    return "cpu" if cluster.gpu_name.startswith("CPU") else "cuda"
+    return "cpu" if cluster.on_cpu else "cuda"
 
 
 def with_documents(op: Op, seq_len: int, segments: tuple[int, ...]) -> Op:
