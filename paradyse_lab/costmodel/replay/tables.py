@@ -200,14 +200,10 @@ def replay_inputs(cluster) -> tuple[KernelTables, HostCosts] | str:
     """The tables and host costs the replay model prices `cluster` with, or why there are none."""
     folder = tables_folder(cluster)
     if folder is None:
-        return f"no kernel tables for {cluster.device!r} (bundled: {', '.join(bundled_names()) or 'none'})"
+        return f"no kernel tables for {cluster.device!r}"
     host = host_costs(cluster, folder)
     if host is None:
         return f"{folder} gives no {HOST_FILE} and {cluster.name!r} no measured launch cost"
     bundled = folder.parent == BUNDLED
     return KernelTables.read(folder, f"bundled {folder.name} tables" if bundled else f"tables in {folder}"), host
 
-
-def bundled_names() -> list[str]:
-    """The cluster presets with bundled tables."""
-    return sorted(f.name for f in BUNDLED.iterdir() if (f / "gemm.csv").is_file())
