@@ -16,7 +16,8 @@ import csv
 import time
 
 import paradyse_lab.app  # noqa: F401  (installs the runtime's tracer the replay model prices from)
-from paradyse_lab.simulator.experiments import Setup, run_one
+from paradyse_lab.cli.simulate_options import SimulationOptions
+from paradyse_lab.simulator.experiments import run_one
 from paradyse_lab.simulator.run_metrics import summarize
 
 PANELS = [(d, m) for d in ("github_code", "grch38") for m in ("bert", "llama", "gpt")]
@@ -30,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for model in ("replay", "analytic"):
-        setup = Setup(cluster=args.cluster, size=args.size, truth=model)
+        setup = SimulationOptions(truth_cost_model=model, cluster=args.cluster, size=args.size).setup()  # simulate's
         for dataset, name in PANELS:
             t0 = time.process_time()
             run = run_one(setup, name, dataset, "dynamic:dp", progress=False)
