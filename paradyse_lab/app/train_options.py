@@ -23,7 +23,7 @@ the run's first lines say how many)
 (runtime/training/run_inputs.py: lengths rounded up to 2p, padding masked out of the loss); otherwise a fixed random
 sparse Markov chain (seeded; each token has 4 likely successors), which a model can learn, so the loss falls. The
 policy (`static:NAME`, `dynamic:SOLVER`, simulator/policies.py, built by paradyse_lab/app/training.py and passed in
-as `policy_for`) plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on
+as `policy_for`) plans each step with `--cost-model` (default auto; learned and calibrated ones fitted on
 `--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
 size. The log names the attention kernels that ran (`sdpa_cpu_varlen`, `math_varlen`, `sdpa_flash_varlen`,
 `flash_attn_varlen` for packed steps; `math-masked`, the masked math kernel's visible fallback). AdamW; bf16
