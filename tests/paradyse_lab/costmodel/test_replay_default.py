@@ -13,11 +13,13 @@ import dataclasses
 import json
 import re
 import shutil
+from unittest import mock
 
 import pytest
 
 import paradyse_lab.app  # noqa: F401  (installs the runtime's tracer)
 from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.app.training import plan_policy
 from paradyse_lab.cli import main
 from paradyse_lab.cli.simulate_options import SimulationOptions
 from paradyse_lab.cli.validate_run_command import default_cost_model
@@ -140,6 +142,16 @@ def test_simulate_plans_with_replay_by_default_and_experiment_keeps_the_analytic
     assert SimulationOptions().setup().truth == "analytic"  # experiment and reproduce: the paper's model
     assert SimulationOptions().setup(cost_model="auto").truth == "auto"  # simulate
     assert TrainOptions.__dataclass_fields__["cost_model"].default == "auto"
+
+
+def test_train_plans_with_replay_on_a_cluster_with_tables(fake_traces):
+    with mock.patch("paradyse_lab.simulator.planner.build_policy") as build:
+        plan_policy(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16", cluster="h100-80gb-x8"),
+                    get_model("gpt2-tiny"), 2, quiet=True)
+    assert build.call_args.args[2].name == "replay"
+    with mock.patch("paradyse_lab.simulator.planner.build_policy") as build:
+        plan_policy(TrainOptions(model="gpt2-tiny", dataset="uniform:8:16"), get_model("gpt2-tiny"), 2, quiet=True)
+    assert build.call_args.args[2].name == "analytic"  # the CPU host of the default preset: no tables
 
 
 def test_the_runtimes_own_trace_prices_a_tiny_layer(tmp_path, monkeypatch):
