@@ -66,7 +66,7 @@ def _model_spec(model):
 
 def plan_step(model, *, p: int | None = None, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
-              batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
+              batch: int = 1, budget_gib: float | None = None, cost_model: str = "auto",
               strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
               offload: bool = False, head: str = "auto", reserve_gib: float | None = None,
               kv_heads: int | None = None, profiles: str = "", head_chunks: bool = False) -> PlanReport:
@@ -79,7 +79,8 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
     `head_chunks` each of a strategy that offers it with head-chunked attention (docs/head_chunked_attention.md);
     `granularity` 'block' or 'sublayer'; `head` auto (the fastest head option that fits), whole, tiled or vocab;
     `budget_gib` per GPU in GiB (default the GPU's memory less `reserve_gib`, else less the cluster's reserve;
-    `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (fitted on `profiles`),
+    `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (default auto: the replay model
+    where the cluster has kernel tables, else analytic; fitted on `profiles` when it learns),
     which caps the budget as it does for every planner (`planning_model`: a learned model
     of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
     from paradyse_lab.app.step_question import StepQuestion, plan_question

@@ -48,7 +48,7 @@ class StepQuestion:
     head: str = "auto"
     budget_bytes: int | None = None
     reserve_bytes: int | None = None
-    cost_model: str = "analytic"
+    cost_model: str = "auto"
     profiles: str = ""
     kv_heads: int | None = None
 

@@ -23,7 +23,7 @@ the run's first lines say how many)
 (lengths rounded up to 2p, padding masked out of the loss); otherwise a fixed random
 sparse Markov chain (seeded; each token has 4 likely successors), which a model can learn, so the loss falls. The
 policy (`static:NAME`, `dynamic:SOLVER`, built by the application and passed to the runtime
-as `policy_for`) plans each step with `--cost-model` (default analytic; learned and calibrated ones fitted on
+as `policy_for`) plans each step with `--cost-model` (default auto; learned and calibrated ones fitted on
 `--profiles`) on `--cluster` (a preset, or the measured DIR/cluster.toml of `paradyse-lab calibrate`) at this world
 size. The log names the attention kernels that ran (`sdpa_cpu_varlen`, `math_varlen`, `sdpa_flash_varlen`,
 `flash_attn_varlen` for packed steps; `math-masked`, the masked math kernel's visible fallback). AdamW; bf16
@@ -134,8 +134,9 @@ class TrainOptions:
     cluster: str = ""
     """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
     default preset)."""
-    cost_model: str = "analytic"
-    """Cost model the policy plans with:"""
+    cost_model: str = "auto"
+    """Cost model the policy plans with (auto: replay where the cluster has kernel tables, bundled or beside its
+    cluster file, else analytic):"""
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gib: float = 0.0

@@ -62,7 +62,7 @@ def refuse_non_analytic_groups(opts) -> None:
     """--groups plans with the analytic cost model, as `simulate --global-batch` does (its pricers are analytic)."""
     from paradyse_lab.errors import UserInputError
 
-    if opts.groups and opts.cost_model != "analytic":
+    if opts.groups and opts.cost_model not in ("auto", "analytic"):
         raise UserInputError(f"--groups plans with the analytic cost model (as simulate --global-batch); drop "
                              f"--cost-model {opts.cost_model}")
 

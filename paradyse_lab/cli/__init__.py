@@ -209,6 +209,8 @@ def _run_command(argv: list[str] | None) -> int:
         return 2
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
+    import paradyse_lab.app  # noqa: F401  (installs the runtime's tracer the replay cost model prices from)
+
     try:
         if getattr(args, "out_file", False) and args.out:  # a file --out: refused before any work if unusable
             from paradyse_lab.files.atomic_write import check_output_file  # only for the commands that write a file

@@ -117,7 +117,7 @@ def question_of(args, seq_len: int | None = None):
         two_d=getattr(args, "two_d", False),
         granularity=getattr(args, "granularity", "block"), head=getattr(args, "head", "auto"),
         budget_bytes=budget_bytes(args), reserve_bytes=reserve_bytes(args),
-        cost_model=getattr(args, "cost_model", "analytic"), profiles=getattr(args, "profiles", "") or "",
+        cost_model=getattr(args, "cost_model", "auto"), profiles=getattr(args, "profiles", "") or "",
         kv_heads=parse_int("--kv-heads", kv) if kv is not None else None)
 
 
@@ -148,8 +148,10 @@ def add_question_arguments(p, head: bool = True) -> None:
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
                    "bytes; the strategies' rule on kv_heads is in `paradyse-lab catalog strategies`)")
-    p.add_argument("--cost-model", default="analytic",
-                   help="analytic (default; calibrated when the --cluster file carries a calibration), paper "
+    p.add_argument("--cost-model", default="auto",
+                   help="auto (default: replay where the cluster has kernel tables, bundled or beside its cluster "
+                   "file, else analytic), replay (the runtime's traced operations priced on the cluster's kernel "
+                   "tables), analytic (calibrated when the --cluster file carries a calibration), paper "
                    "(the ParaDySe authors' measured A100 times; bert, llama, gpt, paper-7b on a100-80gb-x8 only), "
                    "calibrated, a learned kind (hybrid, forest, polynomial, residual; fitted on --profiles) or a "
                    ".joblib file")
@@ -173,7 +175,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from paradyse_lab.app.step_question import uniform_costs
-    from paradyse_lab.costmodel.factory import cost_model_label  # pandas: only when run
+    from paradyse_lab.costmodel.factory import cost_model_label, priced_by  # pandas: only when run
 
     answer = uniform_costs(question_of(args))
     ctx, cm, costs, refused, heads = answer.context, answer.cost_model, answer.costs, answer.refused, answer.head_parts
@@ -182,7 +184,8 @@ def run(args) -> int:
         packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
         print_json({
             "model": model.name, "cluster": cluster.name, "gpus": cluster.gpus, "seq_len": answer.seq_len,
-            "batch": answer.batch, **packed, "cost_model": cost_model_label(cm), "budget_bytes": ctx.budget_bytes,
+            "batch": answer.batch, **packed, "cost_model": cost_model_label(cm),
+            "priced_by": priced_by(cm), "budget_bytes": ctx.budget_bytes,
             "strategies": {
                 c.option: {
                     "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
@@ -199,6 +202,7 @@ def run(args) -> int:
     print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
           f"{format_bytes(cluster.memory_bytes)} each, budget {format_bytes(ctx.budget_bytes)}), {answer.what}; "
           f"cost model {cost_model_label(cm)}; per GPU:")
+    print("priced by: " + ", ".join(f"{what.replace('_', ' ')} {name}" for what, name in priced_by(cm).items()))
     rows = [[c.option, answer.heads[c.option], format_seconds(c.time_s_per_layer), format_bytes(c.kept_bytes_per_layer),
              format_bytes(c.transient_bytes), format_bytes(c.model_state_bytes), format_bytes(c.peak_bytes),
              "yes" if c.fits else "OOM",

@@ -22,9 +22,11 @@ FORMATS = ("table", "json")
 class SimulationOptions:
     """What every simulated run of `simulate` and `experiment` shares (`Setup`)."""
 
-    truth_cost_model: str = "analytic"
-    """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): analytic, paper
-    (the ParaDySe authors' measured A100 times), calibrated, or a learned kind / .joblib file."""
+    truth_cost_model: str = ""
+    """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): auto (replay
+    where the cluster has kernel tables, else analytic), analytic, replay, paper (the ParaDySe authors' measured
+    A100 times), calibrated, or a learned kind / .joblib file (default: auto for simulate; analytic for
+    experiment, which reproduces the paper)."""
     cluster: str = DEFAULT_CLUSTER
     """Node preset or .toml."""
     gpus: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
@@ -54,8 +56,9 @@ class SimulationOptions:
     """Charge the caching allocator's reservation of every strategy used so far (the memory price of
     switching); static runs pay nothing more."""
 
-    def setup(self, packing: PackingOptions | None = None):
-        """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""
+    def setup(self, packing: PackingOptions | None = None, cost_model: str = "analytic"):
+        """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors);
+        `cost_model`: the command's default truth model when --truth-cost-model is not given."""
         from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
         from paradyse_lab.core.layer_graph import GRANULARITIES
         from paradyse_lab.errors import unknown_name
@@ -74,7 +77,7 @@ class SimulationOptions:
         reserve_gib = require_number("--reserve-gb", self.reserve_gb, 0.0, 1e9)  # beyond: no int of bytes
         return Setup(cluster=self.cluster, gpus=self.gpus, size=size, seed=self.seed, sampling=self.sampling,
                      reserve_bytes=gib_to_bytes(reserve_gib),
-                     gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model,
+                     gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model or cost_model,
                      switch_memory=self.switch_memory, recompute=self.recompute, granularity=self.granularity,
                      **(packing.setup_fields() if packing is not None else {}))
 
@@ -169,8 +172,8 @@ class SimulateOptions:
     out: str = ""
     """Write the per-step rows to this CSV."""
     plan_cost_model: str = ""
-    """Cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, polynomial, residual
-    (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
+    """Cost model a dynamic policy plans with: auto, analytic, replay, paper, calibrated, hybrid, forest,
+    polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
     packing: PackingOptions = field(default_factory=PackingOptions)
     grouping: GroupOptions = field(default_factory=GroupOptions)
     run: SimulationOptions = field(default_factory=SimulationOptions)

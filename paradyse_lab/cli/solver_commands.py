@@ -35,7 +35,8 @@ COMPARED = ("heuristic", "greedy", "dp", "ilp")
 def register(sub) -> None:
     p = sub.add_parser("plan", help="choose a strategy per layer for one sequence length",
                        description="Build the search problem of a model at one sequence length under a "
-                       "cost model (default analytic) and solve it. Prints the plan (one option per decision), its "
+                       "cost model (default auto: the replay model where the cluster has kernel tables, else "
+                       "analytic) and solve it. Prints the plan (one option per decision), its "
                        "head option, predicted time and exact peak memory per GPU; `paradyse-lab cost` and the "
                        "API's plan_step take the same flags and give the same answer.")
     add_question_arguments(p)

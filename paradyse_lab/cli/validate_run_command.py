@@ -104,9 +104,11 @@ def _options(args):
     cost_model = args.cost_model or default_cost_model(out)
     check_cost_model_name(cost_model)
     if cost_model != "analytic" and not cost_model.endswith(".joblib"):
-        from paradyse_lab.costmodel.factory import build_cost_model
+        from paradyse_lab.costmodel.factory import build_cost_model, resolve_cost_model
 
-        build_cost_model(cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
+        planned_on = get_cluster(cluster or "a100-80gb-x8")
+        cost_model = resolve_cost_model(cost_model, planned_on)  # auto: what the report names
+        build_cost_model(cost_model, spec, planned_on, nproc, profiles or None)
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip()) or POLICIES
     for pol in policies:
         kind, _, arg = pol.partition(":")
@@ -118,9 +120,12 @@ def _options(args):
 
 
 def default_cost_model(out: Path) -> str:
-    """`calibrated` for a measured folder (its cluster.toml and profile.csv, what `calibrate` writes), else
-    `analytic`."""
-    return "calibrated" if (out / "cluster.toml").is_file() and (out / "profile.csv").is_file() else "analytic"
+    """`replay` for a measured folder with kernel tables beside its cluster.toml (what `calibrate --out DIR`
+    writes), `calibrated` for one with a profile.csv instead, else `auto` (replay where the cluster has bundled
+    tables, else analytic)."""
+    if (out / "cluster.toml").is_file() and (out / "kernels" / "gemm.csv").is_file():
+        return "replay"
+    return "calibrated" if (out / "cluster.toml").is_file() and (out / "profile.csv").is_file() else "auto"
 
 
 def output_folder(path: str) -> Path:

@@ -129,6 +129,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
         raise UserInputError(
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
+    if (path.parent / "kernels" / "gemm.csv").is_file():  # measured kernel tables beside the file
+        kw["kernels"] = str(path.parent / "kernels")
     return ClusterSpec(**kw)
 
 

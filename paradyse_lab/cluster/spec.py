@@ -176,6 +176,15 @@ class ClusterSpec:
     per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
     bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
     presets."""
+    kernels: str = field(default="", compare=False)
+    """Folder of this machine's measured kernel tables (the replay cost model's): a cluster file's `kernels/`
+    folder beside it, as `calibrate --out DIR` writes them; '' for the presets (their bundled tables, if any)."""
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the cluster's devices are a CPU host's ranks (`calibrate` on a CPU names them 'cpu ...', a
+        training run's host cluster 'CPU, ...'): the runtime then runs the CPU's kernels and optimizer."""
+        return self.gpu_name.lower().startswith("cpu")
 
     @property
     def plan_budget_bytes(self) -> int:

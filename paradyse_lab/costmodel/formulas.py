@@ -84,6 +84,25 @@ def model_state_bytes_per_param(model: ModelSpec) -> int:
     return sum(table.values())
 
 
+def optimizer_temporary_bytes(model: ModelSpec, on_cpu: bool) -> int:
+    """Working memory of the optimizer step beyond the model states. CUDA runs AdamW fused (one kernel per
+    parameter group, no temporaries). On the CPU PyTorch's AdamW runs its single-tensor loop (no fused or
+    multi-tensor kernel there), which for each parameter makes `exp_avg_sq.sqrt()` and its quotient by the bias
+    correction (`denom`) before the in-place update, while the previous parameter's `denom` is still bound: two
+    tensors of one parameter's size and one of the one before it alive at once (torch/optim/adam.py
+    `_single_tensor_adam`). Bounded here by twice the largest unsharded trained tensor plus the next largest
+    (the embedding, learned positions or untied head [rows, h], and every layer's weights)."""
+    if not on_cpu:
+        return 0
+    h, d = model.hidden, model.hidden // model.heads
+    ffn_rows = 2 * model.ffn_hidden if model.ffn_kind == "swiglu" else model.ffn_hidden
+    rows = [h + 2 * model.kv_heads * d, h, ffn_rows, model.ffn_hidden] * model.layers
+    if model.embedding_and_head:
+        rows += [model.vocab_size, model.max_positions] + ([] if model.tied else [model.vocab_size])
+    largest, second = sorted(rows, reverse=True)[:2] if len(rows) > 1 else (rows[0], 0)
+    return (2 * largest + second) * h * model.dtype_bytes
+
+
 def norm_params(model: ModelSpec) -> int:
     """LayerNorm weight + bias (2h) or RMSNorm weight (h)."""
     return (2 if model.norm == "layernorm" else 1) * model.hidden

@@ -29,6 +29,7 @@ from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.core.strategies import CATALOG, StrategyOption
 from paradyse_lab.core.strategies import options as default_options
+from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.layer_checkpoint import checkpointed_layer, checkpoints_layer
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.errors import UserInputError, require_positive_int
@@ -116,7 +117,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     return SearchProblem(
         options=tuple(o.name for o in usable), time_s=time_s, kept_bytes=kept, transient_bytes=transient,
         switch_s=switch, fixed_bytes=fixed_states + fx.model_state_bytes + fx.kept_bytes,
-        budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes,
+        budget_bytes=int(budget_bytes),
+        fixed_transient_bytes=max(fx.transient_bytes,  # the loss backward's, or the optimizer step's
+                                  F.optimizer_temporary_bytes(cost_model.model, cost_model.cluster.on_cpu)),
         fixed_time_s=fx.time_s + fx.optimizer_s,  # the optimizer step ends every training step
         edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
         host_bytes=host if host.any() else None,

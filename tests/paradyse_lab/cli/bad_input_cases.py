@@ -830,6 +830,13 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "unknown policy 'dynamic:dp+3d'"),
     ("simulate-usp-restart", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
                               "restart:ulysses_ring:2"], "unknown strategy in policy 'restart:ulysses_ring:2'"),
+    # the replay cost model asked for on a cluster without kernel tables; an unknown --cost-model lists auto
+    ("cost-replay-without-tables", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables for 'a100-80gb-x8'"),
+    ("simulate-replay-without-tables", SIM_DP + ["--size", "4", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables"),
+    ("cost-model-unknown-lists-auto", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "nope"],
+     "unknown cost model 'nope'; valid: <file.joblib>, analytic, auto, calibrated"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]

@@ -192,7 +192,7 @@ def test_short_sequences_get_no_tiling_or_offload():
 
 def test_cost_shows_the_options_and_plan_max_length_takes_them(capsys):
     common = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--strategies", "ulysses_z,metp", "--format",
-              "json"]
+              "json", "--cost-model", "analytic"]
     assert main(["cost", *common, "--seq", "256K", "--recompute", "--tiled-mlp", "--offload"]) == 0
     rows = json.loads(capsys.readouterr().out)["strategies"]
     assert {"metp+tiled", "ulysses_z+recompute+tiled+offload"} <= set(rows)
