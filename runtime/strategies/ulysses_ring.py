@@ -27,6 +27,7 @@ import torch
 
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
+from paradyse_lab.runtime.comm.fake_group import FakeGroup, is_fake
 from paradyse_lab.runtime.comm.group_timeout import run_timeout
 from paradyse_lab.runtime.model.layout import layout_documents, ring_positions
 from paradyse_lab.runtime.model.reference import add_bias
@@ -57,6 +58,8 @@ def subgroups(group, p: int, a: int):
     (a grouped step) makes its subgroups without the other ranks (a one-rank group too: a = 1 or b = 1)."""
     import torch.distributed as dist
 
+    if is_fake(group):  # a traced step: the subgroups are fake too, this rank's member index in each
+        return FakeGroup(a, group.rank % a), FakeGroup(p // a, group.rank // a)
     ranks = tuple(range(p)) if group is None or group is dist.group.WORLD else \
         tuple(dist.get_process_group_ranks(group))
     key = (ranks, a)
