@@ -21,7 +21,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-API = ("PlanReport", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
+API = ("StepAnswer", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
        "export_hf")
 """Names of paradyse_lab.app.api served as `paradyse_lab.NAME`."""
 __all__ = ["__version__", *API]
@@ -81,7 +81,7 @@ def __getattr__(name: str):
     if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.core.plan.Plan is the runtime's plan)
         import warnings
 
-        warnings.warn("paradyse_lab.Plan is renamed paradyse_lab.PlanReport (what plan_step returns)",
+        warnings.warn("paradyse_lab.Plan is renamed paradyse_lab.StepAnswer (what plan_step returns)",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module("paradyse_lab.app.api").PlanReport
+        return importlib.import_module("paradyse_lab.app.api").StepAnswer
     raise AttributeError(f"module 'paradyse_lab' has no attribute {name!r}")

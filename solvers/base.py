@@ -74,7 +74,7 @@ def make_solution(problem: SearchProblem, plan, status: str, solver: str, starte
     peak = problem.peak_bytes(idx)
     if status != "infeasible" and peak > problem.budget_bytes:
         raise SolverError(f"{solver} returned a plan of {peak} B over the budget of {problem.budget_bytes} B")
-    return Solution(solver=solver, status=status, plan=tuple(problem.names(idx)),
+    return Solution(solver=solver, status=status, assignment=tuple(problem.names(idx)),
                     predicted_time_s=problem.time_of(idx), peak_bytes=peak,
                     solve_time_s=time.perf_counter() - started)
 

@@ -1,6 +1,6 @@
 """A Hugging Face `config.json`'s architecture, checked once for every reader (`hf_architecture`):
 paradyse_lab/core/model_spec.py `load_hf_config` (`cost`, `plan`, `train --model config.json`) and the runtime's
-`GPTConfig.from_hf` (runtime/hf/convert.py) build their models from the same dict, so both accept and refuse the
+`spec_from_hf` (runtime/hf/convert.py) build their models from the same dict, so both accept and refuse the
 same configs: GPT-2's layer and LLaMA's (Mistral's and Qwen2's are LLaMA's), with the rotary embeddings' settings
 read from either transformers layout (`hf_rope`).
 """
@@ -70,7 +70,7 @@ def _refuse_sliding_window(cfg: dict, model_type: str, where: str) -> None:
 
 def hf_architecture(cfg: dict, where: str = "model config") -> dict:
     """The architecture of a Hugging Face config dict, checked once for every reader: `load_hf_config`
-    (`cost`, `plan`, `train --model config.json`) and the runtime's `GPTConfig.from_hf` build their models
+    (`cost`, `plan`, `train --model config.json`) and the runtime's `spec_from_hf` build their models
     from this dict, so both accept and refuse the same configs.
 
     Accepted: GPT-2 (`model_type` 'gpt2', tanh-GELU `activation_function`) and LLaMA's layer (transformers'

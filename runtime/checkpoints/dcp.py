@@ -57,7 +57,7 @@ from paradyse_lab.runtime.checkpoints.folder import (
 from paradyse_lab.runtime.checkpoints.resume_identity import IDENTITY_KEYS, check_identity, compared_by_content
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import read_config
-from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
+from paradyse_lab.runtime.model.reference import GPTParams
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
@@ -288,7 +288,7 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(the full model state dict in the runtime's names, meta.json) of checkpoint `path` (`read_entries`):
     for export-hf and tests."""
     entries, meta = read_entries(path)
-    cfg = config_of(meta, GPTConfig)
+    cfg = config_of(meta)
     weights = dcp_entries.strip(entries, "model.")
     full = {name: dcp_entries.local_tensor(weights, name, like, cfg)
             for name, like in GPTParams(cfg).state_dict().items()}
@@ -296,7 +296,7 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def model_record(cfg, init_from: str = "", model: str = "") -> dict:
-    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`), and for
+    """What meta.json records of the model beside the run's settings: its `ModelSpec` (`architecture`), and for
     export-hf the config.json of the Hugging Face source it came from (`hf_config`: the --init-from folder's, else
     a --model given as a config.json or a folder holding one; None for a preset) and that folder (`hf_folder`,
     absolute: its tokenizer files go with the export)."""
@@ -321,7 +321,7 @@ def model_record(cfg, init_from: str = "", model: str = "") -> dict:
 
 
 def config_of(meta: dict, cls):
-    """The `GPTConfig` (cls) recorded in a checkpoint's meta.json (`architecture`); a one-line `UserInputError`
+    """The `ModelSpec` (cls) recorded in a checkpoint's meta.json (`architecture`); a one-line `UserInputError`
     when its fields are not this version's (a checkpoint of another layout whose meta.json says otherwise)."""
 
     arch = meta.get("architecture")

@@ -1,7 +1,7 @@
 """What a checkpoint's model and data are, by content: a resumed run continues only the model and data that wrote
 the checkpoint, whatever names it gives them.
 
-The model is its architecture (the `GPTConfig` fields: layers, hidden, heads, K/V heads, MLP width, vocabulary,
+The model is its architecture (the `ModelSpec` fields: layers, hidden, heads, K/V heads, MLP width, vocabulary,
 positions, epsilon, rotary settings, norm, ...), not the `--model` string: `gpt2-tiny` and a config.json of the
 same shapes are one model, and two config.json files at one path with another epsilon are two. A dataset that
 names a file or folder (`file:d.jsonl`, a length file, a text dataset) is the SHA-256 of its content, not its
@@ -29,7 +29,7 @@ IDENTITY_KEYS = ("architecture", "dataset_digest", "init_from_digest")
 
 
 def architecture_of(cfg) -> dict:
-    """The model's `GPTConfig` fields as meta.json holds them (tuples as lists: the JSON round trip)."""
+    """The model's `ModelSpec` fields as meta.json holds them (tuples as lists: the JSON round trip)."""
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 

@@ -4,7 +4,7 @@ Library module (no command); `ParallelGPT.from_hf_state_dict(config, state_dict)
 Accepted:
 - GPT-2 (`model_type` 'gpt2', `GPT2LMHeadModel`; Conv1D weights stored [in, out]: `hf_to_state_dict`);
 - LLaMA (`LlamaForCausalLM`, transformers' modeling_llama), Mistral (`MistralForCausalLM`, the same layer)
-  and Qwen2 (`Qwen2ForCausalLM`: the same layer with biases on q, k, v only, `GPTConfig.qkv_bias`)
+  and Qwen2 (`Qwen2ForCausalLM`: the same layer with biases on q, k, v only, `ModelSpec.qkv_bias`)
   with `hidden_act` 'silu', rotary embeddings unscaled or with Llama 3.1's scaling (`rope_scaling` null,
   type 'default' or 'llama3'; top-level `rope_theta`, or `rope_parameters` from transformers 5 on),
   `head_dim` = hidden / heads, no sliding window, and either no biases or biases on every linear layer
@@ -27,7 +27,7 @@ from paradyse_lab.core.hf_architecture import hf_architecture
 
 
 def config_from_hf(cls, cfg: dict):
-    """A `GPTConfig` (cls) from a Hugging Face config dict, accepted or refused by the same checks as a
+    """A `ModelSpec` (cls) from a Hugging Face config dict, accepted or refused by the same checks as a
     config.json given to `cost` or `train` (paradyse_lab.core.hf_architecture.hf_architecture)."""
     arch = hf_architecture(cfg)
     return cls(vocab_size=arch["vocab_size"], max_positions=arch["max_positions"], hidden=arch["hidden"],

@@ -55,18 +55,17 @@ def test_a_plan_in_short_as_the_train_log_and_validate_run_print_it():
 
 
 def test_the_runtime_config_is_a_view_of_the_model_spec():
-    """The model's shapes have one home, `ModelSpec`: the runtime's `GPTConfig` holds its fields under the same
+    """The model's shapes have one home, `ModelSpec`: the runtime's `ModelSpec` holds its fields under the same
     names (the norms' epsilon is `eps`; a checkpoint records them so) and adds none, and every preset the runtime
-    can run goes ModelSpec -> GPTConfig -> ModelSpec unchanged (what `train` builds its model from)."""
+    can run goes ModelSpec -> ModelSpec -> ModelSpec unchanged (what `train` builds its model from)."""
     from dataclasses import fields, replace
 
     from paradyse_lab.core.model_spec import PRESETS, ModelSpec
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     renamed = {"eps": "norm_eps"}
     spec_fields = {f.name for f in fields(ModelSpec)}
-    assert {renamed.get(f.name, f.name) for f in fields(GPTConfig)} - spec_fields == set()
+    assert {renamed.get(f.name, f.name) for f in fields(ModelSpec)} - spec_fields == set()
     runnable = [spec for spec in PRESETS.values() if spec.embedding_and_head]
     assert len(runnable) >= 8
     for spec in runnable:
-        assert GPTConfig.from_model_spec(spec).model_spec(spec.dtype) == replace(spec, name="runtime"), spec.name
+        assert spec.with_dtype(spec.dtype) == replace(spec, name="runtime"), spec.name
