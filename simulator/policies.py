@@ -34,7 +34,8 @@ DEFAULT_RESTART_S = 31.0
 
 @dataclass(frozen=True)
 class StepDecision:
-    """The plan a policy chose for one step."""
+    """A policy's decision for one step: the `Plan` it chose, what its cost model predicts of it, and how the
+    choice was made (solved, cached or kept)."""
 
     plan: Plan
     """One option per decision of the layer graph, and the graph's granularity (what the runtime runs)."""

@@ -135,7 +135,7 @@ def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
     solver = get_solver("ilp", time_limit_s=0.1, deterministic=True)
     first, second = solver.solve(p), solver.solve(p)
     hint = min(get_solver(n).solve(p).predicted_time_s for n in ("greedy", "heuristic"))
-    assert first.status == second.status == "feasible" and list(first.plan) == list(second.plan)
+    assert first.status == second.status == "feasible" and list(first.assignment) == list(second.assignment)
     assert get_solver("dp").solve(p).predicted_time_s < first.predicted_time_s < hint
 
 
