@@ -131,16 +131,12 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
 def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = False):
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
     Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
-    config.json, a folder with only a config.json, ModelSpec or `ModelSpec` (initialised from `seed`, the
-    same on every rank): a model folder means what it means to `paradyse-lab train --model`
+    config.json, a folder with only a config.json, or a ModelSpec (initialised from `seed`, the same on every
+    rank): a model folder means what it means to `paradyse-lab train --model`
     (paradyse_lab/core/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
     (runtime/model/vocab_parallel.py), not replicated."""
-    from paradyse_lab.core.model_spec import ModelSpec
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-
-    if isinstance(source, ModelSpec):
-        return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
     from paradyse_lab.core.model_folder import has_weights
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     if has_weights(source):
         return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)

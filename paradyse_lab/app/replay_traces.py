@@ -47,9 +47,8 @@ def runtime_digest(folder: Path | None = None) -> str:
 
 
 def runtime_config(spec: ModelSpec):
-    """The runtime's layer config (paradyse_lab.core.model_spec.ModelSpec) of a model spec's layers."""
-    from paradyse_lab.core.model_spec import ModelSpec
-
+    """The model the runtime traces for a model spec's layers: the same layer, with learned positions that never
+    run out and a vocabulary even a layer-only spec has."""
     return ModelSpec(vocab_size=max(spec.vocab_size, 2), max_positions=1 << 30, hidden=spec.hidden, heads=spec.heads,
                      layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal, norm_eps=spec.norm_eps,
                      kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,

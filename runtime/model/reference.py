@@ -1,4 +1,4 @@
-"""The single-device reference model (GPT-2- or LLaMA-shaped) and its config.
+"""The single-device reference model (GPT-2- or LLaMA-shaped) and its parameters, built from a `ModelSpec`.
 
 Library module (no command). GPT-2 (Radford et al. 2019; Hugging Face `GPT2LMHeadModel`): learned
 positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding and head, attention scale
@@ -20,8 +20,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.model.packed import block_diagonal_mask, document_of
 from paradyse_lab.runtime.model.rope import apply_rope, rope_tables
+
+
+def check_runnable(cfg: ModelSpec) -> None:
+    """What the runtime needs of a model beyond a valid `ModelSpec`: an embedding and a head, positions (learned
+    ones, or rotary ones on an even head dimension); a one-line `UserInputError` naming the field otherwise."""
+    if not cfg.embedding_and_head:
+        raise UserInputError(f"model {cfg.name!r}: the runtime needs an embedding and a head")
+    if not isinstance(cfg.max_positions, int) or cfg.max_positions < (0 if cfg.rope else 1):
+        raise UserInputError(f"model.max_positions must be a positive integer, got {cfg.max_positions!r}")
+    if cfg.rope and cfg.head_dim % 2:
+        raise UserInputError(f"rotary embeddings need an even head dimension, got {cfg.head_dim}")
 
 
 class SubLayerParams(nn.Module):
@@ -57,6 +69,7 @@ class GPTParams(nn.Module):
 
     def __init__(self, cfg: ModelSpec, p: int = 1, vocab_parallel: bool = False):
         super().__init__()
+        check_runnable(cfg)
         self.cfg = cfg
         vocab = -(-cfg.vocab_size // p) if vocab_parallel else cfg.vocab_size  # runtime/model/vocab_parallel.py's R
         self.wte = nn.Parameter(torch.zeros(vocab, cfg.hidden))

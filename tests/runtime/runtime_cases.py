@@ -413,7 +413,8 @@ def llama_hf_case(kv_heads: int):
             return [(LlamaForCausalLM, LlamaConfig(
                 vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.ffn_hidden,
                 num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=kv_heads,
-                max_position_embeddings=S, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=False))]
+                max_position_embeddings=S, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.norm_eps,
+                tie_word_embeddings=False))]
 
         [(hf_cfg, state, ids, want)] = hf_models(rank, p, group, build, 0.05)
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
