@@ -261,3 +261,14 @@ def test_grouped_query_attention_makes_no_full_heads_copy_of_k_or_v(kv_heads):
         for got, ref in zip(grads, (qr.grad, kr.grad, vr.grad)):
             assert got.shape == ref.shape
             assert_close(got, ref)
+
+
+def test_the_runtime_refuses_a_model_spec_it_cannot_build():
+    """A layer-only spec (no embedding or head) and rotary embeddings on an odd head dimension are refused in
+    one line naming what is missing, before any tensor is made."""
+    from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+
+    with pytest.raises(UserInputError, match="needs an embedding and a head"):
+        ReferenceGPT(PRESETS["bert"])
+    with pytest.raises(UserInputError, match="even head dimension, got 3"):
+        ParallelGPT(ModelSpec(name="odd", hidden=6, heads=2, layers=1, vocab_size=8))
