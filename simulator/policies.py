@@ -155,7 +155,7 @@ class DynamicPolicy:
         self._cache[key] = (sol, head)
         self._previous = (sol.assignment, head)
         return StepDecision(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
-                        head=head)
+                            head=head)
 
     def storage_head(self, seq_len: int, batch: int) -> str:
         """The head option of the fastest plan that fits at `seq_len` (a run's longest step), leaving the cache
