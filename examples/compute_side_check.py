@@ -67,9 +67,8 @@ def step_rows(spec, cluster, lengths, p: int, repeats: int = 3) -> list[dict]:
     from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
-    cfg, group = GPTConfig.from_model_spec(spec), FakeGroup(p, 0)
+    cfg, group = spec, FakeGroup(p, 0)
     model = ParallelGPT(cfg, group, seed=0)
     optimizer = torch.optim.AdamW(list(model.parameters()), lr=1e-4, weight_decay=0.01)
     cost_model = AnalyticCostModel(spec, cluster, p)

@@ -37,18 +37,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import peer_blocks  # noqa: E402
 
+from paradyse_lab.core.model_spec import ModelSpec  # noqa: E402
 from paradyse_lab.core.strategies import StrategyOption  # noqa: E402
 from paradyse_lab.errors import UserInputError  # noqa: E402
 from paradyse_lab.runtime.launch import ranks as launch  # noqa: E402
 from paradyse_lab.runtime.model.layout import gather_sequence, shard_sequence  # noqa: E402
 from paradyse_lab.runtime.model.parallel_gpt import run_option  # noqa: E402
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict  # noqa: E402
+from paradyse_lab.runtime.model.reference import init_state_dict  # noqa: E402
 from paradyse_lab.runtime.model.sublayer import make_ctx  # noqa: E402
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer  # noqa: E402
 from paradyse_lab.runtime.trace.dispatch_count import DispatchCount  # noqa: E402
 
-CONFIG = GPTConfig(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1, ffn_hidden=1408, kv_heads=4,
-                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+CONFIG = ModelSpec(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1, ffn_hidden=1408, kv_heads=4,
+                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 """The block: LLaMA-shaped, 8 query / 4 K/V heads of 64, SwiGLU 1408 (the vocabulary is unused)."""
 PAIRS = {2: [("megatron_ts", "torch TP + SP (torchtitan plan)", peer_blocks.tensor_parallel),
              ("ulysses_z", "FSDP2 + Ulysses", peer_blocks.fsdp_ulysses)],

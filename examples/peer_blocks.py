@@ -138,7 +138,7 @@ def load_runtime_weights(block: Block, attn: dict, mlp: dict) -> Block:
 
 def plain_block(cfg, attn: dict, mlp: dict, dtype=torch.float32) -> Block:
     """The block on one process."""
-    block = Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn_hidden, cfg.eps)
+    block = Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn_hidden, cfg.norm_eps)
     return load_runtime_weights(block, attn, mlp).to(dtype)
 
 
@@ -176,7 +176,7 @@ def fsdp_ulysses(cfg, attn: dict, mlp: dict, group) -> Block:
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(group),))
-    block = load_runtime_weights(Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn_hidden, cfg.eps, group, True),
+    block = load_runtime_weights(Block(cfg.hidden, cfg.heads, cfg.kv_heads, cfg.ffn_hidden, cfg.norm_eps, group, True),
                                  attn, mlp)
     for module in (block.attention, block.feed_forward, block):
         fully_shard(module, mesh=mesh)

@@ -21,10 +21,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
-API = ("PlanReport", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
+API = ("StepAnswer", "plan_step", "memory_breakdown", "build_model", "forward_backward", "train_step", "save", "load",
        "export_hf")
 """Names of paradyse_lab.app.api served as `paradyse_lab.NAME`."""
 __all__ = ["__version__", *API]
+EARLIER_NAMES = {"Plan": "StepAnswer", "PlanReport": "StepAnswer"}  # earlier names, for scripts written against them
+"""API names a script may still use, with a DeprecationWarning (paradyse_lab.core.plan.Plan is the runtime's plan)."""
 
 
 SUBPACKAGES = ("runtime", "solvers", "simulator", "figures")
@@ -78,10 +80,10 @@ def __getattr__(name: str):
         return value
     if name in API:
         return getattr(importlib.import_module("paradyse_lab.app.api"), name)
-    if name == "Plan":  # the API's earlier name of PlanReport (paradyse_lab.core.plan.Plan is the runtime's plan)
+    if name in EARLIER_NAMES:
         import warnings
 
-        warnings.warn("paradyse_lab.Plan is renamed paradyse_lab.PlanReport (what plan_step returns)",
+        warnings.warn(f"paradyse_lab.{name} is renamed paradyse_lab.{EARLIER_NAMES[name]} (what plan_step returns)",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module("paradyse_lab.app.api").PlanReport
+        return getattr(importlib.import_module("paradyse_lab.app.api"), EARLIER_NAMES[name])
     raise AttributeError(f"module 'paradyse_lab' has no attribute {name!r}")

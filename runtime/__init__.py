@@ -22,7 +22,7 @@ only: the commands, their options and the measurement applications belong to the
 import importlib
 
 _EXPORTS = {"ParallelGPT": "paradyse_lab.runtime.model.parallel_gpt",
-            "GPTConfig": "paradyse_lab.runtime.model.reference", "ReferenceGPT": "paradyse_lab.runtime.model.reference",
+            "ReferenceGPT": "paradyse_lab.runtime.model.reference",
             "shard_sequence": "paradyse_lab.runtime.model.layout",
             "gather_sequence": "paradyse_lab.runtime.model.layout",
             "layout_unit": "paradyse_lab.runtime.model.layout"}

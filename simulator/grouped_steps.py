@@ -165,7 +165,7 @@ class GroupPricer:
         return (time_s, decision.plan) if math.isfinite(time_s) else (math.inf, None)
 
     def decision(self, g: int, step: int | PackedStep):
-        """The policy's decision (`StepPlan`) for one item on a group of g, whether or not
+        """The policy's decision (`StepDecision`) for one item on a group of g, whether or not
         it fits (its `feasible` says), or None where the strategy cannot split the item's shapes on g ranks."""
         return self._priced(g, step)[1]
 

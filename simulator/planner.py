@@ -35,7 +35,7 @@ from paradyse_lab.simulator.policy_spec import PolicySpec
 
 @dataclass(frozen=True)
 class Planner:
-    """What plans a run's steps, and what it was built from."""
+    """What makes a run's plans (its policy decides each step's `Plan`), and what it was built from."""
 
     spec: PolicySpec
     """The policy as read from its name (and the run's --recompute / --granularity)."""

@@ -33,8 +33,9 @@ DEFAULT_RESTART_S = 31.0
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """The plan a policy chose for one step."""
+class StepDecision:
+    """A policy's decision for one step: the `Plan` it chose, what its cost model predicts of it, and how the
+    choice was made (solved, cached or kept)."""
 
     plan: Plan
     """One option per decision of the layer graph, and the graph's granularity (what the runtime runs)."""
@@ -55,7 +56,7 @@ class StepPlan:
 
     def __post_init__(self):
         if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
-            raise TypeError(f"StepPlan.plan must be a paradyse_lab.core.plan.Plan, got {type(self.plan).__name__}")
+            raise TypeError(f"StepDecision.plan must be a paradyse_lab.core.plan.Plan, got {type(self.plan).__name__}")
 
 
 def keep_previous(problem: SearchProblem, previous_plan, best, gamma: float = DEFAULT_GAMMA) -> bool:
@@ -124,15 +125,15 @@ class DynamicPolicy:
         opts = make_options(self.strategies, recompute=self.recompute, tiled=self.tiled, offload=self.offload)
         return shared.problem(self.graph, self._head_models[head], seq_len, batch, self.budget_bytes, opts)
 
-    def decide(self, seq_len: int | PackedStep, batch: int) -> StepPlan:
+    def decide(self, seq_len: int | PackedStep, batch: int) -> StepDecision:
         """Plan for this step (a length, or a packed step: cached per exact pack): cache, else solve over the head
         options (the fastest plan that fits: the tiled loss only where it is), then smoothing against the
         previous step's plan."""
         key = (batch, seq_len)
         if key in self._cache:
             sol, head = self._cache[key]
-            self._previous = (sol.plan, head)
-            return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, 0.0, cached=True, head=head)
+            self._previous = (sol.assignment, head)
+            return StepDecision(self._plan(sol), sol.predicted_time_s, sol.feasible, 0.0, cached=True, head=head)
         problems, solve_s = {}, 0.0
 
         def solve(head: str):
@@ -148,13 +149,13 @@ class DynamicPolicy:
         previous = self._previous[0] if self._previous and self._previous[1] == head else None
         if smooth and keep_previous(problem, previous, sol, self.gamma):
             idx = problem.indices(list(previous))
-            sol = replace(sol, status="feasible", plan=tuple(previous), predicted_time_s=problem.time_of(idx),
+            sol = replace(sol, status="feasible", assignment=tuple(previous), predicted_time_s=problem.time_of(idx),
                           peak_bytes=problem.peak_bytes(idx))
             kept = True
         self._cache[key] = (sol, head)
-        self._previous = (sol.plan, head)
-        return StepPlan(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
-                        head=head)
+        self._previous = (sol.assignment, head)
+        return StepDecision(self._plan(sol), sol.predicted_time_s, sol.feasible, solve_s, kept_previous=kept,
+                            head=head)
 
     def storage_head(self, seq_len: int, batch: int) -> str:
         """The head option of the fastest plan that fits at `seq_len` (a run's longest step), leaving the cache
@@ -194,7 +195,7 @@ class DynamicPolicy:
 
     def _plan(self, solution) -> Plan:
         """The solver's answer (option names of the search problem) as the plan the runtime runs."""
-        return Plan.from_names(solution.plan, self.graph.granularity)
+        return Plan.from_names(solution.assignment, self.graph.granularity)
 
 
 @dataclass
@@ -228,13 +229,13 @@ class StaticPolicy:
         """As `DynamicPolicy.fresh_copy` (a static policy remembers nothing)."""
         return replace(self)
 
-    def decide(self, seq_len: int, batch: int) -> StepPlan:
+    def decide(self, seq_len: int, batch: int) -> StepDecision:
         plan = Plan((self.option,) * self.graph.num_decisions, self.graph.granularity)
-        return StepPlan(plan, float("nan"), True, 0.0)
+        return StepDecision(plan, float("nan"), True, 0.0)
 
 
 Policy = StaticPolicy | DynamicPolicy
-"""What plans a run's steps: `decide(step, batch) -> StepPlan`."""
+"""What plans a run's steps: `decide(step, batch) -> StepDecision`."""
 
 
 def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: int, *, gamma: float = DEFAULT_GAMMA,

@@ -34,8 +34,9 @@ class Solution:
     """Registry name of the solver (`dp`, `static:metp`)."""
     status: str
     """'optimal' (proven), 'feasible' (fits, not proven best) or 'infeasible' (nothing fits / none found)."""
-    plan: tuple[str, ...]
-    """One option name per decision; when infeasible, the least-memory plan the solver knows."""
+    assignment: tuple[str, ...]
+    """The option name chosen for each decision (what a policy turns into a `Plan`); when infeasible, the
+    least-memory assignment the solver knows."""
     predicted_time_s: float
     """Time of the plan under the problem's costs, switches included."""
     peak_bytes: int
@@ -53,10 +54,9 @@ class Solution:
         return self.status != "infeasible"
 
     def to_dict(self) -> dict:
-        """JSON-ready, in the documented key order."""
-        d = asdict(self)
-        d["plan"] = list(self.plan)
-        return d
+        """JSON-ready, in the documented key order (the assignment under its JSON key `plan`)."""
+        return {("plan" if k == "assignment" else k): (list(v) if k == "assignment" else v)
+                for k, v in asdict(self).items()}
 
 
 class Solver(Protocol):
@@ -74,7 +74,7 @@ def make_solution(problem: SearchProblem, plan, status: str, solver: str, starte
     peak = problem.peak_bytes(idx)
     if status != "infeasible" and peak > problem.budget_bytes:
         raise SolverError(f"{solver} returned a plan of {peak} B over the budget of {problem.budget_bytes} B")
-    return Solution(solver=solver, status=status, plan=tuple(problem.names(idx)),
+    return Solution(solver=solver, status=status, assignment=tuple(problem.names(idx)),
                     predicted_time_s=problem.time_of(idx), peak_bytes=peak,
                     solve_time_s=time.perf_counter() - started)
 

@@ -133,7 +133,7 @@ class ILPSolver:
             return infeasible_solution(problem, self.name, started, table)
         # the hint: the faster fitting plan of the greedy and the paper's heuristic
         hints = [s for s in (GreedySolver().solve(problem), HeuristicSolver().solve(problem)) if s.feasible]
-        hint = problem.indices(list(min(hints, key=lambda s: s.predicted_time_s).plan))
+        hint = problem.indices(list(min(hints, key=lambda s: s.predicted_time_s).assignment))
         L, O = problem.num_decisions, problem.num_options
         model = cp_model.CpModel()
 

@@ -301,12 +301,12 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
     field is typed, a decision built with names is refused, and the training loop refuses one that is not a
     Plan and hands it to the model as it is (no `list(decision.plan)` that would turn it back into names)."""
     from paradyse_lab.core.plan import Plan
-    from paradyse_lab.simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepDecision
 
-    assert _annotation_of(ROOT / "simulator" / "policies.py", "StepPlan", "plan") == "Plan"
+    assert _annotation_of(ROOT / "simulator" / "policies.py", "StepDecision", "plan") == "Plan"
     with pytest.raises(TypeError, match="Plan"):
-        StepPlan(("megatron_ts", "metp"), 0.0, True, 0.0)
-    assert StepPlan(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
+        StepDecision(("megatron_ts", "metp"), 0.0, True, 0.0)
+    assert StepDecision(Plan.from_names(("megatron_ts", "metp"), "sublayer"), 0.0, True, 0.0).plan.granularity == (
         "sublayer")
     loop = {name: parsed(ROOT / "runtime" / "training" / name) for name in ("loop.py", "step.py", "plan_handoff.py")}
     converted = [f"{name}:{n.lineno}" for name, tree in loop.items() for n in ast.walk(tree)
@@ -320,7 +320,7 @@ def test_the_plan_crosses_from_solver_to_runtime_as_one_type():
 
 def test_no_two_classes_share_a_name():
     """A class name means one thing across the packages: `Plan` is the runtime's plan (paradyse_lab/core/plan.py);
-    the API's report of a planned step is `PlanReport` and the GPU session's list of measurements
+    the API's report of a planned step is `StepAnswer` and the GPU session's list of measurements
     `MeasurementPlan` (three classes were named `Plan`)."""
     where: dict[str, list[str]] = {}
     for package in PACKAGES:

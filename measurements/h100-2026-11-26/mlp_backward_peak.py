@@ -15,9 +15,10 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.reference import init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
@@ -34,9 +35,9 @@ def peak(run) -> int:
 
 def main() -> None:
     t, h = int(sys.argv[1]), int(sys.argv[2])
-    cfg = GPTConfig(vocab_size=64, max_positions=t, hidden=h, heads=max(1, h // 64), layers=1, ffn_hidden=4 * h,
+    cfg = ModelSpec(vocab_size=64, max_positions=t, hidden=h, heads=max(1, h // 64), layers=1, ffn_hidden=4 * h,
                     kv_heads=max(1, h // 256), norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=5e5,
-                    tied=True)
+                    tied=True, name="runtime")
     full = {n.rpartition(".")[2]: v for n, v in init_state_dict(cfg, 3).items() if n.startswith("layers.0.mlp.")}
     params = [v.bfloat16().requires_grad_() for v in (shard_sublayer(full, "mlp", 0, 1)[n] for n in PARAM_NAMES)]
     gen = torch.Generator().manual_seed(4)

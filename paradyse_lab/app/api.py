@@ -2,7 +2,7 @@
 load it, export it.
 
     import paradyse_lab as pl
-    plan = pl.plan_step("llama-tiny", p=2, seq_len=64, solver="dp")      # -> PlanReport: strategies, time, memory
+    plan = pl.plan_step("llama-tiny", p=2, seq_len=64, solver="dp")      # -> StepAnswer: strategies, time, memory
     model = pl.build_model("llama-tiny", group)                          # ParallelGPT in the caller's group
     loss = pl.train_step(model, plan, tokens, optimizer)                 # forward + backward + optimizer step
     pl.save("ck", step, model, optimizer); pl.load("ck", model, optimizer)
@@ -26,7 +26,7 @@ from paradyse_lab.errors import UserInputError
 
 
 @dataclass(frozen=True)
-class PlanReport:
+class StepAnswer:
     """What `plan_step` reports: a solver's plan for one training step (its option names) with the cost model's
     prediction of its time and memory. Not `paradyse_lab.core.plan.Plan`, the plan a policy hands the runtime (options
     and granularity): `strategies` here are the names `forward_backward` and `train_step` take."""
@@ -69,7 +69,7 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
               batch: int = 1, budget_gib: float | None = None, cost_model: str = "auto",
               strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
               offload: bool = False, head: str = "auto", reserve_gib: float | None = None,
-              kv_heads: int | None = None, profiles: str = "", head_chunks: bool = False) -> PlanReport:
+              kv_heads: int | None = None, profiles: str = "", head_chunks: bool = False) -> StepAnswer:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default; `p` None: the cluster's own count): a sequence of `seq_len` tokens
     (`batch` of them), or one pack of `documents`. The same question, defaults and answer as `paradyse-lab plan`.
@@ -98,8 +98,8 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
         profiles=profiles, kv_heads=kv_heads)
     planned = plan_question(question, get_solver(solver))
     solution, problem = planned.solution, planned.problem
-    return PlanReport(strategies=tuple(solution.plan), predicted_time_s=solution.predicted_time_s,
-                      memory=memory_breakdown(problem, solution.plan), feasible=solution.feasible,
+    return StepAnswer(strategies=tuple(solution.assignment), predicted_time_s=solution.predicted_time_s,
+                      memory=memory_breakdown(problem, solution.assignment), feasible=solution.feasible,
                       solver=solution.solver, status=solution.status, p=planned.p,
                       seq_len=planned.seq_len, documents=question.documents, head=planned.head)
 
@@ -133,28 +133,23 @@ def memory_breakdown(problem, plan: Sequence[str]) -> dict[str, int]:
 def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = False):
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
     Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
-    config.json, a folder with only a config.json, ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the
-    same on every rank): a model folder means what it means to `paradyse-lab train --model`.
-    `vocab_parallel`: the embedding and head sharded by vocabulary rows,
-    not replicated."""
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
-    if isinstance(source, GPTConfig):
-        return ParallelGPT(source, group, seed=seed, vocab_parallel=vocab_parallel)
+    config.json, a folder with only a config.json, or a ModelSpec (initialised from `seed`, the same on every
+    rank): a model folder means what it means to `paradyse-lab train --model`. `vocab_parallel`: the embedding
+    and head sharded by vocabulary rows, not replicated."""
     from paradyse_lab.core.model_folder import has_weights
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
     if has_weights(source):
         return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)
-    return ParallelGPT(GPTConfig.from_model_spec(_model_spec(source)), group, seed=seed, vocab_parallel=vocab_parallel)
+    return ParallelGPT(_model_spec(source), group, seed=seed, vocab_parallel=vocab_parallel)
 
 
 def _plan_names(plan) -> list[str]:
-    return list(plan.strategies if isinstance(plan, PlanReport) else plan)
+    return list(plan.strategies if isinstance(plan, StepAnswer) else plan)
 
 
 def forward_backward(model, plan, tokens, labels=None):
-    """Forward and backward of one step under `plan` (a PlanReport or a list of option names): `tokens` [b, s] is the
+    """Forward and backward of one step under `plan` (a StepAnswer or a list of option names): `tokens` [b, s] is the
     whole step, the same on every rank (each keeps its zig-zag share); `labels` [b, s] default the next tokens.
     Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
     import torch

@@ -48,13 +48,12 @@ def runtime_digest(folder: Path | None = None) -> str:
 
 
 def runtime_config(spec: ModelSpec):
-    """The runtime's layer config (paradyse_lab.runtime.model.reference.GPTConfig) of a model spec's layers."""
-    from paradyse_lab.runtime.model.reference import GPTConfig
-
-    return GPTConfig(vocab_size=max(spec.vocab_size, 2), max_positions=1 << 30, hidden=spec.hidden, heads=spec.heads,
-                     layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal, eps=spec.norm_eps,
+    """The model the runtime traces for a model spec's layers: the same layer, with learned positions that never
+    run out and a vocabulary even a layer-only spec has."""
+    return ModelSpec(vocab_size=max(spec.vocab_size, 2), max_positions=1 << 30, hidden=spec.hidden, heads=spec.heads,
+                     layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal, norm_eps=spec.norm_eps,
                      kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,
-                     qkv_bias=spec.qkv_bias)
+                     qkv_bias=spec.qkv_bias, name="runtime")
 
 
 @dataclasses.dataclass

@@ -132,7 +132,7 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
                                                     options(USABLE))
             for solver in ("heuristic", "dp"):
                 sol = get_solver(solver).solve(problem)
-                for i, name in enumerate(sol.plan):
+                for i, name in enumerate(sol.assignment):
                     rows.append({"model": model_name, "solver": solver, "seq_len": seq, "layer": i,
                                  "strategy": name if sol.feasible else "OOM", "feasible": sol.feasible,
                                  "predicted_time_s": sol.predicted_time_s, "peak_bytes": sol.peak_bytes,

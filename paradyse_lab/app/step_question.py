@@ -101,9 +101,9 @@ def heads_of(q: StepQuestion, model, p: int) -> tuple[str, ...]:
 
 def check_positions(model, seq_len: int) -> None:
     """Refuse a step longer than a model's learned position embeddings (rotary models have no such limit)."""
-    if model.max_positions and seq_len > model.max_positions:
-        raise UserInputError(f"seq_len {seq_len} is beyond {model.name}'s {model.max_positions} learned positions "
-                             f"(it has no position embedding past them): give at most {model.max_positions}, or "
+    if model.position_rows and seq_len > model.position_rows:
+        raise UserInputError(f"seq_len {seq_len} is beyond {model.name}'s {model.position_rows} learned positions "
+                             f"(it has no position embedding past them): give at most {model.position_rows}, or "
                              "a model with rotary positions")
 
 

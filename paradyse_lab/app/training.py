@@ -165,13 +165,12 @@ def preflight(opts, p: int) -> None:
 
     from paradyse_lab.core.model_spec import get_model
     from paradyse_lab.runtime.hf.weights import check_folder, model_source
-    from paradyse_lab.runtime.model.reference import GPTConfig
     from paradyse_lab.runtime.training.run_inputs import TokenDocuments, check_options
     from paradyse_lab.workload.lengths import get_workload
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     vocab = cfg.vocab_size
     if opts.init_from:
         check_folder(opts.init_from, cfg)  # every tensor's shape, from the files' headers

@@ -97,10 +97,10 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
         if names:
             print(f"{heading}: " + "; ".join(f"{n}: {problem.dropped[n]}" for n in names))
     rows, start = [], 0
-    for i in range(1, len(solution.plan) + 1):  # runs of one option
-        if i == len(solution.plan) or solution.plan[i] != solution.plan[start]:
+    for i in range(1, len(solution.assignment) + 1):  # runs of one option
+        if i == len(solution.assignment) or solution.assignment[i] != solution.assignment[start]:
             span = problem.labels[start] + (f" .. {problem.labels[i - 1]}" if i - 1 > start else "")
-            rows.append([span, i - start, solution.plan[start]])
+            rows.append([span, i - start, solution.assignment[start]])
             start = i
     print_table(["decisions", "count", "option"], rows)
     print(f"\nsolver {solution.solver}: {solution.status}; predicted time {format_seconds(solution.predicted_time_s)}; "
@@ -154,10 +154,10 @@ def run_max_length(args, solver) -> int:
         raise UserInputError(f"no length fits: {args.model} on {args.cluster} does not train even "
                              f"{layout_unit(p)} tokens within the budget")
     sol, problem = found.solution, found.problem
-    memory = memory_breakdown(problem, sol.plan)
+    memory = memory_breakdown(problem, sol.assignment)
     if args.format == "json":
         print_json({"max_length": found.seq_len, "step_time_s": sol.predicted_time_s, "memory": memory,
-                    "head": found.head, "plan": list(sol.plan), "solver": sol.solver, "model": args.model,
+                    "head": found.head, "plan": list(sol.assignment), "solver": sol.solver, "model": args.model,
                     "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute,
                     "tiled_mlp": args.tiled_mlp, "offload": args.offload,
                     "head_chunks": args.head_chunks})

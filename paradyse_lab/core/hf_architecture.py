@@ -1,8 +1,7 @@
-"""A Hugging Face `config.json`'s architecture, checked once for every reader (`hf_architecture`):
-`load_hf_config` (`cost`, `plan`, `train --model config.json`) and the runtime's
-`GPTConfig.from_hf` build their models from the same dict, so both accept and refuse the
-same configs: GPT-2's layer and LLaMA's (Mistral's and Qwen2's are LLaMA's), with the rotary embeddings' settings
-read from either transformers layout (`hf_rope`).
+"""A Hugging Face `config.json`'s architecture, checked once (`hf_architecture`) for `spec_from_hf`, the one
+reading of a Hugging Face config as a `ModelSpec` (`cost`, `plan`, `train` and the runtime's Hugging Face models
+all take it), so every command accepts and refuses the same configs: GPT-2's layer and LLaMA's (Mistral's and
+Qwen2's are LLaMA's), with the rotary embeddings' settings read from either transformers layout (`hf_rope`).
 """
 
 from __future__ import annotations
@@ -69,9 +68,8 @@ def _refuse_sliding_window(cfg: dict, model_type: str, where: str) -> None:
 
 
 def hf_architecture(cfg: dict, where: str = "model config") -> dict:
-    """The architecture of a Hugging Face config dict, checked once for every reader: `load_hf_config`
-    (`cost`, `plan`, `train --model config.json`) and the runtime's `GPTConfig.from_hf` build their models
-    from this dict, so both accept and refuse the same configs.
+    """The architecture of a Hugging Face config dict, checked once: `spec_from_hf` builds every command's
+    model from this dict, so all accept and refuse the same configs.
 
     Accepted: GPT-2 (`model_type` 'gpt2', tanh-GELU `activation_function`) and LLaMA's layer (transformers'
     modeling_llama; Mistral's and Qwen2's are the same, Qwen2 with biases on q, k, v only) with `hidden_act`

@@ -37,6 +37,8 @@ from paradyse_lab.files import input_files, typed_json
 from paradyse_lab.files.typed_json import str_field
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DEFAULT_ROPE_THETA = 10000.0
+"""Rotary embeddings' base when a config gives none (Su et al. 2021; Hugging Face's default `rope_theta`)."""
 FFN_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 
@@ -53,8 +55,8 @@ class ModelSpec:
     """Attention (query) heads a."""
     layers: int
     """Transformer blocks L (the ones run on the node)."""
-    ffn_hidden: int
-    """Inner size f of the MLP (4h for GPT-2)."""
+    ffn_hidden: int = 0
+    """Inner size f of the MLP (4h for GPT-2); 0 means 4h."""
     kv_heads: int = 0
     """Key/value heads under grouped-query attention; 0 means equal to `heads` (multi-head attention)."""
     ffn_kind: str = "gelu"
@@ -70,11 +72,12 @@ class ModelSpec:
     vocab_size: int = 0
     """Vocabulary size (embedding and head)."""
     max_positions: int = 0
-    """Learned position embeddings (GPT-2); 0 for rotary embeddings."""
+    """Learned position embeddings (GPT-2); with rotary embeddings the longest sequence allowed (0: no limit)."""
     tied: bool = True
     """Whether the head shares the token embedding's matrix (GPT-2) or has its own (LLaMA)."""
     rope_theta: float = 0.0
-    """Rotary embeddings' base (Hugging Face `rope_theta`) when `max_positions` is 0; 0: not given (10000)."""
+    """Rotary embeddings' base (Hugging Face `rope_theta`); 0 means learned positions instead. A model with an
+    embedding and neither learned positions nor a base gets rotary embeddings of base 10000."""
     rope_llama3: tuple[float, float, float, int] | None = None
     """Llama 3.1's rotary frequency scaling (factor, low_freq_factor, high_freq_factor,
     original_max_position_embeddings), read from a config.json's rope_type 'llama3'; the runtime uses it."""
@@ -88,6 +91,10 @@ class ModelSpec:
     """Where the shapes come from."""
 
     def __post_init__(self):
+        if self.ffn_hidden == 0 and isinstance(self.hidden, int):
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        if self.embedding_and_head and self.max_positions == 0 and not self.rope_theta:
+            object.__setattr__(self, "rope_theta", DEFAULT_ROPE_THETA)
         for name in ("hidden", "heads", "layers", "ffn_hidden"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -114,6 +121,16 @@ class ModelSpec:
             raise UserInputError("model.vocab_size must be > 0 when embedding_and_head is true")
 
     @property
+    def rope(self) -> bool:
+        """Rotary positions (else learned ones)."""
+        return self.rope_theta > 0
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position embedding: `max_positions`, none under rotary embeddings."""
+        return 0 if self.rope else self.max_positions
+
+    @property
     def head_dim(self) -> int:
         """d = h / a."""
         return self.hidden // self.heads
@@ -128,9 +145,20 @@ class ModelSpec:
         """Bytes per element of the training dtype."""
         return DTYPE_BYTES[self.dtype]
 
+    def sublayer_shapes(self, kind: str) -> tuple[int, int]:
+        """(n1, n2): rows of a sub-layer's first matrix w1 (attention: q | k | v = h + 2 kv; MLP: f, SwiGLU
+        gate | up = 2f) and of its second w2."""
+        if kind == "attention":
+            return self.hidden + 2 * self.kv_hidden, self.hidden
+        return (2 if self.ffn_kind == "swiglu" else 1) * self.ffn_hidden, self.ffn_hidden
+
     def with_layers(self, layers: int) -> ModelSpec:
         """The same model with another number of layers."""
         return replace(self, layers=layers)
+
+    def with_dtype(self, dtype: str) -> ModelSpec:
+        """The same model trained in another dtype ('bf16', 'fp16' or 'fp32')."""
+        return replace(self, dtype=dtype)
 
 
 def _paper(name: str, hidden: int, heads: int, layers: int, causal: bool, note: str) -> ModelSpec:
@@ -223,16 +251,24 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise UserInputError(f"model config {str(path)!r} cannot be read ({type(err).__name__})") from None
     if not isinstance(cfg, dict):
         raise UserInputError(f"model config {str(path)!r} must hold a JSON object")
-    where = f"model config {str(path)!r}"
+    return spec_from_hf(cfg, f"model config {str(path)!r}",
+                        name=path.stem if path.stem != "config" else path.parent.name or "config", source=str(path))
+
+
+def spec_from_hf(config, where: str = "model config", name: str = "hf", source: str = "") -> ModelSpec:
+    """The `ModelSpec` of a Hugging Face config (a dict or a transformers `PretrainedConfig`), accepted or refused
+    by `hf_architecture`: the one reading of a Hugging Face config, for `cost`, `plan`, `train` and the runtime's
+    Hugging Face models. A rotary model's `max_position_embeddings` is no limit here (rotary positions extend
+    past it), so its `max_positions` is 0."""
+    cfg = config if isinstance(config, dict) else config.to_dict()
     arch = hf_architecture(cfg, where)
     key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
     dtype = HF_DTYPES[str_field(cfg, key, where, default="bfloat16", allowed=tuple(HF_DTYPES))]
     rope = arch["rope_theta"] > 0
     return ModelSpec(
-        name=path.stem if path.stem != "config" else path.parent.name or "config",
-        hidden=arch["hidden"], heads=arch["heads"], kv_heads=arch["kv_heads"], layers=arch["layers"],
+        name=name, hidden=arch["hidden"], heads=arch["heads"], kv_heads=arch["kv_heads"], layers=arch["layers"],
         ffn_hidden=arch["ffn_hidden"] or 4 * arch["hidden"], ffn_kind=arch["ffn_kind"], norm=arch["norm"],
         norm_eps=arch["eps"], bias=arch["bias"], qkv_bias=arch["qkv_bias"], vocab_size=arch["vocab_size"],
         max_positions=0 if rope else arch["max_positions"], tied=arch["tied"], rope_theta=arch["rope_theta"],
-        rope_llama3=arch["rope_llama3"], dtype=dtype, source=str(path),
+        rope_llama3=arch["rope_llama3"], dtype=dtype, source=source,
     )

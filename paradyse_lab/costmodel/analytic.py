@@ -34,7 +34,7 @@ from paradyse_lab.costmodel.types import CollectiveCall, FixedCost, SubLayerCost
 from paradyse_lab.errors import UserInputError, require_positive_int
 
 PLAN_PICKLE_BYTES = 1024
-"""About the pickled size of one step's plan decision (a `StepPlan` of a few layers); latency-bound either way."""
+"""About the pickled size of one step's plan decision (a `StepDecision` of a few layers); latency-bound either way."""
 
 
 class AnalyticCostModel:

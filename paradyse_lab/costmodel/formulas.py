@@ -139,7 +139,7 @@ def embedding_params(model: ModelSpec) -> int:
     if not model.embedding_and_head:
         return 0
     head = 0 if model.tied else model.vocab_size
-    return (model.vocab_size + head + model.max_positions) * model.hidden + norm_params(model)
+    return (model.vocab_size + head + model.position_rows) * model.hidden + norm_params(model)
 
 
 def sublayer_model_state_bytes(model: ModelSpec, kind: str, p: int) -> int:

@@ -201,7 +201,7 @@ def _tile_counts(tokens: int, tile: int) -> list[tuple[int, int]]:
 def vocab_state_params(model, p: int) -> int:
     """Parameters a rank holds of the embedding, the untied head, the positions and the final norm."""
     rows = vocab_shard_rows(model.vocab_size, p) * (1 if model.tied else 2)
-    return (rows + model.max_positions) * model.hidden + F.norm_params(model)
+    return (rows + model.position_rows) * model.hidden + F.norm_params(model)
 
 
 def vocab_parallel_collectives(model, p: int, tokens: int, tile: int) -> tuple[CollectiveCall, ...]:
@@ -217,7 +217,7 @@ def vocab_parallel_collectives(model, p: int, tokens: int, tile: int) -> tuple[C
                   CollectiveCall("all_reduce", rows * LSE_BYTES, p, n),  # row maxima (MAX)
                   CollectiveCall("all_reduce", 2 * rows * 4, p, n)]  # sums of exp and target logits
     calls.append(CollectiveCall("all_gather", p * 4, p))  # each rank's loss gradient
-    calls += F.grad_all_reduces(model.max_positions * h + F.norm_params(model), p)  # positions, final norm: fp32
+    calls += F.grad_all_reduces(model.position_rows * h + F.norm_params(model), p)  # positions, final norm: fp32
     return tuple(calls)
 
 
@@ -260,7 +260,7 @@ def vocab_fixed(cost_model, seq_len: int, batch: int, optimizer_s: float = 0.0):
     comm_s = sum(cost_model.collective_s(call) for call in vocab_parallel_collectives(m, p, t, tile))
     kept, transient = vocab_head_bytes(m, p, t)
     if p > 1:  # the fp32 bucket of the replicated gradients' all-reduce, after the head's backward
-        transient = max(transient, F.grad_bucket_copy_bytes(m, m.max_positions * h + F.norm_params(m)))
+        transient = max(transient, F.grad_bucket_copy_bytes(m, m.position_rows * h + F.norm_params(m)))
     return FixedCost(time_s=gemm_s + traffic_s + comm_s,
                      model_state_bytes=F.model_state_bytes_per_param(m) * vocab_state_params(m, p),
                      kept_bytes=kept, transient_bytes=transient, optimizer_s=optimizer_s)

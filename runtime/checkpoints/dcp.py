@@ -25,7 +25,6 @@ is a `UserInputError`). The world size is recorded, not required.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -41,10 +40,17 @@ from torch.distributed.checkpoint import save as dcp_save
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.files.typed_json import written
 from paradyse_lab.results.result_key import file_digest
 from paradyse_lab.runtime.checkpoints import dcp_entries
+from paradyse_lab.runtime.checkpoints.architecture import (
+    RECORD_KEYS,
+    REQUIRED_KEYS,
+    architecture_record,
+    spec_of_record,
+)
 from paradyse_lab.runtime.checkpoints.folder import (
     _agreed_failure,
     _all_true,
@@ -56,7 +62,7 @@ from paradyse_lab.runtime.checkpoints.folder import (
 from paradyse_lab.runtime.checkpoints.resume_identity import IDENTITY_KEYS, check_identity, compared_by_content
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import read_config
-from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
+from paradyse_lab.runtime.model.reference import GPTParams
 
 OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
                      "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
@@ -287,7 +293,7 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(the full model state dict in the runtime's names, meta.json) of checkpoint `path` (`read_entries`):
     for export-hf and tests."""
     entries, meta = read_entries(path)
-    cfg = config_of(meta, GPTConfig)
+    cfg = config_of(meta)
     weights = dcp_entries.strip(entries, "model.")
     full = {name: dcp_entries.local_tensor(weights, name, like, cfg)
             for name, like in GPTParams(cfg).state_dict().items()}
@@ -295,10 +301,10 @@ def read_full(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def model_record(cfg, init_from: str = "", model: str = "") -> dict:
-    """What meta.json records of the model beside the run's settings: its `GPTConfig` (`architecture`), and for
-    export-hf the config.json of the Hugging Face source it came from (`hf_config`: the --init-from folder's, else
-    a --model given as a config.json or a folder holding one; None for a preset) and that folder (`hf_folder`,
-    absolute: its tokenizer files go with the export)."""
+    """What meta.json records of the model beside the run's settings: its `ModelSpec` as checkpoints record it
+    (`architecture`), and for export-hf the config.json of the Hugging Face source it came from (`hf_config`: the
+    --init-from folder's, else a --model given as a config.json or a folder holding one; None for a preset) and
+    that folder (`hf_folder`, absolute: its tokenizer files go with the export)."""
 
 
     folder = None
@@ -307,7 +313,7 @@ def model_record(cfg, init_from: str = "", model: str = "") -> dict:
     elif model and Path(model).is_dir() and (Path(model) / "config.json").is_file():
         folder = Path(model)
     if folder is not None:
-        return {"architecture": dataclasses.asdict(cfg), "hf_config": read_config(folder),
+        return {"architecture": architecture_record(cfg), "hf_config": read_config(folder),
                 "hf_folder": str(folder.resolve())}
     config = None
     if model and model.endswith(".json") and Path(model).is_file():
@@ -315,26 +321,22 @@ def model_record(cfg, init_from: str = "", model: str = "") -> dict:
             config = json.loads(Path(model).read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             config = None  # the run read it: a file replaced since is not carried
-    return {"architecture": dataclasses.asdict(cfg), "hf_config": config if isinstance(config, dict) else None,
+    return {"architecture": architecture_record(cfg), "hf_config": config if isinstance(config, dict) else None,
             "hf_folder": str(Path(model).resolve().parent) if isinstance(config, dict) else None}
 
 
-def config_of(meta: dict, cls):
-    """The `GPTConfig` (cls) recorded in a checkpoint's meta.json (`architecture`); a one-line `UserInputError`
+def config_of(meta: dict) -> ModelSpec:
+    """The `ModelSpec` recorded in a checkpoint's meta.json (`architecture`); a one-line `UserInputError`
     when its fields are not this version's (a checkpoint of another layout whose meta.json says otherwise)."""
 
     arch = meta.get("architecture")
     if not arch:
         raise UserInputError("the checkpoint's meta.json records no architecture (written before export-hf existed)")
-    known = {f.name for f in dataclasses.fields(cls)}
-    needed = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    known, needed = set(RECORD_KEYS), set(REQUIRED_KEYS)
     if not isinstance(arch, dict) or set(arch) - known or needed - set(arch):
         odd = ([type(arch).__name__] if not isinstance(arch, dict) else sorted(set(arch) - known)
                or [f"no {name}" for name in sorted(needed - set(arch))])
         raise UserInputError(f"the checkpoint's meta.json architecture holds {', '.join(map(str, odd))}, unknown to "
                              f"checkpoint layout {LAYOUT} (its layout says {written(meta.get('layout', 1))}): it "
                              "was written by another version of paradyse-lab")
-    arch = dict(arch)
-    if arch.get("rope_llama3") is not None:
-        arch["rope_llama3"] = tuple(arch["rope_llama3"])
-    return cls(**arch)
+    return spec_of_record(arch)

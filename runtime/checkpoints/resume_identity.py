@@ -1,7 +1,7 @@
 """What a checkpoint's model and data are, by content: a resumed run continues only the model and data that wrote
 the checkpoint, whatever names it gives them.
 
-The model is its architecture (the `GPTConfig` fields: layers, hidden, heads, K/V heads, MLP width, vocabulary,
+The model is its architecture (the recorded `ModelSpec` fields: layers, hidden, heads, K/V heads, MLP width, vocabulary,
 positions, epsilon, rotary settings, norm, ...), not the `--model` string: `gpt2-tiny` and a config.json of the
 same shapes are one model, and two config.json files at one path with another epsilon are two. A dataset that
 names a file or folder (`file:d.jsonl`, a length file, a text dataset) is the SHA-256 of its content, not its
@@ -14,7 +14,6 @@ strings, as they were.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.results.result_key import file_digest
+from paradyse_lab.runtime.checkpoints.architecture import architecture_record
 from paradyse_lab.runtime.hf.weights import weight_files
 
 IDENTITY_KEYS = ("architecture", "dataset_digest", "init_from_digest")
@@ -29,8 +29,8 @@ IDENTITY_KEYS = ("architecture", "dataset_digest", "init_from_digest")
 
 
 def architecture_of(cfg) -> dict:
-    """The model's `GPTConfig` fields as meta.json holds them (tuples as lists: the JSON round trip)."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+    """The model's recorded `ModelSpec` fields as meta.json holds them (tuples as lists: the JSON round trip)."""
+    return json.loads(json.dumps(architecture_record(cfg)))
 
 
 def dataset_digest(dataset: str) -> str | None:

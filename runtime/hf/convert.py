@@ -1,18 +1,18 @@
-"""Hugging Face configs and state dicts (GPT-2, LLaMA family) in the runtime's terms.
+"""Hugging Face state dicts (GPT-2, LLaMA family) in the runtime's terms; their configs are read as a
+`ModelSpec` by paradyse_lab.core.model_spec.spec_from_hf, the one reading of a Hugging Face config.
 
 Library module (no command); `ParallelGPT.from_hf_state_dict(config, state_dict)` uses it (`hf_to_state_dict`).
 Accepted:
 - GPT-2 (`model_type` 'gpt2', `GPT2LMHeadModel`; Conv1D weights stored [in, out]: `hf_to_state_dict`);
 - LLaMA (`LlamaForCausalLM`, transformers' modeling_llama), Mistral (`MistralForCausalLM`, the same layer)
-  and Qwen2 (`Qwen2ForCausalLM`: the same layer with biases on q, k, v only, `GPTConfig.qkv_bias`)
+  and Qwen2 (`Qwen2ForCausalLM`: the same layer with biases on q, k, v only, `ModelSpec.qkv_bias`)
   with `hidden_act` 'silu', rotary embeddings unscaled or with Llama 3.1's scaling (`rope_scaling` null,
   type 'default' or 'llama3'; top-level `rope_theta`, or `rope_parameters` from transformers 5 on),
   `head_dim` = hidden / heads, no sliding window, and either no biases or biases on every linear layer
   (`attention_bias` = `mlp_bias`).
 Refused with a one-line error naming the field: rotary embeddings scaled other than 'llama3' ('linear',
 'dynamic', 'yarn'...), sliding-window attention (Mistral's `sliding_window`, Qwen2's `use_sliding_window`),
-other activations. The checks are paradyse_lab.core.hf_architecture.hf_architecture's, which `load_hf_config` (a
-config.json given to `cost` or `train`) shares.
+other activations (paradyse_lab.core.hf_architecture.hf_architecture's checks).
 State-dict names (LlamaForCausalLM): `model.embed_tokens.weight`, per layer `model.layers.L.input_layernorm`,
 `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, then `model.norm` and
 `lm_head` (nn.Linear weights are [out, in]): w1 = cat(q, k, v) [h + 2kv, h], w2 = o_proj^T [h, h];
@@ -22,19 +22,6 @@ MLP w1 = cat(gate, up) [2f, h], w2 = down_proj^T [f, h].
 from __future__ import annotations
 
 import torch
-
-from paradyse_lab.core.hf_architecture import hf_architecture
-
-
-def config_from_hf(cls, cfg: dict):
-    """A `GPTConfig` (cls) from a Hugging Face config dict, accepted or refused by the same checks as a
-    config.json given to `cost` or `train` (paradyse_lab.core.hf_architecture.hf_architecture)."""
-    arch = hf_architecture(cfg)
-    return cls(vocab_size=arch["vocab_size"], max_positions=arch["max_positions"], hidden=arch["hidden"],
-               heads=arch["heads"], layers=arch["layers"], ffn_hidden=arch["ffn_hidden"], eps=arch["eps"],
-               kv_heads=arch["kv_heads"], norm=arch["norm"], ffn_kind=arch["ffn_kind"], bias=arch["bias"],
-               qkv_bias=arch["qkv_bias"], rope_theta=arch["rope_theta"], rope_llama3=arch["rope_llama3"],
-               tied=arch["tied"])
 
 
 def llama_to_state_dict(state_dict: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:

@@ -31,7 +31,6 @@ from paradyse_lab.files.atomic_write import _umask
 from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
 from paradyse_lab.runtime.checkpoints.folder import checkpoints
 from paradyse_lab.runtime.hf.weights import Source, tensor_sources
-from paradyse_lab.runtime.model.reference import GPTConfig
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.json", "merges.txt", "tokenizer.model", "vocab.txt", "generation_config.json")
@@ -148,7 +147,7 @@ def hf_config(cfg, original: dict | None = None) -> dict:
     if not cfg.rope:
         return {**common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": cfg.hidden,
                 "n_head": cfg.heads, "n_layer": cfg.layers, "n_positions": cfg.max_positions,
-                "n_inner": cfg.ffn_hidden, "layer_norm_epsilon": cfg.eps, "activation_function": "gelu_new"}
+                "n_inner": cfg.ffn_hidden, "layer_norm_epsilon": cfg.norm_eps, "activation_function": "gelu_new"}
     qwen = cfg.qkv_bias and not cfg.bias
     rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_llama3 is not None:
@@ -158,7 +157,7 @@ def hf_config(cfg, original: dict | None = None) -> dict:
     out = {**common, "model_type": "qwen2" if qwen else "llama",
            "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"], "hidden_size": cfg.hidden,
            "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
-           "num_hidden_layers": cfg.layers, "intermediate_size": cfg.ffn_hidden, "rms_norm_eps": cfg.eps,
+           "num_hidden_layers": cfg.layers, "intermediate_size": cfg.ffn_hidden, "rms_norm_eps": cfg.norm_eps,
            "hidden_act": "silu",
            "max_position_embeddings": cfg.max_positions or 131072,  # 0 (no limit here): Llama 3.1's context
            "rope_theta": cfg.rope_theta, "rope_scaling": rope if cfg.rope_llama3 else None, "rope_parameters": rope}
@@ -205,7 +204,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, max_shard_bytes: int = 5 
     path = find_checkpoint(checkpoint)
     refuse_out_inside_checkpoints(out, Path(checkpoint))
     full, meta = read_full(path)
-    cfg = config_of(meta, GPTConfig)
+    cfg = config_of(meta)
     tensors = to_hf_state_dict(full, cfg)
     config = {**hf_config(cfg, meta.get("hf_config")), "dtype": "float32", "torch_dtype": "float32"}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ from safetensors import safe_open
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.files import input_files
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.model.vocab_parallel import vocab_range
 from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS
 
@@ -97,7 +96,7 @@ def _llama_layer(cfg, layer: int) -> dict[str, list[Source]]:
 
 
 def tensor_sources(cfg) -> dict[str, list[Source]]:
-    """Every runtime tensor of the model `cfg` (a `GPTConfig`): the Hugging Face rows it is made of, in
+    """Every runtime tensor of the model `cfg` (a `ModelSpec`): the Hugging Face rows it is made of, in
     order (an empty list: a [0]-sized tensor the architecture does not have, e.g. RMSNorm's bias)."""
     v, h = cfg.vocab_size, cfg.hidden
     if cfg.rope:
@@ -331,7 +330,7 @@ def model_source(model: str, init_from: str) -> str:
     read_config(init_from)  # the folder and its config.json exist and parse
     folder_config = str(Path(init_from) / "config.json")
     if model:
-        given, found = (GPTConfig.from_model_spec(get_model(m)) for m in (model, folder_config))
+        given, found = (get_model(m) for m in (model, folder_config))
         if given != found:
             diff = ", ".join(f"{k} {getattr(given, k)} vs {getattr(found, k)}" for k in given.__dataclass_fields__
                              if getattr(given, k) != getattr(found, k))

@@ -6,7 +6,7 @@ sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matr
 embedding, positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
 during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
 (Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
-shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
+shape is its `ModelSpec` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
 `Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is the
 strategy catalog's). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
@@ -26,6 +26,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from paradyse_lab.core.model_spec import ModelSpec, spec_from_hf
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.strategies import CATALOG, USABLE, StrategyOption, get_strategy
 from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
@@ -38,7 +39,7 @@ from paradyse_lab.runtime.hf.convert import hf_to_state_dict
 from paradyse_lab.runtime.hf.weights import read_config, read_rank_state_dict
 from paradyse_lab.runtime.model.layout import check_length, gathered_positions, local_positions
 from paradyse_lab.runtime.model.packed import check_cu_seqlens, document_of, local_documents
-from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams, norm
+from paradyse_lab.runtime.model.reference import GPTParams, norm
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.tiled_loss import tiled_head_loss, whole_head_loss
 from paradyse_lab.runtime.model.vocab_parallel import (
@@ -122,7 +123,7 @@ def checkpointed_layer(opt: StrategyOption, ctxs, x: torch.Tensor, weights, mlp_
 class ParallelGPT(GPTParams):
     """GPT-2 whose layers run under per-layer strategies over `group` (None: the default group)."""
 
-    def __init__(self, cfg: GPTConfig, group=None, seed: int = 0, state_dict: dict | None = None,
+    def __init__(self, cfg: ModelSpec, group=None, seed: int = 0, state_dict: dict | None = None,
                  hf_folder: str | None = None, vocab_parallel: bool = False,
                  rank_state_dict: dict | None = None):
         """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
@@ -159,14 +160,14 @@ class ParallelGPT(GPTParams):
         """From a Hugging Face config (dict or `PretrainedConfig`) and state dict: GPT-2 (`GPT2LMHeadModel`),
         or LLaMA-shaped (`LlamaForCausalLM`, `MistralForCausalLM` and `Qwen2ForCausalLM` without a sliding
         window)."""
-        cfg = GPTConfig.from_hf(config)
+        cfg = spec_from_hf(config)
         return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg), vocab_parallel=vocab_parallel)
 
     @classmethod
     def from_hf_folder(cls, folder, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
         GPT-2, LLaMA, Mistral or Qwen2; each rank reads only its slices."""
-        return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
+        return cls(spec_from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (unsharded) state dict; a collective: every rank must call it."""
@@ -183,7 +184,7 @@ class ParallelGPT(GPTParams):
             what = "sequence length" if longest == seq_len else "longest packed document"
             raise UserInputError(f"{what} {longest} exceeds max_positions ({self.cfg.max_positions})")
         options = as_plan(plan, self.cfg.layers).layer_options(self.cfg.layers)
-        spec = self.cfg.model_spec()
+        spec = self.cfg.with_dtype("fp32")
         for opt, kind in dict.fromkeys((o, k) for pair in options for o, k in zip(pair, ("attention", "mlp"))):
             get_strategy(opt.strategy).check(spec, self.p, seq_len, kind)  # an MLP has no heads to split
         return options
@@ -242,17 +243,17 @@ class ParallelGPT(GPTParams):
                     x = run_option(opt, ctx, x, w, mlp_tile)
         if self.vocab_parallel:
             if labels is None:
-                return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.eps), head_w, self.group,
+                return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.norm_eps), head_w, self.group,
                                              cfg.vocab_size)  # [b, t, h] -> [b, t, V]
             logits = None
-            total = vocab_parallel_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile, self.group,
+            total = vocab_parallel_loss(x, lnf_w, lnf_b, head_w, labels, cfg.norm_eps, loss_tile, self.group,
                                         cfg.vocab_size)
         elif labels is None:
-            return norm(x, lnf_w, lnf_b, cfg.eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
+            return norm(x, lnf_w, lnf_b, cfg.norm_eps) @ head_w.t()  # [b, t, h] -> [b, t, V]
         elif loss_tile > 0:
-            logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, loss_tile)
+            logits, total = None, tiled_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.norm_eps, loss_tile)
         else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
-            total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.eps, keep_logits=True)
+            total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.norm_eps, keep_logits=True)
         with comm_record.tagged("loss"):
             count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
             loss = comm_autograd.replicated_sum(total, self.group) / count.clamp(min=1)

@@ -1,8 +1,8 @@
-"""The single-device reference model (GPT-2- or LLaMA-shaped) and its config.
+"""The single-device reference model (GPT-2- or LLaMA-shaped) and its parameters, built from a `ModelSpec`.
 
 Library module (no command). GPT-2 (Radford et al. 2019; Hugging Face `GPT2LMHeadModel`): learned
 positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding and head, attention scale
-1/sqrt(d). LLaMA (Touvron et al. 2023; Hugging Face `LlamaForCausalLM`), chosen by `GPTConfig` flags:
+1/sqrt(d). LLaMA (Touvron et al. 2023; Hugging Face `LlamaForCausalLM`), chosen by `ModelSpec` flags:
 RMSNorm, no biases, SwiGLU MLP (silu(gate) * up, then down), rotary embeddings (rope.py), grouped-query
 attention (`kv_heads` K/V heads, query head i reads K/V head i // (heads / kv_heads)), untied head.
 Parameter names are the runtime's (weight_shards.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
@@ -14,129 +14,26 @@ with 1/p shards (weight_shards.shard_state_dict).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paradyse_lab.core.model_spec import FFN_KINDS, NORM_KINDS, ModelSpec
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime.hf.convert import config_from_hf
 from paradyse_lab.runtime.model.packed import block_diagonal_mask, document_of
 from paradyse_lab.runtime.model.rope import apply_rope, rope_tables
 
 
-@dataclass(frozen=True)
-class GPTConfig:
-    """Shapes of a GPT-2- or LLaMA-shaped model (the flags below pick the layer's parts): the runtime's view of a
-    `paradyse_lab.core.model_spec.ModelSpec`, whose fields it holds under the same names (the norms' epsilon is `eps`)
-    and whose kinds it checks against (`from_model_spec`, `model_spec`); a checkpoint records these fields."""
-
-    vocab_size: int
-    """Tokens of the embedding / head."""
-    max_positions: int
-    """Learned positions (GPT-2); with rotary embeddings the longest sequence allowed (0: no limit)."""
-    hidden: int
-    """h."""
-    heads: int
-    """Attention (query) heads."""
-    layers: int
-    """Transformer blocks."""
-    ffn_hidden: int = 0
-    """MLP inner size f; 0 means 4h."""
-    causal: bool = True
-    """Causal (GPT-2) or bidirectional attention."""
-    eps: float = 1e-5
-    """Norm epsilon."""
-    kv_heads: int = 0
-    """Key/value heads (grouped-query attention); 0 means `heads`."""
-    norm: str = "layernorm"
-    """'layernorm' (weight and bias) or 'rmsnorm' (weight only: LLaMA)."""
-    ffn_kind: str = "gelu"
-    """'gelu' (tanh-GELU, two matrices) or 'swiglu' (silu(gate) * up, then down: LLaMA)."""
-    bias: bool = True
-    """Biases on every linear layer (GPT-2) or none (LLaMA)."""
-    qkv_bias: bool = False
-    """Without `bias`: biases on the q, k, v projections only (Qwen2)."""
-    rope_theta: float = 0.0
-    """Rotary embeddings' base (Hugging Face `rope_theta`); 0 means learned positions instead."""
-    tied: bool = True
-    """Head tied to the token embedding (GPT-2) or a separate `head` matrix (LLaMA)."""
-    rope_llama3: tuple[float, float, float, int] | None = None
-    """Llama 3.1's rotary frequency scaling (factor, low_freq_factor, high_freq_factor,
-    original_max_position_embeddings; rope.llama3_scaled), or None."""
-
-    def __post_init__(self):
-        if self.ffn_hidden == 0:
-            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        if self.kv_heads == 0:
-            object.__setattr__(self, "kv_heads", self.heads)
-        for name in ("vocab_size", "hidden", "heads", "layers", "ffn_hidden", "kv_heads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise UserInputError(f"GPTConfig.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.max_positions, int) or self.max_positions < (0 if self.rope else 1):
-            raise UserInputError(f"GPTConfig.max_positions must be a positive integer, got {self.max_positions!r}")
-        if self.hidden % self.heads:
-            raise UserInputError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
-        if self.heads % self.kv_heads:
-            raise UserInputError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
-        if self.norm not in NORM_KINDS:
-            raise UserInputError(f"GPTConfig.norm must be one of {', '.join(NORM_KINDS)}, got {self.norm!r}")
-        if self.ffn_kind not in FFN_KINDS:
-            raise UserInputError(f"GPTConfig.ffn_kind must be one of {', '.join(FFN_KINDS)}, got {self.ffn_kind!r}")
-        if self.rope and self.head_dim % 2:
-            raise UserInputError(f"rotary embeddings need an even head dimension, got {self.head_dim}")
-
-    @property
-    def rope(self) -> bool:
-        """Rotary positions (else learned ones)."""
-        return self.rope_theta > 0
-
-    @property
-    def head_dim(self) -> int:
-        """d = h / heads."""
-        return self.hidden // self.heads
-
-    @property
-    def kv_hidden(self) -> int:
-        """Width of K and of V: kv_heads * d."""
-        return self.kv_heads * self.head_dim
-
-    def sublayer_shapes(self, kind: str) -> tuple[int, int]:
-        """(n1, n2): rows of w1 (attention: q | k | v = h + 2 kv; MLP: f, SwiGLU gate | up = 2f) and of w2."""
-        if kind == "attention":
-            return self.hidden + 2 * self.kv_hidden, self.hidden
-        return (2 if self.ffn_kind == "swiglu" else 1) * self.ffn_hidden, self.ffn_hidden
-
-    @classmethod
-    def from_hf(cls, config) -> GPTConfig:
-        """From a Hugging Face config (a dict or a `PretrainedConfig`): GPT-2 (`GPT2Config`), or LLaMA-shaped
-        (`LlamaConfig`, and `MistralConfig` without a sliding window): hf_convert.py says what is refused."""
-        return config_from_hf(cls, config if isinstance(config, dict) else config.to_dict())
-
-    @classmethod
-    def from_model_spec(cls, spec: ModelSpec) -> GPTConfig:
-        """From a `ModelSpec` (GPT-2-shaped: learned positions, tied head; or LLaMA-shaped: `max_positions` 0
-        means rotary embeddings with `spec.rope_theta`, an untied head unless `spec.tied`)."""
-        if not spec.embedding_and_head:
-            raise UserInputError(f"model {spec.name!r}: the runtime needs an embedding and a head")
-        rope = spec.max_positions == 0
-        return cls(vocab_size=spec.vocab_size, max_positions=spec.max_positions, hidden=spec.hidden,
-                   heads=spec.heads, layers=spec.layers, ffn_hidden=spec.ffn_hidden, causal=spec.causal,
-                   kv_heads=spec.kv_heads, norm=spec.norm, ffn_kind=spec.ffn_kind, bias=spec.bias,
-                   rope_theta=(spec.rope_theta or 10000.0) if rope else 0.0, tied=spec.tied, qkv_bias=spec.qkv_bias,
-                   rope_llama3=spec.rope_llama3 if rope else None, eps=spec.norm_eps)
-
-    def model_spec(self, dtype: str = "fp32") -> ModelSpec:
-        """The `ModelSpec` of these shapes (for the cost model and the strategy catalog's checks)."""
-        return ModelSpec(name="runtime", hidden=self.hidden, heads=self.heads, layers=self.layers,
-                         ffn_hidden=self.ffn_hidden, vocab_size=self.vocab_size,
-                         max_positions=0 if self.rope else self.max_positions, dtype=dtype, causal=self.causal,
-                         kv_heads=self.kv_heads, norm=self.norm, ffn_kind=self.ffn_kind, bias=self.bias,
-                         tied=self.tied, rope_theta=self.rope_theta, rope_llama3=self.rope_llama3,
-                         qkv_bias=self.qkv_bias, norm_eps=self.eps)
+def check_runnable(cfg: ModelSpec) -> None:
+    """What the runtime needs of a model beyond a valid `ModelSpec`: an embedding and a head, positions (learned
+    ones, or rotary ones on an even head dimension); a one-line `UserInputError` naming the field otherwise."""
+    if not cfg.embedding_and_head:
+        raise UserInputError(f"model {cfg.name!r}: the runtime needs an embedding and a head")
+    if not isinstance(cfg.max_positions, int) or cfg.max_positions < (0 if cfg.rope else 1):
+        raise UserInputError(f"model.max_positions must be a positive integer, got {cfg.max_positions!r}")
+    if cfg.rope and cfg.head_dim % 2:
+        raise UserInputError(f"rotary embeddings need an even head dimension, got {cfg.head_dim}")
 
 
 class SubLayerParams(nn.Module):
@@ -157,7 +54,7 @@ class SubLayerParams(nn.Module):
 class Block(nn.Module):
     """One transformer layer: an attention and an MLP sub-layer."""
 
-    def __init__(self, cfg: GPTConfig, p: int = 1):
+    def __init__(self, cfg: ModelSpec, p: int = 1):
         super().__init__()
         h, nb = cfg.hidden, cfg.norm == "layernorm"
         self.attn = SubLayerParams(h, *cfg.sublayer_shapes("attention"), p, nb, cfg.bias or cfg.qkv_bias, cfg.bias)
@@ -169,8 +66,9 @@ class GPTParams(nn.Module):
     `wpe` are [0, h] under rotary embeddings, `lnf_b` [0] under RMSNorm; `head` [V, h] exists only when the
     head is not tied to `wte`. `vocab_parallel`: `wte` and `head` are each rank's [ceil(V/p), h] rows."""
 
-    def __init__(self, cfg: GPTConfig, p: int = 1, vocab_parallel: bool = False):
+    def __init__(self, cfg: ModelSpec, p: int = 1, vocab_parallel: bool = False):
         super().__init__()
+        check_runnable(cfg)
         self.cfg = cfg
         vocab = -(-cfg.vocab_size // p) if vocab_parallel else cfg.vocab_size  # the vocabulary-parallel R
         self.wte = nn.Parameter(torch.zeros(vocab, cfg.hidden))
@@ -186,14 +84,14 @@ class GPTParams(nn.Module):
         return self.wte if self.cfg.tied else self.head
 
 
-def init_state_dict(cfg: GPTConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+def init_state_dict(cfg: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
     """GPT-2 initialisation of the full model, deterministic in `seed`: N(0, 0.02) matrices (embedding,
     head), N(0, 0.01) positions, output projections scaled by 1/sqrt(2L) (Radford et al. 2019), zero
     biases, unit norms."""
     return dict(init_tensors(cfg, seed))
 
 
-def init_tensors(cfg: GPTConfig, seed: int = 0):
+def init_tensors(cfg: ModelSpec, seed: int = 0):
     """(key, full tensor) of `init_state_dict`, one at a time in its order and with its values: the shapes come
     from the model built on the meta device (no memory), so a caller that keeps only a part of each tensor
     (weight_shards.init_rank_state_dict) never holds the whole model."""
@@ -233,7 +131,7 @@ def _positions(s: int, cu_seqlens, device) -> torch.Tensor:
     return document_of(cu_seqlens, index)[1]
 
 
-def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
+def _attention(a: torch.Tensor, cfg: ModelSpec, cu_seqlens=None) -> torch.Tensor:
     b, s, _ = a.shape
     h, kv, d = cfg.hidden, cfg.kv_hidden, cfg.head_dim
     q, k, v = a.split([h, kv, kv], dim=-1)
@@ -252,19 +150,19 @@ def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor
     return o.transpose(1, 2).reshape(b, s, -1)  # [b, heads, s, d] -> [b, s, h]
 
 
-def _mlp_core(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+def _mlp_core(a: torch.Tensor, cfg: ModelSpec) -> torch.Tensor:
     if cfg.ffn_kind == "swiglu":
         gate, up = a.chunk(2, dim=-1)  # [b, s, 2f] -> 2 x [b, s, f]
         return F.silu(gate) * up
     return F.gelu(a, approximate="tanh")
 
 
-def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
+def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: ModelSpec, cu_seqlens=None) -> torch.Tensor:
     """One full sub-layer in plain autograd: x + core(norm(x) w1^T + b1) w2 + b2; `w` has attributes or
     keys ln_w, ln_b, w1, b1, w2, b2 (full shapes); x [b, s, h] in natural order; `cu_seqlens` [n + 1]: x is
     a pack of documents, attention is block-diagonal over them."""
     get = (lambda n: w[n]) if isinstance(w, dict) else (lambda n: getattr(w, n))
-    u = norm(x, get("ln_w"), get("ln_b"), cfg.eps)
+    u = norm(x, get("ln_w"), get("ln_b"), cfg.norm_eps)
     a = add_bias(u @ get("w1").t(), get("b1"))  # [b, s, h] -> [b, s, n1]
     c = _attention(a, cfg, cu_seqlens) if kind == "attention" else _mlp_core(a, cfg)
     return add_bias(x + c @ get("w2"), get("b2"))  # [b, s, n2] -> [b, s, h]
@@ -286,7 +184,7 @@ class ReferenceGPT(GPTParams):
         for blk in self.layers:
             x = reference_sublayer(x, blk.attn, "attention", cfg, cu_seqlens)
             x = reference_sublayer(x, blk.mlp, "mlp", cfg)
-        logits = norm(x, self.lnf_w, self.lnf_b, cfg.eps) @ self.head_weight().t()
+        logits = norm(x, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.head_weight().t()
         if labels is None:
             return logits
         total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,  # [b*s, V]

@@ -98,7 +98,7 @@ class Ctx:
 
 def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
              all_positions=None, doc_ids=None, cu_seqlens=None) -> Ctx:
-    """The `Ctx` of one sub-layer of a model config (paradyse_lab.runtime.model.reference.GPTConfig) on this rank.
+    """The `Ctx` of one sub-layer of a model config (paradyse_lab.core.model_spec.ModelSpec) on this rank.
     Rotary
     models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
     gathered_positions) on `device`."""
@@ -110,9 +110,10 @@ def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, po
         positions = local_positions(seq_len, p, r).to(device) if positions is None else positions
         all_positions = gathered_positions(seq_len, p).to(device) if all_positions is None else all_positions
     return Ctx(group=group, p=p, rank=r, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
-               eps=cfg.eps, tag=tag, kv_heads=getattr(cfg, "kv_heads", 0), ffn_kind=getattr(cfg, "ffn_kind", "gelu"),
-               rope_theta=rope, rope_llama3=getattr(cfg, "rope_llama3", None), positions=positions,
-               all_positions=all_positions, doc_ids=doc_ids, cu_seqlens=cu_seqlens)
+               eps=cfg.norm_eps, tag=tag, kv_heads=getattr(cfg, "kv_heads", 0),
+               ffn_kind=getattr(cfg, "ffn_kind", "gelu"), rope_theta=rope,
+               rope_llama3=getattr(cfg, "rope_llama3", None), positions=positions, all_positions=all_positions,
+               doc_ids=doc_ids, cu_seqlens=cu_seqlens)
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def full_sublayer_shapes(cfg, kind: str) -> dict[str, tuple[int, ...]]:
     """The full (unsharded) parameter shapes of one sub-layer of `cfg`
-    (paradyse_lab.runtime.model.reference.GPTConfig), in
+    (paradyse_lab.core.model_spec.ModelSpec), in
     `PARAM_NAMES` order: ln_w, ln_b, w1 [n1, h], b1 [n1], w2 [n2, h], b2 [h]; empty where the model has none."""
     h = cfg.hidden
     d = h // cfg.heads

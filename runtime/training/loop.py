@@ -29,7 +29,6 @@ from paradyse_lab.core.policy_contract import CopyablePolicy
 from paradyse_lab.runtime.checkpoints import folder as checkpoint
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import check_folder, model_source
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.training.optim_schedule import scheduler
 from paradyse_lab.runtime.training.plan_handoff import replicated_head_policy, vocab_storage
 from paradyse_lab.runtime.training.run_inputs import check_log_file, check_log_owner, check_options, log_cells
@@ -79,7 +78,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     device = run_device(group)
     dtype = "bf16" if device.type == "cuda" else "fp32"
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype=dtype)
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     if opts.init_from:  # every tensor's shape against config.json, before the plan is stated
         checked_on_rank0(partial(check_folder, opts.init_from, cfg), group)
     meta = run_meta(opts, cfg, group)

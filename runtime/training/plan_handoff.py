@@ -21,7 +21,7 @@ def decide_plan_on_rank0(decide, group=None):
     optimal or near-optimal plans), and ranks running different strategies post different collectives,
     which hangs NCCL or returns garbage. Other ranks never call `decide`."""
     decision = decide() if comm.rank(group) == 0 else None
-    decision = comm.broadcast_object(decision, 0, group)  # pickled StepPlan, rank 0 -> all
+    decision = comm.broadcast_object(decision, 0, group)  # pickled StepDecision, rank 0 -> all
     if not isinstance(getattr(decision, "plan", None), Plan):  # names would leave the model to guess the granularity
         raise TypeError(f"a policy's decision must carry a paradyse_lab.core.plan.Plan, got {decision!r}")
     return decision
@@ -39,7 +39,7 @@ def loss_tile(decision, model, tokens: int) -> int:
     sizes the tiles), else 0 (the whole head); a vocabulary-parallel model's tiles of its `tokens` (this rank's) as
     the cost model sizes them."""
     if getattr(model, "vocab_parallel", False):
-        return vocab_tile_tokens(model.cfg.model_spec("fp32" if model.wte.element_size() == 4 else "bf16"), model.p,
+        return vocab_tile_tokens(model.cfg.with_dtype("fp32" if model.wte.element_size() == 4 else "bf16"), model.p,
                                  tokens)
     if getattr(decision, "head", "whole") == "vocab":
         raise RuntimeError("the plan takes the vocabulary-parallel head but this model keeps the embedding and head "

@@ -80,7 +80,7 @@ class StepInputs:
     def build(cls, opts, p: int, cfg, size: int | None = None, *, dataset: str | None = None,
               seed_offset: int = 0) -> StepInputs:
         """The steps of `dataset` (default --dataset) on p ranks for a model of config `cfg`
-        (`paradyse_lab.runtime.model.reference.GPTConfig`), the workload sampled with `size` sequences (default
+        (`paradyse_lab.core.model_spec.ModelSpec`), the workload sampled with `size` sequences (default
         --steps; a resumed
         run passes its checkpoint's)."""
         from paradyse_lab.runtime.training.run_inputs import PackedSteps, TokenDocuments

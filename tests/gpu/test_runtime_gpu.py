@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import ModelSpec
+
 pytestmark = pytest.mark.gpu
 
 BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
@@ -53,13 +55,14 @@ def test_fused_kernels_match_math_in_bf16(causal, shape):
 
 @pytest.mark.parametrize("shape", ["gpt2", "llama"])
 def test_single_gpu_model_bf16_close_to_fp32_reference(shape):
-    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+    from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
     from paradyse_lab.runtime.model.reference import init_state_dict
 
-    cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
+    cfg = ModelSpec(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, name="runtime")
     if shape == "llama":  # RMSNorm, SwiGLU, rotary embeddings, 2 K/V heads (GQA in the fused kernels), untied
-        cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, ffn_hidden=512,
-                        kv_heads=2, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+        cfg = ModelSpec(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, ffn_hidden=512,
+                        kv_heads=2, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False,
+                        name="runtime")
     sd = init_state_dict(cfg, 0)
     ref = ReferenceGPT(cfg).cuda()
     ref.load_state_dict(sd)
@@ -106,15 +109,16 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
     block-diagonal mask; LLaMA-shaped: GQA (2 K/V heads for 4) and rotary embeddings by document position."""
     import warnings
 
-    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+    from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
     from paradyse_lab.runtime.attention import kernels as attention
     from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
     from paradyse_lab.runtime.model.reference import init_state_dict
 
-    cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2)
+    cfg = ModelSpec(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, name="runtime")
     if shape == "llama":
-        cfg = GPTConfig(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, ffn_hidden=512,
-                        kv_heads=2, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+        cfg = ModelSpec(vocab_size=512, max_positions=256, hidden=256, heads=4, layers=2, ffn_hidden=512,
+                        kv_heads=2, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False,
+                        name="runtime")
     sd = init_state_dict(cfg, 0)
     ref = ReferenceGPT(cfg).cuda()
     ref.load_state_dict(sd)
@@ -136,7 +140,7 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
 def _nccl_worker(rank: int, p: int, port: int) -> None:
     import torch.distributed as dist
 
-    from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
+    from paradyse_lab.runtime import ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
     from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
     from paradyse_lab.runtime.model.reference import init_state_dict
 
@@ -144,7 +148,7 @@ def _nccl_worker(rank: int, p: int, port: int) -> None:
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=p, timeout=datetime.timedelta(seconds=120))
     try:
-        cfg = GPTConfig(vocab_size=512, max_positions=96, hidden=96, heads=12, layers=4)
+        cfg = ModelSpec(vocab_size=512, max_positions=96, hidden=96, heads=12, layers=4, name="runtime")
         sd = init_state_dict(cfg, 0)
         ref = ReferenceGPT(cfg).cuda()
         ref.load_state_dict(sd)
@@ -240,11 +244,11 @@ def test_tiled_mlp_and_offload_on_one_gpu():
     device none of what it offloaded (runtime/strategies/offload.py)."""
     from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.schedules import schedule
-    from paradyse_lab.runtime import GPTConfig, ParallelGPT
+    from paradyse_lab.runtime import ParallelGPT
     from paradyse_lab.runtime.model.reference import init_state_dict
 
-    cfg = GPTConfig(vocab_size=512, max_positions=1024, hidden=256, heads=4, layers=2, ffn_hidden=512, kv_heads=2,
-                    norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+    cfg = ModelSpec(vocab_size=512, max_positions=1024, hidden=256, heads=4, layers=2, ffn_hidden=512, kv_heads=2,
+                    norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
     model = ParallelGPT(cfg, state_dict=init_state_dict(cfg, 0)).cuda()
     ids = torch.randint(0, 512, (2, 1024), device="cuda")
     labels = torch.randint(0, 512, (2, 1024), device="cuda")
@@ -266,7 +270,7 @@ def test_tiled_mlp_and_offload_on_one_gpu():
         assert_close(loss, results[0][0], rtol=1e-5, atol=1e-5)
         for a, b in zip(results[0][1], grads):
             assert_close(b, a, rtol=1e-4, atol=1e-5)
-    spec = cfg.model_spec("fp32")
+    spec = cfg.with_dtype("fp32")
     # a block plan's recomputed, offloaded layer is checkpointed whole: its input alone, the attention's set
     want = sum(schedule(spec, "attention", StrategyOption.parse(o), 1024, 2, 1).host_bytes for o in plans[1])
     assert sum(moved[1].to_host.values()) == sum(moved[1].to_device.values()) == want > 0

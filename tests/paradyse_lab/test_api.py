@@ -21,8 +21,8 @@ def test_version_and_names():
 
 def test_plan_step_predicts_time_and_memory_parts():
     plan = pl.plan_step("gpt2-tiny", p=2, seq_len=1024, solver="dp", recompute=True)
-    assert type(plan) is pl.PlanReport and type(plan).__name__ == "PlanReport"
-    with pytest.deprecated_call(match="renamed paradyse_lab.PlanReport"):
+    assert type(plan) is pl.StepAnswer and type(plan).__name__ == "StepAnswer"
+    with pytest.deprecated_call(match="renamed paradyse_lab.StepAnswer"):
         assert pl.Plan is pl.PlanReport  # its earlier name, for scripts written against it
     assert len(plan.strategies) == 4 and plan.feasible and plan.predicted_time_s > 0
     parts = plan.memory

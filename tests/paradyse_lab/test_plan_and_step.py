@@ -54,19 +54,30 @@ def test_a_plan_in_short_as_the_train_log_and_validate_run_print_it():
     assert short_text(["colossal_z", ""]) == "colossal_z,"  # no abbreviation: the name as it is
 
 
-def test_the_runtime_config_is_a_view_of_the_model_spec():
-    """The model's shapes have one home, `ModelSpec`: the runtime's `GPTConfig` holds its fields under the same
-    names (the norms' epsilon is `eps`; a checkpoint records them so) and adds none, and every preset the runtime
-    can run goes ModelSpec -> GPTConfig -> ModelSpec unchanged (what `train` builds its model from)."""
-    from dataclasses import fields, replace
+def test_the_runtime_builds_from_the_model_spec_and_checkpoints_record_it_as_before():
+    """The model has one description, `ModelSpec`, with one rotary encoding (`rope_theta` > 0; `max_positions` the
+    learned positions, or under rotary embeddings the longest sequence allowed): the runtime builds from it, and a
+    checkpoint records its layer under the keys, order and values it always had (the norms' epsilon as `eps`),
+    which read back as the same model for every preset the runtime can run."""
+    from dataclasses import replace
 
     from paradyse_lab.core.model_spec import PRESETS, ModelSpec
-    from paradyse_lab.runtime.model.reference import GPTConfig
+    from paradyse_lab.runtime.checkpoints.architecture import RECORD_KEYS, architecture_record, spec_of_record
 
-    renamed = {"eps": "norm_eps"}
-    spec_fields = {f.name for f in fields(ModelSpec)}
-    assert {renamed.get(f.name, f.name) for f in fields(GPTConfig)} - spec_fields == set()
     runnable = [spec for spec in PRESETS.values() if spec.embedding_and_head]
     assert len(runnable) >= 8
     for spec in runnable:
-        assert GPTConfig.from_model_spec(spec).model_spec(spec.dtype) == replace(spec, name="runtime"), spec.name
+        record = architecture_record(spec)
+        assert tuple(record) == RECORD_KEYS and record["eps"] == spec.norm_eps, spec.name
+        assert replace(spec_of_record(record), name=spec.name, dtype=spec.dtype) == spec, spec.name
+    llama = architecture_record(PRESETS["llama-tiny"])  # what a llama-tiny checkpoint's meta.json has held
+    assert (llama["max_positions"], llama["rope_theta"], llama["tied"], llama["kv_heads"]) == (0, 10000.0, False, 2)
+    gpt2 = architecture_record(PRESETS["gpt2-tiny"])
+    assert (gpt2["max_positions"], gpt2["rope_theta"], gpt2["ffn_hidden"]) == (1024, 0.0, 4 * 96)
+    # one rotary encoding: no learned positions and no base given is the default base; a limit stays a limit
+    plain = ModelSpec(name="x", hidden=64, heads=4, layers=1, vocab_size=32)
+    assert plain.rope and plain.rope_theta == 10000.0 and plain.position_rows == 0 and plain.ffn_hidden == 256
+    limited = replace(plain, max_positions=128)
+    assert limited.rope and limited.position_rows == 0 and limited.max_positions == 128
+    learned = ModelSpec(name="x", hidden=64, heads=4, layers=1, vocab_size=32, max_positions=128)
+    assert not learned.rope and learned.position_rows == 128

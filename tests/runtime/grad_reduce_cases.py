@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import p2p as comm_p2p
@@ -99,11 +100,11 @@ def bf16_sublayers_case(rank: int, p: int, group) -> None:
     output, input gradient and every parameter gradient (bf16, its reduction over the ranks in fp32)."""
     from paradyse_lab.runtime.model.layout import shard_sequence
     from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-    from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict, reference_sublayer
+    from paradyse_lab.runtime.model.reference import init_state_dict, reference_sublayer
     from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
     from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
-    cfg, s = GPTConfig(vocab_size=128, max_positions=16, hidden=32, heads=4, layers=2, causal=True), 16
+    cfg, s = ModelSpec(vocab_size=128, max_positions=16, hidden=32, heads=4, layers=2, causal=True, name="runtime"), 16
     gen = torch.Generator().manual_seed(5)
     state = {n: (v + 0.05 * torch.randn(v.shape, generator=gen)).bfloat16().float()  # bf16-exact, noisy norms
              for n, v in init_state_dict(cfg, 0).items()}

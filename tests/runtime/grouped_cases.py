@@ -14,7 +14,7 @@ from runtime_cases import TOL, B, grad_of, llama_config, predicted_bytes, random
 from torch.testing import assert_close
 
 from paradyse_lab.core.fixed_groups import fixed_size_groups
-from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.costmodel.formulas import embedding_params
@@ -22,7 +22,7 @@ from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grou
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import ParallelGPT, shard_sequence
 from paradyse_lab.runtime.comm.record import count_bytes
-from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+from paradyse_lab.runtime.model.reference import ReferenceGPT
 from paradyse_lab.runtime.model.weight_shards import shard_state_dict
 from paradyse_lab.runtime.training.grouped import (
     STATES_TAG,
@@ -42,19 +42,19 @@ PLANS = (("megatron_ts", "metp"), ("ulysses_z+tiled", "megatron_cz+offload"),
 offloaded activations."""
 
 
-def _cfg() -> GPTConfig:
+def _cfg() -> ModelSpec:
     """gpt2-tiny's 12 heads (whole heads in every rank's 1/4 block) at half its width and a quarter of its vocabulary:
     the groups are the subject, not the size."""
     spec = PRESETS["gpt2-tiny"]
-    return GPTConfig(vocab_size=spec.vocab_size // 4, max_positions=64, hidden=spec.hidden // 2, heads=spec.heads,
-                     layers=LAYERS, causal=True)
+    return ModelSpec(vocab_size=spec.vocab_size // 4, max_positions=64, hidden=spec.hidden // 2, heads=spec.heads,
+                     layers=LAYERS, causal=True, name="runtime")
 
 
 def _meshes() -> StepMeshes:
     return StepMeshes.shared("cpu")  # once per process (and shared with `train`): a collective of every rank
 
 
-def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batch(cfg: ModelSpec, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(21)
     out = []
     for i, s in enumerate(lengths):
@@ -65,7 +65,7 @@ def _batch(cfg: GPTConfig, lengths=LENGTHS) -> list[tuple[torch.Tensor, torch.Te
     return out
 
 
-def _reference_grads(cfg: GPTConfig, sd: dict, batch, rank: int, group=None) -> tuple[torch.Tensor, dict]:
+def _reference_grads(cfg: ModelSpec, sd: dict, batch, rank: int, group=None) -> tuple[torch.Tensor, dict]:
     """The single-device model's mean loss over every target of the batch and its gradients: computed by rank 0
     and sent to the others (every rank would compute the same numbers)."""
     from paradyse_lab.runtime.comm import collectives as comm
@@ -73,7 +73,7 @@ def _reference_grads(cfg: GPTConfig, sd: dict, batch, rank: int, group=None) -> 
     return comm.broadcast_object(_reference_run(cfg, sd, batch) if rank == 0 else None, 0, group)
 
 
-def _reference_run(cfg: GPTConfig, sd: dict, batch) -> tuple[torch.Tensor, dict]:
+def _reference_run(cfg: ModelSpec, sd: dict, batch) -> tuple[torch.Tensor, dict]:
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
     total = sum(int((labels != -100).sum()) for _, labels in batch)
@@ -97,7 +97,7 @@ def _steps(world: int) -> dict[str, GroupedStep]:
             "1x4": fixed_size_groups(world, 4, 4, plan), "mixed-2-1-1": mixed, "mixed-1-1-2": mixed_last}
 
 
-def _expected_sublayer_bytes(cfg: GPTConfig, group: StepGroup, lengths=LENGTHS) -> dict[str, dict[str, int]]:
+def _expected_sublayer_bytes(cfg: ModelSpec, group: StepGroup, lengths=LENGTHS) -> dict[str, dict[str, int]]:
     """Per sub-layer tag, the bytes the analytic schedule predicts for this rank's group's items (of `lengths`)."""
     out: dict[str, dict[str, int]] = {}
     for item, plan in zip(group.items, group.plans):
@@ -125,7 +125,7 @@ def _check_step(name: str, step: GroupedStep, model, cfg, batch, want, rank: int
     ref = shard_state_dict(grads_ref, rank, 4)
     for n, q in model.named_parameters():
         assert_close(grad_of(q), ref[n], **TOL, msg=lambda m, n=n: f"{name}: grad {n}: {m}")
-    spec = cfg.model_spec("fp32")
+    spec = cfg.with_dtype("fp32")
     assert counter.total(STATES_TAG) == grouped_state_sent_bytes(spec, 4, step.sizes), (name, counter.total("states"))
     assert counter.total("") == {}, (name, counter.total(""))  # every byte is a state's, a sub-layer's or the loss's
     group = step.group_of(rank)
@@ -157,7 +157,7 @@ def group_shard_bytes_case(rank: int, p: int, group) -> None:
     """A group's gathered shards take the cost model's kept bytes, at every size and mixed."""
     cfg = _cfg()
     model = ParallelGPT(cfg, group, seed=3)
-    spec = cfg.model_spec("fp32")
+    spec = cfg.with_dtype("fp32")
     for sizes in ((1, 1, 1, 1), (2, 2), (4,), (2, 1, 1)):
         g_min = min(sizes)
         size = sizes[0] if rank < sizes[0] else sizes[1 + (rank - sizes[0]) // sizes[1]]

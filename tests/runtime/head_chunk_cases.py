@@ -104,7 +104,7 @@ def sublayer_case(kv_heads: int, causal: bool, recompute: bool, packed: bool = F
             assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
         want_sent = predicted_bytes(cfg, "attention", option.name, p, seq)
         assert counter.total() == want_sent, (counter.total(), want_sent)
-        want = schedule(cfg.model_spec("fp32"), "attention", option, seq, B, p)
+        want = schedule(cfg.with_dtype("fp32"), "attention", option, seq, B, p)
         assert kept.nbytes == want.kept_bytes, (kept.nbytes, want.kept_bytes, list(kept.kept.values()))
         if offload:
             assert offloader.stats.to_host["case"] == offloader.stats.to_device["case"] == want.host_bytes

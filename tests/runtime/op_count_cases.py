@@ -16,16 +16,17 @@ import contextlib
 import torch
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.runtime.model.layout import gather_sequence, gathered_positions, local_positions, shard_sequence
 from paradyse_lab.runtime.model.parallel_gpt import run_option
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict, reference_sublayer
+from paradyse_lab.runtime.model.reference import init_state_dict, reference_sublayer
 from paradyse_lab.runtime.model.sublayer import make_ctx
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 from paradyse_lab.runtime.trace.dispatch_count import DispatchCount
 
-CONFIG = GPTConfig(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1, ffn_hidden=1408, kv_heads=4,
-                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+CONFIG = ModelSpec(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1, ffn_hidden=1408, kv_heads=4,
+                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 S = 64
 BOUNDS = {(1, "megatron_ts"): 263, (1, "ulysses_z"): 326, (1, "megatron_cz"): 342,
           (2, "megatron_ts"): 299, (2, "ulysses_z"): 380, (2, "megatron_cz"): 434}

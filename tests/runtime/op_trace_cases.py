@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import torch
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inputs, trace_sublayer, warm_trace
 
-CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True)
+CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
 FLAGS = ("", "+recompute", "+tiled", "+recompute+tiled")
@@ -27,7 +27,7 @@ KINDS = ("attention", "mlp")
 def mismatches(strategy: str, rank: int, p: int, group) -> list[str]:
     """The (option, kind) pairs whose real run dispatched other operations than the meta trace shows."""
     out = []
-    if get_strategy(strategy).violation(CFG.model_spec("fp32"), p, S):
+    if get_strategy(strategy).violation(CFG.with_dtype("fp32"), p, S):
         return out
     for flags in FLAGS:
         option = StrategyOption.parse(strategy + flags)

@@ -44,10 +44,10 @@ def _reference_run(model: str, train_file: str, eval_file: str) -> list[dict]:
     from dataclasses import replace
 
     from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
+    from paradyse_lab.runtime.model.reference import ReferenceGPT, init_state_dict
     from paradyse_lab.runtime.training.run_inputs import TokenDocuments
 
-    cfg = GPTConfig.from_model_spec(replace(get_model(model), dtype="fp32"))
+    cfg = replace(get_model(model), dtype="fp32")
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 0))
     opt = torch.optim.AdamW(ref.parameters(), lr=LR, weight_decay=0.0)

@@ -19,10 +19,9 @@ from runtime_cases import _shared_tmpdir, random_state
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import group_planner
-from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.model_spec import ModelSpec, get_model
 from paradyse_lab.runtime import ParallelGPT
 from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.reference import GPTConfig
 
 BUDGET_GIB = 0.00134
 """Per-GPU budget of the step cases (`_short()`): a sequence of 128 tokens needs a group of two, one of 8 fits a
@@ -36,12 +35,12 @@ TRAIN_LENGTHS = (8,) * 7 + (64,) * 5
 """A length file trained in ascending order, four per step: 8x4 (1/1/1/1), 8x3 + 64 (2/1/1), 64x4 (2/2)."""
 
 
-def _short() -> GPTConfig:
+def _short() -> ModelSpec:
     """gpt2-tiny's shape (12 heads: whole heads in every rank's 1/4 block) with 2 layers, at half its width and a
     quarter of its vocabulary (the sizes are the subject, not the model's), at 128 positions."""
     spec = get_model("gpt2-tiny")
-    return GPTConfig(vocab_size=spec.vocab_size // 4, max_positions=128, hidden=spec.hidden // 2, heads=spec.heads,
-                     layers=2, causal=True)
+    return ModelSpec(vocab_size=spec.vocab_size // 4, max_positions=128, hidden=spec.hidden // 2, heads=spec.heads,
+                     layers=2, causal=True, name="runtime")
 
 
 def planned_steps_case(rank: int, p: int, group) -> None:
@@ -51,7 +50,7 @@ def planned_steps_case(rank: int, p: int, group) -> None:
     model = ParallelGPT(cfg, group, state_dict=sd)
     before = {n: q.detach().clone() for n, q in model.named_parameters()}
     opts = TrainOptions(model="gpt2-tiny", dataset="uniform", global_batch=4, groups="sized", budget_gib=BUDGET_GIB)
-    plan = group_planner(opts, cfg.model_spec("fp32"), p)
+    plan = group_planner(opts, cfg.with_dtype("fp32"), p)
     steps = comm.broadcast_object([plan(list(b))[0] for b in BATCHES] if rank == 0 else None, 0, group)
     assert [s.sizes for s in steps] == list(BATCHES.values()), [s.sizes for s in steps]
     for lengths, step in zip(BATCHES, steps):

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.checkpoints import resume_identity
 from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.training import setup
 
 
@@ -23,7 +23,7 @@ def only_rank0_hashes(dataset: str, group=None) -> None:
     """`run_meta` on every rank: rank 0 alone reads the dataset folder's files, every rank gets its digest (the
     one `identity` gives), and an error of rank 0's hashing is raised, as one line, on every rank."""
     rank = dist.get_rank()
-    cfg = GPTConfig(vocab_size=32, max_positions=64, hidden=16, heads=2, layers=2)
+    cfg = ModelSpec(vocab_size=32, max_positions=64, hidden=16, heads=2, layers=2, name="runtime")
     read = []
     real = resume_identity.file_digest
     resume_identity.file_digest = lambda path: read.append(path) or real(path)  # counts every file hashed

@@ -130,7 +130,7 @@ def rounds_case(make_cfg, name: str):
         for n, g in grads.items():
             assert_close(g, want[n], **TOL, msg=lambda m, n=n: f"{name}: grad {n}: {m}")
         rounds = [r.sizes for r in step.rounds]
-        assert sent == rounds_state_sent_bytes(cfg.model_spec("fp32"), p, rounds), (name, sent)
+        assert sent == rounds_state_sent_bytes(cfg.with_dtype("fp32"), p, rounds), (name, sent)
         torch.optim.AdamW(model.parameters(), **ADAMW).step()
         want = shard_state_dict(after_ref, rank, p)
         for n, q in model.named_parameters():

@@ -20,7 +20,7 @@ import weights_cases
 from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
-from paradyse_lab.core.model_spec import PRESETS
+from paradyse_lab.core.model_spec import PRESETS, ModelSpec, spec_from_hf
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel.formulas import embedding_params
 from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
@@ -31,7 +31,7 @@ from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm.record import count_bytes
 from paradyse_lab.runtime.hf.convert import hf_to_state_dict
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES, run_option
-from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict, reference_sublayer
+from paradyse_lab.runtime.model.reference import ReferenceGPT, init_state_dict, reference_sublayer
 from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
 from paradyse_lab.runtime.strategies.offload import Offloader
@@ -42,10 +42,10 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 """fp32, tight: the parallel sums run in another order than the reference's."""
 
 
-def config(causal: bool = True, heads: int | None = None, layers: int | None = None) -> GPTConfig:
+def config(causal: bool = True, heads: int | None = None, layers: int | None = None) -> ModelSpec:
     spec = PRESETS["gpt2-tiny"]
-    return GPTConfig(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden,
-                     heads=heads or spec.heads, layers=layers or spec.layers, causal=causal)
+    return ModelSpec(vocab_size=spec.vocab_size, max_positions=64, hidden=spec.hidden,
+                     heads=heads or spec.heads, layers=layers or spec.layers, causal=causal, name="runtime")
 
 
 MODEL_LAYERS = 2
@@ -54,23 +54,23 @@ layer 1): four sub-layers hold the four strategies, so a plan still runs every s
 sub-layer, at half the sub-layers (and collectives) of gpt2-tiny's 4 layers."""
 
 
-def random_state(cfg: GPTConfig, seed: int = 7) -> dict[str, torch.Tensor]:
+def random_state(cfg: ModelSpec, seed: int = 7) -> dict[str, torch.Tensor]:
     """GPT-2 init plus noise on every tensor (non-trivial norms and biases); identical on every rank."""
     sd = init_state_dict(cfg, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     return {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in sd.items()}
 
 
-def predicted_bytes(cfg: GPTConfig, kind: str, option: str, p: int, seq: int = S) -> dict[str, int]:
+def predicted_bytes(cfg: ModelSpec, kind: str, option: str, p: int, seq: int = S) -> dict[str, int]:
     """Bytes by op the analytic schedule predicts one rank sends for one sub-layer (fwd + bwd) at length `seq`."""
     out: dict[str, int] = {}
-    for call in schedule(cfg.model_spec("fp32"), kind, StrategyOption.parse(option), seq, B, p).collectives:
+    for call in schedule(cfg.with_dtype("fp32"), kind, StrategyOption.parse(option), seq, B, p).collectives:
         out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {k: v for k, v in out.items() if v}
 
 
 @functools.cache
-def reference(cfg: GPTConfig) -> tuple[dict[str, torch.Tensor], ReferenceGPT]:
+def reference(cfg: ModelSpec) -> tuple[dict[str, torch.Tensor], ReferenceGPT]:
     """(`random_state(cfg)`, the single-device reference with those weights), built once per rank and config and
     shared by the cases of the rank, which only read them (no case steps the reference or writes the state)."""
     sd = random_state(cfg)
@@ -148,7 +148,7 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
         before = [v.detach().clone() for v in params]
         xl = shard_sequence(x, 1, group).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind=kind, heads=cfg.heads, causal=causal, seq_len=S,
-                  eps=cfg.eps, tag="case")
+                  eps=cfg.norm_eps, tag="case")
         offloader = Offloader(xl.device)
         with count_bytes() as counter:
             with KeptRecorder(exclude=params) as kept:
@@ -165,7 +165,7 @@ def sublayer_case(strategy: str, kind: str, causal: bool, recompute: bool, tiled
         assert counter.total() == predicted_bytes(cfg, kind, option.name, p), (counter.total(),
                                                                              predicted_bytes(cfg, kind, option.name, p))
         if tiled or offload:
-            want = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=TILE)
+            want = schedule(cfg.with_dtype("fp32"), kind, option, S, B, p, mlp_tile=TILE)
             assert kept.nbytes == want.kept_bytes, (kept.nbytes, want.kept_bytes, list(kept.kept.values()))
             assert offloader.stats.to_host.get("case", 0) == offloader.stats.to_device.get("case", 0) == want.host_bytes
     return case
@@ -188,7 +188,7 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
     cfg = model.cfg
     ids, labels, logits_r, loss_r, full_grads = reference_run(ref, hf[0] if hf else None, rank, group)
     ref_grads = shard_state_dict(full_grads, rank, p, model.vocab_parallel)
-    emb_bytes = 2 * embedding_params(cfg.model_spec("fp32")) * 4 * (p - 1) // p
+    emb_bytes = 2 * embedding_params(cfg.with_dtype("fp32")) * 4 * (p - 1) // p
     for plan in plans:
         model.zero_grad()
         before = {n: q.detach().clone() for n, q in model.named_parameters()}
@@ -226,19 +226,19 @@ def _check_model(model: ParallelGPT, ref: ReferenceGPT, plans, rank: int, p: int
         check_offloaded(model.offload_stats, cfg, plan, p, mlp_tile)
 
 
-def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, int]:
+def vocab_predicted_bytes(cfg: ModelSpec, p: int, loss_tile: int) -> dict[str, int]:
     """Bytes by op the cost model predicts one rank sends for the vocabulary-parallel embedding, head and loss
     (paradyse_lab/costmodel/head_loss.py) on B x S / p tokens, `loss_tile` at a time (0: all)."""
     from paradyse_lab.costmodel.head_loss import vocab_parallel_collectives
 
     tokens = B * S // p
     out: dict[str, int] = {}
-    for call in vocab_parallel_collectives(cfg.model_spec("fp32"), p, tokens, min(loss_tile or tokens, tokens)):
+    for call in vocab_parallel_collectives(cfg.with_dtype("fp32"), p, tokens, min(loss_tile or tokens, tokens)):
         out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {k: v for k, v in out.items() if v}
 
 
-def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> None:
+def check_offloaded(stats, cfg: ModelSpec, plan, p: int, mlp_tile: int = 0) -> None:
     """Every `+offload` sub-layer of `plan` moved to host memory and back exactly the schedule's host bytes (a block
     plan's layer under `+recompute+offload`: its input alone, the checkpointed layer's), the others nothing; each
     was brought back during the backward of the next sub-layer when that one is offloaded too and holds at least
@@ -251,13 +251,13 @@ def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> N
     for index in range(cfg.layers):
         if not per_sublayer and checkpoints_layer(StrategyOption.parse(plan[index]), ("attention", "mlp")):
             # a checkpointed layer (costmodel/layer_checkpoint.py): its input alone, the attention's offloaded set
-            host = schedule(cfg.model_spec("fp32"), "attention", StrategyOption.parse(plan[index]), S, B, p)
+            host = schedule(cfg.with_dtype("fp32"), "attention", StrategyOption.parse(plan[index]), S, B, p)
             want[f"layers.{index}"], priced_hidden[f"layers.{index}"] = host.host_bytes, host.host_prefetched
             span[f"layers.{index}"] = (2 * index, 2 * index + 1)
             continue
         for j, kind in enumerate(("attention", "mlp")):
             option = StrategyOption.parse(plan[2 * index + j] if per_sublayer else plan[index])
-            host = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None)
+            host = schedule(cfg.with_dtype("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None)
             assert bool(host.host_bytes) == option.offload, (option, host)
             if option.offload:
                 want[f"layers.{index}.{kind}"] = host.host_bytes
@@ -388,16 +388,16 @@ def bad_input_case(rank: int, p: int, group) -> None:
 LLAMA_KV_HEADS = (1, 2, 12)
 
 
-def llama_config(kv_heads: int) -> GPTConfig:
+def llama_config(kv_heads: int) -> ModelSpec:
     """h 144, 12 heads of d = 12 (K/V width kv_heads * 12 splits over p = 1..4), f 96, 2 layers."""
-    return GPTConfig(vocab_size=64, max_positions=S, hidden=144, heads=12, layers=2, ffn_hidden=96, eps=1e-6,
+    return ModelSpec(vocab_size=64, max_positions=S, hidden=144, heads=12, layers=2, ffn_hidden=96, norm_eps=1e-6,
                      kv_heads=kv_heads, norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=1000.0,
-                     tied=False)
+                     tied=False, name="runtime")
 
 
-def feasible(cfg: GPTConfig, p: int) -> list[str]:
+def feasible(cfg: ModelSpec, p: int) -> list[str]:
     """The strategies the catalog's GQA rule allows for `cfg` on p ranks (paradyse_lab/core/strategies.py)."""
-    spec = cfg.model_spec("fp32")
+    spec = cfg.with_dtype("fp32")
     return [name for name in STRATEGIES if get_strategy(name).violation(spec, p, S) is None]
 
 
@@ -424,14 +424,16 @@ def llama_hf_case(kv_heads: int):
             return [(LlamaForCausalLM, LlamaConfig(
                 vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.ffn_hidden,
                 num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=kv_heads,
-                max_position_embeddings=S, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.eps, tie_word_embeddings=False))]
+                max_position_embeddings=S, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.norm_eps,
+                tie_word_embeddings=False))]
 
         [(hf_cfg, state, ids, want)] = hf_models(rank, p, group, build, 0.05)
         model = ParallelGPT.from_hf_state_dict(hf_cfg, state, group)
-        assert model.cfg == llama_config(kv_heads), model.cfg
+        # the one reading of a Hugging Face config: a rotary model's max_position_embeddings is no limit
+        assert model.cfg == dataclasses.replace(llama_config(kv_heads), name="hf", max_positions=0), model.cfg
         check_against_hf(model, state, llama_plans(feasible(model.cfg, p)), ids, want, rank, p, group)
         for name in set(STRATEGIES) - set(feasible(model.cfg, p)):  # refused with the catalog's sentence
-            problem = get_strategy(name).violation(model.cfg.model_spec("fp32"), p, S)
+            problem = get_strategy(name).violation(model.cfg.with_dtype("fp32"), p, S)
             try:
                 model(shard_sequence(ids, 1, group), [name] * model.cfg.layers)
             except UserInputError as err:
@@ -499,13 +501,13 @@ def llama_from_hf_refusals_case(rank: int, p: int, group) -> None:
                              ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window 4096"),
                              ({"hidden_act": "gelu"}, 'hidden_act "gelu"')):
         try:
-            GPTConfig.from_hf({**base, **change})
+            spec_from_hf({**base, **change})
         except UserInputError as err:
             assert fragment in str(err) and "\n" not in str(err), str(err)
         else:
             raise AssertionError(f"no error for {change}")
-    mistral = GPTConfig.from_hf({**base, "model_type": "mistral", "sliding_window": None})
-    assert mistral == GPTConfig.from_hf(base) and mistral.rope_theta == 500000.0 and mistral.kv_heads == 2
+    mistral = spec_from_hf({**base, "model_type": "mistral", "sliding_window": None})
+    assert mistral == spec_from_hf(base) and mistral.rope_theta == 500000.0 and mistral.kv_heads == 2
 
 
 def llama_gqa_mlp_case(causal: bool):
@@ -515,7 +517,7 @@ def llama_gqa_mlp_case(causal: bool):
     gradient and every sub-layer's bytes against the reference and the schedules (`_check_model`)."""
     def case(rank: int, p: int, group) -> None:
         cfg = dataclasses.replace(llama_config(1), causal=causal)
-        spec = cfg.model_spec("fp32")
+        spec = cfg.with_dtype("fp32")
         attn = [n for n in STRATEGIES if get_strategy(n).violation(spec, p, S, "attention") is None]
         sd, ref = reference(cfg)
         model = ParallelGPT(cfg, group, state_dict=sd)
@@ -633,7 +635,7 @@ def vocab_parallel_case(llama: bool, loss_tile: int, gpt2_plan: int = 0, tied: b
         model = ParallelGPT(cfg, group, state_dict=sd, vocab_parallel=True)
         assert model.wte.shape[0] == -(-cfg.vocab_size // p)
         outside = sum(q.numel() for n, q in model.named_parameters() if not n.startswith("layers."))
-        assert outside == vocab_state_params(cfg.model_spec("fp32"), p), outside
+        assert outside == vocab_state_params(cfg.with_dtype("fp32"), p), outside
         full = model.full_state_dict()
         assert set(full) == set(sd) and all(torch.equal(full[k], sd[k]) for k in sd)
         plans = llama_plans(feasible(cfg, p)) if llama else [[  # every strategy, two with recompute, per sub-layer
@@ -666,10 +668,10 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
     labels = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
     with FlopCounterMode(display=False) as flops:
         with KeptRecorder(exclude=(lnf_w, lnf_b, weight, labels)) as rec:
-            loss = vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.eps, 4, group, cfg.vocab_size)
+            loss = vocab_parallel_loss(x, lnf_w, lnf_b, weight, labels, cfg.norm_eps, 4, group, cfg.vocab_size)
         loss.backward()
-    assert rec.nbytes == vocab_loss_kept_bytes(cfg.model_spec("bf16"), p, 10), rec.nbytes
-    assert flops.get_total_flops() == vocab_head_flops(cfg.model_spec("bf16"), p, 10), flops.get_total_flops()
+    assert rec.nbytes == vocab_loss_kept_bytes(cfg.with_dtype("bf16"), p, 10), rec.nbytes
+    assert flops.get_total_flops() == vocab_head_flops(cfg.with_dtype("bf16"), p, 10), flops.get_total_flops()
 
 
 for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
@@ -713,7 +715,7 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
                                                         for n in PARAM_NAMES)]
         xl = shard_sequence(x, 1, group, cu).requires_grad_()
         ctx = Ctx(group=group, p=p, rank=rank, kind="attention", heads=cfg.heads, causal=causal, seq_len=seq,
-                  eps=cfg.eps, tag="case", cu_seqlens=cu_seqlens(pack))
+                  eps=cfg.norm_eps, tag="case", cu_seqlens=cu_seqlens(pack))
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group, cu))
@@ -1095,14 +1097,14 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.training import train
     from paradyse_lab.core.plan import Plan
     from paradyse_lab.runtime.training.plan_handoff import decide_plan_on_rank0
-    from paradyse_lab.simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepDecision
 
     calls: list[int] = []
 
     def disagreeing_solver(*_args):
         calls.append(rank)
         plan = ("megatron_ts", "metp", "ulysses_z", "megatron_cz")[rank % 4:] + ("metp",) * (rank % 4)
-        return StepPlan(plan=Plan.from_names(plan), predicted_time_s=float(rank), feasible=True, solve_s=0.0)
+        return StepDecision(plan=Plan.from_names(plan), predicted_time_s=float(rank), feasible=True, solve_s=0.0)
 
     def everyone(value):
         out = [None] * p

@@ -61,7 +61,7 @@ def test_a_checkpoint_of_another_layout_is_one_line_naming_both(written, tmp_pat
                                          (lambda a: a.pop("layers"), "layers")])
 def test_architecture_fields_of_another_version_are_one_line(written, tmp_path, capsys, command, edit, shown):
     """An architecture with a field this version does not know, or without one it needs: export-hf ended in
-    GPTConfig's TypeError traceback, and a resume went on."""
+    ModelSpec's TypeError traceback, and a resume went on."""
     ck = _edited(written, tmp_path, lambda meta: edit(meta["architecture"]))
     capsys.readouterr()
     argv = ([*TRAIN, "--steps", "2", "--checkpoint-dir", str(ck), "--resume"] if command == "resume"

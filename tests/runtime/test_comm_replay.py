@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.runtime.attention import ring as ring_attention
@@ -21,12 +22,12 @@ from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.comm.replay import ReplayError, record_ranks, replay
 from paradyse_lab.runtime.model.layout import shard_sequence
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES, ParallelGPT
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.reference import init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
 S = 32
-CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True)
+CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=4, causal=True, name="runtime")
 STATE = init_state_dict(CFG, 0)
 PLANS = {
     "all-strategies-mixed": ["megatron_ts", "megatron_cz", "ulysses_z", "metp"],
@@ -52,7 +53,7 @@ def _step(plan, causal: bool = True):
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, CFG.vocab_size, (1, S), generator=gen)
     labels = torch.randint(0, CFG.vocab_size, (1, S), generator=gen)
-    cfg = CFG if causal else GPTConfig(**{**CFG.__dict__, "causal": False})
+    cfg = CFG if causal else ModelSpec(**{**CFG.__dict__, "causal": False})
 
     def run(group):
         model = ParallelGPT(cfg, group, state_dict=STATE)
@@ -157,7 +158,7 @@ def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype, cfg=CFG, state=S
     from paradyse_lab.core.strategies import get_strategy
 
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    spec = cfg.model_spec(dtype)
+    spec = cfg.with_dtype(dtype)
     for strategy in STRATEGY_MODULES:
         if get_strategy(strategy).violation(spec, p, S):
             continue
@@ -170,8 +171,8 @@ def test_bytes_sent_equal_the_schedule_in_both_dtypes(p, dtype, cfg=CFG, state=S
                 assert got == {k: v for k, v in want.items() if v}, (strategy, kind, recompute, got, want)
 
 
-LLAMA = GPTConfig(vocab_size=128, max_positions=0, hidden=64, heads=8, layers=2, ffn_hidden=128, kv_heads=2,
-                  norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+LLAMA = ModelSpec(vocab_size=128, max_positions=0, hidden=64, heads=8, layers=2, ffn_hidden=128, kv_heads=2,
+                  norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 """LLaMA-shaped with 2 K/V heads: every strategy at p = 2; at p = 8 the ring, and Ulysses replicating each
 K/V head 4 times (the GQA rule in paradyse_lab/core/strategies.py)."""
 

@@ -18,7 +18,7 @@ from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
 from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
-from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+from paradyse_lab.runtime.model.reference import ReferenceGPT
 from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
@@ -37,7 +37,7 @@ def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:
 
 def _runtime_logits(ck: str, ids: torch.Tensor) -> torch.Tensor:
     full, meta = read_full(f"{ck}/step-000002")
-    ref = ReferenceGPT(config_of(meta, GPTConfig))
+    ref = ReferenceGPT(config_of(meta))
     ref.load_state_dict(full)
     with torch.no_grad():
         return ref(ids)

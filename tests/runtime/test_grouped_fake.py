@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 import torch
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.costmodel.grouped_states import grouped_state_kept_bytes, grouped_state_sent_bytes
@@ -21,14 +22,13 @@ from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.runtime import ParallelGPT, shard_sequence
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.comm.record import count_bytes
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.training.grouped import STATES_TAG, StepMeshes, gather_group_shards, grouped_step, step_gather
 
 WORLD, B, S = 8, 1, 32
-CFG = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=2, causal=True)
+CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=64, heads=8, layers=2, causal=True, name="runtime")
 """8 heads of 8: every rank's 1/8 block of every matrix is one whole head."""
 PLAN = Plan.for_layers(["megatron_ts", "ulysses_z+recompute"], 2)
-GQA = GPTConfig(vocab_size=128, max_positions=64, hidden=64, heads=8, kv_heads=2, layers=2, causal=True)
+GQA = ModelSpec(vocab_size=128, max_positions=64, hidden=64, heads=8, kv_heads=2, layers=2, causal=True, name="runtime")
 """2 K/V heads: a rank's 1/8 block is a quarter of one, so groups between 1 and 8 gather contiguous shards from
 the whole world."""
 GQA_PLAN = Plan.for_layers(["megatron_cz", "megatron_cz+recompute"], 2)
@@ -58,12 +58,12 @@ def _step(sizes: tuple[int, ...], plan: Plan) -> GroupedStep:
     return GroupedStep(WORLD, len(sizes), tuple(groups))
 
 
-def _schedule_bytes(cfg: GPTConfig, plan: Plan, size: int, dtype: str = "fp32") -> dict[str, dict[str, int]]:
+def _schedule_bytes(cfg: ModelSpec, plan: Plan, size: int, dtype: str = "fp32") -> dict[str, dict[str, int]]:
     """Per sub-layer tag, the bytes the analytic schedule predicts for one item at a group of `size` ranks."""
     out = {}
     for index, (attn, mlp) in enumerate(plan.layer_options(cfg.layers)):
         for kind, opt in (("attention", attn), ("mlp", mlp)):
-            calls = schedule(cfg.model_spec(dtype), kind, opt, S, B, size).collectives
+            calls = schedule(cfg.with_dtype(dtype), kind, opt, S, B, size).collectives
             want: dict[str, int] = {}
             for call in calls:
                 want[call.op] = want.get(call.op, 0) + call.sent_bytes
@@ -91,7 +91,7 @@ CASES = [(CFG, PLAN, sizes, "fp32") for sizes in ((8,), (4, 4), (2, 2, 2, 2), (1
                               for c, _, s, d in CASES])
 def test_every_rank_sends_and_keeps_the_cost_models_bytes(cfg, plan, sizes, dtype, one_thread):
     step = _step(sizes, plan)
-    spec = cfg.model_spec(dtype)
+    spec = cfg.with_dtype(dtype)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (B, S), generator=gen)
     for rank in range(WORLD):
@@ -129,7 +129,7 @@ def test_the_reduce_phase_allocates_the_cost_models_bytes(sizes, dtype, tmp_path
     from paradyse_lab.costmodel.grouped_states import reduce_phase_bytes
     from paradyse_lab.runtime.training.grouped import group_view, reduce_step_grads
 
-    step, spec = _step(sizes, PLAN), CFG.model_spec(dtype)
+    step, spec = _step(sizes, PLAN), CFG.with_dtype(dtype)
     ids = torch.randint(0, CFG.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))
     want = reduce_phase_bytes(spec, WORLD, sizes)
     for rank in (0, WORLD - 1):  # the first rank of a group contributes the replicated gradients, the last not

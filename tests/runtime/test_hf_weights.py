@@ -12,11 +12,12 @@ import torch
 from hf_folders import build, save
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import spec_from_hf
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.hf.convert import hf_to_state_dict
 from paradyse_lab.runtime.hf.weights import model_source, read_rank_state_dict
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-from paradyse_lab.runtime.model.reference import GPTConfig, GPTParams
+from paradyse_lab.runtime.model.reference import GPTParams
 from paradyse_lab.runtime.model.weight_shards import shard_state_dict
 
 
@@ -40,7 +41,7 @@ def test_each_rank_reads_its_own_slices(folders, p, vocab_parallel):
     """Rank r's tensors read by slices equal shard r of the whole state dict converted at once; with the
     vocabulary-parallel layout each rank reads only its vocabulary rows of the embedding and head."""
     _, model, single, sharded = folders
-    cfg = GPTConfig.from_hf(model.config)
+    cfg = spec_from_hf(model.config)
     full = hf_to_state_dict(model.state_dict(), cfg)
     like = GPTParams(cfg, p, vocab_parallel).state_dict()
     for rank in range(p):
@@ -102,7 +103,7 @@ def test_other_llama_family_folders(kind, tmp_path):
     are its shard of the full conversion (p = 4), and the model gives transformers' logits."""
     model = build(kind)
     folder = save(model, tmp_path, sharded=True)
-    cfg = GPTConfig.from_hf(model.config)
+    cfg = spec_from_hf(model.config)
     full = hf_to_state_dict(model.state_dict(), cfg)
     like = GPTParams(cfg, 4).state_dict()
     for rank in range(4):
@@ -124,7 +125,7 @@ def test_vocabulary_rows_of_a_table_p_does_not_divide(tmp_path):
         vocab_size=62, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
         num_hidden_layers=1, max_position_embeddings=64, tie_word_embeddings=True)).float()
     folder = save(model, tmp_path, sharded=True)
-    cfg = GPTConfig.from_hf(model.config)
+    cfg = spec_from_hf(model.config)
     full = hf_to_state_dict(model.state_dict(), cfg)
     like = GPTParams(cfg, 4, vocab_parallel=True).state_dict()
     for rank in range(4):

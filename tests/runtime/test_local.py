@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import ModelSpec, spec_from_hf
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
 from paradyse_lab.runtime.attention.kernels import _math_forward, attention_backward, attention_forward, merge_partials
 from paradyse_lab.runtime.model.layout import (
     check_length,
@@ -127,7 +128,7 @@ def test_merge_of_partials_equals_attention_over_all_keys():
 
 def _single_process_pair(seed: int):
     """(ParallelGPT on one process, ReferenceGPT, the state dict both hold) of a tiny 2-layer GPT."""
-    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    cfg = ModelSpec(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2, name="runtime")
     sd = init_state_dict(cfg, seed)
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
@@ -164,7 +165,7 @@ def test_runtime_modules_are_the_usable_catalog_entries():
 
 
 def test_plan_errors_name_the_problem():
-    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    cfg = ModelSpec(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2, name="runtime")
     model = ParallelGPT(cfg)
     ids = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(UserInputError, match="plan has 1 entries but the model has 2 layers"):
@@ -204,9 +205,8 @@ def test_running_the_training_library_module_refuses_and_names_the_command(monke
 
 
 def test_config_json_builds_the_model_from_hf_builds(tmp_path):
-    """`train --model config.json` (load_hf_config, then GPTConfig.from_model_spec) builds the layer that
-    GPTConfig.from_hf builds from the same config, norm epsilon included (Qwen2's 1e-6); only the length
-    limit differs (a ModelSpec with rotary embeddings has none)."""
+    """`train --model config.json` (load_hf_config) builds the model that the runtime's Hugging Face path
+    (spec_from_hf) builds from the same config, norm epsilon included (Qwen2's 1e-6): one reading of a config."""
     import dataclasses
     import json
 
@@ -217,9 +217,9 @@ def test_config_json_builds_the_model_from_hf_builds(tmp_path):
            "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    from_spec = GPTConfig.from_model_spec(load_hf_config(path))
-    assert dataclasses.replace(from_spec, max_positions=64) == GPTConfig.from_hf(cfg)
-    assert from_spec.eps == 1e-6
+    from_spec = load_hf_config(path)
+    assert dataclasses.replace(from_spec, name="hf") == spec_from_hf(cfg) and from_spec.rope
+    assert from_spec.norm_eps == 1e-6
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2])
@@ -261,3 +261,14 @@ def test_grouped_query_attention_makes_no_full_heads_copy_of_k_or_v(kv_heads):
         for got, ref in zip(grads, (qr.grad, kr.grad, vr.grad)):
             assert got.shape == ref.shape
             assert_close(got, ref)
+
+
+def test_the_runtime_refuses_a_model_spec_it_cannot_build():
+    """A layer-only spec (no embedding or head) and rotary embeddings on an odd head dimension are refused in
+    one line naming what is missing, before any tensor is made."""
+    from paradyse_lab.core.model_spec import PRESETS, ModelSpec
+
+    with pytest.raises(UserInputError, match="needs an embedding and a head"):
+        ReferenceGPT(PRESETS["bert"])
+    with pytest.raises(UserInputError, match="even head dimension, got 3"):
+        ParallelGPT(ModelSpec(name="odd", hidden=6, heads=2, layers=1, vocab_size=8))

@@ -15,8 +15,9 @@ from profiler_peak import peak_above_start
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.reference import init_state_dict
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 from paradyse_lab.runtime.strategies import metp
@@ -24,8 +25,8 @@ from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
 T, H, F = 64, 64, 256
 """t h < f h: no activation-sized fp32 tensor (the RMSNorm's) is as large as a weight gradient."""
-CFG = GPTConfig(vocab_size=64, max_positions=T, hidden=H, heads=4, layers=1, ffn_hidden=F, kv_heads=2,
-                norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+CFG = ModelSpec(vocab_size=64, max_positions=T, hidden=H, heads=4, layers=1, ffn_hidden=F, kv_heads=2,
+                norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 
 
 class _Float32Sizes(TorchDispatchMode):

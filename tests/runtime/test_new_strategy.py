@@ -18,11 +18,11 @@ from torch.testing import assert_close
 
 import paradyse_lab.runtime.strategies as strategies_package
 from paradyse_lab.cluster.files import get_cluster
-from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.model_spec import ModelSpec, get_model
 from paradyse_lab.core.strategies import CATALOG, StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.strategy_work import SCHEDULES
-from paradyse_lab.runtime import GPTConfig, ParallelGPT, ReferenceGPT
+from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 from paradyse_lab.runtime.model.reference import init_state_dict
 
@@ -63,7 +63,7 @@ def test_the_cost_model_prices_a_strategy_added_in_three_places(dummy_strategy):
 
 def test_the_runtime_runs_a_strategy_added_in_three_places(dummy_strategy):
     assert dummy_strategy in STRATEGY_MODULES and STRATEGY_MODULES[dummy_strategy].__name__ == MODULE
-    cfg = GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2)
+    cfg = ModelSpec(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=2, name="runtime")
     sd = init_state_dict(cfg, 0)
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(sd)
@@ -74,5 +74,5 @@ def test_the_runtime_runs_a_strategy_added_in_three_places(dummy_strategy):
 def test_without_its_catalog_entry_the_runtime_does_not_know_it():
     assert NAME not in STRATEGY_MODULES
     with pytest.raises(Exception, match="dummy_ts"):
-        ParallelGPT(GPTConfig(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=1))(
+        ParallelGPT(ModelSpec(vocab_size=64, max_positions=16, hidden=24, heads=4, layers=1, name="runtime"))(
             torch.zeros(1, 4, dtype=torch.long), [NAME])

@@ -50,7 +50,7 @@ def _sent(op) -> int:
 @pytest.mark.parametrize("flags", ["", "+recompute"])
 @pytest.mark.parametrize("p", [2, 4])
 def test_traced_collectives_send_the_counted_and_scheduled_bytes(p, flags):
-    spec = CFG.model_spec("bf16")
+    spec = CFG.with_dtype("bf16")
     for strategy in STRATEGY_MODULES:
         if get_strategy(strategy).violation(spec, p, S):
             continue

@@ -19,14 +19,13 @@ from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
-from paradyse_lab.runtime.model.reference import GPTConfig
 from paradyse_lab.runtime.training.state import TrainState
 
 
 def test_the_cpu_optimizer_steps_temporaries_are_counted(tmp_path):
     spec = replace(get_model("gpt2-tiny"), dtype="fp32")  # what a CPU run trains
     opts = SimpleNamespace(seed=0, init_from="", lr=1e-3, weight_decay=0.1)
-    state = TrainState.create(opts, GPTConfig.from_model_spec(spec), None, torch.device("cpu"), {}, 1)
+    state = TrainState.create(opts, spec, None, torch.device("cpu"), {}, 1)
 
     def step():
         for q in state.model.parameters():

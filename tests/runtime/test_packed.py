@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials
@@ -27,7 +28,7 @@ from paradyse_lab.runtime.model.packed import (
     pack_sequence,
     rank_attention_pairs,
 )
-from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT, init_state_dict
+from paradyse_lab.runtime.model.reference import ReferenceGPT, init_state_dict
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -143,7 +144,7 @@ def test_masked_kernel_on_cuda_is_a_visible_fallback(monkeypatch):
 @pytest.mark.parametrize("causal", [True, False])
 def test_reference_pack_equals_each_document_alone(causal):
     """The oracle's meaning: a packed reference forward gives each document the logits it has alone."""
-    cfg = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=4, layers=2, causal=causal)
+    cfg = ModelSpec(vocab_size=64, max_positions=32, hidden=24, heads=4, layers=2, causal=causal, name="runtime")
     ref = ReferenceGPT(cfg)
     ref.load_state_dict(init_state_dict(cfg, 2))
     pack = pack_sequence([1, 9, 4, 1, 6], 3)  # 21 tokens, each document padded to 6
@@ -159,7 +160,7 @@ def test_pack_without_a_target_has_loss_zero_in_reference_and_model():
     runtime's model both give loss 0 (the labelled count clamped to 1), not NaN, and zero gradients."""
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
-    cfg = GPTConfig(vocab_size=64, max_positions=8, hidden=24, heads=4, layers=1)
+    cfg = ModelSpec(vocab_size=64, max_positions=8, hidden=24, heads=4, layers=1, name="runtime")
     sd = init_state_dict(cfg, 3)
     ref, model = ReferenceGPT(cfg), ParallelGPT(cfg, state_dict=sd)
     ref.load_state_dict(sd)

@@ -37,7 +37,6 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.runtime.model.reference import GPTConfig
     from paradyse_lab.runtime.training.step_inputs import StepInputs
     from paradyse_lab.simulator.engine import simulate
     from paradyse_lab.simulator.planner import build_planner
@@ -46,7 +45,7 @@ def test_train_pads_a_step_as_simulate_does(tmp_path):
     path = tmp_path / "lengths.txt"
     path.write_text("9\n16\n21\n")
     opts = TrainOptions(model="gpt2-tiny", dataset=f"file:{path}", steps=3, max_len=20)
-    inputs = StepInputs.build(opts, 2, GPTConfig.from_model_spec(get_model("gpt2-tiny")))
+    inputs = StepInputs.build(opts, 2, get_model("gpt2-tiny"))
     assert [inputs.length(i) for i in range(3)] == [12, 16, 20]
     planner = build_planner("static:megatron_ts", get_model("gpt2-tiny"), get_cluster("a100-80gb-x8"), p=2)
     rows = simulate(Workload("w", (9, 16)), planner.policy, planner.charger())

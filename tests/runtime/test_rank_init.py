@@ -9,12 +9,13 @@ from unittest import mock
 
 import torch
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.runtime.model import reference, weight_shards
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+from paradyse_lab.runtime.model.reference import init_state_dict
 
-CFG = GPTConfig(vocab_size=64, max_positions=32, hidden=24, heads=6, layers=3, kv_heads=3, norm="rmsnorm",
-                ffn_kind="swiglu", bias=False, rope_theta=1e4, tied=False)
+CFG = ModelSpec(vocab_size=64, max_positions=32, hidden=24, heads=6, layers=3, kv_heads=3, norm="rmsnorm",
+                ffn_kind="swiglu", bias=False, rope_theta=1e4, tied=False, name="runtime")
 
 
 def test_each_rank_builds_its_shards_with_the_full_initialisations_values():

@@ -49,7 +49,7 @@ RANKS = (0, 5)
                               for c, _, r in CASES])
 def test_every_rank_sends_and_holds_the_cost_models_bytes(cfg, plan, rounds, one_thread):  # noqa: F811
     step = _rounds(rounds, plan)
-    spec = cfg.model_spec("bf16")
+    spec = cfg.with_dtype("bf16")
     ids = torch.randint(0, cfg.vocab_size, (B, S), generator=torch.Generator().manual_seed(0))
     held, real_reduce = [], RoundGrads.reduce
 

@@ -7,15 +7,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict, reference_sublayer
+from paradyse_lab.runtime.model.reference import init_state_dict, reference_sublayer
 from paradyse_lab.runtime.model.sublayer import make_ctx
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
-CFG = GPTConfig(vocab_size=64, max_positions=256, hidden=64, heads=4, layers=2, ffn_hidden=128, kv_heads=2,
-                norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False)
+CFG = ModelSpec(vocab_size=64, max_positions=256, hidden=64, heads=4, layers=2, ffn_hidden=128, kv_heads=2,
+                norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGY_MODULES))

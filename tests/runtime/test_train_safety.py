@@ -108,7 +108,7 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
 
     from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
-    from paradyse_lab.simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepDecision
     from paradyse_lab.workload.packing import pack_document_indices
 
     lengths = (5, 9, 3, 14, 1, 7)
@@ -118,7 +118,7 @@ def test_packed_steps_are_planned_as_packs_of_documents(tmp_path):
 
     def decide(step, batch):
         asked.append(step)
-        return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
+        return StepDecision(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
     with mock.patch("paradyse_lab.simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "pack_tokens": 16, "steps": 3}))
@@ -134,7 +134,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
 
     from paradyse_lab.core.plan import Plan
     from paradyse_lab.costmodel.packed import PackedStep
-    from paradyse_lab.simulator.policies import StepPlan
+    from paradyse_lab.simulator.policies import StepDecision
 
     path = tmp_path / "packed.txt"
     path.write_text("5 9 1\n14\n7 3\n")
@@ -142,7 +142,7 @@ def test_a_packed_length_file_trains_its_own_steps(tmp_path):
 
     def decide(step, batch):
         asked.append(step)
-        return StepPlan(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
+        return StepDecision(Plan.from_names(("megatron_ts",) * 2), 0.0, True, 0.0)
 
     with mock.patch("paradyse_lab.simulator.planner.build_policy", return_value=mock.Mock(decide=decide)):
         log = train(TrainOptions(**{**BASE, "dataset": f"file:{path}", "steps": 4}))

@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.testing import assert_close
 
+from paradyse_lab.core.model_spec import spec_from_hf
+
 RESUME_TOL = 1e-5
 """Loss of a resharded resume against the unbroken run: the same fp32 sums, reduced in another order."""
 
@@ -44,7 +46,7 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
     from paradyse_lab.app.training import train
     from paradyse_lab.runtime.checkpoints.dcp import read_full
     from paradyse_lab.runtime.hf.export import export_hf
-    from paradyse_lab.runtime.model.reference import GPTConfig, ReferenceGPT
+    from paradyse_lab.runtime.model.reference import ReferenceGPT
     from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
     root = _shared_dir(rank)
@@ -85,7 +87,7 @@ def init_reshard_export_case(rank: int, p: int, group) -> None:
 
         reloaded = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(root, "exported")).eval()
         full, _ = read_full(os.path.join(root, "a", "step-000004"))
-        ref = ReferenceGPT(GPTConfig.from_hf(hf.config))
+        ref = ReferenceGPT(spec_from_hf(hf.config))
         ref.load_state_dict(full)
         ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(4))
         with torch.no_grad():
@@ -131,10 +133,10 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
     from paradyse_lab.core.model_spec import PRESETS
     from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig, init_state_dict
+    from paradyse_lab.runtime.model.reference import init_state_dict
     from paradyse_lab.runtime.model.weight_shards import shard_state_dict
 
-    cfg = dataclasses.replace(GPTConfig.from_model_spec(PRESETS["gpt2-tiny"]), layers=2)  # the layout, not the depth
+    cfg = dataclasses.replace(PRESETS["gpt2-tiny"], layers=2)  # the layout, not the depth
     cfg = dataclasses.replace(cfg, vocab_size=510) if any(vocab) else cfg
     full = init_state_dict(cfg, 3)
     gen = torch.Generator().manual_seed(4)

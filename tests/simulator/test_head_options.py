@@ -9,7 +9,7 @@ from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.simulator.engine import Charger
-from paradyse_lab.simulator.policies import DynamicPolicy, StepPlan
+from paradyse_lab.simulator.policies import DynamicPolicy, StepDecision
 
 LONG = 512 * 1024
 
@@ -69,15 +69,16 @@ def test_the_longest_steps_problems_are_solved_once_for_the_storage_and_the_step
 
 
 def test_train_runs_the_tiled_loss_when_the_plan_says_so():
+    from paradyse_lab.core.model_spec import ModelSpec
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
     from paradyse_lab.runtime.training.plan_handoff import loss_tile
 
-    model = ParallelGPT(GPTConfig(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1))
-    assert loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
-    assert loss_tile(StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
-    rows = ParallelGPT(GPTConfig(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1), vocab_parallel=True)
-    vocab = StepPlan(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
+    model = ParallelGPT(ModelSpec(vocab_size=64, max_positions=32, hidden=16, heads=2, layers=1, name="runtime"))
+    assert loss_tile(StepDecision(Plan.from_names(("metp",), "block"), 1.0, True, 0.0), model, 96) == 0
+    assert loss_tile(StepDecision(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="tiled"), model, 96) == 96
+    rows = ParallelGPT(ModelSpec(vocab_size=2**18, max_positions=32, hidden=16, heads=2, layers=1,
+                                 name="runtime"), vocab_parallel=True)
+    vocab = StepDecision(Plan.from_names(("metp",), "block"), 1.0, True, 0.0, head="vocab")
     assert loss_tile(vocab, rows, 1000) == 2**30 // (2**18 * 8) == 512  # a tile's [p k, R] (4 + e bytes): 1 GiB
 
 

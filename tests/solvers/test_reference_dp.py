@@ -35,8 +35,8 @@ def integer_problem(rng: np.random.Generator, L: int, O: int, switch: bool) -> S
 def assert_same_optimum(problem: SearchProblem, oracle, sol, what: str) -> None:
     """`sol` has the oracle's status and optimal time, and its plan is costed right and fits."""
     assert sol.status == oracle.status, what
-    assert sol.peak_bytes == problem.peak_bytes(list(sol.plan)), what
-    assert sol.predicted_time_s == pytest.approx(problem.time_of(list(sol.plan)), rel=1e-12), what
+    assert sol.peak_bytes == problem.peak_bytes(list(sol.assignment)), what
+    assert sol.predicted_time_s == pytest.approx(problem.time_of(list(sol.assignment)), rel=1e-12), what
     if oracle.feasible:
         assert sol.peak_bytes <= problem.budget_bytes, what
         assert sol.predicted_time_s == pytest.approx(oracle.predicted_time_s, rel=1e-9), what

@@ -29,20 +29,20 @@ def test_dominance_compares_every_pair_the_last_included():
 
 def test_heuristic_steps():
     h = HeuristicSolver()
-    assert h.solve(chain_problem(10**6)).plan == ("s0",) * 4  # step 3: the fastest fits
+    assert h.solve(chain_problem(10**6)).assignment == ("s0",) * 4  # step 3: the fastest fits
     # step 4: s0 everywhere needs 120, s1 80; at 100 the best split is 2 x s0 + 2 x s1 (time 6 < 8)
     sol = h.solve(chain_problem(100))
-    assert sol.plan == ("s0", "s0", "s1", "s1") and sol.status == "feasible" and sol.peak_bytes == 100
+    assert sol.assignment == ("s0", "s0", "s1", "s1") and sol.status == "feasible" and sol.peak_bytes == 100
     # step 6: nothing fits -> the least-memory strategy everywhere, infeasible
     sol = h.solve(chain_problem(39))
-    assert sol.plan == ("s2",) * 4 and sol.status == "infeasible"
+    assert sol.assignment == ("s2",) * 4 and sol.status == "infeasible"
 
 
 def test_heuristic_is_stateless_after_an_infeasible_problem():
     # the authors' sticky flag forced the fallback for every later sequence once one did not fit
     h = HeuristicSolver()
     assert h.solve(chain_problem(39)).status == "infeasible"
-    assert h.solve(chain_problem(10**6)).plan == ("s0",) * 4
+    assert h.solve(chain_problem(10**6)).assignment == ("s0",) * 4
 
 
 def test_heuristic_never_returns_a_plan_over_the_limit():
@@ -50,7 +50,7 @@ def test_heuristic_never_returns_a_plan_over_the_limit():
     p = chain_problem(95, transient=(0, 15, 0))
     sol = HeuristicSolver().solve(p)
     assert sol.peak_bytes <= 95
-    assert p.peak_bytes(list(sol.plan)) == sol.peak_bytes
+    assert p.peak_bytes(list(sol.assignment)) == sol.peak_bytes
 
 
 def test_uniform_costs_and_cap_table():
@@ -95,7 +95,7 @@ def test_static_baselines():
     p = chain_problem(100)
     assert get_solver("static:s1").solve(p).status == "feasible"
     sol = get_solver("static:s0").solve(p)
-    assert sol.status == "infeasible" and sol.plan == ("s0",) * 4 and sol.peak_bytes == 120
+    assert sol.status == "infeasible" and sol.assignment == ("s0",) * 4 and sol.peak_bytes == 120
     with pytest.raises(UserInputError, match="valid: s0, s1, s2"):
         get_solver("static:zz").solve(p)
     d = p.to_dict()
@@ -135,7 +135,7 @@ def test_deterministic_ilp_stops_at_the_same_plan_mid_search():
     solver = get_solver("ilp", time_limit_s=0.1, deterministic=True)
     first, second = solver.solve(p), solver.solve(p)
     hint = min(get_solver(n).solve(p).predicted_time_s for n in ("greedy", "heuristic"))
-    assert first.status == second.status == "feasible" and list(first.plan) == list(second.plan)
+    assert first.status == second.status == "feasible" and list(first.assignment) == list(second.assignment)
     assert get_solver("dp").solve(p).predicted_time_s < first.predicted_time_s < hint
 
 

@@ -33,9 +33,9 @@ def check_agreement(problem, names=ALL, ilp=ILP_ONE_WORKER):
     sols = solve_all(problem, names, ilp)
     oracle = sols["brute_force"]
     for name, sol in sols.items():
-        assert len(sol.plan) == problem.num_decisions
-        assert sol.peak_bytes == problem.peak_bytes(list(sol.plan))
-        assert sol.predicted_time_s == pytest.approx(problem.time_of(list(sol.plan)), rel=1e-12)
+        assert len(sol.assignment) == problem.num_decisions
+        assert sol.peak_bytes == problem.peak_bytes(list(sol.assignment))
+        assert sol.predicted_time_s == pytest.approx(problem.time_of(list(sol.assignment)), rel=1e-12)
         if sol.feasible:
             assert sol.peak_bytes <= problem.budget_bytes, name
         if not oracle.feasible:
@@ -140,7 +140,7 @@ def test_dp_keeps_a_plan_a_rounded_up_grid_would_lose():
     for name in EXACT:
         sol = get_solver(name).solve(p)
         assert sol.status == "optimal" and sol.peak_bytes == p.budget_bytes
-        assert sol.predicted_time_s == 4.0 and sol.plan == ("fast", "lean")
+        assert sol.predicted_time_s == 4.0 and sol.assignment == ("fast", "lean")
 
 
 @pytest.mark.parametrize("L, O, switch", [(24, 4, True), (96, 8, False)])

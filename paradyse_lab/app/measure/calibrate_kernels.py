@@ -118,7 +118,6 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     from paradyse_lab.app.measure.step_counts import epilogue_s, runtime_dispatch_s
     from paradyse_lab.core.strategies import layout_unit
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     launch_s = measure_dispatch_s(device, dtype)
     # element-wise: layer norm, GELU and a residual add over [t, 4h] at the middle length; bytes read + written
@@ -136,7 +135,7 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     hbm = (2 + 2 + 3) * nbytes / max(sec - 3 * launch_s, 0.5 * sec)
     big = torch.ones(STATE_ELEMENTS, device=device, dtype=torch.float32)  # beyond the caches, like Adam's states
     state_sec = measure(lambda: big.add_(1.0), device, warmup=1, max_repeats=10, min_repeats=3, target_s=0.1)[0]
-    cfg, p = GPTConfig.from_model_spec(spec), comm.size(group)
+    cfg, p = spec, comm.size(group)
     runtime_launch_s = runtime_dispatch_s(cfg, p, layout_unit(p), profile_options(False), hbm, device, dtype)
     return {"launch_s": launch_s, "hbm_bytes_per_s": hbm, "state_bytes_per_s": 2 * big.numel() * 4 / state_sec,
             "comm_overlap": measure_overlap(spec, t, device, dtype, group), "runtime_launch_s": runtime_launch_s,
@@ -225,10 +224,9 @@ def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> d
     import torch
 
     from paradyse_lab.app.measure.step_counts import step_counts
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     scale = torch.empty((), dtype=dtype).element_size() / 4
-    counts = step_counts(GPTConfig.from_model_spec(spec), p, profile_options(recompute), (unit, 2 * unit),
+    counts = step_counts(spec, p, profile_options(recompute), (unit, 2 * unit),
                          tuple(lengths[:2]))
     return {k: (c.launches, scale * c.bytes_fixed, scale * c.bytes_per_token) for k, c in counts.items()}
 

@@ -90,7 +90,7 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
                        rank: int = 0, dtype=None, device="cpu", seed: int = 0, cu_seqlens=None,
                        mlp_tile: int = 0) -> KeptRecorder:
     """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg`
-    (paradyse_lab.runtime.model.reference.GPTConfig)
+    (paradyse_lab.core.model_spec.ModelSpec)
     under `strategy` (a name, or an option `NAME[+recompute][+tiled][+offload]`) on rank `rank` of a p-rank world
     emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents;
     `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's

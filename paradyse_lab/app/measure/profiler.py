@@ -301,12 +301,11 @@ def set_up_profiling(opts: ProfileOptions, group) -> Profiling:
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
     from paradyse_lab.runtime.model.layout import check_length
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     spec = get_model(opts.model)
     if opts.layers:
         spec = spec.with_layers(opts.layers)
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     distributed = opts.mode == "distributed"
     if distributed:
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
@@ -323,7 +322,7 @@ def set_up_profiling(opts: ProfileOptions, group) -> Profiling:
         check_length(s, p)
         for opt in options:
             model.check(s, [str(opt)] * cfg.layers)
-    cost_spec = cfg.model_spec(dtype_name if dtype_name != "fp16" else "bf16")
+    cost_spec = cfg.with_dtype(dtype_name if dtype_name != "fp16" else "bf16")
     params = list(model.parameters())
     optimizer_states, state_bytes = resident_model_states(params, cost_spec, device)
     barrier = (lambda: torch.distributed.barrier(group=group)) if distributed else None

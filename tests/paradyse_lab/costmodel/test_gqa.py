@@ -110,7 +110,7 @@ def test_sublayer_plans_may_run_head_splitting_strategies_on_mlps_under_gqa():
         for d, label in enumerate(sub.labels):
             assert (sub.kept_bytes[d, j] > sub.budget_bytes) == label.endswith("attn"), (name, label)
         assert sub.kept_bytes[1, j] == cm.sublayer("mlp", StrategyOption(name), 2048).kept_bytes
-    plan = get_solver("dp").solve(sub).plan
+    plan = get_solver("dp").solve(sub).assignment
     assert plan == ("megatron_cz", "megatron_ts") * 2 and sub.is_feasible(plan)
     with pytest.raises(UserInputError, match=r"kv_heads \(1\)"):
         get_solver("static:metp").solve(sub)

@@ -181,13 +181,13 @@ def test_short_sequences_get_no_tiling_or_offload():
         every = dp.solve(_problem(seq, recompute=True, tiled=True, offload=True))
         assert every.feasible and every.predicted_time_s <= plain.predicted_time_s
         if seq < 64 * 1024:
-            assert every.plan == plain.plan and every.predicted_time_s == plain.predicted_time_s
-            assert not any("+tiled" in n or "+offload" in n for n in every.plan)
+            assert every.assignment == plain.assignment and every.predicted_time_s == plain.predicted_time_s
+            assert not any("+tiled" in n or "+offload" in n for n in every.assignment)
     seq = 128 * 1024
     while dp.solve(_problem(seq, recompute=True)).feasible:  # the first doubling that does not fit without them
         seq *= 2
     long = dp.solve(_problem(seq, recompute=True, tiled=True, offload=True))
-    assert long.feasible and any("+tiled" in n or "+offload" in n for n in long.plan)
+    assert long.feasible and any("+tiled" in n or "+offload" in n for n in long.assignment)
 
 
 def test_cost_shows_the_options_and_plan_max_length_takes_them(capsys):

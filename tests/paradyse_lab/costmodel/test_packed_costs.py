@@ -166,8 +166,8 @@ def test_every_solver_plans_a_packed_step(granularity):
     times = {}
     for name in ("dp", "ilp", "heuristic", "greedy"):
         sol = get_solver(name).solve(problem)
-        assert sol.feasible and problem.is_feasible(list(sol.plan)), name
-        times[name] = problem.time_of(list(sol.plan))
+        assert sol.feasible and problem.is_feasible(list(sol.assignment)), name
+        times[name] = problem.time_of(list(sol.assignment))
     assert times["ilp"] == pytest.approx(times["dp"], rel=1e-6)
     assert times["heuristic"] >= times["dp"] * (1 - 1e-9) and times["greedy"] >= times["dp"] * (1 - 1e-9)
 

@@ -71,11 +71,10 @@ def test_no_saved_tensor_is_reachable_at_the_peak_reset(watched_profile):
 def test_profile_rows_hold_the_cost_models_model_states_and_name_the_kernel(watched_profile):
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     df, _ = watched_profile
     spec = get_model("gpt2-tiny").with_layers(1)
-    local_params = sum(q.numel() for q in ParallelGPT(GPTConfig.from_model_spec(spec), FakeGroup(P, 0)).parameters())
+    local_params = sum(q.numel() for q in ParallelGPT(spec, FakeGroup(P, 0)).parameters())
     states = model_state_bytes_per_param(spec) * local_params  # 16 bytes per parameter (fp32 Adam)
     assert (df["state_bytes"] == states).all()
     assert (df["peak_bytes"] == states + df["kept_bytes"]).all()  # CPU: the lower bound of that peak

@@ -25,9 +25,8 @@ STRATEGIES = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
 
 @pytest.fixture(scope="module")
 def cfg():
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
-    return GPTConfig.from_model_spec(SPEC)
+    return SPEC
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["keep", "recompute"])
@@ -135,12 +134,11 @@ replicating each K/V head 4 times) and 8 (= p: every strategy)."""
 def test_llama_kept_bytes_match_analytic_at_p8(strategy, kind, kv_heads):
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.core.strategies import get_strategy
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
     spec = LLAMA_SPECS[kv_heads]
     if get_strategy(strategy).violation(spec, P, SEQ):
         pytest.skip(f"{strategy} is infeasible with kv_heads {kv_heads} at p = {P} (the GQA rule)")
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     for recompute in (False, True):
         rec = measure_kept_bytes(kind, strategy, recompute, cfg, P, SEQ)
         analytic = schedule(spec, kind, StrategyOption(strategy, recompute), SEQ, 1, P).kept_bytes
@@ -154,9 +152,8 @@ def test_kept_bytes_match_analytic_on_one_rank(spec):
     """p = 1: a ring strategy's q, k, v are slices of the one QKV output; each kept slice must own its
     storage (a kept view of v keeps the whole output alive under rotary embeddings, which copy q and k)."""
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     for strategy in STRATEGIES:
         for kind in ("attention", "mlp"):
             rec = measure_kept_bytes(kind, strategy, False, cfg, 1, SEQ)
@@ -172,9 +169,8 @@ def test_tiled_mlp_and_offload_bytes_match_analytic_at_p8(spec):
     byte (the distributed cases check the same at p = 1..4 with the values and gradients: runtime_cases.py)."""
     from paradyse_lab.app.measure.profile_memory import measure_kept_bytes
     from paradyse_lab.core.strategies import get_strategy
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
-    cfg = GPTConfig.from_model_spec(spec)
+    cfg = spec
     for strategy in STRATEGIES:
         for kind in ("attention", "mlp"):
             if get_strategy(strategy).violation(spec, P, SEQ, kind):

@@ -12,9 +12,8 @@ SPEC = ModelSpec(name="gpt2-count", hidden=32, heads=4, layers=2, ffn_hidden=128
 
 @pytest.fixture(scope="module")
 def cfg():
-    from paradyse_lab.runtime.model.reference import GPTConfig
 
-    return GPTConfig.from_model_spec(SPEC)
+    return SPEC
 
 
 @pytest.mark.parametrize("option", ["metp+recompute"])  # the most launches: ring, shards, recompute
