@@ -115,7 +115,7 @@ def _plan_step_groups(groups: str, pricer, ring, steps: list):
     if groups in ROUND_POLICIES:
         rounds = choose_rounds(groups, steps, pricer, ring)
         if not math.isfinite(rounds.step_s):  # an item fits no group
-            rounds = rounds_choice([whole], pricer.sync_s)
+            rounds = rounds_choice([whole], pricer.step_sync)
         grouped = grouped_rounds(rounds, steps, pricer)
         size_of = grouped.size_of()
     else:
