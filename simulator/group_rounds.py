@@ -74,6 +74,8 @@ class RoundsSync:
     width: Callable[[Partition], float]
     gather: Callable[[Partition], float]
     reduce: Callable[[float], float]
+    held: Callable[[tuple[Partition, ...]], int] = lambda rounds: 0
+    """Bytes every rank holds beside the compute of the rounds after the first (the step's gradient buffers)."""
 
     def __call__(self, sizes: Partition) -> float:
         return self.split(sizes)
@@ -89,11 +91,26 @@ def as_rounds_sync(sync: Sync | RoundsSync) -> RoundsSync:
     return sync if isinstance(sync, RoundsSync) else max_sync(sync)
 
 
-def rounds_choice(rounds: Iterable[GroupChoice], sync: Sync | RoundsSync) -> RoundsChoice:
+def rounds_choice(rounds: Iterable[GroupChoice], sync: Sync | RoundsSync, costs: ItemTimes | None = None
+                  ) -> RoundsChoice:
     """`rounds` with the step's synchronisation (`RoundsSync.step`; a plain sync: the largest of the rounds');
-    rounds that train nothing are dropped (one is kept)."""
+    rounds that train nothing are dropped (one is kept). With `costs`, the rounds after the first are re-priced
+    with the bytes `RoundsSync.held` less for their compute (`ItemTimes.beside`)."""
     rounds = [r for r in rounds if any(r.assignment)] or list(rounds)[:1]
-    return RoundsChoice(tuple(rounds), float(as_rounds_sync(sync).step(tuple(r.sizes for r in rounds))))
+    rsync = as_rounds_sync(sync)
+    partitions = tuple(r.sizes for r in rounds)
+    held = rsync.held(partitions) if len(rounds) > 1 else 0
+    if held and costs is not None and costs.beside is not None:
+        rounds = rounds[:1] + [_beside(r, costs, held) for r in rounds[1:]]
+    return RoundsChoice(tuple(rounds), float(rsync.step(partitions)))
+
+
+def _beside(choice: GroupChoice, costs: ItemTimes, held: int) -> GroupChoice:
+    """`choice` with each item's time on its group with `held` bytes less memory."""
+    if not math.isfinite(choice.makespan_s):
+        return choice
+    loads = [float(sum(costs.beside(s, held)[i] for i in items)) for s, items in zip(choice.sizes, choice.assignment)]
+    return GroupChoice(choice.sizes, choice.assignment, max(loads), choice.sync_s)
 
 
 def objective(choice: RoundsChoice) -> tuple[float, int, int]:
@@ -104,7 +121,8 @@ def objective(choice: RoundsChoice) -> tuple[float, int, int]:
 def subset(costs: ItemTimes, items: Sequence[int]) -> ItemTimes:
     """The item-time table of `items` only (their positions in `items` become their indices)."""
     index = np.asarray(items, dtype=int)
-    return ItemTimes(costs.world, {s: t[index] for s, t in costs.times.items()})
+    beside = None if costs.beside is None else (lambda s, held: costs.beside(s, held)[index])
+    return ItemTimes(costs.world, {s: t[index] for s, t in costs.times.items()}, beside)
 
 
 def lift(choice: GroupChoice, items: Sequence[int]) -> GroupChoice:
@@ -124,7 +142,7 @@ def plan_rounds(costs: ItemTimes, sync: Sync | RoundsSync, extra: Iterable[Round
     whole = as_rounds_sync(sync)
     sync = functools.cache(whole.split)
     one = one_split if one_split is not None else plan_greedy(costs, sync)
-    best = min([rounds_choice([one], whole), *extra], key=objective)
+    best = min([rounds_choice([one], whole, costs), *extra], key=objective)
     order = costs.longest_first(costs.sizes)
     fastest, least_gpu_s = _floors(costs)
     for k in (k for k in CUTS if k < costs.items):
@@ -136,7 +154,7 @@ def plan_rounds(costs: ItemTimes, sync: Sync | RoundsSync, extra: Iterable[Round
         if first.makespan_s + floor >= best.step_s:
             continue  # no second round can make this cut pay
         second = lift(plan_greedy(subset(costs, rest), sync), rest)
-        found = rounds_choice([first, second], whole)
+        found = rounds_choice([first, second], whole, costs)
         if objective(found) < objective(best):
             best = found
     return best
@@ -204,7 +222,7 @@ def plan_rounds_exact(costs: ItemTimes, sync: Sync | RoundsSync) -> RoundsChoice
         while mask:
             rounds.append(rounds_of[took[mask]])
             mask ^= took[mask]
-        found = rounds_choice(sorted(rounds, key=lambda r: -r.makespan_s), rsync)
+        found = rounds_choice(sorted(rounds, key=lambda r: -r.makespan_s), rsync, costs)
         if best is None or objective(found) < objective(best):
             best = found
     if best is None:

@@ -178,15 +178,18 @@ class GroupPricer:
         the whole world (`data_parallel_width`, docs/grouped_steps.md), so `runnable_only` keeps them all."""
         return tuple(power_sizes(self.cluster.gpus))
 
-    def planner(self, g: int) -> Planner:
-        if g not in self._planners:
+    def planner(self, g: int, held: int = 0) -> Planner:
+        """The planner of a group of g, with `held` bytes less of its budget (the gradient buffers a step of
+        rounds holds beside the compute of its rounds after the first)."""
+        key = g if not held else (g, held)
+        if key not in self._planners:
             planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model_at(g),
-                                    p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                    p=g, budget_bytes=self.budget_for(g) - held, smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
             if isinstance(planner.policy, HeadPolicy):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
-            self._planners[g] = planner
-        return self._planners[g]
+            self._planners[key] = planner
+        return self._planners[key]
 
     def cost_model_at(self, g: int):
         """The cost model of a group of g: built once for every pricer of this model and cluster inside
@@ -194,31 +197,32 @@ class GroupPricer:
         return shared.cost_model(lambda: build_cost_model(self.cost_model, self.model, self.cluster, g, self.profiles),
                                  self.cost_model, f"{self.model!r} at p={g}", repr(self.cluster), self.profiles)
 
-    def item(self, g: int, step: int | PackedStep) -> tuple[float, Plan | None]:
-        """(seconds, plan) of one item on a group of g (inf, None: it does not fit): a sequence of `step` tokens,
-        or a pack of documents (`PackedStep`)."""
-        time_s, decision = self._priced(g, step)
+    def item(self, g: int, step: int | PackedStep, held: int = 0) -> tuple[float, Plan | None]:
+        """(seconds, plan) of one item on a group of g (inf, None: it does not fit), with `held` bytes of the
+        budget taken: a sequence of `step` tokens, or a pack of documents (`PackedStep`)."""
+        time_s, decision = self._priced(g, step, held)
         return (time_s, decision.plan) if math.isfinite(time_s) else (math.inf, None)
 
-    def decision(self, g: int, step: int | PackedStep):
-        """The policy's decision (simulator/policies.py `StepPlan`) for one item on a group of g, whether or not
-        it fits (its `feasible` says), or None where the strategy cannot split the item's shapes on g ranks."""
-        return self._priced(g, step)[1]
+    def decision(self, g: int, step: int | PackedStep, held: int = 0):
+        """The policy's decision (simulator/policies.py `StepPlan`) for one item on a group of g (with `held`
+        bytes of its budget taken), whether or not it fits (its `feasible` says), or None where the strategy
+        cannot split the item's shapes on g ranks."""
+        return self._priced(g, step, held)[1]
 
-    def _priced(self, g: int, step: int | PackedStep):
-        key = (g, step)
+    def _priced(self, g: int, step: int | PackedStep, held: int = 0):
+        key = (g, step) if not held else (g, step, held)
         if key not in self._items:
-            self._items[key] = self._price(g, padded_item(step, g))
+            self._items[key] = self._price(g, padded_item(step, g), held)
         return self._items[key]
 
-    def _price(self, g: int, padded: int | PackedStep):
-        planner = self.planner(g)
+    def _price(self, g: int, padded: int | PackedStep, held: int = 0):
+        planner = self.planner(g, held)
         try:
             decision = planner.policy.decide(padded, 1)
             if self.policy.startswith("dynamic:"):  # planned with the model that charges: its own prediction
                 time_s, fits = decision.predicted_time_s, decision.feasible
             else:
-                charger = self._planners.setdefault(("charger", g), planner.charger())
+                charger = self._planners.setdefault(("charger", g, held), planner.charger())
                 time_s, peak = charger.charge(decision.plan.names, padded, 1, decision.head)
                 fits = peak <= planner.budget_bytes
                 decision = replace(decision, predicted_time_s=time_s, feasible=fits)
@@ -227,8 +231,9 @@ class GroupPricer:
         return (time_s if fits else math.inf), decision
 
     def times(self, lengths, sizes) -> ItemTimes:
-        """The item-time table of `lengths` on the group `sizes`."""
-        return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
+        """The item-time table of `lengths` on the group `sizes` (and, for rounds, with bytes held beside)."""
+        return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes},
+                         lambda g, held: np.array([self.item(g, n, held)[0] for n in lengths]))
 
     def sync_s(self, sizes: Partition) -> float:
         """`priced_sync_s`, kept per partition (the planners ask for the same partitions step after step)."""
@@ -259,6 +264,10 @@ class GroupPricer:
             return math.inf
         return self._priced_calls(rounds_state_calls(self.model, self.cluster.gpus, rounds))
 
+    def rounds_held(self, rounds: tuple[Partition, ...]) -> int:
+        """Bytes a rank holds beside the compute of every round after the first (`rounds_held_bytes`)."""
+        return rounds_held_bytes(self.model, self.cluster.gpus, rounds)
+
     def round_width(self, sizes: Partition) -> int:
         """The ranks a round's gather spans (`data_parallel_width`); the step reduces over its widest round's."""
         return data_parallel_width(self.cluster.gpus, sizes, self.model)
@@ -288,7 +297,7 @@ class GroupPricer:
         """This pricer's synchronisation for the rounds planners (simulator/group_rounds.py `RoundsSync`)."""
         if self._step_sync is None:
             self._step_sync = RoundsSync(self.sync_s, self.rounds_sync_s, self.round_width, self.gather_s,
-                                         self.reduce_s)
+                                         self.reduce_s, self.rounds_held)
         return self._step_sync
 
 
@@ -311,12 +320,12 @@ def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | 
     return plan_greedy(costs, pricer.sync_s, extra)
 
 
-def grouped_step(choice: GroupChoice, items, pricer: GroupPricer) -> GroupedStep:
-    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (a plan that
-    does not fit is kept: its decision says so)."""
+def grouped_step(choice: GroupChoice, items, pricer: GroupPricer, held: int = 0) -> GroupedStep:
+    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (planned with
+    `held` bytes of the budget taken; a plan that does not fit is kept: its decision says so)."""
     groups = []
     for start, size, assigned in zip(choice.starts(), choice.sizes, choice.assignment):
-        decisions = [pricer.decision(size, items[i]) for i in assigned]
+        decisions = [pricer.decision(size, items[i], held) for i in assigned]
         if None in decisions:
             raise UserInputError(f"{pricer.policy} cannot split an item of this step on a group of {size}")
         groups.append(StepGroup(start, size, tuple(assigned), tuple(d.plan for d in decisions)))

@@ -49,20 +49,22 @@ def choose_rounds(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPr
         baseline = megatron_rounds(ring.times(lengths, pricer.group_sizes()), lengths, per_rank, ring.step_sync)
         if math.isfinite(baseline.step_s):
             extra.append(rounds_choice([reassess(r, costs, pricer.sync_s) for r in baseline.rounds],
-                                       pricer.step_sync))
+                                       pricer.step_sync, costs))
     one_split = choose("sized", lengths, pricer, ring)
     return plan_rounds(costs, pricer.step_sync, extra, one_split)
 
 
 def grouped_rounds(choice: RoundsChoice, items, pricer: GroupPricer) -> StepRounds:
     """The `StepRounds` the runtime runs: each round a `GroupedStep` on that round's items (in the order of the
-    step's items), each item with its plan at its group's size (its checks hold for every round)."""
+    step's items), each item with its plan at its group's size (its checks hold for every round), planned in the
+    rounds after the first beside the gradient buffers held across rounds."""
     out, mapped = [], []
-    for r in choice.rounds:
+    held = pricer.rounds_held(tuple(r.sizes for r in choice.rounds)) if len(choice.rounds) > 1 else 0
+    for k, r in enumerate(choice.rounds):
         mine = sorted(i for a in r.assignment for i in a)
-        local = {i: k for k, i in enumerate(mine)}
+        local = {i: n for n, i in enumerate(mine)}
         here = GroupChoice(r.sizes, tuple(tuple(local[i] for i in a) for a in r.assignment), r.makespan_s, r.sync_s)
-        out.append(grouped_step(here, [items[i] for i in mine], pricer))
+        out.append(grouped_step(here, [items[i] for i in mine], pricer, held if k else 0))
         mapped.append(tuple(mine))
     return StepRounds(pricer.cluster.gpus, len(items), tuple(out), tuple(mapped))
 

@@ -93,3 +93,20 @@ def test_the_gradient_buffers_held_across_rounds_can_make_a_step_of_rounds_not_f
     assert rounds_choice(two[:1], tight.step_sync).step_s < math.inf  # one round holds nothing across rounds
     held = rounds_held_bytes(tight.model, 8, ROUNDS)
     assert held > 0 and math.isfinite(rounds_choice(two, _pricer(alone + held).step_sync).step_s)
+
+
+def test_the_rounds_after_the_first_compute_beside_the_held_buffers():
+    """A sequence that just fits one GPU fits it in a first round, not in a second, where the step's gradient
+    buffers (1.1 GiB of BERT's on 8 GPUs) are held beside its activations; the runtime's plans for a second
+    round are made beside them too."""
+    pricer = _pricer()
+    lengths = [99_840, 512]
+    held = pricer.rounds_held(((8,), (1,) * 8))
+    assert held == rounds_held_bytes(pricer.model, 8, ((8,), (1,) * 8)) > 0
+    assert math.isfinite(pricer.item(1, 99_840)[0]) and pricer.item(1, 99_840, held)[0] == math.inf
+    costs = pricer.times(lengths, pricer.group_sizes())
+    whole = GroupChoice((8,), ((1,),), float(costs.times[8][1]), 0.0)
+    alone = GroupChoice((1,) * 8, ((0,),) + ((),) * 7, float(costs.times[1][0]), 0.0)
+    assert math.isfinite(rounds_choice([alone, whole], pricer.step_sync, costs).step_s)
+    assert rounds_choice([whole, alone], pricer.step_sync, costs).step_s == math.inf
+    assert rounds_choice([whole, alone], pricer.step_sync).step_s < math.inf  # without the table: not re-priced
