@@ -212,8 +212,22 @@ class GroupPricer:
     def _priced(self, g: int, step: int | PackedStep, held: int = 0):
         key = (g, step) if not held else (g, step, held)
         if key not in self._items:
-            self._items[key] = self._price(g, padded_item(step, g), held)
+            self._items[key] = self._beside(g, step, held) if held else self._price(g, padded_item(step, g))
         return self._items[key]
+
+    def _beside(self, g: int, step: int | PackedStep, held: int):
+        """An item priced with `held` bytes of the budget taken: its plan at the whole budget where that plan's
+        peak leaves them free (the best plan of a larger budget that fits a smaller one is the best there too),
+        else planned again at the smaller budget."""
+        time_s, decision = self._priced(g, step, 0)
+        if decision is None:
+            return time_s, decision
+        if math.isfinite(time_s):
+            charger = self._planners.setdefault(("charger", g, 0), self.planner(g).charger())
+            _, peak = charger.charge(decision.plan.names, padded_item(step, g), 1, decision.head)
+            if peak + held <= self.planner(g).budget_bytes:
+                return time_s, decision
+        return self._price(g, padded_item(step, g), held)
 
     def _price(self, g: int, padded: int | PackedStep, held: int = 0):
         planner = self.planner(g, held)
