@@ -53,7 +53,7 @@ def gap_rows(instances: int, seed: int) -> list[dict]:
     kinds = (("groups", SMALL_BATCHES, lambda c: plan_exact(c, sync),
               lambda c: plan_greedy(c, sync, [smallest_fit_partition(c, sync)])),
              ("rounds", [k for k in SMALL_BATCHES if k <= MAX_EXACT_ROUND_ITEMS],
-              lambda c: plan_rounds_exact(c, sync), lambda c: plan_rounds(c, sync)))
+              lambda c: plan_rounds_exact(c, pricer.step_sync), lambda c: plan_rounds(c, pricer.step_sync)))
     rows = []
     for name, batch_sizes, exact_of, greedy_of in kinds:
         for n in batch_sizes:

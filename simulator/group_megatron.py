@@ -146,7 +146,7 @@ def megatron_rounds(costs: ItemTimes, lengths: Sequence[int], per_rank: int,
         loads = [sum(costs.times[s][i] for i in items) for s, items in groups]
         out.append(GroupChoice(tuple(s for s, _ in groups), tuple(tuple(items) for _, items in groups),
                                float(max(loads)), sync(tuple(s for s, _ in groups))))
-    return rounds_choice(out, sync)
+    return rounds_choice(out, sync, costs)
 
 
 PER_RANK_CANDIDATES = tuple(1 << k for k in range(9, 21))

@@ -39,6 +39,9 @@ class ItemTimes:
     world: int
     times: dict[int, np.ndarray]
     """Group size (a power of two up to `world`) -> seconds per item."""
+    beside: Callable[[int, int], np.ndarray] | None = None
+    """(group size, bytes held beside the compute) -> seconds per item with that much less memory (inf: does not
+    fit); None: the items are priced at no other budget (what rounds after the first need: `group_rounds`)."""
 
     def __post_init__(self):
         if self.world < 1 or self.world & (self.world - 1):

@@ -1,23 +1,25 @@
 """A step as rounds of group splits: the rounds run one after another, each a split of every GPU into aligned
 groups (a `GroupChoice` on the step's item indices), and the gradients are synchronised once per step.
 
-The step takes the sum of its rounds' makespans plus one synchronisation, priced as the widest of its rounds'
-(`rounds_choice`: the round whose smallest group gathers over the most ranks; zero when every round is one group
-of all GPUs). One split per step is the case of one round. Rounds pay off where a step holds a sequence that is
-fastest on all GPUs beside many short ones: one round trains it alone on every GPU, the next the short ones on
-small groups, where one split would train them all on the whole world or leave the long one on a small group.
+The step takes the sum of its rounds' makespans plus what its states cost (`RoundsSync`): every round's own
+gather of its group shards, and one reduction of the step's gradients at its widest round's width (zero when
+every round is one group of all GPUs), with the buffers of the step's gradients held across its rounds in every
+round's memory (inf where they do not fit). One split per step is the case of one round. Rounds pay off where a
+step holds a sequence that is fastest on all GPUs beside many short ones: one round trains it alone on every GPU,
+the next the short ones on small groups, where one split would train them all on the whole world or leave the
+long one on a small group.
 
 The planners: `plan_rounds` (greedy: the one-split greedy planner on the whole batch, and on every cut of the
 items, longest first, into a first round of the k longest and a second of the rest, for k on a ladder; then
 any candidates the caller adds, such as Megatron's schedule re-priced), and `plan_rounds_exact` (small
-batches: every division of the items into rounds, each round's exact split, every synchronisation level).
+batches: every division of the items into rounds, each round's exact split, every reduction width).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +27,14 @@ import numpy as np
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.simulator.group_exact import best_assignment
 from paradyse_lab.simulator.group_greedy import plan_greedy
-from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Sync, binary_partitions, lower_bound_s
+from paradyse_lab.simulator.group_problem import (
+    GroupChoice,
+    ItemTimes,
+    Partition,
+    Sync,
+    binary_partitions,
+    lower_bound_s,
+)
 
 
 @dataclass(frozen=True)
@@ -53,11 +62,55 @@ class RoundsChoice:
         return sum(1 for r in self.rounds for a in r.assignment if a)
 
 
-def rounds_choice(rounds: Iterable[GroupChoice], sync: Sync) -> RoundsChoice:
-    """`rounds` with the step's synchronisation: the largest of the rounds' own (inf when any round's state
-    phases do not fit); rounds that train nothing are dropped (one is kept)."""
+@dataclass(frozen=True)
+class RoundsSync:
+    """What a step of rounds pays for its states, in parts the planners use: `step`, the whole step's (the
+    rounds' group sizes in the order they run; inf where its buffers do not fit), made of every round's own
+    `gather` and one `reduce` at the largest of the rounds' `width`s. Called on one partition it is a one-split
+    step's sync (what the one-split planners take)."""
+
+    split: Sync
+    step: Callable[[tuple[Partition, ...]], float]
+    width: Callable[[Partition], float]
+    gather: Callable[[Partition], float]
+    reduce: Callable[[float], float]
+    held: Callable[[tuple[Partition, ...]], int] = lambda rounds: 0
+    """Bytes every rank holds beside the compute of the rounds after the first (the step's gradient buffers)."""
+
+    def __call__(self, sizes: Partition) -> float:
+        return self.split(sizes)
+
+
+def max_sync(sync: Sync) -> RoundsSync:
+    """A step of rounds priced as the largest of its rounds' syncs (a sync that is a function of the partition
+    alone, with no gather of its own per round: the level is the sync itself)."""
+    return RoundsSync(sync, lambda rounds: max(float(sync(p)) for p in rounds), sync, lambda p: 0.0, float)
+
+
+def as_rounds_sync(sync: Sync | RoundsSync) -> RoundsSync:
+    return sync if isinstance(sync, RoundsSync) else max_sync(sync)
+
+
+def rounds_choice(rounds: Iterable[GroupChoice], sync: Sync | RoundsSync, costs: ItemTimes | None = None
+                  ) -> RoundsChoice:
+    """`rounds` with the step's synchronisation (`RoundsSync.step`; a plain sync: the largest of the rounds');
+    rounds that train nothing are dropped (one is kept). With `costs`, the rounds after the first are re-priced
+    with the bytes `RoundsSync.held` less for their compute (`ItemTimes.beside`)."""
     rounds = [r for r in rounds if any(r.assignment)] or list(rounds)[:1]
-    return RoundsChoice(tuple(rounds), max(float(sync(r.sizes)) for r in rounds))
+    rsync = as_rounds_sync(sync)
+    partitions = tuple(r.sizes for r in rounds)
+    held = rsync.held(partitions) if len(rounds) > 1 else 0
+    if held and costs is not None and costs.beside is not None:
+        rounds = rounds[:1] + [_beside(r, costs, held) for r in rounds[1:]]
+    return RoundsChoice(tuple(rounds), float(rsync.step(partitions)))
+
+
+def _beside(choice: GroupChoice, costs: ItemTimes, held: int) -> GroupChoice:
+    """`choice` with each item's time on its group with `held` bytes less memory."""
+    if not math.isfinite(choice.makespan_s):
+        return choice
+    loads = [float(sum(costs.beside(s, held)[i] for i in items)) for s, items in zip(choice.sizes, choice.assignment)]
+    return GroupChoice(choice.sizes, choice.assignment, max(loads), choice.sync_s)
 
 
 def objective(choice: RoundsChoice) -> tuple[float, int, int]:
@@ -68,7 +121,8 @@ def objective(choice: RoundsChoice) -> tuple[float, int, int]:
 def subset(costs: ItemTimes, items: Sequence[int]) -> ItemTimes:
     """The item-time table of `items` only (their positions in `items` become their indices)."""
     index = np.asarray(items, dtype=int)
-    return ItemTimes(costs.world, {s: t[index] for s, t in costs.times.items()})
+    beside = None if costs.beside is None else (lambda s, held: costs.beside(s, held)[index])
+    return ItemTimes(costs.world, {s: t[index] for s, t in costs.times.items()}, beside)
 
 
 def lift(choice: GroupChoice, items: Sequence[int]) -> GroupChoice:
@@ -81,13 +135,14 @@ CUTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """How many of the longest items a two-round candidate trains in its first round."""
 
 
-def plan_rounds(costs: ItemTimes, sync: Sync, extra: Iterable[RoundsChoice] = (),
+def plan_rounds(costs: ItemTimes, sync: Sync | RoundsSync, extra: Iterable[RoundsChoice] = (),
                 one_split: GroupChoice | None = None) -> RoundsChoice:
     """The greedy rounds planner (module docstring); never worse than `one_split` (default: the one-split greedy
     planner's choice) nor than any of `extra`."""
-    sync = functools.cache(sync)
+    whole = as_rounds_sync(sync)
+    sync = functools.cache(whole.split)
     one = one_split if one_split is not None else plan_greedy(costs, sync)
-    best = min([rounds_choice([one], sync), *extra], key=objective)
+    best = min([rounds_choice([one], whole, costs), *extra], key=objective)
     order = costs.longest_first(costs.sizes)
     fastest, least_gpu_s = _floors(costs)
     for k in (k for k in CUTS if k < costs.items):
@@ -99,7 +154,7 @@ def plan_rounds(costs: ItemTimes, sync: Sync, extra: Iterable[RoundsChoice] = ()
         if first.makespan_s + floor >= best.step_s:
             continue  # no second round can make this cut pay
         second = lift(plan_greedy(subset(costs, rest), sync), rest)
-        found = rounds_choice([first, second], sync)
+        found = rounds_choice([first, second], whole, costs)
         if objective(found) < objective(best):
             best = found
     return best
@@ -115,19 +170,22 @@ MAX_EXACT_ROUND_ITEMS = 6
 MAX_EXACT_ROUND_WORLD = 8
 
 
-def plan_rounds_exact(costs: ItemTimes, sync: Sync) -> RoundsChoice:
+def plan_rounds_exact(costs: ItemTimes, sync: Sync | RoundsSync) -> RoundsChoice:
     """The optimum over every division of the items into rounds (each round any partition of the world into
-    allowed sizes with its exact assignment, `best_assignment`) of the rounds' makespans summed plus the widest
-    round's synchronisation: for every synchronisation level L (the sync of some partition), the least sum of
-    makespans using only partitions whose sync is at most L, by dynamic programming over subsets of items, plus
-    L; the least over L. Small instances only."""
+    allowed sizes with its exact assignment, `best_assignment`) of the rounds' makespans and gathers summed plus
+    one reduction at the widest round's width (`RoundsSync`): for every level L (the width of some partition),
+    the least sum of makespans and gathers using only partitions whose width is at most L, by dynamic
+    programming over subsets of items, plus the reduction at L; the least over L. Exact where the held buffers
+    fit every round (otherwise the step it finds is priced inf and a slower one may exist). Small instances
+    only."""
+    rsync = as_rounds_sync(sync)
     n, world = costs.items, costs.world
     if n > MAX_EXACT_ROUND_ITEMS or world > MAX_EXACT_ROUND_WORLD:
         raise UserInputError(f"the exact rounds planner takes at most {MAX_EXACT_ROUND_ITEMS} items on "
                              f"{MAX_EXACT_ROUND_WORLD} GPUs, got {n} on {world}; use the greedy one")
     allowed = set(costs.sizes)
     partitions = [p for p in binary_partitions(world) if set(p) <= allowed]
-    levels = sorted({float(sync(p)) for p in partitions})
+    levels = sorted({float(rsync.width(p)) for p in partitions})
     full = (1 << n) - 1
     # per subset of items: the best choice (least makespan) of each partition
     per_subset: dict[int, list[GroupChoice]] = {}
@@ -139,7 +197,8 @@ def plan_rounds_exact(costs: ItemTimes, sync: Sync) -> RoundsChoice:
     for level in levels:
         if not math.isfinite(level):
             continue
-        rounds_of = {mask: min((c for c in choices if c.sync_s <= level), key=lambda c: (c.makespan_s, len(c.sizes)))
+        rounds_of = {mask: min((c for c in choices if rsync.width(c.sizes) <= level),
+                               key=lambda c: (c.makespan_s + rsync.gather(c.sizes), len(c.sizes)))
                      for mask, choices in per_subset.items()}
         value = [math.inf] * (full + 1)
         took = [0] * (full + 1)
@@ -150,7 +209,8 @@ def plan_rounds_exact(costs: ItemTimes, sync: Sync) -> RoundsChoice:
             sub = rest
             while True:
                 round_mask = sub | low
-                v = rounds_of[round_mask].makespan_s + value[mask ^ round_mask]
+                chosen = rounds_of[round_mask]
+                v = chosen.makespan_s + rsync.gather(chosen.sizes) + value[mask ^ round_mask]
                 if v < value[mask]:
                     value[mask], took[mask] = v, round_mask
                 if sub == 0:
@@ -162,7 +222,7 @@ def plan_rounds_exact(costs: ItemTimes, sync: Sync) -> RoundsChoice:
         while mask:
             rounds.append(rounds_of[took[mask]])
             mask ^= took[mask]
-        found = rounds_choice(sorted(rounds, key=lambda r: -r.makespan_s), sync)
+        found = rounds_choice(sorted(rounds, key=lambda r: -r.makespan_s), rsync, costs)
         if best is None or objective(found) < objective(best):
             best = found
     if best is None:

@@ -40,6 +40,9 @@ from paradyse_lab.costmodel.grouped_states import (
     data_parallel_width,
     grouped_state_kept_bytes,
     reduce_phase_bytes,
+    rounds_held_bytes,
+    rounds_reduce_width,
+    rounds_state_calls,
     sharded_total,
 )
 from paradyse_lab.costmodel.packed import PackedStep
@@ -49,6 +52,7 @@ from paradyse_lab.simulator.group_dynamic_cp import smallest_fit_partition
 from paradyse_lab.simulator.group_exact import plan_exact
 from paradyse_lab.simulator.group_greedy import lpt, plan_greedy
 from paradyse_lab.simulator.group_problem import GroupChoice, ItemTimes, Partition, reassess
+from paradyse_lab.simulator.group_rounds import RoundsSync
 from paradyse_lab.simulator.planner import Planner, build_planner
 
 RING_POLICY = "static:megatron_cz"
@@ -101,6 +105,8 @@ class GroupPricer:
     _planners: dict = field(default_factory=dict, repr=False)
     _items: dict = field(default_factory=dict, repr=False)
     _syncs: dict = field(default_factory=dict, repr=False)
+    _round_syncs: dict = field(default_factory=dict, repr=False)
+    _step_sync: RoundsSync | None = field(default=None, repr=False)
 
     def budget_for(self, g: int) -> int:
         """The budget of a group of g: raised by what the cost model at p = g counts of the sharded matrices'
@@ -115,26 +121,56 @@ class GroupPricer:
             2 * m.dtype_bytes * sharded_layer_params(m, g)
         return self.budget_bytes + counted - held
 
-    def state_phase_fits(self, sizes: Partition) -> bool:
+    def state_phase_fits(self, sizes: Partition, held: int = 0, reduce: bool = True) -> bool:
         """Whether every rank holds the state phases of the step (outside the compute, when no activation is kept),
-        beside its world shard and optimizer states and the replicated tensors' states. The gather: its group's
-        weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
-        reduce, after the backward: the group's weight and gradient shards, and the larger of the
+        beside its world shard and optimizer states and the replicated tensors' states, and `held` bytes (the
+        buffers a step of rounds keeps across its rounds, `rounds_fit`). The gather: its group's weight shard,
+        the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The reduce (when
+        `reduce`), after the backward: the group's weight and gradient shards, and the larger of the
         reduce-scatter's [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's,
         beside the group view's; `reduce_phase_bytes`, less the world
         shards' gradients the states count)."""
         m, world = self.model, self.cluster.gpus
-        if len(sizes) == 1:
+        if len(sizes) == 1 and not held:
             return True
-        replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
-        states = F.model_state_bytes_per_param(m) * (sharded_layer_params(m, world) + replicated)
+        states = self._state_bytes()
         kept = grouped_state_kept_bytes(m, world, min(sizes), sizes)
+        gather = kept["group_weights"] + kept["send_buffer"] + kept["gather_buffer"] if len(sizes) > 1 else 0
+        if not reduce:
+            return states + held + gather <= self.budget_bytes
         phase = reduce_phase_bytes(m, world, sizes)
         world_shard_grads = m.dtype_bytes * (sharded_total(m) // world)  # in `states`; a view in phase["world_grads"]
-        gather = kept["group_weights"] + kept["send_buffer"] + kept["gather_buffer"]
-        reduce = (kept["group_weights"] + kept["group_grads"] + phase["world_grads"] - world_shard_grads
-                  + phase["transient"])
-        return states + max(gather, reduce) <= self.budget_bytes
+        reduce_b = (kept["group_weights"] + kept["group_grads"] + phase["world_grads"] - world_shard_grads
+                    + phase["transient"])
+        return states + held + max(gather, reduce_b) <= self.budget_bytes
+
+    def _state_bytes(self) -> int:
+        """A rank's world shard with its optimizer states, and the replicated tensors' states."""
+        m = self.model
+        replicated = m.layers * F.replicated_params(m) * 2 + F.embedding_params(m)
+        return F.model_state_bytes_per_param(m) * (sharded_layer_params(m, self.cluster.gpus) + replicated)
+
+    def rounds_fit(self, rounds: tuple[Partition, ...]) -> bool:
+        """Whether every rank holds the state phases of a step of several rounds (each round's group sizes, in
+        the order they run), as the runtime keeps them (docs/grouped_steps.md, "Rounds in the runtime"): the
+        buffers of the step's gradients ([d, F] and [R], `rounds_held_bytes`) are made at the first round's
+        end and held to the reduction, so every round's end (its group's weight and gradient shards beside them)
+        and every later round's gather hold them; the reduction then reduce-scatters the [d, F] buffer. One
+        round: `state_phase_fits`."""
+        if len(rounds) == 1:
+            return self.state_phase_fits(rounds[0])
+        m, world = self.model, self.cluster.gpus
+        held = rounds_held_bytes(m, world, rounds)
+        states = self._state_bytes()
+        for k, sizes in enumerate(rounds):
+            if k and not self.state_phase_fits(sizes, held, reduce=False):
+                return False
+            kept = grouped_state_kept_bytes(m, world, min(sizes), sizes)
+            if states + held + kept["group_weights"] + kept["group_grads"] > self.budget_bytes:
+                return False
+        d = rounds_reduce_width(m, world, rounds)
+        bucket = F.reduce_scatter_bucket_bytes(m, sharded_total(m) // world, d)
+        return states + held + bucket <= self.budget_bytes
 
     def group_sizes(self) -> tuple[int, ...]:
         """The group sizes this pricer plans with: every power of two up to the world (a size a strategy cannot
@@ -142,15 +178,18 @@ class GroupPricer:
         the whole world (`data_parallel_width`, docs/grouped_steps.md), so `runnable_only` keeps them all."""
         return tuple(power_sizes(self.cluster.gpus))
 
-    def planner(self, g: int) -> Planner:
-        if g not in self._planners:
+    def planner(self, g: int, held: int = 0) -> Planner:
+        """The planner of a group of g, with `held` bytes less of its budget (the gradient buffers a step of
+        rounds holds beside the compute of its rounds after the first)."""
+        key = g if not held else (g, held)
+        if key not in self._planners:
             planner = build_planner(self.policy, self.model, self.cluster, cost_model=self.cost_model_at(g),
-                                    p=g, budget_bytes=self.budget_for(g), smoothing=False,
+                                    p=g, budget_bytes=self.budget_for(g) - held, smoothing=False,
                                     recompute=self.recompute, granularity=self.granularity)
             if isinstance(planner.policy, HeadPolicy):  # grouped steps keep the embedding and head replicated
                 planner.policy.restrict_heads(("whole", "tiled"))
-            self._planners[g] = planner
-        return self._planners[g]
+            self._planners[key] = planner
+        return self._planners[key]
 
     def cost_model_at(self, g: int):
         """The cost model of a group of g: built once for every pricer of this model and cluster inside
@@ -158,31 +197,46 @@ class GroupPricer:
         return shared.cost_model(lambda: build_cost_model(self.cost_model, self.model, self.cluster, g, self.profiles),
                                  self.cost_model, f"{self.model!r} at p={g}", repr(self.cluster), self.profiles)
 
-    def item(self, g: int, step: int | PackedStep) -> tuple[float, Plan | None]:
-        """(seconds, plan) of one item on a group of g (inf, None: it does not fit): a sequence of `step` tokens,
-        or a pack of documents (`PackedStep`)."""
-        time_s, decision = self._priced(g, step)
+    def item(self, g: int, step: int | PackedStep, held: int = 0) -> tuple[float, Plan | None]:
+        """(seconds, plan) of one item on a group of g (inf, None: it does not fit), with `held` bytes of the
+        budget taken: a sequence of `step` tokens, or a pack of documents (`PackedStep`)."""
+        time_s, decision = self._priced(g, step, held)
         return (time_s, decision.plan) if math.isfinite(time_s) else (math.inf, None)
 
-    def decision(self, g: int, step: int | PackedStep):
-        """The policy's decision (`StepDecision`) for one item on a group of g, whether or not
-        it fits (its `feasible` says), or None where the strategy cannot split the item's shapes on g ranks."""
-        return self._priced(g, step)[1]
+    def decision(self, g: int, step: int | PackedStep, held: int = 0):
+        """The policy's decision (`StepDecision`) for one item on a group of g (with `held`
+        bytes of its budget taken), whether or not it fits (its `feasible` says), or None where the strategy
+        cannot split the item's shapes on g ranks."""
+        return self._priced(g, step, held)[1]
 
-    def _priced(self, g: int, step: int | PackedStep):
-        key = (g, step)
+    def _priced(self, g: int, step: int | PackedStep, held: int = 0):
+        key = (g, step) if not held else (g, step, held)
         if key not in self._items:
-            self._items[key] = self._price(g, padded_item(step, g))
+            self._items[key] = self._beside(g, step, held) if held else self._price(g, padded_item(step, g))
         return self._items[key]
 
-    def _price(self, g: int, padded: int | PackedStep):
-        planner = self.planner(g)
+    def _beside(self, g: int, step: int | PackedStep, held: int):
+        """An item priced with `held` bytes of the budget taken: its plan at the whole budget where that plan's
+        peak leaves them free (the best plan of a larger budget that fits a smaller one is the best there too),
+        else planned again at the smaller budget."""
+        time_s, decision = self._priced(g, step, 0)
+        if decision is None:
+            return time_s, decision
+        if math.isfinite(time_s):
+            charger = self._planners.setdefault(("charger", g, 0), self.planner(g).charger())
+            _, peak = charger.charge(decision.plan.names, padded_item(step, g), 1, decision.head)
+            if peak + held <= self.planner(g).budget_bytes:
+                return time_s, decision
+        return self._price(g, padded_item(step, g), held)
+
+    def _price(self, g: int, padded: int | PackedStep, held: int = 0):
+        planner = self.planner(g, held)
         try:
             decision = planner.policy.decide(padded, 1)
             if self.policy.startswith("dynamic:"):  # planned with the model that charges: its own prediction
                 time_s, fits = decision.predicted_time_s, decision.feasible
             else:
-                charger = self._planners.setdefault(("charger", g), planner.charger())
+                charger = self._planners.setdefault(("charger", g, held), planner.charger())
                 time_s, peak = charger.charge(decision.plan.names, padded, 1, decision.head)
                 fits = peak <= planner.budget_bytes
                 decision = replace(decision, predicted_time_s=time_s, feasible=fits)
@@ -191,8 +245,9 @@ class GroupPricer:
         return (time_s if fits else math.inf), decision
 
     def times(self, lengths, sizes) -> ItemTimes:
-        """The item-time table of `lengths` on the group `sizes`."""
-        return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes})
+        """The item-time table of `lengths` on the group `sizes` (and, for rounds, with bytes held beside)."""
+        return ItemTimes(self.cluster.gpus, {g: np.array([self.item(g, n)[0] for n in lengths]) for g in sizes},
+                         lambda g, held: np.array([self.item(g, n, held)[0] for n in lengths]))
 
     def sync_s(self, sizes: Partition) -> float:
         """`priced_sync_s`, kept per partition (the planners ask for the same partitions step after step)."""
@@ -201,23 +256,63 @@ class GroupPricer:
         return self._syncs[sizes]
 
     def priced_sync_s(self, sizes: Partition) -> float:
-        """The all-gather of the group shards from the world layout and the reduce-scatter of their gradients
-        back, across groups, and the all-reduce of the replicated tensors' gradients (module docstring), over
-        the W / g_min ranks holding one block each, priced with the cluster model; inf when the gather's
-        buffers do not fit (`state_phase_fits`)."""
+        """The state collectives of a one-split step (`rounds_sync_s` of one round): the all-gather of the group
+        shards from the world layout and the reduce-scatter of their gradients back, across groups, and the
+        all-reduces of the replicated tensors' gradients and of the loss (module docstring), over the W / g_min
+        ranks holding one block each; inf when the state phases' buffers do not fit (`state_phase_fits`)."""
         if len(sizes) == 1:
             return 0.0
-        if not self.state_phase_fits(sizes):
+        return self.rounds_sync_s((sizes,))
+
+    def rounds_sync_s(self, rounds: tuple[Partition, ...]) -> float:
+        """What a step of rounds (each round's group sizes, in the order they run) pays for its states: every
+        call of `grouped_states.rounds_state_calls` (the bytes the runtime sends) priced with the cluster's
+        collective model, hierarchical across nodes (each "dp" group of d ranks has d / nodes per node); inf
+        when its state phases do not fit (`rounds_fit`)."""
+        if rounds not in self._round_syncs:
+            self._round_syncs[rounds] = self._price_rounds(rounds)
+        return self._round_syncs[rounds]
+
+    def _price_rounds(self, rounds: tuple[Partition, ...]) -> float:
+        if not self.rounds_fit(rounds):
             return math.inf
-        c, m = self.cluster, self.model
-        replicas = data_parallel_width(c.gpus, sizes, m)  # the whole world when blocks are not whole heads
-        per_node = max(1, c.node_gpus * replicas // c.gpus)
-        elements = sharded_layer_params(m, c.gpus // replicas)
-        replicated = F.grad_all_reduces(m.layers * F.replicated_params(m) * 2 + F.embedding_params(m), replicas)
-        return (F.collective_call_s(c, "reduce_scatter", F.GRAD_REDUCE_BYTES * elements, replicas, per_node)
-                + F.collective_call_s(c, "all_gather", m.dtype_bytes * elements, replicas, per_node)
-                + sum(call.count * F.collective_call_s(c, "all_reduce", call.buffer_bytes, replicas, per_node)
-                      for call in replicated))
+        return self._priced_calls(rounds_state_calls(self.model, self.cluster.gpus, rounds))
+
+    def rounds_held(self, rounds: tuple[Partition, ...]) -> int:
+        """Bytes a rank holds beside the compute of every round after the first (`rounds_held_bytes`)."""
+        return rounds_held_bytes(self.model, self.cluster.gpus, rounds)
+
+    def round_width(self, sizes: Partition) -> int:
+        """The ranks a round's gather spans (`data_parallel_width`); the step reduces over its widest round's."""
+        return data_parallel_width(self.cluster.gpus, sizes, self.model)
+
+    def reduce_s(self, width: float) -> float:
+        """The step's one reduction over `width` ranks, priced: the calls of `rounds_state_calls` after the
+        gathers (the rest of `rounds_sync_s`; none on one rank)."""
+        d = int(width)
+        return self._priced_calls(c for c in rounds_state_calls(self.model, self.cluster.gpus,
+                                                               ((self.cluster.gpus // d,) * d,))
+                                  if c.op != "all_gather")
+
+    def gather_s(self, sizes: Partition) -> float:
+        """One round's own all-gather, priced (part of `rounds_sync_s`)."""
+        return self._priced_calls(c for c in rounds_state_calls(self.model, self.cluster.gpus, (sizes,))
+                                  if c.op == "all_gather")
+
+    def _priced_calls(self, calls) -> float:
+        """Collective calls priced with the cluster's model (each "dp" group of d ranks has d / nodes per node)."""
+        c = self.cluster
+        return sum(call.count * F.collective_call_s(c, call.op, call.buffer_bytes, call.ranks,
+                                                    max(1, c.node_gpus * call.ranks // c.gpus))
+                   for call in calls)
+
+    @property
+    def step_sync(self) -> RoundsSync:
+        """This pricer's synchronisation for the rounds planners (a `RoundsSync`)."""
+        if self._step_sync is None:
+            self._step_sync = RoundsSync(self.sync_s, self.rounds_sync_s, self.round_width, self.gather_s,
+                                         self.reduce_s, self.rounds_held)
+        return self._step_sync
 
 
 def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None) -> GroupChoice:
@@ -239,12 +334,12 @@ def choose(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | 
     return plan_greedy(costs, pricer.sync_s, extra)
 
 
-def grouped_step(choice: GroupChoice, items, pricer: GroupPricer) -> GroupedStep:
-    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (a plan that
-    does not fit is kept: its decision says so)."""
+def grouped_step(choice: GroupChoice, items, pricer: GroupPricer, held: int = 0) -> GroupedStep:
+    """The `GroupedStep` the runtime executes: each group's rank block, items and per-item plans (planned with
+    `held` bytes of the budget taken; a plan that does not fit is kept: its decision says so)."""
     groups = []
     for start, size, assigned in zip(choice.starts(), choice.sizes, choice.assignment):
-        decisions = [pricer.decision(size, items[i]) for i in assigned]
+        decisions = [pricer.decision(size, items[i], held) for i in assigned]
         if None in decisions:
             raise UserInputError(f"{pricer.policy} cannot split an item of this step on a group of {size}")
         groups.append(StepGroup(start, size, tuple(assigned), tuple(d.plan for d in decisions)))

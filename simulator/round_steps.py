@@ -33,35 +33,38 @@ def choose_rounds(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPr
     never worse than the one-split `sized` choice nor than Megatron's schedule (when `ring` and `per_rank` are
     given) re-priced with per-layer plans; `rounds-exact`: the exact rounds planner (small batches)."""
     if group_policy not in ROUND_POLICIES:
-        return rounds_choice([choose(group_policy, lengths, pricer, ring)], pricer.sync_s)
+        return rounds_choice([choose(group_policy, lengths, pricer, ring)], pricer.step_sync)
     if group_policy == "megatron":
         if per_rank is None:
             raise UserInputError("--groups megatron needs Megatron's per-rank length (max_seqlen_per_dp_cp_rank)")
-        return megatron_rounds(pricer.times(lengths, pricer.group_sizes()), lengths, per_rank, pricer.sync_s)
+        return megatron_rounds(pricer.times(lengths, pricer.group_sizes()), lengths, per_rank, pricer.step_sync)
     costs = pricer.times(lengths, pricer.group_sizes())
     if group_policy == "rounds-exact":
         if len(lengths) > MAX_EXACT_ROUND_ITEMS:
             raise UserInputError(f"--groups rounds-exact takes at most {MAX_EXACT_ROUND_ITEMS} sequences per step, "
                                  f"got {len(lengths)}")
-        return plan_rounds_exact(costs, pricer.sync_s)
+        return plan_rounds_exact(costs, pricer.step_sync)
     extra = []
     if ring is not None and per_rank is not None:
-        baseline = megatron_rounds(ring.times(lengths, pricer.group_sizes()), lengths, per_rank, ring.sync_s)
+        baseline = megatron_rounds(ring.times(lengths, pricer.group_sizes()), lengths, per_rank, ring.step_sync)
         if math.isfinite(baseline.step_s):
-            extra.append(rounds_choice([reassess(r, costs, pricer.sync_s) for r in baseline.rounds], pricer.sync_s))
+            extra.append(rounds_choice([reassess(r, costs, pricer.sync_s) for r in baseline.rounds],
+                                       pricer.step_sync, costs))
     one_split = choose("sized", lengths, pricer, ring)
-    return plan_rounds(costs, pricer.sync_s, extra, one_split)
+    return plan_rounds(costs, pricer.step_sync, extra, one_split)
 
 
 def grouped_rounds(choice: RoundsChoice, items, pricer: GroupPricer) -> StepRounds:
     """The `StepRounds` the runtime runs: each round a `GroupedStep` on that round's items (in the order of the
-    step's items), each item with its plan at its group's size (its checks hold for every round)."""
+    step's items), each item with its plan at its group's size (its checks hold for every round), planned in the
+    rounds after the first beside the gradient buffers held across rounds."""
     out, mapped = [], []
-    for r in choice.rounds:
+    held = pricer.rounds_held(tuple(r.sizes for r in choice.rounds)) if len(choice.rounds) > 1 else 0
+    for k, r in enumerate(choice.rounds):
         mine = sorted(i for a in r.assignment for i in a)
-        local = {i: k for k, i in enumerate(mine)}
+        local = {i: n for n, i in enumerate(mine)}
         here = GroupChoice(r.sizes, tuple(tuple(local[i] for i in a) for a in r.assignment), r.makespan_s, r.sync_s)
-        out.append(grouped_step(here, [items[i] for i in mine], pricer))
+        out.append(grouped_step(here, [items[i] for i in mine], pricer, held if k else 0))
         mapped.append(tuple(mine))
     return StepRounds(pricer.cluster.gpus, len(items), tuple(out), tuple(mapped))
 
@@ -70,7 +73,7 @@ def held_out_per_rank(ring: GroupPricer, batches) -> int:
     """Megatron's per-rank length chosen on held-out global batches (`group_megatron.choose_per_rank`, priced by
     `ring`): where no length fits every sequence, the one that fits the most (the others do not fit)."""
     sizes = ring.group_sizes()
-    return choose_per_rank([(ring.times(b, sizes), b) for b in batches if b], ring.sync_s)
+    return choose_per_rank([(ring.times(b, sizes), b) for b in batches if b], ring.step_sync)
 
 
 def megatron_fits(ring: GroupPricer, length: int, per_rank: int | None) -> bool:

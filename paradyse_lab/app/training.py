@@ -115,14 +115,17 @@ def _plan_step_groups(groups: str, pricer, ring, steps: list):
     if groups in ROUND_POLICIES:
         rounds = choose_rounds(groups, steps, pricer, ring)
         if not math.isfinite(rounds.step_s):  # an item fits no group
-            rounds = rounds_choice([whole], pricer.sync_s)
+            rounds = rounds_choice([whole], pricer.step_sync)
         grouped = grouped_rounds(rounds, steps, pricer)
         size_of = grouped.size_of()
+        held = pricer.rounds_held(tuple(r.sizes for r in rounds.rounds)) if len(rounds.rounds) > 1 else 0
+        held_of = {i: held for items in grouped.items[1:] for i in items}  # planned beside the held buffers
     else:
         choice = choose(groups, steps, pricer, ring)
         grouped = grouped_step(choice if math.isfinite(choice.step_s) else whole, steps, pricer)
         size_of = {i: g.size for g in grouped.groups for i in g.items}
-    return grouped, [pricer.decision(size_of[i], step) for i, step in enumerate(steps)]
+        held_of = {}
+    return grouped, [pricer.decision(size_of[i], step, held_of.get(i, 0)) for i, step in enumerate(steps)]
 
 
 def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:

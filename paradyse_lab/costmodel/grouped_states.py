@@ -29,6 +29,7 @@ from paradyse_lab.costmodel.formulas import (
     replicated_params,
     sharded_params,
 )
+from paradyse_lab.costmodel.types import CollectiveCall
 
 LOSS_BYTES = 4
 """The step's loss is summed over groups in fp32 (one element)."""
@@ -113,14 +114,33 @@ def rounds_reduce_width(model: ModelSpec, world: int, rounds: Sequence[Sequence[
     return max(data_parallel_width(world, sizes, model) for sizes in rounds)
 
 
-def rounds_state_sent_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> dict[str, int]:
-    """Bytes one rank sends for the states of a step of rounds (each round's group sizes), by op: every round's
-    own all-gather of its group shards, then one reduce-scatter and one all-reduce (and the loss's) at the
-    widest round's width (`rounds_reduce_width`). One round: `grouped_state_sent_bytes`."""
+def rounds_state_calls(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> list[CollectiveCall]:
+    """The collectives one rank takes part in for the states of a step of rounds (each round's group sizes), in
+    the order they run: every round's own all-gather of its group shards ([d_k, F] of the 16-bit weights over
+    its "dp" group of d_k ranks; none where d_k = 1), then one reduce-scatter of the fp32 [d, F] gradient buffer,
+    the replicated gradients' fp32 all-reduces (`formulas.grad_all_reduces`) and the loss's, at the widest
+    round's width d (`rounds_reduce_width`; none where d = 1). One round is a one-split grouped step. What the
+    runtime sends and what the planner prices (each call with the cluster's collective model)."""
+    elements = sharded_total(model) // world  # one rank's world shard, F
+    calls = []
+    for sizes in rounds:
+        d_k = data_parallel_width(world, sizes, model)
+        if d_k > 1:
+            calls.append(CollectiveCall("all_gather", d_k * elements * model.dtype_bytes, d_k))
     d = rounds_reduce_width(model, world, rounds)
-    reduce = grouped_state_sent_bytes(model, world, (world // d,) * d)  # a split of width d
-    gather = sum(grouped_state_sent_bytes(model, world, sizes).get("all_gather", 0) for sizes in rounds)
-    out = {"all_gather": gather, **{op: n for op, n in reduce.items() if op != "all_gather"}}
+    if d > 1:
+        calls.append(CollectiveCall("reduce_scatter", d * elements * GRAD_REDUCE_BYTES, d))
+        calls.extend(grad_all_reduces(replicated_total(model), d))
+        calls.append(CollectiveCall("all_reduce", LOSS_BYTES, d))
+    return calls
+
+
+def rounds_state_sent_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Bytes one rank sends for the states of a step of rounds (each round's group sizes), by op: the sent bytes
+    of `rounds_state_calls`. One round: `grouped_state_sent_bytes`."""
+    out: dict[str, int] = {}
+    for call in rounds_state_calls(model, world, rounds):
+        out[call.op] = out.get(call.op, 0) + call.sent_bytes
     return {op: n for op, n in out.items() if n}
 
 
