@@ -4,8 +4,9 @@
 #
 #   bash examples/closed_loop_benchmark.sh [DIR]        # default DIR: results/execute
 #
-# Prints the machine, its load before and after, both validate-run tables; keeps both summaries
-# (DIR/validate_run_summary_analytic.csv, DIR/validate_run_summary.csv). Extra arguments after DIR go to
+# Prints the machine, its load before and after, both validate-run tables and the replay model's errors beside
+# theirs (examples/replay_closed_loop.py); keeps the summaries (DIR/validate_run_summary_analytic.csv,
+# DIR/validate_run_summary.csv, DIR/validate_run_summary_replay.csv). Extra arguments after DIR go to
 # both validate-run commands (e.g. --repeats 5). Run it on a quiet machine: a loaded one measures its load.
 set -euo pipefail
 out="${1:-results/execute}"
@@ -18,4 +19,6 @@ python -m paradyse_lab validate-run --out "$out" --cost-model analytic "$@"
 cp "$out/validate_run_summary.csv" "$out/validate_run_summary_analytic.csv"
 echo "# calibrated model (the default on a measured folder)"
 python -m paradyse_lab validate-run --out "$out" "$@"
+echo "# replay model priced from DIR/kernels/ (measured by calibrate) on the steps that ran"
+python examples/replay_closed_loop.py "$out"
 echo "# load after: $(uptime)"
