@@ -1285,7 +1285,7 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
             json.dump({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 1, "vocab_size": 64,
                        "n_positions": 16, "torch_dtype": "float32"}, f)
     dist.barrier(group=group)
-    opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=300.0, lengths=2,
+    opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=3600.0, lengths=2,
                             repeats=1, warmup=0)  # a budget no stage reaches at this size, on a loaded machine too
     with mock.patch.object(kernel_bench, "TARGET_SCALE", 0.0):  # each timing at its fewest repeats: what is
         state = calibrate(opts, group, progress=False)  # written is the subject, not how precisely it is timed
