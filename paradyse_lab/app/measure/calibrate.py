@@ -39,7 +39,8 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    GEMM and attention call, element-wise seconds by size, and the per-operation dispatch cost of a training
    step. -> DIR/kernels/ (gemm.csv, attention.csv, elementwise.csv, dispatch.csv), which
    `paradyse_lab.costmodel.replay.tables.KernelTables.read(DIR / "kernels")` reads. Tracing counts against the
-   stage's share (cached afterwards: a rerun traces nothing); what the budget left is listed under
+   stage's share (cached afterwards: a rerun traces nothing), and so do the GEMMs and attention calls; the
+   element-wise and dispatch rows (a second or two) are always measured. What the budget left is listed under
    "replay_skipped" in DIR/calibrate.json, and the stage stays unfinished, so a rerun measures only that.
 4. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
    strategy, with and without recomputation, on every rank (app/measure/profiler.py, `measured-distributed`),
@@ -221,7 +222,7 @@ def _replay_stage(opts: CalibrateOptions, out: Path, spec, lengths, budget: Budg
 
 
 def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, group, bar) -> list[str]:
-    """Stage 3 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
+    """Stage 4 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
     rewriting the file after each; the points skipped, as 'option@length: reason'."""
     import pandas as pd
 
