@@ -8,7 +8,9 @@ error of the total and per-step MAPE, then whether each model's ranking agrees w
 pairs and over the pairs whose repeated runs' min-max totals do not overlap). Writes
 DIR/validate_run_summary_replay.csv. The analytic and calibrated columns are read from
 DIR/validate_run_summary_analytic.csv and DIR/validate_run_summary.csv (they predicted the plans they chose;
-the replay column prices the plans that ran, which are the same where their `plans_match`).
+the replay column prices the plans that ran, which are the same where their `plans_match`). The analytic
+model's errors are against its own validate-run's measurements (the benchmark's first run), the calibrated and
+the replay model's against the second run's (the measured column).
 """
 
 from __future__ import annotations
