@@ -1,7 +1,7 @@
 """Shared by the figure scripts: arguments, reading CSVs (a missing one is exit 2 with one line), saving.
 
 Not a figure itself. figures/ is a package: each figure module has `render(results, out, name, note)`
-(what `paradyse-lab reproduce` calls) and `main(argv)` (what `python figures/NAME.py --results DIR` runs).
+(what `paradyse-lab reproduce` calls) and `main(argv)` (what running a figure's file with `--results DIR` runs).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _existing(results: Path, name: str) -> Path:
 
 
 def read_csv(results: Path, name: str) -> pd.DataFrame:
-    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside (paradyse_lab/results/timings.py)."""
+    """RESULTS/NAME with its measured columns from RESULTS/timings/NAME beside."""
     return read_with_timings(_existing(results, name))
 
 

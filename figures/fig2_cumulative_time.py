@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+if __package__ in (None, ""):  # run by its file path, not as a module: import this checkout's packages
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -18,7 +18,7 @@ from paradyse_lab.figures import _common  # noqa: E402
 
 
 def run_csv(dataset: str, model: str, policy: str) -> str:
-    """Name of a run's CSV under runs/fig2/ (simulator/results.py run_path)."""
+    """Name of a run's CSV under runs/fig2/ (as the simulator's `run_path` names it)."""
     return f"runs/fig2/{dataset}__{model}__{policy.replace(':', '-')}.csv"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run by path (`python figures/NAME.py`): import this checkout's packages
+if __package__ in (None, ""):  # run by its file path, not as a module: import this checkout's packages
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

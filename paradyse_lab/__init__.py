@@ -1,6 +1,6 @@
 """paradyse-lab: choose, simulate and run per-layer parallel strategies for transformer training.
 
-The public Python API (docs/api.md) is paradyse_lab/app/api.py, re-exported here on first use (PEP 562), so
+The public Python API (docs/api.md) is the application's `api` module, re-exported here on first use (PEP 562), so
 that importing the vocabulary modules (`paradyse_lab.core.model_spec`, ...) loads neither torch nor the solvers:
 
     import paradyse_lab as pl

@@ -13,7 +13,7 @@ builds the dataclass from the parsed arguments.
 
 One tree, composed: a field whose type is itself an options dataclass (with a `default_factory`) adds that
 dataclass's flags to the same command, and `from_namespace` builds it back (e.g. `simulate` and `experiment`
-share `SimulationOptions`, paradyse_lab/cli/simulate_options.py). `metadata`: `positional` (a positional
+share `SimulationOptions`). `metadata`: `positional` (a positional
 argument instead of a flag), `metavar`. Example (`paradyse-lab train --help` shows the result):
 
     @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The training-run simulation: per step, plan, charge the ground-truth cost model, check memory, record.
 
-One row per step (schema in `ROW_COLUMNS`, written to results/*.csv by simulator/results.py). A static
+One row per step (schema in `ROW_COLUMNS`, written to results/*.csv). A static
 policy stops at its first OOM (the paper's Figure 2); `restart:NAME` pays its restart cost and continues
 with the next lighter strategy; a dynamic policy that finds no plan that fits records the OOM and stops.
 Lengths are padded up to the layout unit (a multiple of 2p, which every strategy splits) before planning.
 A packed workload (`--pack-tokens N`) trains one pack of documents per step, each document padded to the layout unit
-and planned and charged as a `PackedStep` (paradyse_lab/costmodel/packed.py): its row's `seq_len` is its
+and planned and charged as a `PackedStep`: its row's `seq_len` is its
 longest document, `documents` and `tokens` what it trains.
 """
 
@@ -20,7 +20,7 @@ from tqdm import tqdm
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.policy_contract import HeadPolicy
 from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.core.strategies import USABLE, layout_unit, step_length
+from paradyse_lab.core.strategies import TWO_D, USABLE, layout_unit, step_length
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
@@ -41,7 +41,7 @@ restart costs; switched: the plan differs from the previous trained step's; laye
 where consecutive decisions differ; solve_ms: wall time of planning (the only non-deterministic column: a
 run's CSV keeps it apart, `TIMING_COLUMNS`)."""
 TIMING_COLUMNS = ("solve_ms",)
-"""Measured wall time: written to the run's timings file, not its CSV (simulator/results.py)."""
+"""Measured wall time: written to the run's timings file, not its CSV."""
 
 
 class Charger:
@@ -62,9 +62,10 @@ class Charger:
     """
 
     def __init__(self, graph: LayerGraph, cost_model, budget_bytes: int, recompute: bool = False,
-                 switch_memory: bool = False, tiled: bool = False, offload: bool = False):
+                 switch_memory: bool = False, tiled: bool = False, offload: bool = False, two_d: bool = False):
         self.graph, self.cost_model, self.budget_bytes = graph, cost_model, int(budget_bytes)
-        self.options = make_options(USABLE, recompute=recompute, tiled=tiled, offload=offload)
+        strategies = USABLE + (TWO_D if two_d else ())  # `two_d`: with the two-dimensional strategies
+        self.options = make_options(strategies, recompute=recompute, tiled=tiled, offload=offload)
         self.switch_memory = switch_memory
         self.reserved: dict[str, int] = {}
         """Strategy -> transient bytes the allocator keeps reserved for it (with `switch_memory`)."""
@@ -130,7 +131,7 @@ def _steps(workload: Workload, unit: int):
 
 def fix_storage_head(policy, steps, batch: int, p: int) -> str:
     """The run's storage of the embedding and head, fixed before its first step as `train` fixes it
-    (runtime/training/plan_handoff.py `vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the
+    (`vocab_storage`): 'vocab' (by vocabulary rows) when the policy takes the
     vocabulary-parallel head at the run's longest step, then every step plans with 'vocab' alone; else
     'replicated', every step with the whole head or the tiled loss. One GPU and a policy without head options:
     replicated. `steps`: what the policy plans (lengths or `PackedStep`s)."""

@@ -2,8 +2,8 @@
 
 `paradyse-lab experiment fig2` runs Figure 2 and writes results/runs/fig2/*.csv (one per run),
 results/fig2_summary.csv, results/fig2_headline.csv, results/fig2_vs_baselines.csv and (with our series beyond
-the paper) results/fig2_beyond.csv. Paper numbers: docs/paper.md section 7. Table 5's ablations:
-simulator/ablation_experiment.py; packing (beyond the paper): simulator/packing_experiment.py.
+the paper) results/fig2_beyond.csv. Paper numbers: docs/paper.md section 7. Table 5's ablations
+and packing (beyond the paper) are experiments of their own.
 """
 
 from __future__ import annotations
@@ -63,11 +63,11 @@ class Setup:
 
     cluster: str = "a100-80gb-x8"
     gpus: int | None = None
-    """GPU count the cluster is taken at (None: its own; paradyse_lab/cluster/files.py `cluster_with_gpus`)."""
+    """GPU count the cluster is taken at (None: its own, `cluster_with_gpus`)."""
     size: int = EXPERIMENT_SIZE
     seed: int = 0
     sampling: str = "stratified"
-    """How the paper datasets' band counts are chosen (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
+    """How the paper datasets' band counts are chosen (`SAMPLINGS`)."""
     reserve_bytes: int | None = None
     """Device memory kept out of the budget (CUDA context, NCCL buffers, allocator); None: the cluster's
     (`ClusterSpec.plan_budget_bytes`, docs/hardware.md section 5)."""
@@ -86,7 +86,7 @@ class Setup:
     pack_tokens: int | None = None
     """Pack the dataset's documents into steps of at most this many tokens (None: one sequence per step)."""
     pack_order: str = "sorted"
-    """First-fit order of the packing (paradyse_lab/workload/packing.py)."""
+    """First-fit order of the packing."""
 
     def __post_init__(self):
         if self.reserve_bytes is None:
@@ -169,7 +169,7 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
     policies = tuple(dict.fromkeys(statics + paper_dynamic + ours))
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
-    with shared.sharing():  # the runs share cost models and problems (simulator/shared.py)
+    with shared.sharing():  # the runs share cost models and problems
         for d, m, p in tqdm(jobs, desc="fig2 runs", unit="run", disable=not progress):
             path = run_path(root, "fig2", d, m, p)
             runs[d, m, p], _ = load_or_run(path, lambda d=d, m=m, p=p: run_one(setup, m, d, p), force,

@@ -2,7 +2,7 @@
 global batches (one split per step, and steps as rounds of splits), and the time to plan a global batch of 64
 sequences on 16 nodes (one split, and rounds).
 
-Items are sequences of the GitHubCode sample (paradyse_lab/workload/lengths.py), priced for BERT by the analytic model
+Items are sequences of the GitHubCode sample, priced for BERT by the analytic model
 with per-layer plans (dp). Rows use the solver benchmark's columns: `layers` holds the sequences of a step,
 `options` the GPUs.
 """

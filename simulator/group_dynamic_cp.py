@@ -1,7 +1,7 @@
 """The `smallest-fit` group planner (`smallest_fit_partition`), one split per step: each item on the smallest
 group that fits it, groups per size in proportion to the work of that size, greedy balance inside each size.
 Not Megatron-Core's dynamic context-parallel scheduler, which runs a step as rounds of splits and leaves no GPU
-idle (simulator/group_megatron.py). The problem and its types: simulator/group_problem.py.
+idle. The problem and its types: `group_problem`.
 """
 
 from __future__ import annotations

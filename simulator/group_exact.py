@@ -1,6 +1,6 @@
 """The exact group planner: every partition of `world` into powers of two, each with the optimal assignment
 (dynamic programming over subsets of items, `best_assignment`): exact, for small instances (a handful of items).
-The problem and its types: simulator/group_problem.py.
+The problem and its types: `group_problem`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ for (each item on the smallest group that trains it within the target, bisected 
 approach to scheduling malleable jobs, Turek, Wolf and Yu, SPAA 1992), and any partitions the caller adds (the
 baselines'); then a local search splits or merges groups while that helps (`refine`), and one moves or swaps
 items out of the slowest group while that helps (`rebalance`). Never worse than a candidate it was given.
-The problem and its types: simulator/group_problem.py.
+The problem and its types: `group_problem`.
 """
 
 from __future__ import annotations

@@ -2,20 +2,20 @@
 every group planner solves, its types, the partitions of the world, and a lower bound on any split.
 
 The problem (one training step): `world` ranks, a power of two, are split into groups, each an aligned block of
-a power-of-two number of ranks (paradyse_lab/core/step_groups.py); every item of the global batch goes to one group,
+a power-of-two number of ranks; every item of the global batch goes to one group,
 and a group trains its items one after another. `ItemTimes.times[s][i]` is the time of item i on a group of
 size s with its best plan (inf where it does not fit in the group's memory). The step takes
 
     max over groups of (the sum of its items' times) + sync(the group sizes)
 
-where `sync` prices the gradient synchronisation across groups (simulator/grouped_steps.py). A multiset of
+where `sync` prices the gradient synchronisation across groups. A multiset of
 powers of two that sums to `world` placed largest first is always aligned (each start is a sum of parts at
 least as large), and an aligned block of at most one node's GPUs stays inside the node, so a partition here
 is a descending tuple of sizes and `GroupedStep` gets the blocks in that order.
 
-The one-split planners: exact (simulator/group_exact.py), greedy (simulator/group_greedy.py) and smallest-fit
-(simulator/group_dynamic_cp.py); a step as rounds of splits: simulator/group_rounds.py, and Megatron's
-scheduler simulator/group_megatron.py.
+The one-split planners: exact, greedy and smallest-fit
+(dynamic CP); a step as rounds of splits, and Megatron's
+scheduler.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def lower_bound_s(costs: ItemTimes, sync: Sync | None = None, rounds: bool = Fal
     group of a size in D, so the step takes at least (1) its longest item on that item's fastest size in D and
     (2) all the items' least GPU-seconds over D spread over every GPU, plus `sync` of a partition of sizes D
     (the same for every such partition: it depends on the sizes present). The bound is the least over every D.
-    `rounds`: the bound for steps as rounds of splits instead (simulator/group_rounds.py `rounds_lower_bound_s`)."""
+    `rounds`: the bound for steps as rounds of splits instead (`rounds_lower_bound_s`)."""
     sizes = costs.sizes
     table = np.stack([costs.times[s] for s in sizes])  # [sizes, items]
     gpu_seconds = table * np.array(sizes, dtype=float)[:, None]

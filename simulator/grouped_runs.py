@@ -1,5 +1,5 @@
 """A run of grouped steps: the workload's items cut into global batches, one simulated step per batch (its
-groups chosen and priced by simulator/grouped_steps.py), and the run's summary.
+groups chosen and priced as grouped steps), and the run's summary.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ may use trains the step faster (`group_problem.lower_bound_s`, with the synchron
 plan_ms: wall time to price the items (solves, cached per group size and length) and choose the groups
 (measured: `TIMING_COLUMNS`)."""
 TIMING_COLUMNS = ("plan_ms",)
-"""Measured wall time: written to the run's timings file, not its CSV (simulator/results.py)."""
+"""Measured wall time: written to the run's timings file, not its CSV."""
 SUMMARY_TIMING_COLUMNS = ("plan_ms_mean", "plan_ms_max")
 """`summarize_grouped`'s measured columns."""
 

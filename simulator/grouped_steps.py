@@ -1,6 +1,6 @@
 """Steps of a global batch over groups of GPUs: the item times per group size, the synchronisation across
 groups, the group policies, and the `GroupedStep` the runtime runs (a run of such steps:
-simulator/grouped_runs.py).
+`grouped_runs`).
 
 Model states (how the simulator counts them; docs/design.md section 5): one layout over the whole world, as the
 runtime keeps them (docs/grouped_steps.md): every rank holds its 1/W shard of every sharded
@@ -121,7 +121,7 @@ class GroupPricer:
         weight shard, the flat send buffer and the [W / g_min, world shard] buffer the all-gather fills. The
         reduce, after the backward: the group's weight and gradient shards, and the larger of the
         reduce-scatter's [W / g_min, world shard] buffer and the replicated gradients' [R] buffer (the world's,
-        beside the group view's; paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`, less the world
+        beside the group view's; `reduce_phase_bytes`, less the world
         shards' gradients the states count)."""
         m, world = self.model, self.cluster.gpus
         if len(sizes) == 1:
@@ -165,7 +165,7 @@ class GroupPricer:
         return (time_s, decision.plan) if math.isfinite(time_s) else (math.inf, None)
 
     def decision(self, g: int, step: int | PackedStep):
-        """The policy's decision (simulator/policies.py `StepPlan`) for one item on a group of g, whether or not
+        """The policy's decision (`StepPlan`) for one item on a group of g, whether or not
         it fits (its `feasible` says), or None where the strategy cannot split the item's shapes on g ranks."""
         return self._priced(g, step)[1]
 

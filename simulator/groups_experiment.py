@@ -2,14 +2,14 @@
 
 Panels: both paper datasets x the GPT, LLaMA and BERT shapes on 1, 4 and 16 nodes of 8 A100-80GB (the paper's
 node), and `llama3-8b` on 1, 4 and 16 nodes of 8 H100. Each panel's workload (`size` sequences, seeded) is
-shuffled and cut into global batches of `global_batch` sequences (simulator/grouped_runs.py
-`global_batches`); every series trains the same batches, of the sequences both ParaDySe and ring attention on
+shuffled and cut into global batches of `global_batch` sequences
+(`global_batches`); every series trains the same batches, of the sequences both ParaDySe and ring attention on
 some group can train (throughput at equal global batch; what each series can train at all is its reach,
 `run_panel`):
 
 - ParaDySe: one group of all GPUs, a per-layer plan per sequence (the paper's design);
 - ours: a step as rounds of group splits, a per-layer plan per sequence (`rounds`, the greedy rounds planner);
-- Megatron: Megatron-Core's dynamic context-parallel scheduler (`megatron`, simulator/group_megatron.py: its
+- Megatron: Megatron-Core's dynamic context-parallel scheduler (`megatron`: its
   rules from megatron-core 0.19.2's BalancedCPScheduler) with ring attention (megatron_cz), its per-rank length
   (`max_seqlen_per_dp_cp_rank`) chosen on held-out batches of the same dataset (the workload of the next seed);
 - smallest-fit CP (one split): ring attention on the smallest group that fits each sequence, groups shared in
@@ -19,7 +19,7 @@ some group can train (throughput at equal global batch; what each series can tra
 Per-layer plans use the exact dp solver for ParaDySe and ours alike, so the difference between them is the
 grouping alone. Charged by the analytic cost model. Writes results/groups.csv (one row per panel and series)
 and one CSV of steps per run under results/runs/groups/ (reused unless --force or the settings changed); the
-planning wall times go to timings/ beside each (paradyse_lab/results/timings.py).
+planning wall times go to timings/ beside each.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def with_speedups(table: pd.DataFrame) -> pd.DataFrame:
 def groups(setup: GroupsSetup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress: bool = True) -> pd.DataFrame:
     """Run every panel (module docstring); writes and returns results/groups.csv."""
     rows = []
-    with shared.sharing():  # the panels of a cluster and model share cost models and problems (simulator/shared.py)
+    with shared.sharing():  # the panels of a cluster and model share cost models and problems
         for cluster_id, dataset, model in tqdm(panels(setup), desc="groups panels", unit="panel",
                                                disable=not progress):
             rows += run_panel(setup, cluster_id, dataset, model, root, force)

@@ -1,17 +1,17 @@
 """The planner of a run, built in one place: cluster -> memory budget -> cost model -> layer graph -> policy.
 
-`simulate` and `experiment` (simulator/experiments.py `run_one`), `train` (paradyse_lab/app/training.py),
-`validate-run` (simulator/replay.py) all call `build_planner`, and the API's `plan_step` (paradyse_lab/app/api.py,
-a solver without a policy) its steps 2-4, `planning_model`; none of them repeats the chain:
+`simulate` and `experiment` (`run_one`), `train`,
+`validate-run` all call `build_planner`, and the API's `plan_step`
+(a solver without a policy) its steps 2-4, `planning_model`; none of them repeats the chain:
 
-1. the policy string is read once (simulator/policy_spec.py `PolicySpec.parse`: base policy, recomputation,
+1. the policy string is read once (`PolicySpec.parse`: base policy, recomputation,
    granularity; the names of its strategy or solver checked);
 2. the run's memory budget: `budget_bytes` (default the cluster's GPU memory less its reserve);
 3. the cost model the policy plans with: a name (`paradyse_lab.costmodel.factory.COST_MODEL_NAMES`) built for
    the model on the cluster at world size `p`, or a model already built;
 4. the budget a plan may use: `cost_model.budget_bytes(budget)` (the `CostModel` protocol: the budget itself,
    or a learned model's OOM threshold when lower);
-5. the `LayerGraph` at the policy's granularity, and the policy over it (simulator/policies.py).
+5. the `LayerGraph` at the policy's granularity, and the policy over it.
 
 `Planner.charger(truth)` is the simulator's `Charger` of the same graph and budget.
 Example: `build_planner("dynamic:dp+recompute", get_model("gpt"), get_cluster("a100-80gb-x8"))`.
@@ -25,6 +25,7 @@ from pathlib import Path
 from paradyse_lab.cluster.spec import ClusterSpec
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import TWO_D
 from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.costmodel.types import CostModel
 from paradyse_lab.simulator.engine import Charger
@@ -52,7 +53,7 @@ class Planner:
         budget, with the policy's recomputation options."""
         return Charger(self.graph, truth if truth is not None else self.cost_model, self.budget_bytes,
                        recompute=self.spec.recompute, switch_memory=switch_memory, tiled=self.spec.tiled,
-                       offload=self.spec.offload)
+                       offload=self.spec.offload, two_d=self.spec.two_d or self.spec.arg.split("+")[0] in TWO_D)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Policies: how a training run picks the plan for each step's sequence length (docs/design.md section 5).
 
-The policy a name asks for (simulator/policy_spec.py `PolicySpec`), built by `build_policy`:
+The policy a name asks for (`PolicySpec`), built by `build_policy`:
 - `static:NAME`: one strategy on every layer (the paper's baselines); `static:NAME+recompute` with
   activation recomputation on every layer.
 - `restart:NAME`: static, but after an OOM it restarts (paying `restart_s`) with the next lighter strategy.
@@ -18,7 +18,7 @@ from functools import cached_property
 from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.plan import Plan
 from paradyse_lab.core.search_problem import SearchProblem
-from paradyse_lab.core.strategies import USABLE, StrategyOption, get_strategy
+from paradyse_lab.core.strategies import TWO_D, USABLE, StrategyOption, get_strategy
 from paradyse_lab.core.strategies import options as make_options
 from paradyse_lab.costmodel.head_loss import cheapest_head, head_cost_models
 from paradyse_lab.costmodel.packed import PackedStep
@@ -49,9 +49,9 @@ class StepPlan:
     kept_previous: bool = False
     """Smoothing kept the previous step's plan."""
     head: str = "whole"
-    """How the head and loss run (paradyse_lab/costmodel/head_loss.py `HEAD_OPTIONS`): the runtime runs the tiled
+    """How the head and loss run (`HEAD_OPTIONS`): the runtime runs the tiled
     loss when 'tiled' (and a run whose embedding and head are stored by vocabulary rows plans 'vocab' alone:
-    runtime/training/plan_handoff.py `vocab_storage`), and the simulator charges the plan with it."""
+    `vocab_storage`), and the simulator charges the plan with it."""
 
     def __post_init__(self):
         if not isinstance(self.plan, Plan):  # names would leave the granularity to be guessed downstream
@@ -115,8 +115,8 @@ class DynamicPolicy:
     @cached_property
     def solver(self):
         """The solver, built at the policy's first solve: building `dp` imports numba and loads its compiled
-        kernels (solvers/kernels.py `warm_up`, 1-2 CPU seconds), which a policy built only to check a run's
-        settings never needs (`train --nproc N`'s launcher: paradyse_lab/app/training.py `preflight`)."""
+        kernels (`warm_up`, 1-2 CPU seconds), which a policy built only to check a run's
+        settings never needs (`train --nproc N`'s launcher, `preflight`)."""
         return get_solver(self.solver_name)
 
     def problem(self, seq_len: int | PackedStep, batch: int, head: str = "whole") -> SearchProblem:
@@ -241,16 +241,17 @@ def build_policy(spec: PolicySpec, graph: LayerGraph, cost_model, budget_bytes: 
                  smoothing: bool = True, exclude: tuple[str, ...] = (),
                  restart_s: float = DEFAULT_RESTART_S) -> Policy:
     """The policy `spec` (read by `PolicySpec.parse`) over `graph` (built at `spec.granularity`), planning with
-    `cost_model` under `budget_bytes`. simulator/planner.py `build_planner` is the one caller that matters."""
+    `cost_model` under `budget_bytes`. `build_planner` is the one caller that matters."""
     if graph.granularity != spec.granularity:
         raise ValueError(f"policy {spec.name} decides per {spec.granularity}, the graph per {graph.granularity}")
     if spec.kind in ("static", "restart"):
         strategy = spec.arg.removesuffix(RECOMPUTE_SUFFIX)
         return StaticPolicy(strategy, graph, restart=spec.kind == "restart", restart_s=restart_s,
                             recompute=spec.arg != strategy, name=spec.name)
+    offered = USABLE + (TWO_D if spec.two_d else ())
     for name in exclude:
-        if name not in USABLE:
-            raise unknown_name("excluded strategy", name, USABLE)
-    strategies = tuple(s for s in USABLE if s not in exclude)
+        if name not in offered:
+            raise unknown_name("excluded strategy", name, offered)
+    strategies = tuple(s for s in offered if s not in exclude)
     return DynamicPolicy(spec.arg, cost_model, graph, budget_bytes, strategies, spec.recompute, gamma, smoothing,
                          name=spec.name, tiled=spec.tiled, offload=spec.offload)

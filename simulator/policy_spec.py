@@ -1,5 +1,5 @@
 """Policy names: what `static:NAME`, `restart:NAME` and `dynamic:SOLVER` with their suffixes ask of a run, read
-once and checked before any work (`PolicySpec.parse`); simulator/policies.py builds the policy a spec names.
+once and checked before any work (`PolicySpec.parse`); `build_policy` builds the policy a spec names.
 
 - `static:NAME`: one strategy on every layer (the paper's baselines); `static:NAME+recompute` with
   activation recomputation on every layer.
@@ -8,6 +8,8 @@ once and checked before any work (`PolicySpec.parse`); simulator/policies.py bui
   strategy with recomputation, `dynamic:SOLVER+sublayer` decides attention and MLP separately, `+tiled` also
   offers every option with the tiled MLP and `+offload` with activation offload (docs/tiled_mlp_and_offload.md);
   the suffixes combine (`dynamic:dp+recompute+sublayer`, `dynamic:dp+recompute+tiled+offload+sublayer`).
+  `+2d` also offers the two-dimensional strategies (`ulysses_ring:a`, every head degree that splits the model),
+  which `static:NAME` may name too.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paradyse_lab.core.layer_graph import GRANULARITIES
-from paradyse_lab.core.strategies import USABLE
+from paradyse_lab.core.strategies import TWO_D, USABLE
 from paradyse_lab.errors import UserInputError, unknown_name
 from paradyse_lab.solvers.registry import check_solver_name
 
 POLICY_KINDS = ("static:NAME[+recompute]", "restart:NAME",
-                "dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]")
-RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX = "+recompute", "+sublayer"
+                "dynamic:SOLVER[+recompute][+tiled][+offload][+2d][+sublayer]")
+RECOMPUTE_SUFFIX, SUBLAYER_SUFFIX, TWO_D_SUFFIX = "+recompute", "+sublayer", "+2d"
 TECHNIQUE_SUFFIXES = ("tiled", "offload")
-"""A dynamic policy's suffixes that offer the long-context options (paradyse_lab/core/strategies.py `options`)."""
+"""A dynamic policy's suffixes that offer the long-context options (`options`)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class PolicySpec:
     """Whether a dynamic policy also offers every option with the tiled MLP (`+tiled`)."""
     offload: bool = False
     """Whether a dynamic policy also offers every option with activation offload (`+offload`)."""
+    two_d: bool = False
+    """Whether a dynamic policy also offers the two-dimensional strategies (`+2d`)."""
 
     @classmethod
     def parse(cls, spec: str, recompute: bool = False, granularity: str = "block") -> PolicySpec:
@@ -58,12 +62,12 @@ class PolicySpec:
         if kind == "dynamic":
             words = arg.split("+")
             suffixes = set(words[1:])
-            unknown = suffixes - {RECOMPUTE_SUFFIX[1:], SUBLAYER_SUFFIX[1:], *TECHNIQUE_SUFFIXES}
+            unknown = suffixes - {RECOMPUTE_SUFFIX[1:], SUBLAYER_SUFFIX[1:], TWO_D_SUFFIX[1:], *TECHNIQUE_SUFFIXES}
             if unknown or not words[0]:
                 raise UserInputError(f"unknown policy {spec!r}; valid: {', '.join(POLICY_KINDS)}")
             return cls(f"dynamic:{words[0]}", recompute or "recompute" in suffixes,
                        "sublayer" if "sublayer" in suffixes else granularity, "tiled" in suffixes,
-                       "offload" in suffixes)
+                       "offload" in suffixes, "2d" in suffixes)
         if kind == "restart" and (recompute or granularity != "block"):
             raise UserInputError(f"policy {spec!r}: a restart policy runs one plain strategy on every layer; "
                                  "--recompute and --granularity sublayer apply to static:NAME and dynamic:SOLVER")
@@ -78,8 +82,9 @@ class PolicySpec:
         kind, arg = self.kind, self.arg
         if kind in ("static", "restart"):
             strategy = arg.removesuffix(RECOMPUTE_SUFFIX)
-            if strategy not in USABLE or (kind == "restart" and arg != strategy):
-                valid = USABLE if kind == "restart" else list(USABLE) + [f"{s}{RECOMPUTE_SUFFIX}" for s in USABLE]
+            names = USABLE if kind == "restart" else USABLE + TWO_D
+            if strategy not in names or (kind == "restart" and arg != strategy):
+                valid = names if kind == "restart" else list(names) + [f"{s}{RECOMPUTE_SUFFIX}" for s in names]
                 raise unknown_name(f"strategy in policy {spec!r}", arg, valid)
         elif kind == "dynamic" and arg:
             check_solver_name(arg)
@@ -103,4 +108,5 @@ class PolicySpec:
             return self.base
         return (self.base + (RECOMPUTE_SUFFIX if self.recompute else "")
                 + "".join(f"+{t}" for t in TECHNIQUE_SUFFIXES if getattr(self, t))
+                + (TWO_D_SUFFIX if self.two_d else "")
                 + (SUBLAYER_SUFFIX if self.granularity == "sublayer" else ""))

@@ -1,8 +1,8 @@
 """Simulate a training run that was executed, step for step, and compare the two.
 
-Library module of `paradyse-lab validate-run --out DIR` (paradyse_lab/cli/validate_run_command.py): the
+Library module of `paradyse-lab validate-run --out DIR`: the
 runtime trains each policy for real and logs every step's length and time; `replay` runs the same policy
-over the same lengths in the simulator (simulator/engine.py) with the same cost model, cluster and memory
+over the same lengths in the simulator with the same cost model, cluster and memory
 budget as the training planned with, so a dynamic policy picks the same plans (`plan_match` says whether it
 did) and every step gets a predicted time (the cost model's time of the plan). `compare` turns the pairs
 into the table: per policy, measured and predicted totals, the error of the predicted total, per-step MAPE,

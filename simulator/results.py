@@ -2,7 +2,7 @@
 finished run and a rerun skips them unless forced, or unless they were made with other settings or another
 code version (`paradyse_lab.results.result_key`: a stamp under `.stamps/` beside the CSV). Schema of a run CSV:
 `engine.ROW_COLUMNS`, less the measured wall-time columns, which go to `timings/NAME.csv` beside it
-(`paradyse_lab/results/timings.py`): a run CSV is byte-identical between two runs with the same settings."""
+(`timings`): a run CSV is byte-identical between two runs with the same settings."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from paradyse_lab.core.step_groups import ROUND_GROUP_POLICIES
+from paradyse_lab.core.step_rounds import StepRounds
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.simulator.group_megatron import choose_per_rank, gpus_needed, megatron_rounds
 from paradyse_lab.simulator.group_problem import GroupChoice, reassess
@@ -21,7 +22,8 @@ from paradyse_lab.simulator.group_rounds import (
 from paradyse_lab.simulator.grouped_steps import GroupPricer, choose, grouped_step
 
 ROUND_POLICIES = ROUND_GROUP_POLICIES
-"""The group policies whose steps have several rounds (simulated; the runtime runs one split per step)."""
+"""The group policies whose steps have several rounds (the runtime runs them;
+`train` takes ours, not `megatron`)."""
 
 
 def choose_rounds(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPricer | None = None,
@@ -51,16 +53,17 @@ def choose_rounds(group_policy: str, lengths, pricer: GroupPricer, ring: GroupPr
     return plan_rounds(costs, pricer.sync_s, extra, one_split)
 
 
-def grouped_rounds(choice: RoundsChoice, items, pricer: GroupPricer) -> list:
-    """Each round as the `GroupedStep` the runtime would run on that round's items (indexed in the order of the
-    step's items; its checks hold for every round)."""
-    out = []
+def grouped_rounds(choice: RoundsChoice, items, pricer: GroupPricer) -> StepRounds:
+    """The `StepRounds` the runtime runs: each round a `GroupedStep` on that round's items (in the order of the
+    step's items), each item with its plan at its group's size (its checks hold for every round)."""
+    out, mapped = [], []
     for r in choice.rounds:
         mine = sorted(i for a in r.assignment for i in a)
         local = {i: k for k, i in enumerate(mine)}
         here = GroupChoice(r.sizes, tuple(tuple(local[i] for i in a) for a in r.assignment), r.makespan_s, r.sync_s)
         out.append(grouped_step(here, [items[i] for i in mine], pricer))
-    return out
+        mapped.append(tuple(mine))
+    return StepRounds(pricer.cluster.gpus, len(items), tuple(out), tuple(mapped))
 
 
 def held_out_per_rank(ring: GroupPricer, batches) -> int:

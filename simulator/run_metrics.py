@@ -1,4 +1,4 @@
-"""Run summaries and the paper's headline metrics, computed from step rows (simulator/engine.py)."""
+"""Run summaries and the paper's headline metrics, computed from step rows."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ costs), 'model' (the `gpt` preset with L layers at 64K, 256K, 16K tokens, one pe
 options = with recomputation), 'model-sublayer' (the same with L/2 layers, attention and MLP deciding apart).
 The exact optimum of each problem is the DP's; an ILP answer it calls optimal that disagrees by more than
 its documented rounding is counted in `disagree`. The ILP stops at `ilp_time_limit_s` of CP-SAT's
-deterministic time on one worker (solvers/ilp.py `ILPSolver.deterministic`), so every column but the measured
+deterministic time on one worker (`ILPSolver.deterministic`), so every column but the measured
 times (`TIMING_COLUMNS`) is the same in every run, however busy the machine.
 """
 

@@ -3,7 +3,7 @@ multiplier
 (`_relaxed`), the bisection on the multiplier (`lagrangian_dual`) and the Viterbi passes along the chain
 (`viterbi_to_go`, `viterbi_to_come`, `capped_viterbi_totals`).
 
-Why compiled, why copies are loops (`_copy_into`) and how the kernels are warmed up: solvers/kernels.py's module
+Why compiled, why copies are loops (`_copy_into`) and how the kernels are warmed up: the `kernels` module
 docstring (its `warm_up()` compiles these kernels too, under the same lock). These kernels call no kernel of
 another file and no kernel of another file calls them: numba checks a cached function against its own file only,
 so kernels that call each other share a file, and this group can live apart from the Pareto pass's.

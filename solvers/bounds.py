@@ -8,8 +8,8 @@ lam >= 0, every plan whose kept bytes fit has time >= min over plans of (time + 
 - lam * B (weak duality). Without switch costs the min is per decision; with them it is a Viterbi pass
 over the chain (`cost_to_go`).
 
-The compiled kernels (solvers/bound_kernels.py: numba, ~1 CPU s to import) are imported by the functions that
-call them: `CapTable` is numpy only, and the ILP (solvers/ilp.py), which uses nothing else here, never loads numba.
+The compiled kernels (numba, ~1 CPU s to import) are imported by the functions that
+call them: `CapTable` is numpy only, and the ILP, which uses nothing else here, never loads numba.
 """
 
 from __future__ import annotations

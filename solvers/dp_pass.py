@@ -9,7 +9,7 @@ kernel's input (`kernels.PassTables`: the free decisions' times, kept bytes and 
 constants back into the plan it finds.
 
 The search around it (the caps, their bounds, reduced-cost fixing, the beam pass before the exact one) and why it
-is exact: solvers/dp.py's module docstring.
+is exact: the `dp` module docstring.
 """
 
 from __future__ import annotations

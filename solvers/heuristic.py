@@ -9,7 +9,7 @@ Steps, on the whole-model cost of each option used uniformly (`SearchProblem.uni
    fits; the fastest candidate wins;
 6. nothing fits: the least-memory option on every layer, status 'infeasible' (the paper's fallback).
 Steps 2 (the cache by (batch, length)) and 5 (the 5% smoothing) need the previous sequence, so they belong
-to the dynamic policy of the simulator (simulator/policies.py: its cache and `keep_previous`).
+to the dynamic policy of the simulator (its cache and `keep_previous`).
 
 Defects of the authors' code not copied (docs/paper.md section 5): a candidate is costed from fresh arrays and
 re-checked with exact integer bytes (their list aliasing could return a plan one layer over the limit);

@@ -1,6 +1,6 @@
 """Compiled inner loops of the exact DP's forward Pareto pass (`paradyse_lab.solvers.dp_pass`), and `warm_up()`, which
 compiles
-them and those of its Lagrangian bounds (solvers/bound_kernels.py, for `paradyse_lab.solvers.bounds`).
+them and those of its Lagrangian bounds (for `paradyse_lab.solvers.bounds`).
 
 Why compiled: at L = 96 decisions and 8 options a DP solve makes thousands of small sequential steps
 (Viterbi passes along the chain, bisections on the Lagrange multiplier, one Pareto step per decision). As
@@ -18,7 +18,7 @@ are loops, and the two orderings and the bisection are numba's own algorithms wi
 included, that numba's `np.argsort`, `np.argpartition` and `np.searchsorted` do.
 Kernels that call each other share a file: numba checks a cached function against its own file only, so a
 kernel calling one compiled from another file could run that one's stale machine code after an edit there. The
-kernels of solvers/bound_kernels.py call no kernel here and none here calls them, so they live apart; every
+bound kernels call no kernel here and none here calls them, so they live apart; every
 kernel here is reached from `pareto_pass`, so they all stay in this file.
 
 Conventions: times are float64 with inf for an option that is not allowed; kept bytes are exact int64.
@@ -455,7 +455,7 @@ def _compile_lock():
 
 
 def warm_up() -> None:
-    """Compile (or load from the cache) every kernel of this file and of solvers/bound_kernels.py on a tiny
+    """Compile (or load from the cache) every kernel of this file and the bound kernels on a tiny
     problem, so no timed call pays for it; once per process, one process at a time (`_compile_lock`)."""
     global _warm
     if _warm:

@@ -1,6 +1,6 @@
 """The exact chain DP written plainly: the readable reference for `paradyse_lab.solvers.dp`, and the tests' oracle.
 
-The problem is `DPSolver`'s (`paradyse_lab/core/search_problem.py`): decisions l = 0..L-1 in a chain, option o
+The problem is `DPSolver`'s (`SearchProblem`): decisions l = 0..L-1 in a chain, option o
 at decision l takes time[l, o] seconds and keeps kept[l, o] bytes to the end of the step; its effective
 transient e[l, o] = max(transient_bytes[l, o], fixed_transient_bytes) is alive only while it runs;
 consecutive decisions that pick o' then o pay switch[o', o]. A plan pi is feasible when its peak

@@ -104,17 +104,17 @@ def test_workload_example_is_the_commands_output(size, capsys):
     assert capsys.readouterr().out.rstrip("\n").splitlines() == _block_after(marker)
 
 
-def test_groups_section_names_every_group_policy_and_train_takes_the_one_split_ones():
+def test_groups_section_names_every_group_policy_and_the_ones_train_takes():
     """The results page's `--groups` list names every group policy `simulate` takes, and its sentence on `train`
-    names exactly the one-split ones (a renamed or added policy, or one `train` gains, makes the page stale)."""
-    from paradyse_lab.core.step_groups import GROUP_POLICIES, ROUND_GROUP_POLICIES
+    names exactly the ones `train` takes (a renamed or added policy, or one `train` gains, makes the page stale)."""
+    from paradyse_lab.core.step_groups import GROUP_POLICIES, ROUND_GROUP_POLICIES, TRAIN_GROUP_POLICIES
 
     start = RESULTS.index("### Beyond the paper: global batches over groups")
     section = RESULTS[start:RESULTS.index("\n### ", start + 1)]
     listed = section[section.index("`--groups`:"):section.index("`train --global-batch --groups`")]
     assert set(re.findall(r"`([a-z]+(?:-[a-z]+)*)`", listed)) == set(GROUP_POLICIES + ROUND_GROUP_POLICIES)
-    train = section[section.index("`train --global-batch --groups`"):section.index("rounds are simulated only")]
-    assert re.findall(r"`([a-z-]+)`", train.split("(", 1)[1]) == list(GROUP_POLICIES)
+    train = section[section.index("`train --global-batch --groups`"):section.index("is\nsimulated only")]
+    assert re.findall(r"`([a-z-]+)`", train.split("(", 1)[1]) == list(TRAIN_GROUP_POLICIES)
 
 
 def test_headline_numbers_are_the_detailed_pages():

@@ -12,3 +12,8 @@
 Only this package and paradyse_lab/cli/ import `solvers`, `simulator`, `runtime` or `figures`
 (tests/test_import_layers.py).
 """
+
+from paradyse_lab.app.replay_traces import SublayerTraces
+from paradyse_lab.costmodel.replay.model import set_trace_source
+
+set_trace_source(SublayerTraces)

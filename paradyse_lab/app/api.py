@@ -9,9 +9,9 @@ load it, export it.
     pl.export_hf("ck", "hf-folder")                                      # transformers' from_pretrained loads it
 
 The planner is the one `paradyse-lab plan` runs (a SearchProblem from the cost model, solved by a solver);
-the model is paradyse_lab.runtime.model.parallel_gpt.ParallelGPT; checkpoints are runtime/checkpoints/dcp.py's (any
-world size); the
-export is runtime/hf/export.py's. Every function runs on every rank of the caller's process group (the
+the model is the runtime's `ParallelGPT`; checkpoints are the runtime's DCP checkpoints (any
+world size), and so is
+the Hugging Face export. Every function runs on every rank of the caller's process group (the
 caller sets the group up: torchrun, or `torch.distributed.init_process_group`), and the plan is pure Python
 (no torch), the same on every rank.
 """
@@ -66,20 +66,22 @@ def _model_spec(model):
 
 def plan_step(model, *, p: int | None = None, seq_len: int | None = None, documents: Sequence[int] | None = None,
               cluster: str = "", solver: str = "dp", recompute: bool = False, granularity: str = "block",
-              batch: int = 1, budget_gib: float | None = None, cost_model: str = "analytic",
+              batch: int = 1, budget_gib: float | None = None, cost_model: str = "auto",
               strategies: Sequence[str] | None = None, budget_gb: float | None = None, tiled: bool = False,
               offload: bool = False, head: str = "auto", reserve_gib: float | None = None,
-              kv_heads: int | None = None, profiles: str = "") -> PlanReport:
+              kv_heads: int | None = None, profiles: str = "", head_chunks: bool = False) -> PlanReport:
     """Plan one step of `model` (preset, config.json, Hugging Face folder or ModelSpec) on `p` GPUs of
     `cluster` (preset or .toml; '' the default; `p` None: the cluster's own count): a sequence of `seq_len` tokens
-    (`batch` of them), or one pack of `documents`. The same question, defaults and answer as `paradyse-lab plan`
-    (paradyse_lab/app/step_question.py). `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME;
+    (`batch` of them), or one pack of `documents`. The same question, defaults and answer as `paradyse-lab plan`.
+    `solver`: heuristic, dp, ilp, greedy, brute_force or static:NAME;
     `strategies` limits the options (default every usable one), `recompute` adds each with recomputation,
-    `tiled` each with the tiled MLP, `offload` each with activation offload (docs/tiled_mlp_and_offload.md);
+    `tiled` each with the tiled MLP, `offload` each with activation offload (docs/tiled_mlp_and_offload.md),
+    `head_chunks` each of a strategy that offers it with head-chunked attention (docs/head_chunked_attention.md);
     `granularity` 'block' or 'sublayer'; `head` auto (the fastest head option that fits), whole, tiled or vocab;
     `budget_gib` per GPU in GiB (default the GPU's memory less `reserve_gib`, else less the cluster's reserve;
-    `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (fitted on `profiles`),
-    which caps the budget as it does for every planner (simulator/planner.py `planning_model`: a learned model
+    `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (default auto: the replay model
+    where the cluster has kernel tables, else analytic; fitted on `profiles` when it learns),
+    which caps the budget as it does for every planner (`planning_model`: a learned model
     of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
     from paradyse_lab.app.step_question import StepQuestion, plan_question
     from paradyse_lab.solvers import get_solver
@@ -91,7 +93,7 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
         model=_model_spec(model), cluster=cluster, gpus=p, seq_len=int(seq_len) if seq_len is not None else None,
         documents=tuple(int(n) for n in documents) if documents is not None else None, batch=batch,
         strategies=tuple(strategies) if strategies else None, recompute=recompute, tiled=tiled, offload=offload,
-        granularity=granularity, head=head, budget_bytes=_budget_bytes(budget_gib, budget_gb),
+        headchunk=head_chunks, granularity=granularity, head=head, budget_bytes=_budget_bytes(budget_gib, budget_gb),
         reserve_bytes=gib_to_bytes(reserve_gib) if reserve_gib is not None else None, cost_model=cost_model,
         profiles=profiles, kv_heads=kv_heads)
     planned = plan_question(question, get_solver(solver))
@@ -132,9 +134,9 @@ def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = Fal
     """A `runtime.ParallelGPT` sharded over `group` (None: the default group; no group: one process): from a
     Hugging Face folder holding weights (its weights, each rank reading only its slices), or from a preset name,
     config.json, a folder with only a config.json, ModelSpec or `runtime.GPTConfig` (initialised from `seed`, the
-    same on every rank): a model folder means what it means to `paradyse-lab train --model`
-    (paradyse_lab/core/model_folder.py). `vocab_parallel`: the embedding and head sharded by vocabulary rows
-    (runtime/model/vocab_parallel.py), not replicated."""
+    same on every rank): a model folder means what it means to `paradyse-lab train --model`.
+    `vocab_parallel`: the embedding and head sharded by vocabulary rows,
+    not replicated."""
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
     from paradyse_lab.runtime.model.reference import GPTConfig
 

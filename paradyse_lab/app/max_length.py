@@ -1,8 +1,8 @@
 """The longest sequence that trains: a search over lengths of the planner (`paradyse-lab plan --max-length`).
 
 A length fits when the planner finds a plan whose peak is within the budget, with the techniques the caller
-allows (recomputation and sub-layer decisions through the options and the graph it builds, the head options of
-paradyse_lab/costmodel/head_loss.py). Fitting is monotone in the length (every kept, transient and fixed byte
+allows (recomputation and sub-layer decisions through the options and the graph it builds, and the head
+options). Fitting is monotone in the length (every kept, transient and fixed byte
 grows with it), so the longest length is found by doubling from the layout unit until a length does not fit,
 then bisecting between the last that fits and the first that does not, on multiples of the unit (2p). At every
 length the planner takes the fastest plan that fits over the head options (`cheapest_head`).

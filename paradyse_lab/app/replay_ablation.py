@@ -1,6 +1,6 @@
 """The replay cost model's accuracy on a profile, in the shape `paradyse-lab costmodel ablate` reports the others.
 
-Each profile row's step is the runtime's own trace (paradyse_lab/app/replay_traces.py) of its layer, priced on the
+Each profile row's step is the runtime's own trace of its layer, priced on the
 cluster's bundled kernel tables (paradyse_lab/data/kernels) on the critical path of the host, device and
 communication clocks (paradyse_lab/costmodel/replay). The one fitted number is the per-operation dispatch cost:
 on the ablation's training rows for the interpolation and extrapolation scores, and on every other shape's rows

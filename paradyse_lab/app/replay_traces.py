@@ -1,7 +1,7 @@
 """Traces of the runtime's operations for the replay cost model, made on meta tensors and cached.
 
 `SublayerTraces(spec, p)` answers `trace(kind, option, seq_len, batch)`: the operations rank 0 of p issues for
-one sub-layer's forward and backward (runtime/trace/op_trace.py), from the runtime's own code, so a change to the
+one sub-layer's forward and backward, from the runtime's own code, so a change to the
 runtime changes the prediction. Traces are cached by shape class: a sub-layer's operations at a length s are,
 operator for operator, those at any other length of the class with every size affine in s (every block of
 every strategy is a fixed fraction of s). `trace` records the class at three lengths (`BASE` x 1, 2, 3 units
@@ -12,6 +12,7 @@ without torch.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import os
@@ -66,16 +67,23 @@ class ShapeClass:
 
     def at(self, seq_len: int) -> list[Op]:
         """The trace at `seq_len`, each size extrapolated along the line through the first two lengths."""
-        (s0, s1, _), (a, b, _) = self.lengths, self.traces
-        out = []
-        for x, y in zip(a, b):
-            changes = {}
-            for f in SIZES:
-                v0, v1 = getattr(x, f), getattr(y, f)
-                if v0 != v1:
-                    changes[f] = v0 + (v1 - v0) * (seq_len - s0) // (s1 - s0)
-            out.append(dataclasses.replace(x, **changes) if changes else x)
+        (s0, s1, _), (a, _, _) = self.lengths, self.traces
+        out = list(a)
+        for i, lines in self._lines():
+            op = copy.copy(a[i])  # a plain copy: the sizes are set below, and Op's checks hold for them
+            for f, v0, dv in lines:
+                object.__setattr__(op, f, v0 + dv * (seq_len - s0) // (s1 - s0))
+            out[i] = op
         return out
+
+    def _lines(self) -> list[tuple[int, list[tuple[str, int, int]]]]:
+        """Per operation whose sizes change with s: its index and (field, size at s0, change to s1)."""
+        if getattr(self, "_changing", None) is None:
+            a, b, _ = self.traces
+            self._changing = [(i, lines) for i, (x, y) in enumerate(zip(a, b))
+                              if (lines := [(f, getattr(x, f), getattr(y, f) - getattr(x, f)) for f in SIZES
+                                            if getattr(x, f) != getattr(y, f)])]
+        return self._changing
 
 
 def _affine(lengths, traces) -> bool:

@@ -2,25 +2,25 @@
 
 Steps (each writes CSVs under DIR; the figures/ modules read them; the report is generated from them):
 
-- fig2: Figure 2's six panels (simulator/experiments.py) -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
-- table5: Table 5's ablations of GPT on GRCh38 (simulator/ablation_experiment.py) -> table5.csv, runs/table5/
+- fig2: Figure 2's six panels -> fig2_summary.csv, fig2_headline.csv, runs/fig2/
+- table5: Table 5's ablations of GPT on GRCh38 -> table5.csv, runs/table5/
 - fig2_paper, table5_paper: the same, charged (and planned) by the authors' measured A100 times (the
   `paper` cost model) -> paper/*.csv, paper/runs/ (skipped on a cluster the measurements do not cover)
 - seeds: Figure 2's headline metrics (the paper's heuristic against the four static strategies) on the
   workloads of every seed of `Settings.seeds` under each truth; seed 0 is fig2's and fig2_paper's runs, the
   other seeds run the statics and the heuristic only -> fig2_headline_seeds.csv, seeds/TRUTH/seedK/
 - switch_memory: Figure 2 (statics and the heuristic) and Table 5 under both truths with the memory price
-  of switching (simulator/engine.py Charger) -> switch-memory/{analytic,paper}/*.csv
+  of switching (the simulator's `Charger`) -> switch-memory/{analytic,paper}/*.csv
 - packing (beyond the paper): Figure 2's panels (quick: GPT on GitHubCode) with one sequence per step and
   with the documents packed into steps of 32K and 128K tokens, static strategies against the heuristic and
-  dp, under each truth (simulator/packing_experiment.py) -> packing.csv, paper/packing.csv, runs/packing/
+  dp, under each truth -> packing.csv, paper/packing.csv, runs/packing/
 - groups (beyond the paper; full runs only, minutes): global batches over groups of GPUs sized per step against
   ParaDySe, dynamic context parallelism and the best static strategy on 1, 4 and 16 nodes
-  (simulator/groups_experiment.py) -> groups.csv, runs/groups/, figures/groups.png
-- solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp (solvers/bench.py)
+  -> groups.csv, runs/groups/, figures/groups.png
+- solvers: solve time and gap to the optimum of heuristic / greedy / dp / ilp
   -> solver_bench.csv; and the heuristic's and ilp's gap to dp on Figure 2's runs -> solver_quality_runs.csv
 - costmodel: predicted against truth on held-out profile rows, inside and beyond the profiled range
-  (costmodel/ablation.py split) -> costmodel_points.csv, costmodel_accuracy.csv
+  (`split_profiles`) -> costmodel_points.csv, costmodel_accuracy.csv
 - costmodel_paper: the same split on the bundled paper profile, with the calibrated model, time MAPE per length
   band, leave-one-shape-out calibration and the parameters fitted on all of it -> costmodel_paper_accuracy.csv,
   calibration_loso.csv, calibration_params.csv
@@ -32,11 +32,11 @@ Steps (each writes CSVs under DIR; the figures/ modules read them; the report is
   -> DIR/execute/ (cluster.toml, profile.csv, validate_run*.csv, figures/validate_run.png).
 
 Measured wall times (planning and solve times) are never in a result CSV: they go to `timings/NAME.csv` beside
-it (paradyse_lab/results/timings.py), so that two runs with the same settings write the same result CSVs byte for byte.
+it, so that two runs with the same settings write the same result CSVs byte for byte.
 
 A finished step's CSVs are reused on the next run (and Figure 2's / Table 5's finished runs inside a step)
 only when they were made with the same settings (quick or full, cluster) and the same code version and are
-unchanged since (`paradyse_lab/results/result_key.py`: stamps under DIR/.stamps/, written when a step completes);
+unchanged since (`result_key`: stamps under DIR/.stamps/, written when a step completes);
 otherwise the step is recomputed, so a missing or truncated file is remade. `--force` reruns everything.
 DIR/reproduce_settings.json records the settings after each completed step. A cluster without a bundled
 profile gets a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile` writes it) under
@@ -93,7 +93,7 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     background = start_background([n for n in BACKGROUND_STEPS if not settings.quick and (
         force or not is_fresh(stamp_path(out, f"reproduce-{n}"), step_key(n)))], out, settings, force)
     try:
-        with sharing():  # every step's runs share cost models and search problems (simulator/shared.py)
+        with sharing():  # every step's runs share cost models and search problems
             bar = tqdm(STEPS, desc="reproduce", unit="step", disable=not progress)
             for name in bar:
                 bar.set_postfix_str(name)

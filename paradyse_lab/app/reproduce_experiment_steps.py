@@ -1,8 +1,7 @@
-"""The steps of `paradyse-lab reproduce` that run the simulator's experiments (simulator/experiments.py,
-simulator/ablation_experiment.py, simulator/packing_experiment.py, simulator/groups_experiment.py): Figure 2 and
+"""The steps of `paradyse-lab reproduce` that run the simulator's experiments: Figure 2 and
 Table 5 under each truth, the seeds' spread, the memory price of switching, packing and, in full runs, groups.
 Each takes (DIR, `Settings`, force) and returns the files it wrote, relative to DIR
-(paradyse_lab/app/reproduce.py lists what each writes)."""
+(the `reproduce` module's docstring lists what each writes)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ PAPER_FIGURE_NOTE = "simulated: charged by the authors' measured A100 times (sou
 
 def draw_figure(module: str, results: Path, figures: Path, name: str, note: str | None,
                 formats: tuple[str, ...] = FIGURE_FORMATS, label: str = "") -> list[str]:
-    """Render figures/MODULE.py from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`),
+    """Render the figure module MODULE from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`),
     with `label` written under it when given."""
     from paradyse_lab.figures._common import SOURCE_NOTE, MissingCSV, render
 

@@ -1,7 +1,7 @@
 """The steps of `paradyse-lab reproduce` that examine the planner's parts alone, with no simulated training: the
 solvers' benchmark, the cost models' accuracy (on this cluster's profile and on the paper's), the plan each solver
 picks per layer and length, and the memory of every uniform plan. Each takes (DIR, `Settings`, force) and returns
-the files it wrote, relative to DIR (paradyse_lab/app/reproduce.py lists what each writes)."""
+the files it wrote, relative to DIR (the `reproduce` module's docstring lists what each writes)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _write(df: pd.DataFrame, path: Path) -> Path:
 
 
 def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
-    """Solve time and gap to the optimum of heuristic / greedy / dp / ilp / brute force (solvers/bench.py)."""
+    """Solve time and gap to the optimum of heuristic / greedy / dp / ilp / brute force."""
     from paradyse_lab.solvers import bench
 
     rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
@@ -43,7 +43,7 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     """Each cost model's predictions against the truth on held-out rows of `profile_for`'s profile, inside and
-    beyond the profiled range (costmodel/ablation.py `split_profiles`)."""
+    beyond the profiled range (`split_profiles`)."""
     from paradyse_lab.cluster.files import get_cluster
     from paradyse_lab.costmodel.ablation import mape, split_profiles
     from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster

@@ -1,7 +1,7 @@
 """What a `paradyse-lab reproduce` run depends on: its `Settings` (quick or full, cluster, sampling, the sizes of
 every step), as recorded in DIR/reproduce_settings.json, and the cost-model profile its steps fit on.
 
-A change of settings reruns every step (paradyse_lab/app/reproduce.py keys each step's stamp on
+A change of settings reruns every step (`reproduce` keys each step's stamp on
 `json_settings`)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from paradyse_lab.errors import UserInputError
 SETTINGS_FILE = "reproduce_settings.json"
 QUICK_SIZE = 20
 """Sequences per sampled dataset in a `--quick` run (a full run: 200): the stratified sample keeps every length
-band with a sequence in it, the longest (the dataset's maximum, pinned) included (paradyse_lab/workload/lengths.py)."""
+band with a sequence in it, the longest (the dataset's maximum, pinned) included."""
 FIGURE_FORMATS = ("png", "pdf")
 QUICK_FIGURE_FORMATS = ("png",)
 """A `--quick` run saves each figure as PNG alone: the PDF is a second drawing of every artist (about a quarter
@@ -42,7 +42,7 @@ class Settings:
     """Workload seeds of the headline metrics' spread (seed 0: the runs of every other step)."""
     cluster: str = "a100-80gb-x8"
     sampling: str = "stratified"
-    """How the paper datasets are sampled (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
+    """How the paper datasets are sampled (`SAMPLINGS`)."""
 
     def setup(self, **kw):
         """The simulator's `Setup` of this run's experiments (cluster, size, sampling), with `kw` on top."""

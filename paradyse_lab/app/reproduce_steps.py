@@ -1,6 +1,6 @@
 """The steps of `paradyse-lab reproduce` by name: their order (`STEPS`), their functions (`STEP_FUNCS`, each
 (DIR, `Settings`, force) -> the files it wrote), which a `--quick` run skips and which run in processes of their
-own (paradyse_lab/app/reproduce_background.py); and the last step, the report."""
+own; and the last step, the report."""
 
 from __future__ import annotations
 

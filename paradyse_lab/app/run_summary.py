@@ -87,7 +87,7 @@ def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
 
 def _eval_line(evals: list[dict], opts) -> str:
     """The summary's evaluation line: the last and first held-out loss, over how many held-out steps (fewer than
-    --eval-batches when the held-out data has no more, runtime/training/step_inputs.py `StepInputs.held_out`)."""
+    --eval-batches when the held-out data has no more, `StepInputs.held_out`)."""
     steps = evals[-1].get("eval_steps", opts.eval_batches)
     fewer = f", of the {opts.eval_batches} --eval-batches asked: the held-out data has no more" if (
         steps < opts.eval_batches) else ""

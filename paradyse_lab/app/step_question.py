@@ -41,11 +41,14 @@ class StepQuestion:
     recompute: bool = False
     tiled: bool = False
     offload: bool = False
+    headchunk: bool = False
+    two_d: bool = False
+    """Also offer the two-dimensional strategies (`ulysses_ring:a`, every head degree; `--two-d`)."""
     granularity: str = "block"
     head: str = "auto"
     budget_bytes: int | None = None
     reserve_bytes: int | None = None
-    cost_model: str = "analytic"
+    cost_model: str = "auto"
     profiles: str = ""
     kv_heads: int | None = None
 
@@ -104,15 +107,18 @@ def check_positions(model, seq_len: int) -> None:
                              "a model with rotary positions")
 
 
-def option_list(names, recompute: bool = False, tiled: bool = False, offload: bool = False) -> list:
-    """The options of `names` (`NAME[+recompute][+tiled][+offload]`; default: the usable strategies); each flag
-    given adds every option so far with it."""
-    from paradyse_lab.core.strategies import USABLE, StrategyOption
+def option_list(names, recompute: bool = False, tiled: bool = False, offload: bool = False,
+                headchunk: bool = False, two_d: bool = False) -> list:
+    """The options of `names` (`NAME[+recompute][+tiled][+headchunk][+offload]`; default: the paper's usable
+    strategies), with `two_d` also the two-dimensional ones (each offered where its shapes split); each flag given
+    adds every option so far with it (`headchunk`: those of a strategy that offers it)."""
+    from paradyse_lab.core.strategies import CATALOG, TWO_D, USABLE, StrategyOption
 
-    opts = [StrategyOption.parse(n) for n in (names or USABLE)]
-    for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("offload", offload)):
+    opts = [StrategyOption.parse(n) for n in (*(names or USABLE), *(TWO_D if two_d else ()))]
+    for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("headchunk", headchunk), ("offload", offload)):
         if wanted:
-            opts += [replace(o, **{flag: True}) for o in opts if not getattr(o, flag)]
+            opts += [replace(o, **{flag: True}) for o in opts if not getattr(o, flag)
+                     and (flag != "headchunk" or CATALOG[o.strategy].head_chunks == "yes")]
     return list(dict.fromkeys(opts))
 
 
@@ -160,7 +166,8 @@ class QuestionContext:
         return cm, seq, q.batch, f"seq {seq}, batch {q.batch}"
 
     def options(self):
-        return option_list(self.q.strategies, self.q.recompute, self.q.tiled, self.q.offload)
+        return option_list(self.q.strategies, self.q.recompute, self.q.tiled, self.q.offload, self.q.headchunk,
+                           self.q.two_d)
 
     def problem(self, head: str, seq_len: int | None = None) -> tuple[SearchProblem, str, int]:
         """(problem, what the step is, its tokens) with head option `head`, at the question's step or `seq_len`."""

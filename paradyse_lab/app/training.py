@@ -1,10 +1,10 @@
-"""Training with a planner: the runtime's training loop (runtime/training/loop.py) driven by the simulator's policies.
+"""Training with a planner: the runtime's training loop driven by the simulator's policies.
 
-`train(opts, group)` is what `paradyse-lab train` runs on every rank (paradyse_lab/cli/train_command.py);
-`plan_policy(opts, spec, p)` builds the policy that plans each step (simulator/policies.py: `static:NAME`,
+`train(opts, group)` is what `paradyse-lab train` runs on every rank;
+`plan_policy(opts, spec, p)` builds the policy that plans each step (`static:NAME`,
 `dynamic:SOLVER`, ...) with `--cost-model` on `--cluster`; `group_planner(opts, spec, p)` plans the groups of a
 `--global-batch` step under `--groups` with the planner `simulate --global-batch` uses
-(simulator/grouped_steps.py `choose`); `preflight(opts, p)` builds everything `train` builds from names once, so
+(`choose`); `preflight(opts, p)` builds everything `train` builds from names once, so
 that `--nproc N` refuses a bad name or value before it spawns a rank.
 The runtime itself knows no planner: it calls the `policy_for` and `groups_for` it is given.
 """
@@ -16,7 +16,7 @@ from functools import partial
 
 def with_folder_weights(opts):
     """`opts` with a `--model` folder holding weights read as `--init-from` of that folder
-    (paradyse_lab/core/model_folder.py: the one meaning of a model folder), else `opts` as they are."""
+    (the one meaning of a model folder), else `opts` as they are."""
     from dataclasses import replace
 
     from paradyse_lab.core.model_folder import has_weights
@@ -28,7 +28,7 @@ def with_folder_weights(opts):
 
 def run_cluster(opts, p: int):
     """The cluster a run plans against: `--cluster`, else on a machine with CUDA the default preset, else this CPU
-    host (the default preset's speeds, the host's memory over the `p` ranks: paradyse_lab/app/host_cluster.py)."""
+    host (the default preset's speeds, the host's memory over the `p` ranks)."""
     import torch
 
     from paradyse_lab.app.host_cluster import host_cluster
@@ -43,7 +43,7 @@ def run_cluster(opts, p: int):
 
 def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: bool = False):
     """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
-    `cost_model` (default `opts.cost_model`) on the run's cluster (`run_cluster`; simulator/planner.py). Rank 0
+    `cost_model` (default `opts.cost_model`) on the run's cluster (`run_cluster`). Rank 0
     states what plans the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
     from paradyse_lab.simulator.planner import build_planner
     from paradyse_lab.units import gib_to_bytes
@@ -62,20 +62,23 @@ def refuse_non_analytic_groups(opts) -> None:
     """--groups plans with the analytic cost model, as `simulate --global-batch` does (its pricers are analytic)."""
     from paradyse_lab.errors import UserInputError
 
-    if opts.groups and opts.cost_model != "analytic":
+    if opts.groups and opts.cost_model not in ("auto", "analytic"):
         raise UserInputError(f"--groups plans with the analytic cost model (as simulate --global-batch); drop "
                              f"--cost-model {opts.cost_model}")
 
 
 def group_planner(opts, spec, p: int):
-    """`plan(steps) -> (GroupedStep, decisions)`: the groups of one `--global-batch` step of `p` ranks under
-    `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
+    """`plan(steps) -> (GroupedStep or StepRounds, decisions)`: the groups of one `--global-batch` step of `p` ranks
+    under `opts.groups`, chosen as `simulate --global-batch --groups` chooses them (the same pricers, on `--cluster` at
     `p` GPUs with its node shape, under the run's budget), each sequence (or pack) with its plan at its group's
-    size. A step with an item that fits no group runs as one group of all ranks, its decisions saying they do not
-    fit (the log's `feasible`), as a step without groups does. None without `--groups`."""
+    size; under `rounds` / `rounds-exact` the step's rounds of splits (`choose_rounds`,
+    without Megatron's schedule as a candidate: its per-rank length needs held-out batches). A step with an item
+    that fits no group runs as one group of all ranks, its decisions saying they do not fit (the log's
+    `feasible`), as a step without groups does. None without `--groups`."""
     from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
     from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
     from paradyse_lab.errors import UserInputError
+    from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, MAX_EXACT_ROUND_WORLD
     from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
     from paradyse_lab.units import gib_to_bytes
 
@@ -88,24 +91,37 @@ def group_planner(opts, spec, p: int):
                              f"power of two, got {p}")
     cluster = cluster_with_gpus(get_cluster(opts.cluster or DEFAULT_CLUSTER), p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else cluster.plan_budget_bytes
+    if opts.groups == "rounds-exact" and (opts.global_batch > MAX_EXACT_ROUND_ITEMS or p > MAX_EXACT_ROUND_WORLD):
+        raise UserInputError(f"--groups rounds-exact takes at most {MAX_EXACT_ROUND_ITEMS} sequences per step on at "
+                             f"most {MAX_EXACT_ROUND_WORLD} ranks, got --global-batch {opts.global_batch} on {p}; "
+                             "use --groups rounds")
     pricer = GroupPricer(spec, cluster, opts.policy, budget, recompute=opts.recompute, granularity=opts.granularity)
-    ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups == "sized" else None
+    ring = GroupPricer(spec, cluster, RING_POLICY, budget) if opts.groups in ("sized", "rounds") else None
     return partial(_plan_step_groups, opts.groups, pricer, ring)
 
 
 def _plan_step_groups(groups: str, pricer, ring, steps: list):
-    """(GroupedStep, each item's decision) of one step (`group_planner`)."""
+    """(the step's groups, each item's decision) of one step (`group_planner`): a `GroupedStep` under a one-split
+    policy, a `StepRounds` under a rounds policy."""
     import math
 
     from paradyse_lab.simulator.group_problem import GroupChoice
+    from paradyse_lab.simulator.group_rounds import rounds_choice
     from paradyse_lab.simulator.grouped_steps import choose, grouped_step
+    from paradyse_lab.simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds
 
     world = pricer.cluster.gpus
-    choice = choose(groups, steps, pricer, ring)
-    if not math.isfinite(choice.step_s):  # an item fits no group: all ranks, as a step without groups
-        choice = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)
-    grouped = grouped_step(choice, steps, pricer)
-    size_of = {i: g.size for g in grouped.groups for i in g.items}
+    whole = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)  # all ranks, as a step without groups
+    if groups in ROUND_POLICIES:
+        rounds = choose_rounds(groups, steps, pricer, ring)
+        if not math.isfinite(rounds.step_s):  # an item fits no group
+            rounds = rounds_choice([whole], pricer.sync_s)
+        grouped = grouped_rounds(rounds, steps, pricer)
+        size_of = grouped.size_of()
+    else:
+        choice = choose(groups, steps, pricer, ring)
+        grouped = grouped_step(choice if math.isfinite(choice.step_s) else whole, steps, pricer)
+        size_of = {i: g.size for g in grouped.groups for i in g.items}
     return grouped, [pricer.decision(size_of[i], step) for i, step in enumerate(steps)]
 
 
@@ -127,8 +143,8 @@ def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
 def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     """`paradyse_lab.runtime.training.loop.train` on this rank with `plan_policy`; returns the per-step log. Rank 0
     states what plans
-    the run before the first step (`plan_policy`) and prints the end-of-run summary after the last
-    (paradyse_lab/app/run_summary.py), unless `quiet` (a caller running many short runs, as validate-run)."""
+    the run before the first step (`plan_policy`) and prints the end-of-run summary after the last,
+    unless `quiet` (a caller running many short runs, as validate-run)."""
     from paradyse_lab.app import run_summary
     from paradyse_lab.runtime.comm import collectives as comm
     from paradyse_lab.runtime.training.loop import train as run_training

@@ -1,12 +1,12 @@
 """Execute short training runs of several policies for real and pair every step with its simulation.
 
-Library module of `paradyse-lab validate-run --out DIR` (paradyse_lab/cli/validate_run_command.py, which
+Library module of `paradyse-lab validate-run --out DIR` (which
 documents the outputs). `execute_policies` runs on every rank of a process group: for each policy, a fresh
-model trained by runtime/training/loop.py (through paradyse_lab/app/training.py) for `steps` steps on the workload
+model trained by the runtime's training loop for `steps` steps on the workload
 (the same lengths for every policy), planned with the given cost model and cluster; rank 0 writes
 DIR/validate_run_measured.csv (one row per step: policy, step, seq_len, step_s, plan, loss) and
 DIR/validate_run_meta.json (world size, dtype, memory budget: what the simulation must use to plan the same
-way). `pair` then replays each policy over the executed lengths (simulator/replay.py) and puts measured and
+way). `pair` then replays each policy over the executed lengths and puts measured and
 predicted times side by side.
 """
 

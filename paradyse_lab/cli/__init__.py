@@ -4,7 +4,7 @@ User mistakes (`UserInputError`, argparse's own errors, a file that cannot be re
 line on stderr and exit with code 2, never a traceback; a run stopped on purpose (`RunStopped`: training
 diverged, a rank failed) prints one line and exits with code 1; Ctrl-C prints one line and exits with code
 130 (128 + SIGINT). A command whose `--out` is a file (`out_file=True` among its defaults) has it checked
-before it starts: not a folder, a device node, a FIFO or a socket (paradyse_lab/files/atomic_write.py).
+before it starts: not a folder, a device node, a FIFO or a socket.
 """
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ def _renamed(argv: list[str] | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script and of `python -m paradyse_lab` (`argv` None: the process's own
     arguments); returns the exit code. Such a process that joined a torch.distributed group (a torchrun rank, or
-    a one-rank group in this process: runtime/launch/ranks.py `joined_a_process_group`) ends here with that code
-    through runtime/launch/local.py `end_process`, as the launcher's ranks do: output flushed, no interpreter or C++
+    a one-rank group in this process, `joined_a_process_group`) ends here with that code
+    through `end_process`, as the launcher's ranks do: output flushed, no interpreter or C++
     teardown that could abort it (exit -6) with the group's threads still alive. Any other such process freezes
     what is alive (`gc.freeze`) before it returns its code: the interpreter's exit then skips the garbage
     collector's passes over every object its imports left (torch, torch._dynamo, pandas: ~2 CPU s at the end of a
@@ -209,6 +209,8 @@ def _run_command(argv: list[str] | None) -> int:
         return 2
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
+    import paradyse_lab.app  # noqa: F401  (installs the runtime's tracer the replay cost model prices from)
+
     try:
         if getattr(args, "out_file", False) and args.out:  # a file --out: refused before any work if unusable
             from paradyse_lab.files.atomic_write import check_output_file  # only for the commands that write a file

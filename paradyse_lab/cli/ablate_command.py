@@ -157,7 +157,7 @@ def run_ablate(args) -> int:
 
 
 def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
-    """The other models' results with the replay model's added (paradyse_lab/app/replay_ablation.py)."""
+    """The other models' results with the replay model's added."""
     import pandas as pd
 
     from paradyse_lab.app.replay_ablation import NAME, replay_accuracy

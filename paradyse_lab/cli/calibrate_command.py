@@ -1,6 +1,6 @@
 """The `paradyse-lab calibrate` command: options, the launch of the ranks and the printed summary.
 
-What it measures and writes is paradyse_lab/app/measure/calibrate.py's (`calibrate(opts, group)` on every rank); this
+What it measures and writes is the application's `calibrate(opts, group)` (on every rank); this
 module is the command line around it: `paradyse-lab calibrate --out DIR` (under torchrun: `torchrun --standalone
 --nproc-per-node 8 -m paradyse_lab calibrate --out DIR`).
 """

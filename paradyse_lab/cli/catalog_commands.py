@@ -69,9 +69,12 @@ def run_strategies(args) -> int:
     rows = []
     for s in CATALOG.values():
         rules = ["s % p" + (" (2p causal)" if s.ring_attention else "")]
+        n = str(s.head_degree) if s.head_degree else "p"  # a two-dimensional strategy's head degree binds the heads
+        if s.head_degree:
+            rules.append(f"p % {n}")
         if s.splits_heads:
-            rules.append("heads % p")
-        rules.append(KV_RULE_TEXT[s.kv_heads_rule])
+            rules.append(f"heads % {n}")
+        rules.append(KV_RULE_TEXT[s.kv_heads_rule].replace("% p", f"% {n}").replace("p %", f"{n} %"))
         rows.append([s.name, s.paper_name, "yes" if s.usable else "no: " + s.unusable_reason.split(",")[0],
                      "; ".join(rules), s.attention])
     print_table(["strategy", "paper", "usable", "needs", "attention"], rows)

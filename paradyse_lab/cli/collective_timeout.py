@@ -1,6 +1,6 @@
 """`--collective-timeout SECONDS` of the commands that start ranks (train, calibrate, validate-run): how long a
 rank waits for its peers, to meet and in each collective, before the run stops with one line naming the rank
-that did not answer (the default and why: runtime/launch/ranks.py `COLLECTIVE_TIMEOUT_S`)."""
+that did not answer (the default and why, `COLLECTIVE_TIMEOUT_S`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Examples: `paradyse-lab cost --model gpt --seq 65536` (analytic model, table),
 `paradyse-lab cost --model bert --seq 4K --cost-model paper --format json` (the authors' measured times),
 `paradyse-lab cost --model llama --seq 64K --kv-heads 8` (the paper's LLaMA layer with grouped-query attention);
 `paradyse-lab cost --model gpt --documents 16K,8K,4K,4K` (one packed step of four documents, attention inside
-each; paradyse_lab/costmodel/packed.py).
+each).
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ def parse_int(field: str, text: str) -> int:
     return int(value)
 
 
-def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False
-                  ) -> list[StrategyOption]:
-    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies. Each
-    flag given adds every option so far with it (`--recompute`, `--tiled-mlp`, `--offload`)."""
+def parse_options(text: str | None, recompute: bool, tiled: bool = False, offload: bool = False,
+                  two_d: bool = False) -> list[StrategyOption]:
+    """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies
+    (`two_d`: and the two-dimensional ones). Each flag given adds every option so far with it (`--recompute`,
+    `--tiled-mlp`, `--offload`)."""
     from paradyse_lab.app.step_question import option_list
 
-    return option_list(split_names(text), recompute, tiled, offload)
+    return option_list(split_names(text), recompute, tiled, offload, two_d=two_d)
 
 
 def split_names(text: str | None) -> tuple[str, ...] | None:
@@ -70,6 +71,14 @@ def add_technique_arguments(p) -> None:
                    help="also offer each option with the tiled MLP (NAME+tiled: the MLP over chunks of about "
                    "hidden positions, keeping only its input and recomputing each chunk in the backward; ALST's "
                    "TiledMLP)")
+    p.add_argument("--head-chunks", action="store_true",
+                   help="also offer each option of a strategy that can with head-chunked attention (NAME+headchunk: "
+                   "the attention one query head per rank at a time, only one chunk's head-sharded q, k, v and "
+                   "output live; ulysses_z)")
+    p.add_argument("--two-d", action="store_true",
+                   help="also offer the two-dimensional strategies: ulysses_ring:a (Ulysses x ring, USP: all-to-all "
+                   "over heads in groups of a GPUs, zig-zag ring over the p/a groups) for every head degree a that "
+                   "divides the GPUs and the heads")
     p.add_argument("--offload", action="store_true",
                    help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
                    "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "
@@ -104,15 +113,17 @@ def question_of(args, seq_len: int | None = None):
         model=args.model, cluster=args.cluster, gpus=getattr(args, "gpus", None), seq_len=seq_len, documents=docs,
         batch=batch, strategies=split_names(args.strategies), recompute=args.recompute,
         tiled=getattr(args, "tiled_mlp", False), offload=getattr(args, "offload", False),
+        headchunk=getattr(args, "head_chunks", False),
+        two_d=getattr(args, "two_d", False),
         granularity=getattr(args, "granularity", "block"), head=getattr(args, "head", "auto"),
         budget_bytes=budget_bytes(args), reserve_bytes=reserve_bytes(args),
-        cost_model=getattr(args, "cost_model", "analytic"), profiles=getattr(args, "profiles", "") or "",
+        cost_model=getattr(args, "cost_model", "auto"), profiles=getattr(args, "profiles", "") or "",
         kv_heads=parse_int("--kv-heads", kv) if kv is not None else None)
 
 
 def add_question_arguments(p, head: bool = True) -> None:
-    """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults
-    (paradyse_lab/app/step_question.py): model, cluster, GPUs, batch, options, techniques, granularity, head
+    """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults:
+    model, cluster, GPUs, batch, options, techniques, granularity, head
     (unless `head` is False: solvers compare compares at the whole head), budget, reserve, cost model, kv heads."""
     from paradyse_lab.app.step_question import HEAD_CHOICES
     from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument
@@ -137,8 +148,10 @@ def add_question_arguments(p, head: bool = True) -> None:
     p.add_argument("--kv-heads", help="override the model's key/value heads (grouped-query attention; must divide "
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
                    "bytes; the strategies' rule on kv_heads is in `paradyse-lab catalog strategies`)")
-    p.add_argument("--cost-model", default="analytic",
-                   help="analytic (default; calibrated when the --cluster file carries a calibration), paper "
+    p.add_argument("--cost-model", default="auto",
+                   help="auto (default: replay where the cluster has kernel tables, bundled or beside its cluster "
+                   "file, else analytic), replay (the runtime's traced operations priced on the cluster's kernel "
+                   "tables), analytic (calibrated when the --cluster file carries a calibration), paper "
                    "(the ParaDySe authors' measured A100 times; bert, llama, gpt, paper-7b on a100-80gb-x8 only), "
                    "calibrated, a learned kind (hybrid, forest, polynomial, residual; fitted on --profiles) or a "
                    ".joblib file")
@@ -162,7 +175,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from paradyse_lab.app.step_question import uniform_costs
-    from paradyse_lab.costmodel.factory import cost_model_label  # pandas: only when run
+    from paradyse_lab.costmodel.factory import cost_model_label, priced_by  # pandas: only when run
 
     answer = uniform_costs(question_of(args))
     ctx, cm, costs, refused, heads = answer.context, answer.cost_model, answer.costs, answer.refused, answer.head_parts
@@ -171,7 +184,8 @@ def run(args) -> int:
         packed = {"documents": list(cm.step.documents), "padding": cm.step.padding} if args.documents else {}
         print_json({
             "model": model.name, "cluster": cluster.name, "gpus": cluster.gpus, "seq_len": answer.seq_len,
-            "batch": answer.batch, **packed, "cost_model": cost_model_label(cm), "budget_bytes": ctx.budget_bytes,
+            "batch": answer.batch, **packed, "cost_model": cost_model_label(cm),
+            "priced_by": priced_by(cm), "budget_bytes": ctx.budget_bytes,
             "strategies": {
                 c.option: {
                     "time_s_per_layer": c.time_s_per_layer, "kept_bytes_per_layer": c.kept_bytes_per_layer,
@@ -188,6 +202,7 @@ def run(args) -> int:
     print(f"{model.name} ({model.layers} layers) on {cluster.name} ({cluster.gpus}x {cluster.gpu_name}, "
           f"{format_bytes(cluster.memory_bytes)} each, budget {format_bytes(ctx.budget_bytes)}), {answer.what}; "
           f"cost model {cost_model_label(cm)}; per GPU:")
+    print("priced by: " + ", ".join(f"{what.replace('_', ' ')} {name}" for what, name in priced_by(cm).items()))
     rows = [[c.option, answer.heads[c.option], format_seconds(c.time_s_per_layer), format_bytes(c.kept_bytes_per_layer),
              format_bytes(c.transient_bytes), format_bytes(c.model_state_bytes), format_bytes(c.peak_bytes),
              "yes" if c.fits else "OOM",

@@ -84,8 +84,10 @@ TRAIN_FLAGS = {
               "per-layer plans; --policy dynamic:SOLVER), sized-exact (the same, exact: at most 10 sequences "
               "on at most 16 ranks), paradyse (one group of all ranks), smallest-fit (the smallest group "
               "that fits each sequence, one strategy; --policy static:megatron_cz) or static (one group, one "
-              "strategy); not given: the fixed groups of --group-size. One split per step: the rounds "
-              "policies of `simulate` (rounds, megatron) are not trained yet",
+              "strategy), one split per step; or rounds (a step as rounds of splits run one after another, "
+              "gradients reduced once; per-layer plans) and rounds-exact (the same, exact: at most 6 "
+              "sequences on at most 8 ranks); not given: the fixed groups of --group-size. `simulate`'s "
+              "megatron is simulated only",
     "pack_tokens": "token budget of a packed step (a positive integer): the workload's documents packed "
                    "greedily first-fit into steps of at most this many tokens, attention confined to each "
                    "document; not given: one sequence per step",

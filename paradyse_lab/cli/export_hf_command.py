@@ -4,8 +4,8 @@
     paradyse-lab export-hf --checkpoint ck --out llama-finetuned     # newest checkpoint in ck
     python -c "import transformers; transformers.AutoModelForCausalLM.from_pretrained('llama-finetuned')"
 
-The checkpoint may come from any world size (runtime/checkpoints/dcp.py); what is written and how:
-runtime/hf/export.py. Bad input (no checkpoint there, a damaged one, an --out that is not a new or empty
+The checkpoint may come from any world size; the folder holds config.json and the weights as safetensors.
+Bad input (no checkpoint there, a damaged one, an --out that is not a new or empty
 folder, a bad --max-shard-size) is one line on stderr and exit 2, and nothing is written.
 """
 

@@ -1,7 +1,7 @@
 """`paradyse-lab simulate --global-batch N [--groups POLICY]`: a run of global batches split over groups of GPUs.
 
 Prints the run's tokens per second, longest sequence trained and planning time, then the group sizes of every
-step; `--out` writes one row per step (simulator/grouped_runs.py `STEP_COLUMNS`).
+step; `--out` writes one row per step (`STEP_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from paradyse_lab.errors import UserInputError
 
 def _refuse_other_options(opts) -> None:
     """The simulate options a grouped run does not take (one-line errors naming them)."""
-    if opts.run.truth_cost_model != "analytic" or opts.plan_cost_model:
+    if opts.run.truth_cost_model not in ("", "analytic") or opts.plan_cost_model:
         raise UserInputError("--global-batch plans and charges with the analytic cost model; drop "
                              "--truth-cost-model / --plan-cost-model")
     if opts.exclude or opts.run.switch_memory:
@@ -96,7 +96,7 @@ def run_groups_experiment(opts) -> int:
     from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups, target_checks
 
     run = opts.run
-    if run.truth_cost_model != "analytic" or run.gpus is not None:
+    if run.truth_cost_model not in ("", "analytic") or run.gpus is not None:
         raise UserInputError("experiment groups runs its own panels under the analytic model; drop "
                              "--truth-cost-model / --gpus")
     setup = GroupsSetup(size=require_positive_int("--size", run.size if run.size is not None else 128),

@@ -163,7 +163,7 @@ def register(sub) -> None:
 
 
 def is_text_dataset(path: Path) -> bool:
-    """Whether `path` is what `train --tokenizer` reads as a dataset (paradyse_lab/workload/text_data.py): a
+    """Whether `path` is what `train --tokenizer` reads as a dataset: a
     save_to_disk
     folder, a .jsonl / .parquet / .arrow file, or a folder holding such files."""
     from paradyse_lab.workload.text_data import TEXT_FILE_SUFFIXES

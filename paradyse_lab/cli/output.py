@@ -18,7 +18,7 @@ def add_format_argument(parser) -> None:
 
 
 def add_packing_arguments(parser) -> None:
-    """Add `--pack-tokens N` and `--pack-order sorted|shuffled` (paradyse_lab/workload/packing.py)."""
+    """Add `--pack-tokens N` and `--pack-order sorted|shuffled`."""
     parser.add_argument("--pack-tokens", type=integer, default=None, metavar="N",
                         help="pack the documents into steps of at most N tokens (greedy first-fit; attention stays "
                         "inside each document; a document longer than N is a step alone); default: one sequence "
@@ -31,7 +31,7 @@ def add_packing_arguments(parser) -> None:
 
 def add_sampling_argument(parser) -> None:
     """Add `--sampling stratified|multinomial`: how the paper datasets' band counts are chosen
-    (paradyse_lab/workload/lengths.py `SAMPLINGS`)."""
+    (`SAMPLINGS`)."""
     from paradyse_lab.workload.lengths import SAMPLINGS
 
     parser.add_argument("--sampling", default=SAMPLINGS[0],
@@ -147,7 +147,7 @@ def add_cluster_arguments(parser) -> None:
 
 
 def cluster_of(args):
-    """The `ClusterSpec` of `--cluster` at `--gpus` (paradyse_lab/cluster/files.py `cluster_with_gpus`)."""
+    """The `ClusterSpec` of `--cluster` at `--gpus` (`cluster_with_gpus`)."""
     from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
 
     return cluster_with_gpus(get_cluster(args.cluster), getattr(args, "gpus", None))

@@ -1,7 +1,7 @@
 """`paradyse-lab reproduce [--quick] [--out DIR] [--force]`: every experiment, figure and REPORT.md.
 
 Example: `paradyse-lab reproduce --quick --out results` (CI, under 3 minutes on 2 cores) writes
-results/*.csv, results/figures/*.png|pdf and results/REPORT.md; see paradyse_lab/app/reproduce.py for the steps.
+results/*.csv, results/figures/*.png|pdf and results/REPORT.md.
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ def register(sub) -> None:
     p = sub.add_parser(
         "simulate", help="simulate one training run over a workload",
         description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
-        "with one policy, charged by --truth-cost-model (analytic by default; paper: the authors' measured A100 "
-        "times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its first "
-        "OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
+        "with one policy, charged by --truth-cost-model (default auto: the replay model where the cluster has "
+        "kernel tables, bundled or beside its cluster file, else the analytic model; paper: the authors' measured "
+        "A100 times) and planned with --plan-cost-model (default: the truth). Policies: static:NAME (stops at its "
+        "first OOM), restart:NAME (pays 31 s and continues with a lighter strategy), dynamic:SOLVER "
         "(heuristic, dp, ilp, ...; with the paper's cache and smoothing).")
     add_dataclass_arguments(p, SimulateOptions)
     p.add_argument("--cost-model", dest="truth_cost_model", default=argparse.SUPPRESS,
@@ -55,6 +56,7 @@ def register(sub) -> None:
 
 def run_simulate(args) -> int:
     from paradyse_lab.cli.simulate_options import SimulateOptions
+    from paradyse_lab.costmodel.factory import resolve_cost_model
     from paradyse_lab.options import from_namespace
     from paradyse_lab.simulator.experiments import run_one
     from paradyse_lab.simulator.policy_spec import PolicySpec
@@ -67,7 +69,7 @@ def run_simulate(args) -> int:
         from paradyse_lab.cli.grouped_command import run_grouped
 
         return run_grouped(opts, groups)
-    setup = opts.run.setup(opts.packing)
+    setup = opts.run.setup(opts.packing, cost_model="auto")
     rows = run_one(setup, opts.model, opts.dataset, opts.policy, smoothing=opts.smoothing,
                    exclude=opts.excluded(), progress=sys.stderr.isatty(), plan_cost_model=opts.plan_cost_model or None)
     if opts.out:
@@ -77,10 +79,11 @@ def run_simulate(args) -> int:
     if opts.format == "json":
         print_json(s.to_dict())
         return 0
-    truth = opts.run.truth_cost_model
-    plan_cm = opts.plan_cost_model or truth
+    cluster = setup.cluster_spec()
+    truth = resolve_cost_model(setup.truth, cluster)
+    plan_cm = resolve_cost_model(opts.plan_cost_model or setup.truth, cluster)
     labels = [["plan cost model", plan_cm], ["truth cost model", truth]]
-    if {plan_cm, truth} - {"analytic", "paper"}:
+    if {plan_cm, truth} - {"analytic", "paper", "replay"}:  # the models fitted on a profile
         from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
 
         labels.append(["profile source", profile_sources(read_profiles(setup.profile_path()))])

@@ -1,10 +1,10 @@
 """The options of `simulate`, `experiment` and `reproduce`: one tree of dataclasses, a docstring under each field
-(paradyse_lab/options.py turns them into the flags and their help).
+(they become the flags and their help).
 
 `SimulationOptions` (what every simulated run shares: cost models, cluster, workload size, memory, policy
 flags) is composed into `SimulateOptions` and `ExperimentOptions`; `PackingOptions` into `SimulateOptions`.
 `SimulationOptions.setup(packing)` checks the values and gives the simulator's `Setup`.
-Memory options are in GiB (paradyse_lab/units.py).
+Memory options are in GiB.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ FORMATS = ("table", "json")
 
 @dataclass(frozen=True)
 class SimulationOptions:
-    """What every simulated run of `simulate` and `experiment` shares (simulator/experiments.py `Setup`)."""
+    """What every simulated run of `simulate` and `experiment` shares (`Setup`)."""
 
-    truth_cost_model: str = "analytic"
-    """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): analytic, paper
-    (the ParaDySe authors' measured A100 times), calibrated, or a learned kind / .joblib file."""
+    truth_cost_model: str = ""
+    """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): auto (replay
+    where the cluster has kernel tables, else analytic), analytic, replay, paper (the ParaDySe authors' measured
+    A100 times), calibrated, or a learned kind / .joblib file (default: auto for simulate; analytic for
+    experiment, which reproduces the paper)."""
     cluster: str = DEFAULT_CLUSTER
     """Node preset or .toml."""
     gpus: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
@@ -54,8 +56,9 @@ class SimulationOptions:
     """Charge the caching allocator's reservation of every strategy used so far (the memory price of
     switching); static runs pay nothing more."""
 
-    def setup(self, packing: PackingOptions | None = None):
-        """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors)."""
+    def setup(self, packing: PackingOptions | None = None, cost_model: str = "analytic"):
+        """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors);
+        `cost_model`: the command's default truth model when --truth-cost-model is not given."""
         from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
         from paradyse_lab.core.layer_graph import GRANULARITIES
         from paradyse_lab.errors import unknown_name
@@ -74,14 +77,14 @@ class SimulationOptions:
         reserve_gib = require_number("--reserve-gb", self.reserve_gb, 0.0, 1e9)  # beyond: no int of bytes
         return Setup(cluster=self.cluster, gpus=self.gpus, size=size, seed=self.seed, sampling=self.sampling,
                      reserve_bytes=gib_to_bytes(reserve_gib),
-                     gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model,
+                     gamma=self.gamma, profiles=self.profiles, truth=self.truth_cost_model or cost_model,
                      switch_memory=self.switch_memory, recompute=self.recompute, granularity=self.granularity,
                      **(packing.setup_fields() if packing is not None else {}))
 
 
 @dataclass(frozen=True)
 class PackingOptions:
-    """Documents packed into steps (paradyse_lab/workload/packing.py)."""
+    """Documents packed into steps."""
 
     pack_tokens: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
     """Pack the documents into steps of at most N tokens (greedy first-fit; attention stays inside each
@@ -109,7 +112,7 @@ MAX_GLOBAL_BATCH_TOKENS = 2**40
 
 @dataclass(frozen=True)
 class GroupOptions:
-    """A step trains a global batch over groups of GPUs sized per step (simulator/grouped_steps.py)."""
+    """A step trains a global batch over groups of GPUs sized per step."""
 
     global_batch: int | None = field(default=None, metadata={"type": int, "metavar": "N"})
     """Train the (shuffled) sequences N per step, each step split over groups of GPUs (--groups); default: one
@@ -161,7 +164,7 @@ class SimulateOptions:
     dataset: str
     """github_code, grch38, uniform[:LO:HI], lognormal[:MEDIAN:SIGMA] or file:PATH."""
     policy: str
-    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+tiled][+offload][+sublayer]."""
+    """static:NAME[+recompute], restart:NAME or dynamic:SOLVER[+recompute][+tiled][+offload][+2d][+sublayer]."""
     smoothing: bool = True
     """The paper's 5% smoothing (--no-smoothing: off)."""
     exclude: str = ""
@@ -169,8 +172,8 @@ class SimulateOptions:
     out: str = ""
     """Write the per-step rows to this CSV."""
     plan_cost_model: str = ""
-    """Cost model a dynamic policy plans with: analytic, paper, calibrated, hybrid, forest, polynomial, residual
-    (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
+    """Cost model a dynamic policy plans with: auto, analytic, replay, paper, calibrated, hybrid, forest,
+    polynomial, residual (fitted ones on --profiles) or a .joblib file (default: the truth's)."""
     packing: PackingOptions = field(default_factory=PackingOptions)
     grouping: GroupOptions = field(default_factory=GroupOptions)
     run: SimulationOptions = field(default_factory=SimulationOptions)

@@ -35,7 +35,8 @@ COMPARED = ("heuristic", "greedy", "dp", "ilp")
 def register(sub) -> None:
     p = sub.add_parser("plan", help="choose a strategy per layer for one sequence length",
                        description="Build the search problem of a model at one sequence length under a "
-                       "cost model (default analytic) and solve it. Prints the plan (one option per decision), its "
+                       "cost model (default auto: the replay model where the cluster has kernel tables, else "
+                       "analytic) and solve it. Prints the plan (one option per decision), its "
                        "head option, predicted time and exact peak memory per GPU; `paradyse-lab cost` and the "
                        "API's plan_step take the same flags and give the same answer.")
     add_question_arguments(p)
@@ -158,7 +159,8 @@ def run_max_length(args, solver) -> int:
         print_json({"max_length": found.seq_len, "step_time_s": sol.predicted_time_s, "memory": memory,
                     "head": found.head, "plan": list(sol.plan), "solver": sol.solver, "model": args.model,
                     "cluster": args.cluster, "granularity": args.granularity, "recompute": args.recompute,
-                    "tiled_mlp": args.tiled_mlp, "offload": args.offload})
+                    "tiled_mlp": args.tiled_mlp, "offload": args.offload,
+                    "head_chunks": args.head_chunks})
         return 0
     print(f"{args.model} on {args.cluster}: the longest length that fits is {found.seq_len} tokens "
           f"({found.seq_len / 2**20:.3g}M); head: {found.head}; predicted step time "

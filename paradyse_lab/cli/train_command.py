@@ -17,7 +17,7 @@ from paradyse_lab.options import integer, number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `paradyse-lab train`: one per field of TrainOptions (paradyse_lab/app/train_options.py), and
+    """The options of `paradyse-lab train`: one per field of TrainOptions, and
     --nproc (how to launch, not part of the run)."""
     from paradyse_lab.cli.output import cost_model_help
     from paradyse_lab.options import add_dataclass_arguments
@@ -117,7 +117,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
-    gets expandable segments unless the user configured it (runtime/launch/allocator_env.py); spawned ranks inherit
+    gets expandable segments unless the user configured it; spawned ranks inherit
     it."""
     import os
 
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _one_process_threads() -> None:
-    """A one-process CPU run computes with the cores the machine has free (runtime/launch/cpu_threads.py; the run's
+    """A one-process CPU run computes with the cores the machine has free (the run's
     first lines say how many); a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
     import torch
 

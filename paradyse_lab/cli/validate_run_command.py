@@ -4,11 +4,11 @@
     paradyse-lab validate-run --out DIR       # then: the four static policies, dynamic:heuristic, dynamic:dp
     paradyse-lab validate-run --out DIR --cost-model analytic   # the analytic model on the measured cluster
 
-Each policy trains a fresh model for `--steps` steps (runtime/training/loop.py, on `--nproc` ranks: gloo on CPU, NCCL
+Each policy trains a fresh model for `--steps` steps (on `--nproc` ranks: gloo on CPU, NCCL
 on GPUs) over the same workload lengths (`--dataset`; default `--steps` lengths from max-len/16 to max-len,
 geometric), planning with `--cost-model` on `--cluster`; every step's time is logged. The simulator then
-replays each policy over the executed lengths with the same cost model, cluster and budget
-(paradyse_lab/app/validate_run.py, simulator/replay.py). The defaults come from DIR: the model, world size and max-len
+replays each policy over the executed lengths with the same cost model, cluster and budget.
+The defaults come from DIR: the model, world size and max-len
 of its calibration, `--cluster DIR/cluster.toml` and `--profiles DIR/profile.csv` (learned cost models are
 fitted on it), and `--cost-model calibrated` when DIR holds both (the analytic model with per-strategy
 parameters fitted on DIR's profile; else `analytic`). The first `--skip-steps` steps of every run (start-up)
@@ -19,8 +19,8 @@ max - min, over the total) how much the runs disagreed step by step.
 
 Writes DIR/validate_run.csv (per step: measured and predicted seconds and cumulative sums, the executed and
 the simulated plan), DIR/validate_run_summary.csv (per policy: totals, error of the predicted total,
-per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png
-(figures/validate_run.py), and prints the table:
+per-step MAPE, ranks, the runs' min and max totals, spread) and DIR/figures/validate_run.png,
+and prints the table:
 per policy the error of the predicted total and the per-step MAPE, whether the measured and simulated
 rankings agree (over all pairs, and over the pairs whose repeated runs' min-max totals do not overlap: only
 those does the measurement order), and each dynamic policy's speed-up over the best static policy, measured
@@ -104,9 +104,11 @@ def _options(args):
     cost_model = args.cost_model or default_cost_model(out)
     check_cost_model_name(cost_model)
     if cost_model != "analytic" and not cost_model.endswith(".joblib"):
-        from paradyse_lab.costmodel.factory import build_cost_model
+        from paradyse_lab.costmodel.factory import build_cost_model, resolve_cost_model
 
-        build_cost_model(cost_model, spec, get_cluster(cluster or "a100-80gb-x8"), nproc, profiles or None)
+        planned_on = get_cluster(cluster or "a100-80gb-x8")
+        cost_model = resolve_cost_model(cost_model, planned_on)  # auto: what the report names
+        build_cost_model(cost_model, spec, planned_on, nproc, profiles or None)
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip()) or POLICIES
     for pol in policies:
         kind, _, arg = pol.partition(":")
@@ -118,9 +120,12 @@ def _options(args):
 
 
 def default_cost_model(out: Path) -> str:
-    """`calibrated` for a measured folder (its cluster.toml and profile.csv, what `calibrate` writes), else
-    `analytic`."""
-    return "calibrated" if (out / "cluster.toml").is_file() and (out / "profile.csv").is_file() else "analytic"
+    """`replay` for a measured folder with kernel tables beside its cluster.toml (what `calibrate --out DIR`
+    writes), `calibrated` for one with a profile.csv instead, else `auto` (replay where the cluster has bundled
+    tables, else analytic)."""
+    if (out / "cluster.toml").is_file() and (out / "kernels" / "gemm.csv").is_file():
+        return "replay"
+    return "calibrated" if (out / "cluster.toml").is_file() and (out / "profile.csv").is_file() else "auto"
 
 
 def output_folder(path: str) -> Path:

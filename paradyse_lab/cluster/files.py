@@ -129,6 +129,8 @@ def load_cluster_toml(path: str | Path, _bases: tuple = ()) -> ClusterSpec:
         raise UserInputError(
             f"{path.name} lacks {', '.join(absent)} (give them, or start from a preset with base = NAME)"
         )
+    if (path.parent / "kernels" / "gemm.csv").is_file():  # measured kernel tables beside the file
+        kw["kernels"] = str(path.parent / "kernels")
     return ClusterSpec(**kw)
 
 
@@ -291,7 +293,7 @@ def cluster_file(name_or_path: str) -> Path | None:
 def base_chain(name_or_path: str) -> list[Path]:
     """Every TOML file the cluster `name_or_path` is read from: its own file, then its `base` file, that file's
     base, ... (empty for a preset). A cluster's numbers depend on every file of the chain, so a result keyed
-    on the cluster is keyed on all of them (paradyse_lab/results/result_key.py). Stops at a preset, at a file that
+    on the cluster is keyed on all of them. Stops at a preset, at a file that
     cannot be read as TOML, and where the chain comes back to a file already in it (the loader refuses those)."""
     chain: list[Path] = []
     current = cluster_file(name_or_path)

@@ -1,15 +1,15 @@
 """A `ClusterSpec` from measurements: alpha-beta fits of the collectives, kernel efficiency curves, TOML.
 
-Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/calibrate.py), which measures and calls
+Library module of `paradyse-lab calibrate --out DIR`, which measures and calls
 `measured_cluster_toml` to write DIR/cluster.toml; `--cluster DIR/cluster.toml` then loads it
-(paradyse_lab/cluster/files.py `load_cluster_toml`). No torch here.
+(`load_cluster_toml`). No torch here.
 
 - Collectives: per kind, t(S) = alpha + f(op, p) S / busbw (formulas.collective_time_s, nccl-tests
   convention: S the buffer, f = 2(p-1)/p for all_reduce, (p-1)/p for the gathers and scatters, 1 for p2p)
   fitted by non-negative least squares over the measured (S, median seconds). The file then holds one
   latency per kind (`[alpha_us]`) and a flat size curve (the latency already carries the small-message
   penalty).
-- Across nodes (a run of several nodes, runtime/comm/nodes.py): the collectives above are measured inside one
+- Across nodes (a run of several nodes): the collectives above are measured inside one
   node, and the rails (one rank per node, every rail at once) give the network's line, the one
   formulas.inter_node_time_s prices: t(S) = alpha_step x steps(op, nodes) + f(op, nodes) S / bandwidth, one
   per-step latency and one bandwidth per GPU's NIC fitted over every kind measured (`fit_inter_node`); the file
@@ -18,10 +18,10 @@ Library module of `paradyse-lab calibrate --out DIR` (paradyse_lab/app/measure/c
   peak x efficiency is the measured rate. GEMM efficiency against the smallest dimension is the
   FLOP-weighted rate (total FLOPs / total seconds) of the GEMMs sharing that smallest dimension;
   attention efficiency against length, causal and not, the same over kernel calls.
-- The step terms of the analytic model (costmodel/analytic.py): the memory bandwidth of element-wise
+- The step terms of the analytic model: the memory bandwidth of element-wise
   operators at the model's activation sizes, the seconds of one operator dispatch in training, the fraction
   of a ring's point-to-point time that hides behind compute, and the runtime's dispatches and memory-bound
-  bytes counted per sub-layer, embedding / head and step epilogue (paradyse_lab/app/measure/step_counts.py)
+  bytes counted per sub-layer, embedding / head and step epilogue
   for `counted_model`.
 """
 

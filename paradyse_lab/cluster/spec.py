@@ -1,8 +1,8 @@
 """GPU node descriptions (`ClusterSpec`) for the analytic cost model, and `StrategyCalibration`, what it adds
 to the analytic model of one strategy.
 
-The presets and the sources of their numbers: paradyse_lab/cluster/presets.py; reading a cluster TOML file:
-paradyse_lab/cluster/files.py; from a `--cluster` name to a `ClusterSpec`: paradyse_lab/cluster/files.py. The
+The presets (with the sources of their numbers) and the reading of cluster TOML files and `--cluster` names
+live beside this type. The
 latency defaults (`alpha_base_s`, `alpha_step_s`, `inter_node_alpha_s`) are NCCL's tuning model constants
 [TUNE] (Mdl, docs/hardware.md).
 """
@@ -43,7 +43,7 @@ MAX_GPUS = 2**20
 
 @dataclass(frozen=True)
 class StrategyCalibration:
-    """What the analytic model misses for one strategy, fitted to measured times (costmodel/calibration.py).
+    """What the analytic model misses for one strategy, fitted to measured times.
 
     A sub-layer's calibrated time = compute_scale x its analytic compute time + comm_scale x its analytic
     exposed communication time + (layer_overhead_s + width_overhead_s x h) / 2, h the hidden size (a layer
@@ -162,7 +162,7 @@ class ClusterSpec:
     gpus_per_node: int = 0
     """GPUs of one node, joined by the `busbw_bytes_per_s` links (NVLink); 0: all `gpus` are one node. A cluster
     of several nodes has `gpus` = nodes x gpus_per_node, a power of two per node (groups are aligned
-    power-of-two blocks of ranks, paradyse_lab/core/step_groups.py), and an inter-node link (TOML `nodes`,
+    power-of-two blocks of ranks), and an inter-node link (TOML `nodes`,
     `gpus_per_node`)."""
     inter_node_bytes_per_s: float = 0.0
     """Bandwidth each GPU reaches to the other nodes through its own NIC (rail-aligned: one NIC per GPU), B/s
@@ -172,10 +172,19 @@ class ClusterSpec:
     charges 2.7 us per network step of a Ring LL collective [TUNE] (Mdl)."""
     step_counts: dict = field(default_factory=dict)
     """What the runtime launches and moves besides GEMMs, attention and collectives, counted by `calibrate`
-    at this cluster's world size (paradyse_lab/app/measure/step_counts.py): key "OPTION.attention" / "OPTION.mlp"
+    at this cluster's world size: key "OPTION.attention" / "OPTION.mlp"
     per strategy option, "fixed" (embedding, head, loss) and "optimizer" -> (launches, bytes_fixed,
     bytes_per_token); the analytic model prices them with `launch_s` and `hbm_bytes_per_s`. Empty for the
     presets."""
+    kernels: str = field(default="", compare=False)
+    """Folder of this machine's measured kernel tables (the replay cost model's): a cluster file's `kernels/`
+    folder beside it, as `calibrate --out DIR` writes them; '' for the presets (their bundled tables, if any)."""
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the cluster's devices are a CPU host's ranks (`calibrate` on a CPU names them 'cpu ...', a
+        training run's host cluster 'CPU, ...'): the runtime then runs the CPU's kernels and optimizer."""
+        return self.gpu_name.lower().startswith("cpu")
 
     @property
     def plan_budget_bytes(self) -> int:

@@ -4,7 +4,7 @@ The simple, deterministic way to split a global batch over the world (`train --g
 planner): the world's W ranks form W/G aligned groups of G ranks; item i of the batch goes to group i mod (W/G),
 so the groups' item counts differ by at most one (a group may be idle when the batch is smaller than W/G).
 Each item gets the plan `plan_of(item, G)` returns. A planner that sizes the groups per step produces the same
-`GroupedStep` type (paradyse_lab/core/step_groups.py) and replaces this module.
+`GroupedStep` type and replaces this module.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Hugging Face `config.json`'s architecture, checked once for every reader (`hf_architecture`):
-paradyse_lab/core/model_spec.py `load_hf_config` (`cost`, `plan`, `train --model config.json`) and the runtime's
-`GPTConfig.from_hf` (runtime/hf/convert.py) build their models from the same dict, so both accept and refuse the
+`load_hf_config` (`cost`, `plan`, `train --model config.json`) and the runtime's
+`GPTConfig.from_hf` build their models from the same dict, so both accept and refuse the
 same configs: GPT-2's layer and LLaMA's (Mistral's and Qwen2's are LLaMA's), with the rotary embeddings' settings
 read from either transformers layout (`hf_rope`).
 """
@@ -80,7 +80,7 @@ def hf_architecture(cfg: dict, where: str = "model config") -> dict:
     Refused with one line naming the field: other model types and activations, rotary scalings other than
     'llama3' ('linear', 'dynamic', 'yarn'...), Mistral's `sliding_window` and Qwen2's `use_sliding_window`,
     a `head_dim` other than hidden / heads, unequal attention and MLP biases; and every field read with
-    another JSON type or out of range (paradyse_lab/files/typed_json.py: a size is a JSON integer >= 1, a flag
+    another JSON type or out of range (a size is a JSON integer >= 1, a flag
     `true` / `false`, an epsilon or rotary base a number > 0, `num_key_value_heads` divides the heads), and
     every other typed field of a Hugging Face config with another JSON type, read or not (`check_field_types`);
     GPT-2 configs whose attention or embeddings differ from GPT-2's (`scale_attn_weights` false,

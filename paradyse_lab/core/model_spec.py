@@ -22,8 +22,8 @@ Sources of the presets:
 - `llama-tiny`: ours, a LLaMA-shaped model (RMSNorm, SwiGLU, RoPE, 8 heads sharing 2 K/V heads, untied
   head) small enough for CPU runs: `paradyse-lab train --model llama-tiny`.
 
-A model may also be a Hugging Face `config.json` (`get_model`, `load_hf_config`), its architecture checked by
-paradyse_lab/core/hf_architecture.py.
+A model may also be a Hugging Face `config.json` (`get_model`, `load_hf_config`), its architecture checked
+(`hf_architecture`).
 """
 
 from __future__ import annotations
@@ -176,6 +176,12 @@ PRESETS: dict[str, ModelSpec] = {
             name="llama3-70b", hidden=8192, heads=64, kv_heads=8, layers=80, ffn_hidden=28672,
             ffn_kind="swiglu", norm="rmsnorm", bias=False, vocab_size=128256, max_positions=0, tied=False,
             rope_theta=500000.0, norm_eps=1e-5, source="HF meta-llama/Meta-Llama-3-70B config.json",
+        ),
+        ModelSpec(
+            name="qwen2-7b", hidden=3584, heads=28, kv_heads=4, layers=28, ffn_hidden=18944,
+            ffn_kind="swiglu", norm="rmsnorm", bias=False, qkv_bias=True, vocab_size=152064, max_positions=0,
+            tied=False, rope_theta=1000000.0, norm_eps=1e-6, source="HF Qwen/Qwen2-7B config.json (hidden_size "
+            "3584, 28 heads, 4 key_value heads, 28 layers, intermediate_size 18944, vocab 152064, rope_theta 1e6)",
         ),
         replace(_paper("llama-gqa8", 8192, 64, 8, True, "the paper's llama (Table 4) with 8 K/V heads "
                        "(LLaMA-2/3-70B's grouped-query attention); 8 of 80 layers"), kv_heads=8),

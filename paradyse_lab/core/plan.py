@@ -1,9 +1,9 @@
 """`Plan`: the one type a plan has from the policy that chooses it to the layers that run it.
 
 A solver answers in the names of its `SearchProblem` (`Solution.plan`, a JSON-ready tuple of strings); the
-policy that asked (simulator/policies.py) turns that answer into a `Plan` once, and the `Plan` travels
-unchanged: in the policy's `StepPlan`, broadcast from rank 0 to every rank (runtime/training/plan_handoff.py
-`decide_plan_on_rank0`), to `paradyse_lab.runtime.model.parallel_gpt.ParallelGPT.forward`, which runs sub-layer k of
+policy that asked turns that answer into a `Plan` once, and the `Plan` travels
+unchanged: in the policy's `StepPlan`, broadcast from rank 0 to every rank
+(`decide_plan_on_rank0`), to `paradyse_lab.runtime.model.parallel_gpt.ParallelGPT.forward`, which runs sub-layer k of
 layer l with
 `plan.layer_options(L)[l][k]`. A plan carries its granularity, so nothing downstream guesses it from the plan's
 length.

@@ -1,4 +1,4 @@
-"""The value checks of `SearchProblem`'s fields (paradyse_lab/core/search_problem.py), each raising a `UserInputError`
+"""The value checks of `SearchProblem`'s fields, each raising a `UserInputError`
 that names the field and the allowed values: [rows, cols] matrices of finite values >= 0 (`matrix`: float64
 seconds or exact int64 bytes), byte counts from 0 to 2**63 - 1 (`nonneg_int`), finite seconds >= 0
 (`finite_seconds`). A JSON document may hold integers of any size: the checks name those past int64 or float64

@@ -78,7 +78,7 @@ class SearchProblem:
     host_bytes: np.ndarray | None = field(default=None, compare=False)
     """[L, O] int64 or None: activation bytes each choice moves to host memory (`+offload`). Information for the
     memory breakdown, not a constraint: a problem offers offload only where it keeps every plan within the host
-    memory (costmodel/lowering.py `host_limited`)."""
+    memory (`host_limited`)."""
     layers: InitVar[int | None] = None
     """L when the caller states it (the JSON form's `layers`): time_s must then have L rows."""
 

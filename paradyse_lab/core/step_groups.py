@@ -23,9 +23,11 @@ same, exact (small instances); paradyse: one group of all GPUs with per-layer pl
 each item on the smallest group that fits it, groups shared in proportion to the work, greedy balance (one
 split per step: not Megatron's scheduler, which is `megatron`); static: one group of all GPUs, one strategy."""
 ROUND_GROUP_POLICIES = ("rounds", "rounds-exact", "megatron")
-"""A step as rounds of splits run one after another (simulated only). rounds: ours, per-layer plans (greedy);
-rounds-exact: the same, exact (small instances); megatron: Megatron-Core's dynamic context-parallel scheduler,
-one strategy."""
+"""A step as rounds of splits run one after another (`StepRounds`). rounds: ours, per-layer
+plans (greedy); rounds-exact: the same, exact (small instances); megatron: Megatron-Core's dynamic
+context-parallel scheduler, one strategy (simulated only: its per-rank length is chosen on held-out batches)."""
+TRAIN_GROUP_POLICIES = (*GROUP_POLICIES, "rounds", "rounds-exact")
+"""The group policies `train --global-batch --groups` takes: the one-split ones and ours with rounds."""
 PER_LAYER_GROUP_POLICIES = ("sized", "sized-exact", "paradyse", "rounds", "rounds-exact")
 """The group policies that plan each item with a solver (`--policy dynamic:SOLVER`); the others run one strategy
 (`--policy static:NAME`)."""

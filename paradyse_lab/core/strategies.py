@@ -2,19 +2,21 @@
 
 Every usable strategy shards the sequence over the p GPUs of the node and reads the unified layout
 (docs/paper.md section 3), so a plan may switch strategy at any layer boundary without moving bytes.
-Activation recomputation of a layer is an orthogonal option, and so are the two long-context techniques: a
-`StrategyOption` is a strategy plus up to three flags, written `NAME[+recompute][+tiled][+offload]`:
+Activation recomputation of a layer is an orthogonal option, and so are the long-context techniques: a
+`StrategyOption` is a strategy plus up to four flags, written `NAME[+recompute][+tiled][+headchunk][+offload]`:
 `+recompute` keeps only each sub-layer's input, `+tiled` runs the MLP over chunks of the sequence with
-recomputation (ALST's TiledMLP), `+offload` moves what each sub-layer keeps to host memory until its backward
-(docs/tiled_mlp_and_offload.md says what each keeps, moves and costs).
+recomputation (ALST's TiledMLP), `+headchunk` runs the attention over chunks of heads so that one chunk's
+head-sharded q, k, v and output are live at a time (UPipe's idea; only where the catalog entry has
+`head_chunks`), `+offload` moves what each sub-layer keeps to host memory until its backward
+(docs/tiled_mlp_and_offload.md and docs/head_chunked_attention.md say what each keeps, moves and costs).
 
 The catalog entry is the one home of a strategy: its name, label, abbreviation, colour, layout, the key of
-its cost-model schedule (`costmodel/strategy_work.py` `SCHEDULES`) and the name of its runtime module
-(`runtime/model/parallel_gpt.py` `STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
+its cost-model schedule (`SCHEDULES`) and the name of its runtime module
+(`STRATEGY_MODULES` imports it; this layer never imports the runtime). Adding a strategy
 is one entry here, one schedule function and one runtime module. See them with `paradyse-lab catalog strategies`.
 
 Grouped-query attention (kv_heads K/V heads shared by heads / kv_heads query heads each), one rule for the
-catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
+catalog, the cost model and the runtime:
 - megatron_cz (ring attention): any kv_heads dividing heads; the ring passes only the K/V heads, so its
   K/V traffic (and dK/dV) scales by kv_heads / heads.
 - ulysses_z: heads % p == 0 and (kv_heads % p == 0 or p % kv_heads == 0). When kv_heads < p each K/V head
@@ -23,14 +25,16 @@ catalog, the cost model (costmodel/strategy_work.py) and the runtime (runtime/):
   all-to-all back.
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
-Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards
-(runtime/model/weight_shards.py). These rules bind attention sub-layers only: a plan that gives each sub-layer its own
+- ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
+  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
+Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
+These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
 from paradyse_lab.core.model_spec import ModelSpec
@@ -39,11 +43,12 @@ from paradyse_lab.errors import UserInputError, unknown_name
 RECOMPUTE_SUFFIX = "+recompute"
 TILED_SUFFIX = "+tiled"
 OFFLOAD_SUFFIX = "+offload"
-OPTION_FLAGS = ("recompute", "tiled", "offload")
-"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+offload`)."""
+HEADCHUNK_SUFFIX = "+headchunk"
+OPTION_FLAGS = ("recompute", "tiled", "headchunk", "offload")
+"""The flags of a `StrategyOption`, in the order its name writes them (`NAME+recompute+tiled+headchunk+offload`)."""
 UNIFIED_LAYOUT = "unified"
 """The layout every catalog strategy reads and writes between layers: [b, s/p, h] per rank in zig-zag chunk
-order (runtime/model/layout.py)."""
+order."""
 
 
 def layout_unit(p: int) -> int:
@@ -102,7 +107,13 @@ class Strategy:
     schedule: str = ""
     """Key of its per-rank work in `paradyse_lab.costmodel.strategy_work.SCHEDULES`."""
     runtime_module: str = ""
-    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by runtime/model/parallel_gpt.py."""
+    """Module implementing it in the runtime (its `ATTENTION` and `MLP`), resolved by `ParallelGPT`."""
+    head_chunks: str = ""
+    """'yes' when its attention can run one chunk of heads at a time (`+headchunk`; the runtime module then has
+    `HEAD_CHUNKED_ATTENTION`); otherwise why not, the sentence a refused `+headchunk` option names."""
+    head_degree: int = 0
+    """Two-dimensional strategies: the ranks a of each head-parallel (all-to-all) group of the p = a x b split,
+    the other b = p / a ranks forming the ring; 0 for the one-dimensional strategies."""
 
     def __post_init__(self):
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
@@ -126,6 +137,10 @@ class Strategy:
         asks about the whole layer."""
         if not self.usable:
             return f"not usable: {self.unusable_reason}"
+        if self.head_degree and p % self.head_degree:
+            valid = ", ".join(str(a) for a in HEAD_DEGREES if p % a == 0) or "none"
+            return (f"p ({p}) must be divisible by the head degree a ({self.head_degree}) of the a x b split "
+                    f"(catalog head degrees that divide it: {valid})")
         unit = layout_unit(p) if (self.ring_attention and model.causal) else p
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
@@ -141,20 +156,43 @@ class Strategy:
         return None
 
     def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
-        """The heads and grouped-query rules of the module docstring."""
-        if self.splits_heads and model.heads % p:
-            return f"heads ({model.heads}) must be divisible by p ({p})"
+        """The heads and grouped-query rules of the module docstring (a two-dimensional strategy's with its head
+        degree a in place of p)."""
+        n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
+        if self.splits_heads and model.heads % n:
+            return f"heads ({model.heads}) must be divisible by {what} ({n})"
         kv = model.kv_heads
+        if self.kv_heads_rule == "replicate" and kv % n and n % kv:
+            return (f"kv_heads ({kv}) must be divisible by {what} ({n}) or divide it (each K/V head is then "
+                    f"replicated {'a' if self.head_degree else 'p'} / kv_heads times before the all-to-all)")
         if self.kv_heads_rule == "split" and kv % p:
             return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
                     "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
-        if self.kv_heads_rule == "replicate" and kv % p and p % kv:
-            return (f"kv_heads ({kv}) must be divisible by p ({p}) or divide it (each K/V head is then replicated "
-                    f"p / kv_heads times before the all-to-all)")
         if model.kv_hidden % p:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
         return None
+
+
+HEAD_DEGREES = (1, 2, 4, 8)
+"""Head degrees a of the catalog's Ulysses x ring entries (`ulysses_ring:a`), each usable where a divides p:
+every factorisation of an 8-GPU node (1 x 8, 2 x 4, 4 x 2, 8 x 1) and of the groups below it. The ends are the
+1-D strategies' communication (a = 1 megatron_cz's ring, a = p ulysses_z's all-to-all) with ulysses_z's kept
+set (the attention output in both layouts)."""
+ULYSSES_RING_COLORS = {1: "#bcbd22", 2: "#9467bd", 4: "#8c564b", 8: "#e377c2"}
+
+
+def _ulysses_ring(a: int) -> Strategy:
+    """The Ulysses x ring entry of head degree a (USP, Fang and Zhao, arXiv 2405.07719): all-to-all over heads
+    inside groups of a consecutive ranks, zig-zag ring attention over the p / a groups, ZeRO-3 weights over p."""
+    return Strategy(
+        f"ulysses_ring:{a}", f"Ulysses{a}xRing",
+        attention=f"all-to-all over heads in groups of {a} ranks, zig-zag ring attention over p/{a} groups",
+        mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+        splits_heads=True, ring_attention=True, kv_heads_rule="replicate",
+        abbreviation=f"U{a}", color=ULYSSES_RING_COLORS[a], schedule="ulysses_ring",
+        runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a,
+    )
 
 
 CATALOG: dict[str, Strategy] = {
@@ -167,6 +205,8 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=True, ring_attention=False, kv_heads_rule="split",
             abbreviation="TS", color="#1f77b4", schedule="megatron_ts",
             runtime_module="paradyse_lab.runtime.strategies.megatron_ts",
+            head_chunks="its gathered input and output partial [s, h] are shared by every head, so chunks of heads "
+            "would leave its largest buffers whole (not offered)",
         ),
         Strategy(
             "megatron_cz", "MegatronCZ",
@@ -175,6 +215,7 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=False, ring_attention=True,
             abbreviation="CZ", color="#ff7f0e", schedule="megatron_cz",
             runtime_module="paradyse_lab.runtime.strategies.megatron_cz",
+            head_chunks="ring attention never gathers the sequence: it holds one K/V block of s/p tokens at a time",
         ),
         Strategy(
             "ulysses_z", "UlyssesZ",
@@ -182,7 +223,7 @@ CATALOG: dict[str, Strategy] = {
             mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
             splits_heads=True, ring_attention=False, kv_heads_rule="replicate",
             abbreviation="UZ", color="#2ca02c", schedule="ulysses_z",
-            runtime_module="paradyse_lab.runtime.strategies.ulysses_z",
+            runtime_module="paradyse_lab.runtime.strategies.ulysses_z", head_chunks="yes",
         ),
         Strategy(
             "metp", "METP",
@@ -191,6 +232,7 @@ CATALOG: dict[str, Strategy] = {
             splits_heads=True, ring_attention=True, kv_heads_rule="split",
             abbreviation="ME", color="#d62728", schedule="metp",
             runtime_module="paradyse_lab.runtime.strategies.metp",
+            head_chunks="its attention is a ring per head group: it holds one K/V block of s/p tokens at a time",
         ),
         Strategy(
             "colossal_z", "ColossalZ",
@@ -203,7 +245,11 @@ CATALOG: dict[str, Strategy] = {
     )
 }
 USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
-"""The strategies plans are made of, in the paper's order."""
+"""The strategies plans are made of, in the paper's order (one-dimensional: each spans all p ranks)."""
+CATALOG.update({s.name: s for s in map(_ulysses_ring, HEAD_DEGREES)})
+TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree)
+"""The two-dimensional strategies (p = a x b), offered beside `USABLE` where the question does not name its
+options (`cost`, `plan`); the paper's reproduction keeps to `USABLE`."""
 
 
 @dataclass(frozen=True)
@@ -216,15 +262,23 @@ class StrategyOption:
     """Keep only the sub-layer input and recompute the rest in the backward pass."""
     tiled: bool = False
     """Run the MLP sub-layer over chunks of the sequence, keeping only its input and recomputing each chunk in
-    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996; runtime/strategies/tiled_mlp.py): its [tokens, ffn]
+    the backward (ALST's TiledMLP, Bekman et al., arXiv 2506.13996): its [tokens, ffn]
     intermediates exist one chunk at a time. An attention sub-layer ignores it."""
     offload: bool = False
     """Copy what each sub-layer keeps for the backward to host memory during the forward and bring it back for
-    the backward (runtime/strategies/offload.py)."""
+    the backward."""
+    headchunk: bool = False
+    """Run the attention sub-layer over chunks of heads, one query head per rank at a time, so that only one
+    chunk's head-sharded q, k, v and output are live (UPipe's head-wise chunking, arXiv 2602.21196). Only for
+    strategies whose catalog entry has `head_chunks` 'yes'; an MLP ignores it."""
 
     def __post_init__(self):
         if self.strategy not in CATALOG:
             raise unknown_name("strategy", self.strategy, CATALOG)
+        why = CATALOG[self.strategy].head_chunks
+        if self.headchunk and why != "yes":
+            offered = ", ".join(n for n, s in CATALOG.items() if s.head_chunks == "yes")
+            raise UserInputError(f"strategy {self.strategy}+headchunk: {why}; +headchunk is offered by {offered}")
 
     @cached_property
     def name(self) -> str:
@@ -234,14 +288,15 @@ class StrategyOption:
 
     @classmethod
     def parse(cls, text: str) -> StrategyOption:
-        """Read `NAME[+recompute][+tiled][+offload]` (the flags in that order, each once)."""
+        """Read `NAME[+recompute][+tiled][+headchunk][+offload]` (the flags in that order, each once)."""
         return _parse_option(text)
 
     def runs(self, kinds) -> bool:
         """Whether the option is a decision of its own over sub-layers of `kinds` ('attention', 'mlp'): `+tiled`
-        acts on an MLP only, and on an MLP alone `+recompute+tiled` is `+tiled` (the tiled MLP recomputes
-        anyway), so at sub-layer granularity a flag that changes nothing is not offered twice."""
-        if self.tiled and "mlp" not in kinds:
+        acts on an MLP only, `+headchunk` on an attention only, and on an MLP alone `+recompute+tiled` is `+tiled`
+        (the tiled MLP recomputes anyway), so at sub-layer granularity a flag that changes nothing is not offered
+        twice."""
+        if (self.tiled and "mlp" not in kinds) or (self.headchunk and "attention" not in kinds):
             return False
         return not (self.tiled and self.recompute and "attention" not in kinds)
 
@@ -267,13 +322,16 @@ def get_strategy(name: str) -> Strategy:
 
 
 def options(strategies=USABLE, recompute: bool = False, tiled: bool = False,
-            offload: bool = False) -> tuple[StrategyOption, ...]:
+            offload: bool = False, headchunk: bool = False) -> tuple[StrategyOption, ...]:
     """The options of a search: each strategy; with `recompute` also each one recomputed; with `tiled` each one
-    with the tiled MLP (and recomputed with it, with `recompute`); with `offload` every one of those again with
-    activation offload."""
+    with the tiled MLP (and recomputed with it, with `recompute`); with `headchunk` each of those of a strategy
+    that offers it again with head-chunked attention; with `offload` every one of those again with activation
+    offload."""
     kept = [False, True] if recompute else [False]
     flags = [(r, False) for r in kept] + ([(r, True) for r in kept] if tiled else [])
     out = [StrategyOption(s, recompute=r, tiled=t) for r, t in flags for s in strategies]
+    if headchunk:
+        out += [replace(o, headchunk=True) for o in out if CATALOG[o.strategy].head_chunks == "yes"]
     if offload:
-        out += [StrategyOption(o.strategy, o.recompute, o.tiled, offload=True) for o in out]
+        out += [replace(o, offload=True) for o in out]
     return tuple(out)

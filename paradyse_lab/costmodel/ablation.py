@@ -11,7 +11,7 @@ Models are fitted on the training rows of every curve together (one regressor pe
 scored on the held-out rows, which are what the profile measured (so a perfect model still shows the
 profile's noise; see synthetic.py for the bundled profile's). The analytic model needs no fitting and is
 scored on the same rows. `calibrated` (the analytic model with its four parameters per strategy fitted on
-the training rows, costmodel/calibration.py) is scored like a learned model. MAPE is a fraction: mean
+the training rows) is scored like a learned model. MAPE is a fraction: mean
 |predicted - measured| / measured. Time MAPE is also reported per length band (`calibration.LENGTH_BANDS`).
 
 `leave_one_shape_out` (calibration.py) is the other test: calibrate on every model shape of the profile but

@@ -5,12 +5,12 @@ alpha-beta per collective (formulas.py); ring point-to-point overlapped with the
 (formulas.ring_overlap_s); memory from the tensors each strategy keeps (strategy_work.py); activation offload's
 copies over the host link overlapped with each phase's compute (techniques.py).
 
-When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by costmodel/calibration.py), each
+When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by `fit_calibration`), each
 calibrated strategy's time is re-weighted from these parts (`StrategyCalibration.time_s`) and the model
 calls itself `calibrated`; memory is never calibrated.
 
-On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`,
-paradyse_lab/app/measure/step_counts.py), what the runtime does besides GEMMs, attention kernels and collectives is
+On a measured cluster whose `step_counts` were counted for this model at this p (`paradyse-lab calibrate`),
+what the runtime does besides GEMMs, attention kernels and collectives is
 priced from those counts instead of the schedule's element-wise formula: launches x `runtime_launch_s` + counted
 bytes / `hbm_bytes_per_s`, per sub-layer, for the embedding and head (`fixed`), and for what a training step runs
 after its backward (`FixedCost.optimizer_s`: gradient norm, AdamW, finite check, a launch at `launch_s`, or
@@ -86,8 +86,8 @@ class AnalyticCostModel:
         return launches * launch_s + max(0.0, bytes_fixed + bytes_per_token * tokens) / bandwidth
 
     def step_calls_s(self) -> float:
-        """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists
-        (runtime/training/plan_handoff.py, runtime/training/step.py): the plan's broadcast from rank 0
+        """Seconds of the latency-bound calls of a training step that no sub-layer or head schedule lists:
+        the plan's broadcast from rank 0
         (broadcast_object_list: its
         length, then its pickled bytes, `PLAN_PICKLE_BYTES`) and the all-reduces of one fp32 number of the
         gradient norm and of the finite-weights check. Charged with the optimizer step, on measured clusters only
@@ -99,13 +99,14 @@ class AnalyticCostModel:
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
         ranks reach a collective from compute; 0 but on measured clusters)."""
-        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks)
+        per_node = max(1, self.cluster.node_gpus // call.stride) if call.stride > 1 else None  # a strided group
+        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks, per_node)
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """Cost of one sub-layer ('attention' or 'mlp') under `option`, per rank, one training step.
 
-        `segments`: the documents of a packed step of seq_len tokens (costmodel/packed.py)."""
+        `segments`: the documents of a packed step of seq_len tokens."""
         key = (kind, option, seq_len, batch, segments)
         if key in self._cache:
             return self._cache[key]

@@ -2,8 +2,10 @@
 
 Names (`COST_MODEL_NAMES`, what `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept, or a
 `.joblib` file written by `FittedProfiles.save`): `analytic` (analytic.py), `paper` (the authors' measured
-A100 times, paper.py), `calibrated` (the analytic model calibrated on a profile, calibration.py) and the
-learned kinds `LEARNED_KINDS` (regressors.py, fitted by learned_fit.py, answered by learned_model.py).
+A100 times, paper.py), `calibrated` (the analytic model calibrated on a profile, calibration.py), `replay`
+(the runtime's traced operations priced on the machine's kernel tables, replay/model.py), `auto` (replay where
+the cluster has kernel tables, else analytic: `resolve_cost_model`) and the learned kinds `LEARNED_KINDS`
+(regressors.py, fitted by learned_fit.py, answered by learned_model.py).
 
 Example: `paradyse-lab cost --model gpt --seq 4K --cost-model calibrated`.
 """
@@ -20,13 +22,23 @@ from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
+from paradyse_lab.costmodel.replay.model import ReplayCostModel, trace_source_installed
+from paradyse_lab.costmodel.replay.tables import replay_inputs
 from paradyse_lab.errors import UserInputError, unknown_name
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a profile is read: never for `analytic` or `paper`
     import pandas as pd
 
 __all__ = ["COST_MODEL_NAMES", "LEARNED_KINDS", "build_cost_model", "calibrate_on_file", "calibration_profile",
-           "check_profile_device", "cost_model_label", "needs_profile"]
+           "check_profile_device", "cost_model_label", "needs_profile", "priced_by", "resolve_cost_model"]
+
+
+def resolve_cost_model(name: str, cluster: ClusterSpec) -> str:
+    """The cost model `name` stands for on `cluster`: `auto` is `replay` where the cluster has kernel tables and
+    host costs (and the runtime's tracer is installed), else `analytic`; any other name itself."""
+    if name != "auto":
+        return name
+    return "replay" if trace_source_installed() and not isinstance(replay_inputs(cluster), str) else "analytic"
 
 
 def needs_profile(name: str, cluster: ClusterSpec) -> bool:
@@ -74,17 +86,30 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
                      profiles: str | Path | None = None):
     """A cost model by name (`COST_MODEL_NAMES`) or from a .joblib file (`FittedProfiles.save`):
 
+    - `auto`: `replay` where the cluster has kernel tables, else `analytic` (`resolve_cost_model`);
     - `analytic`: the analytic model of `cluster` (calibrated if the cluster file carries a calibration);
-    - `paper`: the authors' measured A100 times (costmodel/paper.py), memory analytic;
+    - `replay`: the runtime's traced operations priced on the cluster's kernel tables;
+    - `paper`: the authors' measured A100 times, memory analytic;
     - `calibrated`: the analytic model with the cluster's calibration, or, when the cluster has none, one
-      fitted on `profiles` (default: the device's bundled profile; costmodel/calibration.py);
+      fitted on `profiles` (default: the device's bundled profile);
     - the learned kinds, fitted on `profiles` (default: the device's bundled profile).
 
     learned_fit and learned_model (scikit-learn, scipy, joblib) are imported only when a learned model is asked
     for.
     """
+    asked, name = name, resolve_cost_model(name, cluster)
     if name == "analytic":
-        return AnalyticCostModel(model, cluster, p)
+        cm = AnalyticCostModel(model, cluster, p)
+        if asked == "auto":  # labelled with why the replay model does not price this cluster
+            why = replay_inputs(cluster) if trace_source_installed() else "the runtime's tracer is not installed"
+            cm.label = f"{cm.label} (auto: {why})"
+        return cm
+    if name == "replay":
+        found = replay_inputs(cluster)
+        if isinstance(found, str):
+            raise UserInputError(f"cost model 'replay' on {cluster.name}: {found}; use --cost-model analytic, or "
+                                 "measure tables with `calibrate --out DIR` and pass --cluster DIR/cluster.toml")
+        return ReplayCostModel(model, cluster, p, *found)
     if name == "paper":
         return PaperCostModel(model, cluster, p)
     if name == "calibrated":
@@ -115,6 +140,16 @@ def _learned_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: in
     return LearnedCostModel(fitted, model, cluster, p)
 
 
+def priced_by(cm) -> dict[str, str]:
+    """Which model priced each kind of number `cm` answers: the layers' time, memory, and the embedding and head
+    (the replay and paper models price the layers' time only; the rest is the analytic model's)."""
+    name = getattr(cm, "name", type(cm).__name__)
+    if name in ("replay", "paper"):
+        return {"layer_time": name, "memory": "analytic", "embedding_and_head": "analytic"}
+    return dict.fromkeys(("layer_time", "memory", "embedding_and_head"), name)
+
+
 def cost_model_label(cm) -> str:
-    """How results name a cost model: `analytic`, or `hybrid (profile source=analytic)`."""
+    """How results name a cost model: `analytic`, `replay (bundled h100-80gb-x8 tables; ...)`, or
+    `hybrid (profile source=analytic)`."""
     return getattr(cm, "label", getattr(cm, "name", type(cm).__name__))

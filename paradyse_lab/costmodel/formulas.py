@@ -36,13 +36,13 @@ GEMM_BWD_OVER_FWD = 2.0
 GRAD_REDUCE_BYTES = 4
 """Bytes per element of every parameter gradient summed over ranks: fp32 whatever the model dtype, as Megatron-LM's
 `grad_reduce_in_fp32` and PyTorch FSDP2's `MixedPrecisionPolicy(reduce_dtype=torch.float32)` reduce them
-(runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE` names both sources): a 16-bit gradient is copied into an fp32
+(`GRAD_REDUCE_DTYPE` names both sources): a 16-bit gradient is copied into an fp32
 buffer just before its reduce-scatter, all-reduce or point-to-point reduction (its bytes sent are the fp32
 buffer's), and the sum is rounded once to the model dtype, one bucket of at most `GRAD_BUCKET_ELEMENTS` at a
 time where the gradient is large (a ZeRO-3 sub-layer's, the embedding's) or as it is where it is a point-to-point
 partial (METP) or already an fp32 sum (the tiled MLP's). In fp32 training nothing changes."""
 GRAD_BUCKET_ELEMENTS = 40_000_000
-"""Elements per fp32 bucket of a gradient reduction (runtime/comm/grad_reduce.py `all_reduce_grads`,
+"""Elements per fp32 bucket of a gradient reduction (`all_reduce_grads`,
 `reduce_scatter_grads` read it from here): Megatron-LM's default bucket size (max(40000000, 1000000 * dp_size)
 parameters, `DistributedDataParallelConfig.bucket_size`), so that the fp32 copy of a large gradient (a vocabulary
 embedding) exists one bucket at a time."""
@@ -56,7 +56,7 @@ def grad_copy_bytes(model: ModelSpec) -> int:
 
 def grad_all_reduces(elements: int, p: int, bucket: int = GRAD_BUCKET_ELEMENTS) -> list[CollectiveCall]:
     """The fp32 all-reduces of `elements` replicated gradient elements over p ranks, cut into buckets of at most
-    `bucket` elements (runtime/comm/grad_reduce.py `all_reduce_grads`): the full buckets, then the remainder."""
+    `bucket` elements (`all_reduce_grads`): the full buckets, then the remainder."""
     full, rest = divmod(elements, bucket)
     return [CollectiveCall("all_reduce", n * GRAD_REDUCE_BYTES, p, k)
             for n, k in ((bucket, full), (rest, 1 if rest else 0)) if k]
@@ -64,7 +64,7 @@ def grad_all_reduces(elements: int, p: int, bucket: int = GRAD_BUCKET_ELEMENTS) 
 
 def reduce_scatter_bucket_bytes(model: ModelSpec, shard_elements: int, p: int) -> int:
     """Transient bytes of the fp32 reduce-scatter of a rank-major [p, shard_elements] 16-bit gradient
-    (runtime/comm/grad_reduce.py `reduce_scatter_grads`): one fp32 bucket of [p, c] columns and its [c] output,
+    (`reduce_scatter_grads`): one fp32 bucket of [p, c] columns and its [c] output,
     c = min(shard_elements, GRAD_BUCKET_ELEMENTS // p); nothing for fp32 (reduced as it is) or on one rank."""
     if p == 1 or not grad_copy_bytes(model):
         return 0
@@ -82,6 +82,25 @@ def model_state_bytes_per_param(model: ModelSpec) -> int:
     """Bytes of weights, gradients and Adam states per parameter (16 either way, named above)."""
     table = FP32_ADAM_BYTES_PER_PARAM if model.dtype == "fp32" else MIXED_PRECISION_ADAM_BYTES_PER_PARAM
     return sum(table.values())
+
+
+def optimizer_temporary_bytes(model: ModelSpec, on_cpu: bool) -> int:
+    """Working memory of the optimizer step beyond the model states. CUDA runs AdamW fused (one kernel per
+    parameter group, no temporaries). On the CPU PyTorch's AdamW runs its single-tensor loop (no fused or
+    multi-tensor kernel there), which for each parameter makes `exp_avg_sq.sqrt()` and its quotient by the bias
+    correction (`denom`) before the in-place update, while the previous parameter's `denom` is still bound: two
+    tensors of one parameter's size and one of the one before it alive at once (torch/optim/adam.py
+    `_single_tensor_adam`). Bounded here by twice the largest unsharded trained tensor plus the next largest
+    (the embedding, learned positions or untied head [rows, h], and every layer's weights)."""
+    if not on_cpu:
+        return 0
+    h, d = model.hidden, model.hidden // model.heads
+    ffn_rows = 2 * model.ffn_hidden if model.ffn_kind == "swiglu" else model.ffn_hidden
+    rows = [h + 2 * model.kv_heads * d, h, ffn_rows, model.ffn_hidden] * model.layers
+    if model.embedding_and_head:
+        rows += [model.vocab_size, model.max_positions] + ([] if model.tied else [model.vocab_size])
+    largest, second = sorted(rows, reverse=True)[:2] if len(rows) > 1 else (rows[0], 0)
+    return (2 * largest + second) * h * model.dtype_bytes
 
 
 def norm_params(model: ModelSpec) -> int:

@@ -1,12 +1,12 @@
-"""Model states of a grouped step (a global batch split over groups of ranks, paradyse_lab/core/step_groups.py):
+"""Model states of a grouped step (a global batch split over groups of ranks):
 what a rank keeps and sends so that every group trains under its own plan while the states stay in one
-layout over the whole world (docs/grouped_steps.md, the runtime in runtime/training/grouped.py).
+layout over the whole world (docs/grouped_steps.md).
 
 The world layout: every sub-layer matrix is stored as the unified layout's 1/W row shards (W = world size,
 one block per rank, docs/paper.md section 3); norms, output biases, embeddings and head replicated. A step whose
 smallest group has g_min ranks uses the data-parallel dimension of the (W/g_min x g_min) device mesh, d = W/g_min
 ranks (one per g_min-block), for three collectives, each counted here under the runtime's convention
-(runtime/comm/record.py: all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
+(all-gather and reduce-scatter S(n-1)/n, all-reduce 2S(n-1)/n):
 - all-gather of the flat world shards of every sharded matrix (F = P_s/W elements) -> [d, F];
 - reduce-scatter of the gradients laid out the same way -> [F], in fp32 (`formulas.GRAD_REDUCE_BYTES`);
 - all-reduce of the replicated gradients (R elements) in fp32 buckets (`formulas.grad_all_reduces`), and one of
@@ -87,7 +87,7 @@ def grouped_state_kept_bytes(model: ModelSpec, world: int, size: int, sizes: Seq
 
 def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> dict[str, int]:
     """Bytes a rank allocates in the step's reduce phase (after the backward, its activations freed), at its peak
-    (runtime/training/grouped.py `reduce_step_grads`): 'world_grads', the gradients of the world shards and of the
+    (`reduce_step_grads`): 'world_grads', the gradients of the world shards and of the
     replicated tensors, which are views of the phase's two buffers (the reduce-scatter's [F] output and the [R]
     all-reduce buffer) and part of the model states counted at p = W; with one group of the whole world its
     gradients, sharded and replicated, are the group's own (nothing new). 'transient': what the
@@ -105,3 +105,32 @@ def reduce_phase_bytes(model: ModelSpec, world: int, sizes: Sequence[int]) -> di
     flat = elements * e
     scatter = d * flat + reduce_scatter_bucket_bytes(model, elements, d) - replicated
     return {"world_grads": flat + replicated, "transient": max(0, scatter, replicated_bucket)}
+
+
+def rounds_reduce_width(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> int:
+    """d of a step of rounds (each round's group sizes): the widest of its rounds' `data_parallel_width`, the
+    "dp" group the runtime reduces the whole step's gradients over, once."""
+    return max(data_parallel_width(world, sizes, model) for sizes in rounds)
+
+
+def rounds_state_sent_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Bytes one rank sends for the states of a step of rounds (each round's group sizes), by op: every round's
+    own all-gather of its group shards, then one reduce-scatter and one all-reduce (and the loss's) at the
+    widest round's width (`rounds_reduce_width`). One round: `grouped_state_sent_bytes`."""
+    d = rounds_reduce_width(model, world, rounds)
+    reduce = grouped_state_sent_bytes(model, world, (world // d,) * d)  # a split of width d
+    gather = sum(grouped_state_sent_bytes(model, world, sizes).get("all_gather", 0) for sizes in rounds)
+    out = {"all_gather": gather, **{op: n for op, n in reduce.items() if op != "all_gather"}}
+    return {op: n for op, n in out.items() if n}
+
+
+def rounds_held_bytes(model: ModelSpec, world: int, rounds: Sequence[Sequence[int]]) -> int:
+    """Bytes a rank holds from its first round's end to the step's reduction when a step has several rounds:
+    the [d, F] buffer of the step's sharded gradients and (at most) the [R] one of its replicated gradients, in the
+    reduction dtype (fp32, `formulas.GRAD_REDUCE_BYTES`, for 16-bit models); none with one round (its reduce
+    phase is `reduce_phase_bytes`) or when every round is one group of the whole world (d = 1)."""
+    d = rounds_reduce_width(model, world, rounds)
+    if len(rounds) == 1 or d == 1:
+        return 0
+    e = max(model.dtype_bytes, GRAD_REDUCE_BYTES)
+    return (d * (sharded_total(model) // world) + replicated_total(model)) * e

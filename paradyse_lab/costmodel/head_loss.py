@@ -1,6 +1,6 @@
 """Head and loss options: the whole head (the logits [t, V] in fp32 kept for the backward) or the tiled loss.
 
-The tiled loss (runtime/model/tiled_loss.py; ALST's sequence-tiled loss, Bekman et al., arXiv 2506.13996) runs the
+The tiled loss (ALST's sequence-tiled loss, Bekman et al., arXiv 2506.13996) runs the
 final norm, the head GEMM and the fp32 cross-entropy over tiles of `loss_tile_tokens` tokens and keeps only the
 final norm's input x [t, h] for the backward, which recomputes each tile. Against the whole head
 (`AnalyticCostModel.fixed`: kept embedding output, final norm input and output [t, h] each and the fp32
@@ -19,12 +19,12 @@ runs near the efficiency of a whole one, docs/hardware.md section 2's curve is f
 vocabulary-parallel embedding and head, below); the planner builds one problem per option and
 keeps the fastest plan that fits (`cheapest_head`), so a length whose whole head fits pays nothing for the tiling.
 
-The vocabulary-parallel embedding and head (head option 'vocab'): what runtime/model/vocab_parallel.py keeps, sends
-and holds, per rank.
+The vocabulary-parallel embedding and head (head option 'vocab'): what the runtime keeps, sends
+and holds of them, per rank.
 
 Megatron-LM's vocabulary-parallel embedding and cross-entropy (Shoeybi et al., arXiv 1909.08053 section 3;
 megatron/core/tensor_parallel/layers.py and cross_entropy.py), tiled over tokens like the tiled loss
-(costmodel/head_loss.py). With V the vocabulary, R = ceil(V / p) rows per rank (the last ranks' padded), t a
+above. With V the vocabulary, R = ceil(V / p) rows per rank (the last ranks' padded), t a
 rank's tokens (batch x s / p), tiles of k tokens (`vocab_tile_tokens`), e the model dtype's bytes:
 
 - model states: the embedding's and the untied head's R rows each (not V), learned positions and the final
@@ -61,12 +61,12 @@ from paradyse_lab.errors import unknown_name
 
 HEAD_OPTIONS = ("whole", "tiled", "vocab")
 """How the head and loss run: whole logits, the tiled loss, or the vocabulary-parallel embedding and head with the
-tiled loss (costmodel/vocab_parallel.py)."""
+tiled loss."""
 LOSS_TILE_BYTES = 2**30
 """Bytes of one tile's logits, fp32 and model dtype together (module docstring)."""
 CE_CHUNK_BYTES = 2**28
-"""Bytes of the fp32 [rows, V] buffer the cross-entropy works through at a time (runtime/model/tiled_loss.py
-`chunked_cross_entropy`): the logits' softmax never exists in fp32 for all tokens at once."""
+"""Bytes of the fp32 [rows, V] buffer the cross-entropy works through at a time
+(`chunked_cross_entropy`): the logits' softmax never exists in fp32 for all tokens at once."""
 
 
 def ce_chunk_rows(vocab_size: int, rows: int) -> int:
@@ -77,7 +77,7 @@ def ce_chunk_rows(vocab_size: int, rows: int) -> int:
 
 def whole_head_bytes(model, tokens: int) -> tuple[int, int]:
     """(kept, transient) bytes of the embedding, final norm, whole head and chunked cross-entropy on `tokens`
-    tokens of one rank (runtime/model/tiled_loss.py `whole_head_loss`): kept the embedding output and the final norm's
+    tokens of one rank (`whole_head_loss`): kept the embedding output and the final norm's
     input and output [t, h], the logits [t, V] in the model dtype and the fp32 log-sum-exp [t]; transient the
     logits' gradient [t, V] in the model dtype and one fp32 chunk [rows, V] (`ce_chunk_rows`)."""
     e, h, v = model.dtype_bytes, model.hidden, model.vocab_size
@@ -93,7 +93,7 @@ def loss_tile_tokens(vocab_size: int, dtype_bytes: int, tokens: int) -> int:
 
 def tiled_loss_kept_bytes(model, tokens: int) -> int:
     """What the tiled loss itself keeps for the backward on `tokens` tokens: the final norm's input [t, h]
-    (runtime/model/tiled_loss.py saves nothing else that is an activation; tests/runtime/test_tiled_loss.py measures
+    (the tiled loss saves nothing else that is an activation; tests/runtime/test_tiled_loss.py measures
     it)."""
     return tokens * model.hidden * model.dtype_bytes
 
@@ -123,7 +123,7 @@ class HeadLossCostModel:
 
     def fixed(self, seq_len: int, batch: int = 1):
         """The inner model's fixed part, with the tiled loss's kept, transient and time when `head` is 'tiled', the
-        vocabulary-parallel head's (costmodel/vocab_parallel.py) when 'vocab'."""
+        vocabulary-parallel head's when 'vocab'."""
         whole = self.inner.fixed(seq_len, batch)
         m = self.inner.model
         if self.head == "whole" or not m.embedding_and_head:
@@ -160,7 +160,7 @@ def cheapest_head(solve: Callable[[str], object], heads: tuple[str, ...] = HEAD_
 def usable_heads(model, p: int) -> tuple[str, ...]:
     """The head options of `model` at `p` GPUs: the whole head alone for a model without a head; no 'vocab' at one
     GPU (its one shard is the whole table, so it would be the tiled loss: a one-process run keeps the replicated
-    head, runtime/training/plan_handoff.py `vocab_storage`)."""
+    head, `vocab_storage`)."""
     if not model.embedding_and_head:
         return HEAD_OPTIONS[:1]
     return HEAD_OPTIONS if p > 1 else tuple(h for h in HEAD_OPTIONS if h != "vocab")
@@ -206,7 +206,7 @@ def vocab_state_params(model, p: int) -> int:
 
 def vocab_parallel_collectives(model, p: int, tokens: int, tile: int) -> tuple[CollectiveCall, ...]:
     """Every collective one rank takes part in for the embedding, head and loss of one step on its `tokens`
-    tokens, `tile` at a time (module docstring); runtime/model/vocab_parallel.py tags them 'embedding' and 'head'."""
+    tokens, `tile` at a time (module docstring); the runtime tags them 'embedding' and 'head'."""
     h, e = model.hidden, model.dtype_bytes
     calls = []
     for k, n in _tile_counts(tokens, tile):

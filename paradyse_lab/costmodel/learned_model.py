@@ -135,7 +135,7 @@ class LearnedCostModel:
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """Cost of one sub-layer: whole / (2L) (paper kinds) or the analytic cost scaled (residual).
 
-        `segments` (the documents of a packed step of seq_len tokens, costmodel/packed.py): the paper kinds
+        `segments` (the documents of a packed step of seq_len tokens): the paper kinds
         scale the time predicted at seq_len by the analytic model's packed / unpacked whole-model time."""
         if self.fitted.kind == "residual":
             cost = self.analytic.sublayer(kind, option, seq_len, batch, segments)

@@ -2,7 +2,9 @@
 
 `problem_from_cost_model(graph, cost_model, seq_len)` asks the cost model for each option's attention and MLP
 sub-layer and sums them over the decisions of the `LayerGraph`: at block granularity a block's time and kept
-bytes are its attention's plus its MLP's, its transient the larger of the two. Options whose shapes do not
+bytes are its attention's plus its MLP's, its transient the larger of the two, but for an option that recomputes
+and offloads: that block is a checkpointed layer, which offloads only the layer's input (ALST's
+checkpoint). Options whose shapes do not
 split (the cost model raises `UserInputError`, e.g. s % 2p for a causal ring) are dropped from the problem
 and listed in `dropped` with the reason, so solvers never see an unusable option. At sub-layer granularity an
 option may run some decisions and not others (megatron_ts runs an MLP whatever kv_heads is, but not an
@@ -27,6 +29,8 @@ from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.search_problem import SearchProblem
 from paradyse_lab.core.strategies import CATALOG, StrategyOption
 from paradyse_lab.core.strategies import options as default_options
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.layer_checkpoint import checkpointed_layer, checkpoints_layer
 from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.errors import UserInputError, require_positive_int
 
@@ -88,7 +92,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     if not usable:
         reasons = "; ".join(f"{n}: {r}" for n, r in dropped.items())
         raise UserInputError(f"no strategy option can run seq_len {seq_len}: {reasons}")
-    rows = {m: _decision_row(m, usable, costs, runs) for m in shapes}
+    layers = {o.name: checkpointed_layer(cost_model, o, seq_len, batch) for o in usable
+              if any(checkpoints_layer(o, m) and runs(o, m) for m in shapes)}
+    rows = {m: _decision_row(m, usable, costs, runs, layers) for m in shapes}
     time_s = np.stack([rows[tuple(m)].time_s for m in members])  # [L, O]
     kept = np.stack([rows[tuple(m)].kept_bytes for m in members])
     transient = np.stack([rows[tuple(m)].transient_bytes for m in members])
@@ -111,7 +117,9 @@ def problem_from_cost_model(graph: LayerGraph, cost_model, seq_len: int, batch: 
     return SearchProblem(
         options=tuple(o.name for o in usable), time_s=time_s, kept_bytes=kept, transient_bytes=transient,
         switch_s=switch, fixed_bytes=fixed_states + fx.model_state_bytes + fx.kept_bytes,
-        budget_bytes=int(budget_bytes), fixed_transient_bytes=fx.transient_bytes,
+        budget_bytes=int(budget_bytes),
+        fixed_transient_bytes=max(fx.transient_bytes,  # the loss backward's, or the optimizer step's
+                                  F.optimizer_temporary_bytes(cost_model.model, cost_model.cluster.on_cpu)),
         fixed_time_s=fx.time_s + fx.optimizer_s,  # the optimizer step ends every training step
         edges=tuple(graph.decision_edges()), labels=tuple(d.label for d in graph.decisions), dropped=dropped,
         host_bytes=host if host.any() else None,
@@ -133,9 +141,11 @@ class DecisionRow:
     """Per option: whether it runs this decision."""
 
 
-def _decision_row(kinds: tuple[str, ...], usable, costs: dict, runs) -> DecisionRow:
+def _decision_row(kinds: tuple[str, ...], usable, costs: dict, runs, layers: dict | None = None) -> DecisionRow:
     """The row of a decision over `kinds` (in execution order): every decision over the same kinds costs the
-    same, so a problem sums each kind of row once (sub-layer by sub-layer, as each decision's own sum would)."""
+    same, so a problem sums each kind of row once (sub-layer by sub-layer, as each decision's own sum would).
+    `layers`: option name -> its `CheckpointedLayer`, which replaces the sub-layers' time and bytes of a whole layer
+    (`checkpoints_layer`)."""
     O = len(usable)
     time_s, kept, transient, host = np.zeros(O), np.zeros(O, np.int64), np.zeros(O, np.int64), np.zeros(O, np.int64)
     ok = tuple(runs(o, kinds) for o in usable)
@@ -149,6 +159,11 @@ def _decision_row(kinds: tuple[str, ...], usable, costs: dict, runs) -> Decision
             kept[j] += c.kept_bytes + c.model_state_bytes - lean
             transient[j] = max(transient[j], c.transient_bytes)
             host[j] += c.host_bytes
+    for j, o in enumerate(usable):
+        if ok[j] and layers and o.name in layers and checkpoints_layer(o, kinds):
+            layer = layers[o.name]
+            time_s[j], transient[j], host[j] = layer.time_s, layer.transient_bytes, layer.host_bytes
+            kept[j] = layer.kept_bytes + sum(costs[k, o.name].model_state_bytes for k in kinds) - sum(leans)
     return DecisionRow(time_s, kept, transient, host, tuple(leans), ok)
 
 

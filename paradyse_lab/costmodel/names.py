@@ -10,5 +10,7 @@ LEARNED_KINDS = ("hybrid", "forest", "polynomial", "residual")
 """The learned cost models: the paper's hybrid (random forest + AIC polynomial), each half alone, and the
 residual correction of the analytic model (`make_regressor` builds each)."""
 
-COST_MODEL_NAMES = ("analytic", "paper", "calibrated") + LEARNED_KINDS
-"""Names `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept (or a .joblib path)."""
+COST_MODEL_NAMES = ("auto", "analytic", "paper", "calibrated", "replay") + LEARNED_KINDS
+"""Names `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept (or a .joblib path). `auto`: the
+replay model where the cluster has kernel tables (bundled, or measured beside its cluster file), else the
+analytic model (`factory.resolve_cost_model`)."""

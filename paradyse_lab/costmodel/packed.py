@@ -1,7 +1,7 @@
 """The cost of a packed step: several documents in one sequence, attention confined to each document.
 
-A packed step (paradyse_lab/workload/packing.py makes them) is its documents' lengths n_1..n_k, each padded to the
-layout unit U (2p: the per-document zig-zag layout every strategy reads, runtime/model/layout.py, so one padded
+A packed step (`pack_document_indices` makes them) is its documents' lengths n_1..n_k, each padded to the
+layout unit U (2p: the per-document zig-zag layout every strategy reads, so one padded
 length serves every layer of a mixed plan) and concatenated; each document's padding is one more segment
 of the pack, which the linear parts process and whose tokens attend only to each other. What each cost
 model charges for it:
@@ -10,10 +10,10 @@ model charges for it:
   block-diagonal mask (4 n_i^2 h, halved when causal), each document's kernel at its own length (ring
   strategies: at most S/p keys per block), so the FlashAttention efficiency of short documents is charged;
   GEMMs, element-wise traffic, communication, kept and transient bytes over the S = n_1 + ... + n_k + padding
-  tokens (all linear in the tokens: the runtime's varlen kernels keep no s^2 tensor, runtime/attention/varlen.py). Ring
+  tokens (all linear in the tokens: the runtime's varlen kernels keep no s^2 tensor). Ring
   strategies (megatron_cz, metp) cut every document into 2p chunks, as the runtime does, so their ranks'
-  attention is even but for the padding's share; each is charged the busiest rank's share
-  (paradyse_lab/workload/zigzag_balance.py); they still pass every K/V block round the whole ring, so packing shrinks
+  attention is even but for the padding's share; each is charged the busiest rank's share;
+  they still pass every K/V block round the whole ring, so packing shrinks
   the attention they hide their traffic behind.
 - paper (the authors' fits t(s) = a s^2 + b s + c per layer): fixed c + linear b S + quadratic a (n_1^2 +
   ... + padding^2) (ring strategies: times the busiest rank's share, non-causal as the fits were measured),

@@ -98,7 +98,7 @@ class PaperCostModel:
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """The analytic sub-layer cost with its time replaced by its share of the measured layer time
-        (`segments`: the documents of a packed step, costmodel/packed.py)."""
+        (`segments`: the documents of a packed step)."""
         self.check(option, seq_len, batch)
         base = self.analytic.sublayer(kind, option, seq_len, batch, segments)
         share = (self._timing.sublayer(kind, option, seq_len, batch, segments).time_s

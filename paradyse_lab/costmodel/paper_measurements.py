@@ -46,10 +46,9 @@ class TimeFit:
         """Forward + backward seconds of one layer at `seq_len` tokens (batch 1, p = 8).
 
         `segments`: the documents of a packed step of seq_len tokens: c + b S + a (sum of n_i^2) x
-        `attention_imbalance`, the s^2 term taken as attention, per document (costmodel/packed.py), times the
+        `attention_imbalance`, the s^2 term taken as attention, per document, times the
         busiest rank's share over the mean for a ring strategy on a packed step
-        (paradyse_lab/workload/zigzag_balance.py;
-        1.0 otherwise), and never less than the pack's longest document alone. That floor binds only for a fit
+        (1.0 otherwise), and never less than the pack's longest document alone. That floor binds only for a fit
         with b < 0 (BERT's METP: b = -1.2e-5, the fit bending round the fixed cost of the weight ring that
         hides the compute), where c + b S alone would turn negative."""
         s = float(seq_len)

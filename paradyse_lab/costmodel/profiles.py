@@ -17,26 +17,26 @@ extra columns are ignored on reading):
 | kept_bytes | int >= 0 | activation bytes alive between forward and backward |
 | device | str | the cluster preset (`a100-80gb-x8`) or GPU description the row was taken on |
 | source | str | `SOURCES`: how the row was obtained (below) |
-| software | str | `name=version` pairs joined by `;` (paradyse_lab/results/software_versions.py) |
+| software | str | `name=version` pairs joined by `;` |
 | timestamp | str | ISO 8601 time the row was taken |
 
 Optional column: `causal` (bool, or empty for the model preset's mask): whether the attention of the
 measured step was causal (the paper profile's are not: the authors measured non-causal attention). The
 analytic model is evaluated with the row's mask when comparing with or calibrating on the row.
 
-peak_bytes means what the analytic model's peak means (paradyse_lab/costmodel/analytic.py): model states
+peak_bytes means what the analytic model's peak means: model states
 (weights, gradients and optimizer states: `formulas.model_state_bytes_per_param`, 16 bytes per parameter in
 fp32 and in bf16 mixed precision, sharded 1/p) + the kept activations of every layer + the largest transient
 working set (+ embedding and head where the model has them). Measured rows hold every model state resident
-while they measure (paradyse_lab/app/measure/profile_memory.py `resident_model_states`: gradients allocated and
+while they measure (`resident_model_states`: gradients allocated and
 accumulated into, Adam's states as one untouched buffer) and read `torch.cuda.max_memory_allocated` from a reset
 taken when nothing of an earlier step is alive; on CPU, where there is no allocator counter, they write model
 states + kept bytes, a lower bound (their extra column `peak_method` says `lower-bound-cpu`).
 
 Sources: `measured-distributed` (timed on all p ranks), `measured-rank-local` (one rank emulating its share
 of the collectives), `paper` (times from the ParaDySe authors' measured A100 fits, memory from the analytic
-model: paradyse_lab/costmodel/paper_profile.py), `analytic` (generated from the analytic model with noise,
-not measured: paradyse_lab/costmodel/synthetic.py).
+model), `analytic` (generated from the analytic model with noise,
+not measured).
 
 A profile of one strategy stops at its first OOM (a profiler records nothing past it), so the longest
 profiled length of a (configuration, strategy) group is where the profile's range ends.

@@ -2,17 +2,17 @@
 `+offload`, per rank: FLOPs, communication, kept and transient bytes.
 
 A `Schedule` is the strategy's algorithm written as counts; `analytic.py` turns it into seconds with a
-`ClusterSpec`. The runtime (runtime/<strategy>.py) implements the same algorithms, and its communication
+`ClusterSpec`. The runtime (a module per strategy) implements the same algorithms, and its communication
 byte counts are tested against `Schedule.collectives`. Each strategy's own work (its collectives, kept and
-transient bytes, and the algorithms they count, with the notation) is in costmodel/strategy_work.py
-(`SCHEDULES`); `schedule` adds what every strategy shares (1/p of every FLOP) and the options:
+transient bytes, and the algorithms they count, with the notation) is in
+`SCHEDULES`; `schedule` adds what every strategy shares (1/p of every FLOP) and the options:
 
 - `+recompute`: keep only the sub-layer input [t, h]; the backward first repeats the forward (its compute
   and its communication, except ZeRO-3 weight gathers, which the backward gather serves), so the normal
   kept set becomes transient.
-- `+tiled` (MLP sub-layers) and `+offload`: costmodel/techniques.py.
+- `+tiled` (MLP sub-layers) and `+offload`: `techniques`; `+headchunk` (attention sub-layers): `head_chunks`.
 - The replicated norm / output-bias gradients are all-reduced over the ranks in fp32 whatever the model dtype
-  (`formulas.GRAD_REDUCE_BYTES`; runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
+  (`formulas.GRAD_REDUCE_BYTES`, `GRAD_REDUCE_DTYPE`), 4 bytes per element; with a
   16-bit model the transient bytes hold the fp32 bucket the reduction works in.
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.head_chunks import head_chunked_work
 from paradyse_lab.costmodel.strategy_work import SCHEDULES, Sublayer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions, replace_work, tiled_mlp_work, with_offload
 from paradyse_lab.costmodel.types import CollectiveCall
@@ -59,7 +60,7 @@ class Schedule:
     host_prefetched: bool = False
     """Whether the runtime brings the offloaded set back during the backward of the sub-layer after it (a
     prefetch: only a set no larger than that one's, so only one that is the sub-layer's input alone is sure to
-    be; costmodel/techniques.py `offload_exposed_s`)."""
+    be, `offload_exposed_s`)."""
 
     @property
     def attention_flops(self) -> float:
@@ -76,10 +77,10 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     cumulative sequence offsets), so its FLOPs are the sum over the documents and its kernels run one per
     document. Strategies that split heads over the whole pack (megatron_ts, ulysses_z) share those FLOPs
     evenly. Ring strategies (megatron_cz, metp) cut every document (with its padding) into 2p chunks, as the
-    runtime does (runtime/model/layout.py): a rank's queries are its two chunks of each document, a document's keys
+    runtime does: a rank's queries are its two chunks of each document, a document's keys
     in one ring block n/p, and the ring waits for the rank with the most (query, key) pairs, so each rank is
     charged the busiest rank's share: the even share times `zigzag_imbalance` (1.0 for documents without
-    padding, paradyse_lab/workload/zigzag_balance.py). Everything else (GEMMs, element-wise traffic, communication,
+    padding). Everything else (GEMMs, element-wise traffic, communication,
     kept and
     transient bytes, all linear in the tokens) counts the seq_len tokens of the pack: FlashAttention keeps no
     s^2 tensor, so a pack holds what one sequence of its total length holds. `segments=(seq_len,)` is exactly
@@ -88,11 +89,14 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     """
     if segments is not None and (batch != 1 or sum(segments) != seq_len):
         raise ValueError(f"packed segments {segments} must sum to seq_len {seq_len} at batch 1")
-    key = get_strategy(option.strategy).schedule
+    strategy = get_strategy(option.strategy)
+    key = strategy.schedule
     if key not in SCHEDULES:
         raise ValueError(f"no schedule for strategy {option.strategy!r}")
-    s = Sublayer.of(model, kind, seq_len, batch, p)
+    s = Sublayer.of(model, kind, seq_len, batch, p, strategy.head_degree)
     work = SCHEDULES[key](s)
+    if option.headchunk and s.attn:
+        work = head_chunked_work(s, work, key)
     tiled = None
     if option.tiled and not s.attn:
         tile = mlp_tile if mlp_tile is not None else mlp_tile_positions(model.hidden, seq_len // p)
@@ -112,17 +116,18 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
         share = 1.0 / p  # of every document's FLOPs, per rank
-        if segments is not None and len(segments) > 1 and work.ring_blocks and p > 1:  # per-document zig-zag
-            share *= zigzag_imbalance(tuple(segments), p, model.causal)
+        ring = work.ring_ranks or p  # ranks in the ring (a two-dimensional strategy's b)
+        if segments is not None and len(segments) > 1 and work.ring_blocks and ring > 1:  # per-document zig-zag
+            share *= zigzag_imbalance(tuple(segments), ring, model.causal)
 
-        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2p chunks of every document
-            return max(n // p, 1) if work.ring_blocks else n
+        def keys(n: int) -> int:  # per kernel call: a ring block holds 2 of the 2*ring chunks of every document
+            return max(n // ring, 1) if work.ring_blocks else n
 
         calls = tuple((F.attention_core_flops_forward(model, n, per) * share * passes, keys(n)) for n in docs)
 
     fwd, bwd = list(work.fwd), list(work.bwd)
     kept, transient, ring_steps = work.kept, work.transient, work.ring_steps
-    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (runtime/comm/grad_reduce.py all_reduce_grads)
+    if p > 1:  # replicated norm / output-bias gradients, summed in fp32 (`all_reduce_grads`)
         bwd += F.grad_all_reduces(F.replicated_params(model), p)
         transient += F.grad_bucket_copy_bytes(model, F.replicated_params(model))  # its fp32 bucket
 
@@ -132,7 +137,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
         refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
         bwd = refwd + bwd
         if ring_steps:
-            ring_steps += (p - 1)
+            ring_steps += (work.ring_ranks or p) - 1
         transient += kept
         kept = s.t * s.h * s.e
     host = 0

@@ -23,9 +23,17 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   activation input and output. One exception, ulysses_z attention keeps one [t, h] more: the attention
   output in head layout [T, h/p] (the kernel's, for its backward) and again in sequence layout [t, h]
   after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
-  from the other is an all-to-all, so DeepSpeed-Ulysses, and runtime/strategies/ulysses_z.py, keep both. (In
+  from the other is an all-to-all, so DeepSpeed-Ulysses, and our ulysses_z, keep both. (In
   megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
   measured against these counts (tests/paradyse_lab/app/measure/test_profiler.py).
+- ulysses_ring:a (USP, Fang and Zhao, arXiv 2405.07719: Ulysses inside, ring outside), p = a x b: the
+  weights as ZeRO-3 over all p; Q, K, V [t, h+2kv_a] go by all-to-all inside the head group of a ranks
+  (kv_a = max(kv_heads, a) * d, the replicate rule at a), giving each rank h/a heads of the group's a*t tokens;
+  those form the zig-zag layout of a ring of b ranks (the group's chunks r and 2p-1-r over its a ranks are
+  chunks j and 2b-1-j of a 2b-chunk grid), so ring attention over b passes K, V blocks [a*t, 2kv_a/a]
+  = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
+  Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
+  sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
@@ -36,7 +44,7 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
 - Grouped-query attention adds FlashAttention-2's full-heads dK/dV buffers of one backward kernel call to
   the transient bytes (`flash_gqa_grad_bytes`); K and V themselves are read with their own heads.
 - Parameter gradients are summed over the ranks in fp32 whatever the model dtype (`formulas.GRAD_REDUCE_BYTES`;
-  runtime/comm/grad_reduce.py `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
+  `GRAD_REDUCE_DTYPE`): ZeRO-3's reduce-scatter and METP's gradient partials send 4 bytes
   per element; with a 16-bit model the transient bytes hold the fp32 bucket the reduction works in (METP: its
   fp32 partial double buffer).
 """
@@ -55,19 +63,19 @@ ACC_BYTES = 4
 Each rank adds its block's dK/dV into an accumulator that crosses p - 1 ranks; rounding it to bf16 at every
 hop loses low-order bits p - 1 times. ring-flash-attention (github.com/zhuzilin/ring-flash-attention,
 zigzag_ring_flash_attn.py: dk, dv converted `.to(torch.float32)` and passed around the ring as such) and
-runtime/attention/ring.py accumulate and send them in fp32, so the backward's K/V messages are priced at
+our ring attention accumulate and send them in fp32, so the backward's K/V messages are priced at
 the model dtype (e) and its dK/dV messages and buffers at ACC_BYTES (identical in fp32)."""
 
 
 def ulysses_kv_sent(model: ModelSpec, p: int) -> int:
     """Width of K (and of V) that Ulysses' all-to-all carries per token: kv_heads * d, or p * d when
     kv_heads < p, where each K/V head is replicated p / kv_heads times so that every rank receives the one
-    its query heads read (the GQA rule in paradyse_lab/core/strategies.py; runtime/strategies/ulysses_z.py)."""
+    its query heads read (the strategy catalog's GQA rule)."""
     return max(model.kv_heads, p) * model.head_dim
 
 
-def _coll(op, nbytes, p, count=1, overlapped=False):
-    return CollectiveCall(op, int(nbytes), p, count, overlapped)
+def _coll(op, nbytes, p, count=1, overlapped=False, stride=1):
+    return CollectiveCall(op, int(nbytes), p, count, overlapped, stride)
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,11 @@ class Sublayer:
     """Bytes of the default kept set (module docstring): `kept_elements_*` plus the log-sum-exp."""
     lse: int
     """Bytes of FlashAttention's log-sum-exp (0 for the MLP)."""
+    head_degree: int = 0
+    """A two-dimensional strategy's head degree a (its catalog entry's); 0 for the others."""
 
     @classmethod
-    def of(cls, model: ModelSpec, kind: str, seq_len: int, batch: int, p: int) -> Sublayer:
+    def of(cls, model: ModelSpec, kind: str, seq_len: int, batch: int, p: int, head_degree: int = 0) -> Sublayer:
         attn = kind == "attention"
         e, h, kv, f = model.dtype_bytes, model.hidden, model.kv_hidden, model.ffn_hidden
         T = batch * seq_len
@@ -109,7 +119,7 @@ class Sublayer:
         kept_elems = F.kept_elements_attention(model, t) if attn else F.kept_elements_mlp(model, t)
         return cls(model=model, attn=attn, seq_len=seq_len, p=p, e=e, h=h, kv=kv, f=f, T=T, t=t,
                    W=F.sharded_params(model, kind), width=(h + 2 * kv) if attn else f_act * f,
-                   kept=kept_elems * e + lse, lse=lse)
+                   kept=kept_elems * e + lse, lse=lse, head_degree=head_degree)
 
     @property
     def qkv(self) -> int:
@@ -142,6 +152,8 @@ class StrategyWork:
     ring_hides_all_compute: bool = False
     ring_blocks: bool = False
     """Whether the attention kernels see ring blocks of s/p keys (else the whole sequence, or document)."""
+    ring_ranks: int = 0
+    """Ranks in the ring when it spans fewer than p (a two-dimensional strategy's b); 0: p."""
     kernel_causal: bool | None = None
     """Whether the kernel calls are causal when not the model's (ring blocks: full blocks; see
     `ring_kernel_causal`)."""
@@ -155,13 +167,13 @@ def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_wid
     heads than query heads in the call, the kernel computes dK and dV per query head into [keys, query_width]
     buffers and then sums each group (flash-attn csrc/flash_attn/flash_api.cpp `mha_bwd`: `dk_expanded`,
     `dv_expanded`; PyTorch's flash kernel is the same port); 0 without GQA. (The runtime's own code makes
-    no full-heads copy of K, V, dK or dV: runtime/attention/kernels.py.)"""
+    no full-heads copy of K, V, dK or dV.)"""
     return 2 * keys * query_width * s.e if kernel_kv_width < query_width else 0
 
 
 def ring_kernel_causal(s: Sublayer) -> bool | None:
     """Whether a ring strategy's kernels are priced as causal: on p > 1 ranks the zig-zag blocks are charged
-    as full (non-causal) blocks of s/p keys (runtime/attention/ring.py: every step but the diagonal one is
+    as full (non-causal) blocks of s/p keys (every step but the diagonal one is
     a full block); on one rank the ring is its single diagonal block, one causal kernel over the whole
     sequence when the model is causal, so the model's own mask (None) prices it."""
     return False if s.p > 1 else None
@@ -181,8 +193,8 @@ def _megatron_ts(s: Sublayer) -> StrategyWork:
 
 def grad_reduce_bytes(s: Sublayer) -> int:
     """Bytes per element of a sharded gradient as it is reduced over the ranks: `formulas.GRAD_REDUCE_BYTES` (fp32)
-    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made: runtime/strategies/zero3.py,
-    metp.py)."""
+    on p > 1 ranks, the model dtype's on one (nothing is reduced, no copy is made, as
+    in the runtime's zero3 and metp)."""
     return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
 
 
@@ -237,6 +249,38 @@ def _megatron_cz(s: Sublayer) -> StrategyWork:
                         gathers_weights=True)
 
 
+def ulysses_ring_work(s: Sublayer, a: int) -> StrategyWork:
+    """Ulysses x ring of head degree a on p = a x b ranks (module docstring); a = p is ulysses_z's traffic
+    and kept set, a = 1 megatron_cz's ring."""
+    if not s.attn:
+        return _zero3_mlp(s)
+    fwd, bwd, weights = _zero3_weights(s)
+    t, h, e, b = s.t, s.h, s.e, s.p // a
+    kv_a = ulysses_kv_sent(s.model, a)  # K/V width through the all-to-all (and the ring): replicated up to a
+    qkv = h + 2 * kv_a
+    if a > 1:
+        fwd += [_coll("all_to_all", t * qkv * e, a), _coll("all_to_all", t * h * e, a)]
+        bwd += [_coll("all_to_all", t * h * e, a), _coll("all_to_all", t * qkv * e, a)]
+    ring_steps = 0
+    if b > 1:  # a block: the group's a*t tokens of this rank's kv_a/a K/V width
+        fwd += [_coll("p2p", t * 2 * kv_a * e, b, count=b - 1, overlapped=True, stride=a)]  # ranks a apart
+        bwd += [_coll("p2p", t * 2 * kv_a * (e + ACC_BYTES), b, count=b - 1, overlapped=True,  # K/V, fp32 dK/dV
+                      stride=a)]
+        ring_steps = 2 * (b - 1)
+    acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
+    acts += e * 2 * t * 2 * kv_a + ACC_BYTES * (2 * t * 2 * kv_a + t * h)  # K/V and fp32 dK/dV buffers, fp32 dQ
+    acts += flash_gqa_grad_bytes(s, a * t, h // a, kv_a // a)  # one ring block: a*t keys, this rank's heads
+    kept = s.kept + t * h * e + 2 * t * (kv_a - s.kv) * e  # as ulysses_z with kv_a
+    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, ring_steps=ring_steps,
+                        ring_blocks=True, ring_ranks=b, kernel_causal=False if b > 1 else None,
+                        gathers_weights=True)
+
+
+def _ulysses_ring(s: Sublayer) -> StrategyWork:
+    """`ulysses_ring_work` at the head degree of the option (`schedule` passes it as `Sublayer.head_degree`)."""
+    return ulysses_ring_work(s, s.head_degree)
+
+
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
     shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
@@ -271,5 +315,6 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
     "megatron_cz": _megatron_cz,
     "ulysses_z": _ulysses_z,
     "metp": _metp,
+    "ulysses_ring": _ulysses_ring,
 }
 """Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""

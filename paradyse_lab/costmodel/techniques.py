@@ -7,7 +7,7 @@ arXiv 2506.13996, and DeepSpeed's `TiledMLP`): each rank cuts its s/p sequence p
 `mlp_tile_positions` (ALST's rule: ceil(n / hidden) chunks, so a chunk's [tokens, ffn] tensors are about the size
 of a [hidden, ffn] weight) and runs the MLP one chunk at a time, keeping only the sub-layer input x [t, h]. The
 backward recomputes each chunk's norm, first GEMM and activation (not the second GEMM: its output is not needed)
-and runs that chunk's backward, accumulating the weight gradients. Per strategy (runtime/strategies/tiled_mlp.py):
+and runs that chunk's backward, accumulating the weight gradients. Per strategy:
 - megatron_ts: each chunk runs the whole schedule at chunk size (all-gather, reduce-scatter forward; all-gather
   dy and the recomputed u, reduce-scatter du backward): the same bytes as untiled in more, smaller calls.
 - megatron_cz / ulysses_z (ZeRO-3): the weights are gathered once for the forward and once for the backward and
@@ -22,7 +22,7 @@ loss keeps its head gradient: one rounding to 16 bits at the end, not one per ch
 reduce over the ranks in fp32 as they are (formulas.GRAD_REDUCE_BYTES) (`tiled_mlp_work`).
 
 Activation offload (`+offload`): what a sub-layer keeps for the backward (under recomputation its input) is
-copied to host memory while it runs forward and copied back for its backward (runtime/strategies/offload.py). Kept on
+copied to host memory while it runs forward and copied back for its backward. Kept on
 the
 device: nothing between the two; host: the kept bytes. The device still holds the set while it is copied out
 and again from when it is brought back (during the next sub-layer's backward: prefetched) to the end of its own
@@ -42,7 +42,7 @@ Llama-3.2-1B-shaped plan offloading attention's whole kept set (1,160 MiB) besid
 modelled: the copies' share of HBM bandwidth (53 GB/s of 3.35 TB/s, under 2%), and the one set per run of
 offloaded sub-layers whose successor does not offload (not prefetched either). The forward's share of a
 sub-layer's time is its share of the GEMM FLOPs (`forward_share`). Host memory: a plan's offloaded bytes must
-fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`; costmodel/lowering.py
+fit the GPU's share of the node's host memory (`ClusterSpec.host_budget_bytes`;
 `host_limited` leaves out the offload choices that could overfill it).
 """
 
@@ -152,7 +152,7 @@ def _tiled_zero3(s, work, chunks, positions, tc) -> TiledWork:
 
 
 TILED_SCHEDULES = {"megatron_ts": _tiled_megatron_ts, "metp": _tiled_metp, "megatron_cz": _tiled_zero3,
-                   "ulysses_z": _tiled_zero3}
+                   "ulysses_z": _tiled_zero3, "ulysses_ring": _tiled_zero3}
 """The tiled MLP's work per schedule key (the catalog's `Strategy.schedule`): a strategy that offers `+tiled` adds
 its function here beside its schedule; one without is refused when a `+tiled` option of it is priced."""
 

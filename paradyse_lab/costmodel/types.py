@@ -29,6 +29,9 @@ class CollectiveCall:
     """How many identical calls."""
     overlapped: bool = False
     """Whether the strategy hides this behind compute (ring point-to-point with double buffering)."""
+    stride: int = 1
+    """Distance between the group's consecutive ranks: 1 for a block of consecutive ranks, a for the ring groups
+    of a two-dimensional a x b split (one rank of every head group), so node_gpus / stride of them share a node."""
 
     def __post_init__(self):
         if self.op not in COLLECTIVES:
@@ -36,7 +39,7 @@ class CollectiveCall:
 
     @property
     def sent_bytes(self) -> int:
-        """Bytes this rank sends over all `count` calls (ring algorithms; what runtime/comm/record.py counts)."""
+        """Bytes this rank sends over all `count` calls (ring algorithms; what the runtime's collectives count)."""
         n, s = self.ranks, self.buffer_bytes
         per_call = {
             "all_gather": s * (n - 1) // n, "reduce_scatter": s * (n - 1) // n,
@@ -90,7 +93,7 @@ class FixedCost:
     """Working memory of the loss backward."""
     optimizer_s: float = 0.0
     """The optimizer step after the backward, once per training step (measured clusters only: the AdamW
-    step runtime/training/step.py times; not part of a profile's forward + backward step, nor of `time_s`)."""
+    step the runtime times; not part of a profile's forward + backward step, nor of `time_s`)."""
 
 
 class CostModel(Protocol):
@@ -107,7 +110,7 @@ class CostModel(Protocol):
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """Cost of one 'attention' or 'mlp' sub-layer; with `segments`, of a packed step of seq_len tokens
-        (batch 1) whose attention stays inside each segment (costmodel/packed.py)."""
+        (batch 1) whose attention stays inside each segment."""
 
     def fixed(self, seq_len: int, batch: int = 1) -> FixedCost:
         """Cost of the embedding and head (zero when the model has none)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CostModel
 
 
@@ -51,7 +52,8 @@ def uniform_plan_cost(cm: CostModel, option: StrategyOption, seq_len: int, batch
     L = cm.model.layers
     states = L * (att.model_state_bytes + mlp.model_state_bytes) + fixed.model_state_bytes
     kept = att.kept_bytes + mlp.kept_bytes
-    transient = max(att.transient_bytes, mlp.transient_bytes, fixed.transient_bytes)
+    transient = max(att.transient_bytes, mlp.transient_bytes, fixed.transient_bytes,
+                    F.optimizer_temporary_bytes(cm.model, cm.cluster.on_cpu))  # the optimizer step's
     comm: dict[str, int] = {}
     for part in (att, mlp):
         for op, n in part.comm_bytes().items():

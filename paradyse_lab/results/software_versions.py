@@ -1,8 +1,8 @@
 """The software that produced a measurement or a profile row, in one place.
 
-Every writer of provenance calls `software_versions`: the profilers' `software` column
-(paradyse_lab/app/measure/profiler.py, paradyse_lab/app/measure/gpu_session_stages.py), `calibrate`'s cluster
-provenance and the synthetic profiles (paradyse_lab/costmodel/synthetic.py). Versions are read from the installed
+Every writer of provenance calls `software_versions`: the profilers' `software` column,
+`calibrate`'s cluster
+provenance and the synthetic profiles. Versions are read from the installed
 distributions' metadata (`importlib.metadata`, Python docs), so asking imports no torch; the CUDA, cuDNN and
 NCCL versions of the torch build (`torch.version.cuda`, `torch.backends.cudnn.version()`,
 `torch.cuda.nccl.version()`, PyTorch docs) are added only for a CUDA device.
@@ -39,5 +39,5 @@ def software_versions(packages=MEASUREMENT_PACKAGES, device=None, *, python: boo
 
 
 def versions_text(versions: dict[str, str]) -> str:
-    """`name=version` pairs joined by ';' (the profiles' `software` column, paradyse_lab/costmodel/profiles.py)."""
+    """`name=version` pairs joined by ';' (the profiles' `software` column)."""
     return ";".join(f"{name}={version}" for name, version in versions.items())

@@ -5,7 +5,7 @@ measure this machine's wall time (planning and solve times); those go to a CSV o
 `timings/` folder beside it, with the columns that name each row (`runs/fig2/X.csv` ->
 `runs/fig2/timings/X.csv`, `fig2_summary.csv` -> `timings/fig2_summary.csv`). Two runs with the same settings
 then write byte-identical result CSVs; only the files under a `timings/` folder differ. Readers that show a
-timing (REPORT.md, figures/solver_quality.py) read the pair back joined (`read_with_timings`).
+timing (REPORT.md) read the pair back joined (`read_with_timings`).
 """
 
 from __future__ import annotations

@@ -19,16 +19,16 @@
 - `lognormal:MEDIAN:SIGMA`: lengths drawn log-normally around MEDIAN. When MEDIAN is a multiple of 512 they are
   rounded down to multiples of 512 (at least 512); otherwise to whole numbers of tokens (at least 1), so
   `lognormal:100:0.1` stays around 100 tokens.
-- `file:PATH`: the lengths of a length file (paradyse_lab/workload/lengths.py: one per line of a .txt file, a CSV /
+- `file:PATH`: the lengths of a length file (one per line of a .txt file, a CSV /
   parquet column, or JSONL token-id lists); a .txt line of several lengths is one packed step, and a packed
   file's steps are kept in its order.
 
 Packing (`get_workload(..., pack_tokens=N)`, `--pack-tokens N` on the command line): the documents are
-packed into steps of at most N tokens by greedy first-fit (paradyse_lab/workload/packing.py: `sorted`, the default,
+packed into steps of at most N tokens by greedy first-fit (`sorted`, the default,
 is first-fit decreasing with the steps shortest first, as the paper trains; `shuffled` is first-fit in a
 seeded random order, what a streaming loader sees), so a step is a list of document lengths.
 
-Length files: the lengths of a `file:PATH` workload (paradyse_lab/workload/lengths.py), each read exactly.
+Length files: the lengths of a `file:PATH` workload, each read exactly.
 
 - `.txt`: one length per line; a line of several lengths separated by spaces is one packed step of that many
   documents (`paradyse-lab data lengths DIR --pack-tokens N` writes such files), its steps kept in the file's order;

@@ -1,7 +1,7 @@
 """How the per-document zig-zag layout of a packed step shares attention among the ranks of a ring.
 
 Library module (the cost model's schedules charge ring strategies with it; the runtime's packed steps lay
-out tokens this way: runtime/model/layout.py and runtime/model/packed.py; `python -m
+out tokens this way; `python -m
 paradyse_lab.app.measure.pack_balance
 github_code --pack-tokens 32768 --p 8` prints the imbalance over a workload).
 
@@ -36,7 +36,7 @@ def _triangle(m: int) -> int:
 
 def layout_groups(segments: Sequence[int], p: int) -> list[tuple[int, ...]]:
     """The segments grouped into layout documents: a group closes at the first segment end at which its
-    length is a multiple of 2p (a document and its padding; runtime/model/layout.py `layout_documents` reads a
+    length is a multiple of 2p (a document and its padding; `layout_documents` reads a
     pack's offsets the same way)."""
     unit = layout_unit(p)
     groups, current = [], []

@@ -1,12 +1,12 @@
 """The fused attention kernels: flash-attn's and PyTorch's flash kernel on CUDA, PyTorch's fused flash kernel
-on CPU, in the calling conventions of runtime/attention/kernels.py (which chooses among them and falls back to its
+on CPU, in the calling conventions of `kernels` (which chooses among them and falls back to its
 exact math kernel).
 
 Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is fp32 `[b, heads, s_q]`.
 - 'flash_attn' (`fa_forward`, `fa_backward`): the flash-attn package (Dao et al., FlashAttention-2) when
   installed (`_fa`, None otherwise), CUDA, fp16/bf16; the call conventions of releases 2.5 to 2.8
   (`FA_FORWARD_ARGS`), q, k, v, o, dO passed as strided [b, s, H, d] views of the [b, H, s, d] tensors
-  (flash-attn needs only stride(-1) == 1: no copies); runtime/attention/varlen.py calls its varlen internals the same
+  (flash-attn needs only stride(-1) == 1: no copies); the varlen kernels call its varlen internals the same
   way (`call_positional`);
 - 'sdpa_flash' (`sdpa_forward`, `sdpa_backward`): PyTorch's fused flash kernel
   (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit;
@@ -15,7 +15,7 @@ Library module (no command). Tensors are `[b, heads, s, d]`; the log-sum-exp is 
   `torch.nn.functional.scaled_dot_product_attention` on CPU), every floating dtype; it tiles the scores (no
   [s, s] buffer), reads fewer K/V heads than query heads natively (grouped-query attention: dK, dV come back
   with K's and V's heads) and returns the log-sum-exp [b, H, s] in fp32 (fp64 for fp64 inputs).
-All backwards take the (possibly merged) output and log-sum-exp, as runtime/attention/kernels.py's do: they
+All backwards take the (possibly merged) output and log-sum-exp, as the whole-sequence kernels' do: they
 recompute P = exp(S - lse) from the lse they are given.
 """
 

@@ -1,9 +1,9 @@
 """Attention over a whole sequence given in rank-major gathered order (megatron_ts, ulysses_z).
 
 Library module (no command). The strategies that gather the sequence hold it rank-major (every rank's zig-zag
-chunks one after another, runtime/model/layout.py); attention reorders it to natural order locally
-(`layout.natural_order`) for the causal mask, runs runtime/attention/kernels.py's kernels, and puts the output back
-in gathered order. Packed sequences (runtime/model/packed.py) run the varlen kernels of runtime/attention/varlen.py
+chunks one after another); attention reorders it to natural order locally
+(`layout.natural_order`) for the causal mask, runs the whole-sequence kernels, and puts the output back
+in gathered order. Packed sequences run the varlen kernels
 with the
 pack's offsets instead: no [s, s] buffer.
 """
@@ -18,9 +18,8 @@ from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward,
 
 def _pack_attention(which: int, causal: bool, cu_seqlens, *args):
     """`attention_forward` / `attention_backward` (which 0 / 1) over a whole sequence in natural order, or,
-    for a pack (`cu_seqlens` [n + 1], runtime/model/packed.py), the varlen kernels over its documents
-    (runtime/attention/varlen.py:
-    no [s, s] buffer)."""
+    for a pack (`cu_seqlens` [n + 1]), the varlen kernels over its documents
+    (no [s, s] buffer)."""
     if cu_seqlens is None:
         return (attention_forward, attention_backward)[which](*args, causal)
     cu = host_offsets(cu_seqlens)
@@ -32,7 +31,7 @@ def gathered_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """Attention of `heads` query heads over a whole sequence given in rank-major gathered order.
     q [b, s, heads*d], k, v [b, s, kv*d] (kv heads dividing `heads`) -> (out [b, s, heads*d] in gathered
     order, saved for backward). `order` (layout.natural_order) puts the tokens in natural order for the
-    causal mask; `cu_seqlens` [n + 1] confines attention to each document of a pack (runtime/model/packed.py)."""
+    causal mask; `cu_seqlens` [n + 1] confines attention to each document of a pack."""
     d = q.shape[-1] // heads
     q, k, v = (split_heads(x.index_select(1, order), x.shape[-1] // d) for x in (q, k, v))  # natural, [b,n,s,d]
     o, lse = _pack_attention(0, causal, cu_seqlens, q, k, v)

@@ -9,15 +9,15 @@ falls back to the next one, exact math last, with a warning; an out-of-memory er
 disables nothing; `kernels_used()` says which kernel ran, and profile rows record it):
 - 'flash_attn': the flash-attn package (Dao et al., FlashAttention-2) when installed, CUDA, fp16/bf16;
 - 'sdpa_flash': PyTorch's fused flash kernel (`aten._scaled_dot_product_flash_attention`) on CUDA, 16-bit
-  (these two and their call conventions: runtime/attention/flash.py);
+  (these two and their call conventions);
 - 'sdpa_cpu': PyTorch's fused flash kernel for CPU (`aten._scaled_dot_product_flash_attention_for_cpu`),
   every dtype on CPU: it tiles the scores, so no [s, s] buffer, and its backward recomputes them per tile;
 - 'math': the exact reference (fp32 scores for 16-bit inputs): CUDA fp32, and the fallback of the fused
   kernels; tests compare every fused kernel against it. It builds the full [g*s, s] score matrix and
   recomputes it in the backward. It is the only kernel that takes a mask (tests; no runtime path passes
   one): on CUDA such calls are recorded as 'math-masked' and warned about once (`MASKED_FALLBACK`).
-Packed sequences (runtime/model/packed.py) over a whole sequence (megatron_ts, ulysses_z: runtime/attention/gathered.py)
-run the varlen kernels of runtime/attention/varlen.py with the pack's offsets instead: no [s, s] buffer.
+Packed sequences over a whole sequence (megatron_ts, ulysses_z)
+run the varlen kernels with the pack's offsets instead: no [s, s] buffer.
 The backward of every backend takes the (possibly merged) output and log-sum-exp, so ring attention can
 backpropagate each block with the global softmax normaliser (FlashAttention-2 algorithm 2:
 P = exp(S - lse), dS = P * (dP - rowsum(dO * O))).

@@ -8,9 +8,9 @@ src = (r - i) mod p:
 - src < r: every local query sees the first K/V chunk (chunk src) in full, none of the second;
 - src > r: only the second local query chunk (2p-1-r) sees both K/V chunks, in full.
 Non-causal: every block is full.
-Packed documents (`cu_seqlens`, runtime/model/packed.py): the pack is laid out per document (each cut into 2p
+Packed documents (`cu_seqlens`): the pack is laid out per document (each cut into 2p
 chunks, rank r holding chunks r and 2p-1-r of every one), so the same three cases hold per document and a
-block is one varlen call (runtime/attention/varlen.py) over the rank's whole t queries and the t received keys: each
+block is one varlen call over the rank's whole t queries and the t received keys: each
 segment's queries against its keys (`_varlen_block`), the tokens a case leaves out as documents without
 keys or queries. Every rank derives the segments of the K/V it holds from `cu_seqlens` and the source rank,
 so no extra bytes travel. A block in which no query sees any key is skipped (its K/V still travel); a query
@@ -33,7 +33,7 @@ from paradyse_lab.runtime.attention.kernels import attention_backward, attention
 from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward, varlen_forward
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import p2p as comm_p2p
-from paradyse_lab.runtime.model.layout import layout_documents, local_positions
+from paradyse_lab.runtime.model.layout import layout_documents, ring_positions
 from paradyse_lab.runtime.model.packed import document_of
 
 _TAG_KV, _TAG_DKV = 11, 12
@@ -77,15 +77,18 @@ def _pair_runs(q_runs, k_runs) -> tuple[list[int], list[int]]:
 
 
 @lru_cache(maxsize=1024)
-def _varlen_block(cu: tuple[int, ...], p: int, r: int, src: int, causal: bool):
+def _varlen_block(cu: tuple[int, ...], p: int, r: int, src: int, causal: bool, layout_p: int):
     """(cu_q, cu_k, causal) of the block of rank r's queries against the K/V of rank src on a pack: every
-    segment's queries against its keys (the per-document zig-zag's blocks, runtime/model/layout.py: src == r its
+    segment's queries against its keys (the per-document zig-zag's blocks: src == r its
     own tokens, causal; src < r every query against the first chunk of each document of src; src > r the
-    second chunk of each of its documents against every key of src); None when no query sees a key."""
+    second chunk of each of its documents against every key of src); None when no query sees a key. The
+    documents are those of the layout on `layout_p` ranks (p itself, or a multiple of it when each ring rank
+    holds a group's tokens: ulysses_ring), each cut into 2p chunks."""
     cu_t = torch.tensor(cu)
-    q_seg, _ = document_of(cu_t, local_positions(cu[-1], p, r, cu_t))  # [t]: segment of each local token
-    k_seg, _ = document_of(cu_t, local_positions(cu[-1], p, src, cu_t))
-    first = _first_chunks(layout_documents(cu_t, p), p)
+    documents = layout_documents(cu_t, layout_p)
+    q_seg, _ = document_of(cu_t, ring_positions(documents, p, r))  # [t]: segment of each local token
+    k_seg, _ = document_of(cu_t, ring_positions(documents, p, src))
+    first = _first_chunks(documents, p)
     q_in = ~first if causal and src > r else torch.ones_like(first)
     k_in = first if causal and src < r else torch.ones_like(first)
     cu_q, cu_k = _pair_runs(_runs(torch.where(q_in, q_seg, -1).tolist()), _runs(torch.where(k_in, k_seg, -1).tolist()))
@@ -102,13 +105,13 @@ def _first_chunks(documents: tuple[int, ...], p: int) -> torch.Tensor:
     return torch.cat(halves)
 
 
-def _blocks(cu_seqlens, r: int, p: int, causal: bool):
+def _blocks(cu_seqlens, r: int, p: int, causal: bool, layout_p: int | None = None):
     """Per ring step i: the varlen block of a pack (`_varlen_block`) with rank (r - i) mod p, or None when
     the sequence is one document (`cu_seqlens` None: `_block`'s slices)."""
     if cu_seqlens is None:
         return [None] * p
     cu = host_offsets(cu_seqlens)
-    return [_varlen_block(cu, p, r, (r - i) % p, causal) or "skip" for i in range(p)]
+    return [_varlen_block(cu, p, r, (r - i) % p, causal, layout_p or p) or "skip" for i in range(p)]
 
 
 def _block_forward(q, k, v, r, src, t, causal, block):
@@ -134,12 +137,13 @@ def _block_backward(do, q, k, v, o, lse, r, src, t, causal, block):
                                         lse[:, :, qs], block_causal))
 
 
-def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None):
+def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None, layout_p: int | None = None):
     """q, k, v [b, H, t, d] of this rank's tokens -> (out [b, H, t, d], lse [b, H, t] fp32); `cu_seqlens`
-    [n + 1]: the pack's segment offsets (runtime/model/packed.py), None for one document."""
+    [n + 1]: the pack's segment offsets, None for one document; `layout_p`: the ranks
+    whose layout unit cut the pack into documents (default: the ring's)."""
     p, r = comm.size(group), comm.rank(group)
     t = q.shape[2]
-    blocks = _blocks(cu_seqlens, r, p, causal)
+    blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device)
     kv = torch.stack([k, v])  # 2 x [b, H, t, d] -> [2, b, H, t, d]
@@ -154,11 +158,12 @@ def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None):
     return out.to(q.dtype), lse
 
 
-def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_seqlens=None):
+def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_seqlens=None,
+                            layout_p: int | None = None):
     """(dq, dk, dv) [b, H, t, d] of `ring_attention_forward` given its output and log-sum-exp."""
     p, r = comm.size(group), comm.rank(group)
     t = q.shape[2]
-    blocks = _blocks(cu_seqlens, r, p, causal)
+    blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = torch.stack([k, v])  # [2, b, H, t, d]
     own = acc_in = None

@@ -1,5 +1,5 @@
 """Variable-length attention: the queries and keys of several documents in one call, each attending only to
-its own document (packed sequences: runtime/model/packed.py; ring blocks of a pack: runtime/attention/ring.py).
+its own document (packed sequences, and the ring blocks of a pack).
 
 Library module (no command). A call is q [b, H, sq, d], k, v [b, KV, sk, d] (KV dividing H: grouped-query
 attention, read as they are) and two host offset lists `cu_q`, `cu_k` of n + 1 ints: document i is queries
@@ -8,7 +8,7 @@ and key counts equal (query j sees keys 0..j of its document). Returns (out [b, 
 [b, H, sq] fp32, fp64 for fp64 inputs); a query that sees no key gets out 0 and lse -inf, never NaN.
 The same `cu_q`, `cu_k` hold for every row of the batch.
 
-Kernels, chosen as runtime/attention/kernels.py chooses (`backend(q)`: a fused kernel that raises an error other
+Kernels, chosen as the whole-sequence kernels are (`backend(q)`: a fused kernel that raises an error other
 than out-of-memory falls back to the next, with a warning; `kernels_used` records the one that ran):
 - 'flash_attn_varlen': flash-attn's `_flash_attn_varlen_forward` / `_backward` (Dao, FlashAttention-2; the
   call conventions of releases 2.5 to 2.8, `FA_VARLEN_FORWARD_ARGS`), the batch rows laid end to end as
@@ -17,7 +17,7 @@ than out-of-memory falls back to the next, with a warning; `kernels_used` record
 - 'sdpa_flash_varlen': PyTorch's own flash kernel with cumulative lengths
   (`aten._flash_attention_forward` / `_flash_attention_backward` with cum_seq_q / cum_seq_k: the op under
   `torch.nn.attention.varlen.varlen_attn`, called directly so the backward takes a merged lse);
-- 'sdpa_cpu_varlen': PyTorch's fused CPU flash kernel (runtime/attention/flash.py `cpu_forward`) once per
+- 'sdpa_cpu_varlen': PyTorch's fused CPU flash kernel (`cpu_forward`) once per
   document (it takes no cumulative lengths), no mask (CPU);
 - 'math_varlen': the exact math kernel once per document, no mask (CUDA fp32, the fallback, the tests'
   reference).
@@ -73,7 +73,7 @@ _FA_DEFAULTS = dict(dropout_p=0.0, window_size=(-1, -1), window_size_left=-1, wi
 
 def host_offsets(cu_seqlens) -> tuple[int, ...]:
     """A pack's offsets as host ints (no device sync when given a CPU tensor or a tuple, as the model keeps
-    them: runtime/model/parallel_gpt.py)."""
+    them)."""
     if isinstance(cu_seqlens, tuple):
         return cu_seqlens
     return tuple(int(x) for x in torch.as_tensor(cu_seqlens).tolist())
@@ -198,7 +198,7 @@ def _documents(cu_q, cu_k):
 
 
 def _per_document_forward(kernel, q, k, v, cu_q, cu_k, causal, scale):
-    """`kernel` (a whole-sequence forward of runtime/attention/kernels.py's) once per document with queries and keys."""
+    """`kernel` (a whole-sequence forward of `kernels`) once per document with queries and keys."""
     b, hh, sq, d = q.shape
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.full((b, hh, sq), float("-inf"), dtype=attention._up(q).dtype, device=q.device)

@@ -1,6 +1,6 @@
 """Training checkpoints through torch.distributed.checkpoint (DCP): written at p ranks, resumed at any p'.
 
-Library module (no command; runtime/training/state.py `TrainState` writes and reads them, `paradyse-lab export-hf`
+Library module (no command; `TrainState` writes and reads them, `paradyse-lab export-hf`
 reads them).
 Layout under DIR:
 
@@ -10,11 +10,10 @@ Layout under DIR:
     DIR/latest                                     the name of the newest complete checkpoint
 
 What is saved: every trained tensor and AdamW's two moments of each, as global tensors
-(runtime/checkpoints/dcp_entries.py:
-a sub-layer's sharded matrices are one DCP tensor per row section), so DCP reshards them for whatever world size
+(a sub-layer's sharded matrices are one DCP tensor per row section), so DCP reshards them for whatever world size
 loads them. At p = 1 no process group is needed (`read_full` also reads a checkpoint without one: export-hf).
 
-Guarantees (as the per-rank format of earlier versions; the folder helpers are runtime/checkpoints/folder.py's):
+Guarantees (as the per-rank format of earlier versions):
 atomic (DCP writes into `DIR/.tmp-step-N`; rank 0 records every file's SHA-256 in meta.json, renames the folder
 and replaces `latest`; a crash leaves the previous checkpoint named, and a failed write on any rank, a full
 disk, stops every rank with one line and removes the partial folder), verified before use (`resumable` takes the

@@ -1,8 +1,8 @@
 """A rank's trained tensors and their AdamW moments as torch.distributed.checkpoint (DCP) entries, and back.
 
-Library module (no command; runtime/checkpoints/dcp.py saves and loads these entries). What is saved: every
+Library module (no command; the DCP checkpoints save and load these entries). What is saved: every
 trained tensor (the fp32 master weights on GPU, the weights on CPU) and AdamW's two moments of each, as global
-tensors. A sub-layer's sharded matrices (w1, b1, w2; runtime/model/weight_shards.py) are not one contiguous block per
+tensors. A sub-layer's sharded matrices (w1, b1, w2) are not one contiguous block per
 rank:
 rank r holds row block r of each row section (q | k | v, gate | up). So each section is its own DCP tensor,
 saved as a `DTensor` sharded by rows (`Shard(0)`) over the ranks; replicated tensors (embeddings, norms, head)
@@ -54,7 +54,7 @@ def _global(local: torch.Tensor, rows: int, mesh) -> torch.Tensor:
 
 
 def _vocab_rows(name: str, value: torch.Tensor, cfg) -> bool:
-    """Whether `value` is this rank's padded vocabulary rows of the embedding or head (runtime/model/vocab_parallel.py):
+    """Whether `value` is this rank's padded vocabulary rows of the embedding or head:
     fewer rows than the vocabulary. Saved as the global [V, h] tensor, so a checkpoint does not depend on it."""
     return name in VOCAB_ROWS and value.shape[0] != cfg.vocab_size
 

@@ -1,6 +1,6 @@
 """The checkpoint folder: its lock, its `step-*` checkpoints, `latest`, meta.json, the refusal to write over it.
 
-Library module (no command). The checkpoints themselves are runtime/checkpoints/dcp.py's (written and read
+Library module (no command). The checkpoints themselves are DCP's (written and read
 through torch.distributed.checkpoint, resumable at any world size); this module holds what concerns the folder.
 Layout under DIR:
 

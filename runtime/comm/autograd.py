@@ -1,7 +1,7 @@
 """Autograd-aware collectives of the runtime: each forward collective with the backward collective that is
 its adjoint.
 
-Library module (no command). The calls go through runtime/comm/collectives.py and runtime/comm/grad_reduce.py (and are
+Library module (no command). The calls go through the counted collectives and gradient reductions (and are
 counted
 there); a group of size 1 passes the tensors through without building an autograd node.
 """

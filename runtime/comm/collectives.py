@@ -2,14 +2,14 @@
 
 Library module (no command). Works on gloo (CPU) and NCCL (GPU); a group of size 1, or no initialised
 process group at all, short-circuits every call (nothing is sent, nothing is counted). Every collective
-records the bytes this rank sends and the call itself (runtime/comm/record.py: `count_bytes`, `trace_calls`,
-`tagged`). Point-to-point exchanges are in runtime/comm/p2p.py, the fp32 gradient reductions in
-runtime/comm/grad_reduce.py, the autograd-aware collectives in runtime/comm/autograd.py.
+records the bytes this rank sends and the call itself (`count_bytes`, `trace_calls`,
+`tagged`). Point-to-point exchanges, the fp32 gradient reductions and the autograd-aware collectives are their
+own modules.
 
 A `paradyse_lab.runtime.comm.fake_group.FakeGroup` in place of a process group makes every call return a correctly
 shaped
 tensor without communicating (and still count its bytes): one process then plays one rank of a p-rank
-world (the rank-local profiler, paradyse_lab/app/measure/profiler.py).
+world (the rank-local profiler).
 
 Gloo note: `all_to_all_single` is used for all-to-all.
 """

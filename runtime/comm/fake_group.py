@@ -10,7 +10,7 @@ tensor of exactly the shape (and dtype, device) the real call would return, with
 - exchange / ring_exchange / chain_*: the received tensor is a copy of the tensor sent (or of `recv_like`).
 Values are therefore not those of a real run (the outputs are garbage but finite); shapes, dtypes, the
 sequence of kernels this rank runs and the tensors it keeps for backward are exact, which is what the
-rank-local profiler (paradyse_lab/app/measure/profiler.py) measures. Byte counting (`comm_record.count_bytes`)
+rank-local profiler measures. Byte counting (`comm_record.count_bytes`)
 records every call as the real group would, so the modelled communication time can be priced from the same
 calls.
 """

@@ -1,6 +1,6 @@
 """Parameter gradients summed over ranks in fp32, whatever the model dtype, one bounded bucket at a time.
 
-Library module (no command). The all-reduces and reduce-scatters go through runtime/comm/collectives.py (and are counted
+Library module (no command). The all-reduces and reduce-scatters go through the counted collectives (and are counted
 there); the buckets are the cost model's (`paradyse_lab.costmodel.formulas.GRAD_BUCKET_ELEMENTS`).
 """
 
@@ -22,7 +22,7 @@ torch.distributed.fsdp) do: each 16-bit gradient (or bucket) is cast to fp32 jus
 all-reduce or point-to-point reduction, and the reduced fp32 sum is rounded once to the parameter's dtype.
 fp32 gradients are reduced as they are (no copy). Activation gradients (megatron_ts's and Ulysses' sequence
 collectives) stay in the model dtype, as in Megatron. The cost model counts the fp32 bytes sent and the fp32
-buffers (paradyse_lab/costmodel/formulas.py `GRAD_REDUCE_BYTES`, `GRAD_BUCKET_ELEMENTS`)."""
+buffers (`GRAD_REDUCE_BYTES`, `GRAD_BUCKET_ELEMENTS`)."""
 
 
 def grad_reduce_dtype(dtype: torch.dtype) -> torch.dtype:

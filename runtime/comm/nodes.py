@@ -33,7 +33,7 @@ class NodeLayout:
 
 def node_of_this_rank(env=os.environ) -> tuple[int, int]:
     """(node rank, ranks on the node) from torchrun's environment; (0, 0) when it is not set (0: the world). The
-    commands check both before any rank starts (runtime/launch/ranks.py `torchrun_rank`)."""
+    commands check both before any rank starts (`torchrun_rank`)."""
     try:
         return int(env.get("GROUP_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", 0))
     except ValueError as err:

@@ -3,8 +3,8 @@ group as an argument.
 
 Library module (no command). Works on gloo (CPU) and NCCL (GPU), and with a
 `paradyse_lab.runtime.comm.fake_group.FakeGroup`
-(shapes exact, nothing sent) as runtime/comm/collectives.py's collectives do; every exchange records the bytes this rank
-sends and the exchange itself (runtime/comm/record.py). Ranks are group ranks, turned into global ones here.
+(shapes exact, nothing sent) as the counted collectives do; every exchange records the bytes this rank
+sends and the exchange itself. Ranks are group ranks, turned into global ones here.
 
 Gloo notes: point-to-point exchanges are plain paired `isend`/`irecv` (batched point-to-point can hang on
 gloo); on NCCL an exchange is one `batch_isend_irecv` so that a send and a receive to the same peer cannot

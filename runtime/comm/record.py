@@ -1,13 +1,13 @@
-"""What every call of runtime/comm/collectives.py and runtime/comm/p2p.py records: the bytes this rank sends, and the
+"""What every collective and point-to-point call records: the bytes this rank sends, and the
 call itself.
 
 Library module (no command). Byte counting: each call records the bytes this rank sends under the
 ring-algorithm convention of `paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S,
 docs/hardware.md section 3): all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the
 message. The count is of the logical collective, whatever the backend does underneath, so it can be compared
-with the analytic schedule (paradyse_lab/costmodel/schedules.py). Wrap code in `count_bytes()` to collect them,
+with the analytic schedule. Wrap code in `count_bytes()` to collect them,
 and in `trace_calls()` to record every call with its shapes, dtypes and peers in posting order (replayed across
-ranks by runtime/comm/replay.py to find deadlocks and mismatches without a GPU). `tagged()` labels the calls
+ranks by `replay` to find deadlocks and mismatches without a GPU). `tagged()` labels the calls
 made inside it (layer and sub-layer) in both records. A group of size 1 short-circuits before anything is
 recorded; a `paradyse_lab.runtime.comm.fake_group.FakeGroup` records as a real group would.
 """
@@ -44,7 +44,7 @@ class ByteCounter:
 
 @dataclass(frozen=True)
 class TracedCall:
-    """One call as this rank posts it (for runtime/comm/replay.py): a collective, or one point-to-point
+    """One call as this rank posts it (for `replay`): a collective, or one point-to-point
     exchange (its sends and receives, posted together: one `batch_isend_irecv` on NCCL)."""
 
     op: str

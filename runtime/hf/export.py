@@ -1,13 +1,13 @@
-"""A training checkpoint (runtime/checkpoints/dcp.py, any world size) as a Hugging Face model folder.
+"""A training checkpoint (any world size) as a Hugging Face model folder.
 
-Library module; the command is `paradyse-lab export-hf --checkpoint DIR --out HF_DIR`
-(paradyse_lab/cli/export_hf_command.py). The folder holds config.json (the config of the folder the run
+Library module; the command is `paradyse-lab export-hf --checkpoint DIR --out HF_DIR`. The folder holds config.json
+(the config of the folder the run
 started from with --init-from, else one built from the model's shapes: `hf_config`) and the
 weights as fp32 safetensors: one `model.safetensors`, or, above `max_shard_bytes`, shards
 `model-0000K-of-0000N.safetensors` with `model.safetensors.index.json` (transformers' names and index format).
 transformers' `from_pretrained(HF_DIR)` loads it. The folder appears whole or not at all: it is written
 beside its target (`.HF_DIR.tmp-*`) and renamed; an existing non-empty HF_DIR is never written over.
-The tensors (`to_hf_state_dict`) are the inverse of `train --init-from`'s read: runtime/hf/weights.py's map
+The tensors (`to_hf_state_dict`) are the inverse of `train --init-from`'s read: `weights`' map
 (`tensor_sources`) says which rows of which Hugging Face tensor each runtime tensor is made of.
 """
 

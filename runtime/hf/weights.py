@@ -1,14 +1,14 @@
 """Hugging Face model folders in: each rank reads only its slices of the safetensors (the way out, a full state
-dict back to a folder `from_pretrained` loads, is runtime/hf/export.py's, by the same map).
+dict back to a folder `from_pretrained` loads, is `export`'s, by the same map).
 
 Library module (no command; `train --init-from DIR` and `paradyse-lab export-hf` use it). A folder holds
 config.json and either one `model.safetensors` or shards named by `model.safetensors.index.json`'s
-`weight_map`. Accepted architectures: those of runtime/hf/convert.py (GPT-2, LLaMA, Mistral, Qwen2).
+`weight_map`. Accepted architectures: those `convert` knows (GPT-2, LLaMA, Mistral, Qwen2).
 
 The map (`tensor_sources`) says, for every runtime tensor, which rows of which Hugging Face tensors it is
 made of, in the runtime's orientation ([out, in] for w1, (in, out) for w2: hf_convert.py's
 `hf_to_state_dict` and `llama_to_state_dict` spell the same conversion for full tensors). A sharded runtime
-tensor (w1, b1, w2 of a sub-layer) is cut as runtime/model/weight_shards.py cuts it: block r of p of each row section
+tensor (w1, b1, w2 of a sub-layer) is cut as `weight_shards` cuts it: block r of p of each row section
 (q | k | v, gate | up), so rank r reads, with safetensors' `get_slice`, rows r*n/p..(r+1)*n/p of each section's source
 (columns when the source is stored transposed, e.g. LLaMA's o_proj [out, in] is w2 (in, out)); replicated
 tensors (embeddings, norms, head) are read whole. No rank reads another rank's rows.
@@ -116,7 +116,7 @@ def tensor_sources(cfg) -> dict[str, list[Source]]:
 
 def rank_rows(key: str, sources: list[Source], rank: int, p: int) -> list[Source]:
     """The rows of `sources` rank `rank` of `p` holds of runtime tensor `key`: block `rank` of each section
-    for a sharded tensor (runtime/model/weight_shards.py), all of them otherwise."""
+    for a sharded tensor, all of them otherwise."""
     if key.rpartition(".")[2] not in SHARDED or not key.startswith("layers."):
         return sources
     out = []
@@ -269,7 +269,7 @@ def _strip(name: str) -> str:
 
 def vocab_rank_rows(sources: list[Source], vocab: int, rank: int, p: int) -> list[Source]:
     """The vocabulary rows rank `rank` of `p` holds of the embedding or head under the vocabulary-parallel layout
-    (runtime/model/vocab_parallel.py; its padding rows are not read)."""
+    (its padding rows are not read)."""
     start, stop = vocab_range(vocab, p, rank)
     return [Source(src.name, start, stop, src.transposed) for src in sources]
 

@@ -69,7 +69,7 @@ class PeerSilent(RunStopped):
 
 def end_process(code: int) -> None:
     """End this rank with `code` once its work and its report are done (its process group left:
-    runtime/launch/ranks.py `leave_process_group`): flush Python's output and exit the process without interpreter
+    `leave_process_group`): flush Python's output and exit the process without interpreter
     finalization, so that no teardown of C++ state (gloo's and OR-Tools' worker
     threads, thread pools destroyed by static destructors while still joinable: "terminate called without an
     active exception", exit -6) can turn a finished rank's exit code into an abort."""

@@ -4,7 +4,7 @@ Library module of the commands that measure or train on the machine they run on 
 `paradyse-lab validate-run`): `launch(fn, nproc, *args)` calls `fn(*args, group=None)` on every rank, with
 torch.distributed initialised (NCCL when every process of the node has a GPU of its own, else gloo on CPU,
 `backend_for`; the same code either way). Under torchrun (RANK and WORLD_SIZE set) the
-current process is one rank; with nproc > 1 it spawns nproc processes through runtime/launch/local.py (a rank's
+current process is one rank; with nproc > 1 it spawns nproc processes on this machine (a rank's
 error is raised once by the launcher; the ranks die with it); with nproc = 1 it calls `fn` in this process
 inside a one-rank group (comm.py's calls then short-circuit). CPU ranks get cores / nproc threads each, so
 that p processes do not oversubscribe the machine.
@@ -62,7 +62,7 @@ def torchrun_rank(nproc: int | None = None) -> tuple[int, int] | None:
     local_world = _env_int("LOCAL_WORLD_SIZE", 1, world) if "LOCAL_WORLD_SIZE" in os.environ else world
     if "LOCAL_RANK" in os.environ:
         _env_int("LOCAL_RANK", 0, local_world - 1)
-    if "GROUP_RANK" in os.environ:  # the node's rank (runtime/comm/nodes.py): at most one node per rank
+    if "GROUP_RANK" in os.environ:  # the node's rank: at most one node per rank
         _env_int("GROUP_RANK", 0, world - 1)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if not os.environ.get(name, "").strip():
@@ -85,7 +85,7 @@ def leave_process_group() -> None:
     A training run's gloo group can still outlive step 2 (its worker, tcp-loop and, on rank 0, TCPStore threads
     keep running, held from C++), and threads destroyed while joinable during the C++ teardown at exit abort a
     finished process ("terminate called without an active exception", exit -6): so a process that joined a group
-    ends without that teardown (runtime/launch/local.py `end_process`): a spawned rank once its function returned,
+    ends without that teardown (`end_process`): a spawned rank once its function returned,
     and a torchrun rank or a command that ran a one-rank group in its own process once its command is done
     (paradyse_lab/cli `main`, `joined_a_process_group`)."""
     import torch.distributed as dist

@@ -1,5 +1,5 @@
 """The unified layout (docs/paper.md section 3, the paper's Table 2) of the sequence: which tokens every rank
-holds, for every strategy. The weights' half of the table: runtime/model/weight_shards.py.
+holds, for every strategy. The weights' half of the table is `weight_shards`.
 
 Library module (no command).
 
@@ -11,7 +11,7 @@ it is the same order for every strategy, so a switch between layers moves no byt
 therefore 2p tokens (1 when p = 1): a sequence length not divisible by it is **an error** (no silent
 padding); callers that want padding pad to `layout_unit(p)` themselves. Strategies that gather the whole
 sequence (megatron_ts, ulysses_z) reorder it to natural order locally (`natural_order`) before attention.
-A pack of documents (runtime/model/packed.py, given by its `cu_seqlens`) is cut per document instead: each
+A pack of documents (given by its `cu_seqlens`) is cut per document instead: each
 (padded) document into 2p chunks, rank r holding chunks r and 2p-1-r of every one, documents in order.
 Callers never compute the order themselves: they use `shard_sequence` / `gather_sequence`.
 """
@@ -38,8 +38,8 @@ def check_length(seq_len: int, p: int) -> None:
 
 
 def layout_documents(cu_seqlens, p: int) -> tuple[int, ...]:
-    """The lengths of the documents the zig-zag layout cuts separately, from a pack's offsets
-    (runtime/model/packed.py): walking its segments in order, a layout document closes at the first segment end
+    """The lengths of the documents the zig-zag layout cuts separately, from a pack's offsets:
+    walking its segments in order, a layout document closes at the first segment end
     at which its length is a multiple of the layout unit (2p). A pack of `packed.pack_sequence` (each
     document followed by its own padding segment to the unit) gives one layout document per real document.
     None (one sequence) -> None."""
@@ -82,6 +82,12 @@ def _local_positions(documents: tuple[int, ...], p: int, r: int) -> torch.Tensor
                   torch.arange(start + (2 * p - 1 - r) * c, start + (2 * p - r) * c)]
         start += n
     return torch.cat(parts)
+
+
+def ring_positions(documents: tuple[int, ...], p: int, r: int) -> torch.Tensor:
+    """Global positions of rank r's tokens when each of `documents` (lengths, each a multiple of 2p) is cut into
+    2p chunks and r holds chunks r and 2p-1-r of every one: [sum / p] (cached: do not modify it)."""
+    return _local_positions(tuple(documents), p, r)
 
 
 def gathered_positions(seq_len: int, p: int, cu_seqlens=None) -> torch.Tensor:

@@ -5,14 +5,14 @@ Library module (no command; `paradyse-lab train --pack-tokens N` packs its steps
 A pack is the documents of one step, each padded to the layout unit (2p, 1 at p = 1:
 `paradyse_lab.core.strategies.layout_unit`, the unit every strategy reads) by padding tokens that form a
 segment of their own right after it (they attend only to each other and carry no loss), concatenated. The
-zig-zag layout is applied per document (runtime/model/layout.py `local_positions`): every padded document is cut
+zig-zag layout is applied per document (`local_positions`): every padded document is cut
 into 2p chunks and rank r holds chunks r and 2p-1-r of each, as Megatron-LM's THD layout and
 ring-flash-attention's varlen zig-zag do. Every rank holds the same t = s/p tokens (the linear parts are
 even) and the same share of every document's causal triangle, so ring attention is balanced but for the
-padding's few pairs (`rank_attention_pairs`, paradyse_lab/workload/zigzag_balance.py, which the cost model charges);
+padding's few pairs (`rank_attention_pairs`, which the cost model charges);
 the price is padding every document (a single-token document costs 2p tokens). megatron_ts and ulysses_z
 attend over the whole pack in natural order per head shard, and ring blocks over their segments, with the
-varlen kernels (runtime/attention/varlen.py: flash-attn's or PyTorch's flash kernel with cumulative lengths on CUDA,
+varlen kernels (flash-attn's or PyTorch's flash kernel with cumulative lengths on CUDA,
 the exact kernel once per segment on CPU): no [s, s] buffer, no mask.
 
 The varlen form is `cu_seqlens` [n + 1]: the cumulative segment offsets in the pack (each document, then
@@ -42,7 +42,7 @@ IGNORE = -100
 
 def pack_sequence(lengths: Sequence[int], p: int) -> PackedStep:
     """The pack of documents of `lengths` tokens for p ranks: a `PackedStep` (the one type of a packed step,
-    paradyse_lab/costmodel/packed.py), each document padded to `layout_unit(p)`."""
+    the cost model's too), each document padded to `layout_unit(p)`."""
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(isinstance(n, bool) or n <= 0 for n in lengths):
         raise UserInputError(f"a pack needs one or more documents of positive length, got {list(lengths)}")

@@ -1,17 +1,17 @@
 """`ParallelGPT`: a GPT-2- or LLaMA-shaped model over p ranks with a per-layer strategy plan, on the unified
 layout.
 
-Library module (no command; see runtime/__init__.py for usage). Each rank holds its zig-zag share of the
+Library module (no command; the runtime package's docstring shows its use). Each rank holds its zig-zag share of the
 sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices (weight_shards.py); the
 embedding, positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
 during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
-(runtime/model/vocab_parallel.py: Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
+(Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
 shape is its `GPTConfig` (reference.py): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
-`Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is in
-paradyse_lab/core/strategies.py). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
-with the strategy option the `Plan` (paradyse_lab/core/plan.py: options from the catalog in
-paradyse_lab/core/strategies.py and the granularity) gives it; a hand-written list of names (`NAME` or
+`Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is the
+strategy catalog's). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
+with the strategy option the `Plan` (options from the strategy catalog
+and the granularity) gives it; a hand-written list of names (`NAME` or
 `NAME+recompute`, L of them or 2L: attention then MLP of each layer) is read by `Plan.for_layers`. The plan may
 change on every call and a switch moves no bytes, because every strategy reads and writes the same layout.
 """
@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from paradyse_lab.core.plan import Plan
-from paradyse_lab.core.strategies import CATALOG, StrategyOption, get_strategy
+from paradyse_lab.core.strategies import CATALOG, USABLE, StrategyOption, get_strategy
+from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
 from paradyse_lab.costmodel.techniques import mlp_tile_positions
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import autograd as comm_autograd
@@ -51,6 +52,8 @@ from paradyse_lab.runtime.model.weight_shards import (
     init_rank_state_dict,
     shard_state_dict,
 )
+from paradyse_lab.runtime.strategies.head_chunked import HEAD_CHUNKED_ATTENTION
+from paradyse_lab.runtime.strategies.layer_checkpoint import run_checkpointed_layer
 from paradyse_lab.runtime.strategies.offload import Offloader
 from paradyse_lab.runtime.strategies.tiled_mlp import run_tiled_mlp
 
@@ -64,17 +67,20 @@ class StrategyModules(Mapping):
         entry = CATALOG.get(name)
         if entry is None or not entry.usable:
             raise KeyError(name)
-        return importlib.import_module(entry.runtime_module)
+        module = importlib.import_module(entry.runtime_module)
+        return module.for_degree(entry.head_degree) if entry.head_degree else module
 
     def __iter__(self) -> Iterator[str]:
-        return iter([name for name, s in CATALOG.items() if s.usable])
+        return iter(USABLE)
 
     def __len__(self) -> int:
-        return sum(1 for s in CATALOG.values() if s.usable)
+        return len(USABLE)
 
 
 STRATEGY_MODULES = StrategyModules()
-"""Strategy name -> its runtime module, for every usable entry of the catalog."""
+"""Strategy name -> its runtime module, for every usable entry of the catalog (a two-dimensional entry's: its
+module's implementation at the entry's head degree). Iterating lists the one-dimensional strategies (`USABLE`),
+which run at every p; a two-dimensional one runs where its head degree divides p, and is asked by name."""
 
 
 def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
@@ -91,12 +97,26 @@ def as_plan(plan: Plan | Sequence[str], layers: int) -> Plan:
 
 def run_option(opt: StrategyOption, ctx, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
     """One sub-layer (`ctx.kind`) under `opt`: its strategy, recomputed or not, an MLP tiled over `mlp_tile`
-    positions with `+tiled` (x [b, t, h] -> [b, t, h]); `+offload` is the caller's (runtime/strategies/offload.py)."""
+    positions with `+tiled`, an attention over chunks of heads with `+headchunk`
+    (x [b, t, h] -> [b, t, h]); `+offload` is the caller's."""
     module = STRATEGY_MODULES[opt.strategy]
     if ctx.kind == "mlp" and opt.tiled:
         return run_tiled_mlp(module.TILED_MLP, ctx, mlp_tile, x, weights)
+    if ctx.kind == "attention" and opt.headchunk:
+        return run_sublayer(HEAD_CHUNKED_ATTENTION[opt.strategy], ctx, opt.recompute, x, weights)
     impl = module.ATTENTION if ctx.kind == "attention" else module.MLP
     return run_sublayer(impl, ctx, opt.recompute, x, weights)
+
+
+def checkpointed_layer(opt: StrategyOption, ctxs, x: torch.Tensor, weights, mlp_tile: int) -> torch.Tensor:
+    """One whole layer (attention then MLP, `ctxs` and `weights` of each) under a block option that recomputes and
+    offloads: only the layer's input is kept (the caller offloads it), its
+    attention under `opt`'s strategy (head-chunked with `+headchunk`), its MLP recomputed or, with `+tiled`, tiled
+    over `mlp_tile` positions. x [b, t, h] -> [b, t, h]."""
+    module = STRATEGY_MODULES[opt.strategy]
+    attn = HEAD_CHUNKED_ATTENTION[opt.strategy] if opt.headchunk else module.ATTENTION
+    mlp = module.TILED_MLP if opt.tiled else module.MLP
+    return run_checkpointed_layer(attn, mlp, ctxs, mlp_tile, x, *weights)
 
 
 class ParallelGPT(GPTParams):
@@ -106,12 +126,12 @@ class ParallelGPT(GPTParams):
                  hf_folder: str | None = None, vocab_parallel: bool = False,
                  rank_state_dict: dict | None = None):
         """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
-        model folder `hf_folder` (each rank reads only its slices: runtime/hf/weights.py), or of the GPT-2
+        model folder `hf_folder` (each rank reads only its slices), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank); or `rank_state_dict`, this rank's tensors
         at the group's size (its shards and the replicated tensors), used as they are, without a copy (a
-        group's view of the world layout in a grouped step, runtime/training/grouped.py). `vocab_parallel`: the
+        group's view of the world layout in a grouped step). `vocab_parallel`: the
         embedding
-        and head are sharded by vocabulary rows (runtime/model/vocab_parallel.py) instead of replicated."""
+        and head are sharded by vocabulary rows instead of replicated."""
         self.p, self.rank = comm.size(group), comm.rank(group)
         with torch.device("meta" if hf_folder is None else "cpu"):  # meta: shapes only, the shards are assigned
             super().__init__(cfg, self.p, vocab_parallel)
@@ -138,14 +158,14 @@ class ParallelGPT(GPTParams):
     def from_hf_state_dict(cls, config, state_dict, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face config (dict or `PretrainedConfig`) and state dict: GPT-2 (`GPT2LMHeadModel`),
         or LLaMA-shaped (`LlamaForCausalLM`, `MistralForCausalLM` and `Qwen2ForCausalLM` without a sliding
-        window: runtime/hf/convert.py)."""
+        window)."""
         cfg = GPTConfig.from_hf(config)
         return cls(cfg, group, state_dict=hf_to_state_dict(state_dict, cfg), vocab_parallel=vocab_parallel)
 
     @classmethod
     def from_hf_folder(cls, folder, group=None, vocab_parallel: bool = False) -> ParallelGPT:
         """From a Hugging Face model folder (config.json and safetensors, one file or shards with their index):
-        GPT-2, LLaMA, Mistral or Qwen2 (runtime/hf/convert.py); each rank reads only its slices."""
+        GPT-2, LLaMA, Mistral or Qwen2; each rank reads only its slices."""
         return cls(GPTConfig.from_hf(read_config(folder)), group, hf_folder=str(folder), vocab_parallel=vocab_parallel)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -174,15 +194,17 @@ class ParallelGPT(GPTParams):
         `labels` [b, s/p] (per-position targets, already shifted, -100 ignored) also the mean loss over
         all ranks' tokens (the same value on every rank; call backward on it on every rank).
         `cu_seqlens` [n + 1] (the same on every rank): the sequence is a pack of documents at these offsets
-        (runtime/model/packed.py `pack_sequence`): positions restart at each document and attention stays inside
-        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss (runtime/model/tiled_loss.py), final
+        (`pack_sequence`): positions restart at each document and attention stays inside
+        each, under every strategy. `loss_tile` > 0 (with `labels`): the tiled loss, final
         norm, head and loss over `loss_tile` tokens at a time, the logits never whole; returns (None, loss).
         A vocabulary-parallel model (`vocab_parallel`) always returns (None, loss) with `labels`, its embedding and
         loss run `loss_tile` tokens per rank at a time (0: all at once); without labels it returns the logits.
-        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (runtime/strategies/tiled_mlp.py; 0: ALST's
+        Options with `+tiled` run their MLPs `mlp_tile` positions at a time (0: ALST's
         rule,
         `techniques.mlp_tile_positions`); with `+offload` what their sub-layers keep waits in host memory
-        (runtime/strategies/offload.py; the bytes each moved: `self.offload_stats`, of the last forward)."""
+        (the bytes each moved: `self.offload_stats`, of the last forward); a block
+        plan's layer under `+recompute+offload` is checkpointed whole (`checkpointed_layer`): its input alone
+        waits in host memory, tagged `layers.{i}`."""
         cfg, p = self.cfg, self.p
         b, t = input_ids.shape
         doc_ids = longest = None
@@ -204,13 +226,20 @@ class ParallelGPT(GPTParams):
         offloader = Offloader(input_ids.device) if any(o.offload for pair in options for o in pair) else None
         self.offload_stats = offloader.stats if offloader else None
         mlp_tile = mlp_tile or mlp_tile_positions(cfg.hidden, t)
+        block_plan = as_plan(plan, cfg.layers).granularity == "block"
         for index, (block, (attn_opt, mlp_opt)) in enumerate(zip(self.layers, options)):
-            for kind, params, opt in (("attention", block.attn, attn_opt), ("mlp", block.mlp, mlp_opt)):
-                ctx = make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos, all_pos,
-                               doc_ids, cu_seqlens)
-                weights = [getattr(params, n) for n in PARAM_NAMES]
-                with offloader.sublayer(ctx.tag, weights) if opt.offload else contextlib.nullcontext():
-                    x = run_option(opt, ctx, x, weights, mlp_tile)
+            ctxs, weights = [], []
+            for kind, params in (("attention", block.attn), ("mlp", block.mlp)):
+                ctxs.append(make_ctx(cfg, self.group, kind, t * p, f"layers.{index}.{kind}", input_ids.device, pos,
+                                     all_pos, doc_ids, cu_seqlens))
+                weights.append([getattr(params, n) for n in PARAM_NAMES])
+            if block_plan and checkpoints_layer(attn_opt, ("attention", "mlp")):  # the layer's input alone offloaded
+                with offloader.sublayer(f"layers.{index}", weights[0] + weights[1]):
+                    x = checkpointed_layer(attn_opt, ctxs, x, weights, mlp_tile)
+                continue
+            for ctx, w, opt in zip(ctxs, weights, (attn_opt, mlp_opt)):
+                with offloader.sublayer(ctx.tag, w) if opt.offload else contextlib.nullcontext():
+                    x = run_option(opt, ctx, x, w, mlp_tile)
         if self.vocab_parallel:
             if labels is None:
                 return vocab_parallel_logits(norm(x, lnf_w, lnf_b, cfg.eps), head_w, self.group,
@@ -232,7 +261,8 @@ class ParallelGPT(GPTParams):
     def _embed(self, input_ids: torch.Tensor, loss_tile: int):
         """(token embeddings [b, t, h], (wpe, lnf_w, lnf_b, head weight)): the replicated tensors pass through the
         all-reduce of their gradients, the embedding and head too when replicated; vocabulary-parallel: the lookup
-        of runtime/model/vocab_parallel.py, `loss_tile` tokens per collective (0: all), the sharded rows' gradients stay
+        of the vocabulary-parallel embedding, `loss_tile` tokens per collective (0: all), the sharded rows' gradients
+        stay
         on their rank."""
         if self.vocab_parallel:
             wpe, lnf_w, lnf_b = comm_autograd.reduce_grads(self.group, self.wpe, self.lnf_w, self.lnf_b)

@@ -167,13 +167,12 @@ class Block(nn.Module):
 class GPTParams(nn.Module):
     """All parameters (embedding, positions, final norm, head, blocks); shards when p > 1. Learned positions
     `wpe` are [0, h] under rotary embeddings, `lnf_b` [0] under RMSNorm; `head` [V, h] exists only when the
-    head is not tied to `wte`. `vocab_parallel`: `wte` and `head` are each rank's [ceil(V/p), h] rows
-    (runtime/model/vocab_parallel.py)."""
+    head is not tied to `wte`. `vocab_parallel`: `wte` and `head` are each rank's [ceil(V/p), h] rows."""
 
     def __init__(self, cfg: GPTConfig, p: int = 1, vocab_parallel: bool = False):
         super().__init__()
         self.cfg = cfg
-        vocab = -(-cfg.vocab_size // p) if vocab_parallel else cfg.vocab_size  # runtime/model/vocab_parallel.py's R
+        vocab = -(-cfg.vocab_size // p) if vocab_parallel else cfg.vocab_size  # the vocabulary-parallel R
         self.wte = nn.Parameter(torch.zeros(vocab, cfg.hidden))
         self.wpe = nn.Parameter(torch.zeros(0 if cfg.rope else cfg.max_positions, cfg.hidden))
         self.lnf_w = nn.Parameter(torch.ones(cfg.hidden))
@@ -227,7 +226,7 @@ def add_bias(a: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 
 def _positions(s: int, cu_seqlens, device) -> torch.Tensor:
-    """[s] positions of a sequence, or within each document of a pack (runtime/model/packed.py)."""
+    """[s] positions of a sequence, or within each document of a pack."""
     index = torch.arange(s, device=device)
     if cu_seqlens is None:
         return index
@@ -245,7 +244,7 @@ def _attention(a: torch.Tensor, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor
     k, v = (z.view(b, s, cfg.kv_heads, d).transpose(1, 2).repeat_interleave(cfg.heads // cfg.kv_heads, dim=1)
             for z in (k, v))  # [b, kv_heads, s, d] -> [b, heads, s, d] (query head i reads K/V head i // group)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [b, heads, s, s]
-    if cu_seqlens is not None:  # a pack: block-diagonal over its documents (runtime/model/packed.py)
+    if cu_seqlens is not None:  # a pack: block-diagonal over its documents
         scores = scores.masked_fill(~block_diagonal_mask(cu_seqlens, cfg.causal).to(a.device), float("-inf"))
     elif cfg.causal:
         scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=a.device).triu(1), float("-inf"))
@@ -263,7 +262,7 @@ def _mlp_core(a: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
 def reference_sublayer(x: torch.Tensor, w, kind: str, cfg: GPTConfig, cu_seqlens=None) -> torch.Tensor:
     """One full sub-layer in plain autograd: x + core(norm(x) w1^T + b1) w2 + b2; `w` has attributes or
     keys ln_w, ln_b, w1, b1, w2, b2 (full shapes); x [b, s, h] in natural order; `cu_seqlens` [n + 1]: x is
-    a pack of documents (runtime/model/packed.py), attention is block-diagonal over them."""
+    a pack of documents, attention is block-diagonal over them."""
     get = (lambda n: w[n]) if isinstance(w, dict) else (lambda n: getattr(w, n))
     u = norm(x, get("ln_w"), get("ln_b"), cfg.eps)
     a = add_bias(u @ get("w1").t(), get("b1"))  # [b, s, h] -> [b, s, n1]
@@ -276,9 +275,9 @@ class ReferenceGPT(GPTParams):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, cu_seqlens=None):
         """input_ids [b, s] -> logits [b, s, V] (and the mean loss over labels != -100, which are the
-        per-position targets, already shifted; 0 when no label is a target, as runtime/model/parallel_gpt.py).
+        per-position targets, already shifted; 0 when no label is a target, as `ParallelGPT`).
         `cu_seqlens`
-        [n + 1]: input_ids is a pack of documents (runtime/model/packed.py): positions restart at each document,
+        [n + 1]: input_ids is a pack of documents: positions restart at each document,
         attention is block-diagonal."""
         cfg = self.cfg
         x = self.wte[input_ids]

@@ -83,10 +83,10 @@ class Ctx:
     """The same for the whole sequence in rank-major gathered order (every rank's `positions` one after
     another): [s] (layout.gathered_positions); used by the strategies that gather the sequence."""
     doc_ids: torch.Tensor | None = None
-    """[t] document index of each local token in its pack (runtime/model/packed.py; `positions` then restart at each
+    """[t] document index of each local token in its pack (`positions` then restart at each
     document); None: one document."""
     cu_seqlens: torch.Tensor | None = None
-    """[n + 1] document offsets of the whole pack (runtime/model/packed.py), a host (CPU) int64 tensor, from which
+    """[n + 1] document offsets of the whole pack, a host (CPU) int64 tensor, from which
     every rank derives the documents of any rank's tokens and the varlen kernels read their offsets without a
     device sync; None: the sequence is one document."""
 
@@ -127,7 +127,7 @@ class Impl:
 
 @dataclass(frozen=True)
 class TiledImpl:
-    """One strategy's tiled MLP (runtime/strategies/tiled_mlp.py): `forward(x, w, ctx, tile) -> y` keeps nothing,
+    """One strategy's tiled MLP: `forward(x, w, ctx, tile) -> y` keeps nothing,
     `backward(x, dy, w, ctx, tile) -> (dx, grads)` recomputes each chunk of `tile` positions."""
 
     name: str
@@ -270,7 +270,7 @@ class SubLayerFunction(torch.autograd.Function):
         fctx.impl, fctx.ctx, fctx.recompute = impl, ctx, recompute
         leaves, fctx.structure = ([], None) if recompute else _flatten(saved)
         # every tensor kept for backward goes through save_for_backward, so saved_tensors_hooks see them all
-        # (the profiler measures kept activations with them: paradyse_lab/app/measure/profile_memory.py)
+        # (the profiler measures kept activations with them)
         fctx.save_for_backward(x, *params, *leaves)
         return y
 

@@ -9,7 +9,7 @@ What one tile holds at its peak is its [tile, V] logits in the model dtype and i
 shrinks from the whole [t, V] to one tile, and no [t, V] tensor is kept between forward and backward
 (ALST's sequence-tiled loss, Bekman et al., arXiv 2506.13996; Liger kernel's fused linear cross-entropy
 does the same per chunk). Its price: the head GEMM u W^T runs once more (in the backward), and the norm again.
-The cost model's counts: paradyse_lab/costmodel/head_loss.py.
+The cost model counts the same bytes (`head_loss`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class TiledHeadLoss(torch.autograd.Function):
 def _logits_grad(u, head_w, labels, g):
     """d(sum of cross-entropy)/d logits of one tile, logits = u W^T [tile, V], times g, in the logits' dtype:
     the tile's logits and their gradient in the model dtype and one fp32 chunk at a time (the cost model's
-    count, paradyse_lab/costmodel/head_loss.py `tiled_head_bytes`)."""
+    count, `tiled_head_bytes`)."""
     logits = u @ head_w.t()  # [tile, h] x [h, V] -> [tile, V]
     lse = cross_entropy_sum(logits, labels)[1]  # [tile] fp32
     return cross_entropy_grad(logits, lse, labels, g)
@@ -136,9 +136,9 @@ def whole_head_loss(x, lnf_w, lnf_b, head_w, labels, eps: float, keep_logits: bo
     """The summed fp32 cross-entropy of norm(x) W^T against labels (-100 ignored) with the whole logits:
     x [b, t, h], labels [b, t] -> [] (and the logits [b, t, V] when `keep_logits`). It keeps the logits in the
     model dtype and their fp32 log-sum-exp for the backward, which makes the logits' gradient in the model dtype
-    and one fp32 chunk at a time (`ChunkedCrossEntropy`; paradyse_lab/costmodel/head_loss.py `whole_head_bytes`).
+    and one fp32 chunk at a time (`ChunkedCrossEntropy`, `whole_head_bytes`).
     Training drops the logits (`keep_logits` False): holding them would keep [t, V] in the model dtype through
-    the backward, which the cost model does not count (paradyse_lab/costmodel/analytic.py `fixed`)."""
+    the backward, which the cost model does not count (`fixed`)."""
     logits = norm(x, lnf_w, lnf_b, eps) @ head_w.t()  # [b, t, h] x [h, V] -> [b, t, V]
     total = ChunkedCrossEntropy.apply(logits.flatten(0, 1), labels.flatten())  # [b*t, V], [b*t] -> []
     return (total, logits) if keep_logits else total

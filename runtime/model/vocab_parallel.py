@@ -4,7 +4,7 @@ Library module (no command; `ParallelGPT(..., vocab_parallel=True)` runs it). Th
 (Shoeybi et al., arXiv 1909.08053 section 3; megatron/core/tensor_parallel/layers.py `VocabParallelEmbedding` and
 cross_entropy.py `VocabParallelCrossEntropy`; with sequence parallelism, Korthikanti et al., MLSys 2023 section
 4.2.2), on the unified layout ([b, s/p, h] per rank in and out) and tiled over tokens like the tiled loss
-(runtime/model/tiled_loss.py), so neither the logits nor the gathered activations are ever whole:
+(`tiled_loss`), so neither the logits nor the gathered activations are ever whole:
 
 - Rows: rank r holds rows r R .. (r + 1) R of the vocabulary as one [R, h] tensor, R = ceil(V / p)
   (`vocab_shard_rows`). Rows past V (the last ranks' when p does not divide V, as V = 50257 or 128256 at p = 3)
@@ -16,7 +16,7 @@ cross_entropy.py `VocabParallelCrossEntropy`; with sequence parallelism, Korthik
   and the ids again, and add each owned row's gradient to the shard.
 - Head and loss, per tile of k tokens: u = norm(x) [k, h] and its labels [k] all-gathered to [p k, h], [p k];
   this rank's logits u W_r^T [p k, R] in the model dtype; their row maximum all-reduced with MAX; the sum of
-  exp(logit - max) (in fp32, one chunk of rows at a time as runtime/model/tiled_loss.py's cross-entropy) and the
+  exp(logit - max) (in fp32, one chunk of rows at a time as the tiled loss's cross-entropy) and the
   target's logit (taken by the rank whose rows hold the target, zero elsewhere) all-reduced together [2, p k];
   loss = max + log(sum) - target. The forward keeps x [n, h] and the log-sum-exp of every gathered row [p n]
   fp32; the backward all-gathers the loss's gradient of each rank (a scalar), then per tile recomputes u and the
@@ -24,7 +24,7 @@ cross_entropy.py `VocabParallelCrossEntropy`; with sequence parallelism, Korthik
   the model dtype chunk by chunk, adds dlogits^T U to dW_r and reduce-scatters dU = dlogits W_r [p k, h] ->
   [k, h] (the partial sums over the vocabulary slices).
 Each rank's loss is the sum over its own tokens (the model sums the ranks' shares, as it does for the whole head).
-The bytes sent and kept are counted by paradyse_lab/costmodel/head_loss.py.
+The cost model counts the bytes sent and kept (`head_loss`).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _masked_logits(big_u: torch.Tensor, weight: torch.Tensor, rows: int) -> torc
 
 def _lse_and_target(logits, labels, start: int, rows: int, group):
     """(log-sum-exp over the whole vocabulary, target logit) of each gathered row, fp32: [p k, R] -> [p k], [p k].
-    The fp32 exponentials are made one chunk of rows at a time (runtime/model/tiled_loss.py's chunks)."""
+    The fp32 exponentials are made one chunk of rows at a time (the tiled loss's chunks)."""
     peak = logits.amax(dim=-1).float()  # [p k] this rank's columns
     comm.all_reduce(peak, group, op="max")  # [p k] the maximum over the vocabulary
     local, outside = _owned(labels, start, rows)

@@ -1,6 +1,6 @@
 """The unified layout (docs/paper.md section 3, the paper's Table 2) of the weights: what every rank stores of
 each sub-layer, for every strategy, and whole state dicts cut into (and joined from) rank shards. The sequence's
-half of the table: runtime/model/layout.py; the flat buffers that ZeRO-3 gathers: runtime/strategies/flat_shards.py.
+half of the table is `layout`'s; the flat buffers that ZeRO-3 gathers are `flat_shards`'s.
 
 Library module (no command).
 
@@ -18,7 +18,7 @@ and MLP alike) is `y = x + core(norm(x) @ w1^T + b1) @ w2 + b2` with
 With `kv_heads % p == 0` rank r's K/V rows are whole heads, exactly the K/V heads its query head group reads
 (query head i reads K/V head i // (heads / kv_heads)), so the tensor-parallel strategies (megatron_ts, metp)
 read a shard as "my heads / my columns". With `kv_heads < p` (only the ZeRO-3 strategies megatron_cz and
-ulysses_z are feasible then: the rule is in paradyse_lab/core/strategies.py) a K/V head is split over p / kv_heads
+ulysses_z are feasible then: the rule is the strategy catalog's) a K/V head is split over p / kv_heads
 ranks by rows, which only a gather of all shards reassembles; this needs kv % p == 0 (`kv_heads * d`
 divisible by p), the same storage rule as h % p.
 """
@@ -101,7 +101,7 @@ def unshard_sublayer(shards: list[dict[str, torch.Tensor]], kind: str) -> dict[s
 
 VOCAB_ROWS = ("wte", "head")
 """The token embedding and the untied head: [V, h], sharded by vocabulary rows under the vocabulary-parallel
-embedding and head (runtime/model/vocab_parallel.py), replicated otherwise."""
+embedding and head, replicated otherwise."""
 
 
 def _outside_layers(key: str, value: torch.Tensor, r: int, p: int, vocab_parallel: bool) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Flat shards: one rank's sub-layer shard as a single buffer `cat(w1, b1, w2)` (ZeRO-3 gathers and METP's
-travelling shards), and the rank-major order of a gather of them (the weights' layout: runtime/model/weight_shards.py).
+travelling shards), and the rank-major order of a gather of them (the weights' layout).
 
 Library module (no command). ZeRO-3 strategies gather the flat `cat(w1, b1, w2)` of all ranks, whose
 rank-major order is the full matrix with its output features grouped by rank, each rank's group ordered by

@@ -113,7 +113,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
 
 
 def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
-    """The MLP `tile` positions of this rank at a time (runtime/strategies/tiled_mlp.py): each chunk is gathered, run
+    """The MLP `tile` positions of this rank at a time: each chunk is gathered, run
     and
     reduce-scattered on its own, so no [b, s, f/p] tensor of the whole sequence exists."""
     out = []

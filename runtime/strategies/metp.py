@@ -148,7 +148,7 @@ def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
 
 
 def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
-    """The ring MLP, each shard applied to `tile` of this rank's positions at a time (runtime/strategies/tiled_mlp.py):
+    """The ring MLP, each shard applied to `tile` of this rank's positions at a time:
     no [b, t, f/p] tensor of all of them exists."""
     return _ring_forward(x, layer_norm(x, w, ctx), w, ctx, tile)
 
@@ -188,7 +188,7 @@ def _add_shard_output(y, x, u, w1, b1, w2, b2, ctx: Ctx, tile: int):
 def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int, dtype: torch.dtype):
     """This rank's gradient partial of one weight shard (packed in `dtype`), `tile` positions at a time (0: all at
     once, `_whole_partial`), adding its share to du. Chunks' weight gradients are summed in fp32 for 16-bit weights
-    (`grad_accumulator`; counted by paradyse_lab/costmodel/techniques.py `tiled_mlp_work`)."""
+    (`grad_accumulator`; counted by `tiled_mlp_work`)."""
     if not tile:
         return _whole_partial(u, dy, du, w1, b1, w2, ctx, dtype)
     dw1, db1, dw2 = grad_accumulator(w1), grad_accumulator(b1), grad_accumulator(w2)  # summed over chunks
@@ -208,7 +208,7 @@ def _shard_partial(u, dy, du, w1, b1, w2, ctx: Ctx, tile: int, dtype: torch.dtyp
 def _whole_partial(u, dy, du, w1, b1, w2, ctx: Ctx, dtype: torch.dtype):
     """`_shard_partial` of all positions at once (the plain sub-layer): each weight gradient is its one GEMM's
     result in the model dtype, packed in `dtype`; nothing is summed, so no fp32 sums of the weights' size exist
-    (the plain sub-layer's transient, paradyse_lab/costmodel/strategy_work.py `_metp`, counts none)."""
+    (the plain sub-layer's transient, `_metp`, counts none)."""
     a = add_bias(u @ w1.t(), b1)  # recomputed: [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)
     dw2 = weight_grad(mlp_core(a, ctx), dy)  # [f/p, h]
     da = mlp_core_backward(a, dy @ w2.t(), ctx)  # [b, t, h] -> [b, t, f/p] (SwiGLU: 2f/p)

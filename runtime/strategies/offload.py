@@ -12,7 +12,7 @@ compute stream), into pinned host memory, and the tensor's memory is not reused 
 (`record_stream`); the copy back runs on the side stream too, and the compute stream waits for it only when it
 needs the tensor. The backward of an offloaded sub-layer starts bringing back the tensors of the offloaded one
 before it (the next one the backward reaches: a prefetch), so that copy overlaps this sub-layer's backward, as
-the cost model's overlap assumes (paradyse_lab/costmodel/techniques.py `offload_exposed_s`). On CPU the "host"
+the cost model's overlap assumes (`offload_exposed_s`). On CPU the "host"
 copy is a separate buffer made the same way (the copies are synchronous there), so the bytes moved and the
 schedule of the copies are the same on both.
 
@@ -130,9 +130,9 @@ class Offloader:
     def _prefetchable(self, previous: str, tag: str) -> bool:
         """Whether the backward of `tag` may bring `previous` back early: only the sub-layer just before it in
         execution order, and no larger than `tag`'s own offloaded bytes, the one extra set the cost model counts
-        (paradyse_lab/costmodel/techniques.py `with_offload`); otherwise it comes back when first needed."""
-        before, at = _position(previous), _position(tag)
-        adjacent = before == at - 1 if before is not None and at is not None else True  # other tags: in order
+        (`with_offload`); otherwise it comes back when first needed."""
+        before, at = _span(previous), _span(tag)
+        adjacent = before[1] == at[0] - 1 if before is not None and at is not None else True  # other tags: in order
         return adjacent and self.stats.to_host.get(previous, 0) <= self.stats.to_host.get(tag, 0)
 
     def _bring_back(self, tag: str, during: str) -> None:
@@ -155,10 +155,13 @@ class Offloader:
             self.stats.copies.append(("to_device", tag, during))
 
 
-def _position(tag: str) -> int | None:
-    """The execution position of sub-layer `tag` (`layers.{i}.attention` 2i, `layers.{i}.mlp` 2i + 1), or None
-    for a tag of another form."""
+def _span(tag: str) -> tuple[int, int] | None:
+    """The first and last execution positions of the sub-layers of `tag` (`layers.{i}.attention` 2i,
+    `layers.{i}.mlp` 2i + 1, a checkpointed layer `layers.{i}` both), or None for a tag of another form."""
     parts = tag.split(".")
+    if len(parts) == 2 and parts[0] == "layers" and parts[1].isdigit():
+        return 2 * int(parts[1]), 2 * int(parts[1]) + 1
     if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] in ("attention", "mlp"):
-        return 2 * int(parts[1]) + (parts[2] == "mlp")
+        position = 2 * int(parts[1]) + (parts[2] == "mlp")
+        return position, position
     return None

@@ -6,9 +6,9 @@ time and keeps only the sub-layer input x [b, t, h]; the backward recomputes eac
 activation and runs that chunk's backward, summing the weight gradients over the chunks. So the [tokens, ffn]
 intermediates (and their gradients) exist one chunk at a time. Each strategy module has its own `TILED_MLP`
 (a `sublayer.TiledImpl`) that keeps its communication: megatron_ts gathers and scatters each chunk;
-megatron_cz and ulysses_z (runtime/strategies/zero3.py) gather the weights once per pass and reduce-scatter the gradient
+megatron_cz and ulysses_z gather the weights once per pass and reduce-scatter the gradient
 once; metp passes its shards around the ring once per pass and applies each to every chunk. What it costs
-and keeps: paradyse_lab/costmodel/techniques.py; the chunk size: `techniques.mlp_tile_positions` (ALST's rule,
+and keeps: the cost model's `techniques`; the chunk size: `techniques.mlp_tile_positions` (ALST's rule,
 about `hidden` positions), or the caller's.
 """
 

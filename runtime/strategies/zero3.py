@@ -77,7 +77,7 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
 
 
 def tiled_mlp_forward(x, w: Weights, ctx: Ctx, tile: int):
-    """The MLP `tile` positions of this rank at a time (runtime/strategies/tiled_mlp.py), the weights gathered once."""
+    """The MLP `tile` positions of this rank at a time, the weights gathered once."""
     w1, b1, w2 = gather_weights(w, ctx)
     out = []
     for xc in x.split(tile, dim=1):  # [b, c, h] chunks of this rank's positions

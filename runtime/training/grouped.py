@@ -27,8 +27,8 @@ Per step, with g_min the smallest group size and d = W / g_min (`step_gather`):
   each block exactly once (an idle group zeros). The replicated gradients (already summed within each group)
   are all-reduced over "dp" with only each group's first g_min ranks contributing, and so is the step's loss.
 A change of group sizes between steps moves no states: the world shards stay where they are, and every step
-gathers and reduces the same way whatever the previous step was. The bytes are those of
-paradyse_lab/costmodel/grouped_states.py (checked byte for byte in tests/runtime/grouped_cases.py).
+gathers and reduces the same way whatever the previous step was. The bytes are those the cost
+model counts (`grouped_states`; checked byte for byte in tests/runtime/grouped_cases.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from paradyse_lab.core.step_groups import GroupedStep
+from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
@@ -58,7 +58,7 @@ _SHARED: dict = {}
 
 def forget_shared_meshes() -> None:
     """Drop `StepMeshes.shared`'s meshes and its reference to the default process group: called before the
-    group is destroyed (runtime/launch/ranks.py `leave_process_group`), so that nothing keeps the world's gloo group
+    group is destroyed (`leave_process_group`), so that nothing keeps the world's gloo group
     and its threads alive after it."""
     _SHARED.clear()
 
@@ -122,7 +122,7 @@ def step_gather(cfg, sizes, world: int) -> tuple[int, bool]:
     whether the group shards are contiguous row blocks (gathered from the whole world, g = 1) rather than
     interleaved world blocks. Interleaved is the same function only when every rank's 1/W block of every matrix
     is whole heads (heads and kv_heads divisible by W); otherwise a step with a group strictly between 1 and W
-    gathers over the world (paradyse_lab/costmodel/grouped_states.py `data_parallel_width`)."""
+    gathers over the world (`data_parallel_width`)."""
     whole_heads = cfg.heads % world == 0 and cfg.kv_heads % world == 0
     if whole_heads or all(g in (1, world) for g in sizes):
         return min(sizes), False
@@ -200,15 +200,15 @@ def _set_grad(q: torch.Tensor, grad: torch.Tensor) -> None:
         q.grad.add_(grad)
 
 
-def _copy_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...], k: int, parts: int) -> None:
-    """Row block k of `parts` of each section of x copied into dst (weight_shards.row_block's rows, [n/parts, ..]),
-    section by section: nothing allocated (an empty tensor, a model without biases' b1: nothing to copy)."""
+def _add_row_block(dst: torch.Tensor, x: torch.Tensor, sections: tuple[int, ...], k: int, parts: int) -> None:
+    """Row block k of `parts` of each section of x added into dst (weight_shards.row_block's rows, [n/parts, ..]),
+    section by section: nothing allocated (an empty tensor, a model without biases' b1: nothing to add)."""
     if x.numel() == 0:
         return
     start = 0
     for part in x.split(list(sections)):
         rows = len(part) // parts
-        dst[start:start + rows].copy_(part[k * rows:(k + 1) * rows])  # [n_s/parts, ..]
+        dst[start:start + rows].add_(part[k * rows:(k + 1) * rows])  # [n_s/parts, ..]
         start += rows
 
 
@@ -217,7 +217,7 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
     over `dp`, in fp32 buckets for 16-bit weights: grad_reduce.reduce_scatter_grads; the blocks this rank's group shard
     does not hold are zeros). Allocates the [d, F] buffer and the reduce-scatter's [F] output, which becomes the
     world shards' gradients (views of it), and the fp32 buckets
-    (paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`)."""
+    (`reduce_phase_bytes`)."""
     params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
     names = _sharded_names(model)
     if size == model.p:  # one group of the whole world: its gradients are already the world shards'
@@ -225,20 +225,47 @@ def scatter_group_grads(model, view, size: int, g_min: int, dp, contiguous: bool
             if vparams[n].grad is not None:
                 _set_grad(params[n], vparams[n].grad.reshape(-1))
         return
-    parts = model.p // size
     buf = vparams[names[0]].new_zeros(model.p // g_min, sum(params[n].numel() for n in names))  # [d, F]
+    place_group_grads(model, view, size, g_min, buf, contiguous)
+    reduce_scattered_grads(model, buf, dp)
+
+
+def state_numels(model) -> tuple[int, int]:
+    """(F, R): this rank's elements of the world shards of the sharded tensors, and of the replicated tensors."""
+    sharded = set(_sharded_names(model))
+    counts = [0, 0]
+    for n, q in model.named_parameters():
+        counts[n not in sharded] += q.numel()
+    return counts[0], counts[1]
+
+
+def place_group_grads(model, view, size: int, g_min: int, buf: torch.Tensor, contiguous: bool = False) -> None:
+    """Add the view's sharded gradients (a group of `size`) into the [d, F] buffer `buf` of the g_min mesh's "dp"
+    gather: each block of the group shard at the row of its world block (`_kept_rows`); a tensor without a
+    gradient adds nothing."""
+    params, vparams = dict(model.named_parameters()), dict(view.named_parameters())
+    parts = model.p // size
     kept, offset = _kept_rows(model.rank, size, g_min, model.p, contiguous), 0
-    for n in names:
-        g = vparams[n].grad  # [n/size, ..]; None: no gradient, its rows stay zero
+    for n in _sharded_names(model):
+        g = vparams[n].grad  # [n/size, ..]; None: no gradient, its rows unchanged
         numel = params[n].numel()
         if g is not None:
             sections = _group_sections(model, n, size)
             for k, row in enumerate(kept):  # block k of the group shard is world block row of the gather
-                _copy_row_block(buf[row, offset:offset + numel].view(params[n].shape), g, sections, k, parts)
+                _add_row_block(buf[row, offset:offset + numel].view(params[n].shape), g, sections, k, parts)
         offset += numel
+
+
+def reduce_scattered_grads(model, buf: torch.Tensor, dp) -> None:
+    """The [d, F] buffer `buf` reduce-scattered over `dp` (fp32 buckets for 16-bit, grad_reduce.reduce_scatter_grads)
+    onto the world shards' `.grad`: its [F] output (rounded once to the weights' dtype when `buf` is wider) becomes
+    their gradients (views of it)."""
+    params = dict(model.named_parameters())
+    names = _sharded_names(model)
     with comm_record.tagged(STATES_TAG):
         shard = grad_reduce.reduce_scatter_grads(buf.reshape(-1), dp)  # [d*F] -> [F], summed over the groups in fp32
     del buf
+    shard = shard.to(params[names[0]].dtype)  # [F]: rounded once (no copy when the dtypes agree)
     for n, piece in zip(names, shard.split([params[n].numel() for n in names])):
         _set_grad(params[n], piece)
 
@@ -249,27 +276,47 @@ def reduce_replicated_grads(model, view, contributes: bool, dp) -> None:
     Allocates one [R] buffer, which becomes the world's replicated gradients (views of it), summed in fp32 buckets
     for 16-bit weights (grad_reduce.all_reduce_flat_grads_); nothing with one group of the whole world (no "dp"
     peers: the view's gradients become the world's)."""
-    sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
-    pairs = [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
+    pairs = _replicated_pairs(model, view)
     if comm.size(dp) == 1:  # one group of the whole world: its replicated gradients are already the world's
         for q, v in pairs:
             _set_grad(q, v.grad.reshape(-1) if v.grad is not None else v.new_zeros(v.numel()))
         return
     flat = pairs[0][1].new_zeros(sum(v.numel() for _, v in pairs))  # [R]
     if contributes:
-        for piece, (_, v) in zip(flat.split([v.numel() for _, v in pairs]), pairs):
-            if v.grad is not None:
-                piece.copy_(v.grad.reshape(-1))  # each [..] -> its slice of [R]
+        add_replicated_grads(model, view, flat)
+    all_reduce_replicated(model, flat, dp)
+
+
+def _replicated_pairs(model, view) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(world tensor, the view's) of every replicated tensor, in parameter order."""
+    sharded, vparams = set(_sharded_names(model)), dict(view.named_parameters())
+    return [(q, vparams[n]) for n, q in model.named_parameters() if n not in sharded]
+
+
+def add_replicated_grads(model, view, flat: torch.Tensor) -> None:
+    """Add the view's replicated gradients into the flat [R] buffer `flat` (parameter order)."""
+    pairs = _replicated_pairs(model, view)
+    for piece, (_, v) in zip(flat.split([v.numel() for _, v in pairs]), pairs):
+        if v.grad is not None:
+            piece.add_(v.grad.reshape(-1))  # each [..] -> its slice of [R]
+
+
+def all_reduce_replicated(model, flat: torch.Tensor, dp) -> None:
+    """The [R] buffer `flat` summed over `dp` in place (fp32 buckets for 16-bit) onto the world's replicated
+    tensors' `.grad`: their gradients are views of it (of its copy rounded once to their dtype when it is wider)."""
+    sharded = set(_sharded_names(model))
+    world = [q for n, q in model.named_parameters() if n not in sharded]
     with comm_record.tagged(STATES_TAG):
         grad_reduce.all_reduce_flat_grads_(flat, dp)  # [R] summed over the groups in place (fp32 buckets)
-    for (q, _), piece in zip(pairs, flat.split([v.numel() for _, v in pairs])):
+    flat = flat.to(world[0].dtype)  # [R]: rounded once (no copy when the dtypes agree)
+    for q, piece in zip(world, flat.split([q.numel() for q in world])):
         _set_grad(q, piece)
 
 
 def reduce_step_grads(model, view, size: int, g_min: int, dp, contiguous: bool, contributes: bool) -> None:
     """The step's reduce phase, after the backward (its activations freed): the view's gradients summed over the
     groups onto the world model's `.grad` (`scatter_group_grads`, `reduce_replicated_grads`). The bytes it
-    allocates are paradyse_lab/costmodel/grouped_states.py `reduce_phase_bytes`."""
+    allocates are `reduce_phase_bytes`."""
     scatter_group_grads(model, view, size, g_min, dp, contiguous)
     reduce_replicated_grads(model, view, contributes, dp)
 
@@ -279,7 +326,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     """Forward and backward of the global batch of `step` on the world model `model` (every rank calls it):
     this rank's group trains its items, `load_item(i, sp_group)` giving item i's (ids, labels, cu_seqlens) as
     this rank's shard at the group's size; `targets[i]` item i's next-token targets; `loss_tiles[i]` > 0: item i
-    with the tiled loss of that many tokens a tile (runtime/model/tiled_loss.py; none given: the whole head). The world
+    with the tiled loss of that many tokens a tile (none given: the whole head). The world
     shards' `.grad` get the gradient of the mean loss over every target of the batch; returns that loss (on every
     rank)."""
     check_grouped_step(model.cfg, step, meshes)
@@ -288,17 +335,27 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     g_min, contiguous = step_gather(model.cfg, step.sizes, model.p)
     dp, sp = meshes.group(g_min, "dp"), meshes.group(group.size, "sp")
     view = group_view(model, group.size, g_min, dp, sp, contiguous)
+    loss_sum = train_group_items(view, group, sp, load_item, targets, loss_tiles)
+    contributes = rank - group.start < g_min
+    reduce_step_grads(model, view, group.size, g_min, dp, contiguous, contributes)
+    with comm_record.tagged(STATES_TAG):
+        step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
+    return float(step_loss[0])
+
+
+def train_group_items(view, group: StepGroup, sp, load_item: Callable, targets: Sequence[int],
+                      loss_tiles: Sequence[int] = (), step_items: Sequence[int] | None = None) -> torch.Tensor:
+    """Forward and backward of `group`'s items one after another on `view` (its model over `sp`), each mean loss
+    weighed by its share of the step's targets (`targets`, by the step's item); `step_items[j]`: the step's index
+    of the group's item j (None: the same). Returns the weighed losses summed (fp32 [1])."""
     total = max(1, sum(targets))
-    loss_sum = torch.zeros(1, dtype=torch.float32, device=model.wte.device)  # [1]
-    for item, plan in zip(group.items, group.plans):
+    loss_sum = torch.zeros(1, dtype=torch.float32, device=view.wte.device)  # [1]
+    for local, plan in zip(group.items, group.plans):
+        item = local if step_items is None else step_items[local]
         ids, labels, cu_seqlens = load_item(item, sp)
         tile = loss_tiles[item] if loss_tiles else 0
         loss = view(ids, plan, labels, cu_seqlens=cu_seqlens, loss_tile=tile)[1]  # the logits dropped at once
         weight = targets[item] / total
         (loss * weight).backward()
         loss_sum += loss.detach().float() * weight
-    contributes = rank - group.start < g_min
-    reduce_step_grads(model, view, group.size, g_min, dp, contiguous, contributes)
-    with comm_record.tagged(STATES_TAG):
-        step_loss = comm.all_reduce(loss_sum if contributes else torch.zeros_like(loss_sum), dp)  # [1] summed
-    return float(step_loss[0])
+    return loss_sum

@@ -3,13 +3,12 @@ by a policy passed in (library module; `paradyse-lab train` and the Python API c
 
 - `train(opts, group, policy_for=..., groups_for=...)`: the loop, holding its checkpoint folder's lock: each
   optimizer step, its log row, the held-out evaluation and the checkpoints;
-- its parts, one module each: the set-up before the first step (device, resume, rank-0 checks, progress bar:
-  runtime/training/setup.py); the plan of each step decided on rank 0 and run by every rank
-  (runtime/training/plan_handoff.py `decide_plan_on_rank0`); the model, the AdamW optimizer and (bf16 on GPU) the fp32
-  master weights (runtime/training/state.py `TrainState`); one optimizer step and one evaluation
-  (runtime/training/step.py `TrainLoop`), checked by runtime/training/step_health.py; the per-step CSV of `--log-file`
-  (runtime/training/step_log.py `StepLog`); each step's data (runtime/training/step_inputs.py); checkpoints
-  (runtime/checkpoints/dcp.py).
+- its parts, one module each: the set-up before the first step (device, resume, rank-0 checks, progress bar); the
+  plan of each step decided on rank 0 and run by every rank
+  (`decide_plan_on_rank0`); the model, the AdamW optimizer and (bf16 on GPU) the fp32
+  master weights (`TrainState`); one optimizer step and one evaluation
+  (`TrainLoop`), with its health checks; the per-step CSV of `--log-file`
+  (`StepLog`); each step's data; checkpoints.
 
 `opts` is a plain object with the run's settings as attributes: the fields of the application's
 `paradyse_lab.app.train_options.TrainOptions` (whose module docstring is the command's help: what a run does), or
@@ -51,7 +50,7 @@ from paradyse_lab.runtime.training.step_log import StepLog
 def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:
     """Run the training loop on this rank (call on every rank); returns the per-step log.
 
-    The run holds its --checkpoint-dir's lock from start to end (runtime/checkpoints/folder.py `folder_lock`): a second
+    The run holds its --checkpoint-dir's lock from start to end (`folder_lock`): a second
     run on the same folder is refused, naming the first.
 
     `policy_for(spec, p)` builds the policy that plans each step for the model `spec` (its dtype as trained)
@@ -63,8 +62,9 @@ def train(opts, group=None, *, policy_for, groups_for=None) -> list[dict]:
 
     With --global-batch, `groups_for(spec, p)` (given: a group planner, built on every rank) returns a function
     `plan(steps)` (rank 0 calls it) giving one step's `paradyse_lab.core.step_groups.GroupedStep` over the `p` ranks
-    and each sequence's decision, for the sequences' `steps` as `decide` takes them; None: the fixed group policy
-    of --group-size (paradyse_lab/core/fixed_groups.py), each sequence planned by `policy_for(spec, group size)`.
+    (or its rounds of splits, a `paradyse_lab.core.step_rounds.StepRounds`) and each sequence's decision, for the
+    sequences' `steps` as `decide` takes them; None: the fixed group policy of --group-size,
+    each sequence planned by `policy_for(spec, group size)`.
     """
     check_options(opts)
     checked_on_rank0(partial(check_log_file, opts), group)  # before rank 0 makes the log file
@@ -92,6 +92,7 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
     inputs.refuse_untrainable(micro_steps)
     held_out = StepInputs.held_out(opts, p, cfg) if opts.eval_every else None
     planned_p = (opts.group_size or p) if opts.global_batch else p  # a grouped step plans at the group's size
+    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None  # refuses first
     policy = policy_for(spec, planned_p)  # after every input check: the planner's statement is the run's first line
     longest = max(inputs.length(m) for m in range(micro_steps))
     if not opts.global_batch and not getattr(opts, "allow_infeasible", False):
@@ -115,7 +116,6 @@ def _train(opts, group, policy_for, groups_for=None) -> list[dict]:
         print(inputs.long_documents.line())
     if rank == 0 and held_out is not None:
         warn_few_eval_steps(opts, held_out.eval_steps)
-    plan_groups = groups_for(spec, p) if groups_for is not None and opts.global_batch else None
     loop = TrainLoop(run, policy, inputs, bar, reason, plan_groups=plan_groups,
                      eval_policy=replicated_head_policy(policy_for(spec, p))
                      if held_out is not None and planned_p != p else None)

@@ -1,6 +1,6 @@
 """The optimizer step's schedule and clipping, and how gradient accumulation weighs its micro-steps.
 
-Library module (runtime/training/loop.py calls it; `paradyse-lab train --help` lists the options):
+Library module (the training loop calls it; `paradyse-lab train --help` lists the options):
 
 - `lr_factor(schedule, step, warmup, total)`: the multiplier of `--lr` at optimizer step `step` (0-based):
   a linear warmup from 1/(warmup+1) to 1 over the first `warmup` steps, then `constant` (1), `linear` (down to
@@ -9,7 +9,7 @@ Library module (runtime/training/loop.py calls it; `paradyse-lab train --help` l
   `scheduler(opt, opts, start)` is the `torch.optim.lr_scheduler.LambdaLR` over it, continuing at `start` (a
   resumed run: the factor is a function of the step, so nothing of the scheduler needs saving).
 - `global_grad_norm(named_grads, group)`: the L2 norm of the whole model's gradient over every rank, each
-  parameter counted once: a sharded parameter (a layer's `w1`, `b1`, `w2`: runtime/model/weight_shards.py `SHARDED`,
+  parameter counted once: a sharded parameter (a layer's `w1`, `b1`, `w2`: `SHARDED`,
   one 1/p shard per rank) adds its shards' squares summed over the ranks (one all-reduce of a [1] float, tag
   'grad-norm'); a replicated one (embeddings, norms, `b2`; their gradients are already all-reduced, the same on
   every rank) adds its squares once. The same number on every rank, equal to `torch.nn.utils.get_total_norm`
@@ -59,7 +59,7 @@ def scheduler(opt, opts, start: int = 0):
 
 
 def is_sharded(name: str, vocab_parallel: bool = False) -> bool:
-    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (runtime/model/weight_shards.py; with
+    """Whether the parameter `name` of a `ParallelGPT` is stored as 1/p shards (with
     `vocab_parallel` also the embedding and head rows, whose padding rows have zero gradients)."""
     from paradyse_lab.runtime.model.weight_shards import SHARDED, VOCAB_ROWS
 
@@ -132,13 +132,13 @@ def check_optimisation_options(opts) -> None:
 
 def _check_groups(opts) -> None:
     """--groups: a group policy, with --global-batch and without --group-size (one-line errors)."""
-    from paradyse_lab.core.step_groups import GROUP_POLICIES
+    from paradyse_lab.core.step_groups import TRAIN_GROUP_POLICIES
     from paradyse_lab.errors import UserInputError, unknown_name
 
     if not opts.groups:
         return
-    if opts.groups not in GROUP_POLICIES:
-        raise unknown_name("--groups", opts.groups, GROUP_POLICIES)
+    if opts.groups not in TRAIN_GROUP_POLICIES:
+        raise unknown_name("--groups", opts.groups, TRAIN_GROUP_POLICIES)
     if not opts.global_batch:
         raise UserInputError("--groups applies to --global-batch steps; give --global-batch N too")
     if opts.batch != 1:

@@ -1,4 +1,4 @@
-"""How the planner's choices reach every rank and the model (library module of runtime/training/loop.py's loop).
+"""How the planner's choices reach every rank and the model (library module of the training loop).
 
 - `decide_plan_on_rank0`: rank 0's policy decides each step's `paradyse_lab.core.plan.Plan`, every rank runs it;
 - `vocab_storage`: where the run stores its embedding and head, decided once on rank 0 for the whole run;
@@ -21,7 +21,7 @@ def decide_plan_on_rank0(decide, group=None):
     optimal or near-optimal plans), and ranks running different strategies post different collectives,
     which hangs NCCL or returns garbage. Other ranks never call `decide`."""
     decision = decide() if comm.rank(group) == 0 else None
-    decision = comm.broadcast_object(decision, 0, group)  # pickled StepPlan (simulator/policies.py), rank 0 -> all
+    decision = comm.broadcast_object(decision, 0, group)  # pickled StepPlan, rank 0 -> all
     if not isinstance(getattr(decision, "plan", None), Plan):  # names would leave the model to guess the granularity
         raise TypeError(f"a policy's decision must carry a paradyse_lab.core.plan.Plan, got {decision!r}")
     return decision
@@ -35,9 +35,9 @@ def replicated_head_policy(policy):
 
 
 def loss_tile(decision, model, tokens: int) -> int:
-    """Tokens per tile of the tiled loss when the planner chose it for this step (paradyse_lab/costmodel/head_loss.py
+    """Tokens per tile of the tiled loss when the planner chose it for this step (the cost model
     sizes the tiles), else 0 (the whole head); a vocabulary-parallel model's tiles of its `tokens` (this rank's) as
-    paradyse_lab/costmodel/head_loss.py sizes them."""
+    the cost model sizes them."""
     if getattr(model, "vocab_parallel", False):
         return vocab_tile_tokens(model.cfg.model_spec("fp32" if model.wte.element_size() == 4 else "bf16"), model.p,
                                  tokens)
@@ -50,7 +50,7 @@ def loss_tile(decision, model, tokens: int) -> int:
 
 
 def vocab_storage(policy, longest: int, batch: int, group) -> bool:
-    """Whether the run stores the embedding and head by vocabulary rows (runtime/model/vocab_parallel.py): when the
+    """Whether the run stores the embedding and head by vocabulary rows: when the
     planner takes the head option 'vocab' at the run's longest step (rank 0 asks, every rank follows). The storage
     holds for the whole run, so the policy then plans every step with the heads it can run: 'vocab' alone, or the
     replicated 'whole' and 'tiled'. A policy without head options (`static:NAME`) keeps the replicated head, and so

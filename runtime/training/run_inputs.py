@@ -1,6 +1,6 @@
 """What `paradyse_lab.runtime.training.loop` checks before it trains, and the token rows of a `file:*.jsonl` dataset.
 
-Library module (runtime/training/loop.py calls it; `paradyse-lab train --help` lists the options):
+Library module (the training loop calls it; `paradyse-lab train --help` lists the options):
 
 - `check_options(opts)`: every number and path of the run's settings (finite positive lr, non-negative seed and
   --max-len, a writable --log-file, a --checkpoint-dir that is a folder), one `UserInputError` each;
@@ -9,14 +9,14 @@ Library module (runtime/training/loop.py calls it; `paradyse-lab train --help` l
 - `refuse_untrainable(...)`: a step with no next-token target (every document in it 1 token long, or
   --max-len below the layout unit) is refused before the first step, never trained as loss 0.0.
 - `TokenDocuments`: the documents of a JSONL file of token-id lists, or of a text dataset tokenized with
-  --tokenizer (paradyse_lab/workload/text_data.py), in --data-order (default the file's order; `sorted`: ascending
+  --tokenizer, in --data-order (default the file's order; `sorted`: ascending
   length, the paper's curriculum; `shuffled`: seeded). Step i trains documents
   i*b .. i*b+b-1 (mod the count), each whole: the step's length is the longest of them rounded up to the
   layout unit (documents longer than the cap are cut to it), shorter rows are padded and their padding
   (and each row's last position) is masked out of the loss with label -100.
 - `PackedSteps` (`--pack-tokens N`): the workload's documents (each cut to the cap) packed first-fit into steps
-  of at most N tokens (paradyse_lab/workload/packing.py `pack_document_indices`); step i trains pack i (mod the
-  count), each document padded to the layout unit (runtime/model/packed.py); with a `file:*.jsonl` its tokens are the
+  of at most N tokens (`pack_document_indices`); step i trains pack i (mod the
+  count), each document padded to the layout unit; with a `file:*.jsonl` its tokens are the
   documents' own.
   Without `--pack-tokens`, a packed length file (several lengths per line) trains its own steps as they are
   (`from_file_steps`), as `simulate` does; with it, its documents are packed anew.
@@ -73,7 +73,7 @@ def check_options(opts) -> None:
 
 def check_log_file(opts) -> None:
     """--log-file can become this run's log: a new run refuses a file holding a log (two runs' rows are never
-    mixed); a resumed one needs the columns this command writes (runtime/training/step_log.py `StepLog`). Rank 0
+    mixed); a resumed one needs the columns this command writes (`StepLog`). Rank 0
     (the one that writes the log) checks it before it makes the file, and before any rank starts."""
     path = Path(opts.log_file) if opts.log_file else None
     if path is None or not path.is_file() or path.stat().st_size == 0:
@@ -151,12 +151,12 @@ class TokenDocuments:
 
         if not docs:
             raise UserInputError("the token file holds no documents")
-        self.docs = ordered(docs, order, seed)  # paradyse_lab/workload/text_data.py: file, shuffled or sorted
+        self.docs = ordered(docs, order, seed)  # file, shuffled or sorted
 
     @classmethod
     def from_options(cls, opts, dataset: str, vocab: int | None = None) -> TokenDocuments | None:
-        """The documents of `dataset` for the run `opts`: a text dataset tokenized with `opts.tokenizer`
-        (paradyse_lab/workload/text_data.py), or a token file (`from_dataset`), in `opts.data_order` (default: file
+        """The documents of `dataset` for the run `opts`: a text dataset tokenized with `opts.tokenizer`,
+        or a token file (`from_dataset`), in `opts.data_order` (default: file
         order); None for a workload or a length file. With `vocab` (the model's vocabulary size), an id at or
         beyond it is refused here, before any step, naming the file and line (or the tokenizer)."""
         from paradyse_lab.workload import text_data

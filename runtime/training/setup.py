@@ -1,4 +1,4 @@
-"""What a training run sets up before its first step (library module of runtime/training/loop.py's loop): this rank's
+"""What a training run sets up before its first step (library module of the training loop): this rank's
 device, the settings a resumed run must keep and the checkpoint it resumes from, checks run on rank 0 for every
 rank, the progress bar, and the warning about a short held-out set.
 """
@@ -30,7 +30,7 @@ def run_meta(opts, cfg=None, group=None) -> dict:
     """What a resumed run must keep: model, seed, lr, weight decay, dataset, batch, --max-len, packing and
     --init-from, and when given the tokenizer and data order and the optimisation options (a checkpoint of other
     settings is refused; a run without the newer options keeps the older checkpoints' meta); with the model's
-    config `cfg`, the model and data by content (runtime/checkpoints/resume_identity.py), compared instead of the
+    config `cfg`, the model and data by content, compared instead of the
     --model and --dataset strings: hashed on rank 0 of `group` only and sent to the others (`identity_on_rank0`).
     Every rank calls it (one collective when p > 1 and a checkpoint folder is given)."""
     meta = {"model": opts.model, "seed": opts.seed, "lr": opts.lr, "weight_decay": opts.weight_decay,
@@ -94,7 +94,7 @@ def progress_bar(opts, start: int, rank: int):
     """A tqdm bar on rank 0 with --progress, else None. It starts no thread and no process-shared lock: no
     monitor thread (`tqdm.monitor_interval = 0`, tqdm's documented switch) alive at the rank's exit, and a thread
     lock instead of tqdm's default multiprocessing one, a named semaphore that a rank ending without
-    interpreter finalization (runtime/launch/local.py `end_process`) would leave behind ("leaked semaphore")."""
+    interpreter finalization (`end_process`) would leave behind ("leaked semaphore")."""
     if not (opts.progress and rank == 0):
         return None
     tqdm.monitor_interval = 0
@@ -104,7 +104,7 @@ def progress_bar(opts, start: int, rank: int):
 
 def warn_few_eval_steps(opts, eval_steps: int) -> None:
     """Rank 0's warning when --eval-dataset has fewer different steps than --eval-batches asks
-    (runtime/training/step_inputs.py `StepInputs.held_out`): each evaluation then averages the ones it has, once
+    (`StepInputs.held_out`): each evaluation then averages the ones it has, once
     each."""
     if eval_steps < opts.eval_batches:
         unit = f"packs of --pack-tokens {opts.pack_tokens}" if opts.pack_tokens is not None else "steps"

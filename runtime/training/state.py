@@ -1,6 +1,6 @@
-"""The state one training run updates (library module of runtime/training/loop.py's loop): `TrainState`, the model, the
-AdamW optimizer and (bf16 on GPU) the fp32 master weights, with their checkpoints (runtime/checkpoints/dcp.py);
-`micro_per_step`, the micro-steps of one optimizer step. One optimizer step over it: runtime/training/step.py.
+"""The state one training run updates (library module of the training loop): `TrainState`, the model, the
+AdamW optimizer and (bf16 on GPU) the fp32 master weights, with their checkpoints;
+`micro_per_step`, the micro-steps of one optimizer step. One optimizer step over it: `TrainLoop`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class TrainState:
     checkpoint of it must match (`meta`) and record (`workload_size`)."""
 
     opts: object
-    """The run's settings (runtime/training/loop.py's module docstring)."""
+    """The run's settings (the training loop's module docstring lists them)."""
     group: object
     device: object
     model: object
@@ -34,7 +34,7 @@ class TrainState:
     masters: list | None
     """fp32 copies of the bf16 weights the optimizer updates (GPU), or None (fp32 weights on the CPU)."""
     meta: dict
-    """What a resumed run must keep (runtime/training/setup.py `run_meta`)."""
+    """What a resumed run must keep (`run_meta`)."""
     workload_size: int
     """Sequences of the run's workload (its first --steps), recorded in each checkpoint so a resumed run trains
     the same lengths."""
@@ -62,11 +62,11 @@ class TrainState:
         return dict(zip(names, self.masters or self.model.parameters()))
 
     def resume(self, found, replay_decision) -> int:
-        """The first step to train: 0, or the step of the checkpoint `found` (runtime/training/setup.py
-        `checkpoint_to_resume`), loaded at any world size (runtime/checkpoints/dcp.py reshards it), and
+        """The first step to train: 0, or the step of the checkpoint `found` (`checkpoint_to_resume`), loaded at any
+        world size (DCP reshards it), and
         `replay_decision(m)` called for every micro-step m before it on rank 0 (the policy's cache and smoothing
-        state; --accumulate A: A per step): only rank 0's policy decides (runtime/training/plan_handoff.py
-        `decide_plan_on_rank0`), so the other ranks replay nothing."""
+        state; --accumulate A: A per step): only rank 0's policy decides (`decide_plan_on_rank0`), so the other ranks
+        replay nothing."""
         if found is None:
             return 0
         start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
@@ -78,9 +78,8 @@ class TrainState:
         return start
 
     def save(self, step: int, log_row: list[str] | None = None) -> None:
-        """A checkpoint after `step` steps, readable at any world size (runtime/checkpoints/dcp.py), with the step's
-        --log-file row (`log_row`: how a resumed run tells its own log, runtime/training/run_inputs.py
-        `check_log_owner`)."""
+        """A checkpoint after `step` steps, readable at any world size, with the step's
+        --log-file row (`log_row`: how a resumed run tells its own log, `check_log_owner`)."""
         cfg = self.model.cfg
         record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from, self.opts.model),
                   "workload_size": self.workload_size, "log_row": log_row}

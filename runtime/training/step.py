@@ -1,12 +1,12 @@
 """One optimizer step of `train` (its micro-steps, the global gradient norm and clipping, AdamW) and one
 evaluation on the held-out dataset.
 
-Library module: runtime/training/loop.py's loop makes one `TrainLoop` over the run's `TrainState`
-(runtime/training/state.py: model, masters, optimizer) and calls `optimizer_step(step)` per optimizer step and
+Library module: the training loop makes one `TrainLoop` over the run's `TrainState`
+(model, masters, optimizer) and calls `optimizer_step(step)` per optimizer step and
 `evaluate(held_out)` every --eval-every steps. With --accumulate A, optimizer step i runs the micro-steps
-m = i*A .. i*A+A-1 of the dataset (runtime/training/step_inputs.py), each planned by the policy on its own, their
+m = i*A .. i*A+A-1 of the dataset, each planned by the policy on its own, their
 gradients
-summed with each mean loss weighed by its share of the step's next-token targets (runtime/training/optim_schedule.py
+summed with each mean loss weighed by its share of the step's next-token targets (`optim_schedule`
 `micro_weights`), so the step is what one batch of them all would give. The log row's loss is that weighted mean;
 its `seq_len` the longest micro-step's; `docs` and `tokens` the sums; `plan` each micro-step's plan, ' | ' between
 them.
@@ -45,7 +45,7 @@ def cap_reason(opts, max_positions: int, cap: int, unit: int) -> str:
 
 @dataclass
 class TrainLoop:
-    """What an optimizer step needs from the run (runtime/training/loop.py `_train` builds it)."""
+    """What an optimizer step needs from the run (`_train` builds it)."""
 
     run: object
     """The run's `paradyse_lab.runtime.training.state.TrainState`: options, model, fp32 masters (GPU), optimizer,
@@ -65,8 +65,8 @@ class TrainLoop:
     meshes: object = None
     """The run's `paradyse_lab.runtime.training.grouped.StepMeshes`, made at its first grouped step."""
     plan_groups: object = None
-    """A group planner, `plan(steps) -> (GroupedStep, decisions)` (runtime/training/loop.py `train`'s `groups_for`), or
-    None: the fixed group policy."""
+    """A group planner, `plan(steps) -> (GroupedStep or StepRounds, decisions)` (`train`'s
+    `groups_for`), or None: the fixed group policy."""
 
     def _micro_step(self, m: int, weight: float) -> dict:
         """Forward and backward of micro-step m, its loss scaled by `weight`; what the row needs of it."""
@@ -77,7 +77,7 @@ class TrainLoop:
         s = data.length(m)
         decision = decide_plan_on_rank0(lambda: self.policy.decide(data.planned(m), opts.batch), run.group)
         ids, labels, cu_seqlens = self._on_device(data, m)
-        with kernels_used() as ran:  # packed steps record their varlen kernel (runtime/attention/varlen.py)
+        with kernels_used() as ran:  # packed steps record their varlen kernel
             loss = model(ids, decision.plan, labels, cu_seqlens=cu_seqlens,  # the logits dropped at once
                          loss_tile=loss_tile(decision, model, ids.numel()))[1]
         value = float(loss.detach())
@@ -111,38 +111,40 @@ class TrainLoop:
 
     def _grouped_micro_steps(self, step: int) -> dict:
         """Forward and backward of the --global-batch sequences of optimizer step `step`, over groups of
-        --group-size ranks or those the group planner gives (runtime/training/grouped.py); what the row needs of
-        them."""
+        --group-size ranks or the groups (or rounds of splits) the group planner gives; what the row needs of them."""
+        from paradyse_lab.core.step_rounds import StepRounds
         from paradyse_lab.runtime.attention.kernels import kernels_used
         from paradyse_lab.runtime.comm import collectives as comm
-        from paradyse_lab.runtime.training.grouped import StepMeshes, grouped_step
+        from paradyse_lab.runtime.training.grouped import StepMeshes
+        from paradyse_lab.runtime.training.grouped_rounds import rounds_step
 
         run, data, opts = self.run, self.data, self.run.opts
         items = range(step * opts.global_batch, (step + 1) * opts.global_batch)
         if self.meshes is None:  # every rank makes the meshes together, at the run's first grouped step
             self.meshes = StepMeshes.shared(run.device.type)
         grouped, decisions = comm.broadcast_object(self._plan_groups(items) if comm.rank(run.group) == 0 else None,
-                                                   0, run.group)  # (GroupedStep, decisions): rank 0 -> all
-        size_of = {i: g.size for g in grouped.groups for i in g.items}
+                                                   0, run.group)  # (the step's groups, decisions): rank 0 -> all
+        rounds = grouped if isinstance(grouped, StepRounds) else StepRounds.one(grouped)
+        size_of = rounds.size_of()
         tiles = [loss_tile(d, run.model, opts.batch * data.length(m) // size_of[i])  # the tokens on one rank
                  for i, (m, d) in enumerate(zip(items, decisions))]
         with kernels_used() as ran:
-            value = grouped_step(run.model, grouped, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
-                                 [data.targets(m) for m in items], tiles)
+            value = rounds_step(run.model, rounds, self.meshes, lambda i, sp: self._on_device(data, items[i], sp),
+                                [data.targets(m) for m in items], tiles)
         self._stop_unless_finite(value, items[0], max(data.length(m) for m in items))
         for m in items:
             self._warn_cut(m)
         plans = " | ".join(d.plan.short_text() for d in decisions)
         return {"loss": value, "seq_len": max(data.length(m) for m in items),
                 "docs": sum(data.documents(m) for m in items), "tokens": sum(data.tokens(m) for m in items),
-                "cut": sum(data.cut(m) for m in items), "plan": f"groups {'/'.join(map(str, grouped.sizes))}: {plans}",
+                "cut": sum(data.cut(m) for m in items), "plan": f"{rounds.label()}: {plans}",
                 "solve_s": sum(d.solve_s for d in decisions),
                 "cached": all(d.cached for d in decisions), "feasible": all(d.feasible for d in decisions),
                 "kernels": ran}
 
     def _plan_groups(self, items: range):
         """(the step's `GroupedStep`, each sequence's decision), on rank 0: the group planner's, or the fixed group
-        policy of --group-size (paradyse_lab/core/fixed_groups.py), each sequence planned by the policy at the group's
+        policy of --group-size, each sequence planned by the policy at the group's
         size."""
         from paradyse_lab.core.fixed_groups import fixed_size_groups
         from paradyse_lab.runtime.comm import collectives as comm

@@ -1,4 +1,4 @@
-"""The health checks of a training run's steps (library module of runtime/training/step.py): whether tensors are
+"""The health checks of a training run's steps (library module of the optimizer step): whether tensors are
 finite on every rank, and the stop that ends the run, on every rank together, when a check fails.
 """
 

@@ -1,13 +1,13 @@
 """What each training step trains: its length, what the policy plans for it, and its tokens and labels.
 
-Library module of runtime/training/loop.py. `StepInputs.build(opts, p, cfg)` reads the workload of `--dataset` once
+Library module of the training loop. `StepInputs.build(opts, p, cfg)` reads the workload of `--dataset` once
 (and, for evaluation, `build(..., dataset=opts.eval_dataset)` the held-out one). Step i (a micro-step index:
 optimizer step k with --accumulate A trains i = k*A .. k*A+A-1) then trains:
 
-- with `--pack-tokens` (or a packed length file): pack i of `PackedSteps` (runtime/training/run_inputs.py), one
+- with `--pack-tokens` (or a packed length file): pack i of `PackedSteps`, one
   sequence of its documents, each padded to the layout unit; the policy plans its documents
   (`paradyse_lab.costmodel.packed.PackedStep`, attention per document);
-- with a `file:*.jsonl` of token ids, or a text dataset tokenized with --tokenizer (paradyse_lab/workload/text_data.py):
+- with a `file:*.jsonl` of token ids, or a text dataset tokenized with --tokenizer:
   its own documents whole (`TokenDocuments`, in --data-order);
 - otherwise: the workload's length i, padded up to the layout unit and capped
   (`paradyse_lab.core.strategies.step_length`, the rule `simulate` pads by), its tokens drawn from a fixed sparse
@@ -56,7 +56,7 @@ class StepInputs:
     """The steps of one run (module docstring)."""
 
     opts: object
-    """The run's settings (runtime/training/loop.py: the fields of `paradyse_lab.app.train_options.TrainOptions`)."""
+    """The run's settings (the fields of `paradyse_lab.app.train_options.TrainOptions`)."""
     lengths: list[int]
     """The workload's lengths, in training order."""
     unit: int
@@ -151,7 +151,7 @@ class StepInputs:
 
     def planned(self, step: int):
         """What the policy plans: the step's length, or its pack's documents (a `PackedStep`, whose cost is
-        per document: paradyse_lab/costmodel/packed.py), never the pack as one sequence of its padded length."""
+        per document), never the pack as one sequence of its padded length."""
         return self.packs.pack(step) if self.packs is not None else self.length(step)
 
     def targets(self, step: int) -> int:
@@ -171,7 +171,7 @@ class StepInputs:
 
     def refuse_untrainable(self, steps: int | None = None) -> None:
         """`UserInputError` before the first step when one of the first `steps` steps (default --steps) has
-        nothing to train on (runtime/training/run_inputs.py `refuse_untrainable`)."""
+        nothing to train on (`refuse_untrainable`)."""
         from paradyse_lab.runtime.training.run_inputs import refuse_untrainable
 
         refuse_untrainable(self.opts, 0, self.period, self.cap, self.unit, self.targets, steps)

@@ -1,5 +1,5 @@
-"""What a training run records of each optimizer step (library module of runtime/training/loop.py's loop and
-runtime/training/step.py): `StepLog`, the per-step CSV of `--log-file`, and `step_peak_bytes`, the step's peak memory.
+"""What a training run records of each optimizer step (library module of the training loop and
+its optimizer step): `StepLog`, the per-step CSV of `--log-file`, and `step_peak_bytes`, the step's peak memory.
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ def test_tiled_mlp_and_offload_on_one_gpu():
         for a, b in zip(results[0][1], grads):
             assert_close(b, a, rtol=1e-4, atol=1e-5)
     spec = cfg.model_spec("fp32")
-    want = sum(schedule(spec, kind, StrategyOption.parse(o), 1024, 2, 1).host_bytes
-               for o in plans[1] for kind in ("attention", "mlp"))
+    # a block plan's recomputed, offloaded layer is checkpointed whole: its input alone, the attention's set
+    want = sum(schedule(spec, "attention", StrategyOption.parse(o), 1024, 2, 1).host_bytes for o in plans[1])
     assert sum(moved[1].to_host.values()) == sum(moved[1].to_device.values()) == want > 0
     assert after_forward[0] - after_forward[1] >= want  # the layers' inputs left the device

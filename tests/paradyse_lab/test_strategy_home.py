@@ -14,7 +14,7 @@ import pytest
 from source_trees import PACKAGES, parsed
 
 from paradyse_lab.core.model_spec import PRESETS
-from paradyse_lab.core.strategies import CATALOG, USABLE, Strategy, get_strategy, layout_unit
+from paradyse_lab.core.strategies import CATALOG, TWO_D, USABLE, Strategy, get_strategy, layout_unit
 from paradyse_lab.costmodel.strategy_work import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +29,11 @@ DATA_TABLES = {
 def test_every_usable_strategy_has_its_parts_in_the_catalog():
     from matplotlib.colors import is_color_like  # here: no matplotlib import at collection
 
-    entries = [CATALOG[name] for name in USABLE]
+    entries = [CATALOG[name] for name in USABLE + TWO_D]
     for s in entries:
         assert s.paper_name and s.abbreviation and is_color_like(s.color) and s.layout == "unified"
-        assert s.runtime_module == f"paradyse_lab.runtime.strategies.{s.name}"
+        assert s.runtime_module == f"paradyse_lab.runtime.strategies.{s.schedule}"
+        assert s.name == s.schedule + (f":{s.head_degree}" if s.head_degree else "")
     assert set(SCHEDULES) == {s.schedule for s in entries}
     assert len({s.abbreviation for s in entries}) == len({s.color for s in entries}) == len(entries)
     assert not CATALOG["colossal_z"].schedule and not CATALOG["colossal_z"].runtime_module

@@ -62,8 +62,13 @@ def planned_steps_case(rank: int, p: int, group) -> None:
         assert torch.equal(q.detach(), before[n]), f"{n} changed"
 
 
-def train_planned_groups_case(rank: int, p: int, group) -> None:
-    """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
+def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], steps: int, what: str,
+                            **planned) -> list[dict]:
+    """`train --global-batch 4` of the micro GPT-2 (runtime_cases.py `_micro_gpt2_config`, 64 positions) over a
+    length file of `lengths` in order, with the options `planned` (a group planner) and with one group of all
+    four ranks: the same losses and gradient norms (`what` names the check); returns the planned run's log."""
+    import shutil
+
     import torch.distributed as dist
     from runtime_cases import _micro_gpt2_config
 
@@ -71,23 +76,28 @@ def train_planned_groups_case(rank: int, p: int, group) -> None:
 
     root = _shared_tmpdir(rank, p, group)
     model = _micro_gpt2_config(root, rank, p, group, 96)  # the sizes are the subject, not the model's
-    lengths = os.path.join(root, "lengths.txt")
+    path = os.path.join(root, "lengths.txt")
     if rank == 0:
-        with open(lengths, "w") as f:
-            f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
+        with open(path, "w") as f:
+            f.write("\n".join(map(str, lengths)) + "\n")
     dist.barrier(group=group)
-    common = {"model": model, "dataset": f"file:{lengths}", "steps": 3, "lr": 3e-3, "max_len": 64,
+    common = {"model": model, "dataset": f"file:{path}", "steps": steps, "lr": 3e-3, "max_len": 64,
               "global_batch": 4, "progress": False}
-    planned = train(TrainOptions(**common, groups="sized", budget_gib=TRAIN_BUDGET_GIB), group)
+    log = train(TrainOptions(**common, **planned), group)
+    one_group = train(TrainOptions(**common, group_size=4), group)
+    _same_runs({1: one_group, 2: log}, f"{what} against one group of four:")
+    dist.barrier(group=group)
+    if rank == 0:
+        shutil.rmtree(root)
+    return log
+
+
+def train_planned_groups_case(rank: int, p: int, group) -> None:
+    """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
+    planned = train_against_one_group(rank, p, group, TRAIN_LENGTHS, 3, "--groups sized", groups="sized",
+                                      budget_gib=TRAIN_BUDGET_GIB)
     sizes = [row["plan"].split(":")[0] for row in planned]
     assert sizes == ["groups 1/1/1/1", "groups 2/1/1", "groups 2/2"], sizes
-    one_group = train(TrainOptions(**common, group_size=4), group)
-    _same_runs({1: one_group, 2: planned}, "--groups sized against one group of four:")
-    dist.barrier(group=group)
-    if rank == 0:
-        import shutil
-
-        shutil.rmtree(root)
 
 
 CASES = {"grouped-planned-sizes-change": planned_steps_case, "train-groups-sized": train_planned_groups_case}

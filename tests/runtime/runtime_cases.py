@@ -23,6 +23,7 @@ from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.core.model_spec import PRESETS
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel.formulas import embedding_params
+from paradyse_lab.costmodel.layer_checkpoint import checkpoints_layer
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import ParallelGPT, gather_sequence, shard_sequence
@@ -238,14 +239,22 @@ def vocab_predicted_bytes(cfg: GPTConfig, p: int, loss_tile: int) -> dict[str, i
 
 
 def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> None:
-    """Every `+offload` sub-layer of `plan` moved to host memory and back exactly the schedule's host bytes, the
-    others nothing; each was brought back during the backward of the next sub-layer when that one is offloaded
-    too and holds at least as many bytes (the one extra set the cost model counts), else during its own; a set the
+    """Every `+offload` sub-layer of `plan` moved to host memory and back exactly the schedule's host bytes (a block
+    plan's layer under `+recompute+offload`: its input alone, the checkpointed layer's), the others nothing; each
+    was brought back during the backward of the next sub-layer when that one is offloaded too and holds at least
+    as many bytes (the one extra set the cost model counts), else during its own; a set the
     cost model prices as prefetched (`Schedule.host_prefetched`: its input alone) was, wherever the next sub-layer
     offloads too."""
     per_sublayer = len(plan) == 2 * cfg.layers
     want, priced_hidden = {}, {}
+    span = {}  # tag -> (first, last) sub-layer position it covers
     for index in range(cfg.layers):
+        if not per_sublayer and checkpoints_layer(StrategyOption.parse(plan[index]), ("attention", "mlp")):
+            # a checkpointed layer (costmodel/layer_checkpoint.py): its input alone, the attention's offloaded set
+            host = schedule(cfg.model_spec("fp32"), "attention", StrategyOption.parse(plan[index]), S, B, p)
+            want[f"layers.{index}"], priced_hidden[f"layers.{index}"] = host.host_bytes, host.host_prefetched
+            span[f"layers.{index}"] = (2 * index, 2 * index + 1)
+            continue
         for j, kind in enumerate(("attention", "mlp")):
             option = StrategyOption.parse(plan[2 * index + j] if per_sublayer else plan[index])
             host = schedule(cfg.model_spec("fp32"), kind, option, S, B, p, mlp_tile=mlp_tile or None)
@@ -253,23 +262,25 @@ def check_offloaded(stats, cfg: GPTConfig, plan, p: int, mlp_tile: int = 0) -> N
             if option.offload:
                 want[f"layers.{index}.{kind}"] = host.host_bytes
                 priced_hidden[f"layers.{index}.{kind}"] = host.host_prefetched
+                span[f"layers.{index}.{kind}"] = (2 * index + j, 2 * index + j)
     if not want:
         assert stats is None, stats
         return
     assert stats.to_host == stats.to_device == want, (plan, stats, want)
     offloaded = list(want)
     back = {tag: during for direction, tag, during in stats.copies if direction == "to_device"}
-    position = {f"layers.{i}.{kind}": 2 * i + j
-                for i in range(cfg.layers) for j, kind in enumerate(("attention", "mlp"))}
+
+    def adjacent(tag, later):
+        return span[later][0] == span[tag][1] + 1
 
     def during(i, tag):  # prefetched by the next sub-layer when it is adjacent and holds at least as many bytes
         later = offloaded[i + 1] if i + 1 < len(offloaded) else None
-        early = later and position[later] == position[tag] + 1 and want[tag] <= want[later]
+        early = later and adjacent(tag, later) and want[tag] <= want[later]
         return later if early else tag
 
     assert back == {tag: during(i, tag) for i, tag in enumerate(offloaded)}, (back, offloaded)
     for i, tag in enumerate(offloaded[:-1]):  # the cost model prices a copy back hidden only where it is prefetched
-        if priced_hidden[tag] and position[offloaded[i + 1]] == position[tag] + 1:
+        if priced_hidden[tag] and adjacent(tag, offloaded[i + 1]):
             assert back[tag] == offloaded[i + 1], (tag, back)
 
 
@@ -728,7 +739,7 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
     """The whole model over packs, one plan per step (mixed strategies, recompute), against the
     reference with the block-diagonal mask and per-document positions: logits, loss, every gradient.
     `llama_kv`: a LLaMA-shaped model with that many K/V heads (RoPE by position within each document, GQA),
-    its plans cycling through the strategies the GQA rule allows at p (`plans` gives only their count)."""
+    each None of `plans` a plan cycling through the strategies the GQA rule allows at p."""
     def case(rank: int, p: int, group) -> None:
         from paradyse_lab.runtime.model.packed import cu_seqlens, pack_labels, pack_sequence
 
@@ -737,8 +748,8 @@ def packed_model_case(plans, causal: bool, first_pack: int = 0, llama_kv: int = 
             sd, ref = reference(cfg)
             model = ParallelGPT(cfg, group, state_dict=sd)
             names = feasible(cfg, p)
-            runs = [[names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "") for i in range(cfg.layers)]
-                    for j in range(len(plans))]
+            runs = [plan or [names[(i + j) % len(names)] + ("+recompute" if (i + j) % 2 else "")
+                             for i in range(cfg.layers)] for j, plan in enumerate(plans)]
         else:
             cfg, _, ref, model = reference_and_model(causal, group)
             runs = plans
@@ -1392,3 +1403,18 @@ import node_cases  # noqa: E402 - a world of two nodes (calibrate's inter-node l
 
 CASES.update(node_cases.CASES)
 ONLY_AT.update(node_cases.ONLY_AT)
+
+import head_chunk_cases  # noqa: E402 - head-chunked attention (`+headchunk`), reads this module's helpers
+
+CASES.update(head_chunk_cases.CASES)
+ONLY_AT.update(head_chunk_cases.ONLY_AT)
+
+import round_cases  # noqa: E402 - a step as rounds of group splits, reduced once
+
+CASES.update(round_cases.CASES)
+ONLY_AT.update(round_cases.ONLY_AT)
+
+import ulysses_ring_cases  # noqa: E402 - Ulysses x ring at p = 4, on this module's helpers
+
+CASES.update(ulysses_ring_cases.CASES)
+ONLY_AT.update(ulysses_ring_cases.ONLY_AT)

@@ -158,8 +158,11 @@ def test_our_rounds_are_never_slower_than_megatron_or_one_split(pricers):
     one_split = choose_rounds("sized", LENGTHS, dyn, ring)
     assert len(one_split.rounds) == 1
     assert ours.step_s <= min(megatron.step_s, one_split.step_s) + 1e-12
-    steps = grouped_rounds(ours, LENGTHS, dyn)
-    assert [s.sizes for s in steps] == [r.sizes for r in ours.rounds]
+    steps = grouped_rounds(ours, LENGTHS, dyn)  # what the runtime runs: each round's groups, its items mapped back
+    assert [s.sizes for s in steps.rounds] == [r.sizes for r in ours.rounds]
+    assert [set(items) for items in steps.items] == [{i for a in r.assignment for i in a} for r in ours.rounds]
+    size_of = steps.size_of()
+    assert all(size_of[i] == size for r in ours.rounds for size, a in zip(r.sizes, r.assignment) for i in a)
     rows = simulate_grouped([LENGTHS, LENGTHS[:3]], "megatron", ring, per_rank=4096)
     assert rows.step_time_s[0] == pytest.approx(megatron.step_s)
     assert (rows.lower_bound_s <= rows.step_time_s + 1e-12).all() and set(rows.rounds) >= {1}

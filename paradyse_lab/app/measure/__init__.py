@@ -1,4 +1,4 @@
-"""Measurement tools built on the runtime library (the flat modules of `runtime/`); nothing in the library
+"""Measurement tools built on the runtime library; nothing in the library
 imports them.
 
 - profiler: `paradyse-lab costmodel profile`, one profile row per strategy and length (rank-local or distributed), its
@@ -11,5 +11,5 @@ imports them.
 - pack_balance: `python -m paradyse_lab.app.measure.pack_balance DATASET --pack-tokens N`, how evenly the zig-zag layout
   of a packed step spreads attention over the ranks.
 
-Software versions of every measurement come from paradyse_lab/results/software_versions.py.
+Every measurement records its software versions (`software_versions`).
 """

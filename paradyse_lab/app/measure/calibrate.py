@@ -8,15 +8,15 @@ Everything is measured through the project's runtime on p ranks (gloo on CPU, NC
 working at once as in training; rank 0 writes. Stages, in order, each with a share of `--budget-s`
 (a stage stops measuring when its next point would not fit, and says so in DIR/calibrate.json):
 
-1. collectives (10%): every kind the strategies use, through runtime/comm/collectives.py (all_gather, reduce_scatter,
-   all_reduce, all_to_all) and runtime/comm/p2p.py (the ring exchange `p2p`, the chain broadcast) over buffer
+1. collectives (10%): every kind the strategies use, through the runtime's collectives (all_gather, reduce_scatter,
+   all_reduce, all_to_all) and point-to-point exchanges (the ring exchange `p2p`, the chain broadcast) over buffer
    sizes from 4 KiB by factors of 4 up to twice the largest buffer a strategy passes at max-len (at most 32 MiB);
    the median of max(5, `--repeats`) timed calls after one untimed, the slowest rank's.
-   -> DIR/collectives.csv. Across nodes (torchrun --nnodes N; runtime/comm/nodes.py) these run inside each node, and
+   -> DIR/collectives.csv. Across nodes (torchrun --nnodes N) these run inside each node, and
    all_gather, reduce_scatter, all_reduce and p2p also over the rails (one rank per node, every rail at once)
    -> DIR/inter_node.csv, fitted to the network's latency and bandwidth (`nodes`, `gpus_per_node`,
    `inter_node_*` in the cluster file).
-2. kernels (20%): GEMMs at the model's shapes (app/measure/kernel_bench.py: the forward, input- and
+2. kernels (20%): GEMMs at the model's shapes (the forward, input- and
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
@@ -30,23 +30,23 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    timed alone, the step epilogue timed (gradient norm, AdamW, finite check: the same work every step),
    and, counted on rank 0, the runtime's dispatches and memory-bound
    bytes per sub-layer and option, embedding / head and step epilogue (gradient norm, AdamW, finite check;
-   app/measure/step_counts.py).
+   `step_counts`).
    -> DIR/gemm.csv, DIR/attention.csv
-   Then DIR/cluster.toml (paradyse_lab/cluster/measured.py: alpha and busbw fitted per collective,
+   Then DIR/cluster.toml (alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
-3. replay tables (15%; app/measure/replay_tables.py): the replay cost model's kernel tables at the shapes the
+3. replay tables (15%; `replay_tables`): the replay cost model's kernel tables at the shapes the
    runtime's own trace issues for the model at p ranks over the profile lengths (every strategy): every traced
    GEMM and attention call, element-wise seconds by size, and the per-operation dispatch cost of a training
    step. -> DIR/kernels/ (gemm.csv, attention.csv, elementwise.csv, dispatch.csv), which
-   `paradyse_lab.costmodel.replay.tables.KernelTables.read(DIR / "kernels")` reads. Tracing counts against the
-   stage's share (cached afterwards: a rerun traces nothing), and so do the GEMMs and attention calls; the
-   element-wise and dispatch rows (a second or two) are always measured. What the budget left is listed under
-   "replay_skipped" in DIR/calibrate.json, and the stage stays unfinished, so a rerun measures only that.
+   `KernelTables.read(DIR / "kernels")` reads. Tracing counts against the stage's share (cached afterwards: a
+   rerun traces nothing), and so do the GEMMs and attention calls; the element-wise and dispatch rows (a second
+   or two) are always measured. What the budget left is listed under "replay_skipped" in DIR/calibrate.json,
+   and the stage stays unfinished, so a rerun measures only that.
 4. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
-   strategy, with and without recomputation, on every rank (app/measure/profiler.py, `measured-distributed`),
+   strategy, with and without recomputation, on every rank (`measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
-   -> DIR/profile.csv (the schema of paradyse_lab/costmodel/profiles.py plus compute_s, comm_s, comm_modelled).
+   -> DIR/profile.csv (the cost model's profile schema plus compute_s, comm_s, comm_modelled).
 
 Resumable: every file is written atomically as soon as it is complete (the profile after every point); a
 rerun with the same settings skips finished stages and profile points (`--force` starts over); other

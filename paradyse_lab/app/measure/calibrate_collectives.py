@@ -2,7 +2,7 @@
 the kernels stage's synchronisation and overlap measurements use too).
 
 A timed call starts together on every rank (a barrier first) and is synchronised with the device on both ends;
-a point's time is the slowest rank's. The collectives are runtime/comm/collectives.py's and runtime/comm/p2p.py's, at
+a point's time is the slowest rank's. The collectives are the runtime's (point-to-point ones included), at
 nccl-tests' buffer sizes S (calibrate.py's module docstring says which kinds, sizes and repeats, and where the
 rows go).
 """
@@ -56,7 +56,7 @@ def slowest_over_ranks(values: list[float], device, group) -> list[float]:
 
 
 def collective_fn(op: str, nbytes: int, device, dtype, group):
-    """A call of runtime/comm/collectives.py's or runtime/comm/p2p.py's `op` on a buffer of `nbytes` (nccl-tests' S) at
+    """A call of the runtime's collective or exchange `op` on a buffer of `nbytes` (nccl-tests' S) at
     this
     group's size."""
     import torch
@@ -115,7 +115,7 @@ INTER_NODE_OPS = ("all_gather", "reduce_scatter", "all_reduce", "p2p")
 def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dtype, group, bar,
                         ops: tuple[str, ...] = ()) -> list[dict]:
     """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind (or `ops`) and size that fit,
-    over `group` (across nodes: one node's ranks, or a rail: runtime/comm/nodes.py)."""
+    over `group` (across nodes: one node's ranks, or a rail)."""
     from paradyse_lab.cluster.spec import COLLECTIVES
     from paradyse_lab.runtime.comm import collectives as comm
     from paradyse_lab.runtime.launch.ranks import agree

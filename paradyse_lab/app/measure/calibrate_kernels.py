@@ -217,7 +217,7 @@ def measure_overlap(spec, t: int, device, dtype, group) -> float:
 
 
 def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> dict:
-    """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks (app/measure/step_counts.py),
+    """KEY -> (launches, bytes_fixed, bytes_per_token) of the runtime at p ranks,
     counted on the CPU in fp32: the sub-layers at `unit` and 2 `unit` tokens (their bytes are linear in the
     tokens, so the shortest lengths that split give them at the least cost), the whole model at the two
     shortest profile `lengths`; bytes scaled to `dtype` (16-bit: halved, which overcounts the few fp32

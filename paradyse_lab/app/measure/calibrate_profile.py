@@ -1,5 +1,5 @@
 """The profile stage of `paradyse-lab calibrate`: one training step of the whole model per strategy option and
-length (app/measure/profiler.py, `measured-distributed`), lengths ascending, as many points as the budget allows.
+length (`measured-distributed`), lengths ascending, as many points as the budget allows.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e
 gpu_validate writes validation.md / validation.csv (prediction / measurement of compute time and peak memory
 per model, strategy and length, pass within 10% / 5%, with the preset's and with the measured efficiencies)
 for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
-the h100-80gb-x8 / h200-x8 presets of paradyse_lab/cluster/presets.py, citing the committed CSVs.
+the h100-80gb-x8 / h200-x8 cluster presets, citing the committed CSVs.
 
 Stages (env, pytest, gemm, attention, kernels, profiles, summary) run in that order, each guarded (the pytest stage
 runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
@@ -37,7 +37,7 @@ CSVs are written atomically; a stage with no measured row writes no file. --quic
 with one layer at s = 64..128, p = 8; small GEMMs and attention): `--quick --device cpu --models bert-tiny` (bert's
 layer at h 128: a sixty-fourth of its weights) is the CPU test of this script
 (tests/paradyse_lab/app/measure/test_gpu_session.py), whose rows say device=cpu. Kernel and profile details:
-paradyse_lab/app/measure/kernel_bench.py, paradyse_lab/app/measure/stack_profile.py.
+the `kernel_bench` and `stack_profile` module docstrings.
 """
 
 from __future__ import annotations

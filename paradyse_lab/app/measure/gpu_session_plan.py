@@ -1,7 +1,6 @@
 """What `python -m paradyse_lab.app.measure.gpu_session` measures (`MeasurementPlan`, `QUICK`), its output folder,
-budget and log (`Session`), and the helpers its stages share. Library module: the command is
-paradyse_lab/app/measure/gpu_session.py, the stages paradyse_lab/app/measure/gpu_session_stages.py; both import this one
-(and it imports neither).
+budget and log (`Session`), and the helpers its stages share. Library module of the command and
+of its stages, both of which import it (it imports neither).
 """
 
 from __future__ import annotations

@@ -273,7 +273,7 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
 
 
 def stage_summary(ctx: Context, record: dict) -> None:
-    """Print the validation summary (paradyse_lab/app/measure/gpu_validate.py); writes no file (8 files come back at
+    """Print the validation summary; writes no file (8 files come back at
     most)."""
     from paradyse_lab.app.measure.gpu_validate import summarize, validate
 

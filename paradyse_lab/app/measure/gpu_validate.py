@@ -16,7 +16,7 @@ and DIR/validation.md, the table for the README, and prints a summary and the me
   DIR/gemm.csv and DIR/attention.csv (`calibrated_cluster`): per smallest GEMM dimension, all GEMMs' FLOPs
   over their time; per (causal, length), the attention kernel the runtime uses (flash-attn, else sdpa; sdpa-cpu
   on CPU).
-  Those points are printed in the form of paradyse_lab/cluster/presets.py's efficiency tuples.
+  Those points are printed in the form of the cluster presets' efficiency tuples.
 - the cluster: --cluster, else env.json's `cluster_preset`, else the profile's `cluster` column, else the
   default preset. The model dtype is the profile's `dtype` column (bf16 on GPU, fp32 on CPU).
 `--combine FILE` also writes every profile of DIR, all columns, into one CSV (the file to commit under

@@ -10,13 +10,13 @@ call on CUDA, `time.perf_counter` on CPU; warm-up calls first, then the median o
   (qkv [3h, h], proj [h, h], fc1 [f, h], fc2 [h, f], as [out, in]) and their three GEMMs: forward
   Y = X W^T (m = tokens, n = out, k = in), input gradient dX = dY W (m = tokens, n = in, k = out) and
   weight gradient dW = dY^T X (m = out, n = in, k = tokens). FLOPs 2mnk.
-- attention: the runtime's kernels (runtime/attention/kernels.py: flash-attn when installed, PyTorch's fused flash
+- attention: the runtime's kernels (flash-attn when installed, PyTorch's fused flash
   kernel on CUDA, its fused CPU kernel on CPU) at [1, heads/p, s, d] per model, causal and not; FLOPs of
-  forward 4 s^2 heads d (halved when causal), backward 2.5x forward (paradyse_lab/costmodel/formulas.py
-  convention, so that tflops / peak is what `ClusterSpec.attention_eff` means).
+  forward 4 s^2 heads d (halved when causal), backward 2.5x forward (the cost
+  model's convention, so that tflops / peak is what `ClusterSpec.attention_eff` means).
 
-efficiency = achieved TFLOP/s over the dense bf16 peak of the device's cluster preset
-(paradyse_lab/cluster/presets.py); empty where the device has no preset (CPU).
+efficiency = achieved TFLOP/s over the dense bf16 peak of the device's cluster preset;
+empty where the device has no preset (CPU).
 """
 
 from __future__ import annotations

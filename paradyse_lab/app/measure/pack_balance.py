@@ -4,8 +4,8 @@ Command:
 
     python -m paradyse_lab.app.measure.pack_balance github_code --pack-tokens 32768 --p 8   # --format json for scripts
 
-Packs the workload's documents as `train --pack-tokens` does (paradyse_lab/workload/packing.py, `--pack-order`), pads
-every document to the layout unit 2p and cuts each into 2p chunks (runtime/model/packed.py, runtime/model/layout.py),
+Packs the workload's documents as `train --pack-tokens` does (`--pack-order`), pads
+every document to the layout unit 2p and cuts each into 2p chunks,
 and
 prints, for causal and non-causal attention: the steps, documents per step, the padding tokens of padding every
 document (what the layout costs) beside padding each pack once (what a whole-pack zig-zag would cost), and the

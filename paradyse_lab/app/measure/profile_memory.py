@@ -23,7 +23,7 @@ class KeptTensor:
 class KeptRecorder:
     """Context manager recording the tensors saved for backward inside it (`saved_tensors_hooks`).
 
-    "Kept activation" (the analytic model's `kept_bytes`, paradyse_lab/costmodel/schedules.py): every
+    "Kept activation" (the analytic model's `kept_bytes`): every
     storage the forward hands to autograd to keep until the backward, counted once (deduplicated by storage,
     so q/k/v views of one qkv buffer count as that buffer, and a tensor saved twice counts once), at the
     size of its whole storage (a saved view keeps its whole storage alive), **excluding** the storages of
@@ -92,8 +92,8 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     """Kept activations of one sub-layer ('attention' or 'mlp') of `cfg`
     (paradyse_lab.runtime.model.reference.GPTConfig)
     under `strategy` (a name, or an option `NAME[+recompute][+tiled][+offload]`) on rank `rank` of a p-rank world
-    emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents
-    (runtime/model/packed.py); `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
+    emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents;
+    `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
     `host_bytes`: what `+offload` moved to host memory (what it keeps on the device is the record itself)."""
     import contextlib
     from dataclasses import replace

@@ -10,35 +10,35 @@ Commands:
         --strategies megatron_ts,metp --mode distributed --out profile.csv
     # (inside a process group that is already set up, call `profile_distributed`: the tests do, on gloo)
 
-One row per (strategy option, sequence length), in the schema of paradyse_lab/costmodel/profiles.py: one training
+One row per (strategy option, sequence length), in the cost model's profile schema: one training
 step (forward + backward, no optimizer step) of the whole `ParallelGPT` (embedding, the layer stack with
 the option on every layer, tied head and loss), seen from one rank. `--warmup` untimed steps, then
 `--repeats` timed ones; time_s is their median (CUDA events on GPU, `time.perf_counter` on CPU).
 - `measured-distributed`: the median of each rank's steps, max over ranks; peak_bytes the max over ranks
   of `torch.cuda.max_memory_allocated` (reset before the timed steps).
-- `measured-rank-local`: runtime/comm/fake_group.py's `FakeGroup` makes every collective return a correctly
+- `measured-rank-local`: `FakeGroup` makes every collective return a correctly
   shaped tensor without communicating, so the rank's compute time and memory are real and its
   communication is absent; time_s = measured compute + the communication the analytic model
-  (paradyse_lab/costmodel/analytic.py, alpha-beta per collective on `--cluster`, ring overlap included)
+  (alpha-beta per collective on `--cluster`, ring overlap included)
   leaves exposed. That part is modelled, and the extra columns `compute_s`, `comm_s`, `comm_modelled`
   (ignored by the profile reader) say so. In distributed rows compute_s is the whole measured step
   (communication included), comm_s is 0 and comm_modelled false.
-- peak_bytes has the cost model's meaning (paradyse_lab/costmodel/profiles.py): every model state is resident while
+- peak_bytes has the cost model's meaning: every model state is resident while
 measuring
   (`resident_model_states` in profile_memory.py: gradients allocated and accumulated into, the optimizer states as one
   untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, profile_memory.py)
   after the kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
   bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method` lower-bound-cpu). Use GPU
   rows for peak memory.
-- attention_kernel: the attention kernels that actually ran for the row (runtime/attention/kernels.py
-  `kernels_used`: flash_attn, sdpa_flash, sdpa_cpu or math; joined by '+' if a fused one fell back mid-row).
+- attention_kernel: the attention kernels that actually ran for the row
+  (`kernels_used`: flash_attn, sdpa_flash, sdpa_cpu or math; joined by '+' if a fused one fell back mid-row).
 
 kept_bytes (`measure_kept_bytes`, profile_memory.py) is exact on every device: the bytes of the distinct storages that
 the forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
 Rows are written atomically (a temporary file renamed over `--out`). Bad input (unknown strategy or model,
 a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 with one line.
 
-What every row of one `paradyse-lab costmodel profile` call measures with (paradyse_lab/app/measure/profiler.py, whose
+What every row of one `paradyse-lab costmodel profile` call measures with (whose
 module docstring is the command's --help): the model on its torch device, its strategy options, its resident model
 states (`resident_model_states`, profile_memory.py), the cost model that prices a rank-local row's communication,
 and the device's name as the rows record it (`device_name`). Every input error is raised here, before any timing.
@@ -92,8 +92,8 @@ def _timed_steps(step, warmup: int, repeats: int, cuda: bool, barrier=None) -> l
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileOptions:
-    """One profiling run. Each field is one flag of `profile` (paradyse_lab/options.py turns the fields and the
-    docstrings under them into the flags and their help); --out is the command's own."""
+    """One profiling run. Each field is one flag of `profile` (the fields and the
+    docstrings under them become the flags and their help); --out is the command's own."""
 
     model: str = "gpt2-tiny"
     """Model preset or config.json (GPT-2-shaped)."""

@@ -1,11 +1,11 @@
 """Rank-local profiles of a model's layer stack at p ranks, up to the memory limit, under a time budget.
 
 Library module of `python -m paradyse_lab.app.measure.gpu_session --out DIR`, which writes DIR/<device-kind>_<model>.csv
-in the schema of paradyse_lab/costmodel/profiles.py (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
+in the cost model's profile schema (source=measured-rank-local) plus `EXTRA_COLUMNS`. The paper's
 `bert`, `llama` and `gpt` presets are layer stacks (no embedding, head or loss: the paper times the layers
-only), which `paradyse-lab costmodel profile` (paradyse_lab/app/measure/profiler.py, a whole `ParallelGPT`)
+only), which `paradyse-lab costmodel profile` (a whole `ParallelGPT`)
 cannot run; this module runs exactly the stack: L layers of the runtime's attention and MLP sub-layers (`run_sublayer`,
-the same autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by runtime/comm/fake_group.py.
+the same autograd nodes `ParallelGPT` uses) on rank 0 of a p-rank world emulated by a `FakeGroup`.
 
 One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -> y, then y.backward(dy).
 - compute_s: the median of the timed steps (CUDA events on CUDA, perf_counter on CPU) after one untimed
@@ -18,12 +18,12 @@ One row, one (strategy option, s): a training step of the stack, x [b, s/p, h] -
   resident, as in training: weights and gradients (allocated up front, accumulated into), and the
   mixed-precision Adam states that `formulas.model_state_bytes_per_param` charges (12 bytes per parameter
   in bf16: fp32 master, m, v) as one untouched allocation (`adam_state_bytes`; no optimizer step is run
-  or timed): the cost model's peak (paradyse_lab/costmodel/profiles.py). On CPU there is no allocator counter:
+  or timed): the cost model's peak. On CPU there is no allocator counter:
   peak_bytes = state_bytes + kept_bytes, a lower bound
   (peak_method says which).
 - kept_bytes: the storages saved for backward (paradyse_lab.app.measure.profile_memory.KeptRecorder), parameters
   excluded.
-- attention_kernel: the attention kernels that actually ran (runtime/attention/kernels.py `kernels_used`).
+- attention_kernel: the attention kernels that actually ran (`kernels_used`).
 A curve walks its lengths upward and stops at the first out-of-memory error (recorded as oom_len, nothing
 measured past it) or when the next length's predicted time no longer fits its deadline (recorded as
 skipped, never extrapolated).

@@ -1,19 +1,19 @@
 """What one training step of the runtime dispatches besides its GEMMs, attention kernels and collectives:
 operator launches and the bytes the memory-bound operators move.
 
-Library module of `paradyse-lab calibrate` (paradyse_lab/app/measure/calibrate.py), which writes the counts into the
-measured cluster file (`[step_counts]`, paradyse_lab/cluster/measured.py) for the analytic model to price:
-launches x the measured launch cost, bytes / the measured memory bandwidth (costmodel/analytic.py). These are
+Library module of `paradyse-lab calibrate`, which writes the counts into the
+measured cluster file (`[step_counts]`) for the analytic model to price:
+launches x the measured launch cost, bytes / the measured memory bandwidth. These are
 counts of what the runtime does, taken with `TorchDispatchMode` on one process playing rank 0 of a p-rank
-world (runtime/comm/fake_group.py), not fits to times.
+world, not fits to times.
 
 - Counted: every aten operator dispatched in forward + backward of one sub-layer (per strategy option and
   kind), of the rest of the model (embedding, final norm, head, loss: `fixed`) and of the AdamW step that
-  runtime/training/step.py times (`optimizer`).
+  the training step times (`optimizer`).
 - Not counted, because other measurements price them: the matrix products' bytes (`GEMM_OPS`, the GEMM
-  efficiency curve), the attention kernel calls (runtime/attention/kernels.py `_run`, `_run_masked`: the attention
+  efficiency curve), the attention kernel calls (`_run`, `_run_masked`: the attention
   efficiency
-  curves) and everything inside runtime/comm/collectives.py's collectives and runtime/comm/p2p.py's exchanges (the
+  curves) and everything inside the runtime's collectives and point-to-point exchanges (the
   alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
   the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
@@ -30,7 +30,7 @@ world (runtime/comm/fake_group.py), not fits to times.
   save and unflatten, the gradient flattening) runs between its operators. `calibrate` times the model's
   forward + backward at the shortest length that splits, where arithmetic is negligible, over the
   launches counted in it (`launch_us` prices the optimizer's, a plain loop of operators).
-- The optimizer count is what runtime/training/step.py runs after the backward of a step (`step_epilogue`): the
+- The optimizer count is what the training step runs after the backward of a step (`step_epilogue`): the
   global gradient norm (a squared copy and a sum per gradient), the AdamW step and zero_grad, and the
   finite-weights check (an isfinite and an all() per parameter).
 """
@@ -47,7 +47,8 @@ UNMARKED_VIEWS = frozenset({"_unsafe_view"})
 `_unsafe_view` reshapes a GEMM's output (aten's matmul on 3-D inputs). They move nothing."""
 COMM_FUNCTIONS = {"comm": ("all_gather", "reduce_scatter", "all_to_all", "all_reduce"),
                   "comm_p2p": ("exchange", "ring_exchange", "chain_broadcast", "chain_reduce")}
-"""Functions of runtime/comm/collectives.py and runtime/comm/p2p.py (by module) whose work the collective fits price."""
+"""Functions of the runtime's collectives and point-to-point modules (by module) whose work the collective fits
+price."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def counting():
 
 def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[int, int]:
     """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (the set-up of
-    paradyse_lab/app/measure/profile_memory.py `measure_kept_bytes`)."""
+    `measure_kept_bytes`)."""
     import torch
 
     from paradyse_lab.app.measure.profile_memory import random_sublayer_params
@@ -156,7 +157,7 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
 
 def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, int]], tuple[int, int]]:
     """(launches, bytes) of forward + backward of the whole model under `option` on every layer at each of
-    `lengths`, and of the AdamW step and zero_grad that follow a step in runtime/training/step.py."""
+    `lengths`, and of the AdamW step and zero_grad that follow a training step."""
     import torch
 
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
@@ -169,7 +170,7 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
     for s in lengths:
         ids = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)  # [b, t]
         labels = torch.randint(0, cfg.vocab_size, (1, s // p), generator=gen)
-        # as every step of runtime/training/step.py starts: gradients assigned, not added
+        # as every training step starts: gradients assigned, not added
         model.zero_grad(set_to_none=True)
         with counting() as tally:
             model(ids, plan, labels)[1].backward()
@@ -182,7 +183,7 @@ def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, i
 
 
 def step_epilogue(model, optimizer, group) -> None:
-    """What runtime/training/step.py's `optimizer_step` runs after the backward on fp32 CPU weights (no master
+    """What `optimizer_step` runs after the backward on fp32 CPU weights (no master
     copies; clipping off, validate-run's setting): the global gradient norm, the optimizer step and zero_grad,
     the finite-weights check."""
     from paradyse_lab.runtime.training.optim_schedule import global_grad_norm
@@ -278,7 +279,7 @@ def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float
     seconds, launches = 0.0, 0
     for option in strategies:
         def step(plan=[option] * cfg.layers):
-            model.zero_grad(set_to_none=True)  # as every step of runtime/training/step.py starts
+            model.zero_grad(set_to_none=True)  # as every training step starts
             model(ids, plan, labels)[1].backward()
 
         step()

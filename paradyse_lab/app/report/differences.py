@@ -1,7 +1,7 @@
 """'Where our numbers come from' and 'What differs and why': every number read from the runs, the
 authors' fits or the workload definition.
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+Part of REPORT.md (written by `paradyse-lab reproduce`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """REPORT.md of a reproduction: the paper's numbers beside ours, how each was obtained, what differs and why.
 
-Written by `paradyse-lab reproduce` (paradyse_lab/app/reproduce.py) from the CSVs in its results folder;
-every number in the report comes from those CSVs or from the paper's constants in simulator/experiments.py
-and simulator/ablation_experiment.py.
+Written by `paradyse-lab reproduce` from the CSVs in its results folder;
+every number in the report comes from those CSVs or from the paper's constants that the
+simulator's experiments cite.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The paper's headline claims and Table 5 beside ours under each truth, and Figure 2 per panel.
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+Part of REPORT.md (written by `paradyse-lab reproduce`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Markdown cells and tables of REPORT.md, the report's names for datasets, models and policies,
 and the results folder of each truth.
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+Part of REPORT.md (written by `paradyse-lab reproduce`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Where the BERT savings come from (saving per length cutoff) and the runs beyond the
 paper (recomputation, sub-layer plans, the tiled MLP and activation offload).
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+Part of REPORT.md (written by `paradyse-lab reproduce`)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def long_time_share(results: Path, dataset: str, model: str, baseline: str, cuto
 
 
 def beyond_series() -> tuple[str, ...]:
-    """The labels of fig2_beyond.csv's series (simulator/experiments.py `BEYOND_SERIES`), then the best static
+    """The labels of fig2_beyond.csv's series (`BEYOND_SERIES`), then the best static
     strategy with recomputation."""
     from paradyse_lab.simulator.experiments import BEYOND_SERIES
 

@@ -1,7 +1,7 @@
 """The report's sections on switching memory, calibration, solvers and cost models, each read from the
 step's CSVs.
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`)."""
+Part of REPORT.md (written by `paradyse-lab reproduce`)."""
 
 from __future__ import annotations
 

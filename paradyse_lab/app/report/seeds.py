@@ -1,7 +1,7 @@
 """Figure 2's headline metrics over the workload seeds (mean [min, max]), and the sampled workloads' own band
 shares beside Table 3's.
 
-Part of REPORT.md (paradyse_lab/app/report/document.py, written by `paradyse-lab reproduce`); the seeds'
+Part of REPORT.md (written by `paradyse-lab reproduce`); the seeds'
 metrics come from fig2_headline_seeds.csv (the reproduction's `seeds` step)."""
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ class Op:
     """attention: 'forward' or 'backward'."""
     ref: int = 0
     """p2p and its wait: the exchange's number in the trace."""
+    pairs: int = 0
+    """attention: query-key pairs per head and batch row when the call is a varlen call over documents (the sum
+    of each document's sq x sk); 0: the dense call's sq x sk."""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -60,10 +63,15 @@ class Op:
         if self.kind == "gemm":
             return 2.0 * self.batch * self.m * self.n * self.k
         if self.kind == "attention":
-            f = 4.0 * self.batch * self.heads * self.sq * self.sk * self.head_dim
+            f = 4.0 * self.batch * self.heads * self.key_pairs * self.head_dim
             f *= 2.5 if self.which == "backward" else 1.0
             return f / 2 if self.causal and self.sq == self.sk else f
         return 0.0
+
+    @property
+    def key_pairs(self) -> int:
+        """attention: the query-key pairs of one head and batch row (`pairs`, else sq x sk)."""
+        return self.pairs or self.sq * self.sk
 
 
 def counts(ops) -> dict[str, int]:

@@ -28,6 +28,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import tomllib
+
 from paradyse_lab.costmodel.replay.ops import Op
 from paradyse_lab.errors import UserInputError
 
@@ -51,6 +54,8 @@ class GemmTable:
     """Measured GEMMs: (log m, log n, log k, log throughput) per dtype."""
 
     points: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    _arrays: dict = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def read(cls, path: Path) -> GemmTable:
@@ -67,11 +72,21 @@ class GemmTable:
         if pts is None:  # another dtype's throughput would misprice it by the ratio of the two peaks
             raise UserInputError(f"the GEMM table holds {', '.join(sorted(self.points))}; the model's GEMMs run in "
                                  f"{op.dtype}: measure a table in {op.dtype} (or plan in a dtype the table holds)")
-        q = (math.log(max(op.m, 1)), math.log(max(op.n, 1)), math.log(max(op.k, 1)))
-        near = sorted(pts, key=lambda p: sum((a - b) ** 2 for a, b in zip(q, p)))[:NEIGHBOURS]
-        weights = [1.0 / (1e-6 + math.sqrt(sum((a - b) ** 2 for a, b in zip(q, p)))) for p in near]
-        log_thr = sum(w * p[3] for w, p in zip(weights, near)) / sum(weights)
-        return op.flops / math.exp(log_thr) if op.flops else 0.0
+        key = (op.dtype, op.m, op.n, op.k)
+        if key not in self._memo:
+            self._memo[key] = self._log_throughput(op.dtype, pts, op.m, op.n, op.k)
+        return op.flops / math.exp(self._memo[key]) if op.flops else 0.0
+
+    def _log_throughput(self, dtype: str, pts, m: int, n: int, k: int) -> float:
+        """Inverse-distance average of the `NEIGHBOURS` nearest rows' log throughput (module docstring)."""
+        if dtype not in self._arrays:
+            self._arrays[dtype] = np.array(pts, float)
+        table = self._arrays[dtype]
+        q = np.log([max(m, 1), max(n, 1), max(k, 1)])
+        dist = np.sqrt(((table[:, :3] - q) ** 2).sum(axis=1))
+        near = np.argsort(dist, kind="stable")[:NEIGHBOURS]
+        weights = 1.0 / (1e-6 + dist[near])
+        return float((weights * table[near, 3]).sum() / weights.sum())
 
 
 @dataclass
@@ -101,7 +116,7 @@ class AttentionTable:
         keys = sorted(self.curves, key=lambda c: (c[2] != op.which, abs(math.log(c[1] / op.head_dim)),
                                                    c[0] != causal))
         curve = self.curves[keys[0]]
-        x = math.log(max(1, op.batch * op.heads * op.sq * op.sk))
+        x = math.log(max(1, op.batch * op.heads * op.key_pairs))
         xs = [p[0] for p in curve]
         i = bisect.bisect_left(xs, x)
         if i == 0:
@@ -184,3 +199,65 @@ def bundled_tables(cluster_name: str) -> KernelTables | None:
     if not (folder / "gemm.csv").is_file():
         return None
     return KernelTables.read(folder, f"bundled {cluster_name} tables")
+
+
+HOST_FILE = "dispatch.toml"
+"""The host's per-operation costs in a kernel folder: `dispatch_us` (host microseconds per operation issued),
+`sublayer_ops` (the runtime's Python per sub-layer, in operations) and `source` (where they came from)."""
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """What the host charges the replay model: seconds per operation issued, and the runtime's Python per
+    sub-layer in operations' worth."""
+
+    dispatch_s: float
+    sublayer_ops: int
+    source: str
+
+    @classmethod
+    def read(cls, path: Path) -> HostCosts:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise UserInputError(f"{path}: {err}") from None
+        dispatch, ops = data.get("dispatch_us"), data.get("sublayer_ops", 0)
+        if not isinstance(dispatch, (int, float)) or not 0 < dispatch < 1e6 or isinstance(dispatch, bool):
+            raise UserInputError(f"{path}: dispatch_us must be a number of microseconds > 0, got {dispatch!r}")
+        if not isinstance(ops, int) or isinstance(ops, bool) or ops < 0:
+            raise UserInputError(f"{path}: sublayer_ops must be a whole number >= 0, got {ops!r}")
+        return cls(dispatch * 1e-6, ops, str(data.get("source", path)))
+
+
+def tables_folder(cluster) -> Path | None:
+    """The kernel tables that price `cluster` (a `ClusterSpec`): those measured beside its cluster file, else the
+    bundled ones of its hardware (`cluster.device`), else None."""
+    if cluster.kernels:
+        return Path(cluster.kernels)
+    folder = BUNDLED / cluster.device
+    return folder if (folder / "gemm.csv").is_file() else None
+
+
+def host_costs(cluster, folder: Path) -> HostCosts | None:
+    """The host costs of `cluster`: `folder`'s dispatch.toml, else the per-operator dispatch `calibrate` measured
+    for the cluster (`runtime_launch_s`, else `launch_s`; no per-sub-layer Python), else None."""
+    if (folder / HOST_FILE).is_file():
+        return HostCosts.read(folder / HOST_FILE)
+    measured = cluster.runtime_launch_s or cluster.launch_s
+    if measured > 0:
+        return HostCosts(measured, 0, f"dispatch {measured * 1e6:.1f} us per operation from {cluster.name}")
+    return None
+
+
+def replay_inputs(cluster) -> tuple[KernelTables, HostCosts] | str:
+    """The tables and host costs the replay model prices `cluster` with, or why there are none."""
+    folder = tables_folder(cluster)
+    if folder is None:
+        return f"no kernel tables for {cluster.device!r}"
+    host = host_costs(cluster, folder)
+    if host is None:
+        return f"{folder} gives no {HOST_FILE} and {cluster.name!r} no measured launch cost"
+    bundled = folder.parent == BUNDLED
+    return KernelTables.read(folder, f"bundled {folder.name} tables" if bundled else f"tables in {folder}"), host
+

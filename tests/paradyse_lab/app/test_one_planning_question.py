@@ -11,8 +11,9 @@ import pytest
 import paradyse_lab as pl
 from paradyse_lab.cli import main
 
-QUESTION = ("--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "128K")
-"""A model with a large vocabulary at a length where the head option decides the plan."""
+QUESTION = ("--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq", "128K", "--cost-model", "analytic")
+"""A model with a large vocabulary at a length where the head option decides the plan (the analytic model: the
+question is one through the three, whichever model prices it; replay would trace llama3-8b's layers first)."""
 
 
 def _json(capsys, *argv) -> dict:
@@ -24,7 +25,7 @@ def _json(capsys, *argv) -> dict:
 
 def test_plan_and_plan_step_give_one_answer(capsys):
     cli = _json(capsys, "plan", *QUESTION)
-    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024)
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, cost_model="analytic")
     assert api.head == cli["head"]
     assert list(api.strategies) == cli["plan"]
     assert api.predicted_time_s == pytest.approx(cli["predicted_time_s"], rel=1e-12)
@@ -35,7 +36,8 @@ def test_plan_and_plan_step_give_one_answer(capsys):
 def test_cost_prices_an_option_as_plan_does(capsys, option):
     cost = _json(capsys, "cost", *QUESTION, "--strategies", option)["strategies"][option]
     plan = _json(capsys, "plan", *QUESTION, "--strategies", option)
-    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, strategies=[option])
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, cost_model="analytic",
+                       strategies=[option])
     assert cost["head"] == plan["head"] == api.head
     assert cost["total_time_s"] == pytest.approx(plan["predicted_time_s"], rel=1e-9)
     assert cost["peak_bytes"] == plan["peak_bytes"] == api.memory["peak"]
@@ -45,7 +47,8 @@ def test_cost_prices_an_option_as_plan_does(capsys, option):
 def test_a_fixed_head_is_one_option_of_all_three(capsys):
     cost = _json(capsys, "cost", *QUESTION, "--strategies", "metp", "--head", "whole")["strategies"]["metp"]
     plan = _json(capsys, "plan", *QUESTION, "--strategies", "metp", "--head", "whole")
-    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, strategies=["metp"], head="whole")
+    api = pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, cost_model="analytic",
+                       strategies=["metp"], head="whole")
     assert cost["head"] == plan["head"] == api.head == "whole"
     assert cost["peak_bytes"] == plan["peak_bytes"] == api.memory["peak"]
 
@@ -59,4 +62,4 @@ def test_a_reserve_of_the_whole_gpu_is_refused_by_all_three(capsys):
         assert main([command, *QUESTION, "--reserve-gib", "100"]) == 2
         assert "--reserve-gib 100 is not below the GPU memory of h100-80gb-x8" in capsys.readouterr().err
     with pytest.raises(UserInputError, match="--reserve-gib 100 is not below the GPU memory of h100-80gb-x8"):
-        pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, reserve_gib=100)
+        pl.plan_step("llama3-8b", cluster="h100-80gb-x8", seq_len=128 * 1024, cost_model="analytic", reserve_gib=100)

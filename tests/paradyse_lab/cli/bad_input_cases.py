@@ -405,6 +405,9 @@ CASES: list[tuple[str, list[str]]] = [
     ("ablate-replay-no-tables", ["costmodel", "ablate", "--cost-models", "replay", "--cluster", "a100-80gb-x8",
                                  "--no-regret"]),
     ("ablate-replay-unknown", ["costmodel", "ablate", "--cost-models", "replayed", "--no-regret"]),
+    # train with rounds of splits: Megatron's scheduler is simulated only, the exact rounds planner is small
+    ("train-groups-megatron", TRAIN + ["--global-batch", "4", "--groups", "megatron"]),
+    ("train-groups-rounds-exact-too-large", TRAIN + ["--global-batch", "8", "--groups", "rounds-exact"]),
 ]
 
 NPROC2_CASES: list[tuple[str, list[str]]] = [
@@ -810,6 +813,30 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "--reserve-gib 79.34667969 is not below the GPU memory of a100-80gb-x8 (79.3467 GiB"),
     ("profile-model", ["costmodel", "profile", "--model", "nope", "--seqs", "512", "--strategies", "metp", "--out",
                        "{d}/p.csv", "--p", "2"], "unknown model 'nope'"),
+    # head-chunked attention: refused, with the reason, on a strategy that does not offer it
+    ("plan-headchunk-on-ring", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "metp+headchunk"],
+     "strategy metp+headchunk: its attention is a ring per head group"),
+    ("cost-headchunk-on-megatron-ts", COST + ["a100-80gb-x8", "--strategies", "megatron_ts+headchunk"],
+     "+headchunk is offered by ulysses_z"),
+    # Ulysses x ring (ulysses_ring:a): head degrees that do not split the heads or p, unknown degrees and suffixes
+    ("cost-usp-degree-above-heads", ["cost", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "8K",
+                                     "--strategies", "ulysses_ring:8"],
+     "ulysses_ring:8: heads (28) must be divisible by the head degree a (8)"),
+    ("cost-usp-degree-above-p", ["cost", "--model", "gpt", "--seq", "4096", "--gpus", "2", "--strategies",
+                                 "ulysses_ring:4"], "p (2) must be divisible by the head degree a (4)"),
+    ("plan-usp-unknown-degree", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "ulysses_ring:3"],
+     "unknown strategy 'ulysses_ring:3'; valid:"),
+    ("simulate-usp-unknown-suffix", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:dp+3d"],
+     "unknown policy 'dynamic:dp+3d'"),
+    ("simulate-usp-restart", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
+                              "restart:ulysses_ring:2"], "unknown strategy in policy 'restart:ulysses_ring:2'"),
+    # the replay cost model asked for on a cluster without kernel tables; an unknown --cost-model lists auto
+    ("cost-replay-without-tables", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables for 'a100-80gb-x8'"),
+    ("simulate-replay-without-tables", SIM_DP + ["--size", "4", "--cost-model", "replay"],
+     "cost model 'replay' on a100-80gb-x8: no kernel tables"),
+    ("cost-model-unknown-lists-auto", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "nope"],
+     "unknown cost model 'nope'; valid: <file.joblib>, analytic, auto, calibrated"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]

@@ -302,5 +302,5 @@ def test_build_cost_model_names_and_bundled_profile():
     cm = build_cost_model("polynomial", model, A100)
     assert cm.label == "polynomial (profile source=analytic)"
     assert fit_profile_file("polynomial", BUNDLED, A100) is cm.fitted  # cached per file
-    with pytest.raises(UserInputError, match="analytic, calibrated, forest, hybrid, paper, polynomial, residual"):
+    with pytest.raises(UserInputError, match="analytic, auto, calibrated, forest, hybrid, paper, polynomial, replay, residual"):
         build_cost_model("oracle", model, A100)

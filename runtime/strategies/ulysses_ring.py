@@ -1,0 +1,158 @@
+"""Ulysses x ring (USP): all-to-all over heads inside groups of a ranks, zig-zag ring attention over the
+b = p / a groups, ZeRO-3 weights over all p, on the unified layout.
+
+Library module (no command). Fang and Zhao, "USP: A Unified Sequence Parallelism Approach for Long Context
+Generative AI" (arXiv 2405.07719): Ulysses' head all-to-all inside, ring attention outside; priced by
+`ulysses_ring_work`. The p ranks of the layer's group form a x b: head group j holds the consecutive ranks
+j*a .. j*a + a - 1, ring group i the ranks i, a + i, 2a + i, ... (rank r is member r % a of head group r // a and
+member r // a of ring group r % a). Why no tokens move between layers: in the unified layout rank r holds chunks
+r and 2p-1-r of every (layout) document cut into 2p chunks, so head group j holds chunks j*a .. j*a + a - 1 and
+their mirror images, which are chunks j and 2b-1-j of the same document cut into 2b: after its all-to-all a
+rank holds exactly ring member j's tokens of a zig-zag ring over b ranks, put in that order by a local
+permutation (`ring_order`). Attention on rank r: gather W_qkv, W_proj; q, k, v of all heads for
+its t tokens, q and k rotated by their true positions; K/V heads replicated to a when kv_heads < a (the
+replicate rule at a, as ulysses_z at p); all-to-all in the head group to h/a heads of the group's a*t
+tokens; ring attention over the ring group; the output back by the inverse
+permutation and all-to-all; the full output projection. The MLP is zero3.MLP (its weights span all p).
+Kept: x, u [b, t, h], the ring's q, k, v, o [b, heads/a, a*t, d] and lse, and the output
+again as c [b, t, h] after the all-to-all back (the output projection's input), as ulysses_z keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache, lru_cache
+
+import torch
+
+from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
+from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
+from paradyse_lab.runtime.comm.fake_group import FakeGroup, is_fake
+from paradyse_lab.runtime.comm.group_timeout import run_timeout
+from paradyse_lab.runtime.model.layout import layout_documents, ring_positions
+from paradyse_lab.runtime.model.reference import add_bias
+from paradyse_lab.runtime.model.sublayer import (
+    Ctx,
+    Impl,
+    Weights,
+    attention_sections,
+    bias_grad,
+    layer_norm,
+    layer_norm_backward,
+    rope_qk,
+    rope_qk_backward,
+    weight_grad,
+)
+from paradyse_lab.runtime.strategies import zero3
+from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
+from paradyse_lab.runtime.strategies.ulysses_z import _replicate, _sum_replicas, heads_to_seq, seq_to_heads
+from paradyse_lab.runtime.strategies.zero3 import gather_weights, prepare_backward, scatter_grads
+
+_GROUPS: dict = {}
+"""(layer group's ranks, a) -> (head group, ring group) of this rank, made once per process."""
+
+
+def subgroups(group, p: int, a: int):
+    """(head group, ring group) of this rank in the a x (p / a) split of `group` (module docstring). Each group
+    is made by its members alone (`use_local_synchronization`), so a layer group that is part of the world
+    (a grouped step) makes its subgroups without the other ranks (a one-rank group too: a = 1 or b = 1)."""
+    import torch.distributed as dist
+
+    if is_fake(group):  # a traced step: the subgroups are fake too, this rank's member index in each
+        return FakeGroup(a, group.rank % a), FakeGroup(p // a, group.rank // a)
+    ranks = tuple(range(p)) if group is None or group is dist.group.WORLD else \
+        tuple(dist.get_process_group_ranks(group))
+    key = (ranks, a)
+    if key not in _GROUPS:
+        r = ranks.index(dist.get_rank())
+        head = [ranks[(r // a) * a + i] for i in range(a)]
+        ring = [ranks[j * a + r % a] for j in range(p // a)]
+        _GROUPS[key] = tuple(dist.new_group(g, timeout=run_timeout(), use_local_synchronization=True)
+                             for g in (head, ring))
+    return _GROUPS[key]
+
+
+@lru_cache(maxsize=256)
+def _ring_order(documents: tuple[int, ...], p: int, a: int, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, inverse) of head group j: `gathered[..., order, :]` puts the group's tokens, as the all-to-all
+    returns them (member-major: member i's t tokens in its local order), in the order of ring member j's
+    tokens in the zig-zag layout over b = p / a ranks; `inverse` undoes it. Both [a*t]."""
+    gathered = torch.cat([ring_positions(documents, p, j * a + i) for i in range(a)])  # [a*t] global positions
+    target = ring_positions(documents, p // a, j)  # [a*t]: the same positions, in ring order
+    index = torch.full((sum(documents),), -1, dtype=torch.long)
+    index[gathered] = torch.arange(gathered.numel())
+    order = index[target]
+    assert (order >= 0).all(), "a head group's tokens are not one ring member's"
+    return order, torch.argsort(order)
+
+
+def ring_order(ctx: Ctx, a: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_ring_order` of this rank's head group, on `device`."""
+    documents = layout_documents(ctx.cu_seqlens, ctx.p) or (ctx.seq_len,)
+    order, inverse = _ring_order(documents, ctx.p, a, ctx.rank // a)
+    return order.to(device), inverse.to(device)
+
+
+def _sizes(ctx: Ctx, a: int) -> tuple[Ctx, object]:
+    """(the head group's Ctx for the all-to-alls, the ring group) of this rank."""
+    head, ring = subgroups(ctx.group, ctx.p, a) if ctx.p > 1 else (ctx.group, ctx.group)
+    return replace(ctx, group=head, p=a, rank=ctx.rank % a), ring
+
+
+def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, max(1, a // ctx.kv)
+    hctx, ring = _sizes(ctx, a)
+    order, inverse = ring_order(ctx, a, x.device)
+    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
+    u = layer_norm(x, w, ctx)  # [b, t, h], kept
+    qkv = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    q, k, v = split_sections(qkv, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
+    q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
+    k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, a)*d]
+    kv_a = k.shape[-1]
+    send = join_sections([q, k, v], a)  # [b, t, a*n]: member i's group: its h/a q heads, its kv_a/a K/V heads
+    heads = seq_to_heads(send, hctx).index_select(1, order)  # [b, t, a*n] -> [b, a*t, n] (ring order)
+    qh, kh, vh = heads.split([h // a, kv_a // a, kv_a // a], dim=-1)  # [b, a*t, h/a], [b, a*t, kv_a/a] x 2
+    qh, kh, vh = (split_heads(z, z.shape[-1] // d).contiguous() for z in (qh, kh, vh))  # [b, n, a*t, d]
+    o, lse = ring_attention_forward(qh, kh, vh, ctx.causal, ring, ctx.cu_seqlens, ctx.p)  # [b, heads/a, a*t, d]
+    c = heads_to_seq(merge_heads(o).index_select(1, inverse), hctx)  # [b, a*t, h/a] -> [b, t, h]
+    return add_bias(x + c @ w2, w.b2), (x, u, c, qh, kh, vh, o, lse)
+
+
+def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
+    x, u, c, q, k, v, o, lse = saved
+    h = x.shape[-1]
+    d, rep = h // ctx.heads, max(1, a // ctx.kv)
+    hctx, ring = _sizes(ctx, a)
+    order, inverse = ring_order(ctx, a, x.device)
+    w1, b1, w2 = prep
+    dw2 = weight_grad(c, dy)  # [h, h]
+    dc = seq_to_heads(dy @ w2.t(), hctx).index_select(1, order)  # [b, t, h] -> [b, a*t, h/a] (ring order)
+    do = split_heads(dc, ctx.heads // a)  # [b, a*t, h/a] -> [b, heads/a, a*t, d]
+    dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ring, ctx.cu_seqlens, ctx.p)
+    dheads = torch.cat([merge_heads(z) for z in (dq, dk, dv)], dim=-1)  # [b, n, a*t, d] x 3 -> [b, a*t, n]
+    kv_a = ctx.kv * d * rep
+    back = heads_to_seq(dheads.index_select(1, inverse), hctx)  # [b, a*t, n] -> [b, t, a*n]
+    dq, dk, dv = split_sections(back, (h, kv_a, kv_a), a)  # [b, t, h], [b, t, kv_a] x 2
+    dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
+    dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
+    da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
+    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
+    return dy + dx, grads
+
+
+@cache
+def for_degree(a: int):
+    """The implementation of head degree a (`Strategy.head_degree`): its `ATTENTION`, `MLP` and `TILED_MLP`,
+    the attributes the runtime reads from a strategy module."""
+    class Degree:
+        ATTENTION = Impl(f"ulysses_ring:{a}", lambda *args: _forward(a, *args), lambda *args: _backward(a, *args),
+                         prepare_backward)
+        MLP = zero3.MLP
+        TILED_MLP = zero3.TILED_MLP
+    Degree.__name__ = f"ulysses_ring_{a}"
+    return Degree
