@@ -3,7 +3,7 @@ kernel tables (`calibrate`'s DIR/kernels/), beside what was measured.
 
 `replay_steps(DIR, skip)` returns `validate-run`'s step rows (simulator.replay.STEP_COLUMNS) with `predicted_s`
 the replay model's price of the plan that ran: each layer's attention and MLP sub-layers traced from the runtime
-(paradyse_lab/app/replay_traces.py, on the CPU's kernels when the run was on a CPU) at the step's length, the whole
+(`SublayerTraces`, on the CPU's kernels when the run was on a CPU) at the step's length, the whole
 stack's operations priced on the critical path with the tables' measured per-operation dispatch cost (nothing
 fitted to the run), plus the analytic model's embedding, head and optimizer step on DIR's measured cluster (which
 the sub-layer traces do not hold). Switching plans between steps costs nothing here, as in the runtime (every

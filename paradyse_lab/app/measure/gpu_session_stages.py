@@ -143,7 +143,7 @@ def stage_attention(ctx: Context, record: dict) -> None:
 
 
 def stage_kernels(ctx: Context, record: dict) -> None:
-    """The replay model's tables (app/measure/replay_tables.py) into DIR/kernels/: every GEMM and attention call
+    """The replay model's tables (`replay_tables`) into DIR/kernels/: every GEMM and attention call
     the runtime's trace issues for each model at p ranks over the profile lengths, element-wise seconds by
     size and the per-operation dispatch cost; points past the stage's deadline are recorded as skipped."""
     from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables

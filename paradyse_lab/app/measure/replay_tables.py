@@ -1,7 +1,7 @@
 """Measure the replay cost model's kernel tables on the machine at hand, at the shapes the runtime issues.
 
 Library module of `paradyse-lab calibrate` (its replay stage, into DIR/kernels/) and of the GPU session script (its
-kernels stage). The shapes come from the runtime's own trace (paradyse_lab/app/replay_traces.py): every sub-layer
+kernels stage). The shapes come from the runtime's own trace (`SublayerTraces`): every sub-layer
 of the model under every strategy at p ranks, at every length asked for, so the tables hold what will be priced.
 Recomputation replays the same forward, so the options without it give every shape. Files (`write_tables`;
 `paradyse_lab.costmodel.replay.tables.KernelTables.read(folder)` reads them):
