@@ -17,7 +17,8 @@ Recomputation replays the same forward, so the options without it give every sha
   sizes from the smallest to the largest bytes a traced element-wise operator moves;
 - dispatch.csv (`DISPATCH_COLUMNS`): the seconds per traced operation of a training step's small-operator chain
   (calibrate_kernels.dispatch_chain, forward and backward with autograd; its operations counted by the same
-  recorder as the trace), and the seconds of the smallest add called bare (the fixed cost inside it).
+  recorder as the trace), and the seconds of the smallest add called bare (the fixed cost inside it); the
+  same dispatch cost in dispatch.toml (`tables.HOST_FILE`), the replay cost model's host costs.
 
 Order and budget: lengths are visited coarse to fine (shortest, longest, middle, then the midpoints), so a
 budget cut leaves shapes spread over the whole range (the GEMM table interpolates between its nearest rows);
@@ -33,6 +34,8 @@ import time
 from collections.abc import Callable
 
 from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS, KERNEL_LABELS, measure
+from paradyse_lab.costmodel.replay.tables import HOST_FILE
+from paradyse_lab.files.atomic_write import write_text_atomic
 
 TABLE_GEMM_COLUMNS = GEMM_COLUMNS + ("batch",)
 ELEMENTWISE_COLUMNS = ("op", "nbytes", "dtype", "median_s", "repeats", "bytes_per_s")
@@ -266,6 +269,11 @@ def write_tables(folder, gemm: list[dict], attention: list[dict], elementwise: l
         if rows:
             write_csv_atomic(folder / name, rows, columns)
             written.append(name)
+    if dispatch:  # the replay cost model's host costs (tables.HOST_FILE): the measured dispatch, no fitted Python
+        write_text_atomic(folder / HOST_FILE, f"dispatch_us = {float(dispatch['dispatch_s']) * 1e6:.6g}\n"
+                          f"sublayer_ops = 0\nsource = \"dispatch {float(dispatch['dispatch_s']) * 1e6:.1f} us per "
+                          f"operation measured on {dispatch['device']} by calibrate\"\n")
+        written.append(HOST_FILE)
     return written
 
 

@@ -153,8 +153,8 @@ class ElementwiseTable:
 
 
 @dataclass(frozen=True)
-class HostCosts:
-    """Measured per-operation host costs (module docstring)."""
+class MeasuredHost:
+    """Measured per-operation host costs (module docstring; dispatch.csv)."""
 
     dispatch_s: float
     """Host seconds per traced operation in a training step."""
@@ -164,7 +164,7 @@ class HostCosts:
     """The host runs every kernel itself (a CPU)."""
 
     @classmethod
-    def read(cls, path: Path) -> HostCosts:
+    def read(cls, path: Path) -> MeasuredHost:
         r = _read(path, ("dispatch_s", "floor_s", "serial"))[0]
         return cls(float(r["dispatch_s"]), float(r["floor_s"]), r["serial"].strip().lower() == "true")
 
@@ -178,7 +178,7 @@ class KernelTables:
     attention: AttentionTable
     source: str
     elementwise: ElementwiseTable | None = None
-    host: HostCosts | None = None
+    host: MeasuredHost | None = None
 
     @classmethod
     def read(cls, folder: Path, source: str = "") -> KernelTables:
@@ -186,7 +186,7 @@ class KernelTables:
         ew, host = folder / "elementwise.csv", folder / "dispatch.csv"
         return cls(GemmTable.read(folder / "gemm.csv"), AttentionTable.read(folder / "attention.csv"),
                    source or str(folder), ElementwiseTable.read(ew) if ew.is_file() else None,
-                   HostCosts.read(host) if host.is_file() else None)
+                   MeasuredHost.read(host) if host.is_file() else None)
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "data" / "kernels"

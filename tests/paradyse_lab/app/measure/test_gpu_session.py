@@ -73,7 +73,8 @@ def test_kernels_stage_records_the_replay_tables_of_the_traced_layer(session_dir
     from paradyse_lab.costmodel.replay.tables import KernelTables
 
     folder = session_dir / "kernels"
-    assert sorted(p.name for p in folder.iterdir()) == ["attention.csv", "dispatch.csv", "elementwise.csv", "gemm.csv"]
+    assert sorted(p.name for p in folder.iterdir()) == ["attention.csv", "dispatch.csv", "dispatch.toml",
+                                                        "elementwise.csv", "gemm.csv"]
     prices = measured_prices(KernelTables.read(folder), get_cluster("a100-80gb-x8"))
     assert prices.serial and prices.dispatch_s > 0  # a CPU's host runs its kernels
     gemms = {(int(r["m"]), int(r["n"]), int(r["k"])) for r in read_rows(folder / "gemm.csv")}

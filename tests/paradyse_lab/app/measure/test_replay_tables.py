@@ -26,7 +26,7 @@ from paradyse_lab.cluster.presets import PRESETS
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.replay.price import critical_path, measured_prices
-from paradyse_lab.costmodel.replay.tables import KernelTables
+from paradyse_lab.costmodel.replay.tables import HOST_FILE, KernelTables, host_costs
 
 SPEC = dataclasses.replace(get_model("bert-tiny"), dtype="fp32")
 LENGTHS = [64, 128]
@@ -55,13 +55,16 @@ def test_coarse_to_fine_visits_the_ends_then_the_midpoints():
 
 def test_measured_tables_hold_every_traced_call_and_price_a_traced_step(tmp_path):
     got = measure_tables(SPEC, 2, LENGTHS, STRATEGIES, _measurer(), tmp_path / "kernels")
-    assert got["written"] == ["gemm.csv", "attention.csv", "elementwise.csv", "dispatch.csv"] and not got["skipped"]
+    assert got["written"] == ["gemm.csv", "attention.csv", "elementwise.csv", "dispatch.csv", HOST_FILE]
+    assert not got["skipped"]
     for name, columns in (("gemm.csv", TABLE_GEMM_COLUMNS), ("elementwise.csv", ELEMENTWISE_COLUMNS),
                           ("dispatch.csv", DISPATCH_COLUMNS)):
         assert tuple(read_rows(tmp_path / "kernels" / name)[0]) == columns
     tables = KernelTables.read(tmp_path / "kernels")
     prices = measured_prices(tables, PRESETS["h100-80gb-x8"])
     assert prices.serial and prices.dispatch_s > prices.floor_s > 0
+    host = host_costs(PRESETS["h100-80gb-x8"], tmp_path / "kernels")  # what the replay cost model charges
+    assert host.dispatch_s == pytest.approx(prices.dispatch_s, rel=1e-5) and host.sublayer_ops == 0
     gemms = {(int(r["m"]), int(r["n"]), int(r["k"])) for r in read_rows(tmp_path / "kernels" / "gemm.csv")}
     att = {(int(r["seq_len"]), int(r["heads"]), r["causal"]) for r in read_rows(tmp_path / "kernels" / "attention.csv")}
     traces = SublayerTraces(SPEC, 2, "cpu")
