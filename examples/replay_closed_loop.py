@@ -1,16 +1,16 @@
 """The closed loop's error per policy, with the replay cost model beside the analytic and the calibrated one.
 
-Run after examples/closed_loop_benchmark.sh DIR (calibrate, then validate-run with the analytic and with the
-calibrated model): `python examples/replay_closed_loop.py DIR [--skip-steps 1]`. Prices every executed step with
+Run after examples/closed_loop_benchmark.sh DIR (calibrate, then validate-run with the analytic, the calibrated
+and the replay model, the last the default on a measured folder): `python examples/replay_closed_loop.py DIR
+[--skip-steps 1]`. Prices every executed step with
 the replay model from DIR/kernels/ (the tables `calibrate` measured, the dispatch cost measured, nothing fitted to
 the run; paradyse_lab/app/replay_closed_loop.py), and prints per policy the measured total and each model's
 error of the total and per-step MAPE, then whether each model's ranking agrees with the measured one (over all
 pairs and over the pairs whose repeated runs' min-max totals do not overlap). Writes
 DIR/validate_run_summary_replay.csv. The analytic and calibrated columns are read from
-DIR/validate_run_summary_analytic.csv and DIR/validate_run_summary.csv (they predicted the plans they chose;
-the replay column prices the plans that ran, which are the same where their `plans_match`). The analytic
-model's errors are against its own validate-run's measurements (the benchmark's first run), the calibrated and
-the replay model's against the second run's (the measured column).
+DIR/validate_run_summary_analytic.csv and DIR/validate_run_summary_calibrated.csv (each predicted the plans it
+chose, against its own run's measurements); the replay column prices the plans of DIR's last run (the measured
+column), replay's own when the benchmark ran it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def main() -> int:
     summary = pd.DataFrame([{"policy": k, **v} for k, v in result["policies"].items()])
     summary.to_csv(out / "validate_run_summary_replay.csv", index=False)
     models = {"replay": summary}
-    for name, file in (("analytic", "validate_run_summary_analytic.csv"), ("calibrated", "validate_run_summary.csv")):
+    for name in ("analytic", "calibrated"):
+        file = f"validate_run_summary_{name}.csv"
         if (out / file).is_file():
             models[name] = pd.read_csv(out / file)
     header = ["policy", "measured s"] + [f"{m} {c}" for m in models for c in ("error", "step MAPE")]
