@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The closed-loop benchmark of docs/results.md, "Simulation against execution": measure this machine, then train every
-# policy for real and compare with the analytic model (no fitting) and with the calibrated one (the default).
+# policy for real and compare with the analytic model (no fitting), the calibrated one and the replay model (the
+# default on a measured folder: priced from the kernel tables calibrate measured in DIR/kernels/).
 #
 #   bash examples/closed_loop_benchmark.sh [DIR]        # default DIR: results/execute
 #
-# Prints the machine, its load before and after, both validate-run tables; keeps both summaries
-# (DIR/validate_run_summary_analytic.csv, DIR/validate_run_summary.csv). Extra arguments after DIR go to
-# both validate-run commands (e.g. --repeats 5). Run it on a quiet machine: a loaded one measures its load.
+# Prints the machine, its load before and after, the three validate-run tables and the three models' errors side
+# by side (examples/replay_closed_loop.py); keeps the summaries (DIR/validate_run_summary_analytic.csv,
+# DIR/validate_run_summary_calibrated.csv, DIR/validate_run_summary.csv: replay's run, and
+# DIR/validate_run_summary_replay.csv: the replay model on that run's steps). Extra arguments after DIR go to
+# every validate-run command (e.g. --repeats 5). Run it on a quiet machine: a loaded one measures its load.
 set -euo pipefail
 out="${1:-results/execute}"
 shift || true
@@ -16,6 +19,11 @@ python -m paradyse_lab calibrate --out "$out"
 echo "# analytic model on the measured cluster (nothing fitted)"
 python -m paradyse_lab validate-run --out "$out" --cost-model analytic "$@"
 cp "$out/validate_run_summary.csv" "$out/validate_run_summary_analytic.csv"
-echo "# calibrated model (the default on a measured folder)"
+echo "# calibrated model"
+python -m paradyse_lab validate-run --out "$out" --cost-model calibrated "$@"
+cp "$out/validate_run_summary.csv" "$out/validate_run_summary_calibrated.csv"
+echo "# replay model (the default on a measured folder with kernel tables)"
 python -m paradyse_lab validate-run --out "$out" "$@"
+echo "# the three models side by side"
+python examples/replay_closed_loop.py "$out"
 echo "# load after: $(uptime)"

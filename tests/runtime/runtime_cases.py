@@ -1298,8 +1298,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
             json.dump({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 1, "vocab_size": 64,
                        "n_positions": 16, "torch_dtype": "float32"}, f)
     dist.barrier(group=group)
-    opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=60.0, lengths=2,
-                            repeats=1, warmup=0)
+    opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=3600.0, lengths=2,
+                            repeats=1, warmup=0)  # a budget no stage reaches at this size, on a loaded machine too
     with mock.patch.object(kernel_bench, "TARGET_SCALE", 0.0):  # each timing at its fewest repeats: what is
         state = calibrate(opts, group, progress=False)  # written is the subject, not how precisely it is timed
     if rank == 0:
@@ -1318,7 +1318,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         got = {(s + ("+recompute" if r else ""), n) for s, r, n in zip(df["strategy"], df["recompute"], df["seq_len"])}
         assert state["lengths"] == [4, 16]
         assert got == {(o, n) for o in profile_options(True) for n in (4, 16)}, got
-        assert state["done"] == ["collectives", "kernels", "profile"] and not state["skipped"]
+        assert state["done"] == ["collectives", "kernels", "profile", "replay"] and not state["skipped"]
+        _assert_replay_tables_price_the_traced_layer(os.path.join(root, "kernels"), model, cl)
     t0 = time.perf_counter()
     calibrate(opts, group, progress=False)  # resumed: every stage and point is already there
     assert time.perf_counter() - t0 < 2.0
@@ -1346,6 +1347,32 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
         import shutil
 
         shutil.rmtree(root)
+
+
+def _assert_replay_tables_price_the_traced_layer(folder: str, model: str, cluster) -> None:
+    """calibrate's DIR/kernels/: the replay model reads them, they hold every GEMM the runtime's trace issues for
+    the model at p = 2 under every strategy, and they price its traced layer serially with the measured
+    dispatch cost (the CPU's host runs the kernels)."""
+    import dataclasses
+
+    from paradyse_lab.app.measure.replay_tables import read_rows
+    from paradyse_lab.app.replay_traces import SublayerTraces
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.core.strategies import StrategyOption
+    from paradyse_lab.costmodel.replay.price import critical_path, measured_prices
+    from paradyse_lab.costmodel.replay.tables import KernelTables
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+
+    tables = KernelTables.read(folder)
+    prices = measured_prices(tables, cluster)
+    assert prices.serial and prices.dispatch_s > 0 and tables.elementwise is not None
+    measured = {(int(r["m"]), int(r["n"]), int(r["k"])) for r in read_rows(f"{folder}/gemm.csv")}
+    traces = SublayerTraces(dataclasses.replace(get_model(model), dtype="fp32"), 2, "cpu")
+    for name in STRATEGY_MODULES:
+        ops = traces.trace("attention", StrategyOption(name), 16) + traces.trace("mlp", StrategyOption(name), 16)
+        assert {(o.m, o.n, o.k) for o in ops if o.kind == "gemm"} <= measured, name
+        step = critical_path(ops, prices)
+        assert step.time_s > max(step.host_s, step.kernel_s) > 0
 
 
 CASES["calibrate-validate-loop"] = calibrate_validate_case

@@ -34,7 +34,15 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    -> DIR/gemm.csv, DIR/attention.csv
    Then DIR/cluster.toml (alpha and busbw fitted per collective,
    efficiency curves, `source = "measured: ..."` and a [provenance] table: host, device, software, date).
-3. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
+3. replay tables (15%; `replay_tables`): the replay cost model's kernel tables at the shapes the
+   runtime's own trace issues for the model at p ranks over the profile lengths (every strategy): every traced
+   GEMM and attention call, element-wise seconds by size, and the per-operation dispatch cost of a training
+   step. -> DIR/kernels/ (gemm.csv, attention.csv, elementwise.csv, dispatch.csv), which
+   `KernelTables.read(DIR / "kernels")` reads. Tracing counts against the stage's share (cached afterwards: a
+   rerun traces nothing), and so do the GEMMs and attention calls; the element-wise and dispatch rows (a second
+   or two) are always measured. What the budget left is listed under "replay_skipped" in DIR/calibrate.json,
+   and the stage stays unfinished, so a rerun measures only that.
+4. profile (the rest): one training step (forward + backward, no optimizer) of the whole model with each
    strategy, with and without recomputation, on every rank (`measured-distributed`),
    over `--lengths` lengths from max-len/16 to max-len (geometric, multiples of 2p); lengths ascending,
    every option at a length before the next length, so a budget cut leaves every curve's short end.
@@ -67,9 +75,12 @@ from paradyse_lab.app.measure.calibrate_kernels import (
 )
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions, length_grid, profile_options
 from paradyse_lab.app.measure.calibrate_profile import measure_profile, option_name
+from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
 
+KERNELS_DIR = "kernels"
+"""DIR's folder of the replay model's kernel tables."""
 SETTINGS_FILE = "calibrate.json"
 """DIR's resume state: the settings, the finished stages, the collective fits, the skipped profile points."""
 
@@ -110,7 +121,7 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     state = agree(_load_state(out, opts) if rank == 0 else None, group)
     budget = Budget(opts.budget_s)
     bar = None
-    n_units = 6 + 2 + len(lengths) * len(profile_options(opts.recompute))
+    n_units = 6 + 2 + 1 + len(lengths) * len(profile_options(opts.recompute))
     if progress and rank == 0:
         from tqdm import tqdm
 
@@ -157,7 +168,12 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     elif bar is not None:
         bar.update(2)
     state = agree(state, group)
+    if "replay" not in state["done"]:
+        if bar is not None:
+            bar.set_postfix_str("replay tables")
+        state = _replay_stage(opts, out, spec, lengths, budget, device, dtype, group, state)
     if bar is not None:
+        bar.update(1)
         bar.set_postfix_str("profile")
     skipped = _profile_stage(opts, out, lengths, budget, group, bar)
     if bar is not None:
@@ -171,8 +187,42 @@ def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict
     return state
 
 
+def _replay_stage(opts: CalibrateOptions, out: Path, spec, lengths, budget: Budget, device, dtype, group,
+                  state: dict) -> dict:
+    """Stage 3 on every rank (module docstring): rank 0 traces and writes DIR/kernels/; every rank times each
+    point at once (rank 0's values), the budget decisions rank 0's."""
+    import torch
+
+    from paradyse_lab.runtime.comm import collectives as comm
+    from paradyse_lab.runtime.launch.ranks import agree
+    from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+
+    p, rank = comm.size(group), comm.rank(group)
+
+    def fits(predicted_s: float) -> bool:
+        return agree(budget.fits("replay", predicted_s), group)
+
+    def barrier():
+        if p > 1:
+            torch.distributed.barrier(group=group)
+
+    measurer = Measurer(device, dtype, fits, barrier, max(opts.repeats, 1))
+    got = measure_tables(spec, p, lengths, list(STRATEGY_MODULES), measurer, out / KERNELS_DIR,
+                         trace_fits=lambda s: budget.fits("replay", s), lead=rank == 0,
+                         share=lambda v: agree(v, group))
+    if rank != 0:
+        return state
+    state = dict(state, replay_skipped=got["skipped"], replay_rows=got["rows"])
+    if got["skipped"]:
+        print(f"calibrate: the replay stage ran out of its time share with {len(got['skipped'])} point(s) left "
+              f"(listed under replay_skipped in {out / SETTINGS_FILE}); a rerun measures them", file=sys.stderr)
+        write_text_atomic(out / SETTINGS_FILE, json.dumps(state, indent=1, default=str) + "\n")
+        return state
+    return _mark(out, state, "replay")
+
+
 def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, group, bar) -> list[str]:
-    """Stage 3 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
+    """Stage 4 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
     rewriting the file after each; the points skipped, as 'option@length: reason'."""
     import pandas as pd
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-STAGE_SHARES = {"collectives": 0.10, "kernels": 0.20, "profile": 0.70}
+STAGE_SHARES = {"collectives": 0.10, "kernels": 0.20, "replay": 0.15, "profile": 0.55}
 """Fraction of --budget-s each stage may use (a stage's leftover goes to the next)."""
 
 

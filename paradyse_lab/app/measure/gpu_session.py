@@ -2,7 +2,8 @@
 and the rank-local profiles of the paper's models, as files in one folder.
 
 Command, on any machine with one CUDA GPU (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv,
-attention.csv and one profile per model, DIR/<device-kind>_<model>.csv: 8 files):
+attention.csv, one profile per model, DIR/<device-kind>_<model>.csv, and the replay model's tables in
+DIR/kernels/: gemm.csv, attention.csv, elementwise.csv, dispatch.csv):
 
     python -m paradyse_lab.app.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
@@ -17,6 +18,7 @@ flash kernel and its rows say `sdpa`; with flash-attn installed (`pip install -e
     python -m paradyse_lab.app.measure.gpu_validate results/gpu-h100 \\
         --combine paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv
     cp results/gpu-h100/gemm.csv paradyse_lab/data/profiles/h100-80gb_gemm.csv      # and attention.csv, env.json
+    cp results/gpu-h100/kernels/* paradyse_lab/data/kernels/h100-80gb-x8/   # the replay model's tables
     paradyse-lab costmodel ablate --profiles paradyse_lab/data/profiles/measured-rank-local_h100-80gb-x8.csv \\
         --cluster h100-80gb-x8 --model gpt --format json
 
@@ -25,7 +27,7 @@ per model, strategy and length, pass within 10% / 5%, with the preset's and with
 for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
 the h100-80gb-x8 / h200-x8 cluster presets, citing the committed CSVs.
 
-Stages (env, pytest, gemm, attention, profiles, summary) run in that order, each guarded (the pytest stage
+Stages (env, pytest, gemm, attention, kernels, profiles, summary) run in that order, each guarded (the pytest stage
 runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
 K/V heads, packed steps with GQA on one GPU, the strategies over NCCL with two or more GPUs): an error is
 recorded in session_log.json (with its traceback) and the next stage runs. A global budget (--budget-s,

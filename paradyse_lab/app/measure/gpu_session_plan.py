@@ -14,7 +14,7 @@ from pathlib import Path
 from paradyse_lab.files.atomic_write import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[3]
-STAGES = ("env", "pytest", "gemm", "attention", "profiles", "summary")
+STAGES = ("env", "pytest", "gemm", "attention", "kernels", "profiles", "summary")
 PROFILE_MODELS = ("bert", "llama", "gpt")
 
 
@@ -31,16 +31,19 @@ class MeasurementPlan:
     gemm_ops: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
     attention_seqs: tuple[int, ...] = tuple(128 * 2**k for k in range(11))  # 128 .. 128K
     max_repeats: int = 3
-    caps_s: dict = field(default_factory=lambda: {"pytest": 120.0, "gemm": 45.0, "attention": 60.0})
+    replay_strategies: tuple[str, ...] = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
+    """Strategies whose traced operations the kernels stage measures (the replay model's tables)."""
+    caps_s: dict = field(default_factory=lambda: {"pytest": 120.0, "gemm": 45.0, "attention": 60.0,
+                                                  "kernels": 150.0})
     """Longest time each stage may take (also at most 20% of the budget each)."""
-    min_s: dict = field(default_factory=lambda: {"pytest": 20.0, "gemm": 5.0, "attention": 5.0, "profiles": 10.0,
-                                                 "summary": 3.0})
+    min_s: dict = field(default_factory=lambda: {"pytest": 20.0, "gemm": 5.0, "attention": 5.0, "kernels": 10.0,
+                                                 "profiles": 10.0, "summary": 3.0})
     """A stage starts only with this much budget left."""
 
 
 QUICK = MeasurementPlan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
-             attention_seqs=(64, 128), max_repeats=1,
-             min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "profiles": 0.5, "summary": 0.3})
+             attention_seqs=(64, 128), max_repeats=1, replay_strategies=("megatron_cz",),
+             min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "kernels": 0.3, "profiles": 0.5, "summary": 0.3})
 
 
 class Session:

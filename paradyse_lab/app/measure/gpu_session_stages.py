@@ -142,6 +142,28 @@ def stage_attention(ctx: Context, record: dict) -> None:
     _finish_rows(ctx, record, "attention.csv", rows, ATTENTION_COLUMNS, skipped)
 
 
+def stage_kernels(ctx: Context, record: dict) -> None:
+    """The replay model's tables (`replay_tables`) into DIR/kernels/: every GEMM and attention call
+    the runtime's trace issues for each model at p ranks over the profile lengths, element-wise seconds by
+    size and the per-operation dispatch cost; points past the stage's deadline are recorded as skipped."""
+    from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables
+    from paradyse_lab.core.model_spec import get_model
+
+    deadline = _stage_deadline(ctx, "kernels")
+    measurer = Measurer(ctx.device, ctx.dtype, lambda s: time.perf_counter() + s <= deadline,
+                        repeats=ctx.plan.max_repeats)
+    skipped, got = [], {}
+    for m in ctx.plan.models:
+        got = measure_tables(get_model(m), ctx.plan.p, ctx.plan.lengths, ctx.plan.replay_strategies, measurer,
+                             ctx.session.out / "kernels")
+        skipped += got["skipped"]
+    record.update(rows=got.get("rows", {}), skipped=len(skipped), skipped_first=skipped[:5],
+                  files=[f"kernels/{n}" for n in got.get("written", [])])
+    if skipped:
+        record["status"] = "partial" if got.get("written") else "skipped"
+    ctx.session.say(f"kernels/: {got.get('rows')}, {len(skipped)} skipped")
+
+
 def _finish_rows(ctx: Context, record: dict, name: str, rows, columns, skipped) -> None:
     record.update(rows=len(rows), skipped=len(skipped), skipped_first=skipped[:5])
     if rows:

@@ -73,7 +73,9 @@ class ReplayCostModel:
         self.analytic = AnalyticCostModel(model, cluster, p)
         self.model, self.cluster, self.p = model, cluster, self.analytic.p
         self.tables, self.host = tables, host
-        self.prices = Prices(tables, cluster, host.dispatch_s)
+        measured = tables.host  # a CPU's calibrate measured its host runs every kernel itself: priced serially
+        self.prices = Prices(tables, cluster, host.dispatch_s, serial=bool(measured and measured.serial),
+                             floor_s=measured.floor_s if measured else 0.0)
         self.traces = _TRACE_SOURCE[0](model, self.p, trace_device(cluster))
         self.name = NAME
         self.label = f"replay ({tables.source}; {host.source})"

@@ -1,7 +1,8 @@
 """Price a traced step: each operation from the machine's tables, the step the critical path over three clocks.
 
-Operation prices (`Prices.device_s`): GEMMs and attention calls from `KernelTables`; element-wise work (and a
-collective's fake local copy, if any) at `hbm_bytes_per_s`, at least `min_kernel_s`; host copies over the
+Operation prices (`Prices.device_s`): GEMMs and attention calls from `KernelTables`; element-wise work from the
+tables' measured element-wise curve when they have one, else (and a collective's fake local copy, if any) at
+`hbm_bytes_per_s`, at least `min_kernel_s`; host copies over the
 host link; collectives and point-to-point exchanges by the cluster's alpha-beta model at their group size
 (`formulas.collective_call_s`); views and allocations nothing on the device. Every operation costs the host
 `dispatch_s` to issue (the Python and dispatcher work between kernels: what makes short steps dispatch-bound).
@@ -15,8 +16,12 @@ The critical path (`critical_path`), as the runtime overlaps:
   longer than the block it hides behind shows as exposed time;
 - in 'local-copy' mode (a rank-local measurement's fake group) every collective and exchange is one copy kernel
   on the device stream, and a wait waits for nothing;
-- a host read of a device value (`_local_scalar_dense`) makes the host wait for the device.
-The step takes max(host, device) at the end.
+- a host read of a device value (`_local_scalar_dense`) makes the host wait for the device;
+- `serial` (a CPU, whose host runs every kernel itself): the host waits for every kernel and collective, so an
+  operation costs its dispatch plus its device seconds beyond `floor_s` (the bare call's fixed cost, which the
+  measured dispatch cost already holds); only the point-to-point exchanges still overlap (gloo's threads).
+The step takes max(host, device) at the end. `measured_prices` takes the dispatch cost, the floor and
+seriality from the tables' measured host costs.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ class Prices:
     comm: str = "alpha-beta"
     """'alpha-beta': collectives and exchanges as a real group runs them; 'local-copy': as a fake group runs them
     in a rank-local measurement (one local copy kernel on the device stream each, nothing sent)."""
+    serial: bool = False
+    """The host runs every kernel itself (module docstring)."""
+    floor_s: float = 0.0
+    """serial: seconds of a bare call already inside `dispatch_s`."""
 
     def device_s(self, op: Op) -> float:
         """Seconds of one operation on the device (or the link), excluding its dispatch."""
@@ -52,6 +61,8 @@ class Prices:
         if op.kind == "attention":
             return self.tables.attention.seconds(op)
         if op.kind == "elementwise":
+            if self.tables.elementwise is not None:
+                return self.tables.elementwise.seconds(op.nbytes)
             return max(self.min_kernel_s, op.nbytes / self.cluster.hbm_bytes_per_s)
         if op.kind == "host_copy":
             link = self.cluster.host_link_bytes_per_s or self.cluster.hbm_bytes_per_s
@@ -82,21 +93,22 @@ def critical_path(ops, prices: Prices, device_s=None) -> StepTime:
     """The step time of `ops` (module docstring); `device_s` (one per op) may be given precomputed."""
     if device_s is None:
         device_s = [prices.device_s(op) for op in ops]
-    d = prices.dispatch_s
+    d, serial, floor = prices.dispatch_s, prices.serial, prices.floor_s
     host = dev = comm_free = 0.0
     kernel_s = comm_s = 0.0
     arrive: dict[int, float] = {}
     for op, t in zip(ops, device_s):
         host += d
         kind = op.kind
+        run = max(0.0, t - floor) if serial else t  # serial: the bare call's cost is inside the dispatch
         if kind in DEVICE_KINDS:
-            dev = max(dev, host) + t
+            dev = max(dev, host) + run
             kernel_s += t
         elif kind == "collective":
-            dev = max(dev, host) + t
+            dev = max(dev, host) + run
             comm_s += t
         elif kind == "p2p" and prices.comm == "local-copy":
-            dev = max(dev, host) + t
+            dev = max(dev, host) + run
             kernel_s += t
         elif kind == "p2p":
             start = max(comm_free, dev, host)
@@ -106,4 +118,15 @@ def critical_path(ops, prices: Prices, device_s=None) -> StepTime:
             dev = max(dev, arrive.get(op.ref, 0.0))
         elif op.name.startswith("_local_scalar"):
             host = max(host, dev)
+        if serial:
+            host = max(host, dev)
     return StepTime(max(host, dev), len(ops) * d, kernel_s, comm_s)
+
+
+def measured_prices(tables: KernelTables, cluster: ClusterSpec, comm: str = "alpha-beta") -> Prices:
+    """Prices with the tables' measured per-operation host costs (dispatch cost, bare-call floor, seriality);
+    tables without them (the bundled H100 ones) have no measured dispatch cost: fit one (stack.fit_dispatch)."""
+    if tables.host is None:
+        raise ValueError(f"{tables.source}: no measured dispatch cost (dispatch.csv); fit one on measured steps")
+    h = tables.host
+    return Prices(tables, cluster, h.dispatch_s, comm=comm, serial=h.serial, floor_s=h.floor_s)

@@ -9,7 +9,15 @@ Interpolation (what the tables do between their rows):
   linearly in log work (b x heads x sq x sk), held constant past either end; the closest head dimension (then
   causality) is used when the exact one was not measured. Non-square blocks (a ring's half blocks) are
   priced as bidirectional work of their size.
-The CSV columns are those of `paradyse_lab.app.measure.gpu_session`'s gemm.csv and attention.csv.
+- element-wise (optional elementwise.csv, measured by `calibrate`): seconds against bytes read plus written,
+  piecewise linear in log-log between the measured sizes; below the smallest its seconds (the kernel's fixed
+  cost), above the largest its bandwidth.
+- per-operation host costs (optional dispatch.csv, measured by `calibrate`): the seconds the host spends per
+  traced operation in a training step, the fixed cost of the smallest kernel called bare (already inside that
+  per-operation cost), and whether the host runs the kernels itself (a CPU: nothing overlaps the host).
+The CSV columns of gemm.csv and attention.csv are those of `paradyse_lab.app.measure.gpu_session`'s (a GEMM row's
+optional `batch` column multiplies its FLOPs); elementwise.csv and dispatch.csv are
+`paradyse_lab.app.measure.replay_tables`'s.
 """
 
 from __future__ import annotations
@@ -54,8 +62,9 @@ class GemmTable:
         table = cls()
         for r in _read(path, ("m", "n", "k", "dtype", "median_s")):
             m, n, k, t = int(r["m"]), int(r["n"]), int(r["k"]), float(r["median_s"])
+            b = int(r.get("batch") or 1)  # a batched product's time covers b products
             table.points.setdefault(r["dtype"], []).append(
-                (math.log(m), math.log(n), math.log(k), math.log(2.0 * m * n * k / t)))
+                (math.log(m), math.log(n), math.log(k), math.log(2.0 * b * m * n * k / t)))
         return table
 
     def seconds(self, op: Op) -> float:
@@ -121,18 +130,63 @@ class AttentionTable:
 
 
 @dataclass
+class ElementwiseTable:
+    """Measured element-wise kernels: sorted (log bytes, log seconds)."""
+
+    curve: list[tuple[float, float]]
+
+    @classmethod
+    def read(cls, path: Path) -> ElementwiseTable:
+        rows = _read(path, ("nbytes", "median_s"))
+        return cls(sorted((math.log(int(r["nbytes"])), math.log(float(r["median_s"]))) for r in rows))
+
+    def seconds(self, nbytes: int) -> float:
+        curve = self.curve
+        x = math.log(max(nbytes, 1))
+        if x <= curve[0][0]:
+            return math.exp(curve[0][1])
+        if x >= curve[-1][0]:  # the largest size's bandwidth
+            return math.exp(curve[-1][1] + x - curve[-1][0])
+        i = bisect.bisect_left([p[0] for p in curve], x)
+        (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+        return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+@dataclass(frozen=True)
+class MeasuredHost:
+    """Measured per-operation host costs (module docstring; dispatch.csv)."""
+
+    dispatch_s: float
+    """Host seconds per traced operation in a training step."""
+    floor_s: float
+    """Seconds of the smallest kernel called bare (inside `dispatch_s` already)."""
+    serial: bool
+    """The host runs every kernel itself (a CPU)."""
+
+    @classmethod
+    def read(cls, path: Path) -> MeasuredHost:
+        r = _read(path, ("dispatch_s", "floor_s", "serial"))[0]
+        return cls(float(r["dispatch_s"]), float(r["floor_s"]), r["serial"].strip().lower() == "true")
+
+
+@dataclass
 class KernelTables:
-    """What one machine's tables give: GEMM and attention tables, and where they came from."""
+    """What one machine's tables give: GEMM and attention tables, optionally element-wise seconds and the
+    measured per-operation host costs, and where they came from."""
 
     gemm: GemmTable
     attention: AttentionTable
     source: str
+    elementwise: ElementwiseTable | None = None
+    host: MeasuredHost | None = None
 
     @classmethod
     def read(cls, folder: Path, source: str = "") -> KernelTables:
         folder = Path(folder)
+        ew, host = folder / "elementwise.csv", folder / "dispatch.csv"
         return cls(GemmTable.read(folder / "gemm.csv"), AttentionTable.read(folder / "attention.csv"),
-                   source or str(folder))
+                   source or str(folder), ElementwiseTable.read(ew) if ew.is_file() else None,
+                   MeasuredHost.read(host) if host.is_file() else None)
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "data" / "kernels"

@@ -101,3 +101,38 @@ def test_a_gemm_in_a_dtype_the_table_lacks_is_refused_not_priced_as_another():
 
     with pytest.raises(UserInputError, match="holds bfloat16; the model's GEMMs run in float32"):
         TABLES.gemm.seconds(Op("gemm", "mm", "float32", m=1024, n=1024, k=1024))
+
+
+# --- measured element-wise and host costs (a calibrated folder's elementwise.csv and dispatch.csv) ---------------
+
+def _measured_tables(tmp_path, serial: bool):
+    from paradyse_lab.costmodel.replay.tables import KernelTables
+
+    for name in ("gemm.csv", "attention.csv"):
+        (tmp_path / name).write_text((BUNDLED / "h100-80gb-x8" / name).read_text())
+    (tmp_path / "elementwise.csv").write_text("op,nbytes,median_s\nadd,1000,1e-5\nadd,1000000,1e-4\n")
+    (tmp_path / "dispatch.csv").write_text(f"device,serial,dispatch_s,floor_s\ncpu,{str(serial).lower()},2e-5,4e-6\n")
+    return KernelTables.read(tmp_path)
+
+
+def test_measured_elementwise_curve_prices_by_size(tmp_path):
+    ew = _measured_tables(tmp_path, True).elementwise
+    assert ew.seconds(10) == pytest.approx(1e-5)  # below the smallest: its fixed cost
+    assert ew.seconds(1000) == pytest.approx(1e-5) and ew.seconds(1000000) == pytest.approx(1e-4)
+    assert ew.seconds(31623) == pytest.approx(10 ** -4.5, rel=1e-3)  # log-log between the rows
+    assert ew.seconds(10 ** 7) == pytest.approx(1e-3)  # above the largest: its bandwidth
+
+
+def test_serial_host_waits_for_every_kernel_and_pays_the_dispatch_once(tmp_path):
+    """A CPU's host runs each kernel itself: the step is every dispatch plus every kernel beyond the bare call's
+    floor (which the dispatch holds), where the overlapping clocks would give the larger of the two sums."""
+    from paradyse_lab.costmodel.replay.price import measured_prices
+
+    ops = [Op("elementwise", "add", nbytes=1000000), Op("host", "view"), Op("elementwise", "add", nbytes=1000)] * 3
+    serial = measured_prices(_measured_tables(tmp_path, True), CLUSTER)
+    assert (serial.dispatch_s, serial.floor_s, serial.serial) == (2e-5, 4e-6, True)
+    assert critical_path(ops, serial).time_s == pytest.approx(9 * 2e-5 + 3 * (1e-4 - 4e-6) + 3 * (1e-5 - 4e-6))
+    overlapped = measured_prices(_measured_tables(tmp_path, False), CLUSTER)
+    assert critical_path(ops, overlapped).time_s == pytest.approx(2e-5 + 3 * (1e-4 + 1e-5))  # device-bound
+    with pytest.raises(ValueError, match="no measured dispatch cost"):
+        measured_prices(TABLES, CLUSTER)

@@ -39,13 +39,16 @@ def _header(path) -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def session_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_session")
-    assert gpu_session.main(["--out", str(out), "--quick", "--device", "cpu", "--models", MODEL]) == 0
-    return out
+    with pytest.MonkeyPatch.context() as mp:  # the kernels stage's traces: this module's, not the user's cache
+        mp.setenv("PARADYSE_TRACE_CACHE", str(tmp_path_factory.mktemp("traces")))
+        assert gpu_session.main(["--out", str(out), "--quick", "--device", "cpu", "--models", MODEL]) == 0
+        yield out
 
 
 def test_every_file_is_written_with_its_columns(session_dir):
     names = sorted(p.name for p in session_dir.iterdir())
-    assert names == sorted(["env.json", "session_log.json", "pytest_gpu.txt", "gemm.csv", "attention.csv", PROFILE])
+    assert names == sorted(["env.json", "session_log.json", "pytest_gpu.txt", "gemm.csv", "attention.csv", PROFILE,
+                            "kernels"])
     assert _header(session_dir / "gemm.csv") == GEMM_COLUMNS
     assert _header(session_dir / "attention.csv") == ATTENTION_COLUMNS
     assert _header(session_dir / PROFILE) == COLUMNS + EXTRA_COLUMNS
@@ -58,6 +61,29 @@ def test_every_file_is_written_with_its_columns(session_dir):
         att = list(csv.DictReader(f))
     assert {(r["causal"], r["kernel"]) for r in att} == {("true", "sdpa-cpu"), ("false", "sdpa-cpu")}
     assert all(float(r["fwd_s"]) > 0 and float(r["bwd_s"]) > 0 and r["efficiency"] == "" for r in att)
+
+
+def test_kernels_stage_records_the_replay_tables_of_the_traced_layer(session_dir):
+    """DIR/kernels/ (the GPU's replay tables; here the CPU's): read by the replay model, every GEMM and attention
+    call the runtime's trace issues for the profiled layer at p = 8 in them, and a traced layer priced with
+    the measured dispatch cost."""
+    from paradyse_lab.app.measure.replay_tables import read_rows
+    from paradyse_lab.app.replay_traces import SublayerTraces
+    from paradyse_lab.costmodel.replay.price import critical_path, measured_prices
+    from paradyse_lab.costmodel.replay.tables import KernelTables
+
+    folder = session_dir / "kernels"
+    assert sorted(p.name for p in folder.iterdir()) == ["attention.csv", "dispatch.csv", "dispatch.toml",
+                                                        "elementwise.csv", "gemm.csv"]
+    prices = measured_prices(KernelTables.read(folder), get_cluster("a100-80gb-x8"))
+    assert prices.serial and prices.dispatch_s > 0  # a CPU's host runs its kernels
+    gemms = {(int(r["m"]), int(r["n"]), int(r["k"])) for r in read_rows(folder / "gemm.csv")}
+    option = StrategyOption(gpu_session.QUICK.replay_strategies[0])
+    traces = SublayerTraces(replace(get_model(MODEL), dtype="fp32"), 8, "cpu")
+    for s in gpu_session.QUICK.lengths:
+        ops = traces.trace("attention", option, s) + traces.trace("mlp", option, s)
+        assert {(o.m, o.n, o.k) for o in ops if o.kind == "gemm"} <= gemms
+        assert critical_path(ops, prices).time_s > 0
 
 
 def test_profiles_read_back_and_keep_what_the_analytic_model_counts(session_dir):
