@@ -17,15 +17,24 @@ from __future__ import annotations
 
 from collections import Counter
 
+from paradyse_lab.costmodel.factory import resolve_cost_model
+
 GIB = 2**30
+
+
+def model_words(opts, cluster) -> tuple[str, str]:
+    """(the cost model that plans the run, what chose it): `auto` names the model it stands for on `cluster`."""
+    resolved = resolve_cost_model(opts.cost_model, cluster)
+    return resolved, (" (--cost-model auto)" if resolved != opts.cost_model else "")
 
 
 def planner_line(opts, cluster, budget_bytes: int, p: int) -> str:
     """The start-of-run statement of what plans the run."""
     default = "" if opts.budget_gib else " (the GPU memory less the reserve; --budget-gib)"
-    return (f"planning each step with the {opts.cost_model} cost model for cluster {cluster.name} ({cluster.gpu_name}, "
+    model, chosen = model_words(opts, cluster)
+    return (f"planning each step with the {model} cost model for cluster {cluster.name} ({cluster.gpu_name}, "
             f"{cluster.memory_bytes / GIB:.2f} GiB each) at {p} rank{'s' if p > 1 else ''}, budget "
-            f"{budget_bytes / GIB:.2f} GiB per GPU{default}, policy {opts.policy}")
+            f"{budget_bytes / GIB:.2f} GiB per GPU{default}, policy {opts.policy}{chosen}")
 
 
 def _words(name: str) -> set[str]:
@@ -62,7 +71,7 @@ def step_time_words(log: list[dict]) -> str:
             f"{log[0]['step_s']:.3f} s, is warm-up and left out)")
 
 
-def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
+def summary_lines(log: list[dict], opts, cluster) -> list[str]:
     """The end-of-run summary of a run's per-step log (module docstring)."""
     if not log:
         return ["run summary: no step trained"]
@@ -81,7 +90,8 @@ def summary_lines(log: list[dict], opts, cluster_name: str) -> list[str]:
     evals = [r for r in log if r.get("eval_loss") is not None]
     if evals:
         lines.append(_eval_line(evals, opts))
-    lines.append(f"  planned by the {opts.cost_model} cost model on cluster {cluster_name}")
+    model, chosen = model_words(opts, cluster)
+    lines.append(f"  planned by the {model} cost model on cluster {cluster.name}{chosen}")
     return lines
 
 

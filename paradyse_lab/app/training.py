@@ -157,7 +157,7 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
                        groups_for=partial(group_planner, opts))
     if comm.rank(group) == 0 and not quiet:
         cluster = run_cluster(opts, comm.size(group))
-        print("\n".join(run_summary.summary_lines(log, opts, cluster.name)), flush=True)
+        print("\n".join(run_summary.summary_lines(log, opts, cluster)), flush=True)
     return log
 
 

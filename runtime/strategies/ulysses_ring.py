@@ -28,7 +28,7 @@ import torch
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm.fake_group import FakeGroup, is_fake
-from paradyse_lab.runtime.comm.group_timeout import run_timeout
+from paradyse_lab.runtime.comm.group_timeout import new_subgroups, run_timeout
 from paradyse_lab.runtime.model.layout import layout_documents, ring_positions
 from paradyse_lab.runtime.model.reference import add_bias
 from paradyse_lab.runtime.model.sublayer import (
@@ -53,9 +53,11 @@ _GROUPS: dict = {}
 
 
 def subgroups(group, p: int, a: int):
-    """(head group, ring group) of this rank in the a x (p / a) split of `group` (module docstring). Each group
-    is made by its members alone (`use_local_synchronization`), so a layer group that is part of the world
-    (a grouped step) makes its subgroups without the other ranks (a one-rank group too: a = 1 or b = 1)."""
+    """(head group, ring group) of this rank in the a x (p / a) split of `group` (module docstring), made once per
+    process. When `group` spans the world, every rank makes every head and ring group in the same order
+    (`new_subgroups`): their names are the world's group count, which no earlier group made by some ranks only
+    can put out of step. A layer group that is part of the world (a grouped step) makes its subgroups by its
+    members alone (`use_local_synchronization`), whose hashed names count the groups each member made before."""
     import torch.distributed as dist
 
     if is_fake(group):  # a traced step: the subgroups are fake too, this rank's member index in each
@@ -64,11 +66,16 @@ def subgroups(group, p: int, a: int):
         tuple(dist.get_process_group_ranks(group))
     key = (ranks, a)
     if key not in _GROUPS:
-        r = ranks.index(dist.get_rank())
-        head = [ranks[(r // a) * a + i] for i in range(a)]
-        ring = [ranks[j * a + r % a] for j in range(p // a)]
-        _GROUPS[key] = tuple(dist.new_group(g, timeout=run_timeout(), use_local_synchronization=True)
-                             for g in (head, ring))
+        if len(ranks) == dist.get_world_size():
+            heads = [list(ranks[j * a:(j + 1) * a]) for j in range(p // a)]  # p/a groups of a consecutive ranks
+            rings = [[ranks[j * a + i] for j in range(p // a)] for i in range(a)]  # a groups of p/a strided ranks
+            _GROUPS[key] = (new_subgroups(heads), new_subgroups(rings))
+        else:
+            r = ranks.index(dist.get_rank())
+            head = [ranks[(r // a) * a + i] for i in range(a)]
+            ring = [ranks[j * a + r % a] for j in range(p // a)]
+            _GROUPS[key] = tuple(dist.new_group(g, timeout=run_timeout(), use_local_synchronization=True)
+                                 for g in (head, ring))
     return _GROUPS[key]
 
 

@@ -9,6 +9,7 @@ from micro_gpt import one_thread, write_micro  # noqa: F401 - one_thread: an aut
 from paradyse_lab.app.run_summary import summary_lines
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.cli import main
+from paradyse_lab.cluster.files import get_cluster
 
 
 def _row(step_s: float) -> dict:
@@ -18,9 +19,10 @@ def _row(step_s: float) -> dict:
 
 def test_the_mean_step_leaves_the_warm_up_out():
     opts = TrainOptions(model="gpt2-tiny", dataset="x")
-    lines = summary_lines([_row(5.0), _row(1.0), _row(2.0)], opts, "c")
+    cluster = get_cluster("a100-80gb-x8")
+    lines = summary_lines([_row(5.0), _row(1.0), _row(2.0)], opts, cluster)
     assert "mean step 1.500 s over the 2 after the first (the first, 5.000 s, is warm-up and left out)" in lines[1]
-    assert "one step 5.000 s (warm-up included)" in summary_lines([_row(5.0)], opts, "c")[1]
+    assert "one step 5.000 s (warm-up included)" in summary_lines([_row(5.0)], opts, cluster)[1]
 
 
 def test_calibrate_states_its_wall_time_and_warns_about_a_poor_fit(capsys):

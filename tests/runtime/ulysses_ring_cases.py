@@ -66,5 +66,20 @@ CASES["usp-llama-kv2-gqa"] = llama_case(2, [  # a = 4 replicates each K/V head t
 CASES["usp-llama-kv1-gqa"] = llama_case(1, [[usp(2), usp(4) + "+recompute"]])
 CASES["usp-packed-llama-kv2-gqa"] = packed_model_case([[usp(2), usp(4) + "+recompute"],  # per-document RoPE
                                                        [usp(4), "megatron_ts", usp(1), usp(2)]], True, llama_kv=2)
+
+
+def after_uneven_groups_case(rank: int, p: int, group) -> None:
+    """The subgroups made after a group that only some ranks registered (`new_group([0, 1])`: ranks 2 and 3 are
+    not members, so their count of groups falls behind): the sub-layer still meets and matches the reference."""
+    import torch.distributed as dist
+
+    from paradyse_lab.runtime.strategies import ulysses_ring
+
+    dist.new_group([0, 1])  # every rank calls it; ranks 2 and 3 register nothing
+    ulysses_ring._GROUPS.clear()  # the split is made again, after the uneven group
+    sublayer_case(usp(2), "attention", True, False)(rank, p, group)
+
+
+CASES["usp-after-uneven-groups"] = after_uneven_groups_case
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
