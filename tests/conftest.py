@@ -56,9 +56,10 @@ def xdist_group_name(item) -> str:
 
 
 LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP,
+                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/runtime/test_op_trace.py",
+                  "tests/runtime/test_rank_hangs.py",
                   "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
-                  "tests/solvers/test_solvers_agree.py",
+                  "tests/solvers/test_solvers_agree.py", "tests/runtime/test_rank_output.py",
                   "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py",
                   "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
@@ -68,7 +69,10 @@ starts when the other worker is nearly done and the two workers end together; th
 order, each a few seconds. The first three need no compiled kernels: on a fresh checkout they run while the
 controller compiles them (`pytest_configure`, ~15 CPU s), where the worlds (whose forkserver loads the kernels)
 and the figures (the DP solver) would each wait for that compile with a core idle. The torchrun test (~20 CPU s)
-on one worker and the two others (~11 and ~10) on the other outlast the compile."""
+on one worker and the two others (~11 and ~10) on the other outlast the compile. The operation tracer's gloo
+worlds (four, one per size), the stopped-rank runs (mostly waiting on their collective timeout and heartbeat
+watch) and the closed-stdout runs each take tens of seconds of one worker: handed out late, one of them alone
+would keep a worker busy after the other is done."""
 
 
 def longest_groups_first(items) -> None:

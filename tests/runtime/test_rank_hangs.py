@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,35 +64,111 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+class Stopped:
+    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: its processes, the one whose
+    end the test reads, and what that end was. `start`, `stop` and `end` are separate so that the next run's
+    start-up overlaps this one's wait for its collective timeout (`stopped_runs`)."""
+
+    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int):
+        self.tmp_path, self.torchrun, self.stopped = tmp_path, torchrun, stopped
+        self.log = tmp_path / "log.csv"
+        self.procs: list[subprocess.Popen] = []
+        self.ranks: list[int] = []
+        self.returncode, self.err, self.took, self.failure = None, "", None, None
+
+    def start(self) -> None:
+        args = [sys.executable, *TRAIN, "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
+        if not self.torchrun:
+            self.procs.append(subprocess.Popen([*args, "--nproc", "2"], cwd=self.tmp_path, env=_env(),
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            return
+        port = _free_port()
+        for rank in (0, 1):
+            env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            self.procs.append(subprocess.Popen(args, cwd=self.tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, text=True))
+
+    def stop(self) -> None:
+        """Wait for three lines of the run's log, then stop the rank."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and (not self.log.is_file() or len(self.log.read_text().splitlines()) < 3):
+            if not all(p.poll() is None for p in self.procs):
+                raise AssertionError([p.communicate() for p in self.procs])
+            time.sleep(0.2)
+        if self.torchrun:
+            os.kill(self.procs[self.stopped].pid, signal.SIGSTOP)
+        else:
+            self.ranks = sorted(p for p in _children(self.procs[0].pid) if _is_rank(p))
+            assert len(self.ranks) == 2, self.ranks
+            os.kill(self.ranks[1], signal.SIGSTOP)  # ranks start in order: the later pid is rank 1
+        self.stopped_at = time.monotonic()
+        self._reader = threading.Thread(target=self._read_end, daemon=True)
+        self._reader.start()
+
+    def _read_end(self) -> None:
+        """Read the watched process (the launcher, or the rank not stopped) to its end, and when that came: in a
+        thread, so that the time is its own while the next run starts."""
+        watched = self.procs[1 - self.stopped if self.torchrun else 0]
+        try:
+            _, self.err = watched.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired as hung:
+            self.failure = repr(hung)
+            return
+        self.took = time.monotonic() - self.stopped_at
+        self.returncode = watched.returncode
+
+    def end(self) -> None:
+        """Wait for the watched process's end (`_read_end`)."""
+        self._reader.join(WAIT_S + 5)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory) -> dict[str, Stopped]:
+    """The three stopped-rank runs, each started once the one before has its rank stopped, so that a run's
+    start-up (the interpreters' imports) overlaps the wait of the one before (its collective timeout, the
+    heartbeat watch); a run's failure is kept for its own test."""
+    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1),
+            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1),
+            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0)}
+    try:
+        for run in runs.values():
+            try:
+                run.start()
+                run.stop()
+            except Exception as err:  # noqa: BLE001 - failed in its own test
+                run.failure = repr(err)
+        for run in runs.values():
+            if run.failure is None:
+                try:
+                    run.end()
+                except Exception as err:  # noqa: BLE001 - failed in its own test
+                    run.failure = repr(err)
+        yield runs
+    finally:
+        for run in runs.values():
+            run.close()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(tmp_path):
+def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(stopped_runs):
     """Rank 1 is stopped (SIGSTOP) mid-run: rank 0's next collective waits 5 s, then every rank is gone, and
     the launcher says in one line that rank 1 is stopped; exit 1. Before the collective timeout existed, rank 0
     waited torch's 30 minutes."""
-    log = tmp_path / "log.csv"
-    proc = subprocess.Popen([sys.executable, *TRAIN, "--nproc", "2", "--steps", "100000", "--log-file", str(log),
-                             "--collective-timeout", "5"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-        ranks = sorted(p for p in _children(proc.pid) if _is_rank(p))
-        assert len(ranks) == 2, ranks
-        os.kill(ranks[1], signal.SIGSTOP)  # ranks start in order: the later pid is rank 1
-        stopped_at = time.monotonic()
-        out, err = proc.communicate(timeout=WAIT_S)
-        took = time.monotonic() - stopped_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1, (proc.returncode, err)
+    run = stopped_runs["nproc"]
+    assert run.failure is None, run.failure
+    err = run.err
+    assert run.returncode == 1, (run.returncode, err)
     assert len(_lines(err)) == 1, err
     assert "rank 1 is stopped" in err and "--collective-timeout" in err, err
-    assert took < 60, took  # 5 s of timeout, a few of reports and teardown
-    assert not [p for p in ranks if _alive(p)]
+    assert run.took < 60, run.took  # 5 s of timeout, a few of reports and teardown
+    assert not [p for p in run.ranks if _alive(p)]
 
 
 def _free_port() -> int:
@@ -100,22 +177,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("case", ["no-peers", "busy-port", "unresolvable"])
-def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(tmp_path, case):
-    """RANK 0 of WORLD_SIZE 2 with no rank 1 (waits 3 s for it), a MASTER_PORT another process listens on, a
-    MASTER_ADDR that does not resolve: one line, no DistNetworkError traceback, within a bounded time."""
+CANNOT_MEET = ("no-peers", "busy-port", "unresolvable")
+
+
+@pytest.fixture(scope="module")
+def cannot_meet(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
+    """The three environments that cannot meet, run at once (each one process that waits alone):
+    {case: (its end, seconds from its start, failure)}."""
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
-    port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
-    addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
-    env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
-    start = time.monotonic()
+    procs = {}
     try:
-        done = subprocess.run([sys.executable, *TRAIN, "--steps", "2", "--collective-timeout", "3"], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=WAIT_S)
+        for case in CANNOT_MEET:
+            port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
+            addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
+            env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
+            procs[case] = (subprocess.Popen([sys.executable, *TRAIN, "--steps", "2", "--collective-timeout", "3"],
+                                            cwd=tmp_path_factory.mktemp(case), env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True), time.monotonic())
+        ends = {}
+        for case, (proc, start) in procs.items():
+            try:
+                out, err = proc.communicate(timeout=WAIT_S)
+                ends[case] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+                              time.monotonic() - start, None)
+            except subprocess.TimeoutExpired as hung:
+                ends[case] = (None, WAIT_S, repr(hung))
+        yield ends
     finally:
         busy.close()
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+@pytest.mark.parametrize("case", CANNOT_MEET)
+def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(cannot_meet, case):
+    """RANK 0 of WORLD_SIZE 2 with no rank 1 (waits 3 s for it), a MASTER_PORT another process listens on, a
+    MASTER_ADDR that does not resolve: one line, no DistNetworkError traceback, within a bounded time."""
+    done, took, failure = cannot_meet[case]
+    assert failure is None, failure
     assert len(_lines(done.stderr)) == 1, done.stderr
     assert "Traceback" not in done.stderr and "DistNetworkError" not in done.stderr, done.stderr
     if case == "unresolvable":
@@ -123,43 +226,21 @@ def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(tmp_path, ca
     else:
         assert done.returncode == 1 and "did not meet" in done.stderr, done.stderr
         assert ("address already in use" if case == "busy-port" else "1/2 clients joined") in done.stderr, done.stderr
-    assert time.monotonic() - start < 120
-
+    assert took < 120
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP")
 @pytest.mark.parametrize("stopped", [1, 0])
-def test_a_stopped_torchrun_rank_is_named_by_its_peer(tmp_path, stopped):
+def test_a_stopped_torchrun_rank_is_named_by_its_peer(stopped_runs, stopped):
     """Two ranks started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 serves the
     store, as `env://` does); one is stopped (SIGSTOP) once both have trained a few steps: the other's next
     collective waits 5 s, and it ends with one line naming the stopped rank, exit 1 (rank 1 by its heartbeat;
     rank 0 as the store's host, the store then silent too). Before the ranks' heartbeats, it said only that 'a
     peer rank' did not answer."""
-    other = 1 - stopped
-    port = _free_port()
-    log = tmp_path / "log.csv"
-    procs = []
-    try:
-        for rank in (0, 1):
-            env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            procs.append(subprocess.Popen([sys.executable, *TRAIN, "--steps", "100000", "--log-file", str(log),
-                                           "--collective-timeout", "5"], cwd=tmp_path, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 3):
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            time.sleep(0.2)
-        os.kill(procs[stopped].pid, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        _, err = procs[other].communicate(timeout=WAIT_S)
-        took = time.monotonic() - stopped_at
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
-    assert procs[other].returncode == 1, (procs[other].returncode, err)
+    run, other = stopped_runs[f"torchrun-{stopped}"], 1 - stopped
+    assert run.failure is None, run.failure
+    err = run.err
+    assert run.returncode == 1, (run.returncode, err)
     assert len(_lines(err)) == 1, err
     assert f"rank {other} waited more than 5 s (--collective-timeout) for rank {stopped}," in err, err
-    assert took < 60, took  # 5 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown
+    assert run.took < 60, run.took  # 5 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown
