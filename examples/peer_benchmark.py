@@ -122,6 +122,14 @@ class Peer:
         return y
 
 
+def make_peer(name: str, s: int, attn: dict, mlp: dict, rank: int, p: int) -> Peer:
+    """The peer `name` (a builder of peer_blocks, or 'plain': the plain block) for sequences of `s` tokens."""
+    if name == "plain":
+        return Peer(peer_blocks.plain_block(CONFIG, attn, mlp), s, rank, p, False)
+    build = getattr(peer_blocks, name)
+    return Peer(build(CONFIG, attn, mlp, None), s, rank, p, build is peer_blocks.fsdp_ulysses)
+
+
 def _barrier(p: int) -> None:
     if p > 1:
         dist.barrier()

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from paradyse_lab.runtime.attention.gathered import gathered_attention_backward, gathered_attention_forward
+from paradyse_lab.runtime.attention.gathered import (
+    gathered_attention_backward,
+    gathered_attention_forward,
+    gathered_order,
+)
 from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.layout import natural_order
 from paradyse_lab.runtime.model.reference import add_bias
 from paradyse_lab.runtime.model.sublayer import (
     Ctx,
@@ -79,7 +82,7 @@ def forward(x, w: Weights, ctx: Ctx, prep=None):
     qkv = join_sections([q, k, v], ctx.p)  # rank g's group: its q heads, its K/V heads (or copy)
     heads = seq_to_heads(qkv, ctx)  # [b, t, p*n/p] -> [b, s, n/p]
     qh, kh, vh = heads.split([h // ctx.p, k.shape[-1] // ctx.p, v.shape[-1] // ctx.p], dim=-1)
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    order = gathered_order(ctx, x.device)
     ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
     c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
     return add_bias(x + c @ w2, w.b2), (x, u, c, core)
@@ -91,7 +94,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     d, rep = h // ctx.heads, kv_replicas(ctx)
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [h, h]
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    order = gathered_order(ctx, x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
     dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal, ctx.cu_seqlens), dim=-1)  # [b,s,n/p]
     kv_sent = ctx.kv * d * rep

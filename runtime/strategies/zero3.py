@@ -37,6 +37,8 @@ def gather_weights(w: Weights, ctx: Ctx):
     """Full (w1 [n1, h], b1 [n1 or 0], w2 [n2, h]) from every rank's shard: one all-gather of [W/p] -> [W].
     w1's rows (and the first GEMM's outputs) come grouped by rank, each group in section order
     (flat_shards.split_sections reads them)."""
+    if ctx.p == 1:  # the shard is the whole: nothing to gather
+        return w.w1, w.b1, w.w2
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
@@ -46,6 +48,8 @@ def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
     (grad_reduce.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
     rounded once into the shard; the fp32 sums of a tiled MLP packed and reduced as they are on p > 1 ranks). The
     shard is in the gradients' dtype; the sub-layer's backward casts it to the parameters' `dtype`."""
+    if ctx.p == 1:  # nothing to sum over: the gradients are the shard's
+        return dw1.to(dtype), db1.to(dtype), dw2.to(dtype)
     packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
     shard = grad_reduce.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
