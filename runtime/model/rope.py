@@ -60,15 +60,18 @@ def cached_rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dty
 
 
 def cached_rotation(positions: torch.Tensor, head_dim: int, theta: float, dtype,
-                    llama3: tuple[float, float, float, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    llama3: tuple[float, float, float, int] | None = None,
+                    axes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, signed sin) [t, 1, d] for `rotate` / `rotate_backward`, cached as `cached_rope_tables`: the
-    tables with a heads axis, and sin with its first half negated (rotate_half(x) sin = roll(x, d/2) sin')."""
+    tables with a heads axis (`axes` = 2: [t, 1, 1, d], for heads in rank groups [b, t, p, n, d]), and sin
+    with its first half negated (rotate_half(x) sin = roll(x, d/2) sin')."""
     def make():
         cos, sin = rope_tables(positions, head_dim, theta, dtype, llama3)  # [t, d]
         half = head_dim // 2
         signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # [t, d]
-        return cos[:, None, :], signed[:, None, :]  # [t, 1, d]
-    return _cached(positions, ("rotation", head_dim, theta, dtype, llama3), make)
+        shape = (cos.shape[0],) + (1,) * axes + (head_dim,)
+        return cos.view(shape), signed.view(shape)  # [t, d] -> [t, 1 (x axes), d]
+    return _cached(positions, ("rotation", head_dim, theta, dtype, llama3, axes), make)
 
 
 def _cached(positions: torch.Tensor, key, make):
@@ -90,6 +93,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_di
     products and sums (so the same values) in fewer operators: x [b, t, n*d] -> [b, t, n*d]."""
     xh = _heads(x, head_dim)  # [b, t, n, d]
     return (xh * cos + xh.roll(head_dim // 2, -1) * signed_sin).flatten(-2)  # [b, t, n, d] -> [b, t, n*d]
+
+
+def rotate_heads_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, backward: bool = False) -> None:
+    """`rotate` (`backward`: `rotate_backward`) of x's heads [.., t, g, n, d] written back into x (a view of
+    a buffer no one else reads), with `cached_rotation(.., axes=2)`'s tables [t, 1, 1, d]."""
+    half = x.shape[-1] // 2
+    if backward:
+        x.copy_(x * cos + (x * signed_sin).roll(half, -1))
+    else:
+        x.copy_(x * cos + x.roll(half, -1) * signed_sin)
 
 
 def rotate_backward(dy: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -32,7 +32,6 @@ from paradyse_lab.runtime.model.layout import gathered_positions, local_position
 from paradyse_lab.runtime.model.reference import norm
 from paradyse_lab.runtime.model.rope import cached_rotation, rotate, rotate_backward
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
-from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
 
 
 class Weights(NamedTuple):
@@ -184,14 +183,16 @@ def mlp_core(a: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
     if ctx.ffn_kind != "swiglu":
         return gelu(a)
     gate, up = _gate_up(a, groups)
-    return F.silu(gate) * up
+    c = F.silu(gate) * up  # [.., f], or [.., groups, f/groups]
+    return c if groups == 1 else c.flatten(-2)  # [.., groups, f/groups] -> [.., f]
 
 
 def _gate_up(a: torch.Tensor, groups: int):
-    """(gate, up) [.., f] of a SwiGLU GEMM output (`mlp_core`): one split when the features are one group."""
+    """(gate, up) of a SwiGLU GEMM output (`mlp_core`), views: [.., f] each, or [.., groups, f/groups] when
+    the features are rank groups."""
     if groups == 1:
         return a.chunk(2, dim=-1)  # [.., 2f] -> [.., f] x 2
-    return split_sections(a, (a.shape[-1] // 2,) * 2, groups)
+    return a.unflatten(-1, (groups, 2, -1)).unbind(-2)  # [.., 2f] -> [.., groups, 2, f/groups] -> 2 x [.., groups, f/g]
 
 
 def mlp_core_backward(a: torch.Tensor, dc: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
@@ -200,11 +201,13 @@ def mlp_core_backward(a: torch.Tensor, dc: torch.Tensor, ctx: Ctx, groups: int =
     if ctx.ffn_kind != "swiglu":
         return gelu_backward(a, dc)
     gate, up = _gate_up(a, groups)
-    dgate = torch.ops.aten.silu_backward(dc * up, gate)  # [.., f]
-    dup = dc * F.silu(gate)  # [.., f]
+    if groups > 1:
+        dc = dc.unflatten(-1, (groups, -1))  # [.., f] -> [.., groups, f/groups]
+    dgate = torch.ops.aten.silu_backward(dc * up, gate)  # [.., f] (or [.., groups, f/groups])
+    dup = dc * F.silu(gate)
     if groups == 1:
         return torch.cat([dgate, dup], dim=-1)  # [.., 2f]
-    return join_sections([dgate, dup], groups)
+    return torch.stack([dgate, dup], dim=-2).flatten(-3)  # [.., groups, 2, f/groups] -> [.., 2f]
 
 
 def attention_sections(ctx: Ctx, h: int, parts: int) -> tuple[int, int, int]:
