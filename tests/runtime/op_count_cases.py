@@ -23,7 +23,7 @@ from torch.testing import assert_close
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 S = 64
 PEERS = {1: {"megatron_ts": "plain", "ulysses_z": "plain", "megatron_cz": "plain"},
-         2: {"megatron_ts": "tensor_parallel", "ulysses_z": "fsdp_ulysses"}}
+         2: {"megatron_ts": "tensor_parallel", "ulysses_z": "fsdp_ulysses", "megatron_cz": "fsdp_ring"}}
 """World size -> our strategy -> its peer (a builder of examples/peer_blocks.py; 'plain': the plain block)."""
 
 
