@@ -108,13 +108,18 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     if c is None:
         c = _core_output(core_saved, ctx)  # [b, s, h/p] in gathered order
+    # each whole-sequence temporary is dropped once used, so the norm's backward runs beside none of them
     big_dy = gather_seq(dy, ctx.group)  # [b, t, h] -> [b, s, h]
     dw2 = weight_grad(c, big_dy)  # [n2/p, h]
     dc = big_dy @ w.w2.t()  # [b, s, h] -> [b, s, n2/p]
+    del big_dy, c
     da = _core_backward(dc, core_saved, ctx, h)  # [b, s, n2/p] -> [b, s, n1/p]
+    del dc
     big_u = gather_seq(u, ctx.group)  # again, from the kept shard: [b, t, h] -> [b, s, h]
     dw1, db1 = weight_grad(da, big_u), bias_grad(da, w.b1)
+    del big_u
     du = scatter_seq(da @ w.w1, ctx.group)  # [b, s, n1/p] -> [b, s, h] partial -> [b, t, h]
+    del da
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads

@@ -74,7 +74,9 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     dw2 = weight_grad(c, dy)  # [f, h]
     da = mlp_core_backward(a, dy @ w2.t(), ctx, ctx.p)  # [b, t, h] -> [b, t, f] (SwiGLU: 2f)
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
+    du = da @ w1  # [b, t, n1] -> [b, t, h]
+    del da  # not beside the norm's backward
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
