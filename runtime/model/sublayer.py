@@ -203,10 +203,12 @@ def mlp_core_backward(a: torch.Tensor, dc: torch.Tensor, ctx: Ctx, groups: int =
     gate, up = _gate_up(a, groups)
     if groups > 1:
         dc = dc.unflatten(-1, (groups, -1))  # [.., f] -> [.., groups, f/groups]
-    da = torch.empty_like(a)  # [.., 2f], written in place: no separate d gate and d up beside it
+    da = torch.empty_like(a)  # [.., 2f], written in place: no d gate, d up or temporary beside it
     dgate, dup = _gate_up(da, groups)  # views of da, laid out as gate and up in a
-    torch.ops.aten.silu_backward.grad_input(dc * up, gate, grad_input=dgate)
-    torch.mul(dc, F.silu(gate), out=dup)
+    torch.mul(dc, up, out=dgate)
+    torch.ops.aten.silu_backward.grad_input(dgate, gate, grad_input=dgate)  # elementwise, in place
+    torch.ops.aten.silu.out(gate, out=dup)
+    dup.mul_(dc)
     return da
 
 
