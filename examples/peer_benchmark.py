@@ -5,6 +5,8 @@ One LLaMA block (hidden 512, 8 query / 4 K/V heads, ffn 1408, RMSNorm, rotary, S
 and backward, on a world of 2 gloo ranks on CPU with one intra-op thread per rank (and at p = 1 in one process):
 - megatron_ts against torch tensor parallel + sequence parallel with torchtitan's Llama plan;
 - ulysses_z against FSDP2 + Ulysses attention;
+- megatron_cz against FSDP2 + ring attention (causal, contiguous shards: the peer skips the blocks a rank's
+  queries cannot see, so its ranks are unbalanced, where ours is zig-zag);
 - ours at p = 1 (megatron_ts on one rank) against the same block in plain torch.
 The peers are examples/peer_blocks.py. Per pair and length, ours and the peer alternate (the first to run
 alternates too) for `--repeats` timed steps after one warm-up each; the table gives the median time ratio
@@ -52,9 +54,12 @@ CONFIG = ModelSpec(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1
                    norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
 """The block: LLaMA-shaped, 8 query / 4 K/V heads of 64, SwiGLU 1408 (the vocabulary is unused)."""
 PAIRS = {2: [("megatron_ts", "torch TP + SP (torchtitan plan)", peer_blocks.tensor_parallel),
-             ("ulysses_z", "FSDP2 + Ulysses", peer_blocks.fsdp_ulysses)],
+             ("ulysses_z", "FSDP2 + Ulysses", peer_blocks.fsdp_ulysses),
+             ("megatron_cz", "FSDP2 + ring", peer_blocks.fsdp_ring)],
          1: [("megatron_ts", "plain torch block", None)]}
 """World size -> (our strategy, peer label, peer builder) pairs."""
+SEQUENCE_SHARDED = (peer_blocks.fsdp_ulysses, peer_blocks.fsdp_ring)
+"""The peers whose rotary embeddings see only their rank's contiguous shard of positions."""
 COLUMNS = ("p", "seq_len", "ours", "peer", "ours_s", "peer_s", "time_ratio", "ours_mib", "peer_mib", "ours_ops",
            "peer_ops", "ours_err", "peer_err", "repeats", "load_before", "load_after")
 OPTIONAL_PEERS = {"deepspeed": "DeepSpeed ZeRO-3 + Ulysses", "megatron.core": "megatron-core TP + SP"}
@@ -99,10 +104,10 @@ class Ours:
 class Peer:
     """A peer block: x [1, t, h] a contiguous sequence shard (the whole sequence at p = 1) -> y."""
 
-    def __init__(self, block, s: int, rank: int, p: int, ulysses: bool):
+    def __init__(self, block, s: int, rank: int, p: int, sharded: bool):
         self.block, self.p, self.rank = block, p, rank
         t = s // p
-        positions = torch.arange(rank * t, (rank + 1) * t) if ulysses else torch.arange(s)
+        positions = torch.arange(rank * t, (rank + 1) * t) if sharded else torch.arange(s)
         self.cos, self.sin = peer_blocks.rope_tables(positions, CONFIG.head_dim, CONFIG.rope_theta, torch.float32)
 
     def local(self, x):
@@ -121,6 +126,14 @@ class Peer:
         y = self.block(x, self.cos, self.sin)
         y.backward(dy)
         return y
+
+
+def make_peer(name: str, s: int, attn: dict, mlp: dict, rank: int, p: int) -> Peer:
+    """The peer `name` (a builder of peer_blocks, or 'plain': the plain block) for sequences of `s` tokens."""
+    if name == "plain":
+        return Peer(peer_blocks.plain_block(CONFIG, attn, mlp), s, rank, p, False)
+    build = getattr(peer_blocks, name)
+    return Peer(build(CONFIG, attn, mlp, None), s, rank, p, build in SEQUENCE_SHARDED)
 
 
 def _barrier(p: int) -> None:
@@ -180,7 +193,7 @@ def rank_main(lengths: list[int], repeats: int, result_path: str, group=None) ->
         for strategy, label, build in PAIRS[p]:
             ours = Ours(strategy, s, attn, mlp, rank, p)
             peer_block = build(CONFIG, attn, mlp, None) if build else peer_blocks.plain_block(CONFIG, attn, mlp)
-            peer = Peer(peer_block, s, rank, p, build is peer_blocks.fsdp_ulysses)
+            peer = Peer(peer_block, s, rank, p, build in SEQUENCE_SHARDED)
             load_before = os.getloadavg()[0]
             times = {"ours": [], "peer": []}
             for rep in range(repeats + 1):

@@ -33,5 +33,6 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, field, capsys, monkeypatch)
 
 def test_the_pairs_name_each_strategy_and_peer():
     module = _module()
-    assert [ours for ours, _, _ in module.PAIRS[2]] == ["megatron_ts", "ulysses_z"]
+    assert [ours for ours, _, _ in module.PAIRS[2]] == ["megatron_ts", "ulysses_z", "megatron_cz"]
+    assert module.PAIRS[2][2][2] is module.peer_blocks.fsdp_ring  # megatron_cz: FSDP2 + ring attention
     assert module.PAIRS[1][0][2] is None  # p = 1: the plain block

@@ -23,7 +23,8 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   activation input and output. One exception, ulysses_z attention keeps one [t, h] more: the attention
   output in head layout [T, h/p] (the kernel's, for its backward) and again in sequence layout [t, h]
   after the all-to-all back (the output projection's input, for the weight gradient). Deriving either
-  from the other is an all-to-all, so DeepSpeed-Ulysses, and our ulysses_z, keep both. (In
+  from the other is an all-to-all, so DeepSpeed-Ulysses, and our ulysses_z, keep both (at
+  p = 1 there is no all-to-all: the runtime re-derives the projection's input from the kernel's). (In
   megatron_ts both are one tensor up to a local permutation, kept once.) The runtime's kept tensors are
   measured against these counts (tests/paradyse_lab/app/measure/test_profiler.py).
 - ulysses_ring:a (USP, Fang and Zhao, arXiv 2405.07719: Ulysses inside, ring outside), p = a x b: the
@@ -226,7 +227,7 @@ def _ulysses_z(s: Sublayer) -> StrategyWork:
     bwd += [_coll("all_to_all", t * h * e, s.p), _coll("all_to_all", t * qkv * e, s.p)]
     acts = e * (2 * t * qkv + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
     acts += flash_gqa_grad_bytes(s, s.T, h // s.p, kv_sent // s.p)  # whole sequence, this rank's heads
-    kept = s.kept + t * h * e  # the attention output in both layouts (module docstring)
+    kept = s.kept + (t * h * e if s.p > 1 else 0)  # the attention output in both layouts (module docstring)
     kept += 2 * t * (kv_sent - s.kv) * e  # the kernel keeps its K/V copy: 1 head per rank when kv_heads < p
     return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True)
 

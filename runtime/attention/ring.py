@@ -142,36 +142,59 @@ def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None, l
     [n + 1]: the pack's segment offsets, None for one document; `layout_p`: the ranks
     whose layout unit cut the pack into documents (default: the ring's)."""
     p, r = comm.size(group), comm.rank(group)
+    if p == 1 and cu_seqlens is None:  # one block: the kernel's own result
+        return attention_forward(q, k, v, causal)
     t = q.shape[2]
     blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device)
+    out = lse = None
     kv = torch.stack([k, v])  # 2 x [b, H, t, d] -> [2, b, H, t, d]
     for i in range(p):
         pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None  # next block in flight
         done = _block_forward(q, kv[0], kv[1], r, (r - i) % p, t, causal, blocks[i])
         if done is not None:
             qs, o_b, lse_b = done
-            merge_partials(out[:, :, qs], lse[:, :, qs], o_b, lse_b)
+            if out is None and blocks[i] is None and qs == slice(0, t):  # the own (diagonal) block: every
+                out, lse = o_b.float(), lse_b  # query sees a key, so it starts the fp32 accumulators as it is
+            else:
+                if out is None:
+                    out, lse = _accumulators(q)
+                merge_partials(out[:, :, qs], lse[:, :, qs], o_b, lse_b)
         if pending is not None:
             kv = pending.wait()
+    if out is None:
+        out, lse = _accumulators(q)
     return out.to(q.dtype), lse
+
+
+def _accumulators(q: torch.Tensor):
+    """Empty fp32 results (out 0 [b, H, t, d], lse -inf [b, H, t]) to merge blocks into."""
+    return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
+            torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device))
 
 
 def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_seqlens=None,
                             layout_p: int | None = None):
     """(dq, dk, dv) [b, H, t, d] of `ring_attention_forward` given its output and log-sum-exp."""
     p, r = comm.size(group), comm.rank(group)
+    if p == 1 and cu_seqlens is None:  # one block
+        return attention_backward(do, q, k, v, o, lse, causal)
     t = q.shape[2]
     blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq = None
     kv = torch.stack([k, v])  # [2, b, H, t, d]
     own = acc_in = None
+    whole = slice(0, t)
     for i in range(p):
         pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None
-        dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)  # [2, b, H, t, d]
         done = _block_backward(do, q, kv[0], kv[1], o, lse, r, (r - i) % p, t, causal, blocks[i])
-        if done is not None:
+        started = done is not None and dq is None and blocks[i] is None and done[0] == whole and done[1] == whole
+        if started:  # the own (diagonal) block: its gradients start the fp32 accumulators as they are
+            dq = done[2].float()
+            dkv = torch.stack([done[3], done[4]]).float()  # [2, b, H, t, d]
+        else:
+            dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if dq is None else dq
+            dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)  # [2, b, H, t, d]
+        if done is not None and not started:
             qs, ks, dq_b, dk_b, dv_b = done
             dq[:, :, qs] += dq_b.float()
             dkv[0][:, :, ks] += dk_b.float()

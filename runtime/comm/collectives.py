@@ -78,34 +78,45 @@ def broadcast_object(obj, src: int = 0, group=None):
     return box[0]
 
 
-def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Concatenate every rank's `x` along dim 0: [n, ...] -> [p*n, ...] (rank-major)."""
+def _leading(shape, dim: int) -> None:
+    """A collective along `dim` > 0 needs every dimension before it of size 1 (then its buffer is the dim-0
+    one's)."""
+    if any(n != 1 for n in shape[:dim]):
+        raise ValueError(f"collective along dim {dim} of a {tuple(shape)} tensor: the dimensions before it must be 1")
+
+
+def all_gather(x: torch.Tensor, group=None, dim: int = 0) -> torch.Tensor:
+    """Concatenate every rank's `x` along dim 0: [n, ...] -> [p*n, ...] (rank-major); along `dim` when every
+    dimension before it is 1 (the same bytes: [1, n, ...] -> [1, p*n, ...], no transpose needed)."""
     p = size(group)
     if p == 1:
         return x
+    _leading(x.shape, dim)
     x = x.contiguous()
-    out = torch.empty((p * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    out = torch.empty((*x.shape[:dim], p * x.shape[dim], *x.shape[dim + 1:]), dtype=x.dtype, device=x.device)
     comm_record.record_call("all_gather", p, x)
     if is_fake_group(group):  # fake: every rank "sent" the local values; copied in place, no full-size temporary
         out.view(p, *x.shape).copy_(x.unsqueeze(0).expand(p, *x.shape))  # [n, ...] -> [p, n, ...] = [p*n, ...]
     else:
-        _AG(out, x, group=group)  # [n, ...] -> [p*n, ...]
+        _AG(out.view(p, *x.shape[1:]) if dim else out, x, group=group)  # [n, ...] -> [p*n, ...]
     comm_record.record_sent_bytes("all_gather", comm_record.tensor_bytes(out) * (p - 1) // p)
     return out
 
 
-def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Sum over ranks and keep this rank's dim-0 chunk: [p*n, ...] -> [n, ...]."""
+def reduce_scatter(x: torch.Tensor, group=None, dim: int = 0) -> torch.Tensor:
+    """Sum over ranks and keep this rank's dim-0 chunk: [p*n, ...] -> [n, ...]; along `dim` when every
+    dimension before it is 1 ([1, p*n, ...] -> [1, n, ...])."""
     p = size(group)
     if p == 1:
         return x
+    _leading(x.shape, dim)
     x = x.contiguous()
-    out = torch.empty((x.shape[0] // p, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    out = torch.empty((*x.shape[:dim], x.shape[dim] // p, *x.shape[dim + 1:]), dtype=x.dtype, device=x.device)
     comm_record.record_call("reduce_scatter", p, x)
     if is_fake_group(group):
-        out.copy_(x[rank(group) * out.shape[0]:(rank(group) + 1) * out.shape[0]])  # fake: own chunk, unsummed
+        out.copy_(x.view(p, *out.shape)[rank(group)])  # fake: own chunk, unsummed
     else:
-        _RS(out, x, group=group)  # [p*n, ...] -> [n, ...]
+        _RS(out, x.view(p, *out.shape[1:]) if dim else x, group=group)  # [p*n, ...] -> [n, ...]
     comm_record.record_sent_bytes("reduce_scatter", comm_record.tensor_bytes(x) * (p - 1) // p)
     return out
 

@@ -45,7 +45,8 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
 
 
 _TABLES: dict[int, tuple] = {}
-"""id(positions) -> (weak reference to positions, its version, the key, (cos, sin)): `cached_rope_tables`."""
+"""id(positions) -> (weak reference to positions, its version, {key: tables}): `cached_rope_tables`,
+`cached_rotation`."""
 
 
 def cached_rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
@@ -54,14 +55,60 @@ def cached_rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dty
     a model passes one positions tensor to every layer of a step, whose attention rotates q and k in the
     forward and again in the backward, so a step computes its tables once instead of twice per layer. An
     entry goes when its positions tensor is freed."""
-    key = (head_dim, theta, dtype, llama3)
-    entry = _TABLES.get(id(positions))
-    if entry is not None and entry[0]() is positions and entry[1] == positions._version and entry[2] == key:
-        return entry[3]
-    tables = rope_tables(positions, head_dim, theta, dtype, llama3)
-    ident = id(positions)
-    _TABLES[ident] = (weakref.ref(positions, lambda _ref: _TABLES.pop(ident, None)), positions._version, key, tables)
-    return tables
+    return _cached(positions, (head_dim, theta, dtype, llama3),
+                   lambda: rope_tables(positions, head_dim, theta, dtype, llama3))
+
+
+def cached_rotation(positions: torch.Tensor, head_dim: int, theta: float, dtype,
+                    llama3: tuple[float, float, float, int] | None = None,
+                    axes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, signed sin) [t, 1, d] for `rotate` / `rotate_backward`, cached as `cached_rope_tables`: the
+    tables with a heads axis (`axes` = 2: [t, 1, 1, d], for heads in rank groups [b, t, p, n, d]), and sin
+    with its first half negated (rotate_half(x) sin = roll(x, d/2) sin')."""
+    def make():
+        cos, sin = rope_tables(positions, head_dim, theta, dtype, llama3)  # [t, d]
+        half = head_dim // 2
+        signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # [t, d]
+        shape = (cos.shape[0],) + (1,) * axes + (head_dim,)
+        return cos.view(shape), signed.view(shape)  # [t, d] -> [t, 1 (x axes), d]
+    return _cached(positions, ("rotation", head_dim, theta, dtype, llama3, axes), make)
+
+
+def _cached(positions: torch.Tensor, key, make):
+    """make(), kept per (positions tensor, version, key) until the positions tensor is freed."""
+    entries = _TABLES.get(id(positions))
+    if entries is not None and entries[0]() is positions and entries[1] == positions._version:
+        if key in entries[2]:
+            return entries[2][key]
+    else:
+        ident = id(positions)
+        entries = (weakref.ref(positions, lambda _ref: _TABLES.pop(ident, None)), positions._version, {})
+        _TABLES[ident] = entries
+    entries[2][key] = make()
+    return entries[2][key]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """`apply_rope` with the tables of `cached_rotation` ([t, 1, d]): x cos + roll(x, d/2) sin', the same
+    products and sums (so the same values) in fewer operators: x [b, t, n*d] -> [b, t, n*d]."""
+    xh = _heads(x, head_dim)  # [b, t, n, d]
+    return (xh * cos + xh.roll(head_dim // 2, -1) * signed_sin).flatten(-2)  # [b, t, n, d] -> [b, t, n*d]
+
+
+def rotate_heads_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, backward: bool = False) -> None:
+    """`rotate` (`backward`: `rotate_backward`) of x's heads [.., t, g, n, d] written back into x (a view of
+    a buffer no one else reads), with `cached_rotation(.., axes=2)`'s tables [t, 1, 1, d]."""
+    half = x.shape[-1] // 2
+    if backward:
+        x.copy_(x * cos + (x * signed_sin).roll(half, -1))
+    else:
+        x.copy_(x * cos + x.roll(half, -1) * signed_sin)
+
+
+def rotate_backward(dy: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """dx of `rotate` given dy [b, t, n*d]: dy cos + roll(dy sin', d/2) (= `apply_rope_backward`)."""
+    dh = _heads(dy, head_dim)  # [b, t, n, d]
+    return (dh * cos + (dh * signed_sin).roll(head_dim // 2, -1)).flatten(-2)  # [b, t, n, d] -> [b, t, n*d]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -30,9 +30,8 @@ from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
 from paradyse_lab.runtime.model.reference import norm
-from paradyse_lab.runtime.model.rope import apply_rope, apply_rope_backward, cached_rope_tables
+from paradyse_lab.runtime.model.rope import cached_rotation, rotate, rotate_backward
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
-from paradyse_lab.runtime.strategies.flat_shards import split_sections
 
 
 class Weights(NamedTuple):
@@ -139,17 +138,39 @@ class TiledImpl:
 # --- local math (no communication) ---------------------------------------------------------------------
 
 def layer_norm(x, w: Weights, ctx: Ctx):
-    """The sub-layer's norm of [.., h]: LayerNorm, or RMSNorm when `ln_b` is empty."""
-    return norm(x, w.ln_w, w.ln_b, ctx.eps)
+    """The sub-layer's norm of [.., h]: LayerNorm, or RMSNorm when `ln_b` is empty. Outside autograd (a
+    sub-layer's forward) each is one fused operator, `native_layer_norm` / `_fused_rms_norm`, whose output
+    equals `F.layer_norm` / `F.rms_norm` bit for bit; under autograd (a caller differentiating through it)
+    the differentiable functions."""
+    if torch.is_grad_enabled():
+        return norm(x, w.ln_w, w.ln_b, ctx.eps)
+    if w.ln_b.numel():
+        return torch.native_layer_norm(x, (x.shape[-1],), w.ln_w, w.ln_b, ctx.eps)[0]
+    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w.ln_w, ctx.eps)[0]
 
 
 def layer_norm_backward(x, w: Weights, ctx: Ctx, du):
-    """(dx, d ln_w, d ln_b) of `layer_norm` at x (recomputed locally; d ln_b empty under RMSNorm)."""
-    with torch.enable_grad():
-        xs, lw, lb = (t.detach().requires_grad_() for t in (x, w.ln_w, w.ln_b))
-        u = norm(xs, lw, lb, ctx.eps)
-        grads = torch.autograd.grad(u, (xs, lw, lb), du, allow_unused=True)
-    return tuple(g if g is not None else torch.zeros_like(t) for g, t in zip(grads, (xs, lw, lb)))
+    """(dx, d ln_w, d ln_b) of `layer_norm` at x, its statistics recomputed by one fused operator (d ln_b
+    empty under RMSNorm). LayerNorm: aten's `native_layer_norm_backward`. RMSNorm (no CPU backward operator
+    in torch): with x^ = x r, r = (mean(x^2) + eps)^-1/2 and g = du w, dx = r (g - x^ mean(g x^)) and
+    d ln_w = sum over tokens of du x^, in fp32 for 16-bit inputs."""
+    h = x.shape[-1]
+    if w.ln_b.numel():
+        _, mean, rstd = torch.native_layer_norm(x, (h,), w.ln_w, w.ln_b, ctx.eps)
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(du, x, [h], mean, rstd, w.ln_w, w.ln_b,
+                                                               [True, True, True])
+        return dx, dw, db
+    if x.element_size() < 4:  # 16-bit: the statistics and gradients in fp32
+        xs, dus = x.float(), du.float()
+        rstd = torch.ops.aten._fused_rms_norm(xs, [h], None, ctx.eps)[1]  # [.., 1]
+        xhat = xs * rstd  # [.., h]
+    else:
+        dus = du
+        xhat, rstd = torch.ops.aten._fused_rms_norm(x, [h], None, ctx.eps)  # x^ [.., h], r [.., 1]
+    g = dus * w.ln_w  # [.., h]
+    dw = (dus * xhat).sum(tuple(range(x.dim() - 1)))  # summed over tokens: [h]
+    dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))  # [.., h]
+    return dx.to(x.dtype), dw.to(w.ln_w.dtype), torch.zeros_like(w.ln_b)
 
 
 def bias_grad(da: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -162,17 +183,34 @@ def mlp_core(a: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
     are `groups` rank groups of (gate, up) (flat_shards.split_sections) -> [.., f] in natural order."""
     if ctx.ffn_kind != "swiglu":
         return gelu(a)
-    gate, up = split_sections(a, (a.shape[-1] // 2,) * 2, groups)
-    return F.silu(gate) * up
+    gate, up = _gate_up(a, groups)
+    c = F.silu(gate) * up  # [.., f], or [.., groups, f/groups]
+    return c if groups == 1 else c.flatten(-2)  # [.., groups, f/groups] -> [.., f]
+
+
+def _gate_up(a: torch.Tensor, groups: int):
+    """(gate, up) of a SwiGLU GEMM output (`mlp_core`), views: [.., f] each, or [.., groups, f/groups] when
+    the features are rank groups."""
+    if groups == 1:
+        return a.chunk(2, dim=-1)  # [.., 2f] -> [.., f] x 2
+    return a.unflatten(-1, (groups, 2, -1)).unbind(-2)  # [.., 2f] -> [.., groups, 2, f/groups] -> 2 x [.., groups, f/g]
 
 
 def mlp_core_backward(a: torch.Tensor, dc: torch.Tensor, ctx: Ctx, groups: int = 1) -> torch.Tensor:
-    """da of `mlp_core` at a given dc (recomputed locally)."""
+    """da of `mlp_core` at a given dc (recomputed locally): GELU's by autograd; SwiGLU's explicitly,
+    d gate = silu'(gate) dc up and d up = silu(gate) dc, in the layout of a."""
     if ctx.ffn_kind != "swiglu":
         return gelu_backward(a, dc)
-    with torch.enable_grad():
-        xs = a.detach().requires_grad_()
-        return torch.autograd.grad(mlp_core(xs, ctx, groups), xs, dc)[0]
+    gate, up = _gate_up(a, groups)
+    if groups > 1:
+        dc = dc.unflatten(-1, (groups, -1))  # [.., f] -> [.., groups, f/groups]
+    da = torch.empty_like(a)  # [.., 2f], written in place: no d gate, d up or temporary beside it
+    dgate, dup = _gate_up(da, groups)  # views of da, laid out as gate and up in a
+    torch.mul(dc, up, out=dgate)
+    torch.ops.aten.silu_backward.grad_input(dgate, gate, grad_input=dgate)  # elementwise, in place
+    torch.ops.aten.silu.out(gate, out=dup)
+    dup.mul_(dc)
+    return da
 
 
 def attention_sections(ctx: Ctx, h: int, parts: int) -> tuple[int, int, int]:
@@ -187,8 +225,8 @@ def rope_qk(q, k, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return q, k
     d = h // ctx.heads
-    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
-    return apply_rope(q, cos, sin, d), apply_rope(k, cos, sin, d)
+    cos, sin = cached_rotation(positions, d, ctx.rope_theta, q.dtype, ctx.rope_llama3)
+    return rotate(q, cos, sin, d), rotate(k, cos, sin, d)
 
 
 def rope_qk_backward(dq, dk, positions, ctx: Ctx, h: int):
@@ -196,8 +234,8 @@ def rope_qk_backward(dq, dk, positions, ctx: Ctx, h: int):
     if not ctx.rope_theta:
         return dq, dk
     d = h // ctx.heads
-    cos, sin = cached_rope_tables(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
-    return apply_rope_backward(dq, cos, sin, d), apply_rope_backward(dk, cos, sin, d)
+    cos, sin = cached_rotation(positions, d, ctx.rope_theta, dq.dtype, ctx.rope_llama3)
+    return rotate_backward(dq, cos, sin, d), rotate_backward(dk, cos, sin, d)
 
 
 def gelu(x):
@@ -292,9 +330,10 @@ def reduce_replicated(grads: dict, params, ctx: Ctx) -> list[torch.Tensor]:
     """The gradients of `params` (`PARAM_NAMES` order) from a backward's `grads`, the replicated ones (norm, output
     bias) summed over the ranks in one fp32 all-reduce (`grad_reduce.all_reduce_grads`), each in its parameter's
     dtype."""
+    names = [n for n in REPLICATED if grads[n].numel()]  # an absent norm bias / output bias has nothing to sum
     with comm_record.tagged(ctx.tag):  # [h, 2h or 3h] elements summed over ranks in fp32 (GRAD_REDUCE_DTYPE)
-        summed = grad_reduce.all_reduce_grads([grads[n] for n in REPLICATED], ctx.group)
-    grads.update(zip(REPLICATED, summed))
+        summed = grad_reduce.all_reduce_grads([grads[n] for n in names], ctx.group)
+    grads.update(zip(names, summed))
     return [grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)]
 
 

@@ -14,7 +14,8 @@ import torch
 def pack_shard(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """One flat shard `cat(w1, b1, w2)`: [n1/p, h], [n1/p], [n2/p, h] -> [W/p], in `dtype` (default w1's: no other
     copy is made)."""
-    return _cat([w1.reshape(-1), b1.reshape(-1), w2.reshape(-1)], dtype)  # [n1/p*h + n1/p + n2/p*h] = [W/p]
+    pieces = [w1.reshape(-1), b1.reshape(-1), w2.reshape(-1)] if b1.numel() else [w1.reshape(-1), w2.reshape(-1)]
+    return _cat(pieces, dtype)  # [n1/p*h + n1/p + n2/p*h] = [W/p]
 
 
 def _cat(pieces: list[torch.Tensor], dtype: torch.dtype | None, dim: int = 0) -> torch.Tensor:
@@ -39,11 +40,10 @@ def unpack_gathered(flat: torch.Tensor, p: int, n1p: int, h: int, nb1p: int | No
     length per rank (n1p, or 0 without biases)."""
     nb1p = n1p if nb1p is None else nb1p
     per = flat.view(p, -1)  # [W] -> [p, W/p]
-    a, b = n1p * h, n1p * h + nb1p
-    w1 = per[:, :a].reshape(p * n1p, h)  # [p, n1p*h] -> [p*n1p, h]
-    b1 = per[:, a:b].reshape(p * nb1p)  # [p, nb1p] -> [p*nb1p]
-    w2 = per[:, b:].reshape(-1, h)  # [p, n2p*h] -> [p*n2p, h]
-    return w1, b1, w2
+    a = n1p * h
+    # one copy out into three buffers (none a view that would keep `flat` alive): [p, n1p*h], [p, nb1p], [p, n2p*h]
+    w1, b1, w2 = torch.split_with_sizes_copy(per, [a, nb1p, per.shape[1] - a - nb1p], dim=1)
+    return w1.view(p * n1p, h), b1.view(-1), w2.view(-1, h)  # [p*n1p, h], [p*nb1p], [p*n2p, h]
 
 
 def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int,

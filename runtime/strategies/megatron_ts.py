@@ -23,10 +23,10 @@ import torch
 from paradyse_lab.runtime.attention.gathered import (
     gathered_attention_backward,
     gathered_attention_forward,
+    gathered_order,
     gathered_output,
 )
 from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.layout import natural_order
 from paradyse_lab.runtime.model.reference import add_bias
 from paradyse_lab.runtime.model.sublayer import (
     Ctx,
@@ -47,14 +47,22 @@ from paradyse_lab.runtime.model.sublayer import (
 
 
 def gather_seq(x: torch.Tensor, group) -> torch.Tensor:
-    """[b, t, h] -> [b, p*t, h] (rank-major token order)."""
-    b, t, h = x.shape
+    """[b, t, h] -> [b, p*t, h] (rank-major token order); for b = 1 the gathered buffer is already
+    [1, p*t, h], so no transpose is dispatched."""
+    if comm.size(group) == 1:
+        return x
+    if x.shape[0] == 1:
+        return comm.all_gather(x, group, dim=1)  # [1, t, h] -> [1, p*t, h]
     full = comm.all_gather(x.transpose(0, 1), group)  # [t, b, h] -> [p*t, b, h]
     return full.transpose(0, 1)  # [p*t, b, h] -> [b, p*t, h]
 
 
 def scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
-    """Sum over ranks and keep this rank's tokens: [b, p*t, h] -> [b, t, h]."""
+    """Sum over ranks and keep this rank's tokens: [b, p*t, h] -> [b, t, h] (no transpose for b = 1)."""
+    if comm.size(group) == 1:
+        return x
+    if x.shape[0] == 1:
+        return comm.reduce_scatter(x, group, dim=1)  # [1, p*t, h] -> [1, t, h]
     part = comm.reduce_scatter(x.transpose(0, 1), group)  # [p*t, b, h] -> [t, b, h]
     return part.transpose(0, 1)  # [t, b, h] -> [b, t, h]
 
@@ -65,14 +73,14 @@ def _core_forward(a, ctx: Ctx, h: int):
         return mlp_core(a, ctx), a
     q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)  # this rank's q | k | v heads
     q, k = rope_qk(q, k, ctx.all_positions, ctx, h)  # every token rotated by its true position
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, a.device)
+    order = gathered_order(ctx, a.device)
     return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
 
 
 def _core_backward(dc, core_saved, ctx: Ctx, h: int):
     if ctx.kind == "mlp":
         return mlp_core_backward(core_saved, dc, ctx)
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, dc.device)
+    order = gathered_order(ctx, dc.device)
     dq, dk, dv = gathered_attention_backward(dc, core_saved, order, ctx.causal, ctx.cu_seqlens)
     dq, dk = rope_qk_backward(dq, dk, ctx.all_positions, ctx, h)
     return torch.cat([dq, dk, dv], dim=-1)  # [b, s, n1/p]
@@ -80,7 +88,7 @@ def _core_backward(dc, core_saved, ctx: Ctx, h: int):
 
 def _core_output(core_saved, ctx: Ctx):
     """The core's output c [b, s, n2/p] in gathered order from what the core keeps (attention only)."""
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, core_saved[3].device)
+    order = gathered_order(ctx, core_saved[3].device)
     return gathered_output(core_saved[3], order)  # o [b, H/p, s, d] natural -> [b, s, h/p] gathered
 
 
@@ -100,13 +108,18 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     if c is None:
         c = _core_output(core_saved, ctx)  # [b, s, h/p] in gathered order
+    # each whole-sequence temporary is dropped once used, so the norm's backward runs beside none of them
     big_dy = gather_seq(dy, ctx.group)  # [b, t, h] -> [b, s, h]
     dw2 = weight_grad(c, big_dy)  # [n2/p, h]
     dc = big_dy @ w.w2.t()  # [b, s, h] -> [b, s, n2/p]
+    del big_dy, c
     da = _core_backward(dc, core_saved, ctx, h)  # [b, s, n2/p] -> [b, s, n1/p]
+    del dc
     big_u = gather_seq(u, ctx.group)  # again, from the kept shard: [b, t, h] -> [b, s, h]
     dw1, db1 = weight_grad(da, big_u), bias_grad(da, w.b1)
+    del big_u
     du = scatter_seq(da @ w.w1, ctx.group)  # [b, s, n1/p] -> [b, s, h] partial -> [b, t, h]
+    del da
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": dw1, "b1": db1, "w2": dw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads

@@ -9,17 +9,23 @@ Kept (strategy_work.py): x, u = LN(x) [b, t, h], the kernel's q, k, v, output o 
 rank's heads, and the attention output again as c [b, t, h] after the all-to-all back (the output
 projection's input, for dW_proj). The two copies of the output cannot be re-derived from each other
 without an all-to-all, so, as DeepSpeed-Ulysses does (the kernel keeps o, the projection its input c),
-both are kept: one [t, h] more than Korthikanti et al.'s count, which strategy_work.py adds for this pair.
+both are kept: one [t, h] more than Korthikanti et al.'s count, which strategy_work.py adds for this pair
+(at p = 1 there is no all-to-all: c is re-derived from o).
 """
 
 from __future__ import annotations
 
 import torch
 
-from paradyse_lab.runtime.attention.gathered import gathered_attention_backward, gathered_attention_forward
+from paradyse_lab.runtime.attention.gathered import (
+    gathered_attention_backward,
+    gathered_attention_forward,
+    gathered_order,
+    gathered_output,
+)
 from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.model.layout import natural_order
 from paradyse_lab.runtime.model.reference import add_bias
+from paradyse_lab.runtime.model.rope import cached_rotation, rotate_heads_
 from paradyse_lab.runtime.model.sublayer import (
     Ctx,
     Impl,
@@ -67,38 +73,65 @@ def _sum_replicas(dz, d: int, rep: int):
     return dz if rep == 1 else dz.unflatten(-1, (-1, rep, d)).sum(-2).flatten(-2)
 
 
+def _rotate_groups(a, ctx: Ctx, h: int, backward: bool) -> None:
+    """Rotary embeddings (or their backward) in place on the q and k heads of a [b, t, p*(q|k|v)] whose
+    features are p rank groups of this rank's tokens (each rotated by its true position); nothing without
+    rotary embeddings."""
+    if not ctx.rope_theta:
+        return
+    d = h // ctx.heads
+    b, t, _ = a.shape
+    cos, sin = cached_rotation(ctx.positions, d, ctx.rope_theta, a.dtype, ctx.rope_llama3, axes=2)  # [t, 1, 1, d]
+    qk_heads = (ctx.heads + ctx.kv) // ctx.p  # a group's q and k heads, then its v heads
+    groups = a.view(b, t, ctx.p, -1, d)  # [b, t, p*n/p] -> [b, t, p, n/(p d), d]
+    rotate_heads_(groups[:, :, :, :qk_heads], cos, sin, backward)
+
+
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     d, rep = h // ctx.heads, kv_replicas(ctx)
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
     u = layer_norm(x, w, ctx)  # [b, t, h], kept
     a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
-    q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
-    q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
-    k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, p)*d]
-    qkv = join_sections([q, k, v], ctx.p)  # rank g's group: its q heads, its K/V heads (or copy)
+    if rep == 1:  # a's rank groups are the all-to-all's: q and k heads rotated where they lie
+        _rotate_groups(a, ctx, h, backward=False)
+        qkv = a
+    else:
+        q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
+        q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
+        k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, p)*d]
+        qkv = join_sections([q, k, v], ctx.p)  # rank g's group: its q heads, its K/V heads (or copy)
     heads = seq_to_heads(qkv, ctx)  # [b, t, p*n/p] -> [b, s, n/p]
-    qh, kh, vh = heads.split([h // ctx.p, k.shape[-1] // ctx.p, v.shape[-1] // ctx.p], dim=-1)
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    kv_sent = ctx.kv * d * rep
+    qh, kh, vh = heads.split([h // ctx.p, kv_sent // ctx.p, kv_sent // ctx.p], dim=-1)
+    order = gathered_order(ctx, x.device)
     ch, core = gathered_attention_forward(qh, kh, vh, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
     c = heads_to_seq(ch, ctx)  # [b, s, h/p] -> [b, t, h]
-    return add_bias(x + c @ w2, w.b2), (x, u, c, core)
+    kept_c = c if ctx.p > 1 else None  # p = 1: c is the kernel's output o, re-derived locally in the backward
+    return add_bias(x + c @ w2, w.b2), (x, u, kept_c, core)
 
 
 def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, c, core = saved
+    if c is None:
+        c = gathered_output(core[3], None)  # o [b, H, s, d] -> [b, s, h] (p = 1: no all-to-all)
     h = x.shape[-1]
     d, rep = h // ctx.heads, kv_replicas(ctx)
     w1, b1, w2 = prep
     dw2 = weight_grad(c, dy)  # [h, h]
-    order = natural_order(ctx.seq_len, ctx.p, ctx.cu_seqlens, x.device)
+    order = gathered_order(ctx, x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
     dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal, ctx.cu_seqlens), dim=-1)  # [b,s,n/p]
     kv_sent = ctx.kv * d * rep
-    dq, dk, dv = split_sections(heads_to_seq(dheads, ctx), (h, kv_sent, kv_sent), ctx.p)  # -> [b, t, ..]
-    dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
-    dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
-    da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
+    dgroups = heads_to_seq(dheads, ctx)  # [b, s, n/p] -> [b, t, p*n/p]
+    if rep == 1:  # already in gathered-weight order: q and k heads rotated back where they lie
+        _rotate_groups(dgroups, ctx, h, backward=True)
+        da = dgroups
+    else:
+        dq, dk, dv = split_sections(dgroups, (h, kv_sent, kv_sent), ctx.p)  # -> [b, t, ..]
+        dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
+        dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
+        da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)

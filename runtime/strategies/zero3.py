@@ -37,6 +37,8 @@ def gather_weights(w: Weights, ctx: Ctx):
     """Full (w1 [n1, h], b1 [n1 or 0], w2 [n2, h]) from every rank's shard: one all-gather of [W/p] -> [W].
     w1's rows (and the first GEMM's outputs) come grouped by rank, each group in section order
     (flat_shards.split_sections reads them)."""
+    if ctx.p == 1:  # the shard is the whole: nothing to gather
+        return w.w1, w.b1, w.w2
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
@@ -46,6 +48,8 @@ def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
     (grad_reduce.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
     rounded once into the shard; the fp32 sums of a tiled MLP packed and reduced as they are on p > 1 ranks). The
     shard is in the gradients' dtype; the sub-layer's backward casts it to the parameters' `dtype`."""
+    if ctx.p == 1:  # nothing to sum over: the gradients are the shard's
+        return dw1.to(dtype), db1.to(dtype), dw2.to(dtype)
     packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
     shard = grad_reduce.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
@@ -70,7 +74,9 @@ def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     dw2 = weight_grad(c, dy)  # [f, h]
     da = mlp_core_backward(a, dy @ w2.t(), ctx, ctx.p)  # [b, t, h] -> [b, t, f] (SwiGLU: 2f)
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
+    du = da @ w1  # [b, t, n1] -> [b, t, h]
+    del da  # not beside the norm's backward
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
     sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads

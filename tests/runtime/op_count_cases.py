@@ -1,84 +1,67 @@
-"""Operators per layer and step of each strategy: one LLaMA block's forward and backward counted by a
-TorchDispatchMode (runtime/trace/dispatch_count.py), run by tests/runtime/test_op_count.py in a gloo world of 1 and of
-2.
+"""Operators per layer and step of each strategy at most its torch-native peer's: one LLaMA block's forward and
+backward counted by a TorchDispatchMode (runtime/trace/dispatch_count.py), run by tests/runtime/test_op_count.py
+in a gloo world of 1 and of 2.
 
-A case runs the block once to warm up (caches such as the layout's orders fill then), then counts one step:
-the attention and the MLP sub-layer (hidden 512, 8 query / 4 K/V heads, ffn 1408, RMSNorm, rotary, SwiGLU,
-fp32, 64 tokens), the rotary tables of the step's positions computed in it, as in a model's first layer.
-Each count must be at most `BOUNDS` (the counts these strategies issue; a change that adds operators fails
-here and must raise its bound on purpose), and the output must equal the single-device reference's.
+The block and the peers are examples/peer_benchmark.py's (hidden 512, 8 query / 4 K/V heads, ffn 1408, RMSNorm,
+rotary, SwiGLU, fp32; here 64 tokens): ours under each strategy against torch TP + SP with torchtitan's plan
+(megatron_ts) and FSDP2 + Ulysses (ulysses_z) at p = 2, and against the plain torch block at p = 1. Each side
+runs one step to warm up (the rotary tables of its positions, made once per step by a model, and caches such
+as the layout's orders fill then), then one counted step; ours must dispatch at most the peer's aten operators
+(a DTensor operator counts once, as the mode sees it) and its output and input gradient must equal the fp64
+single-device reference's.
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
+import sys
+from pathlib import Path
 
-import torch
 from torch.testing import assert_close
 
-from paradyse_lab.core.model_spec import ModelSpec
-from paradyse_lab.core.strategies import StrategyOption
-from paradyse_lab.runtime.model.layout import gather_sequence, gathered_positions, local_positions, shard_sequence
-from paradyse_lab.runtime.model.parallel_gpt import run_option
-from paradyse_lab.runtime.model.reference import init_state_dict, reference_sublayer
-from paradyse_lab.runtime.model.sublayer import make_ctx
-from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
-from paradyse_lab.runtime.trace.dispatch_count import DispatchCount
-
-CONFIG = ModelSpec(vocab_size=32, max_positions=0, hidden=512, heads=8, layers=1, ffn_hidden=1408, kv_heads=4,
-                   norm="rmsnorm", ffn_kind="swiglu", bias=False, rope_theta=10000.0, tied=False, name="runtime")
+OVER_MESSAGE = "aten operators per block step, over its peer's"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 S = 64
-BOUNDS = {(1, "megatron_ts"): 263, (1, "ulysses_z"): 326, (1, "megatron_cz"): 342,
-          (2, "megatron_ts"): 299, (2, "ulysses_z"): 380, (2, "megatron_cz"): 434}
-"""(p, strategy) -> the most aten operators one block's forward and backward may dispatch on a rank. For
-comparison, the torch-native peers of examples/peer_benchmark.py dispatch (same block, counted the same way):
-the plain torch block 204 (p = 1), torch TP + SP with torchtitan's plan 234 (p = 2, a DTensor operator counted
-once), FSDP2 + Ulysses 297 (p = 2)."""
+PEERS = {1: {"megatron_ts": "plain", "ulysses_z": "plain", "megatron_cz": "plain"},
+         2: {"megatron_ts": "tensor_parallel", "ulysses_z": "fsdp_ulysses", "megatron_cz": "fsdp_ring"}}
+"""World size -> our strategy -> its peer (a builder of examples/peer_blocks.py; 'plain': the plain block)."""
 
 
-def _step(strategy: str, rank: int, p: int, group, x, dy):
-    """(y in natural order, aten operators of the counted step) of the block under `strategy`."""
-    sd = init_state_dict(CONFIG, seed=0)
-    option = StrategyOption(strategy, False, False, False)
-    weights = {kind: [shard_sublayer({n: sd[f"layers.0.{part}.{n}"] for n in PARAM_NAMES}, kind, rank, p)[n]
-                      .requires_grad_() for n in PARAM_NAMES] for kind, part in (("attention", "attn"), ("mlp", "mlp"))}
-
-    def block(counter=None):
-        positions = local_positions(S, p, rank)  # fresh tensors per step, as a model's forward makes them
-        all_positions = gathered_positions(S, p)
-        xl = shard_sequence(x, 1, group).requires_grad_()
-        dyl = shard_sequence(dy, 1, group)
-        with counter if counter is not None else contextlib.nullcontext():
-            y = xl
-            for kind in ("attention", "mlp"):
-                ctx = make_ctx(CONFIG, group, kind, S, kind, positions=positions, all_positions=all_positions)
-                y = run_option(option, ctx, y, weights[kind], 0)
-            y.backward(dyl)
-        return y
-
-    block()
-    counter = DispatchCount()
-    y = block(counter)
-    return gather_sequence(y.detach(), 1, group), counter.count("aten")
-
-
-def _reference(x):
-    sd = init_state_dict(CONFIG, seed=0)
-    y = x
-    for kind, part in (("attention", "attn"), ("mlp", "mlp")):
-        y = reference_sublayer(y, {n: sd[f"layers.0.{part}.{n}"] for n in PARAM_NAMES}, kind, CONFIG)
-    return y
+def _benchmark():
+    """examples/peer_benchmark.py as a module (it imports examples/peer_blocks.py beside it)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    module = sys.modules.get("peer_benchmark")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("peer_benchmark", EXAMPLES / "peer_benchmark.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["peer_benchmark"] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def op_count_case(strategy: str):
     def case(rank: int, p: int, group) -> None:
-        gen = torch.Generator().manual_seed(0)
-        x, dy = (torch.randn(1, S, CONFIG.hidden, generator=gen) for _ in range(2))
-        y, count = _step(strategy, rank, p, group, x, dy)
-        assert_close(y, _reference(x), rtol=1e-4, atol=1e-4)
-        bound = BOUNDS[(p, strategy)]
-        assert count <= bound, f"{strategy} at p = {p}: {count} aten operators per block step, bound {bound}"
-        print(f"OPS {strategy} {p} {count}", flush=True)
+        pb = _benchmark()
+        peer_name = PEERS[p].get(strategy)
+        if peer_name is None:
+            return
+        attn, mlp = pb._sublayers()
+        x, dy = pb._inputs(S)
+        ours = pb.Ours(strategy, S, attn, mlp, rank, p)
+        peer = pb.make_peer(peer_name, S, attn, mlp, rank, p)
+        counts = {}
+        for name, impl in (("ours", ours), ("peer", peer)):
+            pb._timed(impl, x, dy, p)  # warm-up
+            counts[name] = pb._counted(impl, x, dy)[0]
+        want_y, want_dx = pb._reference(S, attn, mlp, x, dy)
+        xl = ours.local(x).requires_grad_()
+        y = ours.step(xl, ours.local(dy))
+        assert_close(ours.full(y.detach()).double(), want_y, rtol=1e-4, atol=1e-4)
+        assert_close(ours.full(xl.grad).double(), want_dx, rtol=1e-4, atol=1e-4)
+        print(f"OPS {strategy} {p} ours {counts['ours']} peer {counts['peer']}", flush=True)
+        assert counts["ours"] <= counts["peer"], (
+            f"{strategy} at p = {p}: {counts['ours']} {OVER_MESSAGE} ({peer_name}) {counts['peer']}")
     return case
 
 

@@ -1,4 +1,4 @@
-"""Aten operators per layer and step of each strategy at most their stated bounds (tests/runtime/op_count_cases.py),
+"""Aten operators per layer and step of each strategy at most its torch-native peer's (tests/runtime/op_count_cases.py),
 in one gloo world of 1 and one of 2 (run: `python -m pytest -q tests/runtime/test_op_count.py`)."""
 
 from __future__ import annotations
@@ -9,6 +9,12 @@ import op_count_cases
 import pytest
 from dist_harness import run_world
 
+OVER_PEER = {(2, "ops-megatron_cz"): "ZeRO-3's pack / unpack of the flat weight shards and the rank-group q/k/v "
+             "split issue aten operators that FSDP2 issues as its own fused fsdp:: operators (not counted as aten)"}
+"""(p, case) -> why ours still dispatches more aten operators than its peer there: the case must fail on the count
+alone (its output and gradients still equal the reference's), and once ours is within the peer's count this test
+fails until the entry is removed."""
+
 
 @functools.cache
 def _world(p: int):
@@ -17,6 +23,10 @@ def _world(p: int):
 
 @pytest.mark.parametrize("p", [1, 2])
 @pytest.mark.parametrize("case", list(op_count_cases.CASES))
-def test_operators_per_block_step_within_bound(p, case):
+def test_operators_per_block_step_within_peer(p, case):
     error = _world(p).errors[case]
+    if (p, case) in OVER_PEER:
+        assert error is not None and op_count_cases.OVER_MESSAGE in error, (
+            f"expected only the operator count over the peer's ({OVER_PEER[(p, case)]}); got: {error}")
+        return
     assert error is None, error

@@ -2,8 +2,8 @@
 and the rank-local profiles of the paper's models, as files in one folder.
 
 Command, on any machine with one CUDA GPU (writes DIR/env.json, session_log.json, pytest_gpu.txt, gemm.csv,
-attention.csv, one profile per model, DIR/<device-kind>_<model>.csv, and the replay model's tables in
-DIR/kernels/: gemm.csv, attention.csv, elementwise.csv, dispatch.csv):
+attention.csv, one profile per model, DIR/<device-kind>_<model>.csv, the replay model's tables in
+DIR/kernels/: gemm.csv, attention.csv, elementwise.csv, dispatch.csv, and peers.csv):
 
     python -m paradyse_lab.app.measure.gpu_session --out DIR [--quick] [--device cuda|cpu] [--budget-s 540]
 
@@ -27,10 +27,13 @@ per model, strategy and length, pass within 10% / 5%, with the preset's and with
 for the README, and prints the measured `gemm_efficiency` / `attention_efficiency(_causal)` points to set in
 the h100-80gb-x8 / h200-x8 cluster presets, citing the committed CSVs.
 
-Stages (env, pytest, gemm, attention, kernels, profiles, summary) run in that order, each guarded (the pytest stage
-runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
+Stages (env, pytest, gemm, attention, kernels, profiles, peers, summary) run in that order, each guarded (the
+pytest stage runs tests/gpu: the fused and the varlen attention kernels against the exact kernel with grouped-query
 K/V heads, packed steps with GQA on one GPU, the strategies over NCCL with two or more GPUs): an error is
-recorded in session_log.json (with its traceback) and the next stage runs. A global budget (--budget-s,
+recorded in session_log.json (with its traceback) and the next stage runs. The peers stage runs
+examples/peer_benchmark.py (the runtime's strategies beside torch TP + SP, FSDP2 + Ulysses, FSDP2 + ring and plain
+torch; gloo ranks on the machine's CPUs) at 2K and 8K tokens and keeps its CSV as DIR/peers.csv; --quick leaves it
+out unless --stages names it (it spawns gloo worlds: tens of seconds). A global budget (--budget-s,
 counted from the start) ends the run in time: a stage that cannot start is recorded as skipped, and inside
 gemm, attention and profiles every point that does not fit is recorded as skipped (never extrapolated).
 CSVs are written atomically; a stage with no measured row writes no file. --quick runs tiny shapes (bert
@@ -52,6 +55,7 @@ from pathlib import Path
 
 from paradyse_lab.app.measure.gpu_session_plan import (  # noqa: F401 - device_kind, STAGES: this command's API
     QUICK,
+    QUICK_STAGES,
     STAGES,
     MeasurementPlan,
     Session,
@@ -68,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny shapes (the CPU test of this script)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--budget-s", type=float, default=540.0, help="the whole run's time, seconds (default 540)")
-    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--stages", default=None, help=f"comma-separated subset of {','.join(STAGES)} (default: all; "
+                        f"--quick: {','.join(QUICK_STAGES)})")
     parser.add_argument("--models", default="", help="models to profile (default bert,llama,gpt; --quick: bert)")
     args = parser.parse_args(argv)
+    if args.stages is None:
+        args.stages = ",".join(QUICK_STAGES if args.quick else STAGES)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
     if bad or args.budget_s < 0:

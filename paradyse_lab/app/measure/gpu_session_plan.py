@@ -14,7 +14,10 @@ from pathlib import Path
 from paradyse_lab.files.atomic_write import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[3]
-STAGES = ("env", "pytest", "gemm", "attention", "kernels", "profiles", "summary")
+STAGES = ("env", "pytest", "gemm", "attention", "kernels", "profiles", "peers", "summary")
+QUICK_STAGES = tuple(s for s in STAGES if s != "peers")
+"""The stages `--quick` runs unless `--stages` names others: the peer benchmark spawns gloo worlds (tens of
+seconds even at its smallest), so the CPU test of this script leaves it out."""
 PROFILE_MODELS = ("bert", "llama", "gpt")
 
 
@@ -33,17 +36,21 @@ class MeasurementPlan:
     max_repeats: int = 3
     replay_strategies: tuple[str, ...] = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
     """Strategies whose traced operations the kernels stage measures (the replay model's tables)."""
+    peer_lengths: tuple[int, ...] = (2048, 8192)
+    """Sequence lengths of the peer benchmark (examples/peer_benchmark.py)."""
+    peer_repeats: int = 3
     caps_s: dict = field(default_factory=lambda: {"pytest": 120.0, "gemm": 45.0, "attention": 60.0,
-                                                  "kernels": 150.0})
+                                                  "kernels": 150.0, "peers": 240.0})
     """Longest time each stage may take (also at most 20% of the budget each)."""
     min_s: dict = field(default_factory=lambda: {"pytest": 20.0, "gemm": 5.0, "attention": 5.0, "kernels": 10.0,
-                                                 "profiles": 10.0, "summary": 3.0})
+                                                 "profiles": 10.0, "peers": 30.0, "summary": 3.0})
     """A stage starts only with this much budget left."""
 
 
 QUICK = MeasurementPlan(models=("bert",), layers=1, lengths=(64, 128), gemm_seqs=(512,), gemm_ops=("fwd",),
-             attention_seqs=(64, 128), max_repeats=1, replay_strategies=("megatron_cz",),
-             min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "kernels": 0.3, "profiles": 0.5, "summary": 0.3})
+             attention_seqs=(64, 128), max_repeats=1, replay_strategies=("megatron_cz",), peer_lengths=(64,),
+             peer_repeats=1, min_s={"pytest": 3.0, "gemm": 0.3, "attention": 0.3, "kernels": 0.3, "profiles": 0.5,
+                                    "peers": 0.5, "summary": 0.3})
 
 
 class Session:

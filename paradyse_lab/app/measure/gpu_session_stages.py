@@ -101,18 +101,41 @@ def stage_env(ctx: Context, record: dict) -> None:
     ctx.session.say(f"env: {ctx.name} ({ctx.kind}, preset {ctx.cluster_name}); {ctx.software}")
 
 
-def stage_pytest(ctx: Context, record: dict) -> None:
-    cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", "-p", "no:cacheprovider"]
-    timeout = max(1.0, _stage_deadline(ctx, "pytest") - time.perf_counter())
+def _run_command(ctx: Context, stage: str, cmd: list[str], record: dict) -> tuple[str, int | None]:
+    """(output, exit code) of `cmd` run in the checkout until the stage's deadline; killed there (code None,
+    the record 'partial')."""
+    timeout = max(1.0, _stage_deadline(ctx, stage) - time.perf_counter())
     try:
         res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        text, code = res.stdout + res.stderr, res.returncode
+        return res.stdout + res.stderr, res.returncode
     except subprocess.TimeoutExpired as err:
         text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (err.stdout, err.stderr))
-        text, code = text + f"\n[killed after {timeout:.0f} s: time budget]", None
         record["status"] = "partial"
+        return text + f"\n[killed after {timeout:.0f} s: time budget]", None
+
+
+def stage_pytest(ctx: Context, record: dict) -> None:
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", "-p", "no:cacheprovider"]
+    text, code = _run_command(ctx, "pytest", cmd, record)
     write_text_atomic(ctx.session.out / "pytest_gpu.txt", f"$ python {' '.join(cmd[1:])}\n{text}\nexit code: {code}\n")
     record.update(exit_code=code, files=["pytest_gpu.txt"], tail=text.strip().splitlines()[-1:] if text else [])
+
+
+PEERS_CSV = "peers.csv"
+
+
+def stage_peers(ctx: Context, record: dict) -> None:
+    """examples/peer_benchmark.py (the runtime beside the torch-native peers, gloo ranks on this machine's CPUs,
+    ours and the peer alternated) at the plan's lengths; its CSV is kept as peers.csv, its table in the log."""
+    out = ctx.session.out / PEERS_CSV
+    cmd = [sys.executable, "examples/peer_benchmark.py", "--lengths", ",".join(map(str, ctx.plan.peer_lengths)),
+           "--repeats", str(ctx.plan.peer_repeats), "--out", str(out)]
+    text, code = _run_command(ctx, "peers", cmd, record)
+    record.update(command=" ".join(["python", *cmd[1:]]), exit_code=code, output=text.strip().splitlines()[-12:])
+    if code not in (0, None):
+        record["status"] = "error"
+    if out.exists():
+        record["files"] = [PEERS_CSV]
 
 
 def stage_gemm(ctx: Context, record: dict) -> None:

@@ -36,8 +36,9 @@ def test_kept_activations_equal_korthikanti_with_flash_and_no_dropout(model_name
     assert kept - lse == expected
     # The same tensors, kept by the sequence-sharded ZeRO-3 strategies; ulysses_z keeps the attention output
     # a second time, after the all-to-all back to the sequence layout (the output projection's input), as
-    # DeepSpeed-Ulysses does: re-deriving one copy from the other would take an all-to-all (strategy_work.py).
-    extra = {"megatron_cz": 0, "ulysses_z": s * b // p * model.hidden * model.dtype_bytes}
+    # DeepSpeed-Ulysses does: re-deriving one copy from the other would take an all-to-all (strategy_work.py);
+    # at p = 1 there is none, and the runtime re-derives it.
+    extra = {"megatron_cz": 0, "ulysses_z": s * b // p * model.hidden * model.dtype_bytes if p > 1 else 0}
     for name, more in extra.items():
         o = StrategyOption(name)
         assert cm.sublayer("attention", o, s, b).kept_bytes + cm.sublayer("mlp", o, s, b).kept_bytes == kept + more

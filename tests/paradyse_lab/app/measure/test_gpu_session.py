@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
 import time
 from dataclasses import replace
 
@@ -56,7 +57,7 @@ def test_every_file_is_written_with_its_columns(session_dir):
     assert env["device"] == "cpu" and env["versions"]["torch"] and env["dtype"] == "float32"
     assert (session_dir / "pytest_gpu.txt").read_text().strip().endswith("exit code: 0")
     log = json.loads((session_dir / "session_log.json").read_text())
-    assert [(s["name"], s["status"]) for s in log["stages"]] == [(n, "ok") for n in gpu_session.STAGES]
+    assert [(s["name"], s["status"]) for s in log["stages"]] == [(n, "ok") for n in gpu_session.QUICK_STAGES]
     with open(session_dir / "attention.csv", newline="") as f:
         att = list(csv.DictReader(f))
     assert {(r["causal"], r["kernel"]) for r in att} == {("true", "sdpa-cpu"), ("false", "sdpa-cpu")}
@@ -105,8 +106,32 @@ def test_a_spent_budget_skips_every_stage_and_writes_no_csv(tmp_path):
     log = json.loads((tmp_path / "session_log.json").read_text())
     stages = {s["name"]: s for s in log["stages"]}
     assert stages["env"]["status"] == "ok"
-    for name in gpu_session.STAGES[1:]:
+    for name in gpu_session.QUICK_STAGES[1:]:
         assert stages[name]["status"] == "skipped" and stages[name]["reason"].startswith("time budget")
+    assert "peers" not in stages  # --quick leaves the peer benchmark out unless --stages names it
+
+
+def test_the_peers_stage_runs_the_peer_benchmark_and_keeps_its_csv(tmp_path, monkeypatch):
+    """The stage's command is examples/peer_benchmark.py at the plan's lengths and repeats, writing peers.csv
+    (the benchmark itself is replaced here by a stand-in that writes its --out file: a real run spawns gloo worlds)."""
+    from paradyse_lab.app.measure import gpu_session_stages
+
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        out = cmd[cmd.index("--out") + 1]
+        with open(out, "w") as f:
+            f.write("p,seq_len\n2,64\n")
+        return subprocess.CompletedProcess(cmd, 0, "ours | peer\n", "")
+
+    monkeypatch.setattr(gpu_session_stages.subprocess, "run", fake_run)
+    assert gpu_session.main(["--out", str(tmp_path), "--quick", "--device", "cpu", "--stages", "peers"]) == 0
+    assert seen and seen[0][1:6] == ["examples/peer_benchmark.py", "--lengths", "64", "--repeats", "1"]
+    assert (tmp_path / "peers.csv").read_text().startswith("p,seq_len")
+    log = json.loads((tmp_path / "session_log.json").read_text())
+    stage = {s["name"]: s for s in log["stages"]}["peers"]
+    assert stage["status"] == "ok" and stage["files"] == ["peers.csv"]
 
 
 def test_a_curve_past_its_deadline_records_skipped_lengths():
