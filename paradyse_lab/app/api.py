@@ -22,7 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from paradyse_lab.app.step_question import StepQuestion, plan_question
+from paradyse_lab.core.model_folder import has_weights
+from paradyse_lab.core.model_spec import ModelSpec, get_model
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.solvers import get_solver
+from paradyse_lab.units import gib_to_bytes
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,6 @@ class StepAnswer:
 
 def _model_spec(model):
     """A ModelSpec from a ModelSpec, a preset name, a config.json, or a Hugging Face folder."""
-    from paradyse_lab.core.model_spec import ModelSpec, get_model
-
     if isinstance(model, ModelSpec):
         return model
     path = Path(str(model))
@@ -83,10 +86,6 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
     where the cluster has kernel tables, else analytic; fitted on `profiles` when it learns),
     which caps the budget as it does for every planner (`planning_model`: a learned model
     of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
-    from paradyse_lab.app.step_question import StepQuestion, plan_question
-    from paradyse_lab.solvers import get_solver
-    from paradyse_lab.units import gib_to_bytes
-
     if (seq_len is None) == (documents is None):
         raise UserInputError("plan_step needs exactly one of seq_len (one sequence) and documents (one pack)")
     question = StepQuestion(
@@ -106,8 +105,6 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
 
 def _budget_bytes(budget_gib: float | None, budget_gb: float | None) -> int | None:
     """Bytes of a plan's budget: `budget_gib` GiB, or the deprecated `budget_gb` GB (with a DeprecationWarning)."""
-    from paradyse_lab.units import gib_to_bytes
-
     if budget_gb:
         import warnings
 
@@ -136,8 +133,7 @@ def build_model(source, group=None, *, seed: int = 0, vocab_parallel: bool = Fal
     config.json, a folder with only a config.json, or a ModelSpec (initialised from `seed`, the same on every
     rank): a model folder means what it means to `paradyse-lab train --model`. `vocab_parallel`: the embedding
     and head sharded by vocabulary rows, not replicated."""
-    from paradyse_lab.core.model_folder import has_weights
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT  # lazy: safetensors: only checkpoint paths need it
 
     if has_weights(source):
         return ParallelGPT.from_hf_folder(Path(str(source)), group, vocab_parallel=vocab_parallel)
@@ -152,8 +148,9 @@ def forward_backward(model, plan, tokens, labels=None):
     """Forward and backward of one step under `plan` (a StepAnswer or a list of option names): `tokens` [b, s] is the
     whole step, the same on every rank (each keeps its zig-zag share); `labels` [b, s] default the next tokens.
     Gradients land on each rank's shards; returns the loss (the global mean, the same on every rank)."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.layout import shard_sequence
 
     if labels is None:
@@ -176,6 +173,7 @@ def train_step(model, plan, tokens, optimizer, labels=None) -> float:
 def save(directory, step: int, model, optimizer) -> Path:
     """Checkpoint `model`'s weights and `optimizer`'s state as `directory`/step-N (torch.distributed.checkpoint,
     atomic, checksummed); every rank calls it. Returns the checkpoint's folder."""
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     return dcp_checkpoint.save(directory, step, dict(model.named_parameters()), optimizer, model.cfg, {},
@@ -185,8 +183,9 @@ def save(directory, step: int, model, optimizer) -> Path:
 def load(directory, model, optimizer=None) -> int:
     """Load the newest verifying checkpoint under `directory` (or the checkpoint `directory` itself), written
     at any world size, into `model` (and `optimizer`, when given); every rank calls it. Returns its step."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 
     path = Path(directory)
@@ -201,7 +200,7 @@ def load(directory, model, optimizer=None) -> int:
 def export_hf(checkpoint, out, max_shard_size: str = "5GB") -> dict:
     """Write `checkpoint` (a step-N folder, or the newest in a checkpoint folder) as a Hugging Face folder `out`
     (`paradyse-lab export-hf`); call on one process. Returns what was written."""
-    from paradyse_lab.runtime.hf.export import export_hf as export
-    from paradyse_lab.runtime.hf.export import parse_size
+    from paradyse_lab.runtime.hf.export import export_hf as export  # lazy: safetensors: only checkpoint paths need it
+    from paradyse_lab.runtime.hf.export import parse_size  # lazy: safetensors: only checkpoint paths need it
 
     return export(checkpoint, out, parse_size(max_shard_size, "max_shard_size"))

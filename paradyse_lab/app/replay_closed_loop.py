@@ -19,7 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.app.replay_traces import SublayerTraces
+from paradyse_lab.app.validate_run import META_FILE, pair
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.core.strategies import CATALOG, OPTION_FLAGS, StrategyOption
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.replay.price import critical_path, measured_prices
 from paradyse_lab.costmodel.replay.tables import KernelTables
 from paradyse_lab.errors import UserInputError
@@ -48,11 +52,6 @@ def options_of_plan(text: str, layers: int) -> list[tuple[StrategyOption, Strate
 def replay_steps(out: str | Path, skip: int) -> pd.DataFrame:
     """`validate-run`'s pairing (paradyse_lab.app.validate_run.pair) with the replay model's prediction of each
     executed step (module docstring)."""
-    from paradyse_lab.app.validate_run import META_FILE, pair
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-
     out = Path(out)
     meta = read_json_object(out / META_FILE)
     tables = out / KERNELS_DIR

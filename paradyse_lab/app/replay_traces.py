@@ -116,6 +116,7 @@ class SublayerTraces:
         self.digest = runtime_digest()
 
     def _record(self, kind, option, seq_len, batch) -> list[Op]:
+        # lazy: torch takes seconds to load; only this path runs it
         from paradyse_lab.runtime.trace.op_trace import trace_sublayer
 
         t0 = time.perf_counter()

@@ -52,14 +52,21 @@ reproduce_background.py (the steps run in processes of their own).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+from tqdm import tqdm
 
 from paradyse_lab.app.reproduce_background import join_background, start_background
 from paradyse_lab.app.reproduce_outputs import step_outputs
 from paradyse_lab.app.reproduce_settings import SETTINGS_FILE, Settings, json_settings
 from paradyse_lab.app.reproduce_steps import BACKGROUND_STEPS, STEP_FUNCS, STEPS
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.files.atomic_write import prepare_output_dir, write_text_atomic
+from paradyse_lab.results.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
+from paradyse_lab.simulator.shared import sharing
 
 
 def reproduce(out: str | Path = "results", quick: bool = False, force: bool = False, progress: bool = True,
@@ -71,12 +78,6 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
     `Settings.make(quick, cluster, sampling)`, whose arguments are then ignored (e.g. a run smaller than
     `--quick`; the report's first line then still names `reproduce --quick` or the full run, by `settings.quick`,
     and `--sampling` is not validated); the stamps key every step on them as on the made ones."""
-    from tqdm import tqdm
-
-    from paradyse_lab.files.atomic_write import prepare_output_dir, write_text_atomic
-    from paradyse_lab.results.result_key import STAMP_DIR, input_files, is_fresh, result_key, stamp_path, write_stamp
-    from paradyse_lab.simulator.shared import sharing
-
     if settings is None:
         settings = Settings.make(quick, cluster, sampling)
     out = prepare_output_dir(out)
@@ -135,9 +136,6 @@ def reproduce(out: str | Path = "results", quick: bool = False, force: bool = Fa
 def execute_step(out: Path, log=print) -> None:
     """`reproduce --execute`: `paradyse-lab calibrate --out OUT` then `validate-run --out OUT`, each in its own
     process (each starts its own process group), with this machine's defaults."""
-    import subprocess
-    import sys
-
     for cmd in (["calibrate", "--out", str(out)], ["validate-run", "--out", str(out)]):
         log(f"running paradyse-lab {' '.join(cmd)}")
         done = subprocess.run([sys.executable, "-m", "paradyse_lab", *cmd], stdout=subprocess.PIPE, text=True)

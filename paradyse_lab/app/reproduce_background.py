@@ -3,23 +3,22 @@ the run's start, dies with its parent, and is waited for when the loop reaches i
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import sys
 import time
 from pathlib import Path
 
 from paradyse_lab.app.reproduce_settings import Settings
 from paradyse_lab.app.reproduce_steps import STEP_FUNCS
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.launch.local import stop_with_parent
 
 
 def _run_in_child(name: str, out: Path, s: Settings, force: bool, parent_pid: int) -> None:
     """A background step's process: the step; exit code 130 on Ctrl-C (the parent prints the one line), 2 on a
     user error (its one line printed here, no traceback). It dies with its parent (`stop_with_parent`: a
     `reproduce` killed by SIGKILL leaves no step computing on)."""
-    import os
-    import sys
-
-    from paradyse_lab.runtime.launch.local import stop_with_parent
-
     stop_with_parent(parent_pid)
     try:
         STEP_FUNCS[name](out, s, force)
@@ -32,9 +31,6 @@ def _run_in_child(name: str, out: Path, s: Settings, force: bool, parent_pid: in
 
 def start_background(names, out: Path, s: Settings, force: bool) -> dict:
     """{step: (process, start time)} of `names` started in forked processes (before any thread of this one)."""
-    import multiprocessing
-    import os
-
     started = {}
     for name in names:
         proc = multiprocessing.get_context("fork").Process(target=_run_in_child,

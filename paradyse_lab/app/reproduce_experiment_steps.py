@@ -18,15 +18,15 @@ from paradyse_lab.app.reproduce_outputs import (
 )
 from paradyse_lab.app.reproduce_settings import Settings, profile_for
 from paradyse_lab.results.timings import TIMINGS_DIR, read_with_timings, write_with_timings
+from paradyse_lab.simulator import ablation_experiment, experiments, packing_experiment
+from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups
+from paradyse_lab.simulator.results import run_path, write_csv_atomic
 
 
 def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2's six panels, and the heuristic's and ilp's gap to dp on them (solver_quality_runs.csv)."""
-    from paradyse_lab.simulator import experiments
-
     setup = s.setup()
     experiments.fig2(setup, out, force=force, exact=True, progress=False, beyond=True)
-    from paradyse_lab.simulator.results import run_path
 
     rows = []
     for d in experiments.DATASETS:
@@ -50,8 +50,6 @@ def step_fig2(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5's ablations of GPT on GRCh38, the learned cost models fitted on `profile_for`'s profile."""
-    from paradyse_lab.simulator import ablation_experiment
-
     ablation_experiment.table5(s.setup(profiles=str(profile_for(out, s))), out,
                                force=force, progress=False)
     return ["table5.csv"]
@@ -59,8 +57,6 @@ def step_table5(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """`step_fig2`'s panels charged by the authors' measured A100 times, into paper/ (none off their cluster)."""
-    from paradyse_lab.simulator import experiments
-
     if not s.paper_truth:
         return []
     setup = s.setup(truth="paper")
@@ -70,8 +66,6 @@ def step_fig2_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Table 5 charged by the authors' measured A100 times, into paper/ (none off their cluster)."""
-    from paradyse_lab.simulator import ablation_experiment
-
     if not s.paper_truth:
         return []
     ablation_experiment.table5(s.setup(truth="paper"), out / PAPER_DIR,
@@ -81,9 +75,6 @@ def step_table5_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2's headline metrics of the heuristic on every seed's workloads, per truth (seed 0: fig2's runs)."""
-    from paradyse_lab.simulator import experiments
-    from paradyse_lab.simulator.results import write_csv_atomic
-
     frames = []
     for truth in s.truths():
         root = out if truth == "analytic" else out / PAPER_DIR
@@ -101,8 +92,6 @@ def step_seeds(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
     """Figure 2 (statics and the heuristic) and Table 5 with the memory price of switching, per truth."""
-    from paradyse_lab.simulator import ablation_experiment, experiments
-
     written = []
     for truth in s.truths():
         profiles = str(profile_for(out, s)) if truth == "analytic" else ""
@@ -117,8 +106,6 @@ def step_switch_memory(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_packing(out: Path, s: Settings, force: bool) -> list[str]:
     """One sequence per step against packed steps of 32K and 128K tokens, per truth."""
-    from paradyse_lab.simulator import packing_experiment
-
     written = []
     for truth in s.truths():
         root = out if truth == "analytic" else out / PAPER_DIR
@@ -132,7 +119,6 @@ def step_groups(out: Path, s: Settings, force: bool) -> list[str]:
     """Global batches over groups sized per step (`paradyse-lab experiment groups`); full runs only (minutes)."""
     if s.quick:  # FULL_ONLY_STEPS
         return []
-    from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups
 
     groups(GroupsSetup(), out, force=force, progress=False)
     return list(STEP_OUTPUTS["groups"])

@@ -18,6 +18,7 @@ def draw_figure(module: str, results: Path, figures: Path, name: str, note: str 
                 formats: tuple[str, ...] = FIGURE_FORMATS, label: str = "") -> list[str]:
     """Render the figure module MODULE from the CSVs under `results` into `figures`/NAME.png and .pdf (or `formats`),
     with `label` written under it when given."""
+    # lazy: matplotlib: slow to load, only the figures need it
     from paradyse_lab.figures._common import SOURCE_NOTE, MissingCSV, render
 
     figure = importlib.import_module(f"paradyse_lab.figures.{module}")

@@ -12,8 +12,22 @@ import pandas as pd
 
 from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
 from paradyse_lab.app.reproduce_settings import Settings, profile_for
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption, layout_unit, options, step_length
+from paradyse_lab.costmodel.ablation import accuracy, mape, split_profiles
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary, row_features
+from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
 from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.profiles import PAPER_PROFILE, profile_sources, read_profiles
+from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
 from paradyse_lab.results.timings import write_with_timings
+from paradyse_lab.simulator.results import write_csv_atomic
+from paradyse_lab.solvers import bench
+from paradyse_lab.solvers.registry import get_solver
 
 K = 1024
 
@@ -25,15 +39,11 @@ def _length_grid(n: int, lo: int = 2 * K, hi: int = 640 * K) -> list[int]:
 
 
 def _write(df: pd.DataFrame, path: Path) -> Path:
-    from paradyse_lab.simulator.results import write_csv_atomic
-
     return write_csv_atomic(df, path)
 
 
 def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
     """Solve time and gap to the optimum of heuristic / greedy / dp / ilp / brute force."""
-    from paradyse_lab.solvers import bench
-
     rows = bench.run(s.bench_sizes, s.bench_options, s.bench_kinds, s.bench_instances, 3 if not s.quick else 1,
                      ("heuristic", "greedy", "dp", "ilp", "brute_force"), 2.0 if not s.quick else 1.0, 0)
     write_with_timings(pd.DataFrame(rows, columns=list(bench.CSV_COLUMNS)), out / "solver_bench.csv",
@@ -44,11 +54,6 @@ def step_solvers(out: Path, s: Settings, force: bool) -> list[str]:
 def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
     """Each cost model's predictions against the truth on held-out rows of `profile_for`'s profile, inside and
     beyond the profiled range (`split_profiles`)."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.costmodel.ablation import mape, split_profiles
-    from paradyse_lab.costmodel.learned_fit import analytic_whole, fit_each, profile_cluster
-    from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
-
     df = read_profiles(profile_for(out, s))
     source = profile_sources(df)
     train, interp, extrap = split_profiles(df)
@@ -77,12 +82,6 @@ def step_costmodel(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
     """Accuracy of every cost model on the paper profile, per length band, and leave-one-shape-out."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
-    from paradyse_lab.costmodel.ablation import accuracy
-    from paradyse_lab.costmodel.calibration import fit_calibration, leave_one_shape_out, loso_summary, row_features
-    from paradyse_lab.costmodel.profiles import PAPER_PROFILE, read_profiles
-
     df = read_profiles(PAPER_PROFILE)
     cluster = get_cluster("a100-80gb-x8")
     models = ("analytic", "calibrated") + tuple(m for m in s.costmodels if m != "analytic")
@@ -112,13 +111,6 @@ def step_costmodel_paper(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
     """The plan the heuristic and dp pick per layer, for GPT and Llama over a grid of lengths (analytic model)."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.core.layer_graph import LayerGraph
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.strategies import USABLE, layout_unit, options, step_length
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.solvers.registry import get_solver
-
     cluster = get_cluster(s.cluster)
     rows = []
     for model_name in ("gpt", "llama"):
@@ -143,12 +135,6 @@ def step_plan_map(out: Path, s: Settings, force: bool) -> list[str]:
 
 def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
     """Model states, kept activations and transient bytes of every uniform plan, per model and length."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.strategies import USABLE, StrategyOption, layout_unit, step_length
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
-
     cluster = get_cluster(s.cluster)
     rows = []
     for model_name in ("bert", "llama", "gpt"):

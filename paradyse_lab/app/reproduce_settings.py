@@ -10,7 +10,11 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.costmodel.paper_measurements import covers_node
+from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.results.result_key import is_fresh, result_key, stamp_path, write_stamp
+from paradyse_lab.workload.lengths import SAMPLINGS
 
 SETTINGS_FILE = "reproduce_settings.json"
 QUICK_SIZE = 20
@@ -46,16 +50,13 @@ class Settings:
 
     def setup(self, **kw):
         """The simulator's `Setup` of this run's experiments (cluster, size, sampling), with `kw` on top."""
-        from paradyse_lab.simulator.experiments import Setup
+        from paradyse_lab.simulator.experiments import Setup  # lazy: pandas: slow to load, only this path needs it
 
         return Setup(cluster=self.cluster, size=self.size, sampling=self.sampling, **kw)
 
     @property
     def paper_truth(self) -> bool:
         """Whether the authors' measurements cover this cluster (the paper-truth steps run)."""
-        from paradyse_lab.cluster.files import get_cluster
-        from paradyse_lab.costmodel.paper_measurements import covers_node
-
         c = get_cluster(self.cluster)
         return covers_node(c.gpu_name, c.gpus)
 
@@ -69,9 +70,8 @@ class Settings:
 
     @classmethod
     def make(cls, quick: bool, cluster: str = "a100-80gb-x8", sampling: str = "stratified") -> Settings:
-        from paradyse_lab.errors import unknown_name
+        # lazy: pandas: slow to load, only this path needs it
         from paradyse_lab.simulator.experiments import DATASETS, MODELS
-        from paradyse_lab.workload.lengths import SAMPLINGS
 
         if sampling not in SAMPLINGS:
             raise unknown_name("--sampling", sampling, SAMPLINGS)
@@ -96,15 +96,15 @@ def json_settings(s: Settings) -> dict:
 def profile_for(out: Path, s: Settings) -> Path:
     """The cluster's bundled profile, else a synthetic one (`source=analytic`, as `paradyse-lab costmodel synth-profile`
     writes it) written under DIR/profiles/ for the learned cost models, reused while its stamp is fresh."""
-    from paradyse_lab.cluster.files import get_cluster
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import default_profile, read_profiles, write_profiles
-    from paradyse_lab.results.result_key import is_fresh, result_key, stamp_path, write_stamp
 
     cluster = get_cluster(s.cluster)
     try:
         return default_profile(cluster.device)
     except UserInputError:
         pass
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.synthetic import DEFAULT_MODELS, synthesize_profiles
 
     path = out / "profiles" / f"analytic_{cluster.name}.csv"

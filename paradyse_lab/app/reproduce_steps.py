@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paradyse_lab.app.report import write_report
 from paradyse_lab.app.reproduce_experiment_steps import (
     step_fig2,
     step_fig2_paper,
@@ -40,8 +41,6 @@ loop reaches them."""
 
 def step_report(out: Path, s: Settings, force: bool, timings: dict | None = None) -> list[str]:
     """DIR/REPORT.md, the paper's numbers beside ours, with each step's seconds (`timings`)."""
-    from paradyse_lab.app.report import write_report
-
     write_report(out, s, timings or {})
     return ["REPORT.md"]
 

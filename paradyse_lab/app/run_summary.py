@@ -43,7 +43,7 @@ def _words(name: str) -> set[str]:
 
 def present_device() -> str | None:
     """The name of this process's CUDA device, or None without CUDA."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 

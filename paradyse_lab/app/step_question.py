@@ -15,9 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.layer_graph import LayerGraph
+from paradyse_lab.core.model_spec import ModelSpec, get_model
 from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import CATALOG, TWO_D, USABLE, StrategyOption, layout_unit
+from paradyse_lab.costmodel import uniform_plan_cost
 from paradyse_lab.costmodel.head_loss import HEAD_OPTIONS, HeadLossCostModel, cheapest_head, usable_heads
+from paradyse_lab.costmodel.lowering import problem_from_cost_model
+from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
 from paradyse_lab.errors import UserInputError, unknown_name
+from paradyse_lab.simulator.planner import planning_model
 
 HEAD_CHOICES = ("auto",) + HEAD_OPTIONS
 """What a question's `head` may be: auto (the fastest that fits) or one head option."""
@@ -68,8 +77,6 @@ class PlannedStep:
 
 def model_of(q: StepQuestion):
     """The question's ModelSpec, with `kv_heads` applied (named 'NAME kv=N')."""
-    from paradyse_lab.core.model_spec import ModelSpec, get_model
-
     model = q.model if isinstance(q.model, ModelSpec) else get_model(str(q.model))
     if q.kv_heads is None:
         return model
@@ -80,9 +87,6 @@ def model_of(q: StepQuestion):
 
 def cluster_of(q: StepQuestion):
     """The question's ClusterSpec at its GPU count."""
-    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-
     return cluster_with_gpus(get_cluster(q.cluster or DEFAULT_CLUSTER), q.gpus)
 
 
@@ -112,8 +116,6 @@ def option_list(names, recompute: bool = False, tiled: bool = False, offload: bo
     """The options of `names` (`NAME[+recompute][+tiled][+headchunk][+offload]`; default: the paper's usable
     strategies), with `two_d` also the two-dimensional ones (each offered where its shapes split); each flag given
     adds every option so far with it (`headchunk`: those of a strategy that offers it)."""
-    from paradyse_lab.core.strategies import CATALOG, TWO_D, USABLE, StrategyOption
-
     opts = [StrategyOption.parse(n) for n in (*(names or USABLE), *(TWO_D if two_d else ()))]
     for flag, wanted in (("recompute", recompute), ("tiled", tiled), ("headchunk", headchunk), ("offload", offload)):
         if wanted:
@@ -126,8 +128,6 @@ class QuestionContext:
     """The question's model, cluster, base cost model and budget, built once and asked per length and head."""
 
     def __init__(self, q: StepQuestion):
-        from paradyse_lab.simulator.planner import planning_model
-
         self.q = q
         self.model = model_of(q)
         self.cluster = cluster_of(q)
@@ -147,9 +147,6 @@ class QuestionContext:
 
     def step(self, cm, seq_len: int | None = None):
         """(cost model to ask, seq_len, batch, what the step is) of the question's step, or of `seq_len`."""
-        from paradyse_lab.core.strategies import layout_unit
-        from paradyse_lab.costmodel.packed import PackedCostModel, PackedStep
-
         q = self.q
         if seq_len is None and q.documents is not None:
             if q.batch != 1:
@@ -171,9 +168,6 @@ class QuestionContext:
 
     def problem(self, head: str, seq_len: int | None = None) -> tuple[SearchProblem, str, int]:
         """(problem, what the step is, its tokens) with head option `head`, at the question's step or `seq_len`."""
-        from paradyse_lab.core.layer_graph import LayerGraph
-        from paradyse_lab.costmodel.lowering import problem_from_cost_model
-
         cm, seq, batch, what = self.step(HeadLossCostModel(self.base, head), seq_len)
         problem = problem_from_cost_model(LayerGraph(self.model, self.q.granularity), cm, seq, batch,
                                           budget_bytes=self.budget_bytes, options=self.options())
@@ -210,8 +204,6 @@ class UniformCosts:
 def uniform_costs(q: StepQuestion) -> UniformCosts:
     """Each option on every layer under the question's head options: per option the fastest head that fits (the
     first when none does), as `plan_question` picks heads; options whose shapes do not split are listed apart."""
-    from paradyse_lab.costmodel import uniform_plan_cost
-
     ctx = QuestionContext(q)
     costs, heads, refused = [], {}, {}
     models = {h: ctx.step(HeadLossCostModel(ctx.base, h)) for h in ctx.heads}

@@ -11,16 +11,31 @@ The runtime itself knows no planner: it calls the `policy_for` and `groups_for` 
 
 from __future__ import annotations
 
+import math
+import sys
+from dataclasses import replace
 from functools import partial
+
+from paradyse_lab.app import run_summary
+from paradyse_lab.app.host_cluster import host_cluster
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.model_folder import has_weights
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.errors import UserInputError
+from paradyse_lab.runtime.training.run_inputs import TokenDocuments, check_options
+from paradyse_lab.simulator.group_problem import GroupChoice
+from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, MAX_EXACT_ROUND_WORLD, rounds_choice
+from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy, choose, grouped_step
+from paradyse_lab.simulator.planner import build_planner
+from paradyse_lab.simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds
+from paradyse_lab.units import gib_to_bytes
+from paradyse_lab.workload.lengths import get_workload
 
 
 def with_folder_weights(opts):
     """`opts` with a `--model` folder holding weights read as `--init-from` of that folder
     (the one meaning of a model folder), else `opts` as they are."""
-    from dataclasses import replace
-
-    from paradyse_lab.core.model_folder import has_weights
-
     if opts.model and not opts.init_from and has_weights(opts.model):
         return replace(opts, model="", init_from=opts.model)
     return opts
@@ -29,11 +44,7 @@ def with_folder_weights(opts):
 def run_cluster(opts, p: int):
     """The cluster a run plans against: `--cluster`, else on a machine with CUDA the default preset, else this CPU
     host (the default preset's speeds, the host's memory over the `p` ranks)."""
-    import torch
-
-    from paradyse_lab.app.host_cluster import host_cluster
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     cluster = get_cluster(opts.cluster or DEFAULT_CLUSTER)
     if opts.cluster or torch.cuda.is_available():
@@ -45,9 +56,6 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
     """The policy of `opts` (a `train_options.TrainOptions`) for the model `spec` at world size `p`, planning with
     `cost_model` (default `opts.cost_model`) on the run's cluster (`run_cluster`). Rank 0
     states what plans the run (and warns when the cluster's GPU is not the one present) unless `quiet`."""
-    from paradyse_lab.simulator.planner import build_planner
-    from paradyse_lab.units import gib_to_bytes
-
     cluster = run_cluster(opts, p)
     budget = gib_to_bytes(opts.budget_gib) if opts.budget_gib else None
     planner = build_planner(opts.policy, spec, cluster, cost_model=cost_model or opts.cost_model, p=p,
@@ -60,8 +68,6 @@ def plan_policy(opts, spec, p: int, cost_model: str | None = None, *, quiet: boo
 
 def refuse_non_analytic_groups(opts) -> None:
     """--groups plans with the analytic cost model, as `simulate --global-batch` does (its pricers are analytic)."""
-    from paradyse_lab.errors import UserInputError
-
     if opts.groups and opts.cost_model not in ("auto", "analytic"):
         raise UserInputError(f"--groups plans with the analytic cost model (as simulate --global-batch); drop "
                              f"--cost-model {opts.cost_model}")
@@ -75,13 +81,6 @@ def group_planner(opts, spec, p: int):
     without Megatron's schedule as a candidate: its per-rank length needs held-out batches). A step with an item
     that fits no group runs as one group of all ranks, its decisions saying they do not fit (the log's
     `feasible`), as a step without groups does. None without `--groups`."""
-    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-    from paradyse_lab.errors import UserInputError
-    from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS, MAX_EXACT_ROUND_WORLD
-    from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer, check_group_policy
-    from paradyse_lab.units import gib_to_bytes
-
     if not opts.groups:
         return None
     check_group_policy(opts.groups, opts.policy)
@@ -103,13 +102,6 @@ def group_planner(opts, spec, p: int):
 def _plan_step_groups(groups: str, pricer, ring, steps: list):
     """(the step's groups, each item's decision) of one step (`group_planner`): a `GroupedStep` under a one-split
     policy, a `StepRounds` under a rounds policy."""
-    import math
-
-    from paradyse_lab.simulator.group_problem import GroupChoice
-    from paradyse_lab.simulator.group_rounds import rounds_choice
-    from paradyse_lab.simulator.grouped_steps import choose, grouped_step
-    from paradyse_lab.simulator.round_steps import ROUND_POLICIES, choose_rounds, grouped_rounds
-
     world = pricer.cluster.gpus
     whole = GroupChoice((world,), (tuple(range(len(steps))),), math.inf, 0.0)  # all ranks, as a step without groups
     if groups in ROUND_POLICIES:
@@ -130,9 +122,7 @@ def _plan_step_groups(groups: str, pricer, ring, steps: list):
 
 def _state_planner(opts, cluster, budget_bytes: int, p: int) -> None:
     """Rank 0 says what plans the run, and warns when the cluster's GPU is not the present one (stderr)."""
-    import sys
-
-    from paradyse_lab.app import run_summary
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.rank() != 0:
@@ -148,8 +138,10 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
     states what plans
     the run before the first step (`plan_policy`) and prints the end-of-run summary after the last,
     unless `quiet` (a caller running many short runs, as validate-run)."""
-    from paradyse_lab.app import run_summary
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
+
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.training.loop import train as run_training
 
     opts = with_folder_weights(opts)
@@ -164,12 +156,8 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
 def preflight(opts, p: int) -> None:
     """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`;
     a bad one raises `UserInputError` here, before any rank starts."""
-    from dataclasses import replace
-
-    from paradyse_lab.core.model_spec import get_model
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.hf.weights import check_folder, model_source
-    from paradyse_lab.runtime.training.run_inputs import TokenDocuments, check_options
-    from paradyse_lab.workload.lengths import get_workload
 
     check_options(opts)
     spec = replace(get_model(model_source(opts.model, opts.init_from)), dtype="fp32")

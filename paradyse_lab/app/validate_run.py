@@ -13,13 +13,21 @@ predicted times side by side.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
+from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.app.training import train
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.plan import short_text
+from paradyse_lab.costmodel.factory import build_cost_model
 from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
 from paradyse_lab.simulator.experiments import STATIC_POLICIES
+from paradyse_lab.simulator.replay import STEP_COLUMNS, replay
 
 DYNAMIC_POLICIES = ("dynamic:heuristic", "dynamic:dp")
 POLICIES = STATIC_POLICIES + DYNAMIC_POLICIES
@@ -47,10 +55,9 @@ class ValidateOptions:
 
 def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) -> None:
     """Train every policy on this rank (call on every rank); rank 0 writes the measured steps and meta."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.app.train_options import TrainOptions
-    from paradyse_lab.app.training import train
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     rows = []
@@ -84,15 +91,6 @@ def execute_policies(opts: ValidateOptions, progress: bool = False, group=None) 
 
 def pair(out: str | Path, skip: int) -> pd.DataFrame:
     """paradyse_lab.simulator.replay.STEP_COLUMNS rows: every measured step of DIR beside its replay."""
-    from dataclasses import replace
-
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.plan import short_text
-    from paradyse_lab.costmodel.factory import build_cost_model
-    from paradyse_lab.simulator.replay import STEP_COLUMNS, replay
-
     out = Path(out)
     meta = read_json_object(out / META_FILE)
     runs = pd.read_csv(out / MEASURED_FILE, keep_default_na=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import re
 import sys
 import traceback
@@ -191,8 +192,6 @@ def _joined_a_process_group() -> bool:
 def _drop_stdout() -> None:
     """Point stdout at /dev/null once its reader has gone, so that the flush at exit does not fail again
     (Python would then print 'Exception ignored' and exit 120)."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -13,8 +13,9 @@ from pathlib import Path
 from paradyse_lab.cli.costmodel_commands import profile_path
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster.files import get_cluster
-from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER, PRESETS
+from paradyse_lab.costmodel.replay.tables import bundled_tables
+from paradyse_lab.errors import UserInputError, require_positive_int, unknown_name
 from paradyse_lab.options import integer
 
 DEFAULT_SIM = ("gpt", "grch38", 200)
@@ -62,11 +63,13 @@ def _pct(x) -> str:
 
 
 def run_ablate(args) -> int:
-    from paradyse_lab.app.replay_ablation import NAME as REPLAY
+    from paradyse_lab.app.replay_ablation import NAME as REPLAY  # lazy: pandas: slow to load, only this path needs it
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.ablation import ABLATION_MODELS, accuracy
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
-    from paradyse_lab.costmodel.replay.tables import bundled_tables
-    from paradyse_lab.errors import unknown_name
 
     started = time.perf_counter()
     names = [n.strip() for n in (args.cost_models or ",".join(ABLATION_MODELS)).split(",") if n.strip()]
@@ -158,8 +161,9 @@ def run_ablate(args) -> int:
 
 def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     """The other models' results with the replay model's added."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.app.replay_ablation import NAME, replay_accuracy
 
     got = replay_accuracy(df, cluster, holdout_every)
@@ -176,8 +180,6 @@ def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
 def _cluster_beside(df, path: Path) -> str:
     """The cluster of a profile taken on a machine that is no preset: the cluster.toml `paradyse-lab calibrate`
     writes beside it, else the default preset."""
-    from paradyse_lab.cluster.presets import PRESETS
-
     sibling = Path(path).parent / "cluster.toml"
     if not set(df["device"]) <= set(PRESETS) and sibling.is_file():
         return str(sibling)
@@ -186,7 +188,10 @@ def _cluster_beside(df, path: Path) -> str:
 
 def _leave_one_shape_out(df, cluster, names) -> dict:
     """Leave-one-shape-out time accuracy of the analytic and calibrated models (empty with one shape)."""
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.calibration import SHAPE_COLUMNS, leave_one_shape_out, loso_summary
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.learned_fit import profile_cluster
 
     wanted = [n for n in ("analytic", "calibrated") if n in names]
@@ -197,7 +202,9 @@ def _leave_one_shape_out(df, cluster, names) -> dict:
 
 def _regret(args, names, path: Path, size: int) -> dict:
     """Per plan cost model: the truth-charged run against the truth-planned run (common trained steps)."""
-    from paradyse_lab.simulator.experiments import Setup, run_one
+    from paradyse_lab.simulator.experiments import Setup, run_one  # lazy: pandas: slow to load, only this path needs it
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.simulator.run_metrics import summarize, time_to_reach
 
     setup = Setup(cluster=args.cluster, size=size, seed=args.seed, reserve_bytes=reserve_bytes(args),

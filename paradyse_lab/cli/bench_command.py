@@ -9,10 +9,14 @@ import csv
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from paradyse_lab.cli.cost_command import parse_int
 from paradyse_lab.cli.output import add_format_argument, print_json, print_table
 from paradyse_lab.errors import MAX_SEED, UserInputError
 from paradyse_lab.files.atomic_write import atomic_open
+from paradyse_lab.solvers import bench
+from paradyse_lab.solvers.registry import get_solver
 
 DEFAULT_OUT = "results/solver_bench.csv"
 
@@ -57,11 +61,6 @@ def write_csv(rows: list[dict], path: str | Path, columns) -> None:
 
 
 def run(args) -> int:
-    from tqdm import tqdm
-
-    from paradyse_lab.solvers import bench
-    from paradyse_lab.solvers.registry import get_solver
-
     sizes, options = _ints("--sizes", args.sizes), _ints("--options", args.options)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     groups = "groups" in kinds

@@ -15,10 +15,17 @@ import sys
 import time
 from pathlib import Path
 
+from paradyse_lab.app.measure.calibrate import SETTINGS_FILE, calibrate
+from paradyse_lab.app.measure.calibrate_options import CalibrateOptions, length_grid, machine_defaults
 from paradyse_lab.cli import collective_timeout, descriptions
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.cli.validate_run_command import output_folder
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG, load_cluster_toml
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, get_strategy, layout_unit
+from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
 from paradyse_lab.files.atomic_write import read_json_object
 from paradyse_lab.options import integer, number
+from paradyse_lab.runtime.launch.ranks import launch, torchrun_rank
 
 MAX_LENGTHS = 1024
 """Most profile lengths (`--lengths`) a calibration measures."""
@@ -46,13 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args):
     """Validated `paradyse_lab.app.measure.calibrate_options.CalibrateOptions` (`UserInputError` names the
     field); machine defaults where a flag is absent."""
-    from paradyse_lab.app.measure.calibrate_options import length_grid, machine_defaults
-    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.strategies import USABLE, get_strategy, layout_unit
-    from paradyse_lab.errors import MAX_REPEATS, require_positive_int
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm.nodes import node_of_this_rank
-    from paradyse_lab.runtime.launch.ranks import torchrun_rank
 
     d = machine_defaults()
     launched = torchrun_rank(args.nproc or None)  # refuses --nproc under torchrun, or its variables malformed
@@ -84,7 +86,6 @@ def options_from_args(args):
             why = get_strategy(name).violation(spec, nproc, s)
             if why:
                 raise UserInputError(f"--model {model!r} at --nproc {nproc}, length {s}: {why}")
-    from paradyse_lab.app.measure.calibrate_options import CalibrateOptions
 
     return CalibrateOptions(out=args.out, nproc=nproc, model=model, max_len=max_len, budget_s=float(budget),
                             lengths=args.lengths, repeats=args.repeats, warmup=args.warmup,
@@ -92,17 +93,11 @@ def options_from_args(args):
 
 
 def _rank_main(opts, progress: bool, group=None) -> None:
-    from paradyse_lab.app.measure.calibrate import calibrate
-
     calibrate(opts, group, progress)
 
 
 def run(args) -> int:
     """The `calibrate` command."""
-    from paradyse_lab.app.measure.calibrate import SETTINGS_FILE
-    from paradyse_lab.cli.validate_run_command import output_folder
-    from paradyse_lab.runtime.launch.ranks import launch
-
     opts = options_from_args(args)
     out = output_folder(opts.out)
     if args.force:
@@ -132,9 +127,7 @@ def run(args) -> int:
 
 def summarize(out: Path, state: dict) -> dict:
     """What the command prints: the cluster file's fitted numbers and the profile's extent."""
-    import pandas as pd
-
-    from paradyse_lab.cluster.files import load_cluster_toml
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
     cl = load_cluster_toml(out / "cluster.toml")
     prof = pd.read_csv(out / "profile.csv") if (out / "profile.csv").is_file() else pd.DataFrame()

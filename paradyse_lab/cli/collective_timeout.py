@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 
 from paradyse_lab.options import number
+from paradyse_lab.runtime.launch.ranks import COLLECTIVE_TIMEOUT_S, check_collective_timeout
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--collective-timeout` (seconds, default `COLLECTIVE_TIMEOUT_S`) to a command that starts ranks."""
-    from paradyse_lab.runtime.launch.ranks import COLLECTIVE_TIMEOUT_S
-
     parser.add_argument("--collective-timeout", dest="collective_timeout", type=number, default=COLLECTIVE_TIMEOUT_S,
                         metavar="SECONDS",
                         help="seconds a rank waits for its peers (to meet, and in each collective) before the run "
@@ -21,6 +20,4 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 
 def seconds(args: argparse.Namespace) -> float:
     """The checked `--collective-timeout` of parsed `args` (a `UserInputError` naming the allowed values)."""
-    from paradyse_lab.runtime.launch.ranks import check_collective_timeout
-
     return check_collective_timeout(float(args.collective_timeout))

@@ -9,14 +9,22 @@ each).
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
+from paradyse_lab.app.step_question import HEAD_CHOICES, StepQuestion, option_list, uniform_costs
 from paradyse_lab.cli.output import (
+    add_budget_arguments,
     add_cluster_arguments,
     add_format_argument,
+    add_reserve_argument,
+    budget_bytes,
     format_bytes,
     format_seconds,
     print_json,
     print_table,
+    reserve_bytes,
 )
+from paradyse_lab.core.layer_graph import GRANULARITIES
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.errors import UserInputError
 
@@ -29,8 +37,6 @@ def parse_int(field: str, text: str) -> int:
 
     Read exactly (decimal arithmetic, never through float: 2**53 + 1 stays itself), its range checked before
     any use, and refused with the text as typed; digits of other scripts are refused."""
-    from decimal import Decimal, InvalidOperation
-
     raw = text.strip().replace("_", "")
     if not raw.isascii():  # Decimal reads other scripts' digits ('٤٠٩٦') as numbers: refused, not guessed
         raise UserInputError(f"{field} must be a positive integer in ASCII digits (e.g. 4096 or 4K), got {text!r}")
@@ -54,8 +60,6 @@ def parse_options(text: str | None, recompute: bool, tiled: bool = False, offloa
     """Comma-separated option names (`NAME[+recompute][+tiled][+offload]`); default: the usable strategies
     (`two_d`: and the two-dimensional ones). Each flag given adds every option so far with it (`--recompute`,
     `--tiled-mlp`, `--offload`)."""
-    from paradyse_lab.app.step_question import option_list
-
     return option_list(split_names(text), recompute, tiled, offload, two_d=two_d)
 
 
@@ -97,9 +101,6 @@ def add_step_arguments(p):
 def question_of(args, seq_len: int | None = None):
     """The `StepQuestion` of the shared flags of `cost` and `plan` (`add_question_arguments`), at the step of
     --seq / --documents, or at `seq_len` when given."""
-    from paradyse_lab.app.step_question import StepQuestion
-    from paradyse_lab.cli.output import budget_bytes, reserve_bytes
-
     batch = parse_int("--batch", args.batch)
     docs = None
     if seq_len is None and getattr(args, "documents", None) is not None:
@@ -125,10 +126,6 @@ def add_question_arguments(p, head: bool = True) -> None:
     """The flags `cost`, `plan` and `solvers compare` share, with one set of defaults:
     model, cluster, GPUs, batch, options, techniques, granularity, head
     (unless `head` is False: solvers compare compares at the whole head), budget, reserve, cost model, kv heads."""
-    from paradyse_lab.app.step_question import HEAD_CHOICES
-    from paradyse_lab.cli.output import add_budget_arguments, add_reserve_argument
-    from paradyse_lab.core.layer_graph import GRANULARITIES
-
     p.add_argument("--model", required=True, help="preset name (see `paradyse-lab catalog models`), config.json or a "
                    "model folder holding one")
     add_cluster_arguments(p)
@@ -174,7 +171,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from paradyse_lab.app.step_question import uniform_costs
     from paradyse_lab.costmodel.factory import cost_model_label, priced_by  # pandas: only when run
 
     answer = uniform_costs(question_of(args))

@@ -16,7 +16,11 @@ from pathlib import Path
 from paradyse_lab.cli.output import add_format_argument, add_reserve_argument, print_json, print_table, reserve_bytes
 from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
 from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-from paradyse_lab.errors import UserInputError, require_positive_int, require_seed
+from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
+from paradyse_lab.costmodel.factory import calibration_profile, check_profile_device
+from paradyse_lab.costmodel.names import LEARNED_KINDS
+from paradyse_lab.errors import UserInputError, require_positive_int, require_seed, unknown_name
+from paradyse_lab.files.atomic_write import write_text_atomic
 from paradyse_lab.options import integer, number
 
 
@@ -82,13 +86,15 @@ def register(sub) -> None:
 
 def profile_path(args) -> Path:
     """The profile CSV of `--profiles`, else the bundled profile of `--cluster`'s device."""
-    from paradyse_lab.costmodel.profiles import default_profile
+    from paradyse_lab.costmodel.profiles import default_profile  # lazy: pandas: slow to load, only this path needs it
 
     return Path(args.profiles) if args.profiles else default_profile(get_cluster(args.cluster).device)
 
 
 def run_synth(args) -> int:
-    from paradyse_lab.costmodel.profiles import write_profiles
+    from paradyse_lab.costmodel.profiles import write_profiles  # lazy: pandas: slow to load, only this path needs it
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.synthetic import synthesize_profiles
 
     cluster = get_cluster(args.cluster)
@@ -118,10 +124,8 @@ def run_synth(args) -> int:
 
 
 def run_fit(args) -> int:
-    from paradyse_lab.costmodel.learned_fit import fit_profiles
-    from paradyse_lab.costmodel.names import LEARNED_KINDS
-    from paradyse_lab.costmodel.profiles import read_profiles
-    from paradyse_lab.errors import unknown_name
+    from paradyse_lab.costmodel.learned_fit import fit_profiles  # lazy: pandas: slow to load, only this path needs it
+    from paradyse_lab.costmodel.profiles import read_profiles  # lazy: pandas: slow to load, only this path needs it
 
     if args.kind not in LEARNED_KINDS:
         raise unknown_name("--kind", args.kind, LEARNED_KINDS)
@@ -133,8 +137,9 @@ def run_fit(args) -> int:
 
 
 def run_paper_profile(args) -> int:
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.paper_profile import paper_profile
-    from paradyse_lab.costmodel.profiles import write_profiles
+    from paradyse_lab.costmodel.profiles import write_profiles  # lazy: pandas: slow to load, only this path needs it
 
     if not 1 < args.ratio < float("inf"):
         raise UserInputError(f"--ratio must be a finite number > 1, got {args.ratio}")
@@ -150,11 +155,11 @@ def run_paper_profile(args) -> int:
 
 
 def run_fit_calibration(args) -> int:
-    from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.calibration import calibration_toml, fit_calibration
-    from paradyse_lab.costmodel.factory import calibration_profile, check_profile_device
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import profile_sources, read_profiles
-    from paradyse_lab.files.atomic_write import write_text_atomic
 
     base = get_cluster(args.cluster)
     if base.calibration:

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paradyse_lab.runtime.hf.export import export_hf, parse_size
+    from paradyse_lab.runtime.hf.export import export_hf, parse_size  # lazy: safetensors: only checkpoint paths need it
 
     limit = parse_size(args.max_shard_size)
     done = export_hf(args.checkpoint, args.out, limit)

@@ -6,10 +6,22 @@ step; `--out` writes one row per step (`STEP_COLUMNS`).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
+import time
+from pathlib import Path
 
 from paradyse_lab.cli.output import print_json, print_table
-from paradyse_lab.errors import UserInputError
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.simulator.group_exact import MAX_EXACT_ITEMS
+from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS
+from paradyse_lab.simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
+from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer
+from paradyse_lab.simulator.policy_spec import PolicySpec
+from paradyse_lab.simulator.round_steps import held_out_per_rank
+from paradyse_lab.workload.lengths import get_workload
 
 
 def _refuse_other_options(opts) -> None:
@@ -24,15 +36,7 @@ def _refuse_other_options(opts) -> None:
 def run_grouped(opts, groups: str) -> int:
     """Simulate `opts` (a `SimulateOptions` with a global batch) under the group policy `groups`; with
     --pack-tokens a global batch's items are packs of documents (a pack is one group's, as a sequence is)."""
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.simulator.group_exact import MAX_EXACT_ITEMS
-    from paradyse_lab.simulator.group_rounds import MAX_EXACT_ROUND_ITEMS
-    from paradyse_lab.simulator.grouped_runs import global_batches, simulate_grouped, summarize_grouped, workload_items
-    from paradyse_lab.simulator.grouped_steps import RING_POLICY, GroupPricer
-    from paradyse_lab.simulator.policy_spec import PolicySpec
-    from paradyse_lab.simulator.results import write_csv_atomic
-    from paradyse_lab.simulator.round_steps import held_out_per_rank
-    from paradyse_lab.workload.lengths import get_workload
+    from paradyse_lab.simulator.results import write_csv_atomic  # lazy: pandas: slow to load, only this path needs it
 
     _refuse_other_options(opts)
     setup = opts.run.setup(opts.packing)
@@ -85,14 +89,12 @@ def run_grouped(opts, groups: str) -> int:
 
 def run_groups_experiment(opts) -> int:
     """`paradyse-lab experiment groups`: every panel, the table, the targets and the figure."""
-    import contextlib
-    import sys
-    import time
-    from pathlib import Path
+    from paradyse_lab.app.reproduce_figures import draw_figure  # lazy: pandas: slow to load, only this path needs it
 
-    from paradyse_lab.app.reproduce_figures import draw_figure
-    from paradyse_lab.errors import require_positive_int
+    # lazy: matplotlib: slow to load, only the figures need it
     from paradyse_lab.figures.groups import NOTE as GROUPS_NOTE
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.simulator.groups_experiment import GroupsSetup, groups, target_checks
 
     run = opts.run

@@ -36,6 +36,7 @@ from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError, require_positive_int
 from paradyse_lab.files.atomic_write import check_output_file, is_temporary_output, write_text_atomic
 from paradyse_lab.options import integer
+from paradyse_lab.workload import text_data
 from paradyse_lab.workload.lengths import (
     BAND_NAMES,
     DEFAULT_SIZE,
@@ -45,6 +46,7 @@ from paradyse_lab.workload.lengths import (
     get_workload,
     pack_workload,
 )
+from paradyse_lab.workload.text_data import TEXT_FILE_SUFFIXES, load_tokenizer
 
 SHOWN_STEPS = 5
 """Packed steps printed from each end of a workload (`--format json` lists them all)."""
@@ -88,7 +90,6 @@ def _counter(tokenizer: str):
     if not Path(tokenizer).exists():
         raise UserInputError(f"--tokenizer must be one of {', '.join(sorted(TOKENIZERS))} or a tokenizer.json (or "
                              f"its folder), got {tokenizer!r}")
-    from paradyse_lab.workload.text_data import load_tokenizer
 
     loaded = load_tokenizer(tokenizer)
 
@@ -166,8 +167,6 @@ def is_text_dataset(path: Path) -> bool:
     """Whether `path` is what `train --tokenizer` reads as a dataset: a
     save_to_disk
     folder, a .jsonl / .parquet / .arrow file, or a folder holding such files."""
-    from paradyse_lab.workload.text_data import TEXT_FILE_SUFFIXES
-
     if path.is_file():
         return path.suffix in TEXT_FILE_SUFFIXES
     if any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
@@ -178,8 +177,6 @@ def is_text_dataset(path: Path) -> bool:
 def dataset_lengths(path: Path, tokenizer: str, column: str) -> list[int]:
     """Token counts of a text dataset's documents, read and tokenized as `train --tokenizer` reads them (one
     document per row of the text column; empty documents dropped)."""
-    from paradyse_lab.workload import text_data
-
     texts = text_data.read_texts(str(path), column, "DIR")
     if tokenizer in TOKENIZERS:
         lengths = [TOKENIZERS[tokenizer]([t.encode("utf-8")]) for t in texts]

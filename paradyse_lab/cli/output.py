@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.costmodel.names import COST_MODEL_NAMES
+from paradyse_lab.errors import UserInputError, require_number, unknown_name
 from paradyse_lab.options import integer, number
 from paradyse_lab.units import GIB, gib_to_bytes
+from paradyse_lab.workload.lengths import SAMPLINGS
 
 FORMATS = ("table", "json")
 
@@ -32,8 +37,6 @@ def add_packing_arguments(parser) -> None:
 def add_sampling_argument(parser) -> None:
     """Add `--sampling stratified|multinomial`: how the paper datasets' band counts are chosen
     (`SAMPLINGS`)."""
-    from paradyse_lab.workload.lengths import SAMPLINGS
-
     parser.add_argument("--sampling", default=SAMPLINGS[0],
                         help="github_code / grch38: stratified (default; each Table 3 band holds its share of the "
                         "sequences, rounded by largest remainder) or multinomial (each sequence's band drawn at "
@@ -62,8 +65,6 @@ def add_budget_arguments(parser) -> None:
 def budget_bytes(args) -> int | None:
     """The plan's budget in bytes from `--budget-gib` (or the deprecated `--budget-gb`, converted from GB with a
     warning on stderr); None when neither is given. One-line `UserInputError` for a bad number or both flags."""
-    from paradyse_lab.errors import UserInputError
-
     gib, gb = getattr(args, "budget_gib", None), getattr(args, "budget_gb", None)
     if gib is not None and gb is not None:
         raise UserInputError("give --budget-gib or the deprecated --budget-gb, not both")
@@ -84,8 +85,6 @@ def budget_bytes(args) -> int | None:
 def reserve_bytes(args, default: int | None = None) -> int | None:
     """`--reserve-gib` in bytes (`default` when not given: None means the cluster's reserve), or a one-line
     error when it is negative, not a number or beyond 1e9 GiB (shown as typed)."""
-    from paradyse_lab.errors import require_number
-
     if args.reserve_gb is None:
         return default
     return gib_to_bytes(require_number("--reserve-gib", args.reserve_gb, 0.0, 1e9))
@@ -94,16 +93,11 @@ def reserve_bytes(args, default: int | None = None) -> int | None:
 def cost_model_help(what: str = "cost model the policy plans with") -> str:
     """The names a `--cost-model` option accepts: the registry's (`COST_MODEL_NAMES`, so models added there
     show up everywhere) or a .joblib file."""
-    from paradyse_lab.costmodel.names import COST_MODEL_NAMES
-
     return f"{what}: {'|'.join(COST_MODEL_NAMES)}|FILE.joblib"
 
 
 def check_cost_model_name(name: str, option: str = "--cost-model") -> None:
     """`UserInputError` unless `name` is in COST_MODEL_NAMES or a .joblib path (checked before ranks start)."""
-    from paradyse_lab.costmodel.names import COST_MODEL_NAMES
-    from paradyse_lab.errors import unknown_name
-
     if name not in COST_MODEL_NAMES and not name.endswith(".joblib"):
         raise unknown_name(option, name, list(COST_MODEL_NAMES) + ["<file.joblib>"])
 
@@ -139,8 +133,6 @@ def print_json(obj) -> None:
 
 def add_cluster_arguments(parser) -> None:
     """Add `--cluster NAME|FILE` and `--gpus N` (the cluster at another GPU count, no TOML file needed)."""
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"preset or .toml file (default {DEFAULT_CLUSTER})")
     parser.add_argument("--gpus", type=integer, default=None, metavar="N",
                         help="plan for N GPUs of the cluster's kind (default: the cluster's own count)")
@@ -148,6 +140,4 @@ def add_cluster_arguments(parser) -> None:
 
 def cluster_of(args):
     """The `ClusterSpec` of `--cluster` at `--gpus` (`cluster_with_gpus`)."""
-    from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-
     return cluster_with_gpus(get_cluster(args.cluster), getattr(args, "gpus", None))

@@ -13,15 +13,18 @@ from __future__ import annotations
 import argparse
 import os
 
+from paradyse_lab.app.measure.profiler import ProfileOptions, profile, profile_distributed, write_rows_atomic
 from paradyse_lab.cli import descriptions
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int, require_seed
+from paradyse_lab.options import add_dataclass_arguments, from_namespace
+from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET
 
 
 def run(args) -> int:
     """The `profile` command (imports torch here, not at registration)."""
-    import torch
-
-    from paradyse_lab.app.measure.profiler import profile, profile_distributed, write_rows_atomic
-    from paradyse_lab.errors import UserInputError
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     opts = parse_options(args)
     if opts.mode == "distributed":
@@ -49,11 +52,6 @@ def run(args) -> int:
 
 def parse_options(args):
     """`paradyse_lab.app.measure.profiler.ProfileOptions` from checked arguments: `UserInputError` on bad input."""
-    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
-    from paradyse_lab.core.strategies import StrategyOption
-    from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int, require_seed
-    from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET
-
     def ints(text: str, what: str) -> tuple[int, ...]:
         try:
             vals = tuple(int(v) for v in str(text).split(",") if v.strip())
@@ -90,8 +88,6 @@ def parse_options(args):
         raise UserInputError("--mode rank-local needs --p (the world size to emulate)")
     if args.mode == "rank-local" and args.rank >= args.p:
         raise UserInputError(f"--rank must be below --p ({args.p}), got {args.rank}")
-    from paradyse_lab.app.measure.profiler import ProfileOptions
-    from paradyse_lab.options import from_namespace
 
     return from_namespace(ProfileOptions, args, seqs=seqs, strategies=strategies)
 
@@ -99,9 +95,6 @@ def parse_options(args):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `paradyse-lab costmodel profile`: one per field of the profiler's `ProfileOptions`, and
     --out."""
-    from paradyse_lab.app.measure.profiler import ProfileOptions
-    from paradyse_lab.options import add_dataclass_arguments
-
     add_dataclass_arguments(parser, ProfileOptions)
     parser.add_argument("--out", required=True, help="profile CSV to write (atomically)")
 

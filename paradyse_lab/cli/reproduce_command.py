@@ -10,13 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+from paradyse_lab.cli.simulate_options import ReproduceOptions
 from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.options import add_dataclass_arguments, from_namespace
 
 
 def register(sub) -> None:
-    from paradyse_lab.cli.simulate_options import ReproduceOptions
-    from paradyse_lab.options import add_dataclass_arguments
-
     p = sub.add_parser(
         "reproduce", help="run every experiment, draw every figure, write REPORT.md",
         description="Figure 2's six panels, Table 5, the headline numbers (and their spread over 5 workload seeds), "
@@ -29,9 +28,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from paradyse_lab.app.reproduce import reproduce
-    from paradyse_lab.cli.simulate_options import ReproduceOptions
-    from paradyse_lab.options import from_namespace
+    from paradyse_lab.app.reproduce import reproduce  # lazy: pandas: slow to load, only this path needs it
 
     opts = from_namespace(ReproduceOptions, args)
     get_cluster(opts.cluster)

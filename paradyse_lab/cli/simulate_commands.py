@@ -15,14 +15,20 @@ import time
 from pathlib import Path
 
 from paradyse_lab.cli.output import cost_model_help, print_json, print_table
-from paradyse_lab.cli.simulate_options import EXPERIMENTS  # noqa: F401 - the experiments' names, as before
+from paradyse_lab.cli.simulate_options import (
+    EXPERIMENTS,  # noqa: F401 - the experiments' names, as before
+    MAX_GLOBAL_BATCH,
+    ExperimentOptions,
+    SimulateOptions,
+)
 from paradyse_lab.core.strategies import layout_unit
+from paradyse_lab.costmodel.factory import resolve_cost_model
+from paradyse_lab.errors import require_positive_int
+from paradyse_lab.options import add_dataclass_arguments, from_namespace
+from paradyse_lab.simulator.policy_spec import PolicySpec
 
 
 def register(sub) -> None:
-    from paradyse_lab.cli.simulate_options import ExperimentOptions, SimulateOptions
-    from paradyse_lab.options import add_dataclass_arguments
-
     p = sub.add_parser(
         "simulate", help="simulate one training run over a workload",
         description="Simulate training over a workload's lengths (sorted ascending, as the paper trains) "
@@ -55,13 +61,9 @@ def register(sub) -> None:
 
 
 def run_simulate(args) -> int:
-    from paradyse_lab.cli.simulate_options import SimulateOptions
-    from paradyse_lab.costmodel.factory import resolve_cost_model
-    from paradyse_lab.options import from_namespace
-    from paradyse_lab.simulator.experiments import run_one
-    from paradyse_lab.simulator.policy_spec import PolicySpec
-    from paradyse_lab.simulator.results import write_csv_atomic
-    from paradyse_lab.simulator.run_metrics import summarize
+    from paradyse_lab.simulator.experiments import run_one  # lazy: pandas: slow to load, only this path needs it
+    from paradyse_lab.simulator.results import write_csv_atomic  # lazy: pandas: slow to load, only this path needs it
+    from paradyse_lab.simulator.run_metrics import summarize  # lazy: pandas: slow to load, only this path needs it
 
     opts = from_namespace(SimulateOptions, args)
     groups = opts.grouping.group_policy(opts.policy)
@@ -98,9 +100,7 @@ def _pct(x) -> str:
 
 
 def run_experiment(args) -> int:
-    from paradyse_lab.cli.simulate_options import MAX_GLOBAL_BATCH, ExperimentOptions
-    from paradyse_lab.errors import require_positive_int
-    from paradyse_lab.options import from_namespace
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.simulator import ablation_experiment, experiments
 
     opts = from_namespace(ExperimentOptions, args)
@@ -161,8 +161,9 @@ def run_experiment(args) -> int:
 
 
 def _run_packing(setup, root: Path, opts) -> int:
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.app.reproduce_figures import PAPER_FIGURE_NOTE, draw_figure
-    from paradyse_lab.simulator import packing_experiment
+    from paradyse_lab.simulator import packing_experiment  # lazy: pandas: slow to load, only this path needs it
 
     table = packing_experiment.packing(setup, root, force=opts.force, progress=sys.stderr.isatty())
     notes = {"analytic": None, "paper": PAPER_FIGURE_NOTE}  # None: the figure's own analytic-model note

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
 from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-from paradyse_lab.errors import UserInputError, require_number, require_positive_int
+from paradyse_lab.core.layer_graph import GRANULARITIES
+from paradyse_lab.errors import UserInputError, require_number, require_positive_int, unknown_name
+from paradyse_lab.simulator.grouped_steps import check_group_policy
+from paradyse_lab.units import gib_to_bytes
+from paradyse_lab.workload.lengths import SAMPLINGS
+from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
 
 EXPERIMENTS = ("fig2", "table5", "packing", "groups")
 FORMATS = ("table", "json")
@@ -59,12 +65,8 @@ class SimulationOptions:
     def setup(self, packing: PackingOptions | None = None, cost_model: str = "analytic"):
         """The simulator's `Setup` of these options (and `packing`), every value checked (one-line errors);
         `cost_model`: the command's default truth model when --truth-cost-model is not given."""
-        from paradyse_lab.cluster.files import cluster_with_gpus, get_cluster
-        from paradyse_lab.core.layer_graph import GRANULARITIES
-        from paradyse_lab.errors import unknown_name
+        # lazy: pandas: slow to load, only this path needs it
         from paradyse_lab.simulator.experiments import EXPERIMENT_SIZE, Setup
-        from paradyse_lab.units import gib_to_bytes
-        from paradyse_lab.workload.lengths import SAMPLINGS
 
         cluster_with_gpus(get_cluster(self.cluster), self.gpus)  # a bad name or count: refused before any run
         if self.granularity not in GRANULARITIES:
@@ -95,8 +97,6 @@ class PackingOptions:
 
     def setup_fields(self) -> dict:
         """`pack_tokens` / `pack_order` as `Setup` fields, checked (none when not packing)."""
-        from paradyse_lab.workload.packing import MAX_TOKEN_BUDGET, PACK_ORDERS
-
         if self.pack_tokens is None:
             return {}
         if self.pack_order not in PACK_ORDERS:
@@ -138,8 +138,6 @@ class GroupOptions:
 
     def group_policy(self, policy: str) -> str:
         """--groups checked against --policy and the batch flags (one-line errors)."""
-        from paradyse_lab.simulator.grouped_steps import check_group_policy
-
         if not self.active:
             if self.groups or self.runnable_groups:
                 raise UserInputError("--groups and --runnable-groups need --global-batch N or --global-batch-tokens T")

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import sys
 
+from paradyse_lab.app.api import memory_breakdown
+from paradyse_lab.app.max_length import longest_length
+from paradyse_lab.app.step_question import QuestionContext, plan_question
 from paradyse_lab.cli.cost_command import (
+    MAX_COUNT,
     add_question_arguments,
     add_step_arguments,
     parse_int,
@@ -26,7 +30,9 @@ from paradyse_lab.cli.output import (
     print_table,
 )
 from paradyse_lab.core.search_problem import SearchProblem
+from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.solvers import get_solver
 
 SOLVER_HELP = "heuristic (the paper's Algorithm 1), dp, ilp, greedy, brute_force or static:NAME"
 COMPARED = ("heuristic", "greedy", "dp", "ilp")
@@ -69,8 +75,6 @@ def register(sub) -> None:
 def build_problem(args, seq_len: int | None = None, head: str = "whole") -> tuple[SearchProblem, str]:
     """The problem of the question of `args` (cost_command.question_of) at seq_len (default: the step of --seq
     or --documents) with the head option `head`, and what the step is."""
-    from paradyse_lab.app.step_question import QuestionContext
-
     problem, what, _ = QuestionContext(question_of(args, seq_len)).problem(head)
     return problem, what
 
@@ -110,9 +114,6 @@ def _print_solution(problem: SearchProblem, solution, fmt: str, title: str, head
 
 
 def run_plan(args) -> int:
-    from paradyse_lab.app.step_question import plan_question
-    from paradyse_lab.solvers import get_solver
-
     if args.max_length:
         return run_max_length(args, get_solver(args.solver))
     question = question_of(args)
@@ -131,8 +132,6 @@ class _LazySolver:
         self.name, self.solver = name, None
 
     def solve(self, problem):
-        from paradyse_lab.solvers import get_solver
-
         if self.solver is None:
             self.solver = get_solver(self.name)
         return self.solver.solve(problem)
@@ -140,12 +139,6 @@ class _LazySolver:
 
 def run_max_length(args, solver) -> int:
     """`plan --max-length`: the longest length that fits, its plan, predicted step time and memory."""
-    from paradyse_lab.app.api import memory_breakdown
-    from paradyse_lab.app.max_length import longest_length
-    from paradyse_lab.app.step_question import QuestionContext
-    from paradyse_lab.cli.cost_command import MAX_COUNT
-    from paradyse_lab.core.strategies import layout_unit
-
     ctx = QuestionContext(question_of(args, seq_len=1))
     model, p, heads = ctx.model, ctx.cluster.gpus, ctx.heads
     cap = model.max_positions or MAX_COUNT
@@ -171,8 +164,6 @@ def run_max_length(args, solver) -> int:
 
 
 def run_solve(args) -> int:
-    from paradyse_lab.solvers import get_solver
-
     solver = get_solver(args.solver)
     problem = SearchProblem.from_json(args.problem)
     title = f"{args.problem}: {problem.num_decisions} decisions x {problem.num_options} options"
@@ -180,8 +171,6 @@ def run_solve(args) -> int:
 
 
 def run_compare(args) -> int:
-    from paradyse_lab.solvers import get_solver
-
     seqs = [parse_int("--seqs", s) for s in args.seqs.split(",") if s.strip()]
     if not seqs:
         raise UserInputError("--seqs needs at least one length, e.g. 16K,64K")

@@ -9,19 +9,28 @@ What a run does: the options' module docstring; the planner it trains with: the 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
+import sys
 
 from paradyse_lab.app.train_options import TrainOptions
+from paradyse_lab.app.training import train, with_folder_weights
 from paradyse_lab.cli import collective_timeout, descriptions
-from paradyse_lab.errors import UserInputError
-from paradyse_lab.options import integer, number
+from paradyse_lab.cli import main as cli_main
+from paradyse_lab.cli.output import BUDGET_GB_DEPRECATED, check_cost_model_name, cost_model_help
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG
+from paradyse_lab.errors import UserInputError, require_number, require_positive_int
+from paradyse_lab.options import add_dataclass_arguments, from_namespace, integer, number
+from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments
+from paradyse_lab.runtime.launch.cpu_threads import set_rank_threads
+from paradyse_lab.runtime.launch.ranks import run_rank, torchrun_rank
+from paradyse_lab.runtime.training.run_inputs import check_log_file, check_options
+from paradyse_lab.simulator.policy_spec import PolicySpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `paradyse-lab train`: one per field of TrainOptions, and
     --nproc (how to launch, not part of the run)."""
-    from paradyse_lab.cli.output import cost_model_help
-    from paradyse_lab.options import add_dataclass_arguments
-
     add_dataclass_arguments(parser, TrainOptions, help_suffix={"cost_model": cost_model_help("").lstrip(": ")})
     parser.add_argument("--nproc", "--gpus", dest="nproc", type=integer, default=None,
                         help="spawn this many local processes (single-command launcher; not under torchrun); the "
@@ -34,20 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace):
     """`TrainOptions` from parsed arguments (validated)."""
-    from paradyse_lab.cli.output import check_cost_model_name
-    from paradyse_lab.cluster.files import MAX_GPUS_FLAG
-    from paradyse_lab.errors import require_positive_int
-    from paradyse_lab.options import from_namespace
-    from paradyse_lab.runtime.launch.ranks import torchrun_rank
-    from paradyse_lab.runtime.training.run_inputs import check_log_file, check_options
-    from paradyse_lab.simulator.policy_spec import PolicySpec
-
     PolicySpec.parse(args.policy, args.recompute, args.granularity)  # one-line errors before any process starts
     check_cost_model_name(args.cost_model)
     if args.nproc is not None:  # before any arithmetic on it (a launcher of 10**30 processes)
         require_positive_int("--nproc", args.nproc, MAX_GPUS_FLAG)
     torchrun_rank(args.nproc)  # torchrun's variables with --nproc, or malformed ones: refused before any rank starts
-    from paradyse_lab.app.training import with_folder_weights
 
     collective_timeout.seconds(args)
     opts = with_folder_weights(from_namespace(TrainOptions, args, **_deprecated_budget(args)))
@@ -75,10 +75,6 @@ def _deprecated_budget(args: argparse.Namespace) -> dict:
         return {}
     if args.budget_gib:
         raise UserInputError("give --budget-gib or the deprecated --budget-gb, not both")
-    import sys
-
-    from paradyse_lab.cli.output import BUDGET_GB_DEPRECATED
-    from paradyse_lab.errors import require_number
 
     require_number("--budget-gb", gb, 0.0, 1e9)
     print(f"warning: {BUDGET_GB_DEPRECATED}", file=sys.stderr)
@@ -88,9 +84,7 @@ def _deprecated_budget(args: argparse.Namespace) -> dict:
 def default_nproc() -> int | None:
     """--nproc when it is not given: the local GPU count on a CUDA machine with more than one GPU (one process
     per GPU: the planner's p is the world size), said on stderr; None (one process) otherwise."""
-    import sys
-
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count < 2:
@@ -104,12 +98,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
     imports left (torch, the planner, the runtime: a rank's whole life) is frozen first (`gc.freeze`), so that
     the garbage collector's full passes while the rank trains, the first optimizer's import of torch._dynamo
     among them (~0.4 CPU s less), no longer walk it; frozen objects are still freed by reference counting."""
-    import gc
-
     import torch  # noqa: F401 - a spawned rank's first import of torch, before the freeze
-
-    from paradyse_lab.app.training import train
-    from paradyse_lab.runtime.launch.ranks import run_rank
 
     gc.freeze()
     run_rank(rank, world, train, (opts,), port, timeout_s)
@@ -119,11 +108,6 @@ def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
     gets expandable segments unless the user configured it; spawned ranks inherit
     it."""
-    import os
-
-    from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments
-    from paradyse_lab.runtime.launch.ranks import torchrun_rank
-
     opts = options_from_args(args)
     timeout_s = collective_timeout.seconds(args)
     use_expandable_segments(os.environ)
@@ -151,9 +135,7 @@ def run(args: argparse.Namespace) -> int:
 def _one_process_threads() -> None:
     """A one-process CPU run computes with the cores the machine has free (the run's
     first lines say how many); a CUDA run, or OMP_NUM_THREADS set, is left as it is."""
-    import torch
-
-    from paradyse_lab.runtime.launch.cpu_threads import set_rank_threads
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     if not torch.cuda.is_available():
         set_rank_threads(1)
@@ -171,8 +153,4 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`paradyse-lab train ARGV` (tests and scripts): the exit code, errors as one line on stderr."""
-    import sys
-
-    from paradyse_lab.cli import main as cli_main
-
     return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])

@@ -38,11 +38,16 @@ import json
 import sys
 from pathlib import Path
 
+from paradyse_lab.app.measure.calibrate_options import length_grid
 from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.cli.output import add_format_argument, check_cost_model_name, cost_model_help, print_table
+from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
+from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.errors import MAX_REPEATS, UserInputError, require_positive_int
-from paradyse_lab.files.atomic_write import read_json_object
+from paradyse_lab.files.atomic_write import read_json_object, write_text_atomic
 from paradyse_lab.options import integer
+from paradyse_lab.runtime.launch.ranks import default_nproc, launch, torchrun_rank
+from paradyse_lab.workload.lengths import MAX_SIZE, get_workload
 
 DEFAULT_STEPS = 10
 DEFAULT_REPEATS = 3
@@ -74,11 +79,8 @@ def register(sub) -> None:
 
 
 def _options(args):
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.app.validate_run import POLICIES, ValidateOptions
-    from paradyse_lab.cluster.files import MAX_GPUS_FLAG, get_cluster
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.runtime.launch.ranks import torchrun_rank
-    from paradyse_lab.workload.lengths import MAX_SIZE, get_workload
 
     out = output_folder(args.out)
     cal = {}
@@ -143,23 +145,17 @@ def output_folder(path: str) -> Path:
 def default_lengths_file(out: Path, max_len: int, steps: int, nproc: int) -> str:
     """`file:DIR/validate_lengths.txt`: `steps` lengths from max-len/16 to max-len, geometric, multiples of 2p
     (the calibration's grid: the sampled workloads are multiples of 512, too coarse for a CPU run)."""
-    from paradyse_lab.app.measure.calibrate_options import length_grid
-    from paradyse_lab.files.atomic_write import write_text_atomic
-
     path = out / "validate_lengths.txt"
     write_text_atomic(path, "".join(f"{s}\n" for s in length_grid(max_len, steps, 2 * nproc)))
     return f"file:{path}"
 
 
 def _default_nproc() -> int:
-    from paradyse_lab.runtime.launch.ranks import default_nproc
-
     return default_nproc()
 
 
 def run(args) -> int:
-    from paradyse_lab.app.validate_run import execute_policies
-    from paradyse_lab.runtime.launch.ranks import launch
+    from paradyse_lab.app.validate_run import execute_policies  # lazy: pandas: slow to load, only this path needs it
 
     opts = _options(args)
     Path(opts.out).mkdir(parents=True, exist_ok=True)
@@ -175,11 +171,13 @@ def run(args) -> int:
 def finish(opts, skip_steps: int, formats: tuple[str, ...] | None = None) -> dict:
     """After the runs: pair every step with its replay, write the CSVs and the figure (in `formats`; None: the
     figures' own, PNG and PDF), return the result."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
-    from paradyse_lab.app.validate_run import pair, run_totals
+    from paradyse_lab.app.validate_run import pair, run_totals  # lazy: pandas: slow to load, only this path needs it
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.simulator.replay import agreement_where_separated, compare
-    from paradyse_lab.simulator.results import write_csv_atomic
+    from paradyse_lab.simulator.results import write_csv_atomic  # lazy: pandas: slow to load, only this path needs it
 
     steps = pair(opts.out, skip_steps)
     out = Path(opts.out)
@@ -229,7 +227,9 @@ def print_result(result: dict) -> None:
 
 
 def _figure(out: Path, formats: tuple[str, ...] | None) -> None:
-    from paradyse_lab.figures import validate_run
+    from paradyse_lab.figures import validate_run  # lazy: matplotlib: slow to load, only the figures need it
+
+    # lazy: matplotlib: slow to load, only the figures need it
     from paradyse_lab.figures._common import FORMATS, MissingCSV
 
     formats = FORMATS if formats is None else formats

@@ -57,6 +57,7 @@ settings in the same DIR are an error. Then: `paradyse-lab costmodel ablate --pr
 
 from __future__ import annotations
 
+import csv
 import datetime as _dt
 import json
 import platform
@@ -75,9 +76,15 @@ from paradyse_lab.app.measure.calibrate_kernels import (
 )
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions, length_grid, profile_options
 from paradyse_lab.app.measure.calibrate_profile import measure_profile, option_name
+from paradyse_lab.app.measure.profiler import device_name
 from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables
+from paradyse_lab.cluster.measured import Measurements, fit_collectives, measured_cluster_toml
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
+from paradyse_lab.results.software_versions import software_versions, versions_text
+from paradyse_lab.runtime.launch.ranks import agree
 
 KERNELS_DIR = "kernels"
 """DIR's folder of the replay model's kernel tables."""
@@ -87,9 +94,6 @@ SETTINGS_FILE = "calibrate.json"
 
 def provenance(device, opts: CalibrateOptions, p: int) -> dict:
     """The cluster file's [provenance] table: host, device, software, platform, date and the command."""
-    from paradyse_lab.app.measure.profiler import device_name
-    from paradyse_lab.results.software_versions import software_versions, versions_text
-
     return {"host": socket.gethostname(), "device": device_name(device),
             "software": versions_text(software_versions(device=device)),
             "platform": platform.platform(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -100,15 +104,14 @@ def provenance(device, opts: CalibrateOptions, p: int) -> dict:
 def calibrate(opts: CalibrateOptions, group=None, progress: bool = True) -> dict | None:
     """Run every stage on this rank (call on every rank of `group`); rank 0 writes DIR and returns the
     summary (other ranks return None)."""
-    import pandas as pd
-    import torch
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.cluster.measured import Measurements, fit_collectives, measured_cluster_toml
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.strategies import layout_unit
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm.nodes import node_layout
-    from paradyse_lab.runtime.launch.ranks import agree
 
     p, rank = comm.size(group), comm.rank(group)
     nodes = node_layout(group)  # collectives inside one node, and over the rails across nodes
@@ -191,10 +194,12 @@ def _replay_stage(opts: CalibrateOptions, out: Path, spec, lengths, budget: Budg
                   state: dict) -> dict:
     """Stage 3 on every rank (module docstring): rank 0 traces and writes DIR/kernels/; every rank times each
     point at once (rank 0's values), the budget decisions rank 0's."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.launch.ranks import agree
+
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 
     p, rank = comm.size(group), comm.rank(group)
@@ -224,10 +229,10 @@ def _replay_stage(opts: CalibrateOptions, out: Path, spec, lengths, budget: Budg
 def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, group, bar) -> list[str]:
     """Stage 4 on every rank: the profile points DIR/profile.csv does not hold yet (`measure_profile`), rank 0
     rewriting the file after each; the points skipped, as 'option@length: reason'."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.launch.ranks import agree
 
     rank = comm.rank(group)
     done = {}
@@ -249,14 +254,12 @@ def _profile_stage(opts: CalibrateOptions, out: Path, lengths, budget: Budget, g
 
 
 def _gpu_name(device) -> str:
-    from paradyse_lab.app.measure.profiler import device_name
-
     return device_name(device)
 
 
 def _read_rows(path: Path):
     """A measured CSV as a DataFrame (None when empty or absent)."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
     return pd.read_csv(path) if path.is_file() and path.stat().st_size else None
 
@@ -269,8 +272,6 @@ def _collective_points(df) -> dict:
 
 
 def _write_csv(path: Path, rows: list[dict], columns) -> None:
-    import csv
-
     with atomic_open(path) as f:
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()

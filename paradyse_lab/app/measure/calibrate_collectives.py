@@ -13,6 +13,9 @@ import statistics
 import time
 
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
+from paradyse_lab.cluster.spec import COLLECTIVES
+from paradyse_lab.costmodel.formulas import sharded_params
+from paradyse_lab.runtime.launch.ranks import agree
 
 COLLECTIVE_SIZES = tuple(4096 * 4**i for i in range(7)) + (32 * 2**20,)
 """Buffer bytes per collective call (nccl-tests' S): 4 KiB, 16 KiB, ... 16 MiB, 32 MiB."""
@@ -28,8 +31,9 @@ def sync_device(device) -> None:
 
 def time_call(fn, device, group, barrier: bool = True) -> float:
     """Seconds of one call of `fn` on this rank, started together on every rank."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     if barrier and comm.size(group) > 1:
@@ -43,9 +47,10 @@ def time_call(fn, device, group, barrier: bool = True) -> float:
 
 def slowest_over_ranks(values: list[float], device, group) -> list[float]:
     """Element-wise max over ranks."""
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: torch takes seconds to load; only this path runs it
+    import torch.distributed as dist  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.size(group) == 1:
@@ -59,9 +64,12 @@ def collective_fn(op: str, nbytes: int, device, dtype, group):
     """A call of the runtime's collective or exchange `op` on a buffer of `nbytes` (nccl-tests' S) at
     this
     group's size."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     p = comm.size(group)
@@ -96,8 +104,6 @@ def collective_fn(op: str, nbytes: int, device, dtype, group):
 def collective_sizes(spec, max_len: int, p: int) -> list[int]:
     """COLLECTIVE_SIZES up to the first one at least twice the largest buffer a strategy passes to one call
     (a sub-layer's gathered weights, or the [s, h] activations at max_len), whichever is larger."""
-    from paradyse_lab.costmodel.formulas import sharded_params
-
     e = 2 if spec.dtype != "fp32" else 4
     largest = max(sharded_params(spec, "mlp"), sharded_params(spec, "attention"), max_len * spec.hidden) * e
     out = []
@@ -116,9 +122,8 @@ def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dt
                         ops: tuple[str, ...] = ()) -> list[dict]:
     """Rows (op, ranks, buffer_bytes, median_s, repeats) of every collective kind (or `ops`) and size that fit,
     over `group` (across nodes: one node's ranks, or a rail)."""
-    from paradyse_lab.cluster.spec import COLLECTIVES
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.launch.ranks import agree
 
     p = comm.size(group)
     rows = []

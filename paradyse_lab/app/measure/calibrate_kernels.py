@@ -10,16 +10,21 @@ import statistics
 
 from paradyse_lab.app.measure.calibrate_collectives import slowest_over_ranks, time_call
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions, profile_options
+from paradyse_lab.app.measure.kernel_bench import KERNEL_LABELS, _attention_point, _gemm_fn, gemm_shapes, measure
+from paradyse_lab.app.measure.step_counts import counting, epilogue_s, runtime_dispatch_s, step_counts
+from paradyse_lab.core.strategies import layout_unit
+from paradyse_lab.runtime.launch.ranks import agree
 
 
 def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, device, dtype, group, bar):
     """(gemm rows, attention rows) measured on every rank at once; rank 0's values."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.app.measure.kernel_bench import _attention_point, _gemm_fn, gemm_shapes, measure
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention import kernels as attention
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.launch.ranks import agree
 
     p = comm.size(group)
     dname = str(dtype).replace("torch.", "")
@@ -39,7 +44,6 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
         gemm_rows.append({**shp, "dtype": dname, "median_s": sec, "repeats": reps, "flops": flops})
     if bar is not None:
         bar.update(1)
-    from paradyse_lab.app.measure.kernel_bench import KERNEL_LABELS
 
     kernel = attention.backend(torch.empty(1, device=device, dtype=dtype))  # the kernel the runtime calls
     fwd, bwd = attention._KERNELS[kernel]
@@ -73,8 +77,8 @@ def dispatch_chain(device, dtype):
     """A function running forward and backward of `DISPATCH_CHAIN_BLOCKS` blocks of a sub-layer's memory-bound
     operators (layer norm, GELU, views, a scaled residual add) on a [4, 16] tensor that requires grad: at this
     size each operator costs its dispatch and autograd bookkeeping, not its arithmetic."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # lazy: torch takes seconds to load; only this path runs it
+    import torch.nn.functional as F  # lazy: torch takes seconds to load; only this path runs it
 
     gen = torch.Generator(device=device).manual_seed(0)
     x, w, b = (torch.randn(n, device=device, dtype=dtype, generator=gen).requires_grad_() for n in ((4, 16), 16, 16))
@@ -92,9 +96,6 @@ def dispatch_chain(device, dtype):
 def measure_dispatch_s(device, dtype) -> float:
     """Seconds per operator dispatch of a training step: the dispatch chain (`dispatch_chain`) timed, over the
     operators step_counts.py's counter counts in it (the unit of the step counts' launches)."""
-    from paradyse_lab.app.measure.kernel_bench import measure
-    from paradyse_lab.app.measure.step_counts import counting
-
     run = dispatch_chain(device, dtype)
     with counting() as tally:
         run()
@@ -112,11 +113,9 @@ def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     bandwidth at the model's activation size, the ring's overlap with compute, what a blocking collective
     costs after compute (`measure_sync`) and the step epilogue's seconds (step_counts.py `epilogue_s`), every
     rank at once as in training."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.app.measure.kernel_bench import measure
-    from paradyse_lab.app.measure.step_counts import epilogue_s, runtime_dispatch_s
-    from paradyse_lab.core.strategies import layout_unit
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     launch_s = measure_dispatch_s(device, dtype)
@@ -153,8 +152,9 @@ def measure_sync(spec, t: int, device, dtype, group) -> float:
     (a chain of `SYNC_CHAIN_CALLS` x (GEMM of a sub-layer's shape, all-gather of the [t, h] activation) - the
     GEMMs alone - the all-gathers back to back) / `SYNC_CHAIN_CALLS`, median of 3 rounds of the slowest rank's
     times, at least 0 (0 on one rank)."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     if comm.size(group) == 1:
@@ -185,9 +185,12 @@ def measure_sync(spec, t: int, device, dtype, group) -> float:
 def measure_overlap(spec, t: int, device, dtype, group) -> float:
     """Fraction of a ring exchange that hides behind a GEMM running meanwhile: (GEMM + exchange - together)
     / the shorter of the two, median of 3 rounds, the slowest rank's times (1.0 on one rank)."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     if comm.size(group) == 1:
@@ -221,9 +224,7 @@ def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> d
     tokens, so the shortest lengths that split give them at the least cost), the whole model at the two
     shortest profile `lengths`; bytes scaled to `dtype` (16-bit: halved, which overcounts the few fp32
     accumulators' savings)."""
-    import torch
-
-    from paradyse_lab.app.measure.step_counts import step_counts
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     scale = torch.empty((), dtype=dtype).element_size() / 4
     counts = step_counts(spec, p, profile_options(recompute), (unit, 2 * unit),
@@ -233,7 +234,7 @@ def counted_steps(spec, p: int, unit: int, lengths, recompute: bool, dtype) -> d
 
 def device_memory_bytes(device, ranks: int) -> int:
     """CUDA: the device's memory; CPU: physical memory shared by the ranks."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from paradyse_lab.runtime.launch.ranks import default_nproc
+
 STAGE_SHARES = {"collectives": 0.10, "kernels": 0.20, "replay": 0.15, "profile": 0.55}
 """Fraction of --budget-s each stage may use (a stage's leftover goes to the next)."""
 
@@ -41,9 +43,7 @@ class CalibrateOptions:
 def machine_defaults() -> dict:
     """Defaults that suit this machine: GPUs -> all of them, gpt2 up to 1024 tokens, 9 minutes; CPU ->
     2 processes, gpt2-cpu up to 1024 tokens, 6 minutes (docs/results.md, "Simulation against execution")."""
-    import torch
-
-    from paradyse_lab.runtime.launch.ranks import default_nproc
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     if torch.cuda.is_available():
         return {"nproc": default_nproc(), "model": "gpt2", "max_len": 1024, "budget_s": 540.0}
@@ -65,6 +65,7 @@ def length_grid(max_len: int, count: int, unit: int) -> list[int]:
 
 def profile_options(recompute: bool) -> list[str]:
     """Strategy options the profile measures: every runtime strategy, with and without recomputation."""
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
 
     names = list(STRATEGY_MODULES)

@@ -5,16 +5,15 @@ length (`measured-distributed`), lengths ascending, as many points as the budget
 from __future__ import annotations
 
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions, profile_options
+from paradyse_lab.app.measure.profiler import ProfileOptions, profile
+from paradyse_lab.runtime.launch.ranks import agree
 
 
 def measure_profile(opts: CalibrateOptions, lengths, budget: Budget, group, bar, done, write) -> list[str]:
     """Profile every (length, option) not in `done`, lengths ascending; at each length the options whose
     predicted time (from the option's previous length, growing as s^1.5) still fits run in one call, then
     `write(rows)`. Returns the skipped points as 'option@length: reason'."""
-    import pandas as pd
-
-    from paradyse_lab.app.measure.profiler import ProfileOptions, profile
-    from paradyse_lab.runtime.launch.ranks import agree
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
     rows = list(done.values())
     known: dict = {}

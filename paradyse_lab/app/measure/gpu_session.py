@@ -62,6 +62,8 @@ from paradyse_lab.app.measure.gpu_session_plan import (  # noqa: F401 - device_k
     device_kind,
     now_utc,
 )
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.errors import UserInputError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.device == "cuda":
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_session: error: --device cuda but CUDA is not available (use --device cpu to test)",
@@ -95,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else MeasurementPlan()
     if args.models:
         plan = replace(plan, models=tuple(m.strip() for m in args.models.split(",") if m.strip()))
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.errors import UserInputError
 
     try:
         with_head = [m for m in plan.models if get_model(m).embedding_and_head]

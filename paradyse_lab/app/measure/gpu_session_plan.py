@@ -5,6 +5,9 @@ of its stages, both of which import it (it imports neither).
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import io
 import json
 import time
 import traceback
@@ -93,16 +96,11 @@ class Session:
 
 
 def now_utc() -> str:
-    import datetime as dt
-
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def write_csv_atomic(path: Path, rows: list[dict], columns) -> None:
     """Rows as CSV (columns in order), atomically."""
-    import csv
-    import io
-
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise", lineterminator="\n")
     writer.writeheader()

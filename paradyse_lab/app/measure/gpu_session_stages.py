@@ -8,13 +8,29 @@ Library module. Each `stage_NAME(ctx, record)` writes its file(s) under ctx.sess
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paradyse_lab.app.measure.gpu_session_plan import REPO, MeasurementPlan, Session, device_kind, write_csv_atomic
+from paradyse_lab.app.measure.gpu_validate import summarize, validate
+from paradyse_lab.app.measure.kernel_bench import (
+    ATTENTION_COLUMNS,
+    GEMM_COLUMNS,
+    bench_attention,
+    bench_gemms,
+    gemm_shapes,
+)
+from paradyse_lab.app.measure.profiler import device_name
+from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import USABLE, StrategyOption
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.files.atomic_write import write_text_atomic
 from paradyse_lab.results.software_versions import software_versions, versions_text
 
@@ -43,9 +59,7 @@ class Context:
 
 
 def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Context:
-    import torch
-
-    from paradyse_lab.app.measure.profiler import device_name
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     cuda = device.type == "cuda"
     name = device_name(device) if cuda else "cpu"
@@ -58,9 +72,6 @@ def context(device, plan: MeasurementPlan, quick: bool, session: Session) -> Con
 
 def _cluster(ctx: Context):
     """The cluster preset pricing modelled communication (the device's, else the default one)."""
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-
     return get_cluster(ctx.cluster_name or DEFAULT_CLUSTER)
 
 
@@ -75,9 +86,7 @@ def _stage_deadline(ctx: Context, stage: str) -> float:
 
 
 def stage_env(ctx: Context, record: dict) -> None:
-    import os
-
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     env = {"timestamp": ctx.session.log["started"], "device": ctx.name,
            "device_type": ctx.device.type, "device_kind": ctx.kind, "cluster_preset": ctx.cluster_name,
@@ -139,9 +148,6 @@ def stage_peers(ctx: Context, record: dict) -> None:
 
 
 def stage_gemm(ctx: Context, record: dict) -> None:
-    from paradyse_lab.app.measure.kernel_bench import GEMM_COLUMNS, bench_gemms, gemm_shapes
-    from paradyse_lab.core.model_spec import get_model
-
     specs = [get_model(m) for m in ctx.plan.models]
     shapes = gemm_shapes(specs, ctx.plan.gemm_seqs, ctx.plan.p, ops=ctx.plan.gemm_ops)
     rows, skipped = bench_gemms(shapes, ctx.device, ctx.dtype, _peak(ctx), ctx.cluster_name or "",
@@ -150,9 +156,6 @@ def stage_gemm(ctx: Context, record: dict) -> None:
 
 
 def stage_attention(ctx: Context, record: dict) -> None:
-    from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, bench_attention
-    from paradyse_lab.core.model_spec import get_model
-
     cases, seen = [], set()
     for m in ctx.plan.models:
         spec = get_model(m)
@@ -169,9 +172,6 @@ def stage_kernels(ctx: Context, record: dict) -> None:
     """The replay model's tables (`replay_tables`) into DIR/kernels/: every GEMM and attention call
     the runtime's trace issues for each model at p ranks over the profile lengths, element-wise seconds by
     size and the per-operation dispatch cost; points past the stage's deadline are recorded as skipped."""
-    from paradyse_lab.app.measure.replay_tables import Measurer, measure_tables
-    from paradyse_lab.core.model_spec import get_model
-
     deadline = _stage_deadline(ctx, "kernels")
     measurer = Measurer(ctx.device, ctx.dtype, lambda s: time.perf_counter() + s <= deadline,
                         repeats=ctx.plan.max_repeats)
@@ -198,8 +198,8 @@ def _finish_rows(ctx: Context, record: dict, name: str, rows, columns, skipped) 
 
 
 def stage_profiles(ctx: Context, record: dict) -> None:
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.app.measure.stack_profile import free_memory, profile_curve, rows_of_curve
-    from paradyse_lab.core.strategies import USABLE, StrategyOption
 
     s = ctx.session
     end = s.deadline - min(8.0, 0.02 * s.budget_s)
@@ -258,8 +258,8 @@ def stage_profiles(ctx: Context, record: dict) -> None:
 
 def _build_stack(ctx: Context, model: str):
     """The `LayerStack` of `model` (with the plan's layer count) on the device."""
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.app.measure.stack_profile import LayerStack
-    from paradyse_lab.core.model_spec import get_model
 
     spec = get_model(model)
     return LayerStack(spec.with_layers(ctx.plan.layers) if ctx.plan.layers else spec, ctx.plan.p, ctx.device,
@@ -267,10 +267,6 @@ def _build_stack(ctx: Context, model: str):
 
 
 def _analytic(ctx: Context, stack):
-    from dataclasses import replace
-
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-
     dtype = "fp32" if str(stack.dtype) == "torch.float32" else "bf16"
     return AnalyticCostModel(replace(stack.spec, dtype=dtype), _cluster(ctx), stack.p)
 
@@ -282,10 +278,12 @@ def _midpoints(lengths: list[int]) -> list[int]:
 
 
 def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
-    from paradyse_lab.core.strategies import USABLE
+
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     rows.sort(key=lambda r: (USABLE.index(r["strategy"]), r["recompute"], r["seq_len"]))
@@ -298,8 +296,6 @@ def _write_profile(ctx: Context, model: str, rows: list[dict]) -> str:
 def stage_summary(ctx: Context, record: dict) -> None:
     """Print the validation summary; writes no file (8 files come back at
     most)."""
-    from paradyse_lab.app.measure.gpu_validate import summarize, validate
-
     table = validate(ctx.session.out, cluster=None, write=False)
     for line in summarize(table):
         ctx.session.say(line)

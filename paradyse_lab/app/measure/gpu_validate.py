@@ -31,6 +31,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
+from paradyse_lab.errors import UserInputError
+
 TIME_TOL, MEM_TOL = 0.10, 0.05
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 TABLE_COLUMNS = ("model", "strategy", "recompute", "seq_len", "measured_compute_s", "predicted_compute_s", "time_ratio",
@@ -40,8 +47,9 @@ TABLE_COLUMNS = ("model", "strategy", "recompute", "seq_len", "measured_compute_
 
 def load_profiles(folder: Path):
     """Every profile CSV of `folder` (header holding profiles.COLUMNS), validated, all columns kept."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     frames = []
@@ -61,7 +69,7 @@ def load_profiles(folder: Path):
 def calibrated_cluster(base, folder: Path):
     """(`base` with the efficiencies measured in folder/gemm.csv and attention.csv, {curve: points}); curves
     without measurements keep the preset's."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
     points: dict = {}
     gemm, att = folder / "gemm.csv", folder / "attention.csv"
@@ -91,9 +99,6 @@ def _curve(agg, peak_flops: float) -> tuple:
 
 
 def _pick_cluster(folder: Path, df, name: str | None):
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-
     if not name and (folder / "env.json").exists():
         name = json.loads((folder / "env.json").read_text()).get("cluster_preset")
     if not name and "cluster" in df.columns and df["cluster"].nunique() == 1:
@@ -104,12 +109,9 @@ def _pick_cluster(folder: Path, df, name: str | None):
 def validate(folder, cluster: str | None = None, write: bool = True, out: Path | None = None):
     """The validation table (TABLE_COLUMNS) of `folder`'s profiles; written as validation.csv / .md into
     `out` (default `folder`) when `write`."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
 
-    from paradyse_lab.core.strategies import StrategyOption
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.costmodel.learned_fit import model_of_row
-    from paradyse_lab.costmodel.uniform_plan import uniform_plan_cost
+    from paradyse_lab.costmodel.learned_fit import model_of_row  # lazy: pandas: slow to load, only this path needs it
 
     folder = Path(folder)
     df = load_profiles(folder)
@@ -178,8 +180,6 @@ def summarize(table) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from paradyse_lab.errors import UserInputError
-
     parser = argparse.ArgumentParser(prog="python -m paradyse_lab.app.measure.gpu_validate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="the folder paradyse_lab.app.measure.gpu_session wrote")

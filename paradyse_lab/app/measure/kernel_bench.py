@@ -93,7 +93,7 @@ def gemm_shapes(specs, seqs, p: int, layouts=LAYOUTS, ops=GEMM_OPS) -> list[dict
 
 def _gemm_fn(op: str, m: int, n: int, k: int, device, dtype):
     """A call running the GEMM with the operand layouts autograd uses for `op`."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     gen = torch.Generator(device=device).manual_seed(0)
     if op == "fwd":  # X [m, k] @ W[n, k]^T
@@ -143,6 +143,7 @@ def _eff(tflops: float, peak_flops: float | None, cluster: str) -> dict:
 def attention_kernels(device) -> list[str]:
     """Kernels to time: the fused ones on CUDA (flash-attn only when installed), PyTorch's fused CPU kernel on
     CPU."""
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention import flash as flash_kernels
 
     if device.type != "cuda":
@@ -157,7 +158,10 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
     predicted as 4x the last, for a doubling grid) would pass `deadline`, or at an error (out of memory, or
     a kernel that cannot run: recorded with its message in `skipped`; the other kernels' curves still run)."""
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention import kernels as attention
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention.kernels import is_oom
 
     rows, skipped = [], []
@@ -194,7 +198,7 @@ def bench_attention(cases, seqs, device, dtype, peak_flops: float | None, cluste
 
 def _attention_point(fwd, bwd, heads, s, d, causal, device, dtype, quick):
     """Forward and backward medians of one kernel at [1, heads, s, d]; returns (row, seconds of both)."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v, do = (torch.randn(1, heads, s, d, device=device, dtype=dtype, generator=gen) for _ in range(4))

@@ -23,17 +23,19 @@ import argparse
 import json
 import sys
 
+from tqdm import tqdm
+
+from paradyse_lab.core.strategies import layout_unit
+from paradyse_lab.errors import UserInputError, require_positive_int
+from paradyse_lab.workload.lengths import get_workload
+from paradyse_lab.workload.packing import pack_documents
+
 
 def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed: int = 0,
             progress: bool = True) -> list[dict]:
     """One row per attention kind (causal, non-causal) with the statistics of the module docstring."""
-    from tqdm import tqdm
-
-    from paradyse_lab.core.strategies import layout_unit
-    from paradyse_lab.errors import require_positive_int
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.packed import pack_sequence, rank_attention_pairs
-    from paradyse_lab.workload.lengths import get_workload
-    from paradyse_lab.workload.packing import pack_documents
 
     require_positive_int("--p", p, 1024)
     steps = pack_documents(get_workload(dataset, seed=seed).lengths, pack_tokens, order, seed)
@@ -56,8 +58,6 @@ def balance(dataset: str, pack_tokens: int, p: int, order: str = "sorted", seed:
 def main(argv: list[str] | None = None) -> int:
     """`python -m paradyse_lab.app.measure.pack_balance ...` (module docstring); a bad value: one line on stderr, exit
     2."""
-    from paradyse_lab.errors import UserInputError
-
     parser = argparse.ArgumentParser(prog="python -m paradyse_lab.app.measure.pack_balance", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", help="workload: github_code, grch38, uniform:LO:HI, lognormal:MEDIAN:SIGMA, "

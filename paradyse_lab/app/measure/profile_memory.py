@@ -6,7 +6,13 @@ step_counts.py draws its sub-layers' parameters with `random_sublayer_params`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
+
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
+from paradyse_lab.costmodel.techniques import mlp_tile_positions
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
 # --- kept activations -----------------------------------------------------------------------------------
 
@@ -52,7 +58,7 @@ class KeptRecorder:
         return packed
 
     def __enter__(self):
-        import torch
+        import torch  # lazy: torch takes seconds to load; only this path runs it
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
@@ -76,7 +82,7 @@ def _storage_key(t) -> tuple:
 def random_sublayer_params(cfg, kind: str, gen) -> dict:
     """Whole (unsharded) parameters of one sub-layer ('attention' or 'mlp') of `cfg`: unit norm, zero biases
     (empty when `cfg` has none), weights N(0, 0.02) drawn from `gen`."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     h = cfg.hidden
     n1, n2 = cfg.sublayer_shapes(kind)
@@ -95,17 +101,17 @@ def measure_kept_bytes(kind: str, strategy: str, recompute: bool, cfg, p: int, s
     emulated by a `FakeGroup` (no process group needed); `cu_seqlens`: the sequence is a pack of documents;
     `mlp_tile`: positions per chunk of a tiled MLP (0: ALST's rule). The record's
     `host_bytes`: what `+offload` moved to host memory (what it keeps on the device is the record itself)."""
-    import contextlib
-    from dataclasses import replace
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    import torch
+    from paradyse_lab.runtime.model.parallel_gpt import run_option  # lazy: safetensors: only checkpoint paths need it
 
-    from paradyse_lab.core.strategies import StrategyOption
-    from paradyse_lab.costmodel.techniques import mlp_tile_positions
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import run_option
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.sublayer import make_ctx
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.strategies.offload import Offloader
 
     dtype = dtype or torch.float32
@@ -135,9 +141,7 @@ def resident_model_states(params, spec, device):
     gradients allocated now (zeros, accumulated into, never freed) and the optimizer states that the
     parameters' own weight and gradient bytes leave (Adam's m, v and, in bf16, the fp32 master weights) as
     one untouched buffer. Returns (that buffer, all model-state bytes)."""
-    import torch
-
-    from paradyse_lab.costmodel.formulas import model_state_bytes_per_param
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     params = list(params)
     for q in params:

@@ -55,8 +55,16 @@ import time
 from dataclasses import dataclass, field
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak, resident_model_states
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
+from paradyse_lab.core.model_spec import get_model
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.analytic import AnalyticCostModel
+from paradyse_lab.errors import UserInputError
 from paradyse_lab.files.atomic_write import atomic_open
 from paradyse_lab.results.software_versions import software_versions, versions_text
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
 MODES = ("rank-local", "distributed")
 
@@ -65,7 +73,7 @@ MODES = ("rank-local", "distributed")
 
 def _timed_steps(step, warmup: int, repeats: int, cuda: bool, barrier=None) -> list[float]:
     """Seconds of each of `repeats` calls of `step` after `warmup` untimed ones."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     for _ in range(warmup):
         step()
@@ -128,8 +136,6 @@ class ProfileOptions:
 def _modelled_comm_s(run: Profiling, opt, s: int) -> float:
     """A rank-local row's communication: the analytic schedule's exposed time (alpha-beta, ring overlap) of
     every sub-layer, and the embedding gradients' all-reduce."""
-    from paradyse_lab.costmodel import formulas as F
-
     att = run.analytic.sublayer("attention", opt, s, run.opts.batch)
     mlp = run.analytic.sublayer("mlp", opt, s, run.opts.batch)
     spec = run.analytic.model
@@ -139,8 +145,9 @@ def _modelled_comm_s(run: Profiling, opt, s: int) -> float:
 
 def _profile_row(run: Profiling, opt, s: int, gen) -> dict:
     """One profile row: option `opt` at length `s`, its kept bytes from one forward, its median step time."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention import kernels as attention
 
     opts, cfg, model, device = run.opts, run.cfg, run.model, run.device
@@ -188,9 +195,10 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
 
     rank-local: `group` is ignored (a `FakeGroup` of opts.p is used). distributed: torch.distributed must be
     initialised; every rank calls this, every rank gets the rows."""
-    import pandas as pd
-    import torch
+    import pandas as pd  # lazy: pandas: slow to load, only this path needs it
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
+    # lazy: pandas: slow to load, only this path needs it
     from paradyse_lab.costmodel.profiles import COLUMNS, validate_profiles
 
     run = set_up_profiling(opts, group)
@@ -217,7 +225,7 @@ def profile(opts: ProfileOptions, group=None, progress: bool = True):
 
 def write_rows_atomic(df, path: str) -> None:
     """Write the rows (schema columns first, then the extra ones) to `path` atomically."""
-    from paradyse_lab.costmodel.profiles import COLUMNS
+    from paradyse_lab.costmodel.profiles import COLUMNS  # lazy: pandas: slow to load, only this path needs it
 
     cols = list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]
     out = df[cols].copy()
@@ -230,6 +238,7 @@ def write_rows_atomic(df, path: str) -> None:
 def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bool = True):
     """`--mode distributed` inside an initialised process group (torchrun's, or a test's): every rank
     profiles its share, rank 0 of `group` writes the rows to `out`; every rank returns them."""
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
 
     df = profile(opts, group, progress)
@@ -239,7 +248,7 @@ def profile_distributed(opts: ProfileOptions, out: str, group=None, progress: bo
 
 
 def device_name(device) -> str:
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device).replace(",", " ")
@@ -272,9 +281,7 @@ class Profiling:
 
 def _profile_device(opts: ProfileOptions, distributed: bool):
     """The torch device `opts` asks for (`--device auto`: CUDA when there is one) and its dtype's name."""
-    import torch
-
-    from paradyse_lab.errors import UserInputError
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     use_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
@@ -289,18 +296,14 @@ def _profile_device(opts: ProfileOptions, distributed: bool):
 
 def set_up_profiling(opts: ProfileOptions, group) -> Profiling:
     """The model, options and states of a `profile` call, every input error raised before any timing."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.cluster.files import get_cluster
-    from paradyse_lab.cluster.presets import DEFAULT_CLUSTER
-    from paradyse_lab.core.model_spec import get_model
-    from paradyse_lab.core.strategies import StrategyOption
-    from paradyse_lab.costmodel.analytic import AnalyticCostModel
-    from paradyse_lab.errors import UserInputError
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.layout import check_length
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT  # lazy: safetensors: only checkpoint paths need it
 
     spec = get_model(opts.model)
     if opts.layers:

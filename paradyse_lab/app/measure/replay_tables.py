@@ -28,12 +28,24 @@ A rerun given the rows already measured (`done`) measures only the others.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS, KERNEL_LABELS, measure
+from paradyse_lab.app.measure.calibrate_kernels import dispatch_chain
+from paradyse_lab.app.measure.gpu_session_plan import write_csv_atomic
+from paradyse_lab.app.measure.kernel_bench import (
+    ATTENTION_COLUMNS,
+    GEMM_COLUMNS,
+    KERNEL_LABELS,
+    _attention_point,
+    measure,
+)
+from paradyse_lab.app.replay_traces import SublayerTraces
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.replay.tables import HOST_FILE
 from paradyse_lab.files.atomic_write import write_text_atomic
 
@@ -84,9 +96,6 @@ def traced_shapes(spec, p: int, lengths, device: str, strategies, fits: Callable
     """The shapes rank 0 of p issues for `spec`'s sub-layers under `strategies` at `lengths` on a `device`
     ('cpu', 'cuda'), from the runtime's trace (cached by shape class); (shapes, the options not traced when
     `fits(seconds of the last trace)` said no)."""
-    from paradyse_lab.app.replay_traces import SublayerTraces
-    from paradyse_lab.core.strategies import StrategyOption
-
     traces = SublayerTraces(spec, p, device)
     shapes = TracedShapes()
     lo, hi = None, 0
@@ -133,7 +142,7 @@ class Measurer:
 
     def gemms(self, spec, shapes: TracedShapes, done: set) -> tuple[list[dict], list[str]]:
         """Rows of gemm.csv for the traced GEMMs not in `done` ((m, n, k, batch, dtype) keys); skipped keys."""
-        import torch
+        import torch  # lazy: torch takes seconds to load; only this path runs it
 
         rows, skipped, rate = [], [], 0.0
         todo = [k for k in shapes.gemms if k not in done]
@@ -159,7 +168,7 @@ class Measurer:
     def attention(self, spec, shapes: TracedShapes, done: set) -> tuple[list[dict], list[str]]:
         """Rows of attention.csv for the traced calls not in `done` (their keys), each with the kernel the
         trace recorded (the runtime's choice); smallest work first, so a budget cut keeps the short calls."""
-        from paradyse_lab.app.measure.kernel_bench import _attention_point
+        # lazy: torch takes seconds to load; only this path runs it
         from paradyse_lab.runtime.attention import kernels as attention
 
         rows, skipped, last, last_work = [], [], 0.0, 1.0
@@ -186,7 +195,7 @@ class Measurer:
 
     def elementwise(self, lo: int, hi: int) -> list[dict]:
         """Rows of elementwise.csv: an add at `ELEMENTWISE_POINTS` sizes from `lo` to `hi` bytes moved."""
-        import torch
+        import torch  # lazy: torch takes seconds to load; only this path runs it
 
         item = torch.empty((), dtype=self.dtype).element_size()
         lo, hi = max(lo, 3 * item), max(hi, 3 * item)
@@ -205,9 +214,9 @@ class Measurer:
 
     def dispatch(self) -> dict:
         """The row of dispatch.csv (module docstring)."""
-        import torch
+        import torch  # lazy: torch takes seconds to load; only this path runs it
 
-        from paradyse_lab.app.measure.calibrate_kernels import dispatch_chain
+        # lazy: torch takes seconds to load; only this path runs it
         from paradyse_lab.runtime.trace.op_trace import recording
 
         run = dispatch_chain(self.device, self.dtype)
@@ -244,9 +253,6 @@ def trace_dtype(dtype) -> str:
 
 def read_rows(path) -> list[dict]:
     """A table's rows (none when the file is absent)."""
-    import csv
-    from pathlib import Path
-
     if not Path(path).is_file():
         return []
     with open(path, newline="") as f:
@@ -255,10 +261,6 @@ def read_rows(path) -> list[dict]:
 
 def write_tables(folder, gemm: list[dict], attention: list[dict], elementwise: list[dict], dispatch: dict) -> list[str]:
     """Write the four tables (atomically, each) into `folder`; the names written."""
-    from pathlib import Path
-
-    from paradyse_lab.app.measure.gpu_session_plan import write_csv_atomic
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -283,8 +285,6 @@ def measure_tables(spec, p: int, lengths, strategies, measurer: Measurer, folder
     {"written", "skipped", "rows"} (skipped: what the budget left, as text). With several ranks timing at once:
     the `lead` rank traces (deciding with `trace_fits`, on its own), reads and writes `folder`, and `share`
     gives every rank its values (the others return None)."""
-    from pathlib import Path
-
     spec = dataclasses.replace(spec, dtype=trace_dtype(measurer.dtype))
     folder = Path(folder)
     known = None

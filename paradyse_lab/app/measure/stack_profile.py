@@ -38,8 +38,16 @@ import statistics
 import time
 from dataclasses import replace
 
+import torch
+
+from paradyse_lab.app.measure.kernel_bench import _timed
+from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak, resident_model_states
+from paradyse_lab.core.strategies import get_strategy
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime.attention.kernels import is_oom
+from paradyse_lab.runtime.attention.kernels import is_oom, kernels_used
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.model.layout import check_length
+from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
 
 EXTRA_COLUMNS = ("compute_s", "comm_s", "comm_modelled", "repeats", "dtype", "state_bytes", "adam_state_bytes",
                  "peak_reserved_bytes", "peak_method", "cluster", "attention_kernel")
@@ -51,11 +59,6 @@ class LayerStack:
     """Rank `rank`'s 1/p weight shards of every layer of `spec` on `device`, with resident model states."""
 
     def __init__(self, spec, p: int, device, dtype, rank: int = 0, seed: int = 0):
-        import torch
-
-        from paradyse_lab.app.measure.profile_memory import resident_model_states
-        from paradyse_lab.runtime.comm.fake_group import FakeGroup
-
         if spec.ffn_kind != "gelu" or spec.norm != "layernorm" or not spec.bias or spec.kv_heads != spec.heads:
             raise UserInputError(f"model {spec.name!r}: the runtime runs GPT-2-shaped layers only")
         if spec.embedding_and_head:  # its rows would be priced with an embedding and head they did not run
@@ -88,9 +91,6 @@ class LayerStack:
 
     def violation(self, option, seq_len: int) -> str | None:
         """Why `option` cannot run `seq_len` on this stack, or None."""
-        from paradyse_lab.core.strategies import get_strategy
-        from paradyse_lab.runtime.model.layout import check_length
-
         try:
             check_length(seq_len, self.p)
         except UserInputError as err:
@@ -99,8 +99,8 @@ class LayerStack:
 
     def forward(self, option, x, seq_len: int):
         """x [b, s/p, h] -> y [b, s/p, h] through every layer under `option`."""
+        # lazy: safetensors: only checkpoint paths need it
         from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
-        from paradyse_lab.runtime.model.sublayer import Ctx, run_sublayer
 
         module = STRATEGY_MODULES[option.strategy]
         for index, (att, mlp) in enumerate(self.layers):
@@ -114,12 +114,6 @@ class LayerStack:
 def measure_point(stack: LayerStack, option, seq_len: int, deadline: float, batch: int = 1,
                   max_repeats: int = MAX_REPEATS) -> dict:
     """compute_s, repeats, peak, kept and state bytes of one step of `option` at `seq_len` (module docstring)."""
-    import torch
-
-    from paradyse_lab.app.measure.kernel_bench import _timed
-    from paradyse_lab.app.measure.profile_memory import KeptRecorder, reset_peak
-    from paradyse_lab.runtime.attention.kernels import kernels_used
-
     dev, cuda = stack.device, stack.device.type == "cuda"
     x = torch.randn(batch, seq_len // stack.p, stack.spec.hidden, device=dev, dtype=stack.dtype)  # [b, s/p, h]
     x.requires_grad_()

@@ -38,7 +38,15 @@ world, not fits to times.
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 from dataclasses import dataclass
+
+from paradyse_lab.app.measure.kernel_bench import measure
+from paradyse_lab.app.measure.profile_memory import random_sublayer_params
+from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.runtime.comm.fake_group import FakeGroup
+from paradyse_lab.runtime.training.optim_schedule import global_grad_norm
 
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "linear", "addbmm", "dot"})
 """aten operators priced by the GEMM efficiency curve, not counted here."""
@@ -71,7 +79,7 @@ class _Counter:
 
 
 def _tensor_bytes(values) -> int:
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
     total = 0
     for v in values:
@@ -85,10 +93,16 @@ def _tensor_bytes(values) -> int:
 @contextlib.contextmanager
 def counting():
     """Count launches and bytes of the aten operators dispatched inside (module docstring)."""
+    # lazy: torch takes seconds to load; only this path runs it
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.attention import kernels as attention
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import collectives as comm
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.comm import p2p as comm_p2p
 
     tally = _Counter()
@@ -131,13 +145,15 @@ def counting():
 def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[int, int]:
     """(launches, bytes) of forward + backward of one sub-layer on rank 0 of p (the set-up of
     `measure_kept_bytes`)."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.app.measure.profile_memory import random_sublayer_params
-    from paradyse_lab.core.strategies import StrategyOption
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
+    # lazy: safetensors: only checkpoint paths need it
     from paradyse_lab.runtime.model.parallel_gpt import STRATEGY_MODULES
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
+
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_sublayer
 
     opt = StrategyOption.parse(option)
@@ -158,10 +174,9 @@ def _sublayer_tally(cfg, kind: str, option: str, p: int, seq_len: int) -> tuple[
 def _model_tallies(cfg, option: str, p: int, lengths) -> tuple[list[tuple[int, int]], tuple[int, int]]:
     """(launches, bytes) of forward + backward of the whole model under `option` on every layer at each of
     `lengths`, and of the AdamW step and zero_grad that follow a training step."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT  # lazy: safetensors: only checkpoint paths need it
 
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0)
     gen = torch.Generator().manual_seed(0)
@@ -186,7 +201,7 @@ def step_epilogue(model, optimizer, group) -> None:
     """What `optimizer_step` runs after the backward on fp32 CPU weights (no master
     copies; clipping off, validate-run's setting): the global gradient norm, the optimizer step and zero_grad,
     the finite-weights check."""
-    from paradyse_lab.runtime.training.optim_schedule import global_grad_norm
+    # lazy: torch takes seconds to load; only this path runs it
     from paradyse_lab.runtime.training.step_health import finite_on_every_rank
 
     global_grad_norm([(n, t.grad) for n, t in model.named_parameters()], group, model.vocab_parallel)
@@ -201,13 +216,9 @@ def epilogue_s(cfg, p: int, repeats: int = 5, device=None) -> float:
     work at every step whatever its length, so timed rather than counted (its gradient norm and finite check
     run boolean and reduction operators the element-wise bandwidth does not price). The gradients are set
     before each timed call, outside the time; the first call, which allocates AdamW's states, is not timed."""
-    import statistics
-    import time
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    import torch
-
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT  # lazy: safetensors: only checkpoint paths need it
 
     device = device or torch.device("cpu")
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device)
@@ -263,11 +274,9 @@ def runtime_dispatch_s(cfg, p: int, seq_len: int, strategies, bytes_per_s: float
     splits: arithmetic negligible), timed (median) less what it moves at `bytes_per_s` (the counted bytes,
     and the GEMMs' weights read twice and their gradients written once, 3 x the rank's GEMM weights), summed
     over the strategies and divided by the launches counted in the same steps."""
-    import torch
+    import torch  # lazy: torch takes seconds to load; only this path runs it
 
-    from paradyse_lab.app.measure.kernel_bench import measure
-    from paradyse_lab.runtime.comm.fake_group import FakeGroup
-    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
+    from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT  # lazy: safetensors: only checkpoint paths need it
 
     device = device or torch.device("cpu")
     model = ParallelGPT(cfg, FakeGroup(p, 0), seed=0).to(device=device, dtype=dtype or torch.float32)

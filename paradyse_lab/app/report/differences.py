@@ -18,14 +18,16 @@ from paradyse_lab.app.report.markdown import (
     truth_dirs,
 )
 from paradyse_lab.app.report.sections import hybrid_note
+from paradyse_lab.app.report.seeds import seed_spread
+from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.core.strategies import CATALOG
+from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES
+from paradyse_lab.workload.lengths import PAPER_DATASETS, get_workload
 
 
 def fit_facts() -> dict:
     """Numbers the text quotes from the authors' fits: BERT's fixed cost per layer by strategy (ms), and the
     ratio of the smallest quadratic coefficient to METP's (what a long sequence can save against METP)."""
-    from paradyse_lab.costmodel.paper_measurements import MEASURED_SHAPES
-
     bert = next(m for m in MEASURED_SHAPES if m.preset == "bert")
     fixed = {k: 1e3 * f.c / f.divisor for k, f in bert.fits.items()}
     a_min = min(f.a for k, f in bert.fits.items() if k != "metp")
@@ -53,8 +55,6 @@ def llama_line(results: Path) -> str:
 
 def seeds_note(results: Path) -> str:
     """What the seeds show: how far the BERT savings move with the sample, against the gap to the paper."""
-    from paradyse_lab.app.report.seeds import seed_spread
-
     table = seed_spread(results)
     if table is None or table.empty or table.seeds.max() < 2:
         return ""
@@ -78,8 +78,6 @@ def seeds_note(results: Path) -> str:
 
 def differences_section(results: Path, settings, bert_rows: list[list]) -> str:
     """'What differs and why', every number read from the runs, the fits or the workload definition."""
-    from paradyse_lab.workload.lengths import PAPER_DATASETS, get_workload
-
     dirs = truth_dirs(results)
     facts = fit_facts()
     table3_tail = {d: PAPER_DATASETS[d][0][-1] / sum(PAPER_DATASETS[d][0]) for d in PAPER_DATASETS}
@@ -148,8 +146,6 @@ PAPER_TRUTH_TEXT = """- **paper-measured times** (`--truth-cost-model paper`, so
 
 def sources_section(results: Path, settings) -> str:
     """Where the numbers come from: the truths that were run, in the order the tables show them."""
-    from paradyse_lab.cluster.files import get_cluster
-
     cluster = get_cluster(settings.cluster)
     analytic = ("- **analytic model** (source=analytic): our alpha-beta and roofline model of each strategy's "
                 "schedule; the learned models are fitted on a synthetic profile (the analytic model plus seeded "

@@ -29,6 +29,8 @@ from paradyse_lab.app.report.sections import (
     switch_memory_section,
 )
 from paradyse_lab.app.report.seeds import band_shares_markdown, seeds_markdown
+from paradyse_lab.cluster.files import get_cluster
+from paradyse_lab.files.atomic_write import write_text_atomic
 
 FIGURES = [("fig2_cumulative_time_paper", "Figure 2 under the paper-measured times: cumulative training time "
          "against sequence length; curves end at OOM (x)"),
@@ -60,8 +62,6 @@ def write_report(results: str | Path, settings, timings: dict) -> Path:
 
 
 def _write_report(results: str | Path, settings, timings: dict) -> Path:
-    from paradyse_lab.files.atomic_write import write_text_atomic
-
     results = Path(results)
     dirs = truth_dirs(results)
     mode = "quick" if settings.quick else "full"
@@ -72,7 +72,6 @@ def _write_report(results: str | Path, settings, timings: dict) -> Path:
     bert_rows = bert_gap_rows(results)
     bert_table = md_table(["panel", "truth", "against", "paper"] + [f"ours, up to {c // 1024}K" for c in CUTOFFS]
                         + ["ours, all", "baseline time above 64K"], bert_rows) if bert_rows else ""
-    from paradyse_lab.cluster.files import get_cluster
 
     node = get_cluster(settings.cluster)
     reserve_gib = (node.memory_bytes - node.plan_budget_bytes) / 2**30

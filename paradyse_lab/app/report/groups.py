@@ -8,6 +8,7 @@ import pandas as pd
 
 from paradyse_lab.app.report.markdown import NAMES, md_table
 from paradyse_lab.results.timings import read_with_timings
+from paradyse_lab.simulator.groups_experiment import target_checks
 
 GROUPS_COMMAND = "paradyse-lab experiment groups --out RESULTS"
 GROUPS_HEADER = ["cluster", "panel", "ParaDySe tokens/s", "ours tokens/s (x ParaDySe)", "ours: of its bound",
@@ -38,8 +39,6 @@ def groups_rows(table: pd.DataFrame) -> list[list]:
 
 def groups_section(results: Path) -> str:
     """The section's text, table and targets ("(not run)" without a groups.csv)."""
-    from paradyse_lab.simulator.groups_experiment import target_checks
-
     path = Path(results) / "groups.csv"
     if not path.exists():
         return f"(not run: `{GROUPS_COMMAND.replace('RESULTS', str(results))}` writes groups.csv and the figure)"

@@ -10,6 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, first_row, fmt_pct, read_csv, truth_dirs
+from paradyse_lab.simulator.experiments import BEYOND_SERIES
+from paradyse_lab.simulator.results import run_path
+from paradyse_lab.workload.lengths import get_workload
 
 CUTOFFS = (4 * 1024, 16 * 1024, 64 * 1024)
 
@@ -17,8 +20,6 @@ CUTOFFS = (4 * 1024, 16 * 1024, 64 * 1024)
 def saving_up_to(results: Path, dataset: str, model: str, baseline: str, cutoff: int | None) -> float | None:
     """Time saved by the heuristic against `baseline` over the steps both trained whose length is at most
     `cutoff` (None: all of them): how the run's saving depends on its longest sequences."""
-    from paradyse_lab.simulator.results import run_path
-
     dyn = read_csv(run_path(results, "fig2", dataset, model, "dynamic:heuristic"))
     base = read_csv(run_path(results, "fig2", dataset, model, baseline))
     both = min(int((~dyn["oom"]).sum()), int((~base["oom"]).sum()))
@@ -48,8 +49,6 @@ def bert_gap_rows(results: Path) -> list[list]:
 
 def long_time_share(results: Path, dataset: str, model: str, baseline: str, cutoff: int) -> float:
     """Fraction of the baseline run's time spent on sequences longer than `cutoff`."""
-    from paradyse_lab.simulator.results import run_path
-
     b = read_csv(run_path(results, "fig2", dataset, model, baseline))
     b = b[~b["oom"]]
     return float(b.loc[b["seq_len"] > cutoff, "charged_time_s"].sum() / b["charged_time_s"].sum())
@@ -58,8 +57,6 @@ def long_time_share(results: Path, dataset: str, model: str, baseline: str, cuto
 def beyond_series() -> tuple[str, ...]:
     """The labels of fig2_beyond.csv's series (`BEYOND_SERIES`), then the best static
     strategy with recomputation."""
-    from paradyse_lab.simulator.experiments import BEYOND_SERIES
-
     return tuple(label for label, _ in BEYOND_SERIES) + ("best static + recompute",)
 
 
@@ -101,8 +98,6 @@ def beyond_target(results: Path, settings) -> str:
     """The GPT / GRCh38 targets: dp + recompute trains the whole dataset within 10% of the fastest series that
     does without the tiled MLP or offload, and the series with the tiled MLP and offload trains it faster than
     recomputation alone (`_techniques_target`)."""
-    from paradyse_lab.workload.lengths import get_workload
-
     longest = max(get_workload("grch38", settings.size, 0, sampling=settings.sampling).lengths)
     lines = []
     for truth, folder in truth_dirs(results).items():

@@ -12,6 +12,7 @@ import pandas as pd
 
 from paradyse_lab.app.report.headline import HEADLINE_CLAIMS, claim_text
 from paradyse_lab.app.report.markdown import NAMES, TRUTH_LABELS, fmt_pct, md_table, read_csv
+from paradyse_lab.workload.lengths import BAND_NAMES, PAPER_DATASETS, get_workload
 
 SEEDS_FILE = "fig2_headline_seeds.csv"
 CLAIM_COLUMNS = {"time": ("max_time_reduction", "paper_time_reduction"),
@@ -83,8 +84,6 @@ def seeds_markdown(results: Path, settings) -> str:
 def band_share_rows(settings) -> tuple[list[str], list[list]]:
     """Per Table 3 band: the share of each sampled dataset's sequences in it (seed 0, measured from its lengths)
     beside Table 3's."""
-    from paradyse_lab.workload.lengths import BAND_NAMES, PAPER_DATASETS, get_workload
-
     header, columns = ["band"], []
     for d, (percents, _) in PAPER_DATASETS.items():
         w = get_workload(d, settings.size, 0, sampling=settings.sampling)

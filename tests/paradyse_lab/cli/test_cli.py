@@ -55,12 +55,11 @@ def test_a_training_rank_freezes_what_its_imports_left_before_it_trains(monkeypa
     it joins its group and trains: the collector's later full passes skip it."""
     import gc
 
-    import paradyse_lab.runtime.launch.ranks
     from paradyse_lab.cli import train_command
 
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
-    monkeypatch.setattr(paradyse_lab.runtime.launch.ranks, "run_rank",
+    monkeypatch.setattr(train_command, "run_rank",
                         lambda r, w, fn, args, port, timeout_s: calls.append((r, w, port, timeout_s)))
     train_command._init_and_train(1, 2, None, 1234, 7.0)
     assert calls == ["freeze", (1, 2, 1234, 7.0)]

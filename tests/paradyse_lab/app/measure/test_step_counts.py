@@ -110,11 +110,11 @@ def test_the_runtime_step_prices_its_counted_launches_less_what_it_moves(cfg, mo
 
     import torch
 
-    from paradyse_lab.app.measure import kernel_bench, step_counts
+    from paradyse_lab.app.measure import step_counts
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
     from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
-    monkeypatch.setattr(kernel_bench, "measure", lambda fn, device, **kw: (fn(), 0.01)[1:] + (5,))  # 10 ms a step
+    monkeypatch.setattr(step_counts, "measure", lambda fn, device, **kw: (fn(), 0.01)[1:] + (5,))  # 10 ms a step
     model = ParallelGPT(cfg, FakeGroup(2, 0), seed=0)
     weights = 3 * 4 * sum(w.numel() for w in list(model.layers.parameters()) + [model.wte] if w.dim() == 2)
     ids = torch.zeros(1, 2, dtype=torch.long)  # [b, t]: 4 tokens over 2 ranks
