@@ -74,6 +74,8 @@ def _core_forward(a, ctx: Ctx, h: int):
     q, k, v = a.split(attention_sections(ctx, h, ctx.p), dim=-1)  # this rank's q | k | v heads
     q, k = rope_qk(q, k, ctx.all_positions, ctx, h)  # every token rotated by its true position
     order = gathered_order(ctx, a.device)
+    if ctx.rope_theta and order is None:  # p = 1: nothing reorders v, and rotated q, k no longer share a's storage
+        v = v.contiguous()  # [b, s, kv/p] of its own, so the kept v does not keep the whole [b, s, n1/p] alive
     return gathered_attention_forward(q, k, v, ctx.heads // ctx.p, order, ctx.causal, ctx.cu_seqlens)
 
 

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paradyse_lab.core.strategies import USABLE
 from paradyse_lab.files.atomic_write import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[3]
@@ -37,7 +38,7 @@ class MeasurementPlan:
     gemm_ops: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
     attention_seqs: tuple[int, ...] = tuple(128 * 2**k for k in range(11))  # 128 .. 128K
     max_repeats: int = 3
-    replay_strategies: tuple[str, ...] = ("megatron_ts", "megatron_cz", "ulysses_z", "metp")
+    replay_strategies: tuple[str, ...] = USABLE
     """Strategies whose traced operations the kernels stage measures (the replay model's tables)."""
     peer_lengths: tuple[int, ...] = (2048, 8192)
     """Sequence lengths of the peer benchmark (examples/peer_benchmark.py)."""
