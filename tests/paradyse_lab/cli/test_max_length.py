@@ -7,7 +7,8 @@ import json
 from paradyse_lab.cli import main
 
 HEADS = ("auto", "whole", "tiled", "vocab")
-COMMON = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--recompute", "--format", "json"]
+COMMON = ["--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--recompute", "--format", "json",
+          "--cost-model", "analytic"]  # the head options under one model, without tracing llama3-8b
 
 
 def plan(capsys, *argv, code: int = 0) -> dict:
