@@ -104,10 +104,10 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, match):
 def test_plan_refuses_bad_input_before_building_its_solver(capsys, monkeypatch):
     """`plan` checks its input (here a --budget-gb beyond range) before it builds the solver, whose start-up
     (the dp solver's compiled kernels) takes a second."""
-    from paradyse_lab import solvers
+    from paradyse_lab.cli import solver_commands  # imported before the patch: it binds get_solver when imported
 
     built: list[str] = []
-    monkeypatch.setattr(solvers, "get_solver", built.append)
+    monkeypatch.setattr(solver_commands, "get_solver", built.append)
     code, out, err = run(capsys, "plan", "--model", "gpt", "--seq", "4096", "--budget-gb", "1e30")
     assert code == 2 and "--budget-gb" in err and built == []
 
