@@ -23,7 +23,10 @@ GIB = 2**30
 
 
 def model_words(opts, cluster) -> tuple[str, str]:
-    """(the cost model that plans the run, what chose it): `auto` names the model it stands for on `cluster`."""
+    """(the cost model that plans the run, what chose it): `auto` names the model it stands for on `cluster`;
+    `--groups` plans with the analytic model whatever `auto` would take."""
+    if getattr(opts, "groups", "") and opts.cost_model == "auto":
+        return "analytic", " (--groups plans with the analytic cost model)"
     resolved = resolve_cost_model(opts.cost_model, cluster)
     return resolved, (" (--cost-model auto)" if resolved != opts.cost_model else "")
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 from paradyse_lab.app.train_options import TrainOptions
-from paradyse_lab.app.training import train, with_folder_weights
+from paradyse_lab.app.training import preflight, refuse_non_analytic_groups, train, with_folder_weights
 from paradyse_lab.cli import collective_timeout, descriptions
 from paradyse_lab.cli import main as cli_main
 from paradyse_lab.cli.output import BUDGET_GB_DEPRECATED, check_cost_model_name, cost_model_help
@@ -23,8 +23,10 @@ from paradyse_lab.errors import UserInputError, require_number, require_positive
 from paradyse_lab.options import add_dataclass_arguments, from_namespace, integer, number
 from paradyse_lab.runtime.launch.allocator_env import use_expandable_segments
 from paradyse_lab.runtime.launch.cpu_threads import set_rank_threads
-from paradyse_lab.runtime.launch.ranks import run_rank, torchrun_rank
+from paradyse_lab.runtime.launch.local import launch
+from paradyse_lab.runtime.launch.ranks import rendezvous_store, run_rank, torchrun_rank
 from paradyse_lab.runtime.training.run_inputs import check_log_file, check_options
+from paradyse_lab.simulator.grouped_steps import check_group_policy
 from paradyse_lab.simulator.policy_spec import PolicySpec
 
 
@@ -55,11 +57,7 @@ def options_from_args(args: argparse.Namespace):
     if opts.group_size and args.nproc and args.nproc % opts.group_size:
         raise UserInputError(f"--group-size must divide --nproc ({args.nproc}) into groups, got {opts.group_size}")
     if opts.groups:
-        from paradyse_lab.simulator.grouped_steps import check_group_policy
-
         check_group_policy(opts.groups, opts.policy)
-        from paradyse_lab.app.training import refuse_non_analytic_groups
-
         refuse_non_analytic_groups(opts)
         if args.nproc and args.nproc & (args.nproc - 1):
             raise UserInputError(f"--groups: groups are power-of-two blocks of ranks, so --nproc must be a power of "
@@ -117,16 +115,10 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun is not None:  # the process then ends in paradyse_lab/cli `main`, without C++ teardown
         _init_and_train(*under_torchrun, opts, None, timeout_s)
     elif args.nproc is not None and args.nproc > 1:
-        from paradyse_lab.app.training import preflight
-        from paradyse_lab.runtime.launch.local import launch
-        from paradyse_lab.runtime.launch.ranks import rendezvous_store
-
         preflight(opts, args.nproc)
         store = rendezvous_store()  # held until every rank is done: no other run can take its port
         launch(_init_and_train, args.nproc, (opts, store.port, timeout_s))
     else:
-        from paradyse_lab.app.training import train
-
         _one_process_threads()
         train(opts)
     return 0

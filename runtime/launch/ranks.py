@@ -91,11 +91,13 @@ def leave_process_group() -> None:
     import torch.distributed as dist
 
     from paradyse_lab.runtime.comm.group_timeout import set_run_timeout
+    from paradyse_lab.runtime.strategies.ulysses_ring import forget_subgroups
     from paradyse_lab.runtime.training.grouped import forget_shared_meshes
 
     dist.barrier()
     _stop_heartbeat()
     forget_shared_meshes()  # the meshes' groups belong to the world being left
+    forget_subgroups()  # and so do the two-dimensional strategies' head and ring groups
     dist.destroy_process_group()
     set_run_timeout(None)
     gc.collect()

@@ -52,6 +52,11 @@ _GROUPS: dict = {}
 """(layer group's ranks, a) -> (head group, ring group) of this rank, made once per process."""
 
 
+def forget_subgroups() -> None:
+    """Drop the made head and ring groups: they belong to the world being left, and a later world makes its own."""
+    _GROUPS.clear()
+
+
 def subgroups(group, p: int, a: int):
     """(head group, ring group) of this rank in the a x (p / a) split of `group` (module docstring), made once per
     process. When `group` spans the world, every rank makes every head and ring group in the same order

@@ -63,3 +63,17 @@ def test_one_cpu_process_uses_the_free_cores(tmp_path, capsys, monkeypatch):
                  "static:megatron_ts", "--steps", "1", "--no-progress", "--nproc", "1"]) == 0
     assert torch.get_num_threads() == 1
     assert "CPU threads per rank: 1 (the cores free of load" in capsys.readouterr().out
+
+
+def test_the_summary_names_the_model_that_planned():
+    """`auto` is named for what it stands for on the cluster; `--groups` plans with the analytic model, so a run
+    with groups on a cluster with kernel tables (the H100 preset: auto would be replay) says analytic."""
+    import paradyse_lab.app  # noqa: F401 - installs the tracer that `auto` needs for replay
+
+    h100 = get_cluster("h100-80gb-x8")
+    plain = TrainOptions(model="gpt2-tiny", dataset="x")
+    grouped = TrainOptions(model="gpt2-tiny", dataset="x", global_batch=4, groups="sized")
+    assert "planned by the replay cost model on cluster h100-80gb-x8 (--cost-model auto)" in \
+        summary_lines([_row(1.0)], plain, h100)[-1]
+    assert "planned by the analytic cost model on cluster h100-80gb-x8 (--groups plans with the analytic" in \
+        summary_lines([_row(1.0)], grouped, h100)[-1]
