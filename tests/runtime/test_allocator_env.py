@@ -23,7 +23,7 @@ def _train_sees(monkeypatch, on_cuda: bool, preset: dict) -> dict:
         seen.update({n: os.environ.get(n) for n in allocator_env.ALLOC_CONF_VARIABLES})
         return []
 
-    with mock.patch("paradyse_lab.app.training.train", probe):
+    with mock.patch.object(train_command, "train", probe):  # the name the command module binds
         assert train_command.main(["--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1"]) == 0
     return seen
 
