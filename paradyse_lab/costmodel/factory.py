@@ -1,11 +1,11 @@
 """Every cost model by name: `build_cost_model(name, model, cluster, p, profiles)`.
 
 Names (`COST_MODEL_NAMES`, what `--cost-model`, `--plan-cost-model` and `--truth-cost-model` accept, or a
-`.joblib` file written by `FittedProfiles.save`): `analytic` (analytic.py), `paper` (the authors' measured
-A100 times, paper.py), `calibrated` (the analytic model calibrated on a profile, calibration.py), `replay`
-(the runtime's traced operations priced on the machine's kernel tables, replay/model.py), `auto` (replay where
+`.joblib` file written by `FittedProfiles.save`): `analytic`, `paper` (the authors' measured
+A100 times), `calibrated` (the analytic model calibrated on a profile), `replay`
+(the runtime's traced operations priced on the machine's kernel tables), `auto` (replay where
 the cluster has kernel tables, else analytic: `resolve_cost_model`) and the learned kinds `LEARNED_KINDS`
-(regressors.py, fitted by learned_fit.py, answered by learned_model.py).
+(scikit-learn regressors fitted on a profile).
 
 Example: `paradyse-lab cost --model gpt --seq 4K --cost-model calibrated`.
 """

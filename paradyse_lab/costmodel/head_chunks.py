@@ -58,7 +58,7 @@ def _ulysses_z(s, work):
 
 
 def _ulysses_acts(s, work) -> int:
-    """The activation part of plain ulysses_z's transient (strategy_work.py `_ulysses_z`): its weights are the rest."""
+    """The activation part of plain ulysses_z's transient (`_ulysses_z`): its weights are the rest."""
     kv_sent = ulysses_kv_sent(s.model, s.p)
     qkv = s.h + 2 * kv_sent
     return s.e * (2 * s.t * qkv + 2 * s.t * s.h) + flash_gqa_grad_bytes(s, s.T, s.h // s.p, kv_sent // s.p)

@@ -7,7 +7,7 @@ block of f-columns (flat_shards.pack_shard).
   by point-to-point messages (comm_p2p.chain_broadcast: each rank sends it at most once; the shard of g+1 is
   fetched before group g is computed: double buffering). With it every rank computes q, k, v of group g
   for its tokens (q and k rotated by their true positions under rotary embeddings), runs ring attention
-  of that group (ring_attention.py: p - 1 K/V steps of [t, 2kv/p]: the group's kv_heads/p K/V heads,
+  of that group (the ring attention: p - 1 K/V steps of [t, 2kv/p]: the group's kv_heads/p K/V heads,
   which needs kv_heads % p == 0), and adds its output times w2_g to the output.
 - MLP: the shards rotate around the ring (p - 1 steps, the next shard in flight while the current one is
   applied); each rank adds GELU(u w1_g^T + b1_g) w2_g for its tokens.
