@@ -24,6 +24,7 @@ from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.replay.ops import Op
 from paradyse_lab.results.result_key import package_folder, source_files
+from paradyse_lab.results.software_versions import software_versions
 
 BASE = 32
 """Layout units (2p positions) of the class's first length: long enough that no block is degenerate."""
@@ -128,7 +129,8 @@ class SublayerTraces:
     def shape_class(self, kind: str, option, batch: int = 1) -> ShapeClass:
         key = (kind, option, batch)
         if key not in self.classes:
-            settings = (self.digest, dataclasses.astuple(self.spec)[1:-1], self.p, self.device, key)
+            torch_version = software_versions(("torch",), python=False)["torch"]  # other torch, other operators
+            settings = (self.digest, torch_version, dataclasses.astuple(self.spec)[1:-1], self.p, self.device, key)
             name = hashlib.sha256(repr(settings).encode())
             path = cache_dir() / f"{name.hexdigest()[:24]}.pkl"
             if path.is_file():

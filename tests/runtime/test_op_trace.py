@@ -142,3 +142,21 @@ def test_the_trace_cache_key_follows_every_runtime_module(tmp_path):
     before = runtime_digest(tmp_path)
     nested.write_text("A = 2\n")
     assert runtime_digest(tmp_path) != before
+
+
+def test_a_cached_trace_is_not_read_under_another_torch(tmp_path, monkeypatch):
+    """Operators are torch's: a shape class cached under one torch version is traced again under another."""
+    from paradyse_lab.app import replay_traces
+    from paradyse_lab.core.model_spec import get_model
+
+    monkeypatch.setenv("PARADYSE_TRACE_CACHE", str(tmp_path))
+    spec = dataclasses.replace(get_model("gpt2-tiny"), dtype="fp32")
+    opt = StrategyOption.parse("megatron_cz")
+    replay_traces.SublayerTraces(spec, 2, device="cpu").shape_class("attention", opt)
+    same = replay_traces.SublayerTraces(spec, 2, device="cpu")
+    same.shape_class("attention", opt)
+    assert same.traced == 0  # read from the cache
+    monkeypatch.setattr(replay_traces, "software_versions", lambda *a, **k: {"torch": "0.0.0-other"})
+    other = replay_traces.SublayerTraces(spec, 2, device="cpu")
+    other.shape_class("attention", opt)
+    assert other.traced > 0
