@@ -25,16 +25,13 @@ from paradyse_lab.runtime.model.sublayer import (
     Impl,
     Weights,
     attention_sections,
-    bias_grad,
-    layer_norm,
-    layer_norm_backward,
     rope_qk,
     rope_qk_backward,
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
 from paradyse_lab.runtime.strategies.ulysses_z import heads_to_seq, seq_to_heads
-from paradyse_lab.runtime.strategies.zero3 import gather_weights, prepare_backward, scatter_grads
+from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward
 
 
 def chunk_heads(ctx: Ctx) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -69,9 +66,7 @@ def _natural(z, order):
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     d = h // ctx.heads
-    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    (_, _, w2), u, a = project_in(x, w, ctx, prep)  # a [b, t, h + 2kv] (p rank groups of q | k | v)
     q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
     q, k = rope_qk(q, k, ctx.positions, ctx, h)
     qkv = torch.cat([q, k, v], dim=-1)  # [b, t, h + 2kv], kept: the chunks are cut from it again in backward
@@ -92,7 +87,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, qkv, c, lses = saved
     h = x.shape[-1]
     d, kv = h // ctx.heads, ctx.kv * (h // ctx.heads)
-    w1, b1, w2 = prep
+    w2 = prep[2]
     dw2 = weight_grad(c, dy)  # [h, h]
     dc = _heads(dy @ w2.t(), d)  # [b, t, h] -> [b, t, H, d]
     q, k, v = (_heads(z, d) for z in qkv.split([h, kv, kv], dim=-1))  # [b, t, n, d] views
@@ -112,11 +107,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     gq, gk, gv = dqkv.split([h, kv, kv], dim=-1)
     gq, gk = rope_qk_backward(gq, gk, ctx.positions, ctx, h)
     da = join_sections([gq, gk, gv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
-    return dy + dx, grads
+    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 HEAD_CHUNKED_ATTENTION = {"ulysses_z": Impl("ulysses_z", forward, backward, prepare_backward)}

@@ -22,15 +22,12 @@ from paradyse_lab.runtime.model.sublayer import (
     Impl,
     Weights,
     attention_sections,
-    bias_grad,
-    layer_norm,
-    layer_norm_backward,
     rope_qk,
     rope_qk_backward,
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
-from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, gather_weights, prepare_backward, scatter_grads
+from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
 
 
 def _split_qkv(a: torch.Tensor, ctx: Ctx, h: int):
@@ -54,9 +51,7 @@ def _join_qkv(dq, dk, dv, ctx: Ctx, h: int) -> torch.Tensor:
 
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
-    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv]
+    (_, _, w2), u, a = project_in(x, w, ctx, prep)  # a [b, t, h + 2kv]
     q, k, v = _split_qkv(a, ctx, h)
     o, lse = ring_attention_forward(q, k, v, ctx.causal, ctx.group, ctx.cu_seqlens)  # [b, heads, t, d]; K/V: kv only
     c = merge_heads(o)  # [b, heads, t, d] -> [b, t, h]
@@ -66,16 +61,12 @@ def forward(x, w: Weights, ctx: Ctx, prep=None):
 def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, q, k, v, o, lse = saved
     h = x.shape[-1]
-    w1, b1, w2 = prep
+    w2 = prep[2]
     dw2 = weight_grad(merge_heads(o), dy)  # [h, h]
     do = split_heads(dy @ w2.t(), ctx.heads)  # [b, t, h] -> [b, heads, t, d]
     dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.group, ctx.cu_seqlens)
     da = _join_qkv(dq, dk, dv, ctx, h)  # [b, t, h + 2kv]
-    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
-    return dy + dx, grads
+    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 ATTENTION = Impl("megatron_cz", forward, backward, prepare_backward)

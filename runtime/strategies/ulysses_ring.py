@@ -36,9 +36,6 @@ from paradyse_lab.runtime.model.sublayer import (
     Impl,
     Weights,
     attention_sections,
-    bias_grad,
-    layer_norm,
-    layer_norm_backward,
     rope_qk,
     rope_qk_backward,
     weight_grad,
@@ -46,7 +43,7 @@ from paradyse_lab.runtime.model.sublayer import (
 from paradyse_lab.runtime.strategies import zero3
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
 from paradyse_lab.runtime.strategies.ulysses_z import _replicate, _sum_replicas, heads_to_seq, seq_to_heads
-from paradyse_lab.runtime.strategies.zero3 import gather_weights, prepare_backward, scatter_grads
+from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward
 
 _GROUPS: dict = {}
 """(layer group's ranks, a) -> (head group, ring group) of this rank, made once per process."""
@@ -116,9 +113,7 @@ def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
     d, rep = h // ctx.heads, max(1, a // ctx.kv)
     hctx, ring = _sizes(ctx, a)
     order, inverse = ring_order(ctx, a, x.device)
-    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    qkv = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    (_, _, w2), u, qkv = project_in(x, w, ctx, prep)  # qkv [b, t, h + 2kv] (p rank groups of q | k | v)
     q, k, v = split_sections(qkv, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
     q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
     k, v = _replicate(k, d, rep), _replicate(v, d, rep)  # [b, t, kv] -> [b, t, max(kv_heads, a)*d]
@@ -138,7 +133,7 @@ def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
     d, rep = h // ctx.heads, max(1, a // ctx.kv)
     hctx, ring = _sizes(ctx, a)
     order, inverse = ring_order(ctx, a, x.device)
-    w1, b1, w2 = prep
+    w2 = prep[2]
     dw2 = weight_grad(c, dy)  # [h, h]
     dc = seq_to_heads(dy @ w2.t(), hctx).index_select(1, order)  # [b, t, h] -> [b, a*t, h/a] (ring order)
     do = split_heads(dc, ctx.heads // a)  # [b, a*t, h/a] -> [b, heads/a, a*t, d]
@@ -150,11 +145,7 @@ def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
     dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
     dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
     da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
-    return dy + dx, grads
+    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 @cache

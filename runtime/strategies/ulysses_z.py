@@ -31,15 +31,12 @@ from paradyse_lab.runtime.model.sublayer import (
     Impl,
     Weights,
     attention_sections,
-    bias_grad,
-    layer_norm,
-    layer_norm_backward,
     rope_qk,
     rope_qk_backward,
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
-from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, gather_weights, prepare_backward, scatter_grads
+from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
 
 
 def seq_to_heads(a, ctx: Ctx):
@@ -90,9 +87,7 @@ def _rotate_groups(a, ctx: Ctx, h: int, backward: bool) -> None:
 def forward(x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     d, rep = h // ctx.heads, kv_replicas(ctx)
-    w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
-    u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, h + 2kv] (p rank groups of q | k | v)
+    (_, _, w2), u, a = project_in(x, w, ctx, prep)  # a [b, t, h + 2kv] (p rank groups of q | k | v)
     if rep == 1:  # a's rank groups are the all-to-all's: q and k heads rotated where they lie
         _rotate_groups(a, ctx, h, backward=False)
         qkv = a
@@ -117,7 +112,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
         c = gathered_output(core[3], None)  # o [b, H, s, d] -> [b, s, h] (p = 1: no all-to-all)
     h = x.shape[-1]
     d, rep = h // ctx.heads, kv_replicas(ctx)
-    w1, b1, w2 = prep
+    w2 = prep[2]
     dw2 = weight_grad(c, dy)  # [h, h]
     order = gathered_order(ctx, x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
@@ -132,11 +127,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
         dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
         dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
         da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
-    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, h + 2kv] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
-    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
-    return dy + dx, grads
+    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 ATTENTION = Impl("ulysses_z", forward, backward, prepare_backward)

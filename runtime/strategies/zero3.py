@@ -60,10 +60,27 @@ def prepare_backward(w: Weights, ctx: Ctx):
     return gather_weights(w, ctx)
 
 
-def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
+def project_in(x, w: Weights, ctx: Ctx, prep=None):
+    """A ZeRO-3 sub-layer's way in: ((w1, b1, w2) gathered, or `prep`'s), u = norm(x) [b, t, h] (kept) and the
+    first GEMM's output [b, t, n1] (p rank groups of its sections: q | k | v, or gate | up)."""
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx)
     u = layer_norm(x, w, ctx)  # [b, t, h], kept
-    a = add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, f] (SwiGLU: [b, t, 2f], p rank groups of gate | up)
+    return (w1, b1, w2), u, add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, n1]
+
+
+def project_in_backward(x, u, da, dw2, dy, w: Weights, ctx: Ctx, prep):
+    """Backward of `project_in` and of the residual, given the first GEMM's output gradient da [b, t, n1] and the
+    second GEMM's weight gradient dw2: (dx [b, t, h], the shards' gradients reduce-scattered)."""
+    w1, b1, _ = prep
+    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
+    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
+    grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
+    return dy + dx, grads
+
+
+def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
+    (w1, b1, w2), u, a = project_in(x, w, ctx, prep)  # a [b, t, f] (SwiGLU: [b, t, 2f], groups of gate | up)
     c = mlp_core(a, ctx, ctx.p)  # [b, t, f]
     return add_bias(x + c @ w2, w.b2), (x, u, a, c)  # [b, t, f] -> [b, t, h]
 
