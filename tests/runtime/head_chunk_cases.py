@@ -19,8 +19,8 @@ import torch
 from runtime_cases import (
     PACKS,
     TILE,
-    TOL,
     B,
+    check_sharded_attention,
     grad_of,
     llama_config,
     model_case,
@@ -29,7 +29,6 @@ from runtime_cases import (
     reference,
     sublayer_reference,
 )
-from torch.testing import assert_close
 
 from paradyse_lab.app.measure.profile_memory import KeptRecorder
 from paradyse_lab.core.strategies import StrategyOption
@@ -97,11 +96,7 @@ def sublayer_case(kv_heads: int, causal: bool, recompute: bool, packed: bool = F
                 with offloader.sublayer("case", params) if offload else contextlib.nullcontext():
                     y = run_option(option, ctx, xl, params, 5)
             y.backward(shard_sequence(dy, 1, group, cu))
-        assert_close(y, shard_sequence(yr, 1, group, cu), **TOL)
-        assert_close(xl.grad, shard_sequence(dx, 1, group, cu), **TOL)
-        ref = shard_sublayer(grads, "attention", rank, p)
-        for name, prm in zip(PARAM_NAMES, params):
-            assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+        check_sharded_attention(y, xl, params, (yr, dx, grads), rank, p, group, cu)
         want_sent = predicted_bytes(cfg, "attention", option.name, p, seq)
         assert counter.total() == want_sent, (counter.total(), want_sent)
         want = schedule(cfg.with_dtype("fp32"), "attention", option, seq, B, p)

@@ -697,6 +697,18 @@ most ranks hold only their padding), documents longer than a rank's share of the
 document padded to 2p by its own padding segment (pack 1: 47 tokens -> 60 at p = 2, 66 at p = 3, 72 at p = 4)."""
 
 
+def check_sharded_attention(y, xl, params, reference_out, rank: int, p: int, group, cu) -> None:
+    """An attention sub-layer's output, input gradient and every parameter's gradient on this rank equal the
+    reference's (`reference_out`: its output, input gradient and full parameter gradients), sharded as the rank
+    holds them (`cu`: a pack's document offsets, or None)."""
+    yr, dx, grads = reference_out
+    assert_close(y, shard_sequence(yr, 1, group, cu), **TOL)
+    assert_close(xl.grad, shard_sequence(dx, 1, group, cu), **TOL)
+    ref = shard_sublayer(grads, "attention", rank, p)
+    for name, prm in zip(PARAM_NAMES, params):
+        assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
 def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
     """One attention sub-layer over a pack (47 tokens at p = 1, else 48) equals the reference with the
     block-diagonal mask: output, input gradient, every parameter's gradient; the bytes sent are the
@@ -719,11 +731,7 @@ def packed_sublayer_case(strategy: str, causal: bool, recompute: bool):
         with count_bytes() as counter:
             y = run_sublayer(STRATEGY_MODULES[strategy].ATTENTION, ctx, recompute, xl, params)
             y.backward(shard_sequence(dy, 1, group, cu))
-        assert_close(y, shard_sequence(yr, 1, group, cu), **TOL)
-        assert_close(xl.grad, shard_sequence(dx, 1, group, cu), **TOL)
-        ref = shard_sublayer(grads, "attention", rank, p)
-        for name, prm in zip(PARAM_NAMES, params):
-            assert_close(prm.grad, ref[name], **TOL, msg=lambda m, name=name: f"grad of {name}: {m}")
+        check_sharded_attention(y, xl, params, (yr, dx, grads), rank, p, group, cu)
         option = strategy + ("+recompute" if recompute else "")
         assert counter.total() == predicted_bytes(cfg, "attention", option, p, seq)
     return case
