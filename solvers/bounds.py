@@ -83,7 +83,7 @@ def dual_bound(times: np.ndarray, kept: np.ndarray, kept_budget: int, iterations
     (Compiled: `paradyse_lab.solvers.bound_kernels.lagrangian_dual`.)
     """
     from paradyse_lab.solvers.bound_kernels import lagrangian_dual  # numba: ~1 s to load; the ILP never needs it
-    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
+    from paradyse_lab.solvers.kernels import writable  # numba: `kernels` compiles on import
 
     lam, bound, plan, lam_fit, over = lagrangian_dual(writable(times, np.float64), writable(kept, np.int64),
                                                       int(kept_budget), int(iterations))
@@ -114,7 +114,7 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
     min over plans of time + lam * kept + switches (a backward Viterbi pass per cap, compiled) - lam * kept
     budget."""
     from paradyse_lab.solvers.bound_kernels import capped_viterbi_totals  # numba: ~1 s to load; the ILP never needs it
-    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
+    from paradyse_lab.solvers.kernels import writable  # numba: `kernels` compiles on import
 
     least = capped_viterbi_totals(writable(problem.time_s, np.float64), writable(problem.kept_bytes, np.int64),
                                   writable(problem.effective_transient, np.int64),
@@ -125,7 +125,7 @@ def switch_bounds(problem: SearchProblem, table: CapTable, caps: np.ndarray, lam
 
 def _steps(switch: np.ndarray) -> np.ndarray:
     """[S, O, O] float64 for the kernels: one [O, O] matrix as S = 1, per-step [L, O, O] as is."""
-    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
+    from paradyse_lab.solvers.kernels import writable  # numba: `kernels` compiles on import
 
     return writable(switch[None] if switch.ndim == 2 else switch, np.float64)
 
@@ -142,7 +142,7 @@ def cost_to_go(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out[:-1] = np.cumsum(values.min(axis=1)[::-1])[::-1][1:, None]
         return out
     from paradyse_lab.solvers.bound_kernels import viterbi_to_go  # numba: ~1 s to load; the ILP never needs it
-    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
+    from paradyse_lab.solvers.kernels import writable  # numba: `kernels` compiles on import
 
     return viterbi_to_go(writable(values, np.float64), _steps(switch))
 
@@ -155,6 +155,6 @@ def cost_to_come(values: np.ndarray, switch: np.ndarray | None) -> np.ndarray:
         out[1:] = np.cumsum(values.min(axis=1))[:-1, None]
         return out
     from paradyse_lab.solvers.bound_kernels import viterbi_to_come  # numba: ~1 s to load; the ILP never needs it
-    from paradyse_lab.solvers.kernels import writable  # numba: kernels.py compiles on import
+    from paradyse_lab.solvers.kernels import writable  # numba: `kernels` compiles on import
 
     return viterbi_to_come(writable(values, np.float64), _steps(switch))

@@ -1,12 +1,12 @@
 """The application: what runs the solvers, the simulator, the runtime and the figures together.
 
-- reproduce.py: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable; its parts in
+- `reproduce`: `paradyse-lab reproduce`, every experiment of the paper, cached and resumable; its parts in
   reproduce_*.py (settings, outputs, the steps by kind, figures, the background steps);
 - report/: REPORT.md of a reproduction, the paper's numbers beside ours;
-- api.py: the public Python API (`import paradyse_lab`: plan a step, build and train the model, save, load,
+- `api`: the public Python API (`import paradyse_lab`: plan a step, build and train the model, save, load,
   export; docs/api.md);
-- training.py: the runtime's training loop driven by the simulator's policies (`paradyse-lab train`);
-- validate_run.py: train each policy for real and pair every step with its simulation (`paradyse-lab
+- `training`: the runtime's training loop driven by the simulator's policies (`paradyse-lab train`);
+- `validate_run`: train each policy for real and pair every step with its simulation (`paradyse-lab
   validate-run`).
 
 Only this package and paradyse_lab/cli/ import `solvers`, `simulator`, `runtime` or `figures`

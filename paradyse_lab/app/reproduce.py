@@ -43,10 +43,10 @@ profile gets a synthetic one (`source=analytic`, as `paradyse-lab costmodel synt
 DIR/profiles/ for the learned cost models.
 
 This module is the loop (`reproduce`) and `--execute`; the rest of the pipeline lives beside it:
-reproduce_settings.py (`Settings`, the profile the steps fit on), reproduce_outputs.py (the files of each
-step), reproduce_steps.py (the steps by name, in order; the report), reproduce_experiment_steps.py (the simulator's
-experiments), reproduce_planner_steps.py (solvers and cost models alone), reproduce_figures.py (the figures) and
-reproduce_background.py (the steps run in processes of their own).
+`reproduce_settings` (`Settings`, the profile the steps fit on), `reproduce_outputs` (the files of each
+step), `reproduce_steps` (the steps by name, in order; the report), `reproduce_experiment_steps` (the simulator's
+experiments), `reproduce_planner_steps` (solvers and cost models alone), `reproduce_figures` (the figures) and
+`reproduce_background` (the steps run in processes of their own).
 """
 
 from __future__ import annotations

@@ -116,6 +116,6 @@ def profile_for(out: Path, s: Settings) -> Path:
     df = synthesize_profiles(cluster, list(DEFAULT_MODELS), None, timestamp="2026-01-01T00:00:00+00:00")
     if df.empty:
         raise UserInputError(f"cluster {s.cluster!r}: no strategy fits the shortest profiled length")
-    write_profiles(df, path)  # validates the rows as read_profiles reads them back (profiles.py)
+    write_profiles(df, path)  # validates the rows as read_profiles reads them back (`profiles`)
     write_stamp(stamp, key, settings, [path])
     return path

@@ -9,12 +9,12 @@ length is S:
 
 Models are fitted on the training rows of every curve together (one regressor per target, as deployed) and
 scored on the held-out rows, which are what the profile measured (so a perfect model still shows the
-profile's noise; see synthetic.py for the bundled profile's). The analytic model needs no fitting and is
+profile's noise; see `synthetic` for the bundled profile's). The analytic model needs no fitting and is
 scored on the same rows. `calibrated` (the analytic model with its four parameters per strategy fitted on
 the training rows) is scored like a learned model. MAPE is a fraction: mean
 |predicted - measured| / measured. Time MAPE is also reported per length band (`calibration.LENGTH_BANDS`).
 
-`leave_one_shape_out` (calibration.py) is the other test: calibrate on every model shape of the profile but
+`leave_one_shape_out` (`calibration`) is the other test: calibrate on every model shape of the profile but
 one, predict the one left out, in turn; it needs a profile of two or more shapes.
 """
 

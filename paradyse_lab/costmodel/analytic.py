@@ -1,9 +1,9 @@
-"""The analytic cost model: a strategy's schedule (schedules.py) priced on a `ClusterSpec`.
+"""The analytic cost model: a strategy's schedule (`schedules`) priced on a `ClusterSpec`.
 
 compute = FLOPs / (peak x efficiency(shape)) + element-wise bytes / HBM bandwidth; communication =
-alpha-beta per collective (formulas.py); ring point-to-point overlapped with the compute it hides
-(formulas.ring_overlap_s); memory from the tensors each strategy keeps (strategy_work.py); activation offload's
-copies over the host link overlapped with each phase's compute (techniques.py).
+alpha-beta per collective (`formulas`); ring point-to-point overlapped with the compute it hides
+(formulas.ring_overlap_s); memory from the tensors each strategy keeps (`strategy_work`); activation offload's
+copies over the host link overlapped with each phase's compute (`techniques`).
 
 When the cluster carries a calibration (`ClusterSpec.calibration`, fitted by `fit_calibration`), each
 calibrated strategy's time is re-weighted from these parts (`StrategyCalibration.time_s`) and the model

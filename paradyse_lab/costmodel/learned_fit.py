@@ -1,7 +1,7 @@
 """Learned cost models' fit on profiles, and the profile rows it reads.
 
 `fit_profiles(kind, profiles)` fits one regressor per target (whole-model time_s and peak_bytes) on every
-row of a profile (regressors.py; the residual kind also reads the analytic model's whole-model prediction of
+row of a profile (`regressors`; the residual kind also reads the analytic model's whole-model prediction of
 each row, `analytic_whole`) into `FittedProfiles`, with the configurations, strategy options and peaks the
 profile holds; `learned_model.LearnedCostModel` answers `sublayer` / `fixed` from it. `fit_each` fits several
 kinds, taking the forest and the polynomial from a hybrid fit (`HYBRID_PARTS`); `fit_profile_file` caches a

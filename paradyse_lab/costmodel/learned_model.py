@@ -1,5 +1,5 @@
 """The learned cost model: the adapter behind the `CostModel` protocol that answers `sublayer` / `fixed` from the
-regressors of `FittedProfiles` (learned_fit.py: one per target, whole-model time_s and peak_bytes):
+regressors of `FittedProfiles` (`learned_fit`: one per target, whole-model time_s and peak_bytes):
 
 - the paper's kinds (`hybrid`, `forest`, `polynomial`): per-layer cost = whole-model cost / L (docs/paper.md
   section 4), split evenly between attention and MLP; the whole-model peak, divided by L, is charged as

@@ -1,7 +1,7 @@
 """The names of the cost models, kept free of heavy imports (scikit-learn, scipy, joblib) so that building
 the command-line parser, which lists them in `--cost-model` help, stays fast.
 
-`build_cost_model` (factory.py) builds each; `make_regressor` (regressors.py) builds each learned kind.
+`build_cost_model` (`factory`) builds each; `make_regressor` (`regressors`) builds each learned kind.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class PackedStep:
 class PackedCostModel:
     """A cost model seen at one packed step: `sublayer(kind, option, step.padded_len)` is the packed cost.
 
-    Everything solvers and `problem_from_cost_model` (lowering.py) ask of a cost model keeps its meaning, so a
+    Everything solvers and `problem_from_cost_model` (`lowering`) ask of a cost model keeps its meaning, so a
     packed step's problem is built, and solved by every solver, unchanged (`step_problem`).
     """
 

@@ -1,4 +1,4 @@
-"""The `paper` cost model: the authors' measured A100 times (paper_measurements.py), memory from our model.
+"""The `paper` cost model: the authors' measured A100 times (`paper_measurements`), memory from our model.
 
 What it charges, per rank and training step, for a model whose layer shape the authors measured
 (`MEASURED_SHAPES`: bert, llama, gpt and paper-7b, p = 8 on an A100-SXM4-80GB node, batch 1):

@@ -1,6 +1,6 @@
 """The paper profile: the authors' measured times as profile rows (`source=paper`), memory from our model.
 
-For each measured shape (paper_measurements.py: bert, llama, gpt, paper-7b) and strategy, one row per length
+For each measured shape (`paper_measurements`: bert, llama, gpt, paper-7b) and strategy, one row per length
 of a geometric grid (multiples of 512 from 512, `ratio` apart) up to the first length whose analytic peak
 exceeds the device memory less `reserve_bytes` (where that strategy runs out of memory), or `max_len`:
 

@@ -1,7 +1,7 @@
 """The schedule of a strategy option: the compute every strategy shares, plus `+recompute`, `+tiled` and
 `+offload`, per rank: FLOPs, communication, kept and transient bytes.
 
-A `Schedule` is the strategy's algorithm written as counts; `analytic.py` turns it into seconds with a
+A `Schedule` is the strategy's algorithm written as counts; `analytic` turns it into seconds with a
 `ClusterSpec`. The runtime (a module per strategy) implements the same algorithms, and its communication
 byte counts are tested against `Schedule.collectives`. Each strategy's own work (its collectives, kept and
 transient bytes, and the algorithms they count, with the notation) is in

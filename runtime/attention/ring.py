@@ -20,7 +20,7 @@ Forward: p - 1 ring steps of K/V [b, H, t, d] x 2, double-buffered (the next blo
 current one is computed). Backward: the K/V ring again (p - 1 steps) and a travelling dK/dV accumulator:
 rank r starts the accumulator of block r-1 at step 1, each later rank adds its part, and the last adds
 and hands it to the owner (p - 1 steps); the owner adds the part of its own queries kept from step 0.
-So the backward sends (p - 1) x [K, V] + (p - 1) x [dK, dV], as strategy_work.py counts.
+So the backward sends (p - 1) x [K, V] + (p - 1) x [dK, dV], as the cost model counts.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 layout.
 
 Library module (no command; the runtime package's docstring shows its use). Each rank holds its zig-zag share of the
-sequence ([b, s/p] token ids, layout.py) and one 1/p shard of every layer's matrices (weight_shards.py); the
+sequence ([b, s/p] token ids, `layout`) and one 1/p shard of every layer's matrices (`weight_shards`); the
 embedding, positions, final norm and head (tied or not) are replicated, their gradients all-reduced in one call
 during the backward, or with `vocab_parallel` the embedding and head are each rank's ceil(V/p) vocabulary rows
 (Megatron-LM's vocabulary-parallel embedding and cross-entropy, tiled). The model's
-shape is its `ModelSpec` (reference.py): LayerNorm or RMSNorm, GELU or
+shape is its `ModelSpec` (`reference`): LayerNorm or RMSNorm, GELU or
 SwiGLU, biases or none, learned or rotary positions (each rank's tokens rotated by their true positions,
 `Ctx.positions`), grouped-query attention (the strategies' rule on kv_heads is the
 strategy catalog's). `forward(input_ids_local, plan, labels=None)` runs each layer, or each sub-layer,
@@ -126,7 +126,7 @@ class ParallelGPT(GPTParams):
     def __init__(self, cfg: ModelSpec, group=None, seed: int = 0, state_dict: dict | None = None,
                  hf_folder: str | None = None, vocab_parallel: bool = False,
                  rank_state_dict: dict | None = None):
-        """Shards of `state_dict` (full, runtime names; reference.py), of the safetensors of the Hugging Face
+        """Shards of `state_dict` (full, runtime names; `reference`), of the safetensors of the Hugging Face
         model folder `hf_folder` (each rank reads only its slices), or of the GPT-2
         initialisation drawn from `seed` (the same on every rank); or `rank_state_dict`, this rank's tensors
         at the group's size (its shards and the replicated tensors), used as they are, without a copy (a

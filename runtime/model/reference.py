@@ -3,9 +3,9 @@
 Library module (no command). GPT-2 (Radford et al. 2019; Hugging Face `GPT2LMHeadModel`): learned
 positions, pre-LayerNorm blocks, biases, tanh-GELU ('gelu_new'), tied embedding and head, attention scale
 1/sqrt(d). LLaMA (Touvron et al. 2023; Hugging Face `LlamaForCausalLM`), chosen by `ModelSpec` flags:
-RMSNorm, no biases, SwiGLU MLP (silu(gate) * up, then down), rotary embeddings (rope.py), grouped-query
+RMSNorm, no biases, SwiGLU MLP (silu(gate) * up, then down), rotary embeddings (`rope`), grouped-query
 attention (`kv_heads` K/V heads, query head i reads K/V head i // (heads / kv_heads)), untied head.
-Parameter names are the runtime's (weight_shards.py): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
+Parameter names are the runtime's (`weight_shards`): `wte`, `wpe`, `lnf_w`, `lnf_b`, `head` (untied only), and
 per layer `layers.L.attn.{ln_w, ln_b, w1, b1, w2, b2}` and `layers.L.mlp.{...}` with w1 [n1, h] (out, in;
 attention rows q | k | v, SwiGLU rows gate | up), w2 [n2, h] (in, out): `ParallelGPT` holds the same names
 with 1/p shards (weight_shards.shard_state_dict).

@@ -35,7 +35,7 @@ from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
 
 
 class Weights(NamedTuple):
-    """A sub-layer's parameters on this rank (weight_shards.py): w1 [n1/p, h], b1 [n1/p], w2 [n2/p, h]."""
+    """A sub-layer's parameters on this rank (`weight_shards`): w1 [n1/p, h], b1 [n1/p], w2 [n2/p, h]."""
 
     ln_w: torch.Tensor
     ln_b: torch.Tensor
@@ -221,7 +221,7 @@ def attention_sections(ctx: Ctx, h: int, parts: int) -> tuple[int, int, int]:
 
 
 def rope_qk(q, k, positions, ctx: Ctx, h: int):
-    """q, k [b, n, heads*d] rotated by the tokens' positions [n] (rope.py); unchanged without rotary."""
+    """q, k [b, n, heads*d] rotated by the tokens' positions [n] (`rope`); unchanged without rotary."""
     if not ctx.rope_theta:
         return q, k
     d = h // ctx.heads

@@ -1,12 +1,12 @@
 """MegatronCZ: ring context parallelism for attention, ZeRO-3 for the weights, on the unified layout.
 
 Library module (no command). Megatron-LM context parallelism (ring attention, Liu et al. 2023) with
-ZeRO-3 (Rajbhandari et al. 2020); strategy_work.py `megatron_cz`. Attention on rank r: gather the full W_qkv,
-W_proj (zero3.py); q, k, v of all heads for its t tokens (q and k rotated by the tokens' true positions
+ZeRO-3 (Rajbhandari et al. 2020); the cost model's `megatron_cz` schedule. Attention on rank r: gather the full W_qkv,
+W_proj (`zero3`); q, k, v of all heads for its t tokens (q and k rotated by the tokens' true positions
 under rotary embeddings); ring attention (ring_attention.py: p - 1 K/V steps forward; K/V and dK/dV steps
 backward); the full output projection. The MLP is zero3.MLP. Grouped-query attention: any kv_heads
 dividing heads; the ring carries only the kv_heads K/V heads, so its K/V and dK/dV traffic is kv_heads/heads
-of multi-head attention's. Kept (strategy_work.py): x, u = norm(x) [b, t, h], q and the output o
+of multi-head attention's. Kept (as the cost model counts): x, u = norm(x) [b, t, h], q and the output o
 [b, heads, t, d], k, v [b, kv_heads, t, d], lse.
 """
 

@@ -1,13 +1,13 @@
 """MegatronTS: Megatron-LM tensor parallelism with sequence parallelism, on the unified layout.
 
 Library module (no command). Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
-Models" (MLSys 2023) section 4.2.2; strategy_work.py `megatron_ts`. Per sub-layer on rank r:
+Models" (MLSys 2023) section 4.2.2; the cost model's `megatron_ts` schedule. Per sub-layer on rank r:
 forward: u = norm(x) [b, t, h]; all-gather u -> U [b, s, h]; column-parallel GEMM with this rank's w1 rows
 (attention: its heads' q, and its kv_heads/p K/V heads, which needs kv_heads % p == 0; MLP: its
 f-columns, SwiGLU: of gate and up); the core (rotary embeddings by the gathered tokens' true positions,
 attention of its heads over the whole sequence / GELU or SwiGLU); row-parallel GEMM with its w2 rows ->
 partial [b, s, h]; reduce-scatter -> [b, t, h].
-Kept (Korthikanti et al. 2023 section 4.2.2, as strategy_work.py counts): x, u [b, t, h] (sequence-sharded,
+Kept (Korthikanti et al. 2023 section 4.2.2, as the cost model counts): x, u [b, t, h] (sequence-sharded,
 as Megatron's sequence parallelism keeps it), the core input and output (MLP: a [b, s, f/p] (SwiGLU:
 [b, s, 2f/p]) and its activation [b, s, f/p]; attention: q, k, v (k, v: [b, KV/p, s, d]), the output
 o [b, H/p, s, d] in natural order and lse of its heads). The attention

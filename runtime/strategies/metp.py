@@ -1,7 +1,7 @@
 """METP: memory-efficient tensor parallelism (Liang et al., FITEE 2025), on the unified layout.
 
-Library module (no command). strategy_work.py `metp`. Every rank keeps its t tokens; weights travel, never
-activations of the whole sequence. A weight shard is the flat `cat(w1, b1, w2)` of one head group / one
+Library module (no command); priced by the cost model's `metp` schedule. Every rank keeps its t tokens; weights
+travel, never activations of the whole sequence. A weight shard is the flat `cat(w1, b1, w2)` of one head group / one
 block of f-columns (flat_shards.pack_shard).
 - Attention: an outer loop over head groups g = 0..p-1. Shard g is broadcast from rank g along the ring
   by point-to-point messages (comm_p2p.chain_broadcast: each rank sends it at most once; the shard of g+1 is
@@ -11,14 +11,14 @@ block of f-columns (flat_shards.pack_shard).
   which needs kv_heads % p == 0), and adds its output times w2_g to the output.
 - MLP: the shards rotate around the ring (p - 1 steps, the next shard in flight while the current one is
   applied); each rank adds GELU(u w1_g^T + b1_g) w2_g for its tokens.
-Kept (strategy_work.py): the sub-layer input x and u = LN(x) [b, t, h], and for attention the output of all
+Kept (as the cost model counts): the sub-layer input x and u = LN(x) [b, t, h], and for attention the output of all
 heads and its lse.
 Backward: the shards travel the same way again; the first GEMM of each shard (q, k, v / the f-wide
 activation) is recomputed when the shard comes round; each shard's gradient partial is reduced onto its
 owner by point-to-point (attention: comm_p2p.chain_reduce per group; MLP: a travelling accumulator that ends
 at the owner), in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: the partials and the accumulator are fp32 and
 travel as such; the owner's sum is cast to the weights' dtype once). Per rank: p - 1 weight messages forward,
-2(p - 1) backward (p - 1 of them gradient partials), as strategy_work.py counts.
+2(p - 1) backward (p - 1 of them gradient partials), as the cost model counts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """UlyssesZ: DeepSpeed-Ulysses attention with ZeRO-3 weights, on the unified layout.
 
-Library module (no command). Jacobs et al., "DeepSpeed Ulysses" (2023); strategy_work.py `ulysses_z`.
-Attention on rank r: gather the full W_qkv, W_proj (zero3.py); q, k, v of all heads for its t tokens;
+Library module (no command). Jacobs et al., "DeepSpeed Ulysses" (2023); the cost model's `ulysses_z` schedule.
+Attention on rank r: gather the full W_qkv, W_proj (`zero3`); q, k, v of all heads for its t tokens;
 all-to-all sequence-sharded -> head-sharded (head group g goes to rank g; rank r receives its heads for
 all s tokens, in rank-major order); attention of its heads over the whole sequence; all-to-all back; the
 full output projection. Backward: all-to-all dO, then dQKV. Needs heads divisible by p. MLP: zero3.MLP.
-Kept (strategy_work.py): x, u = LN(x) [b, t, h], the kernel's q, k, v, output o [b, H/p, s, d] and lse of this
+Kept (as the cost model counts): x, u = LN(x) [b, t, h], the kernel's q, k, v, output o [b, H/p, s, d] and lse of this
 rank's heads, and the attention output again as c [b, t, h] after the all-to-all back (the output
 projection's input, for dW_proj). The two copies of the output cannot be re-derived from each other
 without an all-to-all, so, as DeepSpeed-Ulysses does (the kernel keeps o, the projection its input c),
-both are kept: one [t, h] more than Korthikanti et al.'s count, which strategy_work.py adds for this pair
+both are kept: one [t, h] more than Korthikanti et al.'s count, which the cost model adds for this pair
 (at p = 1 there is no all-to-all: c is re-derived from o).
 """
 

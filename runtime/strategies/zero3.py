@@ -1,12 +1,12 @@
 """ZeRO-3 weights and the ZeRO-3 MLP, shared by megatron_cz and ulysses_z.
 
-Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; strategy_work.py: the sharded
+Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; the cost model's sharded
 parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
 before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards,
 summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
 The gathered w1/b1 rows come grouped by rank (flat_shards.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
-The MLP keeps (strategy_work.py) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
+The MLP keeps (as the cost model counts) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
 gate and up, [b, t, 2f]) and output c [b, t, f].
 """
 

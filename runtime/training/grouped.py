@@ -5,7 +5,7 @@ Library module (no command). The step is a `paradyse_lab.core.step_groups.Groupe
 blocks of ranks, each training its items one after another, each item with its own `Plan` at the group's size.
 
 Layout. The world model is `ParallelGPT` over all W ranks: rank r keeps row block r of W of every sub-layer
-matrix (per row section, weight_shards.py), the norms, output biases, embeddings and head replicated; the optimizer
+matrix (per row section, `weight_shards`), the norms, output biases, embeddings and head replicated; the optimizer
 steps these tensors and checkpoints save them. A group of g ranks is the "sp" dimension of the (W/g x g)
 mesh `("dp", "sp")`; `StepMeshes` makes one mesh per power of two g dividing W, once, on every rank.
 

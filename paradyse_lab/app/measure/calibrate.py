@@ -20,7 +20,7 @@ working at once as in training; rank 0 writes. Stages, in order, each with a sha
    weight-gradient GEMMs of qkv, proj, fc1, fc2 in each strategy's layout) at three lengths of the grid;
    the runtime's attention kernel, causal at s with heads/p heads and non-causal at s/p with all heads (the
    calls the strategies make); device memory (CUDA: the device's; CPU: physical memory / p); the analytic
-   model's step terms (`measure_step_terms`, calibrate_kernels.py): the seconds of one operator dispatch in training (a
+   model's step terms (`measure_step_terms`, `calibrate_kernels`): the seconds of one operator dispatch in training (a
    forward + backward chain of tiny operators that require grad, over the dispatches counted in it), the seconds of
    one dispatch inside the runtime's own step (the model's forward + backward under each strategy at the
    shortest length that splits, less what it moves, over the dispatches counted in it), the

@@ -3,7 +3,7 @@ the kernels stage's synchronisation and overlap measurements use too).
 
 A timed call starts together on every rank (a barrier first) and is synchronised with the device on both ends;
 a point's time is the slowest rank's. The collectives are the runtime's (point-to-point ones included), at
-nccl-tests' buffer sizes S (calibrate.py's module docstring says which kinds, sizes and repeats, and where the
+nccl-tests' buffer sizes S (`calibrate`'s module docstring says which kinds, sizes and repeats, and where the
 rows go).
 """
 

@@ -95,7 +95,7 @@ def dispatch_chain(device, dtype):
 
 def measure_dispatch_s(device, dtype) -> float:
     """Seconds per operator dispatch of a training step: the dispatch chain (`dispatch_chain`) timed, over the
-    operators step_counts.py's counter counts in it (the unit of the step counts' launches)."""
+    operators `step_counts`'s counter counts in it (the unit of the step counts' launches)."""
     run = dispatch_chain(device, dtype)
     with counting() as tally:
         run()
@@ -109,9 +109,9 @@ STATE_ELEMENTS = 1 << 24
 
 def measure_step_terms(spec, lengths, device, dtype, group) -> dict:
     """The analytic model's step terms on this rank (measured_cluster.py): seconds per operator dispatch (of the
-    benchmark chain, and inside the runtime's own step: step_counts.py `runtime_dispatch_s`), element-wise
+    benchmark chain, and inside the runtime's own step: `step_counts.runtime_dispatch_s`), element-wise
     bandwidth at the model's activation size, the ring's overlap with compute, what a blocking collective
-    costs after compute (`measure_sync`) and the step epilogue's seconds (step_counts.py `epilogue_s`), every
+    costs after compute (`measure_sync`) and the step epilogue's seconds (`step_counts.epilogue_s`), every
     rank at once as in training."""
     import torch  # lazy: torch takes seconds to load; only this path runs it
 

@@ -1,6 +1,6 @@
 """What one `paradyse-lab calibrate` run is: its options, the stages' shares of the time budget and the grids
-it measures over (the lengths, the strategy options). The stages themselves: calibrate_collectives.py,
-calibrate_kernels.py, calibrate_profile.py; their order and the files they write: calibrate.py.
+it measures over (the lengths, the strategy options). The stages themselves: `calibrate_collectives`,
+`calibrate_kernels`, `calibrate_profile`; their order and the files they write: `calibrate`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the profiles' memory columns are measured with: the activations a forward keeps for backward (kept_bytes,
 exact on every device), every model state held resident as in training, and the point a step's peak is measured
-from. The whole-model profiler (profiler.py) and the layer-stack profiler (stack_profile.py) use them;
-step_counts.py draws its sub-layers' parameters with `random_sublayer_params`.
+from. The whole-model profiler (`profiler`) and the layer-stack profiler (`stack_profile`) use them;
+`step_counts` draws its sub-layers' parameters with `random_sublayer_params`.
 """
 
 from __future__ import annotations

@@ -25,22 +25,22 @@ the option on every layer, tied head and loss), seen from one rank. `--warmup` u
   (communication included), comm_s is 0 and comm_modelled false.
 - peak_bytes has the cost model's meaning: every model state is resident while
 measuring
-  (`resident_model_states` in profile_memory.py: gradients allocated and accumulated into, the optimizer states as one
-  untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, profile_memory.py)
+  (`resident_model_states` in `profile_memory`: gradients allocated and accumulated into, the optimizer states as one
+  untouched buffer, 16 bytes per parameter in all), and the peak counter is reset (`reset_peak`, `profile_memory`)
   after the kept-bytes forward's graph is freed. On CPU there is no allocator peak counter: peak_bytes = model-state
   bytes + kept_bytes, a lower bound (the transient working memory is not seen; `peak_method` lower-bound-cpu). Use GPU
   rows for peak memory.
 - attention_kernel: the attention kernels that actually ran for the row
   (`kernels_used`: flash_attn, sdpa_flash, sdpa_cpu or math; joined by '+' if a fused one fell back mid-row).
 
-kept_bytes (`measure_kept_bytes`, profile_memory.py) is exact on every device: the bytes of the distinct storages that
+kept_bytes (`measure_kept_bytes`, `profile_memory`) is exact on every device: the bytes of the distinct storages that
 the forward hands to autograd for backward (`torch.autograd.graph.saved_tensors_hooks`), parameters excluded.
 Rows are written atomically (a temporary file renamed over `--out`). Bad input (unknown strategy or model,
 a length that is not a multiple of 2p, shapes a strategy cannot split) exits 2 with one line.
 
 What every row of one `paradyse-lab costmodel profile` call measures with (whose
 module docstring is the command's --help): the model on its torch device, its strategy options, its resident model
-states (`resident_model_states`, profile_memory.py), the cost model that prices a rank-local row's communication,
+states (`resident_model_states`, `profile_memory`), the cost model that prices a rank-local row's communication,
 and the device's name as the rows record it (`device_name`). Every input error is raised here, before any timing.
 """
 

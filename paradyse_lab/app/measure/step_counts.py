@@ -17,7 +17,7 @@ world, not fits to times.
   alpha-beta fits).
 - Launches: every operator dispatched outside the attention kernels and collectives, views, allocations and
   the GEMM calls included: on a CPU each costs the dispatcher's and autograd's bookkeeping whatever it moves
-  (`calibrate` prices one with the dispatch benchmark of calibrate_kernels.py `measure_step_terms`, counted by
+  (`calibrate` prices one with the dispatch benchmark of `calibrate_kernels.measure_step_terms`, counted by
   this same counter). The matrix products' arithmetic is priced by the GEMM curve, their dispatch here.
 - Bytes of an operator: its tensor inputs plus its tensor outputs (read once, written once); a view moves
   nothing (`OpOverload.is_view`), an allocation (`empty*`) moves nothing, a GEMM's traffic is in its measured
