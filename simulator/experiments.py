@@ -40,6 +40,9 @@ OURS_POLICIES = ("dynamic:dp+recompute", "dynamic:dp+recompute+sublayer", TECHNI
 """Beyond the paper: exact planning with recomputation as a per-layer option, per sub-layer, and per sub-layer with
 the tiled MLP and activation offload offered too (docs/tiled_mlp_and_offload.md: the planner takes them only where
 they make a plan fit or make it faster)."""
+TWO_D_POLICY = "dynamic:dp+recompute+tiled+offload+2d+sublayer"
+"""Beyond the paper, with `experiment fig2 --two-d`: the techniques series with the two-dimensional strategies
+offered too (Ulysses x ring at every head degree that divides the heads and p; docs/ulysses_ring.md)."""
 STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 """The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200
@@ -154,18 +157,21 @@ def run_planner(setup: Setup, model_name: str, policy_spec: str, *, smoothing: b
 
 def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: bool = True,
          models=MODELS, datasets=DATASETS, progress: bool = True,
-         beyond: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+         beyond: bool = False, two_d: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Six panels x (four static strategies, the paper's heuristic, and dp / ilp): summaries and headlines.
 
-    With `beyond`, also our series (`OURS_POLICIES`, `STATIC_RECOMPUTE_POLICIES`) and fig2_beyond.csv.
+    With `beyond`, also our series (`OURS_POLICIES`, `STATIC_RECOMPUTE_POLICIES`) and fig2_beyond.csv; with
+    `two_d` too, `TWO_D_POLICY` among them.
     """
+    if two_d and not beyond:
+        raise UserInputError("--two-d adds a series beyond the paper: it cannot go with --paper-policies-only")
     def names(specs) -> tuple[str, ...]:
         """Each policy as the run will be (the setup's --recompute / --granularity applied), once."""
         return tuple(dict.fromkeys(PolicySpec.parse(p, setup.recompute, setup.granularity).name for p in specs))
 
     statics = names(STATIC_POLICIES)
     paper_dynamic = names((PAPER_POLICY,) + (EXACT_POLICIES if exact else ()))
-    ours = names(OURS_POLICIES + STATIC_RECOMPUTE_POLICIES) if beyond else ()
+    ours = names(OURS_POLICIES + (TWO_D_POLICY,) * two_d + STATIC_RECOMPUTE_POLICIES) if beyond else ()
     policies = tuple(dict.fromkeys(statics + paper_dynamic + ours))
     jobs = [(d, m, p) for d in datasets for m in models for p in policies]
     runs: dict = {}
@@ -213,7 +219,8 @@ def fig2(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, exact: boo
 BEYOND_SERIES = (("ParaDySe (heuristic)", PAPER_POLICY), ("dp", "dynamic:dp"),
                  ("dp + recompute", "dynamic:dp+recompute"),
                  ("dp + recompute + sub-layer", "dynamic:dp+recompute+sublayer"),
-                 ("+ tiled MLP + offload", TECHNIQUES_POLICY))
+                 ("+ tiled MLP + offload", TECHNIQUES_POLICY),
+                 ("+ 2-D strategies", TWO_D_POLICY))
 """Label and policy of each series of fig2_beyond.csv, beside the best static strategy with recomputation."""
 
 

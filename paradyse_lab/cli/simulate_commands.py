@@ -110,7 +110,8 @@ def run_experiment(args) -> int:
     started = time.perf_counter()
     if opts.name == "fig2":
         summaries, headlines = experiments.fig2(setup, root, force=opts.force, exact=opts.exact,
-                                                progress=sys.stderr.isatty(), beyond=not opts.paper_policies_only)
+                                                progress=sys.stderr.isatty(), beyond=not opts.paper_policies_only,
+                                                two_d=opts.two_d)
         elapsed = time.perf_counter() - started
         if opts.format == "json":
             print_json({"summaries": summaries.to_dict(orient="records"),

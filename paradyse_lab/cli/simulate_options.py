@@ -202,6 +202,9 @@ class ExperimentOptions:
     paper_policies_only: bool = False
     """fig2: skip our series beyond the paper (dp + recompute, dp + recompute + sub-layer, the same with the
     tiled MLP and offload, and the static strategies with recomputation)."""
+    two_d: bool = False
+    """fig2: also our techniques series with the two-dimensional strategies offered (Ulysses x ring at every head
+    degree that divides the heads and p), as the series "+ 2-D strategies" of fig2_beyond.csv."""
     fine_lengths: bool = False
     """table5: also each variant's longest length when every multiple of the layout unit (2p tokens) is tried
     in a fresh process, not only the sampled lengths (column "max len, fine grid")."""

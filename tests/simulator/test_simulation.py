@@ -371,3 +371,17 @@ def test_runs_sharing_cost_models_and_problems_are_the_runs_alone():
     assert not shared._stores
     for a, b in zip(alone, together):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_fig2_two_d_adds_the_two_dimensional_series_beyond_the_paper(tmp_path, capsys):
+    from paradyse_lab.simulator.experiments import TWO_D_POLICY, fig2
+
+    summaries, _ = fig2(Setup(size=4), tmp_path, exact=False, models=("gpt",), datasets=("grch38",),
+                        progress=False, beyond=True, two_d=True)
+    assert TWO_D_POLICY in set(summaries.policy)
+    beyond = pd.read_csv(tmp_path / "fig2_beyond.csv")
+    two_d, techniques = (beyond[beyond.series == s].iloc[0] for s in ("+ 2-D strategies", "+ tiled MLP + offload"))
+    assert two_d.policy == TWO_D_POLICY
+    assert two_d.max_seq_len_trained >= techniques.max_seq_len_trained  # more options: never shorter
+    assert main(["experiment", "fig2", "--out", str(tmp_path), "--two-d", "--paper-policies-only"]) == 2
+    assert "--two-d" in capsys.readouterr().err
