@@ -342,11 +342,12 @@ def megatron_cp_activation_calls(s: Sublayer, a: int) -> tuple[list[CollectiveCa
 
 def megatron_cp_weight_bytes(s: Sublayer, a: int) -> int:
     """megatron_cp's transient weight bytes: the exchanged shard, the gathered a-block and its copy in section
-    order, the fp32 a-block gradient before its reduce-scatter (none at a = p: the shard is the block)."""
+    order, the a-block gradient packed in the gather's order and the fp32 bucket of its reduce-scatter (none at
+    a = p: the shard is the block)."""
     if a == s.p:
         return 0
-    block = s.W // a
-    return s.W // s.p * s.e + 2 * block * s.e + block * F.GRAD_REDUCE_BYTES
+    shard, block = s.W // s.p, s.W // a
+    return shard * s.e + 3 * block * s.e + F.reduce_scatter_bucket_bytes(s.model, shard, s.p // a)
 
 
 def _megatron_cp(s: Sublayer) -> StrategyWork:

@@ -41,8 +41,7 @@ import torch
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm import collectives as comm
-from paradyse_lab.runtime.comm import grad_reduce
-from paradyse_lab.runtime.comm import p2p
+from paradyse_lab.runtime.comm import grad_reduce, p2p
 from paradyse_lab.runtime.model.reference import add_bias
 from paradyse_lab.runtime.model.sublayer import (
     Ctx,
