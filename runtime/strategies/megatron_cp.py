@@ -232,11 +232,11 @@ def for_degree(a: int):
     attributes the runtime reads from a strategy module."""
     name = f"megatron_cp:{a}"
 
-    class Degree:
+    class TensorDegree:
         ATTENTION = Impl(name, lambda *args: _attention_forward(a, *args), lambda *args: _attention_backward(a, *args),
                          _prepare_backward(a))
         MLP = Impl(name, lambda *args: _mlp_forward(a, *args), lambda *args: _mlp_backward(a, *args),
                    _prepare_backward(a))
         TILED_MLP = TiledImpl(name, lambda *args: _tiled_forward(a, *args), lambda *args: _tiled_backward(a, *args))
-    Degree.__name__ = f"megatron_cp_{a}"
-    return Degree
+    TensorDegree.__name__ = f"megatron_cp_{a}"
+    return TensorDegree
