@@ -11,8 +11,6 @@ from __future__ import annotations
 from runtime_cases import packed_model_case, packed_sublayer_case, sublayer_case
 from ulysses_ring_cases import llama_case, model_case
 
-from paradyse_lab.runtime.strategies.megatron_cp import exchange_peers
-
 DEGREES = (1, 2, 4)
 """Tensor degrees a at p = 4: 1 x 4 (the ring alone, ZeRO-3 weights), 2 x 2 (a shard exchange), 4 x 1 (megatron_ts)."""
 
@@ -21,21 +19,7 @@ def tpcp(a: int) -> str:
     return f"megatron_cp:{a}"
 
 
-def exchange_case(rank: int, p: int, group) -> None:
-    """The weight exchange is a permutation without fixed points at 2 x 2 (every rank sends one shard), the
-    identity at 1 x 4 and 4 x 1, and puts on the b ranks of each ring group the b p-blocks of one a-block."""
-    for a in DEGREES:
-        peers = [exchange_peers(p, a, r) for r in range(p)]
-        srcs, dsts = [s for s, _, _ in peers], [d for _, d, _ in peers]
-        assert sorted(srcs) == list(range(p)) and all(dsts[srcs[r]] == r for r in range(p)), (a, peers)
-        moved = [srcs[r] != r for r in range(p)]
-        assert all(moved) if 1 < a < p else not any(moved), (a, srcs)
-        b = p // a
-        for i in range(a):  # ring group i = ranks i, a + i, ...: the a-block i = p-blocks i*b .. i*b + b - 1
-            assert sorted(srcs[j * a + i] for j in range(b)) == list(range(i * b, (i + 1) * b)), (a, i, srcs)
-
-
-CASES = {"tpcp-exchange": exchange_case}
+CASES = {}
 for _a in DEGREES:
     for _kind in ("attention", "mlp"):
         # the whole kept set (the offload case counts it byte for byte), the bytes sent, every gradient
