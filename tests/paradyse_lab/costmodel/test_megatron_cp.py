@@ -80,7 +80,7 @@ def test_tensor_group_ring_group_and_the_weight_block():
 def test_plan_takes_it_per_layer_where_it_wins(capsys):
     """Qwen2-7B on 8 H100s (28 heads: the ring is the only 1-D attention): at 8K the ring's ZeRO-3 weight traffic
     binds, and with --two-d the planner takes megatron_cp on every layer; per sub-layer it takes megatron_cp for the
-    attention and megatron_ts (which needs no heads) for the MLP. Without --two-d it is never offered."""
+    attention and megatron_ts (which needs no heads) for the MLP. (Faster than the ring's plan: the simulate test.)"""
     run = ["plan", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--cost-model", "analytic", "--seq", "8K",
            "--format", "json"]
 
@@ -89,10 +89,8 @@ def test_plan_takes_it_per_layer_where_it_wins(capsys):
         out = json.loads(capsys.readouterr().out)
         return out["plan"], out["predicted_time_s"]
 
-    ring, ring_s = plan()
-    assert set(ring) == {"megatron_cz"}
     block, block_s = plan("--two-d")
     assert len(block) == QWEN.layers and all(o.startswith("megatron_cp:") for o in block), block
     sub, sub_s = plan("--two-d", "--granularity", "sublayer")
     assert all(o.startswith("megatron_cp:") for o in sub[0::2]) and set(sub[1::2]) == {"megatron_ts"}, sub
-    assert sub_s <= block_s < ring_s
+    assert sub_s <= block_s
