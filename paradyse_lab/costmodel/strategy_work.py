@@ -35,6 +35,10 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
   Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
   sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
+- megatron_cp:a (Megatron-LM's tensor x context parallel), p = a x b: megatron_ts inside the tensor group of a
+  consecutive ranks, the attention's K/V blocks around a zig-zag ring over b (ulysses_ring's groups); its 1/a
+  weight block fetched per pass from the 1/p shards (a shard exchange and a ring-group all-gather), its gradient
+  reduce-scattered over b in fp32 and sent back (`megatron_cp_work`). a = p is megatron_ts's traffic.
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
