@@ -52,7 +52,7 @@ class StepQuestion:
     offload: bool = False
     headchunk: bool = False
     two_d: bool = False
-    """Also offer the two-dimensional strategies (`ulysses_ring:a`, every head degree; `--two-d`)."""
+    """Also offer the two-dimensional strategies (`ulysses_ring:a` and `megatron_cp:a`, every degree; `--two-d`)."""
     granularity: str = "block"
     head: str = "auto"
     budget_bytes: int | None = None

@@ -27,6 +27,8 @@ catalog, the cost model and the runtime:
   that query groups divide by the tensor-parallel size).
 - ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
   heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
+- megatron_cp:a (tensor x context parallel, two-dimensional): the split rule with the tensor degree a in place of
+  p: heads % a == 0 and kv_heads % a == 0; a must divide p.
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
 These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
@@ -165,8 +167,8 @@ class Strategy:
         if self.kv_heads_rule == "replicate" and kv % n and n % kv:
             return (f"kv_heads ({kv}) must be divisible by {what} ({n}) or divide it (each K/V head is then "
                     f"replicated {'a' if self.head_degree else 'p'} / kv_heads times before the all-to-all)")
-        if self.kv_heads_rule == "split" and kv % p:
-            return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
+        if self.kv_heads_rule == "split" and kv % n:
+            return (f"kv_heads ({kv}) must be divisible by {what} ({n}): the tensor-parallel head split gives every "
                     "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
         if model.kv_hidden % p:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
@@ -180,6 +182,7 @@ every factorisation of an 8-GPU node (1 x 8, 2 x 4, 4 x 2, 8 x 1) and of the gro
 1-D strategies' communication (a = 1 megatron_cz's ring, a = p ulysses_z's all-to-all) with ulysses_z's kept
 set (the attention output in both layouts)."""
 ULYSSES_RING_COLORS = {1: "#bcbd22", 2: "#9467bd", 4: "#8c564b", 8: "#e377c2"}
+MEGATRON_CP_COLORS = {1: "#17becf", 2: "#7f7f7f", 4: "#aec7e8", 8: "#98df8a"}
 
 
 def _ulysses_ring(a: int) -> Strategy:
@@ -192,6 +195,23 @@ def _ulysses_ring(a: int) -> Strategy:
         splits_heads=True, ring_attention=True, kv_heads_rule="replicate",
         abbreviation=f"U{a}", color=ULYSSES_RING_COLORS[a], schedule="ulysses_ring",
         runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a,
+    )
+
+
+def _megatron_cp(a: int) -> Strategy:
+    """The tensor x context parallel entry of tensor degree a (Megatron-LM's TP x CP): Megatron tensor parallelism
+    with sequence parallelism inside groups of a consecutive ranks, zig-zag ring attention over the p / a groups;
+    the weights' a-blocks fetched from the 1/p shards (a shard exchange, an all-gather over the ring group)."""
+    return Strategy(
+        f"megatron_cp:{a}", f"Megatron{a}xCP",
+        attention=f"tensor parallel over heads in groups of {a} ranks (all-gather, reduce-scatter), zig-zag ring "
+        f"attention over p/{a} groups",
+        mlp=f"column/row-split weights in groups of {a} ranks, the 1/{a} blocks fetched from the 1/p shards",
+        splits_heads=True, ring_attention=True, kv_heads_rule="split",
+        abbreviation=f"C{a}", color=MEGATRON_CP_COLORS[a], schedule="megatron_cp",
+        runtime_module="paradyse_lab.runtime.strategies.megatron_cp", head_degree=a,
+        head_chunks="its gathered input and output partial [a*t, h] are shared by every head, so chunks of heads "
+        "would leave its largest buffers whole (not offered)",
     )
 
 
@@ -247,6 +267,7 @@ CATALOG: dict[str, Strategy] = {
 USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
 """The strategies plans are made of, in the paper's order (one-dimensional: each spans all p ranks)."""
 CATALOG.update({s.name: s for s in map(_ulysses_ring, HEAD_DEGREES)})
+CATALOG.update({s.name: s for s in map(_megatron_cp, HEAD_DEGREES)})
 TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree)
 """The two-dimensional strategies (p = a x b), offered beside `USABLE` where the question does not name its
 options (`cost`, `plan`); the paper's reproduction keeps to `USABLE`."""

@@ -134,7 +134,8 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     if option.recompute and tiled is None:  # a tiled MLP recomputes its own way
         gemm += lin_fwd
         elem += elem_fwd
-        refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")]
+        refwd = [c for c in fwd if not (work.gathers_weights and c.op == "all_gather")
+                 and not any(c is w for w in work.weight_calls)]
         bwd = refwd + bwd
         if ring_steps:
             ring_steps += (work.ring_ranks or p) - 1

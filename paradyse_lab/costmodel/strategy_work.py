@@ -35,6 +35,10 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
   Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
   sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
+- megatron_cp:a (Megatron-LM's tensor x context parallel), p = a x b: megatron_ts inside the tensor group of a
+  consecutive ranks, the attention's K/V blocks around a zig-zag ring over b (ulysses_ring's groups); its 1/a
+  weight block fetched per pass from the 1/p shards (a shard exchange and a ring-group all-gather), its gradient
+  reduce-scattered over b in fp32 and sent back (`megatron_cp_work`). a = p is megatron_ts's traffic.
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
@@ -53,7 +57,7 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel import formulas as F
@@ -161,6 +165,9 @@ class StrategyWork:
     gathers_weights: bool = False
     """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
     backward's gather serves it)."""
+    weight_calls: tuple[CollectiveCall, ...] = ()
+    """Forward collectives (these very objects) that fetch weights beside others that move activations, which a
+    recomputed forward does not repeat either (megatron_cp's shard exchange and ring-group gather)."""
 
 
 def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_width: int) -> int:
@@ -282,6 +289,76 @@ def _ulysses_ring(s: Sublayer) -> StrategyWork:
     return ulysses_ring_work(s, s.head_degree)
 
 
+def megatron_cp_work(s: Sublayer, a: int) -> StrategyWork:
+    """Tensor x context parallel of tensor degree a on p = a x b ranks: megatron_ts inside the tensor group of a
+    consecutive ranks (the sequence [t, h] -> [a*t, h] gathered and reduce-scattered, this rank's 1/a of the heads
+    or f-columns), the attention's K/V blocks [a*t, 2kv/a] = t*2kv elements around the ring of b ranks (a apart:
+    `stride`), as ulysses_ring's ring with the K/V heads split instead of replicated. Weights (the runtime's 1/p
+    shards; an a-block fetched per pass): one shard [W/p] exchanged in the layer's group (when 1 < a < p), an
+    all-gather [W/p] -> [W/a] over the ring group, the same again before the backward, and the a-block gradient
+    reduce-scattered over the ring group in fp32 ([W/a] -> [W/p]) with its shard sent back (model dtype).
+    a = p is megatron_ts's traffic (no weight traffic at all); a = 1 is megatron_cz's ring and ZeRO-3 weights.
+    Kept: megatron_ts's set (the ring's q, k, v, o at the rank's heads over a*t tokens are t*h, t*kv, t*kv, t*h)."""
+    t, h, e = s.t, s.h, s.e
+    b, g = s.p // a, a * t  # ring ranks; the tensor group's gathered tokens
+    fetch, grads = megatron_cp_weight_calls(s, a)
+    act_fwd, act_bwd = megatron_cp_activation_calls(s, a)
+    fwd = [*fetch, *act_fwd]
+    bwd = [*(replace(c) for c in fetch), *act_bwd, *grads]  # fetched again (copies: a recomputation skips `fetch`)
+    ring_steps = 0
+    if s.attn and b > 1:  # a block: the group's a*t tokens of this rank's kv/a K/V width
+        fwd.append(_coll("p2p", t * 2 * s.kv * e, b, count=b - 1, overlapped=True, stride=a))
+        bwd.append(_coll("p2p", t * 2 * s.kv * (e + ACC_BYTES), b, count=b - 1, overlapped=True, stride=a))
+        ring_steps = 2 * (b - 1)
+    acts = e * (2 * g * h + g * s.width // a + (0 if s.attn else g * s.f // a))  # megatron_ts's at g tokens
+    if s.attn:  # the ring's K/V and fp32 dK/dV double buffers, fp32 dQ; one ring block of g keys
+        acts += e * 2 * t * 2 * s.kv + ACC_BYTES * (2 * t * 2 * s.kv + t * h)
+        acts += flash_gqa_grad_bytes(s, g, h // a, s.kv // a)
+    return StrategyWork(fwd, bwd, min_dim=min(g, h, (h if s.attn else s.f) // a), kept=s.kept,
+                        transient=megatron_cp_weight_bytes(s, a) + acts, ring_steps=ring_steps, ring_blocks=s.attn,
+                        ring_ranks=b, kernel_causal=(False if b > 1 else None) if s.attn else None,
+                        weight_calls=tuple(fetch))
+
+
+def megatron_cp_weight_calls(s: Sublayer, a: int) -> tuple[list[CollectiveCall], list[CollectiveCall]]:
+    """megatron_cp's weight traffic (`megatron_cp_work`): (the a-block's fetch, once per pass: the shard exchange
+    when 1 < a < p and the ring group's all-gather when b > 1; the gradient: the fp32 reduce-scatter over the ring
+    group and the summed shard sent back)."""
+    p, b = s.p, s.p // a
+    shard, block = s.W // p * s.e, s.W // a  # one 1/p shard (bytes); the a-block (elements)
+    exchange = 1 < a < p
+    fetch = ([_coll("p2p", shard, p)] if exchange else []) + \
+        ([_coll("all_gather", block * s.e, b, stride=a)] if b > 1 else [])  # [W/p] -> [W/a] over ranks a apart
+    grads = ([_coll("reduce_scatter", block * F.GRAD_REDUCE_BYTES, b, stride=a)] if b > 1 else []) + \
+        ([_coll("p2p", shard, p)] if exchange else [])
+    return fetch, grads
+
+
+def megatron_cp_activation_calls(s: Sublayer, a: int) -> tuple[list[CollectiveCall], list[CollectiveCall]]:
+    """megatron_cp's sequence collectives in the tensor group (megatron_ts's at a ranks): forward all-gather and
+    reduce-scatter of [a*t, h]; backward all-gathers of dy and u and reduce-scatter of du."""
+    if a == 1:  # a tensor group of one rank gathers nothing
+        return [], []
+    act = a * s.t * s.h * s.e  # [a*t, h]
+    return [_coll("all_gather", act, a), _coll("reduce_scatter", act, a)], \
+        [_coll("all_gather", act, a, count=2), _coll("reduce_scatter", act, a)]
+
+
+def megatron_cp_weight_bytes(s: Sublayer, a: int) -> int:
+    """megatron_cp's transient weight bytes: the exchanged shard, the gathered a-block and its copy in section
+    order, the a-block gradient packed in the gather's order and the fp32 bucket of its reduce-scatter (none at
+    a = p: the shard is the block)."""
+    if a == s.p:
+        return 0
+    shard, block = s.W // s.p, s.W // a
+    return shard * s.e + 3 * block * s.e + F.reduce_scatter_bucket_bytes(s.model, shard, s.p // a)
+
+
+def _megatron_cp(s: Sublayer) -> StrategyWork:
+    """`megatron_cp_work` at the tensor degree of the option (`Sublayer.head_degree`)."""
+    return megatron_cp_work(s, s.head_degree)
+
+
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
     shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
@@ -317,5 +394,6 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
     "ulysses_z": _ulysses_z,
     "metp": _metp,
     "ulysses_ring": _ulysses_ring,
+    "megatron_cp": _megatron_cp,
 }
 """Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""

@@ -12,6 +12,8 @@ and runs that chunk's backward, accumulating the weight gradients. Per strategy:
   dy and the recomputed u, reduce-scatter du backward): the same bytes as untiled in more, smaller calls.
 - megatron_cz / ulysses_z (ZeRO-3): the weights are gathered once for the forward and once for the backward and
   the gradient reduce-scattered once, as untiled; the chunks only change the activations.
+- megatron_cp:a: megatron_ts's chunks inside its tensor group of a ranks; its weight block fetched once per pass
+  and its gradient reduced once, as untiled.
 - metp: the weight shards travel the ring as untiled (its backward recomputes the first GEMM anyway); each shard
   is applied chunk by chunk, and u = norm(x) is recomputed instead of kept.
 Kept: x [t, h]. Time: the first GEMM and the norm and activation traffic once more (metp: the norm), the GEMMs at
@@ -51,6 +53,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.strategy_work import (
+    megatron_cp_activation_calls,
+    megatron_cp_weight_bytes,
+    megatron_cp_weight_calls,
+)
 from paradyse_lab.costmodel.types import CollectiveCall
 
 
@@ -151,8 +158,24 @@ def _tiled_zero3(s, work, chunks, positions, tc) -> TiledWork:
                      _norm_and_act(s))
 
 
+def _tiled_megatron_cp(s, work, chunks, positions, tc) -> TiledWork:
+    """Tensor x context parallel: megatron_ts's tiling inside the tensor group of a ranks (each chunk's
+    activations gathered and reduce-scattered); the weight block fetched once per pass and its gradient reduced
+    once, as untiled."""
+    a = s.head_degree
+    e, h, t, width = s.e, s.h, s.t, s.width
+    fetch, grads = megatron_cp_weight_calls(s, a)
+    act_fwd, act_bwd = megatron_cp_activation_calls(s, a)
+    gathered = a * tc
+    transient = (e * gathered * (3 * h + 2 * width // a + 2 * s.f // a) + e * t * h + _acc(s) * -(-s.W // a)
+                 + megatron_cp_weight_bytes(s, a))
+    return TiledWork([*fetch, *_chunked(act_fwd, chunks, positions)],
+                     [*fetch, *_chunked(act_bwd, chunks, positions), *grads], t * h * e, transient,
+                     min(gathered, h, s.f // a), _refwd_flops(s), _norm_and_act(s))
+
+
 TILED_SCHEDULES = {"megatron_ts": _tiled_megatron_ts, "metp": _tiled_metp, "megatron_cz": _tiled_zero3,
-                   "ulysses_z": _tiled_zero3, "ulysses_ring": _tiled_zero3}
+                   "ulysses_z": _tiled_zero3, "ulysses_ring": _tiled_zero3, "megatron_cp": _tiled_megatron_cp}
 """The tiled MLP's work per schedule key (the catalog's `Strategy.schedule`): a strategy that offers `+tiled` adds
 its function here beside its schedule; one without is refused when a `+tiled` option of it is priced."""
 

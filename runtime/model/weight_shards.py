@@ -18,8 +18,9 @@ and MLP alike) is `y = x + core(norm(x) @ w1^T + b1) @ w2 + b2` with
 With `kv_heads % p == 0` rank r's K/V rows are whole heads, exactly the K/V heads its query head group reads
 (query head i reads K/V head i // (heads / kv_heads)), so the tensor-parallel strategies (megatron_ts, metp)
 read a shard as "my heads / my columns". With `kv_heads < p` (only the ZeRO-3 strategies megatron_cz and
-ulysses_z are feasible then: the rule is the strategy catalog's) a K/V head is split over p / kv_heads
-ranks by rows, which only a gather of all shards reassembles; this needs kv % p == 0 (`kv_heads * d`
+ulysses_z, and the two-dimensional ones, are feasible then: the rule is the strategy catalog's) a K/V head is
+split over p / kv_heads ranks by rows, which only a gather of those shards reassembles (megatron_cp gathers the
+p / a shards of its tensor block); this needs kv % p == 0 (`kv_heads * d`
 divisible by p), the same storage rule as h % p.
 """
 

@@ -1428,3 +1428,8 @@ import ulysses_ring_cases  # noqa: E402 - Ulysses x ring at p = 4, on this modul
 
 CASES.update(ulysses_ring_cases.CASES)
 ONLY_AT.update(ulysses_ring_cases.ONLY_AT)
+
+import megatron_cp_cases  # noqa: E402 - tensor x context parallel at p = 4, on this module's helpers
+
+CASES.update(megatron_cp_cases.CASES)
+ONLY_AT.update(megatron_cp_cases.ONLY_AT)

@@ -122,7 +122,7 @@ def test_results_are_deterministic_for_a_seed():
 
 
 def test_bad_policies():
-    for spec, match in [("static:zero", r"valid: megatron_cz, megatron_cz\+recompute, megatron_ts"),
+    for spec, match in [("static:zero", r"valid: .*megatron_cz, megatron_cz\+recompute, megatron_ts"),
                         ("greedy", r"valid: static:NAME\[\+recompute\]"),
                         ("dynamic:magic", "unknown solver")]:
         with pytest.raises(UserInputError, match=match):

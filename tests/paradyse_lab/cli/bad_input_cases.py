@@ -837,6 +837,12 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "cost model 'replay' on a100-80gb-x8: no kernel tables"),
     ("cost-model-unknown-lists-auto", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "nope"],
      "unknown cost model 'nope'; valid: <file.joblib>, analytic, auto, calibrated"),
+    # tensor x context parallel (megatron_cp:a): K/V heads that the tensor degree does not split, unknown degrees
+    ("cost-tpcp-kv-heads-not-split", ["cost", "--model", "llama-tiny", "--seq", "64", "--gpus", "4", "--strategies",
+                                      "megatron_cp:4"],
+     "megatron_cp:4: kv_heads (2) must be divisible by the head degree a (4)"),
+    ("plan-tpcp-unknown-degree", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "megatron_cp:3"],
+     "unknown strategy 'megatron_cp:3'; valid:"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
 ]
