@@ -27,6 +27,9 @@ catalog, the cost model and the runtime:
   that query groups divide by the tensor-parallel size).
 - ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
   heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
+- ulysses_uneven (Ulysses with an uneven head split): any kv_heads dividing heads and heads >= p; each rank
+  gets ceil or floor of heads / p query heads and the K/V heads they read (`head_split`). It is offered only
+  where ulysses_z's rules fail: where they hold it would split exactly as ulysses_z, the same strategy twice.
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
 These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
@@ -114,6 +117,9 @@ class Strategy:
     head_degree: int = 0
     """Two-dimensional strategies: the ranks a of each head-parallel (all-to-all) group of the p = a x b split,
     the other b = p / a ranks forming the ring; 0 for the one-dimensional strategies."""
+    uneven_heads: bool = False
+    """Whether its attention splits the heads unevenly (`head_split`: ceil or floor of heads / p per rank), so
+    that p need not divide the heads; such an entry is offered beside the two-dimensional ones (`TWO_D`)."""
 
     def __post_init__(self):
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
@@ -158,6 +164,8 @@ class Strategy:
     def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
         """The heads and grouped-query rules of the module docstring (a two-dimensional strategy's with its head
         degree a in place of p)."""
+        if self.uneven_heads:
+            return _uneven_violation(model, p)
         n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
         if self.splits_heads and model.heads % n:
             return f"heads ({model.heads}) must be divisible by {what} ({n})"
@@ -172,6 +180,20 @@ class Strategy:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
         return None
+
+
+def _uneven_violation(model: ModelSpec, p: int) -> str | None:
+    """The uneven-heads rules of the module docstring: one query head per rank at least, the K/V rows in 1/p
+    shards, and ulysses_z's rules failing (where they hold, ulysses_z is the same split)."""
+    if model.heads < p:
+        return f"heads ({model.heads}) must be at least p ({p}): every rank holds one query head at least"
+    if model.kv_hidden % p:
+        return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
+                "shard of K and V")
+    if CATALOG["ulysses_z"]._attention_violation(model, p) is None:
+        return (f"heads ({model.heads}) and kv_heads ({model.kv_heads}) split evenly over p ({p}): that is "
+                "ulysses_z, the same split (ulysses_uneven is offered where ulysses_z's rules fail)")
+    return None
 
 
 HEAD_DEGREES = (1, 2, 4, 8)
@@ -247,9 +269,21 @@ CATALOG: dict[str, Strategy] = {
 USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
 """The strategies plans are made of, in the paper's order (one-dimensional: each spans all p ranks)."""
 CATALOG.update({s.name: s for s in map(_ulysses_ring, HEAD_DEGREES)})
-TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree)
-"""The two-dimensional strategies (p = a x b), offered beside `USABLE` where the question does not name its
-options (`cost`, `plan`); the paper's reproduction keeps to `USABLE`."""
+CATALOG["ulysses_uneven"] = Strategy(
+    "ulysses_uneven", "UlyssesUneven",
+    attention="all-to-all sequence-sharded -> head-sharded with ceil or floor of heads/p heads per rank "
+    "(K/V heads copied to every rank that reads them), local attention, all-to-all back",
+    mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+    splits_heads=True, ring_attention=False, uneven_heads=True,
+    abbreviation="UU", color="#17becf", schedule="ulysses_uneven",
+    runtime_module="paradyse_lab.runtime.strategies.ulysses_uneven",
+    head_chunks="its ranks hold unequal head counts, which the head-chunked attention does not split (not offered)",
+)
+TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree or s.uneven_heads)
+"""The strategies beyond the paper's four offered on request (`--two-d`, `+2d`) beside `USABLE` where the question
+does not name its options (`cost`, `plan`): the two-dimensional ones (p = a x b) and Ulysses with uneven heads,
+both there so that a head count p does not divide still leaves more than the ring; the paper's reproduction keeps
+to `USABLE`."""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,14 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
   Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
   sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
+- ulysses_uneven (Ulysses with an uneven head split, as DeepSpeed's uneven-heads all-to-all): rank r holds n_r =
+  ceil or floor of H / p query heads and the m_r K/V heads they read (`head_split`), so it receives
+  w_r = n_r + 2 m_r heads of every rank's t tokens. An all-to-all with unequal parts takes as long as its busiest
+  member: the widest rank receives (p - 1) t w_max d elements, and no rank sends more (a rank sends the others'
+  widths of its t tokens), so each all-to-all is priced as the even one at the widest rank's width (buffer
+  p t w_max d; the output's way back at the most query heads n_max). The rank with the most query heads sets the
+  attention time (`StrategyWork.attention_share` n_max / H of every FLOP); kept and transient bytes are the
+  busiest rank's: ulysses_z's set with that rank's heads in head layout.
 - metp (Liang et al., FITEE 2025): every rank keeps its t tokens; the weight shard of head group g (or of
   f-column group g) travels around a ring, double-buffered, and each rank applies it to its tokens; inside
   each head group a K/V ring runs (p - 1 steps of [t, 2kv/p]). Backward passes the shards around again and
@@ -55,6 +63,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from paradyse_lab.core.head_split import head_split
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CollectiveCall
@@ -161,6 +170,9 @@ class StrategyWork:
     gathers_weights: bool = False
     """ZeRO-3: the forward all-gathers are weight gathers, which a recomputed forward does not repeat (the
     backward's gather serves it)."""
+    attention_share: float = 0.0
+    """The busiest rank's share of every document's attention FLOPs when the ranks' shares differ (uneven heads:
+    the most query heads over all); 0: the even 1/p."""
 
 
 def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_width: int) -> int:
@@ -282,6 +294,31 @@ def _ulysses_ring(s: Sublayer) -> StrategyWork:
     return ulysses_ring_work(s, s.head_degree)
 
 
+def _ulysses_uneven(s: Sublayer) -> StrategyWork:
+    """Ulysses with ceil or floor of H / p query heads per rank (module docstring), priced at its busiest rank."""
+    if not s.attn:
+        return _zero3_mlp(s)
+    fwd, bwd, weights = _zero3_weights(s)
+    t, h, e, p, d = s.t, s.h, s.e, s.p, s.model.head_dim
+    split = head_split(s.model.heads, s.model.kv_heads, p)
+    qkv_max, q_max = p * t * split.widest * d * e, p * t * split.most_queries * d * e  # even buffers at the widest
+    fwd += [_coll("all_to_all", qkv_max, p), _coll("all_to_all", q_max, p)]
+    bwd += [_coll("all_to_all", q_max, p), _coll("all_to_all", qkv_max, p)]
+    T = s.T
+
+    def head_layout(r: int) -> int:  # rank r's kernel keeps q, o of its query heads, k, v of its K/V heads, lse
+        n, m = split.kept_heads(r)
+        return T * d * (2 * n + 2 * m) * e + T * n * F.LSE_BYTES
+
+    kept = 3 * t * h * e + max(head_layout(r) for r in range(p))  # x, u, and the output c in sequence layout
+    received = t * d * sum(split.width(r) for r in range(p))  # every rank's dQ/dK/dV widths of this rank's tokens
+    acts = e * (T * split.widest * d + received + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
+    calls = {call for r in range(p) for call in split.kernel_groups(r)}  # (query heads, K/V heads) per kernel call
+    acts += max(flash_gqa_grad_bytes(s, T, n * d, m * d) for n, m in calls)  # whole sequence, one call at a time
+    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True,
+                        attention_share=split.most_queries / s.model.heads)
+
+
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
     shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
@@ -317,5 +354,6 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
     "ulysses_z": _ulysses_z,
     "metp": _metp,
     "ulysses_ring": _ulysses_ring,
+    "ulysses_uneven": _ulysses_uneven,
 }
 """Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""

@@ -1428,3 +1428,8 @@ import ulysses_ring_cases  # noqa: E402 - Ulysses x ring at p = 4, on this modul
 
 CASES.update(ulysses_ring_cases.CASES)
 ONLY_AT.update(ulysses_ring_cases.ONLY_AT)
+
+import ulysses_uneven_cases  # noqa: E402 - Ulysses with uneven heads at p = 4, on this module's helpers
+
+CASES.update(ulysses_uneven_cases.CASES)
+ONLY_AT.update(ulysses_uneven_cases.ONLY_AT)
