@@ -60,6 +60,17 @@ class HeadSplit:
                 calls.append([count, 1])
         return tuple((count * kv, kv) for count, kv in calls)
 
+    def uneven_kernel_rank(self) -> int | None:
+        """The first rank whose attention needs more than one kernel call (`kernel_groups`), or None: a ring
+        attention runs its heads as one call, so a ring over such a split would need one ring per call."""
+        return next((r for r in range(len(self.queries)) if len(self.kernel_groups(r)) > 1), None)
+
+
+def splits_evenly(heads: int, kv_heads: int, n: int) -> bool:
+    """Whether Ulysses' even rule holds at n: n divides the heads, and the K/V heads divide n or n divides them
+    (each K/V head then replicated n / kv_heads times); where it fails, the split is this module's uneven one."""
+    return heads % n == 0 and (kv_heads % n == 0 or n % kv_heads == 0)
+
 
 @cache
 def head_split(heads: int, kv_heads: int, n: int) -> HeadSplit:

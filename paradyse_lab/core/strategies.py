@@ -26,7 +26,9 @@ catalog, the cost model and the runtime:
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
 - ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
-  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
+  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p. Where that rule fails, its head
+  groups split the heads unevenly (`head_split` at a) when a < p (at a = p that is ulysses_uneven), heads >= a,
+  and every member's query heads read whole groups of K/V heads evenly (always without GQA).
 - ulysses_uneven (Ulysses with an uneven head split): any kv_heads dividing heads and heads >= p; each rank
   gets ceil or floor of heads / p query heads and the K/V heads they read (`head_split`). It is offered only
   where ulysses_z's rules fail: where they hold it would split exactly as ulysses_z, the same strategy twice.
@@ -40,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
+from paradyse_lab.core.head_split import head_split
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError, unknown_name
 
@@ -166,13 +169,14 @@ class Strategy:
         degree a in place of p)."""
         if self.uneven_heads:
             return _uneven_violation(model, p)
-        n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
-        if self.splits_heads and model.heads % n:
-            return f"heads ({model.heads}) must be divisible by {what} ({n})"
+        even = self._even_heads_violation(model, p)
+        if even and self.head_degree:  # a two-dimensional strategy may split the heads unevenly inside its groups
+            uneven = _uneven_group_violation(model, p, self.head_degree)
+            if uneven:
+                return f"{even}; split unevenly, {uneven}"
+        elif even:
+            return even
         kv = model.kv_heads
-        if self.kv_heads_rule == "replicate" and kv % n and n % kv:
-            return (f"kv_heads ({kv}) must be divisible by {what} ({n}) or divide it (each K/V head is then "
-                    f"replicated {'a' if self.head_degree else 'p'} / kv_heads times before the all-to-all)")
         if self.kv_heads_rule == "split" and kv % p:
             return (f"kv_heads ({kv}) must be divisible by p ({p}): the tensor-parallel head split gives every "
                     "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
@@ -180,6 +184,34 @@ class Strategy:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
         return None
+
+
+    def _even_heads_violation(self, model: ModelSpec, p: int) -> str | None:
+        """The even head split's rules: the heads divisible by p (a two-dimensional strategy's: by its head degree
+        a), and under 'replicate' the K/V heads divisible by it or dividing it."""
+        n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
+        if self.splits_heads and model.heads % n:
+            return f"heads ({model.heads}) must be divisible by {what} ({n})"
+        kv = model.kv_heads
+        if self.kv_heads_rule == "replicate" and kv % n and n % kv:
+            return (f"kv_heads ({kv}) must be divisible by {what} ({n}) or divide it (each K/V head is then "
+                    f"replicated {'a' if self.head_degree else 'p'} / kv_heads times before the all-to-all)")
+        return None
+
+
+def _uneven_group_violation(model: ModelSpec, p: int, a: int) -> str | None:
+    """Why the head groups of a two-dimensional strategy cannot split the heads unevenly (`head_split` at a), or
+    None: a below p (at a = p it is ulysses_uneven), a query head per member at least, and every member's query
+    heads reading their K/V heads evenly (its ring attention runs them as one call)."""
+    if a >= p:
+        return f"a ({a}) must be below p ({p}): at a = p that is ulysses_uneven"
+    if model.heads < a:
+        return f"heads ({model.heads}) must be at least a ({a})"
+    member = head_split(model.heads, model.kv_heads, a).uneven_kernel_rank()
+    if member is not None:
+        return (f"member {member}'s query heads would read their K/V heads unevenly (its ring attention runs one "
+                "call over whole K/V groups)")
+    return None
 
 
 def _uneven_violation(model: ModelSpec, p: int) -> str | None:

@@ -35,6 +35,8 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
   Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
   sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
+  Where the even rule fails at a (a < p), the head groups split the heads unevenly as ulysses_uneven below does
+  over p (`uneven_heads_work`), and the ring passes the busiest member's K/V heads.
 - ulysses_uneven (Ulysses with an uneven head split, as DeepSpeed's uneven-heads all-to-all): rank r holds n_r =
   ceil or floor of H / p query heads and the m_r K/V heads they read (`head_split`), so it receives
   w_r = n_r + 2 m_r heads of every rank's t tokens. An all-to-all with unequal parts takes as long as its busiest
@@ -63,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paradyse_lab.core.head_split import head_split
+from paradyse_lab.core.head_split import head_split, splits_evenly
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CollectiveCall
@@ -267,6 +269,8 @@ def ulysses_ring_work(s: Sublayer, a: int) -> StrategyWork:
     and kept set, a = 1 megatron_cz's ring."""
     if not s.attn:
         return _zero3_mlp(s)
+    if not splits_evenly(s.model.heads, s.model.kv_heads, a):
+        return uneven_heads_work(s, a)
     fwd, bwd, weights = _zero3_weights(s)
     t, h, e, b = s.t, s.h, s.e, s.p // a
     kv_a = ulysses_kv_sent(s.model, a)  # K/V width through the all-to-all (and the ring): replicated up to a
@@ -294,29 +298,42 @@ def _ulysses_ring(s: Sublayer) -> StrategyWork:
     return ulysses_ring_work(s, s.head_degree)
 
 
-def _ulysses_uneven(s: Sublayer) -> StrategyWork:
-    """Ulysses with ceil or floor of H / p query heads per rank (module docstring), priced at its busiest rank."""
-    if not s.attn:
-        return _zero3_mlp(s)
+def uneven_heads_work(s: Sublayer, a: int) -> StrategyWork:
+    """Ulysses with ceil or floor of H / a query heads per member of head groups of a ranks (module docstring),
+    priced at its busiest rank; a = p is ulysses_uneven, a < p `ulysses_ring:a` where its even rule fails, whose
+    ring over b = p / a passes each member's K/V heads of the group's a*t tokens (the busiest member's m_max)."""
     fwd, bwd, weights = _zero3_weights(s)
-    t, h, e, p, d = s.t, s.h, s.e, s.p, s.model.head_dim
-    split = head_split(s.model.heads, s.model.kv_heads, p)
-    qkv_max, q_max = p * t * split.widest * d * e, p * t * split.most_queries * d * e  # even buffers at the widest
-    fwd += [_coll("all_to_all", qkv_max, p), _coll("all_to_all", q_max, p)]
-    bwd += [_coll("all_to_all", q_max, p), _coll("all_to_all", qkv_max, p)]
-    T = s.T
+    t, h, e, d, b = s.t, s.h, s.e, s.model.head_dim, s.p // a
+    split = head_split(s.model.heads, s.model.kv_heads, a)
+    keys = a * t  # the group's tokens: a rank's keys per kernel call (the whole sequence when b = 1)
+    qkv_max, q_max = keys * split.widest * d * e, keys * split.most_queries * d * e  # even buffers at the widest
+    fwd += [_coll("all_to_all", qkv_max, a), _coll("all_to_all", q_max, a)]
+    bwd += [_coll("all_to_all", q_max, a), _coll("all_to_all", qkv_max, a)]
+    kv_max = max(m for _, m in (split.kept_heads(r) for r in range(a))) * d  # the widest member's K/V width
+    ring_steps, ring = 0, 0
+    if b > 1:  # a block: the group's a*t tokens of the member's K/V heads, to ranks a apart
+        fwd += [_coll("p2p", keys * 2 * kv_max * e, b, count=b - 1, overlapped=True, stride=a)]
+        bwd += [_coll("p2p", keys * 2 * kv_max * (e + ACC_BYTES), b, count=b - 1, overlapped=True, stride=a)]
+        ring_steps = 2 * (b - 1)
+        ring = e * 2 * keys * 2 * kv_max + ACC_BYTES * (2 * keys * 2 * kv_max + keys * split.most_queries * d)
 
     def head_layout(r: int) -> int:  # rank r's kernel keeps q, o of its query heads, k, v of its K/V heads, lse
         n, m = split.kept_heads(r)
-        return T * d * (2 * n + 2 * m) * e + T * n * F.LSE_BYTES
+        return keys * d * (2 * n + 2 * m) * e + keys * n * F.LSE_BYTES
 
-    kept = 3 * t * h * e + max(head_layout(r) for r in range(p))  # x, u, and the output c in sequence layout
-    received = t * d * sum(split.width(r) for r in range(p))  # every rank's dQ/dK/dV widths of this rank's tokens
-    acts = e * (T * split.widest * d + received + 2 * t * h)  # dQ/dK/dV before and after their all-to-all, dO, dX
-    calls = {call for r in range(p) for call in split.kernel_groups(r)}  # (query heads, K/V heads) per kernel call
-    acts += max(flash_gqa_grad_bytes(s, T, n * d, m * d) for n, m in calls)  # whole sequence, one call at a time
-    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, gathers_weights=True,
-                        attention_share=split.most_queries / s.model.heads)
+    kept = 3 * t * h * e + max(head_layout(r) for r in range(a))  # x, u, and the output c in sequence layout
+    received = t * d * sum(split.width(r) for r in range(a))  # every member's dQ/dK/dV widths of this rank's tokens
+    acts = e * (keys * split.widest * d + received + 2 * t * h) + ring  # dQKV both layouts, dO, dX; ring buffers
+    calls = {call for r in range(a) for call in split.kernel_groups(r)}  # (query heads, K/V heads) per kernel call
+    acts += max(flash_gqa_grad_bytes(s, keys, n * d, m * d) for n, m in calls)  # one call at a time
+    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, ring_steps=ring_steps,
+                        ring_blocks=b > 1, ring_ranks=b if b > 1 else 0, kernel_causal=False if b > 1 else None,
+                        gathers_weights=True, attention_share=split.most_queries / (s.model.heads * b))
+
+
+def _ulysses_uneven(s: Sublayer) -> StrategyWork:
+    """Ulysses with an uneven head split over all p ranks (`uneven_heads_work` at a = p)."""
+    return _zero3_mlp(s) if not s.attn else uneven_heads_work(s, s.p)
 
 
 def _metp(s: Sublayer) -> StrategyWork:

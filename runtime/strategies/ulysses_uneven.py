@@ -19,9 +19,12 @@ rank's heads over the whole sequence, and the attention output again as c [b, t,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 
-from paradyse_lab.core.head_split import HeadSplit, head_split
+from paradyse_lab.core.head_split import head_split
 from paradyse_lab.runtime.attention.gathered import (
     gathered_attention_backward,
     gathered_attention_forward,
@@ -42,8 +45,20 @@ from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sec
 from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
 
 
-def _split(ctx: Ctx) -> HeadSplit:
-    return head_split(ctx.heads, ctx.kv, ctx.p)
+class Attend(NamedTuple):
+    """How a rank attends over its heads of the group's tokens (gathered rank-major, [b, n*t, heads*d]):
+    `forward(q, k, v, heads)` -> (output [b, n*t, heads*d] in the same order, saved), `backward(do, saved)` ->
+    (dq, dk, dv) in that order. Ulysses attends over the whole sequence (`gathered`), Ulysses x ring over the ring."""
+
+    forward: Callable
+    backward: Callable
+
+
+def gathered(ctx: Ctx, device) -> Attend:
+    """Attention over the whole sequence gathered over `ctx`'s ranks (ulysses_uneven)."""
+    order = gathered_order(ctx, device)
+    return Attend(lambda q, k, v, heads: gathered_attention_forward(q, k, v, heads, order, ctx.causal, ctx.cu_seqlens),
+                  lambda do, saved: gathered_attention_backward(do, saved, order, ctx.causal, ctx.cu_seqlens))
 
 
 def _to_heads(parts: list[torch.Tensor], width: int, ctx: Ctx) -> torch.Tensor:
@@ -70,50 +85,50 @@ def _head_slice(z: torch.Tensor, heads: tuple[int, int], d: int) -> torch.Tensor
     return z[..., heads[0] * d:heads[1] * d]
 
 
-def forward(x, w: Weights, ctx: Ctx, prep=None):
+def uneven_forward(x, w: Weights, ctx: Ctx, prep, hctx: Ctx, attend: Attend):
+    """The attention sub-layer with the heads split unevenly over the head group `hctx` (all p ranks, or a
+    Ulysses x ring head group of a): -> (y [b, t, h], saved)."""
     h = x.shape[-1]
-    d, split = h // ctx.heads, _split(ctx)
+    d, split = h // ctx.heads, head_split(ctx.heads, ctx.kv, hctx.p)
     (_, _, w2), u, a = project_in(x, w, ctx, prep)  # a [b, t, h + 2kv] (p rank groups of q | k | v)
     q, k, v = split_sections(a, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
     q, k = rope_qk(q, k, ctx.positions, ctx, h)  # this rank's tokens, rotated by their true positions
     parts = [torch.cat([_head_slice(q, qs, d), _head_slice(k, ks, d), _head_slice(v, ks, d)], dim=-1)
-             for qs, ks in zip(split.queries, split.kv)]  # rank g's [b, t, (n_g + 2 m_g) d]
-    n, m = split.kept_heads(ctx.rank)
-    heads = _to_heads(parts, (n + 2 * m) * d, ctx)  # -> [b, s, (n + 2m) d]
-    qh, kh, vh = heads.split([n * d, m * d, m * d], dim=-1)  # [b, s, n d], [b, s, m d] x 2
-    order = gathered_order(ctx, x.device)
+             for qs, ks in zip(split.queries, split.kv)]  # member g's [b, t, (n_g + 2 m_g) d]
+    n, m = split.kept_heads(hctx.rank)
+    heads = _to_heads(parts, (n + 2 * m) * d, hctx)  # -> [b, n*t, (n + 2m) d]
+    qh, kh, vh = heads.split([n * d, m * d, m * d], dim=-1)  # [b, n*t, n d], [b, n*t, m d] x 2
     outs, cores, qi, ki = [], [], 0, 0
-    for nq, nk in split.kernel_groups(ctx.rank):  # whole GQA groups per call
-        o, core = gathered_attention_forward(_head_slice(qh, (qi, qi + nq), d), _head_slice(kh, (ki, ki + nk), d),
-                                             _head_slice(vh, (ki, ki + nk), d), nq, order, ctx.causal, ctx.cu_seqlens)
-        outs.append(o)  # [b, s, nq d]
+    for nq, nk in split.kernel_groups(hctx.rank):  # whole GQA groups per call
+        o, core = attend.forward(_head_slice(qh, (qi, qi + nq), d), _head_slice(kh, (ki, ki + nk), d),
+                                 _head_slice(vh, (ki, ki + nk), d), nq)
+        outs.append(o)  # [b, n*t, nq d]
         cores.append(core)
         qi, ki = qi + nq, ki + nk
-    ch = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]  # [b, s, n d]
+    ch = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]  # [b, n*t, n d]
     widths = [(q1 - q0) * d for q0, q1 in split.queries]
-    c = torch.cat(_to_sequence(ch, widths, ctx), dim=-1)  # [b, s, n d] -> p x [b, t, n_g d] -> [b, t, h]
+    c = torch.cat(_to_sequence(ch, widths, hctx), dim=-1)  # [b, n*t, n d] -> members' [b, t, n_g d] -> [b, t, h]
     return add_bias(x + c @ w2, w.b2), (x, u, c, tuple(cores))
 
 
-def backward(saved, dy, w: Weights, ctx: Ctx, prep):
+def uneven_backward(saved, dy, w: Weights, ctx: Ctx, prep, hctx: Ctx, attend: Attend):
+    """Backward of `uneven_forward`: (dx [b, t, h], the shards' gradients)."""
     x, u, c, cores = saved
     h = x.shape[-1]
-    d, split = h // ctx.heads, _split(ctx)
+    d, split = h // ctx.heads, head_split(ctx.heads, ctx.kv, hctx.p)
     dw2 = weight_grad(c, dy)  # [h, h]
     dc = dy @ prep[2].t()  # [b, t, h]
-    n, m = split.kept_heads(ctx.rank)
-    dch = _to_heads([_head_slice(dc, qs, d) for qs in split.queries], n * d, ctx)  # -> [b, s, n d]
-    order = gathered_order(ctx, x.device)
+    n, m = split.kept_heads(hctx.rank)
+    dch = _to_heads([_head_slice(dc, qs, d) for qs in split.queries], n * d, hctx)  # -> [b, n*t, n d]
     dq, dk, dv, qi = [], [], [], 0
-    for (nq, _), core in zip(split.kernel_groups(ctx.rank), cores):
-        gq, gk, gv = gathered_attention_backward(_head_slice(dch, (qi, qi + nq), d), core, order, ctx.causal,
-                                                 ctx.cu_seqlens)  # [b, s, nq d], [b, s, nk d] x 2
+    for (nq, _), core in zip(split.kernel_groups(hctx.rank), cores):
+        gq, gk, gv = attend.backward(_head_slice(dch, (qi, qi + nq), d), core)  # [b, n*t, nq d], [b, n*t, nk d] x 2
         dq.append(gq)
         dk.append(gk)
         dv.append(gv)
         qi += nq
-    dheads = torch.cat([*dq, *dk, *dv], dim=-1)  # [b, s, (n + 2m) d]
-    back = _to_sequence(dheads, [split.width(g) * d for g in range(ctx.p)], ctx)  # p x [b, t, (n_g + 2m_g) d]
+    dheads = torch.cat([*dq, *dk, *dv], dim=-1)  # [b, n*t, (n + 2m) d]
+    back = _to_sequence(dheads, [split.width(g) * d for g in range(hctx.p)], hctx)  # members' [b, t, (n_g+2m_g) d]
     dq = torch.cat([part[..., :(q1 - q0) * d] for part, (q0, q1) in zip(back, split.queries)], dim=-1)  # [b, t, h]
     dk = x.new_zeros(*x.shape[:2], ctx.kv * d)  # [b, t, kv]: each K/V head's gradient summed over its readers
     dv = torch.zeros_like(dk)
@@ -124,6 +139,14 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
     da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
     return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+
+
+def forward(x, w: Weights, ctx: Ctx, prep=None):
+    return uneven_forward(x, w, ctx, prep, ctx, gathered(ctx, x.device))
+
+
+def backward(saved, dy, w: Weights, ctx: Ctx, prep):
+    return uneven_backward(saved, dy, w, ctx, prep, ctx, gathered(ctx, saved[0].device))
 
 
 ATTENTION = Impl("ulysses_uneven", forward, backward, prepare_backward)

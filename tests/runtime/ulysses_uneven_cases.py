@@ -7,7 +7,9 @@ over 3 (ulysses_z's K/V rule fails at p = 4; ranks 1 and 2 run two kernel calls,
   the bytes each collective sent and the bytes kept (and offloaded) by the busiest rank equal the cost model's,
   which prices the busiest rank (the ranks differ: each records what it sends or receives, whichever is more);
 - whole models whose plans mix it with the 1-D and 2-D strategies at every sub-layer: logits, loss, every
-  gradient, every sub-layer's bytes (busiest rank), nothing sent between sub-layers; and over packs.
+  gradient, every sub-layer's bytes (busiest rank), nothing sent between sub-layers; and over packs;
+- the same uneven split inside the head groups of Ulysses x ring (`ulysses_ring:2` as 2 x 2 over 5 heads, with
+  and without GQA), sub-layers (also packed) and whole models.
 Read by runtime_cases.py, which adds these cases to its world.
 """
 
@@ -61,7 +63,11 @@ def llama(heads: int, kv_heads: int, causal: bool = True) -> ModelSpec:
     return dataclasses.replace(llama_config(kv_heads), hidden=12 * heads, heads=heads, causal=causal)
 
 
-CONFIGS = {"gpt6": gpt(6), "gpt5": gpt(5), "llama6-kv2": llama(6, 2), "llama12-kv3": llama(12, 3)}
+CONFIGS = {"gpt6": gpt(6), "gpt5": gpt(5), "llama6-kv2": llama(6, 2), "llama12-kv3": llama(12, 3),
+           "llama5-kv1": llama(5, 1)}
+USP2 = "ulysses_ring:2"
+"""Ulysses x ring as 2 x 2: its head groups of 2 split 5 heads unevenly (3 and 2 per member; one K/V head copied
+to both members of llama5-kv1), the ring over 2 attends over each member's heads."""
 
 
 def busiest(values: list[int], group) -> list[int]:
@@ -108,10 +114,10 @@ def _packed_ctx(cfg: ModelSpec, group, rank: int, p: int):
 
 
 def sublayer_case(name: str, causal: bool = True, recompute: bool = False, offload: bool = False,
-                  packed: bool = False):
-    """One attention sub-layer of `CONFIGS[name]` under `ulysses_uneven` against the reference: output, gradients,
+                  packed: bool = False, strategy: str = UNEVEN):
+    """One attention sub-layer of `CONFIGS[name]` under `strategy` against the reference: output, gradients,
     the busiest rank's bytes sent, kept (and moved to host memory with `offload`) against the cost model's."""
-    option = StrategyOption(UNEVEN, recompute=recompute, offload=offload)
+    option = StrategyOption(strategy, recompute=recompute, offload=offload)
     cfg = dataclasses.replace(CONFIGS[name], causal=causal)
 
     def case(rank: int, p: int, group) -> None:
@@ -192,5 +198,16 @@ CASES["uneven-packed-llama12-kv3-model"] = packed_model_case([  # per-document R
     [UNEVEN, UNEVEN + "+recompute"],
     [UNEVEN + "+recompute", "megatron_ts", "megatron_cz", UNEVEN + "+offload"],
 ], True, llama_kv=3)
+for _name in ("gpt5", "llama5-kv1"):  # the uneven split inside head groups of Ulysses x ring
+    CASES[f"uneven-usp2-{_name}-sublayer-causal"] = sublayer_case(_name, strategy=USP2)
+    CASES[f"uneven-usp2-{_name}-packed-sublayer"] = sublayer_case(_name, packed=True, strategy=USP2)
+CASES["uneven-usp2-gpt5-sublayer-bidir-recompute"] = sublayer_case("gpt5", False, True, strategy=USP2)
+CASES["uneven-usp2-llama5-kv1-sublayer-offload"] = sublayer_case("llama5-kv1", offload=True, strategy=USP2)
+CASES["uneven-usp2-gpt5-model"] = model_case("gpt5", [
+    [USP2, "megatron_ts", UNEVEN + "+recompute", USP2 + "+tiled"],
+    [USP2 + "+recompute", UNEVEN],
+])
+CASES["uneven-usp2-llama5-kv1-model"] = model_case("llama5-kv1", [[USP2, USP2 + "+recompute"],
+                                                                   [UNEVEN, "metp", USP2 + "+recompute", USP2]])
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, where none of the head counts divides."""

@@ -7,6 +7,7 @@ tests/runtime/ulysses_uneven_cases.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -76,7 +77,27 @@ def test_cost_lists_it_for_gpt2_xl_and_plan_takes_it(capsys):
     assert main(["cost", *xl]) == 0
     assert list(json.loads(capsys.readouterr().out)["strategies"]) == ["megatron_cz"]  # the paper's four: the ring
     assert main(["cost", *xl, "--two-d"]) == 0
-    assert list(json.loads(capsys.readouterr().out)["strategies"]) == ["megatron_cz", "ulysses_ring:1",
-                                                                       "ulysses_uneven"]
+    assert list(json.loads(capsys.readouterr().out)["strategies"]) == [  # 25 heads: 13/12 and 7/6 in head groups
+        "megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4", "ulysses_uneven"]
     assert main(["plan", *xl, "--two-d"]) == 0
     assert set(json.loads(capsys.readouterr().out)["plan"]) == {"ulysses_uneven"}  # faster than the ring
+
+
+def test_head_groups_of_ulysses_ring_split_unevenly_below_p():
+    ring = get_strategy("ulysses_ring:4")
+    assert ring.violation(GPT2_XL, 8, 1024, "attention") is None  # 25 heads over a = 4: 7, 6, 6, 6
+    assert "at a = p that is ulysses_uneven" in get_strategy("ulysses_ring:8").violation(GPT2_XL, 8, 1024)
+    twelve_three = replace(LLAMA3, heads=12, kv_heads=3, hidden=12 * 128)  # a = 2: 6 heads read 4 + 2 of 2 K/V heads
+    assert "member 0's query heads would read their K/V heads unevenly" in get_strategy(
+        "ulysses_ring:2").violation(twelve_three, 8, 8192, "attention")
+    sch = schedule(GPT2_XL, "attention", StrategyOption("ulysses_ring:4"), 1024, 1, 8)
+    t, d, e = 1024 // 8, GPT2_XL.head_dim, GPT2_XL.dtype_bytes
+    sent = {}
+    for c in sch.collectives:
+        sent[c.op] = sent.get(c.op, 0) + c.sent_bytes
+    # in groups of 4: q|k|v at the widest member (7 heads x 3) and the output (7), forward and backward; the ring
+    # over 2 passes the widest member's 7 K/V heads of the group's 4t tokens once each way (dK/dV in fp32 too)
+    assert sent["all_to_all"] == 2 * 3 * t * (21 + 7) * d * e
+    assert sent["p2p"] == 4 * t * 2 * 7 * d * (e + e + 4)
+    assert sch.attention_flops == pytest.approx(schedule(GPT2_XL, "attention", StrategyOption("megatron_cz"), 1024,
+                                                         1, 8).attention_flops * 7 / 6.25)  # 7 heads, not 25/4
