@@ -9,7 +9,8 @@ over 3 (ulysses_z's K/V rule fails at p = 4; ranks 1 and 2 run two kernel calls,
 - whole models whose plans mix it with the 1-D and 2-D strategies at every sub-layer: logits, loss, every
   gradient, every sub-layer's bytes (busiest rank), nothing sent between sub-layers; and over packs;
 - the same uneven split inside the head groups of Ulysses x ring (`ulysses_ring:2` as 2 x 2 over 5 heads, with
-  and without GQA), sub-layers (also packed) and whole models.
+  and without GQA), sub-layers (also packed) and whole models;
+- the operations a rank runs under ulysses_uneven equal the meta-tensor trace the replay cost model prices.
 Read by runtime_cases.py, which adds these cases to its world.
 """
 
@@ -47,6 +48,7 @@ from paradyse_lab.runtime.model.reference import reference_sublayer
 from paradyse_lab.runtime.model.sublayer import make_ctx
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, shard_state_dict, shard_sublayer
 from paradyse_lab.runtime.strategies.offload import Offloader
+from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inputs, trace_sublayer, warm_trace
 
 UNEVEN = "ulysses_uneven"
 
@@ -209,5 +211,24 @@ CASES["uneven-usp2-gpt5-model"] = model_case("gpt5", [
 ])
 CASES["uneven-usp2-llama5-kv1-model"] = model_case("llama5-kv1", [[USP2, USP2 + "+recompute"],
                                                                    [UNEVEN, "metp", USP2 + "+recompute", USP2]])
+
+
+def trace_case(strategy: str):
+    """The operations this rank dispatches for one attention sub-layer of gpt5 under `strategy` (plain and
+    recomputed) equal the trace made on meta tensors through a fake process group, one for one (the replay cost
+    model prices that trace; the uneven all-to-all is one collective in both)."""
+    def case(rank: int, p: int, group) -> None:
+        cfg = CONFIGS["gpt5"]
+        for option in (StrategyOption(strategy), StrategyOption(strategy, recompute=True)):
+            traced = trace_sublayer(cfg, "attention", option, S, p, dtype="fp32", rank=rank)
+            params, x = sublayer_inputs(cfg, "attention", S, p, 1, torch.float32, "cpu", rank)
+            ran = warm_trace(lambda option=option, params=params, x=x:
+                             run_sublayer_step(cfg, "attention", option, S, group, params, x))
+            first = next((i for i, (a, b) in enumerate(zip(ran, traced)) if a != b), min(len(ran), len(traced)))
+            assert ran == traced, (option.name, first, ran[first:first + 1], traced[first:first + 1])
+    return case
+
+
+CASES["uneven-ops-traced"] = trace_case(UNEVEN)
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, where none of the head counts divides."""
