@@ -81,6 +81,9 @@ def test_cost_lists_it_for_gpt2_xl_and_plan_takes_it(capsys):
         "megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4", "ulysses_uneven"]
     assert main(["plan", *xl, "--two-d"]) == 0
     assert set(json.loads(capsys.readouterr().out)["plan"]) == {"ulysses_uneven"}  # faster than the ring
+    assert main(["plan", *xl, "--two-d", "--granularity", "sublayer"]) == 0  # attention, MLP, attention, ...
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert set(plan[0::2]) == {"ulysses_uneven"} and set(plan[1::2]) == {"megatron_ts"}  # the MLPs' best stays
 
 
 def test_head_groups_of_ulysses_ring_split_unevenly_below_p():
