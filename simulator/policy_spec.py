@@ -9,7 +9,8 @@ once and checked before any work (`PolicySpec.parse`); `build_policy` builds the
   offers every option with the tiled MLP and `+offload` with activation offload (docs/tiled_mlp_and_offload.md);
   the suffixes combine (`dynamic:dp+recompute+sublayer`, `dynamic:dp+recompute+tiled+offload+sublayer`).
   `+2d` also offers the two-dimensional strategies (`ulysses_ring:a` and `megatron_cp:a`, every degree that
-  splits the model), which `static:NAME` may name too.
+  splits the model) and Ulysses with uneven heads (`ulysses_uneven`, where p does not divide the heads), which
+  `static:NAME` may name too.
 """
 
 from __future__ import annotations

@@ -72,8 +72,10 @@ def run_strategies(args) -> int:
         n = str(s.head_degree) if s.head_degree else "p"  # a two-dimensional strategy's head degree binds the heads
         if s.head_degree:
             rules.append(f"p % {n}")
-        if s.splits_heads:
-            rules.append(f"heads % {n}")
+        if s.uneven_heads:  # ceil or floor of heads / p per rank, where ulysses_z's rules fail
+            rules.append("heads >= p, not ulysses_z's split")
+        elif s.splits_heads:
+            rules.append(f"heads % {n}" + (" (or uneven, a < p)" if s.head_degree else ""))
         rules.append(KV_RULE_TEXT[s.kv_heads_rule].replace("% p", f"% {n}").replace("p %", f"{n} %"))
         rows.append([s.name, s.paper_name, "yes" if s.usable else "no: " + s.unusable_reason.split(",")[0],
                      "; ".join(rules), s.attention])

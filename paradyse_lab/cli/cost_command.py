@@ -81,9 +81,12 @@ def add_technique_arguments(p) -> None:
                    "output live; ulysses_z)")
     p.add_argument("--two-d", action="store_true",
                    help="also offer the two-dimensional strategies: ulysses_ring:a (Ulysses x ring, USP: all-to-all "
-                   "over heads in groups of a GPUs, zig-zag ring over the p/a groups) and megatron_cp:a (tensor x "
-                   "context parallel: Megatron TP+SP in groups of a GPUs, zig-zag ring over the p/a groups) for "
-                   "every degree a that divides the GPUs and the heads (megatron_cp: and the K/V heads)")
+                   "over heads in groups of a GPUs, zig-zag ring over the p/a groups) for every head degree a that "
+                   "divides the GPUs (the heads split unevenly in the groups where a does not divide them); "
+                   "megatron_cp:a (tensor x context parallel: Megatron TP+SP in groups of a GPUs, zig-zag ring "
+                   "over the p/a groups) for every degree a that divides the GPUs, the heads and the K/V heads; and "
+                   "ulysses_uneven (Ulysses with ceil or floor of heads/p heads per GPU) where p does not divide "
+                   "the heads")
     p.add_argument("--offload", action="store_true",
                    help="also offer each option with activation offload (NAME+offload: what a sub-layer keeps "
                    "for the backward waits in host memory, copied over the cluster's host_link_gbps, within its "

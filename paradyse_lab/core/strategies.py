@@ -26,9 +26,14 @@ catalog, the cost model and the runtime:
 - megatron_ts and metp (tensor-parallel head split of the weights): kv_heads % p == 0 (Megatron-LM's rule
   that query groups divide by the tensor-parallel size).
 - ulysses_ring:a (Ulysses x ring, two-dimensional): the replicate rule with the head degree a in place of p:
-  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p.
+  heads % a == 0 and (kv_heads % a == 0 or a % kv_heads == 0); a must divide p. Where that rule fails, its head
+  groups split the heads unevenly (`head_split` at a) when a < p (at a = p that is ulysses_uneven), heads >= a,
+  and every member's query heads read whole groups of K/V heads evenly (always without GQA).
+- ulysses_uneven (Ulysses with an uneven head split): any kv_heads dividing heads and heads >= p; each rank
+  gets ceil or floor of heads / p query heads and the K/V heads they read (`head_split`). It is offered only
+  where ulysses_z's rules fail: where they hold it would split exactly as ulysses_z, the same strategy twice.
 - megatron_cp:a (tensor x context parallel, two-dimensional): the split rule with the tensor degree a in place of
-  p: heads % a == 0 and kv_heads % a == 0; a must divide p.
+  p: heads % a == 0 and kv_heads % a == 0; a must divide p (no uneven split: Megatron's head split is even).
 Every strategy also needs kv_heads * head_dim % p == 0: the K and V rows are stored as 1/p shards.
 These rules bind attention sub-layers only: a plan that gives each sub-layer its own
 strategy may run megatron_ts or metp on the MLPs whatever kv_heads is (`Strategy.violation(..., kind)`).
@@ -39,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
+from paradyse_lab.core.head_split import head_split
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError, unknown_name
 
@@ -116,6 +122,12 @@ class Strategy:
     head_degree: int = 0
     """Two-dimensional strategies: the ranks a of each head-parallel (all-to-all) group of the p = a x b split,
     the other b = p / a ranks forming the ring; 0 for the one-dimensional strategies."""
+    uneven_groups: bool = False
+    """Two-dimensional strategies whose head groups may split the heads unevenly where the head degree a does not
+    divide them (Ulysses x ring); Megatron's tensor-parallel split (megatron_cp) is even only."""
+    uneven_heads: bool = False
+    """Whether its attention splits the heads unevenly (`head_split`: ceil or floor of heads / p per rank), so
+    that p need not divide the heads; such an entry is offered beside the two-dimensional ones (`TWO_D`)."""
 
     def __post_init__(self):
         missing = [f for f in ("abbreviation", "color", "schedule", "runtime_module") if not getattr(self, f)]
@@ -160,6 +172,25 @@ class Strategy:
     def _attention_violation(self, model: ModelSpec, p: int) -> str | None:
         """The heads and grouped-query rules of the module docstring (a two-dimensional strategy's with its head
         degree a in place of p)."""
+        if self.uneven_heads:
+            return _uneven_violation(model, p)
+        even = self._even_heads_violation(model, p)
+        if even and self.uneven_groups:  # Ulysses x ring may split the heads unevenly inside its head groups
+            uneven = _uneven_group_violation(model, p, self.head_degree)
+            if uneven:
+                return f"{even}; split unevenly, {uneven}"
+        elif even:
+            return even
+        kv = model.kv_heads
+        if model.kv_hidden % p:
+            return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
+                    "shard of K and V")
+        return None
+
+
+    def _even_heads_violation(self, model: ModelSpec, p: int) -> str | None:
+        """The even head split's rules: the heads divisible by p (a two-dimensional strategy's: by its head degree
+        a), under 'replicate' the K/V heads divisible by it or dividing it, under 'split' divisible by it."""
         n, what = (self.head_degree, "the head degree a") if self.head_degree else (p, "p")
         if self.splits_heads and model.heads % n:
             return f"heads ({model.heads}) must be divisible by {what} ({n})"
@@ -170,10 +201,36 @@ class Strategy:
         if self.kv_heads_rule == "split" and kv % n:
             return (f"kv_heads ({kv}) must be divisible by {what} ({n}): the tensor-parallel head split gives every "
                     "rank whole K/V heads (Megatron-LM's rule that query groups divide by the tensor-parallel size)")
-        if model.kv_hidden % p:
-            return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
-                    "shard of K and V")
         return None
+
+
+def _uneven_group_violation(model: ModelSpec, p: int, a: int) -> str | None:
+    """Why the head groups of a two-dimensional strategy cannot split the heads unevenly (`head_split` at a), or
+    None: a below p (at a = p it is ulysses_uneven), a query head per member at least, and every member's query
+    heads reading their K/V heads evenly (its ring attention runs them as one call)."""
+    if a >= p:
+        return f"a ({a}) must be below p ({p}): at a = p that is ulysses_uneven"
+    if model.heads < a:
+        return f"heads ({model.heads}) must be at least a ({a})"
+    member = head_split(model.heads, model.kv_heads, a).uneven_kernel_rank()
+    if member is not None:
+        return (f"member {member}'s query heads would read their K/V heads unevenly (its ring attention runs one "
+                "call over whole K/V groups)")
+    return None
+
+
+def _uneven_violation(model: ModelSpec, p: int) -> str | None:
+    """The uneven-heads rules of the module docstring: one query head per rank at least, the K/V rows in 1/p
+    shards, and ulysses_z's rules failing (where they hold, ulysses_z is the same split)."""
+    if model.heads < p:
+        return f"heads ({model.heads}) must be at least p ({p}): every rank holds one query head at least"
+    if model.kv_hidden % p:
+        return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
+                "shard of K and V")
+    if CATALOG["ulysses_z"]._attention_violation(model, p) is None:
+        return (f"heads ({model.heads}) and kv_heads ({model.kv_heads}) split evenly over p ({p}): that is "
+                "ulysses_z, the same split (ulysses_uneven is offered where ulysses_z's rules fail)")
+    return None
 
 
 HEAD_DEGREES = (1, 2, 4, 8)
@@ -194,7 +251,7 @@ def _ulysses_ring(a: int) -> Strategy:
         mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
         splits_heads=True, ring_attention=True, kv_heads_rule="replicate",
         abbreviation=f"U{a}", color=ULYSSES_RING_COLORS[a], schedule="ulysses_ring",
-        runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a,
+        runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a, uneven_groups=True,
     )
 
 
@@ -268,9 +325,21 @@ USABLE = tuple(name for name, s in CATALOG.items() if s.usable)
 """The strategies plans are made of, in the paper's order (one-dimensional: each spans all p ranks)."""
 CATALOG.update({s.name: s for s in map(_ulysses_ring, HEAD_DEGREES)})
 CATALOG.update({s.name: s for s in map(_megatron_cp, HEAD_DEGREES)})
-TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree)
-"""The two-dimensional strategies (p = a x b), offered beside `USABLE` where the question does not name its
-options (`cost`, `plan`); the paper's reproduction keeps to `USABLE`."""
+CATALOG["ulysses_uneven"] = Strategy(
+    "ulysses_uneven", "UlyssesUneven",
+    attention="all-to-all sequence-sharded -> head-sharded with ceil or floor of heads/p heads per rank "
+    "(K/V heads copied to every rank that reads them), local attention, all-to-all back",
+    mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
+    splits_heads=True, ring_attention=False, uneven_heads=True,
+    abbreviation="UU", color="#17becf", schedule="ulysses_uneven",
+    runtime_module="paradyse_lab.runtime.strategies.ulysses_uneven",
+    head_chunks="its ranks hold unequal head counts, which the head-chunked attention does not split (not offered)",
+)
+TWO_D = tuple(name for name, s in CATALOG.items() if s.head_degree or s.uneven_heads)
+"""The strategies beyond the paper's four offered on request (`--two-d`, `+2d`) beside `USABLE` where the question
+does not name its options (`cost`, `plan`): the two-dimensional ones (p = a x b) and Ulysses with uneven heads,
+both there so that a head count p does not divide still leaves more than the ring; the paper's reproduction keeps
+to `USABLE`."""
 
 
 @dataclass(frozen=True)

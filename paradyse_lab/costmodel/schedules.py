@@ -115,7 +115,7 @@ def schedule(model: ModelSpec, kind: str, option: StrategyOption, seq_len: int, 
     if s.attn:  # per sequence length, or per document of a pack: (FLOPs, keys per kernel call)
         docs, per = ((seq_len,), batch) if segments is None else (segments, 1)
         passes = 1 + F.FLASH_BWD_OVER_FWD + (1 if option.recompute else 0)  # forward, backward, recomputed forward
-        share = 1.0 / p  # of every document's FLOPs, per rank
+        share = work.attention_share or 1.0 / p  # of every document's FLOPs, per rank (uneven heads: the busiest's)
         ring = work.ring_ranks or p  # ranks in the ring (a two-dimensional strategy's b)
         if segments is not None and len(segments) > 1 and work.ring_blocks and ring > 1:  # per-document zig-zag
             share *= zigzag_imbalance(tuple(segments), ring, model.causal)

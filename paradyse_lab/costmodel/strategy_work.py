@@ -35,6 +35,16 @@ element, W the sub-layer's sharded parameters (`Sublayer`).
   = t*2kv_a elements b - 1 times (K, V and fp32 dK/dV in backward), and the output goes back by all-to-all.
   Kept: ulysses_z's count with kv_a (the kernel's head-layout q, k, v, o, lse and the output again in
   sequence layout). a = p is ulysses_z's traffic, a = 1 megatron_cz's ring.
+  Where the even rule fails at a (a < p), the head groups split the heads unevenly as ulysses_uneven below does
+  over p (`uneven_heads_work`), and the ring passes the busiest member's K/V heads.
+- ulysses_uneven (Ulysses with an uneven head split, as DeepSpeed's uneven-heads all-to-all): rank r holds n_r =
+  ceil or floor of H / p query heads and the m_r K/V heads they read (`head_split`), so it receives
+  w_r = n_r + 2 m_r heads of every rank's t tokens. An all-to-all with unequal parts takes as long as its busiest
+  member: the widest rank receives (p - 1) t w_max d elements, and no rank sends more (a rank sends the others'
+  widths of its t tokens), so each all-to-all is priced as the even one at the widest rank's width (buffer
+  p t w_max d; the output's way back at the most query heads n_max). The rank with the most query heads sets the
+  attention time (`StrategyWork.attention_share` n_max / H of every FLOP); kept and transient bytes are the
+  busiest rank's: ulysses_z's set with that rank's heads in head layout.
 - megatron_cp:a (Megatron-LM's tensor x context parallel), p = a x b: megatron_ts inside the tensor group of a
   consecutive ranks, the attention's K/V blocks around a zig-zag ring over b (ulysses_ring's groups); its 1/a
   weight block fetched per pass from the 1/p shards (a shard exchange and a ring-group all-gather), its gradient
@@ -59,6 +69,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from paradyse_lab.core.head_split import head_split, splits_evenly
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.costmodel import formulas as F
 from paradyse_lab.costmodel.types import CollectiveCall
@@ -168,6 +179,9 @@ class StrategyWork:
     weight_calls: tuple[CollectiveCall, ...] = ()
     """Forward collectives (these very objects) that fetch weights beside others that move activations, which a
     recomputed forward does not repeat either (megatron_cp's shard exchange and ring-group gather)."""
+    attention_share: float = 0.0
+    """The busiest rank's share of every document's attention FLOPs when the ranks' shares differ (uneven heads:
+    the most query heads over all); 0: the even 1/p."""
 
 
 def flash_gqa_grad_bytes(s: Sublayer, keys: int, query_width: int, kernel_kv_width: int) -> int:
@@ -262,6 +276,8 @@ def ulysses_ring_work(s: Sublayer, a: int) -> StrategyWork:
     and kept set, a = 1 megatron_cz's ring."""
     if not s.attn:
         return _zero3_mlp(s)
+    if not splits_evenly(s.model.heads, s.model.kv_heads, a):
+        return uneven_heads_work(s, a)
     fwd, bwd, weights = _zero3_weights(s)
     t, h, e, b = s.t, s.h, s.e, s.p // a
     kv_a = ulysses_kv_sent(s.model, a)  # K/V width through the all-to-all (and the ring): replicated up to a
@@ -359,6 +375,44 @@ def _megatron_cp(s: Sublayer) -> StrategyWork:
     return megatron_cp_work(s, s.head_degree)
 
 
+def uneven_heads_work(s: Sublayer, a: int) -> StrategyWork:
+    """Ulysses with ceil or floor of H / a query heads per member of head groups of a ranks (module docstring),
+    priced at its busiest rank; a = p is ulysses_uneven, a < p `ulysses_ring:a` where its even rule fails, whose
+    ring over b = p / a passes each member's K/V heads of the group's a*t tokens (the busiest member's m_max)."""
+    fwd, bwd, weights = _zero3_weights(s)
+    t, h, e, d, b = s.t, s.h, s.e, s.model.head_dim, s.p // a
+    split = head_split(s.model.heads, s.model.kv_heads, a)
+    keys = a * t  # the group's tokens: a rank's keys per kernel call (the whole sequence when b = 1)
+    qkv_max, q_max = keys * split.widest * d * e, keys * split.most_queries * d * e  # even buffers at the widest
+    fwd += [_coll("all_to_all", qkv_max, a), _coll("all_to_all", q_max, a)]
+    bwd += [_coll("all_to_all", q_max, a), _coll("all_to_all", qkv_max, a)]
+    kv_max = max(m for _, m in (split.kept_heads(r) for r in range(a))) * d  # the widest member's K/V width
+    ring_steps, ring = 0, 0
+    if b > 1:  # a block: the group's a*t tokens of the member's K/V heads, to ranks a apart
+        fwd += [_coll("p2p", keys * 2 * kv_max * e, b, count=b - 1, overlapped=True, stride=a)]
+        bwd += [_coll("p2p", keys * 2 * kv_max * (e + ACC_BYTES), b, count=b - 1, overlapped=True, stride=a)]
+        ring_steps = 2 * (b - 1)
+        ring = e * 2 * keys * 2 * kv_max + ACC_BYTES * (2 * keys * 2 * kv_max + keys * split.most_queries * d)
+
+    def head_layout(r: int) -> int:  # rank r's kernel keeps q, o of its query heads, k, v of its K/V heads, lse
+        n, m = split.kept_heads(r)
+        return keys * d * (2 * n + 2 * m) * e + keys * n * F.LSE_BYTES
+
+    kept = 3 * t * h * e + max(head_layout(r) for r in range(a))  # x, u, and the output c in sequence layout
+    received = t * d * sum(split.width(r) for r in range(a))  # every member's dQ/dK/dV widths of this rank's tokens
+    acts = e * (keys * split.widest * d + received + 2 * t * h) + ring  # dQKV both layouts, dO, dX; ring buffers
+    calls = {call for r in range(a) for call in split.kernel_groups(r)}  # (query heads, K/V heads) per kernel call
+    acts += max(flash_gqa_grad_bytes(s, keys, n * d, m * d) for n, m in calls)  # one call at a time
+    return StrategyWork(fwd, bwd, min_dim=min(t, h), kept=kept, transient=weights + acts, ring_steps=ring_steps,
+                        ring_blocks=b > 1, ring_ranks=b if b > 1 else 0, kernel_causal=False if b > 1 else None,
+                        gathers_weights=True, attention_share=split.most_queries / (s.model.heads * b))
+
+
+def _ulysses_uneven(s: Sublayer) -> StrategyWork:
+    """Ulysses with an uneven head split over all p ranks (`uneven_heads_work` at a = p)."""
+    return _zero3_mlp(s) if not s.attn else uneven_heads_work(s, s.p)
+
+
 def _metp(s: Sublayer) -> StrategyWork:
     t, h, kv, e, p = s.t, s.h, s.kv, s.e, s.p
     shard, partial = -(-s.W // p) * e, -(-s.W // p) * grad_reduce_bytes(s)  # a weight shard, a gradient partial
@@ -395,5 +449,6 @@ SCHEDULES: dict[str, Callable[[Sublayer], StrategyWork]] = {
     "metp": _metp,
     "ulysses_ring": _ulysses_ring,
     "megatron_cp": _megatron_cp,
+    "ulysses_uneven": _ulysses_uneven,
 }
 """Each strategy's work on one sub-layer, by the key its catalog entry names (`Strategy.schedule`)."""

@@ -175,7 +175,8 @@ def _tiled_megatron_cp(s, work, chunks, positions, tc) -> TiledWork:
 
 
 TILED_SCHEDULES = {"megatron_ts": _tiled_megatron_ts, "metp": _tiled_metp, "megatron_cz": _tiled_zero3,
-                   "ulysses_z": _tiled_zero3, "ulysses_ring": _tiled_zero3, "megatron_cp": _tiled_megatron_cp}
+                   "ulysses_z": _tiled_zero3, "ulysses_ring": _tiled_zero3, "megatron_cp": _tiled_megatron_cp,
+                   "ulysses_uneven": _tiled_zero3}
 """The tiled MLP's work per schedule key (the catalog's `Strategy.schedule`): a strategy that offers `+tiled` adds
 its function here beside its schedule; one without is refused when a `+tiled` option of it is priced."""
 

@@ -137,6 +137,30 @@ def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
     return out
 
 
+def all_to_all_uneven(parts: list[torch.Tensor], out_numels: list[int], group=None) -> torch.Tensor:
+    """An all-to-all with unequal parts (one `all_to_all_single` with split sizes): `parts[j]` goes to rank j;
+    returns the flat [sum(out_numels)] received, rank j's out_numels[j] elements after rank j - 1's. It records
+    the bytes of this rank's busier direction, what it sends or what it receives (equal in an even all-to-all),
+    so that the busiest member's count is the collective's price (`CollectiveCall.sent_bytes` of the even
+    all-to-all at the largest part)."""
+    p = size(group)
+    if p == 1:
+        return parts[0].reshape(-1)
+    me = rank(group)
+    x = torch.cat([part.reshape(-1) for part in parts])  # [sum of parts] in destination order
+    out = torch.empty(sum(out_numels), dtype=x.dtype, device=x.device)
+    comm_record.record_call("all_to_all", p, torch.empty((p,), dtype=x.dtype, device="meta"))  # shapes differ
+    if is_fake_group(group):
+        out.zero_()  # fake: shapes exact, values not exchanged
+    else:
+        dist.all_to_all_single(out, x, output_split_sizes=list(out_numels),  # [sum(in)] -> [sum(out)]
+                               input_split_sizes=[part.numel() for part in parts], group=group)
+    sent = sum(part.numel() for j, part in enumerate(parts) if j != me)
+    received = sum(n for j, n in enumerate(out_numels) if j != me)
+    comm_record.record_sent_bytes("all_to_all", max(sent, received) * x.element_size())
+    return out
+
+
 def all_reduce(x: torch.Tensor, group=None, op: str = "sum") -> torch.Tensor:
     """Sum `x` over ranks (`op` 'max': the elementwise maximum), in place; returns `x`."""
     p = size(group)

@@ -4,12 +4,13 @@ call itself.
 Library module (no command). Byte counting: each call records the bytes this rank sends under the
 ring-algorithm convention of `paradyse_lab.costmodel.types.CollectiveCall.sent_bytes` (nccl-tests' buffer S,
 docs/hardware.md section 3): all_gather / reduce_scatter / all_to_all S(n-1)/n, all_reduce 2S(n-1)/n, p2p the
-message. The count is of the logical collective, whatever the backend does underneath, so it can be compared
-with the analytic schedule. Wrap code in `count_bytes()` to collect them,
-and in `trace_calls()` to record every call with its shapes, dtypes and peers in posting order (replayed across
-ranks by `replay` to find deadlocks and mismatches without a GPU). `tagged()` labels the calls
-made inside it (layer and sub-layer) in both records. A group of size 1 short-circuits before anything is
-recorded; a `paradyse_lab.runtime.comm.fake_group.FakeGroup` records as a real group would.
+message; an all-to-all with unequal parts, the larger of what this rank sends and receives (its busiest member's
+count is then the even all-to-all's at the largest part, the cost model's price). The count is of the logical
+collective, whatever the backend does underneath, so it can be compared with the analytic schedule. Wrap code
+in `count_bytes()` to collect them, and in `trace_calls()` to record every call with its shapes, dtypes and peers
+in posting order (replayed across ranks by `replay` to find deadlocks and mismatches without a GPU). `tagged()`
+labels the calls made inside it (layer and sub-layer) in both records. A group of size 1 short-circuits before
+anything is recorded; a `paradyse_lab.runtime.comm.fake_group.FakeGroup` records as a real group would.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ tokens; ring attention over the ring group; the output back by the inverse
 permutation and all-to-all; the full output projection. The MLP is zero3.MLP (its weights span all p).
 Kept: x, u [b, t, h], the ring's q, k, v, o [b, heads/a, a*t, d] and lse, and the output
 again as c [b, t, h] after the all-to-all back (the output projection's input), as ulysses_z keeps.
+Where a does not split the heads evenly (the catalog's rule), the head group splits them as ulysses_uneven does
+over p (ceil or floor of heads / a per member, the K/V heads each member's query heads read), with the ring in
+place of the whole-sequence attention: member i of every head group holds the same heads, so its ring group
+attends over them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from functools import cache, lru_cache
 
 import torch
 
+from paradyse_lab.core.head_split import splits_evenly
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm.fake_group import FakeGroup, is_fake
@@ -42,6 +47,7 @@ from paradyse_lab.runtime.model.sublayer import (
 )
 from paradyse_lab.runtime.strategies import zero3
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
+from paradyse_lab.runtime.strategies.ulysses_uneven import Attend, uneven_backward, uneven_forward
 from paradyse_lab.runtime.strategies.ulysses_z import _replicate, _sum_replicas, heads_to_seq, seq_to_heads
 from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward
 
@@ -108,7 +114,30 @@ def _sizes(ctx: Ctx, a: int) -> tuple[Ctx, object]:
     return replace(ctx, group=head, p=a, rank=ctx.rank % a), ring
 
 
+def _ring_attend(ctx: Ctx, a: int, ring, device) -> Attend:
+    """Ring attention over the ring group of this rank's heads of its head group's a*t tokens (given in the order
+    the all-to-all returns them, put in ring order and back), for the uneven split inside head groups."""
+    order, inverse = ring_order(ctx, a, device)
+
+    def forward(q, k, v, heads: int):
+        d = q.shape[-1] // heads
+        qh, kh, vh = (split_heads(z.index_select(1, order), z.shape[-1] // d).contiguous()
+                      for z in (q, k, v))  # [b, a*t, n d] -> [b, n, a*t, d] in ring order
+        o, lse = ring_attention_forward(qh, kh, vh, ctx.causal, ring, ctx.cu_seqlens, ctx.p)  # [b, heads, a*t, d]
+        return merge_heads(o).index_select(1, inverse), (qh, kh, vh, o, lse)  # -> [b, a*t, heads d]
+
+    def backward(do, saved):
+        q, k, v, o, lse = saved
+        dor = split_heads(do.index_select(1, order), q.shape[1])  # [b, a*t, heads d] -> [b, heads, a*t, d]
+        grads = ring_attention_backward(dor, q, k, v, o, lse, ctx.causal, ring, ctx.cu_seqlens, ctx.p)
+        return tuple(merge_heads(g).index_select(1, inverse) for g in grads)  # [b, n, a*t, d] -> [b, a*t, n d]
+    return Attend(forward, backward)
+
+
 def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
+    if not splits_evenly(ctx.heads, ctx.kv, a):  # ceil or floor of the heads per member (the catalog's rule)
+        hctx, ring = _sizes(ctx, a)
+        return uneven_forward(x, w, ctx, prep, hctx, _ring_attend(ctx, a, ring, x.device))
     h = x.shape[-1]
     d, rep = h // ctx.heads, max(1, a // ctx.kv)
     hctx, ring = _sizes(ctx, a)
@@ -128,6 +157,9 @@ def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
 
 
 def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
+    if not splits_evenly(ctx.heads, ctx.kv, a):
+        hctx, ring = _sizes(ctx, a)
+        return uneven_backward(saved, dy, w, ctx, prep, hctx, _ring_attend(ctx, a, ring, saved[0].device))
     x, u, c, q, k, v, o, lse = saved
     h = x.shape[-1]
     d, rep = h // ctx.heads, max(1, a // ctx.kv)

@@ -7,9 +7,10 @@ they run is one operation, whatever runs underneath:
 - attention: `paradyse_lab.runtime.attention.kernels.run_kernels`, through which every attention kernel call
   passes (dense and varlen, whichever kernel the runtime picks: flash-attn, PyTorch's fused kernels or exact math): one
   `attention` op with the query / key lengths, heads, head dimension, causality and the kernel that ran;
-- communication: `paradyse_lab.runtime.comm.collectives`'s all_gather, reduce_scatter, all_to_all, all_reduce and
-  `paradyse_lab.runtime.comm.p2p.exchange` (every ring step and chain): one `collective` or `p2p` op with its bytes and
-  group size (a fake group's local copies and a real group's c10d operators alike are folded into it), and
+- communication: `paradyse_lab.runtime.comm.collectives`'s all_gather, reduce_scatter, all_to_all (even, or with
+  unequal parts: priced as the even one at its largest part), all_reduce and
+  `paradyse_lab.runtime.comm.p2p.exchange` (every ring step and chain): one `collective` or `p2p` op with its
+  bytes and group size (a fake group's local copies and a real group's c10d operators alike are folded into it), and
   each exchange's `Pending.wait()` as a `wait` op.
 An attention operator of aten seen outside those wrappers (a kernel called directly) is still an `attention`
 op. The same recorder runs on a real process group (the tests count a gloo run with it), so a trace on meta
@@ -161,6 +162,15 @@ def recording():
             return call
         return wrap
 
+    def uneven_all_to_all(real):
+        def call(parts, out_numels, group=None):
+            p = comm.size(group)
+            largest = max(max(x.numel() for x in parts), max(out_numels))  # every rank's parts include the widest
+            nbytes = p * largest * parts[0].element_size()  # S: the even all-to-all at the largest part (its price)
+            with rec.fold(Op("collective", "all_to_all", _dtype(parts[0]), nbytes=nbytes, group=p) if p > 1 else None):
+                return real(parts, out_numels, group)
+        return call
+
     def exchange(real):
         def call(send, dst, src, recv_like=None, group=None, tag=0):
             like = send if send is not None else recv_like
@@ -186,6 +196,7 @@ def recording():
         patch(attention, "run_kernels", kernels)
         for op in COLLECTIVES:
             patch(comm, op, collective(op))
+        patch(comm, "all_to_all_uneven", uneven_all_to_all)
         patch(comm_p2p, "exchange", exchange)
         patch(comm_p2p.Pending, "wait", wait)
         with rec:

@@ -1433,3 +1433,8 @@ import megatron_cp_cases  # noqa: E402 - tensor x context parallel at p = 4, on 
 
 CASES.update(megatron_cp_cases.CASES)
 ONLY_AT.update(megatron_cp_cases.ONLY_AT)
+
+import ulysses_uneven_cases  # noqa: E402 - Ulysses with uneven heads at p = 4, on this module's helpers
+
+CASES.update(ulysses_uneven_cases.CASES)
+ONLY_AT.update(ulysses_uneven_cases.ONLY_AT)

@@ -845,4 +845,13 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
      "unknown strategy 'megatron_cp:3'; valid:"),
     *NUMBER_CASES,
     *SYNTAX_CASES,
+    # Ulysses with uneven heads (ulysses_uneven): where ulysses_z splits, fewer heads than p, +headchunk
+    ("cost-uneven-where-ulysses-z-splits", ["cost", "--model", "llama3-8b", "--cluster", "h100-80gb-x8", "--seq",
+                                            "8K", "--cost-model", "analytic", "--strategies", "ulysses_uneven"],
+     "ulysses_uneven: heads (32) and kv_heads (8) split evenly over p (8): that is ulysses_z"),
+    ("cost-uneven-fewer-heads-than-p", ["cost", "--model", "gpt2-tiny", "--seq", "1024", "--gpus", "16",
+                                        "--cost-model", "analytic", "--strategies", "ulysses_uneven"],
+     "ulysses_uneven: heads (12) must be at least p (16)"),
+    ("plan-uneven-headchunk", ["plan", "--model", "gpt", "--seq", "4096", "--strategies", "ulysses_uneven+headchunk"],
+     "strategy ulysses_uneven+headchunk: its ranks hold unequal head counts"),
 ]

@@ -28,7 +28,8 @@ def _sent(model, name: str, p: int, seq: int = 16384, op: str | None = None, kin
 
 
 def test_option_names_parse_and_the_paper_strategies_stay_the_default_set():
-    assert TWO_D == tuple(f"{name}:{a}" for name in ("ulysses_ring", "megatron_cp") for a in HEAD_DEGREES)
+    assert TWO_D == (*(f"{name}:{a}" for name in ("ulysses_ring", "megatron_cp") for a in HEAD_DEGREES),
+                     "ulysses_uneven")
     assert USABLE == ("megatron_ts", "megatron_cz", "ulysses_z", "metp")  # reproduce's options unchanged
     option = StrategyOption.parse("ulysses_ring:4+recompute+offload")
     assert (option.strategy, option.recompute, option.offload, option.name) == (
@@ -99,7 +100,7 @@ def test_cost_lists_the_factorisations_with_two_d_and_plan_may_take_them(capsys)
     assert main(["cost", *qwen, "--two-d"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out["strategies"]) == ["megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4",
-                                       "megatron_cp:1", "megatron_cp:2", "megatron_cp:4"]
+                                       "megatron_cp:1", "megatron_cp:2", "megatron_cp:4", "ulysses_uneven"]
     assert "heads (28) must be divisible by the head degree a (8)" in out["cannot_split"]["ulysses_ring:8"]
     assert main(["plan", "--model", "qwen2-7b", "--cluster", "h100-80gb-x8", "--seq", "32K", "--granularity",
                  "sublayer", "--strategies", "ulysses_ring:2,ulysses_ring:4", "--format", "json"]) == 0
