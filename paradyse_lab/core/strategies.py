@@ -181,7 +181,6 @@ class Strategy:
                 return f"{even}; split unevenly, {uneven}"
         elif even:
             return even
-        kv = model.kv_heads
         if model.kv_hidden % p:
             return (f"kv_heads * head_dim ({model.kv_hidden}) must be divisible by p ({p}) for the 1/p weight "
                     "shard of K and V")
@@ -331,7 +330,7 @@ CATALOG["ulysses_uneven"] = Strategy(
     "(K/V heads copied to every rank that reads them), local attention, all-to-all back",
     mlp="ZeRO-3: full weights all-gathered from 1/p shards, gradients reduce-scattered",
     splits_heads=True, ring_attention=False, uneven_heads=True,
-    abbreviation="UU", color="#17becf", schedule="ulysses_uneven",
+    abbreviation="UU", color="#ffbb78", schedule="ulysses_uneven",
     runtime_module="paradyse_lab.runtime.strategies.ulysses_uneven",
     head_chunks="its ranks hold unequal head counts, which the head-chunked attention does not split (not offered)",
 )

@@ -78,7 +78,7 @@ def test_cost_lists_it_for_gpt2_xl_and_plan_takes_it(capsys):
     assert list(json.loads(capsys.readouterr().out)["strategies"]) == ["megatron_cz"]  # the paper's four: the ring
     assert main(["cost", *xl, "--two-d"]) == 0
     assert list(json.loads(capsys.readouterr().out)["strategies"]) == [  # 25 heads: 13/12 and 7/6 in head groups
-        "megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4", "ulysses_uneven"]
+        "megatron_cz", "ulysses_ring:1", "ulysses_ring:2", "ulysses_ring:4", "megatron_cp:1", "ulysses_uneven"]
     assert main(["plan", *xl, "--two-d"]) == 0
     assert set(json.loads(capsys.readouterr().out)["plan"]) == {"ulysses_uneven"}  # faster than the ring
     assert main(["plan", *xl, "--two-d", "--granularity", "sublayer"]) == 0  # attention, MLP, attention, ...
