@@ -35,6 +35,7 @@ STEP_OUTPUTS = {"fig2": ("fig2_summary.csv", "fig2_headline.csv", "fig2_beyond.c
                 "costmodel": ("costmodel_points.csv", "costmodel_accuracy.csv"),
                 "costmodel_paper": ("costmodel_paper_accuracy.csv", "calibration_loso.csv", "calibration_params.csv"),
                 "plan_map": ("plan_map.csv",), "memory": ("memory_breakdown.csv",),
+                "two_d": ("two_d.csv",),
                 "figures": figure_files(FIGURE_FORMATS)}
 """Steps whose outputs, once present (with the same settings and code, unchanged), are reused; the figures
 also need every CSV they read unchanged; the report is always rewritten. A quick run's figures are the PNGs

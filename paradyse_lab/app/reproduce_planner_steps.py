@@ -1,17 +1,21 @@
 """The steps of `paradyse-lab reproduce` that examine the planner's parts alone, with no simulated training: the
 solvers' benchmark, the cost models' accuracy (on this cluster's profile and on the paper's), the plan each solver
-picks per layer and length, and the memory of every uniform plan. Each takes (DIR, `Settings`, force) and returns
+picks per layer and length, the memory of every uniform plan, and what the strategies beyond the paper's four
+(two-dimensional, uneven heads) change on one 8-GPU node. Each takes (DIR, `Settings`, force) and returns
 the files it wrote, relative to DIR (the `reproduce` module's docstring lists what each writes)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from paradyse_lab.app.max_length import longest_length
 from paradyse_lab.app.reproduce_outputs import STEP_OUTPUTS
 from paradyse_lab.app.reproduce_settings import Settings, profile_for
+from paradyse_lab.app.step_question import QuestionContext, StepQuestion, plan_question
 from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.cluster.spec import CALIBRATION_PARAMETERS
 from paradyse_lab.core.layer_graph import LayerGraph
@@ -152,3 +156,48 @@ def step_memory(out: Path, s: Settings, force: bool) -> list[str]:
                              "memory_bytes": cluster.memory_bytes, "cost_model": "analytic"})
     _write(pd.DataFrame(rows), out / "memory_breakdown.csv")
     return ["memory_breakdown.csv"]
+
+
+TWO_D_CLUSTER = "h100-80gb-x8"
+TWO_D_MODELS = ("qwen2-7b", "gpt2-xl", "llama3-8b")
+"""Models whose head counts 8 does not divide (Qwen2-7B: 28 heads, 4 K/V heads; GPT-2 XL: 25) beside one it does."""
+TWO_D_SERIES = {"paper's four": False, "+ 2-D and uneven heads": True}
+"""The option sets compared (`StepQuestion.two_d`)."""
+
+
+def two_d_rows(quick: bool, models=TWO_D_MODELS) -> list[dict]:
+    """Per model and option set, on one node of 8 H100s under the analytic model with sub-layer plans (dp): the
+    step at 8K tokens (at the model's learned positions where fewer) and at 128K, and (not in a quick run) the
+    longest length, all without recompute; the options each plan takes."""
+    dp = get_solver("dp")
+    rows = []
+    for name in models:
+        cap = get_model(name).max_positions
+        for series, two_d in TWO_D_SERIES.items():
+            question = StepQuestion(name, TWO_D_CLUSTER, granularity="sublayer", cost_model="analytic", two_d=two_d)
+            short = min(8 * K, cap or 8 * K)
+            for seq in (short, 128 * K):
+                if cap and seq > cap:  # past the learned positions: the planner refuses it
+                    continue
+                answer = plan_question(replace(question, seq_len=seq), dp)
+                what = f"{seq // K}K" + (" (its positions)" if seq == cap else "")
+                rows.append(_two_d_row(name, series, what, seq, answer.solution))
+            if not quick:
+                ctx = QuestionContext(replace(question, seq_len=1))
+                found = longest_length(lambda n, head, ctx=ctx: ctx.problem(head, n)[0], dp,
+                                       layout_unit(ctx.cluster.gpus), cap or 1 << 30, ctx.heads)
+                rows.append(_two_d_row(name, series, "longest without recompute", found.seq_len, found.solution))
+    return rows
+
+
+def _two_d_row(model: str, series: str, what: str, seq: int, sol) -> dict:
+    return {"model": model, "series": series, "step": what, "seq_len": seq, "feasible": bool(sol.feasible),
+            "predicted_time_s": sol.predicted_time_s if sol.feasible else float("nan"),
+            "options": " ".join(dict.fromkeys(sol.assignment)) if sol.feasible else "",
+            "cluster": TWO_D_CLUSTER, "granularity": "sublayer", "cost_model": "analytic"}
+
+
+def step_two_d(out: Path, s: Settings, force: bool) -> list[str]:
+    """`two_d_rows` (two_d.csv)."""
+    _write(pd.DataFrame(two_d_rows(s.quick, TWO_D_MODELS)), out / "two_d.csv")
+    return ["two_d.csv"]

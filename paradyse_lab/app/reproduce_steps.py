@@ -24,11 +24,12 @@ from paradyse_lab.app.reproduce_planner_steps import (
     step_memory,
     step_plan_map,
     step_solvers,
+    step_two_d,
 )
 from paradyse_lab.app.reproduce_settings import Settings
 
 STEPS = ("fig2", "table5", "fig2_paper", "table5_paper", "seeds", "switch_memory", "packing", "solvers",
-         "costmodel", "costmodel_paper", "plan_map", "memory", "groups", "figures", "report")
+         "costmodel", "costmodel_paper", "plan_map", "memory", "two_d", "groups", "figures", "report")
 """In the order the loop takes them. `groups` and `solvers` (`BACKGROUND_STEPS`) run in processes of their own
 from the start; `groups` is waited for only before the figures, its one reader."""
 FULL_ONLY_STEPS = ("groups",)
@@ -49,4 +50,5 @@ STEP_FUNCS = {"fig2": step_fig2, "table5": step_table5, "fig2_paper": step_fig2_
               "table5_paper": step_table5_paper, "seeds": step_seeds, "switch_memory": step_switch_memory,
               "packing": step_packing, "groups": step_groups,
               "solvers": step_solvers, "costmodel": step_costmodel, "costmodel_paper": step_costmodel_paper,
-              "plan_map": step_plan_map, "memory": step_memory, "figures": step_figures, "report": step_report}
+              "plan_map": step_plan_map, "memory": step_memory, "two_d": step_two_d, "figures": step_figures,
+              "report": step_report}

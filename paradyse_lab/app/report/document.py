@@ -29,6 +29,7 @@ from paradyse_lab.app.report.sections import (
     switch_memory_section,
 )
 from paradyse_lab.app.report.seeds import band_shares_markdown, seeds_markdown
+from paradyse_lab.app.report.two_d import two_d_section
 from paradyse_lab.cluster.files import get_cluster
 from paradyse_lab.files.atomic_write import write_text_atomic
 
@@ -162,6 +163,21 @@ share of the baseline's time spent above 64K tokens:
 ## Global batches over groups of GPUs sized per step (beyond the paper)
 
 {groups_section(results)}
+
+## Two-dimensional strategies and uneven heads on one 8-GPU node (beyond the paper)
+
+Qwen2-7B has 28 heads (4 K/V heads) and GPT-2 XL 25: 8 divides neither, so the paper's four leave their
+attention the ring (`megatron_cz`). Beside them: Ulysses x ring (`ulysses_ring:a`), tensor x context parallel
+(`megatron_cp:a`) and Ulysses with an uneven head split (`ulysses_uneven`), offered with `--two-d`. One node of 8
+H100s, analytic model, dp per sub-layer, no recompute (two_d.csv; `paradyse-lab plan --model MODEL --cluster
+h100-80gb-x8 --cost-model analytic --granularity sublayer --seq SEQ [--two-d]`, `--max-length` for the longest;
+GPT-2 XL learned 1,024 positions and trains no longer step):
+
+{two_d_section(results)}
+
+Memory barely changes: every one of these strategies shards the activations 1/p, as the ring does. What lets
+Qwen2-7B train 128K without recompute is the sub-layer plan (its MLPs on `metp`, whose head rule binds attention
+only), with or without them.
 
 ## The memory price of switching
 
