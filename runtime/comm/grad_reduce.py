@@ -50,7 +50,7 @@ def all_reduce_flat_grads_(flat: torch.Tensor, group=None, bucket: int | None = 
         return
     step, reduce_dtype = bucket or GRAD_BUCKET_ELEMENTS, grad_reduce_dtype(flat.dtype)
     for start in range(0, flat.numel(), step):
-        piece = flat[start:start + step]  # [c], a view
+        piece = flat if flat.numel() <= step else flat[start:start + step]  # [c], a view (one bucket: flat itself)
         if reduce_dtype == flat.dtype:
             comm.all_reduce(piece, group)  # [c] summed in place
             continue

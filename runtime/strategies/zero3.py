@@ -30,7 +30,14 @@ from paradyse_lab.runtime.model.sublayer import (
     mlp_core_backward,
     weight_grad,
 )
-from paradyse_lab.runtime.strategies.flat_shards import pack_gathered, pack_shard, unpack_gathered, unpack_shard
+from paradyse_lab.runtime.strategies.flat_shards import (
+    pack_gathered,
+    pack_rows,
+    pack_shard,
+    unpack_gathered,
+    unpack_gathered_rows,
+    unpack_shard,
+)
 
 
 def gather_weights(w: Weights, ctx: Ctx):
@@ -39,6 +46,9 @@ def gather_weights(w: Weights, ctx: Ctx):
     (flat_shards.split_sections reads them)."""
     if ctx.p == 1:  # the shard is the whole: nothing to gather
         return w.w1, w.b1, w.w2
+    if not w.b1.numel():  # no bias: the shards' rows, [(n1 + n2)/p, h] -> [p(n1 + n2)/p, h]; b1 is empty either way
+        w1, w2 = unpack_gathered_rows(comm.all_gather(pack_rows(w.w1, w.w2), ctx.group), ctx.p, w.w1.shape[0])
+        return w1, w.b1, w2
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
@@ -52,6 +62,10 @@ def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
         return dw1.to(dtype), db1.to(dtype), dw2.to(dtype)
     packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
     shard = grad_reduce.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
+    if not db1.numel():  # no bias: the shard is w1's rows, then w2's; db1 is empty either way
+        rows = shard.view(-1, dw1.shape[1])  # [W/p] -> [n1/p + n2/p, h]
+        sw1, sw2 = rows.split([dw1.shape[0] // ctx.p, dw2.shape[0] // ctx.p])  # [n1/p, h], [n2/p, h]
+        return sw1, db1, sw2
     return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
 
 
