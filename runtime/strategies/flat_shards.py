@@ -61,14 +61,6 @@ def unpack_gathered_rows(full: torch.Tensor, p: int, n1p: int):
     return w1.view(-1, h), w2.view(-1, h)  # [p*n1p, h], [p*n2p, h]
 
 
-def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int,
-                  dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Inverse of `unpack_gathered`: [p*n1p, h], [p*n1p], [p*n2p, h] -> rank-major flat [W], in `dtype` (default
-    w1's: no other copy is made)."""
-    per_rank = [x.reshape(p, x.numel() // p) for x in (w1, b1, w2) if x.numel()]  # rank-major rows: [p, n1p*h] ...
-    return _cat(per_rank, dtype, dim=1).reshape(-1)  # [p, W/p] -> [W]
-
-
 def split_sections(a: torch.Tensor, sections: tuple[int, ...], groups: int) -> list[torch.Tensor]:
     """The sections of features grouped by `groups` ranks (rank-major, each rank's features ordered by
     section: a gathered ZeRO-3 GEMM output, or one rank's own with groups = 1), each in natural order:
