@@ -199,25 +199,17 @@ def grad_reduce_bytes(s: Sublayer) -> int:
     return F.GRAD_REDUCE_BYTES if s.p > 1 else s.e
 
 
-def _zero3_grad_elements(s: Sublayer) -> list[int]:
-    """Elements of each full gradient ZeRO-3 reduce-scatters, in the runtime's order: the second GEMM's weight
-    (as soon as it is made), the first's, then its bias when the model has one."""
-    w1, w2 = s.width * s.h, (s.h if s.attn else s.f) * s.h
-    b1 = s.W - w1 - w2  # the first GEMM's bias: its width, or none
-    return [w2, w1] + ([b1] if b1 else [])
-
-
 def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCall], int]:
     """ZeRO-3's weight traffic (forward, backward) and its weight bytes: the current and the prefetched
-    gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`),
-    one reduce-scatter per gradient tensor (`_zero3_grad_elements`) one bucket at a time (16-bit weights:
-    `formulas.reduce_scatter_bucket_bytes`). Both byte terms are sized on the whole W, an upper bound of the
-    runtime's: it reduce-scatters each tensor as soon as it is made, so at most the largest full gradient and its
-    bucket are alive."""
+    gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`)
+    one bucket at a time (16-bit weights: `formulas.reduce_scatter_bucket_bytes`). The runtime reduce-scatters each
+    gradient tensor as soon as it is made (w2's, w1's, b1's: the same bytes in two or three calls, priced here as
+    one), so at most the largest full gradient and its bucket are alive: the gradient and bucket terms, sized on the
+    whole W, bound the runtime's from above."""
     w = s.W * s.e
     bucket = F.reduce_scatter_bucket_bytes(s.model, s.W // s.p, s.p)
-    scatters = [_coll("reduce_scatter", n * grad_reduce_bytes(s), s.p) for n in _zero3_grad_elements(s)]
-    return [_coll("all_gather", w, s.p)], [_coll("all_gather", w, s.p), *scatters], 3 * w + bucket
+    return [_coll("all_gather", w, s.p)], \
+        [_coll("all_gather", w, s.p), _coll("reduce_scatter", s.W * grad_reduce_bytes(s), s.p)], 3 * w + bucket
 
 
 def _zero3_mlp(s: Sublayer) -> StrategyWork:
