@@ -3,7 +3,8 @@ travelling shards), and the rank-major order of a gather of them (the weights' l
 
 Library module (no command). ZeRO-3 strategies gather the flat `cat(w1, b1, w2)` of all ranks, whose
 rank-major order is the full matrix with its output features grouped by rank, each rank's group ordered by
-section (`pack_shard` / `unpack_gathered`; `split_sections` reads the sections back).
+section (`pack_shard` / `unpack_gathered`; without a bias the same elements as rows, `pack_rows` /
+`unpack_gathered_rows`; `split_sections` reads the sections back).
 """
 
 from __future__ import annotations

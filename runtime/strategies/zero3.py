@@ -1,7 +1,7 @@
 """ZeRO-3 weights and the ZeRO-3 MLP, shared by megatron_cz and ulysses_z.
 
 Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; strategy_work.py: the sharded
-parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
+parameters of a sub-layer (w1, b1, w2) are all-gathered as one buffer of W elements before the forward, again
 before the backward (they are not kept), and each full gradient is reduce-scattered back to its 1/p shard as
 soon as it is made, summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grad`).
 The gathered w1/b1 rows come grouped by rank (flat_shards.unpack_gathered): for the MLP that is the natural
