@@ -149,11 +149,13 @@ def _tiled_metp(s, work, chunks, positions, tc) -> TiledWork:
 
 
 def _tiled_zero3(s, work, chunks, positions, tc) -> TiledWork:
-    """ZeRO-3 weights (megatron_cz, ulysses_z): gathered once per pass and reduce-scattered once, as untiled."""
+    """ZeRO-3 weights (megatron_cz, ulysses_z): gathered once per pass and each gradient reduce-scattered once from
+    its sum over the chunks (no packed copy), as untiled."""
     e, h, t, width = s.e, s.h, s.t, s.width
-    packed = F.GRAD_REDUCE_BYTES if s.p > 1 else e  # the fp32 sums packed as they are for the reduce-scatter
-    weights = 2 * s.W * e + s.W * packed  # ZeRO-3: the gathered weights, the prefetched ones, the packed gradient
-    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h + _acc(s) * s.W
+    sums = max(e, F.GRAD_REDUCE_BYTES)  # the gradients summed over the chunks, fp32 for 16-bit weights
+    cast = e if s.p == 1 and e < F.GRAD_REDUCE_BYTES else 0  # one rank: the sums rounded to the weights' dtype
+    weights = 2 * s.W * e + s.W * (sums + cast)  # ZeRO-3: the gathered weights, the prefetched ones, the sums
+    transient = weights + e * tc * (2 * h + 2 * width + 2 * s.f) + e * t * h
     return TiledWork(list(work.fwd), list(work.bwd), t * h * e, transient, min(tc, h), _refwd_flops(s),
                      _norm_and_act(s))
 

@@ -233,6 +233,16 @@ def merge_partials(out, lse, block_out, block_lse):
     lse.copy_(new_lse)
 
 
+
+def merge_seen(out, lse, block_out, block_lse):
+    """`merge_partials` where every row has seen a key on both sides (both lse finite: one document's ring
+    blocks), in fewer operators: with w = sigmoid(lse_b - lse) = e^lse_b / (e^lse + e^lse_b),
+    out' = out + w (out_b - out) (a lerp; ring-flash-attention's `_update_out_and_lse` merges with the same
+    sigmoid weight) and lse' = logaddexp(lse, lse_b) written into lse."""
+    weight = torch.sigmoid(block_lse - lse)  # [b,H,s]
+    out.lerp_(block_out.float(), weight.unsqueeze(-1))  # [b,H,s,d], weight [b,H,s,1]
+    torch.logaddexp(lse, block_lse, out=lse)
+
 # --- heads: [b, s, heads*d] <-> [b, heads, s, d] -------------------------------------------------------
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -28,8 +28,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+import torch.nn.functional as F
 
-from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials
+from paradyse_lab.runtime.attention.kernels import attention_backward, attention_forward, merge_partials, merge_seen
 from paradyse_lab.runtime.attention.varlen import host_offsets, varlen_backward, varlen_forward
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import p2p as comm_p2p
@@ -114,6 +115,11 @@ def _blocks(cu_seqlens, r: int, p: int, causal: bool, layout_p: int | None = Non
     return [_varlen_block(cu, p, r, (r - i) % p, causal, layout_p or p) or "skip" for i in range(p)]
 
 
+def _rows(x: torch.Tensor, s: slice, t: int) -> torch.Tensor:
+    """x[:, :, s], or x itself when s is all t rows (no operator for the whole)."""
+    return x if s == slice(0, t) else x[:, :, s]
+
+
 def _block_forward(q, k, v, r, src, t, causal, block):
     """(query slice, out, lse) of one ring block, or None when it is skipped."""
     if block == "skip":
@@ -122,7 +128,7 @@ def _block_forward(q, k, v, r, src, t, causal, block):
         cu_q, cu_k, block_causal = block
         return (slice(0, t), *varlen_forward(q, k, v, cu_q, cu_k, block_causal))
     qs, ks, block_causal = _block(r, src, t, causal)
-    return (qs, *attention_forward(q[:, :, qs], k[:, :, ks], v[:, :, ks], block_causal))
+    return (qs, *attention_forward(_rows(q, qs, t), _rows(k, ks, t), _rows(v, ks, t), block_causal))
 
 
 def _block_backward(do, q, k, v, o, lse, r, src, t, causal, block):
@@ -133,8 +139,8 @@ def _block_backward(do, q, k, v, o, lse, r, src, t, causal, block):
         cu_q, cu_k, block_causal = block
         return (slice(0, t), slice(0, t), *varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, block_causal))
     qs, ks, block_causal = _block(r, src, t, causal)
-    return (qs, ks, *attention_backward(do[:, :, qs], q[:, :, qs], k[:, :, ks], v[:, :, ks], o[:, :, qs],
-                                        lse[:, :, qs], block_causal))
+    return (qs, ks, *attention_backward(*(_rows(x, qs, t) for x in (do, q)), _rows(k, ks, t), _rows(v, ks, t),
+                                        *(_rows(x, qs, t) for x in (o, lse)), block_causal))
 
 
 def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None, layout_p: int | None = None):
@@ -146,11 +152,14 @@ def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None, l
         return attention_forward(q, k, v, causal)
     t = q.shape[2]
     blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
+    # one document: every query row of every block sees a key (module docstring), so no lse is ever -inf
+    merge = merge_partials if cu_seqlens is not None else merge_seen
     out = lse = None
     kv = torch.stack([k, v])  # 2 x [b, H, t, d] -> [2, b, H, t, d]
     for i in range(p):
         pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None  # next block in flight
-        done = _block_forward(q, kv[0], kv[1], r, (r - i) % p, t, causal, blocks[i])
+        kb, vb = (k, v) if i == 0 else kv.unbind(0)  # [b, H, t, d] x 2: step 0 holds its own
+        done = _block_forward(q, kb, vb, r, (r - i) % p, t, causal, blocks[i])
         if done is not None:
             qs, o_b, lse_b = done
             if out is None and blocks[i] is None and qs == slice(0, t):  # the own (diagonal) block: every
@@ -158,7 +167,7 @@ def ring_attention_forward(q, k, v, causal: bool, group=None, cu_seqlens=None, l
             else:
                 if out is None:
                     out, lse = _accumulators(q)
-                merge_partials(out[:, :, qs], lse[:, :, qs], o_b, lse_b)
+                merge(_rows(out, qs, t), _rows(lse, qs, t), o_b, lse_b)
         if pending is not None:
             kv = pending.wait()
     if out is None:
@@ -180,25 +189,23 @@ def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_se
         return attention_backward(do, q, k, v, o, lse, causal)
     t = q.shape[2]
     blocks = _blocks(cu_seqlens, r, p, causal, layout_p)
-    dq = None
+    dq = own = acc_in = None
     kv = torch.stack([k, v])  # [2, b, H, t, d]
-    own = acc_in = None
-    whole = slice(0, t)
     for i in range(p):
         pending = comm_p2p.ring_exchange(kv, group, tag=_TAG_KV) if i < p - 1 else None
-        done = _block_backward(do, q, kv[0], kv[1], o, lse, r, (r - i) % p, t, causal, blocks[i])
-        started = done is not None and dq is None and blocks[i] is None and done[0] == whole and done[1] == whole
-        if started:  # the own (diagonal) block: its gradients start the fp32 accumulators as they are
-            dq = done[2].float()
-            dkv = torch.stack([done[3], done[4]]).float()  # [2, b, H, t, d]
-        else:
+        kb, vb = (k, v) if i == 0 else kv.unbind(0)  # [b, H, t, d] x 2
+        done = _block_backward(do, q, kb, vb, o, lse, r, (r - i) % p, t, causal, blocks[i])
+        if done is None:
             dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if dq is None else dq
             dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)  # [2, b, H, t, d]
-        if done is not None and not started:
+        else:
             qs, ks, dq_b, dk_b, dv_b = done
-            dq[:, :, qs] += dq_b.float()
-            dkv[0][:, :, ks] += dk_b.float()
-            dkv[1][:, :, ks] += dv_b.float()
+            if dq is None and qs == slice(0, t):  # the first block over every query starts dq as it is
+                dq = dq_b.float()
+            else:
+                dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if dq is None else dq
+                _rows(dq, qs, t).add_(dq_b)  # fp32 += the block's
+            dkv = _kv_grads(dk_b, dv_b, ks, t)  # [2, b, H, t, d] fp32
         if i == 0:
             own = dkv
         else:
@@ -209,4 +216,14 @@ def ring_attention_backward(do, q, k, v, o, lse, causal: bool, group=None, cu_se
             kv = pending.wait()
     if acc_in is not None:
         own += acc_in.wait()
-    return dq.to(q.dtype), own[0].to(k.dtype), own[1].to(v.dtype)
+    dk, dv = own.unbind(0)  # [b, H, t, d] x 2
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def _kv_grads(dk_b, dv_b, ks: slice, t: int) -> torch.Tensor:
+    """One block's dK, dV over the key rows `ks` as the fp32 accumulator of all t rows, zeros elsewhere:
+    [b, H, n, d] x 2 -> [2, b, H, t, d]."""
+    dkv = torch.stack([dk_b, dv_b]).float()  # [2, b, H, n, d]
+    if ks == slice(0, t):
+        return dkv
+    return F.pad(dkv, (0, 0, ks.start, t - ks.stop))  # [2, b, H, n, d] -> [2, b, H, t, d], zero rows outside ks

@@ -50,7 +50,7 @@ def all_reduce_flat_grads_(flat: torch.Tensor, group=None, bucket: int | None = 
         return
     step, reduce_dtype = bucket or GRAD_BUCKET_ELEMENTS, grad_reduce_dtype(flat.dtype)
     for start in range(0, flat.numel(), step):
-        piece = flat[start:start + step]  # [c], a view
+        piece = flat if flat.numel() <= step else flat[start:start + step]  # [c], a view (one bucket: flat itself)
         if reduce_dtype == flat.dtype:
             comm.all_reduce(piece, group)  # [c] summed in place
             continue
@@ -61,9 +61,10 @@ def all_reduce_flat_grads_(flat: torch.Tensor, group=None, bucket: int | None = 
 
 
 def reduce_scatter_grads(x: torch.Tensor, group=None, bucket: int | None = None) -> torch.Tensor:
-    """`reduce_scatter` of the rank-major gradient `x` [p*n] -> [n], in x's dtype, summed in `grad_reduce_dtype`: a
-    16-bit `x` one bucket of [p, c] columns (c = `bucket` // p, default `GRAD_BUCKET_ELEMENTS` // p) at a time, each
-    copied to fp32, reduce-scattered [p*c] -> [c] and rounded once into the output before the next; fp32 as it is."""
+    """`reduce_scatter` of the rank-major gradient `x` [p*n, ..] -> [n, ..] (dim 0 in p rank blocks), in x's dtype,
+    summed in `grad_reduce_dtype`: a 16-bit `x` one bucket of [p, c] columns (c = `bucket` // p, default
+    `GRAD_BUCKET_ELEMENTS` // p) at a time, each copied to fp32, reduce-scattered [p*c] -> [c] and rounded once into
+    the output before the next; fp32 as it is."""
     p = comm.size(group)
     reduce_dtype = grad_reduce_dtype(x.dtype)
     if p == 1 or reduce_dtype == x.dtype:
@@ -77,4 +78,4 @@ def reduce_scatter_grads(x: torch.Tensor, group=None, bucket: int | None = None)
         part = rows[:, start:stop].to(reduce_dtype, memory_format=torch.contiguous_format)  # [p, c] fp32
         out[start:stop].copy_(comm.reduce_scatter(part.reshape(-1), group))  # [p*c] -> [c] summed, rounded once
         del part
-    return out
+    return out if x.dim() == 1 else out.view(x.shape[0] // p, *x.shape[1:])  # [n] -> [n/row, ..] as x's rows

@@ -332,8 +332,12 @@ def reduce_replicated(grads: dict, params, ctx: Ctx) -> list[torch.Tensor]:
     dtype."""
     names = [n for n in REPLICATED if grads[n].numel()]  # an absent norm bias / output bias has nothing to sum
     with comm_record.tagged(ctx.tag):  # [h, 2h or 3h] elements summed over ranks in fp32 (GRAD_REDUCE_DTYPE)
-        summed = grad_reduce.all_reduce_grads([grads[n] for n in names], ctx.group)
-    grads.update(zip(names, summed))
+        if len(names) == 1 and grads[names[0]].dim() == 1 and grads[names[0]].is_contiguous():
+            # RMSNorm without biases: the one gradient, the backward's own [h] buffer, summed in place (no
+            # concatenation); the same fp32 bucket all_reduce_grads would use
+            grad_reduce.all_reduce_flat_grads_(grads[names[0]], ctx.group)
+        else:
+            grads.update(zip(names, grad_reduce.all_reduce_grads([grads[n] for n in names], ctx.group)))
     return [grads[n].to(p.dtype) for n, p in zip(PARAM_NAMES, params)]
 
 

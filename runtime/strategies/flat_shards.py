@@ -3,7 +3,8 @@ travelling shards), and the rank-major order of a gather of them (the weights' l
 
 Library module (no command). ZeRO-3 strategies gather the flat `cat(w1, b1, w2)` of all ranks, whose
 rank-major order is the full matrix with its output features grouped by rank, each rank's group ordered by
-section (`pack_shard` / `unpack_gathered`; `split_sections` reads the sections back).
+section (`pack_shard` / `unpack_gathered`; without a bias the same elements as rows, `pack_rows` /
+`unpack_gathered_rows`; `split_sections` reads the sections back).
 """
 
 from __future__ import annotations
@@ -46,12 +47,19 @@ def unpack_gathered(flat: torch.Tensor, p: int, n1p: int, h: int, nb1p: int | No
     return w1.view(p * n1p, h), b1.view(-1), w2.view(-1, h)  # [p*n1p, h], [p*nb1p], [p*n2p, h]
 
 
-def pack_gathered(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, p: int,
-                  dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Inverse of `unpack_gathered`: [p*n1p, h], [p*n1p], [p*n2p, h] -> rank-major flat [W], in `dtype` (default
-    w1's: no other copy is made)."""
-    per_rank = [x.reshape(p, x.numel() // p) for x in (w1, b1, w2)]  # rank-major rows: [p, n1p*h] ...
-    return _cat(per_rank, dtype, dim=1).reshape(-1)  # [p, W/p] -> [W]
+def pack_rows(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One shard without a bias as rows `cat(w1, w2)`: [n1/p, h], [n2/p, h] -> [(n1 + n2)/p, h] (`pack_shard`'s
+    elements in its order, not flattened: one operator)."""
+    return torch.cat([w1, w2])  # [n1/p + n2/p, h]
+
+
+def unpack_gathered_rows(full: torch.Tensor, p: int, n1p: int):
+    """Full (w1 [p*n1p, h], w2 [p*n2p, h]) from p rank-major `pack_rows` [p*(n1p + n2p), h]: `unpack_gathered`
+    without a bias, each an own copy (none keeps `full` alive)."""
+    h = full.shape[-1]
+    per = full.view(p, -1, h)  # [p*(n1p + n2p), h] -> [p, n1p + n2p, h]
+    w1, w2 = torch.split_with_sizes_copy(per, [n1p, per.shape[1] - n1p], dim=1)  # [p, n1p, h], [p, n2p, h]
+    return w1.view(-1, h), w2.view(-1, h)  # [p*n1p, h], [p*n2p, h]
 
 
 def split_sections(a: torch.Tensor, sections: tuple[int, ...], groups: int) -> list[torch.Tensor]:

@@ -31,7 +31,7 @@ from paradyse_lab.runtime.model.sublayer import (
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
 from paradyse_lab.runtime.strategies.ulysses_z import heads_to_seq, seq_to_heads
-from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward
+from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward, scatter_grad
 
 
 def chunk_heads(ctx: Ctx) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -88,7 +88,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     h = x.shape[-1]
     d, kv = h // ctx.heads, ctx.kv * (h // ctx.heads)
     w2 = prep[2]
-    dw2 = weight_grad(c, dy)  # [h, h]
+    sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once
     dc = _heads(dy @ w2.t(), d)  # [b, t, h] -> [b, t, H, d]
     q, k, v = (_heads(z, d) for z in qkv.split([h, kv, kv], dim=-1))  # [b, t, n, d] views
     o = _heads(c, d)
@@ -107,7 +107,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     gq, gk, gv = dqkv.split([h, kv, kv], dim=-1)
     gq, gk = rope_qk_backward(gq, gk, ctx.positions, ctx, h)
     da = join_sections([gq, gk, gv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+    return project_in_backward(x, u, da, sw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 HEAD_CHUNKED_ATTENTION = {"ulysses_z": Impl("ulysses_z", forward, backward, prepare_backward)}

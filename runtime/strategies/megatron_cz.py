@@ -27,7 +27,14 @@ from paradyse_lab.runtime.model.sublayer import (
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
-from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
+from paradyse_lab.runtime.strategies.zero3 import (
+    MLP,
+    TILED_MLP,
+    prepare_backward,
+    project_in,
+    project_in_backward,
+    scatter_grad,
+)
 
 
 def _split_qkv(a: torch.Tensor, ctx: Ctx, h: int):
@@ -62,11 +69,11 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, q, k, v, o, lse = saved
     h = x.shape[-1]
     w2 = prep[2]
-    dw2 = weight_grad(merge_heads(o), dy)  # [h, h]
+    sw2 = scatter_grad(weight_grad(merge_heads(o), dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once
     do = split_heads(dy @ w2.t(), ctx.heads)  # [b, t, h] -> [b, heads, t, d]
     dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.group, ctx.cu_seqlens)
     da = _join_qkv(dq, dk, dv, ctx, h)  # [b, t, h + 2kv]
-    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+    return project_in_backward(x, u, da, sw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 ATTENTION = Impl("megatron_cz", forward, backward, prepare_backward)

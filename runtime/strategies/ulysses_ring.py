@@ -49,7 +49,7 @@ from paradyse_lab.runtime.strategies import zero3
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
 from paradyse_lab.runtime.strategies.ulysses_uneven import Attend, uneven_backward, uneven_forward
 from paradyse_lab.runtime.strategies.ulysses_z import _replicate, _sum_replicas, heads_to_seq, seq_to_heads
-from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward
+from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, project_in_backward, scatter_grad
 
 _GROUPS: dict = {}
 """(layer group's ranks, a) -> (head group, ring group) of this rank, made once per process."""
@@ -166,7 +166,7 @@ def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
     hctx, ring = _sizes(ctx, a)
     order, inverse = ring_order(ctx, a, x.device)
     w2 = prep[2]
-    dw2 = weight_grad(c, dy)  # [h, h]
+    sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once
     dc = seq_to_heads(dy @ w2.t(), hctx).index_select(1, order)  # [b, t, h] -> [b, a*t, h/a] (ring order)
     do = split_heads(dc, ctx.heads // a)  # [b, a*t, h/a] -> [b, heads/a, a*t, d]
     dq, dk, dv = ring_attention_backward(do, q, k, v, o, lse, ctx.causal, ring, ctx.cu_seqlens, ctx.p)
@@ -177,7 +177,7 @@ def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
     dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
     dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
     da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+    return project_in_backward(x, u, da, sw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 @cache

@@ -42,7 +42,14 @@ from paradyse_lab.runtime.model.sublayer import (
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
-from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
+from paradyse_lab.runtime.strategies.zero3 import (
+    MLP,
+    TILED_MLP,
+    prepare_backward,
+    project_in,
+    project_in_backward,
+    scatter_grad,
+)
 
 
 class Attend(NamedTuple):
@@ -116,7 +123,7 @@ def uneven_backward(saved, dy, w: Weights, ctx: Ctx, prep, hctx: Ctx, attend: At
     x, u, c, cores = saved
     h = x.shape[-1]
     d, split = h // ctx.heads, head_split(ctx.heads, ctx.kv, hctx.p)
-    dw2 = weight_grad(c, dy)  # [h, h]
+    sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once
     dc = dy @ prep[2].t()  # [b, t, h]
     n, m = split.kept_heads(hctx.rank)
     dch = _to_heads([_head_slice(dc, qs, d) for qs in split.queries], n * d, hctx)  # -> [b, n*t, n d]
@@ -138,7 +145,7 @@ def uneven_backward(saved, dy, w: Weights, ctx: Ctx, prep, hctx: Ctx, attend: At
         _head_slice(dv, ks, d).add_(gv)
     dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
     da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+    return project_in_backward(x, u, da, sw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 def forward(x, w: Weights, ctx: Ctx, prep=None):

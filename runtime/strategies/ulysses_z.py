@@ -36,7 +36,14 @@ from paradyse_lab.runtime.model.sublayer import (
     weight_grad,
 )
 from paradyse_lab.runtime.strategies.flat_shards import join_sections, split_sections
-from paradyse_lab.runtime.strategies.zero3 import MLP, TILED_MLP, prepare_backward, project_in, project_in_backward
+from paradyse_lab.runtime.strategies.zero3 import (
+    MLP,
+    TILED_MLP,
+    prepare_backward,
+    project_in,
+    project_in_backward,
+    scatter_grad,
+)
 
 
 def seq_to_heads(a, ctx: Ctx):
@@ -113,7 +120,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
     h = x.shape[-1]
     d, rep = h // ctx.heads, kv_replicas(ctx)
     w2 = prep[2]
-    dw2 = weight_grad(c, dy)  # [h, h]
+    sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once
     order = gathered_order(ctx, x.device)
     dch = seq_to_heads(dy @ w2.t(), ctx)  # [b, t, h] -> [b, s, h/p]
     dheads = torch.cat(gathered_attention_backward(dch, core, order, ctx.causal, ctx.cu_seqlens), dim=-1)  # [b,s,n/p]
@@ -127,7 +134,7 @@ def backward(saved, dy, w: Weights, ctx: Ctx, prep):
         dk, dv = _sum_replicas(dk, d, rep), _sum_replicas(dv, d, rep)  # copies' gradients summed: [b, t, kv]
         dq, dk = rope_qk_backward(dq, dk, ctx.positions, ctx, h)
         da = join_sections([dq, dk, dv], ctx.p)  # [b, t, h + 2kv] in gathered-weight order
-    return project_in_backward(x, u, da, dw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
+    return project_in_backward(x, u, da, sw2, dy, w, ctx, prep)  # [b, t, h + 2kv] -> [b, t, h]
 
 
 ATTENTION = Impl("ulysses_z", forward, backward, prepare_backward)

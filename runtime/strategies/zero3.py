@@ -1,9 +1,10 @@
 """ZeRO-3 weights and the ZeRO-3 MLP, shared by megatron_cz and ulysses_z.
 
-Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3; the cost model's sharded
-parameters of a sub-layer (w1, b1, w2) are all-gathered as one flat buffer [W] before the forward, again
-before the backward (they are not kept), and the full gradient is reduce-scattered back to the 1/p shards,
-summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets, `scatter_grads`).
+Library module (no command). Rajbhandari et al., "ZeRO" (SC 2020) stage 3, as the cost model's ZeRO-3 terms
+count it: the sharded parameters of a sub-layer (w1, b1, w2) are all-gathered as one buffer of W elements before
+the forward, again before the backward (they are not kept), and each full gradient is reduce-scattered back to its
+1/p shard as soon as it is made, summed in fp32 for 16-bit weights (grad_reduce.GRAD_REDUCE_DTYPE: fp32 buckets,
+`scatter_grad`).
 The gathered w1/b1 rows come grouped by rank (flat_shards.unpack_gathered): for the MLP that is the natural
 f order; for attention, head group g's q, k, v rows, group after group.
 The MLP keeps (as the cost model counts) x, u = norm(x) [b, t, h], and the activation's input a [b, t, f] (SwiGLU:
@@ -30,7 +31,12 @@ from paradyse_lab.runtime.model.sublayer import (
     mlp_core_backward,
     weight_grad,
 )
-from paradyse_lab.runtime.strategies.flat_shards import pack_gathered, pack_shard, unpack_gathered, unpack_shard
+from paradyse_lab.runtime.strategies.flat_shards import (
+    pack_rows,
+    pack_shard,
+    unpack_gathered,
+    unpack_gathered_rows,
+)
 
 
 def gather_weights(w: Weights, ctx: Ctx):
@@ -39,20 +45,23 @@ def gather_weights(w: Weights, ctx: Ctx):
     (flat_shards.split_sections reads them)."""
     if ctx.p == 1:  # the shard is the whole: nothing to gather
         return w.w1, w.b1, w.w2
+    if not w.b1.numel():  # no bias: the shards' rows, [(n1 + n2)/p, h] -> [p(n1 + n2)/p, h]; b1 is empty either way
+        w1, w2 = unpack_gathered_rows(comm.all_gather(pack_rows(w.w1, w.w2), ctx.group), ctx.p, w.w1.shape[0])
+        return w1, w.b1, w2
     full = comm.all_gather(pack_shard(w.w1, w.b1, w.w2), ctx.group)  # [W/p] -> [W]
     return unpack_gathered(full, ctx.p, w.w1.shape[0], w.w1.shape[1], w.b1.shape[0])
 
 
-def scatter_grads(dw1, db1, dw2, ctx: Ctx, dtype: torch.dtype):
-    """This rank's shard of the gradients summed over ranks: one reduce-scatter of [W] -> [W/p], in fp32
-    (grad_reduce.reduce_scatter_grads: 16-bit gradients packed in their dtype and reduce-scattered in fp32 buckets, each
-    rounded once into the shard; the fp32 sums of a tiled MLP packed and reduced as they are on p > 1 ranks). The
-    shard is in the gradients' dtype; the sub-layer's backward casts it to the parameters' `dtype`."""
-    if ctx.p == 1:  # nothing to sum over: the gradients are the shard's
-        return dw1.to(dtype), db1.to(dtype), dw2.to(dtype)
-    packed = pack_gathered(dw1, db1, dw2, ctx.p, dw1.dtype if ctx.p > 1 else dtype)  # [W] rank-major
-    shard = grad_reduce.reduce_scatter_grads(packed, ctx.group)  # [W] -> [W/p]
-    return unpack_shard(shard, dw1.shape[0] // ctx.p, dw1.shape[1], db1.shape[0] // ctx.p)
+def scatter_grad(g: torch.Tensor, ctx: Ctx, dtype: torch.dtype) -> torch.Tensor:
+    """This rank's shard of one full gradient g [p*n, ..] (rows grouped by rank, as the weights were gathered)
+    summed over ranks: one reduce-scatter [p*n, ..] -> [n, ..] straight from g (no packed copy), in fp32
+    (grad_reduce.reduce_scatter_grads: a 16-bit g reduce-scattered in fp32 buckets, each rounded once into the
+    shard; a tiled MLP's fp32 sums reduced as they are). The shard is in g's dtype (the sub-layer's backward casts
+    it to the parameter's); on one rank g itself in `dtype`, and an empty g (no bias) is returned as it is.
+    Untiled sub-layers call it as soon as g is made, so no two full gradients are alive together."""
+    if ctx.p == 1 or not g.numel():  # nothing to sum over, or nothing to sum
+        return g.to(dtype)
+    return grad_reduce.reduce_scatter_grads(g, ctx.group)  # [p*n, ..] -> [n, ..]
 
 
 def prepare_backward(w: Weights, ctx: Ctx):
@@ -68,13 +77,14 @@ def project_in(x, w: Weights, ctx: Ctx, prep=None):
     return (w1, b1, w2), u, add_bias(u @ w1.t(), b1)  # [b, t, h] -> [b, t, n1]
 
 
-def project_in_backward(x, u, da, dw2, dy, w: Weights, ctx: Ctx, prep):
+def project_in_backward(x, u, da, sw2, dy, w: Weights, ctx: Ctx, prep):
     """Backward of `project_in` and of the residual, given the first GEMM's output gradient da [b, t, n1] and the
-    second GEMM's weight gradient dw2: (dx [b, t, h], the shards' gradients reduce-scattered)."""
+    second GEMM's weight gradient already reduce-scattered, sw2 (`scatter_grad`): (dx [b, t, h], the shards'
+    gradients)."""
     w1, b1, _ = prep
-    dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
+    sw1 = scatter_grad(weight_grad(da, u), ctx, w.w1.dtype)  # [n1, h] -> [n1/p, h]
+    sb1 = scatter_grad(bias_grad(da, b1), ctx, w.b1.dtype)  # [n1] -> [n1/p]
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, da @ w1)  # [b, t, n1] -> [b, t, h]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
@@ -88,13 +98,15 @@ def mlp_forward(x, w: Weights, ctx: Ctx, prep=None):
 def mlp_backward(saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, a, c = saved
     w1, b1, w2 = prep
-    dw2 = weight_grad(c, dy)  # [f, h]
+    sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [f, h] -> [f/p, h], not beside dw1
     da = mlp_core_backward(a, dy @ w2.t(), ctx, ctx.p)  # [b, t, h] -> [b, t, f] (SwiGLU: 2f)
     dw1, db1 = weight_grad(da, u), bias_grad(da, b1)
     du = da @ w1  # [b, t, n1] -> [b, t, h]
-    del da  # not beside the norm's backward
+    del da  # not beside the reduce-scatter or the norm's backward
+    sw1 = scatter_grad(dw1, ctx, w.w1.dtype)  # [n1, h] -> [n1/p, h]
+    del dw1
+    sb1 = scatter_grad(db1, ctx, w.b1.dtype)  # [n1] -> [n1/p]
     dx, dln_w, dln_b = layer_norm_backward(x, w, ctx, du)
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w.w1.dtype)
     grads = {"ln_w": dln_w, "ln_b": dln_b, "w1": sw1, "b1": sb1, "w2": sw2, "b2": bias_grad(dy, w.b2)}
     return dy + dx, grads
 
@@ -129,7 +141,9 @@ def tiled_mlp_backward(x, dy, w: Weights, ctx: Ctx, tile: int):
         dln_w += lw
         dln_b += lb
         start += xc.shape[1]
-    sw1, sb1, sw2 = scatter_grads(dw1, db1, dw2, ctx, w1.dtype)  # the fp32 sums packed as they are
+    # the sums reduce-scattered as they are, one at a time
+    sw2, sw1, sb1 = (scatter_grad(g, ctx, dtype) for g, dtype in ((dw2, w.w2.dtype), (dw1, w.w1.dtype),
+                                                                  (db1, w.b1.dtype)))
     return dx, {"ln_w": dln_w.to(w.ln_w.dtype), "ln_b": dln_b.to(w.ln_b.dtype), "w1": sw1, "b1": sb1, "w2": sw2,
                 "b2": bias_grad(dy, w.b2)}
 

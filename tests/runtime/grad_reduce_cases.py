@@ -56,7 +56,7 @@ def fp32_sum_case(rank: int, p: int, group) -> None:
     chain of fp32 partials) gives the fp32 sum of the ranks' gradients rounded once to bf16."""
     from paradyse_lab.runtime.model.sublayer import Ctx, Weights
     from paradyse_lab.runtime.strategies import metp
-    from paradyse_lab.runtime.strategies.zero3 import scatter_grads
+    from paradyse_lab.runtime.strategies.zero3 import scatter_grad
 
     assert p == 4, "four summands per element"
     vals, want = _summands()
@@ -68,8 +68,8 @@ def fp32_sum_case(rank: int, p: int, group) -> None:
 
     ctx = Ctx(group=group, p=p, rank=rank, kind="mlp", heads=4, causal=True, seq_len=4, eps=1e-5)
     rows = mine.repeat(p, 1)  # [p, 5]: one row per rank's shard, each this rank's gradient
-    sw1, sb1, sw2 = scatter_grads(rows, mine[:1].repeat(p), rows, ctx, torch.bfloat16)  # ZeRO-3: [W] -> [W/p]
-    assert sw1.dtype == torch.bfloat16 and torch.equal(sw1[0], want) and torch.equal(sw2[0], want), (sw1, want)
+    sw1, sb1 = (scatter_grad(g, ctx, torch.bfloat16) for g in (rows, mine[:1].repeat(p)))  # ZeRO-3: [p*n] -> [n]
+    assert sw1.dtype == torch.bfloat16 and sw1.shape == (1, 5) and torch.equal(sw1[0], want), (sw1, want)
     assert torch.equal(sb1, want[:1])
     shard = grad_reduce.reduce_scatter_grads(rows.reshape(-1), group, bucket=2 * p)  # [p*5] -> [5]: 3 buckets of 2
     assert torch.equal(shard, want), (shard, want)  # (the grouped steps' states take this path too)

@@ -4,7 +4,8 @@ in a gloo world of 1 and of 2.
 
 The block and the peers are examples/peer_benchmark.py's (hidden 512, 8 query / 4 K/V heads, ffn 1408, RMSNorm,
 rotary, SwiGLU, fp32; here 64 tokens): ours under each strategy against torch TP + SP with torchtitan's plan
-(megatron_ts) and FSDP2 + Ulysses (ulysses_z) at p = 2, and against the plain torch block at p = 1. Each side
+(megatron_ts), FSDP2 + Ulysses (ulysses_z) and FSDP2 + ring attention (megatron_cz) at p = 2, and against the
+plain torch block at p = 1. Each side
 runs one step to warm up (the rotary tables of its positions, made once per step by a model, and caches such
 as the layout's orders fill then), then one counted step; ours must dispatch at most the peer's aten operators
 (a DTensor operator counts once, as the mode sees it) and its output and input gradient must equal the fp64

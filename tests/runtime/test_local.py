@@ -23,7 +23,7 @@ from paradyse_lab.runtime.model.layout import (
 from paradyse_lab.runtime.model.reference import init_state_dict
 from paradyse_lab.runtime.model.sublayer import Impl
 from paradyse_lab.runtime.model.weight_shards import shard_state_dict, shard_sublayer, unshard_sublayer
-from paradyse_lab.runtime.strategies.flat_shards import pack_gathered, pack_shard, unpack_gathered
+from paradyse_lab.runtime.strategies.flat_shards import pack_rows, pack_shard, unpack_gathered, unpack_gathered_rows
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
@@ -61,7 +61,8 @@ def test_weight_shards_round_trip(kind, p):
         assert torch.equal(back[name], value)
     flat = torch.cat([pack_shard(s["w1"], s["b1"], s["w2"]) for s in shards])
     w1, b1, w2 = unpack_gathered(flat, p, n1 // p, h)
-    assert torch.equal(pack_gathered(w1, b1, w2, p), flat)
+    for name, gathered in (("w1", w1), ("b1", b1), ("w2", w2)):  # rank r's rows: its shard (what it reduce-scatters)
+        assert all(torch.equal(rows, s[name]) for rows, s in zip(gathered.chunk(p), shards))
     if kind == "mlp":  # the ZeRO-3 gather of the MLP is the natural matrix
         assert torch.equal(w1, full["w1"]) and torch.equal(w2, full["w2"])
 
@@ -88,7 +89,10 @@ def test_llama_weight_shards_round_trip(p, kv_heads):
             assert torch.equal(shards[r]["w1"][h // p:h // p + kp], full["w1"][h + r * kp:h + (r + 1) * kp])
         flat = torch.cat([pack_shard(s["w1"], s["b1"], s["w2"]) for s in shards])
         w1, b1, w2 = unpack_gathered(flat, p, n1 // p, h, 0)
-        assert torch.equal(pack_gathered(w1, b1, w2, p), flat) and torch.equal(w2, full["w2"])
+        assert torch.equal(w2, full["w2"]) and b1.numel() == 0
+        assert all(torch.equal(rows, s["w1"]) for rows, s in zip(w1.chunk(p), shards))
+        rows = unpack_gathered_rows(torch.cat([pack_rows(s["w1"], s["w2"]) for s in shards]), p, n1 // p)
+        assert torch.equal(rows[0], w1) and torch.equal(rows[1], w2)  # the bias-free gather ZeRO-3 runs
         parts = split_sections(w1.t(), sections, p)  # the gathered GEMM's output features, per section
         assert all(torch.equal(part.t(), want) for part, want in zip(parts, full["w1"].split(list(sections))))
 
