@@ -6,6 +6,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -87,7 +88,8 @@ def run_ablate(args) -> int:
     source = profile_sources(df)
     args.cluster = args.cluster or _cluster_beside(df, path)
     cluster = get_cluster(args.cluster)
-    if args.cost_models is None and bundled_tables(cluster.name) is not None:
+    tables = bundled_tables(cluster.name) if args.cost_models is None else None
+    if tables is not None and (not tables.derived or source == "paper"):  # spec-derived: on the paper's own steps
         names.append(REPLAY)
     others = [n for n in names if n != REPLAY]
     summary, per_strategy = accuracy(df, others, cluster, args.holdout_every) if others else ({}, None)
@@ -144,9 +146,8 @@ def run_ablate(args) -> int:
                      + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
     if replay_info:
         info = replay_info
-        loso_fits = ", ".join(f"{1e6 * d:.1f} us + {k}" for k, d in info["loso_dispatch_s"].values())
-        print(f"\nreplay: {info['tables']}; dispatch cost fitted {1e6 * info['dispatch_s']:.1f} us per operation "
-              f"and {info['pass_ops']} operations' worth per sub-layer (leave one shape out: {loso_fits}); "
+        loso_fits = ", ".join(_call_costs_text(c) for c in info["loso_call_costs"].values())
+        print(f"\nreplay: {info['tables']}; fitted {_call_costs_text(info)} (leave one shape out: {loso_fits}); "
               f"{info['traced']} sub-layer traces in {info['trace_s']:.1f} s, priced in "
               f"{info['wall_s'] - info['trace_s']:.1f} s")
     if runs:
@@ -159,6 +160,13 @@ def run_ablate(args) -> int:
     return 0
 
 
+def _call_costs_text(c: dict) -> str:
+    """Fitted per-call costs as `dispatch 14.0 us + 64 per sub-layer, collective +120.0 us`."""
+    ops = c.get("sublayer_ops", c.get("pass_ops"))
+    text = f"dispatch {1e6 * c['dispatch_s']:.1f} us + {ops} per sub-layer"
+    return text + (f", collective +{1e6 * c['collective_s']:.1f} us" if c.get("collective_s") else "")
+
+
 def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     """The other models' results with the replay model's added."""
     import pandas as pd  # lazy: pandas: slow to load, only this path needs it
@@ -167,13 +175,15 @@ def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     from paradyse_lab.app.replay_ablation import NAME, replay_accuracy
 
     got = replay_accuracy(df, cluster, holdout_every)
-    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k not in ("dispatch_s", "pass_ops")}}
+    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k != "call_costs"}}
     rows = pd.DataFrame(got["by_strategy"])
     per_strategy = rows if per_strategy is None else pd.concat([per_strategy, rows], ignore_index=True)
     if got["loso"] is not None:
-        loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "dispatch_s"}}
-    info = {**got["info"], "dispatch_s": got["summary"]["dispatch_s"], "pass_ops": got["summary"]["pass_ops"],
-            "loso_dispatch_s": (got["loso"] or {}).get("dispatch_s", {})}
+        loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "call_costs"}}
+    costs = got["summary"]["call_costs"]
+    info = {**got["info"], "dispatch_s": costs.dispatch_s, "pass_ops": costs.sublayer_ops,
+            "collective_s": costs.collective_s,
+            "loso_call_costs": {s: dataclasses.asdict(c) for s, c in (got["loso"] or {}).get("call_costs", {}).items()}}
     return summary, per_strategy, loso, info
 
 
