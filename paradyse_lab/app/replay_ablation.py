@@ -153,7 +153,9 @@ def replay_accuracy(df: pd.DataFrame, cluster: ClusterSpec | None, holdout_every
     summary["call_costs"] = costs
     per_strategy = [{"model": NAME, "strategy": s, **metrics_by_target(pred, tests, s)}
                     for s in sorted(set(interp["strategy"]) | set(extrap["strategy"]))]
-    return {"summary": summary, "by_strategy": per_strategy, "loso": _loso(df, fitter), "info": fitter.info}
+    every = fitter.fit(df["time_s"].to_numpy(float), np.arange(len(df)))  # what a bundled dispatch.toml holds
+    return {"summary": summary, "by_strategy": per_strategy, "loso": _loso(df, fitter),
+            "info": {**fitter.info, "every_row": every}}
 
 
 def _loso(df: pd.DataFrame, fitter) -> dict | None:

@@ -148,6 +148,7 @@ def run_ablate(args) -> int:
         info = replay_info
         loso_fits = ", ".join(_call_costs_text(c) for c in info["loso_call_costs"].values())
         print(f"\nreplay: {info['tables']}; fitted {_call_costs_text(info)} (leave one shape out: {loso_fits}); "
+              f"fitted on every row: {_call_costs_text(info['every_row'])}; "
               f"{info['traced']} sub-layer traces in {info['trace_s']:.1f} s, priced in "
               f"{info['wall_s'] - info['trace_s']:.1f} s")
     if runs:
@@ -181,8 +182,8 @@ def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     if got["loso"] is not None:
         loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "call_costs"}}
     costs = got["summary"]["call_costs"]
-    info = {**got["info"], "dispatch_s": costs.dispatch_s, "pass_ops": costs.sublayer_ops,
-            "collective_s": costs.collective_s,
+    info = {**got["info"], "every_row": dataclasses.asdict(got["info"]["every_row"]), "dispatch_s": costs.dispatch_s,
+            "pass_ops": costs.sublayer_ops, "collective_s": costs.collective_s,
             "loso_call_costs": {s: dataclasses.asdict(c) for s, c in (got["loso"] or {}).get("call_costs", {}).items()}}
     return summary, per_strategy, loso, info
 

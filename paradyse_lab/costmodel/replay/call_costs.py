@@ -158,20 +158,24 @@ def _neighbours(grid: tuple[float, ...], x: float) -> tuple[float, float]:
 
 
 def fit_call_costs(grid: CallCostGrid, measured, index=None) -> CallCosts:
-    """The per-call costs minimising the MAPE of `grid`'s steps (those of `index`) against `measured` seconds:
-    the best grid setting, then two rounds of golden-section search on each cost between its neighbours."""
+    """The per-call costs minimising the MAPE of `grid`'s steps (those of `index`) against `measured` seconds: for
+    each `PASS_OPS`, the best grid setting, then two rounds of golden-section search on each cost between its
+    neighbours; the best of those."""
     measured = np.asarray(measured, float)
     table = grid.table(index)
     err = (np.abs(table - measured[:, None]) / measured[:, None]).mean(axis=0)
-    best = int(np.argmin(err))
-    costs = CallCosts(int(grid.k[best]), float(grid.d[best]), float(grid.a[best]))
 
     def loss(c: CallCosts) -> float:
         return float(np.mean(np.abs(_at(table, c) - measured) / measured))
 
-    for _ in range(2):
-        k, a = costs.sublayer_ops, costs.collective_s
-        d = _golden(lambda x, k=k, a=a: loss(CallCosts(k, x, a)), *_neighbours(DISPATCH, costs.dispatch_s))
-        a = _golden(lambda x, k=k, d=d: loss(CallCosts(k, d, x)), *_neighbours(COLLECTIVE, a))
-        costs = CallCosts(k, d, a)
-    return costs
+    fits = []
+    for k in PASS_OPS:
+        best = int(np.argmin(np.where(grid.k == k, err, np.inf)))
+        costs = CallCosts(k, float(grid.d[best]), float(grid.a[best]))
+        for _ in range(2):
+            a = costs.collective_s
+            d = _golden(lambda x, k=k, a=a: loss(CallCosts(k, x, a)), *_neighbours(DISPATCH, costs.dispatch_s))
+            a = _golden(lambda x, k=k, d=d: loss(CallCosts(k, d, x)), *_neighbours(COLLECTIVE, a))
+            costs = CallCosts(k, d, a)
+        fits.append((loss(costs), costs))
+    return min(fits, key=lambda f: f[0])[1]
