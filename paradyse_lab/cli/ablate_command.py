@@ -35,13 +35,16 @@ def register(sub) -> None:
         "trained (1.0 = no loss). calibrated: the analytic model with four parameters per strategy fitted on "
         "the same training rows; with two or more model shapes in the profile, also leave-one-shape-out: "
         "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape). "
-        "replay (where the cluster has kernel tables): the runtime's traced operations priced from the tables on "
-        "the host / device / communication critical path, its per-operation dispatch cost fitted on the same "
-        "training rows (and on the other shapes when one is left out); no regret simulation.")
+        "replay (where the cluster has measured kernel tables, or spec-derived ones on the paper profile): the "
+        "runtime's traced operations priced from the tables on the host / device / communication critical path, "
+        "its per-call costs (dispatch per operation, Python per sub-layer, and on real runs a collective call's "
+        "cost) fitted on the same training rows (and on the other shapes only when one is left out); no regret "
+        "simulation.")
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
     p.add_argument("--cost-models", default=None,
                    help="comma-separated cost models to compare (default all: analytic, calibrated, hybrid, "
-                   "forest, polynomial, residual, and replay where the cluster has kernel tables)")
+                   "forest, polynomial, residual, and replay where the cluster has measured kernel tables or on the "
+                   "paper profile)")
     p.add_argument("--holdout-every", type=integer, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
     p.add_argument("--cluster", default=None,
