@@ -91,8 +91,14 @@ def run_ablate(args) -> int:
     source = profile_sources(df)
     args.cluster = args.cluster or _cluster_beside(df, path)
     cluster = get_cluster(args.cluster)
-    tables = bundled_tables(cluster.name) if args.cost_models is None else None
-    if tables is not None and (not tables.derived or source == "paper"):  # spec-derived: on the paper's own steps
+    tables = bundled_tables(cluster.name)
+    if tables is not None and tables.derived and source != "paper":  # nothing measured to score them against
+        if REPLAY in names:
+            raise UserInputError(f"--cost-models replay: the {cluster.name} kernel tables are spec-derived, not "
+                                 "measured; score them on the authors' measured curves (--profiles "
+                                 "paradyse_lab/data/profiles/paper_a100-80gb-x8.csv)")
+        tables = None
+    if args.cost_models is None and tables is not None:
         names.append(REPLAY)
     others = [n for n in names if n != REPLAY]
     summary, per_strategy = accuracy(df, others, cluster, args.holdout_every) if others else ({}, None)
