@@ -2,12 +2,13 @@
 times and the peak ratio, labelled as not measured), a step priced with them and the fitted per-call costs, the
 vectorised critical path the per-call costs are fitted with, and leave-one-shape-out fitting without the shape.
 
-Run: `python -m pytest -q tests/paradyse_lab/costmodel/test_replay_a100.py` (no torch, no tracing).
+Run: `python -m pytest -q tests/paradyse_lab/costmodel/test_replay_a100.py` (no torch, no tracing; fake traces).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import numpy as np
@@ -170,3 +171,37 @@ def test_leave_one_shape_out_never_fits_on_the_held_out_shape():
         assert got["call_costs"][f"{h}/16/16/4/8"].dispatch_s == pytest.approx(others)
     assert set(got["by_strategy"]) == {"megatron_ts", "metp"} and got["time_mape_leave_one_shape_out"] > 0
 
+
+
+class FakeLayerTraces:
+    """`SublayerTraces`' interface with a fixed small sub-layer: GEMMs, an all_gather of the weights, attention."""
+
+    def __init__(self, spec, p, device="cuda"):
+        self.spec, self.p, self.trace_s, self.traced = spec, p, 0.0, 0
+
+    def trace(self, kind, option, seq_len, batch=1):
+        return FakeTraces(self.spec, self.p, "cuda").trace(kind, option, seq_len, batch) + [Op("host", "view")] * 20
+
+
+def test_ablate_on_the_paper_profile_adds_replay_beside_the_others(tmp_path, capsys, monkeypatch):
+    """The default run (every model, so the learned ones are fitted too: a few seconds) on a slice of the paper
+    profile, with a small fake trace in place of the runtime's."""
+    from paradyse_lab.app import replay_ablation
+    from paradyse_lab.cli import main
+    from paradyse_lab.costmodel.profiles import PAPER_PROFILE
+
+    monkeypatch.setattr(replay_ablation, "SublayerTraces", FakeLayerTraces)
+    df = pd.read_csv(PAPER_PROFILE)
+    part = df[df["model"].isin(["bert", "gpt"]) & df["strategy"].isin(["megatron_ts", "ulysses_z"])
+              & (df["seq_len"] <= 65536)]
+    part.iloc[::8].to_csv(tmp_path / "paper.csv", index=False)
+    assert main(["costmodel", "ablate", "--profiles", str(tmp_path / "paper.csv"), "--cluster", "a100-80gb-x8",
+                 "--no-regret", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"analytic", "calibrated", "replay"} <= set(out["models"])
+    replay = out["models"]["replay"]
+    assert 0 < replay["time_mape_interp"] and 0 < replay["time_mape_leave_one_shape_out"]
+    assert set(out["leave_one_shape_out"]["replay"]["by_strategy"]) == {"megatron_ts", "ulysses_z"}
+    info = out["replay"]
+    assert "spec-derived, not measured" in info["tables"] and info["dispatch_s"] > 0
+    assert set(info["loso_call_costs"]) == {"1024/16/16/24/8", "12288/96/96/8/8"}
