@@ -83,7 +83,7 @@ def plan_step(model, *, p: int | None = None, seq_len: int | None = None, docume
     `granularity` 'block' or 'sublayer'; `head` auto (the fastest head option that fits), whole, tiled or vocab;
     `budget_gib` per GPU in GiB (default the GPU's memory less `reserve_gib`, else less the cluster's reserve;
     `budget_gb`, in GB, is deprecated); `cost_model` as `paradyse-lab plan --cost-model` (default auto: the replay model
-    where the cluster has kernel tables, else analytic; fitted on `profiles` when it learns),
+    where the cluster has measured kernel tables, else analytic; fitted on `profiles` when it learns),
     which caps the budget as it does for every planner (`planning_model`: a learned model
     of the paper's kind at the largest peak it profiled); `kv_heads` overrides the model's key/value heads."""
     if (seq_len is None) == (documents is None):

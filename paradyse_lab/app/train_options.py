@@ -135,8 +135,8 @@ class TrainOptions:
     """Cluster preset or .toml (e.g. paradyse-lab calibrate's DIR/cluster.toml) the policy plans for ('': the
     default preset)."""
     cost_model: str = "auto"
-    """Cost model the policy plans with (auto: replay where the cluster has kernel tables, bundled or beside its
-    cluster file, else analytic):"""
+    """Cost model the policy plans with (auto: replay where the cluster has measured kernel tables, bundled or
+    beside its cluster file, else analytic):"""
     profiles: str = ""
     """Profile CSV the learned and calibrated cost models are fitted on ('': the cluster's bundled one)."""
     budget_gib: float = 0.0

@@ -6,6 +6,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -34,13 +35,16 @@ def register(sub) -> None:
         "trained (1.0 = no loss). calibrated: the analytic model with four parameters per strategy fitted on "
         "the same training rows; with two or more model shapes in the profile, also leave-one-shape-out: "
         "calibrate on all shapes but one, predict that one, in turn (time MAPE per strategy, length band, shape). "
-        "replay (where the cluster has kernel tables): the runtime's traced operations priced from the tables on "
-        "the host / device / communication critical path, its per-operation dispatch cost fitted on the same "
-        "training rows (and on the other shapes when one is left out); no regret simulation.")
+        "replay (where the cluster has measured kernel tables, or spec-derived ones on the paper profile): the "
+        "runtime's traced operations priced from the tables on the host / device / communication critical path, "
+        "its per-call costs (dispatch per operation, Python per sub-layer, and on real runs a collective call's "
+        "cost) fitted on the same training rows (and on the other shapes only when one is left out); no regret "
+        "simulation.")
     p.add_argument("--profiles", default="", help="profile CSV (default: the cluster's bundled profile)")
     p.add_argument("--cost-models", default=None,
                    help="comma-separated cost models to compare (default all: analytic, calibrated, hybrid, "
-                   "forest, polynomial, residual, and replay where the cluster has kernel tables)")
+                   "forest, polynomial, residual, and replay where the cluster has measured kernel tables or on the "
+                   "paper profile)")
     p.add_argument("--holdout-every", type=integer, default=4,
                    help="hold out every Nth distinct length inside the range (default 4)")
     p.add_argument("--cluster", default=None,
@@ -87,7 +91,14 @@ def run_ablate(args) -> int:
     source = profile_sources(df)
     args.cluster = args.cluster or _cluster_beside(df, path)
     cluster = get_cluster(args.cluster)
-    if args.cost_models is None and bundled_tables(cluster.name) is not None:
+    tables = bundled_tables(cluster.name)
+    if tables is not None and tables.derived and source != "paper":  # nothing measured to score them against
+        if REPLAY in names:
+            raise UserInputError(f"--cost-models replay: the {cluster.name} kernel tables are spec-derived, not "
+                                 "measured; score them on the authors' measured curves (--profiles "
+                                 "paradyse_lab/data/profiles/paper_a100-80gb-x8.csv)")
+        tables = None
+    if args.cost_models is None and tables is not None:
         names.append(REPLAY)
     others = [n for n in names if n != REPLAY]
     summary, per_strategy = accuracy(df, others, cluster, args.holdout_every) if others else ({}, None)
@@ -144,9 +155,9 @@ def run_ablate(args) -> int:
                      + [_pct(r["by_band"][b]) for b in loso_bands] for n, r in loso.items()])
     if replay_info:
         info = replay_info
-        loso_fits = ", ".join(f"{1e6 * d:.1f} us + {k}" for k, d in info["loso_dispatch_s"].values())
-        print(f"\nreplay: {info['tables']}; dispatch cost fitted {1e6 * info['dispatch_s']:.1f} us per operation "
-              f"and {info['pass_ops']} operations' worth per sub-layer (leave one shape out: {loso_fits}); "
+        loso_fits = ", ".join(_call_costs_text(c) for c in info["loso_call_costs"].values())
+        print(f"\nreplay: {info['tables']}; fitted {_call_costs_text(info)} (leave one shape out: {loso_fits}); "
+              f"fitted on every row: {_call_costs_text(info['every_row'])}; "
               f"{info['traced']} sub-layer traces in {info['trace_s']:.1f} s, priced in "
               f"{info['wall_s'] - info['trace_s']:.1f} s")
     if runs:
@@ -159,6 +170,13 @@ def run_ablate(args) -> int:
     return 0
 
 
+def _call_costs_text(c: dict) -> str:
+    """Fitted per-call costs as `dispatch 14.0 us + 64 per sub-layer, collective +120.0 us`."""
+    ops = c.get("sublayer_ops", c.get("pass_ops"))
+    text = f"dispatch {1e6 * c['dispatch_s']:.1f} us + {ops} per sub-layer"
+    return text + (f", collective +{1e6 * c['collective_s']:.1f} us" if c.get("collective_s") else "")
+
+
 def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     """The other models' results with the replay model's added."""
     import pandas as pd  # lazy: pandas: slow to load, only this path needs it
@@ -167,13 +185,15 @@ def _with_replay(df, cluster, holdout_every, summary, per_strategy, loso):
     from paradyse_lab.app.replay_ablation import NAME, replay_accuracy
 
     got = replay_accuracy(df, cluster, holdout_every)
-    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k not in ("dispatch_s", "pass_ops")}}
+    summary = {**summary, NAME: {k: v for k, v in got["summary"].items() if k != "call_costs"}}
     rows = pd.DataFrame(got["by_strategy"])
     per_strategy = rows if per_strategy is None else pd.concat([per_strategy, rows], ignore_index=True)
     if got["loso"] is not None:
-        loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "dispatch_s"}}
-    info = {**got["info"], "dispatch_s": got["summary"]["dispatch_s"], "pass_ops": got["summary"]["pass_ops"],
-            "loso_dispatch_s": (got["loso"] or {}).get("dispatch_s", {})}
+        loso = {**loso, NAME: {k: v for k, v in got["loso"].items() if k != "call_costs"}}
+    costs = got["summary"]["call_costs"]
+    info = {**got["info"], "every_row": dataclasses.asdict(got["info"]["every_row"]), "dispatch_s": costs.dispatch_s,
+            "pass_ops": costs.sublayer_ops, "collective_s": costs.collective_s,
+            "loso_call_costs": {s: dataclasses.asdict(c) for s, c in (got["loso"] or {}).get("call_costs", {}).items()}}
     return summary, per_strategy, loso, info
 
 

@@ -150,9 +150,9 @@ def add_question_arguments(p, head: bool = True) -> None:
                    "its heads): shows what GQA does to each strategy (the ring passes kv_heads/heads of the K/V "
                    "bytes; the strategies' rule on kv_heads is in `paradyse-lab catalog strategies`)")
     p.add_argument("--cost-model", default="auto",
-                   help="auto (default: replay where the cluster has kernel tables, bundled or beside its cluster "
-                   "file, else analytic), replay (the runtime's traced operations priced on the cluster's kernel "
-                   "tables), analytic (calibrated when the --cluster file carries a calibration), paper "
+                   help="auto (default: replay where the cluster has measured kernel tables, bundled or beside its "
+                   "cluster file, else analytic), replay (the runtime's traced operations priced on the cluster's "
+                   "kernel tables), analytic (calibrated when the --cluster file carries a calibration), paper "
                    "(the ParaDySe authors' measured A100 times; bert, llama, gpt, paper-7b on a100-80gb-x8 only), "
                    "calibrated, a learned kind (hybrid, forest, polynomial, residual; fitted on --profiles) or a "
                    ".joblib file")

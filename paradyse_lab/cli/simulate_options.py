@@ -30,9 +30,9 @@ class SimulationOptions:
 
     truth_cost_model: str = ""
     """Cost model that charges every step (and plans unless --plan-cost-model says otherwise): auto (replay
-    where the cluster has kernel tables, else analytic), analytic, replay, paper (the ParaDySe authors' measured
-    A100 times), calibrated, or a learned kind / .joblib file (default: auto for simulate; analytic for
-    experiment, which reproduces the paper)."""
+    where the cluster has measured kernel tables, else analytic), analytic, replay, paper (the ParaDySe
+    authors' measured A100 times), calibrated, or a learned kind / .joblib file (default: auto for simulate;
+    analytic for experiment, which reproduces the paper)."""
     cluster: str = DEFAULT_CLUSTER
     """Node preset or .toml."""
     gpus: int | None = field(default=None, metadata={"type": int, "metavar": "N"})

@@ -23,7 +23,7 @@ from paradyse_lab.costmodel.names import COST_MODEL_NAMES, LEARNED_KINDS
 from paradyse_lab.costmodel.paper import PaperCostModel
 from paradyse_lab.costmodel.paper_measurements import PAPER_DEVICE
 from paradyse_lab.costmodel.replay.model import ReplayCostModel, trace_source_installed
-from paradyse_lab.costmodel.replay.tables import replay_inputs
+from paradyse_lab.costmodel.replay.tables import is_derived, replay_inputs, tables_folder
 from paradyse_lab.errors import UserInputError, unknown_name
 
 if TYPE_CHECKING:  # pandas (a second of start-up) only where a profile is read: never for `analytic` or `paper`
@@ -34,11 +34,24 @@ __all__ = ["COST_MODEL_NAMES", "LEARNED_KINDS", "build_cost_model", "calibrate_o
 
 
 def resolve_cost_model(name: str, cluster: ClusterSpec) -> str:
-    """The cost model `name` stands for on `cluster`: `auto` is `replay` where the cluster has kernel tables and
-    host costs (and the runtime's tracer is installed), else `analytic`; any other name itself."""
+    """The cost model `name` stands for on `cluster`: `auto` is `replay` where the cluster has measured kernel
+    tables and host costs (and the runtime's tracer is installed), else `analytic`; any other name itself."""
     if name != "auto":
         return name
-    return "replay" if trace_source_installed() and not isinstance(replay_inputs(cluster), str) else "analytic"
+    return "analytic" if _no_auto_replay(cluster) else "replay"
+
+
+def _no_auto_replay(cluster: ClusterSpec) -> str | None:
+    """Why `auto` does not price `cluster` with the replay model, or None when it does. Tables derived from
+    specifications (the bundled A100 ones) price only when asked for by name."""
+    if not trace_source_installed():
+        return "the runtime's tracer is not installed"
+    folder = tables_folder(cluster)
+    if folder is not None and is_derived(folder):
+        return (f"the {folder.name} kernel tables are spec-derived, not measured; --cost-model replay prices "
+                "with them")
+    found = replay_inputs(cluster)
+    return found if isinstance(found, str) else None
 
 
 def needs_profile(name: str, cluster: ClusterSpec) -> bool:
@@ -101,8 +114,7 @@ def build_cost_model(name: str, model: ModelSpec, cluster: ClusterSpec, p: int |
     if name == "analytic":
         cm = AnalyticCostModel(model, cluster, p)
         if asked == "auto":  # labelled with why the replay model does not price this cluster
-            why = replay_inputs(cluster) if trace_source_installed() else "the runtime's tracer is not installed"
-            cm.label = f"{cm.label} (auto: {why})"
+            cm.label = f"{cm.label} (auto: {_no_auto_replay(cluster)})"
         return cm
     if name == "replay":
         found = replay_inputs(cluster)

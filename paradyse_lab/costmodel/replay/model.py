@@ -74,7 +74,8 @@ class ReplayCostModel:
         self.model, self.cluster, self.p = model, cluster, self.analytic.p
         self.tables, self.host = tables, host
         measured = tables.host  # a CPU's calibrate measured its host runs every kernel itself: priced serially
-        self.prices = Prices(tables, cluster, host.dispatch_s, serial=bool(measured and measured.serial),
+        priced = dataclasses.replace(cluster, collective_sync_s=host.collective_s) if host.collective_s else cluster
+        self.prices = Prices(tables, priced, host.dispatch_s, serial=bool(measured and measured.serial),
                              floor_s=measured.floor_s if measured else 0.0)
         self.traces = _TRACE_SOURCE[0](model, self.p, trace_device(cluster))
         self.name = NAME

@@ -179,14 +179,34 @@ class KernelTables:
     source: str
     elementwise: ElementwiseTable | None = None
     host: MeasuredHost | None = None
+    derived: bool = False
+    """The rows were derived from public specifications (`source=spec-derived`), not measured: `auto` does not
+    price with them; `--cost-model replay` does, and says so in its label."""
 
     @classmethod
     def read(cls, folder: Path, source: str = "") -> KernelTables:
         folder = Path(folder)
         ew, host = folder / "elementwise.csv", folder / "dispatch.csv"
+        derived = is_derived(folder)
+        source = source or str(folder)
         return cls(GemmTable.read(folder / "gemm.csv"), AttentionTable.read(folder / "attention.csv"),
-                   source or str(folder), ElementwiseTable.read(ew) if ew.is_file() else None,
-                   MeasuredHost.read(host) if host.is_file() else None)
+                   f"{source}, spec-derived, not measured" if derived else source,
+                   ElementwiseTable.read(ew) if ew.is_file() else None,
+                   MeasuredHost.read(host) if host.is_file() else None, derived)
+
+
+SPEC_DERIVED = "spec-derived"
+"""The `source` column of a table row derived from public specifications rather than measured."""
+
+
+def is_derived(folder: Path) -> bool:
+    """Whether the GEMM table in `folder` was derived from specifications (its first row's `source`)."""
+    try:
+        with open(Path(folder) / "gemm.csv", newline="") as f:
+            first = next(csv.DictReader(f), None)
+    except OSError:
+        return False
+    return bool(first) and first.get("source") == SPEC_DERIVED
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "data" / "kernels"
@@ -203,7 +223,8 @@ def bundled_tables(cluster_name: str) -> KernelTables | None:
 
 HOST_FILE = "dispatch.toml"
 """The host's per-operation costs in a kernel folder: `dispatch_us` (host microseconds per operation issued),
-`sublayer_ops` (the runtime's Python per sub-layer, in operations) and `source` (where they came from)."""
+`sublayer_ops` (the runtime's Python per sub-layer, in operations), optionally `collective_us` (a collective
+call's cost beyond its alpha-beta time) and `source` (where they came from)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +235,9 @@ class HostCosts:
     dispatch_s: float
     sublayer_ops: int
     source: str
+    collective_s: float = 0.0
+    """Seconds each collective call and exchange costs beyond its alpha-beta time (TOML `collective_us`, default 0):
+    the cluster's `collective_sync_s` as the replay model prices it."""
 
     @classmethod
     def read(cls, path: Path) -> HostCosts:
@@ -227,7 +251,10 @@ class HostCosts:
             raise UserInputError(f"{path}: dispatch_us must be a number of microseconds > 0, got {dispatch!r}")
         if not isinstance(ops, int) or isinstance(ops, bool) or ops < 0:
             raise UserInputError(f"{path}: sublayer_ops must be a whole number >= 0, got {ops!r}")
-        return cls(dispatch * 1e-6, ops, str(data.get("source", path)))
+        coll = data.get("collective_us", 0.0)
+        if not isinstance(coll, (int, float)) or isinstance(coll, bool) or not 0 <= coll < 1e6:
+            raise UserInputError(f"{path}: collective_us must be a number of microseconds >= 0, got {coll!r}")
+        return cls(dispatch * 1e-6, ops, str(data.get("source", path)), coll * 1e-6)
 
 
 def tables_folder(cluster) -> Path | None:

@@ -401,9 +401,9 @@ CASES: list[tuple[str, list[str]]] = [
     ("calibrate-collective-timeout-0", ["calibrate", "--out", "{d}/cal", "--model", "gpt2-tiny",
                                         "--collective-timeout", "0"]),
     ("validate-run-collective-timeout-nan", ["validate-run", "--out", "{d}/val", "--collective-timeout", "nan"]),
-    # replay cost model: a cluster without kernel tables, an unknown model name
-    ("ablate-replay-no-tables", ["costmodel", "ablate", "--cost-models", "replay", "--cluster", "a100-80gb-x8",
-                                 "--no-regret"]),
+    # replay cost model: spec-derived tables scored on a profile that is not the paper's, an unknown model name
+    ("ablate-replay-spec-derived", ["costmodel", "ablate", "--cost-models", "replay", "--cluster", "a100-80gb-x8",
+                                    "--no-regret"]),
     ("ablate-replay-unknown", ["costmodel", "ablate", "--cost-models", "replayed", "--no-regret"]),
     # train with rounds of splits: Megatron's scheduler is simulated only, the exact rounds planner is small
     ("train-groups-megatron", TRAIN + ["--global-batch", "4", "--groups", "megatron"]),
@@ -831,10 +831,11 @@ SWEEP_CASES: list[tuple[str, list[str], str]] = [
     ("simulate-usp-restart", ["simulate", "--model", "gpt", "--dataset", "grch38", "--policy",
                               "restart:ulysses_ring:2"], "unknown strategy in policy 'restart:ulysses_ring:2'"),
     # the replay cost model asked for on a cluster without kernel tables; an unknown --cost-model lists auto
-    ("cost-replay-without-tables", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "replay"],
-     "cost model 'replay' on a100-80gb-x8: no kernel tables for 'a100-80gb-x8'"),
-    ("simulate-replay-without-tables", SIM_DP + ["--size", "4", "--cost-model", "replay"],
-     "cost model 'replay' on a100-80gb-x8: no kernel tables"),
+    ("cost-replay-without-tables", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "replay", "--cluster",
+                                    "a100-40gb-x8"],
+     "cost model 'replay' on a100-40gb-x8: no kernel tables for 'a100-40gb-x8'"),
+    ("simulate-replay-without-tables", SIM_DP + ["--size", "4", "--cost-model", "replay", "--cluster", "a100-40gb-x8"],
+     "cost model 'replay' on a100-40gb-x8: no kernel tables"),
     ("cost-model-unknown-lists-auto", ["cost", "--model", "gpt", "--seq", "4096", "--cost-model", "nope"],
      "unknown cost model 'nope'; valid: <file.joblib>, analytic, auto, calibrated"),
     # tensor x context parallel (megatron_cp:a): K/V heads that the tensor degree does not split, unknown degrees

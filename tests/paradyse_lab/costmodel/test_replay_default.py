@@ -63,11 +63,13 @@ def test_auto_is_replay_where_the_cluster_has_tables_else_analytic_labelled():
     assert resolve_cost_model("auto", H100) == "replay"
     assert resolve_cost_model("auto", A100) == "analytic"
     assert resolve_cost_model("analytic", H100) == "analytic"  # a forced choice stays
-    cm = build_cost_model("auto", get_model("gpt"), A100)
+    cm = build_cost_model("auto", get_model("gpt"), A100)  # its tables are spec-derived: only asked for by name
     assert isinstance(cm, AnalyticCostModel)
-    assert cm.label.startswith("analytic (auto: no kernel tables for 'a100-80gb-x8'")
-    with pytest.raises(UserInputError, match="cost model 'replay' on a100-80gb-x8: no kernel tables"):
-        build_cost_model("replay", get_model("gpt"), A100)
+    assert cm.label.startswith("analytic (auto: the a100-80gb-x8 kernel tables are spec-derived, not measured")
+    cm = build_cost_model("auto", get_model("gpt"), get_cluster("a100-40gb-x8"))
+    assert cm.label.startswith("analytic (auto: no kernel tables for 'a100-40gb-x8'")
+    with pytest.raises(UserInputError, match="cost model 'replay' on a100-40gb-x8: no kernel tables"):
+        build_cost_model("replay", get_model("gpt"), get_cluster("a100-40gb-x8"))
 
 
 def test_a_measured_folder_prices_with_its_own_tables(tmp_path, fake_traces):
@@ -130,7 +132,7 @@ def test_cost_says_which_model_priced_each_number(fake_traces, capsys):
     assert out["priced_by"] == {"layer_time": "replay", "memory": "analytic", "embedding_and_head": "analytic"}
     assert main(["cost", "--model", "gpt", "--seq", "4096", "--strategies", "megatron_ts"]) == 0
     text = capsys.readouterr().out
-    assert "cost model analytic (auto: no kernel tables" in text
+    assert "cost model analytic (auto: the a100-80gb-x8 kernel tables are spec-derived" in text
     assert "priced by: layer time analytic, memory analytic, embedding and head analytic" in text
 
 

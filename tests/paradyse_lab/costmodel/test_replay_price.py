@@ -28,8 +28,8 @@ def _prices(dispatch_s: float = 0.0) -> Prices:
 
 
 def test_presets_without_tables_have_none():
-    assert bundled_tables("a100-80gb-x8") is None
-    assert TABLES is not None
+    assert bundled_tables("a100-40gb-x8") is None and bundled_tables("h200-x8") is None
+    assert TABLES is not None and not TABLES.derived
 
 
 def test_gemm_table_reproduces_its_rows():
