@@ -4,7 +4,7 @@ Each profile row's step is the runtime's own trace of its layer, priced on the c
 (paradyse_lab/data/kernels) on the critical path of the host, device and communication clocks
 (paradyse_lab/costmodel/replay). What is fitted are the per-call costs no table holds: the per-operation dispatch
 cost and the runtime's Python per sub-layer, and on a profile of real runs (the authors' A100 steps) also a
-collective call's cost beyond its alpha-beta time (costmodel/replay/call_costs.py): on the ablation's training rows
+collective call's cost beyond its alpha-beta time (`call_costs`): on the ablation's training rows
 for the interpolation and extrapolation scores, and on every other shape's rows for each shape left out (the held-out
 shape's rows never enter its fit). Memory is the analytic model's (the replay model prices time only). A rank-local
 profile's rows are measured compute (the fake group's local copies in place of collectives) plus the analytic model's
