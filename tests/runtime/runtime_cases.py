@@ -2,9 +2,9 @@
 
 Run: `python -m pytest -q tests/runtime`. The cases live in modules by concept (one sub-layer, the whole model,
 Hugging Face models, vocabulary-parallel embedding and head, packed documents, the training loop, checkpoints, the
-measuring commands, and the modules registered at the end); this module gathers their `CASES` and `ONLY_AT` in one
-registry, the one the harness runs, and re-exports the shared reference and checks (reference_checks.py) and the
-case factories that other cases modules import from here.
+measuring commands, the operation tracer, and the modules registered at the end); this module gathers their
+`CASES` and `ONLY_AT` in one registry, the one the harness runs, and re-exports the shared reference and checks
+(reference_checks.py) and the case factories that other cases modules import from here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import grad_reduce_cases
 import hf_cases
 import measure_cases
 import model_cases
+import op_trace_cases
 import optim_cases
 import packed_cases
 import sublayer_cases
@@ -60,7 +61,7 @@ ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
 for _module in (hf_cases, model_cases, sublayer_cases, vocab_parallel_cases, packed_cases, train_cases,
-                checkpoint_cases, measure_cases):
+                checkpoint_cases, measure_cases, op_trace_cases):
     CASES.update(_module.CASES)
     ONLY_AT.update(_module.ONLY_AT)
 
