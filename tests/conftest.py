@@ -37,7 +37,8 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(skip)
 
 
-WORLD_MODULES = ("tests/runtime/test_distributed.py", "tests/runtime/test_op_count.py", "tests/runtime/test_dist_harness.py")
+WORLD_MODULES = ("tests/runtime/test_distributed.py", "tests/runtime/test_op_count.py",
+                 "tests/runtime/test_dist_harness.py")
 """The modules whose tests fork gloo ranks from their pytest process's forkserver (tests/runtime/dist_harness.py):
 one xdist group (`WORLDS_GROUP`), so that one forkserver imports the ranks' modules (~9 CPU s) rather than one
 per worker, test_distributed's worlds first (the forkserver preloads the cases' module of its first world)."""
