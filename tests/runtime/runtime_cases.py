@@ -17,6 +17,7 @@ import model_cases
 import op_trace_cases
 import optim_cases
 import packed_cases
+import resume_identity_cases
 import sublayer_cases
 import train_cases
 import vocab_parallel_cases
@@ -61,7 +62,7 @@ ONLY_AT: dict[str, tuple[int, ...]] = {}
 """World sizes of the cases whose subject does not change with p (each case says why); the others run at
 every world size of test_distributed.py."""
 for _module in (hf_cases, model_cases, sublayer_cases, vocab_parallel_cases, packed_cases, train_cases,
-                checkpoint_cases, measure_cases, op_trace_cases):
+                checkpoint_cases, measure_cases, op_trace_cases, resume_identity_cases):
     CASES.update(_module.CASES)
     ONLY_AT.update(_module.ONLY_AT)
 
