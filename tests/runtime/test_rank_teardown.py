@@ -27,17 +27,20 @@ def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_
         assert not state["tqdm_process_lock"], rank  # no named semaphore left behind by os._exit
 
 
-def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatch, capfd):
-    """A rank's process ends through `os._exit` once its function returned (rank 0) or its error was reported
-    (rank 1 refuses its input): its buffered output is flushed, and no interpreter finalization runs (an `atexit`
-    handler it registered never runs; a spawned process that returns runs it, and with it the C++ teardown that
-    aborted finished ranks). One launch holds both ends, one per rank."""
+@pytest.mark.parametrize("how", ["returns", "refuse"])
+def test_a_rank_ends_with_os_exit_after_flushing_its_output(tmp_path, monkeypatch, capfd, how):
+    """A rank's process ends through `os._exit` once its function returned or its error was reported: its
+    buffered output is flushed, and no interpreter finalization runs (an `atexit` handler it registered never
+    runs; a spawned process that returns runs it, and with it the C++ teardown that aborted finished ranks)."""
     from paradyse_lab.errors import UserInputError
     from paradyse_lab.runtime.launch.local import launch
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
-    with pytest.raises(UserInputError, match="rank 1 refuses"):
-        launch(launcher_cases.unflushed_rank, 2, ("refuse",))
+    if how == "refuse":
+        with pytest.raises(UserInputError, match="rank 1 refuses"):
+            launch(launcher_cases.unflushed_rank, 2, ("refuse",))
+    else:
+        launch(launcher_cases.unflushed_rank, 2, ())
     out = capfd.readouterr().out
     assert "[rank 0 unflushed]" in out and "[rank 1 unflushed]" in out, out
     assert sorted(p.name for p in tmp_path.iterdir()) == []
