@@ -55,7 +55,8 @@ def case_of(strategy: str):
     return case
 
 
-CASES = {f"ops-{name}": case_of(name) for name in STRATEGY_MODULES}
+CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
+"""Named apart from the operator-count cases (`ops-*`, their own worlds)."""
 ONLY_AT = {name: (1, 4) for name in CASES}
 """Each rank traces and runs 24 (option, sub-layer) pairs, ~1 CPU s each: at p = 1 and 4, 5 ranks instead of the 10
 of p = 1..4 (see the module's docstring)."""

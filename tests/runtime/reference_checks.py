@@ -1,5 +1,5 @@
-"""The single-device reference and the checks the distributed cases make against it (dist_harness.py runs the
-cases on every rank of one gloo process group; runtime_cases.py gathers them).
+"""The single-device reference and the checks the distributed cases make against it, on every rank of one gloo
+process group.
 
 Shapes: gpt2-tiny (h 96, 12 heads, 4 layers, vocab 512) in fp32, b = 2, s = 48 (divisible by 2p for p = 1..4); the
 whole-model cases whose plans name a strategy per sub-layer use 2 of its layers (MODEL_LAYERS); a LLaMA-shaped model

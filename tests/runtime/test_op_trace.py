@@ -4,7 +4,7 @@ against the bytes the runtime counts and the analytic schedule.
 Run: `python -m pytest -q tests/runtime/test_op_trace.py`. The distributed part (op_trace_cases.py: every strategy;
 options plain, +recompute, +tiled, +recompute+tiled; both sub-layers; the operations each rank dispatched equal its
 meta trace, one for one) runs in the distributed tests' worlds: `python -m pytest -q tests/runtime/test_distributed.py
--k ops-`.
+-k op-trace`.
 """
 
 from __future__ import annotations
