@@ -37,9 +37,10 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(skip)
 
 
-WORLD_MODULES = ("tests/runtime/test_distributed.py", "tests/runtime/test_dist_harness.py")
+WORLD_MODULES = ("tests/runtime/test_distributed.py", "tests/runtime/test_op_count.py",
+                 "tests/runtime/test_dist_harness.py")
 """The modules whose tests fork gloo ranks from their pytest process's forkserver (tests/runtime/dist_harness.py):
-one xdist group (`WORLDS_GROUP`), so that one forkserver imports the ranks' modules (~9 CPU s) rather than one
+one xdist group (`WORLDS_GROUP`), so that one forkserver imports the ranks' modules (~8 CPU s) rather than one
 per worker, test_distributed's worlds first (the forkserver preloads the cases' module of its first world)."""
 WORLDS_GROUP = "gloo-worlds"
 
@@ -56,8 +57,7 @@ def xdist_group_name(item) -> str:
 
 
 LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/runtime/test_op_trace.py",
-                  "tests/runtime/test_rank_hangs.py",
+                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/runtime/test_rank_hangs.py",
                   "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
                   "tests/solvers/test_solvers_agree.py", "tests/runtime/test_rank_output.py",
                   "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py",
@@ -69,10 +69,9 @@ starts when the other worker is nearly done and the two workers end together; th
 order, each a few seconds. The first three need no compiled kernels: on a fresh checkout they run while the
 controller compiles them (`pytest_configure`, ~15 CPU s), where the worlds (whose forkserver loads the kernels)
 and the figures (the DP solver) would each wait for that compile with a core idle. The torchrun test (~20 CPU s)
-on one worker and the two others (~11 and ~10) on the other outlast the compile. The operation tracer's gloo
-worlds (four, one per size), the stopped-rank runs (mostly waiting on their collective timeout and heartbeat
-watch) and the closed-stdout runs each take tens of seconds of one worker: handed out late, one of them alone
-would keep a worker busy after the other is done."""
+on one worker and the two others (~11 and ~10) on the other outlast the compile. The stopped-rank runs (mostly
+waiting on their collective timeout and heartbeat watch) take tens of seconds of one worker: handed out late, they
+alone would keep a worker busy after the other is done."""
 
 
 def longest_groups_first(items) -> None:

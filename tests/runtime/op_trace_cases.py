@@ -3,9 +3,11 @@ sub-layer's forward and backward under every option of a strategy with the dispa
 operations it dispatched (every aten operator; attention calls and collectives at the runtime's entry points)
 equal, one for one in order, the trace of the same rank made on meta tensors through a fake process group.
 
-Run by tests/runtime/test_op_trace.py at p = 1..4 (one gloo world per size). `+offload` is left out: on meta
-tensors every storage has address 0, so the offloader (which keeps one host copy per storage) sees one storage
-where a real run sees several.
+Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at p = 1 and 4 (`ONLY_AT`):
+p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose zig-zag
+positions differ (rank 0's causal blocks are not the others'); p = 2 and 3 run the same code with other counts.
+`+offload` is left out: on meta tensors every storage has address 0, so the offloader (which keeps one host copy per
+storage) sees one storage where a real run sees several.
 """
 
 from __future__ import annotations
@@ -53,4 +55,8 @@ def case_of(strategy: str):
     return case
 
 
-CASES = {f"ops-{name}": case_of(name) for name in STRATEGY_MODULES}
+CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
+"""Named apart from the operator-count cases (`ops-*`, their own worlds)."""
+ONLY_AT = {name: (1, 4) for name in CASES}
+"""Each rank traces and runs 24 (option, sub-layer) pairs, ~1 CPU s each: at p = 1 and 4, 5 ranks instead of the 10
+of p = 1..4 (see the module's docstring)."""

@@ -1,10 +1,14 @@
-"""Rank function for tests/runtime/test_resume_identity.py, importable by spawned ranks: who hashes the data."""
+"""Who hashes the data of a run that checkpoints: rank 0 alone, its digest and its error every rank's. A case of the
+distributed tests' one gloo world per size (runtime_cases.py registers it, at p = 2)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from types import SimpleNamespace
 
 import torch.distributed as dist
+from train_cases import _shared_tmpdir
 
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError
@@ -48,3 +52,23 @@ def only_rank0_hashes(dataset: str, group=None) -> None:
         raise AssertionError(f"rank {rank}: rank 0's error was not raised")
     finally:
         setup.identity = real_identity
+
+
+def rank0_hashes_case(rank: int, p: int, group) -> None:
+    """A dataset folder of three files (written by rank 0) hashed by rank 0 alone (`only_rank0_hashes`)."""
+    root = _shared_tmpdir(rank, p, group)
+    folder = os.path.join(root, "data")
+    if rank == 0:
+        os.mkdir(folder)
+        for i in range(3):
+            with open(os.path.join(folder, f"part-{i}.jsonl"), "w") as f:
+                f.write(f"[{i}, 1, 2, 3]\n")
+    dist.barrier(group=group)
+    only_rank0_hashes(folder, group)
+    dist.barrier(group=group)
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES = {"resume-identity-rank0-hashes": rank0_hashes_case}
+ONLY_AT = {"resume-identity-rank0-hashes": (2,)}  # one rank reads, the other waits for its digest: two ranks are it

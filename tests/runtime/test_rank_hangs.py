@@ -1,10 +1,12 @@
 """No hang: a rank that stops answering ends an `--nproc` run within `--collective-timeout` (every rank gone, one
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
-MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each case is a subprocess with a
-timeout of a few seconds and a limit on the test's own wait, so a hang fails the test instead of the suite."""
+MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each case runs in a subprocess (the
+stopped runs one each, the environments that cannot meet one after another in one) with a timeout of a few seconds
+and a limit on the test's own wait, so a hang fails the test instead of the suite."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -177,40 +179,43 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-CANNOT_MEET = ("no-peers", "busy-port", "unresolvable")
+CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
+CLI_RUNS = ROOT / "tests" / "paradyse_lab" / "cli" / "cli_runs.py"
+"""Runs command lines one after another in one process (each through the CLI's `main`)."""
 
 
 @pytest.fixture(scope="module")
 def cannot_meet(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
-    """The three environments that cannot meet, run at once (each one process that waits alone):
-    {case: (its end, seconds from its start, failure)}."""
+    """The three environments that cannot meet, one after another in ONE process (cli_runs.py: each through the
+    CLI's `main` with its own environment variables, its stderr caught at the file descriptor), the one that waits
+    (no peers) last, so that the process's own end after it is bounded too: {case: (its end, its seconds,
+    failure)}."""
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
-    procs = {}
+    where = tmp_path_factory.mktemp("cannot-meet")
+    runs = []
+    for case in CANNOT_MEET:
+        port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
+        addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+        runs.append({"id": case, "argv": [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"],
+                     "cwd": str(tmp_path_factory.mktemp(case)), "env": env})
+    (where / "runs.json").write_text(json.dumps(runs))
+    failure = None
     try:
-        for case in CANNOT_MEET:
-            port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
-            addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
-            env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
-            procs[case] = (subprocess.Popen([sys.executable, *TRAIN, "--steps", "2", "--collective-timeout", "3"],
-                                            cwd=tmp_path_factory.mktemp(case), env=env, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True), time.monotonic())
-        ends = {}
-        for case, (proc, start) in procs.items():
-            try:
-                out, err = proc.communicate(timeout=WAIT_S)
-                ends[case] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
-                              time.monotonic() - start, None)
-            except subprocess.TimeoutExpired as hung:
-                ends[case] = (None, WAIT_S, repr(hung))
-        yield ends
+        subprocess.run([sys.executable, str(CLI_RUNS), str(where / "runs.json"), str(where / "out.json"),
+                        str(WAIT_S)], timeout=WAIT_S, cwd=where, env=_env(), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired as hung:
+        failure = repr(hung)  # a case, or the process's end after them, did not end
     finally:
         busy.close()
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    out = where / "out.json"
+    ends = json.loads(out.read_text()) if out.is_file() else {}
+    return {case: (subprocess.CompletedProcess(TRAIN, ends[case]["code"], "", ends[case]["stderr"]),
+                   ends[case]["seconds"], failure) if case in ends else (None, WAIT_S, failure or "not run")
+            for case in CANNOT_MEET}
 
 
 @pytest.mark.parametrize("case", CANNOT_MEET)

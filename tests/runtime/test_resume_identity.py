@@ -1,16 +1,15 @@
 """A checkpoint resumes only into the model and data that wrote it, compared by content: the architecture, not
 the --model string; a file dataset's bytes, not its path. One line and exit 2 otherwise, at 1 rank and under
---nproc 2, before any step."""
+--nproc 2, before any step. That rank 0 alone hashes the data, and every rank gets its digest and its error, is a
+case of the distributed tests (resume_identity_cases.py, `-k rank0-hashes`)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from resume_identity_cases import only_rank0_hashes
 
 from paradyse_lab.cli import main
-from paradyse_lab.runtime.launch.ranks import launch
 
 MICRO = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 32}
 """A GPT-2 config small enough that a CPU step takes milliseconds."""
@@ -125,13 +124,3 @@ def test_other_weights_in_the_init_from_folder_are_refused(tmp_path, capsys, hf_
     assert _train_from(tmp_path, str(folder), tokens, 2, "--resume") == 2
     line = _one_line(capsys)
     assert "was started from other weights" in line and "--init-from" in line, line
-
-
-def test_only_rank0_hashes_the_dataset_and_every_rank_gets_its_digest(tmp_path):
-    """Two gloo ranks: the dataset folder's files are read by rank 0 alone (not p concurrent full reads), its
-    digest reaches rank 1, and rank 0's hashing error is rank 1's too (tests/runtime/resume_identity_cases.py)."""
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for i in range(3):
-        (folder / f"part-{i}.jsonl").write_text(f"[{i}, 1, 2, 3]\n")
-    launch(only_rank0_hashes, 2, str(folder))

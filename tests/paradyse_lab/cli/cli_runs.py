@@ -3,7 +3,8 @@ it (the CLI's `main`, its exit code, everything written to the process's stderr)
 cases each need a guard against a hang starts one interpreter instead of one per case:
 `python cli_runs.py RUNS.json OUT.json`.
 
-RUNS.json is a list of {"id", "argv", "cwd"}; OUT.json, rewritten after every run (what a killed process leaves
+RUNS.json is a list of {"id", "argv", "cwd"} (and optionally "env": variables set for that run alone, a null value
+unsetting one); OUT.json, rewritten after every run (what a killed process leaves
 is the runs it finished), maps each id to {"code", "stderr", "seconds"}. A run gets `limit_s` seconds (SIGALRM
 interrupts a blocking `open` or `read`): past it, its code is "hung". File descriptors 1 and 2 go to a file of
 the run's own while it runs, so output written below Python (C++ warnings) is caught as a subprocess's would be.
@@ -27,10 +28,28 @@ def _alarm(signum, frame):
     raise Hung
 
 
-def run_one(argv: list[str], cwd: str, limit_s: float) -> dict:
-    """One command line in `cwd`: {"code": exit code or "hung", "stderr": text, "seconds": wall}."""
+def run_one(argv: list[str], cwd: str, limit_s: float, env: dict[str, str | None] | None = None) -> dict:
+    """One command line in `cwd`, with `env`'s variables set (None: unset) for it alone: {"code": exit code or
+    "hung", "stderr": text, "seconds": wall}."""
     from paradyse_lab.cli import main
 
+    saved_env = {name: os.environ.get(name) for name in env or {}}
+    _set_env(env or {})
+    try:
+        return _run_main(main, argv, cwd, limit_s)
+    finally:
+        _set_env(saved_env)
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _run_main(main, argv: list[str], cwd: str, limit_s: float) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         saved = os.dup(1), os.dup(2)
         sys.stdout.flush(), sys.stderr.flush()
@@ -61,7 +80,7 @@ def main(runs_path: str, out_path: str, limit_s: float) -> None:
         runs = json.load(f)
     results: dict[str, dict] = {}
     for run in runs:
-        results[run["id"]] = run_one(run["argv"], run["cwd"], limit_s)
+        results[run["id"]] = run_one(run["argv"], run["cwd"], limit_s, run.get("env"))
         with open(out_path + ".tmp", "w") as f:
             json.dump(results, f)
         os.replace(out_path + ".tmp", out_path)
