@@ -101,11 +101,18 @@ def _ring_order(documents: tuple[int, ...], p: int, a: int, j: int) -> tuple[tor
     return order, torch.argsort(order)
 
 
+@lru_cache(maxsize=16)
+def _ring_order_on(documents: tuple[int, ...], p: int, a: int, j: int, device: str) -> tuple[torch.Tensor, ...]:
+    """`_ring_order` copied to `device` once per layout, not on every sub-layer call (a host-to-device copy each
+    time on a GPU). Few entries: every sub-layer of a step shares its layout, and each holds two [a*t] int64
+    tensors in device memory."""
+    return tuple(z.to(device) for z in _ring_order(documents, p, a, j))
+
+
 def ring_order(ctx: Ctx, a: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_ring_order` of this rank's head group, on `device`."""
+    """`_ring_order` of this rank's head group, on `device` (cached there)."""
     documents = layout_documents(ctx.cu_seqlens, ctx.p) or (ctx.seq_len,)
-    order, inverse = _ring_order(documents, ctx.p, a, ctx.rank // a)
-    return order.to(device), inverse.to(device)
+    return _ring_order_on(documents, ctx.p, a, ctx.rank // a, str(device))
 
 
 def _sizes(ctx: Ctx, a: int) -> tuple[Ctx, object]:

@@ -2,11 +2,13 @@
 and 4 x 1: one attention sub-layer (output, input and parameter gradients against the reference; the bytes sent
 and kept against the cost model's schedule), over packed documents, and whole models (GPT-2 and LLaMA-shaped with
 grouped-query attention, also packed) whose plans switch between the factorisations and the 1-D strategies at
-every sub-layer: logits, loss, every gradient, every sub-layer's bytes, and no byte moved between sub-layers.
-Read by runtime_cases.py, which adds these cases to its world."""
+every sub-layer: logits, loss, every gradient, every sub-layer's bytes, and no byte moved between sub-layers;
+the operations a rank runs under every factorisation and option equal its meta-tensor trace (what the replay cost
+model prices). Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
 
+import torch
 from runtime_cases import (
     _check_model,
     llama_config,
@@ -17,7 +19,10 @@ from runtime_cases import (
     sublayer_case,
 )
 
+from paradyse_lab.core.model_spec import ModelSpec
+from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.runtime import ParallelGPT
+from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inputs, trace_sublayer, warm_trace
 
 DEGREES = (1, 2, 4)
 """Head degrees a at p = 4: 1 x 4 (the ring alone), 2 x 2, 4 x 1 (the all-to-all alone)."""
@@ -81,5 +86,39 @@ def after_uneven_groups_case(rank: int, p: int, group) -> None:
 
 
 CASES["usp-after-uneven-groups"] = after_uneven_groups_case
+
+TRACE_CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=48, heads=12, layers=2, causal=True, name="runtime")
+"""12 heads of d = 4 over 16 positions: the smallest sub-layer every factorisation of p = 4 splits."""
+TRACE_S = 16
+
+
+def ops_traced_case(options: dict[str, tuple[str, ...]]):
+    """The operations this rank dispatches for one sub-layer of `TRACE_CFG` under each option of `options`
+    (sub-layer kind -> option names), forward and backward on the world's gloo group, equal the trace of the same
+    rank made on meta tensors through a fake process group, one for one in order (the replay cost model prices
+    that trace)."""
+    def case(rank: int, p: int, group) -> None:
+        bad = []
+        for kind, names in options.items():
+            for option in map(StrategyOption.parse, names):
+                traced = trace_sublayer(TRACE_CFG, kind, option, TRACE_S, p, dtype="fp32", rank=rank)
+                params, x = sublayer_inputs(TRACE_CFG, kind, TRACE_S, p, 1, torch.float32, "cpu", rank)
+                ran = warm_trace(lambda option=option, kind=kind, params=params, x=x:
+                                 run_sublayer_step(TRACE_CFG, kind, option, TRACE_S, group, params, x))
+                if ran != traced:
+                    first = next((i for i, (a, b) in enumerate(zip(ran, traced)) if a != b),
+                                 min(len(ran), len(traced)))
+                    bad.append(f"{option.name} {kind}: ran {len(ran)} ops, traced {len(traced)}; first difference "
+                               f"at {first}: {ran[first:first + 1]} vs {traced[first:first + 1]}")
+        assert not bad, "\n".join(bad)
+    return case
+
+
+CASES["usp-ops-traced"] = ops_traced_case({
+    # every head degree, plain and recomputed; +offload wraps any degree alike (its hooks), so at a = 2
+    "attention": tuple(usp(a) + flags for a in DEGREES for flags in ("", "+recompute")) + (usp(2) + "+offload",),
+    # ZeRO-3's MLP at every degree (its weights span all p), the same as ulysses_z's (its flags: op_trace_cases)
+    "mlp": (usp(2), usp(2) + "+offload"),
+})
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
