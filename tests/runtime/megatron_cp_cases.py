@@ -4,8 +4,8 @@ the bytes sent and kept against the cost model's schedule), the tiled MLP, an at
 whole models (GPT-2 and LLaMA-shaped with grouped-query attention, also packed) whose plans switch between the
 factorisations, ulysses_ring and the 1-D strategies at every sub-layer: logits, loss, every gradient, every
 sub-layer's bytes, and no byte moved between sub-layers; the operations a rank runs under every factorisation and
-option equal its meta-tensor trace (what the replay cost model prices). Read by runtime_cases.py, which adds these
-cases to its world."""
+option equal its meta-tensor trace (what the replay cost model prices), and its collectives the bytes counted and
+scheduled. Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ and kept against the cost model's schedule), over packed documents, and whole mo
 grouped-query attention, also packed) whose plans switch between the factorisations and the 1-D strategies at
 every sub-layer: logits, loss, every gradient, every sub-layer's bytes, and no byte moved between sub-layers;
 the operations a rank runs under every factorisation and option equal its meta-tensor trace (what the replay cost
-model prices). Read by runtime_cases.py, which adds these cases to its world."""
+model prices), and its collectives the bytes counted and scheduled. Read by runtime_cases.py, which adds these
+cases to its world."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from runtime_cases import (
 
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption
+from paradyse_lab.costmodel.schedules import schedule
+from paradyse_lab.costmodel.types import CollectiveCall
 from paradyse_lab.runtime import ParallelGPT
+from paradyse_lab.runtime.comm.record import count_bytes
 from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inputs, trace_sublayer, warm_trace
 
 DEGREES = (1, 2, 4)
@@ -92,24 +96,49 @@ TRACE_CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=48, heads=12, lay
 TRACE_S = 16
 
 
+def sent_by_op(ops) -> dict[str, int]:
+    """Bytes this rank sends by collective ('p2p' for the exchanges) in a list of traced `Op`s, each collective's
+    by `CollectiveCall`'s ring convention (what the cost model and the byte counter record)."""
+    out: dict[str, int] = {}
+    for op in ops:
+        if op.kind in ("collective", "p2p"):
+            key = "p2p" if op.kind == "p2p" else op.name
+            out[key] = out.get(key, 0) + (op.nbytes if op.kind == "p2p" else
+                                          CollectiveCall(op.name, op.nbytes, op.group).sent_bytes)
+    return out
+
+
 def ops_traced_case(options: dict[str, tuple[str, ...]]):
     """The operations this rank dispatches for one sub-layer of `TRACE_CFG` under each option of `options`
     (sub-layer kind -> option names), forward and backward on the world's gloo group, equal the trace of the same
     rank made on meta tensors through a fake process group, one for one in order (the replay cost model prices
-    that trace)."""
+    that trace); the bytes its collectives send are the ones the wrapped collectives counted and the cost model's
+    schedule (every rank sends the same under these even splits)."""
     def case(rank: int, p: int, group) -> None:
         bad = []
         for kind, names in options.items():
             for option in map(StrategyOption.parse, names):
                 traced = trace_sublayer(TRACE_CFG, kind, option, TRACE_S, p, dtype="fp32", rank=rank)
                 params, x = sublayer_inputs(TRACE_CFG, kind, TRACE_S, p, 1, torch.float32, "cpu", rank)
-                ran = warm_trace(lambda option=option, kind=kind, params=params, x=x:
-                                 run_sublayer_step(TRACE_CFG, kind, option, TRACE_S, group, params, x))
+                counted = []
+
+                def step(option=option, kind=kind, params=params, x=x, counted=counted):
+                    with count_bytes() as counter:
+                        run_sublayer_step(TRACE_CFG, kind, option, TRACE_S, group, params, x)
+                    counted.append(counter.total())
+                ran = warm_trace(step)
                 if ran != traced:
                     first = next((i for i, (a, b) in enumerate(zip(ran, traced)) if a != b),
                                  min(len(ran), len(traced)))
                     bad.append(f"{option.name} {kind}: ran {len(ran)} ops, traced {len(traced)}; first difference "
                                f"at {first}: {ran[first:first + 1]} vs {traced[first:first + 1]}")
+                want: dict[str, int] = {}
+                for call in schedule(TRACE_CFG.with_dtype("fp32"), kind, option, TRACE_S, 1, p).collectives:
+                    want[call.op] = want.get(call.op, 0) + call.sent_bytes
+                want = {k: v for k, v in want.items() if v}
+                if not sent_by_op(traced) == counted[-1] == want:
+                    bad.append(f"{option.name} {kind}: bytes sent traced {sent_by_op(traced)}, counted "
+                               f"{counted[-1]}, scheduled {want}")
         assert not bad, "\n".join(bad)
     return case
 
