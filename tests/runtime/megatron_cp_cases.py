@@ -10,7 +10,7 @@ scheduled. Read by runtime_cases.py, which adds these cases to its world."""
 from __future__ import annotations
 
 from runtime_cases import packed_model_case, packed_sublayer_case, sublayer_case
-from ulysses_ring_cases import llama_case, model_case, ops_traced_case
+from ulysses_ring_cases import TRACE_CFG, llama_case, model_case, ops_traced_case, trace_llama
 
 DEGREES = (1, 2, 4)
 """Tensor degrees a at p = 4: 1 x 4 (the ring alone, ZeRO-3 weights), 2 x 2 (a shard exchange), 4 x 1 (megatron_ts)."""
@@ -43,11 +43,15 @@ CASES["tpcp-llama-kv4-gqa"] = llama_case(4, [  # 3 query heads per K/V head; a =
 CASES["tpcp-llama-kv2-gqa"] = llama_case(2, [[tpcp(2), tpcp(1) + "+recompute"]])
 CASES["tpcp-packed-llama-kv4-gqa"] = packed_model_case([[tpcp(2), tpcp(4) + "+recompute"],  # per-document RoPE
                                                         [tpcp(4), "megatron_cz", tpcp(1), tpcp(2)]], True, llama_kv=4)
-CASES["tpcp-ops-traced"] = ops_traced_case({
+CASES["tpcp-ops-traced"] = ops_traced_case(
     # every tensor degree (its own weight exchange and groups), plain and recomputed; +offload and +tiled wrap
     # any degree alike, so at a = 2
-    "attention": tuple(tpcp(a) + flags for a in DEGREES for flags in ("", "+recompute")) + (tpcp(2) + "+offload",),
-    "mlp": tuple(tpcp(a) for a in DEGREES) + tuple(tpcp(2) + flags for flags in ("+recompute", "+tiled", "+offload")),
-})
+    (TRACE_CFG, "attention", tuple(tpcp(a) + f for a in DEGREES for f in ("", "+recompute")) + (tpcp(2) + "+offload",)),
+    (TRACE_CFG, "mlp", tuple(tpcp(a) for a in DEGREES)
+     + tuple(tpcp(2) + f for f in ("+recompute", "+tiled", "+offload"))),
+    # rotary positions, 4 K/V heads (a = 4: one per rank), SwiGLU
+    (trace_llama(4), "attention", (tpcp(2), tpcp(4) + "+recompute")),
+    (trace_llama(4), "mlp", (tpcp(2),)),
+)
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""

@@ -9,6 +9,8 @@ cases to its world."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from runtime_cases import (
     _check_model,
@@ -96,6 +98,11 @@ TRACE_CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=48, heads=12, lay
 TRACE_S = 16
 
 
+def trace_llama(kv_heads: int) -> ModelSpec:
+    """The LLaMA shape of the runtime cases (RMSNorm, SwiGLU, RoPE, no biases) at `TRACE_CFG`'s size."""
+    return dataclasses.replace(llama_config(kv_heads), hidden=48, max_positions=64)
+
+
 def sent_by_op(ops) -> dict[str, int]:
     """Bytes this rank sends by collective ('p2p' for the exchanges) in a list of traced `Op`s, each collective's
     by `CollectiveCall`'s ring convention (what the cost model and the byte counter record)."""
@@ -108,46 +115,49 @@ def sent_by_op(ops) -> dict[str, int]:
     return out
 
 
-def ops_traced_case(options: dict[str, tuple[str, ...]]):
-    """The operations this rank dispatches for one sub-layer of `TRACE_CFG` under each option of `options`
-    (sub-layer kind -> option names), forward and backward on the world's gloo group, equal the trace of the same
-    rank made on meta tensors through a fake process group, one for one in order (the replay cost model prices
-    that trace); the bytes its collectives send are the ones the wrapped collectives counted and the cost model's
+def ops_traced_case(*runs: tuple[ModelSpec, str, tuple[str, ...]]):
+    """For each (model, sub-layer kind, option names) of `runs`: the operations this rank dispatches for one
+    sub-layer under each option, forward and backward on the world's gloo group, equal the trace of the same rank
+    made on meta tensors through a fake process group, one for one in order (the replay cost model prices that
+    trace); the bytes its collectives send are the ones the wrapped collectives counted and the cost model's
     schedule (every rank sends the same under these even splits)."""
     def case(rank: int, p: int, group) -> None:
         bad = []
-        for kind, names in options.items():
+        for cfg, kind, names in runs:
             for option in map(StrategyOption.parse, names):
-                traced = trace_sublayer(TRACE_CFG, kind, option, TRACE_S, p, dtype="fp32", rank=rank)
-                params, x = sublayer_inputs(TRACE_CFG, kind, TRACE_S, p, 1, torch.float32, "cpu", rank)
+                traced = trace_sublayer(cfg, kind, option, TRACE_S, p, dtype="fp32", rank=rank)
+                params, x = sublayer_inputs(cfg, kind, TRACE_S, p, 1, torch.float32, "cpu", rank)
                 counted = []
 
-                def step(option=option, kind=kind, params=params, x=x, counted=counted):
+                def step(option=option, cfg=cfg, kind=kind, params=params, x=x, counted=counted):
                     with count_bytes() as counter:
-                        run_sublayer_step(TRACE_CFG, kind, option, TRACE_S, group, params, x)
+                        run_sublayer_step(cfg, kind, option, TRACE_S, group, params, x)
                     counted.append(counter.total())
                 ran = warm_trace(step)
+                what = f"{option.name} {kind} ({'rope' if cfg.rope_theta else 'learned positions'})"
                 if ran != traced:
                     first = next((i for i, (a, b) in enumerate(zip(ran, traced)) if a != b),
                                  min(len(ran), len(traced)))
-                    bad.append(f"{option.name} {kind}: ran {len(ran)} ops, traced {len(traced)}; first difference "
-                               f"at {first}: {ran[first:first + 1]} vs {traced[first:first + 1]}")
+                    bad.append(f"{what}: ran {len(ran)} ops, traced {len(traced)}; first difference at {first}: "
+                               f"{ran[first:first + 1]} vs {traced[first:first + 1]}")
                 want: dict[str, int] = {}
-                for call in schedule(TRACE_CFG.with_dtype("fp32"), kind, option, TRACE_S, 1, p).collectives:
+                for call in schedule(cfg.with_dtype("fp32"), kind, option, TRACE_S, 1, p).collectives:
                     want[call.op] = want.get(call.op, 0) + call.sent_bytes
                 want = {k: v for k, v in want.items() if v}
                 if not sent_by_op(traced) == counted[-1] == want:
-                    bad.append(f"{option.name} {kind}: bytes sent traced {sent_by_op(traced)}, counted "
-                               f"{counted[-1]}, scheduled {want}")
+                    bad.append(f"{what}: bytes sent traced {sent_by_op(traced)}, counted {counted[-1]}, "
+                               f"scheduled {want}")
         assert not bad, "\n".join(bad)
     return case
 
 
-CASES["usp-ops-traced"] = ops_traced_case({
+CASES["usp-ops-traced"] = ops_traced_case(
     # every head degree, plain and recomputed; +offload wraps any degree alike (its hooks), so at a = 2
-    "attention": tuple(usp(a) + flags for a in DEGREES for flags in ("", "+recompute")) + (usp(2) + "+offload",),
+    (TRACE_CFG, "attention", tuple(usp(a) + f for a in DEGREES for f in ("", "+recompute")) + (usp(2) + "+offload",)),
     # ZeRO-3's MLP at every degree (its weights span all p), the same as ulysses_z's (its flags: op_trace_cases)
-    "mlp": (usp(2), usp(2) + "+offload"),
-})
+    (TRACE_CFG, "mlp", (usp(2), usp(2) + "+offload")),
+    # rotary positions, 2 K/V heads: split at a = 2, replicated at a = 4
+    (trace_llama(2), "attention", (usp(2), usp(4) + "+recompute")),
+)
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
