@@ -43,15 +43,12 @@ CASES["tpcp-llama-kv4-gqa"] = llama_case(4, [  # 3 query heads per K/V head; a =
 CASES["tpcp-llama-kv2-gqa"] = llama_case(2, [[tpcp(2), tpcp(1) + "+recompute"]])
 CASES["tpcp-packed-llama-kv4-gqa"] = packed_model_case([[tpcp(2), tpcp(4) + "+recompute"],  # per-document RoPE
                                                         [tpcp(4), "megatron_cz", tpcp(1), tpcp(2)]], True, llama_kv=4)
-CASES["tpcp-ops-traced"] = ops_traced_case(
-    # every tensor degree (its own weight exchange and groups), plain and recomputed; +offload and +tiled wrap
-    # any degree alike, so at a = 2
-    (TRACE_CFG, "attention", tuple(tpcp(a) + f for a in DEGREES for f in ("", "+recompute")) + (tpcp(2) + "+offload",)),
-    (TRACE_CFG, "mlp", tuple(tpcp(a) for a in DEGREES)
-     + tuple(tpcp(2) + f for f in ("+recompute", "+tiled", "+offload"))),
-    # rotary positions, 4 K/V heads (a = 4: one per rank), SwiGLU
-    (trace_llama(4), "attention", (tpcp(2), tpcp(4) + "+recompute")),
-    (trace_llama(4), "mlp", (tpcp(2),)),
+CASES["tpcp-ops-traced"] = ops_traced_case(  # each degree and each flag at least once in each sub-layer kind
+    # (every option costs a rank ~0.2 s): the flags wrap every degree alike
+    (TRACE_CFG, "attention", (tpcp(1) + "+recompute", tpcp(2), tpcp(4) + "+offload")),
+    (TRACE_CFG, "mlp", (tpcp(1), tpcp(2) + "+tiled", tpcp(4) + "+recompute", tpcp(2) + "+offload")),
+    (trace_llama(4), "attention", (tpcp(2) + "+recompute",)),  # rotary positions, 4 K/V heads, SwiGLU
+    (trace_llama(4), "mlp", (tpcp(4),)),
 )
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""

@@ -151,13 +151,12 @@ def ops_traced_case(*runs: tuple[ModelSpec, str, tuple[str, ...]]):
     return case
 
 
-CASES["usp-ops-traced"] = ops_traced_case(
-    # every head degree, plain and recomputed; +offload wraps any degree alike (its hooks), so at a = 2
-    (TRACE_CFG, "attention", tuple(usp(a) + f for a in DEGREES for f in ("", "+recompute")) + (usp(2) + "+offload",)),
+CASES["usp-ops-traced"] = ops_traced_case(  # each degree and each flag at least once (every option costs a
+    # rank ~0.2 s): the flags wrap every degree alike (the recomputation, the offload's hooks)
+    (TRACE_CFG, "attention", (usp(1), usp(2) + "+recompute", usp(4), usp(2) + "+offload")),
     # ZeRO-3's MLP at every degree (its weights span all p), the same as ulysses_z's (its flags: op_trace_cases)
-    (TRACE_CFG, "mlp", (usp(2), usp(2) + "+offload")),
-    # rotary positions, 2 K/V heads: split at a = 2, replicated at a = 4
-    (trace_llama(2), "attention", (usp(2), usp(4) + "+recompute")),
+    (TRACE_CFG, "mlp", (usp(4) + "+offload",)),
+    (trace_llama(2), "attention", (usp(4) + "+recompute",)),  # rotary positions, 2 K/V heads replicated to 4
 )
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
