@@ -103,9 +103,11 @@ def _ring_order(documents: tuple[int, ...], p: int, a: int, j: int) -> tuple[tor
 
 @lru_cache(maxsize=16)
 def _ring_order_on(documents: tuple[int, ...], p: int, a: int, j: int, device: str) -> tuple[torch.Tensor, ...]:
-    """`_ring_order` copied to `device` once per layout, not on every sub-layer call (a host-to-device copy each
-    time on a GPU). Few entries: every sub-layer of a step shares its layout, and each holds two [a*t] int64
-    tensors in device memory."""
+    """`_ring_order` copied to `device` once per layout, not in every forward and backward: on a GPU each such
+    copy from pageable host memory is a blocking one, after which the host waits for the stream to drain
+    (PyTorch's CUDA copy kernel: `memcpy_and_sync` when not `non_blocking`), and on the meta device of a traced step
+    it is an operation a CPU run never issues. Few entries: every sub-layer of a step shares its layout, and each
+    holds two [a*t] int64 tensors in device memory."""
     return tuple(z.to(device) for z in _ring_order(documents, p, a, j))
 
 
