@@ -46,7 +46,7 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
 
 _TABLES: dict[int, tuple] = {}
 """id(positions) -> (weak reference to positions, its version, {key: tables}): `cached_rope_tables`,
-`cached_rotation`."""
+`cached_rotation`, `cached_derived`."""
 
 
 def cached_rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype,
@@ -72,6 +72,12 @@ def cached_rotation(positions: torch.Tensor, head_dim: int, theta: float, dtype,
         shape = (cos.shape[0],) + (1,) * axes + (head_dim,)
         return cos.view(shape), signed.view(shape)  # [t, d] -> [t, 1 (x axes), d]
     return _cached(positions, ("rotation", head_dim, theta, dtype, llama3, axes), make)
+
+
+def cached_derived(positions: torch.Tensor, key: tuple, make) -> torch.Tensor:
+    """make(), a tensor derived from `positions` (a permutation of them, ...), kept as the tables are: once per
+    positions tensor and `key`, so that a step derives it once and the tables of the result are cached too."""
+    return _cached(positions, ("derived",) + key, make)
 
 
 def _cached(positions: torch.Tensor, key, make):

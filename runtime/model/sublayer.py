@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import torch
@@ -95,19 +96,28 @@ class Ctx:
         return self.kv_heads or self.heads
 
 
+@lru_cache(maxsize=16)
+def _layout_positions(seq_len: int, p: int, r: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(local_positions, gathered_positions) of one sequence on `device`, made once per length as a step makes them
+    once for all its sub-layers: a sub-layer run alone (a traced or measured one) then copies nothing to the device
+    per call, and finds its rotary tables cached (they are kept per positions tensor)."""
+    return local_positions(seq_len, p, r).to(device), gathered_positions(seq_len, p).to(device)
+
+
 def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
              all_positions=None, doc_ids=None, cu_seqlens=None) -> Ctx:
     """The `Ctx` of one sub-layer of a model config (paradyse_lab.core.model_spec.ModelSpec) on this rank.
     Rotary
     models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
-    gathered_positions) on `device`."""
+    gathered_positions) on `device`, made once per length (`_layout_positions`)."""
     p, r = comm.size(group), comm.rank(group)
     rope = getattr(cfg, "rope_theta", 0.0)
     if not rope:
         positions = all_positions = None
     else:
-        positions = local_positions(seq_len, p, r).to(device) if positions is None else positions
-        all_positions = gathered_positions(seq_len, p).to(device) if all_positions is None else all_positions
+        local, gathered = _layout_positions(seq_len, p, r, str(device or "cpu"))
+        positions = local if positions is None else positions
+        all_positions = gathered if all_positions is None else all_positions
     return Ctx(group=group, p=p, rank=r, kind=kind, heads=cfg.heads, causal=cfg.causal, seq_len=seq_len,
                eps=cfg.norm_eps, tag=tag, kv_heads=getattr(cfg, "kv_heads", 0),
                ffn_kind=getattr(cfg, "ffn_kind", "gelu"), rope_theta=rope,

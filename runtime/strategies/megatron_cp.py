@@ -42,7 +42,9 @@ from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce, p2p
+from paradyse_lab.runtime.model.layout import layout_documents
 from paradyse_lab.runtime.model.reference import add_bias
+from paradyse_lab.runtime.model.rope import cached_derived
 from paradyse_lab.runtime.model.sublayer import (
     Ctx,
     Impl,
@@ -147,12 +149,16 @@ def _scatter(a: int, grads: dict, w: Weights, ctx: Ctx) -> dict:
 
 
 def _positions(ctx: Ctx, a: int, order):
-    """True positions of the tensor group's gathered tokens in ring order [a*t], or None without rotary."""
+    """True positions of the tensor group's gathered tokens in ring order [a*t], or None without rotary; derived
+    once per step's positions (`cached_derived`), so that their rotary tables are made once too, not in every
+    forward and backward."""
     if not ctx.rope_theta:
         return None
     t = ctx.positions.shape[0]
     j = ctx.rank // a
-    return ctx.all_positions[j * a * t:(j + 1) * a * t].index_select(0, order)  # member-major [a*t] -> ring order
+    layout = layout_documents(ctx.cu_seqlens, ctx.p) or (ctx.seq_len,)
+    return cached_derived(ctx.all_positions, ("ring order", ctx.p, a, j, layout), lambda: ctx.all_positions[
+        j * a * t:(j + 1) * a * t].index_select(0, order))  # member-major [a*t] -> ring order
 
 
 def _attention_forward(a: int, x, w: Weights, ctx: Ctx, prep=None):

@@ -29,6 +29,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 
 @dataclass
@@ -54,9 +55,11 @@ class _Held:
         """Saved tensors of this storage not yet unpacked: the copies are dropped when it reaches 0."""
 
 
-def _storage_key(t: torch.Tensor) -> tuple:
-    s = t.untyped_storage()
-    return (str(t.device), s.data_ptr(), s.nbytes())
+def _storage_key(t: torch.Tensor) -> StorageWeakRef:
+    """The identity of t's storage, the same for every view of it: the storage object itself (held weakly, so its
+    identity is not reused while the key lives), not its address, which is 0 for every storage on the meta device
+    (a traced step would see one storage where a real run sees several) and for every empty one."""
+    return StorageWeakRef(t.untyped_storage())
 
 
 class Offloader:
@@ -74,7 +77,7 @@ class Offloader:
     def sublayer(self, tag: str, params):
         """Offload what the sub-layer `tag` saves for backward, except `params` (its model states)."""
         skip = {_storage_key(q) for q in params}
-        seen: dict[tuple, _Held] = {}
+        seen: dict[StorageWeakRef, _Held] = {}
         self._order.append(tag)
         self._held[tag] = []
 

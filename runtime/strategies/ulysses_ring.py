@@ -101,11 +101,20 @@ def _ring_order(documents: tuple[int, ...], p: int, a: int, j: int) -> tuple[tor
     return order, torch.argsort(order)
 
 
+@lru_cache(maxsize=16)
+def _ring_order_on(documents: tuple[int, ...], p: int, a: int, j: int, device: str) -> tuple[torch.Tensor, ...]:
+    """`_ring_order` copied to `device` once per layout, not in every forward and backward: on a GPU each such
+    copy from pageable host memory is a blocking one, after which the host waits for the stream to drain
+    (PyTorch's CUDA copy kernel: `memcpy_and_sync` when not `non_blocking`), and on the meta device of a traced step
+    it is an operation a CPU run never issues. Few entries: every sub-layer of a step shares its layout, and each
+    holds two [a*t] int64 tensors in device memory."""
+    return tuple(z.to(device) for z in _ring_order(documents, p, a, j))
+
+
 def ring_order(ctx: Ctx, a: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_ring_order` of this rank's head group, on `device`."""
+    """`_ring_order` of this rank's head group, on `device` (cached there)."""
     documents = layout_documents(ctx.cu_seqlens, ctx.p) or (ctx.seq_len,)
-    order, inverse = _ring_order(documents, ctx.p, a, ctx.rank // a)
-    return order.to(device), inverse.to(device)
+    return _ring_order_on(documents, ctx.p, a, ctx.rank // a, str(device))
 
 
 def _sizes(ctx: Ctx, a: int) -> tuple[Ctx, object]:

@@ -3,13 +3,14 @@
 the bytes sent and kept against the cost model's schedule), the tiled MLP, an attention over packed documents, and
 whole models (GPT-2 and LLaMA-shaped with grouped-query attention, also packed) whose plans switch between the
 factorisations, ulysses_ring and the 1-D strategies at every sub-layer: logits, loss, every gradient, every
-sub-layer's bytes, and no byte moved between sub-layers. Read by runtime_cases.py, which adds these cases to its
-world."""
+sub-layer's bytes, and no byte moved between sub-layers; the operations a rank runs under every factorisation and
+option equal its meta-tensor trace (what the replay cost model prices), and its collectives the bytes counted and
+scheduled. Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
 
 from runtime_cases import packed_model_case, packed_sublayer_case, sublayer_case
-from ulysses_ring_cases import llama_case, model_case
+from ulysses_ring_cases import TRACE_CFG, llama_case, model_case, ops_traced_case, trace_llama
 
 DEGREES = (1, 2, 4)
 """Tensor degrees a at p = 4: 1 x 4 (the ring alone, ZeRO-3 weights), 2 x 2 (a shard exchange), 4 x 1 (megatron_ts)."""
@@ -42,5 +43,12 @@ CASES["tpcp-llama-kv4-gqa"] = llama_case(4, [  # 3 query heads per K/V head; a =
 CASES["tpcp-llama-kv2-gqa"] = llama_case(2, [[tpcp(2), tpcp(1) + "+recompute"]])
 CASES["tpcp-packed-llama-kv4-gqa"] = packed_model_case([[tpcp(2), tpcp(4) + "+recompute"],  # per-document RoPE
                                                         [tpcp(4), "megatron_cz", tpcp(1), tpcp(2)]], True, llama_kv=4)
+CASES["tpcp-ops-traced"] = ops_traced_case(  # each degree and each flag at least once in each sub-layer kind
+    # (every option costs a rank ~0.2 s): the flags wrap every degree alike
+    (TRACE_CFG, "attention", (tpcp(1) + "+recompute", tpcp(2), tpcp(4) + "+offload")),
+    (TRACE_CFG, "mlp", (tpcp(1), tpcp(2) + "+tiled", tpcp(4) + "+recompute", tpcp(2) + "+offload")),
+    (trace_llama(4), "attention", (tpcp(2) + "+recompute",)),  # rotary positions, 4 K/V heads, SwiGLU
+    (trace_llama(4), "mlp", (tpcp(4),)),
+)
 ONLY_AT = {name: (4,) for name in CASES}
 """Every case at p = 4, the world that factors three ways (1 x 4, 2 x 2, 4 x 1)."""
