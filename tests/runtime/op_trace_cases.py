@@ -6,8 +6,9 @@ equal, one for one in order, the trace of the same rank made on meta tensors thr
 Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at p = 1 and 4 (`ONLY_AT`):
 p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose zig-zag
 positions differ (rank 0's causal blocks are not the others'); p = 2 and 3 run the same code with other counts.
-`+offload` is left out: on meta tensors every storage has address 0, so the offloader (which keeps one host copy per
-storage) sees one storage where a real run sees several.
+`+offload` is in (alone: it moves every saved storage, where `+recompute+offload` moves the input only): the
+offloader tells storages apart by the storage itself, not its address (every meta storage has address 0), so a
+traced step keeps one host copy per storage as a real run does.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inpu
 CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
-FLAGS = ("", "+recompute", "+tiled", "+recompute+tiled")
+FLAGS = ("", "+recompute", "+tiled", "+recompute+tiled", "+offload")
 KINDS = ("attention", "mlp")
 
 
