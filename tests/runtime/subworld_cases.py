@@ -7,8 +7,9 @@ over the whole global batch (8 heads: interleaved group shards; 5 heads: contigu
 unevenly at p = 2); the even model's steps also send the bytes of the cost model (grouped_cases' checks).
 The hazard case: the two ranks of a group of two have made different numbers of process groups before the step
 (as ranks from two different groups of two have, in a world of eight, when they meet in a group of four): the
-group's subgroups must still be made, and the step must still equal the reference. Read by runtime_cases.py,
-which adds these cases to its world."""
+group's subgroups must still be made, and the step must still equal the reference. And `train --global-batch`
+runs whose groups of two run them (fixed groups, and groups sized per step) train as one group of four does.
+Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
 
@@ -155,9 +156,9 @@ the other under its own name until this runs out (torch's default: 30 minutes)."
 def uneven_history_case(rank: int, p: int, group) -> None:
     """Ranks 1 and 2 make one process group of their own (any group made by some ranks only: in a world of eight,
     the subgroups a group of two made before its ranks meet others in a group of four), then two groups of two
-    run the even plans, then ranks 0, 1 alone run one more (an extra step of one group: its own subgroups), then
-    2x2 again with the items swapped between the groups: each group's subgroups are made by ranks whose counts
-    of earlier groups differ, and every step equals the reference."""
+    run the even plans, whose subgroups are made for ranks whose counts of earlier groups differ; then a step
+    of groups of two and one, and 2x2 again with the items swapped between the groups: every step equals the
+    reference."""
     previous = run_timeout()
     set_run_timeout(HAZARD_TIMEOUT)
     try:
@@ -179,4 +180,53 @@ def uneven_history_case(rank: int, p: int, group) -> None:
 CASES = {"subworld-even-2x2-mixed-rounds": steps_case(EVEN, EVEN_PLANS, EVEN_WORLD_PLAN, True),
          "subworld-odd-heads-2x2-mixed-rounds": steps_case(ODD, ODD_PLANS, ODD_WORLD_PLAN, False),
          "subworld-uneven-group-history": uneven_history_case}
+
+
+TRAIN_TWO_D_BUDGET_GIB = 0.0004
+"""Per-GPU budget under which `--groups smallest-fit` of one strategy of degree one sizes the steps of
+planned_groups_cases' lengths 1/1/1/1, 2/1/1, 2/2 (the analytic model's peaks)."""
+TRAIN_TWO_D_RUNS = (
+    ("--group-size 2 --policy static:ulysses_ring:2", {"group_size": 2, "policy": "static:ulysses_ring:2"},
+     ["groups 2/2: U2"] * 3),
+    ("--groups smallest-fit --policy static:megatron_cp:1",
+     {"groups": "smallest-fit", "policy": "static:megatron_cp:1", "budget_gib": TRAIN_TWO_D_BUDGET_GIB},
+     ["groups 1/1/1/1: C1", "groups 2/1/1: C1", "groups 2/2: C1"]))
+"""The `train` runs whose groups of two run a two-dimensional strategy: (what, options, how the log's plans of the
+steps start: group sizes, then the strategy's abbreviation)."""
+
+
+def train_two_d_groups_case(rank: int, p: int, group) -> None:
+    """`train --global-batch 4` whose groups of two run the two-dimensional strategies (fixed groups of two; and
+    groups the planner sizes per step, 1/1/1/1, 2/1/1, 2/2): each run's losses and gradient norms equal those of
+    one group of all four ranks (planned_groups_cases' micro GPT-2 and lengths)."""
+    import os
+    import shutil
+
+    from grouped_cases import _same_runs
+    from planned_groups_cases import TRAIN_LENGTHS
+    from runtime_cases import _micro_gpt2_config, _shared_tmpdir
+
+    from paradyse_lab.app.train_options import TrainOptions
+    from paradyse_lab.app.training import train
+
+    forget_subgroups()
+    root = _shared_tmpdir(rank, p, group)
+    path = os.path.join(root, "lengths.txt")
+    if rank == 0:
+        with open(path, "w") as f:
+            f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
+    common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": f"file:{path}", "steps": 3,
+              "lr": 3e-3, "max_len": 64, "global_batch": 4, "progress": False}
+    logs = {"one group of four": train(TrainOptions(**common, group_size=4), group)}
+    for what, options, starts in TRAIN_TWO_D_RUNS:
+        logs[what] = train(TrainOptions(**common, **options), group)
+        plans = [row["plan"] for row in logs[what]]
+        assert len(plans) == 3 and all(plan.startswith(want) for plan, want in zip(plans, starts)), (what, plans)
+    _same_runs(dict(enumerate(logs.values())), "two-dimensional groups against one group of four:")
+    dist.barrier(group=group)
+    if rank == 0:
+        shutil.rmtree(root)
+
+
+CASES["train-subworld-two-d-groups"] = train_two_d_groups_case
 ONLY_AT = {name: (4,) for name in CASES}
