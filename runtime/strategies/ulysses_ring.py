@@ -53,19 +53,50 @@ from paradyse_lab.runtime.strategies.zero3 import prepare_backward, project_in, 
 
 _GROUPS: dict = {}
 """(layer group's ranks, a) -> (head group, ring group) of this rank, made once per process."""
+_BLOCKS: set = set()
+"""(block size, a) whose head and ring groups `make_block_subgroups` made, on every rank of the world."""
 
 
 def forget_subgroups() -> None:
     """Drop the made head and ring groups: they belong to the world being left, and a later world makes its own."""
     _GROUPS.clear()
+    _BLOCKS.clear()
+
+
+def _split(ranks: tuple[int, ...], a: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(head groups, ring groups) of the a x (p / a) split of `ranks` (module docstring): p/a groups of a
+    consecutive ranks, a groups of p/a ranks strided by a."""
+    b = len(ranks) // a
+    heads = [list(ranks[j * a:(j + 1) * a]) for j in range(b)]
+    return heads, [[ranks[j * a + i] for j in range(b)] for i in range(a)]
+
+
+def make_block_subgroups(size: int, a: int) -> None:
+    """Make the head and ring groups of degree a of every aligned block of `size` consecutive ranks of the world
+    (a grouped step's layer groups of `size`), on every rank at once and in the same order (`new_subgroups`):
+    their names are the world's group count, the same on every rank whatever groups some ranks made alone before.
+    Every rank of the world calls it, with the same arguments in the same order; made once per process."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if (size, a) in _BLOCKS or size in (1, world):  # one rank: no subgroups; the world: `subgroups` makes them
+        return
+    blocks = [tuple(range(start, start + size)) for start in range(0, world, size)]
+    splits = [_split(block, a) for block in blocks]
+    head = new_subgroups([g for heads, _ in splits for g in heads])  # the world's ranks in groups of a
+    ring = new_subgroups([g for _, rings in splits for g in rings])  # ... in groups of size / a
+    _GROUPS[(blocks[dist.get_rank() // size], a)] = (head, ring)
+    _BLOCKS.add((size, a))
 
 
 def subgroups(group, p: int, a: int):
     """(head group, ring group) of this rank in the a x (p / a) split of `group` (module docstring), made once per
     process. When `group` spans the world, every rank makes every head and ring group in the same order
     (`new_subgroups`): their names are the world's group count, which no earlier group made by some ranks only
-    can put out of step. A layer group that is part of the world (a grouped step) makes its subgroups by its
-    members alone (`use_local_synchronization`), whose hashed names count the groups each member made before."""
+    can put out of step. A grouped step's layer groups, part of the world, have theirs made before the step on
+    every rank (`make_block_subgroups`). Any other layer group that is part of the world makes its subgroups by
+    its members alone (`use_local_synchronization`), whose hashed names count the groups each member holds: the
+    members must have made as many groups before, or they wait for each other under different names."""
     import torch.distributed as dist
 
     if is_fake(group):  # a traced step: the subgroups are fake too, this rank's member index in each
@@ -74,16 +105,13 @@ def subgroups(group, p: int, a: int):
         tuple(dist.get_process_group_ranks(group))
     key = (ranks, a)
     if key not in _GROUPS:
+        heads, rings = _split(ranks, a)
         if len(ranks) == dist.get_world_size():
-            heads = [list(ranks[j * a:(j + 1) * a]) for j in range(p // a)]  # p/a groups of a consecutive ranks
-            rings = [[ranks[j * a + i] for j in range(p // a)] for i in range(a)]  # a groups of p/a strided ranks
             _GROUPS[key] = (new_subgroups(heads), new_subgroups(rings))
         else:
             r = ranks.index(dist.get_rank())
-            head = [ranks[(r // a) * a + i] for i in range(a)]
-            ring = [ranks[j * a + r % a] for j in range(p // a)]
             _GROUPS[key] = tuple(dist.new_group(g, timeout=run_timeout(), use_local_synchronization=True)
-                                 for g in (head, ring))
+                                 for g in (heads[r // a], rings[r % a]))
     return _GROUPS[key]
 
 

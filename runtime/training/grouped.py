@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from paradyse_lab.core.step_groups import GroupedStep, StepGroup
+from paradyse_lab.core.strategies import CATALOG
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
@@ -47,6 +48,7 @@ from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.comm.group_timeout import new_subgroups
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 from paradyse_lab.runtime.model.weight_shards import SHARDED, join_row_blocks, row_sections
+from paradyse_lab.runtime.strategies.ulysses_ring import make_block_subgroups
 
 STATES_TAG = "states"
 """`comm_record.tagged` label of the grouped step's state collectives (gather, reduce-scatter, all-reduce)."""
@@ -115,6 +117,19 @@ def check_grouped_step(cfg, step: GroupedStep, meshes: StepMeshes) -> None:
         raise UserInputError(f"the step's groups cover {step.world} ranks, the world has {meshes.world}")
     for size in sorted(set(step.sizes)):
         meshes.group(size, "sp")  # refuses a size without a mesh
+
+
+def make_step_subgroups(steps: Sequence[GroupedStep], world: int) -> None:
+    """Make, on every rank at once, the head and ring groups of every two-dimensional strategy (`head_degree`
+    a) that a group of `steps` smaller than the world runs (`ulysses_ring.make_block_subgroups`, in one order
+    on every rank: each rank reads every group's plans). Made by a group's members alone, their names would
+    count the groups each member made before, which differ between ranks that trained in different groups.
+    Every rank calls it before the steps' compute."""
+    wanted = {(group.size, CATALOG[opt.strategy].head_degree)
+              for step in steps for group in step.groups if 1 < group.size < world
+              for plan in group.plans for opt in plan.options if CATALOG[opt.strategy].head_degree}
+    for size, a in sorted(wanted):
+        make_block_subgroups(size, a)
 
 
 def step_gather(cfg, sizes, world: int) -> tuple[int, bool]:
@@ -330,6 +345,7 @@ def grouped_step(model, step: GroupedStep, meshes: StepMeshes, load_item: Callab
     shards' `.grad` get the gradient of the mean loss over every target of the batch; returns that loss (on every
     rank)."""
     check_grouped_step(model.cfg, step, meshes)
+    make_step_subgroups([step], model.p)
     rank = model.rank
     group = step.group_of(rank)
     g_min, contiguous = step_gather(model.cfg, step.sizes, model.p)

@@ -34,6 +34,7 @@ from paradyse_lab.runtime.training.grouped import (
     check_grouped_step,
     group_view,
     grouped_step,
+    make_step_subgroups,
     place_group_grads,
     reduce_replicated_grads,
     reduce_scattered_grads,
@@ -106,6 +107,7 @@ def rounds_step(model, step: StepRounds, meshes: StepMeshes, load_item: Callable
                             [targets[i] for i in items], [loss_tiles[i] for i in items] if loss_tiles else ())
     for r in step.rounds:
         check_grouped_step(model.cfg, r, meshes)
+    make_step_subgroups(step.rounds, model.p)
     rank = model.rank
     g = reduction_mesh(model.cfg, step, model.p)
     dp_reduce = meshes.group(g, "dp")

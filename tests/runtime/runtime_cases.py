@@ -117,3 +117,8 @@ import ulysses_uneven_cases  # noqa: E402 - Ulysses with uneven heads at p = 4, 
 
 CASES.update(ulysses_uneven_cases.CASES)
 ONLY_AT.update(ulysses_uneven_cases.ONLY_AT)
+
+import subworld_cases  # noqa: E402 - the strategies' subgroups inside groups smaller than the world
+
+CASES.update(subworld_cases.CASES)
+ONLY_AT.update(subworld_cases.ONLY_AT)
