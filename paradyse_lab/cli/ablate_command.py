@@ -132,7 +132,16 @@ def run_ablate(args) -> int:
     if args.format == "json":
         print_json(out)
         return 0
-    print(f"profile {path} ({len(df)} rows, source={source})")
+    _print_ablation(out, args, size)
+    return 0
+
+
+def _print_ablation(out: dict, args, size: int) -> None:
+    """`run_ablate`'s answer as tables: the models' errors, per strategy, per band, leaving one shape out, the
+    replay model's fitted per-call costs and the regret runs."""
+    models, loso, replay_info, runs = out["models"], out["leave_one_shape_out"], out["replay"], out["regret_runs"]
+    path, source = out["profile"], out["profile_source"]
+    print(f"profile {path} ({out['rows']} rows, source={source})")
     rows = [[n, _pct(m["time_mape_interp"]), _pct(m["time_mape_extrap"]), _pct(m["mem_mape_interp"]),
              _pct(m["mem_mape_extrap"]), "-" if m["regret"] is None else f"{m['regret']:.4f}"]
             for n, m in models.items()]
@@ -167,7 +176,6 @@ def run_ablate(args) -> int:
         print_table(["plan cost model", "steps", "truth steps", "time s", "truth time s", "max len", "OOM at"], rows)
         print(f"\nregret: {args.model} on {args.dataset} ({size} sequences), dynamic:{args.solver} without smoothing, "
               f"charged by {args.truth_cost_model}; learned models fitted on the whole profile (source={source})")
-    return 0
 
 
 def _call_costs_text(c: dict) -> str:
