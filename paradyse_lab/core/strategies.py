@@ -155,6 +155,10 @@ class Strategy:
             valid = ", ".join(str(a) for a in HEAD_DEGREES if p % a == 0) or "none"
             return (f"p ({p}) must be divisible by the head degree a ({self.head_degree}) of the a x b split "
                     f"(catalog head degrees that divide it: {valid})")
+        if self.schedule == "megatron_cp" and p % self.head_degree == 0 and exchange_shift(p, self.head_degree) is None:
+            valid = ", ".join(str(a) for a in HEAD_DEGREES if p % a == 0 and exchange_shift(p, a) is not None)
+            return (f"megatron_cp at p ({p}) = {self.head_degree} x {p // self.head_degree}: no cyclic weight exchange "
+                    f"leaves every rank another's shard (degrees that split p = {p}: {valid or 'none'})")
         unit = layout_unit(p) if (self.ring_attention and model.causal) else p
         if seq_len % unit:
             why = " (zig-zag ring order for causal attention)" if unit == 2 * p else ""
@@ -252,6 +256,21 @@ def _ulysses_ring(a: int) -> Strategy:
         abbreviation=f"U{a}", color=ULYSSES_RING_COLORS[a], schedule="ulysses_ring",
         runtime_module="paradyse_lab.runtime.strategies.ulysses_ring", head_degree=a, uneven_groups=True,
     )
+
+
+@cache
+def exchange_shift(p: int, a: int) -> int | None:
+    """megatron_cp's weight exchange on p = a x b ranks: the smallest shift c (rank i*b + j of the layer group
+    holds p-block (i mod a) * b + (j + c) mod b, each rank sending its own shard once) under which no rank keeps
+    its own shard when 1 < a < p; 0 when nothing is exchanged (a = 1 or a = p); None when no shift works (e.g.
+    p = 6, a = 2), where megatron_cp cannot run. Every power-of-two split has one."""
+    b = p // a
+    if a in (1, p):
+        return 0
+    for c in range(b):
+        if all(j * a + i != i * b + (j + c) % b for i in range(a) for j in range(b)):
+            return c
+    return None
 
 
 def _megatron_cp(a: int) -> Strategy:

@@ -38,6 +38,7 @@ from functools import cache
 
 import torch
 
+from paradyse_lab.core.strategies import exchange_shift
 from paradyse_lab.runtime.attention.kernels import merge_heads, split_heads
 from paradyse_lab.runtime.attention.ring import ring_attention_backward, ring_attention_forward
 from paradyse_lab.runtime.comm import collectives as comm
@@ -68,18 +69,13 @@ _TAG_WEIGHTS = 7
 """Point-to-point tag of the weight and gradient exchanges (the ring's messages have their own)."""
 
 
-@cache
 def _shift(p: int, a: int) -> int:
-    """The shift c of the weight exchange (module docstring): the smallest with no rank keeping its own shard when
-    1 < a < p (one exists for every power-of-two split; each rank then sends exactly one shard), 0 otherwise
-    (a = 1 or a = p: every rank already holds the p-block it needs, nothing is exchanged)."""
-    b = p // a
-    if a in (1, p):
-        return 0
-    for c in range(b):
-        if all(j * a + i != i * b + (j + c) % b for i in range(a) for j in range(b)):
-            return c
-    raise ValueError(f"no fixed-point-free weight exchange for a = {a}, b = {b}")
+    """The shift c of the weight exchange (module docstring; `exchange_shift`): the catalog refuses the splits that
+    have none, so a plan never reaches one here."""
+    c = exchange_shift(p, a)
+    if c is None:
+        raise ValueError(f"megatron_cp: no fixed-point-free weight exchange for a = {a}, b = {p // a}")
+    return c
 
 
 def exchange_peers(p: int, a: int, r: int) -> tuple[int, int, int]:

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from paradyse_lab.cli import main
-from paradyse_lab.core.model_spec import PRESETS
-from paradyse_lab.core.strategies import StrategyOption, get_strategy
+from paradyse_lab.core.model_spec import PRESETS, get_model
+from paradyse_lab.core.strategies import CATALOG, StrategyOption, exchange_shift, get_strategy
 from paradyse_lab.costmodel.schedules import schedule
 
 QWEN, LLAMA3 = PRESETS["qwen2-7b"], PRESETS["llama3-8b"]
@@ -94,3 +94,14 @@ def test_plan_takes_it_per_layer_where_it_wins(capsys):
     sub, sub_s = plan("--two-d", "--granularity", "sublayer")
     assert all(o.startswith("megatron_cp:") for o in sub[0::2]) and set(sub[1::2]) == {"megatron_ts"}, sub
     assert sub_s <= block_s
+
+
+def test_splits_without_a_weight_exchange_are_refused_for_every_sub_layer():
+    """p = 6 as 2 x 3 has no cyclic exchange that leaves every rank another's shard: the catalog refuses it for
+    attention and MLP alike (the runtime could not fetch the weights), and keeps the splits that have one."""
+    model = get_model("gpt")
+    for kind in ("attention", "mlp", None):
+        why = CATALOG["megatron_cp:2"].violation(model, 6, 6 * 1024, kind)
+        assert why and "no cyclic weight exchange" in why and "p = 6: 1)" in why
+    assert CATALOG["megatron_cp:2"].violation(model, 8, 8 * 1024) is None
+    assert exchange_shift(6, 2) is None and exchange_shift(8, 2) is not None
