@@ -41,8 +41,9 @@ OURS_POLICIES = ("dynamic:dp+recompute", "dynamic:dp+recompute+sublayer", TECHNI
 the tiled MLP and activation offload offered too (docs/tiled_mlp_and_offload.md: the planner takes them only where
 they make a plan fit or make it faster)."""
 TWO_D_POLICY = "dynamic:dp+recompute+tiled+offload+2d+sublayer"
-"""Beyond the paper, with `experiment fig2 --two-d`: the techniques series with the two-dimensional strategies
-offered too (Ulysses x ring at every head degree that divides the heads and p; docs/ulysses_ring.md)."""
+"""Beyond the paper, with `experiment fig2 --two-d`: the techniques series with every strategy of `TWO_D` offered
+too (Ulysses x ring and tensor x context parallel at every degree that splits the model, and Ulysses with uneven
+heads where p does not divide them)."""
 STATIC_RECOMPUTE_POLICIES = tuple(f"static:{s}+recompute" for s in USABLE)
 """The fair baselines for them: every layer recomputed."""
 EXPERIMENT_SIZE = 200

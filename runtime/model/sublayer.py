@@ -30,6 +30,7 @@ from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
+from paradyse_lab.runtime.model.packed import document_of, local_documents
 from paradyse_lab.runtime.model.reference import norm
 from paradyse_lab.runtime.model.rope import cached_rotation, rotate, rotate_backward
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
@@ -107,13 +108,17 @@ def _layout_positions(seq_len: int, p: int, r: int, device: str) -> tuple[torch.
 def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, positions=None,
              all_positions=None, doc_ids=None, cu_seqlens=None) -> Ctx:
     """The `Ctx` of one sub-layer of a model config (paradyse_lab.core.model_spec.ModelSpec) on this rank.
-    Rotary
-    models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
-    gathered_positions) on `device`, made once per length (`_layout_positions`)."""
+    Rotary models get `positions` / `all_positions` as given, else the layout's (layout.local_positions /
+    gathered_positions) on `device`: a pack's (`cu_seqlens`: positions within each document, as a model step
+    makes them), or one sequence's, made once per length (`_layout_positions`)."""
     p, r = comm.size(group), comm.rank(group)
     rope = getattr(cfg, "rope_theta", 0.0)
     if not rope:
         positions = all_positions = None
+    elif cu_seqlens is not None and positions is None:  # a pack: positions restart at every document
+        positions = local_documents(cu_seqlens, seq_len, p, r)[1].to(device or "cpu")  # [t]
+        if all_positions is None:  # of every rank's tokens, rank-major: [s]
+            all_positions = document_of(cu_seqlens, gathered_positions(seq_len, p, cu_seqlens))[1].to(device or "cpu")
     else:
         local, gathered = _layout_positions(seq_len, p, r, str(device or "cpu"))
         positions = local if positions is None else positions
