@@ -5,7 +5,8 @@ equal, one for one in order, the trace of the same rank made on meta tensors thr
 
 Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at p = 1 and 4 (`ONLY_AT`):
 p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose zig-zag
-positions differ (rank 0's causal blocks are not the others'); p = 2 and 3 run the same code with other counts.
+positions differ (rank 0's causal blocks are not the others'); the ring (megatron_cz) also at p = 3, the odd ring;
+p = 2 runs the same code with other counts.
 `+offload` is in (alone: it moves every saved storage, where `+recompute+offload` moves the input only): the
 offloader tells storages apart by the storage itself, not its address (every meta storage has address 0), so a
 traced step keeps one host copy per storage as a real run does.
@@ -58,6 +59,6 @@ def case_of(strategy: str):
 
 CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
 """Named apart from the operator-count cases (`ops-*`, their own worlds)."""
-ONLY_AT = {name: (1, 4) for name in CASES}
-"""Each rank traces and runs 24 (option, sub-layer) pairs, ~1 CPU s each: at p = 1 and 4, 5 ranks instead of the 10
-of p = 1..4 (see the module's docstring)."""
+ONLY_AT = {name: (1, 3, 4) if name == "op-trace-megatron_cz" else (1, 4) for name in CASES}
+"""Each rank traces and runs its (option, sub-layer) pairs, ~1 CPU s each: at p = 1 and 4 (see the module's
+docstring), and the ring at p = 3 too, the one odd world (an odd ring length, zig-zag over an odd p)."""
