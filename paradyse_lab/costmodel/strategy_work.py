@@ -225,8 +225,9 @@ def _zero3_weights(s: Sublayer) -> tuple[list[CollectiveCall], list[CollectiveCa
     gathered weights, and the full gradient before its reduce-scatter, which sends it in fp32 (`grad_reduce_bytes`)
     one bucket at a time (16-bit weights: `formulas.reduce_scatter_bucket_bytes`). The runtime reduce-scatters each
     gradient tensor as soon as it is made (w2's, w1's, b1's: the same bytes in two or three calls, priced here as
-    one), so at most the largest full gradient and its bucket are alive: the gradient and bucket terms, sized on the
-    whole W, bound the runtime's from above."""
+    one, so the time misses one or two collective latencies per backward, which the replay model, tracing the real
+    calls, does not), and at most the largest full gradient and its bucket are alive: the gradient and bucket terms,
+    sized on the whole W, bound the runtime's from above."""
     w = s.W * s.e
     bucket = F.reduce_scatter_bucket_bytes(s.model, s.W // s.p, s.p)
     return [_coll("all_gather", w, s.p)], \
