@@ -3,10 +3,8 @@ sub-layer's forward and backward under every option of a strategy with the dispa
 operations it dispatched (every aten operator; attention calls and collectives at the runtime's entry points)
 equal, one for one in order, the trace of the same rank made on meta tensors through a fake process group.
 
-Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at p = 1 and 4 (`ONLY_AT`):
-p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose zig-zag
-positions differ (rank 0's causal blocks are not the others'); the ring (megatron_cz) also at p = 3, the odd ring;
-p = 2 runs the same code with other counts.
+Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at every size (`ONLY_AT`): p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four
+ranks whose zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring.
 `+offload` is in (alone: it moves every saved storage, where `+recompute+offload` moves the input only): the
 offloader tells storages apart by the storage itself, not its address (every meta storage has address 0), so a
 traced step keeps one host copy per storage as a real run does.
@@ -59,6 +57,6 @@ def case_of(strategy: str):
 
 CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
 """Named apart from the operator-count cases (`ops-*`, their own worlds)."""
-ONLY_AT = {name: (1, 3, 4) if name == "op-trace-megatron_cz" else (1, 4) for name in CASES}
-"""Each rank traces and runs its (option, sub-layer) pairs, ~1 CPU s each: at p = 1 and 4 (see the module's
-docstring), and the ring at p = 3 too, the one odd world (an odd ring length, zig-zag over an odd p)."""
+ONLY_AT = {name: (1, 2, 3, 4) for name in CASES}
+"""Each rank traces and runs its (option, sub-layer) pairs at every world of the harness: p = 1 without
+communication, 3 the one odd world (an odd ring length, zig-zag over an odd p), 2 and 4 the even ones."""
