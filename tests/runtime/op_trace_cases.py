@@ -3,8 +3,9 @@ sub-layer's forward and backward under every option of a strategy with the dispa
 operations it dispatched (every aten operator; attention calls and collectives at the runtime's entry points)
 equal, one for one in order, the trace of the same rank made on meta tensors through a fake process group.
 
-Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at every size (`ONLY_AT`): p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four
-ranks whose zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring.
+Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at every size
+(`ONLY_AT`): p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose
+zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring.
 `+offload` is in (alone: it moves every saved storage, where `+recompute+offload` moves the input only): the
 offloader tells storages apart by the storage itself, not its address (every meta storage has address 0), so a
 traced step keeps one host copy per storage as a real run does.
