@@ -59,17 +59,15 @@ from paradyse_lab.runtime.checkpoints.folder import (
     checkpoints,
     read_meta,
 )
-from paradyse_lab.runtime.checkpoints.resume_identity import IDENTITY_KEYS, check_identity, compared_by_content
+from paradyse_lab.runtime.checkpoints.resume_identity import (
+    IDENTITY_KEYS,
+    OPTIONAL_SETTINGS,
+    check_identity,
+    compared_by_content,
+)
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import read_config
 from paradyse_lab.runtime.model.reference import GPTParams
-
-OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
-                     "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
-                     "long_documents": "cut"}
-"""Settings a resumed run must keep that checkpoints of earlier versions do not record, each with the value those
-checkpoints were written with (the default of its `paradyse-lab train` option then): a checkpoint without one
-is compared as if it recorded that value."""
 
 FORMAT = "torch.distributed.checkpoint"
 """meta.json's `format`; the per-rank checkpoints of earlier versions have none."""

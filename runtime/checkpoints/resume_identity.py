@@ -24,6 +24,14 @@ from paradyse_lab.results.result_key import file_digest
 from paradyse_lab.runtime.checkpoints.architecture import architecture_record
 from paradyse_lab.runtime.hf.weights import weight_files
 
+OPTIONAL_SETTINGS = {"tokenizer": "", "text_column": "text", "data_order": "", "accumulate": 1,
+                     "lr_schedule": "constant", "warmup_steps": 0, "clip_grad": 0.0, "global_batch": 0,
+                     "long_documents": "cut"}
+"""Settings a resumed run must keep that checkpoints of earlier versions do not record, each with the value those
+checkpoints were written with (the default of its `paradyse-lab train` option then): a checkpoint without one
+is compared as if it recorded that value."""
+
+
 IDENTITY_KEYS = ("architecture", "dataset_digest", "init_from_digest")
 """meta.json keys of the content a resumed run must keep (`identity`)."""
 

@@ -12,10 +12,8 @@ import torch
 from tqdm import tqdm
 
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 from paradyse_lab.runtime.checkpoints import folder as checkpoint
-from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
-from paradyse_lab.runtime.checkpoints.resume_identity import identity
+from paradyse_lab.runtime.checkpoints.resume_identity import OPTIONAL_SETTINGS, identity
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.training.step_inputs import chunks_documents
 
@@ -68,6 +66,9 @@ def checkpoint_to_resume(opts, meta: dict, group):
     if not opts.resume:
         checkpoint.refuse_overwrite(opts.checkpoint_dir)
         return None
+    # lazy: torch.distributed.checkpoint takes ~1 CPU s to import; only a run that resumes or checkpoints needs it
+    from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+
     found = dcp_checkpoint.resumable(opts.checkpoint_dir, meta, group, log=print if comm.rank(group) == 0 else None)
     done = checkpoint.read_meta(found)["step"] if found is not None else 0
     if done > opts.steps:

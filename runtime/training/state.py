@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import torch
 
-from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.model.parallel_gpt import ParallelGPT
 
@@ -69,6 +68,9 @@ class TrainState:
         replay nothing."""
         if found is None:
             return 0
+        # lazy: torch.distributed.checkpoint takes ~1 CPU s to import; only a run that resumes or checkpoints needs it
+        from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+
         start = dcp_checkpoint.load(found, self.trained, self.optimizer, self.model.cfg, self.meta,
                                     self.group)["step"]
         _copy_masters(self.masters, self.model)
@@ -80,6 +82,9 @@ class TrainState:
     def save(self, step: int, log_row: list[str] | None = None) -> None:
         """A checkpoint after `step` steps, readable at any world size, with the step's
         --log-file row (`log_row`: how a resumed run tells its own log, `check_log_owner`)."""
+        # lazy: torch.distributed.checkpoint takes ~1 CPU s to import; only a run that resumes or checkpoints needs it
+        from paradyse_lab.runtime.checkpoints import dcp as dcp_checkpoint
+
         cfg = self.model.cfg
         record = {**dcp_checkpoint.model_record(cfg, self.opts.init_from, self.opts.model),
                   "workload_size": self.workload_size, "log_row": log_row}
