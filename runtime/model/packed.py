@@ -33,7 +33,7 @@ import torch
 from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.costmodel.packed import PackedStep
 from paradyse_lab.errors import UserInputError
-from paradyse_lab.runtime.model.layout import local_positions
+from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
 from paradyse_lab.workload.zigzag_balance import rank_attention_pairs as pairs_of_segments
 
 IGNORE = -100
@@ -94,6 +94,13 @@ def document_of(cu_seqlens: torch.Tensor, index: torch.Tensor) -> tuple[torch.Te
 def local_documents(cu_seqlens: torch.Tensor, seq_len: int, p: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(doc_ids, positions) [t] of rank r's tokens in the zig-zag layout of a pack of `seq_len` tokens."""
     return document_of(cu_seqlens, local_positions(seq_len, p, r, cu_seqlens).to(cu_seqlens.device))
+
+
+def pack_positions(cu_seqlens: torch.Tensor, seq_len: int, p: int, r: int):
+    """(doc_ids [t], positions [t], all_positions [s]) of a pack in the zig-zag layout: rank r's tokens' documents
+    and positions within them, and every rank's positions within their documents, rank-major."""
+    doc_ids, positions = local_documents(cu_seqlens, seq_len, p, r)
+    return doc_ids, positions, document_of(cu_seqlens, gathered_positions(seq_len, p, cu_seqlens))[1]
 
 
 def document_mask(q_doc: torch.Tensor, q_pos: torch.Tensor, k_doc: torch.Tensor, k_pos: torch.Tensor,

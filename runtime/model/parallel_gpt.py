@@ -38,7 +38,7 @@ from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.hf.convert import hf_to_state_dict
 from paradyse_lab.runtime.hf.weights import read_config, read_rank_state_dict
 from paradyse_lab.runtime.model.layout import check_length, gathered_positions, local_positions
-from paradyse_lab.runtime.model.packed import check_cu_seqlens, document_of, local_documents
+from paradyse_lab.runtime.model.packed import check_cu_seqlens, pack_positions
 from paradyse_lab.runtime.model.reference import GPTParams, norm
 from paradyse_lab.runtime.model.sublayer import make_ctx, run_sublayer
 from paradyse_lab.runtime.model.tiled_loss import tiled_head_loss, whole_head_loss
@@ -218,8 +218,7 @@ class ParallelGPT(GPTParams):
             pos = local_positions(t * p, p, self.rank)  # true positions of this rank's tokens: [t]
             all_pos = gathered_positions(t * p, p)  # of every rank's, rank-major: [s]
         else:  # positions within each document, restarting at every document of the pack
-            doc_ids, pos = local_documents(cu_seqlens, t * p, p, self.rank)  # [t] each
-            all_pos = document_of(cu_seqlens, gathered_positions(t * p, p, cu_seqlens))[1]  # [s], rank-major
+            doc_ids, pos, all_pos = pack_positions(cu_seqlens, t * p, p, self.rank)  # [t], [t], [s] rank-major
             doc_ids = doc_ids.to(input_ids.device)  # cu_seqlens stays on the host: kernels read its ints, no sync
         pos, all_pos = pos.to(input_ids.device), all_pos.to(input_ids.device)
         if not cfg.rope:  # learned positions; rotary ones are applied to q and k in every attention

@@ -30,7 +30,7 @@ from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import grad_reduce
 from paradyse_lab.runtime.comm import record as comm_record
 from paradyse_lab.runtime.model.layout import gathered_positions, local_positions
-from paradyse_lab.runtime.model.packed import document_of, local_documents
+from paradyse_lab.runtime.model.packed import pack_positions
 from paradyse_lab.runtime.model.reference import norm
 from paradyse_lab.runtime.model.rope import cached_rotation, rotate, rotate_backward
 from paradyse_lab.runtime.model.weight_shards import PARAM_NAMES, REPLICATED
@@ -116,9 +116,9 @@ def make_ctx(cfg, group, kind: str, seq_len: int, tag: str = "", device=None, po
     if not rope:
         positions = all_positions = None
     elif cu_seqlens is not None and positions is None:  # a pack: positions restart at every document
-        positions = local_documents(cu_seqlens, seq_len, p, r)[1].to(device or "cpu")  # [t]
-        if all_positions is None:  # of every rank's tokens, rank-major: [s]
-            all_positions = document_of(cu_seqlens, gathered_positions(seq_len, p, cu_seqlens))[1].to(device or "cpu")
+        _, local, gathered = pack_positions(cu_seqlens, seq_len, p, r)  # [t], [s] rank-major
+        positions = local.to(device or "cpu")
+        all_positions = gathered.to(device or "cpu") if all_positions is None else all_positions
     else:
         local, gathered = _layout_positions(seq_len, p, r, str(device or "cpu"))
         positions = local if positions is None else positions

@@ -33,7 +33,6 @@ input is o permuted back (re-derived in the backward, as megatron_ts does).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cache
 
 import torch
@@ -63,7 +62,7 @@ from paradyse_lab.runtime.model.weight_shards import join_row_blocks, row_block,
 from paradyse_lab.runtime.strategies import megatron_ts
 from paradyse_lab.runtime.strategies.flat_shards import pack_shard, unpack_shard
 from paradyse_lab.runtime.strategies.megatron_ts import gather_seq, scatter_seq
-from paradyse_lab.runtime.strategies.ulysses_ring import ring_order, subgroups
+from paradyse_lab.runtime.strategies.ulysses_ring import ring_order, split_ctx
 
 _TAG_WEIGHTS = 7
 """Point-to-point tag of the weight and gradient exchanges (the ring's messages have their own)."""
@@ -87,12 +86,6 @@ def exchange_peers(p: int, a: int, r: int) -> tuple[int, int, int]:
     return src, dst, c
 
 
-def _groups(ctx: Ctx, a: int):
-    """(the tensor group's Ctx, the ring group) of this rank: ulysses_ring's head and ring groups."""
-    head, ring = subgroups(ctx.group, ctx.p, a) if ctx.p > 1 else (ctx.group, ctx.group)
-    return replace(ctx, group=head, p=a, rank=ctx.rank % a), ring
-
-
 def gather_weights(w: Weights, ctx: Ctx, a: int):
     """This rank's tensor-parallel a-block (w1 [n1/a, h], b1 [n1/a or 0], w2 [n2/a, h]) in megatron_ts's shard
     layout at degree a (each row section's rows one after another), from the 1/p shards (module docstring)."""
@@ -103,7 +96,7 @@ def gather_weights(w: Weights, ctx: Ctx, a: int):
     flat = pack_shard(w.w1, w.b1, w.w2)  # [W/p]: p-block r
     if src != ctx.rank:  # p-block r to rank dst, p-block src from rank src
         flat = p2p.exchange(flat, dst, src, group=ctx.group, tag=_TAG_WEIGHTS).wait()  # [W/p] -> [W/p]
-    full = comm.all_gather(flat, _groups(ctx, a)[1]).view(b, -1)  # [W/p] -> [b, W/p], member jj: block (jj + c) % b
+    full = comm.all_gather(flat, split_ctx(ctx, a)[1]).view(b, -1)  # [W/p] -> [b, W/p], member jj: block (jj + c) % b
     n1p, h, nb1p = w.w1.shape[0], w.w1.shape[1], w.b1.shape[0]
     blocks = [unpack_shard(full[(m - c) % b], n1p, h, nb1p) for m in range(b)]  # the a-block's p-blocks in order
     sections = row_sections(ctx.kind, b * n1p, b * w.w2.shape[0])
@@ -125,7 +118,7 @@ def scatter_grads(dw1, db1, dw2, ctx: Ctx, a: int, dtype: torch.dtype):
     packed = torch.cat([pack_shard(row_block(dw1, sections, m, b), row_block(db1, sections, m, b),
                                    dw2[m * n2p:(m + 1) * n2p])
                         for m in ((jj + c) % b for jj in range(b))])  # [b*W/p] = [W/a], member jj's block jj
-    shard = grad_reduce.reduce_scatter_grads(packed, _groups(ctx, a)[1])  # [W/a] -> [W/p]: p-block src, summed
+    shard = grad_reduce.reduce_scatter_grads(packed, split_ctx(ctx, a)[1])  # [W/a] -> [W/p]: p-block src, summed
     if src != ctx.rank:  # p-block src back to its owner, this rank's own from rank dst
         shard = p2p.exchange(shard, src, dst, group=ctx.group, tag=_TAG_WEIGHTS).wait()  # [W/p] -> [W/p]
     w1, b1, w2 = unpack_shard(shard, dw1.shape[0] // b, dw1.shape[1], db1.shape[0] // b)
@@ -135,7 +128,7 @@ def scatter_grads(dw1, db1, dw2, ctx: Ctx, a: int, dtype: torch.dtype):
 def _tensor_parallel(a: int, w: Weights, ctx: Ctx, prep):
     """(the sub-layer's weights with its a-block in place of w1, b1, w2, the tensor group's Ctx)."""
     w1, b1, w2 = prep if prep is not None else gather_weights(w, ctx, a)
-    return w._replace(w1=w1, b1=b1, w2=w2), _groups(ctx, a)[0]
+    return w._replace(w1=w1, b1=b1, w2=w2), split_ctx(ctx, a)[0]
 
 
 def _scatter(a: int, grads: dict, w: Weights, ctx: Ctx) -> dict:
@@ -161,7 +154,7 @@ def _attention_forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
     h = x.shape[-1]
     d = h // ctx.heads
     wt, tctx = _tensor_parallel(a, w, ctx, prep)
-    ring = _groups(ctx, a)[1]
+    ring = split_ctx(ctx, a)[1]
     order, inverse = ring_order(ctx, a, x.device)
     u = layer_norm(x, w, ctx)  # [b, t, h], kept sequence-sharded
     qkv = add_bias(gather_seq(u, tctx.group) @ wt.w1.t(), wt.b1)  # [b, t, h] -> [b, a*t, h] -> [b, a*t, n1/a]
@@ -178,7 +171,7 @@ def _attention_backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
     x, u, q, k, v, o, lse = saved
     h = x.shape[-1]
     wt, tctx = _tensor_parallel(a, w, ctx, prep)
-    ring = _groups(ctx, a)[1]
+    ring = split_ctx(ctx, a)[1]
     order, inverse = ring_order(ctx, a, x.device)
     c = merge_heads(o).index_select(1, inverse)  # [b, a*t, h/a], member-major (the kept o permuted)
     big_dy = gather_seq(dy, tctx.group)  # [b, t, h] -> [b, a*t, h]

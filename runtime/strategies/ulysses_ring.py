@@ -145,8 +145,9 @@ def ring_order(ctx: Ctx, a: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return _ring_order_on(documents, ctx.p, a, ctx.rank // a, str(device))
 
 
-def _sizes(ctx: Ctx, a: int) -> tuple[Ctx, object]:
-    """(the head group's Ctx for the all-to-alls, the ring group) of this rank."""
+def split_ctx(ctx: Ctx, a: int) -> tuple[Ctx, object]:
+    """(the head group's Ctx: its group, size a and this rank's member index; the ring group) of this rank in the
+    a x (p / a) split of the layer's group."""
     head, ring = subgroups(ctx.group, ctx.p, a) if ctx.p > 1 else (ctx.group, ctx.group)
     return replace(ctx, group=head, p=a, rank=ctx.rank % a), ring
 
@@ -172,12 +173,11 @@ def _ring_attend(ctx: Ctx, a: int, ring, device) -> Attend:
 
 
 def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
+    hctx, ring = split_ctx(ctx, a)
     if not splits_evenly(ctx.heads, ctx.kv, a):  # ceil or floor of the heads per member (the catalog's rule)
-        hctx, ring = _sizes(ctx, a)
         return uneven_forward(x, w, ctx, prep, hctx, _ring_attend(ctx, a, ring, x.device))
     h = x.shape[-1]
     d, rep = h // ctx.heads, max(1, a // ctx.kv)
-    hctx, ring = _sizes(ctx, a)
     order, inverse = ring_order(ctx, a, x.device)
     (_, _, w2), u, qkv = project_in(x, w, ctx, prep)  # qkv [b, t, h + 2kv] (p rank groups of q | k | v)
     q, k, v = split_sections(qkv, attention_sections(ctx, h, 1), ctx.p)  # [b, t, h], [b, t, kv] x 2
@@ -194,13 +194,12 @@ def _forward(a: int, x, w: Weights, ctx: Ctx, prep=None):
 
 
 def _backward(a: int, saved, dy, w: Weights, ctx: Ctx, prep):
+    hctx, ring = split_ctx(ctx, a)
     if not splits_evenly(ctx.heads, ctx.kv, a):
-        hctx, ring = _sizes(ctx, a)
         return uneven_backward(saved, dy, w, ctx, prep, hctx, _ring_attend(ctx, a, ring, saved[0].device))
     x, u, c, q, k, v, o, lse = saved
     h = x.shape[-1]
     d, rep = h // ctx.heads, max(1, a // ctx.kv)
-    hctx, ring = _sizes(ctx, a)
     order, inverse = ring_order(ctx, a, x.device)
     w2 = prep[2]
     sw2 = scatter_grad(weight_grad(c, dy), ctx, w.w2.dtype)  # [h, h] -> [h/p, h], reduce-scattered at once

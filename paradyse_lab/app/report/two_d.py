@@ -13,7 +13,7 @@ TWO_D_HEADER = ["model", "step", "paper's four: s per step (options)", "+ 2-D an
                 "saving"]
 
 
-def two_d_rows(table: pd.DataFrame) -> list[list]:
+def two_d_table_rows(table: pd.DataFrame) -> list[list]:
     """One row per model and step: the two option sets side by side (the longest-length rows name the length)."""
     rows = []
     for (model, step), pair in table.groupby(["model", "step"], sort=False):
@@ -37,4 +37,4 @@ def two_d_section(results: Path) -> str:
     path = results / "two_d.csv"
     if not path.exists():
         return "Not run (the `two_d` step writes two_d.csv)."
-    return md_table(TWO_D_HEADER, two_d_rows(read_csv(path)))
+    return md_table(TWO_D_HEADER, two_d_table_rows(read_csv(path)))
