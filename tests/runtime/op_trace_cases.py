@@ -5,7 +5,12 @@ equal, one for one in order, the trace of the same rank made on meta tensors thr
 
 Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at every size
 (`ONLY_AT`): p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose
-zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring.
+zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring (three ranks whose
+zig-zag positions differ too), p = 2 the ring whose previous and next rank are one. Every strategy's plain option
+runs at every size; each flag at p = 1 and at one world of several ranks (`FLAGS_AT`): a flag wraps the strategy's
+collectives and the code between them alike at every p (a recomputed forward repeats them), so where its trace
+and run agree at one world they agree at the others, and each rank of a world costs its (option, sub-layer) pairs a
+real run and a meta trace (the meta trace most: meta kernels run through torch's Python references).
 `+offload` is in (alone: it moves every saved storage, where `+recompute+offload` moves the input only): the
 offloader tells storages apart by the storage itself, not its address (every meta storage has address 0), so a
 traced step keeps one host copy per storage as a real run does.
@@ -23,7 +28,12 @@ from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inpu
 CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
-FLAGS = ("", "+recompute", "+tiled", "+recompute+tiled", "+offload")
+FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+tiled"), 3: ("", "+recompute"),
+            4: ("", "+offload")}
+"""The options' flags each world size traces and runs: every flag at p = 1, and at one world of several ranks,
+the costliest where it costs least (+recompute doubles a ring's exchanges: at p = 3; +offload at p = 4; +tiled,
+an MLP's chunks, at p = 2). `+recompute+tiled` is not among them: on an MLP alone it is `+tiled`, and `+tiled` acts on
+no attention (`StrategyOption.runs`: neither is a sub-layer decision of its own)."""
 KINDS = ("attention", "mlp")
 
 
@@ -32,7 +42,7 @@ def mismatches(strategy: str, rank: int, p: int, group) -> list[str]:
     out = []
     if get_strategy(strategy).violation(CFG.with_dtype("fp32"), p, S):
         return out
-    for flags in FLAGS:
+    for flags in FLAGS_AT[p]:
         option = StrategyOption.parse(strategy + flags)
         for kind in KINDS:
             if not option.runs((kind,)):
@@ -58,6 +68,7 @@ def case_of(strategy: str):
 
 CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
 """Named apart from the operator-count cases (`ops-*`, their own worlds)."""
-ONLY_AT = {name: (1, 2, 3, 4) for name in CASES}
+ONLY_AT = {name: tuple(FLAGS_AT) for name in CASES}
 """Each rank traces and runs its (option, sub-layer) pairs at every world of the harness: p = 1 without
-communication, 3 the one odd world (an odd ring length, zig-zag over an odd p), 2 and 4 the even ones."""
+communication, 3 the one odd world (an odd ring length, zig-zag over an odd p), 2 and 4 the even ones; the flags
+of each world: `FLAGS_AT`."""

@@ -1,10 +1,10 @@
 """The operation tracer (runtime/trace/op_trace.py) against what the runtime really dispatches, and its collectives
 against the bytes the runtime counts and the analytic schedule.
 
-Run: `python -m pytest -q tests/runtime/test_op_trace.py`. The distributed part (op_trace_cases.py: every strategy;
-options plain, +recompute, +tiled, +recompute+tiled; both sub-layers; the operations each rank dispatched equal its
-meta trace, one for one) runs in the distributed tests' worlds: `python -m pytest -q tests/runtime/test_distributed.py
--k op-trace`.
+Run: `python -m pytest -q tests/runtime/test_op_trace.py`. The distributed part (op_trace_cases.py: every strategy
+plain at every world size, each flag at p = 1 and one larger world; both sub-layers; the operations each rank
+dispatched equal its meta trace, one for one) runs in the distributed tests' worlds:
+`python -m pytest -q tests/runtime/test_distributed.py -k op-trace`.
 """
 
 from __future__ import annotations
