@@ -135,6 +135,8 @@ for _causal in (True, False):
 CASES["model-mixed-switching-causal"] = model_case([*SWITCHING_PLANS, ["metp", "metp+recompute"] * MODEL_LAYERS,
                                                     ["megatron_cz", "megatron_cz"]], True)
 CASES["model-mixed-switching-bidir"] = model_case(_per_layer(SWITCHING_PLANS[:2]), False)
+ONLY_AT["model-mixed-switching-bidir"] = (1, 3, 4)  # p = 2: every strategy's bidirectional attention, with and
+# without recompute, against the reference in sublayer-*-attention-bidir*; the switching at p = 2: the causal plans
 for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"]),
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
@@ -147,10 +149,14 @@ CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with 
     ["megatron_ts+offload", "metp+tiled", "megatron_cz+recompute+offload", "ulysses_z+tiled+offload",
      "ulysses_z+recompute", "megatron_cz+tiled", "metp+offload", "megatron_ts+tiled+offload"],
 ], mlp_tile=TILE, layers=None)  # gpt2-tiny's 4 layers: each option on both kinds of sub-layer
+ONLY_AT["model-tiled-offload-mixed-causal"] = (1, 3, 4)  # p = 2: every strategy's tiled, offloaded MLP and
+# offloaded attention in sublayer-*-tiled-offload / -offload (every p), the switching in model-mixed-switching-causal
 CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(positions / hidden) chunks (one here)
     ["metp+tiled", "megatron_cz+tiled+offload", "ulysses_z+recompute+tiled", "megatron_ts+tiled"],
 ], layers=None)
 ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
 CASES["llama-tiled-offload"] = llama_techniques_case
+ONLY_AT["llama-tiled-offload"] = (1, 3, 4)  # p = 2: a LLaMA's tiled SwiGLU and offload against the reference in
+# headchunk-llama-kv2-packed-model
 
 CASES["bad-input"] = bad_input_case

@@ -129,4 +129,6 @@ CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with 
 ], True)
 CASES["packed-model-mixed-bidir"] = packed_model_case([
     ["ulysses_z+recompute", "metp", "megatron_ts", "megatron_cz+recompute"]], False, first_pack=1)
+ONLY_AT["packed-model-mixed-bidir"] = (1, 3, 4)  # p = 2: every strategy's bidirectional attention over a pack
+# against the reference in packed-sublayer-*-bidir (outputs, every gradient, bytes)
 CASES["packed-llama-gqa-causal"] = packed_model_case([None, None], True, llama_kv=2)

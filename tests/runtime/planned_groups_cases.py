@@ -61,6 +61,26 @@ def planned_steps_case(rank: int, p: int, group) -> None:
         assert torch.equal(q.detach(), before[n]), f"{n} changed"
 
 
+ONE_GROUP_LOGS: dict[tuple, list[dict]] = {}
+"""Logs of `train --group-size 4` (one group of all ranks) by (the model's config.json text, the length file's
+lengths, the other options): the run several cases compare their groups against (here and
+subworld_cases.py's two-dimensional groups: the same micro GPT-2, lengths and options), trained once per world.
+Every rank runs the same cases in the same order, so all ranks find a log here or none does."""
+
+
+def one_group_log(common: dict, lengths: tuple[int, ...], group) -> list[dict]:
+    """The log of `train` with the options `common` (a `model` config path, a `dataset` file of `lengths`) as one
+    group of all four ranks, from `ONE_GROUP_LOGS` when an earlier case of this world trained the same run."""
+    from paradyse_lab.app.training import train
+
+    with open(common["model"]) as f:
+        key = (f.read(), tuple(lengths), tuple(sorted((k, repr(v)) for k, v in common.items()
+                                                      if k not in ("model", "dataset"))))
+    if key not in ONE_GROUP_LOGS:
+        ONE_GROUP_LOGS[key] = train(TrainOptions(**common, group_size=4), group)
+    return ONE_GROUP_LOGS[key]
+
+
 def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], steps: int, what: str,
                             **planned) -> list[dict]:
     """`train --global-batch 4` of the micro GPT-2 (runtime_cases.py `_micro_gpt2_config`, 64 positions) over a
@@ -83,7 +103,7 @@ def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], 
     common = {"model": model, "dataset": f"file:{path}", "steps": steps, "lr": 3e-3, "max_len": 64,
               "global_batch": 4, "progress": False}
     log = train(TrainOptions(**common, **planned), group)
-    one_group = train(TrainOptions(**common, group_size=4), group)
+    one_group = one_group_log(common, lengths, group)
     _same_runs({1: one_group, 2: log}, f"{what} against one group of four:")
     dist.barrier(group=group)
     if rank == 0:

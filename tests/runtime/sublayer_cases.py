@@ -78,7 +78,8 @@ ONE_SUBLAYER_AT = (2,)
 every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
 against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
 the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*: one name per
-sub-layer when causal, one per layer when bidirectional; at p = 4 also one strategy throughout, model-*-causal).
+sub-layer when causal, one per layer when bidirectional, the latter at p = 1, 3 and 4, where p = 2 has these
+cases; at p = 4 also one strategy throughout, model-*-causal).
 The `-tiled-offload` and
 `-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
 

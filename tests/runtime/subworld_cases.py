@@ -203,7 +203,7 @@ def train_two_d_groups_case(rank: int, p: int, group) -> None:
     import shutil
 
     from grouped_cases import _same_runs
-    from planned_groups_cases import TRAIN_LENGTHS
+    from planned_groups_cases import TRAIN_LENGTHS, one_group_log
     from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
     from paradyse_lab.app.train_options import TrainOptions
@@ -217,7 +217,7 @@ def train_two_d_groups_case(rank: int, p: int, group) -> None:
             f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
     common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": f"file:{path}", "steps": 3,
               "lr": 3e-3, "max_len": 64, "global_batch": 4, "progress": False}
-    logs = {"one group of four": train(TrainOptions(**common, group_size=4), group)}
+    logs = {"one group of four": one_group_log(common, TRAIN_LENGTHS, group)}  # train-groups-sized's, when it ran
     for what, options, starts in TRAIN_TWO_D_RUNS:
         logs[what] = train(TrainOptions(**common, **options), group)
         plans = [row["plan"] for row in logs[what]]
