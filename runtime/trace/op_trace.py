@@ -18,7 +18,8 @@ tensors through `paradyse_lab.runtime.comm.fake_group.FakeGroup` can be checked 
 run.
 
 `trace_sublayer(cfg, kind, option, seq_len, p)` records one sub-layer's forward and backward on rank 0 as the
-layer stack runs it (`run_sublayer`, weights and resident gradients as in training) on the meta device.
+layer stack runs it (`run_sublayer`, weights and resident gradients as in training) on the meta device, each
+distinct meta kernel call run once (`meta_memo.MetaMemo`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from paradyse_lab.costmodel.replay.ops import Op
 from paradyse_lab.runtime.attention import kernels as attention
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.comm import p2p as comm_p2p
+from paradyse_lab.runtime.trace.meta_memo import MetaMemo
 
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm"}
 ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "set_"}
@@ -207,6 +209,8 @@ def recording():
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+META_MEMO = MetaMemo(ALIAS_OPS)
+"""The meta kernels' results this process has seen (`trace_sublayer`'s, every trace of the process)."""
 
 
 def full_sublayer_shapes(cfg, kind: str) -> dict[str, tuple[int, ...]]:
@@ -266,7 +270,8 @@ def trace_sublayer(cfg, kind: str, option, seq_len: int, p: int, batch: int = 1,
                    rank: int = 0, mlp_tile: int = 0, device: str = "cpu") -> list[Op]:
     """The operations rank `rank` of p issues for one sub-layer's forward and backward on a `device` ('cpu',
     'cuda'), traced on meta tensors through a fake process group, warm (`warm_trace`): the attention kernels are
-    the ones the runtime picks on `device`, not on the meta device."""
+    the ones the runtime picks on `device`, not on the meta device. A repeated meta kernel call (the warm-up's, an
+    earlier trace's) is answered from `META_MEMO` instead of running torch's Python reference again."""
     from paradyse_lab.runtime.comm.fake_group import FakeGroup
 
     params, x = sublayer_inputs(cfg, kind, seq_len, p, batch, DTYPES[dtype], "meta", rank)
@@ -276,8 +281,9 @@ def trace_sublayer(cfg, kind: str, option, seq_len: int, p: int, batch: int = 1,
 
     chosen, attention.backend = attention.backend, on_device
     try:
-        return warm_trace(lambda: run_sublayer_step(cfg, kind, option, seq_len, FakeGroup(p, rank), params, x,
-                                                    mlp_tile))
+        with META_MEMO:  # each distinct meta kernel call once per process (meta_memo.py)
+            return warm_trace(lambda: run_sublayer_step(cfg, kind, option, seq_len, FakeGroup(p, rank), params, x,
+                                                        mlp_tile))
     finally:
         attention.backend = chosen
 

@@ -1,0 +1,105 @@
+"""Meta-tensor results remembered by their inputs' shapes, so that a trace on the meta device runs each meta kernel
+once per distinct call instead of once per call.
+
+Library module (no command). Under torch 2.x most meta kernels are Python reference implementations
+(`torch._refs` through `torch._prims`): an element-wise `add` costs a few hundred microseconds on meta tensors, a
+`gelu` or `logaddexp` milliseconds, more than the traced step's own Python. A meta kernel's result is a function
+of its arguments' metadata (shape, strides, storage offset, dtype) and its other arguments, so `MetaMemo`, a
+`TorchDispatchMode`, keeps the result's metadata per call and answers a repeated call with a fresh meta tensor of
+the same metadata (a fresh storage, as the kernel allocates one). It remembers only operators that return new
+tensors: none whose schema mutates or aliases an input (in-place, `out=`, views, and the view-like operators the
+tracer names in `ALIAS_OPS`), and only calls whose tensor arguments and results are all on the meta device.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+MAX_ENTRIES = 200_000
+"""Calls remembered before the memo starts again (a few hundred bytes each)."""
+
+
+class _NotMeta(Exception):
+    """An argument is a tensor off the meta device: the call is not remembered."""
+
+
+def _key(x):
+    """A hashable stand-in for one argument: a tensor by its metadata, lists and tuples element by element."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "meta":
+            raise _NotMeta
+        return ("T", tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
+    if isinstance(x, (list, tuple)):
+        return (type(x), tuple(_key(y) for y in x))
+    return x
+
+
+def _describe(out):
+    """The metadata of a result (a meta tensor at the start of its storage, None, or a list or tuple of them), None
+    when it cannot be rebuilt."""
+    if isinstance(out, torch.Tensor):
+        if out.device.type != "meta" or out.storage_offset():  # a new tensor starts its storage
+            return None
+        return ("T", tuple(out.shape), out.stride(), out.dtype)
+    if out is None:
+        return ("N",)
+    if isinstance(out, (list, tuple)):
+        parts = [_describe(x) for x in out]
+        return None if any(p is None for p in parts) else (type(out), tuple(parts))
+    return None
+
+
+def _rebuild(d):
+    """A fresh result of the metadata `_describe` gave."""
+    if d[0] == "T":
+        _, shape, stride, dtype = d
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if d[0] == "N":
+        return None
+    return d[0](_rebuild(x) for x in d[1])
+
+
+class MetaMemo(TorchDispatchMode):
+    """Answers a repeated meta-tensor call of an operator that returns new tensors from the first call's result
+    metadata (module docstring); `hits` and `misses` count the calls it could remember."""
+
+    def __init__(self, alias_ops=frozenset()):
+        super().__init__()
+        self.alias_ops = frozenset(alias_ops)
+        self.memo: dict = {}
+        self.fresh: dict = {}
+        self.hits = 0
+        self.misses = 0
+
+    def returns_fresh(self, func) -> bool:
+        """Whether `func` returns new tensors only: its schema mutates nothing and aliases no input."""
+        fresh = self.fresh.get(func)
+        if fresh is None:
+            schema = func._schema
+            fresh = (not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+                     and not getattr(func, "is_view", False) and schema.name.split("::")[-1] not in self.alias_ops)
+            self.fresh[func] = fresh
+        return fresh
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.returns_fresh(func):
+            return func(*args, **kwargs)
+        try:
+            key = (func, _key(args), _key(tuple(sorted(kwargs.items()))))
+            hash(key)
+        except (_NotMeta, TypeError):
+            return func(*args, **kwargs)
+        known = self.memo.get(key)
+        if known is not None:
+            self.hits += 1
+            return _rebuild(known)
+        out = func(*args, **kwargs)
+        described = _describe(out)
+        if described is not None:
+            if len(self.memo) >= MAX_ENTRIES:
+                self.memo.clear()
+            self.memo[key] = described
+            self.misses += 1
+        return out
