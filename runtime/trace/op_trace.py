@@ -281,7 +281,7 @@ def trace_sublayer(cfg, kind: str, option, seq_len: int, p: int, batch: int = 1,
 
     chosen, attention.backend = attention.backend, on_device
     try:
-        with META_MEMO:  # each distinct meta kernel call once per process (meta_memo.py)
+        with META_MEMO:  # each distinct meta kernel call once per process (`MetaMemo`)
             return warm_trace(lambda: run_sublayer_step(cfg, kind, option, seq_len, FakeGroup(p, rank), params, x,
                                                         mlp_tile))
     finally:
