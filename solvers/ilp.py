@@ -79,7 +79,7 @@ def _set_limits(params, time_limit_s: float, workers: int, deterministic: bool) 
 
 
 def _solve_keeping_sigint(solver, model):
-    """`solver.Solve(model)` with Python's SIGINT handler still in place afterwards. CP-SAT catches SIGINT
+    """`solver.solve(model)` with Python's SIGINT handler still in place afterwards. CP-SAT catches SIGINT
     during a solve unless `catch_sigint_signal` is off, and puts the default action back when it returns
     (OR-Tools 9.15: a later Ctrl-C killed the process without cleanup); here it never catches it, and the
     handler from before the solve is put back in case it was replaced anyway. A Ctrl-C during the solve
@@ -87,7 +87,7 @@ def _solve_keeping_sigint(solver, model):
     solver.parameters.catch_sigint_signal = False
     before = signal.getsignal(signal.SIGINT)
     try:
-        return solver.Solve(model)
+        return solver.solve(model)
     finally:
         if before is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, before)
@@ -121,9 +121,9 @@ class ILPSolver:
         203; seed 203 comes out right with presolve off), so it is not used.
         """
         L, O = trans.shape
-        z = model.NewIntVar(int(caps[0]), int(caps[-1]), "max_transient")
+        z = model.new_int_var(int(caps[0]), int(caps[-1]), "max_transient")
         for l in range(L):  # z >= transient of the chosen option of every decision
-            model.Add(z >= sum(int(trans[l, o]) * x[l][o] for o in range(O)))
+            model.add(z >= sum(int(trans[l, o]) * x[l][o] for o in range(O)))
         return z
 
     def solve(self, problem: SearchProblem) -> Solution:
@@ -151,7 +151,7 @@ class ILPSolver:
 
         # 2. variables
         # x[l][o]: decision l runs option o
-        x = [[model.NewBoolVar(f"x_{l}_{o}") for o in range(O)] for l in range(L)]
+        x = [[model.new_bool_var(f"x_{l}_{o}") for o in range(O)] for l in range(L)]
         caps = np.unique(trans)  # the values the max-transient term can take
         # y[(e, o, o')]: edge e = (a, b) has a running o and b running o' (all pairs, when any switch costs)
         y = {}
@@ -159,37 +159,37 @@ class ILPSolver:
             for e in range(len(problem.edges)):
                 for o in range(O):
                     for o2 in range(O):
-                        y[e, o, o2] = model.NewBoolVar(f"y_{e}_{o}_{o2}")
+                        y[e, o, o2] = model.new_bool_var(f"y_{e}_{o}_{o2}")
 
         # 3. constraints
         for l in range(L):  # one option per decision
-            model.AddExactlyOne(x[l])
+            model.add_exactly_one(x[l])
         z = self._max_transient(model, x, trans, caps)
         # memory: fixed + sum kept + max transient <= budget (in units of `unit` bytes, exact)
-        model.Add(sum(int(kept[l, o]) * x[l][o] for l in range(L) for o in range(O)) + z <= room)
+        model.add(sum(int(kept[l, o]) * x[l][o] for l in range(L) for o in range(O)) + z <= room)
         if y:  # y is the joint choice of the edge's ends: its marginals are x[a] and x[b] (a tight LP)
             for e, (a, b) in enumerate(problem.edges):
                 for o in range(O):
-                    model.Add(sum(y[e, o, o2] for o2 in range(O)) == x[a][o])
-                    model.Add(sum(y[e, o2, o] for o2 in range(O)) == x[b][o])
+                    model.add(sum(y[e, o, o2] for o2 in range(O)) == x[a][o])
+                    model.add(sum(y[e, o2, o] for o2 in range(O)) == x[b][o])
         else:  # symmetry breaking: interchangeable decisions take non-decreasing option indices
             groups = interchangeable(problem)
             for members in groups:
                 for a, b in zip(members, members[1:]):
-                    model.Add(sum(o * x[a][o] for o in range(O)) <= sum(o * x[b][o] for o in range(O)))
+                    model.add(sum(o * x[a][o] for o in range(O)) <= sum(o * x[b][o] for o in range(O)))
             hint = sorted_within(hint, groups)
 
         # 4. objective: scaled time plus scaled switch costs
-        model.Minimize(sum(int(t_int[l, o]) * x[l][o] for l in range(L) for o in range(O))
+        model.minimize(sum(int(t_int[l, o]) * x[l][o] for l in range(L) for o in range(O))
                        + sum(int(s_int[o, o2]) * var for (_, o, o2), var in y.items() if s_int[o, o2]))
 
         # 5. solve, from the greedy plan
         for l in range(L):
             for o in range(O):
-                model.AddHint(x[l][o], int(hint[l] == o))
+                model.add_hint(x[l][o], int(hint[l] == o))
         for (e, o, o2), var in y.items():
             a, b = problem.edges[e]
-            model.AddHint(var, int(hint[a] == o and hint[b] == o2))
+            model.add_hint(var, int(hint[a] == o and hint[b] == o2))
         solver = cp_model.CpSolver()
         _set_limits(solver.parameters, self.time_limit_s, self.workers, self.deterministic)
         # LP relaxation of every constraint, cuts included: at L = 96 with 8 options it proves optimality
@@ -203,7 +203,7 @@ class ILPSolver:
 
         # 6. extract and check
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            plan = [next(o for o in range(O) if solver.BooleanValue(x[l][o])) for l in range(L)]
+            plan = [next(o for o in range(O) if solver.boolean_value(x[l][o])) for l in range(L)]
             found = "optimal" if status == cp_model.OPTIMAL else "feasible"
             if found == "feasible" and problem.time_of(hint) < problem.time_of(plan):
                 plan = hint

@@ -12,12 +12,14 @@ run on one worker (`WORLD_MODULES`).
 import gc
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _KERNELS_COMPILE: list[subprocess.Popen] = []
+_REWRITE: list[threading.Thread] = []
 
 
 def skip_gpu_tests_without_cuda(items) -> None:
@@ -142,6 +144,32 @@ def compile_packages() -> None:
         compileall.compile_dir(ROOT / package, quiet=2)
 
 
+def rewrite_test_modules(config) -> None:
+    """Write the assertion-rewritten bytecode of every test module and conftest.py (what pytest's import hook
+    caches in `__pycache__/NAME.cpython-311-pytest-X.pyc`), and the plain bytecode of the tests' other modules
+    (cases, harnesses), once, in the controller. Where PYTHONDONTWRITEBYTECODE is set no pytest process writes
+    them, and each xdist worker parsed, rewrote and compiled all ~240 test modules again while collecting
+    (~4.5 CPU s of its ~10); a worker reads a current file instead (pytest checks its source's size and mtime).
+    Uses pytest's own rewrite and pyc writer (private functions of `_pytest.assertion.rewrite`): where they are
+    missing or fail, the workers rewrite the modules themselves, as before."""
+    import compileall
+    import re
+
+    compileall.compile_dir(ROOT / "tests", rx=re.compile(r"[/\\](test_[^/\\]*|conftest)\.py$"), quiet=2)
+    try:
+        from _pytest.assertion import rewrite
+        from _pytest.assertion.rewrite import assertstate_key
+
+        state = config.stash[assertstate_key]
+        for path in sorted([*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "tests").rglob("conftest.py")]):
+            pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
+                stat, code = rewrite._rewrite_test(path, config)
+                rewrite._write_pyc(state, code, stat, pyc)
+    except Exception:  # noqa: BLE001, S110 - an optimisation only: the workers rewrite what is not written
+        pass
+
+
 def pytest_configure(config):
     """Once per run, in the controller (not in pytest-xdist's workers): write the packages' bytecode
     (`compile_packages`); with pytest-xdist, start compiling the solvers' kernels (~20 s of CPU on a fresh
@@ -152,13 +180,20 @@ def pytest_configure(config):
         return
     config.option.loadscopereorder = False
     compile_packages()
-    if not config.getoption("numprocesses", None) or _kernels_cached():
+    if not config.getoption("numprocesses", None):
+        return
+    # beside the workers' start-up: they import pytest, the plugins and tests/conftest.py before they collect
+    _REWRITE.append(threading.Thread(target=rewrite_test_modules, args=(config,), daemon=True))
+    _REWRITE[0].start()
+    if _kernels_cached():
         return
     _KERNELS_COMPILE.append(subprocess.Popen(
         [sys.executable, "-c", "from paradyse_lab.solvers.kernels import warm_up; warm_up()"], cwd=ROOT))
 
 
 def pytest_unconfigure(config):
+    for thread in _REWRITE:
+        thread.join()
     for proc in _KERNELS_COMPILE:
         if proc.poll() is None:
             proc.kill()

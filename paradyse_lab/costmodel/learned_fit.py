@@ -137,7 +137,14 @@ class FittedProfiles:
     def predict_rows(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Predicted whole-model (time_s, peak_bytes) of profile-like rows."""
         bases = analytic_whole(df, self.cluster) if self.kind == "residual" else (None, None)
-        return tuple(self.estimators[t].predict(self.features(df, t, b)) for t, b in zip(TARGETS, bases))
+        return tuple(self.predict(t, self.features(df, t, b)) for t, b in zip(TARGETS, bases))
+
+    def predict(self, target: str, X: np.ndarray) -> np.ndarray:
+        """The estimator of `target` on the feature matrix X (`features`); a bare random forest (the forest
+        kind) through `regressors.forest_predict`, as the other kinds call their forests."""
+        from paradyse_lab.costmodel import regressors  # scikit-learn: ~1 s to import, only for a learned model
+
+        return regressors.predict(self.estimators[target], X)
 
     def save(self, path: str | Path) -> Path:
         """joblib file loadable by `build_cost_model(PATH, ...)`."""

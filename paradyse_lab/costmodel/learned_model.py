@@ -121,7 +121,7 @@ class LearnedCostModel:
             bases = (np.array([u.total_time_s for u in base]), np.array([u.peak_bytes for u in base], float))
         else:
             bases = (None, None)
-        preds = [self.fitted.estimators[t].predict(self.fitted.features(df, t, b)) for t, b in zip(TARGETS, bases)]
+        preds = [self.fitted.predict(t, self.fitted.features(df, t, b)) for t, b in zip(TARGETS, bases)]
         for o, t, m in zip(opts, *preds):
             # A polynomial may turn negative far beyond its data; time and bytes cannot.
             self._whole[o, seq_len, batch] = (max(float(t), 1e-9), max(float(m), 0.0))

@@ -17,7 +17,6 @@ from torch.testing import assert_close
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
 from paradyse_lab.cli import main
-from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
 from paradyse_lab.runtime.model.reference import ReferenceGPT
 from paradyse_lab.runtime.training.step_inputs import markov_tokens
 
@@ -36,6 +35,9 @@ def _train(tmp_path, **kw) -> tuple[str, list[dict], TrainOptions]:
 
 
 def _runtime_logits(ck: str, ids: torch.Tensor) -> torch.Tensor:
+    # here: torch.distributed.checkpoint (~1 CPU s to import) is not imported while the file is collected
+    from paradyse_lab.runtime.checkpoints.dcp import config_of, read_full
+
     full, meta = read_full(f"{ck}/step-000002")
     ref = ReferenceGPT(config_of(meta))
     ref.load_state_dict(full)

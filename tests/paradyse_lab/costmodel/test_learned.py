@@ -113,6 +113,25 @@ def test_make_regressor_kinds():
         make_regressor("xgboost")
 
 
+def test_forest_predict_is_the_forests_own_prediction_to_the_bit():
+    """`forest_predict` (what the cost models call, once per length) sums the trees as scikit-learn does: the same
+    float64 values for rows inside and far outside the data, and the forest's own errors for bad rows."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    from paradyse_lab.costmodel.regressors import forest_predict, make_regressor, predict
+
+    rng = np.random.default_rng(0)
+    X, y = rng.random((120, 5)) * [1, 10, 100, 1e3, 1e5], rng.random(120) * 7
+    forest = make_regressor("forest").fit(X, y)
+    for rows in (X[:3], rng.random((40, 5)) * 1e6, X[:1]):
+        assert forest_predict(forest, rows).tobytes() == forest.predict(rows).tobytes()
+        assert predict(forest, rows).tobytes() == forest.predict(rows).tobytes()
+    with pytest.raises(ValueError, match="features"):
+        forest_predict(forest, X[:2, :4])
+    two = RandomForestRegressor(n_estimators=3, random_state=0).fit(X, np.column_stack([y, y]))
+    assert forest_predict(two, X[:4]).shape == (4, 2)  # several outputs: the forest's own predict
+
+
 # ----- AIC ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("degree, coefs", [(1, [3.0, 2.0]), (2, [3.0, 2.0, -0.01]), (3, [3.0, 2.0, -0.05, 4e-4])])
 def test_aic_recovers_the_true_degree(degree, coefs):
