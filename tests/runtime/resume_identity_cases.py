@@ -13,7 +13,7 @@ from train_cases import _shared_tmpdir
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime.checkpoints import resume_identity
-from paradyse_lab.runtime.checkpoints.dcp import OPTIONAL_SETTINGS
+from paradyse_lab.runtime.checkpoints.resume_identity import OPTIONAL_SETTINGS
 from paradyse_lab.runtime.training import setup
 
 
