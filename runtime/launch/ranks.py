@@ -271,7 +271,7 @@ def launch(fn, nproc: int, *args, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> No
     if nproc > 1:
         from paradyse_lab.runtime.launch.local import launch as spawn
 
-        spawn(run_rank, nproc, (fn, args, store.port, timeout_s))
+        spawn(run_rank, nproc, (fn, args, store.port, timeout_s), ("torch", "torch.distributed"))
         return
     saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
     try:

@@ -1,8 +1,10 @@
 """No hang: a rank that stops answering ends an `--nproc` run within `--collective-timeout` (every rank gone, one
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
-MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each case runs in a subprocess (the
-stopped runs one each, the environments that cannot meet one after another in one) with a timeout of a few seconds
-and a limit on the test's own wait, so a hang fails the test instead of the suite."""
+MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. The `--nproc` run is a `train`
+process of its own; the torchrun-style ranks and the environments that cannot meet are processes of their own too,
+each forked from one interpreter that imported the train command once (forked_runs.py), all started at once in
+one module fixture. Every process has a time limit of its own and the test a limit on its wait, so a hang fails
+the test instead of the suite."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ TRAIN = ["-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "un
          "--policy", "static:megatron_ts", "--no-progress"]
 WAIT_S = 240
 """The test's own limit on a subprocess: far above what a bounded end takes on a loaded machine."""
+FORKED_RUNS = ROOT / "tests" / "runtime" / "forked_runs.py"
+"""Runs command lines at once, each in a process forked from one interpreter that imported the train command."""
 
 
 def _env(**extra) -> dict:
@@ -50,12 +54,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _is_rank(pid: int) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"spawn_main" in cmd
+def _launcher_ranks(launcher: int) -> list[int]:
+    """The ranks of a `train --nproc` launcher: the children of its fork server (the launcher's child that runs
+    multiprocessing's forkserver), in the order they were forked."""
+    servers = []
+    for pid in _children(launcher):
+        try:
+            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                servers.append(pid)
+        except OSError:
+            continue
+    return sorted(rank for server in servers for rank in _children(server))
 
 
 def _alive(pid: int) -> bool:
@@ -66,63 +75,134 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-class Stopped:
-    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: its processes, the one whose
-    end the test reads, and what that end was. `start`, `stop` and `end` are separate so that the next run's
-    start-up overlaps this one's wait for its collective timeout (`stopped_runs`)."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int):
-        self.tmp_path, self.torchrun, self.stopped = tmp_path, torchrun, stopped
+
+class Forked:
+    """The forked_runs.py process of this module: its runs (started at once), their pids, ends and stderr."""
+
+    def __init__(self, where: Path):
+        self.where, self.runs, self.proc = where, [], None
+
+    def add(self, run_id: str, argv: list[str], cwd: Path, env: dict) -> None:
+        self.runs.append({"id": run_id, "argv": argv, "cwd": str(cwd), "env": env})
+
+    def start(self) -> None:
+        (self.where / "runs.json").write_text(json.dumps(self.runs))
+        self.proc = subprocess.Popen([sys.executable, str(FORKED_RUNS), str(self.where / "runs.json"),
+                                      str(self.where), str(WAIT_S)], cwd=self.where, env=_env(),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    def _json(self, name: str) -> dict:
+        path = self.where / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def pids(self) -> dict:
+        """{"pids": {id: pid}, "started": monotonic seconds}, once every run started ({} before)."""
+        return self._json("pids.json")
+
+    def ends(self) -> dict:
+        """{id: {"code", "ended"}} of the runs that ended."""
+        return self._json("ends.json")
+
+    def stderr(self, run_id: str) -> str:
+        path = self.where / f"{run_id}.err"
+        return path.read_text() if path.is_file() else ""
+
+    def wait(self) -> str | None:
+        """Wait for the process's end (every run ended, or killed at its limit); a failure, or None."""
+        try:
+            self.proc.wait(WAIT_S + 30)
+        except subprocess.TimeoutExpired as hung:
+            return repr(hung)
+        return None
+
+    def close(self) -> None:
+        for pid in self.pids().get("pids", {}).values():
+            if _alive(pid) and pid in _children(self.proc.pid):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Stopped:
+    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: the `--nproc` run (a `train`
+    process of its own) or two torchrun-style ranks (forked runs), the process whose end the test reads, and what
+    that end was."""
+
+    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int, forked: Forked):
+        self.tmp_path, self.torchrun, self.stopped, self.forked = tmp_path, torchrun, stopped, forked
         self.log = tmp_path / "log.csv"
+        self.name = tmp_path.name
         self.procs: list[subprocess.Popen] = []
         self.ranks: list[int] = []
         self.returncode, self.err, self.took, self.failure = None, "", None, None
 
     def start(self) -> None:
-        args = [sys.executable, *TRAIN, "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
+        """The `--nproc` run's launcher starts now; the torchrun-style ranks are added to the forked runs."""
+        args = [*TRAIN, "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
         if not self.torchrun:
-            self.procs.append(subprocess.Popen([*args, "--nproc", "2"], cwd=self.tmp_path, env=_env(),
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            self.procs.append(subprocess.Popen([sys.executable, *args, "--nproc", "2"], cwd=self.tmp_path,
+                                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             return
         port = _free_port()
         for rank in (0, 1):
             env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            self.procs.append(subprocess.Popen(args, cwd=self.tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.PIPE, text=True))
+            self.forked.add(f"{self.name}-rank{rank}", args[2:], self.tmp_path, env)
+
+    def _running(self) -> bool:
+        if not self.torchrun:
+            return self.procs[0].poll() is None
+        ends = self.forked.ends()
+        return not any(f"{self.name}-rank{r}" in ends for r in (0, 1)) and self.forked.proc.poll() is None
 
     def stop(self) -> None:
         """Wait for three lines of the run's log, then stop the rank."""
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and (not self.log.is_file() or len(self.log.read_text().splitlines()) < 3):
-            if not all(p.poll() is None for p in self.procs):
-                raise AssertionError([p.communicate() for p in self.procs])
+            if not self._running():
+                raise AssertionError([p.communicate() for p in self.procs] if not self.torchrun else
+                                     (self.forked.ends(), [self.forked.stderr(f"{self.name}-rank{r}") for r in (0, 1)]))
             time.sleep(0.2)
         if self.torchrun:
-            os.kill(self.procs[self.stopped].pid, signal.SIGSTOP)
+            self.ranks = [self.forked.pids()["pids"][f"{self.name}-rank{r}"] for r in (0, 1)]
         else:
-            self.ranks = sorted(p for p in _children(self.procs[0].pid) if _is_rank(p))
+            self.ranks = _launcher_ranks(self.procs[0].pid)
             assert len(self.ranks) == 2, self.ranks
-            os.kill(self.ranks[1], signal.SIGSTOP)  # ranks start in order: the later pid is rank 1
+        os.kill(self.ranks[self.stopped], signal.SIGSTOP)  # a launcher's ranks are forked in order: rank 1 later
         self.stopped_at = time.monotonic()
-        self._reader = threading.Thread(target=self._read_end, daemon=True)
-        self._reader.start()
+        if not self.torchrun:
+            self._reader = threading.Thread(target=self._read_end, daemon=True)
+            self._reader.start()
 
     def _read_end(self) -> None:
-        """Read the watched process (the launcher, or the rank not stopped) to its end, and when that came: in a
-        thread, so that the time is its own while the next run starts."""
-        watched = self.procs[1 - self.stopped if self.torchrun else 0]
+        """Read the launcher to its end, and when that came: in a thread, so that the time is its own while the
+        other runs go on."""
         try:
-            _, self.err = watched.communicate(timeout=WAIT_S)
+            _, self.err = self.procs[0].communicate(timeout=WAIT_S)
         except subprocess.TimeoutExpired as hung:
             self.failure = repr(hung)
             return
         self.took = time.monotonic() - self.stopped_at
-        self.returncode = watched.returncode
+        self.returncode = self.procs[0].returncode
 
     def end(self) -> None:
-        """Wait for the watched process's end (`_read_end`)."""
-        self._reader.join(WAIT_S + 5)
+        """The watched process's end: the launcher's (`_read_end`), or the rank not stopped (the forked runs,
+        which have ended)."""
+        if not self.torchrun:
+            self._reader.join(WAIT_S + 5)
+            return
+        watched = f"{self.name}-rank{1 - self.stopped}"
+        end = self.forked.ends().get(watched)
+        if end is None:
+            self.failure = f"{watched} did not end"
+            return
+        self.returncode, self.err, self.took = end["code"], self.forked.stderr(watched), end["ended"] - self.stopped_at
 
     def close(self) -> None:
         for p in self.procs:
@@ -131,31 +211,74 @@ class Stopped:
             p.communicate()
 
 
+CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
+
+
 @pytest.fixture(scope="module")
-def stopped_runs(tmp_path_factory) -> dict[str, Stopped]:
-    """The three stopped-rank runs, each started once the one before has its rank stopped, so that a run's
-    start-up (the interpreters' imports) overlaps the wait of the one before (its collective timeout, the
-    heartbeat watch); a run's failure is kept for its own test."""
-    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1),
-            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1),
-            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0)}
+def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
+    """Every run of this module, started at once: the three stopped-rank runs (each rank stopped once its run
+    logged three steps) and the three environments that cannot meet (RANK 0 of WORLD_SIZE 2 with a 3 s timeout,
+    a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does not resolve); a run's
+    failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds, failure)})."""
+    forked = Forked(tmp_path_factory.mktemp("forked"))
+    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1, forked),
+            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1, forked),
+            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0, forked)}
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    for case in CANNOT_MEET:
+        port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
+        addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
+        env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
+        forked.add(case, [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"], tmp_path_factory.mktemp(case), env)
     try:
         for run in runs.values():
+            run.start()
+        forked.start()
+        for run in runs.values():
             try:
-                run.start()
                 run.stop()
             except Exception as err:  # noqa: BLE001 - failed in its own test
                 run.failure = repr(err)
+        awaited = [*CANNOT_MEET, *(f"{r.name}-rank{1 - r.stopped}" for r in runs.values() if r.torchrun)]
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and forked.proc.poll() is None and \
+                not all(run_id in forked.ends() for run_id in awaited):
+            time.sleep(0.2)
         for run in runs.values():
             if run.failure is None:
-                try:
-                    run.end()
-                except Exception as err:  # noqa: BLE001 - failed in its own test
-                    run.failure = repr(err)
-        yield runs
+                run.end()
+        forked.close()  # the stopped ranks are killed now, and the forked runs' process ends
+        yield runs, _cannot_meet(forked)
     finally:
+        busy.close()
+        forked.close()
         for run in runs.values():
             run.close()
+
+
+def _cannot_meet(forked: Forked) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
+    """{case: (its end, its seconds from its start, failure)} of the environments that cannot meet."""
+    ends, started = forked.ends(), forked.pids().get("started")
+    out = {}
+    for case in CANNOT_MEET:
+        if case not in ends:
+            out[case] = (None, WAIT_S, "not ended")
+            continue
+        done = subprocess.CompletedProcess(TRAIN, ends[case]["code"], "", forked.stderr(case))
+        out[case] = (done, ends[case]["ended"] - started, None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(hang_runs) -> dict[str, Stopped]:
+    return hang_runs[0]
+
+
+@pytest.fixture(scope="module")
+def cannot_meet(hang_runs) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
+    return hang_runs[1]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -171,51 +294,6 @@ def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(sto
     assert "rank 1 is stopped" in err and "--collective-timeout" in err, err
     assert run.took < 60, run.took  # 5 s of timeout, a few of reports and teardown
     assert not [p for p in run.ranks if _alive(p)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
-CLI_RUNS = ROOT / "tests" / "paradyse_lab" / "cli" / "cli_runs.py"
-"""Runs command lines one after another in one process (each through the CLI's `main`)."""
-
-
-@pytest.fixture(scope="module")
-def cannot_meet(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
-    """The three environments that cannot meet, one after another in ONE process (cli_runs.py: each through the
-    CLI's `main` with its own environment variables, its stderr caught at the file descriptor), the one that waits
-    (no peers) last, so that the process's own end after it is bounded too: {case: (its end, its seconds,
-    failure)}."""
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    where = tmp_path_factory.mktemp("cannot-meet")
-    runs = []
-    for case in CANNOT_MEET:
-        port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
-        addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
-        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
-        runs.append({"id": case, "argv": [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"],
-                     "cwd": str(tmp_path_factory.mktemp(case)), "env": env})
-    (where / "runs.json").write_text(json.dumps(runs))
-    failure = None
-    try:
-        subprocess.run([sys.executable, str(CLI_RUNS), str(where / "runs.json"), str(where / "out.json"),
-                        str(WAIT_S)], timeout=WAIT_S, cwd=where, env=_env(), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired as hung:
-        failure = repr(hung)  # a case, or the process's end after them, did not end
-    finally:
-        busy.close()
-    out = where / "out.json"
-    ends = json.loads(out.read_text()) if out.is_file() else {}
-    return {case: (subprocess.CompletedProcess(TRAIN, ends[case]["code"], "", ends[case]["stderr"]),
-                   ends[case]["seconds"], failure) if case in ends else (None, WAIT_S, failure or "not run")
-            for case in CANNOT_MEET}
 
 
 @pytest.mark.parametrize("case", CANNOT_MEET)

@@ -7,6 +7,7 @@ real run is tests/runtime/repeat_train_launch.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import launcher_cases
 import pytest
@@ -70,3 +71,24 @@ def test_a_command_whose_process_joined_a_group_ends_through_end_process(monkeyp
     monkeypatch.setattr(sys, "argv", ["paradyse-lab", "cost", "--model", "gpt", "--seq", "0"])
     assert main() == 2 and ended == [0, 2]
     assert main(["catalog", "strategies", "--format", "json"]) == 0 and ended == [0, 2]  # argv given: only returns
+
+
+def test_a_forked_rank_runs_in_its_launchers_environment_with_the_preload_imported(tmp_path, monkeypatch):
+    """`launch` forks its ranks from a fork server that imported the preload once: each rank has the preloaded
+    module without importing it, and runs in the launcher's environment variables and directory as they are at
+    the launch (a variable set just before it is there; the fork server's own PYTHONPATH and PYTHONSAFEPATH are
+    not), its collector on; the server is stopped once the ranks ended."""
+    from multiprocessing import forkserver
+
+    from paradyse_lab.runtime.launch.local import launch
+
+    monkeypatch.setenv("PARADYSE_LAUNCH_MARK", "set by the launcher")
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    launch(launcher_cases.environment_rank, 2, (str(tmp_path), os.getpid()), ("colorsys",))
+    for rank in (0, 1):
+        state = json.loads((tmp_path / f"env-{rank}.json").read_text())
+        assert state["colorsys"] and not state["parent_is_launcher"], state  # forked from the preloaded server
+        assert state["environ"] == dict(os.environ), rank
+        assert state["gc"] and state["cwd"] == str(tmp_path), state
+    assert forkserver._forkserver._forkserver_pid is None  # stopped: the next launch starts its own
