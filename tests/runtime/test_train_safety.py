@@ -290,6 +290,7 @@ def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
     import paradyse_lab.cli.train_command as rt
 
     monkeypatch.setattr(rt, "_init_and_train", launcher_cases.failing_rank)
+    monkeypatch.setattr(rt, "RANK_PRELOAD", ())  # what the real rank imports, this one never needs
     code = rt.main(["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1"])
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "written by 1 ranks; this run has 2" in err[0], err
