@@ -1,10 +1,10 @@
 """No hang: a rank that stops answering ends an `--nproc` run within `--collective-timeout` (every rank gone, one
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
-MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. The `--nproc` run is a `train`
-process of its own; the torchrun-style ranks and the environments that cannot meet are processes of their own too,
-each forked from one interpreter that imported the train command once (forked_runs.py), all started at once in
-one module fixture. Every process has a time limit of its own and the test a limit on its wait, so a hang fails
-the test instead of the suite."""
+MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each run (the `--nproc` run's
+launcher, which forks its ranks from a fork server of its own, each torchrun-style rank, each environment that
+cannot meet) is a process of its own, forked from one interpreter that imported the train command once
+(forked_runs.py), all started at once in one module fixture. Every process has a time limit of its own and the
+test a limit on its wait, so a hang fails the test instead of the suite."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -130,85 +129,55 @@ class Forked:
 
 
 class Stopped:
-    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: the `--nproc` run (a `train`
-    process of its own) or two torchrun-style ranks (forked runs), the process whose end the test reads, and what
-    that end was."""
+    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: `train --nproc 2` (a launcher
+    and its two ranks) or two torchrun-style ranks, each a forked run; the process whose end the test reads (the
+    launcher, or the rank not stopped), and what that end was."""
 
     def __init__(self, tmp_path: Path, torchrun: bool, stopped: int, forked: Forked):
         self.tmp_path, self.torchrun, self.stopped, self.forked = tmp_path, torchrun, stopped, forked
         self.log = tmp_path / "log.csv"
         self.name = tmp_path.name
-        self.procs: list[subprocess.Popen] = []
+        self.ids = [f"{self.name}-rank{r}" for r in (0, 1)] if torchrun else [self.name]
+        self.watched = self.ids[1 - stopped] if torchrun else self.name
         self.ranks: list[int] = []
         self.returncode, self.err, self.took, self.failure = None, "", None, None
 
-    def start(self) -> None:
-        """The `--nproc` run's launcher starts now; the torchrun-style ranks are added to the forked runs."""
-        args = [*TRAIN, "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
+    def add(self) -> None:
+        """The run's processes, as forked runs."""
+        args = [*TRAIN[2:], "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
         if not self.torchrun:
-            self.procs.append(subprocess.Popen([sys.executable, *args, "--nproc", "2"], cwd=self.tmp_path,
-                                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            self.forked.add(self.name, [*args, "--nproc", "2"], self.tmp_path, _env())
             return
         port = _free_port()
-        for rank in (0, 1):
+        for rank, run_id in enumerate(self.ids):
             env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            self.forked.add(f"{self.name}-rank{rank}", args[2:], self.tmp_path, env)
-
-    def _running(self) -> bool:
-        if not self.torchrun:
-            return self.procs[0].poll() is None
-        ends = self.forked.ends()
-        return not any(f"{self.name}-rank{r}" in ends for r in (0, 1)) and self.forked.proc.poll() is None
+            self.forked.add(run_id, args, self.tmp_path, env)
 
     def stop(self) -> None:
         """Wait for three lines of the run's log, then stop the rank."""
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and (not self.log.is_file() or len(self.log.read_text().splitlines()) < 3):
-            if not self._running():
-                raise AssertionError([p.communicate() for p in self.procs] if not self.torchrun else
-                                     (self.forked.ends(), [self.forked.stderr(f"{self.name}-rank{r}") for r in (0, 1)]))
+            if any(run_id in self.forked.ends() for run_id in self.ids) or self.forked.proc.poll() is not None:
+                raise AssertionError((self.forked.ends(), [self.forked.stderr(run_id) for run_id in self.ids]))
             time.sleep(0.2)
+        pids = self.forked.pids()["pids"]
         if self.torchrun:
-            self.ranks = [self.forked.pids()["pids"][f"{self.name}-rank{r}"] for r in (0, 1)]
+            self.ranks = [pids[run_id] for run_id in self.ids]
         else:
-            self.ranks = _launcher_ranks(self.procs[0].pid)
+            self.ranks = _launcher_ranks(pids[self.name])
             assert len(self.ranks) == 2, self.ranks
         os.kill(self.ranks[self.stopped], signal.SIGSTOP)  # a launcher's ranks are forked in order: rank 1 later
         self.stopped_at = time.monotonic()
-        if not self.torchrun:
-            self._reader = threading.Thread(target=self._read_end, daemon=True)
-            self._reader.start()
-
-    def _read_end(self) -> None:
-        """Read the launcher to its end, and when that came: in a thread, so that the time is its own while the
-        other runs go on."""
-        try:
-            _, self.err = self.procs[0].communicate(timeout=WAIT_S)
-        except subprocess.TimeoutExpired as hung:
-            self.failure = repr(hung)
-            return
-        self.took = time.monotonic() - self.stopped_at
-        self.returncode = self.procs[0].returncode
 
     def end(self) -> None:
-        """The watched process's end: the launcher's (`_read_end`), or the rank not stopped (the forked runs,
-        which have ended)."""
-        if not self.torchrun:
-            self._reader.join(WAIT_S + 5)
-            return
-        watched = f"{self.name}-rank{1 - self.stopped}"
-        end = self.forked.ends().get(watched)
+        """The watched process's end (the forked runs', once it ended)."""
+        end = self.forked.ends().get(self.watched)
         if end is None:
-            self.failure = f"{watched} did not end"
+            self.failure = f"{self.watched} did not end"
             return
-        self.returncode, self.err, self.took = end["code"], self.forked.stderr(watched), end["ended"] - self.stopped_at
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
+        self.returncode, self.err = end["code"], self.forked.stderr(self.watched)
+        self.took = end["ended"] - self.stopped_at
 
 
 CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
@@ -216,10 +185,11 @@ CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
 
 @pytest.fixture(scope="module")
 def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
-    """Every run of this module, started at once: the three stopped-rank runs (each rank stopped once its run
-    logged three steps) and the three environments that cannot meet (RANK 0 of WORLD_SIZE 2 with a 3 s timeout,
-    a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does not resolve); a run's
-    failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds, failure)})."""
+    """Every run of this module, forked at once from one interpreter (forked_runs.py): the three stopped-rank runs
+    (each rank stopped once its run logged three steps) and the three environments that cannot meet (RANK 0 of
+    WORLD_SIZE 2 with a 3 s timeout, a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does
+    not resolve); a run's failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds,
+    failure)})."""
     forked = Forked(tmp_path_factory.mktemp("forked"))
     runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1, forked),
             "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1, forked),
@@ -227,21 +197,21 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
+    for run in runs.values():
+        run.add()
     for case in CANNOT_MEET:
         port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
         addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
         env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
         forked.add(case, [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"], tmp_path_factory.mktemp(case), env)
     try:
-        for run in runs.values():
-            run.start()
         forked.start()
         for run in runs.values():
             try:
                 run.stop()
             except Exception as err:  # noqa: BLE001 - failed in its own test
                 run.failure = repr(err)
-        awaited = [*CANNOT_MEET, *(f"{r.name}-rank{1 - r.stopped}" for r in runs.values() if r.torchrun)]
+        awaited = [*CANNOT_MEET, *(run.watched for run in runs.values())]
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and forked.proc.poll() is None and \
                 not all(run_id in forked.ends() for run_id in awaited):
@@ -249,13 +219,11 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
         for run in runs.values():
             if run.failure is None:
                 run.end()
-        forked.close()  # the stopped ranks are killed now, and the forked runs' process ends
+        forked.close()  # the stopped torchrun ranks are killed now, and the forked runs' process ends
         yield runs, _cannot_meet(forked)
     finally:
         busy.close()
         forked.close()
-        for run in runs.values():
-            run.close()
 
 
 def _cannot_meet(forked: Forked) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:

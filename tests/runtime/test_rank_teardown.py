@@ -19,7 +19,7 @@ def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_
 
     monkeypatch.setenv("PARADYSE_TEST_PIDS", str(tmp_path))
     store = rendezvous_store()  # the ranks meet at it, as a launcher's do
-    launch(launcher_cases.teardown_rank, 2, (store.port,))
+    launch(launcher_cases.teardown_rank, 2, (store.port,), ("torch", "torch.distributed"))  # imported once
     for rank in (0, 1):
         state = json.loads((tmp_path / f"teardown-{rank}.json").read_text())
         assert state["events"] == ["work done", "barrier", "destroy"], (rank, state)
