@@ -8,7 +8,6 @@ test a limit on its wait, so a hang fails the test instead of the suite."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -18,14 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
+from forked_runs import Forked, alive, children
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "uniform:16:16", "--max-len", "16",
          "--policy", "static:megatron_ts", "--no-progress"]
 WAIT_S = 240
 """The test's own limit on a subprocess: far above what a bounded end takes on a loaded machine."""
-FORKED_RUNS = ROOT / "tests" / "runtime" / "forked_runs.py"
-"""Runs command lines at once, each in a process forked from one interpreter that imported the train command."""
 
 
 def _env(**extra) -> dict:
@@ -39,93 +37,23 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("planning each step")]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _launcher_ranks(launcher: int) -> list[int]:
     """The ranks of a `train --nproc` launcher: the children of its fork server (the launcher's child that runs
     multiprocessing's forkserver), in the order they were forked."""
     servers = []
-    for pid in _children(launcher):
+    for pid in children(launcher):
         try:
             if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 servers.append(pid)
         except OSError:
             continue
-    return sorted(rank for server in servers for rank in _children(server))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return sorted(rank for server in servers for rank in children(server))
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Forked:
-    """The forked_runs.py process of this module: its runs (started at once), their pids, ends and stderr."""
-
-    def __init__(self, where: Path):
-        self.where, self.runs, self.proc = where, [], None
-
-    def add(self, run_id: str, argv: list[str], cwd: Path, env: dict) -> None:
-        self.runs.append({"id": run_id, "argv": argv, "cwd": str(cwd), "env": env})
-
-    def start(self) -> None:
-        (self.where / "runs.json").write_text(json.dumps(self.runs))
-        self.proc = subprocess.Popen([sys.executable, str(FORKED_RUNS), str(self.where / "runs.json"),
-                                      str(self.where), str(WAIT_S)], cwd=self.where, env=_env(),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
-    def _json(self, name: str) -> dict:
-        path = self.where / name
-        return json.loads(path.read_text()) if path.is_file() else {}
-
-    def pids(self) -> dict:
-        """{"pids": {id: pid}, "started": monotonic seconds}, once every run started ({} before)."""
-        return self._json("pids.json")
-
-    def ends(self) -> dict:
-        """{id: {"code", "ended"}} of the runs that ended."""
-        return self._json("ends.json")
-
-    def stderr(self, run_id: str) -> str:
-        path = self.where / f"{run_id}.err"
-        return path.read_text() if path.is_file() else ""
-
-    def wait(self) -> str | None:
-        """Wait for the process's end (every run ended, or killed at its limit); a failure, or None."""
-        try:
-            self.proc.wait(WAIT_S + 30)
-        except subprocess.TimeoutExpired as hung:
-            return repr(hung)
-        return None
-
-    def close(self) -> None:
-        for pid in self.pids().get("pids", {}).values():
-            if _alive(pid) and pid in _children(self.proc.pid):
-                os.kill(pid, signal.SIGKILL)
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 class Stopped:
@@ -190,7 +118,7 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
     WORLD_SIZE 2 with a 3 s timeout, a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does
     not resolve); a run's failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds,
     failure)})."""
-    forked = Forked(tmp_path_factory.mktemp("forked"))
+    forked = Forked(tmp_path_factory.mktemp("forked"), _env(), WAIT_S)
     runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1, forked),
             "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1, forked),
             "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0, forked)}
@@ -261,7 +189,7 @@ def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(sto
     assert len(_lines(err)) == 1, err
     assert "rank 1 is stopped" in err and "--collective-timeout" in err, err
     assert run.took < 60, run.took  # 5 s of timeout, a few of reports and teardown
-    assert not [p for p in run.ranks if _alive(p)]
+    assert not [p for p in run.ranks if alive(p)]
 
 
 @pytest.mark.parametrize("case", CANNOT_MEET)
