@@ -82,13 +82,14 @@ class Stopped:
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             self.forked.add(run_id, args, self.tmp_path, env)
 
+    def ready(self) -> bool:
+        """Whether the run has logged three lines (its header and two steps); an error once a process of it ended."""
+        if any(run_id in self.forked.ends() for run_id in self.ids) or self.forked.proc.poll() is not None:
+            raise AssertionError((self.forked.ends(), [self.forked.stderr(run_id) for run_id in self.ids]))
+        return self.log.is_file() and len(self.log.read_text().splitlines()) >= 3
+
     def stop(self) -> None:
-        """Wait for three lines of the run's log, then stop the rank."""
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and (not self.log.is_file() or len(self.log.read_text().splitlines()) < 3):
-            if any(run_id in self.forked.ends() for run_id in self.ids) or self.forked.proc.poll() is not None:
-                raise AssertionError((self.forked.ends(), [self.forked.stderr(run_id) for run_id in self.ids]))
-            time.sleep(0.2)
+        """Stop the rank (SIGSTOP)."""
         pids = self.forked.pids()["pids"]
         if self.torchrun:
             self.ranks = [pids[run_id] for run_id in self.ids]
@@ -134,13 +135,20 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
         forked.add(case, [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"], tmp_path_factory.mktemp(case), env)
     try:
         forked.start()
-        for run in runs.values():
-            try:
-                run.stop()
-            except Exception as err:  # noqa: BLE001 - failed in its own test
-                run.failure = repr(err)
-        awaited = [*CANNOT_MEET, *(run.watched for run in runs.values())]
-        deadline = time.monotonic() + WAIT_S
+        pending, deadline = list(runs.values()), time.monotonic() + WAIT_S
+        while pending and time.monotonic() < deadline:  # each rank stopped as soon as its run logged its steps
+            for run in list(pending):
+                try:
+                    if run.ready():
+                        run.stop()
+                        pending.remove(run)
+                except Exception as err:  # noqa: BLE001 - failed in its own test
+                    run.failure = repr(err)
+                    pending.remove(run)
+            time.sleep(0.1)
+        for run in pending:
+            run.failure = "the run did not log three lines"
+        awaited = [*CANNOT_MEET, *(run.watched for run in runs.values() if run.failure is None)]
         while time.monotonic() < deadline and forked.proc.poll() is None and \
                 not all(run_id in forked.ends() for run_id in awaited):
             time.sleep(0.2)
