@@ -25,6 +25,7 @@ spawned one does, never the fork server's. The launcher stops the fork server it
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import multiprocessing.connection
@@ -253,18 +254,25 @@ def _start_rank_server(preload: tuple[str, ...]) -> bool:
         forkserver.ensure_running()  # restarts a server that died, with the preload it had
         return False
     path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
     multiprocessing.set_forkserver_preload(list(preload))
-    os.environ.update(PYTHONPATH=path, PYTHONSAFEPATH="1")
-    try:
+    with restored_environ(("PYTHONPATH", "PYTHONSAFEPATH")):
+        os.environ.update(PYTHONPATH=path, PYTHONSAFEPATH="1")
         forkserver.ensure_running()
+    return True
+
+
+@contextlib.contextmanager
+def restored_environ(names):
+    """Put the environment variables `names` back as they were (set, or unset) once the block ends."""
+    saved = {k: os.environ.get(k) for k in names}
+    try:
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return True
 
 
 def _stop_rank_server() -> None:

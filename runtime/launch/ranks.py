@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.runtime.launch.heartbeat import Heartbeat, store_host_rank
-from paradyse_lab.runtime.launch.local import PeerSilent
+from paradyse_lab.runtime.launch.local import PeerSilent, restored_environ
 
 COLLECTIVE_TIMEOUT_S = 300.0
 """How long a rank waits for its peers (to meet, in one collective) before the run stops, naming the rank that
@@ -276,15 +276,8 @@ def launch(fn, nproc: int, *args, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> No
         preload = ("torch", "torch.distributed", *([module] if module and module != "__main__" else []))
         spawn(run_rank, nproc, (fn, args, store.port, timeout_s), preload)
         return
-    saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
-    try:
+    with restored_environ(_ENV):  # a one-rank group in this process: nothing to start
         run_rank(0, 1, fn, args, store.port, timeout_s)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def default_nproc() -> int:

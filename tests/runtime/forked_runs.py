@@ -36,6 +36,7 @@ def _write(path: str, data: dict) -> None:
 def _child(run: dict, out_dir: str) -> None:
     """The forked process of one run: its environment, directory and output, then the CLI's `main`."""
     from paradyse_lab.cli import main
+    from paradyse_lab.runtime.launch.local import end_process
 
     code = 1
     try:
@@ -59,12 +60,7 @@ def _child(run: dict, out_dir: str) -> None:
 
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        end_process(code)  # flushed, and no interpreter teardown: never back into the forking loop
 
 
 def main(runs_file: str, out_dir: str, limit_s: float = 240.0) -> int:
@@ -82,7 +78,10 @@ def main(runs_file: str, out_dir: str, limit_s: float = 240.0) -> int:
     for run in runs:
         pid = os.fork()
         if pid == 0:
-            _child(run, out_dir)
+            try:
+                _child(run, out_dir)
+            finally:
+                os._exit(1)  # only if `_child` failed before its own end: never back into this loop
         pids[pid] = run["id"]
     _write(os.path.join(out_dir, "pids.json"),
            {"pids": {run_id: pid for pid, run_id in pids.items()}, "started": started})
