@@ -290,6 +290,9 @@ def launch(fn, nprocs: int, args: tuple = (), preload: tuple[str, ...] = ()) -> 
     is killed. A rank that died without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause
     its peers' errors echo, so it is named in one line and their tracebacks of the broken connection are not
     shown."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: no fork, each rank spawned
+        _launch(multiprocessing.get_context("spawn"), fn, nprocs, args)
+        return
     ctx = multiprocessing.get_context("forkserver")
     started = _start_rank_server(preload)
     try:
