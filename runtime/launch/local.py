@@ -4,8 +4,9 @@ Library module. `launch(fn, nprocs, args, preload)` starts `fn(rank, nprocs, *ar
 waits for them. The ranks are forked from a fork server (multiprocessing's forkserver start method) that has
 imported the `preload` modules once (`train`: torch, torch._dynamo, the training runtime: ~4 CPU s a process),
 so N ranks pay those imports once instead of N times; importing torch initialises no CUDA, so each rank still
-starts CUDA (or not) on its own. A rank runs in the launcher's environment variables and working directory, as a
-spawned one does, never the fork server's. The launcher stops the fork server it started once its ranks ended.
+starts CUDA (or not) on its own. A rank runs in the launcher's environment variables, working directory, stdout
+and stderr, as a spawned one does, never the fork server's. The launcher stops the fork server it started once
+its ranks ended.
 
 - A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
   stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
@@ -152,14 +153,34 @@ def _stop_with_launcher() -> None:
             threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
 
 
-def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, environ: dict[str, str]) -> None:
-    """One rank: `fn`, in the launcher's environment variables (not the fork server's), its error sent to the
-    launcher through `report` (a pipe's end)."""
+class LauncherOutput:
+    """The launcher's stdout and stderr (file descriptors 1 and 2) as they are when it starts a rank, handed to the
+    rank through the start method (a fork server forks its ranks with its own, those of the moment it started);
+    unpickled in the rank as the pair of its copies of them."""
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return _received_fds, (reduction.DupFd(1), reduction.DupFd(2))
+
+
+def _received_fds(*fds) -> tuple[int, ...]:
+    return tuple(fd.detach() for fd in fds)
+
+
+def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, environ: dict[str, str],
+               output: tuple[int, int]) -> None:
+    """One rank: `fn`, in the launcher's environment variables and output (not the fork server's), its error sent
+    to the launcher through `report` (a pipe's end)."""
     _stop_with_launcher()
     gc.enable()  # the fork server's state is not the rank's (a server may pause the collector while it imports)
     if os.environ != environ:
         os.environ.clear()
         os.environ.update(environ)
+    for target, fd in zip((1, 2), output):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
     sys.stdout, sys.stderr = ReaderGone(sys.stdout), ReaderGone(sys.stderr)
     try:
         fn(rank, nprocs, *args)
@@ -305,8 +326,10 @@ def launch(fn, nprocs: int, args: tuple = (), preload: tuple[str, ...] = ()) -> 
 def _launch(ctx, fn, nprocs: int, args: tuple) -> None:
     """`launch` with its fork server running."""
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]  # (launcher's end, rank's end)
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], dict(os.environ)),
-                         name=f"rank-{r}") for r in range(nprocs)]
+    for stream in (sys.stdout, sys.stderr):  # what the launcher wrote comes before what its ranks write
+        stream.flush()
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], dict(os.environ),
+                                                  LauncherOutput()), name=f"rank-{r}") for r in range(nprocs)]
     for p in procs:
         p.start()
     reports = [read for read, _ in pipes]

@@ -151,7 +151,8 @@ def unflushed_rank(rank: int, world: int, *args) -> None:
 
 def environment_rank(rank: int, world: int, out: str, launcher_pid: int) -> None:
     """Write what this rank runs in to OUT/env-RANK.json: its environment variables, whether a module that only
-    the fork server's preload imports is loaded, whether its parent is the launcher, and its collector's state."""
+    the fork server's preload imports is loaded, whether its parent is the launcher, its collector's state and its
+    directory; then a line to stdout and one to stderr."""
     import gc
     import json
     import sys
@@ -159,3 +160,5 @@ def environment_rank(rank: int, world: int, out: str, launcher_pid: int) -> None
     state = {"environ": dict(os.environ), "colorsys": "colorsys" in sys.modules,
              "parent_is_launcher": os.getppid() == launcher_pid, "gc": gc.isenabled(), "cwd": os.getcwd()}
     Path(out, f"env-{rank}.json").write_text(json.dumps(state))
+    print(f"rank {rank} to stdout", flush=True)
+    print(f"rank {rank} to stderr", file=sys.stderr, flush=True)
