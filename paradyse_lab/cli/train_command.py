@@ -91,6 +91,13 @@ def default_nproc() -> int | None:
     return count
 
 
+RANK_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "networkx", "paradyse_lab.runtime.training.loop",
+                "paradyse_lab.cli.train_command")
+"""What the fork server of `train --nproc N` imports once for its N ranks (runtime/launch/local.py `launch`): torch
+(~2.3 CPU s), torch._dynamo (~1.6: the first `torch.optim` param group imports it), the planner's graph library and
+the training runtime, paid once instead of once per rank."""
+
+
 def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: float) -> None:
     """One rank: join the process group (torchrun's environment, or the launcher's), train, leave. What its
     imports left (torch, the planner, the runtime: a rank's whole life) is frozen first (`gc.freeze`), so that
@@ -117,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.nproc is not None and args.nproc > 1:
         preflight(opts, args.nproc)
         store = rendezvous_store()  # held until every rank is done: no other run can take its port
-        launch(_init_and_train, args.nproc, (opts, store.port, timeout_s))
+        launch(_init_and_train, args.nproc, (opts, store.port, timeout_s), RANK_PRELOAD)
     else:
         _one_process_threads()
         train(opts)

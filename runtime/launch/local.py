@@ -1,7 +1,12 @@
 """Start N local ranks of a function and stop them with their launcher (`paradyse-lab train --nproc N`).
 
-Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `nprocs` spawned processes
-(multiprocessing's spawn start method, as torch.multiprocessing.spawn does) and waits for them:
+Library module. `launch(fn, nprocs, args, preload)` starts `fn(rank, nprocs, *args)` in `nprocs` processes and
+waits for them. The ranks are forked from a fork server (multiprocessing's forkserver start method) that has
+imported the `preload` modules once (`train`: torch, torch._dynamo, the training runtime: ~4 CPU s a process),
+so N ranks pay those imports once instead of N times; importing torch initialises no CUDA, so each rank still
+starts CUDA (or not) on its own. A rank runs in the launcher's environment variables, working directory, stdout
+and stderr, as a spawned one does, never the fork server's. The launcher stops the fork server it started once
+its ranks ended.
 
 - A rank that raises `UserInputError` or `RunStopped` reports the one-line message to the launcher, which
   stops the other ranks and raises it once (the CLI prints one line, exit 2 or 1); any other exception's
@@ -12,13 +17,17 @@ Library module. `launch(fn, nprocs, args)` starts `fn(rank, nprocs, *args)` in `
   stdout or stderr reader has gone (`| head -1`) drops its further output and finishes its work.
 - A rank ends with `os._exit` once its function returned (or its error was reported), after flushing its
   output: the exit code is the rank's result, never an abort in the teardown of C++ threads at exit.
-- Ranks stop with their launcher: each asks Linux to send it SIGKILL when the launcher dies
-  (`prctl(PR_SET_PDEATHSIG)`, man 2 prctl), so a launcher killed by SIGTERM or SIGKILL leaves no orphan
-  training on; elsewhere a watchdog thread polls `os.getppid()` once a second.
+- Ranks stop with their launcher: each asks Linux to send it SIGKILL when its parent dies
+  (`prctl(PR_SET_PDEATHSIG)`, man 2 prctl), the fork server, which ends when the launcher does (each rank closes
+  its copy of the fork server's "alive" pipe, which the server reads to learn that its clients are gone), so a
+  launcher killed by SIGTERM or SIGKILL leaves no orphan training on, a stopped (SIGSTOP) rank included;
+  elsewhere a watchdog thread waits for the launcher's end.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -118,9 +127,60 @@ def _os_error_line(err: OSError) -> str:
     return f"cannot use{where}: {err.strerror or err}"
 
 
-def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, parent_pid: int) -> None:
-    """One rank: `fn`, its error sent to the launcher through `report` (a pipe's end)."""
-    stop_with_parent(parent_pid)
+def _stop_with_launcher() -> None:
+    """Make this rank die when its launcher does (module docstring): SIGKILL when its parent (the fork server) ends,
+    the fork server left to end with the launcher; ended at once when the launcher is already gone."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:  # a forked rank: the server's clients are the launcher alone, not its ranks
+        try:
+            os.close(alive_fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+    launcher = multiprocessing.parent_process()
+    stop_with_parent(os.getppid())
+    if launcher is not None and launcher.sentinel is not None:
+        if multiprocessing.connection.wait([launcher.sentinel], timeout=0):  # gone before the signal was armed
+            os._exit(1)
+        if not sys.platform.startswith("linux"):
+            def watch() -> None:
+                multiprocessing.connection.wait([launcher.sentinel])
+                os._exit(1)
+
+            threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
+
+
+class LauncherOutput:
+    """The launcher's stdout and stderr (file descriptors 1 and 2) as they are when it starts a rank, handed to the
+    rank through the start method (a fork server forks its ranks with its own, those of the moment it started);
+    unpickled in the rank as the pair of its copies of them."""
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return _received_fds, (reduction.DupFd(1), reduction.DupFd(2))
+
+
+def _received_fds(*fds) -> tuple[int, ...]:
+    return tuple(fd.detach() for fd in fds)
+
+
+def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, environ: dict[str, str],
+               output: tuple[int, int]) -> None:
+    """One rank: `fn`, in the launcher's environment variables and output (not the fork server's), its error sent
+    to the launcher through `report` (a pipe's end)."""
+    _stop_with_launcher()
+    gc.enable()  # the fork server's state is not the rank's (a server may pause the collector while it imports)
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    for target, fd in zip((1, 2), output):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
     sys.stdout, sys.stderr = ReaderGone(sys.stdout), ReaderGone(sys.stderr)
     try:
         fn(rank, nprocs, *args)
@@ -203,15 +263,73 @@ def _wait_for_first_failure(procs, reports) -> bool:
         multiprocessing.connection.wait(running + reports, timeout=0.5)
 
 
-def launch(fn, nprocs: int, args: tuple = ()) -> None:
-    """Run `fn(rank, nprocs, *args)` on `nprocs` spawned ranks (module docstring); raises the first rank's
-    `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or is killed. A rank that died
-    without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause its peers' errors echo,
-    so it is named in one line and their tracebacks of the broken connection are not shown."""
-    ctx = multiprocessing.get_context("spawn")
+def _start_rank_server(preload: tuple[str, ...]) -> bool:
+    """Start this process's fork server with `preload` imported, unless one already runs (whatever it imported:
+    what a rank needs and the server lacks, the rank imports). The server resolves modules on the launcher's
+    sys.path (PYTHONPATH, and PYTHONSAFEPATH so that its working directory does not come first), so that it
+    imports the same files the launcher and the ranks would. Whether this call started it."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        forkserver.ensure_running()  # restarts a server that died, with the preload it had
+        return False
+    path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
+    multiprocessing.set_forkserver_preload(list(preload))
+    with restored_environ(("PYTHONPATH", "PYTHONSAFEPATH")):
+        os.environ.update(PYTHONPATH=path, PYTHONSAFEPATH="1")
+        forkserver.ensure_running()
+    return True
+
+
+@contextlib.contextmanager
+def restored_environ(names):
+    """Put the environment variables `names` back as they were (set, or unset) once the block ends."""
+    saved = {k: os.environ.get(k) for k in names}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _stop_rank_server() -> None:
+    """Stop this process's fork server and wait for its end (its ranks have ended)."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def launch(fn, nprocs: int, args: tuple = (), preload: tuple[str, ...] = ()) -> None:
+    """Run `fn(rank, nprocs, *args)` on `nprocs` ranks forked from a fork server that imported `preload` (module
+    docstring); raises the first rank's `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or
+    is killed. A rank that died without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause
+    its peers' errors echo, so it is named in one line and their tracebacks of the broken connection are not
+    shown."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: no fork, each rank spawned
+        _launch(multiprocessing.get_context("spawn"), fn, nprocs, args)
+        return
+    ctx = multiprocessing.get_context("forkserver")
+    started = _start_rank_server(preload)
+    try:
+        _launch(ctx, fn, nprocs, args)
+    finally:
+        if started:
+            _stop_rank_server()
+
+
+def _launch(ctx, fn, nprocs: int, args: tuple) -> None:
+    """`launch` with its fork server running."""
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]  # (launcher's end, rank's end)
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], os.getpid()), name=f"rank-{r}")
-             for r in range(nprocs)]
+    for stream in (sys.stdout, sys.stderr):  # what the launcher wrote comes before what its ranks write
+        stream.flush()
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], dict(os.environ),
+                                                  LauncherOutput()), name=f"rank-{r}") for r in range(nprocs)]
     for p in procs:
         p.start()
     reports = [read for read, _ in pipes]

@@ -1,11 +1,12 @@
-"""Run a function on every rank of a process group: under torchrun, as p spawned local processes, or alone.
+"""Run a function on every rank of a process group: under torchrun, as p local processes, or alone.
 
 Library module of the commands that measure or train on the machine they run on (`paradyse-lab calibrate`,
 `paradyse-lab validate-run`): `launch(fn, nproc, *args)` calls `fn(*args, group=None)` on every rank, with
 torch.distributed initialised (NCCL when every process of the node has a GPU of its own, else gloo on CPU,
 `backend_for`; the same code either way). Under torchrun (RANK and WORLD_SIZE set) the
-current process is one rank; with nproc > 1 it spawns nproc processes on this machine (a rank's
-error is raised once by the launcher; the ranks die with it); with nproc = 1 it calls `fn` in this process
+current process is one rank; with nproc > 1 it starts nproc processes on this machine, forked from a fork
+server that imported torch and `fn`'s module once (a rank's error is raised once by the launcher; the ranks die
+with it); with nproc = 1 it calls `fn` in this process
 inside a one-rank group (comm.py's calls then short-circuit). CPU ranks get cores / nproc threads each, so
 that p processes do not oversubscribe the machine.
 """
@@ -19,7 +20,7 @@ from datetime import timedelta
 
 from paradyse_lab.errors import RunStopped, UserInputError
 from paradyse_lab.runtime.launch.heartbeat import Heartbeat, store_host_rank
-from paradyse_lab.runtime.launch.local import PeerSilent
+from paradyse_lab.runtime.launch.local import PeerSilent, restored_environ
 
 COLLECTIVE_TIMEOUT_S = 300.0
 """How long a rank waits for its peers (to meet, in one collective) before the run stops, naming the rank that
@@ -271,17 +272,12 @@ def launch(fn, nproc: int, *args, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> No
     if nproc > 1:
         from paradyse_lab.runtime.launch.local import launch as spawn
 
-        spawn(run_rank, nproc, (fn, args, store.port, timeout_s))
+        module = getattr(fn, "__module__", None)  # what every rank imports to find `fn`: imported once too
+        preload = ("torch", "torch.distributed", *([module] if module and module != "__main__" else []))
+        spawn(run_rank, nproc, (fn, args, store.port, timeout_s), preload)
         return
-    saved = {k: os.environ.get(k) for k in _ENV}  # a one-rank group in this process: nothing to spawn
-    try:
+    with restored_environ(_ENV):  # a one-rank group in this process: nothing to start
         run_rank(0, 1, fn, args, store.port, timeout_s)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def default_nproc() -> int:

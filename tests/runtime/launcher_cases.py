@@ -147,3 +147,18 @@ def unflushed_rank(rank: int, world: int, *args) -> None:
     sys.stdout.write(f"[rank {rank} unflushed]")
     if args and args[0] == "refuse" and rank == 1:
         raise UserInputError("rank 1 refuses")
+
+
+def environment_rank(rank: int, world: int, out: str, launcher_pid: int) -> None:
+    """Write what this rank runs in to OUT/env-RANK.json: its environment variables, whether a module that only
+    the fork server's preload imports is loaded, whether its parent is the launcher, its collector's state and its
+    directory; then a line to stdout and one to stderr."""
+    import gc
+    import json
+    import sys
+
+    state = {"environ": dict(os.environ), "colorsys": "colorsys" in sys.modules,
+             "parent_is_launcher": os.getppid() == launcher_pid, "gc": gc.isenabled(), "cwd": os.getcwd()}
+    Path(out, f"env-{rank}.json").write_text(json.dumps(state))
+    print(f"rank {rank} to stdout", flush=True)
+    print(f"rank {rank} to stderr", file=sys.stderr, flush=True)

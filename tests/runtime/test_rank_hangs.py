@@ -1,22 +1,23 @@
 """No hang: a rank that stops answering ends an `--nproc` run within `--collective-timeout` (every rank gone, one
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
-MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each case runs in a subprocess (the
-stopped runs one each, the environments that cannot meet one after another in one) with a timeout of a few seconds
-and a limit on the test's own wait, so a hang fails the test instead of the suite."""
+MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each run (the `--nproc` run's
+launcher, which forks its ranks from a fork server of its own, each torchrun-style rank, each environment that
+cannot meet) is a process of its own, forked from one interpreter that imported the train command once
+(forked_runs.py), all started at once in one module fixture. Every process has a time limit of its own and the
+test a limit on its wait, so a hang fails the test instead of the suite."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from forked_runs import Forked, alive, children
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "uniform:16:16", "--max-len", "16",
@@ -36,126 +37,152 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("planning each step")]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+def _launcher_ranks(launcher: int) -> list[int]:
+    """The ranks of a `train --nproc` launcher: the children of its fork server (the launcher's child that runs
+    multiprocessing's forkserver), in the order they were forked."""
+    servers = []
+    for pid in children(launcher):
+        try:
+            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                servers.append(pid)
+        except OSError:
+            continue
+    return sorted(rank for server in servers for rank in children(server))
 
 
-def _is_rank(pid: int) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"spawn_main" in cmd
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Stopped:
-    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: its processes, the one whose
-    end the test reads, and what that end was. `start`, `stop` and `end` are separate so that the next run's
-    start-up overlaps this one's wait for its collective timeout (`stopped_runs`)."""
+    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: `train --nproc 2` (a launcher
+    and its two ranks) or two torchrun-style ranks, each a forked run; the process whose end the test reads (the
+    launcher, or the rank not stopped), and what that end was."""
 
-    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int):
-        self.tmp_path, self.torchrun, self.stopped = tmp_path, torchrun, stopped
+    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int, forked: Forked):
+        self.tmp_path, self.torchrun, self.stopped, self.forked = tmp_path, torchrun, stopped, forked
         self.log = tmp_path / "log.csv"
-        self.procs: list[subprocess.Popen] = []
+        self.name = tmp_path.name
+        self.ids = [f"{self.name}-rank{r}" for r in (0, 1)] if torchrun else [self.name]
+        self.watched = self.ids[1 - stopped] if torchrun else self.name
         self.ranks: list[int] = []
         self.returncode, self.err, self.took, self.failure = None, "", None, None
 
-    def start(self) -> None:
-        args = [sys.executable, *TRAIN, "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
+    def add(self) -> None:
+        """The run's processes, as forked runs."""
+        args = [*TRAIN[2:], "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
         if not self.torchrun:
-            self.procs.append(subprocess.Popen([*args, "--nproc", "2"], cwd=self.tmp_path, env=_env(),
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            self.forked.add(self.name, [*args, "--nproc", "2"], self.tmp_path, _env())
             return
         port = _free_port()
-        for rank in (0, 1):
+        for rank, run_id in enumerate(self.ids):
             env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            self.procs.append(subprocess.Popen(args, cwd=self.tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.PIPE, text=True))
+            self.forked.add(run_id, args, self.tmp_path, env)
+
+    def ready(self) -> bool:
+        """Whether the run has logged three lines (its header and two steps); an error once a process of it ended."""
+        if any(run_id in self.forked.ends() for run_id in self.ids) or self.forked.proc.poll() is not None:
+            raise AssertionError((self.forked.ends(), [self.forked.stderr(run_id) for run_id in self.ids]))
+        return self.log.is_file() and len(self.log.read_text().splitlines()) >= 3
 
     def stop(self) -> None:
-        """Wait for three lines of the run's log, then stop the rank."""
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline and (not self.log.is_file() or len(self.log.read_text().splitlines()) < 3):
-            if not all(p.poll() is None for p in self.procs):
-                raise AssertionError([p.communicate() for p in self.procs])
-            time.sleep(0.2)
+        """Stop the rank (SIGSTOP)."""
+        pids = self.forked.pids()["pids"]
         if self.torchrun:
-            os.kill(self.procs[self.stopped].pid, signal.SIGSTOP)
+            self.ranks = [pids[run_id] for run_id in self.ids]
         else:
-            self.ranks = sorted(p for p in _children(self.procs[0].pid) if _is_rank(p))
+            self.ranks = _launcher_ranks(pids[self.name])
             assert len(self.ranks) == 2, self.ranks
-            os.kill(self.ranks[1], signal.SIGSTOP)  # ranks start in order: the later pid is rank 1
+        os.kill(self.ranks[self.stopped], signal.SIGSTOP)  # a launcher's ranks are forked in order: rank 1 later
         self.stopped_at = time.monotonic()
-        self._reader = threading.Thread(target=self._read_end, daemon=True)
-        self._reader.start()
-
-    def _read_end(self) -> None:
-        """Read the watched process (the launcher, or the rank not stopped) to its end, and when that came: in a
-        thread, so that the time is its own while the next run starts."""
-        watched = self.procs[1 - self.stopped if self.torchrun else 0]
-        try:
-            _, self.err = watched.communicate(timeout=WAIT_S)
-        except subprocess.TimeoutExpired as hung:
-            self.failure = repr(hung)
-            return
-        self.took = time.monotonic() - self.stopped_at
-        self.returncode = watched.returncode
 
     def end(self) -> None:
-        """Wait for the watched process's end (`_read_end`)."""
-        self._reader.join(WAIT_S + 5)
+        """The watched process's end (the forked runs', once it ended)."""
+        end = self.forked.ends().get(self.watched)
+        if end is None:
+            self.failure = f"{self.watched} did not end"
+            return
+        self.returncode, self.err = end["code"], self.forked.stderr(self.watched)
+        self.took = end["ended"] - self.stopped_at
 
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
+
+CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
 
 
 @pytest.fixture(scope="module")
-def stopped_runs(tmp_path_factory) -> dict[str, Stopped]:
-    """The three stopped-rank runs, each started once the one before has its rank stopped, so that a run's
-    start-up (the interpreters' imports) overlaps the wait of the one before (its collective timeout, the
-    heartbeat watch); a run's failure is kept for its own test."""
-    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1),
-            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1),
-            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0)}
+def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
+    """Every run of this module, forked at once from one interpreter (forked_runs.py): the three stopped-rank runs
+    (each rank stopped once its run logged three steps) and the three environments that cannot meet (RANK 0 of
+    WORLD_SIZE 2 with a 3 s timeout, a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does
+    not resolve); a run's failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds,
+    failure)})."""
+    forked = Forked(tmp_path_factory.mktemp("forked"), _env(), WAIT_S)
+    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1, forked),
+            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1, forked),
+            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0, forked)}
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    for run in runs.values():
+        run.add()
+    for case in CANNOT_MEET:
+        port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
+        addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
+        env = _env(RANK="0", WORLD_SIZE="2", MASTER_ADDR=addr, MASTER_PORT=str(port))
+        forked.add(case, [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"], tmp_path_factory.mktemp(case), env)
     try:
-        for run in runs.values():
-            try:
-                run.start()
-                run.stop()
-            except Exception as err:  # noqa: BLE001 - failed in its own test
-                run.failure = repr(err)
-        for run in runs.values():
-            if run.failure is None:
+        forked.start()
+        pending, deadline = list(runs.values()), time.monotonic() + WAIT_S
+        while pending and time.monotonic() < deadline:  # each rank stopped as soon as its run logged its steps
+            for run in list(pending):
                 try:
-                    run.end()
+                    if run.ready():
+                        run.stop()
+                        pending.remove(run)
                 except Exception as err:  # noqa: BLE001 - failed in its own test
                     run.failure = repr(err)
-        yield runs
-    finally:
+                    pending.remove(run)
+            time.sleep(0.1)
+        for run in pending:
+            run.failure = "the run did not log three lines"
+        awaited = [*CANNOT_MEET, *(run.watched for run in runs.values() if run.failure is None)]
+        while time.monotonic() < deadline and forked.proc.poll() is None and \
+                not all(run_id in forked.ends() for run_id in awaited):
+            time.sleep(0.2)
         for run in runs.values():
-            run.close()
+            if run.failure is None:
+                run.end()
+        forked.close()  # the stopped torchrun ranks are killed now, and the forked runs' process ends
+        yield runs, _cannot_meet(forked)
+    finally:
+        busy.close()
+        forked.close()
+
+
+def _cannot_meet(forked: Forked) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
+    """{case: (its end, its seconds from its start, failure)} of the environments that cannot meet."""
+    ends, started = forked.ends(), forked.pids().get("started")
+    out = {}
+    for case in CANNOT_MEET:
+        if case not in ends:
+            out[case] = (None, WAIT_S, "not ended")
+            continue
+        done = subprocess.CompletedProcess(TRAIN, ends[case]["code"], "", forked.stderr(case))
+        out[case] = (done, ends[case]["ended"] - started, None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(hang_runs) -> dict[str, Stopped]:
+    return hang_runs[0]
+
+
+@pytest.fixture(scope="module")
+def cannot_meet(hang_runs) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
+    return hang_runs[1]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -170,52 +197,7 @@ def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(sto
     assert len(_lines(err)) == 1, err
     assert "rank 1 is stopped" in err and "--collective-timeout" in err, err
     assert run.took < 60, run.took  # 5 s of timeout, a few of reports and teardown
-    assert not [p for p in run.ranks if _alive(p)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
-CLI_RUNS = ROOT / "tests" / "paradyse_lab" / "cli" / "cli_runs.py"
-"""Runs command lines one after another in one process (each through the CLI's `main`)."""
-
-
-@pytest.fixture(scope="module")
-def cannot_meet(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess | None, float, str | None]]:
-    """The three environments that cannot meet, one after another in ONE process (cli_runs.py: each through the
-    CLI's `main` with its own environment variables, its stderr caught at the file descriptor), the one that waits
-    (no peers) last, so that the process's own end after it is bounded too: {case: (its end, its seconds,
-    failure)}."""
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    where = tmp_path_factory.mktemp("cannot-meet")
-    runs = []
-    for case in CANNOT_MEET:
-        port = {"no-peers": _free_port(), "busy-port": busy.getsockname()[1], "unresolvable": _free_port()}[case]
-        addr = "no-such-host.invalid" if case == "unresolvable" else "127.0.0.1"
-        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
-        runs.append({"id": case, "argv": [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"],
-                     "cwd": str(tmp_path_factory.mktemp(case)), "env": env})
-    (where / "runs.json").write_text(json.dumps(runs))
-    failure = None
-    try:
-        subprocess.run([sys.executable, str(CLI_RUNS), str(where / "runs.json"), str(where / "out.json"),
-                        str(WAIT_S)], timeout=WAIT_S, cwd=where, env=_env(), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired as hung:
-        failure = repr(hung)  # a case, or the process's end after them, did not end
-    finally:
-        busy.close()
-    out = where / "out.json"
-    ends = json.loads(out.read_text()) if out.is_file() else {}
-    return {case: (subprocess.CompletedProcess(TRAIN, ends[case]["code"], "", ends[case]["stderr"]),
-                   ends[case]["seconds"], failure) if case in ends else (None, WAIT_S, failure or "not run")
-            for case in CANNOT_MEET}
+    assert not [p for p in run.ranks if alive(p)]
 
 
 @pytest.mark.parametrize("case", CANNOT_MEET)

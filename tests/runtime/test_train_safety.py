@@ -290,6 +290,7 @@ def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
     import paradyse_lab.cli.train_command as rt
 
     monkeypatch.setattr(rt, "_init_and_train", launcher_cases.failing_rank)
+    monkeypatch.setattr(rt, "RANK_PRELOAD", ())  # what the real rank imports, this one never needs
     code = rt.main(["--nproc", "2", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--steps", "1"])
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "written by 1 ranks; this run has 2" in err[0], err
@@ -333,9 +334,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
     """The launcher of `train --nproc 2` (runtime/launch/local.py `launch`, what paradyse_lab/cli/train_command.py
-    calls) killed while its two ranks train on: the ranks end too. The launcher process runs `launch` alone (the
-    command's option checks before it would only add torch and the planner to its start-up; that `train --nproc`
-    goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
+    calls) killed while its two ranks train on, one of them stopped (SIGSTOP): the ranks end too. The launcher
+    process runs `launch` alone (the command's option checks before it would only add torch and the planner to its
+    start-up; that `train --nproc` goes through `launch` is test_an_error_in_every_rank_prints_one_line_once's)."""
     script = ("import launcher_cases; from paradyse_lab.runtime.launch.local import launch; "
               "launch(launcher_cases.sleepy_rank, 2)")
     env = {**os.environ, "PARADYSE_TEST_PIDS": str(tmp_path),
@@ -348,6 +349,7 @@ def test_ranks_stop_when_their_launcher_is_killed(tmp_path, sig=signal.SIGKILL):
             time.sleep(0.1)
             pids = [int(p.read_text()) for p in tmp_path.glob("rank-*.pid")]
         assert len(pids) == 2, "the ranks did not start"
+        os.kill(max(pids), signal.SIGSTOP)  # a stopped rank ends too (it could not run a watchdog of its own)
         launcher.send_signal(sig)
         launcher.wait(10)
         deadline = time.monotonic() + 5
@@ -513,7 +515,7 @@ def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
     store = rendezvous_store()  # the ranks meet at it, as a launcher's do
     port = store.port
     with pytest.raises(RunStopped, match="rank 1 .*SIGKILL") as err:
-        launch(launcher_cases.one_rank_killed, 2, (port,))
+        launch(launcher_cases.one_rank_killed, 2, (port,), ("torch", "torch.distributed"))  # imported once
     assert "\n" not in str(err.value) and "Traceback" not in capfd.readouterr().err
 
 
