@@ -93,7 +93,7 @@ def default_nproc() -> int | None:
 
 RANK_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "networkx", "paradyse_lab.runtime.training.loop",
                 "paradyse_lab.cli.train_command")
-"""What the fork server of `train --nproc N` imports once for its N ranks (runtime/launch/local.py `launch`): torch
+"""What the fork server of `train --nproc N` imports once for its N ranks: torch
 (~2.3 CPU s), torch._dynamo (~1.6: the first `torch.optim` param group imports it), the planner's graph library and
 the training runtime, paid once instead of once per rank."""
 
