@@ -183,8 +183,9 @@ def pytest_configure(config):
     if not config.getoption("numprocesses", None):
         return
     # beside the workers' start-up: they import pytest, the plugins and tests/conftest.py before they collect
-    _REWRITE.append(threading.Thread(target=rewrite_test_modules, args=(config,), daemon=True))
-    _REWRITE[0].start()
+    thread = threading.Thread(target=rewrite_test_modules, args=(config,), daemon=True)
+    _REWRITE.append(thread)
+    thread.start()
     if _kernels_cached():
         return
     _KERNELS_COMPILE.append(subprocess.Popen(

@@ -59,11 +59,12 @@ def forest_predict(forest: RandomForestRegressor, X) -> np.ndarray:
     forest's order, then divided by their number, as scikit-learn's `ForestRegressor.predict` does with one job
     (sklearn/ensemble/_forest.py, `_accumulate_prediction`; a tree's `predict` is `tree_.predict(X)[:, 0]`),
     without its per-tree job dispatch and input checks: ~7 ms a call of 50 trees on a few rows, ~0.5 ms here.
-    The cost models call it once per length. Any other forest (several outputs, several jobs) goes to
-    `forest.predict`."""
-    if forest.n_outputs_ != 1 or forest.n_jobs not in (None, 1):
+    The cost models call it once per length. Any other forest (several outputs, several jobs) and any input with a
+    missing value (which some forests' trees route, others refuse) goes to `forest.predict`."""
+    check_is_fitted(forest)
+    if forest.n_outputs_ != 1 or forest.n_jobs not in (None, 1) or not np.isfinite(np.asarray(X, dtype=float)).all():
         return forest.predict(X)
-    X = validate_data(forest, X, dtype=np.float32, reset=False)  # the forest's own check: shape, finite values
+    X = validate_data(forest, X, dtype=np.float32, reset=False)  # the forest's own check: shape, column count
     out = np.zeros(X.shape[0], dtype=np.float64)
     for tree in forest.estimators_:
         out += tree.tree_.predict(X)[:, 0]

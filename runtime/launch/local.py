@@ -169,7 +169,7 @@ def _received_fds(*fds) -> tuple[int, ...]:
 
 
 def _rank_main(fn, rank: int, nprocs: int, args: tuple, report, environ: dict[str, str],
-               output: tuple[int, int]) -> None:
+               output: tuple[int, ...]) -> None:
     """One rank: `fn`, in the launcher's environment variables and output (not the fork server's), its error sent
     to the launcher through `report` (a pipe's end)."""
     _stop_with_launcher()
@@ -263,6 +263,17 @@ def _wait_for_first_failure(procs, reports) -> bool:
         multiprocessing.connection.wait(running + reports, timeout=0.5)
 
 
+def _can_manage_fork_server() -> bool:
+    """Whether this Python forks processes from a fork server whose pid and stop this launcher can read (CPython's
+    `multiprocessing.forkserver` keeps them in private attributes; where they are missing, ranks are spawned)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    return all(hasattr(server, name) for name in ("_forkserver_pid", "_stop", "_forkserver_alive_fd"))
+
+
 def _start_rank_server(preload: tuple[str, ...]) -> bool:
     """Start this process's fork server with `preload` imported, unless one already runs (whatever it imported:
     what a rank needs and the server lacks, the rank imports). The server resolves modules on the launcher's
@@ -310,8 +321,9 @@ def launch(fn, nprocs: int, args: tuple = (), preload: tuple[str, ...] = ()) -> 
     docstring); raises the first rank's `UserInputError` / `RunStopped`, or `RunStopped` when a rank crashes or
     is killed. A rank that died without a report (killed by a signal: SIGKILL, the OOM killer) is the root cause
     its peers' errors echo, so it is named in one line and their tracebacks of the broken connection are not
-    shown."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: no fork, each rank spawned
+    shown. One launch at a time in a process: the launch that started the fork server stops it when its ranks
+    end."""
+    if not _can_manage_fork_server():  # Windows (no fork), or a Python whose fork server we cannot stop: spawned
         _launch(multiprocessing.get_context("spawn"), fn, nprocs, args)
         return
     ctx = multiprocessing.get_context("forkserver")
@@ -327,9 +339,14 @@ def _launch(ctx, fn, nprocs: int, args: tuple) -> None:
     """`launch` with its fork server running."""
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]  # (launcher's end, rank's end)
     for stream in (sys.stdout, sys.stderr):  # what the launcher wrote comes before what its ranks write
-        stream.flush()
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], dict(os.environ),
-                                                  LauncherOutput()), name=f"rank-{r}") for r in range(nprocs)]
+        if stream is not None:  # None where the launcher started with its descriptor closed
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    # A forked rank takes the launcher's output through the start method; a spawned one inherits it (and
+    # DupFd, which hands descriptors over, exists only where processes fork).
+    output = LauncherOutput() if ctx.get_start_method() == "forkserver" else ()
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, nprocs, args, pipes[r][1], dict(os.environ), output),
+                         name=f"rank-{r}") for r in range(nprocs)]
     for p in procs:
         p.start()
     reports = [read for read, _ in pipes]

@@ -4,7 +4,8 @@ once per distinct call instead of once per call.
 Library module (no command). Under torch 2.x most meta kernels are Python reference implementations
 (`torch._refs` through `torch._prims`): an element-wise `add` costs a few hundred microseconds on meta tensors, a
 `gelu` or `logaddexp` milliseconds, more than the traced step's own Python. A meta kernel's result is a function
-of its arguments' metadata (shape, strides, storage offset, dtype) and its other arguments, so `MetaMemo`, a
+of its arguments' metadata (shape, strides, storage offset, dtype), its other arguments (with their types)
+and the default dtype, so `MetaMemo`, a
 `TorchDispatchMode`, keeps the result's metadata per call and answers a repeated call with a fresh meta tensor of
 the same metadata (a fresh storage, as the kernel allocates one). It remembers only operators that return new
 tensors: none whose schema mutates or aliases an input (in-place, `out=`, views, and the view-like operators the
@@ -25,14 +26,15 @@ class _NotMeta(Exception):
 
 
 def _key(x):
-    """A hashable stand-in for one argument: a tensor by its metadata, lists and tuples element by element."""
+    """A hashable stand-in for one argument: a tensor by its metadata, lists and tuples element by element, any
+    other value with its type (1, 1.0 and True are equal and hash alike, yet promote a tensor to other dtypes)."""
     if isinstance(x, torch.Tensor):
-        if x.device.type != "meta":
+        if x.device.type != "meta" or x.layout != torch.strided:  # a sparse tensor has no strides to key on
             raise _NotMeta
         return ("T", tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
     if isinstance(x, (list, tuple)):
         return (type(x), tuple(_key(y) for y in x))
-    return x
+    return (type(x), x)
 
 
 def _describe(out):
@@ -87,7 +89,8 @@ class MetaMemo(TorchDispatchMode):
         if not self.returns_fresh(func):
             return func(*args, **kwargs)
         try:
-            key = (func, _key(args), _key(tuple(sorted(kwargs.items()))))
+            # the default dtype is an input too: a float scalar or factory call takes it
+            key = (func, torch.get_default_dtype(), _key(args), _key(tuple(sorted(kwargs.items()))))
             hash(key)
         except (_NotMeta, TypeError):
             return func(*args, **kwargs)

@@ -156,7 +156,5 @@ CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(posi
 ], layers=None)
 ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
 CASES["llama-tiled-offload"] = llama_techniques_case
-ONLY_AT["llama-tiled-offload"] = (1, 3, 4)  # p = 2: a LLaMA's tiled SwiGLU and offload against the reference in
-# headchunk-llama-kv2-packed-model
 
 CASES["bad-input"] = bad_input_case

@@ -116,7 +116,7 @@ PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
 """World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
 over a pack the bytes of the unpacked schedule at the padded length, for every strategy at p = 4 (causal) and p = 2
 (bidirectional). p = 1 sends nothing, and packed-model-* check outputs and gradients over packs under every
-strategy at every p (documents padded to 2p = 6 at p = 3)."""
+strategy (packed-model-mixed-causal at every p, -bidir at p = 1, 3 and 4; documents padded to 2p = 6 at p = 3)."""
 
 for _strategy in STRATEGIES:  # recomputation is covered by the mixed plans below
     for _causal in (True, False):

@@ -1,8 +1,8 @@
-"""The meta kernels' memo (runtime/trace/meta_memo.py): a remembered call gives what the kernel gives, and only
+"""The meta kernels' memo: a remembered call gives what the kernel gives, and only
 meta-device calls of operators that return new tensors are remembered.
 
 Run: `python -m pytest -q tests/runtime/test_meta_memo.py`. That a memoized trace still equals a real run operation
-for operation is the operation tracer's distributed cases' (op_trace_cases.py, tpcp- / usp- / uneven-ops-traced).
+for operation is the operation tracer's distributed cases' (tpcp- / usp- / uneven-ops-traced and op-trace-*).
 """
 
 from __future__ import annotations
@@ -47,9 +47,27 @@ def test_calls_off_the_meta_device_in_place_and_views_are_run():
     assert memo.hits == 0
 
 
-def test_a_trace_with_the_memo_warm_equals_one_with_it_cleared():
-    """The same sub-layer traced from a cleared memo and again from the memo the first trace filled: the same
-    operations, the second without running a meta kernel it had run."""
+def test_a_scalar_of_another_type_or_another_default_dtype_is_another_call():
+    """1, 1.0 and True are equal and hash alike, yet promote an int tensor to other dtypes; a float scalar takes the
+    default dtype. Each is a call of its own, answered as the kernel answers it."""
+    ints, flags = torch.empty(3, dtype=torch.int64, device="meta"), torch.empty(3, dtype=torch.bool, device="meta")
+    memo = MetaMemo()
+    with memo:
+        assert (ints + 1).dtype == torch.int64 and (ints + 1.0).dtype == torch.float32
+        assert (flags * True).dtype == torch.bool and (flags * 1).dtype == torch.int64
+        assert torch.full((2,), 1, device="meta").dtype == torch.int64
+        assert torch.full((2,), 1.0, device="meta").dtype == torch.float32
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert (ints + 1.0).dtype == torch.float64
+        finally:
+            torch.set_default_dtype(before)
+
+
+def test_a_trace_through_the_memo_equals_one_that_runs_every_meta_kernel(monkeypatch):
+    """The same sub-layer traced through the memo (cold, then warm) and with the memo answering nothing: the same
+    operations; the warm trace without running a meta kernel the cold one had run."""
     cfg, s = op_trace_cases.CFG, op_trace_cases.S
     option = StrategyOption.parse("metp+recompute")
     op_trace.META_MEMO.memo.clear()
@@ -57,3 +75,7 @@ def test_a_trace_with_the_memo_warm_equals_one_with_it_cleared():
     misses = op_trace.META_MEMO.misses
     warm = op_trace.trace_sublayer(cfg, "attention", option, s, 4, dtype="fp32", rank=1)
     assert warm == cold and op_trace.META_MEMO.misses == misses
+    monkeypatch.setattr(op_trace.META_MEMO, "returns_fresh", lambda func: False)  # every call runs its kernel
+    hits = op_trace.META_MEMO.hits
+    plain = op_trace.trace_sublayer(cfg, "attention", option, s, 4, dtype="fp32", rank=1)
+    assert plain == cold and op_trace.META_MEMO.hits == hits

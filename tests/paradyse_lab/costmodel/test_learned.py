@@ -130,6 +130,13 @@ def test_forest_predict_is_the_forests_own_prediction_to_the_bit():
         forest_predict(forest, X[:2, :4])
     two = RandomForestRegressor(n_estimators=3, random_state=0).fit(X, np.column_stack([y, y]))
     assert forest_predict(two, X[:4]).shape == (4, 2)  # several outputs: the forest's own predict
+    with_nan = X[:3].copy()
+    with_nan[1, 2] = np.nan  # a missing value: the forest's own predict (its trees route it)
+    assert forest_predict(forest, with_nan).tobytes() == forest.predict(with_nan).tobytes()
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        forest_predict(RandomForestRegressor(n_estimators=2), X[:2])
 
 
 # ----- AIC ------------------------------------------------------------------------------------------------------
