@@ -103,7 +103,7 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
     imports left (torch, the planner, the runtime: a rank's whole life) is frozen first (`gc.freeze`), so that
     the garbage collector's full passes while the rank trains, the first optimizer's import of torch._dynamo
     among them (~0.4 CPU s less), no longer walk it; frozen objects are still freed by reference counting."""
-    import torch  # noqa: F401 - a spawned rank's first import of torch, before the freeze
+    import torch  # noqa: F401 - a rank's torch (the fork server's, or its own first import), before the freeze
 
     gc.freeze()
     run_rank(rank, world, train, (opts,), port, timeout_s)
@@ -111,8 +111,8 @@ def _init_and_train(rank: int, world: int, opts, port: int | None, timeout_s: fl
 
 def run(args: argparse.Namespace) -> int:
     """Entry of `paradyse-lab train` (under torchrun: `torchrun ... -m paradyse_lab train`). On CUDA the allocator
-    gets expandable segments unless the user configured it; spawned ranks inherit
-    it."""
+    gets expandable segments unless the user configured it; the ranks run in
+    the launcher's environment, so they take it too."""
     opts = options_from_args(args)
     timeout_s = collective_timeout.seconds(args)
     use_expandable_segments(os.environ)

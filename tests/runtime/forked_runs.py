@@ -6,8 +6,8 @@ variables, working directory, stdout and stderr), pays those imports once: `pyth
 RUNS.json is {"runs": [{"id", "argv", "cwd", "env"}, ...], "preload": [module, ...]} ("env": the run's whole
 environment; "preload": what this process imports before it forks, by default the train command's ranks'
 modules). Each run's process calls the CLI's `main` (or, given "module", runs that module as `python -m MODULE
-ARGV` does) and ends with its exit code (a process that joined a process group ends inside `main`, as
-`python -m paradyse_lab` does), its stdout going to /dev/null and its stderr to DIR/ID.err. DIR/pids.json
+ARGV` does) and ends with its exit code (at once, through `end_process`, as a process that joined a process
+group must), its stdout going to /dev/null and its stderr to DIR/ID.err. DIR/pids.json
 ({"pids": {id: pid}, "started": when the first was forked}) is written once every run started; DIR/ends.json
 ({id: {"code", "ended"}}, the times in `time.monotonic()` seconds, the clock every process of the machine shares;
 a negative code: the signal that ended it) is rewritten as each run ends. A run still going `limit_s` seconds

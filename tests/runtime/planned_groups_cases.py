@@ -63,8 +63,8 @@ def planned_steps_case(rank: int, p: int, group) -> None:
 
 ONE_GROUP_LOGS: dict[tuple, list[dict]] = {}
 """Logs of `train --group-size 4` (one group of all ranks) by (the model's config.json text, the length file's
-lengths, the other options): the run several cases compare their groups against (here and
-subworld_cases.py's two-dimensional groups: the same micro GPT-2, lengths and options), trained once per world.
+lengths, the other options): the run several cases compare their groups against (these and the sub-world
+cases' two-dimensional groups: the same micro GPT-2, lengths and options), trained once per world.
 Every rank runs the same cases in the same order, so all ranks find a log here or none does."""
 
 

@@ -2,8 +2,8 @@
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
 MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each run (the `--nproc` run's
 launcher, which forks its ranks from a fork server of its own, each torchrun-style rank, each environment that
-cannot meet) is a process of its own, forked from one interpreter that imported the train command once
-(forked_runs.py), all started at once in one module fixture. Every process has a time limit of its own and the
+cannot meet) is a process of its own, forked from one interpreter that imported the train command once,
+all started at once in one module fixture. Every process has a time limit of its own and the
 test a limit on its wait, so a hang fails the test instead of the suite."""
 
 from __future__ import annotations

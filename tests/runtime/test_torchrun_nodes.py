@@ -2,9 +2,9 @@
 twice (--node-rank 0 and 1, c10d rendezvous at localhost on a free port), `paradyse-lab train --global-batch 2
 --group-size 1`: the two nodes' gloo ranks form one world of two groups of one (each group on its own node, the
 step's gather and gradient reduce across the nodes), and the run logs its steps. One process per node: the
-fewest that make two nodes (groups of two in a world of four: tests/runtime/grouped_cases.py).
+fewest that make two nodes (groups of two in a world of four are the distributed tests' grouped cases).
 
-The two agents are forked from one interpreter that imported torchrun's module once (forked_runs.py: `python -m
+The two agents are forked from one interpreter that imported torchrun's module once (`python -m
 torch.distributed.run` in each, from one import of torch instead of two); each starts its rank as torchrun does, a
 `python -m paradyse_lab train` process of its own.
 
