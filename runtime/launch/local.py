@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing import forkserver, reduction
 
 from paradyse_lab.errors import RunStopped, UserInputError
 
@@ -130,8 +131,6 @@ def _os_error_line(err: OSError) -> str:
 def _stop_with_launcher() -> None:
     """Make this rank die when its launcher does (module docstring): SIGKILL when its parent (the fork server) ends,
     the fork server left to end with the launcher; ended at once when the launcher is already gone."""
-    from multiprocessing import forkserver
-
     server = getattr(forkserver, "_forkserver", None)
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
     if alive_fd is not None:  # a forked rank: the server's clients are the launcher alone, not its ranks
@@ -159,8 +158,6 @@ class LauncherOutput:
     unpickled in the rank as the pair of its copies of them."""
 
     def __reduce__(self):
-        from multiprocessing import reduction
-
         return _received_fds, (reduction.DupFd(1), reduction.DupFd(2))
 
 
@@ -268,8 +265,6 @@ def _can_manage_fork_server() -> bool:
     `multiprocessing.forkserver` keeps them in private attributes; where they are missing, ranks are spawned)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
-    from multiprocessing import forkserver
-
     server = getattr(forkserver, "_forkserver", None)
     return all(hasattr(server, name) for name in ("_forkserver_pid", "_stop", "_forkserver_alive_fd"))
 
@@ -279,10 +274,7 @@ def _start_rank_server(preload: tuple[str, ...]) -> bool:
     what a rank needs and the server lacks, the rank imports). The server resolves modules on the launcher's
     sys.path (PYTHONPATH, and PYTHONSAFEPATH so that its working directory does not come first), so that it
     imports the same files the launcher and the ranks would. Whether this call started it."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is not None:
+    if forkserver._forkserver._forkserver_pid is not None:
         forkserver.ensure_running()  # restarts a server that died, with the preload it had
         return False
     path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
@@ -309,11 +301,7 @@ def restored_environ(names):
 
 def _stop_rank_server() -> None:
     """Stop this process's fork server and wait for its end (its ranks have ended)."""
-    from multiprocessing import forkserver
-
-    stop = getattr(forkserver._forkserver, "_stop", None)
-    if stop is not None:
-        stop()
+    forkserver._forkserver._stop()
 
 
 def launch(fn, nprocs: int, args: tuple = (), preload: tuple[str, ...] = ()) -> None:

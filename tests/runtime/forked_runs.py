@@ -26,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+from paradyse_lab.files.atomic_write import write_text_atomic
+
 
 def _write(path: str, data: dict) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f)
-    os.replace(path + ".tmp", path)
+    write_text_atomic(path, json.dumps(data))  # a test polling the file never reads half of it
 
 
 def _child(run: dict, out_dir: str) -> None:
@@ -47,6 +47,7 @@ def _child(run: dict, out_dir: str) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.dup2(err, 2)
+        os.close(null), os.close(err)
         if run.get("module"):
             sys.argv = [run["module"], *run["argv"]]
             runpy.run_module(run["module"], run_name="__main__", alter_sys=True)

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from paradyse_lab.files.atomic_write import write_text_atomic
+
 
 class Hung(BaseException):
     """The run's time limit passed (raised from SIGALRM; not an Exception, so that the CLI cannot report it)."""
@@ -81,9 +83,7 @@ def main(runs_path: str, out_path: str, limit_s: float) -> None:
     results: dict[str, dict] = {}
     for run in runs:
         results[run["id"]] = run_one(run["argv"], run["cwd"], limit_s, run.get("env"))
-        with open(out_path + ".tmp", "w") as f:
-            json.dump(results, f)
-        os.replace(out_path + ".tmp", out_path)
+        write_text_atomic(out_path, json.dumps(results))  # the test reads the cases that ended, never half of one
 
 
 if __name__ == "__main__":
