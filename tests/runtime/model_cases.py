@@ -105,6 +105,8 @@ ONLY_AT: dict[str, tuple[int, ...]] = {}
 for _causal in (True, False):
     CASES[f"llama-kv1-ts-metp-mlps-{'causal' if _causal else 'bidir'}"] = llama_gqa_mlp_case(_causal)
 ONLY_AT["llama-kv1-ts-metp-mlps-bidir"] = (4,)  # a LLaMA without the mask, where one K/V head is fewest per rank
+ONLY_AT["llama-kv1-ts-metp-mlps-causal"] = (1, 2, 3)  # p = 4: the same plans bidirectional (-bidir above; the mask
+# is the attention's, checked at p = 4 by model-*-causal), the tiled loss by tiled-loss-5-mixed-causal
 
 SWITCHING_PLANS = (  # on MODEL_LAYERS = 2 layers: each strategy with and without recompute on each kind
     ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"],
@@ -126,17 +128,20 @@ def _per_layer(plans) -> list[list[str]]:
 for _causal in (True, False):
     _tag = "causal" if _causal else "bidir"
     for _strategy in STRATEGIES if _causal else ():  # bidirectional: every strategy is in the mixed plans below
-        if _strategy == "megatron_cz":  # its plan of one name per layer is model-mixed-switching-causal's last
-            continue
-        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * MODEL_LAYERS], _causal)  # and its attention
-        ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # above; p = 1, 2 and 3: every strategy in the mixed plans below
+        CASES[f"model-{_strategy}-{_tag}"] = model_case([[_strategy] * MODEL_LAYERS], _causal)  # one strategy
+        ONLY_AT[f"model-{_strategy}-{_tag}"] = (4,)  # throughout at p = 4 (one case per 1-D strategy there); p = 1,
+        # 2 and 3: every strategy in the mixed plans below
 # causal: one name per sub-layer, then one strategy by sub-layer with recompute on its MLPs alone, and one by layer
 # throughout (plans that never switch strategy); bidirectional: the 16 (strategy, recompute, kind) sub-layers by layer
 CASES["model-mixed-switching-causal"] = model_case([*SWITCHING_PLANS, ["metp", "metp+recompute"] * MODEL_LAYERS,
                                                     ["megatron_cz", "megatron_cz"]], True)
+ONLY_AT["model-mixed-switching-causal"] = (1, 2, 3)  # p = 4: each strategy throughout (model-*-causal above), and
+# plans switching between megatron_ts (also +recompute), megatron_cz (also +recompute), ulysses_z and metp among
+# the 2-D strategies in usp-model-switching-causal and tpcp-model-switching-causal
 CASES["model-mixed-switching-bidir"] = model_case(_per_layer(SWITCHING_PLANS[:2]), False)
-ONLY_AT["model-mixed-switching-bidir"] = (1, 3, 4)  # p = 2: every strategy's bidirectional attention, with and
-# without recompute, against the reference in sublayer-*-attention-bidir*; the switching at p = 2: the causal plans
+ONLY_AT["model-mixed-switching-bidir"] = (1, 3)  # p = 2: every strategy's bidirectional attention, with and
+# without recompute, against the reference in sublayer-*-attention-bidir*; the switching at p = 2: the causal plans;
+# p = 4: bidirectional whole models in usp-/tpcp-model-per-layer-bidir and llama-kv1-ts-metp-mlps-bidir
 for _tile, _plan in ((5, ["megatron_ts", "megatron_cz+recompute", "ulysses_z", "metp+recompute"]),
                      (S, ["metp", "ulysses_z+recompute", "megatron_cz", "megatron_ts+recompute"])):
     # tiles that do not divide a rank's B * S / p tokens, and one tile over them all; every strategy in each plan
@@ -149,12 +154,16 @@ CASES["model-tiled-offload-mixed-causal"] = model_case([  # every strategy with 
     ["megatron_ts+offload", "metp+tiled", "megatron_cz+recompute+offload", "ulysses_z+tiled+offload",
      "ulysses_z+recompute", "megatron_cz+tiled", "metp+offload", "megatron_ts+tiled+offload"],
 ], mlp_tile=TILE, layers=None)  # gpt2-tiny's 4 layers: each option on both kinds of sub-layer
-ONLY_AT["model-tiled-offload-mixed-causal"] = (1, 3, 4)  # p = 2: every strategy's tiled, offloaded MLP and
+ONLY_AT["model-tiled-offload-mixed-causal"] = (1, 3)  # p = 2 and 4: every strategy's tiled, offloaded MLP and
 # offloaded attention in sublayer-*-tiled-offload / -offload (every p), the switching in model-mixed-switching-causal
+# (p = 2) and usp-/tpcp-model-switching-causal (p = 4, with +tiled and +offload sub-layers)
 CASES["model-tiled-alst-chunks-causal"] = model_case([  # ALST's rule: ceil(positions / hidden) chunks (one here)
     ["metp+tiled", "megatron_cz+tiled+offload", "ulysses_z+recompute+tiled", "megatron_ts+tiled"],
 ], layers=None)
 ONLY_AT["model-tiled-alst-chunks-causal"] = (1,)  # the default chunk size; exactness at every p: the case above
 CASES["llama-tiled-offload"] = llama_techniques_case
+ONLY_AT["llama-tiled-offload"] = (1, 2, 3)  # p = 4 runs only megatron_cz and ulysses_z on its 2 K/V heads: the LLaMA
+# with 2 K/V heads under ulysses_z+tiled and +recompute+offload in usp-llama-kv2-gqa, the techniques' bytes in
+# sublayer-*-tiled-offload / -offload
 
 CASES["bad-input"] = bad_input_case

@@ -3,10 +3,12 @@ sub-layer's forward and backward under every option of a strategy with the dispa
 operations it dispatched (every aten operator; attention calls and collectives at the runtime's entry points)
 equal, one for one in order, the trace of the same rank made on meta tensors through a fake process group.
 
-Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at every size
-(`ONLY_AT`): p = 1 is the path without communication, p = 4 the longest rings and all-to-alls and four ranks whose
-zig-zag positions differ (rank 0's causal blocks are not the others'), p = 3 the odd ring (three ranks whose
-zig-zag positions differ too), p = 2 the ring whose previous and next rank are one. Every strategy's plain option
+Run in the distributed tests' one gloo world per size (runtime_cases.py registers them) at p = 1, 2 and 3
+(`ONLY_AT`): p = 1 is the path without communication, p = 3 the odd ring and ranks whose zig-zag positions differ
+(rank 0's causal blocks are not the others'), p = 2 the ring whose previous and next rank are one. p = 4 adds no
+path of its own to a one-dimensional strategy (a longer loop over the same steps); there the two-dimensional
+strategies' ops-traced cases (tpcp-, usp-, uneven-ops-traced) trace their rings and all-to-alls over all four ranks
+(degrees 1 x 4 and 4 x 1). Every strategy's plain option
 runs at every size; each flag at p = 1 and at one world of several ranks (`FLAGS_AT`): a flag wraps the strategy's
 collectives and the code between them alike at every p (a recomputed forward repeats them), so where its trace
 and run agree at one world they agree at the others, and each rank of a world costs its (option, sub-layer) pairs a
@@ -28,12 +30,11 @@ from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inpu
 CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
-FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+tiled", "+offload"), 3: ("", "+recompute"),
-            4: ("",)}
+FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+tiled", "+offload"), 3: ("", "+recompute")}
 """The options' flags each world size traces and runs: every flag at p = 1, and at one world of several ranks,
 where it costs least: +recompute (it doubles a ring's exchanges, an odd ring's too) at p = 3, +tiled (an MLP's
-chunks) and +offload (the saved tensors' hooks, alike at every p) at p = 2; p = 4, the costliest world, traces
-every strategy's plain option, and +offload there on the two-dimensional strategies (tpcp- and usp-ops-traced).
+chunks) and +offload (the saved tensors' hooks, alike at every p) at p = 2; p = 4, the costliest world, traces the
+two-dimensional strategies alone (tpcp- and usp-ops-traced, with +offload).
 `+recompute+tiled` is not among them: on an MLP alone it is `+tiled`, and `+tiled` acts on no attention
 (`StrategyOption.runs`: neither is a sub-layer decision of its own)."""
 KINDS = ("attention", "mlp")
@@ -71,6 +72,5 @@ def case_of(strategy: str):
 CASES = {f"op-trace-{name}": case_of(name) for name in STRATEGY_MODULES}
 """Named apart from the operator-count cases (`ops-*`, their own worlds)."""
 ONLY_AT = {name: tuple(FLAGS_AT) for name in CASES}
-"""Each rank traces and runs its (option, sub-layer) pairs at every world of the harness: p = 1 without
-communication, 3 the one odd world (an odd ring length, zig-zag over an odd p), 2 and 4 the even ones; the flags
-of each world: `FLAGS_AT`."""
+"""Each rank traces and runs its (option, sub-layer) pairs at p = 1 without communication, 3 the one odd world (an
+odd ring length, zig-zag over an odd p), 2 the even one; the flags of each world: `FLAGS_AT`."""

@@ -116,7 +116,9 @@ PACKED_SUBLAYER_AT = {True: (4,), False: (2,)}
 """World sizes of the packed one-sub-layer cases, causal and bidirectional: the only check that a strategy sends
 over a pack the bytes of the unpacked schedule at the padded length, for every strategy at p = 4 (causal) and p = 2
 (bidirectional). p = 1 sends nothing, and packed-model-* check outputs and gradients over packs under every
-strategy (packed-model-mixed-causal at every p, -bidir at p = 1, 3 and 4; documents padded to 2p = 6 at p = 3)."""
+strategy (packed-model-mixed-causal at p = 1, 2 and 3, -bidir at p = 1 and 3; documents padded to 2p = 6 at
+p = 3; at p = 4 the packed 2-D and uneven-head models: usp-packed-llama-kv2-gqa, tpcp-packed-llama-kv4-gqa,
+uneven-packed-llama12-kv3-model, headchunk-llama-kv2-packed-model)."""
 
 for _strategy in STRATEGIES:  # recomputation is covered by the mixed plans below
     for _causal in (True, False):
@@ -129,6 +131,11 @@ CASES["packed-model-mixed-causal"] = packed_model_case([  # every strategy with 
 ], True)
 CASES["packed-model-mixed-bidir"] = packed_model_case([
     ["ulysses_z+recompute", "metp", "megatron_ts", "megatron_cz+recompute"]], False, first_pack=1)
-ONLY_AT["packed-model-mixed-bidir"] = (1, 3, 4)  # p = 2: every strategy's bidirectional attention over a pack
-# against the reference in packed-sublayer-*-bidir (outputs, every gradient, bytes)
+ONLY_AT["packed-model-mixed-causal"] = (1, 2, 3)  # p = 4: every strategy over a pack against the reference in
+# packed-sublayer-*-causal (outputs, every gradient, bytes), whole packed models in the cases named above
+ONLY_AT["packed-model-mixed-bidir"] = (1, 3)  # p = 2: every strategy's bidirectional attention over a pack
+# against the reference in packed-sublayer-*-bidir (outputs, every gradient, bytes); p = 4: a bidirectional pack
+# under the 2-D strategies in usp-2-packed-sublayer-bidir and tpcp-2-packed-sublayer-bidir
 CASES["packed-llama-gqa-causal"] = packed_model_case([None, None], True, llama_kv=2)
+ONLY_AT["packed-llama-gqa-causal"] = (1, 2, 3)  # p = 4: packed LLaMA models with per-document RoPE in
+# usp-packed-llama-kv2-gqa (the same 2 K/V heads), tpcp-packed-llama-kv4-gqa and headchunk-llama-kv2-packed-model

@@ -74,12 +74,14 @@ CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 
 ONE_SUBLAYER_AT = (2,)
-"""World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2, 3 and 4
+"""World sizes of the plain one-sub-layer cases: p = 2, the cheapest world that communicates. At p = 1, 2 and 3
 every strategy, with and without recomputation, causal and bidirectional, on attention and MLP sub-layers, runs
 against the reference (outputs, every parameter's gradient: a wrong input gradient shows in the layers below) and
 the schedules' bytes sub-layer by sub-layer in the whole-model cases (model-mixed-switching-*: one name per
-sub-layer when causal, one per layer when bidirectional, the latter at p = 1, 3 and 4, where p = 2 has these
-cases; at p = 4 also one strategy throughout, model-*-causal).
+sub-layer when causal, one per layer when bidirectional, the latter at p = 1 and 3, where p = 2 has these
+cases); at p = 4 every strategy causal, one strategy throughout (model-*-causal) and switching to and from the 2-D
+strategies (usp-/tpcp-model-switching-causal), the bidirectional mask in usp-/tpcp-model-per-layer-bidir and
+llama-kv1-ts-metp-mlps-bidir (recomputation wraps every p alike).
 The `-tiled-offload` and
 `-offload` ones stay at every p: they alone count the bytes kept for the backward, a count in p."""
 

@@ -86,7 +86,8 @@ ONLY_AT: dict[str, tuple[int, ...]] = {}
 for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
     CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
 ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
-ONLY_AT["vocab-parallel-llama-tile7"] = (1, 2, 4)  # p = 3: the tied LLaMA below (GPT-2: every p)
+ONLY_AT["vocab-parallel-llama-tile7"] = (1, 2)  # p = 3: the tied LLaMA below; p = 4: the rows split evenly over
+# four ranks in vocab-parallel-gpt2-tile5 (every p) and gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2
 CASES["vocab-parallel-llama-tied-tile5"] = vocab_parallel_case(True, 5, tied=True)  # 32 tokens a rank: 6 tiles of
 # 5 and a last one of 2 (each tile's gathers and reductions are collectives: tiles of 3 made 11 tiles and 368
 # collectives a rank, tiles of 5 make 280)
