@@ -44,9 +44,9 @@ CASES["tpcp-llama-kv2-gqa"] = llama_case(2, [[tpcp(2), tpcp(1) + "+recompute"]])
 CASES["tpcp-packed-llama-kv4-gqa"] = packed_model_case([[tpcp(2), tpcp(4) + "+recompute"],  # per-document RoPE
                                                         [tpcp(4), "megatron_cz", tpcp(1), tpcp(2)]], True, llama_kv=4)
 CASES["tpcp-ops-traced"] = ops_traced_case(  # each degree and each flag at least once in each sub-layer kind
-    # (every option costs a rank ~0.2 s): the flags wrap every degree alike
+    # (every option costs a rank ~0.2 s): the flags wrap every degree alike, so one option carries a degree and a flag
     (TRACE_CFG, "attention", (tpcp(1) + "+recompute", tpcp(2), tpcp(4) + "+offload")),
-    (TRACE_CFG, "mlp", (tpcp(1), tpcp(2) + "+tiled", tpcp(4) + "+recompute", tpcp(2) + "+offload")),
+    (TRACE_CFG, "mlp", (tpcp(1) + "+offload", tpcp(2) + "+tiled", tpcp(4) + "+recompute")),
     (trace_llama(4), "attention", (tpcp(2) + "+recompute",)),  # rotary positions, 4 K/V heads, SwiGLU
     (trace_llama(4), "mlp", (tpcp(4),)),
 )

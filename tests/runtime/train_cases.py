@@ -186,7 +186,7 @@ def plan_decided_on_rank0_case(rank: int, p: int, group) -> None:
 def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
     """`train --pack-tokens 96` (gloo, p = 2; a micro GPT-2, `_micro_gpt2_config`, dynamic:dp, AdamW): every step
     is a pack of several of the length file's documents, every document padded to 2p (a pack: at most 96 tokens
-    plus 2p - 1 per document), and the loss falls over 4 passes over the 3 packs (the last pass's mean 1.0 below
+    plus 2p - 1 per document), and the loss falls over 3 passes over the 3 packs (the last pass's mean 0.74 below
     the first's here)."""
     import os
 
@@ -201,7 +201,7 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
         with open(lengths, "w") as f:
             f.write("\n".join(map(str, (5, 9, 17, 30, 48, 12, 3, 1, 26, 40, 7, 21, 33, 2, 14))))
     dist.barrier(group=group)
-    log = train(TrainOptions(model=_micro_gpt2_config(root, rank, p, group, 96), dataset=f"file:{lengths}", steps=12,
+    log = train(TrainOptions(model=_micro_gpt2_config(root, rank, p, group, 96), dataset=f"file:{lengths}", steps=9,
                              lr=1e-2, max_len=S, pack_tokens=96, progress=False), group)
     assert all(r["seq_len"] % (2 * p) == 0 and r["seq_len"] <= 96 + (2 * p - 1) * r["docs"] for r in log)
     assert [r["docs"] for r in log[:6]] == [6, 5, 4] * 2  # 3 packs of all 15 documents (first-fit decreasing)

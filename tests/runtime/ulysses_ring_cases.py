@@ -152,8 +152,9 @@ def ops_traced_case(*runs: tuple[ModelSpec, str, tuple[str, ...]]):
 
 
 CASES["usp-ops-traced"] = ops_traced_case(  # each degree and each flag at least once (every option costs a
-    # rank ~0.2 s): the flags wrap every degree alike (the recomputation, the offload's hooks)
-    (TRACE_CFG, "attention", (usp(1), usp(2) + "+recompute", usp(4), usp(2) + "+offload")),
+    # rank ~0.2 s): the flags wrap every degree alike (the recomputation, the offload's hooks), so one option
+    # carries a degree and a flag
+    (TRACE_CFG, "attention", (usp(1) + "+offload", usp(2) + "+recompute", usp(4))),
     # ZeRO-3's MLP at every degree (its weights span all p), the same as ulysses_z's (its flags: op_trace_cases)
     (TRACE_CFG, "mlp", (usp(4) + "+offload",)),
     (trace_llama(2), "attention", (usp(4) + "+recompute",)),  # rotary positions, 2 K/V heads replicated to 4
