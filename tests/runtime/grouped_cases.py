@@ -217,7 +217,8 @@ GLOBAL_BATCH_LENGTHS = (16, 20, 24, 28, 32, 40, 44, 48)
 def train_global_batch_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` gives the same losses, gradient norms and held-out losses whatever --group-size
     (4 groups of one, 2 of two: each step's sequences planned and trained at the group's size; one group of four
-    against groups the planner sizes: train-groups-sized, planned_groups_cases.py), with
+    against the planner's rounds: train-groups-rounds, round_cases.py; groups of one against the planner's sizes:
+    train-groups-sized, planned_groups_cases.py), with
     sequences and with packs of documents (a group planner's groups, 2/1/1 among them, through the same
     `groups_for` of runtime/training/loop.py: train-groups-sized); a run
     checkpointed with groups of two resumes with groups of one (the states are in one world layout: nothing to

@@ -30,11 +30,12 @@ from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inpu
 CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
-FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+tiled", "+offload"), 3: ("", "+recompute")}
+FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+recompute", "+tiled", "+offload"), 3: ("",)}
 """The options' flags each world size traces and runs: every flag at p = 1, and at one world of several ranks,
-where it costs least: +recompute (it doubles a ring's exchanges, an odd ring's too) at p = 3, +tiled (an MLP's
-chunks) and +offload (the saved tensors' hooks, alike at every p) at p = 2; p = 4, the costliest world, traces the
-two-dimensional strategies alone (tpcp- and usp-ops-traced, with +offload).
+where it costs least, p = 2: +recompute (it repeats a forward's exchanges, a ring's as the all-to-alls, the same
+at every ring length: p = 3's odd ring runs the plain options, whose forward is the one repeated), +tiled (an MLP's
+chunks) and +offload (the saved tensors' hooks, alike at every p); p = 4, the costliest world, traces the
+two-dimensional strategies alone (tpcp- and usp-ops-traced, with +recompute and +offload).
 `+recompute+tiled` is not among them: on an MLP alone it is `+tiled`, and `+tiled` acts on no attention
 (`StrategyOption.runs`: neither is a sub-layer decision of its own)."""
 KINDS = ("attention", "mlp")

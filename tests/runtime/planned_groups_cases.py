@@ -7,7 +7,9 @@ peaks, with the grouped state phases: `BUDGET_GIB`), the planner gives each glob
 then 2/1/1, then 2/2). Trained one after another on the same world model, each step's loss and gradients equal the
 single-device reference's over its whole global batch, every byte sent is the cost model's, and no parameter moves
 (a change of group sizes moves no states); `train --groups sized` logs the sizes changing between steps and trains
-as a run of one group of all ranks does."""
+as a run of four groups of one does (each item on one rank: the cheapest run of the same global batches; one group
+of all ranks against four of one step by step: grouped-steps-2x2-4x1-1x4-mixed, and as a `train` run:
+train-groups-rounds)."""
 
 from __future__ import annotations
 
@@ -61,31 +63,31 @@ def planned_steps_case(rank: int, p: int, group) -> None:
         assert torch.equal(q.detach(), before[n]), f"{n} changed"
 
 
-ONE_GROUP_LOGS: dict[tuple, list[dict]] = {}
-"""Logs of `train --group-size 4` (one group of all ranks) by (the model's config.json text, the length file's
-lengths, the other options): the run several cases compare their groups against (these and the sub-world
-cases' two-dimensional groups: the same micro GPT-2, lengths and options), trained once per world.
+FIXED_SIZE_LOGS: dict[tuple, list[dict]] = {}
+"""Logs of `train --group-size G` by (G, the model's config.json text, the length file's lengths, the other
+options): the runs several cases compare their groups against (these and the sub-world cases' two-dimensional
+groups: the same micro GPT-2, lengths and options), each trained once per world.
 Every rank runs the same cases in the same order, so all ranks find a log here or none does."""
 
 
-def one_group_log(common: dict, lengths: tuple[int, ...], group) -> list[dict]:
-    """The log of `train` with the options `common` (a `model` config path, a `dataset` file of `lengths`) as one
-    group of all four ranks, from `ONE_GROUP_LOGS` when an earlier case of this world trained the same run."""
+def fixed_size_log(common: dict, lengths: tuple[int, ...], group, size: int) -> list[dict]:
+    """The log of `train` with the options `common` (a `model` config path, a `dataset` file of `lengths`) in
+    groups of `size` ranks, from `FIXED_SIZE_LOGS` when an earlier case of this world trained the same run."""
     from paradyse_lab.app.training import train
 
     with open(common["model"]) as f:
-        key = (f.read(), tuple(lengths), tuple(sorted((k, repr(v)) for k, v in common.items()
-                                                      if k not in ("model", "dataset"))))
-    if key not in ONE_GROUP_LOGS:
-        ONE_GROUP_LOGS[key] = train(TrainOptions(**common, group_size=4), group)
-    return ONE_GROUP_LOGS[key]
+        key = (size, f.read(), tuple(lengths), tuple(sorted((k, repr(v)) for k, v in common.items()
+                                                            if k not in ("model", "dataset"))))
+    if key not in FIXED_SIZE_LOGS:
+        FIXED_SIZE_LOGS[key] = train(TrainOptions(**common, group_size=size), group)
+    return FIXED_SIZE_LOGS[key]
 
 
-def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], steps: int, what: str,
-                            **planned) -> list[dict]:
+def train_against_fixed_size(rank: int, p: int, group, lengths: tuple[int, ...], steps: int, what: str, size: int,
+                             **planned) -> list[dict]:
     """`train --global-batch 4` of the micro GPT-2 (runtime_cases.py `_micro_gpt2_config`, 64 positions) over a
-    length file of `lengths` in order, with the options `planned` (a group planner) and with one group of all
-    four ranks: the same losses and gradient norms (`what` names the check); returns the planned run's log."""
+    length file of `lengths` in order, with the options `planned` (a group planner) and in groups of `size`
+    ranks: the same losses and gradient norms (`what` names the check); returns the planned run's log."""
     import shutil
 
     import torch.distributed as dist
@@ -103,8 +105,8 @@ def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], 
     common = {"model": model, "dataset": f"file:{path}", "steps": steps, "lr": 3e-3, "max_len": 64,
               "global_batch": 4, "progress": False}
     log = train(TrainOptions(**common, **planned), group)
-    one_group = one_group_log(common, lengths, group)
-    _same_runs({1: one_group, 2: log}, f"{what} against one group of four:")
+    fixed = fixed_size_log(common, lengths, group, size)
+    _same_runs({1: fixed, 2: log}, f"{what} against groups of {size}:")
     dist.barrier(group=group)
     if rank == 0:
         shutil.rmtree(root)
@@ -112,9 +114,9 @@ def train_against_one_group(rank: int, p: int, group, lengths: tuple[int, ...], 
 
 
 def train_planned_groups_case(rank: int, p: int, group) -> None:
-    """`train --global-batch 4 --groups sized` sizes its groups per step and matches one group of all ranks."""
-    planned = train_against_one_group(rank, p, group, TRAIN_LENGTHS, 3, "--groups sized", groups="sized",
-                                      budget_gib=TRAIN_BUDGET_GIB)
+    """`train --global-batch 4 --groups sized` sizes its groups per step and matches four groups of one."""
+    planned = train_against_fixed_size(rank, p, group, TRAIN_LENGTHS, 3, "--groups sized", 1, groups="sized",
+                                       budget_gib=TRAIN_BUDGET_GIB)
     sizes = [row["plan"].split(":")[0] for row in planned]
     assert sizes == ["groups 1/1/1/1", "groups 2/1/1", "groups 2/2"], sizes
 

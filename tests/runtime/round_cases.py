@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 from grouped_cases import LENGTHS, PLANS, _batch, _cfg, _meshes
-from planned_groups_cases import train_against_one_group
+from planned_groups_cases import train_against_fixed_size
 from runtime_cases import TOL, grad_of, llama_config, random_state
 from torch.testing import assert_close
 
@@ -158,7 +158,7 @@ TRAIN_LENGTHS = (8, 8, 8, 64)
 def train_rounds_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4 --groups rounds` plans a step of two rounds, logs them, and trains as a run of one
     group of all ranks does."""
-    log = train_against_one_group(rank, p, group, TRAIN_LENGTHS, 1, "--groups rounds", groups="rounds",
+    log = train_against_fixed_size(rank, p, group, TRAIN_LENGTHS, 1, "--groups rounds", 4, groups="rounds",
                                   budget_gib=TRAIN_BUDGET_GIB)
     assert [row["plan"].split(":")[0] for row in log] == ["rounds 4 / 2,2"], [row["plan"] for row in log]
 

@@ -8,7 +8,7 @@ unevenly at p = 2); the even model's steps also send the bytes of the cost model
 The hazard case: the two ranks of a group of two have made different numbers of process groups before the step
 (as ranks from two different groups of two have, in a world of eight, when they meet in a group of four): the
 group's subgroups must still be made, and the step must still equal the reference. And `train --global-batch`
-runs whose groups of two run them (fixed groups, and groups sized per step) train as one group of four does.
+runs whose groups of two run them (fixed groups, and groups sized per step) train as four groups of one do.
 Read by runtime_cases.py, which adds these cases to its world."""
 
 from __future__ import annotations
@@ -198,12 +198,13 @@ steps start: group sizes, then the strategy's abbreviation)."""
 def train_two_d_groups_case(rank: int, p: int, group) -> None:
     """`train --global-batch 4` whose groups of two run the two-dimensional strategies (fixed groups of two; and
     groups the planner sizes per step, 1/1/1/1, 2/1/1, 2/2): each run's losses and gradient norms equal those of
-    one group of all four ranks (planned_groups_cases' micro GPT-2 and lengths)."""
+    four groups of one (planned_groups_cases' micro GPT-2 and lengths: train-groups-sized's run of groups of one,
+    trained once per world)."""
     import os
     import shutil
 
     from grouped_cases import _same_runs
-    from planned_groups_cases import TRAIN_LENGTHS, one_group_log
+    from planned_groups_cases import TRAIN_LENGTHS, fixed_size_log
     from runtime_cases import _micro_gpt2_config, _shared_tmpdir
 
     from paradyse_lab.app.train_options import TrainOptions
@@ -217,12 +218,12 @@ def train_two_d_groups_case(rank: int, p: int, group) -> None:
             f.write("\n".join(map(str, TRAIN_LENGTHS)) + "\n")
     common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": f"file:{path}", "steps": 3,
               "lr": 3e-3, "max_len": 64, "global_batch": 4, "progress": False}
-    logs = {"one group of four": one_group_log(common, TRAIN_LENGTHS, group)}  # train-groups-sized's, when it ran
+    logs = {"groups of one": fixed_size_log(common, TRAIN_LENGTHS, group, 1)}  # train-groups-sized's, when it ran
     for what, options, starts in TRAIN_TWO_D_RUNS:
         logs[what] = train(TrainOptions(**common, **options), group)
         plans = [row["plan"] for row in logs[what]]
         assert len(plans) == 3 and all(plan.startswith(want) for plan, want in zip(plans, starts)), (what, plans)
-    _same_runs(dict(enumerate(logs.values())), "two-dimensional groups against one group of four:")
+    _same_runs(dict(enumerate(logs.values())), "two-dimensional groups against groups of one:")
     dist.barrier(group=group)
     if rank == 0:
         shutil.rmtree(root)
