@@ -15,7 +15,11 @@ from test_grouped_fake import CFG, GQA, GQA_PLAN, PLAN, WORLD, B, FakeMeshes, S,
 
 from paradyse_lab.core.step_groups import GroupedStep, StepGroup
 from paradyse_lab.core.step_rounds import StepRounds
-from paradyse_lab.costmodel.grouped_states import rounds_held_bytes, rounds_state_sent_bytes
+from paradyse_lab.costmodel.grouped_states import (
+    grouped_state_sent_bytes,
+    rounds_held_bytes,
+    rounds_state_sent_bytes,
+)
 from paradyse_lab.runtime import ParallelGPT, shard_sequence
 from paradyse_lab.runtime.comm.fake_group import FakeGroup
 from paradyse_lab.runtime.comm.record import count_bytes
@@ -74,3 +78,16 @@ def test_every_rank_sends_and_holds_the_cost_models_bytes(cfg, plan, rounds, one
         assert len(buffers) == (2 if rank == 0 else 1), (rank, buffers)  # [d, F], and [R] where it contributes
         if rank == 0:
             assert sum(n for _, n in buffers) == rounds_held_bytes(spec, WORLD, rounds), (rank, buffers)
+
+
+@pytest.mark.parametrize("world, sizes", [(4, (2, 2)), (4, (4,)), (WORLD, (4, 2, 1, 1))])
+def test_the_same_split_twice_sends_the_one_splits_bytes_and_a_gather_per_round(world, sizes):
+    """Two rounds of the same groups send what the one split of those groups sends (one reduction at its width),
+    with its gather once per round: what the gloo cases rounds-2x2-twice and rounds-4-twice run, whose one-split
+    steps grouped-steps-2x2-4x1-1x4-mixed runs (each against the single-device reference and these bytes)."""
+    spec = CFG.with_dtype("fp32")
+    one, twice = grouped_state_sent_bytes(spec, world, sizes), rounds_state_sent_bytes(spec, world, (sizes, sizes))
+    assert one.get("all_gather", 0) > 0 or min(sizes) == world  # a gather whenever a group is narrower than the world
+    assert twice.get("all_gather", 0) == 2 * one.get("all_gather", 0), (one, twice)
+    assert {k: v for k, v in twice.items() if k != "all_gather"} == \
+        {k: v for k, v in one.items() if k != "all_gather"}, (one, twice)
