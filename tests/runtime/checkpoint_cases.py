@@ -191,3 +191,6 @@ for _name in ("checkpoint-resume-bit-identical", "checkpoint-disk-full"):
     # one rank, and two ranks whose shards differ (a rank loading another's shard fails there); more ranks
     # repeat the same per-rank files at the price of every rank's first `train` (optimizer and solver imports)
     ONLY_AT[_name] = (1, 2)
+ONLY_AT["checkpoint-resume-bit-identical"] = (2,)  # each of two ranks resumes its own shard bit-identically; p = 1
+# runs the same DCP calls on one shard (a group of one); one process resuming: test_train_safety.py, and one rank
+# resuming a two-rank checkpoint: weights-init-reshard-export

@@ -83,14 +83,17 @@ def vocab_parallel_kept_case(rank: int, p: int, group) -> None:
 CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 
-for _llama, _tile, _plan in ((False, 5, 0), (False, 0, 1), (True, 7, 0)):
+for _llama, _tile, _plan in ((False, 11, 0), (False, 0, 1), (True, 7, 0)):
+    # GPT-2, 11 tokens a tile: uneven tiles at every p (96, 48, 32 and 24 tokens a rank: 9, 5, 3 and 3 tiles, the
+    # last shorter); each tile's gathers and reductions are collectives, so a tile of 5 (20 down to 5 tiles) cost
+    # twice the collectives for the same claim
     CASES[f"vocab-parallel-{'llama' if _llama else 'gpt2'}-tile{_tile}"] = vocab_parallel_case(_llama, _tile, _plan)
-ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 5: every p)
+ONLY_AT["vocab-parallel-gpt2-tile0"] = (3,)  # one tile of all tokens, where p does not divide V (tile 11: every p)
 ONLY_AT["vocab-parallel-llama-tile7"] = (1, 2)  # p = 3: the tied LLaMA below; p = 4: the rows split evenly over
-# four ranks in vocab-parallel-gpt2-tile5 (every p) and gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2
-CASES["vocab-parallel-llama-tied-tile5"] = vocab_parallel_case(True, 5, tied=True)  # 32 tokens a rank: 6 tiles of
-# 5 and a last one of 2 (each tile's gathers and reductions are collectives: tiles of 3 made 11 tiles and 368
-# collectives a rank, tiles of 5 make 280)
-ONLY_AT["vocab-parallel-llama-tied-tile5"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
+# four ranks in vocab-parallel-gpt2-tile11 (every p) and gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2
+CASES["vocab-parallel-llama-tied-tile11"] = vocab_parallel_case(True, 11, tied=True)  # 32 tokens a rank: 2 tiles
+# of 11 and a last one of 10 (each tile's gathers and reductions are collectives: tiles of 5 made 7 tiles and 280
+# collectives a rank)
+ONLY_AT["vocab-parallel-llama-tied-tile11"] = (3,)  # the tied LLaMA where p does not divide V (untied: every p)
 CASES["vocab-parallel-kept"] = vocab_parallel_kept_case
 ONLY_AT["vocab-parallel-kept"] = (3,)  # counts in p, checked where p does not divide V (FlopCounterMode: 6 s a world)
