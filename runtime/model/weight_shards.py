@@ -152,6 +152,23 @@ def init_rank_state_dict(cfg, seed: int, r: int, p: int, vocab_parallel: bool = 
     return out
 
 
+def _gather_all(shards: dict[str, torch.Tensor], group) -> dict[str, torch.Tensor]:
+    """Every rank's copy of each of `shards` (the same names and shapes on every rank), stacked: {name: [p, ..]},
+    in one all-gather per dtype (the shards flattened into one buffer) instead of one per tensor: a collective
+    costs the same fixed time whatever its size at these sizes."""
+    p = comm.size(group)
+    out: dict[str, torch.Tensor] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for key, value in shards.items():
+        by_dtype.setdefault(value.dtype, []).append(key)
+    for keys in by_dtype.values():
+        flat = torch.cat([shards[k].detach().reshape(-1) for k in keys])  # [N]: this rank's shards, one after another
+        gathered = comm.all_gather(flat.unsqueeze(0), group)  # [1, N] -> [p, N]
+        for key, part in zip(keys, gathered.split([shards[k].numel() for k in keys], dim=1)):
+            out[key] = part.reshape(p, *shards[key].shape)  # [p, n] -> [p, ..]
+    return out
+
+
 def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None, vocab: int = 0) -> dict[str, torch.Tensor]:
     """The full state dict from every rank's shard (a collective: every rank calls it, every rank gets
     the full dict); `vocab` > 0: the embedding and head are vocabulary rows (`VOCAB_ROWS`) of a V = `vocab`
@@ -159,13 +176,15 @@ def gather_state_dict(local_sd: dict[str, torch.Tensor], group=None, vocab: int 
     p = comm.size(group)
     out: dict[str, torch.Tensor] = {}
     groups: dict[str, list[dict[str, torch.Tensor]]] = {}
+    every = _gather_all({key: value for key, value in local_sd.items()
+                         if (vocab and key in VOCAB_ROWS) or (key.rpartition(".")[0].startswith("layers.")
+                                                             and key.rpartition(".")[2] in SHARDED)}, group)
     for key, value in local_sd.items():
         prefix, _, name = key.rpartition(".")
         if vocab and key in VOCAB_ROWS:
-            gathered = comm.all_gather(value.detach().contiguous().unsqueeze(0), group)  # [1, R, h] -> [p, R, h]
-            out[key] = unshard_vocab_rows(gathered, vocab).clone()  # [p, R, h] -> [V, h]
+            out[key] = unshard_vocab_rows(every[key], vocab).clone()  # [p, R, h] -> [V, h]
         elif prefix.startswith("layers.") and name in SHARDED:
-            gathered = comm.all_gather(value.detach().contiguous().unsqueeze(0), group)  # [1, ..] -> [p, ..]
+            gathered = every[key]  # [p, ..]: every rank's shard
             groups.setdefault(prefix, [{} for _ in range(p)])
             for r in range(p):
                 groups[prefix][r][name] = gathered[r]
