@@ -65,10 +65,12 @@ def free_port() -> int:
 PRELOAD = ("gc_paused", "torch", "torch.distributed", "torch._dynamo", "dist_harness", "paradyse_lab.app.training",
            "paradyse_lab.runtime.training.loop", "paradyse_lab.simulator.planner", "paradyse_lab.solvers.bounds",
            "numba.np.arraymath", "networkx",
-           "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2", "rank_warmup")
+           "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2",
+           "paradyse_lab.runtime.checkpoints.dcp", "rank_warmup")
 """Modules the forkserver imports before it forks a rank (with the cases' module): each costs seconds per process
 (torch._dynamo: the first optimizer; paradyse_lab.simulator.planner: pandas, a `train`'s planner; numba.np.arraymath:
-numba;
+numba; paradyse_lab.runtime.checkpoints.dcp: torch.distributed.checkpoint, ~0.1 CPU s in every rank of the worlds
+that checkpoint, 7 ranks;
 transformers: rank 0 of a world with Hugging Face cases, once per pytest process instead of once per world;
 rank_warmup: the DP solver's compiled kernels, loaded once instead of once per rank; gc_paused: no garbage collection
 during these imports, rank_warmup collects once and freezes the objects the ranks inherit)."""
