@@ -243,31 +243,22 @@ def train_packed_loss_falls_case(rank: int, p: int, group) -> None:
 def llama_train_case(rank: int, p: int, group) -> None:
     """`train --model CONFIG.json` of a micro LLaMA (`_micro_llama_config`: RMSNorm, SwiGLU, RoPE, 8 heads on 2 K/V
     heads, untied head) under ulysses_z: the loss falls over 10 steps (the last 4 steps' mean 0.5 below the first
-    4's here), and resuming from the step-8 checkpoint repeats steps 9-10 bit-identically (losses and the step-10
-    weights). The llama-tiny preset trains in api-example (examples/plan_and_train.py).
+    4's here). The llama-tiny preset trains in api-example (examples/plan_and_train.py).
     p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
-    and llama-hf cases'."""
-    import os
-
+    and llama-hf cases'. Resuming: bit-identically at the same world size in checkpoint-resume-bit-identical, and a
+    LLaMA with an untied head (its head and AdamW moments in the checkpoint) resumed on 1 and on 4 ranks from 2
+    ranks' checkpoint in weights-init-reshard-export."""
     import torch.distributed as dist
 
     from paradyse_lab.app.train_options import TrainOptions
     from paradyse_lab.app.training import train
-    from paradyse_lab.runtime.checkpoints import folder as checkpoint
 
     root = _shared_tmpdir(rank, p, group)
-    ckpt = os.path.join(root, "ck")
     common = {"model": _micro_llama_config(root, rank, p, group), "dataset": "uniform:512:1024", "max_len": S,
-              "progress": False, "checkpoint_every": 8, "lr": 1e-2, "policy": "static:ulysses_z",
-              "checkpoint_dir": ckpt}
+              "progress": False, "lr": 1e-2, "policy": "static:ulysses_z"}
     straight = train(TrainOptions(steps=10, **common), group)
     first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (straight[:4], straight[-4:]))
     assert last < first - 0.3, (first, last)
-    step10 = _set_aside(ckpt, 10, root, rank, p, group)  # resuming takes step 8, the newest left
-    resumed = train(TrainOptions(steps=10, resume=True, **common), group)
-    assert [r["step"] for r in resumed] == [9, 10]
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[8:]]
-    assert rank != 0 or "model.head" in _assert_same_checkpoints(step10, checkpoint.latest(ckpt), rank)
     dist.barrier(group=group)
     if rank == 0:
         import shutil
@@ -278,8 +269,8 @@ def llama_train_case(rank: int, p: int, group) -> None:
 CASES = {}
 ONLY_AT: dict[str, tuple[int, ...]] = {}
 
-CASES["llama-train-falls-and-resumes"] = llama_train_case
-ONLY_AT["llama-train-falls-and-resumes"] = (2,)
+CASES["llama-train-loss-falls"] = llama_train_case
+ONLY_AT["llama-train-loss-falls"] = (2,)
 CASES["plan-decided-on-rank0"] = plan_decided_on_rank0_case
 ONLY_AT["plan-decided-on-rank0"] = (2,)  # two ranks that disagree are the whole mechanism (rank 0 broadcasts)
 CASES["train-packed-loss-falls"] = train_packed_loss_falls_case
