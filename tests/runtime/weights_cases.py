@@ -170,10 +170,11 @@ def gpt2_reshard_case(rank: int, p: int, group, vocab: tuple[bool, ...] = (False
 
 
 CASES = {"weights-init-reshard-export": init_reshard_export_case, "api-example": api_example_case,
-         "gpt2-dcp-reshard-4-to-2": gpt2_reshard_case,
+         # GPT-2's tensors written by rows, read by rows and whole (the layer tensors are stored alike whatever the
+         # embedding's layout); a checkpoint written with the embedding replicated, resharded: 2 ranks' read by 1
+         # and by 4 in weights-init-reshard-export
          "gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2": lambda rank, p, group: gpt2_reshard_case(
              rank, p, group, (True, True, False))}
 ONLY_AT = {"weights-init-reshard-export": (4,),  # sub-groups of 2 and 1 inside the 4 ranks: every world size at once
            "api-example": (2,),  # the example's two ranks
-           "gpt2-dcp-reshard-4-to-2": (4,),  # 4 ranks write, a sub-group of 2 reads
-           "gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2": (4,)}
+           "gpt2-dcp-reshard-vocab-4-to-2-and-replicated-2": (4,)}  # 4 ranks write, a sub-group of 2 reads
