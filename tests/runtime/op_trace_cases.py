@@ -9,7 +9,7 @@ Run in the distributed tests' one gloo world per size (runtime_cases.py register
 path of its own to a one-dimensional strategy (a longer loop over the same steps); there the two-dimensional
 strategies' ops-traced cases (tpcp-, usp-, uneven-ops-traced) trace their rings and all-to-alls over all four ranks
 (degrees 1 x 4 and 4 x 1). Every strategy's plain option
-runs at every size; each flag at p = 1 and at one world of several ranks (`FLAGS_AT`): a flag wraps the strategy's
+runs at each of these sizes; each flag at one world of several ranks (`FLAGS_AT`): a flag wraps the strategy's
 collectives and the code between them alike at every p (a recomputed forward repeats them), so where its trace
 and run agree at one world they agree at the others, and each rank of a world costs its (option, sub-layer) pairs a
 real run and a meta trace (the meta trace most: meta kernels run through torch's Python references).
@@ -30,9 +30,10 @@ from paradyse_lab.runtime.trace.op_trace import run_sublayer_step, sublayer_inpu
 CFG = ModelSpec(vocab_size=128, max_positions=64, hidden=96, heads=12, layers=2, causal=True, name="runtime")
 """12 heads and a 48-position sequence: every strategy splits it at p = 1, 2, 3 and 4."""
 S = 48
-FLAGS_AT = {1: ("", "+recompute", "+tiled", "+offload"), 2: ("", "+recompute", "+tiled", "+offload"), 3: ("",)}
-"""The options' flags each world size traces and runs: every flag at p = 1, and at one world of several ranks,
-where it costs least, p = 2: +recompute (it repeats a forward's exchanges, a ring's as the all-to-alls, the same
+FLAGS_AT = {1: ("",), 2: ("", "+recompute", "+tiled", "+offload"), 3: ("",)}
+"""The options' flags each world size traces and runs: every flag at one world of several ranks, where it costs
+least, p = 2 (a flag wraps the strategy's code alike at p = 1, where every strategy's plain option runs the path
+without communication): +recompute (it repeats a forward's exchanges, a ring's as the all-to-alls, the same
 at every ring length: p = 3's odd ring runs the plain options, whose forward is the one repeated), +tiled (an MLP's
 chunks) and +offload (the saved tensors' hooks, alike at every p); p = 4, the costliest world, traces the
 two-dimensional strategies alone (tpcp- and usp-ops-traced, with +recompute and +offload).

@@ -2,7 +2,7 @@
 against the bytes the runtime counts and the analytic schedule.
 
 Run: `python -m pytest -q tests/runtime/test_op_trace.py`. The distributed part (op_trace_cases.py: every strategy
-plain at every world size, each flag at p = 1 and one larger world; both sub-layers; the operations each rank
+plain at p = 1, 2 and 3, each flag at p = 2; both sub-layers; the operations each rank
 dispatched equal its meta trace, one for one) runs in the distributed tests' worlds:
 `python -m pytest -q tests/runtime/test_distributed.py -k op-trace`.
 """
