@@ -1,5 +1,6 @@
 """Distributed cases of head-chunked attention (`+headchunk`, runtime/strategies/head_chunked.py), run in the
-harness's one world per size (runtime_cases.py adds them, at p = 2 and 4; the GPT-2 ones at p = 2):
+harness's one world per size (runtime_cases.py adds them, at p = 2 and 4; the GPT-2 ones at p = 2, the whole
+LLaMA at p = 4):
 - one attention sub-layer of gpt2-tiny (12 heads: 6 chunks at p = 2) and of a LLaMA-shaped layer
   with 2 K/V heads (grouped-query attention, RoPE), causal and bidirectional, with and without recomputation,
   and over a pack of documents: output, input gradient and every parameter gradient against the single-device
@@ -127,3 +128,6 @@ CASES["headchunk-gpt2-checkpointed-layers"] = model_case([
 for _name in CASES:
     ONLY_AT[_name] = AT if "llama" in _name else (2,)  # GPT-2's 12 heads as 6 chunks at p = 2; at p = 4 the chunk
     # loop runs 3 times over the same code, and the LLaMA cases check it there (with K/V heads shared across ranks)
+ONLY_AT["headchunk-llama-kv2-packed-model"] = (4,)  # the whole packed LLaMA where its 2 K/V heads are shared by
+# four ranks; at p = 2 the same sub-layers in headchunk-llama-kv2-* (packed, recomputed, offloaded) and a whole
+# head-chunked model in headchunk-gpt2-checkpointed-layers
