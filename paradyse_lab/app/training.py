@@ -154,9 +154,12 @@ def train(opts, group=None, *, quiet: bool = False) -> list[dict]:
 
 
 def preflight(opts, p: int) -> None:
-    """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`;
-    a bad one raises `UserInputError` here, before any rank starts."""
-    # lazy: safetensors: only checkpoint paths need it
+    """Build what `train` builds from names (model, cluster, workload, policy, tokens) for world size `p`, and
+    read the layout and model of the checkpoint a resume takes; a bad one raises `UserInputError` here, before any
+    rank starts."""
+    # lazy: torch and safetensors, which the checkpoint folder and the weight files need
+    from paradyse_lab.runtime.checkpoints.layout import check_resumed_model
+    from paradyse_lab.runtime.checkpoints.resume_identity import architecture_of
     from paradyse_lab.runtime.hf.weights import check_folder, model_source
 
     check_options(opts)
@@ -165,6 +168,8 @@ def preflight(opts, p: int) -> None:
     vocab = cfg.vocab_size
     if opts.init_from:
         check_folder(opts.init_from, cfg)  # every tensor's shape, from the files' headers
+    if opts.resume and opts.checkpoint_dir:  # another layout or model: the ranks' refusal, from meta.json alone
+        check_resumed_model(opts.checkpoint_dir, architecture_of(cfg), opts.model)
     plan_policy(opts, spec, p, cost_model="analytic", quiet=True)  # names only: a learned model is fitted by the ranks
     group_planner(replace(opts, cost_model="analytic"), spec, p)
     for dataset in filter(None, (opts.dataset, opts.eval_dataset)):

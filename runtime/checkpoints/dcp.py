@@ -59,6 +59,7 @@ from paradyse_lab.runtime.checkpoints.folder import (
     checkpoints,
     read_meta,
 )
+from paradyse_lab.runtime.checkpoints.layout import FORMAT, LAYOUT, check_layout
 from paradyse_lab.runtime.checkpoints.resume_identity import (
     IDENTITY_KEYS,
     OPTIONAL_SETTINGS,
@@ -68,14 +69,6 @@ from paradyse_lab.runtime.checkpoints.resume_identity import (
 from paradyse_lab.runtime.comm import collectives as comm
 from paradyse_lab.runtime.hf.weights import read_config
 from paradyse_lab.runtime.model.reference import GPTParams
-
-FORMAT = "torch.distributed.checkpoint"
-"""meta.json's `format`; the per-rank checkpoints of earlier versions have none."""
-LAYOUT = 1
-"""meta.json's `layout`: the version of what a checkpoint holds (its tensors' names and sections, its meta.json's
-`architecture` fields). Raised when either changes, so that a checkpoint of another version is refused with one
-line naming both versions, never read into the wrong places. Checkpoints in `FORMAT` that record none are
-layout 1; the per-rank checkpoints before `FORMAT` are layout 0."""
 
 
 def _process_group(group):
@@ -184,21 +177,8 @@ def save(directory: str | Path, step: int, trained: dict[str, torch.Tensor], opt
     return final
 
 
-def _check_layout(path: Path, meta: dict) -> None:
-    """A one-line `UserInputError` naming both versions when checkpoint `path` is not of `LAYOUT`."""
-    if meta.get("format") != FORMAT:
-        raise UserInputError(f"checkpoint {path} is in the per-rank format of an earlier paradyse-lab (checkpoint "
-                             f"layout 0); this version reads layout {LAYOUT}: resume it with that version, or "
-                             "start a new --checkpoint-dir")
-    layout = meta.get("layout", 1)
-    if layout != LAYOUT or isinstance(layout, bool):
-        raise UserInputError(f"checkpoint {path} is of checkpoint layout {written(layout)}; this version of "
-                             f"paradyse-lab reads layout {LAYOUT}: use the version that wrote it, or start a new "
-                             "--checkpoint-dir")
-
-
 def _check_settings(path: Path, meta: dict, meta_expected: dict) -> None:
-    _check_layout(path, meta)
+    check_layout(path, meta)
     check_identity(path, meta, meta_expected)  # the model and data by content
     by_content = compared_by_content(meta, meta_expected) | set(IDENTITY_KEYS)
     for key, value in meta_expected.items():

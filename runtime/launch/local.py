@@ -67,7 +67,8 @@ def stop_with_parent(parent_pid: int) -> None:
 
 
 REPORT_GRACE_S = 3.0
-"""How long the launcher waits, after the first failure, for the other ranks' reports."""
+"""How long the launcher waits, after the first failure, for the other ranks' reports (not for ranks that are
+stopped: SIGSTOP, a debugger)."""
 REPORT_ORDER = ("user", "stopped", "os", "silent", "crash")
 """Which report the launcher shows when several ranks failed: the root cause before its echoes (a rank's
 `OSError` after a peer's refusal or stop: a connection the peer closed is one)."""
@@ -345,8 +346,11 @@ def _launch(ctx, fn, nprocs: int, args: tuple) -> None:
         # first: give every rank a moment to report, then tell the root cause (a user error or a stop) first.
         deadline = time.monotonic() + REPORT_GRACE_S
         while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
-            running = [p.sentinel for p in procs if p.exitcode is None]
-            multiprocessing.connection.wait(running, timeout=max(0.0, deadline - time.monotonic()))
+            running = [p for p in procs if p.exitcode is None]
+            if all(_is_stopped(p.pid) for p in running):  # a stopped rank reports nothing: no need to wait for it
+                break
+            multiprocessing.connection.wait([p.sentinel for p in running],
+                                            timeout=min(0.5, max(0.0, deadline - time.monotonic())))
         said = [c.recv() for c in reports if c.poll()]
         reported = {rank for _, rank, _ in said}
         silent_line = _silent_rank_line(procs, reported, min(m for k, _, m in said if k == "silent")) \

@@ -24,6 +24,10 @@ TRAIN = ["-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "un
          "--policy", "static:megatron_ts", "--no-progress"]
 WAIT_S = 240
 """The test's own limit on a subprocess: far above what a bounded end takes on a loaded machine."""
+STOPPED_TIMEOUT_S = 2
+"""The stopped-rank runs' --collective-timeout: what the test waits once a rank is stopped (the watched rank's
+collective, then its heartbeat watch), idle, so short; every collective of the steps before the stop completes
+within it, the ranks stepping together (gpt2-tiny's steps take milliseconds)."""
 
 
 def _env(**extra) -> dict:
@@ -72,7 +76,8 @@ class Stopped:
 
     def add(self) -> None:
         """The run's processes, as forked runs."""
-        args = [*TRAIN[2:], "--steps", "100000", "--log-file", str(self.log), "--collective-timeout", "5"]
+        args = [*TRAIN[2:], "--steps", "100000", "--log-file", str(self.log), "--collective-timeout",
+                str(STOPPED_TIMEOUT_S)]
         if not self.torchrun:
             self.forked.add(self.name, [*args, "--nproc", "2"], self.tmp_path, _env())
             return
@@ -187,16 +192,16 @@ def cannot_meet(hang_runs) -> dict[str, tuple[subprocess.CompletedProcess | None
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_stopped_rank_ends_the_run_within_the_collective_timeout_naming_it(stopped_runs):
-    """Rank 1 is stopped (SIGSTOP) mid-run: rank 0's next collective waits 5 s, then every rank is gone, and
-    the launcher says in one line that rank 1 is stopped; exit 1. Before the collective timeout existed, rank 0
-    waited torch's 30 minutes."""
+    """Rank 1 is stopped (SIGSTOP) mid-run: rank 0's next collective waits 2 s (`STOPPED_TIMEOUT_S`), then every
+    rank is gone, and the launcher says in one line that rank 1 is stopped; exit 1. Before the collective timeout
+    existed, rank 0 waited torch's 30 minutes."""
     run = stopped_runs["nproc"]
     assert run.failure is None, run.failure
     err = run.err
     assert run.returncode == 1, (run.returncode, err)
     assert len(_lines(err)) == 1, err
     assert "rank 1 is stopped" in err and "--collective-timeout" in err, err
-    assert run.took < 60, run.took  # 5 s of timeout, a few of reports and teardown
+    assert run.took < 60, run.took  # 2 s of timeout, 4 of heartbeat watch, a few of reports and teardown
     assert not [p for p in run.ranks if alive(p)]
 
 
@@ -221,7 +226,7 @@ def test_a_torchrun_environment_that_cannot_meet_ends_with_one_line(cannot_meet,
 def test_a_stopped_torchrun_rank_is_named_by_its_peer(stopped_runs, stopped):
     """Two ranks started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 serves the
     store, as `env://` does); one is stopped (SIGSTOP) once both have trained a few steps: the other's next
-    collective waits 5 s, and it ends with one line naming the stopped rank, exit 1 (rank 1 by its heartbeat;
+    collective waits 2 s, and it ends with one line naming the stopped rank, exit 1 (rank 1 by its heartbeat;
     rank 0 as the store's host, the store then silent too). Before the ranks' heartbeats, it said only that 'a
     peer rank' did not answer."""
     run, other = stopped_runs[f"torchrun-{stopped}"], 1 - stopped
@@ -229,5 +234,6 @@ def test_a_stopped_torchrun_rank_is_named_by_its_peer(stopped_runs, stopped):
     err = run.err
     assert run.returncode == 1, (run.returncode, err)
     assert len(_lines(err)) == 1, err
-    assert f"rank {other} waited more than 5 s (--collective-timeout) for rank {stopped}," in err, err
-    assert run.took < 60, run.took  # 5 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown
+    waited = f"rank {other} waited more than {STOPPED_TIMEOUT_S} s (--collective-timeout) for rank {stopped},"
+    assert waited in err, err
+    assert run.took < 60, run.took  # 2 s of timeout, 4 s (at most 9) of watching the peers' heartbeats, teardown

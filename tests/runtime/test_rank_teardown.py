@@ -12,6 +12,11 @@ import os
 import launcher_cases
 import pytest
 
+pytestmark = pytest.mark.xdist_group("gloo-worlds")
+"""Run on the pytest worker of the distributed tests' worlds (tests/conftest.py's `WORLDS_GROUP`), after them: the
+launches here fork their ranks from that worker's fork server, which has imported torch and the runtime for the
+worlds, instead of starting one that imports torch again (~3 CPU s a launch)."""
+
 
 def test_a_finished_rank_waits_for_its_peers_then_destroys_its_group_and_leaves_no_thread(tmp_path, monkeypatch):
     from paradyse_lab.runtime.launch.local import launch

@@ -75,14 +75,43 @@ def test_a_replaced_token_file_is_refused(tmp_path, capsys, tokens):
     assert "was trained on other data" in line and "d.jsonl" in line, line
 
 
-def test_another_architecture_under_nproc_2_is_one_line(tmp_path, capsys, tokens):
-    """The same refusal when the resuming run has two ranks: one line, exit 2."""
+def test_another_architecture_under_nproc_2_is_one_line_before_any_rank_starts(tmp_path, capsys, monkeypatch,
+                                                                                tokens):
+    """The same refusal when the resuming run has two ranks: one line, exit 2, from the launcher before it starts
+    a rank (it read the checkpoint's meta.json; the ranks used to refuse it once the fork server had imported
+    torch and each had joined the group: seconds later). A rank's refusal reaching the launcher as one line is
+    test_train_safety.py's `test_an_error_in_every_rank_prints_one_line_once`."""
+    from paradyse_lab.cli import train_command
+
     model = _config(tmp_path / "model.json", n_layer=4)
     assert _train(tmp_path, model, f"file:{tokens}", 1) == 0
     _config(tmp_path / "model.json")
     capsys.readouterr()
+    started = []
+    monkeypatch.setattr(train_command, "launch", lambda *args: started.append(args))
     assert _train(tmp_path, model, f"file:{tokens}", 2, "--resume", "--nproc", "2") == 2
     assert "its layers is 4" in _one_line(capsys)
+    assert not started
+
+
+def test_a_checkpoint_of_another_layout_under_nproc_2_is_refused_before_any_rank_starts(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A checkpoint of layout 2 (a later version's) resumed by two ranks: the launcher's one line naming both
+    layouts, exit 2, no rank started; a damaged newer checkpoint is skipped as the resume skips it."""
+    from paradyse_lab.cli import train_command
+
+    ck = tmp_path / "ck"
+    (ck / "step-000001").mkdir(parents=True)
+    (ck / "step-000001" / "meta.json").write_text('{"format": "torch.distributed.checkpoint", "layout": 2, '
+                                                  '"step": 1}')
+    (ck / "step-000002").mkdir()
+    (ck / "step-000002" / "meta.json").write_text("{not json")
+    started = []
+    monkeypatch.setattr(train_command, "launch", lambda *args: started.append(args))
+    assert _train(tmp_path, "gpt2-tiny", "uniform:8:16", 2, "--resume", "--nproc", "2") == 2
+    line = _one_line(capsys)
+    assert f"checkpoint {ck / 'step-000001'} is of checkpoint layout 2;" in line and "reads layout 1" in line, line
+    assert not started
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,28 +149,48 @@ def test_export_hf_carries_the_source_config_and_tokenizer_with_the_umasks_modes
         done["files"], 0o666 & ~umask)
 
 
+STOPPED_EXPORT = """
+import os, signal, sys
+from paradyse_lab.cli import main
+from paradyse_lab.runtime.hf import export
+write = export.write_safetensors
+def stopped_first(*args, **kwargs):  # the temporary folder is made: wait here (stopped) for the test's signal
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return write(*args, **kwargs)
+export.write_safetensors = stopped_first
+sys.exit(main())
+"""
+"""`python -c STOPPED_EXPORT export-hf ...`: `paradyse-lab export-hf ...` (the console script's `main`), which
+stops itself (SIGSTOP) once its temporary folder exists, before it writes the first file into it."""
+
+
 def test_export_hf_stopped_by_sigterm_leaves_no_temporary_folder(tmp_path, base):
-    """SIGTERM while export-hf writes its temporary folder (the process stopped as soon as the folder appears,
-    then signalled): one line, exit 1, and neither the folder nor --out is left (before, `.out.tmp-*` stayed)."""
+    """SIGTERM while export-hf writes its temporary folder (the process stopped itself once the folder exists,
+    then signalled): one line, exit 1, and neither the folder nor --out is left (before, `.out.tmp-*` stayed).
+    The process stops itself at that point instead of the test polling the folder in a loop for the milliseconds
+    it exists (a core busy for the export's whole run, and retries on a loaded machine)."""
     ck = _llama_checkpoint(tmp_path, base)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for attempt in range(5):  # the folder exists for milliseconds: caught in one try of a few on a loaded machine
-        exports = tmp_path / f"exports-{attempt}"
-        exports.mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "paradyse_lab", "export-hf", "--checkpoint", str(ck), "--out",
-                                 str(exports / "out"), "--max-shard-size", "1KB"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        caught = False
-        while proc.poll() is None:
-            if any(p.name.startswith(".out.tmp-") for p in exports.iterdir()):
-                os.kill(proc.pid, signal.SIGSTOP)
-                caught = any(p.name.startswith(".out.tmp-") for p in exports.iterdir())
-                os.kill(proc.pid, signal.SIGTERM)
-                os.kill(proc.pid, signal.SIGCONT)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_EXPORT, "export-hf", "--checkpoint", str(ck), "--out",
+                             str(exports / "out"), "--max-shard-size", "1KB"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, status = time.monotonic() + 120, 0
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
+            if pid:
                 break
+            time.sleep(0.05)
+        assert pid and os.WIFSTOPPED(status), (status, proc.stderr.read() if pid else "still running")
+        assert [p.name.startswith(".out.tmp-") for p in exports.iterdir()] == [True]
+        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=120)
-        if caught:
-            break
-    assert caught, "the temporary folder was never seen while export-hf ran"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 1 and "SIGTERM" in err and len(err.strip().splitlines()) == 1, (proc.returncode, err)
     assert list(exports.iterdir()) == []

@@ -4,9 +4,12 @@ twice (--node-rank 0 and 1, c10d rendezvous at localhost on a free port), `parad
 step's gather and gradient reduce across the nodes), and the run logs its steps. One process per node: the
 fewest that make two nodes (groups of two in a world of four are the distributed tests' grouped cases).
 
-The two agents are forked from one interpreter that imported torchrun's module once (`python -m
-torch.distributed.run` in each, from one import of torch instead of two); each starts its rank as torchrun does, a
-`python -m paradyse_lab train` process of its own.
+The two agents are forked from one interpreter that imported torchrun's module and the train command's ranks'
+modules once (forked_runs.py); each agent is torchrun's (its options, its c10d rendezvous, the environment it
+gives its rank), and forks its rank from itself (torchrun_forked_ranks.py: the CLI's `main` on `train ...`)
+instead of starting a `python -m paradyse_lab train` process that imports torch again (~4 CPU s a rank). How
+such a process ends once it joined a group is test_rank_teardown.py's
+`test_a_command_whose_process_joined_a_group_ends_through_end_process`.
 
 Run: `python -m pytest -q tests/runtime/test_torchrun_nodes.py` (two agents and two ranks: four CPU processes).
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 
 from dist_harness import free_port
 from forked_runs import Forked
+
+from paradyse_lab.cli.train_command import RANK_PRELOAD
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
@@ -35,13 +40,13 @@ def _node(forked: Forked, node_rank: int, port: int, log: Path) -> None:
             "-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "uniform:8:16", "--max-len", "16",
             "--steps", "2", "--global-batch", "2", "--group-size", "1", "--policy", "static:megatron_ts",
             "--no-progress"] + (["--log-file", str(log)] if node_rank == 0 else [])
-    forked.add(f"node{node_rank}", argv, ROOT, ENV, module="torch.distributed.run")
+    forked.add(f"node{node_rank}", argv, ROOT, ENV, module="torchrun_forked_ranks")
 
 
 def test_two_torchrun_nodes_train_grouped_steps(tmp_path):
     log = tmp_path / "log.csv"
     port = free_port()
-    forked = Forked(tmp_path, ENV, TIMEOUT_S, preload=["torch.distributed.run"])
+    forked = Forked(tmp_path, ENV, TIMEOUT_S, preload=["torchrun_forked_ranks", *RANK_PRELOAD])
     for node_rank in (0, 1):
         _node(forked, node_rank, port, log)
     forked.start()

@@ -504,9 +504,12 @@ def test_a_new_run_never_appends_to_an_existing_log(tmp_path):
     assert log_file.read_text() == before and _log_steps(log_file) == ["1", "2"]
 
 
+@pytest.mark.xdist_group("gloo-worlds")
 def test_a_killed_rank_is_named_not_its_peers_echo(capfd):
     """SIGKILL of rank 1 is reported as rank 1 killed by SIGKILL, in one line, without rank 0's traceback of
-    the closed connection."""
+    the closed connection. (On the distributed tests' pytest worker, after the worlds, as tests/conftest.py's
+    `WORLDS_GROUP`: its ranks fork from that worker's fork server, which imported torch already, ~3 CPU s less
+    than a server of its own.)"""
     import launcher_cases
 
     from paradyse_lab.runtime.launch.local import launch

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from paradyse_lab.app.measure import gpu_session, gpu_validate
+from paradyse_lab.app.measure import gpu_session, gpu_session_stages, gpu_validate
 from paradyse_lab.app.measure.kernel_bench import ATTENTION_COLUMNS, GEMM_COLUMNS
 from paradyse_lab.app.measure.stack_profile import EXTRA_COLUMNS
 from paradyse_lab.cluster.files import get_cluster
@@ -55,7 +55,11 @@ def test_every_file_is_written_with_its_columns(session_dir):
     assert _header(session_dir / PROFILE) == COLUMNS + EXTRA_COLUMNS
     env = json.loads((session_dir / "env.json").read_text())
     assert env["device"] == "cpu" and env["versions"]["torch"] and env["dtype"] == "float32"
-    assert (session_dir / "pytest_gpu.txt").read_text().strip().endswith("exit code: 0")
+    pytest_gpu = (session_dir / "pytest_gpu.txt").read_text()
+    assert pytest_gpu.strip().endswith("exit code: 0")
+    # tests/gpu run without the hypothesis and xdist plugins they do not use (~1.3 CPU s of imports less)
+    assert pytest_gpu.splitlines()[0] == "$ python " + " ".join(gpu_session_stages.PYTEST_GPU)
+    assert "-p no:hypothesispytest" in pytest_gpu.splitlines()[0]
     log = json.loads((session_dir / "session_log.json").read_text())
     assert [(s["name"], s["status"]) for s in log["stages"]] == [(n, "ok") for n in gpu_session.QUICK_STAGES]
     with open(session_dir / "attention.csv", newline="") as f:
@@ -114,7 +118,6 @@ def test_a_spent_budget_skips_every_stage_and_writes_no_csv(tmp_path):
 def test_the_peers_stage_runs_the_peer_benchmark_and_keeps_its_csv(tmp_path, monkeypatch):
     """The stage's command is examples/peer_benchmark.py at the plan's lengths and repeats, writing peers.csv
     (the benchmark itself is replaced here by a stand-in that writes its --out file: a real run spawns gloo worlds)."""
-    from paradyse_lab.app.measure import gpu_session_stages
 
     seen = []
 
