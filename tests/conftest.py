@@ -64,8 +64,7 @@ LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_tr
                   "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/runtime/test_rank_hangs.py",
                   "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
                   "tests/solvers/test_solvers_agree.py", "tests/runtime/test_rank_output.py",
-                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/runtime/test_rank_teardown.py",
-                  "tests/paradyse_lab/costmodel/test_learned.py")
+                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
 command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), handed out first
 (`longest_groups_first`; pytest-xdist deals the first groups to the workers in turn), so that no long group
