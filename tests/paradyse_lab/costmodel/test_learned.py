@@ -22,10 +22,10 @@ A100 = get_cluster("a100-80gb-x8")
 BUNDLED = DATA_DIR / "analytic_a100-80gb-x8.csv"
 
 
-def small_estimator(kind: str):
-    """A fresh, small regressor of each kind ("forest": the paper's forest, `make_regressor`). The regressors'
-    module (scikit-learn: ~3 CPU s to import) is imported by the tests that use it, not while the file is
-    collected: every pytest-xdist worker collects every test file."""
+def small_estimator(kind: str, trees: int = 5):
+    """A fresh, small regressor of each kind ("forest": the paper's forest, `make_regressor`; `trees`: the hybrid's
+    and the residual's forest size). The regressors' module (scikit-learn: ~3 CPU s to import) is imported by the
+    tests that use it, not while the file is collected: every pytest-xdist worker collects every test file."""
     from paradyse_lab.costmodel.regressors import (
         HybridRegressor,
         PolynomialRegressor,
@@ -33,8 +33,9 @@ def small_estimator(kind: str):
         make_regressor,
     )
 
-    return {"hybrid": lambda: HybridRegressor(n_estimators=5), "polynomial": PolynomialRegressor,
-            "residual": lambda: ResidualRegressor(n_estimators=5), "forest": lambda: make_regressor("forest")}[kind]()
+    return {"hybrid": lambda: HybridRegressor(n_estimators=trees), "polynomial": PolynomialRegressor,
+            "residual": lambda: ResidualRegressor(n_estimators=trees),
+            "forest": lambda: make_regressor("forest")}[kind]()
 
 
 def toy(seed=0, groups=3, n=30):
@@ -97,8 +98,8 @@ def test_sklearn_check_estimator(kind, expected):
     from sklearn.utils.estimator_checks import check_estimator
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_estimator(small_estimator(kind), expected_failed_checks=expected)
+        warnings.simplefilter("ignore")  # two trees: the checks are of the estimator API, which any forest size has
+        check_estimator(small_estimator(kind, trees=2), expected_failed_checks=expected)
 
 
 def test_make_regressor_kinds():
