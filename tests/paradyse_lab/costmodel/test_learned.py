@@ -55,6 +55,20 @@ def gpt_profile():
     return validate_profiles(df.astype(str))
 
 
+@pytest.fixture(scope="module")
+def gpt_fit(gpt_profile):
+    """`fit_profiles(kind, gpt_profile, A100, source_name="gpt.csv")`, each kind fitted once for the tests here
+    (they read a fit and never change it)."""
+    fits: dict = {}
+
+    def fit(kind: str):
+        if kind not in fits:
+            fits[kind] = fit_profiles(kind, gpt_profile, A100, source_name="gpt.csv")
+        return fits[kind]
+
+    return fit
+
+
 # ----- scikit-learn estimator API -----------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["hybrid", "polynomial", "residual"])
 def test_estimator_api(kind):
@@ -212,10 +226,10 @@ def test_joblib_round_trip(tmp_path, kind):
     assert back.get_params() == est.get_params()
 
 
-def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
+def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_fit):
     import joblib
 
-    fitted = fit_profiles("hybrid", gpt_profile, A100, source_name="gpt.csv")
+    fitted = gpt_fit("hybrid")
     path = fitted.save(tmp_path / "hybrid.joblib")
     assert joblib.load(path).label == "hybrid (profile source=analytic)"
     a = LearnedCostModel(fitted, get_model("gpt"), A100)
@@ -227,14 +241,14 @@ def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
         build_cost_model(str(tmp_path / "missing.joblib"), get_model("gpt"), A100)
 
 
-def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_profile, capsys):
+def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_fit, capsys):
     """`paradyse-lab cost --cost-model FILE.joblib` prints the learned model's whole-model times (it crashed:
     the command called `check`, which only the analytic and paper models had)."""
     import json
 
     from paradyse_lab.cli import main
 
-    fitted = fit_profiles("polynomial", gpt_profile, A100, source_name="gpt.csv")
+    fitted = gpt_fit("polynomial")
     path = fitted.save(tmp_path / "poly.joblib")
     code = main(["cost", "--model", "gpt", "--seq", "4K", "--strategies", "metp,megatron_ts",
                  "--cost-model", str(path), "--format", "json"])
@@ -263,9 +277,9 @@ def test_a_file_naming_a_gone_module_says_refit(tmp_path, module, message):
 
 # ----- the CostModel adapter ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["hybrid", "forest", "polynomial"])
-def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
+def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, gpt_fit, kind):
     model = get_model("gpt")
-    cm = LearnedCostModel(fit_profiles(kind, gpt_profile), model, A100)
+    cm = LearnedCostModel(gpt_fit(kind), model, A100)
     problem = problem_from_cost_model(LayerGraph(model), cm, 32768, options=[StrategyOption(s) for s in USABLE])
     assert problem.fixed_bytes == 0 and problem.fixed_time_s == 0
     assert not problem.transient_bytes.any()
@@ -297,9 +311,9 @@ def test_each_option_is_capped_at_its_own_profiled_peak(gpt_profile):
     assert problem.peak_bytes(half) == pytest.approx(expected / model.layers * cm.oom_threshold_bytes, rel=1e-6)
 
 
-def test_residual_scales_the_analytic_structure(gpt_profile):
+def test_residual_scales_the_analytic_structure(gpt_fit):
     model = get_model("gpt")
-    cm = LearnedCostModel(fit_profiles("residual", gpt_profile), model, A100)
+    cm = LearnedCostModel(gpt_fit("residual"), model, A100)
     analytic = AnalyticCostModel(model, A100)
     opt = StrategyOption("megatron_cz")
     t, m = cm.whole(opt, 65536)
@@ -312,8 +326,8 @@ def test_residual_scales_the_analytic_structure(gpt_profile):
     assert cm.budget_bytes(123) == 123
 
 
-def test_unprofiled_options_and_models(gpt_profile):
-    fitted = fit_profiles("polynomial", gpt_profile)
+def test_unprofiled_options_and_models(gpt_fit):
+    fitted = gpt_fit("polynomial")
     model = get_model("gpt")
     cm = LearnedCostModel(fitted, model, A100)
     problem = problem_from_cost_model(LayerGraph(model), cm, 8192, recompute=True)
