@@ -33,11 +33,11 @@ def _key(x):
     """A hashable stand-in for one argument: a tensor by its metadata, lists and tuples element by element, any
     other value with its type (1, 1.0 and True are equal and hash alike, yet promote a tensor to other dtypes)."""
     if isinstance(x, torch.Tensor):
-        if x.device.type != "meta" or x.layout != torch.strided:  # a sparse tensor has no strides to key on
+        if not x.is_meta or x.layout != torch.strided:  # a sparse tensor has no strides to key on
             raise _NotMeta
         return ("T", tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
     if isinstance(x, (list, tuple)):
-        return (type(x), tuple(_key(y) for y in x))
+        return (type(x), tuple([_key(y) for y in x]))  # a list, not a generator: called for every dispatched op
     return (type(x), x)
 
 
