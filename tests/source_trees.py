@@ -16,3 +16,10 @@ PACKAGES = ("paradyse_lab", "simulator", "solvers", "runtime", "figures")
 def parsed(path: Path) -> ast.Module:
     """The tree of `path` (shared between tests: read it, never change it)."""
     return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of `parsed(path)`, in `ast.walk`'s order, walked once per test process: a walk costs more
+    than the parse it follows, and several tests look at every node of every file."""
+    return tuple(ast.walk(parsed(path)))

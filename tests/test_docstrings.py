@@ -16,7 +16,7 @@ import re
 import tokenize
 from pathlib import Path
 
-from source_trees import PACKAGES, parsed
+from source_trees import PACKAGES, nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = sorted({path.parent.relative_to(ROOT / pkg).parts[0] for pkg in PACKAGES
@@ -34,7 +34,7 @@ FILE_NAME = re.compile(r"(?<![\w./-])\w+\.py\b")
 def prose(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every docstring (any statement that is a bare string, attribute docstrings included) and
     every comment of `path`."""
-    found = [(node.lineno, node.value.value) for node in ast.walk(parsed(path))
+    found = [(node.lineno, node.value.value) for node in nodes(path)
              if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
              and isinstance(node.value.value, str)]
     source = io.StringIO(path.read_text(encoding="utf-8"))

@@ -9,7 +9,7 @@ import ast
 import functools
 from pathlib import Path
 
-from source_trees import PACKAGES, parsed
+from source_trees import PACKAGES, nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 100
@@ -25,7 +25,7 @@ def function_lengths() -> tuple[tuple[str, int], ...]:
     found = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(parsed(path)):
+            for node in nodes(path):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found.append((f"{path.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1))
     return tuple(found)

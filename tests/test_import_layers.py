@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from source_trees import PACKAGES, parsed
+from source_trees import PACKAGES, nodes, parsed
 
 ROOT = Path(__file__).resolve().parents[1]
 APPLICATION = ("paradyse_lab.cli", "paradyse_lab.app", "paradyse_lab.__main__")
@@ -74,7 +74,7 @@ def imports_of(module: str, path: Path, known: set[str]) -> list[tuple[int, str]
     tree = parsed(path)
     lazy = lazy_export_nodes(tree) if is_package else set()
     out = []
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if node in lazy:
             continue
         dynamic = dynamic_import(node)
@@ -288,7 +288,7 @@ def test_layout_table_matches_the_tree():
 
 def _annotation_of(path: Path, cls: str, field: str) -> str | None:
     """The annotation of `field` in the class `cls` of `path`, as written."""
-    for node in ast.walk(parsed(path)):
+    for node in nodes(path):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id == field:
@@ -325,7 +325,7 @@ def test_no_two_classes_share_a_name():
     where: dict[str, list[str]] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(parsed(path)):
+            for node in nodes(path):
                 if isinstance(node, ast.ClassDef):
                     where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
     assert {name: files for name, files in where.items() if len(files) > 1} == {}
@@ -376,7 +376,7 @@ def help_read_from_the_library(files: dict[str, Path]) -> list[str]:
     """`module:line` where a module reads a runtime module's docstring (`runtime.X.__doc__`: a command's help
     written in the library)."""
     return [f"{module}:{node.lineno}" for module, path in files.items()
-            for node in ast.walk(parsed(path)) if isinstance(node, ast.Attribute)
+            for node in nodes(path) if isinstance(node, ast.Attribute)
             and node.attr == "__doc__" and ast.unparse(node.value).startswith(LIBRARY_MODULE + ".")]
 
 

@@ -37,18 +37,22 @@ PASS_OPS = (0, 32, 64, 128)
 any operator), in units of one operation's dispatch: fitted with the dispatch cost, on the same rows."""
 
 
-def row_grid(df: pd.DataFrame, cluster: ClusterSpec, pass_ops: int = 0) -> tuple[DispatchGrid, dict]:
-    """Every row's step time at each grid dispatch cost, with `pass_ops` operations' worth of host time before
-    each sub-layer's trace, and what tracing and pricing took."""
+def row_grids(df: pd.DataFrame, cluster: ClusterSpec, pass_ops=PASS_OPS) -> dict[int, tuple[DispatchGrid, dict]]:
+    """Per `pass_ops` value k: every row's step time at each grid dispatch cost, with k operations' worth of host
+    time before each sub-layer's trace, and what tracing and pricing took (every row traced once for all k)."""
     tables = _tables(cluster)
     local = set(df["source"]) == {"measured-rank-local"}
-    grid = DispatchGrid(Prices(tables, cluster, 0.0, comm="local-copy" if local else "alpha-beta"))
+    prices = Prices(tables, cluster, 0.0, comm="local-copy" if local else "alpha-beta")
+    grids = {k: DispatchGrid(prices) for k in pass_ops}
     started = time.perf_counter()
     traces: dict = {}
-    for layer_ops, layers, extra in _row_steps(df, cluster, traces, [PASS] * pass_ops, local):
-        grid.add(layer_ops, layers)
-        grid.rows[-1] = grid.rows[-1] + extra
-    return grid, _info(traces, started, tables)
+    for attention, mlp, layers, extra in _row_steps(df, cluster, traces, local):
+        for k, grid in grids.items():
+            before = [PASS] * k
+            grid.add(before + attention + before + mlp, layers)
+            grid.rows[-1] = grid.rows[-1] + extra
+    info = _info(traces, started, tables)
+    return {k: (grid, info) for k, grid in grids.items()}
 
 
 def call_cost_grid(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[CallCostGrid, dict]:
@@ -58,8 +62,8 @@ def call_cost_grid(df: pd.DataFrame, cluster: ClusterSpec) -> tuple[CallCostGrid
     grid = CallCostGrid(Prices(tables, cluster, 0.0))
     started = time.perf_counter()
     traces: dict = {}
-    for layer_ops, layers, extra in _row_steps(df, cluster, traces, [PASS], False):
-        grid.add(layer_ops, layers, extra)
+    for attention, mlp, layers, extra in _row_steps(df, cluster, traces, False):
+        grid.add([PASS] + attention + [PASS] + mlp, layers, extra)
     return grid, _info(traces, started, tables)
 
 
@@ -71,19 +75,22 @@ def _tables(cluster: ClusterSpec):
     return tables
 
 
-def _row_steps(df: pd.DataFrame, cluster: ClusterSpec, traces: dict, before: list, local: bool):
-    """Per row: (one layer's operations, `before` each sub-layer's, the layer count, the seconds the layers do not
-    price: the embedding and head, and for a rank-local row the analytic model's exposed communication)."""
+def _row_steps(df: pd.DataFrame, cluster: ClusterSpec, traces: dict, local: bool):
+    """Per row: (one layer's attention operations, its MLP operations, the layer count, the seconds the layers do
+    not price: the embedding and head, and for a rank-local row the analytic model's exposed communication)."""
     for r, cm in row_cost_models(df, cluster):
-        tr = traces.setdefault((cm.model, int(r.p)), SublayerTraces(cm.model, int(r.p)))
+        key = (cm.model, int(r.p))
+        if key not in traces:
+            traces[key] = SublayerTraces(cm.model, int(r.p))
+        tr = traces[key]
         option = StrategyOption(r.strategy, bool(r.recompute))
-        ops = before + tr.trace("attention", option, int(r.seq_len), int(r.batch)) + \
-            before + tr.trace("mlp", option, int(r.seq_len), int(r.batch))
+        attention = tr.trace("attention", option, int(r.seq_len), int(r.batch))
+        mlp = tr.trace("mlp", option, int(r.seq_len), int(r.batch))
         extra = cm.fixed(int(r.seq_len), int(r.batch)).time_s
         if local:  # the row's time is its measured compute plus the analytic model's exposed communication
             extra += int(r.layers) * sum(cm.sublayer(kind, option, int(r.seq_len), int(r.batch)).exposed_comm_s
                                          for kind in ("attention", "mlp"))
-        yield ops, int(r.layers), extra
+        yield list(attention), list(mlp), int(r.layers), extra
 
 
 def _info(traces: dict, started: float, tables) -> dict:
@@ -95,7 +102,7 @@ class _DispatchFit:
     """The dispatch cost and the Python per sub-layer (`PASS_OPS`) fitted on rank-local rows (no collectives)."""
 
     def __init__(self, df: pd.DataFrame, cluster: ClusterSpec):
-        self.grids = {k: row_grid(df, cluster, k) for k in PASS_OPS}
+        self.grids = row_grids(df, cluster, PASS_OPS)
         self.info = self.grids[0][1]
 
     def fit(self, measured: np.ndarray, index: np.ndarray) -> CallCosts:

@@ -47,6 +47,7 @@ class AnalyticCostModel:
         self.label = f"calibrated ({cluster.name}: {cluster.source})" if cluster.calibration else "analytic"
         self.p = require_positive_int("p", p if p is not None else cluster.gpus)
         self._cache: dict = {}
+        self._calls: dict[CollectiveCall, float] = {}
 
     def budget_bytes(self, budget: int) -> int:
         """The memory a plan may use: all of `budget` (`CostModel` protocol)."""
@@ -98,9 +99,14 @@ class AnalyticCostModel:
 
     def collective_s(self, call: CollectiveCall) -> float:
         """Seconds for all `count` calls of one `CollectiveCall`, each with the cluster's `collective_sync_s` (the
-        ranks reach a collective from compute; 0 but on measured clusters)."""
-        per_node = max(1, self.cluster.node_gpus // call.stride) if call.stride > 1 else None  # a strided group
-        return call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks, per_node)
+        ranks reach a collective from compute; 0 but on measured clusters). Kept per call: most calls recur at
+        every length (weight gathers, gradient reductions) and across the options that share them."""
+        seconds = self._calls.get(call)
+        if seconds is None:
+            per_node = max(1, self.cluster.node_gpus // call.stride) if call.stride > 1 else None  # a strided group
+            seconds = call.count * F.collective_call_s(self.cluster, call.op, call.buffer_bytes, call.ranks, per_node)
+            self._calls[call] = seconds
+        return seconds
 
     def sublayer(self, kind: str, option: StrategyOption, seq_len: int, batch: int = 1,
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:

@@ -136,7 +136,7 @@ def leave_one_shape_out(df: pd.DataFrame, cluster: ClusterSpec,
                 fitted[strategy] = fit_strategy(X[train], offset[train], t[train])
         calibrated[held] = predict(fitted, X[held], offset[held], strategies[held])
     out = df[["model", "strategy", "seq_len", "time_s"]].copy()
-    out.insert(0, "shape", [shape_label(r) for _, r in df.iterrows()])
+    out.insert(0, "shape", [shape_label(r) for r in df[["model", "h", "heads", "layers", "p"]].to_dict("records")])
     out["band"] = band_of(df["seq_len"].to_numpy())
     out["analytic"] = analytic_times(X, offset)
     out["calibrated"] = calibrated

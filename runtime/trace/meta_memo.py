@@ -7,9 +7,13 @@ Library module (no command). Under torch 2.x most meta kernels are Python refere
 of its arguments' metadata (shape, strides, storage offset, dtype), its other arguments (with their types)
 and the default dtype, so `MetaMemo`, a
 `TorchDispatchMode`, keeps the result's metadata per call and answers a repeated call with a fresh meta tensor of
-the same metadata (a fresh storage, as the kernel allocates one). It remembers only operators that return new
-tensors: none whose schema mutates or aliases an input (in-place, `out=`, views, and the view-like operators the
-tracer names in `ALIAS_OPS`), and only calls whose tensor arguments and results are all on the meta device.
+the same metadata (a fresh storage, as the kernel allocates one). It remembers operators that return new tensors,
+and those that write one input in place or through `out=` and return it (a ring's `logaddexp(..., out=lse)` costs
+milliseconds on meta tensors): a repeated call of these, whose first call left the written input's metadata as it
+was, returns that input without running the kernel (a meta tensor holds no values to write). It remembers no other
+operator whose schema mutates or aliases an input (views, several written inputs or results, and the view-like
+operators the tracer names in `ALIAS_OPS`), and only calls whose tensor arguments and results are all on the meta
+device.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ def _key(x):
     """A hashable stand-in for one argument: a tensor by its metadata, lists and tuples element by element, any
     other value with its type (1, 1.0 and True are equal and hash alike, yet promote a tensor to other dtypes)."""
     if isinstance(x, torch.Tensor):
-        if x.device.type != "meta" or x.layout != torch.strided:  # a sparse tensor has no strides to key on
+        if not x.is_meta or x.layout != torch.strided:  # a sparse tensor has no strides to key on
             raise _NotMeta
         return ("T", tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
     if isinstance(x, (list, tuple)):
-        return (type(x), tuple(_key(y) for y in x))
+        return (type(x), tuple([_key(y) for y in x]))  # a list, not a generator: called for every dispatched op
     return (type(x), x)
 
 
@@ -71,6 +75,7 @@ class MetaMemo(TorchDispatchMode):
         self.alias_ops = frozenset(alias_ops)
         self.memo: dict = {}
         self.fresh: dict = {}
+        self.written: dict = {}
         self.hits = 0
         self.misses = 0
 
@@ -84,9 +89,27 @@ class MetaMemo(TorchDispatchMode):
             self.fresh[func] = fresh
         return fresh
 
+    def written_input(self, func) -> tuple[int, str, bool] | None:
+        """(position, name, keyword-only) of the one input `func` writes and returns (in place, or `out=`), None
+        for an operator that writes none, several, returns anything else or is a view."""
+        if func not in self.written:
+            schema = func._schema
+            written = [(i, a) for i, a in enumerate(schema.arguments) if a.alias_info is not None
+                       and a.alias_info.is_write]
+            returns = schema.returns
+            self.written[func] = None
+            if (len(written) == 1 and len(returns) == 1 and returns[0].alias_info is not None
+                    and returns[0].alias_info.is_write and not getattr(func, "is_view", False)
+                    and schema.name.split("::")[-1] not in self.alias_ops):
+                i, arg = written[0]
+                self.written[func] = (i, arg.name, arg.kwarg_only)
+        return self.written[func]
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.returns_fresh(func):
+        fresh = self.returns_fresh(func)
+        writes = None if fresh else self.written_input(func)
+        if not fresh and writes is None:
             return func(*args, **kwargs)
         try:
             # the default dtype is an input too: a float scalar or factory call takes it
@@ -94,12 +117,20 @@ class MetaMemo(TorchDispatchMode):
             hash(key)
         except (_NotMeta, TypeError):
             return func(*args, **kwargs)
+        if writes is not None:
+            i, name, kwarg_only = writes
+            target = kwargs.get(name) if kwarg_only or i >= len(args) else args[i]
         known = self.memo.get(key)
         if known is not None:
             self.hits += 1
-            return _rebuild(known)
+            return target if writes is not None else _rebuild(known)
+        if writes is not None:
+            before = _key(target) if isinstance(target, torch.Tensor) else None
         out = func(*args, **kwargs)
-        described = _describe(out)
+        if writes is not None:  # remembered when the kernel returned the input it wrote, its metadata unchanged
+            described = ("W",) if before is not None and out is target and _key(out) == before else None
+        else:
+            described = _describe(out)
         if described is not None:
             if len(self.memo) >= MAX_ENTRIES:
                 self.memo.clear()

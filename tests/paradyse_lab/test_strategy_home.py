@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from source_trees import PACKAGES, parsed
+from source_trees import PACKAGES, nodes, parsed
 
 from paradyse_lab.core.model_spec import PRESETS
 from paradyse_lab.core.strategies import CATALOG, TWO_D, USABLE, Strategy, get_strategy, layout_unit
@@ -68,17 +68,16 @@ def _bound_names(tree: ast.AST) -> dict[int, str]:
 def _strategy_tables(path: Path) -> list[str]:
     """Dict, tuple, list or set literals in `path` naming two or more usable strategies (`NAME`, `static:NAME`)."""
     names = set(USABLE) | {f"static:{n}" for n in USABLE}
-    tree = parsed(path)
-    bound = _bound_names(tree)
     found = []
-    for node in ast.walk(tree):
+    for node in nodes(path):
         items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
         if not isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)) or items is None:
             continue
         hits = {k.value for k in items if isinstance(k, ast.Constant) and k.value in names}
         if len(hits) >= 2:
-            found.append((node.lineno, bound.get(id(node), "")))
-    return [f"{path.relative_to(ROOT).as_posix()}:{line} {bound}" for line, bound in found]
+            found.append(node)
+    bound = _bound_names(parsed(path)) if found else {}  # the few files with such a literal
+    return [f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {bound.get(id(node), '')}" for node in found]
 
 
 def test_no_module_keeps_its_own_per_strategy_table():
@@ -93,9 +92,9 @@ def test_no_module_keeps_its_own_per_strategy_table():
         "\n".join(tables)
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
+def _docstrings(path: Path) -> set[int]:
     """id() of every docstring node (module, class, function) and bare string statement."""
-    return {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {id(n.value) for n in nodes(path) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
 
 
 def _layout_unit_copies(path: Path) -> list[str]:
@@ -104,7 +103,7 @@ def _layout_unit_copies(path: Path) -> list[str]:
         return (isinstance(n, ast.Name) and n.id == "p") or (isinstance(n, ast.Attribute) and n.attr == "p")
 
     rel = path.relative_to(ROOT).as_posix()
-    return [f"{rel}:{n.lineno}" for n in ast.walk(parsed(path))
+    return [f"{rel}:{n.lineno}" for n in nodes(path)
             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)
             and any(isinstance(a, ast.Constant) and a.value == 2 and is_p(b)
                     for a, b in ((n.left, n.right), (n.right, n.left)))]
@@ -128,9 +127,8 @@ def test_no_code_string_spells_a_strategy_label():
         for path in sorted((ROOT / package).rglob("*.py")):
             if path == ROOT / "paradyse_lab" / "core" / "strategies.py":
                 continue
-            tree = parsed(path)
-            docs = _docstrings(tree)
-            found += [f"{path.relative_to(ROOT).as_posix()}:{n.lineno}: {n.value[:60]!r}" for n in ast.walk(tree)
+            docs = _docstrings(path)
+            found += [f"{path.relative_to(ROOT).as_posix()}:{n.lineno}: {n.value[:60]!r}" for n in nodes(path)
                       if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
                       and labels.search(n.value)]
     assert not found, "strategy labels spelled in code strings (use CATALOG[name].paper_name):\n" + "\n".join(found)

@@ -8,6 +8,7 @@ for operation is the operation tracer's distributed cases' (tpcp- / usp- / uneve
 from __future__ import annotations
 
 import op_trace_cases
+import pytest
 import torch
 
 from paradyse_lab.core.strategies import StrategyOption
@@ -32,19 +33,39 @@ def test_a_remembered_call_returns_a_new_tensor_of_the_kernels_metadata():
     assert again is not first and again is not x
 
 
-def test_calls_off_the_meta_device_in_place_and_views_are_run():
+def test_calls_off_the_meta_device_and_views_are_run():
     memo = MetaMemo()
-    x, y = _meta(3, 4), _meta(3, 4)
+    x = _meta(3, 4)
     with memo:
         for _ in range(2):
             ones = torch.ones(2, 3)  # a factory on the CPU, no tensor argument: its values are needed
             assert ones.device.type == "cpu" and torch.equal(ones, torch.ones(2, 3))
             cpu = torch.full((3,), 2.0) * 2  # a CPU element-wise result
             assert cpu.device.type == "cpu" and torch.equal(cpu, torch.full((3,), 4.0))
-            assert x.add_(y) is x  # in place: the input itself
+            cpu.add_(1)  # in place off the meta device: its values are needed
             view = x.view(12)
             assert view._base is x  # a view shares the input's storage
-    assert memo.hits == 0
+    assert memo.hits == 0 and torch.equal(cpu, torch.full((3,), 5.0))
+
+
+def test_a_repeated_call_that_writes_an_input_returns_that_input():
+    """In place and through `out=`, a repeated meta call returns the input it writes, as the kernel does; an `out=`
+    the kernel resizes is not remembered (each call resizes it again), and a call the kernel refuses still
+    raises."""
+    x, y, lse = _meta(3, 4), _meta(3, 4), _meta(3)
+    memo = MetaMemo()
+    with memo:
+        for _ in range(2):
+            assert x.add_(y) is x and x.shape == (3, 4)
+            assert torch.logaddexp(lse, lse, out=lse) is lse and lse.shape == (3,)
+    assert memo.hits == 2
+    outs, bad = [_meta(0), _meta(0)], _meta(5)
+    with memo:
+        for out in outs:
+            assert torch.add(x, y, out=out) is out and out.shape == (3, 4) and out.stride() == (4, 1)
+            with pytest.raises(RuntimeError):
+                x.add_(bad)  # does not broadcast to x's shape
+    assert memo.hits == 2
 
 
 def test_a_scalar_of_another_type_or_another_default_dtype_is_another_call():
@@ -75,7 +96,8 @@ def test_a_trace_through_the_memo_equals_one_that_runs_every_meta_kernel(monkeyp
     misses = op_trace.META_MEMO.misses
     warm = op_trace.trace_sublayer(cfg, "attention", option, s, 4, dtype="fp32", rank=1)
     assert warm == cold and op_trace.META_MEMO.misses == misses
-    monkeypatch.setattr(op_trace.META_MEMO, "returns_fresh", lambda func: False)  # every call runs its kernel
+    monkeypatch.setattr(op_trace.META_MEMO, "returns_fresh", lambda func: False)  # every call runs its kernel,
+    monkeypatch.setattr(op_trace.META_MEMO, "written_input", lambda func: None)  # in place and `out=` ones too
     hits = op_trace.META_MEMO.hits
     plain = op_trace.trace_sublayer(cfg, "attention", option, s, 4, dtype="fp32", rank=1)
     assert plain == cold and op_trace.META_MEMO.hits == hits

@@ -13,6 +13,7 @@ fit is the caller's: leaving one shape out fits on the other shapes' steps only.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -127,7 +128,10 @@ class CallCostGrid:
 
 
 def _bracket(grid: tuple[float, ...], x: float) -> tuple[int, float]:
-    i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+    """The grid interval holding `x` (the first or last beyond the grid) and x's place in it, clamped to [0, 1].
+    `bisect_left` is numpy's `searchsorted` on the sorted grid, without converting the grid to an array on every
+    call of the fit's loss."""
+    i = min(max(bisect.bisect_left(grid, x) - 1, 0), len(grid) - 2)
     return i, min(max((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0), 1.0)
 
 

@@ -25,7 +25,7 @@ from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption
 from paradyse_lab.costmodel.analytic import AnalyticCostModel
 from paradyse_lab.costmodel.replay.ops import Op
-from paradyse_lab.costmodel.replay.price import Prices, critical_path
+from paradyse_lab.costmodel.replay.price import Prices, critical_paths
 from paradyse_lab.costmodel.replay.tables import HostCosts, KernelTables
 from paradyse_lab.costmodel.types import SubLayerCost
 from paradyse_lab.errors import UserInputError
@@ -105,8 +105,7 @@ class ReplayCostModel:
             ops = [with_documents(op, seq_len, tuple(segments)) for op in ops]
         ops = [PASS] * self.host.sublayer_ops + list(ops)
         device_s = [self.prices.device_s(op) for op in ops]
-        one = critical_path(ops, self.prices, device_s)
-        two = critical_path(ops * 2, self.prices, device_s * 2)
+        one, two = critical_paths(ops * 2, self.prices, device_s * 2, (len(ops), 2 * len(ops)))
         time_s = two.time_s - one.time_s
         compute_s = min(time_s, max(one.kernel_s, one.host_s))  # the kernels, or the host issuing them
         cost = dataclasses.replace(base, time_s=time_s, compute_s=compute_s, exposed_comm_s=time_s - compute_s)

@@ -91,36 +91,47 @@ class StepTime:
 
 def critical_path(ops, prices: Prices, device_s=None) -> StepTime:
     """The step time of `ops` (module docstring); `device_s` (one per op) may be given precomputed."""
+    return critical_paths(ops, prices, device_s, (len(ops),))[0]
+
+
+def critical_paths(ops, prices: Prices, device_s=None, ends=()) -> list[StepTime]:
+    """`critical_path` of each prefix `ops[:end]` for the increasing `ends`, in one walk over `ops`: a layer stack
+    prices one layer and two (`stack.stack_time`), the first the prefix of the second."""
     if device_s is None:
         device_s = [prices.device_s(op) for op in ops]
     d, serial, floor = prices.dispatch_s, prices.serial, prices.floor_s
     host = dev = comm_free = 0.0
     kernel_s = comm_s = 0.0
     arrive: dict[int, float] = {}
-    for op, t in zip(ops, device_s):
-        host += d
-        kind = op.kind
-        run = max(0.0, t - floor) if serial else t  # serial: the bare call's cost is inside the dispatch
-        if kind in DEVICE_KINDS:
-            dev = max(dev, host) + run
-            kernel_s += t
-        elif kind == "collective":
-            dev = max(dev, host) + run
-            comm_s += t
-        elif kind == "p2p" and prices.comm == "local-copy":
-            dev = max(dev, host) + run
-            kernel_s += t
-        elif kind == "p2p":
-            start = max(comm_free, dev, host)
-            comm_free = arrive[op.ref] = start + t
-            comm_s += t
-        elif kind == "wait":
-            dev = max(dev, arrive.get(op.ref, 0.0))
-        elif op.name.startswith("_local_scalar"):
-            host = max(host, dev)
-        if serial:
-            host = max(host, dev)
-    return StepTime(max(host, dev), len(ops) * d, kernel_s, comm_s)
+    out = []
+    start = 0
+    for end in ends:
+        for op, t in zip(ops[start:end], device_s[start:end]):
+            host += d
+            kind = op.kind
+            run = max(0.0, t - floor) if serial else t  # serial: the bare call's cost is inside the dispatch
+            if kind in DEVICE_KINDS:
+                dev = max(dev, host) + run
+                kernel_s += t
+            elif kind == "collective":
+                dev = max(dev, host) + run
+                comm_s += t
+            elif kind == "p2p" and prices.comm == "local-copy":
+                dev = max(dev, host) + run
+                kernel_s += t
+            elif kind == "p2p":
+                start_s = max(comm_free, dev, host)
+                comm_free = arrive[op.ref] = start_s + t
+                comm_s += t
+            elif kind == "wait":
+                dev = max(dev, arrive.get(op.ref, 0.0))
+            elif op.name.startswith("_local_scalar"):
+                host = max(host, dev)
+            if serial:
+                host = max(host, dev)
+        out.append(StepTime(max(host, dev), end * d, kernel_s, comm_s))
+        start = end
+    return out
 
 
 def measured_prices(tables: KernelTables, cluster: ClusterSpec, comm: str = "alpha-beta") -> Prices:

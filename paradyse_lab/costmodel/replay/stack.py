@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from paradyse_lab.costmodel.replay.price import Prices, critical_path
+from paradyse_lab.costmodel.replay.price import Prices, critical_path, critical_paths
 
 GRID = np.geomspace(2e-6, 2e-4, 16)
 """Dispatch costs (seconds per operation) each step is priced at."""
@@ -28,10 +28,10 @@ def stack_time(layer_ops, layers: int, prices: Prices, device_s=None) -> float:
     """Seconds of a step of `layers` identical layers issuing `layer_ops` each (module docstring)."""
     if device_s is None:
         device_s = [prices.device_s(op) for op in layer_ops]
-    one = critical_path(layer_ops, prices, device_s).time_s
     if layers == 1:
-        return one
-    two = critical_path(list(layer_ops) * 2, prices, list(device_s) * 2).time_s
+        return critical_path(layer_ops, prices, device_s).time_s
+    n = len(layer_ops)
+    one, two = (x.time_s for x in critical_paths(list(layer_ops) * 2, prices, list(device_s) * 2, (n, 2 * n)))
     return one + (layers - 1) * (two - one)
 
 

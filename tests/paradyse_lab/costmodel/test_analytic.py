@@ -141,3 +141,27 @@ def test_bad_shapes_name_the_constraint():
         cm.sublayer("attention", StrategyOption("megatron_cz"), -5)
     with pytest.raises(UserInputError, match="valid: attention, mlp"):
         cm.sublayer("embedding", StrategyOption("megatron_cz"), 4096)
+
+
+def test_a_collective_priced_again_costs_what_the_formula_gives():
+    """The model keeps each collective call's seconds (most recur at every length): every call of every option's
+    schedule, asked once or again, two-dimensional (strided) groups and a two-node cluster included, costs
+    `count` x `formulas.collective_call_s` to the bit."""
+    from dataclasses import replace
+
+    from paradyse_lab.core.strategies import TWO_D
+    from paradyse_lab.costmodel import formulas as F
+    from paradyse_lab.costmodel.schedules import schedule
+
+    for cluster in (A100, CLUSTERS["a100-80gb-2x8"]):
+        cm = AnalyticCostModel(replace(PRESETS["gpt"], layers=2), cluster)
+        for option in [*options(), *options(TWO_D)]:
+            for seq in (4096, 65536):
+                if not cm.feasible(option, seq):
+                    continue
+                for kind in ("attention", "mlp"):
+                    for call in schedule(cm.model, kind, option, seq, 1, cm.p).collectives:
+                        per_node = max(1, cluster.node_gpus // call.stride) if call.stride > 1 else None
+                        want = call.count * F.collective_call_s(cluster, call.op, call.buffer_bytes, call.ranks,
+                                                                per_node)
+                        assert cm.collective_s(call) == cm.collective_s(call) == want

@@ -22,10 +22,10 @@ A100 = get_cluster("a100-80gb-x8")
 BUNDLED = DATA_DIR / "analytic_a100-80gb-x8.csv"
 
 
-def small_estimator(kind: str):
-    """A fresh, small regressor of each kind ("forest": the paper's forest, `make_regressor`). The regressors'
-    module (scikit-learn: ~3 CPU s to import) is imported by the tests that use it, not while the file is
-    collected: every pytest-xdist worker collects every test file."""
+def small_estimator(kind: str, trees: int = 5):
+    """A fresh, small regressor of each kind ("forest": the paper's forest, `make_regressor`; `trees`: the hybrid's
+    and the residual's forest size). The regressors' module (scikit-learn: ~3 CPU s to import) is imported by the
+    tests that use it, not while the file is collected: every pytest-xdist worker collects every test file."""
     from paradyse_lab.costmodel.regressors import (
         HybridRegressor,
         PolynomialRegressor,
@@ -33,8 +33,9 @@ def small_estimator(kind: str):
         make_regressor,
     )
 
-    return {"hybrid": lambda: HybridRegressor(n_estimators=5), "polynomial": PolynomialRegressor,
-            "residual": lambda: ResidualRegressor(n_estimators=5), "forest": lambda: make_regressor("forest")}[kind]()
+    return {"hybrid": lambda: HybridRegressor(n_estimators=trees), "polynomial": PolynomialRegressor,
+            "residual": lambda: ResidualRegressor(n_estimators=trees),
+            "forest": lambda: make_regressor("forest")}[kind]()
 
 
 def toy(seed=0, groups=3, n=30):
@@ -52,6 +53,20 @@ def toy(seed=0, groups=3, n=30):
 def gpt_profile():
     df = synthesize_profiles(A100, ("gpt",), ratio=1.05, timestamp="2026-01-01T00:00:00+00:00")
     return validate_profiles(df.astype(str))
+
+
+@pytest.fixture(scope="module")
+def gpt_fit(gpt_profile):
+    """`fit_profiles(kind, gpt_profile, A100, source_name="gpt.csv")`, each kind fitted once for the tests here
+    (they read a fit and never change it)."""
+    fits: dict = {}
+
+    def fit(kind: str):
+        if kind not in fits:
+            fits[kind] = fit_profiles(kind, gpt_profile, A100, source_name="gpt.csv")
+        return fits[kind]
+
+    return fit
 
 
 # ----- scikit-learn estimator API -----------------------------------------------------------------------------
@@ -97,8 +112,8 @@ def test_sklearn_check_estimator(kind, expected):
     from sklearn.utils.estimator_checks import check_estimator
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_estimator(small_estimator(kind), expected_failed_checks=expected)
+        warnings.simplefilter("ignore")  # two trees: the checks are of the estimator API, which any forest size has
+        check_estimator(small_estimator(kind, trees=2), expected_failed_checks=expected)
 
 
 def test_make_regressor_kinds():
@@ -211,10 +226,10 @@ def test_joblib_round_trip(tmp_path, kind):
     assert back.get_params() == est.get_params()
 
 
-def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
+def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_fit):
     import joblib
 
-    fitted = fit_profiles("hybrid", gpt_profile, A100, source_name="gpt.csv")
+    fitted = gpt_fit("hybrid")
     path = fitted.save(tmp_path / "hybrid.joblib")
     assert joblib.load(path).label == "hybrid (profile source=analytic)"
     a = LearnedCostModel(fitted, get_model("gpt"), A100)
@@ -226,14 +241,14 @@ def test_fitted_profile_round_trip_and_use_as_cost_model(tmp_path, gpt_profile):
         build_cost_model(str(tmp_path / "missing.joblib"), get_model("gpt"), A100)
 
 
-def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_profile, capsys):
+def test_cost_command_accepts_a_fitted_file(tmp_path, gpt_fit, capsys):
     """`paradyse-lab cost --cost-model FILE.joblib` prints the learned model's whole-model times (it crashed:
     the command called `check`, which only the analytic and paper models had)."""
     import json
 
     from paradyse_lab.cli import main
 
-    fitted = fit_profiles("polynomial", gpt_profile, A100, source_name="gpt.csv")
+    fitted = gpt_fit("polynomial")
     path = fitted.save(tmp_path / "poly.joblib")
     code = main(["cost", "--model", "gpt", "--seq", "4K", "--strategies", "metp,megatron_ts",
                  "--cost-model", str(path), "--format", "json"])
@@ -262,9 +277,9 @@ def test_a_file_naming_a_gone_module_says_refit(tmp_path, module, message):
 
 # ----- the CostModel adapter ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["hybrid", "forest", "polynomial"])
-def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, kind):
+def test_paper_kinds_give_the_papers_additive_problem(gpt_profile, gpt_fit, kind):
     model = get_model("gpt")
-    cm = LearnedCostModel(fit_profiles(kind, gpt_profile), model, A100)
+    cm = LearnedCostModel(gpt_fit(kind), model, A100)
     problem = problem_from_cost_model(LayerGraph(model), cm, 32768, options=[StrategyOption(s) for s in USABLE])
     assert problem.fixed_bytes == 0 and problem.fixed_time_s == 0
     assert not problem.transient_bytes.any()
@@ -296,9 +311,9 @@ def test_each_option_is_capped_at_its_own_profiled_peak(gpt_profile):
     assert problem.peak_bytes(half) == pytest.approx(expected / model.layers * cm.oom_threshold_bytes, rel=1e-6)
 
 
-def test_residual_scales_the_analytic_structure(gpt_profile):
+def test_residual_scales_the_analytic_structure(gpt_fit):
     model = get_model("gpt")
-    cm = LearnedCostModel(fit_profiles("residual", gpt_profile), model, A100)
+    cm = LearnedCostModel(gpt_fit("residual"), model, A100)
     analytic = AnalyticCostModel(model, A100)
     opt = StrategyOption("megatron_cz")
     t, m = cm.whole(opt, 65536)
@@ -311,8 +326,8 @@ def test_residual_scales_the_analytic_structure(gpt_profile):
     assert cm.budget_bytes(123) == 123
 
 
-def test_unprofiled_options_and_models(gpt_profile):
-    fitted = fit_profiles("polynomial", gpt_profile)
+def test_unprofiled_options_and_models(gpt_fit):
+    fitted = gpt_fit("polynomial")
     model = get_model("gpt")
     cm = LearnedCostModel(fitted, model, A100)
     problem = problem_from_cost_model(LayerGraph(model), cm, 8192, recompute=True)

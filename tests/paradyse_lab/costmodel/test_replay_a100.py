@@ -122,6 +122,21 @@ def test_the_vectorised_critical_path_is_the_critical_path_at_every_setting(seed
         assert got[i] == pytest.approx(critical_path(expanded, prices).time_s, rel=1e-12)
 
 
+def test_a_cost_between_grid_points_is_bracketed_as_numpy_searchsorted_brackets_it():
+    """The fit's interpolation finds a cost's grid interval with `bisect` (the fit's loss runs thousands of
+    times): the same interval and weight as numpy's `searchsorted` and `clip`, on and between grid points, and
+    beyond both ends."""
+    from paradyse_lab.costmodel.replay.call_costs import COLLECTIVE, DISPATCH, _bracket
+
+    rng = random.Random(0)
+    for grid in (DISPATCH, COLLECTIVE):
+        xs = [*grid, -1.0, 0.0, grid[0] / 2, grid[-1] * 2, *(rng.uniform(0, 1.2 * grid[-1]) for _ in range(500)),
+              *(10 ** rng.uniform(-7, -2) for _ in range(500))]
+        for x in xs:
+            i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+            assert _bracket(grid, x) == (i, min(max((x - grid[i]) / (grid[i + 1] - grid[i]), 0.0), 1.0))
+
+
 def _layer(gemm_m: int, gathers: int, views: int) -> list[Op]:
     """A layer with a given mix of compute, collectives and host-only operations (what makes the costs separable)."""
     return ([PASS] + [Op("gemm", "mm", "bfloat16", m=gemm_m, n=1024, k=1024)] * 4

@@ -15,7 +15,7 @@ import pytest
 
 from paradyse_lab.cluster.presets import PRESETS
 from paradyse_lab.costmodel.replay.ops import Op
-from paradyse_lab.costmodel.replay.price import Prices, critical_path
+from paradyse_lab.costmodel.replay.price import Prices, critical_path, critical_paths
 from paradyse_lab.costmodel.replay.stack import DispatchGrid, fit_dispatch, stack_time
 from paradyse_lab.costmodel.replay.tables import BUNDLED, bundled_tables
 
@@ -81,6 +81,19 @@ def test_exchange_overlaps_the_compute_it_is_double_buffered_with():
     assert exposed.time_s == pytest.approx(exposed.comm_s + 1e-3)  # the block waits for the exchange
     local = critical_path([big, compute, wait, compute], dataclasses.replace(_prices(), comm="local-copy"))
     assert local.comm_s == 0 and local.kernel_s > alone  # a rank-local run copies on the device stream
+
+
+def test_one_walk_gives_every_prefix_exactly_as_its_own_walk():
+    """`critical_paths` (one walk, what a stack of layers prices one layer and two with) equals `critical_path` of
+    each prefix to the bit, for every kind of operation, on overlapping, local-copy and serial clocks."""
+    layer = [_kernel(int(3.35e8)), Op("p2p", "exchange", nbytes=int(5e8), group=8, ref=1), _kernel(1000),
+             Op("collective", "all_reduce", nbytes=10**6, group=8), Op("wait", "wait", ref=1),
+             Op("host", "view"), Op("host", "_local_scalar_dense"), _kernel(int(3.35e7))]
+    ops = layer * 3
+    for prices in (_prices(5e-6), dataclasses.replace(_prices(5e-6), comm="local-copy"),
+                   dataclasses.replace(_prices(2e-5), serial=True, floor_s=4e-6)):
+        ends = (len(layer), 2 * len(layer), len(ops))
+        assert critical_paths(ops, prices, None, ends) == [critical_path(ops[:n], prices) for n in ends]
 
 
 def test_stack_of_layers_and_the_fitted_dispatch_cost():
