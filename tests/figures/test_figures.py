@@ -247,6 +247,21 @@ def test_the_quick_run_drew_each_figure_once(quick_run):
     assert all(len(drawings) == 1 for drawings in figures.values()), {k: len(v) for k, v in figures.items()}
 
 
+def test_each_title_sits_where_matplotlib_would_place_it(quick_run):
+    """The figures' titles are given their place (`_common.TITLE_Y`, not placed again at each drawing pass): the
+    place matplotlib's automatic placement gives them, since in every figure the quick run drew no axes has x tick
+    labels, the x label or a y offset text above it, or a twin or child axes (what would move a title up)."""
+    from paradyse_lab.figures._common import TITLE_Y
+
+    for (name, _), figures in quick_run[1].items():
+        for ax in figures[-1].axes:
+            assert ax.title.get_position()[1] == TITLE_Y, name
+            assert ax.xaxis.get_ticks_position() not in ("top", "unknown"), name
+            assert ax.xaxis.get_label_position() == "bottom", name
+            assert not (ax.yaxis.offsetText.get_visible() and ax.yaxis.offsetText.get_text()), name
+            assert not ax.child_axes and ax._twinned_axes.get_siblings(ax) == [ax], name
+
+
 @pytest.mark.parametrize("truth", ["analytic", "paper"])
 def test_table5_draws_the_papers_and_our_values_of_every_variant(quick_results, drawn_figure, truth):
     results = quick_results if truth == "analytic" else quick_results / PAPER_DIR
