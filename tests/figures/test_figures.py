@@ -137,6 +137,22 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     assert "over 1 seed, mean [min, max]" in report
 
 
+def test_first_row_is_the_first_row_of_the_filtered_table(quick_results):
+    """The report's row lookup (`first_row`, one mask over the columns) is the first row that filtering the table
+    column by column keeps, its index label included; no match is an `IndexError`."""
+    from paradyse_lab.app.report.markdown import first_row
+
+    summary = pd.read_csv(quick_results / "fig2_summary.csv")
+    for (dataset, model, policy), _ in summary.groupby(["dataset", "model", "policy"], sort=False):
+        kept = summary[summary.dataset == dataset]
+        kept = kept[(kept.model == model) & (kept.policy == policy)]
+        row = first_row(summary, dataset=dataset, model=model, policy=policy)
+        assert row.name == kept.index[0] and row.equals(kept.iloc[0])
+    assert first_row(summary, model="gpt").equals(summary[summary.model == "gpt"].iloc[0])
+    with pytest.raises(IndexError):
+        first_row(summary, dataset="grch38", model="no such model")
+
+
 def test_reproduce_resumes_without_rerunning(quick_results, monkeypatch):
     """A second run reuses every step and rewrites REPORT.md alone, parsing each CSV the report reads once."""
     parsed = []
