@@ -136,6 +136,20 @@ def test_bad_policies():
         run_one(SETUP, "gpt", "grch38", "dynamic:dp", exclude=("nope",))
 
 
+def test_a_runs_csv_is_its_rows_less_the_timings_and_the_timings_file_the_rest(tmp_path):
+    """`write_with_timings` (every experiment's run files): the rows less the measured columns, written as pandas
+    writes them, and the step beside the measured columns in timings/; read back joined, the rows again."""
+    from paradyse_lab.results.timings import read_with_timings, timings_path, write_with_timings
+    from paradyse_lab.simulator.experiments import TIMING_COLUMNS
+
+    rows = shared_run(SETUP, "gpt", "grch38", "dynamic:heuristic")
+    path = tmp_path / "run.csv"
+    assert write_with_timings(rows, path, TIMING_COLUMNS, ("step",)) == [path, timings_path(path)]
+    assert path.read_text() == rows.drop(columns=list(TIMING_COLUMNS)).to_csv(index=False)
+    assert timings_path(path).read_text() == rows[["step", *TIMING_COLUMNS]].to_csv(index=False)
+    pd.testing.assert_frame_equal(read_with_timings(path)[list(rows.columns)], rows, check_dtype=False)
+
+
 def test_simulate_command_json(capsys, tmp_path):
     out = tmp_path / "rows.csv"
     code = main(["simulate", "--model", "gpt", "--dataset", "grch38", "--policy", "dynamic:heuristic",
