@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 
@@ -33,35 +34,42 @@ class RunSummary:
         return asdict(self)
 
 
+def _trained(rows: pd.DataFrame) -> np.ndarray:
+    """Which of the run's steps were trained (not an OOM step), as a boolean array: the summaries below read the
+    columns they need through it rather than filtering the whole table (a copy of every column) per question."""
+    return ~rows["oom"].to_numpy(dtype=bool)
+
+
 def summarize(rows: pd.DataFrame, model: str, dataset: str, policy: str) -> RunSummary:
     """Summary of one run's rows."""
-    trained = rows[~rows["oom"]]
-    oom = rows[rows["oom"]]
+    trained = _trained(rows)
+    seq_len = rows["seq_len"].to_numpy()
     total = float(rows["cumulative_time_s"].iloc[-1]) if len(rows) else 0.0
     planning = float(rows["solve_ms"].sum()) / 1e3
+    tokens = rows["tokens"].to_numpy() if "tokens" in rows else seq_len
     return RunSummary(
-        model=model, dataset=dataset, policy=policy, steps=len(trained), total_time_s=total,
-        max_seq_len_trained=int(trained["seq_len"].max()) if len(trained) else 0,
-        oom_at_seq_len=int(oom["seq_len"].iloc[0]) if len(oom) else None,
-        switches=int(trained["switched"].sum()),
+        model=model, dataset=dataset, policy=policy, steps=int(trained.sum()), total_time_s=total,
+        max_seq_len_trained=int(seq_len[trained].max()) if trained.any() else 0,
+        oom_at_seq_len=int(seq_len[~trained][0]) if not trained.all() else None,
+        switches=int(rows["switched"].to_numpy()[trained].sum()),
         planning_overhead_frac=planning / (total + planning) if total + planning > 0 else 0.0,
-        tokens_trained=int(trained["tokens"].sum()) if "tokens" in trained else int(trained["seq_len"].sum()),
+        tokens_trained=int(tokens[trained].sum()),
     )
 
 
 def time_to_reach(rows: pd.DataFrame, steps: int) -> float | None:
     """Cumulative time after the first `steps` trained steps, None if the run trained fewer."""
-    trained = rows[~rows["oom"]]
     if steps <= 0:
         return 0.0
-    if len(trained) < steps:
+    cumulative = rows["cumulative_time_s"].to_numpy()[_trained(rows)]
+    if len(cumulative) < steps:
         return None
-    return float(trained["cumulative_time_s"].iloc[steps - 1])
+    return float(cumulative[steps - 1])
 
 
 def time_reduction(dynamic: pd.DataFrame, baseline: pd.DataFrame) -> float | None:
     """The paper's time saving: over the steps both trained, (T_baseline - T_dynamic) / T_baseline."""
-    both = min(int((~dynamic["oom"]).sum()), int((~baseline["oom"]).sum()))
+    both = min(int(_trained(dynamic).sum()), int(_trained(baseline).sum()))
     t_dyn, t_base = time_to_reach(dynamic, both), time_to_reach(baseline, both)
     if not both or not t_base:
         return None

@@ -22,13 +22,20 @@ from paradyse_lab.costmodel.packed import step_problem
 _stores: list[dict] = []
 
 
+def new_store() -> dict:
+    """An empty store of shared cost models and problems (`sharing`)."""
+    return {"models": {}, "problems": {}}
+
+
 @contextmanager
-def sharing() -> Iterator[None]:
-    """Share cost models and problems between the runs inside this block (nested blocks share the outer one's)."""
+def sharing(store: dict | None = None) -> Iterator[None]:
+    """Share cost models and problems between the runs inside this block (nested blocks share the outer one's).
+    `store`: a `new_store()` kept by the caller, so that the runs of several blocks, one after another, share
+    what the earlier blocks built (a block without one starts empty)."""
     if _stores:
         yield
         return
-    _stores.append({"models": {}, "problems": {}})
+    _stores.append(new_store() if store is None else store)
     try:
         yield
     finally:

@@ -137,6 +137,22 @@ def test_report_states_the_samples_band_shares_and_the_seeds(quick_results):
     assert "over 1 seed, mean [min, max]" in report
 
 
+def test_first_row_is_the_first_row_of_the_filtered_table(quick_results):
+    """The report's row lookup (`first_row`, one mask over the columns) is the first row that filtering the table
+    column by column keeps, its index label included; no match is an `IndexError`."""
+    from paradyse_lab.app.report.markdown import first_row
+
+    summary = pd.read_csv(quick_results / "fig2_summary.csv")
+    for (dataset, model, policy), _ in summary.groupby(["dataset", "model", "policy"], sort=False):
+        kept = summary[summary.dataset == dataset]
+        kept = kept[(kept.model == model) & (kept.policy == policy)]
+        row = first_row(summary, dataset=dataset, model=model, policy=policy)
+        assert row.name == kept.index[0] and row.equals(kept.iloc[0])
+    assert first_row(summary, model="gpt").equals(summary[summary.model == "gpt"].iloc[0])
+    with pytest.raises(IndexError):
+        first_row(summary, dataset="grch38", model="no such model")
+
+
 def test_reproduce_resumes_without_rerunning(quick_results, monkeypatch):
     """A second run reuses every step and rewrites REPORT.md alone, parsing each CSV the report reads once."""
     parsed = []
@@ -245,6 +261,29 @@ def test_the_quick_run_drew_each_figure_once(quick_run):
     assert sorted(figures) == sorted([(n, out) for n in FIGURE_SCRIPTS]
                                      + [(n, out / PAPER_DIR) for n in PAPER_FIGURE_SCRIPTS])
     assert all(len(drawings) == 1 for drawings in figures.values()), {k: len(v) for k, v in figures.items()}
+
+
+def test_each_title_sits_where_matplotlib_would_place_it(quick_run):
+    """The figures' titles are given their place (`_common.TITLE_Y`, not placed again at each drawing pass): the
+    place matplotlib's automatic placement gives them (matplotlib/axes/_base.py `_update_title_position`), since
+    in every figure the quick run drew each title clears the axes and its x axis's tick labels, ticks and label,
+    and no axes has a y offset text, a twin or a child axes (what would move a title up)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from paradyse_lab.figures._common import TITLE_Y
+
+    for (name, _), figures in quick_run[1].items():
+        figure = figures[-1]
+        renderer = FigureCanvasAgg(figure).get_renderer()  # the figure was closed once saved
+        for ax in figure.axes:
+            if not ax.get_title():
+                continue
+            assert ax.title.get_position()[1] == TITLE_Y, name
+            x_axis = ax.xaxis.get_tightbbox(renderer)
+            top = max(ax.get_window_extent(renderer).ymax, x_axis.ymax if x_axis is not None else 0.0)
+            assert ax.title.get_window_extent(renderer).ymin >= top, name
+            assert not (ax.yaxis.offsetText.get_visible() and ax.yaxis.offsetText.get_text()), name
+            assert not ax.child_axes and ax._twinned_axes.get_siblings(ax) == [ax], name
 
 
 @pytest.mark.parametrize("truth", ["analytic", "paper"])

@@ -11,6 +11,7 @@ from paradyse_lab.core.layer_graph import LayerGraph
 from paradyse_lab.core.model_spec import get_model
 from paradyse_lab.costmodel import AnalyticCostModel
 from paradyse_lab.errors import UserInputError
+from paradyse_lab.simulator import shared
 from paradyse_lab.simulator.engine import Charger, simulate
 from paradyse_lab.simulator.experiments import Setup, run_one
 from paradyse_lab.simulator.planner import build_planner
@@ -18,16 +19,20 @@ from paradyse_lab.simulator.run_metrics import summarize
 from paradyse_lab.workload.lengths import Workload
 
 SETUP = Setup(size=120)
+_STORE = shared.new_store()
+"""The cost models and problems `shared_run`'s runs share, as an experiment's runs do (`shared.sharing`: that
+sharing changes no run's rows is checked by `test_runs_sharing_cost_models_and_problems_are_the_runs_alone`)."""
 
 
 @functools.cache
 def _rows(setup: Setup, model: str, dataset: str, policy: str, smoothing: bool) -> pd.DataFrame:
-    return run_one(setup, model, dataset, policy, smoothing=smoothing)
+    with shared.sharing(_STORE):
+        return run_one(setup, model, dataset, policy, smoothing=smoothing)
 
 
 def shared_run(setup: Setup, model: str, dataset: str, policy: str, smoothing: bool = True) -> pd.DataFrame:
-    """`run_one`'s rows, simulated once per arguments in this module for the tests that compare runs (a copy:
-    the one determinism test calls `run_one` itself, twice)."""
+    """`run_one`'s rows, simulated once per arguments in this module for the tests that compare runs, their cost
+    models and problems shared (`_STORE`; a copy: the one determinism test calls `run_one` itself, twice)."""
     return _rows(setup, model, dataset, policy, smoothing).copy()
 
 
@@ -129,6 +134,20 @@ def test_bad_policies():
             run_one(SETUP, "gpt", "grch38", spec)
     with pytest.raises(UserInputError, match="excluded strategy"):
         run_one(SETUP, "gpt", "grch38", "dynamic:dp", exclude=("nope",))
+
+
+def test_a_runs_csv_is_its_rows_less_the_timings_and_the_timings_file_the_rest(tmp_path):
+    """`write_with_timings` (every experiment's run files): the rows less the measured columns, written as pandas
+    writes them, and the step beside the measured columns in timings/; read back joined, the rows again."""
+    from paradyse_lab.results.timings import read_with_timings, timings_path, write_with_timings
+    from paradyse_lab.simulator.experiments import TIMING_COLUMNS
+
+    rows = shared_run(SETUP, "gpt", "grch38", "dynamic:heuristic")
+    path = tmp_path / "run.csv"
+    assert write_with_timings(rows, path, TIMING_COLUMNS, ("step",)) == [path, timings_path(path)]
+    assert path.read_text() == rows.drop(columns=list(TIMING_COLUMNS)).to_csv(index=False)
+    assert timings_path(path).read_text() == rows[["step", *TIMING_COLUMNS]].to_csv(index=False)
+    pd.testing.assert_frame_equal(read_with_timings(path)[list(rows.columns)], rows, check_dtype=False)
 
 
 def test_simulate_command_json(capsys, tmp_path):
@@ -356,8 +375,6 @@ def test_replay_of_an_executed_run_honours_the_policy_suffixes():
 def test_runs_sharing_cost_models_and_problems_are_the_runs_alone():
     """simulator/shared.py: inside `sharing()` (every experiment's runs) a run's rows are those it has alone,
     and the runs reuse one cost model and one problem per length."""
-    from paradyse_lab.simulator import shared
-
     setup = Setup(size=12, seed=3)
     policies = ("static:metp", "dynamic:heuristic", "dynamic:dp+recompute")
     alone = [run_one(setup, "gpt", "grch38", p).drop(columns="solve_ms") for p in policies]
@@ -371,6 +388,14 @@ def test_runs_sharing_cost_models_and_problems_are_the_runs_alone():
     assert not shared._stores
     for a, b in zip(alone, together):
         pd.testing.assert_frame_equal(a, b)
+    kept = shared.new_store()
+    with shared.sharing(kept):
+        run_one(setup, "gpt", "grch38", "dynamic:heuristic")
+    built = len(kept["problems"])
+    with shared.sharing(kept):  # a later block given the kept store: its run builds nothing
+        again = run_one(setup, "gpt", "grch38", "dynamic:heuristic").drop(columns="solve_ms")
+    assert len(kept["problems"]) == built and len(kept["models"]) == 1 and not shared._stores
+    pd.testing.assert_frame_equal(again, alone[1])
 
 
 def test_fig2_two_d_adds_the_two_dimensional_series_beyond_the_paper(tmp_path, capsys):
