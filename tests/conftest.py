@@ -211,3 +211,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_put_back():
+    """After each test, torch on one intra-op thread again: a command run in-process through the CLI's `main` sets
+    the count a one-process `train` uses (the machine's free cores), and the tests after it would run on that."""
+    yield
+    if "torch" in sys.modules and sys.modules["torch"].get_num_threads() != 1:
+        sys.modules["torch"].set_num_threads(1)
