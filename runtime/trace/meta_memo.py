@@ -66,6 +66,11 @@ def _rebuild(d):
     return d[0](_rebuild(x) for x in d[1])
 
 
+def _written_state(t: torch.Tensor) -> tuple:
+    """What an in-place kernel may change of the tensor it writes: its metadata and which storage it views."""
+    return _key(t), t.untyped_storage()._cdata
+
+
 class MetaMemo(TorchDispatchMode):
     """Answers a repeated meta-tensor call of an operator that returns new tensors from the first call's result
     metadata (module docstring); `hits` and `misses` count the calls it could remember."""
@@ -125,10 +130,11 @@ class MetaMemo(TorchDispatchMode):
             self.hits += 1
             return target if writes is not None else _rebuild(known)
         if writes is not None:
-            before = _key(target) if isinstance(target, torch.Tensor) else None
+            before = _written_state(target) if isinstance(target, torch.Tensor) else None
         out = func(*args, **kwargs)
-        if writes is not None:  # remembered when the kernel returned the input it wrote, its metadata unchanged
-            described = ("W",) if before is not None and out is target and _key(out) == before else None
+        if writes is not None:  # remembered when the kernel returned the input it wrote, its metadata and storage
+            # unchanged (`set_` keeps the metadata of a same-shaped source yet takes its storage)
+            described = ("W",) if before is not None and out is target and _written_state(out) == before else None
         else:
             described = _describe(out)
         if described is not None:

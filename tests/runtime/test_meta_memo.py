@@ -101,3 +101,14 @@ def test_a_trace_through_the_memo_equals_one_that_runs_every_meta_kernel(monkeyp
     hits = op_trace.META_MEMO.hits
     plain = op_trace.trace_sublayer(cfg, "attention", option, s, 4, dtype="fp32", rank=1)
     assert plain == cold and op_trace.META_MEMO.hits == hits
+
+
+def test_a_repeated_set_takes_the_sources_storage():
+    """`set_` from a source of the same metadata leaves the target's metadata as it was yet makes it view the
+    source's storage: a repeated call must run the kernel, not return the target untouched."""
+    memo = MetaMemo()
+    with memo:
+        for _ in range(2):
+            target, source = _meta(4), _meta(4)
+            target.set_(source)
+            assert target.untyped_storage()._cdata == source.untyped_storage()._cdata
