@@ -17,6 +17,10 @@ BEAT_S = 1.0
 WATCH_S = 4.0
 """How long a rank whose collective timed out watches its peers' counters: four beats, so that a live rank on a
 loaded machine (its beat thread late by a few seconds) still moves its counter at least once."""
+STORE_ANSWER_S = 5.0
+"""How long a rank whose collective timed out waits for the store to answer its first read of the peers' counters
+(milliseconds when its host runs, a few seconds on a loaded machine): past it, the store's host is taken as stopped
+or gone at once, rather than after the whole watch as well."""
 _PREFIX = "paradyse/heartbeat/"
 
 
@@ -46,24 +50,29 @@ class Heartbeat:
         self._stopped.set()
 
     def silent_peers(self, watch_s: float = WATCH_S) -> list[int] | None:
-        """The peers whose counter did not move in `watch_s` seconds, or None when the store did not answer
-        within `watch_s` + a few seconds (its host is stopped or gone: a blocked read would wait the store's
-        whole timeout)."""
+        """The peers whose counter did not move in `watch_s` seconds, or None when the store did not answer (its
+        host is stopped or gone: a blocked read would wait the store's whole timeout): the first read not within
+        `STORE_ANSWER_S`, or the second not within that after the watch."""
         peers = [r for r in range(self._world) if r != self._rank]
         found: list[list[int]] = []
+        first_read = threading.Event()
 
         def watch() -> None:
             try:
                 before = [self._store.add(_key(r), 0) for r in peers]  # adding 0 reads without blocking
+                first_read.set()
                 time.sleep(watch_s)
                 after = [self._store.add(_key(r), 0) for r in peers]
             except Exception:  # noqa: BLE001 (the store is gone)
+                first_read.set()
                 return
             found.append([r for r, b, a in zip(peers, before, after) if a == b])
 
         reader = threading.Thread(target=watch, name="paradyse-heartbeat-watch", daemon=True)
         reader.start()
-        reader.join(watch_s + 5.0)
+        if not first_read.wait(STORE_ANSWER_S):
+            return None
+        reader.join(watch_s + STORE_ANSWER_S)
         return found[0] if found else None
 
 

@@ -1,10 +1,12 @@
 """No hang: a rank that stops answering ends an `--nproc` run within `--collective-timeout` (every rank gone, one
 line naming it, exit 1), and ranks of a torchrun-style environment that cannot meet (no peers, a busy
-MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each run (the `--nproc` run's
-launcher, which forks its ranks from a fork server of its own, each torchrun-style rank, each environment that
-cannot meet) is a process of its own, forked from one interpreter that imported the train command once,
-all started at once in one module fixture. Every process has a time limit of its own and the
-test a limit on its wait, so a hang fails the test instead of the suite."""
+MASTER_PORT, a MASTER_ADDR that does not resolve) end with one line within it. Each torchrun-style rank and each
+environment that cannot meet is a process of its own, forked from one interpreter that imported the train
+command once; the `--nproc` run is the CLI's `main` in the pytest process meanwhile (its ranks fork from this
+process's fork server: on the distributed worlds' worker, the worlds' one, which imported torch and the runtime
+already, instead of a fork server of the run's own, ~4 CPU s); all in one module fixture. Every forked process
+has a time limit of its own, the test a limit on its wait and pytest-timeout's on the module's tests, so a hang
+fails the test instead of the suite."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,9 @@ TRAIN = ["-m", "paradyse_lab", "train", "--model", "gpt2-tiny", "--dataset", "un
          "--policy", "static:megatron_ts", "--no-progress"]
 WAIT_S = 240
 """The test's own limit on a subprocess: far above what a bounded end takes on a loaded machine."""
+pytestmark = [pytest.mark.xdist_group("gloo-worlds"), pytest.mark.timeout(2 * WAIT_S)]
+"""Run on the pytest worker of the distributed tests' worlds (tests/conftest.py's `WORLDS_GROUP`), after them, so
+that the `--nproc` run's ranks fork from that worker's fork server."""
 STOPPED_TIMEOUT_S = 2
 """The stopped-rank runs' --collective-timeout: what the test waits once a rank is stopped (the watched rank's
 collective, then its heartbeat watch), idle, so short; every collective of the steps before the stop completes
@@ -41,46 +48,38 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("planning each step")]
 
 
-def _launcher_ranks(launcher: int) -> list[int]:
-    """The ranks of a `train --nproc` launcher: the children of its fork server (the launcher's child that runs
-    multiprocessing's forkserver), in the order they were forked."""
-    servers = []
-    for pid in children(launcher):
-        try:
-            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                servers.append(pid)
-        except OSError:
-            continue
-    return sorted(rank for server in servers for rank in children(server))
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-class Stopped:
-    """One run whose rank is stopped (SIGSTOP) once the run has logged a few steps: `train --nproc 2` (a launcher
-    and its two ranks) or two torchrun-style ranks, each a forked run; the process whose end the test reads (the
-    launcher, or the rank not stopped), and what that end was."""
+def _stopped_args(log: Path) -> list[str]:
+    """A stopped-rank run's command line (after `paradyse_lab`): steps enough to be stopped mid-run."""
+    return [*TRAIN[2:], "--steps", "100000", "--log-file", str(log), "--collective-timeout", str(STOPPED_TIMEOUT_S)]
 
-    def __init__(self, tmp_path: Path, torchrun: bool, stopped: int, forked: Forked):
-        self.tmp_path, self.torchrun, self.stopped, self.forked = tmp_path, torchrun, stopped, forked
+
+def _logged_steps(log: Path) -> bool:
+    """Whether a run's log holds three lines (its header and two steps)."""
+    return log.is_file() and len(log.read_text().splitlines()) >= 3
+
+
+class Stopped:
+    """One run of two torchrun-style ranks, each a forked run, one of them stopped (SIGSTOP) once the run has
+    logged a few steps; the rank whose end the test reads (the one not stopped), and what that end was."""
+
+    def __init__(self, tmp_path: Path, stopped: int, forked: Forked):
+        self.tmp_path, self.stopped, self.forked = tmp_path, stopped, forked
         self.log = tmp_path / "log.csv"
         self.name = tmp_path.name
-        self.ids = [f"{self.name}-rank{r}" for r in (0, 1)] if torchrun else [self.name]
-        self.watched = self.ids[1 - stopped] if torchrun else self.name
+        self.ids = [f"{self.name}-rank{r}" for r in (0, 1)]
+        self.watched = self.ids[1 - stopped]
         self.ranks: list[int] = []
         self.returncode, self.err, self.took, self.failure = None, "", None, None
 
     def add(self) -> None:
         """The run's processes, as forked runs."""
-        args = [*TRAIN[2:], "--steps", "100000", "--log-file", str(self.log), "--collective-timeout",
-                str(STOPPED_TIMEOUT_S)]
-        if not self.torchrun:
-            self.forked.add(self.name, [*args, "--nproc", "2"], self.tmp_path, _env())
-            return
+        args = _stopped_args(self.log)
         port = _free_port()
         for rank, run_id in enumerate(self.ids):
             env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
@@ -91,17 +90,13 @@ class Stopped:
         """Whether the run has logged three lines (its header and two steps); an error once a process of it ended."""
         if any(run_id in self.forked.ends() for run_id in self.ids) or self.forked.proc.poll() is not None:
             raise AssertionError((self.forked.ends(), [self.forked.stderr(run_id) for run_id in self.ids]))
-        return self.log.is_file() and len(self.log.read_text().splitlines()) >= 3
+        return _logged_steps(self.log)
 
     def stop(self) -> None:
         """Stop the rank (SIGSTOP)."""
         pids = self.forked.pids()["pids"]
-        if self.torchrun:
-            self.ranks = [pids[run_id] for run_id in self.ids]
-        else:
-            self.ranks = _launcher_ranks(pids[self.name])
-            assert len(self.ranks) == 2, self.ranks
-        os.kill(self.ranks[self.stopped], signal.SIGSTOP)  # a launcher's ranks are forked in order: rank 1 later
+        self.ranks = [pids[run_id] for run_id in self.ids]
+        os.kill(self.ranks[self.stopped], signal.SIGSTOP)
         self.stopped_at = time.monotonic()
 
     def end(self) -> None:
@@ -114,20 +109,98 @@ class Stopped:
         self.took = end["ended"] - self.stopped_at
 
 
+class LaunchedHere:
+    """`train --nproc 2` run by the CLI's `main` in this process (its stderr, fd 2 and `sys.stderr`, a file of
+    its own; its working directory its folder; no torchrun variables), its rank 1 stopped (SIGSTOP) once the run
+    has logged a few steps; the launcher's end, read by the test."""
+
+    TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path, self.log = tmp_path, tmp_path / "log.csv"
+        self.before: set[int] = set()
+        self.ranks: list[int] = []
+        self.returncode, self.err, self.took, self.failure, self.stopped_at = None, "", None, None, None
+
+    @staticmethod
+    def _server() -> int | None:
+        return forkserver._forkserver._forkserver_pid
+
+    def run(self) -> None:
+        """The launcher, until it returns its exit code."""
+        from paradyse_lab.cli import main
+
+        server = self._server()
+        self.before = set(children(server)) if server else set()  # a fork server's ranks of other launches
+        environ, cwd, stderr, saved = dict(os.environ), os.getcwd(), sys.stderr, os.dup(2)
+        err = os.open(self.tmp_path / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(err, 2)
+        os.close(err)
+        try:
+            for name in self.TORCHRUN_VARS:
+                os.environ.pop(name, None)
+            os.chdir(self.tmp_path)
+            sys.stderr = open(2, "w", buffering=1, closefd=False)
+            self.returncode = main([*_stopped_args(self.log), "--nproc", "2"])
+            ended = time.monotonic()
+        finally:
+            sys.stderr.flush()
+            sys.stderr = stderr
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(environ)
+        self.err = (self.tmp_path / "stderr").read_text()
+        if self.stopped_at is not None:
+            self.took = ended - self.stopped_at
+
+    def ready(self) -> bool:
+        """Whether the run has logged three lines (its header and two steps); an error once the launcher ended."""
+        if self.returncode is not None:
+            raise AssertionError((self.returncode, (self.tmp_path / "stderr").read_text()))
+        return _logged_steps(self.log)
+
+    def stop(self) -> None:
+        """Stop rank 1 (SIGSTOP): the fork server's children this launch forked, in order (rank 1 later)."""
+        self.ranks = sorted(set(children(self._server())) - self.before)
+        assert len(self.ranks) == 2, self.ranks
+        os.kill(self.ranks[1], signal.SIGSTOP)
+        self.stopped_at = time.monotonic()
+
+
+def _stop_when_ready(runs: list, deadline: float) -> None:
+    """Stop each run's rank as soon as the run logged its steps; a run's failure is kept for its own test."""
+    pending = list(runs)
+    while pending and time.monotonic() < deadline:
+        for run in list(pending):
+            try:
+                if run.ready():
+                    run.stop()
+                    pending.remove(run)
+            except Exception as err:  # noqa: BLE001 - failed in its own test
+                run.failure = repr(err)
+                pending.remove(run)
+        time.sleep(0.1)
+    for run in pending:
+        run.failure = "the run did not log three lines"
+
+
 CANNOT_MEET = ("unresolvable", "busy-port", "no-peers")
 
 
 @pytest.fixture(scope="module")
-def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
-    """Every run of this module, forked at once from one interpreter (forked_runs.py): the three stopped-rank runs
-    (each rank stopped once its run logged three steps) and the three environments that cannot meet (RANK 0 of
-    WORLD_SIZE 2 with a 3 s timeout, a MASTER_PORT that a socket of this process listens on, a MASTER_ADDR that does
-    not resolve); a run's failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds,
+def hang_runs(tmp_path_factory) -> tuple[dict, dict]:
+    """Every run of this module at once: the two torchrun-style stopped-rank runs and the three environments that
+    cannot meet (RANK 0 of WORLD_SIZE 2 with a 3 s timeout, a MASTER_PORT that a socket of this process listens on,
+    a MASTER_ADDR that does not resolve) forked from one interpreter (forked_runs.py), and meanwhile the `--nproc`
+    run in this process, each rank stopped once its run logged three steps (by a thread, while the launcher runs
+    here); a run's failure is kept for its own test. ({name: stopped run}, {case: (its end, its seconds,
     failure)})."""
     forked = Forked(tmp_path_factory.mktemp("forked"), _env(), WAIT_S)
-    runs = {"nproc": Stopped(tmp_path_factory.mktemp("nproc"), False, 1, forked),
-            "torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), True, 1, forked),
-            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), True, 0, forked)}
+    runs = {"torchrun-1": Stopped(tmp_path_factory.mktemp("torchrun-1"), 1, forked),
+            "torchrun-0": Stopped(tmp_path_factory.mktemp("torchrun-0"), 0, forked)}
+    here = LaunchedHere(tmp_path_factory.mktemp("nproc"))
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
@@ -140,19 +213,11 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
         forked.add(case, [*TRAIN[2:], "--steps", "2", "--collective-timeout", "3"], tmp_path_factory.mktemp(case), env)
     try:
         forked.start()
-        pending, deadline = list(runs.values()), time.monotonic() + WAIT_S
-        while pending and time.monotonic() < deadline:  # each rank stopped as soon as its run logged its steps
-            for run in list(pending):
-                try:
-                    if run.ready():
-                        run.stop()
-                        pending.remove(run)
-                except Exception as err:  # noqa: BLE001 - failed in its own test
-                    run.failure = repr(err)
-                    pending.remove(run)
-            time.sleep(0.1)
-        for run in pending:
-            run.failure = "the run did not log three lines"
+        deadline = time.monotonic() + WAIT_S
+        stopper = threading.Thread(target=_stop_when_ready, args=([*runs.values(), here], deadline), daemon=True)
+        stopper.start()
+        here.run()
+        stopper.join(max(0.0, deadline - time.monotonic()))
         awaited = [*CANNOT_MEET, *(run.watched for run in runs.values() if run.failure is None)]
         while time.monotonic() < deadline and forked.proc.poll() is None and \
                 not all(run_id in forked.ends() for run_id in awaited):
@@ -161,7 +226,7 @@ def hang_runs(tmp_path_factory) -> tuple[dict[str, Stopped], dict]:
             if run.failure is None:
                 run.end()
         forked.close()  # the stopped torchrun ranks are killed now, and the forked runs' process ends
-        yield runs, _cannot_meet(forked)
+        yield {**runs, "nproc": here}, _cannot_meet(forked)
     finally:
         busy.close()
         forked.close()
@@ -181,7 +246,7 @@ def _cannot_meet(forked: Forked) -> dict[str, tuple[subprocess.CompletedProcess 
 
 
 @pytest.fixture(scope="module")
-def stopped_runs(hang_runs) -> dict[str, Stopped]:
+def stopped_runs(hang_runs) -> dict:
     return hang_runs[0]
 
 
