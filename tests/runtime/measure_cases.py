@@ -137,7 +137,7 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     execute_policies(vopts, group=group)
     if rank == 0:
         drawn = []  # the figure: its call here; drawn from finish's CSVs in-process, test_measured_cluster's
-        # test_finish_writes_the_csvs_and_draws_the_figure (matplotlib's import and a draw: ~3 CPU s of this rank)
+        # test_finish_writes_the_csvs_and_draws_the_figure (matplotlib's import and a draw: ~1.1 CPU s of this rank)
         with mock.patch.object(validate_run_command, "_figure", lambda out, formats: drawn.append((out, formats))):
             result = json.loads(json.dumps(finish(vopts, 0)))  # what --format json prints (one step a policy,
             # none left out: skipping the first steps is checked in-process, test_measured_cluster.py's test_pair_*)
