@@ -114,10 +114,23 @@ def test_calibrate_refuses_a_folder_of_other_settings(tmp_path, capsys):
 def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     """validate-run's comparison on a hand-written measured log: medians over repeats, spread, skipped
     start-up steps, the replayed plans and their predicted times, the rankings and speed-ups."""
-    from paradyse_lab.app.validate_run import pair, run_totals
+    import json
+
+    import pandas as pd
+
+    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE, pair, run_totals
     from paradyse_lab.simulator.replay import compare
 
-    _measured_log(tmp_path)
+    meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
+    (tmp_path / META_FILE).write_text(json.dumps(meta))
+    rows = []
+    for policy, plan, base in (("static:megatron_ts", "TS,TS,TS,TS", 1.0), ("static:metp", "ME,ME,ME,ME", 2.0),
+                               ("dynamic:dp", "", 1.5)):
+        for repeat, scale in ((0, 1.0), (1, 1.2), (2, 0.9)):
+            for step, s in ((1, 16), (2, 32), (3, 64)):
+                rows.append({"policy": policy, "repeat": repeat, "step": step, "seq_len": s,
+                             "step_s": base * scale * step, "plan": plan, "loss": 1.0})
+    pd.DataFrame(rows).to_csv(tmp_path / MEASURED_FILE, index=False)
     steps = pair(tmp_path, skip=1)
     ts = steps[steps["policy"] == "static:megatron_ts"]
     assert ts["measured_s"].tolist() == pytest.approx([1.0, 2.0, 3.0])  # the median of 0.9x, 1x, 1.2x
@@ -136,47 +149,6 @@ def test_pair_takes_the_median_of_repeats_and_replays_the_same_plans(tmp_path):
     # the spread of the runs' totals (steps 2 and 3: 5 s x 0.9 .. 1.2), the median's neighbours
     totals = run_totals(tmp_path, skip=1)
     assert totals["static:megatron_ts"] == pytest.approx((4.5, 6.0)) and totals["static:metp"] == pytest.approx((9, 12))
-
-
-def _measured_log(folder) -> tuple[str, ...]:
-    """A hand-written validate-run log in `folder` (3 policies, 3 repeats of 3 steps) and its meta; its policies."""
-    import json
-
-    import pandas as pd
-
-    from paradyse_lab.app.validate_run import MEASURED_FILE, META_FILE
-
-    meta = {"p": 2, "dtype": "fp32", "model": "gpt2-tiny", "cluster": "", "cost_model": "analytic", "profiles": ""}
-    (folder / META_FILE).write_text(json.dumps(meta))
-    rows = []
-    policies = (("static:megatron_ts", "TS,TS,TS,TS", 1.0), ("static:metp", "ME,ME,ME,ME", 2.0),
-                ("dynamic:dp", "", 1.5))
-    for policy, plan, base in policies:
-        for repeat, scale in ((0, 1.0), (1, 1.2), (2, 0.9)):
-            for step, s in ((1, 16), (2, 32), (3, 64)):
-                rows.append({"policy": policy, "repeat": repeat, "step": step, "seq_len": s,
-                             "step_s": base * scale * step, "plan": plan, "loss": 1.0})
-    pd.DataFrame(rows).to_csv(folder / MEASURED_FILE, index=False)
-    return tuple(name for name, _, _ in policies)
-
-
-def test_finish_writes_the_csvs_and_draws_the_figure(tmp_path):
-    """validate-run's last stage on a hand-written log: the steps' and the summary's CSVs, the figure drawn from
-    them, the result's policies (the gloo loop, calibrate-validate-loop, checks that it is called on its runs)."""
-    import pandas as pd
-
-    from paradyse_lab.app.validate_run import ValidateOptions
-    from paradyse_lab.cli.validate_run_command import finish
-
-    policies = _measured_log(tmp_path)
-    opts = ValidateOptions(out=str(tmp_path), nproc=2, model="gpt2-tiny", dataset="uniform:16:64", steps=3,
-                           max_len=64, cluster="", cost_model="analytic", profiles="", policies=policies, repeats=3)
-    result = finish(opts, 1, formats=("png",))  # the PDF of the same figure: the figures' own tests write both
-    assert set(result["policies"]) == set(policies) and result["repeats"] == 3
-    summary = pd.read_csv(tmp_path / "validate_run_summary.csv")
-    assert sorted(summary["policy"]) == sorted(policies)
-    assert len(pd.read_csv(tmp_path / "validate_run.csv")) == 9
-    assert (tmp_path / "figures" / "validate_run.png").stat().st_size > 0
 
 
 def test_reproduce_execute_runs_calibrate_then_validate_run(tmp_path, monkeypatch):
