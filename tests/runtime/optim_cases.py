@@ -157,7 +157,7 @@ def schedule_clip_accumulate_eval_case(rank: int, p: int, group) -> None:
 
 
 def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
-    """A researcher's run at p ranks: a save_to_disk text dataset and a held-out jsonl of text, tokenized with a
+    """A researcher's run at p ranks: a folder of text (jsonl) and a held-out jsonl of text, tokenized with a
     BPE tokenizer trained here; warmup + cosine, clipping, 2 micro-steps per optimizer step and evaluation every
     2 of the 4 steps (a micro GPT-2 of 512 tokens, runtime_cases.py `_micro_gpt2_config`; the default dynamic:dp
     policy, AdamW: the unpacked loop's learning check). The training loss and the evaluation loss fall (here the
@@ -176,10 +176,11 @@ def text_dataset_loss_falls_case(rank: int, p: int, group) -> None:
     dist.broadcast_object_list(box, src=0)
     root = box[0]
     if rank == 0:
-        import datasets
-
         build_tokenizer(Path(root) / "tok")
-        datasets.Dataset.from_dict({"text": documents(32, seed=1)}).save_to_disk(os.path.join(root, "train"))
+        os.mkdir(os.path.join(root, "train"))  # a folder of text files (a save_to_disk folder reads to the same
+        # texts in test_text_data.py, in-process: here it cost each rank the `datasets` import, ~0.5 CPU s)
+        with open(os.path.join(root, "train", "docs.jsonl"), "w") as f:
+            f.write("".join(json.dumps({"text": t}) + "\n" for t in documents(32, seed=1)))
         with open(os.path.join(root, "eval.jsonl"), "w") as f:
             f.write("".join(json.dumps({"text": t}) + "\n" for t in documents(4, seed=2)))
     dist.barrier()

@@ -36,6 +36,9 @@ KERNEL_LABELS = {"flash_attn": "flash-attn", "sdpa_flash": "sdpa", "sdpa_cpu": "
 TARGET_SCALE = 1.0
 """Factor on the `target_s` of every `measure` call: 1 in every command (calibrate, gpu_session); a test of what
 calibrate writes rather than how precisely it times sets 0, and each point then takes its `min_repeats`."""
+REPEATS_CAP: int | None = None
+"""Most timed calls of every `measure` call: None (no cap) in every command; the same test sets 1 beside
+`TARGET_SCALE` 0, and each point then takes one timed call after its warm-up (the same on every rank)."""
 
 
 def measure(fn: Callable[[], object], device, warmup: int = 2, max_repeats: int = 10, min_repeats: int = 3,
@@ -46,6 +49,8 @@ def measure(fn: Callable[[], object], device, warmup: int = 2, max_repeats: int 
         fn()
     times = [_timed(fn, device)]
     total = max(min_repeats, min(max_repeats, int(target_s * TARGET_SCALE / max(times[0], 1e-9))))
+    if REPEATS_CAP is not None:
+        total = min(total, REPEATS_CAP)
     while len(times) < total:
         times.append(_timed(fn, device))
     return statistics.median(times), len(times)

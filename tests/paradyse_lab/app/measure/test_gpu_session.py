@@ -170,3 +170,21 @@ def test_gpu_validate_builds_its_table_from_the_outputs(session_dir, tmp_path, c
     assert len(read_profiles(tmp_path / "all.csv")) == len(table)
     printed = capsys.readouterr().out
     assert "gemm_efficiency measured" in printed and "attention_efficiency_causal measured" in printed
+
+
+def test_measure_times_at_most_the_cap_of_calls():
+    """`kernel_bench.REPEATS_CAP` (the tests of what calibrate writes set it): the warm-up calls, then at most the
+    cap's timed calls whatever `min_repeats`; unset, `min_repeats` of them."""
+    import torch
+
+    from paradyse_lab.app.measure import kernel_bench
+
+    calls = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel_bench, "TARGET_SCALE", 0.0)
+        mp.setattr(kernel_bench, "REPEATS_CAP", 1)
+        assert kernel_bench.measure(lambda: calls.append(1), torch.device("cpu"), warmup=2, min_repeats=5)[1] == 1
+        assert len(calls) == 3
+        mp.setattr(kernel_bench, "REPEATS_CAP", None)
+        assert kernel_bench.measure(lambda: calls.append(1), torch.device("cpu"), warmup=2, min_repeats=5)[1] == 5
+        assert len(calls) == 3 + 7
