@@ -11,7 +11,13 @@ from reference_checks import (
     config,
 )
 from torch.testing import assert_close
-from train_cases import CountedPolicy, _assert_same_checkpoints, _micro_gpt2_config, _set_aside, _shared_tmpdir
+from train_cases import (
+    CountedPolicy,
+    _assert_same_checkpoints,
+    _micro_llama_config,
+    _set_aside,
+    _shared_tmpdir,
+)
 
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.runtime import ParallelGPT
@@ -19,7 +25,8 @@ from paradyse_lab.runtime import ParallelGPT
 
 def checkpoint_resume_case(rank: int, p: int, group) -> None:
     """Resuming from the sharded checkpoint of step 1 ends bit-identical to the unbroken run that wrote it (a micro
-    GPT-2, `_micro_gpt2_config`; its step-2 checkpoint set aside, so that step 1's is the newest: step 2's update
+    LLaMA, `_micro_llama_config`, whose untied head and its AdamW moments are in the checkpoint beside the layers';
+    its step-2 checkpoint set aside, so that step 1's is the newest: step 2's update
     takes AdamW's restored moments). The resumed run replays the policy's decision of step 1 on rank 0 only (the
     one rank that decides): the other ranks ask their policy nothing, neither replaying nor training. With two
     ranks, one damaged shard then makes both fall back to step 1 together (`_falls_back_together`)."""
@@ -34,7 +41,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     from paradyse_lab.simulator import planner
 
     root = _shared_tmpdir(rank, p, group)
-    common = {"model": _micro_gpt2_config(root, rank, p, group, 96), "dataset": "uniform:512:1024", "max_len": S,
+    common = {"model": _micro_llama_config(root, rank, p, group), "dataset": "uniform:512:1024", "max_len": S,
               "progress": False, "checkpoint_every": 1}
     ckpt = os.path.join(root, "a")
     straight = train(TrainOptions(steps=2, checkpoint_dir=ckpt, **common), group)
@@ -51,7 +58,7 @@ def checkpoint_resume_case(rank: int, p: int, group) -> None:
     assert [r["step"] for r in resumed] == [2]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight[1:]]
     names = _assert_same_checkpoints(step2, checkpoint.latest(ckpt), rank)  # weights and AdamW's moments
-    assert rank != 0 or any(k.startswith("optim.exp_avg_sq.") for k in names)
+    assert rank != 0 or ("model.head" in names and any(k.startswith("optim.exp_avg_sq.") for k in names))
     if p > 1:
         _falls_back_together(ckpt, step2, straight, common, rank, p, group)
         dist.barrier(group=group)
@@ -192,5 +199,5 @@ for _name in ("checkpoint-resume-bit-identical", "checkpoint-disk-full"):
     # repeat the same per-rank files at the price of every rank's first `train` (optimizer and solver imports)
     ONLY_AT[_name] = (1, 2)
 ONLY_AT["checkpoint-resume-bit-identical"] = (2,)  # each of two ranks resumes its own shard bit-identically; p = 1
-# runs the same DCP calls on one shard (a group of one); one process resuming: test_train_safety.py, and one rank
-# resuming a two-rank checkpoint: weights-init-reshard-export
+# runs the same DCP calls on one shard (a group of one, no shard of another rank to tell apart); one rank resuming a
+# two-rank checkpoint: weights-init-reshard-export
