@@ -242,9 +242,9 @@ def llama_train_case(rank: int, p: int, group) -> None:
     heads, untied head) under ulysses_z: the loss falls over 10 steps (the last 4 steps' mean 0.5 below the first
     4's here). The llama-tiny preset trains in api-example (examples/plan_and_train.py).
     p = 2 only (ONLY_AT): learning is the loop's; every strategy's gradients at p = 1..4 are the llama-model
-    and llama-hf cases'. Resuming this micro LLaMA (its untied head and AdamW moments in the checkpoint): bit-identically at
-    the same world size in checkpoint-resume-bit-identical, and on 1 and on 4 ranks from 2 ranks' checkpoint in
-    weights-init-reshard-export."""
+    and llama-hf cases'. Resuming this micro LLaMA (its untied head and AdamW moments in the checkpoint):
+    bit-identically at the same world size in checkpoint-resume-bit-identical, and on 1 and on 4 ranks from 2
+    ranks' checkpoint in weights-init-reshard-export."""
     import torch.distributed as dist
 
     from paradyse_lab.app.train_options import TrainOptions
