@@ -104,7 +104,8 @@ def calibrate_validate_case(rank: int, p: int, group) -> None:
     opts = CalibrateOptions(out=root, nproc=p, model=model, max_len=16, budget_s=3600.0, lengths=2,
                             repeats=1, warmup=0, recompute=False)  # a budget no stage reaches at this size, on a
     # loaded machine too; the 4 strategies without their +recompute options (the same loops over 4 more names, half
-    # the profile and count stages' steps: the profiler's +recompute rows are profile-distributed's)
+    # the profile and count stages' steps: the profiler's +recompute rows are profile-distributed's, a +recompute
+    # option's counted launches and bytes test_step_counts.py's)
     with (mock.patch.object(kernel_bench, "TARGET_SCALE", 0.0),  # each timing one timed call after its warm-up:
           mock.patch.object(kernel_bench, "REPEATS_CAP", 1)):  # what is written is the subject, not how precisely
         state = calibrate(opts, group, progress=False)  # it is timed

@@ -31,7 +31,7 @@ WAIT_S = 240
 pytestmark = [pytest.mark.xdist_group("gloo-worlds"), pytest.mark.timeout(2 * WAIT_S)]
 """Run on the pytest worker of the distributed tests' worlds (tests/conftest.py's `WORLDS_GROUP`), after them, so
 that the `--nproc` run's ranks fork from that worker's fork server."""
-STOPPED_TIMEOUT_S = 2
+STOPPED_TIMEOUT_S = 4
 """The stopped-rank runs' --collective-timeout: what the test waits once a rank is stopped (the watched rank's
 collective, then its heartbeat watch), idle, so short; every collective of the steps before the stop completes
 within it, the ranks stepping together (gpt2-tiny's steps take milliseconds)."""
