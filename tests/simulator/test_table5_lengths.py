@@ -51,12 +51,12 @@ def test_table5_fine_lengths_reach_past_the_sampled_gap(tmp_path, capsys, monkey
     make = partial(planner_of, setup, "gpt", PAPER_POLICY, exclude=("metp",))
     assert fits_fresh(make, no_metp) and not fits_fresh(make, no_metp + UNIT)
     searches = []
-    monkeypatch.setattr(ablation_experiment, "longest_fitting", lambda *a, **k: searches.append(a) or full)
+    monkeypatch.setattr(ablation_experiment, "longest_fitting", lambda *a, **k: searches.append(a) or full + UNIT)
     assert main(argv[:-2] + ["--fine-lengths"]) == 0 and searches == []
     table = capsys.readouterr().out
     assert "max len, fine grid" in table and str(full) in table and str(no_metp) in table
-    assert main(argv + ["--fine-lengths", "--force"]) == 0 and len(searches) == len(fine)
-    capsys.readouterr()
+    forced = ablation_experiment._fine_grid(setup, tmp_path, "table5", "full", {}, fine["full"]["max_len"], True)
+    assert len(searches) == 1 and forced == full + UNIT  # --force: searched again (the stand-in answers)
 
 
 def test_table5_paper_lengths_trains_the_papers_lengths_where_they_fit(tmp_path, capsys):
