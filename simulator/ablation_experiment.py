@@ -86,13 +86,29 @@ def table5(setup: Setup, root=DEFAULT_RESULTS_DIR, force: bool = False, progress
         rows.append({**row, "status": "ok", "max_len": s.max_seq_len_trained, "time_s": s.total_time_s,
                      "time_full_s": t_full, "saving": saving, "oom_at_seq_len": s.oom_at_seq_len})
         if fine_lengths:
-            make = partial(run_planner, setup, "gpt", PAPER_POLICY, **variants[name])
-            with shared.sharing():
-                rows[-1]["max_len_fine_grid"] = longest_fitting(make, layout_unit(setup.cluster_spec().gpus),
-                                                                start=s.max_seq_len_trained)
+            rows[-1]["max_len_fine_grid"] = _fine_grid(setup, root, folder, name, variants[name],
+                                                       s.max_seq_len_trained, force)
     table = pd.DataFrame(rows)
     write_csv_atomic(table, root / ("table5_paper_lengths.csv" if paper_lengths else "table5.csv"))
     return table
+
+
+def _fine_grid(setup: Setup, root, folder: str, name: str, variant: dict, start: int, force: bool) -> int:
+    """The longest length the variant's planner fits on the layout unit's grid, searched from `start` (its run's
+    longest trained length: `longest_fitting`). Kept as a one-row CSV under runs/FOLDER-fine-grid/ and reused as
+    a finished run is: searched again when forced, or made with other settings (the setup, the variant, `start`)
+    or by other code."""
+    make = partial(run_planner, setup, "gpt", PAPER_POLICY, **variant)
+
+    def search() -> pd.DataFrame:
+        with shared.sharing():
+            return pd.DataFrame([{"max_len_fine_grid": longest_fitting(make, layout_unit(setup.cluster_spec().gpus),
+                                                                       start=start)}])
+
+    path = run_path(root, f"{folder}-fine-grid", "grch38", "gpt", name.replace(" ", "-"))
+    found, _ = load_or_run(path, search, force, settings={**asdict(setup), "run": ["grch38", "gpt", PAPER_POLICY,
+                                                                                  variant], "fine_grid_from": start})
+    return int(found["max_len_fine_grid"].iloc[0])
 
 
 def _profile_source(setup: Setup) -> str:

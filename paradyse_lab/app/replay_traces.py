@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import os
 import pickle
@@ -38,14 +39,21 @@ def cache_dir() -> Path:
 
 def runtime_digest(folder: Path | None = None) -> str:
     """A digest of the runtime's Python sources in every concept folder, names and contents (`folder`: default the
-    installed runtime package's): a cached trace is used only with the runtime that made it, so a change to any
-    runtime module traces again."""
-    root = folder or package_folder("paradyse_lab.runtime")
+    installed runtime package's, read once per process: the runtime this process traces with is the one it
+    imported): a cached trace is used only with the runtime that made it, so a change to any runtime module
+    traces again."""
+    if folder is None:
+        return _installed_runtime_digest()
     h = hashlib.sha256()
-    for f in source_files(root, (".py",)):
-        h.update(f.relative_to(root).as_posix().encode())
+    for f in source_files(folder, (".py",)):
+        h.update(f.relative_to(folder).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def _installed_runtime_digest() -> str:
+    return runtime_digest(package_folder("paradyse_lab.runtime"))
 
 
 def runtime_config(spec: ModelSpec):
@@ -102,6 +110,11 @@ def _affine(lengths, traces) -> bool:
     return True
 
 
+_READ: dict[Path, ShapeClass] = {}
+"""Shape classes this process read from the disk cache or wrote to it, by file: every `SublayerTraces` of the
+process (one per cost model built) takes them from here instead of unpickling the file again (~10 ms each)."""
+
+
 class SublayerTraces:
     """Cached traces of one model's sub-layers at p ranks on a `device` ('cuda', 'cpu': the attention kernels the
     runtime picks there) (module docstring)."""
@@ -115,6 +128,7 @@ class SublayerTraces:
         """Seconds spent tracing (the runtime's code on meta tensors), all calls together."""
         self.traced = 0
         self.digest = runtime_digest()
+        self.torch_version = software_versions(("torch",), python=False)["torch"]  # other torch, other operators
 
     def _record(self, kind, option, seq_len, batch) -> list[Op]:
         # lazy: torch takes seconds to load; only this path runs it
@@ -129,13 +143,16 @@ class SublayerTraces:
     def shape_class(self, kind: str, option, batch: int = 1) -> ShapeClass:
         key = (kind, option, batch)
         if key not in self.classes:
-            torch_version = software_versions(("torch",), python=False)["torch"]  # other torch, other operators
-            settings = (self.digest, torch_version, dataclasses.astuple(self.spec)[1:-1], self.p, self.device, key)
+            settings = (self.digest, self.torch_version, dataclasses.astuple(self.spec)[1:-1], self.p, self.device,
+                        key)
             name = hashlib.sha256(repr(settings).encode())
             path = cache_dir() / f"{name.hexdigest()[:24]}.pkl"
+            if path in _READ:  # read or written by this process: the file's name holds every setting
+                self.classes[key] = _READ[path]
+                return self.classes[key]
             if path.is_file():
                 with open(path, "rb") as f:
-                    self.classes[key] = pickle.load(f)
+                    self.classes[key] = _READ[path] = pickle.load(f)
                 return self.classes[key]
             unit = layout_unit(self.p)
             lengths = (BASE * unit, 2 * BASE * unit, 3 * BASE * unit)
@@ -146,6 +163,7 @@ class SublayerTraces:
             with open(tmp, "wb") as f:
                 pickle.dump(self.classes[key], f)
             os.replace(tmp, path)
+            _READ[path] = self.classes[key]
         return self.classes[key]
 
     def trace(self, kind: str, option, seq_len: int, batch: int = 1) -> list[Op]:

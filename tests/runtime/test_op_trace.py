@@ -149,3 +149,30 @@ def test_a_cached_trace_is_not_read_under_another_torch(tmp_path, monkeypatch):
     other = replay_traces.SublayerTraces(spec, 2, device="cpu")
     other.shape_class("attention", opt)
     assert other.traced > 0
+
+
+def test_a_process_reads_each_cached_class_once(tmp_path, monkeypatch):
+    """A second SublayerTraces of the process (one per cost model built) takes a class the process already read
+    or wrote from memory, not the file: the same class the file holds; the installed runtime's digest, read once,
+    is the digest of its folder."""
+    import pickle
+
+    from paradyse_lab.app import replay_traces
+    from paradyse_lab.core.model_spec import get_model
+    from paradyse_lab.results.result_key import package_folder
+
+    monkeypatch.setenv("PARADYSE_TRACE_CACHE", str(tmp_path))
+    spec = dataclasses.replace(get_model("gpt2-tiny"), dtype="fp32")
+    opt = StrategyOption.parse("megatron_cz")
+    written = replay_traces.SublayerTraces(spec, 2, device="cpu").shape_class("attention", opt)
+    (path,) = tmp_path.glob("*.pkl")
+    with open(path, "rb") as f:
+        assert pickle.load(f) == written
+
+    def no_read(_f):
+        raise AssertionError("read the file again")
+
+    monkeypatch.setattr(replay_traces.pickle, "load", no_read)
+    again = replay_traces.SublayerTraces(spec, 2, device="cpu")
+    assert again.shape_class("attention", opt) is written and again.traced == 0
+    assert replay_traces.runtime_digest() == replay_traces.runtime_digest(package_folder("paradyse_lab.runtime"))

@@ -8,7 +8,7 @@ from functools import partial
 import pandas as pd
 
 from paradyse_lab.cli import main
-from paradyse_lab.simulator import run_reach
+from paradyse_lab.simulator import ablation_experiment, run_reach
 from paradyse_lab.simulator.experiments import PAPER_POLICY, Setup
 from paradyse_lab.simulator.experiments import run_planner as planner_of
 from paradyse_lab.simulator.run_reach import fits_fresh, longest_fitting
@@ -30,9 +30,10 @@ def test_longest_fitting_is_the_last_multiple_of_the_unit_that_fits(monkeypatch)
     assert longest_fitting(None, 2000) == 0  # not even one unit
 
 
-def test_table5_fine_lengths_reach_past_the_sampled_gap(tmp_path, capsys):
+def test_table5_fine_lengths_reach_past_the_sampled_gap(tmp_path, capsys, monkeypatch):
     """A sample of four sequences stops far short; the fine grid finds the planner's own limit, which fits in a
-    fresh process while one unit more does not, and the sampled columns stay what they were."""
+    fresh process while one unit more does not, and the sampled columns stay what they were. Asked again (here
+    as a table), the finished searches are reused as the runs are; forced, they run again."""
     argv = ["experiment", "table5", "--out", str(tmp_path), "--size", "4", "--format", "json"]
     assert main(argv) == 0
     plain = {r["variant"]: r for r in json.loads(capsys.readouterr().out)["table5"]}
@@ -49,8 +50,13 @@ def test_table5_fine_lengths_reach_past_the_sampled_gap(tmp_path, capsys):
     assert fits_fresh(make, full) and not fits_fresh(make, full + UNIT)
     make = partial(planner_of, setup, "gpt", PAPER_POLICY, exclude=("metp",))
     assert fits_fresh(make, no_metp) and not fits_fresh(make, no_metp + UNIT)
-    assert main(argv[:-2] + ["--fine-lengths"]) == 0
-    assert "max len, fine grid" in capsys.readouterr().out
+    searches = []
+    monkeypatch.setattr(ablation_experiment, "longest_fitting", lambda *a, **k: searches.append(a) or full + UNIT)
+    assert main(argv[:-2] + ["--fine-lengths"]) == 0 and searches == []
+    table = capsys.readouterr().out
+    assert "max len, fine grid" in table and str(full) in table and str(no_metp) in table
+    forced = ablation_experiment._fine_grid(setup, tmp_path, "table5", "full", {}, fine["full"]["max_len"], True)
+    assert len(searches) == 1 and forced == full + UNIT  # --force: searched again (the stand-in answers)
 
 
 def test_table5_paper_lengths_trains_the_papers_lengths_where_they_fit(tmp_path, capsys):
