@@ -61,9 +61,8 @@ def xdist_group_name(item) -> str:
 
 
 LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/runtime/test_rank_hangs.py",
-                  "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
-                  "tests/solvers/test_solvers_agree.py", "tests/runtime/test_rank_output.py",
+                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/figures/test_figures.py",
+                  "tests/simulator/test_simulation.py", "tests/solvers/test_solvers_agree.py",
                   "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
 command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), handed out first
@@ -71,10 +70,10 @@ command: the worlds' ranks and forkserver, the two-node torchrun test's four pro
 starts when the other worker is nearly done and the two workers end together; the rest follow in collection
 order, each a few seconds. The first three need no compiled kernels: on a fresh checkout they run while the
 controller compiles them (`pytest_configure`, ~15 CPU s), where the worlds (whose forkserver loads the kernels)
-and the figures (the DP solver) would each wait for that compile with a core idle. The torchrun test (~20 CPU s)
-on one worker and the two others (~11 and ~10) on the other outlast the compile. The stopped-rank runs (mostly
-waiting on their collective timeout and heartbeat watch) take tens of seconds of one worker: handed out late, they
-alone would keep a worker busy after the other is done."""
+and the figures (the DP solver) would each wait for that compile with a core idle. The worlds' group also holds
+the tests that launch `train --nproc` runs in-process or fork ranks from that worker's fork server (they mark
+themselves with `WORLDS_GROUP`: the stopped-rank and closed-stdout runs, the group timeouts, the teardown, a killed
+rank), so their ranks fork from the server that imported torch and the runtime for the worlds."""
 
 
 def longest_groups_first(items) -> None:
