@@ -46,3 +46,20 @@ def test_other_configurations_keep_costs_apart_and_the_store_is_bounded(monkeypa
         AnalyticCostModel(gpt, replace(A100, hbm_bytes_per_s=A100.hbm_bytes_per_s * (3 + i)))
     assert len(analytic_store._STORE) == analytic_store.STORE_CLUSTERS
     assert AnalyticCostModel(gpt, A100)._cache is not base._cache
+
+
+def test_the_paper_models_kept_sublayer_costs_are_the_ones_it_computes(monkeypatch):
+    """`PaperCostModel.sublayer` keeps each cost it computed (a step's problems for each head option ask the same
+    ones): asked again, and asked of a new paper model with no analytic costs shared, the same costs."""
+    from paradyse_lab.costmodel.paper import PaperCostModel
+
+    monkeypatch.setattr(analytic_store, "_STORE", [])
+    paper = PaperCostModel(PRESETS["llama"], A100)
+    asked = [(kind, o, n) for o in OPTIONS for n in LENGTHS for kind in ("attention", "mlp") if paper.feasible(o, n)]
+    first = [paper.sublayer(*a) for a in asked]
+    assert len(paper._sublayers) == len(asked) > 10
+    again = [paper.sublayer(*a) for a in asked]
+    assert all(x is y for x, y in zip(first, again))
+    monkeypatch.setattr(analytic_store, "_STORE", [])
+    fresh = PaperCostModel(PRESETS["llama"], A100)
+    assert [fresh.sublayer(*a) for a in asked] == first
