@@ -27,6 +27,7 @@ from paradyse_lab.core.layer_graph import SUBLAYER_KINDS
 from paradyse_lab.core.model_spec import ModelSpec
 from paradyse_lab.core.strategies import StrategyOption, get_strategy
 from paradyse_lab.costmodel import formulas as F
+from paradyse_lab.costmodel.analytic_store import shared_costs
 from paradyse_lab.costmodel.head_loss import whole_head_bytes
 from paradyse_lab.costmodel.schedules import schedule
 from paradyse_lab.costmodel.techniques import forward_share, offload_exposed_s
@@ -46,8 +47,8 @@ class AnalyticCostModel:
         self.name = "calibrated" if cluster.calibration else "analytic"
         self.label = f"calibrated ({cluster.name}: {cluster.source})" if cluster.calibration else "analytic"
         self.p = require_positive_int("p", p if p is not None else cluster.gpus)
-        self._cache: dict = {}
-        self._calls: dict[CollectiveCall, float] = {}
+        # the costs every analytic model of this model, cluster and p has computed in this process (`shared_costs`)
+        self._cache, self._calls = shared_costs(model, cluster, self.p)
 
     def budget_bytes(self, budget: int) -> int:
         """The memory a plan may use: all of `budget` (`CostModel` protocol)."""

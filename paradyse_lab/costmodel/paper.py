@@ -59,6 +59,9 @@ class PaperCostModel:
         self.shape = shape
         self._timing = AnalyticCostModel(dataclasses.replace(model, causal=False), cluster, p)
         """The analytic model under the measured conditions (non-causal), for time ratios only."""
+        self._sublayers: dict = {}
+        """The sub-layer costs asked before, by `sublayer`'s arguments: a step's search problems for each head
+        option (and each budget) ask the same sub-layers at the same length."""
 
     def budget_bytes(self, budget: int) -> int:
         """The memory a plan may use: all of `budget` (`CostModel` protocol)."""
@@ -99,14 +102,19 @@ class PaperCostModel:
                  segments: tuple[int, ...] | None = None) -> SubLayerCost:
         """The analytic sub-layer cost with its time replaced by its share of the measured layer time
         (`segments`: the documents of a packed step)."""
+        key = (kind, option, seq_len, batch, segments)
+        if key in self._sublayers:
+            return self._sublayers[key]
         self.check(option, seq_len, batch)
         base = self.analytic.sublayer(kind, option, seq_len, batch, segments)
         share = (self._timing.sublayer(kind, option, seq_len, batch, segments).time_s
                  / self._analytic_layer_s(option, seq_len, segments))
         time_s = self.layer_time_s(option, seq_len, segments) * share
         scale = time_s / base.time_s
-        return dataclasses.replace(base, time_s=time_s, compute_s=base.compute_s * scale,
+        cost = dataclasses.replace(base, time_s=time_s, compute_s=base.compute_s * scale,
                                    exposed_comm_s=base.exposed_comm_s * scale)
+        self._sublayers[key] = cost
+        return cost
 
     def collective_s(self, call) -> float:
         """Seconds of a collective (the analytic alpha-beta model; used only for layout switches)."""
