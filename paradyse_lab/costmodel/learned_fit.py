@@ -59,42 +59,19 @@ def same_architecture(model: ModelSpec, name: str) -> bool:
     return dataclasses.replace(other, name="", layers=1) == dataclasses.replace(model, name="", layers=1)
 
 
-ROW_MODEL_CLUSTERS = 4
-"""How many clusters' row models `row_cost_models` keeps (the most recently asked)."""
-_ROW_MODELS: list[tuple[ClusterSpec, dict]] = []
-
-
-def _row_models(cluster: ClusterSpec) -> dict:
-    """The analytic models `row_cost_models` made on a cluster equal to `cluster`, by (model, p): an
-    analytic model is a pure function of its model, cluster and p, and keeps the sub-layer costs it computed, so
-    an ablation's fits, predictions and leave-one-shape-out over the same rows (and a session's repeated ones)
-    price each (shape, option, length) once."""
-    for i, (known, models) in enumerate(_ROW_MODELS):
-        if known is cluster or known == cluster:
-            _ROW_MODELS.insert(0, _ROW_MODELS.pop(i))
-            return models
-    models: dict = {}
-    _ROW_MODELS.insert(0, (cluster, models))
-    del _ROW_MODELS[ROW_MODEL_CLUSTERS:]
-    return models
-
-
 def row_cost_models(df: pd.DataFrame, cluster: ClusterSpec):
     """(row, analytic model of the row's configuration on `cluster`) per profile row; a row is a named tuple
-    of the columns that identify what it ran (`causal` None when the profile has no such column). The models
-    are shared by every call on an equal cluster (`_row_models`)."""
+    of the columns that identify what it ran (`causal` None when the profile has no such column). The models of
+    an equal configuration share their computed costs (the analytic models' store), so an ablation's fits,
+    predictions and leave-one-shape-out over the same rows price each (shape, option, length) once."""
     cols = ["model", "h", "heads", "kv_heads", "layers", "p", "strategy", "recompute", "seq_len", "batch"]
     frame = df[cols].copy()
     frame["causal"] = df["causal"] if "causal" in df.columns else None
-    shared = _row_models(cluster)
     models: dict = {}
     for r in frame.itertuples(index=False):
         key = (r.model, r.h, r.heads, r.kv_heads, r.layers, r.causal, r.p)
         if key not in models:
-            spec = model_of_row(*key[:6])
-            if (spec, int(r.p)) not in shared:
-                shared[spec, int(r.p)] = AnalyticCostModel(spec, cluster, int(r.p))
-            models[key] = shared[spec, int(r.p)]
+            models[key] = AnalyticCostModel(model_of_row(*key[:6]), cluster, int(r.p))
         yield r, models[key]
 
 
