@@ -54,6 +54,24 @@ class _ReplicatedSum(torch.autograd.Function):
         return dy, None
 
 
+class _ReplicatedMean(torch.autograd.Function):
+    """Sum over ranks of a value divided by the sum over ranks of a count, both summed by one all-reduce of their
+    [2] stack: the value's gradient is the incoming one over the summed count (as `_ReplicatedSum` then a
+    division give)."""
+
+    @staticmethod
+    def forward(ctx, x, count, group):
+        both = comm.all_reduce(torch.stack([x.detach(), count.to(x.dtype)]), group)  # [], [] -> [2], summed over ranks
+        denom = both[1].clamp(min=1)
+        ctx.save_for_backward(denom)
+        return both[0] / denom
+
+    @staticmethod
+    def backward(ctx, dy):
+        (denom,) = ctx.saved_tensors
+        return dy / denom, None, None
+
+
 class _ReduceGrads(torch.autograd.Function):
     """Identity on replicated tensors whose gradients are summed over ranks (`grad_reduce.all_reduce_grads`: in
     fp32, one all-reduce per bucket of their flat concatenation)."""
@@ -83,6 +101,16 @@ def all_to_all_autograd(x: torch.Tensor, group=None) -> torch.Tensor:
 def replicated_sum(x: torch.Tensor, group=None) -> torch.Tensor:
     """Sum over ranks of a value every rank then holds (a loss); gradient passes through unchanged."""
     return x if comm.size(group) == 1 else _ReplicatedSum.apply(x, group)
+
+
+def replicated_mean(x: torch.Tensor, count: torch.Tensor, group=None) -> torch.Tensor:
+    """sum over ranks of the [] `x` / max(1, sum over ranks of the [] `count`) (a loss over every rank's targets),
+    every rank holding it; the gradient passes to `x` over the summed count. An fp32 `x` takes one all-reduce of
+    both (the count in fp32, as its own all-reduce had it); another dtype two, each sum in its own dtype."""
+    if comm.size(group) == 1 or x.dtype != torch.float32:
+        count = comm.all_reduce(count.to(torch.float32), group)  # [] summed
+        return replicated_sum(x, group) / count.clamp(min=1)
+    return _ReplicatedMean.apply(x, count, group)
 
 
 def reduce_grads(group, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:

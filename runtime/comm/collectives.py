@@ -78,6 +78,17 @@ def broadcast_object(obj, src: int = 0, group=None):
     return box[0]
 
 
+def broadcast_flag(flag: bool, src: int = 0, group=None) -> bool:
+    """Rank `src`'s `flag` on every rank of `group` (every rank passes a bool): one broadcast of a one-byte
+    tensor, where `broadcast_object` takes two (the pickle's length, then its bytes) and a pickling."""
+    if size(group) == 1 or is_fake_group(group):
+        return bool(flag)
+    device = torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
+    box = torch.tensor([bool(flag)], dtype=torch.uint8, device=device)  # [1]
+    dist.broadcast(box, src=global_rank(group, src), group=group)  # [1] -> [1], src's
+    return bool(box.item())
+
+
 def _leading(shape, dim: int) -> None:
     """A collective along `dim` > 0 needs every dimension before it of size 1 (then its buffer is the dim-0
     one's)."""

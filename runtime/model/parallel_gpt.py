@@ -254,8 +254,7 @@ class ParallelGPT(GPTParams):
         else:  # a caller that trains drops the logits at once (`model(...)[1]`): the cost model counts no [t, V]
             total, logits = whole_head_loss(x, lnf_w, lnf_b, head_w, labels, cfg.norm_eps, keep_logits=True)
         with comm_record.tagged("loss"):
-            count = comm.all_reduce((labels != -100).sum().to(torch.float32), self.group)  # [] summed
-            loss = comm_autograd.replicated_sum(total, self.group) / count.clamp(min=1)
+            loss = comm_autograd.replicated_mean(total, (labels != -100).sum(), self.group)  # [], [] in one [2] sum
         return logits, loss
 
     def _embed(self, input_ids: torch.Tensor, loss_tile: int):

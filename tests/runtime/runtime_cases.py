@@ -122,3 +122,8 @@ import subworld_cases  # noqa: E402 - the strategies' subgroups inside groups sm
 
 CASES.update(subworld_cases.CASES)
 ONLY_AT.update(subworld_cases.ONLY_AT)
+
+import flag_cases  # noqa: E402 - one-collective yes-or-no decisions (calibrate's loops)
+
+CASES.update(flag_cases.CASES)
+ONLY_AT.update(flag_cases.ONLY_AT)

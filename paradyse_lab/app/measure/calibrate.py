@@ -84,7 +84,7 @@ from paradyse_lab.core.strategies import layout_unit
 from paradyse_lab.errors import UserInputError
 from paradyse_lab.files.atomic_write import atomic_open, read_json_object, write_text_atomic
 from paradyse_lab.results.software_versions import software_versions, versions_text
-from paradyse_lab.runtime.launch.ranks import agree
+from paradyse_lab.runtime.launch.ranks import agree, agree_flag
 
 KERNELS_DIR = "kernels"
 """DIR's folder of the replay model's kernel tables."""
@@ -205,7 +205,7 @@ def _replay_stage(opts: CalibrateOptions, out: Path, spec, lengths, budget: Budg
     p, rank = comm.size(group), comm.rank(group)
 
     def fits(predicted_s: float) -> bool:
-        return agree(budget.fits("replay", predicted_s), group)
+        return agree_flag(budget.fits("replay", predicted_s), group)
 
     def barrier():
         if p > 1:

@@ -15,7 +15,7 @@ import time
 from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions
 from paradyse_lab.cluster.spec import COLLECTIVES
 from paradyse_lab.costmodel.formulas import sharded_params
-from paradyse_lab.runtime.launch.ranks import agree
+from paradyse_lab.runtime.launch.ranks import agree_flag
 
 COLLECTIVE_SIZES = tuple(4096 * 4**i for i in range(7)) + (32 * 2**20,)
 """Buffer bytes per collective call (nccl-tests' S): 4 KiB, 16 KiB, ... 16 MiB, 32 MiB."""
@@ -136,7 +136,7 @@ def measure_collectives(opts: CalibrateOptions, spec, budget: Budget, device, dt
             growth = nbytes / sizes[i - 1] if i else 1.0
             # the two smallest sizes always (alpha and beta need two points); then while the budget lasts
             go = i < 2 or budget.fits("collectives", (opts.repeats + 1) * last * growth)
-            if not agree(go, group):
+            if not agree_flag(go, group):
                 break
             fn = collective_fn(op, nbytes, device, dtype, group)
             fn()  # untimed: first-call setup

@@ -13,7 +13,7 @@ from paradyse_lab.app.measure.calibrate_options import Budget, CalibrateOptions,
 from paradyse_lab.app.measure.kernel_bench import KERNEL_LABELS, _attention_point, _gemm_fn, gemm_shapes, measure
 from paradyse_lab.app.measure.step_counts import counting, epilogue_s, runtime_dispatch_s, step_counts
 from paradyse_lab.core.strategies import layout_unit
-from paradyse_lab.runtime.launch.ranks import agree
+from paradyse_lab.runtime.launch.ranks import agree_flag
 
 
 def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, device, dtype, group, bar):
@@ -34,7 +34,7 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     rate = 0.0  # FLOP/s of the last GEMM: the next one's predicted time
     for shp in gemm_shapes([spec], picks, p):
         flops = 2.0 * shp["m"] * shp["n"] * shp["k"]
-        if not agree(budget.fits("kernels", (timing["min_repeats"] + 2) * flops / rate if rate else 0.0), group):
+        if not agree_flag(budget.fits("kernels", (timing["min_repeats"] + 2) * flops / rate if rate else 0.0), group):
             break
         fn = _gemm_fn(shp["op"], shp["m"], shp["n"], shp["k"], device, dtype)
         if comm.size(group) > 1:
@@ -52,7 +52,7 @@ def measure_kernels(opts: CalibrateOptions, spec, lengths, budget: Budget, devic
     last = 0.0
     for i, s in enumerate(lengths):
         growth = (s / lengths[i - 1]) ** 2 if i else 1.0
-        if not agree(budget.fits("kernels", 2 * (opts.repeats + 1) * last * growth), group):
+        if not agree_flag(budget.fits("kernels", 2 * (opts.repeats + 1) * last * growth), group):
             break
         last = 0.0
         for causal, n, hh in ((True, s, max(1, heads // p)), (False, max(1, s // p), heads)):
