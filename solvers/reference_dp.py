@@ -28,6 +28,7 @@ Example, from Python: `ReferenceDPSolver().solve(SearchProblem.from_json("proble
 
 from __future__ import annotations
 
+import bisect
 import time
 
 import numpy as np
@@ -39,11 +40,21 @@ from paradyse_lab.solvers.base import Solution, infeasible_solution, make_soluti
 
 def pareto(labels: list[tuple]) -> list[tuple]:
     """The labels (t, k, m, plan) that no other one matches or beats in t, k and m. In ascending order
-    every label that may dominate one comes before it."""
-    front = []
+    every label that may dominate one comes before it, so a label is kept when no label kept before it has
+    k' <= k and m' <= m. Those earlier labels are held as their (k, m) staircase: ks ascending with ms
+    strictly descending, so that the least m' among the kept labels of k' <= k is the m' of the last step at or
+    left of k (one bisection instead of a scan of the front)."""
+    front, ks, ms = [], [], []
     for label in sorted(labels):
-        if not any(k <= label[1] and m <= label[2] for _, k, m, _ in front):
-            front.append(label)
+        _, k, m, _ = label
+        i = bisect.bisect_right(ks, k)
+        if i and ms[i - 1] <= m:
+            continue  # matched or beaten by an earlier label
+        front.append(label)
+        lo = hi = bisect.bisect_left(ks, k)
+        while hi < len(ks) and ms[hi] >= m:  # steps this label now matches or beats in k and m
+            hi += 1
+        ks[lo:hi], ms[lo:hi] = [k], [m]
     return front
 
 

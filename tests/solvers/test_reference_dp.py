@@ -50,6 +50,20 @@ def test_pareto_keeps_exactly_the_undominated_labels():
     assert [x[3] for x in pareto(labels)] == ["b", "a", "c"]
 
 
+
+def test_pareto_is_the_plain_definition_on_random_labels():
+    """The staircase `pareto` keeps exactly the labels that no other label matches or beats in t, k and m (the
+    plain pairwise definition; of equal labels, the first in sorted order), in sorted order."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        labels = [(float(t), int(k), int(m), (i,)) for i, (t, k, m) in enumerate(rng.integers(0, 6, (n, 3)))]
+        ordered = sorted(labels)
+        plain = [a for i, a in enumerate(ordered)
+                 if not any(b[0] <= a[0] and b[1] <= a[1] and b[2] <= a[2] and (b[:3] != a[:3] or j < i)
+                            for j, b in enumerate(ordered) if j != i)]
+        assert pareto(labels) == plain
+
 def test_reference_equals_brute_force_on_small_problems():
     rng = np.random.default_rng(0)
     ref, brute = ReferenceDPSolver(), BruteForceSolver()

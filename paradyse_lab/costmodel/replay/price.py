@@ -97,35 +97,65 @@ def critical_path(ops, prices: Prices, device_s=None) -> StepTime:
 def critical_paths(ops, prices: Prices, device_s=None, ends=()) -> list[StepTime]:
     """`critical_path` of each prefix `ops[:end]` for the increasing `ends`, in one walk over `ops`: a layer stack
     prices one layer and two (`stack.stack_time`), the first the prefix of the second."""
+    return walk(clock_steps(ops, prices, device_s), prices.dispatch_s, prices.serial, ends)
+
+
+KERNEL, COLLECTIVE, EXCHANGE, WAIT, HOST_READ, HOST = range(6)
+"""What an operation does to the clocks (`clock_steps`): a kernel on the device stream (a local-copy exchange
+too), a collective on the device stream, an exchange on the communication stream, a wait for an exchange, a host
+read of a device value, host work only."""
+
+
+def clock_steps(ops, prices: Prices, device_s=None) -> list[tuple]:
+    """(what it does to the clocks, device seconds, seconds it holds the device stream, exchange ref) of each of
+    `ops`: everything of the critical path that does not depend on the dispatch cost, so that the walk at several
+    dispatch costs (`stack.DispatchGrid`) classifies and prices each operation once."""
     if device_s is None:
         device_s = [prices.device_s(op) for op in ops]
-    d, serial, floor = prices.dispatch_s, prices.serial, prices.floor_s
+    serial, floor, local = prices.serial, prices.floor_s, prices.comm == "local-copy"
+    steps = []
+    for op, t in zip(ops, device_s):
+        kind = op.kind
+        if kind in DEVICE_KINDS or (kind == "p2p" and local):
+            what = KERNEL
+        elif kind == "collective":
+            what = COLLECTIVE
+        elif kind == "p2p":
+            what = EXCHANGE
+        elif kind == "wait":
+            what = WAIT
+        elif op.name.startswith("_local_scalar"):
+            what = HOST_READ
+        else:
+            what = HOST
+        run = max(0.0, t - floor) if serial else t  # serial: the bare call's cost is inside the dispatch
+        steps.append((what, t, run, op.ref))
+    return steps
+
+
+def walk(steps: list[tuple], d: float, serial: bool, ends) -> list[StepTime]:
+    """The critical path of each prefix `steps[:end]` (`clock_steps`) at dispatch cost `d`, in one walk."""
     host = dev = comm_free = 0.0
     kernel_s = comm_s = 0.0
     arrive: dict[int, float] = {}
     out = []
     start = 0
     for end in ends:
-        for op, t in zip(ops[start:end], device_s[start:end]):
+        for what, t, run, ref in steps[start:end]:
             host += d
-            kind = op.kind
-            run = max(0.0, t - floor) if serial else t  # serial: the bare call's cost is inside the dispatch
-            if kind in DEVICE_KINDS:
+            if what == KERNEL:
                 dev = max(dev, host) + run
                 kernel_s += t
-            elif kind == "collective":
+            elif what == COLLECTIVE:
                 dev = max(dev, host) + run
                 comm_s += t
-            elif kind == "p2p" and prices.comm == "local-copy":
-                dev = max(dev, host) + run
-                kernel_s += t
-            elif kind == "p2p":
+            elif what == EXCHANGE:
                 start_s = max(comm_free, dev, host)
-                comm_free = arrive[op.ref] = start_s + t
+                comm_free = arrive[ref] = start_s + t
                 comm_s += t
-            elif kind == "wait":
-                dev = max(dev, arrive.get(op.ref, 0.0))
-            elif op.name.startswith("_local_scalar"):
+            elif what == WAIT:
+                dev = max(dev, arrive.get(ref, 0.0))
+            elif what == HOST_READ:
                 host = max(host, dev)
             if serial:
                 host = max(host, dev)

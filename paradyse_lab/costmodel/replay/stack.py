@@ -13,12 +13,11 @@ one number per machine (host CPU and software), fitted on the steps it is asked 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
-from paradyse_lab.costmodel.replay.price import Prices, critical_path, critical_paths
+from paradyse_lab.costmodel.replay.price import Prices, clock_steps, critical_path, critical_paths, walk
 
 GRID = np.geomspace(2e-6, 2e-4, 16)
 """Dispatch costs (seconds per operation) each step is priced at."""
@@ -43,10 +42,16 @@ class DispatchGrid:
         self.rows: list[np.ndarray] = []
 
     def add(self, layer_ops, layers: int) -> None:
-        """Price one step (its layer's operations, its layer count) at every grid point."""
-        device_s = [self.prices.device_s(op) for op in layer_ops]
-        self.rows.append(np.array([stack_time(layer_ops, layers, dataclasses.replace(self.prices, dispatch_s=d),
-                                              device_s) for d in GRID]))
+        """Price one step (its layer's operations, its layer count) at every grid point: `stack_time` at each
+        dispatch cost, the operations classified and priced once for all of them (`price.clock_steps`)."""
+        n = len(layer_ops)
+        steps = clock_steps(layer_ops, self.prices)
+        ends = (n,) if layers == 1 else (n, 2 * n)
+        row = []
+        for d in GRID:
+            times = [x.time_s for x in walk(steps * len(ends), float(d), self.prices.serial, ends)]
+            row.append(times[0] if layers == 1 else times[0] + (layers - 1) * (times[1] - times[0]))
+        self.rows.append(np.array(row))
 
     def times(self, dispatch_s: float, index=None) -> np.ndarray:
         """Every step's time (or those of `index`) at `dispatch_s`, interpolated between grid points."""

@@ -21,6 +21,14 @@ def small():
     return synthesize_profiles(A100, ("gpt",), ratio=1.1, timestamp=STAMP)
 
 
+@pytest.fixture(scope="module")
+def small_file(small, tmp_path_factory):
+    """`small` written once for the module: the fits on a profile file are cached in the process by (file,
+    modification time, kind, cluster), so the tests that fit on it share them, as a user's commands in one
+    process do."""
+    return write_profiles(small, tmp_path_factory.mktemp("small") / "gpt.csv")
+
+
 def write_bad(tmp_path, df, name="bad.csv"):
     path = tmp_path / name
     df.to_csv(path, index=False)
@@ -144,8 +152,8 @@ def test_synth_profile_command(tmp_path, capsys):
     assert "--ratio must be a finite number > 1" in capsys.readouterr().err
 
 
-def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
-    path = write_profiles(small, tmp_path / "gpt.csv")
+def test_ablate_costmodel_json_schema(capsys, small_file):
+    path = small_file
     assert main(["costmodel", "ablate", "--profiles", str(path), "--size", "3", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["models"]) == {"analytic", "calibrated", "hybrid", "forest", "polynomial", "residual"}
@@ -164,7 +172,7 @@ def test_ablate_costmodel_json_schema(tmp_path, capsys, small):
     assert {r["strategy"] for r in data["by_strategy"]} == {"megatron_ts", "megatron_cz", "ulysses_z", "metp"}
 
 
-def test_the_forest_and_polynomial_taken_from_the_hybrid_fit_predict_as_their_own_fits(small, tmp_path):
+def test_the_forest_and_polynomial_taken_from_the_hybrid_fit_predict_as_their_own_fits(small_file):
     """`fit_each` (the ablation and reproduce's costmodel step) and `fit_profile_file` once the file's hybrid
     is fitted (simulated runs) take the forest and the polynomial from the hybrid's fit: the same predictions,
     to the bit, and the same description as fitting each alone."""
@@ -174,7 +182,7 @@ def test_the_forest_and_polynomial_taken_from_the_hybrid_fit_predict_as_their_ow
 
     from paradyse_lab.costmodel.learned_fit import fit_each, fit_profile_file, fit_profiles
 
-    path = write_profiles(small, tmp_path / "gpt.csv")
+    path = small_file
     rows = read_profiles(path)
     fits = fit_each(("hybrid", "forest", "polynomial"), rows, A100)
     hybrid = fit_profile_file("hybrid", path, A100)

@@ -96,6 +96,23 @@ def test_one_walk_gives_every_prefix_exactly_as_its_own_walk():
         assert critical_paths(ops, prices, None, ends) == [critical_path(ops[:n], prices) for n in ends]
 
 
+
+def test_the_dispatch_grid_is_stack_time_at_each_grid_point_to_the_bit():
+    """`DispatchGrid.add` (each operation classified and priced once for every grid point) equals `stack_time` at
+    each grid dispatch cost exactly, for every kind of operation, on overlapping, local-copy and serial clocks."""
+    from paradyse_lab.costmodel.replay.stack import GRID
+
+    layer = [_kernel(int(3.35e8)), Op("p2p", "exchange", nbytes=int(5e8), group=8, ref=1), _kernel(1000),
+             Op("collective", "all_reduce", nbytes=10**6, group=8), Op("wait", "wait", ref=1),
+             Op("host", "view"), Op("host", "_local_scalar_dense"), _kernel(int(3.35e7))]
+    for prices in (_prices(), dataclasses.replace(_prices(), comm="local-copy"),
+                   dataclasses.replace(_prices(), serial=True, floor_s=4e-6)):
+        grid = DispatchGrid(prices)
+        for layers in (1, 3):
+            grid.add(layer, layers)
+            want = [stack_time(layer, layers, dataclasses.replace(prices, dispatch_s=d)) for d in GRID]
+            assert grid.rows[-1].tolist() == want
+
 def test_stack_of_layers_and_the_fitted_dispatch_cost():
     layer = [_kernel(1000)] * 50 + [_kernel(int(3.35e8))]  # 50 launches, then 0.1 ms
     prices = _prices(5e-6)
