@@ -10,12 +10,12 @@ import datetime
 import os
 
 import pytest
-import torch
-from torch.testing import assert_close
 
 from paradyse_lab.core.model_spec import ModelSpec
 
 pytestmark = pytest.mark.gpu
+"""Every test imports torch itself: on a machine without CUDA (tests/conftest.py skips them all, telling it without
+torch where no GPU device exists) collecting this module imports no torch (~2.3 CPU s)."""
 
 BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
 """bf16 has 8 mantissa bits: about 0.4% per rounding; attention sums a few of them."""
@@ -33,6 +33,9 @@ def _fused_kernels():
 @pytest.mark.parametrize("shape", [(2, 4, 128, 64, 128, 4), (1, 2, 64, 32, 128, 2),
                                    (2, 8, 128, 64, 128, 2)])  # b, H, sq, d, sk, KV (the last: GQA, 4 per group)
 def test_fused_kernels_match_math_in_bf16(causal, shape):
+    import torch
+    from torch.testing import assert_close
+
     from paradyse_lab.runtime.attention.kernels import _math_backward, _math_forward
 
     b, heads, sq, d, sk, kv = shape
@@ -55,6 +58,9 @@ def test_fused_kernels_match_math_in_bf16(causal, shape):
 
 @pytest.mark.parametrize("shape", ["gpt2", "llama"])
 def test_single_gpu_model_bf16_close_to_fp32_reference(shape):
+    import torch
+    from torch.testing import assert_close
+
     from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
     from paradyse_lab.runtime.model.reference import init_state_dict
 
@@ -83,6 +89,9 @@ def test_varlen_kernels_match_the_per_document_math_kernel_in_bf16_with_gqa(caus
     """flash-attn's varlen functions (when installed) and PyTorch's flash kernel with cumulative lengths give
     the exact per-document kernel's output, lse and gradients, GQA's K/V heads as they are, empty documents
     included (their rows: out 0, lse -inf)."""
+    import torch
+    from torch.testing import assert_close
+
     from paradyse_lab.runtime.attention import varlen
 
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -108,6 +117,9 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
     train log's `attention_kernel` names them), and its bf16 loss is close to the fp32 reference's with the
     block-diagonal mask; LLaMA-shaped: GQA (2 K/V heads for 4) and rotary embeddings by document position."""
     import warnings
+
+    import torch
+    from torch.testing import assert_close
 
     from paradyse_lab.runtime import ParallelGPT, ReferenceGPT
     from paradyse_lab.runtime.attention import kernels as attention
@@ -138,7 +150,9 @@ def test_packed_step_on_one_gpu_runs_varlen_kernels_and_matches_the_reference(sh
 
 
 def _nccl_worker(rank: int, p: int, port: int) -> None:
+    import torch
     import torch.distributed as dist
+    from torch.testing import assert_close
 
     from paradyse_lab.runtime import ParallelGPT, ReferenceGPT, gather_sequence, shard_sequence
     from paradyse_lab.runtime.model.packed import cu_seqlens, pack_sequence
@@ -174,11 +188,14 @@ def _nccl_worker(rank: int, p: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_strategies_over_nccl():
     import socket
 
+    import torch
     import torch.multiprocessing as mp
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,6 +223,8 @@ def test_head_peak_in_bf16_is_the_cost_models_kept_plus_transient(head):
     checks fp32 on CPU, where bf16 softmax kernels copy the logits to fp32 first)."""
     import sys
     from pathlib import Path
+
+    import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
     from head_memory_cases import head_case
@@ -242,6 +261,9 @@ def test_tiled_mlp_and_offload_on_one_gpu():
     """On CUDA: plans with the tiled MLP and offload (pinned host copies on a side stream) give the loss and
     gradients of the same plan without them, move the schedule's host bytes, and the forward leaves on the
     device none of what it offloaded (runtime/strategies/offload.py)."""
+    import torch
+    from torch.testing import assert_close
+
     from paradyse_lab.core.strategies import StrategyOption
     from paradyse_lab.costmodel.schedules import schedule
     from paradyse_lab.runtime import ParallelGPT

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -149,19 +148,40 @@ def test_export_hf_carries_the_source_config_and_tokenizer_with_the_umasks_modes
         done["files"], 0o666 & ~umask)
 
 
-STOPPED_EXPORT = """
-import os, signal, sys
-from paradyse_lab.cli import main
-from paradyse_lab.runtime.hf import export
-write = export.write_safetensors
-def stopped_first(*args, **kwargs):  # the temporary folder is made: wait here (stopped) for the test's signal
-    os.kill(os.getpid(), signal.SIGSTOP)
-    return write(*args, **kwargs)
-export.write_safetensors = stopped_first
-sys.exit(main())
-"""
-"""`python -c STOPPED_EXPORT export-hf ...`: `paradyse-lab export-hf ...` (the console script's `main`), which
-stops itself (SIGSTOP) once its temporary folder exists, before it writes the first file into it."""
+def _stopped_export(argv: list[str], err_file: Path) -> int:
+    """The pid of a process forked from this one that runs `paradyse-lab ARGV` (the CLI's `main`, its stderr
+    `err_file`, its stdout /dev/null) and stops itself (SIGSTOP) once export-hf's temporary folder exists, before
+    it writes the first file into it; it ends with main's exit code. Forked from this process, which imported torch
+    and the CLI already, instead of a new interpreter that imports them again (~3 CPU s)."""
+    from paradyse_lab.cli import main
+    from paradyse_lab.runtime.hf import export
+
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        null, err = os.open(os.devnull, os.O_WRONLY), os.open(err_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(null, 1), os.dup2(err, 2)
+        os.close(null), os.close(err)
+        sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", buffering=1, closefd=False)
+        write = export.write_safetensors
+
+        def stopped_first(*args, **kwargs):  # the temporary folder is made: wait here (stopped) for the signal
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return write(*args, **kwargs)
+
+        export.write_safetensors = stopped_first
+        code = main(argv)
+    except SystemExit as done:  # argparse exits itself
+        code = done.code if isinstance(done.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a bug's traceback goes to the stderr file
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)  # never back into pytest
 
 
 def test_export_hf_stopped_by_sigterm_leaves_no_temporary_folder(tmp_path, base):
@@ -170,27 +190,31 @@ def test_export_hf_stopped_by_sigterm_leaves_no_temporary_folder(tmp_path, base)
     The process stops itself at that point instead of the test polling the folder in a loop for the milliseconds
     it exists (a core busy for the export's whole run, and retries on a loaded machine)."""
     ck = _llama_checkpoint(tmp_path, base)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     exports = tmp_path / "exports"
     exports.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED_EXPORT, "export-hf", "--checkpoint", str(ck), "--out",
-                             str(exports / "out"), "--max-shard-size", "1KB"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err_file = tmp_path / "stderr"
+    pid = _stopped_export(["export-hf", "--checkpoint", str(ck), "--out", str(exports / "out"), "--max-shard-size",
+                           "1KB"], err_file)
+    code = None
     try:
         deadline, status = time.monotonic() + 120, 0
         while time.monotonic() < deadline:
-            pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
-            if pid:
+            got, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+            if got:
                 break
             time.sleep(0.05)
-        assert pid and os.WIFSTOPPED(status), (status, proc.stderr.read() if pid else "still running")
+        assert got and os.WIFSTOPPED(status), (status, err_file.read_text() if got else "still running")
         assert [p.name.startswith(".out.tmp-") for p in exports.iterdir()] == [True]
-        os.kill(proc.pid, signal.SIGTERM)
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+        while time.monotonic() < deadline and code is None:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            code = os.waitstatus_to_exitcode(status) if got else None
+            time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1 and "SIGTERM" in err and len(err.strip().splitlines()) == 1, (proc.returncode, err)
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    err = err_file.read_text()
+    assert code == 1 and "SIGTERM" in err and len(err.strip().splitlines()) == 1, (code, err)
     assert list(exports.iterdir()) == []

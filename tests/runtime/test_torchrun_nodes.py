@@ -7,7 +7,9 @@ fewest that make two nodes (groups of two in a world of four are the distributed
 The two agents are forked from one interpreter that imported torchrun's module and the train command's ranks'
 modules once (forked_runs.py); each agent is torchrun's (its options, its c10d rendezvous, the environment it
 gives its rank), and forks its rank from itself (torchrun_forked_ranks.py: the CLI's `main` on `train ...`)
-instead of starting a `python -m paradyse_lab train` process that imports torch again (~4 CPU s a rank). How
+instead of starting a `python -m paradyse_lab train` process that imports torch again (~4 CPU s a rank). The
+test runs in the distributed worlds' xdist group, after the worlds: that interpreter is then forked from the
+worker's fork server, which imported torch and the runtime already (~3 CPU s less than a new interpreter). How
 such a process ends once it joined a group is test_rank_teardown.py's
 `test_a_command_whose_process_joined_a_group_ends_through_end_process`.
 
@@ -21,6 +23,7 @@ import math
 import os
 from pathlib import Path
 
+import pytest
 from dist_harness import free_port
 from forked_runs import Forked
 
@@ -28,6 +31,9 @@ from paradyse_lab.cli.train_command import RANK_PRELOAD
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
+pytestmark = pytest.mark.xdist_group("gloo-worlds")
+"""On the worker of the distributed worlds (tests/conftest.py's `WORLDS_GROUP`), after them: `Forked` forks the
+agents' interpreter from that worker's fork server."""
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 

@@ -284,7 +284,11 @@ def test_the_log_file_gets_each_step_as_it_ends(tmp_path, seen):
     assert len(seen.calls) == 3  # refused before the first step
 
 
+@pytest.mark.xdist_group("gloo-worlds")
 def test_an_error_in_every_rank_prints_one_line_once(monkeypatch, capfd):
+    """Both ranks refuse their input: one line, exit 2. (On the distributed tests' worker, as
+    `test_a_killed_rank_is_named_not_its_peers_echo`: its ranks fork from that worker's fork server instead of a
+    server of their own, ~0.6 CPU s less.)"""
     import launcher_cases
 
     import paradyse_lab.cli.train_command as rt

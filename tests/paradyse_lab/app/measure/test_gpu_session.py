@@ -3,8 +3,8 @@ at h 128, one layer at p = 8; every stage runs as with `--quick` alone, on a lay
 every file with its documented columns, profiles that read back, the budget stopping the run cleanly, and
 paradyse_lab/app/measure/gpu_validate.py's table from those outputs.
 
-Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_gpu_session.py` (about 10 s, most of it the nested pytest
-of tests/gpu, which imports torch).
+Run: `python -m pytest -q tests/paradyse_lab/app/measure/test_gpu_session.py` (about 10 s: the kernels stage's traces
+and the profiles; the nested pytest of tests/gpu imports no torch on a machine without a GPU device).
 """
 
 from __future__ import annotations
