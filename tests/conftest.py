@@ -78,20 +78,20 @@ def xdist_group_name(item) -> str:
     return WORLDS_GROUP if module in WORLD_MODULES else SOURCE_GROUP if module in SOURCE_MODULES else module
 
 
-LONGEST_GROUPS = ("tests/runtime/test_torchrun_nodes.py", "tests/runtime/test_train_safety.py",
-                  "tests/runtime/test_comm_replay.py", WORLDS_GROUP, "tests/figures/test_figures.py",
-                  "tests/simulator/test_simulation.py", "tests/solvers/test_solvers_agree.py",
-                  "tests/paradyse_lab/app/measure/test_gpu_session.py", "tests/paradyse_lab/costmodel/test_learned.py")
+LONGEST_GROUPS = ("tests/runtime/test_train_safety.py", "tests/runtime/test_comm_replay.py", WORLDS_GROUP,
+                  "tests/figures/test_figures.py", "tests/simulator/test_simulation.py",
+                  "tests/solvers/test_solvers_agree.py", "tests/paradyse_lab/app/measure/test_gpu_session.py",
+                  "tests/paradyse_lab/costmodel/test_learned.py")
 """The groups that take longest on two workers (CPU seconds of each group's processes under the README's test
-command: the worlds' ranks and forkserver, the two-node torchrun test's four processes), handed out first
-(`longest_groups_first`; pytest-xdist deals the first groups to the workers in turn), so that no long group
-starts when the other worker is nearly done and the two workers end together; the rest follow in collection
-order, each a few seconds. The first three need no compiled kernels: on a fresh checkout they run while the
-controller compiles them (`pytest_configure`, ~15 CPU s), where the worlds (whose forkserver loads the kernels)
-and the figures (the DP solver) would each wait for that compile with a core idle. The worlds' group also holds
-the tests that launch `train --nproc` runs in-process or fork ranks from that worker's fork server (they mark
-themselves with `WORLDS_GROUP`: the stopped-rank and closed-stdout runs, the group timeouts, the teardown, a killed
-rank), so their ranks fork from the server that imported torch and the runtime for the worlds."""
+command: the worlds' ranks and forkserver), handed out first (`longest_groups_first`; pytest-xdist deals the first
+groups to the workers in turn), so that no long group starts when the other worker is nearly done and the two
+workers end together; the rest follow in collection order, each a few seconds. The first two need no compiled
+kernels: on a fresh checkout they run while the controller compiles them (`pytest_configure`, ~15 CPU s), where
+the worlds (whose forkserver loads the kernels) and the figures (the DP solver) would each wait for that compile
+with a core idle. The worlds' group also holds the tests that launch `train --nproc` runs in-process or fork ranks
+from that worker's fork server (they mark themselves with `WORLDS_GROUP`: the stopped-rank and closed-stdout runs,
+the group timeouts, the teardown, a killed rank, the two-node torchrun agents, an error in every rank), so their
+ranks fork from the server that imported torch and the runtime for the worlds."""
 
 
 def longest_groups_first(items) -> None:
