@@ -64,3 +64,13 @@ def test_two_worlds_started_at_once_never_join_each_others_ranks(monkeypatch):
     assert set(worlds) == {"a", "b"}
     for name, world in worlds.items():
         assert world.errors == {"passes": None, "preloaded": None}, (name, world.errors)
+
+
+def test_ranks_share_the_cpus_the_other_workers_leave():
+    """Alone, a world's ranks spread over every CPU; under `-n 2` on 2 CPUs all share the second (the first is
+    the other worker's); on 16 CPUs under `-n 2` they spread over the last 15; more workers than CPUs leave them
+    the last CPU."""
+    assert dist_harness.rank_cpus([0, 1], 1) == [0, 1]
+    assert dist_harness.rank_cpus([0, 1], 2) == [1]
+    assert dist_harness.rank_cpus(list(range(16)), 2) == list(range(1, 16))
+    assert dist_harness.rank_cpus([0, 1], 4) == [1]
