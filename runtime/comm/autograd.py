@@ -105,8 +105,9 @@ def replicated_sum(x: torch.Tensor, group=None) -> torch.Tensor:
 
 def replicated_mean(x: torch.Tensor, count: torch.Tensor, group=None) -> torch.Tensor:
     """sum over ranks of the [] `x` / max(1, sum over ranks of the [] `count`) (a loss over every rank's targets),
-    every rank holding it; the gradient passes to `x` over the summed count. An fp32 `x` takes one all-reduce of
-    both (the count in fp32, as its own all-reduce had it); another dtype two, each sum in its own dtype."""
+    every rank holding it; the gradient passes to `x` over the summed count. The count is summed in fp32: with an
+    fp32 `x`, in one all-reduce of both; with another dtype, `x` keeps its dtype and takes an all-reduce of its
+    own."""
     if comm.size(group) == 1 or x.dtype != torch.float32:
         count = comm.all_reduce(count.to(torch.float32), group)  # [] summed
         return replicated_sum(x, group) / count.clamp(min=1)

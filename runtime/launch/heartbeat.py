@@ -42,11 +42,12 @@ def _proc_key(rank: int) -> str:
 
 
 def _stat_fields(pid: int | str) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state first), or None (no such process, not Linux)."""
+    """/proc/PID/stat's fields after the command name (state first), or None when there is no such process (or no
+    /proc: not Linux). A stat this process may not read (/proc mounted with `hidepid`) raises PermissionError."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()
-    except OSError:
+    except FileNotFoundError:
         return None
 
 
@@ -64,7 +65,11 @@ def _machine() -> str | None:
 def process_identity() -> str | None:
     """'MACHINE PID STARTTIME' of this process (`_machine`; the start time in clock ticks after boot, so that a
     reused pid is not taken for it), or None where it cannot be told."""
-    machine, fields = _machine(), _stat_fields("self")
+    machine = _machine()
+    try:
+        fields = _stat_fields("self")
+    except OSError:
+        return None
     if machine is None or fields is None:
         return None
     return f"{machine} {os.getpid()} {fields[19]}"
@@ -72,11 +77,15 @@ def process_identity() -> str | None:
 
 def ended_process(identity: str, machine: str | None) -> bool:
     """Whether the process of `identity` (`process_identity`) runs on `machine` and is stopped or gone: True only
-    on that evidence (a process of another machine, or a running one: False)."""
+    on that evidence (a process of another machine, a running one, or one whose stat this process may not read:
+    False)."""
     where, pid, started = identity.rsplit(" ", 2)
     if machine is None or where != machine:
         return False
-    fields = _stat_fields(pid)
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return False
     return fields is None or fields[19] != started or fields[0] in _ENDED_STATES
 
 
@@ -92,7 +101,9 @@ def node_peers(rank: int, world: int, env=os.environ) -> list[int]:
 
 
 class Heartbeat:
-    """This rank's beat in `store` (started at once, stopped by `stop`) and its view of the peers' beats."""
+    """This rank's beat in `store` (started at once, stopped by `stop`) and its view of the peers' beats; `node`:
+    the peers that run on this rank's machine (default: by LOCAL_RANK and LOCAL_WORLD_SIZE, `node_peers`), whose
+    state /proc tells."""
 
     def __init__(self, store, rank: int, world: int, beat_s: float = BEAT_S, node: list[int] | None = None):
         self._store, self._rank, self._world, self._beat_s = store, rank, world, beat_s
@@ -107,18 +118,23 @@ class Heartbeat:
         self._thread.start()
 
     def _beat(self) -> None:
+        self._read_node_identities()  # at once: a peer stopped before this thread's first beat is still told
         while not self._stopped.wait(self._beat_s):
             try:
                 self._store.add(_key(self._rank), 1)
-                self._read_node_identities()
             except Exception:  # noqa: BLE001 (the store is gone: the group was left, or its host ended)
                 return
+            self._read_node_identities()
 
     def _read_node_identities(self) -> None:
-        """The identities of the node's peers that put theirs in the store already (`check` does not block)."""
-        for r in [r for r, known in self._node.items() if known is None]:
-            if self._store.check([_proc_key(r)]):
-                self._node[r] = self._store.get(_proc_key(r)).decode()
+        """The identities of the node's peers that put theirs in the store already (`check` does not block); a read
+        that fails leaves those peers to the watch and the beats go on."""
+        try:
+            for r in [r for r, known in self._node.items() if known is None]:
+                if self._store.check([_proc_key(r)]):
+                    self._node[r] = self._store.get(_proc_key(r)).decode()
+        except Exception:  # noqa: BLE001 (the store is gone or slow: the next beat tries again)
+            return
 
     def ended_peers(self) -> list[int]:
         """The peers that are processes of this machine, stopped (SIGSTOP) or gone, as /proc tells now."""

@@ -1,7 +1,6 @@
-"""Distributed case of the one-collective yes-or-no decision (`agree_flag`, runtime/launch/ranks.py) that
-`calibrate`'s measuring loops take before each point: ranks that pass different flags all get rank 0's, after
-one broadcast (where `agree` takes two). runtime_cases.py adds it to the per-world harness at p = 2 (rank 0 against
-one other rank is the whole mechanism)."""
+"""Distributed case of the one-collective yes-or-no decision (`agree_flag`) that `calibrate`'s measuring loops
+take before each point: ranks that pass different flags all get rank 0's, after one broadcast (where `agree` takes
+two). It runs at p = 2 only: rank 0 against one other rank is the whole mechanism."""
 
 from __future__ import annotations
 

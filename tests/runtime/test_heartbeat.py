@@ -11,11 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 
 import pytest
+import torch.distributed as dist
 
 from paradyse_lab.runtime.launch import heartbeat
 from paradyse_lab.runtime.launch.heartbeat import Heartbeat
+from paradyse_lab.runtime.launch.ranks import _silent_peer_line
 
 
 class CountingStore:
@@ -118,6 +121,52 @@ def test_a_stopped_or_ended_peer_of_this_machine_is_named_at_once_and_a_running_
         peer.wait()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_what_an_identity_tells_of_its_process(monkeypatch):
+    """This process's own identity is the one the tests build (`_identity`) and reads as running; another machine's,
+    a reused pid (another start time), a zombie (killed, not yet reaped) and a stat this process may not read
+    (/proc's `hidepid`): running for another machine and an unreadable stat, ended for the other two."""
+    machine, mine = heartbeat._machine(), heartbeat.process_identity()
+    assert mine == _identity(os.getpid())
+    assert not heartbeat.ended_process(mine, machine)
+    where, pid, started = mine.rsplit(" ", 2)
+    assert not heartbeat.ended_process(f"another-boot/pid:[1] {pid} {started}", machine)
+    assert heartbeat.ended_process(f"{where} {pid} {int(started) + 1}", machine)
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        zombie = _identity(peer.pid)
+        peer.kill()
+        deadline = time.monotonic() + 30
+        while heartbeat._stat_fields(peer.pid)[0] != "Z" and time.monotonic() < deadline:  # killed, not reaped
+            time.sleep(0.01)
+        assert heartbeat.ended_process(zombie, machine)
+    finally:
+        peer.kill()
+        peer.wait()
+
+    def hidden(pid):
+        raise PermissionError(f"/proc/{pid}/stat")
+
+    monkeypatch.setattr(heartbeat, "_stat_fields", hidden)
+    assert not heartbeat.ended_process(mine, machine)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_node_peers_identity_is_read_before_the_first_beat():
+    """The beat thread reads the node peers' identities as it starts, not one beat later: a peer stopped within the
+    first beat (rank 0, which serves the store, then never answers again) is still told from /proc."""
+    store = CountingStore()
+    store.set("paradyse/process/1", heartbeat.process_identity())
+    beat = Heartbeat(store, 0, 2, beat_s=60.0, node=[1])
+    try:
+        deadline = time.monotonic() + 10
+        while beat._node.get(1) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beat._node[1] == heartbeat.process_identity()
+    finally:
+        beat.stop()
+
+
 def test_a_ranks_node_peers_are_its_consecutive_local_ranks():
     assert heartbeat.node_peers(5, 8, {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}) == [4, 6, 7]
     assert heartbeat.node_peers(0, 2, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}) == [1]
@@ -129,12 +178,6 @@ def test_over_a_real_store_a_peer_whose_counter_stops_is_named_and_the_lines_rea
     beating and rank 0 names it; the line of a silent peer, and of a store that did not answer (None: rank 0 named
     as the store's host under torchrun's `env://`). These paths' end-to-end runs (test_rank_hangs.py) go through
     /proc instead: there the stopped rank is a process of the same machine."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from paradyse_lab.runtime.launch.ranks import _silent_peer_line
-
     server = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=30))
     clients = [dist.TCPStore("127.0.0.1", server.port, None, False, timeout=timedelta(seconds=30)) for _ in (0, 1)]
     beats = [Heartbeat(c, r, 2, beat_s=0.02, node=[]) for r, c in enumerate(clients)]

@@ -1,7 +1,6 @@
-"""The loss of runtime/model/parallel_gpt.py over every rank's targets (`replicated_mean`, runtime/comm/autograd.py):
-the summed loss and the target count in one all-reduce of their [2] stack, with the value and gradient of the sum
-then division it replaces (each rank played through a fake process group; the gloo worlds check the loss and
-every gradient against the single-device reference)."""
+"""The model's loss over every rank's targets (`replicated_mean`): the summed loss and the target count in one
+all-reduce of their [2] stack, with the value and gradient of the sum then division it replaces (each rank played
+through a fake process group; the gloo worlds check the loss and every gradient against the single-device reference)."""
 
 from __future__ import annotations
 

@@ -302,4 +302,6 @@ def test_a_stopped_torchrun_rank_is_named_by_its_peer(stopped_runs, stopped):
     assert len(_lines(err)) == 1, err
     waited = f"rank {other} waited more than {STOPPED_TIMEOUT_S} s (--collective-timeout) for rank {stopped},"
     assert waited in err, err
+    if stopped == 0:  # told from /proc: the store's host (rank 0) is not left to the store's silence
+        assert "whose heartbeat stopped" in err and "serves the ranks' store" not in err, err
     assert run.took < 60, run.took  # 4 s of timeout, the stopped rank told from /proc at once, teardown

@@ -18,7 +18,9 @@ import torch
 
 from paradyse_lab.app.train_options import TrainOptions
 from paradyse_lab.app.training import train
+from paradyse_lab.cli import main
 from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.runtime.hf import export
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "n_positions": 512, "vocab_size": 96}
@@ -153,14 +155,12 @@ def _stopped_export(argv: list[str], err_file: Path) -> int:
     `err_file`, its stdout /dev/null) and stops itself (SIGSTOP) once export-hf's temporary folder exists, before
     it writes the first file into it; it ends with main's exit code. Forked from this process, which imported torch
     and the CLI already, instead of a new interpreter that imports them again (~3 CPU s)."""
-    from paradyse_lab.cli import main
-    from paradyse_lab.runtime.hf import export
-
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
+        torch.set_num_threads(1)  # the child's first parallel region must not wait on the parent's OpenMP threads
         null, err = os.open(os.devnull, os.O_WRONLY), os.open(err_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(null, 1), os.dup2(err, 2)
         os.close(null), os.close(err)

@@ -8,14 +8,14 @@ import signal
 import time
 from pathlib import Path
 
+from paradyse_lab.app import reproduce_background, reproduce_steps
+
 
 def _reproduce_with_a_background_step(marker: Path) -> int:
     """The pid of a process forked from this one that starts `reproduce`'s background step 'groups' (which writes
     its pid into `marker`, then computes for two minutes) and waits: a `reproduce` in the middle of its run. Forked
     from this process, which imported the application already, instead of a new interpreter importing it again
     (~0.7 CPU s)."""
-    from paradyse_lab.app import reproduce_background, reproduce_steps
-
     pid = os.fork()
     if pid:
         return pid

@@ -162,7 +162,7 @@ def test_fit_calibration_cli_writes_a_cluster_file_every_command_takes(tmp_path,
 def test_ablate_costmodel_takes_the_cluster_file_beside_a_measured_profile(tmp_path, capsys):
     from paradyse_lab.costmodel.profiles import DATA_DIR, write_profiles
 
-    # every 8th length of gpt's rows (70 of 558): the ablation only has to run for the cluster it reports
+    # every 8th length of gpt's rows (72 of 558): the ablation only has to run for the cluster it reports
     rows = read_profiles(DATA_DIR / "analytic_a100-80gb-x8.csv").query("model == 'gpt' and seq_len % 4096 == 0")
     rows = rows.assign(device="cpu x86_64")
     write_profiles(rows, tmp_path / "profile.csv")
