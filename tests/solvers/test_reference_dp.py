@@ -50,7 +50,6 @@ def test_pareto_keeps_exactly_the_undominated_labels():
     assert [x[3] for x in pareto(labels)] == ["b", "a", "c"]
 
 
-
 def test_pareto_is_the_plain_definition_on_random_labels():
     """The staircase `pareto` keeps exactly the labels that no other label matches or beats in t, k and m (the
     plain pairwise definition; of equal labels, the first in sorted order), in sorted order."""
@@ -63,6 +62,7 @@ def test_pareto_is_the_plain_definition_on_random_labels():
                  if not any(b[0] <= a[0] and b[1] <= a[1] and b[2] <= a[2] and (b[:3] != a[:3] or j < i)
                             for j, b in enumerate(ordered) if j != i)]
         assert pareto(labels) == plain
+
 
 def test_reference_equals_brute_force_on_small_problems():
     rng = np.random.default_rng(0)

@@ -96,7 +96,6 @@ def test_one_walk_gives_every_prefix_exactly_as_its_own_walk():
         assert critical_paths(ops, prices, None, ends) == [critical_path(ops[:n], prices) for n in ends]
 
 
-
 def test_the_dispatch_grid_is_stack_time_at_each_grid_point_to_the_bit():
     """`DispatchGrid.add` (each operation classified and priced once for every grid point) equals `stack_time` at
     each grid dispatch cost exactly, for every kind of operation, on overlapping, local-copy and serial clocks."""
@@ -112,6 +111,7 @@ def test_the_dispatch_grid_is_stack_time_at_each_grid_point_to_the_bit():
             grid.add(layer, layers)
             want = [stack_time(layer, layers, dataclasses.replace(prices, dispatch_s=d)) for d in GRID]
             assert grid.rows[-1].tolist() == want
+
 
 def test_stack_of_layers_and_the_fitted_dispatch_cost():
     layer = [_kernel(1000)] * 50 + [_kernel(int(3.35e8))]  # 50 launches, then 0.1 ms
@@ -134,6 +134,7 @@ def test_a_gemm_in_a_dtype_the_table_lacks_is_refused_not_priced_as_another():
 
 
 # --- measured element-wise and host costs (a calibrated folder's elementwise.csv and dispatch.csv) ---------------
+
 
 def _measured_tables(tmp_path, serial: bool):
     from paradyse_lab.costmodel.replay.tables import KernelTables
