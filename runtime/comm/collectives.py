@@ -68,13 +68,19 @@ def is_nccl(group=None, tensor: torch.Tensor | None = None) -> bool:
 
 # --- collectives (dim 0 is the one gathered / scattered) ----------------------------------------------
 
+def _control_device(group) -> torch.device | None:
+    """Where a control-plane broadcast's buffer lives: the current CUDA device under NCCL (which sends only CUDA
+    tensors), else the CPU (None)."""
+    return torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
+
+
 def broadcast_object(obj, src: int = 0, group=None):
     """Rank `src`'s picklable `obj` on every rank of `group` (others pass anything, e.g. None)."""
     if size(group) == 1 or is_fake_group(group):
         return obj
     box = [obj]
-    device = torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
-    dist.broadcast_object_list(box, src=global_rank(group, src), group=group, device=device)  # pickled bytes
+    dist.broadcast_object_list(box, src=global_rank(group, src), group=group,  # pickled bytes
+                               device=_control_device(group))
     return box[0]
 
 
@@ -83,8 +89,7 @@ def broadcast_flag(flag: bool, src: int = 0, group=None) -> bool:
     tensor, where `broadcast_object` takes two (the pickle's length, then its bytes) and a pickling."""
     if size(group) == 1 or is_fake_group(group):
         return bool(flag)
-    device = torch.device("cuda", torch.cuda.current_device()) if is_nccl(group) else None
-    box = torch.tensor([bool(flag)], dtype=torch.uint8, device=device)  # [1]
+    box = torch.tensor([bool(flag)], dtype=torch.uint8, device=_control_device(group))  # [1]
     dist.broadcast(box, src=global_rank(group, src), group=group)  # [1] -> [1], src's
     return bool(box.item())
 

@@ -29,8 +29,10 @@ STORE_ANSWER_S = 5.0
 or gone at once, rather than after the whole watch as well."""
 _PREFIX = "paradyse/heartbeat/"
 _PROC_PREFIX = "paradyse/process/"
-_ENDED_STATES = frozenset("TtZX")
-"""/proc states of a process that will not answer: stopped (SIGSTOP), stopped by a tracer, zombie, dead."""
+STOPPED_STATES = frozenset("Tt")
+"""/proc states of a stopped process: by a signal (SIGSTOP, SIGTSTP), by a tracer (a debugger)."""
+_ENDED_STATES = STOPPED_STATES | frozenset("ZX")
+"""/proc states of a process that will not answer: stopped, zombie, dead."""
 
 
 def _key(rank: int) -> str:
@@ -41,7 +43,7 @@ def _proc_key(rank: int) -> str:
     return f"{_PROC_PREFIX}{rank}"
 
 
-def _stat_fields(pid: int | str) -> list[str] | None:
+def stat_fields(pid: int | str) -> list[str] | None:
     """/proc/PID/stat's fields after the command name (state first), or None when there is no such process (or no
     /proc: not Linux). A stat this process may not read (/proc mounted with `hidepid`) raises PermissionError."""
     try:
@@ -67,7 +69,7 @@ def process_identity() -> str | None:
     reused pid is not taken for it), or None where it cannot be told."""
     machine = _machine()
     try:
-        fields = _stat_fields("self")
+        fields = stat_fields("self")
     except OSError:
         return None
     if machine is None or fields is None:
@@ -83,7 +85,7 @@ def ended_process(identity: str, machine: str | None) -> bool:
     if machine is None or where != machine:
         return False
     try:
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
     except OSError:
         return False
     return fields is None or fields[19] != started or fields[0] in _ENDED_STATES

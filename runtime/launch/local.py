@@ -39,6 +39,7 @@ import traceback
 from multiprocessing import forkserver, reduction
 
 from paradyse_lab.errors import RunStopped, UserInputError
+from paradyse_lab.runtime.launch.heartbeat import STOPPED_STATES, stat_fields
 
 PR_SET_PDEATHSIG = 1
 """linux/prctl.h."""
@@ -229,10 +230,10 @@ def _death(exitcode: int) -> str:
 def _is_stopped(pid: int) -> bool:
     """Whether process `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/PID/stat."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        fields = stat_fields(pid)
     except (OSError, IndexError):
         return False
+    return fields is not None and fields[0] in STOPPED_STATES
 
 
 def _silent_rank_line(procs, reported: set[int], message: str) -> str:

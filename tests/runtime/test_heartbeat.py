@@ -107,7 +107,7 @@ def test_a_stopped_or_ended_peer_of_this_machine_is_named_at_once_and_a_running_
         started = time.monotonic()
         assert beat.silent_peers(watch_s=0.3) == [1] and time.monotonic() - started >= 0.3  # watched
         os.kill(peer.pid, signal.SIGSTOP)
-        while heartbeat._stat_fields(peer.pid)[0] != "T" and time.monotonic() < deadline:  # the signal delivered
+        while heartbeat.stat_fields(peer.pid)[0] != "T" and time.monotonic() < deadline:  # the signal delivered
             time.sleep(0.01)
         started = time.monotonic()
         assert beat.silent_peers(watch_s=30.0) == [1] and time.monotonic() - started < 15.0
@@ -137,7 +137,7 @@ def test_what_an_identity_tells_of_its_process(monkeypatch):
         zombie = _identity(peer.pid)
         peer.kill()
         deadline = time.monotonic() + 30
-        while heartbeat._stat_fields(peer.pid)[0] != "Z" and time.monotonic() < deadline:  # killed, not reaped
+        while heartbeat.stat_fields(peer.pid)[0] != "Z" and time.monotonic() < deadline:  # killed, not reaped
             time.sleep(0.01)
         assert heartbeat.ended_process(zombie, machine)
     finally:
@@ -147,7 +147,7 @@ def test_what_an_identity_tells_of_its_process(monkeypatch):
     def hidden(pid):
         raise PermissionError(f"/proc/{pid}/stat")
 
-    monkeypatch.setattr(heartbeat, "_stat_fields", hidden)
+    monkeypatch.setattr(heartbeat, "stat_fields", hidden)
     assert not heartbeat.ended_process(mine, machine)
 
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from paradyse_lab.costmodel.replay.price import Prices, clock_steps, critical_path, critical_paths, walk
+from paradyse_lab.costmodel.replay.price import Prices, clock_steps, walk
 
 GRID = np.geomspace(2e-6, 2e-4, 16)
 """Dispatch costs (seconds per operation) each step is priced at."""
@@ -25,12 +25,16 @@ GRID = np.geomspace(2e-6, 2e-4, 16)
 
 def stack_time(layer_ops, layers: int, prices: Prices, device_s=None) -> float:
     """Seconds of a step of `layers` identical layers issuing `layer_ops` each (module docstring)."""
-    if device_s is None:
-        device_s = [prices.device_s(op) for op in layer_ops]
+    return _stacked(clock_steps(layer_ops, prices, device_s), layers, prices.dispatch_s, prices.serial)
+
+
+def _stacked(steps: list[tuple], layers: int, d: float, serial: bool) -> float:
+    """`stack_time` of a layer's `steps` (`price.clock_steps`) at dispatch cost `d`: one layer's critical path,
+    plus (layers - 1) times the increment of a second."""
+    n = len(steps)
     if layers == 1:
-        return critical_path(layer_ops, prices, device_s).time_s
-    n = len(layer_ops)
-    one, two = (x.time_s for x in critical_paths(list(layer_ops) * 2, prices, list(device_s) * 2, (n, 2 * n)))
+        return walk(steps, d, serial, (n,))[0].time_s
+    one, two = (x.time_s for x in walk(steps * 2, d, serial, (n, 2 * n)))
     return one + (layers - 1) * (two - one)
 
 
@@ -44,14 +48,8 @@ class DispatchGrid:
     def add(self, layer_ops, layers: int) -> None:
         """Price one step (its layer's operations, its layer count) at every grid point: `stack_time` at each
         dispatch cost, the operations classified and priced once for all of them (`price.clock_steps`)."""
-        n = len(layer_ops)
         steps = clock_steps(layer_ops, self.prices)
-        ends = (n,) if layers == 1 else (n, 2 * n)
-        row = []
-        for d in GRID:
-            times = [x.time_s for x in walk(steps * len(ends), float(d), self.prices.serial, ends)]
-            row.append(times[0] if layers == 1 else times[0] + (layers - 1) * (times[1] - times[0]))
-        self.rows.append(np.array(row))
+        self.rows.append(np.array([_stacked(steps, layers, float(d), self.prices.serial) for d in GRID]))
 
     def times(self, dispatch_s: float, index=None) -> np.ndarray:
         """Every step's time (or those of `index`) at `dispatch_s`, interpolated between grid points."""
